@@ -5,6 +5,7 @@
 //! (`accord-sim`). See `../shared/DESIGN.md` §2 for the contract.
 #![forbid(unsafe_code)]
 
+pub mod cc;
 pub mod ids;
 pub mod time;
 
