@@ -7,6 +7,7 @@
 
 pub mod ids;
 pub mod time;
+pub mod wire;
 
 pub use ids::{ConnectionId, OpId, PathId, Psn, RecvBufferId, RegionId, RegionKey};
 pub use time::Instant;
