@@ -8,6 +8,7 @@
 pub mod cc;
 pub mod ids;
 pub mod time;
+pub mod wire;
 
 pub use ids::{ConnectionId, OpId, PathId, Psn, RecvBufferId, RegionId, RegionKey};
 pub use time::Instant;
