@@ -1,0 +1,183 @@
+//! The sans-IO surface: what goes into an endpoint and what comes out.
+//!
+//! The driver loop, after any input (`handle_datagram`, `handle_timeout`, an application call):
+//! 1. perform the [`Placement`] `handle_datagram` returned, if any (copy the payload bytes);
+//! 2. drain [`Endpoint::poll_transmit`](crate::Endpoint::poll_transmit) until `None`, sending
+//!    each [`Transmit`] (header bytes, then the named payload bytes);
+//! 3. drain [`Endpoint::poll_event`](crate::Endpoint::poll_event) until `None`;
+//! 4. arm a timer for [`Endpoint::poll_timeout`](crate::Endpoint::poll_timeout) and call
+//!    `handle_timeout` when it expires.
+//!
+//! Events that announce received data (`ImmReceived`, `RecvCompleted`) are queued while the
+//! datagram is handled; step 1 must run before step 3 so the bytes are in place when the
+//! application hears of them.
+
+use crate::ids::{ConnectionId, OpId, PathId, RecvBufferId, RegionId, RegionKey};
+use crate::path::PathStats;
+use crate::send::OpError;
+use crate::wire::RejectReason;
+use core::ops::Range;
+use core::time::Duration;
+
+/// An endpoint's handle on one of its connections (its local connection id).
+pub type ConnectionHandle = ConnectionId;
+
+/// What the datapath knows about a received datagram.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub struct RxMeta {
+    /// The local path (entropy port) it arrived on; replies go back on the same path.
+    pub path: PathId,
+    /// The fabric marked it Congestion Experienced.
+    pub ecn_ce: bool,
+}
+
+/// The receiver's memory, as the protocol needs to see it: checks before anything is placed.
+/// Implemented by the engine over its registration table, and by tests and the simulator over
+/// virtual regions.
+pub trait LocalMemory {
+    /// May `len` bytes at `offset` of `region` be written by a peer holding `key`?
+    fn check_write(&self, region: RegionId, key: RegionKey, offset: u64, len: u64) -> Result<(), RejectReason>;
+
+    /// Claims a posted receive buffer for a message of `msg_len` bytes arriving on `conn`.
+    fn claim_recv_buffer(&mut self, conn: ConnectionHandle, msg_len: u64) -> Result<RecvBufferId, RejectReason>;
+}
+
+/// Where received payload bytes go.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum PlacementTarget {
+    /// Into a registered region (one-sided write), at this byte offset of the region.
+    Region { region: RegionId, offset: u64 },
+    /// Into a claimed receive buffer (two-sided send), at this byte offset of the buffer.
+    RecvBuffer { buffer: RecvBufferId, offset: u64 },
+}
+
+/// A copy the driver must perform: `datagram[payload]` to `target`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    pub target: PlacementTarget,
+    pub payload: Range<usize>,
+}
+
+/// What handling one datagram produced.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DatagramOutcome {
+    /// The connection it belonged to (new ones included): the driver records the sender's
+    /// address for it when it first sees it.
+    pub conn: Option<ConnectionHandle>,
+    pub placement: Option<Placement>,
+}
+
+/// Payload bytes a transmit names instead of carrying: bytes `offset..offset+len` of
+/// operation `op` (the driver maps the operation to its source buffer).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PayloadRef {
+    pub op: OpId,
+    pub offset: u64,
+    pub len: u32,
+}
+
+/// One datagram to send: the header the protocol wrote into the caller's buffer, then payload.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    pub conn: ConnectionHandle,
+    pub path: PathId,
+    /// Bytes of the caller's buffer that hold the header.
+    pub header_len: usize,
+    pub payload: Option<PayloadRef>,
+    /// Data packets may be marked ECT by the datapath.
+    pub ecn_capable: bool,
+}
+
+impl Transmit {
+    /// Total datagram length.
+    pub fn datagram_len(&self) -> usize {
+        self.header_len + self.payload.map_or(0, |p| p.len as usize)
+    }
+}
+
+/// A one-sided write: `len` bytes of the sender's operation go to `region` at `offset` on the
+/// peer, optionally followed by an immediate the peer counts when all bytes are placed.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct WriteRequest {
+    pub region: RegionId,
+    pub key: RegionKey,
+    pub offset: u64,
+    pub len: u64,
+    pub imm: Option<u32>,
+}
+
+/// Why a connection ended abnormally.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConnectionError {
+    #[error("handshake got no answer after {attempts} attempts: is the peer running and reachable?")]
+    HandshakeTimeout { attempts: u32 },
+    #[error("peer stopped acknowledging for {0:?}: it died, or every path to it is cut")]
+    IdleTimeout(Duration),
+}
+
+/// Something the application should hear about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// Our `connect` completed.
+    Connected { conn: ConnectionHandle },
+    /// A peer opened a connection to us.
+    Accepted { conn: ConnectionHandle },
+    /// The connection failed; every outstanding operation completed with an error first.
+    ConnectionFailed { conn: ConnectionHandle, error: ConnectionError },
+    /// The connection was closed (by us or the peer).
+    Closed { conn: ConnectionHandle },
+    /// A write or send we submitted completed: acknowledged in full, or failed.
+    OpCompleted { conn: ConnectionHandle, op: OpId, result: Result<(), OpError> },
+    /// Every byte of a peer's write with immediate `imm` was placed.
+    ImmReceived { conn: ConnectionHandle, op: OpId, imm: u32 },
+    /// A peer's send filled `len` bytes of `buffer`.
+    RecvCompleted { conn: ConnectionHandle, op: OpId, buffer: RecvBufferId, len: u64, imm: Option<u32> },
+    /// A path stopped delivering and is now only probed.
+    PathQuarantined { conn: ConnectionHandle, path: PathId },
+    /// A quarantined path answered a probe and carries traffic again.
+    PathRevived { conn: ConnectionHandle, path: PathId },
+}
+
+/// Counters of one connection, readable at any time.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ConnectionStats {
+    pub cc: &'static str,
+    pub bytes_sent: u64,
+    pub bytes_acked: u64,
+    pub packets_sent: u64,
+    pub packets_retransmitted: u64,
+    pub packets_lost: u64,
+    pub acks_sent: u64,
+    pub acks_received: u64,
+    pub packets_received: u64,
+    pub bytes_placed: u64,
+    pub duplicates_received: u64,
+    pub packets_refused: u64,
+    /// Data packets dropped without acknowledgement (beyond the window, table full, malformed
+    /// operation fields); the sender retransmits them.
+    pub packets_dropped: u64,
+    pub ecn_ce_received: u64,
+    pub window_bytes: u64,
+    pub bytes_in_flight: u64,
+    /// Times a packet was sent with the window already full. An invariant: always zero.
+    pub window_overruns: u64,
+    pub rtt_min: Duration,
+    pub rtt_smoothed: Duration,
+    pub ops_outstanding: u64,
+    pub paths: Vec<PathStats>,
+}
+
+/// Counters of an endpoint: what could not be attributed to a connection.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EndpointStats {
+    pub datagrams_received: u64,
+    pub datagrams_sent: u64,
+    /// Failed to parse (truncated, wrong version, bad fields).
+    pub malformed: u64,
+    /// Addressed to a connection id we do not have.
+    pub unknown_connection: u64,
+    /// Right connection id, wrong token.
+    pub bad_token: u64,
+    /// Hellos refused because the connection table is full.
+    pub connections_refused: u64,
+}

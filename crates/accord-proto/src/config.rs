@@ -1,0 +1,160 @@
+//! Typed configuration of an endpoint and its connections, with documented defaults.
+//!
+//! Environment overrides (`ACCORD_*`) are applied by the layers that own a process
+//! (`accord-engine`, the CLI); this crate reads no environment, like it reads no clock.
+
+use crate::cc::CcKind;
+use crate::path::SelectorKind;
+use core::time::Duration;
+
+/// Largest path table a connection may have (paths are numbered by a `u16` on our side, and
+/// 256 entropy values are what DESIGN §2 asks for).
+pub const PATH_COUNT_MAX: u16 = 256;
+
+/// Largest receive window in packets: the ACK's SACK bitmap reports this many packets past the
+/// cumulative point, so a larger window could hold packets the sender can never learn about.
+pub const RECV_WINDOW_PACKETS_MAX: u32 = crate::wire::SACK_BITMAP_BITS as u32;
+
+/// Settings of one connection. Both sides propose; the handshake agrees on the minimum of
+/// datagram size, path count and receive window.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConnectionConfig {
+    /// Largest datagram (our header plus payload) the datapath can carry. Default 4096 + 96
+    /// (a 4 KiB payload: the MTU of the fabrics Accord targets, and cheap on loopback).
+    pub max_datagram_bytes: u16,
+    /// Paths (entropy values) to spray over. Default 16, at most [`PATH_COUNT_MAX`].
+    pub path_count: u16,
+    /// Bytes per control decision (chunk). Default 32 KiB; the connection shrinks it when the
+    /// window is small or loss is heavy.
+    pub chunk_bytes: u32,
+    /// Congestion control. Default CUBIC.
+    pub cc: CcKind,
+    /// Path selection policy. Default power-of-two choices on RTT.
+    pub selector: SelectorKind,
+    /// RTT assumed for a path before its first sample. Default 100 µs.
+    pub initial_rtt: Duration,
+    /// Floor of a path's retransmission timeout. Default 1 ms (loopback under load on a
+    /// small host jitters by hundreds of µs; simulations use less).
+    pub rto_min: Duration,
+    /// Ceiling of a path's retransmission timeout after backoff. Default 200 ms.
+    pub rto_max: Duration,
+    /// A packet is lost when one sent this many packets later on the same path was acked.
+    /// Default 3.
+    pub reorder_threshold_packets: u32,
+    /// Consecutive timeouts after which a path is quarantined and only probed. Default 2.
+    pub quarantine_after_timeouts: u32,
+    /// Interval between probes of a quarantined path. Default 5 ms.
+    pub probe_interval: Duration,
+    /// Acknowledge at least every this many data packets. Default 8.
+    pub ack_every_packets: u16,
+    /// Longest an ACK may be held back. Default 20 µs.
+    pub ack_delay_max: Duration,
+    /// Packets the receiver tracks past its cumulative point (sender's window of packet
+    /// numbers). Default and maximum [`RECV_WINDOW_PACKETS_MAX`].
+    pub recv_window_packets: u32,
+    /// Operations a sender may have outstanding on the connection. Default 4096.
+    pub ops_in_flight_max: u32,
+    /// Partially received operations (writes with an immediate, sends) the receiver tracks.
+    /// Default 4096; a packet that would start one more is dropped and retransmitted later.
+    pub inbound_ops_max: u32,
+    /// Retries of the handshake before the connection fails. Default 8 (with backoff from
+    /// `rto_min`).
+    pub handshake_attempts_max: u32,
+    /// With data outstanding and no acknowledgement for this long, the connection fails and
+    /// every operation on it errors. Default 10 s.
+    pub idle_timeout: Duration,
+}
+
+impl Default for ConnectionConfig {
+    fn default() -> Self {
+        ConnectionConfig {
+            max_datagram_bytes: 4096 + crate::wire::DATA_HEADER_LEN as u16,
+            path_count: 16,
+            chunk_bytes: 32 * 1024,
+            cc: CcKind::Cubic(Default::default()),
+            selector: SelectorKind::PowerOfTwoChoices,
+            initial_rtt: Duration::from_micros(100),
+            rto_min: Duration::from_millis(1),
+            rto_max: Duration::from_millis(200),
+            reorder_threshold_packets: 3,
+            quarantine_after_timeouts: 2,
+            probe_interval: Duration::from_millis(5),
+            ack_every_packets: 8,
+            ack_delay_max: Duration::from_micros(20),
+            recv_window_packets: RECV_WINDOW_PACKETS_MAX,
+            ops_in_flight_max: 4096,
+            inbound_ops_max: 4096,
+            handshake_attempts_max: 8,
+            idle_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why a configuration was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("path_count {0} is outside 1..={PATH_COUNT_MAX}: choose a value in range")]
+    PathCount(u16),
+    #[error("max_datagram_bytes {0} leaves no payload after the {hdr}-byte data header: raise it", hdr = crate::wire::DATA_HEADER_LEN)]
+    DatagramTooSmall(u16),
+    #[error("recv_window_packets {0} is outside 16..={RECV_WINDOW_PACKETS_MAX}")]
+    RecvWindow(u32),
+    #[error("chunk_bytes must be at least 1")]
+    ChunkBytes,
+    #[error("{0} must be non-zero")]
+    Zero(&'static str),
+}
+
+impl ConnectionConfig {
+    /// Checks the ranges; every constructor of a connection calls this first.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.path_count == 0 || self.path_count > PATH_COUNT_MAX {
+            return Err(ConfigError::PathCount(self.path_count));
+        }
+        if (self.max_datagram_bytes as usize) <= crate::wire::DATA_HEADER_LEN
+            || (self.max_datagram_bytes as usize) < crate::wire::MAX_ACK_LEN
+        {
+            return Err(ConfigError::DatagramTooSmall(self.max_datagram_bytes));
+        }
+        if self.recv_window_packets < 16 || self.recv_window_packets > RECV_WINDOW_PACKETS_MAX {
+            return Err(ConfigError::RecvWindow(self.recv_window_packets));
+        }
+        if self.chunk_bytes == 0 {
+            return Err(ConfigError::ChunkBytes);
+        }
+        for (name, zero) in [
+            ("ops_in_flight_max", self.ops_in_flight_max == 0),
+            ("inbound_ops_max", self.inbound_ops_max == 0),
+            ("ack_every_packets", self.ack_every_packets == 0),
+            ("reorder_threshold_packets", self.reorder_threshold_packets == 0),
+            ("rto_min", self.rto_min.is_zero()),
+            ("initial_rtt", self.initial_rtt.is_zero()),
+        ] {
+            if zero {
+                return Err(ConfigError::Zero(name));
+            }
+        }
+        Ok(())
+    }
+
+    /// Payload bytes of a full data packet.
+    pub fn mss_bytes(&self) -> u32 {
+        self.max_datagram_bytes as u32 - crate::wire::DATA_HEADER_LEN as u32
+    }
+}
+
+/// Settings of an endpoint: the defaults for its connections and its own bounds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EndpointConfig {
+    /// Applied to every connection this endpoint opens or accepts.
+    pub connection: ConnectionConfig,
+    /// Connections the endpoint holds at once; a Hello beyond this is dropped and counted.
+    /// Default 65536.
+    pub connections_max: u32,
+}
+
+impl Default for EndpointConfig {
+    fn default() -> Self {
+        EndpointConfig { connection: ConnectionConfig::default(), connections_max: 65536 }
+    }
+}

@@ -1,0 +1,393 @@
+//! One connection: handshake, then a sender and a receiver half sharing the path table.
+//!
+//! The halves live in sibling files (`sender.rs`, `receiver.rs`) as `impl Connection` blocks;
+//! this file holds the state, the handshake and the application-facing calls.
+
+mod receiver;
+mod sender;
+
+use crate::api::{ConnectionError, ConnectionStats, Event, Transmit, WriteRequest};
+use crate::cc::{CongestionControl, Controller};
+use crate::config::ConnectionConfig;
+use crate::ids::{ConnectionId, OpId, PathId, Psn};
+use crate::path::{PathTable, RttEstimator, Selector};
+use crate::recv::{InboundOps, ReceiveWindow};
+use crate::send::{OpError, OutboundOps, SendWindow, SubmitError};
+use crate::time::Instant;
+use crate::wire::{self, DataKind, Header, HelloRepr, ProbeRepr, Repr};
+use rand::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::VecDeque;
+
+/// Probe answers queued at most; more are dropped (the prober tries again).
+const PROBE_REPLIES_MAX: usize = 64;
+
+/// The peer's name for this connection, learnt in the handshake.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Peer {
+    pub conn: ConnectionId,
+    pub token: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum State {
+    /// We sent (or are about to send) a Hello.
+    Connecting { attempts: u32, next_attempt_at: Instant, hello_due: bool },
+    Established,
+    /// Failed or closed; kept until the endpoint reaps it.
+    Ended,
+}
+
+/// An ACK we owe: which packet triggered it (its path carries the ACK back).
+#[derive(Copy, Clone, Debug)]
+struct AckDue {
+    psn: Psn,
+    tx_time_ns: u64,
+    path: PathId,
+    /// When the triggering packet arrived (for the reported ACK delay).
+    received_at: Instant,
+    /// When the oldest packet this ACK covers arrived (for the delay deadline).
+    first_received_at: Instant,
+    /// Send at once rather than at `received_at + ack_delay_max`.
+    immediate: bool,
+}
+
+/// The chunk being sent: every packet goes on one path.
+#[derive(Copy, Clone, Debug)]
+struct Chunk {
+    path: PathId,
+    packets_left: u32,
+    retransmission: bool,
+}
+
+pub(crate) struct Connection {
+    pub(crate) id: ConnectionId,
+    state: State,
+    config: ConnectionConfig,
+    local_token: u64,
+    peer: Option<Peer>,
+    rng: ChaCha8Rng,
+    paths: PathTable,
+    selector: Selector,
+    cc: Controller,
+    rtt: RttEstimator,
+    send: SendWindow,
+    ops: OutboundOps,
+    recv: ReceiveWindow,
+    inbound: InboundOps,
+    ack_due: Option<AckDue>,
+    packets_since_ack: u16,
+    ecn_ce_received: u32,
+    peer_ecn_ce_count: u32,
+    chunk: Option<Chunk>,
+    next_send_at: Instant,
+    pacing_blocked: bool,
+    hello_ack_due: bool,
+    probe_replies: VecDeque<(PathId, ProbeRepr)>,
+    next_probe_id: u64,
+    last_progress: Instant,
+    last_ack_at: Option<Instant>,
+    close_due: bool,
+    stats: ConnectionStats,
+}
+
+impl Connection {
+    fn new(id: ConnectionId, config: ConnectionConfig, seed: u64, now: Instant) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let local_token = rng.next_u64() | 1;
+        let mss = config.mss_bytes();
+        Connection {
+            id,
+            state: State::Ended,
+            local_token,
+            peer: None,
+            rng,
+            paths: PathTable::new(config.path_count, config.initial_rtt),
+            selector: config.selector.build(),
+            cc: config.cc.build(mss),
+            rtt: RttEstimator::new(config.initial_rtt),
+            send: SendWindow::new(config.path_count),
+            ops: OutboundOps::new(config.ops_in_flight_max),
+            recv: ReceiveWindow::new(config.recv_window_packets),
+            inbound: InboundOps::new(config.inbound_ops_max),
+            ack_due: None,
+            packets_since_ack: 0,
+            ecn_ce_received: 0,
+            peer_ecn_ce_count: 0,
+            chunk: None,
+            next_send_at: Instant::ZERO,
+            pacing_blocked: false,
+            hello_ack_due: false,
+            probe_replies: VecDeque::new(),
+            next_probe_id: 0,
+            last_progress: now,
+            last_ack_at: None,
+            close_due: false,
+            stats: ConnectionStats::default(),
+            config,
+        }
+    }
+
+    /// A connection we open; the Hello goes out on the next `poll_transmit`.
+    pub(crate) fn connect(id: ConnectionId, config: ConnectionConfig, seed: u64, now: Instant) -> Self {
+        let mut conn = Connection::new(id, config, seed, now);
+        conn.state = State::Connecting { attempts: 0, next_attempt_at: now, hello_due: true };
+        conn
+    }
+
+    /// A connection a peer opened with `hello`; answers with a HelloAck.
+    pub(crate) fn accept(id: ConnectionId, config: ConnectionConfig, seed: u64, now: Instant, hello: &HelloRepr) -> Self {
+        let mut conn = Connection::new(id, config, seed, now);
+        conn.adopt_agreement(hello);
+        conn.peer = Some(Peer { conn: hello.src_conn, token: hello.src_token });
+        conn.state = State::Established;
+        conn.hello_ack_due = true;
+        conn
+    }
+
+    /// Uses the smaller of both sides' datagram size, path count and receive window.
+    fn adopt_agreement(&mut self, theirs: &HelloRepr) {
+        let c = &mut self.config;
+        c.max_datagram_bytes = c.max_datagram_bytes.min(theirs.max_payload_bytes);
+        c.path_count = c.path_count.min(theirs.path_count).max(1);
+        c.recv_window_packets = c.recv_window_packets.min(theirs.recv_window_packets).max(16);
+        self.paths = PathTable::new(c.path_count, c.initial_rtt);
+        self.send = SendWindow::new(c.path_count);
+        self.recv = ReceiveWindow::new(c.recv_window_packets);
+        self.cc = c.cc.build(c.mss_bytes());
+    }
+
+    pub(crate) fn local_token(&self) -> u64 {
+        self.local_token
+    }
+
+    pub(crate) fn is_ended(&self) -> bool {
+        self.state == State::Ended
+    }
+
+    pub(crate) fn is_established(&self) -> bool {
+        self.state == State::Established
+    }
+
+    /// Our Hello, as the handshake packets carry it.
+    pub(crate) fn hello_repr(&self) -> HelloRepr {
+        HelloRepr {
+            src_conn: self.id,
+            src_token: self.local_token,
+            max_payload_bytes: self.config.max_datagram_bytes,
+            path_count: self.config.path_count,
+            recv_window_packets: self.config.recv_window_packets,
+        }
+    }
+
+    /// The peer answered our Hello.
+    pub(crate) fn on_hello_ack(&mut self, hello_ack: &HelloRepr, events: &mut VecDeque<Event>) {
+        if !matches!(self.state, State::Connecting { .. }) {
+            return; // a duplicate answer
+        }
+        self.adopt_agreement(hello_ack);
+        self.peer = Some(Peer { conn: hello_ack.src_conn, token: hello_ack.src_token });
+        self.state = State::Established;
+        events.push_back(Event::Connected { conn: self.id });
+    }
+
+    /// The peer retried its Hello: our HelloAck was lost.
+    pub(crate) fn on_duplicate_hello(&mut self) {
+        if self.state == State::Established {
+            self.hello_ack_due = true;
+        }
+    }
+
+    pub(crate) fn write(&mut self, req: WriteRequest) -> Result<OpId, SubmitError> {
+        self.check_open()?;
+        let kind = DataKind::Write { region: req.region, key: req.key, region_offset: req.offset };
+        self.ops.submit(kind, req.imm, req.len)
+    }
+
+    pub(crate) fn send(&mut self, len: u64, imm: Option<u32>) -> Result<OpId, SubmitError> {
+        self.check_open()?;
+        self.ops.submit(DataKind::Send, imm, len)
+    }
+
+    fn check_open(&self) -> Result<(), SubmitError> {
+        match self.state {
+            State::Ended => Err(SubmitError::ConnectionDown),
+            _ => Ok(()),
+        }
+    }
+
+    /// Ends the connection from our side: every operation fails with `Closed`.
+    pub(crate) fn close(&mut self, events: &mut VecDeque<Event>) {
+        if self.state == State::Ended {
+            return;
+        }
+        self.close_due = self.peer.is_some();
+        self.end(OpError::Closed, events);
+        events.push_back(Event::Closed { conn: self.id });
+    }
+
+    /// The peer closed.
+    pub(crate) fn on_close(&mut self, events: &mut VecDeque<Event>) {
+        if self.state == State::Ended {
+            return;
+        }
+        self.end(OpError::Closed, events);
+        events.push_back(Event::Closed { conn: self.id });
+    }
+
+    fn fail(&mut self, error: ConnectionError, events: &mut VecDeque<Event>) {
+        self.end(OpError::ConnectionLost, events);
+        events.push_back(Event::ConnectionFailed { conn: self.id, error });
+    }
+
+    fn end(&mut self, op_error: OpError, events: &mut VecDeque<Event>) {
+        self.state = State::Ended;
+        self.send.clear();
+        self.chunk = None;
+        for done in self.ops.fail_all(op_error) {
+            events.push_back(Event::OpCompleted { conn: self.id, op: done.op, result: done.result });
+        }
+    }
+
+    /// Handshake retries and failure.
+    fn handle_handshake_timeout(&mut self, now: Instant, events: &mut VecDeque<Event>) {
+        let State::Connecting { attempts, next_attempt_at, hello_due } = self.state else { return };
+        if hello_due || now < next_attempt_at {
+            return;
+        }
+        if attempts >= self.config.handshake_attempts_max {
+            self.fail(ConnectionError::HandshakeTimeout { attempts }, events);
+            return;
+        }
+        self.state = State::Connecting { attempts, next_attempt_at, hello_due: true };
+    }
+
+    /// Writes the next handshake packet, if one is due.
+    fn poll_handshake(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if let State::Connecting { attempts, hello_due: true, .. } = self.state {
+            let backoff = self.config.rto_min.saturating_mul(1 << attempts.min(10));
+            self.state = State::Connecting { attempts: attempts + 1, next_attempt_at: now + backoff, hello_due: false };
+            let header = Header { dst_conn: ConnectionId(0), token: 0 };
+            return self.emit_control(&header, &Repr::Hello(self.hello_repr()), PathId(0), buf);
+        }
+        if self.hello_ack_due {
+            self.hello_ack_due = false;
+            let header = self.peer_header()?;
+            return self.emit_control(&header, &Repr::HelloAck(self.hello_repr()), PathId(0), buf);
+        }
+        if self.close_due {
+            self.close_due = false;
+            let header = self.peer_header()?;
+            return self.emit_control(&header, &Repr::Close(wire::CloseRepr { reason: 0 }), PathId(0), buf);
+        }
+        None
+    }
+
+    fn peer_header(&self) -> Option<Header> {
+        self.peer.map(|p| Header { dst_conn: p.conn, token: p.token })
+    }
+
+    /// Emits a packet without payload; `None` if the buffer is too small (a caller bug that
+    /// costs a packet, never memory safety).
+    fn emit_control(&mut self, header: &Header, repr: &Repr, path: PathId, buf: &mut [u8]) -> Option<Transmit> {
+        match wire::emit(header, repr, buf) {
+            Ok(header_len) => Some(Transmit { conn: self.id, path, header_len, payload: None, ecn_capable: false }),
+            Err(_) => {
+                debug_assert!(false, "transmit buffer too small for a control packet");
+                None
+            }
+        }
+    }
+
+    /// Next datagram to send, in priority order: handshake, ACK, probe answers, probes, data.
+    pub(crate) fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if let Some(t) = self.poll_handshake(now, buf) {
+            return Some(t);
+        }
+        if self.state != State::Established {
+            return None;
+        }
+        if let Some(t) = self.poll_ack(now, buf) {
+            return Some(t);
+        }
+        if let Some(t) = self.poll_probe(now, buf) {
+            return Some(t);
+        }
+        self.poll_data(now, buf)
+    }
+
+    /// Every timer this connection runs.
+    pub(crate) fn handle_timeout(&mut self, now: Instant, events: &mut VecDeque<Event>) {
+        match self.state {
+            State::Connecting { .. } => self.handle_handshake_timeout(now, events),
+            State::Established => {
+                self.handle_loss_timeouts(now, events);
+                self.handle_idle_timeout(now, events);
+            }
+            State::Ended => {}
+        }
+    }
+
+    fn handle_idle_timeout(&mut self, now: Instant, events: &mut VecDeque<Event>) {
+        if self.send.has_unresolved() && now.saturating_duration_since(self.last_progress) >= self.config.idle_timeout {
+            self.fail(ConnectionError::IdleTimeout(self.config.idle_timeout), events);
+        }
+    }
+
+    /// The earliest instant at which `handle_timeout` has work.
+    pub(crate) fn poll_timeout(&mut self) -> Option<Instant> {
+        match self.state {
+            State::Connecting { next_attempt_at, hello_due: false, .. } => Some(next_attempt_at),
+            State::Connecting { .. } | State::Ended => None,
+            State::Established => {
+                let mut earliest: Option<Instant> = None;
+                let mut consider = |t: Option<Instant>| {
+                    if let Some(t) = t {
+                        earliest = Some(earliest.map_or(t, |e| e.min(t)));
+                    }
+                };
+                consider(self.ack_deadline());
+                consider(self.paths.next_probe_at());
+                consider(self.pacing_blocked.then_some(self.next_send_at));
+                consider(self.earliest_loss_timeout());
+                if self.send.has_unresolved() {
+                    consider(Some(self.last_progress + self.config.idle_timeout));
+                }
+                earliest
+            }
+        }
+    }
+
+    pub(crate) fn stats(&self) -> ConnectionStats {
+        let mut s = self.stats.clone();
+        s.cc = self.cc.name();
+        s.window_bytes = self.cc.window_bytes();
+        s.bytes_in_flight = self.send.bytes_in_flight();
+        s.rtt_min = self.rtt.min();
+        s.rtt_smoothed = self.rtt.smoothed();
+        s.ops_outstanding = self.ops.len() as u64;
+        s.paths = self.paths.stats(self.config.rto_min, self.config.rto_max);
+        s
+    }
+
+    /// Our own invariants, for tests and the simulator: in-flight accounting matches the
+    /// packets, and no packet left with the window full.
+    pub(crate) fn check_invariants(&self) -> Result<(), String> {
+        let counted = self.send.bytes_in_flight();
+        let recounted = self.send.recount_bytes_in_flight();
+        if counted != recounted {
+            return Err(format!("conn {:?}: bytes_in_flight {counted} but packets hold {recounted}", self.id));
+        }
+        if self.stats.window_overruns != 0 {
+            return Err(format!("conn {:?}: {} packets sent beyond the window", self.id, self.stats.window_overruns));
+        }
+        if self.send.span() > self.config.recv_window_packets as u64 {
+            return Err(format!("conn {:?}: {} packet numbers in use, window {}", self.id, self.send.span(), self.config.recv_window_packets));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn config(&self) -> &ConnectionConfig {
+        &self.config
+    }
+}

@@ -1,0 +1,417 @@
+//! The sending half: chunks, path choice, window and pacing, ACK processing, loss detection.
+
+use super::{Chunk, Connection};
+use crate::api::{Event, PayloadRef, RxMeta, Transmit};
+use crate::cc::{AckEvent, CongestionControl, LossEvent, RetransmitDecision};
+use crate::ids::{PathId, Psn};
+use crate::path::PathSelector;
+use crate::send::{OpError, SentPacket};
+use crate::time::Instant;
+use crate::wire::{self, AckRepr, DataRepr, ProbeRepr, Repr};
+use core::time::Duration;
+use std::collections::VecDeque;
+
+/// Result of trying to send one packet of the current chunk.
+enum Step {
+    Sent(Transmit),
+    /// Window, receive window or pacing says wait; keep the chunk.
+    Blocked,
+    /// Nothing of this chunk's kind is left; end the chunk.
+    Empty,
+}
+
+/// Paths touched by one ACK frame, as a bitmask over the 256 possible paths.
+#[derive(Default)]
+struct PathSet([u64; 4]);
+
+impl PathSet {
+    fn insert(&mut self, path: PathId) {
+        let i = path.0 as usize;
+        self.0[i / 64] |= 1 << (i % 64);
+    }
+    fn iter(&self) -> impl Iterator<Item = PathId> + '_ {
+        (0..256u16).filter(|&i| self.0[i as usize / 64] & (1 << (i % 64)) != 0).map(PathId)
+    }
+}
+
+impl Connection {
+    /// The window the sender enforces: the policy's, but never below one packet so a
+    /// connection can always make progress.
+    fn window_limit(&self) -> u64 {
+        self.cc.window_bytes().max(self.config.mss_bytes() as u64)
+    }
+
+    /// Chunk size for the next decision: the configured chunk, shrunk so that a window holds
+    /// at least four chunks, halved under heavy loss, then offered to the policy's hook.
+    fn chunk_bytes(&self) -> u32 {
+        let mss = self.config.mss_bytes();
+        let quarter_window = (self.cc.window_bytes() / 4).min(u32::MAX as u64) as u32;
+        let mut bytes = self.config.chunk_bytes.min(quarter_window);
+        let active: Vec<f64> = self.paths.iter().filter(|p| p.is_active()).map(|p| p.stats.loss_score).collect();
+        let loss = if active.is_empty() { 0.0 } else { active.iter().sum::<f64>() / active.len() as f64 };
+        if loss > 0.01 {
+            bytes /= 2;
+        }
+        if loss > 0.05 {
+            bytes /= 2;
+        }
+        self.cc.chunk_bytes(bytes.max(mss)).max(mss)
+    }
+
+    fn refresh_path_ages(&mut self) {
+        for i in 0..self.paths.len() {
+            let path = PathId(i as u16);
+            let oldest = self.send.oldest_outstanding(path);
+            if let Some(p) = self.paths.get_mut(path) {
+                p.oldest_outstanding_sent_at = oldest;
+            }
+        }
+    }
+
+    /// Decides the next chunk: retransmissions first, then new data; the window and pacing
+    /// must allow it. Returns `None` when nothing can start now.
+    fn start_chunk(&mut self, now: Instant) -> Option<()> {
+        let lost_path = self.send.peek_retransmit().map(|p| p.path);
+        let retransmit = lost_path.is_some_and(|path| self.cc.may_retransmit(now, path) == RetransmitDecision::Now);
+        let new_data = self.ops.has_new_data() && self.send.span() < self.config.recv_window_packets as u64;
+        if !retransmit && !new_data {
+            return None;
+        }
+        if self.send.bytes_in_flight() >= self.window_limit() {
+            return None;
+        }
+        if now < self.next_send_at {
+            self.pacing_blocked = true;
+            return None;
+        }
+        let chunk_bytes = self.chunk_bytes();
+        let packets = chunk_bytes.div_ceil(self.config.mss_bytes()).max(1);
+        self.refresh_path_ages();
+        let avoid = if retransmit { lost_path } else { None };
+        let path = self.selector.select(now, &self.paths, &mut self.rng, avoid);
+        if let Some(rate) = self.cc.pacing_rate_bytes_per_sec().filter(|&r| r > 0) {
+            let nanos = (chunk_bytes as u128 * 1_000_000_000 / rate as u128).min(u64::MAX as u128) as u64;
+            self.next_send_at = now + Duration::from_nanos(nanos);
+        }
+        self.chunk = Some(Chunk { path, packets_left: packets, retransmission: retransmit });
+        Some(())
+    }
+
+    /// Next data packet, if the window, pacing and receive window allow one.
+    pub(super) fn poll_data(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        self.pacing_blocked = false;
+        // Two rounds: a chunk that ran dry is replaced once.
+        for _ in 0..2 {
+            if self.chunk.map_or(true, |c| c.packets_left == 0) {
+                self.chunk = None;
+                self.start_chunk(now)?;
+            }
+            let chunk = self.chunk?;
+            let step = if chunk.retransmission {
+                self.send_retransmission(now, chunk, buf)
+            } else {
+                self.send_new_data(now, chunk, buf)
+            };
+            match step {
+                Step::Sent(t) => {
+                    if let Some(c) = self.chunk.as_mut() {
+                        c.packets_left -= 1;
+                    }
+                    return Some(t);
+                }
+                Step::Blocked => return None,
+                Step::Empty => self.chunk = None,
+            }
+        }
+        None
+    }
+
+    fn window_allows(&self, len: u32) -> bool {
+        let in_flight = self.send.bytes_in_flight();
+        in_flight == 0 || in_flight + len as u64 <= self.window_limit()
+    }
+
+    fn send_new_data(&mut self, now: Instant, chunk: Chunk, buf: &mut [u8]) -> Step {
+        let Some(plan) = self.ops.peek_packet(self.config.mss_bytes()) else { return Step::Empty };
+        if self.send.span() >= self.config.recv_window_packets as u64 || !self.window_allows(plan.len) {
+            return Step::Blocked;
+        }
+        let Some(op) = self.ops.get(plan.op).cloned() else { return Step::Empty };
+        self.ops.take_packet(plan);
+        if !self.send.has_unresolved() {
+            self.last_progress = now;
+        }
+        let path_seq = self.next_path_seq(chunk.path);
+        let psn = self.send.on_sent_new(SentPacket {
+            op: plan.op,
+            msg_offset: plan.msg_offset,
+            len: plan.len,
+            path: chunk.path,
+            path_seq,
+            sent_at: now,
+            transmissions: 1,
+            lost: false,
+        });
+        let last_of_chunk = chunk.packets_left <= 1 || !self.ops.has_new_data();
+        let repr = DataRepr {
+            psn,
+            ack_floor: self.send.floor(),
+            tx_time_ns: now.as_nanos(),
+            op: plan.op,
+            kind: op.kind,
+            imm: op.imm,
+            msg_len: op.len,
+            msg_offset: plan.msg_offset,
+            payload_len: plan.len as u16,
+            ack_now: last_of_chunk,
+            retransmission: false,
+        };
+        self.emit_data(chunk.path, &repr, buf)
+    }
+
+    fn send_retransmission(&mut self, now: Instant, chunk: Chunk, buf: &mut [u8]) -> Step {
+        let Some(lost) = self.send.peek_retransmit().cloned() else { return Step::Empty };
+        if self.cc.may_retransmit(now, lost.path) == RetransmitDecision::Later {
+            return Step::Empty;
+        }
+        if !self.window_allows(lost.len) {
+            return Step::Blocked;
+        }
+        let Some(op) = self.ops.get(lost.op).cloned() else {
+            // Cannot happen: an operation lives while it has unresolved packets.
+            debug_assert!(false, "lost packet of unknown op");
+            let psn = self.send.pop_retransmit();
+            if let Some(psn) = psn {
+                self.send.resolve(psn);
+            }
+            return Step::Empty;
+        };
+        let Some(psn) = self.send.pop_retransmit() else { return Step::Empty };
+        let path_seq = self.next_path_seq(chunk.path);
+        self.send.on_retransmitted(psn, chunk.path, path_seq, now);
+        self.stats.packets_retransmitted += 1;
+        if let Some(p) = self.paths.get_mut(chunk.path) {
+            p.stats.retransmits_sent += 1;
+        }
+        let last_of_chunk = chunk.packets_left <= 1 || !self.send.has_retransmit();
+        let repr = DataRepr {
+            psn,
+            ack_floor: self.send.floor(),
+            tx_time_ns: now.as_nanos(),
+            op: lost.op,
+            kind: op.kind,
+            imm: op.imm,
+            msg_len: op.len,
+            msg_offset: lost.msg_offset,
+            payload_len: lost.len as u16,
+            ack_now: last_of_chunk,
+            retransmission: true,
+        };
+        self.emit_data(chunk.path, &repr, buf)
+    }
+
+    fn next_path_seq(&mut self, path: PathId) -> u64 {
+        let p = self.paths.get_mut(path).expect("selector returns paths of the table");
+        let seq = p.next_path_seq;
+        p.next_path_seq += 1;
+        seq
+    }
+
+    fn emit_data(&mut self, path: PathId, repr: &DataRepr, buf: &mut [u8]) -> Step {
+        let Some(header) = self.peer_header() else { return Step::Empty };
+        let header_len = match wire::emit(&header, &Repr::Data(*repr), buf) {
+            Ok(n) => n,
+            Err(_) => {
+                debug_assert!(false, "transmit buffer too small for a data header");
+                return Step::Blocked;
+            }
+        };
+        if self.send.bytes_in_flight() > self.window_limit() + self.config.mss_bytes() as u64 {
+            self.stats.window_overruns += 1;
+        }
+        self.stats.packets_sent += 1;
+        self.stats.bytes_sent += repr.payload_len as u64;
+        if let Some(p) = self.paths.get_mut(path) {
+            p.stats.packets_sent += 1;
+            p.stats.bytes_sent += repr.payload_len as u64;
+        }
+        let payload = PayloadRef { op: repr.op, offset: repr.msg_offset, len: repr.payload_len as u32 };
+        Step::Sent(Transmit { conn: self.id, path, header_len, payload: Some(payload), ecn_capable: true })
+    }
+
+    /// Probe answers first, then a probe for a quarantined path whose turn has come.
+    pub(super) fn poll_probe(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let header = self.peer_header()?;
+        if let Some((path, probe)) = self.probe_replies.pop_front() {
+            return self.emit_control(&header, &Repr::ProbeAck(probe), path, buf);
+        }
+        let path = self.paths.take_due_probe(now, self.config.probe_interval)?;
+        let probe = ProbeRepr { probe_id: self.next_probe_id, tx_time_ns: now.as_nanos() };
+        self.next_probe_id += 1;
+        self.emit_control(&header, &Repr::Probe(probe), path, buf)
+    }
+
+    /// A probe answer: the path it came back on is alive.
+    pub(crate) fn handle_probe_ack(&mut self, now: Instant, rx: RxMeta, probe: &ProbeRepr, events: &mut VecDeque<Event>) {
+        let Some(state) = self.paths.get(rx.path) else { return };
+        if state.is_active() || probe.tx_time_ns > now.as_nanos() {
+            return;
+        }
+        let sample = now.saturating_duration_since(Instant::from_nanos(probe.tx_time_ns));
+        if self.paths.on_probe_answered(rx.path, sample) {
+            events.push_back(Event::PathRevived { conn: self.id, path: rx.path });
+        }
+    }
+
+    /// An ACK frame: resolve what it acknowledges or refuses, sample RTT, detect loss, and
+    /// tell the congestion control.
+    pub(crate) fn handle_ack(&mut self, now: Instant, rx: RxMeta, ack: &AckRepr, events: &mut VecDeque<Event>) {
+        self.stats.acks_received += 1;
+        let mut touched = PathSet::default();
+        let (mut acked_bytes, mut acked_packets) = (0u64, 0u64);
+        let cumulative: Vec<Psn> = self.send.unresolved_below(ack.cum_ack).collect();
+        let selective = ack.sack.iter_set().map(|bit| ack.cum_ack + 1 + bit as u64);
+        for psn in cumulative.into_iter().chain(selective) {
+            if let Some(packet) = self.send.resolve(psn) {
+                acked_bytes += packet.len as u64;
+                acked_packets += 1;
+                touched.insert(packet.path);
+                self.paths.on_acked(packet.path, packet.path_seq);
+                if let Some(done) = self.ops.on_packet_resolved(packet.op) {
+                    events.push_back(Event::OpCompleted { conn: self.id, op: done.op, result: done.result });
+                }
+            }
+        }
+        for rejection in ack.rejections.iter() {
+            if self.send.get(rejection.psn).is_none_or(|p| p.op != rejection.op) {
+                continue;
+            }
+            self.send.resolve(rejection.psn);
+            self.ops.fail(rejection.op, OpError::Rejected(rejection.reason));
+            let abandoned = self.send.abandon_op(rejection.op);
+            if let Some(done) = self.ops.settle(rejection.op, 1 + abandoned) {
+                events.push_back(Event::OpCompleted { conn: self.id, op: done.op, result: done.result });
+            }
+        }
+        self.stats.bytes_acked += acked_bytes;
+
+        let rtt_sample = self.rtt_sample(now, rx.path, ack);
+        let ce_delta = ack.ecn_ce_count.wrapping_sub(self.peer_ecn_ce_count) as u64;
+        self.peer_ecn_ce_count = ack.ecn_ce_count;
+        if acked_packets > 0 {
+            self.last_progress = now;
+            self.last_ack_at = Some(now);
+            let event = AckEvent {
+                now,
+                path: rx.path,
+                newly_acked_bytes: acked_bytes,
+                newly_acked_packets: acked_packets,
+                rtt_sample,
+                rtt_min: self.rtt.min(),
+                rtt_smoothed: self.rtt.smoothed(),
+                bytes_in_flight: self.send.bytes_in_flight(),
+                ecn_ce_packets: ce_delta.min(acked_packets),
+                mss_bytes: self.config.mss_bytes(),
+            };
+            self.cc.on_ack(&event);
+        }
+        for path in touched.iter() {
+            let Some(largest) = self.paths.get(path).and_then(|p| p.largest_acked_path_seq) else { continue };
+            let (packets, bytes) =
+                self.send.detect_reorder_losses(path, largest, self.config.reorder_threshold_packets);
+            if packets > 0 {
+                self.note_losses(now, path, packets, bytes, false);
+            }
+        }
+        if ack.credit_bytes > 0 {
+            self.cc.on_credit(now, ack.credit_bytes as u64);
+        }
+    }
+
+    /// RTT from the echoed transmit time (our own clock), ACK delay removed. Attributed to the
+    /// path the ACK came back on, which is the path the echoed packet went out on.
+    fn rtt_sample(&mut self, now: Instant, path: PathId, ack: &AckRepr) -> Option<Duration> {
+        if ack.echo_tx_time_ns == 0 || ack.echo_tx_time_ns > now.as_nanos() {
+            return None;
+        }
+        let raw = now.saturating_duration_since(Instant::from_nanos(ack.echo_tx_time_ns));
+        let sample = raw.saturating_sub(Duration::from_nanos(ack.ack_delay_ns as u64));
+        if sample.is_zero() {
+            return None;
+        }
+        self.rtt.on_sample(sample);
+        if let Some(p) = self.paths.get_mut(path) {
+            p.rtt.on_sample(sample);
+        }
+        Some(sample)
+    }
+
+    fn note_losses(&mut self, now: Instant, path: PathId, packets: u64, bytes: u64, timeout: bool) {
+        self.stats.packets_lost += packets;
+        for _ in 0..packets {
+            self.paths.on_lost(path);
+        }
+        // A timeout while other paths still deliver is a path problem, not congestion collapse.
+        let others_alive = self.last_ack_at.is_some_and(|t| now.saturating_duration_since(t) < self.rtt.rto());
+        if timeout && !others_alive {
+            self.cc.on_rto(now);
+        } else {
+            self.cc.on_loss(&LossEvent {
+                now,
+                path,
+                lost_bytes: bytes,
+                lost_packets: packets,
+                bytes_in_flight: self.send.bytes_in_flight(),
+                rtt_smoothed: self.rtt.smoothed(),
+            });
+        }
+    }
+
+    /// Packets that outlived their path's RTO are lost; repeated timeouts quarantine the path.
+    pub(super) fn handle_loss_timeouts(&mut self, now: Instant, events: &mut VecDeque<Event>) {
+        for i in 0..self.paths.len() {
+            let path = PathId(i as u16);
+            let rto = self.paths.get(path).map(|p| p.rto(self.config.rto_min, self.config.rto_max));
+            let Some(rto) = rto else { continue };
+            let (packets, bytes) = self.send.detect_timeouts(path, now, rto);
+            if packets == 0 {
+                continue;
+            }
+            self.note_losses(now, path, packets, bytes, true);
+            let quarantined = self.paths.on_timeout(
+                now,
+                path,
+                self.config.quarantine_after_timeouts,
+                self.config.probe_interval,
+            );
+            if quarantined {
+                // Everything still in flight on a dead path is lost: resend it elsewhere now
+                // rather than after the path's backed-off timeout.
+                let (stranded, _) = self.send.detect_timeouts(path, now, Duration::ZERO);
+                if stranded > 0 {
+                    self.stats.packets_lost += stranded;
+                    for _ in 0..stranded {
+                        self.paths.on_lost(path);
+                    }
+                }
+                events.push_back(Event::PathQuarantined { conn: self.id, path });
+                if self.chunk.is_some_and(|c| c.path == path) {
+                    self.chunk = None;
+                }
+            }
+        }
+    }
+
+    /// When the oldest packet of some path times out.
+    pub(super) fn earliest_loss_timeout(&mut self) -> Option<Instant> {
+        let mut earliest: Option<Instant> = None;
+        for i in 0..self.paths.len() {
+            let path = PathId(i as u16);
+            let Some(sent_at) = self.send.oldest_outstanding(path) else { continue };
+            let rto = self.paths.get(path).map(|p| p.rto(self.config.rto_min, self.config.rto_max))?;
+            let due = sent_at + rto;
+            earliest = Some(earliest.map_or(due, |e| e.min(due)));
+        }
+        earliest
+    }
+}

@@ -1,0 +1,264 @@
+//! An endpoint: the connections of one local transport instance, their handshake and demux.
+//!
+//! Everything the outside sees goes through here: datagrams in, transmits out, timers, events,
+//! and the application calls on a connection handle. Iteration is over ordered maps only, so
+//! the same inputs give the same outputs (the simulator depends on it).
+
+use crate::api::{
+    ConnectionHandle, ConnectionStats, DatagramOutcome, EndpointStats, Event, LocalMemory, RxMeta, Transmit,
+    WriteRequest,
+};
+use crate::config::{ConfigError, EndpointConfig};
+use crate::conn::Connection;
+use crate::ids::{ConnectionId, OpId};
+use crate::send::SubmitError;
+use crate::time::Instant;
+use crate::wire::{self, HelloRepr, Repr};
+use rand::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::{BTreeMap, VecDeque};
+
+/// Why `connect` failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConnectError {
+    #[error("endpoint already holds {0} connections: close some, or raise connections_max")]
+    TooManyConnections(u32),
+}
+
+/// The sans-IO endpoint. See [`crate::api`] for the driver loop.
+pub struct Endpoint {
+    config: EndpointConfig,
+    rng: ChaCha8Rng,
+    conns: BTreeMap<ConnectionId, Connection>,
+    /// Accepted connections by the peer's (connection id, token), to answer repeated Hellos.
+    accepted: BTreeMap<(ConnectionId, u64), ConnectionId>,
+    next_id: u32,
+    /// Connection after which `poll_transmit` looks first (round robin).
+    transmit_cursor: ConnectionId,
+    events: VecDeque<Event>,
+    stats: EndpointStats,
+}
+
+impl Endpoint {
+    /// An endpoint whose every random choice (tokens, path picks) derives from `seed`.
+    pub fn new(config: EndpointConfig, seed: u64) -> Result<Self, ConfigError> {
+        config.connection.validate()?;
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        // Connection ids start at a random point so a restarted peer's stale packets miss.
+        let next_id = (rng.next_u32() >> 8).max(1);
+        Ok(Endpoint {
+            config,
+            rng,
+            conns: BTreeMap::new(),
+            accepted: BTreeMap::new(),
+            next_id,
+            transmit_cursor: ConnectionId(0),
+            events: VecDeque::new(),
+            stats: EndpointStats::default(),
+        })
+    }
+
+    pub fn config(&self) -> &EndpointConfig {
+        &self.config
+    }
+
+    fn allocate_id(&mut self) -> ConnectionId {
+        loop {
+            let id = ConnectionId(self.next_id);
+            self.next_id = self.next_id.wrapping_add(1).max(1);
+            if !self.conns.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    /// Opens a connection; the handshake starts on the next `poll_transmit`. Operations may be
+    /// submitted at once and go out when the peer answers.
+    pub fn connect(&mut self, now: Instant) -> Result<ConnectionHandle, ConnectError> {
+        if self.conns.len() >= self.config.connections_max as usize {
+            return Err(ConnectError::TooManyConnections(self.config.connections_max));
+        }
+        let id = self.allocate_id();
+        let seed = self.rng.next_u64();
+        self.conns.insert(id, Connection::connect(id, self.config.connection.clone(), seed, now));
+        Ok(id)
+    }
+
+    /// One datagram from the datapath. Never panics on any input; what cannot be attributed is
+    /// counted in [`EndpointStats`]. Perform the returned placement before polling events.
+    pub fn handle_datagram<M: LocalMemory + ?Sized>(
+        &mut self,
+        now: Instant,
+        rx: RxMeta,
+        datagram: &[u8],
+        memory: &mut M,
+    ) -> DatagramOutcome {
+        self.stats.datagrams_received += 1;
+        let parsed = match wire::parse(datagram) {
+            Ok(p) => p,
+            Err(_) => {
+                self.stats.malformed += 1;
+                return DatagramOutcome::default();
+            }
+        };
+        if let Repr::Hello(hello) = &parsed.repr {
+            return self.handle_hello(now, hello);
+        }
+        let Some(conn) = self.conns.get_mut(&parsed.header.dst_conn) else {
+            self.stats.unknown_connection += 1;
+            return DatagramOutcome::default();
+        };
+        if conn.local_token() != parsed.header.token {
+            self.stats.bad_token += 1;
+            return DatagramOutcome::default();
+        }
+        let id = conn.id;
+        let events = &mut self.events;
+        let placement = match &parsed.repr {
+            Repr::Hello(_) => None,
+            Repr::HelloAck(hello_ack) => {
+                conn.on_hello_ack(hello_ack, events);
+                None
+            }
+            Repr::Data(data) => conn.handle_data(now, rx, data, parsed.payload.clone(), memory, events),
+            Repr::Ack(ack) => {
+                conn.handle_ack(now, rx, ack, events);
+                None
+            }
+            Repr::Probe(probe) => {
+                conn.handle_probe(rx, probe);
+                None
+            }
+            Repr::ProbeAck(probe) => {
+                conn.handle_probe_ack(now, rx, probe, events);
+                None
+            }
+            Repr::Close(_) => {
+                conn.on_close(events);
+                None
+            }
+        };
+        DatagramOutcome { conn: Some(id), placement }
+    }
+
+    fn handle_hello(&mut self, now: Instant, hello: &HelloRepr) -> DatagramOutcome {
+        let key = (hello.src_conn, hello.src_token);
+        if let Some(&id) = self.accepted.get(&key) {
+            if let Some(conn) = self.conns.get_mut(&id) {
+                conn.on_duplicate_hello();
+                return DatagramOutcome { conn: Some(id), placement: None };
+            }
+        }
+        if hello.path_count == 0 || (hello.max_payload_bytes as usize) < wire::MAX_ACK_LEN {
+            self.stats.malformed += 1;
+            return DatagramOutcome::default();
+        }
+        if self.conns.len() >= self.config.connections_max as usize {
+            self.stats.connections_refused += 1;
+            return DatagramOutcome::default();
+        }
+        let id = self.allocate_id();
+        let seed = self.rng.next_u64();
+        self.conns.insert(id, Connection::accept(id, self.config.connection.clone(), seed, now, hello));
+        self.accepted.insert(key, id);
+        self.events.push_back(Event::Accepted { conn: id });
+        DatagramOutcome { conn: Some(id), placement: None }
+    }
+
+    /// Timers: call at (or after) the instant [`poll_timeout`](Self::poll_timeout) gave.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for conn in self.conns.values_mut() {
+            conn.handle_timeout(now, &mut self.events);
+        }
+    }
+
+    /// The earliest instant any connection has timer work.
+    pub fn poll_timeout(&mut self) -> Option<Instant> {
+        self.conns.values_mut().filter_map(Connection::poll_timeout).min()
+    }
+
+    /// The next datagram to send, connections served round robin. The header is written into
+    /// `buf` (at least [`wire::MAX_ACK_LEN`] bytes); the payload is named, not copied.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let after = self.conns.range(ConnectionId(self.transmit_cursor.0.saturating_add(1))..).map(|(id, _)| *id);
+        let before = self.conns.range(..=self.transmit_cursor).map(|(id, _)| *id);
+        let order: Vec<ConnectionId> = after.chain(before).collect();
+        for id in order {
+            let Some(conn) = self.conns.get_mut(&id) else { continue };
+            if let Some(t) = conn.poll_transmit(now, buf) {
+                self.transmit_cursor = id;
+                self.stats.datagrams_sent += 1;
+                return Some(t);
+            }
+        }
+        self.reap();
+        None
+    }
+
+    /// Drops ended connections once they have nothing left to say.
+    fn reap(&mut self) {
+        let ended: Vec<ConnectionId> = self.conns.iter().filter(|(_, c)| c.is_ended()).map(|(id, _)| *id).collect();
+        for id in ended {
+            self.conns.remove(&id);
+        }
+        let conns = &self.conns;
+        self.accepted.retain(|_, id| conns.contains_key(id));
+    }
+
+    /// The next event. Bounded by the operations and connections outstanding: poll it every
+    /// time round the driver loop.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Submits a one-sided write on `conn`. The payload is named later by
+    /// [`Transmit::payload`] with the returned operation id.
+    pub fn write(&mut self, conn: ConnectionHandle, req: WriteRequest) -> Result<OpId, SubmitError> {
+        self.conns.get_mut(&conn).ok_or(SubmitError::UnknownConnection)?.write(req)
+    }
+
+    /// Submits a two-sided send of `len` bytes (and an optional immediate) on `conn`.
+    pub fn send(&mut self, conn: ConnectionHandle, len: u64, imm: Option<u32>) -> Result<OpId, SubmitError> {
+        self.conns.get_mut(&conn).ok_or(SubmitError::UnknownConnection)?.send(len, imm)
+    }
+
+    /// Closes `conn`: outstanding operations fail with `Closed`, the peer is told once.
+    pub fn close(&mut self, conn: ConnectionHandle) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.close(&mut self.events);
+        }
+    }
+
+    /// Whether `conn` finished its handshake and has not ended.
+    pub fn is_established(&self, conn: ConnectionHandle) -> bool {
+        self.conns.get(&conn).is_some_and(Connection::is_established)
+    }
+
+    /// Counters of one connection.
+    pub fn connection_stats(&self, conn: ConnectionHandle) -> Option<ConnectionStats> {
+        self.conns.get(&conn).map(Connection::stats)
+    }
+
+    /// The agreed configuration of one connection (after the handshake, the minimum of both
+    /// sides' proposals).
+    pub fn connection_config(&self, conn: ConnectionHandle) -> Option<&crate::config::ConnectionConfig> {
+        self.conns.get(&conn).map(Connection::config)
+    }
+
+    /// Handles of the connections held.
+    pub fn connections(&self) -> impl Iterator<Item = ConnectionHandle> + '_ {
+        self.conns.keys().copied()
+    }
+
+    pub fn stats(&self) -> &EndpointStats {
+        &self.stats
+    }
+
+    /// Checks every connection's invariants (for tests and the simulator, on every event).
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.conns.values().try_for_each(Connection::check_invariants)
+    }
+}
+
+#[cfg(test)]
+mod tests;

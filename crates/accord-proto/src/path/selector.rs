@@ -1,0 +1,117 @@
+//! Path selection: which path carries the next chunk.
+
+use super::PathTable;
+use crate::ids::PathId;
+use crate::time::Instant;
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+
+/// The path-selection hook. `avoid` names a path the caller would rather not use (the one a
+/// retransmitted packet was lost on) when another is available.
+pub trait PathSelector: core::fmt::Debug + Send {
+    fn select(&mut self, now: Instant, paths: &PathTable, rng: &mut ChaCha8Rng, avoid: Option<PathId>) -> PathId;
+}
+
+/// Built-in selectors, chosen by name in configuration.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub enum SelectorKind {
+    /// Two random active paths, the one with the lower cost wins (DESIGN §2 default).
+    #[default]
+    PowerOfTwoChoices,
+    /// Active paths in turn (a baseline, and what a flow-hashing fabric would see).
+    RoundRobin,
+}
+
+impl SelectorKind {
+    /// `p2c` / `power-of-two`, or `round-robin` / `rr`.
+    pub fn from_name(name: &str) -> Option<SelectorKind> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "p2c" | "power-of-two" | "power-of-two-choices" => Some(SelectorKind::PowerOfTwoChoices),
+            "rr" | "round-robin" => Some(SelectorKind::RoundRobin),
+            _ => None,
+        }
+    }
+
+    pub fn build(self) -> Selector {
+        match self {
+            SelectorKind::PowerOfTwoChoices => Selector::PowerOfTwo(PowerOfTwoChoices),
+            SelectorKind::RoundRobin => Selector::RoundRobin(RoundRobin::default()),
+        }
+    }
+}
+
+/// A connection's selector: built-ins by value, user code boxed.
+#[derive(Debug)]
+pub enum Selector {
+    PowerOfTwo(PowerOfTwoChoices),
+    RoundRobin(RoundRobin),
+    Custom(Box<dyn PathSelector>),
+}
+
+impl PathSelector for Selector {
+    fn select(&mut self, now: Instant, paths: &PathTable, rng: &mut ChaCha8Rng, avoid: Option<PathId>) -> PathId {
+        match self {
+            Selector::PowerOfTwo(s) => s.select(now, paths, rng, avoid),
+            Selector::RoundRobin(s) => s.select(now, paths, rng, avoid),
+            Selector::Custom(s) => s.select(now, paths, rng, avoid),
+        }
+    }
+}
+
+/// Candidates for a selection: the active paths other than `avoid`; failing that, the active
+/// paths; failing that (every path quarantined), all paths, so traffic still flows somewhere.
+fn candidates(paths: &PathTable, avoid: Option<PathId>) -> impl Iterator<Item = PathId> + '_ {
+    let active_other = paths.iter().filter(|p| p.is_active() && Some(p.id) != avoid).count();
+    let active = paths.active_count();
+    paths
+        .iter()
+        .filter(move |p| {
+            if active_other > 0 {
+                p.is_active() && Some(p.id) != avoid
+            } else if active > 0 {
+                p.is_active()
+            } else {
+                true
+            }
+        })
+        .map(|p| p.id)
+}
+
+/// Power-of-two choices on path cost (RTT, age of the oldest outstanding packet, loss).
+#[derive(Copy, Clone, Debug, Default)]
+pub struct PowerOfTwoChoices;
+
+impl PathSelector for PowerOfTwoChoices {
+    fn select(&mut self, now: Instant, paths: &PathTable, rng: &mut ChaCha8Rng, avoid: Option<PathId>) -> PathId {
+        let count = candidates(paths, avoid).count();
+        debug_assert!(count > 0);
+        let first = rng.gen_range(0..count);
+        let mut second = rng.gen_range(0..count);
+        if count > 1 && second == first {
+            second = (first + 1) % count;
+        }
+        let a = candidates(paths, avoid).nth(first).unwrap_or(PathId(0));
+        let b = candidates(paths, avoid).nth(second).unwrap_or(a);
+        let cost = |id: PathId| paths.get(id).map(|p| p.selection_cost(now)).unwrap_or_default();
+        if cost(b) < cost(a) {
+            b
+        } else {
+            a
+        }
+    }
+}
+
+/// Each active path in turn.
+#[derive(Copy, Clone, Debug, Default)]
+pub struct RoundRobin {
+    next: usize,
+}
+
+impl PathSelector for RoundRobin {
+    fn select(&mut self, _now: Instant, paths: &PathTable, _rng: &mut ChaCha8Rng, avoid: Option<PathId>) -> PathId {
+        let count = candidates(paths, avoid).count();
+        let pick = candidates(paths, avoid).nth(self.next % count.max(1)).unwrap_or(PathId(0));
+        self.next = self.next.wrapping_add(1);
+        pick
+    }
+}

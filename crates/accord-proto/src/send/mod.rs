@@ -1,0 +1,10 @@
+//! Sender state of a connection: packets in flight (by packet number, and per path in send
+//! order for loss detection) and the operations they carry.
+
+mod ops;
+mod window;
+#[cfg(test)]
+mod tests;
+
+pub use ops::{OpCompletion, OpError, OutboundOp, OutboundOps, PacketPlan, SubmitError};
+pub use window::{SendWindow, SentPacket};

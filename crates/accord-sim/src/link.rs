@@ -1,0 +1,117 @@
+//! Links: a sending NIC that serialises at a rate, then per-path propagation with faults.
+//!
+//! All paths of a host share its NIC (the bottleneck, as on a real host); each path has its own
+//! propagation and can be cut on its own. A corrupted frame is caught by the link's frame check
+//! and dropped (counted as corrupted), as Ethernet's FCS and the UDP checksum do on real hosts;
+//! hostile bytes reaching the protocol are tested separately, by feeding them to it directly.
+
+use accord_proto::Instant;
+use core::time::Duration;
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+
+/// Bytes of framing (Ethernet, IP, UDP) added to each datagram on the wire.
+pub const FRAMING_BYTES: u64 = 64;
+
+/// Rate and delay of the links between two hosts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LinkConfig {
+    /// NIC line rate, bits per second.
+    pub rate_bps: u64,
+    /// One-way propagation per path (RTT is twice this plus serialisation).
+    pub propagation: Duration,
+    /// Bytes the driver lets queue in the NIC before it stops asking the protocol for more
+    /// (what BQL or a TX ring does on a real host).
+    pub nic_queue_bytes_max: u64,
+}
+
+impl LinkConfig {
+    /// 100 Gbit/s, 10 µs RTT: the reference pair.
+    pub fn datacenter_100g() -> Self {
+        LinkConfig { rate_bps: 100_000_000_000, propagation: Duration::from_micros(5), nic_queue_bytes_max: 64 * 1024 }
+    }
+
+    /// Time to serialise `bytes` datagram bytes (framing added).
+    pub fn serialisation(&self, bytes: u64) -> Duration {
+        let bits = (bytes + FRAMING_BYTES) * 8;
+        Duration::from_nanos(((bits as u128 * 1_000_000_000) / self.rate_bps.max(1) as u128) as u64)
+    }
+}
+
+/// Seeded faults applied to every datagram in both directions.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FaultConfig {
+    pub loss: f64,
+    pub duplicate: f64,
+    /// Probability a datagram is held back by up to `reorder_delay` extra.
+    pub reorder: f64,
+    pub reorder_delay: Duration,
+    pub corrupt: f64,
+}
+
+/// What the fault model decided for one datagram.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fate {
+    Lost,
+    Corrupted,
+    /// Deliver after these extra delays (two entries for a duplicate).
+    Deliver(Vec<Duration>),
+}
+
+impl FaultConfig {
+    pub fn decide(&self, rng: &mut ChaCha8Rng) -> Fate {
+        if self.loss > 0.0 && rng.gen_bool(self.loss.min(1.0)) {
+            return Fate::Lost;
+        }
+        if self.corrupt > 0.0 && rng.gen_bool(self.corrupt.min(1.0)) {
+            return Fate::Corrupted;
+        }
+        let mut delays = vec![self.extra_delay(rng)];
+        if self.duplicate > 0.0 && rng.gen_bool(self.duplicate.min(1.0)) {
+            delays.push(self.extra_delay(rng));
+        }
+        Fate::Deliver(delays)
+    }
+
+    fn extra_delay(&self, rng: &mut ChaCha8Rng) -> Duration {
+        if self.reorder > 0.0 && !self.reorder_delay.is_zero() && rng.gen_bool(self.reorder.min(1.0)) {
+            Duration::from_nanos(rng.gen_range(0..=self.reorder_delay.as_nanos() as u64))
+        } else {
+            Duration::ZERO
+        }
+    }
+}
+
+/// One host's NIC: a FIFO that serialises at the line rate.
+#[derive(Clone, Debug, Default)]
+pub struct Nic {
+    free_at: Instant,
+    queued_bytes: u64,
+    pub datagrams_sent: u64,
+    pub bytes_sent: u64,
+}
+
+impl Nic {
+    /// Queues a datagram at `now`; returns when its last bit leaves.
+    pub fn enqueue(&mut self, now: Instant, bytes: u64, link: &LinkConfig) -> Instant {
+        let start = self.free_at.max(now);
+        self.free_at = start + link.serialisation(bytes);
+        self.queued_bytes += bytes;
+        self.datagrams_sent += 1;
+        self.bytes_sent += bytes;
+        self.free_at
+    }
+
+    /// A datagram of `bytes` finished serialising.
+    pub fn dequeued(&mut self, bytes: u64) {
+        self.queued_bytes = self.queued_bytes.saturating_sub(bytes);
+    }
+
+    pub fn queued_bytes(&self) -> u64 {
+        self.queued_bytes
+    }
+
+    pub fn free_at(&self) -> Instant {
+        self.free_at
+    }
+}
