@@ -1,0 +1,411 @@
+//! The `Datapath` trait and the types that cross it.
+//!
+//! Shape: the transport hands a *batch* of datagrams per call and receives a
+//! batch per call, because per-packet system calls are what caps kernel UDP
+//! far below line rate. Receive buffers are allocated to the driver's needs
+//! (`alloc_rx_buffers`), filled in place, and reused, so the hot loop never
+//! allocates.
+
+use std::net::SocketAddr;
+use std::slice::ChunksExactMut;
+use std::time::Duration;
+
+use crate::DatapathError;
+
+/// Largest number of slots one [`RxBuffers`] may have: a batch larger than
+/// this brings no more syscall amortisation, only cache misses.
+pub const RX_SLOTS_MAX: usize = 4096;
+
+/// Most segments one segmented [`TxDatagram`] may carry when the driver
+/// splits it in software (no offload); with offload the driver's
+/// `gso_max_segments` applies if larger. Matches Linux's `UDP_MAX_SEGMENTS`.
+pub const SEGMENTS_PER_SEND_MAX: usize = 64;
+
+/// Largest slot size: the largest UDP payload the IP length field allows,
+/// which is also the largest coalesced (GRO) datagram the kernel delivers.
+pub const RX_SLOT_BYTES_MAX: usize = 65_535;
+
+/// What a driver can do, so the transport can size chunks and choose sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DatapathCaps {
+    /// Largest payload of one datagram (one segment, when segmenting).
+    pub max_payload_bytes: usize,
+    /// Most segments one [`TxDatagram`] with `segment_bytes` may carry in
+    /// one offloaded send; 1 means no segmentation offload (a segmented
+    /// datagram is then split in software by the driver, still correct).
+    pub gso_max_segments: u16,
+    /// Whether received datagrams may arrive coalesced (see [`RxMeta::segment_bytes`]).
+    pub gro: bool,
+    /// Whether ECT marking on send and CE reporting on receive work.
+    pub ecn: bool,
+    /// Whether receive timestamps are reported (none of today's drivers do).
+    pub timestamps: bool,
+}
+
+/// One datagram to send: borrowed bytes, so a batch costs no copies.
+#[derive(Debug, Clone, Copy)]
+pub struct TxDatagram<'a> {
+    /// Local path (socket) to send from; pairs with the peer's path of the same number.
+    pub path: u16,
+    /// Destination address (the peer's address for this path).
+    pub dst: SocketAddr,
+    /// Payload. With `segment_bytes`, the concatenation of several packets;
+    /// either way at most `max_payload_bytes` in total.
+    pub bytes: &'a [u8],
+    /// Segmentation: `bytes` is a run of packets of this size (the last may
+    /// be shorter), sent with one offloaded send where the driver can.
+    pub segment_bytes: Option<u16>,
+    /// Mark the packets ECN-capable (ECT(0)) so switches mark instead of drop.
+    pub ecn_capable: bool,
+}
+
+impl<'a> TxDatagram<'a> {
+    /// A plain (unsegmented, not ECN-capable) datagram.
+    pub fn new(path: u16, dst: SocketAddr, bytes: &'a [u8]) -> Self {
+        TxDatagram {
+            path,
+            dst,
+            bytes,
+            segment_bytes: None,
+            ecn_capable: false,
+        }
+    }
+
+    /// The packets this datagram puts on the wire, in order (an empty
+    /// datagram is one empty packet). Yields nothing for an invalid zero
+    /// segment size, which `send_batch` rejects anyway.
+    pub fn segments(&self) -> Segments<'a> {
+        let stride = match self.segment_bytes {
+            Some(s) => usize::from(s),
+            None => self.bytes.len().max(1),
+        };
+        Segments {
+            rest: self.bytes,
+            stride,
+            empty_pending: stride != 0 && self.bytes.is_empty(),
+        }
+    }
+
+    /// Number of packets this datagram puts on the wire.
+    pub fn segment_count(&self) -> usize {
+        match self.segment_bytes {
+            Some(0) => 0,
+            Some(s) => self.bytes.len().div_ceil(usize::from(s)).max(1),
+            None => 1,
+        }
+    }
+
+    /// Checks this datagram against a driver's limits. Drivers call it on a
+    /// whole batch before sending anything, so a bad batch sends nothing.
+    pub fn validate(&self, caps: &DatapathCaps, path_count: u16) -> Result<(), DatapathError> {
+        if self.path >= path_count {
+            return Err(DatapathError::UnknownPath {
+                path: self.path,
+                path_count,
+            });
+        }
+        match self.segment_bytes {
+            None => {
+                if self.bytes.len() > caps.max_payload_bytes {
+                    return Err(DatapathError::MessageTooLarge {
+                        len: self.bytes.len(),
+                        max: caps.max_payload_bytes,
+                    });
+                }
+            }
+            Some(segment_bytes) => {
+                let invalid = |reason| DatapathError::InvalidSegmentation {
+                    len: self.bytes.len(),
+                    segment_bytes,
+                    reason,
+                };
+                if segment_bytes == 0 {
+                    return Err(invalid("segment size is zero"));
+                }
+                if usize::from(segment_bytes) > caps.max_payload_bytes {
+                    return Err(DatapathError::MessageTooLarge {
+                        len: usize::from(segment_bytes),
+                        max: caps.max_payload_bytes,
+                    });
+                }
+                if self.bytes.len() > caps.max_payload_bytes {
+                    return Err(DatapathError::MessageTooLarge {
+                        len: self.bytes.len(),
+                        max: caps.max_payload_bytes,
+                    });
+                }
+                let segments_max = usize::from(caps.gso_max_segments).max(SEGMENTS_PER_SEND_MAX);
+                if self.segment_count() > segments_max {
+                    return Err(invalid("too many segments"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Iterator over the packets of a [`TxDatagram`], from [`TxDatagram::segments`].
+#[derive(Debug, Clone)]
+pub struct Segments<'a> {
+    rest: &'a [u8],
+    stride: usize,
+    empty_pending: bool,
+}
+
+impl<'a> Iterator for Segments<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        if self.empty_pending {
+            self.empty_pending = false;
+            return Some(&[]);
+        }
+        if self.stride == 0 || self.rest.is_empty() {
+            return None;
+        }
+        let (head, tail) = self.rest.split_at(self.stride.min(self.rest.len()));
+        self.rest = tail;
+        Some(head)
+    }
+}
+
+/// What is known about one received datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RxMeta {
+    /// Local path (socket) it arrived on.
+    pub path: u16,
+    /// Sender's address.
+    pub src: SocketAddr,
+    /// Bytes in the slot.
+    pub len: usize,
+    /// GRO stride: the slot holds packets of this size (last may be shorter).
+    /// Equal to `len` when not coalesced.
+    pub segment_bytes: usize,
+    /// The network marked congestion (ECN CE) on this datagram.
+    pub ecn_ce: bool,
+}
+
+impl RxMeta {
+    /// Number of packets in the slot.
+    pub fn segment_count(&self) -> usize {
+        if self.segment_bytes == 0 {
+            return usize::from(self.len > 0);
+        }
+        self.len.div_ceil(self.segment_bytes).max(1)
+    }
+}
+
+/// A reusable pool of receive slots: one contiguous allocation, filled by
+/// `recv_batch`, read by the caller, reused on the next call.
+#[derive(Debug)]
+pub struct RxBuffers {
+    storage: Box<[u8]>,
+    slot_bytes: usize,
+    slot_count: usize,
+    metas: Vec<RxMeta>,
+}
+
+impl RxBuffers {
+    /// Allocates `slot_count` slots of `slot_bytes` each. Prefer
+    /// [`Datapath::alloc_rx_buffers`], which picks the size the driver needs.
+    pub fn new(slot_count: usize, slot_bytes: usize) -> Result<Self, DatapathError> {
+        if slot_count == 0 || slot_count > RX_SLOTS_MAX {
+            return Err(DatapathError::InvalidConfig(format!(
+                "receive slot count {slot_count} must be in 1..={RX_SLOTS_MAX}"
+            )));
+        }
+        if slot_bytes == 0 || slot_bytes > RX_SLOT_BYTES_MAX {
+            return Err(DatapathError::InvalidConfig(format!(
+                "receive slot size {slot_bytes} must be in 1..={RX_SLOT_BYTES_MAX}"
+            )));
+        }
+        Ok(RxBuffers {
+            storage: vec![0u8; slot_count * slot_bytes].into_boxed_slice(),
+            slot_bytes,
+            slot_count,
+            metas: Vec::with_capacity(slot_count),
+        })
+    }
+
+    /// Number of filled slots.
+    pub fn len(&self) -> usize {
+        self.metas.len()
+    }
+
+    /// Whether no slot is filled.
+    pub fn is_empty(&self) -> bool {
+        self.metas.is_empty()
+    }
+
+    /// Capacity in slots.
+    pub fn slot_count(&self) -> usize {
+        self.slot_count
+    }
+
+    /// Bytes per slot.
+    pub fn slot_bytes(&self) -> usize {
+        self.slot_bytes
+    }
+
+    /// The `index`-th received datagram, if filled.
+    pub fn get(&self, index: usize) -> Option<(&[u8], &RxMeta)> {
+        let meta = self.metas.get(index)?;
+        let start = index * self.slot_bytes;
+        Some((&self.storage[start..start + meta.len], meta))
+    }
+
+    /// All received datagrams, in arrival order.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &RxMeta)> + '_ {
+        (0..self.metas.len()).filter_map(move |i| self.get(i))
+    }
+
+    /// The packets of the `index`-th datagram, split at its GRO stride.
+    pub fn segments(&self, index: usize) -> impl Iterator<Item = &[u8]> + '_ {
+        let (bytes, stride) = match self.get(index) {
+            Some((bytes, meta)) => (bytes, meta.segment_bytes.max(1)),
+            None => (&[][..], 1),
+        };
+        bytes.chunks(stride)
+    }
+
+    /// Empties all slots (drivers do this at the start of `recv_batch`).
+    pub fn clear(&mut self) {
+        self.metas.clear();
+    }
+
+    /// For drivers: the unfilled slots, in order, each `slot_bytes` long.
+    pub fn free_slots_mut(&mut self) -> ChunksExactMut<'_, u8> {
+        let start = self.metas.len() * self.slot_bytes;
+        self.storage[start..].chunks_exact_mut(self.slot_bytes)
+    }
+
+    /// For drivers: marks the next free slot filled with `meta`. Returns
+    /// false (and changes nothing) if all slots are full or `meta.len` does
+    /// not fit a slot.
+    pub fn commit(&mut self, meta: RxMeta) -> bool {
+        if self.metas.len() >= self.slot_count || meta.len > self.slot_bytes {
+            debug_assert!(false, "commit beyond the slot pool: {meta:?}");
+            return false;
+        }
+        self.metas.push(meta);
+        true
+    }
+
+    /// For drivers: copies `bytes` into the next free slot and commits it
+    /// with `meta` (its `len` is overwritten). Returns false if full or too large.
+    pub fn push_copy(&mut self, bytes: &[u8], mut meta: RxMeta) -> bool {
+        if self.metas.len() >= self.slot_count || bytes.len() > self.slot_bytes {
+            return false;
+        }
+        let start = self.metas.len() * self.slot_bytes;
+        self.storage[start..start + bytes.len()].copy_from_slice(bytes);
+        meta.len = bytes.len();
+        self.metas.push(meta);
+        true
+    }
+
+    /// Keeps only the datagrams for which `keep` says true, compacting the
+    /// survivors to the front in their original order (used by wrappers that
+    /// filter received traffic).
+    pub fn retain(&mut self, mut keep: impl FnMut(&[u8], &RxMeta) -> bool) {
+        let mut write = 0;
+        for read in 0..self.metas.len() {
+            let meta = self.metas[read];
+            let start = read * self.slot_bytes;
+            if !keep(&self.storage[start..start + meta.len], &meta) {
+                continue;
+            }
+            if write != read {
+                let dst = write * self.slot_bytes;
+                self.storage.copy_within(start..start + meta.len, dst);
+                self.metas[write] = meta;
+            }
+            write += 1;
+        }
+        self.metas.truncate(write);
+    }
+
+    /// Mutable access to the bytes of a filled slot (wrappers that corrupt
+    /// or rewrite received data use it).
+    pub fn get_mut(&mut self, index: usize) -> Option<&mut [u8]> {
+        let len = self.metas.get(index)?.len;
+        let start = index * self.slot_bytes;
+        Some(&mut self.storage[start..start + len])
+    }
+}
+
+/// A batched datagram service over numbered local paths.
+///
+/// A path is one local endpoint (for UDP: one socket, one source port) and
+/// therefore one value of the entropy the fabric hashes on; path `i` of a
+/// peer pairs with the peer's path `i`. All calls are non-blocking except
+/// [`Datapath::wait_readable`], which idle workers use to sleep.
+pub trait Datapath: Send {
+    /// What this driver can do; may change at run time only by losing a
+    /// capability (for example GSO disabled after the NIC refused it).
+    fn caps(&self) -> DatapathCaps;
+
+    /// Number of paths; valid path ids are `0..path_count()`.
+    fn path_count(&self) -> u16;
+
+    /// Local address of `path`, or `None` for an unknown path (an `Option`
+    /// rather than a panic, since the id may come from configuration).
+    fn local_addr(&self, path: u16) -> Option<SocketAddr>;
+
+    /// Sends a prefix of `batch` and returns its length. A full socket
+    /// buffer returns a short count (possibly 0): retry the rest later,
+    /// after [`Datapath::wait_readable`] or a timer. A malformed datagram
+    /// anywhere in the batch fails the call before anything is sent.
+    fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DatapathError>;
+
+    /// Clears `bufs` and fills up to `max` of its slots with datagrams that
+    /// have already arrived, on any path; returns how many. Never blocks.
+    fn recv_batch(&mut self, bufs: &mut RxBuffers, max: usize) -> Result<usize, DatapathError>;
+
+    /// Blocks until a datagram may be available on any path or `timeout`
+    /// passes; returns whether something may be readable. Spurious `true`
+    /// is allowed; callers then find `recv_batch` returns 0.
+    fn wait_readable(&mut self, timeout: Duration) -> Result<bool, DatapathError>;
+
+    /// Slot size `recv_batch` needs so no datagram is ever truncated.
+    fn rx_slot_bytes(&self) -> usize {
+        let caps = self.caps();
+        if caps.gro {
+            RX_SLOT_BYTES_MAX
+        } else {
+            caps.max_payload_bytes.clamp(1, RX_SLOT_BYTES_MAX)
+        }
+    }
+
+    /// Allocates receive buffers sized for this driver.
+    fn alloc_rx_buffers(&self, slot_count: usize) -> Result<RxBuffers, DatapathError> {
+        RxBuffers::new(slot_count, self.rx_slot_bytes())
+    }
+}
+
+impl<D: Datapath + ?Sized> Datapath for Box<D> {
+    fn caps(&self) -> DatapathCaps {
+        (**self).caps()
+    }
+    fn path_count(&self) -> u16 {
+        (**self).path_count()
+    }
+    fn local_addr(&self, path: u16) -> Option<SocketAddr> {
+        (**self).local_addr(path)
+    }
+    fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DatapathError> {
+        (**self).send_batch(batch)
+    }
+    fn recv_batch(&mut self, bufs: &mut RxBuffers, max: usize) -> Result<usize, DatapathError> {
+        (**self).recv_batch(bufs, max)
+    }
+    fn wait_readable(&mut self, timeout: Duration) -> Result<bool, DatapathError> {
+        (**self).wait_readable(timeout)
+    }
+    fn rx_slot_bytes(&self) -> usize {
+        (**self).rx_slot_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,116 @@
+//! The run-time handle of a fault injector: path cuts and counters, shared
+//! through an `Arc` so another thread can cut a "NIC" mid-transfer.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+/// Counters of injected faults, in packets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FaultStats {
+    /// Packets dropped at random.
+    pub dropped: u64,
+    /// Extra copies sent.
+    pub duplicated: u64,
+    /// Packets held back to be overtaken.
+    pub reordered: u64,
+    /// Packets with a flipped byte.
+    pub corrupted: u64,
+    /// Packets held for the configured delay.
+    pub delayed: u64,
+    /// Packets swallowed by a cut path (either direction).
+    pub cut: u64,
+}
+
+/// Path cuts and fault counters of one [`super::FaultInjector`].
+#[derive(Debug)]
+pub struct FaultControl {
+    cut: Vec<AtomicBool>,
+    cut_count: AtomicUsize,
+    dropped: AtomicU64,
+    duplicated: AtomicU64,
+    reordered: AtomicU64,
+    corrupted: AtomicU64,
+    delayed: AtomicU64,
+    cut_packets: AtomicU64,
+}
+
+impl FaultControl {
+    pub(super) fn new(path_count: u16) -> Self {
+        FaultControl {
+            cut: (0..path_count).map(|_| AtomicBool::new(false)).collect(),
+            cut_count: AtomicUsize::new(0),
+            dropped: AtomicU64::new(0),
+            duplicated: AtomicU64::new(0),
+            reordered: AtomicU64::new(0),
+            corrupted: AtomicU64::new(0),
+            delayed: AtomicU64::new(0),
+            cut_packets: AtomicU64::new(0),
+        }
+    }
+
+    /// Cuts `path`: everything sent or received on it vanishes until
+    /// restored. Returns false if there is no such path.
+    pub fn cut_path(&self, path: u16) -> bool {
+        let Some(flag) = self.cut.get(usize::from(path)) else {
+            return false;
+        };
+        if !flag.swap(true, Ordering::AcqRel) {
+            self.cut_count.fetch_add(1, Ordering::AcqRel);
+        }
+        true
+    }
+
+    /// Restores a cut `path`. Returns false if there is no such path.
+    pub fn restore_path(&self, path: u16) -> bool {
+        let Some(flag) = self.cut.get(usize::from(path)) else {
+            return false;
+        };
+        if flag.swap(false, Ordering::AcqRel) {
+            self.cut_count.fetch_sub(1, Ordering::AcqRel);
+        }
+        true
+    }
+
+    /// Whether `path` is cut (unknown paths are not).
+    pub fn is_cut(&self, path: u16) -> bool {
+        self.cut
+            .get(usize::from(path))
+            .is_some_and(|flag| flag.load(Ordering::Acquire))
+    }
+
+    /// Whether any path is cut (a cheap check for the receive fast path).
+    pub fn any_cut(&self) -> bool {
+        self.cut_count.load(Ordering::Acquire) > 0
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> FaultStats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        FaultStats {
+            dropped: get(&self.dropped),
+            duplicated: get(&self.duplicated),
+            reordered: get(&self.reordered),
+            corrupted: get(&self.corrupted),
+            delayed: get(&self.delayed),
+            cut: get(&self.cut_packets),
+        }
+    }
+
+    pub(super) fn count_cut(&self, packets: u64) {
+        self.cut_packets.fetch_add(packets, Ordering::Relaxed);
+    }
+    pub(super) fn count_dropped(&self) {
+        self.dropped.fetch_add(1, Ordering::Relaxed);
+    }
+    pub(super) fn count_duplicated(&self) {
+        self.duplicated.fetch_add(1, Ordering::Relaxed);
+    }
+    pub(super) fn count_reordered(&self) {
+        self.reordered.fetch_add(1, Ordering::Relaxed);
+    }
+    pub(super) fn count_corrupted(&self) {
+        self.corrupted.fetch_add(1, Ordering::Relaxed);
+    }
+    pub(super) fn count_delayed(&self) {
+        self.delayed.fetch_add(1, Ordering::Relaxed);
+    }
+}
