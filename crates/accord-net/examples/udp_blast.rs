@@ -64,13 +64,8 @@ fn receiver(mut rx: UdpDatapath, done: Arc<AtomicBool>) -> (u64, u64, f64) {
 
 fn run(mode: Mode, seconds: f64) -> Outcome {
     let gso = mode == Mode::BatchGso;
-    let rx = UdpDatapath::bind(UdpConfig {
-        path_count: 1,
-        gso: false,
-        gro: true,
-        ..UdpConfig::default()
-    })
-    .expect("bind receiver");
+    let rx = UdpDatapath::bind(UdpConfig { path_count: 1, gso: false, gro: true, ..UdpConfig::default() })
+        .expect("bind receiver");
     let dst: SocketAddr = rx.local_addr(0).unwrap();
     let done = Arc::new(AtomicBool::new(false));
     let receiver_done = done.clone();
@@ -92,13 +87,8 @@ fn run(mode: Mode, seconds: f64) -> Outcome {
             }
         }
         Mode::Batch | Mode::BatchGso => {
-            let mut tx = UdpDatapath::bind(UdpConfig {
-                path_count: 1,
-                gso,
-                gro: false,
-                ..UdpConfig::default()
-            })
-            .expect("bind sender");
+            let mut tx = UdpDatapath::bind(UdpConfig { path_count: 1, gso, gro: false, ..UdpConfig::default() })
+                .expect("bind sender");
             let gso_on = tx.caps().gso_max_segments >= BATCH as u16;
             let batch: Vec<TxDatagram<'_>> = if gso && gso_on {
                 (0..GSO_SENDS_PER_BATCH)
@@ -108,10 +98,7 @@ fn run(mode: Mode, seconds: f64) -> Outcome {
                     })
                     .collect()
             } else {
-                payload
-                    .chunks(PACKET_BYTES)
-                    .map(|p| TxDatagram::new(0, dst, p))
-                    .collect()
+                payload.chunks(PACKET_BYTES).map(|p| TxDatagram::new(0, dst, p)).collect()
             };
             let packets_per_entry = batch[0].segment_count() as u64;
             while started.elapsed() < duration {
@@ -125,32 +112,14 @@ fn run(mode: Mode, seconds: f64) -> Outcome {
     }
     let send_seconds = started.elapsed().as_secs_f64();
     done.store(true, Ordering::Release);
-    let (received_packets, received_bytes, receive_seconds) =
-        receiver.join().expect("receiver thread");
-    Outcome {
-        sent_packets,
-        received_packets,
-        received_bytes,
-        receive_seconds,
-        send_seconds,
-    }
+    let (received_packets, received_bytes, receive_seconds) = receiver.join().expect("receiver thread");
+    Outcome { sent_packets, received_packets, received_bytes, receive_seconds, send_seconds }
 }
 
 fn main() {
-    let seconds: f64 = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1.0);
-    let probe = UdpDatapath::bind(UdpConfig {
-        path_count: 1,
-        ..UdpConfig::default()
-    })
-    .expect("bind");
-    println!(
-        "caps: {:?}, socket buffers: {:?}",
-        probe.caps(),
-        probe.socket_buffer_bytes()
-    );
+    let seconds: f64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(1.0);
+    let probe = UdpDatapath::bind(UdpConfig { path_count: 1, ..UdpConfig::default() }).expect("bind");
+    println!("caps: {:?}, socket buffers: {:?}", probe.caps(), probe.socket_buffer_bytes());
     drop(probe);
     println!("{PACKET_BYTES}-byte packets, {seconds} s per mode, loopback, 1 sender + 1 receiver thread\n");
     println!(
@@ -158,11 +127,7 @@ fn main() {
         "mode", "sent pkt/s", "recv pkt/s", "recv GB/s", "loss %", "vs plain"
     );
     let mut plain_rate = None;
-    for (name, mode) in [
-        ("plain", Mode::Plain),
-        ("batch", Mode::Batch),
-        ("batch+gso", Mode::BatchGso),
-    ] {
+    for (name, mode) in [("plain", Mode::Plain), ("batch", Mode::Batch), ("batch+gso", Mode::BatchGso)] {
         let o = run(mode, seconds);
         let recv_rate = o.received_packets as f64 / o.receive_seconds.max(1e-9);
         let base = *plain_rate.get_or_insert(recv_rate);

@@ -62,13 +62,7 @@ pub struct TxDatagram<'a> {
 impl<'a> TxDatagram<'a> {
     /// A plain (unsegmented, not ECN-capable) datagram.
     pub fn new(path: u16, dst: SocketAddr, bytes: &'a [u8]) -> Self {
-        TxDatagram {
-            path,
-            dst,
-            bytes,
-            segment_bytes: None,
-            ecn_capable: false,
-        }
+        TxDatagram { path, dst, bytes, segment_bytes: None, ecn_capable: false }
     }
 
     /// The packets this datagram puts on the wire, in order (an empty
@@ -79,11 +73,7 @@ impl<'a> TxDatagram<'a> {
             Some(s) => usize::from(s),
             None => self.bytes.len().max(1),
         };
-        Segments {
-            rest: self.bytes,
-            stride,
-            empty_pending: stride != 0 && self.bytes.is_empty(),
-        }
+        Segments { rest: self.bytes, stride, empty_pending: stride != 0 && self.bytes.is_empty() }
     }
 
     /// Number of packets this datagram puts on the wire.
@@ -99,26 +89,17 @@ impl<'a> TxDatagram<'a> {
     /// whole batch before sending anything, so a bad batch sends nothing.
     pub fn validate(&self, caps: &DatapathCaps, path_count: u16) -> Result<(), DatapathError> {
         if self.path >= path_count {
-            return Err(DatapathError::UnknownPath {
-                path: self.path,
-                path_count,
-            });
+            return Err(DatapathError::UnknownPath { path: self.path, path_count });
         }
         match self.segment_bytes {
             None => {
                 if self.bytes.len() > caps.max_payload_bytes {
-                    return Err(DatapathError::MessageTooLarge {
-                        len: self.bytes.len(),
-                        max: caps.max_payload_bytes,
-                    });
+                    return Err(DatapathError::MessageTooLarge { len: self.bytes.len(), max: caps.max_payload_bytes });
                 }
             }
             Some(segment_bytes) => {
-                let invalid = |reason| DatapathError::InvalidSegmentation {
-                    len: self.bytes.len(),
-                    segment_bytes,
-                    reason,
-                };
+                let invalid =
+                    |reason| DatapathError::InvalidSegmentation { len: self.bytes.len(), segment_bytes, reason };
                 if segment_bytes == 0 {
                     return Err(invalid("segment size is zero"));
                 }
@@ -129,10 +110,7 @@ impl<'a> TxDatagram<'a> {
                     });
                 }
                 if self.bytes.len() > caps.max_payload_bytes {
-                    return Err(DatapathError::MessageTooLarge {
-                        len: self.bytes.len(),
-                        max: caps.max_payload_bytes,
-                    });
+                    return Err(DatapathError::MessageTooLarge { len: self.bytes.len(), max: caps.max_payload_bytes });
                 }
                 let segments_max = usize::from(caps.gso_max_segments).max(SEGMENTS_PER_SEND_MAX);
                 if self.segment_count() > segments_max {

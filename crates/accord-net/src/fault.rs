@@ -71,12 +71,9 @@ impl Default for FaultConfig {
 impl FaultConfig {
     /// Checks that probabilities are in `[0, 1]` and bounds are sane.
     pub fn validate(&self) -> Result<(), DatapathError> {
-        for (name, p) in [
-            ("drop", self.drop),
-            ("duplicate", self.duplicate),
-            ("reorder", self.reorder),
-            ("corrupt", self.corrupt),
-        ] {
+        for (name, p) in
+            [("drop", self.drop), ("duplicate", self.duplicate), ("reorder", self.reorder), ("corrupt", self.corrupt)]
+        {
             if !(0.0..=1.0).contains(&p) {
                 return Err(DatapathError::InvalidConfig(format!(
                     "fault probability {name} = {p} must be within 0..=1"
@@ -129,9 +126,7 @@ struct Held {
 impl Held {
     fn due(&self, now: Duration, packets_out: u64) -> bool {
         now >= self.release_at
-            && self.reorder.map_or(true, |(after, give_up_at)| {
-                packets_out >= after || now >= give_up_at
-            })
+            && self.reorder.map_or(true, |(after, give_up_at)| packets_out >= after || now >= give_up_at)
     }
 
     /// Earliest clock time at which this packet may become due.
@@ -204,20 +199,12 @@ impl<D: Datapath> FaultInjector<D> {
     }
 
     /// Wraps `inner` with faults drawn from `seed`, timed by `clock`.
-    pub fn with_clock(
-        inner: D,
-        config: FaultConfig,
-        seed: u64,
-        clock: Arc<dyn Clock>,
-    ) -> Result<Self, DatapathError> {
+    pub fn with_clock(inner: D, config: FaultConfig, seed: u64, clock: Arc<dyn Clock>) -> Result<Self, DatapathError> {
         config.validate()?;
         let control = Arc::new(FaultControl::new(inner.path_count()));
         for &path in &config.cut_paths {
             if !control.cut_path(path) {
-                return Err(DatapathError::UnknownPath {
-                    path,
-                    path_count: inner.path_count(),
-                });
+                return Err(DatapathError::UnknownPath { path, path_count: inner.path_count() });
             }
         }
         Ok(FaultInjector {
@@ -283,8 +270,7 @@ impl<D: Datapath> FaultInjector<D> {
             let now = self.clock.now();
             let packets_out = self.packets_out;
             // Release keeps hold order among the packets that are due.
-            let (due, keep): (Vec<Held>, Vec<Held>) =
-                self.held.drain(..).partition(|h| h.due(now, packets_out));
+            let (due, keep): (Vec<Held>, Vec<Held>) = self.held.drain(..).partition(|h| h.due(now, packets_out));
             self.held = keep;
             self.backlog.extend(due.into_iter().map(|h| h.packet));
         }
@@ -408,18 +394,14 @@ impl<D: Datapath> Datapath for FaultInjector<D> {
                 segment_bytes: None,
                 ecn_capable: dgram.ecn_capable,
             };
-            let stride = dgram
-                .segment_bytes
-                .map_or(dgram.bytes.len(), usize::from)
-                .max(1);
+            let stride = dgram.segment_bytes.map_or(dgram.bytes.len(), usize::from).max(1);
             for (k, decision) in decisions.drain(..).enumerate() {
                 if decision.gone {
                     continue;
                 }
                 let start = k * stride;
                 let end = (start + stride).min(dgram.bytes.len());
-                let now_copies =
-                    usize::from(decision.duplicate) + usize::from(decision.hold.is_none());
+                let now_copies = usize::from(decision.duplicate) + usize::from(decision.hold.is_none());
                 for _ in 0..now_copies {
                     out.push(match &decision.altered {
                         Some(bytes) => Out::Owned(owned(bytes.clone())),
@@ -427,14 +409,8 @@ impl<D: Datapath> Datapath for FaultInjector<D> {
                     });
                 }
                 if let Some((release_at, reorder)) = decision.hold {
-                    let bytes = decision
-                        .altered
-                        .unwrap_or_else(|| dgram.bytes[start..end].to_vec());
-                    self.held.push(Held {
-                        release_at,
-                        reorder,
-                        packet: owned(bytes),
-                    });
+                    let bytes = decision.altered.unwrap_or_else(|| dgram.bytes[start..end].to_vec());
+                    self.held.push(Held { release_at, reorder, packet: owned(bytes) });
                 }
             }
         }
@@ -442,19 +418,13 @@ impl<D: Datapath> Datapath for FaultInjector<D> {
             .iter()
             .map(|o| match o {
                 Out::Whole(i) => batch[*i],
-                Out::Segment(i, start, end) => TxDatagram {
-                    bytes: &batch[*i].bytes[*start..*end],
-                    segment_bytes: None,
-                    ..batch[*i]
-                },
+                Out::Segment(i, start, end) => {
+                    TxDatagram { bytes: &batch[*i].bytes[*start..*end], segment_bytes: None, ..batch[*i] }
+                }
                 Out::Owned(packet) => packet.as_tx(),
             })
             .collect();
-        let sent = if tx.is_empty() {
-            0
-        } else {
-            self.inner.send_batch(&tx)?
-        };
+        let sent = if tx.is_empty() { 0 } else { self.inner.send_batch(&tx)? };
         let packets: usize = tx[..sent].iter().map(TxDatagram::segment_count).sum();
         self.packets_out += packets as u64;
         for dgram in &tx[sent..] {

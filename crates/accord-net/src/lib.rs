@@ -33,7 +33,7 @@ pub mod trace;
 pub mod udp;
 
 pub use datapath::{
-    Datapath, DatapathCaps, RxBuffers, RxMeta, Segments, TxDatagram, RX_SLOTS_MAX,
-    RX_SLOT_BYTES_MAX, SEGMENTS_PER_SEND_MAX,
+    Datapath, DatapathCaps, RxBuffers, RxMeta, Segments, TxDatagram, RX_SLOTS_MAX, RX_SLOT_BYTES_MAX,
+    SEGMENTS_PER_SEND_MAX,
 };
 pub use error::DatapathError;

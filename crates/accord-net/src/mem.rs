@@ -61,9 +61,7 @@ struct Shared {
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock leaves plain data; keep going.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// A set of in-process endpoints that can reach each other.
@@ -80,11 +78,7 @@ impl MemNetwork {
 
     /// Adds an endpoint with `path_count` paths and a receive queue of
     /// `queue_packets_max` packets.
-    pub fn endpoint(
-        &self,
-        path_count: u16,
-        queue_packets_max: usize,
-    ) -> Result<MemDatapath, DatapathError> {
+    pub fn endpoint(&self, path_count: u16, queue_packets_max: usize) -> Result<MemDatapath, DatapathError> {
         if path_count == 0 || path_count > u16::MAX - PORT_BASE {
             return Err(DatapathError::InvalidConfig(format!(
                 "path_count {path_count} must be in 1..={}",
@@ -92,9 +86,7 @@ impl MemNetwork {
             )));
         }
         if queue_packets_max == 0 {
-            return Err(DatapathError::InvalidConfig(
-                "queue_packets_max must be positive".into(),
-            ));
+            return Err(DatapathError::InvalidConfig("queue_packets_max must be positive".into()));
         }
         let mut registry = lock(&self.shared.registry);
         if registry.endpoints_made >= MEM_ENDPOINTS_MAX {
@@ -105,22 +97,12 @@ impl MemNetwork {
         registry.endpoints_made += 1;
         let host = registry.endpoints_made;
         let ip = IpAddr::V4(Ipv4Addr::new(10, 0, (host >> 8) as u8, host as u8));
-        let inbox = Arc::new(Inbox {
-            queue: Mutex::new(VecDeque::new()),
-            ready: Condvar::new(),
-            queue_packets_max,
-        });
-        let local_addrs: Vec<SocketAddr> = (0..path_count)
-            .map(|path| SocketAddr::new(ip, PORT_BASE + path))
-            .collect();
+        let inbox = Arc::new(Inbox { queue: Mutex::new(VecDeque::new()), ready: Condvar::new(), queue_packets_max });
+        let local_addrs: Vec<SocketAddr> = (0..path_count).map(|path| SocketAddr::new(ip, PORT_BASE + path)).collect();
         for (path, addr) in local_addrs.iter().enumerate() {
             registry.routes.insert(*addr, (inbox.clone(), path as u16));
         }
-        Ok(MemDatapath {
-            shared: self.shared.clone(),
-            inbox,
-            local_addrs,
-        })
+        Ok(MemDatapath { shared: self.shared.clone(), inbox, local_addrs })
     }
 
     /// Drop counters of the whole network.
@@ -181,9 +163,7 @@ impl Datapath for MemDatapath {
         for dgram in batch {
             let route = lock(&self.shared.registry).routes.get(&dgram.dst).cloned();
             let Some((inbox, dst_path)) = route else {
-                stats
-                    .dropped_unroutable
-                    .fetch_add(dgram.segment_count() as u64, Ordering::Relaxed);
+                stats.dropped_unroutable.fetch_add(dgram.segment_count() as u64, Ordering::Relaxed);
                 continue;
             };
             let src = self.local_addrs[usize::from(dgram.path)];
@@ -193,11 +173,7 @@ impl Datapath for MemDatapath {
                     stats.dropped_queue_full.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
-                queue.push_back(Packet {
-                    path: dst_path,
-                    src,
-                    bytes: segment.to_vec(),
-                });
+                queue.push_back(Packet { path: dst_path, src, bytes: segment.to_vec() });
             }
             drop(queue);
             inbox.ready.notify_all();
@@ -208,10 +184,7 @@ impl Datapath for MemDatapath {
     fn recv_batch(&mut self, bufs: &mut RxBuffers, max: usize) -> Result<usize, DatapathError> {
         let required = self.rx_slot_bytes();
         if bufs.slot_bytes() < required {
-            return Err(DatapathError::RxSlotTooSmall {
-                slot_bytes: bufs.slot_bytes(),
-                required,
-            });
+            return Err(DatapathError::RxSlotTooSmall { slot_bytes: bufs.slot_bytes(), required });
         }
         bufs.clear();
         let max = max.min(bufs.slot_count());
@@ -238,11 +211,7 @@ impl Datapath for MemDatapath {
         if !queue.is_empty() {
             return Ok(true);
         }
-        let (queue, _) = self
-            .inbox
-            .ready
-            .wait_timeout(queue, timeout)
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let (queue, _) = self.inbox.ready.wait_timeout(queue, timeout).unwrap_or_else(|poisoned| poisoned.into_inner());
         Ok(!queue.is_empty())
     }
 }

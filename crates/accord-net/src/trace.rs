@@ -40,10 +40,7 @@ pub struct TraceConfig {
 impl Default for TraceConfig {
     /// Counters plus the first 1024 datagrams.
     fn default() -> Self {
-        TraceConfig {
-            records_max: 1024,
-            keep: TraceKeep::First,
-        }
+        TraceConfig { records_max: 1024, keep: TraceKeep::First }
     }
 }
 
@@ -125,14 +122,12 @@ impl TraceCounters {
 
     /// Sum over all paths.
     pub fn total(&self) -> PathCounters {
-        (0..self.paths.len() as u16)
-            .filter_map(|p| self.path(p))
-            .fold(PathCounters::default(), |a, b| PathCounters {
-                tx_packets: a.tx_packets + b.tx_packets,
-                tx_bytes: a.tx_bytes + b.tx_bytes,
-                rx_packets: a.rx_packets + b.rx_packets,
-                rx_bytes: a.rx_bytes + b.rx_bytes,
-            })
+        (0..self.paths.len() as u16).filter_map(|p| self.path(p)).fold(PathCounters::default(), |a, b| PathCounters {
+            tx_packets: a.tx_packets + b.tx_packets,
+            tx_bytes: a.tx_bytes + b.tx_bytes,
+            rx_packets: a.rx_packets + b.rx_packets,
+            rx_bytes: a.rx_bytes + b.rx_bytes,
+        })
     }
 }
 
@@ -162,20 +157,14 @@ impl<D: Datapath> TracingDatapath<D> {
     }
 
     /// Wraps `inner`, timing records with `clock`.
-    pub fn with_clock(
-        inner: D,
-        config: TraceConfig,
-        clock: Arc<dyn Clock>,
-    ) -> Result<Self, DatapathError> {
+    pub fn with_clock(inner: D, config: TraceConfig, clock: Arc<dyn Clock>) -> Result<Self, DatapathError> {
         if config.records_max > TRACE_RECORDS_MAX {
             return Err(DatapathError::InvalidConfig(format!(
                 "records_max {} exceeds {TRACE_RECORDS_MAX}",
                 config.records_max
             )));
         }
-        let paths = (0..inner.path_count())
-            .map(|_| PathAtomics::default())
-            .collect();
+        let paths = (0..inner.path_count()).map(|_| PathAtomics::default()).collect();
         Ok(TracingDatapath {
             inner,
             config,
@@ -252,10 +241,8 @@ impl<D: Datapath> Datapath for TracingDatapath<D> {
         let at = self.clock.now();
         for dgram in &batch[..sent.min(batch.len())] {
             if let Some(p) = self.counters.paths.get(usize::from(dgram.path)) {
-                p.tx_packets
-                    .fetch_add(dgram.segment_count() as u64, Ordering::Relaxed);
-                p.tx_bytes
-                    .fetch_add(dgram.bytes.len() as u64, Ordering::Relaxed);
+                p.tx_packets.fetch_add(dgram.segment_count() as u64, Ordering::Relaxed);
+                p.tx_bytes.fetch_add(dgram.bytes.len() as u64, Ordering::Relaxed);
             }
             self.record(|| {
                 let (header, header_len) = header_of(dgram.bytes);
@@ -279,8 +266,7 @@ impl<D: Datapath> Datapath for TracingDatapath<D> {
         let at = self.clock.now();
         for (bytes, meta) in bufs.iter() {
             if let Some(p) = self.counters.paths.get(usize::from(meta.path)) {
-                p.rx_packets
-                    .fetch_add(meta.segment_count() as u64, Ordering::Relaxed);
+                p.rx_packets.fetch_add(meta.segment_count() as u64, Ordering::Relaxed);
                 p.rx_bytes.fetch_add(meta.len as u64, Ordering::Relaxed);
             }
             self.record(|| {

@@ -24,8 +24,8 @@ pub mod time;
 pub mod wire;
 
 pub use api::{
-    ConnectionError, ConnectionHandle, ConnectionStats, DatagramOutcome, EndpointStats, Event, LocalMemory,
-    PayloadRef, Placement, PlacementTarget, RxMeta, Transmit, WriteRequest,
+    ConnectionError, ConnectionHandle, ConnectionStats, DatagramOutcome, EndpointStats, Event, LocalMemory, PayloadRef,
+    Placement, PlacementTarget, RxMeta, Transmit, WriteRequest,
 };
 pub use config::{ConfigError, ConnectionConfig, EndpointConfig};
 pub use endpoint::{ConnectError, Endpoint};

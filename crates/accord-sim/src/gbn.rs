@@ -107,7 +107,10 @@ pub fn transfer(cfg: &GbnConfig, bytes: u64) -> Result<GbnResult, String> {
             }
         }
         // The sender: fill the window while the NIC queue has room.
-        while next < total && next < base + cfg.window_packets && sender_nic.queued_bytes() < cfg.link.nic_queue_bytes_max {
+        while next < total
+            && next < base + cfg.window_packets
+            && sender_nic.queued_bytes() < cfg.link.nic_queue_bytes_max
+        {
             let len = packet_len(next);
             let departs = sender_nic.enqueue(now, len, &cfg.link);
             queue.push(departs, Ev::SenderNicFree { bytes: len });

@@ -15,4 +15,4 @@ pub mod pair;
 pub mod scenarios;
 
 pub use link::{FaultConfig, LinkConfig};
-pub use pair::{PairConfig, PairSim, SimError, Side};
+pub use pair::{PairConfig, PairSim, Side, SimError};

@@ -241,7 +241,13 @@ impl PairSim {
     }
 
     /// A one-sided write from `from`: bytes `source[offset..offset + req.len]`.
-    pub fn write(&mut self, from: Side, source: Rc<Vec<u8>>, offset: usize, req: WriteRequest) -> Result<OpId, SubmitError> {
+    pub fn write(
+        &mut self,
+        from: Side,
+        source: Rc<Vec<u8>>,
+        offset: usize,
+        req: WriteRequest,
+    ) -> Result<OpId, SubmitError> {
         assert!(offset + req.len as usize <= source.len(), "test bug: source too short");
         let conn = self.conn(from)?;
         let host = &mut self.hosts[from.index()];
@@ -428,7 +434,10 @@ impl PairSim {
                     for (i, extra) in delays.iter().enumerate() {
                         let copy = if i == last { std::mem::take(&mut datagram) } else { datagram.clone() };
                         self.in_flight += 1;
-                        self.queue.push(arrive + *extra, SimEvent::Deliver { to: side.other(), path: t.path, datagram: copy });
+                        self.queue.push(
+                            arrive + *extra,
+                            SimEvent::Deliver { to: side.other(), path: t.path, datagram: copy },
+                        );
                     }
                 }
             }

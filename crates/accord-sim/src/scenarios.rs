@@ -3,7 +3,7 @@
 
 use crate::gbn::{self, GbnConfig};
 use crate::link::FaultConfig;
-use crate::pair::{PairConfig, PairSim, SimError, Side};
+use crate::pair::{PairConfig, PairSim, Side, SimError};
 use accord_proto::cc::CcKind;
 use accord_proto::{Instant, PathId, RegionId, RegionKey, WriteRequest};
 use core::time::Duration;
@@ -94,13 +94,22 @@ fn run_write(
     }
     let region = sim.memory(Side::B).region(RegionId(1)).expect("registered");
     if region.bytes[..] != source[..] {
-        return Err(SimError::Invariant { seed: cfg.seed, at_ns: sim.now().as_nanos(), what: "bytes differ at the receiver".into() });
+        return Err(SimError::Invariant {
+            seed: cfg.seed,
+            at_ns: sim.now().as_nanos(),
+            what: "bytes differ at the receiver".into(),
+        });
     }
     if sim.imms(Side::B).len() != 1 || sim.memory(Side::B).bytes_placed != cfg.bytes {
         return Err(SimError::Invariant {
             seed: cfg.seed,
             at_ns: sim.now().as_nanos(),
-            what: format!("imms {} bytes placed {} of {}", sim.imms(Side::B).len(), sim.memory(Side::B).bytes_placed, cfg.bytes),
+            what: format!(
+                "imms {} bytes placed {} of {}",
+                sim.imms(Side::B).len(),
+                sim.memory(Side::B).bytes_placed,
+                cfg.bytes
+            ),
         });
     }
     let stats = sim.connection_stats(Side::A).unwrap_or_default();

@@ -3,23 +3,11 @@ use std::net::{Ipv4Addr, SocketAddr};
 use super::*;
 
 fn meta(len: usize) -> RxMeta {
-    RxMeta {
-        path: 0,
-        src: SocketAddr::from((Ipv4Addr::LOCALHOST, 9)),
-        len,
-        segment_bytes: len,
-        ecn_ce: false,
-    }
+    RxMeta { path: 0, src: SocketAddr::from((Ipv4Addr::LOCALHOST, 9)), len, segment_bytes: len, ecn_ce: false }
 }
 
 fn caps() -> DatapathCaps {
-    DatapathCaps {
-        max_payload_bytes: 1000,
-        gso_max_segments: 8,
-        gro: false,
-        ecn: false,
-        timestamps: false,
-    }
+    DatapathCaps { max_payload_bytes: 1000, gso_max_segments: 8, gro: false, ecn: false, timestamps: false }
 }
 
 #[test]
@@ -68,23 +56,14 @@ fn rx_segments_split_at_stride() {
 fn tx_segments_and_validation() {
     let dst = SocketAddr::from((Ipv4Addr::LOCALHOST, 9));
     let bytes = [1u8; 10];
-    let d = TxDatagram {
-        segment_bytes: Some(4),
-        ..TxDatagram::new(0, dst, &bytes)
-    };
+    let d = TxDatagram { segment_bytes: Some(4), ..TxDatagram::new(0, dst, &bytes) };
     assert_eq!(d.segment_count(), 3);
-    assert_eq!(
-        d.segments().map(<[u8]>::len).collect::<Vec<_>>(),
-        vec![4, 4, 2]
-    );
+    assert_eq!(d.segments().map(<[u8]>::len).collect::<Vec<_>>(), vec![4, 4, 2]);
     assert!(d.validate(&caps(), 1).is_ok());
     assert!(d.validate(&caps(), 0).is_err());
     let empty = TxDatagram::new(0, dst, &[]);
     assert_eq!((empty.segment_count(), empty.segments().count()), (1, 1));
-    let zero = TxDatagram {
-        segment_bytes: Some(0),
-        ..d
-    };
+    let zero = TxDatagram { segment_bytes: Some(0), ..d };
     assert_eq!(zero.segments().count(), 0);
     assert!(zero.validate(&caps(), 1).is_err());
     let big = vec![0u8; 1001];

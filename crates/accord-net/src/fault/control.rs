@@ -72,9 +72,7 @@ impl FaultControl {
 
     /// Whether `path` is cut (unknown paths are not).
     pub fn is_cut(&self, path: u16) -> bool {
-        self.cut
-            .get(usize::from(path))
-            .is_some_and(|flag| flag.load(Ordering::Acquire))
+        self.cut.get(usize::from(path)).is_some_and(|flag| flag.load(Ordering::Acquire))
     }
 
     /// Whether any path is cut (a cheap check for the receive fast path).

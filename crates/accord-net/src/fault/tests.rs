@@ -14,40 +14,24 @@ fn pair(paths: u16) -> (MemNetwork, MemDatapath, MemDatapath) {
     (net, a, b)
 }
 
-fn injector(
-    a: MemDatapath,
-    config: FaultConfig,
-    seed: u64,
-) -> (FaultInjector<MemDatapath>, ManualClock) {
+fn injector(a: MemDatapath, config: FaultConfig, seed: u64) -> (FaultInjector<MemDatapath>, ManualClock) {
     let clock = ManualClock::new();
     let f = FaultInjector::with_clock(a, config, seed, Arc::new(clock.clone())).unwrap();
     (f, clock)
 }
 
 /// Sends `count` numbered packets on `path`, in batches of 64.
-fn send_numbered(
-    f: &mut impl Datapath,
-    dst: std::net::SocketAddr,
-    path: u16,
-    range: std::ops::Range<u32>,
-) {
+fn send_numbered(f: &mut impl Datapath, dst: std::net::SocketAddr, path: u16, range: std::ops::Range<u32>) {
     let payloads: Vec<[u8; 12]> = range
         .map(|i| {
             let mut p = [0u8; 12];
             p[..4].copy_from_slice(&i.to_le_bytes());
-            p[4..].copy_from_slice(
-                &u64::from(i)
-                    .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                    .to_le_bytes(),
-            );
+            p[4..].copy_from_slice(&u64::from(i).wrapping_mul(0x9E37_79B9_7F4A_7C15).to_le_bytes());
             p
         })
         .collect();
     for chunk in payloads.chunks(64) {
-        let batch: Vec<TxDatagram<'_>> = chunk
-            .iter()
-            .map(|p| TxDatagram::new(path, dst, p))
-            .collect();
+        let batch: Vec<TxDatagram<'_>> = chunk.iter().map(|p| TxDatagram::new(path, dst, p)).collect();
         assert_eq!(f.send_batch(&batch).unwrap(), batch.len());
     }
 }
@@ -74,36 +58,20 @@ fn seq(bytes: &[u8]) -> u32 {
 fn drop_rate_is_close_to_configured() {
     let (_net, a, mut b) = pair(1);
     let dst = b.local_addr(0).unwrap();
-    let (mut f, _) = injector(
-        a,
-        FaultConfig {
-            drop: 0.1,
-            ..FaultConfig::default()
-        },
-        42,
-    );
+    let (mut f, _) = injector(a, FaultConfig { drop: 0.1, ..FaultConfig::default() }, 42);
     let mut received = 0;
     for start in (0..100_000u32).step_by(10_000) {
         send_numbered(&mut f, dst, 0, start..start + 10_000);
         received += drain(&mut b).len() as u64;
     }
     let dropped = f.stats().dropped;
-    assert!(
-        (9_000..=11_000).contains(&dropped),
-        "dropped {dropped} of 100000 at p=0.1"
-    );
+    assert!((9_000..=11_000).contains(&dropped), "dropped {dropped} of 100000 at p=0.1");
     assert_eq!(received + dropped, 100_000);
 }
 
 fn run_mixed(seed: u64) -> (Vec<(u16, Vec<u8>)>, FaultStats) {
     let (_net, a, mut b) = pair(2);
-    let config = FaultConfig {
-        drop: 0.2,
-        duplicate: 0.1,
-        reorder: 0.1,
-        corrupt: 0.1,
-        ..FaultConfig::default()
-    };
+    let config = FaultConfig { drop: 0.2, duplicate: 0.1, reorder: 0.1, corrupt: 0.1, ..FaultConfig::default() };
     let (mut f, _) = injector(a, config, seed);
     for path in 0..2 {
         send_numbered(&mut f, b.local_addr(path).unwrap(), path, 0..2_000);
@@ -119,15 +87,9 @@ fn same_seed_same_faults() {
     assert_eq!(first_stats, second_stats);
     assert_eq!(first, second);
     let (other, other_stats) = run_mixed(8);
-    assert!(
-        other != first && other_stats != first_stats,
-        "another seed, other faults"
-    );
+    assert!(other != first && other_stats != first_stats, "another seed, other faults");
     let s = first_stats;
-    assert!(
-        s.dropped > 0 && s.duplicated > 0 && s.reordered > 0 && s.corrupted > 0,
-        "{s:?}"
-    );
+    assert!(s.dropped > 0 && s.duplicated > 0 && s.reordered > 0 && s.corrupted > 0, "{s:?}");
 }
 
 #[test]
@@ -137,9 +99,7 @@ fn cut_path_delivers_nothing_until_restored() {
     let (mut g, _) = injector(b, FaultConfig::default(), 2);
     let control = f.control();
     // Cut from another thread, as a test would pull a NIC mid-transfer.
-    std::thread::spawn(move || assert!(control.cut_path(1)))
-        .join()
-        .unwrap();
+    std::thread::spawn(move || assert!(control.cut_path(1))).join().unwrap();
     let (dst0, dst1) = (g.local_addr(0).unwrap(), g.local_addr(1).unwrap());
     send_numbered(&mut f, dst1, 1, 0..100);
     send_numbered(&mut f, dst0, 0, 0..100);
@@ -162,24 +122,14 @@ fn cut_path_delivers_nothing_until_restored() {
     send_numbered(&mut f, dst1, 1, 0..10);
     assert_eq!(g.recv_batch(&mut bufs, 64).unwrap(), 10);
     assert!(bufs.iter().all(|(_, meta)| meta.path == 1));
-    assert!(
-        !f.cut_path(9) && !f.restore_path(9),
-        "unknown paths are refused"
-    );
+    assert!(!f.cut_path(9) && !f.restore_path(9), "unknown paths are refused");
 }
 
 #[test]
 fn corruption_flips_one_byte() {
     let (_net, a, mut b) = pair(1);
     let dst = b.local_addr(0).unwrap();
-    let (mut f, _) = injector(
-        a,
-        FaultConfig {
-            corrupt: 1.0,
-            ..FaultConfig::default()
-        },
-        3,
-    );
+    let (mut f, _) = injector(a, FaultConfig { corrupt: 1.0, ..FaultConfig::default() }, 3);
     let original = [0x55u8; 100];
     for _ in 0..50 {
         f.send_batch(&[TxDatagram::new(0, dst, &original)]).unwrap();
@@ -188,10 +138,7 @@ fn corruption_flips_one_byte() {
     assert_eq!(got.len(), 50);
     for (_, bytes) in got {
         assert_eq!(bytes.len(), original.len());
-        assert_eq!(
-            bytes.iter().zip(&original).filter(|(x, y)| x != y).count(),
-            1
-        );
+        assert_eq!(bytes.iter().zip(&original).filter(|(x, y)| x != y).count(), 1);
     }
     assert_eq!(f.stats().corrupted, 50);
 }
@@ -200,14 +147,7 @@ fn corruption_flips_one_byte() {
 fn duplicates_appear() {
     let (_net, a, mut b) = pair(1);
     let dst = b.local_addr(0).unwrap();
-    let (mut f, _) = injector(
-        a,
-        FaultConfig {
-            duplicate: 0.25,
-            ..FaultConfig::default()
-        },
-        4,
-    );
+    let (mut f, _) = injector(a, FaultConfig { duplicate: 0.25, ..FaultConfig::default() }, 4);
     send_numbered(&mut f, dst, 0, 0..4_000);
     let got = drain(&mut b);
     let duplicated = f.stats().duplicated;
@@ -222,11 +162,7 @@ fn duplicates_appear() {
 fn reorder_loses_nothing() {
     let (_net, a, mut b) = pair(1);
     let dst = b.local_addr(0).unwrap();
-    let config = FaultConfig {
-        reorder: 0.2,
-        reorder_delay_packets: 5,
-        ..FaultConfig::default()
-    };
+    let config = FaultConfig { reorder: 0.2, reorder_delay_packets: 5, ..FaultConfig::default() };
     let (mut f, _) = injector(a, config, 5);
     for start in (0..5_000).step_by(50) {
         send_numbered(&mut f, dst, 0, start..start + 50);
@@ -244,11 +180,7 @@ fn reorder_loses_nothing() {
 fn reordered_packet_goes_out_after_hold_max_when_idle() {
     let (_net, a, mut b) = pair(1);
     let dst = b.local_addr(0).unwrap();
-    let config = FaultConfig {
-        reorder: 1.0,
-        reorder_hold_max: Duration::from_millis(3),
-        ..FaultConfig::default()
-    };
+    let config = FaultConfig { reorder: 1.0, reorder_hold_max: Duration::from_millis(3), ..FaultConfig::default() };
     let (mut f, clock) = injector(a, config, 6);
     f.send_batch(&[TxDatagram::new(0, dst, b"late")]).unwrap();
     let mut bufs = f.alloc_rx_buffers(4).unwrap();
@@ -263,10 +195,7 @@ fn reordered_packet_goes_out_after_hold_max_when_idle() {
 fn delay_follows_the_injected_clock() {
     let (_net, a, mut b) = pair(1);
     let dst = b.local_addr(0).unwrap();
-    let config = FaultConfig {
-        delay: Some(Duration::from_millis(10)),
-        ..FaultConfig::default()
-    };
+    let config = FaultConfig { delay: Some(Duration::from_millis(10)), ..FaultConfig::default() };
     let (mut f, clock) = injector(a, config, 7);
     send_numbered(&mut f, dst, 0, 0..3);
     assert_eq!(f.pending_packets(), 3);
@@ -290,27 +219,14 @@ fn delay_follows_the_injected_clock() {
 fn segmented_sends_lose_single_packets() {
     let (_net, a, mut b) = pair(1);
     let dst = b.local_addr(0).unwrap();
-    let (mut f, _) = injector(
-        a,
-        FaultConfig {
-            drop: 0.5,
-            ..FaultConfig::default()
-        },
-        8,
-    );
+    let (mut f, _) = injector(a, FaultConfig { drop: 0.5, ..FaultConfig::default() }, 8);
     let bytes: Vec<u8> = (0..40u8).collect();
-    let d = TxDatagram {
-        segment_bytes: Some(4),
-        ..TxDatagram::new(0, dst, &bytes)
-    };
+    let d = TxDatagram { segment_bytes: Some(4), ..TxDatagram::new(0, dst, &bytes) };
     let mut total = 0;
     for _ in 0..20 {
         f.send_batch(&[d]).unwrap();
         for (_, packet) in drain(&mut b) {
-            assert!(
-                packet.len() == 4 || packet.len() == 40,
-                "whole segments only"
-            );
+            assert!(packet.len() == 4 || packet.len() == 40, "whole segments only");
             assert_eq!(packet.len() % 4, 0);
             total += packet.len() / 4;
         }
@@ -325,10 +241,7 @@ fn transparent_by_default_and_keeps_segmentation() {
     let dst = b.local_addr(0).unwrap();
     let (mut f, _) = injector(a, FaultConfig::default(), 9);
     let bytes = [1u8; 10];
-    let d = TxDatagram {
-        segment_bytes: Some(5),
-        ..TxDatagram::new(0, dst, &bytes)
-    };
+    let d = TxDatagram { segment_bytes: Some(5), ..TxDatagram::new(0, dst, &bytes) };
     assert_eq!(f.send_batch(&[d]).unwrap(), 1);
     assert_eq!(drain(&mut b).len(), 2);
     assert_eq!(f.stats(), FaultStats::default());
@@ -338,35 +251,16 @@ fn transparent_by_default_and_keeps_segmentation() {
 fn bad_config_and_input_are_errors() {
     let (_net, a, b) = pair(1);
     for config in [
-        FaultConfig {
-            drop: 1.5,
-            ..FaultConfig::default()
-        },
-        FaultConfig {
-            corrupt: f64::NAN,
-            ..FaultConfig::default()
-        },
-        FaultConfig {
-            held_packets_max: 0,
-            ..FaultConfig::default()
-        },
-        FaultConfig {
-            cut_paths: [3].into(),
-            ..FaultConfig::default()
-        },
+        FaultConfig { drop: 1.5, ..FaultConfig::default() },
+        FaultConfig { corrupt: f64::NAN, ..FaultConfig::default() },
+        FaultConfig { held_packets_max: 0, ..FaultConfig::default() },
+        FaultConfig { cut_paths: [3].into(), ..FaultConfig::default() },
     ] {
         let net = MemNetwork::new();
         let inner = net.endpoint(1, 1).unwrap();
         assert!(FaultInjector::new(inner, config, 0).is_err());
     }
-    let (mut f, _) = injector(
-        a,
-        FaultConfig {
-            drop: 0.5,
-            ..FaultConfig::default()
-        },
-        0,
-    );
+    let (mut f, _) = injector(a, FaultConfig { drop: 0.5, ..FaultConfig::default() }, 0);
     let huge = vec![0u8; 70_000];
     let dst = b.local_addr(0).unwrap();
     assert!(f.send_batch(&[TxDatagram::new(0, dst, &huge)]).is_err());

@@ -8,19 +8,13 @@ fn delivers_to_the_same_path_and_splits_segments() {
     let mut a = net.endpoint(3, 16).unwrap();
     let mut b = net.endpoint(3, 16).unwrap();
     let bytes = b"aaabbbc";
-    let d = TxDatagram {
-        segment_bytes: Some(3),
-        ..TxDatagram::new(2, b.local_addr(2).unwrap(), bytes)
-    };
+    let d = TxDatagram { segment_bytes: Some(3), ..TxDatagram::new(2, b.local_addr(2).unwrap(), bytes) };
     assert_eq!(a.send_batch(&[d]).unwrap(), 1);
     assert!(b.wait_readable(Duration::from_millis(1)).unwrap());
     let mut bufs = b.alloc_rx_buffers(8).unwrap();
     assert_eq!(b.recv_batch(&mut bufs, 8).unwrap(), 3);
     let got: Vec<(&[u8], u16)> = bufs.iter().map(|(x, m)| (x, m.path)).collect();
-    assert_eq!(
-        got,
-        vec![(&b"aaa"[..], 2), (&b"bbb"[..], 2), (&b"c"[..], 2)]
-    );
+    assert_eq!(got, vec![(&b"aaa"[..], 2), (&b"bbb"[..], 2), (&b"c"[..], 2)]);
     assert_eq!(bufs.get(0).unwrap().1.src, a.local_addr(2).unwrap());
 }
 

@@ -67,22 +67,18 @@ impl UdpConfig {
 
     /// Applies the overrides of [`UDP_ENV_OVERRIDES`] read through `lookup`
     /// (tests pass a map instead of touching the process environment).
-    pub fn with_overrides_from(
-        mut self,
-        lookup: impl Fn(&str) -> Option<String>,
-    ) -> Result<Self, DatapathError> {
+    pub fn with_overrides_from(mut self, lookup: impl Fn(&str) -> Option<String>) -> Result<Self, DatapathError> {
         fn parse<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, DatapathError> {
-            value.trim().parse().map_err(|_| {
-                DatapathError::InvalidConfig(format!("{name}={value:?} is not a valid number"))
-            })
+            value
+                .trim()
+                .parse()
+                .map_err(|_| DatapathError::InvalidConfig(format!("{name}={value:?} is not a valid number")))
         }
         fn parse_bool(name: &str, value: &str) -> Result<bool, DatapathError> {
             match value.trim() {
                 "1" | "true" | "on" => Ok(true),
                 "0" | "false" | "off" => Ok(false),
-                _ => Err(DatapathError::InvalidConfig(format!(
-                    "{name}={value:?}: use 0 or 1"
-                ))),
+                _ => Err(DatapathError::InvalidConfig(format!("{name}={value:?}: use 0 or 1"))),
             }
         }
         for (name, _) in UDP_ENV_OVERRIDES {
@@ -115,14 +111,11 @@ impl UdpConfig {
             )));
         }
         let buffer_max = i32::MAX as usize / 2;
-        for (name, bytes) in [
-            ("recv_buffer_bytes", self.recv_buffer_bytes),
-            ("send_buffer_bytes", self.send_buffer_bytes),
-        ] {
+        for (name, bytes) in
+            [("recv_buffer_bytes", self.recv_buffer_bytes), ("send_buffer_bytes", self.send_buffer_bytes)]
+        {
             if bytes == 0 || bytes > buffer_max {
-                return Err(DatapathError::InvalidConfig(format!(
-                    "{name} {bytes} must be in 1..={buffer_max}"
-                )));
+                return Err(DatapathError::InvalidConfig(format!("{name} {bytes} must be in 1..={buffer_max}")));
             }
         }
         Ok(())

@@ -89,17 +89,9 @@ impl UdpDatapath {
         let mut gso = config.gso;
         let mut gro = config.gro;
         let mut ecn = true;
-        let mut buffer_bytes = SocketBufferBytes {
-            recv: usize::MAX,
-            send: usize::MAX,
-            clamped: false,
-        };
+        let mut buffer_bytes = SocketBufferBytes { recv: usize::MAX, send: usize::MAX, clamped: false };
         for path in 0..config.path_count {
-            let port = if config.base_port == 0 {
-                0
-            } else {
-                config.base_port + path
-            };
+            let port = if config.base_port == 0 { 0 } else { config.base_port + path };
             let addr = SocketAddr::new(config.ip, port);
             let socket = open_socket(path, addr)?;
             let bytes = set_buffers(&socket, &config)?;
@@ -123,16 +115,9 @@ impl UdpDatapath {
             };
             ecn &= recv_tos.is_ok();
 
-            let local = socket
-                .local_addr()
-                .ok()
-                .and_then(|a| a.as_socket())
-                .ok_or_else(|| {
-                    DatapathError::io(
-                        "reading the bound address of a UDP socket",
-                        io::Error::other("no inet address"),
-                    )
-                })?;
+            let local = socket.local_addr().ok().and_then(|a| a.as_socket()).ok_or_else(|| {
+                DatapathError::io("reading the bound address of a UDP socket", io::Error::other("no inet address"))
+            })?;
             sockets.push(socket);
             local_addrs.push(local);
         }
@@ -143,10 +128,7 @@ impl UdpDatapath {
             }
         }
         if buffer_bytes.clamped {
-            tracing::warn!(
-                ?buffer_bytes,
-                "kernel clamped UDP socket buffers; raise net.core.rmem_max/wmem_max"
-            );
+            tracing::warn!(?buffer_bytes, "kernel clamped UDP socket buffers; raise net.core.rmem_max/wmem_max");
         }
         let max_payload_bytes = if ipv6 { 65_535 - 8 } else { 65_535 - 8 - 20 };
         let pollfds = sockets.iter().map(|s| sys::pollfd(s.as_raw_fd())).collect();
@@ -186,21 +168,13 @@ impl UdpDatapath {
     /// Sends datagrams `batch[start..]` that share `batch[start].path`, with
     /// one `sendmmsg`. Returns (input datagrams consumed, whether the socket
     /// is full so the caller should stop).
-    fn send_run(
-        &mut self,
-        batch: &[TxDatagram<'_>],
-        start: usize,
-    ) -> Result<(usize, bool), DatapathError> {
+    fn send_run(&mut self, batch: &[TxDatagram<'_>], start: usize) -> Result<(usize, bool), DatapathError> {
         let path = batch[start].path;
         let fd = self.sockets[usize::from(path)].as_raw_fd();
         let gso = self.gso_enabled();
         // Plan messages: (input index, message) up to MMSG_BATCH_MAX.
-        let mut msgs = [OutMsg {
-            dst: batch[start].dst,
-            bytes: &[],
-            segment_bytes: None,
-            ecn_codepoint: None,
-        }; MMSG_BATCH_MAX];
+        let mut msgs =
+            [OutMsg { dst: batch[start].dst, bytes: &[], segment_bytes: None, ecn_codepoint: None }; MMSG_BATCH_MAX];
         let mut owner = [0usize; MMSG_BATCH_MAX];
         let mut count = 0;
         for (index, dgram) in batch.iter().enumerate().skip(start) {
@@ -217,25 +191,13 @@ impl UdpDatapath {
                 break;
             }
             if offload {
-                let segment_bytes = dgram
-                    .segment_bytes
-                    .filter(|&s| gso && usize::from(s) < dgram.bytes.len());
-                msgs[count] = OutMsg {
-                    dst: dgram.dst,
-                    bytes: dgram.bytes,
-                    segment_bytes,
-                    ecn_codepoint,
-                };
+                let segment_bytes = dgram.segment_bytes.filter(|&s| gso && usize::from(s) < dgram.bytes.len());
+                msgs[count] = OutMsg { dst: dgram.dst, bytes: dgram.bytes, segment_bytes, ecn_codepoint };
                 owner[count] = index;
                 count += 1;
             } else {
                 for segment in dgram.segments() {
-                    msgs[count] = OutMsg {
-                        dst: dgram.dst,
-                        bytes: segment,
-                        segment_bytes: None,
-                        ecn_codepoint,
-                    };
+                    msgs[count] = OutMsg { dst: dgram.dst, bytes: segment, segment_bytes: None, ecn_codepoint };
                     owner[count] = index;
                     count += 1;
                 }
@@ -252,10 +214,7 @@ impl UdpDatapath {
                 // An input counts as sent once its first message went; the
                 // unsent tail of a software-split datagram is lost.
                 let last_owner = owner[sent - 1];
-                let tail_lost = owner[sent..count]
-                    .iter()
-                    .filter(|&&o| o == last_owner)
-                    .count();
+                let tail_lost = owner[sent..count].iter().filter(|&&o| o == last_owner).count();
                 self.stats.tx_segments_lost_full += tail_lost as u64;
                 Ok((last_owner + 1 - start, sent < count))
             }
@@ -273,41 +232,29 @@ impl UdpDatapath {
                 Ok((owner[0] + 1 - start, false))
             }
             Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => {
-                Err(DatapathError::MessageTooLarge {
-                    len: msgs[0].bytes.len(),
-                    max: self.caps.max_payload_bytes,
-                })
+                Err(DatapathError::MessageTooLarge { len: msgs[0].bytes.len(), max: self.caps.max_payload_bytes })
             }
-            Err(e) => Err(DatapathError::io(
-                "sendmmsg on a UDP path failed; the socket is unusable, rebuild the datapath",
-                e,
-            )),
+            Err(e) => {
+                Err(DatapathError::io("sendmmsg on a UDP path failed; the socket is unusable, rebuild the datapath", e))
+            }
         }
     }
 
     /// Drains one path into `bufs` until it is empty or `bufs` holds `max`.
-    fn recv_path(
-        &mut self,
-        path: u16,
-        bufs: &mut RxBuffers,
-        max: usize,
-    ) -> Result<(), DatapathError> {
+    fn recv_path(&mut self, path: u16, bufs: &mut RxBuffers, max: usize) -> Result<(), DatapathError> {
         let fd = self.sockets[usize::from(path)].as_raw_fd();
         while bufs.len() < max {
             let want = (max - bufs.len()).min(MMSG_BATCH_MAX);
             self.stats.rx_syscalls += 1;
-            let received = match sys::recv_mmsg(
-                fd,
-                bufs.free_slots_mut(),
-                want,
-                &mut self.rx_scratch,
-            ) {
+            let received = match sys::recv_mmsg(fd, bufs.free_slots_mut(), want, &mut self.rx_scratch) {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) => return Err(DatapathError::io(
-                    "recvmmsg on a UDP path failed; the socket is unusable, rebuild the datapath",
-                    e,
-                )),
+                Err(e) => {
+                    return Err(DatapathError::io(
+                        "recvmmsg on a UDP path failed; the socket is unusable, rebuild the datapath",
+                        e,
+                    ))
+                }
             };
             self.stats.rx_messages += received as u64;
             let first_new = bufs.len();
@@ -332,8 +279,7 @@ impl UdpDatapath {
                 self.stats.rx_truncated += u64::from(truncated_mask.count_ones());
                 let mut index = 0usize;
                 bufs.retain(|_, _| {
-                    let keep =
-                        index < first_new || truncated_mask & (1 << (index - first_new)) == 0;
+                    let keep = index < first_new || truncated_mask & (1 << (index - first_new)) == 0;
                     index += 1;
                     keep
                 });
@@ -349,13 +295,7 @@ impl UdpDatapath {
 fn is_unreachable(e: &io::Error) -> bool {
     matches!(
         e.raw_os_error(),
-        Some(
-            libc::ENETUNREACH
-                | libc::EHOSTUNREACH
-                | libc::ECONNREFUSED
-                | libc::EPERM
-                | libc::EACCES
-        )
+        Some(libc::ENETUNREACH | libc::EHOSTUNREACH | libc::ECONNREFUSED | libc::EPERM | libc::EACCES)
     )
 }
 
@@ -365,8 +305,7 @@ fn open_socket(path: u16, addr: SocketAddr) -> Result<Socket, DatapathError> {
         IpAddr::V4(_) => Domain::IPV4,
         IpAddr::V6(_) => Domain::IPV6,
     };
-    let socket =
-        Socket::new(domain, Type::DGRAM.cloexec(), Some(Protocol::UDP)).map_err(bind_err)?;
+    let socket = Socket::new(domain, Type::DGRAM.cloexec(), Some(Protocol::UDP)).map_err(bind_err)?;
     socket.set_nonblocking(true).map_err(bind_err)?;
     socket.bind(&addr.into()).map_err(bind_err)?;
     Ok(socket)
@@ -376,31 +315,17 @@ fn open_socket(path: u16, addr: SocketAddr) -> Result<Socket, DatapathError> {
 fn set_buffers(socket: &Socket, config: &UdpConfig) -> Result<SocketBufferBytes, DatapathError> {
     let fd = socket.as_raw_fd();
     let io = |e| DatapathError::io("setting UDP socket buffer sizes", e);
-    socket
-        .set_recv_buffer_size(config.recv_buffer_bytes)
-        .map_err(io)?;
-    socket
-        .set_send_buffer_size(config.send_buffer_bytes)
-        .map_err(io)?;
+    socket.set_recv_buffer_size(config.recv_buffer_bytes).map_err(io)?;
+    socket.set_send_buffer_size(config.send_buffer_bytes).map_err(io)?;
     // Linux doubles the value on set and reports the doubled value.
     let mut recv = socket.recv_buffer_size().map_err(io)?;
     let mut send = socket.send_buffer_size().map_err(io)?;
     if recv / 2 < config.recv_buffer_bytes {
-        let _ = sys::setsockopt_int(
-            fd,
-            libc::SOL_SOCKET,
-            sys::SO_RCVBUFFORCE,
-            config.recv_buffer_bytes as i32,
-        );
+        let _ = sys::setsockopt_int(fd, libc::SOL_SOCKET, sys::SO_RCVBUFFORCE, config.recv_buffer_bytes as i32);
         recv = socket.recv_buffer_size().map_err(io)?;
     }
     if send / 2 < config.send_buffer_bytes {
-        let _ = sys::setsockopt_int(
-            fd,
-            libc::SOL_SOCKET,
-            sys::SO_SNDBUFFORCE,
-            config.send_buffer_bytes as i32,
-        );
+        let _ = sys::setsockopt_int(fd, libc::SOL_SOCKET, sys::SO_SNDBUFFORCE, config.send_buffer_bytes as i32);
         send = socket.send_buffer_size().map_err(io)?;
     }
     Ok(SocketBufferBytes {
@@ -453,10 +378,7 @@ impl Datapath for UdpDatapath {
     fn recv_batch(&mut self, bufs: &mut RxBuffers, max: usize) -> Result<usize, DatapathError> {
         let required = self.rx_slot_bytes();
         if bufs.slot_bytes() < required {
-            return Err(DatapathError::RxSlotTooSmall {
-                slot_bytes: bufs.slot_bytes(),
-                required,
-            });
+            return Err(DatapathError::RxSlotTooSmall { slot_bytes: bufs.slot_bytes(), required });
         }
         bufs.clear();
         let max = max.min(bufs.slot_count());
@@ -474,8 +396,7 @@ impl Datapath for UdpDatapath {
     }
 
     fn wait_readable(&mut self, timeout: Duration) -> Result<bool, DatapathError> {
-        sys::poll_readable(&mut self.pollfds, timeout)
-            .map_err(|e| DatapathError::io("poll on UDP sockets failed", e))
+        sys::poll_readable(&mut self.pollfds, timeout).map_err(|e| DatapathError::io("poll on UDP sockets failed", e))
     }
 }
 

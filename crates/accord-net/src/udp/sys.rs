@@ -74,12 +74,7 @@ fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
 }
 
 /// `setsockopt` with an `int` value.
-pub(crate) fn setsockopt_int(
-    fd: RawFd,
-    level: libc::c_int,
-    name: libc::c_int,
-    value: libc::c_int,
-) -> io::Result<()> {
+pub(crate) fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
     // Safety: `value` lives across the call and the length passed is its size.
     let ret = unsafe {
         libc::setsockopt(
@@ -98,15 +93,7 @@ pub(crate) fn getsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -
     let mut value: libc::c_int = 0;
     let mut len = mem::size_of::<libc::c_int>() as libc::socklen_t;
     // Safety: `value` and `len` are valid for writes and `len` is `value`'s size.
-    let ret = unsafe {
-        libc::getsockopt(
-            fd,
-            level,
-            name,
-            (&mut value as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
+    let ret = unsafe { libc::getsockopt(fd, level, name, (&mut value as *mut libc::c_int).cast(), &mut len) };
     cvt(ret).map(|_| value)
 }
 
@@ -117,9 +104,7 @@ fn write_sockaddr(addr: &SocketAddr, storage: &mut libc::sockaddr_storage) -> li
             let sin = libc::sockaddr_in {
                 sin_family: libc::AF_INET as libc::sa_family_t,
                 sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from_ne_bytes(a.ip().octets()),
-                },
+                sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(a.ip().octets()) },
                 sin_zero: [0; 8],
             };
             // Safety: sockaddr_storage is larger than and aligned for every
@@ -132,9 +117,7 @@ fn write_sockaddr(addr: &SocketAddr, storage: &mut libc::sockaddr_storage) -> li
                 sin6_family: libc::AF_INET6 as libc::sa_family_t,
                 sin6_port: a.port().to_be(),
                 sin6_flowinfo: a.flowinfo(),
-                sin6_addr: libc::in6_addr {
-                    s6_addr: a.ip().octets(),
-                },
+                sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() },
                 sin6_scope_id: a.scope_id(),
             };
             // Safety: as above, sockaddr_storage holds a sockaddr_in6.
@@ -151,18 +134,13 @@ fn read_sockaddr(storage: &libc::sockaddr_storage, len: libc::socklen_t) -> Opti
         libc::AF_INET if len >= mem::size_of::<libc::sockaddr_in>() => {
             // Safety: the family says the kernel wrote a sockaddr_in, and
             // sockaddr_storage is aligned for it.
-            let sin: libc::sockaddr_in =
-                unsafe { std::ptr::read((storage as *const libc::sockaddr_storage).cast()) };
+            let sin: libc::sockaddr_in = unsafe { std::ptr::read((storage as *const libc::sockaddr_storage).cast()) };
             let ip = Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
-            Some(SocketAddr::V4(SocketAddrV4::new(
-                ip,
-                u16::from_be(sin.sin_port),
-            )))
+            Some(SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(sin.sin_port))))
         }
         libc::AF_INET6 if len >= mem::size_of::<libc::sockaddr_in6>() => {
             // Safety: as above, for sockaddr_in6.
-            let sin6: libc::sockaddr_in6 =
-                unsafe { std::ptr::read((storage as *const libc::sockaddr_storage).cast()) };
+            let sin6: libc::sockaddr_in6 = unsafe { std::ptr::read((storage as *const libc::sockaddr_storage).cast()) };
             Some(SocketAddr::V6(SocketAddrV6::new(
                 Ipv6Addr::from(sin6.sin6_addr.s6_addr),
                 u16::from_be(sin6.sin6_port),
@@ -179,22 +157,13 @@ fn read_sockaddr(storage: &libc::sockaddr_storage, len: libc::socklen_t) -> Opti
 ///
 /// Safety: `hdr.msg_control` points at a live `CmsgBuf` with room for
 /// `used + CMSG_SPACE(size_of::<T>())` bytes.
-unsafe fn push_cmsg<T: Copy>(
-    hdr: &mut libc::msghdr,
-    level: libc::c_int,
-    kind: libc::c_int,
-    value: T,
-) {
+unsafe fn push_cmsg<T: Copy>(hdr: &mut libc::msghdr, level: libc::c_int, kind: libc::c_int, value: T) {
     // msg_controllen is size_t on glibc but socklen_t on musl.
     #[allow(clippy::unnecessary_cast)]
     let used = hdr.msg_controllen as usize;
     let space = libc::CMSG_SPACE(mem::size_of::<T>() as u32) as usize;
     debug_assert!(used + space <= CMSG_BUF_BYTES);
-    let cmsg = hdr
-        .msg_control
-        .cast::<u8>()
-        .add(used)
-        .cast::<libc::cmsghdr>();
+    let cmsg = hdr.msg_control.cast::<u8>().add(used).cast::<libc::cmsghdr>();
     (*cmsg).cmsg_level = level;
     (*cmsg).cmsg_type = kind;
     (*cmsg).cmsg_len = libc::CMSG_LEN(mem::size_of::<T>() as u32) as _;
@@ -218,10 +187,7 @@ pub(crate) fn send_mmsg(fd: RawFd, ipv6: bool, msgs: &[OutMsg<'_>]) -> io::Resul
 
     for (i, msg) in msgs[..count].iter().enumerate() {
         let name_len = write_sockaddr(&msg.dst, &mut names[i]);
-        iovs[i] = libc::iovec {
-            iov_base: msg.bytes.as_ptr() as *mut libc::c_void,
-            iov_len: msg.bytes.len(),
-        };
+        iovs[i] = libc::iovec { iov_base: msg.bytes.as_ptr() as *mut libc::c_void, iov_len: msg.bytes.len() };
         let hdr = &mut hdrs[i].msg_hdr;
         hdr.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
         hdr.msg_namelen = name_len;
@@ -277,10 +243,7 @@ pub(crate) fn recv_mmsg(
 
     let mut count = 0;
     for slot in slots.take(max.min(MMSG_BATCH_MAX)) {
-        iovs[count] = libc::iovec {
-            iov_base: slot.as_mut_ptr().cast(),
-            iov_len: slot.len(),
-        };
+        iovs[count] = libc::iovec { iov_base: slot.as_mut_ptr().cast(), iov_len: slot.len() };
         count += 1;
     }
     if count == 0 {
@@ -299,15 +262,8 @@ pub(crate) fn recv_mmsg(
         // Safety: hdrs[..count] point at names, cmsgs on this frame and at
         // slots of the caller's buffer, mutably borrowed for this call
         // through `slots`; the kernel writes within the lengths given.
-        let ret = unsafe {
-            libc::recvmmsg(
-                fd,
-                hdrs.as_mut_ptr(),
-                count as u32,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
-        };
+        let ret =
+            unsafe { libc::recvmmsg(fd, hdrs.as_mut_ptr(), count as u32, libc::MSG_DONTWAIT, std::ptr::null_mut()) };
         match cvt(ret) {
             Ok(n) => break n as usize,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -375,9 +331,5 @@ pub(crate) fn poll_readable(fds: &mut [libc::pollfd], timeout: Duration) -> io::
 
 /// An entry for [`poll_readable`].
 pub(crate) fn pollfd(fd: RawFd) -> libc::pollfd {
-    libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    }
+    libc::pollfd { fd, events: libc::POLLIN, revents: 0 }
 }

@@ -16,13 +16,7 @@ const WINDOW_PACKETS_MAX: usize = 256;
 const HEADER_BYTES: usize = 8;
 
 fn bind(gso: bool, gro: bool) -> UdpDatapath {
-    UdpDatapath::bind(UdpConfig {
-        path_count: PATHS,
-        gso,
-        gro,
-        ..UdpConfig::default()
-    })
-    .expect("bind on loopback")
+    UdpDatapath::bind(UdpConfig { path_count: PATHS, gso, gro, ..UdpConfig::default() }).expect("bind on loopback")
 }
 
 /// Payload of packet `seq`: its number, then a pattern derived from it.
@@ -31,9 +25,7 @@ fn fill(seq: u32, out: &mut [u8]) {
     let len = out.len() as u32;
     out[4..8].copy_from_slice(&len.to_le_bytes());
     for (k, b) in out[HEADER_BYTES..].iter_mut().enumerate() {
-        *b = (seq as usize)
-            .wrapping_mul(31)
-            .wrapping_add(k.wrapping_mul(7)) as u8;
+        *b = (seq as usize).wrapping_mul(31).wrapping_add(k.wrapping_mul(7)) as u8;
     }
 }
 
@@ -44,10 +36,7 @@ fn check(packet: &[u8]) -> Result<u32, String> {
     let seq = u32::from_le_bytes(packet[..4].try_into().unwrap());
     let len = u32::from_le_bytes(packet[4..8].try_into().unwrap()) as usize;
     if len != packet.len() {
-        return Err(format!(
-            "seq {seq}: length {} but header says {len}",
-            packet.len()
-        ));
+        return Err(format!("seq {seq}: length {} but header says {len}", packet.len()));
     }
     let mut expect = vec![0u8; len];
     fill(seq, &mut expect);
@@ -69,20 +58,11 @@ fn plan(rng: &mut ChaCha8Rng, next_seq: &mut u32, segmented: bool, max_payload: 
     const SIZES: [usize; 10] = [8, 9, 64, 100, 512, 1200, 1472, 4000, 8972, 16_000];
     let path = rng.gen_range(0..PATHS);
     if !segmented {
-        let len = if rng.gen_ratio(1, 200) {
-            max_payload
-        } else {
-            SIZES[rng.gen_range(0..SIZES.len())]
-        };
+        let len = if rng.gen_ratio(1, 200) { max_payload } else { SIZES[rng.gen_range(0..SIZES.len())] };
         let mut bytes = vec![0u8; len];
         fill(*next_seq, &mut bytes);
         *next_seq += 1;
-        return Planned {
-            path,
-            bytes,
-            segment_bytes: None,
-            seqs: vec![*next_seq - 1],
-        };
+        return Planned { path, bytes, segment_bytes: None, seqs: vec![*next_seq - 1] };
     }
     let segment = [64usize, 1200, 1472, 4000][rng.gen_range(0..4)];
     let count_max = (max_payload / segment).clamp(1, 16);
@@ -98,12 +78,7 @@ fn plan(rng: &mut ChaCha8Rng, next_seq: &mut u32, segmented: bool, max_payload: 
         seqs.push(*next_seq);
         *next_seq += 1;
     }
-    Planned {
-        path,
-        bytes,
-        segment_bytes: Some(segment as u16),
-        seqs,
-    }
+    Planned { path, bytes, segment_bytes: Some(segment as u16), seqs }
 }
 
 #[derive(Debug, Default)]
@@ -114,12 +89,7 @@ struct ExchangeReport {
 
 /// Sends `EXCHANGE_PACKETS` packets from `a` to `b` over all paths and
 /// checks each arrives once, intact, on the path it was sent to.
-fn exchange(
-    a: &mut UdpDatapath,
-    b: &mut UdpDatapath,
-    segmented: bool,
-    seed: u64,
-) -> ExchangeReport {
+fn exchange(a: &mut UdpDatapath, b: &mut UdpDatapath, segmented: bool, seed: u64) -> ExchangeReport {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let max_payload = a.caps().max_payload_bytes;
     let mut bufs = b.alloc_rx_buffers(64).unwrap();
@@ -132,10 +102,7 @@ fn exchange(
     let deadline = Instant::now() + EXCHANGE_DEADLINE;
     let mut planned_packets = 0;
     while received_count < planned_packets.max(1) || planned_packets < EXCHANGE_PACKETS {
-        assert!(
-            Instant::now() < deadline,
-            "exchange stalled: {received_count}/{EXCHANGE_PACKETS} received"
-        );
+        assert!(Instant::now() < deadline, "exchange stalled: {received_count}/{EXCHANGE_PACKETS} received");
         // Plan and send while the window has room.
         while pending.len() < 32 && planned_packets < EXCHANGE_PACKETS {
             let p = plan(&mut rng, &mut next_seq, segmented, max_payload);
@@ -145,9 +112,7 @@ fn exchange(
         let mut batch = Vec::new();
         let (mut bytes, mut packets) = (in_flight_bytes, in_flight_packets);
         for p in &pending {
-            if bytes + p.bytes.len() > WINDOW_BYTES_MAX
-                || packets + p.seqs.len() > WINDOW_PACKETS_MAX
-            {
+            if bytes + p.bytes.len() > WINDOW_BYTES_MAX || packets + p.seqs.len() > WINDOW_PACKETS_MAX {
                 break;
             }
             bytes += p.bytes.len();
@@ -160,11 +125,7 @@ fn exchange(
                 ecn_capable: p.seqs[0] % 2 == 0,
             });
         }
-        let sent = if batch.is_empty() {
-            0
-        } else {
-            a.send_batch(&batch).expect("send_batch")
-        };
+        let sent = if batch.is_empty() { 0 } else { a.send_batch(&batch).expect("send_batch") };
         for p in pending.drain(..sent) {
             in_flight_bytes += p.bytes.len();
             in_flight_packets += p.seqs.len();
@@ -180,20 +141,11 @@ fn exchange(
             if meta.segment_bytes < meta.len {
                 report.coalesced_datagrams += 1;
             }
-            assert_eq!(
-                meta.src,
-                a.local_addr(meta.path).unwrap(),
-                "source is the sender's same path"
-            );
+            assert_eq!(meta.src, a.local_addr(meta.path).unwrap(), "source is the sender's same path");
             for packet in bufs.segments(i) {
-                let seq = check(packet).unwrap_or_else(|e| {
-                    panic!("corrupt packet ({} of {}): {e}", packet.len(), bytes.len())
-                });
-                assert_eq!(
-                    sent_path.get(&seq),
-                    Some(&meta.path),
-                    "seq {seq} arrived on the wrong path"
-                );
+                let seq = check(packet)
+                    .unwrap_or_else(|e| panic!("corrupt packet ({} of {}): {e}", packet.len(), bytes.len()));
+                assert_eq!(sent_path.get(&seq), Some(&meta.path), "seq {seq} arrived on the wrong path");
                 assert!(!received[seq as usize], "seq {seq} arrived twice");
                 received[seq as usize] = true;
                 received_count += 1;
@@ -216,11 +168,7 @@ fn exchange_plain_on_all_paths() {
     assert_eq!(a.caps().gso_max_segments, 1);
     let report = exchange(&mut a, &mut b, false, 1);
     assert_eq!(report.coalesced_datagrams, 0);
-    println!(
-        "plain: {report:?}, sender {:?}, receiver {:?}",
-        a.stats(),
-        b.stats()
-    );
+    println!("plain: {report:?}, sender {:?}, receiver {:?}", a.stats(), b.stats());
 }
 
 #[test]
@@ -240,12 +188,7 @@ fn exchange_gso_gro() {
         return;
     }
     let report = exchange(&mut a, &mut b, true, 3);
-    println!(
-        "gso+gro: caps {:?}, {report:?}, sender {:?}, receiver {:?}",
-        b.caps(),
-        a.stats(),
-        b.stats()
-    );
+    println!("gso+gro: caps {:?}, {report:?}, sender {:?}, receiver {:?}", b.caps(), a.stats(), b.stats());
 }
 
 #[test]
@@ -257,10 +200,7 @@ fn exchange_gso_without_gro() {
         return;
     }
     let report = exchange(&mut a, &mut b, true, 4);
-    assert_eq!(
-        report.coalesced_datagrams, 0,
-        "no GRO asked for, none delivered"
-    );
+    assert_eq!(report.coalesced_datagrams, 0, "no GRO asked for, none delivered");
 }
 
 #[test]
@@ -288,41 +228,14 @@ fn bad_sends_are_errors_and_send_nothing() {
     let cases: Vec<(TxDatagram<'_>, &str)> = vec![
         (TxDatagram::new(0, dst, &huge), "too large"),
         (TxDatagram::new(PATHS, dst, &ok), "unknown path"),
-        (
-            TxDatagram {
-                segment_bytes: Some(0),
-                ..TxDatagram::new(0, dst, &ok)
-            },
-            "zero segment",
-        ),
-        (
-            TxDatagram {
-                segment_bytes: Some(100),
-                ..TxDatagram::new(0, dst, &many)
-            },
-            "65 segments",
-        ),
-        (
-            TxDatagram {
-                segment_bytes: Some(u16::MAX),
-                ..TxDatagram::new(0, dst, &ok)
-            },
-            "segment over max payload",
-        ),
-        (
-            TxDatagram::new(
-                0,
-                SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), dst.port()),
-                &ok,
-            ),
-            "family mismatch",
-        ),
+        (TxDatagram { segment_bytes: Some(0), ..TxDatagram::new(0, dst, &ok) }, "zero segment"),
+        (TxDatagram { segment_bytes: Some(100), ..TxDatagram::new(0, dst, &many) }, "65 segments"),
+        (TxDatagram { segment_bytes: Some(u16::MAX), ..TxDatagram::new(0, dst, &ok) }, "segment over max payload"),
+        (TxDatagram::new(0, SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), dst.port()), &ok), "family mismatch"),
     ];
     for (bad, what) in cases {
         // A good datagram first: the bad one must fail the whole batch.
-        let err = a
-            .send_batch(&[TxDatagram::new(0, dst, &ok), bad])
-            .unwrap_err();
+        let err = a.send_batch(&[TxDatagram::new(0, dst, &ok), bad]).unwrap_err();
         println!("{what}: {err}");
         match (what, &err) {
             ("too large", DatapathError::MessageTooLarge { .. })
@@ -343,11 +256,7 @@ fn empty_and_maximum_datagrams_pass() {
     let mut b = bind(false, true);
     let dst = b.local_addr(1).unwrap();
     let max = vec![0xA5u8; a.caps().max_payload_bytes];
-    assert_eq!(
-        a.send_batch(&[TxDatagram::new(1, dst, &[]), TxDatagram::new(1, dst, &max)])
-            .unwrap(),
-        2
-    );
+    assert_eq!(a.send_batch(&[TxDatagram::new(1, dst, &[]), TxDatagram::new(1, dst, &max)]).unwrap(), 2);
     let mut bufs = b.alloc_rx_buffers(4).unwrap();
     let mut got = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -365,69 +274,35 @@ fn empty_and_maximum_datagrams_pass() {
 fn small_rx_buffers_are_refused() {
     let mut b = bind(false, true);
     let mut bufs = RxBuffers::new(4, 1500).unwrap();
-    assert!(matches!(
-        b.recv_batch(&mut bufs, 4),
-        Err(DatapathError::RxSlotTooSmall { .. })
-    ));
+    assert!(matches!(b.recv_batch(&mut bufs, 4), Err(DatapathError::RxSlotTooSmall { .. })));
 }
 
 #[test]
 fn bind_conflict_names_the_address() {
     let a = bind(false, false);
     let taken = a.local_addr(0).unwrap();
-    let err = UdpDatapath::bind(UdpConfig {
-        base_port: taken.port(),
-        path_count: 1,
-        ..UdpConfig::default()
-    })
-    .unwrap_err();
-    assert!(
-        matches!(err, DatapathError::Bind { path: 0, addr, .. } if addr == taken),
-        "{err:?}"
-    );
+    let err =
+        UdpDatapath::bind(UdpConfig { base_port: taken.port(), path_count: 1, ..UdpConfig::default() }).unwrap_err();
+    assert!(matches!(err, DatapathError::Bind { path: 0, addr, .. } if addr == taken), "{err:?}");
     assert!(err.to_string().contains(&taken.to_string()));
 }
 
 #[test]
 fn config_is_validated_and_overridable() {
     let bad = [
-        UdpConfig {
-            path_count: 0,
-            ..UdpConfig::default()
-        },
-        UdpConfig {
-            path_count: UDP_PATHS_MAX + 1,
-            ..UdpConfig::default()
-        },
-        UdpConfig {
-            base_port: 65_535,
-            path_count: 2,
-            ..UdpConfig::default()
-        },
-        UdpConfig {
-            recv_buffer_bytes: 0,
-            ..UdpConfig::default()
-        },
+        UdpConfig { path_count: 0, ..UdpConfig::default() },
+        UdpConfig { path_count: UDP_PATHS_MAX + 1, ..UdpConfig::default() },
+        UdpConfig { base_port: 65_535, path_count: 2, ..UdpConfig::default() },
+        UdpConfig { recv_buffer_bytes: 0, ..UdpConfig::default() },
     ];
     for config in bad {
-        assert!(matches!(
-            UdpDatapath::bind(config),
-            Err(DatapathError::InvalidConfig(_))
-        ));
+        assert!(matches!(UdpDatapath::bind(config), Err(DatapathError::InvalidConfig(_))));
     }
-    let env: HashMap<&str, &str> =
-        [("ACCORD_NET_UDP_PATHS", "7"), ("ACCORD_NET_UDP_GSO", "0")].into();
-    let config = UdpConfig::default()
-        .with_overrides_from(|k| env.get(k).map(|v| v.to_string()))
-        .unwrap();
-    assert_eq!(
-        (config.path_count, config.gso, config.gro),
-        (7, false, true)
-    );
+    let env: HashMap<&str, &str> = [("ACCORD_NET_UDP_PATHS", "7"), ("ACCORD_NET_UDP_GSO", "0")].into();
+    let config = UdpConfig::default().with_overrides_from(|k| env.get(k).map(|v| v.to_string())).unwrap();
+    assert_eq!((config.path_count, config.gso, config.gro), (7, false, true));
     let env: HashMap<&str, &str> = [("ACCORD_NET_UDP_GRO", "maybe")].into();
-    assert!(UdpConfig::default()
-        .with_overrides_from(|k| env.get(k).map(|v| v.to_string()))
-        .is_err());
+    assert!(UdpConfig::default().with_overrides_from(|k| env.get(k).map(|v| v.to_string())).is_err());
 }
 
 #[test]
@@ -436,10 +311,7 @@ fn wait_readable_times_out_then_wakes() {
     let mut b = bind(false, false);
     assert!(!b.wait_readable(Duration::from_millis(10)).unwrap());
     let dst = b.local_addr(3).unwrap();
-    assert_eq!(
-        a.send_batch(&[TxDatagram::new(3, dst, b"wake")]).unwrap(),
-        1
-    );
+    assert_eq!(a.send_batch(&[TxDatagram::new(3, dst, b"wake")]).unwrap(), 1);
     assert!(b.wait_readable(Duration::from_secs(5)).unwrap());
 }
 
@@ -453,17 +325,12 @@ fn ecn_ce_is_reported() {
     let dst = b.local_addr(2).unwrap();
     // A plain socket that marks its packets CE, as a congested switch would.
     let marker = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
-    marker
-        .bind(&SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0).into())
-        .unwrap();
+    marker.bind(&SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0).into()).unwrap();
     marker.set_tos(ECN_CE.into()).unwrap();
     marker.send_to(b"marked", &dst.into()).unwrap();
     // And our own ECT(0) send, which must not read as CE.
     let mut a = bind(false, false);
-    let ect = TxDatagram {
-        ecn_capable: true,
-        ..TxDatagram::new(2, dst, b"capable")
-    };
+    let ect = TxDatagram { ecn_capable: true, ..TxDatagram::new(2, dst, b"capable") };
     assert_eq!(a.send_batch(&[ect]).unwrap(), 1);
     let mut bufs = b.alloc_rx_buffers(4).unwrap();
     let mut seen = HashMap::new();
@@ -488,9 +355,7 @@ fn wrappers_compose_over_udp_and_cut_from_another_thread() {
     let boxed: Box<dyn Datapath> = Box::new(injector);
     let mut a = TracingDatapath::new(boxed, TraceConfig::default()).unwrap();
     let mut b = bind(false, false);
-    std::thread::spawn(move || assert!(control.cut_path(2)))
-        .join()
-        .unwrap();
+    std::thread::spawn(move || assert!(control.cut_path(2))).join().unwrap();
     let payloads: Vec<[u8; 4]> = (0..400u32).map(u32::to_le_bytes).collect();
     let dsts: Vec<SocketAddr> = (0..PATHS).map(|p| b.local_addr(p).unwrap()).collect();
     let batch: Vec<TxDatagram<'_>> = payloads
@@ -505,9 +370,7 @@ fn wrappers_compose_over_udp_and_cut_from_another_thread() {
     while per_path.iter().sum::<usize>() < 300 {
         assert!(Instant::now() < deadline, "stalled at {per_path:?}");
         if sent < batch.len() {
-            sent += a
-                .send_batch(&batch[sent..(sent + 32).min(batch.len())])
-                .unwrap();
+            sent += a.send_batch(&batch[sent..(sent + 32).min(batch.len())]).unwrap();
         }
         b.recv_batch(&mut bufs, 64).unwrap();
         for (_, meta) in bufs.iter() {
@@ -518,9 +381,5 @@ fn wrappers_compose_over_udp_and_cut_from_another_thread() {
     b.recv_batch(&mut bufs, 64).unwrap();
     assert!(bufs.is_empty(), "nothing beyond the uncut paths' 300");
     assert_eq!(per_path, [100, 100, 0, 100]);
-    assert_eq!(
-        a.counters().path(2).unwrap().tx_packets,
-        100,
-        "the tracer above the cut saw them"
-    );
+    assert_eq!(a.counters().path(2).unwrap().tx_packets, 100, "the tracer above the cut saw them");
 }

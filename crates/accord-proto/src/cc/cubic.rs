@@ -93,20 +93,11 @@ impl Cubic {
     /// treated as one byte so the arithmetic stays defined).
     pub fn new(cfg: CubicConfig, mss_bytes: u32) -> Self {
         let mss = f64::from(mss_bytes.max(1));
-        let beta = if cfg.beta.is_finite() {
-            cfg.beta.clamp(0.05, 0.95)
-        } else {
-            0.7
-        };
-        let c = if cfg.c.is_finite() {
-            cfg.c.max(1e-12)
-        } else {
-            0.4
-        };
+        let beta = if cfg.beta.is_finite() { cfg.beta.clamp(0.05, 0.95) } else { 0.7 };
+        let c = if cfg.c.is_finite() { cfg.c.max(1e-12) } else { 0.4 };
         let min_window_bytes = f64::from(cfg.min_window_packets.max(1)) * mss;
         let max_window_bytes = (cfg.max_window_bytes as f64).max(min_window_bytes);
-        let initial =
-            (f64::from(cfg.initial_window_packets) * mss).clamp(min_window_bytes, max_window_bytes);
+        let initial = (f64::from(cfg.initial_window_packets) * mss).clamp(min_window_bytes, max_window_bytes);
         Cubic {
             mss_bytes: mss,
             beta,
@@ -157,9 +148,7 @@ impl Cubic {
     }
 
     fn clamp_window(&mut self) {
-        self.window_bytes = self
-            .window_bytes
-            .clamp(self.min_window_bytes, self.max_window_bytes);
+        self.window_bytes = self.window_bytes.clamp(self.min_window_bytes, self.max_window_bytes);
     }
 
     /// `K = ∛((W_max − W_epoch) / C)` in RTTs, with both windows in packets.
@@ -209,11 +198,7 @@ impl Cubic {
 
         // Reno-friendly estimate (RFC 9438 §4.3): grows by alpha packets per window acked,
         // alpha = 3(1 − β)/(1 + β) below W_max so it matches Reno's average rate, 1 above.
-        let alpha = if self.w_est_bytes < self.w_max_bytes {
-            3.0 * (1.0 - self.beta) / (1.0 + self.beta)
-        } else {
-            1.0
-        };
+        let alpha = if self.w_est_bytes < self.w_max_bytes { 3.0 * (1.0 - self.beta) / (1.0 + self.beta) } else { 1.0 };
         self.w_est_bytes += alpha * self.mss_bytes * acked_share;
 
         if self.rtt_smoothed.is_zero() {
@@ -223,16 +208,13 @@ impl Cubic {
             return;
         }
         let t_rtts = (now - epoch_start).as_nanos() as f64 / self.rtt_smoothed.as_nanos() as f64;
-        let w_cubic_bytes = |t: f64| {
-            (self.c * (t - self.k_rtts).powi(3) * self.mss_bytes + self.w_max_bytes).max(0.0)
-        };
+        let w_cubic_bytes = |t: f64| (self.c * (t - self.k_rtts).powi(3) * self.mss_bytes + self.w_max_bytes).max(0.0);
         if w_cubic_bytes(t_rtts) < self.w_est_bytes {
             // Reno-friendly region: a Reno flow would have a larger window by now.
             self.window_bytes = self.window_bytes.max(self.w_est_bytes);
         } else {
             // Aim at where the curve will be one RTT from now, never more than 1.5× per RTT.
-            let target =
-                w_cubic_bytes(t_rtts + 1.0).clamp(self.window_bytes, 1.5 * self.window_bytes);
+            let target = w_cubic_bytes(t_rtts + 1.0).clamp(self.window_bytes, 1.5 * self.window_bytes);
             self.window_bytes += (target - self.window_bytes) * acked_share;
         }
         self.clamp_window();
@@ -242,9 +224,7 @@ impl Cubic {
 /// Whether the sender was using enough of its window for an ACK to justify growth: the bytes
 /// in flight before this frame were at least half the window.
 pub(super) fn window_limited(event: &AckEvent, window_bytes: f64) -> bool {
-    let in_flight_before = event
-        .bytes_in_flight
-        .saturating_add(event.newly_acked_bytes);
+    let in_flight_before = event.bytes_in_flight.saturating_add(event.newly_acked_bytes);
     2.0 * in_flight_before as f64 >= window_bytes
 }
 

@@ -21,9 +21,7 @@ impl FixedWindow {
     /// A controller that always allows `window_bytes` in flight. Zero is raised to one byte so
     /// the connection can always make progress (the caller sends at least one packet).
     pub fn new(window_bytes: u64) -> Self {
-        FixedWindow {
-            window_bytes: window_bytes.max(1),
-        }
+        FixedWindow { window_bytes: window_bytes.max(1) }
     }
 }
 

@@ -139,7 +139,9 @@ pub enum CcKind {
     Cubic(CubicConfig),
     Swift(SwiftConfig),
     /// A constant window, in bytes. For tests and for baselines.
-    Fixed { window_bytes: u64 },
+    Fixed {
+        window_bytes: u64,
+    },
 }
 
 /// Error for an unknown congestion-control name.

@@ -132,8 +132,7 @@ impl Swift {
         } else {
             (0.0, 0.0)
         };
-        let fixed_target_nanos =
-            nanos(cfg.base_target_delay) + f64::from(cfg.hops) * nanos(cfg.hop_scale_per_hop);
+        let fixed_target_nanos = nanos(cfg.base_target_delay) + f64::from(cfg.hops) * nanos(cfg.hop_scale_per_hop);
         Swift {
             mss_bytes: mss,
             fixed_target_nanos,
@@ -145,8 +144,7 @@ impl Swift {
             max_decrease_factor: finite_or(cfg.max_decrease_factor, 0.5).clamp(0.0, 0.99),
             min_window_packets,
             max_window_packets,
-            window_packets: finite_or(cfg.initial_window_packets, 32.0)
-                .clamp(min_window_packets, max_window_packets),
+            window_packets: finite_or(cfg.initial_window_packets, 32.0).clamp(min_window_packets, max_window_packets),
             last_decrease: None,
             rtt_smoothed: Duration::ZERO,
         }
@@ -165,15 +163,12 @@ impl Swift {
     }
 
     fn target_delay_nanos(&self) -> f64 {
-        let fs = (self.fs_alpha / self.window_packets.sqrt() + self.fs_beta)
-            .clamp(0.0, self.fs_range_nanos);
+        let fs = (self.fs_alpha / self.window_packets.sqrt() + self.fs_beta).clamp(0.0, self.fs_range_nanos);
         self.fixed_target_nanos + fs
     }
 
     fn clamp_window(&mut self) {
-        self.window_packets = self
-            .window_packets
-            .clamp(self.min_window_packets, self.max_window_packets);
+        self.window_packets = self.window_packets.clamp(self.min_window_packets, self.max_window_packets);
     }
 
     /// Whether a decrease is allowed now: at most one per RTT, so the reaction to one queue
@@ -216,9 +211,7 @@ impl CongestionControl for Swift {
             return None;
         }
         // One window per RTT; before any RTT sample the target delay is the best guess.
-        let rtt = self
-            .rtt_or(self.target_delay())
-            .max(Duration::from_nanos(1));
+        let rtt = self.rtt_or(self.target_delay()).max(Duration::from_nanos(1));
         let rate = self.window_packets * self.mss_bytes / rtt.as_secs_f64();
         Some((rate as u64).max(1))
     }
@@ -244,9 +237,7 @@ impl CongestionControl for Swift {
             }
             // Under target, or no sample to judge by: only ever increase.
             _ => {
-                if acked_packets <= 0.0
-                    || !window_limited(event, self.window_packets * self.mss_bytes)
-                {
+                if acked_packets <= 0.0 || !window_limited(event, self.window_packets * self.mss_bytes) {
                     return;
                 }
                 let ai = self.additive_increase_packets;

@@ -45,12 +45,7 @@ fn packets(cc: &impl CongestionControl) -> f64 {
 
 /// Drives one RTT of ACKs starting at `start_us`: the window at the start of the round is
 /// acknowledged in `frames` equal ACK frames spread over the round.
-fn one_round(
-    cc: &mut impl CongestionControl,
-    start_us: f64,
-    frames: u64,
-    rtt_sample: Option<Duration>,
-) {
+fn one_round(cc: &mut impl CongestionControl, start_us: f64, frames: u64, rtt_sample: Option<Duration>) {
     let window_packets = (cc.window_bytes() / u64::from(MSS)).max(1);
     let per_frame = window_packets.div_ceil(frames).max(1);
     let mut acked = 0;
@@ -66,13 +61,7 @@ fn one_round(
 }
 
 fn cubic_with(initial_window_packets: u32) -> Cubic {
-    Cubic::new(
-        CubicConfig {
-            initial_window_packets,
-            ..CubicConfig::default()
-        },
-        MSS,
-    )
+    Cubic::new(CubicConfig { initial_window_packets, ..CubicConfig::default() }, MSS)
 }
 
 // ---------------------------------------------------------------- CUBIC
@@ -157,11 +146,7 @@ fn cubic_regains_w_max_within_k_rtts() {
     assert!((packets(&cc) - 700.0).abs() < 0.01);
     // K = cbrt((W_max - beta * W_max) / C) in RTTs.
     let k_expected = (300.0f64 / 0.4).cbrt();
-    assert!(
-        (cc.k_rtts() - k_expected).abs() < 1e-9,
-        "K = {}",
-        cc.k_rtts()
-    );
+    assert!((cc.k_rtts() - k_expected).abs() < 1e-9, "K = {}", cc.k_rtts());
 
     let rounds = k_expected.ceil() as u64 + 2;
     for round in 0..rounds {
@@ -174,21 +159,14 @@ fn cubic_regains_w_max_within_k_rtts() {
         }
     }
     let w = packets(&cc);
-    assert!(
-        w >= 0.97 * w_max && w <= 1.1 * w_max,
-        "after {rounds} rounds: {w}"
-    );
+    assert!(w >= 0.97 * w_max && w <= 1.1 * w_max, "after {rounds} rounds: {w}");
 }
 
 #[test]
 fn cubic_reno_friendly_floor_applies_when_the_curve_is_flat() {
     // With a tiny C the cubic curve barely moves for many RTTs; the Reno estimate must still
     // grow the window by about 3(1 - beta)/(1 + beta) = 0.53 packets per RTT.
-    let cfg = CubicConfig {
-        initial_window_packets: 1000,
-        c: 1e-9,
-        ..CubicConfig::default()
-    };
+    let cfg = CubicConfig { initial_window_packets: 1000, c: 1e-9, ..CubicConfig::default() };
     let mut cc = Cubic::new(cfg, MSS);
     cc.on_loss(&loss(at_us(0.0)));
     for round in 0..20 {
@@ -215,22 +193,13 @@ fn cubic_rto_collapses_then_slow_starts_to_ssthresh() {
     while cc.in_slow_start() {
         frames += 1;
         assert!(frames <= 68, "slow start grows one packet per packet acked");
-        cc.on_ack(&ack(
-            at_us(2.0 + 0.1 * frames as f64),
-            1,
-            cc.window_bytes(),
-            Some(RTT),
-        ));
+        cc.on_ack(&ack(at_us(2.0 + 0.1 * frames as f64), 1, cc.window_bytes(), Some(RTT)));
     }
     assert_eq!(frames, 68);
     assert_eq!(packets(&cc), 70.0);
     // Then congestion avoidance climbs back toward the old W_max, not past it at once.
     one_round(&mut cc, 20.0, 2, Some(RTT));
-    assert!(
-        packets(&cc) > 70.0 && packets(&cc) < 100.0,
-        "{}",
-        packets(&cc)
-    );
+    assert!(packets(&cc) > 70.0 && packets(&cc) < 100.0, "{}", packets(&cc));
 }
 
 #[test]
@@ -257,10 +226,7 @@ fn cubic_window_stays_within_bounds() {
     }
     assert_eq!(packets(&cc), 2.0);
 
-    let cfg = CubicConfig {
-        max_window_bytes: 100 * u64::from(MSS),
-        ..CubicConfig::default()
-    };
+    let cfg = CubicConfig { max_window_bytes: 100 * u64::from(MSS), ..CubicConfig::default() };
     let mut cc = Cubic::new(cfg, MSS);
     for round in 0..10 {
         one_round(&mut cc, 10.0 * round as f64, 4, Some(RTT));
@@ -277,10 +243,7 @@ fn cubic_ecn_reduces_once_per_rtt() {
     assert!((packets(&cc) - 70.0).abs() < 0.01);
     ev.now = at_us(5.0);
     cc.on_ack(&ev);
-    assert!(
-        (packets(&cc) - 70.0).abs() < 0.01,
-        "no second reduction within one RTT"
-    );
+    assert!((packets(&cc) - 70.0).abs() < 0.01, "no second reduction within one RTT");
     ev.now = at_us(11.0);
     cc.on_ack(&ev);
     assert!((packets(&cc) - 49.0).abs() < 0.01);
@@ -288,11 +251,7 @@ fn cubic_ecn_reduces_once_per_rtt() {
 
 #[test]
 fn cubic_ecn_ignored_when_disabled() {
-    let cfg = CubicConfig {
-        initial_window_packets: 100,
-        ecn_as_loss: false,
-        ..CubicConfig::default()
-    };
+    let cfg = CubicConfig { initial_window_packets: 100, ecn_as_loss: false, ..CubicConfig::default() };
     let mut cc = Cubic::new(cfg, MSS);
     let mut ev = ack(at_us(1.0), 10, cc.window_bytes(), Some(RTT));
     ev.ecn_ce_packets = 10;
@@ -317,51 +276,22 @@ fn swift_defaults_and_target_delay() {
     assert_eq!(cc.pacing_rate_bytes_per_sec(), None);
     // Flow scaling at 32 packets: between nothing (>= 100 packets) and the full 50 µs range.
     let t = cc.target_delay();
-    assert!(
-        t > Duration::from_micros(27) && t < Duration::from_micros(77),
-        "{t:?}"
-    );
+    assert!(t > Duration::from_micros(27) && t < Duration::from_micros(77), "{t:?}");
 
-    let big = Swift::new(
-        SwiftConfig {
-            initial_window_packets: 200.0,
-            ..cfg.clone()
-        },
-        MSS,
-    );
+    let big = Swift::new(SwiftConfig { initial_window_packets: 200.0, ..cfg.clone() }, MSS);
     assert_eq!(big.target_delay(), Duration::from_micros(27));
-    let tiny = Swift::new(
-        SwiftConfig {
-            initial_window_packets: 0.05,
-            ..cfg.clone()
-        },
-        MSS,
-    );
+    let tiny = Swift::new(SwiftConfig { initial_window_packets: 0.05, ..cfg.clone() }, MSS);
     assert_eq!(tiny.target_delay(), Duration::from_micros(77));
-    let at_fs_min = Swift::new(
-        SwiftConfig {
-            initial_window_packets: 0.1,
-            ..cfg
-        },
-        MSS,
-    );
+    let at_fs_min = Swift::new(SwiftConfig { initial_window_packets: 0.1, ..cfg }, MSS);
     let diff = at_fs_min.target_delay().abs_diff(Duration::from_micros(77));
-    assert!(
-        diff <= Duration::from_nanos(1),
-        "{:?}",
-        at_fs_min.target_delay()
-    );
+    assert!(diff <= Duration::from_nanos(1), "{:?}", at_fs_min.target_delay());
 }
 
 #[test]
 fn swift_grows_by_one_packet_per_rtt_under_target() {
     let mut cc = swift();
     one_round(&mut cc, 0.0, 32, Some(RTT));
-    assert!(
-        (cc.window_packets() - 33.0).abs() < 0.05,
-        "{}",
-        cc.window_packets()
-    );
+    assert!((cc.window_packets() - 33.0).abs() < 0.05, "{}", cc.window_packets());
     // Without an RTT sample there is nothing to judge by: increase only.
     let w = cc.window_packets();
     cc.on_ack(&ack(at_us(20.0), 4, cc.window_bytes(), None));
@@ -370,59 +300,27 @@ fn swift_grows_by_one_packet_per_rtt_under_target() {
 
 #[test]
 fn swift_shrinks_over_target_in_proportion_once_per_rtt() {
-    let mut cc = Swift::new(
-        SwiftConfig {
-            initial_window_packets: 200.0,
-            ..Default::default()
-        },
-        MSS,
-    );
+    let mut cc = Swift::new(SwiftConfig { initial_window_packets: 200.0, ..Default::default() }, MSS);
     let target = cc.target_delay();
     assert_eq!(target, Duration::from_micros(27));
     // Delay 2x target: factor 1 - 0.8 * (54 - 27) / 54 = 0.6.
     cc.on_ack(&ack(at_us(1.0), 1, cc.window_bytes(), Some(2 * target)));
-    assert!(
-        (cc.window_packets() - 120.0).abs() < 1e-9,
-        "{}",
-        cc.window_packets()
-    );
+    assert!((cc.window_packets() - 120.0).abs() < 1e-9, "{}", cc.window_packets());
     cc.on_ack(&ack(at_us(5.0), 1, cc.window_bytes(), Some(2 * target)));
-    assert!(
-        (cc.window_packets() - 120.0).abs() < 1e-9,
-        "at most one decrease per RTT"
-    );
+    assert!((cc.window_packets() - 120.0).abs() < 1e-9, "at most one decrease per RTT");
     // A slight overshoot a round later gives a slight decrease.
     let w = cc.window_packets();
     let delay = target + Duration::from_micros(3); // 30 µs, target still 27 µs at 120 packets
     cc.on_ack(&ack(at_us(11.0), 1, cc.window_bytes(), Some(delay)));
     let expected = w * (1.0 - 0.8 * 3.0 / 30.0);
-    assert!(
-        (cc.window_packets() - expected).abs() < 1e-9,
-        "{}",
-        cc.window_packets()
-    );
+    assert!((cc.window_packets() - expected).abs() < 1e-9, "{}", cc.window_packets());
 }
 
 #[test]
 fn swift_caps_decrease_at_max_mdf() {
-    let mut cc = Swift::new(
-        SwiftConfig {
-            initial_window_packets: 200.0,
-            ..Default::default()
-        },
-        MSS,
-    );
-    cc.on_ack(&ack(
-        at_us(1.0),
-        1,
-        cc.window_bytes(),
-        Some(Duration::from_millis(10)),
-    ));
-    assert!(
-        (cc.window_packets() - 100.0).abs() < 1e-9,
-        "{}",
-        cc.window_packets()
-    );
+    let mut cc = Swift::new(SwiftConfig { initial_window_packets: 200.0, ..Default::default() }, MSS);
+    cc.on_ack(&ack(at_us(1.0), 1, cc.window_bytes(), Some(Duration::from_millis(10))));
+    assert!((cc.window_packets() - 100.0).abs() < 1e-9, "{}", cc.window_packets());
 }
 
 #[test]
@@ -440,29 +338,17 @@ fn swift_loss_halves_once_per_rtt_and_rto_goes_to_min() {
 
 #[test]
 fn swift_paces_below_one_packet() {
-    let mut cc = Swift::new(
-        SwiftConfig {
-            initial_window_packets: 0.5,
-            ..Default::default()
-        },
-        MSS,
-    );
+    let mut cc = Swift::new(SwiftConfig { initial_window_packets: 0.5, ..Default::default() }, MSS);
     cc.on_ack(&ack(at_us(1.0), 0, 0, None)); // learns the 10 µs smoothed RTT, acks nothing
     assert_eq!(cc.window_packets(), 0.5);
     // The window is never reported below one packet; pacing carries the fraction.
     assert_eq!(cc.window_bytes(), u64::from(MSS));
-    let rate = cc
-        .pacing_rate_bytes_per_sec()
-        .expect("paced below one packet");
+    let rate = cc.pacing_rate_bytes_per_sec().expect("paced below one packet");
     assert_eq!(rate, (0.5 * MSS_F / 10e-6) as u64);
 
     // Below one packet, additive increase is not divided by the window.
     cc.on_ack(&ack(at_us(20.0), 1, cc.window_bytes(), Some(RTT)));
-    assert!(
-        (cc.window_packets() - 1.5).abs() < 1e-9,
-        "{}",
-        cc.window_packets()
-    );
+    assert!((cc.window_packets() - 1.5).abs() < 1e-9, "{}", cc.window_packets());
     assert_eq!(cc.pacing_rate_bytes_per_sec(), None);
 
     // Repeated losses push it down to the fractional minimum, still paced.
@@ -470,19 +356,12 @@ fn swift_paces_below_one_packet() {
         cc.on_loss(&loss(at_us(30.0 + 10.0 * i as f64)));
     }
     assert_eq!(cc.window_packets(), 0.01);
-    assert_eq!(
-        cc.pacing_rate_bytes_per_sec(),
-        Some((0.01 * MSS_F / 10e-6) as u64)
-    );
+    assert_eq!(cc.pacing_rate_bytes_per_sec(), Some((0.01 * MSS_F / 10e-6) as u64));
 }
 
 #[test]
 fn swift_window_capped_at_max() {
-    let cfg = SwiftConfig {
-        initial_window_packets: 10.0,
-        max_window_bytes: 10 * u64::from(MSS),
-        ..Default::default()
-    };
+    let cfg = SwiftConfig { initial_window_packets: 10.0, max_window_bytes: 10 * u64::from(MSS), ..Default::default() };
     let mut cc = Swift::new(cfg, MSS);
     one_round(&mut cc, 0.0, 2, Some(RTT));
     assert_eq!(cc.window_packets(), 10.0);
@@ -498,33 +377,16 @@ fn fixed_window_is_constant() {
     cc.on_ack(&ack(at_us(3.0), 10, 1 << 20, Some(RTT)));
     assert_eq!(cc.window_bytes(), 1 << 20);
     assert_eq!(cc.pacing_rate_bytes_per_sec(), None);
-    assert_eq!(
-        FixedWindow::default().window_bytes(),
-        FixedWindow::DEFAULT_WINDOW_BYTES
-    );
+    assert_eq!(FixedWindow::default().window_bytes(), FixedWindow::DEFAULT_WINDOW_BYTES);
     assert_eq!(FixedWindow::DEFAULT_WINDOW_BYTES, 4 * 1024 * 1024);
 }
 
 #[test]
 fn cc_kind_from_name_is_case_insensitive_and_rejects_others() {
-    assert_eq!(
-        CcKind::from_name("cubic"),
-        Ok(CcKind::Cubic(CubicConfig::default()))
-    );
-    assert_eq!(
-        CcKind::from_name("CUBIC"),
-        Ok(CcKind::Cubic(CubicConfig::default()))
-    );
-    assert_eq!(
-        CcKind::from_name("Swift"),
-        Ok(CcKind::Swift(SwiftConfig::default()))
-    );
-    assert_eq!(
-        CcKind::from_name(" fixed "),
-        Ok(CcKind::Fixed {
-            window_bytes: FixedWindow::DEFAULT_WINDOW_BYTES
-        })
-    );
+    assert_eq!(CcKind::from_name("cubic"), Ok(CcKind::Cubic(CubicConfig::default())));
+    assert_eq!(CcKind::from_name("CUBIC"), Ok(CcKind::Cubic(CubicConfig::default())));
+    assert_eq!(CcKind::from_name("Swift"), Ok(CcKind::Swift(SwiftConfig::default())));
+    assert_eq!(CcKind::from_name(" fixed "), Ok(CcKind::Fixed { window_bytes: FixedWindow::DEFAULT_WINDOW_BYTES }));
     for bad in ["reno", "", "cubic2", "eqds"] {
         let err = CcKind::from_name(bad).unwrap_err();
         assert_eq!(err.name, bad);
@@ -534,21 +396,16 @@ fn cc_kind_from_name_is_case_insensitive_and_rejects_others() {
 
 #[test]
 fn cc_kind_builds_the_named_controller() {
-    for (name, window) in [
-        ("cubic", 32 * u64::from(MSS)),
-        ("swift", 32 * u64::from(MSS)),
-        ("fixed", FixedWindow::DEFAULT_WINDOW_BYTES),
-    ] {
+    for (name, window) in
+        [("cubic", 32 * u64::from(MSS)), ("swift", 32 * u64::from(MSS)), ("fixed", FixedWindow::DEFAULT_WINDOW_BYTES)]
+    {
         let c = CcKind::from_name(name).unwrap().build(MSS);
         assert_eq!(c.name(), name);
         assert_eq!(c.window_bytes(), window);
     }
     let mut c = CcKind::from_name("cubic").unwrap().build(MSS);
     c.on_loss(&loss(at_us(1.0)));
-    assert!(
-        c.window_bytes() < 32 * u64::from(MSS),
-        "dispatch reaches the built-in"
-    );
+    assert!(c.window_bytes() < 32 * u64::from(MSS), "dispatch reaches the built-in");
 }
 
 /// A user policy: counts what it is told and derives its window from it.
@@ -613,32 +470,18 @@ fn controller_dispatches_to_a_custom_policy() {
     c.on_rto(at_us(3.0));
     c.on_credit(at_us(4.0), 7);
     assert_eq!(c.window_bytes(), u64::from(MSS) + 2000 + 7);
-    let rx = RxDataEvent {
-        now: at_us(5.0),
-        path: PathId(1),
-        payload_bytes: MSS,
-        ecn_ce: false,
-    };
+    let rx = RxDataEvent { now: at_us(5.0), path: PathId(1), payload_bytes: MSS, ecn_ce: false };
     c.on_data_received(&rx);
     c.on_data_received(&rx);
     c.on_retransmission_received(&rx);
     assert_eq!(c.pacing_rate_bytes_per_sec(), Some(201));
-    assert_eq!(
-        c.may_retransmit(at_us(6.0), PathId(0)),
-        RetransmitDecision::Later
-    );
-    assert_eq!(
-        c.may_retransmit(at_us(6.0), PathId(1)),
-        RetransmitDecision::Now
-    );
+    assert_eq!(c.may_retransmit(at_us(6.0), PathId(0)), RetransmitDecision::Later);
+    assert_eq!(c.may_retransmit(at_us(6.0), PathId(1)), RetransmitDecision::Now);
 }
 
 #[test]
 fn builtins_use_the_trait_defaults_for_unused_hooks() {
     let c = CcKind::from_name("swift").unwrap().build(MSS);
     assert_eq!(c.chunk_bytes(32768), 32768);
-    assert_eq!(
-        c.may_retransmit(at_us(0.0), PathId(3)),
-        RetransmitDecision::Now
-    );
+    assert_eq!(c.may_retransmit(at_us(0.0), PathId(3)), RetransmitDecision::Now);
 }

@@ -32,7 +32,11 @@ pub(crate) struct Peer {
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum State {
     /// We sent (or are about to send) a Hello.
-    Connecting { attempts: u32, next_attempt_at: Instant, hello_due: bool },
+    Connecting {
+        attempts: u32,
+        next_attempt_at: Instant,
+        hello_due: bool,
+    },
     Established,
     /// Failed or closed; kept until the endpoint reaps it.
     Ended,
@@ -136,7 +140,13 @@ impl Connection {
     }
 
     /// A connection a peer opened with `hello`; answers with a HelloAck.
-    pub(crate) fn accept(id: ConnectionId, config: ConnectionConfig, seed: u64, now: Instant, hello: &HelloRepr) -> Self {
+    pub(crate) fn accept(
+        id: ConnectionId,
+        config: ConnectionConfig,
+        seed: u64,
+        now: Instant,
+        hello: &HelloRepr,
+    ) -> Self {
         let mut conn = Connection::new(id, config, seed, now);
         conn.adopt_agreement(hello);
         conn.peer = Some(Peer { conn: hello.src_conn, token: hello.src_token });
@@ -382,7 +392,12 @@ impl Connection {
             return Err(format!("conn {:?}: {} packets sent beyond the window", self.id, self.stats.window_overruns));
         }
         if self.send.span() > self.config.recv_window_packets as u64 {
-            return Err(format!("conn {:?}: {} packet numbers in use, window {}", self.id, self.send.span(), self.config.recv_window_packets));
+            return Err(format!(
+                "conn {:?}: {} packet numbers in use, window {}",
+                self.id,
+                self.send.span(),
+                self.config.recv_window_packets
+            ));
         }
         Ok(())
     }

@@ -111,7 +111,8 @@ impl Connection {
                 }
                 if let Some(imm) = data.imm {
                     match known {
-                        Some((InboundStart::WriteWithImm { imm: seen }, msg_len, _)) if seen == imm && msg_len == data.msg_len => {}
+                        Some((InboundStart::WriteWithImm { imm: seen }, msg_len, _))
+                            if seen == imm && msg_len == data.msg_len => {}
                         Some(_) => return Verdict::Drop,
                         None if !self.inbound.has_room() => return Verdict::Drop,
                         None => self.inbound.start(data.op, InboundStart::WriteWithImm { imm }, data.msg_len),

@@ -252,7 +252,13 @@ impl Connection {
     }
 
     /// A probe answer: the path it came back on is alive.
-    pub(crate) fn handle_probe_ack(&mut self, now: Instant, rx: RxMeta, probe: &ProbeRepr, events: &mut VecDeque<Event>) {
+    pub(crate) fn handle_probe_ack(
+        &mut self,
+        now: Instant,
+        rx: RxMeta,
+        probe: &ProbeRepr,
+        events: &mut VecDeque<Event>,
+    ) {
         let Some(state) = self.paths.get(rx.path) else { return };
         if state.is_active() || probe.tx_time_ns > now.as_nanos() {
             return;
@@ -378,12 +384,8 @@ impl Connection {
                 continue;
             }
             self.note_losses(now, path, packets, bytes, true);
-            let quarantined = self.paths.on_timeout(
-                now,
-                path,
-                self.config.quarantine_after_timeouts,
-                self.config.probe_interval,
-            );
+            let quarantined =
+                self.paths.on_timeout(now, path, self.config.quarantine_after_timeouts, self.config.probe_interval);
             if quarantined {
                 // Everything still in flight on a dead path is lost: resend it elsewhere now
                 // rather than after the path's backed-off timeout.

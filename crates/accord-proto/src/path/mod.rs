@@ -100,10 +100,8 @@ impl PathState {
     /// packet when that is larger (a path that stopped answering looks slow before it times
     /// out), scaled up by recent loss.
     pub fn selection_cost(&self, now: Instant) -> Duration {
-        let age = self
-            .oldest_outstanding_sent_at
-            .map(|sent| now.saturating_duration_since(sent))
-            .unwrap_or(Duration::ZERO);
+        let age =
+            self.oldest_outstanding_sent_at.map(|sent| now.saturating_duration_since(sent)).unwrap_or(Duration::ZERO);
         let base = self.rtt.smoothed().max(age);
         base.mul_f64(1.0 + 8.0 * self.stats.loss_score)
     }

@@ -3,9 +3,9 @@
 //! of operations whose completion the receiver must notice (writes with an immediate, sends).
 
 mod inbound;
-mod window;
 #[cfg(test)]
 mod tests;
+mod window;
 
 pub use inbound::{InboundOps, InboundProgress, InboundStart};
 pub use window::{PsnClass, ReceiveWindow};

@@ -2,9 +2,9 @@
 //! order for loss detection) and the operations they carry.
 
 mod ops;
-mod window;
 #[cfg(test)]
 mod tests;
+mod window;
 
 pub use ops::{OpCompletion, OpError, OutboundOp, OutboundOps, PacketPlan, SubmitError};
 pub use window::{SendWindow, SentPacket};

@@ -116,7 +116,15 @@ impl OutboundOps {
         self.next_op += 1;
         self.ops.insert(
             op,
-            OutboundOp { kind, imm, len, next_offset: 0, first_packet_planned: false, packets_unresolved: 0, failure: None },
+            OutboundOp {
+                kind,
+                imm,
+                len,
+                next_offset: 0,
+                first_packet_planned: false,
+                packets_unresolved: 0,
+                failure: None,
+            },
         );
         self.pending.push_back(op);
         Ok(op)

@@ -21,10 +21,7 @@ pub struct SackBitmap {
 impl SackBitmap {
     /// An empty bitmap.
     pub const fn new() -> Self {
-        SackBitmap {
-            words: [0; SACK_WORDS],
-            len_bits: 0,
-        }
+        SackBitmap { words: [0; SACK_WORDS], len_bits: 0 }
     }
 
     /// Marks bit `index` (psn `cum_ack + 1 + index`). Returns `false` and changes nothing when
@@ -43,9 +40,7 @@ impl SackBitmap {
 
     /// Whether bit `index` is set; `false` beyond the bitmap.
     pub fn get(&self, index: usize) -> bool {
-        self.words
-            .get(index / 64)
-            .is_some_and(|word| (word >> (index % 64)) & 1 == 1)
+        self.words.get(index / 64).is_some_and(|word| (word >> (index % 64)) & 1 == 1)
     }
 
     /// One past the highest set bit (0 when empty): the span the wire encoding covers.
@@ -70,19 +65,16 @@ impl SackBitmap {
 
     /// Indices of the set bits, ascending.
     pub fn iter_set(&self) -> impl Iterator<Item = usize> {
-        self.words
-            .into_iter()
-            .enumerate()
-            .flat_map(|(w, mut word)| {
-                core::iter::from_fn(move || {
-                    if word == 0 {
-                        return None;
-                    }
-                    let bit = word.trailing_zeros() as usize;
-                    word &= word - 1;
-                    Some(w * 64 + bit)
-                })
+        self.words.into_iter().enumerate().flat_map(|(w, mut word)| {
+            core::iter::from_fn(move || {
+                if word == 0 {
+                    return None;
+                }
+                let bit = word.trailing_zeros() as usize;
+                word &= word - 1;
+                Some(w * 64 + bit)
             })
+        })
     }
 
     /// Bytes emit writes: the bitmap trimmed of trailing all-zero bytes.
@@ -92,9 +84,7 @@ impl SackBitmap {
 
     /// Byte `index` of the LSB-first wire encoding.
     fn wire_byte(&self, index: usize) -> u8 {
-        self.words
-            .get(index / 8)
-            .map_or(0, |word| word.to_le_bytes()[index % 8])
+        self.words.get(index / 8).map_or(0, |word| word.to_le_bytes()[index % 8])
     }
 
     /// Builds a bitmap from wire bytes (LSB-first); bytes beyond 128 are ignored.
@@ -114,9 +104,7 @@ impl SackBitmap {
             .enumerate()
             .rev()
             .find(|(_, w)| **w != 0)
-            .map_or(0, |(i, w)| {
-                (i * 64 + 64 - w.leading_zeros() as usize) as u16
-            });
+            .map_or(0, |(i, w)| (i * 64 + 64 - w.leading_zeros() as usize) as u16);
         sack
     }
 
@@ -131,10 +119,7 @@ impl SackBitmap {
 impl core::fmt::Debug for SackBitmap {
     /// Compact: a full bitmap would print sixteen words nobody reads.
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("SackBitmap")
-            .field("set", &self.count_set())
-            .field("len_bits", &self.len_bits)
-            .finish()
+        f.debug_struct("SackBitmap").field("set", &self.count_set()).field("len_bits", &self.len_bits).finish()
     }
 }
 
@@ -197,11 +182,7 @@ pub struct Rejection {
     pub reason: RejectReason,
 }
 
-const EMPTY_REJECTION: Rejection = Rejection {
-    psn: 0,
-    op: OpId(0),
-    reason: RejectReason::Other(0),
-};
+const EMPTY_REJECTION: Rejection = Rejection { psn: 0, op: OpId(0), reason: RejectReason::Other(0) };
 
 /// Up to [`MAX_REJECTIONS_PER_ACK`] rejections, stored inline so an Ack never allocates.
 /// Equality and `Debug` look at the live entries only.
@@ -220,10 +201,7 @@ impl Default for Rejections {
 impl Rejections {
     /// An empty list.
     pub const fn new() -> Self {
-        Rejections {
-            entries: [EMPTY_REJECTION; MAX_REJECTIONS_PER_ACK],
-            count: 0,
-        }
+        Rejections { entries: [EMPTY_REJECTION; MAX_REJECTIONS_PER_ACK], count: 0 }
     }
 
     /// Appends `rejection`; returns `false` (and drops it) when full, so the caller reports it
@@ -336,9 +314,7 @@ impl AckRepr {
 
     /// Bytes of the body after the common header.
     pub fn body_len(&self) -> usize {
-        field::ACK_SACK - field::HEADER_END
-            + self.sack.wire_len_bytes()
-            + field::rejection::LEN * self.rejections.len()
+        field::ACK_SACK - field::HEADER_END + self.sack.wire_len_bytes() + field::rejection::LEN * self.rejections.len()
     }
 
     /// Writes the body into a packet of at least `HEADER_LEN + body_len()` bytes.

@@ -58,10 +58,7 @@ pub struct ProbeRepr {
 impl ProbeRepr {
     /// Reads the body of a checked Probe / ProbeAck packet.
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Self {
-        ProbeRepr {
-            probe_id: packet.probe_id(),
-            tx_time_ns: packet.probe_tx_time_ns(),
-        }
+        ProbeRepr { probe_id: packet.probe_id(), tx_time_ns: packet.probe_tx_time_ns() }
     }
 
     /// Bytes of the body after the common header.
@@ -86,9 +83,7 @@ pub struct CloseRepr {
 impl CloseRepr {
     /// Reads the body of a checked Close packet.
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Self {
-        CloseRepr {
-            reason: packet.close_reason(),
-        }
+        CloseRepr { reason: packet.close_reason() }
     }
 
     /// Bytes of the body after the common header.

@@ -136,11 +136,7 @@ impl DataRepr {
         packet.set_data_msg_len(self.msg_len);
         packet.set_data_msg_offset(self.msg_offset);
         let (kind, region, key, region_offset) = match self.kind {
-            DataKind::Write {
-                region,
-                key,
-                region_offset,
-            } => (KIND_WRITE, region, key, region_offset),
+            DataKind::Write { region, key, region_offset } => (KIND_WRITE, region, key, region_offset),
             DataKind::Send => (KIND_SEND, RegionId(0), RegionKey(0), 0),
         };
         packet.set_data_kind_raw(kind);

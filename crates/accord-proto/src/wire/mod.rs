@@ -118,10 +118,7 @@ pub struct Header {
 impl Header {
     /// Reads the addressing fields of a checked packet.
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Self {
-        Header {
-            dst_conn: packet.dst_conn(),
-            token: packet.token(),
-        }
+        Header { dst_conn: packet.dst_conn(), token: packet.token() }
     }
 }
 
@@ -212,11 +209,7 @@ pub fn parse(datagram: &[u8]) -> Result<Parsed, WireError> {
         Repr::Data(_) => DATA_HEADER_LEN..datagram.len(),
         _ => 0..0,
     };
-    Ok(Parsed {
-        header,
-        repr,
-        payload,
-    })
+    Ok(Parsed { header, repr, payload })
 }
 
 /// Cheap demultiplexing before a full parse: checks only version, type and that the common
@@ -238,9 +231,7 @@ pub fn emit(header: &Header, repr: &Repr, out: &mut [u8]) -> Result<usize, WireE
     }
     let needed = repr.buffer_len();
     let got = out.len();
-    let buffer = out
-        .get_mut(..needed)
-        .ok_or(WireError::BufferTooSmall { needed, got })?;
+    let buffer = out.get_mut(..needed).ok_or(WireError::BufferTooSmall { needed, got })?;
     let mut packet = Packet::new_unchecked(buffer);
     packet.set_version(VERSION);
     packet.set_packet_type(repr.packet_type());

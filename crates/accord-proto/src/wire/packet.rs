@@ -15,9 +15,7 @@ use crate::ids::{ConnectionId, OpId, Psn, RegionId, RegionKey};
 pub(super) const SACK_BITMAP_BYTES_MAX: usize = SACK_BITMAP_BITS / 8;
 
 fn read<const N: usize>(data: &[u8], f: Field) -> [u8; N] {
-    data.get(f)
-        .and_then(|s| <[u8; N]>::try_from(s).ok())
-        .unwrap_or([0; N])
+    data.get(f).and_then(|s| <[u8; N]>::try_from(s).ok()).unwrap_or([0; N])
 }
 
 fn read_u8(data: &[u8], at: usize) -> u8 {
@@ -37,10 +35,7 @@ fn read_u64(data: &[u8], f: Field) -> u64 {
 }
 
 fn write<const N: usize>(data: &mut [u8], f: Field, bytes: [u8; N]) {
-    if let Some(dst) = data
-        .get_mut(f)
-        .and_then(|s| <&mut [u8; N]>::try_from(s).ok())
-    {
+    if let Some(dst) = data.get_mut(f).and_then(|s| <&mut [u8; N]>::try_from(s).ok()) {
         *dst = bytes;
     }
 }
@@ -55,10 +50,7 @@ fn write_u8(data: &mut [u8], at: usize, value: u8) {
 /// [`super::peek`].
 pub(super) fn check_header(data: &[u8]) -> Result<PacketType, WireError> {
     if data.len() < HEADER_LEN {
-        return Err(WireError::Truncated {
-            needed: HEADER_LEN,
-            got: data.len(),
-        });
+        return Err(WireError::Truncated { needed: HEADER_LEN, got: data.len() });
     }
     let version = read_u8(data, field::VERSION);
     if version != VERSION {
@@ -71,10 +63,7 @@ pub(super) fn check_header(data: &[u8]) -> Result<PacketType, WireError> {
 /// A fixed-size body must be exactly `end` bytes long: shorter is truncation, longer is junk.
 fn check_fixed(len: usize, end: usize) -> Result<(), WireError> {
     if len < end {
-        Err(WireError::Truncated {
-            needed: end,
-            got: len,
-        })
+        Err(WireError::Truncated { needed: end, got: len })
     } else if len > end {
         Err(WireError::Malformed("trailing bytes after fixed-size body"))
     } else {
@@ -115,24 +104,16 @@ impl<T: AsRef<[u8]>> Packet<T> {
             PacketType::Close => check_fixed(len, field::CLOSE_END),
             PacketType::Data => {
                 if len < field::DATA_PAYLOAD {
-                    return Err(WireError::Truncated {
-                        needed: field::DATA_PAYLOAD,
-                        got: len,
-                    });
+                    return Err(WireError::Truncated { needed: field::DATA_PAYLOAD, got: len });
                 }
                 if usize::from(self.data_payload_len()) != len - field::DATA_PAYLOAD {
-                    return Err(WireError::Malformed(
-                        "payload_len does not match datagram length",
-                    ));
+                    return Err(WireError::Malformed("payload_len does not match datagram length"));
                 }
                 Ok(())
             }
             PacketType::Ack => {
                 if len < field::ACK_SACK {
-                    return Err(WireError::Truncated {
-                        needed: field::ACK_SACK,
-                        got: len,
-                    });
+                    return Err(WireError::Truncated { needed: field::ACK_SACK, got: len });
                 }
                 let sack_len = usize::from(self.ack_sack_len_bytes());
                 if sack_len > SACK_BITMAP_BYTES_MAX {
@@ -316,9 +297,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
         if index >= usize::from(self.ack_rejection_count()) {
             return None;
         }
-        let start = field::ACK_SACK
-            + usize::from(self.ack_sack_len_bytes())
-            + field::rejection::LEN * index;
+        let start = field::ACK_SACK + usize::from(self.ack_sack_len_bytes()) + field::rejection::LEN * index;
         self.data().get(start..start + field::rejection::LEN)
     }
     /// Rejection entry `index`, or `None` past the declared count or the buffer.
@@ -382,11 +361,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
 
     /// Sets the Hello sender connection id.
     pub fn set_hello_src_conn(&mut self, value: ConnectionId) {
-        write(
-            self.data_mut(),
-            field::HELLO_SRC_CONN,
-            value.0.to_be_bytes(),
-        )
+        write(self.data_mut(), field::HELLO_SRC_CONN, value.0.to_be_bytes())
     }
     /// Sets the Hello sender token.
     pub fn set_hello_src_token(&mut self, value: u64) {
@@ -394,27 +369,15 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
     /// Sets the Hello maximum payload.
     pub fn set_hello_max_payload_bytes(&mut self, value: u16) {
-        write(
-            self.data_mut(),
-            field::HELLO_MAX_PAYLOAD_BYTES,
-            value.to_be_bytes(),
-        )
+        write(self.data_mut(), field::HELLO_MAX_PAYLOAD_BYTES, value.to_be_bytes())
     }
     /// Sets the Hello path count.
     pub fn set_hello_path_count(&mut self, value: u16) {
-        write(
-            self.data_mut(),
-            field::HELLO_PATH_COUNT,
-            value.to_be_bytes(),
-        )
+        write(self.data_mut(), field::HELLO_PATH_COUNT, value.to_be_bytes())
     }
     /// Sets the Hello receive window.
     pub fn set_hello_recv_window_packets(&mut self, value: u32) {
-        write(
-            self.data_mut(),
-            field::HELLO_RECV_WINDOW_PACKETS,
-            value.to_be_bytes(),
-        )
+        write(self.data_mut(), field::HELLO_RECV_WINDOW_PACKETS, value.to_be_bytes())
     }
 
     /// Sets the data psn.
@@ -440,19 +403,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     /// Sets the reserved fields of the data body (emit writes zero).
     pub fn set_data_reserved(&mut self, value: u8) {
         write_u8(self.data_mut(), field::DATA_RESERVED, value);
-        write(
-            self.data_mut(),
-            field::DATA_RESERVED2,
-            u32::from(value).to_be_bytes(),
-        )
+        write(self.data_mut(), field::DATA_RESERVED2, u32::from(value).to_be_bytes())
     }
     /// Sets the declared payload length.
     pub fn set_data_payload_len(&mut self, value: u16) {
-        write(
-            self.data_mut(),
-            field::DATA_PAYLOAD_LEN,
-            value.to_be_bytes(),
-        )
+        write(self.data_mut(), field::DATA_PAYLOAD_LEN, value.to_be_bytes())
     }
     /// Sets the immediate field.
     pub fn set_data_imm(&mut self, value: u32) {
@@ -468,33 +423,19 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
     /// Sets the destination region.
     pub fn set_data_region_id(&mut self, value: RegionId) {
-        write(
-            self.data_mut(),
-            field::DATA_REGION_ID,
-            value.0.to_be_bytes(),
-        )
+        write(self.data_mut(), field::DATA_REGION_ID, value.0.to_be_bytes())
     }
     /// Sets the remote key.
     pub fn set_data_region_key(&mut self, value: RegionKey) {
-        write(
-            self.data_mut(),
-            field::DATA_REGION_KEY,
-            value.0.to_be_bytes(),
-        )
+        write(self.data_mut(), field::DATA_REGION_KEY, value.0.to_be_bytes())
     }
     /// Sets the destination offset of the operation's byte 0.
     pub fn set_data_region_offset(&mut self, value: u64) {
-        write(
-            self.data_mut(),
-            field::DATA_REGION_OFFSET,
-            value.to_be_bytes(),
-        )
+        write(self.data_mut(), field::DATA_REGION_OFFSET, value.to_be_bytes())
     }
     /// Payload bytes, writable (empty if the buffer is shorter than the data header).
     pub fn data_payload_mut(&mut self) -> &mut [u8] {
-        self.data_mut()
-            .get_mut(field::DATA_PAYLOAD..)
-            .unwrap_or(&mut [])
+        self.data_mut().get_mut(field::DATA_PAYLOAD..).unwrap_or(&mut [])
     }
 
     /// Sets the cumulative ack point.
@@ -507,11 +448,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
     /// Sets the echoed transmit time.
     pub fn set_ack_echo_tx_time_ns(&mut self, value: u64) {
-        write(
-            self.data_mut(),
-            field::ACK_ECHO_TX_TIME_NS,
-            value.to_be_bytes(),
-        )
+        write(self.data_mut(), field::ACK_ECHO_TX_TIME_NS, value.to_be_bytes())
     }
     /// Sets the ack delay.
     pub fn set_ack_delay_ns(&mut self, value: u32) {
@@ -519,27 +456,15 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
     /// Sets the CE count.
     pub fn set_ack_ecn_ce_count(&mut self, value: u32) {
-        write(
-            self.data_mut(),
-            field::ACK_ECN_CE_COUNT,
-            value.to_be_bytes(),
-        )
+        write(self.data_mut(), field::ACK_ECN_CE_COUNT, value.to_be_bytes())
     }
     /// Sets the credit.
     pub fn set_ack_credit_bytes(&mut self, value: u32) {
-        write(
-            self.data_mut(),
-            field::ACK_CREDIT_BYTES,
-            value.to_be_bytes(),
-        )
+        write(self.data_mut(), field::ACK_CREDIT_BYTES, value.to_be_bytes())
     }
     /// Sets the declared SACK bitmap length; set before [`Packet::ack_sack_bytes_mut`].
     pub fn set_ack_sack_len_bytes(&mut self, value: u16) {
-        write(
-            self.data_mut(),
-            field::ACK_SACK_LEN_BYTES,
-            value.to_be_bytes(),
-        )
+        write(self.data_mut(), field::ACK_SACK_LEN_BYTES, value.to_be_bytes())
     }
     /// Sets the declared rejection count; set before [`Packet::set_ack_rejection`].
     pub fn set_ack_rejection_count(&mut self, value: u8) {
@@ -552,29 +477,18 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     /// SACK bitmap bytes as declared by `sack_len_bytes`, writable.
     pub fn ack_sack_bytes_mut(&mut self) -> &mut [u8] {
         let end = field::ACK_SACK + usize::from(self.ack_sack_len_bytes());
-        self.data_mut()
-            .get_mut(field::ACK_SACK..end)
-            .unwrap_or(&mut [])
+        self.data_mut().get_mut(field::ACK_SACK..end).unwrap_or(&mut [])
     }
     /// Writes rejection entry `index` (dropped past the declared count or the buffer).
     pub fn set_ack_rejection(&mut self, index: usize, value: &Rejection) {
         if index >= usize::from(self.ack_rejection_count()) {
             return;
         }
-        let start = field::ACK_SACK
-            + usize::from(self.ack_sack_len_bytes())
-            + field::rejection::LEN * index;
-        if let Some(entry) = self
-            .data_mut()
-            .get_mut(start..start + field::rejection::LEN)
-        {
+        let start = field::ACK_SACK + usize::from(self.ack_sack_len_bytes()) + field::rejection::LEN * index;
+        if let Some(entry) = self.data_mut().get_mut(start..start + field::rejection::LEN) {
             write(entry, field::rejection::PSN, value.psn.to_be_bytes());
             write(entry, field::rejection::OP, value.op.0.to_be_bytes());
-            write(
-                entry,
-                field::rejection::REASON,
-                value.reason.to_u32().to_be_bytes(),
-            );
+            write(entry, field::rejection::REASON, value.reason.to_u32().to_be_bytes());
             write(entry, field::rejection::RESERVED, 0u32.to_be_bytes());
         }
     }
@@ -585,11 +499,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
     /// Sets the probe transmit time.
     pub fn set_probe_tx_time_ns(&mut self, value: u64) {
-        write(
-            self.data_mut(),
-            field::PROBE_TX_TIME_NS,
-            value.to_be_bytes(),
-        )
+        write(self.data_mut(), field::PROBE_TX_TIME_NS, value.to_be_bytes())
     }
 
     /// Sets the close reason.

@@ -6,10 +6,7 @@ use crate::ids::{OpId, RegionId, RegionKey};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-const HEADER: Header = Header {
-    dst_conn: ConnectionId(0x0102_0304),
-    token: 0x1122_3344_5566_7788,
-};
+const HEADER: Header = Header { dst_conn: ConnectionId(0x0102_0304), token: 0x1122_3344_5566_7788 };
 
 fn hello() -> HelloRepr {
     HelloRepr {
@@ -27,11 +24,7 @@ fn write_data(imm: Option<u32>) -> DataRepr {
         ack_floor: 990,
         tx_time_ns: 123_456_789,
         op: OpId(42),
-        kind: DataKind::Write {
-            region: RegionId(3),
-            key: RegionKey(0x0bad_c0de_1234_5678),
-            region_offset: 1 << 20,
-        },
+        kind: DataKind::Write { region: RegionId(3), key: RegionKey(0x0bad_c0de_1234_5678), region_offset: 1 << 20 },
         imm,
         msg_len: 65536,
         msg_offset: 8192,
@@ -71,11 +64,7 @@ fn ack_full() -> AckRepr {
             6 => RejectReason::Other(99),
             _ => RejectReason::Other(u32::MAX),
         };
-        assert!(rejections.push(Rejection {
-            psn: 500 + i as u64,
-            op: OpId(i as u64),
-            reason,
-        }));
+        assert!(rejections.push(Rejection { psn: 500 + i as u64, op: OpId(i as u64), reason }));
     }
     AckRepr {
         cum_ack: 100,
@@ -96,11 +85,7 @@ fn ack_sparse() -> AckRepr {
     ack.sack.set(9);
     ack.sack.set(200);
     ack.rejections.clear();
-    ack.rejections.push(Rejection {
-        psn: 101,
-        op: OpId(9),
-        reason: RejectReason::Other(1234),
-    });
+    ack.rejections.push(Rejection { psn: 101, op: OpId(9), reason: RejectReason::Other(1234) });
     ack
 }
 
@@ -122,20 +107,8 @@ fn samples() -> Vec<(&'static str, Repr)> {
         ("ack_empty", Repr::Ack(ack_empty())),
         ("ack_sparse", Repr::Ack(ack_sparse())),
         ("ack_full", Repr::Ack(ack_full())),
-        (
-            "probe",
-            Repr::Probe(ProbeRepr {
-                probe_id: 17,
-                tx_time_ns: 99,
-            }),
-        ),
-        (
-            "probe_ack",
-            Repr::ProbeAck(ProbeRepr {
-                probe_id: u64::MAX,
-                tx_time_ns: 0,
-            }),
-        ),
+        ("probe", Repr::Probe(ProbeRepr { probe_id: 17, tx_time_ns: 99 })),
+        ("probe_ack", Repr::ProbeAck(ProbeRepr { probe_id: u64::MAX, tx_time_ns: 0 })),
         ("close", Repr::Close(CloseRepr { reason: 3 })),
     ]
 }
@@ -164,10 +137,7 @@ fn check_reemit(datagram: &[u8]) -> bool {
     let mut buf = vec![0; parsed.repr.buffer_len() + parsed.payload.len()];
     let written = emit(&parsed.header, &parsed.repr, &mut buf).expect("re-emit");
     buf[written..].copy_from_slice(&datagram[parsed.payload.clone()]);
-    assert!(
-        buf.len() <= datagram.len(),
-        "canonical form is never longer"
-    );
+    assert!(buf.len() <= datagram.len(), "canonical form is never longer");
     let again = parse(&buf).expect("re-emitted packet parses");
     assert_eq!(again, parsed);
     let mut buf2 = vec![0; buf.len()];
@@ -235,16 +205,9 @@ fn layout_matches_the_design_table() {
     assert_eq!(bytes[16 + 32], 2, "kind Send");
     assert_eq!(&bytes[16 + 34..16 + 36], &20u16.to_be_bytes());
     assert_eq!(&bytes[16 + 36..16 + 40], &5u32.to_be_bytes());
-    assert_eq!(
-        &bytes[16 + 56..16 + 80],
-        &[0; 24],
-        "Send has no region fields"
-    );
+    assert_eq!(&bytes[16 + 56..16 + 80], &[0; 24], "Send has no region fields");
     assert_eq!(DATA_HEADER_LEN, 96);
-    assert_eq!(
-        MAX_ACK_LEN,
-        field::ACK_SACK + 128 + field::rejection::LEN * 16
-    );
+    assert_eq!(MAX_ACK_LEN, field::ACK_SACK + 128 + field::rejection::LEN * 16);
     assert_eq!(to_bytes(&HEADER, &Repr::Ack(ack_full())).len(), MAX_ACK_LEN);
     assert_eq!(Repr::Hello(hello()).buffer_len(), 36);
     assert_eq!(Repr::Close(CloseRepr { reason: 0 }).buffer_len(), 20);
@@ -277,9 +240,7 @@ fn trailing_zero_sack_bytes_parse_to_the_trimmed_bitmap() {
     bytes.extend_from_slice(&[0b100, 0, 0, 0]);
     bytes[16 + 36..16 + 38].copy_from_slice(&4u16.to_be_bytes());
     let parsed = parse(&bytes).unwrap();
-    let Repr::Ack(ack) = parsed.repr else {
-        panic!("not an ack")
-    };
+    let Repr::Ack(ack) = parsed.repr else { panic!("not an ack") };
     assert_eq!(ack.sack.len_bits(), 3);
     assert_eq!(ack.sack.iter_set().collect::<Vec<_>>(), vec![2]);
     assert!(check_reemit(&bytes));
@@ -308,11 +269,7 @@ fn sack_bitmap_api() {
 fn rejections_api() {
     let mut rejections = Rejections::default();
     assert!(rejections.is_empty());
-    let r = Rejection {
-        psn: 1,
-        op: OpId(2),
-        reason: RejectReason::BadKey,
-    };
+    let r = Rejection { psn: 1, op: OpId(2), reason: RejectReason::BadKey };
     for _ in 0..MAX_REJECTIONS_PER_ACK {
         assert!(rejections.push(r));
     }
@@ -348,35 +305,14 @@ fn every_truncation_and_extension_is_an_error() {
 
 #[test]
 fn truncation_errors_name_the_length() {
-    assert_eq!(
-        parse(&[1, 3]),
-        Err(WireError::Truncated { needed: 16, got: 2 })
-    );
+    assert_eq!(parse(&[1, 3]), Err(WireError::Truncated { needed: 16, got: 2 }));
     let bytes = to_bytes(&HEADER, &Repr::Data(write_data(None)));
-    assert_eq!(
-        parse(&bytes[..50]),
-        Err(WireError::Truncated {
-            needed: 96,
-            got: 50
-        })
-    );
+    assert_eq!(parse(&bytes[..50]), Err(WireError::Truncated { needed: 96, got: 50 }));
     let bytes = to_bytes(&HEADER, &Repr::Ack(ack_sparse()));
     let cut = bytes.len() - 1;
-    assert_eq!(
-        parse(&bytes[..cut]),
-        Err(WireError::Truncated {
-            needed: bytes.len(),
-            got: cut
-        })
-    );
+    assert_eq!(parse(&bytes[..cut]), Err(WireError::Truncated { needed: bytes.len(), got: cut }));
     let bytes = to_bytes(&HEADER, &Repr::Close(CloseRepr { reason: 1 }));
-    assert_eq!(
-        parse(&bytes[..19]),
-        Err(WireError::Truncated {
-            needed: 20,
-            got: 19
-        })
-    );
+    assert_eq!(parse(&bytes[..19]), Err(WireError::Truncated { needed: 20, got: 19 }));
 }
 
 #[test]
@@ -418,17 +354,11 @@ fn data_semantic_checks() {
     malformed(write_data(None), &|b| b[16 + 35] += 1);
     malformed(write_data(None), &|b| b.truncate(b.len() - 1));
     // msg_offset + payload_len > msg_len.
-    malformed(write_data(None), &|b| {
-        b[16 + 48..16 + 56].copy_from_slice(&(65536u64 - 31).to_be_bytes())
-    });
+    malformed(write_data(None), &|b| b[16 + 48..16 + 56].copy_from_slice(&(65536u64 - 31).to_be_bytes()));
     // msg_offset + payload_len overflows.
-    malformed(write_data(None), &|b| {
-        b[16 + 48..16 + 56].copy_from_slice(&u64::MAX.to_be_bytes())
-    });
+    malformed(write_data(None), &|b| b[16 + 48..16 + 56].copy_from_slice(&u64::MAX.to_be_bytes()));
     // region_offset + msg_len overflows.
-    malformed(write_data(None), &|b| {
-        b[16 + 72..16 + 80].copy_from_slice(&(u64::MAX - 100).to_be_bytes())
-    });
+    malformed(write_data(None), &|b| b[16 + 72..16 + 80].copy_from_slice(&(u64::MAX - 100).to_be_bytes()));
     // unknown kind.
     malformed(write_data(None), &|b| b[16 + 32] = 3);
     malformed(write_data(None), &|b| b[16 + 32] = 0);
@@ -456,28 +386,16 @@ fn ack_length_checks() {
         patched(&|b| b[16 + 36..16 + 38].copy_from_slice(&129u16.to_be_bytes())),
         Err(WireError::Malformed(_))
     ));
-    assert!(matches!(
-        patched(&|b| b[16 + 38] = 17),
-        Err(WireError::Malformed(_))
-    ));
-    assert!(matches!(
-        patched(&|b| b[16 + 38] = 2),
-        Err(WireError::Truncated { .. })
-    ));
-    assert!(matches!(
-        patched(&|b| b[16 + 38] = 0),
-        Err(WireError::Malformed(_))
-    ));
+    assert!(matches!(patched(&|b| b[16 + 38] = 17), Err(WireError::Malformed(_))));
+    assert!(matches!(patched(&|b| b[16 + 38] = 2), Err(WireError::Truncated { .. })));
+    assert!(matches!(patched(&|b| b[16 + 38] = 0), Err(WireError::Malformed(_))));
 }
 
 #[test]
 fn fixed_bodies_reject_trailing_bytes() {
     for repr in [
         Repr::Hello(hello()),
-        Repr::Probe(ProbeRepr {
-            probe_id: 1,
-            tx_time_ns: 2,
-        }),
+        Repr::Probe(ProbeRepr { probe_id: 1, tx_time_ns: 2 }),
         Repr::Close(CloseRepr { reason: 0 }),
     ] {
         let mut bytes = to_bytes(&HEADER, &repr);
@@ -492,23 +410,14 @@ fn emit_refuses_small_buffers_and_bad_data() {
     let mut small = vec![0; MAX_ACK_LEN - 1];
     assert_eq!(
         emit(&HEADER, &repr, &mut small),
-        Err(WireError::BufferTooSmall {
-            needed: MAX_ACK_LEN,
-            got: MAX_ACK_LEN - 1
-        })
+        Err(WireError::BufferTooSmall { needed: MAX_ACK_LEN, got: MAX_ACK_LEN - 1 })
     );
     let mut bad = write_data(None);
     bad.msg_offset = bad.msg_len;
     let mut buf = [0; DATA_HEADER_LEN];
-    assert!(matches!(
-        emit(&HEADER, &Repr::Data(bad), &mut buf),
-        Err(WireError::Malformed(_))
-    ));
+    assert!(matches!(emit(&HEADER, &Repr::Data(bad), &mut buf), Err(WireError::Malformed(_))));
     // Emitting Data needs only the header; the payload is the caller's.
-    assert_eq!(
-        emit(&HEADER, &Repr::Data(write_data(None)), &mut buf),
-        Ok(DATA_HEADER_LEN)
-    );
+    assert_eq!(emit(&HEADER, &Repr::Data(write_data(None)), &mut buf), Ok(DATA_HEADER_LEN));
 }
 
 #[test]
@@ -531,10 +440,7 @@ fn random_repr(rng: &mut ChaCha8Rng) -> Repr {
         path_count: rng.gen(),
         recv_window_packets: rng.gen(),
     };
-    let probe = |rng: &mut ChaCha8Rng| ProbeRepr {
-        probe_id: rng.gen(),
-        tx_time_ns: rng.gen(),
-    };
+    let probe = |rng: &mut ChaCha8Rng| ProbeRepr { probe_id: rng.gen(), tx_time_ns: rng.gen() };
     match rng.gen_range(0..7) {
         0 => Repr::Hello(hello(rng)),
         1 => Repr::HelloAck(hello(rng)),
@@ -599,10 +505,7 @@ fn random_repr(rng: &mut ChaCha8Rng) -> Repr {
 }
 
 fn random_header(rng: &mut ChaCha8Rng) -> Header {
-    Header {
-        dst_conn: ConnectionId(rng.gen()),
-        token: rng.gen(),
-    }
+    Header { dst_conn: ConnectionId(rng.gen()), token: rng.gen() }
 }
 
 #[test]
@@ -676,10 +579,7 @@ fn seeded_fuzz_parse_never_panics_and_reemits() {
     }
     // Random bytes reach the fixed-size types; mutations reach every type's deep checks.
     assert!(ok_random > 100, "only {ok_random} random inputs parsed");
-    assert!(
-        ok_mutated > 20_000,
-        "only {ok_mutated} mutated inputs parsed"
-    );
+    assert!(ok_mutated > 20_000, "only {ok_mutated} mutated inputs parsed");
 }
 
 // ---- cargo-fuzz seed corpus ----
@@ -691,10 +591,8 @@ fn corpus_dir() -> std::path::PathBuf {
 /// Seed files for `fuzz/corpus/parse`: one valid packet per type and shape, plus malformed
 /// ones so the fuzzer starts next to every error path.
 fn seed_corpus() -> Vec<(String, Vec<u8>)> {
-    let mut seeds: Vec<(String, Vec<u8>)> = samples()
-        .into_iter()
-        .map(|(name, repr)| (format!("valid_{name}"), to_bytes(&HEADER, &repr)))
-        .collect();
+    let mut seeds: Vec<(String, Vec<u8>)> =
+        samples().into_iter().map(|(name, repr)| (format!("valid_{name}"), to_bytes(&HEADER, &repr))).collect();
     let patch = |repr: Repr, f: &dyn Fn(&mut Vec<u8>)| {
         let mut bytes = to_bytes(&HEADER, &repr);
         f(&mut bytes);
@@ -707,25 +605,11 @@ fn seed_corpus() -> Vec<(String, Vec<u8>)> {
         ("bad_type", patch(Repr::Hello(hello()), &|b| b[1] = 9)),
         ("bad_data_truncated", patch(data, &|b| b.truncate(60))),
         ("bad_data_payload_len", patch(data, &|b| b[16 + 35] ^= 1)),
-        (
-            "bad_data_past_msg_len",
-            patch(data, &|b| {
-                b[16 + 40..16 + 48].copy_from_slice(&1u64.to_be_bytes())
-            }),
-        ),
+        ("bad_data_past_msg_len", patch(data, &|b| b[16 + 40..16 + 48].copy_from_slice(&1u64.to_be_bytes()))),
         ("bad_data_kind", patch(data, &|b| b[16 + 32] = 0)),
-        (
-            "bad_ack_sack_len",
-            patch(Repr::Ack(ack_sparse()), &|b| b[16 + 36] = 1),
-        ),
-        (
-            "bad_ack_trailing",
-            patch(Repr::Ack(ack_sparse()), &|b| b.push(0)),
-        ),
-        (
-            "bad_hello_trailing",
-            patch(Repr::Hello(hello()), &|b| b.push(0)),
-        ),
+        ("bad_ack_sack_len", patch(Repr::Ack(ack_sparse()), &|b| b[16 + 36] = 1)),
+        ("bad_ack_trailing", patch(Repr::Ack(ack_sparse()), &|b| b.push(0))),
+        ("bad_hello_trailing", patch(Repr::Hello(hello()), &|b| b.push(0))),
     ];
     seeds.extend(bad.into_iter().map(|(n, b)| (n.to_string(), b)));
     seeds
@@ -749,10 +633,7 @@ fn seed_corpus_is_committed_and_current() {
         let on_disk = std::fs::read(corpus_dir().join(&name)).unwrap_or_else(|e| {
             panic!("{name}: {e}; run `cargo test -p accord-proto -- --ignored regenerate_fuzz_seed_corpus`")
         });
-        assert_eq!(
-            on_disk, bytes,
-            "{name} is stale; regenerate the seed corpus"
-        );
+        assert_eq!(on_disk, bytes, "{name} is stale; regenerate the seed corpus");
         assert_eq!(name.starts_with("valid_"), parse(&bytes).is_ok(), "{name}");
     }
 }
