@@ -167,6 +167,8 @@ impl Endpoint {
 
     /// Timers: call at (or after) the instant [`poll_timeout`](Self::poll_timeout) gave.
     pub fn handle_timeout(&mut self, now: Instant) {
+        // Ended connections stay readable (stats, diagnostics) until the next timer pass.
+        self.reap();
         for conn in self.conns.values_mut() {
             conn.handle_timeout(now, &mut self.events);
         }
@@ -191,7 +193,6 @@ impl Endpoint {
                 return Some(t);
             }
         }
-        self.reap();
         None
     }
 
@@ -252,6 +253,11 @@ impl Endpoint {
 
     pub fn stats(&self) -> &EndpointStats {
         &self.stats
+    }
+
+    /// A human-readable dump of a connection's sender and path state, for diagnosing stalls.
+    pub fn diagnose(&self, conn: ConnectionHandle) -> Option<String> {
+        self.conns.get(&conn).map(Connection::diagnose)
     }
 
     /// Checks every connection's invariants (for tests and the simulator, on every event).

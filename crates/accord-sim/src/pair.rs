@@ -288,6 +288,12 @@ impl PairSim {
         &self.hosts[side.index()].other_events
     }
 
+    /// The protocol's own dump of one side's connection (see `Endpoint::diagnose`).
+    pub fn diagnose(&self, side: Side) -> Option<String> {
+        let h = &self.hosts[side.index()];
+        h.endpoint.diagnose(h.conn?)
+    }
+
     pub fn connection_stats(&self, side: Side) -> Option<ConnectionStats> {
         let h = &self.hosts[side.index()];
         h.endpoint.connection_stats(h.conn?)
@@ -455,6 +461,14 @@ impl PairSim {
                 }
                 Event::Accepted { conn } => {
                     host.conn.get_or_insert(conn);
+                    host.other_events.push(event);
+                }
+                Event::ConnectionFailed { conn, .. } if std::env::var_os("ACCORD_SIM_DIAGNOSE").is_some() => {
+                    eprintln!(
+                        "{side:?} at {} ns: connection failed: {:?}",
+                        now.as_nanos(),
+                        host.endpoint.diagnose(conn)
+                    );
                     host.other_events.push(event);
                 }
                 other => host.other_events.push(other),

@@ -93,6 +93,8 @@ pub(crate) struct Connection {
     last_ack_at: Option<Instant>,
     close_due: bool,
     stats: ConnectionStats,
+    /// The sender's state at the moment the connection failed, kept for diagnosis.
+    failure_diagnosis: Option<String>,
 }
 
 impl Connection {
@@ -128,6 +130,7 @@ impl Connection {
             last_ack_at: None,
             close_due: false,
             stats: ConnectionStats::default(),
+            failure_diagnosis: None,
             config,
         }
     }
@@ -246,6 +249,7 @@ impl Connection {
     }
 
     fn fail(&mut self, error: ConnectionError, events: &mut VecDeque<Event>) {
+        self.failure_diagnosis = Some(self.diagnose());
         self.end(OpError::ConnectionLost, events);
         events.push_back(Event::ConnectionFailed { conn: self.id, error });
     }
@@ -400,6 +404,26 @@ impl Connection {
             ));
         }
         Ok(())
+    }
+
+    pub(crate) fn diagnose(&self) -> String {
+        if let Some(at_failure) = &self.failure_diagnosis {
+            return format!("at failure: {at_failure}");
+        }
+        format!(
+            "state {:?} floor {} next_psn {} in_flight {} window {} recv_base {} chunk {:?} ops {} new_data {} ack_due {:?}\nunresolved: {:?}",
+            self.state,
+            self.send.floor(),
+            self.send.next_psn(),
+            self.send.bytes_in_flight(),
+            self.cc.window_bytes(),
+            self.recv.base(),
+            self.chunk,
+            self.ops.len(),
+            self.ops.has_new_data(),
+            self.ack_due,
+            self.send.unresolved_below(self.send.next_psn()).take(8).map(|psn| (psn, self.send.get(psn).cloned())).collect::<Vec<_>>(),
+        )
     }
 
     pub(crate) fn config(&self) -> &ConnectionConfig {

@@ -70,14 +70,14 @@ impl Connection {
             Verdict::Refuse(reason) => {
                 self.recv.mark_rejected(Rejection { psn: data.psn, op: data.op, reason });
                 self.stats.packets_refused += 1;
-                self.inbound.record(data.op, len, Some(reason));
+                self.inbound.refuse(data.op, reason);
                 self.schedule_ack(now, rx, data, true);
                 None
             }
             Verdict::Place(target) => {
                 self.recv.mark_received(data.psn);
                 self.stats.bytes_placed += len;
-                match self.inbound.record(data.op, len, None) {
+                match self.inbound.record(data.op, len) {
                     InboundProgress::Complete(InboundStart::WriteWithImm { imm }) => {
                         events.push_back(Event::ImmReceived { conn: self.id, op: data.op, imm });
                     }
@@ -90,7 +90,7 @@ impl Connection {
                             imm: data.imm,
                         });
                     }
-                    InboundProgress::Partial | InboundProgress::CompleteRefused => {}
+                    InboundProgress::Partial => {}
                 }
                 self.schedule_ack(now, rx, data, data.ack_now);
                 Some(Placement { target, payload })
@@ -100,18 +100,22 @@ impl Connection {
 
     /// Validates a new data packet against local memory and the operation it belongs to.
     fn judge<M: LocalMemory + ?Sized>(&mut self, data: &DataRepr, memory: &mut M) -> Verdict {
-        let len = data.payload_len as u64;
+        if let Some(reason) = self.inbound.refusal(data.op) {
+            return Verdict::Refuse(reason);
+        }
         let known = self.inbound.lookup(data.op);
         match data.kind {
             DataKind::Write { region, key, region_offset } => {
-                // The wire parser already proved region_offset + msg_len does not overflow.
-                let offset = region_offset + data.msg_offset;
-                if let Err(reason) = memory.check_write(region, key, offset, len) {
+                // Every packet carries the whole write's range, so check all of it: a write that
+                // does not fit is refused by every packet alike and places nothing, whatever
+                // order its packets arrive in. (The parser proved the sums do not overflow.)
+                if let Err(reason) = memory.check_write(region, key, region_offset, data.msg_len) {
                     return Verdict::Refuse(reason);
                 }
+                let offset = region_offset + data.msg_offset;
                 if let Some(imm) = data.imm {
                     match known {
-                        Some((InboundStart::WriteWithImm { imm: seen }, msg_len, _))
+                        Some((InboundStart::WriteWithImm { imm: seen }, msg_len))
                             if seen == imm && msg_len == data.msg_len => {}
                         Some(_) => return Verdict::Drop,
                         None if !self.inbound.has_room() => return Verdict::Drop,
@@ -121,10 +125,9 @@ impl Connection {
                 Verdict::Place(PlacementTarget::Region { region, offset })
             }
             DataKind::Send => match known {
-                Some((InboundStart::Send { buffer }, msg_len, refused)) if msg_len == data.msg_len => match refused {
-                    Some(reason) => Verdict::Refuse(reason),
-                    None => Verdict::Place(PlacementTarget::RecvBuffer { buffer, offset: data.msg_offset }),
-                },
+                Some((InboundStart::Send { buffer }, msg_len)) if msg_len == data.msg_len => {
+                    Verdict::Place(PlacementTarget::RecvBuffer { buffer, offset: data.msg_offset })
+                }
                 Some(_) => Verdict::Drop,
                 None if !self.inbound.has_room() => Verdict::Drop,
                 None => match memory.claim_recv_buffer(self.id, data.msg_len) {
@@ -132,11 +135,7 @@ impl Connection {
                         self.inbound.start(data.op, InboundStart::Send { buffer }, data.msg_len);
                         Verdict::Place(PlacementTarget::RecvBuffer { buffer, offset: data.msg_offset })
                     }
-                    Err(reason) => {
-                        let start = InboundStart::Send { buffer: Default::default() };
-                        self.inbound.start_refused(data.op, start, data.msg_len, reason);
-                        Verdict::Refuse(reason)
-                    }
+                    Err(reason) => Verdict::Refuse(reason),
                 },
             },
         }

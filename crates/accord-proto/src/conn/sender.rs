@@ -70,9 +70,15 @@ impl Connection {
 
     /// Decides the next chunk: retransmissions first, then new data; the window and pacing
     /// must allow it. Returns `None` when nothing can start now.
+    /// A lost packet waits and the policy lets it go now.
+    fn retransmission_ready(&mut self, now: Instant) -> bool {
+        let lost_path = self.send.peek_retransmit().map(|p| p.path);
+        lost_path.is_some_and(|path| self.cc.may_retransmit(now, path) == RetransmitDecision::Now)
+    }
+
     fn start_chunk(&mut self, now: Instant) -> Option<()> {
         let lost_path = self.send.peek_retransmit().map(|p| p.path);
-        let retransmit = lost_path.is_some_and(|path| self.cc.may_retransmit(now, path) == RetransmitDecision::Now);
+        let retransmit = self.retransmission_ready(now);
         let new_data = self.ops.has_new_data() && self.send.span() < self.config.recv_window_packets as u64;
         if !retransmit && !new_data {
             return None;
@@ -100,6 +106,10 @@ impl Connection {
     /// Next data packet, if the window, pacing and receive window allow one.
     pub(super) fn poll_data(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         self.pacing_blocked = false;
+        // Retransmissions preempt new data: they are what frees the windows.
+        if self.chunk.is_some_and(|c| !c.retransmission) && self.retransmission_ready(now) {
+            self.chunk = None;
+        }
         // Two rounds: a chunk that ran dry is replaced once.
         for _ in 0..2 {
             if self.chunk.map_or(true, |c| c.packets_left == 0) {
@@ -133,7 +143,11 @@ impl Connection {
 
     fn send_new_data(&mut self, now: Instant, chunk: Chunk, buf: &mut [u8]) -> Step {
         let Some(plan) = self.ops.peek_packet(self.config.mss_bytes()) else { return Step::Empty };
-        if self.send.span() >= self.config.recv_window_packets as u64 || !self.window_allows(plan.len) {
+        if self.send.span() >= self.config.recv_window_packets as u64 {
+            // End the chunk: the next decision may be a retransmission, which can free it.
+            return Step::Empty;
+        }
+        if !self.window_allows(plan.len) {
             return Step::Blocked;
         }
         let Some(op) = self.ops.get(plan.op).cloned() else { return Step::Empty };

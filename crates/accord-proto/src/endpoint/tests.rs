@@ -1,1 +1,222 @@
+//! Endpoint tests without a network: handshake agreement, demux counters, and hostile input.
 
+use super::*;
+use crate::api::{ConnectionError, Placement, PlacementTarget};
+use crate::config::ConnectionConfig;
+use crate::ids::{PathId, RecvBufferId, RegionId, RegionKey};
+use crate::wire::RejectReason;
+use rand::{Rng, SeedableRng};
+
+const KEY: RegionKey = RegionKey(0x1234_5678_9abc_def0);
+const REGION_BYTES: u64 = 256 * 1024;
+
+/// One region and unlimited receive buffers of 64 KiB; records every placement.
+#[derive(Default)]
+struct Memory {
+    placements: Vec<Placement>,
+    buffers_claimed: u64,
+}
+
+impl LocalMemory for Memory {
+    fn check_write(&self, region: RegionId, key: RegionKey, offset: u64, len: u64) -> Result<(), RejectReason> {
+        if region != RegionId(1) {
+            return Err(RejectReason::UnknownRegion);
+        }
+        if key != KEY {
+            return Err(RejectReason::BadKey);
+        }
+        match offset.checked_add(len) {
+            Some(end) if end <= REGION_BYTES => Ok(()),
+            _ => Err(RejectReason::OutOfBounds),
+        }
+    }
+
+    fn claim_recv_buffer(&mut self, _conn: ConnectionHandle, msg_len: u64) -> Result<RecvBufferId, RejectReason> {
+        if msg_len > 64 * 1024 {
+            return Err(RejectReason::MessageTooLarge);
+        }
+        self.buffers_claimed += 1;
+        Ok(RecvBufferId(self.buffers_claimed))
+    }
+}
+
+fn t(us: u64) -> Instant {
+    Instant::from_nanos(us * 1000)
+}
+
+/// Moves every transmit between the two endpoints (payload bytes zero) until both are quiet;
+/// returns the datagrams that went from `a` to `b`.
+fn exchange(a: &mut Endpoint, b: &mut Endpoint, mem_b: &mut Memory, now: Instant) -> Vec<Vec<u8>> {
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut a_to_b = vec![];
+    let mut mem_a = Memory::default();
+    for _ in 0..10_000 {
+        let mut moved = false;
+        while let Some(tx) = a.poll_transmit(now, &mut buf) {
+            let mut d = buf[..tx.header_len].to_vec();
+            d.resize(tx.datagram_len(), 0);
+            let out = b.handle_datagram(now, RxMeta { path: tx.path, ecn_ce: false }, &d, mem_b);
+            if let Some(p) = out.placement {
+                mem_b.placements.push(p);
+            }
+            a_to_b.push(d);
+            moved = true;
+        }
+        while let Some(tx) = b.poll_transmit(now, &mut buf) {
+            let mut d = buf[..tx.header_len].to_vec();
+            d.resize(tx.datagram_len(), 0);
+            a.handle_datagram(now, RxMeta { path: tx.path, ecn_ce: false }, &d, &mut mem_a);
+            moved = true;
+        }
+        if !moved {
+            break;
+        }
+    }
+    a_to_b
+}
+
+fn pair(a_cfg: ConnectionConfig, b_cfg: ConnectionConfig) -> (Endpoint, Endpoint, ConnectionHandle) {
+    let mut a = Endpoint::new(EndpointConfig { connection: a_cfg, ..Default::default() }, 1).unwrap();
+    let b = Endpoint::new(EndpointConfig { connection: b_cfg, ..Default::default() }, 2).unwrap();
+    let conn = a.connect(t(0)).unwrap();
+    (a, b, conn)
+}
+
+#[test]
+fn handshake_agrees_on_the_smaller_proposal() {
+    let a_cfg = ConnectionConfig { path_count: 16, max_datagram_bytes: 9000, ..Default::default() };
+    let b_cfg =
+        ConnectionConfig { path_count: 4, max_datagram_bytes: 4192, recv_window_packets: 256, ..Default::default() };
+    let (mut a, mut b, conn) = pair(a_cfg, b_cfg);
+    exchange(&mut a, &mut b, &mut Memory::default(), t(1));
+    assert!(a.is_established(conn));
+    assert_eq!(a.poll_event(), Some(Event::Connected { conn }));
+    let Some(Event::Accepted { conn: accepted }) = b.poll_event() else { panic!("no Accepted event") };
+    for cfg in [a.connection_config(conn).unwrap(), b.connection_config(accepted).unwrap()] {
+        assert_eq!((cfg.path_count, cfg.max_datagram_bytes, cfg.recv_window_packets), (4, 4192, 256));
+    }
+}
+
+#[test]
+fn lost_hello_is_retried_then_the_connection_fails() {
+    let cfg = ConnectionConfig { handshake_attempts_max: 3, ..Default::default() };
+    let mut a = Endpoint::new(EndpointConfig { connection: cfg, ..Default::default() }, 1).unwrap();
+    let conn = a.connect(t(0)).unwrap();
+    let mut buf = vec![0u8; 9000];
+    let mut hellos = 0;
+    let mut now = t(0);
+    for _ in 0..100 {
+        while a.poll_transmit(now, &mut buf).is_some() {
+            hellos += 1;
+        }
+        let Some(next) = a.poll_timeout() else { break };
+        now = next;
+        a.handle_timeout(now);
+    }
+    assert_eq!(hellos, 3);
+    let events: Vec<Event> = std::iter::from_fn(|| a.poll_event()).collect();
+    assert!(matches!(
+        events.last(),
+        Some(Event::ConnectionFailed { error: ConnectionError::HandshakeTimeout { .. }, .. })
+    ));
+    assert_eq!(
+        a.write(conn, WriteRequest { region: RegionId(1), key: KEY, offset: 0, len: 1, imm: None }),
+        Err(SubmitError::ConnectionDown)
+    );
+}
+
+#[test]
+fn wrong_token_and_unknown_connection_are_dropped_and_counted() {
+    let (mut a, mut b, conn) = pair(ConnectionConfig::default(), ConnectionConfig::default());
+    let mut mem = Memory::default();
+    exchange(&mut a, &mut b, &mut mem, t(1));
+    a.write(conn, WriteRequest { region: RegionId(1), key: KEY, offset: 0, len: 100, imm: None }).unwrap();
+    let mut buf = vec![0u8; 9000];
+    let tx = a.poll_transmit(t(2), &mut buf).expect("a data packet");
+    let mut datagram = buf[..tx.header_len].to_vec();
+    datagram.resize(tx.datagram_len(), 0);
+    let mut forged = datagram.clone();
+    forged[8] ^= 0x40; // token
+    assert_eq!(b.handle_datagram(t(2), RxMeta::default(), &forged, &mut mem).placement, None);
+    assert_eq!(b.stats().bad_token, 1);
+    let mut stray = datagram.clone();
+    stray[4] ^= 0x01; // connection id
+    assert_eq!(b.handle_datagram(t(2), RxMeta::default(), &stray, &mut mem).placement, None);
+    assert_eq!(b.stats().unknown_connection, 1);
+    assert!(b.handle_datagram(t(2), RxMeta::default(), &datagram, &mut mem).placement.is_some());
+}
+
+#[test]
+fn random_bytes_never_panic_and_never_place() {
+    let (mut a, mut b, _) = pair(ConnectionConfig::default(), ConnectionConfig::default());
+    let mut mem = Memory::default();
+    exchange(&mut a, &mut b, &mut mem, t(1));
+    let conn_id = b.connections().next().unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(99);
+    for i in 0..200_000u32 {
+        let len = rng.gen_range(0..1200);
+        let mut d: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+        // Most strings fail the version check; make half of them look like ours.
+        if len >= 16 && i % 2 == 0 {
+            d[0] = crate::wire::VERSION;
+            d[1] = rng.gen_range(1..=7);
+            d[4..8].copy_from_slice(&conn_id.0.to_be_bytes());
+        }
+        let out =
+            b.handle_datagram(t(2), RxMeta { path: PathId(rng.gen_range(0..20)), ecn_ce: rng.gen() }, &d, &mut mem);
+        assert_eq!(out.placement, None, "random bytes were placed");
+        b.handle_timeout(t(2));
+        while b.poll_transmit(t(2), &mut [0u8; 9000]).is_some() {}
+    }
+    let s = b.stats();
+    assert!(s.malformed + s.bad_token + s.unknown_connection > 100_000, "{s:?}");
+    assert!(mem.placements.is_empty());
+}
+
+#[test]
+fn mutated_valid_packets_never_escape_registered_memory() {
+    let (mut a, mut b, conn) = pair(ConnectionConfig::default(), ConnectionConfig::default());
+    let mut mem = Memory::default();
+    exchange(&mut a, &mut b, &mut mem, t(1));
+    a.write(conn, WriteRequest { region: RegionId(1), key: KEY, offset: 1000, len: 50_000, imm: Some(3) }).unwrap();
+    a.send(conn, 9000, None).unwrap();
+    let captured = exchange(&mut a, &mut b, &mut mem, t(2));
+    assert!(captured.len() > 10);
+    mem.placements.clear();
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    for _ in 0..100_000 {
+        let mut d = captured[rng.gen_range(0..captured.len())].clone();
+        match rng.gen_range(0..4) {
+            0 => {
+                for _ in 0..rng.gen_range(1..4) {
+                    let i = rng.gen_range(0..d.len().max(1));
+                    if let Some(byte) = d.get_mut(i) {
+                        *byte ^= 1 << rng.gen_range(0..8);
+                    }
+                }
+            }
+            1 => d.truncate(rng.gen_range(0..d.len().max(1))),
+            2 => d.extend((0..rng.gen_range(1..64)).map(|_| rng.gen::<u8>())),
+            _ => {
+                // Rewrite one 8-byte field of the data header with a random value.
+                let at = 16 + 8 * rng.gen_range(0..10);
+                if d.len() >= at + 8 {
+                    d[at..at + 8].copy_from_slice(&rng.gen::<u64>().to_be_bytes());
+                }
+            }
+        }
+        let out = b.handle_datagram(t(3), RxMeta { path: PathId(rng.gen_range(0..16)), ecn_ce: false }, &d, &mut mem);
+        if let Some(p) = out.placement {
+            assert!(p.payload.end <= d.len());
+            match p.target {
+                PlacementTarget::Region { region, offset } => {
+                    assert_eq!(region, RegionId(1));
+                    assert!(offset + p.payload.len() as u64 <= REGION_BYTES, "placement escapes the region");
+                }
+                PlacementTarget::RecvBuffer { offset, .. } => assert!(offset + p.payload.len() as u64 <= 64 * 1024),
+            }
+        }
+        while b.poll_transmit(t(3), &mut [0u8; 9000]).is_some() {}
+    }
+    b.check_invariants().unwrap();
+}

@@ -7,7 +7,7 @@
 
 use crate::ids::{OpId, RecvBufferId};
 use crate::wire::RejectReason;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 /// What the receiver does with an operation's bytes.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -23,7 +23,6 @@ struct Entry {
     start: InboundStart,
     msg_len: u64,
     bytes_seen: u64,
-    refused: Option<RejectReason>,
 }
 
 /// What one packet did to its operation.
@@ -33,20 +32,31 @@ pub enum InboundProgress {
     Partial,
     /// Every byte arrived and was placed: the operation is complete.
     Complete(InboundStart),
-    /// Every byte arrived, but some were refused: nothing completes at the receiver.
-    CompleteRefused,
 }
 
-/// Table of partially received operations, bounded by `capacity`.
+/// Refused operations remembered, so that their straggling packets are refused alike (a send's
+/// later packet must not claim a buffer its first packet could not). The sender stops an
+/// operation at its first refusal, so stragglers arrive within about one RTT.
+pub const REFUSED_OPS_REMEMBERED: usize = 1024;
+
+/// Table of partially received operations, bounded by `capacity`, and the most recently
+/// refused ones, bounded by [`REFUSED_OPS_REMEMBERED`].
 #[derive(Clone, Debug)]
 pub struct InboundOps {
     entries: HashMap<OpId, Entry>,
     capacity: usize,
+    refused: HashMap<OpId, RejectReason>,
+    refused_order: VecDeque<OpId>,
 }
 
 impl InboundOps {
     pub fn new(capacity: u32) -> Self {
-        InboundOps { entries: HashMap::new(), capacity: capacity as usize }
+        InboundOps {
+            entries: HashMap::new(),
+            capacity: capacity as usize,
+            refused: HashMap::new(),
+            refused_order: VecDeque::new(),
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -57,9 +67,9 @@ impl InboundOps {
         self.entries.is_empty()
     }
 
-    /// The entry's start if the operation is known: its message length and what it does.
-    pub fn lookup(&self, op: OpId) -> Option<(InboundStart, u64, Option<RejectReason>)> {
-        self.entries.get(&op).map(|e| (e.start, e.msg_len, e.refused))
+    /// The entry's start if the operation is in progress, and its message length.
+    pub fn lookup(&self, op: OpId) -> Option<(InboundStart, u64)> {
+        self.entries.get(&op).map(|e| (e.start, e.msg_len))
     }
 
     /// Whether a new entry fits.
@@ -71,29 +81,35 @@ impl InboundOps {
     /// is not known.
     pub fn start(&mut self, op: OpId, start: InboundStart, msg_len: u64) {
         debug_assert!(self.has_room() && !self.entries.contains_key(&op));
-        self.entries.insert(op, Entry { start, msg_len, bytes_seen: 0, refused: None });
+        self.entries.insert(op, Entry { start, msg_len, bytes_seen: 0 });
     }
 
-    /// Starts tracking an operation whose first packet was refused (e.g. no receive buffer),
-    /// so that its later packets are refused the same way.
-    pub fn start_refused(&mut self, op: OpId, start: InboundStart, msg_len: u64, reason: RejectReason) {
-        self.entries.insert(op, Entry { start, msg_len, bytes_seen: 0, refused: Some(reason) });
+    /// Why `op` was refused, if it was recently.
+    pub fn refusal(&self, op: OpId) -> Option<RejectReason> {
+        self.refused.get(&op).copied()
     }
 
-    /// Counts `len` bytes of `op` (placed, or refused when `refused` is set).
-    pub fn record(&mut self, op: OpId, len: u64, refused: Option<RejectReason>) -> InboundProgress {
+    /// Remembers that `op` was refused; forgets its progress, and the oldest refusal when full.
+    pub fn refuse(&mut self, op: OpId, reason: RejectReason) {
+        self.entries.remove(&op);
+        if self.refused.insert(op, reason).is_none() {
+            self.refused_order.push_back(op);
+            if self.refused_order.len() > REFUSED_OPS_REMEMBERED {
+                if let Some(oldest) = self.refused_order.pop_front() {
+                    self.refused.remove(&oldest);
+                }
+            }
+        }
+    }
+
+    /// Counts `len` placed bytes of `op`.
+    pub fn record(&mut self, op: OpId, len: u64) -> InboundProgress {
         let Some(entry) = self.entries.get_mut(&op) else { return InboundProgress::Partial };
         entry.bytes_seen = entry.bytes_seen.saturating_add(len);
-        if entry.refused.is_none() {
-            entry.refused = refused;
-        }
         // A zero-length operation is complete with its one (empty) packet.
         if entry.bytes_seen >= entry.msg_len {
             let done = self.entries.remove(&op).expect("entry present");
-            return match done.refused {
-                None => InboundProgress::Complete(done.start),
-                Some(_) => InboundProgress::CompleteRefused,
-            };
+            return InboundProgress::Complete(done.start);
         }
         InboundProgress::Partial
     }

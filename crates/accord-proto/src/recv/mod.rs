@@ -7,5 +7,5 @@ mod inbound;
 mod tests;
 mod window;
 
-pub use inbound::{InboundOps, InboundProgress, InboundStart};
+pub use inbound::{InboundOps, InboundProgress, InboundStart, REFUSED_OPS_REMEMBERED};
 pub use window::{PsnClass, ReceiveWindow};

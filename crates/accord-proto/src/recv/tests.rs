@@ -76,14 +76,25 @@ fn floor_beyond_window_resets_cleanly() {
 fn inbound_counts_bytes_once_and_completes() {
     let mut t = InboundOps::new(2);
     t.start(OpId(1), InboundStart::WriteWithImm { imm: 7 }, 10);
-    assert_eq!(t.record(OpId(1), 4, None), InboundProgress::Partial);
-    assert_eq!(t.record(OpId(1), 6, None), InboundProgress::Complete(InboundStart::WriteWithImm { imm: 7 }));
+    assert_eq!(t.record(OpId(1), 4), InboundProgress::Partial);
+    assert_eq!(t.record(OpId(1), 6), InboundProgress::Complete(InboundStart::WriteWithImm { imm: 7 }));
     assert!(t.is_empty());
-    t.start(OpId(2), InboundStart::Send { buffer: RecvBufferId(3) }, 8);
-    assert_eq!(t.record(OpId(2), 4, Some(RejectReason::OutOfBounds)), InboundProgress::Partial);
-    assert_eq!(t.record(OpId(2), 4, None), InboundProgress::CompleteRefused);
     t.start(OpId(3), InboundStart::WriteWithImm { imm: 1 }, 0);
-    assert_eq!(t.record(OpId(3), 0, None), InboundProgress::Complete(InboundStart::WriteWithImm { imm: 1 }));
+    assert_eq!(t.record(OpId(3), 0), InboundProgress::Complete(InboundStart::WriteWithImm { imm: 1 }));
+}
+
+#[test]
+fn refusals_are_remembered_within_a_bound() {
+    let mut t = InboundOps::new(4);
+    t.start(OpId(2), InboundStart::Send { buffer: RecvBufferId(3) }, 8);
+    t.refuse(OpId(2), RejectReason::OutOfBounds);
+    assert!(t.is_empty(), "a refused operation's progress is dropped");
+    assert_eq!(t.refusal(OpId(2)), Some(RejectReason::OutOfBounds));
+    for i in 0..REFUSED_OPS_REMEMBERED as u64 {
+        t.refuse(OpId(100 + i), RejectReason::NoRecvBuffer);
+    }
+    assert_eq!(t.refusal(OpId(2)), None, "the oldest refusal is forgotten first");
+    assert_eq!(t.refusal(OpId(100)), Some(RejectReason::NoRecvBuffer));
 }
 
 #[test]
