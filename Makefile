@@ -6,8 +6,10 @@ CARGO ?= cargo
 
 .PHONY: setup build demo test fmt clippy
 
+# A Rust toolchain of 1.85 or newer is needed; rustup installs one where the machine has none.
 setup:
-	@command -v $(CARGO) >/dev/null || { echo "installing rustup toolchain"; curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal; }
+	@command -v $(CARGO) >/dev/null || { echo "no cargo found: installing a Rust toolchain with rustup"; curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal; }
+	@$(CARGO) --version
 
 build: setup
 	$(CARGO) build --release --workspace

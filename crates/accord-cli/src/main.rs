@@ -1,0 +1,37 @@
+//! `accord`: benchmarks, simulations and the local launcher. Every subcommand prints a
+//! readable table and, with `--json`, exactly one JSON object on stdout.
+#![forbid(unsafe_code)]
+
+mod sim;
+mod table;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(name = "accord", version, about = "Accord: a software transport and collectives for GPU clusters")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Deterministic simulations of the transport (same protocol code as on sockets).
+    #[command(subcommand)]
+    Sim(sim::SimCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Sim(cmd) => sim::run(cmd),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("accord: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
