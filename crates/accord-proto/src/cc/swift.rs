@@ -52,6 +52,12 @@ pub struct SwiftConfig {
     pub min_window_packets: f64,
     /// Upper bound of the window in bytes (default 1 GiB).
     pub max_window_bytes: u64,
+    /// Cut the window on loss only when the latest delay sample is at or above target
+    /// (default true). A departure from the paper, which cuts on every loss: on a fabric that
+    /// corrupts or drops packets at random, a loss while queues are below target says nothing
+    /// about congestion, and cutting for it starves the connection (the loss sweep measured
+    /// 55% goodput at 1/256 loss with the paper's rule; see the README).
+    pub loss_needs_delay: bool,
 }
 
 impl Default for SwiftConfig {
@@ -69,6 +75,7 @@ impl Default for SwiftConfig {
             initial_window_packets: 32.0,
             min_window_packets: 0.01,
             max_window_bytes: 1 << 30,
+            loss_needs_delay: true,
         }
     }
 }
@@ -101,6 +108,9 @@ pub struct Swift {
     last_decrease: Option<Instant>,
     /// Latest smoothed RTT seen in an event; zero until one arrives.
     rtt_smoothed: Duration,
+    loss_needs_delay: bool,
+    /// Latest delay sample, nanoseconds (`None` before the first).
+    last_delay_nanos: Option<f64>,
 }
 
 fn nanos(d: Duration) -> f64 {
@@ -147,6 +157,8 @@ impl Swift {
             window_packets: finite_or(cfg.initial_window_packets, 32.0).clamp(min_window_packets, max_window_packets),
             last_decrease: None,
             rtt_smoothed: Duration::ZERO,
+            loss_needs_delay: cfg.loss_needs_delay,
+            last_delay_nanos: None,
         }
     }
 
@@ -226,6 +238,9 @@ impl CongestionControl for Swift {
             event.newly_acked_bytes as f64 / self.mss_bytes
         };
         let target_nanos = self.target_delay_nanos();
+        if let Some(delay) = event.rtt_sample {
+            self.last_delay_nanos = Some(nanos(delay));
+        }
         match event.rtt_sample {
             Some(delay) if nanos(delay) >= target_nanos => {
                 if self.can_decrease(event.now, self.rtt_or(delay)) {
@@ -256,6 +271,10 @@ impl CongestionControl for Swift {
             self.rtt_smoothed = event.rtt_smoothed;
         }
         if event.lost_packets == 0 && event.lost_bytes == 0 {
+            return;
+        }
+        let queues_below_target = self.last_delay_nanos.is_some_and(|d| d < self.target_delay_nanos());
+        if self.loss_needs_delay && queues_below_target {
             return;
         }
         if self.can_decrease(event.now, self.rtt_smoothed) {

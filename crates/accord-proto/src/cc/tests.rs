@@ -338,7 +338,9 @@ fn swift_loss_halves_once_per_rtt_and_rto_goes_to_min() {
 
 #[test]
 fn swift_paces_below_one_packet() {
-    let mut cc = Swift::new(SwiftConfig { initial_window_packets: 0.5, ..Default::default() }, MSS);
+    // The paper's loss rule, so that losses below target still cut (checked further down).
+    let cfg = SwiftConfig { initial_window_packets: 0.5, loss_needs_delay: false, ..Default::default() };
+    let mut cc = Swift::new(cfg, MSS);
     cc.on_ack(&ack(at_us(1.0), 0, 0, None)); // learns the 10 µs smoothed RTT, acks nothing
     assert_eq!(cc.window_packets(), 0.5);
     // The window is never reported below one packet; pacing carries the fraction.
@@ -484,4 +486,27 @@ fn builtins_use_the_trait_defaults_for_unused_hooks() {
     let c = CcKind::from_name("swift").unwrap().build(MSS);
     assert_eq!(c.chunk_bytes(32768), 32768);
     assert_eq!(c.may_retransmit(at_us(0.0), PathId(3)), RetransmitDecision::Now);
+}
+
+#[test]
+fn swift_ignores_loss_while_delay_is_under_target_unless_configured() {
+    let under_target = Some(Duration::from_micros(12));
+    let mut cc = swift();
+    cc.on_ack(&ack(at_us(1.0), 1, cc.window_bytes(), under_target));
+    let before = cc.window_packets();
+    cc.on_loss(&loss(at_us(2.0)));
+    assert_eq!(cc.window_packets(), before, "random loss with short queues is not congestion");
+
+    let mut paper = Swift::new(SwiftConfig { loss_needs_delay: false, ..Default::default() }, MSS);
+    paper.on_ack(&ack(at_us(1.0), 1, paper.window_bytes(), under_target));
+    let before = paper.window_packets();
+    paper.on_loss(&loss(at_us(2.0)));
+    assert!((paper.window_packets() - before * 0.5).abs() < 1e-9, "the paper's rule cuts on every loss");
+
+    // Over target, a loss is congestion: the window is cut (once per RTT).
+    let mut congested = swift();
+    congested.on_ack(&ack(at_us(1.0), 1, congested.window_bytes(), Some(Duration::from_micros(200))));
+    let before = congested.window_packets();
+    congested.on_loss(&loss(at_us(20.0)));
+    assert!(congested.window_packets() < before);
 }
