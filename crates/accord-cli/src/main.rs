@@ -1,7 +1,9 @@
 //! `accord`: benchmarks, simulations and the local launcher. Every subcommand prints a
 //! readable table and, with `--json`, exactly one JSON object on stdout.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
+mod launch;
+mod signal;
 mod sim;
 mod table;
 
@@ -20,12 +22,18 @@ enum Command {
     /// Deterministic simulations of the transport (same protocol code as on sockets).
     #[command(subcommand)]
     Sim(sim::SimCommand),
+    /// Start N local ranks of a command with the torchrun variables.
+    Run(launch::RunArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Sim(cmd) => sim::run(cmd),
+        Command::Run(args) => match launch::run(args) {
+            Ok(code) => return ExitCode::from(code.clamp(0, 255) as u8),
+            Err(e) => Err(e),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
