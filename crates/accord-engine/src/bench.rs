@@ -1,0 +1,1 @@
+//! `accord bench p2p` as a library function.
