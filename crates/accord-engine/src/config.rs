@@ -29,6 +29,7 @@ pub const ENGINE_ENV_OVERRIDES: &[(&str, &str)] = &[
     ("ACCORD_CC", "congestion control by name: cubic, swift, fixed"),
     ("ACCORD_FORCE_NETWORK", "force_network (0 or 1): same-process peers go over the network"),
     ("ACCORD_DATAGRAM_BYTES", "datagram_bytes (0 = by address: loopback or fabric size)"),
+    ("ACCORD_WINDOW_PACKETS", "window_packets (0 = sized to the socket buffers)"),
     ("ACCORD_SHARD_BYTES", "shard_bytes_min: writes this large are split across lanes"),
     ("ACCORD_IDLE_TIMEOUT_MS", "idle_timeout: a connection silent this long with data outstanding fails"),
     ("ACCORD_LOSS", "fault.drop: inject this packet loss probability (tests, benchmarks)"),
@@ -51,6 +52,10 @@ pub struct EngineConfig {
     /// Largest datagram, header included; 0 (default) picks [`LOOPBACK_DATAGRAM_BYTES`] when
     /// every NIC is a loopback address and [`FABRIC_DATAGRAM_BYTES`] otherwise.
     pub datagram_bytes: u16,
+    /// Packets a connection may have in flight (the receiver's window); 0 (default) sizes it
+    /// so a window fits half of the receiving sockets' buffers, which on loopback keeps the
+    /// sender from overflowing them (a socket overflow is a loss and costs a retransmission).
+    pub window_packets: u32,
     /// Writes at least this long are split into one shard per lane (NIC x worker). Default 4 MiB.
     pub shard_bytes_min: u64,
     /// A connection with data outstanding and no acknowledgement for this long fails; its
@@ -71,6 +76,7 @@ impl Default for EngineConfig {
             cc: "cubic".to_string(),
             force_network: false,
             datagram_bytes: 0,
+            window_packets: 0,
             shard_bytes_min: 4 << 20,
             idle_timeout: Duration::from_secs(2),
             fault: None,
@@ -96,6 +102,7 @@ impl EngineConfig {
                 "ACCORD_CC" => self.cc = value.trim().to_string(),
                 "ACCORD_FORCE_NETWORK" => self.force_network = num::<u8>(name, &value)? != 0,
                 "ACCORD_DATAGRAM_BYTES" => self.datagram_bytes = num(name, &value)?,
+                "ACCORD_WINDOW_PACKETS" => self.window_packets = num(name, &value)?,
                 "ACCORD_SHARD_BYTES" => self.shard_bytes_min = num(name, &value)?,
                 "ACCORD_IDLE_TIMEOUT_MS" => self.idle_timeout = Duration::from_millis(num(name, &value)?),
                 "ACCORD_LOSS" => self.fault.get_or_insert_with(FaultConfig::default).drop = num(name, &value)?,
@@ -144,6 +151,18 @@ impl EngineConfig {
         }
     }
 
+    /// The window in effect (see [`EngineConfig::window_packets`]).
+    pub fn effective_window_packets(&self) -> u32 {
+        let max = accord_proto::config::RECV_WINDOW_PACKETS_MAX;
+        if self.window_packets != 0 {
+            return self.window_packets.clamp(16, max);
+        }
+        // A datagram costs about twice its size in socket buffer (the kernel's truesize).
+        let buffer = u64::from(self.paths_per_worker) * accord_net::udp::SOCKET_BUFFER_BYTES_DEFAULT as u64;
+        let packets = buffer / 2 / (2 * u64::from(self.effective_datagram_bytes()));
+        (packets as u32).clamp(16, max)
+    }
+
     /// The protocol configuration every worker's endpoint uses.
     pub fn endpoint_config(&self) -> accord_proto::EndpointConfig {
         let mut ep = accord_proto::EndpointConfig::default();
@@ -152,6 +171,7 @@ impl EngineConfig {
         c.path_count = self.paths_per_worker;
         c.cc = accord_proto::cc::CcKind::from_name(&self.cc).unwrap_or(c.cc.clone());
         c.idle_timeout = self.idle_timeout;
+        c.recv_window_packets = self.effective_window_packets();
         if c.max_datagram_bytes > FABRIC_DATAGRAM_BYTES {
             // Chunks of a few large datagrams, so a path still gets several packets per decision.
             c.chunk_bytes = 4 * u32::from(c.max_datagram_bytes);

@@ -22,8 +22,11 @@ use std::time::Duration;
 
 use crate::address::EngineId;
 
-/// Receive slots per batch.
+/// Most receive slots per batch.
 pub const RX_BATCH_SLOTS: usize = 64;
+/// Bytes of receive (and transmit) slots one batch may span: small enough to stay in a core's
+/// L2 cache, so the copy out of a slot reads what the kernel just wrote.
+pub const BATCH_BYTES_TARGET: usize = 512 * 1024;
 /// Commands taken from the queue per loop turn, so receive and transmit are never starved.
 pub const COMMANDS_PER_TURN_MAX: usize = 256;
 /// Parts waiting for room on a connection (the protocol's ops-in-flight bound).
@@ -94,7 +97,8 @@ impl Worker {
         dp: Box<dyn Datapath>,
         ep: Endpoint,
     ) -> Result<Self, accord_net::DatapathError> {
-        let rx = dp.alloc_rx_buffers(RX_BATCH_SLOTS)?;
+        let rx_slots = (BATCH_BYTES_TARGET / dp.rx_slot_bytes().max(1)).clamp(8, RX_BATCH_SLOTS);
+        let rx = dp.alloc_rx_buffers(rx_slots)?;
         let tx = tx::TxQueue::new(usize::from(ep.config().connection.max_datagram_bytes));
         Ok(Worker {
             lane,
@@ -119,6 +123,8 @@ impl Worker {
 
     /// The thread body; returns at shutdown.
     pub(crate) fn run(mut self) {
+        let debug = std::env::var("ACCORD_ENGINE_DEBUG").is_ok();
+        let mut last_dump = std::time::Instant::now();
         loop {
             let (exit, mut progress) = self.drain_commands();
             if exit {
@@ -132,6 +138,14 @@ impl Worker {
             }
             progress |= self.transmit();
             progress |= self.drain_events();
+            if debug && last_dump.elapsed() > Duration::from_millis(250) {
+                last_dump = std::time::Instant::now();
+                for c in self.ep.connections().collect::<Vec<_>>() {
+                    if let Some(st) = self.ep.connection_stats(c) {
+                        eprintln!("[{} lane {}] {:?} sent {} acked {} rtx {} lost {} rcv {} placed {} dropped {} refused {} win {} infl {} srtt {:?} ops {} paths {:?}", std::process::id(), self.lane, c, st.packets_sent, st.bytes_acked, st.packets_retransmitted, st.packets_lost, st.packets_received, st.bytes_placed, st.packets_dropped, st.packets_refused, st.window_bytes, st.bytes_in_flight, st.rtt_smoothed, st.ops_outstanding, st.paths.iter().map(|p| format!("{:?}", p)).collect::<Vec<_>>().join(" | "));
+                    }
+                }
+            }
             if !progress {
                 self.sleep();
             }
@@ -266,7 +280,8 @@ impl Worker {
     }
 
     fn receive(&mut self) -> bool {
-        let n = match self.dp.recv_batch(&mut self.rx, RX_BATCH_SLOTS) {
+        let slots = self.rx.slot_count();
+        let n = match self.dp.recv_batch(&mut self.rx, slots) {
             Ok(n) => n,
             Err(e) => {
                 tracing::warn!(error = %e, "receive failed");

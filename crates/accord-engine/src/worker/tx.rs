@@ -7,7 +7,7 @@ use accord_net::{Datapath, TxDatagram};
 use accord_proto::{Endpoint, Instant, Transmit};
 use std::net::SocketAddr;
 
-/// Datagrams polled per batch.
+/// Most datagrams polled per batch (fewer when large: see `BATCH_BYTES_TARGET`).
 pub const TX_BATCH_DATAGRAMS: usize = 64;
 /// Batches sent per worker loop turn, so receiving is never starved.
 pub const TX_BATCHES_PER_TURN_MAX: usize = 8;
@@ -25,6 +25,7 @@ struct Group {
 
 pub(crate) struct TxQueue {
     datagram_max: usize,
+    batch_datagrams: usize,
     arena: Vec<u8>,
     groups: Vec<Group>,
     sent: usize,
@@ -32,7 +33,14 @@ pub(crate) struct TxQueue {
 
 impl TxQueue {
     pub(crate) fn new(datagram_max: usize) -> Self {
-        TxQueue { datagram_max, arena: vec![0u8; TX_BATCH_DATAGRAMS * datagram_max], groups: vec![], sent: 0 }
+        let batch_datagrams = (super::BATCH_BYTES_TARGET / datagram_max.max(1)).clamp(8, TX_BATCH_DATAGRAMS);
+        TxQueue {
+            datagram_max,
+            batch_datagrams,
+            arena: vec![0u8; batch_datagrams * datagram_max],
+            groups: vec![],
+            sent: 0,
+        }
     }
 
     /// Whether datagrams wait for socket room.
@@ -82,7 +90,7 @@ impl TxQueue {
             self.groups.clear();
             self.sent = 0;
             let mut pos = 0;
-            for _ in 0..TX_BATCH_DATAGRAMS {
+            for _ in 0..self.batch_datagrams {
                 let slot = &mut self.arena[pos..pos + self.datagram_max];
                 let Some(t) = ep.poll_transmit(now, slot) else { break };
                 let len = t.datagram_len();
