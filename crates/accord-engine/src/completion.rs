@@ -36,6 +36,8 @@ pub(crate) fn dispatch(jobs: &JobSender, f: impl FnOnce() + Send + 'static) {
 }
 
 type Callback = Box<dyn FnOnce(Result<(), TransferError>) + Send>;
+/// Submits the last part of a transfer once the others succeeded.
+pub(crate) type Trailer = Box<dyn FnOnce(Arc<TransferState>) + Send>;
 
 struct Outcome {
     result: Option<Result<(), TransferError>>,
@@ -50,7 +52,7 @@ pub(crate) struct TransferState {
     parts_left: AtomicUsize,
     first_error: Mutex<Option<TransferError>>,
     /// Submitted once every part succeeded (the immediate of a multi-part transfer).
-    pub(crate) trailer: Mutex<Option<Box<dyn FnOnce(Arc<TransferState>) + Send>>>,
+    pub(crate) trailer: Mutex<Option<Trailer>>,
     jobs: JobSender,
 }
 

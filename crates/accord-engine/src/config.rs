@@ -32,6 +32,7 @@ pub const ENGINE_ENV_OVERRIDES: &[(&str, &str)] = &[
     ("ACCORD_WINDOW_PACKETS", "window_packets (0 = sized to the socket buffers)"),
     ("ACCORD_SHARD_BYTES", "shard_bytes_min: writes this large are split across lanes"),
     ("ACCORD_IDLE_TIMEOUT_MS", "idle_timeout: a connection silent this long with data outstanding fails"),
+    ("ACCORD_ENGINE_DEBUG", "when set, workers print per-connection statistics to stderr every 250 ms"),
     ("ACCORD_LOSS", "fault.drop: inject this packet loss probability (tests, benchmarks)"),
     ("ACCORD_REORDER", "fault.reorder: inject this reordering probability (tests, benchmarks)"),
 ];
@@ -59,7 +60,7 @@ pub struct EngineConfig {
     /// Writes at least this long are split into one shard per lane (NIC x worker). Default 4 MiB.
     pub shard_bytes_min: u64,
     /// A connection with data outstanding and no acknowledgement for this long fails; its
-    /// writes move to another NIC. Default 2 s.
+    /// writes move to another NIC. Default 5 s.
     pub idle_timeout: Duration,
     /// Faults to inject on every NIC (tests and benchmarks). Default none (no wrapper).
     pub fault: Option<FaultConfig>,
@@ -78,7 +79,7 @@ impl Default for EngineConfig {
             datagram_bytes: 0,
             window_packets: 0,
             shard_bytes_min: 4 << 20,
-            idle_timeout: Duration::from_secs(2),
+            idle_timeout: Duration::from_secs(5),
             fault: None,
             fault_seed: 1,
         }

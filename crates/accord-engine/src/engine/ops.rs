@@ -216,7 +216,7 @@ impl Engine {
         }
         let peer = op.dst.engine;
         self.check_peer(peer)?;
-        let page_offset = |page: u64| page.checked_mul(op.page_bytes).unwrap_or(u64::MAX);
+        let page_offset = |page: u64| page.saturating_mul(op.page_bytes);
         let mut runs: Vec<(u64, u64, u64)> = vec![];
         for (&s, &d) in op.src_pages.iter().zip(op.dst_pages) {
             let (so, doff) = (page_offset(s), page_offset(d));

@@ -1,6 +1,7 @@
 use super::*;
 use crate::{PagedWriteOp, ScatterDst, TransferError, WriteOp};
 use accord_proto::wire::RejectReason;
+use std::net::UdpSocket;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
@@ -135,4 +136,63 @@ fn paged_scatter_send_barrier_over_network() {
         s.spawn(|| b.barrier(&ids, 77, WAIT).unwrap());
         a.barrier(&ids, 77, WAIT).unwrap();
     });
+}
+
+#[test]
+fn garbage_datagrams_are_counted_and_dropped_while_writes_go_on() {
+    let (a, b) = pair(true);
+    let len = 2 << 20;
+    let src = a.alloc(len).unwrap();
+    let dst = b.alloc(len).unwrap();
+    let data = pattern(3, len);
+    src.write_at(0, &data).unwrap();
+    let targets: Vec<std::net::SocketAddr> = b.address().nics.concat().concat();
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    let spammer = std::thread::spawn(move || {
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut i = 0u64;
+        while !s.load(Ordering::Relaxed) {
+            let junk: Vec<u8> = (0..(i % 200) as usize + 1).map(|k| (k as u64 * 7 + i) as u8).collect();
+            let _ = sock.send_to(&junk, targets[i as usize % targets.len()]);
+            i += 1;
+            if i % 64 == 0 {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+    });
+    let (h, d) = (src.handle(), dst.descriptor());
+    for _ in 0..4 {
+        let op = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 0, len: len as u64, imm: Some(4) };
+        a.write(&op).unwrap().wait_timeout(WAIT).unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    spammer.join().unwrap();
+    assert_eq!(b.imm_counter(4).wait(4, WAIT), 4);
+    assert!(dst.to_vec() == data);
+    assert!(b.stats().datagrams_dropped() > 0, "garbage is counted");
+}
+
+#[test]
+fn env_overrides_apply() {
+    let vars: HashMap<&str, &str> =
+        [("ACCORD_NICS", "127.0.0.1,127.0.0.2"), ("ACCORD_CC", "swift"), ("ACCORD_FORCE_NETWORK", "1")].into();
+    let c = EngineConfig::default().with_overrides_from(|n| vars.get(n).map(|v| v.to_string())).unwrap();
+    assert_eq!(c.nics.len(), 2);
+    assert_eq!(c.cc, "swift");
+    assert!(c.force_network);
+    assert!(EngineConfig::default().with_overrides_from(|_| Some("x".into())).is_err());
+}
+
+#[test]
+fn addresses_and_descriptors_round_trip() {
+    let a = engine(true);
+    let addr = a.address();
+    assert_eq!(EngineAddress::parse(&addr.to_string_compact()).unwrap(), addr);
+    let buf = a.alloc(100).unwrap();
+    let d = buf.descriptor();
+    assert_eq!(MrDescriptor::parse(&d.to_string_compact()).unwrap(), d);
+    assert!(MrDescriptor::parse("{").is_err());
+    assert!(a.deregister(&buf.handle()));
+    assert!(!a.deregister(&buf.handle()));
 }

@@ -140,17 +140,39 @@ impl Worker {
             progress |= self.drain_events();
             if debug && last_dump.elapsed() > Duration::from_millis(250) {
                 last_dump = std::time::Instant::now();
-                for c in self.ep.connections().collect::<Vec<_>>() {
-                    if let Some(st) = self.ep.connection_stats(c) {
-                        eprintln!("[{} lane {}] {:?} sent {} acked {} rtx {} lost {} rcv {} placed {} dropped {} refused {} win {} infl {} srtt {:?} ops {} paths {:?}", std::process::id(), self.lane, c, st.packets_sent, st.bytes_acked, st.packets_retransmitted, st.packets_lost, st.packets_received, st.bytes_placed, st.packets_dropped, st.packets_refused, st.window_bytes, st.bytes_in_flight, st.rtt_smoothed, st.ops_outstanding, st.paths.iter().map(|p| format!("{:?}", p)).collect::<Vec<_>>().join(" | "));
-                    }
-                }
+                self.dump_connections();
             }
             if !progress {
                 self.sleep();
             }
         }
         self.shut_down();
+    }
+
+    /// `ACCORD_ENGINE_DEBUG`: one line per connection on stderr.
+    fn dump_connections(&self) {
+        for c in self.ep.connections() {
+            if let Some(st) = self.ep.connection_stats(c) {
+                eprintln!(
+                    "[pid {} lane {}] {c:?} sent {} acked_bytes {} retransmitted {} lost {} received {} placed_bytes {} \
+                     dropped {} refused {} window {} in_flight {} srtt {:?} ops {}",
+                    std::process::id(),
+                    self.lane,
+                    st.packets_sent,
+                    st.bytes_acked,
+                    st.packets_retransmitted,
+                    st.packets_lost,
+                    st.packets_received,
+                    st.bytes_placed,
+                    st.packets_dropped,
+                    st.packets_refused,
+                    st.window_bytes,
+                    st.bytes_in_flight,
+                    st.rtt_smoothed,
+                    st.ops_outstanding
+                );
+            }
+        }
     }
 
     fn sleep(&mut self) {
