@@ -1,0 +1,367 @@
+//! `accord bench p2p` as a library: two processes on loopback, Accord writes against a plain TCP
+//! stream between the same two processes in the same run.
+//!
+//! The calling program must call [`run_child_if_requested`] first thing in `main`: the benchmark
+//! re-executes the current binary as its second process.
+
+use crate::{Engine, EngineAddress, FaultConfig, MrDescriptor, PagedWriteOp, Transfer, WriteOp};
+use serde::{Deserialize, Serialize};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+/// Environment variable that marks the benchmark's second process (value: the TCP address to
+/// connect to).
+pub const CHILD_ENV: &str = "ACCORD_P2P_BENCH_CHILD";
+/// Environment variable carrying `--loss` to the second process.
+const CHILD_LOSS_ENV: &str = "ACCORD_P2P_BENCH_LOSS";
+/// Largest write size the benchmark accepts.
+pub const BENCH_BYTES_MAX: u64 = 1 << 30;
+/// Bytes moved per size and transport (bounds the run time).
+const BYTES_PER_SIZE: u64 = 512 << 20;
+/// Most writes per size.
+const ITERATIONS_MAX: u64 = 2000;
+/// Writes timed one at a time per size for `lat_us`.
+const LATENCY_SAMPLES: usize = 20;
+/// The whole benchmark must finish within this.
+const CHILD_DEADLINE: Duration = Duration::from_secs(300);
+
+/// Options of `accord bench p2p`.
+#[derive(Clone, Debug)]
+pub struct P2pOptions {
+    /// Write sizes in bytes.
+    pub sizes: Vec<u64>,
+    /// Add a row of paged writes with this page size (64 KiB by default).
+    pub paged_page_bytes: Option<u64>,
+    /// Pages per paged write.
+    pub paged_pages: u64,
+    /// Inject this packet loss probability on both engines.
+    pub loss: Option<f64>,
+}
+
+impl Default for P2pOptions {
+    /// 4 KiB to 256 MiB in powers of four, plus 64 KiB paged writes (256 pages), no loss.
+    fn default() -> Self {
+        P2pOptions {
+            sizes: (0..9).map(|i| 4096u64 << (2 * i)).collect(),
+            paged_page_bytes: Some(64 * 1024),
+            paged_pages: 256,
+            loss: None,
+        }
+    }
+}
+
+/// One row of the result.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct P2pRow {
+    /// `write` or `paged`.
+    pub op: String,
+    /// Bytes per write (for paged writes: all pages of one write).
+    pub bytes: u64,
+    /// Accord throughput, GB/s (1e9 bytes per second).
+    pub accord_gbps: f64,
+    /// TCP throughput between the same processes, GB/s.
+    pub tcp_gbps: f64,
+    /// `accord_gbps / tcp_gbps`.
+    pub ratio: f64,
+    /// Completion time of one write of this size alone, microseconds (median).
+    pub lat_us: f64,
+}
+
+/// Why the benchmark failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// Setup or I/O failed.
+    #[error("benchmark I/O failed: {0}")]
+    Io(#[from] std::io::Error),
+    /// The engine failed.
+    #[error("benchmark engine error: {0}")]
+    Engine(String),
+    /// Bad options.
+    #[error("invalid benchmark options: {0}")]
+    Options(String),
+}
+
+fn engine_err(e: impl std::fmt::Display) -> BenchError {
+    BenchError::Engine(e.to_string())
+}
+
+#[derive(Serialize, Deserialize)]
+struct Hello {
+    address: EngineAddress,
+    region: MrDescriptor,
+}
+
+const OP_TCP: u8 = 1;
+const OP_VERIFY: u8 = 2;
+const OP_EXIT: u8 = 3;
+
+fn send_cmd(s: &mut TcpStream, op: u8, a: u64, b: u64) -> std::io::Result<()> {
+    let mut m = [0u8; 17];
+    m[0] = op;
+    m[1..9].copy_from_slice(&a.to_le_bytes());
+    m[9..17].copy_from_slice(&b.to_le_bytes());
+    s.write_all(&m)
+}
+
+fn read_byte(s: &mut TcpStream) -> std::io::Result<u8> {
+    let mut b = [0u8; 1];
+    s.read_exact(&mut b)?;
+    Ok(b[0])
+}
+
+fn build_engine(loss: Option<f64>) -> Result<Engine, BenchError> {
+    let mut b = Engine::builder();
+    if let Some(p) = loss.filter(|p| *p > 0.0) {
+        b = b.fault_injection(FaultConfig { drop: p, ..FaultConfig::default() }, std::process::id() as u64);
+    }
+    b.build().map_err(engine_err)
+}
+
+/// Runs the benchmark's second process when this process is it, then exits; returns at once
+/// otherwise. Call it first thing in `main` of any binary that calls [`p2p`].
+pub fn run_child_if_requested() {
+    let Ok(addr) = std::env::var(CHILD_ENV) else { return };
+    let code = match child(&addr) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("accord p2p bench child: {e}");
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+fn child(addr: &str) -> Result<(), BenchError> {
+    let loss = std::env::var(CHILD_LOSS_ENV).ok().and_then(|v| v.parse().ok());
+    let engine = build_engine(loss)?;
+    let mut s = TcpStream::connect(addr)?;
+    s.set_nodelay(true)?;
+    let max: u64 = std::env::var("ACCORD_P2P_BENCH_MAX").ok().and_then(|v| v.parse().ok()).unwrap_or(1 << 20);
+    let region = engine.alloc(max as usize).map_err(engine_err)?;
+    let hello =
+        serde_json::to_vec(&Hello { address: engine.address(), region: region.descriptor() }).map_err(engine_err)?;
+    s.write_all(&(hello.len() as u32).to_le_bytes())?;
+    s.write_all(&hello)?;
+    let mut sink = vec![0u8; max as usize];
+    // Touch every page up front so neither transport pays first-touch faults while timed.
+    sink.fill(1);
+    region.fill(0);
+    loop {
+        let mut m = [0u8; 17];
+        s.read_exact(&mut m)?;
+        let a = u64::from_le_bytes(m[1..9].try_into().expect("8 bytes"));
+        let b = u64::from_le_bytes(m[9..17].try_into().expect("8 bytes"));
+        match m[0] {
+            OP_TCP => {
+                for _ in 0..b {
+                    s.read_exact(&mut sink[..a as usize])?;
+                }
+                s.write_all(&[1])?;
+            }
+            OP_VERIFY => {
+                let got = engine.imm_counter(a as u32).wait(b, Duration::from_secs(60));
+                s.write_all(&[u8::from(got >= b)])?;
+            }
+            _ => return Ok(()),
+        }
+    }
+}
+
+struct Parent {
+    engine: Engine,
+    src: crate::MrBuffer,
+    dst: MrDescriptor,
+    tcp: TcpStream,
+    data: Vec<u8>,
+}
+
+fn iterations(bytes: u64) -> u64 {
+    (BYTES_PER_SIZE / bytes.max(1)).clamp(2, ITERATIONS_MAX)
+}
+
+impl Parent {
+    fn tcp(&mut self, bytes: u64, iters: u64) -> Result<f64, BenchError> {
+        let data = &self.data;
+        let start = Instant::now();
+        send_cmd(&mut self.tcp, OP_TCP, bytes, iters)?;
+        for _ in 0..iters {
+            self.tcp.write_all(&data[..bytes as usize])?;
+        }
+        read_byte(&mut self.tcp)?;
+        Ok((bytes * iters) as f64 / start.elapsed().as_secs_f64() / 1e9)
+    }
+
+    fn verify(&mut self, imm: u32, target: u64) -> Result<(), BenchError> {
+        send_cmd(&mut self.tcp, OP_VERIFY, imm as u64, target)?;
+        match read_byte(&mut self.tcp)? {
+            1 => Ok(()),
+            _ => Err(BenchError::Engine(format!("peer counted fewer than {target} writes with imm {imm}"))),
+        }
+    }
+
+    /// Times `iters` pipelined submissions and `LATENCY_SAMPLES` lone ones.
+    fn accord(
+        &mut self,
+        iters: u64,
+        imm: u32,
+        submit: impl Fn(&Engine) -> Result<Transfer, BenchError>,
+    ) -> Result<(f64, f64), BenchError> {
+        let start = Instant::now();
+        let transfers: Vec<Transfer> = (0..iters).map(|_| submit(&self.engine)).collect::<Result<_, _>>()?;
+        for t in &transfers {
+            t.wait_timeout(Duration::from_secs(120)).map_err(engine_err)?;
+        }
+        let secs = start.elapsed().as_secs_f64();
+        let mut lat = vec![];
+        for _ in 0..LATENCY_SAMPLES.min(iters as usize) {
+            let t0 = Instant::now();
+            submit(&self.engine)?.wait_timeout(Duration::from_secs(120)).map_err(engine_err)?;
+            lat.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+        lat.sort_by(f64::total_cmp);
+        self.verify(imm, iters + lat.len() as u64)?;
+        Ok((secs, lat[lat.len() / 2]))
+    }
+}
+
+fn row(op: &str, bytes: u64, accord_bytes_per_s: f64, tcp_gbps: f64, lat_us: f64) -> P2pRow {
+    let accord_gbps = accord_bytes_per_s / 1e9;
+    P2pRow { op: op.into(), bytes, accord_gbps, tcp_gbps, ratio: accord_gbps / tcp_gbps.max(1e-12), lat_us }
+}
+
+/// Runs the benchmark: spawns the second process, measures each size over TCP and Accord.
+pub fn p2p(opts: &P2pOptions) -> Result<Vec<P2pRow>, BenchError> {
+    let paged_total = opts.paged_page_bytes.map_or(0, |p| p * opts.paged_pages);
+    let max = opts.sizes.iter().copied().max().unwrap_or(0).max(paged_total);
+    if max == 0 || max > BENCH_BYTES_MAX || opts.sizes.contains(&0) {
+        return Err(BenchError::Options(format!("sizes must be in 1..={BENCH_BYTES_MAX}")));
+    }
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.env(CHILD_ENV, listener.local_addr()?.to_string()).env("ACCORD_P2P_BENCH_MAX", max.to_string());
+    if let Some(p) = opts.loss {
+        cmd.env(CHILD_LOSS_ENV, p.to_string());
+    }
+    let mut child: Child = cmd.spawn()?;
+    let result = run_parent(opts, &listener, max, paged_total);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match child.try_wait()? {
+            Some(_) => break,
+            None if Instant::now() > deadline || result.is_err() => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break;
+            }
+            None => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+    result
+}
+
+fn run_parent(
+    opts: &P2pOptions,
+    listener: &TcpListener,
+    max: u64,
+    paged_total: u64,
+) -> Result<Vec<P2pRow>, BenchError> {
+    listener.set_nonblocking(true)?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let tcp = loop {
+        match listener.accept() {
+            Ok((s, _)) => break s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    tcp.set_nonblocking(false)?;
+    tcp.set_nodelay(true)?;
+    tcp.set_read_timeout(Some(CHILD_DEADLINE))?;
+    let mut tcp = tcp;
+    let mut len = [0u8; 4];
+    tcp.read_exact(&mut len)?;
+    let mut hello = vec![0u8; u32::from_le_bytes(len) as usize];
+    tcp.read_exact(&mut hello)?;
+    let hello: Hello = serde_json::from_slice(&hello).map_err(engine_err)?;
+    let engine = build_engine(opts.loss)?;
+    engine.add_peer(&hello.address).map_err(engine_err)?;
+    let src = engine.alloc(max as usize).map_err(engine_err)?;
+    let fill: Vec<u8> = (0..max).map(|i| (i * 31 % 251) as u8).collect();
+    src.write_at(0, &fill).map_err(engine_err)?;
+    let mut p = Parent { engine, src, dst: hello.region, tcp, data: fill };
+    let mut rows = vec![];
+    // Warm-up: open the connection and grow the window.
+    let warm = max.min(16 << 20);
+    let (h, d) = (p.src.handle(), p.dst);
+    p.accord(4, 1, |e| submit_write(e, &h, &d, warm, 1))?;
+    for (i, &bytes) in opts.sizes.iter().enumerate() {
+        let iters = iterations(bytes);
+        let tcp_gbps = p.tcp(bytes, iters)?;
+        let imm = 100 + i as u32;
+        let (h, d) = (p.src.handle(), p.dst);
+        let (secs, lat) = p
+            .accord(iters, imm, |e| submit_write(e, &h, &d, bytes, imm))
+            .map_err(|e| BenchError::Engine(format!("writes of {bytes} bytes: {e}")))?;
+        rows.push(row("write", bytes, (bytes * iters) as f64 / secs, tcp_gbps, lat));
+    }
+    if let Some(page) = opts.paged_page_bytes {
+        let iters = iterations(paged_total);
+        let tcp_gbps = p.tcp(paged_total, iters)?;
+        let pages = opts.paged_pages;
+        let src_pages: Vec<u64> = (0..pages).collect();
+        // A fixed permutation: pages land scattered, as a KV-cache move does.
+        let dst_pages: Vec<u64> = (0..pages).map(|i| (i * 97 + 13) % pages).collect();
+        let (h, d) = (p.src.handle(), p.dst);
+        let imm = 99;
+        let (secs, lat) = p.accord(iters, imm, |e| {
+            let op = PagedWriteOp {
+                src: &h,
+                dst: &d,
+                page_bytes: page,
+                src_pages: &src_pages,
+                dst_pages: &dst_pages,
+                imm: Some(imm),
+            };
+            e.write_paged(&op).map_err(engine_err)
+        })?;
+        rows.push(row("paged", paged_total, (paged_total * iters) as f64 / secs, tcp_gbps, lat));
+    }
+    send_cmd(&mut p.tcp, OP_EXIT, 0, 0)?;
+    Ok(rows)
+}
+
+fn submit_write(
+    e: &Engine,
+    h: &crate::MrHandle,
+    d: &MrDescriptor,
+    bytes: u64,
+    imm: u32,
+) -> Result<Transfer, BenchError> {
+    let op = WriteOp { src: h, src_offset: 0, dst: d, dst_offset: 0, len: bytes, imm: Some(imm) };
+    e.write(&op).map_err(engine_err)
+}
+
+/// The table `accord bench p2p` prints.
+pub fn format_table(rows: &[P2pRow]) -> String {
+    let mut out = format!(
+        "{:>6} {:>12} {:>12} {:>10} {:>7} {:>10}\n",
+        "op", "bytes", "accord_GBps", "tcp_GBps", "ratio", "lat_us"
+    );
+    for r in rows {
+        out += &format!(
+            "{:>6} {:>12} {:>12.3} {:>10.3} {:>7.2} {:>10.1}\n",
+            r.op, r.bytes, r.accord_gbps, r.tcp_gbps, r.ratio, r.lat_us
+        );
+    }
+    out
+}
+
+/// The `--json` form: `{"rows":[{"bytes":..,"accord_gbps":..,"tcp_gbps":..,"ratio":..,"lat_us":..}]}`
+/// (each row also names its `op`).
+pub fn format_json(rows: &[P2pRow]) -> String {
+    serde_json::json!({ "rows": rows }).to_string()
+}

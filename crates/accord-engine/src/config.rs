@@ -1,0 +1,182 @@
+//! Typed configuration of an engine, its documented defaults, and every `ACCORD_*` environment
+//! override in one place ([`ENGINE_ENV_OVERRIDES`]).
+
+use crate::error::BuildError;
+use accord_net::fault::FaultConfig;
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+
+/// Most NICs one engine drives.
+pub const NICS_MAX: usize = 16;
+/// Most worker threads per NIC.
+pub const WORKERS_PER_NIC_MAX: usize = 16;
+/// Largest UDP payload of one IPv4 datagram (65535 minus IP and UDP headers).
+pub const UDP_PAYLOAD_BYTES_MAX: u16 = 65_507;
+/// Datagram size used on non-loopback addresses: a 4 KiB payload plus the data header, the
+/// MTU of the fabrics Accord targets.
+pub const FABRIC_DATAGRAM_BYTES: u16 = 4096 + accord_proto::wire::DATA_HEADER_LEN as u16;
+/// Datagram size used when every NIC is a loopback address: loopback's MTU is 64 KiB, so one
+/// datagram carries 60 KiB and the per-packet protocol work shrinks fifteen-fold.
+pub const LOOPBACK_DATAGRAM_BYTES: u16 = 60 * 1024 + accord_proto::wire::DATA_HEADER_LEN as u16;
+
+/// Environment variables that override [`EngineConfig`] fields, and what each sets. Applied by
+/// [`EngineBuilder::build`](crate::EngineBuilder::build) after the builder's own settings, so
+/// an operator can change a deployed program without rebuilding it.
+pub const ENGINE_ENV_OVERRIDES: &[(&str, &str)] = &[
+    ("ACCORD_NICS", "nics: comma-separated local IPs, one per NIC (e.g. 127.0.0.1,127.0.0.2)"),
+    ("ACCORD_WORKERS_PER_NIC", "workers_per_nic"),
+    ("ACCORD_PATHS", "paths_per_worker (UDP sockets, entropy values)"),
+    ("ACCORD_CC", "congestion control by name: cubic, swift, fixed"),
+    ("ACCORD_FORCE_NETWORK", "force_network (0 or 1): same-process peers go over the network"),
+    ("ACCORD_DATAGRAM_BYTES", "datagram_bytes (0 = by address: loopback or fabric size)"),
+    ("ACCORD_WINDOW_PACKETS", "window_packets (0 = sized to the socket buffers)"),
+    ("ACCORD_SHARD_BYTES", "shard_bytes_min: writes this large are split across lanes"),
+    ("ACCORD_IDLE_TIMEOUT_MS", "idle_timeout: a connection silent this long with data outstanding fails"),
+    ("ACCORD_ENGINE_DEBUG", "when set, workers print per-connection statistics to stderr every 250 ms"),
+    ("ACCORD_LOSS", "fault.drop: inject this packet loss probability (tests, benchmarks)"),
+    ("ACCORD_REORDER", "fault.reorder: inject this reordering probability (tests, benchmarks)"),
+];
+
+/// Everything an engine is built from. Construct with [`crate::Engine::builder`].
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Local IP of each NIC. Default one NIC on 127.0.0.1.
+    pub nics: Vec<IpAddr>,
+    /// Worker threads per NIC; each owns its own sockets and protocol endpoint. Default 1.
+    pub workers_per_nic: usize,
+    /// Paths (UDP sockets, entropy values) per worker. Default 4.
+    pub paths_per_worker: u16,
+    /// Congestion control by name (`cubic`, `swift`, `fixed`). Default `cubic`.
+    pub cc: String,
+    /// Send to same-process peers over the network instead of memcpy. Default false.
+    pub force_network: bool,
+    /// Largest datagram, header included; 0 (default) picks [`LOOPBACK_DATAGRAM_BYTES`] when
+    /// every NIC is a loopback address and [`FABRIC_DATAGRAM_BYTES`] otherwise.
+    pub datagram_bytes: u16,
+    /// Packets a connection may have in flight (the receiver's window); 0 (default) sizes it
+    /// so a window fits half of the receiving sockets' buffers, which on loopback keeps the
+    /// sender from overflowing them (a socket overflow is a loss and costs a retransmission).
+    pub window_packets: u32,
+    /// Writes at least this long are split into one shard per lane (NIC x worker). Default 4 MiB.
+    pub shard_bytes_min: u64,
+    /// A connection with data outstanding and no acknowledgement for this long fails; its
+    /// writes move to another NIC. Default 5 s.
+    pub idle_timeout: Duration,
+    /// Faults to inject on every NIC (tests and benchmarks). Default none (no wrapper).
+    pub fault: Option<FaultConfig>,
+    /// Seed of the fault injectors. Default 1.
+    pub fault_seed: u64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            nics: vec![IpAddr::V4(Ipv4Addr::LOCALHOST)],
+            workers_per_nic: 1,
+            paths_per_worker: 4,
+            cc: "cubic".to_string(),
+            force_network: false,
+            datagram_bytes: 0,
+            window_packets: 0,
+            shard_bytes_min: 4 << 20,
+            idle_timeout: Duration::from_secs(5),
+            fault: None,
+            fault_seed: 1,
+        }
+    }
+}
+
+impl EngineConfig {
+    /// Applies [`ENGINE_ENV_OVERRIDES`] read through `lookup` (tests pass a closure over a map).
+    pub fn with_overrides_from(mut self, lookup: impl Fn(&str) -> Option<String>) -> Result<Self, BuildError> {
+        fn num<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, BuildError> {
+            value.trim().parse().map_err(|_| BuildError::BadOverride { name: name.to_string(), value: value.into() })
+        }
+        for (name, _) in ENGINE_ENV_OVERRIDES {
+            let Some(value) = lookup(name) else { continue };
+            match *name {
+                "ACCORD_NICS" => {
+                    self.nics = value.split(',').map(|ip| num(name, ip)).collect::<Result<_, _>>()?;
+                }
+                "ACCORD_WORKERS_PER_NIC" => self.workers_per_nic = num(name, &value)?,
+                "ACCORD_PATHS" => self.paths_per_worker = num(name, &value)?,
+                "ACCORD_CC" => self.cc = value.trim().to_string(),
+                "ACCORD_FORCE_NETWORK" => self.force_network = num::<u8>(name, &value)? != 0,
+                "ACCORD_DATAGRAM_BYTES" => self.datagram_bytes = num(name, &value)?,
+                "ACCORD_WINDOW_PACKETS" => self.window_packets = num(name, &value)?,
+                "ACCORD_SHARD_BYTES" => self.shard_bytes_min = num(name, &value)?,
+                "ACCORD_IDLE_TIMEOUT_MS" => self.idle_timeout = Duration::from_millis(num(name, &value)?),
+                "ACCORD_LOSS" => self.fault.get_or_insert_with(FaultConfig::default).drop = num(name, &value)?,
+                "ACCORD_REORDER" => self.fault.get_or_insert_with(FaultConfig::default).reorder = num(name, &value)?,
+                _ => {}
+            }
+        }
+        Ok(self)
+    }
+
+    /// Checks ranges before any thread or socket exists.
+    pub fn validate(&self) -> Result<(), BuildError> {
+        if self.nics.is_empty() || self.nics.len() > NICS_MAX {
+            return Err(BuildError::Invalid(format!("{} NICs: give 1..={NICS_MAX} local addresses", self.nics.len())));
+        }
+        if self.workers_per_nic == 0 || self.workers_per_nic > WORKERS_PER_NIC_MAX {
+            return Err(BuildError::Invalid(format!("workers_per_nic must be in 1..={WORKERS_PER_NIC_MAX}")));
+        }
+        if self.paths_per_worker == 0 || self.paths_per_worker > accord_proto::config::PATH_COUNT_MAX {
+            return Err(BuildError::Invalid(format!(
+                "paths_per_worker must be in 1..={}",
+                accord_proto::config::PATH_COUNT_MAX
+            )));
+        }
+        if self.datagram_bytes != 0 && self.datagram_bytes > UDP_PAYLOAD_BYTES_MAX {
+            return Err(BuildError::Invalid(format!("datagram_bytes must be at most {UDP_PAYLOAD_BYTES_MAX}")));
+        }
+        if self.shard_bytes_min == 0 || self.idle_timeout.is_zero() {
+            return Err(BuildError::Invalid("shard_bytes_min and idle_timeout must be non-zero".into()));
+        }
+        accord_proto::cc::CcKind::from_name(&self.cc).map_err(|e| BuildError::Invalid(e.to_string()))?;
+        if let Some(f) = &self.fault {
+            f.validate().map_err(|e| BuildError::Invalid(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// The datagram size in effect (see [`EngineConfig::datagram_bytes`]).
+    pub fn effective_datagram_bytes(&self) -> u16 {
+        if self.datagram_bytes != 0 {
+            self.datagram_bytes
+        } else if self.nics.iter().all(IpAddr::is_loopback) {
+            LOOPBACK_DATAGRAM_BYTES
+        } else {
+            FABRIC_DATAGRAM_BYTES
+        }
+    }
+
+    /// The window in effect (see [`EngineConfig::window_packets`]).
+    pub fn effective_window_packets(&self) -> u32 {
+        let max = accord_proto::config::RECV_WINDOW_PACKETS_MAX;
+        if self.window_packets != 0 {
+            return self.window_packets.clamp(16, max);
+        }
+        // A datagram costs about twice its size in socket buffer (the kernel's truesize).
+        let buffer = u64::from(self.paths_per_worker) * accord_net::udp::SOCKET_BUFFER_BYTES_DEFAULT as u64;
+        let packets = buffer / 2 / (2 * u64::from(self.effective_datagram_bytes()));
+        (packets as u32).clamp(16, max)
+    }
+
+    /// The protocol configuration every worker's endpoint uses.
+    pub fn endpoint_config(&self) -> accord_proto::EndpointConfig {
+        let mut ep = accord_proto::EndpointConfig::default();
+        let c = &mut ep.connection;
+        c.max_datagram_bytes = self.effective_datagram_bytes();
+        c.path_count = self.paths_per_worker;
+        c.cc = accord_proto::cc::CcKind::from_name(&self.cc).unwrap_or(c.cc.clone());
+        c.idle_timeout = self.idle_timeout;
+        c.recv_window_packets = self.effective_window_packets();
+        if c.max_datagram_bytes > FABRIC_DATAGRAM_BYTES {
+            // Chunks of a few large datagrams, so a path still gets several packets per decision.
+            c.chunk_bytes = 4 * u32::from(c.max_datagram_bytes);
+        }
+        ep
+    }
+}

@@ -1,0 +1,423 @@
+//! The [`Engine`]: construction, memory registration, peers, immediates, statistics, shutdown.
+//! Transfers (`write`, `write_paged`, `scatter`, `send`, `barrier`) live in `ops`.
+
+mod ops;
+pub(crate) mod shared;
+
+pub use ops::{PagedWriteOp, ScatterDst, WriteOp, PAGES_PER_WRITE_MAX, SCATTER_DESTINATIONS_MAX, SHARD_ALIGN_BYTES};
+
+use crate::address::{EngineAddress, EngineId, MrDescriptor};
+use crate::completion::{run_completion_thread, Job, COMPLETION_JOBS_MAX};
+use crate::config::EngineConfig;
+use crate::error::{BuildError, RegisterError, SubmitError};
+use crate::imm::{ImmCounter, ImmTable};
+use crate::memory::{Allocation, MemoryKind, MrBuffer, MrHandle, Region, RegionTable, REGION_BYTES_MAX};
+use crate::recv::{RecvHandler, RecvMessage, RecvPool};
+use crate::worker::{LaneStats, Worker};
+use accord_net::fault::{FaultControl, FaultInjector, FaultStats};
+use accord_net::udp::{UdpConfig, UdpDatapath};
+use accord_net::Datapath;
+use accord_proto::{Endpoint, RegionKey};
+use rand::RngCore;
+use shared::{Command, Lane, Shared, PEERS_MAX, SUBMISSIONS_QUEUED_MAX};
+use std::collections::HashMap;
+use std::net::{IpAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::sync_channel;
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+fn random_u64() -> u64 {
+    rand::rngs::OsRng.next_u64()
+}
+
+/// Builds an [`Engine`]; every setting has an `ACCORD_*` override (see
+/// [`crate::config::ENGINE_ENV_OVERRIDES`]) applied at [`EngineBuilder::build`].
+#[derive(Clone, Debug, Default)]
+pub struct EngineBuilder {
+    config: EngineConfig,
+    ignore_env: bool,
+}
+
+impl EngineBuilder {
+    /// Starts from a whole configuration.
+    pub fn config(mut self, config: EngineConfig) -> Self {
+        self.config = config;
+        self
+    }
+    /// Local IP of each NIC (one UDP datapath per NIC and worker).
+    pub fn nics(mut self, ips: impl IntoIterator<Item = IpAddr>) -> Self {
+        self.config.nics = ips.into_iter().collect();
+        self
+    }
+    /// Worker threads per NIC.
+    pub fn workers_per_nic(mut self, count: usize) -> Self {
+        self.config.workers_per_nic = count;
+        self
+    }
+    /// Paths (sockets, entropy values) per worker.
+    pub fn paths(mut self, count: u16) -> Self {
+        self.config.paths_per_worker = count;
+        self
+    }
+    /// Congestion control by name: `cubic`, `swift`, `fixed`.
+    pub fn congestion_control(mut self, name: &str) -> Self {
+        self.config.cc = name.to_string();
+        self
+    }
+    /// Send to same-process peers over the network (benchmarks, tests).
+    pub fn force_network(mut self, force: bool) -> Self {
+        self.config.force_network = force;
+        self
+    }
+    /// A connection with data outstanding and no acknowledgement for this long fails over.
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.config.idle_timeout = timeout;
+        self
+    }
+    /// Writes at least this long are split across lanes.
+    pub fn shard_bytes_min(mut self, bytes: u64) -> Self {
+        self.config.shard_bytes_min = bytes;
+        self
+    }
+    /// Injects faults on every NIC (tests, benchmarks); seeded by `seed`.
+    pub fn fault_injection(mut self, fault: accord_net::fault::FaultConfig, seed: u64) -> Self {
+        self.config.fault = Some(fault);
+        self.config.fault_seed = seed;
+        self
+    }
+    /// Ignores `ACCORD_*` environment overrides (tests that must not be affected).
+    pub fn ignore_env(mut self) -> Self {
+        self.ignore_env = true;
+        self
+    }
+
+    /// Opens the NICs, starts the workers and the completion thread.
+    pub fn build(self) -> Result<Engine, BuildError> {
+        let config =
+            if self.ignore_env { self.config } else { self.config.with_overrides_from(|n| std::env::var(n).ok())? };
+        config.validate()?;
+        Engine::start(config)
+    }
+}
+
+/// The TransferEngine: registered memory, one-sided writes with immediates, two-sided sends,
+/// barriers, over worker threads (one per NIC and worker index). Cheap to share: all methods
+/// take `&self`. Dropping it stops the workers; unfinished transfers fail with `ShutDown`.
+pub struct Engine {
+    shared: Arc<Shared>,
+    address: EngineAddress,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    completion_thread: Mutex<Option<JoinHandle<()>>>,
+    fault_controls: Vec<(usize, Arc<FaultControl>)>,
+    barrier_seen: Mutex<HashMap<u32, u64>>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("address", &self.address).finish_non_exhaustive()
+    }
+}
+
+/// Statistics of an engine, read at run time.
+#[derive(Clone, Debug, Default)]
+pub struct EngineStats {
+    /// Per lane (NIC x worker), in lane order.
+    pub lanes: Vec<LaneStats>,
+    /// Fault injector counters per lane (empty without injection).
+    pub faults: Vec<FaultStats>,
+    /// Immediates dropped because the counter table was full.
+    pub imm_overflow: u64,
+}
+
+impl EngineStats {
+    /// Datagrams that could not be attributed (malformed, unknown connection, bad token), all
+    /// lanes: garbage sent at the engine's ports ends up here.
+    pub fn datagrams_dropped(&self) -> u64 {
+        self.lanes.iter().map(|l| l.endpoint.malformed + l.endpoint.unknown_connection + l.endpoint.bad_token).sum()
+    }
+    /// Parts moved to another lane after a connection failed.
+    pub fn failovers(&self) -> u64 {
+        self.lanes.iter().map(|l| l.failovers).sum()
+    }
+    /// Packets retransmitted on live connections.
+    pub fn retransmits(&self) -> u64 {
+        self.lanes.iter().map(|l| l.retransmits).sum()
+    }
+}
+
+impl Engine {
+    /// A builder with the defaults of [`EngineConfig`].
+    pub fn builder() -> EngineBuilder {
+        EngineBuilder::default()
+    }
+
+    fn start(config: EngineConfig) -> Result<Engine, BuildError> {
+        let id = EngineId(random_u64());
+        let mut datapaths: Vec<(usize, usize, Box<dyn Datapath>)> = vec![];
+        let mut fault_controls = vec![];
+        let mut nic_addrs = vec![];
+        for (nic, ip) in config.nics.iter().enumerate() {
+            let mut workers = vec![];
+            for worker in 0..config.workers_per_nic {
+                let udp =
+                    UdpConfig::default().with_env_overrides().map_err(|source| BuildError::Datapath { nic, source })?;
+                let udp = UdpConfig { ip: *ip, path_count: config.paths_per_worker, base_port: 0, ..udp };
+                let dp = UdpDatapath::bind(udp).map_err(|source| BuildError::Datapath { nic, source })?;
+                let addrs: Vec<_> = (0..dp.path_count()).filter_map(|p| dp.local_addr(p)).collect();
+                workers.push(addrs);
+                let dp: Box<dyn Datapath> = match &config.fault {
+                    Some(f) => {
+                        let seed = config.fault_seed.wrapping_add((nic * 1000 + worker) as u64);
+                        let fi = FaultInjector::new(dp, f.clone(), seed)
+                            .map_err(|source| BuildError::Datapath { nic, source })?;
+                        fault_controls.push((nic, fi.control()));
+                        Box::new(fi)
+                    }
+                    None => Box::new(dp),
+                };
+                datapaths.push((nic, worker, dp));
+            }
+            nic_addrs.push(workers);
+        }
+        let waker = UdpSocket::bind((config.nics[0], 0)).map_err(BuildError::Thread)?;
+        let waker_addr = waker.local_addr().map_err(BuildError::Thread)?;
+        let (jobs, jobs_rx) = sync_channel(COMPLETION_JOBS_MAX);
+        let mut receivers = vec![];
+        let mut lanes = vec![];
+        for (i, (nic, worker, _)) in datapaths.iter().enumerate() {
+            let (tx, rx) = sync_channel(SUBMISSIONS_QUEUED_MAX);
+            receivers.push(rx);
+            lanes.push(Lane {
+                nic: *nic,
+                worker: *worker,
+                commands: tx,
+                sleeping: AtomicBool::new(false),
+                wake_target: nic_addrs[*nic][*worker][0],
+            });
+            let _ = i;
+        }
+        let mut table = RegionTable::default();
+        let control_key = RegionKey(random_u64());
+        let control_id = table
+            .insert(Region { base: 0, len: 0, key: control_key, keep: None })
+            .map_err(|e| BuildError::Invalid(e.to_string()))?;
+        let control = MrDescriptor { engine: id, region: control_id.0, key: control_key.0, len: 0 };
+        let address = EngineAddress {
+            id,
+            nics: nic_addrs,
+            host: std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string(),
+            pid: std::process::id(),
+            control,
+        };
+        let shared = Arc::new(Shared {
+            id,
+            control,
+            config: config.clone(),
+            epoch: std::time::Instant::now(),
+            regions: Arc::new(RwLock::new(table)),
+            imms: ImmTable::new(),
+            recv: RecvPool::default(),
+            jobs,
+            lanes,
+            waker,
+            waker_addr,
+            peers: RwLock::new(HashMap::new()),
+            dead_lanes: Mutex::new(HashMap::new()),
+            next_lane: AtomicUsize::new(0),
+        });
+        let completion_thread = std::thread::Builder::new()
+            .name("accord-completion".into())
+            .spawn(move || run_completion_thread(jobs_rx))
+            .map_err(BuildError::Thread)?;
+        let mut threads = vec![];
+        for (lane, ((nic, worker, dp), rx)) in datapaths.into_iter().zip(receivers).enumerate() {
+            let ep = Endpoint::new(config.endpoint_config(), random_u64())
+                .map_err(|e| BuildError::Invalid(e.to_string()))?;
+            let w =
+                Worker::new(lane, shared.clone(), rx, dp, ep).map_err(|source| BuildError::Datapath { nic, source })?;
+            let t = std::thread::Builder::new()
+                .name(format!("accord-w{nic}.{worker}"))
+                .spawn(move || w.run())
+                .map_err(BuildError::Thread)?;
+            threads.push(t);
+        }
+        shared::register_local(&shared);
+        Ok(Engine {
+            shared,
+            address,
+            threads: Mutex::new(threads),
+            completion_thread: Mutex::new(Some(completion_thread)),
+            fault_controls,
+            barrier_seen: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// This engine's identity.
+    pub fn id(&self) -> EngineId {
+        self.shared.id
+    }
+
+    /// What a peer needs to reach this engine (serialise with
+    /// [`EngineAddress::to_string_compact`]).
+    pub fn address(&self) -> EngineAddress {
+        self.address.clone()
+    }
+
+    /// The configuration in effect (after environment overrides).
+    pub fn config(&self) -> &EngineConfig {
+        &self.shared.config
+    }
+
+    /// Introduces a peer so writes to its descriptors can reach it. Connections open lazily on
+    /// the first transfer. Same-process peers need no introduction for writes.
+    pub fn add_peer(&self, address: &EngineAddress) -> Result<(), SubmitError> {
+        let mut peers = self.shared.peers.write().unwrap();
+        if peers.len() >= PEERS_MAX && !peers.contains_key(&address.id) {
+            return Err(SubmitError::Invalid(format!("{PEERS_MAX} peers known already")));
+        }
+        if address.nics.iter().any(|n| n.is_empty() || n.iter().any(Vec::is_empty)) || address.nics.is_empty() {
+            return Err(SubmitError::Invalid("peer address lists a NIC or worker without paths".into()));
+        }
+        peers.insert(address.id, address.clone());
+        Ok(())
+    }
+
+    /// Allocates `len` zeroed, page-aligned bytes and registers them.
+    pub fn alloc(&self, len: usize) -> Result<MrBuffer, RegisterError> {
+        if len == 0 || len as u64 > REGION_BYTES_MAX {
+            return Err(RegisterError::BadLength { len: len as u64, max: REGION_BYTES_MAX });
+        }
+        let alloc = Arc::new(Allocation::new(len)?);
+        let key = RegionKey(random_u64());
+        let region = Region { base: alloc.base(), len: len as u64, key, keep: Some(alloc.clone()) };
+        let id = self.shared.regions.write().unwrap().insert(region)?;
+        let handle = MrHandle { engine: self.id(), region: id, len: len as u64 };
+        let descriptor = MrDescriptor { engine: self.id(), region: id.0, key: key.0, len: len as u64 };
+        Ok(MrBuffer { alloc, handle, descriptor, regions: self.shared.regions.clone() })
+    }
+
+    /// Registers memory the caller owns (FFI: Python buffers, pinned memory).
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` must be valid for reads and writes until [`Engine::deregister`]
+    /// returned and every transfer that reads it completed; peers may write it at any time
+    /// while registered, so no Rust reference to it may be alive meanwhile.
+    // The FFI entry point: unsafe only because the caller vouches for the memory; the body
+    // does no raw access (copies happen in `memory`).
+    #[allow(unsafe_code)]
+    pub unsafe fn register_raw(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        kind: MemoryKind,
+    ) -> Result<(MrHandle, MrDescriptor), RegisterError> {
+        let MemoryKind::Host = kind;
+        if len == 0 || len as u64 > REGION_BYTES_MAX || ptr.is_null() {
+            return Err(RegisterError::BadLength { len: len as u64, max: REGION_BYTES_MAX });
+        }
+        let key = RegionKey(random_u64());
+        let region = Region { base: ptr as usize, len: len as u64, key, keep: None };
+        let id = self.shared.regions.write().unwrap().insert(region)?;
+        let handle = MrHandle { engine: self.id(), region: id, len: len as u64 };
+        Ok((handle, MrDescriptor { engine: self.id(), region: id.0, key: key.0, len: len as u64 }))
+    }
+
+    /// Deregisters a region: once this returns no peer write lands in it. Returns false if it
+    /// was not registered. (An [`MrBuffer`] deregisters itself when dropped.)
+    pub fn deregister(&self, handle: &MrHandle) -> bool {
+        handle.engine == self.id()
+            && handle.region != crate::memory::CONTROL_REGION
+            && self.shared.regions.write().unwrap().remove(handle.region).is_some()
+    }
+
+    /// Posts `count` receive buffers of `len` bytes for peers' sends, and sets the handler that
+    /// consumes them (on the completion thread; buffers are re-posted after it returns).
+    /// Returns how many were posted.
+    pub fn post_recvs(
+        &self,
+        len: usize,
+        count: usize,
+        handler: impl Fn(RecvMessage<'_>) + Send + Sync + 'static,
+    ) -> usize {
+        let len = len.min(crate::recv::RECV_BUFFER_BYTES_MAX);
+        let handler: RecvHandler = Arc::new(handler);
+        self.shared.recv.post(len, count, handler)
+    }
+
+    /// The counter of writes with immediate `imm` that fully landed here.
+    pub fn imm_counter(&self, imm: u32) -> ImmCounter {
+        match self.shared.imms.slot(imm) {
+            Some(slot) => ImmCounter { slot },
+            None => {
+                tracing::error!(imm, "immediate counter table full; this counter will never move");
+                ImmCounter { slot: ImmTable::new().slot(imm).expect("empty table has room") }
+            }
+        }
+    }
+
+    /// Runs `callback(value)` on the completion thread once the counter of `imm` reaches
+    /// `count` (an absolute value; at once if already reached). Returns false if too many
+    /// callbacks already wait on this counter.
+    pub fn expect_imm(&self, imm: u32, count: u64, callback: impl FnOnce(u64) + Send + 'static) -> bool {
+        self.imm_counter(imm).expect(count, Box::new(callback), &self.shared.jobs)
+    }
+
+    /// Fault injectors' run-time controls, as (NIC index, control) per lane; empty unless
+    /// built with fault injection.
+    pub fn fault_controls(&self) -> &[(usize, Arc<FaultControl>)] {
+        &self.fault_controls
+    }
+
+    /// Cuts every path of NIC `nic` in both directions (needs fault injection; tests use it to
+    /// kill a NIC). Returns false when there is nothing to cut.
+    pub fn cut_nic(&self, nic: usize) -> bool {
+        let mut any = false;
+        for (n, control) in &self.fault_controls {
+            if *n == nic {
+                for p in 0..self.shared.config.paths_per_worker {
+                    any |= control.cut_path(p);
+                }
+            }
+        }
+        any
+    }
+
+    /// Counters of every lane (asks each worker; waits up to a second for each).
+    pub fn stats(&self) -> EngineStats {
+        let mut stats = EngineStats {
+            imm_overflow: self.shared.imms.overflow.load(Ordering::Relaxed),
+            faults: self.fault_controls.iter().map(|(_, c)| c.stats()).collect(),
+            ..Default::default()
+        };
+        for lane in 0..self.shared.lanes.len() {
+            let (tx, rx) = sync_channel(1);
+            if self.shared.send_command(lane, Command::Stats(tx)).is_ok() {
+                stats.lanes.push(rx.recv_timeout(Duration::from_secs(1)).unwrap_or_default());
+            }
+        }
+        stats
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        shared::unregister_local(self.shared.id);
+        for lane in 0..self.shared.lanes.len() {
+            let _ = self.shared.send_command(lane, Command::Shutdown);
+        }
+        for t in self.threads.lock().unwrap().drain(..) {
+            let _ = t.join();
+        }
+        let _ = self.shared.jobs.send(Job::Stop);
+        if let Some(t) = self.completion_thread.lock().unwrap().take() {
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

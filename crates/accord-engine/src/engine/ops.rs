@@ -1,0 +1,316 @@
+//! Transfers: validation at submission, splitting into parts (shards, page runs), routing each
+//! part to memcpy (same-process peer) or a lane (network), and barriers.
+
+use super::shared::{local_engine, Part, PartKind, Shared};
+use super::Engine;
+use crate::address::{EngineId, MrDescriptor};
+use crate::completion::{Transfer, TransferState};
+use crate::error::{BarrierError, SubmitError, TransferError};
+use crate::memory::{MrHandle, Source};
+use accord_proto::{RegionId, RegionKey};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Most pages one paged write may name.
+pub const PAGES_PER_WRITE_MAX: usize = 1 << 20;
+/// Most destinations of one scatter.
+pub const SCATTER_DESTINATIONS_MAX: usize = 4096;
+/// Shards of a large write are aligned to this many bytes.
+pub const SHARD_ALIGN_BYTES: u64 = 64 * 1024;
+
+/// A one-sided write: `len` bytes of the local region `src` at `src_offset` go to the remote
+/// region `dst` at `dst_offset`; when `imm` is set the peer's counter for it moves once every
+/// byte landed.
+#[derive(Copy, Clone, Debug)]
+pub struct WriteOp<'a> {
+    /// Local source region.
+    pub src: &'a MrHandle,
+    /// Byte offset in the source.
+    pub src_offset: u64,
+    /// Remote destination region.
+    pub dst: &'a MrDescriptor,
+    /// Byte offset in the destination.
+    pub dst_offset: u64,
+    /// Bytes to move.
+    pub len: u64,
+    /// Immediate counted at the peer once all bytes landed.
+    pub imm: Option<u32>,
+}
+
+/// A paged write: page `src_pages[i]` of `src` goes to page `dst_pages[i]` of `dst`, pages of
+/// `page_bytes` each (a KV-cache move). Contiguous runs go as one operation each.
+#[derive(Copy, Clone, Debug)]
+pub struct PagedWriteOp<'a> {
+    /// Local source region.
+    pub src: &'a MrHandle,
+    /// Remote destination region.
+    pub dst: &'a MrDescriptor,
+    /// Bytes per page.
+    pub page_bytes: u64,
+    /// Source page indices.
+    pub src_pages: &'a [u64],
+    /// Destination page indices, one per source page.
+    pub dst_pages: &'a [u64],
+    /// Immediate counted once at the peer when every page landed.
+    pub imm: Option<u32>,
+}
+
+/// One destination of a scatter.
+#[derive(Copy, Clone, Debug)]
+pub struct ScatterDst {
+    /// Remote destination region.
+    pub dst: MrDescriptor,
+    /// Byte offset in the destination.
+    pub dst_offset: u64,
+    /// Byte offset in the local source.
+    pub src_offset: u64,
+    /// Bytes to move.
+    pub len: u64,
+}
+
+struct PartSpec {
+    peer: EngineId,
+    kind: PartKind,
+    source: Source,
+    lane: Option<usize>,
+}
+
+fn check_range(offset: u64, len: u64, region_len: u64) -> bool {
+    offset.checked_add(len).is_some_and(|end| end <= region_len)
+}
+
+fn write_kind(dst: &MrDescriptor, offset: u64, imm: Option<u32>) -> PartKind {
+    PartKind::Write { region: RegionId(dst.region), key: RegionKey(dst.key), offset, imm }
+}
+
+/// Performs a part against a same-process peer: check, copy, count.
+fn run_local(peer: &Shared, kind: PartKind, source: &Source) -> Result<(), TransferError> {
+    match kind {
+        PartKind::Write { region, key, offset, imm } => {
+            {
+                let regions = peer.regions.read().unwrap();
+                regions.check_write(region, key, offset, source.len()).map_err(TransferError::Rejected)?;
+                regions.place_from(region, offset, source);
+            }
+            if let Some(imm) = imm {
+                peer.imms.bump(imm, &peer.jobs);
+            }
+            Ok(())
+        }
+        PartKind::Send { imm } => {
+            let mut bytes = vec![0u8; source.len() as usize];
+            source.read(0, &mut bytes);
+            peer.recv.deliver_local(&bytes, imm, &peer.jobs).map_err(TransferError::Rejected)
+        }
+    }
+}
+
+/// Runs a part locally or routes it to a lane.
+fn dispatch_part(shared: &Arc<Shared>, spec: PartSpec, transfer: Arc<TransferState>) {
+    if !shared.config.force_network {
+        let local = if spec.peer == shared.id { Some(shared.clone()) } else { local_engine(spec.peer) };
+        if let Some(peer) = local {
+            transfer.part_done(run_local(&peer, spec.kind, &spec.source));
+            return;
+        }
+    }
+    let part = Part { peer: spec.peer, kind: spec.kind, source: spec.source, transfer, attempts: 0 };
+    shared.route(part, spec.lane);
+}
+
+impl Engine {
+    fn source(&self, src: &MrHandle, offset: u64, len: u64) -> Result<Source, SubmitError> {
+        if src.engine != self.id() {
+            return Err(SubmitError::UnknownSource);
+        }
+        let regions = self.shared.regions.read().unwrap();
+        let region = regions.get(src.region).ok_or(SubmitError::UnknownSource)?;
+        if !check_range(offset, len, region.len) {
+            return Err(SubmitError::SourceOutOfBounds { offset, len, region_len: region.len });
+        }
+        Ok(Source::from_region(region, offset, len))
+    }
+
+    fn check_peer(&self, peer: EngineId) -> Result<(), SubmitError> {
+        let local = peer == self.id() || local_engine(peer).is_some();
+        if (local && !self.shared.config.force_network) || self.shared.peers.read().unwrap().contains_key(&peer) {
+            Ok(())
+        } else {
+            Err(SubmitError::UnknownPeer(peer.0))
+        }
+    }
+
+    /// Submits parts as one transfer; `trailer` (the immediate of a multi-part transfer) goes
+    /// once every part succeeded.
+    fn submit(&self, mut parts: Vec<PartSpec>, trailer: Option<PartSpec>) -> Transfer {
+        if parts.is_empty() {
+            parts.extend(trailer.map(|t| PartSpec { lane: None, ..t }));
+            return self.submit(parts, None);
+        }
+        let state = TransferState::new(parts.len(), self.shared.jobs.clone());
+        if let Some(t) = trailer {
+            let shared = self.shared.clone();
+            *state.trailer.lock().unwrap() = Some(Box::new(move |st| dispatch_part(&shared, t, st)));
+        }
+        for p in parts {
+            dispatch_part(&self.shared, p, state.clone());
+        }
+        Transfer { state }
+    }
+
+    /// A one-sided write. Bounds are checked here (against the local region and the remote
+    /// descriptor); the peer checks region, key and bounds again before placing anything.
+    /// Writes of at least `shard_bytes_min` are split across lanes (NICs and workers).
+    pub fn write(&self, op: &WriteOp<'_>) -> Result<Transfer, SubmitError> {
+        if !check_range(op.dst_offset, op.len, op.dst.len) {
+            return Err(SubmitError::DestinationOutOfBounds {
+                offset: op.dst_offset,
+                len: op.len,
+                region_len: op.dst.len,
+            });
+        }
+        let source = self.source(op.src, op.src_offset, op.len)?;
+        let peer = op.dst.engine;
+        self.check_peer(peer)?;
+        let lanes = self.shared.live_lanes(peer);
+        if op.len < self.shared.config.shard_bytes_min || lanes.len() < 2 {
+            let kind = write_kind(op.dst, op.dst_offset, op.imm);
+            return Ok(self.submit(vec![PartSpec { peer, kind, source, lane: None }], None));
+        }
+        let shard = op.len.div_ceil(lanes.len() as u64).next_multiple_of(SHARD_ALIGN_BYTES);
+        let mut parts = vec![];
+        let mut at = 0;
+        for lane in lanes {
+            if at >= op.len {
+                break;
+            }
+            let len = shard.min(op.len - at);
+            let source = self.source(op.src, op.src_offset + at, len)?;
+            let kind = write_kind(op.dst, op.dst_offset + at, None);
+            parts.push(PartSpec { peer, kind, source, lane: Some(lane) });
+            at += len;
+        }
+        let trailer = op.imm.map(|imm| PartSpec {
+            peer,
+            kind: write_kind(op.dst, op.dst_offset, Some(imm)),
+            source: Source::Bytes(Arc::from(&[][..])),
+            lane: None,
+        });
+        Ok(self.submit(parts, trailer))
+    }
+
+    /// A paged write (see [`PagedWriteOp`]); runs of consecutive pages on both sides go as one
+    /// operation; the immediate is counted once, after every page landed.
+    pub fn write_paged(&self, op: &PagedWriteOp<'_>) -> Result<Transfer, SubmitError> {
+        if op.src_pages.len() != op.dst_pages.len() {
+            return Err(SubmitError::Invalid(format!(
+                "{} source pages but {} destination pages: give one destination per source page",
+                op.src_pages.len(),
+                op.dst_pages.len()
+            )));
+        }
+        if op.page_bytes == 0 || op.src_pages.len() > PAGES_PER_WRITE_MAX {
+            return Err(SubmitError::Invalid(format!(
+                "page_bytes must be non-zero and at most {PAGES_PER_WRITE_MAX} pages named"
+            )));
+        }
+        let peer = op.dst.engine;
+        self.check_peer(peer)?;
+        let page_offset = |page: u64| page.saturating_mul(op.page_bytes);
+        let mut runs: Vec<(u64, u64, u64)> = vec![];
+        for (&s, &d) in op.src_pages.iter().zip(op.dst_pages) {
+            let (so, doff) = (page_offset(s), page_offset(d));
+            if !check_range(doff, op.page_bytes, op.dst.len) {
+                return Err(SubmitError::DestinationOutOfBounds {
+                    offset: doff,
+                    len: op.page_bytes,
+                    region_len: op.dst.len,
+                });
+            }
+            match runs.last_mut() {
+                Some((rs, rd, len)) if *rs + *len == so && *rd + *len == doff => *len += op.page_bytes,
+                _ => runs.push((so, doff, op.page_bytes)),
+            }
+        }
+        let mut parts = vec![];
+        let single = runs.len() == 1;
+        for (so, doff, len) in runs {
+            let source = self.source(op.src, so, len)?;
+            let kind = write_kind(op.dst, doff, if single { op.imm } else { None });
+            parts.push(PartSpec { peer, kind, source, lane: None });
+        }
+        let trailer = op.imm.filter(|_| !single).map(|imm| PartSpec {
+            peer,
+            kind: write_kind(op.dst, 0, Some(imm)),
+            source: Source::Bytes(Arc::from(&[][..])),
+            lane: None,
+        });
+        Ok(self.submit(parts, trailer))
+    }
+
+    /// Writes ranges of one local region to several peers (each destination once, each
+    /// carrying `imm`); completes when every write did.
+    pub fn scatter(&self, src: &MrHandle, dsts: &[ScatterDst], imm: Option<u32>) -> Result<Transfer, SubmitError> {
+        if dsts.is_empty() || dsts.len() > SCATTER_DESTINATIONS_MAX {
+            return Err(SubmitError::Invalid(format!("scatter needs 1..={SCATTER_DESTINATIONS_MAX} destinations")));
+        }
+        let mut parts = vec![];
+        for d in dsts {
+            if !check_range(d.dst_offset, d.len, d.dst.len) {
+                return Err(SubmitError::DestinationOutOfBounds {
+                    offset: d.dst_offset,
+                    len: d.len,
+                    region_len: d.dst.len,
+                });
+            }
+            self.check_peer(d.dst.engine)?;
+            let source = self.source(src, d.src_offset, d.len)?;
+            parts.push(PartSpec {
+                peer: d.dst.engine,
+                kind: write_kind(&d.dst, d.dst_offset, imm),
+                source,
+                lane: None,
+            });
+        }
+        Ok(self.submit(parts, None))
+    }
+
+    /// A two-sided send of `bytes` (copied at once) into one of the peer's posted receive
+    /// buffers; fails with `Rejected(NoRecvBuffer)` when the peer has none free.
+    pub fn send(&self, peer: EngineId, bytes: &[u8], imm: Option<u32>) -> Result<Transfer, SubmitError> {
+        self.check_peer(peer)?;
+        let source = Source::Bytes(Arc::from(bytes));
+        Ok(self.submit(vec![PartSpec { peer, kind: PartKind::Send { imm }, source, lane: None }], None))
+    }
+
+    /// Blocks until every engine of `peers` (this one may be listed; it is skipped) called
+    /// `barrier` with the same `imm` as many times as this one. `imm` must be used for nothing
+    /// else. Each peer must have been introduced with [`Engine::add_peer`].
+    pub fn barrier(&self, peers: &[EngineId], imm: u32, timeout: Duration) -> Result<(), BarrierError> {
+        let others: Vec<EngineId> = peers.iter().copied().filter(|p| *p != self.id()).collect();
+        let mut notes = vec![];
+        for &peer in &others {
+            let control = match local_engine(peer) {
+                Some(s) if !self.shared.config.force_network => s.control,
+                _ => self.shared.peers.read().unwrap().get(&peer).ok_or(SubmitError::UnknownPeer(peer.0))?.control,
+            };
+            let kind = write_kind(&control, 0, Some(imm));
+            let source = Source::Bytes(Arc::from(&[][..]));
+            notes.push(self.submit(vec![PartSpec { peer, kind, source, lane: None }], None));
+        }
+        let deadline = std::time::Instant::now() + timeout;
+        for n in notes {
+            n.wait_timeout(deadline.saturating_duration_since(std::time::Instant::now()))?;
+        }
+        let expected = others.len() as u64;
+        let mut seen = self.barrier_seen.lock().unwrap();
+        let base = *seen.get(&imm).unwrap_or(&0);
+        let counter = self.imm_counter(imm);
+        let value = counter.wait(base + expected, deadline.saturating_duration_since(std::time::Instant::now()));
+        if value < base + expected {
+            return Err(BarrierError::Timeout { arrived: value - base, expected });
+        }
+        seen.insert(imm, base + expected);
+        Ok(())
+    }
+}

@@ -1,0 +1,164 @@
+//! State shared by an engine's API, its workers and its completion thread: lanes, peers,
+//! routing and failover.
+
+use crate::address::{EngineAddress, EngineId};
+use crate::completion::{JobSender, TransferState};
+use crate::config::EngineConfig;
+use crate::error::TransferError;
+use crate::imm::ImmTable;
+use crate::memory::{Regions, Source};
+use crate::recv::RecvPool;
+use crate::worker::{LaneStats, WAKE_BYTE};
+use accord_proto::{RegionId, RegionKey};
+use std::collections::HashMap;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::SyncSender;
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
+
+/// Submissions queued per worker; a submitter that finds the queue full waits.
+pub const SUBMISSIONS_QUEUED_MAX: usize = 4096;
+/// Peers one engine knows at once.
+pub const PEERS_MAX: usize = 1 << 16;
+/// How long a lane whose connection to a peer failed is avoided for that peer.
+pub const LANE_AVOID_AFTER_FAILURE: Duration = Duration::from_secs(30);
+
+/// What a part does at the peer.
+#[derive(Copy, Clone, Debug)]
+pub(crate) enum PartKind {
+    /// One-sided write of the whole source.
+    Write { region: RegionId, key: RegionKey, offset: u64, imm: Option<u32> },
+    /// Two-sided send of the whole source.
+    Send { imm: Option<u32> },
+}
+
+/// One protocol operation of a transfer.
+pub(crate) struct Part {
+    pub(crate) peer: EngineId,
+    pub(crate) kind: PartKind,
+    pub(crate) source: Source,
+    pub(crate) transfer: Arc<TransferState>,
+    /// Lanes tried so far.
+    pub(crate) attempts: usize,
+}
+
+/// What a worker is told.
+pub(crate) enum Command {
+    Submit(Part),
+    Stats(SyncSender<LaneStats>),
+    Shutdown,
+}
+
+/// The API's handle on one worker.
+pub(crate) struct Lane {
+    pub(crate) nic: usize,
+    pub(crate) worker: usize,
+    pub(crate) commands: SyncSender<Command>,
+    pub(crate) sleeping: AtomicBool,
+    /// The worker's path-0 address, where wake datagrams go.
+    pub(crate) wake_target: SocketAddr,
+}
+
+pub(crate) struct Shared {
+    pub(crate) id: EngineId,
+    /// This engine's zero-length control region (barrier immediates land there).
+    pub(crate) control: crate::address::MrDescriptor,
+    pub(crate) config: EngineConfig,
+    pub(crate) epoch: std::time::Instant,
+    pub(crate) regions: Regions,
+    pub(crate) imms: ImmTable,
+    pub(crate) recv: RecvPool,
+    pub(crate) jobs: JobSender,
+    pub(crate) lanes: Vec<Lane>,
+    pub(crate) waker: UdpSocket,
+    pub(crate) waker_addr: SocketAddr,
+    pub(crate) peers: RwLock<HashMap<EngineId, EngineAddress>>,
+    /// (peer, lane) -> avoid until.
+    pub(crate) dead_lanes: Mutex<HashMap<(EngineId, usize), std::time::Instant>>,
+    pub(crate) next_lane: AtomicUsize,
+}
+
+impl Shared {
+    /// Queues a command for `lane` and wakes its worker if it sleeps.
+    pub(crate) fn send_command(&self, lane: usize, cmd: Command) -> Result<(), Command> {
+        let l = &self.lanes[lane];
+        l.commands.send(cmd).map_err(|e| e.0)?;
+        if l.sleeping.swap(false, Ordering::SeqCst) {
+            let _ = self.waker.send_to(&[WAKE_BYTE], l.wake_target);
+        }
+        Ok(())
+    }
+
+    /// The peer's path addresses that pair with our `lane`.
+    pub(crate) fn peer_lane_addrs(&self, peer: EngineId, lane: usize) -> Option<Vec<SocketAddr>> {
+        let peers = self.peers.read().unwrap();
+        let addr = peers.get(&peer)?;
+        let l = &self.lanes[lane];
+        let nic = addr.nics.get(l.nic % addr.nics.len().max(1))?;
+        nic.get(l.worker % nic.len().max(1)).cloned()
+    }
+
+    pub(crate) fn mark_lane_dead(&self, peer: EngineId, lane: usize) {
+        if self.lanes.len() > 1 {
+            let until = std::time::Instant::now() + LANE_AVOID_AFTER_FAILURE;
+            self.dead_lanes.lock().unwrap().insert((peer, lane), until);
+        }
+    }
+
+    /// Lanes usable towards `peer` now (all of them if every one failed recently).
+    pub(crate) fn live_lanes(&self, peer: EngineId) -> Vec<usize> {
+        let now = std::time::Instant::now();
+        let mut dead = self.dead_lanes.lock().unwrap();
+        dead.retain(|_, until| *until > now);
+        (0..self.lanes.len()).filter(|l| !dead.contains_key(&(peer, *l))).collect()
+    }
+
+    /// The lane for the next part to `peer`: round robin over live lanes.
+    pub(crate) fn pick_lane(&self, peer: EngineId) -> Option<usize> {
+        let live = self.live_lanes(peer);
+        if live.is_empty() {
+            return None;
+        }
+        Some(live[self.next_lane.fetch_add(1, Ordering::Relaxed) % live.len()])
+    }
+
+    /// Routes a part to a lane (blocking while its queue is full).
+    pub(crate) fn route(&self, part: Part, lane: Option<usize>) {
+        let lane = lane.or_else(|| self.pick_lane(part.peer));
+        let Some(lane) = lane else {
+            part.transfer.part_done(Err(TransferError::PeerUnreachable));
+            return;
+        };
+        if let Err(Command::Submit(part)) = self.send_command(lane, Command::Submit(part)) {
+            part.transfer.part_done(Err(TransferError::ShutDown));
+        }
+    }
+
+    /// A part whose connection failed: try another live lane, up to one attempt per lane.
+    pub(crate) fn resubmit(&self, mut part: Part, error: TransferError) {
+        part.attempts += 1;
+        if part.attempts >= self.lanes.len() || self.live_lanes(part.peer).is_empty() {
+            part.transfer.part_done(Err(error));
+            return;
+        }
+        self.route(part, None);
+    }
+}
+
+/// Engines alive in this process, for memcpy between same-process peers.
+static LOCAL_ENGINES: Mutex<Option<HashMap<EngineId, Weak<Shared>>>> = Mutex::new(None);
+
+pub(crate) fn register_local(shared: &Arc<Shared>) {
+    LOCAL_ENGINES.lock().unwrap().get_or_insert_with(HashMap::new).insert(shared.id, Arc::downgrade(shared));
+}
+
+pub(crate) fn unregister_local(id: EngineId) {
+    if let Some(map) = LOCAL_ENGINES.lock().unwrap().as_mut() {
+        map.remove(&id);
+    }
+}
+
+pub(crate) fn local_engine(id: EngineId) -> Option<Arc<Shared>> {
+    LOCAL_ENGINES.lock().unwrap().as_ref()?.get(&id)?.upgrade()
+}

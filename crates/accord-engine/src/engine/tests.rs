@@ -1,0 +1,198 @@
+use super::*;
+use crate::{PagedWriteOp, ScatterDst, TransferError, WriteOp};
+use accord_proto::wire::RejectReason;
+use std::net::UdpSocket;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn engine(force_network: bool) -> Engine {
+    Engine::builder().ignore_env().force_network(force_network).build().expect("engine builds")
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    (0..len).map(|i| ((i as u64).wrapping_mul(2654435761).wrapping_add(seed) >> 7) as u8).collect()
+}
+
+fn pair(force_network: bool) -> (Engine, Engine) {
+    let (a, b) = (engine(force_network), engine(force_network));
+    a.add_peer(&b.address()).unwrap();
+    b.add_peer(&a.address()).unwrap();
+    (a, b)
+}
+
+#[test]
+fn write_over_network_lands_and_counts_imm() {
+    let (a, b) = pair(true);
+    let len = 3 << 20;
+    let src = a.alloc(len).unwrap();
+    let dst = b.alloc(len).unwrap();
+    let data = pattern(1, len);
+    src.write_at(0, &data).unwrap();
+    let (h, d) = (src.handle(), dst.descriptor());
+    let op = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 0, len: len as u64, imm: Some(9) };
+    a.write(&op).unwrap().wait_timeout(WAIT).unwrap();
+    assert_eq!(b.imm_counter(9).wait(1, WAIT), 1);
+    assert!(dst.to_vec() == data, "bytes differ");
+}
+
+#[test]
+fn write_in_process_is_memcpy() {
+    let (a, b) = pair(false);
+    let src = a.alloc(4096).unwrap();
+    let dst = b.alloc(4096).unwrap();
+    src.fill(7);
+    let (h, d) = (src.handle(), dst.descriptor());
+    let op = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 0, len: 4096, imm: Some(1) };
+    let t = a.write(&op).unwrap();
+    assert!(t.is_done(), "a same-process write completes on submission");
+    assert_eq!(b.imm_counter(1).value(), 1);
+    assert_eq!(dst.to_vec(), vec![7u8; 4096]);
+}
+
+#[test]
+fn bad_writes_fail_clearly() {
+    let (a, b) = pair(true);
+    let src = a.alloc(8192).unwrap();
+    let dst = b.alloc(4096).unwrap();
+    let h = src.handle();
+    let d = dst.descriptor();
+    let beyond = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 1, len: 4096, imm: None };
+    assert!(matches!(a.write(&beyond), Err(SubmitError::DestinationOutOfBounds { .. })));
+    let src_beyond = WriteOp { src: &h, src_offset: 8000, dst: &d, dst_offset: 0, len: 4096, imm: None };
+    assert!(matches!(a.write(&src_beyond), Err(SubmitError::SourceOutOfBounds { .. })));
+    src.fill(3);
+    let mut wrong_key = d;
+    wrong_key.key ^= 1;
+    let op = WriteOp { src: &h, src_offset: 0, dst: &wrong_key, dst_offset: 0, len: 4096, imm: Some(5) };
+    let r = a.write(&op).unwrap().wait_timeout(WAIT);
+    assert_eq!(r, Err(TransferError::Rejected(RejectReason::BadKey)));
+    assert_eq!(dst.to_vec(), vec![0u8; 4096], "nothing placed");
+    assert_eq!(b.imm_counter(5).value(), 0);
+    let gone = dst.descriptor();
+    drop(dst);
+    let op = WriteOp { src: &h, src_offset: 0, dst: &gone, dst_offset: 0, len: 4096, imm: None };
+    let r = a.write(&op).unwrap().wait_timeout(WAIT);
+    assert_eq!(r, Err(TransferError::Rejected(RejectReason::UnknownRegion)));
+}
+
+#[test]
+fn paged_scatter_send_barrier_over_network() {
+    let (a, b) = pair(true);
+    let c = engine(true);
+    a.add_peer(&c.address()).unwrap();
+    let page = 64 * 1024;
+    let src = a.alloc(8 * page).unwrap();
+    let data = pattern(5, 8 * page);
+    src.write_at(0, &data).unwrap();
+    let dst = b.alloc(8 * page).unwrap();
+    let (h, d) = (src.handle(), dst.descriptor());
+    let src_pages = [0u64, 1, 2, 5, 7];
+    let dst_pages = [3u64, 4, 5, 0, 1];
+    let op = PagedWriteOp {
+        src: &h,
+        dst: &d,
+        page_bytes: page as u64,
+        src_pages: &src_pages,
+        dst_pages: &dst_pages,
+        imm: Some(2),
+    };
+    a.write_paged(&op).unwrap().wait_timeout(WAIT).unwrap();
+    assert_eq!(b.imm_counter(2).wait(1, WAIT), 1);
+    let got = dst.to_vec();
+    for (s, d) in src_pages.iter().zip(dst_pages) {
+        let (s, d) = (*s as usize * page, d as usize * page);
+        assert!(got[d..d + page] == data[s..s + page], "page {d} differs");
+    }
+    assert_eq!(b.imm_counter(2).value(), 1, "imm of a paged write counts once");
+
+    let dst_c = c.alloc(page).unwrap();
+    let dsts = [
+        ScatterDst { dst: d, dst_offset: 0, src_offset: 0, len: 1000 },
+        ScatterDst { dst: dst_c.descriptor(), dst_offset: 10, src_offset: 1000, len: 2000 },
+    ];
+    let counter = Arc::new(AtomicU64::new(0));
+    let t = a.scatter(&h, &dsts, Some(3)).unwrap();
+    t.count_into(counter.clone());
+    t.wait_timeout(WAIT).unwrap();
+    assert_eq!(counter.load(Ordering::Acquire), 1);
+    assert!(dst_c.to_vec()[10..2010] == data[1000..3000]);
+
+    let got = Arc::new(Mutex::new(vec![]));
+    let g = got.clone();
+    b.post_recvs(4096, 4, move |m| g.lock().unwrap().push((m.data.to_vec(), m.imm)));
+    let (tx, rx) = std::sync::mpsc::channel();
+    a.send(b.id(), b"hello", Some(11)).unwrap().on_complete(move |r| tx.send(r).unwrap());
+    assert_eq!(rx.recv_timeout(WAIT).unwrap(), Ok(()));
+    let deadline = std::time::Instant::now() + WAIT;
+    while got.lock().unwrap().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(got.lock().unwrap()[0], (b"hello".to_vec(), Some(11)));
+
+    let ids = [a.id(), b.id()];
+    std::thread::scope(|s| {
+        s.spawn(|| b.barrier(&ids, 77, WAIT).unwrap());
+        a.barrier(&ids, 77, WAIT).unwrap();
+    });
+}
+
+#[test]
+fn garbage_datagrams_are_counted_and_dropped_while_writes_go_on() {
+    let (a, b) = pair(true);
+    let len = 2 << 20;
+    let src = a.alloc(len).unwrap();
+    let dst = b.alloc(len).unwrap();
+    let data = pattern(3, len);
+    src.write_at(0, &data).unwrap();
+    let targets: Vec<std::net::SocketAddr> = b.address().nics.concat().concat();
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    let spammer = std::thread::spawn(move || {
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut i = 0u64;
+        while !s.load(Ordering::Relaxed) {
+            let junk: Vec<u8> = (0..(i % 200) as usize + 1).map(|k| (k as u64 * 7 + i) as u8).collect();
+            let _ = sock.send_to(&junk, targets[i as usize % targets.len()]);
+            i += 1;
+            if i % 64 == 0 {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+    });
+    let (h, d) = (src.handle(), dst.descriptor());
+    for _ in 0..4 {
+        let op = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 0, len: len as u64, imm: Some(4) };
+        a.write(&op).unwrap().wait_timeout(WAIT).unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    spammer.join().unwrap();
+    assert_eq!(b.imm_counter(4).wait(4, WAIT), 4);
+    assert!(dst.to_vec() == data);
+    assert!(b.stats().datagrams_dropped() > 0, "garbage is counted");
+}
+
+#[test]
+fn env_overrides_apply() {
+    let vars: HashMap<&str, &str> =
+        [("ACCORD_NICS", "127.0.0.1,127.0.0.2"), ("ACCORD_CC", "swift"), ("ACCORD_FORCE_NETWORK", "1")].into();
+    let c = EngineConfig::default().with_overrides_from(|n| vars.get(n).map(|v| v.to_string())).unwrap();
+    assert_eq!(c.nics.len(), 2);
+    assert_eq!(c.cc, "swift");
+    assert!(c.force_network);
+    assert!(EngineConfig::default().with_overrides_from(|_| Some("x".into())).is_err());
+}
+
+#[test]
+fn addresses_and_descriptors_round_trip() {
+    let a = engine(true);
+    let addr = a.address();
+    assert_eq!(EngineAddress::parse(&addr.to_string_compact()).unwrap(), addr);
+    let buf = a.alloc(100).unwrap();
+    let d = buf.descriptor();
+    assert_eq!(MrDescriptor::parse(&d.to_string_compact()).unwrap(), d);
+    assert!(MrDescriptor::parse("{").is_err());
+    assert!(a.deregister(&buf.handle()));
+    assert!(!a.deregister(&buf.handle()));
+}

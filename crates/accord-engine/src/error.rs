@@ -1,0 +1,143 @@
+//! Errors, one enum per family of operations; every message says what to do.
+
+use accord_proto::wire::RejectReason;
+
+/// Why an engine could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// A setting is out of range.
+    #[error("invalid engine configuration: {0}")]
+    Invalid(String),
+    /// An `ACCORD_*` variable could not be parsed.
+    #[error("environment override {name}={value:?} is not valid: fix or unset it")]
+    BadOverride {
+        /// The variable.
+        name: String,
+        /// Its value.
+        value: String,
+    },
+    /// A NIC's sockets could not be opened.
+    #[error("opening NIC {nic}: {source}: check the address is assigned to this host")]
+    Datapath {
+        /// Index of the NIC.
+        nic: usize,
+        /// The driver's error.
+        source: accord_net::DatapathError,
+    },
+    /// A thread could not be started.
+    #[error("starting a thread: {0}: the process may be out of resources")]
+    Thread(std::io::Error),
+}
+
+/// Why memory could not be registered.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RegisterError {
+    /// Zero-length or oversized region.
+    #[error("cannot register {len} bytes: regions must be 1..={max} bytes")]
+    BadLength {
+        /// Asked length.
+        len: u64,
+        /// Largest allowed.
+        max: u64,
+    },
+    /// The region table is full.
+    #[error("{0} regions already registered: deregister some first")]
+    TableFull(usize),
+    /// The allocator refused.
+    #[error("could not allocate {0} bytes: free memory or ask for less")]
+    OutOfMemory(usize),
+}
+
+/// Why a transfer was refused at submission (nothing was sent).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SubmitError {
+    /// The source range falls outside the local region.
+    #[error("source bytes {offset}..{offset}+{len} fall outside the local region of {region_len} bytes: fix the offset or length")]
+    SourceOutOfBounds {
+        /// Offset in the source region.
+        offset: u64,
+        /// Length of the transfer.
+        len: u64,
+        /// Length of the source region.
+        region_len: u64,
+    },
+    /// The destination range falls outside the remote region (as its descriptor states).
+    #[error("destination bytes {offset}..{offset}+{len} fall outside the remote region of {region_len} bytes: fix the offset or length")]
+    DestinationOutOfBounds {
+        /// Offset in the destination region.
+        offset: u64,
+        /// Length of the transfer.
+        len: u64,
+        /// Length of the destination region.
+        region_len: u64,
+    },
+    /// The local handle is not (or no longer) registered with this engine.
+    #[error("the source region is not registered with this engine: register it first")]
+    UnknownSource,
+    /// The destination engine was never introduced.
+    #[error("engine {0:x} is unknown: call add_peer with its address first")]
+    UnknownPeer(u64),
+    /// Bad arguments (page lists of different length, zero page size, ...).
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    /// The engine is shutting down.
+    #[error("the engine is shutting down: submit to a live engine")]
+    ShutDown,
+}
+
+/// Why a submitted transfer failed.
+#[derive(Debug, Clone, Copy, thiserror::Error, PartialEq, Eq)]
+pub enum TransferError {
+    /// The receiver refused the write (unknown or deregistered region, wrong key, bounds):
+    /// nothing was placed.
+    #[error("the receiver refused it: {0:?}: check the descriptor is current (region registered, key right)")]
+    Rejected(RejectReason),
+    /// Every NIC to the peer failed.
+    #[error("the peer stopped answering on every NIC: is it alive and reachable?")]
+    PeerUnreachable,
+    /// The engine shut down first.
+    #[error("the engine shut down before the transfer completed")]
+    ShutDown,
+    /// [`crate::Transfer::wait_timeout`] gave up.
+    #[error("not complete within the timeout: wait longer, or check the peer")]
+    Timeout,
+}
+
+/// Why an address or descriptor could not be parsed.
+#[derive(Debug, thiserror::Error)]
+#[error("malformed {what}: {source}: pass the exact string the peer produced")]
+pub struct ParseError {
+    pub(crate) what: &'static str,
+    pub(crate) source: serde_json::Error,
+}
+
+/// Why a barrier failed.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum BarrierError {
+    /// Sending to a member failed.
+    #[error("barrier notification failed: {0}")]
+    Submit(#[from] SubmitError),
+    /// A member's notification failed.
+    #[error("barrier notification failed: {0}")]
+    Transfer(#[from] TransferError),
+    /// Not every member arrived in time.
+    #[error("barrier timed out: {arrived} of {expected} peers arrived: check the missing peers")]
+    Timeout {
+        /// Peers seen.
+        arrived: u64,
+        /// Peers expected.
+        expected: u64,
+    },
+}
+
+/// A local copy into or out of an engine-owned buffer fell outside it.
+#[derive(Debug, Clone, Copy, thiserror::Error, PartialEq, Eq)]
+#[error("bytes {offset}..{offset}+{len} fall outside the {region_len}-byte buffer: fix the offset or length")]
+pub struct RangeError {
+    /// Offset asked for.
+    pub offset: u64,
+    /// Length asked for.
+    pub len: u64,
+    /// Length of the buffer.
+    pub region_len: u64,
+}

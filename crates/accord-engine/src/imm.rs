@@ -1,0 +1,116 @@
+//! Immediate counters: how many writes carrying each immediate have fully landed here.
+
+use crate::completion::{dispatch, JobSender};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+/// Most distinct immediate values counted at once; arrivals of further values are dropped and
+/// counted in [`crate::EngineStats::imm_overflow`].
+pub const IMM_COUNTERS_MAX: usize = 1 << 16;
+/// Most callbacks waiting on one counter.
+pub const IMM_EXPECTATIONS_MAX: usize = 4096;
+
+type Expectation = (u64, Box<dyn FnOnce(u64) + Send>);
+
+pub(crate) struct ImmSlot {
+    count: AtomicU64,
+    expectations: Mutex<Vec<Expectation>>,
+    changed: Condvar,
+}
+
+/// The engine's table of counters.
+pub(crate) struct ImmTable {
+    slots: Mutex<HashMap<u32, Arc<ImmSlot>>>,
+    pub(crate) overflow: AtomicU64,
+}
+
+impl ImmTable {
+    pub(crate) fn new() -> Self {
+        ImmTable { slots: Mutex::new(HashMap::new()), overflow: AtomicU64::new(0) }
+    }
+
+    pub(crate) fn slot(&self, imm: u32) -> Option<Arc<ImmSlot>> {
+        let mut slots = self.slots.lock().unwrap();
+        if let Some(s) = slots.get(&imm) {
+            return Some(s.clone());
+        }
+        if slots.len() >= IMM_COUNTERS_MAX {
+            return None;
+        }
+        let slot =
+            Arc::new(ImmSlot { count: AtomicU64::new(0), expectations: Mutex::new(vec![]), changed: Condvar::new() });
+        slots.insert(imm, slot.clone());
+        Some(slot)
+    }
+
+    /// One more write with `imm` landed.
+    pub(crate) fn bump(&self, imm: u32, jobs: &JobSender) {
+        let Some(slot) = self.slot(imm) else {
+            self.overflow.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let ready: Vec<Expectation> = {
+            let mut ex = slot.expectations.lock().unwrap();
+            let value = slot.count.fetch_add(1, Ordering::AcqRel) + 1;
+            let (ready, waiting) = std::mem::take(&mut *ex).into_iter().partition(|(target, _)| *target <= value);
+            *ex = waiting;
+            ready
+        };
+        slot.changed.notify_all();
+        let value = slot.count.load(Ordering::Acquire);
+        for (_, cb) in ready {
+            dispatch(jobs, move || cb(value));
+        }
+    }
+}
+
+/// A view of one immediate's counter; see [`crate::Engine::imm_counter`].
+#[derive(Clone)]
+pub struct ImmCounter {
+    pub(crate) slot: Arc<ImmSlot>,
+}
+
+impl std::fmt::Debug for ImmCounter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ImmCounter").field("value", &self.value()).finish()
+    }
+}
+
+impl ImmCounter {
+    /// Writes with this immediate that have fully landed so far.
+    pub fn value(&self) -> u64 {
+        self.slot.count.load(Ordering::Acquire)
+    }
+
+    /// Blocks until the counter reaches `target` or `timeout` passes; returns the value then
+    /// (compare it with `target` to tell which).
+    pub fn wait(&self, target: u64, timeout: Duration) -> u64 {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut guard = self.slot.expectations.lock().unwrap();
+        loop {
+            let value = self.value();
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if value >= target || left.is_zero() {
+                return value;
+            }
+            guard = self.slot.changed.wait_timeout(guard, left).unwrap().0;
+        }
+    }
+
+    pub(crate) fn expect(&self, target: u64, callback: Box<dyn FnOnce(u64) + Send>, jobs: &JobSender) -> bool {
+        let mut ex = self.slot.expectations.lock().unwrap();
+        let value = self.value();
+        if value >= target {
+            drop(ex);
+            dispatch(jobs, move || callback(value));
+            return true;
+        }
+        if ex.len() >= IMM_EXPECTATIONS_MAX {
+            return false;
+        }
+        ex.push((target, callback));
+        true
+    }
+}

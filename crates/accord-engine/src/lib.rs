@@ -1,0 +1,58 @@
+//! `accord-engine`: Accord's TransferEngine over host memory.
+//!
+//! An [`Engine`] owns worker threads, one per (NIC, worker index), each driving its own UDP
+//! sockets and an `accord-proto` endpoint to completion. Applications register memory
+//! ([`Engine::alloc`], [`Engine::register_raw`]), share [`MrDescriptor`]s and
+//! [`EngineAddress`]es out of band, and move bytes with one-sided writes that carry optional
+//! immediates ([`Engine::write`], [`Engine::write_paged`], [`Engine::scatter`]), two-sided
+//! sends ([`Engine::send`], [`Engine::post_recvs`]) and barriers ([`Engine::barrier`]).
+//! Every submission completes through its [`Transfer`] handle (wait or poll), a callback on
+//! the completion thread ([`Transfer::on_complete`]) or a counter ([`Transfer::count_into`]);
+//! receivers learn of writes through immediate counters ([`Engine::imm_counter`],
+//! [`Engine::expect_imm`]).
+//!
+//! Routing per peer: peers in the same process get a memcpy on the submitting thread (unless
+//! [`EngineConfig::force_network`]); everyone else goes over the network. Same-host shared
+//! memory is not implemented yet. Connections open lazily on first use; an engine with
+//! several NICs shards large writes across them and moves the shards of a failed NIC to the
+//! survivors.
+//!
+//! ```no_run
+//! use accord_engine::{Engine, WriteOp};
+//! let a = Engine::builder().build()?;
+//! let b = Engine::builder().build()?;
+//! a.add_peer(&b.address())?;
+//! let src = a.alloc(1 << 20)?;
+//! let dst = b.alloc(1 << 20)?;
+//! let (h, d) = (src.handle(), dst.descriptor());
+//! let op = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 0, len: 1 << 20, imm: Some(7) };
+//! a.write(&op)?.wait()?;
+//! assert_eq!(b.imm_counter(7).value(), 1);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod address;
+pub mod bench;
+mod completion;
+pub mod config;
+mod engine;
+mod error;
+mod imm;
+mod memory;
+mod recv;
+mod worker;
+
+pub use accord_net::fault::{FaultConfig, FaultControl};
+pub use address::{EngineAddress, EngineId, MrDescriptor};
+pub use completion::{Transfer, COMPLETION_JOBS_MAX};
+pub use config::{EngineConfig, ENGINE_ENV_OVERRIDES};
+pub use engine::shared::{LANE_AVOID_AFTER_FAILURE, PEERS_MAX, SUBMISSIONS_QUEUED_MAX};
+pub use engine::{Engine, EngineBuilder, EngineStats, PagedWriteOp, ScatterDst, WriteOp};
+pub use engine::{PAGES_PER_WRITE_MAX, SCATTER_DESTINATIONS_MAX, SHARD_ALIGN_BYTES};
+pub use error::{BarrierError, BuildError, ParseError, RangeError, RegisterError, SubmitError, TransferError};
+pub use imm::{ImmCounter, IMM_COUNTERS_MAX, IMM_EXPECTATIONS_MAX};
+pub use memory::{MemoryKind, MrBuffer, MrHandle, ALLOC_ALIGN_BYTES, REGIONS_MAX, REGION_BYTES_MAX};
+pub use recv::{RecvHandler, RecvMessage, RECV_BUFFERS_MAX, RECV_BUFFER_BYTES_MAX};
+pub use worker::{LaneStats, BACKLOG_PARTS_MAX, IDLE_WAIT_MAX, RX_BATCH_SLOTS};

@@ -1,0 +1,429 @@
+//! A worker: one thread owning one datapath (a NIC's sockets) and one protocol endpoint, run
+//! to completion: drain submissions, receive and place, timers, transmit, events, sleep.
+
+mod tx;
+
+use crate::engine::shared::{Command, Part, PartKind, Shared};
+use crate::error::TransferError;
+use crate::memory::RegionTable;
+use crate::recv::RecvPool;
+use accord_net::{Datapath, RxBuffers};
+use accord_proto::wire::RejectReason;
+use accord_proto::{
+    ConnectionHandle, Endpoint, Event, Instant, LocalMemory, OpError, OpId, PlacementTarget, RecvBufferId, RegionId,
+    RegionKey, SubmitError as ProtoSubmitError, WriteRequest,
+};
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::address::EngineId;
+
+/// Most receive slots per batch.
+pub const RX_BATCH_SLOTS: usize = 64;
+/// Bytes of receive (and transmit) slots one batch may span: small enough to stay in a core's
+/// L2 cache, so the copy out of a slot reads what the kernel just wrote.
+pub const BATCH_BYTES_TARGET: usize = 512 * 1024;
+/// Commands taken from the queue per loop turn, so receive and transmit are never starved.
+pub const COMMANDS_PER_TURN_MAX: usize = 256;
+/// Parts waiting for room on a connection (the protocol's ops-in-flight bound).
+pub const BACKLOG_PARTS_MAX: usize = 4096;
+/// Longest an idle worker sleeps before re-checking its queue and timers.
+pub const IDLE_WAIT_MAX: Duration = Duration::from_millis(2);
+/// Marker byte of the datagram that wakes a sleeping worker.
+pub(crate) const WAKE_BYTE: u8 = 0xA5;
+
+/// Counters of one worker (one lane), read through [`crate::Engine::stats`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LaneStats {
+    /// The protocol endpoint's counters (malformed datagrams and the like included).
+    pub endpoint: accord_proto::EndpointStats,
+    /// Connections held.
+    pub connections: usize,
+    /// Transmits dropped because the peer's address for that path is unknown.
+    pub tx_no_route: u64,
+    /// Datagram batches the datapath refused (errors, not short sends).
+    pub tx_errors: u64,
+    /// Parts moved to another lane after their connection failed.
+    pub failovers: u64,
+    /// Sum over connections: packets retransmitted.
+    pub retransmits: u64,
+}
+
+struct ConnInfo {
+    peer: Option<EngineId>,
+    addrs: Vec<Option<SocketAddr>>,
+}
+
+/// The region table and receive pool, as the protocol checks them.
+struct Memory<'a> {
+    regions: &'a RegionTable,
+    recv: &'a RecvPool,
+}
+
+impl LocalMemory for Memory<'_> {
+    fn check_write(&self, region: RegionId, key: RegionKey, offset: u64, len: u64) -> Result<(), RejectReason> {
+        self.regions.check_write(region, key, offset, len)
+    }
+    fn claim_recv_buffer(&mut self, _conn: ConnectionHandle, msg_len: u64) -> Result<RecvBufferId, RejectReason> {
+        self.recv.claim(msg_len)
+    }
+}
+
+pub(crate) struct Worker {
+    lane: usize,
+    shared: Arc<Shared>,
+    commands: Receiver<Command>,
+    stashed: Option<Command>,
+    dp: Box<dyn Datapath>,
+    ep: Endpoint,
+    peers: HashMap<EngineId, ConnectionHandle>,
+    conns: HashMap<ConnectionHandle, ConnInfo>,
+    ops: HashMap<(ConnectionHandle, OpId), Part>,
+    backlog: VecDeque<Part>,
+    tx: tx::TxQueue,
+    rx: RxBuffers,
+    stats: LaneStats,
+}
+
+impl Worker {
+    pub(crate) fn new(
+        lane: usize,
+        shared: Arc<Shared>,
+        commands: Receiver<Command>,
+        dp: Box<dyn Datapath>,
+        ep: Endpoint,
+    ) -> Result<Self, accord_net::DatapathError> {
+        let rx_slots = (BATCH_BYTES_TARGET / dp.rx_slot_bytes().max(1)).clamp(8, RX_BATCH_SLOTS);
+        let rx = dp.alloc_rx_buffers(rx_slots)?;
+        let tx = tx::TxQueue::new(usize::from(ep.config().connection.max_datagram_bytes));
+        Ok(Worker {
+            lane,
+            shared,
+            commands,
+            stashed: None,
+            dp,
+            ep,
+            peers: HashMap::new(),
+            conns: HashMap::new(),
+            ops: HashMap::new(),
+            backlog: VecDeque::new(),
+            tx,
+            rx,
+            stats: LaneStats::default(),
+        })
+    }
+
+    fn now(&self) -> Instant {
+        Instant::from_nanos(self.shared.epoch.elapsed().as_nanos() as u64)
+    }
+
+    /// The thread body; returns at shutdown.
+    pub(crate) fn run(mut self) {
+        let debug = std::env::var("ACCORD_ENGINE_DEBUG").is_ok();
+        let mut last_dump = std::time::Instant::now();
+        loop {
+            let (exit, mut progress) = self.drain_commands();
+            if exit {
+                break;
+            }
+            progress |= self.receive();
+            let now = self.now();
+            if self.ep.poll_timeout().is_some_and(|t| t <= now) {
+                self.ep.handle_timeout(now);
+                progress = true;
+            }
+            progress |= self.transmit();
+            progress |= self.drain_events();
+            if debug && last_dump.elapsed() > Duration::from_millis(250) {
+                last_dump = std::time::Instant::now();
+                self.dump_connections();
+            }
+            if !progress {
+                self.sleep();
+            }
+        }
+        self.shut_down();
+    }
+
+    /// `ACCORD_ENGINE_DEBUG`: one line per connection on stderr.
+    fn dump_connections(&self) {
+        for c in self.ep.connections() {
+            if let Some(st) = self.ep.connection_stats(c) {
+                eprintln!(
+                    "[pid {} lane {}] {c:?} sent {} acked_bytes {} retransmitted {} lost {} received {} placed_bytes {} \
+                     dropped {} refused {} window {} in_flight {} srtt {:?} ops {}",
+                    std::process::id(),
+                    self.lane,
+                    st.packets_sent,
+                    st.bytes_acked,
+                    st.packets_retransmitted,
+                    st.packets_lost,
+                    st.packets_received,
+                    st.bytes_placed,
+                    st.packets_dropped,
+                    st.packets_refused,
+                    st.window_bytes,
+                    st.bytes_in_flight,
+                    st.rtt_smoothed,
+                    st.ops_outstanding
+                );
+            }
+        }
+    }
+
+    fn sleep(&mut self) {
+        let lane = &self.shared.lanes[self.lane];
+        lane.sleeping.store(true, Ordering::SeqCst);
+        match self.commands.try_recv() {
+            Ok(cmd) => self.stashed = Some(cmd),
+            Err(TryRecvError::Disconnected) => self.stashed = Some(Command::Shutdown),
+            Err(TryRecvError::Empty) => {}
+        }
+        if self.stashed.is_none() {
+            let now = self.now();
+            let mut wait = IDLE_WAIT_MAX;
+            if let Some(t) = self.ep.poll_timeout() {
+                wait = wait.min(t.saturating_duration_since(now));
+            }
+            if !self.tx.is_empty() {
+                wait = wait.min(Duration::from_micros(50));
+            }
+            if !wait.is_zero() {
+                let _ = self.dp.wait_readable(wait);
+            }
+        }
+        lane.sleeping.store(false, Ordering::SeqCst);
+    }
+
+    fn drain_commands(&mut self) -> (bool, bool) {
+        let mut progress = false;
+        while let Some(part) = self.backlog.pop_front() {
+            if let Err(part) = self.submit(part) {
+                self.backlog.push_front(part);
+                break;
+            }
+            progress = true;
+        }
+        for _ in 0..COMMANDS_PER_TURN_MAX {
+            if self.backlog.len() >= BACKLOG_PARTS_MAX {
+                break;
+            }
+            let cmd = match self.stashed.take() {
+                Some(c) => c,
+                None => match self.commands.try_recv() {
+                    Ok(c) => c,
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => return (true, progress),
+                },
+            };
+            progress = true;
+            match cmd {
+                Command::Shutdown => return (true, progress),
+                Command::Stats(reply) => {
+                    let _ = reply.try_send(self.lane_stats());
+                }
+                Command::Submit(part) => {
+                    if !self.backlog.is_empty() {
+                        self.backlog.push_back(part);
+                    } else if let Err(part) = self.submit(part) {
+                        self.backlog.push_back(part);
+                    }
+                }
+            }
+        }
+        (false, progress)
+    }
+
+    fn lane_stats(&self) -> LaneStats {
+        let mut s = self.stats.clone();
+        s.endpoint = self.ep.stats().clone();
+        s.connections = self.conns.len();
+        s.retransmits =
+            self.ep.connections().filter_map(|c| self.ep.connection_stats(c)).map(|c| c.packets_retransmitted).sum();
+        s
+    }
+
+    /// The connection to `peer` on this lane, opened on first use.
+    fn connection(&mut self, peer: EngineId) -> Option<ConnectionHandle> {
+        if let Some(&c) = self.peers.get(&peer) {
+            return Some(c);
+        }
+        let addrs = self.shared.peer_lane_addrs(peer, self.lane)?;
+        let conn = self.ep.connect(self.now()).ok()?;
+        self.conns.insert(conn, ConnInfo { peer: Some(peer), addrs: addrs.into_iter().map(Some).collect() });
+        self.peers.insert(peer, conn);
+        Some(conn)
+    }
+
+    /// Hands a part to the protocol; gives it back when the connection has no room.
+    fn submit(&mut self, part: Part) -> Result<(), Part> {
+        for _attempt in 0..2 {
+            let Some(conn) = self.connection(part.peer) else {
+                self.fail_over(part, TransferError::PeerUnreachable);
+                return Ok(());
+            };
+            let result = match part.kind {
+                PartKind::Write { region, key, offset, imm } => {
+                    let req = WriteRequest { region, key, offset, len: part.source.len(), imm };
+                    self.ep.write(conn, req)
+                }
+                PartKind::Send { imm } => self.ep.send(conn, part.source.len(), imm),
+            };
+            match result {
+                Ok(op) => {
+                    self.ops.insert((conn, op), part);
+                    return Ok(());
+                }
+                Err(ProtoSubmitError::TooManyOps(_)) => return Err(part),
+                Err(ProtoSubmitError::OffsetOverflow { .. }) => {
+                    part.transfer.part_done(Err(TransferError::Rejected(RejectReason::OutOfBounds)));
+                    return Ok(());
+                }
+                Err(_) => {
+                    // The connection ended: forget it and open a fresh one.
+                    self.peers.remove(&part.peer);
+                }
+            }
+        }
+        self.fail_over(part, TransferError::PeerUnreachable);
+        Ok(())
+    }
+
+    /// The part's connection failed: let the engine route it over another lane.
+    fn fail_over(&mut self, part: Part, error: TransferError) {
+        self.stats.failovers += 1;
+        self.shared.mark_lane_dead(part.peer, self.lane);
+        let shared = self.shared.clone();
+        crate::completion::dispatch(&self.shared.jobs, move || shared.resubmit(part, error));
+    }
+
+    fn receive(&mut self) -> bool {
+        let slots = self.rx.slot_count();
+        let n = match self.dp.recv_batch(&mut self.rx, slots) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(error = %e, "receive failed");
+                return false;
+            }
+        };
+        if n == 0 {
+            return false;
+        }
+        let now = self.now();
+        let waker = self.shared.waker_addr;
+        let regions = self.shared.regions.read().unwrap();
+        let mut memory = Memory { regions: &regions, recv: &self.shared.recv };
+        for i in 0..self.rx.len() {
+            let Some((bytes, meta)) = self.rx.get(i) else { continue };
+            let meta = *meta;
+            if meta.src == waker && bytes == [WAKE_BYTE] {
+                continue;
+            }
+            let stride = meta.segment_bytes.max(1);
+            for seg in bytes.chunks(stride) {
+                let rx_meta = accord_proto::RxMeta { path: accord_proto::PathId(meta.path), ecn_ce: meta.ecn_ce };
+                let outcome = self.ep.handle_datagram(now, rx_meta, seg, &mut memory);
+                if let Some(p) = outcome.placement {
+                    let payload = &seg[p.payload.clone()];
+                    let placed = match p.target {
+                        PlacementTarget::Region { region, offset } => regions.place(region, offset, payload),
+                        PlacementTarget::RecvBuffer { buffer, offset } => {
+                            self.shared.recv.place(buffer, offset, payload)
+                        }
+                    };
+                    debug_assert!(placed, "placement the protocol approved fell outside memory");
+                }
+                if let Some(conn) = outcome.conn {
+                    let paths = usize::from(self.ep.config().connection.path_count);
+                    let info =
+                        self.conns.entry(conn).or_insert_with(|| ConnInfo { peer: None, addrs: vec![None; paths] });
+                    if let Some(slot) = info.addrs.get_mut(usize::from(meta.path)) {
+                        *slot = Some(meta.src);
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    fn transmit(&mut self) -> bool {
+        let now = self.now();
+        let Worker { tx, ep, ops, conns, dp, stats, .. } = self;
+        tx.fill_and_send(now, ep, dp.as_mut(), stats, |t, payload| {
+            if let Some(p) = t.payload {
+                let part = ops.get(&(t.conn, p.op))?;
+                if !part.source.read(p.offset, payload) {
+                    return None;
+                }
+            }
+            conns.get(&t.conn).and_then(|c| c.addrs.get(usize::from(t.path.0)).copied().flatten())
+        })
+    }
+
+    fn drain_events(&mut self) -> bool {
+        let mut progress = false;
+        while let Some(event) = self.ep.poll_event() {
+            progress = true;
+            match event {
+                Event::OpCompleted { conn, op, result } => {
+                    let Some(part) = self.ops.remove(&(conn, op)) else { continue };
+                    match result {
+                        Ok(()) => part.transfer.part_done(Ok(())),
+                        Err(OpError::Rejected(reason)) => part.transfer.part_done(Err(TransferError::Rejected(reason))),
+                        Err(OpError::ConnectionLost) | Err(OpError::Closed) => {
+                            self.fail_over(part, TransferError::PeerUnreachable)
+                        }
+                    }
+                }
+                Event::ImmReceived { imm, .. } => self.shared.imms.bump(imm, &self.shared.jobs),
+                Event::RecvCompleted { buffer, len, imm, .. } => {
+                    self.shared.recv.complete(buffer, len, imm, &self.shared.jobs)
+                }
+                Event::ConnectionFailed { conn, error } => {
+                    tracing::warn!(lane = self.lane, %error, "connection failed");
+                    self.forget(conn, true);
+                }
+                Event::Closed { conn } => self.forget(conn, false),
+                Event::Accepted { .. } | Event::Connected { .. } => {}
+                Event::PathQuarantined { path, .. } => tracing::debug!(lane = self.lane, ?path, "path quarantined"),
+                Event::PathRevived { path, .. } => tracing::debug!(lane = self.lane, ?path, "path revived"),
+            }
+        }
+        progress
+    }
+
+    fn forget(&mut self, conn: ConnectionHandle, failed: bool) {
+        if let Some(info) = self.conns.remove(&conn) {
+            if let Some(peer) = info.peer {
+                if self.peers.get(&peer) == Some(&conn) {
+                    self.peers.remove(&peer);
+                }
+                if failed {
+                    self.shared.mark_lane_dead(peer, self.lane);
+                }
+            }
+        }
+    }
+
+    fn shut_down(&mut self) {
+        for conn in self.ep.connections().collect::<Vec<_>>() {
+            self.ep.close(conn);
+        }
+        self.transmit();
+        for (_, part) in self.ops.drain() {
+            part.transfer.part_done(Err(TransferError::ShutDown));
+        }
+        for part in self.backlog.drain(..) {
+            part.transfer.part_done(Err(TransferError::ShutDown));
+        }
+        while let Ok(cmd) = self.commands.try_recv() {
+            if let Command::Submit(part) = cmd {
+                part.transfer.part_done(Err(TransferError::ShutDown));
+            }
+        }
+    }
+}

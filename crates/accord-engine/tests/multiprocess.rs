@@ -1,0 +1,343 @@
+//! Multi-process tests on loopback: the test binary re-executes itself as each process
+//! (`mp_child`, selected by `ACCORD_MP_ROLE`), processes exchange addresses through the parent
+//! over stdin/stdout, and every byte written, paged, scattered and sent is checked.
+
+use accord_engine::{
+    Engine, EngineAddress, EngineId, FaultConfig, MrDescriptor, PagedWriteOp, ScatterDst, Transfer, WriteOp,
+};
+use rand::seq::SliceRandom;
+use rand::{Rng, RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const ROLE_ENV: &str = "ACCORD_MP_ROLE";
+const SLICE: usize = 1 << 20;
+const PAGE: usize = 16 * 1024;
+const PAGES: usize = 16;
+const SCATTER: usize = 64 * 1024;
+const SEND_LEN: usize = 3000;
+const IMM_WRITE: u32 = 1;
+const IMM_PAGED: u32 = 2;
+const IMM_SCATTER: u32 = 3;
+const IMM_BARRIER: u32 = 0xB0;
+const WAIT: Duration = Duration::from_secs(60);
+const CHILD_DEADLINE: Duration = Duration::from_secs(90);
+
+/// Region layout per receiving engine, for sender `k` of `n`.
+fn slice_at(k: usize) -> usize {
+    k * SLICE
+}
+fn paged_at(n: usize, k: usize) -> usize {
+    n * SLICE + k * PAGES * PAGE
+}
+fn scatter_at(n: usize, k: usize) -> usize {
+    n * SLICE + n * PAGES * PAGE + k * SCATTER
+}
+fn region_len(n: usize) -> usize {
+    scatter_at(n, n)
+}
+
+fn bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    ChaCha8Rng::seed_from_u64(seed).fill_bytes(&mut v);
+    v
+}
+fn seed(kind: u64, from: usize, to: usize) -> u64 {
+    kind << 32 | (from as u64) << 16 | to as u64
+}
+/// Destination page of source page `i` for the pair (from, to): a seeded permutation.
+fn page_map(from: usize, to: usize) -> Vec<usize> {
+    let mut p: Vec<usize> = (0..PAGES).collect();
+    p.shuffle(&mut ChaCha8Rng::seed_from_u64(seed(9, from, to)));
+    p
+}
+
+#[derive(Serialize, Deserialize, Clone)]
+struct Hello {
+    address: EngineAddress,
+    region: MrDescriptor,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Scenario {
+    Clean,
+    Lossy,
+    TwoNicsOneCut,
+}
+
+impl Scenario {
+    fn name(self) -> &'static str {
+        match self {
+            Scenario::Clean => "clean",
+            Scenario::Lossy => "lossy",
+            Scenario::TwoNicsOneCut => "twonic",
+        }
+    }
+    fn parse(s: &str) -> Scenario {
+        match s {
+            "lossy" => Scenario::Lossy,
+            "twonic" => Scenario::TwoNicsOneCut,
+            _ => Scenario::Clean,
+        }
+    }
+}
+
+fn build(scenario: Scenario, me: usize) -> Engine {
+    let b = Engine::builder().ignore_env().idle_timeout(Duration::from_millis(400));
+    let b = match scenario {
+        Scenario::Clean => b,
+        Scenario::Lossy => {
+            let f = FaultConfig { drop: 0.01, reorder: 0.01, ..FaultConfig::default() };
+            b.fault_injection(f, 17 + me as u64)
+        }
+        Scenario::TwoNicsOneCut => b
+            .nics(["127.0.0.1".parse().unwrap(), "127.0.0.2".parse().unwrap()])
+            .shard_bytes_min(256 * 1024)
+            .fault_injection(FaultConfig::default(), 5),
+    };
+    b.build().expect("engine builds")
+}
+
+/// The body of one process.
+fn child(me: usize, n: usize, scenario: Scenario) -> Result<(), String> {
+    let engine = build(scenario, me);
+    let region = engine.alloc(region_len(n)).map_err(|e| e.to_string())?;
+    let src = engine.alloc(region_len(n)).map_err(|e| e.to_string())?;
+    // Source layout mirrors the destination: what `me` sends to `j` sits where `j` expects it.
+    for j in 0..n {
+        src.write_at(j * SLICE, &bytes(seed(1, me, j), SLICE)).unwrap();
+        src.write_at(paged_at(n, j), &bytes(seed(2, me, j), PAGES * PAGE)).unwrap();
+    }
+    src.write_at(scatter_at(n, 0), &bytes(seed(3, me, 0), n * SCATTER)).unwrap();
+    let hello = Hello { address: engine.address(), region: region.descriptor() };
+    println!("@@ADDR {}", serde_json::to_string(&hello).unwrap());
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).map_err(|e| e.to_string())?;
+    let all: Vec<Hello> = serde_json::from_str(&line).map_err(|e| e.to_string())?;
+    let ids: Vec<EngineId> = all.iter().map(|h| h.address.id).collect();
+    for h in &all {
+        if h.address.id != engine.id() {
+            engine.add_peer(&h.address).map_err(|e| e.to_string())?;
+        }
+    }
+    let received = Arc::new(Mutex::new(vec![]));
+    let r = received.clone();
+    engine.post_recvs(4096, 64, move |m| r.lock().unwrap().push((m.data.to_vec(), m.imm)));
+    engine.barrier(&ids, IMM_BARRIER, WAIT).map_err(|e| format!("first barrier: {e}"))?;
+
+    let mut transfers: Vec<(String, Transfer)> = vec![];
+    let mut rng = ChaCha8Rng::seed_from_u64(seed(4, me, 0));
+    let h = src.handle();
+    for (j, peer) in all.iter().enumerate().filter(|(j, _)| *j != me) {
+        let d = peer.region;
+        // Random writes: the slice cut into random pieces, submitted in random order, one of
+        // them large enough to be sharded across NICs.
+        let mut cuts = vec![0usize, SLICE / 2];
+        while cuts.len() < 24 {
+            cuts.push(rng.gen_range(SLICE / 2..SLICE));
+        }
+        cuts.push(SLICE);
+        cuts.sort_unstable();
+        cuts.dedup();
+        let mut pieces: Vec<(usize, usize)> = cuts.windows(2).map(|w| (w[0], w[1] - w[0])).collect();
+        pieces.shuffle(&mut rng);
+        for (off, len) in pieces {
+            let at = (slice_at(me) + off) as u64;
+            let src_at = (j * SLICE + off) as u64;
+            let op =
+                WriteOp { src: &h, src_offset: src_at, dst: &d, dst_offset: at, len: len as u64, imm: Some(IMM_WRITE) };
+            transfers.push((format!("write to {j}"), engine.write(&op).map_err(|e| e.to_string())?));
+        }
+        let src_pages: Vec<u64> = (0..PAGES).map(|i| (paged_at(n, j) / PAGE + i) as u64).collect();
+        let dst_pages: Vec<u64> = page_map(me, j).iter().map(|&p| (paged_at(n, me) / PAGE + p) as u64).collect();
+        let op = PagedWriteOp {
+            src: &h,
+            dst: &d,
+            page_bytes: PAGE as u64,
+            src_pages: &src_pages,
+            dst_pages: &dst_pages,
+            imm: Some(IMM_PAGED),
+        };
+        transfers.push((format!("paged to {j}"), engine.write_paged(&op).map_err(|e| e.to_string())?));
+        let msg = bytes(seed(5, me, j), SEND_LEN);
+        transfers.push((
+            format!("send to {j}"),
+            engine.send(peer.address.id, &msg, Some(me as u32)).map_err(|e| e.to_string())?,
+        ));
+    }
+    let dsts: Vec<ScatterDst> = (0..n)
+        .filter(|j| *j != me)
+        .map(|j| ScatterDst {
+            dst: all[j].region,
+            dst_offset: scatter_at(n, me) as u64,
+            src_offset: (scatter_at(n, 0) + j * SCATTER) as u64,
+            len: SCATTER as u64,
+        })
+        .collect();
+    transfers.push(("scatter".into(), engine.scatter(&h, &dsts, Some(IMM_SCATTER)).map_err(|e| e.to_string())?));
+    if scenario == Scenario::TwoNicsOneCut && me == 0 {
+        assert!(engine.cut_nic(1), "NIC 1 has a fault injector");
+    }
+    for (what, t) in &transfers {
+        t.wait_timeout(WAIT).map_err(|e| format!("{what}: {e}"))?;
+    }
+    let peers = (n - 1) as u64;
+    for (imm, at_least) in [(IMM_PAGED, peers), (IMM_SCATTER, peers), (IMM_WRITE, peers * 20)] {
+        let got = engine.imm_counter(imm).wait(at_least, WAIT);
+        if got < at_least {
+            return Err(format!("imm {imm}: counted {got}, expected at least {at_least}"));
+        }
+    }
+    engine.barrier(&ids, IMM_BARRIER, WAIT).map_err(|e| format!("second barrier: {e}"))?;
+
+    let got = region.to_vec();
+    for k in (0..n).filter(|k| *k != me) {
+        if got[slice_at(k)..slice_at(k) + SLICE] != bytes(seed(1, k, me), SLICE)[..] {
+            return Err(format!("random writes from {k} differ"));
+        }
+        let sent = bytes(seed(2, k, me), PAGES * PAGE);
+        for (i, p) in page_map(k, me).into_iter().enumerate() {
+            let at = paged_at(n, k) + p * PAGE;
+            if got[at..at + PAGE] != sent[i * PAGE..(i + 1) * PAGE] {
+                return Err(format!("page {i} from {k} differs"));
+            }
+        }
+        let scattered = bytes(seed(3, k, 0), n * SCATTER);
+        if got[scatter_at(n, k)..scatter_at(n, k) + SCATTER] != scattered[me * SCATTER..(me + 1) * SCATTER] {
+            return Err(format!("scatter from {k} differs"));
+        }
+    }
+    let deadline = Instant::now() + WAIT;
+    while received.lock().unwrap().len() < n - 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let mut msgs = received.lock().unwrap().clone();
+    msgs.sort_by_key(|m| m.1);
+    let expected: Vec<(Vec<u8>, Option<u32>)> =
+        (0..n).filter(|k| *k != me).map(|k| (bytes(seed(5, k, me), SEND_LEN), Some(k as u32))).collect();
+    if msgs != expected {
+        return Err(format!("sends differ: got {} messages, expected {}", msgs.len(), expected.len()));
+    }
+    let stats = engine.stats();
+    if scenario == Scenario::TwoNicsOneCut && me == 0 && stats.failovers() == 0 {
+        return Err("NIC 1 was cut but nothing failed over".into());
+    }
+    eprintln!(
+        "process {me}: failovers {} retransmits {} faults {:?}",
+        stats.failovers(),
+        stats.retransmits(),
+        stats.faults.first()
+    );
+    engine.barrier(&ids, IMM_BARRIER, WAIT).map_err(|e| format!("last barrier: {e}"))?;
+    // Let the last acknowledgements leave before the engine closes.
+    std::thread::sleep(Duration::from_millis(300));
+    Ok(())
+}
+
+#[test]
+fn mp_child() {
+    let Ok(role) = std::env::var(ROLE_ENV) else { return };
+    let parts: Vec<&str> = role.split('/').collect();
+    let (me, n) = (parts[0].parse().unwrap(), parts[1].parse().unwrap());
+    match child(me, n, Scenario::parse(parts[2])) {
+        Ok(()) => println!("@@OK"),
+        Err(e) => println!("@@FAIL {e}"),
+    }
+}
+
+/// Spawns `n` processes running `scenario`, relays addresses, and checks every one said OK.
+fn run_group(n: usize, scenario: Scenario) {
+    let exe = std::env::current_exe().unwrap();
+    let mut children = vec![];
+    for me in 0..n {
+        let child = Command::new(&exe)
+            .args(["--exact", "mp_child", "--nocapture", "--test-threads=1"])
+            .env(ROLE_ENV, format!("{me}/{n}/{}", scenario.name()))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn a test process");
+        children.push(child);
+    }
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, String)>();
+    for (me, c) in children.iter_mut().enumerate() {
+        let out = BufReader::new(c.stdout.take().unwrap());
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                // libtest may print "test mp_child ... " on the same line first.
+                if let Some(at) = line.find("@@") {
+                    let _ = tx.send((me, line[at + 2..].to_string()));
+                }
+            }
+        });
+    }
+    let deadline = Instant::now() + CHILD_DEADLINE;
+    let mut hellos: Vec<Option<String>> = vec![None; n];
+    let mut results: Vec<Option<String>> = vec![None; n];
+    let mut relayed = false;
+    let mut failure = None;
+    while results.iter().any(Option::is_none) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok((me, msg)) = rx.recv_timeout(left) else {
+            failure = Some(format!("timed out; results so far {results:?}"));
+            break;
+        };
+        if let Some(addr) = msg.strip_prefix("ADDR ") {
+            hellos[me] = Some(addr.to_string());
+        } else {
+            results[me] = Some(msg);
+        }
+        if !relayed && hellos.iter().all(Option::is_some) {
+            let list = format!("[{}]\n", hellos.iter().map(|h| h.clone().unwrap()).collect::<Vec<_>>().join(","));
+            for c in &mut children {
+                c.stdin.as_mut().unwrap().write_all(list.as_bytes()).unwrap();
+            }
+            relayed = true;
+        }
+    }
+    for c in &mut children {
+        let end = Instant::now() + Duration::from_secs(5);
+        while c.try_wait().ok().flatten().is_none() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    if let Some(f) = failure {
+        panic!("{scenario:?} x{n}: {f}");
+    }
+    for (me, r) in results.iter().enumerate() {
+        assert_eq!(r.as_deref(), Some("OK"), "{scenario:?} x{n}: process {me}");
+    }
+}
+
+#[test]
+fn two_processes() {
+    run_group(2, Scenario::Clean);
+}
+
+#[test]
+fn four_processes() {
+    run_group(4, Scenario::Clean);
+}
+
+#[test]
+fn two_processes_loss_and_reordering() {
+    run_group(2, Scenario::Lossy);
+}
+
+#[test]
+fn four_processes_loss_and_reordering() {
+    run_group(4, Scenario::Lossy);
+}
+
+#[test]
+fn two_nics_one_cut_mid_transfer() {
+    run_group(2, Scenario::TwoNicsOneCut);
+}
