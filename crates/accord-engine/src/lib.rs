@@ -42,6 +42,7 @@ mod error;
 mod imm;
 mod memory;
 mod recv;
+mod tags;
 mod worker;
 
 pub use accord_net::fault::{FaultConfig, FaultControl};

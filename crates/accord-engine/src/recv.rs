@@ -95,6 +95,15 @@ impl RecvPool {
         });
     }
 
+    /// Returns a claimed buffer to the pool without delivering it (a duplicate of a message
+    /// already delivered, resent after a failover).
+    pub(crate) fn discard(&self, id: RecvBufferId) {
+        let mut inner = self.inner.lock().unwrap();
+        if let Some(buf) = inner.claimed.remove(&id.0) {
+            inner.free.push(buf);
+        }
+    }
+
     /// Direct delivery from a peer in the same process: claim, copy, complete.
     pub(crate) fn deliver_local(&self, bytes: &[u8], imm: Option<u32>, jobs: &JobSender) -> Result<(), RejectReason> {
         let id = self.claim(bytes.len() as u64)?;

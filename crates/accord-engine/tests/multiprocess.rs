@@ -21,6 +21,8 @@ const PAGES: usize = 16;
 const SCATTER: usize = 64 * 1024;
 const SEND_LEN: usize = 3000;
 const IMM_WRITE: u32 = 1;
+/// Random writes each process sends each peer (each with `IMM_WRITE`).
+const WRITES_PER_PEER: usize = 24;
 const IMM_PAGED: u32 = 2;
 const IMM_SCATTER: u32 = 3;
 const IMM_BARRIER: u32 = 0xB0;
@@ -137,13 +139,12 @@ fn child(me: usize, n: usize, scenario: Scenario) -> Result<(), String> {
         let d = peer.region;
         // Random writes: the slice cut into random pieces, submitted in random order, one of
         // them large enough to be sharded across NICs.
-        let mut cuts = vec![0usize, SLICE / 2];
-        while cuts.len() < 24 {
-            cuts.push(rng.gen_range(SLICE / 2..SLICE));
+        // Exactly WRITES_PER_PEER pieces, so the receiver knows its immediate count exactly.
+        let mut cuts = std::collections::BTreeSet::from([0usize, SLICE / 2, SLICE]);
+        while cuts.len() < WRITES_PER_PEER + 1 {
+            cuts.insert(rng.gen_range(SLICE / 2..SLICE));
         }
-        cuts.push(SLICE);
-        cuts.sort_unstable();
-        cuts.dedup();
+        let cuts: Vec<usize> = cuts.into_iter().collect();
         let mut pieces: Vec<(usize, usize)> = cuts.windows(2).map(|w| (w[0], w[1] - w[0])).collect();
         pieces.shuffle(&mut rng);
         for (off, len) in pieces {
@@ -187,13 +188,22 @@ fn child(me: usize, n: usize, scenario: Scenario) -> Result<(), String> {
         t.wait_timeout(WAIT).map_err(|e| format!("{what}: {e}"))?;
     }
     let peers = (n - 1) as u64;
-    for (imm, at_least) in [(IMM_PAGED, peers), (IMM_SCATTER, peers), (IMM_WRITE, peers * 20)] {
-        let got = engine.imm_counter(imm).wait(at_least, WAIT);
-        if got < at_least {
-            return Err(format!("imm {imm}: counted {got}, expected at least {at_least}"));
+    let expected = [(IMM_PAGED, peers), (IMM_SCATTER, peers), (IMM_WRITE, peers * WRITES_PER_PEER as u64)];
+    for (imm, target) in expected {
+        let got = engine.imm_counter(imm).wait(target, WAIT);
+        if got < target {
+            return Err(format!("imm {imm}: counted {got}, expected {target}"));
         }
     }
     engine.barrier(&ids, IMM_BARRIER, WAIT).map_err(|e| format!("second barrier: {e}"))?;
+    // Exact, not at least: a write resent after a failover must not count twice (its tag is
+    // deduplicated). Checked after the barrier, when any duplicate would have arrived.
+    for (imm, target) in expected {
+        let got = engine.imm_counter(imm).value();
+        if got != target {
+            return Err(format!("imm {imm}: counted {got}, expected exactly {target}"));
+        }
+    }
 
     let got = region.to_vec();
     for k in (0..n).filter(|k| *k != me) {

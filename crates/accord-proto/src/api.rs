@@ -104,6 +104,19 @@ pub struct WriteRequest {
     pub offset: u64,
     pub len: u64,
     pub imm: Option<u32>,
+    /// Opaque name of the operation across connections (0: none), reported with the peer's
+    /// `ImmReceived`/`RecvCompleted`. A sender that may resend an operation on another
+    /// connection (failover) gives both copies one tag so the receiver can count it once.
+    pub tag: u64,
+}
+
+/// A two-sided send of `len` bytes into one of the peer's posted buffers.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct SendRequest {
+    pub len: u64,
+    pub imm: Option<u32>,
+    /// As [`WriteRequest::tag`].
+    pub tag: u64,
 }
 
 /// Why a connection ended abnormally.
@@ -129,9 +142,9 @@ pub enum Event {
     /// A write or send we submitted completed: acknowledged in full, or failed.
     OpCompleted { conn: ConnectionHandle, op: OpId, result: Result<(), OpError> },
     /// Every byte of a peer's write with immediate `imm` was placed.
-    ImmReceived { conn: ConnectionHandle, op: OpId, imm: u32 },
+    ImmReceived { conn: ConnectionHandle, op: OpId, imm: u32, tag: u64 },
     /// A peer's send filled `len` bytes of `buffer`.
-    RecvCompleted { conn: ConnectionHandle, op: OpId, buffer: RecvBufferId, len: u64, imm: Option<u32> },
+    RecvCompleted { conn: ConnectionHandle, op: OpId, buffer: RecvBufferId, len: u64, imm: Option<u32>, tag: u64 },
     /// A path stopped delivering and is now only probed.
     PathQuarantined { conn: ConnectionHandle, path: PathId },
     /// A quarantined path answered a probe and carries traffic again.

@@ -5,8 +5,8 @@
 //! the same inputs give the same outputs (the simulator depends on it).
 
 use crate::api::{
-    ConnectionHandle, ConnectionStats, DatagramOutcome, EndpointStats, Event, LocalMemory, RxMeta, Transmit,
-    WriteRequest,
+    ConnectionHandle, ConnectionStats, DatagramOutcome, EndpointStats, Event, LocalMemory, RxMeta, SendRequest,
+    Transmit, WriteRequest,
 };
 use crate::config::{ConfigError, EndpointConfig};
 use crate::conn::Connection;
@@ -218,9 +218,9 @@ impl Endpoint {
         self.conns.get_mut(&conn).ok_or(SubmitError::UnknownConnection)?.write(req)
     }
 
-    /// Submits a two-sided send of `len` bytes (and an optional immediate) on `conn`.
-    pub fn send(&mut self, conn: ConnectionHandle, len: u64, imm: Option<u32>) -> Result<OpId, SubmitError> {
-        self.conns.get_mut(&conn).ok_or(SubmitError::UnknownConnection)?.send(len, imm)
+    /// Submits a two-sided send on `conn`; its payload is named later like a write's.
+    pub fn send(&mut self, conn: ConnectionHandle, req: SendRequest) -> Result<OpId, SubmitError> {
+        self.conns.get_mut(&conn).ok_or(SubmitError::UnknownConnection)?.send(req)
     }
 
     /// Closes `conn`: outstanding operations fail with `Closed`, the peer is told once.

@@ -25,7 +25,7 @@ pub mod wire;
 
 pub use api::{
     ConnectionError, ConnectionHandle, ConnectionStats, DatagramOutcome, EndpointStats, Event, LocalMemory, PayloadRef,
-    Placement, PlacementTarget, RxMeta, Transmit, WriteRequest,
+    Placement, PlacementTarget, RxMeta, SendRequest, Transmit, WriteRequest,
 };
 pub use config::{ConfigError, ConnectionConfig, EndpointConfig};
 pub use endpoint::{ConnectError, Endpoint};

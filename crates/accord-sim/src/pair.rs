@@ -11,7 +11,7 @@ use crate::memory::SimMemory;
 use accord_proto::wire::MAX_ACK_LEN;
 use accord_proto::{
     ConnectionHandle, ConnectionStats, Endpoint, EndpointConfig, Event, Instant, OpError, OpId, PathId, RecvBufferId,
-    RegionId, RegionKey, RxMeta, SubmitError, WriteRequest,
+    RegionId, RegionKey, RxMeta, SendRequest, SubmitError, WriteRequest,
 };
 use core::time::Duration;
 use rand::SeedableRng;
@@ -126,7 +126,7 @@ struct Host {
     conn: Option<ConnectionHandle>,
     sources: BTreeMap<OpId, (Rc<Vec<u8>>, usize)>,
     completions: Vec<Completion>,
-    imms: Vec<(OpId, u32)>,
+    imms: Vec<(OpId, u32, u64)>,
     received: Vec<Received>,
     other_events: Vec<Event>,
     timer_at: Option<Instant>,
@@ -261,7 +261,7 @@ impl PairSim {
     pub fn send(&mut self, from: Side, source: Rc<Vec<u8>>, imm: Option<u32>) -> Result<OpId, SubmitError> {
         let conn = self.conn(from)?;
         let host = &mut self.hosts[from.index()];
-        let op = host.endpoint.send(conn, source.len() as u64, imm)?;
+        let op = host.endpoint.send(conn, SendRequest { len: source.len() as u64, imm, tag: 0 })?;
         host.sources.insert(op, (source, 0));
         self.drive(from);
         Ok(op)
@@ -276,7 +276,8 @@ impl PairSim {
         &self.hosts[side.index()].completions
     }
 
-    pub fn imms(&self, side: Side) -> &[(OpId, u32)] {
+    /// Immediates the side received: (operation, immediate, tag).
+    pub fn imms(&self, side: Side) -> &[(OpId, u32, u64)] {
         &self.hosts[side.index()].imms
     }
 
@@ -455,7 +456,7 @@ impl PairSim {
                     host.sources.remove(&op);
                     host.completions.push(Completion { op, at: now, result });
                 }
-                Event::ImmReceived { op, imm, .. } => host.imms.push((op, imm)),
+                Event::ImmReceived { op, imm, tag, .. } => host.imms.push((op, imm, tag)),
                 Event::RecvCompleted { op, buffer, len, imm, .. } => {
                     host.received.push(Received { op, buffer, len, imm })
                 }

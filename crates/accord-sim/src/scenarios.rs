@@ -65,7 +65,7 @@ fn run_write(
     let key = RegionKey(0xacc0_12d5 ^ cfg.seed);
     sim.register(Side::B, RegionId(1), key, len);
     let start = sim.now();
-    let req = WriteRequest { region: RegionId(1), key, offset: 0, len: cfg.bytes, imm: Some(7) };
+    let req = WriteRequest { region: RegionId(1), key, offset: 0, len: cfg.bytes, imm: Some(7), tag: 0 };
     sim.write(Side::A, source.clone(), 0, req).map_err(|e| SimError::Config(e.to_string()))?;
     let mut cut = None;
     if let Some(fraction) = cut_at_fraction {

@@ -25,7 +25,7 @@ const RECV_BUFFER_BYTES: usize = 48 * 1024;
 #[derive(Clone, Debug)]
 enum Expect {
     /// Lands at `offset` of the peer's region.
-    Write { offset: usize, source: Rc<Vec<u8>>, imm: Option<u32> },
+    Write { offset: usize, source: Rc<Vec<u8>>, imm: Option<u32>, tag: u64 },
     /// Refused with this reason; the reserved range `offset..offset+len` must stay untouched.
     Refused { reason: RejectReason, reserved: Option<(usize, usize)> },
     /// Delivered into a receive buffer, or refused for lack of one when every buffer was used
@@ -75,9 +75,10 @@ fn submit_mix(sim: &mut PairSim, rng: &mut ChaCha8Rng, from: Side, key: RegionKe
                 continue;
             }
             let source = random_bytes(rng, len);
-            let req = WriteRequest { region: REGION, key, offset: next_offset as u64, len: len as u64, imm };
+            let tag = rng.gen::<u64>();
+            let req = WriteRequest { region: REGION, key, offset: next_offset as u64, len: len as u64, imm, tag };
             let op = sim.write(from, source.clone(), 0, req).unwrap();
-            let e = Expect::Write { offset: next_offset, source, imm };
+            let e = Expect::Write { offset: next_offset, source, imm, tag };
             next_offset += len;
             (op, e)
         } else if choice < 75 {
@@ -101,17 +102,25 @@ fn submit_mix(sim: &mut PairSim, rng: &mut ChaCha8Rng, from: Side, key: RegionKe
                         offset: next_offset as u64,
                         len: len as u64,
                         imm,
+                        tag: 0,
                     },
                     RejectReason::BadKey,
                     Some((next_offset, len)),
                 ),
                 1 => (
-                    WriteRequest { region: REGION, key, offset: (REGION_BYTES - len / 2) as u64, len: len as u64, imm },
+                    WriteRequest {
+                        region: REGION,
+                        key,
+                        offset: (REGION_BYTES - len / 2) as u64,
+                        len: len as u64,
+                        imm,
+                        tag: 0,
+                    },
                     RejectReason::OutOfBounds,
                     Some((REGION_BYTES - len / 2, len / 2)),
                 ),
                 _ => (
-                    WriteRequest { region: GONE_REGION, key, offset: 0, len: len as u64, imm },
+                    WriteRequest { region: GONE_REGION, key, offset: 0, len: len as u64, imm, tag: 0 },
                     RejectReason::UnknownRegion,
                     None,
                 ),
@@ -143,13 +152,13 @@ fn check_side(
     if let Some(i) = counts.iter().position(|&c| c > 1) {
         return Err(format!("{to:?}: byte {i} placed {} times", counts[i]));
     }
-    let imms: BTreeMap<OpId, u32> = sim.imms(to).iter().copied().collect();
+    let imms: BTreeMap<OpId, (u32, u64)> = sim.imms(to).iter().map(|&(op, imm, tag)| (op, (imm, tag))).collect();
     let received: BTreeMap<OpId, _> = sim.received(to).iter().map(|r| (r.op, r.clone())).collect();
     let (mut out_of_buffers, mut sends_delivered) = (false, 0usize);
     for (op, expect) in expected {
         let result = completions.get(op).ok_or_else(|| format!("{from:?} op {op:?} never completed"))?;
         match expect {
-            Expect::Write { offset, source, imm } => {
+            Expect::Write { offset, source, imm, tag } => {
                 if result.is_err() {
                     return Err(format!("{from:?} write {op:?} failed: {result:?}"));
                 }
@@ -160,8 +169,11 @@ fn check_side(
                 if counts[*offset..offset + source.len()].iter().any(|&c| c != 1) {
                     return Err(format!("{from:?} write {op:?}: some byte not placed exactly once"));
                 }
-                if imms.get(op).copied() != *imm {
+                if imms.get(op).map(|&(i, _)| i) != *imm {
                     return Err(format!("{from:?} write {op:?}: immediate {:?} expected {imm:?}", imms.get(op)));
+                }
+                if imm.is_some() && imms.get(op).map(|&(_, t)| t) != Some(*tag) {
+                    return Err(format!("{from:?} write {op:?}: tag not carried to the receiver"));
                 }
             }
             Expect::Refused { reason, reserved } => {
@@ -252,7 +264,9 @@ fn run_seed(seed: u64) -> Result<(), String> {
     if std::env::var("ACCORD_PROPTEST_VERBOSE").is_ok() {
         for (op, e) in &a_to_b {
             let summary = match e {
-                Expect::Write { offset, source, imm } => format!("write @{offset} len {} imm {imm:?}", source.len()),
+                Expect::Write { offset, source, imm, .. } => {
+                    format!("write @{offset} len {} imm {imm:?}", source.len())
+                }
                 Expect::Refused { reason, .. } => format!("refused {reason:?}"),
                 Expect::Send { source, imm } => format!("send len {} imm {imm:?}", source.len()),
                 Expect::OversizedSend => "oversized send".to_string(),

@@ -226,6 +226,8 @@ impl Engine {
             peers: RwLock::new(HashMap::new()),
             dead_lanes: Mutex::new(HashMap::new()),
             next_lane: AtomicUsize::new(0),
+            tags: crate::tags::TagSource::new(random_u64()),
+            seen_tags: Default::default(),
         });
         let completion_thread = std::thread::Builder::new()
             .name("accord-completion".into())

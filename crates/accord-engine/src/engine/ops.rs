@@ -114,7 +114,8 @@ fn dispatch_part(shared: &Arc<Shared>, spec: PartSpec, transfer: Arc<TransferSta
             return;
         }
     }
-    let part = Part { peer: spec.peer, kind: spec.kind, source: spec.source, transfer, attempts: 0 };
+    let tag = shared.tags.next();
+    let part = Part { peer: spec.peer, kind: spec.kind, source: spec.source, transfer, tag, attempts: 0 };
     shared.route(part, spec.lane);
 }
 

@@ -39,6 +39,8 @@ pub(crate) struct Part {
     pub(crate) kind: PartKind,
     pub(crate) source: Source,
     pub(crate) transfer: Arc<TransferState>,
+    /// Names this part across connections; kept when it fails over (see `tags`).
+    pub(crate) tag: u64,
     /// Lanes tried so far.
     pub(crate) attempts: usize,
 }
@@ -77,6 +79,8 @@ pub(crate) struct Shared {
     /// (peer, lane) -> avoid until.
     pub(crate) dead_lanes: Mutex<HashMap<(EngineId, usize), std::time::Instant>>,
     pub(crate) next_lane: AtomicUsize,
+    pub(crate) tags: crate::tags::TagSource,
+    pub(crate) seen_tags: crate::tags::SeenTags,
 }
 
 impl Shared {

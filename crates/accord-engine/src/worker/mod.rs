@@ -11,7 +11,7 @@ use accord_net::{Datapath, RxBuffers};
 use accord_proto::wire::RejectReason;
 use accord_proto::{
     ConnectionHandle, Endpoint, Event, Instant, LocalMemory, OpError, OpId, PlacementTarget, RecvBufferId, RegionId,
-    RegionKey, SubmitError as ProtoSubmitError, WriteRequest,
+    RegionKey, SendRequest, SubmitError as ProtoSubmitError, WriteRequest,
 };
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -49,6 +49,9 @@ pub struct LaneStats {
     pub tx_errors: u64,
     /// Parts moved to another lane after their connection failed.
     pub failovers: u64,
+    /// Immediates and messages not counted again because their tag was already seen (the
+    /// first copy landed before its connection failed).
+    pub duplicates_suppressed: u64,
     /// Sum over connections: packets retransmitted.
     pub retransmits: u64,
 }
@@ -268,10 +271,12 @@ impl Worker {
             };
             let result = match part.kind {
                 PartKind::Write { region, key, offset, imm } => {
-                    let req = WriteRequest { region, key, offset, len: part.source.len(), imm };
+                    let req = WriteRequest { region, key, offset, len: part.source.len(), imm, tag: part.tag };
                     self.ep.write(conn, req)
                 }
-                PartKind::Send { imm } => self.ep.send(conn, part.source.len(), imm),
+                PartKind::Send { imm } => {
+                    self.ep.send(conn, SendRequest { len: part.source.len(), imm, tag: part.tag })
+                }
             };
             match result {
                 Ok(op) => {
@@ -379,9 +384,20 @@ impl Worker {
                         }
                     }
                 }
-                Event::ImmReceived { imm, .. } => self.shared.imms.bump(imm, &self.shared.jobs),
-                Event::RecvCompleted { buffer, len, imm, .. } => {
-                    self.shared.recv.complete(buffer, len, imm, &self.shared.jobs)
+                Event::ImmReceived { imm, tag, .. } => {
+                    if self.shared.seen_tags.first_time(tag) {
+                        self.shared.imms.bump(imm, &self.shared.jobs);
+                    } else {
+                        self.stats.duplicates_suppressed += 1;
+                    }
+                }
+                Event::RecvCompleted { buffer, len, imm, tag, .. } => {
+                    if self.shared.seen_tags.first_time(tag) {
+                        self.shared.recv.complete(buffer, len, imm, &self.shared.jobs)
+                    } else {
+                        self.stats.duplicates_suppressed += 1;
+                        self.shared.recv.discard(buffer);
+                    }
                 }
                 Event::ConnectionFailed { conn, error } => {
                     tracing::warn!(lane = self.lane, %error, "connection failed");

@@ -6,7 +6,7 @@
 mod receiver;
 mod sender;
 
-use crate::api::{ConnectionError, ConnectionStats, Event, Transmit, WriteRequest};
+use crate::api::{ConnectionError, ConnectionStats, Event, SendRequest, Transmit, WriteRequest};
 use crate::cc::{CongestionControl, Controller};
 use crate::config::ConnectionConfig;
 use crate::ids::{ConnectionId, OpId, PathId, Psn};
@@ -214,12 +214,12 @@ impl Connection {
     pub(crate) fn write(&mut self, req: WriteRequest) -> Result<OpId, SubmitError> {
         self.check_open()?;
         let kind = DataKind::Write { region: req.region, key: req.key, region_offset: req.offset };
-        self.ops.submit(kind, req.imm, req.len)
+        self.ops.submit(kind, req.imm, req.tag, req.len)
     }
 
-    pub(crate) fn send(&mut self, len: u64, imm: Option<u32>) -> Result<OpId, SubmitError> {
+    pub(crate) fn send(&mut self, req: SendRequest) -> Result<OpId, SubmitError> {
         self.check_open()?;
-        self.ops.submit(DataKind::Send, imm, len)
+        self.ops.submit(DataKind::Send, req.imm, req.tag, req.len)
     }
 
     fn check_open(&self) -> Result<(), SubmitError> {

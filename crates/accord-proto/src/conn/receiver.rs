@@ -79,7 +79,7 @@ impl Connection {
                 self.stats.bytes_placed += len;
                 match self.inbound.record(data.op, len) {
                     InboundProgress::Complete(InboundStart::WriteWithImm { imm }) => {
-                        events.push_back(Event::ImmReceived { conn: self.id, op: data.op, imm });
+                        events.push_back(Event::ImmReceived { conn: self.id, op: data.op, imm, tag: data.tag });
                     }
                     InboundProgress::Complete(InboundStart::Send { buffer }) => {
                         events.push_back(Event::RecvCompleted {
@@ -88,6 +88,7 @@ impl Connection {
                             buffer,
                             len: data.msg_len,
                             imm: data.imm,
+                            tag: data.tag,
                         });
                     }
                     InboundProgress::Partial => {}
@@ -115,24 +116,24 @@ impl Connection {
                 let offset = region_offset + data.msg_offset;
                 if let Some(imm) = data.imm {
                     match known {
-                        Some((InboundStart::WriteWithImm { imm: seen }, msg_len))
-                            if seen == imm && msg_len == data.msg_len => {}
+                        Some((InboundStart::WriteWithImm { imm: seen }, msg_len, tag))
+                            if seen == imm && msg_len == data.msg_len && tag == data.tag => {}
                         Some(_) => return Verdict::Drop,
                         None if !self.inbound.has_room() => return Verdict::Drop,
-                        None => self.inbound.start(data.op, InboundStart::WriteWithImm { imm }, data.msg_len),
+                        None => self.inbound.start(data.op, InboundStart::WriteWithImm { imm }, data.msg_len, data.tag),
                     }
                 }
                 Verdict::Place(PlacementTarget::Region { region, offset })
             }
             DataKind::Send => match known {
-                Some((InboundStart::Send { buffer }, msg_len)) if msg_len == data.msg_len => {
+                Some((InboundStart::Send { buffer }, msg_len, tag)) if msg_len == data.msg_len && tag == data.tag => {
                     Verdict::Place(PlacementTarget::RecvBuffer { buffer, offset: data.msg_offset })
                 }
                 Some(_) => Verdict::Drop,
                 None if !self.inbound.has_room() => Verdict::Drop,
                 None => match memory.claim_recv_buffer(self.id, data.msg_len) {
                     Ok(buffer) => {
-                        self.inbound.start(data.op, InboundStart::Send { buffer }, data.msg_len);
+                        self.inbound.start(data.op, InboundStart::Send { buffer }, data.msg_len, data.tag);
                         Verdict::Place(PlacementTarget::RecvBuffer { buffer, offset: data.msg_offset })
                     }
                     Err(reason) => Verdict::Refuse(reason),

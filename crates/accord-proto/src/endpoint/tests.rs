@@ -1,7 +1,7 @@
 //! Endpoint tests without a network: handshake agreement, demux counters, and hostile input.
 
 use super::*;
-use crate::api::{ConnectionError, Placement, PlacementTarget};
+use crate::api::{ConnectionError, Placement, PlacementTarget, SendRequest};
 use crate::config::ConnectionConfig;
 use crate::ids::{PathId, RecvBufferId, RegionId, RegionKey};
 use crate::wire::RejectReason;
@@ -120,7 +120,7 @@ fn lost_hello_is_retried_then_the_connection_fails() {
         Some(Event::ConnectionFailed { error: ConnectionError::HandshakeTimeout { .. }, .. })
     ));
     assert_eq!(
-        a.write(conn, WriteRequest { region: RegionId(1), key: KEY, offset: 0, len: 1, imm: None }),
+        a.write(conn, WriteRequest { region: RegionId(1), key: KEY, offset: 0, len: 1, imm: None, tag: 0 }),
         Err(SubmitError::ConnectionDown)
     );
 }
@@ -130,7 +130,7 @@ fn wrong_token_and_unknown_connection_are_dropped_and_counted() {
     let (mut a, mut b, conn) = pair(ConnectionConfig::default(), ConnectionConfig::default());
     let mut mem = Memory::default();
     exchange(&mut a, &mut b, &mut mem, t(1));
-    a.write(conn, WriteRequest { region: RegionId(1), key: KEY, offset: 0, len: 100, imm: None }).unwrap();
+    a.write(conn, WriteRequest { region: RegionId(1), key: KEY, offset: 0, len: 100, imm: None, tag: 0 }).unwrap();
     let mut buf = vec![0u8; 9000];
     let tx = a.poll_transmit(t(2), &mut buf).expect("a data packet");
     let mut datagram = buf[..tx.header_len].to_vec();
@@ -178,8 +178,9 @@ fn mutated_valid_packets_never_escape_registered_memory() {
     let (mut a, mut b, conn) = pair(ConnectionConfig::default(), ConnectionConfig::default());
     let mut mem = Memory::default();
     exchange(&mut a, &mut b, &mut mem, t(1));
-    a.write(conn, WriteRequest { region: RegionId(1), key: KEY, offset: 1000, len: 50_000, imm: Some(3) }).unwrap();
-    a.send(conn, 9000, None).unwrap();
+    a.write(conn, WriteRequest { region: RegionId(1), key: KEY, offset: 1000, len: 50_000, imm: Some(3), tag: 0 })
+        .unwrap();
+    a.send(conn, SendRequest { len: 9000, imm: None, tag: 0 }).unwrap();
     let captured = exchange(&mut a, &mut b, &mut mem, t(2));
     assert!(captured.len() > 10);
     mem.placements.clear();

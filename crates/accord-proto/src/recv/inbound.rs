@@ -22,6 +22,7 @@ pub enum InboundStart {
 struct Entry {
     start: InboundStart,
     msg_len: u64,
+    tag: u64,
     bytes_seen: u64,
 }
 
@@ -67,9 +68,9 @@ impl InboundOps {
         self.entries.is_empty()
     }
 
-    /// The entry's start if the operation is in progress, and its message length.
-    pub fn lookup(&self, op: OpId) -> Option<(InboundStart, u64)> {
-        self.entries.get(&op).map(|e| (e.start, e.msg_len))
+    /// The entry's start if the operation is in progress, its message length and tag.
+    pub fn lookup(&self, op: OpId) -> Option<(InboundStart, u64, u64)> {
+        self.entries.get(&op).map(|e| (e.start, e.msg_len, e.tag))
     }
 
     /// Whether a new entry fits.
@@ -79,9 +80,9 @@ impl InboundOps {
 
     /// Starts tracking `op`. The caller checked [`has_room`](Self::has_room) and that the op
     /// is not known.
-    pub fn start(&mut self, op: OpId, start: InboundStart, msg_len: u64) {
+    pub fn start(&mut self, op: OpId, start: InboundStart, msg_len: u64, tag: u64) {
         debug_assert!(self.has_room() && !self.entries.contains_key(&op));
-        self.entries.insert(op, Entry { start, msg_len, bytes_seen: 0 });
+        self.entries.insert(op, Entry { start, msg_len, tag, bytes_seen: 0 });
     }
 
     /// Why `op` was refused, if it was recently.

@@ -75,18 +75,18 @@ fn floor_beyond_window_resets_cleanly() {
 #[test]
 fn inbound_counts_bytes_once_and_completes() {
     let mut t = InboundOps::new(2);
-    t.start(OpId(1), InboundStart::WriteWithImm { imm: 7 }, 10);
+    t.start(OpId(1), InboundStart::WriteWithImm { imm: 7 }, 10, 0);
     assert_eq!(t.record(OpId(1), 4), InboundProgress::Partial);
     assert_eq!(t.record(OpId(1), 6), InboundProgress::Complete(InboundStart::WriteWithImm { imm: 7 }));
     assert!(t.is_empty());
-    t.start(OpId(3), InboundStart::WriteWithImm { imm: 1 }, 0);
+    t.start(OpId(3), InboundStart::WriteWithImm { imm: 1 }, 0, 0);
     assert_eq!(t.record(OpId(3), 0), InboundProgress::Complete(InboundStart::WriteWithImm { imm: 1 }));
 }
 
 #[test]
 fn refusals_are_remembered_within_a_bound() {
     let mut t = InboundOps::new(4);
-    t.start(OpId(2), InboundStart::Send { buffer: RecvBufferId(3) }, 8);
+    t.start(OpId(2), InboundStart::Send { buffer: RecvBufferId(3) }, 8, 0);
     t.refuse(OpId(2), RejectReason::OutOfBounds);
     assert!(t.is_empty(), "a refused operation's progress is dropped");
     assert_eq!(t.refusal(OpId(2)), Some(RejectReason::OutOfBounds));
@@ -100,6 +100,6 @@ fn refusals_are_remembered_within_a_bound() {
 #[test]
 fn inbound_capacity_is_bounded() {
     let mut t = InboundOps::new(1);
-    t.start(OpId(1), InboundStart::WriteWithImm { imm: 0 }, 10);
+    t.start(OpId(1), InboundStart::WriteWithImm { imm: 0 }, 10, 0);
     assert!(!t.has_room());
 }

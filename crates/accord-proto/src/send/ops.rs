@@ -53,6 +53,7 @@ pub struct OpCompletion {
 pub struct OutboundOp {
     pub kind: DataKind,
     pub imm: Option<u32>,
+    pub tag: u64,
     pub len: u64,
     /// Bytes before this offset have been put in packets.
     pub next_offset: u64,
@@ -103,7 +104,7 @@ impl OutboundOps {
     }
 
     /// Queues an operation for sending.
-    pub fn submit(&mut self, kind: DataKind, imm: Option<u32>, len: u64) -> Result<OpId, SubmitError> {
+    pub fn submit(&mut self, kind: DataKind, imm: Option<u32>, tag: u64, len: u64) -> Result<OpId, SubmitError> {
         if self.ops.len() >= self.capacity as usize {
             return Err(SubmitError::TooManyOps(self.capacity));
         }
@@ -119,6 +120,7 @@ impl OutboundOps {
             OutboundOp {
                 kind,
                 imm,
+                tag,
                 len,
                 next_offset: 0,
                 first_packet_planned: false,

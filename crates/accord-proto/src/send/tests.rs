@@ -77,9 +77,9 @@ fn abandon_resolves_all_packets_of_an_op() {
 fn ops_packetise_and_complete() {
     let mut ops = OutboundOps::new(2);
     let kind = DataKind::Write { region: RegionId(1), key: RegionKey(2), region_offset: 0 };
-    let a = ops.submit(kind, Some(5), 250).unwrap();
-    let b = ops.submit(DataKind::Send, None, 0).unwrap();
-    assert_eq!(ops.submit(DataKind::Send, None, 1), Err(SubmitError::TooManyOps(2)));
+    let a = ops.submit(kind, Some(5), 0, 250).unwrap();
+    let b = ops.submit(DataKind::Send, None, 0, 0).unwrap();
+    assert_eq!(ops.submit(DataKind::Send, None, 0, 1), Err(SubmitError::TooManyOps(2)));
     let mut plans = vec![];
     while let Some(p) = ops.peek_packet(100) {
         ops.take_packet(p);
@@ -95,7 +95,7 @@ fn ops_packetise_and_complete() {
 #[test]
 fn failed_op_stops_and_reports_error() {
     let mut ops = OutboundOps::new(4);
-    let op = ops.submit(DataKind::Send, None, 1000).unwrap();
+    let op = ops.submit(DataKind::Send, None, 0, 1000).unwrap();
     let p = ops.peek_packet(100).unwrap();
     ops.take_packet(p);
     ops.fail(op, OpError::Rejected(RejectReason::NoRecvBuffer));
@@ -110,5 +110,5 @@ fn failed_op_stops_and_reports_error() {
 fn offset_overflow_is_refused_at_submit() {
     let mut ops = OutboundOps::new(4);
     let kind = DataKind::Write { region: RegionId(1), key: RegionKey(2), region_offset: u64::MAX };
-    assert!(matches!(ops.submit(kind, None, 2), Err(SubmitError::OffsetOverflow { .. })));
+    assert!(matches!(ops.submit(kind, None, 0, 2), Err(SubmitError::OffsetOverflow { .. })));
 }

@@ -41,6 +41,9 @@ pub struct DataRepr {
     pub kind: DataKind,
     /// Immediate delivered when the whole operation has landed.
     pub imm: Option<u32>,
+    /// Sender-chosen tag naming the operation across connections (0: none). Receivers use it
+    /// to count an immediate once when a sender resends an operation after a failover.
+    pub tag: u64,
     /// Total bytes of the operation.
     pub msg_len: u64,
     /// Offset of this payload within the operation.
@@ -92,6 +95,7 @@ impl DataRepr {
             op: packet.data_op(),
             kind,
             imm: (packet_flags & flags::HAS_IMM != 0).then(|| packet.data_imm()),
+            tag: packet.data_tag(),
             msg_len: packet.data_msg_len(),
             msg_offset: packet.data_msg_offset(),
             payload_len: packet.data_payload_len(),
@@ -143,5 +147,6 @@ impl DataRepr {
         packet.set_data_region_id(region);
         packet.set_data_region_key(key);
         packet.set_data_region_offset(region_offset);
+        packet.set_data_tag(self.tag);
     }
 }

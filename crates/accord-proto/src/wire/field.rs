@@ -72,8 +72,12 @@ pub const DATA_RESERVED2: Field = BODY + 60..BODY + 64;
 pub const DATA_REGION_KEY: Field = BODY + 64..BODY + 72;
 /// Destination offset of the operation's byte 0 (Write only).
 pub const DATA_REGION_OFFSET: Field = BODY + 72..BODY + 80;
+/// Sender-chosen operation tag (opaque, identical in every packet of the operation). It
+/// names the operation across connections, so a receiver can count an immediate once even when
+/// a sender resends the operation on another connection after a failover.
+pub const DATA_TAG: Field = BODY + 80..BODY + 88;
 /// First payload byte.
-pub const DATA_PAYLOAD: usize = BODY + 80;
+pub const DATA_PAYLOAD: usize = BODY + 88;
 
 // ---- Ack ----
 

@@ -7,7 +7,7 @@
 //! (`tests.rs` in process, `crates/accord-proto/fuzz` with cargo-fuzz).
 //!
 //! Layout: a 16-byte common header (version, type, flags, reserved, `dst_conn`, `token`)
-//! followed by a type-specific body; Data's payload follows its 80-byte body to the end of the
+//! followed by a type-specific body; Data's payload follows its 88-byte body to the end of the
 //! datagram.
 
 mod ack;

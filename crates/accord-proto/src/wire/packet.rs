@@ -249,6 +249,10 @@ impl<T: AsRef<[u8]>> Packet<T> {
     pub fn data_region_offset(&self) -> u64 {
         read_u64(self.data(), field::DATA_REGION_OFFSET)
     }
+    /// Sender-chosen operation tag.
+    pub fn data_tag(&self) -> u64 {
+        read_u64(self.data(), field::DATA_TAG)
+    }
     /// Payload bytes: everything after the data header (empty if the buffer is shorter).
     pub fn data_payload(&self) -> &[u8] {
         self.data().get(field::DATA_PAYLOAD..).unwrap_or(&[])
@@ -432,6 +436,10 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     /// Sets the destination offset of the operation's byte 0.
     pub fn set_data_region_offset(&mut self, value: u64) {
         write(self.data_mut(), field::DATA_REGION_OFFSET, value.to_be_bytes())
+    }
+    /// Sets the operation tag.
+    pub fn set_data_tag(&mut self, value: u64) {
+        write(self.data_mut(), field::DATA_TAG, value.to_be_bytes())
     }
     /// Payload bytes, writable (empty if the buffer is shorter than the data header).
     pub fn data_payload_mut(&mut self) -> &mut [u8] {

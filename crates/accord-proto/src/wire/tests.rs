@@ -26,6 +26,7 @@ fn write_data(imm: Option<u32>) -> DataRepr {
         op: OpId(42),
         kind: DataKind::Write { region: RegionId(3), key: RegionKey(0x0bad_c0de_1234_5678), region_offset: 1 << 20 },
         imm,
+        tag: 0x7a67_0000_0000_0001,
         msg_len: 65536,
         msg_offset: 8192,
         payload_len: 32,
@@ -206,7 +207,8 @@ fn layout_matches_the_design_table() {
     assert_eq!(&bytes[16 + 34..16 + 36], &20u16.to_be_bytes());
     assert_eq!(&bytes[16 + 36..16 + 40], &5u32.to_be_bytes());
     assert_eq!(&bytes[16 + 56..16 + 80], &[0; 24], "Send has no region fields");
-    assert_eq!(DATA_HEADER_LEN, 96);
+    assert_eq!(&bytes[16 + 80..16 + 88], &0x7a67_0000_0000_0001u64.to_be_bytes(), "tag");
+    assert_eq!(DATA_HEADER_LEN, 104);
     assert_eq!(MAX_ACK_LEN, field::ACK_SACK + 128 + field::rejection::LEN * 16);
     assert_eq!(to_bytes(&HEADER, &Repr::Ack(ack_full())).len(), MAX_ACK_LEN);
     assert_eq!(Repr::Hello(hello()).buffer_len(), 36);
@@ -307,7 +309,7 @@ fn every_truncation_and_extension_is_an_error() {
 fn truncation_errors_name_the_length() {
     assert_eq!(parse(&[1, 3]), Err(WireError::Truncated { needed: 16, got: 2 }));
     let bytes = to_bytes(&HEADER, &Repr::Data(write_data(None)));
-    assert_eq!(parse(&bytes[..50]), Err(WireError::Truncated { needed: 96, got: 50 }));
+    assert_eq!(parse(&bytes[..50]), Err(WireError::Truncated { needed: 104, got: 50 }));
     let bytes = to_bytes(&HEADER, &Repr::Ack(ack_sparse()));
     let cut = bytes.len() - 1;
     assert_eq!(parse(&bytes[..cut]), Err(WireError::Truncated { needed: bytes.len(), got: cut }));
@@ -464,6 +466,7 @@ fn random_repr(rng: &mut ChaCha8Rng) -> Repr {
                 op: OpId(rng.gen()),
                 kind,
                 imm: rng.gen::<bool>().then(|| rng.gen()),
+                tag: rng.gen(),
                 msg_len,
                 msg_offset,
                 payload_len,

@@ -1,0 +1,97 @@
+//! Operation tags: what makes an immediate count exactly once across a failover.
+//!
+//! A part that fails over is resent on another connection. If its first copy had in fact
+//! landed (only the acknowledgement was lost with the connection), the receiver sees it twice.
+//! Both copies carry the same tag, chosen here once per part, and the receiver counts an
+//! immediate (or delivers a send) only for a tag it has not seen recently.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Tags a receiver remembers. A duplicate arrives at most a connection timeout after the
+/// original, so this only needs to cover the operations that complete in that time.
+pub const TAGS_REMEMBERED: usize = 1 << 18;
+
+/// Hands out tags unique within this engine and unlikely to collide with another engine's:
+/// a bijective mix of a random base plus a counter.
+pub(crate) struct TagSource {
+    base: u64,
+    next: AtomicU64,
+}
+
+impl TagSource {
+    pub(crate) fn new(random_base: u64) -> Self {
+        TagSource { base: random_base, next: AtomicU64::new(1) }
+    }
+
+    /// A fresh non-zero tag (zero means "no tag" on the wire).
+    pub(crate) fn next(&self) -> u64 {
+        loop {
+            let n = self.next.fetch_add(1, Ordering::Relaxed);
+            let tag = mix(self.base.wrapping_add(n));
+            if tag != 0 {
+                return tag;
+            }
+        }
+    }
+}
+
+/// splitmix64's finaliser: a bijection on u64, so distinct inputs give distinct tags.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The receiver's memory of tags already counted, bounded by [`TAGS_REMEMBERED`].
+#[derive(Default)]
+pub(crate) struct SeenTags {
+    inner: Mutex<(HashSet<u64>, VecDeque<u64>)>,
+}
+
+impl SeenTags {
+    /// True the first time `tag` is seen (and for the untagged 0, always).
+    pub(crate) fn first_time(&self, tag: u64) -> bool {
+        if tag == 0 {
+            return true;
+        }
+        let mut guard = self.inner.lock().unwrap();
+        let (set, order) = &mut *guard;
+        if !set.insert(tag) {
+            return false;
+        }
+        order.push_back(tag);
+        if order.len() > TAGS_REMEMBERED {
+            if let Some(oldest) = order.pop_front() {
+                set.remove(&oldest);
+            }
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_are_unique_and_nonzero() {
+        let source = TagSource::new(12345);
+        let tags: HashSet<u64> = (0..100_000).map(|_| source.next()).collect();
+        assert_eq!(tags.len(), 100_000);
+        assert!(!tags.contains(&0));
+    }
+
+    #[test]
+    fn a_tag_counts_once_within_the_bound() {
+        let seen = SeenTags::default();
+        assert!(seen.first_time(7));
+        assert!(!seen.first_time(7), "a resent operation is not counted again");
+        assert!(seen.first_time(0) && seen.first_time(0), "untagged operations always count");
+        for t in 100..100 + TAGS_REMEMBERED as u64 {
+            seen.first_time(t);
+        }
+        assert!(seen.first_time(7), "the oldest tag is forgotten first");
+    }
+}
