@@ -1,0 +1,160 @@
+//! Opening a GPU (its primary context) and peer access between two GPUs.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::error::{CudaError, Result};
+use crate::ffi::driver::{self, RawContext};
+
+struct GpuInner {
+    ordinal: usize,
+    device: i32,
+    ctx: RawContext,
+    name: String,
+    compute_capability: (i32, i32),
+    multiprocessor_count: u32,
+}
+
+impl Drop for GpuInner {
+    fn drop(&mut self) {
+        // Errors cannot be returned from drop; a failed release only leaks a retain.
+        let _ = driver::primary_ctx_release(self.device);
+    }
+}
+
+/// One GPU, opened through its primary context (the one PyTorch and the CUDA
+/// runtime share). Cheap to clone; the context is released when the last
+/// clone and every object made from it are gone.
+///
+/// Every operation makes the context current on the calling thread first, so
+/// a `Gpu` can be used from any thread.
+#[derive(Clone)]
+pub struct Gpu {
+    inner: Arc<GpuInner>,
+}
+
+impl fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Gpu")
+            .field("ordinal", &self.inner.ordinal)
+            .field("name", &self.inner.name)
+            .field("compute_capability", &self.inner.compute_capability)
+            .finish()
+    }
+}
+
+impl Gpu {
+    /// Opens GPU `ordinal` (as numbered under `CUDA_VISIBLE_DEVICES`).
+    ///
+    /// Fails with [`CudaError::NotAvailable`] where there is no driver or no
+    /// GPU, and with [`CudaError::InvalidArgument`] for an ordinal out of range.
+    pub fn open(ordinal: usize) -> Result<Gpu> {
+        driver::ensure_driver()?;
+        let count = driver::device_count()?;
+        if count == 0 {
+            return Err(CudaError::NotAvailable {
+                reason: "the driver sees no GPU; check nvidia-smi and CUDA_VISIBLE_DEVICES".into(),
+            });
+        }
+        if ordinal >= count as usize {
+            return Err(CudaError::InvalidArgument {
+                what: format!("GPU ordinal {ordinal} is out of range; this host has {count} GPU(s)"),
+            });
+        }
+        let device = driver::device_get(ordinal as i32)?;
+        let name = driver::device_name(device)?;
+        let compute_capability = driver::compute_capability(device)?;
+        let multiprocessor_count = driver::multiprocessor_count(device)?.max(1) as u32;
+        let ctx = driver::primary_ctx_retain(device)?;
+        let gpu =
+            Gpu { inner: Arc::new(GpuInner { ordinal, device, ctx, name, compute_capability, multiprocessor_count }) };
+        gpu.bind()?;
+        Ok(gpu)
+    }
+
+    /// Makes this GPU's context current on the calling thread.
+    pub fn bind(&self) -> Result<()> {
+        driver::ctx_set_current(self.inner.ctx)
+    }
+
+    /// Blocks until all work of this GPU's context completed.
+    pub fn synchronize(&self) -> Result<()> {
+        self.bind()?;
+        driver::ctx_synchronize()
+    }
+
+    /// The ordinal this GPU was opened with.
+    pub fn ordinal(&self) -> usize {
+        self.inner.ordinal
+    }
+
+    /// The device's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Compute capability `(major, minor)`, for example `(9, 0)` on H100/H200.
+    pub fn compute_capability(&self) -> (i32, i32) {
+        self.inner.compute_capability
+    }
+
+    /// Number of streaming multiprocessors.
+    pub fn multiprocessor_count(&self) -> u32 {
+        self.inner.multiprocessor_count
+    }
+
+    /// Whether two handles are the same GPU.
+    pub fn same_device(&self, other: &Gpu) -> bool {
+        self.inner.device == other.inner.device
+    }
+
+    pub(crate) fn raw_context(&self) -> RawContext {
+        self.inner.ctx
+    }
+
+    /// Whether this GPU can map `peer`'s memory (NVLink or PCIe P2P).
+    pub fn can_access_peer(&self, peer: &Gpu) -> Result<bool> {
+        if self.same_device(peer) {
+            return Ok(true);
+        }
+        driver::can_access_peer(self.inner.device, peer.inner.device)
+    }
+
+    /// Lets kernels and copies of this GPU's context reach `peer`'s memory
+    /// directly. Idempotent: enabling twice is not an error. Access is one
+    /// direction; call it on both GPUs for both directions.
+    pub fn enable_peer_access(&self, peer: &Gpu) -> Result<PeerAccess> {
+        if self.same_device(peer) {
+            return Ok(PeerAccess::SameDevice);
+        }
+        if !self.can_access_peer(peer)? {
+            return Ok(PeerAccess::Unsupported);
+        }
+        self.bind()?;
+        Ok(if driver::ctx_enable_peer_access(peer.raw_context())? {
+            PeerAccess::Enabled
+        } else {
+            PeerAccess::AlreadyEnabled
+        })
+    }
+}
+
+/// Outcome of [`Gpu::enable_peer_access`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerAccess {
+    /// Access was enabled by this call.
+    Enabled,
+    /// Access had been enabled before.
+    AlreadyEnabled,
+    /// Both handles are the same GPU; nothing to enable.
+    SameDevice,
+    /// The hardware cannot do it; peer copies still work, staged through the host.
+    Unsupported,
+}
+
+impl PeerAccess {
+    /// Whether direct access is in effect after the call.
+    pub fn is_direct(self) -> bool {
+        !matches!(self, PeerAccess::Unsupported)
+    }
+}

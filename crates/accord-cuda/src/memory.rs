@@ -1,0 +1,199 @@
+//! Device memory: allocation, copies on a stream, memset, range validation.
+//!
+//! Pinned and registered host memory live in [`crate::ffi::host_memory`]
+//! because they hand out host references into driver-owned pages.
+
+use std::fmt;
+
+use crate::context::Gpu;
+use crate::error::{CudaError, Result};
+use crate::ffi::driver;
+use crate::stream::Stream;
+
+/// A device address in the unified virtual address space.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DevicePtr(pub u64);
+
+impl DevicePtr {
+    /// The address `offset_bytes` further on.
+    pub fn offset(self, offset_bytes: usize) -> DevicePtr {
+        DevicePtr(self.0 + offset_bytes as u64)
+    }
+}
+
+impl fmt::Debug for DevicePtr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DevicePtr(0x{:x})", self.0)
+    }
+}
+
+/// Checks that `ptr..ptr+len_bytes` lies inside one live device allocation.
+/// Works for `cuMemAlloc` memory and IPC mappings (allocation ranges), and
+/// for pinned or registered host memory (pointer range attributes).
+pub fn check_device_range(ptr: DevicePtr, len_bytes: usize) -> Result<()> {
+    let (base, size) = match driver::mem_address_range(ptr.0) {
+        Ok(range) => range,
+        Err(first) => driver::pointer_range(ptr.0).map_err(|second| CudaError::BadDeviceRange {
+            ptr: ptr.0,
+            len_bytes,
+            detail: format!("{first}; {second}"),
+        })?,
+    };
+    let end = ptr.0.checked_add(len_bytes as u64);
+    match end {
+        Some(end) if end <= base + size as u64 => Ok(()),
+        _ => Err(CudaError::BadDeviceRange {
+            ptr: ptr.0,
+            len_bytes,
+            detail: format!("the allocation is 0x{base:x}+{size}"),
+        }),
+    }
+}
+
+/// Checks `offset_bytes + len_bytes <= capacity_bytes` without overflow.
+pub(crate) fn check_span(what: &str, offset_bytes: usize, len_bytes: usize, capacity_bytes: usize) -> Result<()> {
+    match offset_bytes.checked_add(len_bytes) {
+        Some(end) if end <= capacity_bytes => Ok(()),
+        _ => Err(CudaError::InvalidArgument {
+            what: format!(
+                "{what}: offset {offset_bytes} + length {len_bytes} exceeds the {capacity_bytes} bytes available"
+            ),
+        }),
+    }
+}
+
+/// Memory on one GPU from `cuMemAlloc`, freed on drop.
+///
+/// Dropping frees the memory; like `cudaFree`, the driver's free waits for
+/// work already queued on the device, so dropping a buffer with copies in
+/// flight is safe, but slow.
+pub struct DeviceBuffer {
+    gpu: Gpu,
+    ptr: DevicePtr,
+    len_bytes: usize,
+}
+
+impl fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceBuffer")
+            .field("gpu", &self.gpu.ordinal())
+            .field("ptr", &self.ptr)
+            .field("len_bytes", &self.len_bytes)
+            .finish()
+    }
+}
+
+impl DeviceBuffer {
+    /// Allocates `len_bytes` (at least 1) on `gpu`; the contents are undefined.
+    pub fn alloc(gpu: &Gpu, len_bytes: usize) -> Result<DeviceBuffer> {
+        if len_bytes == 0 {
+            return Err(CudaError::InvalidArgument { what: "a device buffer needs at least one byte".into() });
+        }
+        gpu.bind()?;
+        let ptr = DevicePtr(driver::mem_alloc(len_bytes)?);
+        Ok(DeviceBuffer { gpu: gpu.clone(), ptr, len_bytes })
+    }
+
+    /// The device address of the first byte (256-byte aligned).
+    pub fn ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+
+    /// Size in bytes.
+    pub fn len_bytes(&self) -> usize {
+        self.len_bytes
+    }
+
+    /// The GPU holding the memory.
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    fn check_stream(&self, stream: &Stream) -> Result<()> {
+        if stream.gpu().same_device(&self.gpu) {
+            Ok(())
+        } else {
+            Err(CudaError::InvalidArgument {
+                what: format!(
+                    "the stream is on GPU {} but the buffer on GPU {}; use a stream of the buffer's GPU, \
+                     or copy_peer_async between GPUs",
+                    stream.gpu().ordinal(),
+                    self.gpu.ordinal()
+                ),
+            })
+        }
+    }
+
+    /// Copies `src` into the buffer at `offset_bytes`, and waits for the copy.
+    pub fn copy_from_host(&mut self, offset_bytes: usize, src: &[u8], stream: &Stream) -> Result<()> {
+        check_span("copy_from_host", offset_bytes, src.len(), self.len_bytes)?;
+        self.check_stream(stream)?;
+        self.gpu.bind()?;
+        driver::memcpy_htod_blocking(self.ptr.0 + offset_bytes as u64, src, stream.raw())
+    }
+
+    /// Copies from the buffer at `offset_bytes` into `dst`, and waits for the copy.
+    pub fn copy_to_host(&self, offset_bytes: usize, dst: &mut [u8], stream: &Stream) -> Result<()> {
+        check_span("copy_to_host", offset_bytes, dst.len(), self.len_bytes)?;
+        self.check_stream(stream)?;
+        self.gpu.bind()?;
+        driver::memcpy_dtoh_blocking(dst, self.ptr.0 + offset_bytes as u64, stream.raw())
+    }
+
+    /// Queues a device-to-device copy of `len_bytes` from `src` (same GPU)
+    /// into this buffer, on the copy engine.
+    pub fn copy_from_device_async(&mut self, copy: DeviceCopy<'_>, stream: &Stream) -> Result<()> {
+        check_span("copy_from_device_async (destination)", copy.dst_offset_bytes, copy.len_bytes, self.len_bytes)?;
+        check_span("copy_from_device_async (source)", copy.src_offset_bytes, copy.len_bytes, copy.src.len_bytes)?;
+        if !copy.src.gpu.same_device(&self.gpu) {
+            return Err(CudaError::InvalidArgument {
+                what: "source and destination are on different GPUs; use copy_peer_async".into(),
+            });
+        }
+        self.check_stream(stream)?;
+        self.gpu.bind()?;
+        driver::memcpy_dtod_async(
+            self.ptr.0 + copy.dst_offset_bytes as u64,
+            copy.src.ptr.0 + copy.src_offset_bytes as u64,
+            copy.len_bytes,
+            stream.raw(),
+        )
+    }
+
+    /// Queues setting `len_bytes` bytes from `offset_bytes` to `value`.
+    pub fn memset_async(&mut self, offset_bytes: usize, len_bytes: usize, value: u8, stream: &Stream) -> Result<()> {
+        check_span("memset_async", offset_bytes, len_bytes, self.len_bytes)?;
+        self.check_stream(stream)?;
+        self.gpu.bind()?;
+        driver::memset_d8_async(self.ptr.0 + offset_bytes as u64, value, len_bytes, stream.raw())
+    }
+}
+
+/// What [`DeviceBuffer::copy_from_device_async`] copies: named fields, so
+/// source and destination offsets cannot be swapped by position.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceCopy<'a> {
+    /// The buffer to read.
+    pub src: &'a DeviceBuffer,
+    /// Where in `src` to start.
+    pub src_offset_bytes: usize,
+    /// Where in the destination to start.
+    pub dst_offset_bytes: usize,
+    /// Bytes to copy.
+    pub len_bytes: usize,
+}
+
+impl<'a> DeviceCopy<'a> {
+    /// The whole of `src` to the start of the destination.
+    pub fn whole(src: &'a DeviceBuffer) -> DeviceCopy<'a> {
+        DeviceCopy { src, src_offset_bytes: 0, dst_offset_bytes: 0, len_bytes: src.len_bytes }
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        if self.gpu.bind().is_ok() {
+            let _ = driver::mem_free(self.ptr.0);
+        }
+    }
+}

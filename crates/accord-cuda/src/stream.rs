@@ -1,0 +1,143 @@
+//! Engine-owned streams and events.
+
+use std::time::{Duration, Instant};
+
+use crate::context::Gpu;
+use crate::error::{CudaError, Result};
+use crate::ffi::driver::{self, RawEvent, RawStream};
+
+/// Longest sleep between two polls in [`Event::wait_timeout`].
+pub const EVENT_POLL_SLEEP_MAX: Duration = Duration::from_micros(200);
+
+/// A non-blocking stream owned by this crate (it does not synchronise with the
+/// legacy default stream). Destroyed on drop; work already queued completes.
+#[derive(Debug)]
+pub struct Stream {
+    gpu: Gpu,
+    raw: RawStream,
+}
+
+impl Stream {
+    /// Creates a stream on `gpu`.
+    pub fn new(gpu: &Gpu) -> Result<Stream> {
+        gpu.bind()?;
+        let raw = driver::stream_create_non_blocking()?;
+        Ok(Stream { gpu: gpu.clone(), raw })
+    }
+
+    /// The GPU this stream belongs to.
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    /// Blocks until all work queued on the stream completed.
+    pub fn synchronize(&self) -> Result<()> {
+        self.gpu.bind()?;
+        driver::stream_synchronize(self.raw)
+    }
+
+    /// Makes this stream wait, on the device, for `event`.
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
+        self.gpu.bind()?;
+        driver::stream_wait_event(self.raw, event.raw)
+    }
+
+    pub(crate) fn raw(&self) -> RawStream {
+        self.raw
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if self.gpu.bind().is_ok() {
+            let _ = driver::stream_destroy(self.raw);
+        }
+    }
+}
+
+/// Whether an event keeps timestamps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// Timestamps kept: usable with [`Event::elapsed_ms_since`].
+    Timing,
+    /// No timestamps: cheaper, for ordering and host waits only.
+    SyncOnly,
+}
+
+/// A CUDA event: records a point in a stream, which other streams or the host
+/// can wait for.
+#[derive(Debug)]
+pub struct Event {
+    gpu: Gpu,
+    raw: RawEvent,
+    kind: EventKind,
+}
+
+impl Event {
+    /// Creates an event on `gpu`.
+    pub fn new(gpu: &Gpu, kind: EventKind) -> Result<Event> {
+        gpu.bind()?;
+        let raw = driver::event_create(kind == EventKind::Timing, false)?;
+        Ok(Event { gpu: gpu.clone(), raw, kind })
+    }
+
+    /// Records the event at the current end of `stream`.
+    pub fn record(&self, stream: &Stream) -> Result<()> {
+        if !stream.gpu().same_device(&self.gpu) {
+            return Err(CudaError::InvalidArgument {
+                what: "an event can only be recorded on a stream of its own GPU; create the event on that GPU".into(),
+            });
+        }
+        self.gpu.bind()?;
+        driver::event_record(self.raw, stream.raw())
+    }
+
+    /// Whether the recorded work completed (true for a never-recorded event).
+    pub fn is_complete(&self) -> Result<bool> {
+        self.gpu.bind()?;
+        driver::event_query(self.raw)
+    }
+
+    /// Blocks until the recorded work completed.
+    pub fn synchronize(&self) -> Result<()> {
+        self.gpu.bind()?;
+        driver::event_synchronize(self.raw)
+    }
+
+    /// Polls until the recorded work completed or `timeout` passed, sleeping
+    /// at most [`EVENT_POLL_SLEEP_MAX`] between polls.
+    pub fn wait_timeout(&self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        let mut sleep = Duration::from_micros(1);
+        loop {
+            if self.is_complete()? {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(CudaError::Timeout { what: "event wait", timeout_ms: timeout.as_millis() as u64 });
+            }
+            std::thread::sleep(sleep);
+            sleep = (sleep * 2).min(EVENT_POLL_SLEEP_MAX);
+        }
+    }
+
+    /// Milliseconds from `start` to this event; both must be timing events
+    /// that completed.
+    pub fn elapsed_ms_since(&self, start: &Event) -> Result<f32> {
+        if self.kind != EventKind::Timing || start.kind != EventKind::Timing {
+            return Err(CudaError::InvalidArgument {
+                what: "elapsed time needs two events created with EventKind::Timing".into(),
+            });
+        }
+        self.gpu.bind()?;
+        driver::event_elapsed_ms(start.raw, self.raw)
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        if self.gpu.bind().is_ok() {
+            let _ = driver::event_destroy(self.raw);
+        }
+    }
+}

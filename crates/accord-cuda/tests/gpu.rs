@@ -1,0 +1,118 @@
+//! GPU paths through the public API. Each test prints `skipped: <reason>` and
+//! passes where there is no driver or too few GPUs; on a GPU host they run.
+
+use std::time::Duration;
+
+use accord_cuda::reduce::host_reference::{reduce_bytes, sample_input};
+use accord_cuda::{
+    copy_peer_async, probe, require_gpu, signal_when_done, CudaError, DType, DeviceBuffer, Gpu, IpcHandle, IpcMapping,
+    PinnedHostBuffer, ReduceOp, Reducer, StallGate, StallOutcome, Stream,
+};
+
+#[test]
+fn probe_never_panics_and_agrees_with_open() {
+    let availability = probe();
+    if !availability.driver {
+        assert_eq!(availability.device_count, 0);
+        assert!(availability.driver_problem.is_some());
+        assert!(availability.skip_reason(1, false).unwrap().starts_with("no CUDA driver"));
+        match Gpu::open(0) {
+            Err(CudaError::NotAvailable { reason }) => assert!(reason.contains("libcuda"), "{reason}"),
+            other => panic!("expected NotAvailable, got {other:?}"),
+        }
+        assert!(matches!(availability.require_gpus(1), Err(CudaError::NotAvailable { .. })));
+        return;
+    }
+    assert_eq!(availability.devices.len(), availability.device_count);
+    match Gpu::open(availability.device_count) {
+        Err(CudaError::InvalidArgument { .. }) | Err(CudaError::NotAvailable { .. }) => {}
+        other => panic!("an out-of-range ordinal must be refused, got {other:?}"),
+    }
+}
+
+#[test]
+fn device_round_trip_and_bounds() {
+    require_gpu!();
+    let gpu = Gpu::open(0).unwrap();
+    let stream = Stream::new(&gpu).unwrap();
+    let mut buffer = DeviceBuffer::alloc(&gpu, 4096).unwrap();
+    let data: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
+    buffer.copy_from_host(0, &data, &stream).unwrap();
+    let mut back = vec![0u8; 4096];
+    buffer.copy_to_host(0, &mut back, &stream).unwrap();
+    assert_eq!(back, data);
+    assert!(matches!(buffer.copy_to_host(1, &mut back, &stream), Err(CudaError::InvalidArgument { .. })));
+    assert!(matches!(DeviceBuffer::alloc(&gpu, 0), Err(CudaError::InvalidArgument { .. })));
+}
+
+#[test]
+fn ipc_open_in_exporting_process_is_refused() {
+    require_gpu!();
+    let gpu = Gpu::open(0).unwrap();
+    let buffer = DeviceBuffer::alloc(&gpu, 1 << 20).unwrap();
+    let handle = IpcHandle::export(&buffer).unwrap();
+    assert!(matches!(IpcMapping::open(&gpu, &handle), Err(CudaError::IpcOpen { .. })));
+}
+
+#[test]
+fn peer_copy_between_two_gpus() {
+    require_gpu!(2);
+    let gpu0 = Gpu::open(0).unwrap();
+    let gpu1 = Gpu::open(1).unwrap();
+    gpu0.enable_peer_access(&gpu1).unwrap();
+    let stream = Stream::new(&gpu0).unwrap();
+    let mut src = DeviceBuffer::alloc(&gpu0, 1 << 20).unwrap();
+    let dst = DeviceBuffer::alloc(&gpu1, 1 << 20).unwrap();
+    let data: Vec<u8> = (0..1u32 << 20).map(|i| (i * 7) as u8).collect();
+    src.copy_from_host(0, &data, &stream).unwrap();
+    copy_peer_async(dst.ptr(), &gpu1, src.ptr(), &gpu0, 1 << 20, &stream).unwrap();
+    stream.synchronize().unwrap();
+    let stream1 = Stream::new(&gpu1).unwrap();
+    let mut back = vec![0u8; 1 << 20];
+    dst.copy_to_host(0, &mut back, &stream1).unwrap();
+    assert_eq!(back, data);
+}
+
+#[test]
+fn reductions_match_the_cpu() {
+    require_gpu!(1, nvrtc);
+    let gpu = Gpu::open(0).unwrap();
+    let reducer = Reducer::new(&gpu).unwrap();
+    let stream = Stream::new(&gpu).unwrap();
+    let count = 10_007;
+    for dtype in DType::ALL {
+        let len = count * dtype.size_bytes();
+        let (a_host, b_host) = (sample_input(dtype, count, 1), sample_input(dtype, count, 2));
+        let mut a = DeviceBuffer::alloc(&gpu, len).unwrap();
+        let mut b = DeviceBuffer::alloc(&gpu, len).unwrap();
+        let dst = DeviceBuffer::alloc(&gpu, len).unwrap();
+        a.copy_from_host(0, &a_host, &stream).unwrap();
+        b.copy_from_host(0, &b_host, &stream).unwrap();
+        for op in [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg { divisor: 4 }] {
+            reducer.reduce(dst.ptr(), a.ptr(), b.ptr(), count, dtype, op, &stream).unwrap();
+            let mut got = vec![0u8; len];
+            dst.copy_to_host(0, &mut got, &stream).unwrap();
+            assert_eq!(got, reduce_bytes(dtype, op, &a_host, &b_host), "{op:?} {dtype:?}");
+        }
+    }
+}
+
+#[test]
+fn stall_holds_the_stream_until_released_and_host_fn_signals() {
+    require_gpu!(1, nvrtc);
+    let gpu = Gpu::open(0).unwrap();
+    let gate = StallGate::new(&gpu).unwrap();
+    let stream = Stream::new(&gpu).unwrap();
+    let ticket = gate.stall(&stream, Duration::from_secs(20)).unwrap();
+    let done = signal_when_done(&stream).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(!done.is_signalled());
+    gate.release(ticket);
+    done.wait(Duration::from_secs(20)).unwrap();
+    assert_eq!(gate.outcome(ticket), StallOutcome::Released);
+    let lost = gate.stall(&stream, Duration::from_millis(10)).unwrap();
+    stream.synchronize().unwrap();
+    assert_eq!(gate.outcome(lost), StallOutcome::TimedOut);
+    let pinned = PinnedHostBuffer::alloc(&gpu, 64).unwrap();
+    assert!(pinned.atomic_u64(8).is_err(), "word 8 of a 64-byte buffer is out of bounds");
+}
