@@ -89,18 +89,20 @@ impl TransferState {
     }
 
     fn finish(&self, result: Result<(), TransferError>) {
-        let (callbacks, counters) = {
+        let callbacks = {
             let mut o = self.outcome.lock().unwrap();
             if o.result.is_some() {
                 return;
             }
+            // Counters move under the lock, before waiters wake: whoever returns from `wait`
+            // (or sees `is_done`) also sees the counters it attached already bumped.
+            for c in std::mem::take(&mut o.counters) {
+                c.fetch_add(1, Ordering::AcqRel);
+            }
             o.result = Some(result);
-            (std::mem::take(&mut o.callbacks), std::mem::take(&mut o.counters))
+            std::mem::take(&mut o.callbacks)
         };
         self.done.notify_all();
-        for c in counters {
-            c.fetch_add(1, Ordering::AcqRel);
-        }
         for cb in callbacks {
             dispatch(&self.jobs, move || cb(result));
         }

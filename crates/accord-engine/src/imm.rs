@@ -45,6 +45,42 @@ impl ImmTable {
         Some(slot)
     }
 
+    /// Waits until `imm` has counted at least `count`, subtracts `count`, and frees the counter
+    /// once it is back to zero and nobody else observes it. Returns the value seen at the
+    /// deadline when it never got there. This is how long-running users (collectives, whose
+    /// immediates encode a sequence number) keep the table small: a counter that is only ever
+    /// taken from never accumulates.
+    pub(crate) fn take(&self, imm: u32, count: u64, timeout: Duration) -> Result<(), u64> {
+        let slot = self.slot(imm).ok_or(0u64)?;
+        let deadline = std::time::Instant::now() + timeout;
+        {
+            let mut guard = slot.expectations.lock().unwrap();
+            loop {
+                let value = slot.count.load(Ordering::Acquire);
+                if value >= count {
+                    slot.count.fetch_sub(count, Ordering::AcqRel);
+                    break;
+                }
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    return Err(value);
+                }
+                guard = slot.changed.wait_timeout(guard, left).unwrap().0;
+            }
+        }
+        let mut slots = self.slots.lock().unwrap();
+        let unobserved = slots.get(&imm).is_some_and(|s| Arc::ptr_eq(s, &slot)) && Arc::strong_count(&slot) == 2;
+        if unobserved && slot.count.load(Ordering::Acquire) == 0 && slot.expectations.lock().unwrap().is_empty() {
+            slots.remove(&imm);
+        }
+        Ok(())
+    }
+
+    /// Distinct counters held (for tests and stats).
+    pub(crate) fn len(&self) -> usize {
+        self.slots.lock().unwrap().len()
+    }
+
     /// One more write with `imm` landed.
     pub(crate) fn bump(&self, imm: u32, jobs: &JobSender) {
         let Some(slot) = self.slot(imm) else {

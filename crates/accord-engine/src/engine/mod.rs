@@ -359,6 +359,19 @@ impl Engine {
         }
     }
 
+    /// Waits until `count` writes with `imm` have landed (beyond those already taken), then
+    /// takes them: the counter drops by `count` and is freed when it reaches zero. For
+    /// immediates used as one-shot signals (collectives); don't mix with [`Engine::expect_imm`]
+    /// on the same value. Fails with the value seen when `timeout` passes first.
+    pub fn take_imm(&self, imm: u32, count: u64, timeout: std::time::Duration) -> Result<(), u64> {
+        self.shared.imms.take(imm, count, timeout)
+    }
+
+    /// Distinct immediate counters currently held.
+    pub fn imm_counters_held(&self) -> usize {
+        self.shared.imms.len()
+    }
+
     /// Runs `callback(value)` on the completion thread once the counter of `imm` reaches
     /// `count` (an absolute value; at once if already reached). Returns false if too many
     /// callbacks already wait on this counter.

@@ -196,3 +196,22 @@ fn addresses_and_descriptors_round_trip() {
     assert!(a.deregister(&buf.handle()));
     assert!(!a.deregister(&buf.handle()));
 }
+
+#[test]
+fn taken_immediates_free_their_counters() {
+    let (a, b) = pair(false);
+    let src = a.alloc(64).unwrap();
+    let dst = b.alloc(64).unwrap();
+    let (h, d) = (src.handle(), dst.descriptor());
+    let base = b.imm_counters_held();
+    for imm in 1000..1100u32 {
+        for _ in 0..3 {
+            let op = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 0, len: 64, imm: Some(imm) };
+            a.write(&op).unwrap().wait_timeout(WAIT).unwrap();
+        }
+        b.take_imm(imm, 2, WAIT).unwrap();
+        b.take_imm(imm, 1, WAIT).unwrap();
+    }
+    assert_eq!(b.imm_counters_held(), base, "counters taken back to zero are freed");
+    assert_eq!(b.take_imm(5, 1, std::time::Duration::from_millis(20)), Err(0), "nothing arrived: times out");
+}
