@@ -1,0 +1,1 @@
+//! Bootstrap store (WIP).
