@@ -51,13 +51,14 @@ pub enum TransportError {
         /// How long the wait lasted.
         waited: Duration,
     },
-    /// Another rank declared a rank failed and aborted the communicator.
-    #[error("rank {reported_by} reported rank {failed_rank} as failed; recreate the communicator without it")]
+    /// A peer reported being stuck (see [`crate::CollTransport::report_stuck`]);
+    /// the collective is abandoned everywhere.
+    #[error("rank {reported_by} reported being stuck waiting for rank {waiting_on}; the collective is abandoned")]
     Aborted {
-        /// The rank reported as failed.
-        failed_rank: usize,
-        /// The rank that reported it.
+        /// The rank that reported.
         reported_by: usize,
+        /// The rank it waited for.
+        waiting_on: usize,
     },
     /// A rank index is out of range.
     #[error("rank {rank} is out of range for a world of {world_size}; pass a rank below the world size")]
@@ -229,8 +230,8 @@ pub enum CollError {
         /// The configured timeout.
         timeout: Duration,
     },
-    /// Another rank declared a rank failed.
-    #[error("{collective} (seq {seq}) aborted: rank {reported_by} reported rank {failed_rank} as failed; recreate the communicator without it")]
+    /// A rank failed; found by following other ranks' stuck reports.
+    #[error("{collective} (seq {seq}) failed: rank {failed_rank} stopped responding (rank {reported_by} was waiting for it); recreate the communicator without it")]
     PeerFailed {
         /// The collective.
         collective: &'static str,

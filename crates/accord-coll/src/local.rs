@@ -37,7 +37,8 @@ struct BufEntry {
 struct Inbox {
     imms: HashMap<u32, u64>,
     ctrl: HashMap<(usize, u32), Vec<u8>>,
-    abort: Option<(usize, usize)>,
+    /// Stuck reports by reporter (bounded by the world size).
+    stuck: std::collections::BTreeMap<usize, usize>,
 }
 
 #[derive(Default)]
@@ -183,8 +184,8 @@ impl LocalTransport {
             if self.is_stopped() {
                 return Err(TransportError::Stopped);
             }
-            if let Some((failed_rank, reported_by)) = inbox.abort {
-                return Err(TransportError::Aborted { failed_rank, reported_by });
+            if let Some((&reported_by, &waiting_on)) = inbox.stuck.iter().next() {
+                return Err(TransportError::Aborted { reported_by, waiting_on });
             }
             if let Some(r) = ready(&mut inbox) {
                 return Ok(r);
@@ -388,19 +389,19 @@ impl CollTransport for LocalTransport {
         Ok(())
     }
 
-    fn notify_abort(&self, failed_rank: usize) {
+    fn report_stuck(&self, waiting_on: usize) {
         for (peer, state) in self.fabric.ranks.iter().enumerate() {
             if peer == self.rank || self.is_stopped() {
                 continue;
             }
             let mut inbox = lock(&state.inbox);
-            inbox.abort.get_or_insert((failed_rank, self.rank));
+            inbox.stuck.entry(self.rank).or_insert(waiting_on);
             state.arrived.notify_all();
         }
     }
 
-    fn abort_notice(&self) -> Option<(usize, usize)> {
-        lock(&self.fabric.ranks[self.rank].inbox).abort
+    fn stuck_reports(&self) -> Vec<(usize, usize)> {
+        lock(&self.fabric.ranks[self.rank].inbox).stuck.iter().map(|(&r, &w)| (r, w)).collect()
     }
 }
 

@@ -14,9 +14,10 @@
 //!   buffer descriptors to the peers that will write into them. Delivery is
 //!   unordered; the `(sender, tag)` pair identifies a message.
 //! - Every wait takes a **deadline**; a wait that passes it returns
-//!   [`TransportError::Timeout`], and an abort notice from any peer
-//!   ([`CollTransport::notify_abort`]) makes every wait return
-//!   [`TransportError::Aborted`] at once.
+//!   [`TransportError::Timeout`], and a stuck report from any peer
+//!   ([`CollTransport::report_stuck`]) makes every wait return
+//!   [`TransportError::Aborted`] at once, so a failure is seen everywhere
+//!   and the ranks can work out together which rank is at fault.
 //!
 //! # Immediate encoding ([`Imm`])
 //! `imm = seq (11 bits) << 21 | step (11 bits) << 10 | sender (10 bits)`:
@@ -279,12 +280,15 @@ pub trait CollTransport: Send {
     /// Copies bytes into a registered buffer.
     fn write_local(&self, dst: BufSlice<'_>, data: &[u8]) -> Result<(), TransportError>;
 
-    /// Tells every peer that `failed_rank` is considered failed; their waits
-    /// return [`TransportError::Aborted`] from then on. Best effort.
-    fn notify_abort(&self, failed_rank: usize);
+    /// Tells every peer that this rank is stuck waiting for `waiting_on`
+    /// (it timed out, or was interrupted by another report); from then on
+    /// their waits return [`TransportError::Aborted`]. Best effort; a dead
+    /// rank reports nothing, which is how the others find it.
+    fn report_stuck(&self, waiting_on: usize);
 
-    /// An abort notice received earlier, as `(failed_rank, reported_by)`.
-    fn abort_notice(&self) -> Option<(usize, usize)>;
+    /// Stuck reports received so far, as `(reporter, waiting_on)`, first
+    /// report per reporter.
+    fn stuck_reports(&self) -> Vec<(usize, usize)>;
 
     /// All-gather of small blobs (e.g. descriptors at setup): returns every
     /// rank's blob, indexed by rank. The default uses control messages tagged

@@ -13,8 +13,6 @@ use crate::transport::{BufSlice, CollTransport, Imm, LocalBuf, RemoteBufDesc, Re
 /// Most extra u64 fields a handshake may carry.
 pub(crate) const HANDSHAKE_EXTRA_MAX: usize = 16;
 const HANDSHAKE_VERSION: u8 = 1;
-/// A control tag nobody sends: waiting on it sleeps until an abort notice.
-const TAG_NEVER: u32 = u32::MAX;
 
 /// Per-peer counts of all_to_allv, in elements.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -352,33 +350,64 @@ impl<T: CollTransport + ?Sized> Ctx<'_, T> {
         CollError::Transport { collective: self.collective.name(), source }
     }
 
-    /// Maps a transport error of an operation involving `suspects`.
+    /// Maps a transport error of an operation involving `suspects` (the
+    /// ranks we were waiting for).
     pub fn fail(&self, e: TransportError, suspects: &[usize]) -> CollError {
         match e {
             TransportError::Timeout { .. } if !suspects.is_empty() => self.blame(suspects.to_vec()),
-            TransportError::Aborted { failed_rank, reported_by } => {
-                CollError::PeerFailed { collective: self.collective.name(), seq: self.seq, failed_rank, reported_by }
-            }
+            TransportError::Aborted { .. } => self.blame(suspects.to_vec()),
             other => self.transport(other),
         }
     }
 
-    /// After a timeout on `missing`: give other ranks `abort_grace` to report
-    /// a root cause; else blame `missing` and tell everyone.
+    /// Works out which rank is at fault once this rank is stuck waiting for
+    /// `missing` (after a timeout, or interrupted by another rank's report).
+    ///
+    /// Every stuck rank reports whom it waits for; after `abort_grace` this
+    /// rank follows the chain of reports from its own suspect (A waits for B,
+    /// B for C, ...) to a rank that reported nothing: a dead rank never
+    /// reports, while a live rank that was itself stuck does. So every rank
+    /// names the root cause, not the neighbour that was waiting on it.
     fn blame(&self, missing: Vec<usize>) -> CollError {
-        let grace_deadline = Instant::now() + self.abort_grace;
-        if let Err(TransportError::Aborted { failed_rank, reported_by }) =
-            self.t.recv_ctrl(self.rank, TAG_NEVER, grace_deadline)
-        {
-            return CollError::PeerFailed {
+        if let Some(&first) = missing.first() {
+            self.t.report_stuck(first);
+        }
+        std::thread::sleep(self.abort_grace);
+        let reports: HashMap<usize, usize> = self.t.stuck_reports().into_iter().collect();
+        let start = match missing.first() {
+            Some(&m) => m,
+            // Not waiting for anyone in particular: start from any report.
+            None => match reports.values().next() {
+                Some(&w) => w,
+                None => return self.transport(TransportError::Stopped),
+            },
+        };
+        let (mut cur, mut reporter, mut hops) = (start, None, 0);
+        while let Some(&next) = reports.get(&cur) {
+            if next == cur || hops > self.n || next == self.rank {
+                break; // a cycle: no single culprit, keep the last one reached
+            }
+            reporter = Some(cur);
+            cur = next;
+            hops += 1;
+        }
+        tracing::warn!(
+            collective = self.collective.name(),
+            seq = self.seq,
+            ?missing,
+            culprit = cur,
+            "collective failed"
+        );
+        match reporter {
+            None => {
+                CollError::Timeout { collective: self.collective.name(), seq: self.seq, missing, timeout: self.timeout }
+            }
+            Some(reported_by) => CollError::PeerFailed {
                 collective: self.collective.name(),
                 seq: self.seq,
-                failed_rank,
+                failed_rank: cur,
                 reported_by,
-            };
+            },
         }
-        self.t.notify_abort(missing[0]);
-        tracing::warn!(collective = self.collective.name(), seq = self.seq, ?missing, "collective timed out");
-        CollError::Timeout { collective: self.collective.name(), seq: self.seq, missing, timeout: self.timeout }
     }
 }
