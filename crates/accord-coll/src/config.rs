@@ -8,6 +8,10 @@
 //! | `ACCORD_COLL_SCRATCH_BYTES_MAX` | [`CollConfig::scratch_bytes_max`] | 4 GiB |
 //! | `ACCORD_COLL_PIPELINE_CHUNK_BYTES` | [`CollConfig::pipeline_chunk_bytes`] | 256 KiB |
 //! | `ACCORD_ALGO_<COLLECTIVE>` | [`CollConfig::algo_overrides`] | none (size-based) |
+//! | `ACCORD_BOOTSTRAP_TIMEOUT_MS` | [`crate::store::BootstrapConfig::timeout`] | 300000 |
+//!
+//! The bootstrap also reads torchrun's `RANK`, `WORLD_SIZE`, `MASTER_ADDR`,
+//! `MASTER_PORT` and `LOCAL_RANK` ([`crate::store::BootstrapConfig::from_env`]).
 //!
 //! `<COLLECTIVE>` is the upper-case collective name: `ALL_REDUCE`, `REDUCE`,
 //! `BROADCAST`, `ALL_GATHER`, `REDUCE_SCATTER`, `ALL_TO_ALL`, `ALL_TO_ALLV`,

@@ -59,7 +59,7 @@ pub struct LocalFabric;
 
 impl LocalFabric {
     /// One transport per rank of a world of `world_size` ranks (1..=1024).
-    pub fn new(world_size: usize) -> Result<Vec<LocalTransport>, TransportError> {
+    pub fn create(world_size: usize) -> Result<Vec<LocalTransport>, TransportError> {
         if world_size == 0 || world_size > WORLD_SIZE_MAX {
             return Err(TransportError::BadRank { rank: world_size, world_size: WORLD_SIZE_MAX });
         }

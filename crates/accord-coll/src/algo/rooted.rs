@@ -15,9 +15,12 @@ pub(crate) fn reduce_scratch_bytes(algo: Algo, bytes: usize, n: usize) -> usize 
     }
 }
 
+/// A tree link: (virtual rank, mask of the link).
+type Link = (usize, usize);
+
 /// Binomial tree links of virtual rank `v`: (parent and the mask of the link
 /// to it, children with their link masks, in increasing mask order).
-fn binomial(v: usize, n: usize) -> (Option<(usize, usize)>, Vec<(usize, usize)>) {
+fn binomial(v: usize, n: usize) -> (Option<Link>, Vec<Link>) {
     let mut children = Vec::new();
     let mut mask = 1;
     while mask < n {

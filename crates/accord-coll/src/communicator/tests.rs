@@ -8,7 +8,7 @@ fn fast_config() -> CollConfig {
 }
 
 fn comms(n: usize, config: CollConfig) -> Vec<Communicator<LocalTransport>> {
-    LocalFabric::new(n).unwrap().into_iter().map(|t| Communicator::new(t, config.clone()).unwrap()).collect()
+    LocalFabric::create(n).unwrap().into_iter().map(|t| Communicator::new(t, config.clone()).unwrap()).collect()
 }
 
 /// Runs `f` on every communicator in its own thread.
@@ -189,7 +189,7 @@ fn env_algorithm_override_is_used_and_checked() {
     });
     assert!(results.iter().all(|v| v == &[0, 0, 1, 1, 2, 2]));
     // Ranks that disagree on the algorithm get a mismatch naming it.
-    let ts = LocalFabric::new(2).unwrap();
+    let ts = LocalFabric::create(2).unwrap();
     let cs: Vec<_> = ts
         .into_iter()
         .map(|t| {

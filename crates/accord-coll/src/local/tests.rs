@@ -8,7 +8,7 @@ fn soon() -> Instant {
 
 #[test]
 fn write_lands_and_counts_immediates() {
-    let ts = LocalFabric::new(2).unwrap();
+    let ts = LocalFabric::create(2).unwrap();
     let src = ts[0].register(vec![1, 2, 3, 4]).unwrap();
     let dst = ts[1].register(vec![0; 8]).unwrap();
     let desc = dst.remote_desc().clone();
@@ -21,7 +21,7 @@ fn write_lands_and_counts_immediates() {
 
 #[test]
 fn bad_writes_are_errors() {
-    let ts = LocalFabric::new(2).unwrap();
+    let ts = LocalFabric::create(2).unwrap();
     let src = ts[0].register(vec![0; 4]).unwrap();
     let dst = ts[1].register(vec![0; 4]).unwrap();
     let desc = dst.remote_desc().clone();
@@ -34,12 +34,12 @@ fn bad_writes_are_errors() {
     assert!(matches!(ts[0].signal(9, 1), Err(TransportError::BadRank { .. })));
     ts[1].deregister(dst).unwrap();
     assert!(ts[0].write(1, src.all(), RemoteSlice { desc: &desc, offset: 0 }, None).is_err());
-    assert!(LocalFabric::new(0).is_err());
+    assert!(LocalFabric::create(0).is_err());
 }
 
 #[test]
 fn ctrl_messages_by_sender_and_tag() {
-    let ts = LocalFabric::new(3).unwrap();
+    let ts = LocalFabric::create(3).unwrap();
     ts[0].send_ctrl(2, 5, b"from0").unwrap();
     ts[1].send_ctrl(2, 5, b"from1").unwrap();
     assert_eq!(ts[2].recv_ctrl(1, 5, soon()).unwrap(), b"from1");
@@ -55,7 +55,7 @@ fn ctrl_messages_by_sender_and_tag() {
 
 #[test]
 fn local_access_handles_one_buffer_and_rejects_overlap() {
-    let ts = LocalFabric::new(1).unwrap();
+    let ts = LocalFabric::create(1).unwrap();
     let b = ts[0].register((0..8).collect()).unwrap();
     ts[0].access_local(b.slice(4, 4), b.slice(0, 4), &mut |s, d| d.copy_from_slice(s)).unwrap();
     ts[0].access_local(b.slice(0, 2), b.slice(6, 2), &mut |s, d| d.copy_from_slice(s)).unwrap();
@@ -68,7 +68,7 @@ fn local_access_handles_one_buffer_and_rejects_overlap() {
 
 #[test]
 fn abort_notice_wakes_waiters_and_stop_drops_traffic() {
-    let ts = LocalFabric::new(3).unwrap();
+    let ts = LocalFabric::create(3).unwrap();
     std::thread::scope(|s| {
         let waiter = s.spawn(|| ts[1].wait_imm(1, 1, Instant::now() + Duration::from_secs(10)));
         std::thread::sleep(Duration::from_millis(20));

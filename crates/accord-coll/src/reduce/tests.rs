@@ -40,8 +40,8 @@ fn halves_widen_and_narrow() {
     let mut d = bytes(&a);
     reduce_into(&mut d, &bytes(&b), DType::F16, ReduceOp::Sum).unwrap();
     let got: &[half::f16] = bytemuck::cast_slice(&d);
-    for i in 0..n {
-        assert_eq!(got[i].to_f32(), (i % 17) as f32 + (i % 5) as f32 * 0.5);
+    for (i, g) in got.iter().enumerate() {
+        assert_eq!(g.to_f32(), (i % 17) as f32 + (i % 5) as f32 * 0.5);
     }
     let a: Vec<half::bf16> = vec![half::bf16::from_f32(3.0); 4];
     let mut d = bytes(&a);
