@@ -1,0 +1,81 @@
+//! all_to_all and all_to_allv: direct (every write issued at once) and
+//! pairwise exchange (step `s` writes to `r + s` and waits for `r - s`).
+//! Both use immediate step 0 per sender, so ranks may even pick different
+//! schedules. Blocks land straight in the receivers' outputs.
+
+use super::ctx::{Args, Ctx, Handshake};
+use super::Algo;
+use crate::error::CollError;
+use crate::transport::CollTransport;
+
+/// Per-peer (send offset, send bytes, recv offset, recv bytes) of this rank.
+fn layout(a: &Args<'_>, peer: usize) -> (usize, usize, usize, usize) {
+    let es = a.es();
+    match a.layout {
+        Some(l) => {
+            (l.send_displs[peer] * es, l.send_counts[peer] * es, l.recv_displs[peer] * es, l.recv_counts[peer] * es)
+        }
+        None => {
+            let bb = a.count * es;
+            (peer * bb, bb, peer * bb, bb)
+        }
+    }
+}
+
+/// Runs all_to_all (`a.layout` None) or all_to_allv.
+pub(crate) fn run<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, a: &Args<'_>) -> Result<(), CollError> {
+    let (r, n) = (cx.rank, cx.n);
+    let others: Vec<usize> = (1..n).map(|s| (r + s) % n).collect();
+    let base = cx.handshake_of(a, true);
+    let mine = |peer: usize| -> Handshake {
+        let (_, _, roff, rlen) = layout(a, peer);
+        let mut h = base.clone();
+        if a.layout.is_some() {
+            // The receive offset travels per peer; the length is checked by the sender.
+            h.recv = h.recv.map(|(d, o)| (d, o + roff as u64));
+            h.extra = vec![(rlen / a.es()) as u64];
+        }
+        h
+    };
+    let peers = cx.handshake_each(&others, &others, mine)?;
+    if a.layout.is_some() {
+        for &p in &others {
+            let (_, slen, _, _) = layout(a, p);
+            let theirs = peers[&p].extra.first().copied().unwrap_or(u64::MAX);
+            if theirs != (slen / a.es()) as u64 {
+                return Err(CollError::Mismatch {
+                    collective: cx.collective.name(),
+                    peer: p,
+                    field: "count between this pair (send_counts here vs recv_counts there)",
+                    ours: (slen / a.es()).to_string(),
+                    theirs: theirs.to_string(),
+                });
+            }
+        }
+    }
+    // all_to_allv handshakes already point at this rank's block; all_to_all's at the output.
+    let dst_off = if a.layout.is_some() { 0 } else { r * a.count * a.es() };
+    let send_to = |p: usize| -> Result<(), CollError> {
+        let (soff, slen, _, _) = layout(a, p);
+        cx.put(p, a.send.sub(soff, slen), peers[&p].recv_at(dst_off), 0)
+    };
+    match cx.algo {
+        Algo::Pairwise => {
+            for s in 1..n {
+                send_to((r + s) % n)?;
+                cx.wait((r + n - s) % n, 0)?;
+            }
+        }
+        _ => {
+            for &p in &others {
+                send_to(p)?;
+            }
+            for s in 1..n {
+                cx.wait((r + n - s) % n, 0)?;
+            }
+        }
+    }
+    let (soff, slen, roff, _) = layout(a, r);
+    cx.copy(a.send.sub(soff, slen), a.recv.sub(roff, slen))?;
+    cx.flush()
+}

@@ -1,0 +1,413 @@
+//! One collective call in progress: its arguments, the descriptor handshake,
+//! immediates, and error mapping that names the ranks at fault.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use crate::algo::{Algo, Collective};
+use crate::dtype::DType;
+use crate::error::{CollError, TransportError};
+use crate::reduce::{finish_avg, reduce_into, ReduceOp};
+use crate::transport::{BufSlice, CollTransport, Imm, LocalBuf, RemoteBufDesc, RemoteSlice, STEP_HANDSHAKE};
+
+/// Most extra u64 fields a handshake may carry.
+pub(crate) const HANDSHAKE_EXTRA_MAX: usize = 16;
+const HANDSHAKE_VERSION: u8 = 1;
+
+/// Per-peer counts of all_to_allv, in elements.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllToAllVLayout {
+    /// Elements sent to each peer.
+    pub send_counts: Vec<usize>,
+    /// Element offset in the send buffer of each peer's block.
+    pub send_displs: Vec<usize>,
+    /// Elements received from each peer.
+    pub recv_counts: Vec<usize>,
+    /// Element offset in the receive buffer of each peer's block.
+    pub recv_displs: Vec<usize>,
+}
+
+/// Arguments of one call, validated by the communicator.
+pub(crate) struct Args<'a> {
+    pub send: BufSlice<'a>,
+    pub recv: BufSlice<'a>,
+    /// Elements, meaning per collective (see the communicator methods).
+    pub count: usize,
+    pub dtype: DType,
+    pub op: ReduceOp,
+    pub root: usize,
+    pub scratch: Option<&'a LocalBuf>,
+    /// Pipeline chunks of ring broadcast/reduce.
+    pub chunks: usize,
+    pub layout: Option<&'a AllToAllVLayout>,
+}
+
+impl Args<'_> {
+    pub fn es(&self) -> usize {
+        self.dtype.size_bytes()
+    }
+    /// Scratch slice (panics if the communicator did not provide enough: our invariant).
+    pub fn scratch(&self, offset: usize, len: usize) -> BufSlice<'_> {
+        let s = self.scratch.expect("algorithm needs scratch; the communicator sizes it");
+        assert!(offset + len <= s.len(), "scratch too small: {}+{} > {}", offset, len, s.len());
+        s.slice(offset, len)
+    }
+}
+
+/// The descriptor handshake a rank sends to the ranks that will write into it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Handshake {
+    pub collective: u8,
+    pub algo: u8,
+    pub dtype: u8,
+    pub op: u8,
+    pub root: u32,
+    pub count: u64,
+    pub param: u64,
+    /// Output buffer and the offset of the output slice in it.
+    pub recv: Option<(RemoteBufDesc, u64)>,
+    pub scratch: Option<RemoteBufDesc>,
+    pub extra: Vec<u64>,
+}
+
+impl Handshake {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = vec![HANDSHAKE_VERSION, self.collective, self.algo, self.dtype, self.op];
+        v.extend_from_slice(&self.root.to_le_bytes());
+        v.extend_from_slice(&self.count.to_le_bytes());
+        v.extend_from_slice(&self.param.to_le_bytes());
+        v.push(u8::from(self.recv.is_some()) | (u8::from(self.scratch.is_some()) << 1));
+        if let Some((d, off)) = &self.recv {
+            d.encode_into(&mut v);
+            v.extend_from_slice(&off.to_le_bytes());
+        }
+        if let Some(d) = &self.scratch {
+            d.encode_into(&mut v);
+        }
+        assert!(self.extra.len() <= HANDSHAKE_EXTRA_MAX);
+        v.push(self.extra.len() as u8);
+        for x in &self.extra {
+            v.extend_from_slice(&x.to_le_bytes());
+        }
+        v
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Handshake, String> {
+        fn take<'b>(b: &mut &'b [u8], n: usize) -> Result<&'b [u8], String> {
+            if b.len() < n {
+                return Err(format!("handshake truncated: wanted {n} more bytes, have {}", b.len()));
+            }
+            let (h, t) = b.split_at(n);
+            *b = t;
+            Ok(h)
+        }
+        let u64_of = |s: &[u8]| u64::from_le_bytes(s.try_into().expect("8 bytes"));
+        let mut b = b;
+        let head = take(&mut b, 5)?;
+        if head[0] != HANDSHAKE_VERSION {
+            return Err(format!("handshake version {} (expected {HANDSHAKE_VERSION})", head[0]));
+        }
+        let root = u32::from_le_bytes(take(&mut b, 4)?.try_into().expect("4 bytes"));
+        let count = u64_of(take(&mut b, 8)?);
+        let param = u64_of(take(&mut b, 8)?);
+        let flags = take(&mut b, 1)?[0];
+        let recv = if flags & 1 != 0 {
+            let (d, rest) = RemoteBufDesc::decode(b)?;
+            b = rest;
+            Some((d, u64_of(take(&mut b, 8)?)))
+        } else {
+            None
+        };
+        let scratch = if flags & 2 != 0 {
+            let (d, rest) = RemoteBufDesc::decode(b)?;
+            b = rest;
+            Some(d)
+        } else {
+            None
+        };
+        let n = take(&mut b, 1)?[0] as usize;
+        if n > HANDSHAKE_EXTRA_MAX {
+            return Err(format!("handshake has {n} extra fields, limit {HANDSHAKE_EXTRA_MAX}"));
+        }
+        let extra = (0..n).map(|_| take(&mut b, 8).map(u64_of)).collect::<Result<Vec<_>, _>>()?;
+        Ok(Handshake {
+            collective: head[1],
+            algo: head[2],
+            dtype: head[3],
+            op: head[4],
+            root,
+            count,
+            param,
+            recv,
+            scratch,
+            extra,
+        })
+    }
+
+    /// Where to write `offset` bytes into the peer's output slice.
+    pub fn recv_at(&self, offset: usize) -> RemoteSlice<'_> {
+        let (d, base) = self.recv.as_ref().expect("checked by Ctx::handshake");
+        RemoteSlice { desc: d, offset: *base as usize + offset }
+    }
+
+    /// Where to write `offset` bytes into the peer's scratch.
+    pub fn scratch_at(&self, offset: usize) -> RemoteSlice<'_> {
+        RemoteSlice { desc: self.scratch.as_ref().expect("checked by Ctx::handshake"), offset }
+    }
+}
+
+/// Handshakes received, by peer.
+pub(crate) type Peers = HashMap<usize, Handshake>;
+
+/// One collective call in progress.
+pub(crate) struct Ctx<'a, T: CollTransport + ?Sized> {
+    pub t: &'a T,
+    pub collective: Collective,
+    pub algo: Algo,
+    pub seq: u64,
+    pub rank: usize,
+    pub n: usize,
+    pub deadline: Instant,
+    pub timeout: Duration,
+    pub abort_grace: Duration,
+}
+
+fn dedup(v: &[usize]) -> Vec<usize> {
+    let mut v = v.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+impl<T: CollTransport + ?Sized> Ctx<'_, T> {
+    /// The immediate of `step` sent by `sender` in this call.
+    pub fn imm(&self, step: u32, sender: usize) -> u32 {
+        Imm::new(self.seq, step, sender).encode()
+    }
+
+    /// This rank's handshake for `a`.
+    pub fn handshake_of(&self, a: &Args<'_>, needs_recv: bool) -> Handshake {
+        Handshake {
+            collective: self.collective.code(),
+            algo: self.algo.code(),
+            dtype: a.dtype.code(),
+            op: a.op.code(),
+            root: a.root as u32,
+            count: a.count as u64,
+            param: a.chunks as u64,
+            recv: needs_recv.then(|| (a.recv.buf.remote_desc().clone(), a.recv.offset as u64)),
+            scratch: a.scratch.map(|s| s.remote_desc().clone()),
+            extra: Vec::new(),
+        }
+    }
+
+    /// Sends `mine` to every rank in `written_by` and collects the handshakes of
+    /// every rank in `write_to`, checking that they called the same collective
+    /// with the same arguments.
+    pub fn handshake(&self, mine: &Handshake, write_to: &[usize], written_by: &[usize]) -> Result<Peers, CollError> {
+        self.handshake_each(write_to, written_by, |_| mine.clone())
+    }
+
+    /// Like [`Self::handshake`] with a per-peer handshake (all_to_allv).
+    pub fn handshake_each(
+        &self,
+        write_to: &[usize],
+        written_by: &[usize],
+        mine: impl Fn(usize) -> Handshake,
+    ) -> Result<Peers, CollError> {
+        let tag = self.imm(STEP_HANDSHAKE, self.rank);
+        for peer in dedup(written_by) {
+            self.t.send_ctrl(peer, tag, &mine(peer).encode()).map_err(|e| self.fail(e, &[peer]))?;
+        }
+        let mut peers = Peers::new();
+        let mut missing = Vec::new();
+        let mut first_err = None;
+        for peer in dedup(write_to) {
+            match self.t.recv_ctrl(peer, self.imm(STEP_HANDSHAKE, peer), self.deadline) {
+                Ok(bytes) => {
+                    let hs = Handshake::decode(&bytes)
+                        .map_err(|reason| self.transport(TransportError::Malformed { peer, reason }))?;
+                    self.check_peer(peer, &mine(peer), &hs)?;
+                    peers.insert(peer, hs);
+                }
+                Err(TransportError::Timeout { .. }) => missing.push(peer),
+                Err(e) => {
+                    first_err.get_or_insert((e, peer));
+                }
+            }
+        }
+        if let Some((e, peer)) = first_err {
+            return Err(self.fail(e, &[peer]));
+        }
+        if !missing.is_empty() {
+            return Err(self.blame(missing));
+        }
+        Ok(peers)
+    }
+
+    fn check_peer(&self, peer: usize, mine: &Handshake, theirs: &Handshake) -> Result<(), CollError> {
+        let mismatch = |field: &'static str, ours: String, theirs: String| CollError::Mismatch {
+            collective: self.collective.name(),
+            peer,
+            field,
+            ours,
+            theirs,
+        };
+        if theirs.collective != mine.collective {
+            let name = |c: u8| Collective::ALL.iter().find(|x| x.code() == c).map_or("?", |x| x.name()).to_string();
+            return Err(mismatch("collective", name(mine.collective), name(theirs.collective)));
+        }
+        // all_to_all(v) schedules interoperate, so ranks may choose differently.
+        let schedules_interoperate = matches!(self.collective, Collective::AllToAll | Collective::AllToAllV);
+        if theirs.algo != mine.algo && !schedules_interoperate {
+            let name = |c: u8| {
+                self.collective.algorithms().iter().find(|x| x.code() == c).map_or("?", |x| x.name()).to_string()
+            };
+            return Err(mismatch(
+                "algorithm (set ACCORD_ALGO_* identically everywhere)",
+                name(mine.algo),
+                name(theirs.algo),
+            ));
+        }
+        for (field, a, b) in [
+            ("dtype", mine.dtype as u64, theirs.dtype as u64),
+            ("op", mine.op as u64, theirs.op as u64),
+            ("root", mine.root as u64, theirs.root as u64),
+            ("count", mine.count, theirs.count),
+            ("pipeline chunks (ACCORD_COLL_PIPELINE_CHUNK_BYTES)", mine.param, theirs.param),
+        ] {
+            if a != b {
+                return Err(mismatch(field, a.to_string(), b.to_string()));
+            }
+        }
+        if mine.recv.is_some() && theirs.recv.is_none() || mine.scratch.is_some() && theirs.scratch.is_none() {
+            return Err(self.transport(TransportError::Malformed { peer, reason: "handshake lacks a buffer".into() }));
+        }
+        Ok(())
+    }
+
+    /// Writes `src` to `dst` on `peer` with this rank's immediate of `step`
+    /// (an immediate-only signal when `src` is empty).
+    pub fn put(&self, peer: usize, src: BufSlice<'_>, dst: RemoteSlice<'_>, step: u32) -> Result<(), CollError> {
+        let imm = self.imm(step, self.rank);
+        let r = if src.len == 0 { self.t.signal(peer, imm) } else { self.t.write(peer, src, dst, Some(imm)) };
+        r.map_err(|e| self.fail(e, &[peer]))
+    }
+
+    /// Waits for `peer`'s immediate of `step`.
+    pub fn wait(&self, peer: usize, step: u32) -> Result<(), CollError> {
+        self.wait_n(peer, step, 1)
+    }
+
+    /// Waits for `count` of `peer`'s immediates of `step`.
+    pub fn wait_n(&self, peer: usize, step: u32, count: u32) -> Result<(), CollError> {
+        if count == 0 {
+            return Ok(());
+        }
+        self.t.wait_imm(self.imm(step, peer), count, self.deadline).map_err(|e| self.fail(e, &[peer]))
+    }
+
+    /// Waits for this rank's writes to complete.
+    pub fn flush(&self) -> Result<(), CollError> {
+        self.t.flush(self.deadline).map_err(|e| self.fail(e, &[]))
+    }
+
+    /// Local copy (skipped when both are the same region).
+    pub fn copy(&self, src: BufSlice<'_>, dst: BufSlice<'_>) -> Result<(), CollError> {
+        if src.same_region(&dst) || src.len == 0 {
+            return Ok(());
+        }
+        assert_eq!(src.len, dst.len, "local copy of unequal lengths");
+        self.t.access_local(src, dst, &mut |s, d| d.copy_from_slice(s)).map_err(|e| self.transport(e))
+    }
+
+    /// `dst = dst (op) src`, locally.
+    pub fn reduce(&self, dst: BufSlice<'_>, src: BufSlice<'_>, a: &Args<'_>) -> Result<(), CollError> {
+        if dst.len == 0 {
+            return Ok(());
+        }
+        let mut result = Ok(());
+        self.t
+            .access_local(src, dst, &mut |s, d| result = reduce_into(d, s, a.dtype, a.op))
+            .map_err(|e| self.transport(e))?;
+        result.map_err(|source| CollError::Reduce { collective: self.collective.name(), source })
+    }
+
+    /// Finishes `Avg` on a local result region.
+    pub fn finish_avg(&self, buf: BufSlice<'_>, a: &Args<'_>) -> Result<(), CollError> {
+        if a.op != ReduceOp::Avg || buf.len == 0 {
+            return Ok(());
+        }
+        let mut result = Ok(());
+        let n = self.n;
+        self.t
+            .access_local(buf.buf.slice(0, 0), buf, &mut |_, d| result = finish_avg(d, a.dtype, a.op, n))
+            .map_err(|e| self.transport(e))?;
+        result.map_err(|source| CollError::Reduce { collective: self.collective.name(), source })
+    }
+
+    pub fn transport(&self, source: TransportError) -> CollError {
+        CollError::Transport { collective: self.collective.name(), source }
+    }
+
+    /// Maps a transport error of an operation involving `suspects` (the
+    /// ranks we were waiting for).
+    pub fn fail(&self, e: TransportError, suspects: &[usize]) -> CollError {
+        match e {
+            TransportError::Timeout { .. } if !suspects.is_empty() => self.blame(suspects.to_vec()),
+            TransportError::Aborted { .. } => self.blame(suspects.to_vec()),
+            other => self.transport(other),
+        }
+    }
+
+    /// Works out which rank is at fault once this rank is stuck waiting for
+    /// `missing` (after a timeout, or interrupted by another rank's report).
+    ///
+    /// Every stuck rank reports whom it waits for; after `abort_grace` this
+    /// rank follows the chain of reports from its own suspect (A waits for B,
+    /// B for C, ...) to a rank that reported nothing: a dead rank never
+    /// reports, while a live rank that was itself stuck does. So every rank
+    /// names the root cause, not the neighbour that was waiting on it.
+    fn blame(&self, missing: Vec<usize>) -> CollError {
+        if let Some(&first) = missing.first() {
+            self.t.report_stuck(first);
+        }
+        std::thread::sleep(self.abort_grace);
+        let reports: HashMap<usize, usize> = self.t.stuck_reports().into_iter().collect();
+        let start = match missing.first() {
+            Some(&m) => m,
+            // Not waiting for anyone in particular: start from any report.
+            None => match reports.values().next() {
+                Some(&w) => w,
+                None => return self.transport(TransportError::Stopped),
+            },
+        };
+        let (mut cur, mut reporter, mut hops) = (start, None, 0);
+        while let Some(&next) = reports.get(&cur) {
+            if next == cur || hops > self.n || next == self.rank {
+                break; // a cycle: no single culprit, keep the last one reached
+            }
+            reporter = Some(cur);
+            cur = next;
+            hops += 1;
+        }
+        tracing::warn!(
+            collective = self.collective.name(),
+            seq = self.seq,
+            ?missing,
+            culprit = cur,
+            "collective failed"
+        );
+        match reporter {
+            None => {
+                CollError::Timeout { collective: self.collective.name(), seq: self.seq, missing, timeout: self.timeout }
+            }
+            Some(reported_by) => CollError::PeerFailed {
+                collective: self.collective.name(),
+                seq: self.seq,
+                failed_rank: cur,
+                reported_by,
+            },
+        }
+    }
+}

@@ -1,0 +1,341 @@
+//! Collective algorithms as schedules over a [`crate::CollTransport`].
+//!
+//! Every schedule is host-driven and zero-copy: a rank writes straight from
+//! its registered send (or result) buffer into the peer's registered user
+//! output buffer. A registered **scratch** buffer on the receiver is used only
+//! where a reduction needs the incoming data *before* combining it with local
+//! data (writing into the output directly would destroy the local operand):
+//! - ring all_reduce / reduce_scatter: one slot per block (1x the vector);
+//! - recursive doubling all_reduce: a fold-in slot plus one full-vector slot
+//!   per step (1 + log2 p vectors; that is why it is only the default for
+//!   small messages);
+//! - Rabenseifner: a fold-in slot plus per-step slots that halve (about 2x);
+//! - recursive halving reduce_scatter: a working accumulator, a fold-in slot
+//!   and halving slots (about 4x the input at most);
+//! - binomial reduce: an accumulator plus one slot per child;
+//! - ring (chain) reduce: one slot per chunk (1x).
+//!
+//! Slots are never reused within one collective, so a fast peer can never
+//! overwrite data a slow rank has not consumed; across collectives the
+//! per-call handshake (each rank hands its descriptors to the ranks that will
+//! write into it, only once it has entered the call) orders reuse. Broadcast,
+//! all_gather, all_to_all(v), send/recv and barrier need no scratch.
+//!
+//! Ranks that are not a power of two are folded in (recursive doubling,
+//! Rabenseifner, recursive halving): with `p` the largest power of two not
+//! above `n` and `rem = n - p`, each even rank below `2 rem` hands its data to
+//! the next odd rank, the `p` remaining ranks run the power-of-two schedule,
+//! and the odd ranks hand the result back.
+
+mod all_gather;
+mod all_reduce;
+mod all_to_all;
+mod ctx;
+mod misc;
+mod reduce_scatter;
+mod rooted;
+
+use std::fmt;
+use std::ops::Range;
+
+pub use ctx::AllToAllVLayout;
+pub(crate) use ctx::{Args, Ctx};
+pub(crate) use misc::{barrier, post_recv, send, wait_recv};
+pub(crate) use rooted::pipeline_chunks;
+
+use crate::config::CollConfig;
+use crate::error::ConfigError;
+
+/// A collective operation.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Collective {
+    /// Reduce everywhere.
+    AllReduce,
+    /// Reduce to a root.
+    Reduce,
+    /// Root to everyone.
+    Broadcast,
+    /// Everyone's block to everyone.
+    AllGather,
+    /// Reduce, each rank keeping one block.
+    ReduceScatter,
+    /// Personalised exchange with equal blocks.
+    AllToAll,
+    /// Personalised exchange with per-peer counts and displacements.
+    AllToAllV,
+    /// Point-to-point send and receive.
+    SendRecv,
+    /// Synchronisation.
+    Barrier,
+}
+
+impl Collective {
+    /// Every collective.
+    pub const ALL: [Collective; 9] = [
+        Collective::AllReduce,
+        Collective::Reduce,
+        Collective::Broadcast,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+        Collective::AllToAll,
+        Collective::AllToAllV,
+        Collective::SendRecv,
+        Collective::Barrier,
+    ];
+
+    /// Snake-case name (also the `ACCORD_ALGO_<NAME>` suffix, upper-cased).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Collective::AllReduce => "all_reduce",
+            Collective::Reduce => "reduce",
+            Collective::Broadcast => "broadcast",
+            Collective::AllGather => "all_gather",
+            Collective::ReduceScatter => "reduce_scatter",
+            Collective::AllToAll => "all_to_all",
+            Collective::AllToAllV => "all_to_allv",
+            Collective::SendRecv => "sendrecv",
+            Collective::Barrier => "barrier",
+        }
+    }
+
+    /// Wire code.
+    pub const fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// The algorithms implemented for this collective.
+    pub const fn algorithms(self) -> &'static [Algo] {
+        match self {
+            Collective::AllReduce => &[Algo::Ring, Algo::RecursiveDoubling, Algo::Rabenseifner],
+            Collective::Reduce => &[Algo::BinomialTree, Algo::Ring],
+            Collective::Broadcast => &[Algo::BinomialTree, Algo::Ring],
+            Collective::AllGather => &[Algo::Ring, Algo::RecursiveDoubling, Algo::Bruck],
+            Collective::ReduceScatter => &[Algo::Ring, Algo::RecursiveHalving],
+            Collective::AllToAll | Collective::AllToAllV => &[Algo::Pairwise, Algo::Direct],
+            Collective::SendRecv => &[Algo::Direct],
+            Collective::Barrier => &[Algo::Dissemination],
+        }
+    }
+}
+
+impl fmt::Display for Collective {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A collective algorithm.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Algo {
+    /// Ring: reduce-scatter + all-gather (all_reduce), neighbour exchange
+    /// (all_gather, reduce_scatter), pipelined chain (broadcast, reduce).
+    Ring,
+    /// Recursive doubling (all_reduce, all_gather), with fold-in for any n.
+    RecursiveDoubling,
+    /// Recursive halving reduce-scatter + recursive doubling all-gather.
+    Rabenseifner,
+    /// Binomial tree (broadcast, reduce).
+    BinomialTree,
+    /// Bruck's log-step all_gather, for any n.
+    Bruck,
+    /// Recursive halving (reduce_scatter), with fold-in for any n.
+    RecursiveHalving,
+    /// Pairwise exchange: one peer per step (all_to_all(v)).
+    Pairwise,
+    /// All peers at once (all_to_all(v), send/recv).
+    Direct,
+    /// Dissemination (barrier).
+    Dissemination,
+}
+
+impl Algo {
+    const NAMES: [(Algo, &'static str); 9] = [
+        (Algo::Ring, "ring"),
+        (Algo::RecursiveDoubling, "recursive_doubling"),
+        (Algo::Rabenseifner, "rabenseifner"),
+        (Algo::BinomialTree, "binomial_tree"),
+        (Algo::Bruck, "bruck"),
+        (Algo::RecursiveHalving, "recursive_halving"),
+        (Algo::Pairwise, "pairwise"),
+        (Algo::Direct, "direct"),
+        (Algo::Dissemination, "dissemination"),
+    ];
+
+    /// Snake-case name.
+    pub fn name(self) -> &'static str {
+        Self::NAMES.iter().find(|(a, _)| *a == self).map(|(_, n)| *n).expect("every algo is named")
+    }
+
+    /// Wire code.
+    pub const fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// Parses `name` (case-insensitive; `-` and `_` alike; `tree` and `rd` accepted as
+    /// short forms) and checks it is implemented for `collective`.
+    pub fn parse_for(collective: Collective, name: &str) -> Result<Algo, ConfigError> {
+        let norm = name.to_ascii_lowercase().replace('-', "_");
+        let norm = match norm.as_str() {
+            "tree" | "binomial" => "binomial_tree",
+            "rd" => "recursive_doubling",
+            "rh" => "recursive_halving",
+            "pipelined" | "pipeline" | "chain" => "ring",
+            other => other,
+        };
+        Self::NAMES.iter().find(|(a, n)| *n == norm && collective.algorithms().contains(a)).map(|(a, _)| *a).ok_or_else(
+            || ConfigError::UnknownAlgorithm {
+                collective: collective.name(),
+                name: name.to_string(),
+                valid: collective.algorithms().iter().map(|a| a.name()).collect::<Vec<_>>().join(", "),
+            },
+        )
+    }
+}
+
+impl fmt::Display for Algo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The algorithm for one call: the per-call choice if any, else the
+/// `ACCORD_ALGO_<COLLECTIVE>` override, else by size:
+///
+/// | collective | rule (bytes = the size named in [`crate::config::Thresholds`]) |
+/// |---|---|
+/// | all_reduce | ≤ 32 KiB recursive doubling; ≤ 1 MiB Rabenseifner; else ring |
+/// | reduce, broadcast | ≤ 64 KiB binomial tree; else ring (pipelined chain) |
+/// | all_gather | output ≤ 64 KiB Bruck; else ring |
+/// | reduce_scatter | input ≤ 64 KiB recursive halving; else ring |
+/// | all_to_all(v) | per-peer block ≤ 64 KiB direct; else pairwise |
+/// | barrier | dissemination |
+///
+/// `bytes` is the size the rule for `collective` names. Every rank must reach
+/// the same choice (the handshake checks it).
+pub fn select(collective: Collective, bytes: usize, per_call: Option<Algo>, config: &CollConfig) -> Algo {
+    if let Some(a) = per_call.or_else(|| config.algo_overrides.get(&collective).copied()) {
+        return a;
+    }
+    let t = &config.thresholds;
+    match collective {
+        Collective::AllReduce if bytes <= t.all_reduce_recursive_doubling_bytes_max => Algo::RecursiveDoubling,
+        Collective::AllReduce if bytes <= t.all_reduce_rabenseifner_bytes_max => Algo::Rabenseifner,
+        Collective::AllReduce => Algo::Ring,
+        Collective::Reduce | Collective::Broadcast if bytes <= t.tree_bytes_max => Algo::BinomialTree,
+        Collective::Reduce | Collective::Broadcast => Algo::Ring,
+        Collective::AllGather if bytes <= t.all_gather_bruck_bytes_max => Algo::Bruck,
+        Collective::AllGather => Algo::Ring,
+        Collective::ReduceScatter if bytes <= t.reduce_scatter_halving_bytes_max => Algo::RecursiveHalving,
+        Collective::ReduceScatter => Algo::Ring,
+        Collective::AllToAll | Collective::AllToAllV if bytes <= t.all_to_all_direct_block_bytes_max => Algo::Direct,
+        Collective::AllToAll | Collective::AllToAllV => Algo::Pairwise,
+        Collective::SendRecv => Algo::Direct,
+        Collective::Barrier => Algo::Dissemination,
+    }
+}
+
+/// Scratch bytes `algo` needs for `collective` on `count` elements of `es` bytes.
+pub(crate) fn scratch_bytes(collective: Collective, algo: Algo, count: usize, es: usize, n: usize) -> usize {
+    let bytes = count * es;
+    match collective {
+        Collective::AllReduce => all_reduce::scratch_bytes(algo, bytes, count, es, n),
+        Collective::Reduce => rooted::reduce_scratch_bytes(algo, bytes, n),
+        Collective::ReduceScatter => reduce_scatter::scratch_bytes(algo, n * bytes, bytes, n),
+        _ => 0,
+    }
+}
+
+/// Runs the schedule of `cx.algo` for `cx.collective`.
+pub(crate) fn dispatch<T: crate::CollTransport + ?Sized>(
+    cx: &Ctx<'_, T>,
+    a: &Args<'_>,
+) -> Result<(), crate::CollError> {
+    match (cx.collective, cx.algo) {
+        (Collective::AllReduce, Algo::Ring) => all_reduce::ring(cx, a),
+        (Collective::AllReduce, Algo::RecursiveDoubling) => all_reduce::recursive_doubling(cx, a),
+        (Collective::AllReduce, Algo::Rabenseifner) => all_reduce::rabenseifner(cx, a),
+        (Collective::Reduce, Algo::BinomialTree) => rooted::reduce_binomial(cx, a),
+        (Collective::Reduce, Algo::Ring) => rooted::reduce_ring(cx, a),
+        (Collective::Broadcast, Algo::BinomialTree) => rooted::broadcast_binomial(cx, a),
+        (Collective::Broadcast, Algo::Ring) => rooted::broadcast_ring(cx, a),
+        (Collective::AllGather, Algo::Ring) => all_gather::ring(cx, a),
+        (Collective::AllGather, Algo::RecursiveDoubling) => all_gather::recursive_doubling(cx, a),
+        (Collective::AllGather, Algo::Bruck) => all_gather::bruck(cx, a),
+        (Collective::ReduceScatter, Algo::Ring) => reduce_scatter::ring(cx, a),
+        (Collective::ReduceScatter, Algo::RecursiveHalving) => reduce_scatter::recursive_halving(cx, a),
+        (Collective::AllToAll | Collective::AllToAllV, Algo::Pairwise | Algo::Direct) => all_to_all::run(cx, a),
+        (c, algo) => Err(crate::CollError::Config(Algo::parse_for(c, algo.name()).unwrap_err())),
+    }
+}
+
+/// Element range of part `index` when `count` elements are split into `parts`
+/// balanced parts (sizes differ by at most one).
+pub(crate) fn part(count: usize, parts: usize, index: usize) -> Range<usize> {
+    let at = |i: usize| (count as u128 * i as u128 / parts as u128) as usize;
+    at(index)..at(index + 1)
+}
+
+/// `(p, rem)`: the largest power of two `p <= n` and `n - p`.
+pub(crate) fn pow2_floor(n: usize) -> (usize, usize) {
+    let p = if n == 0 { 0 } else { 1usize << (usize::BITS - 1 - n.leading_zeros()) };
+    (p, n - p)
+}
+
+/// Fold-in of a non-power-of-two world: this rank's role.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Fold {
+    /// An even rank below `2 rem`: hands its data to `rank + 1`, gets the result back.
+    Out,
+    /// A rank in the power-of-two group, with its index there; `partner_out`
+    /// is the folded-out rank it serves (if any).
+    In { new_rank: usize, partner_out: Option<usize> },
+}
+
+/// Fold geometry for `n` ranks.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct FoldMap {
+    pub p: usize,
+    pub rem: usize,
+}
+
+impl FoldMap {
+    pub fn new(n: usize) -> FoldMap {
+        let (p, rem) = pow2_floor(n);
+        FoldMap { p, rem }
+    }
+    /// log2(p).
+    pub fn steps(&self) -> u32 {
+        self.p.trailing_zeros()
+    }
+    pub fn role(&self, rank: usize) -> Fold {
+        if rank < 2 * self.rem {
+            if rank % 2 == 0 {
+                Fold::Out
+            } else {
+                Fold::In { new_rank: rank / 2, partner_out: Some(rank - 1) }
+            }
+        } else {
+            Fold::In { new_rank: rank - self.rem, partner_out: None }
+        }
+    }
+    /// Real rank of group member `new_rank`.
+    pub fn real(&self, new_rank: usize) -> usize {
+        if new_rank < self.rem {
+            2 * new_rank + 1
+        } else {
+            new_rank + self.rem
+        }
+    }
+    /// First real block of virtual block `v` (virtual blocks of the group are
+    /// contiguous runs of real per-rank blocks: two for folded pairs).
+    pub fn vstart(&self, v: usize) -> usize {
+        if v <= self.rem {
+            2 * v
+        } else {
+            v + self.rem
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

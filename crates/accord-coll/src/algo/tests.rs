@@ -1,0 +1,471 @@
+//! Every collective x algorithm x dtype x op against a locally computed
+//! reference, for 1..=7 ranks on threads over `LocalTransport`.
+
+use half::{bf16, f16};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::*;
+use crate::{Bufs, CollTransport, Communicator, DType, LocalBuf, LocalFabric, LocalTransport, ReduceOp};
+
+const RANKS_MAX: usize = 7;
+const SEED: u64 = 0x00ac_c04d;
+
+fn world<R: Send>(n: usize, f: impl Fn(&mut Communicator<LocalTransport>) -> R + Sync) -> Vec<R> {
+    let ts = LocalFabric::create(n).unwrap();
+    let cfg = CollConfig { timeout: std::time::Duration::from_secs(20), ..CollConfig::default() };
+    std::thread::scope(|s| {
+        let hs: Vec<_> = ts
+            .into_iter()
+            .map(|t| {
+                let cfg = cfg.clone();
+                let f = &f;
+                s.spawn(move || f(&mut Communicator::new(t, cfg).unwrap()))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("rank thread panicked")).collect()
+    })
+}
+
+/// A value in a dtype, decoded for comparison.
+#[derive(Copy, Clone, Debug)]
+enum V {
+    F(f64),
+    I(i64),
+}
+
+fn eps(d: DType) -> f64 {
+    match d {
+        DType::F16 => 2f64.powi(-10),
+        DType::BF16 => 2f64.powi(-7),
+        DType::F32 => 2f64.powi(-23),
+        _ => 2f64.powi(-52),
+    }
+}
+
+fn encode(d: DType, v: V, out: &mut Vec<u8>) {
+    match (d, v) {
+        (DType::F32, V::F(x)) => out.extend_from_slice(&(x as f32).to_ne_bytes()),
+        (DType::F64, V::F(x)) => out.extend_from_slice(&x.to_ne_bytes()),
+        (DType::F16, V::F(x)) => out.extend_from_slice(&f16::from_f64(x).to_ne_bytes()),
+        (DType::BF16, V::F(x)) => out.extend_from_slice(&bf16::from_f64(x).to_ne_bytes()),
+        (DType::I8, V::I(x)) => out.push(x as i8 as u8),
+        (DType::U8, V::I(x)) => out.push(x as u8),
+        (DType::I32, V::I(x)) => out.extend_from_slice(&(x as i32).to_ne_bytes()),
+        (DType::I64, V::I(x)) => out.extend_from_slice(&x.to_ne_bytes()),
+        _ => unreachable!(),
+    }
+}
+
+fn decode(d: DType, b: &[u8]) -> V {
+    match d {
+        DType::F32 => V::F(f32::from_ne_bytes(b.try_into().unwrap()) as f64),
+        DType::F64 => V::F(f64::from_ne_bytes(b.try_into().unwrap())),
+        DType::F16 => V::F(f16::from_ne_bytes(b.try_into().unwrap()).to_f64()),
+        DType::BF16 => V::F(bf16::from_ne_bytes(b.try_into().unwrap()).to_f64()),
+        DType::I8 => V::I(b[0] as i8 as i64),
+        DType::U8 => V::I(b[0] as i64),
+        DType::I32 => V::I(i32::from_ne_bytes(b.try_into().unwrap()) as i64),
+        DType::I64 => V::I(i64::from_ne_bytes(b.try_into().unwrap())),
+    }
+}
+
+/// Deterministic input of `rank`: floats exactly representable (quarters, or
+/// powers of two for prod) so partial sums are exact; integers full-range so
+/// wrapping is exercised.
+fn input(d: DType, op: ReduceOp, salt: u64, rank: usize, count: usize) -> Vec<u8> {
+    let mut rng = ChaCha8Rng::seed_from_u64(SEED ^ salt.wrapping_mul(0x9e37_79b9) ^ (rank as u64) << 48);
+    let mut out = Vec::with_capacity(count * d.size_bytes());
+    for _ in 0..count {
+        let v = if d.is_float() {
+            if op == ReduceOp::Prod {
+                V::F([-2.0, -1.0, -0.5, 0.5, 1.0, 2.0][rng.gen_range(0..6)])
+            } else {
+                V::F(rng.gen_range(-32i32..=32) as f64 / 4.0)
+            }
+        } else {
+            V::I(rng.gen::<i64>())
+        };
+        encode(d, v, &mut out);
+    }
+    out
+}
+
+/// Reference reduction of element `i` over `inputs`, and its tolerance.
+fn reference(d: DType, op: ReduceOp, inputs: &[Vec<u8>], i: usize) -> (V, f64) {
+    let es = d.size_bytes();
+    let vals: Vec<V> = inputs.iter().map(|x| decode(d, &x[i * es..(i + 1) * es])).collect();
+    let n = vals.len();
+    let wrap = |x: i64| {
+        let mut b = Vec::new();
+        encode(d, V::I(x), &mut b);
+        match decode(d, &b) {
+            V::I(v) => v,
+            V::F(_) => unreachable!(),
+        }
+    };
+    match vals[0] {
+        V::F(_) => {
+            let xs: Vec<f64> = vals.iter().map(|v| if let V::F(x) = v { *x } else { unreachable!() }).collect();
+            let r = match op {
+                ReduceOp::Sum => xs.iter().sum(),
+                ReduceOp::Avg => xs.iter().sum::<f64>() / n as f64,
+                ReduceOp::Prod => xs.iter().product(),
+                ReduceOp::Min => xs.iter().cloned().fold(f64::INFINITY, f64::min),
+                ReduceOp::Max => xs.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
+            };
+            let abs_sum: f64 = xs.iter().map(|x| x.abs()).sum();
+            (V::F(r), n as f64 * eps(d) * abs_sum + 2.0 * eps(d) * r.abs())
+        }
+        V::I(_) => {
+            let xs: Vec<i64> = vals.iter().map(|v| if let V::I(x) = v { *x } else { unreachable!() }).collect();
+            let r = match op {
+                ReduceOp::Sum => wrap(xs.iter().fold(0i64, |a, b| a.wrapping_add(*b))),
+                ReduceOp::Avg => wrap(xs.iter().fold(0i64, |a, b| a.wrapping_add(*b))) / n as i64,
+                ReduceOp::Prod => wrap(xs.iter().fold(1i64, |a, b| a.wrapping_mul(*b))),
+                ReduceOp::Min => *xs.iter().min().unwrap(),
+                ReduceOp::Max => *xs.iter().max().unwrap(),
+            };
+            (V::I(r), 0.0)
+        }
+    }
+}
+
+fn check_elem(d: DType, got: &[u8], want: (V, f64), what: &dyn Fn() -> String) {
+    match (decode(d, got), want) {
+        (V::F(g), (V::F(w), tol)) => assert!((g - w).abs() <= tol, "{}: got {g}, want {w} (tol {tol})", what()),
+        (V::I(g), (V::I(w), _)) => assert_eq!(g, w, "{}", what()),
+        _ => unreachable!(),
+    }
+}
+
+fn read(comm: &Communicator<LocalTransport>, buf: &LocalBuf) -> Vec<u8> {
+    let mut out = vec![0u8; buf.len()];
+    comm.transport().read_local(buf.all(), &mut out).unwrap();
+    out
+}
+
+/// Element counts: empty, one, not divisible by n, and a few hundred.
+fn counts(n: usize) -> [usize; 4] {
+    [0, 1, 3 * n + 1, 257]
+}
+
+/// A registered output pre-filled with garbage.
+fn out_buf(comm: &Communicator<LocalTransport>, bytes: usize) -> LocalBuf {
+    comm.register(vec![0xa5; bytes]).unwrap()
+}
+
+fn free(comm: &Communicator<LocalTransport>, bufs: Vec<LocalBuf>) {
+    for b in bufs {
+        comm.deregister(b).unwrap();
+    }
+}
+
+/// Runs the reduction collectives (all_reduce, reduce, reduce_scatter) for
+/// one world, every algorithm/dtype/op/count, checking every element.
+fn reduction_matrix(coll: Collective, n: usize, dtypes: &[DType], extra_counts: &[usize]) {
+    world(n, |comm| {
+        let me = comm.rank();
+        let mut case = 0u64;
+        for &algo in coll.algorithms() {
+            for &d in dtypes {
+                for op in ReduceOp::ALL {
+                    for &count in counts(n).iter().chain(extra_counts) {
+                        case += 1;
+                        let es = d.size_bytes();
+                        let in_count = if coll == Collective::ReduceScatter { count * n } else { count };
+                        let inputs: Vec<Vec<u8>> = (0..n).map(|r| input(d, op, case, r, in_count)).collect();
+                        let root = (case as usize) % n;
+                        let send = comm.register(inputs[me].clone()).unwrap();
+                        let in_place = case % 2 == 0 && coll != Collective::ReduceScatter;
+                        let recv = if in_place { None } else { Some(out_buf(comm, count * es)) };
+                        let bufs = match &recv {
+                            Some(r) => Bufs { send: send.all(), recv: r.all() },
+                            None => Bufs::in_place(send.all()),
+                        };
+                        let what = |i: usize| {
+                            move || {
+                                format!("{coll} {algo} n={n} rank={me} {d} {op} count={count} root={root} in_place={in_place} elem {i}")
+                            }
+                        };
+                        match coll {
+                            Collective::AllReduce => comm.all_reduce(bufs, count, d, op, Some(algo)),
+                            Collective::Reduce => comm.reduce(bufs, count, d, op, root, Some(algo)),
+                            _ => comm.reduce_scatter(bufs, count, d, op, Some(algo)),
+                        }
+                        .unwrap_or_else(|e| panic!("{}: {e}", what(0)()));
+                        let got = read(comm, recv.as_ref().unwrap_or(&send));
+                        if coll != Collective::Reduce || me == root {
+                            for i in 0..count {
+                                let src_i = if coll == Collective::ReduceScatter { me * count + i } else { i };
+                                check_elem(d, &got[i * es..(i + 1) * es], reference(d, op, &inputs, src_i), &what(i));
+                            }
+                        }
+                        free(comm, recv.into_iter().chain([send]).collect());
+                    }
+                }
+            }
+        }
+    });
+}
+
+#[test]
+fn all_reduce_every_algo_dtype_op() {
+    for n in 1..=RANKS_MAX {
+        reduction_matrix(Collective::AllReduce, n, &DType::ALL, &[]);
+    }
+}
+
+#[test]
+fn reduce_every_algo_dtype_op() {
+    for n in 1..=RANKS_MAX {
+        reduction_matrix(Collective::Reduce, n, &DType::ALL, &[]);
+    }
+}
+
+#[test]
+fn reduce_scatter_every_algo_dtype_op() {
+    for n in 1..=RANKS_MAX {
+        reduction_matrix(Collective::ReduceScatter, n, &DType::ALL, &[]);
+    }
+}
+
+#[test]
+fn reductions_of_a_few_mib() {
+    // 3 MiB of f32 and 1 MiB of i64 per rank, every algorithm.
+    for n in [3, 4, 7] {
+        for coll in [Collective::AllReduce, Collective::Reduce] {
+            world_large(coll, n);
+        }
+    }
+    reduction_matrix_sized(Collective::ReduceScatter, 5, (256 * 1024) / 5);
+}
+
+fn world_large(coll: Collective, n: usize) {
+    reduction_matrix_sized(coll, n, 3 * 1024 * 1024 / 4);
+}
+
+fn reduction_matrix_sized(coll: Collective, n: usize, count: usize) {
+    world(n, |comm| {
+        let me = comm.rank();
+        for (k, &algo) in coll.algorithms().iter().enumerate() {
+            let (d, op) = if k % 2 == 0 { (DType::F32, ReduceOp::Sum) } else { (DType::I64, ReduceOp::Max) };
+            let count = count * 4 / d.size_bytes();
+            let in_count = if coll == Collective::ReduceScatter { count * n } else { count };
+            let inputs: Vec<Vec<u8>> = (0..n).map(|r| input(d, op, 1000 + k as u64, r, in_count)).collect();
+            let send = comm.register(inputs[me].clone()).unwrap();
+            let recv = out_buf(comm, count * d.size_bytes());
+            let bufs = Bufs { send: send.all(), recv: recv.all() };
+            match coll {
+                Collective::AllReduce => comm.all_reduce(bufs, count, d, op, Some(algo)),
+                Collective::Reduce => comm.reduce(bufs, count, d, op, 0, Some(algo)),
+                _ => comm.reduce_scatter(bufs, count, d, op, Some(algo)),
+            }
+            .unwrap();
+            if coll != Collective::Reduce || me == 0 {
+                let got = read(comm, &recv);
+                let es = d.size_bytes();
+                for i in (0..count).step_by(7) {
+                    let src_i = if coll == Collective::ReduceScatter { me * count + i } else { i };
+                    let what = || format!("{coll} {algo} n={n} {d} {op} elem {i}");
+                    check_elem(d, &got[i * es..(i + 1) * es], reference(d, op, &inputs, src_i), &what);
+                }
+            }
+            free(comm, vec![send, recv]);
+        }
+    });
+}
+
+#[test]
+fn broadcast_every_algo_dtype() {
+    for n in 1..=RANKS_MAX {
+        world(n, |comm| {
+            let me = comm.rank();
+            let mut case = 0u64;
+            for &algo in Collective::Broadcast.algorithms() {
+                for d in DType::ALL {
+                    for count in counts(n).into_iter().chain([300_000]) {
+                        case += 1;
+                        let root = case as usize % n;
+                        let data = input(d, ReduceOp::Sum, case, root, count);
+                        let es = d.size_bytes();
+                        let send = comm.register(if me == root { data.clone() } else { vec![0; count * es] }).unwrap();
+                        let recv = out_buf(comm, count * es);
+                        let in_place = case % 2 == 0;
+                        let bufs = if in_place {
+                            Bufs::in_place(send.all())
+                        } else {
+                            Bufs { send: send.all(), recv: recv.all() }
+                        };
+                        comm.broadcast(bufs, count, d, root, Some(algo)).unwrap();
+                        let got = read(comm, if in_place { &send } else { &recv });
+                        assert!(got == data, "broadcast {algo} n={n} rank={me} {d} count={count} root={root}");
+                        free(comm, vec![send, recv]);
+                    }
+                }
+            }
+        });
+    }
+}
+
+#[test]
+fn all_gather_every_algo_dtype() {
+    for n in 1..=RANKS_MAX {
+        world(n, |comm| {
+            let me = comm.rank();
+            let mut case = 0u64;
+            for &algo in Collective::AllGather.algorithms() {
+                for d in DType::ALL {
+                    for count in counts(n).into_iter().chain([100_000]) {
+                        case += 1;
+                        let es = d.size_bytes();
+                        let inputs: Vec<Vec<u8>> = (0..n).map(|r| input(d, ReduceOp::Sum, case, r, count)).collect();
+                        let in_place = case % 2 == 0;
+                        let recv = out_buf(comm, n * count * es);
+                        let send = comm.register(inputs[me].clone()).unwrap();
+                        if in_place {
+                            comm.transport().write_local(recv.slice(me * count * es, count * es), &inputs[me]).unwrap();
+                        }
+                        let send_slice = if in_place { recv.slice(me * count * es, count * es) } else { send.all() };
+                        comm.all_gather(Bufs { send: send_slice, recv: recv.all() }, count, d, Some(algo)).unwrap();
+                        assert!(
+                            read(comm, &recv) == inputs.concat(),
+                            "all_gather {algo} n={n} rank={me} {d} count={count}"
+                        );
+                        free(comm, vec![send, recv]);
+                    }
+                }
+            }
+        });
+    }
+}
+
+#[test]
+fn all_to_all_every_algo_dtype() {
+    for n in 1..=RANKS_MAX {
+        world(n, |comm| {
+            let me = comm.rank();
+            let mut case = 0u64;
+            for &algo in Collective::AllToAll.algorithms() {
+                for d in DType::ALL {
+                    for count in counts(n).into_iter().chain([40_000]) {
+                        case += 1;
+                        let bb = count * d.size_bytes();
+                        let inputs: Vec<Vec<u8>> =
+                            (0..n).map(|r| input(d, ReduceOp::Sum, case, r, count * n)).collect();
+                        let send = comm.register(inputs[me].clone()).unwrap();
+                        let recv = out_buf(comm, n * bb);
+                        comm.all_to_all(Bufs { send: send.all(), recv: recv.all() }, count, d, Some(algo)).unwrap();
+                        let want: Vec<u8> = (0..n).flat_map(|j| inputs[j][me * bb..(me + 1) * bb].to_vec()).collect();
+                        assert!(read(comm, &recv) == want, "all_to_all {algo} n={n} rank={me} {d} count={count}");
+                        free(comm, vec![send, recv]);
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// Elements rank `from` sends to rank `to` in case `case` (some zero).
+fn v_count(case: u64, from: usize, to: usize) -> usize {
+    let mut rng = ChaCha8Rng::seed_from_u64(case * 1000 + from as u64 * 31 + to as u64);
+    if rng.gen_bool(0.2) {
+        0
+    } else {
+        rng.gen_range(1..50)
+    }
+}
+
+#[test]
+fn all_to_allv_every_algo_dtype() {
+    for n in 1..=RANKS_MAX {
+        world(n, |comm| {
+            let me = comm.rank();
+            let mut case = 0u64;
+            for &algo in Collective::AllToAllV.algorithms() {
+                for d in DType::ALL {
+                    case += 1;
+                    let es = d.size_bytes();
+                    // Packed with a one-element gap after every block, to exercise displacements.
+                    let displs = |c: &[usize]| {
+                        c.iter()
+                            .scan(0, |at, c| {
+                                let d = *at;
+                                *at += c + 1;
+                                Some(d)
+                            })
+                            .collect::<Vec<_>>()
+                    };
+                    let send_counts: Vec<usize> = (0..n).map(|j| v_count(case, me, j)).collect();
+                    let recv_counts: Vec<usize> = (0..n).map(|j| v_count(case, j, me)).collect();
+                    let layout = AllToAllVLayout {
+                        send_displs: displs(&send_counts),
+                        recv_displs: displs(&recv_counts),
+                        send_counts: send_counts.clone(),
+                        recv_counts: recv_counts.clone(),
+                    };
+                    let send_total: usize = send_counts.iter().map(|c| c + 1).sum();
+                    let recv_total: usize = recv_counts.iter().map(|c| c + 1).sum();
+                    let inputs: Vec<Vec<u8>> = (0..n).map(|r| input(d, ReduceOp::Sum, case, r, 50 * n + n)).collect();
+                    let send = comm.register(inputs[me][..send_total * es].to_vec()).unwrap();
+                    let recv = out_buf(comm, recv_total * es);
+                    comm.all_to_allv(Bufs { send: send.all(), recv: recv.all() }, &layout, d, Some(algo)).unwrap();
+                    let got = read(comm, &recv);
+                    for j in 0..n {
+                        // Rank j's send displacement towards me.
+                        let j_counts: Vec<usize> = (0..n).map(|k| v_count(case, j, k)).collect();
+                        let j_displ = displs(&j_counts)[me];
+                        let want = &inputs[j][j_displ * es..(j_displ + recv_counts[j]) * es];
+                        let at = layout.recv_displs[j] * es;
+                        assert!(&got[at..at + want.len()] == want, "all_to_allv {algo} n={n} rank={me} from {j} {d}");
+                    }
+                    free(comm, vec![send, recv]);
+                }
+            }
+        });
+    }
+}
+
+#[test]
+fn default_selection_follows_thresholds() {
+    let c = CollConfig::default();
+    assert_eq!(select(Collective::AllReduce, 1024, None, &c), Algo::RecursiveDoubling);
+    assert_eq!(select(Collective::AllReduce, 512 * 1024, None, &c), Algo::Rabenseifner);
+    assert_eq!(select(Collective::AllReduce, 64 << 20, None, &c), Algo::Ring);
+    assert_eq!(select(Collective::AllReduce, 64 << 20, Some(Algo::Rabenseifner), &c), Algo::Rabenseifner);
+    assert_eq!(select(Collective::Broadcast, 1 << 20, None, &c), Algo::Ring);
+    assert_eq!(select(Collective::AllGather, 100, None, &c), Algo::Bruck);
+    assert_eq!(select(Collective::AllToAll, 1 << 20, None, &c), Algo::Pairwise);
+    let mut c2 = c.clone();
+    c2.algo_overrides.insert(Collective::AllReduce, Algo::Ring);
+    assert_eq!(select(Collective::AllReduce, 8, None, &c2), Algo::Ring);
+}
+
+#[test]
+fn algorithm_names_parse_per_collective() {
+    for coll in Collective::ALL {
+        for &a in coll.algorithms() {
+            assert_eq!(Algo::parse_for(coll, a.name()).unwrap(), a);
+        }
+    }
+    assert_eq!(Algo::parse_for(Collective::Broadcast, "tree").unwrap(), Algo::BinomialTree);
+    assert_eq!(Algo::parse_for(Collective::AllReduce, "Recursive-Doubling").unwrap(), Algo::RecursiveDoubling);
+    assert!(Algo::parse_for(Collective::AllReduce, "bruck").is_err());
+}
+
+#[test]
+fn fold_map_covers_every_rank() {
+    for n in 1..40 {
+        let f = FoldMap::new(n);
+        assert_eq!(f.p + f.rem, n);
+        let mut seen = vec![false; n];
+        for v in 0..f.p {
+            seen[f.real(v)] = true;
+            assert_eq!(f.role(f.real(v)), Fold::In { new_rank: v, partner_out: (v < f.rem).then(|| 2 * v) });
+        }
+        for (r, seen) in seen.iter().enumerate() {
+            assert!(*seen || f.role(r) == Fold::Out);
+        }
+        assert_eq!(f.vstart(f.p), n);
+    }
+}

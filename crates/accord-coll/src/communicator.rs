@@ -1,0 +1,570 @@
+//! [`Communicator`]: the collectives of one group of ranks over a
+//! [`CollTransport`].
+//!
+//! Buffers are registered with the communicator's transport
+//! ([`Communicator::register`]) and passed as [`BufSlice`]s; peers write
+//! straight into them. Counts are in elements of the given [`DType`]. Every
+//! rank must call the same collectives in the same order with matching
+//! arguments; the per-call handshake detects most mismatches and reports them
+//! as [`CollError::Mismatch`]. After a failure that involved peers (timeout,
+//! abort, mismatch) the communicator is poisoned: recreate it.
+
+use std::time::Instant;
+
+use crate::algo::{self, Algo, Args, Collective, Ctx};
+use crate::config::CollConfig;
+use crate::dtype::{DType, Element};
+use crate::error::{CollError, TransportError};
+use crate::reduce::ReduceOp;
+use crate::transport::{BufSlice, CollTransport, LocalBuf, WORLD_SIZE_MAX};
+
+pub use crate::algo::AllToAllVLayout;
+
+/// Input and output of a collective (the same slice for in-place use).
+#[derive(Copy, Clone, Debug)]
+pub struct Bufs<'a> {
+    /// Input.
+    pub send: BufSlice<'a>,
+    /// Output.
+    pub recv: BufSlice<'a>,
+}
+
+impl<'a> Bufs<'a> {
+    /// Input and output are the same slice.
+    pub fn in_place(buf: BufSlice<'a>) -> Bufs<'a> {
+        Bufs { send: buf, recv: buf }
+    }
+}
+
+/// The communicator of one rank.
+pub struct Communicator<T: CollTransport> {
+    t: T,
+    config: CollConfig,
+    seq: u64,
+    p2p_send_seq: Vec<u64>,
+    p2p_recv_seq: Vec<u64>,
+    scratch: Option<LocalBuf>,
+    poisoned: Option<String>,
+}
+
+/// What one call asks for, before dispatch.
+struct Call<'a> {
+    collective: Collective,
+    bufs: Bufs<'a>,
+    count: usize,
+    dtype: DType,
+    op: ReduceOp,
+    root: usize,
+    algo: Option<Algo>,
+    send_bytes: usize,
+    recv_bytes: usize,
+    layout: Option<&'a AllToAllVLayout>,
+}
+
+impl<T: CollTransport> Communicator<T> {
+    /// A communicator over `transport`.
+    pub fn new(transport: T, config: CollConfig) -> Result<Self, CollError> {
+        let n = transport.world_size();
+        if n == 0 || n > WORLD_SIZE_MAX || transport.rank() >= n {
+            return Err(CollError::InvalidArgument {
+                collective: "communicator",
+                reason: format!(
+                    "rank {} of world {n} is invalid; worlds have 1..={WORLD_SIZE_MAX} ranks",
+                    transport.rank()
+                ),
+            });
+        }
+        Ok(Communicator {
+            t: transport,
+            config,
+            seq: 0,
+            p2p_send_seq: vec![0; n],
+            p2p_recv_seq: vec![0; n],
+            scratch: None,
+            poisoned: None,
+        })
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.t.rank()
+    }
+
+    /// Number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.t.world_size()
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &CollConfig {
+        &self.config
+    }
+
+    /// The transport.
+    pub fn transport(&self) -> &T {
+        &self.t
+    }
+
+    /// Number of collectives called so far (the next call's sequence number).
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Registers `memory` so collectives can use it (no copy).
+    pub fn register(&self, memory: Vec<u8>) -> Result<LocalBuf, CollError> {
+        self.t.register(memory).map_err(|source| CollError::Transport { collective: "register", source })
+    }
+
+    /// Registers a copy of `data` (a convenience; [`Self::register`] avoids the copy).
+    pub fn register_typed<E: Element>(&self, data: &[E]) -> Result<LocalBuf, CollError> {
+        self.register(bytemuck::cast_slice(data).to_vec())
+    }
+
+    /// Reads a registered slice as elements.
+    pub fn read_typed<E: Element>(&self, slice: BufSlice<'_>) -> Result<Vec<E>, CollError> {
+        let mut bytes = vec![0u8; slice.len];
+        self.t.read_local(slice, &mut bytes).map_err(|source| CollError::Transport { collective: "read", source })?;
+        let elems = slice.len / std::mem::size_of::<E>();
+        let mut out = vec![E::zeroed(); elems];
+        bytemuck::cast_slice_mut::<E, u8>(&mut out).copy_from_slice(&bytes[..elems * std::mem::size_of::<E>()]);
+        Ok(out)
+    }
+
+    /// Deregisters a buffer and returns its memory.
+    pub fn deregister(&self, buf: LocalBuf) -> Result<Vec<u8>, CollError> {
+        self.t.deregister(buf).map_err(|source| CollError::Transport { collective: "deregister", source })
+    }
+
+    /// all_reduce of `count` elements: every output holds the element-wise reduction of all inputs.
+    pub fn all_reduce(
+        &mut self,
+        bufs: Bufs<'_>,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+        algo: Option<Algo>,
+    ) -> Result<(), CollError> {
+        let b = count * dtype.size_bytes();
+        self.run(Call {
+            collective: Collective::AllReduce,
+            bufs,
+            count,
+            dtype,
+            op,
+            root: 0,
+            algo,
+            send_bytes: b,
+            recv_bytes: b,
+            layout: None,
+        })
+    }
+
+    /// reduce of `count` elements to `root` (the output matters only there).
+    pub fn reduce(
+        &mut self,
+        bufs: Bufs<'_>,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+        root: usize,
+        algo: Option<Algo>,
+    ) -> Result<(), CollError> {
+        let b = count * dtype.size_bytes();
+        let recv_bytes = if self.rank() == root { b } else { 0 };
+        self.run(Call {
+            collective: Collective::Reduce,
+            bufs,
+            count,
+            dtype,
+            op,
+            root,
+            algo,
+            send_bytes: b,
+            recv_bytes,
+            layout: None,
+        })
+    }
+
+    /// broadcast of `count` elements from `root`'s input to every output.
+    pub fn broadcast(
+        &mut self,
+        bufs: Bufs<'_>,
+        count: usize,
+        dtype: DType,
+        root: usize,
+        algo: Option<Algo>,
+    ) -> Result<(), CollError> {
+        let b = count * dtype.size_bytes();
+        let send_bytes = if self.rank() == root { b } else { 0 };
+        self.run(Call {
+            collective: Collective::Broadcast,
+            bufs,
+            count,
+            dtype,
+            op: ReduceOp::Sum,
+            root,
+            algo,
+            send_bytes,
+            recv_bytes: b,
+            layout: None,
+        })
+    }
+
+    /// all_gather: each input has `count` elements; each output `count * n`, by rank.
+    pub fn all_gather(
+        &mut self,
+        bufs: Bufs<'_>,
+        count: usize,
+        dtype: DType,
+        algo: Option<Algo>,
+    ) -> Result<(), CollError> {
+        let b = count * dtype.size_bytes();
+        let n = self.world_size();
+        self.run(Call {
+            collective: Collective::AllGather,
+            bufs,
+            count,
+            dtype,
+            op: ReduceOp::Sum,
+            root: 0,
+            algo,
+            send_bytes: b,
+            recv_bytes: b * n,
+            layout: None,
+        })
+    }
+
+    /// reduce_scatter: each input has `count * n` elements; rank r's output gets the reduction of block r (`count` elements).
+    pub fn reduce_scatter(
+        &mut self,
+        bufs: Bufs<'_>,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+        algo: Option<Algo>,
+    ) -> Result<(), CollError> {
+        let b = count * dtype.size_bytes();
+        let n = self.world_size();
+        self.run(Call {
+            collective: Collective::ReduceScatter,
+            bufs,
+            count,
+            dtype,
+            op,
+            root: 0,
+            algo,
+            send_bytes: b * n,
+            recv_bytes: b,
+            layout: None,
+        })
+    }
+
+    /// all_to_all: block j (`count` elements) of each input goes to rank j, landing at block r of its output.
+    pub fn all_to_all(
+        &mut self,
+        bufs: Bufs<'_>,
+        count: usize,
+        dtype: DType,
+        algo: Option<Algo>,
+    ) -> Result<(), CollError> {
+        let b = count * dtype.size_bytes() * self.world_size();
+        self.run(Call {
+            collective: Collective::AllToAll,
+            bufs,
+            count,
+            dtype,
+            op: ReduceOp::Sum,
+            root: 0,
+            algo,
+            send_bytes: b,
+            recv_bytes: b,
+            layout: None,
+        })
+    }
+
+    /// all_to_allv with per-peer counts and displacements (elements). The
+    /// count this rank sends to j must equal the count j expects from it.
+    pub fn all_to_allv(
+        &mut self,
+        bufs: Bufs<'_>,
+        layout: &AllToAllVLayout,
+        dtype: DType,
+        algo: Option<Algo>,
+    ) -> Result<(), CollError> {
+        let n = self.world_size();
+        let es = dtype.size_bytes();
+        let lens = [&layout.send_counts, &layout.send_displs, &layout.recv_counts, &layout.recv_displs];
+        if lens.iter().any(|v| v.len() != n) {
+            return Err(CollError::InvalidArgument {
+                collective: "all_to_allv",
+                reason: format!("counts and displacements need {n} entries each (one per rank)"),
+            });
+        }
+        let extent = |c: &[usize], d: &[usize]| c.iter().zip(d).map(|(c, d)| (c + d) * es).max().unwrap_or(0);
+        let send_bytes = extent(&layout.send_counts, &layout.send_displs);
+        let recv_bytes = extent(&layout.recv_counts, &layout.recv_displs);
+        if layout.send_counts[self.rank()] != layout.recv_counts[self.rank()] {
+            return Err(CollError::InvalidArgument {
+                collective: "all_to_allv",
+                reason: "send_counts[rank] must equal recv_counts[rank] (the block this rank keeps)".into(),
+            });
+        }
+        self.run(Call {
+            collective: Collective::AllToAllV,
+            bufs,
+            count: 0,
+            dtype,
+            op: ReduceOp::Sum,
+            root: 0,
+            algo,
+            send_bytes,
+            recv_bytes,
+            layout: Some(layout),
+        })
+    }
+
+    /// Dissemination barrier.
+    pub fn barrier(&mut self) -> Result<(), CollError> {
+        self.check_usable()?;
+        let seq = self.next_seq();
+        if self.world_size() == 1 {
+            return Ok(());
+        }
+        let cx = self.ctx(Collective::Barrier, Algo::Dissemination, seq);
+        let r = algo::barrier(&cx);
+        self.outcome(r)
+    }
+
+    /// Sends `count` elements to `peer`, which must call [`Self::recv`] (or
+    /// [`Self::send_recv`]). Blocks until the receiver is ready and the data is placed.
+    pub fn send(&mut self, peer: usize, buf: BufSlice<'_>, count: usize, dtype: DType) -> Result<(), CollError> {
+        self.p2p(Some((peer, buf)), None, count, dtype)
+    }
+
+    /// Receives `count` elements from `peer` into `buf`.
+    pub fn recv(&mut self, peer: usize, buf: BufSlice<'_>, count: usize, dtype: DType) -> Result<(), CollError> {
+        self.p2p(None, Some((peer, buf)), count, dtype)
+    }
+
+    /// Sends to `send_peer` and receives from `recv_peer` at once (no deadlock
+    /// when every rank does it, as in a ring shift).
+    pub fn send_recv(
+        &mut self,
+        send: (usize, BufSlice<'_>),
+        recv: (usize, BufSlice<'_>),
+        count: usize,
+        dtype: DType,
+    ) -> Result<(), CollError> {
+        self.p2p(Some(send), Some(recv), count, dtype)
+    }
+
+    /// all_reduce of a plain slice (copies into and out of registered memory:
+    /// a convenience, not the zero-copy path).
+    pub fn all_reduce_typed<E: Element>(&mut self, data: &mut [E], op: ReduceOp) -> Result<(), CollError> {
+        let buf = self.register_typed(data)?;
+        let r = self.all_reduce(Bufs::in_place(buf.all()), data.len(), E::DTYPE, op, None);
+        let out = r.and_then(|_| self.read_typed::<E>(buf.all()));
+        self.deregister(buf)?;
+        data.copy_from_slice(&out?);
+        Ok(())
+    }
+
+    fn check_usable(&self) -> Result<(), CollError> {
+        match &self.poisoned {
+            Some(reason) => Err(CollError::Poisoned { reason: reason.clone() }),
+            None => Ok(()),
+        }
+    }
+
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq - 1
+    }
+
+    fn ctx(&self, collective: Collective, algo: Algo, seq: u64) -> Ctx<'_, T> {
+        Ctx {
+            t: &self.t,
+            collective,
+            algo,
+            seq,
+            rank: self.rank(),
+            n: self.world_size(),
+            deadline: Instant::now() + self.config.timeout,
+            timeout: self.config.timeout,
+            abort_grace: self.config.abort_grace,
+        }
+    }
+
+    fn outcome(&mut self, r: Result<(), CollError>) -> Result<(), CollError> {
+        if let Err(e) = &r {
+            self.poisoned.get_or_insert_with(|| e.to_string());
+        }
+        r
+    }
+
+    fn check_slice(
+        &self,
+        collective: Collective,
+        what: &'static str,
+        s: BufSlice<'_>,
+        needed_bytes: usize,
+    ) -> Result<(), CollError> {
+        s.check(what)
+            .map_err(|e| CollError::InvalidArgument { collective: collective.name(), reason: e.to_string() })?;
+        if s.len < needed_bytes {
+            return Err(CollError::BufferTooSmall {
+                collective: collective.name(),
+                what,
+                needed_bytes,
+                have_bytes: s.len,
+            });
+        }
+        Ok(())
+    }
+
+    fn ensure_scratch(&mut self, collective: Collective, bytes: usize) -> Result<(), CollError> {
+        if bytes == 0 || self.scratch.as_ref().is_some_and(|s| s.len() >= bytes) {
+            return Ok(());
+        }
+        if bytes > self.config.scratch_bytes_max {
+            return Err(CollError::InvalidArgument {
+                collective: collective.name(),
+                reason: format!(
+                    "needs {bytes} bytes of scratch, above the limit of {}; raise ACCORD_COLL_SCRATCH_BYTES_MAX or choose a ring algorithm",
+                    self.config.scratch_bytes_max
+                ),
+            });
+        }
+        if let Some(old) = self.scratch.take() {
+            self.deregister(old)?;
+        }
+        let grown = bytes.max(4096).next_power_of_two().min(self.config.scratch_bytes_max.max(bytes));
+        self.scratch = Some(self.register(vec![0u8; grown])?);
+        Ok(())
+    }
+
+    fn run(&mut self, c: Call<'_>) -> Result<(), CollError> {
+        self.check_usable()?;
+        let seq = self.next_seq();
+        let (n, r, es) = (self.world_size(), self.rank(), c.dtype.size_bytes());
+        if c.root >= n {
+            return Err(CollError::InvalidArgument {
+                collective: c.collective.name(),
+                reason: format!("root {} is not a rank of this world of {n}", c.root),
+            });
+        }
+        self.check_slice(c.collective, "send buffer", c.bufs.send, c.send_bytes)?;
+        self.check_slice(c.collective, "recv buffer", c.bufs.recv, c.recv_bytes)?;
+        if let Some(algo) = c.algo {
+            if !c.collective.algorithms().contains(&algo) {
+                return Err(Algo::parse_for(c.collective, algo.name()).unwrap_err().into());
+            }
+        }
+        let bufs = Bufs { send: c.bufs.send.sub(0, c.send_bytes), recv: c.bufs.recv.sub(0, c.recv_bytes) };
+        if c.layout.is_none() && (c.count == 0 || n == 1) {
+            return self.run_local(&c, bufs);
+        }
+        let size_bytes = match c.collective {
+            Collective::AllGather | Collective::ReduceScatter => c.count * es * n,
+            Collective::AllToAllV => {
+                let l = c.layout.expect("all_to_allv has a layout");
+                l.send_counts.iter().chain(&l.recv_counts).max().copied().unwrap_or(0) * es
+            }
+            _ => c.count * es,
+        };
+        let algo = algo::select(c.collective, size_bytes, c.algo, &self.config);
+        let scratch_bytes = algo::scratch_bytes(c.collective, algo, c.count, es, n);
+        self.ensure_scratch(c.collective, scratch_bytes)?;
+        let chunks = match (c.collective, algo) {
+            (Collective::Reduce | Collective::Broadcast, Algo::Ring) => {
+                algo::pipeline_chunks(c.count, es, self.config.pipeline_chunk_bytes)
+            }
+            _ => 1,
+        };
+        let args = Args {
+            send: bufs.send,
+            recv: bufs.recv,
+            count: c.count,
+            dtype: c.dtype,
+            op: c.op,
+            root: c.root,
+            scratch: if scratch_bytes > 0 { self.scratch.as_ref() } else { None },
+            chunks,
+            layout: c.layout,
+        };
+        let cx = self.ctx(c.collective, algo, seq);
+        tracing::trace!(collective = c.collective.name(), %algo, seq, rank = r, count = c.count, "collective");
+        let result = algo::dispatch(&cx, &args);
+        self.outcome(result)
+    }
+
+    /// One rank, or nothing to move: only local copies.
+    fn run_local(&mut self, c: &Call<'_>, bufs: Bufs<'_>) -> Result<(), CollError> {
+        let r = self.rank();
+        let len = c.count * c.dtype.size_bytes();
+        let (src, dst) = match c.collective {
+            Collective::AllGather => (bufs.send, bufs.recv.sub(r * len, len)),
+            Collective::ReduceScatter => (bufs.send.sub(r * len, len), bufs.recv),
+            _ => (bufs.send.sub(0, len.min(bufs.send.len)), bufs.recv.sub(0, len.min(bufs.recv.len))),
+        };
+        if src.len == dst.len && src.len > 0 && !src.same_region(&dst) {
+            let collective = c.collective.name();
+            self.t
+                .access_local(src, dst, &mut |s, d| d.copy_from_slice(s))
+                .map_err(|source: TransportError| CollError::Transport { collective, source })?;
+        }
+        Ok(())
+    }
+
+    fn p2p(
+        &mut self,
+        send: Option<(usize, BufSlice<'_>)>,
+        recv: Option<(usize, BufSlice<'_>)>,
+        count: usize,
+        dtype: DType,
+    ) -> Result<(), CollError> {
+        self.check_usable()?;
+        let n = self.world_size();
+        let bytes = count * dtype.size_bytes();
+        for (peer, buf, what) in
+            send.iter().map(|(p, b)| (*p, *b, "send buffer")).chain(recv.iter().map(|(p, b)| (*p, *b, "recv buffer")))
+        {
+            if peer >= n || peer == self.rank() {
+                return Err(CollError::InvalidArgument {
+                    collective: "sendrecv",
+                    reason: format!("peer {peer} must be another rank of this world of {n}"),
+                });
+            }
+            self.check_slice(Collective::SendRecv, what, buf, bytes)?;
+        }
+        let send_seq = send.map(|(p, _)| {
+            self.p2p_send_seq[p] += 1;
+            self.p2p_send_seq[p] - 1
+        });
+        let recv_seq = recv.map(|(p, _)| {
+            self.p2p_recv_seq[p] += 1;
+            self.p2p_recv_seq[p] - 1
+        });
+        let empty = send.or(recv).expect("send or recv").1.buf.slice(0, 0);
+        fn args<'a>(send: BufSlice<'a>, recv: BufSlice<'a>, count: usize, dtype: DType) -> Args<'a> {
+            Args { send, recv, count, dtype, op: ReduceOp::Sum, root: 0, scratch: None, chunks: 1, layout: None }
+        }
+        let cx = self.ctx(Collective::SendRecv, Algo::Direct, 0);
+        let result = (|| {
+            if let (Some((p, b)), Some(seq)) = (recv, recv_seq) {
+                algo::post_recv(&cx, &args(empty, b.sub(0, bytes), count, dtype), p, seq)?;
+            }
+            if let (Some((p, b)), Some(seq)) = (send, send_seq) {
+                algo::send(&cx, &args(b.sub(0, bytes), empty, count, dtype), p, seq)?;
+            }
+            if let (Some((p, _)), Some(seq)) = (recv, recv_seq) {
+                algo::wait_recv(&cx, p, seq)?;
+            }
+            Ok(())
+        })();
+        self.outcome(result)
+    }
+}
+
+#[cfg(test)]
+mod tests;

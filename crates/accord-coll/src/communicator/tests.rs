@@ -1,0 +1,208 @@
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::{LocalFabric, LocalTransport};
+
+fn fast_config() -> CollConfig {
+    CollConfig { timeout: Duration::from_millis(400), abort_grace: Duration::from_millis(300), ..CollConfig::default() }
+}
+
+fn comms(n: usize, config: CollConfig) -> Vec<Communicator<LocalTransport>> {
+    LocalFabric::create(n).unwrap().into_iter().map(|t| Communicator::new(t, config.clone()).unwrap()).collect()
+}
+
+/// Runs `f` on every communicator in its own thread.
+fn on_all<R: Send>(
+    cs: Vec<Communicator<LocalTransport>>,
+    f: impl Fn(Communicator<LocalTransport>) -> R + Sync,
+) -> Vec<R> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = cs.into_iter().map(|c| s.spawn(|| f(c))).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn names(e: &CollError, rank: usize) -> bool {
+    match e {
+        CollError::Timeout { missing, .. } => missing.contains(&rank),
+        CollError::PeerFailed { failed_rank, .. } => *failed_rank == rank,
+        _ => false,
+    }
+}
+
+#[test]
+fn absent_rank_is_named_by_everyone_within_the_timeout() {
+    for algo in [Algo::Ring, Algo::RecursiveDoubling, Algo::Rabenseifner] {
+        let start = Instant::now();
+        let results = on_all(comms(5, fast_config()), |mut c| {
+            if c.rank() == 3 {
+                return None; // never shows up
+            }
+            let buf = c.register_typed(&[1.0f32; 64]).unwrap();
+            let e = c.all_reduce(Bufs::in_place(buf.all()), 64, DType::F32, ReduceOp::Sum, Some(algo)).unwrap_err();
+            Some(e)
+        });
+        for (rank, e) in results.iter().enumerate().filter(|(r, _)| *r != 3) {
+            let e = e.as_ref().unwrap();
+            assert!(names(e, 3), "{algo}: rank {rank} got {e}");
+        }
+        assert!(start.elapsed() < Duration::from_secs(4), "{algo}: took {:?}", start.elapsed());
+    }
+}
+
+#[test]
+fn rank_that_dies_mid_collective_is_named() {
+    for (algo, writes) in [(Algo::Ring, 3), (Algo::Rabenseifner, 2)] {
+        let start = Instant::now();
+        let results = on_all(comms(4, fast_config()), |mut c| {
+            if c.rank() == 2 {
+                // Handshake sends plus a step or two, then silence.
+                c.transport().stop_after_writes(writes);
+            }
+            let buf = c.register_typed(&[1i32; 1000]).unwrap();
+            c.all_reduce(Bufs::in_place(buf.all()), 1000, DType::I32, ReduceOp::Sum, Some(algo)).err()
+        });
+        for (rank, e) in results.iter().enumerate().filter(|(r, _)| *r != 2) {
+            let e = e.as_ref().unwrap_or_else(|| panic!("{algo}: rank {rank} succeeded"));
+            assert!(names(e, 2), "{algo}: rank {rank} got {e}");
+        }
+        assert!(start.elapsed() < Duration::from_secs(4));
+    }
+}
+
+#[test]
+fn failed_communicator_is_poisoned() {
+    let results = on_all(comms(2, fast_config()), |mut c| {
+        if c.rank() == 1 {
+            return None;
+        }
+        let buf = c.register_typed(&[0u8; 4]).unwrap();
+        c.all_reduce(Bufs::in_place(buf.all()), 4, DType::U8, ReduceOp::Max, None).unwrap_err();
+        Some(c.barrier().unwrap_err())
+    });
+    assert!(matches!(results[0], Some(CollError::Poisoned { .. })), "{:?}", results[0]);
+}
+
+#[test]
+fn mismatched_counts_are_reported() {
+    let results = on_all(comms(3, fast_config()), |mut c| {
+        let count = if c.rank() == 1 { 8 } else { 16 };
+        let buf = c.register_typed(&[1.0f64; 16]).unwrap();
+        c.all_reduce(Bufs::in_place(buf.all()), count, DType::F64, ReduceOp::Sum, Some(Algo::Ring)).err()
+    });
+    assert!(results.iter().any(|e| matches!(e, Some(CollError::Mismatch { field: "count", .. }))), "{results:?}");
+    assert!(results.iter().all(|e| e.is_some()));
+}
+
+#[test]
+fn argument_errors_say_what_is_wrong() {
+    let mut c = comms(1, fast_config()).pop().unwrap();
+    let small = c.register(vec![0u8; 8]).unwrap();
+    let e = c.all_reduce(Bufs::in_place(small.all()), 4, DType::F32, ReduceOp::Sum, None).unwrap_err();
+    assert!(matches!(e, CollError::BufferTooSmall { needed_bytes: 16, have_bytes: 8, .. }), "{e}");
+    let e = c.all_reduce(Bufs::in_place(small.all()), 2, DType::F32, ReduceOp::Sum, Some(Algo::Bruck)).unwrap_err();
+    assert!(matches!(e, CollError::Config(_)), "{e}");
+    assert!(e.to_string().contains("rabenseifner"), "{e}");
+    let e = c.broadcast(Bufs::in_place(small.all()), 2, DType::F32, 5, None).unwrap_err();
+    assert!(e.to_string().contains("root 5"), "{e}");
+    let e = c.all_reduce(Bufs::in_place(small.slice(4, 8)), 2, DType::F32, ReduceOp::Sum, None).unwrap_err();
+    assert!(matches!(e, CollError::InvalidArgument { .. }), "{e}");
+    // None of these poisoned the communicator.
+    c.barrier().unwrap();
+}
+
+#[test]
+fn send_recv_ring_shift_and_pairs() {
+    let results = on_all(comms(5, CollConfig::default()), |mut c| {
+        let (r, n) = (c.rank(), c.world_size());
+        let mine = c.register_typed(&[r as i64 * 10; 33]).unwrap();
+        let got = c.register(vec![0u8; 33 * 8]).unwrap();
+        c.send_recv(((r + 1) % n, mine.all()), ((r + n - 1) % n, got.all()), 33, DType::I64).unwrap();
+        let shifted = c.read_typed::<i64>(got.all()).unwrap();
+        // Plain send/recv between 0 and 4 twice; ranks 1-3 do nothing.
+        let mut pair = Vec::new();
+        for round in 0..2 {
+            if r == 0 {
+                let b = c.register_typed(&[round as i64 + 7; 3]).unwrap();
+                c.send(4, b.all(), 3, DType::I64).unwrap();
+            } else if r == 4 {
+                let b = c.register(vec![0u8; 24]).unwrap();
+                c.recv(0, b.all(), 3, DType::I64).unwrap();
+                pair.push(c.read_typed::<i64>(b.all()).unwrap());
+            }
+        }
+        c.barrier().unwrap();
+        (shifted, pair)
+    });
+    for (r, (shifted, pair)) in results.iter().enumerate() {
+        assert_eq!(shifted, &vec![((r + 4) % 5) as i64 * 10; 33]);
+        if r == 4 {
+            assert_eq!(pair, &vec![vec![7i64; 3], vec![8; 3]]);
+        }
+    }
+}
+
+#[test]
+fn send_count_mismatch_is_reported() {
+    let results = on_all(comms(2, fast_config()), |mut c| {
+        let b = c.register(vec![0u8; 64]).unwrap();
+        if c.rank() == 0 {
+            c.send(1, b.all(), 8, DType::F32).err()
+        } else {
+            c.recv(0, b.all(), 4, DType::F32).err()
+        }
+    });
+    assert!(matches!(&results[0], Some(CollError::Mismatch { peer: 1, field: "count", .. })), "{results:?}");
+}
+
+#[test]
+fn barrier_and_typed_all_reduce_and_seq() {
+    for n in 1..=7 {
+        let results = on_all(comms(n, CollConfig::default()), |mut c| {
+            for _ in 0..3 {
+                c.barrier().unwrap();
+            }
+            let mut v = vec![c.rank() as f32 + 1.0; 10];
+            c.all_reduce_typed(&mut v, ReduceOp::Sum).unwrap();
+            let mut h = vec![half::bf16::from_f32(2.0); 3];
+            c.all_reduce_typed(&mut h, ReduceOp::Avg).unwrap();
+            (v, h, c.seq())
+        });
+        let total = (n * (n + 1) / 2) as f32;
+        for (v, h, seq) in results {
+            assert!(v.iter().all(|&x| x == total));
+            assert!(h.iter().all(|x| x.to_f32() == 2.0));
+            assert_eq!(seq, 5);
+        }
+    }
+}
+
+#[test]
+fn env_algorithm_override_is_used_and_checked() {
+    let mut cfg = CollConfig::default();
+    cfg.algo_overrides.insert(Collective::AllGather, Algo::RecursiveDoubling);
+    let results = on_all(comms(3, cfg), |mut c| {
+        let b = c.register_typed(&[c.rank() as u8; 2]).unwrap();
+        let out = c.register(vec![0; 6]).unwrap();
+        c.all_gather(Bufs { send: b.all(), recv: out.all() }, 2, DType::U8, None).unwrap();
+        c.read_typed::<u8>(out.all()).unwrap()
+    });
+    assert!(results.iter().all(|v| v == &[0, 0, 1, 1, 2, 2]));
+    // Ranks that disagree on the algorithm get a mismatch naming it.
+    let ts = LocalFabric::create(2).unwrap();
+    let cs: Vec<_> = ts
+        .into_iter()
+        .map(|t| {
+            let mut cfg = fast_config();
+            if t.rank() == 1 {
+                cfg.algo_overrides.insert(Collective::AllReduce, Algo::Ring);
+            }
+            Communicator::new(t, cfg).unwrap()
+        })
+        .collect();
+    let results = on_all(cs, |mut c| {
+        let b = c.register_typed(&[1.0f32; 4]).unwrap();
+        c.all_reduce(Bufs::in_place(b.all()), 4, DType::F32, ReduceOp::Sum, None).err()
+    });
+    assert!(results.iter().any(|e| e.as_ref().is_some_and(|e| e.to_string().contains("ACCORD_ALGO"))), "{results:?}");
+}

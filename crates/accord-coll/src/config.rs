@@ -1,0 +1,148 @@
+//! Typed configuration of the collectives, with every `ACCORD_*` override in
+//! one place.
+//!
+//! | variable | field | default |
+//! |---|---|---|
+//! | `ACCORD_COLL_TIMEOUT_MS` | [`CollConfig::timeout`] | 60000 |
+//! | `ACCORD_COLL_ABORT_GRACE_MS` | [`CollConfig::abort_grace`] | 200 |
+//! | `ACCORD_COLL_SCRATCH_BYTES_MAX` | [`CollConfig::scratch_bytes_max`] | 4 GiB |
+//! | `ACCORD_COLL_PIPELINE_CHUNK_BYTES` | [`CollConfig::pipeline_chunk_bytes`] | 256 KiB |
+//! | `ACCORD_ALGO_<COLLECTIVE>` | [`CollConfig::algo_overrides`] | none (size-based) |
+//! | `ACCORD_BOOTSTRAP_TIMEOUT_MS` | [`crate::store::BootstrapConfig::timeout`] | 300000 |
+//!
+//! The bootstrap also reads torchrun's `RANK`, `WORLD_SIZE`, `MASTER_ADDR`,
+//! `MASTER_PORT` and `LOCAL_RANK` ([`crate::store::BootstrapConfig::from_env`]).
+//!
+//! `<COLLECTIVE>` is the upper-case collective name: `ALL_REDUCE`, `REDUCE`,
+//! `BROADCAST`, `ALL_GATHER`, `REDUCE_SCATTER`, `ALL_TO_ALL`, `ALL_TO_ALLV`,
+//! `BARRIER`; the value an algorithm name of that collective (see
+//! [`crate::algo::Algo`]), e.g. `ACCORD_ALGO_ALL_REDUCE=ring`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::algo::{Algo, Collective};
+use crate::error::ConfigError;
+
+/// Size thresholds of the default algorithm choice (bytes; see
+/// [`crate::algo::select`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Thresholds {
+    /// all_reduce: recursive doubling up to this many bytes.
+    pub all_reduce_recursive_doubling_bytes_max: usize,
+    /// all_reduce: Rabenseifner up to this many bytes, ring above.
+    pub all_reduce_rabenseifner_bytes_max: usize,
+    /// reduce and broadcast: binomial tree up to this many bytes, pipelined
+    /// ring (chain) above.
+    pub tree_bytes_max: usize,
+    /// all_gather: Bruck up to this many output bytes, ring above.
+    pub all_gather_bruck_bytes_max: usize,
+    /// reduce_scatter: recursive halving up to this many input bytes, ring above.
+    pub reduce_scatter_halving_bytes_max: usize,
+    /// all_to_all(v): direct (all at once) up to this many bytes per peer
+    /// block, pairwise exchange above.
+    pub all_to_all_direct_block_bytes_max: usize,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds {
+            all_reduce_recursive_doubling_bytes_max: 32 * 1024,
+            all_reduce_rabenseifner_bytes_max: 1024 * 1024,
+            tree_bytes_max: 64 * 1024,
+            all_gather_bruck_bytes_max: 64 * 1024,
+            reduce_scatter_halving_bytes_max: 64 * 1024,
+            all_to_all_direct_block_bytes_max: 64 * 1024,
+        }
+    }
+}
+
+/// Configuration of a [`crate::Communicator`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CollConfig {
+    /// How long a collective may wait for its peers before it fails naming them.
+    pub timeout: Duration,
+    /// After a timeout, how long to wait for another rank's failure report
+    /// before blaming the rank we waited for (so the root cause is named,
+    /// not a live rank that was itself stuck).
+    pub abort_grace: Duration,
+    /// Largest registered scratch buffer a communicator may hold.
+    pub scratch_bytes_max: usize,
+    /// Chunk size of the pipelined (chain) broadcast and reduce.
+    pub pipeline_chunk_bytes: usize,
+    /// Algorithm forced per collective (`ACCORD_ALGO_<COLLECTIVE>`).
+    pub algo_overrides: HashMap<Collective, Algo>,
+    /// Size thresholds of the default choice.
+    pub thresholds: Thresholds,
+}
+
+impl Default for CollConfig {
+    fn default() -> Self {
+        CollConfig {
+            timeout: Duration::from_secs(60),
+            abort_grace: Duration::from_millis(200),
+            scratch_bytes_max: 4 << 30,
+            pipeline_chunk_bytes: 256 * 1024,
+            algo_overrides: HashMap::new(),
+            thresholds: Thresholds::default(),
+        }
+    }
+}
+
+fn parse_num(name: &str, value: &str) -> Result<u64, ConfigError> {
+    value.trim().parse::<u64>().map_err(|e| ConfigError::Invalid {
+        name: name.to_string(),
+        value: value.to_string(),
+        reason: format!("{e}; expected a non-negative integer"),
+    })
+}
+
+impl CollConfig {
+    /// Defaults with the process environment's `ACCORD_*` overrides applied.
+    pub fn from_env() -> Result<CollConfig, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Defaults with overrides from `lookup` (the environment, or a map in tests).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<CollConfig, ConfigError> {
+        let mut c = CollConfig::default();
+        if let Some(v) = lookup("ACCORD_COLL_TIMEOUT_MS") {
+            let ms = parse_num("ACCORD_COLL_TIMEOUT_MS", &v)?;
+            if ms == 0 {
+                return Err(ConfigError::Invalid {
+                    name: "ACCORD_COLL_TIMEOUT_MS".into(),
+                    value: v,
+                    reason: "must be at least 1".into(),
+                });
+            }
+            c.timeout = Duration::from_millis(ms);
+        }
+        if let Some(v) = lookup("ACCORD_COLL_ABORT_GRACE_MS") {
+            c.abort_grace = Duration::from_millis(parse_num("ACCORD_COLL_ABORT_GRACE_MS", &v)?);
+        }
+        if let Some(v) = lookup("ACCORD_COLL_SCRATCH_BYTES_MAX") {
+            c.scratch_bytes_max = parse_num("ACCORD_COLL_SCRATCH_BYTES_MAX", &v)? as usize;
+        }
+        if let Some(v) = lookup("ACCORD_COLL_PIPELINE_CHUNK_BYTES") {
+            let b = parse_num("ACCORD_COLL_PIPELINE_CHUNK_BYTES", &v)?;
+            if b == 0 {
+                return Err(ConfigError::Invalid {
+                    name: "ACCORD_COLL_PIPELINE_CHUNK_BYTES".into(),
+                    value: v,
+                    reason: "must be at least 1".into(),
+                });
+            }
+            c.pipeline_chunk_bytes = b as usize;
+        }
+        for coll in Collective::ALL {
+            let name = format!("ACCORD_ALGO_{}", coll.name().to_ascii_uppercase());
+            if let Some(v) = lookup(&name) {
+                c.algo_overrides.insert(coll, Algo::parse_for(coll, v.trim())?);
+            }
+        }
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,34 @@
+use super::*;
+
+fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    move |k| map.get(k).cloned()
+}
+
+#[test]
+fn defaults_without_env() {
+    assert_eq!(CollConfig::from_lookup(|_| None).unwrap(), CollConfig::default());
+}
+
+#[test]
+fn overrides_apply() {
+    let c = CollConfig::from_lookup(lookup(&[
+        ("ACCORD_COLL_TIMEOUT_MS", "1500"),
+        ("ACCORD_ALGO_ALL_REDUCE", "ring"),
+        ("ACCORD_ALGO_ALL_GATHER", "bruck"),
+    ]))
+    .unwrap();
+    assert_eq!(c.timeout, Duration::from_millis(1500));
+    assert_eq!(c.algo_overrides[&Collective::AllReduce], Algo::Ring);
+    assert_eq!(c.algo_overrides[&Collective::AllGather], Algo::Bruck);
+}
+
+#[test]
+fn bad_values_are_errors_that_name_the_variable() {
+    let e = CollConfig::from_lookup(lookup(&[("ACCORD_COLL_TIMEOUT_MS", "soon")])).unwrap_err();
+    assert!(e.to_string().contains("ACCORD_COLL_TIMEOUT_MS"));
+    let e = CollConfig::from_lookup(lookup(&[("ACCORD_ALGO_ALL_REDUCE", "bruck")])).unwrap_err();
+    assert!(matches!(e, ConfigError::UnknownAlgorithm { .. }), "{e}");
+    assert!(e.to_string().contains("ring"), "{e}");
+    assert!(CollConfig::from_lookup(lookup(&[("ACCORD_COLL_TIMEOUT_MS", "0")])).is_err());
+}

@@ -1,0 +1,147 @@
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::error::StoreError;
+
+fn cfg(rank: usize, world_size: usize, port: u16, timeout_ms: u64) -> BootstrapConfig {
+    BootstrapConfig {
+        rank,
+        world_size,
+        local_rank: rank,
+        master_addr: "127.0.0.1".into(),
+        master_port: port,
+        timeout: Duration::from_millis(timeout_ms),
+    }
+}
+
+#[test]
+fn set_get_add_wait() {
+    let server = StoreServer::start("127.0.0.1:0").unwrap();
+    let mut c = StoreClient::connect(server.local_addr(), Duration::from_secs(5)).unwrap();
+    c.set("a", b"hello").unwrap();
+    assert_eq!(c.get("a", Duration::from_millis(10)).unwrap(), b"hello");
+    assert_eq!(c.add("n", 5).unwrap(), 5);
+    assert_eq!(c.add("n", -2).unwrap(), 3);
+    assert!(matches!(c.add("a", 1), Err(StoreError::Refused { .. })));
+    let e = c.get("nope", Duration::from_millis(50)).unwrap_err();
+    assert!(matches!(&e, StoreError::KeyTimeout { keys, .. } if keys == &["nope".to_string()]), "{e}");
+    let e = c.wait(&["a".into(), "b".into(), "c".into()], Duration::from_millis(50)).unwrap_err();
+    assert!(matches!(&e, StoreError::KeyTimeout { keys, .. } if keys == &["b".to_string(), "c".to_string()]));
+    // A blocking get is released by another client's set.
+    let addr = server.local_addr();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        StoreClient::connect(addr, Duration::from_secs(5)).unwrap().set("late", b"x").unwrap();
+    });
+    assert_eq!(c.get("late", Duration::from_secs(5)).unwrap(), b"x");
+    t.join().unwrap();
+}
+
+#[test]
+fn bootstrap_gathers_every_rank() {
+    let server = StoreServer::start("127.0.0.1:0").unwrap();
+    let port = server.local_addr().port();
+    let mut server = Some(server);
+    let n = 5;
+    let handles: Vec<_> = (0..n)
+        .map(|r| {
+            let srv = if r == 0 { server.take() } else { None };
+            std::thread::spawn(move || {
+                let mut b = Bootstrap::join(cfg(r, n, port, 10_000), srv).unwrap();
+                let all = b.all_gather(format!("rank{r}").as_bytes()).unwrap();
+                let again = b.all_gather(&[r as u8]).unwrap();
+                // Keep rank 0 (the server) alive until everyone has read.
+                b.store().add("done", 1).unwrap();
+                if r == 0 {
+                    while b.store().add("done", 0).unwrap() < n as i64 {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                }
+                (all, again)
+            })
+        })
+        .collect();
+    for h in handles {
+        let (all, again) = h.join().unwrap();
+        assert_eq!(all, (0..n).map(|r| format!("rank{r}").into_bytes()).collect::<Vec<_>>());
+        assert_eq!(again, (0..n).map(|r| vec![r as u8]).collect::<Vec<_>>());
+    }
+}
+
+#[test]
+fn missing_ranks_are_named() {
+    let server = StoreServer::start("127.0.0.1:0").unwrap();
+    let port = server.local_addr().port();
+    let start = Instant::now();
+    let other = std::thread::spawn(move || Bootstrap::join(cfg(1, 4, port, 300), None).err());
+    let e = Bootstrap::join(cfg(0, 4, port, 300), Some(server)).err().unwrap();
+    assert!(matches!(&e, StoreError::RanksMissing { missing, .. } if missing == &vec![2, 3]), "{e}");
+    assert!(e.to_string().contains("[2, 3]"));
+    assert!(other.join().unwrap().is_some());
+    assert!(start.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn unreachable_store_is_an_error() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let e = Bootstrap::join(cfg(1, 2, port, 200), None).err().unwrap();
+    assert!(matches!(e, StoreError::Unreachable { .. }), "{e}");
+}
+
+#[test]
+fn bad_client_input_is_answered_not_fatal() {
+    let server = StoreServer::start("127.0.0.1:0").unwrap();
+    // An oversized frame: the server answers with an error and drops the client.
+    let mut s = TcpStream::connect(server.local_addr()).unwrap();
+    s.write_all(&u32::MAX.to_le_bytes()).unwrap();
+    let mut reply = Vec::new();
+    s.read_to_end(&mut reply).unwrap();
+    assert_eq!(reply[4], 2, "error status");
+    // Garbage inside a valid frame: an error reply, connection kept.
+    let mut s = TcpStream::connect(server.local_addr()).unwrap();
+    for garbage in [&[9u8][..], &[1, 0xff, 0xff, 0xff, 0xff], &[2, 1, 0, 0, 0, b'k'], &[]] {
+        s.write_all(&(garbage.len() as u32).to_le_bytes()).unwrap();
+        s.write_all(garbage).unwrap();
+        let mut len = [0u8; 4];
+        s.read_exact(&mut len).unwrap();
+        let mut body = vec![0u8; u32::from_le_bytes(len) as usize];
+        s.read_exact(&mut body).unwrap();
+        assert_eq!(body[0], 2, "garbage {garbage:?} must get an error reply");
+    }
+    // The server still serves well-behaved clients.
+    let mut c = StoreClient::connect(server.local_addr(), Duration::from_secs(5)).unwrap();
+    c.set("k", b"v").unwrap();
+    assert_eq!(c.get("k", Duration::ZERO).unwrap(), b"v");
+}
+
+fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    move |k| m.get(k).cloned()
+}
+
+#[test]
+fn torchrun_environment() {
+    let full = [
+        ("RANK", "3"),
+        ("WORLD_SIZE", "8"),
+        ("MASTER_ADDR", "10.0.0.1"),
+        ("MASTER_PORT", "29500"),
+        ("LOCAL_RANK", "1"),
+    ];
+    let c = BootstrapConfig::from_lookup(env(&full)).unwrap();
+    assert_eq!((c.rank, c.world_size, c.local_rank, c.master_port), (3, 8, 1, 29500));
+    assert_eq!(c.master_addr, "10.0.0.1");
+    let e = BootstrapConfig::from_lookup(env(&full[1..])).unwrap_err();
+    assert!(matches!(e, StoreError::MissingEnv { name: "RANK" }), "{e}");
+    let e = BootstrapConfig::from_lookup(env(&[full[0], ("WORLD_SIZE", "eight"), full[2], full[3]])).unwrap_err();
+    assert!(e.to_string().contains("WORLD_SIZE"), "{e}");
+    let e = BootstrapConfig::from_lookup(env(&[("RANK", "8"), full[1], full[2], full[3]])).unwrap_err();
+    assert!(e.to_string().contains("below WORLD_SIZE"), "{e}");
+    let e = BootstrapConfig::from_lookup(env(&[full[0], full[1], full[2], ("MASTER_PORT", "70000")])).unwrap_err();
+    assert!(e.to_string().contains("MASTER_PORT"), "{e}");
+    let c = BootstrapConfig::from_lookup(env(&full[..4])).unwrap();
+    assert_eq!(c.local_rank, 3);
+}

@@ -1,0 +1,306 @@
+//! The transport that collectives run over: what a host-driven, zero-copy
+//! collective needs from the TransferEngine, and nothing more.
+//!
+//! # Model
+//! - Memory is **registered** with [`CollTransport::register`], which takes the
+//!   user's buffer by value (no copy) and returns a [`LocalBuf`] handle. Its
+//!   [`RemoteBufDesc`] can be sent to peers, who then [`CollTransport::write`]
+//!   straight into it: data lands in the peer's registered user buffer.
+//! - A write may carry a 32-bit **immediate**. The receiver counts immediates
+//!   per value; a count moves only when every byte of that write has been
+//!   placed. [`CollTransport::wait_imm`] waits for and consumes counts.
+//! - **Control messages** ([`CollTransport::send_ctrl`]/[`CollTransport::recv_ctrl`])
+//!   are small tagged two-sided messages (the engine's `send`), used to hand
+//!   buffer descriptors to the peers that will write into them. Delivery is
+//!   unordered; the `(sender, tag)` pair identifies a message.
+//! - Every wait takes a **deadline**; a wait that passes it returns
+//!   [`TransportError::Timeout`], and a stuck report from any peer
+//!   ([`CollTransport::report_stuck`]) makes every wait return
+//!   [`TransportError::Aborted`] at once, so a failure is seen everywhere
+//!   and the ranks can work out together which rank is at fault.
+//!
+//! # Immediate encoding ([`Imm`])
+//! `imm = seq (11 bits) << 21 | step (11 bits) << 10 | sender (10 bits)`:
+//! - `sender`: the writing rank, so a receiver waits per sender and a timeout
+//!   names exactly the rank that did not deliver ([`WORLD_SIZE_MAX`] = 1024);
+//! - `step`: the step of the schedule (`0..=STEP_DATA_MAX`); the values above
+//!   are reserved: [`STEP_HANDSHAKE`] tags descriptor handshakes (control
+//!   messages) and [`STEP_P2P`] tags point-to-point send/recv;
+//! - `seq`: the collective sequence number modulo 2048 (for send/recv, the
+//!   per-peer-pair sequence). Every collective that moves data starts with a
+//!   handshake, so no rank can run more than one collective ahead of a peer it
+//!   writes to, far below the wrap-around.
+
+use std::time::Instant;
+
+use crate::error::TransportError;
+
+/// Most ranks a world may have (10 bits of sender in the immediate).
+pub const WORLD_SIZE_MAX: usize = 1 << Imm::SENDER_BITS;
+/// Largest step number a schedule may use for data.
+pub const STEP_DATA_MAX: u32 = (1 << Imm::STEP_BITS) - 3;
+/// Step value reserved for descriptor handshakes.
+pub const STEP_HANDSHAKE: u32 = (1 << Imm::STEP_BITS) - 2;
+/// Step value reserved for point-to-point send/recv.
+pub const STEP_P2P: u32 = (1 << Imm::STEP_BITS) - 1;
+/// Largest opaque token a remote descriptor may carry.
+pub const REMOTE_TOKEN_BYTES_MAX: usize = 256;
+/// Largest control message.
+pub const CTRL_MESSAGE_BYTES_MAX: usize = 64 * 1024;
+
+/// A decoded 32-bit immediate (see the module docs for the layout).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Imm {
+    /// Sequence number modulo 2^11.
+    pub seq: u32,
+    /// Schedule step.
+    pub step: u32,
+    /// Writing rank.
+    pub sender: u32,
+}
+
+impl Imm {
+    /// Bits of the sequence number.
+    pub const SEQ_BITS: u32 = 11;
+    /// Bits of the step.
+    pub const STEP_BITS: u32 = 11;
+    /// Bits of the sender.
+    pub const SENDER_BITS: u32 = 10;
+
+    /// Builds an immediate; `seq` is reduced modulo 2^11. Panics (our own
+    /// invariant) if step or sender do not fit.
+    pub fn new(seq: u64, step: u32, sender: usize) -> Imm {
+        assert!(step < (1 << Self::STEP_BITS), "step {step} does not fit the immediate");
+        assert!(sender < WORLD_SIZE_MAX, "sender {sender} does not fit the immediate");
+        Imm { seq: (seq % (1 << Self::SEQ_BITS)) as u32, step, sender: sender as u32 }
+    }
+
+    /// The 32-bit wire value.
+    pub fn encode(self) -> u32 {
+        (self.seq << (Self::STEP_BITS + Self::SENDER_BITS)) | (self.step << Self::SENDER_BITS) | self.sender
+    }
+
+    /// Inverse of [`Imm::encode`].
+    pub fn decode(v: u32) -> Imm {
+        Imm {
+            seq: v >> (Self::STEP_BITS + Self::SENDER_BITS),
+            step: (v >> Self::SENDER_BITS) & ((1 << Self::STEP_BITS) - 1),
+            sender: v & ((1 << Self::SENDER_BITS) - 1),
+        }
+    }
+}
+
+/// A registered local buffer. Owned by the user; hand it back with
+/// [`CollTransport::deregister`] to get the memory back.
+#[derive(Debug, PartialEq, Eq)]
+pub struct LocalBuf {
+    id: u64,
+    len: usize,
+    desc: RemoteBufDesc,
+}
+
+impl LocalBuf {
+    /// Made by transports in [`CollTransport::register`].
+    pub fn new(id: u64, len: usize, desc: RemoteBufDesc) -> LocalBuf {
+        LocalBuf { id, len, desc }
+    }
+    /// The transport's id of this registration.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+    /// Registered length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether the buffer has zero bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The descriptor peers need to write into this buffer.
+    pub fn remote_desc(&self) -> &RemoteBufDesc {
+        &self.desc
+    }
+    /// The whole buffer as a slice.
+    pub fn all(&self) -> BufSlice<'_> {
+        BufSlice { buf: self, offset: 0, len: self.len }
+    }
+    /// `len` bytes at `offset` (bounds are checked where the slice is used).
+    pub fn slice(&self, offset: usize, len: usize) -> BufSlice<'_> {
+        BufSlice { buf: self, offset, len }
+    }
+}
+
+/// A byte range of a registered local buffer.
+#[derive(Copy, Clone, Debug)]
+pub struct BufSlice<'a> {
+    /// The buffer.
+    pub buf: &'a LocalBuf,
+    /// Start, in bytes.
+    pub offset: usize,
+    /// Length, in bytes.
+    pub len: usize,
+}
+
+impl<'a> BufSlice<'a> {
+    /// A sub-range, relative to this slice.
+    pub fn sub(&self, offset: usize, len: usize) -> BufSlice<'a> {
+        BufSlice { buf: self.buf, offset: self.offset + offset, len }
+    }
+    /// Whether two slices are the very same region.
+    pub fn same_region(&self, other: &BufSlice<'_>) -> bool {
+        self.buf.id == other.buf.id && self.offset == other.offset && self.len == other.len
+    }
+    /// Checks the range against the registered length.
+    pub fn check(&self, what: &'static str) -> Result<(), TransportError> {
+        if self.offset.checked_add(self.len).map_or(true, |end| end > self.buf.len) {
+            return Err(TransportError::OutOfBounds {
+                what,
+                offset: self.offset,
+                len: self.len,
+                buf_len: self.buf.len,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// What a peer needs to write into a registered buffer: the owner, the length,
+/// and an opaque transport token (for the engine: the serialised memory-region
+/// descriptor with its remote key).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RemoteBufDesc {
+    /// The owning rank.
+    pub rank: usize,
+    /// Registered length in bytes.
+    pub len: u64,
+    /// Transport-specific token, at most [`REMOTE_TOKEN_BYTES_MAX`] bytes.
+    pub token: Vec<u8>,
+}
+
+impl RemoteBufDesc {
+    /// Appends the wire form: rank u32, len u64, token length u16, token.
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(self.rank as u32).to_le_bytes());
+        out.extend_from_slice(&self.len.to_le_bytes());
+        out.extend_from_slice(&(self.token.len() as u16).to_le_bytes());
+        out.extend_from_slice(&self.token);
+    }
+
+    /// Parses the wire form from the front of `input`, returning the rest.
+    pub fn decode(input: &[u8]) -> Result<(RemoteBufDesc, &[u8]), String> {
+        if input.len() < 14 {
+            return Err(format!("descriptor needs 14 header bytes, got {}", input.len()));
+        }
+        let rank = u32::from_le_bytes(input[0..4].try_into().expect("4 bytes")) as usize;
+        let len = u64::from_le_bytes(input[4..12].try_into().expect("8 bytes"));
+        let token_len = u16::from_le_bytes(input[12..14].try_into().expect("2 bytes")) as usize;
+        if token_len > REMOTE_TOKEN_BYTES_MAX || input.len() < 14 + token_len {
+            return Err(format!("descriptor token of {token_len} bytes is too long or truncated"));
+        }
+        let desc = RemoteBufDesc { rank, len, token: input[14..14 + token_len].to_vec() };
+        Ok((desc, &input[14 + token_len..]))
+    }
+}
+
+/// A destination range in a peer's registered buffer; its length is the
+/// length of the source slice.
+#[derive(Copy, Clone, Debug)]
+pub struct RemoteSlice<'a> {
+    /// The peer's buffer.
+    pub desc: &'a RemoteBufDesc,
+    /// Start, in bytes.
+    pub offset: usize,
+}
+
+/// Local memory access callback: a read view of the source and a write view of
+/// the destination.
+pub type LocalAccessFn<'f> = dyn FnMut(&[u8], &mut [u8]) + 'f;
+
+/// What host-driven zero-copy collectives need from a transport.
+///
+/// Implemented in-process by [`crate::LocalTransport`]; the TransferEngine
+/// adapter implements it with registered memory regions, one-sided writes with
+/// immediates, and sends.
+pub trait CollTransport: Send {
+    /// This rank.
+    fn rank(&self) -> usize;
+
+    /// Number of ranks (at most [`WORLD_SIZE_MAX`]).
+    fn world_size(&self) -> usize;
+
+    /// Registers `memory` for one-sided writes by peers, taking ownership so no
+    /// one else aliases it while peers may write.
+    fn register(&self, memory: Vec<u8>) -> Result<LocalBuf, TransportError>;
+
+    /// Deregisters and returns the memory. The caller guarantees no peer still
+    /// writes into it (collectives finish with all their writes placed).
+    fn deregister(&self, buf: LocalBuf) -> Result<Vec<u8>, TransportError>;
+
+    /// One-sided write of `src` into `dst` on `peer`, carrying `imm` if given.
+    /// Non-blocking: the source must stay untouched until [`Self::flush`]
+    /// returns. The receiver's count of `imm` moves once all bytes are placed.
+    fn write(
+        &self,
+        peer: usize,
+        src: BufSlice<'_>,
+        dst: RemoteSlice<'_>,
+        imm: Option<u32>,
+    ) -> Result<(), TransportError>;
+
+    /// An immediate with no payload (a zero-byte write).
+    fn signal(&self, peer: usize, imm: u32) -> Result<(), TransportError>;
+
+    /// Waits until every write issued so far has completed at the sender (all
+    /// bytes acknowledged), so its sources may be reused.
+    fn flush(&self, deadline: Instant) -> Result<(), TransportError>;
+
+    /// Waits until `count` immediates of value `imm` have arrived, then
+    /// consumes them. Immediates that arrive before the wait are kept.
+    fn wait_imm(&self, imm: u32, count: u32, deadline: Instant) -> Result<(), TransportError>;
+
+    /// Sends a small tagged control message (at most [`CTRL_MESSAGE_BYTES_MAX`]).
+    fn send_ctrl(&self, peer: usize, tag: u32, bytes: &[u8]) -> Result<(), TransportError>;
+
+    /// Receives the control message `tag` from `peer`, waiting until `deadline`.
+    fn recv_ctrl(&self, peer: usize, tag: u32, deadline: Instant) -> Result<Vec<u8>, TransportError>;
+
+    /// Runs `f` over a read view of `src` and a write view of `dst`, both local
+    /// registered memory (regions of one buffer must not overlap). This is how
+    /// local copies and reductions touch registered memory.
+    fn access_local(
+        &self,
+        src: BufSlice<'_>,
+        dst: BufSlice<'_>,
+        f: &mut LocalAccessFn<'_>,
+    ) -> Result<(), TransportError>;
+
+    /// Copies bytes out of a registered buffer.
+    fn read_local(&self, src: BufSlice<'_>, out: &mut [u8]) -> Result<(), TransportError>;
+
+    /// Copies bytes into a registered buffer.
+    fn write_local(&self, dst: BufSlice<'_>, data: &[u8]) -> Result<(), TransportError>;
+
+    /// Tells every peer that this rank is stuck waiting for `waiting_on`
+    /// (it timed out, or was interrupted by another report); from then on
+    /// their waits return [`TransportError::Aborted`]. Best effort; a dead
+    /// rank reports nothing, which is how the others find it.
+    fn report_stuck(&self, waiting_on: usize);
+
+    /// Stuck reports received so far, as `(reporter, waiting_on)`, first
+    /// report per reporter.
+    fn stuck_reports(&self) -> Vec<(usize, usize)>;
+
+    /// All-gather of small blobs (e.g. descriptors at setup): returns every
+    /// rank's blob, indexed by rank. The default uses control messages tagged
+    /// `tag`; an engine may route it through the bootstrap store instead.
+    fn exchange_blobs(&self, tag: u32, blob: &[u8], deadline: Instant) -> Result<Vec<Vec<u8>>, TransportError> {
+        let (me, n) = (self.rank(), self.world_size());
+        for peer in (0..n).filter(|&p| p != me) {
+            self.send_ctrl(peer, tag, blob)?;
+        }
+        (0..n).map(|peer| if peer == me { Ok(blob.to_vec()) } else { self.recv_ctrl(peer, tag, deadline) }).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;
