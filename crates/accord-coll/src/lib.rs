@@ -8,10 +8,12 @@
 //! in-process [`LocalTransport`] implements it for tests and same-process
 //! ranks. Data lands straight in peers' registered user buffers.
 //!
-//! Entry points: [`Communicator`] (the collectives), [`store::Bootstrap`]
+//! Entry points: [`Communicator`] (the collectives), [`engine::EngineTransport`] (the
+//! collectives over the TransferEngine, bootstrapped the torchrun way), [`store::Bootstrap`]
 //! (torchrun-style rendezvous), [`CollConfig`] (every `ACCORD_*` override),
 //! [`bench_math`] (nccl-tests bandwidth formulas and tables).
-#![forbid(unsafe_code)]
+// `unsafe` is confined to `engine::pinned` (views of registered memory).
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod algo;
@@ -19,6 +21,7 @@ pub mod bench_math;
 mod communicator;
 pub mod config;
 mod dtype;
+pub mod engine;
 mod error;
 mod local;
 pub mod reduce;

@@ -2,7 +2,7 @@
 
 use crate::completion::{dispatch, JobSender};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -16,6 +16,9 @@ type Expectation = (u64, Box<dyn FnOnce(u64) + Send>);
 
 pub(crate) struct ImmSlot {
     count: AtomicU64,
+    /// Live [`ImmCounter`] handles: while any exists, the slot is never freed (they would go on
+    /// reading a counter that no longer moves).
+    observers: AtomicUsize,
     expectations: Mutex<Vec<Expectation>>,
     changed: Condvar,
 }
@@ -39,8 +42,12 @@ impl ImmTable {
         if slots.len() >= IMM_COUNTERS_MAX {
             return None;
         }
-        let slot =
-            Arc::new(ImmSlot { count: AtomicU64::new(0), expectations: Mutex::new(vec![]), changed: Condvar::new() });
+        let slot = Arc::new(ImmSlot {
+            count: AtomicU64::new(0),
+            observers: AtomicUsize::new(0),
+            expectations: Mutex::new(vec![]),
+            changed: Condvar::new(),
+        });
         slots.insert(imm, slot.clone());
         Some(slot)
     }
@@ -68,9 +75,15 @@ impl ImmTable {
                 guard = slot.changed.wait_timeout(guard, left).unwrap().0;
             }
         }
+        // Arrivals increment under the table lock (see `bump`), so a slot found at zero here
+        // cannot have an increment in flight: freeing it loses nothing, and the next arrival
+        // makes a fresh one.
         let mut slots = self.slots.lock().unwrap();
-        let unobserved = slots.get(&imm).is_some_and(|s| Arc::ptr_eq(s, &slot)) && Arc::strong_count(&slot) == 2;
-        if unobserved && slot.count.load(Ordering::Acquire) == 0 && slot.expectations.lock().unwrap().is_empty() {
+        let current = slots.get(&imm).is_some_and(|s| Arc::ptr_eq(s, &slot));
+        let idle = slot.count.load(Ordering::Acquire) == 0
+            && slot.observers.load(Ordering::Acquire) == 0
+            && slot.expectations.lock().unwrap().is_empty();
+        if current && idle {
             slots.remove(&imm);
         }
         Ok(())
@@ -81,15 +94,43 @@ impl ImmTable {
         self.slots.lock().unwrap().len()
     }
 
+    /// Counters held with their values (diagnostics).
+    pub(crate) fn held(&self) -> Vec<(u32, u64)> {
+        let mut v: Vec<(u32, u64)> =
+            self.slots.lock().unwrap().iter().map(|(k, s)| (*k, s.count.load(Ordering::Acquire))).collect();
+        v.sort_unstable();
+        v
+    }
+
     /// One more write with `imm` landed.
     pub(crate) fn bump(&self, imm: u32, jobs: &JobSender) {
-        let Some(slot) = self.slot(imm) else {
-            self.overflow.fetch_add(1, Ordering::Relaxed);
-            return;
+        // Find and increment under the table lock, so `take` never frees a slot between the
+        // two (which would lose this arrival).
+        let slot = {
+            let mut slots = self.slots.lock().unwrap();
+            let slot = match slots.get(&imm) {
+                Some(s) => s.clone(),
+                None if slots.len() >= IMM_COUNTERS_MAX => {
+                    self.overflow.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                None => {
+                    let s = Arc::new(ImmSlot {
+                        count: AtomicU64::new(0),
+                        observers: AtomicUsize::new(0),
+                        expectations: Mutex::new(vec![]),
+                        changed: Condvar::new(),
+                    });
+                    slots.insert(imm, s.clone());
+                    s
+                }
+            };
+            slot.count.fetch_add(1, Ordering::AcqRel);
+            slot
         };
         let ready: Vec<Expectation> = {
             let mut ex = slot.expectations.lock().unwrap();
-            let value = slot.count.fetch_add(1, Ordering::AcqRel) + 1;
+            let value = slot.count.load(Ordering::Acquire);
             let (ready, waiting) = std::mem::take(&mut *ex).into_iter().partition(|(target, _)| *target <= value);
             *ex = waiting;
             ready
@@ -102,10 +143,29 @@ impl ImmTable {
     }
 }
 
-/// A view of one immediate's counter; see [`crate::Engine::imm_counter`].
-#[derive(Clone)]
+/// A view of one immediate's counter; see [`crate::Engine::imm_counter`]. While one exists
+/// the counter is kept (never freed by [`crate::Engine::take_imm`]).
 pub struct ImmCounter {
-    pub(crate) slot: Arc<ImmSlot>,
+    slot: Arc<ImmSlot>,
+}
+
+impl ImmCounter {
+    pub(crate) fn new(slot: Arc<ImmSlot>) -> Self {
+        slot.observers.fetch_add(1, Ordering::AcqRel);
+        ImmCounter { slot }
+    }
+}
+
+impl Clone for ImmCounter {
+    fn clone(&self) -> Self {
+        ImmCounter::new(self.slot.clone())
+    }
+}
+
+impl Drop for ImmCounter {
+    fn drop(&mut self) {
+        self.slot.observers.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl std::fmt::Debug for ImmCounter {

@@ -351,10 +351,10 @@ impl Engine {
     /// The counter of writes with immediate `imm` that fully landed here.
     pub fn imm_counter(&self, imm: u32) -> ImmCounter {
         match self.shared.imms.slot(imm) {
-            Some(slot) => ImmCounter { slot },
+            Some(slot) => ImmCounter::new(slot),
             None => {
                 tracing::error!(imm, "immediate counter table full; this counter will never move");
-                ImmCounter { slot: ImmTable::new().slot(imm).expect("empty table has room") }
+                ImmCounter::new(ImmTable::new().slot(imm).expect("empty table has room"))
             }
         }
     }
@@ -370,6 +370,12 @@ impl Engine {
     /// Distinct immediate counters currently held.
     pub fn imm_counters_held(&self) -> usize {
         self.shared.imms.len()
+    }
+
+    /// The immediate counters held, with their values (diagnostics: a value that stays above
+    /// zero was never taken or waited for).
+    pub fn imm_counters(&self) -> Vec<(u32, u64)> {
+        self.shared.imms.held()
     }
 
     /// Runs `callback(value)` on the completion thread once the counter of `imm` reaches

@@ -1,0 +1,549 @@
+//! The collectives over the TransferEngine: [`EngineTransport`] implements [`CollTransport`]
+//! with registered memory regions, one-sided writes carrying immediates and two-sided sends,
+//! so data lands straight in peers' user buffers over Accord's transport.
+//!
+//! Mapping:
+//! - `register` pins the caller's `Vec` where it is and registers its address (no copy);
+//!   the remote descriptor's token is the engine's memory-region descriptor.
+//! - `write` is an engine write; `signal` a zero-byte write into the peer's control region.
+//! - `wait_imm` takes from the engine's immediate counter (so counters never accumulate),
+//!   in slices so that a peer's stuck report interrupts it.
+//! - control messages and stuck reports are engine sends framed with sender and tag.
+//!
+//! [`EngineTransport::from_env`] bootstraps the torchrun way: the rendezvous store on rank 0
+//! gathers every rank's engine address.
+
+mod pinned;
+#[cfg(test)]
+mod tests;
+
+use crate::error::TransportError;
+use crate::store::Bootstrap;
+use crate::transport::{BufSlice, CollTransport, LocalAccessFn, LocalBuf, RemoteBufDesc, RemoteSlice};
+use crate::transport::{CTRL_MESSAGE_BYTES_MAX, WORLD_SIZE_MAX};
+use crate::{CollConfig, CollError, Communicator, StoreError};
+use accord_engine::{
+    Engine, EngineAddress, MrBuffer, MrDescriptor, MrHandle, RecvMessage, Transfer, TransferError, WriteOp,
+};
+use pinned::Pinned;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Receive buffers posted per peer for control messages (handshakes send a few per call).
+pub const CTRL_BUFFERS_PER_PEER: usize = 16;
+/// Control messages held before they are claimed; more are dropped and logged (a peer far
+/// ahead or misbehaving).
+pub const CTRL_PENDING_MAX: usize = 65_536;
+/// Writes submitted and not yet flushed before the oldest is waited for.
+pub const PENDING_TRANSFERS_MAX: usize = 4096;
+/// Granularity of waits, so stuck reports interrupt them promptly.
+const WAIT_SLICE: Duration = Duration::from_millis(20);
+
+const FRAME_CTRL: u8 = 1;
+const FRAME_STUCK: u8 = 2;
+const FRAME_HEADER_BYTES: usize = 9;
+
+/// Why setting up an engine-backed communicator failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineSetupError {
+    /// The rendezvous store could not be reached or did not complete.
+    #[error("rendezvous failed: {0}")]
+    Store(#[from] StoreError),
+    /// The engine (sockets, threads) or its configuration failed.
+    #[error("could not start the transfer engine: {0}")]
+    Engine(String),
+    /// A rank's published address did not parse.
+    #[error(
+        "rank {rank} published an unreadable engine address ({reason}); all ranks must run the same Accord version"
+    )]
+    BadAddress {
+        /// The rank that published it.
+        rank: usize,
+        /// Why it did not parse.
+        reason: String,
+    },
+    /// The transport refused its setup.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// The communicator refused its configuration.
+    #[error(transparent)]
+    Coll(#[from] CollError),
+}
+
+struct Registered {
+    pinned: Pinned,
+    /// The engine's handle and descriptor (none for an empty buffer: nothing to write into).
+    region: Option<(MrHandle, MrDescriptor)>,
+}
+
+#[derive(Default)]
+struct Inbox {
+    ctrl: HashMap<(usize, u32), VecDeque<Vec<u8>>>,
+    ctrl_held: usize,
+    stuck: BTreeMap<usize, usize>,
+}
+
+type Shared<T> = Arc<(Mutex<T>, Condvar)>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The [`CollTransport`] of one rank over an [`Engine`].
+pub struct EngineTransport {
+    engine: Arc<Engine>,
+    rank: usize,
+    peers: Vec<EngineAddress>,
+    bufs: Mutex<HashMap<u64, Arc<Registered>>>,
+    next_id: AtomicU64,
+    pending: Mutex<VecDeque<Transfer>>,
+    inbox: Shared<Inbox>,
+    /// A small registered buffer whose zero-byte slices source signals.
+    signal_source: MrBuffer,
+}
+
+impl EngineTransport {
+    /// First half of setup: posts the control receive buffers, so that by the time anyone
+    /// learns this engine's address (second half, [`PreparedEngine::connect`]) it can take
+    /// their messages. `world_size` sizes the buffer pool.
+    pub fn prepare(engine: Arc<Engine>, world_size: usize) -> Result<PreparedEngine, TransportError> {
+        if world_size == 0 || world_size > WORLD_SIZE_MAX {
+            return Err(TransportError::BadRank { rank: 0, world_size });
+        }
+        let inbox: Shared<Inbox> = Arc::new((Mutex::new(Inbox::default()), Condvar::new()));
+        let sink = inbox.clone();
+        let buffers = CTRL_BUFFERS_PER_PEER * world_size.max(2);
+        engine.post_recvs(CTRL_MESSAGE_BYTES_MAX + FRAME_HEADER_BYTES, buffers, move |m| deliver(&sink, m));
+        let signal_source = engine.alloc(64).map_err(|e| TransportError::NotRegistered { what: e.to_string() })?;
+        Ok(PreparedEngine { engine, inbox, signal_source, world_size })
+    }
+
+    /// Both halves at once, for callers whose peers prepared before `addresses` was known.
+    pub fn new(engine: Arc<Engine>, rank: usize, addresses: Vec<EngineAddress>) -> Result<Self, TransportError> {
+        Self::prepare(engine, addresses.len())?.connect(rank, addresses)
+    }
+
+    /// Joins the job described by the torchrun variables: starts an engine (with `ACCORD_*`
+    /// overrides), publishes its address through the rendezvous store and collects everyone's.
+    pub fn from_env() -> Result<Self, EngineSetupError> {
+        let mut bootstrap = Bootstrap::from_env()?;
+        let engine = Engine::builder().build().map_err(|e| EngineSetupError::Engine(e.to_string()))?;
+        Self::join(&mut bootstrap, Arc::new(engine))
+    }
+
+    /// As [`EngineTransport::from_env`], with a bootstrap and an engine the caller made.
+    pub fn join(bootstrap: &mut Bootstrap, engine: Arc<Engine>) -> Result<Self, EngineSetupError> {
+        let rank = bootstrap.config().rank;
+        let prepared = Self::prepare(engine.clone(), bootstrap.config().world_size)?;
+        let blobs = bootstrap.all_gather(engine.address().to_string_compact().as_bytes())?;
+        let addresses = blobs
+            .iter()
+            .enumerate()
+            .map(|(r, b)| {
+                let text = std::str::from_utf8(b)
+                    .map_err(|e| EngineSetupError::BadAddress { rank: r, reason: e.to_string() })?;
+                EngineAddress::parse(text).map_err(|e| EngineSetupError::BadAddress { rank: r, reason: e.to_string() })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(prepared.connect(rank, addresses)?)
+    }
+
+    /// The engine underneath (statistics, tuning).
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    fn check_peer(&self, peer: usize) -> Result<(), TransportError> {
+        if peer >= self.peers.len() {
+            return Err(TransportError::BadRank { rank: peer, world_size: self.peers.len() });
+        }
+        Ok(())
+    }
+
+    fn registered(&self, buf: &LocalBuf) -> Result<Arc<Registered>, TransportError> {
+        lock(&self.bufs)
+            .get(&buf.id())
+            .cloned()
+            .ok_or_else(|| TransportError::NotRegistered { what: format!("local buffer {}", buf.id()) })
+    }
+
+    fn aborted(&self) -> Option<TransportError> {
+        let inbox = lock(&self.inbox.0);
+        inbox.stuck.iter().next().map(|(&reported_by, &waiting_on)| TransportError::Aborted { reported_by, waiting_on })
+    }
+
+    fn track(&self, transfer: Transfer) -> Result<(), TransportError> {
+        let oldest = {
+            let mut pending = lock(&self.pending);
+            while pending.front().is_some_and(Transfer::is_done) {
+                let done = pending.pop_front().expect("front exists");
+                if let Some(Err(e)) = done.poll() {
+                    return Err(map_transfer_error(e));
+                }
+            }
+            pending.push_back(transfer);
+            if pending.len() > PENDING_TRANSFERS_MAX {
+                pending.pop_front()
+            } else {
+                None
+            }
+        };
+        if let Some(t) = oldest {
+            t.wait().map_err(map_transfer_error)?;
+        }
+        Ok(())
+    }
+
+    fn send_frame(&self, peer: usize, frame: &[u8]) -> Result<Transfer, TransportError> {
+        self.engine
+            .send(self.peers[peer].id, frame, None)
+            .map_err(|e| TransportError::Malformed { peer, reason: format!("send refused: {e}") })
+    }
+}
+
+/// An engine ready to receive control messages, not yet introduced to its peers.
+pub struct PreparedEngine {
+    engine: Arc<Engine>,
+    inbox: Shared<Inbox>,
+    signal_source: MrBuffer,
+    world_size: usize,
+}
+
+impl PreparedEngine {
+    /// The address to publish to the other ranks.
+    pub fn address(&self) -> EngineAddress {
+        self.engine.address()
+    }
+
+    /// Second half of setup: `rank` among the engines at `addresses` (indexed by rank, our
+    /// own included); introduces every peer to the engine.
+    pub fn connect(self, rank: usize, addresses: Vec<EngineAddress>) -> Result<EngineTransport, TransportError> {
+        let world_size = addresses.len();
+        if rank >= world_size || world_size != self.world_size {
+            return Err(TransportError::BadRank { rank, world_size });
+        }
+        for (r, addr) in addresses.iter().enumerate().filter(|(r, _)| *r != rank) {
+            self.engine.add_peer(addr).map_err(|e| TransportError::Malformed { peer: r, reason: e.to_string() })?;
+        }
+        Ok(EngineTransport {
+            engine: self.engine,
+            rank,
+            peers: addresses,
+            bufs: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            pending: Mutex::new(VecDeque::new()),
+            inbox: self.inbox,
+            signal_source: self.signal_source,
+        })
+    }
+}
+
+fn map_transfer_error(e: TransferError) -> TransportError {
+    match e {
+        TransferError::Rejected(reason) => {
+            TransportError::NotRegistered { what: format!("peer refused a write ({reason:?})") }
+        }
+        other => TransportError::Timeout { what: format!("a transfer ({other})"), waited: Duration::ZERO },
+    }
+}
+
+/// The receive handler: files control messages and stuck reports in the inbox.
+fn deliver(inbox: &Shared<Inbox>, m: RecvMessage<'_>) {
+    let data = m.data;
+    if data.len() < FRAME_HEADER_BYTES {
+        tracing::warn!(len = data.len(), "dropping a control frame too short to read");
+        return;
+    }
+    let sender = u32::from_le_bytes(data[1..5].try_into().expect("4 bytes")) as usize;
+    let value = u32::from_le_bytes(data[5..9].try_into().expect("4 bytes"));
+    let (mutex, arrived) = &**inbox;
+    let mut inbox = lock(mutex);
+    match data[0] {
+        FRAME_CTRL => {
+            if inbox.ctrl_held >= CTRL_PENDING_MAX {
+                tracing::error!(sender, "control inbox full; dropping a message");
+                return;
+            }
+            inbox.ctrl_held += 1;
+            inbox.ctrl.entry((sender, value)).or_default().push_back(data[FRAME_HEADER_BYTES..].to_vec());
+        }
+        FRAME_STUCK => {
+            inbox.stuck.entry(sender).or_insert(value as usize);
+        }
+        kind => {
+            tracing::warn!(kind, sender, "dropping a control frame of unknown kind");
+            return;
+        }
+    }
+    arrived.notify_all();
+}
+
+fn frame(kind: u8, sender: usize, value: u32, body: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(FRAME_HEADER_BYTES + body.len());
+    f.push(kind);
+    f.extend_from_slice(&(sender as u32).to_le_bytes());
+    f.extend_from_slice(&value.to_le_bytes());
+    f.extend_from_slice(body);
+    f
+}
+
+impl CollTransport for EngineTransport {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.peers.len()
+    }
+
+    fn register(&self, memory: Vec<u8>) -> Result<LocalBuf, TransportError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let len = memory.len();
+        let pinned = Pinned::new(memory);
+        let region = if len == 0 {
+            None
+        } else {
+            Some(pinned.register(&self.engine).map_err(|e| TransportError::NotRegistered { what: e.to_string() })?)
+        };
+        let token = match &region {
+            Some((_, desc)) => desc.to_string_compact().into_bytes(),
+            None => vec![],
+        };
+        lock(&self.bufs).insert(id, Arc::new(Registered { pinned, region }));
+        Ok(LocalBuf::new(id, len, RemoteBufDesc { rank: self.rank, len: len as u64, token }))
+    }
+
+    fn deregister(&self, buf: LocalBuf) -> Result<Vec<u8>, TransportError> {
+        let entry = lock(&self.bufs)
+            .remove(&buf.id())
+            .ok_or_else(|| TransportError::NotRegistered { what: format!("local buffer {}", buf.id()) })?;
+        if let Some((handle, _)) = &entry.region {
+            self.engine.deregister(handle);
+        }
+        match Arc::try_unwrap(entry) {
+            Ok(registered) => Ok(registered.pinned.into_vec()),
+            Err(_) => Err(TransportError::NotRegistered { what: format!("local buffer {} (still in use)", buf.id()) }),
+        }
+    }
+
+    fn write(
+        &self,
+        peer: usize,
+        src: BufSlice<'_>,
+        dst: RemoteSlice<'_>,
+        imm: Option<u32>,
+    ) -> Result<(), TransportError> {
+        self.check_peer(peer)?;
+        src.check("write source")?;
+        if dst.desc.rank != peer {
+            return Err(TransportError::NotRegistered {
+                what: format!("descriptor of rank {} used for a write to rank {peer}", dst.desc.rank),
+            });
+        }
+        let dst_len = dst.desc.len as usize;
+        if dst.offset.checked_add(src.len).is_none_or(|end| end > dst_len) {
+            return Err(TransportError::OutOfBounds {
+                what: "write destination",
+                offset: dst.offset,
+                len: src.len,
+                buf_len: dst_len,
+            });
+        }
+        if src.len == 0 {
+            return match imm {
+                Some(imm) => self.signal(peer, imm),
+                None => Ok(()),
+            };
+        }
+        let registered = self.registered(src.buf)?;
+        let (handle, _) = registered.region.as_ref().expect("non-empty buffers are registered");
+        let text = std::str::from_utf8(&dst.desc.token)
+            .map_err(|e| TransportError::Malformed { peer, reason: e.to_string() })?;
+        let desc = MrDescriptor::parse(text).map_err(|e| TransportError::Malformed { peer, reason: e.to_string() })?;
+        let op = WriteOp {
+            src: handle,
+            src_offset: src.offset as u64,
+            dst: &desc,
+            dst_offset: dst.offset as u64,
+            len: src.len as u64,
+            imm,
+        };
+        let transfer = self
+            .engine
+            .write(&op)
+            .map_err(|e| TransportError::Malformed { peer, reason: format!("write refused: {e}") })?;
+        self.track(transfer)
+    }
+
+    fn signal(&self, peer: usize, imm: u32) -> Result<(), TransportError> {
+        self.check_peer(peer)?;
+        let source = self.signal_source.handle();
+        let op = WriteOp {
+            src: &source,
+            src_offset: 0,
+            dst: &self.peers[peer].control,
+            dst_offset: 0,
+            len: 0,
+            imm: Some(imm),
+        };
+        let transfer = self
+            .engine
+            .write(&op)
+            .map_err(|e| TransportError::Malformed { peer, reason: format!("signal refused: {e}") })?;
+        self.track(transfer)
+    }
+
+    fn flush(&self, deadline: Instant) -> Result<(), TransportError> {
+        let start = Instant::now();
+        let transfers: Vec<Transfer> = lock(&self.pending).drain(..).collect();
+        for t in transfers {
+            loop {
+                if let Some(result) = t.poll() {
+                    result.map_err(map_transfer_error)?;
+                    break;
+                }
+                if let Some(e) = self.aborted() {
+                    return Err(e);
+                }
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(TransportError::Timeout {
+                        what: "writes to be acknowledged".into(),
+                        waited: start.elapsed(),
+                    });
+                }
+                let _ = t.wait_timeout(left.min(WAIT_SLICE));
+            }
+        }
+        Ok(())
+    }
+
+    fn wait_imm(&self, imm: u32, count: u32, deadline: Instant) -> Result<(), TransportError> {
+        let start = Instant::now();
+        loop {
+            if let Some(e) = self.aborted() {
+                return Err(e);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                let what = format!("{count} immediate(s) {:?}", crate::transport::Imm::decode(imm));
+                return Err(TransportError::Timeout { what, waited: start.elapsed() });
+            }
+            if self.engine.take_imm(imm, u64::from(count), left.min(WAIT_SLICE)).is_ok() {
+                return Ok(());
+            }
+        }
+    }
+
+    fn send_ctrl(&self, peer: usize, tag: u32, bytes: &[u8]) -> Result<(), TransportError> {
+        self.check_peer(peer)?;
+        if bytes.len() > CTRL_MESSAGE_BYTES_MAX {
+            return Err(TransportError::LimitReached { what: "control message bytes", limit: CTRL_MESSAGE_BYTES_MAX });
+        }
+        let transfer = self.send_frame(peer, &frame(FRAME_CTRL, self.rank, tag, bytes))?;
+        self.track(transfer)
+    }
+
+    fn recv_ctrl(&self, peer: usize, tag: u32, deadline: Instant) -> Result<Vec<u8>, TransportError> {
+        self.check_peer(peer)?;
+        let start = Instant::now();
+        let (mutex, arrived) = &*self.inbox;
+        let mut inbox = lock(mutex);
+        loop {
+            if let Some((&reported_by, &waiting_on)) = inbox.stuck.iter().next() {
+                return Err(TransportError::Aborted { reported_by, waiting_on });
+            }
+            if let Some(queue) = inbox.ctrl.get_mut(&(peer, tag)) {
+                if let Some(message) = queue.pop_front() {
+                    if queue.is_empty() {
+                        inbox.ctrl.remove(&(peer, tag));
+                    }
+                    inbox.ctrl_held -= 1;
+                    return Ok(message);
+                }
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                let what = format!("control message {:?} from rank {peer}", crate::transport::Imm::decode(tag));
+                return Err(TransportError::Timeout { what, waited: start.elapsed() });
+            }
+            inbox = arrived.wait_timeout(inbox, left).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+
+    fn access_local(
+        &self,
+        src: BufSlice<'_>,
+        dst: BufSlice<'_>,
+        f: &mut LocalAccessFn<'_>,
+    ) -> Result<(), TransportError> {
+        src.check("local source")?;
+        dst.check("local destination")?;
+        let s = self.registered(src.buf)?;
+        let d = self.registered(dst.buf)?;
+        if Arc::ptr_eq(&s, &d) {
+            let (a, b) = (src.offset, dst.offset);
+            let disjoint = a + src.len <= b || b + dst.len <= a || src.len == 0 || dst.len == 0;
+            if !disjoint {
+                return Err(TransportError::Overlap { src_offset: a, dst_offset: b, len: src.len.max(dst.len) });
+            }
+        }
+        f(s.pinned.view(src.offset, src.len), d.pinned.view_mut(dst.offset, dst.len));
+        Ok(())
+    }
+
+    fn read_local(&self, src: BufSlice<'_>, out: &mut [u8]) -> Result<(), TransportError> {
+        src.check("local read")?;
+        let s = self.registered(src.buf)?;
+        let n = out.len().min(src.len);
+        out[..n].copy_from_slice(s.pinned.view(src.offset, n));
+        Ok(())
+    }
+
+    fn write_local(&self, dst: BufSlice<'_>, data: &[u8]) -> Result<(), TransportError> {
+        dst.check("local write")?;
+        let d = self.registered(dst.buf)?;
+        let n = data.len().min(dst.len);
+        d.pinned.view_mut(dst.offset, n).copy_from_slice(&data[..n]);
+        Ok(())
+    }
+
+    fn report_stuck(&self, waiting_on: usize) {
+        let f = frame(FRAME_STUCK, self.rank, waiting_on as u32, &[]);
+        for peer in (0..self.peers.len()).filter(|&p| p != self.rank) {
+            // Best effort: a dead peer cannot be told, which is how the others find it.
+            let _ = self.send_frame(peer, &f);
+        }
+    }
+
+    fn stuck_reports(&self) -> Vec<(usize, usize)> {
+        lock(&self.inbox.0).stuck.iter().map(|(&r, &w)| (r, w)).collect()
+    }
+}
+
+/// How long dropping a transport waits for its writes and signals in flight to be
+/// acknowledged (a rank leaving right after a barrier still owes its peers its signals).
+pub const DRAIN_ON_DROP: Duration = Duration::from_secs(5);
+
+impl Drop for EngineTransport {
+    fn drop(&mut self) {
+        if let Err(e) = self.flush(Instant::now() + DRAIN_ON_DROP) {
+            tracing::warn!(error = %e, "transport dropped with operations still unacknowledged");
+        }
+        for (_, entry) in lock(&self.bufs).drain() {
+            if let Some((handle, _)) = &entry.region {
+                self.engine.deregister(handle);
+            }
+        }
+    }
+}
+
+/// A communicator for the job the torchrun variables describe, over the TransferEngine,
+/// configured from `ACCORD_*` variables.
+pub fn communicator_from_env() -> Result<Communicator<EngineTransport>, EngineSetupError> {
+    let config = CollConfig::from_env().map_err(|e| EngineSetupError::Engine(e.to_string()))?;
+    let transport = EngineTransport::from_env()?;
+    Ok(Communicator::new(transport, config)?)
+}

@@ -1,0 +1,159 @@
+//! The collectives over real engines: each rank a thread with its own engine, forced onto the
+//! network so every byte crosses UDP loopback through the transport.
+
+use super::*;
+use crate::{Algo, Bufs, DType, ReduceOp};
+
+fn engines(n: usize) -> Vec<Arc<Engine>> {
+    (0..n)
+        .map(|_| {
+            let e = Engine::builder()
+                .ignore_env()
+                .force_network(true)
+                .idle_timeout(Duration::from_secs(2))
+                .build()
+                .expect("engine on loopback");
+            Arc::new(e)
+        })
+        .collect()
+}
+
+fn config() -> CollConfig {
+    CollConfig { timeout: Duration::from_secs(3), abort_grace: Duration::from_millis(300), ..CollConfig::default() }
+}
+
+/// Runs `f(rank, communicator)` on every rank in its own thread.
+fn on_ranks<R: Send>(n: usize, f: impl Fn(usize, Communicator<EngineTransport>) -> R + Sync) -> Vec<R> {
+    // Every rank prepares before any address is shared, as `join` does through the store.
+    let prepared: Vec<PreparedEngine> =
+        engines(n).into_iter().map(|e| EngineTransport::prepare(e, n).unwrap()).collect();
+    let addresses: Vec<EngineAddress> = prepared.iter().map(PreparedEngine::address).collect();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = prepared
+            .into_iter()
+            .enumerate()
+            .map(|(rank, p)| {
+                let addresses = addresses.clone();
+                let f = &f;
+                s.spawn(move || {
+                    let t = p.connect(rank, addresses).unwrap();
+                    f(rank, Communicator::new(t, config()).unwrap())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn values(rank: usize, count: usize) -> Vec<f32> {
+    (0..count).map(|i| ((rank * 31 + i * 7) % 1000) as f32).collect()
+}
+
+#[test]
+fn all_reduce_over_the_network_matches_the_reference_for_every_algorithm() {
+    let n = 3;
+    let count = 70_001; // not a multiple of n, several packets
+    let expected: Vec<f32> = (0..count).map(|i| (0..n).map(|r| values(r, count)[i]).sum()).collect();
+    let results = on_ranks(n, |rank, mut c| {
+        let mut out = vec![];
+        for algo in [Algo::Ring, Algo::RecursiveDoubling, Algo::Rabenseifner] {
+            let buf = c.register_typed(&values(rank, count)).unwrap();
+            c.all_reduce(Bufs::in_place(buf.all()), count, DType::F32, ReduceOp::Sum, Some(algo)).unwrap();
+            out.push((algo, c.read_typed::<f32>(buf.all()).unwrap()));
+            c.deregister(buf).unwrap();
+        }
+        out
+    });
+    for per_rank in results {
+        for (algo, got) in per_rank {
+            assert!(got == expected, "{algo}: wrong sum");
+        }
+    }
+}
+
+#[test]
+fn gather_scatter_broadcast_and_all_to_all_over_the_network() {
+    let n = 4;
+    let count = 5000;
+    let results = on_ranks(n, |rank, mut c| {
+        let mine: Vec<i32> = (0..count as i32).map(|i| i * 10 + rank as i32).collect();
+        // all_gather
+        let send = c.register_typed(&mine).unwrap();
+        let recv = c.register_typed(&vec![0i32; count * n]).unwrap();
+        c.all_gather(Bufs { send: send.all(), recv: recv.all() }, count, DType::I32, None).unwrap();
+        let gathered = c.read_typed::<i32>(recv.all()).unwrap();
+        // broadcast from rank 2
+        let b = c.register_typed(&if rank == 2 { mine.clone() } else { vec![0; count] }).unwrap();
+        c.broadcast(Bufs::in_place(b.all()), count, DType::I32, 2, None).unwrap();
+        let broadcast = c.read_typed::<i32>(b.all()).unwrap();
+        // all_to_all: block j of rank r is (r, j)
+        let blocks: Vec<i32> = (0..n).flat_map(|j| std::iter::repeat_n((rank * 100 + j) as i32, count)).collect();
+        let a_send = c.register_typed(&blocks).unwrap();
+        let a_recv = c.register_typed(&vec![0i32; count * n]).unwrap();
+        c.all_to_all(Bufs { send: a_send.all(), recv: a_recv.all() }, count, DType::I32, None).unwrap();
+        let exchanged = c.read_typed::<i32>(a_recv.all()).unwrap();
+        c.barrier().unwrap();
+        (gathered, broadcast, exchanged)
+    });
+    for (rank, (gathered, broadcast, exchanged)) in results.into_iter().enumerate() {
+        for r in 0..n {
+            for i in [0, count / 2, count - 1] {
+                assert_eq!(gathered[r * count + i], i as i32 * 10 + r as i32, "all_gather at rank {rank}");
+                assert_eq!(exchanged[r * count + i], (r * 100 + rank) as i32, "all_to_all at rank {rank}");
+            }
+        }
+        assert_eq!(broadcast[count - 1], (count as i32 - 1) * 10 + 2, "broadcast at rank {rank}");
+    }
+}
+
+#[test]
+fn a_rank_that_never_joins_is_named_within_the_timeout() {
+    let start = Instant::now();
+    let results = on_ranks(3, |rank, mut c| {
+        if rank == 1 {
+            return None;
+        }
+        let buf = c.register_typed(&[1.0f32; 1000]).unwrap();
+        Some(c.all_reduce(Bufs::in_place(buf.all()), 1000, DType::F32, ReduceOp::Sum, None).unwrap_err())
+    });
+    for e in results.into_iter().flatten() {
+        let named = match &e {
+            CollError::Timeout { missing, .. } => missing.contains(&1),
+            CollError::PeerFailed { failed_rank, .. } => *failed_rank == 1,
+            _ => false,
+        };
+        assert!(named, "error does not name rank 1: {e}");
+    }
+    assert!(start.elapsed() < Duration::from_secs(15), "took {:?}", start.elapsed());
+}
+
+#[test]
+fn long_runs_do_not_accumulate_immediate_counters() {
+    let held = on_ranks(2, |_, mut c| {
+        let buf = c.register_typed(&[1u8; 256]).unwrap();
+        for _ in 0..300 {
+            c.all_reduce(Bufs::in_place(buf.all()), 256, DType::U8, ReduceOp::Max, None).unwrap();
+        }
+        let e = c.transport().engine();
+        let held = e.imm_counters();
+        if held.len() >= 64 {
+            let decoded: Vec<_> =
+                held.iter().take(12).map(|(imm, v)| (crate::transport::Imm::decode(*imm), *v)).collect();
+            eprintln!("held: {decoded:?}");
+        }
+        e.imm_counters_held()
+    });
+    for h in held {
+        assert!(h < 64, "{h} immediate counters held after 300 collectives");
+    }
+}
+
+#[test]
+fn barrier_alone_over_the_network() {
+    let results = on_ranks(4, |_, mut c| (0..3).map(|_| c.barrier().map_err(|e| e.to_string())).collect::<Vec<_>>());
+    for (rank, r) in results.iter().enumerate() {
+        for (i, x) in r.iter().enumerate() {
+            assert!(x.is_ok(), "rank {rank} barrier {i}: {x:?}");
+        }
+    }
+}
