@@ -33,27 +33,54 @@ pub struct RunArgs {
 
 /// Runs the job; returns the exit code the launcher itself should exit with.
 pub fn run(args: RunArgs) -> Result<i32, String> {
-    if args.ranks == 0 || args.ranks > RANKS_MAX {
+    let (program, rest) = args.command.split_first().ok_or("no command given: accord run -n N -- CMD ...")?;
+    launch(args.ranks, args.master_port, program, rest, &[], Prefix::All)
+}
+
+/// Re-runs this binary with `args` (its own command line) as `ranks` ranks, `marker` set in
+/// their environment; rank 0's standard output passes through unprefixed (the table).
+pub fn run_self_as_ranks(ranks: u32, args: &[String], marker: &str) -> Result<i32, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    let exe = exe.to_string_lossy().to_string();
+    launch(ranks, None, &exe, args, &[(marker, "1")], Prefix::AllButRankZeroStdout)
+}
+
+/// Which output lines get a `[rank]` prefix.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Prefix {
+    All,
+    AllButRankZeroStdout,
+}
+
+fn launch(
+    ranks: u32,
+    master_port: Option<u16>,
+    program: &str,
+    rest: &[String],
+    extra_env: &[(&str, &str)],
+    prefixing: Prefix,
+) -> Result<i32, String> {
+    if ranks == 0 || ranks > RANKS_MAX {
         return Err(format!("-n must be in 1..={RANKS_MAX}"));
     }
-    let port = match args.master_port {
+    let port = match master_port {
         Some(p) => p,
         None => free_port()?,
     };
-    let (program, rest) = args.command.split_first().ok_or("no command given: accord run -n N -- CMD ...")?;
     let mut children = Vec::new();
     let mut pumps = Vec::new();
-    for rank in 0..args.ranks {
+    for rank in 0..ranks {
         let mut child = Command::new(program)
             .args(rest)
             // Each rank leads its own process group, so stopping it stops what it started.
             .process_group(0)
             .env("RANK", rank.to_string())
             .env("LOCAL_RANK", rank.to_string())
-            .env("WORLD_SIZE", args.ranks.to_string())
-            .env("LOCAL_WORLD_SIZE", args.ranks.to_string())
+            .env("WORLD_SIZE", ranks.to_string())
+            .env("LOCAL_WORLD_SIZE", ranks.to_string())
             .env("MASTER_ADDR", "127.0.0.1")
             .env("MASTER_PORT", port.to_string())
+            .envs(extra_env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -64,7 +91,8 @@ pub fn run(args: RunArgs) -> Result<i32, String> {
             })?;
         let prefix = format!("[{rank}] ");
         if let Some(out) = child.stdout.take() {
-            pumps.push(pump(out, prefix.clone(), false));
+            let raw = prefixing == Prefix::AllButRankZeroStdout && rank == 0;
+            pumps.push(pump(out, if raw { String::new() } else { prefix.clone() }, false));
         }
         if let Some(err) = child.stderr.take() {
             pumps.push(pump(err, prefix, true));
@@ -163,10 +191,23 @@ fn pump(stream: impl Read + Send + 'static, prefix: String, to_stderr: bool) -> 
     })
 }
 
+/// Ports the launcher tries for the rendezvous: below Linux's default ephemeral range
+/// (32768..), so no rank's outgoing connection can be handed the same port.
+const RENDEZVOUS_PORTS: std::ops::Range<u16> = 20_000..30_000;
+
+/// A port that is free now, outside the ephemeral range, picked pseudo-randomly (per process)
+/// so concurrent jobs rarely collide.
 fn free_port() -> Result<u16, String> {
-    let listener =
-        TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| format!("no free port for the rendezvous: {e}"))?;
-    listener.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
+    let span = u32::from(RENDEZVOUS_PORTS.end - RENDEZVOUS_PORTS.start);
+    let seed = std::process::id().wrapping_mul(2_654_435_761)
+        ^ std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    for attempt in 0..span {
+        let port = RENDEZVOUS_PORTS.start + ((seed.wrapping_add(attempt.wrapping_mul(7919))) % span) as u16;
+        if TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(format!("no free rendezvous port in {RENDEZVOUS_PORTS:?}: pass --master-port"))
 }
 
 fn exit_code(status: ExitStatus) -> i32 {

@@ -2,6 +2,7 @@
 //! readable table and, with `--json`, exactly one JSON object on stdout.
 #![deny(unsafe_code)]
 
+mod bench;
 mod launch;
 mod signal;
 mod sim;
@@ -24,13 +25,22 @@ enum Command {
     Sim(sim::SimCommand),
     /// Start N local ranks of a command with the torchrun variables.
     Run(launch::RunArgs),
+    /// nccl-tests-style benchmarks; no arguments: the main suite.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
+    // The p2p benchmark re-runs this binary as its second process.
+    accord_engine::bench::run_child_if_requested();
+    let raw_args: Vec<String> = std::env::args().skip(1).collect();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Sim(cmd) => sim::run(cmd),
         Command::Run(args) => match launch::run(args) {
+            Ok(code) => return ExitCode::from(code.clamp(0, 255) as u8),
+            Err(e) => Err(e),
+        },
+        Command::Bench(args) => match bench::run(args, raw_args) {
             Ok(code) => return ExitCode::from(code.clamp(0, 255) as u8),
             Err(e) => Err(e),
         },

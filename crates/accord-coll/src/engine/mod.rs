@@ -12,6 +12,11 @@
 //!
 //! [`EngineTransport::from_env`] bootstraps the torchrun way: the rendezvous store on rank 0
 //! gathers every rank's engine address.
+//!
+//! Teardown: end a job with a barrier before dropping the communicator. A rank that leaves
+//! right after its last collective completed may still owe peers acknowledgements of writes it
+//! received; the barrier makes everyone finish first, and dropping the transport then waits (up
+//! to [`DRAIN_ON_DROP`]) for its own writes and signals to be acknowledged.
 
 mod pinned;
 #[cfg(test)]
@@ -102,6 +107,9 @@ pub struct EngineTransport {
     inbox: Shared<Inbox>,
     /// A small registered buffer whose zero-byte slices source signals.
     signal_source: MrBuffer,
+    /// The rendezvous this transport joined through, kept for the transport's lifetime: on
+    /// rank 0 it hosts the store, which other ranks may still be reading when rank 0 is done.
+    bootstrap: Option<Bootstrap>,
 }
 
 impl EngineTransport {
@@ -128,13 +136,14 @@ impl EngineTransport {
     /// Joins the job described by the torchrun variables: starts an engine (with `ACCORD_*`
     /// overrides), publishes its address through the rendezvous store and collects everyone's.
     pub fn from_env() -> Result<Self, EngineSetupError> {
-        let mut bootstrap = Bootstrap::from_env()?;
+        let bootstrap = Bootstrap::from_env()?;
         let engine = Engine::builder().build().map_err(|e| EngineSetupError::Engine(e.to_string()))?;
-        Self::join(&mut bootstrap, Arc::new(engine))
+        Self::join(bootstrap, Arc::new(engine))
     }
 
-    /// As [`EngineTransport::from_env`], with a bootstrap and an engine the caller made.
-    pub fn join(bootstrap: &mut Bootstrap, engine: Arc<Engine>) -> Result<Self, EngineSetupError> {
+    /// As [`EngineTransport::from_env`], with a bootstrap and an engine the caller made. The
+    /// transport keeps the bootstrap (rank 0's store must outlive everyone's rendezvous).
+    pub fn join(mut bootstrap: Bootstrap, engine: Arc<Engine>) -> Result<Self, EngineSetupError> {
         let rank = bootstrap.config().rank;
         let prepared = Self::prepare(engine.clone(), bootstrap.config().world_size)?;
         let blobs = bootstrap.all_gather(engine.address().to_string_compact().as_bytes())?;
@@ -147,7 +156,9 @@ impl EngineTransport {
                 EngineAddress::parse(text).map_err(|e| EngineSetupError::BadAddress { rank: r, reason: e.to_string() })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(prepared.connect(rank, addresses)?)
+        let mut transport = prepared.connect(rank, addresses)?;
+        transport.bootstrap = Some(bootstrap);
+        Ok(transport)
     }
 
     /// The engine underneath (statistics, tuning).
@@ -236,6 +247,7 @@ impl PreparedEngine {
             pending: Mutex::new(VecDeque::new()),
             inbox: self.inbox,
             signal_source: self.signal_source,
+            bootstrap: None,
         })
     }
 }

@@ -28,6 +28,13 @@ impl StoreClient {
                 Ok(addrs) => {
                     for a in addrs {
                         match TcpStream::connect_timeout(&a, Duration::from_millis(500)) {
+                            // With no listener yet, a connect to a local port in the ephemeral
+                            // range can pick that very port as its source and connect to
+                            // itself (TCP simultaneous open): it would also keep rank 0 from
+                            // binding. Drop such a socket and retry.
+                            Ok(stream) if stream.local_addr().ok() == stream.peer_addr().ok() => {
+                                last_error = "connected to itself (no store listening yet)".into();
+                            }
                             Ok(stream) => {
                                 let _ = stream.set_nodelay(true);
                                 return Ok(StoreClient { stream, addr: a });
