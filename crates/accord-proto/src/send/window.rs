@@ -120,6 +120,8 @@ impl SendWindow {
         if !packet.lost {
             self.bytes_in_flight -= packet.len as u64;
         }
+        // Keep idle paths' queues empty, so per-path scans (poll_timeout) skip them cheaply.
+        self.purge_front(packet.path);
         while matches!(self.slots.front(), Some(None)) {
             self.slots.pop_front();
             self.floor += 1;
