@@ -65,7 +65,7 @@ impl ExperimentOptions {
     /// The simulator configuration these options describe.
     pub fn fabric_config(&self) -> Result<FabricConfig, FabricError> {
         let bad = |what: String| FabricError::Config(what);
-        if !(self.link_gbps > 0.0) {
+        if self.link_gbps.is_nan() || self.link_gbps <= 0.0 {
             return Err(bad(format!("link_gbps {} must be positive", self.link_gbps)));
         }
         let datagram = self.mtu as usize + DATA_HEADER_LEN;

@@ -30,11 +30,13 @@ impl CountingMemory {
         CountingMemory { regions: BTreeMap::new(), track_extents }
     }
 
+    /// Registers region `id` of `len` bytes, writable by holders of `key`.
     pub fn register(&mut self, id: RegionId, key: RegionKey, len: u64) {
         let extents = self.track_extents.then(Vec::new);
         self.regions.insert(id, CountingRegion { key, len, bytes_placed: 0, placements: 0, extents });
     }
 
+    /// Region `id` and what landed in it.
     pub fn region(&self, id: RegionId) -> Option<&CountingRegion> {
         self.regions.get(&id)
     }

@@ -66,10 +66,12 @@ impl PacketPool {
         self.live -= 1;
     }
 
+    /// Packet `id` (allocated, not freed).
     pub fn get(&self, id: u32) -> &Packet {
         &self.slots[id as usize]
     }
 
+    /// Packet `id`, mutable (queues mark and trim it).
     pub fn get_mut(&mut self, id: u32) -> &mut Packet {
         &mut self.slots[id as usize]
     }

@@ -108,6 +108,7 @@ pub struct Port {
     pub wire: VecDeque<(u64, u32)>,
     /// The priority (trimmed header) lane, likewise.
     pub priority_wire: VecDeque<(u64, u32)>,
+    /// What went through this port.
     pub counters: PortCounters,
 }
 

@@ -370,10 +370,12 @@ impl FabricSim {
         })
     }
 
+    /// The topology being simulated.
     pub fn topology(&self) -> &Topology {
         &self.net.topo
     }
 
+    /// Fabric-wide datagram counters so far.
     pub fn counters(&self) -> &FabricCounters {
         &self.net.counters
     }

@@ -100,6 +100,7 @@ pub enum TopologyError {
 /// A built topology with its routes.
 #[derive(Clone, Debug)]
 pub struct Topology {
+    /// The shape it was built as.
     pub kind: TopologyKind,
     /// Fat-tree radix (0 for the others).
     pub radix: u32,
@@ -268,14 +269,17 @@ impl Topology {
         Ok(())
     }
 
+    /// Hosts, numbered `0..hosts`.
     pub fn hosts(&self) -> u32 {
         self.hosts
     }
 
+    /// Switches, numbered `hosts..hosts + switches` as nodes.
     pub fn switches(&self) -> u32 {
         self.switches
     }
 
+    /// Every directed link; a port's index is its id.
     pub fn ports(&self) -> &[PortSpec] {
         &self.ports
     }
