@@ -375,8 +375,7 @@ impl Connection {
 
     /// Packets that outlived their path's RTO are lost; repeated timeouts quarantine the path.
     pub(super) fn handle_loss_timeouts(&mut self, now: Instant, events: &mut VecDeque<Event>) {
-        for i in 0..self.paths.len() {
-            let path = PathId(i as u16);
+        for path in self.send.busy_paths() {
             let rto = self.paths.get(path).map(|p| p.rto(self.config.rto_min, self.config.rto_max));
             let Some(rto) = rto else { continue };
             let (packets, bytes) = self.send.detect_timeouts(path, now, rto);
@@ -407,8 +406,7 @@ impl Connection {
     /// When the oldest packet of some path times out.
     pub(super) fn earliest_loss_timeout(&mut self) -> Option<Instant> {
         let mut earliest: Option<Instant> = None;
-        for i in 0..self.paths.len() {
-            let path = PathId(i as u16);
+        for path in self.send.busy_paths() {
             let Some(sent_at) = self.send.oldest_outstanding(path) else { continue };
             let rto = self.paths.get(path).map(|p| p.rto(self.config.rto_min, self.config.rto_max))?;
             let due = sent_at + rto;
