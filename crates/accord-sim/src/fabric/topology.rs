@@ -3,9 +3,11 @@
 //!
 //! Nodes are numbered hosts first (`0..hosts`), then switches. Every link is two directed
 //! [`PortSpec`]s, one per direction; a port belongs to the node that transmits on it. Routes
-//! are all shortest paths (one breadth-first search per destination host), which for a fat-tree
-//! is exactly up-down routing with ECMP over every uplink; identical next-hop sets are stored
-//! once.
+//! are all shortest paths, which for a fat-tree is exactly up-down routing with ECMP over every
+//! uplink. Every host hangs off one switch, so a switch's next hops towards a host are its next
+//! hops towards that host's switch: one breadth-first search per host-facing switch, a table of
+//! switches x host-facing switches (small enough to stay in cache), and identical next-hop sets
+//! stored once.
 
 use core::time::Duration;
 use std::collections::{HashMap, VecDeque};
@@ -109,7 +111,15 @@ pub struct Topology {
     ports: Vec<PortSpec>,
     /// The single port each host transmits on (its NIC).
     host_ports: Vec<u32>,
-    /// Per switch, per destination host: index into `route_sets`.
+    /// Switch each host hangs off (for `Pair`, the other host).
+    attach: Vec<u32>,
+    /// Dense index of each host's switch among the host-facing switches.
+    attach_index: Vec<u32>,
+    /// Port from each host's switch down to the host.
+    down_ports: Vec<u32>,
+    /// Host-facing switches.
+    attach_count: u32,
+    /// Per switch, per host-facing switch: index into `route_sets`.
     routes: Vec<u32>,
     /// Interned next-hop sets: (start, len) into `route_ports`.
     route_sets: Vec<(u32, u32)>,
@@ -203,6 +213,10 @@ impl Topology {
             switches: b.switches,
             ports: b.ports,
             host_ports: Vec::new(),
+            attach: Vec::new(),
+            attach_index: Vec::new(),
+            down_ports: Vec::new(),
+            attach_count: 0,
             routes: Vec::new(),
             route_sets: Vec::new(),
             route_ports: Vec::new(),
@@ -211,7 +225,7 @@ impl Topology {
         Ok(topo)
     }
 
-    /// All shortest paths towards every host, one BFS per destination. Hosts do not forward.
+    /// All shortest paths towards every host-facing switch, one BFS each. Hosts do not forward.
     fn compute_routes(&mut self) -> Result<(), TopologyError> {
         let nodes = (self.hosts + self.switches) as usize;
         let mut out: Vec<Vec<u32>> = vec![Vec::new(); nodes];
@@ -219,17 +233,34 @@ impl Topology {
             out[p.from as usize].push(i as u32);
         }
         self.host_ports = (0..self.hosts as usize).map(|h| out[h][0]).collect();
-        self.routes = vec![0; self.switches as usize * self.hosts as usize];
+        self.attach = self.host_ports.iter().map(|&p| self.ports[p as usize].to).collect();
+        let mut targets: Vec<u32> = Vec::new();
+        let mut index_of = vec![u32::MAX; nodes];
+        for &a in &self.attach {
+            if index_of[a as usize] == u32::MAX {
+                index_of[a as usize] = targets.len() as u32;
+                targets.push(a);
+            }
+        }
+        self.attach_index = self.attach.iter().map(|&a| index_of[a as usize]).collect();
+        self.attach_count = targets.len() as u32;
+        self.down_ports = (0..self.hosts)
+            .map(|h| {
+                let a = self.attach[h as usize];
+                out[a as usize].iter().copied().find(|&p| self.ports[p as usize].to == h).unwrap_or(0)
+            })
+            .collect();
+        self.routes = vec![0; self.switches as usize * targets.len()];
         let mut interned: HashMap<Vec<u32>, u32> = HashMap::new();
         let mut dist = vec![u32::MAX; nodes];
         let mut frontier = VecDeque::new();
-        for dst in 0..self.hosts {
+        for (t, &target) in targets.iter().enumerate() {
             dist.fill(u32::MAX);
-            dist[dst as usize] = 0;
+            dist[target as usize] = 0;
             frontier.clear();
-            frontier.push_back(dst);
+            frontier.push_back(target);
             while let Some(n) = frontier.pop_front() {
-                if n != dst && n < self.hosts {
+                if n < self.hosts {
                     continue; // hosts do not forward
                 }
                 for &p in &out[n as usize] {
@@ -241,6 +272,7 @@ impl Topology {
                 }
             }
             if let Some(src) = (0..self.hosts).find(|&h| dist[h as usize] == u32::MAX) {
+                let dst = (0..self.hosts).find(|&h| self.attach[h as usize] == target).unwrap_or(0);
                 return Err(TopologyError::Disconnected(src, dst));
             }
             for s in 0..self.switches {
@@ -250,7 +282,7 @@ impl Topology {
                     .copied()
                     .filter(|&p| {
                         let to = self.ports[p as usize].to;
-                        dist[to as usize] + 1 == dist[node] && (to >= self.hosts || to == dst)
+                        to >= self.hosts && dist[to as usize] + 1 == dist[node]
                     })
                     .collect();
                 let set = match interned.get(&next) {
@@ -263,7 +295,7 @@ impl Topology {
                         set
                     }
                 };
-                self.routes[s as usize * self.hosts as usize + dst as usize] = set;
+                self.routes[s as usize * targets.len() + t] = set;
             }
         }
         Ok(())
@@ -296,8 +328,12 @@ impl Topology {
 
     /// Equal-cost output ports of switch node `switch_node` towards host `dst`.
     pub fn next_hops(&self, switch_node: u32, dst: u32) -> &[u32] {
+        if self.attach[dst as usize] == switch_node {
+            return core::slice::from_ref(&self.down_ports[dst as usize]);
+        }
         let s = (switch_node - self.hosts) as usize;
-        let (start, len) = self.route_sets[self.routes[s * self.hosts as usize + dst as usize] as usize];
+        let t = self.attach_index[dst as usize] as usize;
+        let (start, len) = self.route_sets[self.routes[s * self.attach_count as usize + t] as usize];
         &self.route_ports[start as usize..(start + len) as usize]
     }
 
