@@ -260,8 +260,8 @@ impl Topology {
             frontier.clear();
             frontier.push_back(target);
             while let Some(n) = frontier.pop_front() {
-                if n < self.hosts {
-                    continue; // hosts do not forward
+                if n < self.hosts && n != target {
+                    continue; // hosts do not forward (a pair's target is a host)
                 }
                 for &p in &out[n as usize] {
                     let to = self.ports[p as usize].to as usize;
