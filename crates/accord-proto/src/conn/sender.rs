@@ -47,8 +47,12 @@ impl Connection {
         let mss = self.config.mss_bytes();
         let quarter_window = (self.cc.window_bytes() / 4).min(u32::MAX as u64) as u32;
         let mut bytes = self.config.chunk_bytes.min(quarter_window);
-        let active: Vec<f64> = self.paths.iter().filter(|p| p.is_active()).map(|p| p.stats.loss_score).collect();
-        let loss = if active.is_empty() { 0.0 } else { active.iter().sum::<f64>() / active.len() as f64 };
+        let (sum, count) = self
+            .paths
+            .iter()
+            .filter(|p| p.is_active())
+            .fold((0.0f64, 0usize), |(sum, count), p| (sum + p.stats.loss_score, count + 1));
+        let loss = if count == 0 { 0.0 } else { sum / count as f64 };
         if loss > 0.01 {
             bytes /= 2;
         }
