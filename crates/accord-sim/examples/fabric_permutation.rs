@@ -1,7 +1,7 @@
 //! Runs a permutation on a fat-tree and prints one table row per congestion control.
 //!
-//! `cargo run --release -p accord-sim --example fabric_permutation -- [nodes] [bytes] [cc,cc..] [topology] [queue] [paths]`
-//! e.g. `... -- 1024 64000000 cubic,swift fat-tree-3 ecn 256`.
+//! `cargo run --release -p accord-sim --example fabric_permutation -- [nodes] [bytes] [cc,cc..] [topology] [queue] [paths] [rx_batch_ns]`
+//! e.g. `... -- 1024 64000000 cubic,swift fat-tree-3 ecn 256 0`.
 
 use accord_sim::fabric::{permutation, ExperimentOptions, TopologyKind};
 
@@ -25,9 +25,20 @@ fn main() {
     if let Some(p) = arg(5) {
         opts.paths = p.parse().expect("paths: a number");
     }
+    if let Some(ns) = arg(6) {
+        opts.rx_batch = std::time::Duration::from_nanos(ns.parse().expect("rx_batch_ns: a number"));
+    }
     println!(
-        "permutation: {} hosts, {:?}, {} Gbit/s, {} bytes/host, mtu {}, {} paths, queue {}, seed {}",
-        opts.nodes, opts.topology, opts.link_gbps, opts.bytes, opts.mtu, opts.paths, opts.queue, opts.seed
+        "permutation: {} hosts, {:?}, {} Gbit/s, {} bytes/host, mtu {}, {} paths, queue {}, rx_batch {:?}, seed {}",
+        opts.nodes,
+        opts.topology,
+        opts.link_gbps,
+        opts.bytes,
+        opts.mtu,
+        opts.paths,
+        opts.queue,
+        opts.rx_batch,
+        opts.seed
     );
     println!(
         "{:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>11} {:>7} {:>10} {:>16}",

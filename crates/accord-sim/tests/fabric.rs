@@ -108,3 +108,18 @@ fn report_accounts_for_every_packet() {
     assert_eq!(c.unroutable, 0);
     assert!(report.flows.iter().all(|f| f.fct >= f.ideal));
 }
+
+#[test]
+fn receive_batching_keeps_every_check() {
+    for cc in ["cubic", "swift"] {
+        let opts = ExperimentOptions {
+            cc: cc.into(),
+            rx_batch: Duration::from_nanos(500),
+            ..checked(32, 300_000, TopologyKind::FatTree3)
+        };
+        let batched = permutation(&opts).unwrap();
+        let exact = permutation(&ExperimentOptions { rx_batch: Duration::ZERO, ..opts }).unwrap();
+        assert!(batched.fct_us.min >= batched.ideal_us);
+        assert_ne!(batched.hash, exact.hash, "batching changes the timeline");
+    }
+}

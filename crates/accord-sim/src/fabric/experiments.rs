@@ -39,6 +39,8 @@ pub struct ExperimentOptions {
     pub link_latency: Duration,
     /// Per-event invariant checks and exact placement tracking (tests). Default off.
     pub checked: bool,
+    /// Receive batching window (see [`FabricConfig::rx_batch`]). Default zero: exact.
+    pub rx_batch: Duration,
 }
 
 impl Default for ExperimentOptions {
@@ -57,6 +59,7 @@ impl Default for ExperimentOptions {
             queue_packets: 100,
             link_latency: Duration::from_micros(1),
             checked: false,
+            rx_batch: Duration::ZERO,
         }
     }
 }
@@ -91,6 +94,7 @@ impl ExperimentOptions {
             .ok_or_else(|| bad(format!("unknown queue policy {:?}: use droptail, ecn or trim", self.queue)))?;
         cfg.nic_queue_bytes_max = 16 * mtu_wire;
         cfg.check_invariants = self.checked;
+        cfg.rx_batch = self.rx_batch;
         cfg.track_placements = self.checked;
         // Generous: a failing run ends here instead of spinning.
         let ideal = self.bytes as f64 * 8.0 / (self.link_gbps * 1e9);

@@ -5,6 +5,11 @@
 //! [`FabricConfig::nic_queue_bytes_max`], collects events and re-arms its timer. When the NIC is
 //! full the host sleeps until the backlog has halved (one wake-up per several packets).
 //!
+//! With [`FabricConfig::rx_batch`] set, a host models receive interrupt moderation (or a
+//! busy-polling worker that handles a batch per loop, DESIGN §4): each datagram is handled and
+//! placed on arrival, but the rest of the driver loop (transmit, events, timer) runs once per
+//! batch window instead of once per datagram. Zero (the default) drives after every datagram.
+//!
 //! Events are ordered by (time, sequence); only the head of each port's wire has an event
 //! ([`super::port`]), plus at most one live timer and one NIC wake-up per host, so the event
 //! queue holds O(ports + hosts) entries whatever the load.
@@ -38,6 +43,10 @@ pub struct FabricConfig {
     pub endpoint: EndpointConfig,
     /// Bytes a host lets queue in its NIC before it stops polling the protocol.
     pub nic_queue_bytes_max: u64,
+    /// Receive batching window: after a datagram, the host's transmit/event/timer steps run
+    /// at most this much later, once for every datagram in the window. Default zero (exact,
+    /// per datagram).
+    pub rx_batch: Duration,
     /// Check conservation and the touched endpoint's invariants after every event.
     pub check_invariants: bool,
     /// Record every placement to prove each byte landed exactly once (tests).
@@ -74,6 +83,7 @@ impl FabricConfig {
             queue: QueueConfig::ecn(capacity, capacity / 5, capacity * 4 / 5),
             endpoint,
             nic_queue_bytes_max: 16 * mtu_wire,
+            rx_batch: Duration::ZERO,
             check_invariants: false,
             track_placements: false,
             time_limit: Duration::from_secs(2),
@@ -169,11 +179,26 @@ pub struct FabricReport {
 
 #[derive(Copy, Clone, Debug)]
 enum Ev {
-    Arrive { port: u32 },
-    PriorityArrive { port: u32 },
-    Timer { host: u32, generation: u32 },
-    NicWake { host: u32 },
-    FlowStart { flow: u32 },
+    Arrive {
+        port: u32,
+    },
+    PriorityArrive {
+        port: u32,
+    },
+    Timer {
+        host: u32,
+        generation: u32,
+    },
+    NicWake {
+        host: u32,
+    },
+    /// The end of a receive batch window.
+    RxBatch {
+        host: u32,
+    },
+    FlowStart {
+        flow: u32,
+    },
 }
 
 struct Host {
@@ -188,6 +213,7 @@ struct Host {
     timer_at: Option<Instant>,
     timer_generation: u32,
     wake_pending: bool,
+    rx_batch_pending: bool,
 }
 
 struct FlowState {
@@ -331,6 +357,7 @@ impl FabricSim {
                 timer_at: None,
                 timer_generation: 0,
                 wake_pending: false,
+                rx_batch_pending: false,
             });
         }
         let mut states = Vec::with_capacity(flows.len());
@@ -531,6 +558,11 @@ impl FabricSim {
                     None
                 }
             }
+            Ev::RxBatch { host } => {
+                self.hosts[host as usize].rx_batch_pending = false;
+                self.drive(host);
+                Some(host)
+            }
             Ev::NicWake { host } => {
                 self.hosts[host as usize].wake_pending = false;
                 self.net.counters.nic_wakes += 1;
@@ -604,7 +636,12 @@ impl FabricSim {
             }
         }
         net.pool.free(packet);
-        self.drive(host);
+        if self.config.rx_batch.is_zero() {
+            self.drive(host);
+        } else if !h.rx_batch_pending {
+            h.rx_batch_pending = true;
+            net.queue.push(net.now + self.config.rx_batch, Ev::RxBatch { host });
+        }
     }
 
     fn nic_full(&self, host: u32) -> bool {
