@@ -108,8 +108,8 @@ pub enum FabricError {
     Invariant { seed: u64, at_ns: u64, host: u32, what: String },
     #[error("seed {seed}: conservation broken at {at_ns} ns: {counters:?}, in flight {in_flight}")]
     Conservation { seed: u64, at_ns: u64, counters: FabricCounters, in_flight: u64 },
-    #[error("seed {seed}: {pending} flows unfinished at the virtual time limit {limit:?}")]
-    TimeLimit { seed: u64, limit: Duration, pending: usize },
+    #[error("seed {seed}: {pending} flows unfinished at the virtual time limit {limit:?}; first: {stuck}")]
+    TimeLimit { seed: u64, limit: Duration, pending: usize, stuck: String },
     #[error("seed {seed}: more than {SAME_INSTANT_EVENTS_MAX} events at {at_ns} ns: livelock")]
     Livelock { seed: u64, at_ns: u64 },
     #[error("seed {seed}: flow {flow} ({src} -> {dst}): {what}")]
@@ -418,6 +418,7 @@ impl FabricSim {
                     seed: self.config.seed,
                     limit: self.config.time_limit,
                     pending: self.flows_pending,
+                    stuck: self.describe_unfinished(4),
                 });
             }
         }
@@ -455,6 +456,34 @@ impl FabricSim {
             packets_live_max: self.net.pool.live_max(),
             hash,
         })
+    }
+
+    /// Up to `count` unfinished flows with their sender connection's state, for diagnosis.
+    fn describe_unfinished(&self, count: usize) -> String {
+        let mut out = Vec::new();
+        for (i, f) in self.flows.iter().enumerate().filter(|(_, f)| f.sent_done.is_none()).take(count) {
+            let placed =
+                self.hosts[f.spec.dst as usize].memory.region(RegionId(i as u32)).map_or(0, |r| r.bytes_placed);
+            let src = &self.hosts[f.spec.src as usize];
+            let stats = src.conns.get(&f.spec.dst).and_then(|&c| src.endpoint.connection_stats(c));
+            let conn = match stats {
+                Some(s) => format!(
+                    "cc {} window {} in flight {} sent {} retransmitted {} lost {} acked {} srtt {:?} quarantined paths {}",
+                    s.cc,
+                    s.window_bytes,
+                    s.bytes_in_flight,
+                    s.packets_sent,
+                    s.packets_retransmitted,
+                    s.packets_lost,
+                    s.bytes_acked,
+                    s.rtt_smoothed,
+                    s.paths.iter().filter(|p| p.quarantined).count()
+                ),
+                None => "no connection".into(),
+            };
+            out.push(format!("flow {i} {}->{} placed {}/{}: {conn}", f.spec.src, f.spec.dst, placed, f.spec.bytes));
+        }
+        out.join("; ")
     }
 
     fn finish_flows(&self) -> Result<Vec<FlowResult>, FabricError> {
