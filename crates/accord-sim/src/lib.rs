@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod events;
+pub mod fabric;
 pub mod gbn;
 pub mod link;
 pub mod memory;

@@ -47,8 +47,12 @@ impl Connection {
         let mss = self.config.mss_bytes();
         let quarter_window = (self.cc.window_bytes() / 4).min(u32::MAX as u64) as u32;
         let mut bytes = self.config.chunk_bytes.min(quarter_window);
-        let active: Vec<f64> = self.paths.iter().filter(|p| p.is_active()).map(|p| p.stats.loss_score).collect();
-        let loss = if active.is_empty() { 0.0 } else { active.iter().sum::<f64>() / active.len() as f64 };
+        let (sum, count) = self
+            .paths
+            .iter()
+            .filter(|p| p.is_active())
+            .fold((0.0f64, 0usize), |(sum, count), p| (sum + p.stats.loss_score, count + 1));
+        let loss = if count == 0 { 0.0 } else { sum / count as f64 };
         if loss > 0.01 {
             bytes /= 2;
         }
@@ -391,8 +395,7 @@ impl Connection {
 
     /// Packets that outlived their path's RTO are lost; repeated timeouts quarantine the path.
     pub(super) fn handle_loss_timeouts(&mut self, now: Instant, events: &mut VecDeque<Event>) {
-        for i in 0..self.paths.len() {
-            let path = PathId(i as u16);
+        for path in self.send.busy_paths() {
             let rto = self.paths.get(path).map(|p| p.rto(self.config.rto_min, self.config.rto_max));
             let Some(rto) = rto else { continue };
             let (packets, bytes) = self.send.detect_timeouts(path, now, rto);
@@ -423,8 +426,7 @@ impl Connection {
     /// When the oldest packet of some path times out.
     pub(super) fn earliest_loss_timeout(&mut self) -> Option<Instant> {
         let mut earliest: Option<Instant> = None;
-        for i in 0..self.paths.len() {
-            let path = PathId(i as u16);
+        for path in self.send.busy_paths() {
             let Some(sent_at) = self.send.oldest_outstanding(path) else { continue };
             let rto = self.paths.get(path).map(|p| p.rto(self.config.rto_min, self.config.rto_max))?;
             let due = sent_at + rto;

@@ -116,13 +116,16 @@ impl PathState {
 #[derive(Clone, Debug)]
 pub struct PathTable {
     paths: Vec<PathState>,
+    /// Paths in quarantine, so the per-poll probe checks cost nothing when there are none.
+    /// Health changes only through `on_timeout` and `on_probe_answered`, which keep it.
+    quarantined_count: usize,
 }
 
 impl PathTable {
     /// `count` paths, numbered from 0, each starting at `initial_rtt`.
     pub fn new(count: u16, initial_rtt: Duration) -> Self {
         assert!(count > 0, "a connection has at least one path");
-        PathTable { paths: (0..count).map(|i| PathState::new(PathId(i), initial_rtt)).collect() }
+        PathTable { paths: (0..count).map(|i| PathState::new(PathId(i), initial_rtt)).collect(), quarantined_count: 0 }
     }
 
     pub fn len(&self) -> usize {
@@ -184,6 +187,7 @@ impl PathTable {
             p.health = PathHealth::Quarantined { since: now, next_probe_at: now + probe_interval };
             p.stats.quarantined = true;
             p.stats.quarantines += 1;
+            self.quarantined_count += 1;
             return true;
         }
         false
@@ -199,11 +203,15 @@ impl PathTable {
         p.consecutive_timeouts = 0;
         p.backoff_exponent = 0;
         p.stats.loss_score = 0.0;
+        self.quarantined_count -= was_quarantined as usize;
         was_quarantined
     }
 
     /// The earliest probe due among quarantined paths.
     pub fn next_probe_at(&self) -> Option<Instant> {
+        if self.quarantined_count == 0 {
+            return None;
+        }
         self.paths
             .iter()
             .filter_map(|p| match p.health {
@@ -215,6 +223,9 @@ impl PathTable {
 
     /// A quarantined path whose probe is due, with its next probe scheduled.
     pub fn take_due_probe(&mut self, now: Instant, probe_interval: Duration) -> Option<PathId> {
+        if self.quarantined_count == 0 {
+            return None;
+        }
         for p in &mut self.paths {
             if let PathHealth::Quarantined { since, next_probe_at } = p.health {
                 if next_probe_at <= now {

@@ -34,6 +34,8 @@ pub struct SendWindow {
     slots: VecDeque<Option<SentPacket>>,
     bytes_in_flight: u64,
     per_path: Vec<VecDeque<(u64, Psn)>>,
+    /// Bit `i` set while `per_path[i]` is non-empty, so per-path scans visit only those.
+    busy_paths: [u64; 4],
     retransmit_queue: VecDeque<Psn>,
 }
 
@@ -45,6 +47,7 @@ impl SendWindow {
             slots: VecDeque::new(),
             bytes_in_flight: 0,
             per_path: vec![VecDeque::new(); path_count as usize],
+            busy_paths: [0; 4],
             retransmit_queue: VecDeque::new(),
         }
     }
@@ -85,7 +88,7 @@ impl SendWindow {
         let psn = self.next_psn;
         self.next_psn += 1;
         self.bytes_in_flight += packet.len as u64;
-        self.per_path[packet.path.0 as usize].push_back((packet.path_seq, psn));
+        self.push_path(packet.path, packet.path_seq, psn);
         self.slots.push_back(Some(packet));
         psn
     }
@@ -101,7 +104,36 @@ impl SendWindow {
         slot.transmissions = slot.transmissions.saturating_add(1);
         let len = slot.len as u64;
         self.bytes_in_flight += len;
-        self.per_path[path.0 as usize].push_back((path_seq, psn));
+        self.push_path(path, path_seq, psn);
+    }
+
+    fn push_path(&mut self, path: PathId, path_seq: u64, psn: Psn) {
+        let i = path.0 as usize;
+        self.per_path[i].push_back((path_seq, psn));
+        self.busy_paths[i / 64] |= 1 << (i % 64);
+    }
+
+    fn pop_path(&mut self, i: usize) {
+        self.per_path[i].pop_front();
+        if self.per_path[i].is_empty() {
+            self.busy_paths[i / 64] &= !(1 << (i % 64));
+        }
+    }
+
+    /// Paths that may have packets outstanding (a superset: stale entries count until purged),
+    /// in increasing order. Every path not listed has none.
+    pub fn busy_paths(&self) -> impl Iterator<Item = PathId> {
+        let mask = self.busy_paths;
+        (0..4usize).flat_map(move |w| {
+            let mut bits = mask[w];
+            core::iter::from_fn(move || {
+                (bits != 0).then(|| {
+                    let b = bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    PathId((w * 64 + b) as u16)
+                })
+            })
+        })
     }
 
     fn slot_mut(&mut self, psn: Psn) -> Option<&mut SentPacket> {
@@ -120,6 +152,8 @@ impl SendWindow {
         if !packet.lost {
             self.bytes_in_flight -= packet.len as u64;
         }
+        // Keep idle paths' queues empty, so per-path scans (poll_timeout) skip them cheaply.
+        self.purge_front(packet.path);
         while matches!(self.slots.front(), Some(None)) {
             self.slots.pop_front();
             self.floor += 1;
@@ -143,7 +177,7 @@ impl SendWindow {
             if self.is_current(path, seq, psn) {
                 break;
             }
-            self.per_path[i].pop_front();
+            self.pop_path(i);
         }
     }
 
@@ -166,7 +200,7 @@ impl SendWindow {
             if seq.saturating_add(threshold as u64) > largest_acked_seq {
                 break;
             }
-            self.per_path[path.0 as usize].pop_front();
+            self.pop_path(path.0 as usize);
             bytes += self.mark_lost(psn) as u64;
             packets += 1;
         }
@@ -184,7 +218,7 @@ impl SendWindow {
             if sent_at + rto > now {
                 break;
             }
-            self.per_path[path.0 as usize].pop_front();
+            self.pop_path(path.0 as usize);
             bytes += self.mark_lost(psn) as u64;
             packets += 1;
         }
@@ -248,5 +282,6 @@ impl SendWindow {
         for q in &mut self.per_path {
             q.clear();
         }
+        self.busy_paths = [0; 4];
     }
 }

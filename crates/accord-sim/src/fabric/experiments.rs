@@ -1,0 +1,288 @@
+//! The fabric experiments as library entry points returning result structs; the CLI
+//! (`accord sim permutation`, `accord sim incast`) and the examples wrap these.
+
+use super::port::QueueConfig;
+use super::sim::{FabricConfig, FabricError, FabricReport, FabricSim, FlowResult};
+use super::topology::{LinkSpec, TopologyKind};
+use super::workload::{self, FlowClass, FlowSpec};
+use accord_proto::cc::CcKind;
+use accord_proto::wire::DATA_HEADER_LEN;
+use core::time::Duration;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+/// Options shared by every experiment.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExperimentOptions {
+    /// Hosts (fat-trees use the smallest radix that holds them). Default 128.
+    pub nodes: u32,
+    /// Line rate of every link. Default 400.
+    pub link_gbps: f64,
+    /// Bytes per flow. Default 1 MB.
+    pub bytes: u64,
+    /// Payload bytes per packet. Default 4096.
+    pub mtu: u32,
+    /// Paths (entropy values) per connection. Default 256.
+    pub paths: u16,
+    /// Congestion control by name (`cubic`, `swift`, `fixed`). Default cubic.
+    pub cc: String,
+    /// Bytes per chunk (control decision). Default 32 KiB.
+    pub chunk: u32,
+    /// Default 3-tier fat-tree.
+    pub topology: TopologyKind,
+    pub seed: u64,
+    /// Switch queue policy by name (`droptail`, `ecn`, `trim`). Default ecn.
+    pub queue: String,
+    /// Switch buffer per output port, in full packets. Default 100.
+    pub queue_packets: u32,
+    /// Propagation delay per link. Default 1 µs.
+    pub link_latency: Duration,
+    /// Per-event invariant checks and exact placement tracking (tests). Default off.
+    pub checked: bool,
+    /// Receive batching window (see [`FabricConfig::rx_batch`]). Default zero: exact.
+    pub rx_batch: Duration,
+}
+
+impl Default for ExperimentOptions {
+    fn default() -> Self {
+        ExperimentOptions {
+            nodes: 128,
+            link_gbps: 400.0,
+            bytes: 1_000_000,
+            mtu: 4096,
+            paths: 256,
+            cc: "cubic".into(),
+            chunk: 32 * 1024,
+            topology: TopologyKind::FatTree3,
+            seed: 1,
+            queue: "ecn".into(),
+            queue_packets: 100,
+            link_latency: Duration::from_micros(1),
+            checked: false,
+            rx_batch: Duration::ZERO,
+        }
+    }
+}
+
+impl ExperimentOptions {
+    /// The simulator configuration these options describe.
+    pub fn fabric_config(&self) -> Result<FabricConfig, FabricError> {
+        let bad = |what: String| FabricError::Config(what);
+        if self.link_gbps.is_nan() || self.link_gbps <= 0.0 {
+            return Err(bad(format!("link_gbps {} must be positive", self.link_gbps)));
+        }
+        let datagram = self.mtu as usize + DATA_HEADER_LEN;
+        if datagram > u16::MAX as usize {
+            return Err(bad(format!("mtu {} too large (datagram at most 65535 bytes)", self.mtu)));
+        }
+        let link = LinkSpec { rate_bps: (self.link_gbps * 1e9) as u64, latency: self.link_latency };
+        let mut cfg = FabricConfig::new(self.seed, self.topology, self.nodes, link);
+        let c = &mut cfg.endpoint.connection;
+        let initial_rtt = c.initial_rtt;
+        *c = accord_proto::ConnectionConfig {
+            max_datagram_bytes: datagram as u16,
+            path_count: self.paths,
+            chunk_bytes: self.chunk,
+            cc: CcKind::from_name(&self.cc).map_err(|e| bad(e.to_string()))?,
+            initial_rtt,
+            ..c.clone()
+        };
+        // Timers and queues scale with the packet size chosen here.
+        let mtu_wire = datagram as u64 + crate::link::FRAMING_BYTES;
+        let capacity = self.queue_packets as u64 * mtu_wire;
+        cfg.queue = QueueConfig::from_name(&self.queue, capacity)
+            .ok_or_else(|| bad(format!("unknown queue policy {:?}: use droptail, ecn or trim", self.queue)))?;
+        cfg.nic_queue_bytes_max = 16 * mtu_wire;
+        cfg.check_invariants = self.checked;
+        cfg.rx_batch = self.rx_batch;
+        cfg.track_placements = self.checked;
+        // Generous: a failing run ends here instead of spinning.
+        let ideal = self.bytes as f64 * 8.0 / (self.link_gbps * 1e9);
+        cfg.time_limit = Duration::from_secs_f64((ideal * 200.0).max(0.2));
+        Ok(cfg)
+    }
+
+    /// Line-rate time of `bytes` payload.
+    pub fn ideal(&self, bytes: u64) -> Duration {
+        Duration::from_secs_f64(bytes as f64 * 8.0 / (self.link_gbps * 1e9))
+    }
+}
+
+/// Minimum, median, 99th percentile and maximum of a set of times, in µs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FctSummary {
+    pub min: f64,
+    pub p50: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+/// Nearest-rank percentile `q` (0..=1) of sorted `values`.
+pub fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+fn sorted_fct_us(flows: &[&FlowResult]) -> Vec<f64> {
+    let mut v: Vec<f64> = flows.iter().map(|f| f.fct.as_secs_f64() * 1e6).collect();
+    v.sort_by(f64::total_cmp);
+    v
+}
+
+impl FctSummary {
+    fn of(flows: &[&FlowResult]) -> Self {
+        let v = sorted_fct_us(flows);
+        FctSummary {
+            min: v.first().copied().unwrap_or(0.0),
+            p50: percentile(&v, 0.5),
+            p99: percentile(&v, 0.99),
+            max: v.last().copied().unwrap_or(0.0),
+        }
+    }
+}
+
+/// What a permutation (or any one-size flow set) produced.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PermutationResult {
+    pub cc: String,
+    pub nodes: u32,
+    /// Line-rate time of one flow's bytes.
+    pub ideal_us: f64,
+    pub fct_us: FctSummary,
+    /// Largest FCT over the ideal.
+    pub slowdown_max: f64,
+    pub events: u64,
+    pub wall_s: f64,
+    pub events_per_s: f64,
+    pub drops: u64,
+    pub ecn_marks: u64,
+    pub trims: u64,
+    pub hash: u64,
+}
+
+fn summarise(opts: &ExperimentOptions, report: &FabricReport) -> PermutationResult {
+    let flows: Vec<&FlowResult> = report.flows.iter().collect();
+    let wall_s = report.wall.as_secs_f64();
+    PermutationResult {
+        cc: opts.cc.clone(),
+        nodes: opts.nodes,
+        ideal_us: opts.ideal(opts.bytes).as_secs_f64() * 1e6,
+        fct_us: FctSummary::of(&flows),
+        slowdown_max: flows.iter().map(|f| f.slowdown()).fold(0.0, f64::max),
+        events: report.events,
+        wall_s,
+        events_per_s: report.events as f64 / wall_s.max(1e-9),
+        drops: report.counters.dropped,
+        ecn_marks: report.counters.ecn_marks,
+        trims: report.counters.trims,
+        hash: report.hash,
+    }
+}
+
+/// Runs `flows` on the fabric `opts` describes and returns the full report.
+pub fn run_flows(opts: &ExperimentOptions, flows: Vec<FlowSpec>) -> Result<FabricReport, FabricError> {
+    FabricSim::new(opts.fabric_config()?, flows)?.run()
+}
+
+fn workload_rng(opts: &ExperimentOptions) -> ChaCha8Rng {
+    ChaCha8Rng::seed_from_u64(opts.seed ^ 0x574f_524b_4c4f_4144)
+}
+
+/// Each host writes `opts.bytes` to a distinct random host.
+pub fn permutation(opts: &ExperimentOptions) -> Result<PermutationResult, FabricError> {
+    let flows = workload::permutation(opts.nodes, opts.bytes, &mut workload_rng(opts));
+    Ok(summarise(opts, &run_flows(opts, flows)?))
+}
+
+/// Every host writes `opts.bytes` to every other host.
+pub fn all_to_all(opts: &ExperimentOptions) -> Result<PermutationResult, FabricError> {
+    let flows = workload::all_to_all(opts.nodes, opts.bytes, Duration::ZERO, &mut workload_rng(opts));
+    Ok(summarise(opts, &run_flows(opts, flows)?))
+}
+
+/// Settings of the incast experiment.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IncastOptions {
+    /// Fabric, flow size (`bytes`, per incast sender) and seed; `cc` is ignored (see `ccs`).
+    pub base: ExperimentOptions,
+    /// Senders into host 0.
+    pub fan_in: u32,
+    /// Congestion controls to compare, one run each.
+    pub ccs: Vec<String>,
+    /// Bytes per victim flow (a permutation among the other hosts); 0 for a bare incast.
+    pub victim_bytes: u64,
+    /// Victims start this long before the incast.
+    pub victim_lead: Duration,
+}
+
+/// Incast and victim completion-time percentiles for one congestion control.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IncastResult {
+    pub cc: String,
+    /// Line-rate time of one incast flow's bytes (all of them share one link: the last can
+    /// finish no sooner than `fan_in` times this).
+    pub ideal_us: f64,
+    pub incast_p50_us: f64,
+    pub incast_p99_us: f64,
+    pub incast_p999_us: f64,
+    pub victim_p50_us: f64,
+    pub victim_p99_us: f64,
+    pub victim_p999_us: f64,
+    pub drops: u64,
+    pub ecn_marks: u64,
+    pub trims: u64,
+    pub events: u64,
+    pub wall_s: f64,
+    pub hash: u64,
+}
+
+/// An N:1 incast into host 0, with victim flows among the other hosts, once per congestion
+/// control in `opts.ccs`.
+pub fn incast(opts: &IncastOptions) -> Result<Vec<IncastResult>, FabricError> {
+    if opts.fan_in == 0 || opts.fan_in >= opts.base.nodes {
+        return Err(FabricError::Config(format!("fan_in {} must be in 1..{}", opts.fan_in, opts.base.nodes)));
+    }
+    let mut out = Vec::with_capacity(opts.ccs.len());
+    for cc in &opts.ccs {
+        let run_opts = ExperimentOptions { cc: cc.clone(), ..opts.base.clone() };
+        let mut rng = workload_rng(&run_opts);
+        let flows = if opts.victim_bytes > 0 {
+            workload::incast_with_victims(
+                run_opts.nodes,
+                opts.fan_in,
+                run_opts.bytes,
+                opts.victim_bytes,
+                opts.victim_lead,
+                &mut rng,
+            )
+        } else {
+            workload::incast(run_opts.nodes, opts.fan_in, 0, run_opts.bytes, &mut rng)
+        };
+        let report = run_flows(&run_opts, flows)?;
+        let class = |c: FlowClass| {
+            let flows: Vec<&FlowResult> = report.flows.iter().filter(|f| f.class == c).collect();
+            sorted_fct_us(&flows)
+        };
+        let (incast, victims) = (class(FlowClass::Incast), class(FlowClass::Victim));
+        out.push(IncastResult {
+            cc: cc.clone(),
+            ideal_us: run_opts.ideal(run_opts.bytes).as_secs_f64() * 1e6,
+            incast_p50_us: percentile(&incast, 0.5),
+            incast_p99_us: percentile(&incast, 0.99),
+            incast_p999_us: percentile(&incast, 0.999),
+            victim_p50_us: percentile(&victims, 0.5),
+            victim_p99_us: percentile(&victims, 0.99),
+            victim_p999_us: percentile(&victims, 0.999),
+            drops: report.counters.dropped,
+            ecn_marks: report.counters.ecn_marks,
+            trims: report.counters.trims,
+            events: report.events,
+            wall_s: report.wall.as_secs_f64(),
+            hash: report.hash,
+        });
+    }
+    Ok(out)
+}
