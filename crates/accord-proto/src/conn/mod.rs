@@ -84,6 +84,9 @@ pub(crate) struct Connection {
     ecn_ce_received: u32,
     peer_ecn_ce_count: u32,
     chunk: Option<Chunk>,
+    /// Start and size of the last chunk, for pacing (see `paced_until`).
+    last_chunk: Option<(Instant, u32)>,
+    /// When a chunk blocked by pacing may go (valid while `pacing_blocked`).
     next_send_at: Instant,
     pacing_blocked: bool,
     hello_ack_due: bool,
@@ -121,6 +124,7 @@ impl Connection {
             ecn_ce_received: 0,
             peer_ecn_ce_count: 0,
             chunk: None,
+            last_chunk: None,
             next_send_at: Instant::ZERO,
             pacing_blocked: false,
             hello_ack_due: false,

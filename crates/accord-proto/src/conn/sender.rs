@@ -72,6 +72,17 @@ impl Connection {
         }
     }
 
+    /// When pacing lets the next chunk go: the last chunk's start plus its bytes at the rate
+    /// the policy asks for *now*. Computed afresh each time, so a rate that rose (or pacing
+    /// that stopped, once the window is back above a packet) takes effect at once instead of a
+    /// deadline set while the rate was low.
+    fn paced_until(&self) -> Option<Instant> {
+        let rate = self.cc.pacing_rate_bytes_per_sec().filter(|&r| r > 0)?;
+        let (started, bytes) = self.last_chunk?;
+        let nanos = (bytes as u128 * 1_000_000_000 / rate as u128).min(u64::MAX as u128) as u64;
+        Some(started + Duration::from_nanos(nanos))
+    }
+
     /// Decides the next chunk: retransmissions first, then new data; the window and pacing
     /// must allow it. Returns `None` when nothing can start now.
     /// A lost packet waits and the policy lets it go now.
@@ -90,19 +101,19 @@ impl Connection {
         if self.send.bytes_in_flight() >= self.window_limit() {
             return None;
         }
-        if now < self.next_send_at {
-            self.pacing_blocked = true;
-            return None;
+        if let Some(allowed_at) = self.paced_until() {
+            if now < allowed_at {
+                self.next_send_at = allowed_at;
+                self.pacing_blocked = true;
+                return None;
+            }
         }
         let chunk_bytes = self.chunk_bytes();
         let packets = chunk_bytes.div_ceil(self.config.mss_bytes()).max(1);
         self.refresh_path_ages();
         let avoid = if retransmit { lost_path } else { None };
         let path = self.selector.select(now, &self.paths, &mut self.rng, avoid);
-        if let Some(rate) = self.cc.pacing_rate_bytes_per_sec().filter(|&r| r > 0) {
-            let nanos = (chunk_bytes as u128 * 1_000_000_000 / rate as u128).min(u64::MAX as u128) as u64;
-            self.next_send_at = now + Duration::from_nanos(nanos);
-        }
+        self.last_chunk = Some((now, chunk_bytes));
         self.chunk = Some(Chunk { path, packets_left: packets, retransmission: retransmit });
         Some(())
     }

@@ -633,7 +633,8 @@ impl FabricSim {
                 c
             }
         };
-        let req = WriteRequest { region: RegionId(flow), key: f.key, offset: 0, len: f.spec.bytes, imm: Some(flow) };
+        let req =
+            WriteRequest { region: RegionId(flow), key: f.key, offset: 0, len: f.spec.bytes, imm: Some(flow), tag: 0 };
         let op = host.endpoint.write(conn, req).map_err(|e| config_error(e.to_string()))?;
         host.ops.insert((conn, op), flow);
         f.started = Some(now);
