@@ -15,7 +15,7 @@ build: setup
 	$(CARGO) build --release --workspace
 
 demo: build
-	./target/release/accord sim loss-sweep
+	./target/release/accord bench
 
 test: setup
 	$(CARGO) test --release --workspace
