@@ -526,6 +526,23 @@ impl<T: CollTransport> Communicator<T> {
         self.check_usable()?;
         let n = self.world_size();
         let bytes = count * dtype.size_bytes();
+        // A send to oneself paired with a receive from oneself (what a one-rank ring does) is a
+        // local copy, as in NCCL.
+        let me = self.rank();
+        if let (Some((sp, sb)), Some((rp, rb))) = (send, recv) {
+            if sp == me && rp == me {
+                self.check_slice(Collective::SendRecv, "send buffer", sb, bytes)?;
+                self.check_slice(Collective::SendRecv, "recv buffer", rb, bytes)?;
+                let (src, dst) = (sb.sub(0, bytes), rb.sub(0, bytes));
+                if src.same_region(&dst) {
+                    return Ok(());
+                }
+                return self
+                    .t
+                    .access_local(src, dst, &mut |s, d| d.copy_from_slice(s))
+                    .map_err(|source| CollError::Transport { collective: "sendrecv", source });
+            }
+        }
         for (peer, buf, what) in
             send.iter().map(|(p, b)| (*p, *b, "send buffer")).chain(recv.iter().map(|(p, b)| (*p, *b, "recv buffer")))
         {

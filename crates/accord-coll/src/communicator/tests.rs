@@ -206,3 +206,15 @@ fn env_algorithm_override_is_used_and_checked() {
     });
     assert!(results.iter().any(|e| e.as_ref().is_some_and(|e| e.to_string().contains("ACCORD_ALGO"))), "{results:?}");
 }
+
+#[test]
+fn send_recv_to_oneself_is_a_local_copy() {
+    let mut cs = comms(1, fast_config());
+    let c = &mut cs[0];
+    let src = c.register_typed(&[1i32, 2, 3, 4]).unwrap();
+    let dst = c.register_typed(&[0i32; 4]).unwrap();
+    c.send_recv((0, src.all()), (0, dst.all()), 4, DType::I32).unwrap();
+    assert_eq!(c.read_typed::<i32>(dst.all()).unwrap(), vec![1, 2, 3, 4]);
+    // A lone send to oneself has no receive to land in: still an error.
+    assert!(c.send(0, src.all(), 4, DType::I32).is_err());
+}
