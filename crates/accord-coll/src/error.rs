@@ -115,6 +115,12 @@ pub enum TransportError {
     /// This rank's transport has stopped (fault injection or shutdown).
     #[error("this rank's transport has stopped; recreate it")]
     Stopped,
+    /// A peer stopped acknowledging what we sent it (it died, or every path to it is cut).
+    #[error("rank {peer} stopped acknowledging our writes: it died or is unreachable")]
+    PeerUnreachable {
+        /// The silent rank.
+        peer: usize,
+    },
 }
 
 /// Errors of the bootstrap store and of [`crate::store::Bootstrap`].

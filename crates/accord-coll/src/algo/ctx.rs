@@ -356,6 +356,8 @@ impl<T: CollTransport + ?Sized> Ctx<'_, T> {
         match e {
             TransportError::Timeout { .. } if !suspects.is_empty() => self.blame(suspects.to_vec()),
             TransportError::Aborted { .. } => self.blame(suspects.to_vec()),
+            // The transport itself saw which peer went silent: start the blame there.
+            TransportError::PeerUnreachable { peer } => self.blame(vec![peer]),
             other => self.transport(other),
         }
     }

@@ -103,7 +103,8 @@ pub struct EngineTransport {
     peers: Vec<EngineAddress>,
     bufs: Mutex<HashMap<u64, Arc<Registered>>>,
     next_id: AtomicU64,
-    pending: Mutex<VecDeque<Transfer>>,
+    /// Transfers not yet known complete, with the rank each goes to.
+    pending: Mutex<VecDeque<(usize, Transfer)>>,
     inbox: Shared<Inbox>,
     /// A small registered buffer whose zero-byte slices source signals.
     signal_source: MrBuffer,
@@ -185,24 +186,24 @@ impl EngineTransport {
         inbox.stuck.iter().next().map(|(&reported_by, &waiting_on)| TransportError::Aborted { reported_by, waiting_on })
     }
 
-    fn track(&self, transfer: Transfer) -> Result<(), TransportError> {
+    fn track(&self, peer: usize, transfer: Transfer) -> Result<(), TransportError> {
         let oldest = {
             let mut pending = lock(&self.pending);
-            while pending.front().is_some_and(Transfer::is_done) {
-                let done = pending.pop_front().expect("front exists");
+            while pending.front().is_some_and(|(_, t)| t.is_done()) {
+                let (to, done) = pending.pop_front().expect("front exists");
                 if let Some(Err(e)) = done.poll() {
-                    return Err(map_transfer_error(e));
+                    return Err(map_transfer_error(to, e));
                 }
             }
-            pending.push_back(transfer);
+            pending.push_back((peer, transfer));
             if pending.len() > PENDING_TRANSFERS_MAX {
                 pending.pop_front()
             } else {
                 None
             }
         };
-        if let Some(t) = oldest {
-            t.wait().map_err(map_transfer_error)?;
+        if let Some((to, t)) = oldest {
+            t.wait().map_err(|e| map_transfer_error(to, e))?;
         }
         Ok(())
     }
@@ -252,12 +253,15 @@ impl PreparedEngine {
     }
 }
 
-fn map_transfer_error(e: TransferError) -> TransportError {
+fn map_transfer_error(peer: usize, e: TransferError) -> TransportError {
     match e {
         TransferError::Rejected(reason) => {
-            TransportError::NotRegistered { what: format!("peer refused a write ({reason:?})") }
+            TransportError::NotRegistered { what: format!("rank {peer} refused a write ({reason:?})") }
         }
-        other => TransportError::Timeout { what: format!("a transfer ({other})"), waited: Duration::ZERO },
+        TransferError::PeerUnreachable => TransportError::PeerUnreachable { peer },
+        other => {
+            TransportError::Timeout { what: format!("a transfer to rank {peer} ({other})"), waited: Duration::ZERO }
+        }
     }
 }
 
@@ -386,7 +390,7 @@ impl CollTransport for EngineTransport {
             .engine
             .write(&op)
             .map_err(|e| TransportError::Malformed { peer, reason: format!("write refused: {e}") })?;
-        self.track(transfer)
+        self.track(peer, transfer)
     }
 
     fn signal(&self, peer: usize, imm: u32) -> Result<(), TransportError> {
@@ -404,16 +408,16 @@ impl CollTransport for EngineTransport {
             .engine
             .write(&op)
             .map_err(|e| TransportError::Malformed { peer, reason: format!("signal refused: {e}") })?;
-        self.track(transfer)
+        self.track(peer, transfer)
     }
 
     fn flush(&self, deadline: Instant) -> Result<(), TransportError> {
         let start = Instant::now();
-        let transfers: Vec<Transfer> = lock(&self.pending).drain(..).collect();
-        for t in transfers {
+        let transfers: Vec<(usize, Transfer)> = lock(&self.pending).drain(..).collect();
+        for (peer, t) in transfers {
             loop {
                 if let Some(result) = t.poll() {
-                    result.map_err(map_transfer_error)?;
+                    result.map_err(|e| map_transfer_error(peer, e))?;
                     break;
                 }
                 if let Some(e) = self.aborted() {
@@ -455,7 +459,7 @@ impl CollTransport for EngineTransport {
             return Err(TransportError::LimitReached { what: "control message bytes", limit: CTRL_MESSAGE_BYTES_MAX });
         }
         let transfer = self.send_frame(peer, &frame(FRAME_CTRL, self.rank, tag, bytes))?;
-        self.track(transfer)
+        self.track(peer, transfer)
     }
 
     fn recv_ctrl(&self, peer: usize, tag: u32, deadline: Instant) -> Result<Vec<u8>, TransportError> {
