@@ -182,13 +182,20 @@ impl Endpoint {
     /// The next datagram to send, connections served round robin. The header is written into
     /// `buf` (at least [`wire::MAX_ACK_LEN`] bytes); the payload is named, not copied.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        let after = self.conns.range(ConnectionId(self.transmit_cursor.0.saturating_add(1))..).map(|(id, _)| *id);
-        let before = self.conns.range(..=self.transmit_cursor).map(|(id, _)| *id);
-        let order: Vec<ConnectionId> = after.chain(before).collect();
-        for id in order {
-            let Some(conn) = self.conns.get_mut(&id) else { continue };
+        use core::ops::Bound::{Excluded, Unbounded};
+        // Walk the connections once, starting after the one that sent last; no allocation.
+        let mut cursor = self.transmit_cursor;
+        for _ in 0..self.conns.len() {
+            let next = self
+                .conns
+                .range((Excluded(cursor), Unbounded))
+                .next()
+                .or_else(|| self.conns.iter().next())
+                .map(|(id, _)| *id)?;
+            cursor = next;
+            let Some(conn) = self.conns.get_mut(&next) else { continue };
             if let Some(t) = conn.poll_transmit(now, buf) {
-                self.transmit_cursor = id;
+                self.transmit_cursor = next;
                 self.stats.datagrams_sent += 1;
                 return Some(t);
             }
@@ -198,6 +205,9 @@ impl Endpoint {
 
     /// Drops ended connections once they have nothing left to say.
     fn reap(&mut self) {
+        if !self.conns.values().any(Connection::is_ended) {
+            return;
+        }
         let ended: Vec<ConnectionId> = self.conns.iter().filter(|(_, c)| c.is_ended()).map(|(id, _)| *id).collect();
         for id in ended {
             self.conns.remove(&id);
