@@ -24,7 +24,11 @@ pub const LOOPBACK_DATAGRAM_BYTES: u16 = 60 * 1024 + accord_proto::wire::DATA_HE
 /// an operator can change a deployed program without rebuilding it.
 pub const ENGINE_ENV_OVERRIDES: &[(&str, &str)] = &[
     ("ACCORD_NICS", "nics: comma-separated local IPs, one per NIC (e.g. 127.0.0.1,127.0.0.2)"),
-    ("ACCORD_WORKERS_PER_NIC", "workers_per_nic"),
+    ("ACCORD_WORKERS_PER_NIC", "workers_per_nic (when unset and LOCAL_WORLD_SIZE is: cores / LOCAL_WORLD_SIZE, 1..=4)"),
+    (
+        "LOCAL_WORLD_SIZE",
+        "ranks sharing this host (set by torchrun and `accord run`); sizes workers_per_nic, see above",
+    ),
     ("ACCORD_PATHS", "paths_per_worker (UDP sockets, entropy values)"),
     ("ACCORD_CC", "congestion control by name: cubic, swift, fixed"),
     ("ACCORD_FORCE_NETWORK", "force_network (0 or 1): same-process peers go over the network"),
@@ -86,6 +90,16 @@ impl Default for EngineConfig {
     }
 }
 
+/// Most workers the automatic choice gives one engine.
+pub const AUTO_WORKERS_PER_NIC_MAX: usize = 4;
+
+/// Workers per NIC for an engine sharing `cores` with `local_ranks` others like it: its share
+/// of the cores, at least one, at most [`AUTO_WORKERS_PER_NIC_MAX`]. One worker thread moves
+/// a few GB/s through UDP, so on a host with cores to spare more lanes carry more.
+pub fn workers_for_share(cores: usize, local_ranks: usize) -> usize {
+    (cores / local_ranks.max(1)).clamp(1, AUTO_WORKERS_PER_NIC_MAX)
+}
+
 impl EngineConfig {
     /// Applies [`ENGINE_ENV_OVERRIDES`] read through `lookup` (tests pass a closure over a map).
     pub fn with_overrides_from(mut self, lookup: impl Fn(&str) -> Option<String>) -> Result<Self, BuildError> {
@@ -108,6 +122,10 @@ impl EngineConfig {
                 "ACCORD_IDLE_TIMEOUT_MS" => self.idle_timeout = Duration::from_millis(num(name, &value)?),
                 "ACCORD_LOSS" => self.fault.get_or_insert_with(FaultConfig::default).drop = num(name, &value)?,
                 "ACCORD_REORDER" => self.fault.get_or_insert_with(FaultConfig::default).reorder = num(name, &value)?,
+                "LOCAL_WORLD_SIZE" if lookup("ACCORD_WORKERS_PER_NIC").is_none() => {
+                    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                    self.workers_per_nic = workers_for_share(cores, num(name, &value)?);
+                }
                 _ => {}
             }
         }

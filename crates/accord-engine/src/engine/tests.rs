@@ -185,6 +185,20 @@ fn env_overrides_apply() {
 }
 
 #[test]
+fn workers_follow_the_host_share_unless_set() {
+    assert_eq!(crate::config::workers_for_share(32, 4), 4);
+    assert_eq!(crate::config::workers_for_share(32, 16), 2);
+    assert_eq!(crate::config::workers_for_share(2, 4), 1);
+    let shared: HashMap<&str, &str> = [("LOCAL_WORLD_SIZE", "1")].into();
+    let c = EngineConfig::default().with_overrides_from(|n| shared.get(n).map(|v| v.to_string())).unwrap();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(c.workers_per_nic, cores.clamp(1, 4));
+    let pinned: HashMap<&str, &str> = [("LOCAL_WORLD_SIZE", "1"), ("ACCORD_WORKERS_PER_NIC", "1")].into();
+    let c = EngineConfig::default().with_overrides_from(|n| pinned.get(n).map(|v| v.to_string())).unwrap();
+    assert_eq!(c.workers_per_nic, 1, "an explicit setting wins");
+}
+
+#[test]
 fn addresses_and_descriptors_round_trip() {
     let a = engine(true);
     let addr = a.address();
