@@ -93,7 +93,10 @@ impl Board {
         if magic != MAGIC || world != self.world_size as u64 {
             return Err(GpuCollError::Protocol {
                 rank: 0,
-                what: format!("flag segment header magic 0x{magic:x} world {world}, expected world {}", self.world_size),
+                what: format!(
+                    "flag segment header magic 0x{magic:x} world {world}, expected world {}",
+                    self.world_size
+                ),
             });
         }
         Ok(())
@@ -145,7 +148,10 @@ impl Board {
             scratch_reg: self.rank_word(rank, base + 3).load(Ordering::Relaxed),
         };
         if slot.seq != seq {
-            return Err(GpuCollError::Protocol { rank, what: format!("its slot holds round {} while I am in round {seq}", slot.seq) });
+            return Err(GpuCollError::Protocol {
+                rank,
+                what: format!("its slot holds round {} while I am in round {seq}", slot.seq),
+            });
         }
         Ok(slot)
     }
@@ -167,16 +173,22 @@ impl Board {
 
     /// Waits until `ready[rank] >= seq`.
     pub fn wait_ready(&self, rank: usize, seq: u64, deadline: Deadline) -> GpuResult<()> {
-        self.wait_until(rank, deadline, || format!("rank {rank} to reach round {seq}"), || {
-            self.rank_word(rank, 3).load(Ordering::Acquire) >= seq
-        })
+        self.wait_until(
+            rank,
+            deadline,
+            || format!("rank {rank} to reach round {seq}"),
+            || self.rank_word(rank, 3).load(Ordering::Acquire) >= seq,
+        )
     }
 
     /// Waits until `done[src][dst] >= count`.
     pub fn wait_done(&self, src: usize, dst: usize, count: u64, deadline: Deadline) -> GpuResult<()> {
-        self.wait_until(src, deadline, || format!("rank {src}'s copies into rank {dst} (phase {count})"), || {
-            self.done_word(src, dst).load(Ordering::Acquire) >= count
-        })
+        self.wait_until(
+            src,
+            deadline,
+            || format!("rank {src}'s copies into rank {dst} (phase {count})"),
+            || self.done_word(src, dst).load(Ordering::Acquire) >= count,
+        )
     }
 
     /// Fails if `rank` closed, aborted or exited.

@@ -90,7 +90,9 @@ impl Default for GpuConfig {
 fn parse_num(name: &'static str, value: &str, min: usize, max: usize) -> GpuResult<usize> {
     match value.trim().parse::<usize>() {
         Ok(v) if (min..=max).contains(&v) => Ok(v),
-        _ => Err(GpuCollError::InvalidArgument { what: format!("{name}={value:?}: expected an integer in {min}..={max}") }),
+        _ => Err(GpuCollError::InvalidArgument {
+            what: format!("{name}={value:?}: expected an integer in {min}..={max}"),
+        }),
     }
 }
 

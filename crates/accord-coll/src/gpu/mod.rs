@@ -55,6 +55,7 @@
 //! context on every other GPU in every process.
 
 pub mod board;
+pub mod check;
 pub mod config;
 pub mod error;
 pub mod plan;
@@ -316,10 +317,10 @@ impl GpuCommunicator {
     /// rank's buffers before their next push into it. Call it with no
     /// collective on `buf` in flight.
     pub fn deregister(&mut self, buf: &DeviceBuffer) -> GpuResult<()> {
-        let id = self.registrations.find_exact(buf.ptr().0, buf.len_bytes()).ok_or(GpuCollError::NotRegistered {
-            ptr: buf.ptr().0,
-            len_bytes: buf.len_bytes(),
-        })?;
+        let id = self
+            .registrations
+            .find_exact(buf.ptr().0, buf.len_bytes())
+            .ok_or(GpuCollError::NotRegistered { ptr: buf.ptr().0, len_bytes: buf.len_bytes() })?;
         self.registrations.remove(id);
         self.shared.board.bump_dereg_epoch(self.rank);
         Ok(())
@@ -408,7 +409,14 @@ impl GpuCommunicator {
     }
 
     /// all_reduce of `count` elements of `send` into `recv` (in place if they are the same buffer).
-    pub fn all_reduce(&self, bufs: GpuBufs<'_>, count: usize, dtype: DType, op: ReduceOp, stream: &Stream) -> GpuResult<()> {
+    pub fn all_reduce(
+        &self,
+        bufs: GpuBufs<'_>,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+        stream: &Stream,
+    ) -> GpuResult<()> {
         let bytes = mul(count, dtype.size_bytes())?;
         need("send", bufs.send, bytes)?;
         need("receive", bufs.recv, bytes)?;
@@ -470,7 +478,8 @@ impl GpuCommunicator {
     }
 
     fn send(&self, msg: Msg) -> GpuResult<()> {
-        let tx = self.tx.as_ref().ok_or_else(|| GpuCollError::Failed { first: "the communicator is closing".into() })?;
+        let tx =
+            self.tx.as_ref().ok_or_else(|| GpuCollError::Failed { first: "the communicator is closing".into() })?;
         tx.send(msg).map_err(|_| GpuCollError::Failed { first: "the progress thread has exited".into() })
     }
 
@@ -552,6 +561,6 @@ impl Drop for GpuCommunicator {
 }
 
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
 mod gpu_tests;
+#[cfg(test)]
+mod tests;

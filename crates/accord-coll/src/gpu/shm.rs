@@ -51,7 +51,8 @@ impl SharedWords {
     /// Opens the segment another process created at `path`.
     pub fn open(path: &Path, words: usize) -> GpuResult<SharedWords> {
         check_words(path, words)?;
-        let file = OpenOptions::new().read(true).write(true).open(path).map_err(|e| shm_error(path, format!("open: {e}")))?;
+        let file =
+            OpenOptions::new().read(true).write(true).open(path).map_err(|e| shm_error(path, format!("open: {e}")))?;
         let len = file.metadata().map_err(|e| shm_error(path, format!("stat: {e}")))?.len();
         if len != (words * 8) as u64 {
             return Err(shm_error(path, format!("is {len} bytes, expected {}; ranks run different builds", words * 8)));

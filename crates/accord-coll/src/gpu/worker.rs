@@ -8,7 +8,9 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use accord_cuda::{copy_peer_async, DevicePtr, Event, EventKind, Gpu, Reducer, StallGate, StallOutcome, StallTicket, Stream};
+use accord_cuda::{
+    copy_peer_async, DevicePtr, Event, EventKind, Gpu, Reducer, StallGate, StallOutcome, StallTicket, Stream,
+};
 
 use super::board::{Board, Deadline, Slot};
 use super::error::{GpuCollError, GpuResult};
@@ -71,8 +73,10 @@ impl HostGate {
     fn wait_reached(&self, deadline: Deadline) -> GpuResult<()> {
         let guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let left = deadline.at.saturating_duration_since(Instant::now());
-        let (guard, _) =
-            self.changed.wait_timeout_while(guard, left, |s| *s == GateState::Waiting).unwrap_or_else(|p| p.into_inner());
+        let (guard, _) = self
+            .changed
+            .wait_timeout_while(guard, left, |s| *s == GateState::Waiting)
+            .unwrap_or_else(|p| p.into_inner());
         match *guard {
             GateState::Waiting => Err(GpuCollError::Timeout {
                 what: "the user's stream to reach the collective (host function)".into(),
@@ -245,7 +249,8 @@ impl Worker {
 
     fn next_round(&mut self, op: &Op) -> u64 {
         self.seq += 1;
-        let slot = Slot { seq: self.seq, recv_reg: op.recv_reg.0, recv_offset: op.recv_reg.1, scratch_reg: self.scratch.1 };
+        let slot =
+            Slot { seq: self.seq, recv_reg: op.recv_reg.0, recv_offset: op.recv_reg.1, scratch_reg: self.scratch.1 };
         self.shared.board.post_ready(self.rank, slot);
         self.seq
     }
@@ -258,7 +263,14 @@ impl Worker {
         }
     }
 
-    fn remote_ptr(&mut self, dst_rank: usize, seq: u64, buf: Buf, offset: usize, deadline: Deadline) -> GpuResult<DevicePtr> {
+    fn remote_ptr(
+        &mut self,
+        dst_rank: usize,
+        seq: u64,
+        buf: Buf,
+        offset: usize,
+        deadline: Deadline,
+    ) -> GpuResult<DevicePtr> {
         let board = &self.shared.board;
         board.wait_ready(dst_rank, seq, deadline)?;
         let slot = board.read_slot(dst_rank, seq)?;
@@ -275,7 +287,14 @@ impl Worker {
         Ok(base.offset(base_offset + offset))
     }
 
-    fn run_phase(&mut self, op: &Op, seq: u64, phase: &Phase, gpu_wait: Option<&GpuWait>, deadline: Deadline) -> GpuResult<()> {
+    fn run_phase(
+        &mut self,
+        op: &Op,
+        seq: u64,
+        phase: &Phase,
+        gpu_wait: Option<&GpuWait>,
+        deadline: Deadline,
+    ) -> GpuResult<()> {
         let mut used = vec![0usize; self.world_size];
         let mut local_used = false;
         for push in &phase.pushes {
@@ -335,9 +354,9 @@ impl Worker {
     }
 
     fn reduce(&mut self, op: &Op, work: &ReduceWork) -> GpuResult<()> {
-        let (dtype, reduce_op) = op.reduce.ok_or_else(|| GpuCollError::InvalidArgument {
-            what: "a reducing plan without an element type".into(),
-        })?;
+        let (dtype, reduce_op) = op
+            .reduce
+            .ok_or_else(|| GpuCollError::InvalidArgument { what: "a reducing plan without an element type".into() })?;
         let dst = op.recv.offset(work.dst_offset);
         let own = op.send.offset(work.own_offset);
         let len = work.count * dtype.size_bytes();
@@ -394,7 +413,12 @@ pub fn wait_event(event: &Event, deadline: Deadline, what: &str) -> GpuResult<()
 }
 
 /// Creates `count` streams and events per peer (none for `rank`).
-pub fn peer_streams(gpu: &Gpu, world_size: usize, rank: usize, count: usize) -> GpuResult<(Vec<Vec<Stream>>, Vec<Vec<Event>>)> {
+pub fn peer_streams(
+    gpu: &Gpu,
+    world_size: usize,
+    rank: usize,
+    count: usize,
+) -> GpuResult<(Vec<Vec<Stream>>, Vec<Vec<Event>>)> {
     let mut streams = Vec::with_capacity(world_size);
     let mut events = Vec::with_capacity(world_size);
     for peer in 0..world_size {
