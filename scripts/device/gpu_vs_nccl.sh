@@ -14,7 +14,7 @@ mkdir -p "$OUT"
 CHECK=""
 [ "${ACCORD_GPU_CHECK:-0}" = "1" ] && CHECK="--check"
 echo "== accord-gpu-bench ($NPROC ranks) =="
-torchrun --standalone --nproc_per_node "$NPROC" --no-python "$BIN_DIR/accord-gpu-bench" $CHECK \
+torchrun --standalone --nproc_per_node "$NPROC" --no-python "$HERE/accord_under_torchrun.sh" "$BIN_DIR/accord-gpu-bench" $CHECK \
   --min-bytes "$BENCH_MIN_BYTES" --max-bytes "$BENCH_MAX_BYTES" >"$OUT/accord.jsonl" 2>"$OUT/accord.err"
 RC_A=$?
 grep -v '^{' "$OUT/accord.jsonl"; tail -n 20 "$OUT/accord.err"

@@ -71,7 +71,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use accord_cuda::reduce::source::reduce_grid_blocks;
-use accord_cuda::{launch_host_fn, DeviceBuffer, DevicePtr, Event, EventKind, Gpu, StallGate, Stream};
+use accord_cuda::{launch_host_fn, DeviceBuffer, DevicePtr, Event, EventKind, Gpu, Reducer, StallGate, Stream};
 
 pub use board::GPU_WORLD_SIZE_MAX;
 pub use config::{GpuConfig, StreamOrder};
@@ -162,6 +162,45 @@ fn mul(a: usize, b: usize) -> GpuResult<usize> {
     a.checked_mul(b).ok_or_else(|| GpuCollError::InvalidArgument { what: format!("{a} x {b} bytes overflows") })
 }
 
+/// Loads the reduction kernels (every type NVRTC can build here) and the
+/// stall kernel, and launches each once.
+fn warm_kernels(gpu: &Gpu) -> GpuResult<(Option<Reducer>, Arc<StallGate>)> {
+    let all = [
+        accord_cuda::DType::F32,
+        accord_cuda::DType::I32,
+        accord_cuda::DType::I64,
+        accord_cuda::DType::F16,
+        accord_cuda::DType::BF16,
+    ];
+    let reducer = match Reducer::new(gpu) {
+        Ok(r) => Some((r, &all[..])),
+        Err(e) => {
+            tracing::warn!(error = %e, "half-precision reduction kernels unavailable; float and integer only");
+            Reducer::with_types(gpu, &all[..3]).ok().map(|r| (r, &all[..3]))
+        }
+    };
+    let stream = Stream::new(gpu)?;
+    let scratch = DeviceBuffer::alloc(gpu, 64)?;
+    if let Some((reducer, types)) = &reducer {
+        for dtype in *types {
+            for op in [
+                accord_cuda::ReduceOp::Sum,
+                accord_cuda::ReduceOp::Prod,
+                accord_cuda::ReduceOp::Min,
+                accord_cuda::ReduceOp::Max,
+                accord_cuda::ReduceOp::Avg { divisor: 1 },
+            ] {
+                reducer.reduce(scratch.ptr(), scratch.ptr(), scratch.ptr(), 1, *dtype, op, &stream)?;
+            }
+        }
+    }
+    let gate = Arc::new(StallGate::new(gpu)?);
+    let ticket = gate.stall(&stream, Duration::from_secs(10))?;
+    gate.release(ticket);
+    stream.synchronize()?;
+    Ok((reducer.map(|(r, _)| r), gate))
+}
+
 impl GpuCommunicator {
     /// Bootstraps from torchrun's variables and [`GpuConfig::from_env`].
     pub fn from_env() -> GpuResult<GpuCommunicator> {
@@ -214,6 +253,10 @@ impl GpuCommunicator {
             completed: AtomicU64::new(0),
             mappings_opened: AtomicU64::new(0),
         });
+        // Kernels are loaded (and, under CUDA's lazy loading, first launched) here, never while a
+        // user stream is held by a collective: loading may synchronise the context, which would
+        // wait for that held stream (a deadlock).
+        let (reducer, stall_gate) = warm_kernels(&gpu)?;
         let (peer_streams, peer_events) = worker::peer_streams(&gpu, world_size, rank, config.streams_per_peer)?;
         let worker = Worker {
             rank,
@@ -225,7 +268,7 @@ impl GpuCommunicator {
             local_stream: Stream::new(&gpu)?,
             local_event: Event::new(&gpu, EventKind::SyncOnly)?,
             scratch: (scratch.ptr(), scratch_reg),
-            reducer: None,
+            reducer,
             mappings: PeerMappings::new(gpu.clone(), prefix.clone(), store, world_size, config.mappings_max),
             seq: 0,
             expected: vec![0; world_size],
@@ -248,7 +291,7 @@ impl GpuCommunicator {
             shared,
             registrations,
             scratch,
-            stall_gate: Mutex::new(None),
+            stall_gate: Mutex::new(Some(stall_gate)),
             tx: Some(tx),
             worker: Some(handle),
             submitted: AtomicU64::new(0),

@@ -164,7 +164,7 @@ pub struct Worker {
     pub local_event: Event,
     /// This rank's scratch buffer and its registration id.
     pub scratch: (DevicePtr, u64),
-    /// Reduction kernels, compiled on first use.
+    /// Reduction kernels, compiled and warmed at start-up.
     pub reducer: Option<Reducer>,
     /// Peers' buffers.
     pub mappings: PeerMappings,
@@ -366,10 +366,9 @@ impl Worker {
             }
             return Ok(());
         }
-        if self.reducer.is_none() {
-            self.reducer = Some(Reducer::new(&self.gpu)?);
-        }
-        let reducer = self.reducer.as_ref().expect("just set");
+        let reducer = self.reducer.as_ref().ok_or_else(|| GpuCollError::InvalidArgument {
+            what: "the reduction kernels could not be built at start-up (NVRTC); check ACCORD_CUDA_LIB_DIRS".into(),
+        })?;
         let last = work.scratch_offsets.len() - 1;
         let mut a = own;
         for (i, offset) in work.scratch_offsets.iter().enumerate() {
