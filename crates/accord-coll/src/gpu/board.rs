@@ -268,10 +268,7 @@ pub fn process_alive(pid: u32) -> bool {
         return true;
     }
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => match stat.rfind(')').and_then(|i| stat[i + 1..].trim_start().chars().next()) {
-            Some('Z') | Some('X') => false,
-            _ => true,
-        },
+        Ok(stat) => !matches!(stat.rfind(')').and_then(|i| stat[i + 1..].trim_start().chars().next()), Some('Z' | 'X')),
         Err(_) => false,
     }
 }

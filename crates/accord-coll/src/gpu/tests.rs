@@ -71,9 +71,8 @@ fn reduce_plans_agree_between_ranks_and_respect_the_scratch() {
                         }
                         if let Some(work) = &round.reduce {
                             assert_eq!(work.scratch_offsets.len(), n - 1);
-                            for i in work.dst_offset / 4..work.dst_offset / 4 + work.count {
-                                reduced[i] += 1;
-                            }
+                            let start = work.dst_offset / 4;
+                            reduced[start..start + work.count].iter_mut().for_each(|c| *c += 1);
                         }
                     }
                 }

@@ -411,13 +411,11 @@ pub fn wait_event(event: &Event, deadline: Deadline, what: &str) -> GpuResult<()
     }
 }
 
+/// Engine streams and their events, indexed by peer rank.
+pub type PeerStreams = (Vec<Vec<Stream>>, Vec<Vec<Event>>);
+
 /// Creates `count` streams and events per peer (none for `rank`).
-pub fn peer_streams(
-    gpu: &Gpu,
-    world_size: usize,
-    rank: usize,
-    count: usize,
-) -> GpuResult<(Vec<Vec<Stream>>, Vec<Vec<Event>>)> {
+pub fn peer_streams(gpu: &Gpu, world_size: usize, rank: usize, count: usize) -> GpuResult<PeerStreams> {
     let mut streams = Vec::with_capacity(world_size);
     let mut events = Vec::with_capacity(world_size);
     for peer in 0..world_size {
