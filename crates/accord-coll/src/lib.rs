@@ -12,7 +12,8 @@
 //! collectives over the TransferEngine, bootstrapped the torchrun way), [`store::Bootstrap`]
 //! (torchrun-style rendezvous), [`CollConfig`] (every `ACCORD_*` override),
 //! [`bench_math`] (nccl-tests bandwidth formulas and tables).
-// `unsafe` is confined to `engine::pinned` (views of registered memory).
+// `unsafe` is confined to `engine::pinned` (views of registered memory) and
+// `gpu::shm` (the shared-memory flag segment).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -23,6 +24,7 @@ pub mod config;
 mod dtype;
 pub mod engine;
 mod error;
+pub mod gpu;
 mod local;
 pub mod reduce;
 pub mod store;

@@ -1,0 +1,274 @@
+//! The flag board: the layout of the shared-memory words that order
+//! collectives between the ranks of one host, and the bounded waits on them.
+//!
+//! Per rank `r`: its pid, its state (open/closed), an abort flag, `ready`
+//! (the last collective round it reached, with its receive-buffer slot
+//! written first), a deregistration epoch, and [`SLOTS`] slots of
+//! `{round, recv registration, recv offset, scratch registration}`.
+//! Per ordered pair `(src, dst)`: `done`, how many push phases `src`
+//! finished into `dst` (written after `src` saw its copies complete).
+//!
+//! Protocol of one round `seq` (every rank the same sequence):
+//! 1. the rank writes its slot, then `ready = seq` (release);
+//! 2. a pusher waits for `ready[dst] >= seq` (acquire), reads the slot (which
+//!    stays put until the pusher signals `done`), maps the buffer, copies;
+//! 3. once its copies completed it adds 1 to `done[src][dst]`;
+//! 4. a receiver waits until `done[src][me]` reached the count it expects.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::error::{GpuCollError, GpuResult};
+use super::shm::SharedWords;
+
+/// Receive-buffer slots per rank (one is in use at a time; spare ones keep a
+/// late reader's slot intact across one extra round).
+pub const SLOTS: usize = 4;
+/// Most ranks on one host.
+pub const GPU_WORLD_SIZE_MAX: usize = 64;
+const HEADER_WORDS: usize = 8;
+const SLOT_WORDS: usize = 4;
+const RANK_WORDS: usize = 8 + SLOTS * SLOT_WORDS;
+const MAGIC: u64 = 0x4143_434f_5244_4750; // "ACCORDGP"
+const STATE_OPEN: u64 = 1;
+const STATE_CLOSED: u64 = 2;
+/// How often a wait checks that its peers are still alive.
+pub const LIVENESS_CHECK_INTERVAL: Duration = Duration::from_millis(2);
+/// Busy polls before a wait starts yielding the CPU.
+pub const SPIN_POLLS_MAX: u32 = 4096;
+/// Longest sleep between two polls once a wait has gone on for a while.
+pub const POLL_SLEEP_MAX: Duration = Duration::from_micros(20);
+
+/// What a rank publishes about its receive buffer for one round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slot {
+    /// The round.
+    pub seq: u64,
+    /// Registration id of the receive buffer.
+    pub recv_reg: u64,
+    /// Offset of the receive range inside that registration.
+    pub recv_offset: u64,
+    /// Registration id of the rank's scratch buffer.
+    pub scratch_reg: u64,
+}
+
+/// Words a board for `world_size` ranks needs.
+pub fn board_words(world_size: usize) -> usize {
+    HEADER_WORDS + world_size * RANK_WORDS + world_size * world_size
+}
+
+/// A view of the flag words for `world_size` ranks.
+#[derive(Debug)]
+pub struct Board {
+    words: SharedWords,
+    world_size: usize,
+}
+
+impl Board {
+    /// Wraps a segment of [`board_words`] words.
+    pub fn new(words: SharedWords, world_size: usize) -> GpuResult<Board> {
+        if world_size == 0 || world_size > GPU_WORLD_SIZE_MAX || words.len_words() != board_words(world_size) {
+            return Err(GpuCollError::InvalidArgument {
+                what: format!("a board needs 1..={GPU_WORLD_SIZE_MAX} ranks and {} words", board_words(world_size)),
+            });
+        }
+        Ok(Board { words, world_size })
+    }
+
+    /// The segment (for unlinking).
+    pub fn words(&self) -> &SharedWords {
+        &self.words
+    }
+
+    /// Rank 0 stamps the header of a fresh segment.
+    pub fn init_header(&self) {
+        self.words.word(1).store(self.world_size as u64, Ordering::Relaxed);
+        self.words.word(0).store(MAGIC, Ordering::Release);
+    }
+
+    /// Checks the header rank 0 wrote.
+    pub fn check_header(&self) -> GpuResult<()> {
+        let magic = self.words.word(0).load(Ordering::Acquire);
+        let world = self.words.word(1).load(Ordering::Relaxed);
+        if magic != MAGIC || world != self.world_size as u64 {
+            return Err(GpuCollError::Protocol {
+                rank: 0,
+                what: format!(
+                    "flag segment header magic 0x{magic:x} world {world}, expected world {}",
+                    self.world_size
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    fn rank_word(&self, rank: usize, field: usize) -> &std::sync::atomic::AtomicU64 {
+        assert!(rank < self.world_size && field < RANK_WORDS);
+        self.words.word(HEADER_WORDS + rank * RANK_WORDS + field)
+    }
+
+    fn done_word(&self, src: usize, dst: usize) -> &std::sync::atomic::AtomicU64 {
+        assert!(src < self.world_size && dst < self.world_size);
+        self.words.word(HEADER_WORDS + self.world_size * RANK_WORDS + src * self.world_size + dst)
+    }
+
+    /// Marks `rank` open with its pid.
+    pub fn open_rank(&self, rank: usize, pid: u32) {
+        self.rank_word(rank, 0).store(u64::from(pid), Ordering::Relaxed);
+        self.rank_word(rank, 1).store(STATE_OPEN, Ordering::Release);
+    }
+
+    /// Marks `rank` closed (its buffers are going away).
+    pub fn close_rank(&self, rank: usize) {
+        self.rank_word(rank, 1).store(STATE_CLOSED, Ordering::Release);
+    }
+
+    /// Tells every peer that `rank` gave up after an error.
+    pub fn abort_rank(&self, rank: usize) {
+        self.rank_word(rank, 2).store(1, Ordering::Release);
+    }
+
+    /// Publishes `slot` and then `ready = slot.seq`.
+    pub fn post_ready(&self, rank: usize, slot: Slot) {
+        let base = 8 + (slot.seq as usize % SLOTS) * SLOT_WORDS;
+        self.rank_word(rank, base + 1).store(slot.recv_reg, Ordering::Relaxed);
+        self.rank_word(rank, base + 2).store(slot.recv_offset, Ordering::Relaxed);
+        self.rank_word(rank, base + 3).store(slot.scratch_reg, Ordering::Relaxed);
+        self.rank_word(rank, base).store(slot.seq, Ordering::Relaxed);
+        self.rank_word(rank, 3).store(slot.seq, Ordering::Release);
+    }
+
+    /// `rank`'s slot for round `seq` (call after seeing `ready >= seq`).
+    pub fn read_slot(&self, rank: usize, seq: u64) -> GpuResult<Slot> {
+        let base = 8 + (seq as usize % SLOTS) * SLOT_WORDS;
+        let slot = Slot {
+            seq: self.rank_word(rank, base).load(Ordering::Acquire),
+            recv_reg: self.rank_word(rank, base + 1).load(Ordering::Relaxed),
+            recv_offset: self.rank_word(rank, base + 2).load(Ordering::Relaxed),
+            scratch_reg: self.rank_word(rank, base + 3).load(Ordering::Relaxed),
+        };
+        if slot.seq != seq {
+            return Err(GpuCollError::Protocol {
+                rank,
+                what: format!("its slot holds round {} while I am in round {seq}", slot.seq),
+            });
+        }
+        Ok(slot)
+    }
+
+    /// Bumps `rank`'s deregistration epoch (peers drop their mappings of it).
+    pub fn bump_dereg_epoch(&self, rank: usize) {
+        self.rank_word(rank, 4).fetch_add(1, Ordering::Release);
+    }
+
+    /// `rank`'s deregistration epoch.
+    pub fn dereg_epoch(&self, rank: usize) -> u64 {
+        self.rank_word(rank, 4).load(Ordering::Acquire)
+    }
+
+    /// Adds one finished push phase from `src` into `dst`.
+    pub fn signal_done(&self, src: usize, dst: usize) {
+        self.done_word(src, dst).fetch_add(1, Ordering::Release);
+    }
+
+    /// Waits until `ready[rank] >= seq`.
+    pub fn wait_ready(&self, rank: usize, seq: u64, deadline: Deadline) -> GpuResult<()> {
+        self.wait_until(
+            rank,
+            deadline,
+            || format!("rank {rank} to reach round {seq}"),
+            || self.rank_word(rank, 3).load(Ordering::Acquire) >= seq,
+        )
+    }
+
+    /// Waits until `done[src][dst] >= count`.
+    pub fn wait_done(&self, src: usize, dst: usize, count: u64, deadline: Deadline) -> GpuResult<()> {
+        self.wait_until(
+            src,
+            deadline,
+            || format!("rank {src}'s copies into rank {dst} (phase {count})"),
+            || self.done_word(src, dst).load(Ordering::Acquire) >= count,
+        )
+    }
+
+    /// Fails if `rank` closed, aborted or exited.
+    pub fn check_peer(&self, rank: usize) -> GpuResult<()> {
+        let pid = self.rank_word(rank, 0).load(Ordering::Relaxed) as u32;
+        if self.rank_word(rank, 2).load(Ordering::Acquire) != 0 {
+            return Err(GpuCollError::PeerAborted { rank });
+        }
+        if self.rank_word(rank, 1).load(Ordering::Acquire) == STATE_CLOSED {
+            return Err(GpuCollError::PeerGone { rank, pid, how: "closed its communicator" });
+        }
+        if pid != 0 && !process_alive(pid) {
+            return Err(GpuCollError::PeerGone { rank, pid, how: "exited" });
+        }
+        Ok(())
+    }
+
+    /// Polls `done` (spin, then yield, then short sleeps) until it holds, the
+    /// deadline passes, or `peer` is gone.
+    fn wait_until(
+        &self,
+        peer: usize,
+        deadline: Deadline,
+        what: impl Fn() -> String,
+        done: impl Fn() -> bool,
+    ) -> GpuResult<()> {
+        let mut polls: u32 = 0;
+        let mut last_check = Instant::now();
+        loop {
+            if done() {
+                return Ok(());
+            }
+            polls = polls.saturating_add(1);
+            if polls < SPIN_POLLS_MAX {
+                std::hint::spin_loop();
+                continue;
+            }
+            let now = Instant::now();
+            if now.duration_since(last_check) >= LIVENESS_CHECK_INTERVAL {
+                last_check = now;
+                if done() {
+                    return Ok(());
+                }
+                self.check_peer(peer)?;
+                if now >= deadline.at {
+                    return Err(GpuCollError::Timeout { what: what(), waited: deadline.budget });
+                }
+            }
+            if polls < SPIN_POLLS_MAX * 4 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(POLL_SLEEP_MAX);
+            }
+        }
+    }
+}
+
+/// When a collective's waits give up, and the budget that was set.
+#[derive(Clone, Copy, Debug)]
+pub struct Deadline {
+    /// The instant.
+    pub at: Instant,
+    /// The budget it was made from (for messages).
+    pub budget: Duration,
+}
+
+impl Deadline {
+    /// `budget` from now.
+    pub fn after(budget: Duration) -> Deadline {
+        Deadline { at: Instant::now() + budget, budget }
+    }
+}
+
+/// Whether `pid` runs (zombies count as exited). Linux: `/proc/<pid>/stat`.
+pub fn process_alive(pid: u32) -> bool {
+    if !cfg!(target_os = "linux") {
+        return true;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !matches!(stat.rfind(')').and_then(|i| stat[i + 1..].trim_start().chars().next()), Some('Z' | 'X')),
+        Err(_) => false,
+    }
+}

@@ -1,0 +1,96 @@
+//! Two-rank GPU tests: this test binary re-runs itself as rank 1 (env
+//! `ACCORD_GPU_TEST_RANK=1`). They print `skipped: <reason>` without 2 GPUs.
+
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use super::check;
+use super::{GpuBufs, GpuCollError, GpuCommunicator, GpuConfig};
+use crate::store::{Bootstrap, BootstrapConfig};
+
+const RANK_ENV: &str = "ACCORD_GPU_TEST_RANK";
+const PORT_ENV: &str = "ACCORD_GPU_TEST_PORT";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(29_611)
+}
+
+/// Rank 0 spawns rank 1 (this test, in a child process); returns (rank, port, child).
+fn two_ranks(test: &str) -> (usize, u16, Option<Child>) {
+    if let Ok(rank) = std::env::var(RANK_ENV) {
+        let port = std::env::var(PORT_ENV).ok().and_then(|p| p.parse().ok()).expect("port env");
+        return (rank.parse().expect("rank env"), port, None);
+    }
+    let port = free_port();
+    let child = Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(RANK_ENV, "1")
+        .env(PORT_ENV, port.to_string())
+        .spawn()
+        .expect("spawn rank 1");
+    (0, port, Some(child))
+}
+
+fn communicator(rank: usize, port: u16, config: GpuConfig) -> GpuCommunicator {
+    let bc = BootstrapConfig {
+        rank,
+        world_size: 2,
+        local_rank: rank,
+        master_addr: "127.0.0.1".into(),
+        master_port: port,
+        timeout: Duration::from_secs(60),
+    };
+    let bootstrap = if rank == 0 { Bootstrap::connect(bc) } else { Bootstrap::join(bc, None) }.expect("bootstrap");
+    GpuCommunicator::new(bootstrap, config).expect("communicator")
+}
+
+#[test]
+fn two_rank_collectives_respect_stream_order() {
+    accord_cuda::require_gpu!(2, nvrtc);
+    let (rank, port, child) = two_ranks("gpu::gpu_tests::two_rank_collectives_respect_stream_order");
+    // A small scratch buffer forces all_reduce and reduce_scatter into several rounds.
+    let config = GpuConfig { scratch_bytes: 64 << 10, ..GpuConfig::default() };
+    let mut comm = communicator(rank, port, config);
+    for count in [1, 1017, 40_000] {
+        for line in check::run_all(&mut comm, count).expect("checks") {
+            println!("rank {rank}: {line}");
+        }
+    }
+    drop(comm);
+    if let Some(mut child) = child {
+        assert!(child.wait().expect("wait rank 1").success(), "rank 1 failed");
+    }
+}
+
+#[test]
+fn a_peer_that_exits_gives_an_error_not_a_crash() {
+    accord_cuda::require_gpu!(2, nvrtc);
+    let (rank, port, child) = two_ranks("gpu::gpu_tests::a_peer_that_exits_gives_an_error_not_a_crash");
+    let config = GpuConfig { op_timeout: Duration::from_secs(20), ..GpuConfig::default() };
+    let mut comm = communicator(rank, port, config);
+    let gpu = comm.gpu().clone();
+    let stream = accord_cuda::Stream::new(&gpu).expect("stream");
+    let send = accord_cuda::DeviceBuffer::alloc(&gpu, 1 << 20).expect("alloc");
+    let recv = accord_cuda::DeviceBuffer::alloc(&gpu, 2 << 20).expect("alloc");
+    comm.register(&recv).expect("register");
+    comm.all_gather(GpuBufs { send: &send, recv: &recv }, 1 << 20, &stream).expect("first all_gather");
+    comm.wait_idle(Duration::from_secs(30)).expect("first all_gather completes");
+    comm.host_all_gather(b"mapped").expect("barrier");
+    if rank == 1 {
+        // Exit with everything released: buffers freed, context torn down.
+        drop(comm);
+        drop(recv);
+        return;
+    }
+    child.expect("rank 0 spawned rank 1").wait().expect("rank 1 exits");
+    comm.all_gather(GpuBufs { send: &send, recv: &recv }, 1 << 20, &stream).expect("the call itself is queued");
+    let err = comm.wait_idle(Duration::from_secs(60)).expect_err("the peer is gone");
+    assert!(
+        matches!(err, GpuCollError::PeerGone { rank: 1, .. }) || matches!(err, GpuCollError::Failed { .. }),
+        "{err}"
+    );
+    println!("rank 0 got: {err}");
+    stream.synchronize().expect("the stream was released");
+    let again = comm.all_gather(GpuBufs { send: &send, recv: &recv }, 1 << 20, &stream);
+    assert!(matches!(again, Err(GpuCollError::Failed { .. })), "later calls fail fast");
+}

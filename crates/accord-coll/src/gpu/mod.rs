@@ -1,0 +1,609 @@
+//! GPU collectives for the ranks of one host (one process and one GPU per
+//! rank), driven by a host thread and moved entirely by copy engines.
+//!
+//! [`GpuCommunicator`] bootstraps the torchrun way ([`crate::store::Bootstrap`];
+//! `LOCAL_RANK` picks the GPU) and offers all_gather, all_to_all, sendrecv
+//! (ring pair), broadcast, all_reduce and reduce_scatter on device buffers,
+//! ordered on the caller's CUDA stream like NCCL's.
+//!
+//! # Data movement: push, copy engine, no staging
+//!
+//! Every byte moves with `cuMemcpyDtoDAsync` on an engine-owned stream, from
+//! the sender's buffer straight into the receiver's registered buffer mapped
+//! through CUDA IPC (the push model). No kernel copies anything, so
+//! all_gather, all_to_all, sendrecv and broadcast use zero SMs. all_reduce
+//! and reduce_scatter push blocks into the owner's scratch buffer, reduce
+//! them with the NVRTC kernels of [`accord_cuda::Reducer`] (the one SM user,
+//! see [`GpuCommunicator::sms_used`]), and all_reduce pushes the reduced
+//! blocks back out. Calls larger than the scratch run in rounds.
+//!
+//! # Ordering between ranks: a flag board in shared memory
+//!
+//! Rank 0 creates a small segment of 64-bit words under `/dev/shm`, passes its
+//! name through the store, and unlinks it once every rank mapped it. A rank
+//! that reached a collective (its stream finished the prior work) publishes
+//! which registered buffer it receives into and sets `ready`; a sender waits
+//! for `ready` before it writes, and after its copies completed (event
+//! polled by the host) bumps `done[sender][receiver]`; the receiver releases
+//! its stream once every sender's `done` arrived. Waits spin briefly, then
+//! yield, and check peers' liveness (pid, closed and abort flags) every few
+//! milliseconds, so a vanished peer gives [`GpuCollError::PeerGone`], not a
+//! hang. See [`board`].
+//!
+//! # Stream order on the caller's stream ([`StreamOrder`])
+//!
+//! - `HostFn` (default): `cuLaunchHostFunc` on the user's stream; the
+//!   function tells the progress thread that prior work completed and
+//!   blocks the stream until the collective is done. Zero SMs.
+//! - `Stall`: an event recorded on the user's stream (polled by the progress
+//!   thread), then the one-thread stall kernel of [`accord_cuda::StallGate`],
+//!   released when the collective is done. One SM slot while it waits.
+//!
+//! The bench (`accord-gpu-bench`) measures both; see `docs/results`.
+//!
+//! # Registration and the mapping cache
+//!
+//! Receive buffers must be registered ([`GpuCommunicator::register`]): the
+//! IPC handle goes to the store once; peers map it on first use and keep it
+//! in a bounded LRU cache keyed by (peer, registration id), so repeated
+//! calls exchange nothing but flag words. See [`registry`] for invalidation.
+//!
+//! # Peer access
+//!
+//! Peer access is enabled by `cuIpcOpenMemHandle`'s lazy peer-access flag for
+//! exactly the peers whose buffers are mapped, which avoids creating a
+//! context on every other GPU in every process.
+
+pub mod board;
+pub mod check;
+pub mod config;
+pub mod error;
+pub mod plan;
+pub mod registry;
+pub mod shm;
+pub mod worker;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use accord_cuda::reduce::source::reduce_grid_blocks;
+use accord_cuda::{launch_host_fn, DeviceBuffer, DevicePtr, Event, EventKind, Gpu, Reducer, StallGate, Stream};
+
+pub use board::GPU_WORLD_SIZE_MAX;
+pub use config::{GpuConfig, StreamOrder};
+pub use error::{GpuCollError, GpuResult};
+
+use crate::algo::Collective;
+use crate::store::{Bootstrap, StoreClient};
+use crate::{DType, ReduceOp};
+use board::{board_words, Board};
+use plan::{Plan, ReduceShape};
+use registry::{publish, registration_key, PeerMappings, Registrations};
+use shm::SharedWords;
+use worker::{HostGate, Msg, Op, Shared, Start, Worker};
+
+/// A collective's send and receive buffers (named, so they cannot be swapped).
+#[derive(Clone, Copy, Debug)]
+pub struct GpuBufs<'a> {
+    /// What this rank contributes.
+    pub send: &'a DeviceBuffer,
+    /// Where this rank's result lands (registered).
+    pub recv: &'a DeviceBuffer,
+}
+
+/// GPU collectives over the ranks of one host. See the module docs.
+pub struct GpuCommunicator {
+    rank: usize,
+    world_size: usize,
+    gpu: Gpu,
+    config: GpuConfig,
+    order: StreamOrder,
+    bootstrap: Bootstrap,
+    prefix: String,
+    shared: Arc<Shared>,
+    registrations: Registrations,
+    scratch: DeviceBuffer,
+    stall_gate: Mutex<Option<Arc<StallGate>>>,
+    tx: Option<SyncSender<Msg>>,
+    worker: Option<JoinHandle<()>>,
+    submitted: AtomicU64,
+}
+
+impl std::fmt::Debug for GpuCommunicator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuCommunicator")
+            .field("rank", &self.rank)
+            .field("world_size", &self.world_size)
+            .field("gpu", &self.gpu.ordinal())
+            .field("order", &self.order)
+            .finish()
+    }
+}
+
+fn to_cuda_dtype(dtype: DType) -> GpuResult<accord_cuda::DType> {
+    Ok(match dtype {
+        DType::F32 => accord_cuda::DType::F32,
+        DType::F16 => accord_cuda::DType::F16,
+        DType::BF16 => accord_cuda::DType::BF16,
+        DType::I32 => accord_cuda::DType::I32,
+        DType::I64 => accord_cuda::DType::I64,
+        other => {
+            return Err(GpuCollError::InvalidArgument {
+                what: format!("GPU reductions support float, half, bfloat16, int32 and int64, not {}", other.name()),
+            })
+        }
+    })
+}
+
+fn to_cuda_op(op: ReduceOp, world_size: usize) -> accord_cuda::ReduceOp {
+    match op {
+        ReduceOp::Sum => accord_cuda::ReduceOp::Sum,
+        ReduceOp::Prod => accord_cuda::ReduceOp::Prod,
+        ReduceOp::Min => accord_cuda::ReduceOp::Min,
+        ReduceOp::Max => accord_cuda::ReduceOp::Max,
+        ReduceOp::Avg => accord_cuda::ReduceOp::Avg { divisor: world_size as u32 },
+    }
+}
+
+fn need(what: &str, buf: &DeviceBuffer, len: usize) -> GpuResult<()> {
+    if buf.len_bytes() < len {
+        return Err(GpuCollError::InvalidArgument {
+            what: format!("the {what} buffer has {} bytes but the call needs {len}", buf.len_bytes()),
+        });
+    }
+    Ok(())
+}
+
+fn mul(a: usize, b: usize) -> GpuResult<usize> {
+    a.checked_mul(b).ok_or_else(|| GpuCollError::InvalidArgument { what: format!("{a} x {b} bytes overflows") })
+}
+
+/// Loads the reduction kernels (every type NVRTC can build here) and the
+/// stall kernel, and launches each once.
+fn warm_kernels(gpu: &Gpu) -> GpuResult<(Option<Reducer>, Arc<StallGate>)> {
+    let all = [
+        accord_cuda::DType::F32,
+        accord_cuda::DType::I32,
+        accord_cuda::DType::I64,
+        accord_cuda::DType::F16,
+        accord_cuda::DType::BF16,
+    ];
+    let reducer = match Reducer::new(gpu) {
+        Ok(r) => Some((r, &all[..])),
+        Err(e) => {
+            tracing::warn!(error = %e, "half-precision reduction kernels unavailable; float and integer only");
+            Reducer::with_types(gpu, &all[..3]).ok().map(|r| (r, &all[..3]))
+        }
+    };
+    let stream = Stream::new(gpu)?;
+    let scratch = DeviceBuffer::alloc(gpu, 64)?;
+    if let Some((reducer, types)) = &reducer {
+        for dtype in *types {
+            for op in [
+                accord_cuda::ReduceOp::Sum,
+                accord_cuda::ReduceOp::Prod,
+                accord_cuda::ReduceOp::Min,
+                accord_cuda::ReduceOp::Max,
+                accord_cuda::ReduceOp::Avg { divisor: 1 },
+            ] {
+                reducer.reduce(scratch.ptr(), scratch.ptr(), scratch.ptr(), 1, *dtype, op, &stream)?;
+            }
+        }
+    }
+    let gate = Arc::new(StallGate::new(gpu)?);
+    let ticket = gate.stall(&stream, Duration::from_secs(10))?;
+    gate.release(ticket);
+    stream.synchronize()?;
+    Ok((reducer.map(|(r, _)| r), gate))
+}
+
+impl GpuCommunicator {
+    /// Bootstraps from torchrun's variables and [`GpuConfig::from_env`].
+    pub fn from_env() -> GpuResult<GpuCommunicator> {
+        GpuCommunicator::new(Bootstrap::from_env()?, GpuConfig::from_env()?)
+    }
+
+    /// Opens GPU `LOCAL_RANK`, sets up the flag board, the scratch buffer and
+    /// the progress thread. Every rank of `bootstrap` must call it.
+    pub fn new(mut bootstrap: Bootstrap, config: GpuConfig) -> GpuResult<GpuCommunicator> {
+        let bc = bootstrap.config().clone();
+        let (rank, world_size) = (bc.rank, bc.world_size);
+        if world_size > GPU_WORLD_SIZE_MAX {
+            return Err(GpuCollError::InvalidArgument {
+                what: format!("GPU collectives run at most {GPU_WORLD_SIZE_MAX} ranks on one host, not {world_size}"),
+            });
+        }
+        let gpu = Gpu::open(bc.local_rank)?;
+        let words = board_words(world_size);
+        let (board, blob) = if rank == 0 {
+            let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+            let path = PathBuf::from(format!("/dev/shm/accord-gpu-{}-{nanos}", std::process::id()));
+            let board = Board::new(SharedWords::create(&path, words)?, world_size)?;
+            board.init_header();
+            (Some(board), path.display().to_string().into_bytes())
+        } else {
+            (None, Vec::new())
+        };
+        let blobs = bootstrap.all_gather(&blob)?;
+        let path = PathBuf::from(String::from_utf8_lossy(&blobs[0]).into_owned());
+        let board = match board {
+            Some(b) => b,
+            None => Board::new(SharedWords::open(&path, words)?, world_size)?,
+        };
+        board.check_header()?;
+        board.open_rank(rank, std::process::id());
+        let name = path.file_name().map_or_else(|| "accord-gpu".into(), |n| n.to_string_lossy().into_owned());
+        let prefix = format!("accord/gpu/{name}");
+        let mut registrations = Registrations::new(config.registrations_max.saturating_add(1));
+        let scratch = DeviceBuffer::alloc(&gpu, config.scratch_bytes)?;
+        let scratch_reg = registrations.insert(scratch.ptr().0, scratch.len_bytes())?;
+        publish(bootstrap.store(), &registration_key(&prefix, rank, scratch_reg), &scratch)?;
+        bootstrap.all_gather(b"mapped")?;
+        if rank == 0 {
+            board.words().unlink()?;
+        }
+        let store = StoreClient::connect((bc.master_addr.as_str(), bc.master_port), bc.timeout)?;
+        let shared = Arc::new(Shared {
+            board,
+            error: Mutex::new(None),
+            completed: AtomicU64::new(0),
+            mappings_opened: AtomicU64::new(0),
+        });
+        // Kernels are loaded (and, under CUDA's lazy loading, first launched) here, never while a
+        // user stream is held by a collective: loading may synchronise the context, which would
+        // wait for that held stream (a deadlock).
+        let (reducer, stall_gate) = warm_kernels(&gpu)?;
+        let (peer_streams, peer_events) = worker::peer_streams(&gpu, world_size, rank, config.streams_per_peer)?;
+        let worker = Worker {
+            rank,
+            world_size,
+            gpu: gpu.clone(),
+            shared: Arc::clone(&shared),
+            peer_streams,
+            peer_events,
+            local_stream: Stream::new(&gpu)?,
+            local_event: Event::new(&gpu, EventKind::SyncOnly)?,
+            scratch: (scratch.ptr(), scratch_reg),
+            reducer,
+            mappings: PeerMappings::new(gpu.clone(), prefix.clone(), store, world_size, config.mappings_max),
+            seq: 0,
+            expected: vec![0; world_size],
+            op_timeout: config.op_timeout,
+        };
+        let (tx, rx) = sync_channel(config.queue_depth);
+        let handle = std::thread::Builder::new()
+            .name(format!("accord-gpu-{rank}"))
+            .spawn(move || worker.run(rx))
+            .map_err(|e| GpuCollError::InvalidArgument { what: format!("could not start the progress thread: {e}") })?;
+        tracing::debug!(rank, world_size, gpu = gpu.ordinal(), "GPU communicator ready");
+        Ok(GpuCommunicator {
+            rank,
+            world_size,
+            gpu,
+            order: config.stream_order,
+            config,
+            bootstrap,
+            prefix,
+            shared,
+            registrations,
+            scratch,
+            stall_gate: Mutex::new(Some(stall_gate)),
+            tx: Some(tx),
+            worker: Some(handle),
+            submitted: AtomicU64::new(0),
+        })
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.world_size
+    }
+
+    /// This rank's GPU.
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &GpuConfig {
+        &self.config
+    }
+
+    /// The stream-order mechanism of new calls.
+    pub fn stream_order(&self) -> StreamOrder {
+        self.order
+    }
+
+    /// Switches the stream-order mechanism for later calls (every rank may
+    /// choose independently).
+    pub fn set_stream_order(&mut self, order: StreamOrder) {
+        self.order = order;
+    }
+
+    /// Peer buffer mappings opened so far (a cache-miss counter).
+    pub fn mappings_opened(&self) -> u64 {
+        self.shared.mappings_opened.load(Ordering::Relaxed)
+    }
+
+    /// Registered buffers (the scratch buffer included).
+    pub fn registration_count(&self) -> usize {
+        self.registrations.len()
+    }
+
+    /// Registers `buf` as a receive buffer: exports its IPC handle to the
+    /// store (once; registering the same buffer again returns the same id).
+    /// Keep it alive until [`GpuCommunicator::deregister`].
+    pub fn register(&mut self, buf: &DeviceBuffer) -> GpuResult<u64> {
+        self.check_gpu("registered", buf)?;
+        if let Some(id) = self.registrations.find_exact(buf.ptr().0, buf.len_bytes()) {
+            return Ok(id);
+        }
+        let id = self.registrations.insert(buf.ptr().0, buf.len_bytes())?;
+        let key = registration_key(&self.prefix, self.rank, id);
+        if let Err(e) = publish(self.bootstrap.store(), &key, buf) {
+            self.registrations.remove(id);
+            return Err(e);
+        }
+        Ok(id)
+    }
+
+    /// Forgets `buf`'s registration; peers retire their mappings of this
+    /// rank's buffers before their next push into it. Call it with no
+    /// collective on `buf` in flight.
+    pub fn deregister(&mut self, buf: &DeviceBuffer) -> GpuResult<()> {
+        let id = self
+            .registrations
+            .find_exact(buf.ptr().0, buf.len_bytes())
+            .ok_or(GpuCollError::NotRegistered { ptr: buf.ptr().0, len_bytes: buf.len_bytes() })?;
+        self.registrations.remove(id);
+        self.shared.board.bump_dereg_epoch(self.rank);
+        Ok(())
+    }
+
+    /// Asks the progress thread to close retired peer mappings once the
+    /// collectives queued so far are done (closing synchronises the GPU).
+    pub fn release_mappings(&self) -> GpuResult<()> {
+        self.send(Msg::ReleaseMappings)
+    }
+
+    /// Waits until every submitted collective finished on the host side
+    /// (the user's stream is released) and returns the first error, if any.
+    pub fn wait_idle(&self, timeout: Duration) -> GpuResult<()> {
+        let deadline = Instant::now() + timeout;
+        let target = self.submitted.load(Ordering::Relaxed);
+        while self.shared.completed.load(Ordering::Acquire) < target {
+            if Instant::now() >= deadline {
+                return Err(GpuCollError::Timeout { what: "queued collectives to finish".into(), waited: timeout });
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        self.check_failed()
+    }
+
+    /// All-gather of small host blobs through the bootstrap store (for
+    /// benchmarks and tests; every rank must call it).
+    pub fn host_all_gather(&mut self, blob: &[u8]) -> GpuResult<Vec<Vec<u8>>> {
+        Ok(self.bootstrap.all_gather(blob)?)
+    }
+
+    /// SMs a collective of `bytes` (nccl-tests meaning) occupies: 0 for
+    /// copies, the reduction grid (capped at the SM count) for all_reduce and
+    /// reduce_scatter, plus 1 in [`StreamOrder::Stall`] mode (the stall kernel).
+    pub fn sms_used(&self, collective: Collective, bytes: usize, dtype: DType) -> u32 {
+        let stall = u32::from(self.order == StreamOrder::Stall);
+        let sms = self.gpu.multiprocessor_count();
+        let e = dtype.size_bytes();
+        let block_elements = match collective {
+            Collective::AllReduce => bytes / e / self.world_size,
+            Collective::ReduceScatter => bytes / e / self.world_size,
+            _ => return stall,
+        };
+        if self.world_size == 1 {
+            return stall;
+        }
+        let cap = plan::round_elements_max(self.world_size, self.config.scratch_bytes, e);
+        stall + reduce_grid_blocks(block_elements.min(cap) as u64, e, sms).min(sms)
+    }
+
+    /// all_gather: `bytes_per_rank` of `send` into everyone's `recv` at `rank * bytes_per_rank`.
+    pub fn all_gather(&self, bufs: GpuBufs<'_>, bytes_per_rank: usize, stream: &Stream) -> GpuResult<()> {
+        need("send", bufs.send, bytes_per_rank)?;
+        need("receive", bufs.recv, mul(bytes_per_rank, self.world_size)?)?;
+        let plan = plan::all_gather(self.world_size, self.rank, bytes_per_rank);
+        self.submit(plan, bufs, mul(bytes_per_rank, self.world_size)?, None, stream)
+    }
+
+    /// all_to_all: block `j` (of `bytes_per_rank`) of `send` into rank `j`'s `recv` at block `rank`.
+    pub fn all_to_all(&self, bufs: GpuBufs<'_>, bytes_per_rank: usize, stream: &Stream) -> GpuResult<()> {
+        let total = mul(bytes_per_rank, self.world_size)?;
+        need("send", bufs.send, total)?;
+        need("receive", bufs.recv, total)?;
+        self.submit(plan::all_to_all(self.world_size, self.rank, bytes_per_rank), bufs, total, None, stream)
+    }
+
+    /// sendrecv on the ring: `bytes` of `send` to rank `rank + 1`, into `recv` from rank `rank - 1`.
+    pub fn sendrecv(&self, bufs: GpuBufs<'_>, bytes: usize, stream: &Stream) -> GpuResult<()> {
+        need("send", bufs.send, bytes)?;
+        need("receive", bufs.recv, bytes)?;
+        self.submit(plan::sendrecv(self.world_size, self.rank, bytes), bufs, bytes, None, stream)
+    }
+
+    /// broadcast: `bytes` of `root`'s `send` into everyone's `recv`.
+    pub fn broadcast(&self, bufs: GpuBufs<'_>, bytes: usize, root: usize, stream: &Stream) -> GpuResult<()> {
+        if root >= self.world_size {
+            return Err(GpuCollError::InvalidArgument {
+                what: format!("root {root} is not a rank; use 0..{}", self.world_size),
+            });
+        }
+        if self.rank == root {
+            need("send", bufs.send, bytes)?;
+        }
+        need("receive", bufs.recv, bytes)?;
+        self.submit(plan::broadcast(self.world_size, self.rank, root, bytes), bufs, bytes, None, stream)
+    }
+
+    /// all_reduce of `count` elements of `send` into `recv` (in place if they are the same buffer).
+    pub fn all_reduce(
+        &self,
+        bufs: GpuBufs<'_>,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+        stream: &Stream,
+    ) -> GpuResult<()> {
+        let bytes = mul(count, dtype.size_bytes())?;
+        need("send", bufs.send, bytes)?;
+        need("receive", bufs.recv, bytes)?;
+        let reduce = (to_cuda_dtype(dtype)?, to_cuda_op(op, self.world_size));
+        let plan = plan::all_reduce(self.reduce_shape(dtype), count);
+        self.submit(plan, bufs, bytes, Some(reduce), stream)
+    }
+
+    /// reduce_scatter: block `j` (of `count_per_rank` elements) of every
+    /// rank's `send`, reduced into rank `j`'s `recv`.
+    pub fn reduce_scatter(
+        &self,
+        bufs: GpuBufs<'_>,
+        count_per_rank: usize,
+        dtype: DType,
+        op: ReduceOp,
+        stream: &Stream,
+    ) -> GpuResult<()> {
+        let block = mul(count_per_rank, dtype.size_bytes())?;
+        need("send", bufs.send, mul(block, self.world_size)?)?;
+        need("receive", bufs.recv, block)?;
+        if bufs.send.ptr() == bufs.recv.ptr() && self.world_size > 1 {
+            return Err(GpuCollError::InvalidArgument {
+                what: "reduce_scatter cannot run in place; pass distinct send and receive buffers".into(),
+            });
+        }
+        let reduce = (to_cuda_dtype(dtype)?, to_cuda_op(op, self.world_size));
+        let plan = plan::reduce_scatter(self.reduce_shape(dtype), count_per_rank);
+        self.submit(plan, bufs, block, Some(reduce), stream)
+    }
+
+    fn reduce_shape(&self, dtype: DType) -> ReduceShape {
+        ReduceShape {
+            n: self.world_size,
+            me: self.rank,
+            element_bytes: dtype.size_bytes(),
+            scratch_bytes: self.config.scratch_bytes,
+        }
+    }
+
+    fn check_gpu(&self, what: &str, buf: &DeviceBuffer) -> GpuResult<()> {
+        if !buf.gpu().same_device(&self.gpu) {
+            return Err(GpuCollError::InvalidArgument {
+                what: format!(
+                    "the {what} buffer is on GPU {} but this rank uses GPU {}; allocate it on the communicator's GPU",
+                    buf.gpu().ordinal(),
+                    self.gpu.ordinal()
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    fn check_failed(&self) -> GpuResult<()> {
+        match self.shared.error.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            Some(first) => Err(GpuCollError::Failed { first: first.clone() }),
+            None => Ok(()),
+        }
+    }
+
+    fn send(&self, msg: Msg) -> GpuResult<()> {
+        let tx =
+            self.tx.as_ref().ok_or_else(|| GpuCollError::Failed { first: "the communicator is closing".into() })?;
+        tx.send(msg).map_err(|_| GpuCollError::Failed { first: "the progress thread has exited".into() })
+    }
+
+    fn stall_gate(&self) -> GpuResult<Arc<StallGate>> {
+        let mut slot = self.stall_gate.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(gate) = slot.as_ref() {
+            return Ok(Arc::clone(gate));
+        }
+        let gate = Arc::new(StallGate::new(&self.gpu)?);
+        *slot = Some(Arc::clone(&gate));
+        Ok(gate)
+    }
+
+    fn submit(
+        &self,
+        plan: Plan,
+        bufs: GpuBufs<'_>,
+        recv_len: usize,
+        reduce: Option<(accord_cuda::DType, accord_cuda::ReduceOp)>,
+        stream: &Stream,
+    ) -> GpuResult<()> {
+        self.check_failed()?;
+        self.check_gpu("send", bufs.send)?;
+        self.check_gpu("receive", bufs.recv)?;
+        if !stream.gpu().same_device(&self.gpu) {
+            return Err(GpuCollError::InvalidArgument {
+                what: "the stream is on another GPU; pass a stream of the communicator's GPU".into(),
+            });
+        }
+        let recv: DevicePtr = bufs.recv.ptr();
+        let recv_reg = self
+            .registrations
+            .lookup(recv.0, recv_len)
+            .ok_or(GpuCollError::NotRegistered { ptr: recv.0, len_bytes: recv_len })?;
+        // The host function / stall may wait several op timeouts when calls queue up behind each other.
+        let hold_max = self.config.op_timeout.saturating_mul(4);
+        let start = match self.order {
+            StreamOrder::HostFn => {
+                let gate = HostGate::new();
+                let in_callback = Arc::clone(&gate);
+                launch_host_fn(stream, move || in_callback.reach_and_wait(hold_max))?;
+                Start::HostFn(gate)
+            }
+            StreamOrder::Stall => {
+                let gate = self.stall_gate()?;
+                let event = Event::new(&self.gpu, EventKind::SyncOnly)?;
+                event.record(stream)?;
+                let ticket = gate.stall(stream, hold_max)?;
+                Start::Stall { event, ticket, gate }
+            }
+        };
+        let op = Box::new(Op { plan, send: bufs.send.ptr(), recv, recv_reg, reduce, start });
+        self.submitted.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = self.tx.as_ref().map_or(Err(None), |tx| tx.send(Msg::Op(op)).map_err(Some)) {
+            if let Some(std::sync::mpsc::SendError(Msg::Op(op))) = e {
+                match op.start {
+                    Start::HostFn(gate) => gate.finish(),
+                    Start::Stall { ticket, gate, .. } => gate.release(ticket),
+                }
+            }
+            self.shared.completed.fetch_add(1, Ordering::Release);
+            return Err(GpuCollError::Failed { first: "the progress thread has exited".into() });
+        }
+        Ok(())
+    }
+}
+
+impl Drop for GpuCommunicator {
+    fn drop(&mut self) {
+        if let Some(tx) = self.tx.take() {
+            let _ = tx.send(Msg::Stop);
+        }
+        if let Some(worker) = self.worker.take() {
+            let _ = worker.join();
+        }
+        self.shared.board.close_rank(self.rank);
+        let _ = &self.scratch;
+    }
+}
+
+#[cfg(test)]
+mod gpu_tests;
+#[cfg(test)]
+mod tests;

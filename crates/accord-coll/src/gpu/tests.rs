@@ -1,0 +1,160 @@
+use std::time::Duration;
+
+use super::board::{board_words, process_alive, Board, Deadline, Slot};
+use super::config::{GpuConfig, StreamOrder};
+use super::plan::{self, Buf, Plan, ReduceShape};
+use super::registry::Registrations;
+use super::shm::SharedWords;
+use super::GpuCollError;
+
+fn phase_of(p: &Plan) -> &plan::Phase {
+    match p {
+        Plan::Copy(phase) => phase,
+        Plan::Reduce(_) => panic!("not a copy plan"),
+    }
+}
+
+/// Every rank's pushes into `dst` match the sources `dst` expects, and cover its receive buffer once.
+fn check_copy_plans(n: usize, plans: &[Plan], recv_len: usize, covered_len: usize) {
+    for dst in 0..n {
+        let mut cover = vec![0u8; recv_len];
+        let mut pushers = Vec::new();
+        for (src, p) in plans.iter().enumerate() {
+            for push in phase_of(p).pushes.iter().filter(|p| p.dst_rank == dst) {
+                assert_eq!(push.dst, Buf::Recv);
+                for b in &mut cover[push.dst_offset..push.dst_offset + push.len] {
+                    *b += 1;
+                }
+                if src != dst {
+                    pushers.push(src);
+                }
+            }
+        }
+        pushers.dedup();
+        assert_eq!(pushers, phase_of(&plans[dst]).sources, "sources of rank {dst}");
+        assert!(cover[..covered_len].iter().all(|&c| c == 1), "rank {dst} coverage");
+    }
+}
+
+#[test]
+fn copy_plans_cover_every_byte_once() {
+    for n in 1..=5 {
+        let b = 96;
+        check_copy_plans(n, &(0..n).map(|r| plan::all_gather(n, r, b)).collect::<Vec<_>>(), n * b, n * b);
+        check_copy_plans(n, &(0..n).map(|r| plan::all_to_all(n, r, b)).collect::<Vec<_>>(), n * b, n * b);
+        check_copy_plans(n, &(0..n).map(|r| plan::sendrecv(n, r, b)).collect::<Vec<_>>(), b, b);
+        for root in 0..n {
+            check_copy_plans(n, &(0..n).map(|r| plan::broadcast(n, r, root, b)).collect::<Vec<_>>(), b, b);
+        }
+    }
+}
+
+#[test]
+fn reduce_plans_agree_between_ranks_and_respect_the_scratch() {
+    for n in 1..=4 {
+        for count in [0usize, 1, 7, 1000, 4099] {
+            for scratch in [64usize, 4096, 1 << 20] {
+                let plans: Vec<_> = (0..n)
+                    .map(|me| plan::all_reduce(ReduceShape { n, me, element_bytes: 4, scratch_bytes: scratch }, count))
+                    .collect();
+                let rounds = plans[0].round_count();
+                assert!(plans.iter().all(|p| p.round_count() == rounds), "same round count everywhere");
+                let mut reduced = vec![0u32; count];
+                for (me, p) in plans.iter().enumerate() {
+                    let Plan::Reduce(rs) = p else { panic!() };
+                    for (r, round) in rs.iter().enumerate() {
+                        for push in &round.scatter.pushes {
+                            assert_eq!(push.dst, Buf::Scratch);
+                            assert!(push.dst_offset + push.len <= scratch.max(4) * n.max(1), "inside scratch");
+                            let Plan::Reduce(theirs) = &plans[push.dst_rank] else { panic!() };
+                            assert!(theirs[r].scatter.sources.contains(&me), "receiver expects the push");
+                        }
+                        if let Some(work) = &round.reduce {
+                            assert_eq!(work.scratch_offsets.len(), n - 1);
+                            let start = work.dst_offset / 4;
+                            reduced[start..start + work.count].iter_mut().for_each(|c| *c += 1);
+                        }
+                    }
+                }
+                assert!(reduced.iter().all(|&c| c == 1), "every element reduced once (n={n} count={count})");
+            }
+        }
+    }
+    let rs = plan::reduce_scatter(ReduceShape { n: 2, me: 1, element_bytes: 4, scratch_bytes: 4096 }, 3000);
+    assert_eq!(rs.round_count(), 3);
+}
+
+#[test]
+fn blocks_split_counts_exactly() {
+    for count in 0..50 {
+        for n in 1..6 {
+            let total: usize = (0..n).map(|i| plan::block_of(count, n, i).1).sum();
+            assert_eq!(total, count);
+        }
+    }
+}
+
+#[test]
+fn board_signals_between_threads_and_detects_a_closed_peer() {
+    let path =
+        std::env::temp_dir().join(format!("accord-gpu-test-{}-{:?}", std::process::id(), std::thread::current().id()));
+    let _ = std::fs::remove_file(&path);
+    let a = Board::new(SharedWords::create(&path, board_words(2)).unwrap(), 2).unwrap();
+    a.init_header();
+    let b = Board::new(SharedWords::open(&path, board_words(2)).unwrap(), 2).unwrap();
+    a.words().unlink().unwrap();
+    b.check_header().unwrap();
+    a.open_rank(0, std::process::id());
+    b.open_rank(1, std::process::id());
+    let slot = Slot { seq: 1, recv_reg: 5, recv_offset: 64, scratch_reg: 1 };
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(20));
+            b.post_ready(1, slot);
+            b.signal_done(1, 0);
+        });
+        a.wait_ready(1, 1, Deadline::after(Duration::from_secs(5))).unwrap();
+        assert_eq!(a.read_slot(1, 1).unwrap(), slot);
+        a.wait_done(1, 0, 1, Deadline::after(Duration::from_secs(5))).unwrap();
+    });
+    assert!(matches!(a.read_slot(1, 2), Err(GpuCollError::Protocol { .. })));
+    b.close_rank(1);
+    let err = a.wait_ready(1, 2, Deadline::after(Duration::from_secs(5))).unwrap_err();
+    assert!(matches!(err, GpuCollError::PeerGone { rank: 1, .. }), "{err}");
+    let err = a.wait_done(0, 1, 1, Deadline::after(Duration::from_millis(30)));
+    assert!(matches!(err, Err(GpuCollError::Timeout { .. })));
+}
+
+#[test]
+fn liveness_sees_this_process_and_not_a_missing_one() {
+    assert!(process_alive(std::process::id()));
+    assert!(!process_alive(u32::MAX - 1));
+}
+
+#[test]
+fn registrations_are_bounded_and_found_by_range() {
+    let mut regs = Registrations::new(2);
+    let a = regs.insert(0x1000, 0x100).unwrap();
+    let b = regs.insert(0x4000, 0x100).unwrap();
+    assert_ne!(a, b);
+    assert!(matches!(regs.insert(0x8000, 1), Err(GpuCollError::TableFull { .. })));
+    assert_eq!(regs.lookup(0x1010, 0x10), Some((a, 0x10)));
+    assert_eq!(regs.lookup(0x10f0, 0x20), None);
+    assert!(regs.remove(a));
+    let c = regs.insert(0x1000, 0x100).unwrap();
+    assert!(c > b, "ids are never reused");
+}
+
+#[test]
+fn config_reads_overrides_and_refuses_bad_values() {
+    let env = |k: &str| match k {
+        "ACCORD_GPU_STREAM_ORDER" => Some("stall".to_string()),
+        "ACCORD_GPU_STREAMS_PER_PEER" => Some("2".to_string()),
+        _ => None,
+    };
+    let c = GpuConfig::from_lookup(env).unwrap();
+    assert_eq!(c.stream_order, StreamOrder::Stall);
+    assert_eq!(c.streams_per_peer, 2);
+    let bad = GpuConfig::from_lookup(|k| (k == "ACCORD_GPU_QUEUE_DEPTH").then(|| "0".to_string()));
+    assert!(matches!(bad, Err(GpuCollError::InvalidArgument { .. })));
+}

@@ -1,0 +1,427 @@
+//! The progress thread: takes queued collectives in call order, waits for
+//! the user's stream to reach each one, runs its plan (copy-engine pushes
+//! into peers' buffers, flag-board signalling, reductions) and releases the
+//! user's stream.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::Receiver;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use accord_cuda::{
+    copy_peer_async, DevicePtr, Event, EventKind, Gpu, Reducer, StallGate, StallOutcome, StallTicket, Stream,
+};
+
+use super::board::{Board, Deadline, Slot};
+use super::error::{GpuCollError, GpuResult};
+use super::plan::{Buf, Phase, Plan, ReduceWork};
+use super::registry::PeerMappings;
+
+/// Pushes at least this long are split across a peer's streams.
+pub const SPLIT_BYTES_MIN: usize = 4 << 20;
+
+/// Where a host-function gate stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum GateState {
+    Waiting,
+    Reached,
+    Done,
+    Abandoned,
+}
+
+/// The handshake between a host function on the user's stream and the
+/// progress thread.
+#[derive(Debug)]
+pub struct HostGate {
+    state: Mutex<GateState>,
+    changed: Condvar,
+}
+
+impl HostGate {
+    /// A gate the stream has not reached.
+    pub fn new() -> Arc<HostGate> {
+        Arc::new(HostGate { state: Mutex::new(GateState::Waiting), changed: Condvar::new() })
+    }
+
+    fn set(&self, state: GateState) {
+        *self.state.lock().unwrap_or_else(|p| p.into_inner()) = state;
+        self.changed.notify_all();
+    }
+
+    /// Runs in the host function: announces the stream reached the
+    /// collective and blocks the stream until it is done (or `timeout`).
+    pub fn reach_and_wait(&self, timeout: Duration) {
+        let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if *guard == GateState::Waiting {
+            *guard = GateState::Reached;
+        }
+        self.changed.notify_all();
+        let (mut guard, _) = self
+            .changed
+            .wait_timeout_while(guard, timeout, |s| *s == GateState::Reached)
+            .unwrap_or_else(|p| p.into_inner());
+        if *guard == GateState::Reached {
+            *guard = GateState::Abandoned;
+        }
+    }
+
+    /// Lets the host function return.
+    pub fn finish(&self) {
+        self.set(GateState::Done);
+    }
+
+    fn wait_reached(&self, deadline: Deadline) -> GpuResult<()> {
+        let guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let left = deadline.at.saturating_duration_since(Instant::now());
+        let (guard, _) = self
+            .changed
+            .wait_timeout_while(guard, left, |s| *s == GateState::Waiting)
+            .unwrap_or_else(|p| p.into_inner());
+        match *guard {
+            GateState::Waiting => Err(GpuCollError::Timeout {
+                what: "the user's stream to reach the collective (host function)".into(),
+                waited: deadline.budget,
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// How the user's stream hands over and gets released.
+#[derive(Debug)]
+pub enum Start {
+    /// A host function blocks the stream ([`super::StreamOrder::HostFn`]).
+    HostFn(Arc<HostGate>),
+    /// An event marks the call; a stall kernel holds later work ([`super::StreamOrder::Stall`]).
+    Stall {
+        /// Recorded on the user's stream at the call.
+        event: Event,
+        /// The stall kernel queued right after it.
+        ticket: StallTicket,
+        /// The gate that releases it.
+        gate: Arc<StallGate>,
+    },
+}
+
+/// One queued collective.
+#[derive(Debug)]
+pub struct Op {
+    /// The schedule.
+    pub plan: Plan,
+    /// Send buffer start.
+    pub send: DevicePtr,
+    /// Receive buffer start.
+    pub recv: DevicePtr,
+    /// Registration of the receive buffer, and the offset inside it.
+    pub recv_reg: (u64, u64),
+    /// Element type and operation of reducing collectives.
+    pub reduce: Option<(accord_cuda::DType, accord_cuda::ReduceOp)>,
+    /// Stream-order handshake.
+    pub start: Start,
+}
+
+/// Messages to the progress thread.
+#[derive(Debug)]
+pub enum Msg {
+    /// Run a collective.
+    Op(Box<Op>),
+    /// Close retired mappings (queued, so it runs between collectives).
+    ReleaseMappings,
+    /// Exit.
+    Stop,
+}
+
+/// State shared between the communicator and its progress thread.
+#[derive(Debug)]
+pub struct Shared {
+    /// The flag board.
+    pub board: Board,
+    /// The first error, sticky.
+    pub error: Mutex<Option<String>>,
+    /// Collectives finished (successfully or not).
+    pub completed: AtomicU64,
+    /// Peer mappings opened (cache misses).
+    pub mappings_opened: AtomicU64,
+}
+
+/// The progress thread's own state.
+pub struct Worker {
+    /// This rank.
+    pub rank: usize,
+    /// Ranks.
+    pub world_size: usize,
+    /// This rank's GPU.
+    pub gpu: Gpu,
+    /// Shared state.
+    pub shared: Arc<Shared>,
+    /// Engine streams per peer (empty for this rank).
+    pub peer_streams: Vec<Vec<Stream>>,
+    /// Events, one per peer stream.
+    pub peer_events: Vec<Vec<Event>>,
+    /// Local copies and reductions.
+    pub local_stream: Stream,
+    /// Completion of the local stream.
+    pub local_event: Event,
+    /// This rank's scratch buffer and its registration id.
+    pub scratch: (DevicePtr, u64),
+    /// Reduction kernels, compiled and warmed at start-up.
+    pub reducer: Option<Reducer>,
+    /// Peers' buffers.
+    pub mappings: PeerMappings,
+    /// Next flag-board round.
+    pub seq: u64,
+    /// Push phases expected from each peer so far.
+    pub expected: Vec<u64>,
+    /// Longest wait.
+    pub op_timeout: Duration,
+}
+
+impl Worker {
+    /// Runs until [`Msg::Stop`] or the channel closes.
+    pub fn run(mut self, inbox: Receiver<Msg>) {
+        while let Ok(msg) = inbox.recv() {
+            match msg {
+                Msg::Stop => break,
+                Msg::ReleaseMappings => {
+                    self.mappings.close_retired();
+                }
+                Msg::Op(op) => {
+                    let failed = self.shared.error.lock().unwrap_or_else(|p| p.into_inner()).is_some();
+                    let result = if failed { Ok(()) } else { self.execute(&op) };
+                    if let Err(e) = result {
+                        tracing::error!(rank = self.rank, error = %e, "GPU collective failed");
+                        self.shared.board.abort_rank(self.rank);
+                        self.shared.error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e.to_string());
+                    }
+                    self.release(&op.start);
+                    self.shared.mappings_opened.store(self.mappings.opened_total(), Ordering::Relaxed);
+                    self.shared.completed.fetch_add(1, Ordering::Release);
+                }
+            }
+        }
+    }
+
+    fn release(&self, start: &Start) {
+        match start {
+            Start::HostFn(gate) => gate.finish(),
+            Start::Stall { ticket, gate, .. } => gate.release(*ticket),
+        }
+    }
+
+    fn execute(&mut self, op: &Op) -> GpuResult<()> {
+        let deadline = Deadline::after(self.op_timeout);
+        match &op.start {
+            Start::HostFn(gate) => gate.wait_reached(deadline)?,
+            Start::Stall { event, .. } => wait_event(event, deadline, "the user's stream to reach the collective")?,
+        }
+        match &op.plan {
+            Plan::Copy(phase) => {
+                let seq = self.next_round(op);
+                self.run_phase(op, seq, phase, None, deadline)?;
+            }
+            Plan::Reduce(rounds) => {
+                for round in rounds {
+                    let seq = self.next_round(op);
+                    self.run_phase(op, seq, &round.scatter, None, deadline)?;
+                    if let Some(work) = &round.reduce {
+                        self.reduce(op, work)?;
+                    }
+                    self.local_event.record(&self.local_stream)?;
+                    if let Some(gather) = &round.gather {
+                        self.run_phase(op, seq, gather, Some(&GpuWait::LocalStream), deadline)?;
+                    }
+                    // The scratch must be free before the next round (or call) is posted ready.
+                    wait_event(&self.local_event, deadline, "the reduction kernel")?;
+                }
+            }
+        }
+        if let Start::Stall { ticket, gate, .. } = &op.start {
+            if gate.outcome(*ticket) == StallOutcome::TimedOut {
+                return Err(GpuCollError::Timeout {
+                    what: "the collective before the stall kernel gave up; later work on the stream may have run early"
+                        .into(),
+                    waited: deadline.budget,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn next_round(&mut self, op: &Op) -> u64 {
+        self.seq += 1;
+        let slot =
+            Slot { seq: self.seq, recv_reg: op.recv_reg.0, recv_offset: op.recv_reg.1, scratch_reg: self.scratch.1 };
+        self.shared.board.post_ready(self.rank, slot);
+        self.seq
+    }
+
+    fn local_ptr(&self, op: &Op, buf: Buf, offset: usize) -> DevicePtr {
+        match buf {
+            Buf::Send => op.send.offset(offset),
+            Buf::Recv => op.recv.offset(offset),
+            Buf::Scratch => self.scratch.0.offset(offset),
+        }
+    }
+
+    fn remote_ptr(
+        &mut self,
+        dst_rank: usize,
+        seq: u64,
+        buf: Buf,
+        offset: usize,
+        deadline: Deadline,
+    ) -> GpuResult<DevicePtr> {
+        let board = &self.shared.board;
+        board.wait_ready(dst_rank, seq, deadline)?;
+        let slot = board.read_slot(dst_rank, seq)?;
+        self.mappings.observe_epoch(dst_rank, board.dereg_epoch(dst_rank))?;
+        let (id, base_offset) = match buf {
+            Buf::Recv => (slot.recv_reg, slot.recv_offset as usize),
+            Buf::Scratch => (slot.scratch_reg, 0),
+            Buf::Send => {
+                return Err(GpuCollError::Protocol { rank: dst_rank, what: "a plan pushed into a send buffer".into() })
+            }
+        };
+        let left = deadline.at.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+        let base = self.mappings.resolve(dst_rank, id, left)?;
+        Ok(base.offset(base_offset + offset))
+    }
+
+    fn run_phase(
+        &mut self,
+        op: &Op,
+        seq: u64,
+        phase: &Phase,
+        gpu_wait: Option<&GpuWait>,
+        deadline: Deadline,
+    ) -> GpuResult<()> {
+        let mut used = vec![0usize; self.world_size];
+        let mut local_used = false;
+        for push in &phase.pushes {
+            let src = self.local_ptr(op, push.src, push.src_offset);
+            if push.dst_rank == self.rank {
+                let dst = self.local_ptr(op, push.dst, push.dst_offset);
+                if dst != src {
+                    copy_peer_async(dst, &self.gpu, src, &self.gpu, push.len, &self.local_stream)?;
+                    local_used = true;
+                }
+                continue;
+            }
+            let dst = self.remote_ptr(push.dst_rank, seq, push.dst, push.dst_offset, deadline)?;
+            let streams = &self.peer_streams[push.dst_rank];
+            let pieces = if push.len >= SPLIT_BYTES_MIN { streams.len() } else { 1 };
+            let piece = push.len.div_ceil(pieces).next_multiple_of(256).min(push.len);
+            let mut at = 0;
+            for stream in streams.iter().take(pieces) {
+                if at >= push.len {
+                    break;
+                }
+                if let Some(GpuWait::LocalStream) = gpu_wait {
+                    stream.wait_event(&self.local_event)?;
+                }
+                let len = piece.min(push.len - at);
+                // Same-context pointers: the IPC mapping lives in this GPU's context; the
+                // copy engine writes over NVLink into the peer's memory.
+                copy_peer_async(dst.offset(at), &self.gpu, src.offset(at), &self.gpu, len, stream)?;
+                at += len;
+            }
+            used[push.dst_rank] = used[push.dst_rank].max(pieces);
+        }
+        for (peer, &count) in used.iter().enumerate() {
+            for k in 0..count {
+                self.peer_events[peer][k].record(&self.peer_streams[peer][k])?;
+            }
+        }
+        if local_used {
+            self.local_event.record(&self.local_stream)?;
+        }
+        for (peer, &count) in used.iter().enumerate() {
+            for k in 0..count {
+                wait_event(&self.peer_events[peer][k], deadline, "copy-engine pushes")?;
+            }
+            if count > 0 {
+                self.shared.board.signal_done(self.rank, peer);
+            }
+        }
+        if local_used {
+            wait_event(&self.local_event, deadline, "local copy")?;
+        }
+        for &src in &phase.sources {
+            self.expected[src] += 1;
+            self.shared.board.wait_done(src, self.rank, self.expected[src], deadline)?;
+        }
+        Ok(())
+    }
+
+    fn reduce(&mut self, op: &Op, work: &ReduceWork) -> GpuResult<()> {
+        let (dtype, reduce_op) = op
+            .reduce
+            .ok_or_else(|| GpuCollError::InvalidArgument { what: "a reducing plan without an element type".into() })?;
+        let dst = op.recv.offset(work.dst_offset);
+        let own = op.send.offset(work.own_offset);
+        let len = work.count * dtype.size_bytes();
+        if work.scratch_offsets.is_empty() {
+            if dst != own {
+                copy_peer_async(dst, &self.gpu, own, &self.gpu, len, &self.local_stream)?;
+            }
+            return Ok(());
+        }
+        let reducer = self.reducer.as_ref().ok_or_else(|| GpuCollError::InvalidArgument {
+            what: "the reduction kernels could not be built at start-up (NVRTC); check ACCORD_CUDA_LIB_DIRS".into(),
+        })?;
+        let last = work.scratch_offsets.len() - 1;
+        let mut a = own;
+        for (i, offset) in work.scratch_offsets.iter().enumerate() {
+            let step_op = match reduce_op {
+                accord_cuda::ReduceOp::Avg { .. } if i < last => accord_cuda::ReduceOp::Sum,
+                other => other,
+            };
+            reducer.reduce(dst, a, self.scratch.0.offset(*offset), work.count, dtype, step_op, &self.local_stream)?;
+            a = dst;
+        }
+        Ok(())
+    }
+}
+
+/// What pushes wait for on the GPU before they start.
+#[derive(Clone, Copy, Debug)]
+pub enum GpuWait {
+    /// The local stream's last recorded event (the reduction).
+    LocalStream,
+}
+
+/// Polls `event` (spin, then yield, then short sleeps) until complete or the deadline.
+pub fn wait_event(event: &Event, deadline: Deadline, what: &str) -> GpuResult<()> {
+    let mut polls: u32 = 0;
+    loop {
+        if event.is_complete()? {
+            return Ok(());
+        }
+        polls = polls.saturating_add(1);
+        if polls > 256 && Instant::now() >= deadline.at {
+            return Err(GpuCollError::Timeout { what: what.to_string(), waited: deadline.budget });
+        }
+        if polls < 64 {
+            std::hint::spin_loop();
+        } else if polls < 4096 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(10));
+        }
+    }
+}
+
+/// Engine streams and their events, indexed by peer rank.
+pub type PeerStreams = (Vec<Vec<Stream>>, Vec<Vec<Event>>);
+
+/// Creates `count` streams and events per peer (none for `rank`).
+pub fn peer_streams(gpu: &Gpu, world_size: usize, rank: usize, count: usize) -> GpuResult<PeerStreams> {
+    let mut streams = Vec::with_capacity(world_size);
+    let mut events = Vec::with_capacity(world_size);
+    for peer in 0..world_size {
+        let n = if peer == rank { 0 } else { count };
+        streams.push((0..n).map(|_| Stream::new(gpu)).collect::<Result<Vec<_>, _>>()?);
+        events.push((0..n).map(|_| Event::new(gpu, EventKind::SyncOnly)).collect::<Result<Vec<_>, _>>()?);
+    }
+    Ok((streams, events))
+}
