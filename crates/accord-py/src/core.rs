@@ -15,7 +15,9 @@ use pyo3::prelude::*;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
 /// The Rust engine, dropped with the GIL released: its drop joins the completion thread,
-/// which may be waiting for the GIL to run a Python callback.
+/// which may be waiting for the GIL to run a Python callback. Where Python cannot be attached
+/// to (the interpreter is finalizing or gone, on a thread Python never knew), it is dropped
+/// as it is: no Python callback can be waiting then.
 pub(crate) struct LiveEngine(Option<accord_engine::Engine>);
 
 impl LiveEngine {
@@ -34,9 +36,9 @@ impl std::ops::Deref for LiveEngine {
 
 impl Drop for LiveEngine {
     fn drop(&mut self) {
-        if let Some(engine) = self.0.take() {
-            Python::attach(|py| py.detach(move || drop(engine)));
-        }
+        let mut engine = self.0.take();
+        let _ = Python::try_attach(|py| py.detach(|| drop(engine.take())));
+        drop(engine);
     }
 }
 
@@ -109,8 +111,8 @@ impl Core {
 
 impl Drop for Core {
     fn drop(&mut self) {
-        if !self.is_closed() {
-            Python::attach(|py| py.detach(|| self.close()));
+        if !self.is_closed() && Python::try_attach(|py| py.detach(|| self.close())).is_none() {
+            self.close();
         }
     }
 }

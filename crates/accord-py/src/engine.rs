@@ -372,7 +372,9 @@ impl Engine {
         std::thread::Builder::new()
             .name("accord-barrier".into())
             .spawn(move || {
-                let _ = done_tx.send(engine.barrier(&ids, imm, Duration::from_secs_f64(timeout)));
+                let result = engine.barrier(&ids, imm, Duration::from_secs_f64(timeout));
+                drop(engine); // before answering: the caller may close the engine at once
+                let _ = done_tx.send(result);
             })
             .map_err(|e| {
                 error(Kind::Accord, format!("barrier: starting its thread: {e}: the process may be out of resources"))

@@ -54,12 +54,13 @@ impl RecvQueue {
 }
 
 /// Calls a Python callable from the engine's completion thread; an exception it raises is
-/// reported through `sys.unraisablehook` (there is no caller to raise it to).
+/// reported through `sys.unraisablehook` (there is no caller to raise it to). Skipped when
+/// the interpreter is shutting down.
 pub(crate) fn call_py(
     callback: &Py<PyAny>,
     args: impl for<'py> FnOnce(Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>>,
 ) {
-    Python::attach(|py| {
+    let _ = Python::try_attach(|py| {
         let result = args(py).and_then(|a| callback.call1(py, pyo3::types::PyTuple::new(py, a)?));
         if let Err(e) = result {
             e.write_unraisable(py, Some(callback.bind(py)));

@@ -242,9 +242,9 @@ impl RegionInner {
 impl Drop for RegionInner {
     fn drop(&mut self) {
         if !self.is_closed() {
-            Python::attach(|py| {
-                let _ = self.close(py, false);
-            });
+            // Without Python (interpreter gone) the kept objects cannot be released either;
+            // `Keep`'s references then leak with the interpreter, harmlessly.
+            let _ = Python::try_attach(|py| self.close(py, false));
         }
     }
 }

@@ -60,7 +60,8 @@ impl Address {
 
     fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
         let parse = slf.get_type().getattr("parse")?;
-        PyTuple::new(slf.py(), [parse.into_any(), slf.str()?.into_any()])
+        let args = PyTuple::new(slf.py(), [slf.str()?])?;
+        PyTuple::new(slf.py(), [parse.into_any(), args.into_any()])
     }
 }
 
@@ -106,7 +107,8 @@ impl Descriptor {
 
     fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
         let parse = slf.get_type().getattr("parse")?;
-        PyTuple::new(slf.py(), [parse.into_any(), slf.str()?.into_any()])
+        let args = PyTuple::new(slf.py(), [slf.str()?])?;
+        PyTuple::new(slf.py(), [parse.into_any(), args.into_any()])
     }
 }
 
