@@ -17,6 +17,7 @@ mismatch.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing as mp
 import sys
 from dataclasses import dataclass
@@ -103,6 +104,8 @@ def trainer(conn: Connection, index: int, rounds: int) -> None:
                 ]
                 engine.scatter(region, dsts, imm=IMM_ROUND_BASE + k).wait(timeout=WAIT_S)
                 engine.barrier(ids, imm=IMM_BARRIER, timeout=WAIT_S)
+            conn.send(0)
+            conn.recv()  # exit only once every process left the last barrier (see main)
 
 
 def inference(conn: Connection, index: int, rounds: int) -> None:
@@ -123,6 +126,7 @@ def inference(conn: Connection, index: int, rounds: int) -> None:
                 bad += mismatched
                 engine.barrier(ids, imm=IMM_BARRIER, timeout=WAIT_S)
             conn.send(bad)
+            conn.recv()  # exit only once every process left the last barrier (see main)
 
 
 def main() -> int:
@@ -144,8 +148,14 @@ def main() -> int:
         directory = [(address, descriptor) for _, _, address, descriptor in hellos]  # type: ignore[misc]
         for c in conns:
             c.send(directory)
-        reports = [c.recv() if c.poll(WAIT_S * 2) else -1 for c in conns[TRAINERS:]]
+        reports = [c.recv() if c.poll(WAIT_S * 2) else -1 for c in conns]
         bad_total = -1 if -1 in reports else sum(reports)
+        # A process that returned from the last barrier may still owe a peer the acknowledgement
+        # of that peer's barrier note; only when all returned is every note acknowledged, so
+        # nobody closes its engine before then.
+        for c in conns:
+            with contextlib.suppress(OSError):  # a process that failed is gone already
+                c.send("exit")
     for p in procs:
         p.join(WAIT_S)
         if p.is_alive():

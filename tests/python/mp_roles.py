@@ -66,6 +66,7 @@ def receiver(conn: Connection) -> None:
             report["counts_after"] = engine.imm_counter(IMM_WRITE).value
             region.close()
             conn.send(report)
+            conn.recv()  # close only once the peer also left the last barrier
     except BaseException:
         conn.send({"error": traceback.format_exc()})
 
@@ -106,5 +107,6 @@ def sender(conn: Connection) -> None:
                     report["remote_error"] = str(e)
                 engine.barrier([peer_id], imm=IMM_BARRIER, timeout=WAIT_S)  # 2
             conn.send(report)
+            conn.recv()  # close only once the peer also left the last barrier
     except BaseException:
         conn.send({"error": traceback.format_exc()})

@@ -13,9 +13,12 @@ use std::time::Duration;
 /// queued, so the queue, not the posted buffers, is what bounds memory).
 pub const RECV_QUEUED_MAX: usize = 65_536;
 
+/// A received message: its bytes and the immediate the sender attached.
+pub(crate) type Message = (Vec<u8>, Option<u32>);
+
 #[derive(Default)]
 struct State {
-    messages: VecDeque<(Vec<u8>, Option<u32>)>,
+    messages: VecDeque<Message>,
     dropped: u64,
 }
 
@@ -41,7 +44,7 @@ impl RecvQueue {
 
     /// Waits at most `slice` for a message. `Err(n)` when `n` messages were dropped since the
     /// last call (reported once).
-    pub(crate) fn pop(&self, slice: Duration) -> Result<Option<(Vec<u8>, Option<u32>)>, u64> {
+    pub(crate) fn pop(&self, slice: Duration) -> Result<Option<Message>, u64> {
         let mut state = self.state.lock().unwrap();
         if state.dropped > 0 {
             return Err(std::mem::take(&mut state.dropped));
