@@ -1,6 +1,6 @@
 """Typed stubs of the native module ``accord._accord`` (checked by ``mypy.stubtest``)."""
 
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Generator, Iterable, Sequence
 from typing import Any, final
 
 from typing_extensions import Self
@@ -109,7 +109,7 @@ class ImmCounter:
     def value(self) -> int: ...
     def wait(self, target: int, timeout: float | None = None) -> int: ...
     def add_callback(self, target: int, callback: Callable[[int], object]) -> None: ...
-    def wait_async(self, target: int) -> Any: ...
+    def wait_async(self, target: int) -> Coroutine[Any, Any, int]: ...
 
 @final
 class Engine:
