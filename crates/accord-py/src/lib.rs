@@ -1,21 +1,21 @@
 //! `accord._accord`: the native half of the `accord` Python package (PyO3, abi3 for Python
 //! 3.9+), binding the TransferEngine of `accord-engine`.
 //!
-//! Python sees [`engine::Engine`], [`region::MemoryRegion`], [`transfer::Transfer`],
-//! [`transfer::ImmCounter`], [`values::Address`], [`values::Descriptor`] and
-//! [`values::ScatterDst`], re-exported by `python/accord/__init__.py` together with the
+//! Python sees `Engine` (`engine`), `MemoryRegion` (`region`), `Transfer` (`transfer`),
+//! `ImmCounter` (`transfer`), `Address` (`values`), `Descriptor` (`values`) and
+//! `ScatterDst` (`values`), re-exported by `python/accord/__init__.py` together with the
 //! exception hierarchy of `accord/errors.py` and the asyncio helpers of `accord/_aio.py`. The
 //! typed stubs are `python/accord/_accord.pyi`; `tests/python/test_stubs.py` runs
 //! `mypy.stubtest` so they cannot drift from this module.
 //!
 //! Rules kept throughout: every call that can block or run long releases the GIL
-//! (`Python::detach`); waits run in slices of [`values::WAIT_SLICE`] and check for signals
+//! (`Python::detach`); waits run in slices of `WAIT_SLICE` (`values`) and check for signals
 //! between them, so Ctrl-C interrupts them; no lock is held while waiting for the GIL (see
 //! `core`); registered memory stays referenced until it is deregistered and no transfer reads
 //! it any more (see `region`).
 //!
 //! Collectives (`accord.Communicator`, from `accord-coll`) are not bound yet; they will get
-//! their own module here (`coll.rs`), registered in [`_accord`] below.
+//! their own module here (`coll.rs`), registered in `_accord` below.
 #![deny(unsafe_code)]
 
 mod bench;
