@@ -1,0 +1,439 @@
+//! `accord.Engine`: construction, peers, registration, transfers, sends, immediates, close.
+
+use crate::core::Core;
+use crate::errors::{barrier_error, build_error, error, submit_error, Kind};
+use crate::recv::python_handler;
+use crate::region::{acquire, MemoryRegion, RegionInner};
+use crate::transfer::{ImmCounter, Transfer};
+use crate::values::{deadline, peer_id, wait_in_slices, Address, Descriptor, ScatterDst};
+use accord_engine::{EngineAddress, PagedWriteOp, SubmitError, WriteOp};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyInt, PyTuple};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The Accord TransferEngine: registered memory, one-sided writes with immediates, two-sided
+/// sends and barriers, over worker threads that run without the GIL.
+///
+/// Every keyword argument overrides one engine setting (None keeps the default); `ACCORD_*`
+/// environment variables override them in turn unless `ignore_env=True`. Use it as a context
+/// manager or call `close()`; an engine left open is closed at interpreter exit.
+#[pyclass(module = "accord", frozen)]
+pub struct Engine {
+    pub(crate) core: Arc<Core>,
+}
+
+fn region_closed(op: &str) -> PyErr {
+    error(Kind::InvalidBuffer, format!("{op}: the source region is closed: register the buffer again"))
+}
+
+fn check_own(core: &Arc<Core>, region: &MemoryRegion, op: &str) -> PyResult<()> {
+    if region.inner.belongs_to(core) {
+        Ok(())
+    } else {
+        Err(error(
+            Kind::InvalidBuffer,
+            format!("{op}: the source region was registered with another engine: register it with this one"),
+        ))
+    }
+}
+
+/// Page indices from a sequence of ints or an integer numpy array.
+fn page_indices(pages: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u64>> {
+    if let Ok(dtype) = pages.getattr("dtype") {
+        let kind: String = dtype.getattr("kind")?.extract()?;
+        if kind != "i" && kind != "u" {
+            return Err(error(
+                Kind::InvalidRequest,
+                format!("{what} must be integers, got an array of dtype {}: pass e.g. numpy.int64", dtype.str()?),
+            ));
+        }
+    }
+    let list = if pages.hasattr("tolist")? { pages.call_method0("tolist")? } else { pages.clone() };
+    let signed: Vec<i64> = list.extract().map_err(|_| {
+        error(Kind::InvalidRequest, format!("{what} must be a sequence of non-negative integers (page indices)"))
+    })?;
+    signed
+        .into_iter()
+        .map(|p| {
+            u64::try_from(p)
+                .map_err(|_| error(Kind::InvalidRequest, format!("{what} holds the negative page index {p}")))
+        })
+        .collect()
+}
+
+fn transfer_of(op: &str, submitted: Option<Result<accord_engine::Transfer, SubmitError>>) -> PyResult<Transfer> {
+    match submitted {
+        None => Err(region_closed(op)),
+        Some(Err(e)) => Err(submit_error(op, e)),
+        Some(Ok(inner)) => Ok(Transfer { inner }),
+    }
+}
+
+#[pymethods]
+impl Engine {
+    #[new]
+    #[pyo3(signature = (
+        *, nics = None, workers_per_nic = None, paths = None, congestion_control = None,
+        force_network = None, idle_timeout = None, shard_bytes_min = None, ignore_env = false
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        nics: Option<Vec<String>>,
+        workers_per_nic: Option<usize>,
+        paths: Option<u16>,
+        congestion_control: Option<String>,
+        force_network: Option<bool>,
+        idle_timeout: Option<f64>,
+        shard_bytes_min: Option<u64>,
+        ignore_env: bool,
+    ) -> PyResult<Self> {
+        let mut builder = accord_engine::Engine::builder();
+        if let Some(nics) = nics {
+            let ips = nics
+                .iter()
+                .map(|n| {
+                    n.parse::<IpAddr>().map_err(|_| {
+                        error(Kind::Config, format!("NIC address {n:?} is not an IP address: give e.g. \"127.0.0.1\""))
+                    })
+                })
+                .collect::<PyResult<Vec<_>>>()?;
+            builder = builder.nics(ips);
+        }
+        if let Some(count) = workers_per_nic {
+            builder = builder.workers_per_nic(count);
+        }
+        if let Some(count) = paths {
+            builder = builder.paths(count);
+        }
+        if let Some(name) = congestion_control {
+            builder = builder.congestion_control(&name);
+        }
+        if let Some(force) = force_network {
+            builder = builder.force_network(force);
+        }
+        if let Some(seconds) = idle_timeout {
+            if !(seconds.is_finite() && seconds > 0.0) {
+                return Err(error(Kind::Config, format!("idle_timeout {seconds} is not valid: give seconds > 0")));
+            }
+            builder = builder.idle_timeout(Duration::from_secs_f64(seconds));
+        }
+        if let Some(bytes) = shard_bytes_min {
+            builder = builder.shard_bytes_min(bytes);
+        }
+        if ignore_env {
+            builder = builder.ignore_env();
+        }
+        let engine = py.detach(|| builder.build()).map_err(build_error)?;
+        Ok(Engine { core: Core::new(engine) })
+    }
+
+    /// What peers need to reach this engine (picklable; `str()` gives JSON).
+    #[getter]
+    fn address(&self) -> Address {
+        Address { inner: self.core.address.clone() }
+    }
+
+    /// This engine's identity (`address.id`).
+    #[getter]
+    fn id(&self) -> u64 {
+        self.core.address.id.0
+    }
+
+    /// Whether `close()` ran.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.core.is_closed()
+    }
+
+    /// Introduces a peer (its `Address`, or the string `str(address)` gave) so transfers to it
+    /// can start; connections open lazily on first use.
+    fn add_peer(&self, address: &Bound<'_, PyAny>) -> PyResult<()> {
+        let parsed: EngineAddress = match address.cast::<Address>() {
+            Ok(a) => a.get().inner.clone(),
+            Err(_) => {
+                let text: String = address.extract().map_err(|_| {
+                    error(Kind::InvalidRequest, "add_peer takes an accord.Address or the string str(address) gave")
+                })?;
+                EngineAddress::parse(&text).map_err(crate::errors::parse_error)?
+            }
+        };
+        self.core.engine("add_peer")?.add_peer(&parsed).map_err(|e| submit_error("add_peer", e))
+    }
+
+    /// Registers `obj`'s memory for transfers: a writable, C-contiguous buffer (numpy array,
+    /// bytearray, memoryview, ...) or a DLPack host tensor (e.g. a torch CPU tensor). The region
+    /// keeps `obj` alive until closed. Raises `accord.InvalidBufferError` for read-only,
+    /// non-contiguous, empty, object-dtype or GPU memory.
+    fn register(&self, py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<MemoryRegion> {
+        let engine = self.core.engine("register")?;
+        let acquired = acquire(obj)?;
+        let core = &self.core;
+        let inner = py.detach(|| RegionInner::register(core, &engine, acquired))?;
+        Ok(MemoryRegion { inner })
+    }
+
+    /// Allocates a zeroed `bytearray` of `nbytes` and registers it (`region.obj` is the array).
+    fn alloc(&self, py: Python<'_>, nbytes: usize) -> PyResult<MemoryRegion> {
+        if nbytes == 0 {
+            return Err(error(Kind::InvalidBuffer, "alloc(0): a region holds at least one byte"));
+        }
+        let array = py.import("builtins")?.getattr("bytearray")?.call1((nbytes,))?;
+        self.register(py, &array)
+    }
+
+    /// A one-sided write of `nbytes` (default: the rest of `src` from `src_offset`) from local
+    /// region `src` at `src_offset` into the peer region `dst` at `dst_offset`. With `imm`, the
+    /// peer's counter for it moves once every byte landed. Bounds are checked before anything
+    /// is sent.
+    #[pyo3(signature = (src, dst, nbytes = None, *, src_offset = 0, dst_offset = 0, imm = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn write(
+        &self,
+        py: Python<'_>,
+        src: PyRef<'_, MemoryRegion>,
+        dst: PyRef<'_, Descriptor>,
+        nbytes: Option<u64>,
+        src_offset: u64,
+        dst_offset: u64,
+        imm: Option<u32>,
+    ) -> PyResult<Transfer> {
+        check_own(&self.core, &src, "write")?;
+        let len = match nbytes {
+            Some(n) => n,
+            None => src.inner.handle.len().checked_sub(src_offset).ok_or_else(|| {
+                error(
+                    Kind::InvalidBuffer,
+                    format!(
+                        "write: src_offset {src_offset} is past the end of the {}-byte source",
+                        src.inner.handle.len()
+                    ),
+                )
+            })?,
+        };
+        let engine = self.core.engine("write")?;
+        let (region, dst) = (&*src.inner, dst.inner);
+        let submitted = py.detach(|| {
+            region.submit(|handle| engine.write(&WriteOp { src: handle, src_offset, dst: &dst, dst_offset, len, imm }))
+        });
+        transfer_of("write", submitted)
+    }
+
+    /// A paged write (a KV-cache move): page `src_pages[i]` of `src` goes to page
+    /// `dst_pages[i]` of `dst`, pages of `page_nbytes` bytes. Pages are sequences of ints or
+    /// integer arrays; runs of consecutive pages go as one operation; `imm` is counted once,
+    /// after every page landed.
+    #[pyo3(signature = (src, dst, *, page_nbytes, src_pages, dst_pages, imm = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn write_paged(
+        &self,
+        py: Python<'_>,
+        src: PyRef<'_, MemoryRegion>,
+        dst: PyRef<'_, Descriptor>,
+        page_nbytes: u64,
+        src_pages: &Bound<'_, PyAny>,
+        dst_pages: &Bound<'_, PyAny>,
+        imm: Option<u32>,
+    ) -> PyResult<Transfer> {
+        check_own(&self.core, &src, "write_paged")?;
+        let src_pages = page_indices(src_pages, "src_pages")?;
+        let dst_pages = page_indices(dst_pages, "dst_pages")?;
+        let engine = self.core.engine("write_paged")?;
+        let (region, dst) = (&*src.inner, dst.inner);
+        let submitted = py.detach(|| {
+            region.submit(|handle| {
+                engine.write_paged(&PagedWriteOp {
+                    src: handle,
+                    dst: &dst,
+                    page_bytes: page_nbytes,
+                    src_pages: &src_pages,
+                    dst_pages: &dst_pages,
+                    imm,
+                })
+            })
+        });
+        transfer_of("write_paged", submitted)
+    }
+
+    /// Writes ranges of `src` to several peer regions (`accord.ScatterDst` each), every write
+    /// carrying `imm`; completes when all did.
+    #[pyo3(signature = (src, dsts, *, imm = None))]
+    fn scatter(
+        &self,
+        py: Python<'_>,
+        src: PyRef<'_, MemoryRegion>,
+        dsts: Vec<ScatterDst>,
+        imm: Option<u32>,
+    ) -> PyResult<Transfer> {
+        check_own(&self.core, &src, "scatter")?;
+        let dsts: Vec<accord_engine::ScatterDst> = dsts
+            .into_iter()
+            .map(|d| accord_engine::ScatterDst {
+                dst: d.dst,
+                dst_offset: d.dst_offset,
+                src_offset: d.src_offset,
+                len: d.nbytes,
+            })
+            .collect();
+        let engine = self.core.engine("scatter")?;
+        let region = &*src.inner;
+        let submitted = py.detach(|| region.submit(|handle| engine.scatter(handle, &dsts, imm)));
+        transfer_of("scatter", submitted)
+    }
+
+    /// A two-sided send of `data` (bytes-like, copied at once) into one of the peer's posted
+    /// receive buffers (`post_recvs`); the transfer fails with `accord.RemoteAccessError` when
+    /// the peer has none free or the message is larger than its buffers.
+    #[pyo3(signature = (peer, data, *, imm = None))]
+    fn send(
+        &self,
+        py: Python<'_>,
+        peer: &Bound<'_, PyAny>,
+        data: &Bound<'_, PyAny>,
+        imm: Option<u32>,
+    ) -> PyResult<Transfer> {
+        let peer = peer_id(peer)?;
+        if data.is_instance_of::<PyInt>() {
+            return Err(error(Kind::InvalidRequest, "send: data must be bytes-like, not an int"));
+        }
+        let bytes = match data.cast::<PyBytes>() {
+            Ok(b) => b.clone(),
+            Err(_) => py.get_type::<PyBytes>().call1((data,))?.cast_into::<PyBytes>()?,
+        };
+        let payload = bytes.as_bytes();
+        let engine = self.core.engine("send")?;
+        let submitted = py.detach(|| engine.send(peer, payload, imm));
+        submitted.map(|inner| Transfer { inner }).map_err(|e| submit_error("send", e))
+    }
+
+    /// Posts `count` receive buffers of `nbytes` each for peers' sends; returns how many were
+    /// posted. With `handler`, each message calls `handler(data: bytes, imm: int | None)` on
+    /// the engine's completion thread; without, messages queue for `recv()`. Each call sets
+    /// the handler for all buffers.
+    #[pyo3(signature = (nbytes, count, handler = None))]
+    fn post_recvs(&self, nbytes: usize, count: usize, handler: Option<Py<PyAny>>) -> PyResult<usize> {
+        if nbytes == 0 || count == 0 {
+            return Err(error(Kind::InvalidRequest, "post_recvs: nbytes and count must be at least 1"));
+        }
+        let engine = self.core.engine("post_recvs")?;
+        Ok(match handler {
+            Some(h) => engine.post_recvs(nbytes, count, python_handler(h)),
+            None => {
+                let queue = self.core.recv.clone();
+                engine.post_recvs(nbytes, count, move |m| queue.push(m))
+            }
+        })
+    }
+
+    /// The next message of a peer's send as `(data, imm)` (needs `post_recvs` without a
+    /// handler); blocks with the GIL released at most `timeout` seconds (None: no limit).
+    #[pyo3(signature = (timeout = None))]
+    fn recv<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, PyTuple>> {
+        let queue = self.core.recv.clone();
+        let got = wait_in_slices(py, deadline(timeout)?, |slice| match queue.pop(slice) {
+            Ok(None) => None,
+            other => Some(other),
+        })?;
+        match got {
+            Some(Ok(Some((data, imm)))) => {
+                PyTuple::new(py, [PyBytes::new(py, &data).into_any(), imm.into_pyobject(py)?.into_any()])
+            }
+            Some(Err(dropped)) => Err(error(
+                Kind::Accord,
+                format!(
+                    "{dropped} messages were dropped because {} were queued: call recv() more often or pass a \
+                     handler to post_recvs",
+                    crate::recv::RECV_QUEUED_MAX
+                ),
+            )),
+            _ => Err(error(
+                Kind::Timeout,
+                format!(
+                    "no message within {:.3} s: check that peers send, and that post_recvs ran",
+                    timeout.unwrap_or(0.0)
+                ),
+            )),
+        }
+    }
+
+    /// Blocks (GIL released, Ctrl-C interrupts) until every engine of `peers` (Addresses or
+    /// ids; this engine may be listed) called `barrier` with the same `imm` as often as this
+    /// one. `imm` must be used for nothing else; every peer must have been added.
+    #[pyo3(signature = (peers, *, imm, timeout = 30.0))]
+    fn barrier(&self, py: Python<'_>, peers: &Bound<'_, PyAny>, imm: u32, timeout: f64) -> PyResult<()> {
+        let ids = peers.try_iter()?.map(|p| peer_id(&p?)).collect::<PyResult<Vec<_>>>()?;
+        deadline(Some(timeout))?; // validates the number
+        let engine = self.core.engine("barrier")?;
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        // The barrier runs on a helper thread so this thread can wait in slices and notice
+        // Ctrl-C; an interrupted barrier's thread ends at its timeout.
+        std::thread::Builder::new()
+            .name("accord-barrier".into())
+            .spawn(move || {
+                let result = engine.barrier(&ids, imm, Duration::from_secs_f64(timeout));
+                drop(engine); // before answering: the caller may close the engine at once
+                let _ = done_tx.send(result);
+            })
+            .map_err(|e| {
+                error(Kind::Accord, format!("barrier: starting its thread: {e}: the process may be out of resources"))
+            })?;
+        let result = wait_in_slices(py, None, move |slice| match done_rx.recv_timeout(slice) {
+            Ok(result) => Some(result),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => None,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                Some(Err(accord_engine::BarrierError::Transfer(accord_engine::TransferError::ShutDown)))
+            }
+        })?;
+        result.expect("waited without a deadline").map_err(barrier_error)
+    }
+
+    /// The counter of writes carrying immediate `imm` that fully landed here.
+    fn imm_counter(&self, imm: u32) -> PyResult<ImmCounter> {
+        let engine = self.core.engine("imm_counter")?;
+        Ok(ImmCounter { inner: engine.imm_counter(imm), imm, core: self.core.clone() })
+    }
+
+    /// Calls `callback(value)` on the completion thread once the counter of `imm` reaches
+    /// `count` (absolute; at once if reached). Same as `imm_counter(imm).add_callback`.
+    fn expect_imm(&self, imm: u32, count: u64, callback: Py<PyAny>) -> PyResult<()> {
+        let counter = self.imm_counter(imm)?;
+        counter.add_callback(count, callback)
+    }
+
+    /// Run-time counters: retransmits, failovers, datagrams_dropped, imm_overflow, lanes.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let engine = self.core.engine("stats")?;
+        let stats = py.detach(|| engine.stats());
+        let dict = PyDict::new(py);
+        dict.set_item("retransmits", stats.retransmits())?;
+        dict.set_item("failovers", stats.failovers())?;
+        dict.set_item("datagrams_dropped", stats.datagrams_dropped())?;
+        dict.set_item("imm_overflow", stats.imm_overflow)?;
+        dict.set_item("lanes", stats.lanes.len())?;
+        Ok(dict)
+    }
+
+    /// Deregisters every region (no peer write lands afterwards) and stops the engine; pending
+    /// transfers fail with `accord.ShutdownError`. Idempotent.
+    fn close(&self, py: Python<'_>) {
+        let core = &self.core;
+        py.detach(|| core.close());
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> bool {
+        self.close(py);
+        false
+    }
+
+    fn __repr__(&self) -> String {
+        let state = if self.core.is_closed() { ", closed" } else { "" };
+        format!("Engine(id=0x{:016x}{state})", self.core.address.id.0)
+    }
+}

@@ -1,0 +1,135 @@
+//! Engine errors as Python exceptions.
+//!
+//! The hierarchy lives in Python (`accord/errors.py`) so a class can have two bases
+//! (`accord.TimeoutError` is also the builtin `TimeoutError`, `accord.InvalidBufferError` also a
+//! `ValueError`); this module looks each class up once and raises it with the engine's message,
+//! which already says what to do, prefixed by the operation that failed.
+
+use accord_engine::{BarrierError, BuildError, ParseError, RegisterError, SubmitError, TransferError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyType;
+
+/// The exception classes of `accord.errors`, by what went wrong.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Anything else the engine reports (`accord.AccordError`, the base of all).
+    Accord,
+    /// The engine could not be built from its settings.
+    Config,
+    /// Arguments refused before anything was sent.
+    InvalidRequest,
+    /// A buffer that cannot be registered, a closed region, a range outside a region.
+    InvalidBuffer,
+    /// The receiver refused a write or send.
+    RemoteAccess,
+    /// A peer is unknown or stopped answering.
+    Peer,
+    /// A wait gave up.
+    Timeout,
+    /// The engine was closed.
+    Shutdown,
+}
+
+const KINDS: [Kind; 8] = [
+    Kind::Accord,
+    Kind::Config,
+    Kind::InvalidRequest,
+    Kind::InvalidBuffer,
+    Kind::RemoteAccess,
+    Kind::Peer,
+    Kind::Timeout,
+    Kind::Shutdown,
+];
+
+impl Kind {
+    fn class_name(self) -> &'static str {
+        match self {
+            Kind::Accord => "AccordError",
+            Kind::Config => "ConfigError",
+            Kind::InvalidRequest => "InvalidRequestError",
+            Kind::InvalidBuffer => "InvalidBufferError",
+            Kind::RemoteAccess => "RemoteAccessError",
+            Kind::Peer => "PeerError",
+            Kind::Timeout => "TimeoutError",
+            Kind::Shutdown => "ShutdownError",
+        }
+    }
+}
+
+static CLASSES: PyOnceLock<Vec<Py<PyType>>> = PyOnceLock::new();
+
+fn class(py: Python<'_>, kind: Kind) -> PyResult<Bound<'_, PyType>> {
+    let classes = CLASSES.get_or_try_init(py, || -> PyResult<_> {
+        let module = py.import("accord.errors")?;
+        KINDS.iter().map(|k| Ok(module.getattr(k.class_name())?.cast_into::<PyType>()?.unbind())).collect()
+    })?;
+    let index = KINDS.iter().position(|k| *k == kind).expect("every kind is listed in KINDS");
+    Ok(classes[index].bind(py).clone())
+}
+
+/// An exception of `kind` with `message`.
+pub(crate) fn error(kind: Kind, message: impl Into<String>) -> PyErr {
+    let message = message.into();
+    Python::attach(|py| match class(py, kind) {
+        Ok(ty) => PyErr::from_type(ty, message),
+        Err(lookup) => lookup,
+    })
+}
+
+/// The engine could not be built.
+pub(crate) fn build_error(e: BuildError) -> PyErr {
+    error(Kind::Config, format!("building the engine: {e}"))
+}
+
+/// Memory could not be registered.
+pub(crate) fn register_error(e: RegisterError) -> PyErr {
+    let kind = match e {
+        RegisterError::BadLength { .. } => Kind::InvalidBuffer,
+        RegisterError::TableFull(_) | RegisterError::OutOfMemory(_) => Kind::Accord,
+    };
+    error(kind, format!("register: {e}"))
+}
+
+/// `op` was refused at submission; nothing was sent.
+pub(crate) fn submit_error(op: &str, e: SubmitError) -> PyErr {
+    let kind = match e {
+        SubmitError::SourceOutOfBounds { .. }
+        | SubmitError::DestinationOutOfBounds { .. }
+        | SubmitError::UnknownSource => Kind::InvalidBuffer,
+        SubmitError::UnknownPeer(_) => Kind::Peer,
+        SubmitError::Invalid(_) => Kind::InvalidRequest,
+        SubmitError::ShutDown => Kind::Shutdown,
+    };
+    error(kind, format!("{op}: {e}"))
+}
+
+/// A submitted transfer failed.
+pub(crate) fn transfer_error(e: TransferError) -> PyErr {
+    let kind = match e {
+        TransferError::Rejected(_) => Kind::RemoteAccess,
+        TransferError::PeerUnreachable => Kind::Peer,
+        TransferError::ShutDown => Kind::Shutdown,
+        TransferError::Timeout => Kind::Timeout,
+    };
+    error(kind, format!("transfer failed: {e}"))
+}
+
+/// A barrier failed.
+pub(crate) fn barrier_error(e: BarrierError) -> PyErr {
+    match e {
+        BarrierError::Submit(s) => submit_error("barrier", s),
+        BarrierError::Transfer(t) => transfer_error(t),
+        BarrierError::Timeout { .. } => error(Kind::Timeout, e.to_string()),
+    }
+}
+
+/// An address or descriptor string did not parse.
+pub(crate) fn parse_error(e: ParseError) -> PyErr {
+    error(Kind::InvalidRequest, e.to_string())
+}
+
+/// The engine was closed before this call.
+pub(crate) fn closed(op: &str) -> PyErr {
+    error(Kind::Shutdown, format!("{op}: the engine is closed: create a new accord.Engine"))
+}

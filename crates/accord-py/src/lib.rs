@@ -1,0 +1,50 @@
+//! `accord._accord`: the native half of the `accord` Python package (PyO3, abi3 for Python
+//! 3.9+), binding the TransferEngine of `accord-engine`.
+//!
+//! Python sees `Engine` (`engine`), `MemoryRegion` (`region`), `Transfer` (`transfer`),
+//! `ImmCounter` (`transfer`), `Address` (`values`), `Descriptor` (`values`) and
+//! `ScatterDst` (`values`), re-exported by `python/accord/__init__.py` together with the
+//! exception hierarchy of `accord/errors.py` and the asyncio helpers of `accord/_aio.py`. The
+//! typed stubs are `python/accord/_accord.pyi`; `tests/python/test_stubs.py` runs
+//! `mypy.stubtest` so they cannot drift from this module.
+//!
+//! Rules kept throughout: every call that can block or run long releases the GIL
+//! (`Python::detach`); waits run in slices of `WAIT_SLICE` (`values`) and check for signals
+//! between them, so Ctrl-C interrupts them; no lock is held while waiting for the GIL (see
+//! `core`); registered memory stays referenced until it is deregistered and no transfer reads
+//! it any more (see `region`).
+//!
+//! Collectives (`accord.Communicator`, from `accord-coll`) are not bound yet; they will get
+//! their own module here (`coll.rs`), registered in `_accord` below.
+#![deny(unsafe_code)]
+
+mod bench;
+mod core;
+mod dlpack;
+mod engine;
+mod errors;
+mod recv;
+mod region;
+mod transfer;
+mod values;
+
+use pyo3::prelude::*;
+
+/// The native module.
+#[pymodule]
+fn _accord(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<engine::Engine>()?;
+    m.add_class::<region::MemoryRegion>()?;
+    m.add_class::<transfer::Transfer>()?;
+    m.add_class::<transfer::ImmCounter>()?;
+    m.add_class::<values::Address>()?;
+    m.add_class::<values::Descriptor>()?;
+    m.add_class::<values::ScatterDst>()?;
+    m.add_function(wrap_pyfunction!(core::_close_all, m)?)?;
+    m.add_function(wrap_pyfunction!(bench::_bench_write_loop, m)?)?;
+    m.add("WAIT_SLICE_S", values::WAIT_SLICE.as_secs_f64())?;
+    m.add("RECV_QUEUED_MAX", recv::RECV_QUEUED_MAX)?;
+    m.add("VERSION", env!("CARGO_PKG_VERSION"))?;
+    // Here, once accord-coll is available: m.add_class::<coll::Communicator>()?;
+    Ok(())
+}

@@ -1,0 +1,37 @@
+"""The examples run to completion and verify their own data; the overhead bench prints its
+table (no timing is asserted: tests never assert on timing)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import accord._bench
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "says"),
+    [
+        ("kv_cache_transfer.py", ["--requests", "3", "--layers", "4"], "all pages verified"),
+        ("weight_push.py", ["--rounds", "2"], "every round verified"),
+    ],
+)
+def test_example_runs_and_verifies(script: str, args: list[str], says: str) -> None:
+    run = subprocess.run(
+        [sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, f"{script} failed:\n{run.stdout}\n{run.stderr}"
+    assert says in run.stdout
+
+
+def test_overhead_bench_prints_its_table(capsys: pytest.CaptureFixture[str]) -> None:
+    rows = accord._bench.main(["--iterations", "200", "--network-iterations", "50", "--repeats", "1"])
+    out = capsys.readouterr().out
+    assert [r.route for r in rows] == ["memcpy", "network"]
+    assert "added" in out and "memcpy" in out and "network" in out
+    assert all(r.rust_us > 0 and r.python_us > 0 for r in rows)
