@@ -19,6 +19,7 @@ demo: build
 
 test: setup
 	$(CARGO) test --release --workspace
+	scripts/python-test.sh
 
 fmt:
 	$(CARGO) fmt --all
