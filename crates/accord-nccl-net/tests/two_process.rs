@@ -24,19 +24,23 @@ use std::time::{Duration, Instant};
 
 const CHILD_ENV: &str = "ACCORD_NCCL_CHILD";
 const GROUPS_ENV: &str = "ACCORD_NCCL_GROUPS";
+/// The rank whose `connect` calls come slowly (the clear-to-send-before-connect race).
+const SLOW_CONNECT_ENV: &str = "ACCORD_NCCL_SLOW_CONNECT_RANK";
 /// Receive slots (NCCL's outstanding request bound) and the bytes each slot's arena holds.
 const SLOTS: usize = abi::NET_REQUESTS_MAX;
 const SLOT_BYTES: usize = 1 << 20;
 const RECVS_MAX: usize = 8;
 const PART_BYTES: usize = SLOT_BYTES / RECVS_MAX;
 const GUARD_BYTE: u8 = 0xEE;
-const CHILD_DEADLINE: Duration = Duration::from_secs(150);
+const CHILD_DEADLINE: Duration = Duration::from_secs(60);
 const PARENT_DEADLINE: Duration = Duration::from_secs(200);
 
 fn plugin_path() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     let deps = exe.parent().expect("deps directory");
-    for dir in [deps.parent().expect("profile directory"), deps] {
+    // `cargo test` refreshes the copy in deps/ (the one in the profile directory is uplifted by
+    // `cargo build` only and may be stale).
+    for dir in [deps, deps.parent().expect("profile directory")] {
         let candidate = dir.join("libnccl_net_accord.so");
         if candidate.exists() {
             return candidate;
@@ -100,6 +104,18 @@ unsafe extern "C" fn logger(
     // Safety: the plugin passes a NUL-terminated message.
     let text = unsafe { CStr::from_ptr(msg) }.to_string_lossy();
     eprintln!("[plugin log level {level}] {text}");
+    if text.contains("engine statistics") {
+        STATISTICS.lock().unwrap().push(text.into_owned());
+    }
+}
+
+/// The plugin's statistics lines, as logged at `finalize`.
+static STATISTICS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// The number after `name` in a statistics line.
+fn counter(line: &str, name: &str) -> u64 {
+    let rest = line.split_once(name).map_or("", |(_, r)| r).trim_start();
+    rest.split(|c: char| !c.is_ascii_digit()).next().and_then(|n| n.parse().ok()).unwrap_or(0)
 }
 
 /// Memory the plugin's engine writes into; touched only through raw copies.
@@ -199,7 +215,11 @@ impl Driver<'_> {
         while recv_done < self.recv_script.len() || sends_completed_groups < self.send_script.len() {
             assert!(
                 Instant::now() < deadline,
-                "traffic did not finish in {CHILD_DEADLINE:?}: recv {recv_done}, send {sends_completed_groups}"
+                "traffic did not finish in {CHILD_DEADLINE:?}: receives done {recv_done} posted {recv_next} outstanding {}, \
+                 send groups done {sends_completed_groups} started {send_next} outstanding sends {} (current {:?})",
+                recvs.len(),
+                sends.len(),
+                send_current.as_ref().map(|c| (c.group, c.next, c.order.len()))
             );
             // Post receives while the plugin takes them.
             while recv_next < self.recv_script.len() && recvs.len() < SLOTS {
@@ -398,6 +418,7 @@ fn child(rank: usize) {
     let (mut send_comm, mut recv_comm): (*mut c_void, *mut c_void) = (std::ptr::null_mut(), std::ptr::null_mut());
     let mut dev_comm: *mut c_void = std::ptr::null_mut();
     let mut calls = 0;
+    let slow_connect = std::env::var(SLOW_CONNECT_ENV).is_ok_and(|r| r == rank.to_string());
     while send_comm.is_null() || recv_comm.is_null() {
         assert!(Instant::now() < deadline, "connect/accept did not finish ({calls} calls)");
         if send_comm.is_null() {
@@ -412,6 +433,11 @@ fn child(rank: usize) {
         }
         calls += 1;
         std::thread::sleep(Duration::from_micros(200));
+        if slow_connect && send_comm.is_null() {
+            // A sender slow to finish its connect: the receiver may already write
+            // clear-to-sends into the comm before connect returns it.
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
     eprintln!("rank {rank}: connected after {calls} rounds of connect/accept");
 
@@ -466,7 +492,15 @@ fn child(rank: usize) {
         check("closeListen", (t.closeListen)(listen_comm));
         check("finalize", (t.finalize)(ctx));
     }
-    println!("\n@@OK groups={groups_done} bytes={bytes} send_outstanding_max={send_max}");
+    let stats = STATISTICS.lock().unwrap().last().cloned().expect("finalize logs engine statistics");
+    let (retransmits, drops) = (counter(&stats, "retransmits"), counter(&stats, "injected drops"));
+    if std::env::var("ACCORD_LOSS").is_ok() {
+        assert!(drops > 0 && retransmits > 0, "the fault injector was meant to be active: {stats}");
+    }
+    println!(
+        "\n@@OK groups={groups_done} bytes={bytes} send_outstanding_max={send_max} retransmits={retransmits} \
+         injected_drops={drops}"
+    );
     std::io::stdout().flush().unwrap();
 }
 
@@ -558,7 +592,7 @@ fn run_pair(extra_env: &[(&str, &str)], groups: usize) {
 
 #[test]
 fn two_processes_move_bytes_exactly() {
-    run_pair(&[], 200);
+    run_pair(&[(SLOW_CONNECT_ENV, "0")], 200);
 }
 
 #[test]

@@ -14,6 +14,11 @@ use std::sync::{Arc, Mutex};
 pub struct PreparedRecv {
     rt: Arc<Runtime>,
     index: IndexLease,
+    /// The slot counters and their values before the peer could know this comm: captured
+    /// here, not when the comm completes, since the peer may write as soon as it has our
+    /// half of the handshake.
+    counters: Vec<ImmCounter>,
+    bases: Vec<u64>,
     sizes: MrBuffer,
     cts_stage: MrBuffer,
 }
@@ -24,7 +29,8 @@ impl PreparedRecv {
         let index = rt.lease_index()?;
         let sizes = rt.engine.alloc(SIZE_TABLE_BYTES)?;
         let cts_stage = rt.engine.alloc(NET_REQUESTS_MAX * ENTRY_BYTES)?;
-        Ok(PreparedRecv { rt, index, sizes, cts_stage })
+        let (counters, bases) = rt.slot_counters(index.index);
+        Ok(PreparedRecv { rt, index, counters, bases, sizes, cts_stage })
     }
 
     /// The comm index (names the completion immediates).
@@ -39,7 +45,7 @@ impl PreparedRecv {
 
     /// Completes the comm with the sender's hello.
     pub fn finish(self, peer: EngineId, send_index: u32, ring: MrDescriptor) -> RecvComm {
-        let (counters, bases) = self.rt.slot_counters(self.index.index);
+        let (counters, bases) = (self.counters, self.bases);
         let inner = RecvInner {
             rt: self.rt,
             index: self.index,

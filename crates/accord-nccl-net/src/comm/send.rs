@@ -14,6 +14,11 @@ use std::sync::{Arc, Mutex};
 pub struct PreparedSend {
     rt: Arc<Runtime>,
     index: IndexLease,
+    /// The slot counters and their values before the peer could know this comm: captured
+    /// here, not when the comm completes, since the peer may write as soon as it has our
+    /// half of the handshake.
+    counters: Vec<ImmCounter>,
+    bases: Vec<u64>,
     ring: MrBuffer,
     stage: MrBuffer,
 }
@@ -24,7 +29,8 @@ impl PreparedSend {
         let index = rt.lease_index()?;
         let ring = rt.engine.alloc(NET_REQUESTS_MAX * ENTRY_BYTES)?;
         let stage = rt.engine.alloc(SEND_REQUESTS_MAX * SIZE_WORD_BYTES)?;
-        Ok(PreparedSend { rt, index, ring, stage })
+        let (counters, bases) = rt.slot_counters(index.index);
+        Ok(PreparedSend { rt, index, counters, bases, ring, stage })
     }
 
     /// The comm index (names the ring's immediates).
@@ -39,7 +45,7 @@ impl PreparedSend {
 
     /// Completes the comm with the receiver's answer.
     pub fn finish(self, peer: EngineId, recv_index: u32, sizes: MrDescriptor) -> SendComm {
-        let (counters, bases) = self.rt.slot_counters(self.index.index);
+        let (counters, bases) = (self.counters, self.bases);
         let inner = SendInner {
             rt: self.rt,
             index: self.index,

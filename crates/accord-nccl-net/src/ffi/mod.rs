@@ -482,8 +482,31 @@ unsafe extern "C" fn make_vdevice(d: *mut c_int, props: *mut VDeviceProps) -> Nc
 
 unsafe extern "C" fn finalize(ctx: *mut c_void) -> NcclResult {
     // A context whose init failed is null: nothing to free. The engine stays for the process.
-    // Safety: ctx is null or a Context box from init, handed back once.
-    unsafe { close::<Context>("finalize", ctx) }
+    guard("finalize", || {
+        if ctx.is_null() {
+            return Ok(());
+        }
+        // Safety: ctx is a Context box from init, handed back once.
+        let context = unsafe { Box::from_raw(ctx as *mut Context) };
+        log_statistics(&context.rt);
+        Ok(())
+    })
+}
+
+/// Logs the engine's transport statistics (NCCL_DEBUG=INFO, subsystem NET).
+fn log_statistics(rt: &Runtime) {
+    let stats = rt.engine.stats();
+    let injected_drops: u64 = stats.faults.iter().map(|f| f.dropped).sum();
+    let sent: u64 = stats.lanes.iter().map(|l| l.endpoint.datagrams_sent).sum();
+    log::info(
+        abi::SUBSYS_NET,
+        line!(),
+        &format!(
+            "engine statistics: datagrams sent {sent}, retransmits {}, failovers {}, injected drops {injected_drops}",
+            stats.retransmits(),
+            stats.failovers()
+        ),
+    );
 }
 
 unsafe extern "C" fn set_net_attr(_ctx: *mut c_void, attr: *mut NetAttr) -> NcclResult {
