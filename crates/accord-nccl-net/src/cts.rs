@@ -111,7 +111,7 @@ mod tests {
 
     #[test]
     fn entries_round_trip_and_fit_the_ring_slot() {
-        assert!(ENTRY_BYTES >= HEADER_BYTES + RECVS_MAX * RECV_BYTES);
+        const { assert!(ENTRY_BYTES >= HEADER_BYTES + RECVS_MAX * RECV_BYTES) };
         for n in 1..=RECVS_MAX {
             let e = entry(n);
             assert_eq!(CtsEntry::decode(&e.encode(), 99).unwrap(), e);

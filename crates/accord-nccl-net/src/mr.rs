@@ -22,9 +22,11 @@ pub struct MemoryRegion {
 impl MemoryRegion {
     /// Registers `len` bytes at `ptr` of NCCL pointer type `ptr_type`.
     ///
-    /// NCCL's `regMr` contract keeps the memory valid until `deregMr`, and NCCL does not
-    /// deregister a buffer while requests that use it are outstanding.
-    pub fn register(rt: &Runtime, ptr: *mut u8, len: usize, ptr_type: i32) -> Result<MemoryRegion> {
+    /// # Safety
+    /// `ptr..ptr+len` must stay valid for reads and writes until [`MemoryRegion::deregister`]
+    /// returned and every transfer using it completed: NCCL's `regMr` contract (it keeps the
+    /// buffer until `deregMr` and deregisters no buffer with requests outstanding).
+    pub unsafe fn register(rt: &Runtime, ptr: *mut u8, len: usize, ptr_type: i32) -> Result<MemoryRegion> {
         if ptr_type != abi::PTR_HOST {
             return Err(PluginError::Unsupported(format!(
                 "memory of pointer type {ptr_type} (this plugin supports NCCL_PTR_HOST only; NCCL stages \
@@ -37,8 +39,8 @@ impl MemoryRegion {
         if ptr.is_null() {
             return Err(PluginError::InvalidArgument(format!("regMr of {len} bytes at a null pointer")));
         }
-        // Safety: NCCL owns `ptr..ptr+len` and keeps it valid until `deregMr`, which calls
-        // `Engine::deregister` before returning; NCCL holds no Rust references to it.
+        // Safety: the caller keeps `ptr..ptr+len` valid until `deregister` (this function's
+        // contract); no Rust reference to it exists.
         let registration = unsafe { rt.engine.register_raw(ptr, len, MemoryKind::Host)? };
         Ok(MemoryRegion { registration: Some(registration), base: ptr as usize, len })
     }

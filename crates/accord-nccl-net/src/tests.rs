@@ -31,3 +31,16 @@ fn tables_are_a_name_and_one_pointer_per_function() {
     assert_eq!(offset_of!(NetV11, isend), 8 * 10);
     assert_eq!(offset_of!(NetV11, setNetAttr), 8 * 21);
 }
+
+#[test]
+fn objects_handed_to_nccl_may_cross_its_threads() {
+    // NCCL's service thread creates comms and registers memory; its progress thread sends,
+    // receives and tests, all through the same pointers.
+    fn shared<T: Send + Sync>() {}
+    shared::<crate::comm::SendComm>();
+    shared::<crate::comm::RecvComm>();
+    shared::<crate::comm::SendRequest>();
+    shared::<crate::comm::RecvRequest>();
+    shared::<crate::setup::ListenComm>();
+    shared::<crate::mr::MemoryRegion>();
+}

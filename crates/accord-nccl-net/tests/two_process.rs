@@ -507,9 +507,49 @@ fn child(rank: usize) {
 /// Entry point of a child process (a no-op in a normal test run).
 #[test]
 fn plugin_child() {
-    if let Ok(rank) = std::env::var(CHILD_ENV) {
-        child(rank.parse().expect("rank"));
+    match std::env::var(CHILD_ENV).as_deref() {
+        Ok("init-failure") => init_failure_child(),
+        Ok(rank) => child(rank.parse().expect("rank")),
+        Err(_) => {}
     }
+}
+
+/// A process whose `init` fails (bad `ACCORD_NET_IFS`): every call returns an NCCL error code
+/// with a logged reason, `finalize` takes the null context, and the process lives on.
+fn init_failure_child() {
+    let plugin = load();
+    let t = plugin.table;
+    let mut ctx = std::ptr::null_mut();
+    let mut config = CommConfig { trafficClass: -1 };
+    // Safety: valid out-pointers; no logger (warnings go to stderr).
+    let rc = unsafe { (t.init)(&mut ctx, 1, &mut config, None, std::ptr::null_mut()) };
+    assert_eq!(rc, abi::NCCL_INTERNAL_ERROR, "a bad ACCORD_NET_IFS is a configuration error");
+    assert!(ctx.is_null());
+    let mut ndev = -1;
+    // Safety: valid out-pointer.
+    assert_eq!(unsafe { (t.devices)(&mut ndev) }, abi::NCCL_INVALID_USAGE, "devices before a successful init");
+    // Safety: finalize tolerates the null context of a failed init.
+    check("finalize(null)", unsafe { (t.finalize)(ctx) });
+    // Safety: null arguments must be errors, not crashes.
+    assert_eq!(
+        unsafe { (t.test)(std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut()) },
+        abi::NCCL_INVALID_ARGUMENT
+    );
+    println!("\n@@OK init failure handled");
+}
+
+#[test]
+fn a_failed_init_returns_codes_and_finalize_takes_its_null_context() {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "plugin_child", "--nocapture", "--test-threads", "1"])
+        .env(CHILD_ENV, "init-failure")
+        .env("ACCORD_NET_IFS", "no-such-interface-7")
+        .output()
+        .expect("spawn child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && stdout.contains("@@OK"), "child failed: {stdout}\n{stderr}");
+    assert!(stderr.contains("ACCORD_NET_IFS"), "the reason is logged: {stderr}");
 }
 
 fn run_pair(extra_env: &[(&str, &str)], groups: usize) {

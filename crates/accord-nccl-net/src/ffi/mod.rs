@@ -262,7 +262,8 @@ unsafe extern "C" fn reg_mr(
         // Safety: NCCL passes a writable pointer for the handle.
         unsafe { store(mhandle, std::ptr::null_mut(), "mhandle")? };
         let rt = runtime::current()?;
-        let region = MemoryRegion::register(&rt, data.cast(), size, ptr_type)?;
+        // Safety: NCCL keeps the buffer valid until deregMr (the regMr contract).
+        let region = unsafe { MemoryRegion::register(&rt, data.cast(), size, ptr_type)? };
         // Safety: checked writable above.
         unsafe { store(mhandle, into_raw(region), "mhandle") }
     })
