@@ -1,6 +1,6 @@
 //! The exported tables `ncclNetPlugin_v11` and `ncclNetPlugin_v10` and their entry points.
 //!
-//! Every entry point runs its body under [`guard`]: errors are logged through NCCL's logger and
+//! Every entry point runs its body under `guard`: errors are logged through NCCL's logger and
 //! returned as NCCL codes, and panics are caught and returned as `ncclInternalError`, so
 //! nothing unwinds into NCCL and nothing aborts the process. Objects handed to NCCL (contexts,
 //! comms, memory handles, requests) are `Box`es turned into raw pointers; NCCL hands each back
