@@ -1,0 +1,214 @@
+//! The receive side: request slots, clear-to-send writes, completion by immediate counters and
+//! sizes from the size table.
+
+use super::{size_word_offset, SIZE_TABLE_BYTES, SIZE_WORD_BYTES, WRITES_PER_RECV};
+use crate::abi::NET_REQUESTS_MAX;
+use crate::cts::{CtsEntry, CtsRecv, ENTRY_BYTES, RECVS_MAX};
+use crate::error::{PluginError, Result};
+use crate::mr::MemoryRegion;
+use crate::runtime::{imm_for, IndexLease, Runtime};
+use accord_engine::{EngineId, ImmCounter, MrBuffer, MrDescriptor, Transfer, WriteOp};
+use std::sync::{Arc, Mutex};
+
+/// A receive comm before it is handed to NCCL: what the reply to the sender carries.
+pub struct PreparedRecv {
+    rt: Arc<Runtime>,
+    index: IndexLease,
+    /// The slot counters and their values before the peer could know this comm: captured
+    /// here, not when the comm completes, since the peer may write as soon as it has our
+    /// half of the handshake.
+    counters: Vec<ImmCounter>,
+    bases: Vec<u64>,
+    sizes: MrBuffer,
+    cts_stage: MrBuffer,
+}
+
+impl PreparedRecv {
+    /// Takes an index and registers the size table and the CTS staging area.
+    pub fn new(rt: Arc<Runtime>) -> Result<PreparedRecv> {
+        let index = rt.lease_index()?;
+        let sizes = rt.engine.alloc(SIZE_TABLE_BYTES)?;
+        let cts_stage = rt.engine.alloc(NET_REQUESTS_MAX * ENTRY_BYTES)?;
+        let (counters, bases) = rt.slot_counters(index.index);
+        Ok(PreparedRecv { rt, index, counters, bases, sizes, cts_stage })
+    }
+
+    /// The comm index (names the completion immediates).
+    pub fn index(&self) -> u32 {
+        self.index.index
+    }
+
+    /// Where the sender writes sizes.
+    pub fn sizes_descriptor(&self) -> MrDescriptor {
+        self.sizes.descriptor()
+    }
+
+    /// Completes the comm with the sender's hello.
+    pub fn finish(self, peer: EngineId, send_index: u32, ring: MrDescriptor) -> RecvComm {
+        let (counters, bases) = (self.counters, self.bases);
+        let inner = RecvInner {
+            rt: self.rt,
+            index: self.index,
+            peer,
+            send_index,
+            ring,
+            sizes: self.sizes,
+            cts_stage: self.cts_stage,
+            counters,
+            state: Mutex::new(RecvState { next_seq: 0, busy: [false; NET_REQUESTS_MAX], expected: bases }),
+        };
+        RecvComm { inner: Arc::new(inner) }
+    }
+}
+
+struct RecvState {
+    next_seq: u64,
+    busy: [bool; NET_REQUESTS_MAX],
+    /// Per slot, the counter value at which every receive posted so far has landed.
+    expected: Vec<u64>,
+}
+
+struct RecvInner {
+    rt: Arc<Runtime>,
+    index: IndexLease,
+    peer: EngineId,
+    send_index: u32,
+    ring: MrDescriptor,
+    sizes: MrBuffer,
+    cts_stage: MrBuffer,
+    counters: Vec<ImmCounter>,
+    state: Mutex<RecvState>,
+}
+
+/// A receive comm (NCCL's `recvComm`).
+pub struct RecvComm {
+    inner: Arc<RecvInner>,
+}
+
+impl std::fmt::Debug for RecvComm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecvComm").field("index", &self.inner.index.index).finish_non_exhaustive()
+    }
+}
+
+/// One receive of a grouped `irecv`.
+#[derive(Copy, Clone, Debug)]
+pub struct RecvArgs<'a> {
+    /// Address of the buffer.
+    pub data: usize,
+    /// Its capacity.
+    pub size: u64,
+    /// NCCL's tag.
+    pub tag: i32,
+    /// Its registration (None allowed for zero bytes).
+    pub region: Option<&'a MemoryRegion>,
+}
+
+impl RecvComm {
+    /// Posts a grouped receive, or returns None when all request slots are busy.
+    pub fn irecv(&self, recvs: &[RecvArgs<'_>]) -> Result<Option<RecvRequest>> {
+        if recvs.is_empty() || recvs.len() > RECVS_MAX {
+            return Err(PluginError::InvalidArgument(format!(
+                "irecv of {} receives: this plugin groups 1..={RECVS_MAX} (maxRecvs)",
+                recvs.len()
+            )));
+        }
+        let mut entries = Vec::with_capacity(recvs.len());
+        for r in recvs {
+            let cts = match (r.size, r.region.and_then(|m| m.registration.as_ref().map(|reg| (m, reg)))) {
+                (0, _) => CtsRecv { tag: r.tag, ..CtsRecv::default() },
+                (size, Some((region, (_, desc)))) => CtsRecv {
+                    tag: r.tag,
+                    region: desc.region,
+                    key: desc.key,
+                    region_len: desc.len,
+                    offset: region.offset_of(r.data, size)?,
+                    size,
+                },
+                (size, None) => {
+                    return Err(PluginError::InvalidArgument(format!(
+                        "irecv of {size} bytes without a registered mhandle"
+                    )))
+                }
+            };
+            entries.push(cts);
+        }
+        let inner = &self.inner;
+        let mut state = inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        let seq = state.next_seq;
+        let slot = (seq % NET_REQUESTS_MAX as u64) as u32;
+        if state.busy[slot as usize] {
+            return Ok(None);
+        }
+        let entry = CtsEntry { seq, slot, recvs: entries };
+        let stage_offset = slot as usize * ENTRY_BYTES;
+        inner.cts_stage.write_at(stage_offset, &entry.encode()).expect("stage slot in range");
+        let op = WriteOp {
+            src: &inner.cts_stage.handle(),
+            src_offset: stage_offset as u64,
+            dst: &inner.ring,
+            dst_offset: stage_offset as u64,
+            len: ENTRY_BYTES as u64,
+            imm: Some(imm_for(inner.send_index, slot)),
+        };
+        let cts = inner.rt.engine.write(&op)?;
+        state.next_seq += 1;
+        state.busy[slot as usize] = true;
+        state.expected[slot as usize] += WRITES_PER_RECV * recvs.len() as u64;
+        let target = state.expected[slot as usize];
+        Ok(Some(RecvRequest { comm: inner.clone(), slot, count: recvs.len(), target, cts }))
+    }
+
+    /// The peer engine (statistics, logs).
+    pub fn peer(&self) -> EngineId {
+        self.inner.peer
+    }
+}
+
+/// An outstanding grouped receive.
+pub struct RecvRequest {
+    comm: Arc<RecvInner>,
+    slot: u32,
+    count: usize,
+    target: u64,
+    cts: Transfer,
+}
+
+impl std::fmt::Debug for RecvRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecvRequest").field("slot", &self.slot).field("count", &self.count).finish_non_exhaustive()
+    }
+}
+
+impl RecvRequest {
+    /// Receives in the group.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// Whether every receive of the group landed: the sizes received once done.
+    pub fn test(&self) -> Result<Option<Vec<u64>>> {
+        match self.cts.poll() {
+            Some(Err(e)) => return Err(e.into()),
+            None => return Ok(None),
+            Some(Ok(())) => {}
+        }
+        if self.comm.counters[self.slot as usize].value() < self.target {
+            return Ok(None);
+        }
+        let sizes = (0..self.count)
+            .map(|i| {
+                let mut word = [0u8; SIZE_WORD_BYTES];
+                self.comm.sizes.read_at(size_word_offset(self.slot, i) as usize, &mut word).expect("in table");
+                u64::from_le_bytes(word)
+            })
+            .collect();
+        Ok(Some(sizes))
+    }
+}
+
+impl Drop for RecvRequest {
+    fn drop(&mut self) {
+        self.comm.state.lock().unwrap_or_else(|e| e.into_inner()).busy[self.slot as usize] = false;
+    }
+}

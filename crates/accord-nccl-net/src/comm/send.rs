@@ -1,0 +1,235 @@
+//! The send side: the CTS ring the receiver writes into, tag matching, and the data and size
+//! writes of each `isend`.
+
+use super::{size_word_offset, SEND_REQUESTS_MAX, SIZE_WORD_BYTES};
+use crate::abi::NET_REQUESTS_MAX;
+use crate::cts::{CtsEntry, ENTRY_BYTES};
+use crate::error::{PluginError, Result};
+use crate::mr::MemoryRegion;
+use crate::runtime::{imm_for, IndexLease, Runtime};
+use accord_engine::{EngineId, ImmCounter, MrBuffer, MrDescriptor, Transfer, WriteOp};
+use std::sync::{Arc, Mutex};
+
+/// A send comm before the receiver answered: what the hello carries.
+pub struct PreparedSend {
+    rt: Arc<Runtime>,
+    index: IndexLease,
+    /// The slot counters and their values before the peer could know this comm: captured
+    /// here, not when the comm completes, since the peer may write as soon as it has our
+    /// half of the handshake.
+    counters: Vec<ImmCounter>,
+    bases: Vec<u64>,
+    ring: MrBuffer,
+    stage: MrBuffer,
+}
+
+impl PreparedSend {
+    /// Takes an index and registers the CTS ring and the size staging area.
+    pub fn new(rt: Arc<Runtime>) -> Result<PreparedSend> {
+        let index = rt.lease_index()?;
+        let ring = rt.engine.alloc(NET_REQUESTS_MAX * ENTRY_BYTES)?;
+        let stage = rt.engine.alloc(SEND_REQUESTS_MAX * SIZE_WORD_BYTES)?;
+        let (counters, bases) = rt.slot_counters(index.index);
+        Ok(PreparedSend { rt, index, counters, bases, ring, stage })
+    }
+
+    /// The comm index (names the ring's immediates).
+    pub fn index(&self) -> u32 {
+        self.index.index
+    }
+
+    /// Where the receiver writes clear-to-send entries.
+    pub fn ring_descriptor(&self) -> MrDescriptor {
+        self.ring.descriptor()
+    }
+
+    /// Completes the comm with the receiver's answer.
+    pub fn finish(self, peer: EngineId, recv_index: u32, sizes: MrDescriptor) -> SendComm {
+        let (counters, bases) = (self.counters, self.bases);
+        let inner = SendInner {
+            rt: self.rt,
+            index: self.index,
+            peer,
+            recv_index,
+            sizes,
+            ring: self.ring,
+            stage: self.stage,
+            counters,
+            bases,
+            state: Mutex::new(SendState {
+                next_seq: 0,
+                current: None,
+                free_slots: (0..SEND_REQUESTS_MAX as u32).rev().collect(),
+            }),
+        };
+        SendComm { inner: Arc::new(inner) }
+    }
+}
+
+struct Current {
+    entry: CtsEntry,
+    matched: u32,
+}
+
+struct SendState {
+    /// Sequence number of the next CTS entry to consume.
+    next_seq: u64,
+    /// The entry being matched, with a bit per receive already matched.
+    current: Option<Current>,
+    /// Free send request slots (index into the size staging area).
+    free_slots: Vec<u32>,
+}
+
+struct SendInner {
+    rt: Arc<Runtime>,
+    index: IndexLease,
+    peer: EngineId,
+    recv_index: u32,
+    sizes: MrDescriptor,
+    ring: MrBuffer,
+    stage: MrBuffer,
+    counters: Vec<ImmCounter>,
+    bases: Vec<u64>,
+    state: Mutex<SendState>,
+}
+
+/// A send comm (NCCL's `sendComm`).
+pub struct SendComm {
+    inner: Arc<SendInner>,
+}
+
+impl std::fmt::Debug for SendComm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendComm").field("index", &self.inner.index.index).finish_non_exhaustive()
+    }
+}
+
+/// What `isend` was asked to send.
+#[derive(Copy, Clone, Debug)]
+pub struct SendArgs<'a> {
+    /// Address of the first byte.
+    pub data: usize,
+    /// Bytes to send.
+    pub size: u64,
+    /// NCCL's tag.
+    pub tag: i32,
+    /// The registration of the buffer (None allowed for zero bytes).
+    pub region: Option<&'a MemoryRegion>,
+}
+
+impl SendComm {
+    /// Starts a send, or returns None when it cannot start yet (no matching clear-to-send
+    /// has arrived, or every request slot is busy); NCCL calls again later.
+    pub fn isend(&self, args: SendArgs<'_>) -> Result<Option<SendRequest>> {
+        let inner = &self.inner;
+        let mut state = inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.free_slots.is_empty() {
+            return Ok(None);
+        }
+        if state.current.is_none() {
+            let seq = state.next_seq;
+            let slot = (seq % NET_REQUESTS_MAX as u64) as usize;
+            let arrivals = inner.counters[slot].value() - inner.bases[slot];
+            if arrivals < seq / NET_REQUESTS_MAX as u64 + 1 {
+                return Ok(None);
+            }
+            let mut bytes = [0u8; ENTRY_BYTES];
+            inner.ring.read_at(slot * ENTRY_BYTES, &mut bytes).expect("ring slot in range");
+            let entry = CtsEntry::decode(&bytes, seq)?;
+            if entry.slot as usize != slot {
+                return Err(PluginError::Protocol(format!("entry {seq} names slot {} instead of {slot}", entry.slot)));
+            }
+            state.current = Some(Current { entry, matched: 0 });
+        }
+        let current = state.current.as_mut().expect("set above");
+        let free = |i: usize| current.matched & (1 << i) == 0;
+        let Some(index) = (0..current.entry.recvs.len()).find(|&i| free(i) && current.entry.recvs[i].tag == args.tag)
+        else {
+            // As with NCCL's own transports, a send whose tag the receiver's next irecv does not
+            // (or no longer) wait for is not an error: it waits, and NCCL calls again.
+            return Ok(None);
+        };
+        current.matched |= 1 << index;
+        let recv = current.entry.recvs[index];
+        let recv_slot = current.entry.slot;
+        if current.matched.count_ones() as usize == current.entry.recvs.len() {
+            state.current = None;
+            state.next_seq += 1;
+        }
+        let len = args.size.min(recv.size);
+        let imm = Some(imm_for(inner.recv_index, recv_slot));
+        let slot = state.free_slots.pop().expect("checked non-empty");
+        let stage_handle = inner.stage.handle();
+        let stage_offset = slot as usize * SIZE_WORD_BYTES;
+        inner.stage.write_at(stage_offset, &len.to_le_bytes()).expect("stage slot in range");
+        let submit = || -> Result<[Transfer; 2]> {
+            let data = if len == 0 {
+                let op = WriteOp { src: &stage_handle, src_offset: 0, dst: &inner.sizes, dst_offset: 0, len: 0, imm };
+                inner.rt.engine.write(&op)?
+            } else {
+                let region = args.region.ok_or_else(|| {
+                    PluginError::InvalidArgument(format!("isend of {len} bytes without a registered mhandle"))
+                })?;
+                let (src, _) = region
+                    .registration
+                    .as_ref()
+                    .ok_or_else(|| PluginError::InvalidArgument("isend from a zero-byte registration".to_string()))?;
+                let src_offset = region.offset_of(args.data, len)?;
+                let dst = MrDescriptor { engine: inner.peer, region: recv.region, key: recv.key, len: recv.region_len };
+                let op = WriteOp { src, src_offset, dst: &dst, dst_offset: recv.offset, len, imm };
+                inner.rt.engine.write(&op)?
+            };
+            let op = WriteOp {
+                src: &stage_handle,
+                src_offset: stage_offset as u64,
+                dst: &inner.sizes,
+                dst_offset: size_word_offset(recv_slot, index),
+                len: SIZE_WORD_BYTES as u64,
+                imm,
+            };
+            Ok([data, inner.rt.engine.write(&op)?])
+        };
+        match submit() {
+            Ok(transfers) => Ok(Some(SendRequest { comm: inner.clone(), slot, size: len, transfers })),
+            Err(e) => {
+                state.free_slots.push(slot);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// An outstanding `isend`.
+pub struct SendRequest {
+    comm: Arc<SendInner>,
+    slot: u32,
+    size: u64,
+    transfers: [Transfer; 2],
+}
+
+impl std::fmt::Debug for SendRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendRequest").field("slot", &self.slot).field("size", &self.size).finish_non_exhaustive()
+    }
+}
+
+impl SendRequest {
+    /// Whether both writes completed: `Some(bytes sent)` once done.
+    pub fn test(&self) -> Result<Option<u64>> {
+        let mut done = true;
+        for t in &self.transfers {
+            match t.poll() {
+                Some(Ok(())) => {}
+                Some(Err(e)) => return Err(e.into()),
+                None => done = false,
+            }
+        }
+        Ok(done.then_some(self.size))
+    }
+}
+
+impl Drop for SendRequest {
+    fn drop(&mut self) {
+        self.comm.state.lock().unwrap_or_else(|e| e.into_inner()).free_slots.push(self.slot);
+    }
+}

@@ -1,0 +1,134 @@
+//! The plugin's typed configuration, its documented defaults, and every `ACCORD_NET_*`
+//! environment variable in one place ([`NET_ENV_OVERRIDES`]). The engine's own `ACCORD_*`
+//! variables ([`accord_engine::ENGINE_ENV_OVERRIDES`]) apply too, after these.
+
+use crate::error::PluginError;
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+
+/// Environment variables of the plugin and what each sets.
+pub const NET_ENV_OVERRIDES: &[(&str, &str)] = &[
+    (
+        "ACCORD_NET_IFS",
+        "devices: comma-separated local IPs or interface names, one NCCL device (engine NIC) each; default 127.0.0.1",
+    ),
+    (
+        "ACCORD_NET_SPEED_MBPS",
+        "speed each device reports to NCCL, in Mbps; default 100000 (or the interface's /sys speed)",
+    ),
+    ("ACCORD_NET_SETUP_TIMEOUT_MS", "connect/accept give up after this long without progress; default 300000"),
+];
+
+/// Most devices (engine NICs) the plugin exposes; the engine's NIC bound.
+pub const DEVICES_MAX: usize = accord_engine::config::NICS_MAX;
+/// Speed reported when neither the environment nor /sys says otherwise (100 Gb/s).
+pub const SPEED_MBPS_DEFAULT: i32 = 100_000;
+/// Default connection-setup timeout.
+pub const SETUP_TIMEOUT_DEFAULT: Duration = Duration::from_secs(300);
+
+/// One device as configured: its address and, when named so, its interface.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceConfig {
+    /// Local address the engine's NIC and the setup listener bind.
+    pub ip: IpAddr,
+    /// Interface name when given by name (for /sys speed lookup and logs).
+    pub interface: Option<String>,
+}
+
+/// The plugin's configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NetConfig {
+    /// Devices, in NCCL device order. Default one device on 127.0.0.1.
+    pub devices: Vec<DeviceConfig>,
+    /// Speed override in Mbps (None: per device, from /sys or [`SPEED_MBPS_DEFAULT`]).
+    pub speed_mbps: Option<i32>,
+    /// Connection-setup timeout. Default [`SETUP_TIMEOUT_DEFAULT`].
+    pub setup_timeout: Duration,
+}
+
+impl Default for NetConfig {
+    fn default() -> Self {
+        NetConfig {
+            devices: vec![DeviceConfig { ip: IpAddr::V4(Ipv4Addr::LOCALHOST), interface: None }],
+            speed_mbps: None,
+            setup_timeout: SETUP_TIMEOUT_DEFAULT,
+        }
+    }
+}
+
+impl NetConfig {
+    /// The defaults with [`NET_ENV_OVERRIDES`] applied, read through `lookup`; interface names
+    /// are turned into addresses by `resolve`.
+    pub fn from_lookup(
+        lookup: impl Fn(&str) -> Option<String>,
+        resolve: impl Fn(&str) -> Option<IpAddr>,
+    ) -> Result<Self, PluginError> {
+        let mut config = NetConfig::default();
+        if let Some(ifs) = lookup("ACCORD_NET_IFS").filter(|v| !v.trim().is_empty()) {
+            config.devices = parse_ifs(&ifs, resolve)?;
+        }
+        if let Some(v) = lookup("ACCORD_NET_SPEED_MBPS") {
+            let speed: i32 = v.trim().parse().map_err(|_| bad("ACCORD_NET_SPEED_MBPS", &v))?;
+            if speed <= 0 {
+                return Err(bad("ACCORD_NET_SPEED_MBPS", &v));
+            }
+            config.speed_mbps = Some(speed);
+        }
+        if let Some(v) = lookup("ACCORD_NET_SETUP_TIMEOUT_MS") {
+            let ms: u64 = v.trim().parse().map_err(|_| bad("ACCORD_NET_SETUP_TIMEOUT_MS", &v))?;
+            config.setup_timeout = Duration::from_millis(ms.max(1));
+        }
+        Ok(config)
+    }
+
+    /// From the process environment, resolving names with the host's interface list.
+    pub fn from_env() -> Result<Self, PluginError> {
+        Self::from_lookup(|n| std::env::var(n).ok(), crate::ifaddrs::interface_address)
+    }
+}
+
+fn bad(name: &str, value: &str) -> PluginError {
+    PluginError::Config(format!("{name}={value:?} is not valid: see the plugin's NET_ENV_OVERRIDES for the format"))
+}
+
+/// Parses `ACCORD_NET_IFS`: IPs or interface names, comma-separated, no duplicates.
+fn parse_ifs(value: &str, resolve: impl Fn(&str) -> Option<IpAddr>) -> Result<Vec<DeviceConfig>, PluginError> {
+    let mut devices: Vec<DeviceConfig> = vec![];
+    for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let device = match item.parse::<IpAddr>() {
+            Ok(ip) => DeviceConfig { ip, interface: None },
+            Err(_) => {
+                let ip = resolve(item).ok_or_else(|| {
+                    PluginError::Config(format!(
+                        "ACCORD_NET_IFS names {item:?}, which is neither an IP address nor an interface with an address: \
+                         list addresses or interfaces of this host (ip addr)"
+                    ))
+                })?;
+                DeviceConfig { ip, interface: Some(item.to_string()) }
+            }
+        };
+        if devices.iter().any(|d| d.ip == device.ip) {
+            return Err(PluginError::Config(format!(
+                "ACCORD_NET_IFS lists {} twice: list each device once",
+                device.ip
+            )));
+        }
+        devices.push(device);
+    }
+    if devices.is_empty() || devices.len() > DEVICES_MAX {
+        return Err(PluginError::Config(format!(
+            "ACCORD_NET_IFS={value:?} gives {} devices: give 1..={DEVICES_MAX}",
+            devices.len()
+        )));
+    }
+    Ok(devices)
+}
+
+/// The speed of interface `name` from /sys in Mbps, when the kernel knows it.
+pub fn sysfs_speed_mbps(name: &str) -> Option<i32> {
+    let text = std::fs::read_to_string(format!("/sys/class/net/{name}/speed")).ok()?;
+    text.trim().parse::<i32>().ok().filter(|s| *s > 0)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,44 @@
+use super::*;
+use std::collections::HashMap;
+
+fn config(vars: &[(&str, &str)]) -> Result<NetConfig, PluginError> {
+    let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    NetConfig::from_lookup(|n| map.get(n).cloned(), |name| (name == "eth7").then(|| "10.0.0.7".parse().unwrap()))
+}
+
+#[test]
+fn default_is_one_loopback_device() {
+    let c = config(&[]).unwrap();
+    assert_eq!(c.devices.len(), 1);
+    assert!(c.devices[0].ip.is_loopback());
+    assert_eq!(c.setup_timeout, SETUP_TIMEOUT_DEFAULT);
+}
+
+#[test]
+fn ifs_takes_addresses_and_interface_names() {
+    let c = config(&[("ACCORD_NET_IFS", "127.0.0.1, eth7,127.0.0.2")]).unwrap();
+    let ips: Vec<String> = c.devices.iter().map(|d| d.ip.to_string()).collect();
+    assert_eq!(ips, ["127.0.0.1", "10.0.0.7", "127.0.0.2"]);
+    assert_eq!(c.devices[1].interface.as_deref(), Some("eth7"));
+}
+
+#[test]
+fn bad_values_are_errors_that_name_the_variable() {
+    for vars in [
+        [("ACCORD_NET_IFS", "nosuchif0")],
+        [("ACCORD_NET_IFS", "127.0.0.1,127.0.0.1")],
+        [("ACCORD_NET_IFS", ",")],
+        [("ACCORD_NET_SPEED_MBPS", "-3")],
+        [("ACCORD_NET_SETUP_TIMEOUT_MS", "soon")],
+    ] {
+        let e = config(&vars).unwrap_err().to_string();
+        assert!(e.contains(vars[0].0) || e.contains("ACCORD_NET_IFS"), "{e}");
+    }
+}
+
+#[test]
+fn every_variable_read_is_listed() {
+    for name in ["ACCORD_NET_IFS", "ACCORD_NET_SPEED_MBPS", "ACCORD_NET_SETUP_TIMEOUT_MS"] {
+        assert!(NET_ENV_OVERRIDES.iter().any(|(n, _)| *n == name), "{name} missing from NET_ENV_OVERRIDES");
+    }
+}

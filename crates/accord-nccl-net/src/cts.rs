@@ -1,0 +1,130 @@
+//! The clear-to-send (CTS) entry a receiver writes into its sender's CTS ring, one per `irecv`:
+//! which request slot it is, and for each of its receives the tag, the capacity and where the
+//! bytes go (region, key, length and offset of the registered destination).
+
+use crate::error::PluginError;
+
+/// Most receives one grouped `irecv` may hold (`maxRecvs`).
+pub const RECVS_MAX: usize = 8;
+/// First word of every entry ("CTS1").
+pub const CTS_MAGIC: u32 = 0x4354_5331;
+const HEADER_BYTES: usize = 24;
+const RECV_BYTES: usize = 40;
+/// Bytes of one ring entry (header plus [`RECVS_MAX`] receives, rounded up to 64).
+pub const ENTRY_BYTES: usize = (HEADER_BYTES + RECVS_MAX * RECV_BYTES).next_multiple_of(64);
+
+/// Where one receive of a grouped `irecv` wants its bytes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub struct CtsRecv {
+    /// NCCL's tag; the sender matches `isend` tags against it.
+    pub tag: i32,
+    /// Destination region id at the receiver's engine (0 with `size` 0: nothing to place).
+    pub region: u32,
+    /// The region's key.
+    pub key: u64,
+    /// The region's length.
+    pub region_len: u64,
+    /// Offset of the receive buffer in the region.
+    pub offset: u64,
+    /// Capacity of the receive buffer.
+    pub size: u64,
+}
+
+/// One clear-to-send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CtsEntry {
+    /// The receiver's request sequence number (the sender consumes entries in this order).
+    pub seq: u64,
+    /// The receiver's request slot (`seq % NET_REQUESTS_MAX`); completion immediates name it.
+    pub slot: u32,
+    /// The receives, 1..=[`RECVS_MAX`].
+    pub recvs: Vec<CtsRecv>,
+}
+
+impl CtsEntry {
+    /// Serialises into one ring entry.
+    pub fn encode(&self) -> [u8; ENTRY_BYTES] {
+        assert!(!self.recvs.is_empty() && self.recvs.len() <= RECVS_MAX, "callers bound the receive count");
+        let mut out = [0u8; ENTRY_BYTES];
+        out[0..4].copy_from_slice(&CTS_MAGIC.to_le_bytes());
+        out[4..8].copy_from_slice(&(self.recvs.len() as u32).to_le_bytes());
+        out[8..16].copy_from_slice(&self.seq.to_le_bytes());
+        out[16..20].copy_from_slice(&self.slot.to_le_bytes());
+        for (i, r) in self.recvs.iter().enumerate() {
+            let at = HEADER_BYTES + i * RECV_BYTES;
+            out[at..at + 4].copy_from_slice(&r.tag.to_le_bytes());
+            out[at + 4..at + 8].copy_from_slice(&r.region.to_le_bytes());
+            out[at + 8..at + 16].copy_from_slice(&r.key.to_le_bytes());
+            out[at + 16..at + 24].copy_from_slice(&r.region_len.to_le_bytes());
+            out[at + 24..at + 32].copy_from_slice(&r.offset.to_le_bytes());
+            out[at + 32..at + 40].copy_from_slice(&r.size.to_le_bytes());
+        }
+        out
+    }
+
+    /// Parses one ring entry; `expected_seq` is the sequence number the sender waits for.
+    pub fn decode(bytes: &[u8; ENTRY_BYTES], expected_seq: u64) -> Result<CtsEntry, PluginError> {
+        let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+        let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+        let magic = u32_at(0);
+        let count = u32_at(4) as usize;
+        let seq = u64_at(8);
+        if magic != CTS_MAGIC || count == 0 || count > RECVS_MAX || seq != expected_seq {
+            return Err(PluginError::Protocol(format!(
+                "clear-to-send entry {expected_seq} is malformed (magic {magic:#x}, {count} receives, sequence {seq})"
+            )));
+        }
+        let recvs = (0..count)
+            .map(|i| {
+                let at = HEADER_BYTES + i * RECV_BYTES;
+                CtsRecv {
+                    tag: u32_at(at) as i32,
+                    region: u32_at(at + 4),
+                    key: u64_at(at + 8),
+                    region_len: u64_at(at + 16),
+                    offset: u64_at(at + 24),
+                    size: u64_at(at + 32),
+                }
+            })
+            .collect();
+        Ok(CtsEntry { seq, slot: u32_at(16), recvs })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(n: usize) -> CtsEntry {
+        let recvs = (0..n)
+            .map(|i| CtsRecv {
+                tag: -(i as i32) - 1,
+                region: 7 + i as u32,
+                key: u64::MAX - i as u64,
+                region_len: 1 << 40,
+                offset: 123 * i as u64,
+                size: 1 << 30,
+            })
+            .collect();
+        CtsEntry { seq: 99, slot: 3, recvs }
+    }
+
+    #[test]
+    fn entries_round_trip_and_fit_the_ring_slot() {
+        const { assert!(ENTRY_BYTES >= HEADER_BYTES + RECVS_MAX * RECV_BYTES) };
+        for n in 1..=RECVS_MAX {
+            let e = entry(n);
+            assert_eq!(CtsEntry::decode(&e.encode(), 99).unwrap(), e);
+        }
+    }
+
+    #[test]
+    fn stale_or_garbage_entries_are_refused() {
+        let e = entry(2).encode();
+        assert!(CtsEntry::decode(&e, 98).is_err(), "an old entry in the slot is not the awaited one");
+        assert!(CtsEntry::decode(&[0u8; ENTRY_BYTES], 0).is_err());
+        let mut bad = e;
+        bad[4] = 200;
+        assert!(CtsEntry::decode(&bad, 99).is_err());
+    }
+}

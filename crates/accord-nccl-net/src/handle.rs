@@ -1,0 +1,117 @@
+//! The listen handle NCCL exchanges between ranks (at most `NCCL_NET_HANDLE_MAXSIZE` bytes):
+//! the address of the listener's setup socket and a nonce naming the listen comm. `connect`
+//! also stores the id of its in-progress state in the handle, so repeated calls resume it.
+
+use crate::abi::NET_HANDLE_BYTES_MAX;
+use crate::error::PluginError;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+/// First four bytes of every Accord handle ("ACRD").
+pub const HANDLE_MAGIC: u32 = 0x4143_5244;
+/// Layout version of the handle.
+pub const HANDLE_VERSION: u16 = 1;
+/// Bytes of the handle this plugin uses (the rest stays zero).
+pub const HANDLE_BYTES: usize = 48;
+const _: () = assert!(HANDLE_BYTES <= NET_HANDLE_BYTES_MAX);
+
+const OFF_MAGIC: usize = 0;
+const OFF_VERSION: usize = 4;
+const OFF_FAMILY: usize = 6;
+const OFF_PORT: usize = 8;
+const OFF_IP: usize = 10;
+const OFF_NONCE: usize = 32;
+const OFF_STAGE: usize = 40;
+
+/// A decoded handle.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Handle {
+    /// The listener's setup socket.
+    pub addr: SocketAddr,
+    /// Random id of the listen comm; the accepting side checks it.
+    pub nonce: u64,
+    /// Id of the connect state in progress for this handle (0: none yet).
+    pub stage: u64,
+}
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+impl Handle {
+    /// Writes the handle into `out` (the first [`HANDLE_BYTES`]; the rest is zeroed).
+    pub fn encode(&self, out: &mut [u8; NET_HANDLE_BYTES_MAX]) {
+        out.fill(0);
+        out[OFF_MAGIC..OFF_MAGIC + 4].copy_from_slice(&HANDLE_MAGIC.to_le_bytes());
+        out[OFF_VERSION..OFF_VERSION + 2].copy_from_slice(&HANDLE_VERSION.to_le_bytes());
+        out[OFF_PORT..OFF_PORT + 2].copy_from_slice(&self.addr.port().to_le_bytes());
+        match self.addr.ip() {
+            IpAddr::V4(ip) => {
+                out[OFF_FAMILY] = 4;
+                out[OFF_IP..OFF_IP + 4].copy_from_slice(&ip.octets());
+            }
+            IpAddr::V6(ip) => {
+                out[OFF_FAMILY] = 6;
+                out[OFF_IP..OFF_IP + 16].copy_from_slice(&ip.octets());
+            }
+        }
+        out[OFF_NONCE..OFF_NONCE + 8].copy_from_slice(&self.nonce.to_le_bytes());
+        Self::set_stage(out, self.stage);
+    }
+
+    /// Reads a handle, checking magic, version and family.
+    pub fn decode(bytes: &[u8; NET_HANDLE_BYTES_MAX]) -> Result<Handle, PluginError> {
+        let magic = u32_at(bytes, OFF_MAGIC);
+        if magic != HANDLE_MAGIC || u16_at(bytes, OFF_VERSION) != HANDLE_VERSION {
+            return Err(PluginError::BadHandle { magic });
+        }
+        let port = u16_at(bytes, OFF_PORT);
+        let ip = match bytes[OFF_FAMILY] {
+            4 => IpAddr::V4(Ipv4Addr::new(bytes[OFF_IP], bytes[OFF_IP + 1], bytes[OFF_IP + 2], bytes[OFF_IP + 3])),
+            6 => {
+                let octets: [u8; 16] = bytes[OFF_IP..OFF_IP + 16].try_into().expect("16 bytes");
+                IpAddr::V6(Ipv6Addr::from(octets))
+            }
+            _ => return Err(PluginError::BadHandle { magic }),
+        };
+        Ok(Handle { addr: SocketAddr::new(ip, port), nonce: u64_at(bytes, OFF_NONCE), stage: u64_at(bytes, OFF_STAGE) })
+    }
+
+    /// Records the connect state id in an encoded handle.
+    pub fn set_stage(bytes: &mut [u8; NET_HANDLE_BYTES_MAX], stage: u64) {
+        bytes[OFF_STAGE..OFF_STAGE + 8].copy_from_slice(&stage.to_le_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_round_trip_for_both_families() {
+        for addr in ["127.0.0.1:4242", "[fe80::1]:9"] {
+            let h = Handle { addr: addr.parse().unwrap(), nonce: 0xdead_beef_1234, stage: 0 };
+            let mut buf = [0xffu8; NET_HANDLE_BYTES_MAX];
+            h.encode(&mut buf);
+            assert!(buf[HANDLE_BYTES..].iter().all(|b| *b == 0));
+            assert_eq!(Handle::decode(&buf).unwrap(), h);
+            Handle::set_stage(&mut buf, 77);
+            assert_eq!(Handle::decode(&buf).unwrap().stage, 77);
+        }
+    }
+
+    #[test]
+    fn foreign_handles_are_refused() {
+        let buf = [0u8; NET_HANDLE_BYTES_MAX];
+        assert!(matches!(Handle::decode(&buf), Err(PluginError::BadHandle { magic: 0 })));
+        let mut buf = [0u8; NET_HANDLE_BYTES_MAX];
+        Handle { addr: "1.2.3.4:5".parse().unwrap(), nonce: 1, stage: 0 }.encode(&mut buf);
+        buf[OFF_FAMILY] = 9;
+        assert!(Handle::decode(&buf).is_err());
+    }
+}

@@ -1,0 +1,38 @@
+//! `accord-nccl-net`: the NCCL net plugin `libnccl-net-accord.so`.
+//!
+//! With `NCCL_NET_PLUGIN=<path to the .so> NCCL_NET=Accord`, NCCL's inter-node traffic flows
+//! through Accord's engine (multipath UDP transport with congestion control and loss
+//! recovery). The library exports `ncclNetPlugin_v11` (NCCL 2.28) and `ncclNetPlugin_v10`
+//! (NCCL 2.25-2.27).
+//!
+//! Layers, top down:
+//! - [`ffi`]: the exported tables; every entry point catches panics and maps errors to NCCL
+//!   codes with a reason logged through NCCL's logger ([`log`]).
+//! - [`setup`]: `listen`/`connect`/`accept` as non-blocking state machines over a TCP side
+//!   channel that only exchanges engine addresses and comm descriptors ([`handle`]).
+//! - [`comm`]: the data path, receiver-driven rendezvous over engine writes with immediates
+//!   (clear-to-send entries, [`cts`]), host memory registered with the engine ([`mr`]).
+//! - [`runtime`]: one engine per process whose NICs are NCCL's devices ([`config`]:
+//!   `ACCORD_NET_IFS` and friends).
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod abi;
+pub mod comm;
+pub mod config;
+pub mod cts;
+pub mod error;
+pub mod ffi;
+pub mod handle;
+mod ifaddrs;
+pub mod log;
+pub mod mr;
+pub mod runtime;
+pub mod setup;
+
+pub use config::{NetConfig, NET_ENV_OVERRIDES};
+pub use error::PluginError;
+pub use ffi::{ncclNetPlugin_v10, ncclNetPlugin_v11};
+
+#[cfg(test)]
+mod tests;

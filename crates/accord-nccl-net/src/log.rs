@@ -1,0 +1,47 @@
+//! Logging through the logger NCCL passes to `init` (FFI). Messages go as one `%s` argument,
+//! so nothing of ours is ever interpreted as a format. Without a logger, warnings go to stderr.
+#![allow(unsafe_code)]
+
+use crate::abi::{self, DebugLogger};
+use std::ffi::{c_int, c_ulong, CString};
+use std::sync::RwLock;
+
+static LOGGER: RwLock<DebugLogger> = RwLock::new(None);
+const FORMAT: &std::ffi::CStr = c"%s";
+const FILE: &std::ffi::CStr = c"accord-nccl-net";
+
+/// Remembers NCCL's logger (every `init` passes the same one; the latest wins).
+pub fn set_logger(logger: DebugLogger) {
+    if logger.is_some() {
+        *LOGGER.write().unwrap_or_else(|e| e.into_inner()) = logger;
+    }
+}
+
+fn emit(level: c_int, flags: c_ulong, line: u32, message: &str) {
+    let logger = *LOGGER.read().unwrap_or_else(|e| e.into_inner());
+    match logger {
+        Some(log) => {
+            let text = CString::new(message.replace('\0', "?")).unwrap_or_default();
+            // Safety: NCCL's logger takes (level, flags, file, line, fmt, ...); we pass a static
+            // "%s" format with exactly one NUL-terminated string argument, alive for the call.
+            unsafe { log(level, flags, FILE.as_ptr(), line as c_int, FORMAT.as_ptr(), text.as_ptr()) };
+        }
+        None if level == abi::LOG_WARN => eprintln!("NET/Accord WARN {message}"),
+        None => {}
+    }
+}
+
+/// A warning (NCCL prints these by default).
+pub fn warn(line: u32, message: &str) {
+    emit(abi::LOG_WARN, abi::SUBSYS_NET, line, &format!("NET/Accord : {message}"));
+}
+
+/// An informational line (`NCCL_DEBUG=INFO`, subsystem NET or INIT).
+pub fn info(flags: c_ulong, line: u32, message: &str) {
+    emit(abi::LOG_INFO, flags, line, &format!("NET/Accord : {message}"));
+}
+
+/// A trace line (`NCCL_DEBUG=TRACE` builds only).
+pub fn trace(line: u32, message: &str) {
+    emit(abi::LOG_TRACE, abi::SUBSYS_NET, line, &format!("NET/Accord : {message}"));
+}

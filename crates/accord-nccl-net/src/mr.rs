@@ -1,0 +1,67 @@
+//! Memory NCCL registers (`regMr`): host memory only (we declare `NCCL_PTR_HOST`, so NCCL
+//! stages GPU data through pinned host buffers), registered with the engine as caller-owned
+//! memory. This module holds the plugin's one call to `Engine::register_raw`.
+#![allow(unsafe_code)]
+
+use crate::abi;
+use crate::error::{PluginError, Result};
+use crate::runtime::Runtime;
+use accord_engine::{MemoryKind, MrDescriptor, MrHandle};
+
+/// What an NCCL `mhandle` points at.
+#[derive(Debug)]
+pub struct MemoryRegion {
+    /// The engine registration (None for a zero-byte registration: nothing to move).
+    pub registration: Option<(MrHandle, MrDescriptor)>,
+    /// First byte.
+    pub base: usize,
+    /// Length in bytes.
+    pub len: usize,
+}
+
+impl MemoryRegion {
+    /// Registers `len` bytes at `ptr` of NCCL pointer type `ptr_type`.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must stay valid for reads and writes until [`MemoryRegion::deregister`]
+    /// returned and every transfer using it completed: NCCL's `regMr` contract (it keeps the
+    /// buffer until `deregMr` and deregisters no buffer with requests outstanding).
+    pub unsafe fn register(rt: &Runtime, ptr: *mut u8, len: usize, ptr_type: i32) -> Result<MemoryRegion> {
+        if ptr_type != abi::PTR_HOST {
+            return Err(PluginError::Unsupported(format!(
+                "memory of pointer type {ptr_type} (this plugin supports NCCL_PTR_HOST only; NCCL stages \
+                 GPU buffers through host memory when the device reports ptrSupport HOST)"
+            )));
+        }
+        if len == 0 {
+            return Ok(MemoryRegion { registration: None, base: ptr as usize, len: 0 });
+        }
+        if ptr.is_null() {
+            return Err(PluginError::InvalidArgument(format!("regMr of {len} bytes at a null pointer")));
+        }
+        // Safety: the caller keeps `ptr..ptr+len` valid until `deregister` (this function's
+        // contract); no Rust reference to it exists.
+        let registration = unsafe { rt.engine.register_raw(ptr, len, MemoryKind::Host)? };
+        Ok(MemoryRegion { registration: Some(registration), base: ptr as usize, len })
+    }
+
+    /// Deregisters: once this returns no peer write lands in the memory.
+    pub fn deregister(self, rt: &Runtime) {
+        if let Some((handle, _)) = self.registration {
+            rt.engine.deregister(&handle);
+        }
+    }
+
+    /// The offset of `ptr..ptr+len` in this region, if it lies inside.
+    pub fn offset_of(&self, ptr: usize, len: u64) -> Result<u64> {
+        let offset = ptr.checked_sub(self.base).map(|o| o as u64);
+        match offset {
+            Some(o) if o.checked_add(len).is_some_and(|end| end <= self.len as u64) => Ok(o),
+            _ => Err(PluginError::InvalidArgument(format!(
+                "buffer {ptr:#x}+{len} lies outside its registered region {:#x}+{}: pass the mhandle registered \
+                 for this buffer",
+                self.base, self.len
+            ))),
+        }
+    }
+}

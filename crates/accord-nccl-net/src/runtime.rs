@@ -1,0 +1,195 @@
+//! The process-wide runtime: one Accord engine whose NICs are the plugin's devices, created by
+//! the first successful `init` and kept for the life of the process (NCCL's `devices` and
+//! `getProperties` take no context, so devices are process-wide), and the pool of comm indexes
+//! that name each comm's immediate counters.
+
+use crate::config::{sysfs_speed_mbps, NetConfig, SPEED_MBPS_DEFAULT};
+use crate::error::{PluginError, Result};
+use accord_engine::{Engine, ImmCounter};
+use std::collections::VecDeque;
+use std::ffi::CString;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+
+/// Most comms (send, receive) alive at once in this process: each owns
+/// [`crate::abi::NET_REQUESTS_MAX`] immediate counters, and the engine counts at most
+/// [`accord_engine::IMM_COUNTERS_MAX`] distinct immediates.
+pub const COMMS_MAX: usize = 1024;
+/// High bits of every immediate this plugin uses.
+pub const IMM_PREFIX: u32 = 0xACC0_0000;
+const SLOT_BITS: u32 = 5;
+const _: () = assert!(1 << SLOT_BITS == crate::abi::NET_REQUESTS_MAX);
+const _: () = assert!(COMMS_MAX * crate::abi::NET_REQUESTS_MAX <= accord_engine::IMM_COUNTERS_MAX / 2);
+const _: () = assert!(((COMMS_MAX as u32) << SLOT_BITS) & IMM_PREFIX == 0);
+
+/// The immediate that names request slot `slot` of comm `index`.
+pub fn imm_for(index: u32, slot: u32) -> u32 {
+    debug_assert!((index as usize) < COMMS_MAX && (slot as usize) < crate::abi::NET_REQUESTS_MAX);
+    IMM_PREFIX | index << SLOT_BITS | slot
+}
+
+/// One NCCL device: an engine NIC.
+#[derive(Debug)]
+pub struct Device {
+    /// The NIC's local address (setup listeners bind it too).
+    pub ip: IpAddr,
+    /// Name shown in NCCL's logs.
+    pub name: CString,
+    /// Unique per device in this process.
+    pub guid: u64,
+    /// Reported speed in Mbps.
+    pub speed_mbps: i32,
+}
+
+/// The runtime shared by every context and comm.
+pub struct Runtime {
+    /// The engine every connection runs over.
+    pub engine: Engine,
+    /// Devices, in NCCL order.
+    pub devices: Vec<Device>,
+    /// The configuration in effect.
+    pub config: NetConfig,
+    free_indexes: Arc<Mutex<VecDeque<u32>>>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime").field("devices", &self.devices).finish_non_exhaustive()
+    }
+}
+
+static RUNTIME: Mutex<Option<Arc<Runtime>>> = Mutex::new(None);
+
+/// The runtime, starting it on first use.
+pub fn start() -> Result<Arc<Runtime>> {
+    let mut slot = RUNTIME.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(rt) = slot.as_ref() {
+        return Ok(rt.clone());
+    }
+    let rt = Arc::new(Runtime::new(NetConfig::from_env()?)?);
+    *slot = Some(rt.clone());
+    Ok(rt)
+}
+
+/// The runtime if `init` succeeded before.
+pub fn current() -> Result<Arc<Runtime>> {
+    RUNTIME.lock().unwrap_or_else(|e| e.into_inner()).clone().ok_or(PluginError::NotInitialised)
+}
+
+fn guid_for(index: usize, ip: IpAddr) -> u64 {
+    // FNV-1a of the address, with the device index in the low byte so guids stay unique.
+    let bytes = match ip {
+        IpAddr::V4(a) => a.octets().to_vec(),
+        IpAddr::V6(a) => a.octets().to_vec(),
+    };
+    let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3));
+    (hash & !0xff) | index as u64
+}
+
+impl Runtime {
+    /// Builds the engine on the configured devices (the engine's `ACCORD_*` overrides apply).
+    pub fn new(config: NetConfig) -> Result<Runtime> {
+        let engine = Engine::builder().nics(config.devices.iter().map(|d| d.ip)).build()?;
+        let devices = engine
+            .config()
+            .nics
+            .iter()
+            .enumerate()
+            .map(|(i, ip)| {
+                let interface = config.devices.iter().find(|d| d.ip == *ip).and_then(|d| d.interface.clone());
+                let speed_mbps = config
+                    .speed_mbps
+                    .or_else(|| interface.as_deref().and_then(sysfs_speed_mbps))
+                    .unwrap_or(SPEED_MBPS_DEFAULT);
+                let label = interface.map_or_else(|| ip.to_string(), |n| format!("{n}:{ip}"));
+                Device {
+                    ip: *ip,
+                    name: CString::new(format!("accord{i}({label})")).unwrap_or_default(),
+                    guid: guid_for(i, *ip),
+                    speed_mbps,
+                }
+            })
+            .collect();
+        let free_indexes = Arc::new(Mutex::new((0..COMMS_MAX as u32).collect()));
+        Ok(Runtime { engine, devices, config, free_indexes })
+    }
+
+    /// The device `dev`, or the error NCCL should see.
+    pub fn device(&self, dev: i32) -> Result<&Device> {
+        usize::try_from(dev)
+            .ok()
+            .and_then(|d| self.devices.get(d))
+            .ok_or(PluginError::NoSuchDevice { dev, count: self.devices.len() })
+    }
+
+    /// Takes a free comm index (the least recently freed, so counters of a closed comm rest
+    /// as long as possible before reuse).
+    pub fn lease_index(&self) -> Result<IndexLease> {
+        let index = self
+            .free_indexes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front()
+            .ok_or(PluginError::TableFull { what: "the comm table", max: COMMS_MAX })?;
+        Ok(IndexLease { index, pool: self.free_indexes.clone() })
+    }
+
+    /// The counters of a comm's request slots and their values now (the comm's zero).
+    pub fn slot_counters(&self, index: u32) -> (Vec<ImmCounter>, Vec<u64>) {
+        let counters: Vec<ImmCounter> = (0..crate::abi::NET_REQUESTS_MAX as u32)
+            .map(|slot| self.engine.imm_counter(imm_for(index, slot)))
+            .collect();
+        let bases = counters.iter().map(ImmCounter::value).collect();
+        (counters, bases)
+    }
+}
+
+/// A comm index, returned to the pool when dropped.
+#[derive(Debug)]
+pub struct IndexLease {
+    /// The index, `< COMMS_MAX`.
+    pub index: u32,
+    pool: Arc<Mutex<VecDeque<u32>>>,
+}
+
+impl Drop for IndexLease {
+    fn drop(&mut self) {
+        self.pool.lock().unwrap_or_else(|e| e.into_inner()).push_back(self.index);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn immediates_are_distinct_per_comm_and_slot() {
+        let mut seen = std::collections::HashSet::new();
+        for index in [0, 1, COMMS_MAX as u32 - 1] {
+            for slot in 0..crate::abi::NET_REQUESTS_MAX as u32 {
+                assert!(seen.insert(imm_for(index, slot)));
+                assert_eq!(imm_for(index, slot) & 0xfff0_0000, IMM_PREFIX);
+            }
+        }
+    }
+
+    #[test]
+    fn guids_are_unique_per_device() {
+        let ip: IpAddr = "127.0.0.1".parse().unwrap();
+        assert_ne!(guid_for(0, ip), guid_for(1, ip));
+        assert_ne!(guid_for(0, ip), guid_for(0, "127.0.0.2".parse().unwrap()));
+    }
+
+    #[test]
+    fn indexes_come_back_and_are_reused_last() {
+        let rt = Runtime::new(NetConfig::default()).expect("engine on loopback");
+        let a = rt.lease_index().unwrap();
+        let first = a.index;
+        drop(a);
+        let b = rt.lease_index().unwrap();
+        assert_ne!(b.index, first, "a freed index goes to the back of the queue");
+        let (counters, bases) = rt.slot_counters(b.index);
+        assert_eq!(counters.len(), crate::abi::NET_REQUESTS_MAX);
+        assert!(bases.iter().all(|v| *v == 0));
+    }
+}

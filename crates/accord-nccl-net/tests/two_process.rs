@@ -1,0 +1,641 @@
+//! Acceptance harness: two processes load the built `libnccl_net_accord.so` with `dlopen`
+//! (libloading) and drive `ncclNetPlugin_v11` the way NCCL's proxy does: `listen`, then
+//! `connect` and `accept` interleaved on one thread until both return a comm; then, on another
+//! thread, `isend`/`irecv`/`test` in both directions at once with tags, grouped receives sent
+//! in shuffled order, zero-byte messages, short sends into larger receives and 32 outstanding
+//! receives. Every byte is checked, and bytes past each message must stay untouched. The lossy
+//! variant runs the same traffic with the engine's fault injector dropping and reordering
+//! packets (`ACCORD_LOSS`, `ACCORD_REORDER`).
+//!
+//! The test binary re-executes itself as each process (`plugin_child`, selected by
+//! `ACCORD_NCCL_CHILD`); the parent relays the two listen handles over stdin/stdout.
+#![allow(unsafe_code)]
+
+use nccl_net_accord::abi::{self, CommConfig, DebugLogger, NetV11, PropertiesV11, NET_HANDLE_BYTES_MAX};
+use rand::seq::SliceRandom;
+use rand::{Rng, RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::VecDeque;
+use std::ffi::{c_char, c_int, c_ulong, c_void, CStr};
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const CHILD_ENV: &str = "ACCORD_NCCL_CHILD";
+const GROUPS_ENV: &str = "ACCORD_NCCL_GROUPS";
+/// The rank whose `connect` calls come slowly (the clear-to-send-before-connect race).
+const SLOW_CONNECT_ENV: &str = "ACCORD_NCCL_SLOW_CONNECT_RANK";
+/// Receive slots (NCCL's outstanding request bound) and the bytes each slot's arena holds.
+const SLOTS: usize = abi::NET_REQUESTS_MAX;
+const SLOT_BYTES: usize = 1 << 20;
+const RECVS_MAX: usize = 8;
+const PART_BYTES: usize = SLOT_BYTES / RECVS_MAX;
+const GUARD_BYTE: u8 = 0xEE;
+const CHILD_DEADLINE: Duration = Duration::from_secs(60);
+const PARENT_DEADLINE: Duration = Duration::from_secs(200);
+
+fn plugin_path() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let deps = exe.parent().expect("deps directory");
+    // `cargo test` refreshes the copy in deps/ (the one in the profile directory is uplifted by
+    // `cargo build` only and may be stale).
+    for dir in [deps, deps.parent().expect("profile directory")] {
+        let candidate = dir.join("libnccl_net_accord.so");
+        if candidate.exists() {
+            return candidate;
+        }
+    }
+    panic!("libnccl_net_accord.so not found next to {}: build the crate first", exe.display());
+}
+
+/// One receive of a group: its capacity and what the sender sends into it.
+#[derive(Clone, Copy, Debug)]
+struct Part {
+    tag: i32,
+    capacity: usize,
+    send: usize,
+}
+
+/// The traffic of one direction, known to both processes from the seed.
+fn script(seed: u64, groups: usize) -> Vec<Vec<Part>> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..groups)
+        .map(|g| {
+            let n = if g % 3 == 0 { rng.gen_range(2..=RECVS_MAX) } else { 1 };
+            let limit = if n == 1 { SLOT_BYTES } else { PART_BYTES };
+            (0..n)
+                .map(|j| {
+                    let capacity = match rng.gen_range(0..10) {
+                        0 => 0,
+                        1 => limit,
+                        2 => rng.gen_range(1..64),
+                        _ => rng.gen_range(1..=limit),
+                    };
+                    let send = match rng.gen_range(0..6) {
+                        0 => 0,
+                        1 => rng.gen_range(0..=capacity),
+                        _ => capacity,
+                    };
+                    Part { tag: (g % 5) as i32 * 16 + j as i32, capacity, send }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn payload(seed: u64, group: usize, part: usize, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    ChaCha8Rng::seed_from_u64(seed ^ (group as u64) << 8 ^ part as u64).fill_bytes(&mut v);
+    v
+}
+
+/// The harness's logger. NCCL's logger is C-variadic; Rust cannot define one, so this takes
+/// exactly the six arguments the plugin passes (level, flags, file, line, "%s", message), which
+/// the x86-64 and AArch64 Linux calling conventions place where a variadic callee finds them.
+unsafe extern "C" fn logger(
+    level: c_int,
+    _flags: c_ulong,
+    _file: *const c_char,
+    _line: c_int,
+    _fmt: *const c_char,
+    msg: *const c_char,
+) {
+    // Safety: the plugin passes a NUL-terminated message.
+    let text = unsafe { CStr::from_ptr(msg) }.to_string_lossy();
+    eprintln!("[plugin log level {level}] {text}");
+    if text.contains("engine statistics") {
+        STATISTICS.lock().unwrap().push(text.into_owned());
+    }
+}
+
+/// The plugin's statistics lines, as logged at `finalize`.
+static STATISTICS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// The number after `name` in a statistics line.
+fn counter(line: &str, name: &str) -> u64 {
+    let rest = line.split_once(name).map_or("", |(_, r)| r).trim_start();
+    rest.split(|c: char| !c.is_ascii_digit()).next().and_then(|n| n.parse().ok()).unwrap_or(0)
+}
+
+/// Memory the plugin's engine writes into; touched only through raw copies.
+struct Arena {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// Safety: the arena is plain bytes; the driver thread is its only user after the hand-over.
+unsafe impl Send for Arena {}
+
+impl Arena {
+    fn new(len: usize) -> Arena {
+        let mut v = vec![0u8; len].into_boxed_slice();
+        let ptr = v.as_mut_ptr();
+        std::mem::forget(v);
+        Arena { ptr, len }
+    }
+    fn write(&self, offset: usize, bytes: &[u8]) {
+        assert!(offset + bytes.len() <= self.len);
+        // Safety: in bounds; no transfer touches this range now (the driver's slot discipline).
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.add(offset), bytes.len()) };
+    }
+    fn fill(&self, offset: usize, len: usize, value: u8) {
+        assert!(offset + len <= self.len);
+        // Safety: as for write.
+        unsafe { std::ptr::write_bytes(self.ptr.add(offset), value, len) };
+    }
+    fn read(&self, offset: usize, len: usize) -> Vec<u8> {
+        assert!(offset + len <= self.len);
+        let mut v = vec![0u8; len];
+        // Safety: as for write.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(offset), v.as_mut_ptr(), len) };
+        v
+    }
+}
+
+struct Plugin {
+    table: &'static NetV11,
+    _lib: libloading::Library,
+}
+
+fn check(what: &str, rc: c_int) {
+    assert_eq!(rc, abi::NCCL_SUCCESS, "{what} returned NCCL error {rc}");
+}
+
+fn load() -> Plugin {
+    let path = plugin_path();
+    // Safety: loading our own plugin; its initialisers only set up Rust statics.
+    let lib = unsafe { libloading::Library::new(&path) }.expect("dlopen the plugin");
+    // Safety: ncclNetPlugin_v11 is a static NetV11 in the plugin, alive while `lib` is.
+    let table: &'static NetV11 = unsafe {
+        let symbol = lib.get::<*const NetV11>(b"ncclNetPlugin_v11\0").expect("ncclNetPlugin_v11 exported");
+        &**symbol
+    };
+    // Safety: the plugin also exports the v10 shim; only its presence is checked.
+    assert!(unsafe { lib.get::<*const c_void>(b"ncclNetPlugin_v10\0") }.is_ok());
+    Plugin { table, _lib: lib }
+}
+
+struct SendGroupState {
+    group: usize,
+    order: Vec<usize>,
+    next: usize,
+}
+
+/// Both directions of traffic on one thread, as NCCL's progress thread drives them.
+struct Driver<'a> {
+    t: &'a NetV11,
+    send_comm: *mut c_void,
+    recv_comm: *mut c_void,
+    send_seed: u64,
+    recv_seed: u64,
+    send_script: Vec<Vec<Part>>,
+    recv_script: Vec<Vec<Part>>,
+    send_arena: Arena,
+    recv_arena: Arena,
+    send_mr: *mut c_void,
+    recv_mr: *mut c_void,
+    rng: ChaCha8Rng,
+}
+
+impl Driver<'_> {
+    fn run(&mut self) -> (usize, usize, usize) {
+        let deadline = Instant::now() + CHILD_DEADLINE;
+        let mut recv_next = 0;
+        let mut recv_done = 0;
+        let mut recvs: VecDeque<(usize, *mut c_void)> = VecDeque::new();
+        let mut recv_outstanding_max = 0;
+        let mut send_current: Option<SendGroupState> = None;
+        let mut send_next = 0;
+        let mut send_groups_done = vec![0usize; self.send_script.len()];
+        let mut sends_completed_groups = 0;
+        let mut sends: VecDeque<(usize, usize, *mut c_void)> = VecDeque::new();
+        let mut send_outstanding_max = 0;
+        let mut bytes = 0;
+        while recv_done < self.recv_script.len() || sends_completed_groups < self.send_script.len() {
+            assert!(
+                Instant::now() < deadline,
+                "traffic did not finish in {CHILD_DEADLINE:?}: receives done {recv_done} posted {recv_next} outstanding {}, \
+                 send groups done {sends_completed_groups} started {send_next} outstanding sends {} (current {:?})",
+                recvs.len(),
+                sends.len(),
+                send_current.as_ref().map(|c| (c.group, c.next, c.order.len()))
+            );
+            // Post receives while the plugin takes them.
+            while recv_next < self.recv_script.len() && recvs.len() < SLOTS {
+                let group = &self.recv_script[recv_next];
+                let base = (recv_next % SLOTS) * SLOT_BYTES;
+                self.recv_arena.fill(base, SLOT_BYTES, GUARD_BYTE);
+                let mut data: Vec<*mut c_void> = vec![];
+                let mut sizes: Vec<usize> = vec![];
+                let mut tags: Vec<c_int> = vec![];
+                let mut mhandles: Vec<*mut c_void> = vec![];
+                for (j, p) in group.iter().enumerate() {
+                    // Safety: inside the receive arena.
+                    data.push(unsafe { self.recv_arena.ptr.add(base + j * PART_BYTES) }.cast());
+                    sizes.push(p.capacity);
+                    tags.push(p.tag);
+                    mhandles.push(self.recv_mr);
+                }
+                let mut phandles = vec![std::ptr::null_mut::<c_void>(); group.len()];
+                let mut request = std::ptr::null_mut();
+                // Safety: arrays of group.len() entries, a live recv comm, registered arena.
+                check("irecv", unsafe {
+                    (self.t.irecv)(
+                        self.recv_comm,
+                        group.len() as c_int,
+                        data.as_mut_ptr(),
+                        sizes.as_mut_ptr(),
+                        tags.as_mut_ptr(),
+                        mhandles.as_mut_ptr(),
+                        phandles.as_mut_ptr(),
+                        &mut request,
+                    )
+                });
+                if request.is_null() {
+                    assert!(recvs.len() >= SLOTS, "irecv refused with only {} outstanding", recvs.len());
+                    break;
+                }
+                recvs.push_back((recv_next, request));
+                recv_next += 1;
+                recv_outstanding_max = recv_outstanding_max.max(recvs.len());
+            }
+            // Issue sends: a group's parts in shuffled order, each matched by tag.
+            loop {
+                if send_current.is_none() && send_next < self.send_script.len() {
+                    // The group's send slot is free once the group 32 before it completed.
+                    if send_next >= SLOTS
+                        && send_groups_done[send_next - SLOTS] < self.send_script[send_next - SLOTS].len()
+                    {
+                        break;
+                    }
+                    let group = &self.send_script[send_next];
+                    let base = (send_next % SLOTS) * SLOT_BYTES;
+                    for (j, p) in group.iter().enumerate() {
+                        self.send_arena.write(base + j * PART_BYTES, &payload(self.send_seed, send_next, j, p.send));
+                    }
+                    let mut order: Vec<usize> = (0..group.len()).collect();
+                    order.shuffle(&mut self.rng);
+                    send_current = Some(SendGroupState { group: send_next, order, next: 0 });
+                    send_next += 1;
+                }
+                let Some(cur) = send_current.as_mut() else { break };
+                let j = cur.order[cur.next];
+                let part = self.send_script[cur.group][j];
+                let base = (cur.group % SLOTS) * SLOT_BYTES + j * PART_BYTES;
+                let mut request = std::ptr::null_mut();
+                // Safety: inside the registered send arena; a live send comm.
+                check("isend", unsafe {
+                    (self.t.isend)(
+                        self.send_comm,
+                        self.send_arena.ptr.add(base).cast(),
+                        part.send,
+                        part.tag,
+                        self.send_mr,
+                        std::ptr::null_mut(),
+                        &mut request,
+                    )
+                });
+                if request.is_null() {
+                    break;
+                }
+                sends.push_back((cur.group, j, request));
+                send_outstanding_max = send_outstanding_max.max(sends.len());
+                cur.next += 1;
+                if cur.next == cur.order.len() {
+                    send_current = None;
+                }
+            }
+            // Test sends in order.
+            while let Some(&(group, j, request)) = sends.front() {
+                let (mut done, mut size) = (0, -1);
+                // Safety: a live request from isend.
+                check("test(send)", unsafe { (self.t.test)(request, &mut done, &mut size) });
+                if done == 0 {
+                    break;
+                }
+                let part = self.send_script[group][j];
+                assert_eq!(size as usize, part.send, "send size reported for group {group} part {j}");
+                sends.pop_front();
+                send_groups_done[group] += 1;
+                if send_groups_done[group] == self.send_script[group].len() {
+                    sends_completed_groups += 1;
+                }
+            }
+            // Test receives in order and check every byte.
+            while let Some(&(group, request)) = recvs.front() {
+                let parts = &self.recv_script[group];
+                let mut done = 0;
+                let mut sizes = vec![-1 as c_int; parts.len()];
+                // Safety: a live request from irecv; room for one size per receive.
+                check("test(recv)", unsafe { (self.t.test)(request, &mut done, sizes.as_mut_ptr()) });
+                if done == 0 {
+                    break;
+                }
+                let base = (group % SLOTS) * SLOT_BYTES;
+                for (j, p) in parts.iter().enumerate() {
+                    assert_eq!(sizes[j] as usize, p.send, "received size, group {group} part {j}");
+                    let got = self.recv_arena.read(base + j * PART_BYTES, p.send);
+                    assert!(got == payload(self.recv_seed, group, j, p.send), "bytes differ in group {group} part {j}");
+                    if p.send < p.capacity {
+                        let after = self.recv_arena.read(base + j * PART_BYTES + p.send, 1)[0];
+                        assert_eq!(after, GUARD_BYTE, "a byte past the message changed (group {group} part {j})");
+                    }
+                    bytes += p.send;
+                }
+                recvs.pop_front();
+                recv_done += 1;
+            }
+            std::thread::yield_now();
+        }
+        assert_eq!(recv_outstanding_max, SLOTS, "the plugin must take {SLOTS} outstanding receives");
+        (recv_done, bytes, send_outstanding_max)
+    }
+}
+
+fn child(rank: usize) {
+    let plugin = load();
+    let t = plugin.table;
+    // Safety: the table's name is a static C string.
+    assert_eq!(unsafe { CStr::from_ptr(t.name) }.to_str().unwrap(), "Accord");
+    // Safety: finalize tolerates the null context of a failed init.
+    check("finalize(null)", unsafe { (t.finalize)(std::ptr::null_mut()) });
+    // Safety: the harness logger stands in for NCCL's (see its comment).
+    let log: DebugLogger = unsafe {
+        Some(std::mem::transmute::<
+            unsafe extern "C" fn(c_int, c_ulong, *const c_char, c_int, *const c_char, *const c_char),
+            unsafe extern "C" fn(c_int, c_ulong, *const c_char, c_int, *const c_char, ...),
+        >(logger))
+    };
+    let mut ctx = std::ptr::null_mut();
+    let mut config = CommConfig { trafficClass: -1 };
+    // Safety: valid out-pointers; the profiler callback is optional.
+    check("init", unsafe { (t.init)(&mut ctx, 0x1234, &mut config, log, std::ptr::null_mut()) });
+    let mut ndev = 0;
+    // Safety: valid out-pointer.
+    check("devices", unsafe { (t.devices)(&mut ndev) });
+    assert!(ndev >= 1);
+    // Safety: a zeroed properties struct is a valid out-buffer.
+    let mut props: PropertiesV11 = unsafe { std::mem::zeroed() };
+    // Safety: valid out-pointer for device 0.
+    check("getProperties", unsafe { (t.getProperties)(0, &mut props) });
+    let p = &props.base;
+    assert!(!p.name.is_null() && p.guid != 0 && p.speed > 0);
+    assert_eq!(
+        (p.ptrSupport, p.netDeviceType, p.regIsGlobal, p.forceFlush),
+        (abi::PTR_HOST, abi::NET_DEVICE_HOST, 0, 0)
+    );
+    assert_eq!(p.maxRecvs as usize, RECVS_MAX);
+    assert!(p.maxP2pBytes > 0 && p.maxCollBytes > 0 && p.maxComms > 0);
+    assert_eq!((p.vProps.ndevs, p.vProps.devs[0], props.maxMultiRequestSize), (1, 0, 1));
+    // Safety: as above; an out-of-range device must be an error, not a crash.
+    assert_eq!(unsafe { (t.getProperties)(ndev, &mut props) }, abi::NCCL_INVALID_ARGUMENT);
+    // Safety: regMr with a CUDA pointer type must fail cleanly.
+    let mut bogus = std::ptr::null_mut();
+    let mut byte = 0u8;
+    assert_ne!(
+        unsafe { (t.regMr)(std::ptr::null_mut(), (&mut byte as *mut u8).cast(), 1, abi::PTR_CUDA, &mut bogus) },
+        abi::NCCL_SUCCESS
+    );
+
+    let mut handle = [0u8; NET_HANDLE_BYTES_MAX];
+    let mut listen_comm = std::ptr::null_mut();
+    // Safety: a handle buffer of NCCL_NET_HANDLE_MAXSIZE bytes and valid out-pointers.
+    check("listen", unsafe { (t.listen)(ctx, 0, handle.as_mut_ptr().cast(), &mut listen_comm) });
+    let hex: String = handle.iter().map(|b| format!("{b:02x}")).collect();
+    println!("\n@@HANDLE {hex}");
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    let line = line.trim();
+    let mut peer_handle = [0u8; NET_HANDLE_BYTES_MAX];
+    for (i, b) in peer_handle.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&line[2 * i..2 * i + 2], 16).unwrap();
+    }
+
+    // Service thread: connect and accept interleaved until both return a comm.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (mut send_comm, mut recv_comm): (*mut c_void, *mut c_void) = (std::ptr::null_mut(), std::ptr::null_mut());
+    let mut dev_comm: *mut c_void = std::ptr::null_mut();
+    let mut calls = 0;
+    let slow_connect = std::env::var(SLOW_CONNECT_ENV).is_ok_and(|r| r == rank.to_string());
+    while send_comm.is_null() || recv_comm.is_null() {
+        assert!(Instant::now() < deadline, "connect/accept did not finish ({calls} calls)");
+        if send_comm.is_null() {
+            // Safety: the peer's handle buffer, reused across calls as NCCL does.
+            check("connect", unsafe {
+                (t.connect)(ctx, 0, peer_handle.as_mut_ptr().cast(), &mut send_comm, &mut dev_comm)
+            });
+        }
+        if recv_comm.is_null() {
+            // Safety: a live listen comm and valid out-pointers.
+            check("accept", unsafe { (t.accept)(listen_comm, &mut recv_comm, &mut dev_comm) });
+        }
+        calls += 1;
+        std::thread::sleep(Duration::from_micros(200));
+        if slow_connect && send_comm.is_null() {
+            // A sender slow to finish its connect: the receiver may already write
+            // clear-to-sends into the comm before connect returns it.
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    eprintln!("rank {rank}: connected after {calls} rounds of connect/accept");
+
+    let groups: usize = std::env::var(GROUPS_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or(200);
+    let send_seed = 1000 + rank as u64;
+    let recv_seed = 1000 + (1 - rank) as u64;
+    let arena_bytes = SLOTS * SLOT_BYTES;
+    let send_arena = Arena::new(arena_bytes);
+    let recv_arena = Arena::new(arena_bytes);
+    let (mut send_mr, mut recv_mr): (*mut c_void, *mut c_void) = (std::ptr::null_mut(), std::ptr::null_mut());
+    // Safety: the arenas live for the rest of the process.
+    check("regMr(send)", unsafe {
+        (t.regMr)(send_comm, send_arena.ptr.cast(), arena_bytes, abi::PTR_HOST, &mut send_mr)
+    });
+    // Safety: as above.
+    check("regMr(recv)", unsafe {
+        (t.regMr)(recv_comm, recv_arena.ptr.cast(), arena_bytes, abi::PTR_HOST, &mut recv_mr)
+    });
+
+    let comms = (send_comm as usize, recv_comm as usize, send_mr as usize, recv_mr as usize);
+    let progress = std::thread::spawn(move || {
+        let mut driver = Driver {
+            t,
+            send_comm: comms.0 as *mut c_void,
+            recv_comm: comms.1 as *mut c_void,
+            send_seed,
+            recv_seed,
+            send_script: script(send_seed, groups),
+            recv_script: script(recv_seed, groups),
+            send_arena,
+            recv_arena,
+            send_mr: comms.2 as *mut c_void,
+            recv_mr: comms.3 as *mut c_void,
+            rng: ChaCha8Rng::seed_from_u64(rank as u64),
+        };
+        driver.run()
+    });
+    let (groups_done, bytes, send_max) = progress.join().expect("progress thread");
+    // Both sides finished before either closes: a peer that left early would turn the other's
+    // retransmission of a lost acknowledgement into a failure (NCCL's teardown has the same
+    // barrier).
+    println!("\n@@DONE");
+    std::io::stdout().flush().unwrap();
+    let mut go = String::new();
+    std::io::stdin().read_line(&mut go).unwrap();
+    // Safety: handing back what the plugin gave, once each.
+    unsafe {
+        check("deregMr", (t.deregMr)(send_comm, send_mr));
+        check("deregMr", (t.deregMr)(recv_comm, recv_mr));
+        check("closeSend", (t.closeSend)(send_comm));
+        check("closeRecv", (t.closeRecv)(recv_comm));
+        check("closeListen", (t.closeListen)(listen_comm));
+        check("finalize", (t.finalize)(ctx));
+    }
+    let stats = STATISTICS.lock().unwrap().last().cloned().expect("finalize logs engine statistics");
+    let (retransmits, drops) = (counter(&stats, "retransmits"), counter(&stats, "injected drops"));
+    if std::env::var("ACCORD_LOSS").is_ok() {
+        assert!(drops > 0 && retransmits > 0, "the fault injector was meant to be active: {stats}");
+    }
+    println!(
+        "\n@@OK groups={groups_done} bytes={bytes} send_outstanding_max={send_max} retransmits={retransmits} \
+         injected_drops={drops}"
+    );
+    std::io::stdout().flush().unwrap();
+}
+
+/// Entry point of a child process (a no-op in a normal test run).
+#[test]
+fn plugin_child() {
+    match std::env::var(CHILD_ENV).as_deref() {
+        Ok("init-failure") => init_failure_child(),
+        Ok(rank) => child(rank.parse().expect("rank")),
+        Err(_) => {}
+    }
+}
+
+/// A process whose `init` fails (bad `ACCORD_NET_IFS`): every call returns an NCCL error code
+/// with a logged reason, `finalize` takes the null context, and the process lives on.
+fn init_failure_child() {
+    let plugin = load();
+    let t = plugin.table;
+    let mut ctx = std::ptr::null_mut();
+    let mut config = CommConfig { trafficClass: -1 };
+    // Safety: valid out-pointers; no logger (warnings go to stderr).
+    let rc = unsafe { (t.init)(&mut ctx, 1, &mut config, None, std::ptr::null_mut()) };
+    assert_eq!(rc, abi::NCCL_INTERNAL_ERROR, "a bad ACCORD_NET_IFS is a configuration error");
+    assert!(ctx.is_null());
+    let mut ndev = -1;
+    // Safety: valid out-pointer.
+    assert_eq!(unsafe { (t.devices)(&mut ndev) }, abi::NCCL_INVALID_USAGE, "devices before a successful init");
+    // Safety: finalize tolerates the null context of a failed init.
+    check("finalize(null)", unsafe { (t.finalize)(ctx) });
+    // Safety: null arguments must be errors, not crashes.
+    assert_eq!(
+        unsafe { (t.test)(std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut()) },
+        abi::NCCL_INVALID_ARGUMENT
+    );
+    println!("\n@@OK init failure handled");
+}
+
+#[test]
+fn a_failed_init_returns_codes_and_finalize_takes_its_null_context() {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "plugin_child", "--nocapture", "--test-threads", "1"])
+        .env(CHILD_ENV, "init-failure")
+        .env("ACCORD_NET_IFS", "no-such-interface-7")
+        .output()
+        .expect("spawn child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && stdout.contains("@@OK"), "child failed: {stdout}\n{stderr}");
+    assert!(stderr.contains("ACCORD_NET_IFS"), "the reason is logged: {stderr}");
+}
+
+fn run_pair(extra_env: &[(&str, &str)], groups: usize) {
+    let exe = std::env::current_exe().unwrap();
+    let mut children: Vec<_> = (0..2)
+        .map(|rank| {
+            let mut cmd = Command::new(&exe);
+            cmd.args(["--exact", "plugin_child", "--nocapture", "--test-threads", "1"])
+                .env(CHILD_ENV, rank.to_string())
+                .env(GROUPS_ENV, groups.to_string())
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit());
+            for (k, v) in extra_env {
+                cmd.env(k, v);
+            }
+            cmd.spawn().expect("spawn child")
+        })
+        .collect();
+    // Every stdout line of both children, read to the end so no child writes into a closed pipe.
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, Option<String>)>();
+    for (rank, child) in children.iter_mut().enumerate() {
+        let out = BufReader::new(child.stdout.take().unwrap());
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                let _ = tx.send((rank, Some(line)));
+            }
+            let _ = tx.send((rank, None));
+        });
+    }
+    let deadline = Instant::now() + PARENT_DEADLINE;
+    let mut handles: Vec<Option<String>> = vec![None, None];
+    let mut done = [false; 2];
+    let mut results: Vec<Option<String>> = vec![None, None];
+    let mut ended = [false; 2];
+    let mut failure = None;
+    while !(ended[0] && ended[1]) {
+        let Ok((rank, line)) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) else {
+            failure = Some(format!("children did not finish within {PARENT_DEADLINE:?}"));
+            break;
+        };
+        let Some(line) = line else {
+            ended[rank] = true;
+            if results[rank].is_none() {
+                failure.get_or_insert(format!("rank {rank} ended without reporting success (see its stderr)"));
+                break;
+            }
+            continue;
+        };
+        if let Some((_, h)) = line.split_once("@@HANDLE ") {
+            handles[rank] = Some(h.trim().to_string());
+            if let [Some(h0), Some(h1)] = &handles[..] {
+                writeln!(children[0].stdin.as_mut().unwrap(), "{h1}").unwrap();
+                writeln!(children[1].stdin.as_mut().unwrap(), "{h0}").unwrap();
+            }
+        } else if line.contains("@@DONE") {
+            done[rank] = true;
+            if done[0] && done[1] {
+                for c in children.iter_mut() {
+                    writeln!(c.stdin.as_mut().unwrap(), "go").unwrap();
+                }
+            }
+        } else if let Some((_, r)) = line.split_once("@@OK") {
+            results[rank] = Some(r.trim().to_string());
+        }
+    }
+    if failure.is_some() {
+        for c in children.iter_mut() {
+            let _ = c.kill();
+        }
+    }
+    let statuses: Vec<_> = children.iter_mut().map(|c| c.wait().unwrap()).collect();
+    assert!(failure.is_none(), "{}", failure.unwrap());
+    for (rank, (status, result)) in statuses.iter().zip(&results).enumerate() {
+        assert!(status.success(), "rank {rank} failed: {status} (see its stderr above)");
+        eprintln!("rank {rank}: {}", result.as_deref().unwrap_or("?"));
+    }
+}
+
+#[test]
+fn two_processes_move_bytes_exactly() {
+    run_pair(&[(SLOW_CONNECT_ENV, "0")], 200);
+}
+
+#[test]
+fn two_processes_move_bytes_exactly_under_loss_and_reordering() {
+    run_pair(&[("ACCORD_LOSS", "0.01"), ("ACCORD_REORDER", "0.02"), ("ACCORD_IDLE_TIMEOUT_MS", "3000")], 120);
+}

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Accord NCCL net plugin on one host with 2 GPUs (2x H200):
+#   1. builds libnccl-net-accord.so (unless ACCORD_NCCL_PLUGIN points at a built one);
+#   2. reference run over NVLink (NCCL's defaults: P2P/SHM allowed);
+#   3. the same over the network path with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, three ways:
+#      Accord (NCCL_NET_PLUGIN=<.so> NCCL_NET=Accord), NCCL's Socket transport with defaults,
+#      and Socket tuned (NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=4);
+#   4. checks NCCL's log shows the plugin loaded (v11 on NCCL >= 2.28) and in use, that every
+#      run's all_reduce / all_gather / all_to_all / send-recv results equal the NVLink run's
+#      bit for bit, and prints one table:
+#        bytes accord_busbw socket_busbw socket_tuned_busbw ratio_vs_tuned
+#      then the targets: >= 2x tuned Socket at 256 MiB, >= Socket at 1 MiB.
+# Every step says what it is doing; a failure names the step and the log to read.
+#
+# Usage: scripts/device/nccl_plugin_bench.sh [output directory]   (default: target/nccl-bench)
+# Knobs: ACCORD_NCCL_PLUGIN=<path to .so>, PYTHON=python3, TORCHRUN=torchrun,
+#        BENCH_ARGS="--iters 20 --warmup 5", ACCORD_* engine variables (defaults below).
+set -uo pipefail
+
+cd "$(dirname "$0")/../.."
+ROOT=$(pwd)
+OUT=${1:-$ROOT/target/nccl-bench}
+mkdir -p "$OUT"
+PYTHON=${PYTHON:-python3}
+TORCHRUN=${TORCHRUN:-torchrun}
+BENCH=$ROOT/scripts/device/nccl_plugin_bench.py
+BENCH_ARGS=${BENCH_ARGS:-}
+STEP="start"
+
+fail() {
+    echo "FAILED at step: $STEP: $*" >&2
+    exit 1
+}
+
+step() {
+    STEP="$1"
+    echo "=== $STEP"
+}
+
+# Every environment this script starts keeps NVLink SHARP / multicast off.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+step "check the host (2 GPUs, python, torch, torchrun)"
+command -v nvidia-smi >/dev/null || fail "nvidia-smi not found: run on the GPU host"
+GPUS=$(nvidia-smi -L | wc -l)
+[ "$GPUS" -ge 2 ] || fail "need 2 GPUs, nvidia-smi lists $GPUS"
+"$PYTHON" -c "import torch, torch.distributed; assert torch.cuda.device_count() >= 2; print('torch', torch.__version__, 'nccl', torch.cuda.nccl.version())" \
+    || fail "python with CUDA torch and 2 visible GPUs is needed (set PYTHON)"
+command -v "$TORCHRUN" >/dev/null || fail "torchrun not found (set TORCHRUN)"
+NCCL_VERSION=$("$PYTHON" -c "import torch; print('.'.join(map(str, torch.cuda.nccl.version())))")
+echo "NCCL bundled with torch: $NCCL_VERSION"
+
+step "build the plugin"
+if [ -n "${ACCORD_NCCL_PLUGIN:-}" ]; then
+    PLUGIN=$ACCORD_NCCL_PLUGIN
+else
+    command -v cargo >/dev/null || fail "cargo not found: build elsewhere and set ACCORD_NCCL_PLUGIN"
+    cargo build --release -p accord-nccl-net >"$OUT/build.log" 2>&1 || fail "cargo build failed, see $OUT/build.log"
+    PLUGIN=$ROOT/target/release/libnccl-net-accord.so
+fi
+PLUGIN=$(readlink -f "$PLUGIN")
+[ -f "$PLUGIN" ] || fail "plugin $PLUGIN does not exist"
+nm -D "$PLUGIN" 2>/dev/null | grep -q ncclNetPlugin_v11 || fail "$PLUGIN does not export ncclNetPlugin_v11"
+# NCCL takes a path in NCCL_NET_PLUGIN; the directory on LD_LIBRARY_PATH lets it find the
+# name `accord` (libnccl-net-accord.so) as well.
+PLUGIN_DIR=$(mktemp -d)
+ln -sf "$PLUGIN" "$PLUGIN_DIR/libnccl-net-accord.so"
+
+# Accord's engine on a single host: loopback NIC, several workers and paths (override freely).
+export ACCORD_NET_IFS=${ACCORD_NET_IFS:-127.0.0.1}
+export ACCORD_WORKERS_PER_NIC=${ACCORD_WORKERS_PER_NIC:-4}
+export ACCORD_PATHS=${ACCORD_PATHS:-4}
+export ACCORD_SHARD_BYTES=${ACCORD_SHARD_BYTES:-262144}
+
+PORT=$((29500 + RANDOM % 1000))
+run() { # label, log, env assignments...
+    local label=$1 log=$2
+    shift 2
+    PORT=$((PORT + 1))
+    env "$@" "$TORCHRUN" --standalone --nproc_per_node 2 --master_port "$PORT" \
+        "$BENCH" --label "$label" --out "$OUT/$label.json" $BENCH_ARGS >"$log" 2>&1
+}
+
+NET_ONLY=(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET)
+SOCKET_IF=(NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-lo}")
+
+step "reference run over NVLink (NCCL defaults)"
+run nvlink "$OUT/nvlink.log" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT \
+    || fail "NVLink run failed, see $OUT/nvlink.log"
+
+step "Accord plugin run (NCCL_NET=Accord, P2P and SHM off)"
+run accord "$OUT/accord.log" "${NET_ONLY[@]}" NCCL_NET_PLUGIN="$PLUGIN" NCCL_NET=Accord \
+    LD_LIBRARY_PATH="$PLUGIN_DIR:${LD_LIBRARY_PATH:-}" \
+    || fail "Accord run failed, see $OUT/accord.log (grep 'NET/Accord' for the plugin's reasons)"
+
+step "check NCCL loaded the plugin and used it"
+grep -E "NET/Accord|Accord" "$OUT/accord.log" | head -5
+grep -Eq "Using network Accord" "$OUT/accord.log" \
+    || fail "NCCL did not use network Accord, see $OUT/accord.log (grep -i plugin)"
+case "$NCCL_VERSION" in
+    2.2[8-9].*|2.[3-9][0-9].*) WANT_VERSION=v11 ;;
+    *) WANT_VERSION=v10 ;;
+esac
+if grep -Eqi "plugin.*Accord.*\(?$WANT_VERSION\)?|Accord.*$WANT_VERSION" "$OUT/accord.log"; then
+    echo "plugin loaded at $WANT_VERSION (NCCL $NCCL_VERSION)"
+else
+    grep -i "plugin" "$OUT/accord.log" | head -10
+    fail "NCCL $NCCL_VERSION did not report loading Accord at $WANT_VERSION, see $OUT/accord.log"
+fi
+
+step "Socket transport run, defaults"
+run socket "$OUT/socket.log" "${NET_ONLY[@]}" "${SOCKET_IF[@]}" NCCL_NET=Socket \
+    || fail "Socket run failed, see $OUT/socket.log"
+
+step "Socket transport run, tuned (NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=4)"
+run socket_tuned "$OUT/socket_tuned.log" "${NET_ONLY[@]}" "${SOCKET_IF[@]}" NCCL_NET=Socket \
+    NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=4 \
+    || fail "tuned Socket run failed, see $OUT/socket_tuned.log"
+
+step "compare results with the NVLink run and print the table"
+"$PYTHON" - "$OUT" <<'EOF' || fail "comparison failed (see above)"
+import json, sys
+out = sys.argv[1]
+runs = {name: json.load(open(f"{out}/{name}.json")) for name in ("nvlink", "accord", "socket", "socket_tuned")}
+ok = True
+reference = runs["nvlink"]["digests"]
+for name in ("accord", "socket", "socket_tuned"):
+    if runs[name]["digests"] != reference:
+        ok = False
+        for rank, (got, want) in enumerate(zip(runs[name]["digests"], reference)):
+            bad = [op for op in want if got.get(op) != want[op]]
+            if bad:
+                print(f"MISMATCH {name} rank {rank}: {bad} differ from the NVLink run")
+    else:
+        print(f"{name}: all_reduce, all_gather, all_to_all, send/recv identical to the NVLink run")
+print()
+print(f"{'bytes':>12} {'accord_busbw':>13} {'socket_busbw':>13} {'socket_tuned_busbw':>19} {'ratio_vs_tuned':>15}")
+sizes = sorted(int(s) for s in runs["accord"]["all_reduce"])
+for size in sizes:
+    a, s, t = (runs[n]["all_reduce"].get(str(size), {}).get("busbw", float("nan")) for n in ("accord", "socket", "socket_tuned"))
+    print(f"{size:>12} {a:>13.2f} {s:>13.2f} {t:>19.2f} {a / t if t else float('nan'):>15.2f}")
+nv = runs["nvlink"]["all_reduce"].get(str(sizes[-1]), {}).get("busbw")
+if nv:
+    print(f"(NVLink reference at {sizes[-1]} B: {nv:.2f} GB/s)")
+big, small = str(256 << 20), str(1 << 20)
+def bw(n, s):
+    return runs[n]["all_reduce"].get(s, {}).get("busbw", 0.0)
+if big in runs["accord"]["all_reduce"]:
+    target = 2 * bw("socket_tuned", big)
+    verdict = "met" if bw("accord", big) >= target else "NOT met"
+    print(f"target 256 MiB: accord {bw('accord', big):.2f} >= 2 x tuned socket {target:.2f} GB/s: {verdict}")
+if small in runs["accord"]["all_reduce"]:
+    verdict = "met" if bw("accord", small) >= bw("socket", small) else "NOT met"
+    print(f"target 1 MiB: accord {bw('accord', small):.2f} >= socket {bw('socket', small):.2f} GB/s: {verdict}")
+sys.exit(0 if ok else 1)
+EOF
+rm -rf "$PLUGIN_DIR"
+echo "done: JSON and logs in $OUT"
