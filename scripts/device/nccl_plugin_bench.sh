@@ -60,7 +60,9 @@ else
 fi
 PLUGIN=$(readlink -f "$PLUGIN")
 [ -f "$PLUGIN" ] || fail "plugin $PLUGIN does not exist"
-nm -D "$PLUGIN" 2>/dev/null | grep -q ncclNetPlugin_v11 || fail "$PLUGIN does not export ncclNetPlugin_v11"
+# (binutils' nm is not on every GPU host: ask the dynamic loader instead.)
+"$PYTHON" -c 'import ctypes, sys; lib = ctypes.CDLL(sys.argv[1]); getattr(lib, "ncclNetPlugin_v11")' "$PLUGIN" \
+    || fail "$PLUGIN does not load or does not export ncclNetPlugin_v11"
 # NCCL takes a path in NCCL_NET_PLUGIN; the directory on LD_LIBRARY_PATH lets it find the
 # name `accord` (libnccl-net-accord.so) as well.
 PLUGIN_DIR=$(mktemp -d)
