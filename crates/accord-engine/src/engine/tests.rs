@@ -1,4 +1,5 @@
 use super::*;
+use crate::FaultConfig;
 use crate::{PagedWriteOp, ScatterDst, TransferError, WriteOp};
 use accord_proto::wire::RejectReason;
 use std::net::UdpSocket;
@@ -228,4 +229,28 @@ fn taken_immediates_free_their_counters() {
     }
     assert_eq!(b.imm_counters_held(), base, "counters taken back to zero are freed");
     assert_eq!(b.take_imm(5, 1, std::time::Duration::from_millis(20)), Err(0), "nothing arrived: times out");
+}
+
+#[test]
+fn a_receiver_that_leaves_right_after_the_data_landed_still_acknowledges_it() {
+    for round in 0..20 {
+        // The receiver loses a third of what it sends (its ACKs), so the writer often has to
+        // ask again after the receiver already decided to leave.
+        let lossy = FaultConfig { drop: 0.33, ..Default::default() };
+        let a = Engine::builder().ignore_env().force_network(true).fault_injection(lossy, round).build().unwrap();
+        let b = engine(true);
+        a.add_peer(&b.address()).unwrap();
+        b.add_peer(&a.address()).unwrap();
+        let len = 256 * 1024;
+        let src = b.alloc(len).unwrap();
+        let dst = a.alloc(len).unwrap();
+        src.fill(round as u8);
+        let (h, d) = (src.handle(), dst.descriptor());
+        let op = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 0, len: len as u64, imm: Some(4) };
+        let t = b.write(&op).unwrap();
+        assert_eq!(a.imm_counter(4).wait(1, WAIT), 1);
+        drop(dst);
+        drop(a); // leaves the moment its data is in, before the writer heard back
+        assert_eq!(t.wait_timeout(WAIT), Ok(()), "round {round}: the writer saw the receiver close first");
+    }
 }

@@ -31,6 +31,10 @@ pub const BATCH_BYTES_TARGET: usize = 512 * 1024;
 pub const COMMANDS_PER_TURN_MAX: usize = 256;
 /// Parts waiting for room on a connection (the protocol's ops-in-flight bound).
 pub const BACKLOG_PARTS_MAX: usize = 4096;
+/// How long the wire must stay quiet before a shutting-down worker closes its connections.
+pub const LINGER_QUIET: Duration = Duration::from_millis(30);
+/// Longest a shutting-down worker lingers (a peer that keeps sending does not hold it).
+pub const LINGER_MAX: Duration = Duration::from_secs(2);
 /// Longest an idle worker sleeps before re-checking its queue and timers.
 pub const IDLE_WAIT_MAX: Duration = Duration::from_millis(2);
 /// Marker byte of the datagram that wakes a sleeping worker.
@@ -149,7 +153,36 @@ impl Worker {
                 self.sleep();
             }
         }
+        self.linger();
         self.shut_down();
+    }
+
+    /// Before closing: keep receiving and acknowledging until our own operations are done and
+    /// the wire has been quiet for [`LINGER_QUIET`], at most [`LINGER_MAX`]. A peer whose last
+    /// write or barrier signal landed here, but whose acknowledgement was still due (or lost
+    /// and about to be asked for again), would otherwise see the connection close under it.
+    fn linger(&mut self) {
+        let start = std::time::Instant::now();
+        let mut last_activity = start;
+        while start.elapsed() < LINGER_MAX {
+            let mut progress = self.receive();
+            let now = self.now();
+            if self.ep.poll_timeout().is_some_and(|t| t <= now) {
+                self.ep.handle_timeout(now);
+            }
+            progress |= self.transmit();
+            progress |= self.drain_events();
+            if progress {
+                last_activity = std::time::Instant::now();
+            }
+            let own_work_done = self.ops.is_empty() && self.backlog.is_empty() && self.tx.is_empty();
+            if own_work_done && last_activity.elapsed() >= LINGER_QUIET {
+                return;
+            }
+            if !progress {
+                let _ = self.dp.wait_readable(Duration::from_millis(1));
+            }
+        }
     }
 
     /// `ACCORD_ENGINE_DEBUG`: one line per connection on stderr.
