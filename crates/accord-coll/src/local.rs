@@ -252,7 +252,7 @@ impl CollTransport for LocalTransport {
             });
         }
         let dst_len = dst.desc.len as usize;
-        if dst.offset.checked_add(src.len).map_or(true, |end| end > dst_len) {
+        if dst.offset.checked_add(src.len).is_none_or(|end| end > dst_len) {
             return Err(TransportError::OutOfBounds {
                 what: "write destination",
                 offset: dst.offset,

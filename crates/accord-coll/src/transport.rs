@@ -152,7 +152,7 @@ impl<'a> BufSlice<'a> {
     }
     /// Checks the range against the registered length.
     pub fn check(&self, what: &'static str) -> Result<(), TransportError> {
-        if self.offset.checked_add(self.len).map_or(true, |end| end > self.buf.len) {
+        if self.offset.checked_add(self.len).is_none_or(|end| end > self.buf.len) {
             return Err(TransportError::OutOfBounds {
                 what,
                 offset: self.offset,

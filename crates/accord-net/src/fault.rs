@@ -126,7 +126,7 @@ struct Held {
 impl Held {
     fn due(&self, now: Duration, packets_out: u64) -> bool {
         now >= self.release_at
-            && self.reorder.map_or(true, |(after, give_up_at)| packets_out >= after || now >= give_up_at)
+            && self.reorder.is_none_or(|(after, give_up_at)| packets_out >= after || now >= give_up_at)
     }
 
     /// Earliest clock time at which this packet may become due.

@@ -76,7 +76,7 @@ fn run_write(
                 break;
             }
             steps += 1;
-            if steps % 256 == 0 {
+            if steps.is_multiple_of(256) {
                 let acked = sim.connection_stats(Side::A).map_or(0, |s| s.bytes_acked);
                 if acked >= threshold {
                     let now = sim.now();

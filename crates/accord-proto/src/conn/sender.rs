@@ -127,7 +127,7 @@ impl Connection {
         }
         // Two rounds: a chunk that ran dry is replaced once.
         for _ in 0..2 {
-            if self.chunk.map_or(true, |c| c.packets_left == 0) {
+            if self.chunk.is_none_or(|c| c.packets_left == 0) {
                 self.chunk = None;
                 self.start_chunk(now)?;
             }

@@ -27,7 +27,7 @@ impl RttEstimator {
             return;
         }
         self.min = self.min.min(sample);
-        let diff = if sample > self.smoothed { sample - self.smoothed } else { self.smoothed - sample };
+        let diff = sample.abs_diff(self.smoothed);
         self.variance = (self.variance * 3 + diff) / 4;
         self.smoothed = (self.smoothed * 7 + sample) / 8;
     }
