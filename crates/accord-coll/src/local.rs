@@ -245,21 +245,7 @@ impl CollTransport for LocalTransport {
         imm: Option<u32>,
     ) -> Result<(), TransportError> {
         self.check_peer(peer)?;
-        src.check("write source")?;
-        if dst.desc.rank != peer {
-            return Err(TransportError::NotRegistered {
-                what: format!("descriptor of rank {} used for a write to rank {peer}", dst.desc.rank),
-            });
-        }
-        let dst_len = dst.desc.len as usize;
-        if dst.offset.checked_add(src.len).is_none_or(|end| end > dst_len) {
-            return Err(TransportError::OutOfBounds {
-                what: "write destination",
-                offset: dst.offset,
-                len: src.len,
-                buf_len: dst_len,
-            });
-        }
+        crate::transport::check_write(peer, src, &dst)?;
         let src_mem = self.local_mem(src.buf)?;
         let (dst_id, dst_mem) = self.remote_mem(dst.desc)?;
         if !self.admit_outgoing() {

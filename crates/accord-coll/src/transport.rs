@@ -212,6 +212,27 @@ pub struct RemoteSlice<'a> {
     pub offset: usize,
 }
 
+/// The checks every transport makes before a write: the source range fits its buffer, the
+/// descriptor belongs to `peer`, and the destination range fits the peer's buffer.
+pub fn check_write(peer: usize, src: BufSlice<'_>, dst: &RemoteSlice<'_>) -> Result<(), TransportError> {
+    src.check("write source")?;
+    if dst.desc.rank != peer {
+        return Err(TransportError::NotRegistered {
+            what: format!("descriptor of rank {} used for a write to rank {peer}", dst.desc.rank),
+        });
+    }
+    let dst_len = dst.desc.len as usize;
+    if dst.offset.checked_add(src.len).is_none_or(|end| end > dst_len) {
+        return Err(TransportError::OutOfBounds {
+            what: "write destination",
+            offset: dst.offset,
+            len: src.len,
+            buf_len: dst_len,
+        });
+    }
+    Ok(())
+}
+
 /// Local memory access callback: a read view of the source and a write view of
 /// the destination.
 pub type LocalAccessFn<'f> = dyn FnMut(&[u8], &mut [u8]) + 'f;

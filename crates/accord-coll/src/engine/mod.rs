@@ -352,21 +352,7 @@ impl CollTransport for EngineTransport {
         imm: Option<u32>,
     ) -> Result<(), TransportError> {
         self.check_peer(peer)?;
-        src.check("write source")?;
-        if dst.desc.rank != peer {
-            return Err(TransportError::NotRegistered {
-                what: format!("descriptor of rank {} used for a write to rank {peer}", dst.desc.rank),
-            });
-        }
-        let dst_len = dst.desc.len as usize;
-        if dst.offset.checked_add(src.len).is_none_or(|end| end > dst_len) {
-            return Err(TransportError::OutOfBounds {
-                what: "write destination",
-                offset: dst.offset,
-                len: src.len,
-                buf_len: dst_len,
-            });
-        }
+        crate::transport::check_write(peer, src, &dst)?;
         if src.len == 0 {
             return match imm {
                 Some(imm) => self.signal(peer, imm),
