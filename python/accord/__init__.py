@@ -11,6 +11,10 @@ memory is any writable buffer (numpy arrays, bytearrays, torch CPU tensors throu
             a.write(s, d.descriptor, imm=7).wait(timeout=5)
             assert b.imm_counter(7).value == 1 and (dst == src).all()
 
+Collectives: ``accord.Communicator`` (all_reduce, reduce, broadcast, all_gather,
+reduce_scatter, all_to_all, send/recv, barrier on numpy arrays) joins a torchrun-style job;
+``accord.run(fn, nprocs)`` starts such a job of local processes.
+
 Addresses and descriptors are exchanged out of band (they pickle, and ``str()`` gives JSON).
 Blocking calls release the GIL and Ctrl-C interrupts them; ``await transfer`` works in asyncio.
 Errors are subclasses of ``accord.AccordError`` (see ``accord.errors``).
@@ -25,6 +29,7 @@ from accord._accord import (
     VERSION,
     WAIT_SLICE_S,
     Address,
+    Communicator,
     Descriptor,
     Engine,
     ImmCounter,
@@ -43,16 +48,15 @@ from accord.errors import (
     ShutdownError,
     TimeoutError,
 )
+from accord._run import run
 
-# Collectives: `accord.Communicator` (bindings of the accord-coll crate) is not part of this
-# build yet. When it lands it is imported here from the native module and added to __all__;
-# until then the name does not exist, on purpose (no placeholder that pretends to work).
 
 __version__ = VERSION
 
 __all__ = [
     "Address",
     "AccordError",
+    "Communicator",
     "ConfigError",
     "Descriptor",
     "Engine",
@@ -69,6 +73,7 @@ __all__ = [
     "Transfer",
     "WAIT_SLICE_S",
     "__version__",
+    "run",
 ]
 
 # Engines still open at exit are closed while the interpreter can still run their callbacks.

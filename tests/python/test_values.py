@@ -55,9 +55,9 @@ def test_error_hierarchy() -> None:
         assert issubclass(cls, accord.AccordError)
 
 
-def test_no_communicator_yet() -> None:
-    # Collectives land with accord-coll; until then the name must not exist at all.
-    assert not hasattr(accord, "Communicator")
+def test_communicator_and_run_are_exported() -> None:
+    assert "Communicator" in accord.__all__ and "run" in accord.__all__
+    assert accord.Communicator.__module__ == "accord"
 
 
 def test_bad_configuration_says_what_to_fix() -> None:

@@ -14,11 +14,14 @@
 //! `core`); registered memory stays referenced until it is deregistered and no transfer reads
 //! it any more (see `region`).
 //!
-//! Collectives (`accord.Communicator`, from `accord-coll`) are not bound yet; they will get
-//! their own module here (`coll.rs`), registered in `_accord` below.
+//! Collectives: `Communicator` (`coll`, arrays checked and copied by `coll_array`) binds the
+//! `accord-coll` communicator over the TransferEngine; `accord.run` (`python/accord/_run.py`)
+//! launches a job of local processes for it.
 #![deny(unsafe_code)]
 
 mod bench;
+mod coll;
+mod coll_array;
 mod core;
 mod dlpack;
 mod engine;
@@ -34,6 +37,7 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _accord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<engine::Engine>()?;
+    m.add_class::<coll::Communicator>()?;
     m.add_class::<region::MemoryRegion>()?;
     m.add_class::<transfer::Transfer>()?;
     m.add_class::<transfer::ImmCounter>()?;
@@ -45,6 +49,5 @@ fn _accord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("WAIT_SLICE_S", values::WAIT_SLICE.as_secs_f64())?;
     m.add("RECV_QUEUED_MAX", recv::RECV_QUEUED_MAX)?;
     m.add("VERSION", env!("CARGO_PKG_VERSION"))?;
-    // Here, once accord-coll is available: m.add_class::<coll::Communicator>()?;
     Ok(())
 }

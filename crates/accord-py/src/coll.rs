@@ -1,0 +1,530 @@
+//! `accord.Communicator`: the collectives of `accord-coll` over the TransferEngine, on arrays.
+//!
+//! A convenience path, not the zero-copy one: each call copies the array into a `Vec` the
+//! communicator registers, runs the collective, and copies the result back. Arguments are
+//! checked (dtype, size, contiguity, writability, root and peer ranks) before anything is
+//! sent. The collective runs on a helper thread while the caller waits with the GIL released,
+//! in slices that look for signals, so Ctrl-C interrupts it (the communicator is then
+//! unusable: its peers are left mid-collective).
+
+use crate::coll_array::{array, expect_count, same_dtype, Array};
+use crate::errors::{error, Kind};
+use crate::values::WAIT_SLICE;
+use accord_coll::engine::{EngineSetupError, EngineTransport};
+use accord_coll::store::{Bootstrap, BootstrapConfig};
+use accord_coll::{Algo, Bufs, CollConfig, CollError, Collective, ReduceOp, StoreError, TransportError};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+use std::str::FromStr;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+type Comm = accord_coll::Communicator<EngineTransport>;
+
+/// Where the Rust communicator is.
+enum State {
+    /// Idle, ready for a call.
+    Ready(Box<Comm>),
+    /// A call on another thread has it.
+    Busy,
+    /// A call was interrupted; its thread still has it and drops it when done.
+    Interrupted,
+    /// `close` ran.
+    Closed,
+}
+
+/// A collective failure as the exception of `accord.errors` it belongs to.
+fn coll_error(e: CollError) -> PyErr {
+    let kind = match &e {
+        CollError::Timeout { .. } => Kind::Timeout,
+        CollError::PeerFailed { .. } => Kind::Peer,
+        CollError::BufferTooSmall { .. } => Kind::InvalidBuffer,
+        CollError::InvalidArgument { .. } | CollError::Mismatch { .. } | CollError::Reduce { .. } => {
+            Kind::InvalidRequest
+        }
+        CollError::Config(_) => Kind::Config,
+        CollError::Transport { source, .. } => match source {
+            TransportError::Timeout { .. } => Kind::Timeout,
+            TransportError::Aborted { .. } | TransportError::PeerUnreachable { .. } => Kind::Peer,
+            TransportError::Stopped => Kind::Shutdown,
+            _ => Kind::Accord,
+        },
+        _ => Kind::Accord,
+    };
+    error(kind, e.to_string())
+}
+
+/// A setup failure (rendezvous, engine start) as an exception.
+fn setup_error(e: EngineSetupError) -> PyErr {
+    let kind = match &e {
+        EngineSetupError::Coll(_) => {
+            let EngineSetupError::Coll(c) = e else { unreachable!("matched above") };
+            return coll_error(c);
+        }
+        EngineSetupError::Store(StoreError::MissingEnv { .. } | StoreError::InvalidEnv { .. }) => Kind::Config,
+        EngineSetupError::Store(
+            StoreError::Unreachable { .. } | StoreError::RanksMissing { .. } | StoreError::KeyTimeout { .. },
+        ) => Kind::Timeout,
+        EngineSetupError::Engine(_) => Kind::Config,
+        _ => Kind::Accord,
+    };
+    error(kind, format!("creating the communicator: {e}"))
+}
+
+/// Runs `job` on a helper thread; waits for it with the GIL released, in slices of
+/// [`WAIT_SLICE`] with a signal check between them. If a signal handler raises (Ctrl-C), the
+/// thread is left to finish on its own and the handler's exception is returned.
+fn background<R: Send + 'static>(py: Python<'_>, job: impl FnOnce() -> R + Send + 'static) -> PyResult<R> {
+    let (tx, rx) = mpsc::channel();
+    // A `Receiver` is not `Sync`; the mutex lets the wait borrow it with the GIL released.
+    let rx = Mutex::new(rx);
+    std::thread::Builder::new()
+        .name("accord-coll".into())
+        .spawn(move || {
+            let _ = tx.send(job());
+        })
+        .map_err(|e| error(Kind::Accord, format!("could not start a thread for the collective: {e}")))?;
+    loop {
+        match py.detach(|| rx.lock().unwrap().recv_timeout(WAIT_SLICE)) {
+            Ok(done) => return Ok(done),
+            Err(RecvTimeoutError::Timeout) => py.check_signals()?,
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(error(Kind::Accord, "the collective's thread panicked: create a new accord.Communicator"))
+            }
+        }
+    }
+}
+
+/// Registers `data`, runs `f` in place on it, deregisters it and returns its bytes.
+fn in_place(
+    comm: &mut Comm,
+    data: Vec<u8>,
+    f: impl FnOnce(&mut Comm, Bufs<'_>) -> Result<(), CollError>,
+) -> Result<Vec<u8>, CollError> {
+    let buf = comm.register(data)?;
+    let outcome = f(comm, Bufs::in_place(buf.all()));
+    let data = comm.deregister(buf);
+    outcome?;
+    data
+}
+
+/// Registers `input` and an output of `output_len` bytes, runs `f` on them, deregisters both
+/// and returns the output's bytes.
+fn out_of_place(
+    comm: &mut Comm,
+    input: Vec<u8>,
+    output_len: usize,
+    f: impl FnOnce(&mut Comm, Bufs<'_>) -> Result<(), CollError>,
+) -> Result<Vec<u8>, CollError> {
+    let send = comm.register(input)?;
+    let recv = match comm.register(vec![0; output_len]) {
+        Ok(recv) => recv,
+        Err(e) => {
+            let _ = comm.deregister(send);
+            return Err(e);
+        }
+    };
+    let outcome = f(comm, Bufs { send: send.all(), recv: recv.all() });
+    let _ = comm.deregister(send);
+    let data = comm.deregister(recv);
+    outcome?;
+    data
+}
+
+fn parse_op(op: &str) -> PyResult<ReduceOp> {
+    ReduceOp::from_str(op).map_err(|e| error(Kind::InvalidRequest, e.to_string()))
+}
+
+fn parse_algo(collective: Collective, algo: Option<&str>) -> PyResult<Option<Algo>> {
+    algo.map(|name| Algo::parse_for(collective, name).map_err(|e| error(Kind::InvalidRequest, e.to_string())))
+        .transpose()
+}
+
+/// The collectives of one rank of a job, on numpy arrays (and torch CPU tensors).
+///
+/// With no arguments the job comes from the torchrun variables (``RANK``, ``WORLD_SIZE``,
+/// ``MASTER_ADDR``, ``MASTER_PORT``, ``LOCAL_RANK``); arguments given replace the variable of
+/// the same name for this communicator only (``os.environ`` is left alone). ``timeout``
+/// (seconds) bounds the rendezvous and every collective (default: ``ACCORD_BOOTSTRAP_TIMEOUT_MS``
+/// and ``ACCORD_COLL_TIMEOUT_MS``).
+///
+/// Every rank calls the same collectives in the same order with matching arrays. Each call
+/// copies the array into registered memory and the result back: a convenience path, not a
+/// zero-copy one. Wrong arrays raise ``InvalidBufferError`` before anything is sent; failures
+/// involving peers raise ``accord.TimeoutError`` or ``PeerError`` naming the ranks, and leave
+/// the communicator unusable (create a new one). ``close()`` (or leaving a ``with`` block
+/// normally) ends with a barrier so no rank leaves while others still need it.
+#[pyclass(module = "accord", name = "Communicator")]
+pub struct Communicator {
+    state: Mutex<State>,
+    rank: usize,
+    world_size: usize,
+}
+
+impl Communicator {
+    /// Takes the communicator out for a call.
+    fn take(&self, op: &str) -> PyResult<Box<Comm>> {
+        let mut state = self.state.lock().unwrap();
+        match std::mem::replace(&mut *state, State::Busy) {
+            State::Ready(comm) => Ok(comm),
+            other => {
+                let message = match other {
+                    State::Busy => format!(
+                        "{op}: another call on this communicator is running: call collectives of one communicator \
+                         from one thread at a time"
+                    ),
+                    State::Interrupted => {
+                        format!("{op}: an earlier call was interrupted: create a new accord.Communicator")
+                    }
+                    _ => format!("{op}: the communicator is closed: create a new accord.Communicator"),
+                };
+                let kind = if matches!(other, State::Busy) { Kind::InvalidRequest } else { Kind::Shutdown };
+                *state = other;
+                Err(error(kind, message))
+            }
+        }
+    }
+
+    /// Runs `job` on the communicator, off the GIL; see [`background`].
+    fn run<R: Send + 'static>(
+        &self,
+        py: Python<'_>,
+        op: &str,
+        job: impl FnOnce(&mut Comm) -> Result<R, CollError> + Send + 'static,
+    ) -> PyResult<R> {
+        let mut comm = self.take(op)?;
+        match background(py, move || {
+            let outcome = job(&mut comm);
+            (comm, outcome)
+        }) {
+            Ok((comm, outcome)) => {
+                *self.state.lock().unwrap() = State::Ready(comm);
+                outcome.map_err(coll_error)
+            }
+            Err(e) => {
+                *self.state.lock().unwrap() = State::Interrupted;
+                Err(e)
+            }
+        }
+    }
+
+    fn check_rank(&self, op: &str, what: &str, rank: usize) -> PyResult<()> {
+        if rank >= self.world_size {
+            return Err(error(
+                Kind::InvalidRequest,
+                format!("{op}: {what} {rank} is out of range: ranks are 0..{} here", self.world_size),
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_peer(&self, op: &str, peer: usize) -> PyResult<()> {
+        self.check_rank(op, "peer", peer)?;
+        if peer == self.rank {
+            return Err(error(Kind::InvalidRequest, format!("{op}: peer {peer} is this rank: pass another rank")));
+        }
+        Ok(())
+    }
+
+    /// A reduction-style in-place call: copies in, runs, copies the result back.
+    fn run_in_place(
+        &self,
+        py: Python<'_>,
+        op: &str,
+        data: &Array<'_>,
+        copy_back: bool,
+        f: impl FnOnce(&mut Comm, Bufs<'_>) -> Result<(), CollError> + Send + 'static,
+    ) -> PyResult<()> {
+        let bytes = data.to_vec()?;
+        let out = self.run(py, op, move |comm| in_place(comm, bytes, f))?;
+        if copy_back {
+            data.write(&out)?;
+        }
+        Ok(())
+    }
+
+    /// An out-of-place call: copies the input in, runs, copies the output back.
+    fn run_out_of_place(
+        &self,
+        py: Python<'_>,
+        op: &str,
+        input: &Array<'_>,
+        output: &Array<'_>,
+        f: impl FnOnce(&mut Comm, Bufs<'_>) -> Result<(), CollError> + Send + 'static,
+    ) -> PyResult<()> {
+        let bytes = input.to_vec()?;
+        let output_len = output.nbytes;
+        let out = self.run(py, op, move |comm| out_of_place(comm, bytes, output_len, f))?;
+        output.write(&out)
+    }
+
+    /// Drops the communicator; with `barrier`, after a barrier (whose error is returned).
+    fn shut(&self, py: Python<'_>, barrier: bool) -> PyResult<()> {
+        let comm = {
+            let mut state = self.state.lock().unwrap();
+            match std::mem::replace(&mut *state, State::Closed) {
+                State::Ready(comm) => comm,
+                State::Busy => {
+                    *state = State::Busy;
+                    return Err(error(
+                        Kind::InvalidRequest,
+                        "close: another call on this communicator is running: close it once that call returns",
+                    ));
+                }
+                State::Interrupted | State::Closed => return Ok(()),
+            }
+        };
+        let outcome = background(py, move || {
+            let mut comm = comm;
+            let outcome = if barrier { comm.barrier() } else { Ok(()) };
+            drop(comm);
+            outcome
+        })?;
+        outcome.map_err(coll_error)
+    }
+}
+
+#[pymethods]
+impl Communicator {
+    #[new]
+    #[pyo3(signature = (rank = None, world_size = None, master_addr = None, master_port = None, *, timeout = None))]
+    fn new(
+        py: Python<'_>,
+        rank: Option<usize>,
+        world_size: Option<usize>,
+        master_addr: Option<String>,
+        master_port: Option<u16>,
+        timeout: Option<f64>,
+    ) -> PyResult<Self> {
+        let timeout = match timeout {
+            None => None,
+            Some(t) if t.is_finite() && t > 0.0 => Some(Duration::from_secs_f64(t.min(1e9))),
+            Some(t) => return Err(error(Kind::Config, format!("timeout {t} is not valid: give seconds > 0, or None"))),
+        };
+        let explicit = [
+            ("RANK", rank.map(|r| r.to_string())),
+            ("WORLD_SIZE", world_size.map(|n| n.to_string())),
+            ("MASTER_ADDR", master_addr),
+            ("MASTER_PORT", master_port.map(|p| p.to_string())),
+        ];
+        let lookup = |name: &str| match explicit.iter().find(|(n, _)| *n == name) {
+            Some((_, Some(value))) => Some(value.clone()),
+            _ => std::env::var(name).ok(),
+        };
+        let mut bootstrap_config = BootstrapConfig::from_lookup(lookup).map_err(|e| setup_error(e.into()))?;
+        let mut coll_config =
+            CollConfig::from_env().map_err(|e| error(Kind::Config, format!("creating the communicator: {e}")))?;
+        if let Some(t) = timeout {
+            bootstrap_config.timeout = t;
+            coll_config.timeout = t;
+        }
+        let comm = background(py, move || -> Result<Comm, EngineSetupError> {
+            let bootstrap = Bootstrap::connect(bootstrap_config)?;
+            let engine =
+                accord_engine::Engine::builder().build().map_err(|e| EngineSetupError::Engine(e.to_string()))?;
+            let transport = EngineTransport::join(bootstrap, Arc::new(engine))?;
+            Ok(accord_coll::Communicator::new(transport, coll_config)?)
+        })?
+        .map_err(setup_error)?;
+        Ok(Communicator {
+            rank: comm.rank(),
+            world_size: comm.world_size(),
+            state: Mutex::new(State::Ready(Box::new(comm))),
+        })
+    }
+
+    /// This rank.
+    #[getter]
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Number of ranks.
+    #[getter]
+    fn world_size(&self) -> usize {
+        self.world_size
+    }
+
+    /// Whether `close` ran (or the communicator was dropped after an interrupted call).
+    #[getter]
+    fn closed(&self) -> bool {
+        !matches!(*self.state.lock().unwrap(), State::Ready(_) | State::Busy)
+    }
+
+    /// Reduces `array` element-wise over all ranks, in place (`op`: sum, prod, min, max, avg;
+    /// avg truncates for integers). `algo` overrides the algorithm choice.
+    #[pyo3(signature = (array, op = "sum", *, algo = None))]
+    fn all_reduce(&self, py: Python<'_>, array: &Bound<'_, PyAny>, op: &str, algo: Option<&str>) -> PyResult<()> {
+        let name = "all_reduce";
+        let data = crate::coll_array::array(array, name, "array", true)?;
+        let (op, algo) = (parse_op(op)?, parse_algo(Collective::AllReduce, algo)?);
+        let (count, dtype) = (data.count, data.dtype);
+        self.run_in_place(py, name, &data, true, move |c, b| c.all_reduce(b, count, dtype, op, algo))
+    }
+
+    /// Reduces `array` element-wise over all ranks into `root`'s `array` (others' arrays are
+    /// left as they were).
+    #[pyo3(signature = (array, root, op = "sum", *, algo = None))]
+    fn reduce(
+        &self,
+        py: Python<'_>,
+        array: &Bound<'_, PyAny>,
+        root: usize,
+        op: &str,
+        algo: Option<&str>,
+    ) -> PyResult<()> {
+        let name = "reduce";
+        self.check_rank(name, "root", root)?;
+        let is_root = root == self.rank;
+        let data = crate::coll_array::array(array, name, "array", is_root)?;
+        let (op, algo) = (parse_op(op)?, parse_algo(Collective::Reduce, algo)?);
+        let (count, dtype) = (data.count, data.dtype);
+        self.run_in_place(py, name, &data, is_root, move |c, b| c.reduce(b, count, dtype, op, root, algo))
+    }
+
+    /// Copies `root`'s `array` into every other rank's `array`.
+    #[pyo3(signature = (array, root, *, algo = None))]
+    fn broadcast(&self, py: Python<'_>, array: &Bound<'_, PyAny>, root: usize, algo: Option<&str>) -> PyResult<()> {
+        let name = "broadcast";
+        self.check_rank(name, "root", root)?;
+        let is_root = root == self.rank;
+        let data = crate::coll_array::array(array, name, "array", !is_root)?;
+        let algo = parse_algo(Collective::Broadcast, algo)?;
+        let (count, dtype) = (data.count, data.dtype);
+        self.run_in_place(py, name, &data, !is_root, move |c, b| c.broadcast(b, count, dtype, root, algo))
+    }
+
+    /// Gathers every rank's `input` into `output` (world_size times as many elements), by rank.
+    #[pyo3(signature = (input, output, *, algo = None))]
+    fn all_gather(
+        &self,
+        py: Python<'_>,
+        input: &Bound<'_, PyAny>,
+        output: &Bound<'_, PyAny>,
+        algo: Option<&str>,
+    ) -> PyResult<()> {
+        let name = "all_gather";
+        let (input, output) = (array(input, name, "input", false)?, array(output, name, "output", true)?);
+        same_dtype(name, &input, &output)?;
+        expect_count(name, "output", &output, input.count * self.world_size, "world_size times the input")?;
+        let algo = parse_algo(Collective::AllGather, algo)?;
+        let (count, dtype) = (input.count, input.dtype);
+        self.run_out_of_place(py, name, &input, &output, move |c, b| c.all_gather(b, count, dtype, algo))
+    }
+
+    /// Reduces `input` (world_size blocks) over all ranks; rank r's `output` gets block r.
+    #[pyo3(signature = (input, output, op = "sum", *, algo = None))]
+    fn reduce_scatter(
+        &self,
+        py: Python<'_>,
+        input: &Bound<'_, PyAny>,
+        output: &Bound<'_, PyAny>,
+        op: &str,
+        algo: Option<&str>,
+    ) -> PyResult<()> {
+        let name = "reduce_scatter";
+        let (input, output) = (array(input, name, "input", false)?, array(output, name, "output", true)?);
+        same_dtype(name, &input, &output)?;
+        expect_count(name, "input", &input, output.count * self.world_size, "world_size times the output")?;
+        let (op, algo) = (parse_op(op)?, parse_algo(Collective::ReduceScatter, algo)?);
+        let (count, dtype) = (output.count, output.dtype);
+        self.run_out_of_place(py, name, &input, &output, move |c, b| c.reduce_scatter(b, count, dtype, op, algo))
+    }
+
+    /// Block j of `input` goes to rank j, landing at block r (this rank) of its `output`;
+    /// both hold world_size equal blocks.
+    #[pyo3(signature = (input, output, *, algo = None))]
+    fn all_to_all(
+        &self,
+        py: Python<'_>,
+        input: &Bound<'_, PyAny>,
+        output: &Bound<'_, PyAny>,
+        algo: Option<&str>,
+    ) -> PyResult<()> {
+        let name = "all_to_all";
+        let (input, output) = (array(input, name, "input", false)?, array(output, name, "output", true)?);
+        same_dtype(name, &input, &output)?;
+        expect_count(name, "output", &output, input.count, "as many elements as the input")?;
+        if input.count % self.world_size != 0 {
+            return Err(error(
+                Kind::InvalidBuffer,
+                format!(
+                    "all_to_all: the input has {} elements, not a multiple of world_size {}: pass world_size \
+                     equal blocks",
+                    input.count, self.world_size
+                ),
+            ));
+        }
+        let algo = parse_algo(Collective::AllToAll, algo)?;
+        let (count, dtype) = (input.count / self.world_size, input.dtype);
+        self.run_out_of_place(py, name, &input, &output, move |c, b| c.all_to_all(b, count, dtype, algo))
+    }
+
+    /// Sends `array` to `peer`, which calls `recv` with an array of the same size and dtype.
+    fn send(&self, py: Python<'_>, array: &Bound<'_, PyAny>, peer: usize) -> PyResult<()> {
+        let name = "send";
+        self.check_peer(name, peer)?;
+        let data = crate::coll_array::array(array, name, "array", false)?;
+        let (count, dtype) = (data.count, data.dtype);
+        self.run_in_place(py, name, &data, false, move |c, b| c.send(peer, b.send, count, dtype))
+    }
+
+    /// Receives into `array` what `peer` sends.
+    fn recv(&self, py: Python<'_>, array: &Bound<'_, PyAny>, peer: usize) -> PyResult<()> {
+        let name = "recv";
+        self.check_peer(name, peer)?;
+        let data = crate::coll_array::array(array, name, "array", true)?;
+        let (count, dtype) = (data.count, data.dtype);
+        self.run_in_place(py, name, &data, true, move |c, b| c.recv(peer, b.recv, count, dtype))
+    }
+
+    /// Returns once every rank has called it.
+    fn barrier(&self, py: Python<'_>) -> PyResult<()> {
+        self.run(py, "barrier", |c| c.barrier())
+    }
+
+    /// A barrier, then releases the communicator (idempotent). Every rank calls it.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.shut(py, true)
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// Leaving normally closes (with its barrier); leaving on an exception releases the
+    /// communicator without one (peers then time out naming this rank).
+    #[pyo3(signature = (*exc))]
+    fn __exit__(&self, py: Python<'_>, exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        let failed = exc.get_item(0).is_ok_and(|t| !t.is_none());
+        if failed {
+            let _ = self.shut(py, false);
+            Ok(false)
+        } else {
+            self.shut(py, true).map(|()| false)
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        let state = match *self.state.lock().unwrap() {
+            State::Ready(_) => "open",
+            State::Busy => "busy",
+            State::Interrupted => "interrupted",
+            State::Closed => "closed",
+        };
+        format!("Communicator(rank={}, world_size={}, {state})", self.rank, self.world_size)
+    }
+}
+
+impl Drop for Communicator {
+    fn drop(&mut self) {
+        let state = std::mem::replace(self.state.get_mut().unwrap_or_else(|e| e.into_inner()), State::Closed);
+        if let State::Ready(comm) = state {
+            // Dropping waits for writes in flight to be acknowledged: do it without the GIL.
+            let mut comm = Some(comm);
+            let _ = Python::try_attach(|py| py.detach(|| drop(comm.take())));
+            drop(comm);
+        }
+    }
+}

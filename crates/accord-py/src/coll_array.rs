@@ -1,0 +1,133 @@
+//! Arrays as collective buffers: what `accord.Communicator` accepts (any C-contiguous buffer
+//! of a supported element type: numpy arrays, torch CPU tensors through `.numpy()` or DLPack),
+//! checked before anything is sent; the bytes copied out of it into a `Vec` the communicator
+//! registers, and the result copied back in.
+//!
+//! The element type comes from the buffer's struct format (`f` float32, `d` float64, `e`
+//! float16, `b`/`B` int8/uint8, signed integers of 4 or 8 bytes int32/int64). bfloat16 has no
+//! buffer-protocol format, so it is not accepted from arrays.
+
+use crate::errors::{error, Kind};
+use accord_coll::DType;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyMemoryView};
+
+/// A checked array: its flat byte view (format `B`), element type and count.
+pub(crate) struct Array<'py> {
+    /// `memoryview(obj).cast("B")`: reading gives the bytes, slice assignment writes them back.
+    bytes_view: Bound<'py, PyAny>,
+    pub(crate) dtype: DType,
+    pub(crate) count: usize,
+    pub(crate) nbytes: usize,
+}
+
+fn invalid(message: String) -> PyErr {
+    error(Kind::InvalidBuffer, message)
+}
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "object".into())
+}
+
+/// The element type of a struct-module format with `itemsize` bytes.
+fn dtype_of(format: &str, itemsize: usize) -> Option<DType> {
+    let code = format.trim_start_matches(['@', '=', '<', '>', '!']);
+    match (code, itemsize) {
+        ("f", 4) => Some(DType::F32),
+        ("d", 8) => Some(DType::F64),
+        ("e", 2) => Some(DType::F16),
+        ("b", 1) => Some(DType::I8),
+        ("B", 1) => Some(DType::U8),
+        ("h" | "i" | "l" | "q" | "n", 4) => Some(DType::I32),
+        ("h" | "i" | "l" | "q" | "n", 8) => Some(DType::I64),
+        _ => None,
+    }
+}
+
+/// The memoryview of `obj`: the buffer protocol directly, else (torch tensors) `obj.numpy()`,
+/// else `numpy.from_dlpack(obj)`.
+fn memoryview_of<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py, PyMemoryView>> {
+    if let Ok(view) = PyMemoryView::from(obj) {
+        return Ok(view);
+    }
+    let py = obj.py();
+    let converted = if obj.hasattr("numpy")? {
+        obj.call_method0("numpy")
+    } else if obj.hasattr("__dlpack__")? {
+        py.import("numpy").and_then(|np| np.call_method1("from_dlpack", (obj,)))
+    } else {
+        return Err(invalid(format!(
+            "a {name} is not an array: pass a numpy array (or a torch CPU tensor) of float32, float64, float16, \
+             int8, uint8, int32 or int64"
+        )));
+    };
+    let converted = converted.map_err(|e| invalid(format!("cannot use a {name} as a host array: {}", e.value(py))))?;
+    PyMemoryView::from(&converted).map_err(|e| invalid(format!("cannot read a {name}: {}", e.value(py))))
+}
+
+/// Checks `obj` for `what` (`"input"`, `"output"`...) of `op`; `writable` when results are
+/// written into it.
+pub(crate) fn array<'py>(obj: &Bound<'py, PyAny>, op: &str, what: &str, writable: bool) -> PyResult<Array<'py>> {
+    let name = type_name(obj);
+    let view = memoryview_of(obj, &name)?;
+    if writable && view.getattr("readonly")?.is_truthy()? {
+        return Err(invalid(format!(
+            "{op}: the {what} ({name}) is read-only but results are written into it: pass a writable array \
+             (array.copy())"
+        )));
+    }
+    if !view.getattr("c_contiguous")?.is_truthy()? {
+        return Err(invalid(format!(
+            "{op}: the {what} ({name}) is not C-contiguous (a strided slice or a transposed array): pass \
+             numpy.ascontiguousarray(x) and copy the result back"
+        )));
+    }
+    let format: String = view.getattr("format")?.extract()?;
+    let itemsize: usize = view.getattr("itemsize")?.extract()?;
+    let dtype = dtype_of(&format, itemsize).ok_or_else(|| {
+        invalid(format!(
+            "{op}: the {what} ({name}) has elements of format {format:?} ({itemsize} bytes), which collectives do \
+             not reduce: use float32, float64, float16, int8, uint8, int32 or int64"
+        ))
+    })?;
+    let nbytes: usize = view.getattr("nbytes")?.extract()?;
+    if nbytes == 0 {
+        return Err(invalid(format!("{op}: the {what} ({name}) is empty: pass at least one element")));
+    }
+    let bytes_view = view.call_method1("cast", ("B",))?;
+    Ok(Array { bytes_view, dtype, count: nbytes / itemsize, nbytes })
+}
+
+impl Array<'_> {
+    /// A copy of the array's bytes.
+    pub(crate) fn to_vec(&self) -> PyResult<Vec<u8>> {
+        let bytes = self.bytes_view.call_method0("tobytes")?;
+        Ok(bytes.cast::<PyBytes>()?.as_bytes().to_vec())
+    }
+
+    /// Writes `bytes` (exactly `nbytes` of them) into the array.
+    pub(crate) fn write(&self, bytes: &[u8]) -> PyResult<()> {
+        debug_assert_eq!(bytes.len(), self.nbytes);
+        let py = self.bytes_view.py();
+        self.bytes_view.set_item(pyo3::types::PySlice::full(py), PyBytes::new(py, bytes))
+    }
+}
+
+/// `InvalidBufferError` unless `a` and `b` have the same element type.
+pub(crate) fn same_dtype(op: &str, a: &Array<'_>, b: &Array<'_>) -> PyResult<()> {
+    if a.dtype != b.dtype {
+        return Err(invalid(format!(
+            "{op}: input has elements of {} but output of {}: pass arrays of one dtype",
+            a.dtype, b.dtype
+        )));
+    }
+    Ok(())
+}
+
+/// `InvalidBufferError` unless `array` has `count` elements.
+pub(crate) fn expect_count(op: &str, what: &str, array: &Array<'_>, count: usize, why: &str) -> PyResult<()> {
+    if array.count != count {
+        return Err(invalid(format!("{op}: the {what} has {} elements but needs {count} ({why})", array.count)));
+    }
+    Ok(())
+}

@@ -1,0 +1,70 @@
+"""accord.Communicator over accord.run: every collective against numpy, misuse refused before
+anything is sent, failures reported by rank, the explicit-argument constructor."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+import accord
+import coll_roles
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_every_collective_matches_numpy(world_size: int) -> None:
+    checked = accord.run(coll_roles.every_collective, world_size, timeout=90)
+    assert len(checked) == world_size and len(set(checked)) == 1 and checked[0] > 100
+
+
+def test_misuse_raises_before_anything_is_sent() -> None:
+    raised = accord.run(coll_roles.misuse, 2, timeout=60)
+    assert raised[0] == raised[1]
+    assert len(raised[0]) == 16, raised[0]
+
+
+def test_explicit_arguments_without_environment() -> None:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        port = s.getsockname()[1]
+    results = accord.run(coll_roles.explicit_arguments, 2, port, timeout=60)
+    assert results == [(0, 3), (1, 3)]
+
+
+def test_a_rank_that_raises_is_named() -> None:
+    with pytest.raises(accord.AccordError, match=r"rank\(s\) \[1\] failed") as info:
+        accord.run(coll_roles.one_rank_raises, 3, 1, timeout=60)
+    assert "ValueError: rank 1 gives up" in str(info.value)
+
+
+def test_a_rank_that_exits_non_zero_is_named() -> None:
+    with pytest.raises(accord.AccordError, match=r"(?s)rank\(s\) \[1\] failed.*code 3"):
+        accord.run(coll_roles.exits_with, 2, 3, timeout=60)
+
+
+def test_run_sets_the_torchrun_variables_in_children_only() -> None:
+    before = dict(os.environ)
+    envs = accord.run(coll_roles.environment, 2, timeout=60)
+    assert dict(os.environ) == before
+    assert [e["RANK"] for e in envs] == ["0", "1"] and {e["WORLD_SIZE"] for e in envs} == {"2"}
+    assert envs[0]["MASTER_PORT"] == envs[1]["MASTER_PORT"]
+    assert 20000 <= int(envs[0]["MASTER_PORT"]) < 30000
+    assert envs[0]["MASTER_ADDR"] == "127.0.0.1" and envs[1]["LOCAL_WORLD_SIZE"] == "2"
+
+
+def test_a_missing_peer_times_out_naming_it() -> None:
+    outcome = accord.run(coll_roles.peer_timeout, 2, timeout=60)
+    assert outcome[0].startswith(("TimeoutError", "PeerError")) and "1" in outcome[0], outcome[0]
+
+
+def test_communicator_without_environment_says_what_to_set() -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    if env != dict(os.environ):
+        pytest.skip("torchrun variables are set in this shell")
+    with pytest.raises(accord.ConfigError, match="RANK"):
+        accord.Communicator()
+    with pytest.raises(accord.ConfigError, match="timeout"):
+        accord.Communicator(0, 1, "127.0.0.1", 1, timeout=-1)
