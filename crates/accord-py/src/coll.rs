@@ -11,13 +11,13 @@ use crate::coll_array::{array, expect_count, same_dtype, Array};
 use crate::errors::{error, Kind};
 use crate::values::WAIT_SLICE;
 use accord_coll::engine::{EngineSetupError, EngineTransport};
-use accord_coll::store::{Bootstrap, BootstrapConfig};
+use accord_coll::store::BootstrapConfig;
 use accord_coll::{Algo, Bufs, CollConfig, CollError, Collective, ReduceOp, StoreError, TransportError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use std::str::FromStr;
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 type Comm = accord_coll::Communicator<EngineTransport>;
@@ -320,11 +320,7 @@ impl Communicator {
             coll_config.timeout = t;
         }
         let comm = background(py, move || -> Result<Comm, EngineSetupError> {
-            let bootstrap = Bootstrap::connect(bootstrap_config)?;
-            let engine =
-                accord_engine::Engine::builder().build().map_err(|e| EngineSetupError::Engine(e.to_string()))?;
-            let transport = EngineTransport::join(bootstrap, Arc::new(engine))?;
-            Ok(accord_coll::Communicator::new(transport, coll_config)?)
+            accord_coll::engine::communicator_from_config(bootstrap_config, coll_config)
         })?
         .map_err(setup_error)?;
         Ok(Communicator {

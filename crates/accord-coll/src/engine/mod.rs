@@ -546,6 +546,18 @@ impl Drop for EngineTransport {
 /// configured from `ACCORD_*` variables.
 pub fn communicator_from_env() -> Result<Communicator<EngineTransport>, EngineSetupError> {
     let config = CollConfig::from_env().map_err(|e| EngineSetupError::Engine(e.to_string()))?;
-    let transport = EngineTransport::from_env()?;
+    communicator_from_config(crate::store::BootstrapConfig::from_env()?, config)
+}
+
+/// A communicator for the job `bootstrap` describes (rank, world, rendezvous address,
+/// timeout), over a new engine built with its `ACCORD_*` overrides, with collective settings
+/// `config`. For callers that take the job from somewhere other than the environment.
+pub fn communicator_from_config(
+    bootstrap: crate::store::BootstrapConfig,
+    config: CollConfig,
+) -> Result<Communicator<EngineTransport>, EngineSetupError> {
+    let bootstrap = Bootstrap::connect(bootstrap)?;
+    let engine = Engine::builder().build().map_err(|e| EngineSetupError::Engine(e.to_string()))?;
+    let transport = EngineTransport::join(bootstrap, Arc::new(engine))?;
     Ok(Communicator::new(transport, config)?)
 }
