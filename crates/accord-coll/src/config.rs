@@ -48,11 +48,12 @@ impl Default for Thresholds {
     fn default() -> Self {
         Thresholds {
             all_reduce_recursive_doubling_bytes_max: 32 * 1024,
-            all_reduce_rabenseifner_bytes_max: 1024 * 1024,
+            // Measured on 32 cores, 4 and 8 ranks: docs/results/2026-11-22-algo-thresholds.md.
+            all_reduce_rabenseifner_bytes_max: 32 << 20,
             tree_bytes_max: 64 * 1024,
             all_gather_bruck_bytes_max: 64 * 1024,
             reduce_scatter_halving_bytes_max: 64 * 1024,
-            all_to_all_direct_block_bytes_max: 64 * 1024,
+            all_to_all_direct_block_bytes_max: 4 << 20,
         }
     }
 }

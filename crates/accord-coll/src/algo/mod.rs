@@ -203,11 +203,11 @@ impl fmt::Display for Algo {
 ///
 /// | collective | rule (bytes = the size named in [`crate::config::Thresholds`]) |
 /// |---|---|
-/// | all_reduce | ≤ 32 KiB recursive doubling; ≤ 1 MiB Rabenseifner; else ring |
+/// | all_reduce | ≤ 32 KiB recursive doubling; ≤ 32 MiB Rabenseifner; else ring |
 /// | reduce, broadcast | ≤ 64 KiB binomial tree; else ring (pipelined chain) |
 /// | all_gather | output ≤ 64 KiB Bruck; else ring |
 /// | reduce_scatter | input ≤ 64 KiB recursive halving; else ring |
-/// | all_to_all(v) | per-peer block ≤ 64 KiB direct; else pairwise |
+/// | all_to_all(v) | per-peer block ≤ 4 MiB direct; else pairwise |
 /// | barrier | dissemination |
 ///
 /// `bytes` is the size the rule for `collective` names. Every rank must reach

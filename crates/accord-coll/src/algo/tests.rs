@@ -435,7 +435,9 @@ fn default_selection_follows_thresholds() {
     assert_eq!(select(Collective::AllReduce, 64 << 20, Some(Algo::Rabenseifner), &c), Algo::Rabenseifner);
     assert_eq!(select(Collective::Broadcast, 1 << 20, None, &c), Algo::Ring);
     assert_eq!(select(Collective::AllGather, 100, None, &c), Algo::Bruck);
-    assert_eq!(select(Collective::AllToAll, 1 << 20, None, &c), Algo::Pairwise);
+    assert_eq!(select(Collective::AllReduce, 16 << 20, None, &c), Algo::Rabenseifner);
+    assert_eq!(select(Collective::AllToAll, 1 << 20, None, &c), Algo::Direct);
+    assert_eq!(select(Collective::AllToAll, 8 << 20, None, &c), Algo::Pairwise);
     let mut c2 = c.clone();
     c2.algo_overrides.insert(Collective::AllReduce, Algo::Ring);
     assert_eq!(select(Collective::AllReduce, 8, None, &c2), Algo::Ring);
