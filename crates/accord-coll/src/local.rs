@@ -329,16 +329,11 @@ impl CollTransport for LocalTransport {
         dst: BufSlice<'_>,
         f: &mut LocalAccessFn<'_>,
     ) -> Result<(), TransportError> {
-        src.check("local source")?;
-        dst.check("local destination")?;
         let src_mem = self.local_mem(src.buf)?;
         let dst_mem = self.local_mem(dst.buf)?;
+        crate::transport::check_local_access(src, dst, Arc::ptr_eq(&src_mem, &dst_mem))?;
         if Arc::ptr_eq(&src_mem, &dst_mem) {
             let (s0, d0) = (src.offset, dst.offset);
-            let disjoint = s0 + src.len <= d0 || d0 + dst.len <= s0 || src.len == 0 || dst.len == 0;
-            if !disjoint {
-                return Err(TransportError::Overlap { src_offset: s0, dst_offset: d0, len: src.len.max(dst.len) });
-            }
             let mut v = lock(&src_mem);
             if s0 + src.len <= d0 {
                 let (left, right) = v.split_at_mut(d0);

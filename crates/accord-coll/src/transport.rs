@@ -233,6 +233,21 @@ pub fn check_write(peer: usize, src: BufSlice<'_>, dst: &RemoteSlice<'_>) -> Res
     Ok(())
 }
 
+/// The checks before a local access: both ranges fit their buffers, and when they are in one
+/// buffer (`same_buffer`) they do not overlap.
+pub fn check_local_access(src: BufSlice<'_>, dst: BufSlice<'_>, same_buffer: bool) -> Result<(), TransportError> {
+    src.check("local source")?;
+    dst.check("local destination")?;
+    if same_buffer {
+        let (a, b) = (src.offset, dst.offset);
+        let disjoint = a + src.len <= b || b + dst.len <= a || src.len == 0 || dst.len == 0;
+        if !disjoint {
+            return Err(TransportError::Overlap { src_offset: a, dst_offset: b, len: src.len.max(dst.len) });
+        }
+    }
+    Ok(())
+}
+
 /// Local memory access callback: a read view of the source and a write view of
 /// the destination.
 pub type LocalAccessFn<'f> = dyn FnMut(&[u8], &mut [u8]) + 'f;

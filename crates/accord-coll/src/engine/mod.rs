@@ -481,17 +481,9 @@ impl CollTransport for EngineTransport {
         dst: BufSlice<'_>,
         f: &mut LocalAccessFn<'_>,
     ) -> Result<(), TransportError> {
-        src.check("local source")?;
-        dst.check("local destination")?;
         let s = self.registered(src.buf)?;
         let d = self.registered(dst.buf)?;
-        if Arc::ptr_eq(&s, &d) {
-            let (a, b) = (src.offset, dst.offset);
-            let disjoint = a + src.len <= b || b + dst.len <= a || src.len == 0 || dst.len == 0;
-            if !disjoint {
-                return Err(TransportError::Overlap { src_offset: a, dst_offset: b, len: src.len.max(dst.len) });
-            }
-        }
+        crate::transport::check_local_access(src, dst, Arc::ptr_eq(&s, &d))?;
         f(s.pinned.view(src.offset, src.len), d.pinned.view_mut(dst.offset, dst.len));
         Ok(())
     }
