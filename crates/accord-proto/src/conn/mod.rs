@@ -84,7 +84,7 @@ pub(crate) struct Connection {
     ecn_ce_received: u32,
     peer_ecn_ce_count: u32,
     chunk: Option<Chunk>,
-    /// Start and size of the last chunk, for pacing (see `paced_until`).
+    /// Start and size of the last chunk sent under pacing (see `paced_until`).
     last_chunk: Option<(Instant, u32)>,
     /// When a chunk blocked by pacing may go (valid while `pacing_blocked`).
     next_send_at: Instant,

@@ -72,8 +72,8 @@ impl Connection {
         }
     }
 
-    /// When pacing lets the next chunk go: the last chunk's start plus its bytes at the rate
-    /// the policy asks for *now*. Computed afresh each time, so a rate that rose (or pacing
+    /// When pacing lets the next chunk go: the last paced chunk's start plus its bytes at the
+    /// rate the policy asks for *now*. Computed afresh each time, so a rate that rose (or pacing
     /// that stopped, once the window is back above a packet) takes effect at once instead of a
     /// deadline set while the rate was low.
     fn paced_until(&self) -> Option<Instant> {
@@ -113,7 +113,9 @@ impl Connection {
         self.refresh_path_ages();
         let avoid = if retransmit { lost_path } else { None };
         let path = self.selector.select(now, &self.paths, &mut self.rng, avoid);
-        self.last_chunk = Some((now, chunk_bytes));
+        // Only a chunk sent under pacing leaves a gap to keep; one sent while the window alone
+        // ruled (no pacing) owes nothing when pacing starts later (e.g. after a timeout).
+        self.last_chunk = self.cc.pacing_rate_bytes_per_sec().filter(|&r| r > 0).map(|_| (now, chunk_bytes));
         self.chunk = Some(Chunk { path, packets_left: packets, retransmission: retransmit });
         Some(())
     }
