@@ -3,7 +3,7 @@
 use super::{Chunk, Connection};
 use crate::api::{Event, PayloadRef, RxMeta, Transmit};
 use crate::cc::{AckEvent, CongestionControl, LossEvent, RetransmitDecision};
-use crate::ids::{PathId, Psn};
+use crate::ids::PathId;
 use crate::path::PathSelector;
 use crate::send::{OpError, SentPacket};
 use crate::time::Instant;
@@ -308,9 +308,11 @@ impl Connection {
         self.stats.acks_received += 1;
         let mut touched = PathSet::default();
         let (mut acked_bytes, mut acked_packets) = (0u64, 0u64);
-        let cumulative: Vec<Psn> = self.send.unresolved_below(ack.cum_ack).collect();
+        // Everything below the cumulative point, then the SACKed ones; `resolve` skips what is
+        // already resolved. A plain range: no allocation per ACK.
+        let cumulative = self.send.floor()..ack.cum_ack.min(self.send.next_psn());
         let selective = ack.sack.iter_set().map(|bit| ack.cum_ack + 1 + bit as u64);
-        for psn in cumulative.into_iter().chain(selective) {
+        for psn in cumulative.chain(selective) {
             if let Some(packet) = self.send.resolve(psn) {
                 acked_bytes += packet.len as u64;
                 acked_packets += 1;
