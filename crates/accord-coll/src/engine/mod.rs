@@ -78,7 +78,8 @@ pub enum EngineSetupError {
 }
 
 struct Registered {
-    pinned: Pinned,
+    /// Shared with the engine's in-flight transfers that read it (see `pinned::register`).
+    pinned: Arc<Pinned>,
     /// The engine's handle and descriptor (none for an empty buffer: nothing to write into).
     region: Option<(MrHandle, MrDescriptor)>,
 }
@@ -317,11 +318,14 @@ impl CollTransport for EngineTransport {
     fn register(&self, memory: Vec<u8>) -> Result<LocalBuf, TransportError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let len = memory.len();
-        let pinned = Pinned::new(memory);
+        let pinned = Arc::new(Pinned::new(memory));
         let region = if len == 0 {
             None
         } else {
-            Some(pinned.register(&self.engine).map_err(|e| TransportError::NotRegistered { what: e.to_string() })?)
+            Some(
+                pinned::register(&pinned, &self.engine)
+                    .map_err(|e| TransportError::NotRegistered { what: e.to_string() })?,
+            )
         };
         let token = match &region {
             Some((_, desc)) => desc.to_string_compact().into_bytes(),
@@ -338,9 +342,14 @@ impl CollTransport for EngineTransport {
         if let Some((handle, _)) = &entry.region {
             self.engine.deregister(handle);
         }
-        match Arc::try_unwrap(entry) {
-            Ok(registered) => Ok(registered.pinned.into_vec()),
-            Err(_) => Err(TransportError::NotRegistered { what: format!("local buffer {} (still in use)", buf.id()) }),
+        // The memory comes back only once no transfer reads it any more; otherwise it stays
+        // alive with those transfers and is freed after the last one.
+        let pinned = Arc::try_unwrap(entry).ok().and_then(|registered| Arc::try_unwrap(registered.pinned).ok());
+        match pinned {
+            Some(pinned) => Ok(pinned.into_vec()),
+            None => Err(TransportError::NotRegistered {
+                what: format!("local buffer {} (still read by transfers in flight; flush first)", buf.id()),
+            }),
         }
     }
 
@@ -518,7 +527,8 @@ impl CollTransport for EngineTransport {
 }
 
 /// How long dropping a transport waits for its writes and signals in flight to be
-/// acknowledged (a rank leaving right after a barrier still owes its peers its signals).
+/// acknowledged (a rank leaving right after a barrier still owes its peers its signals). Past
+/// it, registered memory still read by a transfer stays alive with that transfer.
 pub const DRAIN_ON_DROP: Duration = Duration::from_secs(5);
 
 impl Drop for EngineTransport {

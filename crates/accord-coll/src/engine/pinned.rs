@@ -55,15 +55,15 @@ impl Pinned {
     }
 }
 
-impl Pinned {
-    /// Registers this buffer with `engine` for one-sided writes by peers.
-    pub(crate) fn register(
-        &self,
-        engine: &accord_engine::Engine,
-    ) -> Result<(accord_engine::MrHandle, accord_engine::MrDescriptor), accord_engine::RegisterError> {
-        // Safety: the allocation is owned by `self`, does not move (no `&mut Vec` is ever
-        // handed out) and outlives the registration: `EngineTransport::deregister` removes the
-        // region before `into_vec` gives the memory back, and drop does the same.
-        unsafe { engine.register_raw(self.ptr, self.len(), accord_engine::MemoryKind::Host) }
-    }
+/// Registers `pinned` with `engine` for one-sided writes by peers; the engine keeps a clone of
+/// the `Arc` with every transfer that reads the region, so the memory outlives them all.
+pub(crate) fn register(
+    pinned: &std::sync::Arc<Pinned>,
+    engine: &accord_engine::Engine,
+) -> Result<(accord_engine::MrHandle, accord_engine::MrDescriptor), accord_engine::RegisterError> {
+    let owner: accord_engine::MemoryOwner = pinned.clone();
+    // Safety: the allocation is owned by the `Pinned` behind `owner`, never moves (no `&mut
+    // Vec` is handed out) and lives as long as any clone of `owner`, which the engine holds
+    // for every transfer reading it; `into_vec` runs only once every clone is gone.
+    unsafe { engine.register_raw_owned(pinned.ptr, pinned.len(), accord_engine::MemoryKind::Host, Some(owner)) }
 }

@@ -293,7 +293,8 @@ impl Engine {
         }
         let alloc = Arc::new(Allocation::new(len)?);
         let key = RegionKey(random_u64());
-        let region = Region { base: alloc.base(), len: len as u64, key, keep: Some(alloc.clone()) };
+        let keep: crate::memory::MemoryOwner = alloc.clone();
+        let region = Region { base: alloc.base(), len: len as u64, key, keep: Some(keep) };
         let id = self.shared.regions.write().unwrap().insert(region)?;
         let handle = MrHandle { engine: self.id(), region: id, len: len as u64 };
         let descriptor = MrDescriptor { engine: self.id(), region: id.0, key: key.0, len: len as u64 };
@@ -315,12 +316,33 @@ impl Engine {
         len: usize,
         kind: MemoryKind,
     ) -> Result<(MrHandle, MrDescriptor), RegisterError> {
+        // Safety: forwarded; the caller upholds register_raw's contract.
+        unsafe { self.register_raw_owned(ptr, len, kind, None) }
+    }
+
+    /// As [`Engine::register_raw`], with an `owner` that keeps the memory alive: every transfer
+    /// reading the region holds a clone of it, so the memory outlives transfers still in flight
+    /// after [`Engine::deregister`] (a retransmission, a failover) instead of relying on the
+    /// caller to wait for them.
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` must be valid for reads and writes for as long as `owner` (or a clone)
+    /// lives, or, without an owner, as for [`Engine::register_raw`]; no Rust reference to it
+    /// may be alive while it is registered.
+    #[allow(unsafe_code)]
+    pub unsafe fn register_raw_owned(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        kind: MemoryKind,
+        owner: Option<crate::memory::MemoryOwner>,
+    ) -> Result<(MrHandle, MrDescriptor), RegisterError> {
         let MemoryKind::Host = kind;
         if len == 0 || len as u64 > REGION_BYTES_MAX || ptr.is_null() {
             return Err(RegisterError::BadLength { len: len as u64, max: REGION_BYTES_MAX });
         }
         let key = RegionKey(random_u64());
-        let region = Region { base: ptr as usize, len: len as u64, key, keep: None };
+        let region = Region { base: ptr as usize, len: len as u64, key, keep: owner };
         let id = self.shared.regions.write().unwrap().insert(region)?;
         let handle = MrHandle { engine: self.id(), region: id, len: len as u64 };
         Ok((handle, MrDescriptor { engine: self.id(), region: id.0, key: key.0, len: len as u64 }))

@@ -110,7 +110,9 @@ fn dispatch_part(shared: &Arc<Shared>, spec: PartSpec, transfer: Arc<TransferSta
     if !shared.config.force_network {
         let local = if spec.peer == shared.id { Some(shared.clone()) } else { local_engine(spec.peer) };
         if let Some(peer) = local {
-            transfer.part_done(run_local(&peer, spec.kind, &spec.source));
+            let result = run_local(&peer, spec.kind, &spec.source);
+            drop(spec.source); // released before completion, as `Part::finish` does
+            transfer.part_done(result);
             return;
         }
     }

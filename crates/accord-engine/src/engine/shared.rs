@@ -45,6 +45,16 @@ pub(crate) struct Part {
     pub(crate) attempts: usize,
 }
 
+impl Part {
+    /// Completes this part, releasing its source first: whoever the completion wakes may reuse
+    /// or free the memory at once (the source may be what keeps it alive).
+    pub(crate) fn finish(self, result: Result<(), TransferError>) {
+        let Part { transfer, source, .. } = self;
+        drop(source);
+        transfer.part_done(result);
+    }
+}
+
 /// What a worker is told.
 pub(crate) enum Command {
     Submit(Part),
@@ -131,11 +141,11 @@ impl Shared {
     pub(crate) fn route(&self, part: Part, lane: Option<usize>) {
         let lane = lane.or_else(|| self.pick_lane(part.peer));
         let Some(lane) = lane else {
-            part.transfer.part_done(Err(TransferError::PeerUnreachable));
+            part.finish(Err(TransferError::PeerUnreachable));
             return;
         };
         if let Err(Command::Submit(part)) = self.send_command(lane, Command::Submit(part)) {
-            part.transfer.part_done(Err(TransferError::ShutDown));
+            part.finish(Err(TransferError::ShutDown));
         }
     }
 
@@ -143,7 +153,7 @@ impl Shared {
     pub(crate) fn resubmit(&self, mut part: Part, error: TransferError) {
         part.attempts += 1;
         if part.attempts >= self.lanes.len() || self.live_lanes(part.peer).is_empty() {
-            part.transfer.part_done(Err(error));
+            part.finish(Err(error));
             return;
         }
         self.route(part, None);

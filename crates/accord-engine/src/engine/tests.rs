@@ -254,3 +254,32 @@ fn a_receiver_that_leaves_right_after_the_data_landed_still_acknowledges_it() {
         assert_eq!(t.wait_timeout(WAIT), Ok(()), "round {round}: the writer saw the receiver close first");
     }
 }
+
+#[test]
+#[allow(unsafe_code)]
+fn an_owned_registration_outlives_deregistration_while_a_transfer_reads_it() {
+    let (a, b) = pair(true);
+    let len = 1 << 20;
+    let data = pattern(11, len);
+    let owner = Arc::new(std::sync::Mutex::new(data.clone()));
+    let ptr = owner.lock().unwrap().as_mut_ptr();
+    let weak = Arc::downgrade(&owner);
+    let dyn_owner: crate::MemoryOwner = owner.clone();
+    // Safety: the Vec behind `owner` never moves or resizes and lives while `owner` does.
+    let (h, _) = unsafe { a.register_raw_owned(ptr, len, crate::MemoryKind::Host, Some(dyn_owner)) }.unwrap();
+    let dst = b.alloc(len).unwrap();
+    let d = dst.descriptor();
+    let op = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 0, len: len as u64, imm: None };
+    let t = a.write(&op).unwrap();
+    // Deregister and let go of our reference before the transfer is done: the transfer keeps
+    // the memory alive.
+    assert!(a.deregister(&h));
+    drop(owner);
+    t.wait_timeout(WAIT).unwrap();
+    assert!(dst.to_vec() == data, "bytes read from the deregistered region differ");
+    let deadline = std::time::Instant::now() + WAIT;
+    while weak.upgrade().is_some() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(weak.upgrade().is_none(), "the memory is freed once no transfer reads it");
+}

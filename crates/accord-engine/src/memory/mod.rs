@@ -93,9 +93,14 @@ pub(crate) struct Region {
     pub(crate) base: usize,
     pub(crate) len: u64,
     pub(crate) key: RegionKey,
-    /// Keeps engine-owned memory alive while any transfer reads it.
-    pub(crate) keep: Option<Arc<Allocation>>,
+    /// Keeps the memory alive while any transfer reads it: the engine's allocation, or the
+    /// owner a caller handed to [`crate::Engine::register_raw_owned`].
+    pub(crate) keep: Option<MemoryOwner>,
 }
+
+/// Whatever keeps registered memory alive; every transfer reading the region holds a clone,
+/// so the memory outlives the last of them even when the region is deregistered first.
+pub type MemoryOwner = Arc<dyn std::any::Any + Send + Sync>;
 
 /// The regions of one engine, shared by its workers behind a `RwLock`.
 #[derive(Default)]
@@ -195,7 +200,7 @@ impl RegionTable {
 #[derive(Clone)]
 pub(crate) enum Source {
     /// `len` bytes at `base`, kept alive by `keep` or by the register_raw contract.
-    Region { base: usize, len: u64, _keep: Option<Arc<Allocation>> },
+    Region { base: usize, len: u64, _keep: Option<MemoryOwner> },
     /// A send's bytes, copied at submission.
     Bytes(Arc<[u8]>),
 }

@@ -318,7 +318,7 @@ impl Worker {
                 }
                 Err(ProtoSubmitError::TooManyOps(_)) => return Err(part),
                 Err(ProtoSubmitError::OffsetOverflow { .. }) => {
-                    part.transfer.part_done(Err(TransferError::Rejected(RejectReason::OutOfBounds)));
+                    part.finish(Err(TransferError::Rejected(RejectReason::OutOfBounds)));
                     return Ok(());
                 }
                 Err(_) => {
@@ -410,8 +410,8 @@ impl Worker {
                 Event::OpCompleted { conn, op, result } => {
                     let Some(part) = self.ops.remove(&(conn, op)) else { continue };
                     match result {
-                        Ok(()) => part.transfer.part_done(Ok(())),
-                        Err(OpError::Rejected(reason)) => part.transfer.part_done(Err(TransferError::Rejected(reason))),
+                        Ok(()) => part.finish(Ok(())),
+                        Err(OpError::Rejected(reason)) => part.finish(Err(TransferError::Rejected(reason))),
                         Err(OpError::ConnectionLost) | Err(OpError::Closed) => {
                             self.fail_over(part, TransferError::PeerUnreachable)
                         }
@@ -464,14 +464,14 @@ impl Worker {
         }
         self.transmit();
         for (_, part) in self.ops.drain() {
-            part.transfer.part_done(Err(TransferError::ShutDown));
+            part.finish(Err(TransferError::ShutDown));
         }
         for part in self.backlog.drain(..) {
-            part.transfer.part_done(Err(TransferError::ShutDown));
+            part.finish(Err(TransferError::ShutDown));
         }
         while let Ok(cmd) = self.commands.try_recv() {
             if let Command::Submit(part) = cmd {
-                part.transfer.part_done(Err(TransferError::ShutDown));
+                part.finish(Err(TransferError::ShutDown));
             }
         }
     }
