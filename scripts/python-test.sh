@@ -20,7 +20,7 @@ fi
 PY="$VENV/bin/python"
 
 "$PY" -m pip install --quiet --upgrade pip
-"$PY" -m pip install --quiet "maturin>=1.5,<2" numpy pytest pytest-timeout mypy typing_extensions
+"$PY" -m pip install --quiet "maturin>=1.5,<2" numpy pytest pytest-timeout mypy typing_extensions ml_dtypes
 
 # Build a release wheel (abi3) and install it, replacing any previous build of the package.
 WHEELS="$ROOT/target/pywheels"

@@ -192,3 +192,117 @@ def peer_timeout() -> str:
 
     time.sleep(4.0)
     return "slept"
+
+
+def variable_blocks() -> int:
+    """all_to_allv with uneven blocks (rank i sends i + j + 1 elements to rank j), packed and
+    with explicit gaps, and send_recv as a ring shift in both directions at once."""
+    checked = 0
+    with accord.Communicator(timeout=TIMEOUT_S) as comm:
+        rank, n = comm.rank, comm.world_size
+
+        def block(src: int, dst: int) -> np.ndarray:
+            # What rank src sends to rank dst: values that name both ends.
+            return (np.arange(src + dst + 1) + 100 * src + 10 * dst).astype(np.int32)
+
+        send_counts = [rank + j + 1 for j in range(n)]
+        recv_counts = [i + rank + 1 for i in range(n)]
+        packed = np.concatenate([block(rank, j) for j in range(n)])
+        out = np.zeros(sum(recv_counts), np.int32)
+        comm.all_to_allv(packed, out, send_counts, recv_counts)
+        check("all_to_allv packed", out, np.concatenate([block(i, rank) for i in range(n)]))
+        # The same exchange with a gap of 3 elements before every received block.
+        recv_displs = [sum(recv_counts[:i]) + 3 * (i + 1) for i in range(n)]
+        gapped = np.full(sum(recv_counts) + 3 * n, -1, np.int32)
+        comm.all_to_allv(packed, gapped, send_counts, recv_counts, recv_displs=recv_displs)
+        for i in range(n):
+            got = gapped[recv_displs[i] : recv_displs[i] + recv_counts[i]]
+            check(f"all_to_allv gapped from {i}", got, block(i, rank))
+            gap = gapped[recv_displs[i] - 3 : recv_displs[i]]
+            assert (gap == -1).all(), f"all_to_allv wrote into the gap before block {i}: {gap}"
+        checked += 2
+        if n > 1:
+            right, left = (rank + 1) % n, (rank - 1) % n
+            mine = np.full(5, rank, np.float64)
+            got = np.zeros(5, np.float64)
+            comm.send_recv(mine, right, got, left)
+            check("send_recv ring shift", got, np.full(5, left, np.float64))
+            checked += 1
+    return checked
+
+
+def bfloat16_collectives() -> int:
+    """all_reduce, all_gather and broadcast of ml_dtypes.bfloat16 arrays (exact small integers)."""
+    import ml_dtypes
+
+    bf16 = ml_dtypes.bfloat16
+    checked = 0
+    with accord.Communicator(timeout=TIMEOUT_S) as comm:
+        rank, n = comm.rank, comm.world_size
+        everyone = [inputs(r, np.float32, COUNT).astype(bf16) for r in range(n)]
+        for op in OPS:
+            a = everyone[rank].copy()
+            comm.all_reduce(a, op)
+            want = reference(op, [e.astype(np.float32) for e in everyone])
+            assert a.dtype == bf16 and np.allclose(a.astype(np.float64), want, rtol=1e-2), (op, a, want)
+            checked += 1
+        out = np.zeros(COUNT * n, bf16)
+        comm.all_gather(everyone[rank], out)
+        assert (out.astype(np.float32) == np.concatenate(everyone).astype(np.float32)).all(), out
+        a = everyone[rank].copy() if rank == 0 else np.zeros(COUNT, bf16)
+        comm.broadcast(a, 0)
+        assert (a.astype(np.float32) == everyone[0].astype(np.float32)).all(), a
+        checked += 2
+    return checked
+
+
+def all_to_allv_misuse() -> list[str]:
+    """Wrong counts and displacements raise before anything is sent."""
+    raised = []
+    with accord.Communicator(timeout=TIMEOUT_S) as comm:
+        n, rank = comm.world_size, comm.rank
+        a = np.ones(4 * n, np.float32)
+        out = np.zeros(4 * n, np.float32)
+        fours = [4] * n
+        wrong = [
+            ("entries", lambda: comm.all_to_allv(a, out, [4] * (n + 1), fours)),
+            ("past end", lambda: comm.all_to_allv(a, out, [5] * n, [5] * n)),
+            ("displ past end", lambda: comm.all_to_allv(a, out, fours, fours, recv_displs=[4 * n] * n)),
+            ("overlap", lambda: comm.all_to_allv(a, out, fours, fours, recv_displs=[0] * n)),
+            ("kept block", lambda: comm.all_to_allv(a, out, fours, [3 if i == rank else 4 for i in range(n)])),
+            ("dtype", lambda: comm.all_to_allv(a, out.astype(np.float64), fours, fours)),
+            ("send_recv size", lambda: comm.send_recv(a, (rank + 1) % n, out[:3], (rank - 1) % n)),
+            ("send_recv self", lambda: comm.send_recv(a, rank, out, (rank - 1) % n)),
+        ]
+        for name, call in wrong:
+            try:
+                call()
+            except (accord.InvalidBufferError, accord.InvalidRequestError) as e:
+                assert str(e), name
+                raised.append(name)
+        # Nothing was sent: a good call still matches on every rank.
+        comm.all_to_allv(a, out, fours, fours)
+        assert (out == 1).all()
+    return raised
+
+
+def torch_tensors() -> list[str]:
+    """torch CPU tensors of float32 and bfloat16 (in place, results visible in the tensor), and
+    the clear refusal of a CUDA tensor when a GPU is present."""
+    import torch
+
+    done = []
+    with accord.Communicator(timeout=TIMEOUT_S) as comm:
+        rank, n = comm.rank, comm.world_size
+        for dtype in (torch.float32, torch.bfloat16):
+            t = torch.full((4, 3), float(rank + 1), dtype=dtype)
+            comm.all_reduce(t)
+            assert t.dtype == dtype and torch.equal(t, torch.full((4, 3), n * (n + 1) / 2, dtype=dtype)), t
+            done.append(str(dtype))
+        if torch.cuda.is_available():
+            try:
+                comm.all_reduce(torch.ones(4, device="cuda"))
+            except accord.InvalidBufferError as e:
+                assert "GPU" in str(e), e
+                done.append("cuda refused")
+    return done

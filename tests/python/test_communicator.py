@@ -68,3 +68,28 @@ def test_communicator_without_environment_says_what_to_set() -> None:
         accord.Communicator()
     with pytest.raises(accord.ConfigError, match="timeout"):
         accord.Communicator(0, 1, "127.0.0.1", 1, timeout=-1)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_all_to_allv_and_send_recv(world_size: int) -> None:
+    checked = accord.run(coll_roles.variable_blocks, world_size, timeout=60)
+    assert checked == [3] * world_size
+
+
+def test_all_to_allv_misuse_raises_before_anything_is_sent() -> None:
+    raised = accord.run(coll_roles.all_to_allv_misuse, 3, timeout=60)
+    assert raised[0] == raised[1] == raised[2]
+    assert len(raised[0]) == 8, raised[0]
+
+
+def test_bfloat16_arrays() -> None:
+    pytest.importorskip("ml_dtypes")
+    checked = accord.run(coll_roles.bfloat16_collectives, 2, timeout=60)
+    assert checked == [7, 7]
+
+
+def test_torch_cpu_tensors_float32_and_bfloat16() -> None:
+    torch = pytest.importorskip("torch")
+    done = accord.run(coll_roles.torch_tensors, 2, timeout=60)
+    want = ["torch.float32", "torch.bfloat16"] + (["cuda refused"] if torch.cuda.is_available() else [])
+    assert done == [want, want]

@@ -12,7 +12,9 @@ use crate::errors::{error, Kind};
 use crate::values::WAIT_SLICE;
 use accord_coll::engine::{EngineSetupError, EngineTransport};
 use accord_coll::store::BootstrapConfig;
-use accord_coll::{Algo, Bufs, CollConfig, CollError, Collective, ReduceOp, StoreError, TransportError};
+use accord_coll::{
+    Algo, AllToAllVLayout, Bufs, CollConfig, CollError, Collective, ReduceOp, StoreError, TransportError,
+};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use std::str::FromStr;
@@ -109,16 +111,16 @@ fn in_place(
     data
 }
 
-/// Registers `input` and an output of `output_len` bytes, runs `f` on them, deregisters both
-/// and returns the output's bytes.
+/// Registers `input` and `output`, runs `f` on them, deregisters both and returns the
+/// output's bytes.
 fn out_of_place(
     comm: &mut Comm,
     input: Vec<u8>,
-    output_len: usize,
+    output: Vec<u8>,
     f: impl FnOnce(&mut Comm, Bufs<'_>) -> Result<(), CollError>,
 ) -> Result<Vec<u8>, CollError> {
     let send = comm.register(input)?;
-    let recv = match comm.register(vec![0; output_len]) {
+    let recv = match comm.register(output) {
         Ok(recv) => recv,
         Err(e) => {
             let _ = comm.deregister(send);
@@ -139,6 +141,67 @@ fn parse_op(op: &str) -> PyResult<ReduceOp> {
 fn parse_algo(collective: Collective, algo: Option<&str>) -> PyResult<Option<Algo>> {
     algo.map(|name| Algo::parse_for(collective, name).map_err(|e| error(Kind::InvalidRequest, e.to_string())))
         .transpose()
+}
+
+/// Checks all_to_allv's counts and displacements against the arrays (one entry per rank,
+/// blocks inside the arrays, received blocks not overlapping, the block kept by this rank the
+/// same size both ways) and fills absent displacements with the running sums of the counts.
+fn all_to_allv_layout(
+    world_size: usize,
+    rank: usize,
+    send: (Vec<usize>, Option<Vec<usize>>, usize),
+    recv: (Vec<usize>, Option<Vec<usize>>, usize),
+) -> PyResult<AllToAllVLayout> {
+    let bad = |message: String| error(Kind::InvalidBuffer, format!("all_to_allv: {message}"));
+    let packed = |counts: &[usize]| -> Vec<usize> {
+        counts
+            .iter()
+            .scan(0usize, |at, &c| {
+                let start = *at;
+                *at = at.saturating_add(c);
+                Some(start)
+            })
+            .collect()
+    };
+    let mut sides = Vec::with_capacity(2);
+    for (what, (counts, displs, elements)) in [("send", send), ("recv", recv)] {
+        if counts.len() != world_size {
+            return Err(bad(format!("{what}_counts has {} entries: give one per rank ({world_size})", counts.len())));
+        }
+        let displs = displs.unwrap_or_else(|| packed(&counts));
+        if displs.len() != world_size {
+            return Err(bad(format!("{what}_displs has {} entries: give one per rank ({world_size})", displs.len())));
+        }
+        for (peer, (&count, &displ)) in counts.iter().zip(&displs).enumerate() {
+            if displ.checked_add(count).is_none_or(|end| end > elements) {
+                return Err(bad(format!(
+                    "the {what} block of rank {peer} ({count} elements at {displ}) ends past the {what} array's \
+                     {elements} elements"
+                )));
+            }
+        }
+        sides.push((counts, displs));
+    }
+    let (recv_counts, recv_displs) = sides.pop().expect("two sides");
+    let (send_counts, send_displs) = sides.pop().expect("two sides");
+    let mut blocks: Vec<(usize, usize, usize)> = (0..world_size)
+        .filter(|&i| recv_counts[i] > 0)
+        .map(|i| (recv_displs[i], recv_displs[i] + recv_counts[i], i))
+        .collect();
+    blocks.sort_unstable();
+    if let Some(w) = blocks.windows(2).find(|w| w[1].0 < w[0].1) {
+        return Err(bad(format!(
+            "the recv blocks of ranks {} and {} overlap: give disjoint recv_displs",
+            w[0].2, w[1].2
+        )));
+    }
+    if send_counts[rank] != recv_counts[rank] {
+        return Err(bad(format!(
+            "send_counts[{rank}] is {} but recv_counts[{rank}] is {}: the block this rank keeps is the same both ways",
+            send_counts[rank], recv_counts[rank]
+        )));
+    }
+    Ok(AllToAllVLayout { send_counts, send_displs, recv_counts, recv_displs })
 }
 
 /// The collectives of one rank of a job, on numpy arrays (and torch CPU tensors).
@@ -244,18 +307,21 @@ impl Communicator {
         Ok(())
     }
 
-    /// An out-of-place call: copies the input in, runs, copies the output back.
+    /// An out-of-place call: copies the input in, runs, copies the output back. With
+    /// `partial_output` (the collective may leave parts of the output alone) the output is
+    /// copied in first too, so those parts come back as they were.
     fn run_out_of_place(
         &self,
         py: Python<'_>,
         op: &str,
         input: &Array<'_>,
         output: &Array<'_>,
+        partial_output: bool,
         f: impl FnOnce(&mut Comm, Bufs<'_>) -> Result<(), CollError> + Send + 'static,
     ) -> PyResult<()> {
         let bytes = input.to_vec()?;
-        let output_len = output.nbytes;
-        let out = self.run(py, op, move |comm| out_of_place(comm, bytes, output_len, f))?;
+        let output_bytes = if partial_output { output.to_vec()? } else { vec![0; output.nbytes] };
+        let out = self.run(py, op, move |comm| out_of_place(comm, bytes, output_bytes, f))?;
         output.write(&out)
     }
 
@@ -406,7 +472,7 @@ impl Communicator {
         expect_count(name, "output", &output, input.count * self.world_size, "world_size times the input")?;
         let algo = parse_algo(Collective::AllGather, algo)?;
         let (count, dtype) = (input.count, input.dtype);
-        self.run_out_of_place(py, name, &input, &output, move |c, b| c.all_gather(b, count, dtype, algo))
+        self.run_out_of_place(py, name, &input, &output, false, move |c, b| c.all_gather(b, count, dtype, algo))
     }
 
     /// Reduces `input` (world_size blocks) over all ranks; rank r's `output` gets block r.
@@ -425,7 +491,7 @@ impl Communicator {
         expect_count(name, "input", &input, output.count * self.world_size, "world_size times the output")?;
         let (op, algo) = (parse_op(op)?, parse_algo(Collective::ReduceScatter, algo)?);
         let (count, dtype) = (output.count, output.dtype);
-        self.run_out_of_place(py, name, &input, &output, move |c, b| c.reduce_scatter(b, count, dtype, op, algo))
+        self.run_out_of_place(py, name, &input, &output, false, move |c, b| c.reduce_scatter(b, count, dtype, op, algo))
     }
 
     /// Block j of `input` goes to rank j, landing at block r (this rank) of its `output`;
@@ -454,7 +520,61 @@ impl Communicator {
         }
         let algo = parse_algo(Collective::AllToAll, algo)?;
         let (count, dtype) = (input.count / self.world_size, input.dtype);
-        self.run_out_of_place(py, name, &input, &output, move |c, b| c.all_to_all(b, count, dtype, algo))
+        self.run_out_of_place(py, name, &input, &output, false, move |c, b| c.all_to_all(b, count, dtype, algo))
+    }
+
+    /// Block j of `input` (``send_counts[j]`` elements from ``send_displs[j]``) goes to rank j;
+    /// block i of `output` (``recv_counts[i]`` elements at ``recv_displs[i]``) comes from rank i.
+    /// Displacements default to the running sums of the counts (blocks packed in rank order).
+    /// The count this rank sends to j must equal the count j expects from it.
+    #[pyo3(signature = (input, output, send_counts, recv_counts, send_displs = None, recv_displs = None, *, algo = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn all_to_allv(
+        &self,
+        py: Python<'_>,
+        input: &Bound<'_, PyAny>,
+        output: &Bound<'_, PyAny>,
+        send_counts: Vec<usize>,
+        recv_counts: Vec<usize>,
+        send_displs: Option<Vec<usize>>,
+        recv_displs: Option<Vec<usize>>,
+        algo: Option<&str>,
+    ) -> PyResult<()> {
+        let name = "all_to_allv";
+        let (input, output) = (array(input, name, "input", false)?, array(output, name, "output", true)?);
+        same_dtype(name, &input, &output)?;
+        let layout = all_to_allv_layout(
+            self.world_size,
+            self.rank,
+            (send_counts, send_displs, input.count),
+            (recv_counts, recv_displs, output.count),
+        )?;
+        let algo = parse_algo(Collective::AllToAllV, algo)?;
+        let dtype = input.dtype;
+        self.run_out_of_place(py, name, &input, &output, true, move |c, b| c.all_to_allv(b, &layout, dtype, algo))
+    }
+
+    /// Sends `send` to `send_peer` while receiving from `recv_peer` into `recv` (a ring shift
+    /// when every rank does it: no ordering needed to avoid a deadlock). Both arrays have the
+    /// same size and dtype; the peers may be the same rank.
+    fn send_recv(
+        &self,
+        py: Python<'_>,
+        send: &Bound<'_, PyAny>,
+        send_peer: usize,
+        recv: &Bound<'_, PyAny>,
+        recv_peer: usize,
+    ) -> PyResult<()> {
+        let name = "send_recv";
+        self.check_peer(name, send_peer)?;
+        self.check_peer(name, recv_peer)?;
+        let (input, output) = (array(send, name, "send array", false)?, array(recv, name, "recv array", true)?);
+        same_dtype(name, &input, &output)?;
+        expect_count(name, "recv array", &output, input.count, "as many elements as the send array")?;
+        let (count, dtype) = (input.count, input.dtype);
+        self.run_out_of_place(py, name, &input, &output, false, move |c, b| {
+            c.send_recv((send_peer, b.send), (recv_peer, b.recv), count, dtype)
+        })
     }
 
     /// Sends `array` to `peer`, which calls `recv` with an array of the same size and dtype.

@@ -5,7 +5,8 @@
 //!
 //! The element type comes from the buffer's struct format (`f` float32, `d` float64, `e`
 //! float16, `b`/`B` int8/uint8, signed integers of 4 or 8 bytes int32/int64). bfloat16 has no
-//! buffer-protocol format, so it is not accepted from arrays.
+//! buffer-protocol format: a torch `bfloat16` tensor or an `ml_dtypes.bfloat16` numpy array is
+//! recognised by its `dtype` and read through a 16-bit integer view of the same memory.
 
 use crate::errors::{error, Kind};
 use accord_coll::DType;
@@ -44,6 +45,31 @@ fn dtype_of(format: &str, itemsize: usize) -> Option<DType> {
     }
 }
 
+/// Whether `obj` is a torch tensor or numpy array of bfloat16 (`str(obj.dtype)` is
+/// `torch.bfloat16` or `bfloat16`, the name `ml_dtypes` gives numpy's extension type).
+fn is_bfloat16(obj: &Bound<'_, PyAny>) -> bool {
+    let Ok(dtype) = obj.getattr("dtype") else { return false };
+    dtype.str().is_ok_and(|s| matches!(s.to_cow().as_deref(), Ok("torch.bfloat16" | "bfloat16")))
+}
+
+/// Whether `obj` is a torch tensor on a GPU (`obj.is_cuda`).
+fn is_cuda_tensor(obj: &Bound<'_, PyAny>) -> bool {
+    obj.getattr("is_cuda").is_ok_and(|v| v.is_truthy().unwrap_or(false))
+}
+
+/// A 16-bit integer view of a bfloat16 array or tensor: same memory, a buffer-protocol format.
+fn bfloat16_bits<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    let py = obj.py();
+    let viewed = if obj.hasattr("numpy")? {
+        let int16 = py.import("torch")?.getattr("int16")?;
+        obj.call_method0("detach").and_then(|t| t.call_method1("view", (int16,)))
+    } else {
+        let uint16 = py.import("numpy")?.getattr("uint16")?;
+        obj.call_method1("view", (uint16,))
+    };
+    viewed.map_err(|e| invalid(format!("cannot read the bfloat16 {name} as 16-bit words: {}", e.value(py))))
+}
+
 /// The memoryview of `obj`: the buffer protocol directly, else (torch tensors) `obj.numpy()`,
 /// else `numpy.from_dlpack(obj)`.
 fn memoryview_of<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py, PyMemoryView>> {
@@ -51,14 +77,20 @@ fn memoryview_of<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py
         return Ok(view);
     }
     let py = obj.py();
+    if is_cuda_tensor(obj) {
+        return Err(invalid(format!(
+            "a {name} on a GPU is not accepted by accord.Communicator, which works on host memory: pass \
+             tensor.cpu() (and copy the result back), or use the GPU communicator"
+        )));
+    }
     let converted = if obj.hasattr("numpy")? {
-        obj.call_method0("numpy")
+        obj.call_method0("detach").and_then(|t| t.call_method0("numpy"))
     } else if obj.hasattr("__dlpack__")? {
         py.import("numpy").and_then(|np| np.call_method1("from_dlpack", (obj,)))
     } else {
         return Err(invalid(format!(
             "a {name} is not an array: pass a numpy array (or a torch CPU tensor) of float32, float64, float16, \
-             int8, uint8, int32 or int64"
+             bfloat16, int8, uint8, int32 or int64"
         )));
     };
     let converted = converted.map_err(|e| invalid(format!("cannot use a {name} as a host array: {}", e.value(py))))?;
@@ -69,7 +101,8 @@ fn memoryview_of<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py
 /// written into it.
 pub(crate) fn array<'py>(obj: &Bound<'py, PyAny>, op: &str, what: &str, writable: bool) -> PyResult<Array<'py>> {
     let name = type_name(obj);
-    let view = memoryview_of(obj, &name)?;
+    let bfloat16 = is_bfloat16(obj);
+    let view = if bfloat16 { memoryview_of(&bfloat16_bits(obj, &name)?, &name)? } else { memoryview_of(obj, &name)? };
     if writable && view.getattr("readonly")?.is_truthy()? {
         return Err(invalid(format!(
             "{op}: the {what} ({name}) is read-only but results are written into it: pass a writable array \
@@ -84,10 +117,11 @@ pub(crate) fn array<'py>(obj: &Bound<'py, PyAny>, op: &str, what: &str, writable
     }
     let format: String = view.getattr("format")?.extract()?;
     let itemsize: usize = view.getattr("itemsize")?.extract()?;
-    let dtype = dtype_of(&format, itemsize).ok_or_else(|| {
+    let dtype = if bfloat16 { Some(DType::BF16) } else { dtype_of(&format, itemsize) };
+    let dtype = dtype.ok_or_else(|| {
         invalid(format!(
             "{op}: the {what} ({name}) has elements of format {format:?} ({itemsize} bytes), which collectives do \
-             not reduce: use float32, float64, float16, int8, uint8, int32 or int64"
+             not reduce: use float32, float64, float16, bfloat16, int8, uint8, int32 or int64"
         ))
     })?;
     let nbytes: usize = view.getattr("nbytes")?.extract()?;
