@@ -144,7 +144,7 @@ impl Worker {
                 }
             }
             while at.reduced < count
-                && others.iter().all(|&s| self.shared.board.done_count(s, me) >= base[s] + at.reduced as u64 + 1)
+                && others.iter().all(|&s| self.shared.board.done_count(s, me) > base[s] + at.reduced as u64)
             {
                 let c = at.reduced;
                 let chunk = &round.chunks[c];
