@@ -204,6 +204,33 @@ pub fn chunk_count(longest_bytes: usize, chunk_bytes: usize, chunks_max: usize) 
     longest_bytes.div_ceil(chunk_bytes.max(1)).clamp(1, chunks_max.max(1))
 }
 
+/// Rounds whose longest block reaches this size end in a ramp of smaller chunks.
+pub const RAMP_BYTES_MIN: usize = 2 << 20;
+
+/// Relative sizes of a round's chunks: equal chunks of about `chunk_bytes`, the last one split
+/// into a half and two quarters. Once the scatter is over only the last chunk's reduction and
+/// gather remain, so a small last chunk shortens the tail, while the big chunks before it keep
+/// each copy long enough to run the copy engine at full rate.
+pub fn chunk_weights(longest_bytes: usize, chunk_bytes: usize, chunks_max: usize) -> Vec<u64> {
+    if longest_bytes < RAMP_BYTES_MIN || chunks_max < 3 {
+        return vec![1; chunk_count(longest_bytes, chunk_bytes, chunks_max)];
+    }
+    let nominal = chunk_count(longest_bytes, chunk_bytes, chunks_max - 2);
+    let mut weights = vec![4; nominal - 1];
+    weights.extend([2, 1, 1]);
+    weights
+}
+
+/// Splits `len` elements by `weights`: `(start, len)` of chunk `c` (every rank gets the same
+/// boundaries for the same block length).
+pub fn weighted_slice(len: usize, weights: &[u64], c: usize) -> (usize, usize) {
+    let total: u128 = weights.iter().map(|&w| u128::from(w)).sum::<u128>().max(1);
+    let before: u128 = weights[..c].iter().map(|&w| u128::from(w)).sum();
+    let at = |w: u128| (len as u128 * w / total) as usize;
+    let start = at(before);
+    (start, at(before + u128::from(weights[c])) - start)
+}
+
 /// Blocks of a reducing collective: `(send offset in elements, receive
 /// offset in elements, len in elements)` of block `i`, per round.
 fn reduce_rounds(
@@ -225,11 +252,12 @@ fn reduce_rounds(
             (send_at + done, recv_at + done, this)
         };
         let longest_now = (0..n).map(|i| part(i).2).max().unwrap_or(0);
-        let count = chunk_count(longest_now * e, chunk_bytes, chunks_max);
+        let weights = chunk_weights(longest_now * e, chunk_bytes, chunks_max);
+        let count = weights.len();
         // (send offset, recv offset, offset inside the round's slot, len) of block i in chunk c.
         let slice = |i: usize, c: usize| {
             let (send_at, recv_at, len) = part(i);
-            let (at, this) = block_of(len, count, c);
+            let (at, this) = weighted_slice(len, &weights, c);
             (send_at + at, recv_at + at, at, this)
         };
         let mut chunks = Vec::with_capacity(count);
