@@ -5,7 +5,8 @@
 # Usage: scripts/device/gpu_engine_and_pipeline.sh BIN_DIR
 #   BIN_DIR holds accord-engine-gpu-bench, accord-gpu-bench, and the unit-test binaries
 #   accord-engine-tests and accord-coll-tests (cargo test --release --no-run, copied).
-# Env: CHUNK_SWEEP (default "2097152 4194304 8388608"), ENGINE_ITERS (default 20).
+# Env: CHUNK_SWEEP (default "4194304 8388608 16777216"), STREAMS_SWEEP (default "1 2"),
+#      ENGINE_ITERS (default 30).
 set -u
 HERE="$(cd "$(dirname "$0")" && pwd)"
 BIN="${1:-target/release}"
@@ -16,13 +17,16 @@ timeout 120 "$BIN/accord-engine-tests" device --test-threads=1 --nocapture 2>&1 
 echo "== coll GPU tests (pipelined all_reduce, many chunks and rounds) =="
 timeout 180 "$BIN/accord-coll-tests" gpu::gpu_tests --test-threads=1 --nocapture 2>&1 | grep -E "test |skipped|result|panicked|rank" | tail -30 || RC=1
 echo "== engine write, same process =="
-timeout 90 "$BIN/accord-engine-gpu-bench" --iters "${ENGINE_ITERS:-20}" || RC=1
+timeout 90 "$BIN/accord-engine-gpu-bench" --iters "${ENGINE_ITERS:-30}" || RC=1
 echo "== engine write, receiver in another process (CUDA IPC) =="
-timeout 90 "$BIN/accord-engine-gpu-bench" --ipc --iters "${ENGINE_ITERS:-20}" || RC=1
-for chunk in ${CHUNK_SWEEP:-2097152 4194304 8388608}; do
-  echo "== all_reduce, ACCORD_GPU_PIPELINE_CHUNK_BYTES=$chunk =="
-  ACCORD_GPU_PIPELINE_CHUNK_BYTES=$chunk timeout 120 torchrun --standalone --nproc_per_node 2 --no-python \
-    "$HERE/accord_under_torchrun.sh" "$BIN/accord-gpu-bench" --collectives all_reduce --order hostfn \
-    --min-bytes 16777216 --max-bytes 268435456 2>&1 | grep -v '^\[\|^W[0-9]' | tail -n 40 || RC=1
+timeout 90 "$BIN/accord-engine-gpu-bench" --ipc --iters "${ENGINE_ITERS:-30}" || RC=1
+for streams in ${STREAMS_SWEEP:-1 2}; do
+  for chunk in ${CHUNK_SWEEP:-4194304 8388608 16777216}; do
+    echo "== all_reduce, ACCORD_GPU_PIPELINE_CHUNK_BYTES=$chunk ACCORD_GPU_STREAMS_PER_PEER=$streams =="
+    ACCORD_GPU_PIPELINE_CHUNK_BYTES=$chunk ACCORD_GPU_STREAMS_PER_PEER=$streams timeout 120 \
+      torchrun --standalone --nproc_per_node 2 --no-python "$HERE/accord_under_torchrun.sh" "$BIN/accord-gpu-bench" \
+      --collectives all_reduce --order hostfn --min-bytes 16777216 --max-bytes 268435456 2>&1 |
+      grep '^{' || RC=1
+  done
 done
 exit $RC

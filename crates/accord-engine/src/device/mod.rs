@@ -31,8 +31,12 @@ pub const DEVICE_STREAMS_PER_GPU: usize = 2;
 pub const IPC_MAPPINGS_MAX: usize = 256;
 /// Most device copies in flight per engine; a further write blocks until one completed.
 pub const DEVICE_COPIES_IN_FLIGHT_MAX: usize = 1024;
-/// Longest sleep of the poller between event queries once it has gone idle.
+/// Sleep of the poller between event queries once copies have been pending for a while
+/// ([`POLLS_BEFORE_SLEEP`]); before that it spins and yields, so a completion is seen within
+/// microseconds.
 const POLL_SLEEP_MAX: Duration = Duration::from_micros(20);
+/// Event-query rounds without progress before the poller starts sleeping.
+const POLLS_BEFORE_SLEEP: u32 = 1 << 16;
 
 /// One GPU the engine copies from.
 struct GpuSlot {
@@ -59,12 +63,16 @@ struct RouteState {
     opened_total: u64,
 }
 
+/// What runs once a copy completed: sends the immediate, whose part then completes the transfer.
+pub(crate) type AfterCopy = Box<dyn FnOnce(Arc<TransferState>) + Send>;
+
 /// A copy whose completion the poller waits for; holds what must outlive the copy.
 struct InFlight {
     event: Event,
     transfer: Arc<TransferState>,
-    _keep: Option<MemoryOwner>,
-    _mapping: Option<Arc<IpcMapping>>,
+    after: Option<AfterCopy>,
+    keep: Option<MemoryOwner>,
+    mapping: Option<Arc<IpcMapping>>,
 }
 
 /// The route. Created on the first device registration or write of an engine.
@@ -132,8 +140,14 @@ impl DeviceRoute {
         self.state.lock().unwrap().opened_total
     }
 
-    /// Queues the copy on an engine-owned stream; `transfer` (one part) completes when it did.
-    pub(crate) fn copy(&self, copy: DeviceCopy, transfer: Arc<TransferState>) -> Result<(), String> {
+    /// Queues the copy on an engine-owned stream. Once it completed, the poller runs `after`
+    /// (which must complete `transfer`'s one part), or completes the part itself.
+    pub(crate) fn copy(
+        &self,
+        copy: DeviceCopy,
+        transfer: Arc<TransferState>,
+        after: Option<AfterCopy>,
+    ) -> Result<(), String> {
         let mut state = self.state.lock().unwrap();
         let src_gpu = slot(&mut state, copy.src_ordinal)?.gpu.clone();
         let (dst_ptr, dst_gpu, mapping) = match copy.target {
@@ -160,7 +174,7 @@ impl DeviceRoute {
         let event = Event::new(&src_gpu, EventKind::SyncOnly).map_err(|e| e.to_string())?;
         event.record(stream).map_err(|e| e.to_string())?;
         drop(state);
-        let job = InFlight { event, transfer, _keep: copy.keep, _mapping: mapping };
+        let job = InFlight { event, transfer, after, keep: copy.keep, mapping };
         self.inflight.send(job).map_err(|_| "the device poller thread has exited".to_string())
     }
 }
@@ -242,7 +256,14 @@ fn poll_loop(rx: Receiver<InFlight>) {
         for job in pending.drain(..) {
             match job.event.is_complete() {
                 Ok(false) => still.push_back(job),
-                Ok(true) => job.transfer.part_done(Ok(())),
+                Ok(true) => {
+                    let InFlight { transfer, after, keep, mapping, .. } = job;
+                    drop((keep, mapping)); // released before completion, as host parts do
+                    match after {
+                        Some(after) => after(transfer),
+                        None => transfer.part_done(Ok(())),
+                    }
+                }
                 Err(e) => {
                     tracing::error!(error = %e, "device copy failed");
                     job.transfer.part_done(Err(TransferError::PeerUnreachable));
@@ -256,7 +277,7 @@ fn poll_loop(rx: Receiver<InFlight>) {
             idle_polls = idle_polls.saturating_add(1);
             if idle_polls < 64 {
                 std::hint::spin_loop();
-            } else if idle_polls < 1024 {
+            } else if idle_polls < POLLS_BEFORE_SLEEP {
                 std::thread::yield_now();
             } else {
                 std::thread::sleep(POLL_SLEEP_MAX);

@@ -115,9 +115,10 @@ impl Engine {
         };
         let route = self.device_route().map_err(SubmitError::Invalid)?;
         let state = TransferState::new(1, self.shared.jobs.clone());
-        if let Some(imm) = op.imm {
-            // Counted at the receiver only after the copy completed: the trailer runs once the
-            // poller finished the copy part, as a zero-byte write over the ordinary route.
+        // The immediate is counted at the receiver only after the copy completed: the poller
+        // sends it as a zero-byte write over the ordinary route (memcpy route in this process,
+        // the transport across processes), and that write is the transfer's one part.
+        let after: Option<crate::device::AfterCopy> = op.imm.map(|imm| {
             let spec = PartSpec {
                 peer,
                 kind: super::ops::write_kind(op.dst, op.dst_offset, Some(imm)),
@@ -125,10 +126,10 @@ impl Engine {
                 lane: None,
             };
             let shared = self.shared.clone();
-            *state.trailer.lock().unwrap() = Some(Box::new(move |st| dispatch_part(&shared, spec, st)));
-        }
+            Box::new(move |st: Arc<TransferState>| dispatch_part(&shared, spec, st)) as crate::device::AfterCopy
+        });
         let copy = DeviceCopy { src_ptr, src_ordinal, len: op.len, target, keep };
-        route.copy(copy, state.clone()).map_err(SubmitError::Invalid)?;
+        route.copy(copy, state.clone(), after).map_err(SubmitError::Invalid)?;
         Ok(Transfer { state })
     }
 }
