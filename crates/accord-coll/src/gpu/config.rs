@@ -10,7 +10,7 @@
 //! | `ACCORD_GPU_OP_TIMEOUT_MS` | [`GpuConfig::op_timeout`] | 60000 |
 //! | `ACCORD_GPU_QUEUE_DEPTH` | [`GpuConfig::queue_depth`] | 64 |
 //! | `ACCORD_GPU_STREAMS_PER_PEER` | [`GpuConfig::streams_per_peer`] | 1 |
-//! | `ACCORD_GPU_PIPELINE_CHUNK_BYTES` | [`GpuConfig::pipeline_chunk_bytes`] | 8 MiB |
+//! | `ACCORD_GPU_PIPELINE_CHUNK_BYTES` | [`GpuConfig::pipeline_chunk_bytes`] | 16 MiB |
 //! | `ACCORD_GPU_PIPELINE_CHUNKS_MAX` | [`GpuConfig::pipeline_chunks_max`] | 16 |
 
 use std::time::Duration;
@@ -93,7 +93,7 @@ impl Default for GpuConfig {
             op_timeout: Duration::from_secs(60),
             queue_depth: 64,
             streams_per_peer: 1,
-            pipeline_chunk_bytes: 8 << 20,
+            pipeline_chunk_bytes: 16 << 20,
             pipeline_chunks_max: 16,
         }
     }

@@ -7,9 +7,10 @@
 //! the descriptor's CUDA IPC handle, the immediate over the engine's network transport, and the
 //! ceiling is a raw copy into the same IPC mapping. The child checks the bytes and the count.
 //!
-//! Two engine figures per size: one write at a time (each waited for before the next: the
-//! copy, the completion poll and the immediate's trip all count), and `--window N` writes in
-//! flight (default 4; throughput, the way the ceiling's back-to-back copies run).
+//! Two engine figures per size: `--window N` writes in flight (default 4; throughput, compared
+//! with the ceiling's back-to-back copies), and one write at a time (each waited for before the
+//! next: the copy, the completion poll and the immediate's trip all count), compared with raw
+//! copies one at a time (copy, then synchronise the stream) as well.
 //!
 //! Usage: accord-engine-gpu-bench [--ipc] [--sizes-mib 64,256] [--iters 20] [--window 4] [--src 0] [--dst 1]
 //! Prints a table and one JSON line per size.
@@ -145,13 +146,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if ipc { "receiver in a child process (CUDA IPC)" } else { "both engines in this process" }
     );
     println!(
-        "{:>10} {:>13} {:>13} {:>7} {:>15} {:>7}",
+        "{:>10} {:>13} {:>15} {:>7} | {:>11} {:>11} {:>7} {:>11}",
         "size",
         "ceiling GB/s",
-        "1-at-a-time",
+        format!("engine win {window}"),
         "ratio",
-        format!("window {window}"),
-        "ratio"
+        "raw 1-by-1",
+        "engine 1-by-1",
+        "ratio",
+        "vs ceiling"
     );
     let mut imm_target = 0u64;
     for &size in &sizes {
@@ -165,6 +168,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         stream.synchronize()?;
         let ceiling = (size * iters) as f64 / t.elapsed().as_secs_f64() / 1e9;
+        // Raw copies one at a time (the floor of any one-at-a-time write).
+        let t = Instant::now();
+        for _ in 0..iters {
+            copy_peer_async(ceiling_dst, ceiling_gpu, src.ptr(), &ga, size, &stream)?;
+            stream.synchronize()?;
+        }
+        let raw_single = (size * iters) as f64 / t.elapsed().as_secs_f64() / 1e9;
         // Engine: one write with an immediate at a time. In this process it is done when the
         // receiver's counter moved; across processes when the sender's transfer completed (the
         // zero-byte immediate write was acknowledged, so the receiver counted it).
@@ -209,12 +219,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let windowed = (size * iters) as f64 / t.elapsed().as_secs_f64() / 1e9;
         let windowed_ratio = windowed / ceiling;
+        let single_ratio = engine / raw_single;
         println!(
-            "{:>6} MiB {ceiling:>13.1} {engine:>13.1} {ratio:>7.3} {windowed:>15.1} {windowed_ratio:>7.3}",
+            "{:>6} MiB {ceiling:>13.1} {windowed:>15.1} {windowed_ratio:>7.3} | {raw_single:>11.1} {engine:>13.1} {single_ratio:>7.3} {ratio:>11.3}",
             size >> 20
         );
         println!(
-            "{{\"bench\":\"engine_gpu_write\",\"ipc\":{ipc},\"bytes\":{size},\"iters\":{iters},\"window\":{window},\"ceiling_gbps\":{ceiling:.2},\"engine_gbps\":{engine:.2},\"ratio\":{ratio:.4},\"engine_window_gbps\":{windowed:.2},\"window_ratio\":{windowed_ratio:.4}}}"
+            "{{\"bench\":\"engine_gpu_write\",\"ipc\":{ipc},\"bytes\":{size},\"iters\":{iters},\"window\":{window},\"ceiling_gbps\":{ceiling:.2},\"engine_gbps\":{engine:.2},\"ratio\":{ratio:.4},\"engine_window_gbps\":{windowed:.2},\"window_ratio\":{windowed_ratio:.4},\"raw_single_gbps\":{raw_single:.2},\"single_vs_raw_single\":{single_ratio:.4}}}"
         );
     }
     // Check what landed: the last write covered the largest size.
