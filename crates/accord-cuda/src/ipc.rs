@@ -66,6 +66,19 @@ impl IpcHandle {
         Ok(IpcHandle { raw, len_bytes: buffer.len_bytes() as u64, exporter_pid: std::process::id() })
     }
 
+    /// Exports the allocation that holds `ptr..ptr + len_bytes` on `gpu`
+    /// (memory registered by address, not owned as a [`DeviceBuffer`]).
+    /// Returns the handle (of the whole allocation) and `ptr`'s offset in it,
+    /// which the opener adds to the mapped base.
+    pub fn export_range(gpu: &Gpu, ptr: DevicePtr, len_bytes: usize) -> Result<(IpcHandle, u64)> {
+        gpu.bind()?;
+        crate::memory::check_device_range(ptr, len_bytes)?;
+        let (base, size) = driver::mem_address_range(ptr.0)?;
+        let raw = driver::ipc_get_mem_handle(base)?;
+        let handle = IpcHandle { raw, len_bytes: size as u64, exporter_pid: std::process::id() };
+        Ok((handle, ptr.0 - base))
+    }
+
     /// Builds a handle from its parts (for tests and foreign exporters).
     pub fn from_parts(raw: [u8; IPC_RAW_HANDLE_BYTES], len_bytes: u64, exporter_pid: u32) -> IpcHandle {
         IpcHandle { raw, len_bytes, exporter_pid }

@@ -35,6 +35,48 @@ impl EngineAddress {
     }
 }
 
+/// Bytes of an exported CUDA IPC handle ([`accord_cuda::IpcHandle::to_bytes`]).
+pub const DEVICE_IPC_HANDLE_BYTES: usize = accord_cuda::ipc::IPC_HANDLE_BYTES;
+
+/// A CUDA IPC handle inside a descriptor. Serialised as hex; parsing checks its length and
+/// version, so a malformed one from a peer is a parse error, never a bad mapping.
+#[derive(Copy, Clone, PartialEq, Eq, Hash)]
+pub struct DeviceIpcBytes(pub [u8; DEVICE_IPC_HANDLE_BYTES]);
+
+impl std::fmt::Debug for DeviceIpcBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DeviceIpcBytes(..)")
+    }
+}
+
+impl Serialize for DeviceIpcBytes {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let handle = accord_cuda::IpcHandle::from_bytes(&self.0).map_err(serde::ser::Error::custom)?;
+        s.serialize_str(&handle.to_hex())
+    }
+}
+
+impl<'de> Deserialize<'de> for DeviceIpcBytes {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        let handle = accord_cuda::IpcHandle::from_hex(&text).map_err(serde::de::Error::custom)?;
+        Ok(DeviceIpcBytes(handle.to_bytes()))
+    }
+}
+
+/// What a same-host peer needs to reach a device region: the GPU and the region's allocation
+/// exported through CUDA IPC (the region starts `alloc_offset` bytes into it).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct DeviceRegionInfo {
+    /// CUDA device ordinal of the owner.
+    pub ordinal: u32,
+    /// Offset of the region's first byte in the exported allocation.
+    pub alloc_offset: u64,
+    /// The exported allocation (absent when the driver refused to export it, e.g. memory
+    /// from a stream-ordered pool: then only same-process peers can write the region).
+    pub ipc: Option<DeviceIpcBytes>,
+}
+
 /// What a peer needs to write into a registered region: its engine, id, key and length.
 /// Holding a descriptor is the permission to write; share it only with trusted peers.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -47,6 +89,9 @@ pub struct MrDescriptor {
     pub key: u64,
     /// Length in bytes.
     pub len: u64,
+    /// Set for device memory ([`crate::MemoryKind::CudaDevice`]); absent for host memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<DeviceRegionInfo>,
 }
 
 impl MrDescriptor {

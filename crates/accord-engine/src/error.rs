@@ -46,6 +46,9 @@ pub enum RegisterError {
     /// The allocator refused.
     #[error("could not allocate {0} bytes: free memory or ask for less")]
     OutOfMemory(usize),
+    /// Device memory could not be registered (no CUDA driver, bad device, not device memory).
+    #[error("cannot register device memory: {0}")]
+    Device(String),
 }
 
 /// Why a transfer was refused at submission (nothing was sent).

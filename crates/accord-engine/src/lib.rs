@@ -13,7 +13,16 @@
 //!
 //! Routing per peer: peers in the same process get a memcpy on the submitting thread (unless
 //! [`EngineConfig::force_network`]); everyone else goes over the network. Same-host shared
-//! memory is not implemented yet. Connections open lazily on first use; an engine with
+//! memory is not implemented yet.
+//!
+//! Device memory ([`MemoryKind::CudaDevice`], through [`Engine::register_raw`]): its
+//! descriptor carries the allocation's CUDA IPC handle, and [`Engine::write`] between device
+//! regions runs on the copy engine (engine-owned streams, no kernel): directly for a peer in
+//! this process, through a cached IPC mapping for a peer on this host; the immediate follows as
+//! a zero-byte write once the copy completed. Device memory to another host, device<->host
+//! writes, and paged writes, scatters and sends from device memory are refused with
+//! [`SubmitError::Invalid`] (not implemented yet). CUDA is loaded at run time, so the engine
+//! builds and runs without it. Connections open lazily on first use; an engine with
 //! several NICs shards large writes across them and moves the shards of a failed NIC to the
 //! survivors.
 //!
@@ -37,6 +46,7 @@ mod address;
 pub mod bench;
 mod completion;
 pub mod config;
+mod device;
 mod engine;
 mod error;
 mod imm;
@@ -46,9 +56,10 @@ mod tags;
 mod worker;
 
 pub use accord_net::fault::{FaultConfig, FaultControl};
-pub use address::{EngineAddress, EngineId, MrDescriptor};
+pub use address::{DeviceIpcBytes, DeviceRegionInfo, EngineAddress, EngineId, MrDescriptor, DEVICE_IPC_HANDLE_BYTES};
 pub use completion::{Transfer, COMPLETION_JOBS_MAX};
 pub use config::{EngineConfig, ENGINE_ENV_OVERRIDES};
+pub use device::{DEVICE_COPIES_IN_FLIGHT_MAX, DEVICE_STREAMS_PER_GPU, IPC_MAPPINGS_MAX};
 pub use engine::shared::{LANE_AVOID_AFTER_FAILURE, PEERS_MAX, SUBMISSIONS_QUEUED_MAX};
 pub use engine::{Engine, EngineBuilder, EngineStats, PagedWriteOp, ScatterDst, WriteOp};
 pub use engine::{PAGES_PER_WRITE_MAX, SCATTER_DESTINATIONS_MAX, SHARD_ALIGN_BYTES};

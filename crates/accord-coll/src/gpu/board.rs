@@ -191,6 +191,11 @@ impl Board {
         )
     }
 
+    /// Phases `src` has signalled into `dst` so far (a non-blocking read).
+    pub fn done_count(&self, src: usize, dst: usize) -> u64 {
+        self.done_word(src, dst).load(Ordering::Acquire)
+    }
+
     /// Fails if `rank` closed, aborted or exited.
     pub fn check_peer(&self, rank: usize) -> GpuResult<()> {
         let pid = self.rank_word(rank, 0).load(Ordering::Relaxed) as u32;

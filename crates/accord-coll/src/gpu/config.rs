@@ -10,6 +10,8 @@
 //! | `ACCORD_GPU_OP_TIMEOUT_MS` | [`GpuConfig::op_timeout`] | 60000 |
 //! | `ACCORD_GPU_QUEUE_DEPTH` | [`GpuConfig::queue_depth`] | 64 |
 //! | `ACCORD_GPU_STREAMS_PER_PEER` | [`GpuConfig::streams_per_peer`] | 1 |
+//! | `ACCORD_GPU_PIPELINE_CHUNK_BYTES` | [`GpuConfig::pipeline_chunk_bytes`] | 16 MiB |
+//! | `ACCORD_GPU_PIPELINE_CHUNKS_MAX` | [`GpuConfig::pipeline_chunks_max`] | 16 |
 
 use std::time::Duration;
 
@@ -66,7 +68,15 @@ pub struct GpuConfig {
     pub queue_depth: usize,
     /// Copy-engine streams per peer; large pushes are split across them.
     pub streams_per_peer: usize,
+    /// all_reduce / reduce_scatter: target bytes of one block's slice per
+    /// pipeline chunk (scatter, reduction and gather of consecutive chunks overlap).
+    pub pipeline_chunk_bytes: usize,
+    /// Most pipeline chunks per round (events are allocated for this many).
+    pub pipeline_chunks_max: usize,
 }
+
+/// Largest accepted [`GpuConfig::pipeline_chunks_max`].
+pub const PIPELINE_CHUNKS_MAX_LIMIT: usize = 64;
 
 /// Largest accepted [`GpuConfig::streams_per_peer`].
 pub const STREAMS_PER_PEER_MAX: usize = 8;
@@ -83,6 +93,8 @@ impl Default for GpuConfig {
             op_timeout: Duration::from_secs(60),
             queue_depth: 64,
             streams_per_peer: 1,
+            pipeline_chunk_bytes: 16 << 20,
+            pipeline_chunks_max: 16,
         }
     }
 }
@@ -128,6 +140,12 @@ impl GpuConfig {
         }
         if let Some(v) = lookup("ACCORD_GPU_STREAMS_PER_PEER") {
             config.streams_per_peer = parse_num("ACCORD_GPU_STREAMS_PER_PEER", &v, 1, STREAMS_PER_PEER_MAX)?;
+        }
+        if let Some(v) = lookup("ACCORD_GPU_PIPELINE_CHUNK_BYTES") {
+            config.pipeline_chunk_bytes = parse_num("ACCORD_GPU_PIPELINE_CHUNK_BYTES", &v, 4096, 1 << 40)?;
+        }
+        if let Some(v) = lookup("ACCORD_GPU_PIPELINE_CHUNKS_MAX") {
+            config.pipeline_chunks_max = parse_num("ACCORD_GPU_PIPELINE_CHUNKS_MAX", &v, 1, PIPELINE_CHUNKS_MAX_LIMIT)?;
         }
         Ok(config)
     }

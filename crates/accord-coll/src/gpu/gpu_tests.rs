@@ -48,10 +48,12 @@ fn communicator(rank: usize, port: u16, config: GpuConfig) -> GpuCommunicator {
 fn two_rank_collectives_respect_stream_order() {
     accord_cuda::require_gpu!(2, nvrtc);
     let (rank, port, child) = two_ranks("gpu::gpu_tests::two_rank_collectives_respect_stream_order");
-    // A small scratch buffer forces all_reduce and reduce_scatter into several rounds.
-    let config = GpuConfig { scratch_bytes: 64 << 10, ..GpuConfig::default() };
+    // A small scratch buffer forces large all_reduce and reduce_scatter calls into several
+    // rounds, and small pipeline chunks split each round into many chunks (uneven slices and, from
+    // 2 MiB blocks on, the ramp of smaller last chunks included).
+    let config = GpuConfig { scratch_bytes: 8 << 20, pipeline_chunk_bytes: 4096, ..GpuConfig::default() };
     let mut comm = communicator(rank, port, config);
-    for count in [1, 1017, 40_000] {
+    for count in [1, 1017, 40_000, 5_000_001] {
         for line in check::run_all(&mut comm, count).expect("checks") {
             println!("rank {rank}: {line}");
         }

@@ -15,7 +15,9 @@
 //! and reduce_scatter push blocks into the owner's scratch buffer, reduce
 //! them with the NVRTC kernels of [`accord_cuda::Reducer`] (the one SM user,
 //! see [`GpuCommunicator::sms_used`]), and all_reduce pushes the reduced
-//! blocks back out. Calls larger than the scratch run in rounds.
+//! blocks back out. Calls larger than the scratch run in rounds; each round
+//! is pipelined in chunks (scatter of chunk k+1, reduction of chunk k and
+//! gather of chunk k-1 overlap), see [`pipeline`].
 //!
 //! # Ordering between ranks: a flag board in shared memory
 //!
@@ -58,6 +60,7 @@ pub mod board;
 pub mod check;
 pub mod config;
 pub mod error;
+pub mod pipeline;
 pub mod plan;
 pub mod registry;
 pub mod shm;
@@ -273,6 +276,13 @@ impl GpuCommunicator {
             seq: 0,
             expected: vec![0; world_size],
             op_timeout: config.op_timeout,
+            pipeline: pipeline::PipelineStreams::new(
+                &gpu,
+                world_size,
+                rank,
+                config.streams_per_peer,
+                config.pipeline_chunks_max,
+            )?,
         };
         let (tx, rx) = sync_channel(config.queue_depth);
         let handle = std::thread::Builder::new()
@@ -497,6 +507,8 @@ impl GpuCommunicator {
             me: self.rank,
             element_bytes: dtype.size_bytes(),
             scratch_bytes: self.config.scratch_bytes,
+            chunk_bytes: self.config.pipeline_chunk_bytes,
+            chunks_max: self.config.pipeline_chunks_max,
         }
     }
 

@@ -53,15 +53,30 @@ pub struct ReduceWork {
     pub count: usize,
 }
 
-/// One round of a reducing collective (it fits the scratch buffer).
+/// One pipeline chunk of a reducing round: a slice of every block.
+///
+/// Every rank signals every other rank exactly once per chunk per phase
+/// (scatter, then gather), even when its slice is empty, so the receiver's
+/// expected counts follow from the chunk count alone.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReduceChunk {
+    /// This chunk's slices pushed into their owners' scratch.
+    pub scatter: Vec<Push>,
+    /// This rank's reduction of its own slice (none if the slice is empty).
+    pub reduce: Option<ReduceWork>,
+    /// all_reduce: the reduced slice pushed into every peer's receive buffer.
+    pub gather: Vec<Push>,
+}
+
+/// One round of a reducing collective (it fits the scratch buffer), split
+/// into chunks so that the scatter of chunk k+1, the reduction of chunk k and
+/// the gather of chunk k-1 overlap.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReduceRound {
-    /// Blocks pushed into their owners' scratch.
-    pub scatter: Phase,
-    /// This rank's reduction (none if its block is empty this round).
-    pub reduce: Option<ReduceWork>,
-    /// all_reduce: the reduced block pushed into every peer's receive buffer.
-    pub gather: Option<Phase>,
+    /// The chunks, in issue order (the same count on every rank).
+    pub chunks: Vec<ReduceChunk>,
+    /// Whether reduced slices are gathered back (all_reduce) or not (reduce_scatter).
+    pub with_gather: bool,
 }
 
 /// The whole schedule of one collective on one rank.
@@ -178,6 +193,42 @@ pub struct ReduceShape {
     pub element_bytes: usize,
     /// Scratch bytes per rank.
     pub scratch_bytes: usize,
+    /// Target bytes of one block's slice per pipeline chunk.
+    pub chunk_bytes: usize,
+    /// Most chunks per round.
+    pub chunks_max: usize,
+}
+
+/// Chunks of a round whose longest block is `longest_bytes`.
+pub fn chunk_count(longest_bytes: usize, chunk_bytes: usize, chunks_max: usize) -> usize {
+    longest_bytes.div_ceil(chunk_bytes.max(1)).clamp(1, chunks_max.max(1))
+}
+
+/// Rounds whose longest block reaches this size end in a ramp of smaller chunks.
+pub const RAMP_BYTES_MIN: usize = 2 << 20;
+
+/// Relative sizes of a round's chunks: equal chunks of about `chunk_bytes`, the last one split
+/// into a half and two quarters. Once the scatter is over only the last chunk's reduction and
+/// gather remain, so a small last chunk shortens the tail, while the big chunks before it keep
+/// each copy long enough to run the copy engine at full rate.
+pub fn chunk_weights(longest_bytes: usize, chunk_bytes: usize, chunks_max: usize) -> Vec<u64> {
+    if longest_bytes < RAMP_BYTES_MIN || chunks_max < 3 {
+        return vec![1; chunk_count(longest_bytes, chunk_bytes, chunks_max)];
+    }
+    let nominal = chunk_count(longest_bytes, chunk_bytes, chunks_max - 2);
+    let mut weights = vec![4; nominal - 1];
+    weights.extend([2, 1, 1]);
+    weights
+}
+
+/// Splits `len` elements by `weights`: `(start, len)` of chunk `c` (every rank gets the same
+/// boundaries for the same block length).
+pub fn weighted_slice(len: usize, weights: &[u64], c: usize) -> (usize, usize) {
+    let total: u128 = weights.iter().map(|&w| u128::from(w)).sum::<u128>().max(1);
+    let before: u128 = weights[..c].iter().map(|&w| u128::from(w)).sum();
+    let at = |w: u128| (len as u128 * w / total) as usize;
+    let start = at(before);
+    (start, at(before + u128::from(weights[c])) - start)
 }
 
 /// Blocks of a reducing collective: `(send offset in elements, receive
@@ -187,7 +238,7 @@ fn reduce_rounds(
     block: impl Fn(usize) -> (usize, usize, usize),
     with_gather: bool,
 ) -> Vec<ReduceRound> {
-    let ReduceShape { n, me, element_bytes: e, scratch_bytes } = shape;
+    let ReduceShape { n, me, element_bytes: e, scratch_bytes, chunk_bytes, chunks_max } = shape;
     let cap = round_elements_max(n, scratch_bytes, e);
     let longest = (0..n).map(|i| block(i).2).max().unwrap_or(0);
     let rounds = longest.div_ceil(cap);
@@ -200,48 +251,58 @@ fn reduce_rounds(
             let this = (len - done).min(cap);
             (send_at + done, recv_at + done, this)
         };
-        let (my_send, my_recv, my_len) = part(me);
-        let mut scatter = Phase::default();
-        for dst in others(n, me) {
-            let (send_at, _, len) = part(dst);
-            if len > 0 {
-                scatter.pushes.push(Push {
-                    dst_rank: dst,
-                    src: Buf::Send,
-                    src_offset: send_at * e,
-                    dst: Buf::Scratch,
-                    dst_offset: scratch_slot(n, me, dst) * cap * e,
-                    len: len * e,
-                });
-            }
-        }
-        if my_len > 0 {
-            scatter.sources = others(n, me);
-        }
-        let reduce = (my_len > 0).then(|| ReduceWork {
-            dst_offset: my_recv * e,
-            own_offset: my_send * e,
-            scratch_offsets: others(n, me).into_iter().map(|s| scratch_slot(n, s, me) * cap * e).collect(),
-            count: my_len,
-        });
-        let gather = with_gather.then(|| {
-            let mut phase = Phase::default();
-            if my_len > 0 {
-                for dst in others(n, me) {
-                    phase.pushes.push(Push {
+        let longest_now = (0..n).map(|i| part(i).2).max().unwrap_or(0);
+        let weights = chunk_weights(longest_now * e, chunk_bytes, chunks_max);
+        let count = weights.len();
+        // (send offset, recv offset, offset inside the round's slot, len) of block i in chunk c.
+        let slice = |i: usize, c: usize| {
+            let (send_at, recv_at, len) = part(i);
+            let (at, this) = weighted_slice(len, &weights, c);
+            (send_at + at, recv_at + at, at, this)
+        };
+        let mut chunks = Vec::with_capacity(count);
+        for c in 0..count {
+            let mut chunk = ReduceChunk::default();
+            for dst in others(n, me) {
+                let (send_at, _, at, len) = slice(dst, c);
+                if len > 0 {
+                    chunk.scatter.push(Push {
                         dst_rank: dst,
-                        src: Buf::Recv,
-                        src_offset: my_recv * e,
-                        dst: Buf::Recv,
-                        dst_offset: my_recv * e,
-                        len: my_len * e,
+                        src: Buf::Send,
+                        src_offset: send_at * e,
+                        dst: Buf::Scratch,
+                        dst_offset: (scratch_slot(n, me, dst) * cap + at) * e,
+                        len: len * e,
                     });
                 }
             }
-            phase.sources = others(n, me).into_iter().filter(|&s| part(s).2 > 0).collect();
-            phase
-        });
-        out.push(ReduceRound { scatter, reduce, gather });
+            let (my_send, my_recv, my_at, my_len) = slice(me, c);
+            if my_len > 0 {
+                chunk.reduce = Some(ReduceWork {
+                    dst_offset: my_recv * e,
+                    own_offset: my_send * e,
+                    scratch_offsets: others(n, me)
+                        .into_iter()
+                        .map(|s| (scratch_slot(n, s, me) * cap + my_at) * e)
+                        .collect(),
+                    count: my_len,
+                });
+                if with_gather {
+                    for dst in others(n, me) {
+                        chunk.gather.push(Push {
+                            dst_rank: dst,
+                            src: Buf::Recv,
+                            src_offset: my_recv * e,
+                            dst: Buf::Recv,
+                            dst_offset: my_recv * e,
+                            len: my_len * e,
+                        });
+                    }
+                }
+            }
+            chunks.push(chunk);
+        }
+        out.push(ReduceRound { chunks, with_gather });
     }
     out
 }

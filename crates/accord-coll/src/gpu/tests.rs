@@ -49,39 +49,111 @@ fn copy_plans_cover_every_byte_once() {
     }
 }
 
+fn shape(n: usize, me: usize, scratch_bytes: usize, chunk_bytes: usize) -> ReduceShape {
+    ReduceShape { n, me, element_bytes: 4, scratch_bytes, chunk_bytes, chunks_max: 5 }
+}
+
 #[test]
 fn reduce_plans_agree_between_ranks_and_respect_the_scratch() {
-    for n in 1..=4 {
-        for count in [0usize, 1, 7, 1000, 4099] {
-            for scratch in [64usize, 4096, 1 << 20] {
-                let plans: Vec<_> = (0..n)
-                    .map(|me| plan::all_reduce(ReduceShape { n, me, element_bytes: 4, scratch_bytes: scratch }, count))
-                    .collect();
-                let rounds = plans[0].round_count();
-                assert!(plans.iter().all(|p| p.round_count() == rounds), "same round count everywhere");
-                let mut reduced = vec![0u32; count];
-                for (me, p) in plans.iter().enumerate() {
-                    let Plan::Reduce(rs) = p else { panic!() };
-                    for (r, round) in rs.iter().enumerate() {
-                        for push in &round.scatter.pushes {
-                            assert_eq!(push.dst, Buf::Scratch);
-                            assert!(push.dst_offset + push.len <= scratch.max(4) * n.max(1), "inside scratch");
-                            let Plan::Reduce(theirs) = &plans[push.dst_rank] else { panic!() };
-                            assert!(theirs[r].scatter.sources.contains(&me), "receiver expects the push");
-                        }
-                        if let Some(work) = &round.reduce {
-                            assert_eq!(work.scratch_offsets.len(), n - 1);
-                            let start = work.dst_offset / 4;
-                            reduced[start..start + work.count].iter_mut().for_each(|c| *c += 1);
-                        }
+    let small = (1..=4).flat_map(|n| {
+        [0usize, 1, 7, 1000, 4099].into_iter().flat_map(move |count| {
+            [64usize, 4096, 1 << 20].into_iter().flat_map(move |scratch| {
+                [4usize, 256, 1 << 20].into_iter().map(move |chunk| (n, count, scratch, chunk))
+            })
+        })
+    });
+    // Blocks of several MiB: the ramp of smaller last chunks, in one round and in several.
+    let ramped = [(2, 1_500_001, 8 << 20, 1 << 20), (3, 3_000_001, 4 << 20, 1 << 20)];
+    for (n, count, scratch, chunk_bytes) in small.chain(ramped) {
+        let plans: Vec<_> = (0..n).map(|me| plan::all_reduce(shape(n, me, scratch, chunk_bytes), count)).collect();
+        let rounds = plans[0].round_count();
+        assert!(plans.iter().all(|p| p.round_count() == rounds), "same round count everywhere");
+        let mut reduced = vec![0u32; count];
+        let mut gathered = vec![vec![0u32; count]; n];
+        for (me, p) in plans.iter().enumerate() {
+            let Plan::Reduce(rs) = p else { panic!() };
+            for (r, round) in rs.iter().enumerate() {
+                let Plan::Reduce(theirs) = &plans[(me + 1) % n] else { panic!() };
+                assert_eq!(round.chunks.len(), theirs[r].chunks.len(), "same chunk count everywhere");
+                assert!(round.chunks.len() <= 5, "chunks_max respected");
+                let mut slot_cover = vec![vec![0u8; scratch]; n];
+                for (c, chunk) in round.chunks.iter().enumerate() {
+                    for push in &chunk.scatter {
+                        assert_eq!(push.dst, Buf::Scratch);
+                        assert!(push.dst_offset + push.len <= scratch.max(4), "inside scratch");
+                        slot_cover[push.dst_rank][push.dst_offset..push.dst_offset + push.len]
+                            .iter_mut()
+                            .for_each(|b| *b += 1);
+                        // The receiver reduces exactly what arrived in this chunk.
+                        let Plan::Reduce(rx) = &plans[push.dst_rank] else { panic!() };
+                        let work = rx[r].chunks[c].reduce.as_ref().expect("receiver reduces the chunk");
+                        assert!(work.scratch_offsets.contains(&push.dst_offset), "offsets agree");
+                        assert_eq!(work.count * 4, push.len, "lengths agree");
+                    }
+                    if let Some(work) = &chunk.reduce {
+                        assert_eq!(work.scratch_offsets.len(), n - 1);
+                        let start = work.dst_offset / 4;
+                        reduced[start..start + work.count].iter_mut().for_each(|c| *c += 1);
+                    }
+                    for push in &chunk.gather {
+                        assert_eq!((push.src, push.dst), (Buf::Recv, Buf::Recv));
+                        let w = chunk.reduce.as_ref().expect("only reduced slices are gathered");
+                        assert_eq!((push.src_offset, push.len), (w.dst_offset, w.count * 4));
+                        let start = push.dst_offset / 4;
+                        gathered[push.dst_rank][start..start + push.len / 4].iter_mut().for_each(|c| *c += 1);
                     }
                 }
-                assert!(reduced.iter().all(|&c| c == 1), "every element reduced once (n={n} count={count})");
+                assert!(slot_cover.iter().flatten().all(|&b| b <= 1), "no scratch byte written twice");
             }
         }
+        assert!(reduced.iter().all(|&c| c == 1), "every element reduced once (n={n} count={count})");
+        for (dst, g) in gathered.iter().enumerate() {
+            // Every element not reduced at `dst` arrives from its owner exactly once.
+            let Plan::Reduce(own) = &plans[dst] else { panic!() };
+            let mut mine = vec![0u32; count];
+            for chunk in own.iter().flat_map(|r| &r.chunks) {
+                if let Some(w) = &chunk.reduce {
+                    let start = w.dst_offset / 4;
+                    mine[start..start + w.count].iter_mut().for_each(|c| *c += 1);
+                }
+            }
+            assert!(g.iter().zip(&mine).all(|(a, b)| a + b == 1), "rank {dst} receives every element once");
+        }
     }
-    let rs = plan::reduce_scatter(ReduceShape { n: 2, me: 1, element_bytes: 4, scratch_bytes: 4096 }, 3000);
+    let rs = plan::reduce_scatter(shape(2, 1, 4096, 1 << 20), 3000);
     assert_eq!(rs.round_count(), 3);
+    let Plan::Reduce(rounds) = plan::reduce_scatter(shape(2, 0, 1 << 20, 1000), 3000) else { panic!() };
+    assert_eq!(rounds.len(), 1);
+    assert_eq!(rounds[0].chunks.len(), 5, "12000 bytes in 1000-byte chunks, capped at 5 (no ramp below 2 MiB)");
+    assert!(rounds[0].chunks.iter().all(|c| c.gather.is_empty()), "reduce_scatter gathers nothing");
+}
+
+#[test]
+fn chunk_weights_ramp_down_and_slices_tile_the_block() {
+    assert_eq!(plan::chunk_weights(1 << 20, 4096, 16), vec![1; 16], "small rounds: equal chunks");
+    assert_eq!(plan::chunk_weights(32 << 20, 8 << 20, 16), vec![4, 4, 4, 2, 1, 1]);
+    assert_eq!(plan::chunk_weights(128 << 20, 8 << 20, 16).len(), 16, "the ramp counts against chunks_max");
+    assert_eq!(plan::chunk_weights(4 << 20, 8 << 20, 16), vec![2, 1, 1]);
+    for len in [0usize, 1, 5, 999, 1 << 20] {
+        for weights in [vec![1u64], vec![4, 4, 2, 1, 1], vec![2, 1, 1]] {
+            let mut next = 0;
+            for c in 0..weights.len() {
+                let (start, n) = plan::weighted_slice(len, &weights, c);
+                assert_eq!(start, next, "contiguous");
+                next += n;
+            }
+            assert_eq!(next, len, "covers the block");
+        }
+    }
+}
+
+#[test]
+fn chunk_counts_are_bounded() {
+    assert_eq!(plan::chunk_count(0, 4096, 16), 1);
+    assert_eq!(plan::chunk_count(64 << 20, 4 << 20, 16), 16);
+    assert_eq!(plan::chunk_count(32 << 20, 4 << 20, 16), 8);
+    assert_eq!(plan::chunk_count(1 << 30, 4 << 20, 16), 16);
+    assert_eq!(plan::chunk_count(100, 0, 0), 1);
 }
 
 #[test]
@@ -150,11 +222,15 @@ fn config_reads_overrides_and_refuses_bad_values() {
     let env = |k: &str| match k {
         "ACCORD_GPU_STREAM_ORDER" => Some("stall".to_string()),
         "ACCORD_GPU_STREAMS_PER_PEER" => Some("2".to_string()),
+        "ACCORD_GPU_PIPELINE_CHUNK_BYTES" => Some("1048576".to_string()),
         _ => None,
     };
     let c = GpuConfig::from_lookup(env).unwrap();
     assert_eq!(c.stream_order, StreamOrder::Stall);
     assert_eq!(c.streams_per_peer, 2);
+    assert_eq!(c.pipeline_chunk_bytes, 1 << 20);
+    let bad = GpuConfig::from_lookup(|k| (k == "ACCORD_GPU_PIPELINE_CHUNKS_MAX").then(|| "65".to_string()));
+    assert!(matches!(bad, Err(GpuCollError::InvalidArgument { .. })));
     let bad = GpuConfig::from_lookup(|k| (k == "ACCORD_GPU_QUEUE_DEPTH").then(|| "0".to_string()));
     assert!(matches!(bad, Err(GpuCollError::InvalidArgument { .. })));
 }

@@ -15,6 +15,7 @@ use accord_cuda::{
 use super::board::{Board, Deadline, Slot};
 use super::error::{GpuCollError, GpuResult};
 use super::plan::{Buf, Phase, Plan, ReduceWork};
+
 use super::registry::PeerMappings;
 
 /// Pushes at least this long are split across a peer's streams.
@@ -174,6 +175,8 @@ pub struct Worker {
     pub expected: Vec<u64>,
     /// Longest wait.
     pub op_timeout: Duration,
+    /// Gather streams and per-chunk events of pipelined reductions.
+    pub pipeline: super::pipeline::PipelineStreams,
 }
 
 impl Worker {
@@ -217,21 +220,12 @@ impl Worker {
         match &op.plan {
             Plan::Copy(phase) => {
                 let seq = self.next_round(op);
-                self.run_phase(op, seq, phase, None, deadline)?;
+                self.run_phase(op, seq, phase, deadline)?;
             }
             Plan::Reduce(rounds) => {
                 for round in rounds {
                     let seq = self.next_round(op);
-                    self.run_phase(op, seq, &round.scatter, None, deadline)?;
-                    if let Some(work) = &round.reduce {
-                        self.reduce(op, work)?;
-                    }
-                    self.local_event.record(&self.local_stream)?;
-                    if let Some(gather) = &round.gather {
-                        self.run_phase(op, seq, gather, Some(&GpuWait::LocalStream), deadline)?;
-                    }
-                    // The scratch must be free before the next round (or call) is posted ready.
-                    wait_event(&self.local_event, deadline, "the reduction kernel")?;
+                    self.run_reduce_round(op, seq, round, deadline)?;
                 }
             }
         }
@@ -255,7 +249,7 @@ impl Worker {
         self.seq
     }
 
-    fn local_ptr(&self, op: &Op, buf: Buf, offset: usize) -> DevicePtr {
+    pub(super) fn local_ptr(&self, op: &Op, buf: Buf, offset: usize) -> DevicePtr {
         match buf {
             Buf::Send => op.send.offset(offset),
             Buf::Recv => op.recv.offset(offset),
@@ -263,7 +257,7 @@ impl Worker {
         }
     }
 
-    fn remote_ptr(
+    pub(super) fn remote_ptr(
         &mut self,
         dst_rank: usize,
         seq: u64,
@@ -287,14 +281,7 @@ impl Worker {
         Ok(base.offset(base_offset + offset))
     }
 
-    fn run_phase(
-        &mut self,
-        op: &Op,
-        seq: u64,
-        phase: &Phase,
-        gpu_wait: Option<&GpuWait>,
-        deadline: Deadline,
-    ) -> GpuResult<()> {
+    fn run_phase(&mut self, op: &Op, seq: u64, phase: &Phase, deadline: Deadline) -> GpuResult<()> {
         let mut used = vec![0usize; self.world_size];
         let mut local_used = false;
         for push in &phase.pushes {
@@ -315,9 +302,6 @@ impl Worker {
             for stream in streams.iter().take(pieces) {
                 if at >= push.len {
                     break;
-                }
-                if let Some(GpuWait::LocalStream) = gpu_wait {
-                    stream.wait_event(&self.local_event)?;
                 }
                 let len = piece.min(push.len - at);
                 // Same-context pointers: the IPC mapping lives in this GPU's context; the
@@ -353,7 +337,7 @@ impl Worker {
         Ok(())
     }
 
-    fn reduce(&mut self, op: &Op, work: &ReduceWork) -> GpuResult<()> {
+    pub(super) fn reduce(&mut self, op: &Op, work: &ReduceWork) -> GpuResult<()> {
         let (dtype, reduce_op) = op
             .reduce
             .ok_or_else(|| GpuCollError::InvalidArgument { what: "a reducing plan without an element type".into() })?;
@@ -381,13 +365,6 @@ impl Worker {
         }
         Ok(())
     }
-}
-
-/// What pushes wait for on the GPU before they start.
-#[derive(Clone, Copy, Debug)]
-pub enum GpuWait {
-    /// The local stream's last recorded event (the reduction).
-    LocalStream,
 }
 
 /// Polls `event` (spin, then yield, then short sleeps) until complete or the deadline.

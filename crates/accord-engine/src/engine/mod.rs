@@ -1,6 +1,7 @@
 //! The [`Engine`]: construction, memory registration, peers, immediates, statistics, shutdown.
 //! Transfers (`write`, `write_paged`, `scatter`, `send`, `barrier`) live in `ops`.
 
+mod device;
 mod ops;
 pub(crate) mod shared;
 
@@ -112,6 +113,8 @@ pub struct Engine {
     completion_thread: Mutex<Option<JoinHandle<()>>>,
     fault_controls: Vec<(usize, Arc<FaultControl>)>,
     barrier_seen: Mutex<HashMap<u32, u64>>,
+    /// The copy-engine route for device memory, opened on first use.
+    device: std::sync::OnceLock<Result<Arc<crate::device::DeviceRoute>, String>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -201,9 +204,9 @@ impl Engine {
         let mut table = RegionTable::default();
         let control_key = RegionKey(random_u64());
         let control_id = table
-            .insert(Region { base: 0, len: 0, key: control_key, keep: None })
+            .insert(Region { base: 0, len: 0, key: control_key, keep: None, device: None })
             .map_err(|e| BuildError::Invalid(e.to_string()))?;
-        let control = MrDescriptor { engine: id, region: control_id.0, key: control_key.0, len: 0 };
+        let control = MrDescriptor { engine: id, region: control_id.0, key: control_key.0, len: 0, device: None };
         let address = EngineAddress {
             id,
             nics: nic_addrs,
@@ -253,6 +256,7 @@ impl Engine {
             completion_thread: Mutex::new(Some(completion_thread)),
             fault_controls,
             barrier_seen: Mutex::new(HashMap::new()),
+            device: std::sync::OnceLock::new(),
         })
     }
 
@@ -294,10 +298,10 @@ impl Engine {
         let alloc = Arc::new(Allocation::new(len)?);
         let key = RegionKey(random_u64());
         let keep: crate::memory::MemoryOwner = alloc.clone();
-        let region = Region { base: alloc.base(), len: len as u64, key, keep: Some(keep) };
+        let region = Region { base: alloc.base(), len: len as u64, key, keep: Some(keep), device: None };
         let id = self.shared.regions.write().unwrap().insert(region)?;
         let handle = MrHandle { engine: self.id(), region: id, len: len as u64 };
-        let descriptor = MrDescriptor { engine: self.id(), region: id.0, key: key.0, len: len as u64 };
+        let descriptor = MrDescriptor { engine: self.id(), region: id.0, key: key.0, len: len as u64, device: None };
         Ok(MrBuffer { alloc, handle, descriptor, regions: self.shared.regions.clone() })
     }
 
@@ -337,15 +341,21 @@ impl Engine {
         kind: MemoryKind,
         owner: Option<crate::memory::MemoryOwner>,
     ) -> Result<(MrHandle, MrDescriptor), RegisterError> {
-        let MemoryKind::Host = kind;
         if len == 0 || len as u64 > REGION_BYTES_MAX || ptr.is_null() {
             return Err(RegisterError::BadLength { len: len as u64, max: REGION_BYTES_MAX });
         }
         let key = RegionKey(random_u64());
-        let region = Region { base: ptr as usize, len: len as u64, key, keep: owner };
+        let (device, info) = match kind {
+            MemoryKind::Host => (None, None),
+            MemoryKind::CudaDevice { ordinal } => {
+                let info = self.device_region_info(ptr as u64, len, ordinal)?;
+                (Some(ordinal), Some(info))
+            }
+        };
+        let region = Region { base: ptr as usize, len: len as u64, key, keep: owner, device };
         let id = self.shared.regions.write().unwrap().insert(region)?;
         let handle = MrHandle { engine: self.id(), region: id, len: len as u64 };
-        Ok((handle, MrDescriptor { engine: self.id(), region: id.0, key: key.0, len: len as u64 }))
+        Ok((handle, MrDescriptor { engine: self.id(), region: id.0, key: key.0, len: len as u64, device: info }))
     }
 
     /// Deregisters a region: once this returns no peer write lands in it. Returns false if it

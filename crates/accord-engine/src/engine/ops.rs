@@ -68,18 +68,18 @@ pub struct ScatterDst {
     pub len: u64,
 }
 
-struct PartSpec {
-    peer: EngineId,
-    kind: PartKind,
-    source: Source,
-    lane: Option<usize>,
+pub(super) struct PartSpec {
+    pub(super) peer: EngineId,
+    pub(super) kind: PartKind,
+    pub(super) source: Source,
+    pub(super) lane: Option<usize>,
 }
 
 fn check_range(offset: u64, len: u64, region_len: u64) -> bool {
     offset.checked_add(len).is_some_and(|end| end <= region_len)
 }
 
-fn write_kind(dst: &MrDescriptor, offset: u64, imm: Option<u32>) -> PartKind {
+pub(super) fn write_kind(dst: &MrDescriptor, offset: u64, imm: Option<u32>) -> PartKind {
     PartKind::Write { region: RegionId(dst.region), key: RegionKey(dst.key), offset, imm }
 }
 
@@ -106,7 +106,7 @@ fn run_local(peer: &Shared, kind: PartKind, source: &Source) -> Result<(), Trans
 }
 
 /// Runs a part locally or routes it to a lane.
-fn dispatch_part(shared: &Arc<Shared>, spec: PartSpec, transfer: Arc<TransferState>) {
+pub(super) fn dispatch_part(shared: &Arc<Shared>, spec: PartSpec, transfer: Arc<TransferState>) {
     if !shared.config.force_network {
         let local = if spec.peer == shared.id { Some(shared.clone()) } else { local_engine(spec.peer) };
         if let Some(peer) = local {
@@ -128,6 +128,13 @@ impl Engine {
         }
         let regions = self.shared.regions.read().unwrap();
         let region = regions.get(src.region).ok_or(SubmitError::UnknownSource)?;
+        if region.device.is_some() {
+            return Err(SubmitError::Invalid(
+                "device memory can only be the source of Engine::write (paged writes, scatters and sends \
+                 from device memory are not implemented yet)"
+                    .into(),
+            ));
+        }
         if !check_range(offset, len, region.len) {
             return Err(SubmitError::SourceOutOfBounds { offset, len, region_len: region.len });
         }
@@ -171,6 +178,9 @@ impl Engine {
                 len: op.len,
                 region_len: op.dst.len,
             });
+        }
+        if self.is_device_write(op) {
+            return self.write_device(op);
         }
         let source = self.source(op.src, op.src_offset, op.len)?;
         let peer = op.dst.engine;

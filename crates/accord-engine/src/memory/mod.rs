@@ -33,7 +33,18 @@ pub(crate) const CONTROL_REGION: RegionId = RegionId(0);
 pub enum MemoryKind {
     /// Ordinary host memory.
     Host,
+    /// CUDA device memory (`cuMemAlloc`) of the GPU with this ordinal. Written by the copy
+    /// engine, never by the host: peers in this process or on this host only (see
+    /// [`crate::Engine::write`]).
+    CudaDevice {
+        /// CUDA device ordinal.
+        ordinal: u32,
+    },
 }
+
+/// Receivers refuse a write with bytes into device memory over the network (with this code):
+/// only the copy-engine route may write device regions.
+pub(crate) const REJECT_DEVICE_REGION: RejectReason = RejectReason::Other(0x100);
 
 /// The local handle on a registered region: use it as the source of writes.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -96,6 +107,8 @@ pub(crate) struct Region {
     /// Keeps the memory alive while any transfer reads it: the engine's allocation, or the
     /// owner a caller handed to [`crate::Engine::register_raw_owned`].
     pub(crate) keep: Option<MemoryOwner>,
+    /// The GPU ordinal for device memory; `None` for host memory.
+    pub(crate) device: Option<u32>,
 }
 
 /// Whatever keeps registered memory alive; every transfer reading the region holds a clone,
@@ -146,7 +159,31 @@ impl RegionTable {
             return Err(RejectReason::BadKey);
         }
         match offset.checked_add(len) {
-            Some(end) if end <= region.len => Ok(()),
+            Some(end) if end <= region.len => {}
+            _ => return Err(RejectReason::OutOfBounds),
+        }
+        if region.device.is_some() && len > 0 {
+            return Err(REJECT_DEVICE_REGION);
+        }
+        Ok(())
+    }
+
+    /// The check of a copy-engine write into a device region: `(device address, ordinal)` of
+    /// the first byte. The caller must keep the region registered until the copy completed.
+    pub(crate) fn check_device_write(
+        &self,
+        id: RegionId,
+        key: RegionKey,
+        offset: u64,
+        len: u64,
+    ) -> Result<(u64, u32), RejectReason> {
+        let region = self.map.get(&id).ok_or(RejectReason::UnknownRegion)?;
+        if region.key != key {
+            return Err(RejectReason::BadKey);
+        }
+        match (offset.checked_add(len), region.device) {
+            (Some(end), Some(ordinal)) if end <= region.len => Ok((region.base as u64 + offset, ordinal)),
+            (_, None) => Err(RejectReason::UnknownRegion),
             _ => Err(RejectReason::OutOfBounds),
         }
     }
@@ -157,6 +194,9 @@ impl RegionTable {
         let Some(region) = self.map.get(&id) else { return false };
         if bytes.is_empty() {
             return true;
+        }
+        if region.device.is_some() {
+            return false; // device memory: never written by the host
         }
         match offset.checked_add(bytes.len() as u64) {
             Some(end) if end <= region.len => {}
@@ -183,6 +223,9 @@ impl RegionTable {
         }
         if len == 0 {
             return true;
+        }
+        if region.device.is_some() {
+            return false; // device memory: never written by the host
         }
         let dst = (region.base + offset as usize) as *mut u8;
         match src {

@@ -1,0 +1,236 @@
+//! The pipelined round of all_reduce and reduce_scatter.
+//!
+//! A round is split into chunks (see [`super::plan::ReduceRound`]). All
+//! scatter copies are queued at once on the per-peer scatter streams, one
+//! event per chunk; the progress thread then loops, without blocking on any
+//! single step:
+//! - a scatter chunk whose event completed is signalled to its receiver
+//!   (in chunk order, one board signal per chunk per peer);
+//! - a chunk whose slices arrived from every peer is reduced on the local
+//!   stream, and its gather copies are queued on the per-peer gather streams
+//!   behind the reduction's event (a GPU-side wait, no host round trip);
+//! - a gather chunk whose event completed is signalled, after every scatter
+//!   signal to that peer (so the receiver's counts stay ordered).
+//!
+//! So the copy engines move chunk k+1 of the scatter while the SMs reduce
+//! chunk k and the copy engines push chunk k-1 back out. The receiver knows
+//! every count in advance: each peer signals each chunk exactly once per
+//! phase, empty slices included.
+
+use std::time::{Duration, Instant};
+
+use accord_cuda::{copy_peer_async, DevicePtr, Event, EventKind, Gpu, Stream};
+
+use super::board::{Deadline, LIVENESS_CHECK_INTERVAL};
+use super::error::{GpuCollError, GpuResult};
+use super::plan::{Buf, ReduceRound};
+use super::worker::{wait_event, Op, Worker};
+
+/// Streams and per-chunk events of the pipeline, indexed by peer rank.
+pub struct PipelineStreams {
+    /// Gather streams per peer (scatter uses the worker's peer streams).
+    pub gather_streams: Vec<Vec<Stream>>,
+    /// One event per chunk per peer: scatter chunk copied.
+    pub scatter_events: Vec<Vec<Event>>,
+    /// One event per chunk per peer: gather chunk copied.
+    pub gather_events: Vec<Vec<Event>>,
+    /// One event per chunk: reduction done on the local stream.
+    pub reduce_events: Vec<Event>,
+}
+
+impl PipelineStreams {
+    /// Streams and events for `chunks_max` chunks with every peer of `rank`.
+    pub fn new(
+        gpu: &Gpu,
+        world_size: usize,
+        rank: usize,
+        streams_per_peer: usize,
+        chunks_max: usize,
+    ) -> GpuResult<PipelineStreams> {
+        let events = |n: usize| (0..n).map(|_| Event::new(gpu, EventKind::SyncOnly)).collect::<Result<Vec<_>, _>>();
+        let mut out = PipelineStreams {
+            gather_streams: Vec::with_capacity(world_size),
+            scatter_events: Vec::with_capacity(world_size),
+            gather_events: Vec::with_capacity(world_size),
+            reduce_events: events(chunks_max)?,
+        };
+        for peer in 0..world_size {
+            let (s, c) = if peer == rank { (0, 0) } else { (streams_per_peer, chunks_max) };
+            out.gather_streams.push((0..s).map(|_| Stream::new(gpu)).collect::<Result<Vec<_>, _>>()?);
+            out.scatter_events.push(events(c)?);
+            out.gather_events.push(events(c)?);
+        }
+        Ok(out)
+    }
+
+    /// Chunks a round may have.
+    pub fn chunks_max(&self) -> usize {
+        self.reduce_events.len()
+    }
+}
+
+/// Where the pipeline of one round stands.
+struct Progress {
+    /// Next scatter chunk to signal, per peer.
+    scatter_signalled: Vec<usize>,
+    /// Next gather chunk to signal, per peer.
+    gather_signalled: Vec<usize>,
+    /// Next chunk to reduce.
+    reduced: usize,
+}
+
+impl Worker {
+    /// Runs one pipelined round (`seq` already posted ready).
+    pub(super) fn run_reduce_round(
+        &mut self,
+        op: &Op,
+        seq: u64,
+        round: &ReduceRound,
+        deadline: Deadline,
+    ) -> GpuResult<()> {
+        let count = round.chunks.len();
+        if count > self.pipeline.chunks_max() {
+            return Err(GpuCollError::InvalidArgument {
+                what: format!(
+                    "a round of {count} chunks exceeds the {} the worker has events for",
+                    self.pipeline.chunks_max()
+                ),
+            });
+        }
+        let me = self.rank;
+        let others: Vec<usize> = (0..self.world_size).filter(|&r| r != me).collect();
+        let base: Vec<u64> = self.expected.clone();
+        // Queue every scatter copy now; the copy engines work through them in order.
+        let mut scratch_base: Vec<Option<DevicePtr>> = vec![None; self.world_size];
+        for (c, chunk) in round.chunks.iter().enumerate() {
+            for push in &chunk.scatter {
+                let peer = push.dst_rank;
+                let dst = match scratch_base[peer] {
+                    Some(b) => b,
+                    None => {
+                        let b = self.remote_ptr(peer, seq, Buf::Scratch, 0, deadline)?;
+                        scratch_base[peer] = Some(b);
+                        b
+                    }
+                };
+                let src = self.local_ptr(op, push.src, push.src_offset);
+                let streams = &self.peer_streams[peer];
+                let stream = &streams[c % streams.len()];
+                copy_peer_async(dst.offset(push.dst_offset), &self.gpu, src, &self.gpu, push.len, stream)?;
+            }
+            for &peer in &others {
+                let streams = &self.peer_streams[peer];
+                self.pipeline.scatter_events[peer][c].record(&streams[c % streams.len()])?;
+            }
+        }
+        let phases = 1 + u64::from(round.with_gather);
+        let mut at = Progress {
+            scatter_signalled: vec![0; self.world_size],
+            gather_signalled: vec![0; self.world_size],
+            reduced: 0,
+        };
+        let mut recv_base: Vec<Option<DevicePtr>> = vec![None; self.world_size];
+        let mut polls: u32 = 0;
+        let mut liveness_at = Instant::now();
+        loop {
+            let mut moved = false;
+            for &peer in &others {
+                while at.scatter_signalled[peer] < count
+                    && self.pipeline.scatter_events[peer][at.scatter_signalled[peer]].is_complete()?
+                {
+                    self.shared.board.signal_done(me, peer);
+                    at.scatter_signalled[peer] += 1;
+                    moved = true;
+                }
+            }
+            while at.reduced < count
+                && others.iter().all(|&s| self.shared.board.done_count(s, me) > base[s] + at.reduced as u64)
+            {
+                let c = at.reduced;
+                let chunk = &round.chunks[c];
+                if let Some(work) = &chunk.reduce {
+                    self.reduce(op, work)?;
+                }
+                self.pipeline.reduce_events[c].record(&self.local_stream)?;
+                if round.with_gather {
+                    for push in &chunk.gather {
+                        let peer = push.dst_rank;
+                        let dst = match recv_base[peer] {
+                            Some(b) => b,
+                            None => {
+                                let b = self.remote_ptr(peer, seq, Buf::Recv, 0, deadline)?;
+                                recv_base[peer] = Some(b);
+                                b
+                            }
+                        };
+                        let src = self.local_ptr(op, push.src, push.src_offset);
+                        let streams = &self.pipeline.gather_streams[peer];
+                        let stream = &streams[c % streams.len()];
+                        stream.wait_event(&self.pipeline.reduce_events[c])?;
+                        copy_peer_async(dst.offset(push.dst_offset), &self.gpu, src, &self.gpu, push.len, stream)?;
+                    }
+                    for &peer in &others {
+                        let streams = &self.pipeline.gather_streams[peer];
+                        self.pipeline.gather_events[peer][c].record(&streams[c % streams.len()])?;
+                    }
+                }
+                at.reduced += 1;
+                moved = true;
+            }
+            if round.with_gather {
+                for &peer in &others {
+                    while at.scatter_signalled[peer] == count
+                        && at.gather_signalled[peer] < at.reduced
+                        && self.pipeline.gather_events[peer][at.gather_signalled[peer]].is_complete()?
+                    {
+                        self.shared.board.signal_done(me, peer);
+                        at.gather_signalled[peer] += 1;
+                        moved = true;
+                    }
+                }
+            }
+            let mine_done = at.reduced == count
+                && others.iter().all(|&p| {
+                    at.scatter_signalled[p] == count && (!round.with_gather || at.gather_signalled[p] == count)
+                });
+            if mine_done {
+                break;
+            }
+            if moved {
+                polls = 0;
+                continue;
+            }
+            polls = polls.saturating_add(1);
+            if polls < 64 {
+                std::hint::spin_loop();
+                continue;
+            }
+            if Instant::now() >= deadline.at {
+                return Err(GpuCollError::Timeout {
+                    what: format!("pipelined round: {} of {count} chunks reduced", at.reduced),
+                    waited: deadline.budget,
+                });
+            }
+            if liveness_at.elapsed() >= LIVENESS_CHECK_INTERVAL {
+                for &peer in &others {
+                    self.shared.board.check_peer(peer)?;
+                }
+                liveness_at = Instant::now();
+            }
+            if polls < 4096 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(10));
+            }
+        }
+        for &src in &others {
+            self.expected[src] = base[src] + phases * count as u64;
+            self.shared.board.wait_done(src, me, self.expected[src], deadline)?;
+        }
+        // The scratch must be free (and reduce_scatter's result written) before the next round or the release.
+        if count > 0 {
+            wait_event(&self.pipeline.reduce_events[count - 1], deadline, "the reduction kernels")?;
+        }
+        Ok(())
+    }
+}

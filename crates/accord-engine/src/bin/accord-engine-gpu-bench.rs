@@ -1,0 +1,251 @@
+//! GPU0 -> GPU1 write bandwidth through the engine's device route, next to the raw copy-engine
+//! ceiling (`cuMemcpyPeerAsync` between the same buffers, peer access on) measured in the same
+//! run. Two engines in this process; each engine write carries an immediate and counts as done
+//! when the receiver's counter moved (the copy completed, then the immediate landed).
+//!
+//! With `--ipc` the receiving engine runs in a child process (same host): the write goes through
+//! the descriptor's CUDA IPC handle, the immediate over the engine's network transport, and the
+//! ceiling is a raw copy into the same IPC mapping. The child checks the bytes and the count.
+//!
+//! Two engine figures per size: `--window N` writes in flight (default 4; throughput, compared
+//! with the ceiling's back-to-back copies), and one write at a time (each waited for before the
+//! next: the copy, the completion poll and the immediate's trip all count), compared with raw
+//! copies one at a time (copy, then synchronise the stream) as well.
+//!
+//! Usage: accord-engine-gpu-bench [--ipc] [--sizes-mib 64,256] [--iters 20] [--window 4] [--src 0] [--dst 1]
+//! Prints a table and one JSON line per size.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use accord_cuda::{copy_peer_async, DeviceBuffer, DevicePtr, Gpu, IpcHandle, IpcMapping, Stream};
+use accord_engine::{Engine, EngineAddress, MemoryKind, MrDescriptor, WriteOp};
+
+const IMM: u32 = 1;
+
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i.wrapping_mul(131) >> 3) as u8).collect()
+}
+
+/// The receiving side of `--ipc`: registers a device buffer, hands out its address and
+/// descriptor on stdout, then checks the count and the bytes when asked.
+fn child(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
+    let ordinal: usize = arg(args, "--dst", 1);
+    let bytes: usize = arg(args, "--bytes", 1 << 20);
+    let gpu = Gpu::open(ordinal)?;
+    let stream = Stream::new(&gpu)?;
+    let engine = Engine::builder().build()?;
+    let dst = DeviceBuffer::alloc(&gpu, bytes)?;
+    // Safety: the buffer outlives the engine's use (this process ends after the check).
+    #[allow(unsafe_code)]
+    let (_, d) = unsafe {
+        engine.register_raw(dst.ptr().0 as *mut u8, bytes, MemoryKind::CudaDevice { ordinal: ordinal as u32 })
+    }?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", engine.address().to_string_compact())?;
+    writeln!(out, "{}", d.to_string_compact())?;
+    out.flush()?;
+    let mut lines = BufReader::new(std::io::stdin()).lines();
+    let peer = EngineAddress::parse(&lines.next().ok_or("no peer address")??)?;
+    engine.add_peer(&peer)?;
+    let verify = lines.next().ok_or("no verify line")??;
+    let nums: Vec<u64> = verify.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+    let (count, size) = (nums[0], nums[1] as usize);
+    let got = engine.imm_counter(IMM).wait(count, Duration::from_secs(30));
+    let mut host = vec![0u8; size];
+    dst.copy_to_host(0, &mut host, &stream)?;
+    let ok = got == count && host == pattern(size);
+    writeln!(
+        out,
+        "{} count {got} of {count}, {size} bytes {}",
+        if ok { "ok" } else { "bad" },
+        if host == pattern(size) { "match" } else { "differ" }
+    )?;
+    out.flush()?;
+    Ok(())
+}
+
+fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--child") {
+        return child(&args);
+    }
+    let ipc = args.iter().any(|a| a == "--ipc");
+    let sizes: Vec<usize> = args
+        .iter()
+        .position(|a| a == "--sizes-mib")
+        .and_then(|i| args.get(i + 1))
+        .map_or_else(|| "64,256".to_string(), |s| s.clone())
+        .split(',')
+        .filter_map(|s| s.trim().parse::<usize>().ok())
+        .map(|m| m << 20)
+        .collect();
+    let iters: usize = arg(&args, "--iters", 20).max(1);
+    let window: usize = arg(&args, "--window", 4).max(1);
+    let (src_ordinal, dst_ordinal): (usize, usize) = (arg(&args, "--src", 0), arg(&args, "--dst", 1));
+    if let Some(reason) = accord_cuda::probe().skip_reason(src_ordinal.max(dst_ordinal) + 1, false) {
+        println!("skipped: {reason}");
+        return Ok(());
+    }
+    let (ga, gb) = (Gpu::open(src_ordinal)?, Gpu::open(dst_ordinal)?);
+    ga.enable_peer_access(&gb)?;
+    let stream = Stream::new(&ga)?;
+    let a = Engine::builder().build()?;
+    let largest = sizes.iter().copied().max().unwrap_or(0);
+    let mut src = DeviceBuffer::alloc(&ga, largest)?;
+    src.copy_from_host(0, &pattern(largest), &stream)?;
+    // Safety: the buffer outlives every transfer (all are waited for below, before the drop).
+    #[allow(unsafe_code)]
+    let (h, _) = unsafe {
+        a.register_raw(src.ptr().0 as *mut u8, largest, MemoryKind::CudaDevice { ordinal: src_ordinal as u32 })
+    }?;
+    // The receiver: an engine here, or one in a child process reached through CUDA IPC.
+    let mut local_b = None;
+    let mut local_dst = None;
+    let mut child_io = None;
+    let (d, ceiling_dst, ceiling_gpu, _mapping): (MrDescriptor, DevicePtr, &Gpu, Option<IpcMapping>) = if ipc {
+        let mut c = Command::new(std::env::current_exe()?)
+            .args(["--child", "--dst", &dst_ordinal.to_string(), "--bytes", &largest.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let mut lines = BufReader::new(c.stdout.take().ok_or("child stdout")?).lines();
+        let peer = EngineAddress::parse(&lines.next().ok_or("child gave no address")??)?;
+        let d = MrDescriptor::parse(&lines.next().ok_or("child gave no descriptor")??)?;
+        a.add_peer(&peer)?;
+        let mut stdin = c.stdin.take().ok_or("child stdin")?;
+        writeln!(stdin, "{}", a.address().to_string_compact())?;
+        stdin.flush()?;
+        let info = d.device.ok_or("child descriptor is not of device memory")?;
+        let handle = IpcHandle::from_bytes(&info.ipc.ok_or("child region not exportable")?.0)?;
+        let mapping = IpcMapping::open(&ga, &handle)?;
+        let ptr = mapping.ptr().offset(info.alloc_offset as usize);
+        child_io = Some((c, stdin, lines));
+        (d, ptr, &ga, Some(mapping))
+    } else {
+        let b = Engine::builder().build()?;
+        let dst = DeviceBuffer::alloc(&gb, largest)?;
+        // Safety: as for the source buffer.
+        #[allow(unsafe_code)]
+        let (_, d) = unsafe {
+            b.register_raw(dst.ptr().0 as *mut u8, largest, MemoryKind::CudaDevice { ordinal: dst_ordinal as u32 })
+        }?;
+        let ptr = dst.ptr();
+        local_b = Some(b);
+        local_dst = Some(dst);
+        (d, ptr, &gb, None)
+    };
+    println!(
+        "GPU{src_ordinal} -> GPU{dst_ordinal} ({}), {}, {iters} iterations per size, one write at a time",
+        ga.name(),
+        if ipc { "receiver in a child process (CUDA IPC)" } else { "both engines in this process" }
+    );
+    println!(
+        "{:>10} {:>13} {:>15} {:>7} | {:>11} {:>11} {:>7} {:>11}",
+        "size",
+        "ceiling GB/s",
+        format!("engine win {window}"),
+        "ratio",
+        "raw 1-by-1",
+        "engine 1-by-1",
+        "ratio",
+        "vs ceiling"
+    );
+    let mut imm_target = 0u64;
+    for &size in &sizes {
+        // Raw ceiling: back-to-back copies on one stream into the same destination, timed on
+        // the host around a sync.
+        copy_peer_async(ceiling_dst, ceiling_gpu, src.ptr(), &ga, size, &stream)?;
+        stream.synchronize()?;
+        let t = Instant::now();
+        for _ in 0..iters {
+            copy_peer_async(ceiling_dst, ceiling_gpu, src.ptr(), &ga, size, &stream)?;
+        }
+        stream.synchronize()?;
+        let ceiling = (size * iters) as f64 / t.elapsed().as_secs_f64() / 1e9;
+        // Raw copies one at a time (the floor of any one-at-a-time write).
+        let t = Instant::now();
+        for _ in 0..iters {
+            copy_peer_async(ceiling_dst, ceiling_gpu, src.ptr(), &ga, size, &stream)?;
+            stream.synchronize()?;
+        }
+        let raw_single = (size * iters) as f64 / t.elapsed().as_secs_f64() / 1e9;
+        // Engine: one write with an immediate at a time. In this process it is done when the
+        // receiver's counter moved; across processes when the sender's transfer completed (the
+        // zero-byte immediate write was acknowledged, so the receiver counted it).
+        let op = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 0, len: size as u64, imm: Some(IMM) };
+        let one = |target: u64| -> Result<(), Box<dyn std::error::Error>> {
+            let transfer = a.write(&op)?;
+            if let Some(b) = &local_b {
+                if b.imm_counter(IMM).wait(target, Duration::from_secs(30)) < target {
+                    return Err("immediate not counted within 30 s".into());
+                }
+            }
+            transfer.wait_timeout(Duration::from_secs(30))?;
+            Ok(())
+        };
+        imm_target += 1;
+        one(imm_target)?;
+        let t = Instant::now();
+        for _ in 0..iters {
+            imm_target += 1;
+            one(imm_target)?;
+        }
+        let engine = (size * iters) as f64 / t.elapsed().as_secs_f64() / 1e9;
+        let ratio = engine / ceiling;
+        // Windowed: keep `window` writes in flight.
+        let t = Instant::now();
+        let mut flight = std::collections::VecDeque::with_capacity(window);
+        for _ in 0..iters {
+            if flight.len() == window {
+                let oldest: accord_engine::Transfer = flight.pop_front().expect("window is full");
+                oldest.wait_timeout(Duration::from_secs(30))?;
+            }
+            flight.push_back(a.write(&op)?);
+            imm_target += 1;
+        }
+        for transfer in flight {
+            transfer.wait_timeout(Duration::from_secs(30))?;
+        }
+        if let Some(b) = &local_b {
+            if b.imm_counter(IMM).wait(imm_target, Duration::from_secs(30)) < imm_target {
+                return Err("immediates not counted within 30 s".into());
+            }
+        }
+        let windowed = (size * iters) as f64 / t.elapsed().as_secs_f64() / 1e9;
+        let windowed_ratio = windowed / ceiling;
+        let single_ratio = engine / raw_single;
+        println!(
+            "{:>6} MiB {ceiling:>13.1} {windowed:>15.1} {windowed_ratio:>7.3} | {raw_single:>11.1} {engine:>13.1} {single_ratio:>7.3} {ratio:>11.3}",
+            size >> 20
+        );
+        println!(
+            "{{\"bench\":\"engine_gpu_write\",\"ipc\":{ipc},\"bytes\":{size},\"iters\":{iters},\"window\":{window},\"ceiling_gbps\":{ceiling:.2},\"engine_gbps\":{engine:.2},\"ratio\":{ratio:.4},\"engine_window_gbps\":{windowed:.2},\"window_ratio\":{windowed_ratio:.4},\"raw_single_gbps\":{raw_single:.2},\"single_vs_raw_single\":{single_ratio:.4}}}"
+        );
+    }
+    // Check what landed: the last write covered the largest size.
+    if let Some((mut c, mut stdin, mut lines)) = child_io {
+        writeln!(stdin, "verify {imm_target} {largest}")?;
+        stdin.flush()?;
+        let verdict = lines.next().ok_or("child gave no verdict")??;
+        println!("receiver: {verdict}");
+        c.wait()?;
+        if !verdict.starts_with("ok") {
+            return Err("the receiver saw wrong bytes or counts".into());
+        }
+    } else if let (Some(b), Some(dst)) = (&local_b, &local_dst) {
+        let mut host = vec![0u8; largest];
+        dst.copy_to_host(0, &mut host, &Stream::new(&gb)?)?;
+        let ok = host == pattern(largest) && b.imm_counter(IMM).value() == imm_target;
+        println!("receiver: {} count {} of {imm_target}", if ok { "ok" } else { "bad" }, b.imm_counter(IMM).value());
+        if !ok {
+            return Err("the receiver saw wrong bytes or counts".into());
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,290 @@
+//! The copy-engine route for device memory: GPU handles, engine-owned streams, cached CUDA IPC
+//! mappings of same-host peers' regions, and a poller thread that completes a device write once
+//! its copy finished.
+//!
+//! A device write is one `cuMemcpy*Async` on an engine-owned stream of the source GPU (no
+//! kernel, no SM), followed by an event. The poller thread queries the events; when one
+//! completed it finishes the transfer's only part, which releases the transfer's trailer: the
+//! immediate goes as a zero-byte write over the ordinary route (memcpy route in this process,
+//! the network transport across processes), so the receiver's exactly-once immediate counting
+//! is the one the host path uses, and the immediate is counted only after every byte landed.
+//!
+//! Everything here loads CUDA dynamically ([`accord_cuda`]): an engine without a GPU builds,
+//! runs and registers host memory as before; only device registration and device writes fail,
+//! with an error that says why.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use accord_cuda::{copy_peer_async, DevicePtr, Event, EventKind, Gpu, IpcHandle, IpcMapping, Stream};
+
+use crate::address::{EngineId, MrDescriptor};
+use crate::completion::TransferState;
+use crate::error::TransferError;
+use crate::memory::MemoryOwner;
+
+/// Engine-owned copy streams per source GPU (device writes take them in turn).
+pub const DEVICE_STREAMS_PER_GPU: usize = 2;
+/// Most same-host peer regions kept mapped (least recently used unmapped first).
+pub const IPC_MAPPINGS_MAX: usize = 256;
+/// Most device copies in flight per engine; a further write blocks until one completed.
+pub const DEVICE_COPIES_IN_FLIGHT_MAX: usize = 1024;
+/// Sleep of the poller between event queries once copies have been pending for a while
+/// ([`POLLS_BEFORE_SLEEP`]); before that it spins and yields, so a completion is seen within
+/// microseconds.
+const POLL_SLEEP_MAX: Duration = Duration::from_micros(20);
+/// Event-query rounds without progress before the poller starts sleeping.
+const POLLS_BEFORE_SLEEP: u32 = 1 << 16;
+
+/// One GPU the engine copies from.
+struct GpuSlot {
+    gpu: Gpu,
+    streams: Vec<Stream>,
+    next: usize,
+}
+
+/// A cached mapping of a same-host peer's device region.
+struct CachedMapping {
+    mapping: Arc<IpcMapping>,
+    last_use: u64,
+}
+
+/// Key of a mapping: (peer engine, region id, region key, GPU it is mapped on).
+type MappingKey = (EngineId, u32, u64, u32);
+
+#[derive(Default)]
+struct RouteState {
+    gpus: HashMap<u32, GpuSlot>,
+    peer_access: HashSet<(u32, u32)>,
+    mappings: HashMap<MappingKey, CachedMapping>,
+    clock: u64,
+    opened_total: u64,
+}
+
+/// What runs once a copy completed: sends the immediate, whose part then completes the transfer.
+pub(crate) type AfterCopy = Box<dyn FnOnce(Arc<TransferState>) + Send>;
+
+/// A copy whose completion the poller waits for; holds what must outlive the copy.
+struct InFlight {
+    event: Event,
+    transfer: Arc<TransferState>,
+    after: Option<AfterCopy>,
+    keep: Option<MemoryOwner>,
+    mapping: Option<Arc<IpcMapping>>,
+}
+
+/// The route. Created on the first device registration or write of an engine.
+pub(crate) struct DeviceRoute {
+    state: Mutex<RouteState>,
+    inflight: SyncSender<InFlight>,
+}
+
+/// Where a device write goes.
+pub(crate) enum DeviceTarget {
+    /// A region of an engine in this process: its device address and GPU.
+    SameProcess { ptr: u64, ordinal: u32 },
+    /// A same-host peer's region, opened through its descriptor's IPC handle.
+    SameHost { dst: MrDescriptor, offset: u64 },
+}
+
+/// What one device write copies.
+pub(crate) struct DeviceCopy {
+    pub(crate) src_ptr: u64,
+    pub(crate) src_ordinal: u32,
+    pub(crate) len: u64,
+    pub(crate) target: DeviceTarget,
+    pub(crate) keep: Option<MemoryOwner>,
+}
+
+impl DeviceRoute {
+    /// Loads the driver and starts the poller thread.
+    pub(crate) fn open() -> Result<Arc<DeviceRoute>, String> {
+        let availability = accord_cuda::probe();
+        if availability.device_count == 0 {
+            let why = availability.driver_problem.unwrap_or_else(|| "the driver reports no GPU".into());
+            return Err(format!("no CUDA device is usable here: {why}"));
+        }
+        let (tx, rx) = sync_channel(DEVICE_COPIES_IN_FLIGHT_MAX);
+        std::thread::Builder::new()
+            .name("accord-device-poll".into())
+            .spawn(move || poll_loop(rx))
+            .map_err(|e| format!("could not start the device poller thread: {e}"))?;
+        Ok(Arc::new(DeviceRoute { state: Mutex::new(RouteState::default()), inflight: tx }))
+    }
+
+    /// The GPU with `ordinal` (opened once).
+    pub(crate) fn gpu(&self, ordinal: u32) -> Result<Gpu, String> {
+        let mut state = self.state.lock().unwrap();
+        Ok(slot(&mut state, ordinal)?.gpu.clone())
+    }
+
+    /// Exports the allocation holding `ptr..ptr + len` of GPU `ordinal`; `None` if the driver
+    /// refuses the export (the region then serves same-process peers only).
+    pub(crate) fn export(&self, ptr: u64, len: usize, ordinal: u32) -> Result<Option<(IpcHandle, u64)>, String> {
+        let gpu = self.gpu(ordinal)?;
+        accord_cuda::check_device_range(DevicePtr(ptr), len)
+            .map_err(|e| format!("{ptr:#x}+{len} is not device memory of GPU {ordinal}: {e}"))?;
+        match IpcHandle::export_range(&gpu, DevicePtr(ptr), len) {
+            Ok(exported) => Ok(Some(exported)),
+            Err(e) => {
+                tracing::warn!(error = %e, "device region not exportable through CUDA IPC; same-process peers only");
+                Ok(None)
+            }
+        }
+    }
+
+    /// Mappings opened so far (cache misses).
+    pub(crate) fn mappings_opened(&self) -> u64 {
+        self.state.lock().unwrap().opened_total
+    }
+
+    /// Queues the copy on an engine-owned stream. Once it completed, the poller runs `after`
+    /// (which must complete `transfer`'s one part), or completes the part itself.
+    pub(crate) fn copy(
+        &self,
+        copy: DeviceCopy,
+        transfer: Arc<TransferState>,
+        after: Option<AfterCopy>,
+    ) -> Result<(), String> {
+        let mut state = self.state.lock().unwrap();
+        let src_gpu = slot(&mut state, copy.src_ordinal)?.gpu.clone();
+        let (dst_ptr, dst_gpu, mapping) = match copy.target {
+            DeviceTarget::SameProcess { ptr, ordinal } => {
+                let dst_gpu = slot(&mut state, ordinal)?.gpu.clone();
+                if ordinal != copy.src_ordinal && state.peer_access.insert((copy.src_ordinal, ordinal)) {
+                    src_gpu.enable_peer_access(&dst_gpu).map_err(|e| e.to_string())?;
+                }
+                (ptr, dst_gpu, None)
+            }
+            DeviceTarget::SameHost { dst, offset } => {
+                let mapping = mapping(&mut state, &src_gpu, &dst, copy.src_ordinal)?;
+                let info = dst.device.ok_or("the destination descriptor is not of device memory")?;
+                let base = mapping.ptr().0 + info.alloc_offset;
+                (base + offset, src_gpu.clone(), Some(mapping))
+            }
+        };
+        let gpu_slot = slot(&mut state, copy.src_ordinal)?;
+        let stream = &gpu_slot.streams[gpu_slot.next % gpu_slot.streams.len()];
+        gpu_slot.next = gpu_slot.next.wrapping_add(1);
+        let len = usize::try_from(copy.len).map_err(|_| "length does not fit this machine")?;
+        copy_peer_async(DevicePtr(dst_ptr), &dst_gpu, DevicePtr(copy.src_ptr), &src_gpu, len, stream)
+            .map_err(|e| format!("device copy: {e}"))?;
+        let event = Event::new(&src_gpu, EventKind::SyncOnly).map_err(|e| e.to_string())?;
+        event.record(stream).map_err(|e| e.to_string())?;
+        drop(state);
+        let job = InFlight { event, transfer, after, keep: copy.keep, mapping };
+        self.inflight.send(job).map_err(|_| "the device poller thread has exited".to_string())
+    }
+}
+
+fn slot(state: &mut RouteState, ordinal: u32) -> Result<&mut GpuSlot, String> {
+    use std::collections::hash_map::Entry;
+    match state.gpus.entry(ordinal) {
+        Entry::Occupied(slot) => Ok(slot.into_mut()),
+        Entry::Vacant(vacant) => {
+            let gpu = Gpu::open(ordinal as usize).map_err(|e| format!("GPU {ordinal}: {e}"))?;
+            let streams = (0..DEVICE_STREAMS_PER_GPU)
+                .map(|_| Stream::new(&gpu))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| e.to_string())?;
+            Ok(vacant.insert(GpuSlot { gpu, streams, next: 0 }))
+        }
+    }
+}
+
+/// The cached mapping of `dst`'s allocation on `gpu`, opened on a miss; checks that the region
+/// the descriptor claims lies inside what the handle maps.
+fn mapping(state: &mut RouteState, gpu: &Gpu, dst: &MrDescriptor, on: u32) -> Result<Arc<IpcMapping>, String> {
+    let info = dst.device.ok_or("the destination descriptor is not of device memory")?;
+    let key = (dst.engine, dst.region, dst.key, on);
+    state.clock += 1;
+    let now = state.clock;
+    if let Some(cached) = state.mappings.get_mut(&key) {
+        cached.last_use = now;
+        return Ok(Arc::clone(&cached.mapping));
+    }
+    let ipc = info.ipc.ok_or(
+        "the peer's device region could not be exported through CUDA IPC (pool or VMM memory): \
+         same-host writes into it are not supported; register cuMemAlloc memory",
+    )?;
+    let handle = IpcHandle::from_bytes(&ipc.0).map_err(|e| format!("bad IPC handle in descriptor: {e}"))?;
+    match info.alloc_offset.checked_add(dst.len) {
+        Some(end) if end <= handle.len_bytes() => {}
+        _ => {
+            return Err(format!(
+                "descriptor claims {}+{} bytes but its IPC handle maps {}: refusing a malformed descriptor",
+                info.alloc_offset,
+                dst.len,
+                handle.len_bytes()
+            ))
+        }
+    }
+    if state.mappings.len() >= IPC_MAPPINGS_MAX {
+        if let Some(oldest) = state.mappings.iter().min_by_key(|(_, m)| m.last_use).map(|(k, _)| *k) {
+            state.mappings.remove(&oldest); // unmapped when the last in-flight copy using it is done
+        }
+    }
+    let mapping = Arc::new(IpcMapping::open(gpu, &handle).map_err(|e| e.to_string())?);
+    if (mapping.len_bytes() as u64) < info.alloc_offset + dst.len {
+        return Err("the mapped allocation is shorter than the descriptor claims".into());
+    }
+    state.opened_total += 1;
+    state.mappings.insert(key, CachedMapping { mapping: Arc::clone(&mapping), last_use: now });
+    Ok(mapping)
+}
+
+/// Completes transfers as their copies finish (in any order); exits when the route is dropped
+/// and nothing is left in flight.
+fn poll_loop(rx: Receiver<InFlight>) {
+    let mut pending: VecDeque<InFlight> = VecDeque::new();
+    let mut idle_polls: u32 = 0;
+    loop {
+        if pending.is_empty() {
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(job) => pending.push_back(job),
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+        }
+        while let Ok(job) = rx.try_recv() {
+            pending.push_back(job);
+        }
+        let before = pending.len();
+        let mut still = VecDeque::with_capacity(pending.len());
+        for job in pending.drain(..) {
+            match job.event.is_complete() {
+                Ok(false) => still.push_back(job),
+                Ok(true) => {
+                    let InFlight { transfer, after, keep, mapping, .. } = job;
+                    drop((keep, mapping)); // released before completion, as host parts do
+                    match after {
+                        Some(after) => after(transfer),
+                        None => transfer.part_done(Ok(())),
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "device copy failed");
+                    job.transfer.part_done(Err(TransferError::PeerUnreachable));
+                }
+            }
+        }
+        pending = still;
+        if pending.len() < before {
+            idle_polls = 0;
+        } else {
+            idle_polls = idle_polls.saturating_add(1);
+            if idle_polls < 64 {
+                std::hint::spin_loop();
+            } else if idle_polls < POLLS_BEFORE_SLEEP {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(POLL_SLEEP_MAX);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,135 @@
+//! Device-memory tests: the ones without a GPU run everywhere; the GPU ones print `skipped:`
+//! where no GPU is usable and run on the device machine.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use accord_cuda::{DeviceBuffer, Gpu, Stream};
+
+use crate::address::{DeviceIpcBytes, DeviceRegionInfo, DEVICE_IPC_HANDLE_BYTES};
+use crate::memory::{Region, RegionTable, REJECT_DEVICE_REGION};
+use crate::{Engine, MemoryKind, MrDescriptor, RegisterError, SubmitError, WriteOp};
+use accord_proto::wire::RejectReason;
+use accord_proto::RegionKey;
+
+fn engine() -> Engine {
+    Engine::builder().ignore_env().build().expect("engine builds")
+}
+
+fn device_descriptor() -> MrDescriptor {
+    let handle = accord_cuda::IpcHandle::from_parts([7u8; 64], 1 << 20, 42);
+    MrDescriptor {
+        engine: crate::EngineId(9),
+        region: 3,
+        key: 5,
+        len: 4096,
+        device: Some(DeviceRegionInfo { ordinal: 1, alloc_offset: 256, ipc: Some(DeviceIpcBytes(handle.to_bytes())) }),
+    }
+}
+
+#[test]
+fn device_descriptors_round_trip_and_malformed_handles_are_parse_errors() {
+    let d = device_descriptor();
+    let text = d.to_string_compact();
+    assert_eq!(MrDescriptor::parse(&text).unwrap(), d);
+    let host = MrDescriptor { device: None, ..d };
+    assert!(!host.to_string_compact().contains("device"), "host descriptors keep the old form");
+    assert_eq!(MrDescriptor::parse(r#"{"engine":9,"region":3,"key":5,"len":4096}"#).unwrap(), host);
+    let hex = accord_cuda::IpcHandle::from_bytes(&d.device.unwrap().ipc.unwrap().0).unwrap().to_hex();
+    let short = text.replace(&hex, &hex[..hex.len() - 2]);
+    assert!(MrDescriptor::parse(&short).is_err(), "a truncated handle is refused");
+    let bad_version = text.replace(&hex, &format!("ff{}", &hex[2..]));
+    assert!(MrDescriptor::parse(&bad_version).is_err(), "an unknown handle version is refused");
+    assert_eq!(DEVICE_IPC_HANDLE_BYTES, 77);
+}
+
+#[test]
+fn the_host_never_places_bytes_into_device_regions() {
+    let mut table = RegionTable::default();
+    let key = RegionKey(11);
+    let id = table.insert(Region { base: 0x1000, len: 4096, key, keep: None, device: Some(0) }).unwrap();
+    assert_eq!(table.check_write(id, key, 0, 16), Err(REJECT_DEVICE_REGION));
+    assert_eq!(table.check_write(id, key, 0, 0), Ok(()), "a zero-byte immediate write is allowed");
+    assert_eq!(table.check_write(id, RegionKey(12), 0, 0), Err(RejectReason::BadKey));
+    assert!(!table.place(id, 0, &[1, 2, 3]), "placement into device memory is refused");
+    assert_eq!(table.check_device_write(id, key, 4000, 96), Ok((0x1000 + 4000, 0)));
+    assert_eq!(table.check_device_write(id, key, 4000, 97), Err(RejectReason::OutOfBounds));
+}
+
+#[test]
+fn registering_host_memory_as_device_memory_is_an_error_not_a_crash() {
+    let e = engine();
+    let mut host = vec![0u8; 4096];
+    // Safety: the buffer outlives the engine's use of it; registration must fail anyway.
+    #[allow(unsafe_code)]
+    let got = unsafe { e.register_raw(host.as_mut_ptr(), host.len(), MemoryKind::CudaDevice { ordinal: 0 }) };
+    assert!(matches!(got, Err(RegisterError::Device(_))), "{got:?}");
+}
+
+#[test]
+fn device_writes_to_unsupported_places_are_refused_clearly() {
+    let (a, b) = (engine(), engine());
+    let src = a.alloc(4096).unwrap();
+    let mut remote = device_descriptor();
+    remote.engine = b.id();
+    let h = src.handle();
+    let op = WriteOp { src: &h, src_offset: 0, dst: &remote, dst_offset: 0, len: 64, imm: None };
+    let err = a.write(&op).unwrap_err();
+    assert!(matches!(err, SubmitError::Invalid(ref m) if m.contains("not implemented")), "{err}");
+}
+
+/// Device buffers of `len` bytes on GPUs `from` and `to`, registered with two same-process
+/// engines, written from the first to the second with an immediate.
+fn same_process_write(from: usize, to: usize) {
+    let len = (4 << 20) + 4096;
+    let (a, b) = (engine(), engine());
+    let (ga, gb) = (Gpu::open(from).unwrap(), Gpu::open(to).unwrap());
+    let (sa, sb) = (Stream::new(&ga).unwrap(), Stream::new(&gb).unwrap());
+    let mut src = DeviceBuffer::alloc(&ga, len).unwrap();
+    let mut dst = DeviceBuffer::alloc(&gb, len).unwrap();
+    let pattern: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+    src.copy_from_host(0, &pattern, &sa).unwrap();
+    dst.memset_async(0, len, 0, &sb).unwrap();
+    sb.synchronize().unwrap();
+    let owner_a: crate::MemoryOwner = Arc::new(());
+    // Safety: both buffers live until the end of this function, after every transfer completed.
+    #[allow(unsafe_code)]
+    let (h, _) = unsafe {
+        a.register_raw_owned(
+            src.ptr().0 as *mut u8,
+            len,
+            MemoryKind::CudaDevice { ordinal: from as u32 },
+            Some(owner_a),
+        )
+    }
+    .unwrap();
+    #[allow(unsafe_code)]
+    let (_, d) =
+        unsafe { b.register_raw(dst.ptr().0 as *mut u8, len, MemoryKind::CudaDevice { ordinal: to as u32 }) }.unwrap();
+    assert_eq!(d.device.map(|i| i.ordinal), Some(to as u32));
+    let op = WriteOp { src: &h, src_offset: 4096, dst: &d, dst_offset: 128, len: (4 << 20) - 128, imm: Some(77) };
+    a.write(&op).unwrap().wait_timeout(Duration::from_secs(20)).unwrap();
+    assert_eq!(b.imm_counter(77).wait(1, Duration::from_secs(20)), 1, "immediate counted once");
+    let mut got = vec![0u8; len];
+    dst.copy_to_host(0, &mut got, &sb).unwrap();
+    assert!(got[..128].iter().all(|&x| x == 0), "nothing before the range");
+    assert_eq!(&got[128..4 << 20], &pattern[4096..4096 + (4 << 20) - 128], "bytes landed");
+    assert!(got[4 << 20..].iter().all(|&x| x == 0), "nothing after the range");
+    let bad = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 1, len: len as u64, imm: None };
+    assert!(matches!(a.write(&bad), Err(SubmitError::DestinationOutOfBounds { .. })));
+    let host = b.alloc(4096).unwrap();
+    let into_host = WriteOp { src: &h, src_offset: 0, dst: &host.descriptor(), dst_offset: 0, len: 64, imm: None };
+    assert!(matches!(a.write(&into_host), Err(SubmitError::Invalid(_))), "device to host is refused");
+}
+
+#[test]
+fn same_process_device_write_between_two_gpus() {
+    accord_cuda::require_gpu!(2);
+    same_process_write(0, 1);
+}
+
+#[test]
+fn same_process_device_write_within_one_gpu() {
+    accord_cuda::require_gpu!(1);
+    same_process_write(0, 0);
+}
