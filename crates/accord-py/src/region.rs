@@ -1,5 +1,5 @@
 //! Registering caller memory: turning a Python object into a checked range of host memory
-//! (buffer protocol or DLPack), the [`MemoryRegion`] that keeps it alive while registered, and
+//! (buffer protocol or DLPack) or of CUDA device memory (DLPack), the [`MemoryRegion`] that keeps it alive while registered, and
 //! the bookkeeping that lets a region be released only when no transfer still reads it.
 //!
 //! The buffer protocol's C API is not in Python's limited API before 3.11, so the crate (an
@@ -23,10 +23,12 @@ pub(crate) struct Keep {
     _export: Py<PyAny>,
 }
 
-/// A checked range of writable, C-contiguous host memory and what keeps it alive.
+/// A checked range of writable, C-contiguous memory (host, or one CUDA device's), and what
+/// keeps it alive.
 pub(crate) struct Acquired {
     pub(crate) ptr: usize,
     pub(crate) nbytes: usize,
+    pub(crate) kind: MemoryKind,
     pub(crate) keep: Keep,
 }
 
@@ -84,37 +86,55 @@ fn acquire_buffer(obj: &Bound<'_, PyAny>, view: &Bound<'_, PyAny>, name: &str) -
     let ctypes = obj.py().import("ctypes")?;
     let export = ctypes.getattr("c_char")?.call_method1("from_buffer", (view,))?;
     let ptr: usize = ctypes.call_method1("addressof", (&export,))?.extract()?;
-    Ok(Acquired { ptr, nbytes, keep: Keep { obj: obj.clone().unbind(), _export: export.unbind() } })
+    Ok(Acquired {
+        ptr,
+        nbytes,
+        kind: MemoryKind::Host,
+        keep: Keep { obj: obj.clone().unbind(), _export: export.unbind() },
+    })
 }
 
 fn acquire_dlpack(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Acquired> {
     let (device_type, device_id): (i32, i32) = obj.call_method0("__dlpack_device__")?.extract()?;
-    match device_type {
-        dlpack::DEVICE_CPU | dlpack::DEVICE_CUDA_HOST | dlpack::DEVICE_ROCM_HOST => {}
-        dlpack::DEVICE_CUDA | dlpack::DEVICE_CUDA_MANAGED | dlpack::DEVICE_ROCM => {
+    let kind = match device_type {
+        dlpack::DEVICE_CPU | dlpack::DEVICE_CUDA_HOST | dlpack::DEVICE_ROCM_HOST => MemoryKind::Host,
+        // CUDA device memory: the engine moves it with the copy engine between engines of this
+        // host (it needs the CUDA driver at run time and says so when it is missing).
+        dlpack::DEVICE_CUDA => match u32::try_from(device_id) {
+            Ok(ordinal) => MemoryKind::CudaDevice { ordinal },
+            Err(_) => return Err(invalid(format!("cannot register a {name}: CUDA device id {device_id} is negative"))),
+        },
+        dlpack::DEVICE_CUDA_MANAGED | dlpack::DEVICE_ROCM => {
             return Err(invalid(format!(
-                "cannot register a {name} in GPU memory (DLPack device {device_type}:{device_id}): GPU memory \
-                 support is coming; for now register a host copy (tensor.cpu(), pinned with .pin_memory() for \
-                 fast copies) and copy it to the GPU after the transfer"
+                "cannot register a {name} in {} (DLPack device {device_type}:{device_id}): only host memory and \
+                 CUDA device memory can be registered; register a host copy (tensor.cpu()) instead",
+                if device_type == dlpack::DEVICE_ROCM { "ROCm memory" } else { "CUDA managed memory" }
             )));
         }
         other => {
             return Err(invalid(format!(
-                "cannot register a {name} on DLPack device type {other}: only host memory can be registered"
+                "cannot register a {name} on DLPack device type {other}: only host memory and CUDA device memory \
+                 can be registered"
             )));
         }
-    }
+    };
     let capsule = obj
         .call_method0("__dlpack__")
         .map_err(|e| invalid(format!("cannot register a {name}: its __dlpack__() failed: {}", e.value(obj.py()))))?;
     let view = dlpack::read_capsule(&capsule).map_err(|why| invalid(format!("cannot register a {name}: {why}")))?;
-    debug_assert!(matches!(view.device_type, dlpack::DEVICE_CPU | dlpack::DEVICE_CUDA_HOST | dlpack::DEVICE_ROCM_HOST));
+    if view.device_type != device_type {
+        return Err(invalid(format!(
+            "cannot register a {name}: __dlpack_device__() said device type {device_type} but its capsule says {}",
+            view.device_type
+        )));
+    }
     if view.nbytes == 0 {
         return Err(invalid(format!("cannot register an empty {name}: a region holds at least one byte")));
     }
     Ok(Acquired {
         ptr: view.ptr,
         nbytes: view.nbytes,
+        kind,
         keep: Keep { obj: obj.clone().unbind(), _export: capsule.unbind() },
     })
 }
@@ -145,7 +165,7 @@ impl RegionInner {
         // every transfer reading it completed (`close` below waits for them before dropping it).
         #[allow(unsafe_code)]
         // Safety: see above; the range was checked writable and contiguous by `acquire`.
-        let registered = unsafe { engine.register_raw(acquired.ptr as *mut u8, acquired.nbytes, MemoryKind::Host) };
+        let registered = unsafe { engine.register_raw(acquired.ptr as *mut u8, acquired.nbytes, acquired.kind) };
         let (handle, descriptor) = registered.map_err(register_error)?;
         let inner = Arc::new(RegionInner {
             core: core.clone(),

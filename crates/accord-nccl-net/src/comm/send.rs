@@ -175,8 +175,13 @@ impl SendComm {
                     .as_ref()
                     .ok_or_else(|| PluginError::InvalidArgument("isend from a zero-byte registration".to_string()))?;
                 let src_offset = region.offset_of(args.data, len)?;
-                let dst =
-                    MrDescriptor { engine: inner.peer, region: recv.region, key: recv.key, len: recv.region_len, device: None };
+                let dst = MrDescriptor {
+                    engine: inner.peer,
+                    region: recv.region,
+                    key: recv.key,
+                    len: recv.region_len,
+                    device: None,
+                };
                 let op = WriteOp { src, src_offset, dst: &dst, dst_offset: recv.offset, len, imm };
                 inner.rt.engine.write(&op)?
             };
