@@ -359,6 +359,17 @@ pub trait Datapath: Send {
     fn alloc_rx_buffers(&self, slot_count: usize) -> Result<RxBuffers, DatapathError> {
         RxBuffers::new(slot_count, self.rx_slot_bytes())
     }
+
+    /// Tells the driver that the peer whose paths are `peer_paths` (path 0 first) runs on this
+    /// host, so a driver with a same-host channel (shared memory) may set one up; the others
+    /// ignore it. Traffic keeps flowing through the ordinary paths until the channel is up.
+    fn offer_local_channel(&mut self, _peer_paths: &[SocketAddr]) {}
+
+    /// Counters of the same-host channel, for drivers that have one.
+    #[cfg(target_os = "linux")]
+    fn local_channel_stats(&self) -> Option<crate::shm::ShmStats> {
+        None
+    }
 }
 
 impl<D: Datapath + ?Sized> Datapath for Box<D> {
@@ -382,6 +393,13 @@ impl<D: Datapath + ?Sized> Datapath for Box<D> {
     }
     fn rx_slot_bytes(&self) -> usize {
         (**self).rx_slot_bytes()
+    }
+    fn offer_local_channel(&mut self, peer_paths: &[SocketAddr]) {
+        (**self).offer_local_channel(peer_paths)
+    }
+    #[cfg(target_os = "linux")]
+    fn local_channel_stats(&self) -> Option<crate::shm::ShmStats> {
+        (**self).local_channel_stats()
     }
 }
 
