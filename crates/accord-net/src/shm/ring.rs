@@ -230,6 +230,14 @@ impl Producer {
             if unsafe { libc::ftruncate(fd, len as libc::off_t) } != 0 {
                 return Err(io::Error::last_os_error()).map_err(io_err("sizing a ring file"));
             }
+            // Reserve the pages now: on a size-limited tmpfs (a container's /dev/shm) a sparse
+            // file would fault (SIGBUS) on first touch of a page beyond the limit; this way the
+            // shortage is an error here and the peer stays on UDP.
+            // Safety: `fd` is the descriptor just opened; the call only allocates file space.
+            let ret = unsafe { libc::posix_fallocate(fd, 0, len as libc::off_t) };
+            if ret != 0 {
+                return Err(io::Error::from_raw_os_error(ret)).map_err(io_err("reserving a ring file's pages"));
+            }
             Mapping::map(fd, len)
         })();
         // Safety: closes the descriptor opened above exactly once; the mapping stays valid.
