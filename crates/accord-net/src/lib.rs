@@ -37,7 +37,7 @@ pub mod trace;
 pub mod udp;
 
 pub use datapath::{
-    Datapath, DatapathCaps, RxBuffers, RxMeta, Segments, TxDatagram, RX_SLOTS_MAX, RX_SLOT_BYTES_MAX,
+    Datapath, DatapathCaps, DirectSend, RxBuffers, RxMeta, Segments, TxDatagram, RX_SLOTS_MAX, RX_SLOT_BYTES_MAX,
     SEGMENTS_PER_SEND_MAX,
 };
 pub use error::DatapathError;

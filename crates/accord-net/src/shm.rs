@@ -29,10 +29,11 @@
 //! consumer has its datagrams dropped (the protocol retransmits or times out) so one stuck peer
 //! cannot stall the sends to everyone else.
 //!
-//! Copies per byte: the engine's gather into its transmit buffer, that buffer into the ring,
-//! the ring into a receive slot (the copy-out that makes the bytes safe to parse), and the
-//! placement. Writing the gather straight into a ring slot would save one; it needs a
-//! reserve/commit send API and is left for later.
+//! Copies per byte: the sender gathers each datagram straight into a ring slot
+//! ([`Datapath::send_direct`]; datagrams that went through `send_batch` take one more copy),
+//! the receiver copies the entry into a receive slot (the copy-out that makes the bytes safe to
+//! parse) and then places the payload. Placing straight from the ring (parsing a copied-out
+//! header only) would save one more; it needs a receive API that lends ring memory.
 
 mod config;
 pub mod control;
@@ -46,7 +47,7 @@ pub use config::{ShmConfig, SHM_ENV_OVERRIDES, SHM_RING_BYTES_DEFAULT, SHM_SPIN_
 use control::Control;
 use ring::{Consumer, Producer, Push};
 
-use crate::{Datapath, DatapathCaps, DatapathError, RxBuffers, RxMeta, TxDatagram, RX_SLOT_BYTES_MAX};
+use crate::{Datapath, DatapathCaps, DatapathError, DirectSend, RxBuffers, RxMeta, TxDatagram, RX_SLOT_BYTES_MAX};
 
 /// Most peers (remote lanes) one datapath keeps ring state for; beyond it, peers use UDP.
 pub const REMOTES_MAX: usize = 1024;
@@ -92,6 +93,18 @@ pub struct ShmStats {
     pub doorbells_sent: u64,
     /// Control datagrams ignored as malformed or unexpected.
     pub control_ignored: u64,
+}
+
+/// What one append to a ring came to.
+enum RingPush {
+    Written,
+    Cancelled,
+    /// No room; retry later.
+    Full,
+    /// Full for so long that the datagram was dropped.
+    Dropped,
+    /// The ring was given up; the datagram goes to UDP.
+    Abandoned,
 }
 
 enum TxRing {
@@ -346,25 +359,31 @@ impl<D: Datapath> ShmDatapath<D> {
         self.stats.rings_abandoned += 1;
     }
 
-    /// Appends `d` to the ring of remote `idx`. Returns whether it was consumed (written or
-    /// dropped as stalled); false means stop the batch here.
-    fn push_ring(&mut self, idx: usize, dst_path: u16, d: &TxDatagram<'_>) -> bool {
-        let segment_bytes = d.segment_bytes.map_or(0, u32::from);
-        let TxRing::Attached { producer, full_since } = &mut self.remotes[idx].tx else { return false };
+    /// Appends `len` bytes that `fill` writes to the ring of remote `idx` (attached).
+    fn push_ring(
+        &mut self,
+        idx: usize,
+        len: usize,
+        entry: (u32, u16, u16),
+        fill: impl FnOnce(&mut [u8]) -> bool,
+    ) -> RingPush {
+        let TxRing::Attached { producer, full_since } = &mut self.remotes[idx].tx else { return RingPush::Abandoned };
         if producer.consumer_closed() {
             self.abandon_tx(idx, "the consumer closed it");
-            return false;
+            return RingPush::Abandoned;
         }
-        match producer.push(d.bytes, segment_bytes, d.path, dst_path) {
+        let (segment_bytes, src_path, dst_path) = entry;
+        match producer.push_with(len, segment_bytes, src_path, dst_path, fill) {
             Ok(Push::Written) => {
                 *full_since = None;
                 if !self.dirty.contains(&idx) {
                     self.dirty.push(idx);
                 }
                 self.stats.tx_datagrams += 1;
-                self.stats.tx_bytes += d.bytes.len() as u64;
-                true
+                self.stats.tx_bytes += len as u64;
+                RingPush::Written
             }
+            Ok(Push::Cancelled) => RingPush::Cancelled,
             Ok(Push::Full) => {
                 self.stats.tx_ring_full += 1;
                 let now = Instant::now();
@@ -372,19 +391,24 @@ impl<D: Datapath> ShmDatapath<D> {
                 let stalled = now.duration_since(since);
                 if stalled >= RING_STALL_CHECK && !ring::process_alive(producer.consumer_pid()) {
                     self.abandon_tx(idx, "its consumer process is gone");
-                    return false;
+                    return RingPush::Abandoned;
                 }
                 if stalled >= RING_STALL_DROP {
                     self.stats.tx_dropped_stalled += 1;
-                    return true;
+                    return RingPush::Dropped;
                 }
-                false
+                RingPush::Full
             }
             Err(e) => {
                 self.abandon_tx(idx, &e.to_string());
-                false
+                RingPush::Abandoned
             }
         }
+    }
+
+    /// The attached ring and the peer's path id for `dst`, if any.
+    fn ring_route(&self, dst: &SocketAddr) -> Option<(usize, u16)> {
+        self.routes.get(dst).copied().filter(|&(idx, _)| matches!(self.remotes[idx].tx, TxRing::Attached { .. }))
     }
 
     /// Drains attached rings into `bufs` until it holds `max`.
@@ -463,12 +487,7 @@ impl<D: Datapath> Datapath for ShmDatapath<D> {
         let mut udp_from: Option<usize> = None;
         let mut result = Ok(());
         for (i, d) in batch.iter().enumerate() {
-            let ring = self
-                .routes
-                .get(&d.dst)
-                .copied()
-                .filter(|&(idx, _)| matches!(self.remotes[idx].tx, TxRing::Attached { .. }));
-            let Some((idx, dst_path)) = ring else {
+            let Some((idx, dst_path)) = self.ring_route(&d.dst) else {
                 udp_from.get_or_insert(i);
                 continue;
             };
@@ -486,10 +505,15 @@ impl<D: Datapath> Datapath for ShmDatapath<D> {
                     }
                 }
             }
-            if !self.push_ring(idx, dst_path, d) {
-                break;
+            let entry = (d.segment_bytes.map_or(0, u32::from), d.path, dst_path);
+            let copy = |slot: &mut [u8]| {
+                slot.copy_from_slice(d.bytes);
+                true
+            };
+            match self.push_ring(idx, d.bytes.len(), entry, copy) {
+                RingPush::Written | RingPush::Dropped | RingPush::Cancelled => done = i + 1,
+                RingPush::Full | RingPush::Abandoned => break,
             }
-            done = i + 1;
         }
         if let (Some(from), Ok(())) = (udp_from, &result) {
             match self.inner.send_batch(&batch[from..]) {
@@ -562,6 +586,32 @@ impl<D: Datapath> Datapath for ShmDatapath<D> {
 
     fn rx_slot_bytes(&self) -> usize {
         RX_SLOT_BYTES_MAX
+    }
+
+    fn send_direct(
+        &mut self,
+        path: u16,
+        dst: SocketAddr,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]) -> bool,
+    ) -> Result<DirectSend, DatapathError> {
+        if path >= self.path_count() {
+            return Err(DatapathError::UnknownPath { path, path_count: self.path_count() });
+        }
+        let max = self.caps().max_payload_bytes.min(ring::ENTRY_PAYLOAD_BYTES_MAX);
+        if len > max {
+            return Err(DatapathError::MessageTooLarge { len, max });
+        }
+        let Some((idx, dst_path)) = self.ring_route(&dst) else { return Ok(DirectSend::Unsupported) };
+        let outcome = match self.push_ring(idx, len, (0, path, dst_path), fill) {
+            RingPush::Written | RingPush::Dropped => DirectSend::Sent,
+            RingPush::Cancelled => DirectSend::Cancelled,
+            RingPush::Full => DirectSend::Full,
+            RingPush::Abandoned => DirectSend::Unsupported,
+        };
+        self.publish();
+        self.flush_control()?;
+        Ok(outcome)
     }
 
     fn offer_local_channel(&mut self, peer_paths: &[SocketAddr]) {

@@ -404,15 +404,14 @@ impl Worker {
     fn transmit(&mut self) -> bool {
         let now = self.now();
         let Worker { tx, ep, ops, conns, dp, stats, .. } = self;
-        tx.fill_and_send(now, ep, dp.as_mut(), stats, |t, payload| {
-            if let Some(p) = t.payload {
-                let part = ops.get(&(t.conn, p.op))?;
-                if !part.source.read(p.offset, payload) {
-                    return None;
-                }
-            }
+        let route = |t: &accord_proto::Transmit| {
             conns.get(&t.conn).and_then(|c| c.addrs.get(usize::from(t.path.0)).copied().flatten())
-        })
+        };
+        let gather = |t: &accord_proto::Transmit, payload: &mut [u8]| match t.payload {
+            Some(p) => ops.get(&(t.conn, p.op)).is_some_and(|part| part.source.read(p.offset, payload)),
+            None => true,
+        };
+        tx.fill_and_send(now, ep, dp.as_mut(), stats, route, gather)
     }
 
     fn drain_events(&mut self) -> bool {

@@ -203,6 +203,8 @@ pub enum Push {
     Written,
     /// No room now: the consumer has not caught up.
     Full,
+    /// The fill function declined; nothing was appended.
+    Cancelled,
 }
 
 impl Producer {
@@ -277,13 +279,26 @@ impl Producer {
         src_path: u16,
         dst_path: u16,
     ) -> Result<Push, RingError> {
-        if payload.len() > ENTRY_PAYLOAD_BYTES_MAX {
-            return Err(RingError::Refused(format!(
-                "entry of {} bytes exceeds {ENTRY_PAYLOAD_BYTES_MAX}",
-                payload.len()
-            )));
+        self.push_with(payload.len(), segment_bytes, src_path, dst_path, |slot| {
+            slot.copy_from_slice(payload);
+            true
+        })
+    }
+
+    /// Appends one entry of `len` payload bytes that `fill` writes in place (no copy through a
+    /// buffer of ours); if `fill` returns false nothing is appended ([`Push::Cancelled`]).
+    pub fn push_with(
+        &mut self,
+        len: usize,
+        segment_bytes: u32,
+        src_path: u16,
+        dst_path: u16,
+        fill: impl FnOnce(&mut [u8]) -> bool,
+    ) -> Result<Push, RingError> {
+        if len > ENTRY_PAYLOAD_BYTES_MAX {
+            return Err(RingError::Refused(format!("entry of {len} bytes exceeds {ENTRY_PAYLOAD_BYTES_MAX}")));
         }
-        let need = entry_bytes(payload.len());
+        let need = entry_bytes(len);
         let off = self.head % self.data_bytes;
         let contig = self.data_bytes - off;
         let total = if need > contig { contig + need } else { need };
@@ -299,8 +314,17 @@ impl Producer {
             self.head += contig;
             off = 0;
         }
-        self.map.write_data(off, &entry_header(KIND_DATA, payload.len() as u32, segment_bytes, src_path, dst_path));
-        self.map.write_data(off + ENTRY_HEADER_BYTES, payload);
+        let start = RING_HEADER_BYTES + off + ENTRY_HEADER_BYTES;
+        assert!(start + len <= self.map.len, "ring slot out of bounds");
+        // Safety: in bounds (checked above) and past everything published, so the consumer does
+        // not read it before the next publish and no other slice of ours covers it; the
+        // mutable borrow of `self` keeps it unique on this side. (A hostile consumer writing
+        // there could only corrupt what it is about to receive.)
+        let slot = unsafe { std::slice::from_raw_parts_mut(self.map.base.as_ptr().add(start), len) };
+        if !fill(slot) {
+            return Ok(Push::Cancelled);
+        }
+        self.map.write_data(off, &entry_header(KIND_DATA, len as u32, segment_bytes, src_path, dst_path));
         self.head += need;
         Ok(Push::Written)
     }

@@ -102,6 +102,45 @@ fn peers_attach_both_ways_and_carry_datagrams_through_rings() {
 }
 
 #[test]
+fn direct_sends_write_in_place_and_only_where_a_ring_is_attached() {
+    let (mut a, mut b) = (make(config()), make(config()));
+    let dst = paths(&b)[2];
+    let mut fill = |buf: &mut [u8]| {
+        buf.fill(9);
+        true
+    };
+    assert_eq!(a.send_direct(2, dst, 100, &mut fill).unwrap(), DirectSend::Unsupported, "no ring yet");
+    a.offer_local_channel(&paths(&b));
+    pump(&mut a, &mut b, |a, _| a.stats().rings_attached_tx == 1);
+    assert_eq!(a.send_direct(2, dst, 100, &mut fill).unwrap(), DirectSend::Sent);
+    assert_eq!(a.send_direct(2, dst, 100, &mut |_| false).unwrap(), DirectSend::Cancelled);
+    assert!(a.send_direct(9, dst, 100, &mut fill).is_err(), "unknown path");
+    assert!(a.send_direct(2, dst, 70_000, &mut fill).is_err(), "too large");
+    let mut rx = b.alloc_rx_buffers(4).unwrap();
+    let end = Instant::now() + DEADLINE;
+    while b.recv_batch(&mut rx, 4).unwrap() == 0 {
+        assert!(Instant::now() < end);
+    }
+    let (bytes, meta) = rx.get(0).unwrap();
+    assert_eq!((bytes, meta.path, meta.src), (&[9u8; 100][..], 2, a.local_addr(2).unwrap()));
+    assert_eq!(rx.len(), 1, "the cancelled one left nothing");
+    let big = vec![0u8; 60_000];
+    let mut sent = 0;
+    while a
+        .send_direct(0, paths(&b)[0], big.len(), &mut |buf: &mut [u8]| {
+            buf.copy_from_slice(&big);
+            true
+        })
+        .unwrap()
+        == DirectSend::Sent
+    {
+        sent += 1;
+        assert!(sent < 10);
+    }
+    assert_eq!(sent, 4, "then Full, like send_batch");
+}
+
+#[test]
 fn a_full_ring_sends_a_prefix() {
     let (mut a, mut b) = (make(config()), make(config()));
     a.offer_local_channel(&paths(&b));

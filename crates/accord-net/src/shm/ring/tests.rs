@@ -43,7 +43,7 @@ fn entries_round_trip_across_many_wraps() {
                 let bytes = pattern(seed * 10_000 + sent, len);
                 match p.push(&bytes, sent as u32, (sent % 7) as u16, (sent % 5) as u16).unwrap() {
                     Push::Written => sent += 1,
-                    Push::Full => break,
+                    Push::Full | Push::Cancelled => break,
                 }
             }
             p.publish();
@@ -79,6 +79,22 @@ fn a_full_ring_refuses_until_the_consumer_frees_room() {
     assert_eq!(p.push(&payload, 0, 0, 0).unwrap(), Push::Full, "room is freed only on release");
     c.release();
     assert_eq!(p.push(&payload, 0, 0, 0).unwrap(), Push::Written);
+}
+
+#[test]
+fn entries_written_in_place_and_cancelled_ones_leave_no_trace() {
+    let (mut p, mut c) = pair(RING_DATA_BYTES_MIN);
+    assert_eq!(p.push_with(100, 0, 1, 2, |_| false).unwrap(), Push::Cancelled);
+    let written = p.push_with(5, 0, 1, 2, |slot| {
+        slot.copy_from_slice(b"hello");
+        true
+    });
+    assert_eq!(written.unwrap(), Push::Written);
+    p.publish();
+    let mut out = vec![0u8; ENTRY_PAYLOAD_BYTES_MAX];
+    let e = c.pop(&mut out).unwrap().unwrap();
+    assert_eq!((&out[..e.len], e.src_path, e.dst_path), (&b"hello"[..], 1, 2));
+    assert_eq!(c.pop(&mut out).unwrap(), None);
 }
 
 #[test]
