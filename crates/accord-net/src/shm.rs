@@ -63,6 +63,12 @@ pub const RING_STALL_DROP: Duration = Duration::from_secs(1);
 pub const CONTROL_PER_RECV_MAX: usize = 64;
 /// Control datagrams waiting for socket room (more are dropped).
 pub const CONTROL_QUEUED_MAX: usize = 256;
+/// A ring file older than this whose creating process is gone is removed at startup: a live
+/// offer is answered (or abandoned) within [`ATTACH_RETRY`] x [`ATTACH_TRIES_MAX`], so only
+/// files left by a crash are that old.
+pub const STALE_RING_AGE: Duration = Duration::from_secs(60);
+/// Directory entries looked at by one stale-file sweep.
+pub const SWEEP_ENTRIES_MAX: usize = 4096;
 
 /// Counters of one [`ShmDatapath`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -152,6 +158,9 @@ impl<D: Datapath> ShmDatapath<D> {
     /// Wraps `inner` (whose path 0 carries control datagrams).
     pub fn new(inner: D, config: ShmConfig) -> Result<Self, DatapathError> {
         config.validate()?;
+        if config.enabled {
+            sweep_stale_rings(&config.dir);
+        }
         let local_paths = (0..inner.path_count()).filter_map(|p| inner.local_addr(p)).collect();
         let name_prefix = format!("accord-{}-{:016x}", std::process::id(), random_u64());
         Ok(ShmDatapath {
@@ -629,6 +638,32 @@ impl<D: Datapath> Datapath for ShmDatapath<D> {
     fn local_channel_stats(&self) -> Option<ShmStats> {
         Some(self.stats)
     }
+}
+
+/// Removes ring files a crashed process left behind: named `accord-<pid>-...`, that pid gone,
+/// and older than [`STALE_RING_AGE`] (the age rule also spares files of a process in another
+/// pid namespace sharing the directory). Files of other users cannot be removed and are left.
+pub fn sweep_stale_rings(dir: &std::path::Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    let mut removed = 0;
+    for entry in entries.take(SWEEP_ENTRIES_MAX).flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("accord-")) else { continue };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age >= STALE_RING_AGE);
+        if old && !ring::process_alive(pid) && std::fs::remove_file(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    if removed > 0 {
+        tracing::info!(removed, dir = %dir.display(), "removed ring files left by crashed processes");
+    }
+    removed
 }
 
 /// 64 random bits from the kernel (ring names and nonces must not be guessable by position);

@@ -182,7 +182,14 @@ fn env_overrides_apply() {
     assert_eq!(c.nics.len(), 2);
     assert_eq!(c.cc, "swift");
     assert!(c.force_network);
+    assert!(c.shm.enabled, "shared memory is on unless turned off");
     assert!(EngineConfig::default().with_overrides_from(|_| Some("x".into())).is_err());
+    let shm: HashMap<&str, &str> =
+        [("ACCORD_SHM", "0"), ("ACCORD_SHM_RING_BYTES", "1048576"), ("ACCORD_SHM_DIR", "/tmp/x")].into();
+    let c = EngineConfig::default().with_overrides_from(|n| shm.get(n).map(|v| v.to_string())).unwrap();
+    assert_eq!((c.shm.enabled, c.shm.ring_bytes, c.shm.dir.to_str()), (false, 1 << 20, Some("/tmp/x")));
+    let odd: HashMap<&str, &str> = [("ACCORD_SHM_RING_BYTES", "1000000")].into();
+    assert!(EngineConfig::default().with_overrides_from(|n| odd.get(n).map(|v| v.to_string())).is_err());
 }
 
 #[test]

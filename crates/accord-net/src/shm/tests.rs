@@ -288,3 +288,28 @@ fn forged_attach_messages_are_ignored_or_refused() {
     pump(&mut a, &mut b, |_, b| b.stats().control_ignored >= 1 && b.remotes.len() == 1);
     assert_eq!(b.stats().rings_attached_rx, 0);
 }
+
+#[test]
+fn stale_ring_files_of_dead_processes_are_swept_and_others_kept() {
+    let dir = test_dir().join("sweep");
+    std::fs::create_dir_all(&dir).unwrap();
+    let old = std::time::SystemTime::now() - STALE_RING_AGE - Duration::from_secs(5);
+    let touch = |name: &str, mtime: std::time::SystemTime| {
+        let f = std::fs::File::create(dir.join(name)).unwrap();
+        f.set_modified(mtime).unwrap();
+    };
+    let me = std::process::id();
+    touch("accord-4294967295-dead-1", old); // no such pid: removed
+    touch("accord-4294967294-young-1", std::time::SystemTime::now()); // too young: kept
+    touch(&format!("accord-{me}-alive-1"), old); // our own pid: kept
+    touch("other-4294967295-x", old); // not ours: kept
+    assert_eq!(sweep_stale_rings(&dir), 1);
+    let mut left: Vec<String> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    left.sort();
+    assert_eq!(
+        left,
+        vec![format!("accord-{me}-alive-1"), "accord-4294967294-young-1".into(), "other-4294967295-x".into()]
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
