@@ -71,6 +71,9 @@ pub struct P2pRow {
     pub udp_gbps: f64,
     /// `accord_gbps / udp_gbps`.
     pub vs_udp: f64,
+    /// Share of the engine under test's datagrams (this row) that went through shared memory:
+    /// 1.0 when the same-host datapath carried everything, 0.0 with `ACCORD_SHM=0`.
+    pub shm_share: f64,
     /// Completion time of one write of this size alone, microseconds (median).
     pub lat_us: f64,
 }
@@ -259,6 +262,7 @@ impl Parent {
 
 /// Measured figures of one size, turned into a row.
 struct Measured {
+    shm_share: f64,
     accord_bytes_per_s: f64,
     udp_bytes_per_s: f64,
     tcp_gbps: f64,
@@ -276,6 +280,7 @@ fn row(op: &str, bytes: u64, m: Measured) -> P2pRow {
         ratio: accord_gbps / m.tcp_gbps.max(1e-12),
         udp_gbps,
         vs_udp: accord_gbps / udp_gbps.max(1e-12),
+        shm_share: m.shm_share,
         lat_us: m.lat_us,
     }
 }
@@ -357,6 +362,7 @@ fn run_parent(
         let tcp_gbps = p.tcp(bytes, iters)?;
         let imm = 100 + i as u32;
         let mut timed = [(0.0, 0.0); 2];
+        let before = datagram_counts(&p.sides[SIDE_DEFAULT].engine);
         for side in [SIDE_DEFAULT, SIDE_UDP] {
             timed[side] = p
                 .accord(side, iters, imm, |s| submit_write(s, bytes, imm))
@@ -364,6 +370,7 @@ fn run_parent(
         }
         let per_s = |secs: f64| (bytes * iters) as f64 / secs;
         let m = Measured {
+            shm_share: shm_share(before, datagram_counts(&p.sides[SIDE_DEFAULT].engine)),
             accord_bytes_per_s: per_s(timed[SIDE_DEFAULT].0),
             udp_bytes_per_s: per_s(timed[SIDE_UDP].0),
             tcp_gbps,
@@ -380,6 +387,7 @@ fn run_parent(
         let dst_pages: Vec<u64> = (0..pages).map(|i| (i * 97 + 13) % pages).collect();
         let imm = 99;
         let mut timed = [(0.0, 0.0); 2];
+        let before = datagram_counts(&p.sides[SIDE_DEFAULT].engine);
         for side in [SIDE_DEFAULT, SIDE_UDP] {
             timed[side] = p.accord(side, iters, imm, |s| {
                 let h = s.src.handle();
@@ -396,6 +404,7 @@ fn run_parent(
         }
         let per_s = |secs: f64| (paged_total * iters) as f64 / secs;
         let m = Measured {
+            shm_share: shm_share(before, datagram_counts(&p.sides[SIDE_DEFAULT].engine)),
             accord_bytes_per_s: per_s(timed[SIDE_DEFAULT].0),
             udp_bytes_per_s: per_s(timed[SIDE_UDP].0),
             tcp_gbps,
@@ -407,6 +416,18 @@ fn run_parent(
     Ok(rows)
 }
 
+/// (datagrams sent, of which through shared memory) by `engine` so far.
+fn datagram_counts(engine: &Engine) -> (u64, u64) {
+    let stats = engine.stats();
+    (stats.lanes.iter().map(|l| l.endpoint.datagrams_sent).sum(), stats.shm_datagrams_sent())
+}
+
+/// Share of datagrams through shared memory between two `datagram_counts`.
+fn shm_share(before: (u64, u64), after: (u64, u64)) -> f64 {
+    let sent = after.0.saturating_sub(before.0);
+    after.1.saturating_sub(before.1) as f64 / sent.max(1) as f64
+}
+
 fn submit_write(s: &Side, bytes: u64, imm: u32) -> Result<Transfer, BenchError> {
     let h = s.src.handle();
     let op = WriteOp { src: &h, src_offset: 0, dst: &s.dst, dst_offset: 0, len: bytes, imm: Some(imm) };
@@ -416,20 +437,20 @@ fn submit_write(s: &Side, bytes: u64, imm: u32) -> Result<Transfer, BenchError> 
 /// The table `accord bench p2p` prints.
 pub fn format_table(rows: &[P2pRow]) -> String {
     let mut out = format!(
-        "{:>6} {:>12} {:>12} {:>10} {:>7} {:>12} {:>7} {:>10}\n",
-        "op", "bytes", "accord_GBps", "tcp_GBps", "ratio", "udp_GBps", "vs_udp", "lat_us"
+        "{:>6} {:>12} {:>12} {:>10} {:>7} {:>12} {:>7} {:>10} {:>10}\n",
+        "op", "bytes", "accord_GBps", "tcp_GBps", "ratio", "udp_GBps", "vs_udp", "lat_us", "shm_share"
     );
     for r in rows {
         out += &format!(
-            "{:>6} {:>12} {:>12.3} {:>10.3} {:>7.2} {:>12.3} {:>7.2} {:>10.1}\n",
-            r.op, r.bytes, r.accord_gbps, r.tcp_gbps, r.ratio, r.udp_gbps, r.vs_udp, r.lat_us
+            "{:>6} {:>12} {:>12.3} {:>10.3} {:>7.2} {:>12.3} {:>7.2} {:>10.1} {:>10.2}\n",
+            r.op, r.bytes, r.accord_gbps, r.tcp_gbps, r.ratio, r.udp_gbps, r.vs_udp, r.lat_us, r.shm_share
         );
     }
     out
 }
 
 /// The `--json` form: `{"rows":[{"bytes":..,"accord_gbps":..,"tcp_gbps":..,"ratio":..,"udp_gbps":..,
-/// "vs_udp":..,"lat_us":..}]}`
+/// "vs_udp":..,"lat_us":..,"shm_share":..}]}`
 /// (each row also names its `op`).
 pub fn format_json(rows: &[P2pRow]) -> String {
     serde_json::json!({ "rows": rows }).to_string()
