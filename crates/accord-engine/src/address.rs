@@ -4,6 +4,13 @@ use crate::error::ParseError;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 
+/// This host's name as engines advertise it (read once): peers whose address names the same
+/// host get shared-memory rings.
+pub(crate) fn this_host() -> &'static str {
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOST.get_or_init(|| std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string())
+}
+
 /// A random 64-bit identity, unique per engine instance (a restarted process gets a new one).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct EngineId(pub u64);

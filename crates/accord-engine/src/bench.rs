@@ -1,5 +1,6 @@
 //! `accord bench p2p` as a library: two processes on loopback, Accord writes against a plain TCP
-//! stream between the same two processes in the same run.
+//! stream between the same two processes in the same run, and Accord with shared memory (the
+//! default for same-host peers; `ACCORD_SHM=0` turns it off) against Accord forced onto UDP.
 //!
 //! The calling program must call [`run_child_if_requested`] first thing in `main`: the benchmark
 //! re-executes the current binary as its second process.
@@ -65,6 +66,14 @@ pub struct P2pRow {
     pub tcp_gbps: f64,
     /// `accord_gbps / tcp_gbps`.
     pub ratio: f64,
+    /// Accord throughput with shared memory off (kernel UDP over loopback), GB/s: the
+    /// baseline of the same-host datapath, measured in the same run.
+    pub udp_gbps: f64,
+    /// `accord_gbps / udp_gbps`.
+    pub vs_udp: f64,
+    /// Share of the engine under test's datagrams (this row) that went through shared memory:
+    /// 1.0 when the same-host datapath carried everything, 0.0 with `ACCORD_SHM=0`.
+    pub shm_share: f64,
     /// Completion time of one write of this size alone, microseconds (median).
     pub lat_us: f64,
 }
@@ -96,6 +105,8 @@ struct Hello {
 const OP_TCP: u8 = 1;
 const OP_VERIFY: u8 = 2;
 const OP_EXIT: u8 = 3;
+/// As `OP_VERIFY`, on the UDP-only engine.
+const OP_VERIFY_UDP: u8 = 4;
 
 fn send_cmd(s: &mut TcpStream, op: u8, a: u64, b: u64) -> std::io::Result<()> {
     let mut m = [0u8; 17];
@@ -111,12 +122,19 @@ fn read_byte(s: &mut TcpStream) -> std::io::Result<u8> {
     Ok(b[0])
 }
 
-fn build_engine(loss: Option<f64>) -> Result<Engine, BenchError> {
-    let mut b = Engine::builder();
+/// The engine under test (environment overrides apply) and, with `udp_only`, the same with
+/// shared memory off whatever the environment says.
+fn build_engine(loss: Option<f64>, udp_only: bool) -> Result<Engine, BenchError> {
+    let mut config =
+        crate::EngineConfig::default().with_overrides_from(|n| std::env::var(n).ok()).map_err(engine_err)?;
     if let Some(p) = loss.filter(|p| *p > 0.0) {
-        b = b.fault_injection(FaultConfig { drop: p, ..FaultConfig::default() }, std::process::id() as u64);
+        config.fault = Some(FaultConfig { drop: p, ..FaultConfig::default() });
+        config.fault_seed = std::process::id() as u64;
     }
-    b.build().map_err(engine_err)
+    if udp_only {
+        config.shm.enabled = false;
+    }
+    Engine::builder().config(config).ignore_env().build().map_err(engine_err)
 }
 
 /// Runs the benchmark's second process when this process is it, then exits; returns at once
@@ -135,19 +153,23 @@ pub fn run_child_if_requested() {
 
 fn child(addr: &str) -> Result<(), BenchError> {
     let loss = std::env::var(CHILD_LOSS_ENV).ok().and_then(|v| v.parse().ok());
-    let engine = build_engine(loss)?;
+    let engines = [build_engine(loss, false)?, build_engine(loss, true)?];
     let mut s = TcpStream::connect(addr)?;
     s.set_nodelay(true)?;
     let max: u64 = std::env::var("ACCORD_P2P_BENCH_MAX").ok().and_then(|v| v.parse().ok()).unwrap_or(1 << 20);
-    let region = engine.alloc(max as usize).map_err(engine_err)?;
-    let hello =
-        serde_json::to_vec(&Hello { address: engine.address(), region: region.descriptor() }).map_err(engine_err)?;
-    s.write_all(&(hello.len() as u32).to_le_bytes())?;
-    s.write_all(&hello)?;
+    let mut regions = vec![];
+    for engine in &engines {
+        let region = engine.alloc(max as usize).map_err(engine_err)?;
+        region.fill(0);
+        let hello = serde_json::to_vec(&Hello { address: engine.address(), region: region.descriptor() })
+            .map_err(engine_err)?;
+        s.write_all(&(hello.len() as u32).to_le_bytes())?;
+        s.write_all(&hello)?;
+        regions.push(region);
+    }
     let mut sink = vec![0u8; max as usize];
     // Touch every page up front so neither transport pays first-touch faults while timed.
     sink.fill(1);
-    region.fill(0);
     loop {
         let mut m = [0u8; 17];
         s.read_exact(&mut m)?;
@@ -160,7 +182,8 @@ fn child(addr: &str) -> Result<(), BenchError> {
                 }
                 s.write_all(&[1])?;
             }
-            OP_VERIFY => {
+            OP_VERIFY | OP_VERIFY_UDP => {
+                let engine = &engines[usize::from(m[0] == OP_VERIFY_UDP)];
                 let got = engine.imm_counter(a as u32).wait(b, Duration::from_secs(60));
                 s.write_all(&[u8::from(got >= b)])?;
             }
@@ -169,10 +192,19 @@ fn child(addr: &str) -> Result<(), BenchError> {
     }
 }
 
-struct Parent {
+/// One engine of the parent and where it writes.
+struct Side {
     engine: Engine,
     src: crate::MrBuffer,
     dst: MrDescriptor,
+}
+
+/// Index of the engine under test in `Parent::sides`; the other is the UDP-only baseline.
+const SIDE_DEFAULT: usize = 0;
+const SIDE_UDP: usize = 1;
+
+struct Parent {
+    sides: Vec<Side>,
     tcp: TcpStream,
     data: Vec<u8>,
 }
@@ -193,23 +225,25 @@ impl Parent {
         Ok((bytes * iters) as f64 / start.elapsed().as_secs_f64() / 1e9)
     }
 
-    fn verify(&mut self, imm: u32, target: u64) -> Result<(), BenchError> {
-        send_cmd(&mut self.tcp, OP_VERIFY, imm as u64, target)?;
+    fn verify(&mut self, side: usize, imm: u32, target: u64) -> Result<(), BenchError> {
+        let op = if side == SIDE_UDP { OP_VERIFY_UDP } else { OP_VERIFY };
+        send_cmd(&mut self.tcp, op, imm as u64, target)?;
         match read_byte(&mut self.tcp)? {
             1 => Ok(()),
             _ => Err(BenchError::Engine(format!("peer counted fewer than {target} writes with imm {imm}"))),
         }
     }
 
-    /// Times `iters` pipelined submissions and `LATENCY_SAMPLES` lone ones.
+    /// Times `iters` pipelined submissions and `LATENCY_SAMPLES` lone ones on engine `side`.
     fn accord(
         &mut self,
+        side: usize,
         iters: u64,
         imm: u32,
-        submit: impl Fn(&Engine) -> Result<Transfer, BenchError>,
+        submit: impl Fn(&Side) -> Result<Transfer, BenchError>,
     ) -> Result<(f64, f64), BenchError> {
         let start = Instant::now();
-        let transfers: Vec<Transfer> = (0..iters).map(|_| submit(&self.engine)).collect::<Result<_, _>>()?;
+        let transfers: Vec<Transfer> = (0..iters).map(|_| submit(&self.sides[side])).collect::<Result<_, _>>()?;
         for t in &transfers {
             t.wait_timeout(Duration::from_secs(120)).map_err(engine_err)?;
         }
@@ -217,18 +251,38 @@ impl Parent {
         let mut lat = vec![];
         for _ in 0..LATENCY_SAMPLES.min(iters as usize) {
             let t0 = Instant::now();
-            submit(&self.engine)?.wait_timeout(Duration::from_secs(120)).map_err(engine_err)?;
+            submit(&self.sides[side])?.wait_timeout(Duration::from_secs(120)).map_err(engine_err)?;
             lat.push(t0.elapsed().as_secs_f64() * 1e6);
         }
         lat.sort_by(f64::total_cmp);
-        self.verify(imm, iters + lat.len() as u64)?;
+        self.verify(side, imm, iters + lat.len() as u64)?;
         Ok((secs, lat[lat.len() / 2]))
     }
 }
 
-fn row(op: &str, bytes: u64, accord_bytes_per_s: f64, tcp_gbps: f64, lat_us: f64) -> P2pRow {
-    let accord_gbps = accord_bytes_per_s / 1e9;
-    P2pRow { op: op.into(), bytes, accord_gbps, tcp_gbps, ratio: accord_gbps / tcp_gbps.max(1e-12), lat_us }
+/// Measured figures of one size, turned into a row.
+struct Measured {
+    shm_share: f64,
+    accord_bytes_per_s: f64,
+    udp_bytes_per_s: f64,
+    tcp_gbps: f64,
+    lat_us: f64,
+}
+
+fn row(op: &str, bytes: u64, m: Measured) -> P2pRow {
+    let accord_gbps = m.accord_bytes_per_s / 1e9;
+    let udp_gbps = m.udp_bytes_per_s / 1e9;
+    P2pRow {
+        op: op.into(),
+        bytes,
+        accord_gbps,
+        tcp_gbps: m.tcp_gbps,
+        ratio: accord_gbps / m.tcp_gbps.max(1e-12),
+        udp_gbps,
+        vs_udp: accord_gbps / udp_gbps.max(1e-12),
+        shm_share: m.shm_share,
+        lat_us: m.lat_us,
+    }
 }
 
 /// Runs the benchmark: spawns the second process, measures each size over TCP and Accord.
@@ -282,31 +336,47 @@ fn run_parent(
     tcp.set_nodelay(true)?;
     tcp.set_read_timeout(Some(CHILD_DEADLINE))?;
     let mut tcp = tcp;
-    let mut len = [0u8; 4];
-    tcp.read_exact(&mut len)?;
-    let mut hello = vec![0u8; u32::from_le_bytes(len) as usize];
-    tcp.read_exact(&mut hello)?;
-    let hello: Hello = serde_json::from_slice(&hello).map_err(engine_err)?;
-    let engine = build_engine(opts.loss)?;
-    engine.add_peer(&hello.address).map_err(engine_err)?;
-    let src = engine.alloc(max as usize).map_err(engine_err)?;
     let fill: Vec<u8> = (0..max).map(|i| (i * 31 % 251) as u8).collect();
-    src.write_at(0, &fill).map_err(engine_err)?;
-    let mut p = Parent { engine, src, dst: hello.region, tcp, data: fill };
+    let mut sides = vec![];
+    for udp_only in [false, true] {
+        let mut len = [0u8; 4];
+        tcp.read_exact(&mut len)?;
+        let mut hello = vec![0u8; u32::from_le_bytes(len) as usize];
+        tcp.read_exact(&mut hello)?;
+        let hello: Hello = serde_json::from_slice(&hello).map_err(engine_err)?;
+        let engine = build_engine(opts.loss, udp_only)?;
+        engine.add_peer(&hello.address).map_err(engine_err)?;
+        let src = engine.alloc(max as usize).map_err(engine_err)?;
+        src.write_at(0, &fill).map_err(engine_err)?;
+        sides.push(Side { engine, src, dst: hello.region });
+    }
+    let mut p = Parent { sides, tcp, data: fill };
     let mut rows = vec![];
-    // Warm-up: open the connection and grow the window.
+    // Warm-up: open the connections, attach the rings and grow the windows.
     let warm = max.min(16 << 20);
-    let (h, d) = (p.src.handle(), p.dst);
-    p.accord(4, 1, |e| submit_write(e, &h, &d, warm, 1))?;
+    for side in [SIDE_DEFAULT, SIDE_UDP] {
+        p.accord(side, 4, 1, |s| submit_write(s, warm, 1))?;
+    }
     for (i, &bytes) in opts.sizes.iter().enumerate() {
         let iters = iterations(bytes);
         let tcp_gbps = p.tcp(bytes, iters)?;
         let imm = 100 + i as u32;
-        let (h, d) = (p.src.handle(), p.dst);
-        let (secs, lat) = p
-            .accord(iters, imm, |e| submit_write(e, &h, &d, bytes, imm))
-            .map_err(|e| BenchError::Engine(format!("writes of {bytes} bytes: {e}")))?;
-        rows.push(row("write", bytes, (bytes * iters) as f64 / secs, tcp_gbps, lat));
+        let mut timed = [(0.0, 0.0); 2];
+        let before = datagram_counts(&p.sides[SIDE_DEFAULT].engine);
+        for side in [SIDE_DEFAULT, SIDE_UDP] {
+            timed[side] = p
+                .accord(side, iters, imm, |s| submit_write(s, bytes, imm))
+                .map_err(|e| BenchError::Engine(format!("writes of {bytes} bytes: {e}")))?;
+        }
+        let per_s = |secs: f64| (bytes * iters) as f64 / secs;
+        let m = Measured {
+            shm_share: shm_share(before, datagram_counts(&p.sides[SIDE_DEFAULT].engine)),
+            accord_bytes_per_s: per_s(timed[SIDE_DEFAULT].0),
+            udp_bytes_per_s: per_s(timed[SIDE_UDP].0),
+            tcp_gbps,
+            lat_us: timed[SIDE_DEFAULT].1,
+        };
+        rows.push(row("write", bytes, m));
     }
     if let Some(page) = opts.paged_page_bytes {
         let iters = iterations(paged_total);
@@ -315,52 +385,72 @@ fn run_parent(
         let src_pages: Vec<u64> = (0..pages).collect();
         // A fixed permutation: pages land scattered, as a KV-cache move does.
         let dst_pages: Vec<u64> = (0..pages).map(|i| (i * 97 + 13) % pages).collect();
-        let (h, d) = (p.src.handle(), p.dst);
         let imm = 99;
-        let (secs, lat) = p.accord(iters, imm, |e| {
-            let op = PagedWriteOp {
-                src: &h,
-                dst: &d,
-                page_bytes: page,
-                src_pages: &src_pages,
-                dst_pages: &dst_pages,
-                imm: Some(imm),
-            };
-            e.write_paged(&op).map_err(engine_err)
-        })?;
-        rows.push(row("paged", paged_total, (paged_total * iters) as f64 / secs, tcp_gbps, lat));
+        let mut timed = [(0.0, 0.0); 2];
+        let before = datagram_counts(&p.sides[SIDE_DEFAULT].engine);
+        for side in [SIDE_DEFAULT, SIDE_UDP] {
+            timed[side] = p.accord(side, iters, imm, |s| {
+                let h = s.src.handle();
+                let op = PagedWriteOp {
+                    src: &h,
+                    dst: &s.dst,
+                    page_bytes: page,
+                    src_pages: &src_pages,
+                    dst_pages: &dst_pages,
+                    imm: Some(imm),
+                };
+                s.engine.write_paged(&op).map_err(engine_err)
+            })?;
+        }
+        let per_s = |secs: f64| (paged_total * iters) as f64 / secs;
+        let m = Measured {
+            shm_share: shm_share(before, datagram_counts(&p.sides[SIDE_DEFAULT].engine)),
+            accord_bytes_per_s: per_s(timed[SIDE_DEFAULT].0),
+            udp_bytes_per_s: per_s(timed[SIDE_UDP].0),
+            tcp_gbps,
+            lat_us: timed[SIDE_DEFAULT].1,
+        };
+        rows.push(row("paged", paged_total, m));
     }
     send_cmd(&mut p.tcp, OP_EXIT, 0, 0)?;
     Ok(rows)
 }
 
-fn submit_write(
-    e: &Engine,
-    h: &crate::MrHandle,
-    d: &MrDescriptor,
-    bytes: u64,
-    imm: u32,
-) -> Result<Transfer, BenchError> {
-    let op = WriteOp { src: h, src_offset: 0, dst: d, dst_offset: 0, len: bytes, imm: Some(imm) };
-    e.write(&op).map_err(engine_err)
+/// (datagrams sent, of which through shared memory) by `engine` so far.
+fn datagram_counts(engine: &Engine) -> (u64, u64) {
+    let stats = engine.stats();
+    (stats.lanes.iter().map(|l| l.endpoint.datagrams_sent).sum(), stats.shm_datagrams_sent())
+}
+
+/// Share of datagrams through shared memory between two `datagram_counts`.
+fn shm_share(before: (u64, u64), after: (u64, u64)) -> f64 {
+    let sent = after.0.saturating_sub(before.0);
+    after.1.saturating_sub(before.1) as f64 / sent.max(1) as f64
+}
+
+fn submit_write(s: &Side, bytes: u64, imm: u32) -> Result<Transfer, BenchError> {
+    let h = s.src.handle();
+    let op = WriteOp { src: &h, src_offset: 0, dst: &s.dst, dst_offset: 0, len: bytes, imm: Some(imm) };
+    s.engine.write(&op).map_err(engine_err)
 }
 
 /// The table `accord bench p2p` prints.
 pub fn format_table(rows: &[P2pRow]) -> String {
     let mut out = format!(
-        "{:>6} {:>12} {:>12} {:>10} {:>7} {:>10}\n",
-        "op", "bytes", "accord_GBps", "tcp_GBps", "ratio", "lat_us"
+        "{:>6} {:>12} {:>12} {:>10} {:>7} {:>12} {:>7} {:>10} {:>10}\n",
+        "op", "bytes", "accord_GBps", "tcp_GBps", "ratio", "udp_GBps", "vs_udp", "lat_us", "shm_share"
     );
     for r in rows {
         out += &format!(
-            "{:>6} {:>12} {:>12.3} {:>10.3} {:>7.2} {:>10.1}\n",
-            r.op, r.bytes, r.accord_gbps, r.tcp_gbps, r.ratio, r.lat_us
+            "{:>6} {:>12} {:>12.3} {:>10.3} {:>7.2} {:>12.3} {:>7.2} {:>10.1} {:>10.2}\n",
+            r.op, r.bytes, r.accord_gbps, r.tcp_gbps, r.ratio, r.udp_gbps, r.vs_udp, r.lat_us, r.shm_share
         );
     }
     out
 }
 
-/// The `--json` form: `{"rows":[{"bytes":..,"accord_gbps":..,"tcp_gbps":..,"ratio":..,"lat_us":..}]}`
+/// The `--json` form: `{"rows":[{"bytes":..,"accord_gbps":..,"tcp_gbps":..,"ratio":..,"udp_gbps":..,
+/// "vs_udp":..,"lat_us":..,"shm_share":..}]}`
 /// (each row also names its `op`).
 pub fn format_json(rows: &[P2pRow]) -> String {
     serde_json::json!({ "rows": rows }).to_string()

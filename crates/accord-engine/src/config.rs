@@ -3,6 +3,7 @@
 
 use crate::error::BuildError;
 use accord_net::fault::FaultConfig;
+use accord_net::shm::ShmConfig;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
@@ -37,6 +38,10 @@ pub const ENGINE_ENV_OVERRIDES: &[(&str, &str)] = &[
     ("ACCORD_SHARD_BYTES", "shard_bytes_min: writes this large are split across lanes"),
     ("ACCORD_IDLE_TIMEOUT_MS", "idle_timeout: a connection silent this long with data outstanding fails"),
     ("ACCORD_ENGINE_DEBUG", "when set, workers print per-connection statistics to stderr every 250 ms"),
+    ("ACCORD_SHM", "shm.enabled (0 or 1, default 1): same-host peers exchange datagrams through shared-memory rings"),
+    ("ACCORD_SHM_RING_BYTES", "shm.ring_bytes: data bytes per ring (one per lane pair and direction), power of two"),
+    ("ACCORD_SHM_DIR", "shm.dir: directory of ring files (default /dev/shm); both peers must see the same one"),
+    ("ACCORD_SHM_SPIN_US", "shm.spin: microseconds a worker polls its rings before sleeping"),
     ("ACCORD_LOSS", "fault.drop: inject this packet loss probability (tests, benchmarks)"),
     ("ACCORD_REORDER", "fault.reorder: inject this reordering probability (tests, benchmarks)"),
 ];
@@ -72,6 +77,9 @@ pub struct EngineConfig {
     pub fault: Option<FaultConfig>,
     /// Seed of the fault injectors. Default 1.
     pub fault_seed: u64,
+    /// Shared-memory rings for peers on this host (their `EngineAddress::host` equals ours).
+    /// Default on, 8 MiB rings; the UDP sockets stay for setup, doorbells and fallback.
+    pub shm: ShmConfig,
 }
 
 impl Default for EngineConfig {
@@ -88,6 +96,7 @@ impl Default for EngineConfig {
             idle_timeout: Duration::from_secs(5),
             fault: None,
             fault_seed: 1,
+            shm: ShmConfig::default(),
         }
     }
 }
@@ -131,6 +140,7 @@ impl EngineConfig {
                 _ => {}
             }
         }
+        self.shm = self.shm.with_overrides_from(&lookup).map_err(|e| BuildError::Invalid(e.to_string()))?;
         Ok(self)
     }
 
@@ -155,6 +165,7 @@ impl EngineConfig {
             return Err(BuildError::Invalid("shard_bytes_min and idle_timeout must be non-zero".into()));
         }
         accord_proto::cc::CcKind::from_name(&self.cc).map_err(|e| BuildError::Invalid(e.to_string()))?;
+        self.shm.validate().map_err(|e| BuildError::Invalid(e.to_string()))?;
         if let Some(f) = &self.fault {
             f.validate().map_err(|e| BuildError::Invalid(e.to_string()))?;
         }

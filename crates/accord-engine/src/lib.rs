@@ -12,8 +12,9 @@
 //! [`Engine::expect_imm`]).
 //!
 //! Routing per peer: peers in the same process get a memcpy on the submitting thread (unless
-//! [`EngineConfig::force_network`]); everyone else goes over the network. Same-host shared
-//! memory is not implemented yet.
+//! [`EngineConfig::force_network`]); peers on the same host (same `EngineAddress::host`) get
+//! the full protocol over shared-memory rings (`accord_net::shm`, [`EngineConfig::shm`]),
+//! set up over UDP and falling back to it; everyone else goes over the network.
 //!
 //! Device memory ([`MemoryKind::CudaDevice`], through [`Engine::register_raw`]): its
 //! descriptor carries the allocation's CUDA IPC handle, and [`Engine::write`] between device
@@ -56,6 +57,7 @@ mod tags;
 mod worker;
 
 pub use accord_net::fault::{FaultConfig, FaultControl};
+pub use accord_net::shm::{ShmConfig, ShmStats};
 pub use address::{DeviceIpcBytes, DeviceRegionInfo, EngineAddress, EngineId, MrDescriptor, DEVICE_IPC_HANDLE_BYTES};
 pub use completion::{Transfer, COMPLETION_JOBS_MAX};
 pub use config::{EngineConfig, ENGINE_ENV_OVERRIDES};

@@ -3,8 +3,10 @@
 //! over stdin/stdout, and every byte written, paged, scattered and sent is checked.
 
 use accord_engine::{
-    Engine, EngineAddress, EngineId, FaultConfig, MrDescriptor, PagedWriteOp, ScatterDst, Transfer, WriteOp,
+    Engine, EngineAddress, EngineId, FaultConfig, MrDescriptor, PagedWriteOp, ScatterDst, ShmConfig, Transfer,
+    TransferError, WriteOp,
 };
+
 use rand::seq::SliceRandom;
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -69,6 +71,8 @@ enum Scenario {
     Clean,
     Lossy,
     TwoNicsOneCut,
+    /// Shared memory cannot be set up (the ring directory is missing): everything over UDP.
+    NoShm,
 }
 
 impl Scenario {
@@ -77,12 +81,14 @@ impl Scenario {
             Scenario::Clean => "clean",
             Scenario::Lossy => "lossy",
             Scenario::TwoNicsOneCut => "twonic",
+            Scenario::NoShm => "noshm",
         }
     }
     fn parse(s: &str) -> Scenario {
         match s {
             "lossy" => Scenario::Lossy,
             "twonic" => Scenario::TwoNicsOneCut,
+            "noshm" => Scenario::NoShm,
             _ => Scenario::Clean,
         }
     }
@@ -100,6 +106,7 @@ fn build(scenario: Scenario, me: usize) -> Engine {
             .nics(["127.0.0.1".parse().unwrap(), "127.0.0.2".parse().unwrap()])
             .shard_bytes_min(256 * 1024)
             .fault_injection(FaultConfig::default(), 5),
+        Scenario::NoShm => b.shm(ShmConfig { dir: "/nonexistent/accord-shm-test".into(), ..ShmConfig::default() }),
     };
     b.build().expect("engine builds")
 }
@@ -237,11 +244,21 @@ fn child(me: usize, n: usize, scenario: Scenario) -> Result<(), String> {
     if scenario == Scenario::TwoNicsOneCut && me == 0 && stats.failovers() == 0 {
         return Err("NIC 1 was cut but nothing failed over".into());
     }
+    // Same host: the bytes went through shared memory, unless it could not be set up.
+    let shm_sent = stats.shm_datagrams_sent();
+    match scenario {
+        Scenario::NoShm if shm_sent != 0 => return Err(format!("{shm_sent} datagrams over shm without a ring dir")),
+        Scenario::Clean | Scenario::Lossy if shm_sent == 0 => {
+            return Err(format!("nothing went through shared memory: {:?}", stats.lanes[0].shm))
+        }
+        _ => {}
+    }
     eprintln!(
-        "process {me}: failovers {} retransmits {} faults {:?}",
+        "process {me}: failovers {} retransmits {} faults {:?} shm {:?}",
         stats.failovers(),
         stats.retransmits(),
-        stats.faults.first()
+        stats.faults.first(),
+        stats.lanes.first().and_then(|l| l.shm)
     );
     engine.barrier(&ids, IMM_BARRIER, WAIT).map_err(|e| format!("last barrier: {e}"))?;
     // Let the last acknowledgements leave before the engine closes.
@@ -254,10 +271,147 @@ fn mp_child() {
     let Ok(role) = std::env::var(ROLE_ENV) else { return };
     let parts: Vec<&str> = role.split('/').collect();
     let (me, n) = (parts[0].parse().unwrap(), parts[1].parse().unwrap());
-    match child(me, n, Scenario::parse(parts[2])) {
+    let result = if parts[2] == "kill" { kill_child(me) } else { child(me, n, Scenario::parse(parts[2])) };
+    match result {
         Ok(()) => println!("@@OK"),
         Err(e) => println!("@@FAIL {e}"),
     }
+}
+
+/// Bytes of each write in the kill test.
+const KILL_WRITE: usize = 8 << 20;
+
+/// Process 0 writes to process 1 over shared memory, byte-exact, until the parent kills
+/// process 1 (after "STARTED"); then a write must fail with an error, not hang.
+fn kill_child(me: usize) -> Result<(), String> {
+    let engine =
+        Engine::builder().ignore_env().idle_timeout(Duration::from_millis(400)).build().map_err(|e| e.to_string())?;
+    let region = engine.alloc(KILL_WRITE).map_err(|e| e.to_string())?;
+    let hello = Hello { address: engine.address(), region: region.descriptor() };
+    println!("@@ADDR {}", serde_json::to_string(&hello).unwrap());
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).map_err(|e| e.to_string())?;
+    let all: Vec<Hello> = serde_json::from_str(&line).map_err(|e| e.to_string())?;
+    let peer = &all[1 - me];
+    engine.add_peer(&peer.address).map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + CHILD_DEADLINE;
+    if me == 1 {
+        // The victim: checks the first write landed exactly, then waits to be killed.
+        let got = engine.imm_counter(IMM_WRITE).wait(1, WAIT);
+        if got < 1 || region.to_vec() != bytes(seed(7, 0, 1), KILL_WRITE) {
+            return Err("the first write did not land byte-exact".into());
+        }
+        println!("@@LANDED");
+        std::io::stdout().flush().unwrap();
+        while Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        return Err("was not killed".into());
+    }
+    let src = engine.alloc(KILL_WRITE).map_err(|e| e.to_string())?;
+    src.write_at(0, &bytes(seed(7, 0, 1), KILL_WRITE)).unwrap();
+    let h = src.handle();
+    let op = WriteOp {
+        src: &h,
+        src_offset: 0,
+        dst: &peer.region,
+        dst_offset: 0,
+        len: KILL_WRITE as u64,
+        imm: Some(IMM_WRITE),
+    };
+    let mut writes = 0u64;
+    while Instant::now() < deadline {
+        let result = engine.write(&op).map_err(|e| e.to_string())?.wait_timeout(WAIT);
+        match result {
+            Ok(()) => {
+                writes += 1;
+                if writes == 1 {
+                    let sent = engine.stats().shm_datagrams_sent();
+                    if sent == 0 {
+                        return Err("the first write did not go through shared memory".into());
+                    }
+                    println!("@@STARTED");
+                    std::io::stdout().flush().unwrap();
+                }
+            }
+            Err(TransferError::Timeout) => return Err("a write to the killed peer hung".into()),
+            Err(e) if writes > 0 => {
+                eprintln!("after {writes} writes, as expected: {e}");
+                return Ok(());
+            }
+            Err(e) => return Err(format!("the first write failed: {e}")),
+        }
+    }
+    Err("writes kept succeeding after the peer was killed".into())
+}
+
+#[test]
+fn peer_killed_mid_transfer_over_shared_memory() {
+    let exe = std::env::current_exe().unwrap();
+    let mut children: Vec<_> = (0..2)
+        .map(|me| {
+            Command::new(&exe)
+                .args(["--exact", "mp_child", "--nocapture", "--test-threads=1"])
+                .env(ROLE_ENV, format!("{me}/2/kill"))
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn a test process")
+        })
+        .collect();
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, String)>();
+    for (me, c) in children.iter_mut().enumerate() {
+        let out = BufReader::new(c.stdout.take().unwrap());
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                if let Some(at) = line.find("@@") {
+                    let _ = tx.send((me, line[at + 2..].to_string()));
+                }
+            }
+        });
+    }
+    let deadline = Instant::now() + CHILD_DEADLINE;
+    let mut hellos: Vec<Option<String>> = vec![None; 2];
+    let (mut started, mut landed, mut killed) = (false, false, false);
+    let outcome = loop {
+        let Ok((me, msg)) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) else {
+            break Err("timed out".to_string());
+        };
+        if let Some(addr) = msg.strip_prefix("ADDR ") {
+            hellos[me] = Some(addr.to_string());
+            if hellos.iter().all(Option::is_some) {
+                let list = format!("[{}]\n", hellos.iter().map(|h| h.clone().unwrap()).collect::<Vec<_>>().join(","));
+                for c in &mut children {
+                    c.stdin.as_mut().unwrap().write_all(list.as_bytes()).unwrap();
+                }
+            }
+        } else if msg == "STARTED" {
+            started = true;
+        } else if msg == "LANDED" {
+            landed = true;
+        } else if me == 0 {
+            break Ok(msg);
+        } else {
+            break Err(format!("victim said {msg}"));
+        }
+        if started && landed && !killed {
+            children[1].kill().unwrap();
+            killed = true;
+        }
+    };
+    for c in &mut children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    assert!(killed, "the victim was never killed: {outcome:?}");
+    assert_eq!(outcome.as_deref(), Ok("OK"));
+}
+
+#[test]
+fn two_processes_without_shared_memory() {
+    run_group(2, Scenario::NoShm);
 }
 
 /// Spawns `n` processes running `scenario`, relays addresses, and checks every one said OK.

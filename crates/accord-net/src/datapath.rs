@@ -312,6 +312,19 @@ impl RxBuffers {
     }
 }
 
+/// What [`Datapath::send_direct`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirectSend {
+    /// Written in place and sent.
+    Sent,
+    /// The fill function declined (its bytes were not available): nothing was sent.
+    Cancelled,
+    /// The channel to that destination has no room now: send it through `send_batch` later.
+    Full,
+    /// No in-place channel to that destination: use `send_batch`.
+    Unsupported,
+}
+
 /// A batched datagram service over numbered local paths.
 ///
 /// A path is one local endpoint (for UDP: one socket, one source port) and
@@ -359,6 +372,31 @@ pub trait Datapath: Send {
     fn alloc_rx_buffers(&self, slot_count: usize) -> Result<RxBuffers, DatapathError> {
         RxBuffers::new(slot_count, self.rx_slot_bytes())
     }
+
+    /// Tells the driver that the peer whose paths are `peer_paths` (path 0 first) runs on this
+    /// host, so a driver with a same-host channel (shared memory) may set one up; the others
+    /// ignore it. Traffic keeps flowing through the ordinary paths until the channel is up.
+    fn offer_local_channel(&mut self, _peer_paths: &[SocketAddr]) {}
+
+    /// Counters of the same-host channel, for drivers that have one.
+    #[cfg(target_os = "linux")]
+    fn local_channel_stats(&self) -> Option<crate::shm::ShmStats> {
+        None
+    }
+
+    /// Sends one datagram of `len` bytes from `path` to `dst` by letting `fill` write it where
+    /// the receiver will read it (a shared-memory ring), saving the copy through a transmit
+    /// buffer. Drivers without such a channel to `dst` answer [`DirectSend::Unsupported`] (the
+    /// default), and so do wrappers that must see every datagram (fault injection, tracing).
+    fn send_direct(
+        &mut self,
+        _path: u16,
+        _dst: SocketAddr,
+        _len: usize,
+        _fill: &mut dyn FnMut(&mut [u8]) -> bool,
+    ) -> Result<DirectSend, DatapathError> {
+        Ok(DirectSend::Unsupported)
+    }
 }
 
 impl<D: Datapath + ?Sized> Datapath for Box<D> {
@@ -382,6 +420,22 @@ impl<D: Datapath + ?Sized> Datapath for Box<D> {
     }
     fn rx_slot_bytes(&self) -> usize {
         (**self).rx_slot_bytes()
+    }
+    fn offer_local_channel(&mut self, peer_paths: &[SocketAddr]) {
+        (**self).offer_local_channel(peer_paths)
+    }
+    fn send_direct(
+        &mut self,
+        path: u16,
+        dst: SocketAddr,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]) -> bool,
+    ) -> Result<DirectSend, DatapathError> {
+        (**self).send_direct(path, dst, len, fill)
+    }
+    #[cfg(target_os = "linux")]
+    fn local_channel_stats(&self) -> Option<crate::shm::ShmStats> {
+        (**self).local_channel_stats()
     }
 }
 

@@ -10,6 +10,8 @@
 //! Drivers:
 //! - [`udp::UdpDatapath`] (Linux): one non-blocking socket per path,
 //!   `sendmmsg`/`recvmmsg`, UDP GSO/GRO and ECN when the kernel allows.
+//! - [`shm::ShmDatapath`] (Linux): wraps UDP; same-host peers exchange datagrams through
+//!   shared-memory rings, UDP carries the attach handshake, doorbells and fallback.
 //! - [`mem::MemNetwork`]: lossless in-process network with bounded queues,
 //!   for deterministic tests of everything above the datapath.
 //!
@@ -28,12 +30,14 @@ mod datapath;
 mod error;
 pub mod fault;
 pub mod mem;
+#[cfg(target_os = "linux")]
+pub mod shm;
 pub mod trace;
 #[cfg(target_os = "linux")]
 pub mod udp;
 
 pub use datapath::{
-    Datapath, DatapathCaps, RxBuffers, RxMeta, Segments, TxDatagram, RX_SLOTS_MAX, RX_SLOT_BYTES_MAX,
+    Datapath, DatapathCaps, DirectSend, RxBuffers, RxMeta, Segments, TxDatagram, RX_SLOTS_MAX, RX_SLOT_BYTES_MAX,
     SEGMENTS_PER_SEND_MAX,
 };
 pub use error::DatapathError;

@@ -16,6 +16,7 @@ use crate::memory::{Allocation, MemoryKind, MrBuffer, MrHandle, Region, RegionTa
 use crate::recv::{RecvHandler, RecvMessage, RecvPool};
 use crate::worker::{LaneStats, Worker};
 use accord_net::fault::{FaultControl, FaultInjector, FaultStats};
+use accord_net::shm::{ShmConfig, ShmDatapath};
 use accord_net::udp::{UdpConfig, UdpDatapath};
 use accord_net::Datapath;
 use accord_proto::{Endpoint, RegionKey};
@@ -88,6 +89,11 @@ impl EngineBuilder {
         self.config.fault_seed = seed;
         self
     }
+    /// Shared-memory rings for same-host peers (`enabled: false` keeps them on UDP).
+    pub fn shm(mut self, shm: ShmConfig) -> Self {
+        self.config.shm = shm;
+        self
+    }
     /// Ignores `ACCORD_*` environment overrides (tests that must not be affected).
     pub fn ignore_env(mut self) -> Self {
         self.ignore_env = true;
@@ -140,6 +146,10 @@ impl EngineStats {
     pub fn datagrams_dropped(&self) -> u64 {
         self.lanes.iter().map(|l| l.endpoint.malformed + l.endpoint.unknown_connection + l.endpoint.bad_token).sum()
     }
+    /// Datagrams sent through shared-memory rings, all lanes.
+    pub fn shm_datagrams_sent(&self) -> u64 {
+        self.lanes.iter().filter_map(|l| l.shm).map(|s| s.tx_datagrams).sum()
+    }
     /// Parts moved to another lane after a connection failed.
     pub fn failovers(&self) -> u64 {
         self.lanes.iter().map(|l| l.failovers).sum()
@@ -170,6 +180,10 @@ impl Engine {
                 let dp = UdpDatapath::bind(udp).map_err(|source| BuildError::Datapath { nic, source })?;
                 let addrs: Vec<_> = (0..dp.path_count()).filter_map(|p| dp.local_addr(p)).collect();
                 workers.push(addrs);
+                // Always wrapped: when disabled it refuses peers' offers instead of letting them
+                // reach the protocol as malformed datagrams.
+                let dp =
+                    ShmDatapath::new(dp, config.shm.clone()).map_err(|source| BuildError::Datapath { nic, source })?;
                 let dp: Box<dyn Datapath> = match &config.fault {
                     Some(f) => {
                         let seed = config.fault_seed.wrapping_add((nic * 1000 + worker) as u64);
@@ -210,7 +224,7 @@ impl Engine {
         let address = EngineAddress {
             id,
             nics: nic_addrs,
-            host: std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string(),
+            host: crate::address::this_host().to_string(),
             pid: std::process::id(),
             control,
         };
@@ -286,7 +300,16 @@ impl Engine {
         if address.nics.iter().any(|n| n.is_empty() || n.iter().any(Vec::is_empty)) || address.nics.is_empty() {
             return Err(SubmitError::Invalid("peer address lists a NIC or worker without paths".into()));
         }
-        peers.insert(address.id, address.clone());
+        let known = peers.insert(address.id, address.clone()).is_some_and(|old| old == *address);
+        drop(peers);
+        // A peer on this host gets its rings now, so its first transfer already finds them.
+        // (Same-process peers use memcpy unless the network is forced.)
+        let same_process = address.pid == std::process::id() && !self.shared.config.force_network;
+        if !known && !same_process && self.shared.config.shm.enabled && self.shared.peer_on_this_host(address.id) {
+            for lane in 0..self.shared.lanes.len() {
+                let _ = self.shared.send_command(lane, Command::OfferShm(address.id));
+            }
+        }
         Ok(())
     }
 

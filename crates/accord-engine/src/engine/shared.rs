@@ -59,6 +59,8 @@ impl Part {
 pub(crate) enum Command {
     Submit(Part),
     Stats(SyncSender<LaneStats>),
+    /// A peer on this host was added: set up shared memory to it before the first transfer.
+    OfferShm(EngineId),
     Shutdown,
 }
 
@@ -111,6 +113,12 @@ impl Shared {
         let l = &self.lanes[lane];
         let nic = addr.nics.get(l.nic % addr.nics.len().max(1))?;
         nic.get(l.worker % nic.len().max(1)).cloned()
+    }
+
+    /// Whether `peer` advertised this host's name (and so may share memory with us).
+    pub(crate) fn peer_on_this_host(&self, peer: EngineId) -> bool {
+        let host = crate::address::this_host();
+        !host.is_empty() && self.peers.read().unwrap().get(&peer).is_some_and(|a| a.host == host)
     }
 
     pub(crate) fn mark_lane_dead(&self, peer: EngineId, lane: usize) {

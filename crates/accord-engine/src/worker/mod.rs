@@ -58,6 +58,8 @@ pub struct LaneStats {
     pub duplicates_suppressed: u64,
     /// Sum over connections: packets retransmitted.
     pub retransmits: u64,
+    /// Shared-memory datapath counters (rings attached, datagrams through them).
+    pub shm: Option<accord_net::shm::ShmStats>,
 }
 
 struct ConnInfo {
@@ -262,6 +264,11 @@ impl Worker {
                 Command::Stats(reply) => {
                     let _ = reply.try_send(self.lane_stats());
                 }
+                Command::OfferShm(peer) => {
+                    if let Some(addrs) = self.shared.peer_lane_addrs(peer, self.lane) {
+                        self.dp.offer_local_channel(&addrs);
+                    }
+                }
                 Command::Submit(part) => {
                     if !self.backlog.is_empty() {
                         self.backlog.push_back(part);
@@ -278,6 +285,7 @@ impl Worker {
         let mut s = self.stats.clone();
         s.endpoint = self.ep.stats().clone();
         s.connections = self.conns.len();
+        s.shm = self.dp.local_channel_stats();
         s.retransmits =
             self.ep.connections().filter_map(|c| self.ep.connection_stats(c)).map(|c| c.packets_retransmitted).sum();
         s
@@ -290,6 +298,11 @@ impl Worker {
         }
         let addrs = self.shared.peer_lane_addrs(peer, self.lane)?;
         let conn = self.ep.connect(self.now()).ok()?;
+        if self.shared.peer_on_this_host(peer) {
+            // Datagrams go over UDP until the peer has mapped the ring (the protocol does not
+            // notice the switch beyond some reordering).
+            self.dp.offer_local_channel(&addrs);
+        }
         self.conns.insert(conn, ConnInfo { peer: Some(peer), addrs: addrs.into_iter().map(Some).collect() });
         self.peers.insert(peer, conn);
         Some(conn)
@@ -391,15 +404,14 @@ impl Worker {
     fn transmit(&mut self) -> bool {
         let now = self.now();
         let Worker { tx, ep, ops, conns, dp, stats, .. } = self;
-        tx.fill_and_send(now, ep, dp.as_mut(), stats, |t, payload| {
-            if let Some(p) = t.payload {
-                let part = ops.get(&(t.conn, p.op))?;
-                if !part.source.read(p.offset, payload) {
-                    return None;
-                }
-            }
+        let route = |t: &accord_proto::Transmit| {
             conns.get(&t.conn).and_then(|c| c.addrs.get(usize::from(t.path.0)).copied().flatten())
-        })
+        };
+        let gather = |t: &accord_proto::Transmit, payload: &mut [u8]| match t.payload {
+            Some(p) => ops.get(&(t.conn, p.op)).is_some_and(|part| part.source.read(p.offset, payload)),
+            None => true,
+        };
+        tx.fill_and_send(now, ep, dp.as_mut(), stats, route, gather)
     }
 
     fn drain_events(&mut self) -> bool {

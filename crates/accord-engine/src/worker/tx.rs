@@ -1,9 +1,14 @@
 //! The transmit side of a worker: polls the endpoint into an arena, gathers payload bytes, merges
 //! runs of equal-size datagrams to the same destination into one GSO send, and sends in batches,
 //! keeping what the socket had no room for.
+//!
+//! A datagram to a peer reached through shared memory is instead assembled in place in the ring
+//! (`Datapath::send_direct`): header and payload are written where the receiver reads them,
+//! one copy fewer. That happens only while nothing for the same destination waits in the
+//! arena, so datagrams to one peer keep their order.
 
 use super::LaneStats;
-use accord_net::{Datapath, TxDatagram};
+use accord_net::{Datapath, DirectSend, TxDatagram};
 use accord_proto::{Endpoint, Instant, Transmit};
 use std::net::SocketAddr;
 
@@ -48,15 +53,16 @@ impl TxQueue {
         self.sent >= self.groups.len()
     }
 
-    /// Sends what is pending, then polls and sends more. `gather` copies a transmit's payload
-    /// into the slice and returns its destination (None drops it).
+    /// Sends what is pending, then polls and sends more. `route` names a transmit's destination
+    /// (None drops it); `gather` copies its payload into the slice (false drops it).
     pub(crate) fn fill_and_send(
         &mut self,
         now: Instant,
         ep: &mut Endpoint,
         dp: &mut dyn Datapath,
         stats: &mut LaneStats,
-        mut gather: impl FnMut(&Transmit, &mut [u8]) -> Option<SocketAddr>,
+        route: impl Fn(&Transmit) -> Option<SocketAddr>,
+        mut gather: impl FnMut(&Transmit, &mut [u8]) -> bool,
     ) -> bool {
         let caps = dp.caps();
         let mut progress = false;
@@ -90,15 +96,43 @@ impl TxQueue {
             self.groups.clear();
             self.sent = 0;
             let mut pos = 0;
+            let mut direct_sent = false;
             for _ in 0..self.batch_datagrams {
                 let slot = &mut self.arena[pos..pos + self.datagram_max];
                 let Some(t) = ep.poll_transmit(now, slot) else { break };
                 let len = t.datagram_len();
-                let Some(dst) = gather(&t, &mut slot[t.header_len..len]) else {
+                let Some(dst) = route(&t) else {
                     stats.tx_no_route += 1;
                     continue;
                 };
                 let path = t.path.0;
+                if !self.groups.iter().any(|g| g.dst == dst) {
+                    let header = &slot[..t.header_len];
+                    let mut fill = |buf: &mut [u8]| {
+                        buf[..header.len()].copy_from_slice(header);
+                        gather(&t, &mut buf[header.len()..])
+                    };
+                    match dp.send_direct(path, dst, len, &mut fill) {
+                        Ok(DirectSend::Sent) => {
+                            direct_sent = true;
+                            continue;
+                        }
+                        Ok(DirectSend::Cancelled) => {
+                            stats.tx_no_route += 1;
+                            continue;
+                        }
+                        Ok(DirectSend::Full | DirectSend::Unsupported) => {}
+                        Err(e) => {
+                            tracing::warn!(error = %e, "direct send failed; dropping the datagram (the protocol retransmits)");
+                            stats.tx_errors += 1;
+                            continue;
+                        }
+                    }
+                }
+                if !gather(&t, &mut slot[t.header_len..len]) {
+                    stats.tx_no_route += 1;
+                    continue;
+                }
                 let merge = caps.gso_max_segments > 1
                     && self.groups.last().is_some_and(|g| {
                         !g.closed
@@ -129,7 +163,7 @@ impl TxQueue {
                 }
                 pos += len;
             }
-            if self.groups.is_empty() {
+            if self.groups.is_empty() && !direct_sent {
                 return progress;
             }
             progress = true;

@@ -503,7 +503,9 @@ fn log_statistics(rt: &Runtime) {
         abi::SUBSYS_NET,
         line!(),
         &format!(
-            "engine statistics: datagrams sent {sent}, retransmits {}, failovers {}, injected drops {injected_drops}",
+            "engine statistics: datagrams sent {sent}, through shared memory {}, retransmits {}, failovers {}, \
+             injected drops {injected_drops}",
+            stats.shm_datagrams_sent(),
             stats.retransmits(),
             stats.failovers()
         ),
