@@ -182,8 +182,18 @@ fn permutation(args: PermutationArgs) -> Result<(), String> {
         "{}",
         table::render(
             &[
-                "ideal_us", "fct_min_us", "fct_p50_us", "fct_p99_us", "fct_max_us", "slowdown_max", "drops", "marks",
-                "events", "wall_s", "events/s", "hash"
+                "ideal_us",
+                "fct_min_us",
+                "fct_p50_us",
+                "fct_p99_us",
+                "fct_max_us",
+                "slowdown_max",
+                "drops",
+                "marks",
+                "events",
+                "wall_s",
+                "events/s",
+                "hash"
             ],
             &[row]
         )

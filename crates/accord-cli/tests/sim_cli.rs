@@ -44,7 +44,17 @@ fn table_output_and_bad_arguments() {
 #[test]
 fn permutation_json_has_the_issue_shape_and_is_repeatable() {
     let args = [
-        "sim", "permutation", "--nodes", "16", "--bytes", "200000", "--paths", "16", "--cc", "cubic", "--checked",
+        "sim",
+        "permutation",
+        "--nodes",
+        "16",
+        "--bytes",
+        "200000",
+        "--paths",
+        "16",
+        "--cc",
+        "cubic",
+        "--checked",
         "--json",
     ];
     let (ok, stdout, stderr) = accord(&args);
@@ -53,8 +63,12 @@ fn permutation_json_has_the_issue_shape_and_is_repeatable() {
     let ideal = v["ideal_us"].as_f64().unwrap();
     assert!((ideal - 4.0).abs() < 1e-6, "200 kB at 400 Gbit/s is 4 us, got {ideal}");
     let fct = &v["fct_us"];
-    let (min, p50, p99, max) =
-        (fct["min"].as_f64().unwrap(), fct["p50"].as_f64().unwrap(), fct["p99"].as_f64().unwrap(), fct["max"].as_f64().unwrap());
+    let (min, p50, p99, max) = (
+        fct["min"].as_f64().unwrap(),
+        fct["p50"].as_f64().unwrap(),
+        fct["p99"].as_f64().unwrap(),
+        fct["max"].as_f64().unwrap(),
+    );
     assert!(ideal <= min && min <= p50 && p50 <= p99 && p99 <= max, "{fct}");
     assert!((v["slowdown_max"].as_f64().unwrap() - max / ideal).abs() < 1e-6);
     assert!(v["events"].as_u64().unwrap() > 0 && v["wall_s"].is_number());

@@ -83,6 +83,8 @@ pub(crate) struct Connection {
     inbound: InboundOps,
     ack_due: Option<AckDue>,
     packets_since_ack: u16,
+    /// New data packets sent since one last asked the receiver to acknowledge at once.
+    packets_since_ack_request: u16,
     ecn_ce_received: u32,
     peer_ecn_ce_count: u32,
     chunk: Option<Chunk>,
@@ -124,6 +126,7 @@ impl Connection {
             inbound: InboundOps::new(config.inbound_ops_max),
             ack_due: None,
             packets_since_ack: 0,
+            packets_since_ack_request: 0,
             ecn_ce_received: 0,
             peer_ecn_ce_count: 0,
             chunk: None,

@@ -197,7 +197,17 @@ impl Connection {
             lost: false,
         });
         self.refresh_path_timer(chunk.path);
-        let last_of_chunk = chunk.packets_left <= 1 || !self.ops.has_new_data();
+        // Ask for an immediate ACK at the end of a chunk (each path decision gets its feedback)
+        // and at the tail, but not more often than every half `ack_every_packets`: with chunks
+        // of one or two packets (per-packet spraying) an ACK per chunk doubled the packets on
+        // the fabric while adding little information over the SACK of a slightly later ACK.
+        self.packets_since_ack_request = self.packets_since_ack_request.saturating_add(1);
+        let ack_spacing = (self.config.ack_every_packets / 2).max(1);
+        let last_of_chunk =
+            !self.ops.has_new_data() || (chunk.packets_left <= 1 && self.packets_since_ack_request >= ack_spacing);
+        if last_of_chunk {
+            self.packets_since_ack_request = 0;
+        }
         let repr = DataRepr {
             psn,
             ack_floor: self.send.floor(),
