@@ -40,3 +40,54 @@ fn table_output_and_bad_arguments() {
     let (ok, _, stderr) = accord(&["sim", "path-cut", "--paths", "1"]);
     assert!(!ok && stderr.contains("at least 2"));
 }
+
+#[test]
+fn permutation_json_has_the_issue_shape_and_is_repeatable() {
+    let args = [
+        "sim",
+        "permutation",
+        "--nodes",
+        "16",
+        "--bytes",
+        "200000",
+        "--paths",
+        "16",
+        "--cc",
+        "cubic",
+        "--checked",
+        "--json",
+    ];
+    let (ok, stdout, stderr) = accord(&args);
+    assert!(ok, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    let ideal = v["ideal_us"].as_f64().unwrap();
+    assert!((ideal - 4.0).abs() < 1e-6, "200 kB at 400 Gbit/s is 4 us, got {ideal}");
+    let fct = &v["fct_us"];
+    let (min, p50, p99, max) = (
+        fct["min"].as_f64().unwrap(),
+        fct["p50"].as_f64().unwrap(),
+        fct["p99"].as_f64().unwrap(),
+        fct["max"].as_f64().unwrap(),
+    );
+    assert!(ideal <= min && min <= p50 && p50 <= p99 && p99 <= max, "{fct}");
+    assert!((v["slowdown_max"].as_f64().unwrap() - max / ideal).abs() < 1e-6);
+    assert!(v["events"].as_u64().unwrap() > 0 && v["wall_s"].is_number());
+    // Same seed, same result.
+    let (ok, again, stderr) = accord(&args);
+    assert!(ok, "{stderr}");
+    let w: serde_json::Value = serde_json::from_str(again.trim()).unwrap();
+    assert_eq!(v["hash"], w["hash"]);
+    assert_eq!(v["fct_us"], w["fct_us"]);
+}
+
+#[test]
+fn permutation_table_and_bad_arguments() {
+    let (ok, stdout, stderr) = accord(&["sim", "permutation", "--nodes", "8", "--bytes", "100000", "--paths", "8"]);
+    assert!(ok && stdout.contains("slowdown_max"), "{stderr}");
+    let (ok, _, stderr) = accord(&["sim", "permutation", "--nodes", "1"]);
+    assert!(!ok && stderr.contains("at least 2"));
+    let (ok, _, stderr) = accord(&["sim", "permutation", "--nodes", "8", "--cc", "bbr"]);
+    assert!(!ok && stderr.contains("unknown congestion control"));
+    let (ok, _, stderr) = accord(&["sim", "permutation", "--nodes", "8", "--queue", "magic"]);
+    assert!(!ok && stderr.contains("unknown queue policy"));
+}

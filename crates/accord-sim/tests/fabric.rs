@@ -123,3 +123,17 @@ fn receive_batching_keeps_every_check() {
         assert_ne!(batched.hash, exact.hash, "batching changes the timeline");
     }
 }
+
+/// A 128-host fat-tree permutation at the acceptance shape (256 paths, 4 KB MTU), small
+/// enough for CI: conservation and window bounds on every event, every byte placed once, no
+/// FCT below ideal (all inside `run`), and the same seed giving the same result twice.
+#[test]
+fn ci_fat_tree_128_permutation_repeatable_every_cc() {
+    for cc in ["cubic", "swift"] {
+        let opts = ExperimentOptions { cc: cc.into(), ..checked(128, 256_000, TopologyKind::FatTree3) };
+        let a = permutation(&opts).unwrap_or_else(|e| panic!("{cc}: {e}"));
+        assert!(a.fct_us.min >= a.ideal_us && a.slowdown_max >= 1.0, "{a:?}");
+        let b = permutation(&opts).unwrap();
+        assert_eq!((a.hash, &a.fct_us, a.events), (b.hash, &b.fct_us, b.events), "{cc}: not repeatable");
+    }
+}

@@ -12,7 +12,7 @@ use crate::config::ConnectionConfig;
 use crate::ids::{ConnectionId, OpId, PathId, Psn};
 use crate::path::{PathTable, RttEstimator, Selector};
 use crate::recv::{InboundOps, ReceiveWindow};
-use crate::send::{OpError, OutboundOps, SendWindow, SubmitError};
+use crate::send::{OpError, OutboundOps, PathDeadlines, SendWindow, SubmitError};
 use crate::time::Instant;
 use crate::wire::{self, DataKind, Header, HelloRepr, ProbeRepr, Repr};
 use rand::{RngCore, SeedableRng};
@@ -76,11 +76,15 @@ pub(crate) struct Connection {
     cc: Controller,
     rtt: RttEstimator,
     send: SendWindow,
+    /// Loss deadline of every path with packets outstanding (kept by `refresh_path_timer`).
+    loss_deadlines: PathDeadlines,
     ops: OutboundOps,
     recv: ReceiveWindow,
     inbound: InboundOps,
     ack_due: Option<AckDue>,
     packets_since_ack: u16,
+    /// New data packets sent since one last asked the receiver to acknowledge at once.
+    packets_since_ack_request: u16,
     ecn_ce_received: u32,
     peer_ecn_ce_count: u32,
     chunk: Option<Chunk>,
@@ -116,11 +120,13 @@ impl Connection {
             cc: config.cc.build(mss),
             rtt: RttEstimator::new(config.initial_rtt),
             send: SendWindow::new(config.path_count),
+            loss_deadlines: PathDeadlines::new(config.path_count),
             ops: OutboundOps::new(config.ops_in_flight_max),
             recv: ReceiveWindow::new(config.recv_window_packets),
             inbound: InboundOps::new(config.inbound_ops_max),
             ack_due: None,
             packets_since_ack: 0,
+            packets_since_ack_request: 0,
             ecn_ce_received: 0,
             peer_ecn_ce_count: 0,
             chunk: None,
@@ -170,6 +176,7 @@ impl Connection {
         c.recv_window_packets = c.recv_window_packets.min(theirs.recv_window_packets).max(16);
         self.paths = PathTable::new(c.path_count, c.initial_rtt);
         self.send = SendWindow::new(c.path_count);
+        self.loss_deadlines = PathDeadlines::new(c.path_count);
         self.recv = ReceiveWindow::new(c.recv_window_packets);
         self.cc = c.cc.build(c.mss_bytes());
     }
@@ -261,6 +268,7 @@ impl Connection {
     fn end(&mut self, op_error: OpError, events: &mut VecDeque<Event>) {
         self.state = State::Ended;
         self.send.clear();
+        self.loss_deadlines.clear();
         self.chunk = None;
         for done in self.ops.fail_all(op_error) {
             events.push_back(Event::OpCompleted { conn: self.id, op: done.op, result: done.result });
@@ -395,6 +403,27 @@ impl Connection {
         let recounted = self.send.recount_bytes_in_flight();
         if counted != recounted {
             return Err(format!("conn {:?}: bytes_in_flight {counted} but packets hold {recounted}", self.id));
+        }
+        for path in 0..self.paths.len() {
+            let path = PathId(path as u16);
+            let oldest = self.send.oldest_outstanding_peek(path);
+            let rto = self.paths.get(path).map(|p| p.rto(self.config.rto_min, self.config.rto_max));
+            let expected = oldest.zip(rto).map(|(sent, rto)| sent + rto);
+            if self.loss_deadlines.get(path) != expected && self.state == State::Established {
+                return Err(format!(
+                    "conn {:?}: path {} loss deadline {:?} but its oldest packet says {expected:?}",
+                    self.id,
+                    path.0,
+                    self.loss_deadlines.get(path)
+                ));
+            }
+            let cached = self.paths.get(path).and_then(|p| p.oldest_outstanding_sent_at);
+            if cached != oldest && self.state == State::Established {
+                return Err(format!(
+                    "conn {:?}: path {} oldest outstanding {cached:?} but packets say {oldest:?}",
+                    self.id, path.0
+                ));
+            }
         }
         if self.stats.window_overruns != 0 {
             return Err(format!("conn {:?}: {} packets sent beyond the window", self.id, self.stats.window_overruns));

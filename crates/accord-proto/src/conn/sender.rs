@@ -29,8 +29,18 @@ impl PathSet {
         let i = path.0 as usize;
         self.0[i / 64] |= 1 << (i % 64);
     }
+    /// Members in increasing order, visiting set bits only.
     fn iter(&self) -> impl Iterator<Item = PathId> + '_ {
-        (0..256u16).filter(|&i| self.0[i as usize / 64] & (1 << (i % 64)) != 0).map(PathId)
+        self.0.iter().enumerate().flat_map(|(w, &word)| {
+            let mut bits = word;
+            core::iter::from_fn(move || {
+                (bits != 0).then(|| {
+                    let b = bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    PathId((w * 64 + b) as u16)
+                })
+            })
+        })
     }
 }
 
@@ -47,12 +57,7 @@ impl Connection {
         let mss = self.config.mss_bytes();
         let quarter_window = (self.cc.window_bytes() / 4).min(u32::MAX as u64) as u32;
         let mut bytes = self.config.chunk_bytes.min(quarter_window);
-        let (sum, count) = self
-            .paths
-            .iter()
-            .filter(|p| p.is_active())
-            .fold((0.0f64, 0usize), |(sum, count), p| (sum + p.stats.loss_score, count + 1));
-        let loss = if count == 0 { 0.0 } else { sum / count as f64 };
+        let loss = self.paths.mean_active_loss_score();
         if loss > 0.01 {
             bytes /= 2;
         }
@@ -62,13 +67,22 @@ impl Connection {
         self.cc.chunk_bytes(bytes.max(mss)).max(mss)
     }
 
-    fn refresh_path_ages(&mut self) {
-        for i in 0..self.paths.len() {
-            let path = PathId(i as u16);
-            let oldest = self.send.oldest_outstanding(path);
-            if let Some(p) = self.paths.get_mut(path) {
-                p.oldest_outstanding_sent_at = oldest;
-            }
+    /// Re-derives `path`'s oldest outstanding send time (the selector's age signal) and its
+    /// loss deadline. Call after anything that may change the path's oldest outstanding packet
+    /// (a send on a path, an acknowledgement, a loss) or its RTO (an RTT sample, a backoff
+    /// change); everything else leaves both as they are, so no call scans the path table.
+    pub(super) fn refresh_path_timer(&mut self, path: PathId) {
+        let oldest = self.send.oldest_outstanding(path);
+        let Some(p) = self.paths.get_mut(path) else { return };
+        p.oldest_outstanding_sent_at = oldest;
+        let rto = p.rto(self.config.rto_min, self.config.rto_max);
+        self.loss_deadlines.set(path, oldest.map(|sent| sent + rto));
+    }
+
+    /// `refresh_path_timer` for every path (after changes that touch many at once).
+    fn refresh_all_path_timers(&mut self) {
+        for path in 0..self.paths.len() {
+            self.refresh_path_timer(PathId(path as u16));
         }
     }
 
@@ -110,7 +124,6 @@ impl Connection {
         }
         let chunk_bytes = self.chunk_bytes();
         let packets = chunk_bytes.div_ceil(self.config.mss_bytes()).max(1);
-        self.refresh_path_ages();
         let avoid = if retransmit { lost_path } else { None };
         let path = self.selector.select(now, &self.paths, &mut self.rng, avoid);
         // Only a chunk sent under pacing leaves a gap to keep; one sent while the window alone
@@ -183,7 +196,18 @@ impl Connection {
             transmissions: 1,
             lost: false,
         });
-        let last_of_chunk = chunk.packets_left <= 1 || !self.ops.has_new_data();
+        self.refresh_path_timer(chunk.path);
+        // Ask for an immediate ACK at the end of a chunk (each path decision gets its feedback)
+        // and at the tail, but not more often than every half `ack_every_packets`: with chunks
+        // of one or two packets (per-packet spraying) an ACK per chunk doubled the packets on
+        // the fabric while adding little information over the SACK of a slightly later ACK.
+        self.packets_since_ack_request = self.packets_since_ack_request.saturating_add(1);
+        let ack_spacing = (self.config.ack_every_packets / 2).max(1);
+        let last_of_chunk =
+            !self.ops.has_new_data() || (chunk.packets_left <= 1 && self.packets_since_ack_request >= ack_spacing);
+        if last_of_chunk {
+            self.packets_since_ack_request = 0;
+        }
         let repr = DataRepr {
             psn,
             ack_floor: self.send.floor(),
@@ -221,6 +245,7 @@ impl Connection {
         let Some(psn) = self.send.pop_retransmit() else { return Step::Empty };
         let path_seq = self.next_path_seq(chunk.path);
         self.send.on_retransmitted(psn, chunk.path, path_seq, now);
+        self.refresh_path_timer(chunk.path);
         self.stats.packets_retransmitted += 1;
         if let Some(p) = self.paths.get_mut(chunk.path) {
             p.stats.retransmits_sent += 1;
@@ -297,7 +322,9 @@ impl Connection {
             return;
         }
         let sample = now.saturating_duration_since(Instant::from_nanos(probe.tx_time_ns));
-        if self.paths.on_probe_answered(rx.path, sample) {
+        let revived = self.paths.on_probe_answered(rx.path, sample);
+        self.refresh_path_timer(rx.path);
+        if revived {
             events.push_back(Event::PathRevived { conn: self.id, path: rx.path });
         }
     }
@@ -323,10 +350,12 @@ impl Connection {
                 }
             }
         }
+        let mut rejected = false;
         for rejection in ack.rejections.iter() {
             if self.send.get(rejection.psn).is_none_or(|p| p.op != rejection.op) {
                 continue;
             }
+            rejected = true;
             self.send.resolve(rejection.psn);
             self.ops.fail(rejection.op, OpError::Rejected(rejection.reason));
             let abandoned = self.send.abandon_op(rejection.op);
@@ -366,6 +395,15 @@ impl Connection {
         }
         if ack.credit_bytes > 0 {
             self.cc.on_credit(now, ack.credit_bytes as u64);
+        }
+        // Resolutions, losses, backoff resets and the RTT sample changed these paths' timers.
+        if rejected {
+            self.refresh_all_path_timers();
+        } else {
+            for path in touched.iter() {
+                self.refresh_path_timer(path);
+            }
+            self.refresh_path_timer(rx.path);
         }
     }
 
@@ -409,44 +447,49 @@ impl Connection {
     }
 
     /// Packets that outlived their path's RTO are lost; repeated timeouts quarantine the path.
+    /// Visits only the paths whose deadline has come, earliest first.
     pub(super) fn handle_loss_timeouts(&mut self, now: Instant, events: &mut VecDeque<Event>) {
-        for path in self.send.busy_paths() {
-            let rto = self.paths.get(path).map(|p| p.rto(self.config.rto_min, self.config.rto_max));
-            let Some(rto) = rto else { continue };
-            let (packets, bytes) = self.send.detect_timeouts(path, now, rto);
-            if packets == 0 {
-                continue;
+        // Each pass moves one path's deadline past `now` or clears it; the bound only guards
+        // against a deadline that does not move (a bug), which would otherwise spin here.
+        for _ in 0..=self.paths.len() {
+            let Some((path, due)) = self.loss_deadlines.earliest() else { break };
+            if due > now {
+                break;
             }
-            self.note_losses(now, path, packets, bytes, true);
-            let quarantined =
-                self.paths.on_timeout(now, path, self.config.quarantine_after_timeouts, self.config.probe_interval);
-            if quarantined {
-                // Everything still in flight on a dead path is lost: resend it elsewhere now
-                // rather than after the path's backed-off timeout.
-                let (stranded, _) = self.send.detect_timeouts(path, now, Duration::ZERO);
-                if stranded > 0 {
-                    self.stats.packets_lost += stranded;
-                    for _ in 0..stranded {
-                        self.paths.on_lost(path);
-                    }
+            self.handle_path_timeout(now, path, events);
+            self.refresh_path_timer(path);
+        }
+    }
+
+    fn handle_path_timeout(&mut self, now: Instant, path: PathId, events: &mut VecDeque<Event>) {
+        let rto = self.paths.get(path).map(|p| p.rto(self.config.rto_min, self.config.rto_max));
+        let Some(rto) = rto else { return };
+        let (packets, bytes) = self.send.detect_timeouts(path, now, rto);
+        if packets == 0 {
+            return;
+        }
+        self.note_losses(now, path, packets, bytes, true);
+        let quarantined =
+            self.paths.on_timeout(now, path, self.config.quarantine_after_timeouts, self.config.probe_interval);
+        if quarantined {
+            // Everything still in flight on a dead path is lost: resend it elsewhere now
+            // rather than after the path's backed-off timeout.
+            let (stranded, _) = self.send.detect_timeouts(path, now, Duration::ZERO);
+            if stranded > 0 {
+                self.stats.packets_lost += stranded;
+                for _ in 0..stranded {
+                    self.paths.on_lost(path);
                 }
-                events.push_back(Event::PathQuarantined { conn: self.id, path });
-                if self.chunk.is_some_and(|c| c.path == path) {
-                    self.chunk = None;
-                }
+            }
+            events.push_back(Event::PathQuarantined { conn: self.id, path });
+            if self.chunk.is_some_and(|c| c.path == path) {
+                self.chunk = None;
             }
         }
     }
 
     /// When the oldest packet of some path times out.
-    pub(super) fn earliest_loss_timeout(&mut self) -> Option<Instant> {
-        let mut earliest: Option<Instant> = None;
-        for path in self.send.busy_paths() {
-            let Some(sent_at) = self.send.oldest_outstanding(path) else { continue };
-            let rto = self.paths.get(path).map(|p| p.rto(self.config.rto_min, self.config.rto_max))?;
-            let due = sent_at + rto;
-            earliest = Some(earliest.map_or(due, |e| e.min(due)));
-        }
-        earliest
+    pub(super) fn earliest_loss_timeout(&self) -> Option<Instant> {
+        self.loss_deadlines.earliest_at()
     }
 }

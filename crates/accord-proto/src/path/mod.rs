@@ -119,13 +119,20 @@ pub struct PathTable {
     /// Paths in quarantine, so the per-poll probe checks cost nothing when there are none.
     /// Health changes only through `on_timeout` and `on_probe_answered`, which keep it.
     quarantined_count: usize,
+    /// Sum of the active paths' loss scores, kept by every method that changes a score or a
+    /// path's health, so the chunk-size decision reads the mean without a scan.
+    loss_score_active_sum: f64,
 }
 
 impl PathTable {
     /// `count` paths, numbered from 0, each starting at `initial_rtt`.
     pub fn new(count: u16, initial_rtt: Duration) -> Self {
         assert!(count > 0, "a connection has at least one path");
-        PathTable { paths: (0..count).map(|i| PathState::new(PathId(i), initial_rtt)).collect(), quarantined_count: 0 }
+        PathTable {
+            paths: (0..count).map(|i| PathState::new(PathId(i), initial_rtt)).collect(),
+            quarantined_count: 0,
+            loss_score_active_sum: 0.0,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -155,7 +162,29 @@ impl PathTable {
 
     /// Number of paths not in quarantine.
     pub fn active_count(&self) -> usize {
-        self.paths.iter().filter(|p| p.is_active()).count()
+        self.paths.len() - self.quarantined_count
+    }
+
+    /// Paths in quarantine.
+    pub fn quarantined_count(&self) -> usize {
+        self.quarantined_count
+    }
+
+    /// Mean loss score of the active paths (0 when none is active).
+    pub fn mean_active_loss_score(&self) -> f64 {
+        match self.active_count() {
+            0 => 0.0,
+            n => self.loss_score_active_sum.max(0.0) / n as f64,
+        }
+    }
+
+    fn note_outcome(&mut self, path: PathId, lost: bool) {
+        let Some(p) = self.paths.get_mut(path.0 as usize) else { return };
+        let before = p.stats.loss_score;
+        p.note_outcome(lost);
+        if p.is_active() {
+            self.loss_score_active_sum += p.stats.loss_score - before;
+        }
     }
 
     /// A packet sent on `path` was acknowledged: the path is alive.
@@ -165,7 +194,7 @@ impl PathTable {
             p.backoff_exponent = 0;
             p.stats.packets_acked += 1;
             p.largest_acked_path_seq = Some(p.largest_acked_path_seq.map_or(path_seq, |s| s.max(path_seq)));
-            p.note_outcome(false);
+            self.note_outcome(path, false);
         }
     }
 
@@ -173,13 +202,13 @@ impl PathTable {
     pub fn on_lost(&mut self, path: PathId) {
         if let Some(p) = self.get_mut(path) {
             p.stats.packets_lost += 1;
-            p.note_outcome(true);
+            self.note_outcome(path, true);
         }
     }
 
     /// A timeout fired for packets on `path`. Returns true when this quarantined the path.
     pub fn on_timeout(&mut self, now: Instant, path: PathId, quarantine_after: u32, probe_interval: Duration) -> bool {
-        let Some(p) = self.get_mut(path) else { return false };
+        let Some(p) = self.paths.get_mut(path.0 as usize) else { return false };
         p.stats.timeouts += 1;
         p.consecutive_timeouts += 1;
         p.backoff_exponent = p.backoff_exponent.saturating_add(1);
@@ -188,6 +217,7 @@ impl PathTable {
             p.stats.quarantined = true;
             p.stats.quarantines += 1;
             self.quarantined_count += 1;
+            self.loss_score_active_sum -= p.stats.loss_score;
             return true;
         }
         false
@@ -195,9 +225,12 @@ impl PathTable {
 
     /// A probe on a quarantined path was answered. Returns true when this revived it.
     pub fn on_probe_answered(&mut self, path: PathId, rtt_sample: Duration) -> bool {
-        let Some(p) = self.get_mut(path) else { return false };
+        let Some(p) = self.paths.get_mut(path.0 as usize) else { return false };
         p.rtt.on_sample(rtt_sample);
         let was_quarantined = !p.is_active();
+        if !was_quarantined {
+            self.loss_score_active_sum -= p.stats.loss_score;
+        }
         p.health = PathHealth::Active;
         p.stats.quarantined = false;
         p.consecutive_timeouts = 0;

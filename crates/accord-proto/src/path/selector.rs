@@ -60,6 +60,32 @@ impl PathSelector for Selector {
 
 /// Candidates for a selection: the active paths other than `avoid`; failing that, the active
 /// paths; failing that (every path quarantined), all paths, so traffic still flows somewhere.
+/// Number of candidates and the `index`-th of them. With no path quarantined (the common case)
+/// both are arithmetic; otherwise they walk the table.
+fn candidate_count(paths: &PathTable, avoid: Option<PathId>) -> usize {
+    if paths.quarantined_count() == 0 {
+        let n = paths.len();
+        return match avoid {
+            Some(a) if (a.0 as usize) < n && n > 1 => n - 1,
+            _ => n,
+        };
+    }
+    candidates(paths, avoid).count()
+}
+
+fn candidate_nth(paths: &PathTable, avoid: Option<PathId>, index: usize) -> Option<PathId> {
+    if paths.quarantined_count() == 0 {
+        let n = paths.len();
+        let skip = match avoid {
+            Some(a) if (a.0 as usize) < n && n > 1 => Some(a.0 as usize),
+            _ => None,
+        };
+        let i = if skip.is_some_and(|a| index >= a) { index + 1 } else { index };
+        return (i < n).then_some(PathId(i as u16));
+    }
+    candidates(paths, avoid).nth(index)
+}
+
 fn candidates(paths: &PathTable, avoid: Option<PathId>) -> impl Iterator<Item = PathId> + '_ {
     let active_other = paths.iter().filter(|p| p.is_active() && Some(p.id) != avoid).count();
     let active = paths.active_count();
@@ -83,15 +109,15 @@ pub struct PowerOfTwoChoices;
 
 impl PathSelector for PowerOfTwoChoices {
     fn select(&mut self, now: Instant, paths: &PathTable, rng: &mut ChaCha8Rng, avoid: Option<PathId>) -> PathId {
-        let count = candidates(paths, avoid).count();
+        let count = candidate_count(paths, avoid);
         debug_assert!(count > 0);
         let first = rng.gen_range(0..count);
         let mut second = rng.gen_range(0..count);
         if count > 1 && second == first {
             second = (first + 1) % count;
         }
-        let a = candidates(paths, avoid).nth(first).unwrap_or(PathId(0));
-        let b = candidates(paths, avoid).nth(second).unwrap_or(a);
+        let a = candidate_nth(paths, avoid, first).unwrap_or(PathId(0));
+        let b = candidate_nth(paths, avoid, second).unwrap_or(a);
         let cost = |id: PathId| paths.get(id).map(|p| p.selection_cost(now)).unwrap_or_default();
         if cost(b) < cost(a) {
             b
@@ -109,8 +135,8 @@ pub struct RoundRobin {
 
 impl PathSelector for RoundRobin {
     fn select(&mut self, _now: Instant, paths: &PathTable, _rng: &mut ChaCha8Rng, avoid: Option<PathId>) -> PathId {
-        let count = candidates(paths, avoid).count();
-        let pick = candidates(paths, avoid).nth(self.next % count.max(1)).unwrap_or(PathId(0));
+        let count = candidate_count(paths, avoid);
+        let pick = candidate_nth(paths, avoid, self.next % count.max(1)).unwrap_or(PathId(0));
         self.next = self.next.wrapping_add(1);
         pick
     }

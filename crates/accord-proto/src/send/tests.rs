@@ -112,3 +112,49 @@ fn offset_overflow_is_refused_at_submit() {
     let kind = DataKind::Write { region: RegionId(1), key: RegionKey(2), region_offset: u64::MAX };
     assert!(matches!(ops.submit(kind, None, 0, 2), Err(SubmitError::OffsetOverflow { .. })));
 }
+
+#[test]
+fn path_deadlines_track_the_earliest_through_updates() {
+    let mut d = PathDeadlines::new(256);
+    assert_eq!(d.earliest(), None);
+    let at = |ns: u64| Some(Instant::from_nanos(ns));
+    d.set(PathId(7), at(500));
+    d.set(PathId(200), at(300));
+    d.set(PathId(3), at(900));
+    assert_eq!(d.earliest(), Some((PathId(200), Instant::from_nanos(300))));
+    // Raising the earliest hands the lead to the next one; lowering another takes it back.
+    d.set(PathId(200), at(1000));
+    assert_eq!(d.earliest(), Some((PathId(7), Instant::from_nanos(500))));
+    d.set(PathId(3), at(100));
+    assert_eq!(d.earliest_at(), at(100));
+    d.set(PathId(3), None);
+    d.set(PathId(7), None);
+    assert_eq!(d.earliest(), Some((PathId(200), Instant::from_nanos(1000))));
+    assert_eq!(d.get(PathId(200)), at(1000));
+    assert_eq!(d.get(PathId(7)), None);
+    // Out-of-table paths are ignored, never a panic.
+    d.set(PathId(300), at(1));
+    assert_eq!(d.earliest_at(), at(1000));
+    d.clear();
+    assert_eq!(d.earliest(), None);
+}
+
+/// Against a linear scan over random updates, including a table that is not a power of two.
+#[test]
+fn path_deadlines_match_a_scan() {
+    let mut d = PathDeadlines::new(37);
+    let mut reference = [None::<u64>; 37];
+    let mut state = 11u64;
+    for _ in 0..10_000 {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let path = ((state >> 33) % 37) as usize;
+        let value = if (state >> 20) & 3 == 0 { None } else { Some((state >> 40) % 1000) };
+        reference[path] = value;
+        d.set(PathId(path as u16), value.map(Instant::from_nanos));
+        let min = reference.iter().flatten().min().copied();
+        assert_eq!(d.earliest_at().map(Instant::as_nanos), min);
+        if let Some((p, t)) = d.earliest() {
+            assert_eq!(reference[p.0 as usize], Some(t.as_nanos()));
+        }
+    }
+}

@@ -232,6 +232,13 @@ impl SendWindow {
         self.get(psn).map(|p| p.sent_at)
     }
 
+    /// Send time of the oldest packet in flight on `path`, without purging (invariant checks).
+    pub fn oldest_outstanding_peek(&self, path: PathId) -> Option<Instant> {
+        let queue = self.per_path.get(path.0 as usize)?;
+        let &(_, psn) = queue.iter().find(|&&(seq, psn)| self.is_current(path, seq, psn))?;
+        self.get(psn).map(|p| p.sent_at)
+    }
+
     /// Next lost packet to retransmit (without taking it).
     pub fn peek_retransmit(&mut self) -> Option<&SentPacket> {
         while let Some(&psn) = self.retransmit_queue.front() {

@@ -94,14 +94,19 @@ pub struct PortCounters {
 }
 
 /// One direction of a link and the queue in front of it.
+///
+/// Laid out in declaration order, cache-line aligned: what every arrival reads and writes
+/// (busy time, rate, delay, policy, the far node and the wire's head) comes first, in one line;
+/// at 1024 hosts the fabric's ports do not fit in cache and each line is a miss.
 #[derive(Debug)]
+#[repr(C, align(64))]
 pub struct Port {
-    /// Node at the far end.
-    pub to: u32,
+    busy_until: Picos,
     picos_per_byte: Picos,
     latency_ns: u64,
     queue: QueueConfig,
-    busy_until: Picos,
+    /// Node at the far end.
+    pub to: u32,
     priority_busy_until: Picos,
     /// Packets queued or on the link, with their arrival time (ns) at `to`; arrival times
     /// never decrease. Bounded by the buffer plus the link's bandwidth-delay product.

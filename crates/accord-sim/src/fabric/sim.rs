@@ -62,13 +62,7 @@ impl FabricConfig {
         let mut endpoint = EndpointConfig::default();
         let c = &mut endpoint.connection;
         let mtu_wire = c.max_datagram_bytes as u64 + crate::link::FRAMING_BYTES;
-        let hops = match topology {
-            TopologyKind::Pair => 1,
-            TopologyKind::Star => 2,
-            TopologyKind::Dumbbell | TopologyKind::FatTree2 => 4,
-            TopologyKind::FatTree3 => 6,
-        };
-        let base_rtt = Self::base_rtt_for(hops, link, mtu_wire);
+        let base_rtt = Self::base_rtt_for(Self::hops_for(topology), link, mtu_wire);
         c.initial_rtt = base_rtt;
         c.rto_min = (base_rtt * 8).max(Duration::from_micros(50));
         c.rto_max = Duration::from_millis(10);
@@ -87,6 +81,16 @@ impl FabricConfig {
             check_invariants: false,
             track_placements: false,
             time_limit: Duration::from_secs(2),
+        }
+    }
+
+    /// Links on the longest host-to-host route of `topology` (one way).
+    pub fn hops_for(topology: TopologyKind) -> u32 {
+        match topology {
+            TopologyKind::Pair => 1,
+            TopologyKind::Star => 2,
+            TopologyKind::Dumbbell | TopologyKind::FatTree2 => 4,
+            TopologyKind::FatTree3 => 6,
         }
     }
 
