@@ -94,6 +94,23 @@ fn acquire_buffer(obj: &Bound<'_, PyAny>, view: &Bound<'_, PyAny>, name: &str) -
     })
 }
 
+/// `obj.__dlpack__()`; for a torch CUDA tensor with that tensor's device made current first
+/// (torch refuses to export a tensor of another device than the current one).
+fn export_dlpack<'py>(obj: &Bound<'py, PyAny>, device_type: i32, device_id: i32) -> PyResult<Bound<'py, PyAny>> {
+    let torch_device = if device_type == dlpack::DEVICE_CUDA && obj.hasattr("is_cuda")? {
+        let torch = obj.py().import("torch")?;
+        Some(torch.getattr("cuda")?.getattr("device")?.call1((device_id,))?)
+    } else {
+        None
+    };
+    let Some(guard) = torch_device else { return obj.call_method0("__dlpack__") };
+    guard.call_method0("__enter__")?;
+    let exported = obj.call_method0("__dlpack__");
+    let py = obj.py();
+    guard.call_method1("__exit__", (py.None(), py.None(), py.None()))?;
+    exported
+}
+
 fn acquire_dlpack(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Acquired> {
     let (device_type, device_id): (i32, i32) = obj.call_method0("__dlpack_device__")?.extract()?;
     let kind = match device_type {
@@ -118,8 +135,7 @@ fn acquire_dlpack(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Acquired> {
             )));
         }
     };
-    let capsule = obj
-        .call_method0("__dlpack__")
+    let capsule = export_dlpack(obj, device_type, device_id)
         .map_err(|e| invalid(format!("cannot register a {name}: its __dlpack__() failed: {}", e.value(obj.py()))))?;
     let view = dlpack::read_capsule(&capsule).map_err(|why| invalid(format!("cannot register a {name}: {why}")))?;
     if view.device_type != device_type {
