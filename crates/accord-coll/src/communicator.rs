@@ -490,6 +490,7 @@ impl<T: CollTransport> Communicator<T> {
             root: c.root,
             scratch: if scratch_bytes > 0 { self.scratch.as_ref() } else { None },
             chunks,
+            segment_elems: (self.config.segment_bytes / es).max(1),
             layout: c.layout,
         };
         let cx = self.ctx(c.collective, algo, seq);
@@ -564,7 +565,18 @@ impl<T: CollTransport> Communicator<T> {
         });
         let empty = send.or(recv).expect("send or recv").1.buf.slice(0, 0);
         fn args<'a>(send: BufSlice<'a>, recv: BufSlice<'a>, count: usize, dtype: DType) -> Args<'a> {
-            Args { send, recv, count, dtype, op: ReduceOp::Sum, root: 0, scratch: None, chunks: 1, layout: None }
+            Args {
+                send,
+                recv,
+                count,
+                dtype,
+                op: ReduceOp::Sum,
+                root: 0,
+                scratch: None,
+                chunks: 1,
+                segment_elems: 1,
+                layout: None,
+            }
         }
         let cx = self.ctx(Collective::SendRecv, Algo::Direct, 0);
         let result = (|| {

@@ -39,6 +39,8 @@ pub(crate) struct Args<'a> {
     pub scratch: Option<&'a LocalBuf>,
     /// Pipeline chunks of ring broadcast/reduce.
     pub chunks: usize,
+    /// Elements per segment of the pipelined all_reduce schedules (at least 1).
+    pub segment_elems: usize,
     pub layout: Option<&'a AllToAllVLayout>,
 }
 
@@ -194,7 +196,8 @@ impl<T: CollTransport + ?Sized> Ctx<'_, T> {
             op: a.op.code(),
             root: a.root as u32,
             count: a.count as u64,
-            param: a.chunks as u64,
+            // The pipelining parameter that must match: it decides the immediates' step numbers.
+            param: if self.collective == Collective::AllReduce { a.segment_elems } else { a.chunks } as u64,
             recv: needs_recv.then(|| (a.recv.buf.remote_desc().clone(), a.recv.offset as u64)),
             scratch: a.scratch.map(|s| s.remote_desc().clone()),
             extra: Vec::new(),
@@ -274,7 +277,11 @@ impl<T: CollTransport + ?Sized> Ctx<'_, T> {
             ("op", mine.op as u64, theirs.op as u64),
             ("root", mine.root as u64, theirs.root as u64),
             ("count", mine.count, theirs.count),
-            ("pipeline chunks (ACCORD_COLL_PIPELINE_CHUNK_BYTES)", mine.param, theirs.param),
+            (
+                "pipeline chunks or segments (ACCORD_COLL_PIPELINE_CHUNK_BYTES, ACCORD_COLL_SEGMENT_BYTES)",
+                mine.param,
+                theirs.param,
+            ),
         ] {
             if a != b {
                 return Err(mismatch(field, a.to_string(), b.to_string()));
