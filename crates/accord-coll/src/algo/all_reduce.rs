@@ -237,12 +237,12 @@ pub(crate) fn rabenseifner<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, a: &Args<
     };
     match f.role(r) {
         Fold::Out => {
-            cx.put(r + 1, a.recv, peers[&(r + 1)].scratch_at(0), 0)?;
-            cx.wait(r + 1, fold_out_step)?;
+            cx.put_counted(r + 1, a.recv, peers[&(r + 1)].scratch_at(0), 0, a)?;
+            cx.wait_counted(r + 1, fold_out_step, bytes, a)?;
         }
         Fold::In { new_rank: nr, partner_out } => {
             if let Some(p) = partner_out {
-                cx.wait(p, 0)?;
+                cx.wait_counted(p, 0, bytes, a)?;
                 cx.reduce(a.recv, a.scratch(0, bytes), a)?;
             }
             // (partner, keep_lo, give_lo) of halving step k.
@@ -305,11 +305,12 @@ pub(crate) fn rabenseifner<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, a: &Args<
                 let my_lo = nr & !(d - 1);
                 let (off, len) = range(my_lo, my_lo + d);
                 let step = (plan.end + k as usize) as u32;
-                cx.put(partner, a.recv.sub(off, len), peers[&partner].recv_at(off), step)?;
-                cx.wait(partner, step)?;
+                cx.put_counted(partner, a.recv.sub(off, len), peers[&partner].recv_at(off), step, a)?;
+                let their_lo = (nr ^ d) & !(d - 1);
+                cx.wait_counted(partner, step, range(their_lo, their_lo + d).1, a)?;
             }
             if let Some(p) = partner_out {
-                cx.put(p, a.recv, peers[&p].recv_at(0), fold_out_step)?;
+                cx.put_counted(p, a.recv, peers[&p].recv_at(0), fold_out_step, a)?;
             }
         }
     }

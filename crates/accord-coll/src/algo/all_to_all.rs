@@ -57,25 +57,29 @@ pub(crate) fn run<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, a: &Args<'_>) -> R
     let dst_off = if a.layout.is_some() { 0 } else { r * a.count * a.es() };
     let send_to = |p: usize| -> Result<(), CollError> {
         let (soff, slen, _, _) = layout(a, p);
-        cx.put(p, a.send.sub(soff, slen), peers[&p].recv_at(dst_off), 0)
+        cx.put_counted(p, a.send.sub(soff, slen), peers[&p].recv_at(dst_off), 0, a)
     };
+    // Each peer's block arrives in as many segments as its length makes (see `put_counted`).
+    let wait_from = |p: usize| -> Result<(), CollError> { cx.wait_counted(p, 0, layout(a, p).3, a) };
+    let (soff, slen, roff, _) = layout(a, r);
     match cx.algo {
         Algo::Pairwise => {
             for s in 1..n {
                 send_to((r + s) % n)?;
-                cx.wait((r + n - s) % n, 0)?;
+                wait_from((r + n - s) % n)?;
             }
+            cx.copy(a.send.sub(soff, slen), a.recv.sub(roff, slen))?;
         }
         _ => {
             for &p in &others {
                 send_to(p)?;
             }
+            // The own block is copied while the peers' blocks are on the wire.
+            cx.copy(a.send.sub(soff, slen), a.recv.sub(roff, slen))?;
             for s in 1..n {
-                cx.wait((r + n - s) % n, 0)?;
+                wait_from((r + n - s) % n)?;
             }
         }
     }
-    let (soff, slen, roff, _) = layout(a, r);
-    cx.copy(a.send.sub(soff, slen), a.recv.sub(roff, slen))?;
     cx.flush()
 }

@@ -13,6 +13,8 @@ use crate::transport::{BufSlice, CollTransport, Imm, LocalBuf, RemoteBufDesc, Re
 /// Most extra u64 fields a handshake may carry.
 pub(crate) const HANDSHAKE_EXTRA_MAX: usize = 16;
 const HANDSHAKE_VERSION: u8 = 1;
+/// Most segments [`Ctx::put_counted`] cuts one write into (bounds the transfers it adds).
+pub(crate) const SEGMENTS_PER_WRITE_MAX: usize = 256;
 
 /// Per-peer counts of all_to_allv, in elements.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -196,8 +198,13 @@ impl<T: CollTransport + ?Sized> Ctx<'_, T> {
             op: a.op.code(),
             root: a.root as u32,
             count: a.count as u64,
-            // The pipelining parameter that must match: it decides the immediates' step numbers.
-            param: if self.collective == Collective::AllReduce { a.segment_elems } else { a.chunks } as u64,
+            // The pipelining parameter that must match: it decides the immediates' step numbers
+            // and counts.
+            param: if matches!(self.collective, Collective::Reduce | Collective::Broadcast) {
+                a.chunks
+            } else {
+                a.segment_elems
+            } as u64,
             recv: needs_recv.then(|| (a.recv.buf.remote_desc().clone(), a.recv.offset as u64)),
             scratch: a.scratch.map(|s| s.remote_desc().clone()),
             extra: Vec::new(),
@@ -299,6 +306,41 @@ impl<T: CollTransport + ?Sized> Ctx<'_, T> {
         let imm = self.imm(step, self.rank);
         let r = if src.len == 0 { self.t.signal(peer, imm) } else { self.t.write(peer, src, dst, Some(imm)) };
         r.map_err(|e| self.fail(e, &[peer]))
+    }
+
+    /// Segments [`Self::put_counted`] cuts `bytes` of `a`'s dtype into (at least 1, at most
+    /// [`SEGMENTS_PER_WRITE_MAX`]); a receiver computes the count from the length it expects.
+    pub fn segments_for(&self, a: &Args<'_>, bytes: usize) -> usize {
+        (bytes / a.es()).div_ceil(a.segment_elems.max(1)).clamp(1, SEGMENTS_PER_WRITE_MAX)
+    }
+
+    /// Writes `src` to `dst` on `peer` in [`Self::segments_for`] segments, each carrying this
+    /// rank's immediate of `step`; the receiver waits for that many with [`Self::wait_n`].
+    /// Segments below the engine's shard size carry their immediate with their data (a
+    /// sharded write sends it only after every shard is acknowledged) and spread over lanes.
+    pub fn put_counted(
+        &self,
+        peer: usize,
+        src: BufSlice<'_>,
+        dst: RemoteSlice<'_>,
+        step: u32,
+        a: &Args<'_>,
+    ) -> Result<(), CollError> {
+        let es = a.es();
+        debug_assert_eq!(src.len % es, 0, "writes move whole elements");
+        let segs = self.segments_for(a, src.len);
+        let elems = src.len / es;
+        for j in 0..segs {
+            let e = super::part(elems, segs, j);
+            let (off, len) = (e.start * es, e.len() * es);
+            self.put(peer, src.sub(off, len), RemoteSlice { desc: dst.desc, offset: dst.offset + off }, step)?;
+        }
+        Ok(())
+    }
+
+    /// Waits for `peer`'s write of `bytes` sent with [`Self::put_counted`] at `step`.
+    pub fn wait_counted(&self, peer: usize, step: u32, bytes: usize, a: &Args<'_>) -> Result<(), CollError> {
+        self.wait_n(peer, step, self.segments_for(a, bytes) as u32)
     }
 
     /// Waits for `peer`'s immediate of `step`.

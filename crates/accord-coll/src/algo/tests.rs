@@ -385,8 +385,18 @@ fn all_gather_every_algo_dtype() {
 
 #[test]
 fn all_to_all_every_algo_dtype() {
+    all_to_all_matrix(CollConfig::default());
+}
+
+/// Blocks cut in segments of a few elements (counted immediates, some empty segments).
+#[test]
+fn all_to_all_in_tiny_segments() {
+    all_to_all_matrix(CollConfig { segment_bytes: 8, ..CollConfig::default() });
+}
+
+fn all_to_all_matrix(cfg: CollConfig) {
     for n in 1..=RANKS_MAX {
-        world(n, |comm| {
+        world_with(n, cfg.clone(), |comm| {
             let me = comm.rank();
             let mut case = 0u64;
             for &algo in Collective::AllToAll.algorithms() {
@@ -421,8 +431,18 @@ fn v_count(case: u64, from: usize, to: usize) -> usize {
 
 #[test]
 fn all_to_allv_every_algo_dtype() {
+    all_to_allv_matrix(CollConfig::default());
+}
+
+/// Blocks cut in segments of a few elements (counted immediates, some empty segments).
+#[test]
+fn all_to_allv_in_tiny_segments() {
+    all_to_allv_matrix(CollConfig { segment_bytes: 8, ..CollConfig::default() });
+}
+
+fn all_to_allv_matrix(cfg: CollConfig) {
     for n in 1..=RANKS_MAX {
-        world(n, |comm| {
+        world_with(n, cfg.clone(), |comm| {
             let me = comm.rank();
             let mut case = 0u64;
             for &algo in Collective::AllToAllV.algorithms() {
