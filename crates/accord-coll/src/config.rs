@@ -7,7 +7,7 @@
 //! | `ACCORD_COLL_ABORT_GRACE_MS` | [`CollConfig::abort_grace`] | 200 |
 //! | `ACCORD_COLL_SCRATCH_BYTES_MAX` | [`CollConfig::scratch_bytes_max`] | 4 GiB |
 //! | `ACCORD_COLL_PIPELINE_CHUNK_BYTES` | [`CollConfig::pipeline_chunk_bytes`] | 256 KiB |
-//! | `ACCORD_COLL_SEGMENT_BYTES` | [`CollConfig::segment_bytes`] | 256 KiB |
+//! | `ACCORD_COLL_SEGMENT_BYTES` | [`CollConfig::segment_bytes`] | 128 KiB |
 //! | `ACCORD_ALGO_<COLLECTIVE>` | [`CollConfig::algo_overrides`] | none (size-based) |
 //! | `ACCORD_BOOTSTRAP_TIMEOUT_MS` | [`crate::store::BootstrapConfig::timeout`] | 300000 |
 //!
@@ -75,6 +75,11 @@ pub struct CollConfig {
     /// Segment size of the pipelined ring and Rabenseifner all_reduce: each step's block
     /// moves in segments of about this size, so that segment k+1 is on the wire while
     /// segment k is reduced. Every rank must use the same value (the handshake checks).
+    /// Also the segment size of counted writes (all_to_all(v), Rabenseifner's all-gather).
+    /// Below the engine's shard size (`ACCORD_SHARD_BYTES`, 256 KiB) a segment carries its
+    /// immediate with its data and the segments of a block spread over the lanes
+    /// round-robin; at or above it each segment is sharded and its immediate follows the
+    /// shards' acknowledgements, one round trip later.
     pub segment_bytes: usize,
     /// Algorithm forced per collective (`ACCORD_ALGO_<COLLECTIVE>`).
     pub algo_overrides: HashMap<Collective, Algo>,
@@ -89,7 +94,7 @@ impl Default for CollConfig {
             abort_grace: Duration::from_millis(200),
             scratch_bytes_max: 4 << 30,
             pipeline_chunk_bytes: 256 * 1024,
-            segment_bytes: 256 * 1024,
+            segment_bytes: 128 * 1024,
             algo_overrides: HashMap::new(),
             thresholds: Thresholds::default(),
         }

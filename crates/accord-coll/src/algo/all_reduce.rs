@@ -1,7 +1,9 @@
 //! all_reduce: ring, recursive doubling, Rabenseifner.
 //!
-//! All three first copy the input into the output (skipped in place) and then
-//! work in place on the output; incoming partial results land in scratch.
+//! Recursive doubling first copies the input into the output (skipped in place) and works
+//! in place there; ring and Rabenseifner read the input where it is and copy into the output
+//! only the segments they reduce there, just before reducing them. Incoming partial results
+//! land in scratch.
 
 use super::ctx::{Args, Ctx};
 use super::{part, Fold, FoldMap};
@@ -32,17 +34,19 @@ pub(crate) fn segments_per_block(block_elems_max: usize, segment_elems: usize, s
 ///
 /// Reduce-scatter step `s`: block `r-s` goes to the right neighbour's scratch (own input at
 /// `s = 0`, then the partial just reduced in scratch); the block `r-s-1` arriving from the
-/// left is combined as `scratch op= output` and forwarded next step; at the last step it
-/// becomes final in the output. All-gather: the final blocks travel on into the
-/// neighbours' outputs. Output blocks are only read as input before any final value can
-/// arrive.
+/// left is combined as `scratch op= input` and forwarded next step; at the last step it
+/// becomes final in the output (`output = input op scratch`). All-gather: the final blocks
+/// travel on into the neighbours' outputs. Peers never write the input, so it may be read
+/// at any time.
 ///
 /// Every block moves in `segs` segments, each with its own immediate (step `s * segs + k`),
 /// and each segment is forwarded as soon as it is reduced: segment k+1 is on the wire while
 /// segment k is reduced, and the all-gather starts with the first final segment.
+///
+/// The input is read where it is (no up-front copy into the output): only the segments of
+/// the block this rank finalises are copied, each right before it is reduced.
 pub(crate) fn ring<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, a: &Args<'_>) -> Result<(), CollError> {
     let (r, n, es) = (cx.rank, cx.n, a.es());
-    cx.copy(a.send, a.recv)?;
     let right = (r + 1) % n;
     let left = (r + n - 1) % n;
     let peers = cx.handshake(&cx.handshake_of(a, true), &[right], &[left])?;
@@ -57,7 +61,7 @@ pub(crate) fn ring<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, a: &Args<'_>) -> 
     let step = |s: usize, k: usize| (s * segs + k) as u32;
     for k in 0..segs {
         let (off, len) = seg(r, k);
-        cx.put(right, a.recv.sub(off, len), rh.scratch_at(off), step(0, k))?;
+        cx.put(right, a.send.sub(off, len), rh.scratch_at(off), step(0, k))?;
     }
     for s in 0..n - 1 {
         let b = (r + 2 * n - s - 1) % n;
@@ -65,10 +69,10 @@ pub(crate) fn ring<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, a: &Args<'_>) -> 
             let (off, len) = seg(b, k);
             cx.wait(left, step(s, k))?;
             if s < n - 2 {
-                cx.reduce(a.scratch(off, len), a.recv.sub(off, len), a)?;
+                cx.reduce(a.scratch(off, len), a.send.sub(off, len), a)?;
                 cx.put(right, a.scratch(off, len), rh.scratch_at(off), step(s + 1, k))?;
             } else {
-                cx.reduce(a.recv.sub(off, len), a.scratch(off, len), a)?;
+                cx.reduce_from(a.recv.sub(off, len), a.send.sub(off, len), a.scratch(off, len), a)?;
                 cx.finish_avg(a.recv.sub(off, len), a)?;
                 cx.put(right, a.recv.sub(off, len), rh.recv_at(off), step(n - 1, k))?;
             }
@@ -216,12 +220,14 @@ fn half_order(f: FoldMap, nr: usize, k: usize) -> [usize; 2] {
 
 /// Rabenseifner: recursive-halving reduce-scatter over p blocks, then
 /// recursive-doubling all-gather straight into the partners' outputs.
-/// The halving steps are pipelined in segments (see [`HalvingPlan`]).
+/// The halving steps are pipelined in segments (see [`HalvingPlan`]). The input is read
+/// where it is: the first step gives from it and copies only the segments it keeps, each
+/// right before reducing it (a folded-in rank first combines its partner's vector into the
+/// output and works from there).
 pub(crate) fn rabenseifner<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, a: &Args<'_>) -> Result<(), CollError> {
     let (r, es, bytes) = (cx.rank, a.es(), a.count * a.es());
     let f = FoldMap::new(cx.n);
     let steps = f.steps();
-    cx.copy(a.send, a.recv)?;
     let mut peers_list = fold_peers(f, r);
     if let Fold::In { new_rank, .. } = f.role(r) {
         peers_list.extend((0..steps).map(|k| f.real(new_rank ^ (1 << k))));
@@ -237,14 +243,21 @@ pub(crate) fn rabenseifner<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, a: &Args<
     };
     match f.role(r) {
         Fold::Out => {
-            cx.put_counted(r + 1, a.recv, peers[&(r + 1)].scratch_at(0), 0, a)?;
+            cx.put_counted(r + 1, a.send, peers[&(r + 1)].scratch_at(0), 0, a)?;
             cx.wait_counted(r + 1, fold_out_step, bytes, a)?;
         }
         Fold::In { new_rank: nr, partner_out } => {
-            if let Some(p) = partner_out {
-                cx.wait_counted(p, 0, bytes, a)?;
-                cx.reduce(a.recv, a.scratch(0, bytes), a)?;
-            }
+            // Where the first step's operands are: the input, or the output once a fold-in
+            // partner's vector was combined into it.
+            let input = match partner_out {
+                Some(p) => {
+                    cx.wait_counted(p, 0, bytes, a)?;
+                    cx.reduce_from(a.recv, a.send, a.scratch(0, bytes), a)?;
+                    a.recv
+                }
+                None => a.send,
+            };
+            let input_of = |k: usize| if k == 0 { input } else { a.recv };
             // (partner, keep_lo, give_lo) of halving step k.
             let split = |k: usize, lo: usize| {
                 let d = f.p >> (k + 1);
@@ -266,7 +279,7 @@ pub(crate) fn rabenseifner<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, a: &Args<
                         let e = part(half.len(), plan.segs[k], j);
                         let (off, len) = ((half.start + e.start) * es, e.len() * es);
                         let dst = peers[&partner].scratch_at(slot + off - start * es);
-                        cx.put(partner, a.recv.sub(off, len), dst, plan.imm_step(k, h, j))?;
+                        cx.put(partner, input_of(k).sub(off, len), dst, plan.imm_step(k, h, j))?;
                     }
                 }
                 Ok(())
@@ -287,7 +300,8 @@ pub(crate) fn rabenseifner<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, a: &Args<
                         let e = part(half.len(), plan.segs[k], j);
                         let (off, len) = ((half.start + e.start) * es, e.len() * es);
                         cx.wait(partner, plan.imm_step(k, h, j))?;
-                        cx.reduce(a.recv.sub(off, len), a.scratch(slot + off - start * es, len), a)?;
+                        let theirs = a.scratch(slot + off - start * es, len);
+                        cx.reduce_from(a.recv.sub(off, len), input_of(k).sub(off, len), theirs, a)?;
                     }
                     // The half reduced first is the next step's range to give: send it now.
                     if i == 0 && k + 1 < steps as usize {

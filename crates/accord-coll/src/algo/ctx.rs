@@ -382,6 +382,20 @@ impl<T: CollTransport + ?Sized> Ctx<'_, T> {
         result.map_err(|source| CollError::Reduce { collective: self.collective.name(), source })
     }
 
+    /// `dst = input (op) other`, locally: `input` is copied into `dst` first (skipped when
+    /// they are the same region, as in place), so a schedule reads its input where it is
+    /// and copies a segment only right before reducing it, while it is in cache.
+    pub fn reduce_from(
+        &self,
+        dst: BufSlice<'_>,
+        input: BufSlice<'_>,
+        other: BufSlice<'_>,
+        a: &Args<'_>,
+    ) -> Result<(), CollError> {
+        self.copy(input, dst)?;
+        self.reduce(dst, other, a)
+    }
+
     /// Finishes `Avg` on a local result region.
     pub fn finish_avg(&self, buf: BufSlice<'_>, a: &Args<'_>) -> Result<(), CollError> {
         if a.op != ReduceOp::Avg || buf.len == 0 {
