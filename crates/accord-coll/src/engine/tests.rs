@@ -157,3 +157,27 @@ fn barrier_alone_over_the_network() {
         }
     }
 }
+
+#[test]
+fn peer_descriptors_are_parsed_once_and_bad_tokens_stay_errors() {
+    let results = on_ranks(2, |rank, c| {
+        let t = c.transport();
+        let src = t.register(vec![7u8; 64]).unwrap();
+        let peer = 1 - rank;
+        // A token that is not a descriptor: an error every time, never cached.
+        let bad = RemoteBufDesc { rank: peer, len: 64, token: b"not a descriptor".to_vec() };
+        for _ in 0..2 {
+            let e = t.write(peer, src.slice(0, 8), RemoteSlice { desc: &bad, offset: 0 }, None).unwrap_err();
+            assert!(matches!(e, TransportError::Malformed { .. }), "{e}");
+        }
+        assert!(lock(&t.parsed_descs).is_empty());
+        // A real descriptor parses to what the engine made, and is then served from the cache.
+        let token = src.remote_desc().token.clone();
+        let parsed = t.parse_desc(peer, &token).unwrap();
+        assert_eq!(parsed.to_string_compact().into_bytes(), token);
+        assert_eq!(t.parse_desc(peer, &token).unwrap(), parsed);
+        assert_eq!(lock(&t.parsed_descs).len(), 1);
+        t.deregister(src).unwrap();
+    });
+    assert_eq!(results.len(), 2);
+}
