@@ -225,6 +225,19 @@ impl<T: CollTransport + ?Sized> Ctx<'_, T> {
         written_by: &[usize],
         mine: impl Fn(usize) -> Handshake,
     ) -> Result<Peers, CollError> {
+        self.handshake_each_then(&dedup(write_to), written_by, mine, |_, _| Ok(()))
+    }
+
+    /// Like [`Self::handshake_each`], waiting for the peers of `write_to` in the order given
+    /// and calling `ready(peer, handshake)` as soon as each one's handshake is checked, so a
+    /// schedule can start writing to a peer while others have not entered the call yet.
+    pub fn handshake_each_then(
+        &self,
+        write_to: &[usize],
+        written_by: &[usize],
+        mine: impl Fn(usize) -> Handshake,
+        mut ready: impl FnMut(usize, &Handshake) -> Result<(), CollError>,
+    ) -> Result<Peers, CollError> {
         let tag = self.imm(STEP_HANDSHAKE, self.rank);
         for peer in dedup(written_by) {
             self.t.send_ctrl(peer, tag, &mine(peer).encode()).map_err(|e| self.fail(e, &[peer]))?;
@@ -232,12 +245,18 @@ impl<T: CollTransport + ?Sized> Ctx<'_, T> {
         let mut peers = Peers::new();
         let mut missing = Vec::new();
         let mut first_err = None;
-        for peer in dedup(write_to) {
+        for &peer in write_to {
+            if peers.contains_key(&peer) || missing.contains(&peer) {
+                continue;
+            }
             match self.t.recv_ctrl(peer, self.imm(STEP_HANDSHAKE, peer), self.deadline) {
                 Ok(bytes) => {
                     let hs = Handshake::decode(&bytes)
                         .map_err(|reason| self.transport(TransportError::Malformed { peer, reason }))?;
                     self.check_peer(peer, &mine(peer), &hs)?;
+                    if first_err.is_none() && missing.is_empty() {
+                        ready(peer, &hs)?;
+                    }
                     peers.insert(peer, hs);
                 }
                 Err(TransportError::Timeout { .. }) => missing.push(peer),
