@@ -21,6 +21,23 @@
 //! write into it, only once it has entered the call) orders reuse. Broadcast,
 //! all_gather, all_to_all(v), send/recv and barrier need no scratch.
 //!
+//! Why the handshake stays per call even where the descriptors are the same as last time:
+//! it is the receiver's "ready" — its output is the user's memory for this call only, and
+//! its scratch may still be read by its previous collective. Caching descriptors would save
+//! only the bytes of that one message, not the message (a one-way latency, which every
+//! rank pays at once, not a round trip). Removing it would take per-peer credits for the
+//! scratch (returned at the end of each call, double-buffered by sequence parity) and is
+//! not done. Registrations are not per call: callers register their buffers once
+//! ([`crate::Communicator::register`], memory owned by the transport until deregistered),
+//! and the copying conveniences stage through one buffer the communicator owns
+//! ([`crate::Communicator::run_staged`]); peers' descriptor tokens are parsed once per
+//! token by the engine transport.
+//!
+//! Large steps of ring and Rabenseifner all_reduce, all_to_all(v) and Rabenseifner's
+//! all-gather move in segments of `ACCORD_COLL_SEGMENT_BYTES`, each carrying an
+//! immediate: a segment is reduced or forwarded as soon as it lands, while the next is on
+//! the wire.
+//!
 //! Ranks that are not a power of two are folded in (recursive doubling,
 //! Rabenseifner, recursive halving): with `p` the largest power of two not
 //! above `n` and `rem = n - p`, each even rank below `2 rem` hands its data to
