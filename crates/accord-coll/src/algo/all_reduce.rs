@@ -6,9 +6,9 @@
 //! land in scratch.
 
 use super::ctx::{Args, Ctx};
-use super::{part, Fold, FoldMap};
+use super::{part, segments_per_block, Fold, FoldMap};
 use crate::error::CollError;
-use crate::transport::{CollTransport, STEP_DATA_MAX};
+use crate::transport::CollTransport;
 
 /// Scratch bytes each algorithm needs for `bytes` of data on `n` ranks.
 pub(crate) fn scratch_bytes(algo: super::Algo, bytes: usize, count: usize, es: usize, n: usize) -> usize {
@@ -18,16 +18,6 @@ pub(crate) fn scratch_bytes(algo: super::Algo, bytes: usize, count: usize, es: u
         super::Algo::Rabenseifner => bytes + rab_slot_base(f, count, es, f.steps()),
         _ => bytes,
     }
-}
-
-/// Segments per block of a pipelined schedule: blocks of up to `block_elems_max` elements cut
-/// into segments of about `segment_elems`, limited so that `steps` steps of that many
-/// segments each fit the immediate's step numbers (`STEP_DATA_MAX`, less `reserved` steps
-/// the schedule numbers otherwise). Depends only on values every rank shares.
-pub(crate) fn segments_per_block(block_elems_max: usize, segment_elems: usize, steps: usize, reserved: usize) -> usize {
-    let wanted = block_elems_max.div_ceil(segment_elems.max(1)).max(1);
-    let budget = (STEP_DATA_MAX as usize + 1).saturating_sub(reserved) / steps.max(1);
-    wanted.min(budget.max(1))
 }
 
 /// Ring: reduce-scatter then all-gather, 2(n-1) steps, pipelined in segments.

@@ -292,6 +292,16 @@ pub(crate) fn part(count: usize, parts: usize, index: usize) -> Range<usize> {
     at(index)..at(index + 1)
 }
 
+/// Segments per block of a pipelined schedule: blocks of up to `block_elems_max` elements cut
+/// into segments of about `segment_elems`, limited so that `steps` steps of that many
+/// segments each fit the immediate's step numbers (`STEP_DATA_MAX`, less `reserved` steps
+/// the schedule numbers otherwise). Depends only on values every rank shares.
+pub(crate) fn segments_per_block(block_elems_max: usize, segment_elems: usize, steps: usize, reserved: usize) -> usize {
+    let wanted = block_elems_max.div_ceil(segment_elems.max(1)).max(1);
+    let budget = (crate::transport::STEP_DATA_MAX as usize + 1).saturating_sub(reserved) / steps.max(1);
+    wanted.min(budget.max(1))
+}
+
 /// `(p, rem)`: the largest power of two `p <= n` and `n - p`.
 pub(crate) fn pow2_floor(n: usize) -> (usize, usize) {
     let p = if n == 0 { 0 } else { 1usize << (usize::BITS - 1 - n.leading_zeros()) };

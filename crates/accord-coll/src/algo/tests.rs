@@ -248,11 +248,11 @@ fn all_reduce_segment_count_capped_by_step_budget() {
 
 #[test]
 fn segments_fit_the_step_budget() {
-    assert_eq!(all_reduce::segments_per_block(1000, 100, 4, 0), 10);
-    assert_eq!(all_reduce::segments_per_block(0, 100, 4, 0), 1);
-    assert_eq!(all_reduce::segments_per_block(1 << 30, 1, 12, 0), 2046 / 12);
-    assert_eq!(all_reduce::segments_per_block(1 << 30, 1, 2046, 10), 1);
-    assert_eq!(all_reduce::segments_per_block(5, 0, 2, 0), 5);
+    assert_eq!(segments_per_block(1000, 100, 4, 0), 10);
+    assert_eq!(segments_per_block(0, 100, 4, 0), 1);
+    assert_eq!(segments_per_block(1 << 30, 1, 12, 0), 2046 / 12);
+    assert_eq!(segments_per_block(1 << 30, 1, 2046, 10), 1);
+    assert_eq!(segments_per_block(5, 0, 2, 0), 5);
 }
 
 #[test]
@@ -353,8 +353,18 @@ fn broadcast_every_algo_dtype() {
 
 #[test]
 fn all_gather_every_algo_dtype() {
+    all_gather_matrix(CollConfig::default());
+}
+
+/// Blocks cut in segments of a few elements (one immediate each, some empty segments).
+#[test]
+fn all_gather_in_tiny_segments() {
+    all_gather_matrix(CollConfig { segment_bytes: 8, ..CollConfig::default() });
+}
+
+fn all_gather_matrix(cfg: CollConfig) {
     for n in 1..=RANKS_MAX {
-        world(n, |comm| {
+        world_with(n, cfg.clone(), |comm| {
             let me = comm.rank();
             let mut case = 0u64;
             for &algo in Collective::AllGather.algorithms() {
