@@ -33,8 +33,8 @@
 //! ([`crate::Communicator::run_staged`]); peers' descriptor tokens are parsed once per
 //! token by the engine transport.
 //!
-//! Large steps of ring and Rabenseifner all_reduce, all_to_all(v) and Rabenseifner's
-//! all-gather move in segments of `ACCORD_COLL_SEGMENT_BYTES`, each carrying an
+//! Large steps of ring and Rabenseifner all_reduce, ring all_gather, all_to_all(v) and
+//! Rabenseifner's all-gather move in segments of `ACCORD_COLL_SEGMENT_BYTES`, each carrying an
 //! immediate: a segment is reduced or forwarded as soon as it lands, while the next is on
 //! the wire.
 //!
