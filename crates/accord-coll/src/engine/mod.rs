@@ -19,8 +19,11 @@
 //! to [`DRAIN_ON_DROP`]) for its own writes and signals to be acknowledged.
 
 mod pinned;
+mod stats;
 #[cfg(test)]
 mod tests;
+
+pub use stats::TransportStats;
 
 use crate::error::TransportError;
 use crate::store::Bootstrap;
@@ -113,6 +116,7 @@ pub struct EngineTransport {
     /// key, length), never a reference to memory: a stale entry is refused by the peer's key
     /// check exactly as the re-parsed token would be.
     parsed_descs: Mutex<HashMap<Vec<u8>, MrDescriptor>>,
+    counters: stats::Counters,
     inbox: Shared<Inbox>,
     /// A small registered buffer whose zero-byte slices source signals.
     signal_source: MrBuffer,
@@ -168,6 +172,11 @@ impl EngineTransport {
         let mut transport = prepared.connect(rank, addresses)?;
         transport.bootstrap = Some(bootstrap);
         Ok(transport)
+    }
+
+    /// What this transport has issued so far (writes, control messages).
+    pub fn stats(&self) -> TransportStats {
+        self.counters.snapshot()
     }
 
     /// The engine underneath (statistics, tuning).
@@ -270,6 +279,7 @@ impl PreparedEngine {
             next_id: AtomicU64::new(1),
             pending: Mutex::new(VecDeque::new()),
             parsed_descs: Mutex::new(HashMap::new()),
+            counters: stats::Counters::default(),
             inbox: self.inbox,
             signal_source: self.signal_source,
             bootstrap: None,
@@ -406,6 +416,7 @@ impl CollTransport for EngineTransport {
             .engine
             .write(&op)
             .map_err(|e| TransportError::Malformed { peer, reason: format!("write refused: {e}") })?;
+        self.counters.write(op.len, imm.is_some() && op.len >= self.engine.config().shard_bytes_min);
         self.track(peer, transfer)
     }
 
@@ -424,6 +435,7 @@ impl CollTransport for EngineTransport {
             .engine
             .write(&op)
             .map_err(|e| TransportError::Malformed { peer, reason: format!("signal refused: {e}") })?;
+        self.counters.signal();
         self.track(peer, transfer)
     }
 
@@ -475,6 +487,7 @@ impl CollTransport for EngineTransport {
             return Err(TransportError::LimitReached { what: "control message bytes", limit: CTRL_MESSAGE_BYTES_MAX });
         }
         let transfer = self.send_frame(peer, &frame(FRAME_CTRL, self.rank, tag, bytes))?;
+        self.counters.ctrl();
         self.track(peer, transfer)
     }
 
