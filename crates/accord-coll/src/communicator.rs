@@ -44,6 +44,12 @@ pub struct Communicator<T: CollTransport> {
     p2p_send_seq: Vec<u64>,
     p2p_recv_seq: Vec<u64>,
     scratch: Option<LocalBuf>,
+    /// Registered memory the communicator owns for the copying conveniences
+    /// ([`Self::run_staged`]): registered once, grown when needed, so those calls neither
+    /// register nor deregister memory and hand peers the same descriptor every time. Only the
+    /// communicator reaches it, so a peer can never be handed an address the user has since
+    /// freed (the risk of caching registrations of user memory by address).
+    staging: Option<LocalBuf>,
     poisoned: Option<String>,
 }
 
@@ -81,6 +87,7 @@ impl<T: CollTransport> Communicator<T> {
             p2p_send_seq: vec![0; n],
             p2p_recv_seq: vec![0; n],
             scratch: None,
+            staging: None,
             poisoned: None,
         })
     }
@@ -359,14 +366,48 @@ impl<T: CollTransport> Communicator<T> {
     }
 
     /// all_reduce of a plain slice (copies into and out of registered memory:
-    /// a convenience, not the zero-copy path).
+    /// a convenience, not the zero-copy path; see [`Self::run_staged`]).
     pub fn all_reduce_typed<E: Element>(&mut self, data: &mut [E], op: ReduceOp) -> Result<(), CollError> {
-        let buf = self.register_typed(data)?;
-        let r = self.all_reduce(Bufs::in_place(buf.all()), data.len(), E::DTYPE, op, None);
-        let out = r.and_then(|_| self.read_typed::<E>(buf.all()));
-        self.deregister(buf)?;
-        data.copy_from_slice(&out?);
-        Ok(())
+        let count = data.len();
+        self.run_staged(bytemuck::cast_slice_mut(data), |c, bufs| c.all_reduce(bufs, count, E::DTYPE, op, None))
+    }
+
+    /// Runs `f` in place on a copy of `data` in the communicator's own registered staging
+    /// buffer, then copies the result back into `data`: for callers whose memory is not
+    /// registered (bindings, slices). The staging buffer is registered once and reused, so
+    /// repeated calls cost two copies and no registration.
+    pub fn run_staged(
+        &mut self,
+        data: &mut [u8],
+        f: impl FnOnce(&mut Self, Bufs<'_>) -> Result<(), CollError>,
+    ) -> Result<(), CollError> {
+        let transport_err = |collective: &'static str| move |source| CollError::Transport { collective, source };
+        let len = data.len();
+        let staging = match self.staging.take() {
+            Some(buf) if buf.len() >= len => buf,
+            old => {
+                if let Some(old) = old {
+                    self.deregister(old)?;
+                }
+                let grown = len.max(4096).next_power_of_two().min(self.config.scratch_bytes_max.max(len));
+                self.register(vec![0u8; grown])?
+            }
+        };
+        let slice = staging.slice(0, len);
+        let result = self
+            .t
+            .write_local(slice, data)
+            .map_err(transport_err("staging"))
+            .and_then(|_| f(self, Bufs::in_place(slice)))
+            .and_then(|_| self.t.read_local(slice, data).map_err(transport_err("staging")));
+        match self.staging {
+            None => self.staging = Some(staging),
+            // `f` staged something itself meanwhile: keep that one.
+            Some(_) => {
+                let _ = self.deregister(staging);
+            }
+        }
+        result
     }
 
     fn check_usable(&self) -> Result<(), CollError> {
@@ -490,6 +531,7 @@ impl<T: CollTransport> Communicator<T> {
             root: c.root,
             scratch: if scratch_bytes > 0 { self.scratch.as_ref() } else { None },
             chunks,
+            segment_elems: (self.config.segment_bytes / es).max(1),
             layout: c.layout,
         };
         let cx = self.ctx(c.collective, algo, seq);
@@ -564,7 +606,18 @@ impl<T: CollTransport> Communicator<T> {
         });
         let empty = send.or(recv).expect("send or recv").1.buf.slice(0, 0);
         fn args<'a>(send: BufSlice<'a>, recv: BufSlice<'a>, count: usize, dtype: DType) -> Args<'a> {
-            Args { send, recv, count, dtype, op: ReduceOp::Sum, root: 0, scratch: None, chunks: 1, layout: None }
+            Args {
+                send,
+                recv,
+                count,
+                dtype,
+                op: ReduceOp::Sum,
+                root: 0,
+                scratch: None,
+                chunks: 1,
+                segment_elems: 1,
+                layout: None,
+            }
         }
         let cx = self.ctx(Collective::SendRecv, Algo::Direct, 0);
         let result = (|| {

@@ -7,6 +7,7 @@
 //! | `ACCORD_COLL_ABORT_GRACE_MS` | [`CollConfig::abort_grace`] | 200 |
 //! | `ACCORD_COLL_SCRATCH_BYTES_MAX` | [`CollConfig::scratch_bytes_max`] | 4 GiB |
 //! | `ACCORD_COLL_PIPELINE_CHUNK_BYTES` | [`CollConfig::pipeline_chunk_bytes`] | 256 KiB |
+//! | `ACCORD_COLL_SEGMENT_BYTES` | [`CollConfig::segment_bytes`] | 128 KiB |
 //! | `ACCORD_ALGO_<COLLECTIVE>` | [`CollConfig::algo_overrides`] | none (size-based) |
 //! | `ACCORD_BOOTSTRAP_TIMEOUT_MS` | [`crate::store::BootstrapConfig::timeout`] | 300000 |
 //!
@@ -71,6 +72,15 @@ pub struct CollConfig {
     pub scratch_bytes_max: usize,
     /// Chunk size of the pipelined (chain) broadcast and reduce.
     pub pipeline_chunk_bytes: usize,
+    /// Segment size of the pipelined ring and Rabenseifner all_reduce: each step's block
+    /// moves in segments of about this size, so that segment k+1 is on the wire while
+    /// segment k is reduced. Every rank must use the same value (the handshake checks).
+    /// Also the segment size of counted writes (all_to_all(v), Rabenseifner's all-gather).
+    /// Below the engine's shard size (`ACCORD_SHARD_BYTES`, 256 KiB) a segment carries its
+    /// immediate with its data and the segments of a block spread over the lanes
+    /// round-robin; at or above it each segment is sharded and its immediate follows the
+    /// shards' acknowledgements, one round trip later.
+    pub segment_bytes: usize,
     /// Algorithm forced per collective (`ACCORD_ALGO_<COLLECTIVE>`).
     pub algo_overrides: HashMap<Collective, Algo>,
     /// Size thresholds of the default choice.
@@ -84,6 +94,7 @@ impl Default for CollConfig {
             abort_grace: Duration::from_millis(200),
             scratch_bytes_max: 4 << 30,
             pipeline_chunk_bytes: 256 * 1024,
+            segment_bytes: 128 * 1024,
             algo_overrides: HashMap::new(),
             thresholds: Thresholds::default(),
         }
@@ -134,6 +145,17 @@ impl CollConfig {
                 });
             }
             c.pipeline_chunk_bytes = b as usize;
+        }
+        if let Some(v) = lookup("ACCORD_COLL_SEGMENT_BYTES") {
+            let b = parse_num("ACCORD_COLL_SEGMENT_BYTES", &v)?;
+            if b == 0 {
+                return Err(ConfigError::Invalid {
+                    name: "ACCORD_COLL_SEGMENT_BYTES".into(),
+                    value: v,
+                    reason: "must be at least 1".into(),
+                });
+            }
+            c.segment_bytes = b as usize;
         }
         for coll in Collective::ALL {
             let name = format!("ACCORD_ALGO_{}", coll.name().to_ascii_uppercase());

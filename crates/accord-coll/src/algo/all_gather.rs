@@ -3,23 +3,41 @@
 //! the per-rank block in elements and the output holds `n` blocks by rank.
 
 use super::ctx::{Args, Ctx};
-use super::{Fold, FoldMap};
+use super::{part, segments_per_block, Fold, FoldMap};
 use crate::error::CollError;
 use crate::transport::CollTransport;
 
-/// Ring: step `s` forwards block `r - s` to the right neighbour.
+/// Ring: step `s` forwards block `r - s` to the right neighbour, in segments with an
+/// immediate each (step `s * segs + k`), each forwarded as soon as it lands.
 pub(crate) fn ring<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, a: &Args<'_>) -> Result<(), CollError> {
-    let (r, n, bb) = (cx.rank, cx.n, a.count * a.es());
+    let (r, n, es, bb) = (cx.rank, cx.n, a.es(), a.count * a.es());
     let right = (r + 1) % n;
     let left = (r + n - 1) % n;
     let peers = cx.handshake(&cx.handshake_of(a, true), &[right], &[left])?;
-    for s in 0..n - 1 {
-        let b = (r + n - s) % n;
-        let src = if s == 0 { a.send.sub(0, bb) } else { a.recv.sub(b * bb, bb) };
-        cx.put(right, src, peers[&right].recv_at(b * bb), s as u32)?;
-        cx.wait(left, s as u32)?;
+    let rh = &peers[&right];
+    let segs = segments_per_block(a.count, a.segment_elems, n - 1, 0);
+    let seg = |k: usize| {
+        let e = part(a.count, segs, k);
+        (e.start * es, e.len() * es)
+    };
+    let step = |s: usize, k: usize| (s * segs + k) as u32;
+    for k in 0..segs {
+        let (off, len) = seg(k);
+        cx.put(right, a.send.sub(off, len), rh.recv_at(r * bb + off), step(0, k))?;
     }
+    // The own block is copied while the first segments are on the wire.
     cx.copy(a.send.sub(0, bb), a.recv.sub(r * bb, bb))?;
+    for s in 0..n - 1 {
+        let b = (r + 2 * n - s - 1) % n;
+        for k in 0..segs {
+            cx.wait(left, step(s, k))?;
+            if s < n - 2 {
+                let (off, len) = seg(k);
+                let at = b * bb + off;
+                cx.put(right, a.recv.sub(at, len), rh.recv_at(at), step(s + 1, k))?;
+            }
+        }
+    }
     cx.flush()
 }
 

@@ -37,45 +37,47 @@ pub(crate) fn run<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, a: &Args<'_>) -> R
         }
         h
     };
-    let peers = cx.handshake_each(&others, &others, mine)?;
-    if a.layout.is_some() {
-        for &p in &others {
-            let (_, slen, _, _) = layout(a, p);
-            let theirs = peers[&p].extra.first().copied().unwrap_or(u64::MAX);
-            if theirs != (slen / a.es()) as u64 {
+    // all_to_allv handshakes already point at this rank's block; all_to_all's at the output.
+    let dst_off = if a.layout.is_some() { 0 } else { r * a.count * a.es() };
+    let send_to = |p: usize, theirs: &Handshake| -> Result<(), CollError> {
+        let (soff, slen, _, _) = layout(a, p);
+        if a.layout.is_some() {
+            let want = theirs.extra.first().copied().unwrap_or(u64::MAX);
+            if want != (slen / a.es()) as u64 {
                 return Err(CollError::Mismatch {
                     collective: cx.collective.name(),
                     peer: p,
                     field: "count between this pair (send_counts here vs recv_counts there)",
                     ours: (slen / a.es()).to_string(),
-                    theirs: theirs.to_string(),
+                    theirs: want.to_string(),
                 });
             }
         }
-    }
-    // all_to_allv handshakes already point at this rank's block; all_to_all's at the output.
-    let dst_off = if a.layout.is_some() { 0 } else { r * a.count * a.es() };
-    let send_to = |p: usize| -> Result<(), CollError> {
-        let (soff, slen, _, _) = layout(a, p);
-        cx.put(p, a.send.sub(soff, slen), peers[&p].recv_at(dst_off), 0)
+        cx.put_counted(p, a.send.sub(soff, slen), theirs.recv_at(dst_off), 0, a)
     };
+    // Each peer's block arrives in as many segments as its length makes (see `put_counted`).
+    let wait_from = |p: usize| -> Result<(), CollError> { cx.wait_counted(p, 0, layout(a, p).3, a) };
+    let (soff, slen, roff, _) = layout(a, r);
     match cx.algo {
         Algo::Pairwise => {
+            let peers = cx.handshake_each(&others, &others, mine)?;
             for s in 1..n {
-                send_to((r + s) % n)?;
-                cx.wait((r + n - s) % n, 0)?;
+                let p = (r + s) % n;
+                send_to(p, &peers[&p])?;
+                wait_from((r + n - s) % n)?;
             }
+            cx.copy(a.send.sub(soff, slen), a.recv.sub(roff, slen))?;
         }
         _ => {
-            for &p in &others {
-                send_to(p)?;
-            }
+            // Write to each peer as soon as its handshake is in, starting with the next rank
+            // (every rank starts with a different peer).
+            cx.handshake_each_then(&others, &others, mine, send_to)?;
+            // The own block is copied while the peers' blocks are on the wire.
+            cx.copy(a.send.sub(soff, slen), a.recv.sub(roff, slen))?;
             for s in 1..n {
-                cx.wait((r + n - s) % n, 0)?;
+                wait_from((r + n - s) % n)?;
             }
         }
     }
-    let (soff, slen, roff, _) = layout(a, r);
-    cx.copy(a.send.sub(soff, slen), a.recv.sub(roff, slen))?;
     cx.flush()
 }

@@ -13,6 +13,8 @@ use crate::transport::{BufSlice, CollTransport, Imm, LocalBuf, RemoteBufDesc, Re
 /// Most extra u64 fields a handshake may carry.
 pub(crate) const HANDSHAKE_EXTRA_MAX: usize = 16;
 const HANDSHAKE_VERSION: u8 = 1;
+/// Most segments [`Ctx::put_counted`] cuts one write into (bounds the transfers it adds).
+pub(crate) const SEGMENTS_PER_WRITE_MAX: usize = 256;
 
 /// Per-peer counts of all_to_allv, in elements.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -39,6 +41,8 @@ pub(crate) struct Args<'a> {
     pub scratch: Option<&'a LocalBuf>,
     /// Pipeline chunks of ring broadcast/reduce.
     pub chunks: usize,
+    /// Elements per segment of the pipelined all_reduce schedules (at least 1).
+    pub segment_elems: usize,
     pub layout: Option<&'a AllToAllVLayout>,
 }
 
@@ -194,7 +198,13 @@ impl<T: CollTransport + ?Sized> Ctx<'_, T> {
             op: a.op.code(),
             root: a.root as u32,
             count: a.count as u64,
-            param: a.chunks as u64,
+            // The pipelining parameter that must match: it decides the immediates' step numbers
+            // and counts.
+            param: if matches!(self.collective, Collective::Reduce | Collective::Broadcast) {
+                a.chunks
+            } else {
+                a.segment_elems
+            } as u64,
             recv: needs_recv.then(|| (a.recv.buf.remote_desc().clone(), a.recv.offset as u64)),
             scratch: a.scratch.map(|s| s.remote_desc().clone()),
             extra: Vec::new(),
@@ -215,6 +225,19 @@ impl<T: CollTransport + ?Sized> Ctx<'_, T> {
         written_by: &[usize],
         mine: impl Fn(usize) -> Handshake,
     ) -> Result<Peers, CollError> {
+        self.handshake_each_then(&dedup(write_to), written_by, mine, |_, _| Ok(()))
+    }
+
+    /// Like [`Self::handshake_each`], waiting for the peers of `write_to` in the order given
+    /// and calling `ready(peer, handshake)` as soon as each one's handshake is checked, so a
+    /// schedule can start writing to a peer while others have not entered the call yet.
+    pub fn handshake_each_then(
+        &self,
+        write_to: &[usize],
+        written_by: &[usize],
+        mine: impl Fn(usize) -> Handshake,
+        mut ready: impl FnMut(usize, &Handshake) -> Result<(), CollError>,
+    ) -> Result<Peers, CollError> {
         let tag = self.imm(STEP_HANDSHAKE, self.rank);
         for peer in dedup(written_by) {
             self.t.send_ctrl(peer, tag, &mine(peer).encode()).map_err(|e| self.fail(e, &[peer]))?;
@@ -222,12 +245,18 @@ impl<T: CollTransport + ?Sized> Ctx<'_, T> {
         let mut peers = Peers::new();
         let mut missing = Vec::new();
         let mut first_err = None;
-        for peer in dedup(write_to) {
+        for &peer in write_to {
+            if peers.contains_key(&peer) || missing.contains(&peer) {
+                continue;
+            }
             match self.t.recv_ctrl(peer, self.imm(STEP_HANDSHAKE, peer), self.deadline) {
                 Ok(bytes) => {
                     let hs = Handshake::decode(&bytes)
                         .map_err(|reason| self.transport(TransportError::Malformed { peer, reason }))?;
                     self.check_peer(peer, &mine(peer), &hs)?;
+                    if first_err.is_none() && missing.is_empty() {
+                        ready(peer, &hs)?;
+                    }
                     peers.insert(peer, hs);
                 }
                 Err(TransportError::Timeout { .. }) => missing.push(peer),
@@ -274,7 +303,11 @@ impl<T: CollTransport + ?Sized> Ctx<'_, T> {
             ("op", mine.op as u64, theirs.op as u64),
             ("root", mine.root as u64, theirs.root as u64),
             ("count", mine.count, theirs.count),
-            ("pipeline chunks (ACCORD_COLL_PIPELINE_CHUNK_BYTES)", mine.param, theirs.param),
+            (
+                "pipeline chunks or segments (ACCORD_COLL_PIPELINE_CHUNK_BYTES, ACCORD_COLL_SEGMENT_BYTES)",
+                mine.param,
+                theirs.param,
+            ),
         ] {
             if a != b {
                 return Err(mismatch(field, a.to_string(), b.to_string()));
@@ -292,6 +325,41 @@ impl<T: CollTransport + ?Sized> Ctx<'_, T> {
         let imm = self.imm(step, self.rank);
         let r = if src.len == 0 { self.t.signal(peer, imm) } else { self.t.write(peer, src, dst, Some(imm)) };
         r.map_err(|e| self.fail(e, &[peer]))
+    }
+
+    /// Segments [`Self::put_counted`] cuts `bytes` of `a`'s dtype into (at least 1, at most
+    /// [`SEGMENTS_PER_WRITE_MAX`]); a receiver computes the count from the length it expects.
+    pub fn segments_for(&self, a: &Args<'_>, bytes: usize) -> usize {
+        (bytes / a.es()).div_ceil(a.segment_elems.max(1)).clamp(1, SEGMENTS_PER_WRITE_MAX)
+    }
+
+    /// Writes `src` to `dst` on `peer` in [`Self::segments_for`] segments, each carrying this
+    /// rank's immediate of `step`; the receiver waits for that many with [`Self::wait_n`].
+    /// Segments below the engine's shard size carry their immediate with their data (a
+    /// sharded write sends it only after every shard is acknowledged) and spread over lanes.
+    pub fn put_counted(
+        &self,
+        peer: usize,
+        src: BufSlice<'_>,
+        dst: RemoteSlice<'_>,
+        step: u32,
+        a: &Args<'_>,
+    ) -> Result<(), CollError> {
+        let es = a.es();
+        debug_assert_eq!(src.len % es, 0, "writes move whole elements");
+        let segs = self.segments_for(a, src.len);
+        let elems = src.len / es;
+        for j in 0..segs {
+            let e = super::part(elems, segs, j);
+            let (off, len) = (e.start * es, e.len() * es);
+            self.put(peer, src.sub(off, len), RemoteSlice { desc: dst.desc, offset: dst.offset + off }, step)?;
+        }
+        Ok(())
+    }
+
+    /// Waits for `peer`'s write of `bytes` sent with [`Self::put_counted`] at `step`.
+    pub fn wait_counted(&self, peer: usize, step: u32, bytes: usize, a: &Args<'_>) -> Result<(), CollError> {
+        self.wait_n(peer, step, self.segments_for(a, bytes) as u32)
     }
 
     /// Waits for `peer`'s immediate of `step`.
@@ -331,6 +399,20 @@ impl<T: CollTransport + ?Sized> Ctx<'_, T> {
             .access_local(src, dst, &mut |s, d| result = reduce_into(d, s, a.dtype, a.op))
             .map_err(|e| self.transport(e))?;
         result.map_err(|source| CollError::Reduce { collective: self.collective.name(), source })
+    }
+
+    /// `dst = input (op) other`, locally: `input` is copied into `dst` first (skipped when
+    /// they are the same region, as in place), so a schedule reads its input where it is
+    /// and copies a segment only right before reducing it, while it is in cache.
+    pub fn reduce_from(
+        &self,
+        dst: BufSlice<'_>,
+        input: BufSlice<'_>,
+        other: BufSlice<'_>,
+        a: &Args<'_>,
+    ) -> Result<(), CollError> {
+        self.copy(input, dst)?;
+        self.reduce(dst, other, a)
     }
 
     /// Finishes `Avg` on a local result region.

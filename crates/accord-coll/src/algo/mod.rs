@@ -21,6 +21,23 @@
 //! write into it, only once it has entered the call) orders reuse. Broadcast,
 //! all_gather, all_to_all(v), send/recv and barrier need no scratch.
 //!
+//! Why the handshake stays per call even where the descriptors are the same as last time:
+//! it is the receiver's "ready" — its output is the user's memory for this call only, and
+//! its scratch may still be read by its previous collective. Caching descriptors would save
+//! only the bytes of that one message, not the message (a one-way latency, which every
+//! rank pays at once, not a round trip). Removing it would take per-peer credits for the
+//! scratch (returned at the end of each call, double-buffered by sequence parity) and is
+//! not done. Registrations are not per call: callers register their buffers once
+//! ([`crate::Communicator::register`], memory owned by the transport until deregistered),
+//! and the copying conveniences stage through one buffer the communicator owns
+//! ([`crate::Communicator::run_staged`]); peers' descriptor tokens are parsed once per
+//! token by the engine transport.
+//!
+//! Large steps of ring and Rabenseifner all_reduce, ring all_gather, all_to_all(v) and
+//! Rabenseifner's all-gather move in segments of `ACCORD_COLL_SEGMENT_BYTES`, each carrying an
+//! immediate: a segment is reduced or forwarded as soon as it lands, while the next is on
+//! the wire.
+//!
 //! Ranks that are not a power of two are folded in (recursive doubling,
 //! Rabenseifner, recursive halving): with `p` the largest power of two not
 //! above `n` and `rem = n - p`, each even rank below `2 rem` hands its data to
@@ -273,6 +290,16 @@ pub(crate) fn dispatch<T: crate::CollTransport + ?Sized>(
 pub(crate) fn part(count: usize, parts: usize, index: usize) -> Range<usize> {
     let at = |i: usize| (count as u128 * i as u128 / parts as u128) as usize;
     at(index)..at(index + 1)
+}
+
+/// Segments per block of a pipelined schedule: blocks of up to `block_elems_max` elements cut
+/// into segments of about `segment_elems`, limited so that `steps` steps of that many
+/// segments each fit the immediate's step numbers (`STEP_DATA_MAX`, less `reserved` steps
+/// the schedule numbers otherwise). Depends only on values every rank shares.
+pub(crate) fn segments_per_block(block_elems_max: usize, segment_elems: usize, steps: usize, reserved: usize) -> usize {
+    let wanted = block_elems_max.div_ceil(segment_elems.max(1)).max(1);
+    let budget = (crate::transport::STEP_DATA_MAX as usize + 1).saturating_sub(reserved) / steps.max(1);
+    wanted.min(budget.max(1))
 }
 
 /// `(p, rem)`: the largest power of two `p <= n` and `n - p`.

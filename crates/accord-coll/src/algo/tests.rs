@@ -12,8 +12,12 @@ const RANKS_MAX: usize = 7;
 const SEED: u64 = 0x00ac_c04d;
 
 fn world<R: Send>(n: usize, f: impl Fn(&mut Communicator<LocalTransport>) -> R + Sync) -> Vec<R> {
+    world_with(n, CollConfig::default(), f)
+}
+
+fn world_with<R: Send>(n: usize, cfg: CollConfig, f: impl Fn(&mut Communicator<LocalTransport>) -> R + Sync) -> Vec<R> {
     let ts = LocalFabric::create(n).unwrap();
-    let cfg = CollConfig { timeout: std::time::Duration::from_secs(20), ..CollConfig::default() };
+    let cfg = CollConfig { timeout: std::time::Duration::from_secs(20), ..cfg };
     std::thread::scope(|s| {
         let hs: Vec<_> = ts
             .into_iter()
@@ -164,7 +168,11 @@ fn free(comm: &Communicator<LocalTransport>, bufs: Vec<LocalBuf>) {
 /// Runs the reduction collectives (all_reduce, reduce, reduce_scatter) for
 /// one world, every algorithm/dtype/op/count, checking every element.
 fn reduction_matrix(coll: Collective, n: usize, dtypes: &[DType], extra_counts: &[usize]) {
-    world(n, |comm| {
+    reduction_matrix_with(coll, n, dtypes, extra_counts, CollConfig::default())
+}
+
+fn reduction_matrix_with(coll: Collective, n: usize, dtypes: &[DType], extra_counts: &[usize], cfg: CollConfig) {
+    world_with(n, cfg, |comm| {
         let me = comm.rank();
         let mut case = 0u64;
         for &algo in coll.algorithms() {
@@ -216,6 +224,37 @@ fn all_reduce_every_algo_dtype_op() {
     }
 }
 
+/// Segments of a few elements: blocks cut in many segments (and some empty ones), every
+/// dtype and op, so the pipelined schedules' segment bookkeeping is checked element by element.
+#[test]
+fn all_reduce_in_tiny_segments() {
+    for segment_bytes in [1, 8, 24] {
+        let cfg = CollConfig { segment_bytes, ..CollConfig::default() };
+        for n in 2..=RANKS_MAX {
+            reduction_matrix_with(Collective::AllReduce, n, &DType::ALL, &[64 * n + 5], cfg.clone());
+        }
+    }
+}
+
+/// Large vectors in small segments: more segments than the immediate's step numbers allow,
+/// so the schedules cap the count (checked against the reference).
+#[test]
+fn all_reduce_segment_count_capped_by_step_budget() {
+    let cfg = CollConfig { segment_bytes: 64, ..CollConfig::default() };
+    for n in [2, 4, 7] {
+        reduction_matrix_sized_with(Collective::AllReduce, n, 3 * 1024 * 1024 / 4, cfg.clone());
+    }
+}
+
+#[test]
+fn segments_fit_the_step_budget() {
+    assert_eq!(segments_per_block(1000, 100, 4, 0), 10);
+    assert_eq!(segments_per_block(0, 100, 4, 0), 1);
+    assert_eq!(segments_per_block(1 << 30, 1, 12, 0), 2046 / 12);
+    assert_eq!(segments_per_block(1 << 30, 1, 2046, 10), 1);
+    assert_eq!(segments_per_block(5, 0, 2, 0), 5);
+}
+
 #[test]
 fn reduce_every_algo_dtype_op() {
     for n in 1..=RANKS_MAX {
@@ -246,7 +285,11 @@ fn world_large(coll: Collective, n: usize) {
 }
 
 fn reduction_matrix_sized(coll: Collective, n: usize, count: usize) {
-    world(n, |comm| {
+    reduction_matrix_sized_with(coll, n, count, CollConfig::default())
+}
+
+fn reduction_matrix_sized_with(coll: Collective, n: usize, count: usize, cfg: CollConfig) {
+    world_with(n, cfg, |comm| {
         let me = comm.rank();
         for (k, &algo) in coll.algorithms().iter().enumerate() {
             let (d, op) = if k % 2 == 0 { (DType::F32, ReduceOp::Sum) } else { (DType::I64, ReduceOp::Max) };
@@ -310,8 +353,18 @@ fn broadcast_every_algo_dtype() {
 
 #[test]
 fn all_gather_every_algo_dtype() {
+    all_gather_matrix(CollConfig::default());
+}
+
+/// Blocks cut in segments of a few elements (one immediate each, some empty segments).
+#[test]
+fn all_gather_in_tiny_segments() {
+    all_gather_matrix(CollConfig { segment_bytes: 8, ..CollConfig::default() });
+}
+
+fn all_gather_matrix(cfg: CollConfig) {
     for n in 1..=RANKS_MAX {
-        world(n, |comm| {
+        world_with(n, cfg.clone(), |comm| {
             let me = comm.rank();
             let mut case = 0u64;
             for &algo in Collective::AllGather.algorithms() {
@@ -342,8 +395,18 @@ fn all_gather_every_algo_dtype() {
 
 #[test]
 fn all_to_all_every_algo_dtype() {
+    all_to_all_matrix(CollConfig::default());
+}
+
+/// Blocks cut in segments of a few elements (counted immediates, some empty segments).
+#[test]
+fn all_to_all_in_tiny_segments() {
+    all_to_all_matrix(CollConfig { segment_bytes: 8, ..CollConfig::default() });
+}
+
+fn all_to_all_matrix(cfg: CollConfig) {
     for n in 1..=RANKS_MAX {
-        world(n, |comm| {
+        world_with(n, cfg.clone(), |comm| {
             let me = comm.rank();
             let mut case = 0u64;
             for &algo in Collective::AllToAll.algorithms() {
@@ -378,8 +441,18 @@ fn v_count(case: u64, from: usize, to: usize) -> usize {
 
 #[test]
 fn all_to_allv_every_algo_dtype() {
+    all_to_allv_matrix(CollConfig::default());
+}
+
+/// Blocks cut in segments of a few elements (counted immediates, some empty segments).
+#[test]
+fn all_to_allv_in_tiny_segments() {
+    all_to_allv_matrix(CollConfig { segment_bytes: 8, ..CollConfig::default() });
+}
+
+fn all_to_allv_matrix(cfg: CollConfig) {
     for n in 1..=RANKS_MAX {
-        world(n, |comm| {
+        world_with(n, cfg.clone(), |comm| {
             let me = comm.rank();
             let mut case = 0u64;
             for &algo in Collective::AllToAllV.algorithms() {

@@ -218,3 +218,53 @@ fn send_recv_to_oneself_is_a_local_copy() {
     // A lone send to oneself has no receive to land in: still an error.
     assert!(c.send(0, src.all(), 4, DType::I32).is_err());
 }
+
+#[test]
+fn all_to_allv_pair_count_mismatch_is_reported_before_writing() {
+    let results = on_all(comms(2, fast_config()), |mut c| {
+        let me = c.rank();
+        // Rank 0 sends 3 elements to rank 1, which expects 2 from it.
+        let to_other = if me == 0 { 3 } else { 2 };
+        let layout = AllToAllVLayout {
+            send_counts: if me == 0 { vec![1, to_other] } else { vec![2, 1] },
+            send_displs: vec![0, 4],
+            recv_counts: if me == 0 { vec![1, 2] } else { vec![2, 1] },
+            recv_displs: vec![0, 4],
+        };
+        let send = c.register(vec![1u8; 64]).unwrap();
+        let recv = c.register(vec![0u8; 64]).unwrap();
+        let e = c.all_to_allv(Bufs { send: send.all(), recv: recv.all() }, &layout, DType::F32, Some(Algo::Direct));
+        (e.err(), c.read_typed::<f32>(recv.all()).unwrap())
+    });
+    let (e, _) = &results[0];
+    assert!(
+        matches!(e, Some(CollError::Mismatch { peer: 1, field, .. }) if field.starts_with("count between this pair")),
+        "{results:?}"
+    );
+    // Rank 0 wrote nothing into rank 1's block from rank 0 (offset 0, 2 elements).
+    assert_eq!(&results[1].1[..2], &[0.0, 0.0]);
+}
+
+#[test]
+fn staged_calls_reuse_one_registration_and_grow_when_needed() {
+    let results = on_all(comms(3, CollConfig::default()), |mut c| {
+        let me = c.rank() as i64;
+        let mut ids = vec![];
+        for len in [10usize, 300, 7, 5000, 5000] {
+            let mut v: Vec<i64> = (0..len as i64).map(|i| i * 3 + me).collect();
+            c.all_reduce_typed(&mut v, ReduceOp::Sum).unwrap();
+            assert!(v.iter().enumerate().all(|(i, &x)| x == 9 * i as i64 + 3), "len {len}");
+            ids.push(c.staging.as_ref().map(|b| (b.id(), b.len())).unwrap());
+        }
+        ids
+    });
+    for ids in results {
+        // 10, 300 and 7 elements fit the first 4 KiB registration; 5000 (40000 bytes) grows it
+        // once, and the next call of that size reuses it.
+        assert_eq!(ids[0], ids[1]);
+        assert_eq!(ids[1], ids[2]);
+        assert_ne!(ids[2].0, ids[3].0);
+        assert!(ids[3].1 >= 40_000);
+        assert_eq!(ids[3], ids[4]);
+    }
+}

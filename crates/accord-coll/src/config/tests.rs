@@ -16,9 +16,11 @@ fn overrides_apply() {
         ("ACCORD_COLL_TIMEOUT_MS", "1500"),
         ("ACCORD_ALGO_ALL_REDUCE", "ring"),
         ("ACCORD_ALGO_ALL_GATHER", "bruck"),
+        ("ACCORD_COLL_SEGMENT_BYTES", "65536"),
     ]))
     .unwrap();
     assert_eq!(c.timeout, Duration::from_millis(1500));
+    assert_eq!(c.segment_bytes, 65536);
     assert_eq!(c.algo_overrides[&Collective::AllReduce], Algo::Ring);
     assert_eq!(c.algo_overrides[&Collective::AllGather], Algo::Bruck);
 }
@@ -31,4 +33,6 @@ fn bad_values_are_errors_that_name_the_variable() {
     assert!(matches!(e, ConfigError::UnknownAlgorithm { .. }), "{e}");
     assert!(e.to_string().contains("ring"), "{e}");
     assert!(CollConfig::from_lookup(lookup(&[("ACCORD_COLL_TIMEOUT_MS", "0")])).is_err());
+    let e = CollConfig::from_lookup(lookup(&[("ACCORD_COLL_SEGMENT_BYTES", "0")])).unwrap_err();
+    assert!(e.to_string().contains("ACCORD_COLL_SEGMENT_BYTES"), "{e}");
 }

@@ -19,8 +19,11 @@
 //! to [`DRAIN_ON_DROP`]) for its own writes and signals to be acknowledged.
 
 mod pinned;
+mod stats;
 #[cfg(test)]
 mod tests;
+
+pub use stats::TransportStats;
 
 use crate::error::TransportError;
 use crate::store::Bootstrap;
@@ -43,6 +46,8 @@ pub const CTRL_BUFFERS_PER_PEER: usize = 16;
 pub const CTRL_PENDING_MAX: usize = 65_536;
 /// Writes submitted and not yet flushed before the oldest is waited for.
 pub const PENDING_TRANSFERS_MAX: usize = 4096;
+/// Peers' region descriptors kept parsed (cleared when full; a miss only costs a parse).
+pub const DESCRIPTOR_CACHE_MAX: usize = 4096;
 /// Granularity of waits, so stuck reports interrupt them promptly.
 const WAIT_SLICE: Duration = Duration::from_millis(20);
 
@@ -106,6 +111,12 @@ pub struct EngineTransport {
     next_id: AtomicU64,
     /// Transfers not yet known complete, with the rank each goes to.
     pending: Mutex<VecDeque<(usize, Transfer)>>,
+    /// Peers' descriptor tokens already parsed, so the many segment writes of a collective
+    /// do not parse the same text each time. Holds only what the token says (engine, region,
+    /// key, length), never a reference to memory: a stale entry is refused by the peer's key
+    /// check exactly as the re-parsed token would be.
+    parsed_descs: Mutex<HashMap<Vec<u8>, MrDescriptor>>,
+    counters: stats::Counters,
     inbox: Shared<Inbox>,
     /// A small registered buffer whose zero-byte slices source signals.
     signal_source: MrBuffer,
@@ -163,6 +174,11 @@ impl EngineTransport {
         Ok(transport)
     }
 
+    /// What this transport has issued so far (writes, control messages).
+    pub fn stats(&self) -> TransportStats {
+        self.counters.snapshot()
+    }
+
     /// The engine underneath (statistics, tuning).
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
@@ -209,6 +225,21 @@ impl EngineTransport {
         Ok(())
     }
 
+    /// The engine descriptor a peer's token names (parsed once per distinct token).
+    fn parse_desc(&self, peer: usize, token: &[u8]) -> Result<MrDescriptor, TransportError> {
+        if let Some(desc) = lock(&self.parsed_descs).get(token) {
+            return Ok(*desc);
+        }
+        let text = std::str::from_utf8(token).map_err(|e| TransportError::Malformed { peer, reason: e.to_string() })?;
+        let desc = MrDescriptor::parse(text).map_err(|e| TransportError::Malformed { peer, reason: e.to_string() })?;
+        let mut cache = lock(&self.parsed_descs);
+        if cache.len() >= DESCRIPTOR_CACHE_MAX {
+            cache.clear();
+        }
+        cache.insert(token.to_vec(), desc);
+        Ok(desc)
+    }
+
     fn send_frame(&self, peer: usize, frame: &[u8]) -> Result<Transfer, TransportError> {
         self.engine
             .send(self.peers[peer].id, frame, None)
@@ -247,6 +278,8 @@ impl PreparedEngine {
             bufs: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             pending: Mutex::new(VecDeque::new()),
+            parsed_descs: Mutex::new(HashMap::new()),
+            counters: stats::Counters::default(),
             inbox: self.inbox,
             signal_source: self.signal_source,
             bootstrap: None,
@@ -370,9 +403,7 @@ impl CollTransport for EngineTransport {
         }
         let registered = self.registered(src.buf)?;
         let (handle, _) = registered.region.as_ref().expect("non-empty buffers are registered");
-        let text = std::str::from_utf8(&dst.desc.token)
-            .map_err(|e| TransportError::Malformed { peer, reason: e.to_string() })?;
-        let desc = MrDescriptor::parse(text).map_err(|e| TransportError::Malformed { peer, reason: e.to_string() })?;
+        let desc = self.parse_desc(peer, &dst.desc.token)?;
         let op = WriteOp {
             src: handle,
             src_offset: src.offset as u64,
@@ -385,6 +416,7 @@ impl CollTransport for EngineTransport {
             .engine
             .write(&op)
             .map_err(|e| TransportError::Malformed { peer, reason: format!("write refused: {e}") })?;
+        self.counters.write(op.len, imm.is_some() && op.len >= self.engine.config().shard_bytes_min);
         self.track(peer, transfer)
     }
 
@@ -403,6 +435,7 @@ impl CollTransport for EngineTransport {
             .engine
             .write(&op)
             .map_err(|e| TransportError::Malformed { peer, reason: format!("signal refused: {e}") })?;
+        self.counters.signal();
         self.track(peer, transfer)
     }
 
@@ -454,6 +487,7 @@ impl CollTransport for EngineTransport {
             return Err(TransportError::LimitReached { what: "control message bytes", limit: CTRL_MESSAGE_BYTES_MAX });
         }
         let transfer = self.send_frame(peer, &frame(FRAME_CTRL, self.rank, tag, bytes))?;
+        self.counters.ctrl();
         self.track(peer, transfer)
     }
 

@@ -24,6 +24,14 @@ fn config() -> CollConfig {
 
 /// Runs `f(rank, communicator)` on every rank in its own thread.
 fn on_ranks<R: Send>(n: usize, f: impl Fn(usize, Communicator<EngineTransport>) -> R + Sync) -> Vec<R> {
+    on_ranks_with(n, config(), f)
+}
+
+fn on_ranks_with<R: Send>(
+    n: usize,
+    cfg: CollConfig,
+    f: impl Fn(usize, Communicator<EngineTransport>) -> R + Sync,
+) -> Vec<R> {
     // Every rank prepares before any address is shared, as `join` does through the store.
     let prepared: Vec<PreparedEngine> =
         engines(n).into_iter().map(|e| EngineTransport::prepare(e, n).unwrap()).collect();
@@ -34,10 +42,10 @@ fn on_ranks<R: Send>(n: usize, f: impl Fn(usize, Communicator<EngineTransport>) 
             .enumerate()
             .map(|(rank, p)| {
                 let addresses = addresses.clone();
-                let f = &f;
+                let (f, cfg) = (&f, cfg.clone());
                 s.spawn(move || {
                     let t = p.connect(rank, addresses).unwrap();
-                    f(rank, Communicator::new(t, config()).unwrap())
+                    f(rank, Communicator::new(t, cfg).unwrap())
                 })
             })
             .collect();
@@ -154,6 +162,76 @@ fn barrier_alone_over_the_network() {
     for (rank, r) in results.iter().enumerate() {
         for (i, x) in r.iter().enumerate() {
             assert!(x.is_ok(), "rank {rank} barrier {i}: {x:?}");
+        }
+    }
+}
+
+#[test]
+fn peer_descriptors_are_parsed_once_and_bad_tokens_stay_errors() {
+    let results = on_ranks(2, |rank, c| {
+        let t = c.transport();
+        let src = t.register(vec![7u8; 64]).unwrap();
+        let peer = 1 - rank;
+        // A token that is not a descriptor: an error every time, never cached.
+        let bad = RemoteBufDesc { rank: peer, len: 64, token: b"not a descriptor".to_vec() };
+        for _ in 0..2 {
+            let e = t.write(peer, src.slice(0, 8), RemoteSlice { desc: &bad, offset: 0 }, None).unwrap_err();
+            assert!(matches!(e, TransportError::Malformed { .. }), "{e}");
+        }
+        assert!(lock(&t.parsed_descs).is_empty());
+        // A real descriptor parses to what the engine made, and is then served from the cache.
+        let token = src.remote_desc().token.clone();
+        let parsed = t.parse_desc(peer, &token).unwrap();
+        assert_eq!(parsed.to_string_compact().into_bytes(), token);
+        assert_eq!(t.parse_desc(peer, &token).unwrap(), parsed);
+        assert_eq!(lock(&t.parsed_descs).len(), 1);
+        t.deregister(src).unwrap();
+    });
+    assert_eq!(results.len(), 2);
+}
+
+/// What one call of each large-message schedule issues per rank, in segments (the default)
+/// and in whole blocks (segments larger than any block): segments never leave an immediate
+/// waiting for acknowledgements, whole blocks of 256 KiB and more do; the handshake is one
+/// control message per peer written by, either way. Results are checked in both.
+#[test]
+fn segmented_writes_carry_their_immediates_with_the_data() {
+    let (n, count) = (4, 1 << 20); // 4 MiB of f32
+    let inputs: Vec<Vec<f32>> = (0..n).map(|r| values(r, count)).collect();
+    let expected: Vec<f32> = (0..count).map(|i| inputs.iter().map(|v| v[i]).sum()).collect();
+    for (segment_bytes, whole_blocks) in [(CollConfig::default().segment_bytes, false), (64 << 20, true)] {
+        let cfg = CollConfig { segment_bytes, ..config() };
+        let per_call = on_ranks_with(n, cfg, |rank, mut c| {
+            let mut rows = vec![];
+            for algo in [Algo::Ring, Algo::Rabenseifner] {
+                let send = c.register_typed(&inputs[rank]).unwrap();
+                let recv = c.register(vec![0u8; count * 4]).unwrap();
+                let before = c.transport().stats();
+                c.all_reduce(Bufs { send: send.all(), recv: recv.all() }, count, DType::F32, ReduceOp::Sum, Some(algo))
+                    .unwrap();
+                let after = c.transport().stats();
+                assert_eq!(c.read_typed::<f32>(recv.all()).unwrap(), expected, "{algo}");
+                rows.push((
+                    algo,
+                    after.writes - before.writes,
+                    after.writes_sharded_with_imm - before.writes_sharded_with_imm,
+                    after.ctrl_messages - before.ctrl_messages,
+                ));
+                c.deregister(send).unwrap();
+                c.deregister(recv).unwrap();
+            }
+            c.barrier().unwrap();
+            rows
+        });
+        for (algo, writes, sharded_with_imm, ctrl) in &per_call[0] {
+            eprintln!(
+                "segment_bytes={segment_bytes} {algo}: rank 0 issued {writes} writes, {sharded_with_imm} with the immediate after the ACKs, {ctrl} control messages"
+            );
+            if whole_blocks {
+                assert!(*sharded_with_imm > 0, "{algo}: whole blocks of 1 MiB and more are sharded");
+            } else {
+                assert_eq!(*sharded_with_imm, 0, "{algo}");
+            }
         }
     }
 }
