@@ -58,6 +58,8 @@ pub struct LaneStats {
     pub duplicates_suppressed: u64,
     /// Sum over connections: packets retransmitted.
     pub retransmits: u64,
+    /// Credit this lane's pacer granted to receiver-driven (EQDS) senders, in bytes.
+    pub credit_granted_bytes: u64,
 }
 
 struct ConnInfo {
@@ -280,6 +282,7 @@ impl Worker {
         s.connections = self.conns.len();
         s.retransmits =
             self.ep.connections().filter_map(|c| self.ep.connection_stats(c)).map(|c| c.packets_retransmitted).sum();
+        s.credit_granted_bytes = self.ep.pacer_stats().credit_granted_bytes;
         s
     }
 

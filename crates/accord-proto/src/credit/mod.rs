@@ -178,7 +178,8 @@ impl CreditPacer {
             Grant { conn, credit_bytes: bytes, nack: Some(psn) }
         } else {
             let conn = self.active.pop_front()?;
-            let quantum = self.config.grant_quantum_bytes.max(1) as u64;
+            // At least one full packet, so one grant always lets the sender send.
+            let quantum = self.config.grant_quantum_bytes.max(self.mss_bytes) as u64;
             let sender = self.senders.get_mut(&conn)?;
             let bytes = sender.demand_bytes.min(quantum);
             sender.demand_bytes -= bytes;

@@ -41,7 +41,7 @@ fn pacer_serves_active_senders_round_robin() {
 
 #[test]
 fn pacer_is_fair_to_unequal_demands_and_grants_exactly_what_was_asked() {
-    let mut p = pacer(CreditConfig { grant_quantum_bytes: 1000, ..Default::default() });
+    let mut p = CreditPacer::new(CreditConfig { grant_quantum_bytes: 1000, ..Default::default() }, 1000);
     p.add_demand(c(1), 10_000);
     p.add_demand(c(2), 2_500);
     let grants = drain(&mut p);
@@ -50,6 +50,13 @@ fn pacer_is_fair_to_unequal_demands_and_grants_exactly_what_was_asked() {
     // While both wanted, they alternated.
     let first: Vec<u32> = grants.iter().take(6).map(|g| g.conn.0).collect();
     assert_eq!(first, [1, 2, 1, 2, 1, 2]);
+}
+
+#[test]
+fn a_grant_covers_at_least_one_full_packet() {
+    let mut p = CreditPacer::new(CreditConfig { grant_quantum_bytes: 1000, ..Default::default() }, 9000);
+    p.add_demand(c(1), 20_000);
+    assert_eq!(p.poll_grant(Instant::ZERO).unwrap().credit_bytes, 9000);
 }
 
 #[test]
