@@ -7,8 +7,10 @@
 //! plus per-packet overhead), so the data the grants release arrives just below what the NIC can
 //! drain and the queue in front of it stays empty however many senders there are.
 //!
-//! Order: retransmission requests (NACKs) first, oldest first; then round robin over the active
-//! senders, one quantum each. A sender whose demand is met moves to the idle list. Every list
+//! Order: retransmission requests (NACKs) first, round robin over the senders that have some
+//! (one packet each per turn, a sender's own oldest first, so a sender with a few trimmed
+//! packets is not stuck behind one with thousands); then round robin over the active senders,
+//! one quantum each. A sender whose demand is met moves to the idle list. Every list
 //! is bounded: [`CreditConfig::senders_max`], [`CreditConfig::nack_queue_max`],
 //! [`CreditConfig::idle_senders_max`]; what does not fit is refused and counted (the sender's Rts
 //! timer recovers it). Time comes only from the `now` arguments.
@@ -67,8 +69,12 @@ pub struct CreditPacer {
     active: VecDeque<ConnectionId>,
     /// Senders with no demand, oldest first (evicted first when the table is full).
     idle: VecDeque<ConnectionId>,
-    /// Retransmission requests: (sender, packet, payload bytes), served before any new credit.
-    rtx: VecDeque<(ConnectionId, Psn, u32)>,
+    /// Senders with retransmission requests, in service order (served before any new credit).
+    rtx: VecDeque<ConnectionId>,
+    /// Each such sender's requests: (packet, payload bytes), oldest first.
+    rtx_requests: BTreeMap<ConnectionId, VecDeque<(Psn, u32)>>,
+    /// Requests held over all senders (bounded by `nack_queue_max`).
+    rtx_count: usize,
     /// No grant before this instant (the pacing clock).
     next_grant_at: Instant,
     stats: PacerStats,
@@ -84,6 +90,8 @@ impl CreditPacer {
             active: VecDeque::new(),
             idle: VecDeque::new(),
             rtx: VecDeque::new(),
+            rtx_requests: BTreeMap::new(),
+            rtx_count: 0,
             next_grant_at: Instant::ZERO,
             stats: PacerStats::default(),
         }
@@ -105,7 +113,7 @@ impl CreditPacer {
 
     /// Retransmission requests waiting.
     pub fn rtx_len(&self) -> usize {
-        self.rtx.len()
+        self.rtx_count
     }
 
     /// Bytes asked for by `conn` and not yet granted.
@@ -152,11 +160,16 @@ impl CreditPacer {
     /// A trimmed header of `conn`'s packet `psn` (`bytes` of payload) arrived: ask for exactly
     /// that packet again, ahead of new data.
     pub fn add_nack(&mut self, conn: ConnectionId, psn: Psn, bytes: u32) {
-        if self.rtx.len() >= self.config.nack_queue_max {
+        if self.rtx_count >= self.config.nack_queue_max {
             self.stats.requests_refused += 1;
             return;
         }
-        self.rtx.push_back((conn, psn, bytes));
+        let queue = self.rtx_requests.entry(conn).or_default();
+        if queue.is_empty() {
+            self.rtx.push_back(conn);
+        }
+        queue.push_back((psn, bytes));
+        self.rtx_count += 1;
     }
 
     /// Forgets a connection that ended.
@@ -165,7 +178,10 @@ impl CreditPacer {
             self.active.retain(|&c| c != conn);
             self.idle.retain(|&c| c != conn);
         }
-        self.rtx.retain(|&(c, _, _)| c != conn);
+        if let Some(queue) = self.rtx_requests.remove(&conn) {
+            self.rtx_count -= queue.len();
+            self.rtx.retain(|&c| c != conn);
+        }
     }
 
     /// The next grant, if one is due at `now`.
@@ -173,7 +189,15 @@ impl CreditPacer {
         if now < self.next_grant_at || !self.has_work() {
             return None;
         }
-        let grant = if let Some((conn, psn, bytes)) = self.rtx.pop_front() {
+        let grant = if let Some(conn) = self.rtx.pop_front() {
+            let queue = self.rtx_requests.get_mut(&conn)?;
+            let (psn, bytes) = queue.pop_front()?;
+            self.rtx_count -= 1;
+            if queue.is_empty() {
+                self.rtx_requests.remove(&conn);
+            } else {
+                self.rtx.push_back(conn);
+            }
             self.stats.nacks_granted += 1;
             Grant { conn, credit_bytes: bytes, nack: Some(psn) }
         } else {
@@ -258,7 +282,11 @@ impl CreditPacer {
                 self.senders.len()
             ));
         }
-        if self.senders.len() > self.config.senders_max || self.rtx.len() > self.config.nack_queue_max {
+        let held: usize = self.rtx_requests.values().map(VecDeque::len).sum();
+        if held != self.rtx_count || self.rtx.len() != self.rtx_requests.len() {
+            return Err(format!("pacer holds {held} NACKs of {} senders, counted {}", self.rtx.len(), self.rtx_count));
+        }
+        if self.senders.len() > self.config.senders_max || self.rtx_count > self.config.nack_queue_max {
             return Err("pacer over its bounds".into());
         }
         if self.active.iter().any(|c| self.senders.get(c).is_none_or(|s| s.demand_bytes == 0 || s.list != List::Active))

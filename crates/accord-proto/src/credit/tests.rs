@@ -70,6 +70,19 @@ fn retransmission_requests_go_before_new_credit() {
 }
 
 #[test]
+fn retransmission_requests_are_served_round_robin_over_senders() {
+    let mut p = pacer(CreditConfig::default());
+    for psn in 0..100 {
+        p.add_nack(c(1), psn, 4096);
+    }
+    p.add_nack(c(2), 7, 4096);
+    p.add_nack(c(2), 8, 4096);
+    let first: Vec<(u32, Option<Psn>)> = drain(&mut p).iter().take(5).map(|g| (g.conn.0, g.nack)).collect();
+    assert_eq!(first, [(1, Some(0)), (2, Some(7)), (1, Some(1)), (2, Some(8)), (1, Some(2))]);
+    assert_eq!(p.rtx_len(), 0);
+}
+
+#[test]
 fn pacer_grants_at_the_configured_fraction_of_line_rate() {
     let config = CreditConfig {
         line_rate_bytes_per_sec: 10_000_000_000,
