@@ -69,7 +69,7 @@ pub struct Common {
     /// Seed of every random choice in the run (same seed, same numbers).
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Congestion control: cubic, swift or fixed.
+    /// Congestion control: cubic, swift, eqds or fixed.
     #[arg(long, default_value = "cubic")]
     cc: String,
     /// Print one JSON object instead of the table.
