@@ -180,6 +180,12 @@ pub struct CreditConfig {
     /// Bytes on the wire per data packet beyond its payload (headers, framing), charged by the
     /// pacer. Default 96 + 64.
     pub wire_overhead_bytes_per_packet: u32,
+    /// Demand granted once per busy period of a sender, ahead of its pull clock: the pull
+    /// clock only replaces what arrives, so without headroom a sender keeps just its
+    /// speculative bytes outstanding, which falls short of the loop's own delays (the grant,
+    /// NIC queues, queues in the fabric). Paced like any credit, so it adds no burst. Default
+    /// 0 (none); the simulator sets one BDP.
+    pub pull_headroom_bytes: u64,
     /// Most demand an Rts can create (the rest is asked for by the pull clock). Default 256 KiB.
     pub rts_demand_max_bytes: u64,
     /// Most demand one sender can have outstanding. Default 64 MiB.
@@ -199,6 +205,7 @@ impl Default for CreditConfig {
             rate_fraction: 0.98,
             grant_quantum_bytes: 16 * 1024,
             wire_overhead_bytes_per_packet: crate::wire::DATA_HEADER_LEN as u32 + 64,
+            pull_headroom_bytes: 0,
             rts_demand_max_bytes: 256 * 1024,
             demand_bytes_max: 64 << 20,
             senders_max: 65536,

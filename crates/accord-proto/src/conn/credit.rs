@@ -29,6 +29,14 @@ const NACK_REQUESTS_MAX: usize = 64;
 pub(super) struct CreditState {
     /// Receiver: bytes of pull demand not yet handed to the pacer.
     pull_bytes: u64,
+    /// Receiver: the peer's latest packet said it has nothing more waiting.
+    pull_done: bool,
+    /// Receiver: the pull demand comes from packets newer than the one that ended the peer's
+    /// last busy period (see `done_psn`).
+    pull_new_period: bool,
+    /// Receiver: packet number of the first transmission that ended the peer's last busy
+    /// period.
+    done_psn: Option<Psn>,
     /// Receiver: trimmed packets of a receiver-driven peer, for the pacer's retransmission list.
     nack_requests: VecDeque<(Psn, u32)>,
     /// Receiver: backlog announced by the peer's latest Rts, for the pacer.
@@ -55,6 +63,16 @@ impl Connection {
             let mss = self.config.mss_bytes() as u64;
             let bytes = (data.payload_len as u64).max(1).div_ceil(mss) * mss;
             self.credit.pull_bytes = self.credit.pull_bytes.saturating_add(bytes);
+            self.credit.pull_done = false;
+            if self.credit.done_psn.is_none_or(|done| data.psn > done) {
+                self.credit.pull_new_period = true;
+            }
+        } else if data.receiver_driven && !data.retransmission {
+            self.credit.done_psn = Some(self.credit.done_psn.map_or(data.psn, |d| d.max(data.psn)));
+            // The sender's last new packet: nothing more waits (a retransmission's flag can be
+            // stale, so only a first transmission ends the busy period).
+            self.credit.pull_bytes = 0;
+            self.credit.pull_done = true;
         }
     }
 
@@ -91,9 +109,14 @@ impl Connection {
     /// Hands what this connection's peer asked for to the endpoint's pacer.
     pub(crate) fn drain_credit_requests(&mut self, pacer: &mut CreditPacer) {
         let c = &mut self.credit;
+        if c.pull_done {
+            pacer.clear_demand(self.id);
+            c.pull_done = false;
+        }
         if c.pull_bytes > 0 {
-            pacer.add_demand(self.id, c.pull_bytes);
+            pacer.add_demand(self.id, c.pull_bytes, c.pull_new_period);
             c.pull_bytes = 0;
+            c.pull_new_period = false;
         }
         while let Some((psn, bytes)) = c.nack_requests.pop_front() {
             pacer.add_nack(self.id, psn, bytes);

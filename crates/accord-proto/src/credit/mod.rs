@@ -56,6 +56,8 @@ struct Sender {
     /// Bytes asked for and not yet granted.
     demand_bytes: u64,
     list: List,
+    /// The pull headroom of the current busy period was added.
+    headroom_given: bool,
 }
 
 /// The credit pacer of one receiving NIC.
@@ -131,15 +133,34 @@ impl CreditPacer {
         self.has_work().then_some(self.next_grant_at)
     }
 
-    /// `conn` asks for `bytes` more (a packet that wants more arrived).
-    pub fn add_demand(&mut self, conn: ConnectionId, bytes: u64) {
+    /// `conn` asks for `bytes` more (a packet that wants more arrived). `new_period`: the packet
+    /// is newer than the one that ended the sender's last busy period, so the period's headroom
+    /// may be granted (a straggler reordered past the end must not re-grant it).
+    pub fn add_demand(&mut self, conn: ConnectionId, bytes: u64, new_period: bool) {
         if bytes == 0 {
             return;
         }
         let cap = self.config.demand_bytes_max;
+        let headroom = self.config.pull_headroom_bytes;
         if let Some(sender) = self.sender_mut(conn) {
-            sender.demand_bytes = sender.demand_bytes.saturating_add(bytes).min(cap);
+            let extra = if sender.headroom_given || !new_period { 0 } else { headroom };
+            sender.headroom_given |= new_period;
+            sender.demand_bytes = sender.demand_bytes.saturating_add(bytes).saturating_add(extra).min(cap);
             self.activate(conn);
+        }
+    }
+
+    /// `conn` said it has nothing more waiting (a packet without "wants more" arrived): its
+    /// busy period is over, so no demand is left to grant (its next period gets headroom again).
+    pub fn clear_demand(&mut self, conn: ConnectionId) {
+        let Some(sender) = self.senders.get_mut(&conn) else { return };
+        sender.demand_bytes = 0;
+        sender.headroom_given = false;
+        if sender.list == List::Active {
+            sender.list = List::Idle;
+            self.active.retain(|&c| c != conn);
+            self.idle.push_back(conn);
+            self.trim_idle();
         }
     }
 
@@ -248,7 +269,7 @@ impl CreditPacer {
                     }
                 }
             }
-            self.senders.insert(conn, Sender { demand_bytes: 0, list: List::Idle });
+            self.senders.insert(conn, Sender { demand_bytes: 0, list: List::Idle, headroom_given: false });
             self.idle.push_back(conn);
         }
         self.senders.get_mut(&conn)

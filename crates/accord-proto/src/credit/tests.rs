@@ -32,7 +32,7 @@ fn drain(p: &mut CreditPacer) -> Vec<Grant> {
 fn pacer_serves_active_senders_round_robin() {
     let mut p = pacer(CreditConfig { grant_quantum_bytes: 4096, ..Default::default() });
     for id in 1..=3 {
-        p.add_demand(c(id), 3 * 4096);
+        p.add_demand(c(id), 3 * 4096, true);
     }
     let order: Vec<u32> = drain(&mut p).iter().map(|g| g.conn.0).collect();
     assert_eq!(order, [1, 2, 3, 1, 2, 3, 1, 2, 3]);
@@ -42,8 +42,8 @@ fn pacer_serves_active_senders_round_robin() {
 #[test]
 fn pacer_is_fair_to_unequal_demands_and_grants_exactly_what_was_asked() {
     let mut p = CreditPacer::new(CreditConfig { grant_quantum_bytes: 1000, ..Default::default() }, 1000);
-    p.add_demand(c(1), 10_000);
-    p.add_demand(c(2), 2_500);
+    p.add_demand(c(1), 10_000, true);
+    p.add_demand(c(2), 2_500, true);
     let grants = drain(&mut p);
     let total = |id| grants.iter().filter(|g| g.conn == c(id)).map(|g| g.credit_bytes as u64).sum::<u64>();
     assert_eq!((total(1), total(2)), (10_000, 2_500));
@@ -55,14 +55,14 @@ fn pacer_is_fair_to_unequal_demands_and_grants_exactly_what_was_asked() {
 #[test]
 fn a_grant_covers_at_least_one_full_packet() {
     let mut p = CreditPacer::new(CreditConfig { grant_quantum_bytes: 1000, ..Default::default() }, 9000);
-    p.add_demand(c(1), 20_000);
+    p.add_demand(c(1), 20_000, true);
     assert_eq!(p.poll_grant(Instant::ZERO).unwrap().credit_bytes, 9000);
 }
 
 #[test]
 fn retransmission_requests_go_before_new_credit() {
     let mut p = pacer(CreditConfig::default());
-    p.add_demand(c(1), 100_000);
+    p.add_demand(c(1), 100_000, true);
     p.add_nack(c(2), 77, 4096);
     let first = p.poll_grant(Instant::ZERO).unwrap();
     assert_eq!(first, Grant { conn: c(2), credit_bytes: 4096, nack: Some(77) });
@@ -92,7 +92,7 @@ fn pacer_grants_at_the_configured_fraction_of_line_rate() {
         ..Default::default()
     };
     let mut p = pacer(config);
-    p.add_demand(c(1), 4096 * 100);
+    p.add_demand(c(1), 4096 * 100, true);
     assert!(p.poll_grant(Instant::ZERO).is_some());
     // 4096 bytes at 5 GB/s take 819.2 ns: nothing earlier.
     assert!(p.poll_grant(Instant::from_nanos(800)).is_none());
@@ -108,10 +108,10 @@ fn pacer_lists_stay_within_their_bounds() {
     let config = CreditConfig { senders_max: 8, idle_senders_max: 4, nack_queue_max: 3, ..Default::default() };
     let mut p = pacer(config);
     for id in 0..8 {
-        p.add_demand(c(id), 4096);
+        p.add_demand(c(id), 4096, true);
     }
     // Table full of active senders: a ninth is refused, not stored.
-    p.add_demand(c(100), 4096);
+    p.add_demand(c(100), 4096, true);
     assert_eq!(p.demand_bytes(c(100)), 0);
     assert_eq!(p.stats().requests_refused, 1);
     for i in 0..10 {
@@ -122,10 +122,26 @@ fn pacer_lists_stay_within_their_bounds() {
     assert!(p.idle_len() <= 4);
     // Idle senders make room for new ones.
     for id in 200..220 {
-        p.add_demand(c(id), 1);
+        p.add_demand(c(id), 1, true);
         p.check_invariants().unwrap();
     }
     assert!(p.active_len() + p.idle_len() <= 8);
+}
+
+#[test]
+fn headroom_is_granted_once_per_busy_period() {
+    let mut p = pacer(CreditConfig { pull_headroom_bytes: 10_000, ..Default::default() });
+    p.add_demand(c(1), 4096, true);
+    p.add_demand(c(1), 4096, true);
+    assert_eq!(p.demand_bytes(c(1)), 18_192);
+    p.clear_demand(c(1));
+    assert_eq!(p.demand_bytes(c(1)), 0);
+    p.check_invariants().unwrap();
+    // A straggler from before the end asks for its own bytes only.
+    p.add_demand(c(1), 4096, false);
+    assert_eq!(p.demand_bytes(c(1)), 4096);
+    p.add_demand(c(1), 4096, true);
+    assert_eq!(p.demand_bytes(c(1)), 18_192);
 }
 
 #[test]
@@ -133,7 +149,7 @@ fn rts_asks_for_at_most_its_cap_and_never_lowers_demand() {
     let mut p = pacer(CreditConfig { rts_demand_max_bytes: 10_000, ..Default::default() });
     p.on_rts(c(1), 1 << 30);
     assert_eq!(p.demand_bytes(c(1)), 10_000);
-    p.add_demand(c(1), 50_000);
+    p.add_demand(c(1), 50_000, true);
     p.on_rts(c(1), 5);
     assert_eq!(p.demand_bytes(c(1)), 60_000);
     p.remove(c(1));

@@ -96,6 +96,9 @@ impl ExperimentOptions {
                 (EQDS_SPECULATIVE_BASE_RTTS * initial_rtt.as_secs_f64() * self.link_gbps * 1e9 / 8.0) as u64;
             eqds.rts_timeout = c.rto_min;
         }
+        // EQDS receivers keep one BDP of demand ahead of the pull clock (paced, no burst).
+        cfg.endpoint.credit.pull_headroom_bytes = (initial_rtt.as_secs_f64() * self.link_gbps * 1e9 / 8.0) as u64;
+        let c = &mut cfg.endpoint.connection;
         *c = accord_proto::ConnectionConfig {
             max_datagram_bytes: datagram as u16,
             path_count: self.paths,
