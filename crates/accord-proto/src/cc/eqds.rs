@@ -31,6 +31,11 @@ pub struct EqdsConfig {
     pub rts_timeout: Duration,
     /// Bound on bytes in flight and on unspent credit held. Default 16 MiB.
     pub window_bytes_max: u64,
+    /// Largest chunk (bytes sent on one path per decision). Receiver-driven senders rely on
+    /// spraying to keep the core balanced (the pacer only protects the receiver's link), so
+    /// they decide often. Default 8 KiB (measured: 128-host permutation, 8 MB flows, max FCT
+    /// 1.45x ideal at 32 KiB chunks, 1.34x at 8 KiB, 1.33x at 4 KiB).
+    pub chunk_bytes_max: u32,
 }
 
 impl Default for EqdsConfig {
@@ -39,6 +44,7 @@ impl Default for EqdsConfig {
             speculative_bytes: 128 * 1024,
             rts_timeout: Duration::from_millis(1),
             window_bytes_max: 16 * 1024 * 1024,
+            chunk_bytes_max: 8 * 1024,
         }
     }
 }
@@ -96,6 +102,10 @@ impl CongestionControl for Eqds {
 
     fn receiver_driven(&self) -> bool {
         true
+    }
+
+    fn chunk_bytes(&self, default_bytes: u32) -> u32 {
+        default_bytes.min(self.config.chunk_bytes_max)
     }
 
     fn send_allowance_bytes(&self) -> Option<u64> {
