@@ -19,6 +19,54 @@ pub enum SimCommand {
     /// events and wall time. The default --nodes is 128 so it returns in seconds; the issue's
     /// acceptance run is `--nodes 1024 --bytes 64000000` (minutes).
     Permutation(PermutationArgs),
+    /// An S:1 incast into host 0 alongside a permutation of message streams among hosts
+    /// 0..V (the MoE serving case), on a fat-tree, once per congestion control: P50/P99/P99.9
+    /// message latency of incast and victim flows, and the victims' P99 of each sender-driven
+    /// policy over EQDS's.
+    Incast(IncastArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct IncastArgs {
+    /// Incast senders into host 0.
+    #[arg(long, default_value_t = 15)]
+    senders: u32,
+    /// Hosts of the victims' permutation (host 0 among them).
+    #[arg(long, default_value_t = 16)]
+    victims: u32,
+    /// Congestion controls to compare, comma separated (cubic, swift, eqds, fixed).
+    #[arg(long, default_value = "cubic,swift,eqds")]
+    cc: String,
+    /// Bytes each incast sender writes.
+    #[arg(long, default_value_t = 1_000_000)]
+    bytes: u64,
+    /// Bytes per victim message.
+    #[arg(long, default_value_t = 64 * 1024)]
+    victim_bytes: u64,
+    /// Messages per victim pair.
+    #[arg(long, default_value_t = 20)]
+    victim_messages: u32,
+    /// Microseconds between a pair's messages; 0 spreads them over the incast's line-rate
+    /// duration (senders x bytes at the link rate).
+    #[arg(long, default_value_t = 0.0)]
+    victim_interval_us: f64,
+    /// Runs per congestion control (seeds seed..seed+runs); percentiles pool their messages.
+    #[arg(long, default_value_t = 1)]
+    runs: u32,
+    /// Topology: fat-tree-3, fat-tree-2, star, dumbbell.
+    #[arg(long, default_value = "fat-tree-3")]
+    topology: String,
+    /// Link rate in Gbit/s.
+    #[arg(long, default_value_t = 400.0)]
+    gbps: f64,
+    /// Switch queue: auto (trimming for eqds, ECN marking for the others), ecn, trim, droptail.
+    #[arg(long, default_value = "auto")]
+    queue: String,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -26,7 +74,7 @@ pub struct Common {
     /// Seed of every random choice in the run (same seed, same numbers).
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Congestion control: cubic, swift or fixed.
+    /// Congestion control: cubic, swift, eqds or fixed.
     #[arg(long, default_value = "cubic")]
     cc: String,
     /// Print one JSON object instead of the table.
@@ -95,6 +143,7 @@ pub fn run(cmd: SimCommand) -> Result<(), String> {
         SimCommand::LossSweep(args) => loss_sweep(args),
         SimCommand::PathCut(args) => path_cut(args),
         SimCommand::Permutation(args) => permutation(args),
+        SimCommand::Incast(args) => incast(args),
     }
 }
 
@@ -320,5 +369,139 @@ fn path_cut(args: PathCutArgs) -> Result<(), String> {
             &[row]
         )
     );
+    Ok(())
+}
+
+fn incast(args: IncastArgs) -> Result<(), String> {
+    use accord_sim::fabric::{ExperimentOptions, IncastOptions, TopologyKind};
+    use core::time::Duration;
+    if args.senders == 0 || args.victims == 1 || args.bytes == 0 || args.runs == 0 {
+        return Err("--senders, --bytes and --runs must be at least 1, --victims 0 or at least 2".into());
+    }
+    if args.gbps.is_nan() || args.gbps <= 0.0 || args.victim_interval_us.is_nan() || args.victim_interval_us < 0.0 {
+        return Err("--gbps must be positive and --victim-interval-us not negative".into());
+    }
+    let topology = TopologyKind::from_name(&args.topology).map_err(|e| e.to_string())?;
+    let ccs: Vec<String> = args.cc.split(',').map(|c| c.trim().to_string()).filter(|c| !c.is_empty()).collect();
+    for cc in &ccs {
+        CcKind::from_name(cc).map_err(|e| e.to_string())?;
+    }
+    let nodes = args.victims.max(args.senders + 1);
+    let base = ExperimentOptions {
+        nodes,
+        link_gbps: args.gbps,
+        bytes: args.bytes,
+        topology,
+        seed: args.seed,
+        queue: args.queue.clone(),
+        ..Default::default()
+    };
+    let incast_ideal = base.ideal(args.bytes) * args.senders;
+    let interval = if args.victim_interval_us > 0.0 {
+        Duration::from_secs_f64(args.victim_interval_us * 1e-6)
+    } else {
+        incast_ideal / args.victim_messages.max(1)
+    };
+    let opts = IncastOptions {
+        base,
+        fan_in: args.senders,
+        ccs,
+        victim_bytes: if args.victims >= 2 { args.victim_bytes } else { 0 },
+        victim_lead: Duration::ZERO,
+        victim_hosts: args.victims,
+        victim_messages: args.victim_messages,
+        victim_interval: interval,
+        runs: args.runs,
+    };
+    let rows = accord_sim::fabric::incast(&opts).map_err(|e| e.to_string())?;
+    let eqds_p99 = rows.iter().find(|r| r.cc.eq_ignore_ascii_case("eqds")).map(|r| r.victim_p99_us);
+    let ratios: Vec<(String, f64)> = rows
+        .iter()
+        .filter(|r| !r.cc.eq_ignore_ascii_case("eqds"))
+        .filter_map(|r| eqds_p99.filter(|&e| e > 0.0).map(|e| (r.cc.clone(), r.victim_p99_us / e)))
+        .collect();
+    if args.json {
+        let results: Vec<_> = rows
+            .iter()
+            .map(|r| {
+                json!({
+                    "cc": r.cc, "queue": r.queue,
+                    "incast_p50_us": r.incast_p50_us, "incast_p99_us": r.incast_p99_us, "incast_p999_us": r.incast_p999_us,
+                    "victim_p50_us": r.victim_p50_us, "victim_p99_us": r.victim_p99_us, "victim_p999_us": r.victim_p999_us,
+                    "incast_ideal_us": r.ideal_us * args.senders as f64,
+                    "drops": r.drops, "ecn_marks": r.ecn_marks, "trims": r.trims, "events": r.events, "wall_s": r.wall_s,
+                })
+            })
+            .collect();
+        let ratio_map: serde_json::Map<String, serde_json::Value> =
+            ratios.iter().map(|(cc, x)| (cc.clone(), json!(x))).collect();
+        println!(
+            "{}",
+            json!({
+                "senders": args.senders, "victims": args.victims, "hosts": nodes, "topology": args.topology,
+                "gbps": args.gbps, "bytes": args.bytes, "victim_bytes": args.victim_bytes,
+                "victim_messages": args.victim_messages, "victim_interval_us": interval.as_secs_f64() * 1e6,
+                "runs": args.runs, "seed": args.seed,
+                "results": results, "victim_p99_ratio_over_eqds": ratio_map,
+            })
+        );
+        return Ok(());
+    }
+    println!(
+        "# incast {}:1 into host 0 ({} x {} B, line-rate time {:.1} us) + {} victim hosts x {} messages of {} B every {:.1} us; {} hosts {}, {} Gbit/s, seeds {}..{}",
+        args.senders,
+        args.senders,
+        args.bytes,
+        incast_ideal.as_secs_f64() * 1e6,
+        args.victims,
+        args.victim_messages,
+        args.victim_bytes,
+        interval.as_secs_f64() * 1e6,
+        nodes,
+        args.topology,
+        args.gbps,
+        args.seed,
+        args.seed + args.runs as u64 - 1
+    );
+    let body: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.cc.clone(),
+                r.queue.clone(),
+                format!("{:.1}", r.incast_p50_us),
+                format!("{:.1}", r.incast_p99_us),
+                format!("{:.1}", r.incast_p999_us),
+                format!("{:.1}", r.victim_p50_us),
+                format!("{:.1}", r.victim_p99_us),
+                format!("{:.1}", r.victim_p999_us),
+                r.drops.to_string(),
+                r.ecn_marks.to_string(),
+                r.trims.to_string(),
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        table::render(
+            &[
+                "cc",
+                "queue",
+                "inc_p50_us",
+                "inc_p99_us",
+                "inc_p999_us",
+                "vic_p50_us",
+                "vic_p99_us",
+                "vic_p999_us",
+                "drops",
+                "marks",
+                "trims"
+            ],
+            &body
+        )
+    );
+    for (cc, ratio) in &ratios {
+        println!("victim P99 {cc}/eqds: {ratio:.2}x");
+    }
     Ok(())
 }

@@ -31,7 +31,8 @@ pub const ENGINE_ENV_OVERRIDES: &[(&str, &str)] = &[
         "ranks sharing this host (set by torchrun and `accord run`); sizes workers_per_nic, see above",
     ),
     ("ACCORD_PATHS", "paths_per_worker (UDP sockets, entropy values)"),
-    ("ACCORD_CC", "congestion control by name: cubic, swift, fixed"),
+    ("ACCORD_CC", "congestion control by name: cubic, swift, eqds, fixed"),
+    ("ACCORD_NIC_GBPS", "nic_gbps: line rate of each NIC, for the EQDS credit pacer"),
     ("ACCORD_FORCE_NETWORK", "force_network (0 or 1): same-process peers go over the network"),
     ("ACCORD_DATAGRAM_BYTES", "datagram_bytes (0 = by address: loopback or fabric size)"),
     ("ACCORD_WINDOW_PACKETS", "window_packets (0 = sized to the socket buffers)"),
@@ -55,8 +56,12 @@ pub struct EngineConfig {
     pub workers_per_nic: usize,
     /// Paths (UDP sockets, entropy values) per worker. Default 4.
     pub paths_per_worker: u16,
-    /// Congestion control by name (`cubic`, `swift`, `fixed`). Default `cubic`.
+    /// Congestion control by name (`cubic`, `swift`, `eqds`, `fixed`). Default `cubic`.
     pub cc: String,
+    /// Line rate of each NIC in Gbit/s. The receiver-driven EQDS grants credit at just under
+    /// it (split evenly over the NIC's workers, each of which runs its own endpoint); the
+    /// sender-driven policies ignore it. Default 100.
+    pub nic_gbps: f64,
     /// Send to same-process peers over the network instead of memcpy. Default false.
     pub force_network: bool,
     /// Largest datagram, header included; 0 (default) picks [`LOOPBACK_DATAGRAM_BYTES`] when
@@ -89,6 +94,7 @@ impl Default for EngineConfig {
             workers_per_nic: 1,
             paths_per_worker: 4,
             cc: "cubic".to_string(),
+            nic_gbps: 100.0,
             force_network: false,
             datagram_bytes: 0,
             window_packets: 0,
@@ -126,6 +132,7 @@ impl EngineConfig {
                 "ACCORD_WORKERS_PER_NIC" => self.workers_per_nic = num(name, &value)?,
                 "ACCORD_PATHS" => self.paths_per_worker = num(name, &value)?,
                 "ACCORD_CC" => self.cc = value.trim().to_string(),
+                "ACCORD_NIC_GBPS" => self.nic_gbps = num(name, &value)?,
                 "ACCORD_FORCE_NETWORK" => self.force_network = num::<u8>(name, &value)? != 0,
                 "ACCORD_DATAGRAM_BYTES" => self.datagram_bytes = num(name, &value)?,
                 "ACCORD_WINDOW_PACKETS" => self.window_packets = num(name, &value)?,
@@ -160,6 +167,9 @@ impl EngineConfig {
         }
         if self.datagram_bytes != 0 && self.datagram_bytes > UDP_PAYLOAD_BYTES_MAX {
             return Err(BuildError::Invalid(format!("datagram_bytes must be at most {UDP_PAYLOAD_BYTES_MAX}")));
+        }
+        if self.nic_gbps.is_nan() || self.nic_gbps <= 0.0 {
+            return Err(BuildError::Invalid(format!("nic_gbps {} must be positive", self.nic_gbps)));
         }
         if self.shard_bytes_min == 0 || self.idle_timeout.is_zero() {
             return Err(BuildError::Invalid("shard_bytes_min and idle_timeout must be non-zero".into()));
@@ -202,6 +212,13 @@ impl EngineConfig {
         c.max_datagram_bytes = self.effective_datagram_bytes();
         c.path_count = self.paths_per_worker;
         c.cc = accord_proto::cc::CcKind::from_name(&self.cc).unwrap_or(c.cc.clone());
+        if let accord_proto::cc::CcKind::Eqds(eqds) = &mut c.cc {
+            // Large loopback datagrams: speculate at least a few of them.
+            eqds.speculative_bytes = eqds.speculative_bytes.max(8 * u64::from(c.max_datagram_bytes));
+        }
+        let workers = self.workers_per_nic.max(1) as f64;
+        ep.credit.line_rate_bytes_per_sec = ((self.nic_gbps * 1e9 / 8.0 / workers) as u64).max(1);
+        let c = &mut ep.connection;
         c.idle_timeout = self.idle_timeout;
         c.recv_window_packets = self.effective_window_packets();
         if c.max_datagram_bytes > FABRIC_DATAGRAM_BYTES {

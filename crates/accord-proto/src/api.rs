@@ -172,6 +172,16 @@ pub struct ConnectionStats {
     pub ecn_ce_received: u64,
     pub window_bytes: u64,
     pub bytes_in_flight: u64,
+    /// Data headers whose payload the fabric trimmed (receiver side).
+    pub trimmed_received: u64,
+    /// Packets the peer NACKed after a trim (sender side).
+    pub nacks_received: u64,
+    /// Receiver-driven credit granted to the peer and received from it, in bytes.
+    pub credit_sent_bytes: u64,
+    pub credit_received_bytes: u64,
+    /// Requests to send sent (a receiver-driven sender waited for credit too long) and received.
+    pub rts_sent: u64,
+    pub rts_received: u64,
     /// Times a packet was sent with the window already full. An invariant: always zero.
     pub window_overruns: u64,
     pub rtt_min: Duration,

@@ -101,6 +101,8 @@ pub enum ConfigError {
     RecvWindow(u32),
     #[error("chunk_bytes must be at least 1")]
     ChunkBytes,
+    #[error("credit.rate_fraction must be in (0, 1]")]
+    RateFraction,
     #[error("{0} must be non-zero")]
     Zero(&'static str),
 }
@@ -151,10 +153,84 @@ pub struct EndpointConfig {
     /// Connections the endpoint holds at once; a Hello beyond this is dropped and counted.
     /// Default 65536.
     pub connections_max: u32,
+    /// The receiver's credit pacer for receiver-driven senders (EQDS). One endpoint is one
+    /// NIC, so `line_rate_bytes_per_sec` must be that NIC's.
+    pub credit: CreditConfig,
 }
 
 impl Default for EndpointConfig {
     fn default() -> Self {
-        EndpointConfig { connection: ConnectionConfig::default(), connections_max: 65536 }
+        EndpointConfig {
+            connection: ConnectionConfig::default(),
+            connections_max: 65536,
+            credit: CreditConfig::default(),
+        }
+    }
+}
+
+/// Settings of the receiver's credit pacer (EQDS, see [`crate::credit`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CreditConfig {
+    /// Line rate of the receiving NIC. Default 12.5e9 (100 Gbit/s).
+    pub line_rate_bytes_per_sec: u64,
+    /// Fraction of the line rate granted, just under 1 so the NIC's queue drains. Default 0.98.
+    pub rate_fraction: f64,
+    /// Most bytes one grant gives a sender (the round-robin quantum). Default 16 KiB.
+    pub grant_quantum_bytes: u32,
+    /// Bytes on the wire per data packet beyond its payload (headers, framing), charged by the
+    /// pacer. Default 96 + 64.
+    pub wire_overhead_bytes_per_packet: u32,
+    /// Demand granted once per busy period of a sender, ahead of its pull clock: the pull
+    /// clock only replaces what arrives, so without headroom a sender keeps just its
+    /// speculative bytes outstanding, which falls short of the loop's own delays (the grant,
+    /// NIC queues, queues in the fabric). Paced like any credit, so it adds no burst. Default
+    /// 0 (none); the simulator sets one BDP.
+    pub pull_headroom_bytes: u64,
+    /// Most demand an Rts can create (the rest is asked for by the pull clock). Default 256 KiB.
+    pub rts_demand_max_bytes: u64,
+    /// Most demand one sender can have outstanding. Default 64 MiB.
+    pub demand_bytes_max: u64,
+    /// Senders the pacer tracks (active plus idle). Default 65536.
+    pub senders_max: usize,
+    /// Idle senders remembered. Default 1024.
+    pub idle_senders_max: usize,
+    /// Retransmission requests (NACKs) waiting at most. Default 4096.
+    pub nack_queue_max: usize,
+}
+
+impl Default for CreditConfig {
+    fn default() -> Self {
+        CreditConfig {
+            line_rate_bytes_per_sec: 12_500_000_000,
+            rate_fraction: 0.98,
+            grant_quantum_bytes: 16 * 1024,
+            wire_overhead_bytes_per_packet: crate::wire::DATA_HEADER_LEN as u32 + 64,
+            pull_headroom_bytes: 0,
+            rts_demand_max_bytes: 256 * 1024,
+            demand_bytes_max: 64 << 20,
+            senders_max: 65536,
+            idle_senders_max: 1024,
+            nack_queue_max: 4096,
+        }
+    }
+}
+
+impl CreditConfig {
+    /// Checks the ranges.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(self.rate_fraction > 0.0 && self.rate_fraction <= 1.0) {
+            return Err(ConfigError::RateFraction);
+        }
+        for (name, zero) in [
+            ("credit.line_rate_bytes_per_sec", self.line_rate_bytes_per_sec == 0),
+            ("credit.grant_quantum_bytes", self.grant_quantum_bytes == 0),
+            ("credit.senders_max", self.senders_max == 0),
+            ("credit.nack_queue_max", self.nack_queue_max == 0),
+        ] {
+            if zero {
+                return Err(ConfigError::Zero(name));
+            }
+        }
+        Ok(())
     }
 }

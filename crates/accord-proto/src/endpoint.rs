@@ -10,6 +10,7 @@ use crate::api::{
 };
 use crate::config::{ConfigError, EndpointConfig};
 use crate::conn::Connection;
+use crate::credit::{CreditPacer, PacerStats};
 use crate::ids::{ConnectionId, OpId};
 use crate::send::SubmitError;
 use crate::time::Instant;
@@ -37,16 +38,20 @@ pub struct Endpoint {
     transmit_cursor: ConnectionId,
     events: VecDeque<Event>,
     stats: EndpointStats,
+    /// Credit pacer of this NIC for receiver-driven senders (idle unless one connects).
+    pacer: CreditPacer,
 }
 
 impl Endpoint {
     /// An endpoint whose every random choice (tokens, path picks) derives from `seed`.
     pub fn new(config: EndpointConfig, seed: u64) -> Result<Self, ConfigError> {
         config.connection.validate()?;
+        config.credit.validate()?;
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         // Connection ids start at a random point so a restarted peer's stale packets miss.
         let next_id = (rng.next_u32() >> 8).max(1);
         Ok(Endpoint {
+            pacer: CreditPacer::new(config.credit.clone(), config.connection.mss_bytes()),
             config,
             rng,
             conns: BTreeMap::new(),
@@ -137,8 +142,41 @@ impl Endpoint {
                 conn.on_close(events);
                 None
             }
+            Repr::Credit(credit) => {
+                conn.handle_credit(now, credit, events);
+                None
+            }
+            Repr::Rts(rts) => {
+                conn.handle_rts(rts);
+                None
+            }
         };
+        conn.drain_credit_requests(&mut self.pacer);
         DatagramOutcome { conn: Some(id), placement }
+    }
+
+    /// A data packet whose payload a switch trimmed (header only, `payload_len` still naming
+    /// the bytes cut). Only a datapath that knows the fabric trimmed it may call this: the
+    /// simulator does; a socket cannot tell a trimmed packet from a truncated one and must use
+    /// [`handle_datagram`](Self::handle_datagram), which drops it. Nothing is ever placed; the
+    /// receiver NACKs the packet so the sender resends it at once.
+    pub fn handle_trimmed_datagram(&mut self, rx: RxMeta, datagram: &[u8]) -> DatagramOutcome {
+        self.stats.datagrams_received += 1;
+        let Ok((header, data)) = wire::parse_trimmed(datagram) else {
+            self.stats.malformed += 1;
+            return DatagramOutcome::default();
+        };
+        let Some(conn) = self.conns.get_mut(&header.dst_conn) else {
+            self.stats.unknown_connection += 1;
+            return DatagramOutcome::default();
+        };
+        if conn.local_token() != header.token {
+            self.stats.bad_token += 1;
+            return DatagramOutcome::default();
+        }
+        conn.handle_trimmed(rx, &data);
+        conn.drain_credit_requests(&mut self.pacer);
+        DatagramOutcome { conn: Some(conn.id), placement: None }
     }
 
     fn handle_hello(&mut self, now: Instant, hello: &HelloRepr) -> DatagramOutcome {
@@ -176,13 +214,28 @@ impl Endpoint {
 
     /// The earliest instant any connection has timer work.
     pub fn poll_timeout(&mut self) -> Option<Instant> {
-        self.conns.values_mut().filter_map(Connection::poll_timeout).min()
+        let conns = self.conns.values_mut().filter_map(Connection::poll_timeout).min();
+        match (conns, self.pacer.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The next datagram to send, connections served round robin. The header is written into
     /// `buf` (at least [`wire::MAX_ACK_LEN`] bytes); the payload is named, not copied.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         use core::ops::Bound::{Excluded, Unbounded};
+        // Credit first: a grant is due only at the pacer's rate, and it is what keeps this
+        // NIC's senders flowing.
+        while let Some(grant) = self.pacer.poll_grant(now) {
+            match self.conns.get_mut(&grant.conn).and_then(|c| c.emit_grant(&grant, buf)) {
+                Some(t) => {
+                    self.stats.datagrams_sent += 1;
+                    return Some(t);
+                }
+                None => self.pacer.remove(grant.conn),
+            }
+        }
         // Walk the connections once, starting after the one that sent last; no allocation.
         let mut cursor = self.transmit_cursor;
         for _ in 0..self.conns.len() {
@@ -211,6 +264,7 @@ impl Endpoint {
         let ended: Vec<ConnectionId> = self.conns.iter().filter(|(_, c)| c.is_ended()).map(|(id, _)| *id).collect();
         for id in ended {
             self.conns.remove(&id);
+            self.pacer.remove(id);
         }
         let conns = &self.conns;
         self.accepted.retain(|_, id| conns.contains_key(id));
@@ -265,6 +319,11 @@ impl Endpoint {
         &self.stats
     }
 
+    /// Counters of this NIC's credit pacer (EQDS receiver side).
+    pub fn pacer_stats(&self) -> &PacerStats {
+        self.pacer.stats()
+    }
+
     /// A human-readable dump of a connection's sender and path state, for diagnosing stalls.
     pub fn diagnose(&self, conn: ConnectionHandle) -> Option<String> {
         self.conns.get(&conn).map(Connection::diagnose)
@@ -272,7 +331,8 @@ impl Endpoint {
 
     /// Checks every connection's invariants (for tests and the simulator, on every event).
     pub fn check_invariants(&self) -> Result<(), String> {
-        self.conns.values().try_for_each(Connection::check_invariants)
+        self.conns.values().try_for_each(Connection::check_invariants)?;
+        self.pacer.check_invariants()
     }
 }
 

@@ -15,6 +15,7 @@ pub mod api;
 pub mod cc;
 pub mod config;
 mod conn;
+pub mod credit;
 pub mod endpoint;
 pub mod ids;
 pub mod path;
@@ -27,7 +28,7 @@ pub use api::{
     ConnectionError, ConnectionHandle, ConnectionStats, DatagramOutcome, EndpointStats, Event, LocalMemory, PayloadRef,
     Placement, PlacementTarget, RxMeta, SendRequest, Transmit, WriteRequest,
 };
-pub use config::{ConfigError, ConnectionConfig, EndpointConfig};
+pub use config::{ConfigError, ConnectionConfig, CreditConfig, EndpointConfig};
 pub use endpoint::{ConnectError, Endpoint};
 pub use ids::{ConnectionId, OpId, PathId, Psn, RecvBufferId, RegionId, RegionKey};
 pub use send::{OpError, SubmitError};

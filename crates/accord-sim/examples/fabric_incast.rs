@@ -12,14 +12,18 @@ fn main() {
     let base = ExperimentOptions {
         nodes: num(0, 128) as u32,
         bytes: num(2, 1_000_000),
-        queue: args.get(5).cloned().unwrap_or_else(|| "ecn".into()),
+        queue: args.get(5).cloned().unwrap_or_else(|| "auto".into()),
         ..Default::default()
     };
     let opts = IncastOptions {
         fan_in: num(1, 64) as u32,
         victim_bytes: num(3, 4_000_000),
         victim_lead: Duration::from_micros(10),
-        ccs: args.get(4).map_or("cubic,swift", String::as_str).split(',').map(str::to_string).collect(),
+        victim_hosts: 0,
+        victim_messages: 1,
+        victim_interval: Duration::ZERO,
+        runs: 1,
+        ccs: args.get(4).map_or("cubic,swift,eqds", String::as_str).split(',').map(str::to_string).collect(),
         base,
     };
     println!(

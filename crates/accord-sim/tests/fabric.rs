@@ -20,7 +20,7 @@ fn permutation_every_topology_and_cc() {
         (TopologyKind::FatTree2, 16),
         (TopologyKind::FatTree3, 16),
     ] {
-        for cc in ["cubic", "swift"] {
+        for cc in ["cubic", "swift", "eqds"] {
             let opts = ExperimentOptions { cc: cc.into(), ..checked(nodes, 300_000, topology) };
             let r = permutation(&opts).unwrap_or_else(|e| panic!("{topology:?} {cc}: {e}"));
             assert!(r.fct_us.min >= r.ideal_us, "{r:?}");
@@ -54,6 +54,10 @@ fn queue_policies_under_incast() {
             ccs: vec!["cubic".into(), "swift".into()],
             victim_bytes: 400_000,
             victim_lead: Duration::from_micros(5),
+            victim_hosts: 0,
+            victim_messages: 1,
+            victim_interval: Duration::ZERO,
+            runs: 1,
         };
         for r in incast(&opts).unwrap_or_else(|e| panic!("{queue}: {e}")) {
             // 16 senders share one 400G link: the last cannot finish before 16 x ideal.
@@ -88,6 +92,10 @@ fn ci_fat_tree_128_permutation_and_incast() {
         ccs: vec!["cubic".into()],
         victim_bytes: 0,
         victim_lead: Duration::ZERO,
+        victim_hosts: 0,
+        victim_messages: 1,
+        victim_interval: Duration::ZERO,
+        runs: 1,
     };
     let rows = incast(&opts).unwrap();
     assert!(rows[0].incast_p999_us >= 64.0 * rows[0].ideal_us * 0.99);
@@ -111,7 +119,7 @@ fn report_accounts_for_every_packet() {
 
 #[test]
 fn receive_batching_keeps_every_check() {
-    for cc in ["cubic", "swift"] {
+    for cc in ["cubic", "swift", "eqds"] {
         let opts = ExperimentOptions {
             cc: cc.into(),
             rx_batch: Duration::from_nanos(500),
@@ -129,11 +137,35 @@ fn receive_batching_keeps_every_check() {
 /// FCT below ideal (all inside `run`), and the same seed giving the same result twice.
 #[test]
 fn ci_fat_tree_128_permutation_repeatable_every_cc() {
-    for cc in ["cubic", "swift"] {
+    for cc in ["cubic", "swift", "eqds"] {
         let opts = ExperimentOptions { cc: cc.into(), ..checked(128, 256_000, TopologyKind::FatTree3) };
         let a = permutation(&opts).unwrap_or_else(|e| panic!("{cc}: {e}"));
         assert!(a.fct_us.min >= a.ideal_us && a.slowdown_max >= 1.0, "{a:?}");
         let b = permutation(&opts).unwrap();
         assert_eq!((a.hash, &a.fct_us, a.events), (b.hash, &b.fct_us, b.events), "{cc}: not repeatable");
     }
+}
+
+/// EQDS under an 8:1 incast with victims, on trimming queues: every check on every event
+/// (conservation, credit and window invariants), every byte placed once, trimmed headers
+/// NACKed and resent.
+#[test]
+fn eqds_incast_with_victims_keeps_every_check() {
+    let base = ExperimentOptions { queue_packets: 16, ..checked(9, 200_000, TopologyKind::FatTree3) };
+    let opts = IncastOptions {
+        base,
+        fan_in: 8,
+        ccs: vec!["eqds".into()],
+        victim_bytes: 200_000,
+        victim_lead: Duration::from_micros(5),
+        victim_hosts: 0,
+        victim_messages: 1,
+        victim_interval: Duration::ZERO,
+        runs: 1,
+    };
+    let r = &incast(&opts).unwrap()[0];
+    assert_eq!(r.queue, "trim");
+    assert!(r.trims > 0, "eight speculative BDPs into 16-packet queues trim: {r:?}");
+    assert!(r.incast_p999_us >= 8.0 * r.ideal_us * 0.99, "{r:?}");
+    assert!(r.victim_p50_us > 0.0);
 }

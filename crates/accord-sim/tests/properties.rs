@@ -5,7 +5,7 @@
 //! every event. A failure prints its seed; `ACCORD_PROPTEST_SEED=N` reruns just that one and
 //! `ACCORD_PROPTEST_SEEDS=N` runs more (the bench mode).
 
-use accord_proto::cc::CcKind;
+use accord_proto::cc::{CcKind, EqdsConfig};
 use accord_proto::wire::RejectReason;
 use accord_proto::{OpError, OpId, PathId, RegionId, RegionKey, WriteRequest};
 use accord_sim::link::FaultConfig;
@@ -50,6 +50,13 @@ fn random_config(rng: &mut ChaCha8Rng, seed: u64) -> PairConfig {
     let c = &mut cfg.endpoint.connection;
     c.path_count = rng.gen_range(1..=16);
     c.cc = CcKind::from_name(["cubic", "swift", "fixed"][rng.gen_range(0..3)]).unwrap();
+    // Every fourth seed runs receiver-driven EQDS instead (chosen from the seed, not the stream,
+    // so the other seeds keep the configurations they always had). Its timers scale with this
+    // link: speculation of one BDP (100 Gbit/s x 12 us), Rts after the RTO floor.
+    if seed % 4 == 3 {
+        c.cc = CcKind::Eqds(EqdsConfig { speculative_bytes: 150_000, rts_timeout: c.rto_min, ..Default::default() });
+        cfg.endpoint.credit.line_rate_bytes_per_sec = cfg.link.rate_bps / 8;
+    }
     c.chunk_bytes = [4096, 16384, 32768][rng.gen_range(0..3)];
     c.max_datagram_bytes = [1500, 4192, 9000][rng.gen_range(0..3)];
     c.recv_window_packets = [64, 256, 1024][rng.gen_range(0..3)];

@@ -38,6 +38,32 @@ fn write_over_network_lands_and_counts_imm() {
     assert!(dst.to_vec() == data, "bytes differ");
 }
 
+/// EQDS over kernel UDP on loopback: the receiver's credit pacer schedules the writer; a
+/// 16 MiB write lands exactly, with its immediate, and credit was what let it go.
+#[test]
+fn eqds_write_over_udp_lands() {
+    let build = || {
+        let config = EngineConfig { cc: "eqds".into(), nic_gbps: 25.0, ..Default::default() };
+        Engine::builder().ignore_env().config(config).force_network(true).build().expect("engine builds")
+    };
+    let (a, b) = (build(), build());
+    a.add_peer(&b.address()).unwrap();
+    b.add_peer(&a.address()).unwrap();
+    let len = 16 << 20;
+    let src = a.alloc(len).unwrap();
+    let dst = b.alloc(len).unwrap();
+    let data = pattern(5, len);
+    src.write_at(0, &data).unwrap();
+    let (h, d) = (src.handle(), dst.descriptor());
+    let op = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 0, len: len as u64, imm: Some(3) };
+    a.write(&op).unwrap().wait_timeout(WAIT).unwrap();
+    assert_eq!(b.imm_counter(3).wait(1, WAIT), 1);
+    assert!(dst.to_vec() == data, "bytes differ");
+    // Beyond the speculative start, the receiver's pacer paid for the write.
+    let granted: u64 = b.stats().lanes.iter().map(|l| l.credit_granted_bytes).sum();
+    assert!(granted >= len as u64 / 2, "credit granted {granted}");
+}
+
 #[test]
 fn write_in_process_is_memcpy() {
     let (a, b) = pair(false);

@@ -60,6 +60,8 @@ pub struct LaneStats {
     pub retransmits: u64,
     /// Shared-memory datapath counters (rings attached, datagrams through them).
     pub shm: Option<accord_net::shm::ShmStats>,
+    /// Credit this lane's pacer granted to receiver-driven (EQDS) senders, in bytes.
+    pub credit_granted_bytes: u64,
 }
 
 struct ConnInfo {
@@ -288,6 +290,7 @@ impl Worker {
         s.shm = self.dp.local_channel_stats();
         s.retransmits =
             self.ep.connections().filter_map(|c| self.ep.connection_stats(c)).map(|c| c.packets_retransmitted).sum();
+        s.credit_granted_bytes = self.ep.pacer_stats().credit_granted_bytes;
         s
     }
 

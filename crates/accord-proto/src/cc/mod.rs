@@ -17,16 +17,22 @@
 //!   [`may_retransmit`](CongestionControl::may_retransmit) before each retransmission.
 //! * sender, on timer: [`on_rto`](CongestionControl::on_rto).
 //! * sender, on credit from a receiver-driven peer: [`on_credit`](CongestionControl::on_credit).
+//! * sender, receiver-driven policies only (EQDS): [`send_allowance_bytes`](CongestionControl::send_allowance_bytes)
+//!   before each packet, [`on_sent`](CongestionControl::on_sent) after it, and
+//!   [`on_idle`](CongestionControl::on_idle) when the connection has nothing left to send or
+//!   resolve.
 //! * receiver, per data packet: [`on_data_received`](CongestionControl::on_data_received) or
 //!   [`on_retransmission_received`](CongestionControl::on_retransmission_received).
 
 mod cubic;
+mod eqds;
 mod fixed;
 mod swift;
 #[cfg(test)]
 mod tests;
 
 pub use cubic::{Cubic, CubicConfig};
+pub use eqds::{Eqds, EqdsConfig};
 pub use fixed::FixedWindow;
 pub use swift::{Swift, SwiftConfig};
 
@@ -126,6 +132,35 @@ pub trait CongestionControl: core::fmt::Debug + Send {
     /// Receiver-driven credit arrived (EQDS). Bytes of new permission to send.
     fn on_credit(&mut self, _now: Instant, _credit_bytes: u64) {}
 
+    /// Whether the receiver schedules this sender (EQDS): its packets are flagged so the
+    /// receiver's credit pacer grants it credit, and trimmed headers are NACKed with credit.
+    fn receiver_driven(&self) -> bool {
+        false
+    }
+
+    /// Receiver-driven budget: payload bytes that may still be sent now (speculation plus
+    /// credit), or `None` when only the window rules. A packet waits until this covers it.
+    fn send_allowance_bytes(&self) -> Option<u64> {
+        None
+    }
+
+    /// A data packet of `bytes` payload left (new or retransmission).
+    fn on_sent(&mut self, _now: Instant, _bytes: u32) {}
+
+    /// The connection has nothing left to send and nothing unresolved.
+    fn on_idle(&mut self, _now: Instant) {}
+
+    /// How long a receiver-driven sender with backlog waits for credit before it sends a
+    /// request to send (Rts); `None` for sender-driven policies.
+    fn rts_timeout(&self) -> Option<Duration> {
+        None
+    }
+
+    /// The policy's own invariants (checked by tests and the simulator on every event).
+    fn check_invariants(&self) -> Result<(), String> {
+        Ok(())
+    }
+
     /// Receiver side: a first transmission of a data packet arrived.
     fn on_data_received(&mut self, _event: &RxDataEvent) {}
 
@@ -133,11 +168,15 @@ pub trait CongestionControl: core::fmt::Debug + Send {
     fn on_retransmission_received(&mut self, _event: &RxDataEvent) {}
 }
 
-/// Which built-in policy to run, chosen by name in configuration (`cubic`, `swift`, `fixed`).
+/// Which built-in policy to run, chosen by name in configuration (`cubic`, `swift`, `eqds`,
+/// `fixed`).
 #[derive(Clone, Debug, PartialEq)]
 pub enum CcKind {
     Cubic(CubicConfig),
     Swift(SwiftConfig),
+    /// Receiver-driven: the receiver's credit pacer schedules the sender (needs the endpoint's
+    /// [`CreditConfig`](crate::config::CreditConfig) line rate to be the NIC's).
+    Eqds(EqdsConfig),
     /// A constant window, in bytes. For tests and for baselines.
     Fixed {
         window_bytes: u64,
@@ -146,7 +185,7 @@ pub enum CcKind {
 
 /// Error for an unknown congestion-control name.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("unknown congestion control {name:?}: use one of cubic, swift, fixed")]
+#[error("unknown congestion control {name:?}: use one of cubic, swift, eqds, fixed")]
 pub struct UnknownCcError {
     pub name: String,
 }
@@ -157,6 +196,7 @@ impl CcKind {
         match name.trim().to_ascii_lowercase().as_str() {
             "cubic" => Ok(CcKind::Cubic(CubicConfig::default())),
             "swift" => Ok(CcKind::Swift(SwiftConfig::default())),
+            "eqds" => Ok(CcKind::Eqds(EqdsConfig::default())),
             "fixed" => Ok(CcKind::Fixed { window_bytes: FixedWindow::DEFAULT_WINDOW_BYTES }),
             _ => Err(UnknownCcError { name: name.to_string() }),
         }
@@ -167,6 +207,7 @@ impl CcKind {
         match self {
             CcKind::Cubic(cfg) => Controller::Cubic(Cubic::new(cfg.clone(), mss_bytes)),
             CcKind::Swift(cfg) => Controller::Swift(Swift::new(cfg.clone(), mss_bytes)),
+            CcKind::Eqds(cfg) => Controller::Eqds(Eqds::new(cfg.clone())),
             CcKind::Fixed { window_bytes } => Controller::Fixed(FixedWindow::new(*window_bytes)),
         }
     }
@@ -177,6 +218,7 @@ impl CcKind {
 pub enum Controller {
     Cubic(Cubic),
     Swift(Swift),
+    Eqds(Eqds),
     Fixed(FixedWindow),
     Custom(Box<dyn CongestionControl>),
 }
@@ -186,6 +228,7 @@ macro_rules! dispatch {
         match $self {
             Controller::Cubic($c) => $body,
             Controller::Swift($c) => $body,
+            Controller::Eqds($c) => $body,
             Controller::Fixed($c) => $body,
             Controller::Custom($c) => $body,
         }
@@ -219,6 +262,24 @@ impl CongestionControl for Controller {
     }
     fn on_credit(&mut self, now: Instant, credit_bytes: u64) {
         dispatch!(self, c => c.on_credit(now, credit_bytes))
+    }
+    fn receiver_driven(&self) -> bool {
+        dispatch!(self, c => c.receiver_driven())
+    }
+    fn send_allowance_bytes(&self) -> Option<u64> {
+        dispatch!(self, c => c.send_allowance_bytes())
+    }
+    fn on_sent(&mut self, now: Instant, bytes: u32) {
+        dispatch!(self, c => c.on_sent(now, bytes))
+    }
+    fn on_idle(&mut self, now: Instant) {
+        dispatch!(self, c => c.on_idle(now))
+    }
+    fn rts_timeout(&self) -> Option<Duration> {
+        dispatch!(self, c => c.rts_timeout())
+    }
+    fn check_invariants(&self) -> Result<(), String> {
+        dispatch!(self, c => c.check_invariants())
     }
     fn on_data_received(&mut self, event: &RxDataEvent) {
         dispatch!(self, c => c.on_data_received(event))

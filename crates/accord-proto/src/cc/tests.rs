@@ -388,11 +388,13 @@ fn cc_kind_from_name_is_case_insensitive_and_rejects_others() {
     assert_eq!(CcKind::from_name("cubic"), Ok(CcKind::Cubic(CubicConfig::default())));
     assert_eq!(CcKind::from_name("CUBIC"), Ok(CcKind::Cubic(CubicConfig::default())));
     assert_eq!(CcKind::from_name("Swift"), Ok(CcKind::Swift(SwiftConfig::default())));
+    assert_eq!(CcKind::from_name("EQDS"), Ok(CcKind::Eqds(EqdsConfig::default())));
+    assert_eq!(CcKind::from_name("eqds").unwrap().build(4096).name(), "eqds");
     assert_eq!(CcKind::from_name(" fixed "), Ok(CcKind::Fixed { window_bytes: FixedWindow::DEFAULT_WINDOW_BYTES }));
-    for bad in ["reno", "", "cubic2", "eqds"] {
+    for bad in ["reno", "", "cubic2", "eqds2"] {
         let err = CcKind::from_name(bad).unwrap_err();
         assert_eq!(err.name, bad);
-        assert!(err.to_string().contains("cubic, swift, fixed"));
+        assert!(err.to_string().contains("cubic, swift, eqds, fixed"));
     }
 }
 

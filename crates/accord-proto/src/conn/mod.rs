@@ -3,6 +3,7 @@
 //! The halves live in sibling files (`sender.rs`, `receiver.rs`) as `impl Connection` blocks;
 //! this file holds the state, the handshake and the application-facing calls.
 
+mod credit;
 mod receiver;
 mod sender;
 
@@ -100,6 +101,8 @@ pub(crate) struct Connection {
     last_ack_at: Option<Instant>,
     close_due: bool,
     stats: ConnectionStats,
+    /// Receiver-driven congestion control (EQDS), both halves.
+    credit: credit::CreditState,
     /// The sender's state at the moment the connection failed, kept for diagnosis.
     failure_diagnosis: Option<String>,
 }
@@ -140,6 +143,7 @@ impl Connection {
             last_ack_at: None,
             close_due: false,
             stats: ConnectionStats::default(),
+            credit: Default::default(),
             failure_diagnosis: None,
             config,
         }
@@ -336,6 +340,9 @@ impl Connection {
         if let Some(t) = self.poll_ack(now, buf) {
             return Some(t);
         }
+        if let Some(t) = self.poll_credit_control(now, buf) {
+            return Some(t);
+        }
         if let Some(t) = self.poll_probe(now, buf) {
             return Some(t);
         }
@@ -376,6 +383,7 @@ impl Connection {
                 consider(self.paths.next_probe_at());
                 consider(self.pacing_blocked.then_some(self.next_send_at));
                 consider(self.earliest_loss_timeout());
+                consider(self.rts_deadline());
                 if self.send.has_unresolved() {
                     consider(Some(self.last_progress + self.config.idle_timeout));
                 }
@@ -428,6 +436,7 @@ impl Connection {
         if self.stats.window_overruns != 0 {
             return Err(format!("conn {:?}: {} packets sent beyond the window", self.id, self.stats.window_overruns));
         }
+        self.cc.check_invariants().map_err(|e| format!("conn {:?}: {e}", self.id))?;
         if self.send.span() > self.config.recv_window_packets as u64 {
             return Err(format!(
                 "conn {:?}: {} packet numbers in use, window {}",

@@ -34,6 +34,7 @@ impl Connection {
             return None;
         }
         self.stats.packets_received += 1;
+        self.note_data_for_credit(rx, data);
         self.recv.advance_floor(data.ack_floor);
         match self.recv.classify(data.psn) {
             PsnClass::Below | PsnClass::Received => {

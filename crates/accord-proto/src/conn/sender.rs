@@ -177,11 +177,12 @@ impl Connection {
             // End the chunk: the next decision may be a retransmission, which can free it.
             return Step::Empty;
         }
-        if !self.window_allows(plan.len) {
+        if !self.window_allows(plan.len) || !self.credit_allows(now, plan.len) {
             return Step::Blocked;
         }
         let Some(op) = self.ops.get(plan.op).cloned() else { return Step::Empty };
         self.ops.take_packet(plan);
+        self.on_data_sent(now, plan.len);
         if !self.send.has_unresolved() {
             self.last_progress = now;
         }
@@ -208,6 +209,8 @@ impl Connection {
         if last_of_chunk {
             self.packets_since_ack_request = 0;
         }
+        let receiver_driven = self.cc.receiver_driven();
+        let wants_more = receiver_driven && (self.ops.has_new_data() || self.send.has_retransmit());
         let repr = DataRepr {
             psn,
             ack_floor: self.send.floor(),
@@ -221,6 +224,8 @@ impl Connection {
             payload_len: plan.len as u16,
             ack_now: last_of_chunk,
             retransmission: false,
+            receiver_driven,
+            wants_more,
         };
         self.emit_data(chunk.path, &repr, buf)
     }
@@ -230,7 +235,7 @@ impl Connection {
         if self.cc.may_retransmit(now, lost.path) == RetransmitDecision::Later {
             return Step::Empty;
         }
-        if !self.window_allows(lost.len) {
+        if !self.window_allows(lost.len) || !self.credit_allows(now, lost.len) {
             return Step::Blocked;
         }
         let Some(op) = self.ops.get(lost.op).cloned() else {
@@ -245,12 +250,15 @@ impl Connection {
         let Some(psn) = self.send.pop_retransmit() else { return Step::Empty };
         let path_seq = self.next_path_seq(chunk.path);
         self.send.on_retransmitted(psn, chunk.path, path_seq, now);
+        self.on_data_sent(now, lost.len);
         self.refresh_path_timer(chunk.path);
         self.stats.packets_retransmitted += 1;
         if let Some(p) = self.paths.get_mut(chunk.path) {
             p.stats.retransmits_sent += 1;
         }
         let last_of_chunk = chunk.packets_left <= 1 || !self.send.has_retransmit();
+        let receiver_driven = self.cc.receiver_driven();
+        let wants_more = receiver_driven && (self.ops.has_new_data() || self.send.has_retransmit());
         let repr = DataRepr {
             psn,
             ack_floor: self.send.floor(),
@@ -264,6 +272,8 @@ impl Connection {
             payload_len: lost.len as u16,
             ack_now: last_of_chunk,
             retransmission: true,
+            receiver_driven,
+            wants_more,
         };
         self.emit_data(chunk.path, &repr, buf)
     }
@@ -405,6 +415,9 @@ impl Connection {
             }
             self.refresh_path_timer(rx.path);
         }
+        if acked_packets > 0 {
+            self.note_idle_if_done(now);
+        }
     }
 
     /// RTT from the echoed transmit time (our own clock), ACK delay removed. Attributed to the
@@ -425,7 +438,7 @@ impl Connection {
         Some(sample)
     }
 
-    fn note_losses(&mut self, now: Instant, path: PathId, packets: u64, bytes: u64, timeout: bool) {
+    pub(super) fn note_losses(&mut self, now: Instant, path: PathId, packets: u64, bytes: u64, timeout: bool) {
         self.stats.packets_lost += packets;
         for _ in 0..packets {
             self.paths.on_lost(path);

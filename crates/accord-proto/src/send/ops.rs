@@ -137,6 +137,17 @@ impl OutboundOps {
         !self.pending.is_empty()
     }
 
+    /// Bytes not yet put in packets, over every pending operation (a zero-length operation
+    /// counts as one byte: it still owes a packet). O(pending operations): for occasional use
+    /// (a receiver-driven sender's request to send), not per packet.
+    pub fn unsent_bytes(&self) -> u64 {
+        self.pending
+            .iter()
+            .filter_map(|op| self.ops.get(op))
+            .map(|s| (s.len - s.next_offset.min(s.len)).max(u64::from(!s.first_packet_planned)))
+            .sum()
+    }
+
     /// The next packet of new data (at most `mss` bytes), without taking it.
     pub fn peek_packet(&self, mss: u32) -> Option<PacketPlan> {
         let &op = self.pending.front()?;

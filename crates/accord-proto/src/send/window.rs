@@ -190,6 +190,23 @@ impl SendWindow {
         len
     }
 
+    /// The receiver says packet `psn` was trimmed in the fabric (a NACK): it is lost now,
+    /// whatever its path's order says. Returns its path and length, or `None` when it is
+    /// already resolved or already waiting for retransmission (a duplicate or stale NACK).
+    pub fn nack(&mut self, psn: Psn) -> Option<(PathId, u32)> {
+        let packet = self.get(psn)?;
+        if packet.lost {
+            return None;
+        }
+        let path = packet.path;
+        Some((path, self.mark_lost(psn)))
+    }
+
+    /// Payload bytes waiting in the retransmission queue.
+    pub fn retransmit_bytes(&self) -> u64 {
+        self.retransmit_queue.iter().filter_map(|&psn| self.get(psn)).filter(|p| p.lost).map(|p| p.len as u64).sum()
+    }
+
     /// Declares lost every packet on `path` sent `threshold` or more before the largest
     /// acknowledged path sequence. Returns (packets, bytes) lost.
     pub fn detect_reorder_losses(&mut self, path: PathId, largest_acked_seq: u64, threshold: u32) -> (u64, u64) {

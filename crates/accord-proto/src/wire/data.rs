@@ -54,6 +54,10 @@ pub struct DataRepr {
     pub ack_now: bool,
     /// This is a retransmission: its RTT sample is ambiguous.
     pub retransmission: bool,
+    /// The sender runs receiver-driven congestion control (EQDS).
+    pub receiver_driven: bool,
+    /// The sender has more bytes waiting for credit after this one (EQDS).
+    pub wants_more: bool,
 }
 
 impl DataRepr {
@@ -101,6 +105,8 @@ impl DataRepr {
             payload_len: packet.data_payload_len(),
             ack_now: packet_flags & flags::ACK_NOW != 0,
             retransmission: packet_flags & flags::RETRANSMISSION != 0,
+            receiver_driven: packet_flags & flags::RECEIVER_DRIVEN != 0,
+            wants_more: packet_flags & flags::WANTS_MORE != 0,
         };
         repr.check()?;
         Ok(repr)
@@ -117,6 +123,12 @@ impl DataRepr {
         }
         if self.retransmission {
             bits |= flags::RETRANSMISSION;
+        }
+        if self.receiver_driven {
+            bits |= flags::RECEIVER_DRIVEN;
+        }
+        if self.wants_more {
+            bits |= flags::WANTS_MORE;
         }
         bits
     }

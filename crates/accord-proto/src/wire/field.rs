@@ -126,6 +126,25 @@ pub const PROBE_TX_TIME_NS: Field = BODY + 8..BODY + 16;
 /// Exact length of a Probe / ProbeAck datagram.
 pub const PROBE_END: usize = BODY + 16;
 
+// ---- Credit (receiver-driven congestion control, EQDS) ----
+
+/// Bytes of new permission to send that the receiver's pacer grants.
+pub const CREDIT_BYTES: Field = BODY..BODY + 4;
+/// Reserved word in the credit body.
+pub const CREDIT_RESERVED: Field = BODY + 4..BODY + 8;
+/// Packet number whose payload a switch trimmed, meaningful only with [`credit_flags::HAS_NACK`]:
+/// the sender resends it first.
+pub const CREDIT_NACK_PSN: Field = BODY + 8..BODY + 16;
+/// Exact length of a Credit datagram.
+pub const CREDIT_END: usize = BODY + 16;
+
+// ---- Rts (request to send) ----
+
+/// Bytes the sender still has to send and no credit for.
+pub const RTS_BACKLOG_BYTES: Field = BODY..BODY + 8;
+/// Exact length of an Rts datagram.
+pub const RTS_END: usize = BODY + 8;
+
 // ---- Close ----
 
 /// Application-defined close reason.
@@ -133,7 +152,7 @@ pub const CLOSE_REASON: Field = BODY..BODY + 4;
 /// Exact length of a Close datagram.
 pub const CLOSE_END: usize = BODY + 4;
 
-/// Bits of the header flags byte. Only Data defines any; other types emit zero.
+/// Bits of the header flags byte of a Data packet. Types other than Data and Credit emit zero.
 pub mod flags {
     /// The Data packet carries an immediate in its `imm` field.
     pub const HAS_IMM: u8 = 0x01;
@@ -141,4 +160,16 @@ pub mod flags {
     pub const ACK_NOW: u8 = 0x02;
     /// The packet is a retransmission, so its RTT sample is ambiguous.
     pub const RETRANSMISSION: u8 = 0x04;
+    /// The sender runs receiver-driven congestion control (EQDS): the receiver's credit pacer
+    /// schedules it, and a trimmed header of this packet is answered with a NACK and credit.
+    pub const RECEIVER_DRIVEN: u8 = 0x08;
+    /// The sender has more bytes waiting for credit after this packet: the receiver's pacer
+    /// replaces this packet's bytes with credit.
+    pub const WANTS_MORE: u8 = 0x10;
+}
+
+/// Bits of the header flags byte of a Credit packet.
+pub mod credit_flags {
+    /// The Credit packet names a trimmed packet to resend (`CREDIT_NACK_PSN`).
+    pub const HAS_NACK: u8 = 0x01;
 }

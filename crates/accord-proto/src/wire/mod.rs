@@ -12,6 +12,7 @@
 
 mod ack;
 mod control;
+mod credit;
 mod data;
 pub mod field;
 mod packet;
@@ -21,7 +22,9 @@ mod tests;
 
 pub use ack::{AckRepr, RejectReason, Rejection, Rejections, SackBitmap};
 pub use control::{CloseRepr, HelloRepr, ProbeRepr};
+pub use credit::{CreditRepr, RtsRepr};
 pub use data::{DataKind, DataRepr};
+use packet::check_header;
 pub use packet::Packet;
 
 use crate::ids::ConnectionId;
@@ -88,6 +91,10 @@ pub enum PacketType {
     ProbeAck,
     /// Closes a connection.
     Close,
+    /// Receiver-driven credit, optionally with a NACK of a trimmed packet (EQDS).
+    Credit,
+    /// A sender's request to send when it has backlog and no credit (EQDS).
+    Rts,
 }
 
 impl PacketType {
@@ -101,6 +108,8 @@ impl PacketType {
             5 => PacketType::Probe,
             6 => PacketType::ProbeAck,
             7 => PacketType::Close,
+            8 => PacketType::Credit,
+            9 => PacketType::Rts,
             _ => return None,
         })
     }
@@ -143,6 +152,10 @@ pub enum Repr {
     ProbeAck(ProbeRepr),
     /// Connection close.
     Close(CloseRepr),
+    /// Receiver-driven credit (and NACK).
+    Credit(CreditRepr),
+    /// Request to send.
+    Rts(RtsRepr),
 }
 
 impl Repr {
@@ -156,6 +169,8 @@ impl Repr {
             Repr::Probe(_) => PacketType::Probe,
             Repr::ProbeAck(_) => PacketType::ProbeAck,
             Repr::Close(_) => PacketType::Close,
+            Repr::Credit(_) => PacketType::Credit,
+            Repr::Rts(_) => PacketType::Rts,
         }
     }
 
@@ -169,6 +184,8 @@ impl Repr {
                 Repr::Ack(ack) => ack.body_len(),
                 Repr::Probe(_) | Repr::ProbeAck(_) => ProbeRepr::body_len(),
                 Repr::Close(_) => CloseRepr::body_len(),
+                Repr::Credit(_) => CreditRepr::body_len(),
+                Repr::Rts(_) => RtsRepr::body_len(),
             }
     }
 
@@ -184,6 +201,8 @@ impl Repr {
             PacketType::Probe => Repr::Probe(ProbeRepr::parse(packet)),
             PacketType::ProbeAck => Repr::ProbeAck(ProbeRepr::parse(packet)),
             PacketType::Close => Repr::Close(CloseRepr::parse(packet)),
+            PacketType::Credit => Repr::Credit(CreditRepr::parse(packet)),
+            PacketType::Rts => Repr::Rts(RtsRepr::parse(packet)),
         })
     }
 }
@@ -210,6 +229,24 @@ pub fn parse(datagram: &[u8]) -> Result<Parsed, WireError> {
         _ => 0..0,
     };
     Ok(Parsed { header, repr, payload })
+}
+
+/// Parses a Data packet whose payload a switch trimmed: exactly the data header, with
+/// `payload_len` still naming the bytes that were cut. Only a datapath that knows the fabric
+/// trimmed the packet may call this (the simulator does; a UDP socket never can, because a
+/// short datagram is indistinguishable from a truncated one there and is dropped by [`parse`]).
+/// The result carries no payload: nothing of it may ever be placed.
+pub fn parse_trimmed(datagram: &[u8]) -> Result<(Header, DataRepr), WireError> {
+    if check_header(datagram)? != PacketType::Data {
+        return Err(WireError::Malformed("a trimmed packet must be Data"));
+    }
+    if datagram.len() != DATA_HEADER_LEN {
+        return Err(WireError::Malformed("a trimmed packet is exactly the data header"));
+    }
+    let packet = Packet::new_unchecked(datagram);
+    let header = Header::parse(&packet);
+    let data = DataRepr::parse(&packet)?;
+    Ok((header, data))
 }
 
 /// Cheap demultiplexing before a full parse: checks only version, type and that the common
@@ -245,6 +282,8 @@ pub fn emit(header: &Header, repr: &Repr, out: &mut [u8]) -> Result<usize, WireE
         Repr::Ack(ack) => ack.emit(&mut packet),
         Repr::Probe(probe) | Repr::ProbeAck(probe) => probe.emit(&mut packet),
         Repr::Close(close) => close.emit(&mut packet),
+        Repr::Credit(credit) => credit.emit(&mut packet),
+        Repr::Rts(rts) => rts.emit(&mut packet),
     }
     Ok(needed)
 }

@@ -102,6 +102,8 @@ impl<T: AsRef<[u8]>> Packet<T> {
             PacketType::Hello | PacketType::HelloAck => check_fixed(len, field::HELLO_END),
             PacketType::Probe | PacketType::ProbeAck => check_fixed(len, field::PROBE_END),
             PacketType::Close => check_fixed(len, field::CLOSE_END),
+            PacketType::Credit => check_fixed(len, field::CREDIT_END),
+            PacketType::Rts => check_fixed(len, field::RTS_END),
             PacketType::Data => {
                 if len < field::DATA_PAYLOAD {
                     return Err(WireError::Truncated { needed: field::DATA_PAYLOAD, got: len });
@@ -325,6 +327,21 @@ impl<T: AsRef<[u8]>> Packet<T> {
         read_u64(self.data(), field::PROBE_TX_TIME_NS)
     }
 
+    // ---- Credit / Rts ----
+
+    /// Credit granted, in bytes.
+    pub fn credit_bytes(&self) -> u32 {
+        read_u32(self.data(), field::CREDIT_BYTES)
+    }
+    /// Packet number a Credit NACKs (meaningful with its HAS_NACK flag).
+    pub fn credit_nack_psn(&self) -> Psn {
+        read_u64(self.data(), field::CREDIT_NACK_PSN)
+    }
+    /// Backlog an Rts announces.
+    pub fn rts_backlog_bytes(&self) -> u64 {
+        read_u64(self.data(), field::RTS_BACKLOG_BYTES)
+    }
+
     // ---- Close ----
 
     /// Close reason.
@@ -508,6 +525,23 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     /// Sets the probe transmit time.
     pub fn set_probe_tx_time_ns(&mut self, value: u64) {
         write(self.data_mut(), field::PROBE_TX_TIME_NS, value.to_be_bytes())
+    }
+
+    /// Sets the credit granted.
+    pub fn set_credit_bytes(&mut self, value: u32) {
+        write(self.data_mut(), field::CREDIT_BYTES, value.to_be_bytes())
+    }
+    /// Sets the credit body's reserved word.
+    pub fn set_credit_reserved(&mut self, value: u32) {
+        write(self.data_mut(), field::CREDIT_RESERVED, value.to_be_bytes())
+    }
+    /// Sets the packet number a Credit NACKs.
+    pub fn set_credit_nack_psn(&mut self, value: Psn) {
+        write(self.data_mut(), field::CREDIT_NACK_PSN, value.to_be_bytes())
+    }
+    /// Sets the backlog an Rts announces.
+    pub fn set_rts_backlog_bytes(&mut self, value: u64) {
+        write(self.data_mut(), field::RTS_BACKLOG_BYTES, value.to_be_bytes())
     }
 
     /// Sets the close reason.

@@ -32,6 +32,8 @@ fn write_data(imm: Option<u32>) -> DataRepr {
         payload_len: 32,
         ack_now: false,
         retransmission: false,
+        receiver_driven: false,
+        wants_more: false,
     }
 }
 
@@ -44,6 +46,8 @@ fn send_data() -> DataRepr {
         payload_len: 20,
         ack_now: true,
         retransmission: true,
+        receiver_driven: true,
+        wants_more: true,
         ..write_data(None)
     }
 }
@@ -111,6 +115,9 @@ fn samples() -> Vec<(&'static str, Repr)> {
         ("probe", Repr::Probe(ProbeRepr { probe_id: 17, tx_time_ns: 99 })),
         ("probe_ack", Repr::ProbeAck(ProbeRepr { probe_id: u64::MAX, tx_time_ns: 0 })),
         ("close", Repr::Close(CloseRepr { reason: 3 })),
+        ("credit", Repr::Credit(CreditRepr { credit_bytes: 16384, nack: None })),
+        ("credit_nack", Repr::Credit(CreditRepr { credit_bytes: 4096, nack: Some(77) })),
+        ("rts", Repr::Rts(RtsRepr { backlog_bytes: 1 << 40 })),
     ]
 }
 
@@ -169,6 +176,7 @@ fn touch_all_accessors(p: &Packet<&[u8]>) -> u64 {
         acc ^= p.ack_rejection(i).map_or(0, |r| r.psn);
     }
     acc ^= p.probe_id() ^ p.probe_tx_time_ns() ^ u64::from(p.close_reason());
+    acc ^= u64::from(p.credit_bytes()) ^ p.credit_nack_psn() ^ p.rts_backlog_bytes();
     acc
 }
 
@@ -198,7 +206,7 @@ fn layout_matches_the_design_table() {
     let bytes = to_bytes(&HEADER, &Repr::Data(send_data()));
     assert_eq!(bytes[0], VERSION);
     assert_eq!(bytes[1], PacketType::Data as u8);
-    assert_eq!(bytes[2], 0b111, "HAS_IMM | ACK_NOW | RETRANSMISSION");
+    assert_eq!(bytes[2], 0b1_1111, "HAS_IMM | ACK_NOW | RETRANSMISSION | RECEIVER_DRIVEN | WANTS_MORE");
     assert_eq!(bytes[3], 0);
     assert_eq!(&bytes[4..8], &[1, 2, 3, 4]);
     assert_eq!(&bytes[8..16], &HEADER.token.to_be_bytes());
@@ -324,7 +332,7 @@ fn wrong_version_and_type() {
     assert_eq!(parse(&bytes), Err(WireError::BadVersion(2)));
     assert_eq!(peek(&bytes), Err(WireError::BadVersion(2)));
     bytes[0] = VERSION;
-    for bad in [0u8, 8, 255] {
+    for bad in [0u8, 10, 255] {
         bytes[1] = bad;
         assert_eq!(parse(&bytes), Err(WireError::UnknownType(bad)));
         assert_eq!(peek(&bytes), Err(WireError::UnknownType(bad)));
@@ -334,7 +342,7 @@ fn wrong_version_and_type() {
 #[test]
 fn reserved_and_unknown_flag_bits_are_ignored() {
     let mut bytes = to_bytes(&HEADER, &Repr::Data(write_data(None)));
-    bytes[2] |= 0xF8;
+    bytes[2] |= 0xE0;
     bytes[3] = 0xFF;
     bytes[16 + 33] = 0xFF;
     bytes[16 + 60] = 0xFF;
@@ -399,6 +407,8 @@ fn fixed_bodies_reject_trailing_bytes() {
         Repr::Hello(hello()),
         Repr::Probe(ProbeRepr { probe_id: 1, tx_time_ns: 2 }),
         Repr::Close(CloseRepr { reason: 0 }),
+        Repr::Credit(CreditRepr { credit_bytes: 1, nack: Some(2) }),
+        Repr::Rts(RtsRepr { backlog_bytes: 3 }),
     ] {
         let mut bytes = to_bytes(&HEADER, &repr);
         bytes.extend_from_slice(&[0; 5]);
@@ -443,7 +453,7 @@ fn random_repr(rng: &mut ChaCha8Rng) -> Repr {
         recv_window_packets: rng.gen(),
     };
     let probe = |rng: &mut ChaCha8Rng| ProbeRepr { probe_id: rng.gen(), tx_time_ns: rng.gen() };
-    match rng.gen_range(0..7) {
+    match rng.gen_range(0..9) {
         0 => Repr::Hello(hello(rng)),
         1 => Repr::HelloAck(hello(rng)),
         2 => {
@@ -472,6 +482,8 @@ fn random_repr(rng: &mut ChaCha8Rng) -> Repr {
                 payload_len,
                 ack_now: rng.gen(),
                 retransmission: rng.gen(),
+                receiver_driven: rng.gen(),
+                wants_more: rng.gen(),
             })
         }
         3 => {
@@ -503,6 +515,8 @@ fn random_repr(rng: &mut ChaCha8Rng) -> Repr {
         }
         4 => Repr::Probe(probe(rng)),
         5 => Repr::ProbeAck(probe(rng)),
+        6 => Repr::Credit(CreditRepr { credit_bytes: rng.gen(), nack: rng.gen::<bool>().then(|| rng.gen()) }),
+        7 => Repr::Rts(RtsRepr { backlog_bytes: rng.gen() }),
         _ => Repr::Close(CloseRepr { reason: rng.gen() }),
     }
 }
@@ -585,6 +599,23 @@ fn seeded_fuzz_parse_never_panics_and_reemits() {
     assert!(ok_mutated > 20_000, "only {ok_mutated} mutated inputs parsed");
 }
 
+#[test]
+fn trimmed_header_parses_only_as_exactly_a_data_header() {
+    let data = write_data(Some(5));
+    let full = to_bytes(&HEADER, &Repr::Data(data));
+    let header_only = &full[..DATA_HEADER_LEN];
+    // A normal parse refuses it: payload_len names bytes the datagram lacks.
+    assert!(parse(header_only).is_err());
+    let (header, parsed) = parse_trimmed(header_only).expect("a trimmed header");
+    assert_eq!(header, HEADER);
+    assert_eq!(parsed, data);
+    // The full packet, a shorter cut, and other types are refused.
+    assert!(parse_trimmed(&full).is_err() || data.payload_len == 0);
+    assert!(parse_trimmed(&full[..DATA_HEADER_LEN - 1]).is_err());
+    let credit = to_bytes(&HEADER, &Repr::Credit(CreditRepr { credit_bytes: 1, nack: None }));
+    assert!(parse_trimmed(&credit).is_err());
+}
+
 // ---- cargo-fuzz seed corpus ----
 
 fn corpus_dir() -> std::path::PathBuf {
@@ -605,7 +636,9 @@ fn seed_corpus() -> Vec<(String, Vec<u8>)> {
     let bad: Vec<(&str, Vec<u8>)> = vec![
         ("bad_empty", vec![]),
         ("bad_version", patch(Repr::Hello(hello()), &|b| b[0] = 2)),
-        ("bad_type", patch(Repr::Hello(hello()), &|b| b[1] = 9)),
+        ("bad_type", patch(Repr::Hello(hello()), &|b| b[1] = 99)),
+        ("bad_credit_truncated", patch(Repr::Credit(CreditRepr { credit_bytes: 1, nack: None }), &|b| b.truncate(20))),
+        ("bad_rts_trailing", patch(Repr::Rts(RtsRepr { backlog_bytes: 1 }), &|b| b.push(0))),
         ("bad_data_truncated", patch(data, &|b| b.truncate(60))),
         ("bad_data_payload_len", patch(data, &|b| b[16 + 35] ^= 1)),
         ("bad_data_past_msg_len", patch(data, &|b| b[16 + 40..16 + 48].copy_from_slice(&1u64.to_be_bytes()))),

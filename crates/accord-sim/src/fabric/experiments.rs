@@ -11,6 +11,13 @@ use core::time::Duration;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
+/// EQDS speculation in base RTTs of line rate. The base RTT counts one packet serialised per
+/// hop; the credit loop (grant, the sender's NIC queue, a chunk, the data, the next grant) runs
+/// about two of them, and a sender that keeps less than the loop's BDP outstanding cannot reach
+/// line rate (measured: 16-host star, 8 MB flows, 1.20x ideal at one base RTT, 1.11x at two,
+/// 1.10x at four; CUBIC 1.11x).
+pub const EQDS_SPECULATIVE_BASE_RTTS: f64 = 1.0;
+
 /// Options shared by every experiment.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ExperimentOptions {
@@ -24,7 +31,7 @@ pub struct ExperimentOptions {
     pub mtu: u32,
     /// Paths (entropy values) per connection. Default 256.
     pub paths: u16,
-    /// Congestion control by name (`cubic`, `swift`, `fixed`). Default cubic.
+    /// Congestion control by name (`cubic`, `swift`, `eqds`, `fixed`). Default cubic.
     pub cc: String,
     /// Bytes per chunk (one path decision). Default 8 KiB: two packets per path at the 4 KB
     /// MTU. Spraying at that grain keeps the random load on each fabric link smooth; 32 KiB
@@ -34,7 +41,9 @@ pub struct ExperimentOptions {
     /// Default 3-tier fat-tree.
     pub topology: TopologyKind,
     pub seed: u64,
-    /// Switch queue policy by name (`droptail`, `ecn`, `trim`). Default ecn.
+    /// Switch queue policy by name (`droptail`, `ecn`, `trim`, or `auto`: trimming for the
+    /// receiver-driven EQDS, which NACKs trimmed headers, ECN marking for the sender-driven
+    /// policies, which react to marks). Default auto.
     pub queue: String,
     /// Switch buffer per output port, in full packets. Default 100.
     pub queue_packets: u32,
@@ -63,7 +72,7 @@ impl Default for ExperimentOptions {
             chunk: 8 * 1024,
             topology: TopologyKind::FatTree3,
             seed: 1,
-            queue: "ecn".into(),
+            queue: "auto".into(),
             queue_packets: 100,
             link_latency: Duration::from_micros(1),
             checked: false,
@@ -98,6 +107,16 @@ impl ExperimentOptions {
             CcKind::Swift(swift) => swift.initial_window_packets = initial_packets as f64,
             _ => {}
         }
+        if let CcKind::Eqds(eqds) = &mut cc {
+            // Speculate one bandwidth-delay product of the credit loop; ask (Rts) after the RTO
+            // floor, which only matters where a header was lost outright.
+            eqds.speculative_bytes =
+                (EQDS_SPECULATIVE_BASE_RTTS * initial_rtt.as_secs_f64() * self.link_gbps * 1e9 / 8.0) as u64;
+            eqds.rts_timeout = c.rto_min;
+        }
+        // EQDS receivers keep one BDP of demand ahead of the pull clock (paced, no burst).
+        cfg.endpoint.credit.pull_headroom_bytes = (initial_rtt.as_secs_f64() * self.link_gbps * 1e9 / 8.0) as u64;
+        let c = &mut cfg.endpoint.connection;
         *c = accord_proto::ConnectionConfig {
             max_datagram_bytes: datagram as u16,
             path_count: self.paths,
@@ -109,8 +128,8 @@ impl ExperimentOptions {
         // Timers and queues scale with the packet size chosen here.
         let mtu_wire = datagram as u64 + crate::link::FRAMING_BYTES;
         let capacity = self.queue_packets as u64 * mtu_wire;
-        cfg.queue = QueueConfig::from_name(&self.queue, capacity)
-            .ok_or_else(|| bad(format!("unknown queue policy {:?}: use droptail, ecn or trim", self.queue)))?;
+        cfg.queue = QueueConfig::from_name(self.queue_name(), capacity)
+            .ok_or_else(|| bad(format!("unknown queue policy {:?}: use droptail, ecn, trim or auto", self.queue)))?;
         cfg.nic_queue_bytes_max = 16 * mtu_wire;
         cfg.check_invariants = self.checked;
         cfg.rx_batch = self.rx_batch;
@@ -119,6 +138,19 @@ impl ExperimentOptions {
         let ideal = self.bytes as f64 * 8.0 / (self.link_gbps * 1e9);
         cfg.time_limit = Duration::from_secs_f64((ideal * 200.0).max(0.2));
         Ok(cfg)
+    }
+
+    /// The switch queue policy this run uses: `queue`, with `auto` resolved for `cc`.
+    pub fn queue_name(&self) -> &str {
+        if self.queue.trim().eq_ignore_ascii_case("auto") {
+            if self.cc.trim().eq_ignore_ascii_case("eqds") {
+                "trim"
+            } else {
+                "ecn"
+            }
+        } else {
+            &self.queue
+        }
     }
 
     /// Line-rate time of `bytes` payload.
@@ -235,6 +267,15 @@ pub struct IncastOptions {
     pub victim_bytes: u64,
     /// Victims start this long before the incast.
     pub victim_lead: Duration,
+    /// Hosts of the victims' permutation, `0..victim_hosts` (host 0, the incast's receiver,
+    /// included); 0 keeps the bare shape: one flow per host among all hosts but host 0.
+    pub victim_hosts: u32,
+    /// Messages per victim pair (with `victim_hosts` set), one every `victim_interval`.
+    pub victim_messages: u32,
+    pub victim_interval: Duration,
+    /// Runs per congestion control, seeds `base.seed..base.seed + runs`; percentiles pool the
+    /// flows of all runs (one run of 16 victims has no P99 distinct from its maximum).
+    pub runs: u32,
 }
 
 /// Incast and victim completion-time percentiles for one congestion control.
@@ -255,7 +296,10 @@ pub struct IncastResult {
     pub trims: u64,
     pub events: u64,
     pub wall_s: f64,
+    /// Hash of the first run (same seed, same hash).
     pub hash: u64,
+    /// Switch queue policy used.
+    pub queue: String,
 }
 
 /// An N:1 incast into host 0, with victim flows among the other hosts, once per congestion
@@ -266,41 +310,66 @@ pub fn incast(opts: &IncastOptions) -> Result<Vec<IncastResult>, FabricError> {
     }
     let mut out = Vec::with_capacity(opts.ccs.len());
     for cc in &opts.ccs {
-        let run_opts = ExperimentOptions { cc: cc.clone(), ..opts.base.clone() };
-        let mut rng = workload_rng(&run_opts);
-        let flows = if opts.victim_bytes > 0 {
-            workload::incast_with_victims(
-                run_opts.nodes,
-                opts.fan_in,
-                run_opts.bytes,
-                opts.victim_bytes,
-                opts.victim_lead,
-                &mut rng,
-            )
-        } else {
-            workload::incast(run_opts.nodes, opts.fan_in, 0, run_opts.bytes, &mut rng)
-        };
-        let report = run_flows(&run_opts, flows)?;
-        let class = |c: FlowClass| {
-            let flows: Vec<&FlowResult> = report.flows.iter().filter(|f| f.class == c).collect();
-            sorted_fct_us(&flows)
-        };
-        let (incast, victims) = (class(FlowClass::Incast), class(FlowClass::Victim));
+        let cc_opts = ExperimentOptions { cc: cc.clone(), ..opts.base.clone() };
+        let (mut incast, mut victims) = (Vec::new(), Vec::new());
+        let (mut drops, mut ecn_marks, mut trims, mut events, mut wall_s, mut hash) = (0, 0, 0, 0, 0.0, None);
+        for run in 0..opts.runs.max(1) {
+            let run_opts = ExperimentOptions { seed: cc_opts.seed.wrapping_add(run as u64), ..cc_opts.clone() };
+            let mut rng = workload_rng(&run_opts);
+            let flows = if opts.victim_bytes > 0 && opts.victim_hosts > 0 {
+                let mut flows = workload::incast(run_opts.nodes, opts.fan_in, 0, run_opts.bytes, &mut rng);
+                for f in &mut flows {
+                    f.start = opts.victim_lead;
+                }
+                flows.extend(workload::victim_messages(
+                    opts.victim_hosts.min(run_opts.nodes),
+                    opts.victim_bytes,
+                    opts.victim_messages.max(1),
+                    opts.victim_interval,
+                    &mut rng,
+                ));
+                flows
+            } else if opts.victim_bytes > 0 {
+                workload::incast_with_victims(
+                    run_opts.nodes,
+                    opts.fan_in,
+                    run_opts.bytes,
+                    opts.victim_bytes,
+                    opts.victim_lead,
+                    &mut rng,
+                )
+            } else {
+                workload::incast(run_opts.nodes, opts.fan_in, 0, run_opts.bytes, &mut rng)
+            };
+            let report = run_flows(&run_opts, flows)?;
+            let fct_us = |f: &FlowResult| f.fct.as_secs_f64() * 1e6;
+            incast.extend(report.flows.iter().filter(|f| f.class == FlowClass::Incast).map(fct_us));
+            victims.extend(report.flows.iter().filter(|f| f.class == FlowClass::Victim).map(fct_us));
+            drops += report.counters.dropped;
+            ecn_marks += report.counters.ecn_marks;
+            trims += report.counters.trims;
+            events += report.events;
+            wall_s += report.wall.as_secs_f64();
+            hash.get_or_insert(report.hash);
+        }
+        incast.sort_by(f64::total_cmp);
+        victims.sort_by(f64::total_cmp);
         out.push(IncastResult {
             cc: cc.clone(),
-            ideal_us: run_opts.ideal(run_opts.bytes).as_secs_f64() * 1e6,
+            ideal_us: cc_opts.ideal(cc_opts.bytes).as_secs_f64() * 1e6,
             incast_p50_us: percentile(&incast, 0.5),
             incast_p99_us: percentile(&incast, 0.99),
             incast_p999_us: percentile(&incast, 0.999),
             victim_p50_us: percentile(&victims, 0.5),
             victim_p99_us: percentile(&victims, 0.99),
             victim_p999_us: percentile(&victims, 0.999),
-            drops: report.counters.dropped,
-            ecn_marks: report.counters.ecn_marks,
-            trims: report.counters.trims,
-            events: report.events,
-            wall_s: report.wall.as_secs_f64(),
-            hash: report.hash,
+            drops,
+            ecn_marks,
+            trims,
+            events,
+            wall_s,
+            hash: hash.unwrap_or(0),
+            queue: cc_opts.queue_name().to_string(),
         });
     }
     Ok(out)

@@ -183,6 +183,12 @@ impl Port {
         }
     }
 
+    /// Whether this queue serves header-only packets (trimmed headers, and control packets:
+    /// ACKs, credit, requests to send) in its priority lane, as NDP/EQDS switches do.
+    pub fn prioritises_headers(&self) -> bool {
+        matches!(self.queue.policy, QueuePolicy::Trim { .. })
+    }
+
     /// Whether the priority lane takes one more trimmed header (its backlog is under the
     /// header buffer; non-trimming queues give headers the data buffer's size).
     pub fn admit_header(&self, now_ps: Picos) -> bool {

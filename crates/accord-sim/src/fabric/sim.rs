@@ -69,6 +69,10 @@ impl FabricConfig {
         c.probe_interval = Duration::from_micros(200);
         c.idle_timeout = Duration::from_secs(1);
         let capacity = 100 * mtu_wire;
+        // One endpoint per NIC: its credit pacer (EQDS) grants at this NIC's line rate.
+        endpoint.credit.line_rate_bytes_per_sec = link.rate_bps / 8;
+        endpoint.credit.wire_overhead_bytes_per_packet =
+            accord_proto::wire::DATA_HEADER_LEN as u32 + crate::link::FRAMING_BYTES as u32;
         FabricConfig {
             seed,
             topology,
@@ -127,8 +131,7 @@ pub struct FabricCounters {
     pub sent: u64,
     pub delivered: u64,
     pub dropped: u64,
-    /// Trimmed headers that reached their receiver (counted there; the protocol does not yet
-    /// NACK them).
+    /// Trimmed headers that reached their receiver (handed to the endpoint, which NACKs them).
     pub trimmed_delivered: u64,
     /// Packets trimmed by queues.
     pub trims: u64,
@@ -210,8 +213,9 @@ struct Host {
     memory: CountingMemory,
     /// Peer host of every connection.
     peers: BTreeMap<ConnectionId, u32>,
-    /// Our connection to each destination host.
-    conns: BTreeMap<u32, ConnectionId>,
+    /// Our connection to each destination host, one per flow class (an application keeps its
+    /// latency-sensitive messages off the connection its bulk transfer queues on).
+    conns: BTreeMap<(u32, FlowClass), ConnectionId>,
     /// Flow of each outstanding write.
     ops: BTreeMap<(ConnectionId, OpId), u32>,
     timer_at: Option<Instant>,
@@ -272,7 +276,9 @@ impl Net {
         };
         let (wire_bytes, data, ecn_capable, trimmed) = (p.wire_bytes(), p.payload_len > 0, p.ecn_capable, p.trimmed);
         let now_ps = self.now_ps();
-        if trimmed {
+        // Trimming switches also put control packets (no payload) in the header lane.
+        let control = !data && !trimmed && self.ports[port as usize].prioritises_headers();
+        if trimmed || control {
             if self.ports[port as usize].admit_header(now_ps) {
                 self.send(port, packet, true);
             } else {
@@ -469,7 +475,7 @@ impl FabricSim {
             let placed =
                 self.hosts[f.spec.dst as usize].memory.region(RegionId(i as u32)).map_or(0, |r| r.bytes_placed);
             let src = &self.hosts[f.spec.src as usize];
-            let stats = src.conns.get(&f.spec.dst).and_then(|&c| src.endpoint.connection_stats(c));
+            let stats = src.conns.get(&(f.spec.dst, f.spec.class)).and_then(|&c| src.endpoint.connection_stats(c));
             let conn = match stats {
                 Some(s) => format!(
                     "cc {} window {} in flight {} sent {} retransmitted {} lost {} acked {} srtt {:?} quarantined paths {}",
@@ -628,11 +634,12 @@ impl FabricSim {
         let (src, dst) = (f.spec.src, f.spec.dst);
         let host = &mut self.hosts[src as usize];
         let config_error = |e: String| FabricError::Flow { seed: self.config.seed, flow, src, dst, what: e };
-        let conn = match host.conns.get(&dst) {
+        let class = f.spec.class;
+        let conn = match host.conns.get(&(dst, class)) {
             Some(&c) => c,
             None => {
                 let c = host.endpoint.connect(now).map_err(|e| config_error(e.to_string()))?;
-                host.conns.insert(dst, c);
+                host.conns.insert((dst, class), c);
                 host.peers.insert(c, dst);
                 c
             }
@@ -650,14 +657,21 @@ impl FabricSim {
     fn deliver(&mut self, host: u32, packet: u32) {
         let net = &mut self.net;
         let p = net.pool.get(packet);
+        let h = &mut self.hosts[host as usize];
+        let rx = RxMeta { path: PathId(p.path), ecn_ce: p.ecn_ce };
         if p.trimmed {
+            // Only the header arrived: the endpoint's trimmed entry point NACKs it and never
+            // places anything (the bytes here are exactly the header the sender emitted).
             net.counters.trimmed_delivered += 1;
+            let outcome = h.endpoint.handle_trimmed_datagram(rx, &p.header);
+            if let Some(conn) = outcome.conn {
+                h.peers.entry(conn).or_insert(p.src);
+            }
             net.pool.free(packet);
+            self.after_delivery(host);
             return;
         }
         net.counters.delivered += 1;
-        let h = &mut self.hosts[host as usize];
-        let rx = RxMeta { path: PathId(p.path), ecn_ce: p.ecn_ce };
         let (src, data) = (p.src, p.payload_len > 0);
         if let Some(datagram) = self.rx.build(p) {
             net.counters.data_delivered += data as u64;
@@ -670,11 +684,16 @@ impl FabricSim {
             }
         }
         net.pool.free(packet);
+        self.after_delivery(host);
+    }
+
+    /// The driver loop after a datagram: at once, or at the end of the receive batch window.
+    fn after_delivery(&mut self, host: u32) {
         if self.config.rx_batch.is_zero() {
             self.drive(host);
-        } else if !h.rx_batch_pending {
-            h.rx_batch_pending = true;
-            net.queue.push(net.now + self.config.rx_batch, Ev::RxBatch { host });
+        } else if !self.hosts[host as usize].rx_batch_pending {
+            self.hosts[host as usize].rx_batch_pending = true;
+            self.net.queue.push(self.net.now + self.config.rx_batch, Ev::RxBatch { host });
         }
     }
 

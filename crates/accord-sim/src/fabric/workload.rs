@@ -80,6 +80,31 @@ pub fn incast_with_victims(
     flows
 }
 
+/// The victims of an incast as streams of messages: a permutation among hosts
+/// `0..victim_hosts` (the incast's receiver, host 0, among them, as in MoE serving where the hot
+/// expert's host also takes part in the all-to-all), each pair sending `messages` messages of
+/// `bytes`, message `i` submitted at `i * interval`. Each message is one flow, so percentiles
+/// are over message latencies.
+pub fn victim_messages(
+    victim_hosts: u32,
+    bytes: u64,
+    messages: u32,
+    interval: Duration,
+    rng: &mut ChaCha8Rng,
+) -> Vec<FlowSpec> {
+    let mut flows = Vec::with_capacity(victim_hosts as usize * messages as usize);
+    if victim_hosts < 2 {
+        return flows;
+    }
+    let pairs = permutation(victim_hosts, bytes, rng);
+    for i in 0..messages {
+        for p in &pairs {
+            flows.push(FlowSpec { start: interval * i, class: FlowClass::Victim, ..p.clone() });
+        }
+    }
+    flows
+}
+
 /// Every host writes `bytes` to every other host; starts jittered by up to `jitter`.
 pub fn all_to_all(hosts: u32, bytes: u64, jitter: Duration, rng: &mut ChaCha8Rng) -> Vec<FlowSpec> {
     let mut flows = Vec::with_capacity(hosts as usize * (hosts as usize - 1));
