@@ -127,8 +127,8 @@ pub struct PermutationArgs {
     /// Topology: fat-tree-3 or fat-tree-2.
     #[arg(long, default_value = "fat-tree-3")]
     topology: String,
-    /// Switch queue policy: ecn, droptail or trim.
-    #[arg(long, default_value = "ecn")]
+    /// Switch queue policy: auto (trimming for eqds, ECN marking for the others), ecn, droptail or trim.
+    #[arg(long, default_value = "auto")]
     queue: String,
     /// Check conservation and window invariants on every event and track every placement
     /// (slow; for tests).
@@ -209,7 +209,7 @@ fn permutation(args: PermutationArgs) -> Result<(), String> {
         opts.mtu,
         opts.paths,
         opts.chunk,
-        opts.queue,
+        opts.queue_name(),
         opts.cc,
         opts.seed
     );
