@@ -587,14 +587,21 @@ impl<D: Datapath> Datapath for ShmDatapath<D> {
         let start = Instant::now();
         let streaming = self.last_ring_rx.is_some_and(|t| start.duration_since(t) < SPIN_AFTER_RX_WITHIN);
         let spin = if streaming { self.config.spin.min(timeout) } else { Duration::ZERO };
-        loop {
-            if self.rings_have_data() {
-                return Ok(true);
+        // While spinning, the sockets are polled too (without blocking): they carry the owner's
+        // wake-ups (a command queued for a worker that said it sleeps) and UDP-only peers, which
+        // a ring-only spin would leave waiting until the spin ends, on every message of a chain.
+        // Each turn yields the core, so on a host with more threads than cores the spin does not
+        // starve the thread that is about to produce what we wait for.
+        if !spin.is_zero() {
+            loop {
+                if self.rings_have_data() || self.inner.wait_readable(Duration::ZERO)? {
+                    return Ok(true);
+                }
+                if start.elapsed() >= spin {
+                    break;
+                }
+                std::thread::yield_now();
             }
-            if start.elapsed() >= spin {
-                break;
-            }
-            std::hint::spin_loop();
         }
         let consumers = || self.remotes.iter().filter_map(|r| r.rx.as_ref().map(|(c, _)| c));
         let mut early = false;

@@ -20,7 +20,7 @@ pub const SHM_ENV_OVERRIDES: &[(&str, &str)] = &[
     ("ACCORD_SHM", "enabled (0 or 1; default 1): same-host peers exchange datagrams through shared-memory rings"),
     ("ACCORD_SHM_RING_BYTES", "ring_bytes: data bytes of each ring, a power of two in 256 KiB..=1 GiB (default 8 MiB)"),
     ("ACCORD_SHM_DIR", "dir: where ring files are created and opened (default /dev/shm; tests point it elsewhere)"),
-    ("ACCORD_SHM_SPIN_US", "spin: microseconds a receiver polls its rings before sleeping (default 50)"),
+    ("ACCORD_SHM_SPIN_US", "spin: microseconds a receiver polls its rings and sockets before sleeping (default 50)"),
 ];
 
 /// How a [`super::ShmDatapath`] behaves.
@@ -33,7 +33,8 @@ pub struct ShmConfig {
     pub ring_bytes: usize,
     /// Directory of the ring files. Default `/dev/shm`. Both sides must see the same one.
     pub dir: PathBuf,
-    /// Busy-poll before sleeping. Default [`SHM_SPIN_DEFAULT`].
+    /// Poll of rings and sockets (yielding the core each turn) before sleeping. Default
+    /// [`SHM_SPIN_DEFAULT`].
     pub spin: Duration,
 }
 
