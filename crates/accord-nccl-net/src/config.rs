@@ -20,7 +20,7 @@ pub const NET_ENV_OVERRIDES: &[(&str, &str)] = &[
     (
         "ACCORD_NET_PIECES",
         "most pieces a receive's bytes are written in, each on the next engine lane with its own immediate \
-         (1..=16; default: the engine's lane count); 0: one write the engine shards itself (immediate sent after)",
+         (default: the engine's lane count, at most 16); 0 or 1: one write per receive, which the engine shards itself (its immediate sent after every shard)",
     ),
 ];
 
