@@ -17,6 +17,11 @@ pub const NET_ENV_OVERRIDES: &[(&str, &str)] = &[
         "speed each device reports to NCCL, in Mbps; default 100000 (or the interface's /sys speed)",
     ),
     ("ACCORD_NET_SETUP_TIMEOUT_MS", "connect/accept give up after this long without progress; default 300000"),
+    (
+        "ACCORD_NET_PIECES",
+        "most pieces a receive's bytes are written in, each on the next engine lane with its own immediate \
+         (default: the engine's lane count, at most 16); 0 or 1: one write per receive, which the engine shards itself (its immediate sent after every shard)",
+    ),
 ];
 
 /// Most devices (engine NICs) the plugin exposes; the engine's NIC bound.
@@ -44,6 +49,8 @@ pub struct NetConfig {
     pub speed_mbps: Option<i32>,
     /// Connection-setup timeout. Default [`SETUP_TIMEOUT_DEFAULT`].
     pub setup_timeout: Duration,
+    /// Most pieces per receive (None: the engine's lane count; 0: one engine-sharded write).
+    pub pieces_max: Option<u32>,
 }
 
 impl Default for NetConfig {
@@ -52,6 +59,7 @@ impl Default for NetConfig {
             devices: vec![DeviceConfig { ip: IpAddr::V4(Ipv4Addr::LOCALHOST), interface: None }],
             speed_mbps: None,
             setup_timeout: SETUP_TIMEOUT_DEFAULT,
+            pieces_max: None,
         }
     }
 }
@@ -77,6 +85,13 @@ impl NetConfig {
         if let Some(v) = lookup("ACCORD_NET_SETUP_TIMEOUT_MS") {
             let ms: u64 = v.trim().parse().map_err(|_| bad("ACCORD_NET_SETUP_TIMEOUT_MS", &v))?;
             config.setup_timeout = Duration::from_millis(ms.max(1));
+        }
+        if let Some(v) = lookup("ACCORD_NET_PIECES") {
+            let pieces: u32 = v.trim().parse().map_err(|_| bad("ACCORD_NET_PIECES", &v))?;
+            if pieces > crate::cts::PIECES_MAX {
+                return Err(bad("ACCORD_NET_PIECES", &v));
+            }
+            config.pieces_max = Some(pieces);
         }
         Ok(config)
     }

@@ -1,15 +1,18 @@
 //! The clear-to-send (CTS) entry a receiver writes into its sender's CTS ring, one per `irecv`:
-//! which request slot it is, and for each of its receives the tag, the capacity and where the
-//! bytes go (region, key, length and offset of the registered destination).
+//! which request slot it is, and for each of its receives the tag, the capacity, where the
+//! bytes go (region, key, length and offset of the registered destination) and in how many
+//! pieces the sender writes them (each piece its own write with the completion immediate).
 
 use crate::error::PluginError;
 
 /// Most receives one grouped `irecv` may hold (`maxRecvs`).
 pub const RECVS_MAX: usize = 8;
-/// First word of every entry ("CTS1").
-pub const CTS_MAGIC: u32 = 0x4354_5331;
+/// Most pieces one receive's bytes are written in (one write, and one immediate, per piece).
+pub const PIECES_MAX: u32 = 16;
+/// First word of every entry ("CTS2").
+pub const CTS_MAGIC: u32 = 0x4354_5332;
 const HEADER_BYTES: usize = 24;
-const RECV_BYTES: usize = 40;
+const RECV_BYTES: usize = 44;
 /// Bytes of one ring entry (header plus [`RECVS_MAX`] receives, rounded up to 64).
 pub const ENTRY_BYTES: usize = (HEADER_BYTES + RECVS_MAX * RECV_BYTES).next_multiple_of(64);
 
@@ -28,6 +31,9 @@ pub struct CtsRecv {
     pub offset: u64,
     /// Capacity of the receive buffer.
     pub size: u64,
+    /// Data writes the sender makes into this receive, 1..=[`PIECES_MAX`] (the receiver counts
+    /// that many immediates plus one for the size word).
+    pub pieces: u32,
 }
 
 /// One clear-to-send.
@@ -58,6 +64,7 @@ impl CtsEntry {
             out[at + 16..at + 24].copy_from_slice(&r.region_len.to_le_bytes());
             out[at + 24..at + 32].copy_from_slice(&r.offset.to_le_bytes());
             out[at + 32..at + 40].copy_from_slice(&r.size.to_le_bytes());
+            out[at + 40..at + 44].copy_from_slice(&r.pieces.to_le_bytes());
         }
         out
     }
@@ -84,9 +91,16 @@ impl CtsEntry {
                     region_len: u64_at(at + 16),
                     offset: u64_at(at + 24),
                     size: u64_at(at + 32),
+                    pieces: u32_at(at + 40),
                 }
             })
-            .collect();
+            .collect::<Vec<_>>();
+        if let Some(r) = recvs.iter().find(|r| r.pieces == 0 || r.pieces > PIECES_MAX) {
+            return Err(PluginError::Protocol(format!(
+                "clear-to-send entry {expected_seq} asks for {} pieces (1..={PIECES_MAX})",
+                r.pieces
+            )));
+        }
         Ok(CtsEntry { seq, slot: u32_at(16), recvs })
     }
 }
@@ -104,6 +118,7 @@ mod tests {
                 region_len: 1 << 40,
                 offset: 123 * i as u64,
                 size: 1 << 30,
+                pieces: 1 + i as u32,
             })
             .collect();
         CtsEntry { seq: 99, slot: 3, recvs }
@@ -126,5 +141,11 @@ mod tests {
         let mut bad = e;
         bad[4] = 200;
         assert!(CtsEntry::decode(&bad, 99).is_err());
+        let mut zero_pieces = e;
+        zero_pieces[HEADER_BYTES + 40..HEADER_BYTES + 44].copy_from_slice(&0u32.to_le_bytes());
+        assert!(CtsEntry::decode(&zero_pieces, 99).is_err(), "a receive needs at least one piece");
+        let mut many = e;
+        many[HEADER_BYTES + 40..HEADER_BYTES + 44].copy_from_slice(&(PIECES_MAX + 1).to_le_bytes());
+        assert!(CtsEntry::decode(&many, 99).is_err());
     }
 }

@@ -15,6 +15,8 @@ use std::sync::{Arc, Mutex};
 /// [`crate::abi::NET_REQUESTS_MAX`] immediate counters, and the engine counts at most
 /// [`accord_engine::IMM_COUNTERS_MAX`] distinct immediates.
 pub const COMMS_MAX: usize = 1024;
+/// Smallest piece a receive is split into for the sender (see [`Runtime::pieces_for`]).
+pub const PIECE_BYTES_MIN: u64 = 64 << 10;
 /// High bits of every immediate this plugin uses.
 pub const IMM_PREFIX: u32 = 0xACC0_0000;
 const SLOT_BITS: u32 = 5;
@@ -49,6 +51,8 @@ pub struct Runtime {
     pub devices: Vec<Device>,
     /// The configuration in effect.
     pub config: NetConfig,
+    /// Most pieces per receive this process asks its senders for (0: one engine-sharded write).
+    pub pieces_max: u32,
     free_indexes: Arc<Mutex<VecDeque<u32>>>,
 }
 
@@ -111,7 +115,9 @@ impl Runtime {
             })
             .collect();
         let free_indexes = Arc::new(Mutex::new((0..COMMS_MAX as u32).collect()));
-        Ok(Runtime { engine, devices, config, free_indexes })
+        let lanes = (engine.config().nics.len() * engine.config().workers_per_nic) as u32;
+        let pieces_max = config.pieces_max.unwrap_or(lanes).min(crate::cts::PIECES_MAX);
+        Ok(Runtime { engine, devices, config, pieces_max, free_indexes })
     }
 
     /// The device `dev`, or the error NCCL should see.
@@ -120,6 +126,13 @@ impl Runtime {
             .ok()
             .and_then(|d| self.devices.get(d))
             .ok_or(PluginError::NoSuchDevice { dev, count: self.devices.len() })
+    }
+
+    /// Pieces the sender should write a receive of `capacity` bytes in: one per lane, but
+    /// none under [`PIECE_BYTES_MIN`] (a piece costs a write and an immediate).
+    pub fn pieces_for(&self, capacity: u64) -> u32 {
+        let by_size = (capacity / PIECE_BYTES_MIN).clamp(1, u64::from(crate::cts::PIECES_MAX)) as u32;
+        by_size.min(self.pieces_max).max(1)
     }
 
     /// Takes a free comm index (the least recently freed, so counters of a closed comm rest

@@ -635,6 +635,13 @@ fn two_processes_move_bytes_exactly() {
     run_pair(&[(SLOW_CONNECT_ENV, "0")], 200);
 }
 
+/// Three lanes per process: every receive of 128 KiB or more is written in 2 or 3 pieces, each
+/// its own unsharded write and immediate, short sends leave pieces empty (zero-byte writes).
+#[test]
+fn two_processes_move_bytes_exactly_in_pieces_over_lanes() {
+    run_pair(&[("ACCORD_WORKERS_PER_NIC", "3")], 120);
+}
+
 #[test]
 fn two_processes_move_bytes_exactly_under_loss_and_reordering() {
     run_pair(&[("ACCORD_LOSS", "0.01"), ("ACCORD_REORDER", "0.02"), ("ACCORD_IDLE_TIMEOUT_MS", "3000")], 120);

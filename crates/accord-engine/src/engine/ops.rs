@@ -172,6 +172,19 @@ impl Engine {
     /// descriptor); the peer checks region, key and bounds again before placing anything.
     /// Writes of at least `shard_bytes_min` are split across lanes (NICs and workers).
     pub fn write(&self, op: &WriteOp<'_>) -> Result<Transfer, SubmitError> {
+        self.write_split(op, true)
+    }
+
+    /// A one-sided write that is never split across lanes: one part on the next lane (round
+    /// robin), its immediate counted as soon as its bytes landed. A sharded write with an
+    /// immediate sends the immediate as a trailer only after every shard was acknowledged (a
+    /// completion-thread hop and a round trip more); callers that split a message themselves
+    /// (one immediate per piece, as the NCCL plugin does) spread pieces over lanes without it.
+    pub fn write_unsharded(&self, op: &WriteOp<'_>) -> Result<Transfer, SubmitError> {
+        self.write_split(op, false)
+    }
+
+    fn write_split(&self, op: &WriteOp<'_>, shard: bool) -> Result<Transfer, SubmitError> {
         if !check_range(op.dst_offset, op.len, op.dst.len) {
             return Err(SubmitError::DestinationOutOfBounds {
                 offset: op.dst_offset,
@@ -186,7 +199,7 @@ impl Engine {
         let peer = op.dst.engine;
         self.check_peer(peer)?;
         let lanes = self.shared.live_lanes(peer);
-        if op.len < self.shared.config.shard_bytes_min || lanes.len() < 2 {
+        if !shard || op.len < self.shared.config.shard_bytes_min || lanes.len() < 2 {
             let kind = write_kind(op.dst, op.dst_offset, op.imm);
             return Ok(self.submit(vec![PartSpec { peer, kind, source, lane: None }], None));
         }

@@ -38,6 +38,37 @@ fn write_over_network_lands_and_counts_imm() {
     assert!(dst.to_vec() == data, "bytes differ");
 }
 
+/// Unsharded writes on an engine with several lanes: each one part on the next lane, its
+/// immediate counted once its bytes landed; pieces of one buffer land exactly and spread over lanes.
+#[test]
+fn unsharded_writes_spread_over_lanes_and_count_each_immediate() {
+    let build = || Engine::builder().ignore_env().force_network(true).workers_per_nic(3).build().unwrap();
+    let (a, b) = (build(), build());
+    a.add_peer(&b.address()).unwrap();
+    b.add_peer(&a.address()).unwrap();
+    let (len, pieces) = (4 << 20, 4u64);
+    let src = a.alloc(len).unwrap();
+    let dst = b.alloc(len).unwrap();
+    let data = pattern(5, len);
+    src.write_at(0, &data).unwrap();
+    let (h, d) = (src.handle(), dst.descriptor());
+    let piece = len as u64 / pieces;
+    let transfers: Vec<_> = (0..pieces)
+        .map(|i| {
+            let op =
+                WriteOp { src: &h, src_offset: i * piece, dst: &d, dst_offset: i * piece, len: piece, imm: Some(11) };
+            a.write_unsharded(&op).unwrap()
+        })
+        .collect();
+    for t in transfers {
+        t.wait_timeout(WAIT).unwrap();
+    }
+    assert_eq!(b.imm_counter(11).wait(pieces, WAIT), pieces, "one immediate per piece");
+    assert!(dst.to_vec() == data, "bytes differ");
+    let busy = a.stats().lanes.iter().filter(|l| l.endpoint.datagrams_sent > 0).count();
+    assert!(busy >= 2, "pieces went round robin over lanes, {busy} lane(s) sent");
+}
+
 /// EQDS over kernel UDP on loopback: the receiver's credit pacer schedules the writer; a
 /// 16 MiB write lands exactly, with its immediate, and credit was what let it go.
 #[test]

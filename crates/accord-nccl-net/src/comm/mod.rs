@@ -6,11 +6,13 @@
 //!   entry has fully landed, so it never reads a half-written one.
 //! - The sender's `isend` consumes entries in sequence order and matches its tag inside the
 //!   current entry (grouped receives: each receive of the group is matched once), then writes
-//!   `min(send size, receive size)` bytes straight into the receiver's buffer and the size as
-//!   a word into the receiver's size table, both with the immediate of (receiver comm, slot).
-//!   A zero-byte message writes zero bytes (still counted) instead of the data.
-//! - The receiver's `test` is done once its slot counter moved by two per receive of the
-//!   group; it then reads the sizes from the size table.
+//!   `min(send size, receive size)` bytes straight into the receiver's buffer, in as many
+//!   pieces as the entry asks (the receiver picks one per engine lane, so pieces travel on
+//!   different lanes at once, each counted as it lands instead of behind a trailer), and the
+//!   size as a word into the receiver's size table, all with the immediate of (receiver comm,
+//!   slot). An empty piece (a zero-byte or short message) writes zero bytes, still counted.
+//! - The receiver's `test` is done once its slot counter moved by pieces + 1 per receive of
+//!   the group; it then reads the sizes from the size table.
 //!
 //! Immediate counters only move once every byte of a write landed, so completion implies the
 //! data is in place. At most one CTS write per ring slot and one pair of writes per receive
@@ -24,8 +26,8 @@ pub use send::{SendComm, SendRequest};
 
 /// Bytes of one size word in the receiver's size table.
 pub const SIZE_WORD_BYTES: usize = 8;
-/// Writes with the receiver's immediate per matched receive: the data and the size word.
-pub const WRITES_PER_RECV: u64 = 2;
+/// Writes with the receiver's immediate per matched receive besides its data pieces: the size word.
+pub const SIZE_WRITES_PER_RECV: u64 = 1;
 /// Most send requests outstanding per send comm: NCCL's 32 times the grouped receive bound.
 pub const SEND_REQUESTS_MAX: usize = crate::abi::NET_REQUESTS_MAX * crate::cts::RECVS_MAX;
 

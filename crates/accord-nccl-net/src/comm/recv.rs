@@ -1,7 +1,7 @@
 //! The receive side: request slots, clear-to-send writes, completion by immediate counters and
 //! sizes from the size table.
 
-use super::{size_word_offset, SIZE_TABLE_BYTES, SIZE_WORD_BYTES, WRITES_PER_RECV};
+use super::{size_word_offset, SIZE_TABLE_BYTES, SIZE_WORD_BYTES, SIZE_WRITES_PER_RECV};
 use crate::abi::NET_REQUESTS_MAX;
 use crate::cts::{CtsEntry, CtsRecv, ENTRY_BYTES, RECVS_MAX};
 use crate::error::{PluginError, Result};
@@ -116,7 +116,7 @@ impl RecvComm {
         let mut entries = Vec::with_capacity(recvs.len());
         for r in recvs {
             let cts = match (r.size, r.region.and_then(|m| m.registration.as_ref().map(|reg| (m, reg)))) {
-                (0, _) => CtsRecv { tag: r.tag, ..CtsRecv::default() },
+                (0, _) => CtsRecv { tag: r.tag, pieces: 1, ..CtsRecv::default() },
                 (size, Some((region, (_, desc)))) => CtsRecv {
                     tag: r.tag,
                     region: desc.region,
@@ -124,6 +124,7 @@ impl RecvComm {
                     region_len: desc.len,
                     offset: region.offset_of(r.data, size)?,
                     size,
+                    pieces: self.inner.rt.pieces_for(size),
                 },
                 (size, None) => {
                     return Err(PluginError::InvalidArgument(format!(
@@ -154,7 +155,8 @@ impl RecvComm {
         let cts = inner.rt.engine.write(&op)?;
         state.next_seq += 1;
         state.busy[slot as usize] = true;
-        state.expected[slot as usize] += WRITES_PER_RECV * recvs.len() as u64;
+        let writes: u64 = entry.recvs.iter().map(|r| u64::from(r.pieces) + SIZE_WRITES_PER_RECV).sum();
+        state.expected[slot as usize] += writes;
         let target = state.expected[slot as usize];
         Ok(Some(RecvRequest { comm: inner.clone(), slot, count: recvs.len(), target, cts }))
     }

@@ -7,7 +7,7 @@ use crate::cts::{CtsEntry, ENTRY_BYTES};
 use crate::error::{PluginError, Result};
 use crate::mr::MemoryRegion;
 use crate::runtime::{imm_for, IndexLease, Runtime};
-use accord_engine::{EngineId, ImmCounter, MrBuffer, MrDescriptor, Transfer, WriteOp};
+use accord_engine::{EngineId, ImmCounter, MrBuffer, MrDescriptor, MrHandle, Transfer, WriteOp};
 use std::sync::{Arc, Mutex};
 
 /// A send comm before the receiver answered: what the hello carries.
@@ -104,6 +104,9 @@ impl std::fmt::Debug for SendComm {
     }
 }
 
+/// Pieces start on this boundary (the last piece takes the rest).
+const PIECE_ALIGN_BYTES: u64 = 4096;
+
 /// What `isend` was asked to send.
 #[derive(Copy, Clone, Debug)]
 pub struct SendArgs<'a> {
@@ -115,6 +118,20 @@ pub struct SendArgs<'a> {
     pub tag: i32,
     /// The registration of the buffer (None allowed for zero bytes).
     pub region: Option<&'a MemoryRegion>,
+}
+
+impl SendArgs<'_> {
+    /// The registration and offset of the first `len` bytes to send.
+    fn source(&self, len: u64) -> Result<(&MrHandle, u64)> {
+        let region = self.region.ok_or_else(|| {
+            PluginError::InvalidArgument(format!("isend of {len} bytes without a registered mhandle"))
+        })?;
+        let (src, _) = region
+            .registration
+            .as_ref()
+            .ok_or_else(|| PluginError::InvalidArgument("isend from a zero-byte registration".to_string()))?;
+        Ok((src, region.offset_of(self.data, len)?))
+    }
 }
 
 impl SendComm {
@@ -162,29 +179,53 @@ impl SendComm {
         let stage_handle = inner.stage.handle();
         let stage_offset = slot as usize * SIZE_WORD_BYTES;
         inner.stage.write_at(stage_offset, &len.to_le_bytes()).expect("stage slot in range");
-        let submit = || -> Result<[Transfer; 2]> {
-            let data = if len == 0 {
-                let op = WriteOp { src: &stage_handle, src_offset: 0, dst: &inner.sizes, dst_offset: 0, len: 0, imm };
-                inner.rt.engine.write(&op)?
-            } else {
-                let region = args.region.ok_or_else(|| {
-                    PluginError::InvalidArgument(format!("isend of {len} bytes without a registered mhandle"))
-                })?;
-                let (src, _) = region
-                    .registration
-                    .as_ref()
-                    .ok_or_else(|| PluginError::InvalidArgument("isend from a zero-byte registration".to_string()))?;
-                let src_offset = region.offset_of(args.data, len)?;
-                let dst = MrDescriptor {
-                    engine: inner.peer,
-                    region: recv.region,
-                    key: recv.key,
-                    len: recv.region_len,
-                    device: None,
+        let submit = || -> Result<Vec<Transfer>> {
+            let mut transfers = Vec::with_capacity(recv.pieces as usize + 1);
+            let pieces = u64::from(recv.pieces);
+            // Pieces of whole pages (the last one shorter); with fewer bytes than pieces some
+            // are empty, and an empty piece still writes (zero bytes) so the count holds.
+            let piece_bytes = len.div_ceil(pieces).next_multiple_of(PIECE_ALIGN_BYTES);
+            let source = if len == 0 { None } else { Some(args.source(len)?) };
+            for i in 0..pieces {
+                let start = (i * piece_bytes).min(len);
+                let piece_len = piece_bytes.min(len - start);
+                let transfer = match source {
+                    Some((src, src_offset)) if piece_len > 0 => {
+                        let dst = MrDescriptor {
+                            engine: inner.peer,
+                            region: recv.region,
+                            key: recv.key,
+                            len: recv.region_len,
+                            device: None,
+                        };
+                        let op = WriteOp {
+                            src,
+                            src_offset: src_offset + start,
+                            dst: &dst,
+                            dst_offset: recv.offset + start,
+                            len: piece_len,
+                            imm,
+                        };
+                        if pieces == 1 {
+                            inner.rt.engine.write(&op)?
+                        } else {
+                            inner.rt.engine.write_unsharded(&op)?
+                        }
+                    }
+                    _ => {
+                        let op = WriteOp {
+                            src: &stage_handle,
+                            src_offset: 0,
+                            dst: &inner.sizes,
+                            dst_offset: 0,
+                            len: 0,
+                            imm,
+                        };
+                        inner.rt.engine.write(&op)?
+                    }
                 };
-                let op = WriteOp { src, src_offset, dst: &dst, dst_offset: recv.offset, len, imm };
-                inner.rt.engine.write(&op)?
-            };
+                transfers.push(transfer);
+            }
             let op = WriteOp {
                 src: &stage_handle,
                 src_offset: stage_offset as u64,
@@ -193,7 +234,8 @@ impl SendComm {
                 len: SIZE_WORD_BYTES as u64,
                 imm,
             };
-            Ok([data, inner.rt.engine.write(&op)?])
+            transfers.push(inner.rt.engine.write(&op)?);
+            Ok(transfers)
         };
         match submit() {
             Ok(transfers) => Ok(Some(SendRequest { comm: inner.clone(), slot, size: len, transfers })),
@@ -210,7 +252,7 @@ pub struct SendRequest {
     comm: Arc<SendInner>,
     slot: u32,
     size: u64,
-    transfers: [Transfer; 2],
+    transfers: Vec<Transfer>,
 }
 
 impl std::fmt::Debug for SendRequest {
@@ -220,7 +262,7 @@ impl std::fmt::Debug for SendRequest {
 }
 
 impl SendRequest {
-    /// Whether both writes completed: `Some(bytes sent)` once done.
+    /// Whether every write (pieces and size word) completed: `Some(bytes sent)` once done.
     pub fn test(&self) -> Result<Option<u64>> {
         let mut done = true;
         for t in &self.transfers {

@@ -12,6 +12,13 @@ fn default_is_one_loopback_device() {
     assert_eq!(c.devices.len(), 1);
     assert!(c.devices[0].ip.is_loopback());
     assert_eq!(c.setup_timeout, SETUP_TIMEOUT_DEFAULT);
+    assert_eq!(c.pieces_max, None, "pieces default to the engine's lane count");
+}
+
+#[test]
+fn pieces_take_zero_for_engine_sharding_up_to_the_bound() {
+    assert_eq!(config(&[("ACCORD_NET_PIECES", "0")]).unwrap().pieces_max, Some(0));
+    assert_eq!(config(&[("ACCORD_NET_PIECES", "16")]).unwrap().pieces_max, Some(16));
 }
 
 #[test]
@@ -30,6 +37,8 @@ fn bad_values_are_errors_that_name_the_variable() {
         [("ACCORD_NET_IFS", ",")],
         [("ACCORD_NET_SPEED_MBPS", "-3")],
         [("ACCORD_NET_SETUP_TIMEOUT_MS", "soon")],
+        [("ACCORD_NET_PIECES", "17")],
+        [("ACCORD_NET_PIECES", "many")],
     ] {
         let e = config(&vars).unwrap_err().to_string();
         assert!(e.contains(vars[0].0) || e.contains("ACCORD_NET_IFS"), "{e}");
@@ -38,7 +47,7 @@ fn bad_values_are_errors_that_name_the_variable() {
 
 #[test]
 fn every_variable_read_is_listed() {
-    for name in ["ACCORD_NET_IFS", "ACCORD_NET_SPEED_MBPS", "ACCORD_NET_SETUP_TIMEOUT_MS"] {
+    for name in ["ACCORD_NET_IFS", "ACCORD_NET_SPEED_MBPS", "ACCORD_NET_SETUP_TIMEOUT_MS", "ACCORD_NET_PIECES"] {
         assert!(NET_ENV_OVERRIDES.iter().any(|(n, _)| *n == name), "{name} missing from NET_ENV_OVERRIDES");
     }
 }
