@@ -42,7 +42,10 @@ pub const ENGINE_ENV_OVERRIDES: &[(&str, &str)] = &[
     ("ACCORD_SHM", "shm.enabled (0 or 1, default 1): same-host peers exchange datagrams through shared-memory rings"),
     ("ACCORD_SHM_RING_BYTES", "shm.ring_bytes: data bytes per ring (one per lane pair and direction), power of two"),
     ("ACCORD_SHM_DIR", "shm.dir: directory of ring files (default /dev/shm); both peers must see the same one"),
-    ("ACCORD_SHM_SPIN_US", "shm.spin: microseconds a worker polls its rings and sockets (yielding the core each turn) before sleeping"),
+    (
+        "ACCORD_SHM_SPIN_US",
+        "shm.spin: microseconds a worker polls its rings and sockets (yielding the core each turn) before sleeping",
+    ),
     ("ACCORD_LOSS", "fault.drop: inject this packet loss probability (tests, benchmarks)"),
     ("ACCORD_REORDER", "fault.reorder: inject this reordering probability (tests, benchmarks)"),
 ];
