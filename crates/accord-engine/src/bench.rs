@@ -269,6 +269,19 @@ struct Measured {
     lat_us: f64,
 }
 
+/// The figures of one size from its timed runs (seconds, median latency) on the default side
+/// and the UDP-only side: `bytes_total` moved per side, shared-memory share since `before`.
+fn measured(p: &Parent, before: (u64, u64), timed: [(f64, f64); 2], bytes_total: u64, tcp_gbps: f64) -> Measured {
+    let per_s = |secs: f64| bytes_total as f64 / secs;
+    Measured {
+        shm_share: shm_share(before, datagram_counts(&p.sides[SIDE_DEFAULT].engine)),
+        accord_bytes_per_s: per_s(timed[SIDE_DEFAULT].0),
+        udp_bytes_per_s: per_s(timed[SIDE_UDP].0),
+        tcp_gbps,
+        lat_us: timed[SIDE_DEFAULT].1,
+    }
+}
+
 fn row(op: &str, bytes: u64, m: Measured) -> P2pRow {
     let accord_gbps = m.accord_bytes_per_s / 1e9;
     let udp_gbps = m.udp_bytes_per_s / 1e9;
@@ -368,14 +381,7 @@ fn run_parent(
                 .accord(side, iters, imm, |s| submit_write(s, bytes, imm))
                 .map_err(|e| BenchError::Engine(format!("writes of {bytes} bytes: {e}")))?;
         }
-        let per_s = |secs: f64| (bytes * iters) as f64 / secs;
-        let m = Measured {
-            shm_share: shm_share(before, datagram_counts(&p.sides[SIDE_DEFAULT].engine)),
-            accord_bytes_per_s: per_s(timed[SIDE_DEFAULT].0),
-            udp_bytes_per_s: per_s(timed[SIDE_UDP].0),
-            tcp_gbps,
-            lat_us: timed[SIDE_DEFAULT].1,
-        };
+        let m = measured(&p, before, timed, bytes * iters, tcp_gbps);
         rows.push(row("write", bytes, m));
     }
     if let Some(page) = opts.paged_page_bytes {
@@ -402,14 +408,7 @@ fn run_parent(
                 s.engine.write_paged(&op).map_err(engine_err)
             })?;
         }
-        let per_s = |secs: f64| (paged_total * iters) as f64 / secs;
-        let m = Measured {
-            shm_share: shm_share(before, datagram_counts(&p.sides[SIDE_DEFAULT].engine)),
-            accord_bytes_per_s: per_s(timed[SIDE_DEFAULT].0),
-            udp_bytes_per_s: per_s(timed[SIDE_UDP].0),
-            tcp_gbps,
-            lat_us: timed[SIDE_DEFAULT].1,
-        };
+        let m = measured(&p, before, timed, paged_total * iters, tcp_gbps);
         rows.push(row("paged", paged_total, m));
     }
     send_cmd(&mut p.tcp, OP_EXIT, 0, 0)?;
