@@ -12,8 +12,8 @@ use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const ROLE_ENV: &str = "ACCORD_MP_ROLE";
@@ -348,45 +348,17 @@ fn kill_child(me: usize) -> Result<(), String> {
 
 #[test]
 fn peer_killed_mid_transfer_over_shared_memory() {
-    let exe = std::env::current_exe().unwrap();
-    let mut children: Vec<_> = (0..2)
-        .map(|me| {
-            Command::new(&exe)
-                .args(["--exact", "mp_child", "--nocapture", "--test-threads=1"])
-                .env(ROLE_ENV, format!("{me}/2/kill"))
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("spawn a test process")
-        })
-        .collect();
-    let (tx, rx) = std::sync::mpsc::channel::<(usize, String)>();
-    for (me, c) in children.iter_mut().enumerate() {
-        let out = BufReader::new(c.stdout.take().unwrap());
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            for line in out.lines().map_while(Result::ok) {
-                if let Some(at) = line.find("@@") {
-                    let _ = tx.send((me, line[at + 2..].to_string()));
-                }
-            }
-        });
-    }
+    let (mut children, rx) = spawn_children(2, "kill");
     let deadline = Instant::now() + CHILD_DEADLINE;
     let mut hellos: Vec<Option<String>> = vec![None; 2];
-    let (mut started, mut landed, mut killed) = (false, false, false);
+    let (mut started, mut landed, mut killed, mut relayed) = (false, false, false, false);
     let outcome = loop {
         let Ok((me, msg)) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) else {
             break Err("timed out".to_string());
         };
         if let Some(addr) = msg.strip_prefix("ADDR ") {
             hellos[me] = Some(addr.to_string());
-            if hellos.iter().all(Option::is_some) {
-                let list = format!("[{}]\n", hellos.iter().map(|h| h.clone().unwrap()).collect::<Vec<_>>().join(","));
-                for c in &mut children {
-                    c.stdin.as_mut().unwrap().write_all(list.as_bytes()).unwrap();
-                }
-            }
+            relay_addresses_once_all_known(&hellos, &mut children, &mut relayed);
         } else if msg == "STARTED" {
             started = true;
         } else if msg == "LANDED" {
@@ -414,21 +386,22 @@ fn two_processes_without_shared_memory() {
     run_group(2, Scenario::NoShm);
 }
 
-/// Spawns `n` processes running `scenario`, relays addresses, and checks every one said OK.
-fn run_group(n: usize, scenario: Scenario) {
+/// Spawns `n` copies of this test binary running `mp_child` as `{me}/{n}/{role}`, and a reader
+/// per child that forwards each `@@`-marked stdout line as (child, message).
+fn spawn_children(n: usize, role: &str) -> (Vec<Child>, mpsc::Receiver<(usize, String)>) {
     let exe = std::env::current_exe().unwrap();
-    let mut children = vec![];
-    for me in 0..n {
-        let child = Command::new(&exe)
-            .args(["--exact", "mp_child", "--nocapture", "--test-threads=1"])
-            .env(ROLE_ENV, format!("{me}/{n}/{}", scenario.name()))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn a test process");
-        children.push(child);
-    }
-    let (tx, rx) = std::sync::mpsc::channel::<(usize, String)>();
+    let mut children: Vec<Child> = (0..n)
+        .map(|me| {
+            Command::new(&exe)
+                .args(["--exact", "mp_child", "--nocapture", "--test-threads=1"])
+                .env(ROLE_ENV, format!("{me}/{n}/{role}"))
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn a test process")
+        })
+        .collect();
+    let (tx, rx) = mpsc::channel::<(usize, String)>();
     for (me, c) in children.iter_mut().enumerate() {
         let out = BufReader::new(c.stdout.take().unwrap());
         let tx = tx.clone();
@@ -441,11 +414,28 @@ fn run_group(n: usize, scenario: Scenario) {
             }
         });
     }
+    (children, rx)
+}
+
+/// Once every child said its address, sends the list to all of them (once: `relayed`).
+fn relay_addresses_once_all_known(hellos: &[Option<String>], children: &mut [Child], relayed: &mut bool) {
+    if *relayed || hellos.iter().any(Option::is_none) {
+        return;
+    }
+    *relayed = true;
+    let list = format!("[{}]\n", hellos.iter().map(|h| h.clone().unwrap()).collect::<Vec<_>>().join(","));
+    for c in children {
+        c.stdin.as_mut().unwrap().write_all(list.as_bytes()).unwrap();
+    }
+}
+
+/// Spawns `n` processes running `scenario`, relays addresses, and checks every one said OK.
+fn run_group(n: usize, scenario: Scenario) {
+    let (mut children, rx) = spawn_children(n, scenario.name());
     let deadline = Instant::now() + CHILD_DEADLINE;
     let mut hellos: Vec<Option<String>> = vec![None; n];
     let mut results: Vec<Option<String>> = vec![None; n];
-    let mut relayed = false;
-    let mut failure = None;
+    let (mut failure, mut relayed) = (None, false);
     while results.iter().any(Option::is_none) {
         let left = deadline.saturating_duration_since(Instant::now());
         let Ok((me, msg)) = rx.recv_timeout(left) else {
@@ -454,15 +444,9 @@ fn run_group(n: usize, scenario: Scenario) {
         };
         if let Some(addr) = msg.strip_prefix("ADDR ") {
             hellos[me] = Some(addr.to_string());
+            relay_addresses_once_all_known(&hellos, &mut children, &mut relayed);
         } else {
             results[me] = Some(msg);
-        }
-        if !relayed && hellos.iter().all(Option::is_some) {
-            let list = format!("[{}]\n", hellos.iter().map(|h| h.clone().unwrap()).collect::<Vec<_>>().join(","));
-            for c in &mut children {
-                c.stdin.as_mut().unwrap().write_all(list.as_bytes()).unwrap();
-            }
-            relayed = true;
         }
     }
     for c in &mut children {
