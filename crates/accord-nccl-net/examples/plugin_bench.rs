@@ -16,9 +16,11 @@
 //! Any `ACCORD_*` variable passes through to the children.
 #![allow(unsafe_code)]
 
+#[path = "../tests/support/children.rs"]
+mod children;
 use nccl_net_accord::abi::{self, CommConfig, NetV11, NET_HANDLE_BYTES_MAX};
 use std::ffi::c_void;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -254,17 +256,7 @@ fn pair(env: &[(String, String)]) -> Vec<Vec<f64>> {
             cmd.spawn().expect("spawn child")
         })
         .collect();
-    let (tx, rx) = std::sync::mpsc::channel::<(usize, Option<String>)>();
-    for (rank, child) in children.iter_mut().enumerate() {
-        let out = BufReader::new(child.stdout.take().unwrap());
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            for line in out.lines().map_while(Result::ok) {
-                let _ = tx.send((rank, Some(line)));
-            }
-            let _ = tx.send((rank, None));
-        });
-    }
+    let rx = children::stdout_lines(&mut children);
     let mut handles: Vec<Option<String>> = vec![None, None];
     let mut results: Vec<Option<Vec<f64>>> = vec![None, None];
     // (rank, kind, comm) -> stamps of each message.
@@ -278,10 +270,7 @@ fn pair(env: &[(String, String)]) -> Vec<Vec<f64>> {
         };
         if let Some((_, h)) = line.split_once("@@HANDLES ") {
             handles[rank] = Some(h.trim().to_string());
-            if let [Some(h0), Some(h1)] = &handles[..] {
-                writeln!(children[0].stdin.as_mut().unwrap(), "{h1}").unwrap();
-                writeln!(children[1].stdin.as_mut().unwrap(), "{h0}").unwrap();
-            }
+            children::exchange_handles(&handles, &mut children);
         } else if let Some((_, r)) = line.split_once("@@STAMPS ") {
             let mut it = r.split_whitespace();
             let kind = it.next().unwrap_or_default().to_string();

@@ -11,16 +11,20 @@
 //! `ACCORD_NCCL_CHILD`); the parent relays the two listen handles over stdin/stdout.
 #![allow(unsafe_code)]
 
+mod support {
+    pub mod children;
+}
 use nccl_net_accord::abi::{self, CommConfig, DebugLogger, NetV11, PropertiesV11, NET_HANDLE_BYTES_MAX};
 use rand::seq::SliceRandom;
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_int, c_ulong, c_void, CStr};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use support::children;
 
 const CHILD_ENV: &str = "ACCORD_NCCL_CHILD";
 const GROUPS_ENV: &str = "ACCORD_NCCL_GROUPS";
@@ -569,18 +573,7 @@ fn run_pair(extra_env: &[(&str, &str)], groups: usize) {
             cmd.spawn().expect("spawn child")
         })
         .collect();
-    // Every stdout line of both children, read to the end so no child writes into a closed pipe.
-    let (tx, rx) = std::sync::mpsc::channel::<(usize, Option<String>)>();
-    for (rank, child) in children.iter_mut().enumerate() {
-        let out = BufReader::new(child.stdout.take().unwrap());
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            for line in out.lines().map_while(Result::ok) {
-                let _ = tx.send((rank, Some(line)));
-            }
-            let _ = tx.send((rank, None));
-        });
-    }
+    let rx = children::stdout_lines(&mut children);
     let deadline = Instant::now() + PARENT_DEADLINE;
     let mut handles: Vec<Option<String>> = vec![None, None];
     let mut done = [false; 2];
@@ -602,10 +595,7 @@ fn run_pair(extra_env: &[(&str, &str)], groups: usize) {
         };
         if let Some((_, h)) = line.split_once("@@HANDLE ") {
             handles[rank] = Some(h.trim().to_string());
-            if let [Some(h0), Some(h1)] = &handles[..] {
-                writeln!(children[0].stdin.as_mut().unwrap(), "{h1}").unwrap();
-                writeln!(children[1].stdin.as_mut().unwrap(), "{h0}").unwrap();
-            }
+            children::exchange_handles(&handles, &mut children);
         } else if line.contains("@@DONE") {
             done[rank] = true;
             if done[0] && done[1] {
