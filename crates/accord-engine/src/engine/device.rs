@@ -52,14 +52,8 @@ impl Engine {
         })
     }
 
-    /// Whether `op` involves device memory (then [`Engine::write_device`] handles it).
-    pub(super) fn is_device_write(&self, op: &WriteOp<'_>) -> bool {
-        op.dst.device.is_some()
-            || (op.src.engine == self.id()
-                && self.shared.regions.read().unwrap().get(op.src.region).is_some_and(|r| r.device.is_some()))
-    }
-
-    /// A write from or to device memory (bounds of the destination already checked).
+    /// A write from or to device memory (bounds of the destination already checked; called when
+    /// the destination or the local source region is device memory).
     pub(super) fn write_device(&self, op: &WriteOp<'_>) -> Result<Transfer, SubmitError> {
         if op.src.engine != self.id() {
             return Err(SubmitError::UnknownSource);

@@ -123,22 +123,30 @@ pub(super) fn dispatch_part(shared: &Arc<Shared>, spec: PartSpec, transfer: Arc<
 
 impl Engine {
     fn source(&self, src: &MrHandle, offset: u64, len: u64) -> Result<Source, SubmitError> {
+        self.host_source(src, offset, len)?.ok_or_else(|| {
+            SubmitError::Invalid(
+                "device memory can only be the source of Engine::write (paged writes, scatters and sends \
+                 from device memory are not implemented yet)"
+                    .into(),
+            )
+        })
+    }
+
+    /// The source range of a host region, checked; `None` when the region is device memory
+    /// (one region lookup either way: writes call this on every submission).
+    fn host_source(&self, src: &MrHandle, offset: u64, len: u64) -> Result<Option<Source>, SubmitError> {
         if src.engine != self.id() {
             return Err(SubmitError::UnknownSource);
         }
         let regions = self.shared.regions.read().unwrap();
         let region = regions.get(src.region).ok_or(SubmitError::UnknownSource)?;
         if region.device.is_some() {
-            return Err(SubmitError::Invalid(
-                "device memory can only be the source of Engine::write (paged writes, scatters and sends \
-                 from device memory are not implemented yet)"
-                    .into(),
-            ));
+            return Ok(None);
         }
         if !check_range(offset, len, region.len) {
             return Err(SubmitError::SourceOutOfBounds { offset, len, region_len: region.len });
         }
-        Ok(Source::from_region(region, offset, len))
+        Ok(Some(Source::from_region(region, offset, len)))
     }
 
     fn check_peer(&self, peer: EngineId) -> Result<(), SubmitError> {
@@ -192,10 +200,12 @@ impl Engine {
                 region_len: op.dst.len,
             });
         }
-        if self.is_device_write(op) {
+        if op.dst.device.is_some() {
             return self.write_device(op);
         }
-        let source = self.source(op.src, op.src_offset, op.len)?;
+        let Some(source) = self.host_source(op.src, op.src_offset, op.len)? else {
+            return self.write_device(op);
+        };
         let peer = op.dst.engine;
         self.check_peer(peer)?;
         let lanes = self.shared.live_lanes(peer);
