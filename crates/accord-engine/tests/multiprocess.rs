@@ -123,11 +123,7 @@ fn child(me: usize, n: usize, scenario: Scenario) -> Result<(), String> {
     }
     src.write_at(scatter_at(n, 0), &bytes(seed(3, me, 0), n * SCATTER)).unwrap();
     let hello = Hello { address: engine.address(), region: region.descriptor() };
-    println!("@@ADDR {}", serde_json::to_string(&hello).unwrap());
-    std::io::stdout().flush().unwrap();
-    let mut line = String::new();
-    std::io::stdin().read_line(&mut line).map_err(|e| e.to_string())?;
-    let all: Vec<Hello> = serde_json::from_str(&line).map_err(|e| e.to_string())?;
+    let all = exchange_hellos(&hello)?;
     let ids: Vec<EngineId> = all.iter().map(|h| h.address.id).collect();
     for h in &all {
         if h.address.id != engine.id() {
@@ -281,6 +277,15 @@ fn mp_child() {
 /// Bytes of each write in the kill test.
 const KILL_WRITE: usize = 8 << 20;
 
+/// Prints this process's hello for the parent and reads back every process's, in rank order.
+fn exchange_hellos(hello: &Hello) -> Result<Vec<Hello>, String> {
+    println!("@@ADDR {}", serde_json::to_string(hello).unwrap());
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).map_err(|e| e.to_string())?;
+    serde_json::from_str(&line).map_err(|e| e.to_string())
+}
+
 /// Process 0 writes to process 1 over shared memory, byte-exact, until the parent kills
 /// process 1 (after "STARTED"); then a write must fail with an error, not hang.
 fn kill_child(me: usize) -> Result<(), String> {
@@ -288,11 +293,7 @@ fn kill_child(me: usize) -> Result<(), String> {
         Engine::builder().ignore_env().idle_timeout(Duration::from_millis(400)).build().map_err(|e| e.to_string())?;
     let region = engine.alloc(KILL_WRITE).map_err(|e| e.to_string())?;
     let hello = Hello { address: engine.address(), region: region.descriptor() };
-    println!("@@ADDR {}", serde_json::to_string(&hello).unwrap());
-    std::io::stdout().flush().unwrap();
-    let mut line = String::new();
-    std::io::stdin().read_line(&mut line).map_err(|e| e.to_string())?;
-    let all: Vec<Hello> = serde_json::from_str(&line).map_err(|e| e.to_string())?;
+    let all = exchange_hellos(&hello)?;
     let peer = &all[1 - me];
     engine.add_peer(&peer.address).map_err(|e| e.to_string())?;
     let deadline = Instant::now() + CHILD_DEADLINE;
