@@ -48,7 +48,7 @@ impl LentBytes {
     /// Copies `dst.len()` bytes from `start` into `dst`; false (copying nothing) when the range
     /// is not inside the datagram.
     pub fn copy_to_slice(&self, start: usize, dst: &mut [u8]) -> bool {
-        if !start.checked_add(dst.len()).is_some_and(|end| end <= self.len) {
+        if start.checked_add(dst.len()).is_none_or(|end| end > self.len) {
             return false;
         }
         // Safety: the source range is inside the lent bytes (checked above, valid by the
@@ -63,7 +63,7 @@ impl LentBytes {
     /// # Safety
     /// `dst` must be valid for writes of `len` bytes and not overlap the lent memory.
     pub unsafe fn copy_to_raw(&self, start: usize, len: usize, dst: *mut u8) -> bool {
-        if !start.checked_add(len).is_some_and(|end| end <= self.len) {
+        if start.checked_add(len).is_none_or(|end| end > self.len) {
             return false;
         }
         // Safety: the source range was checked above and is valid by the module's contract;
