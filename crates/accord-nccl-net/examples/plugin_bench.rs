@@ -4,7 +4,9 @@
 //! keeping up to `window` requests of `msg` bytes outstanding in host memory and re-posting as
 //! they complete, until `total` bytes per comm moved. Prints one table row per configuration:
 //! GB/s received per process and per-message latency percentiles (post to `test` done) of
-//! receives and sends, for several environment variants in the same run (default: UDP
+//! receives and sends, and each child's per-thread CPU use during the timed phase (busy
+//! workers are copy-bound; idle ones wait on latency), for several environment variants in
+//! the same run (default: UDP
 //! loopback `ACCORD_SHM=0` as the baseline of the ratio column, shared memory, and shared
 //! memory with the engine sharding each message itself, `ACCORD_NET_PIECES=0`).
 //!
