@@ -46,6 +46,7 @@ pub const ENGINE_ENV_OVERRIDES: &[(&str, &str)] = &[
         "ACCORD_SHM_SPIN_US",
         "shm.spin: microseconds a worker polls its rings and sockets (yielding the core each turn) before sleeping",
     ),
+    ("ACCORD_SHM_LEND", "shm.lend (0 or 1, default 1): large ring datagrams are placed straight from the ring"),
     ("ACCORD_LOSS", "fault.drop: inject this packet loss probability (tests, benchmarks)"),
     ("ACCORD_REORDER", "fault.reorder: inject this reordering probability (tests, benchmarks)"),
 ];

@@ -79,6 +79,25 @@ impl RecvPool {
         }
     }
 
+    /// As [`RecvPool::place`], with the bytes `start..start + len` of a datagram the datapath
+    /// lent in place.
+    pub(crate) fn place_lent(
+        &self,
+        id: RecvBufferId,
+        offset: u64,
+        lent: &accord_net::LentBytes,
+        start: usize,
+        len: usize,
+    ) -> bool {
+        let mut inner = self.inner.lock().unwrap();
+        let Some(buf) = inner.claimed.get_mut(&id.0) else { return false };
+        let at = offset as usize;
+        match buf.get_mut(at..at + len) {
+            Some(dst) => lent.copy_to_slice(start, dst),
+            None => false,
+        }
+    }
+
     /// A message filled `len` bytes of `id`: hand it to the handler, then re-post the buffer.
     pub(crate) fn complete(&self, id: RecvBufferId, len: u64, imm: Option<u32>, jobs: &JobSender) {
         let (buf, handler) = {

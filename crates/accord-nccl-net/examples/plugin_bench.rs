@@ -4,7 +4,9 @@
 //! keeping up to `window` requests of `msg` bytes outstanding in host memory and re-posting as
 //! they complete, until `total` bytes per comm moved. Prints one table row per configuration:
 //! GB/s received per process and per-message latency percentiles (post to `test` done) of
-//! receives and sends, for several environment variants in the same run (default: UDP
+//! receives and sends, and each child's per-thread CPU use during the timed phase (busy
+//! workers are copy-bound; idle ones wait on latency), for several environment variants in
+//! the same run (default: UDP
 //! loopback `ACCORD_SHM=0` as the baseline of the ratio column, shared memory, and shared
 //! memory with the engine sharding each message itself, `ACCORD_NET_PIECES=0`).
 //!
@@ -45,6 +47,41 @@ fn monotonic_ns() -> u64 {
     // Safety: a valid out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Per thread of this process: (tid, name, user + system CPU ticks) from /proc/self/task.
+fn thread_cpu_ticks() -> Vec<(u64, String, u64)> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else { return vec![] };
+    let mut out = vec![];
+    for entry in dir.flatten() {
+        let Some(tid) = entry.file_name().to_str().and_then(|t| t.parse::<u64>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        // "tid (comm) state ..." and comm may hold spaces: the fields follow the last ')'.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
+        let name = stat[open + 1..close].to_string();
+        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        // Fields after the name start at "state" (field 3); utime and stime are fields 14 and 15.
+        let ticks = |i: usize| fields.get(i - 3).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+        out.push((tid, name, ticks(14) + ticks(15)));
+    }
+    out
+}
+
+/// CPU use of each thread between two samples, in percent of one core, busiest first:
+/// "name=pct" for every thread that used any.
+fn thread_cpu_summary(before: &[(u64, String, u64)], after: &[(u64, String, u64)], secs: f64) -> String {
+    // Safety: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let mut rows: Vec<(String, f64)> = after
+        .iter()
+        .map(|(tid, name, t)| {
+            let start = before.iter().find(|b| b.0 == *tid).map_or(0, |b| b.2);
+            (name.clone(), t.saturating_sub(start) as f64 / hz / secs.max(1e-9) * 100.0)
+        })
+        .filter(|(_, pct)| *pct > 0.0)
+        .collect();
+    rows.sort_by(|a, b| b.1.total_cmp(&a.1));
+    rows.iter().map(|(n, p)| format!("{n}={p:.0}")).collect::<Vec<_>>().join(" ")
 }
 
 fn percentile(sorted: &[u64], p: f64) -> u64 {
@@ -135,6 +172,7 @@ fn child(_rank: usize) {
     let mut recv_flows: Vec<Flow> = (0..comms).map(|_| new_flow()).collect();
     let (mut send_lat, mut recv_lat) = (vec![], vec![]);
     let (mut send_null, mut recv_null, mut tests) = (0u64, 0u64, 0u64);
+    let cpu_before = thread_cpu_ticks();
     let begin = Instant::now();
     loop {
         let mut all_done = true;
@@ -206,6 +244,7 @@ fn child(_rank: usize) {
         std::thread::yield_now();
     }
     let secs = begin.elapsed().as_secs_f64();
+    let cpu = thread_cpu_summary(&cpu_before, &thread_cpu_ticks(), secs);
     send_lat.sort_unstable();
     recv_lat.sort_unstable();
     let gbps = (comms * msgs_per_comm * msg) as f64 / secs / 1e9;
@@ -224,6 +263,7 @@ fn child(_rank: usize) {
             println!("@@STAMPS {kind} {c} {}", flat.join(" "));
         }
     }
+    println!("@@CPU {cpu}");
     std::io::stdout().flush().unwrap();
     let mut go = String::new();
     std::io::stdin().read_line(&mut go).unwrap();
@@ -244,7 +284,7 @@ fn child(_rank: usize) {
 }
 
 /// Runs one configuration: the two children's result lines.
-fn pair(env: &[(String, String)]) -> Vec<Vec<f64>> {
+fn pair(env: &[(String, String)]) -> (Vec<Vec<f64>>, Vec<String>) {
     let exe = std::env::current_exe().unwrap();
     let mut children: Vec<_> = (0..2)
         .map(|rank| {
@@ -259,6 +299,7 @@ fn pair(env: &[(String, String)]) -> Vec<Vec<f64>> {
     let rx = children::stdout_lines(&mut children);
     let mut handles: Vec<Option<String>> = vec![None, None];
     let mut results: Vec<Option<Vec<f64>>> = vec![None, None];
+    let mut cpu: Vec<String> = vec![String::new(), String::new()];
     // (rank, kind, comm) -> stamps of each message.
     let mut stamps: std::collections::HashMap<(usize, String, usize), Vec<u64>> = Default::default();
     let mut ended = 0;
@@ -276,6 +317,8 @@ fn pair(env: &[(String, String)]) -> Vec<Vec<f64>> {
             let kind = it.next().unwrap_or_default().to_string();
             let comm: usize = it.next().and_then(|c| c.parse().ok()).unwrap_or(0);
             stamps.insert((rank, kind, comm), it.filter_map(|x| x.parse().ok()).collect());
+        } else if let Some((_, c)) = line.split_once("@@CPU ") {
+            cpu[rank] = c.trim().to_string();
         } else if let Some((_, r)) = line.split_once("@@RESULT ") {
             results[rank] = Some(r.split_whitespace().filter_map(|x| x.parse().ok()).collect());
             if results.iter().all(Option::is_some) {
@@ -290,7 +333,7 @@ fn pair(env: &[(String, String)]) -> Vec<Vec<f64>> {
     }
     let mut out: Vec<Vec<f64>> = results.into_iter().map(|r| r.expect("both ranks report")).collect();
     out.push(stages(&stamps));
-    out
+    (out, cpu)
 }
 
 /// Median per-message stage latencies in us over both directions and every comm: the sender
@@ -365,7 +408,7 @@ fn main() {
                     let (k, v) = kv.split_once('=').expect("variant entries are NAME=VALUE");
                     env.push((k.to_string(), v.to_string()));
                 }
-                let r = pair(&env);
+                let (r, cpu) = pair(&env);
                 let mean = |i: usize| (r[0][i] + r[1][i]) / 2.0;
                 baseline.get_or_insert(mean(0));
                 rows.push((
@@ -374,9 +417,10 @@ fn main() {
                     (1..7).map(mean).collect::<Vec<_>>(),
                     mean(7) + mean(8),
                     r[2].clone(),
+                    cpu,
                 ));
             }
-            for (shm, gbps, lat, nulls, stage) in rows {
+            for (shm, gbps, lat, nulls, stage, cpu) in rows {
                 let ratio = baseline.map_or("-".to_string(), |b| format!("{:.2}x", gbps / b));
                 print!("{comms:>5} {msg:>9} {shm:>30} {gbps:>8.3}");
                 for l in lat {
@@ -387,6 +431,9 @@ fn main() {
                     print!(" {st:>8.0}");
                 }
                 println!();
+                for (rank, c) in cpu.iter().enumerate() {
+                    println!("#   cpu % of a core during the timed phase, rank {rank}: {c}");
+                }
             }
         }
     }

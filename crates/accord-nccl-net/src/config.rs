@@ -14,7 +14,8 @@ pub const NET_ENV_OVERRIDES: &[(&str, &str)] = &[
     ),
     (
         "ACCORD_NET_SPEED_MBPS",
-        "speed each device reports to NCCL, in Mbps; default 100000 (or the interface's /sys speed)",
+        "speed each device reports to NCCL, in Mbps; default the interface's /sys speed, else 400000 on a \
+         loopback address (same-host peers, shared memory), else 100000",
     ),
     ("ACCORD_NET_SETUP_TIMEOUT_MS", "connect/accept give up after this long without progress; default 300000"),
     (
@@ -28,6 +29,12 @@ pub const NET_ENV_OVERRIDES: &[(&str, &str)] = &[
 pub const DEVICES_MAX: usize = accord_engine::config::NICS_MAX;
 /// Speed reported when neither the environment nor /sys says otherwise (100 Gb/s).
 pub const SPEED_MBPS_DEFAULT: i32 = 100_000;
+/// Speed reported for a loopback device (no /sys speed): its peers are on this host and the
+/// bytes move through the engine's shared-memory rings, not a NIC. NCCL sizes its channel
+/// count from this speed: at 100 Gb/s it ran a 2-rank ring over 2 channels and all_reduce
+/// plateaued near 9.5 GB/s busbw on the 2xH200 host; at 400 Gb/s it opened more channels and
+/// reached 16.6 GB/s (docs/results/2026-11-22-nccl-plugin.md, run 4).
+pub const LOOPBACK_SPEED_MBPS: i32 = 400_000;
 /// Default connection-setup timeout.
 pub const SETUP_TIMEOUT_DEFAULT: Duration = Duration::from_secs(300);
 
@@ -143,6 +150,17 @@ fn parse_ifs(value: &str, resolve: impl Fn(&str) -> Option<IpAddr>) -> Result<Ve
 pub fn sysfs_speed_mbps(name: &str) -> Option<i32> {
     let text = std::fs::read_to_string(format!("/sys/class/net/{name}/speed")).ok()?;
     text.trim().parse::<i32>().ok().filter(|s| *s > 0)
+}
+
+/// The speed a device reports without `ACCORD_NET_SPEED_MBPS`: what /sys says of its interface
+/// (`sysfs` looks it up), else [`LOOPBACK_SPEED_MBPS`] on a loopback address, else
+/// [`SPEED_MBPS_DEFAULT`].
+pub fn default_speed_mbps(ip: IpAddr, interface: Option<&str>, sysfs: impl Fn(&str) -> Option<i32>) -> i32 {
+    match interface.and_then(sysfs) {
+        Some(speed) => speed,
+        None if ip.is_loopback() => LOOPBACK_SPEED_MBPS,
+        None => SPEED_MBPS_DEFAULT,
+    }
 }
 
 #[cfg(test)]

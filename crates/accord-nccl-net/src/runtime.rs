@@ -3,7 +3,7 @@
 //! `getProperties` take no context, so devices are process-wide), and the pool of comm indexes
 //! that name each comm's immediate counters.
 
-use crate::config::{sysfs_speed_mbps, NetConfig, SPEED_MBPS_DEFAULT};
+use crate::config::{default_speed_mbps, sysfs_speed_mbps, NetConfig};
 use crate::error::{PluginError, Result};
 use accord_engine::{Engine, ImmCounter};
 use std::collections::VecDeque;
@@ -103,8 +103,7 @@ impl Runtime {
                 let interface = config.devices.iter().find(|d| d.ip == *ip).and_then(|d| d.interface.clone());
                 let speed_mbps = config
                     .speed_mbps
-                    .or_else(|| interface.as_deref().and_then(sysfs_speed_mbps))
-                    .unwrap_or(SPEED_MBPS_DEFAULT);
+                    .unwrap_or_else(|| default_speed_mbps(*ip, interface.as_deref(), sysfs_speed_mbps));
                 let label = interface.map_or_else(|| ip.to_string(), |n| format!("{n}:{ip}"));
                 Device {
                     ip: *ip,

@@ -24,6 +24,11 @@ pub const SEGMENTS_PER_SEND_MAX: usize = 64;
 /// Largest slot size: the largest UDP payload the IP length field allows,
 /// which is also the largest coalesced (GRO) datagram the kernel delivers.
 pub const RX_SLOT_BYTES_MAX: usize = 65_535;
+/// Bytes of a lent datagram copied into its slot: at least every header the transport parses.
+pub const LENT_HEAD_BYTES: usize = 256;
+/// Smallest datagram a driver lends instead of copying: control packets (acknowledgements and
+/// the like, parsed whole) stay below it.
+pub const LEND_MIN_BYTES: usize = 8192;
 
 /// What a driver can do, so the transport can size chunks and choose sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,6 +186,10 @@ pub struct RxBuffers {
     slot_bytes: usize,
     slot_count: usize,
     metas: Vec<RxMeta>,
+    /// Per filled slot: the whole datagram in place, when the driver lent it (then the slot
+    /// holds only its first bytes; see [`RxBuffers::allow_lending`]).
+    lent: Vec<Option<crate::LentBytes>>,
+    lending: bool,
 }
 
 impl RxBuffers {
@@ -202,6 +211,8 @@ impl RxBuffers {
             slot_bytes,
             slot_count,
             metas: Vec::with_capacity(slot_count),
+            lent: Vec::with_capacity(slot_count),
+            lending: false,
         })
     }
 
@@ -249,6 +260,37 @@ impl RxBuffers {
     /// Empties all slots (drivers do this at the start of `recv_batch`).
     pub fn clear(&mut self) {
         self.metas.clear();
+        self.lent.clear();
+    }
+
+    /// Lets drivers lend datagrams in place instead of copying them whole: such a slot holds
+    /// only the datagram's first [`LENT_HEAD_BYTES`] (its header; the rest of the slot is
+    /// stale), and [`RxBuffers::lent`] gives the whole datagram, readable until the next call
+    /// of any method of the datapath. Only for callers that read payloads through
+    /// [`RxBuffers::lent`] when it is set; off by default.
+    pub fn allow_lending(&mut self, on: bool) {
+        self.lending = on;
+    }
+
+    /// Whether the caller accepts lent datagrams.
+    pub fn lending_allowed(&self) -> bool {
+        self.lending
+    }
+
+    /// The whole `index`-th datagram in place, when the driver lent it.
+    pub fn lent(&self, index: usize) -> Option<&crate::LentBytes> {
+        self.lent.get(index)?.as_ref()
+    }
+
+    /// For drivers: marks the next free slot filled with `meta`, its first bytes copied and
+    /// the whole datagram lent. False (and nothing changed) as for [`RxBuffers::commit`], or
+    /// when lending is not allowed.
+    pub fn commit_lent(&mut self, meta: RxMeta, lent: crate::LentBytes) -> bool {
+        if !self.lending || lent.len() != meta.len || !self.commit(meta) {
+            return false;
+        }
+        *self.lent.last_mut().expect("commit pushed one") = Some(lent);
+        true
     }
 
     /// For drivers: the unfilled slots, in order, each `slot_bytes` long.
@@ -266,6 +308,7 @@ impl RxBuffers {
             return false;
         }
         self.metas.push(meta);
+        self.lent.push(None);
         true
     }
 
@@ -279,6 +322,7 @@ impl RxBuffers {
         self.storage[start..start + bytes.len()].copy_from_slice(bytes);
         meta.len = bytes.len();
         self.metas.push(meta);
+        self.lent.push(None);
         true
     }
 
@@ -295,12 +339,15 @@ impl RxBuffers {
             }
             if write != read {
                 let dst = write * self.slot_bytes;
-                self.storage.copy_within(start..start + meta.len, dst);
+                let copied = if self.lent[read].is_some() { meta.len.min(LENT_HEAD_BYTES) } else { meta.len };
+                self.storage.copy_within(start..start + copied, dst);
                 self.metas[write] = meta;
+                self.lent.swap(write, read);
             }
             write += 1;
         }
         self.metas.truncate(write);
+        self.lent.truncate(write);
     }
 
     /// Mutable access to the bytes of a filled slot (wrappers that corrupt

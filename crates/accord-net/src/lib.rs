@@ -29,6 +29,7 @@ pub mod clock;
 mod datapath;
 mod error;
 pub mod fault;
+pub mod lent;
 pub mod mem;
 #[cfg(target_os = "linux")]
 pub mod shm;
@@ -37,7 +38,8 @@ pub mod trace;
 pub mod udp;
 
 pub use datapath::{
-    Datapath, DatapathCaps, DirectSend, RxBuffers, RxMeta, Segments, TxDatagram, RX_SLOTS_MAX, RX_SLOT_BYTES_MAX,
-    SEGMENTS_PER_SEND_MAX,
+    Datapath, DatapathCaps, DirectSend, RxBuffers, RxMeta, Segments, TxDatagram, LEND_MIN_BYTES, LENT_HEAD_BYTES,
+    RX_SLOTS_MAX, RX_SLOT_BYTES_MAX, SEGMENTS_PER_SEND_MAX,
 };
 pub use error::DatapathError;
+pub use lent::LentBytes;

@@ -103,6 +103,8 @@ pub struct ShmStats {
     pub doorbells_sent: u64,
     /// Control datagrams ignored as malformed or unexpected.
     pub control_ignored: u64,
+    /// Datagrams received from rings and lent in place (placed from the ring, one copy fewer).
+    pub rx_lent: u64,
 }
 
 /// What one append to a ring came to.
@@ -151,6 +153,12 @@ pub struct ShmDatapath<D> {
     rx_next: usize,
     /// When a ring last delivered an entry (spinning is worth it only during a stream).
     last_ring_rx: Option<Instant>,
+    /// Rings whose consumed space is not handed back yet: entries of the last batch were lent
+    /// in place (see [`crate::LentBytes`]), so the space is released at our next call.
+    unreleased: bool,
+    /// Consumers replaced or abandoned while entries of theirs may be lent: unmapped at our
+    /// next call, not before.
+    retired: Vec<Consumer>,
     stats: ShmStats,
 }
 
@@ -181,6 +189,8 @@ impl<D: Datapath> ShmDatapath<D> {
             control_out: vec![],
             rx_next: 0,
             last_ring_rx: None,
+            unreleased: false,
+            retired: vec![],
             stats: ShmStats::default(),
         })
     }
@@ -203,7 +213,9 @@ impl<D: Datapath> ShmDatapath<D> {
                 return Some(idx);
             }
             // Same path 0, different lane layout: a new engine reusing the port.
-            self.remotes[idx] = Remote { paths: paths.to_vec(), tx: TxRing::Idle, rx: None };
+            let old =
+                std::mem::replace(&mut self.remotes[idx], Remote { paths: paths.to_vec(), tx: TxRing::Idle, rx: None });
+            self.retired.extend(old.rx.map(|(c, _)| c));
             self.routes.retain(|_, (i, _)| *i != idx);
             for (p, a) in paths.iter().enumerate() {
                 self.routes.insert(*a, (idx, p as u16));
@@ -319,7 +331,8 @@ impl<D: Datapath> ShmDatapath<D> {
                 }
                 match Consumer::attach(&self.config.dir, &name, data_bytes, nonce) {
                     Ok(consumer) => {
-                        self.remotes[idx].rx = Some((consumer, nonce));
+                        let old = self.remotes[idx].rx.replace((consumer, nonce));
+                        self.retired.extend(old.map(|(c, _)| c));
                         self.stats.rings_attached_rx += 1;
                         self.queue_control(src, &Control::Attached { nonce });
                         if matches!(self.remotes[idx].tx, TxRing::Idle) {
@@ -442,10 +455,11 @@ impl<D: Datapath> ShmDatapath<D> {
             let remote = &mut self.remotes[idx];
             let Some((consumer, _)) = remote.rx.as_mut() else { continue };
             let mut failure = None;
+            let lend = self.config.lend && bufs.lending_allowed();
             while bufs.len() < max {
                 let Some(slot) = bufs.free_slots_mut().next() else { break };
-                match consumer.pop(slot) {
-                    Ok(Some(e)) => {
+                match consumer.pop_lending(slot, lend) {
+                    Ok(Some((e, lent))) => {
                         let Some(&src) = remote.paths.get(usize::from(e.src_path)) else {
                             failure = Some(format!("entry names source path {}", e.src_path));
                             break;
@@ -456,7 +470,16 @@ impl<D: Datapath> ShmDatapath<D> {
                         }
                         let seg = e.segment_bytes as usize;
                         let segment_bytes = if seg == 0 || seg >= e.len { e.len } else { seg };
-                        bufs.commit(RxMeta { path: e.dst_path, src, len: e.len, segment_bytes, ecn_ce: false });
+                        let meta = RxMeta { path: e.dst_path, src, len: e.len, segment_bytes, ecn_ce: false };
+                        match lent {
+                            Some(lent) => {
+                                bufs.commit_lent(meta, lent);
+                                self.stats.rx_lent += 1;
+                            }
+                            None => {
+                                bufs.commit(meta);
+                            }
+                        }
                         self.stats.rx_datagrams += 1;
                         self.stats.rx_bytes += e.len as u64;
                         got_any = true;
@@ -468,10 +491,14 @@ impl<D: Datapath> ShmDatapath<D> {
                     }
                 }
             }
-            consumer.release();
+            if lend {
+                self.unreleased = true;
+            } else {
+                consumer.release();
+            }
             if let Some(why) = failure {
                 tracing::warn!(peer = %remote.paths[0], why, "a peer's shared-memory ring is corrupt; closed it");
-                remote.rx = None;
+                self.retired.extend(remote.rx.take().map(|(c, _)| c));
                 self.stats.rings_abandoned += 1;
             }
         }
@@ -479,6 +506,20 @@ impl<D: Datapath> ShmDatapath<D> {
         if got_any {
             self.last_ring_rx = Some(Instant::now());
         }
+    }
+
+    /// Hands the space of entries lent by the last batch back to the producers and unmaps
+    /// retired rings: the caller is done with what it was lent once it calls us again.
+    fn release_lent(&mut self) {
+        if self.unreleased {
+            for remote in &mut self.remotes {
+                if let Some((consumer, _)) = remote.rx.as_mut() {
+                    consumer.release();
+                }
+            }
+            self.unreleased = false;
+        }
+        self.retired.clear();
     }
 
     fn rings_have_data(&self) -> bool {
@@ -553,6 +594,7 @@ impl<D: Datapath> Datapath for ShmDatapath<D> {
         if bufs.slot_bytes() < RX_SLOT_BYTES_MAX {
             return Err(DatapathError::RxSlotTooSmall { slot_bytes: bufs.slot_bytes(), required: RX_SLOT_BYTES_MAX });
         }
+        self.release_lent();
         self.tick();
         let max = max.min(bufs.slot_count());
         let rings = self.remotes.iter().any(|r| r.rx.is_some());
@@ -581,6 +623,7 @@ impl<D: Datapath> Datapath for ShmDatapath<D> {
     }
 
     fn wait_readable(&mut self, timeout: Duration) -> Result<bool, DatapathError> {
+        self.release_lent();
         if !self.remotes.iter().any(|r| r.rx.is_some()) {
             return self.inner.wait_readable(timeout);
         }

@@ -37,6 +37,8 @@ pub const LINGER_QUIET: Duration = Duration::from_millis(30);
 pub const LINGER_MAX: Duration = Duration::from_secs(2);
 /// Longest an idle worker sleeps before re-checking its queue and timers.
 pub const IDLE_WAIT_MAX: Duration = Duration::from_millis(2);
+// A lent datagram's slot holds only its first bytes: every header the protocol parses must fit.
+const _: () = assert!(accord_proto::wire::DATA_HEADER_LEN <= accord_net::LENT_HEAD_BYTES);
 /// Marker byte of the datagram that wakes a sleeping worker.
 pub(crate) const WAKE_BYTE: u8 = 0xA5;
 
@@ -109,7 +111,10 @@ impl Worker {
         ep: Endpoint,
     ) -> Result<Self, accord_net::DatapathError> {
         let rx_slots = (BATCH_BYTES_TARGET / dp.rx_slot_bytes().max(1)).clamp(8, RX_BATCH_SLOTS);
-        let rx = dp.alloc_rx_buffers(rx_slots)?;
+        let mut rx = dp.alloc_rx_buffers(rx_slots)?;
+        // Shared-memory datagrams are placed straight from the ring (`receive` reads payloads
+        // through `RxBuffers::lent`), saving the copy into a receive slot.
+        rx.allow_lending(true);
         let tx = tx::TxQueue::new(usize::from(ep.config().connection.max_datagram_bytes));
         Ok(Worker {
             lane,
@@ -373,6 +378,7 @@ impl Worker {
         let mut memory = Memory { regions: &regions, recv: &self.shared.recv };
         for i in 0..self.rx.len() {
             let Some((bytes, meta)) = self.rx.get(i) else { continue };
+            let lent = self.rx.lent(i);
             let meta = *meta;
             if meta.src == waker && bytes == [WAKE_BYTE] {
                 continue;
@@ -382,11 +388,19 @@ impl Worker {
                 let rx_meta = accord_proto::RxMeta { path: accord_proto::PathId(meta.path), ecn_ce: meta.ecn_ce };
                 let outcome = self.ep.handle_datagram(now, rx_meta, seg, &mut memory);
                 if let Some(p) = outcome.placement {
-                    let payload = &seg[p.payload.clone()];
-                    let placed = match p.target {
-                        PlacementTarget::Region { region, offset } => regions.place(region, offset, payload),
-                        PlacementTarget::RecvBuffer { buffer, offset } => {
-                            self.shared.recv.place(buffer, offset, payload)
+                    // A lent datagram is never segmented, so its one segment is the whole of it.
+                    let placed = match (lent, p.target) {
+                        (Some(l), PlacementTarget::Region { region, offset }) => {
+                            regions.place_lent(region, offset, l, p.payload.start, p.payload.len())
+                        }
+                        (Some(l), PlacementTarget::RecvBuffer { buffer, offset }) => {
+                            self.shared.recv.place_lent(buffer, offset, l, p.payload.start, p.payload.len())
+                        }
+                        (None, PlacementTarget::Region { region, offset }) => {
+                            regions.place(region, offset, &seg[p.payload.clone()])
+                        }
+                        (None, PlacementTarget::RecvBuffer { buffer, offset }) => {
+                            self.shared.recv.place(buffer, offset, &seg[p.payload.clone()])
                         }
                     };
                     debug_assert!(placed, "placement the protocol approved fell outside memory");

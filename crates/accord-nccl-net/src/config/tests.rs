@@ -51,3 +51,16 @@ fn every_variable_read_is_listed() {
         assert!(NET_ENV_OVERRIDES.iter().any(|(n, _)| *n == name), "{name} missing from NET_ENV_OVERRIDES");
     }
 }
+
+#[test]
+fn speed_comes_from_sys_else_loopback_else_the_default() {
+    let lo: IpAddr = "127.0.0.1".parse().unwrap();
+    let nic: IpAddr = "10.0.0.7".parse().unwrap();
+    let sys = |name: &str| (name == "eth7").then_some(200_000);
+    assert_eq!(default_speed_mbps(nic, Some("eth7"), sys), 200_000, "the interface's own speed wins");
+    assert_eq!(default_speed_mbps(nic, None, sys), SPEED_MBPS_DEFAULT);
+    assert_eq!(default_speed_mbps(nic, Some("eth9"), sys), SPEED_MBPS_DEFAULT, "no /sys speed");
+    assert_eq!(default_speed_mbps(lo, None, sys), LOOPBACK_SPEED_MBPS);
+    assert_eq!(default_speed_mbps("::1".parse().unwrap(), Some("lo"), sys), LOOPBACK_SPEED_MBPS);
+    const { assert!(LOOPBACK_SPEED_MBPS > SPEED_MBPS_DEFAULT) };
+}

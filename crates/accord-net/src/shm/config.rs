@@ -21,6 +21,7 @@ pub const SHM_ENV_OVERRIDES: &[(&str, &str)] = &[
     ("ACCORD_SHM_RING_BYTES", "ring_bytes: data bytes of each ring, a power of two in 256 KiB..=1 GiB (default 8 MiB)"),
     ("ACCORD_SHM_DIR", "dir: where ring files are created and opened (default /dev/shm; tests point it elsewhere)"),
     ("ACCORD_SHM_SPIN_US", "spin: microseconds a receiver polls its rings and sockets before sleeping (default 50)"),
+    ("ACCORD_SHM_LEND", "lend (0 or 1; default 1): large datagrams are placed straight from the ring (one copy fewer)"),
 ];
 
 /// How a [`super::ShmDatapath`] behaves.
@@ -36,6 +37,9 @@ pub struct ShmConfig {
     /// Poll of rings and sockets (yielding the core each turn) before sleeping. Default
     /// [`SHM_SPIN_DEFAULT`].
     pub spin: Duration,
+    /// Lend large ring entries in place to callers that accept it ([`crate::RxBuffers::allow_lending`])
+    /// instead of copying them into receive slots. Default true; false for comparisons.
+    pub lend: bool,
 }
 
 impl Default for ShmConfig {
@@ -45,6 +49,7 @@ impl Default for ShmConfig {
             ring_bytes: SHM_RING_BYTES_DEFAULT,
             dir: PathBuf::from("/dev/shm"),
             spin: SHM_SPIN_DEFAULT,
+            lend: true,
         }
     }
 }
@@ -57,11 +62,16 @@ impl ShmConfig {
             let Some(value) = lookup(name) else { continue };
             let v = value.trim();
             match *name {
-                "ACCORD_SHM" => {
-                    self.enabled = match v {
+                "ACCORD_SHM" | "ACCORD_SHM_LEND" => {
+                    let on = match v {
                         "1" | "true" | "on" => true,
                         "0" | "false" | "off" => false,
                         _ => return Err(bad(name, &value)),
+                    };
+                    if *name == "ACCORD_SHM" {
+                        self.enabled = on;
+                    } else {
+                        self.lend = on;
                     }
                 }
                 "ACCORD_SHM_RING_BYTES" => self.ring_bytes = v.parse().map_err(|_| bad(name, &value))?,

@@ -32,6 +32,7 @@
 
 #![allow(unsafe_code)]
 
+use crate::LentBytes;
 use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -151,6 +152,17 @@ impl Mapping {
         unsafe {
             std::ptr::copy_nonoverlapping(src.as_ptr(), self.base.as_ptr().add(RING_HEADER_BYTES + off), src.len())
         }
+    }
+
+    /// A view of `len` bytes of the data area at `off`, for a consumer that released nothing
+    /// past them yet.
+    fn lend(&self, off: usize, len: usize) -> LentBytes {
+        assert!(RING_HEADER_BYTES + off + len <= self.len, "ring lend out of bounds");
+        // Safety: the range is inside the mapping (checked above), which lives as long as the
+        // consumer; the consumer hands the space back to the producer only in `release`, so
+        // the view is valid under `LentBytes`' contract (the shared-memory datapath releases
+        // only at its next call).
+        unsafe { LentBytes::new(NonNull::new_unchecked(self.base.as_ptr().add(RING_HEADER_BYTES + off)), len) }
     }
 
     /// Copies from the data area at `off` into `dst`.
@@ -474,6 +486,15 @@ impl Consumer {
     /// `out` must hold [`ENTRY_PAYLOAD_BYTES_MAX`] bytes. Call [`Consumer::release`] after a
     /// batch so the producer sees the room.
     pub fn pop(&mut self, out: &mut [u8]) -> Result<Option<Entry>, RingError> {
+        Ok(self.pop_lending(out, false)?.map(|(e, _)| e))
+    }
+
+    /// As [`Consumer::pop`], but with `lend` an unsegmented entry of at least
+    /// [`crate::LEND_MIN_BYTES`] is not copied whole: only its first [`crate::LENT_HEAD_BYTES`]
+    /// go to `out`, and the whole payload is lent in place. The lent bytes stay valid until
+    /// [`Consumer::release`] (the producer may reuse the space only then) and while `self`
+    /// lives.
+    pub fn pop_lending(&mut self, out: &mut [u8], lend: bool) -> Result<Option<(Entry, Option<LentBytes>)>, RingError> {
         // Bounded: at most one pad entry precedes a data entry.
         for _ in 0..2 {
             if self.tail == self.head_seen {
@@ -516,9 +537,17 @@ impl Consumer {
                             out.len()
                         )));
                     }
-                    self.map.read_data(off as usize + ENTRY_HEADER_BYTES, &mut out[..len]);
+                    let at = off as usize + ENTRY_HEADER_BYTES;
+                    let unsegmented = segment_bytes == 0 || segment_bytes as usize >= len;
+                    let lent = if lend && unsegmented && len >= crate::LEND_MIN_BYTES {
+                        self.map.read_data(at, &mut out[..crate::LENT_HEAD_BYTES]);
+                        Some(self.map.lend(at, len))
+                    } else {
+                        self.map.read_data(at, &mut out[..len]);
+                        None
+                    };
                     self.tail += need;
-                    return Ok(Some(Entry { len, segment_bytes, src_path, dst_path }));
+                    return Ok(Some((Entry { len, segment_bytes, src_path, dst_path }, lent)));
                 }
                 other => return Err(RingError::Corrupt(format!("entry kind {other} at {off}"))),
             }

@@ -314,3 +314,59 @@ fn stale_ring_files_of_dead_processes_are_swept_and_others_kept() {
     assert_eq!(left, kept);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn lent_datagrams_read_back_exactly_and_keep_their_ring_space_until_the_next_call() {
+    let (mut a, mut b) = (make(config()), make(config()));
+    a.offer_local_channel(&paths(&b));
+    pump(&mut a, &mut b, attached_both_ways);
+    let dst = paths(&b)[1];
+    let sizes = [100usize, crate::LEND_MIN_BYTES - 1, crate::LEND_MIN_BYTES, 30_000, 60_000, 5_000, 45_000];
+    let mut rx = b.alloc_rx_buffers(16).unwrap();
+    rx.allow_lending(true);
+    let mut sent = 0;
+    for (seq, len) in sizes.iter().enumerate() {
+        let bytes = payload(seq as u32, *len);
+        sent += a.send_batch(&[TxDatagram::new(1, dst, &bytes)]).unwrap();
+    }
+    assert_eq!(sent, sizes.len(), "the ring holds them all");
+    let end = Instant::now() + DEADLINE;
+    while rx.len() < sizes.len() {
+        assert!(Instant::now() < end, "datagrams did not arrive: {:?}", b.stats());
+        b.recv_batch(&mut rx, 16).unwrap();
+    }
+    let whole = |rx: &RxBuffers, i: usize| match rx.lent(i) {
+        Some(l) => {
+            let mut v = vec![0u8; l.len()];
+            assert!(l.copy_to_slice(0, &mut v));
+            assert!(!l.copy_to_slice(1, &mut v), "a range past the datagram is refused");
+            assert_eq!(&rx.get(i).unwrap().0[..crate::LENT_HEAD_BYTES], &v[..crate::LENT_HEAD_BYTES]);
+            v
+        }
+        None => rx.get(i).unwrap().0.to_vec(),
+    };
+    let lent: Vec<bool> = (0..sizes.len()).map(|i| rx.lent(i).is_some()).collect();
+    let expected: Vec<bool> = sizes.iter().map(|&l| l >= crate::LEND_MIN_BYTES).collect();
+    assert_eq!(lent, expected, "large datagrams are lent, small ones copied");
+    assert_eq!(b.stats().rx_lent, expected.iter().filter(|l| **l).count() as u64);
+    // The producer fills the ring while we still read what was lent: nothing of it is reused.
+    let filler = vec![0xEEu8; 60_000];
+    let mut pushed = 0;
+    while a.send_batch(&[TxDatagram::new(1, dst, &filler)]).unwrap() == 1 {
+        pushed += 1;
+        assert!(pushed < 10_000, "the ring never filled");
+    }
+    for (i, len) in sizes.iter().enumerate() {
+        assert_eq!(whole(&rx, i), payload(i as u32, *len), "datagram {i} intact while lent");
+    }
+    // Our next call hands the space back: the producer finds room again.
+    b.recv_batch(&mut rx, 16).unwrap();
+    let end = Instant::now() + DEADLINE;
+    loop {
+        assert!(Instant::now() < end, "the lent space never came back");
+        b.recv_batch(&mut rx, 16).unwrap();
+        if a.send_batch(&[TxDatagram::new(1, dst, &filler)]).unwrap() == 1 {
+            break;
+        }
+    }
+}
