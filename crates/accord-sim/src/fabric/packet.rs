@@ -1,10 +1,25 @@
 //! Packets in the fabric, pooled. A packet carries the header bytes the protocol emitted and
 //! only the *length* of its payload: payloads are virtual, and the receiving host rebuilds a
 //! datagram of the right size in one reusable buffer ([`RxBuffer`]).
+//!
+//! A packet on a link is threaded into its port's [`Wire`] through `next`: the packets a port
+//! holds form a linked FIFO inside the pool, so a port needs no buffer of its own and an arrival
+//! reads one packet slot (one cache line) instead of a port's queue and then the packet.
 
-/// One packet in flight. `header` keeps its capacity across reuse.
-#[derive(Clone, Debug, Default)]
+/// No packet: the end of a wire.
+pub const NO_PACKET: u32 = u32::MAX;
+
+/// One packet in flight, one cache line. `header` keeps its capacity across reuse.
+#[derive(Clone, Debug)]
+#[repr(C, align(64))]
 pub struct Packet {
+    /// Arrival (ns) at the far end of the port it is queued on.
+    pub arrive_ns: u64,
+    /// Arrival of `next` (kept here so that popping this packet schedules the next one without
+    /// reading the next packet's line).
+    pub next_arrive_ns: u64,
+    /// The packet behind this one on the same wire, or [`NO_PACKET`].
+    pub next: u32,
     pub src: u32,
     pub dst: u32,
     /// Path entropy (the sender's path id), what switches hash on.
@@ -16,6 +31,44 @@ pub struct Packet {
     /// Payload cut off by a trimming queue.
     pub trimmed: bool,
     pub header: Vec<u8>,
+}
+
+impl Default for Packet {
+    fn default() -> Self {
+        Packet {
+            arrive_ns: 0,
+            next_arrive_ns: 0,
+            next: NO_PACKET,
+            src: 0,
+            dst: 0,
+            path: 0,
+            payload_len: 0,
+            ecn_capable: false,
+            ecn_ce: false,
+            trimmed: false,
+            header: Vec::new(),
+        }
+    }
+}
+
+/// The packets on one lane of a port, earliest arrival first: head and tail of a list linked
+/// through [`Packet::next`]. Arrival times never decrease along it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Wire {
+    pub head: u32,
+    pub tail: u32,
+}
+
+impl Default for Wire {
+    fn default() -> Self {
+        Wire { head: NO_PACKET, tail: NO_PACKET }
+    }
+}
+
+impl Wire {
+    pub fn is_empty(&self) -> bool {
+        self.head == NO_PACKET
+    }
 }
 
 impl Packet {
@@ -52,6 +105,7 @@ impl PacketPool {
         p.ecn_capable = ecn_capable;
         p.ecn_ce = false;
         p.trimmed = false;
+        p.next = NO_PACKET;
         p.header.clear();
         p.header.extend_from_slice(header);
         self.live += 1;
@@ -74,6 +128,38 @@ impl PacketPool {
     /// Packet `id`, mutable (queues mark and trim it).
     pub fn get_mut(&mut self, id: u32) -> &mut Packet {
         &mut self.slots[id as usize]
+    }
+
+    /// Appends packet `id`, arriving at `arrive_ns`, to `wire`. Returns whether it became the
+    /// head (the caller then schedules its arrival).
+    pub fn wire_push(&mut self, wire: &mut Wire, id: u32, arrive_ns: u64) -> bool {
+        let p = &mut self.slots[id as usize];
+        p.arrive_ns = arrive_ns;
+        p.next = NO_PACKET;
+        if wire.tail == NO_PACKET {
+            *wire = Wire { head: id, tail: id };
+            return true;
+        }
+        let tail = &mut self.slots[wire.tail as usize];
+        debug_assert!(tail.arrive_ns <= arrive_ns, "wire arrival times decrease");
+        tail.next = id;
+        tail.next_arrive_ns = arrive_ns;
+        wire.tail = id;
+        false
+    }
+
+    /// Takes the head of `wire`, which must be `id`. Returns the new head and its arrival
+    /// time, if any.
+    pub fn wire_pop(&mut self, wire: &mut Wire, id: u32) -> Option<(u32, u64)> {
+        debug_assert_eq!(wire.head, id, "an arrival event names its wire's head");
+        let p = &self.slots[id as usize];
+        let (next, next_arrive_ns) = (p.next, p.next_arrive_ns);
+        wire.head = next;
+        if next == NO_PACKET {
+            wire.tail = NO_PACKET;
+            return None;
+        }
+        Some((next, next_arrive_ns))
     }
 
     /// Packets allocated and not freed (in flight in the fabric).

@@ -186,11 +186,15 @@ pub struct FabricReport {
 
 #[derive(Copy, Clone, Debug)]
 enum Ev {
+    /// The head `packet` of `port`'s wire reaches the far end (the event names the packet so
+    /// that its line and the port's are fetched together).
     Arrive {
         port: u32,
+        packet: u32,
     },
     PriorityArrive {
         port: u32,
+        packet: u32,
     },
     Timer {
         host: u32,
@@ -258,8 +262,8 @@ impl Net {
     fn send(&mut self, port: u32, packet: u32, priority: bool) {
         let now_ps = self.now_ps();
         let wire_bytes = self.pool.get(packet).wire_bytes();
-        if let Some(at) = self.ports[port as usize].transmit(now_ps, packet, wire_bytes, priority) {
-            let ev = if priority { Ev::PriorityArrive { port } } else { Ev::Arrive { port } };
+        if let Some(at) = self.ports[port as usize].transmit(now_ps, packet, wire_bytes, priority, &mut self.pool) {
+            let ev = if priority { Ev::PriorityArrive { port, packet } } else { Ev::Arrive { port, packet } };
             self.queue.push(Instant::from_nanos(at), ev);
         }
     }
@@ -335,6 +339,9 @@ impl FabricSim {
         config.endpoint.connection.validate().map_err(|e| FabricError::Config(e.to_string()))?;
         if flows.len() > u32::MAX as usize {
             return Err(FabricError::Config("more than 2^32 flows".into()));
+        }
+        if config.link.latency.as_nanos() > u32::MAX as u128 {
+            return Err(FabricError::Config(format!("link latency {:?} above 4.29 s", config.link.latency)));
         }
         let topo = Topology::build(config.topology, config.hosts, config.link)?;
         let mut seeds = config.seed;
@@ -563,14 +570,17 @@ impl FabricSim {
         self.net.now = at;
         self.events += 1;
         let touched = match ev {
-            Ev::Arrive { port } | Ev::PriorityArrive { port } => {
+            Ev::Arrive { port, packet } | Ev::PriorityArrive { port, packet } => {
                 let priority = matches!(ev, Ev::PriorityArrive { .. });
+                debug_assert_eq!(self.net.pool.get(packet).arrive_ns, at.as_nanos());
                 let p = &mut self.net.ports[port as usize];
-                let wire = if priority { &mut p.priority_wire } else { &mut p.wire };
-                let (arrive, packet) = wire.pop_front().expect("an arrival event has a packet");
-                debug_assert_eq!(arrive, at.as_nanos());
-                if let Some(&(next, _)) = wire.front() {
-                    self.net.queue.push(Instant::from_nanos(next), ev);
+                if let Some((next, next_ns)) = p.arrive(packet, priority, &mut self.net.pool) {
+                    let ev = if priority {
+                        Ev::PriorityArrive { port, packet: next }
+                    } else {
+                        Ev::Arrive { port, packet: next }
+                    };
+                    self.net.queue.push(Instant::from_nanos(next_ns), ev);
                 }
                 let node = p.to;
                 if self.net.topo.is_host(node) {
