@@ -9,7 +9,13 @@
 /// No packet: the end of a wire.
 pub const NO_PACKET: u32 = u32::MAX;
 
-/// One packet in flight, one cache line. `header` keeps its capacity across reuse.
+/// Header bytes a packet slot holds inline (a data header is 104 bytes); longer headers (ACKs
+/// with many SACK ranges) go to the slot's spill buffer.
+pub const HEADER_INLINE_BYTES: usize = 128;
+
+/// One packet in flight: the fields every hop reads in the first cache line, the header in
+/// the next two (read once, at delivery, right after the first line: the adjacent-line
+/// prefetch brings it, where a separate heap buffer was a second miss).
 #[derive(Clone, Debug)]
 #[repr(C, align(64))]
 pub struct Packet {
@@ -24,13 +30,16 @@ pub struct Packet {
     pub dst: u32,
     /// Path entropy (the sender's path id), what switches hash on.
     pub path: u16,
+    header_len: u16,
     pub payload_len: u32,
     pub ecn_capable: bool,
     /// Marked Congestion Experienced by a queue.
     pub ecn_ce: bool,
     /// Payload cut off by a trimming queue.
     pub trimmed: bool,
-    pub header: Vec<u8>,
+    /// A header longer than [`HEADER_INLINE_BYTES`]; keeps its capacity across reuse.
+    spill: Vec<u8>,
+    inline: [u8; HEADER_INLINE_BYTES],
 }
 
 impl Default for Packet {
@@ -42,11 +51,13 @@ impl Default for Packet {
             src: 0,
             dst: 0,
             path: 0,
+            header_len: 0,
             payload_len: 0,
             ecn_capable: false,
             ecn_ce: false,
             trimmed: false,
-            header: Vec::new(),
+            spill: Vec::new(),
+            inline: [0; HEADER_INLINE_BYTES],
         }
     }
 }
@@ -72,9 +83,30 @@ impl Wire {
 }
 
 impl Packet {
+    /// The header bytes the sender emitted.
+    pub fn header(&self) -> &[u8] {
+        let len = self.header_len as usize;
+        if len <= HEADER_INLINE_BYTES {
+            &self.inline[..len]
+        } else {
+            &self.spill
+        }
+    }
+
+    fn set_header(&mut self, header: &[u8]) {
+        debug_assert!(header.len() <= u16::MAX as usize, "headers are at most one datagram");
+        if header.len() <= HEADER_INLINE_BYTES {
+            self.inline[..header.len()].copy_from_slice(header);
+        } else {
+            self.spill.clear();
+            self.spill.extend_from_slice(header);
+        }
+        self.header_len = header.len() as u16;
+    }
+
     /// Bytes on the wire: header, payload and framing.
     pub fn wire_bytes(&self) -> u64 {
-        self.header.len() as u64 + self.payload_len as u64 + crate::link::FRAMING_BYTES
+        self.header_len as u64 + self.payload_len as u64 + crate::link::FRAMING_BYTES
     }
 }
 
@@ -106,8 +138,7 @@ impl PacketPool {
         p.ecn_ce = false;
         p.trimmed = false;
         p.next = NO_PACKET;
-        p.header.clear();
-        p.header.extend_from_slice(header);
+        p.set_header(header);
         self.live += 1;
         self.live_max = self.live_max.max(self.live);
         id
@@ -190,12 +221,13 @@ impl RxBuffer {
 
     /// The datagram of `packet`, or `None` if it does not fit.
     pub fn build(&mut self, packet: &Packet) -> Option<&[u8]> {
-        let header_len = packet.header.len();
+        let header = packet.header();
+        let header_len = header.len();
         let len = header_len + packet.payload_len as usize;
         if len > self.bytes.len() {
             return None;
         }
-        self.bytes[..header_len].copy_from_slice(&packet.header);
+        self.bytes[..header_len].copy_from_slice(header);
         if self.dirty_to > header_len {
             self.bytes[header_len..self.dirty_to].fill(0);
         }

@@ -673,7 +673,7 @@ impl FabricSim {
             // Only the header arrived: the endpoint's trimmed entry point NACKs it and never
             // places anything (the bytes here are exactly the header the sender emitted).
             net.counters.trimmed_delivered += 1;
-            let outcome = h.endpoint.handle_trimmed_datagram(rx, &p.header);
+            let outcome = h.endpoint.handle_trimmed_datagram(rx, p.header());
             if let Some(conn) = outcome.conn {
                 h.peers.entry(conn).or_insert(p.src);
             }

@@ -130,6 +130,15 @@ fn pool_reuses_and_rx_buffer_rebuilds() {
     assert_eq!(d.len(), 24);
     assert_eq!(&d[..8], &[9u8; 8]);
     assert!(d[8..].iter().all(|&x| x == 0), "stale header bytes cleared from the payload");
+    // A header too long for the slot's inline bytes goes to its spill buffer, intact.
+    let ack: Vec<u8> = (0..200u32).map(|i| i as u8).collect();
+    let big = pool.alloc(0, 1, 0, &ack, 10, false);
+    assert_eq!(pool.get(big).header(), &ack[..]);
+    assert_eq!(pool.get(big).wire_bytes(), 210 + crate::link::FRAMING_BYTES);
+    assert_eq!(&rx.build(pool.get(big)).unwrap()[..200], &ack[..]);
+    pool.free(big);
+    let small = pool.alloc(0, 1, 0, &[5u8; 20], 0, false);
+    assert_eq!((small, pool.get(small).header()), (big, &[5u8; 20][..]), "reused slot, inline again");
 }
 
 #[test]
