@@ -226,6 +226,17 @@ impl<E> EventQueue<E> {
         Some((Instant::from_nanos(t), event))
     }
 
+    /// The event `pop` would return next (without taking it).
+    pub fn peek(&self) -> Option<&E> {
+        let wheel = self.wheel_min();
+        match (self.overflow.heap.first(), wheel) {
+            (Some(o), Some((_, w))) if (o.key >> 64) as u64 <= w => Some(&o.event),
+            (Some(o), None) => Some(&o.event),
+            (_, Some((b, _))) => self.slots[self.buckets[b][0] as usize].event.as_ref(),
+            (None, None) => None,
+        }
+    }
+
     /// Time of the earliest pending event.
     pub fn peek_time(&self) -> Option<Instant> {
         let t = match (self.overflow.min_time(), self.wheel_min()) {

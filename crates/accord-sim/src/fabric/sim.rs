@@ -569,6 +569,13 @@ impl FabricSim {
         }
         self.net.now = at;
         self.events += 1;
+        // Start loading the next arrival's port and packet lines now, so that their misses
+        // overlap this event's work instead of stalling the next one (a plain load: the value
+        // is unused, `black_box` keeps it).
+        if let Some(&(Ev::Arrive { port, packet } | Ev::PriorityArrive { port, packet })) = self.net.queue.peek() {
+            core::hint::black_box(self.net.ports[port as usize].to);
+            core::hint::black_box(self.net.pool.get(packet).next);
+        }
         let touched = match ev {
             Ev::Arrive { port, packet } | Ev::PriorityArrive { port, packet } => {
                 let priority = matches!(ev, Ev::PriorityArrive { .. });
