@@ -79,7 +79,6 @@ fn port_serialises_fifo_and_schedules_only_the_head() {
     assert_eq!(p.transmit(0, ids[0], 1000, false, &mut pool), Some(520));
     assert_eq!(p.transmit(0, ids[1], 1000, false, &mut pool), None, "second packet waits behind the head");
     assert_eq!(p.wire.tail, ids[1]);
-    assert_eq!(pool.get(ids[1]).arrive_ns, 540);
     assert_eq!(p.backlog_bytes(0), 2000);
     assert_eq!(p.backlog_bytes(30_000), 500);
     // The priority lane is a separate FIFO.
@@ -125,20 +124,20 @@ fn pool_reuses_and_rx_buffer_rebuilds() {
     assert_eq!((pool.live(), pool.live_max()), (1, 1));
     let mut rx = RxBuffer::new(256);
     let long = pool.alloc(0, 0, 0, &[0xffu8; 64], 0, false);
-    assert_eq!(rx.build(pool.get(long)).unwrap().len(), 64);
-    let d = rx.build(pool.get(b)).unwrap();
+    assert_eq!(pool.datagram(long, &mut rx).unwrap().len(), 64);
+    let d = pool.datagram(b, &mut rx).unwrap();
     assert_eq!(d.len(), 24);
     assert_eq!(&d[..8], &[9u8; 8]);
     assert!(d[8..].iter().all(|&x| x == 0), "stale header bytes cleared from the payload");
     // A header too long for the slot's inline bytes goes to its spill buffer, intact.
     let ack: Vec<u8> = (0..200u32).map(|i| i as u8).collect();
     let big = pool.alloc(0, 1, 0, &ack, 10, false);
-    assert_eq!(pool.get(big).header(), &ack[..]);
+    assert_eq!(pool.header(big), &ack[..]);
     assert_eq!(pool.get(big).wire_bytes(), 210 + crate::link::FRAMING_BYTES);
-    assert_eq!(&rx.build(pool.get(big)).unwrap()[..200], &ack[..]);
+    assert_eq!(&pool.datagram(big, &mut rx).unwrap()[..200], &ack[..]);
     pool.free(big);
     let small = pool.alloc(0, 1, 0, &[5u8; 20], 0, false);
-    assert_eq!((small, pool.get(small).header()), (big, &[5u8; 20][..]), "reused slot, inline again");
+    assert_eq!((small, pool.header(small)), (big, &[5u8; 20][..]), "reused slot, inline again");
 }
 
 #[test]
