@@ -465,10 +465,12 @@ impl Connection {
         // Each pass moves one path's deadline past `now` or clears it; the bound only guards
         // against a deadline that does not move (a bug), which would otherwise spin here.
         for _ in 0..=self.paths.len() {
-            let Some((path, due)) = self.loss_deadlines.earliest() else { break };
-            if due > now {
+            // The root first (kept beside the tree): most passes find nothing due, and finding
+            // the path walks the tree's cold lines.
+            if self.loss_deadlines.earliest_at().is_none_or(|due| due > now) {
                 break;
             }
+            let Some((path, _)) = self.loss_deadlines.earliest() else { break };
             self.handle_path_timeout(now, path, events);
             self.refresh_path_timer(path);
         }

@@ -3,16 +3,17 @@
 //! A port is a work-conserving FIFO at a fixed rate, so it needs no event per queued packet:
 //! when a packet is enqueued its departure is known at once (`max(now, busy_until) +
 //! serialisation`) and its arrival at the far end is that plus the propagation delay. The
-//! packet goes straight onto the port's `wire`, a FIFO whose arrival times never decrease, and
-//! only the head of the wire has an event in the simulator's queue. The backlog a policy sees is
+//! packet goes straight onto the port's `wire`, a FIFO whose arrival times never decrease
+//! (linked through the packet pool, [`Wire`]), and only the head of the wire has an event in
+//! the simulator's queue. The backlog a policy sees is
 //! `(busy_until - now) × rate`: exactly the bytes queued or still serialising.
 //!
 //! Trimmed headers travel in a priority lane with its own wire and busy time. A modelling
 //! shortcut: headers do not delay the data lane (a header is about 4% of a 4 KiB packet, and
 //! only trimmed packets use the lane); this keeps departures computable at enqueue time.
 
+use super::packet::{PacketPool, Wire};
 use core::time::Duration;
-use std::collections::VecDeque;
 
 /// Picoseconds, the resolution of serialisation arithmetic (at 400 Gbit/s a byte is 20 ps).
 pub type Picos = u64;
@@ -95,24 +96,25 @@ pub struct PortCounters {
 
 /// One direction of a link and the queue in front of it.
 ///
-/// Laid out in declaration order, cache-line aligned: what every arrival reads and writes
-/// (busy time, rate, delay, policy, the far node and the wire's head) comes first, in one line;
-/// at 1024 hosts the fabric's ports do not fit in cache and each line is a miss.
+/// Laid out in declaration order in two cache lines (128 bytes, aligned): everything an
+/// arrival reads and writes, counters included, and nothing else; at 1024 hosts the fabric's
+/// ports do not fit in cache and each line is a miss.
 #[derive(Debug)]
-#[repr(C, align(64))]
+#[repr(C, align(128))]
 pub struct Port {
     busy_until: Picos,
     picos_per_byte: Picos,
-    latency_ns: u64,
-    queue: QueueConfig,
+    priority_busy_until: Picos,
+    /// Propagation delay; [`Port::new`] saturates it at `u32::MAX` ns (4.29 s).
+    latency_ns: u32,
     /// Node at the far end.
     pub to: u32,
-    priority_busy_until: Picos,
-    /// Packets queued or on the link, with their arrival time (ns) at `to`; arrival times
-    /// never decrease. Bounded by the buffer plus the link's bandwidth-delay product.
-    pub wire: VecDeque<(u64, u32)>,
+    /// Packets queued or on the link, earliest arrival at `to` first. Bounded by the buffer
+    /// plus the link's bandwidth-delay product.
+    pub wire: Wire,
     /// The priority (trimmed header) lane, likewise.
-    pub priority_wire: VecDeque<(u64, u32)>,
+    pub priority_wire: Wire,
+    queue: QueueConfig,
     /// What went through this port.
     pub counters: PortCounters,
 }
@@ -123,12 +125,12 @@ impl Port {
         Port {
             to,
             picos_per_byte: (8_000_000_000_000u128 / rate_bps.max(1) as u128).max(1) as Picos,
-            latency_ns: latency.as_nanos() as u64,
+            latency_ns: latency.as_nanos().min(u32::MAX as u128) as u32,
             queue,
             busy_until: 0,
             priority_busy_until: 0,
-            wire: VecDeque::new(),
-            priority_wire: VecDeque::new(),
+            wire: Wire::default(),
+            priority_wire: Wire::default(),
             counters: PortCounters::default(),
         }
     }
@@ -199,10 +201,17 @@ impl Port {
         self.priority_busy_until.saturating_sub(now_ps) / self.picos_per_byte <= limit
     }
 
-    /// Queues `packet` of `wire_bytes` at `now_ps` in the data lane (or the priority lane).
-    /// Returns its arrival time (ns) at the far end if it became the head of its wire, i.e.
-    /// when the caller must schedule an arrival event.
-    pub fn transmit(&mut self, now_ps: Picos, packet: u32, wire_bytes: u64, priority: bool) -> Option<u64> {
+    /// Queues `packet` of `wire_bytes` at `now_ps` in the data lane (or the priority lane),
+    /// linking it into the lane's wire in `pool`. Returns its arrival time (ns) at the far end
+    /// if it became the head of its wire, i.e. when the caller must schedule an arrival event.
+    pub fn transmit(
+        &mut self,
+        now_ps: Picos,
+        packet: u32,
+        wire_bytes: u64,
+        priority: bool,
+        pool: &mut PacketPool,
+    ) -> Option<u64> {
         let (busy, wire) = if priority {
             (&mut self.priority_busy_until, &mut self.priority_wire)
         } else {
@@ -210,12 +219,17 @@ impl Port {
         };
         let finish = (*busy).max(now_ps) + wire_bytes * self.picos_per_byte;
         *busy = finish;
-        let arrive_ns = finish.div_ceil(1000) + self.latency_ns;
-        debug_assert!(wire.back().is_none_or(|&(t, _)| t <= arrive_ns), "wire arrival times decrease");
-        let head = wire.is_empty();
-        wire.push_back((arrive_ns, packet));
+        let arrive_ns = finish.div_ceil(1000) + self.latency_ns as u64;
+        let head = pool.wire_push(wire, packet, arrive_ns);
         self.counters.packets += 1;
         self.counters.bytes += wire_bytes;
         head.then_some(arrive_ns)
+    }
+
+    /// The head `packet` of a lane arrived at `to`: takes it off the wire. Returns the next
+    /// head and its arrival time (ns), if any, for the caller to schedule.
+    pub fn arrive(&mut self, packet: u32, priority: bool, pool: &mut PacketPool) -> Option<(u32, u64)> {
+        let wire = if priority { &mut self.priority_wire } else { &mut self.wire };
+        pool.wire_pop(wire, packet)
     }
 }

@@ -186,11 +186,15 @@ pub struct FabricReport {
 
 #[derive(Copy, Clone, Debug)]
 enum Ev {
+    /// The head `packet` of `port`'s wire reaches the far end (the event names the packet so
+    /// that its line and the port's are fetched together).
     Arrive {
         port: u32,
+        packet: u32,
     },
     PriorityArrive {
         port: u32,
+        packet: u32,
     },
     Timer {
         host: u32,
@@ -258,8 +262,8 @@ impl Net {
     fn send(&mut self, port: u32, packet: u32, priority: bool) {
         let now_ps = self.now_ps();
         let wire_bytes = self.pool.get(packet).wire_bytes();
-        if let Some(at) = self.ports[port as usize].transmit(now_ps, packet, wire_bytes, priority) {
-            let ev = if priority { Ev::PriorityArrive { port } } else { Ev::Arrive { port } };
+        if let Some(at) = self.ports[port as usize].transmit(now_ps, packet, wire_bytes, priority, &mut self.pool) {
+            let ev = if priority { Ev::PriorityArrive { port, packet } } else { Ev::Arrive { port, packet } };
             self.queue.push(Instant::from_nanos(at), ev);
         }
     }
@@ -335,6 +339,9 @@ impl FabricSim {
         config.endpoint.connection.validate().map_err(|e| FabricError::Config(e.to_string()))?;
         if flows.len() > u32::MAX as usize {
             return Err(FabricError::Config("more than 2^32 flows".into()));
+        }
+        if config.link.latency.as_nanos() > u32::MAX as u128 {
+            return Err(FabricError::Config(format!("link latency {:?} above 4.29 s", config.link.latency)));
         }
         let topo = Topology::build(config.topology, config.hosts, config.link)?;
         let mut seeds = config.seed;
@@ -562,15 +569,25 @@ impl FabricSim {
         }
         self.net.now = at;
         self.events += 1;
+        // Start loading the next arrival's port and packet lines now, so that their misses
+        // overlap this event's work instead of stalling the next one (a plain load: the value
+        // is unused, `black_box` keeps it).
+        if let Some(&(Ev::Arrive { port, packet } | Ev::PriorityArrive { port, packet })) = self.net.queue.peek() {
+            core::hint::black_box(self.net.ports[port as usize].to);
+            core::hint::black_box(self.net.pool.get(packet).next);
+        }
         let touched = match ev {
-            Ev::Arrive { port } | Ev::PriorityArrive { port } => {
+            Ev::Arrive { port, packet } | Ev::PriorityArrive { port, packet } => {
                 let priority = matches!(ev, Ev::PriorityArrive { .. });
                 let p = &mut self.net.ports[port as usize];
-                let wire = if priority { &mut p.priority_wire } else { &mut p.wire };
-                let (arrive, packet) = wire.pop_front().expect("an arrival event has a packet");
-                debug_assert_eq!(arrive, at.as_nanos());
-                if let Some(&(next, _)) = wire.front() {
-                    self.net.queue.push(Instant::from_nanos(next), ev);
+                if let Some((next, next_ns)) = p.arrive(packet, priority, &mut self.net.pool) {
+                    debug_assert!(next_ns >= at.as_nanos(), "wire arrival times decrease");
+                    let ev = if priority {
+                        Ev::PriorityArrive { port, packet: next }
+                    } else {
+                        Ev::Arrive { port, packet: next }
+                    };
+                    self.net.queue.push(Instant::from_nanos(next_ns), ev);
                 }
                 let node = p.to;
                 if self.net.topo.is_host(node) {
@@ -656,14 +673,14 @@ impl FabricSim {
     /// A packet reached host `host`.
     fn deliver(&mut self, host: u32, packet: u32) {
         let net = &mut self.net;
-        let p = net.pool.get(packet);
+        let p = *net.pool.get(packet);
         let h = &mut self.hosts[host as usize];
         let rx = RxMeta { path: PathId(p.path), ecn_ce: p.ecn_ce };
         if p.trimmed {
             // Only the header arrived: the endpoint's trimmed entry point NACKs it and never
             // places anything (the bytes here are exactly the header the sender emitted).
             net.counters.trimmed_delivered += 1;
-            let outcome = h.endpoint.handle_trimmed_datagram(rx, &p.header);
+            let outcome = h.endpoint.handle_trimmed_datagram(rx, net.pool.header(packet));
             if let Some(conn) = outcome.conn {
                 h.peers.entry(conn).or_insert(p.src);
             }
@@ -673,7 +690,7 @@ impl FabricSim {
         }
         net.counters.delivered += 1;
         let (src, data) = (p.src, p.payload_len > 0);
-        if let Some(datagram) = self.rx.build(p) {
+        if let Some(datagram) = net.pool.datagram(packet, &mut self.rx) {
             net.counters.data_delivered += data as u64;
             let outcome = h.endpoint.handle_datagram(net.now, rx, datagram, &mut h.memory);
             if let Some(placement) = &outcome.placement {

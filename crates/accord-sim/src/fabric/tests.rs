@@ -71,31 +71,44 @@ fn ecmp_spreads_paths_over_uplinks() {
 
 #[test]
 fn port_serialises_fifo_and_schedules_only_the_head() {
+    let mut pool = PacketPool::default();
+    let ids: Vec<u32> = (0..3).map(|i| pool.alloc(i, 9, 0, &[0; 8], 0, false)).collect();
     let mut p = Port::new(9, 400_000_000_000, Duration::from_nanos(500), QueueConfig::drop_tail(1 << 20));
     assert_eq!(p.picos_per_byte(), 20);
     // 1000 bytes = 20 ns; arrival = 20 + 500.
-    assert_eq!(p.transmit(0, 1, 1000, false), Some(520));
-    assert_eq!(p.transmit(0, 2, 1000, false), None, "second packet waits behind the head");
-    assert_eq!(p.wire.back(), Some(&(540, 2)));
+    assert_eq!(p.transmit(0, ids[0], 1000, false, &mut pool), Some(520));
+    assert_eq!(p.transmit(0, ids[1], 1000, false, &mut pool), None, "second packet waits behind the head");
+    assert_eq!(p.wire.tail, ids[1]);
     assert_eq!(p.backlog_bytes(0), 2000);
     assert_eq!(p.backlog_bytes(30_000), 500);
+    // The priority lane is a separate FIFO.
+    assert_eq!(p.transmit(0, ids[2], 100, true, &mut pool), Some(502));
+    assert_eq!(p.arrive(ids[2], true, &mut pool), None);
+    // Arrivals pop in order and name the next head with its time; an emptied wire takes a new head.
+    assert_eq!(p.arrive(ids[0], false, &mut pool), Some((ids[1], 540)));
+    assert_eq!(p.arrive(ids[1], false, &mut pool), None);
+    assert!(p.wire.is_empty() && p.priority_wire.is_empty());
+    assert_eq!(p.transmit(40_000, ids[0], 1000, false, &mut pool), Some(560));
+    assert_eq!((p.wire.head, p.wire.tail), (ids[0], ids[0]));
 }
 
 #[test]
 fn queue_policies() {
+    let mut pool = PacketPool::default();
+    let ids: Vec<u32> = (0..3).map(|i| pool.alloc(i, 0, 0, &[0; 8], 0, false)).collect();
     let mut drop = Port::new(0, 100_000_000_000, Duration::ZERO, QueueConfig::drop_tail(3000));
     assert_eq!(drop.admit(0, 2000, true, true, 0.0), Admission::Queue { mark_ce: false });
-    drop.transmit(0, 0, 2000, false);
+    drop.transmit(0, ids[0], 2000, false, &mut pool);
     assert_eq!(drop.admit(0, 2000, true, true, 0.0), Admission::Drop);
 
     let mut ecn = Port::new(0, 100_000_000_000, Duration::ZERO, QueueConfig::ecn(100_000, 1000, 1000));
     assert_eq!(ecn.admit(0, 2000, true, true, 0.5), Admission::Queue { mark_ce: false });
-    ecn.transmit(0, 0, 2000, false);
+    ecn.transmit(0, ids[1], 2000, false, &mut pool);
     assert_eq!(ecn.admit(0, 2000, true, true, 0.5), Admission::Queue { mark_ce: true });
     assert_eq!(ecn.admit(0, 2000, true, false, 0.5), Admission::Queue { mark_ce: false }, "not ECT");
 
     let mut trim = Port::new(0, 100_000_000_000, Duration::ZERO, QueueConfig::trim(100_000, 3000));
-    trim.transmit(0, 0, 2000, false);
+    trim.transmit(0, ids[2], 2000, false, &mut pool);
     assert_eq!(trim.admit(0, 2000, true, true, 0.0), Admission::Trim);
     assert_eq!(trim.admit(0, 200, false, false, 0.0), Admission::Queue { mark_ce: false }, "ACKs are not trimmed");
     assert!(trim.admit_header(0));
@@ -111,11 +124,20 @@ fn pool_reuses_and_rx_buffer_rebuilds() {
     assert_eq!((pool.live(), pool.live_max()), (1, 1));
     let mut rx = RxBuffer::new(256);
     let long = pool.alloc(0, 0, 0, &[0xffu8; 64], 0, false);
-    assert_eq!(rx.build(pool.get(long)).unwrap().len(), 64);
-    let d = rx.build(pool.get(b)).unwrap();
+    assert_eq!(pool.datagram(long, &mut rx).unwrap().len(), 64);
+    let d = pool.datagram(b, &mut rx).unwrap();
     assert_eq!(d.len(), 24);
     assert_eq!(&d[..8], &[9u8; 8]);
     assert!(d[8..].iter().all(|&x| x == 0), "stale header bytes cleared from the payload");
+    // A header too long for the slot's inline bytes goes to its spill buffer, intact.
+    let ack: Vec<u8> = (0..200u32).map(|i| i as u8).collect();
+    let big = pool.alloc(0, 1, 0, &ack, 10, false);
+    assert_eq!(pool.header(big), &ack[..]);
+    assert_eq!(pool.get(big).wire_bytes(), 210 + crate::link::FRAMING_BYTES);
+    assert_eq!(&pool.datagram(big, &mut rx).unwrap()[..200], &ack[..]);
+    pool.free(big);
+    let small = pool.alloc(0, 1, 0, &[5u8; 20], 0, false);
+    assert_eq!((small, pool.header(small)), (big, &[5u8; 20][..]), "reused slot, inline again");
 }
 
 #[test]
