@@ -91,8 +91,8 @@ pub struct CreditPacer {
     next_grant_at: Instant,
     /// The latest grant left work waiting (so any delay of the next one is lost rate).
     work_left_after_grant: bool,
-    /// New-data grants so far (the fair turn of the shortest-remaining order counts them).
-    new_data_grants: u64,
+    /// New-data grants since the last round-robin turn of the shortest-remaining order.
+    grants_since_fair_turn: u64,
     stats: PacerStats,
 }
 
@@ -110,7 +110,7 @@ impl CreditPacer {
             rtx_count: 0,
             next_grant_at: Instant::ZERO,
             work_left_after_grant: false,
-            new_data_grants: 0,
+            grants_since_fair_turn: 0,
             stats: PacerStats::default(),
         }
     }
@@ -295,8 +295,11 @@ impl CreditPacer {
     /// round-robin head so that no sender starves behind a stream of short messages.
     fn next_active(&mut self) -> Option<ConnectionId> {
         let srpt = self.config.order == PacerOrder::ShortestRemaining && self.active.len() > 1;
-        self.new_data_grants = self.new_data_grants.wrapping_add(1);
-        let fair_turn = self.config.fair_grant_every > 0 && self.new_data_grants % self.config.fair_grant_every == 0;
+        self.grants_since_fair_turn += 1;
+        let fair_turn = self.config.fair_grant_every > 0 && self.grants_since_fair_turn >= self.config.fair_grant_every;
+        if fair_turn {
+            self.grants_since_fair_turn = 0;
+        }
         if !srpt || fair_turn {
             return self.active.pop_front();
         }
