@@ -78,8 +78,9 @@ pub struct EqdsArgs {
     /// every 8th) or rr (round robin, max-min fair).
     #[arg(long, default_value = "srpt")]
     pacer_order: String,
-    /// Path selector: auto (recycle for eqds, p2c otherwise), p2c, rr, recycle.
-    #[arg(long, default_value = "auto")]
+    /// Path selector: p2c (power-of-two choices), rr (round robin) or recycle (entropy
+    /// recycling: reuse paths acknowledged without trim, loss or mark).
+    #[arg(long, default_value = "p2c")]
     selector: String,
 }
 

@@ -26,9 +26,11 @@ pub const EQDS_SPECULATIVE_BASE_RTTS: f64 = 0.5;
 /// EQDS receivers grant this fraction of the NIC's line rate (wire bytes). 0.99, not the
 /// proto default 0.98, because EQDS connections here ACK every 16 packets (below): the reverse
 /// control traffic a host receives beside its granted data (ACKs and credit of its own sends)
-/// drops from about 2% of the link to about 1%. Measured, 128 hosts x 64 MB permutation, max
-/// FCT / ideal: ACK every 4 packets (default) 0.98 1.1142, 0.99 1.1647 (the last hop's queue
-/// stands); ACK every 16 with the recycling selector 0.99 1.1047 (seed 2: 1.1036), 0.995 1.1526.
+/// drops from about 2% of the link to about 1%. Measured (permutation, 256 paths, max FCT /
+/// ideal, power-of-two selector): 128 hosts x 64 MB, ACK every 4 packets (the default) at 0.98
+/// 1.1142, at 0.99 1.1647 (the last hop's queue stands); ACK every 16 at 0.99 1.1066. 1024
+/// hosts x 16 MB: ACK every 4 at 0.98 1.2369, ACK every 16 at 0.99 1.2309. 0.995 was worse
+/// (128 x 64 MB, recycling selector: 1.1526 against 1.1047 at 0.99).
 pub const EQDS_RATE_FRACTION: f64 = 0.99;
 
 /// ACK spacing of EQDS connections (`ack_every_packets`; the sender asks for an ACK every half
@@ -73,9 +75,10 @@ pub struct ExperimentOptions {
     pub checked: bool,
     /// Receive batching window (see [`FabricConfig::rx_batch`]). Default zero: exact.
     pub rx_batch: Duration,
-    /// Path selector by name (`p2c`, `rr`, `recycle`), or `auto`: entropy recycling for EQDS
-    /// (it sees trims as NACKs, and halved them in a permutation), power-of-two choices for
-    /// the sender-driven policies. Default auto.
+    /// Path selector by name: `p2c` (power-of-two choices, the default), `rr` or `recycle`
+    /// (entropy recycling; for EQDS it halved trims and helped at 128 hosts x 64 MB, max FCT
+    /// 1.1066 -> 1.1047x, but hurt at 1024 hosts x 16 MB, 1.2309 -> 1.2574x: with 64 core
+    /// paths per flow its feedback per path is sparse and stale).
     pub selector: String,
     /// Order of the EQDS receivers' credit pacer among senders. Default shortest remaining
     /// first: a victim's short messages beside an incast finish near their unloaded latency
@@ -107,7 +110,7 @@ impl Default for ExperimentOptions {
             checked: false,
             rx_batch: Duration::ZERO,
             initial_window_bytes: 0,
-            selector: "auto".into(),
+            selector: "p2c".into(),
             pacer_order: PacerOrder::ShortestRemaining,
         }
     }
@@ -151,12 +154,8 @@ impl ExperimentOptions {
         credit.rate_fraction = EQDS_RATE_FRACTION;
         credit.order = self.pacer_order;
         let receiver_driven = matches!(cc, CcKind::Eqds(_));
-        let selector = match self.selector.trim() {
-            s if s.eq_ignore_ascii_case("auto") && receiver_driven => SelectorKind::Recycle,
-            s if s.eq_ignore_ascii_case("auto") => SelectorKind::PowerOfTwoChoices,
-            s => SelectorKind::from_name(s)
-                .ok_or_else(|| bad(format!("unknown selector {s:?}: use auto, p2c, rr or recycle")))?,
-        };
+        let selector = SelectorKind::from_name(&self.selector)
+            .ok_or_else(|| bad(format!("unknown selector {:?}: use p2c, rr or recycle", self.selector)))?;
         let c = &mut cfg.endpoint.connection;
         *c = accord_proto::ConnectionConfig {
             max_datagram_bytes: datagram as u16,
