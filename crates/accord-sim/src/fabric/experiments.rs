@@ -58,7 +58,8 @@ pub struct ExperimentOptions {
     /// Bytes per chunk (one path decision). Default 8 KiB: two packets per path at the 4 KB
     /// MTU. Spraying at that grain keeps the random load on each fabric link smooth; 32 KiB
     /// chunks (the transport's default, sized for GSO on sockets) put 8-packet bursts on one
-    /// path and doubled the tail of a permutation.
+    /// path and doubled the tail of a permutation. EQDS caps it further at its own
+    /// `chunk_bytes_max` (4 KiB: one packet per path decision).
     pub chunk: u32,
     /// Default 3-tier fat-tree.
     pub topology: TopologyKind,
