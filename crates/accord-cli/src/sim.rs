@@ -234,7 +234,11 @@ fn permutation(args: PermutationArgs) -> Result<(), String> {
         opts.bytes,
         opts.mtu,
         opts.paths,
-        opts.chunk,
+        // The chunk in force: EQDS caps it at its own largest chunk.
+        match CcKind::from_name(&opts.cc) {
+            Ok(CcKind::Eqds(eqds)) => opts.chunk.min(eqds.chunk_bytes_max),
+            _ => opts.chunk,
+        },
         opts.queue_name(),
         opts.cc,
         opts.selector,
