@@ -62,11 +62,33 @@ pub struct IncastArgs {
     /// Switch queue: auto (trimming for eqds, ECN marking for the others), ecn, trim, droptail.
     #[arg(long, default_value = "auto")]
     queue: String,
+    #[command(flatten)]
+    eqds: EqdsArgs,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
+}
+
+/// Receiver-driven (EQDS) and path-selection choices of the fabric experiments.
+#[derive(Args, Debug)]
+pub struct EqdsArgs {
+    /// EQDS credit pacer order: srpt (shortest remaining message first, a round-robin grant
+    /// every 8th) or rr (round robin, max-min fair).
+    #[arg(long, default_value = "srpt")]
+    pacer_order: String,
+    /// Path selector: p2c (power-of-two choices), rr (round robin) or recycle (entropy
+    /// recycling: reuse paths acknowledged without trim, loss or mark).
+    #[arg(long, default_value = "p2c")]
+    selector: String,
+}
+
+impl EqdsArgs {
+    fn pacer_order(&self) -> Result<accord_proto::PacerOrder, String> {
+        accord_proto::PacerOrder::from_name(&self.pacer_order)
+            .ok_or_else(|| format!("unknown --pacer-order {:?}: use srpt or rr", self.pacer_order))
+    }
 }
 
 #[derive(Args, Debug)]
@@ -135,6 +157,8 @@ pub struct PermutationArgs {
     #[arg(long)]
     checked: bool,
     #[command(flatten)]
+    eqds: EqdsArgs,
+    #[command(flatten)]
     common: Common,
 }
 
@@ -176,6 +200,8 @@ fn permutation(args: PermutationArgs) -> Result<(), String> {
         seed: args.common.seed,
         queue: args.queue.clone(),
         checked: args.checked,
+        selector: args.eqds.selector.clone(),
+        pacer_order: args.eqds.pacer_order()?,
         ..defaults
     };
     let r = fabric::permutation(&opts).map_err(|e| e.to_string())?;
@@ -201,16 +227,22 @@ fn permutation(args: PermutationArgs) -> Result<(), String> {
         return Ok(());
     }
     println!(
-        "# permutation: {} hosts, {:?}, {} Gbit/s, {} bytes/host, mtu {}, {} paths, chunk {}, queue {}, cc {}, seed {}",
+        "# permutation: {} hosts, {:?}, {} Gbit/s, {} bytes/host, mtu {}, {} paths, chunk {}, queue {}, cc {}, selector {}, pacer {:?}, seed {}",
         opts.nodes,
         opts.topology,
         opts.link_gbps,
         opts.bytes,
         opts.mtu,
         opts.paths,
-        opts.chunk,
+        // The chunk in force: EQDS caps it at its own largest chunk.
+        match CcKind::from_name(&opts.cc) {
+            Ok(CcKind::Eqds(eqds)) => opts.chunk.min(eqds.chunk_bytes_max),
+            _ => opts.chunk,
+        },
         opts.queue_name(),
         opts.cc,
+        opts.selector,
+        opts.pacer_order,
         opts.seed
     );
     let row = vec![
@@ -394,6 +426,8 @@ fn incast(args: IncastArgs) -> Result<(), String> {
         topology,
         seed: args.seed,
         queue: args.queue.clone(),
+        selector: args.eqds.selector.clone(),
+        pacer_order: args.eqds.pacer_order()?,
         ..Default::default()
     };
     let incast_ideal = base.ideal(args.bytes) * args.senders;
@@ -448,7 +482,7 @@ fn incast(args: IncastArgs) -> Result<(), String> {
         return Ok(());
     }
     println!(
-        "# incast {}:1 into host 0 ({} x {} B, line-rate time {:.1} us) + {} victim hosts x {} messages of {} B every {:.1} us; {} hosts {}, {} Gbit/s, seeds {}..{}",
+        "# incast {}:1 into host 0 ({} x {} B, line-rate time {:.1} us) + {} victim hosts x {} messages of {} B every {:.1} us; {} hosts {}, {} Gbit/s, selector {}, eqds pacer {}, seeds {}..{}",
         args.senders,
         args.senders,
         args.bytes,
@@ -460,6 +494,8 @@ fn incast(args: IncastArgs) -> Result<(), String> {
         nodes,
         args.topology,
         args.gbps,
+        args.eqds.selector,
+        args.eqds.pacer_order,
         args.seed,
         args.seed + args.runs as u64 - 1
     );

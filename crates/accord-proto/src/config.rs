@@ -168,6 +168,31 @@ impl Default for EndpointConfig {
     }
 }
 
+/// Which active sender the credit pacer serves next (retransmission requests always first).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub enum PacerOrder {
+    /// Round robin, one quantum each: max-min fair.
+    #[default]
+    RoundRobin,
+    /// The sender with the fewest bytes left of its current message first (as each data
+    /// packet says: message length minus its end offset), with a round-robin grant every
+    /// `fair_grant_every` grants. Short messages (MoE tokens, RPCs) finish at nearly their
+    /// unloaded latency beside a large incast, and the incast's flows finish one after the
+    /// other instead of all at the end; the total is the same.
+    ShortestRemaining,
+}
+
+impl PacerOrder {
+    /// `rr` / `round-robin` / `fair`, or `srpt` / `shortest-remaining`.
+    pub fn from_name(name: &str) -> Option<PacerOrder> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "rr" | "round-robin" | "fair" => Some(PacerOrder::RoundRobin),
+            "srpt" | "shortest-remaining" => Some(PacerOrder::ShortestRemaining),
+            _ => None,
+        }
+    }
+}
+
 /// Settings of the receiver's credit pacer (EQDS, see [`crate::credit`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct CreditConfig {
@@ -186,6 +211,17 @@ pub struct CreditConfig {
     /// NIC queues, queues in the fabric). Paced like any credit, so it adds no burst. Default
     /// 0 (none); the simulator sets one BDP.
     pub pull_headroom_bytes: u64,
+    /// Service order among senders with demand. Default round robin.
+    pub order: PacerOrder,
+    /// Under [`PacerOrder::ShortestRemaining`], one new-data grant in this many goes to the
+    /// round-robin head instead (0: never). Default 8: a long flow keeps at least an eighth
+    /// of its round-robin share however many short messages arrive.
+    pub fair_grant_every: u64,
+    /// Under [`PacerOrder::ShortestRemaining`], credit a sender may have outstanding beyond
+    /// the rest of its current message and keep its priority (for the next message it may
+    /// have queued; the pacer cannot see one). Beyond it the sender is served last: its pull
+    /// demand there is mostly the loop's headroom, wasted at the end of its last message.
+    pub srpt_beyond_message_bytes: u64,
     /// Most demand an Rts can create (the rest is asked for by the pull clock). Default 256 KiB.
     pub rts_demand_max_bytes: u64,
     /// Most demand one sender can have outstanding. Default 64 MiB.
@@ -206,6 +242,9 @@ impl Default for CreditConfig {
             grant_quantum_bytes: 16 * 1024,
             wire_overhead_bytes_per_packet: crate::wire::DATA_HEADER_LEN as u32 + 64,
             pull_headroom_bytes: 0,
+            order: PacerOrder::RoundRobin,
+            fair_grant_every: 8,
+            srpt_beyond_message_bytes: 64 * 1024,
             rts_demand_max_bytes: 256 * 1024,
             demand_bytes_max: 64 << 20,
             senders_max: 65536,

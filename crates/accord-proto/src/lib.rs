@@ -28,7 +28,7 @@ pub use api::{
     ConnectionError, ConnectionHandle, ConnectionStats, DatagramOutcome, EndpointStats, Event, LocalMemory, PayloadRef,
     Placement, PlacementTarget, RxMeta, SendRequest, Transmit, WriteRequest,
 };
-pub use config::{ConfigError, ConnectionConfig, CreditConfig, EndpointConfig};
+pub use config::{ConfigError, ConnectionConfig, CreditConfig, EndpointConfig, PacerOrder};
 pub use endpoint::{ConnectError, Endpoint};
 pub use ids::{ConnectionId, OpId, PathId, Psn, RecvBufferId, RegionId, RegionKey};
 pub use send::{OpError, SubmitError};

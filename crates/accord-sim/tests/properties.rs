@@ -6,7 +6,9 @@
 //! `ACCORD_PROPTEST_SEEDS=N` runs more (the bench mode).
 
 use accord_proto::cc::{CcKind, EqdsConfig};
+use accord_proto::path::SelectorKind;
 use accord_proto::wire::RejectReason;
+use accord_proto::PacerOrder;
 use accord_proto::{OpError, OpId, PathId, RegionId, RegionKey, WriteRequest};
 use accord_sim::link::FaultConfig;
 use accord_sim::{PairConfig, PairSim, Side};
@@ -56,6 +58,14 @@ fn random_config(rng: &mut ChaCha8Rng, seed: u64) -> PairConfig {
     if seed % 4 == 3 {
         c.cc = CcKind::Eqds(EqdsConfig { speculative_bytes: 150_000, rts_timeout: c.rto_min, ..Default::default() });
         cfg.endpoint.credit.line_rate_bytes_per_sec = cfg.link.rate_bps / 8;
+        // Half of them order the pacer shortest-remaining-first (also from the seed).
+        if (seed / 4) % 2 == 1 {
+            cfg.endpoint.credit.order = PacerOrder::ShortestRemaining;
+        }
+    }
+    // Every other seed sprays with entropy recycling instead of power-of-two choices.
+    if seed % 2 == 1 {
+        c.selector = SelectorKind::Recycle;
     }
     c.chunk_bytes = [4096, 16384, 32768][rng.gen_range(0..3)];
     c.max_datagram_bytes = [1500, 4192, 9000][rng.gen_range(0..3)];

@@ -41,6 +41,11 @@ pub(super) struct CreditState {
     nack_requests: VecDeque<(Psn, u32)>,
     /// Receiver: backlog announced by the peer's latest Rts, for the pacer.
     rts_backlog: Option<u64>,
+    /// Receiver: bytes of the peer's current message still to come, from its newest packet
+    /// for the pacer's shortest-remaining order; taken by the drain.
+    remaining: Option<u64>,
+    /// Receiver: packet number the latest `remaining` came from (older packets do not update it).
+    remaining_psn: Option<Psn>,
     /// Receiver: NACKs owed to a sender-driven peer, sent at once.
     nacks_out: VecDeque<Psn>,
     /// Receiver: path of the latest data packet; credit goes back on it.
@@ -59,6 +64,12 @@ impl Connection {
     /// fraction of a packet).
     pub(super) fn note_data_for_credit(&mut self, rx: RxMeta, data: &DataRepr) {
         self.credit.last_data_path = rx.path;
+        if data.receiver_driven && self.credit.remaining_psn.is_none_or(|seen| data.psn > seen) {
+            // The parser proved msg_offset + payload_len <= msg_len.
+            let left = data.msg_len.saturating_sub(data.msg_offset + data.payload_len as u64);
+            self.credit.remaining_psn = Some(data.psn);
+            self.credit.remaining = Some(left);
+        }
         if data.receiver_driven && data.wants_more {
             let mss = self.config.mss_bytes() as u64;
             let bytes = (data.payload_len as u64).max(1).div_ceil(mss) * mss;
@@ -123,6 +134,10 @@ impl Connection {
         }
         if let Some(backlog) = c.rts_backlog.take() {
             pacer.on_rts(self.id, backlog);
+        }
+        // After the demand, which creates the pacer's entry for a new sender.
+        if let Some(left) = c.remaining.take() {
+            pacer.set_remaining(self.id, left);
         }
     }
 

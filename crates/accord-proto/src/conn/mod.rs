@@ -83,6 +83,12 @@ pub(crate) struct Connection {
     recv: ReceiveWindow,
     inbound: InboundOps,
     ack_due: Option<AckDue>,
+    /// Highest packet that asked for an immediate ACK while packets below it were still
+    /// missing: the ACK it got could not report the picture it asked for, so the next arrival
+    /// that moves the cumulative point past it is acknowledged at once too (a message's last
+    /// packet overtaken by an earlier one on another path would otherwise wait for
+    /// `ack_delay_max` before its completion is reported).
+    ack_request_pending: Option<Psn>,
     packets_since_ack: u16,
     /// New data packets sent since one last asked the receiver to acknowledge at once.
     packets_since_ack_request: u16,
@@ -128,6 +134,7 @@ impl Connection {
             recv: ReceiveWindow::new(config.recv_window_packets),
             inbound: InboundOps::new(config.inbound_ops_max),
             ack_due: None,
+            ack_request_pending: None,
             packets_since_ack: 0,
             packets_since_ack_request: 0,
             ecn_ce_received: 0,

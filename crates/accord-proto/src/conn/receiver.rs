@@ -94,7 +94,8 @@ impl Connection {
                     }
                     InboundProgress::Partial => {}
                 }
-                self.schedule_ack(now, rx, data, data.ack_now);
+                let immediate = self.ack_request_settled(data);
+                self.schedule_ack(now, rx, data, immediate);
                 Some(Placement { target, payload })
             }
         }
@@ -140,6 +141,23 @@ impl Connection {
                     Err(reason) => Verdict::Refuse(reason),
                 },
             },
+        }
+    }
+
+    /// Whether the ACK for `data` (just placed) should go at once: the sender asked for it, or
+    /// this arrival moved the cumulative point past an earlier request that arrived over a hole
+    /// (see `ack_request_pending`).
+    fn ack_request_settled(&mut self, data: &DataRepr) -> bool {
+        let base = self.recv.base();
+        if data.ack_now && data.psn >= base {
+            self.ack_request_pending = Some(self.ack_request_pending.map_or(data.psn, |p| p.max(data.psn)));
+        }
+        match self.ack_request_pending {
+            Some(pending) if base > pending => {
+                self.ack_request_pending = None;
+                true
+            }
+            _ => data.ack_now,
         }
     }
 

@@ -395,6 +395,13 @@ impl Connection {
             };
             self.cc.on_ack(&event);
         }
+        // Paths whose packets this ACK covered delivered cleanly unless it reports a new mark
+        // (not attributable to a path, so none is recycled then).
+        if ce_delta == 0 {
+            for path in touched.iter() {
+                self.selector.on_feedback(path, true);
+            }
+        }
         for path in touched.iter() {
             let Some(largest) = self.paths.get(path).and_then(|p| p.largest_acked_path_seq) else { continue };
             let (packets, bytes) =
@@ -440,6 +447,7 @@ impl Connection {
 
     pub(super) fn note_losses(&mut self, now: Instant, path: PathId, packets: u64, bytes: u64, timeout: bool) {
         self.stats.packets_lost += packets;
+        self.selector.on_feedback(path, false);
         for _ in 0..packets {
             self.paths.on_lost(path);
         }

@@ -20,7 +20,7 @@
 #[cfg(test)]
 mod tests;
 
-use crate::config::CreditConfig;
+use crate::config::{CreditConfig, PacerOrder};
 use crate::ids::{ConnectionId, Psn};
 use crate::time::Instant;
 use core::time::Duration;
@@ -43,6 +43,10 @@ pub struct PacerStats {
     pub rts_received: u64,
     /// Requests refused because a list was full.
     pub requests_refused: u64,
+    /// Pacing time lost because a grant that was due (with work waiting since the previous
+    /// grant) was polled late: the pacer does not bank idle time, so a driver that polls late
+    /// loses rate. Nanoseconds.
+    pub grant_late_ns: u64,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -55,6 +59,12 @@ enum List {
 struct Sender {
     /// Bytes asked for and not yet granted.
     demand_bytes: u64,
+    /// Bytes of the sender's current message still to come, from its latest packet (the
+    /// shortest-remaining-first order's key; `u64::MAX` until a packet said).
+    remaining_bytes: u64,
+    /// Credit granted and not yet seen back as arriving data (grants minus pull demand,
+    /// saturating): what the sender can still send for its message without another grant.
+    credit_out_bytes: u64,
     list: List,
     /// The pull headroom of the current busy period was added.
     headroom_given: bool,
@@ -79,6 +89,10 @@ pub struct CreditPacer {
     rtx_count: usize,
     /// No grant before this instant (the pacing clock).
     next_grant_at: Instant,
+    /// The latest grant left work waiting (so any delay of the next one is lost rate).
+    work_left_after_grant: bool,
+    /// New-data grants since the last round-robin turn of the shortest-remaining order.
+    grants_since_fair_turn: u64,
     stats: PacerStats,
 }
 
@@ -95,6 +109,8 @@ impl CreditPacer {
             rtx_requests: BTreeMap::new(),
             rtx_count: 0,
             next_grant_at: Instant::ZERO,
+            work_left_after_grant: false,
+            grants_since_fair_turn: 0,
             stats: PacerStats::default(),
         }
     }
@@ -145,8 +161,17 @@ impl CreditPacer {
         if let Some(sender) = self.sender_mut(conn) {
             let extra = if sender.headroom_given || !new_period { 0 } else { headroom };
             sender.headroom_given |= new_period;
+            sender.credit_out_bytes = sender.credit_out_bytes.saturating_sub(bytes);
             sender.demand_bytes = sender.demand_bytes.saturating_add(bytes).saturating_add(extra).min(cap);
             self.activate(conn);
+        }
+    }
+
+    /// `conn`'s latest packet said `bytes` of its current message are still to come (ordering
+    /// only: demand is what the pull clock and Rts ask for).
+    pub fn set_remaining(&mut self, conn: ConnectionId, bytes: u64) {
+        if let Some(sender) = self.senders.get_mut(&conn) {
+            sender.remaining_bytes = bytes;
         }
     }
 
@@ -155,6 +180,7 @@ impl CreditPacer {
     pub fn clear_demand(&mut self, conn: ConnectionId) {
         let Some(sender) = self.senders.get_mut(&conn) else { return };
         sender.demand_bytes = 0;
+        sender.credit_out_bytes = 0;
         sender.headroom_given = false;
         if sender.list == List::Active {
             sender.list = List::Idle;
@@ -210,7 +236,7 @@ impl CreditPacer {
         if now < self.next_grant_at || !self.has_work() {
             return None;
         }
-        let grant = if let Some(conn) = self.rtx.pop_front() {
+        let grant = if let Some(conn) = self.next_rtx() {
             let queue = self.rtx_requests.get_mut(&conn)?;
             let (psn, bytes) = queue.pop_front()?;
             self.rtx_count -= 1;
@@ -222,12 +248,13 @@ impl CreditPacer {
             self.stats.nacks_granted += 1;
             Grant { conn, credit_bytes: bytes, nack: Some(psn) }
         } else {
-            let conn = self.active.pop_front()?;
+            let conn = self.next_active()?;
             // At least one full packet, so one grant always lets the sender send.
             let quantum = self.config.grant_quantum_bytes.max(self.mss_bytes) as u64;
             let sender = self.senders.get_mut(&conn)?;
             let bytes = sender.demand_bytes.min(quantum);
             sender.demand_bytes -= bytes;
+            sender.credit_out_bytes = sender.credit_out_bytes.saturating_add(bytes);
             if sender.demand_bytes > 0 {
                 self.active.push_back(conn);
             } else {
@@ -241,9 +268,56 @@ impl CreditPacer {
         self.stats.credit_granted_bytes += grant.credit_bytes as u64;
         // The pacing clock: never banks idle time, so a burst of requests after a quiet spell
         // gets one grant now and the rest at the rate.
+        if self.work_left_after_grant {
+            self.stats.grant_late_ns += now.saturating_duration_since(self.next_grant_at).as_nanos() as u64;
+        }
         let start = self.next_grant_at.max(now);
         self.next_grant_at = start + self.grant_duration(grant.credit_bytes);
+        self.work_left_after_grant = self.has_work();
         Some(grant)
+    }
+
+    /// The sender whose retransmission request goes next, taken off the list: round robin, or
+    /// under [`PacerOrder::ShortestRemaining`] the sender with the least left of its message
+    /// (a short message's trimmed packet is all that stands between it and completion).
+    fn next_rtx(&mut self) -> Option<ConnectionId> {
+        if self.config.order != PacerOrder::ShortestRemaining || self.rtx.len() < 2 {
+            return self.rtx.pop_front();
+        }
+        let key = |c: &ConnectionId| self.senders.get(c).map_or(u64::MAX, |s| s.remaining_bytes);
+        let (index, _) = self.rtx.iter().enumerate().min_by_key(|&(i, c)| (key(c), i))?;
+        self.rtx.remove(index)
+    }
+
+    /// The active sender whose turn it is, taken off the active list: the head of the round
+    /// robin, or under [`PacerOrder::ShortestRemaining`] the sender closest to the end of its
+    /// message, except every `fair_grant_every`-th new-data grant, which goes to the
+    /// round-robin head so that no sender starves behind a stream of short messages.
+    fn next_active(&mut self) -> Option<ConnectionId> {
+        let srpt = self.config.order == PacerOrder::ShortestRemaining && self.active.len() > 1;
+        self.grants_since_fair_turn += 1;
+        let fair_turn = self.config.fair_grant_every > 0 && self.grants_since_fair_turn >= self.config.fair_grant_every;
+        if fair_turn {
+            self.grants_since_fair_turn = 0;
+        }
+        if !srpt || fair_turn {
+            return self.active.pop_front();
+        }
+        // A sender whose outstanding credit already covers the rest of its message needs no
+        // more for it (its pull demand is the loop's headroom, wasted if granted first): last.
+        let key = |c: &ConnectionId| {
+            self.senders.get(c).map_or(u64::MAX, |s| {
+                let allowed = s.remaining_bytes.saturating_add(self.config.srpt_beyond_message_bytes);
+                if s.credit_out_bytes < allowed {
+                    s.remaining_bytes.saturating_sub(s.credit_out_bytes)
+                } else {
+                    u64::MAX
+                }
+            })
+        };
+        // First minimum in round-robin order, so equal keys still take turns.
+        let (index, _) = self.active.iter().enumerate().min_by_key(|&(i, c)| (key(c), i))?;
+        self.active.remove(index)
     }
 
     /// Time the NIC needs to receive what `credit_bytes` releases, at the paced rate.
@@ -269,7 +343,16 @@ impl CreditPacer {
                     }
                 }
             }
-            self.senders.insert(conn, Sender { demand_bytes: 0, list: List::Idle, headroom_given: false });
+            self.senders.insert(
+                conn,
+                Sender {
+                    demand_bytes: 0,
+                    remaining_bytes: u64::MAX,
+                    credit_out_bytes: 0,
+                    list: List::Idle,
+                    headroom_given: false,
+                },
+            );
             self.idle.push_back(conn);
         }
         self.senders.get_mut(&conn)

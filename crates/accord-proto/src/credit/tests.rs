@@ -367,3 +367,77 @@ fn whole_transfer_places_every_byte_once_and_credit_balances() {
     // The pacer kept to its rate: 3 MiB at 0.98 of 12.5 GB/s takes at least ~250 µs.
     assert!(now.as_nanos() > 200_000, "finished at {now:?}");
 }
+
+fn srpt(config: CreditConfig) -> CreditPacer {
+    pacer(CreditConfig { order: PacerOrder::ShortestRemaining, grant_quantum_bytes: 4096, ..config })
+}
+
+#[test]
+fn shortest_remaining_serves_the_sender_closest_to_done_first() {
+    let mut p = srpt(CreditConfig { fair_grant_every: 0, srpt_beyond_message_bytes: 0, ..Default::default() });
+    // Three senders with demand; messages of 1 MB, 12 KB and 100 KB left.
+    for (id, left) in [(1, 1 << 20), (2, 3 * 4096), (3, 100 * 1024)] {
+        p.add_demand(c(id), 1 << 20, true);
+        p.set_remaining(c(id), left);
+    }
+    let order: Vec<u32> = (0..30).map(|i| p.poll_grant(t(i * 10)).unwrap().conn.0).collect();
+    // 2 until its 12 KB are covered by outstanding credit, then 3 (25 grants of 4 KiB), then 1.
+    assert_eq!(&order[..3], &[2, 2, 2]);
+    assert!(order[3..28].iter().all(|&id| id == 3), "{order:?}");
+    assert_eq!(&order[28..], &[1, 1]);
+    p.check_invariants().unwrap();
+}
+
+#[test]
+fn shortest_remaining_gives_every_nth_grant_round_robin_so_none_starves() {
+    let mut p = srpt(CreditConfig { fair_grant_every: 4, srpt_beyond_message_bytes: 0, ..Default::default() });
+    p.add_demand(c(1), 1 << 20, true);
+    p.set_remaining(c(1), 1 << 20);
+    p.add_demand(c(2), 1 << 20, true);
+    p.set_remaining(c(2), 512 * 1024);
+    let order: Vec<u32> = (0..40).map(|i| p.poll_grant(t(i * 10)).unwrap().conn.0).collect();
+    let long = order.iter().filter(|&&id| id == 1).count();
+    assert!((8..=12).contains(&long), "the long sender gets about one grant in four: {order:?}");
+}
+
+#[test]
+fn shortest_remaining_resends_the_short_message_first() {
+    let mut p = srpt(CreditConfig::default());
+    for (id, left) in [(1, 1 << 20), (2, 8192)] {
+        p.add_demand(c(id), 4096, true);
+        p.set_remaining(c(id), left);
+    }
+    p.add_nack(c(1), 10, 4096);
+    p.add_nack(c(1), 11, 4096);
+    p.add_nack(c(2), 20, 4096);
+    let nacks: Vec<(u32, Option<Psn>)> = (0..3)
+        .map(|i| p.poll_grant(t(i * 10)))
+        .map(|g| {
+            let g = g.unwrap();
+            (g.conn.0, g.nack)
+        })
+        .collect();
+    assert_eq!(nacks, [(2, Some(20)), (1, Some(10)), (1, Some(11))]);
+    // Round robin would have alternated: 1, 2, 1.
+    let mut rr = pacer(CreditConfig::default());
+    rr.add_nack(c(1), 10, 4096);
+    rr.add_nack(c(1), 11, 4096);
+    rr.add_nack(c(2), 20, 4096);
+    assert_eq!(rr.poll_grant(t(0)).unwrap().conn, c(1));
+}
+
+#[test]
+fn a_late_poll_is_counted_as_lost_pacing_time() {
+    let mut p = pacer(CreditConfig { grant_quantum_bytes: 4096, ..Default::default() });
+    p.add_demand(c(1), 3 * 4096, true);
+    let first = p.poll_grant(t(0)).unwrap();
+    assert_eq!(first.credit_bytes, 4096);
+    let due = p.poll_timeout().unwrap();
+    assert_eq!(p.stats().grant_late_ns, 0);
+    p.poll_grant(due + Duration::from_micros(2)).unwrap();
+    assert_eq!(p.stats().grant_late_ns, 2000);
+}
+
+fn t(us: u64) -> Instant {
+    Instant::from_nanos(us * 1000)
+}

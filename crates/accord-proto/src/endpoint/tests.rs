@@ -221,3 +221,36 @@ fn mutated_valid_packets_never_escape_registered_memory() {
     }
     b.check_invariants().unwrap();
 }
+
+/// A message's last packet asks for an immediate ACK; when it overtakes an earlier packet, the
+/// ACK it gets still shows a hole, so the arrival that fills the hole is acknowledged at once
+/// too instead of after `ack_delay_max` (the sender's completion waits on that ACK).
+#[test]
+fn filling_the_hole_under_an_ack_request_is_acknowledged_at_once() {
+    let (mut a, mut b, conn) = pair(ConnectionConfig::default(), ConnectionConfig::default());
+    let mut mem = Memory::default();
+    exchange(&mut a, &mut b, &mut mem, t(1));
+    let mss = a.connection_config(conn).unwrap().mss_bytes() as u64;
+    a.write(conn, WriteRequest { region: RegionId(1), key: KEY, offset: 0, len: 3 * mss, imm: Some(1), tag: 0 })
+        .unwrap();
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut data = vec![];
+    while let Some(tx) = a.poll_transmit(t(2), &mut buf) {
+        let mut d = buf[..tx.header_len].to_vec();
+        d.resize(tx.datagram_len(), 0);
+        data.push((tx.path, d));
+    }
+    assert_eq!(data.len(), 3, "three data packets");
+    let mut deliver = |i: usize| {
+        let (path, d) = &data[i];
+        b.handle_datagram(t(3), RxMeta { path: *path, ecn_ce: false }, d, &mut mem);
+        let mut acks = 0;
+        while b.poll_transmit(t(3), &mut [0u8; 9000]).is_some() {
+            acks += 1;
+        }
+        acks
+    };
+    assert_eq!(deliver(2), 1, "the last packet asks for an ACK");
+    assert_eq!(deliver(0), 0, "an earlier packet alone waits for the delayed ACK");
+    assert_eq!(deliver(1), 1, "the packet that completes the picture is acknowledged at once");
+}

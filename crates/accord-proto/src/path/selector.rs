@@ -1,5 +1,6 @@
 //! Path selection: which path carries the next chunk.
 
+use super::recycle::Recycling;
 use super::PathTable;
 use crate::ids::PathId;
 use crate::time::Instant;
@@ -10,6 +11,10 @@ use rand_chacha::ChaCha8Rng;
 /// retransmitted packet was lost on) when another is available.
 pub trait PathSelector: core::fmt::Debug + Send {
     fn select(&mut self, now: Instant, paths: &PathTable, rng: &mut ChaCha8Rng, avoid: Option<PathId>) -> PathId;
+
+    /// Feedback on one path: `clean` when an acknowledgement covered packets sent on it with
+    /// no congestion mark, false when a packet on it was trimmed or lost. Default: ignored.
+    fn on_feedback(&mut self, _path: PathId, _clean: bool) {}
 }
 
 /// Built-in selectors, chosen by name in configuration.
@@ -20,6 +25,9 @@ pub enum SelectorKind {
     PowerOfTwoChoices,
     /// Active paths in turn (a baseline, and what a flow-hashing fabric would see).
     RoundRobin,
+    /// Reuse paths acknowledged without a trim, loss or mark; random when none waits
+    /// (see [`super::recycle`]).
+    Recycle,
 }
 
 impl SelectorKind {
@@ -28,6 +36,7 @@ impl SelectorKind {
         match name.trim().to_ascii_lowercase().as_str() {
             "p2c" | "power-of-two" | "power-of-two-choices" => Some(SelectorKind::PowerOfTwoChoices),
             "rr" | "round-robin" => Some(SelectorKind::RoundRobin),
+            "recycle" | "reps" => Some(SelectorKind::Recycle),
             _ => None,
         }
     }
@@ -36,6 +45,7 @@ impl SelectorKind {
         match self {
             SelectorKind::PowerOfTwoChoices => Selector::PowerOfTwo(PowerOfTwoChoices),
             SelectorKind::RoundRobin => Selector::RoundRobin(RoundRobin::default()),
+            SelectorKind::Recycle => Selector::Recycle(Recycling::default()),
         }
     }
 }
@@ -45,6 +55,7 @@ impl SelectorKind {
 pub enum Selector {
     PowerOfTwo(PowerOfTwoChoices),
     RoundRobin(RoundRobin),
+    Recycle(Recycling),
     Custom(Box<dyn PathSelector>),
 }
 
@@ -53,7 +64,17 @@ impl PathSelector for Selector {
         match self {
             Selector::PowerOfTwo(s) => s.select(now, paths, rng, avoid),
             Selector::RoundRobin(s) => s.select(now, paths, rng, avoid),
+            Selector::Recycle(s) => s.select(now, paths, rng, avoid),
             Selector::Custom(s) => s.select(now, paths, rng, avoid),
+        }
+    }
+
+    fn on_feedback(&mut self, path: PathId, clean: bool) {
+        match self {
+            Selector::PowerOfTwo(s) => s.on_feedback(path, clean),
+            Selector::RoundRobin(s) => s.on_feedback(path, clean),
+            Selector::Recycle(s) => s.on_feedback(path, clean),
+            Selector::Custom(s) => s.on_feedback(path, clean),
         }
     }
 }
@@ -62,7 +83,7 @@ impl PathSelector for Selector {
 /// paths; failing that (every path quarantined), all paths, so traffic still flows somewhere.
 /// Number of candidates and the `index`-th of them. With no path quarantined (the common case)
 /// both are arithmetic; otherwise they walk the table.
-fn candidate_count(paths: &PathTable, avoid: Option<PathId>) -> usize {
+pub(super) fn candidate_count(paths: &PathTable, avoid: Option<PathId>) -> usize {
     if paths.quarantined_count() == 0 {
         let n = paths.len();
         return match avoid {
@@ -73,7 +94,7 @@ fn candidate_count(paths: &PathTable, avoid: Option<PathId>) -> usize {
     candidates(paths, avoid).count()
 }
 
-fn candidate_nth(paths: &PathTable, avoid: Option<PathId>, index: usize) -> Option<PathId> {
+pub(super) fn candidate_nth(paths: &PathTable, avoid: Option<PathId>, index: usize) -> Option<PathId> {
     if paths.quarantined_count() == 0 {
         let n = paths.len();
         let skip = match avoid {

@@ -86,3 +86,46 @@ fn rto_backs_off_within_bounds() {
     table.on_acked(PathId(0), 0);
     assert_eq!(table.get(PathId(0)).unwrap().rto(lo, hi), lo);
 }
+
+#[test]
+fn recycling_reuses_clean_paths_in_order_and_avoids_trimmed_ones() {
+    let table = PathTable::new(64, Duration::from_micros(10));
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    let mut s = SelectorKind::Recycle.build();
+    // Acknowledged without a mark: 5, 9, 17 come back in that order.
+    for p in [5, 9, 17] {
+        s.on_feedback(PathId(p), true);
+    }
+    // 9 then lost a packet (a trim NACK): struck out.
+    s.on_feedback(PathId(9), false);
+    assert_eq!(s.select(t(0), &table, &mut rng, None), PathId(5));
+    assert_eq!(s.select(t(0), &table, &mut rng, None), PathId(17));
+    // Nothing waits: fresh random paths, never the trimmed one twice in a row by recycling.
+    let Selector::Recycle(r) = &s else { panic!("built the recycling selector") };
+    assert_eq!((r.recycled_picks, r.waiting()), (2, 0));
+    let fresh: Vec<PathId> = (0..200).map(|_| s.select(t(0), &table, &mut rng, None)).collect();
+    let distinct: std::collections::BTreeSet<_> = fresh.iter().collect();
+    assert!(distinct.len() > 40, "fresh picks spray: {} distinct of 64", distinct.len());
+}
+
+#[test]
+fn recycling_skips_avoided_and_quarantined_paths_and_stays_bounded() {
+    let mut table = PathTable::new(8, Duration::from_micros(10));
+    let probe = Duration::from_micros(500);
+    assert!(table.on_timeout(t(0), PathId(3), 1, probe));
+    let mut rng = ChaCha8Rng::seed_from_u64(4);
+    let mut s = Recycling::default();
+    for p in [3, 2, 6] {
+        s.on_feedback(PathId(p), true);
+    }
+    // 3 is quarantined and 2 is the path to avoid (a retransmission's lost path): 6 is used.
+    assert_eq!(s.select(t(0), &table, &mut rng, Some(PathId(2))), PathId(6));
+    for i in 0..(RECYCLE_PATHS_MAX as u16 + 100) {
+        s.on_feedback(PathId(i % 8), true);
+    }
+    assert_eq!(s.waiting(), RECYCLE_PATHS_MAX);
+    for _ in 0..1000 {
+        let p = s.select(t(0), &table, &mut rng, None);
+        assert_ne!(p, PathId(3), "a quarantined path is never picked while others live");
+    }
+}

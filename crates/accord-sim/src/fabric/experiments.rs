@@ -6,7 +6,9 @@ use super::sim::{FabricConfig, FabricError, FabricReport, FabricSim, FlowResult}
 use super::topology::{LinkSpec, TopologyKind};
 use super::workload::{self, FlowClass, FlowSpec};
 use accord_proto::cc::CcKind;
+use accord_proto::path::SelectorKind;
 use accord_proto::wire::DATA_HEADER_LEN;
+use accord_proto::PacerOrder;
 use core::time::Duration;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -20,6 +22,23 @@ use rand_chacha::ChaCha8Rng;
 /// --victim-messages 5`, 5 seeds) victim P99 cubic/eqds 4.32x vs 3.70x, at `--victim-messages
 /// 10` 4.79x vs 3.75x; with victims above their share (20, the default) 1.85x vs 1.84x.
 pub const EQDS_SPECULATIVE_BASE_RTTS: f64 = 0.5;
+
+/// EQDS receivers grant this fraction of the NIC's line rate (wire bytes). 0.99, not the
+/// proto default 0.98, because EQDS connections here ACK every 16 packets (below): the reverse
+/// control traffic a host receives beside its granted data (ACKs and credit of its own sends)
+/// drops from about 2% of the link to about 1%. Measured (permutation, 256 paths, max FCT /
+/// ideal, power-of-two selector): 128 hosts x 64 MB, ACK every 4 packets (the default) at 0.98
+/// 1.1142, at 0.99 1.1647 (the last hop's queue stands); ACK every 16 at 0.99 1.1066. 1024
+/// hosts x 16 MB: ACK every 4 at 0.98 1.2369, ACK every 16 at 0.99 1.2309. 0.995 was worse
+/// (128 x 64 MB, recycling selector: 1.1526 against 1.1047 at 0.99).
+pub const EQDS_RATE_FRACTION: f64 = 0.99;
+
+/// ACK spacing of EQDS connections (`ack_every_packets`; the sender asks for an ACK every half
+/// of it). A receiver-driven sender is clocked by credit, not ACKs, so ACKs only resolve
+/// packets: fewer leave more of the receiver's link to data. 128 hosts x 64 MB, power-of-two
+/// selector, max FCT / ideal: 8 (default) at rate 0.98 1.1142; 16 at 0.98 1.1140, at 0.99
+/// 1.1083; 32 at 0.99 1.1066.
+pub const EQDS_ACK_EVERY_PACKETS: u16 = 32;
 
 /// Options shared by every experiment.
 #[derive(Clone, Debug, PartialEq)]
@@ -39,7 +58,8 @@ pub struct ExperimentOptions {
     /// Bytes per chunk (one path decision). Default 8 KiB: two packets per path at the 4 KB
     /// MTU. Spraying at that grain keeps the random load on each fabric link smooth; 32 KiB
     /// chunks (the transport's default, sized for GSO on sockets) put 8-packet bursts on one
-    /// path and doubled the tail of a permutation.
+    /// path and doubled the tail of a permutation. EQDS caps it further at its own
+    /// `chunk_bytes_max` (4 KiB: one packet per path decision).
     pub chunk: u32,
     /// Default 3-tier fat-tree.
     pub topology: TopologyKind,
@@ -56,6 +76,16 @@ pub struct ExperimentOptions {
     pub checked: bool,
     /// Receive batching window (see [`FabricConfig::rx_batch`]). Default zero: exact.
     pub rx_batch: Duration,
+    /// Path selector by name: `p2c` (power-of-two choices, the default), `rr` or `recycle`
+    /// (entropy recycling; for EQDS it halved trims and helped at 128 hosts x 64 MB, max FCT
+    /// 1.1066 -> 1.1047x, but hurt at 1024 hosts x 16 MB, 1.2309 -> 1.2574x: with 64 core
+    /// paths per flow its feedback per path is sparse and stale).
+    pub selector: String,
+    /// Order of the EQDS receivers' credit pacer among senders. Default shortest remaining
+    /// first: a victim's short messages beside an incast finish near their unloaded latency
+    /// (the MoE serving case of issue 8), at the cost of the incast's last flow (see
+    /// `docs/results`); [`PacerOrder::RoundRobin`] is max-min fair.
+    pub pacer_order: PacerOrder,
     /// Initial congestion window in bytes; 0 (the default) means one bandwidth-delay product
     /// of the fabric's longest base round trip (line-rate start, as datacenter transports that
     /// spray do: a non-blocking fabric has the capacity, and a window of 32 packets would take
@@ -81,6 +111,8 @@ impl Default for ExperimentOptions {
             checked: false,
             rx_batch: Duration::ZERO,
             initial_window_bytes: 0,
+            selector: "p2c".into(),
+            pacer_order: PacerOrder::ShortestRemaining,
         }
     }
 }
@@ -118,12 +150,20 @@ impl ExperimentOptions {
             eqds.rts_timeout = c.rto_min;
         }
         // EQDS receivers keep one BDP of demand ahead of the pull clock (paced, no burst).
-        cfg.endpoint.credit.pull_headroom_bytes = (initial_rtt.as_secs_f64() * self.link_gbps * 1e9 / 8.0) as u64;
+        let credit = &mut cfg.endpoint.credit;
+        credit.pull_headroom_bytes = (initial_rtt.as_secs_f64() * self.link_gbps * 1e9 / 8.0) as u64;
+        credit.rate_fraction = EQDS_RATE_FRACTION;
+        credit.order = self.pacer_order;
+        let receiver_driven = matches!(cc, CcKind::Eqds(_));
+        let selector = SelectorKind::from_name(&self.selector)
+            .ok_or_else(|| bad(format!("unknown selector {:?}: use p2c, rr or recycle", self.selector)))?;
         let c = &mut cfg.endpoint.connection;
         *c = accord_proto::ConnectionConfig {
             max_datagram_bytes: datagram as u16,
             path_count: self.paths,
             chunk_bytes: self.chunk,
+            ack_every_packets: if receiver_driven { EQDS_ACK_EVERY_PACKETS } else { c.ack_every_packets },
+            selector,
             cc,
             initial_rtt,
             ..c.clone()
