@@ -89,6 +89,11 @@ impl EngineBuilder {
         self.config.fault_seed = seed;
         self
     }
+    /// How long a worker awaiting traffic polls before sleeping (zero: sleep at once).
+    pub fn await_poll(mut self, poll: Duration) -> Self {
+        self.config.await_poll = poll;
+        self
+    }
     /// Shared-memory rings for same-host peers (`enabled: false` keeps them on UDP).
     pub fn shm(mut self, shm: ShmConfig) -> Self {
         self.config.shm = shm;

@@ -257,14 +257,65 @@ fn env_overrides_apply() {
 }
 
 #[test]
+fn await_poll_is_configurable_and_bounded() {
+    assert_eq!(EngineConfig::default().await_poll, crate::AWAIT_POLL_DEFAULT);
+    let set = |v: &str| {
+        let vars: HashMap<&str, String> = [("ACCORD_AWAIT_POLL_US", v.to_string())].into();
+        EngineConfig::default().with_overrides_from(|n| vars.get(n).cloned())
+    };
+    assert_eq!(set("0").unwrap().await_poll, Duration::ZERO, "0 turns the poll off");
+    assert_eq!(set("250").unwrap().await_poll, Duration::from_micros(250));
+    assert!(set("x").is_err());
+    assert!(set("10000").unwrap().validate().is_ok(), "the maximum itself is allowed");
+    assert!(set("10001").unwrap().validate().is_err(), "longer than AWAIT_POLL_MAX");
+}
+
+/// Writes with immediates both ways and back to back, with the worker poll off, at its default
+/// and at its longest: the poll changes when a worker sleeps, never what arrives.
+#[test]
+fn transfers_complete_whether_workers_poll_or_sleep() {
+    for poll in [Duration::ZERO, crate::AWAIT_POLL_DEFAULT, crate::AWAIT_POLL_MAX] {
+        let make =
+            || Engine::builder().ignore_env().workers_per_nic(2).force_network(true).await_poll(poll).build().unwrap();
+        let (a, b) = (make(), make());
+        a.add_peer(&b.address()).unwrap();
+        b.add_peer(&a.address()).unwrap();
+        let (sa, db) = (a.alloc(4096).unwrap(), b.alloc(4096).unwrap());
+        let (sb, da) = (b.alloc(4096).unwrap(), a.alloc(4096).unwrap());
+        for round in 0..50u32 {
+            let bytes: Vec<u8> = (0..4096u32).map(|i| (i ^ round) as u8).collect();
+            sa.write_at(0, &bytes).unwrap();
+            sb.write_at(0, &bytes).unwrap();
+            let len = 1 + u64::from(round) * 61;
+            let ab =
+                WriteOp { src: &sa.handle(), src_offset: 0, dst: &db.descriptor(), dst_offset: 0, len, imm: Some(7) };
+            let ba =
+                WriteOp { src: &sb.handle(), src_offset: 0, dst: &da.descriptor(), dst_offset: 0, len, imm: Some(8) };
+            let (t1, t2) = (a.write(&ab).unwrap(), b.write(&ba).unwrap());
+            t1.wait_timeout(WAIT).unwrap();
+            t2.wait_timeout(WAIT).unwrap();
+            b.take_imm(7, 1, WAIT).unwrap();
+            a.take_imm(8, 1, WAIT).unwrap();
+            let (mut got_b, mut got_a) = (vec![0u8; len as usize], vec![0u8; len as usize]);
+            db.read_at(0, &mut got_b).unwrap();
+            da.read_at(0, &mut got_a).unwrap();
+            assert_eq!(got_b, bytes[..len as usize], "poll {poll:?} round {round}");
+            assert_eq!(got_a, bytes[..len as usize], "poll {poll:?} round {round}");
+        }
+    }
+}
+
+#[test]
 fn workers_follow_the_host_share_unless_set() {
+    assert_eq!(crate::config::workers_for_share(32, 2), 8, "half of a 16-core share");
+    assert_eq!(crate::config::workers_for_share(128, 1), 8, "at most AUTO_WORKERS_PER_NIC_MAX");
     assert_eq!(crate::config::workers_for_share(32, 4), 4);
-    assert_eq!(crate::config::workers_for_share(32, 16), 2);
+    assert_eq!(crate::config::workers_for_share(32, 16), 1);
     assert_eq!(crate::config::workers_for_share(2, 4), 1);
     let shared: HashMap<&str, &str> = [("LOCAL_WORLD_SIZE", "1")].into();
     let c = EngineConfig::default().with_overrides_from(|n| shared.get(n).map(|v| v.to_string())).unwrap();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    assert_eq!(c.workers_per_nic, cores.clamp(1, 4));
+    assert_eq!(c.workers_per_nic, (cores / 2).clamp(1, 8));
     let pinned: HashMap<&str, &str> = [("LOCAL_WORLD_SIZE", "1"), ("ACCORD_WORKERS_PER_NIC", "1")].into();
     let c = EngineConfig::default().with_overrides_from(|n| pinned.get(n).map(|v| v.to_string())).unwrap();
     assert_eq!(c.workers_per_nic, 1, "an explicit setting wins");

@@ -100,6 +100,11 @@ pub(crate) struct Worker {
     tx: tx::TxQueue,
     rx: RxBuffers,
     stats: LaneStats,
+    /// When the loop last made progress, and when a datagram last arrived (for [`Worker::awaiting`]).
+    last_progress: std::time::Instant,
+    last_rx: Option<std::time::Instant>,
+    /// [`crate::EngineConfig::await_poll`].
+    await_poll: Duration,
 }
 
 impl Worker {
@@ -116,6 +121,7 @@ impl Worker {
         // through `RxBuffers::lent`), saving the copy into a receive slot.
         rx.allow_lending(true);
         let tx = tx::TxQueue::new(usize::from(ep.config().connection.max_datagram_bytes));
+        let await_poll = shared.config.await_poll;
         Ok(Worker {
             lane,
             shared,
@@ -130,6 +136,9 @@ impl Worker {
             tx,
             rx,
             stats: LaneStats::default(),
+            last_progress: std::time::Instant::now(),
+            last_rx: None,
+            await_poll,
         })
     }
 
@@ -158,7 +167,9 @@ impl Worker {
                 last_dump = std::time::Instant::now();
                 self.dump_connections();
             }
-            if !progress {
+            if progress {
+                self.last_progress = std::time::Instant::now();
+            } else if !self.poll_while_awaiting() {
                 self.sleep();
             }
         }
@@ -217,6 +228,59 @@ impl Worker {
                     st.ops_outstanding
                 );
             }
+        }
+    }
+
+    /// Whether this worker awaits traffic soon: its operations are unacknowledged, it has parts
+    /// or datagrams waiting to go, or a datagram arrived within the poll window (a stream is
+    /// running, so its next piece, or the data a clear-to-send asked for, is due).
+    fn awaiting(&self, now: std::time::Instant) -> bool {
+        !self.ops.is_empty()
+            || !self.backlog.is_empty()
+            || !self.tx.is_empty()
+            || self.last_rx.is_some_and(|t| now.duration_since(t) < self.await_poll)
+    }
+
+    /// Instead of sleeping: while [`Worker::awaiting`] and within the poll window after the
+    /// last progress, polls the command queue, the datapath (without blocking) and the timers,
+    /// yielding the core each turn. Returns true when there is something to do (the caller
+    /// loops again), false when the window ran out (the caller sleeps). The lane does not say
+    /// it sleeps meanwhile, so submitters queue without a wake datagram, and shared-memory
+    /// producers see no sleeping consumer and ring no doorbell. See
+    /// [`crate::config::AWAIT_POLL_DEFAULT`] for the choice.
+    fn poll_while_awaiting(&mut self) -> bool {
+        if self.await_poll.is_zero() {
+            return false;
+        }
+        loop {
+            let now = std::time::Instant::now();
+            if now.duration_since(self.last_progress) >= self.await_poll || !self.awaiting(now) {
+                return false;
+            }
+            match self.commands.try_recv() {
+                Ok(cmd) => {
+                    self.stashed = Some(cmd);
+                    return true;
+                }
+                Err(TryRecvError::Disconnected) => {
+                    self.stashed = Some(Command::Shutdown);
+                    return true;
+                }
+                Err(TryRecvError::Empty) => {}
+            }
+            // Parts or datagrams held back (no room): the loop retries them.
+            if !self.backlog.is_empty() || !self.tx.is_empty() {
+                std::thread::yield_now();
+                return true;
+            }
+            if self.dp.wait_readable(Duration::ZERO).unwrap_or(true) {
+                return true;
+            }
+            let at = self.now();
+            if self.ep.poll_timeout().is_some_and(|t| t <= at) {
+                return true;
+            }
+            std::thread::yield_now();
         }
     }
 
@@ -372,6 +436,7 @@ impl Worker {
         if n == 0 {
             return false;
         }
+        self.last_rx = Some(std::time::Instant::now());
         let now = self.now();
         let waker = self.shared.waker_addr;
         let regions = self.shared.regions.read().unwrap();
