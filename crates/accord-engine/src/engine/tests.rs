@@ -270,6 +270,22 @@ fn await_poll_is_configurable_and_bounded() {
     assert!(set("10001").unwrap().validate().is_err(), "longer than AWAIT_POLL_MAX");
 }
 
+#[test]
+fn receive_batch_follows_the_datapath_unless_set() {
+    use crate::worker::rx_batch_slots;
+    let lending = EngineConfig::default();
+    assert_eq!(rx_batch_slots(&lending, 65_535), crate::config::LENDING_RX_BATCH_SLOTS);
+    let mut copying = EngineConfig::default();
+    copying.shm.lend = false;
+    assert_eq!(rx_batch_slots(&copying, 65_535), 8, "full 64 KiB slots: as many as fit the cache target");
+    assert_eq!(rx_batch_slots(&copying, 4_096), crate::RX_BATCH_SLOTS);
+    let vars: HashMap<&str, &str> = [("ACCORD_RX_BATCH_SLOTS", "16")].into();
+    let set = EngineConfig::default().with_overrides_from(|n| vars.get(n).map(|v| v.to_string())).unwrap();
+    assert_eq!(rx_batch_slots(&set, 65_535), 16, "an explicit setting wins");
+    let too_many = EngineConfig { rx_batch_slots: crate::RX_BATCH_SLOTS + 1, ..EngineConfig::default() };
+    assert!(too_many.validate().is_err());
+}
+
 /// Writes with immediates both ways and back to back, with the worker poll off, at its default
 /// and at its longest: the poll changes when a worker sleeps, never what arrives.
 #[test]

@@ -42,6 +42,18 @@ const _: () = assert!(accord_proto::wire::DATA_HEADER_LEN <= accord_net::LENT_HE
 /// Marker byte of the datagram that wakes a sleeping worker.
 pub(crate) const WAKE_BYTE: u8 = 0xA5;
 
+/// Receive slots per batch for `config` and a datapath whose slots are `slot_bytes` long (see
+/// [`crate::EngineConfig::rx_batch_slots`]).
+pub(crate) fn rx_batch_slots(config: &crate::EngineConfig, slot_bytes: usize) -> usize {
+    if config.rx_batch_slots != 0 {
+        config.rx_batch_slots.min(RX_BATCH_SLOTS)
+    } else if config.shm.enabled && config.shm.lend {
+        crate::config::LENDING_RX_BATCH_SLOTS
+    } else {
+        (BATCH_BYTES_TARGET / slot_bytes.max(1)).clamp(8, RX_BATCH_SLOTS)
+    }
+}
+
 /// Counters of one worker (one lane), read through [`crate::Engine::stats`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LaneStats {
@@ -115,7 +127,7 @@ impl Worker {
         dp: Box<dyn Datapath>,
         ep: Endpoint,
     ) -> Result<Self, accord_net::DatapathError> {
-        let rx_slots = (BATCH_BYTES_TARGET / dp.rx_slot_bytes().max(1)).clamp(8, RX_BATCH_SLOTS);
+        let rx_slots = rx_batch_slots(&shared.config, dp.rx_slot_bytes());
         let mut rx = dp.alloc_rx_buffers(rx_slots)?;
         // Shared-memory datagrams are placed straight from the ring (`receive` reads payloads
         // through `RxBuffers::lent`), saving the copy into a receive slot.
