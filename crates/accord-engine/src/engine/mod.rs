@@ -151,6 +151,14 @@ impl EngineStats {
     pub fn datagrams_dropped(&self) -> u64 {
         self.lanes.iter().map(|l| l.endpoint.malformed + l.endpoint.unknown_connection + l.endpoint.bad_token).sum()
     }
+    /// Wake datagrams sent to workers that had said they sleep, all lanes.
+    pub fn wakes(&self) -> u64 {
+        self.lanes.iter().map(|l| l.wakes).sum()
+    }
+    /// Doorbells rung for sleeping shared-memory consumers of peers, all lanes.
+    pub fn shm_doorbells(&self) -> u64 {
+        self.lanes.iter().filter_map(|l| l.shm).map(|s| s.doorbells_sent).sum()
+    }
     /// Datagrams sent through shared-memory rings, all lanes.
     pub fn shm_datagrams_sent(&self) -> u64 {
         self.lanes.iter().filter_map(|l| l.shm).map(|s| s.tx_datagrams).sum()
@@ -216,6 +224,7 @@ impl Engine {
                 worker: *worker,
                 commands: tx,
                 sleeping: AtomicBool::new(false),
+                wakes_sent: std::sync::atomic::AtomicU64::new(0),
                 wake_target: nic_addrs[*nic][*worker][0],
             });
             let _ = i;
@@ -475,7 +484,9 @@ impl Engine {
         for lane in 0..self.shared.lanes.len() {
             let (tx, rx) = sync_channel(1);
             if self.shared.send_command(lane, Command::Stats(tx)).is_ok() {
-                stats.lanes.push(rx.recv_timeout(Duration::from_secs(1)).unwrap_or_default());
+                let mut lane_stats = rx.recv_timeout(Duration::from_secs(1)).unwrap_or_default();
+                lane_stats.wakes = self.shared.lanes[lane].wakes_sent.load(Ordering::Relaxed);
+                stats.lanes.push(lane_stats);
             }
         }
         stats

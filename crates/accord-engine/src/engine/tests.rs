@@ -286,6 +286,29 @@ fn receive_batch_follows_the_datapath_unless_set() {
     assert!(too_many.validate().is_err());
 }
 
+/// A command for a sleeping worker costs one wake datagram, and the statistics count it.
+#[test]
+fn wakes_of_sleeping_workers_are_counted() {
+    let make = || Engine::builder().ignore_env().force_network(true).await_poll(Duration::ZERO).build().unwrap();
+    let (a, b) = (make(), make());
+    a.add_peer(&b.address()).unwrap();
+    b.add_peer(&a.address()).unwrap();
+    let (src, dst) = (a.alloc(64).unwrap(), b.alloc(64).unwrap());
+    let op = WriteOp { src: &src.handle(), src_offset: 0, dst: &dst.descriptor(), dst_offset: 0, len: 64, imm: None };
+    // The worker wakes on its own every IDLE_WAIT_MAX, so a submission may find it awake:
+    // submit whenever it says it sleeps, until one submission had to wake it.
+    let end = std::time::Instant::now() + WAIT;
+    while a.stats().wakes() == 0 {
+        assert!(std::time::Instant::now() < end, "no submission ever found the worker asleep");
+        while !a.shared.lanes[0].sleeping.load(Ordering::SeqCst) {
+            assert!(std::time::Instant::now() < end, "the idle worker never slept");
+            std::thread::yield_now();
+        }
+        a.write(&op).unwrap().wait_timeout(WAIT).unwrap();
+    }
+    assert_eq!(a.stats().lanes.len(), 1);
+}
+
 /// Writes with immediates both ways and back to back, with the worker poll off, at its default
 /// and at its longest: the poll changes when a worker sleeps, never what arrives.
 #[test]

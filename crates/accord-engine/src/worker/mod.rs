@@ -76,6 +76,9 @@ pub struct LaneStats {
     pub shm: Option<accord_net::shm::ShmStats>,
     /// Credit this lane's pacer granted to receiver-driven (EQDS) senders, in bytes.
     pub credit_granted_bytes: u64,
+    /// Wake datagrams the engine sent this worker: a command came while it slept (a worker
+    /// polling while it awaits traffic needs none).
+    pub wakes: u64,
 }
 
 struct ConnInfo {
