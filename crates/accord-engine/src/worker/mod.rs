@@ -272,6 +272,12 @@ impl Worker {
             if now.duration_since(self.last_progress) >= self.await_poll || !self.awaiting(now) {
                 return false;
             }
+            // Parts or datagrams held back (no room), or a command the loop could not take yet
+            // (a full backlog): the loop retries them.
+            if self.stashed.is_some() || !self.backlog.is_empty() || !self.tx.is_empty() {
+                std::thread::yield_now();
+                return true;
+            }
             match self.commands.try_recv() {
                 Ok(cmd) => {
                     self.stashed = Some(cmd);
@@ -282,11 +288,6 @@ impl Worker {
                     return true;
                 }
                 Err(TryRecvError::Empty) => {}
-            }
-            // Parts or datagrams held back (no room): the loop retries them.
-            if !self.backlog.is_empty() || !self.tx.is_empty() {
-                std::thread::yield_now();
-                return true;
             }
             if self.dp.wait_readable(Duration::ZERO).unwrap_or(true) {
                 return true;
@@ -302,12 +303,18 @@ impl Worker {
     fn sleep(&mut self) {
         let lane = &self.shared.lanes[self.lane];
         lane.sleeping.store(true, Ordering::SeqCst);
-        match self.commands.try_recv() {
-            Ok(cmd) => self.stashed = Some(cmd),
-            Err(TryRecvError::Disconnected) => self.stashed = Some(Command::Shutdown),
-            Err(TryRecvError::Empty) => {}
-        }
+        // A command still stashed (the backlog was full) is kept, never overwritten, and it
+        // is no reason to skip the wait: room comes with acknowledgements.
+        let mut fresh_command = false;
         if self.stashed.is_none() {
+            match self.commands.try_recv() {
+                Ok(cmd) => self.stashed = Some(cmd),
+                Err(TryRecvError::Disconnected) => self.stashed = Some(Command::Shutdown),
+                Err(TryRecvError::Empty) => {}
+            }
+            fresh_command = self.stashed.is_some();
+        }
+        if !fresh_command {
             let now = self.now();
             let mut wait = IDLE_WAIT_MAX;
             if let Some(t) = self.ep.poll_timeout() {
