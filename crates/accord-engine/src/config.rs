@@ -25,7 +25,10 @@ pub const LOOPBACK_DATAGRAM_BYTES: u16 = 60 * 1024 + accord_proto::wire::DATA_HE
 /// an operator can change a deployed program without rebuilding it.
 pub const ENGINE_ENV_OVERRIDES: &[(&str, &str)] = &[
     ("ACCORD_NICS", "nics: comma-separated local IPs, one per NIC (e.g. 127.0.0.1,127.0.0.2)"),
-    ("ACCORD_WORKERS_PER_NIC", "workers_per_nic (when unset and LOCAL_WORLD_SIZE is: cores / LOCAL_WORLD_SIZE, 1..=4)"),
+    (
+        "ACCORD_WORKERS_PER_NIC",
+        "workers_per_nic (when unset and LOCAL_WORLD_SIZE is: half of cores / LOCAL_WORLD_SIZE, 1..=8)",
+    ),
     (
         "LOCAL_WORLD_SIZE",
         "ranks sharing this host (set by torchrun and `accord run`); sizes workers_per_nic, see above",
@@ -38,6 +41,11 @@ pub const ENGINE_ENV_OVERRIDES: &[(&str, &str)] = &[
     ("ACCORD_WINDOW_PACKETS", "window_packets (0 = sized to the socket buffers)"),
     ("ACCORD_SHARD_BYTES", "shard_bytes_min: writes this large are split across lanes"),
     ("ACCORD_IDLE_TIMEOUT_MS", "idle_timeout: a connection silent this long with data outstanding fails"),
+    (
+        "ACCORD_AWAIT_POLL_US",
+        "await_poll: microseconds a worker that awaits traffic polls (yielding the core) before sleeping; 0 = off",
+    ),
+    ("ACCORD_RX_BATCH_SLOTS", "rx_batch_slots: receive slots per batch, 1..=64 (0 = by datapath, see the field)"),
     ("ACCORD_ENGINE_DEBUG", "when set, workers print per-connection statistics to stderr every 250 ms"),
     ("ACCORD_SHM", "shm.enabled (0 or 1, default 1): same-host peers exchange datagrams through shared-memory rings"),
     ("ACCORD_SHM_RING_BYTES", "shm.ring_bytes: data bytes per ring (one per lane pair and direction), power of two"),
@@ -89,7 +97,44 @@ pub struct EngineConfig {
     /// Shared-memory rings for peers on this host (their `EngineAddress::host` equals ours).
     /// Default on, 8 MiB rings; the UDP sockets stay for setup, doorbells and fallback.
     pub shm: ShmConfig,
+    /// How long a worker that awaits traffic keeps polling its queue, rings and sockets
+    /// (yielding the core each turn) after its last progress before it sleeps. Default
+    /// [`AWAIT_POLL_DEFAULT`], at most [`AWAIT_POLL_MAX`]; zero turns it off. See
+    /// [`AWAIT_POLL_DEFAULT`] for why.
+    pub await_poll: Duration,
+    /// Receive slots per batch (datagrams one `recv_batch` may return), at most
+    /// [`crate::RX_BATCH_SLOTS`]. 0 (default) picks by datapath: [`LENDING_RX_BATCH_SLOTS`]
+    /// when shared memory lends ring entries in place (a lent datagram fills only a slot's
+    /// head, so a larger batch costs no cache), otherwise as many slots as fit
+    /// the worker's 512 KiB cache target (at least 8), so a copy out of a slot reads what
+    /// the kernel just wrote.
+    pub rx_batch_slots: usize,
 }
+
+/// Receive batch of a lending shared-memory datapath (see [`EngineConfig::rx_batch_slots`]):
+/// 32 rather than the 8 full 64 KiB slots that fit the cache target, so a worker takes more
+/// ring datagrams per call (NCCL all_reduce at 256 MiB, 2 channels: 10.36 vs 9.51 GB/s in one
+/// call of run 4, docs/results/2026-11-22-nccl-plugin.md).
+pub const LENDING_RX_BATCH_SLOTS: usize = 32;
+
+/// Default of [`EngineConfig::await_poll`].
+///
+/// Why poll: a message through the engine crosses several threads that each may be asleep
+/// (the sending worker, woken by a datagram when its command arrives; the receiving worker,
+/// woken by the ring's doorbell; the same again for the acknowledgement and, in the NCCL
+/// plugin, for the clear-to-send before the data). On a virtual machine one wake-up costs
+/// tens of microseconds, several per message, which at 64-256 KiB messages is more than the
+/// copy. A worker that awaits something (its operations are unacknowledged, it has datagrams
+/// to send, or it received within this window, so the next piece of a stream is due) keeps
+/// polling instead, and neither its submitters nor its ring producers need to wake it.
+///
+/// Why bounded: polling costs a core while it lasts. It stops this long after the worker's
+/// last progress, so an idle engine (no traffic for 0.5 ms) sleeps as before, and a busy one
+/// polls only between datagrams of work it is waiting for. Each turn yields the core, so on a
+/// host with more threads than cores the poll does not starve the thread it waits for.
+pub const AWAIT_POLL_DEFAULT: Duration = Duration::from_micros(500);
+/// Longest [`EngineConfig::await_poll`] one may configure.
+pub const AWAIT_POLL_MAX: Duration = Duration::from_millis(10);
 
 impl Default for EngineConfig {
     fn default() -> Self {
@@ -107,18 +152,27 @@ impl Default for EngineConfig {
             fault: None,
             fault_seed: 1,
             shm: ShmConfig::default(),
+            await_poll: AWAIT_POLL_DEFAULT,
+            rx_batch_slots: 0,
         }
     }
 }
 
 /// Most workers the automatic choice gives one engine.
-pub const AUTO_WORKERS_PER_NIC_MAX: usize = 4;
+pub const AUTO_WORKERS_PER_NIC_MAX: usize = 8;
 
-/// Workers per NIC for an engine sharing `cores` with `local_ranks` others like it: its share
-/// of the cores, at least one, at most [`AUTO_WORKERS_PER_NIC_MAX`]. One worker thread moves
-/// a few GB/s through UDP, so on a host with cores to spare more lanes carry more.
+/// Workers per NIC for an engine sharing `cores` with `local_ranks` others like it: half of
+/// its share of the cores, at least one, at most [`AUTO_WORKERS_PER_NIC_MAX`].
+///
+/// Each worker is a copy engine (one core moves a few GB/s), so more lanes carry more while
+/// cores are free: on a 32-core host with 2 ranks, NCCL all_reduce at 256 MiB through the
+/// plugin reached 16.4 GB/s with 8 workers against 9.9 with 4, and 12 gave no more (17.5,
+/// inside that host's noise; docs/results/2026-11-22-nccl-plugin.md, run 4). Half the share,
+/// not all of it: the rank's own threads (the training loop, NCCL's proxy, the CUDA driver)
+/// need cores too, and workers poll while they await traffic ([`AWAIT_POLL_DEFAULT`]), so a
+/// worker per core would oversubscribe the host.
 pub fn workers_for_share(cores: usize, local_ranks: usize) -> usize {
-    (cores / local_ranks.max(1)).clamp(1, AUTO_WORKERS_PER_NIC_MAX)
+    (cores / local_ranks.max(1) / 2).clamp(1, AUTO_WORKERS_PER_NIC_MAX)
 }
 
 impl EngineConfig {
@@ -142,6 +196,8 @@ impl EngineConfig {
                 "ACCORD_WINDOW_PACKETS" => self.window_packets = num(name, &value)?,
                 "ACCORD_SHARD_BYTES" => self.shard_bytes_min = num(name, &value)?,
                 "ACCORD_IDLE_TIMEOUT_MS" => self.idle_timeout = Duration::from_millis(num(name, &value)?),
+                "ACCORD_RX_BATCH_SLOTS" => self.rx_batch_slots = num(name, &value)?,
+                "ACCORD_AWAIT_POLL_US" => self.await_poll = Duration::from_micros(num(name, &value)?),
                 "ACCORD_LOSS" => self.fault.get_or_insert_with(FaultConfig::default).drop = num(name, &value)?,
                 "ACCORD_REORDER" => self.fault.get_or_insert_with(FaultConfig::default).reorder = num(name, &value)?,
                 "LOCAL_WORLD_SIZE" if lookup("ACCORD_WORKERS_PER_NIC").is_none() => {
@@ -174,6 +230,12 @@ impl EngineConfig {
         }
         if self.nic_gbps.is_nan() || self.nic_gbps <= 0.0 {
             return Err(BuildError::Invalid(format!("nic_gbps {} must be positive", self.nic_gbps)));
+        }
+        if self.await_poll > AWAIT_POLL_MAX {
+            return Err(BuildError::Invalid(format!("await_poll {:?} exceeds {AWAIT_POLL_MAX:?}", self.await_poll)));
+        }
+        if self.rx_batch_slots > crate::RX_BATCH_SLOTS {
+            return Err(BuildError::Invalid(format!("rx_batch_slots must be at most {}", crate::RX_BATCH_SLOTS)));
         }
         if self.shard_bytes_min == 0 || self.idle_timeout.is_zero() {
             return Err(BuildError::Invalid("shard_bytes_min and idle_timeout must be non-zero".into()));

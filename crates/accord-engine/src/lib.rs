@@ -60,7 +60,7 @@ pub use accord_net::fault::{FaultConfig, FaultControl};
 pub use accord_net::shm::{ShmConfig, ShmStats};
 pub use address::{DeviceIpcBytes, DeviceRegionInfo, EngineAddress, EngineId, MrDescriptor, DEVICE_IPC_HANDLE_BYTES};
 pub use completion::{Transfer, COMPLETION_JOBS_MAX};
-pub use config::{EngineConfig, ENGINE_ENV_OVERRIDES};
+pub use config::{EngineConfig, AWAIT_POLL_DEFAULT, AWAIT_POLL_MAX, ENGINE_ENV_OVERRIDES};
 pub use device::{DEVICE_COPIES_IN_FLIGHT_MAX, DEVICE_STREAMS_PER_GPU, IPC_MAPPINGS_MAX};
 pub use engine::shared::{LANE_AVOID_AFTER_FAILURE, PEERS_MAX, SUBMISSIONS_QUEUED_MAX};
 pub use engine::{Engine, EngineBuilder, EngineStats, PagedWriteOp, ScatterDst, WriteOp};

@@ -627,6 +627,11 @@ impl<D: Datapath> Datapath for ShmDatapath<D> {
         if !self.remotes.iter().any(|r| r.rx.is_some()) {
             return self.inner.wait_readable(timeout);
         }
+        if timeout.is_zero() {
+            // A non-blocking check (a caller polling between turns): look, but never mark a
+            // ring's consumer as sleeping, which would make its producer ring a doorbell.
+            return Ok(self.rings_have_data() || self.inner.wait_readable(Duration::ZERO)?);
+        }
         let start = Instant::now();
         let streaming = self.last_ring_rx.is_some_and(|t| start.duration_since(t) < SPIN_AFTER_RX_WITHIN);
         let spin = if streaming { self.config.spin.min(timeout) } else { Duration::ZERO };

@@ -89,6 +89,11 @@ impl EngineBuilder {
         self.config.fault_seed = seed;
         self
     }
+    /// How long a worker awaiting traffic polls before sleeping (zero: sleep at once).
+    pub fn await_poll(mut self, poll: Duration) -> Self {
+        self.config.await_poll = poll;
+        self
+    }
     /// Shared-memory rings for same-host peers (`enabled: false` keeps them on UDP).
     pub fn shm(mut self, shm: ShmConfig) -> Self {
         self.config.shm = shm;
@@ -145,6 +150,14 @@ impl EngineStats {
     /// lanes: garbage sent at the engine's ports ends up here.
     pub fn datagrams_dropped(&self) -> u64 {
         self.lanes.iter().map(|l| l.endpoint.malformed + l.endpoint.unknown_connection + l.endpoint.bad_token).sum()
+    }
+    /// Wake datagrams sent to workers that had said they sleep, all lanes.
+    pub fn wakes(&self) -> u64 {
+        self.lanes.iter().map(|l| l.wakes).sum()
+    }
+    /// Doorbells rung for sleeping shared-memory consumers of peers, all lanes.
+    pub fn shm_doorbells(&self) -> u64 {
+        self.lanes.iter().filter_map(|l| l.shm).map(|s| s.doorbells_sent).sum()
     }
     /// Datagrams sent through shared-memory rings, all lanes.
     pub fn shm_datagrams_sent(&self) -> u64 {
@@ -211,6 +224,7 @@ impl Engine {
                 worker: *worker,
                 commands: tx,
                 sleeping: AtomicBool::new(false),
+                wakes_sent: std::sync::atomic::AtomicU64::new(0),
                 wake_target: nic_addrs[*nic][*worker][0],
             });
             let _ = i;
@@ -470,7 +484,9 @@ impl Engine {
         for lane in 0..self.shared.lanes.len() {
             let (tx, rx) = sync_channel(1);
             if self.shared.send_command(lane, Command::Stats(tx)).is_ok() {
-                stats.lanes.push(rx.recv_timeout(Duration::from_secs(1)).unwrap_or_default());
+                let mut lane_stats = rx.recv_timeout(Duration::from_secs(1)).unwrap_or_default();
+                lane_stats.wakes = self.shared.lanes[lane].wakes_sent.load(Ordering::Relaxed);
+                stats.lanes.push(lane_stats);
             }
         }
         stats

@@ -70,6 +70,8 @@ pub(crate) struct Lane {
     pub(crate) worker: usize,
     pub(crate) commands: SyncSender<Command>,
     pub(crate) sleeping: AtomicBool,
+    /// Wake datagrams sent to the worker (a command came while it slept).
+    pub(crate) wakes_sent: std::sync::atomic::AtomicU64,
     /// The worker's path-0 address, where wake datagrams go.
     pub(crate) wake_target: SocketAddr,
 }
@@ -101,6 +103,7 @@ impl Shared {
         let l = &self.lanes[lane];
         l.commands.send(cmd).map_err(|e| e.0)?;
         if l.sleeping.swap(false, Ordering::SeqCst) {
+            l.wakes_sent.fetch_add(1, Ordering::Relaxed);
             let _ = self.waker.send_to(&[WAKE_BYTE], l.wake_target);
         }
         Ok(())

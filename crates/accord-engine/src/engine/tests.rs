@@ -257,14 +257,104 @@ fn env_overrides_apply() {
 }
 
 #[test]
+fn await_poll_is_configurable_and_bounded() {
+    assert_eq!(EngineConfig::default().await_poll, crate::AWAIT_POLL_DEFAULT);
+    let set = |v: &str| {
+        let vars: HashMap<&str, String> = [("ACCORD_AWAIT_POLL_US", v.to_string())].into();
+        EngineConfig::default().with_overrides_from(|n| vars.get(n).cloned())
+    };
+    assert_eq!(set("0").unwrap().await_poll, Duration::ZERO, "0 turns the poll off");
+    assert_eq!(set("250").unwrap().await_poll, Duration::from_micros(250));
+    assert!(set("x").is_err());
+    assert!(set("10000").unwrap().validate().is_ok(), "the maximum itself is allowed");
+    assert!(set("10001").unwrap().validate().is_err(), "longer than AWAIT_POLL_MAX");
+}
+
+#[test]
+fn receive_batch_follows_the_datapath_unless_set() {
+    use crate::worker::rx_batch_slots;
+    let lending = EngineConfig::default();
+    assert_eq!(rx_batch_slots(&lending, 65_535), crate::config::LENDING_RX_BATCH_SLOTS);
+    let mut copying = EngineConfig::default();
+    copying.shm.lend = false;
+    assert_eq!(rx_batch_slots(&copying, 65_535), 8, "full 64 KiB slots: as many as fit the cache target");
+    assert_eq!(rx_batch_slots(&copying, 4_096), crate::RX_BATCH_SLOTS);
+    let vars: HashMap<&str, &str> = [("ACCORD_RX_BATCH_SLOTS", "16")].into();
+    let set = EngineConfig::default().with_overrides_from(|n| vars.get(n).map(|v| v.to_string())).unwrap();
+    assert_eq!(rx_batch_slots(&set, 65_535), 16, "an explicit setting wins");
+    let too_many = EngineConfig { rx_batch_slots: crate::RX_BATCH_SLOTS + 1, ..EngineConfig::default() };
+    assert!(too_many.validate().is_err());
+}
+
+/// A command for a sleeping worker costs one wake datagram, and the statistics count it.
+#[test]
+fn wakes_of_sleeping_workers_are_counted() {
+    let make = || Engine::builder().ignore_env().force_network(true).await_poll(Duration::ZERO).build().unwrap();
+    let (a, b) = (make(), make());
+    a.add_peer(&b.address()).unwrap();
+    b.add_peer(&a.address()).unwrap();
+    let (src, dst) = (a.alloc(64).unwrap(), b.alloc(64).unwrap());
+    let op = WriteOp { src: &src.handle(), src_offset: 0, dst: &dst.descriptor(), dst_offset: 0, len: 64, imm: None };
+    // The worker wakes on its own every IDLE_WAIT_MAX, so a submission may find it awake:
+    // submit whenever it says it sleeps, until one submission had to wake it.
+    let end = std::time::Instant::now() + WAIT;
+    while a.stats().wakes() == 0 {
+        assert!(std::time::Instant::now() < end, "no submission ever found the worker asleep");
+        while !a.shared.lanes[0].sleeping.load(Ordering::SeqCst) {
+            assert!(std::time::Instant::now() < end, "the idle worker never slept");
+            std::thread::yield_now();
+        }
+        a.write(&op).unwrap().wait_timeout(WAIT).unwrap();
+    }
+    assert_eq!(a.stats().lanes.len(), 1);
+}
+
+/// Writes with immediates both ways and back to back, with the worker poll off, at its default
+/// and at its longest: the poll changes when a worker sleeps, never what arrives.
+#[test]
+fn transfers_complete_whether_workers_poll_or_sleep() {
+    for poll in [Duration::ZERO, crate::AWAIT_POLL_DEFAULT, crate::AWAIT_POLL_MAX] {
+        let make =
+            || Engine::builder().ignore_env().workers_per_nic(2).force_network(true).await_poll(poll).build().unwrap();
+        let (a, b) = (make(), make());
+        a.add_peer(&b.address()).unwrap();
+        b.add_peer(&a.address()).unwrap();
+        let (sa, db) = (a.alloc(4096).unwrap(), b.alloc(4096).unwrap());
+        let (sb, da) = (b.alloc(4096).unwrap(), a.alloc(4096).unwrap());
+        for round in 0..50u32 {
+            let bytes: Vec<u8> = (0..4096u32).map(|i| (i ^ round) as u8).collect();
+            sa.write_at(0, &bytes).unwrap();
+            sb.write_at(0, &bytes).unwrap();
+            let len = 1 + u64::from(round) * 61;
+            let ab =
+                WriteOp { src: &sa.handle(), src_offset: 0, dst: &db.descriptor(), dst_offset: 0, len, imm: Some(7) };
+            let ba =
+                WriteOp { src: &sb.handle(), src_offset: 0, dst: &da.descriptor(), dst_offset: 0, len, imm: Some(8) };
+            let (t1, t2) = (a.write(&ab).unwrap(), b.write(&ba).unwrap());
+            t1.wait_timeout(WAIT).unwrap();
+            t2.wait_timeout(WAIT).unwrap();
+            b.take_imm(7, 1, WAIT).unwrap();
+            a.take_imm(8, 1, WAIT).unwrap();
+            let (mut got_b, mut got_a) = (vec![0u8; len as usize], vec![0u8; len as usize]);
+            db.read_at(0, &mut got_b).unwrap();
+            da.read_at(0, &mut got_a).unwrap();
+            assert_eq!(got_b, bytes[..len as usize], "poll {poll:?} round {round}");
+            assert_eq!(got_a, bytes[..len as usize], "poll {poll:?} round {round}");
+        }
+    }
+}
+
+#[test]
 fn workers_follow_the_host_share_unless_set() {
+    assert_eq!(crate::config::workers_for_share(32, 2), 8, "half of a 16-core share");
+    assert_eq!(crate::config::workers_for_share(128, 1), 8, "at most AUTO_WORKERS_PER_NIC_MAX");
     assert_eq!(crate::config::workers_for_share(32, 4), 4);
-    assert_eq!(crate::config::workers_for_share(32, 16), 2);
+    assert_eq!(crate::config::workers_for_share(32, 16), 1);
     assert_eq!(crate::config::workers_for_share(2, 4), 1);
     let shared: HashMap<&str, &str> = [("LOCAL_WORLD_SIZE", "1")].into();
     let c = EngineConfig::default().with_overrides_from(|n| shared.get(n).map(|v| v.to_string())).unwrap();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    assert_eq!(c.workers_per_nic, cores.clamp(1, 4));
+    assert_eq!(c.workers_per_nic, (cores / 2).clamp(1, 8));
     let pinned: HashMap<&str, &str> = [("LOCAL_WORLD_SIZE", "1"), ("ACCORD_WORKERS_PER_NIC", "1")].into();
     let c = EngineConfig::default().with_overrides_from(|n| pinned.get(n).map(|v| v.to_string())).unwrap();
     assert_eq!(c.workers_per_nic, 1, "an explicit setting wins");

@@ -42,6 +42,18 @@ const _: () = assert!(accord_proto::wire::DATA_HEADER_LEN <= accord_net::LENT_HE
 /// Marker byte of the datagram that wakes a sleeping worker.
 pub(crate) const WAKE_BYTE: u8 = 0xA5;
 
+/// Receive slots per batch for `config` and a datapath whose slots are `slot_bytes` long (see
+/// [`crate::EngineConfig::rx_batch_slots`]).
+pub(crate) fn rx_batch_slots(config: &crate::EngineConfig, slot_bytes: usize) -> usize {
+    if config.rx_batch_slots != 0 {
+        config.rx_batch_slots.min(RX_BATCH_SLOTS)
+    } else if config.shm.enabled && config.shm.lend {
+        crate::config::LENDING_RX_BATCH_SLOTS
+    } else {
+        (BATCH_BYTES_TARGET / slot_bytes.max(1)).clamp(8, RX_BATCH_SLOTS)
+    }
+}
+
 /// Counters of one worker (one lane), read through [`crate::Engine::stats`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LaneStats {
@@ -64,6 +76,9 @@ pub struct LaneStats {
     pub shm: Option<accord_net::shm::ShmStats>,
     /// Credit this lane's pacer granted to receiver-driven (EQDS) senders, in bytes.
     pub credit_granted_bytes: u64,
+    /// Wake datagrams the engine sent this worker: a command came while it slept (a worker
+    /// polling while it awaits traffic needs none).
+    pub wakes: u64,
 }
 
 struct ConnInfo {
@@ -100,6 +115,11 @@ pub(crate) struct Worker {
     tx: tx::TxQueue,
     rx: RxBuffers,
     stats: LaneStats,
+    /// When the loop last made progress, and when a datagram last arrived (for [`Worker::awaiting`]).
+    last_progress: std::time::Instant,
+    last_rx: Option<std::time::Instant>,
+    /// [`crate::EngineConfig::await_poll`].
+    await_poll: Duration,
 }
 
 impl Worker {
@@ -110,12 +130,13 @@ impl Worker {
         dp: Box<dyn Datapath>,
         ep: Endpoint,
     ) -> Result<Self, accord_net::DatapathError> {
-        let rx_slots = (BATCH_BYTES_TARGET / dp.rx_slot_bytes().max(1)).clamp(8, RX_BATCH_SLOTS);
+        let rx_slots = rx_batch_slots(&shared.config, dp.rx_slot_bytes());
         let mut rx = dp.alloc_rx_buffers(rx_slots)?;
         // Shared-memory datagrams are placed straight from the ring (`receive` reads payloads
         // through `RxBuffers::lent`), saving the copy into a receive slot.
         rx.allow_lending(true);
         let tx = tx::TxQueue::new(usize::from(ep.config().connection.max_datagram_bytes));
+        let await_poll = shared.config.await_poll;
         Ok(Worker {
             lane,
             shared,
@@ -130,6 +151,9 @@ impl Worker {
             tx,
             rx,
             stats: LaneStats::default(),
+            last_progress: std::time::Instant::now(),
+            last_rx: None,
+            await_poll,
         })
     }
 
@@ -158,7 +182,9 @@ impl Worker {
                 last_dump = std::time::Instant::now();
                 self.dump_connections();
             }
-            if !progress {
+            if progress {
+                self.last_progress = std::time::Instant::now();
+            } else if !self.poll_while_awaiting() {
                 self.sleep();
             }
         }
@@ -220,15 +246,75 @@ impl Worker {
         }
     }
 
+    /// Whether this worker awaits traffic soon: its operations are unacknowledged, it has parts
+    /// or datagrams waiting to go, or a datagram arrived within the poll window (a stream is
+    /// running, so its next piece, or the data a clear-to-send asked for, is due).
+    fn awaiting(&self, now: std::time::Instant) -> bool {
+        !self.ops.is_empty()
+            || !self.backlog.is_empty()
+            || !self.tx.is_empty()
+            || self.last_rx.is_some_and(|t| now.duration_since(t) < self.await_poll)
+    }
+
+    /// Instead of sleeping: while [`Worker::awaiting`] and within the poll window after the
+    /// last progress, polls the command queue, the datapath (without blocking) and the timers,
+    /// yielding the core each turn. Returns true when there is something to do (the caller
+    /// loops again), false when the window ran out (the caller sleeps). The lane does not say
+    /// it sleeps meanwhile, so submitters queue without a wake datagram, and shared-memory
+    /// producers see no sleeping consumer and ring no doorbell. See
+    /// [`crate::config::AWAIT_POLL_DEFAULT`] for the choice.
+    fn poll_while_awaiting(&mut self) -> bool {
+        if self.await_poll.is_zero() {
+            return false;
+        }
+        loop {
+            let now = std::time::Instant::now();
+            if now.duration_since(self.last_progress) >= self.await_poll || !self.awaiting(now) {
+                return false;
+            }
+            // Parts or datagrams held back (no room), or a command the loop could not take yet
+            // (a full backlog): the loop retries them.
+            if self.stashed.is_some() || !self.backlog.is_empty() || !self.tx.is_empty() {
+                std::thread::yield_now();
+                return true;
+            }
+            match self.commands.try_recv() {
+                Ok(cmd) => {
+                    self.stashed = Some(cmd);
+                    return true;
+                }
+                Err(TryRecvError::Disconnected) => {
+                    self.stashed = Some(Command::Shutdown);
+                    return true;
+                }
+                Err(TryRecvError::Empty) => {}
+            }
+            if self.dp.wait_readable(Duration::ZERO).unwrap_or(true) {
+                return true;
+            }
+            let at = self.now();
+            if self.ep.poll_timeout().is_some_and(|t| t <= at) {
+                return true;
+            }
+            std::thread::yield_now();
+        }
+    }
+
     fn sleep(&mut self) {
         let lane = &self.shared.lanes[self.lane];
         lane.sleeping.store(true, Ordering::SeqCst);
-        match self.commands.try_recv() {
-            Ok(cmd) => self.stashed = Some(cmd),
-            Err(TryRecvError::Disconnected) => self.stashed = Some(Command::Shutdown),
-            Err(TryRecvError::Empty) => {}
-        }
+        // A command still stashed (the backlog was full) is kept, never overwritten, and it
+        // is no reason to skip the wait: room comes with acknowledgements.
+        let mut fresh_command = false;
         if self.stashed.is_none() {
+            match self.commands.try_recv() {
+                Ok(cmd) => self.stashed = Some(cmd),
+                Err(TryRecvError::Disconnected) => self.stashed = Some(Command::Shutdown),
+                Err(TryRecvError::Empty) => {}
+            }
+            fresh_command = self.stashed.is_some();
+        }
+        if !fresh_command {
             let now = self.now();
             let mut wait = IDLE_WAIT_MAX;
             if let Some(t) = self.ep.poll_timeout() {
@@ -372,6 +458,7 @@ impl Worker {
         if n == 0 {
             return false;
         }
+        self.last_rx = Some(std::time::Instant::now());
         let now = self.now();
         let waker = self.shared.waker_addr;
         let regions = self.shared.regions.read().unwrap();

@@ -504,10 +504,12 @@ fn log_statistics(rt: &Runtime) {
         line!(),
         &format!(
             "engine statistics: datagrams sent {sent}, through shared memory {}, retransmits {}, failovers {}, \
-             injected drops {injected_drops}",
+             injected drops {injected_drops}, worker wakes {}, ring doorbells {}",
             stats.shm_datagrams_sent(),
             stats.retransmits(),
-            stats.failovers()
+            stats.failovers(),
+            stats.wakes(),
+            stats.shm_doorbells()
         ),
     );
 }

@@ -370,3 +370,46 @@ fn lent_datagrams_read_back_exactly_and_keep_their_ring_space_until_the_next_cal
         }
     }
 }
+
+#[test]
+fn a_receiver_polling_without_blocking_never_costs_a_doorbell() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+    // Many sends while the receiver polls, so a poll that briefly marked the consumer as
+    // sleeping (as a blocking wait does) would be seen by some send and cost a doorbell.
+    const COUNT: u32 = 5000;
+    const IN_FLIGHT_MAX: u32 = 64;
+    let (mut a, mut b) = (make(config()), make(config()));
+    a.offer_local_channel(&paths(&b));
+    pump(&mut a, &mut b, attached_both_ways);
+    let dst = paths(&b)[1];
+    let received = Arc::new(AtomicU32::new(0));
+    let seen = received.clone();
+    let poller = std::thread::spawn(move || {
+        let mut rx = b.alloc_rx_buffers(16).unwrap();
+        let mut polls_with_data = 0u32;
+        let end = Instant::now() + DEADLINE;
+        while seen.load(Ordering::Acquire) < COUNT {
+            assert!(Instant::now() < end, "received {} of {COUNT}", seen.load(Ordering::Relaxed));
+            if b.wait_readable(Duration::ZERO).unwrap() {
+                polls_with_data += 1;
+            }
+            let n = b.recv_batch(&mut rx, 16).unwrap() as u32;
+            seen.fetch_add(n, Ordering::AcqRel);
+        }
+        (polls_with_data, b.stats())
+    });
+    let end = Instant::now() + DEADLINE;
+    for seq in 0..COUNT {
+        // The ring holds a few thousand small entries: stay well inside it.
+        while seq - received.load(Ordering::Acquire) >= IN_FLIGHT_MAX {
+            assert!(Instant::now() < end, "the poller stopped receiving");
+            std::thread::yield_now();
+        }
+        a.send_batch(&[TxDatagram::new(1, dst, &payload(seq, 100))]).unwrap();
+    }
+    let (polls_with_data, stats) = poller.join().unwrap();
+    assert_eq!(stats.rx_datagrams, u64::from(COUNT));
+    assert!(polls_with_data > 0, "a zero-timeout poll reports waiting ring entries");
+    assert_eq!(a.stats().doorbells_sent, 0, "the poller never said it sleeps, so no doorbell was due");
+}
