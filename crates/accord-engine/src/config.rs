@@ -46,6 +46,13 @@ pub const ENGINE_ENV_OVERRIDES: &[(&str, &str)] = &[
         "ACCORD_SHM_SPIN_US",
         "shm.spin: microseconds a worker polls its rings and sockets (yielding the core each turn) before sleeping",
     ),
+    (
+        "ACCORD_DEVICE_IPC",
+        "device_ipc (0 or 1, default 1): device memory of same-host peers through CUDA IPC; 0 treats them as \
+         remote (staging through pinned host memory), to exercise that route on one host",
+    ),
+    ("ACCORD_DEVICE_STAGING_CHUNK_BYTES", "device_staging_chunk_bytes: bytes per pinned staging slot (default 4 MiB)"),
+    ("ACCORD_DEVICE_STAGING_CHUNKS", "device_staging_chunks: pinned staging slots per engine (default 8)"),
     ("ACCORD_LOSS", "fault.drop: inject this packet loss probability (tests, benchmarks)"),
     ("ACCORD_REORDER", "fault.reorder: inject this reordering probability (tests, benchmarks)"),
 ];
@@ -88,6 +95,18 @@ pub struct EngineConfig {
     /// Shared-memory rings for peers on this host (their `EngineAddress::host` equals ours).
     /// Default on, 8 MiB rings; the UDP sockets stay for setup, doorbells and fallback.
     pub shm: ShmConfig,
+    /// Device memory of peers on this host (other processes) is reached through CUDA IPC and
+    /// the copy engine. Off, such peers are treated as remote: device bytes are staged through
+    /// pinned host memory over the transport (tests exercise that route on one host). Default on.
+    pub device_ipc: bool,
+    /// Bytes per pinned staging slot: device bytes bound for a host region of another process,
+    /// or for another host, are copied into such slots and sent one slot per host write.
+    /// Default [`crate::device::staging::DEVICE_STAGING_CHUNK_BYTES_DEFAULT`] (4 MiB).
+    pub device_staging_chunk_bytes: u64,
+    /// Pinned staging slots per engine (allocated on the first staged write); copies of later
+    /// chunks overlap the sending of earlier ones as far as free slots allow. Default
+    /// [`crate::device::staging::DEVICE_STAGING_CHUNKS_DEFAULT`] (8).
+    pub device_staging_chunks: usize,
 }
 
 impl Default for EngineConfig {
@@ -106,6 +125,9 @@ impl Default for EngineConfig {
             fault: None,
             fault_seed: 1,
             shm: ShmConfig::default(),
+            device_ipc: true,
+            device_staging_chunk_bytes: crate::device::staging::DEVICE_STAGING_CHUNK_BYTES_DEFAULT,
+            device_staging_chunks: crate::device::staging::DEVICE_STAGING_CHUNKS_DEFAULT,
         }
     }
 }
@@ -141,6 +163,9 @@ impl EngineConfig {
                 "ACCORD_WINDOW_PACKETS" => self.window_packets = num(name, &value)?,
                 "ACCORD_SHARD_BYTES" => self.shard_bytes_min = num(name, &value)?,
                 "ACCORD_IDLE_TIMEOUT_MS" => self.idle_timeout = Duration::from_millis(num(name, &value)?),
+                "ACCORD_DEVICE_IPC" => self.device_ipc = num::<u8>(name, &value)? != 0,
+                "ACCORD_DEVICE_STAGING_CHUNK_BYTES" => self.device_staging_chunk_bytes = num(name, &value)?,
+                "ACCORD_DEVICE_STAGING_CHUNKS" => self.device_staging_chunks = num(name, &value)?,
                 "ACCORD_LOSS" => self.fault.get_or_insert_with(FaultConfig::default).drop = num(name, &value)?,
                 "ACCORD_REORDER" => self.fault.get_or_insert_with(FaultConfig::default).reorder = num(name, &value)?,
                 "LOCAL_WORLD_SIZE" if lookup("ACCORD_WORKERS_PER_NIC").is_none() => {
@@ -177,10 +202,38 @@ impl EngineConfig {
         if self.shard_bytes_min == 0 || self.idle_timeout.is_zero() {
             return Err(BuildError::Invalid("shard_bytes_min and idle_timeout must be non-zero".into()));
         }
+        self.validate_device_staging()?;
         accord_proto::cc::CcKind::from_name(&self.cc).map_err(|e| BuildError::Invalid(e.to_string()))?;
         self.shm.validate().map_err(|e| BuildError::Invalid(e.to_string()))?;
         if let Some(f) = &self.fault {
             f.validate().map_err(|e| BuildError::Invalid(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    fn validate_device_staging(&self) -> Result<(), BuildError> {
+        use crate::device::staging::{
+            DEVICE_STAGING_CHUNKS_MAX, DEVICE_STAGING_CHUNK_BYTES_MAX, DEVICE_STAGING_CHUNK_BYTES_MIN,
+            DEVICE_STAGING_POOL_BYTES_MAX,
+        };
+        let bytes = self.device_staging_chunk_bytes;
+        if !(DEVICE_STAGING_CHUNK_BYTES_MIN..=DEVICE_STAGING_CHUNK_BYTES_MAX).contains(&bytes) {
+            return Err(BuildError::Invalid(format!(
+                "device_staging_chunk_bytes {bytes} must be in \
+                 {DEVICE_STAGING_CHUNK_BYTES_MIN}..={DEVICE_STAGING_CHUNK_BYTES_MAX}"
+            )));
+        }
+        let chunks = self.device_staging_chunks;
+        if chunks == 0 || chunks > DEVICE_STAGING_CHUNKS_MAX {
+            return Err(BuildError::Invalid(format!(
+                "device_staging_chunks {chunks} must be in 1..={DEVICE_STAGING_CHUNKS_MAX}"
+            )));
+        }
+        if bytes.saturating_mul(chunks as u64) > DEVICE_STAGING_POOL_BYTES_MAX {
+            return Err(BuildError::Invalid(format!(
+                "{chunks} staging chunks of {bytes} bytes exceed {DEVICE_STAGING_POOL_BYTES_MAX} pinned bytes: \
+                 use fewer or smaller chunks"
+            )));
         }
         Ok(())
     }

@@ -61,6 +61,11 @@ pub use accord_net::shm::{ShmConfig, ShmStats};
 pub use address::{DeviceIpcBytes, DeviceRegionInfo, EngineAddress, EngineId, MrDescriptor, DEVICE_IPC_HANDLE_BYTES};
 pub use completion::{Transfer, COMPLETION_JOBS_MAX};
 pub use config::{EngineConfig, ENGINE_ENV_OVERRIDES};
+pub use device::staging::{
+    DEVICE_STAGING_CHUNKS_DEFAULT, DEVICE_STAGING_CHUNKS_MAX, DEVICE_STAGING_CHUNK_BYTES_DEFAULT,
+    DEVICE_STAGING_CHUNK_BYTES_MAX, DEVICE_STAGING_CHUNK_BYTES_MIN, DEVICE_STAGING_POOL_BYTES_MAX,
+    STAGED_WRITES_ACTIVE_MAX,
+};
 pub use device::{DEVICE_COPIES_IN_FLIGHT_MAX, DEVICE_STREAMS_PER_GPU, IPC_MAPPINGS_MAX};
 pub use engine::shared::{LANE_AVOID_AFTER_FAILURE, PEERS_MAX, SUBMISSIONS_QUEUED_MAX};
 pub use engine::{Engine, EngineBuilder, EngineStats, PagedWriteOp, ScatterDst, WriteOp};

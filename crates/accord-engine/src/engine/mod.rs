@@ -121,6 +121,8 @@ pub struct Engine {
     barrier_seen: Mutex<HashMap<u32, u64>>,
     /// The copy-engine route for device memory, opened on first use.
     device: std::sync::OnceLock<Result<Arc<crate::device::DeviceRoute>, String>>,
+    /// The staging thread and its pinned pool, started on the first staged device write.
+    staging: std::sync::OnceLock<Result<crate::device::staging::driver::Stager, String>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -271,6 +273,7 @@ impl Engine {
             fault_controls,
             barrier_seen: Mutex::new(HashMap::new()),
             device: std::sync::OnceLock::new(),
+            staging: std::sync::OnceLock::new(),
         })
     }
 

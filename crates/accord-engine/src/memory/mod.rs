@@ -188,6 +188,24 @@ impl RegionTable {
         }
     }
 
+    /// The check of a copy-engine write into a host region of this process (a device source in
+    /// this process): the host address of the first byte and what keeps the memory alive. The
+    /// caller holds the owner until the copy completed.
+    pub(crate) fn check_host_write(
+        &self,
+        id: RegionId,
+        key: RegionKey,
+        offset: u64,
+        len: u64,
+    ) -> Result<(usize, Option<MemoryOwner>), RejectReason> {
+        self.check_write(id, key, offset, len)?;
+        let region = self.map.get(&id).ok_or(RejectReason::UnknownRegion)?;
+        if region.device.is_some() {
+            return Err(REJECT_DEVICE_REGION);
+        }
+        Ok((region.base + offset as usize, region.keep.clone()))
+    }
+
     /// Copies `bytes` into region `id` at `offset`. Returns false (copying nothing) if the
     /// range is not inside a registered region.
     pub(crate) fn place(&self, id: RegionId, offset: u64, bytes: &[u8]) -> bool {
