@@ -174,6 +174,7 @@ impl SlotPool {
     }
 
     /// Slots not leased now.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn free_count(&self) -> usize {
         self.free.lock().unwrap().len()
     }
