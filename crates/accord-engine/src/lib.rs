@@ -17,11 +17,14 @@
 //! set up over UDP and falling back to it; everyone else goes over the network.
 //!
 //! Device memory ([`MemoryKind::CudaDevice`], through [`Engine::register_raw`]): its
-//! descriptor carries the allocation's CUDA IPC handle, and [`Engine::write`] between device
-//! regions runs on the copy engine (engine-owned streams, no kernel): directly for a peer in
-//! this process, through a cached IPC mapping for a peer on this host; the immediate follows as
-//! a zero-byte write once the copy completed. Device memory to another host, device<->host
-//! writes, and paged writes, scatters and sends from device memory are refused with
+//! descriptor carries the allocation's CUDA IPC handle. [`Engine::write`] from or into device
+//! memory runs on the copy engine (engine-owned streams, no kernel) where it can: between
+//! device regions, and between host and device memory, for a peer in this process directly and
+//! for a peer on this host through a cached IPC mapping of its device region. Device memory
+//! bound for a host region of another process (this host or another) is staged through a
+//! bounded pool of pinned host slots and sent as ordinary host writes. In every route the
+//! immediate follows as a zero-byte write once every byte landed. Writes into a device region
+//! on another host, and paged writes, scatters and sends from device memory, are refused with
 //! [`SubmitError::Invalid`] (not implemented yet). CUDA is loaded at run time, so the engine
 //! builds and runs without it. Connections open lazily on first use; an engine with
 //! several NICs shards large writes across them and moves the shards of a failed NIC to the

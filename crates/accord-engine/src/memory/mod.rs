@@ -34,7 +34,8 @@ pub enum MemoryKind {
     /// Ordinary host memory.
     Host,
     /// CUDA device memory (`cuMemAlloc`) of the GPU with this ordinal. Written by the copy
-    /// engine, never by the host: peers in this process or on this host only (see
+    /// engine, never by the host: as a destination, for peers in this process or on this host
+    /// only; as a source, also towards host regions anywhere (staged through pinned memory; see
     /// [`crate::Engine::write`]).
     CudaDevice {
         /// CUDA device ordinal.
