@@ -22,6 +22,18 @@
 //!   engine-internal control messages (a rendezvous), then copies host-to-device on landing.
 //! - paged writes, scatters and sends from device memory.
 //!
+//! What the refused device-destination route needs, as designed: the writer asks the receiver
+//! over engine-internal control messages (not user immediates or receive buffers); the receiver
+//! checks region, key and bounds (a refusal becomes a `TransferError` at the writer), grants
+//! landing slots from its own bounded pinned pool, the writer writes each chunk into a granted
+//! slot as an ordinary host write, the receiver copies host-to-device on landing and re-grants
+//! the slot, counts the immediate after the last copy and tells the writer. The missing piece
+//! is the control channel itself: today's transport cannot tell an engine-internal message
+//! from a user's send or immediate at the receiver (the receive-buffer claim sees only a
+//! length, an immediate carries no region), so it needs either an operation kind in the
+//! transport or a reserved class of sends the engine intercepts before the user's handler.
+//! The staging pool, plan and thread here are the writer's half of it.
+//!
 //! An engine with `force_network` treats same-process peers as other processes, so with
 //! `device_ipc` off one process exercises the staged route (tests do).
 

@@ -358,3 +358,63 @@ fn device_regions_on_remote_hosts_are_refused_naming_what_is_missing() {
     }
     assert_eq!(r.started.load(Ordering::SeqCst), 0);
 }
+
+#[test]
+fn staging_knobs_come_from_the_environment_and_bad_values_are_refused() {
+    let env = |pairs: &'static [(&'static str, &'static str)]| {
+        move |name: &str| pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string())
+    };
+    let c = crate::EngineConfig::default()
+        .with_overrides_from(env(&[
+            ("ACCORD_DEVICE_IPC", "0"),
+            ("ACCORD_DEVICE_STAGING_CHUNK_BYTES", "1048576"),
+            ("ACCORD_DEVICE_STAGING_CHUNKS", "3"),
+        ]))
+        .unwrap();
+    assert!(!c.device_ipc);
+    assert_eq!((c.device_staging_chunk_bytes, c.device_staging_chunks), (1 << 20, 3));
+    c.validate().unwrap();
+    let d = crate::EngineConfig::default();
+    assert!(d.device_ipc && d.validate().is_ok(), "defaults: IPC on, 4 MiB x 8");
+    for (bytes, chunks) in [(1024, 8), (4 << 20, 0), (4 << 20, super::DEVICE_STAGING_CHUNKS_MAX + 1), (1 << 30, 8)] {
+        let c = crate::EngineConfig { device_staging_chunk_bytes: bytes, device_staging_chunks: chunks, ..d.clone() };
+        assert!(c.validate().is_err(), "{bytes} x {chunks} must be refused");
+    }
+    let bad = crate::EngineConfig::default().with_overrides_from(env(&[("ACCORD_DEVICE_STAGING_CHUNKS", "many")]));
+    assert!(bad.is_err());
+}
+
+/// Not a test of correctness: the staged route with the fake copier (a memcpy standing in for
+/// the device-to-host copy) against a plain host write of the same bytes over the same
+/// loopback transport, in one run. Prints a table; run with
+/// `cargo test --release -p accord-engine --lib staged_route_vs_host_write -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn staged_route_vs_host_write() {
+    let (len, iters) = (64usize << 20, 8);
+    println!("{:>12} {:>10} {:>14} {:>14} {:>7}", "slot bytes", "slots", "host GB/s", "staged GB/s", "ratio");
+    for (slot, slots) in [(1usize << 20, 8), (4 << 20, 8), (16 << 20, 4)] {
+        let r = rig(1, slot, slots, None, Duration::from_secs(5));
+        let b = staging_engine(Duration::from_secs(5));
+        r.a.add_peer(&b.address()).unwrap();
+        let src = pattern(len, 1);
+        let h = fake_device(&r.a, &src);
+        let host = r.a.alloc(len).unwrap();
+        host.write_at(0, &src).unwrap();
+        let dst = b.alloc(len).unwrap();
+        let d = dst.descriptor();
+        let hh = host.handle();
+        let time = |h: &crate::MrHandle| {
+            let op = WriteOp { src: h, src_offset: 0, dst: &d, dst_offset: 0, len: len as u64, imm: None };
+            r.a.write(&op).unwrap().wait_timeout(Duration::from_secs(60)).unwrap();
+            let t = Instant::now();
+            for _ in 0..iters {
+                r.a.write(&op).unwrap().wait_timeout(Duration::from_secs(60)).unwrap();
+            }
+            (len * iters) as f64 / t.elapsed().as_secs_f64() / 1e9
+        };
+        let (host_gbps, staged_gbps) = (time(&hh), time(&h));
+        println!("{slot:>12} {slots:>10} {host_gbps:>14.2} {staged_gbps:>14.2} {:>7.3}", staged_gbps / host_gbps);
+        assert_eq!(dst.to_vec(), *src);
+    }
+}
