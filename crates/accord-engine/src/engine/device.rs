@@ -32,7 +32,11 @@
 //! from a user's send or immediate at the receiver (the receive-buffer claim sees only a
 //! length, an immediate carries no region), so it needs either an operation kind in the
 //! transport or a reserved class of sends the engine intercepts before the user's handler.
-//! The staging pool, plan and thread here are the writer's half of it.
+//! One that needs no transport change: small writes (one datagram) into the peer's control
+//! region (given a few hundred bytes of length), which the receiving worker hands to the
+//! engine's control handler instead of placing them (it sees the target region of every
+//! placement); barrier immediates there stay zero-byte. The staging pool, plan and thread here
+//! are the writer's half of it.
 //!
 //! An engine with `force_network` treats same-process peers as other processes, so with
 //! `device_ipc` off one process exercises the staged route (tests do).
