@@ -53,6 +53,10 @@ pub const ENGINE_ENV_OVERRIDES: &[(&str, &str)] = &[
     ),
     ("ACCORD_DEVICE_STAGING_CHUNK_BYTES", "device_staging_chunk_bytes: bytes per pinned staging slot (default 4 MiB)"),
     ("ACCORD_DEVICE_STAGING_CHUNKS", "device_staging_chunks: pinned staging slots per engine (default 8)"),
+    (
+        "ACCORD_DEVICE_LANDING_TIMEOUT_MS",
+        "device_landing_timeout_ms: how long a device-landing rendezvous waits for the peer (default 10000)",
+    ),
     ("ACCORD_LOSS", "fault.drop: inject this packet loss probability (tests, benchmarks)"),
     ("ACCORD_REORDER", "fault.reorder: inject this reordering probability (tests, benchmarks)"),
 ];
@@ -107,6 +111,10 @@ pub struct EngineConfig {
     /// chunks overlap the sending of earlier ones as far as free slots allow. Default
     /// [`crate::device::staging::DEVICE_STAGING_CHUNKS_DEFAULT`] (8).
     pub device_staging_chunks: usize,
+    /// How long a device-landing rendezvous waits for the other side (a grant, a `Done`, or a
+    /// granted chunk) before failing the writer's chunk or reclaiming the receiver's slot.
+    /// Default [`crate::engine::landing::LANDING_TIMEOUT_MS_DEFAULT`].
+    pub device_landing_timeout_ms: u64,
 }
 
 impl Default for EngineConfig {
@@ -128,6 +136,7 @@ impl Default for EngineConfig {
             device_ipc: true,
             device_staging_chunk_bytes: crate::device::staging::DEVICE_STAGING_CHUNK_BYTES_DEFAULT,
             device_staging_chunks: crate::device::staging::DEVICE_STAGING_CHUNKS_DEFAULT,
+            device_landing_timeout_ms: crate::engine::landing::LANDING_TIMEOUT_MS_DEFAULT,
         }
     }
 }
@@ -166,6 +175,7 @@ impl EngineConfig {
                 "ACCORD_DEVICE_IPC" => self.device_ipc = num::<u8>(name, &value)? != 0,
                 "ACCORD_DEVICE_STAGING_CHUNK_BYTES" => self.device_staging_chunk_bytes = num(name, &value)?,
                 "ACCORD_DEVICE_STAGING_CHUNKS" => self.device_staging_chunks = num(name, &value)?,
+                "ACCORD_DEVICE_LANDING_TIMEOUT_MS" => self.device_landing_timeout_ms = num(name, &value)?,
                 "ACCORD_LOSS" => self.fault.get_or_insert_with(FaultConfig::default).drop = num(name, &value)?,
                 "ACCORD_REORDER" => self.fault.get_or_insert_with(FaultConfig::default).reorder = num(name, &value)?,
                 "LOCAL_WORLD_SIZE" if lookup("ACCORD_WORKERS_PER_NIC").is_none() => {

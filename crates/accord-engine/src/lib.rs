@@ -70,6 +70,9 @@ pub use device::staging::{
     STAGED_WRITES_ACTIVE_MAX,
 };
 pub use device::{DEVICE_COPIES_IN_FLIGHT_MAX, DEVICE_STREAMS_PER_GPU, IPC_MAPPINGS_MAX};
+pub use engine::landing::{
+    LandingStats, LANDING_ASKS_MAX, LANDING_CONTROL_QUEUE_MAX, LANDING_REQUESTS_MAX, LANDING_TIMEOUT_MS_DEFAULT,
+};
 pub use engine::shared::{LANE_AVOID_AFTER_FAILURE, PEERS_MAX, SUBMISSIONS_QUEUED_MAX};
 pub use engine::{Engine, EngineBuilder, EngineStats, PagedWriteOp, ScatterDst, WriteOp};
 pub use engine::{PAGES_PER_WRITE_MAX, SCATTER_DESTINATIONS_MAX, SHARD_ALIGN_BYTES};

@@ -67,3 +67,58 @@ pub(crate) fn start_cuda_stager(ordinal: u32, chunk_bytes: u64, chunks: usize) -
         .map_err(|e| format!("could not allocate {total} bytes of pinned staging memory: {e}"))?;
     Stager::start(CudaChunkCopier::default(), SlotPool::new(Box::new(PinnedStaging(memory)), slot_bytes))
 }
+
+/// Host-to-device copies out of landing slots, one engine-owned stream per GPU, an event per copy.
+#[derive(Default)]
+struct CudaLandingCopier {
+    streams: HashMap<u32, (Gpu, Stream)>,
+    events: HashMap<u64, Event>,
+    next: u64,
+}
+
+impl crate::engine::landing::LandingCopier for CudaLandingCopier {
+    fn start(&mut self, src: usize, dst: u64, ordinal: u32, len: usize) -> Result<u64, String> {
+        use std::collections::hash_map::Entry;
+        let (gpu, stream) = match self.streams.entry(ordinal) {
+            Entry::Occupied(o) => o.into_mut(),
+            Entry::Vacant(v) => {
+                let gpu = Gpu::open(ordinal as usize).map_err(|e| format!("GPU {ordinal}: {e}"))?;
+                let stream = Stream::new(&gpu).map_err(|e| e.to_string())?;
+                v.insert((gpu, stream))
+            }
+        };
+        // Safety: `src..+len` is a landing slot leased to this copy until `poll` saw its event
+        // complete or fail; the writer's bytes are in it (acknowledged) and nothing is granted
+        // into it meanwhile. The device range is checked by the copy.
+        #[allow(unsafe_code)]
+        unsafe { accord_cuda::copy_host_to_device_async(DevicePtr(dst), src as *const u8, len, stream) }
+            .map_err(|e| format!("landing copy: {e}"))?;
+        let event = Event::new(gpu, EventKind::SyncOnly).map_err(|e| e.to_string())?;
+        event.record(stream).map_err(|e| e.to_string())?;
+        self.next += 1;
+        self.events.insert(self.next, event);
+        Ok(self.next)
+    }
+
+    fn poll(&mut self, ticket: u64) -> Result<bool, String> {
+        let event = self.events.get(&ticket).ok_or("unknown landing copy")?;
+        let done = event.is_complete().map_err(|e| e.to_string());
+        if !matches!(done, Ok(false)) {
+            self.events.remove(&ticket);
+        }
+        done
+    }
+}
+
+/// Opens a receiver's landing pool (pinned, as many slots as the staging pool) and its copier.
+pub(crate) fn open_cuda_landing(
+    ordinal: u32,
+    slot_bytes: usize,
+    slots: usize,
+) -> Result<crate::engine::landing::OpenedLanding, String> {
+    let gpu = Gpu::open(ordinal as usize).map_err(|e| format!("GPU {ordinal}: {e}"))?;
+    let total = slot_bytes.checked_mul(slots).ok_or("landing pool size overflows")?;
+    let memory = PinnedHostBuffer::alloc(&gpu, total)
+        .map_err(|e| format!("could not allocate {total} bytes of pinned landing memory: {e}"))?;
+    Ok((Box::new(PinnedStaging(memory)), Box::new(CudaLandingCopier::default())))
+}

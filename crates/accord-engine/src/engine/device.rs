@@ -41,10 +41,11 @@
 //! An engine with `force_network` treats same-process peers as other processes, so with
 //! `device_ipc` off one process exercises the staged route (tests do).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use accord_proto::{RegionId, RegionKey};
 
+use super::landing;
 use super::ops::{dispatch_part, write_kind, PartSpec};
 use super::shared::local_engine;
 use super::{Engine, WriteOp};
@@ -52,7 +53,7 @@ use crate::address::{DeviceIpcBytes, DeviceRegionInfo};
 use crate::completion::{Transfer, TransferState};
 use crate::device::staging::driver::{FinishWrite, SendChunk, StagedJob, StagedSource, Stager};
 use crate::device::{AfterCopy, CopyEnds, DeviceCopy, DeviceRoute, DeviceTarget};
-use crate::error::{RegisterError, SubmitError};
+use crate::error::{RegisterError, SubmitError, TransferError};
 use crate::memory::{MemoryOwner, Source};
 
 /// The local source of a device write.
@@ -74,6 +75,11 @@ impl Engine {
             Some(Ok(route)) => route.mappings_opened(),
             _ => 0,
         }
+    }
+
+    /// Counters of the device-landing rendezvous (refused control messages, reclaimed slots).
+    pub fn landing_stats(&self) -> crate::LandingStats {
+        self.shared.landing.stats()
     }
 
     /// What a descriptor of a device region carries (registration of
@@ -162,15 +168,7 @@ impl Engine {
                         return self.write_staged(op, StagedSource { ptr, ordinal, _keep: keep })
                     }
                     (LocalSource::Host { .. }, false) => return Err(not_host_to_host()),
-                    (_, true) if !through_ipc => {
-                        let why = if same_host { "this host with ACCORD_DEVICE_IPC=0" } else { "another host" };
-                        return Err(SubmitError::Invalid(format!(
-                            "writing into a device region on {why} ({}) is not implemented yet: the receiver needs \
-                             pinned landing space granted over a rendezvous, then a host-to-device copy; write into \
-                             a host region there and copy it to the device yourself",
-                            address.host
-                        )));
-                    }
+                    (_, true) if !through_ipc => return self.write_landed(op, src, keep),
                     (LocalSource::Device { ptr, ordinal }, true) => CopyEnds::DeviceToDevice {
                         src_ptr: ptr,
                         src_ordinal: ordinal,
@@ -222,6 +220,57 @@ impl Engine {
         Ok(Transfer { state })
     }
 
+    /// Host or device memory into a device region the copy engine cannot reach (another host,
+    /// or this host with `device_ipc` off): chunk by chunk through the receiver's landing slots
+    /// ([`super::landing`]); a device source is staged through this engine's pinned slots
+    /// first. The immediate goes once every chunk reached device memory.
+    fn write_landed(
+        &self,
+        op: &WriteOp<'_>,
+        src: LocalSource,
+        keep: Vec<MemoryOwner>,
+    ) -> Result<Transfer, SubmitError> {
+        let peer = op.dst.engine;
+        self.check_peer(peer)?;
+        let state = TransferState::new(1, self.shared.jobs.clone());
+        let (dst, dst_offset) = (*op.dst, op.dst_offset);
+        let (shared, user, imm) = (self.shared.clone(), state.clone(), op.imm.map(|imm| imm_part(op, imm)));
+        let finish: FinishWrite = Box::new(move |result| match (result, imm) {
+            (Ok(()), Some(spec)) => dispatch_part(&shared, spec, user),
+            (result, _) => user.part_done(result),
+        });
+        match src {
+            LocalSource::Device { ptr, ordinal } => {
+                let stager = self.stager(ordinal)?;
+                let shared = self.shared.clone();
+                let send: SendChunk = Box::new(move |offset, source| {
+                    landing::land_chunk(&shared, peer, dst, dst_offset + offset, source)
+                });
+                let source = StagedSource { ptr, ordinal, _keep: keep };
+                stager.submit(StagedJob { source, len: op.len, send, finish }).map_err(SubmitError::Invalid)?;
+            }
+            LocalSource::Host { addr } => {
+                let chunk_bytes = self.shared.config.device_staging_chunk_bytes.max(1);
+                let count = op.len.div_ceil(chunk_bytes);
+                if count == 0 {
+                    finish(Ok(()));
+                    return Ok(Transfer { state });
+                }
+                let tally = Arc::new(Mutex::new(ChunkTally { left: count, error: None, finish: Some(finish) }));
+                let owner = keep.into_iter().next();
+                for index in 0..count {
+                    let offset = index * chunk_bytes;
+                    let len = chunk_bytes.min(op.len - offset);
+                    let source = Source::Region { base: addr + offset as usize, len, _keep: owner.clone() };
+                    let chunk = landing::land_chunk(&self.shared, peer, dst, dst_offset + offset, source);
+                    let tally = tally.clone();
+                    chunk.on_complete(move |result| ChunkTally::ended(&tally, result));
+                }
+            }
+        }
+        Ok(Transfer { state })
+    }
+
     /// The staging thread, started on first use with the pool the configuration asks for.
     fn stager(&self, ordinal: u32) -> Result<&Stager, SubmitError> {
         let config = &self.shared.config;
@@ -259,6 +308,31 @@ impl Engine {
     #[cfg(test)]
     pub(crate) fn install_stager(&self, stager: Stager) -> bool {
         self.staging.set(Ok(stager)).is_ok()
+    }
+}
+
+/// The chunks of a host-source landed write still out, the first failure, and what ends it.
+struct ChunkTally {
+    left: u64,
+    error: Option<TransferError>,
+    finish: Option<FinishWrite>,
+}
+
+impl ChunkTally {
+    fn ended(tally: &Mutex<ChunkTally>, result: Result<(), TransferError>) {
+        let mut t = tally.lock().unwrap();
+        t.left -= 1;
+        if let Err(e) = result {
+            t.error.get_or_insert(e);
+        }
+        if t.left > 0 {
+            return;
+        }
+        let (finish, error) = (t.finish.take(), t.error);
+        drop(t);
+        if let Some(finish) = finish {
+            finish(error.map_or(Ok(()), Err));
+        }
     }
 }
 

@@ -384,6 +384,10 @@ impl Worker {
                 if let Some(p) = outcome.placement {
                     let payload = &seg[p.payload.clone()];
                     let placed = match p.target {
+                        PlacementTarget::Region { region, offset } if region.0 == self.shared.control.region => {
+                            crate::engine::landing::deliver_control(&self.shared, offset, payload);
+                            true
+                        }
                         PlacementTarget::Region { region, offset } => regions.place(region, offset, payload),
                         PlacementTarget::RecvBuffer { buffer, offset } => {
                             self.shared.recv.place(buffer, offset, payload)

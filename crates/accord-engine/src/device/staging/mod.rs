@@ -184,6 +184,11 @@ impl SlotPool {
         self.slot_count
     }
 
+    /// Host address of the first slot.
+    pub(crate) fn base_addr(&self) -> usize {
+        self.memory.base_addr()
+    }
+
     /// Bytes per slot.
     pub(crate) fn slot_bytes(&self) -> usize {
         self.slot_bytes
@@ -216,4 +221,4 @@ impl Drop for SlotLease {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -1,0 +1,585 @@
+//! The landing rendezvous: writes into a device region of another process that the copy engine
+//! cannot reach (another host, or this host with `ACCORD_DEVICE_IPC=0`).
+//!
+//! Per chunk (at most one landing slot): the writer asks ([`wire::Body::Ask`]); the receiver
+//! checks region, key and bounds (a refusal reaches the writer as `TransferError::Rejected`),
+//! grants a slot of its own bounded pinned pool (registered as a host region, key sent in the
+//! grant) or queues the ask; the writer writes the chunk into the slot as an ordinary host
+//! write and says `Landed` once acknowledged; the receiver copies the slot host-to-device,
+//! frees it (granting the next queued ask) and says `Done`. The writer sends the user's
+//! immediate as a zero-byte write into the device region only after every chunk was `Done`,
+//! so the receiver counts it once and after the last host-to-device copy.
+//!
+//! Control messages travel as 64-byte writes into the peer's control region; the receiving
+//! worker hands them here instead of placing them, so they never meet user sends or
+//! immediates. Malformed, stale or foreign ones are refused and counted
+//! ([`LandingStats`]), never acted on. Tables are bounded; a writer that stops answering has
+//! its slots reclaimed after `ACCORD_DEVICE_LANDING_TIMEOUT_MS`, a receiver that stops
+//! answering fails the writer's chunk with `PeerUnreachable` after the same time.
+//!
+//! One thread per engine runs both halves (started on first use); the host-to-device copies
+//! go through a [`LandingCopier`] (CUDA, or a host-memory fake in tests).
+
+pub(crate) mod wire;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError, TrySendError};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use accord_proto::wire::RejectReason;
+use accord_proto::{RegionId, RegionKey};
+
+use super::ops::{dispatch_part, write_kind, PartSpec};
+use super::shared::Shared;
+use crate::address::{EngineId, MrDescriptor};
+use crate::completion::{Transfer, TransferState};
+use crate::device::staging::{SlotLease, SlotPool, StagingMemory};
+use crate::error::TransferError;
+use crate::memory::{MemoryOwner, Region, Source};
+use wire::{Body, Control};
+
+/// Control messages queued for the landing thread; more are dropped and counted.
+pub const LANDING_CONTROL_QUEUE_MAX: usize = 4096;
+/// Chunk requests a writer has outstanding per engine; a further submission waits.
+pub const LANDING_REQUESTS_MAX: usize = 1024;
+/// Asks a receiver holds (queued, granted or copying) per engine; more are refused.
+pub const LANDING_ASKS_MAX: usize = 4096;
+/// Default of `ACCORD_DEVICE_LANDING_TIMEOUT_MS`.
+pub const LANDING_TIMEOUT_MS_DEFAULT: u64 = 10_000;
+const POLL_SLEEP: Duration = Duration::from_micros(20);
+const POLLS_BEFORE_SLEEP: u32 = 1 << 12;
+
+/// Host-to-device copies out of landing slots.
+pub(crate) trait LandingCopier: Send {
+    /// Starts copying `len` bytes from host address `src` (a leased slot, valid until `poll`
+    /// said done or failed) to device address `dst` of GPU `ordinal`; returns a ticket.
+    fn start(&mut self, src: usize, dst: u64, ordinal: u32, len: usize) -> Result<u64, String>;
+    /// Whether the copy of `ticket` completed (forgotten once it said true or failed).
+    fn poll(&mut self, ticket: u64) -> Result<bool, String>;
+}
+
+/// A receiver's landing pool memory and its copier.
+pub(crate) type OpenedLanding = (Box<dyn StagingMemory>, Box<dyn LandingCopier>);
+/// Control messages as placed: (offset in the control region, bytes).
+type ControlRx = Receiver<(u64, Vec<u8>)>;
+
+/// Opens a receiver's landing pool (GPU of the first ask, slot bytes, slots) and copier.
+pub(crate) type LandingOpener =
+    Box<dyn Fn(u32, usize, usize) -> Result<(Box<dyn StagingMemory>, Box<dyn LandingCopier>), String> + Send + Sync>;
+
+/// Counters of the rendezvous (both halves).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LandingStats {
+    /// Control messages refused: malformed, from an unknown peer, stale or duplicate.
+    pub control_refused: u64,
+    /// Control messages dropped because the queue was full.
+    pub control_dropped: u64,
+    /// Asks refused (region, key, bounds, chunk too large, table full, no pool).
+    pub asks_refused: u64,
+    /// Chunks copied host-to-device here.
+    pub chunks_landed: u64,
+    /// Granted slots reclaimed because the writer went quiet.
+    pub slots_reclaimed: u64,
+}
+
+/// A writer's chunk: land `source` at `dst_offset` of device region `dst` of `peer`.
+pub(crate) struct ChunkRequest {
+    pub(crate) peer: EngineId,
+    pub(crate) dst: MrDescriptor,
+    pub(crate) dst_offset: u64,
+    pub(crate) source: Source,
+    pub(crate) done: Arc<TransferState>,
+}
+
+/// The engine's handle on its landing thread.
+pub(crate) struct Landing {
+    control_tx: SyncSender<(u64, Vec<u8>)>,
+    chunk_tx: SyncSender<ChunkRequest>,
+    ends: Mutex<Option<(ControlRx, Receiver<ChunkRequest>)>>,
+    opener: Mutex<Option<LandingOpener>>,
+    stats: Mutex<LandingStats>,
+    dropped: AtomicU64,
+}
+
+impl Landing {
+    pub(crate) fn new(opener: LandingOpener) -> Landing {
+        let (control_tx, control_rx) = sync_channel(LANDING_CONTROL_QUEUE_MAX);
+        let (chunk_tx, chunk_rx) = sync_channel(LANDING_REQUESTS_MAX);
+        Landing {
+            control_tx,
+            chunk_tx,
+            ends: Mutex::new(Some((control_rx, chunk_rx))),
+            opener: Mutex::new(Some(opener)),
+            stats: Mutex::new(LandingStats::default()),
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    /// Replaces how the receiver's pool and copier are opened (tests: a fake over host memory).
+    /// False once the thread has opened them.
+    #[cfg(test)]
+    pub(crate) fn set_opener(&self, opener: LandingOpener) -> bool {
+        let mut slot = self.opener.lock().unwrap();
+        slot.is_some().then(|| *slot = Some(opener)).is_some()
+    }
+
+    pub(crate) fn stats(&self) -> LandingStats {
+        let mut s = *self.stats.lock().unwrap();
+        s.control_dropped = self.dropped.load(Ordering::Relaxed);
+        s
+    }
+}
+
+/// The worker's hand-off: a placement into the control region (never placed).
+pub(crate) fn deliver_control(shared: &Arc<Shared>, offset: u64, payload: &[u8]) {
+    if payload.is_empty() {
+        return; // a barrier's zero-byte write: only its immediate counts
+    }
+    start(shared);
+    match shared.landing.control_tx.try_send((offset, payload.to_vec())) {
+        Ok(()) => {}
+        Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+            shared.landing.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Queues a writer's chunk (waits while [`LANDING_REQUESTS_MAX`] are queued).
+pub(crate) fn submit_chunk(shared: &Arc<Shared>, request: ChunkRequest) -> Result<(), String> {
+    start(shared);
+    shared.landing.chunk_tx.send(request).map_err(|_| "the landing thread has exited".to_string())
+}
+
+fn start(shared: &Arc<Shared>) {
+    let Some((control_rx, chunk_rx)) = shared.landing.ends.lock().unwrap().take() else { return };
+    let weak = Arc::downgrade(shared);
+    let timeout = Duration::from_millis(shared.config.device_landing_timeout_ms);
+    let spawned = std::thread::Builder::new().name("accord-device-land".into()).spawn(move || {
+        LandingThread::new(weak, timeout).run(control_rx, chunk_rx);
+    });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "could not start the landing thread");
+    }
+}
+
+enum OutState {
+    Asked,
+    Writing(Transfer),
+    Landed,
+}
+
+struct Outgoing {
+    peer: EngineId,
+    ask: Body,
+    source: Option<Source>,
+    done: Arc<TransferState>,
+    state: OutState,
+    deadline: Instant,
+}
+
+enum InState {
+    Queued,
+    Granted(SlotLease),
+    /// The slot stays leased (never read here) until the copy out of it ended.
+    Copying(#[allow(dead_code)] SlotLease, u64),
+}
+
+struct Incoming {
+    dst_ptr: u64,
+    ordinal: u32,
+    len: u64,
+    _keep: Option<MemoryOwner>,
+    state: InState,
+    deadline: Instant,
+}
+
+struct Pool {
+    slots: Arc<SlotPool>,
+    copier: Box<dyn LandingCopier>,
+    region: RegionId,
+    key: RegionKey,
+}
+
+struct LandingThread {
+    shared: Weak<Shared>,
+    timeout: Duration,
+    next_req: u64,
+    outgoing: HashMap<u64, Outgoing>,
+    incoming: HashMap<(EngineId, u64), Incoming>,
+    queued: VecDeque<(EngineId, u64)>,
+    pool: Option<Result<Pool, String>>,
+    stats: LandingStats,
+}
+
+impl LandingThread {
+    fn new(shared: Weak<Shared>, timeout: Duration) -> LandingThread {
+        let mut seed = [0u8; 8];
+        rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut seed);
+        LandingThread {
+            shared,
+            timeout,
+            next_req: u64::from_le_bytes(seed) >> 1,
+            outgoing: HashMap::new(),
+            incoming: HashMap::new(),
+            queued: VecDeque::new(),
+            pool: None,
+            stats: LandingStats::default(),
+        }
+    }
+
+    fn run(mut self, control_rx: ControlRx, chunk_rx: Receiver<ChunkRequest>) {
+        let mut idle: u32 = 0;
+        loop {
+            let Some(shared) = self.shared.upgrade() else { return };
+            let mut progress = false;
+            loop {
+                match control_rx.try_recv() {
+                    Ok((offset, bytes)) => {
+                        progress = true;
+                        self.on_control(&shared, offset, &bytes);
+                    }
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => return,
+                }
+            }
+            while self.outgoing.len() < LANDING_REQUESTS_MAX {
+                match chunk_rx.try_recv() {
+                    Ok(request) => {
+                        progress = true;
+                        self.ask(&shared, request);
+                    }
+                    Err(_) => break,
+                }
+            }
+            progress |= self.poll_writes(&shared);
+            progress |= self.poll_copies(&shared);
+            progress |= self.expire(&shared);
+            *shared.landing.stats.lock().unwrap() = self.stats;
+            drop(shared);
+            if progress {
+                idle = 0;
+            } else {
+                idle = idle.saturating_add(1);
+                if idle < POLLS_BEFORE_SLEEP {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(POLL_SLEEP);
+                }
+            }
+        }
+    }
+
+    /// Sends a control message to `peer`'s control region (best effort: a lost one ends in the
+    /// other side's timeout).
+    fn send(&self, shared: &Arc<Shared>, peer: EngineId, req: u64, body: Body) -> bool {
+        let Some(control) = shared.peers.read().unwrap().get(&peer).map(|a| a.control) else { return false };
+        let bytes = Control { from: shared.id, req, body }.encode();
+        let spec = PartSpec {
+            peer,
+            kind: write_kind(&control, 0, None),
+            source: Source::Bytes(Arc::from(&bytes[..])),
+            lane: None,
+        };
+        dispatch_part(shared, spec, TransferState::new(1, shared.jobs.clone()));
+        true
+    }
+
+    fn ask(&mut self, shared: &Arc<Shared>, request: ChunkRequest) {
+        let req = self.next_req;
+        self.next_req = self.next_req.wrapping_add(1);
+        let ask = Body::Ask {
+            region: request.dst.region,
+            key: request.dst.key,
+            offset: request.dst_offset,
+            len: request.source.len(),
+        };
+        if !self.send(shared, request.peer, req, ask) {
+            request.done.part_done(Err(TransferError::PeerUnreachable));
+            return;
+        }
+        self.outgoing.insert(
+            req,
+            Outgoing {
+                peer: request.peer,
+                ask,
+                source: Some(request.source),
+                done: request.done,
+                state: OutState::Asked,
+                deadline: Instant::now() + self.timeout,
+            },
+        );
+    }
+
+    fn on_control(&mut self, shared: &Arc<Shared>, offset: u64, bytes: &[u8]) {
+        let message = match Control::decode(offset, bytes) {
+            Ok(m) if shared.peers.read().unwrap().contains_key(&m.from) => m,
+            Ok(_) | Err(_) => {
+                self.stats.control_refused += 1;
+                return;
+            }
+        };
+        let accepted = match message.body {
+            Body::Ask { region, key, offset, len } => self.on_ask(shared, message, region, key, offset, len),
+            Body::Landed => self.on_landed(message),
+            Body::Abandon => self.on_abandon(message),
+            Body::Grant { region, key, offset, len } => self.on_grant(shared, message, region, key, offset, len),
+            Body::Refuse { reason } => self.finish_out(message, Err(TransferError::Rejected(reason))),
+            Body::Done => self.finish_out(message, Ok(())),
+        };
+        if !accepted {
+            self.stats.control_refused += 1;
+        }
+    }
+
+    fn on_ask(&mut self, shared: &Arc<Shared>, m: Control, region: u32, key: u64, offset: u64, len: u64) -> bool {
+        let id = (m.from, m.req);
+        if self.incoming.contains_key(&id) {
+            return false; // a duplicate
+        }
+        let checked = {
+            let regions = shared.regions.read().unwrap();
+            regions
+                .check_device_write(RegionId(region), RegionKey(key), offset, len)
+                .map(|(ptr, ordinal)| (ptr, ordinal, regions.get(RegionId(region)).and_then(|r| r.keep.clone())))
+        };
+        let refusal = match checked {
+            Err(reason) => Some(reason),
+            Ok(_) if self.incoming.len() >= LANDING_ASKS_MAX => Some(RejectReason::TooManyMessages),
+            Ok((_, ordinal, _)) => match self.pool(shared, ordinal) {
+                Err(_) => Some(RejectReason::Other(0xDE71)),
+                Ok(pool) if len == 0 || len > pool.slots.slot_bytes() as u64 => Some(RejectReason::MessageTooLarge),
+                Ok(_) => None,
+            },
+        };
+        if let Some(reason) = refusal {
+            self.stats.asks_refused += 1;
+            self.send(shared, m.from, m.req, Body::Refuse { reason });
+            return true;
+        }
+        let Ok((dst_ptr, ordinal, keep)) = checked else { return true };
+        let deadline = Instant::now() + self.timeout;
+        self.incoming.insert(id, Incoming { dst_ptr, ordinal, len, _keep: keep, state: InState::Queued, deadline });
+        self.queued.push_back(id);
+        self.grant_queued(shared);
+        true
+    }
+
+    /// The receiver's pool, opened on the first ask.
+    fn pool(&mut self, shared: &Arc<Shared>, ordinal: u32) -> Result<&mut Pool, String> {
+        if self.pool.is_none() {
+            let opener = shared.landing.opener.lock().unwrap().take();
+            let opened = match opener {
+                Some(open) => usize::try_from(shared.config.device_staging_chunk_bytes)
+                    .map_err(|_| "landing slot size does not fit".to_string())
+                    .and_then(|slot_bytes| {
+                        let (memory, copier) = open(ordinal, slot_bytes, shared.config.device_staging_chunks)?;
+                        let slots = SlotPool::new(memory, slot_bytes);
+                        let key = RegionKey(super::random_u64());
+                        let keep: MemoryOwner = slots.clone();
+                        let len = (slots.slot_count() * slot_bytes) as u64;
+                        let base = slots.base_addr();
+                        let region = Region { base, len, key, keep: Some(keep), device: None };
+                        let id = shared.regions.write().unwrap().insert(region).map_err(|e| e.to_string())?;
+                        Ok(Pool { slots, copier, region: id, key })
+                    }),
+                None => Err("landing pool already failed to open".into()),
+            };
+            if let Err(e) = &opened {
+                tracing::error!(error = %e, "device landing pool unavailable");
+            }
+            self.pool = Some(opened);
+        }
+        self.pool.as_mut().expect("set above").as_mut().map_err(|e| e.clone())
+    }
+
+    fn grant_queued(&mut self, shared: &Arc<Shared>) {
+        while let Some(&id) = self.queued.front() {
+            let Some(Ok(pool)) = self.pool.as_ref() else { return };
+            let Some(entry) = self.incoming.get_mut(&id) else {
+                self.queued.pop_front();
+                continue;
+            };
+            let Some(lease) = pool.slots.take() else { return };
+            self.queued.pop_front();
+            let offset = (lease.addr() - pool.slots.base_addr()) as u64;
+            let grant = Body::Grant { region: pool.region.0, key: pool.key.0, offset, len: entry.len };
+            entry.state = InState::Granted(lease);
+            entry.deadline = Instant::now() + self.timeout;
+            self.send(shared, id.0, id.1, grant);
+        }
+    }
+
+    /// A writer gave up on a chunk: forget it unless its copy is running (the slot stays leased
+    /// to the copy until it ended).
+    fn on_abandon(&mut self, m: Control) -> bool {
+        let id = (m.from, m.req);
+        match self.incoming.get(&id) {
+            Some(entry) if !matches!(entry.state, InState::Copying(..)) => self.incoming.remove(&id).is_some(),
+            _ => false,
+        }
+    }
+
+    fn on_landed(&mut self, m: Control) -> bool {
+        let Some(Ok(pool)) = self.pool.as_mut() else { return false };
+        let Some(entry) = self.incoming.get_mut(&(m.from, m.req)) else { return false };
+        let InState::Granted(_) = entry.state else { return false };
+        let InState::Granted(lease) = std::mem::replace(&mut entry.state, InState::Queued) else { unreachable!() };
+        match pool.copier.start(lease.addr(), entry.dst_ptr, entry.ordinal, entry.len as usize) {
+            Ok(ticket) => entry.state = InState::Copying(lease, ticket),
+            Err(e) => {
+                tracing::error!(error = %e, "landing copy could not start");
+                entry.state = InState::Copying(lease, u64::MAX);
+            }
+        }
+        true
+    }
+
+    fn poll_copies(&mut self, shared: &Arc<Shared>) -> bool {
+        let Some(Ok(pool)) = self.pool.as_mut() else { return false };
+        let mut ended = vec![];
+        for (id, entry) in &self.incoming {
+            if let InState::Copying(_, ticket) = entry.state {
+                let result =
+                    if ticket == u64::MAX { Err("copy did not start".into()) } else { pool.copier.poll(ticket) };
+                match result {
+                    Ok(false) => {}
+                    Ok(true) => ended.push((*id, Body::Done)),
+                    Err(e) => {
+                        tracing::error!(error = %e, "landing copy failed");
+                        ended.push((*id, Body::Refuse { reason: RejectReason::Other(0xDE72) }));
+                    }
+                }
+            }
+        }
+        for (id, body) in &ended {
+            self.incoming.remove(id); // frees the slot
+            if *body == Body::Done {
+                self.stats.chunks_landed += 1;
+            }
+            self.send(shared, id.0, id.1, *body);
+        }
+        if !ended.is_empty() {
+            self.grant_queued(shared);
+        }
+        !ended.is_empty()
+    }
+
+    fn on_grant(&mut self, shared: &Arc<Shared>, m: Control, region: u32, key: u64, offset: u64, len: u64) -> bool {
+        let Some(out) = self.outgoing.get_mut(&m.req) else { return false };
+        let asked_len = match out.ask {
+            Body::Ask { len, .. } => len,
+            _ => 0,
+        };
+        if out.peer != m.from || !matches!(out.state, OutState::Asked) || len != asked_len {
+            return false;
+        }
+        let Some(source) = out.source.take() else { return false };
+        let landing = MrDescriptor { engine: m.from, region, key, len: offset.saturating_add(len), device: None };
+        let chunk = TransferState::new(1, shared.jobs.clone());
+        let kind = write_kind(&landing, offset, None);
+        dispatch_part(shared, PartSpec { peer: m.from, kind, source, lane: None }, chunk.clone());
+        out.state = OutState::Writing(Transfer { state: chunk });
+        out.deadline = Instant::now() + self.timeout;
+        true
+    }
+
+    fn poll_writes(&mut self, shared: &Arc<Shared>) -> bool {
+        let mut ended = vec![];
+        for (req, out) in &mut self.outgoing {
+            let OutState::Writing(transfer) = &out.state else { continue };
+            match transfer.poll() {
+                None => {}
+                Some(Ok(())) => {
+                    out.state = OutState::Landed;
+                    out.deadline = Instant::now() + self.timeout;
+                    ended.push((*req, out.peer, None));
+                }
+                Some(Err(e)) => ended.push((*req, out.peer, Some(e))),
+            }
+        }
+        for (req, peer, error) in &ended {
+            match error {
+                None => {
+                    self.send(shared, *peer, *req, Body::Landed);
+                }
+                Some(e) => {
+                    self.send(shared, *peer, *req, Body::Abandon);
+                    if let Some(out) = self.outgoing.remove(req) {
+                        out.done.part_done(Err(*e));
+                    }
+                }
+            }
+        }
+        !ended.is_empty()
+    }
+
+    fn finish_out(&mut self, m: Control, result: Result<(), TransferError>) -> bool {
+        let Some(out) = self.outgoing.get(&m.req) else { return false };
+        let fits = matches!(
+            (&out.state, result.is_ok()),
+            (OutState::Landed, true) | (OutState::Asked | OutState::Landed, false)
+        );
+        if out.peer != m.from || !fits {
+            return false;
+        }
+        let out = self.outgoing.remove(&m.req).expect("looked up above");
+        out.done.part_done(result);
+        true
+    }
+
+    /// Fails writer requests whose peer went quiet and reclaims slots granted to quiet writers.
+    fn expire(&mut self, shared: &Arc<Shared>) -> bool {
+        let now = Instant::now();
+        let mut progress = false;
+        let quiet: Vec<u64> = self
+            .outgoing
+            .iter()
+            .filter(|(_, o)| !matches!(o.state, OutState::Writing(_)) && o.deadline <= now)
+            .map(|(r, _)| *r)
+            .collect();
+        for req in quiet {
+            if let Some(out) = self.outgoing.remove(&req) {
+                out.done.part_done(Err(TransferError::PeerUnreachable));
+                progress = true;
+            }
+        }
+        let before = self.incoming.len();
+        let reclaimed = &mut self.stats.slots_reclaimed;
+        self.incoming.retain(|_, entry| match entry.state {
+            InState::Copying(..) => true,
+            _ if entry.deadline > now => true,
+            InState::Granted(_) => {
+                *reclaimed += 1;
+                false
+            }
+            InState::Queued => false,
+        });
+        if self.incoming.len() < before {
+            progress = true;
+            self.grant_queued(shared);
+        }
+        progress
+    }
+}
+
+/// A chunk request's transfer: completes when the receiver said `Done` (or it failed).
+pub(crate) fn land_chunk(
+    shared: &Arc<Shared>,
+    peer: EngineId,
+    dst: MrDescriptor,
+    dst_offset: u64,
+    source: Source,
+) -> Transfer {
+    let done = TransferState::new(1, shared.jobs.clone());
+    let request = ChunkRequest { peer, dst, dst_offset, source, done: done.clone() };
+    if let Err(e) = submit_chunk(shared, request) {
+        tracing::error!(error = %e, "landing unavailable");
+        done.part_done(Err(TransferError::ShutDown));
+    }
+    Transfer { state: done }
+}
+
+#[cfg(test)]
+mod tests;
