@@ -5,13 +5,11 @@
 //!
 //! Routes covered: device -> device and host -> device through CUDA IPC, device -> host
 //! region staged through pinned memory over the transport, the same with `device_ipc` off
-//! (device destinations then refused), a refused destination, and a child killed in the
-//! middle of a staged write.
+//! (device destinations then land through the child's pinned landing slots), refused
+//! destinations, and a child killed in the middle of a staged or landed write.
 
 use accord_cuda::{DeviceBuffer, Gpu, Stream};
-use accord_engine::{
-    Engine, EngineAddress, EngineConfig, MemoryKind, MrDescriptor, SubmitError, TransferError, WriteOp,
-};
+use accord_engine::{Engine, EngineAddress, EngineConfig, MemoryKind, MrDescriptor, TransferError, WriteOp};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Lines, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -80,6 +78,13 @@ fn child() -> Result<(), String> {
         let words: Vec<&str> = line.split_whitespace().collect();
         if words.first() == Some(&"exit") {
             return Ok(());
+        }
+        if let Some(address) = line.strip_prefix("peer ") {
+            // Another writer: the landing rendezvous answers only peers it knows.
+            let address = EngineAddress::parse(address).map_err(|e| e.to_string())?;
+            engine.add_peer(&address).map_err(|e| e.to_string())?;
+            say("ok");
+            continue;
         }
         let nums: Vec<u64> = words.iter().skip(2).filter_map(|w| w.parse().ok()).collect();
         let [imm, count, dst_offset, len, seed, src_offset] = nums[..] else {
@@ -151,6 +156,13 @@ impl ChildProc {
     fn introduce(&mut self, parent: &Engine) {
         writeln!(self.stdin, "{}", parent.address().to_string_compact()).unwrap();
         self.stdin.flush().unwrap();
+    }
+
+    /// Makes another engine of the parent a peer of the child (after `introduce`).
+    fn add_writer(&mut self, writer: &Engine) {
+        writeln!(self.stdin, "peer {}", writer.address().to_string_compact()).unwrap();
+        self.stdin.flush().unwrap();
+        assert_eq!(self.next_line(), "ok");
     }
 
     /// Asks the child to check a region range; panics on a bad verdict.
@@ -246,18 +258,54 @@ fn two_processes_every_device_route() {
         write(&dev_h, 0, &bad, 0, quarter, 9),
         Err(TransferError::Rejected(accord_proto::wire::RejectReason::BadKey))
     );
-    // With device IPC off the child counts as remote: device destinations are refused, host
-    // destinations are staged.
+    // With device IPC off the child counts as remote: device destinations go through the
+    // landing rendezvous (pinned slots of the child, host-to-device there), host destinations
+    // are staged.
     let b = parent(false, Duration::from_secs(5));
     b.add_peer(&c.hello.address).unwrap();
+    c.add_writer(&b);
     let (b_h, _) = {
         // Safety: as for `a`'s registration.
         #[allow(unsafe_code)]
         let r = unsafe { b.register_raw(src.ptr().0 as *mut u8, DEVICE_BYTES, MemoryKind::CudaDevice { ordinal: 0 }) };
         r.unwrap()
     };
-    let op = WriteOp { src: &b_h, src_offset: 0, dst: &dev_d, dst_offset: 0, len: 4096, imm: None };
-    assert!(matches!(b.write(&op), Err(SubmitError::Invalid(m)) if m.contains("not implemented")));
+    let b_host = b.alloc(DEVICE_BYTES).unwrap();
+    b_host.write_at(0, &bytes(2, DEVICE_BYTES)).unwrap();
+    let b_host_h = b_host.handle();
+    let b_write = |src, src_offset, dst, dst_offset, len, imm| {
+        let op = WriteOp { src, src_offset, dst, dst_offset, len, imm: Some(imm) };
+        b.write(&op).unwrap().wait_timeout(WAIT)
+    };
+    // Device -> device of the child, staged here and landed there (several chunks, a tail).
+    b_write(&b_h, 5, &dev_d, 11, 2 * quarter + 4097, 10).unwrap();
+    c.check(Expect {
+        which: "device",
+        imm: 10,
+        count: 1,
+        dst_offset: 11,
+        len: 2 * quarter + 4097,
+        seed: 1,
+        src_offset: 5,
+    });
+    // Host -> device of the child, landed there.
+    b_write(&b_host_h, 9, &dev_d, 3 * quarter, quarter - 1, 11).unwrap();
+    c.check(Expect {
+        which: "device",
+        imm: 11,
+        count: 1,
+        dst_offset: 3 * quarter,
+        len: quarter - 1,
+        seed: 2,
+        src_offset: 9,
+    });
+    // A refused device destination: a transfer error at the writer, nothing counted.
+    let mut bad_dev = dev_d;
+    bad_dev.key ^= 1;
+    assert_eq!(
+        b_write(&b_h, 0, &bad_dev, 0, quarter, 12),
+        Err(TransferError::Rejected(accord_proto::wire::RejectReason::BadKey))
+    );
     let op = WriteOp { src: &b_h, src_offset: 50, dst: &host_d, dst_offset: 7, len: quarter + 1, imm: Some(4) };
     b.write(&op).unwrap().wait_timeout(WAIT).unwrap();
     c.check(Expect { which: "host", imm: 4, count: 1, dst_offset: 7, len: quarter + 1, seed: 1, src_offset: 50 });
@@ -281,6 +329,30 @@ fn staged_write_to_a_child_killed_mid_transfer_fails_without_a_crash() {
     let warm = WriteOp { src: &h, src_offset: 0, dst: &host_d, dst_offset: 0, len: 4096, imm: None };
     a.write(&warm).unwrap().wait_timeout(WAIT).unwrap();
     let op = WriteOp { src: &h, src_offset: 0, dst: &host_d, dst_offset: 0, len: len as u64, imm: Some(5) };
+    let t = a.write(&op).unwrap();
+    c.child.kill().unwrap();
+    let _ = c.child.wait();
+    let got = t.wait_timeout(WAIT);
+    assert!(got.is_err() && got != Err(TransferError::Timeout), "{got:?}");
+}
+
+#[test]
+fn landed_write_to_a_child_killed_mid_transfer_fails_without_a_crash() {
+    accord_cuda::require_gpu!(1);
+    let mut c = ChildProc::spawn(4096);
+    let a = parent(false, Duration::from_millis(500));
+    a.add_peer(&c.hello.address).unwrap();
+    c.introduce(&a);
+    let gpu = Gpu::open(0).unwrap();
+    let src = DeviceBuffer::alloc(&gpu, DEVICE_BYTES).unwrap();
+    // Safety: `src` outlives the transfers (waited for below).
+    #[allow(unsafe_code)]
+    let (h, _) =
+        unsafe { a.register_raw(src.ptr().0 as *mut u8, DEVICE_BYTES, MemoryKind::CudaDevice { ordinal: 0 }) }.unwrap();
+    let dev_d = c.hello.device;
+    let warm = WriteOp { src: &h, src_offset: 0, dst: &dev_d, dst_offset: 0, len: 4096, imm: None };
+    a.write(&warm).unwrap().wait_timeout(WAIT).unwrap();
+    let op = WriteOp { src: &h, src_offset: 0, dst: &dev_d, dst_offset: 0, len: DEVICE_BYTES as u64, imm: Some(5) };
     let t = a.write(&op).unwrap();
     c.child.kill().unwrap();
     let _ = c.child.wait();

@@ -237,10 +237,50 @@ fn staged_device_to_host_over_the_transport() {
     let got = a.write(&op).unwrap().wait_timeout(Duration::from_secs(30));
     assert_eq!(got, Err(crate::TransferError::Rejected(RejectReason::BadKey)));
     assert_eq!(b.imm_counter(42).value(), 0);
-    // Device regions of a peer reached over the transport are refused at submission.
-    let (_dev_b, _, dev_d) = device_region(&b, 0, &[0u8; 4096]);
-    let op = WriteOp { src: &h, src_offset: 0, dst: &dev_d, dst_offset: 0, len: 4096, imm: None };
-    assert!(matches!(a.write(&op), Err(SubmitError::Invalid(m)) if m.contains("not implemented")));
+}
+
+#[test]
+fn landed_writes_into_device_regions_over_the_transport() {
+    accord_cuda::require_gpu!(1);
+    let to = accord_cuda::probe().device_count.min(2) - 1;
+    let (a, b) = (staging_engine(Duration::from_secs(5)), staging_engine(Duration::from_secs(5)));
+    a.add_peer(&b.address()).unwrap();
+    b.add_peer(&a.address()).unwrap(); // the receiver answers the rendezvous of known peers only
+    let len = (4 << 20) + 4321;
+    let pattern = bytes(len, 9);
+    let (_src_dev, h, _) = device_region(&a, 0, &pattern);
+    let host_src = a.alloc(len).unwrap();
+    host_src.write_at(0, &bytes(len, 4)).unwrap();
+    let (dst_dev, _, dev_d) = device_region(&b, to, &vec![0u8; 2 * len + 64]);
+    // Device -> device (staged here, landed there) and host -> device (landed there) at once.
+    let from_dev = WriteOp { src: &h, src_offset: 0, dst: &dev_d, dst_offset: 0, len: len as u64, imm: Some(51) };
+    let hs = host_src.handle();
+    let from_host = WriteOp {
+        src: &hs,
+        src_offset: 3,
+        dst: &dev_d,
+        dst_offset: len as u64 + 32,
+        len: len as u64 - 3,
+        imm: Some(51),
+    };
+    let (t1, t2) = (a.write(&from_dev).unwrap(), a.write(&from_host).unwrap());
+    t1.wait_timeout(Duration::from_secs(30)).unwrap();
+    t2.wait_timeout(Duration::from_secs(30)).unwrap();
+    assert_eq!(b.imm_counter(51).wait(2, Duration::from_secs(10)), 2);
+    let got = read_device(&dst_dev);
+    assert_eq!(&got[..len], &pattern[..], "device source landed");
+    assert!(got[len..len + 32].iter().all(|&x| x == 0));
+    assert_eq!(&got[len + 32..2 * len + 29], &bytes(len, 4)[3..], "host source landed");
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(b.imm_counter(51).value(), 2, "one immediate per write");
+    assert!(b.landing_stats().chunks_landed >= (2 * len as u64).div_ceil(256 << 10));
+    // A refused device destination: a transfer error, nothing counted.
+    let mut bad = dev_d;
+    bad.key ^= 1;
+    let op = WriteOp { src: &h, src_offset: 0, dst: &bad, dst_offset: 0, len: 1 << 20, imm: Some(52) };
+    let got = a.write(&op).unwrap().wait_timeout(Duration::from_secs(30));
+    assert_eq!(got, Err(crate::TransferError::Rejected(RejectReason::BadKey)));
+    assert_eq!(b.imm_counter(52).value(), 0);
 }
 
 #[test]

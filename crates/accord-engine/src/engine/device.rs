@@ -12,31 +12,30 @@
 //! - device -> host, another process (this host or another one): staged; chunks are copied
 //!   into pinned slots of a bounded pool and each sent as an ordinary host write, copies
 //!   overlapping sends (`ACCORD_DEVICE_STAGING_*`).
+//! - host or device -> device, another process the copy engine cannot reach (another host, or
+//!   this host with `ACCORD_DEVICE_IPC=0`): the landing rendezvous ([`super::landing`]). Per
+//!   chunk the writer asks over control messages (64-byte writes into the peer's control
+//!   region, handed by the receiving worker to the landing thread instead of being placed, so
+//!   they never meet user sends or immediates); the receiver checks region, key and bounds (a
+//!   refusal is `TransferError::Rejected` at the writer), grants a slot of its bounded pinned
+//!   landing pool, the writer writes the chunk there (a device source is first staged through
+//!   its own pool as above), the receiver copies it host-to-device, frees the slot and says
+//!   done. Both engines must know each other (`add_peer`): replies go to known peers only.
+//!   Chunks are the writer's `ACCORD_DEVICE_STAGING_CHUNK_BYTES`; a receiver with smaller slots
+//!   refuses them (`Rejected(MessageTooLarge)`), so give both sides the same value.
 //!
-//! Every route sends the immediate as a zero-byte write once every byte landed, so the
-//! receiver counts it exactly once, as on the host path.
+//! Every route sends the immediate as a zero-byte write once every byte landed (for the landing
+//! route: once every chunk's host-to-device copy completed), so the receiver counts it exactly
+//! once, as on the host path.
 //!
-//! Refused with [`SubmitError::Invalid`] (not built yet):
-//! - host or device memory into a device region on another host (or on this host with
-//!   `ACCORD_DEVICE_IPC=0`): the receiver needs pinned landing space granted over
-//!   engine-internal control messages (a rendezvous), then copies host-to-device on landing.
-//! - paged writes, scatters and sends from device memory.
+//! Refused with [`SubmitError::Invalid`] (not built yet): paged writes, scatters and sends from
+//! device memory.
 //!
-//! What the refused device-destination route needs, as designed: the writer asks the receiver
-//! over engine-internal control messages (not user immediates or receive buffers); the receiver
-//! checks region, key and bounds (a refusal becomes a `TransferError` at the writer), grants
-//! landing slots from its own bounded pinned pool, the writer writes each chunk into a granted
-//! slot as an ordinary host write, the receiver copies host-to-device on landing and re-grants
-//! the slot, counts the immediate after the last copy and tells the writer. The missing piece
-//! is the control channel itself: today's transport cannot tell an engine-internal message
-//! from a user's send or immediate at the receiver (the receive-buffer claim sees only a
-//! length, an immediate carries no region), so it needs either an operation kind in the
-//! transport or a reserved class of sends the engine intercepts before the user's handler.
-//! One that needs no transport change: small writes (one datagram) into the peer's control
-//! region (given a few hundred bytes of length), which the receiving worker hands to the
-//! engine's control handler instead of placing them (it sees the target region of every
-//! placement); barrier immediates there stay zero-byte. The staging pool, plan and thread here
-//! are the writer's half of it.
+//! Known limits of the landing route: the landing pool is one registered host region, so a
+//! peer holding a grant's key could write into other slots of it (those bytes reach a device
+//! only through a `Landed` for a slot granted to that same peer, never outside the pool); a
+//! duplicated `Ask` that arrives after its chunk was done is granted again and reclaimed after
+//! the timeout; a peer is noticed gone only by the transport failing or the timeout.
 //!
 //! An engine with `force_network` treats same-process peers as other processes, so with
 //! `device_ipc` off one process exercises the staged route (tests do).
