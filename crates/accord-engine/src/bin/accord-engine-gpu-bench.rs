@@ -14,10 +14,10 @@
 //! without an immediate (done when the poller saw the copy complete), which splits the
 //! one-at-a-time gap into the poller's share and the immediate's.
 //!
-//! With `--route staged` or `--route h2d` it measures the routes between host and device memory
+//! With `--route staged`, `--route staged-d2d` or `--route h2d` it measures the routes between host and device memory
 //! instead (receiver in a child process; see `gpu_bench/routes.rs`).
 //!
-//! Usage: accord-engine-gpu-bench [--ipc | --route staged|h2d] [--sizes-mib 64,256] [--iters 20] [--window 4]
+//! Usage: accord-engine-gpu-bench [--ipc | --route staged|staged-d2d|h2d] [--sizes-mib 64,256] [--iters 20] [--window 4]
 //!        [--src 0] [--dst 1]
 //! Prints a table and one JSON line per size.
 

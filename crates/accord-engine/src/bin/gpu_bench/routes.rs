@@ -5,6 +5,11 @@
 //!   the same run: a raw device-to-host copy of the same size into pinned memory (the staging
 //!   copy alone) and an engine host -> host write of the same size into the same region (the
 //!   transport alone).
+//! - `--route staged-d2d`: device memory here -> the child's device region with CUDA IPC off
+//!   here (`device_ipc` false: the route a peer on another host takes): staged through this
+//!   engine's pinned slots, landed in the child's pinned landing slots, copied host-to-device
+//!   there. Baselines as for `staged` (raw device-to-host copy into pinned memory, engine host
+//!   write into the child's host region).
 //! - `--route h2d`: pinned host memory here, registered as a host region -> the child's device
 //!   region through CUDA IPC. Baseline: a raw host-to-device copy from the same pinned memory
 //!   into the same IPC mapping.
@@ -19,7 +24,7 @@ use std::process::{ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use accord_cuda::{DeviceBuffer, Gpu, HostDeviceSpan, IpcHandle, IpcMapping, PinnedHostBuffer, Stream};
-use accord_engine::{Engine, EngineAddress, MemoryKind, MrDescriptor, Transfer, WriteOp};
+use accord_engine::{Engine, EngineAddress, EngineConfig, MemoryKind, MrDescriptor, Transfer, WriteOp};
 
 use super::{arg, pattern, sizes_arg, IMM};
 
@@ -51,10 +56,11 @@ fn next_line(lines: &mut Lines<BufReader<ChildStdout>>) -> Result<String, Box<dy
 }
 
 pub(crate) fn run(route: &str, args: &[String]) -> Result<(), Box<dyn Error>> {
-    let staged = match route {
-        "staged" => true,
-        "h2d" => false,
-        other => return Err(format!("unknown route {other:?}: use staged or h2d").into()),
+    let (staged, d2d) = match route {
+        "staged" => (true, false),
+        "staged-d2d" => (true, true),
+        "h2d" => (false, false),
+        other => return Err(format!("unknown route {other:?}: use staged, staged-d2d or h2d").into()),
     };
     let sizes = sizes_arg(args);
     let iters: usize = arg(args, "--iters", 20).max(1);
@@ -67,7 +73,12 @@ pub(crate) fn run(route: &str, args: &[String]) -> Result<(), Box<dyn Error>> {
     let largest = sizes.iter().copied().max().ok_or("no sizes")?;
     let gpu = Gpu::open(src_ordinal)?;
     let stream = Stream::new(&gpu)?;
-    let a = Engine::builder().build()?;
+    let a = if d2d {
+        // The child's device region as if it were on another host (ACCORD_DEVICE_IPC=0 here).
+        Engine::builder().config(EngineConfig { device_ipc: false, ..Default::default() }).build()?
+    } else {
+        Engine::builder().build()?
+    };
     let mut child = Command::new(std::env::current_exe()?)
         .args(["--child", "--dst", &dst_ordinal.to_string(), "--bytes", &largest.to_string()])
         .stdin(Stdio::piped())
@@ -103,7 +114,11 @@ pub(crate) fn run(route: &str, args: &[String]) -> Result<(), Box<dyn Error>> {
         Some((mapping, ptr))
     };
 
-    let what = if staged { "device -> child's host region, staged" } else { "pinned host -> child's device, IPC" };
+    let what = match (staged, d2d) {
+        (true, false) => "device -> child's host region, staged",
+        (true, true) => "device -> child's device region, staged here and landed there (no IPC)",
+        _ => "pinned host -> child's device, IPC",
+    };
     println!("{what} (GPU{src_ordinal}, child GPU{dst_ordinal}), {iters} iterations, window {window}");
     if staged {
         println!(
@@ -135,7 +150,9 @@ pub(crate) fn run(route: &str, args: &[String]) -> Result<(), Box<dyn Error>> {
         }
         stream.synchronize()?;
         let raw = gbps(t.elapsed().as_secs_f64());
-        let op = if staged {
+        let op = if d2d {
+            WriteOp { src: &dev_h, src_offset: 0, dst: &dev_d, dst_offset: 0, len: size as u64, imm: Some(IMM) }
+        } else if staged {
             WriteOp { src: &dev_h, src_offset: 0, dst: &host_d, dst_offset: 0, len: size as u64, imm: Some(IMM) }
         } else {
             WriteOp { src: &pinned_h, src_offset: 0, dst: &dev_d, dst_offset: 0, len: size as u64, imm: Some(IMM) }
@@ -146,7 +163,7 @@ pub(crate) fn run(route: &str, args: &[String]) -> Result<(), Box<dyn Error>> {
         let single = gbps(timed(iters, 1, || Ok(a.write(&op)?))?);
         imm_target += 2 * iters as u64;
         if staged {
-            let host_op = WriteOp { src: &pinned_h, imm: None, ..op };
+            let host_op = WriteOp { src: &pinned_h, dst: &host_d, imm: None, ..op };
             let host = gbps(timed(iters, window, || Ok(a.write(&host_op)?))?);
             // The host write left the same pattern in place, so the final check still holds.
             println!(
@@ -156,7 +173,7 @@ pub(crate) fn run(route: &str, args: &[String]) -> Result<(), Box<dyn Error>> {
                 windowed / host
             );
             println!(
-                "{{\"bench\":\"engine_gpu_route\",\"route\":\"staged\",\"bytes\":{size},\"iters\":{iters},\"window\":{window},\"raw_dtoh_gbps\":{raw:.2},\"host_write_gbps\":{host:.2},\"staged_window_gbps\":{windowed:.2},\"staged_vs_dtoh\":{:.4},\"staged_vs_host_write\":{:.4},\"staged_single_gbps\":{single:.2}}}",
+                "{{\"bench\":\"engine_gpu_route\",\"route\":\"{route}\",\"bytes\":{size},\"iters\":{iters},\"window\":{window},\"raw_dtoh_gbps\":{raw:.2},\"host_write_gbps\":{host:.2},\"staged_window_gbps\":{windowed:.2},\"staged_vs_dtoh\":{:.4},\"staged_vs_host_write\":{:.4},\"staged_single_gbps\":{single:.2}}}",
                 windowed / raw,
                 windowed / host
             );
@@ -174,7 +191,7 @@ pub(crate) fn run(route: &str, args: &[String]) -> Result<(), Box<dyn Error>> {
             );
         }
     }
-    writeln!(stdin, "verify {imm_target} {largest} {}", if staged { "host" } else { "device" })?;
+    writeln!(stdin, "verify {imm_target} {largest} {}", if staged && !d2d { "host" } else { "device" })?;
     stdin.flush()?;
     let verdict = next_line(&mut lines)?;
     println!("receiver: {verdict}");
