@@ -31,11 +31,10 @@
 //! Refused with [`SubmitError::Invalid`] (not built yet): paged writes, scatters and sends from
 //! device memory.
 //!
-//! Known limits of the landing route: the landing pool is one registered host region, so a
-//! peer holding a grant's key could write into other slots of it (those bytes reach a device
-//! only through a `Landed` for a slot granted to that same peer, never outside the pool); a
-//! duplicated `Ask` that arrives after its chunk was done is granted again and reclaimed after
-//! the timeout; a peer is noticed gone only by the transport failing or the timeout.
+//! Known limits of the landing route: a duplicated `Ask` that arrives after its chunk was done
+//! is granted again and reclaimed after the timeout; a peer is noticed gone only by the
+//! transport failing or the timeout (`ACCORD_DEVICE_LANDING_TIMEOUT_MS`); one rendezvous round
+//! trip per chunk (asks of later chunks overlap earlier chunks' writes and copies).
 //!
 //! An engine with `force_network` treats same-process peers as other processes, so with
 //! `device_ipc` off one process exercises the staged route (tests do).

@@ -3,8 +3,9 @@
 //!
 //! Per chunk (at most one landing slot): the writer asks ([`wire::Body::Ask`]); the receiver
 //! checks region, key and bounds (a refusal reaches the writer as `TransferError::Rejected`),
-//! grants a slot of its own bounded pinned pool (registered as a host region, key sent in the
-//! grant) or queues the ask; the writer writes the chunk into the slot as an ordinary host
+//! grants a slot of its own bounded pinned pool (each slot a host region of its own, its key
+//! sent in the grant only; a slot reclaimed from a quiet writer is registered again under a
+//! new id and key, so a late write is refused by the transport) or queues the ask; the writer writes the chunk into the slot as an ordinary host
 //! write and says `Landed` once acknowledged; the receiver copies the slot host-to-device,
 //! frees it (granting the next queued ask) and says `Done`. The writer sends the user's
 //! immediate as a zero-byte write into the device region only after every chunk was `Done`,
@@ -49,6 +50,11 @@ pub const LANDING_ASKS_MAX: usize = 4096;
 /// Default of `ACCORD_DEVICE_LANDING_TIMEOUT_MS`.
 pub const LANDING_TIMEOUT_MS_DEFAULT: u64 = 10_000;
 const POLL_SLEEP: Duration = Duration::from_micros(20);
+/// How long the thread blocks for a message when it has nothing in progress.
+const IDLE_WAIT: Duration = Duration::from_millis(100);
+/// The offset of the wake-up a chunk submission queues behind its request (never a placement:
+/// those are checked against the 64-byte control region).
+const WAKE_OFFSET: u64 = u64::MAX;
 const POLLS_BEFORE_SLEEP: u32 = 1 << 12;
 
 /// Host-to-device copies out of landing slots.
@@ -149,7 +155,9 @@ pub(crate) fn deliver_control(shared: &Arc<Shared>, offset: u64, payload: &[u8])
 /// Queues a writer's chunk (waits while [`LANDING_REQUESTS_MAX`] are queued).
 pub(crate) fn submit_chunk(shared: &Arc<Shared>, request: ChunkRequest) -> Result<(), String> {
     start(shared);
-    shared.landing.chunk_tx.send(request).map_err(|_| "the landing thread has exited".to_string())
+    shared.landing.chunk_tx.send(request).map_err(|_| "the landing thread has exited".to_string())?;
+    let _ = shared.landing.control_tx.try_send((WAKE_OFFSET, Vec::new())); // full: it is awake
+    Ok(())
 }
 
 fn start(shared: &Arc<Shared>) {
@@ -195,11 +203,45 @@ struct Incoming {
     deadline: Instant,
 }
 
+/// The receiver's landing pool: each slot is a host region of its own, so a grant's key opens
+/// that slot only; a slot reclaimed from a quiet writer gets a new region id and key first, so
+/// a late write of that writer is refused by the transport instead of landing in the slot's
+/// next grant.
 struct Pool {
     slots: Arc<SlotPool>,
     copier: Box<dyn LandingCopier>,
-    region: RegionId,
-    key: RegionKey,
+    slot_regions: Vec<(RegionId, RegionKey)>,
+    /// Slots that could not be re-registered after a reclaim: kept out of use.
+    retired: Vec<SlotLease>,
+}
+
+impl Pool {
+    fn slot_index(&self, lease: &SlotLease) -> usize {
+        (lease.addr() - self.slots.base_addr()) / self.slots.slot_bytes()
+    }
+
+    /// Registers slot `index` as a host region under a fresh key.
+    fn register_slot(shared: &Shared, slots: &Arc<SlotPool>, index: usize) -> Result<(RegionId, RegionKey), String> {
+        let key = RegionKey(super::random_u64());
+        let keep: MemoryOwner = slots.clone();
+        let base = slots.base_addr() + index * slots.slot_bytes();
+        let region = Region { base, len: slots.slot_bytes() as u64, key, keep: Some(keep), device: None };
+        let id = shared.regions.write().unwrap().insert(region).map_err(|e| e.to_string())?;
+        Ok((id, key))
+    }
+
+    /// Takes a reclaimed slot back: a new region and key for it, then back into the pool.
+    fn reclaim(&mut self, shared: &Shared, lease: SlotLease) {
+        let index = self.slot_index(&lease);
+        shared.regions.write().unwrap().remove(self.slot_regions[index].0);
+        match Pool::register_slot(shared, &self.slots, index) {
+            Ok(fresh) => self.slot_regions[index] = fresh,
+            Err(e) => {
+                tracing::error!(error = %e, "landing slot could not be registered again; retired");
+                self.retired.push(lease);
+            }
+        }
+    }
 }
 
 struct LandingThread {
@@ -231,9 +273,14 @@ impl LandingThread {
 
     fn run(mut self, control_rx: ControlRx, chunk_rx: Receiver<ChunkRequest>) {
         let mut idle: u32 = 0;
+        let mut parked: Option<(u64, Vec<u8>)> = None;
         loop {
             let Some(shared) = self.shared.upgrade() else { return };
             let mut progress = false;
+            if let Some((offset, bytes)) = parked.take() {
+                progress = true;
+                self.on_control(&shared, offset, &bytes);
+            }
             loop {
                 match control_rx.try_recv() {
                     Ok((offset, bytes)) => {
@@ -260,6 +307,13 @@ impl LandingThread {
             drop(shared);
             if progress {
                 idle = 0;
+            } else if self.outgoing.is_empty() && self.incoming.is_empty() {
+                // Nothing in progress: block until a control message or a submission's wake-up.
+                match control_rx.recv_timeout(IDLE_WAIT) {
+                    Ok(message) => parked = Some(message),
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+                }
             } else {
                 idle = idle.saturating_add(1);
                 if idle < POLLS_BEFORE_SLEEP {
@@ -313,6 +367,9 @@ impl LandingThread {
     }
 
     fn on_control(&mut self, shared: &Arc<Shared>, offset: u64, bytes: &[u8]) {
+        if offset == WAKE_OFFSET && bytes.is_empty() {
+            return;
+        }
         let message = match Control::decode(offset, bytes) {
             Ok(m) if shared.peers.read().unwrap().contains_key(&m.from) => m,
             Ok(_) | Err(_) => {
@@ -376,13 +433,10 @@ impl LandingThread {
                     .and_then(|slot_bytes| {
                         let (memory, copier) = open(ordinal, slot_bytes, shared.config.device_staging_chunks)?;
                         let slots = SlotPool::new(memory, slot_bytes);
-                        let key = RegionKey(super::random_u64());
-                        let keep: MemoryOwner = slots.clone();
-                        let len = (slots.slot_count() * slot_bytes) as u64;
-                        let base = slots.base_addr();
-                        let region = Region { base, len, key, keep: Some(keep), device: None };
-                        let id = shared.regions.write().unwrap().insert(region).map_err(|e| e.to_string())?;
-                        Ok(Pool { slots, copier, region: id, key })
+                        let slot_regions = (0..slots.slot_count())
+                            .map(|index| Pool::register_slot(shared, &slots, index))
+                            .collect::<Result<Vec<_>, _>>()?;
+                        Ok(Pool { slots, copier, slot_regions, retired: vec![] })
                     }),
                 None => Err("landing pool already failed to open".into()),
             };
@@ -403,8 +457,8 @@ impl LandingThread {
             };
             let Some(lease) = pool.slots.take() else { return };
             self.queued.pop_front();
-            let offset = (lease.addr() - pool.slots.base_addr()) as u64;
-            let grant = Body::Grant { region: pool.region.0, key: pool.key.0, offset, len: entry.len };
+            let (region, key) = pool.slot_regions[pool.slot_index(&lease)];
+            let grant = Body::Grant { region: region.0, key: key.0, offset: 0, len: entry.len };
             entry.state = InState::Granted(lease);
             entry.deadline = Instant::now() + self.timeout;
             self.send(shared, id.0, id.1, grant);
@@ -545,18 +599,20 @@ impl LandingThread {
                 progress = true;
             }
         }
-        let before = self.incoming.len();
-        let reclaimed = &mut self.stats.slots_reclaimed;
-        self.incoming.retain(|_, entry| match entry.state {
-            InState::Copying(..) => true,
-            _ if entry.deadline > now => true,
-            InState::Granted(_) => {
-                *reclaimed += 1;
-                false
+        let quiet: Vec<(EngineId, u64)> = self
+            .incoming
+            .iter()
+            .filter(|(_, entry)| !matches!(entry.state, InState::Copying(..)) && entry.deadline <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &quiet {
+            let Some(entry) = self.incoming.remove(id) else { continue };
+            if let (InState::Granted(lease), Some(Ok(pool))) = (entry.state, self.pool.as_mut()) {
+                self.stats.slots_reclaimed += 1;
+                pool.reclaim(shared, lease);
             }
-            InState::Queued => false,
-        });
-        if self.incoming.len() < before {
+        }
+        if !quiet.is_empty() {
             progress = true;
             self.grant_queued(shared);
         }

@@ -236,6 +236,8 @@ fn hostile_and_stale_control_messages_are_refused_and_counted() {
     let ask = Body::Ask { region: d.region, key: d.key, offset: 0, len: 1000 };
     poke(&a, &r.b, 0, &msg(90, ask));
     wait_until("the quiet writer's slot reclaimed", || r.b.landing_stats().slots_reclaimed == 1);
+    // The grant reached `a`, which never asked: stale there, counted, ignored.
+    wait_until("the unasked grant counted at the writer", || a.landing_stats().control_refused == 1);
     // Landed after the reclaim is stale.
     poke(&a, &r.b, 0, &msg(90, Body::Landed));
     wait_until("the stale landed counted", || r.b.landing_stats().control_refused == hostile.len() as u64 + 1);
