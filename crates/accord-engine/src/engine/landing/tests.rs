@@ -76,7 +76,10 @@ fn receiver(timeout_ms: u64) -> Receiver {
 /// A "device" region of `b` over a host buffer of `len` bytes (read back through the buffer).
 fn device_dst(b: &Engine, len: usize) -> (MrBuffer, MrDescriptor) {
     let host = b.alloc(len).unwrap();
-    let h = b.register_fake_device(host.as_ptr() as usize, len as u64, 0, Arc::new(()));
+    // The region keeps the buffer's memory: a landing copy in flight when the test drops the
+    // buffer (or the engine) still writes into live memory, as with a real device region.
+    let keep: crate::MemoryOwner = host.alloc.clone();
+    let h = b.register_fake_device(host.as_ptr() as usize, len as u64, 0, keep);
     let info = DeviceRegionInfo { ordinal: 0, alloc_offset: 0, ipc: None };
     let d = MrDescriptor { engine: b.id(), region: h.region.0, key: 0x5eed, len: len as u64, device: Some(info) };
     (host, d)
