@@ -239,6 +239,9 @@ impl EngineConfig {
                 "device_staging_chunks {chunks} must be in 1..={DEVICE_STAGING_CHUNKS_MAX}"
             )));
         }
+        if self.device_landing_timeout_ms == 0 {
+            return Err(BuildError::Invalid("device_landing_timeout_ms must be at least 1".into()));
+        }
         if bytes.saturating_mul(chunks as u64) > DEVICE_STAGING_POOL_BYTES_MAX {
             return Err(BuildError::Invalid(format!(
                 "{chunks} staging chunks of {bytes} bytes exceed {DEVICE_STAGING_POOL_BYTES_MAX} pinned bytes: \

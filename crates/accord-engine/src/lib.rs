@@ -24,8 +24,10 @@
 //! bound for a host region of another process (this host or another) is staged through a
 //! bounded pool of pinned host slots and sent as ordinary host writes. In every route the
 //! immediate follows as a zero-byte write once every byte landed. Writes into a device region
-//! on another host, and paged writes, scatters and sends from device memory, are refused with
-//! [`SubmitError::Invalid`] (not implemented yet). CUDA is loaded at run time, so the engine
+//! on another host (or of another process here with `ACCORD_DEVICE_IPC=0`) land chunk by chunk
+//! in pinned slots the receiver grants over engine-internal control messages, then go
+//! host-to-device there (both engines must know each other). Paged writes, scatters and sends
+//! from device memory are refused with [`SubmitError::Invalid`] (not implemented yet). CUDA is loaded at run time, so the engine
 //! builds and runs without it. Connections open lazily on first use; an engine with
 //! several NICs shards large writes across them and moves the shards of a failed NIC to the
 //! survivors.

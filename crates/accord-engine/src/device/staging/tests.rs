@@ -361,6 +361,11 @@ fn staging_knobs_come_from_the_environment_and_bad_values_are_refused() {
     }
     let bad = crate::EngineConfig::default().with_overrides_from(env(&[("ACCORD_DEVICE_STAGING_CHUNKS", "many")]));
     assert!(bad.is_err());
+    let t = crate::EngineConfig::default()
+        .with_overrides_from(env(&[("ACCORD_DEVICE_LANDING_TIMEOUT_MS", "250")]))
+        .unwrap();
+    assert_eq!(t.device_landing_timeout_ms, 250);
+    assert!(crate::EngineConfig { device_landing_timeout_ms: 0, ..d.clone() }.validate().is_err());
 }
 
 /// Not a test of correctness: the staged route with the fake copier (a memcpy standing in for

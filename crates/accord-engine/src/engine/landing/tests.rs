@@ -287,3 +287,49 @@ fn control_messages_round_trip_and_garbage_is_an_error() {
     region_too_big[28] = 1;
     assert!(Control::decode(0, &region_too_big).is_err());
 }
+
+/// Not a test of correctness: a host source landed in a fake device region (rendezvous per
+/// chunk, memcpy standing in for the host-to-device copy) against a plain host write of the
+/// same bytes over the same loopback transport, in one run. Prints a table; run with
+/// `cargo test --release -p accord-engine --lib landed_route_vs_host_write -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn landed_route_vs_host_write() {
+    let (len, iters) = (64usize << 20, 8);
+    println!("{:>12} {:>6} {:>14} {:>14} {:>7}", "slot bytes", "slots", "host GB/s", "landed GB/s", "ratio");
+    for (slot, slots) in [(1u64 << 20, 8usize), (4 << 20, 8), (16 << 20, 4)] {
+        let config = EngineConfig {
+            device_ipc: false,
+            device_staging_chunk_bytes: slot,
+            device_staging_chunks: slots,
+            ..Default::default()
+        };
+        let build = || Engine::builder().ignore_env().config(config.clone()).force_network(true).build().unwrap();
+        let (a, b) = (build(), build()); // the receiver's slots follow its own config
+        let (open, copies) = (Arc::new(AtomicBool::new(true)), Arc::new(AtomicUsize::new(0)));
+        assert!(b.shared.landing.set_opener(Box::new(move |_, slot_bytes, slots| {
+            let len = slot_bytes * slots;
+            let memory: Box<dyn StagingMemory> = Box::new(HostMemory(Allocation::new(len).unwrap(), len));
+            let copier: Box<dyn LandingCopier> = Box::new(FakeLander { open: open.clone(), copies: copies.clone() });
+            Ok((memory, copier))
+        })));
+        pair(&a, &b);
+        let src = a.alloc(len).unwrap();
+        src.write_at(0, &pattern(len, 1)).unwrap();
+        let host_dst = b.alloc(len).unwrap();
+        let (dev_dst, dev_d) = device_dst(&b, len);
+        let (sh, hd) = (src.handle(), host_dst.descriptor());
+        let time = |d: &MrDescriptor| {
+            let op = WriteOp { src: &sh, src_offset: 0, dst: d, dst_offset: 0, len: len as u64, imm: None };
+            a.write(&op).unwrap().wait_timeout(Duration::from_secs(60)).unwrap();
+            let t = Instant::now();
+            for _ in 0..iters {
+                a.write(&op).unwrap().wait_timeout(Duration::from_secs(60)).unwrap();
+            }
+            (len * iters) as f64 / t.elapsed().as_secs_f64() / 1e9
+        };
+        let (host_gbps, landed_gbps) = (time(&hd), time(&dev_d));
+        println!("{slot:>12} {slots:>6} {host_gbps:>14.2} {landed_gbps:>14.2} {:>7.3}", landed_gbps / host_gbps);
+        assert_eq!(dev_dst.to_vec(), *pattern(len, 1));
+    }
+}
