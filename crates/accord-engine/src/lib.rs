@@ -73,7 +73,8 @@ pub use device::staging::{
 };
 pub use device::{DEVICE_COPIES_IN_FLIGHT_MAX, DEVICE_STREAMS_PER_GPU, IPC_MAPPINGS_MAX};
 pub use engine::landing::{
-    LandingStats, LANDING_ASKS_MAX, LANDING_CONTROL_QUEUE_MAX, LANDING_REQUESTS_MAX, LANDING_TIMEOUT_MS_DEFAULT,
+    LandingStats, LANDING_ASKS_MAX, LANDING_ASKS_PER_PEER_MAX, LANDING_CONTROL_QUEUE_MAX, LANDING_REQUESTS_MAX,
+    LANDING_TIMEOUT_MS_DEFAULT,
 };
 pub use engine::shared::{LANE_AVOID_AFTER_FAILURE, PEERS_MAX, SUBMISSIONS_QUEUED_MAX};
 pub use engine::{Engine, EngineBuilder, EngineStats, PagedWriteOp, ScatterDst, WriteOp};

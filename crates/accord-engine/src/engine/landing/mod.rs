@@ -45,6 +45,9 @@ use wire::{Body, Control};
 pub const LANDING_CONTROL_QUEUE_MAX: usize = 4096;
 /// Chunk requests a writer has outstanding per engine; a further submission waits.
 pub const LANDING_REQUESTS_MAX: usize = 1024;
+/// Chunks a writer has asked for and not finished, per receiving peer; later chunks wait here
+/// (so a long queue at a busy receiver does not run into the timeout).
+pub const LANDING_ASKS_PER_PEER_MAX: usize = 64;
 /// Asks a receiver holds (queued, granted or copying) per engine; more are refused.
 pub const LANDING_ASKS_MAX: usize = 4096;
 /// Default of `ACCORD_DEVICE_LANDING_TIMEOUT_MS`.
@@ -249,6 +252,9 @@ struct LandingThread {
     timeout: Duration,
     next_req: u64,
     outgoing: HashMap<u64, Outgoing>,
+    /// Chunk requests not asked yet (their peer has [`LANDING_ASKS_PER_PEER_MAX`] out).
+    waiting: VecDeque<ChunkRequest>,
+    asked_per_peer: HashMap<EngineId, usize>,
     incoming: HashMap<(EngineId, u64), Incoming>,
     queued: VecDeque<(EngineId, u64)>,
     pool: Option<Result<Pool, String>>,
@@ -264,6 +270,8 @@ impl LandingThread {
             timeout,
             next_req: u64::from_le_bytes(seed) >> 1,
             outgoing: HashMap::new(),
+            waiting: VecDeque::new(),
+            asked_per_peer: HashMap::new(),
             incoming: HashMap::new(),
             queued: VecDeque::new(),
             pool: None,
@@ -291,15 +299,16 @@ impl LandingThread {
                     Err(TryRecvError::Disconnected) => return,
                 }
             }
-            while self.outgoing.len() < LANDING_REQUESTS_MAX {
+            while self.outgoing.len() + self.waiting.len() < LANDING_REQUESTS_MAX {
                 match chunk_rx.try_recv() {
                     Ok(request) => {
                         progress = true;
-                        self.ask(&shared, request);
+                        self.waiting.push_back(request);
                     }
                     Err(_) => break,
                 }
             }
+            progress |= self.ask_waiting(&shared);
             progress |= self.poll_writes(&shared);
             progress |= self.poll_copies(&shared);
             progress |= self.expire(&shared);
@@ -307,7 +316,7 @@ impl LandingThread {
             drop(shared);
             if progress {
                 idle = 0;
-            } else if self.outgoing.is_empty() && self.incoming.is_empty() {
+            } else if self.outgoing.is_empty() && self.waiting.is_empty() && self.incoming.is_empty() {
                 // Nothing in progress: block until a control message or a submission's wake-up.
                 match control_rx.recv_timeout(IDLE_WAIT) {
                     Ok(message) => parked = Some(message),
@@ -340,6 +349,34 @@ impl LandingThread {
         true
     }
 
+    /// Asks for waiting chunks whose peer has room, in submission order per peer.
+    fn ask_waiting(&mut self, shared: &Arc<Shared>) -> bool {
+        let mut progress = false;
+        let mut still = VecDeque::with_capacity(self.waiting.len());
+        while let Some(request) = self.waiting.pop_front() {
+            if self.asked_per_peer.get(&request.peer).copied().unwrap_or(0) < LANDING_ASKS_PER_PEER_MAX {
+                progress = true;
+                self.ask(shared, request);
+            } else {
+                still.push_back(request);
+            }
+        }
+        self.waiting = still;
+        progress
+    }
+
+    /// Forgets a writer request (finished or failed).
+    fn remove_out(&mut self, req: u64) -> Option<Outgoing> {
+        let out = self.outgoing.remove(&req)?;
+        if let Some(n) = self.asked_per_peer.get_mut(&out.peer) {
+            *n -= 1;
+            if *n == 0 {
+                self.asked_per_peer.remove(&out.peer);
+            }
+        }
+        Some(out)
+    }
+
     fn ask(&mut self, shared: &Arc<Shared>, request: ChunkRequest) {
         let req = self.next_req;
         self.next_req = self.next_req.wrapping_add(1);
@@ -353,6 +390,7 @@ impl LandingThread {
             request.done.part_done(Err(TransferError::PeerUnreachable));
             return;
         }
+        *self.asked_per_peer.entry(request.peer).or_insert(0) += 1;
         self.outgoing.insert(
             req,
             Outgoing {
@@ -560,7 +598,7 @@ impl LandingThread {
                 }
                 Some(e) => {
                     self.send(shared, *peer, *req, Body::Abandon);
-                    if let Some(out) = self.outgoing.remove(req) {
+                    if let Some(out) = self.remove_out(*req) {
                         out.done.part_done(Err(*e));
                     }
                 }
@@ -578,7 +616,7 @@ impl LandingThread {
         if out.peer != m.from || !fits {
             return false;
         }
-        let out = self.outgoing.remove(&m.req).expect("looked up above");
+        let out = self.remove_out(m.req).expect("looked up above");
         out.done.part_done(result);
         true
     }
@@ -594,7 +632,7 @@ impl LandingThread {
             .map(|(r, _)| *r)
             .collect();
         for req in quiet {
-            if let Some(out) = self.outgoing.remove(&req) {
+            if let Some(out) = self.remove_out(req) {
                 out.done.part_done(Err(TransferError::PeerUnreachable));
                 progress = true;
             }

@@ -143,6 +143,24 @@ fn host_and_device_sources_land_exactly_with_one_immediate_each() {
 }
 
 #[test]
+fn a_write_of_more_chunks_than_the_per_peer_limit_lands_whole() {
+    let r = receiver(10_000);
+    let a = engine(10_000);
+    pair(&a, &r.b);
+    let chunks = 2 * super::LANDING_ASKS_PER_PEER_MAX + 3;
+    let len = chunks * SLOT_BYTES as usize - 100;
+    let src = a.alloc(len).unwrap();
+    src.write_at(0, &pattern(len, 11)).unwrap();
+    let (dst, d) = device_dst(&r.b, len);
+    let sh = src.handle();
+    let op = WriteOp { src: &sh, src_offset: 0, dst: &d, dst_offset: 0, len: len as u64, imm: Some(8) };
+    a.write(&op).unwrap().wait_timeout(Duration::from_secs(60)).unwrap();
+    assert_eq!(r.b.imm_counter(8).wait(1, Duration::from_secs(10)), 1);
+    assert_eq!(dst.to_vec(), *pattern(len, 11));
+    assert_eq!(r.copies.load(Ordering::SeqCst), chunks);
+}
+
+#[test]
 fn refused_keys_and_out_of_bounds_ranges_fail_the_write_and_count_nothing() {
     let r = receiver(10_000);
     let a = engine(10_000);
