@@ -21,7 +21,9 @@
 //! One thread per engine runs both halves (started on first use); the host-to-device copies
 //! go through a [`LandingCopier`] (CUDA, or a host-memory fake in tests).
 
+mod receiver;
 pub(crate) mod wire;
+mod writer;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,7 +41,9 @@ use crate::completion::{Transfer, TransferState};
 use crate::device::staging::{SlotLease, SlotPool, StagingMemory};
 use crate::error::TransferError;
 use crate::memory::{MemoryOwner, Region, Source};
+use receiver::{InState, Incoming, Pool};
 use wire::{Body, Control};
+use writer::{OutState, Outgoing};
 
 /// Control messages queued for the landing thread; more are dropped and counted.
 pub const LANDING_CONTROL_QUEUE_MAX: usize = 4096;
@@ -175,78 +179,6 @@ fn start(shared: &Arc<Shared>) {
     }
 }
 
-enum OutState {
-    Asked,
-    Writing(Transfer),
-    Landed,
-}
-
-struct Outgoing {
-    peer: EngineId,
-    ask: Body,
-    source: Option<Source>,
-    done: Arc<TransferState>,
-    state: OutState,
-    deadline: Instant,
-}
-
-enum InState {
-    Queued,
-    Granted(SlotLease),
-    /// The slot stays leased (never read here) until the copy out of it ended.
-    Copying(#[allow(dead_code)] SlotLease, u64),
-}
-
-struct Incoming {
-    dst_ptr: u64,
-    ordinal: u32,
-    len: u64,
-    _keep: Option<MemoryOwner>,
-    state: InState,
-    deadline: Instant,
-}
-
-/// The receiver's landing pool: each slot is a host region of its own, so a grant's key opens
-/// that slot only; a slot reclaimed from a quiet writer gets a new region id and key first, so
-/// a late write of that writer is refused by the transport instead of landing in the slot's
-/// next grant.
-struct Pool {
-    slots: Arc<SlotPool>,
-    copier: Box<dyn LandingCopier>,
-    slot_regions: Vec<(RegionId, RegionKey)>,
-    /// Slots that could not be re-registered after a reclaim: kept out of use.
-    retired: Vec<SlotLease>,
-}
-
-impl Pool {
-    fn slot_index(&self, lease: &SlotLease) -> usize {
-        (lease.addr() - self.slots.base_addr()) / self.slots.slot_bytes()
-    }
-
-    /// Registers slot `index` as a host region under a fresh key.
-    fn register_slot(shared: &Shared, slots: &Arc<SlotPool>, index: usize) -> Result<(RegionId, RegionKey), String> {
-        let key = RegionKey(super::random_u64());
-        let keep: MemoryOwner = slots.clone();
-        let base = slots.base_addr() + index * slots.slot_bytes();
-        let region = Region { base, len: slots.slot_bytes() as u64, key, keep: Some(keep), device: None };
-        let id = shared.regions.write().unwrap().insert(region).map_err(|e| e.to_string())?;
-        Ok((id, key))
-    }
-
-    /// Takes a reclaimed slot back: a new region and key for it, then back into the pool.
-    fn reclaim(&mut self, shared: &Shared, lease: SlotLease) {
-        let index = self.slot_index(&lease);
-        shared.regions.write().unwrap().remove(self.slot_regions[index].0);
-        match Pool::register_slot(shared, &self.slots, index) {
-            Ok(fresh) => self.slot_regions[index] = fresh,
-            Err(e) => {
-                tracing::error!(error = %e, "landing slot could not be registered again; retired");
-                self.retired.push(lease);
-            }
-        }
-    }
-}
-
 struct LandingThread {
     shared: Weak<Shared>,
     timeout: Duration,
@@ -349,61 +281,6 @@ impl LandingThread {
         true
     }
 
-    /// Asks for waiting chunks whose peer has room, in submission order per peer.
-    fn ask_waiting(&mut self, shared: &Arc<Shared>) -> bool {
-        let mut progress = false;
-        let mut still = VecDeque::with_capacity(self.waiting.len());
-        while let Some(request) = self.waiting.pop_front() {
-            if self.asked_per_peer.get(&request.peer).copied().unwrap_or(0) < LANDING_ASKS_PER_PEER_MAX {
-                progress = true;
-                self.ask(shared, request);
-            } else {
-                still.push_back(request);
-            }
-        }
-        self.waiting = still;
-        progress
-    }
-
-    /// Forgets a writer request (finished or failed).
-    fn remove_out(&mut self, req: u64) -> Option<Outgoing> {
-        let out = self.outgoing.remove(&req)?;
-        if let Some(n) = self.asked_per_peer.get_mut(&out.peer) {
-            *n -= 1;
-            if *n == 0 {
-                self.asked_per_peer.remove(&out.peer);
-            }
-        }
-        Some(out)
-    }
-
-    fn ask(&mut self, shared: &Arc<Shared>, request: ChunkRequest) {
-        let req = self.next_req;
-        self.next_req = self.next_req.wrapping_add(1);
-        let ask = Body::Ask {
-            region: request.dst.region,
-            key: request.dst.key,
-            offset: request.dst_offset,
-            len: request.source.len(),
-        };
-        if !self.send(shared, request.peer, req, ask) {
-            request.done.part_done(Err(TransferError::PeerUnreachable));
-            return;
-        }
-        *self.asked_per_peer.entry(request.peer).or_insert(0) += 1;
-        self.outgoing.insert(
-            req,
-            Outgoing {
-                peer: request.peer,
-                ask,
-                source: Some(request.source),
-                done: request.done,
-                state: OutState::Asked,
-                deadline: Instant::now() + self.timeout,
-            },
-        );
-    }
-
     fn on_control(&mut self, shared: &Arc<Shared>, offset: u64, bytes: &[u8]) {
         if offset == WAKE_OFFSET && bytes.is_empty() {
             return;
@@ -426,199 +303,6 @@ impl LandingThread {
         if !accepted {
             self.stats.control_refused += 1;
         }
-    }
-
-    fn on_ask(&mut self, shared: &Arc<Shared>, m: Control, region: u32, key: u64, offset: u64, len: u64) -> bool {
-        let id = (m.from, m.req);
-        if self.incoming.contains_key(&id) {
-            return false; // a duplicate
-        }
-        let checked = {
-            let regions = shared.regions.read().unwrap();
-            regions
-                .check_device_write(RegionId(region), RegionKey(key), offset, len)
-                .map(|(ptr, ordinal)| (ptr, ordinal, regions.get(RegionId(region)).and_then(|r| r.keep.clone())))
-        };
-        let refusal = match checked {
-            Err(reason) => Some(reason),
-            Ok(_) if self.incoming.len() >= LANDING_ASKS_MAX => Some(RejectReason::TooManyMessages),
-            Ok((_, ordinal, _)) => match self.pool(shared, ordinal) {
-                Err(_) => Some(RejectReason::Other(0xDE71)),
-                Ok(pool) if len == 0 || len > pool.slots.slot_bytes() as u64 => Some(RejectReason::MessageTooLarge),
-                Ok(_) => None,
-            },
-        };
-        if let Some(reason) = refusal {
-            self.stats.asks_refused += 1;
-            self.send(shared, m.from, m.req, Body::Refuse { reason });
-            return true;
-        }
-        let Ok((dst_ptr, ordinal, keep)) = checked else { return true };
-        let deadline = Instant::now() + self.timeout;
-        self.incoming.insert(id, Incoming { dst_ptr, ordinal, len, _keep: keep, state: InState::Queued, deadline });
-        self.queued.push_back(id);
-        self.grant_queued(shared);
-        true
-    }
-
-    /// The receiver's pool, opened on the first ask.
-    fn pool(&mut self, shared: &Arc<Shared>, ordinal: u32) -> Result<&mut Pool, String> {
-        if self.pool.is_none() {
-            let opener = shared.landing.opener.lock().unwrap().take();
-            let opened = match opener {
-                Some(open) => usize::try_from(shared.config.device_staging_chunk_bytes)
-                    .map_err(|_| "landing slot size does not fit".to_string())
-                    .and_then(|slot_bytes| {
-                        let (memory, copier) = open(ordinal, slot_bytes, shared.config.device_staging_chunks)?;
-                        let slots = SlotPool::new(memory, slot_bytes);
-                        let slot_regions = (0..slots.slot_count())
-                            .map(|index| Pool::register_slot(shared, &slots, index))
-                            .collect::<Result<Vec<_>, _>>()?;
-                        Ok(Pool { slots, copier, slot_regions, retired: vec![] })
-                    }),
-                None => Err("landing pool already failed to open".into()),
-            };
-            if let Err(e) = &opened {
-                tracing::error!(error = %e, "device landing pool unavailable");
-            }
-            self.pool = Some(opened);
-        }
-        self.pool.as_mut().expect("set above").as_mut().map_err(|e| e.clone())
-    }
-
-    fn grant_queued(&mut self, shared: &Arc<Shared>) {
-        while let Some(&id) = self.queued.front() {
-            let Some(Ok(pool)) = self.pool.as_ref() else { return };
-            let Some(entry) = self.incoming.get_mut(&id) else {
-                self.queued.pop_front();
-                continue;
-            };
-            let Some(lease) = pool.slots.take() else { return };
-            self.queued.pop_front();
-            let (region, key) = pool.slot_regions[pool.slot_index(&lease)];
-            let grant = Body::Grant { region: region.0, key: key.0, offset: 0, len: entry.len };
-            entry.state = InState::Granted(lease);
-            entry.deadline = Instant::now() + self.timeout;
-            self.send(shared, id.0, id.1, grant);
-        }
-    }
-
-    /// A writer gave up on a chunk: forget it unless its copy is running (the slot stays leased
-    /// to the copy until it ended).
-    fn on_abandon(&mut self, m: Control) -> bool {
-        let id = (m.from, m.req);
-        match self.incoming.get(&id) {
-            Some(entry) if !matches!(entry.state, InState::Copying(..)) => self.incoming.remove(&id).is_some(),
-            _ => false,
-        }
-    }
-
-    fn on_landed(&mut self, m: Control) -> bool {
-        let Some(Ok(pool)) = self.pool.as_mut() else { return false };
-        let Some(entry) = self.incoming.get_mut(&(m.from, m.req)) else { return false };
-        let InState::Granted(_) = entry.state else { return false };
-        let InState::Granted(lease) = std::mem::replace(&mut entry.state, InState::Queued) else { unreachable!() };
-        match pool.copier.start(lease.addr(), entry.dst_ptr, entry.ordinal, entry.len as usize) {
-            Ok(ticket) => entry.state = InState::Copying(lease, ticket),
-            Err(e) => {
-                tracing::error!(error = %e, "landing copy could not start");
-                entry.state = InState::Copying(lease, u64::MAX);
-            }
-        }
-        true
-    }
-
-    fn poll_copies(&mut self, shared: &Arc<Shared>) -> bool {
-        let Some(Ok(pool)) = self.pool.as_mut() else { return false };
-        let mut ended = vec![];
-        for (id, entry) in &self.incoming {
-            if let InState::Copying(_, ticket) = entry.state {
-                let result =
-                    if ticket == u64::MAX { Err("copy did not start".into()) } else { pool.copier.poll(ticket) };
-                match result {
-                    Ok(false) => {}
-                    Ok(true) => ended.push((*id, Body::Done)),
-                    Err(e) => {
-                        tracing::error!(error = %e, "landing copy failed");
-                        ended.push((*id, Body::Refuse { reason: RejectReason::Other(0xDE72) }));
-                    }
-                }
-            }
-        }
-        for (id, body) in &ended {
-            self.incoming.remove(id); // frees the slot
-            if *body == Body::Done {
-                self.stats.chunks_landed += 1;
-            }
-            self.send(shared, id.0, id.1, *body);
-        }
-        if !ended.is_empty() {
-            self.grant_queued(shared);
-        }
-        !ended.is_empty()
-    }
-
-    fn on_grant(&mut self, shared: &Arc<Shared>, m: Control, region: u32, key: u64, offset: u64, len: u64) -> bool {
-        let Some(out) = self.outgoing.get_mut(&m.req) else { return false };
-        let asked_len = match out.ask {
-            Body::Ask { len, .. } => len,
-            _ => 0,
-        };
-        if out.peer != m.from || !matches!(out.state, OutState::Asked) || len != asked_len {
-            return false;
-        }
-        let Some(source) = out.source.take() else { return false };
-        let landing = MrDescriptor { engine: m.from, region, key, len: offset.saturating_add(len), device: None };
-        let chunk = TransferState::new(1, shared.jobs.clone());
-        let kind = write_kind(&landing, offset, None);
-        dispatch_part(shared, PartSpec { peer: m.from, kind, source, lane: None }, chunk.clone());
-        out.state = OutState::Writing(Transfer { state: chunk });
-        out.deadline = Instant::now() + self.timeout;
-        true
-    }
-
-    fn poll_writes(&mut self, shared: &Arc<Shared>) -> bool {
-        let mut ended = vec![];
-        for (req, out) in &mut self.outgoing {
-            let OutState::Writing(transfer) = &out.state else { continue };
-            match transfer.poll() {
-                None => {}
-                Some(Ok(())) => {
-                    out.state = OutState::Landed;
-                    out.deadline = Instant::now() + self.timeout;
-                    ended.push((*req, out.peer, None));
-                }
-                Some(Err(e)) => ended.push((*req, out.peer, Some(e))),
-            }
-        }
-        for (req, peer, error) in &ended {
-            match error {
-                None => {
-                    self.send(shared, *peer, *req, Body::Landed);
-                }
-                Some(e) => {
-                    self.send(shared, *peer, *req, Body::Abandon);
-                    if let Some(out) = self.remove_out(*req) {
-                        out.done.part_done(Err(*e));
-                    }
-                }
-            }
-        }
-        !ended.is_empty()
-    }
-
-    fn finish_out(&mut self, m: Control, result: Result<(), TransferError>) -> bool {
-        let Some(out) = self.outgoing.get(&m.req) else { return false };
-        let fits = matches!(
-            (&out.state, result.is_ok()),
-            (OutState::Landed, true) | (OutState::Asked | OutState::Landed, false)
-        );
-        if out.peer != m.from || !fits {
-            return false;
-        }
-        let out = self.remove_out(m.req).expect("looked up above");
-        out.done.part_done(result);
-        true
     }
 
     /// Fails writer requests whose peer went quiet and reclaims slots granted to quiet writers.
