@@ -12,7 +12,9 @@
 //! - [`Stream`], [`Event`]: engine-owned streams, events with elapsed time.
 //! - [`DeviceBuffer`], [`PinnedHostBuffer`], [`HostRegistration`]: memory and copies.
 //! - [`IpcHandle`], [`IpcMapping`]: device memory shared between processes.
-//! - [`copy_peer_async`]: copy-engine transfers between (or within) GPUs.
+//! - [`copy_peer_async`]: copy-engine transfers between (or within) GPUs;
+//!   [`copy_host_to_device_async`], [`copy_device_to_host_async`]: between raw host and device
+//!   addresses (staging, registered host regions).
 //! - [`Reducer`]: NVRTC-compiled `dst = a op b` kernels (sum, prod, min, max,
 //!   avg over f32, f16, bf16, i32, i64), cached per (source hash, arch).
 //! - [`ordering`]: host functions, host waits on events, and the stall
@@ -57,7 +59,9 @@ pub mod stream;
 pub use context::{Gpu, PeerAccess};
 pub use copy::copy_peer_async;
 pub use error::{CudaError, IpcHandleParseError, Result};
-pub use ffi::host_memory::{HostDeviceSpan, HostRegistration, PinnedHostBuffer};
+pub use ffi::host_memory::{
+    copy_device_to_host_async, copy_host_to_device_async, HostDeviceSpan, HostRegistration, PinnedHostBuffer,
+};
 pub use ipc::{IpcHandle, IpcMapping};
 pub use memory::{check_device_range, DeviceBuffer, DeviceCopy, DevicePtr};
 pub use ordering::{launch_host_fn, signal_when_done, HostWaiter, StallGate, StallOutcome, StallTicket};

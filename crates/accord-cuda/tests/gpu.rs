@@ -46,6 +46,28 @@ fn device_round_trip_and_bounds() {
 }
 
 #[test]
+fn raw_host_device_copies_round_trip_and_check_the_device_range() {
+    require_gpu!();
+    let gpu = Gpu::open(0).unwrap();
+    let stream = Stream::new(&gpu).unwrap();
+    let buffer = DeviceBuffer::alloc(&gpu, 1 << 20).unwrap();
+    let data: Vec<u8> = (0..1 << 20).map(|i: u32| ((i * 13) >> 3) as u8).collect();
+    let mut back = vec![0u8; 1 << 20];
+    // Safety: both host vectors outlive the copies (the stream is synchronised below).
+    #[allow(unsafe_code)]
+    unsafe {
+        accord_cuda::copy_host_to_device_async(buffer.ptr(), data.as_ptr(), data.len(), &stream).unwrap();
+        accord_cuda::copy_device_to_host_async(back.as_mut_ptr().add(8), buffer.ptr(), data.len() - 8, &stream)
+            .unwrap();
+        let past_end =
+            accord_cuda::copy_device_to_host_async(back.as_mut_ptr(), buffer.ptr().offset(8), 1 << 20, &stream);
+        assert!(matches!(past_end, Err(CudaError::BadDeviceRange { .. })), "{past_end:?}");
+    }
+    stream.synchronize().unwrap();
+    assert_eq!(&back[8..], &data[..data.len() - 8]);
+}
+
+#[test]
 fn ipc_open_in_exporting_process_is_refused() {
     require_gpu!();
     let gpu = Gpu::open(0).unwrap();

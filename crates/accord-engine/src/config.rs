@@ -55,6 +55,17 @@ pub const ENGINE_ENV_OVERRIDES: &[(&str, &str)] = &[
         "shm.spin: microseconds a worker polls its rings and sockets (yielding the core each turn) before sleeping",
     ),
     ("ACCORD_SHM_LEND", "shm.lend (0 or 1, default 1): large ring datagrams are placed straight from the ring"),
+    (
+        "ACCORD_DEVICE_IPC",
+        "device_ipc (0 or 1, default 1): device memory of same-host peers through CUDA IPC; 0 treats them as \
+         remote (staging through pinned host memory), to exercise that route on one host",
+    ),
+    ("ACCORD_DEVICE_STAGING_CHUNK_BYTES", "device_staging_chunk_bytes: bytes per pinned staging slot (default 4 MiB)"),
+    ("ACCORD_DEVICE_STAGING_CHUNKS", "device_staging_chunks: pinned staging slots per engine (default 8)"),
+    (
+        "ACCORD_DEVICE_LANDING_TIMEOUT_MS",
+        "device_landing_timeout_ms: how long a device-landing rendezvous waits for the peer (default 10000)",
+    ),
     ("ACCORD_LOSS", "fault.drop: inject this packet loss probability (tests, benchmarks)"),
     ("ACCORD_REORDER", "fault.reorder: inject this reordering probability (tests, benchmarks)"),
 ];
@@ -109,6 +120,22 @@ pub struct EngineConfig {
     /// the worker's 512 KiB cache target (at least 8), so a copy out of a slot reads what
     /// the kernel just wrote.
     pub rx_batch_slots: usize,
+    /// Device memory of peers on this host (other processes) is reached through CUDA IPC and
+    /// the copy engine. Off, such peers are treated as remote: device bytes are staged through
+    /// pinned host memory over the transport (tests exercise that route on one host). Default on.
+    pub device_ipc: bool,
+    /// Bytes per pinned staging slot: device bytes bound for a host region of another process,
+    /// or for another host, are copied into such slots and sent one slot per host write.
+    /// Default [`crate::device::staging::DEVICE_STAGING_CHUNK_BYTES_DEFAULT`] (4 MiB).
+    pub device_staging_chunk_bytes: u64,
+    /// Pinned staging slots per engine (allocated on the first staged write); copies of later
+    /// chunks overlap the sending of earlier ones as far as free slots allow. Default
+    /// [`crate::device::staging::DEVICE_STAGING_CHUNKS_DEFAULT`] (8).
+    pub device_staging_chunks: usize,
+    /// How long a device-landing rendezvous waits for the other side (a grant, a `Done`, or a
+    /// granted chunk) before failing the writer's chunk or reclaiming the receiver's slot.
+    /// Default [`crate::engine::landing::LANDING_TIMEOUT_MS_DEFAULT`].
+    pub device_landing_timeout_ms: u64,
 }
 
 /// Receive batch of a lending shared-memory datapath (see [`EngineConfig::rx_batch_slots`]):
@@ -154,6 +181,10 @@ impl Default for EngineConfig {
             shm: ShmConfig::default(),
             await_poll: AWAIT_POLL_DEFAULT,
             rx_batch_slots: 0,
+            device_ipc: true,
+            device_staging_chunk_bytes: crate::device::staging::DEVICE_STAGING_CHUNK_BYTES_DEFAULT,
+            device_staging_chunks: crate::device::staging::DEVICE_STAGING_CHUNKS_DEFAULT,
+            device_landing_timeout_ms: crate::engine::landing::LANDING_TIMEOUT_MS_DEFAULT,
         }
     }
 }
@@ -198,6 +229,10 @@ impl EngineConfig {
                 "ACCORD_IDLE_TIMEOUT_MS" => self.idle_timeout = Duration::from_millis(num(name, &value)?),
                 "ACCORD_RX_BATCH_SLOTS" => self.rx_batch_slots = num(name, &value)?,
                 "ACCORD_AWAIT_POLL_US" => self.await_poll = Duration::from_micros(num(name, &value)?),
+                "ACCORD_DEVICE_IPC" => self.device_ipc = num::<u8>(name, &value)? != 0,
+                "ACCORD_DEVICE_STAGING_CHUNK_BYTES" => self.device_staging_chunk_bytes = num(name, &value)?,
+                "ACCORD_DEVICE_STAGING_CHUNKS" => self.device_staging_chunks = num(name, &value)?,
+                "ACCORD_DEVICE_LANDING_TIMEOUT_MS" => self.device_landing_timeout_ms = num(name, &value)?,
                 "ACCORD_LOSS" => self.fault.get_or_insert_with(FaultConfig::default).drop = num(name, &value)?,
                 "ACCORD_REORDER" => self.fault.get_or_insert_with(FaultConfig::default).reorder = num(name, &value)?,
                 "LOCAL_WORLD_SIZE" if lookup("ACCORD_WORKERS_PER_NIC").is_none() => {
@@ -240,10 +275,41 @@ impl EngineConfig {
         if self.shard_bytes_min == 0 || self.idle_timeout.is_zero() {
             return Err(BuildError::Invalid("shard_bytes_min and idle_timeout must be non-zero".into()));
         }
+        self.validate_device_staging()?;
         accord_proto::cc::CcKind::from_name(&self.cc).map_err(|e| BuildError::Invalid(e.to_string()))?;
         self.shm.validate().map_err(|e| BuildError::Invalid(e.to_string()))?;
         if let Some(f) = &self.fault {
             f.validate().map_err(|e| BuildError::Invalid(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    fn validate_device_staging(&self) -> Result<(), BuildError> {
+        use crate::device::staging::{
+            DEVICE_STAGING_CHUNKS_MAX, DEVICE_STAGING_CHUNK_BYTES_MAX, DEVICE_STAGING_CHUNK_BYTES_MIN,
+            DEVICE_STAGING_POOL_BYTES_MAX,
+        };
+        let bytes = self.device_staging_chunk_bytes;
+        if !(DEVICE_STAGING_CHUNK_BYTES_MIN..=DEVICE_STAGING_CHUNK_BYTES_MAX).contains(&bytes) {
+            return Err(BuildError::Invalid(format!(
+                "device_staging_chunk_bytes {bytes} must be in \
+                 {DEVICE_STAGING_CHUNK_BYTES_MIN}..={DEVICE_STAGING_CHUNK_BYTES_MAX}"
+            )));
+        }
+        let chunks = self.device_staging_chunks;
+        if chunks == 0 || chunks > DEVICE_STAGING_CHUNKS_MAX {
+            return Err(BuildError::Invalid(format!(
+                "device_staging_chunks {chunks} must be in 1..={DEVICE_STAGING_CHUNKS_MAX}"
+            )));
+        }
+        if self.device_landing_timeout_ms == 0 {
+            return Err(BuildError::Invalid("device_landing_timeout_ms must be at least 1".into()));
+        }
+        if bytes.saturating_mul(chunks as u64) > DEVICE_STAGING_POOL_BYTES_MAX {
+            return Err(BuildError::Invalid(format!(
+                "{chunks} staging chunks of {bytes} bytes exceed {DEVICE_STAGING_POOL_BYTES_MAX} pinned bytes: \
+                 use fewer or smaller chunks"
+            )));
         }
         Ok(())
     }

@@ -17,12 +17,17 @@
 //! set up over UDP and falling back to it; everyone else goes over the network.
 //!
 //! Device memory ([`MemoryKind::CudaDevice`], through [`Engine::register_raw`]): its
-//! descriptor carries the allocation's CUDA IPC handle, and [`Engine::write`] between device
-//! regions runs on the copy engine (engine-owned streams, no kernel): directly for a peer in
-//! this process, through a cached IPC mapping for a peer on this host; the immediate follows as
-//! a zero-byte write once the copy completed. Device memory to another host, device<->host
-//! writes, and paged writes, scatters and sends from device memory are refused with
-//! [`SubmitError::Invalid`] (not implemented yet). CUDA is loaded at run time, so the engine
+//! descriptor carries the allocation's CUDA IPC handle. [`Engine::write`] from or into device
+//! memory runs on the copy engine (engine-owned streams, no kernel) where it can: between
+//! device regions, and between host and device memory, for a peer in this process directly and
+//! for a peer on this host through a cached IPC mapping of its device region. Device memory
+//! bound for a host region of another process (this host or another) is staged through a
+//! bounded pool of pinned host slots and sent as ordinary host writes. In every route the
+//! immediate follows as a zero-byte write once every byte landed. Writes into a device region
+//! on another host (or of another process here with `ACCORD_DEVICE_IPC=0`) land chunk by chunk
+//! in pinned slots the receiver grants over engine-internal control messages, then go
+//! host-to-device there (both engines must know each other). Paged writes, scatters and sends
+//! from device memory are refused with [`SubmitError::Invalid`] (not implemented yet). CUDA is loaded at run time, so the engine
 //! builds and runs without it. Connections open lazily on first use; an engine with
 //! several NICs shards large writes across them and moves the shards of a failed NIC to the
 //! survivors.
@@ -61,7 +66,16 @@ pub use accord_net::shm::{ShmConfig, ShmStats};
 pub use address::{DeviceIpcBytes, DeviceRegionInfo, EngineAddress, EngineId, MrDescriptor, DEVICE_IPC_HANDLE_BYTES};
 pub use completion::{Transfer, COMPLETION_JOBS_MAX};
 pub use config::{EngineConfig, AWAIT_POLL_DEFAULT, AWAIT_POLL_MAX, ENGINE_ENV_OVERRIDES};
+pub use device::staging::{
+    DEVICE_STAGING_CHUNKS_DEFAULT, DEVICE_STAGING_CHUNKS_MAX, DEVICE_STAGING_CHUNK_BYTES_DEFAULT,
+    DEVICE_STAGING_CHUNK_BYTES_MAX, DEVICE_STAGING_CHUNK_BYTES_MIN, DEVICE_STAGING_POOL_BYTES_MAX,
+    STAGED_WRITES_ACTIVE_MAX,
+};
 pub use device::{DEVICE_COPIES_IN_FLIGHT_MAX, DEVICE_STREAMS_PER_GPU, IPC_MAPPINGS_MAX};
+pub use engine::landing::{
+    LandingStats, LANDING_ASKS_MAX, LANDING_ASKS_PER_PEER_MAX, LANDING_CONTROL_QUEUE_MAX, LANDING_REQUESTS_MAX,
+    LANDING_TIMEOUT_MS_DEFAULT,
+};
 pub use engine::shared::{LANE_AVOID_AFTER_FAILURE, PEERS_MAX, SUBMISSIONS_QUEUED_MAX};
 pub use engine::{Engine, EngineBuilder, EngineStats, PagedWriteOp, ScatterDst, WriteOp};
 pub use engine::{PAGES_PER_WRITE_MAX, SCATTER_DESTINATIONS_MAX, SHARD_ALIGN_BYTES};

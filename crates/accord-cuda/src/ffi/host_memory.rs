@@ -143,6 +143,48 @@ impl PinnedHostBuffer {
     }
 }
 
+/// Queues a copy of `len_bytes` from host memory at `src` into device memory at `dst` on
+/// `stream` (`cuMemcpyHtoDAsync`): asynchronous for pinned sources; for pageable ones the driver
+/// stages the bytes before returning. `dst` may be this process's allocation or an IPC mapping
+/// opened in the stream's context; it is checked to lie inside one live allocation first. A zero
+/// length is a no-op.
+///
+/// # Safety
+/// `src..src + len_bytes` must be valid for reads and stay valid and unchanged until the copy
+/// completed on `stream` (an event recorded after it completed).
+pub unsafe fn copy_host_to_device_async(
+    dst: DevicePtr,
+    src: *const u8,
+    len_bytes: usize,
+    stream: &Stream,
+) -> Result<()> {
+    if len_bytes == 0 {
+        return Ok(());
+    }
+    stream.gpu().bind()?;
+    crate::memory::check_device_range(dst, len_bytes)?;
+    // Safety: the device range was checked above; the caller vouches for the host range.
+    unsafe { driver::memcpy_htod_async(dst.0, src, len_bytes, stream.raw()) }
+}
+
+/// Queues a copy of `len_bytes` from device memory at `src` into host memory at `dst` on
+/// `stream` (`cuMemcpyDtoHAsync`): asynchronous for pinned destinations; into pageable memory
+/// the driver returns only once the copy completed. `src` is checked to lie inside one live
+/// allocation first. A zero length is a no-op.
+///
+/// # Safety
+/// `dst..dst + len_bytes` must be valid for writes, and neither read, written nor freed by
+/// anyone else until the copy completed on `stream`.
+pub unsafe fn copy_device_to_host_async(dst: *mut u8, src: DevicePtr, len_bytes: usize, stream: &Stream) -> Result<()> {
+    if len_bytes == 0 {
+        return Ok(());
+    }
+    stream.gpu().bind()?;
+    crate::memory::check_device_range(src, len_bytes)?;
+    // Safety: the device range was checked above; the caller vouches for the host range.
+    unsafe { driver::memcpy_dtoh_async(dst, src.0, len_bytes, stream.raw()) }
+}
+
 /// Which bytes a pinned copy moves; named so host and device offsets cannot be swapped.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct HostDeviceSpan {

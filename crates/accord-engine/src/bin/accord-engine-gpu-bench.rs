@@ -7,13 +7,22 @@
 //! the descriptor's CUDA IPC handle, the immediate over the engine's network transport, and the
 //! ceiling is a raw copy into the same IPC mapping. The child checks the bytes and the count.
 //!
-//! Two engine figures per size: `--window N` writes in flight (default 4; throughput, compared
-//! with the ceiling's back-to-back copies), and one write at a time (each waited for before the
+//! Three engine figures per size: `--window N` writes in flight (default 4; throughput, compared
+//! with the ceiling's back-to-back copies), one write at a time (each waited for before the
 //! next: the copy, the completion poll and the immediate's trip all count), compared with raw
-//! copies one at a time (copy, then synchronise the stream) as well.
+//! copies one at a time (copy, then synchronise the stream) as well; and one write at a time
+//! without an immediate (done when the poller saw the copy complete), which splits the
+//! one-at-a-time gap into the poller's share and the immediate's.
 //!
-//! Usage: accord-engine-gpu-bench [--ipc] [--sizes-mib 64,256] [--iters 20] [--window 4] [--src 0] [--dst 1]
+//! With `--route staged`, `--route staged-d2d` or `--route h2d` it measures the routes between host and device memory
+//! instead (receiver in a child process; see `gpu_bench/routes.rs`).
+//!
+//! Usage: accord-engine-gpu-bench [--ipc | --route staged|staged-d2d|h2d] [--sizes-mib 64,256] [--iters 20] [--window 4]
+//!        [--src 0] [--dst 1]
 //! Prints a table and one JSON line per size.
+
+#[path = "gpu_bench/routes.rs"]
+mod routes;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -28,8 +37,9 @@ fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i.wrapping_mul(131) >> 3) as u8).collect()
 }
 
-/// The receiving side of `--ipc`: registers a device buffer, hands out its address and
-/// descriptor on stdout, then checks the count and the bytes when asked.
+/// The receiving side of `--ipc` and `--route`: registers a device buffer and a host region,
+/// hands out its address and both descriptors on stdout, then checks the count and the bytes
+/// of the region named in the verify line (`verify COUNT SIZE device|host`).
 fn child(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     let ordinal: usize = arg(args, "--dst", 1);
     let bytes: usize = arg(args, "--bytes", 1 << 20);
@@ -42,28 +52,47 @@ fn child(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     let (_, d) = unsafe {
         engine.register_raw(dst.ptr().0 as *mut u8, bytes, MemoryKind::CudaDevice { ordinal: ordinal as u32 })
     }?;
+    let host = engine.alloc(bytes)?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", engine.address().to_string_compact())?;
     writeln!(out, "{}", d.to_string_compact())?;
+    writeln!(out, "{}", host.descriptor().to_string_compact())?;
     out.flush()?;
     let mut lines = BufReader::new(std::io::stdin()).lines();
     let peer = EngineAddress::parse(&lines.next().ok_or("no peer address")??)?;
     engine.add_peer(&peer)?;
     let verify = lines.next().ok_or("no verify line")??;
-    let nums: Vec<u64> = verify.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+    let words: Vec<&str> = verify.split_whitespace().collect();
+    let nums: Vec<u64> = words.iter().skip(1).filter_map(|v| v.parse().ok()).collect();
     let (count, size) = (nums[0], nums[1] as usize);
     let got = engine.imm_counter(IMM).wait(count, Duration::from_secs(30));
-    let mut host = vec![0u8; size];
-    dst.copy_to_host(0, &mut host, &stream)?;
-    let ok = got == count && host == pattern(size);
+    let mut landed = vec![0u8; size];
+    if words.get(3) == Some(&"host") {
+        host.read_at(0, &mut landed)?;
+    } else {
+        dst.copy_to_host(0, &mut landed, &stream)?;
+    }
+    let ok = got == count && landed == pattern(size);
     writeln!(
         out,
         "{} count {got} of {count}, {size} bytes {}",
         if ok { "ok" } else { "bad" },
-        if host == pattern(size) { "match" } else { "differ" }
+        if landed == pattern(size) { "match" } else { "differ" }
     )?;
     out.flush()?;
     Ok(())
+}
+
+/// `--sizes-mib 64,256` in bytes.
+fn sizes_arg(args: &[String]) -> Vec<usize> {
+    args.iter()
+        .position(|a| a == "--sizes-mib")
+        .and_then(|i| args.get(i + 1))
+        .map_or_else(|| "64,256".to_string(), |s| s.clone())
+        .split(',')
+        .filter_map(|s| s.trim().parse::<usize>().ok())
+        .map(|m| m << 20)
+        .collect()
 }
 
 fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
@@ -75,16 +104,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if args.iter().any(|a| a == "--child") {
         return child(&args);
     }
+    if let Some(route) = args.iter().position(|a| a == "--route").and_then(|i| args.get(i + 1)) {
+        return routes::run(route, &args);
+    }
     let ipc = args.iter().any(|a| a == "--ipc");
-    let sizes: Vec<usize> = args
-        .iter()
-        .position(|a| a == "--sizes-mib")
-        .and_then(|i| args.get(i + 1))
-        .map_or_else(|| "64,256".to_string(), |s| s.clone())
-        .split(',')
-        .filter_map(|s| s.trim().parse::<usize>().ok())
-        .map(|m| m << 20)
-        .collect();
+    let sizes = sizes_arg(&args);
     let iters: usize = arg(&args, "--iters", 20).max(1);
     let window: usize = arg(&args, "--window", 4).max(1);
     let (src_ordinal, dst_ordinal): (usize, usize) = (arg(&args, "--src", 0), arg(&args, "--dst", 1));
@@ -117,6 +141,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut lines = BufReader::new(c.stdout.take().ok_or("child stdout")?).lines();
         let peer = EngineAddress::parse(&lines.next().ok_or("child gave no address")??)?;
         let d = MrDescriptor::parse(&lines.next().ok_or("child gave no descriptor")??)?;
+        let _host = lines.next().ok_or("child gave no host descriptor")??;
         a.add_peer(&peer)?;
         let mut stdin = c.stdin.take().ok_or("child stdin")?;
         writeln!(stdin, "{}", a.address().to_string_compact())?;
@@ -146,7 +171,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if ipc { "receiver in a child process (CUDA IPC)" } else { "both engines in this process" }
     );
     println!(
-        "{:>10} {:>13} {:>15} {:>7} | {:>11} {:>11} {:>7} {:>11}",
+        "{:>10} {:>13} {:>15} {:>7} | {:>11} {:>11} {:>7} {:>11} {:>12}",
         "size",
         "ceiling GB/s",
         format!("engine win {window}"),
@@ -154,7 +179,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "raw 1-by-1",
         "engine 1-by-1",
         "ratio",
-        "vs ceiling"
+        "vs ceiling",
+        "no imm 1x1"
     );
     let mut imm_target = 0u64;
     for &size in &sizes {
@@ -198,6 +224,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let engine = (size * iters) as f64 / t.elapsed().as_secs_f64() / 1e9;
         let ratio = engine / ceiling;
+        // The same without an immediate: done when the poller saw the copy's event, so the gap
+        // to `engine` is the immediate's trip and the receiver's wake-up, and the gap to
+        // `raw_single` the poller's.
+        let bare = WriteOp { imm: None, ..op };
+        let t = Instant::now();
+        for _ in 0..iters {
+            a.write(&bare)?.wait_timeout(Duration::from_secs(30))?;
+        }
+        let engine_no_imm = (size * iters) as f64 / t.elapsed().as_secs_f64() / 1e9;
         // Windowed: keep `window` writes in flight.
         let t = Instant::now();
         let mut flight = std::collections::VecDeque::with_capacity(window);
@@ -221,16 +256,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let windowed_ratio = windowed / ceiling;
         let single_ratio = engine / raw_single;
         println!(
-            "{:>6} MiB {ceiling:>13.1} {windowed:>15.1} {windowed_ratio:>7.3} | {raw_single:>11.1} {engine:>13.1} {single_ratio:>7.3} {ratio:>11.3}",
+            "{:>6} MiB {ceiling:>13.1} {windowed:>15.1} {windowed_ratio:>7.3} | {raw_single:>11.1} {engine:>13.1} {single_ratio:>7.3} {ratio:>11.3} {engine_no_imm:>12.1}",
             size >> 20
         );
         println!(
-            "{{\"bench\":\"engine_gpu_write\",\"ipc\":{ipc},\"bytes\":{size},\"iters\":{iters},\"window\":{window},\"ceiling_gbps\":{ceiling:.2},\"engine_gbps\":{engine:.2},\"ratio\":{ratio:.4},\"engine_window_gbps\":{windowed:.2},\"window_ratio\":{windowed_ratio:.4},\"raw_single_gbps\":{raw_single:.2},\"single_vs_raw_single\":{single_ratio:.4}}}"
+            "{{\"bench\":\"engine_gpu_write\",\"ipc\":{ipc},\"bytes\":{size},\"iters\":{iters},\"window\":{window},\"ceiling_gbps\":{ceiling:.2},\"engine_gbps\":{engine:.2},\"ratio\":{ratio:.4},\"engine_window_gbps\":{windowed:.2},\"window_ratio\":{windowed_ratio:.4},\"raw_single_gbps\":{raw_single:.2},\"single_vs_raw_single\":{single_ratio:.4},\"engine_single_no_imm_gbps\":{engine_no_imm:.2}}}"
         );
     }
     // Check what landed: the last write covered the largest size.
     if let Some((mut c, mut stdin, mut lines)) = child_io {
-        writeln!(stdin, "verify {imm_target} {largest}")?;
+        writeln!(stdin, "verify {imm_target} {largest} device")?;
         stdin.flush()?;
         let verdict = lines.next().ok_or("child gave no verdict")??;
         println!("receiver: {verdict}");

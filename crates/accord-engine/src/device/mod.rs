@@ -13,6 +13,9 @@
 //! runs and registers host memory as before; only device registration and device writes fail,
 //! with an error that says why.
 
+pub(crate) mod cuda_staging;
+pub(crate) mod staging;
+
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
@@ -71,7 +74,7 @@ struct InFlight {
     event: Event,
     transfer: Arc<TransferState>,
     after: Option<AfterCopy>,
-    keep: Option<MemoryOwner>,
+    keep: Vec<MemoryOwner>,
     mapping: Option<Arc<IpcMapping>>,
 }
 
@@ -89,13 +92,22 @@ pub(crate) enum DeviceTarget {
     SameHost { dst: MrDescriptor, offset: u64 },
 }
 
+/// The two ends of one copy-engine copy.
+pub(crate) enum CopyEnds {
+    /// Device memory of this process (GPU `src_ordinal`) into a device region.
+    DeviceToDevice { src_ptr: u64, src_ordinal: u32, target: DeviceTarget },
+    /// Host memory of this process (a registered region) into a device region.
+    HostToDevice { src_addr: usize, target: DeviceTarget },
+    /// Device memory of this process into a host region of this process.
+    DeviceToHost { src_ptr: u64, src_ordinal: u32, dst_addr: usize },
+}
+
 /// What one device write copies.
 pub(crate) struct DeviceCopy {
-    pub(crate) src_ptr: u64,
-    pub(crate) src_ordinal: u32,
+    pub(crate) ends: CopyEnds,
     pub(crate) len: u64,
-    pub(crate) target: DeviceTarget,
-    pub(crate) keep: Option<MemoryOwner>,
+    /// What keeps both ends' memory alive until the copy completed.
+    pub(crate) keep: Vec<MemoryOwner>,
 }
 
 impl DeviceRoute {
@@ -148,35 +160,97 @@ impl DeviceRoute {
         transfer: Arc<TransferState>,
         after: Option<AfterCopy>,
     ) -> Result<(), String> {
+        let len = usize::try_from(copy.len).map_err(|_| "length does not fit this machine")?;
         let mut state = self.state.lock().unwrap();
-        let src_gpu = slot(&mut state, copy.src_ordinal)?.gpu.clone();
-        let (dst_ptr, dst_gpu, mapping) = match copy.target {
-            DeviceTarget::SameProcess { ptr, ordinal } => {
-                let dst_gpu = slot(&mut state, ordinal)?.gpu.clone();
-                if ordinal != copy.src_ordinal && state.peer_access.insert((copy.src_ordinal, ordinal)) {
-                    src_gpu.enable_peer_access(&dst_gpu).map_err(|e| e.to_string())?;
-                }
-                (ptr, dst_gpu, None)
+        let (event, mapping) = match copy.ends {
+            CopyEnds::DeviceToDevice { src_ptr, src_ordinal, target } => {
+                let src_gpu = slot(&mut state, src_ordinal)?.gpu.clone();
+                let (dst_ptr, dst_gpu, mapping) = match target {
+                    DeviceTarget::SameProcess { ptr, ordinal } => {
+                        let dst_gpu = slot(&mut state, ordinal)?.gpu.clone();
+                        if ordinal != src_ordinal && state.peer_access.insert((src_ordinal, ordinal)) {
+                            src_gpu.enable_peer_access(&dst_gpu).map_err(|e| e.to_string())?;
+                        }
+                        (ptr, dst_gpu, None)
+                    }
+                    DeviceTarget::SameHost { dst, offset } => {
+                        let (ptr, mapping) = mapped(&mut state, &src_gpu, &dst, offset, src_ordinal)?;
+                        (ptr, src_gpu.clone(), Some(mapping))
+                    }
+                };
+                let (gpu, stream) = next_stream(&mut state, src_ordinal)?;
+                copy_peer_async(DevicePtr(dst_ptr), &dst_gpu, DevicePtr(src_ptr), &src_gpu, len, stream)
+                    .map_err(|e| format!("device copy: {e}"))?;
+                (record(&gpu, stream)?, mapping)
             }
-            DeviceTarget::SameHost { dst, offset } => {
-                let mapping = mapping(&mut state, &src_gpu, &dst, copy.src_ordinal)?;
-                let info = dst.device.ok_or("the destination descriptor is not of device memory")?;
-                let base = mapping.ptr().0 + info.alloc_offset;
-                (base + offset, src_gpu.clone(), Some(mapping))
+            CopyEnds::HostToDevice { src_addr, target } => {
+                let (dst_ptr, on, mapping) = match target {
+                    DeviceTarget::SameProcess { ptr, ordinal } => (ptr, ordinal, None),
+                    DeviceTarget::SameHost { dst, offset } => {
+                        // Any of our GPUs can reach the mapping; the one with the peer's ordinal
+                        // if we see it (usually the GPU itself), else GPU 0.
+                        let wanted = dst.device.map_or(0, |info| info.ordinal);
+                        let on = if slot(&mut state, wanted).is_ok() { wanted } else { 0 };
+                        let gpu = slot(&mut state, on)?.gpu.clone();
+                        let (ptr, mapping) = mapped(&mut state, &gpu, &dst, offset, on)?;
+                        (ptr, on, Some(mapping))
+                    }
+                };
+                let (gpu, stream) = next_stream(&mut state, on)?;
+                // Safety: `src_addr..+len` is a registered host region of this process, checked
+                // against the region by the caller and kept alive by `copy.keep` (held by the
+                // poller until the event after this copy completed).
+                #[allow(unsafe_code)]
+                unsafe {
+                    accord_cuda::copy_host_to_device_async(DevicePtr(dst_ptr), src_addr as *const u8, len, stream)
+                }
+                .map_err(|e| format!("host to device copy: {e}"))?;
+                (record(&gpu, stream)?, mapping)
+            }
+            CopyEnds::DeviceToHost { src_ptr, src_ordinal, dst_addr } => {
+                let (gpu, stream) = next_stream(&mut state, src_ordinal)?;
+                // Safety: `dst_addr..+len` is a registered host region of this process, checked
+                // by the caller under the region table's lock and kept alive by `copy.keep` until
+                // the copy completed; the engine places nothing else there for this write.
+                #[allow(unsafe_code)]
+                unsafe { accord_cuda::copy_device_to_host_async(dst_addr as *mut u8, DevicePtr(src_ptr), len, stream) }
+                    .map_err(|e| format!("device to host copy: {e}"))?;
+                (record(&gpu, stream)?, None)
             }
         };
-        let gpu_slot = slot(&mut state, copy.src_ordinal)?;
-        let stream = &gpu_slot.streams[gpu_slot.next % gpu_slot.streams.len()];
-        gpu_slot.next = gpu_slot.next.wrapping_add(1);
-        let len = usize::try_from(copy.len).map_err(|_| "length does not fit this machine")?;
-        copy_peer_async(DevicePtr(dst_ptr), &dst_gpu, DevicePtr(copy.src_ptr), &src_gpu, len, stream)
-            .map_err(|e| format!("device copy: {e}"))?;
-        let event = Event::new(&src_gpu, EventKind::SyncOnly).map_err(|e| e.to_string())?;
-        event.record(stream).map_err(|e| e.to_string())?;
         drop(state);
         let job = InFlight { event, transfer, after, keep: copy.keep, mapping };
         self.inflight.send(job).map_err(|_| "the device poller thread has exited".to_string())
     }
+}
+
+/// The next engine-owned stream of GPU `ordinal` (round robin) and the GPU.
+fn next_stream(state: &mut RouteState, ordinal: u32) -> Result<(Gpu, &Stream), String> {
+    let gpu_slot = slot(state, ordinal)?;
+    let index = gpu_slot.next % gpu_slot.streams.len();
+    gpu_slot.next = gpu_slot.next.wrapping_add(1);
+    Ok((gpu_slot.gpu.clone(), &gpu_slot.streams[index]))
+}
+
+/// An event recorded after what was just queued on `stream`.
+fn record(gpu: &Gpu, stream: &Stream) -> Result<Event, String> {
+    let event = Event::new(gpu, EventKind::SyncOnly).map_err(|e| e.to_string())?;
+    event.record(stream).map_err(|e| e.to_string())?;
+    Ok(event)
+}
+
+/// The device address of byte `offset` of a same-host peer's region, through its cached mapping
+/// on `gpu` (ordinal `on`).
+fn mapped(
+    state: &mut RouteState,
+    gpu: &Gpu,
+    dst: &MrDescriptor,
+    offset: u64,
+    on: u32,
+) -> Result<(u64, Arc<IpcMapping>), String> {
+    let mapping = mapping(state, gpu, dst, on)?;
+    let info = dst.device.ok_or("the destination descriptor is not of device memory")?;
+    Ok((mapping.ptr().0 + info.alloc_offset + offset, mapping))
 }
 
 fn slot(state: &mut RouteState, ordinal: u32) -> Result<&mut GpuSlot, String> {

@@ -16,7 +16,7 @@ fn engine() -> Engine {
     Engine::builder().ignore_env().build().expect("engine builds")
 }
 
-fn device_descriptor() -> MrDescriptor {
+pub(crate) fn device_descriptor() -> MrDescriptor {
     let handle = accord_cuda::IpcHandle::from_parts([7u8; 64], 1 << 20, 42);
     MrDescriptor {
         engine: crate::EngineId(9),
@@ -75,7 +75,10 @@ fn device_writes_to_unsupported_places_are_refused_clearly() {
     let h = src.handle();
     let op = WriteOp { src: &h, src_offset: 0, dst: &remote, dst_offset: 0, len: 64, imm: None };
     let err = a.write(&op).unwrap_err();
-    assert!(matches!(err, SubmitError::Invalid(ref m) if m.contains("not implemented")), "{err}");
+    assert!(
+        matches!(err, SubmitError::Invalid(ref m) if m.contains("refused") && m.contains("UnknownRegion")),
+        "{err}"
+    );
 }
 
 /// Device buffers of `len` bytes on GPUs `from` and `to`, registered with two same-process
@@ -118,8 +121,9 @@ fn same_process_write(from: usize, to: usize) {
     let bad = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 1, len: len as u64, imm: None };
     assert!(matches!(a.write(&bad), Err(SubmitError::DestinationOutOfBounds { .. })));
     let host = b.alloc(4096).unwrap();
-    let into_host = WriteOp { src: &h, src_offset: 0, dst: &host.descriptor(), dst_offset: 0, len: 64, imm: None };
-    assert!(matches!(a.write(&into_host), Err(SubmitError::Invalid(_))), "device to host is refused");
+    let into_host = WriteOp { src: &h, src_offset: 4096, dst: &host.descriptor(), dst_offset: 0, len: 64, imm: None };
+    a.write(&into_host).unwrap().wait_timeout(Duration::from_secs(20)).unwrap();
+    assert_eq!(&host.to_vec()[..64], &pattern[4096..4096 + 64], "device to a host region in this process");
 }
 
 #[test]
@@ -132,4 +136,177 @@ fn same_process_device_write_between_two_gpus() {
 fn same_process_device_write_within_one_gpu() {
     accord_cuda::require_gpu!(1);
     same_process_write(0, 0);
+}
+
+/// A device buffer on GPU `ordinal` filled with `pattern`, registered with `engine`; the buffer
+/// must outlive every transfer using the handle.
+fn device_region(engine: &Engine, ordinal: usize, pattern: &[u8]) -> (DeviceBuffer, crate::MrHandle, MrDescriptor) {
+    let gpu = Gpu::open(ordinal).unwrap();
+    let stream = Stream::new(&gpu).unwrap();
+    let mut buffer = DeviceBuffer::alloc(&gpu, pattern.len()).unwrap();
+    buffer.copy_from_host(0, pattern, &stream).unwrap();
+    // Safety: callers keep the buffer alive until every transfer using it completed.
+    #[allow(unsafe_code)]
+    let (h, d) = unsafe {
+        engine.register_raw(
+            buffer.ptr().0 as *mut u8,
+            pattern.len(),
+            MemoryKind::CudaDevice { ordinal: ordinal as u32 },
+        )
+    }
+    .unwrap();
+    (buffer, h, d)
+}
+
+fn read_device(buffer: &DeviceBuffer) -> Vec<u8> {
+    let stream = Stream::new(buffer.gpu()).unwrap();
+    let mut host = vec![0u8; buffer.len_bytes()];
+    buffer.copy_to_host(0, &mut host, &stream).unwrap();
+    host
+}
+
+fn bytes(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 11) as u8).collect()
+}
+
+#[test]
+fn same_process_host_to_device_and_device_to_host() {
+    accord_cuda::require_gpu!(1);
+    let ordinal = accord_cuda::probe().device_count.min(2) - 1;
+    let (a, b) = (engine(), engine());
+    let len = (3 << 20) + 777;
+    let host_src = a.alloc(len).unwrap();
+    host_src.write_at(0, &bytes(len, 1)).unwrap();
+    let (dev, dev_h, dev_d) = device_region(&b, ordinal, &vec![0u8; len]);
+    // Host -> device, into b's device region.
+    let hs = host_src.handle();
+    let op = WriteOp { src: &hs, src_offset: 5, dst: &dev_d, dst_offset: 64, len: len as u64 - 64, imm: Some(31) };
+    a.write(&op).unwrap().wait_timeout(Duration::from_secs(20)).unwrap();
+    assert_eq!(b.imm_counter(31).wait(1, Duration::from_secs(10)), 1);
+    let got = read_device(&dev);
+    assert!(got[..64].iter().all(|&x| x == 0));
+    assert_eq!(&got[64..], &bytes(len, 1)[5..len - 59]);
+    // Device -> host, from b's device region into a host region of a.
+    let host_dst = a.alloc(len).unwrap();
+    let hd = host_dst.descriptor();
+    let op = WriteOp { src: &dev_h, src_offset: 64, dst: &hd, dst_offset: 1, len: len as u64 - 64, imm: Some(32) };
+    b.write(&op).unwrap().wait_timeout(Duration::from_secs(20)).unwrap();
+    assert_eq!(a.imm_counter(32).wait(1, Duration::from_secs(10)), 1);
+    let back = host_dst.to_vec();
+    assert_eq!(back[0], 0);
+    assert_eq!(&back[1..len - 63], &got[64..]);
+    assert!(back[len - 63..].iter().all(|&x| x == 0));
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!((b.imm_counter(31).value(), a.imm_counter(32).value()), (1, 1), "each immediate once");
+}
+
+/// Engines that stage device bytes for same-process peers over loopback, with small slots.
+fn staging_engine(idle_timeout: Duration) -> Engine {
+    let config = crate::EngineConfig {
+        device_ipc: false,
+        device_staging_chunk_bytes: 256 << 10,
+        device_staging_chunks: 4,
+        ..Default::default()
+    };
+    Engine::builder().ignore_env().config(config).force_network(true).idle_timeout(idle_timeout).build().unwrap()
+}
+
+#[test]
+fn staged_device_to_host_over_the_transport() {
+    accord_cuda::require_gpu!(1);
+    let (a, b) = (staging_engine(Duration::from_secs(5)), staging_engine(Duration::from_secs(5)));
+    a.add_peer(&b.address()).unwrap();
+    let len = (8 << 20) + 12345;
+    let pattern = bytes(len, 7);
+    let (_dev, h, _) = device_region(&a, 0, &pattern);
+    let dst = b.alloc(len).unwrap();
+    let d = dst.descriptor();
+    let op = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 0, len: len as u64, imm: Some(41) };
+    let second = WriteOp { src: &h, src_offset: 100, dst: &d, dst_offset: 100, len: 1000, imm: Some(41) };
+    let (t1, t2) = (a.write(&op).unwrap(), a.write(&second).unwrap());
+    t1.wait_timeout(Duration::from_secs(30)).unwrap();
+    t2.wait_timeout(Duration::from_secs(30)).unwrap();
+    assert_eq!(b.imm_counter(41).wait(2, Duration::from_secs(10)), 2);
+    assert_eq!(dst.to_vec(), pattern, "every staged byte landed");
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(b.imm_counter(41).value(), 2, "one immediate per write");
+    // A refused destination is a transfer error, nothing counted.
+    let mut bad = d;
+    bad.key ^= 1;
+    let op = WriteOp { src: &h, src_offset: 0, dst: &bad, dst_offset: 0, len: 1 << 20, imm: Some(42) };
+    let got = a.write(&op).unwrap().wait_timeout(Duration::from_secs(30));
+    assert_eq!(got, Err(crate::TransferError::Rejected(RejectReason::BadKey)));
+    assert_eq!(b.imm_counter(42).value(), 0);
+}
+
+#[test]
+fn landed_writes_into_device_regions_over_the_transport() {
+    accord_cuda::require_gpu!(1);
+    let to = accord_cuda::probe().device_count.min(2) - 1;
+    let (a, b) = (staging_engine(Duration::from_secs(5)), staging_engine(Duration::from_secs(5)));
+    a.add_peer(&b.address()).unwrap();
+    b.add_peer(&a.address()).unwrap(); // the receiver answers the rendezvous of known peers only
+    let len = (4 << 20) + 4321;
+    let pattern = bytes(len, 9);
+    let (_src_dev, h, _) = device_region(&a, 0, &pattern);
+    let host_src = a.alloc(len).unwrap();
+    host_src.write_at(0, &bytes(len, 4)).unwrap();
+    let (dst_dev, _, dev_d) = device_region(&b, to, &vec![0u8; 2 * len + 64]);
+    // Device -> device (staged here, landed there) and host -> device (landed there) at once.
+    let from_dev = WriteOp { src: &h, src_offset: 0, dst: &dev_d, dst_offset: 0, len: len as u64, imm: Some(51) };
+    let hs = host_src.handle();
+    let from_host = WriteOp {
+        src: &hs,
+        src_offset: 3,
+        dst: &dev_d,
+        dst_offset: len as u64 + 32,
+        len: len as u64 - 3,
+        imm: Some(51),
+    };
+    let (t1, t2) = (a.write(&from_dev).unwrap(), a.write(&from_host).unwrap());
+    t1.wait_timeout(Duration::from_secs(30)).unwrap();
+    t2.wait_timeout(Duration::from_secs(30)).unwrap();
+    assert_eq!(b.imm_counter(51).wait(2, Duration::from_secs(10)), 2);
+    let got = read_device(&dst_dev);
+    assert_eq!(&got[..len], &pattern[..], "device source landed");
+    assert!(got[len..len + 32].iter().all(|&x| x == 0));
+    assert_eq!(&got[len + 32..2 * len + 29], &bytes(len, 4)[3..], "host source landed");
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(b.imm_counter(51).value(), 2, "one immediate per write");
+    assert!(b.landing_stats().chunks_landed >= (2 * len as u64).div_ceil(256 << 10));
+    // A refused device destination: a transfer error, nothing counted.
+    let mut bad = dev_d;
+    bad.key ^= 1;
+    let op = WriteOp { src: &h, src_offset: 0, dst: &bad, dst_offset: 0, len: 1 << 20, imm: Some(52) };
+    let got = a.write(&op).unwrap().wait_timeout(Duration::from_secs(30));
+    assert_eq!(got, Err(crate::TransferError::Rejected(RejectReason::BadKey)));
+    assert_eq!(b.imm_counter(52).value(), 0);
+}
+
+#[test]
+fn staged_write_to_a_peer_that_exits_fails_without_a_crash() {
+    accord_cuda::require_gpu!(1);
+    let a = staging_engine(Duration::from_millis(500));
+    let b = staging_engine(Duration::from_secs(5));
+    a.add_peer(&b.address()).unwrap();
+    let len = 256 << 20;
+    let (_dev, h, _) = device_region(&a, 0, &bytes(len, 3));
+    let dst = b.alloc(len).unwrap();
+    let d = dst.descriptor();
+    let warm = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 0, len: 4096, imm: None };
+    a.write(&warm).unwrap().wait_timeout(Duration::from_secs(20)).unwrap();
+    let op = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 0, len: len as u64, imm: Some(5) };
+    let t = a.write(&op).unwrap();
+    drop(b);
+    drop(dst);
+    let got = t.wait_timeout(Duration::from_secs(60));
+    assert!(got.is_err() && got != Err(crate::TransferError::Timeout), "{got:?}");
+    // The engine and its pool recover: another peer is served.
+    let c = staging_engine(Duration::from_secs(5));
+    a.add_peer(&c.address()).unwrap();
+    let dst = c.alloc(1 << 20).unwrap();
+    let d = dst.descriptor();
+    let op = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 0, len: 1 << 20, imm: Some(6) };
+    a.write(&op).unwrap().wait_timeout(Duration::from_secs(30)).unwrap();
+    assert_eq!(dst.to_vec(), bytes(len, 3)[..1 << 20]);
 }

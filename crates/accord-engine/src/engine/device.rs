@@ -1,25 +1,65 @@
 //! Device writes: validation and routing of writes whose source or destination is device memory
-//! (see [`crate::device`] for the copy itself).
+//! (the copies live in [`crate::device`], staging in [`crate::device::staging`]).
 //!
-//! Routes: a destination in this process is written with a copy between the two regions'
-//! device addresses (peer access enabled once per GPU pair); a destination on this host is
-//! opened from its descriptor's CUDA IPC handle (mapping cached per peer region). Not done
-//! yet, each refused with [`SubmitError::Invalid`] saying so: device memory to a peer on
-//! another host (it needs staging through pinned host memory on the network path), and writes
-//! between host and device memory.
+//! Routes done (source -> destination, by where the destination region lives):
+//! - device -> device, this process: one copy-engine copy between the two device addresses
+//!   (peer access enabled once per GPU pair).
+//! - device -> device, this host: a copy into the peer's region opened from its descriptor's
+//!   CUDA IPC handle (mapping cached per peer region).
+//! - host -> device, this process: `cuMemcpyHtoDAsync` from the registered host region.
+//! - host -> device, this host: the same into the peer region's cached IPC mapping.
+//! - device -> host, this process: `cuMemcpyDtoHAsync` into the peer's host region.
+//! - device -> host, another process (this host or another one): staged; chunks are copied
+//!   into pinned slots of a bounded pool and each sent as an ordinary host write, copies
+//!   overlapping sends (`ACCORD_DEVICE_STAGING_*`).
+//! - host or device -> device, another process the copy engine cannot reach (another host, or
+//!   this host with `ACCORD_DEVICE_IPC=0`): the landing rendezvous ([`super::landing`]). Per
+//!   chunk the writer asks over control messages (64-byte writes into the peer's control
+//!   region, handed by the receiving worker to the landing thread instead of being placed, so
+//!   they never meet user sends or immediates); the receiver checks region, key and bounds (a
+//!   refusal is `TransferError::Rejected` at the writer), grants a slot of its bounded pinned
+//!   landing pool, the writer writes the chunk there (a device source is first staged through
+//!   its own pool as above), the receiver copies it host-to-device, frees the slot and says
+//!   done. Both engines must know each other (`add_peer`): replies go to known peers only.
+//!   Chunks are the writer's `ACCORD_DEVICE_STAGING_CHUNK_BYTES`; a receiver with smaller slots
+//!   refuses them (`Rejected(MessageTooLarge)`), so give both sides the same value.
+//!
+//! Every route sends the immediate as a zero-byte write once every byte landed (for the landing
+//! route: once every chunk's host-to-device copy completed), so the receiver counts it exactly
+//! once, as on the host path.
+//!
+//! Refused with [`SubmitError::Invalid`] (not built yet): paged writes, scatters and sends from
+//! device memory.
+//!
+//! Known limits of the landing route: a duplicated `Ask` that arrives after its chunk was done
+//! is granted again and reclaimed after the timeout; a peer is noticed gone only by the
+//! transport failing or the timeout (`ACCORD_DEVICE_LANDING_TIMEOUT_MS`); one rendezvous round
+//! trip per chunk (asks of later chunks overlap earlier chunks' writes and copies).
+//!
+//! An engine with `force_network` treats same-process peers as other processes, so with
+//! `device_ipc` off one process exercises the staged route (tests do).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use accord_proto::{RegionId, RegionKey};
 
-use super::ops::{dispatch_part, PartSpec};
+use super::landing;
+use super::ops::{dispatch_part, write_kind, PartSpec};
 use super::shared::local_engine;
 use super::{Engine, WriteOp};
 use crate::address::{DeviceIpcBytes, DeviceRegionInfo};
 use crate::completion::{Transfer, TransferState};
-use crate::device::{DeviceCopy, DeviceRoute, DeviceTarget};
-use crate::error::{RegisterError, SubmitError};
+use crate::device::staging::driver::{FinishWrite, SendChunk, StagedJob, StagedSource, Stager};
+use crate::device::{AfterCopy, CopyEnds, DeviceCopy, DeviceRoute, DeviceTarget};
+use crate::error::{RegisterError, SubmitError, TransferError};
 use crate::memory::{MemoryOwner, Source};
+
+/// The local source of a device write.
+#[derive(Clone, Copy)]
+enum LocalSource {
+    Host { addr: usize },
+    Device { ptr: u64, ordinal: u32 },
+}
 
 impl Engine {
     /// The copy-engine route, opened on first use.
@@ -33,6 +73,11 @@ impl Engine {
             Some(Ok(route)) => route.mappings_opened(),
             _ => 0,
         }
+    }
+
+    /// Counters of the device-landing rendezvous (refused control messages, reclaimed slots).
+    pub fn landing_stats(&self) -> crate::LandingStats {
+        self.shared.landing.stats()
     }
 
     /// What a descriptor of a device region carries (registration of
@@ -52,59 +97,86 @@ impl Engine {
         })
     }
 
-    /// A write from or to device memory (bounds of the destination already checked; called when
-    /// the destination or the local source region is device memory).
-    pub(super) fn write_device(&self, op: &WriteOp<'_>) -> Result<Transfer, SubmitError> {
+    /// The source range of a write from (or, for a device destination, possibly to) device
+    /// memory, checked, with what keeps it alive.
+    fn device_write_source(&self, op: &WriteOp<'_>) -> Result<(LocalSource, Option<MemoryOwner>), SubmitError> {
         if op.src.engine != self.id() {
             return Err(SubmitError::UnknownSource);
         }
-        let (src_ptr, src_ordinal, keep): (u64, u32, Option<MemoryOwner>) = {
-            let regions = self.shared.regions.read().unwrap();
-            let region = regions.get(op.src.region).ok_or(SubmitError::UnknownSource)?;
-            match op.src_offset.checked_add(op.len) {
-                Some(end) if end <= region.len => {}
-                _ => {
-                    return Err(SubmitError::SourceOutOfBounds {
-                        offset: op.src_offset,
-                        len: op.len,
-                        region_len: region.len,
-                    })
-                }
+        let regions = self.shared.regions.read().unwrap();
+        let region = regions.get(op.src.region).ok_or(SubmitError::UnknownSource)?;
+        match op.src_offset.checked_add(op.len) {
+            Some(end) if end <= region.len => {}
+            _ => {
+                return Err(SubmitError::SourceOutOfBounds {
+                    offset: op.src_offset,
+                    len: op.len,
+                    region_len: region.len,
+                })
             }
-            let ordinal = region.device.ok_or_else(|| {
-                SubmitError::Invalid(
-                    "host memory into a device region is not implemented yet: register the source as device memory"
-                        .into(),
-                )
-            })?;
-            (region.base as u64 + op.src_offset, ordinal, region.keep.clone())
-        };
-        if op.dst.device.is_none() {
-            return Err(SubmitError::Invalid(
-                "device memory into a host region is not implemented yet: write into a device region".into(),
-            ));
         }
+        let source = match region.device {
+            Some(ordinal) => LocalSource::Device { ptr: region.base as u64 + op.src_offset, ordinal },
+            None => LocalSource::Host { addr: region.base + op.src_offset as usize },
+        };
+        Ok((source, region.keep.clone()))
+    }
+
+    /// A write from or to device memory (bounds of the destination already checked; called when
+    /// the destination or the local source region is device memory).
+    pub(super) fn write_device(&self, op: &WriteOp<'_>) -> Result<Transfer, SubmitError> {
+        let (src, src_keep) = self.device_write_source(op)?;
+        let mut keep: Vec<MemoryOwner> = src_keep.into_iter().collect();
         let peer = op.dst.engine;
-        let local = if peer == self.id() { Some(self.shared.clone()) } else { local_engine(peer) };
-        let target = match local {
+        let local = match () {
+            _ if self.shared.config.force_network => None,
+            _ if peer == self.id() => Some(self.shared.clone()),
+            _ => local_engine(peer),
+        };
+        let not_host_to_host = || SubmitError::Invalid("host to host writes do not take the device route".into());
+        let ends = match local {
             Some(peer_shared) => {
                 let regions = peer_shared.regions.read().unwrap();
-                let (ptr, ordinal) = regions
-                    .check_device_write(RegionId(op.dst.region), RegionKey(op.dst.key), op.dst_offset, op.len)
-                    .map_err(|reason| SubmitError::Invalid(format!("the destination refused the write: {reason:?}")))?;
-                DeviceTarget::SameProcess { ptr, ordinal }
+                let refused = |reason| SubmitError::Invalid(format!("the destination refused the write: {reason:?}"));
+                let (id, key) = (RegionId(op.dst.region), RegionKey(op.dst.key));
+                if op.dst.device.is_some() {
+                    let (ptr, ordinal) = regions.check_device_write(id, key, op.dst_offset, op.len).map_err(refused)?;
+                    let target = DeviceTarget::SameProcess { ptr, ordinal };
+                    match src {
+                        LocalSource::Device { ptr, ordinal } => {
+                            CopyEnds::DeviceToDevice { src_ptr: ptr, src_ordinal: ordinal, target }
+                        }
+                        LocalSource::Host { addr } => CopyEnds::HostToDevice { src_addr: addr, target },
+                    }
+                } else {
+                    let LocalSource::Device { ptr, ordinal } = src else { return Err(not_host_to_host()) };
+                    let (dst_addr, dst_keep) =
+                        regions.check_host_write(id, key, op.dst_offset, op.len).map_err(refused)?;
+                    keep.extend(dst_keep);
+                    CopyEnds::DeviceToHost { src_ptr: ptr, src_ordinal: ordinal, dst_addr }
+                }
             }
             None => {
                 let address =
                     self.shared.peers.read().unwrap().get(&peer).cloned().ok_or(SubmitError::UnknownPeer(peer.0))?;
-                if address.host != self.address.host {
-                    return Err(SubmitError::Invalid(format!(
-                        "device memory to a peer on another host ({}) is not implemented yet: it needs staging \
-                         through pinned host memory on the network path; stage it in host memory yourself",
-                        address.host
-                    )));
+                let same_host = address.host == self.address.host;
+                let through_ipc = same_host && self.shared.config.device_ipc;
+                match (src, op.dst.device.is_some()) {
+                    (LocalSource::Device { ptr, ordinal }, false) => {
+                        return self.write_staged(op, StagedSource { ptr, ordinal, _keep: keep })
+                    }
+                    (LocalSource::Host { .. }, false) => return Err(not_host_to_host()),
+                    (_, true) if !through_ipc => return self.write_landed(op, src, keep),
+                    (LocalSource::Device { ptr, ordinal }, true) => CopyEnds::DeviceToDevice {
+                        src_ptr: ptr,
+                        src_ordinal: ordinal,
+                        target: DeviceTarget::SameHost { dst: *op.dst, offset: op.dst_offset },
+                    },
+                    (LocalSource::Host { addr }, true) => CopyEnds::HostToDevice {
+                        src_addr: addr,
+                        target: DeviceTarget::SameHost { dst: *op.dst, offset: op.dst_offset },
+                    },
                 }
-                DeviceTarget::SameHost { dst: *op.dst, offset: op.dst_offset }
             }
         };
         let route = self.device_route().map_err(SubmitError::Invalid)?;
@@ -112,18 +184,162 @@ impl Engine {
         // The immediate is counted at the receiver only after the copy completed: the poller
         // sends it as a zero-byte write over the ordinary route (memcpy route in this process,
         // the transport across processes), and that write is the transfer's one part.
-        let after: Option<crate::device::AfterCopy> = op.imm.map(|imm| {
-            let spec = PartSpec {
-                peer,
-                kind: super::ops::write_kind(op.dst, op.dst_offset, Some(imm)),
-                source: Source::Bytes(Arc::from(&[][..])),
-                lane: None,
-            };
+        let after: Option<AfterCopy> = op.imm.map(|imm| {
+            let spec = imm_part(op, imm);
             let shared = self.shared.clone();
-            Box::new(move |st: Arc<TransferState>| dispatch_part(&shared, spec, st)) as crate::device::AfterCopy
+            Box::new(move |st: Arc<TransferState>| dispatch_part(&shared, spec, st)) as AfterCopy
         });
-        let copy = DeviceCopy { src_ptr, src_ordinal, len: op.len, target, keep };
+        let copy = DeviceCopy { ends, len: op.len, keep };
         route.copy(copy, state.clone(), after).map_err(SubmitError::Invalid)?;
         Ok(Transfer { state })
+    }
+
+    /// Device memory to a host region of another process: staged through pinned slots, each
+    /// chunk an ordinary host write; the immediate once every chunk was delivered.
+    fn write_staged(&self, op: &WriteOp<'_>, source: StagedSource) -> Result<Transfer, SubmitError> {
+        let peer = op.dst.engine;
+        self.check_peer(peer)?;
+        let stager = self.stager(source.ordinal)?;
+        let state = TransferState::new(1, self.shared.jobs.clone());
+        let (dst, dst_offset) = (*op.dst, op.dst_offset);
+        let shared = self.shared.clone();
+        let send: SendChunk = Box::new(move |offset, source| {
+            let chunk = TransferState::new(1, shared.jobs.clone());
+            let kind = write_kind(&dst, dst_offset + offset, None);
+            dispatch_part(&shared, PartSpec { peer, kind, source, lane: None }, chunk.clone());
+            Transfer { state: chunk }
+        });
+        let (shared, user, imm) = (self.shared.clone(), state.clone(), op.imm.map(|imm| imm_part(op, imm)));
+        let finish: FinishWrite = Box::new(move |result| match (result, imm) {
+            (Ok(()), Some(spec)) => dispatch_part(&shared, spec, user),
+            (result, _) => user.part_done(result),
+        });
+        stager.submit(StagedJob { source, len: op.len, send, finish }).map_err(SubmitError::Invalid)?;
+        Ok(Transfer { state })
+    }
+
+    /// Host or device memory into a device region the copy engine cannot reach (another host,
+    /// or this host with `device_ipc` off): chunk by chunk through the receiver's landing slots
+    /// ([`super::landing`]); a device source is staged through this engine's pinned slots
+    /// first. The immediate goes once every chunk reached device memory.
+    fn write_landed(
+        &self,
+        op: &WriteOp<'_>,
+        src: LocalSource,
+        keep: Vec<MemoryOwner>,
+    ) -> Result<Transfer, SubmitError> {
+        let peer = op.dst.engine;
+        self.check_peer(peer)?;
+        let state = TransferState::new(1, self.shared.jobs.clone());
+        let (dst, dst_offset) = (*op.dst, op.dst_offset);
+        let (shared, user, imm) = (self.shared.clone(), state.clone(), op.imm.map(|imm| imm_part(op, imm)));
+        let finish: FinishWrite = Box::new(move |result| match (result, imm) {
+            (Ok(()), Some(spec)) => dispatch_part(&shared, spec, user),
+            (result, _) => user.part_done(result),
+        });
+        match src {
+            LocalSource::Device { ptr, ordinal } => {
+                let stager = self.stager(ordinal)?;
+                let shared = self.shared.clone();
+                let send: SendChunk = Box::new(move |offset, source| {
+                    landing::land_chunk(&shared, peer, dst, dst_offset + offset, source)
+                });
+                let source = StagedSource { ptr, ordinal, _keep: keep };
+                stager.submit(StagedJob { source, len: op.len, send, finish }).map_err(SubmitError::Invalid)?;
+            }
+            LocalSource::Host { addr } => {
+                let chunk_bytes = self.shared.config.device_staging_chunk_bytes.max(1);
+                let count = op.len.div_ceil(chunk_bytes);
+                if count == 0 {
+                    finish(Ok(()));
+                    return Ok(Transfer { state });
+                }
+                let tally = Arc::new(Mutex::new(ChunkTally { left: count, error: None, finish: Some(finish) }));
+                let owner = keep.into_iter().next();
+                for index in 0..count {
+                    let offset = index * chunk_bytes;
+                    let len = chunk_bytes.min(op.len - offset);
+                    let source = Source::Region { base: addr + offset as usize, len, _keep: owner.clone() };
+                    let chunk = landing::land_chunk(&self.shared, peer, dst, dst_offset + offset, source);
+                    let tally = tally.clone();
+                    chunk.on_complete(move |result| ChunkTally::ended(&tally, result));
+                }
+            }
+        }
+        Ok(Transfer { state })
+    }
+
+    /// The staging thread, started on first use with the pool the configuration asks for.
+    fn stager(&self, ordinal: u32) -> Result<&Stager, SubmitError> {
+        let config = &self.shared.config;
+        self.staging
+            .get_or_init(|| {
+                self.device_route()?;
+                crate::device::cuda_staging::start_cuda_stager(
+                    ordinal,
+                    config.device_staging_chunk_bytes,
+                    config.device_staging_chunks,
+                )
+            })
+            .as_ref()
+            .map_err(|e| SubmitError::Invalid(format!("device staging is unavailable: {e}")))
+    }
+
+    /// Registers host memory as if it were device memory of GPU `ordinal` (tests of the staged
+    /// route with a fake copier: the "device address" is the host address).
+    #[cfg(test)]
+    pub(crate) fn register_fake_device(
+        &self,
+        base: usize,
+        len: u64,
+        ordinal: u32,
+        keep: MemoryOwner,
+    ) -> crate::MrHandle {
+        let key = RegionKey(0x5eed);
+        let region = crate::memory::Region { base, len, key, keep: Some(keep), device: Some(ordinal) };
+        let id = self.shared.regions.write().unwrap().insert(region).expect("room for a region");
+        crate::MrHandle { engine: self.id(), region: id, len }
+    }
+
+    /// Installs a staging thread before first use (tests: a fake copier over host memory).
+    /// False if one was already started.
+    #[cfg(test)]
+    pub(crate) fn install_stager(&self, stager: Stager) -> bool {
+        self.staging.set(Ok(stager)).is_ok()
+    }
+}
+
+/// The chunks of a host-source landed write still out, the first failure, and what ends it.
+struct ChunkTally {
+    left: u64,
+    error: Option<TransferError>,
+    finish: Option<FinishWrite>,
+}
+
+impl ChunkTally {
+    fn ended(tally: &Mutex<ChunkTally>, result: Result<(), TransferError>) {
+        let mut t = tally.lock().unwrap();
+        t.left -= 1;
+        if let Err(e) = result {
+            t.error.get_or_insert(e);
+        }
+        if t.left > 0 {
+            return;
+        }
+        let (finish, error) = (t.finish.take(), t.error);
+        drop(t);
+        if let Some(finish) = finish {
+            finish(error.map_or(Ok(()), Err));
+        }
+    }
+}
+
+/// The zero-byte write that carries a device write's immediate.
+fn imm_part(op: &WriteOp<'_>, imm: u32) -> PartSpec {
+    PartSpec {
+        peer: op.dst.engine,
+        kind: write_kind(op.dst, op.dst_offset, Some(imm)),
+        source: Source::Bytes(Arc::from(&[][..])),
+        lane: None,
     }
 }

@@ -2,6 +2,7 @@
 //! Transfers (`write`, `write_paged`, `scatter`, `send`, `barrier`) live in `ops`.
 
 mod device;
+pub(crate) mod landing;
 mod ops;
 pub(crate) mod shared;
 
@@ -32,6 +33,18 @@ use std::time::Duration;
 
 fn random_u64() -> u64 {
     rand::rngs::OsRng.next_u64()
+}
+
+/// The control region: barrier immediates land there, and the landing rendezvous' messages,
+/// which workers hand to [`landing`] instead of placing (the memory only backs same-process
+/// writes, which skip the worker).
+fn control_region(key: RegionKey) -> Result<Region, BuildError> {
+    let memory = Arc::new(
+        Allocation::new(landing::wire::CONTROL_MESSAGE_BYTES).map_err(|e| BuildError::Invalid(e.to_string()))?,
+    );
+    let keep: crate::memory::MemoryOwner = memory.clone();
+    let len = landing::wire::CONTROL_MESSAGE_BYTES as u64;
+    Ok(Region { base: memory.base(), len, key, keep: Some(keep), device: None })
 }
 
 /// Builds an [`Engine`]; every setting has an `ACCORD_*` override (see
@@ -126,6 +139,8 @@ pub struct Engine {
     barrier_seen: Mutex<HashMap<u32, u64>>,
     /// The copy-engine route for device memory, opened on first use.
     device: std::sync::OnceLock<Result<Arc<crate::device::DeviceRoute>, String>>,
+    /// The staging thread and its pinned pool, started on the first staged device write.
+    staging: std::sync::OnceLock<Result<crate::device::staging::driver::Stager, String>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -231,9 +246,7 @@ impl Engine {
         }
         let mut table = RegionTable::default();
         let control_key = RegionKey(random_u64());
-        let control_id = table
-            .insert(Region { base: 0, len: 0, key: control_key, keep: None, device: None })
-            .map_err(|e| BuildError::Invalid(e.to_string()))?;
+        let control_id = table.insert(control_region(control_key)?).map_err(|e| BuildError::Invalid(e.to_string()))?;
         let control = MrDescriptor { engine: id, region: control_id.0, key: control_key.0, len: 0, device: None };
         let address = EngineAddress {
             id,
@@ -259,6 +272,7 @@ impl Engine {
             next_lane: AtomicUsize::new(0),
             tags: crate::tags::TagSource::new(random_u64()),
             seen_tags: Default::default(),
+            landing: landing::Landing::new(Box::new(crate::device::cuda_staging::open_cuda_landing)),
         });
         let completion_thread = std::thread::Builder::new()
             .name("accord-completion".into())
@@ -285,6 +299,7 @@ impl Engine {
             fault_controls,
             barrier_seen: Mutex::new(HashMap::new()),
             device: std::sync::OnceLock::new(),
+            staging: std::sync::OnceLock::new(),
         })
     }
 

@@ -149,7 +149,7 @@ impl Engine {
         Ok(Some(Source::from_region(region, offset, len)))
     }
 
-    fn check_peer(&self, peer: EngineId) -> Result<(), SubmitError> {
+    pub(super) fn check_peer(&self, peer: EngineId) -> Result<(), SubmitError> {
         let local = peer == self.id() || local_engine(peer).is_some();
         if (local && !self.shared.config.force_network) || self.shared.peers.read().unwrap().contains_key(&peer) {
             Ok(())

@@ -95,6 +95,8 @@ pub(crate) struct Shared {
     pub(crate) next_lane: AtomicUsize,
     pub(crate) tags: crate::tags::TagSource,
     pub(crate) seen_tags: crate::tags::SeenTags,
+    /// The landing rendezvous of device writes across hosts (`engine::landing`).
+    pub(crate) landing: super::landing::Landing,
 }
 
 impl Shared {

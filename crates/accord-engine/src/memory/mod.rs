@@ -34,7 +34,8 @@ pub enum MemoryKind {
     /// Ordinary host memory.
     Host,
     /// CUDA device memory (`cuMemAlloc`) of the GPU with this ordinal. Written by the copy
-    /// engine, never by the host: peers in this process or on this host only (see
+    /// engine, never by the host: as a destination, for peers in this process or on this host
+    /// only; as a source, also towards host regions anywhere (staged through pinned memory; see
     /// [`crate::Engine::write`]).
     CudaDevice {
         /// CUDA device ordinal.
@@ -186,6 +187,24 @@ impl RegionTable {
             (_, None) => Err(RejectReason::UnknownRegion),
             _ => Err(RejectReason::OutOfBounds),
         }
+    }
+
+    /// The check of a copy-engine write into a host region of this process (a device source in
+    /// this process): the host address of the first byte and what keeps the memory alive. The
+    /// caller holds the owner until the copy completed.
+    pub(crate) fn check_host_write(
+        &self,
+        id: RegionId,
+        key: RegionKey,
+        offset: u64,
+        len: u64,
+    ) -> Result<(usize, Option<MemoryOwner>), RejectReason> {
+        self.check_write(id, key, offset, len)?;
+        let region = self.map.get(&id).ok_or(RejectReason::UnknownRegion)?;
+        if region.device.is_some() {
+            return Err(REJECT_DEVICE_REGION);
+        }
+        Ok((region.base + offset as usize, region.keep.clone()))
     }
 
     /// Copies `bytes` into region `id` at `offset`. Returns false (copying nothing) if the

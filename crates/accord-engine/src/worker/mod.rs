@@ -477,6 +477,30 @@ impl Worker {
                 if let Some(p) = outcome.placement {
                     // A lent datagram is never segmented, so its one segment is the whole of it.
                     let placed = match (lent, p.target) {
+                        (lent, PlacementTarget::Region { region, offset })
+                            if region.0 == self.shared.control.region =>
+                        {
+                            // Control messages are a few dozen bytes, below the lending threshold;
+                            // a lent one (a peer's choice of framing) is copied out first.
+                            match lent {
+                                Some(l) => {
+                                    let mut copied = vec![0u8; p.payload.len()];
+                                    let whole = l.copy_to_slice(p.payload.start, &mut copied);
+                                    if whole {
+                                        crate::engine::landing::deliver_control(&self.shared, offset, &copied);
+                                    }
+                                    whole
+                                }
+                                None => {
+                                    crate::engine::landing::deliver_control(
+                                        &self.shared,
+                                        offset,
+                                        &seg[p.payload.clone()],
+                                    );
+                                    true
+                                }
+                            }
+                        }
                         (Some(l), PlacementTarget::Region { region, offset }) => {
                             regions.place_lent(region, offset, l, p.payload.start, p.payload.len())
                         }

@@ -1,0 +1,363 @@
+//! The landing rendezvous: writes into a device region of another process that the copy engine
+//! cannot reach (another host, or this host with `ACCORD_DEVICE_IPC=0`).
+//!
+//! Per chunk (at most one landing slot): the writer asks ([`wire::Body::Ask`]); the receiver
+//! checks region, key and bounds (a refusal reaches the writer as `TransferError::Rejected`),
+//! grants a slot of its own bounded pinned pool (each slot a host region of its own, its key
+//! sent in the grant only; a slot reclaimed from a quiet writer is registered again under a
+//! new id and key, so a late write is refused by the transport) or queues the ask; the writer writes the chunk into the slot as an ordinary host
+//! write and says `Landed` once acknowledged; the receiver copies the slot host-to-device,
+//! frees it (granting the next queued ask) and says `Done`. The writer sends the user's
+//! immediate as a zero-byte write into the device region only after every chunk was `Done`,
+//! so the receiver counts it once and after the last host-to-device copy.
+//!
+//! Control messages travel as 64-byte writes into the peer's control region; the receiving
+//! worker hands them here instead of placing them, so they never meet user sends or
+//! immediates. Malformed, stale or foreign ones are refused and counted
+//! ([`LandingStats`]), never acted on. Tables are bounded; a writer that stops answering has
+//! its slots reclaimed after `ACCORD_DEVICE_LANDING_TIMEOUT_MS`, a receiver that stops
+//! answering fails the writer's chunk with `PeerUnreachable` after the same time.
+//!
+//! One thread per engine runs both halves (started on first use); the host-to-device copies
+//! go through a [`LandingCopier`] (CUDA, or a host-memory fake in tests).
+
+mod receiver;
+pub(crate) mod wire;
+mod writer;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError, TrySendError};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use accord_proto::wire::RejectReason;
+use accord_proto::{RegionId, RegionKey};
+
+use super::ops::{dispatch_part, write_kind, PartSpec};
+use super::shared::Shared;
+use crate::address::{EngineId, MrDescriptor};
+use crate::completion::{Transfer, TransferState};
+use crate::device::staging::{SlotLease, SlotPool, StagingMemory};
+use crate::error::TransferError;
+use crate::memory::{MemoryOwner, Region, Source};
+use receiver::{InState, Incoming, Pool};
+use wire::{Body, Control};
+use writer::{OutState, Outgoing};
+
+/// Control messages queued for the landing thread; more are dropped and counted.
+pub const LANDING_CONTROL_QUEUE_MAX: usize = 4096;
+/// Chunk requests a writer has outstanding per engine; a further submission waits.
+pub const LANDING_REQUESTS_MAX: usize = 1024;
+/// Chunks a writer has asked for and not finished, per receiving peer; later chunks wait here
+/// (so a long queue at a busy receiver does not run into the timeout).
+pub const LANDING_ASKS_PER_PEER_MAX: usize = 64;
+/// Asks a receiver holds (queued, granted or copying) per engine; more are refused.
+pub const LANDING_ASKS_MAX: usize = 4096;
+/// Default of `ACCORD_DEVICE_LANDING_TIMEOUT_MS`.
+pub const LANDING_TIMEOUT_MS_DEFAULT: u64 = 10_000;
+const POLL_SLEEP: Duration = Duration::from_micros(20);
+/// How long the thread blocks for a message when it has nothing in progress.
+const IDLE_WAIT: Duration = Duration::from_millis(100);
+/// The offset of the wake-up a chunk submission queues behind its request (never a placement:
+/// those are checked against the 64-byte control region).
+const WAKE_OFFSET: u64 = u64::MAX;
+const POLLS_BEFORE_SLEEP: u32 = 1 << 12;
+
+/// Host-to-device copies out of landing slots.
+pub(crate) trait LandingCopier: Send {
+    /// Starts copying `len` bytes from host address `src` (a leased slot, valid until `poll`
+    /// said done or failed) to device address `dst` of GPU `ordinal`; returns a ticket.
+    fn start(&mut self, src: usize, dst: u64, ordinal: u32, len: usize) -> Result<u64, String>;
+    /// Whether the copy of `ticket` completed (forgotten once it said true or failed).
+    fn poll(&mut self, ticket: u64) -> Result<bool, String>;
+}
+
+/// A receiver's landing pool memory and its copier.
+pub(crate) type OpenedLanding = (Box<dyn StagingMemory>, Box<dyn LandingCopier>);
+/// Control messages as placed: (offset in the control region, bytes).
+type ControlRx = Receiver<(u64, Vec<u8>)>;
+
+/// Opens a receiver's landing pool (GPU of the first ask, slot bytes, slots) and copier.
+pub(crate) type LandingOpener =
+    Box<dyn Fn(u32, usize, usize) -> Result<(Box<dyn StagingMemory>, Box<dyn LandingCopier>), String> + Send + Sync>;
+
+/// Counters of the rendezvous (both halves).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LandingStats {
+    /// Control messages refused: malformed, from an unknown peer, stale or duplicate.
+    pub control_refused: u64,
+    /// Control messages dropped because the queue was full.
+    pub control_dropped: u64,
+    /// Asks refused (region, key, bounds, chunk too large, table full, no pool).
+    pub asks_refused: u64,
+    /// Chunks copied host-to-device here.
+    pub chunks_landed: u64,
+    /// Granted slots reclaimed because the writer went quiet.
+    pub slots_reclaimed: u64,
+}
+
+/// A writer's chunk: land `source` at `dst_offset` of device region `dst` of `peer`.
+pub(crate) struct ChunkRequest {
+    pub(crate) peer: EngineId,
+    pub(crate) dst: MrDescriptor,
+    pub(crate) dst_offset: u64,
+    pub(crate) source: Source,
+    pub(crate) done: Arc<TransferState>,
+}
+
+/// The engine's handle on its landing thread.
+pub(crate) struct Landing {
+    control_tx: SyncSender<(u64, Vec<u8>)>,
+    chunk_tx: SyncSender<ChunkRequest>,
+    ends: Mutex<Option<(ControlRx, Receiver<ChunkRequest>)>>,
+    opener: Mutex<Option<LandingOpener>>,
+    stats: Mutex<LandingStats>,
+    dropped: AtomicU64,
+}
+
+impl Landing {
+    pub(crate) fn new(opener: LandingOpener) -> Landing {
+        let (control_tx, control_rx) = sync_channel(LANDING_CONTROL_QUEUE_MAX);
+        let (chunk_tx, chunk_rx) = sync_channel(LANDING_REQUESTS_MAX);
+        Landing {
+            control_tx,
+            chunk_tx,
+            ends: Mutex::new(Some((control_rx, chunk_rx))),
+            opener: Mutex::new(Some(opener)),
+            stats: Mutex::new(LandingStats::default()),
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    /// Replaces how the receiver's pool and copier are opened (tests: a fake over host memory).
+    /// False once the thread has opened them.
+    #[cfg(test)]
+    pub(crate) fn set_opener(&self, opener: LandingOpener) -> bool {
+        let mut slot = self.opener.lock().unwrap();
+        slot.is_some().then(|| *slot = Some(opener)).is_some()
+    }
+
+    pub(crate) fn stats(&self) -> LandingStats {
+        let mut s = *self.stats.lock().unwrap();
+        s.control_dropped = self.dropped.load(Ordering::Relaxed);
+        s
+    }
+}
+
+/// The worker's hand-off: a placement into the control region (never placed).
+pub(crate) fn deliver_control(shared: &Arc<Shared>, offset: u64, payload: &[u8]) {
+    if payload.is_empty() {
+        return; // a barrier's zero-byte write: only its immediate counts
+    }
+    start(shared);
+    match shared.landing.control_tx.try_send((offset, payload.to_vec())) {
+        Ok(()) => {}
+        Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+            shared.landing.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Queues a writer's chunk (waits while [`LANDING_REQUESTS_MAX`] are queued).
+pub(crate) fn submit_chunk(shared: &Arc<Shared>, request: ChunkRequest) -> Result<(), String> {
+    start(shared);
+    shared.landing.chunk_tx.send(request).map_err(|_| "the landing thread has exited".to_string())?;
+    let _ = shared.landing.control_tx.try_send((WAKE_OFFSET, Vec::new())); // full: it is awake
+    Ok(())
+}
+
+fn start(shared: &Arc<Shared>) {
+    let Some((control_rx, chunk_rx)) = shared.landing.ends.lock().unwrap().take() else { return };
+    let weak = Arc::downgrade(shared);
+    let timeout = Duration::from_millis(shared.config.device_landing_timeout_ms);
+    let spawned = std::thread::Builder::new().name("accord-device-land".into()).spawn(move || {
+        LandingThread::new(weak, timeout).run(control_rx, chunk_rx);
+    });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "could not start the landing thread");
+    }
+}
+
+struct LandingThread {
+    shared: Weak<Shared>,
+    timeout: Duration,
+    next_req: u64,
+    outgoing: HashMap<u64, Outgoing>,
+    /// Chunk requests not asked yet (their peer has [`LANDING_ASKS_PER_PEER_MAX`] out).
+    waiting: VecDeque<ChunkRequest>,
+    asked_per_peer: HashMap<EngineId, usize>,
+    incoming: HashMap<(EngineId, u64), Incoming>,
+    queued: VecDeque<(EngineId, u64)>,
+    pool: Option<Result<Pool, String>>,
+    stats: LandingStats,
+}
+
+impl LandingThread {
+    fn new(shared: Weak<Shared>, timeout: Duration) -> LandingThread {
+        let mut seed = [0u8; 8];
+        rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut seed);
+        LandingThread {
+            shared,
+            timeout,
+            next_req: u64::from_le_bytes(seed) >> 1,
+            outgoing: HashMap::new(),
+            waiting: VecDeque::new(),
+            asked_per_peer: HashMap::new(),
+            incoming: HashMap::new(),
+            queued: VecDeque::new(),
+            pool: None,
+            stats: LandingStats::default(),
+        }
+    }
+
+    fn run(mut self, control_rx: ControlRx, chunk_rx: Receiver<ChunkRequest>) {
+        let mut idle: u32 = 0;
+        let mut parked: Option<(u64, Vec<u8>)> = None;
+        loop {
+            let Some(shared) = self.shared.upgrade() else { return };
+            let mut progress = false;
+            if let Some((offset, bytes)) = parked.take() {
+                progress = true;
+                self.on_control(&shared, offset, &bytes);
+            }
+            loop {
+                match control_rx.try_recv() {
+                    Ok((offset, bytes)) => {
+                        progress = true;
+                        self.on_control(&shared, offset, &bytes);
+                    }
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => return,
+                }
+            }
+            while self.outgoing.len() + self.waiting.len() < LANDING_REQUESTS_MAX {
+                match chunk_rx.try_recv() {
+                    Ok(request) => {
+                        progress = true;
+                        self.waiting.push_back(request);
+                    }
+                    Err(_) => break,
+                }
+            }
+            progress |= self.ask_waiting(&shared);
+            progress |= self.poll_writes(&shared);
+            progress |= self.poll_copies(&shared);
+            progress |= self.expire(&shared);
+            *shared.landing.stats.lock().unwrap() = self.stats;
+            drop(shared);
+            if progress {
+                idle = 0;
+            } else if self.outgoing.is_empty() && self.waiting.is_empty() && self.incoming.is_empty() {
+                // Nothing in progress: block until a control message or a submission's wake-up.
+                match control_rx.recv_timeout(IDLE_WAIT) {
+                    Ok(message) => parked = Some(message),
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+                }
+            } else {
+                idle = idle.saturating_add(1);
+                if idle < POLLS_BEFORE_SLEEP {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(POLL_SLEEP);
+                }
+            }
+        }
+    }
+
+    /// Sends a control message to `peer`'s control region (best effort: a lost one ends in the
+    /// other side's timeout).
+    fn send(&self, shared: &Arc<Shared>, peer: EngineId, req: u64, body: Body) -> bool {
+        let Some(control) = shared.peers.read().unwrap().get(&peer).map(|a| a.control) else { return false };
+        let bytes = Control { from: shared.id, req, body }.encode();
+        let spec = PartSpec {
+            peer,
+            kind: write_kind(&control, 0, None),
+            source: Source::Bytes(Arc::from(&bytes[..])),
+            lane: None,
+        };
+        dispatch_part(shared, spec, TransferState::new(1, shared.jobs.clone()));
+        true
+    }
+
+    fn on_control(&mut self, shared: &Arc<Shared>, offset: u64, bytes: &[u8]) {
+        if offset == WAKE_OFFSET && bytes.is_empty() {
+            return;
+        }
+        let message = match Control::decode(offset, bytes) {
+            Ok(m) if shared.peers.read().unwrap().contains_key(&m.from) => m,
+            Ok(_) | Err(_) => {
+                self.stats.control_refused += 1;
+                return;
+            }
+        };
+        let accepted = match message.body {
+            Body::Ask { region, key, offset, len } => self.on_ask(shared, message, region, key, offset, len),
+            Body::Landed => self.on_landed(message),
+            Body::Abandon => self.on_abandon(message),
+            Body::Grant { region, key, offset, len } => self.on_grant(shared, message, region, key, offset, len),
+            Body::Refuse { reason } => self.finish_out(message, Err(TransferError::Rejected(reason))),
+            Body::Done => self.finish_out(message, Ok(())),
+        };
+        if !accepted {
+            self.stats.control_refused += 1;
+        }
+    }
+
+    /// Fails writer requests whose peer went quiet and reclaims slots granted to quiet writers.
+    fn expire(&mut self, shared: &Arc<Shared>) -> bool {
+        let now = Instant::now();
+        let mut progress = false;
+        let quiet: Vec<u64> = self
+            .outgoing
+            .iter()
+            .filter(|(_, o)| !matches!(o.state, OutState::Writing(_)) && o.deadline <= now)
+            .map(|(r, _)| *r)
+            .collect();
+        for req in quiet {
+            if let Some(out) = self.remove_out(req) {
+                out.done.part_done(Err(TransferError::PeerUnreachable));
+                progress = true;
+            }
+        }
+        let quiet: Vec<(EngineId, u64)> = self
+            .incoming
+            .iter()
+            .filter(|(_, entry)| !matches!(entry.state, InState::Copying(..)) && entry.deadline <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &quiet {
+            let Some(entry) = self.incoming.remove(id) else { continue };
+            if let (InState::Granted(lease), Some(Ok(pool))) = (entry.state, self.pool.as_mut()) {
+                self.stats.slots_reclaimed += 1;
+                pool.reclaim(shared, lease);
+            }
+        }
+        if !quiet.is_empty() {
+            progress = true;
+            self.grant_queued(shared);
+        }
+        progress
+    }
+}
+
+/// A chunk request's transfer: completes when the receiver said `Done` (or it failed).
+pub(crate) fn land_chunk(
+    shared: &Arc<Shared>,
+    peer: EngineId,
+    dst: MrDescriptor,
+    dst_offset: u64,
+    source: Source,
+) -> Transfer {
+    let done = TransferState::new(1, shared.jobs.clone());
+    let request = ChunkRequest { peer, dst, dst_offset, source, done: done.clone() };
+    if let Err(e) = submit_chunk(shared, request) {
+        tracing::error!(error = %e, "landing unavailable");
+        done.part_done(Err(TransferError::ShutDown));
+    }
+    Transfer { state: done }
+}
+
+#[cfg(test)]
+mod tests;

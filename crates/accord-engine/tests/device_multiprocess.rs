@@ -1,0 +1,361 @@
+//! Device writes between two processes on one host (GPU tests; they print `skipped:` without a
+//! GPU). The test binary re-executes itself as the child (`device_mp_child`, selected by
+//! `ACCORD_DEVICE_MP_ROLE`), which registers a device region and a host region, prints its
+//! address and descriptors, and checks bytes and immediate counts when the parent asks.
+//!
+//! Routes covered: device -> device and host -> device through CUDA IPC, device -> host
+//! region staged through pinned memory over the transport, the same with `device_ipc` off
+//! (device destinations then land through the child's pinned landing slots), refused
+//! destinations, and a child killed in the middle of a staged or landed write.
+
+use accord_cuda::{DeviceBuffer, Gpu, Stream};
+use accord_engine::{Engine, EngineAddress, EngineConfig, MemoryKind, MrDescriptor, TransferError, WriteOp};
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader, Lines, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Duration;
+
+const ROLE_ENV: &str = "ACCORD_DEVICE_MP_ROLE";
+const ORDINAL_ENV: &str = "ACCORD_DEVICE_MP_ORDINAL";
+const HOST_BYTES_ENV: &str = "ACCORD_DEVICE_MP_HOST_BYTES";
+/// Child's stdout lines meant for the parent start with this (libtest prints its own lines).
+const MARK: &str = "@@ ";
+const DEVICE_BYTES: usize = 16 << 20;
+const WAIT: Duration = Duration::from_secs(60);
+
+#[derive(Serialize, Deserialize)]
+struct ChildHello {
+    address: EngineAddress,
+    device: MrDescriptor,
+    host: MrDescriptor,
+}
+
+fn bytes(seed: u64, len: usize) -> Vec<u8> {
+    (0..len).map(|i| ((i as u64).wrapping_mul(0x9E37_79B9).wrapping_add(seed * 77) >> 5) as u8).collect()
+}
+
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{MARK}{line}");
+    let _ = out.flush();
+}
+
+#[test]
+fn device_mp_child() {
+    if std::env::var(ROLE_ENV).is_err() {
+        return; // only as a child
+    }
+    if let Err(e) = child() {
+        say(&format!("bad: {e}"));
+    }
+}
+
+/// `check <device|host> <imm> <count> <dst_offset> <len> <seed> <src_offset>`: waits for the
+/// count, then compares the region's bytes with the pattern; `exit` ends.
+fn child() -> Result<(), String> {
+    let ordinal: usize = std::env::var(ORDINAL_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let host_bytes: usize = std::env::var(HOST_BYTES_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or(DEVICE_BYTES);
+    let engine = Engine::builder().ignore_env().build().map_err(|e| e.to_string())?;
+    let gpu = Gpu::open(ordinal).map_err(|e| e.to_string())?;
+    let stream = Stream::new(&gpu).map_err(|e| e.to_string())?;
+    let mut device = DeviceBuffer::alloc(&gpu, DEVICE_BYTES).map_err(|e| e.to_string())?;
+    device.memset_async(0, DEVICE_BYTES, 0, &stream).map_err(|e| e.to_string())?;
+    stream.synchronize().map_err(|e| e.to_string())?;
+    // Safety: the buffer lives until this function returns, after the last check.
+    #[allow(unsafe_code)]
+    let (_, device_d) = unsafe {
+        engine.register_raw(device.ptr().0 as *mut u8, DEVICE_BYTES, MemoryKind::CudaDevice { ordinal: ordinal as u32 })
+    }
+    .map_err(|e| e.to_string())?;
+    let host = engine.alloc(host_bytes).map_err(|e| e.to_string())?;
+    let hello = ChildHello { address: engine.address(), device: device_d, host: host.descriptor() };
+    say(&serde_json::to_string(&hello).map_err(|e| e.to_string())?);
+    let mut lines = std::io::stdin().lock().lines();
+    let peer = lines.next().ok_or("no parent address")?.map_err(|e| e.to_string())?;
+    engine.add_peer(&EngineAddress::parse(&peer).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+    for line in lines {
+        let line = line.map_err(|e| e.to_string())?;
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words.first() == Some(&"exit") {
+            return Ok(());
+        }
+        if let Some(address) = line.strip_prefix("peer ") {
+            // Another writer: the landing rendezvous answers only peers it knows.
+            let address = EngineAddress::parse(address).map_err(|e| e.to_string())?;
+            engine.add_peer(&address).map_err(|e| e.to_string())?;
+            say("ok");
+            continue;
+        }
+        let nums: Vec<u64> = words.iter().skip(2).filter_map(|w| w.parse().ok()).collect();
+        let [imm, count, dst_offset, len, seed, src_offset] = nums[..] else {
+            return Err(format!("bad command {line:?}"));
+        };
+        let got_count = engine.imm_counter(imm as u32).wait(count, WAIT);
+        let mut region = vec![0u8; len as usize];
+        if words.get(1) == Some(&"device") {
+            let mut all = vec![0u8; DEVICE_BYTES];
+            device.copy_to_host(0, &mut all, &stream).map_err(|e| e.to_string())?;
+            region.copy_from_slice(&all[dst_offset as usize..(dst_offset + len) as usize]);
+        } else {
+            host.read_at(dst_offset as usize, &mut region).map_err(|e| e.to_string())?;
+        }
+        let want = &bytes(seed, (src_offset + len) as usize)[src_offset as usize..];
+        std::thread::sleep(Duration::from_millis(20));
+        let final_count = engine.imm_counter(imm as u32).value();
+        if got_count == count && final_count == count && region == want {
+            say("ok");
+        } else {
+            say(&format!("bad: count {got_count} then {final_count} of {count}, bytes match {}", region == want));
+        }
+    }
+    Ok(())
+}
+
+/// What the child should find: `len` bytes at `dst_offset` of its `which` region equal to the
+/// pattern of `seed` from `src_offset`, after `count` writes with `imm`.
+struct Expect {
+    which: &'static str,
+    imm: u32,
+    count: u64,
+    dst_offset: u64,
+    len: u64,
+    seed: u64,
+    src_offset: u64,
+}
+
+struct ChildProc {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Lines<BufReader<ChildStdout>>,
+    hello: ChildHello,
+}
+
+impl ChildProc {
+    fn spawn(host_bytes: usize) -> ChildProc {
+        let ordinal = (accord_cuda::probe().device_count.max(1) - 1).min(1);
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "device_mp_child", "--nocapture", "--test-threads=1"])
+            .env(ROLE_ENV, "child")
+            .env(ORDINAL_ENV, ordinal.to_string())
+            .env(HOST_BYTES_ENV, host_bytes.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = next_marked(&mut lines);
+        let hello = serde_json::from_str(&line).unwrap_or_else(|e| panic!("child hello {line:?}: {e}"));
+        ChildProc { child, stdin, lines, hello }
+    }
+
+    fn next_line(&mut self) -> String {
+        next_marked(&mut self.lines)
+    }
+
+    fn introduce(&mut self, parent: &Engine) {
+        writeln!(self.stdin, "{}", parent.address().to_string_compact()).unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// Makes another engine of the parent a peer of the child (after `introduce`).
+    fn add_writer(&mut self, writer: &Engine) {
+        writeln!(self.stdin, "peer {}", writer.address().to_string_compact()).unwrap();
+        self.stdin.flush().unwrap();
+        assert_eq!(self.next_line(), "ok");
+    }
+
+    /// Asks the child to check a region range; panics on a bad verdict.
+    fn check(&mut self, e: Expect) {
+        let Expect { which, imm, count, dst_offset, len, seed, src_offset } = e;
+        writeln!(self.stdin, "check {which} {imm} {count} {dst_offset} {len} {seed} {src_offset}").unwrap();
+        self.stdin.flush().unwrap();
+        let verdict = self.next_line();
+        assert_eq!(verdict, "ok", "{which} imm {imm}: {verdict}");
+    }
+
+    fn finish(mut self) {
+        let _ = writeln!(self.stdin, "exit");
+        let _ = self.stdin.flush();
+        let _ = self.child.wait();
+    }
+}
+
+/// The child's next line meant for the parent.
+fn next_marked(lines: &mut Lines<BufReader<ChildStdout>>) -> String {
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if let Some(rest) = line.strip_prefix(MARK) {
+            return rest.to_string();
+        }
+    }
+    panic!("the child exited without answering");
+}
+
+fn parent(device_ipc: bool, idle_timeout: Duration) -> Engine {
+    let config = EngineConfig {
+        device_ipc,
+        device_staging_chunk_bytes: 1 << 20,
+        device_staging_chunks: 4,
+        ..Default::default()
+    };
+    Engine::builder().ignore_env().config(config).idle_timeout(idle_timeout).build().unwrap()
+}
+
+#[test]
+fn two_processes_every_device_route() {
+    accord_cuda::require_gpu!(1);
+    let mut c = ChildProc::spawn(DEVICE_BYTES);
+    let a = parent(true, Duration::from_secs(5));
+    a.add_peer(&c.hello.address).unwrap();
+    c.introduce(&a);
+    let gpu = Gpu::open(0).unwrap();
+    let stream = Stream::new(&gpu).unwrap();
+    let mut src = DeviceBuffer::alloc(&gpu, DEVICE_BYTES).unwrap();
+    src.copy_from_host(0, &bytes(1, DEVICE_BYTES), &stream).unwrap();
+    // Safety: `src` outlives every transfer (all waited for below).
+    #[allow(unsafe_code)]
+    let (dev_h, _) =
+        unsafe { a.register_raw(src.ptr().0 as *mut u8, DEVICE_BYTES, MemoryKind::CudaDevice { ordinal: 0 }) }.unwrap();
+    let host_src = a.alloc(DEVICE_BYTES).unwrap();
+    host_src.write_at(0, &bytes(2, DEVICE_BYTES)).unwrap();
+    let host_h = host_src.handle();
+    let (dev_d, host_d) = (c.hello.device, c.hello.host);
+    let quarter = (DEVICE_BYTES / 4) as u64;
+    let write = |src, src_offset, dst, dst_offset, len, imm| {
+        let op = WriteOp { src, src_offset, dst, dst_offset, len, imm: Some(imm) };
+        a.write(&op).unwrap().wait_timeout(WAIT)
+    };
+    // Device -> device through IPC.
+    write(&dev_h, 8, &dev_d, 0, quarter, 1).unwrap();
+    c.check(Expect { which: "device", imm: 1, count: 1, dst_offset: 0, len: quarter, seed: 1, src_offset: 8 });
+    // Host -> device through IPC.
+    write(&host_h, 16, &dev_d, quarter, quarter + 13, 2).unwrap();
+    c.check(Expect {
+        which: "device",
+        imm: 2,
+        count: 1,
+        dst_offset: quarter,
+        len: quarter + 13,
+        seed: 2,
+        src_offset: 16,
+    });
+    // Device -> host region of the child: staged (several chunks, an uneven tail).
+    write(&dev_h, 3, &host_d, 100, 3 * quarter + 999, 3).unwrap();
+    c.check(Expect {
+        which: "host",
+        imm: 3,
+        count: 1,
+        dst_offset: 100,
+        len: 3 * quarter + 999,
+        seed: 1,
+        src_offset: 3,
+    });
+    // A refused destination: a transfer error, nothing counted.
+    let mut bad = host_d;
+    bad.key ^= 1;
+    assert_eq!(
+        write(&dev_h, 0, &bad, 0, quarter, 9),
+        Err(TransferError::Rejected(accord_proto::wire::RejectReason::BadKey))
+    );
+    // With device IPC off the child counts as remote: device destinations go through the
+    // landing rendezvous (pinned slots of the child, host-to-device there), host destinations
+    // are staged.
+    let b = parent(false, Duration::from_secs(5));
+    b.add_peer(&c.hello.address).unwrap();
+    c.add_writer(&b);
+    let (b_h, _) = {
+        // Safety: as for `a`'s registration.
+        #[allow(unsafe_code)]
+        let r = unsafe { b.register_raw(src.ptr().0 as *mut u8, DEVICE_BYTES, MemoryKind::CudaDevice { ordinal: 0 }) };
+        r.unwrap()
+    };
+    let b_host = b.alloc(DEVICE_BYTES).unwrap();
+    b_host.write_at(0, &bytes(2, DEVICE_BYTES)).unwrap();
+    let b_host_h = b_host.handle();
+    let b_write = |src, src_offset, dst, dst_offset, len, imm| {
+        let op = WriteOp { src, src_offset, dst, dst_offset, len, imm: Some(imm) };
+        b.write(&op).unwrap().wait_timeout(WAIT)
+    };
+    // Device -> device of the child, staged here and landed there (several chunks, a tail).
+    b_write(&b_h, 5, &dev_d, 11, 2 * quarter + 4097, 10).unwrap();
+    c.check(Expect {
+        which: "device",
+        imm: 10,
+        count: 1,
+        dst_offset: 11,
+        len: 2 * quarter + 4097,
+        seed: 1,
+        src_offset: 5,
+    });
+    // Host -> device of the child, landed there.
+    b_write(&b_host_h, 9, &dev_d, 3 * quarter, quarter - 1, 11).unwrap();
+    c.check(Expect {
+        which: "device",
+        imm: 11,
+        count: 1,
+        dst_offset: 3 * quarter,
+        len: quarter - 1,
+        seed: 2,
+        src_offset: 9,
+    });
+    // A refused device destination: a transfer error at the writer, nothing counted.
+    let mut bad_dev = dev_d;
+    bad_dev.key ^= 1;
+    assert_eq!(
+        b_write(&b_h, 0, &bad_dev, 0, quarter, 12),
+        Err(TransferError::Rejected(accord_proto::wire::RejectReason::BadKey))
+    );
+    let op = WriteOp { src: &b_h, src_offset: 50, dst: &host_d, dst_offset: 7, len: quarter + 1, imm: Some(4) };
+    b.write(&op).unwrap().wait_timeout(WAIT).unwrap();
+    c.check(Expect { which: "host", imm: 4, count: 1, dst_offset: 7, len: quarter + 1, seed: 1, src_offset: 50 });
+    c.finish();
+}
+
+#[test]
+fn staged_write_to_a_child_killed_mid_transfer_fails_without_a_crash() {
+    accord_cuda::require_gpu!(1);
+    let len = 256 << 20;
+    let mut c = ChildProc::spawn(len);
+    let a = parent(true, Duration::from_millis(500));
+    a.add_peer(&c.hello.address).unwrap();
+    c.introduce(&a);
+    let gpu = Gpu::open(0).unwrap();
+    let src = DeviceBuffer::alloc(&gpu, len).unwrap();
+    // Safety: `src` outlives the transfers (waited for below).
+    #[allow(unsafe_code)]
+    let (h, _) = unsafe { a.register_raw(src.ptr().0 as *mut u8, len, MemoryKind::CudaDevice { ordinal: 0 }) }.unwrap();
+    let host_d = c.hello.host;
+    let warm = WriteOp { src: &h, src_offset: 0, dst: &host_d, dst_offset: 0, len: 4096, imm: None };
+    a.write(&warm).unwrap().wait_timeout(WAIT).unwrap();
+    let op = WriteOp { src: &h, src_offset: 0, dst: &host_d, dst_offset: 0, len: len as u64, imm: Some(5) };
+    let t = a.write(&op).unwrap();
+    c.child.kill().unwrap();
+    let _ = c.child.wait();
+    let got = t.wait_timeout(WAIT);
+    assert!(got.is_err() && got != Err(TransferError::Timeout), "{got:?}");
+}
+
+#[test]
+fn landed_write_to_a_child_killed_mid_transfer_fails_without_a_crash() {
+    accord_cuda::require_gpu!(1);
+    let mut c = ChildProc::spawn(4096);
+    let a = parent(false, Duration::from_millis(500));
+    a.add_peer(&c.hello.address).unwrap();
+    c.introduce(&a);
+    let gpu = Gpu::open(0).unwrap();
+    let src = DeviceBuffer::alloc(&gpu, DEVICE_BYTES).unwrap();
+    // Safety: `src` outlives the transfers (waited for below).
+    #[allow(unsafe_code)]
+    let (h, _) =
+        unsafe { a.register_raw(src.ptr().0 as *mut u8, DEVICE_BYTES, MemoryKind::CudaDevice { ordinal: 0 }) }.unwrap();
+    let dev_d = c.hello.device;
+    let warm = WriteOp { src: &h, src_offset: 0, dst: &dev_d, dst_offset: 0, len: 4096, imm: None };
+    a.write(&warm).unwrap().wait_timeout(WAIT).unwrap();
+    let op = WriteOp { src: &h, src_offset: 0, dst: &dev_d, dst_offset: 0, len: DEVICE_BYTES as u64, imm: Some(5) };
+    let t = a.write(&op).unwrap();
+    c.child.kill().unwrap();
+    let _ = c.child.wait();
+    let got = t.wait_timeout(WAIT);
+    assert!(got.is_err() && got != Err(TransferError::Timeout), "{got:?}");
+}
