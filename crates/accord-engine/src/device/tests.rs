@@ -297,8 +297,11 @@ fn staged_write_to_a_peer_that_exits_fails_without_a_crash() {
     a.write(&warm).unwrap().wait_timeout(Duration::from_secs(20)).unwrap();
     let op = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 0, len: len as u64, imm: Some(5) };
     let t = a.write(&op).unwrap();
-    drop(b);
+    // The destination goes first, then its engine: an engine that is dropped lingers while its
+    // peer still sends (up to 2 s), long enough for the whole write to land, so without the
+    // region the remaining chunks are refused and the engine's exit cannot hide the failure.
     drop(dst);
+    drop(b);
     let got = t.wait_timeout(Duration::from_secs(60));
     assert!(got.is_err() && got != Err(crate::TransferError::Timeout), "{got:?}");
     // The engine and its pool recover: another peer is served.
