@@ -18,7 +18,7 @@ use std::time::Duration;
 const ROLE_ENV: &str = "ACCORD_DEVICE_MP_ROLE";
 const ORDINAL_ENV: &str = "ACCORD_DEVICE_MP_ORDINAL";
 const HOST_BYTES_ENV: &str = "ACCORD_DEVICE_MP_HOST_BYTES";
-/// Child's stdout lines meant for the parent start with this (libtest prints its own lines).
+/// Child's stdout lines meant for the parent carry this marker (libtest prints its own text).
 const MARK: &str = "@@ ";
 const DEVICE_BYTES: usize = 16 << 20;
 const WAIT: Duration = Duration::from_secs(60);
@@ -32,6 +32,12 @@ struct ChildHello {
 
 fn bytes(seed: u64, len: usize) -> Vec<u8> {
     (0..len).map(|i| ((i as u64).wrapping_mul(0x9E37_79B9).wrapping_add(seed * 77) >> 5) as u8).collect()
+}
+
+/// Progress on stderr (libtest shows it with --nocapture), so a stuck step names itself.
+fn step(what: &str) {
+    let role = if std::env::var(ROLE_ENV).is_ok() { "child" } else { "parent" };
+    eprintln!("[{role} {}] {what}", std::process::id());
 }
 
 fn say(line: &str) {
@@ -55,7 +61,9 @@ fn device_mp_child() {
 fn child() -> Result<(), String> {
     let ordinal: usize = std::env::var(ORDINAL_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     let host_bytes: usize = std::env::var(HOST_BYTES_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or(DEVICE_BYTES);
+    step("building the engine");
     let engine = Engine::builder().ignore_env().build().map_err(|e| e.to_string())?;
+    step("opening the GPU");
     let gpu = Gpu::open(ordinal).map_err(|e| e.to_string())?;
     let stream = Stream::new(&gpu).map_err(|e| e.to_string())?;
     let mut device = DeviceBuffer::alloc(&gpu, DEVICE_BYTES).map_err(|e| e.to_string())?;
@@ -67,6 +75,7 @@ fn child() -> Result<(), String> {
         engine.register_raw(device.ptr().0 as *mut u8, DEVICE_BYTES, MemoryKind::CudaDevice { ordinal: ordinal as u32 })
     }
     .map_err(|e| e.to_string())?;
+    step("registered the device region");
     let host = engine.alloc(host_bytes).map_err(|e| e.to_string())?;
     let hello = ChildHello { address: engine.address(), device: device_d, host: host.descriptor() };
     say(&serde_json::to_string(&hello).map_err(|e| e.to_string())?);
@@ -75,6 +84,7 @@ fn child() -> Result<(), String> {
     engine.add_peer(&EngineAddress::parse(&peer).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
     for line in lines {
         let line = line.map_err(|e| e.to_string())?;
+        step(&format!("command {line:?}"));
         let words: Vec<&str> = line.split_whitespace().collect();
         if words.first() == Some(&"exit") {
             return Ok(());
@@ -144,7 +154,9 @@ impl ChildProc {
             .unwrap();
         let stdin = child.stdin.take().unwrap();
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        step("child spawned, waiting for its hello");
         let line = next_marked(&mut lines);
+        step("child said hello");
         let hello = serde_json::from_str(&line).unwrap_or_else(|e| panic!("child hello {line:?}: {e}"));
         ChildProc { child, stdin, lines, hello }
     }
@@ -168,6 +180,7 @@ impl ChildProc {
     /// Asks the child to check a region range; panics on a bad verdict.
     fn check(&mut self, e: Expect) {
         let Expect { which, imm, count, dst_offset, len, seed, src_offset } = e;
+        step(&format!("asking the child to check imm {imm}"));
         writeln!(self.stdin, "check {which} {imm} {count} {dst_offset} {len} {seed} {src_offset}").unwrap();
         self.stdin.flush().unwrap();
         let verdict = self.next_line();
@@ -185,8 +198,10 @@ impl ChildProc {
 fn next_marked(lines: &mut Lines<BufReader<ChildStdout>>) -> String {
     for line in lines.by_ref() {
         let line = line.unwrap();
-        if let Some(rest) = line.strip_prefix(MARK) {
-            return rest.to_string();
+        // Not only at the start: the child runs under libtest with --nocapture, which prints
+        // "test device_mp_child ... " without a newline before the test's first line.
+        if let Some(at) = line.find(MARK) {
+            return line[at + MARK.len()..].to_string();
         }
     }
     panic!("the child exited without answering");
@@ -223,6 +238,7 @@ fn two_processes_every_device_route() {
     let (dev_d, host_d) = (c.hello.device, c.hello.host);
     let quarter = (DEVICE_BYTES / 4) as u64;
     let write = |src, src_offset, dst, dst_offset, len, imm| {
+        step(&format!("write imm {imm}, {len} bytes"));
         let op = WriteOp { src, src_offset, dst, dst_offset, len, imm: Some(imm) };
         a.write(&op).unwrap().wait_timeout(WAIT)
     };
@@ -274,6 +290,7 @@ fn two_processes_every_device_route() {
     b_host.write_at(0, &bytes(2, DEVICE_BYTES)).unwrap();
     let b_host_h = b_host.handle();
     let b_write = |src, src_offset, dst, dst_offset, len, imm| {
+        step(&format!("write (IPC off) imm {imm}, {len} bytes"));
         let op = WriteOp { src, src_offset, dst, dst_offset, len, imm: Some(imm) };
         b.write(&op).unwrap().wait_timeout(WAIT)
     };
