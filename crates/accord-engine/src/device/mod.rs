@@ -13,6 +13,7 @@
 //! runs and registers host memory as before; only device registration and device writes fail,
 //! with an error that says why.
 
+pub(crate) mod backoff;
 pub(crate) mod cuda_staging;
 pub(crate) mod staging;
 
@@ -313,7 +314,7 @@ fn mapping(state: &mut RouteState, gpu: &Gpu, dst: &MrDescriptor, on: u32) -> Re
 /// and nothing is left in flight.
 fn poll_loop(rx: Receiver<InFlight>) {
     let mut pending: VecDeque<InFlight> = VecDeque::new();
-    let mut idle_polls: u32 = 0;
+    let mut backoff = backoff::IdleBackoff::new(POLLS_BEFORE_SLEEP, POLL_SLEEP_MAX);
     loop {
         if pending.is_empty() {
             match rx.recv_timeout(Duration::from_millis(100)) {
@@ -345,18 +346,7 @@ fn poll_loop(rx: Receiver<InFlight>) {
             }
         }
         pending = still;
-        if pending.len() < before {
-            idle_polls = 0;
-        } else {
-            idle_polls = idle_polls.saturating_add(1);
-            if idle_polls < 64 {
-                std::hint::spin_loop();
-            } else if idle_polls < POLLS_BEFORE_SLEEP {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(POLL_SLEEP_MAX);
-            }
-        }
+        backoff.after_round(pending.len() < before);
     }
 }
 

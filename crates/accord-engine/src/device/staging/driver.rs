@@ -103,7 +103,7 @@ fn run<C: ChunkCopier>(rx: Receiver<StagedJob>, mut copier: C, pool: Arc<SlotPoo
     let chunk_bytes = pool.slot_bytes() as u64;
     let mut active: Vec<Active<C::Ticket>> = vec![];
     let mut open = true;
-    let mut idle_rounds: u32 = 0;
+    let mut backoff = crate::device::backoff::IdleBackoff::new(POLLS_BEFORE_SLEEP, POLL_SLEEP_MAX);
     loop {
         if active.is_empty() {
             if !open {
@@ -138,18 +138,7 @@ fn run<C: ChunkCopier>(rx: Receiver<StagedJob>, mut copier: C, pool: Arc<SlotPoo
             None => true,
         });
         progress |= active.len() < before;
-        if progress {
-            idle_rounds = 0;
-        } else {
-            idle_rounds = idle_rounds.saturating_add(1);
-            if idle_rounds < 64 {
-                std::hint::spin_loop();
-            } else if idle_rounds < POLLS_BEFORE_SLEEP {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(POLL_SLEEP_MAX);
-            }
-        }
+        backoff.after_round(progress);
     }
 }
 
