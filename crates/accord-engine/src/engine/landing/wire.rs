@@ -36,30 +36,6 @@ pub(crate) enum Body {
     Done,
 }
 
-fn reason_code(reason: RejectReason) -> u64 {
-    match reason {
-        RejectReason::UnknownRegion => 1,
-        RejectReason::BadKey => 2,
-        RejectReason::OutOfBounds => 3,
-        RejectReason::NoRecvBuffer => 4,
-        RejectReason::MessageTooLarge => 5,
-        RejectReason::TooManyMessages => 6,
-        RejectReason::Other(code) => 0x1_0000_0000 | u64::from(code),
-    }
-}
-
-fn reason_from(code: u64) -> RejectReason {
-    match code {
-        1 => RejectReason::UnknownRegion,
-        2 => RejectReason::BadKey,
-        3 => RejectReason::OutOfBounds,
-        4 => RejectReason::NoRecvBuffer,
-        5 => RejectReason::MessageTooLarge,
-        6 => RejectReason::TooManyMessages,
-        other => RejectReason::Other(other as u32),
-    }
-}
-
 impl Control {
     pub(crate) fn encode(&self) -> [u8; CONTROL_MESSAGE_BYTES] {
         let mut b = [0u8; CONTROL_MESSAGE_BYTES];
@@ -68,7 +44,7 @@ impl Control {
         let (kind, words): (u8, [u64; 4]) = match self.body {
             Body::Ask { region, key, offset, len } => (1, [u64::from(region), key, offset, len]),
             Body::Grant { region, key, offset, len } => (2, [u64::from(region), key, offset, len]),
-            Body::Refuse { reason } => (3, [reason_code(reason), 0, 0, 0]),
+            Body::Refuse { reason } => (3, [u64::from(reason.to_u32()), 0, 0, 0]),
             Body::Landed => (4, [0; 4]),
             Body::Abandon => (5, [0; 4]),
             Body::Done => (6, [0; 4]),
@@ -97,7 +73,8 @@ impl Control {
         let body = match bytes[5] {
             1 => Body::Ask { region: region()?, key: b, offset: c, len: d },
             2 => Body::Grant { region: region()?, key: b, offset: c, len: d },
-            3 => Body::Refuse { reason: reason_from(a) },
+            // The same codes as a refused packet's ACK; bits above 32 carry nothing.
+            3 => Body::Refuse { reason: RejectReason::from_u32(a as u32) },
             4 => Body::Landed,
             5 => Body::Abandon,
             6 => Body::Done,
