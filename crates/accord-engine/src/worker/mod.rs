@@ -480,26 +480,19 @@ impl Worker {
                         (lent, PlacementTarget::Region { region, offset })
                             if region.0 == self.shared.control.region =>
                         {
-                            // Control messages are a few dozen bytes, below the lending threshold;
-                            // a lent one (a peer's choice of framing) is copied out first.
-                            match lent {
-                                Some(l) => {
-                                    let mut copied = vec![0u8; p.payload.len()];
-                                    let whole = l.copy_to_slice(p.payload.start, &mut copied);
-                                    if whole {
-                                        crate::engine::landing::deliver_control(&self.shared, offset, &copied);
-                                    }
-                                    whole
-                                }
+                            // Control messages go to the landing thread, never into memory.
+                            let mut message = vec![0u8; p.payload.len()];
+                            let whole = match lent {
+                                Some(l) => l.copy_to_slice(p.payload.start, &mut message),
                                 None => {
-                                    crate::engine::landing::deliver_control(
-                                        &self.shared,
-                                        offset,
-                                        &seg[p.payload.clone()],
-                                    );
+                                    message.copy_from_slice(&seg[p.payload.clone()]);
                                     true
                                 }
+                            };
+                            if whole {
+                                crate::engine::landing::deliver_control(&self.shared, offset, message);
                             }
+                            whole
                         }
                         (Some(l), PlacementTarget::Region { region, offset }) => {
                             regions.place_lent(region, offset, l, p.payload.start, p.payload.len())

@@ -111,6 +111,8 @@ pub(crate) struct Landing {
     control_tx: SyncSender<(u64, Vec<u8>)>,
     chunk_tx: SyncSender<ChunkRequest>,
     ends: Mutex<Option<(ControlRx, Receiver<ChunkRequest>)>>,
+    /// The thread is started on first use, once (an atomic read after that, not a lock).
+    started: std::sync::Once,
     opener: Mutex<Option<LandingOpener>>,
     stats: Mutex<LandingStats>,
     dropped: AtomicU64,
@@ -124,6 +126,7 @@ impl Landing {
             control_tx,
             chunk_tx,
             ends: Mutex::new(Some((control_rx, chunk_rx))),
+            started: std::sync::Once::new(),
             opener: Mutex::new(Some(opener)),
             stats: Mutex::new(LandingStats::default()),
             dropped: AtomicU64::new(0),
@@ -146,12 +149,12 @@ impl Landing {
 }
 
 /// The worker's hand-off: a placement into the control region (never placed).
-pub(crate) fn deliver_control(shared: &Arc<Shared>, offset: u64, payload: &[u8]) {
+pub(crate) fn deliver_control(shared: &Arc<Shared>, offset: u64, payload: Vec<u8>) {
     if payload.is_empty() {
         return; // a barrier's zero-byte write: only its immediate counts
     }
     start(shared);
-    match shared.landing.control_tx.try_send((offset, payload.to_vec())) {
+    match shared.landing.control_tx.try_send((offset, payload)) {
         Ok(()) => {}
         Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
             shared.landing.dropped.fetch_add(1, Ordering::Relaxed);
@@ -168,15 +171,17 @@ pub(crate) fn submit_chunk(shared: &Arc<Shared>, request: ChunkRequest) -> Resul
 }
 
 fn start(shared: &Arc<Shared>) {
-    let Some((control_rx, chunk_rx)) = shared.landing.ends.lock().unwrap().take() else { return };
-    let weak = Arc::downgrade(shared);
-    let timeout = Duration::from_millis(shared.config.device_landing_timeout_ms);
-    let spawned = std::thread::Builder::new().name("accord-device-land".into()).spawn(move || {
-        LandingThread::new(weak, timeout).run(control_rx, chunk_rx);
+    shared.landing.started.call_once(|| {
+        let Some((control_rx, chunk_rx)) = shared.landing.ends.lock().unwrap().take() else { return };
+        let weak = Arc::downgrade(shared);
+        let timeout = Duration::from_millis(shared.config.device_landing_timeout_ms);
+        let spawned = std::thread::Builder::new().name("accord-device-land".into()).spawn(move || {
+            LandingThread::new(weak, timeout).run(control_rx, chunk_rx);
+        });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "could not start the landing thread");
+        }
     });
-    if let Err(e) = spawned {
-        tracing::error!(error = %e, "could not start the landing thread");
-    }
 }
 
 struct LandingThread {
