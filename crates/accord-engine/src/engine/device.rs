@@ -39,7 +39,7 @@
 //! An engine with `force_network` treats same-process peers as other processes, so with
 //! `device_ipc` off one process exercises the staged route (tests do).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use accord_proto::{RegionId, RegionKey};
 
@@ -51,7 +51,7 @@ use crate::address::{DeviceIpcBytes, DeviceRegionInfo};
 use crate::completion::{Transfer, TransferState};
 use crate::device::staging::driver::{FinishWrite, SendChunk, StagedJob, StagedSource, Stager};
 use crate::device::{AfterCopy, CopyEnds, DeviceCopy, DeviceRoute, DeviceTarget};
-use crate::error::{RegisterError, SubmitError, TransferError};
+use crate::error::{RegisterError, SubmitError};
 use crate::memory::{MemoryOwner, Source};
 
 /// The local source of a device write.
@@ -200,7 +200,7 @@ impl Engine {
         let peer = op.dst.engine;
         self.check_peer(peer)?;
         let stager = self.stager(source.ordinal)?;
-        let state = TransferState::new(1, self.shared.jobs.clone());
+        let state = self.device_transfer(op, 1);
         let (dst, dst_offset) = (*op.dst, op.dst_offset);
         let shared = self.shared.clone();
         let send: SendChunk = Box::new(move |offset, source| {
@@ -209,11 +209,8 @@ impl Engine {
             dispatch_part(&shared, PartSpec { peer, kind, source, lane: None }, chunk.clone());
             Transfer { state: chunk }
         });
-        let (shared, user, imm) = (self.shared.clone(), state.clone(), op.imm.map(|imm| imm_part(op, imm)));
-        let finish: FinishWrite = Box::new(move |result| match (result, imm) {
-            (Ok(()), Some(spec)) => dispatch_part(&shared, spec, user),
-            (result, _) => user.part_done(result),
-        });
+        let user = state.clone();
+        let finish: FinishWrite = Box::new(move |result| user.part_done(result));
         stager.submit(StagedJob { source, len: op.len, send, finish }).map_err(SubmitError::Invalid)?;
         Ok(Transfer { state })
     }
@@ -230,43 +227,53 @@ impl Engine {
     ) -> Result<Transfer, SubmitError> {
         let peer = op.dst.engine;
         self.check_peer(peer)?;
-        let state = TransferState::new(1, self.shared.jobs.clone());
         let (dst, dst_offset) = (*op.dst, op.dst_offset);
-        let (shared, user, imm) = (self.shared.clone(), state.clone(), op.imm.map(|imm| imm_part(op, imm)));
-        let finish: FinishWrite = Box::new(move |result| match (result, imm) {
-            (Ok(()), Some(spec)) => dispatch_part(&shared, spec, user),
-            (result, _) => user.part_done(result),
-        });
         match src {
             LocalSource::Device { ptr, ordinal } => {
                 let stager = self.stager(ordinal)?;
+                let state = self.device_transfer(op, 1);
+                let user = state.clone();
+                let finish: FinishWrite = Box::new(move |result| user.part_done(result));
                 let shared = self.shared.clone();
                 let send: SendChunk = Box::new(move |offset, source| {
                     landing::land_chunk(&shared, peer, dst, dst_offset + offset, source)
                 });
                 let source = StagedSource { ptr, ordinal, _keep: keep };
                 stager.submit(StagedJob { source, len: op.len, send, finish }).map_err(SubmitError::Invalid)?;
+                Ok(Transfer { state })
             }
             LocalSource::Host { addr } => {
                 let chunk_bytes = self.shared.config.device_staging_chunk_bytes.max(1);
                 let count = op.len.div_ceil(chunk_bytes);
+                // One part per chunk (an empty write: one part, done at once).
+                let state = self.device_transfer(op, count.max(1) as usize);
                 if count == 0 {
-                    finish(Ok(()));
-                    return Ok(Transfer { state });
+                    state.part_done(Ok(()));
                 }
-                let tally = Arc::new(Mutex::new(ChunkTally { left: count, error: None, finish: Some(finish) }));
                 let owner = keep.into_iter().next();
                 for index in 0..count {
                     let offset = index * chunk_bytes;
                     let len = chunk_bytes.min(op.len - offset);
                     let source = Source::Region { base: addr + offset as usize, len, _keep: owner.clone() };
                     let chunk = landing::land_chunk(&self.shared, peer, dst, dst_offset + offset, source);
-                    let tally = tally.clone();
-                    chunk.on_complete(move |result| ChunkTally::ended(&tally, result));
+                    let user = state.clone();
+                    chunk.on_complete(move |result| user.part_done(result));
                 }
+                Ok(Transfer { state })
             }
         }
-        Ok(Transfer { state })
+    }
+
+    /// The user's transfer of a staged or landed write: `parts` parts, and the immediate (if
+    /// any) as the transfer's trailer, sent once every part succeeded (as a sharded host write
+    /// sends it), so the receiver counts it only after every byte landed.
+    fn device_transfer(&self, op: &WriteOp<'_>, parts: usize) -> Arc<TransferState> {
+        let state = TransferState::new(parts, self.shared.jobs.clone());
+        if let Some(imm) = op.imm {
+            let (shared, spec) = (self.shared.clone(), imm_part(op, imm));
+            *state.trailer.lock().unwrap() = Some(Box::new(move |st| dispatch_part(&shared, spec, st)));
+        }
+        state
     }
 
     /// The staging thread, started on first use with the pool the configuration asks for.
@@ -306,31 +313,6 @@ impl Engine {
     #[cfg(test)]
     pub(crate) fn install_stager(&self, stager: Stager) -> bool {
         self.staging.set(Ok(stager)).is_ok()
-    }
-}
-
-/// The chunks of a host-source landed write still out, the first failure, and what ends it.
-struct ChunkTally {
-    left: u64,
-    error: Option<TransferError>,
-    finish: Option<FinishWrite>,
-}
-
-impl ChunkTally {
-    fn ended(tally: &Mutex<ChunkTally>, result: Result<(), TransferError>) {
-        let mut t = tally.lock().unwrap();
-        t.left -= 1;
-        if let Err(e) = result {
-            t.error.get_or_insert(e);
-        }
-        if t.left > 0 {
-            return;
-        }
-        let (finish, error) = (t.finish.take(), t.error);
-        drop(t);
-        if let Some(finish) = finish {
-            finish(error.map_or(Ok(()), Err));
-        }
     }
 }
 
