@@ -383,6 +383,16 @@ impl Datapath for UdpDatapath {
         bufs.clear();
         let max = max.min(bufs.slot_count());
         let path_count = self.path_count();
+        // One poll over every path first, then recvmmsg only on the readable ones: a worker
+        // polling for traffic calls this on every turn, and with several paths mostly idle
+        // (or all idle while shared memory carries the data) one syscall replaces one per
+        // path that would only say EAGAIN.
+        self.stats.rx_syscalls += 1;
+        if !sys::poll_readable(&mut self.pollfds, Duration::ZERO)
+            .map_err(|e| DatapathError::io("poll on UDP sockets failed", e))?
+        {
+            return Ok(0);
+        }
         // Start at a rotating path so one busy path cannot starve the rest.
         let start = self.rx_next_path;
         self.rx_next_path = (start + 1) % path_count;
@@ -390,7 +400,11 @@ impl Datapath for UdpDatapath {
             if bufs.len() >= max {
                 break;
             }
-            self.recv_path((start + step) % path_count, bufs, max)?;
+            let path = (start + step) % path_count;
+            if self.pollfds[usize::from(path)].revents == 0 {
+                continue;
+            }
+            self.recv_path(path, bufs, max)?;
         }
         Ok(bufs.len())
     }
