@@ -24,6 +24,7 @@
 #[path = "gpu_bench/routes.rs"]
 mod routes;
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -32,6 +33,51 @@ use accord_cuda::{copy_peer_async, DeviceBuffer, DevicePtr, Gpu, IpcHandle, IpcM
 use accord_engine::{Engine, EngineAddress, MemoryKind, MrDescriptor, WriteOp};
 
 const IMM: u32 = 1;
+
+/// CLOCK_MONOTONIC in nanoseconds: one clock for both processes on this host, so the parent's
+/// submit times and the child's arrival times can be subtracted.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // Safety: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Most counter arrivals the child's watcher records.
+const ARRIVALS_MAX: usize = 1 << 16;
+
+/// Records when each value of the receiver's immediate counter was first seen (a thread polling
+/// the counter, so the time is the arrival's, not a wake-up's), until `stop` is set.
+fn watch_arrivals(
+    counter: accord_engine::ImmCounter,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<Vec<(u64, u64)>> {
+    std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        let mut last = counter.value();
+        while !stop.load(std::sync::atomic::Ordering::Acquire) && seen.len() < ARRIVALS_MAX {
+            let value = counter.value();
+            if value != last {
+                seen.push((value, monotonic_ns()));
+                last = value;
+            }
+            std::hint::spin_loop();
+        }
+        seen
+    })
+}
+
+/// The median of `values` (0 when empty).
+fn median(values: &mut [f64]) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_by(|a, b| a.total_cmp(b));
+    values[values.len() / 2]
+}
 
 fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i.wrapping_mul(131) >> 3) as u8).collect()
@@ -61,6 +107,8 @@ fn child(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     let mut lines = BufReader::new(std::io::stdin()).lines();
     let peer = EngineAddress::parse(&lines.next().ok_or("no peer address")??)?;
     engine.add_peer(&peer)?;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = watch_arrivals(engine.imm_counter(IMM), stop.clone());
     let verify = lines.next().ok_or("no verify line")??;
     let words: Vec<&str> = verify.split_whitespace().collect();
     let nums: Vec<u64> = words.iter().skip(1).filter_map(|v| v.parse().ok()).collect();
@@ -79,6 +127,10 @@ fn child(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
         if ok { "ok" } else { "bad" },
         if landed == pattern(size) { "match" } else { "differ" }
     )?;
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    let arrivals = watcher.join().map_err(|_| "watcher panicked")?;
+    let listed: Vec<String> = arrivals.iter().map(|(v, ns)| format!("{v}:{ns}")).collect();
+    writeln!(out, "arrivals {}", listed.join(","))?;
     out.flush()?;
     Ok(())
 }
@@ -182,6 +234,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "vs ceiling",
         "no imm 1x1"
     );
+    let stream2 = Stream::new(&ga)?;
+    let mut latencies: Vec<SizeLatency> = Vec::new();
     let mut imm_target = 0u64;
     for &size in &sizes {
         // Raw ceiling: back-to-back copies on one stream into the same destination, timed on
@@ -194,33 +248,55 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         stream.synchronize()?;
         let ceiling = (size * iters) as f64 / t.elapsed().as_secs_f64() / 1e9;
-        // Raw copies one at a time (the floor of any one-at-a-time write).
+        // The same bytes as two halves on two streams at once (two copy engines): whether
+        // splitting a write could beat one stream's ceiling.
         let t = Instant::now();
         for _ in 0..iters {
+            let half = size / 2;
+            copy_peer_async(ceiling_dst, ceiling_gpu, src.ptr(), &ga, half, &stream)?;
+            copy_peer_async(ceiling_dst.offset(half), ceiling_gpu, src.ptr().offset(half), &ga, size - half, &stream2)?;
+        }
+        stream.synchronize()?;
+        stream2.synchronize()?;
+        let ceiling_split = (size * iters) as f64 / t.elapsed().as_secs_f64() / 1e9;
+        // Raw copies one at a time (the floor of any one-at-a-time write).
+        let mut raw_us = Vec::with_capacity(iters);
+        let t = Instant::now();
+        for _ in 0..iters {
+            let t1 = Instant::now();
             copy_peer_async(ceiling_dst, ceiling_gpu, src.ptr(), &ga, size, &stream)?;
             stream.synchronize()?;
+            raw_us.push(t1.elapsed().as_secs_f64() * 1e6);
         }
         let raw_single = (size * iters) as f64 / t.elapsed().as_secs_f64() / 1e9;
         // Engine: one write with an immediate at a time. In this process it is done when the
         // receiver's counter moved; across processes when the sender's transfer completed (the
         // zero-byte immediate write was acknowledged, so the receiver counted it).
         let op = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 0, len: size as u64, imm: Some(IMM) };
-        let one = |target: u64| -> Result<(), Box<dyn std::error::Error>> {
-            let transfer = a.write(&op)?;
-            if let Some(b) = &local_b {
-                if b.imm_counter(IMM).wait(target, Duration::from_secs(30)) < target {
-                    return Err("immediate not counted within 30 s".into());
+        // Per write: (immediate count it makes, submit ns, receiver counted ns if in this
+        // process, sender completed ns).
+        let mut stamps: Vec<(u64, u64, Option<u64>, u64)> = Vec::with_capacity(iters);
+        let one =
+            |target: u64, stamps: &mut Vec<(u64, u64, Option<u64>, u64)>| -> Result<(), Box<dyn std::error::Error>> {
+                let submitted = monotonic_ns();
+                let transfer = a.write(&op)?;
+                let mut counted = None;
+                if let Some(b) = &local_b {
+                    if b.imm_counter(IMM).wait(target, Duration::from_secs(30)) < target {
+                        return Err("immediate not counted within 30 s".into());
+                    }
+                    counted = Some(monotonic_ns());
                 }
-            }
-            transfer.wait_timeout(Duration::from_secs(30))?;
-            Ok(())
-        };
+                transfer.wait_timeout(Duration::from_secs(30))?;
+                stamps.push((target, submitted, counted, monotonic_ns()));
+                Ok(())
+            };
         imm_target += 1;
-        one(imm_target)?;
+        one(imm_target, &mut Vec::new())?;
         let t = Instant::now();
         for _ in 0..iters {
             imm_target += 1;
-            one(imm_target)?;
+            one(imm_target, &mut stamps)?;
         }
         let engine = (size * iters) as f64 / t.elapsed().as_secs_f64() / 1e9;
         let ratio = engine / ceiling;
@@ -255,6 +331,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let windowed = (size * iters) as f64 / t.elapsed().as_secs_f64() / 1e9;
         let windowed_ratio = windowed / ceiling;
         let single_ratio = engine / raw_single;
+        latencies.push(SizeLatency { size, ceiling, ceiling_split, raw_us: median(&mut raw_us), stamps });
         println!(
             "{:>6} MiB {ceiling:>13.1} {windowed:>15.1} {windowed_ratio:>7.3} | {raw_single:>11.1} {engine:>13.1} {single_ratio:>7.3} {ratio:>11.3} {engine_no_imm:>12.1}",
             size >> 20
@@ -269,6 +346,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         stdin.flush()?;
         let verdict = lines.next().ok_or("child gave no verdict")??;
         println!("receiver: {verdict}");
+        let arrivals: HashMap<u64, u64> = lines
+            .next()
+            .ok_or("child gave no arrivals")??
+            .trim_start_matches("arrivals ")
+            .split(',')
+            .filter_map(|pair| pair.split_once(':'))
+            .filter_map(|(v, ns)| Some((v.parse().ok()?, ns.parse().ok()?)))
+            .collect();
+        print_latencies(&latencies, |target| arrivals.get(&target).copied());
         c.wait()?;
         if !verdict.starts_with("ok") {
             return Err("the receiver saw wrong bytes or counts".into());
@@ -278,9 +364,72 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         dst.copy_to_host(0, &mut host, &Stream::new(&gb)?)?;
         let ok = host == pattern(largest) && b.imm_counter(IMM).value() == imm_target;
         println!("receiver: {} count {} of {imm_target}", if ok { "ok" } else { "bad" }, b.imm_counter(IMM).value());
+        print_latencies(&latencies, |_| None);
         if !ok {
             return Err("the receiver saw wrong bytes or counts".into());
         }
     }
     Ok(())
+}
+
+/// One size's one-write-at-a-time timings.
+struct SizeLatency {
+    size: usize,
+    ceiling: f64,
+    ceiling_split: f64,
+    raw_us: f64,
+    stamps: Vec<(u64, u64, Option<u64>, u64)>,
+}
+
+/// Medians of one write at a time: the raw copy, the receiver counting the immediate (one way:
+/// what a consumer waiting for the data sees) and the sender's completion (after the
+/// immediate's acknowledgement), each also as GB/s and against the ceiling. `arrival` gives
+/// the receiver's time for an immediate count when it was taken in another process.
+fn print_latencies(latencies: &[SizeLatency], arrival: impl Fn(u64) -> Option<u64>) {
+    println!(
+        "one write at a time, medians: {:>8} {:>12} {:>13} {:>9} {:>14} {:>9} {:>13} {:>9} {:>11}",
+        "size",
+        "raw copy us",
+        "recv count us",
+        "GB/s",
+        "vs ceiling",
+        "send done us",
+        "GB/s",
+        "vs ceiling",
+        "split ceil"
+    );
+    for l in latencies {
+        let mut counted: Vec<f64> = l
+            .stamps
+            .iter()
+            .filter_map(|&(target, submitted, here, _)| {
+                let at = here.or_else(|| arrival(target))?;
+                Some(at.saturating_sub(submitted) as f64 / 1e3)
+            })
+            .collect();
+        let mut done: Vec<f64> = l.stamps.iter().map(|&(_, s, _, d)| d.saturating_sub(s) as f64 / 1e3).collect();
+        let (counted_us, done_us) = (median(&mut counted), median(&mut done));
+        let gbps = |us: f64| if us > 0.0 { l.size as f64 / us / 1e3 } else { 0.0 };
+        println!(
+            "{:>38} MiB {:>12.1} {:>13.1} {:>9.1} {:>14.3} {:>9.1} {:>13.1} {:>9.3} {:>11.1}",
+            l.size >> 20,
+            l.raw_us,
+            counted_us,
+            gbps(counted_us),
+            gbps(counted_us) / l.ceiling,
+            done_us,
+            gbps(done_us),
+            gbps(done_us) / l.ceiling,
+            l.ceiling_split
+        );
+        println!(
+            "{{\"bench\":\"engine_gpu_write_latency\",\"bytes\":{},\"ceiling_gbps\":{:.2},\"ceiling_split2_gbps\":{:.2},\"raw_copy_us\":{:.2},\"recv_counted_us\":{counted_us:.2},\"send_done_us\":{done_us:.2},\"recv_counted_vs_ceiling\":{:.4},\"send_done_vs_ceiling\":{:.4}}}",
+            l.size,
+            l.ceiling,
+            l.ceiling_split,
+            l.raw_us,
+            gbps(counted_us) / l.ceiling,
+            gbps(done_us) / l.ceiling
+        );
+    }
 }
