@@ -2,9 +2,10 @@
 //! thread that runs callbacks so workers never run user code.
 
 use crate::error::TransferError;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use crate::wait_spin::SleeperCondvar;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Most jobs queued for the completion thread; a worker that finds it full waits.
@@ -48,7 +49,11 @@ struct Outcome {
 /// Shared state of one user-visible transfer, completed by its parts.
 pub(crate) struct TransferState {
     outcome: Mutex<Outcome>,
-    done: Condvar,
+    done: SleeperCondvar,
+    /// Set (after `outcome.result`) when the transfer completed: what a spinning waiter polls.
+    finished: AtomicBool,
+    /// How long `wait` polls before it blocks ([`crate::EngineConfig::wait_spin`]).
+    wait_spin: Duration,
     parts_left: AtomicUsize,
     first_error: Mutex<Option<TransferError>>,
     /// Submitted once every part succeeded (the immediate of a multi-part transfer).
@@ -57,10 +62,12 @@ pub(crate) struct TransferState {
 }
 
 impl TransferState {
-    pub(crate) fn new(parts: usize, jobs: JobSender) -> Arc<Self> {
+    pub(crate) fn new(parts: usize, jobs: JobSender, wait_spin: Duration) -> Arc<Self> {
         Arc::new(TransferState {
             outcome: Mutex::new(Outcome { result: None, callbacks: vec![], counters: vec![] }),
-            done: Condvar::new(),
+            done: SleeperCondvar::default(),
+            finished: AtomicBool::new(false),
+            wait_spin,
             parts_left: AtomicUsize::new(parts),
             first_error: Mutex::new(None),
             trailer: Mutex::new(None),
@@ -100,6 +107,7 @@ impl TransferState {
                 c.fetch_add(1, Ordering::AcqRel);
             }
             o.result = Some(result);
+            self.finished.store(true, Ordering::Release);
             std::mem::take(&mut o.callbacks)
         };
         self.done.notify_all();
@@ -124,20 +132,29 @@ impl std::fmt::Debug for Transfer {
 }
 
 impl Transfer {
-    /// Blocks until the transfer completed; its result.
+    /// Polls the completion for up to `budget` (see [`crate::wait_spin`]); whether it finished.
+    fn spin(&self, budget: Duration) -> bool {
+        crate::wait_spin::spin_until(budget, || self.state.finished.load(Ordering::Acquire))
+    }
+
+    /// Blocks until the transfer completed; its result. Polls for the engine's
+    /// [`crate::EngineConfig::wait_spin`] first, then sleeps.
     pub fn wait(&self) -> Result<(), TransferError> {
+        self.spin(self.state.wait_spin);
         let mut o = self.state.outcome.lock().unwrap();
         loop {
             if let Some(r) = o.result {
                 return r;
             }
-            o = self.state.done.wait(o).unwrap();
+            o = self.state.done.wait(o);
         }
     }
 
-    /// Blocks at most `timeout`; [`TransferError::Timeout`] if still running.
+    /// Blocks at most `timeout`; [`TransferError::Timeout`] if still running. Polls first, as
+    /// [`Transfer::wait`] does (never longer than `timeout`).
     pub fn wait_timeout(&self, timeout: Duration) -> Result<(), TransferError> {
         let deadline = std::time::Instant::now() + timeout;
+        self.spin(self.state.wait_spin.min(timeout));
         let mut o = self.state.outcome.lock().unwrap();
         loop {
             if let Some(r) = o.result {
@@ -147,7 +164,7 @@ impl Transfer {
             if left.is_zero() {
                 return Err(TransferError::Timeout);
             }
-            o = self.state.done.wait_timeout(o, left).unwrap().0;
+            o = self.state.done.wait_timeout(o, left);
         }
     }
 

@@ -45,6 +45,10 @@ pub const ENGINE_ENV_OVERRIDES: &[(&str, &str)] = &[
         "ACCORD_AWAIT_POLL_US",
         "await_poll: microseconds a worker that awaits traffic polls (yielding the core) before sleeping; 0 = off",
     ),
+    (
+        "ACCORD_WAIT_SPIN_US",
+        "wait_spin: microseconds a thread waiting on a transfer or an immediate counter polls before it sleeps",
+    ),
     ("ACCORD_RX_BATCH_SLOTS", "rx_batch_slots: receive slots per batch, 1..=64 (0 = by datapath, see the field)"),
     ("ACCORD_ENGINE_DEBUG", "when set, workers print per-connection statistics to stderr every 250 ms"),
     ("ACCORD_SHM", "shm.enabled (0 or 1, default 1): same-host peers exchange datagrams through shared-memory rings"),
@@ -113,6 +117,11 @@ pub struct EngineConfig {
     /// [`AWAIT_POLL_DEFAULT`], at most [`AWAIT_POLL_MAX`]; zero turns it off. See
     /// [`AWAIT_POLL_DEFAULT`] for why.
     pub await_poll: Duration,
+    /// How long a user thread in [`crate::Transfer::wait`], [`crate::ImmCounter::wait`] (and the
+    /// collectives' waits on immediates) polls the completion before it sleeps on a condition
+    /// variable. Default [`crate::wait_spin::wait_spin_default`] of this host's cores (1 ms from
+    /// 8 cores, else 50 us), at most [`crate::wait_spin::WAIT_SPIN_MAX`]; zero sleeps at once.
+    pub wait_spin: Duration,
     /// Receive slots per batch (datagrams one `recv_batch` may return), at most
     /// [`crate::RX_BATCH_SLOTS`]. 0 (default) picks by datapath: [`LENDING_RX_BATCH_SLOTS`]
     /// when shared memory lends ring entries in place (a lent datagram fills only a slot's
@@ -180,6 +189,7 @@ impl Default for EngineConfig {
             fault_seed: 1,
             shm: ShmConfig::default(),
             await_poll: AWAIT_POLL_DEFAULT,
+            wait_spin: crate::wait_spin::wait_spin_default(std::thread::available_parallelism().map_or(1, |n| n.get())),
             rx_batch_slots: 0,
             device_ipc: true,
             device_staging_chunk_bytes: crate::device::staging::DEVICE_STAGING_CHUNK_BYTES_DEFAULT,
@@ -229,6 +239,7 @@ impl EngineConfig {
                 "ACCORD_IDLE_TIMEOUT_MS" => self.idle_timeout = Duration::from_millis(num(name, &value)?),
                 "ACCORD_RX_BATCH_SLOTS" => self.rx_batch_slots = num(name, &value)?,
                 "ACCORD_AWAIT_POLL_US" => self.await_poll = Duration::from_micros(num(name, &value)?),
+                "ACCORD_WAIT_SPIN_US" => self.wait_spin = Duration::from_micros(num(name, &value)?),
                 "ACCORD_DEVICE_IPC" => self.device_ipc = num::<u8>(name, &value)? != 0,
                 "ACCORD_DEVICE_STAGING_CHUNK_BYTES" => self.device_staging_chunk_bytes = num(name, &value)?,
                 "ACCORD_DEVICE_STAGING_CHUNKS" => self.device_staging_chunks = num(name, &value)?,
@@ -265,6 +276,10 @@ impl EngineConfig {
         }
         if self.nic_gbps.is_nan() || self.nic_gbps <= 0.0 {
             return Err(BuildError::Invalid(format!("nic_gbps {} must be positive", self.nic_gbps)));
+        }
+        if self.wait_spin > crate::wait_spin::WAIT_SPIN_MAX {
+            let max = crate::wait_spin::WAIT_SPIN_MAX;
+            return Err(BuildError::Invalid(format!("wait_spin {:?} exceeds {max:?}", self.wait_spin)));
         }
         if self.await_poll > AWAIT_POLL_MAX {
             return Err(BuildError::Invalid(format!("await_poll {:?} exceeds {AWAIT_POLL_MAX:?}", self.await_poll)));

@@ -1,9 +1,10 @@
 //! Immediate counters: how many writes carrying each immediate have fully landed here.
 
 use crate::completion::{dispatch, JobSender};
+use crate::wait_spin::SleeperCondvar;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Most distinct immediate values counted at once; arrivals of further values are dropped and
@@ -20,18 +21,34 @@ pub(crate) struct ImmSlot {
     /// reading a counter that no longer moves).
     observers: AtomicUsize,
     expectations: Mutex<Vec<Expectation>>,
-    changed: Condvar,
+    changed: SleeperCondvar,
+    /// How long a waiter polls before it blocks ([`crate::EngineConfig::wait_spin`]).
+    wait_spin: Duration,
+}
+
+impl ImmSlot {
+    fn new(wait_spin: Duration) -> Arc<ImmSlot> {
+        Arc::new(ImmSlot {
+            count: AtomicU64::new(0),
+            observers: AtomicUsize::new(0),
+            expectations: Mutex::new(vec![]),
+            changed: SleeperCondvar::default(),
+            wait_spin,
+        })
+    }
 }
 
 /// The engine's table of counters.
 pub(crate) struct ImmTable {
     slots: Mutex<HashMap<u32, Arc<ImmSlot>>>,
     pub(crate) overflow: AtomicU64,
+    wait_spin: Duration,
 }
 
 impl ImmTable {
-    pub(crate) fn new() -> Self {
-        ImmTable { slots: Mutex::new(HashMap::new()), overflow: AtomicU64::new(0) }
+    /// An empty table whose waiters poll for `wait_spin` before they block.
+    pub(crate) fn new(wait_spin: Duration) -> Self {
+        ImmTable { slots: Mutex::new(HashMap::new()), overflow: AtomicU64::new(0), wait_spin }
     }
 
     pub(crate) fn slot(&self, imm: u32) -> Option<Arc<ImmSlot>> {
@@ -42,12 +59,7 @@ impl ImmTable {
         if slots.len() >= IMM_COUNTERS_MAX {
             return None;
         }
-        let slot = Arc::new(ImmSlot {
-            count: AtomicU64::new(0),
-            observers: AtomicUsize::new(0),
-            expectations: Mutex::new(vec![]),
-            changed: Condvar::new(),
-        });
+        let slot = ImmSlot::new(self.wait_spin);
         slots.insert(imm, slot.clone());
         Some(slot)
     }
@@ -60,6 +72,7 @@ impl ImmTable {
     pub(crate) fn take(&self, imm: u32, count: u64, timeout: Duration) -> Result<(), u64> {
         let slot = self.slot(imm).ok_or(0u64)?;
         let deadline = std::time::Instant::now() + timeout;
+        crate::wait_spin::spin_until(slot.wait_spin.min(timeout), || slot.count.load(Ordering::Acquire) >= count);
         {
             let mut guard = slot.expectations.lock().unwrap();
             loop {
@@ -72,7 +85,7 @@ impl ImmTable {
                 if left.is_zero() {
                     return Err(value);
                 }
-                guard = slot.changed.wait_timeout(guard, left).unwrap().0;
+                guard = slot.changed.wait_timeout(guard, left);
             }
         }
         // Arrivals increment under the table lock (see `bump`), so a slot found at zero here
@@ -115,12 +128,7 @@ impl ImmTable {
                     return;
                 }
                 None => {
-                    let s = Arc::new(ImmSlot {
-                        count: AtomicU64::new(0),
-                        observers: AtomicUsize::new(0),
-                        expectations: Mutex::new(vec![]),
-                        changed: Condvar::new(),
-                    });
+                    let s = ImmSlot::new(self.wait_spin);
                     slots.insert(imm, s.clone());
                     s
                 }
@@ -182,8 +190,10 @@ impl ImmCounter {
 
     /// Blocks until the counter reaches `target` or `timeout` passes; returns the value then
     /// (compare it with `target` to tell which).
+    /// Polls for the engine's [`crate::EngineConfig::wait_spin`] first, then sleeps.
     pub fn wait(&self, target: u64, timeout: Duration) -> u64 {
         let deadline = std::time::Instant::now() + timeout;
+        crate::wait_spin::spin_until(self.slot.wait_spin.min(timeout), || self.value() >= target);
         let mut guard = self.slot.expectations.lock().unwrap();
         loop {
             let value = self.value();
@@ -191,7 +201,7 @@ impl ImmCounter {
             if value >= target || left.is_zero() {
                 return value;
             }
-            guard = self.slot.changed.wait_timeout(guard, left).unwrap().0;
+            guard = self.slot.changed.wait_timeout(guard, left);
         }
     }
 

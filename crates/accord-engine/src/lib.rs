@@ -59,6 +59,7 @@ mod imm;
 mod memory;
 mod recv;
 mod tags;
+pub mod wait_spin;
 mod worker;
 
 pub use accord_net::fault::{FaultConfig, FaultControl};

@@ -133,6 +133,7 @@ impl Engine {
             _ if peer == self.id() => Some(self.shared.clone()),
             _ => local_engine(peer),
         };
+        let remote_peer = local.is_none();
         let not_host_to_host = || SubmitError::Invalid("host to host writes do not take the device route".into());
         let ends = match local {
             Some(peer_shared) => {
@@ -180,14 +181,22 @@ impl Engine {
             }
         };
         let route = self.device_route().map_err(SubmitError::Invalid)?;
-        let state = TransferState::new(1, self.shared.jobs.clone());
+        let state = self.shared.new_transfer(1);
         // The immediate is counted at the receiver only after the copy completed: the poller
         // sends it as a zero-byte write over the ordinary route (memcpy route in this process,
         // the transport across processes), and that write is the transfer's one part.
+        // Across processes the immediate goes through a lane, promised now so that its worker
+        // polls while the copy runs (see `LaneExpectation`).
         let after: Option<AfterCopy> = op.imm.map(|imm| {
-            let spec = imm_part(op, imm);
+            let mut spec = imm_part(op, imm);
             let shared = self.shared.clone();
-            Box::new(move |st: Arc<TransferState>| dispatch_part(&shared, spec, st)) as AfterCopy
+            let promise =
+                if remote_peer { shared.pick_lane(peer).map(|lane| shared.expect_on_lane(lane)) } else { None };
+            spec.lane = promise.as_ref().map(|p| p.lane());
+            Box::new(move |st: Arc<TransferState>| {
+                dispatch_part(&shared, spec, st);
+                drop(promise); // after the part is queued: the worker polls until it sees it
+            }) as AfterCopy
         });
         let copy = DeviceCopy { ends, len: op.len, keep };
         route.copy(copy, state.clone(), after).map_err(SubmitError::Invalid)?;
@@ -204,7 +213,7 @@ impl Engine {
         let (dst, dst_offset) = (*op.dst, op.dst_offset);
         let shared = self.shared.clone();
         let send: SendChunk = Box::new(move |offset, source| {
-            let chunk = TransferState::new(1, shared.jobs.clone());
+            let chunk = shared.new_transfer(1);
             let kind = write_kind(&dst, dst_offset + offset, None);
             dispatch_part(&shared, PartSpec { peer, kind, source, lane: None }, chunk.clone());
             Transfer { state: chunk }
@@ -268,7 +277,7 @@ impl Engine {
     /// any) as the transfer's trailer, sent once every part succeeded (as a sharded host write
     /// sends it), so the receiver counts it only after every byte landed.
     fn device_transfer(&self, op: &WriteOp<'_>, parts: usize) -> Arc<TransferState> {
-        let state = TransferState::new(parts, self.shared.jobs.clone());
+        let state = self.shared.new_transfer(parts);
         if let Some(imm) = op.imm {
             let (shared, spec) = (self.shared.clone(), imm_part(op, imm));
             *state.trailer.lock().unwrap() = Some(Box::new(move |st| dispatch_part(&shared, spec, st)));

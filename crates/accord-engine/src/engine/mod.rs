@@ -107,6 +107,11 @@ impl EngineBuilder {
         self.config.await_poll = poll;
         self
     }
+    /// How long a thread waiting on a transfer or an immediate counter polls before it sleeps.
+    pub fn wait_spin(mut self, spin: Duration) -> Self {
+        self.config.wait_spin = spin;
+        self
+    }
     /// Shared-memory rings for same-host peers (`enabled: false` keeps them on UDP).
     pub fn shm(mut self, shm: ShmConfig) -> Self {
         self.config.shm = shm;
@@ -241,6 +246,7 @@ impl Engine {
                 sleeping: AtomicBool::new(false),
                 wakes_sent: std::sync::atomic::AtomicU64::new(0),
                 wake_target: nic_addrs[*nic][*worker][0],
+                expected: std::sync::atomic::AtomicUsize::new(0),
             });
             let _ = i;
         }
@@ -261,7 +267,7 @@ impl Engine {
             config: config.clone(),
             epoch: std::time::Instant::now(),
             regions: Arc::new(RwLock::new(table)),
-            imms: ImmTable::new(),
+            imms: ImmTable::new(config.wait_spin),
             recv: RecvPool::default(),
             jobs,
             lanes,
@@ -438,7 +444,7 @@ impl Engine {
             Some(slot) => ImmCounter::new(slot),
             None => {
                 tracing::error!(imm, "immediate counter table full; this counter will never move");
-                ImmCounter::new(ImmTable::new().slot(imm).expect("empty table has room"))
+                ImmCounter::new(ImmTable::new(Duration::ZERO).slot(imm).expect("empty table has room"))
             }
         }
     }

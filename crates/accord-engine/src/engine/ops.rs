@@ -165,7 +165,7 @@ impl Engine {
             parts.extend(trailer.map(|t| PartSpec { lane: None, ..t }));
             return self.submit(parts, None);
         }
-        let state = TransferState::new(parts.len(), self.shared.jobs.clone());
+        let state = self.shared.new_transfer(parts.len());
         if let Some(t) = trailer {
             let shared = self.shared.clone();
             *state.trailer.lock().unwrap() = Some(Box::new(move |st| dispatch_part(&shared, t, st)));

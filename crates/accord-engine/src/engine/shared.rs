@@ -74,6 +74,34 @@ pub(crate) struct Lane {
     pub(crate) wakes_sent: std::sync::atomic::AtomicU64,
     /// The worker's path-0 address, where wake datagrams go.
     pub(crate) wake_target: SocketAddr,
+    /// Parts promised to this lane soon ([`LaneExpectation`]s alive): while any is, the worker
+    /// polls instead of sleeping.
+    pub(crate) expected: std::sync::atomic::AtomicUsize,
+}
+
+/// A promise that a lane will soon be given a part: the immediate of a device write whose
+/// copy is in flight. While one is alive the lane's worker polls rather than sleeps (see
+/// `Worker::poll_while_awaiting`), so the immediate leaves within microseconds of the copy's
+/// completion instead of after a wake-up, which on a virtual machine costs tens of
+/// microseconds and, for a copy longer than the worker's poll window, came on top of every
+/// one-at-a-time device write to another process. Dropping it (once the part was queued, or
+/// when the copy failed and no part will come) ends the promise.
+pub(crate) struct LaneExpectation {
+    shared: Arc<Shared>,
+    lane: usize,
+}
+
+impl LaneExpectation {
+    /// The lane the part must be routed to (the one that polls for it).
+    pub(crate) fn lane(&self) -> usize {
+        self.lane
+    }
+}
+
+impl Drop for LaneExpectation {
+    fn drop(&mut self) {
+        self.shared.lanes[self.lane].expected.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 pub(crate) struct Shared {
@@ -109,6 +137,18 @@ impl Shared {
             let _ = self.waker.send_to(&[WAKE_BYTE], l.wake_target);
         }
         Ok(())
+    }
+
+    /// Promises `lane` a part soon: its worker polls until the promise is dropped, and a
+    /// sleeping one is woken now, while the copy runs, rather than when the part comes.
+    pub(crate) fn expect_on_lane(self: &Arc<Self>, lane: usize) -> LaneExpectation {
+        let l = &self.lanes[lane];
+        l.expected.fetch_add(1, Ordering::AcqRel);
+        if l.sleeping.swap(false, Ordering::SeqCst) {
+            l.wakes_sent.fetch_add(1, Ordering::Relaxed);
+            let _ = self.waker.send_to(&[WAKE_BYTE], l.wake_target);
+        }
+        LaneExpectation { shared: self.clone(), lane }
     }
 
     /// The peer's path addresses that pair with our `lane`.
@@ -148,6 +188,11 @@ impl Shared {
             return None;
         }
         Some(live[self.next_lane.fetch_add(1, Ordering::Relaxed) % live.len()])
+    }
+
+    /// The state of a new user-visible transfer of `parts` parts.
+    pub(crate) fn new_transfer(&self, parts: usize) -> Arc<crate::completion::TransferState> {
+        crate::completion::TransferState::new(parts, self.jobs.clone(), self.config.wait_spin)
     }
 
     /// Routes a part to a lane (blocking while its queue is full).

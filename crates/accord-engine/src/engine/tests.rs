@@ -271,6 +271,47 @@ fn await_poll_is_configurable_and_bounded() {
 }
 
 #[test]
+fn wait_spin_is_configurable_and_bounded() {
+    let set = |v: &str| {
+        let vars: HashMap<&str, String> = [("ACCORD_WAIT_SPIN_US", v.to_string())].into();
+        EngineConfig::default().with_overrides_from(|n| vars.get(n).cloned())
+    };
+    assert_eq!(set("0").unwrap().wait_spin, Duration::ZERO, "0 sleeps at once");
+    assert_eq!(set("300").unwrap().wait_spin, Duration::from_micros(300));
+    assert!(set("-1").is_err());
+    assert!(set("100000").unwrap().validate().is_ok(), "the maximum itself is allowed");
+    assert!(set("100001").unwrap().validate().is_err(), "longer than WAIT_SPIN_MAX");
+}
+
+/// Waits complete whether they catch the completion while polling or after falling asleep:
+/// with no poll, with a poll far shorter than the write, and with one longer than it.
+#[test]
+fn waits_complete_with_and_without_polling() {
+    for spin in [Duration::ZERO, Duration::from_micros(1), Duration::from_millis(50)] {
+        let make = || Engine::builder().ignore_env().force_network(true).wait_spin(spin).build().unwrap();
+        let (a, b) = (make(), make());
+        a.add_peer(&b.address()).unwrap();
+        b.add_peer(&a.address()).unwrap();
+        let src = a.alloc(1 << 20).unwrap();
+        let dst = b.alloc(1 << 20).unwrap();
+        let op = WriteOp {
+            src: &src.handle(),
+            src_offset: 0,
+            dst: &dst.descriptor(),
+            dst_offset: 0,
+            len: 1 << 20,
+            imm: Some(7),
+        };
+        for round in 1..=3u64 {
+            a.write(&op).unwrap().wait_timeout(Duration::from_secs(20)).unwrap();
+            assert_eq!(b.imm_counter(7).wait(round, Duration::from_secs(20)), round, "spin {spin:?}");
+        }
+        a.write(&op).unwrap().wait().unwrap();
+        assert_eq!(b.imm_counter(7).wait(4, Duration::from_secs(20)), 4);
+    }
+}
+
+#[test]
 fn receive_batch_follows_the_datapath_unless_set() {
     use crate::worker::rx_batch_slots;
     let lending = EngineConfig::default();
@@ -307,6 +348,40 @@ fn wakes_of_sleeping_workers_are_counted() {
         a.write(&op).unwrap().wait_timeout(WAIT).unwrap();
     }
     assert_eq!(a.stats().lanes.len(), 1);
+}
+
+/// A part promised to a lane (a device write's immediate, while its copy runs) wakes a
+/// sleeping worker at once and keeps it from sleeping until the promise is dropped; the part,
+/// routed to that lane, then goes as any other.
+#[test]
+fn a_promised_lane_wakes_and_stays_awake_until_the_promise_ends() {
+    let make = || Engine::builder().ignore_env().force_network(true).build().unwrap();
+    let (a, b) = (make(), make());
+    a.add_peer(&b.address()).unwrap();
+    b.add_peer(&a.address()).unwrap();
+    let lane = &a.shared.lanes[0];
+    let end = std::time::Instant::now() + WAIT;
+    while !lane.sleeping.load(Ordering::SeqCst) {
+        assert!(std::time::Instant::now() < end, "the idle worker never slept");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let promise = a.shared.expect_on_lane(0);
+    assert_eq!(promise.lane(), 0);
+    assert_eq!(lane.expected.load(Ordering::SeqCst), 1);
+    assert!(a.stats().wakes() >= 1, "the sleeping worker was woken by the promise");
+    // Far past the poll window (500 us) and the idle wait, the worker has not gone back to sleep.
+    std::thread::sleep(crate::IDLE_WAIT_MAX * 3);
+    assert!(!lane.sleeping.load(Ordering::SeqCst), "a promised lane polls");
+    let (src, dst) = (a.alloc(64).unwrap(), b.alloc(64).unwrap());
+    let op = WriteOp { src: &src.handle(), src_offset: 0, dst: &dst.descriptor(), dst_offset: 0, len: 0, imm: Some(3) };
+    a.write(&op).unwrap().wait_timeout(WAIT).unwrap();
+    drop(promise);
+    assert_eq!(lane.expected.load(Ordering::SeqCst), 0);
+    assert_eq!(b.imm_counter(3).wait(1, WAIT), 1);
+    while !lane.sleeping.load(Ordering::SeqCst) {
+        assert!(std::time::Instant::now() < end, "the worker never slept again after the promise ended");
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// Writes with immediates both ways and back to back, with the worker poll off, at its default

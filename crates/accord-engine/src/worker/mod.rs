@@ -269,7 +269,10 @@ impl Worker {
         }
         loop {
             let now = std::time::Instant::now();
-            if now.duration_since(self.last_progress) >= self.await_poll || !self.awaiting(now) {
+            // A part promised to this lane (a device copy's immediate) keeps it polling past
+            // the window: the copy may take longer than the window, and the part is due then.
+            let promised = self.shared.lanes[self.lane].expected.load(Ordering::Acquire) > 0;
+            if !promised && (now.duration_since(self.last_progress) >= self.await_poll || !self.awaiting(now)) {
                 return false;
             }
             // Parts or datagrams held back (no room), or a command the loop could not take yet

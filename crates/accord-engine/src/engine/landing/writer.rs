@@ -94,7 +94,7 @@ impl LandingThread {
         }
         let Some(source) = out.source.take() else { return false };
         let landing = MrDescriptor { engine: m.from, region, key, len: offset.saturating_add(len), device: None };
-        let chunk = TransferState::new(1, shared.jobs.clone());
+        let chunk = shared.new_transfer(1);
         let kind = write_kind(&landing, offset, None);
         dispatch_part(shared, PartSpec { peer: m.from, kind, source, lane: None }, chunk.clone());
         out.state = OutState::Writing(Transfer { state: chunk });
