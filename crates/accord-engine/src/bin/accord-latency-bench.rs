@@ -93,18 +93,13 @@ fn child() -> Result<(), Box<dyn std::error::Error>> {
             let _ = echo.send_to(&buf[..n], from);
         }
     });
-    for line in lines {
-        match line?.as_str() {
-            "report" => {
-                stop.store(true, Ordering::Release);
-                let seen = watcher.join().map_err(|_| "watcher panicked")?;
-                let listed: Vec<String> = seen.iter().map(|(v, ns)| format!("{v}:{ns}")).collect();
-                writeln!(out, "{}", listed.join(","))?;
-                out.flush()?;
-                break;
-            }
-            _ => break,
-        }
+    // The next line ("report") asks for the arrivals; anything else, or the end, quits.
+    if lines.next().transpose()?.as_deref() == Some("report") {
+        stop.store(true, Ordering::Release);
+        let seen = watcher.join().map_err(|_| "watcher panicked")?;
+        let listed: Vec<String> = seen.iter().map(|(v, ns)| format!("{v}:{ns}")).collect();
+        writeln!(out, "{}", listed.join(","))?;
+        out.flush()?;
     }
     let _ = echoer.join();
     Ok(())
