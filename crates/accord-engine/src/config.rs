@@ -49,6 +49,11 @@ pub const ENGINE_ENV_OVERRIDES: &[(&str, &str)] = &[
         "ACCORD_WAIT_SPIN_US",
         "wait_spin: microseconds a thread waiting on a transfer or an immediate counter polls before it sleeps",
     ),
+    ("ACCORD_CMA", "cma (0 or 1, default 1): large writes to other processes of this host are pulled by the receiver"),
+    (
+        "ACCORD_CMA_MIN_BYTES",
+        "cma_min_bytes: writes (or shards) at least this long take the pull route (default 64 KiB)",
+    ),
     ("ACCORD_RX_BATCH_SLOTS", "rx_batch_slots: receive slots per batch, 1..=64 (0 = by datapath, see the field)"),
     ("ACCORD_ENGINE_DEBUG", "when set, workers print per-connection statistics to stderr every 250 ms"),
     ("ACCORD_SHM", "shm.enabled (0 or 1, default 1): same-host peers exchange datagrams through shared-memory rings"),
@@ -122,6 +127,13 @@ pub struct EngineConfig {
     /// variable. Default [`crate::wait_spin::wait_spin_default`] of this host's cores (1 ms from
     /// 8 cores, else 50 us), at most [`crate::wait_spin::WAIT_SPIN_MAX`]; zero sleeps at once.
     pub wait_spin: Duration,
+    /// Writes (shards) of at least [`EngineConfig::cma_min_bytes`] to another process of this
+    /// host are pulled by the receiver with one cross-memory copy (`process_vm_readv`) instead
+    /// of two through a shared-memory ring; see `engine::cma`. Pairs that cannot (no
+    /// permission, another pid namespace) stay on the transport by themselves. Default on.
+    pub cma: bool,
+    /// Shortest part the pull route takes. Default [`crate::CMA_MIN_BYTES_DEFAULT`] (64 KiB).
+    pub cma_min_bytes: u64,
     /// Receive slots per batch (datagrams one `recv_batch` may return), at most
     /// [`crate::RX_BATCH_SLOTS`]. 0 (default) picks by datapath: [`LENDING_RX_BATCH_SLOTS`]
     /// when shared memory lends ring entries in place (a lent datagram fills only a slot's
@@ -191,6 +203,8 @@ impl Default for EngineConfig {
             await_poll: AWAIT_POLL_DEFAULT,
             wait_spin: crate::wait_spin::wait_spin_default(std::thread::available_parallelism().map_or(1, |n| n.get())),
             rx_batch_slots: 0,
+            cma: true,
+            cma_min_bytes: crate::CMA_MIN_BYTES_DEFAULT,
             device_ipc: true,
             device_staging_chunk_bytes: crate::device::staging::DEVICE_STAGING_CHUNK_BYTES_DEFAULT,
             device_staging_chunks: crate::device::staging::DEVICE_STAGING_CHUNKS_DEFAULT,
@@ -239,6 +253,8 @@ impl EngineConfig {
                 "ACCORD_IDLE_TIMEOUT_MS" => self.idle_timeout = Duration::from_millis(num(name, &value)?),
                 "ACCORD_RX_BATCH_SLOTS" => self.rx_batch_slots = num(name, &value)?,
                 "ACCORD_AWAIT_POLL_US" => self.await_poll = Duration::from_micros(num(name, &value)?),
+                "ACCORD_CMA" => self.cma = num::<u8>(name, &value)? != 0,
+                "ACCORD_CMA_MIN_BYTES" => self.cma_min_bytes = num(name, &value)?,
                 "ACCORD_WAIT_SPIN_US" => self.wait_spin = Duration::from_micros(num(name, &value)?),
                 "ACCORD_DEVICE_IPC" => self.device_ipc = num::<u8>(name, &value)? != 0,
                 "ACCORD_DEVICE_STAGING_CHUNK_BYTES" => self.device_staging_chunk_bytes = num(name, &value)?,

@@ -75,6 +75,11 @@ impl Engine {
         }
     }
 
+    /// Counters of the pull route between processes of this host (`ACCORD_CMA`).
+    pub fn cma_stats(&self) -> crate::CmaStats {
+        self.shared.cma.stats()
+    }
+
     /// Counters of the device-landing rendezvous (refused control messages, reclaimed slots).
     pub fn landing_stats(&self) -> crate::LandingStats {
         self.shared.landing.stats()

@@ -1,6 +1,7 @@
 //! The [`Engine`]: construction, memory registration, peers, immediates, statistics, shutdown.
 //! Transfers (`write`, `write_paged`, `scatter`, `send`, `barrier`) live in `ops`.
 
+pub(crate) mod cma;
 mod device;
 pub(crate) mod landing;
 mod ops;
@@ -105,6 +106,11 @@ impl EngineBuilder {
     /// How long a worker awaiting traffic polls before sleeping (zero: sleep at once).
     pub fn await_poll(mut self, poll: Duration) -> Self {
         self.config.await_poll = poll;
+        self
+    }
+    /// Large writes to other processes of this host pulled by the receiver (default on).
+    pub fn cma(mut self, on: bool) -> Self {
+        self.config.cma = on;
         self
     }
     /// How long a thread waiting on a transfer or an immediate counter polls before it sleeps.
@@ -279,6 +285,7 @@ impl Engine {
             tags: crate::tags::TagSource::new(random_u64()),
             seen_tags: Default::default(),
             landing: landing::Landing::new(Box::new(crate::device::cuda_staging::open_cuda_landing)),
+            cma: cma::Cma::new(id),
         });
         let completion_thread = std::thread::Builder::new()
             .name("accord-completion".into())

@@ -118,7 +118,10 @@ pub(super) fn dispatch_part(shared: &Arc<Shared>, spec: PartSpec, transfer: Arc<
     }
     let tag = shared.tags.next();
     let part = Part { peer: spec.peer, kind: spec.kind, source: spec.source, transfer, tag, attempts: 0 };
-    shared.route(part, spec.lane);
+    // A large write to another process of this host may go as one cross-memory copy instead.
+    if let Some(part) = super::cma::try_pull(shared, part, spec.lane) {
+        shared.route(part, spec.lane);
+    }
 }
 
 impl Engine {

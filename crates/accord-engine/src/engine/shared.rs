@@ -125,6 +125,8 @@ pub(crate) struct Shared {
     pub(crate) seen_tags: crate::tags::SeenTags,
     /// The landing rendezvous of device writes across hosts (`engine::landing`).
     pub(crate) landing: super::landing::Landing,
+    /// The pull route between processes of this host (`engine::cma`).
+    pub(crate) cma: super::cma::Cma,
 }
 
 impl Shared {

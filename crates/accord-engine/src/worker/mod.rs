@@ -178,6 +178,8 @@ impl Worker {
             }
             progress |= self.transmit();
             progress |= self.drain_events();
+            // Pulls whose receiver stopped answering fail here (one atomic load when none).
+            crate::engine::cma::sweep(&self.shared);
             if debug && last_dump.elapsed() > Duration::from_millis(250) {
                 last_dump = std::time::Instant::now();
                 self.dump_connections();
@@ -466,6 +468,7 @@ impl Worker {
         let waker = self.shared.waker_addr;
         let regions = self.shared.regions.read().unwrap();
         let mut memory = Memory { regions: &regions, recv: &self.shared.recv };
+        let mut pulls: Vec<(u64, Vec<u8>)> = Vec::new();
         for i in 0..self.rx.len() {
             let Some((bytes, meta)) = self.rx.get(i) else { continue };
             let lent = self.rx.lent(i);
@@ -492,7 +495,11 @@ impl Worker {
                                     true
                                 }
                             };
-                            if whole {
+                            if whole && crate::engine::cma::wire::is_pull_message(&message) {
+                                // Served after this batch, outside the datagram loop (a pull
+                                // copies up to a shard's bytes).
+                                pulls.push((offset, message));
+                            } else if whole {
                                 crate::engine::landing::deliver_control(&self.shared, offset, message);
                             }
                             whole
@@ -520,6 +527,12 @@ impl Worker {
                         *slot = Some(meta.src);
                     }
                 }
+            }
+        }
+        drop(regions); // a pull takes the table's lock itself (`memory` borrowed it)
+        for (offset, message) in pulls {
+            if let Some(reply) = crate::engine::cma::serve(&self.shared, offset, &message) {
+                self.backlog.push_back(reply);
             }
         }
         true

@@ -1,0 +1,370 @@
+//! The pull route: large writes between processes of one host move with one copy, the
+//! receiver reading the writer's memory through cross-memory attach (`process_vm_readv`),
+//! instead of two (writer into a shared-memory ring, receiver out of it).
+//!
+//! Why: on the 2xH200 host the NCCL plugin's bandwidth at 256 MiB was bound by its workers'
+//! copies (each byte copied twice, every worker near a full core; one core copies about 5.7
+//! GB/s there, CMA about 4.3; docs/results/2026-11-22-nccl-plugin.md). A pull halves the
+//! bytes the CPU moves and the memory traffic behind them.
+//!
+//! How, per part (a shard of a write, or a whole one): the writer sends a 64-byte `Pull` into
+//! the receiver's control region over the transport (reliable, exactly once); the receiving
+//! worker checks region, key and bounds under the region table's lock (as it does before
+//! placing a datagram), reads the bytes straight from the writer's process into the region,
+//! counts the immediate and answers `Reply`. The writer's part completes on the reply. The
+//! receiver decides what is written where: a stale or forged pull is refused like a
+//! transport write, and the writer's memory is only ever read.
+//!
+//! Safety of the identity: the receiver reads from the pid the writer's address names. Before
+//! any pull, the writer says `Hello` with the address of its engine id; the receiver reads
+//! those 8 bytes from that pid and serves pulls only if they match (a pid of another pid
+//! namespace, a recycled pid, a kernel that forbids CMA all fail here, and the pair stays on
+//! the transport). Until the writer has seen the hello answered, and for small writes
+//! (below `ACCORD_CMA_MIN_BYTES`), parts go over the transport as before.
+//!
+//! Failure: an `Unavailable` answer (nothing counted) sends the part over the transport and
+//! stops pulls to that peer; a refusal fails the part as the transport would; a peer that
+//! stops answering fails the part after the engine's idle timeout.
+
+mod sys;
+pub(crate) mod wire;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use accord_proto::{RegionId, RegionKey};
+
+use super::ops::write_kind;
+use super::shared::{Part, PartKind, Shared};
+use crate::address::EngineId;
+use crate::error::TransferError;
+use crate::memory::Source;
+use wire::{Body, Outcome, PullMessage};
+
+/// Default of `ACCORD_CMA_MIN_BYTES`: parts at least this long are pulled.
+pub const CMA_MIN_BYTES_DEFAULT: u64 = 64 << 10;
+/// Pulls a writer has outstanding per engine; a further eligible part goes over the transport.
+pub const CMA_PULLS_IN_FLIGHT_MAX: usize = 4096;
+/// Writers a receiver remembers as verified.
+pub const CMA_VERIFIED_PEERS_MAX: usize = 4096;
+
+/// Counters of the pull route ([`crate::Engine::cma_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CmaStats {
+    /// Parts this engine sent as pulls (writer side).
+    pub pulls_sent: u64,
+    /// Pull bytes that landed at peers (writer side, answered `Done`).
+    pub bytes_pulled: u64,
+    /// Pulls this engine served (receiver side, bytes copied).
+    pub pulls_served: u64,
+    /// Parts sent over the transport after a peer answered `Unavailable`.
+    pub fallbacks: u64,
+    /// Pull messages refused or ignored as malformed, stale or from unknown writers.
+    pub refused: u64,
+}
+
+/// What a writer knows of one peer's pull route.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PeerRoute {
+    /// Hello sent, no answer yet: parts go over the transport.
+    Asked,
+    /// The peer verified us: eligible parts are pulled.
+    Verified,
+    /// The peer cannot pull from us: transport only.
+    Unavailable,
+}
+
+/// A part whose pull is outstanding.
+struct Pending {
+    part: Part,
+    deadline: Instant,
+}
+
+/// Per-engine state of the route.
+pub(crate) struct Cma {
+    /// Our engine id at a stable address: what a receiver reads to verify us.
+    id_cell: Box<u64>,
+    peers: Mutex<HashMap<EngineId, PeerRoute>>,
+    /// Receiver side: writers verified, with the pid they were verified at.
+    verified: Mutex<HashMap<EngineId, u32>>,
+    pending: Mutex<HashMap<u64, Pending>>,
+    pending_count: AtomicUsize,
+    next_req: AtomicU64,
+    last_sweep_ns: AtomicU64,
+    pulls_sent: AtomicU64,
+    bytes_pulled: AtomicU64,
+    pulls_served: AtomicU64,
+    fallbacks: AtomicU64,
+    refused: AtomicU64,
+}
+
+impl Cma {
+    pub(crate) fn new(id: EngineId) -> Cma {
+        Cma {
+            id_cell: Box::new(id.0),
+            peers: Mutex::new(HashMap::new()),
+            verified: Mutex::new(HashMap::new()),
+            pending: Mutex::new(HashMap::new()),
+            pending_count: AtomicUsize::new(0),
+            next_req: AtomicU64::new(rand::RngCore::next_u64(&mut rand::rngs::OsRng) >> 1 | 1),
+            last_sweep_ns: AtomicU64::new(0),
+            pulls_sent: AtomicU64::new(0),
+            bytes_pulled: AtomicU64::new(0),
+            pulls_served: AtomicU64::new(0),
+            fallbacks: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn stats(&self) -> CmaStats {
+        CmaStats {
+            pulls_sent: self.pulls_sent.load(Ordering::Relaxed),
+            bytes_pulled: self.bytes_pulled.load(Ordering::Relaxed),
+            pulls_served: self.pulls_served.load(Ordering::Relaxed),
+            fallbacks: self.fallbacks.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A control message (64 bytes into `peer`'s control region) on `lane` (or the next one).
+fn control_part(shared: &Arc<Shared>, peer: EngineId, message: PullMessage) -> Option<Part> {
+    let control = shared.peers.read().unwrap().get(&peer)?.control;
+    Some(Part {
+        peer,
+        kind: write_kind(&control, 0, None),
+        source: Source::Bytes(Arc::from(&message.encode()[..])),
+        transfer: shared.new_transfer(1),
+        tag: shared.tags.next(),
+        attempts: 0,
+    })
+}
+
+/// Writer side: sends `part` as a pull when it qualifies, returning it otherwise (to go over
+/// the transport). Qualifies: the route is on, the peer is another process of this host that
+/// verified us, the part is a write from registered memory of at least the minimum length.
+pub(crate) fn try_pull(shared: &Arc<Shared>, part: Part, lane: Option<usize>) -> Option<Part> {
+    let config = &shared.config;
+    let PartKind::Write { region, key, offset, imm } = part.kind else { return Some(part) };
+    let Source::Region { base, len, .. } = part.source else { return Some(part) };
+    if !config.cma || len < config.cma_min_bytes || !shared.peer_on_this_host(part.peer) {
+        return Some(part);
+    }
+    let state = &shared.cma;
+    let route = *state.peers.lock().unwrap().entry(part.peer).or_insert_with(|| {
+        // First eligible part to this peer: introduce ourselves; this part goes the old way.
+        let hello = PullMessage { from: shared.id, req: 0, body: Body::Hello { id_addr: id_address(state) } };
+        if let Some(p) = control_part(shared, part.peer, hello) {
+            shared.route(p, None);
+        }
+        PeerRoute::Asked
+    });
+    if route != PeerRoute::Verified || state.pending_count.load(Ordering::Acquire) >= CMA_PULLS_IN_FLIGHT_MAX {
+        return Some(part);
+    }
+    sweep(shared);
+    let req = state.next_req.fetch_add(1, Ordering::Relaxed);
+    let body = Body::Pull { src_addr: base as u64, len, region: region.0, key: key.0, offset, imm };
+    let Some(message) = control_part(shared, part.peer, PullMessage { from: shared.id, req, body }) else {
+        return Some(part);
+    };
+    // The pull message's own delivery failing means the receiver never saw it: fail the part
+    // (a lost acknowledgement could hide a pull that ran, so no transport retry).
+    {
+        let shared = Arc::downgrade(shared);
+        crate::Transfer { state: message.transfer.clone() }.on_complete(move |result| {
+            if let (Err(e), Some(shared)) = (result, shared.upgrade()) {
+                finish_pending(&shared, req, Err(e));
+            }
+        });
+    }
+    let deadline = Instant::now() + shared.config.idle_timeout * 2;
+    state.pending.lock().unwrap().insert(req, Pending { part, deadline });
+    state.pending_count.fetch_add(1, Ordering::AcqRel);
+    state.pulls_sent.fetch_add(1, Ordering::Relaxed);
+    shared.route(message, lane);
+    None
+}
+
+fn id_address(state: &Cma) -> u64 {
+    &*state.id_cell as *const u64 as u64
+}
+
+/// Completes the pending pull `req` (if still pending).
+fn finish_pending(shared: &Arc<Shared>, req: u64, result: Result<(), TransferError>) {
+    let Some(pending) = shared.cma.pending.lock().unwrap().remove(&req) else { return };
+    shared.cma.pending_count.fetch_sub(1, Ordering::AcqRel);
+    if result.is_ok() {
+        shared.cma.bytes_pulled.fetch_add(pending.part.source.len(), Ordering::Relaxed);
+    }
+    pending.part.finish(result);
+}
+
+/// Fails pulls whose receiver stopped answering (at most once a millisecond, cheap when none).
+pub(crate) fn sweep(shared: &Arc<Shared>) {
+    let state = &shared.cma;
+    if state.pending_count.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let now_ns = shared.epoch.elapsed().as_nanos() as u64;
+    let last = state.last_sweep_ns.load(Ordering::Relaxed);
+    if now_ns.saturating_sub(last) < 1_000_000
+        || state.last_sweep_ns.compare_exchange(last, now_ns, Ordering::AcqRel, Ordering::Relaxed).is_err()
+    {
+        return;
+    }
+    let now = Instant::now();
+    let expired: Vec<u64> =
+        state.pending.lock().unwrap().iter().filter(|(_, p)| p.deadline <= now).map(|(req, _)| *req).collect();
+    for req in expired {
+        finish_pending(shared, req, Err(TransferError::PeerUnreachable));
+    }
+}
+
+/// A control message of this route arrived (`bytes`, placed at `offset` of the control region).
+/// Receiver side it serves a hello or a pull; writer side it takes a reply. Returns the reply
+/// to send, if any (the worker queues it on its own lane).
+pub(crate) fn serve(shared: &Arc<Shared>, offset: u64, bytes: &[u8]) -> Option<Part> {
+    let state = &shared.cma;
+    let Ok(message) = PullMessage::decode(offset, bytes) else {
+        state.refused.fetch_add(1, Ordering::Relaxed);
+        return None;
+    };
+    let from = message.from;
+    let outcome = match message.body {
+        Body::Reply { outcome } => {
+            take_reply(shared, message.req, outcome, from);
+            return None;
+        }
+        Body::Hello { id_addr } => verify(shared, from, id_addr),
+        Body::Pull { src_addr, len, region, key, offset, imm } => {
+            let outcome = pull(shared, from, src_addr, len, RegionId(region), RegionKey(key), offset);
+            if outcome == Outcome::Done {
+                state.pulls_served.fetch_add(1, Ordering::Relaxed);
+                if let Some(imm) = imm {
+                    shared.imms.bump(imm, &shared.jobs);
+                }
+            }
+            outcome
+        }
+    };
+    if outcome != Outcome::Done {
+        state.refused.fetch_add(1, Ordering::Relaxed);
+    }
+    let reply = PullMessage { from: shared.id, req: message.req, body: Body::Reply { outcome } };
+    control_part(shared, from, reply)
+}
+
+/// Writer side: the answer to our hello (`req` 0) or to pull `req`.
+fn take_reply(shared: &Arc<Shared>, req: u64, outcome: Outcome, from: EngineId) {
+    let state = &shared.cma;
+    if req == 0 {
+        let mut peers = state.peers.lock().unwrap();
+        if let Some(route) = peers.get_mut(&from) {
+            if *route == PeerRoute::Asked {
+                *route = if outcome == Outcome::Done { PeerRoute::Verified } else { PeerRoute::Unavailable };
+                tracing::info!(peer = from.0, ?outcome, "cross-memory pulls to this peer");
+            }
+        }
+        return;
+    }
+    let pending = state.pending.lock().unwrap().get(&req).map(|p| p.part.peer);
+    if pending != Some(from) {
+        state.refused.fetch_add(1, Ordering::Relaxed); // stale, or not the peer we asked
+        return;
+    }
+    match outcome {
+        Outcome::Done => finish_pending(shared, req, Ok(())),
+        Outcome::Refused(reason) => finish_pending(shared, req, Err(TransferError::Rejected(reason))),
+        Outcome::Unavailable => {
+            // Nothing was counted there: stop pulling from this peer and send the bytes.
+            state.peers.lock().unwrap().insert(from, PeerRoute::Unavailable);
+            if let Some(p) = state.pending.lock().unwrap().remove(&req) {
+                state.pending_count.fetch_sub(1, Ordering::AcqRel);
+                state.fallbacks.fetch_add(1, Ordering::Relaxed);
+                shared.route(p.part, None);
+            }
+        }
+    }
+}
+
+/// The pid of `from` if it is a known peer on this host.
+fn same_host_pid(shared: &Shared, from: EngineId) -> Option<u32> {
+    let host = crate::address::this_host();
+    let peers = shared.peers.read().unwrap();
+    let address = peers.get(&from)?;
+    (address.host == host && !host.is_empty() && address.pid != std::process::id()).then_some(address.pid)
+}
+
+/// Receiver side: reads the writer's engine id from its process; verified on a match.
+fn verify(shared: &Arc<Shared>, from: EngineId, id_addr: u64) -> Outcome {
+    if !shared.config.cma {
+        return Outcome::Unavailable;
+    }
+    let Some(pid) = same_host_pid(shared, from) else { return Outcome::Unavailable };
+    let Ok(pid_i32) = i32::try_from(pid) else { return Outcome::Unavailable };
+    let mut seen = [0u8; 8];
+    // Safety: `seen` is a local buffer of 8 bytes, written only by this call.
+    #[allow(unsafe_code)]
+    let read = unsafe { sys::read_from_process(pid_i32, id_addr, seen.as_mut_ptr(), 8) };
+    match read {
+        Ok(()) if u64::from_le_bytes(seen) == from.0 => {
+            let mut verified = shared.cma.verified.lock().unwrap();
+            if verified.len() >= CMA_VERIFIED_PEERS_MAX && !verified.contains_key(&from) {
+                return Outcome::Unavailable;
+            }
+            verified.insert(from, pid);
+            Outcome::Done
+        }
+        Ok(()) => {
+            tracing::warn!(peer = from.0, pid, "pid does not hold the peer's engine (another pid namespace?)");
+            Outcome::Unavailable
+        }
+        Err(e) => {
+            tracing::info!(peer = from.0, pid, error = %e, "cross-memory reads from this peer are not allowed here");
+            Outcome::Unavailable
+        }
+    }
+}
+
+/// Receiver side: copies a verified writer's bytes into our region, checked as a transport
+/// write is, under the region table's read lock (so the region cannot be deregistered meanwhile).
+fn pull(
+    shared: &Arc<Shared>,
+    from: EngineId,
+    src_addr: u64,
+    len: u64,
+    region: RegionId,
+    key: RegionKey,
+    offset: u64,
+) -> Outcome {
+    let Some(&pid) = shared.cma.verified.lock().unwrap().get(&from) else { return Outcome::Unavailable };
+    if same_host_pid(shared, from) != Some(pid) {
+        return Outcome::Unavailable; // the peer was replaced since it was verified
+    }
+    let Ok(len_usize) = usize::try_from(len) else {
+        return Outcome::Refused(accord_proto::wire::RejectReason::OutOfBounds);
+    };
+    let regions = shared.regions.read().unwrap();
+    let dst = match regions.check_host_write(region, key, offset, len) {
+        Ok((addr, _keep)) => addr,
+        Err(reason) => return Outcome::Refused(reason),
+    };
+    // Safety: `dst..dst + len` lies inside a registered host region (checked just above), which
+    // cannot be deregistered while we hold the table's read lock; placement by the transport
+    // writes there under the same lock, as a one-sided write's bytes may.
+    #[allow(unsafe_code)]
+    let read = unsafe { sys::read_from_process(pid as i32, src_addr, dst as *mut u8, len_usize) };
+    match read {
+        Ok(()) => Outcome::Done,
+        Err(e) => {
+            tracing::warn!(peer = from.0, error = %e, "cross-memory read failed; the writer falls back to the transport");
+            Outcome::Unavailable
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
