@@ -405,6 +405,13 @@ pub trait Datapath: Send {
     /// is allowed; callers then find `recv_batch` returns 0.
     fn wait_readable(&mut self, timeout: Duration) -> Result<bool, DatapathError>;
 
+    /// Whether a same-host channel (a shared-memory ring) holds a datagram, checked without a
+    /// system call: what a polling caller looks at between the [`Datapath::wait_readable`]
+    /// calls that also poll the sockets. A hint (false for drivers without such a channel).
+    fn local_channel_has_data(&self) -> bool {
+        false
+    }
+
     /// Slot size `recv_batch` needs so no datagram is ever truncated.
     fn rx_slot_bytes(&self) -> usize {
         let caps = self.caps();
@@ -464,6 +471,9 @@ impl<D: Datapath + ?Sized> Datapath for Box<D> {
     }
     fn wait_readable(&mut self, timeout: Duration) -> Result<bool, DatapathError> {
         (**self).wait_readable(timeout)
+    }
+    fn local_channel_has_data(&self) -> bool {
+        (**self).local_channel_has_data()
     }
     fn rx_slot_bytes(&self) -> usize {
         (**self).rx_slot_bytes()

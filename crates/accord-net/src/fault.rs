@@ -457,6 +457,10 @@ impl<D: Datapath> Datapath for FaultInjector<D> {
         Ok(bufs.len())
     }
 
+    fn local_channel_has_data(&self) -> bool {
+        self.inner.local_channel_has_data()
+    }
+
     /// Waits on the inner datapath, but no longer than until the next held
     /// packet is due, so held packets go out even when the caller is idle.
     fn wait_readable(&mut self, timeout: Duration) -> Result<bool, DatapathError> {

@@ -663,6 +663,10 @@ impl<D: Datapath> Datapath for ShmDatapath<D> {
         result
     }
 
+    fn local_channel_has_data(&self) -> bool {
+        self.rings_have_data()
+    }
+
     fn rx_slot_bytes(&self) -> usize {
         RX_SLOT_BYTES_MAX
     }

@@ -290,6 +290,10 @@ impl<D: Datapath> Datapath for TracingDatapath<D> {
         self.inner.wait_readable(timeout)
     }
 
+    fn local_channel_has_data(&self) -> bool {
+        self.inner.local_channel_has_data()
+    }
+
     fn rx_slot_bytes(&self) -> usize {
         self.inner.rx_slot_bytes()
     }

@@ -39,6 +39,9 @@ pub const LINGER_MAX: Duration = Duration::from_secs(2);
 pub const IDLE_WAIT_MAX: Duration = Duration::from_millis(2);
 // A lent datagram's slot holds only its first bytes: every header the protocol parses must fit.
 const _: () = assert!(accord_proto::wire::DATA_HEADER_LEN <= accord_net::LENT_HEAD_BYTES);
+/// Checks of the command queue and the shared-memory rings (no system call) per turn of a
+/// polling worker, before the turn's socket poll and yield.
+const LIGHT_POLLS_PER_TURN: usize = 16;
 /// Marker byte of the datagram that wakes a sleeping worker.
 pub(crate) const WAKE_BYTE: u8 = 0xA5;
 
@@ -283,16 +286,25 @@ impl Worker {
                 std::thread::yield_now();
                 return true;
             }
-            match self.commands.try_recv() {
-                Ok(cmd) => {
-                    self.stashed = Some(cmd);
+            // Light turns first: the command queue and the shared-memory rings are looked at
+            // without a system call, so a command or a ring datagram is seen within about a
+            // hundred nanoseconds; then one full check that also polls the sockets, and a yield.
+            for _ in 0..LIGHT_POLLS_PER_TURN {
+                match self.commands.try_recv() {
+                    Ok(cmd) => {
+                        self.stashed = Some(cmd);
+                        return true;
+                    }
+                    Err(TryRecvError::Disconnected) => {
+                        self.stashed = Some(Command::Shutdown);
+                        return true;
+                    }
+                    Err(TryRecvError::Empty) => {}
+                }
+                if self.dp.local_channel_has_data() {
                     return true;
                 }
-                Err(TryRecvError::Disconnected) => {
-                    self.stashed = Some(Command::Shutdown);
-                    return true;
-                }
-                Err(TryRecvError::Empty) => {}
+                std::hint::spin_loop();
             }
             if self.dp.wait_readable(Duration::ZERO).unwrap_or(true) {
                 return true;

@@ -99,6 +99,15 @@ fn peers_attach_both_ways_and_carry_datagrams_through_rings() {
     // And back, through the ring b offered in return.
     exchange(&mut b, &mut a, 50);
     assert_eq!(b.stats().tx_datagrams, 50);
+    // The syscall-free check a polling worker makes sees a ring datagram before it is read,
+    // and nothing once it was.
+    assert!(!b.local_channel_has_data());
+    let one = payload(0, 100);
+    assert_eq!(a.send_batch(&[TxDatagram::new(0, paths(&b)[0], &one)]).unwrap(), 1);
+    assert!(b.local_channel_has_data(), "a datagram sits in the ring");
+    let mut rx = b.alloc_rx_buffers(4).unwrap();
+    assert_eq!(b.recv_batch(&mut rx, 4).unwrap(), 1);
+    assert!(!b.local_channel_has_data());
 }
 
 #[test]
