@@ -49,7 +49,7 @@ pub const ENGINE_ENV_OVERRIDES: &[(&str, &str)] = &[
         "ACCORD_WAIT_SPIN_US",
         "wait_spin: microseconds a thread waiting on a transfer or an immediate counter polls before it sleeps",
     ),
-    ("ACCORD_CMA", "cma (0 or 1, default 1): large writes to other processes of this host are pulled by the receiver"),
+    ("ACCORD_CMA", "cma (0 or 1, default 0): large writes to other processes of this host are pulled by the receiver"),
     (
         "ACCORD_CMA_MIN_BYTES",
         "cma_min_bytes: writes (or shards) at least this long take the pull route (default 64 KiB)",
@@ -130,7 +130,10 @@ pub struct EngineConfig {
     /// Writes (shards) of at least [`EngineConfig::cma_min_bytes`] to another process of this
     /// host are pulled by the receiver with one cross-memory copy (`process_vm_readv`) instead
     /// of two through a shared-memory ring; see `engine::cma`. Pairs that cannot (no
-    /// permission, another pid namespace) stay on the transport by themselves. Default on.
+    /// permission, another pid namespace) stay on the transport by themselves. Default off:
+    /// on the 2xH200 host it cut the one-way latency of 64 KiB-1 MiB writes by 15-28%, but
+    /// NCCL all_reduce through the plugin (64 KiB pieces) was 4-25% slower with it
+    /// (docs/results/2026-11-22-nccl-plugin.md, session 4); `ACCORD_CMA=1` turns it on.
     pub cma: bool,
     /// Shortest part the pull route takes. Default [`crate::CMA_MIN_BYTES_DEFAULT`] (64 KiB).
     pub cma_min_bytes: u64,
@@ -203,7 +206,7 @@ impl Default for EngineConfig {
             await_poll: AWAIT_POLL_DEFAULT,
             wait_spin: crate::wait_spin::wait_spin_default(std::thread::available_parallelism().map_or(1, |n| n.get())),
             rx_batch_slots: 0,
-            cma: true,
+            cma: false,
             cma_min_bytes: crate::CMA_MIN_BYTES_DEFAULT,
             device_ipc: true,
             device_staging_chunk_bytes: crate::device::staging::DEVICE_STAGING_CHUNK_BYTES_DEFAULT,

@@ -21,11 +21,7 @@ fn pattern(round: usize, len: usize) -> Vec<u8> {
 }
 
 fn engine(pull: bool) -> Engine {
-    let mut b = Engine::builder().ignore_env().workers_per_nic(2);
-    if !pull {
-        b = b.cma(false);
-    }
-    b.build().expect("engine builds")
+    Engine::builder().ignore_env().workers_per_nic(2).cma(pull).build().expect("engine builds")
 }
 
 /// The receiver: prints its address and region, adds the writer, then on `check ROUNDS`

@@ -99,8 +99,9 @@ fn build(scenario: Scenario, me: usize) -> Engine {
     let b = match scenario {
         Scenario::Clean => b,
         Scenario::Lossy => {
+            // With the pull route on: its control messages then cross the lossy transport too.
             let f = FaultConfig { drop: 0.01, reorder: 0.01, ..FaultConfig::default() };
-            b.fault_injection(f, 17 + me as u64)
+            b.fault_injection(f, 17 + me as u64).cma(true)
         }
         Scenario::TwoNicsOneCut => b
             .nics(["127.0.0.1".parse().unwrap(), "127.0.0.2".parse().unwrap()])
@@ -250,11 +251,12 @@ fn child(me: usize, n: usize, scenario: Scenario) -> Result<(), String> {
         _ => {}
     }
     eprintln!(
-        "process {me}: failovers {} retransmits {} faults {:?} shm {:?}",
+        "process {me}: failovers {} retransmits {} faults {:?} shm {:?} pulls {:?}",
         stats.failovers(),
         stats.retransmits(),
         stats.faults.first(),
-        stats.lanes.first().and_then(|l| l.shm)
+        stats.lanes.first().and_then(|l| l.shm),
+        engine.cma_stats()
     );
     engine.barrier(&ids, IMM_BARRIER, WAIT).map_err(|e| format!("last barrier: {e}"))?;
     // Let the last acknowledgements leave before the engine closes.

@@ -108,7 +108,7 @@ impl EngineBuilder {
         self.config.await_poll = poll;
         self
     }
-    /// Large writes to other processes of this host pulled by the receiver (default on).
+    /// Large writes to other processes of this host pulled by the receiver (default off).
     pub fn cma(mut self, on: bool) -> Self {
         self.config.cma = on;
         self
@@ -351,6 +351,10 @@ impl Engine {
             for lane in 0..self.shared.lanes.len() {
                 let _ = self.shared.send_command(lane, Command::OfferShm(address.id));
             }
+        }
+        // And the pull route asks to be verified now, so large writes find it ready.
+        if !known && address.pid != std::process::id() && self.shared.config.cma {
+            cma::introduce(&self.shared, address.id);
         }
         Ok(())
     }
