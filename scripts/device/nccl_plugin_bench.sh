@@ -7,14 +7,16 @@
 #      datapath, workers per rank from LOCAL_WORLD_SIZE and the cores, workers polling while
 #      they await traffic), Accord with shared memory off (ACCORD_SHM=0: kernel UDP over
 #      loopback, the same-run baseline), Accord with the workers' poll off
-#      (ACCORD_AWAIT_POLL_US=0: they sleep at once, the same-run baseline of the poll), NCCL's
-#      Socket transport with defaults, and Socket tuned (NCCL_SOCKET_NTHREADS=4
-#      NCCL_NSOCKS_PERTHREAD=4);
+#      (ACCORD_AWAIT_POLL_US=0: they sleep at once, the same-run baseline of the poll), Accord
+#      with the library's NCCL tuner off (ACCORD_TUNER=0: NCCL's own protocol and channel
+#      choices, the same-run baseline of the tuner), NCCL's Socket transport with defaults, and
+#      Socket tuned (NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=4);
 #   4. checks NCCL's log shows the plugin loaded (v11 on NCCL >= 2.28) and in use, that every
 #      run's all_reduce / all_gather / all_to_all / send-recv results equal the NVLink run's
 #      bit for bit, and prints one table:
 #        bytes accord_busbw socket_busbw socket_tuned_busbw ratio_vs_tuned
-#        bytes accord accord_udp accord_nopoll socket socket_tuned shm_vs_udp vs_nopoll vs_tuned
+#        bytes accord accord_udp accord_nopoll accord_notuner socket socket_tuned shm_vs_udp
+#        vs_nopoll vs_notuner vs_tuned
 #      then the targets (on the default run, `accord`): >= 2x tuned Socket at 256 MiB, >= Socket
 #      at 1 MiB.
 # Every step says what it is doing; a failure names the step and the log to read.
@@ -23,7 +25,7 @@
 # Knobs: ACCORD_NCCL_PLUGIN=<path to .so>, PYTHON=python3, TORCHRUN=torchrun,
 #        BENCH_ARGS="--iters 20 --warmup 5", ACCORD_* engine variables (they apply to every
 #        Accord run; e.g. ACCORD_WORKERS_PER_NIC=4 pins the worker count), NOPOLL=0 skips the
-#        poll-off run, SOCKET=0 skips both Socket runs (to fit a time limit: run once with
+#        poll-off run, NOTUNER=0 the tuner-off run, SOCKET=0 skips both Socket runs (to fit a time limit: run once with
 #        SOCKET=0 and once with NOPOLL=0 if one call is too long).
 set -uo pipefail
 
@@ -124,6 +126,13 @@ if [ "${NOPOLL:-1}" != 0 ]; then
     RUNS="$RUNS accord_nopoll"
 fi
 
+if [ "${NOTUNER:-1}" != 0 ]; then
+    step "Accord plugin run, the library's NCCL tuner off (ACCORD_TUNER=0): NCCL's own choices"
+    run accord_notuner "$OUT/accord_notuner.log" "${ACCORD_RUN[@]}" ACCORD_SHM=1 ACCORD_TUNER=0 \
+        || fail "Accord tuner-off run failed, see $OUT/accord_notuner.log"
+    RUNS="$RUNS accord_notuner"
+fi
+
 step "check NCCL loaded the plugin and used it"
 grep -E "NET/Accord|Accord" "$OUT/accord.log" | head -5
 grep -Eq "Using network Accord" "$OUT/accord.log" \
@@ -170,18 +179,19 @@ for name in [n for n in runs if n != "nvlink"]:
         print(f"{name}: all_reduce, all_gather, all_to_all, send/recv identical to the NVLink run")
 print()
 print("all_reduce busbw, GB/s (accord = plugin with the engine's defaults, accord_udp = ACCORD_SHM=0,")
-print("accord_nopoll = ACCORD_AWAIT_POLL_US=0)")
-cols = [n for n in ("accord", "accord_udp", "accord_nopoll", "socket", "socket_tuned") if n in runs]
+print("accord_nopoll = ACCORD_AWAIT_POLL_US=0, accord_notuner = ACCORD_TUNER=0)")
+cols = [n for n in ("accord", "accord_udp", "accord_nopoll", "accord_notuner", "socket", "socket_tuned") if n in runs]
 def ratio(a, b):
     return a / b if b else float("nan")
-print(f"{'bytes':>12} " + " ".join(f"{c:>13}" for c in cols) + f" {'shm_vs_udp':>11} {'vs_nopoll':>10} {'vs_tuned':>9}")
+print(f"{'bytes':>12} " + " ".join(f"{c:>13}" for c in cols) + f" {'shm_vs_udp':>11} {'vs_nopoll':>10} {'vs_notuner':>11} {'vs_tuned':>9}")
 sizes = sorted(int(s) for s in runs["accord"]["all_reduce"])
 for size in sizes:
     v = {n: runs[n]["all_reduce"].get(str(size), {}).get("busbw", float("nan")) for n in cols}
     vs_udp = ratio(v["accord"], v["accord_udp"])
     vs_nopoll = ratio(v["accord"], v.get("accord_nopoll", float("nan")))
+    vs_notuner = ratio(v["accord"], v.get("accord_notuner", float("nan")))
     vs_tuned = ratio(v["accord"], v.get("socket_tuned", float("nan")))
-    print(f"{size:>12} " + " ".join(f"{v[c]:>13.2f}" for c in cols) + f" {vs_udp:>11.2f} {vs_nopoll:>10.2f} {vs_tuned:>9.2f}")
+    print(f"{size:>12} " + " ".join(f"{v[c]:>13.2f}" for c in cols) + f" {vs_udp:>11.2f} {vs_nopoll:>10.2f} {vs_notuner:>11.2f} {vs_tuned:>9.2f}")
 nv = runs["nvlink"]["all_reduce"].get(str(sizes[-1]), {}).get("busbw")
 if nv:
     print(f"(NVLink reference at {sizes[-1]} B: {nv:.2f} GB/s)")

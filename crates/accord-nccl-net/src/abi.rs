@@ -49,6 +49,8 @@ pub const LOG_TRACE: c_int = 5;
 pub const SUBSYS_INIT: c_ulong = 1;
 /// `NCCL_NET`.
 pub const SUBSYS_NET: c_ulong = 16;
+/// `NCCL_TUNING`.
+pub const SUBSYS_TUNING: c_ulong = 0x40;
 
 /// `ncclDebugLogger_t`: `void (*)(level, flags, file, line, fmt, ...)`.
 pub type DebugLogger = Option<

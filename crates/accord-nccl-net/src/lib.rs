@@ -3,7 +3,8 @@
 //! With `NCCL_NET_PLUGIN=<path to the .so> NCCL_NET=Accord`, NCCL's inter-node traffic flows
 //! through Accord's engine (multipath UDP transport with congestion control and loss
 //! recovery). The library exports `ncclNetPlugin_v11` (NCCL 2.28) and `ncclNetPlugin_v10`
-//! (NCCL 2.25-2.27).
+//! (NCCL 2.25-2.27), and an NCCL tuner, `ncclTunerPlugin_v5`/`_v4` ([`tuner`]), which NCCL
+//! loads from the net plugin's library by itself.
 //!
 //! Layers, top down:
 //! - [`ffi`]: the exported tables; every entry point catches panics and maps errors to NCCL
@@ -29,10 +30,12 @@ pub mod log;
 pub mod mr;
 pub mod runtime;
 pub mod setup;
+pub mod tuner;
 
 pub use config::{NetConfig, NET_ENV_OVERRIDES};
 pub use error::PluginError;
 pub use ffi::{ncclNetPlugin_v10, ncclNetPlugin_v11};
+pub use tuner::ffi::{ncclTunerPlugin_v4, ncclTunerPlugin_v5};
 
 #[cfg(test)]
 mod tests;
