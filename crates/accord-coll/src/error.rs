@@ -225,7 +225,7 @@ pub enum ConfigError {
 #[non_exhaustive]
 pub enum CollError {
     /// Peers did not make progress before the deadline.
-    #[error("{collective} (seq {seq}) timed out after {timeout:?} waiting for rank(s) {missing:?}; they are dead or stuck, recreate the communicator without them (or raise ACCORD_COLL_TIMEOUT_MS)")]
+    #[error("{collective} (seq {seq}) gave up after {waited:?} (limit {timeout:?}) waiting for rank(s) {missing:?}; they are dead, stuck or unreachable, recreate the communicator without them (or raise ACCORD_COLL_TIMEOUT_MS if they are only slow)")]
     Timeout {
         /// The collective.
         collective: &'static str,
@@ -233,6 +233,9 @@ pub enum CollError {
         seq: u64,
         /// Ranks we waited for in vain.
         missing: Vec<usize>,
+        /// How long this rank had waited when it gave up: less than `timeout` when the
+        /// transport reported a peer unreachable first.
+        waited: Duration,
         /// The configured timeout.
         timeout: Duration,
     },

@@ -108,7 +108,7 @@ pub struct EngineConfig {
     /// busbw at 1-4 MiB by 20-80% over 4 MiB (docs/results/2026-11-22-accord-vs-gloo.md).
     pub shard_bytes_min: u64,
     /// A connection with data outstanding and no acknowledgement for this long fails; its
-    /// writes move to another NIC. Default 5 s.
+    /// writes move to another NIC. A new connection's handshake gets as long. Default 5 s.
     pub idle_timeout: Duration,
     /// Faults to inject on every NIC (tests and benchmarks). Default none (no wrapper).
     pub fault: Option<FaultConfig>,
@@ -386,6 +386,9 @@ impl EngineConfig {
         ep.credit.line_rate_bytes_per_sec = ((self.nic_gbps * 1e9 / 8.0 / workers) as u64).max(1);
         let c = &mut ep.connection;
         c.idle_timeout = self.idle_timeout;
+        // First contact gets the same bound as a live connection's silence: an overloaded peer
+        // that answers its first Hello late is slow, not gone.
+        c.handshake_timeout = self.idle_timeout;
         c.recv_window_packets = self.effective_window_packets();
         if c.max_datagram_bytes > FABRIC_DATAGRAM_BYTES {
             // Chunks of a few large datagrams, so a path still gets several packets per decision.

@@ -122,8 +122,8 @@ pub struct SendRequest {
 /// Why a connection ended abnormally.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ConnectionError {
-    #[error("handshake got no answer after {attempts} attempts: is the peer running and reachable?")]
-    HandshakeTimeout { attempts: u32 },
+    #[error("handshake got no answer in {waited:?} ({attempts} attempts): is the peer running and reachable?")]
+    HandshakeTimeout { attempts: u32, waited: Duration },
     #[error("peer stopped acknowledging for {0:?}: it died, or every path to it is cut")]
     IdleTimeout(Duration),
 }

@@ -57,9 +57,10 @@ pub struct ConnectionConfig {
     /// Partially received operations (writes with an immediate, sends) the receiver tracks.
     /// Default 4096; a packet that would start one more is dropped and retransmitted later.
     pub inbound_ops_max: u32,
-    /// Retries of the handshake before the connection fails. Default 8 (with backoff from
-    /// `rto_min`).
-    pub handshake_attempts_max: u32,
+    /// How long a connection keeps retrying its handshake (backing off from `rto_min` to
+    /// `rto_max`) before it fails. Default 10 s: a peer that is alive but starved of CPU must
+    /// get time to answer (see `Connection::handle_handshake_timeout`).
+    pub handshake_timeout: Duration,
     /// With data outstanding and no acknowledgement for this long, the connection fails and
     /// every operation on it errors. Default 10 s.
     pub idle_timeout: Duration,
@@ -84,7 +85,7 @@ impl Default for ConnectionConfig {
             recv_window_packets: RECV_WINDOW_PACKETS_MAX,
             ops_in_flight_max: 4096,
             inbound_ops_max: 4096,
-            handshake_attempts_max: 8,
+            handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(10),
         }
     }

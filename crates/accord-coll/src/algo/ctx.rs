@@ -484,7 +484,16 @@ impl<T: CollTransport + ?Sized> Ctx<'_, T> {
         );
         match reporter {
             None => {
-                CollError::Timeout { collective: self.collective.name(), seq: self.seq, missing, timeout: self.timeout }
+                // The collective started `timeout` before its deadline.
+                let left = self.deadline.saturating_duration_since(std::time::Instant::now());
+                let waited = self.timeout.saturating_sub(left);
+                CollError::Timeout {
+                    collective: self.collective.name(),
+                    seq: self.seq,
+                    missing,
+                    waited,
+                    timeout: self.timeout,
+                }
             }
             Some(reported_by) => CollError::PeerFailed {
                 collective: self.collective.name(),

@@ -35,6 +35,8 @@ enum State {
     /// We sent (or are about to send) a Hello.
     Connecting {
         attempts: u32,
+        /// When the first Hello was due: the handshake gives up `handshake_timeout` later.
+        since: Instant,
         next_attempt_at: Instant,
         hello_due: bool,
     },
@@ -159,7 +161,7 @@ impl Connection {
     /// A connection we open; the Hello goes out on the next `poll_transmit`.
     pub(crate) fn connect(id: ConnectionId, config: ConnectionConfig, seed: u64, now: Instant) -> Self {
         let mut conn = Connection::new(id, config, seed, now);
-        conn.state = State::Connecting { attempts: 0, next_attempt_at: now, hello_due: true };
+        conn.state = State::Connecting { attempts: 0, since: now, next_attempt_at: now, hello_due: true };
         conn
     }
 
@@ -287,23 +289,32 @@ impl Connection {
     }
 
     /// Handshake retries and failure.
+    ///
+    /// The budget is time, not a count of retries: a peer that is alive but starved of CPU
+    /// (many processes on few cores, one still starting up) may take far longer to answer its
+    /// first Hello than the backoff of a few retries adds up to, and failing it then turned an
+    /// overloaded start into a failed one. Retries back off from `rto_min` up to `rto_max`.
     fn handle_handshake_timeout(&mut self, now: Instant, events: &mut VecDeque<Event>) {
-        let State::Connecting { attempts, next_attempt_at, hello_due } = self.state else { return };
+        let State::Connecting { attempts, since, next_attempt_at, hello_due } = self.state else { return };
         if hello_due || now < next_attempt_at {
             return;
         }
-        if attempts >= self.config.handshake_attempts_max {
-            self.fail(ConnectionError::HandshakeTimeout { attempts }, events);
+        let waited = now.saturating_duration_since(since);
+        if waited >= self.config.handshake_timeout {
+            self.fail(ConnectionError::HandshakeTimeout { attempts, waited }, events);
             return;
         }
-        self.state = State::Connecting { attempts, next_attempt_at, hello_due: true };
+        self.state = State::Connecting { attempts, since, next_attempt_at, hello_due: true };
     }
 
     /// Writes the next handshake packet, if one is due.
     fn poll_handshake(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        if let State::Connecting { attempts, hello_due: true, .. } = self.state {
-            let backoff = self.config.rto_min.saturating_mul(1 << attempts.min(10));
-            self.state = State::Connecting { attempts: attempts + 1, next_attempt_at: now + backoff, hello_due: false };
+        if let State::Connecting { attempts, since, hello_due: true, .. } = self.state {
+            let backoff = self.config.rto_min.saturating_mul(1 << attempts.min(10)).min(self.config.rto_max);
+            // Never past the handshake's deadline, so the failure is noticed on time.
+            let deadline = since + self.config.handshake_timeout;
+            let next_attempt_at = (now + backoff).min(deadline.max(now));
+            self.state = State::Connecting { attempts: attempts + 1, since, next_attempt_at, hello_due: false };
             let header = Header { dst_conn: ConnectionId(0), token: 0 };
             return self.emit_control(&header, &Repr::Hello(self.hello_repr()), PathId(0), buf);
         }

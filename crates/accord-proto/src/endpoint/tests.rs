@@ -6,6 +6,7 @@ use crate::config::ConnectionConfig;
 use crate::ids::{PathId, RecvBufferId, RegionId, RegionKey};
 use crate::wire::RejectReason;
 use rand::{Rng, SeedableRng};
+use std::time::Duration;
 
 const KEY: RegionKey = RegionKey(0x1234_5678_9abc_def0);
 const REGION_BYTES: u64 = 256 * 1024;
@@ -99,7 +100,14 @@ fn handshake_agrees_on_the_smaller_proposal() {
 
 #[test]
 fn lost_hello_is_retried_then_the_connection_fails() {
-    let cfg = ConnectionConfig { handshake_attempts_max: 3, ..Default::default() };
+    // rto_min 1 ms, rto_max 4 ms, 20 ms of budget: hellos at 0, 1, 3, 7, 11, 15, 19 ms, then
+    // one last check at the 20 ms deadline fails the connection.
+    let cfg = ConnectionConfig {
+        handshake_timeout: Duration::from_millis(20),
+        rto_min: Duration::from_millis(1),
+        rto_max: Duration::from_millis(4),
+        ..Default::default()
+    };
     let mut a = Endpoint::new(EndpointConfig { connection: cfg, ..Default::default() }, 1).unwrap();
     let conn = a.connect(t(0)).unwrap();
     let mut buf = vec![0u8; 9000];
@@ -113,16 +121,43 @@ fn lost_hello_is_retried_then_the_connection_fails() {
         now = next;
         a.handle_timeout(now);
     }
-    assert_eq!(hellos, 3);
+    assert_eq!(hellos, 7, "backoff 1, 2, 4, then capped at rto_max 4 ms");
+    assert_eq!(now, t(0) + Duration::from_millis(20), "failed at the deadline, not later");
     let events: Vec<Event> = std::iter::from_fn(|| a.poll_event()).collect();
     assert!(matches!(
         events.last(),
-        Some(Event::ConnectionFailed { error: ConnectionError::HandshakeTimeout { .. }, .. })
+        Some(Event::ConnectionFailed { error: ConnectionError::HandshakeTimeout { attempts: 7, waited }, .. })
+            if *waited == Duration::from_millis(20)
     ));
     assert_eq!(
         a.write(conn, WriteRequest { region: RegionId(1), key: KEY, offset: 0, len: 1, imm: None, tag: 0 }),
         Err(SubmitError::ConnectionDown)
     );
+}
+
+/// A peer starved of CPU for 3 s (every Hello before then is lost) still gets connected: the
+/// handshake retries by time (default 10 s), backing off to `rto_max`, rather than giving up
+/// after a few quick retries (which took 255 ms and failed overloaded starts).
+#[test]
+fn a_peer_that_answers_only_after_seconds_still_connects() {
+    let (mut a, mut b, conn) = pair(ConnectionConfig::default(), ConnectionConfig::default());
+    let mut buf = vec![0u8; 9000];
+    let mut now = t(0);
+    let mut hellos = 0;
+    while now < t(3_000_000) {
+        while a.poll_transmit(now, &mut buf).is_some() {
+            hellos += 1; // lost: the peer does not run yet
+        }
+        now = a.poll_timeout().expect("the handshake keeps a timer");
+        a.handle_timeout(now);
+        assert!(a.poll_event().is_none(), "no failure within the handshake budget (at {now:?})");
+    }
+    assert!(hellos > 8, "kept retrying: {hellos} hellos in 3 s");
+    assert!(hellos < 40, "backed off to rto_max: {hellos} hellos in 3 s");
+    // The peer is up: the Hello now due is answered.
+    exchange(&mut a, &mut b, &mut Memory::default(), now);
+    assert!(a.is_established(conn));
+    assert_eq!(a.poll_event(), Some(Event::Connected { conn }));
 }
 
 #[test]
