@@ -52,6 +52,32 @@ pub const CMA_MIN_BYTES_DEFAULT: u64 = 64 << 10;
 pub const CMA_PULLS_IN_FLIGHT_MAX: usize = 4096;
 /// Writers a receiver remembers as verified.
 pub const CMA_VERIFIED_PEERS_MAX: usize = 4096;
+/// Pull ids a receiver remembers per writer, to serve a duplicated pull message (a control
+/// write resent on another lane after its connection failed) without counting it twice.
+pub const CMA_SERVED_REMEMBERED: usize = 8192;
+
+/// The pull ids served for one writer, most recent [`CMA_SERVED_REMEMBERED`].
+#[derive(Default)]
+pub(crate) struct ServedPulls {
+    ids: std::collections::HashSet<u64>,
+    order: std::collections::VecDeque<u64>,
+}
+
+impl ServedPulls {
+    /// Records `req`; false if it was served already (a duplicate).
+    pub(crate) fn first_time(&mut self, req: u64) -> bool {
+        if !self.ids.insert(req) {
+            return false;
+        }
+        self.order.push_back(req);
+        if self.order.len() > CMA_SERVED_REMEMBERED {
+            if let Some(old) = self.order.pop_front() {
+                self.ids.remove(&old);
+            }
+        }
+        true
+    }
+}
 
 /// Counters of the pull route ([`crate::Engine::cma_stats`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -92,6 +118,8 @@ pub(crate) struct Cma {
     peers: Mutex<HashMap<EngineId, PeerRoute>>,
     /// Receiver side: writers verified, with the pid they were verified at.
     verified: Mutex<HashMap<EngineId, u32>>,
+    /// Receiver side: pulls served per writer (duplicates are answered, not run again).
+    served: Mutex<HashMap<EngineId, ServedPulls>>,
     pending: Mutex<HashMap<u64, Pending>>,
     pending_count: AtomicUsize,
     next_req: AtomicU64,
@@ -109,6 +137,7 @@ impl Cma {
             id_cell: Box::new(id.0),
             peers: Mutex::new(HashMap::new()),
             verified: Mutex::new(HashMap::new()),
+            served: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
             pending_count: AtomicUsize::new(0),
             next_req: AtomicU64::new(rand::RngCore::next_u64(&mut rand::rngs::OsRng) >> 1 | 1),
@@ -258,14 +287,21 @@ pub(crate) fn serve(shared: &Arc<Shared>, offset: u64, bytes: &[u8]) -> Option<P
         }
         Body::Hello { id_addr } => verify(shared, from, id_addr),
         Body::Pull { src_addr, len, region, key, offset, imm } => {
-            let outcome = pull(shared, from, src_addr, len, RegionId(region), RegionKey(key), offset);
-            if outcome == Outcome::Done {
-                state.pulls_served.fetch_add(1, Ordering::Relaxed);
-                if let Some(imm) = imm {
-                    shared.imms.bump(imm, &shared.jobs);
+            if state.served.lock().unwrap().get(&from).is_some_and(|s| s.ids.contains(&message.req)) {
+                // Served already (this message was resent after a connection failed): answer
+                // again, copy and count nothing.
+                Outcome::Done
+            } else {
+                let outcome = pull(shared, from, src_addr, len, RegionId(region), RegionKey(key), offset);
+                if outcome == Outcome::Done {
+                    state.pulls_served.fetch_add(1, Ordering::Relaxed);
+                    state.served.lock().unwrap().entry(from).or_default().first_time(message.req);
+                    if let Some(imm) = imm {
+                        shared.imms.bump(imm, &shared.jobs);
+                    }
                 }
+                outcome
             }
-            outcome
         }
     };
     if outcome != Outcome::Done {

@@ -33,3 +33,15 @@ fn messages_round_trip_and_garbage_is_an_error() {
     };
     assert!(!is_pull_message(&landing.encode()), "landing messages are not ours");
 }
+
+#[test]
+fn served_pulls_are_remembered_and_bounded() {
+    let mut served = super::ServedPulls::default();
+    assert!(served.first_time(7));
+    assert!(!served.first_time(7), "a resent pull is a duplicate");
+    for req in 100..100 + super::CMA_SERVED_REMEMBERED as u64 {
+        assert!(served.first_time(req));
+    }
+    assert_eq!(served.order.len(), super::CMA_SERVED_REMEMBERED);
+    assert!(served.first_time(7), "the oldest id was forgotten once the bound was reached");
+}
