@@ -49,6 +49,7 @@
 #![warn(missing_docs)]
 
 mod address;
+pub mod arrivals;
 pub mod bench;
 mod completion;
 pub mod config;

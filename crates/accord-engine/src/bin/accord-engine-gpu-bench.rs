@@ -24,51 +24,15 @@
 #[path = "gpu_bench/routes.rs"]
 mod routes;
 
-use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use accord_cuda::{copy_peer_async, DeviceBuffer, DevicePtr, Gpu, IpcHandle, IpcMapping, Stream};
+use accord_engine::arrivals::{format_arrivals, monotonic_ns, parse_arrivals, watch_arrivals};
 use accord_engine::{Engine, EngineAddress, MemoryKind, MrDescriptor, WriteOp};
 
 const IMM: u32 = 1;
-
-/// CLOCK_MONOTONIC in nanoseconds: one clock for both processes on this host, so the parent's
-/// submit times and the child's arrival times can be subtracted.
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // Safety: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
-    #[allow(unsafe_code)]
-    unsafe {
-        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
-    }
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// Most counter arrivals the child's watcher records.
-const ARRIVALS_MAX: usize = 1 << 16;
-
-/// Records when each value of the receiver's immediate counter was first seen (a thread polling
-/// the counter, so the time is the arrival's, not a wake-up's), until `stop` is set.
-fn watch_arrivals(
-    counter: accord_engine::ImmCounter,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> std::thread::JoinHandle<Vec<(u64, u64)>> {
-    std::thread::spawn(move || {
-        let mut seen = Vec::new();
-        let mut last = counter.value();
-        while !stop.load(std::sync::atomic::Ordering::Acquire) && seen.len() < ARRIVALS_MAX {
-            let value = counter.value();
-            if value != last {
-                seen.push((value, monotonic_ns()));
-                last = value;
-            }
-            std::hint::spin_loop();
-        }
-        seen
-    })
-}
 
 /// The median of `values` (0 when empty).
 fn median(values: &mut [f64]) -> f64 {
@@ -129,8 +93,7 @@ fn child(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     )?;
     stop.store(true, std::sync::atomic::Ordering::Release);
     let arrivals = watcher.join().map_err(|_| "watcher panicked")?;
-    let listed: Vec<String> = arrivals.iter().map(|(v, ns)| format!("{v}:{ns}")).collect();
-    writeln!(out, "arrivals {}", listed.join(","))?;
+    writeln!(out, "arrivals {}", format_arrivals(&arrivals))?;
     out.flush()?;
     Ok(())
 }
@@ -346,14 +309,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         stdin.flush()?;
         let verdict = lines.next().ok_or("child gave no verdict")??;
         println!("receiver: {verdict}");
-        let arrivals: HashMap<u64, u64> = lines
-            .next()
-            .ok_or("child gave no arrivals")??
-            .trim_start_matches("arrivals ")
-            .split(',')
-            .filter_map(|pair| pair.split_once(':'))
-            .filter_map(|(v, ns)| Some((v.parse().ok()?, ns.parse().ok()?)))
-            .collect();
+        let arrivals = parse_arrivals(lines.next().ok_or("child gave no arrivals")??.trim_start_matches("arrivals "));
         print_latencies(&latencies, |target| arrivals.get(&target).copied());
         c.wait()?;
         if !verdict.starts_with("ok") {

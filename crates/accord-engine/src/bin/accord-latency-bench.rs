@@ -11,7 +11,6 @@
 //! Usage: accord-latency-bench [--sizes 0,4096,65536] [--writes 2000]
 //! Any `ACCORD_*` engine variable applies to both processes (e.g. `ACCORD_SHM=0` for UDP).
 
-use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::UdpSocket;
 use std::process::{Command, Stdio};
@@ -19,25 +18,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use accord_engine::arrivals::{format_arrivals, monotonic_ns, parse_arrivals, watch_arrivals};
 use accord_engine::{Engine, EngineAddress, MrDescriptor, WriteOp};
 
 const IMM: u32 = 9;
 /// Largest write the child's region takes.
 const REGION_BYTES: usize = 4 << 20;
-/// Most arrivals the child records.
-const ARRIVALS_MAX: usize = 1 << 20;
 const WAIT: Duration = Duration::from_secs(30);
-
-/// CLOCK_MONOTONIC in nanoseconds (shared by both processes of this host).
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // Safety: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
-    #[allow(unsafe_code)]
-    unsafe {
-        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
-    }
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
 
 fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
     args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -67,22 +54,7 @@ fn child() -> Result<(), Box<dyn std::error::Error>> {
     let mut lines = BufReader::new(std::io::stdin()).lines();
     engine.add_peer(&EngineAddress::parse(&lines.next().ok_or("no peer address")??)?)?;
     let stop = Arc::new(AtomicBool::new(false));
-    let watcher = {
-        let (counter, stop) = (engine.imm_counter(IMM), stop.clone());
-        std::thread::spawn(move || {
-            let mut seen = Vec::new();
-            let mut last = counter.value();
-            while !stop.load(Ordering::Acquire) && seen.len() < ARRIVALS_MAX {
-                let value = counter.value();
-                if value != last {
-                    seen.push((value, monotonic_ns()));
-                    last = value;
-                }
-                std::hint::spin_loop();
-            }
-            seen
-        })
-    };
+    let watcher = watch_arrivals(engine.imm_counter(IMM), stop.clone());
     let echoer = std::thread::spawn(move || {
         let mut buf = [0u8; 64];
         echo.set_read_timeout(Some(WAIT)).ok();
@@ -97,8 +69,7 @@ fn child() -> Result<(), Box<dyn std::error::Error>> {
     if lines.next().transpose()?.as_deref() == Some("report") {
         stop.store(true, Ordering::Release);
         let seen = watcher.join().map_err(|_| "watcher panicked")?;
-        let listed: Vec<String> = seen.iter().map(|(v, ns)| format!("{v}:{ns}")).collect();
-        writeln!(out, "{}", listed.join(","))?;
+        writeln!(out, "{}", format_arrivals(&seen))?;
         out.flush()?;
     }
     let _ = echoer.join();
@@ -163,11 +134,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     writeln!(stdin, "report")?;
     stdin.flush()?;
-    let arrivals: HashMap<u64, u64> = next()?
-        .split(',')
-        .filter_map(|pair| pair.split_once(':'))
-        .filter_map(|(v, ns)| Some((v.parse().ok()?, ns.parse().ok()?)))
-        .collect();
+    let arrivals = parse_arrivals(&next()?);
     c.wait()?;
 
     let half_rtt = quantile_us(&mut rtts, 0.5) / 2.0;
