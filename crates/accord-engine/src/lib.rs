@@ -26,8 +26,9 @@
 //! immediate follows as a zero-byte write once every byte landed. Writes into a device region
 //! on another host (or of another process here with `ACCORD_DEVICE_IPC=0`) land chunk by chunk
 //! in pinned slots the receiver grants over engine-internal control messages, then go
-//! host-to-device there (both engines must know each other). Paged writes, scatters and sends
-//! from device memory are refused with [`SubmitError::Invalid`] (not implemented yet). CUDA is loaded at run time, so the engine
+//! host-to-device there (both engines must know each other). Paged writes and scatters from or
+//! into device memory go piece by piece over the same routes, with the immediate after the last
+//! piece; sends take host bytes only. CUDA is loaded at run time, so the engine
 //! builds and runs without it. Connections open lazily on first use; an engine with
 //! several NICs shards large writes across them and moves the shards of a failed NIC to the
 //! survivors.

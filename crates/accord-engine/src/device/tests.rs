@@ -132,6 +132,51 @@ fn same_process_device_write_between_two_gpus() {
     same_process_write(0, 1);
 }
 
+/// A paged write (a KV-cache move) from GPU 0 to GPU 1 in this process on the copy engine:
+/// every page lands where the page map says, the immediate is counted once.
+#[test]
+fn same_process_paged_device_write_between_two_gpus() {
+    accord_cuda::require_gpu!(2);
+    const PAGE: usize = 64 << 10;
+    let pages = 64;
+    let len = PAGE * pages;
+    let (a, b) = (engine(), engine());
+    let (ga, gb) = (Gpu::open(0).unwrap(), Gpu::open(1).unwrap());
+    let (sa, sb) = (Stream::new(&ga).unwrap(), Stream::new(&gb).unwrap());
+    let mut src = DeviceBuffer::alloc(&ga, len).unwrap();
+    let mut dst = DeviceBuffer::alloc(&gb, len).unwrap();
+    let pattern: Vec<u8> = (0..len).map(|i| (i * 13 + 1) as u8).collect();
+    src.copy_from_host(0, &pattern, &sa).unwrap();
+    dst.memset_async(0, len, 0, &sb).unwrap();
+    sb.synchronize().unwrap();
+    // Safety: both buffers live until the end of this function, after every transfer completed.
+    #[allow(unsafe_code)]
+    let (h, _) = unsafe { a.register_raw(src.ptr().0 as *mut u8, len, MemoryKind::CudaDevice { ordinal: 0 }) }.unwrap();
+    #[allow(unsafe_code)]
+    let (_, d) = unsafe { b.register_raw(dst.ptr().0 as *mut u8, len, MemoryKind::CudaDevice { ordinal: 1 }) }.unwrap();
+    // Pages 0..16 in one run to 40..56, then every third page reversed into the low pages.
+    let src_pages: Vec<u64> = (0..16).chain((16..64).step_by(3)).collect();
+    let dst_pages: Vec<u64> = (40..56).chain((0..16).rev()).collect();
+    let op = crate::PagedWriteOp {
+        src: &h,
+        dst: &d,
+        page_bytes: PAGE as u64,
+        src_pages: &src_pages,
+        dst_pages: &dst_pages,
+        imm: Some(78),
+    };
+    a.write_paged(&op).unwrap().wait_timeout(Duration::from_secs(20)).unwrap();
+    assert_eq!(b.imm_counter(78).wait(1, Duration::from_secs(20)), 1);
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(b.imm_counter(78).value(), 1, "one immediate for the paged write");
+    let mut got = vec![0u8; len];
+    dst.copy_to_host(0, &mut got, &sb).unwrap();
+    for (&s, &t) in src_pages.iter().zip(&dst_pages) {
+        let (s, t) = (s as usize * PAGE, t as usize * PAGE);
+        assert_eq!(&got[t..t + PAGE], &pattern[s..s + PAGE], "page at {t}");
+    }
+}
+
 #[test]
 fn same_process_device_write_within_one_gpu() {
     accord_cuda::require_gpu!(1);

@@ -331,7 +331,7 @@ impl Engine {
 }
 
 /// The zero-byte write that carries a device write's immediate.
-fn imm_part(op: &WriteOp<'_>, imm: u32) -> PartSpec {
+pub(super) fn imm_part(op: &WriteOp<'_>, imm: u32) -> PartSpec {
     PartSpec {
         peer: op.dst.engine,
         kind: write_kind(op.dst, op.dst_offset, Some(imm)),

@@ -3,6 +3,7 @@
 
 pub(crate) mod cma;
 mod device;
+mod device_pieces;
 pub(crate) mod landing;
 mod ops;
 pub(crate) mod shared;

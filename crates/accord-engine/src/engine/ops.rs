@@ -127,11 +127,7 @@ pub(super) fn dispatch_part(shared: &Arc<Shared>, spec: PartSpec, transfer: Arc<
 impl Engine {
     fn source(&self, src: &MrHandle, offset: u64, len: u64) -> Result<Source, SubmitError> {
         self.host_source(src, offset, len)?.ok_or_else(|| {
-            SubmitError::Invalid(
-                "device memory can only be the source of Engine::write (paged writes, scatters and sends \
-                 from device memory are not implemented yet)"
-                    .into(),
-            )
+            SubmitError::Invalid("the source region is device memory where this operation needs host memory".into())
         })
     }
 
@@ -271,6 +267,10 @@ impl Engine {
                 _ => runs.push((so, doff, op.page_bytes)),
             }
         }
+        if op.dst.device.is_some() || self.is_device_region(op.src)? {
+            let pieces: Vec<_> = runs.iter().map(|&(so, doff, len)| (doff, so, len)).collect();
+            return self.write_paged_device(op, &pieces);
+        }
         let mut parts = vec![];
         let single = runs.len() == 1;
         for (so, doff, len) in runs {
@@ -292,6 +292,19 @@ impl Engine {
     pub fn scatter(&self, src: &MrHandle, dsts: &[ScatterDst], imm: Option<u32>) -> Result<Transfer, SubmitError> {
         if dsts.is_empty() || dsts.len() > SCATTER_DESTINATIONS_MAX {
             return Err(SubmitError::Invalid(format!("scatter needs 1..={SCATTER_DESTINATIONS_MAX} destinations")));
+        }
+        for d in dsts {
+            if !check_range(d.dst_offset, d.len, d.dst.len) {
+                return Err(SubmitError::DestinationOutOfBounds {
+                    offset: d.dst_offset,
+                    len: d.len,
+                    region_len: d.dst.len,
+                });
+            }
+            self.check_peer(d.dst.engine)?;
+        }
+        if self.is_device_region(src)? || dsts.iter().any(|d| d.dst.device.is_some()) {
+            return self.scatter_device(src, dsts, imm);
         }
         let mut parts = vec![];
         for d in dsts {
