@@ -293,6 +293,7 @@ impl Engine {
         if dsts.is_empty() || dsts.len() > SCATTER_DESTINATIONS_MAX {
             return Err(SubmitError::Invalid(format!("scatter needs 1..={SCATTER_DESTINATIONS_MAX} destinations")));
         }
+        // Every destination is checked before anything is submitted.
         for d in dsts {
             if !check_range(d.dst_offset, d.len, d.dst.len) {
                 return Err(SubmitError::DestinationOutOfBounds {
@@ -308,14 +309,6 @@ impl Engine {
         }
         let mut parts = vec![];
         for d in dsts {
-            if !check_range(d.dst_offset, d.len, d.dst.len) {
-                return Err(SubmitError::DestinationOutOfBounds {
-                    offset: d.dst_offset,
-                    len: d.len,
-                    region_len: d.dst.len,
-                });
-            }
-            self.check_peer(d.dst.engine)?;
             let source = self.source(src, d.src_offset, d.len)?;
             parts.push(PartSpec {
                 peer: d.dst.engine,
