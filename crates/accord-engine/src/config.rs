@@ -35,6 +35,11 @@ pub const ENGINE_ENV_OVERRIDES: &[(&str, &str)] = &[
     ),
     ("ACCORD_PATHS", "paths_per_worker (UDP sockets, entropy values)"),
     ("ACCORD_CC", "congestion control by name: cubic, swift, eqds, fixed"),
+    ("ACCORD_PATH_SELECTOR", "path_selector: p2c (default), rr, or recycle (reuse paths acked clean, REPS-like)"),
+    (
+        "ACCORD_PACER_ORDER",
+        "pacer_order of the EQDS credit pacer: rr (default, max-min fair) or srpt (shortest remaining)",
+    ),
     ("ACCORD_NIC_GBPS", "nic_gbps: line rate of each NIC, for the EQDS credit pacer"),
     ("ACCORD_FORCE_NETWORK", "force_network (0 or 1): same-process peers go over the network"),
     ("ACCORD_DATAGRAM_BYTES", "datagram_bytes (0 = by address: loopback or fabric size)"),
@@ -90,6 +95,13 @@ pub struct EngineConfig {
     pub paths_per_worker: u16,
     /// Congestion control by name (`cubic`, `swift`, `eqds`, `fixed`). Default `cubic`.
     pub cc: String,
+    /// How a sender picks the path of each chunk, by name (`p2c`, `rr`, `recycle`; see
+    /// `accord_proto::path::SelectorKind`). Default `p2c`.
+    pub path_selector: String,
+    /// Which sender the receiver's EQDS credit pacer serves next, by name (`rr`, `srpt`; see
+    /// `accord_proto::config::PacerOrder`). Default `rr`. The simulator's EQDS results used
+    /// `srpt` (docs/results/2026-11-22-eqds.md).
+    pub pacer_order: String,
     /// Line rate of each NIC in Gbit/s. The receiver-driven EQDS grants credit at just under
     /// it (split evenly over the NIC's workers, each of which runs its own endpoint); the
     /// sender-driven policies ignore it. Default 100.
@@ -194,6 +206,8 @@ impl Default for EngineConfig {
             workers_per_nic: 1,
             paths_per_worker: 4,
             cc: "cubic".to_string(),
+            path_selector: "p2c".to_string(),
+            pacer_order: "rr".to_string(),
             nic_gbps: 100.0,
             force_network: false,
             datagram_bytes: 0,
@@ -248,6 +262,8 @@ impl EngineConfig {
                 "ACCORD_WORKERS_PER_NIC" => self.workers_per_nic = num(name, &value)?,
                 "ACCORD_PATHS" => self.paths_per_worker = num(name, &value)?,
                 "ACCORD_CC" => self.cc = value.trim().to_string(),
+                "ACCORD_PATH_SELECTOR" => self.path_selector = value.trim().to_string(),
+                "ACCORD_PACER_ORDER" => self.pacer_order = value.trim().to_string(),
                 "ACCORD_NIC_GBPS" => self.nic_gbps = num(name, &value)?,
                 "ACCORD_FORCE_NETWORK" => self.force_network = num::<u8>(name, &value)? != 0,
                 "ACCORD_DATAGRAM_BYTES" => self.datagram_bytes = num(name, &value)?,
@@ -311,6 +327,14 @@ impl EngineConfig {
         }
         self.validate_device_staging()?;
         accord_proto::cc::CcKind::from_name(&self.cc).map_err(|e| BuildError::Invalid(e.to_string()))?;
+        if accord_proto::path::SelectorKind::from_name(&self.path_selector).is_none() {
+            let name = &self.path_selector;
+            return Err(BuildError::Invalid(format!("path selector {name:?}: use p2c, rr or recycle")));
+        }
+        if accord_proto::config::PacerOrder::from_name(&self.pacer_order).is_none() {
+            let name = &self.pacer_order;
+            return Err(BuildError::Invalid(format!("pacer order {name:?}: use rr or srpt")));
+        }
         self.shm.validate().map_err(|e| BuildError::Invalid(e.to_string()))?;
         if let Some(f) = &self.fault {
             f.validate().map_err(|e| BuildError::Invalid(e.to_string()))?;
@@ -378,12 +402,14 @@ impl EngineConfig {
         c.max_datagram_bytes = self.effective_datagram_bytes();
         c.path_count = self.paths_per_worker;
         c.cc = accord_proto::cc::CcKind::from_name(&self.cc).unwrap_or(c.cc.clone());
+        c.selector = accord_proto::path::SelectorKind::from_name(&self.path_selector).unwrap_or(c.selector);
         if let accord_proto::cc::CcKind::Eqds(eqds) = &mut c.cc {
             // Large loopback datagrams: speculate at least a few of them.
             eqds.speculative_bytes = eqds.speculative_bytes.max(8 * u64::from(c.max_datagram_bytes));
         }
         let workers = self.workers_per_nic.max(1) as f64;
         ep.credit.line_rate_bytes_per_sec = ((self.nic_gbps * 1e9 / 8.0 / workers) as u64).max(1);
+        ep.credit.order = accord_proto::config::PacerOrder::from_name(&self.pacer_order).unwrap_or(ep.credit.order);
         let c = &mut ep.connection;
         c.idle_timeout = self.idle_timeout;
         // First contact gets the same bound as a live connection's silence: an overloaded peer

@@ -270,6 +270,50 @@ fn await_poll_is_configurable_and_bounded() {
     assert!(set("10001").unwrap().validate().is_err(), "longer than AWAIT_POLL_MAX");
 }
 
+/// The path selector and the EQDS pacer order are chosen by name; unknown names are refused;
+/// an engine pair running EQDS with the simulator's choices (recycled paths, shortest remaining
+/// first) moves bytes and immediates as any other.
+#[test]
+fn path_selector_and_pacer_order_by_name() {
+    let set = |pairs: &[(&str, &str)]| {
+        let vars: HashMap<&str, String> = pairs.iter().map(|(k, v)| (*k, v.to_string())).collect();
+        EngineConfig::default().with_overrides_from(|n| vars.get(n).cloned()).unwrap()
+    };
+    let c = set(&[("ACCORD_PATH_SELECTOR", "recycle"), ("ACCORD_PACER_ORDER", "srpt")]);
+    assert!(c.validate().is_ok());
+    let ep = c.endpoint_config();
+    assert_eq!(ep.connection.selector, accord_proto::path::SelectorKind::Recycle);
+    assert_eq!(ep.credit.order, accord_proto::config::PacerOrder::ShortestRemaining);
+    assert_eq!(EngineConfig::default().endpoint_config().connection.selector, Default::default());
+    assert!(set(&[("ACCORD_PATH_SELECTOR", "fastest")]).validate().is_err());
+    assert!(set(&[("ACCORD_PACER_ORDER", "lifo")]).validate().is_err());
+
+    let config = EngineConfig {
+        cc: "eqds".into(),
+        path_selector: "recycle".into(),
+        pacer_order: "srpt".into(),
+        ..EngineConfig::default()
+    };
+    let make = || Engine::builder().ignore_env().config(config.clone()).force_network(true).build().unwrap();
+    let (a, b) = (make(), make());
+    a.add_peer(&b.address()).unwrap();
+    b.add_peer(&a.address()).unwrap();
+    let src = a.alloc(1 << 20).unwrap();
+    src.write_at(0, &(0..1u32 << 20).map(|i| (i * 7) as u8).collect::<Vec<u8>>()).unwrap();
+    let dst = b.alloc(1 << 20).unwrap();
+    let op = WriteOp {
+        src: &src.handle(),
+        src_offset: 0,
+        dst: &dst.descriptor(),
+        dst_offset: 0,
+        len: 1 << 20,
+        imm: Some(2),
+    };
+    a.write(&op).unwrap().wait_timeout(WAIT).unwrap();
+    assert_eq!(b.imm_counter(2).wait(1, WAIT), 1);
+    assert_eq!(dst.to_vec(), src.to_vec());
+}
+
 #[test]
 fn wait_spin_is_configurable_and_bounded() {
     let set = |v: &str| {
