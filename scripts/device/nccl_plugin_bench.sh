@@ -61,6 +61,7 @@ GPUS=$(nvidia-smi -L | wc -l)
 command -v "$TORCHRUN" >/dev/null || fail "torchrun not found (set TORCHRUN)"
 NCCL_VERSION=$("$PYTHON" -c "import torch; print('.'.join(map(str, torch.cuda.nccl.version())))")
 echo "NCCL bundled with torch: $NCCL_VERSION"
+"$ROOT/scripts/device/host_copy_bandwidth.sh" | tee "$OUT/copy_bandwidth_before.txt"
 
 step "build the plugin"
 if [ -n "${ACCORD_NCCL_PLUGIN:-}" ]; then
@@ -211,4 +212,5 @@ if small in runs["accord"]["all_reduce"] and "socket" in runs:
 sys.exit(0 if ok else 1)
 EOF
 rm -rf "$PLUGIN_DIR"
+"$ROOT/scripts/device/host_copy_bandwidth.sh" | tee "$OUT/copy_bandwidth_after.txt"
 echo "done: JSON and logs in $OUT"

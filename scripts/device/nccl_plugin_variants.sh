@@ -9,7 +9,8 @@
 # Env: ACCORD_NCCL_PLUGIN (path to the built .so; required), MIN_BYTES (default 1 MiB),
 #      MAX_BYTES (default 256 MiB), ITERS (default 10), WARMUP (default 3), NCCL_DEBUG_SUBSYS
 #      (default INIT; TUNING adds NCCL's per-collective algorithm/protocol lines).
-# Prints per variant: `label rc=<exit> <size>K:<busbw> ...` and NCCL's channel count line.
+# Prints per variant: `label rc=<exit> <size>K:<busbw> ...` and NCCL's channel count line, and
+# the host's copy bandwidth before and after (scripts/device/host_copy_bandwidth.sh).
 # Used for the fourth session's sweeps (docs/results/2026-11-22-nccl-plugin.md, session 4).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -21,6 +22,7 @@ mkdir -p "$OUT"
 DIR=$(mktemp -d)
 ln -sf "$PLUGIN" "$DIR/libnccl-net-accord.so"
 PORT=$((30100 + RANDOM % 500))
+scripts/device/host_copy_bandwidth.sh
 for spec in "$@"; do
     label=${spec%%:*}
     vars=()
@@ -43,4 +45,5 @@ for spec in "$@"; do
     echo "$label rc=$rc $line"
     grep -h "coll channels" "$OUT/$label.log" | head -1
 done
+scripts/device/host_copy_bandwidth.sh
 rm -rf "$DIR"
