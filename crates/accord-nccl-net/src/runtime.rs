@@ -119,6 +119,24 @@ impl Runtime {
         Ok(Runtime { engine, devices, config, pieces_max, free_indexes })
     }
 
+    /// The engine settings that shape throughput, for the init log line: a table's figures can
+    /// then be tied to the worker count and ring size they ran with, which the environment
+    /// (LOCAL_WORLD_SIZE, the host's cores, `ACCORD_*`) decides at run time.
+    pub fn datapath_summary(&self) -> String {
+        let c = self.engine.config();
+        let shm = if c.shm.enabled {
+            format!("shared memory on ({} KiB rings)", c.shm.ring_bytes >> 10)
+        } else {
+            "shared memory off".into()
+        };
+        format!(
+            "{} worker(s) per device, up to {} piece(s) per message, {shm}, cross-memory pulls {}",
+            c.workers_per_nic,
+            self.pieces_max,
+            if c.cma { "on" } else { "off" }
+        )
+    }
+
     /// The device `dev`, or the error NCCL should see.
     pub fn device(&self, dev: i32) -> Result<&Device> {
         usize::try_from(dev)

@@ -124,7 +124,12 @@ fn start(logger: DebugLogger) -> Result<Arc<Runtime>> {
     log::info(
         abi::SUBSYS_INIT | abi::SUBSYS_NET,
         line!(),
-        &format!("Accord net plugin ready: {} device(s) {names:?}, engine {:x}", names.len(), rt.engine.id().0),
+        &format!(
+            "Accord net plugin ready: {} device(s) {names:?}, engine {:x}, {}",
+            names.len(),
+            rt.engine.id().0,
+            rt.datapath_summary()
+        ),
     );
     Ok(rt)
 }
