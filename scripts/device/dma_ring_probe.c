@@ -126,43 +126,58 @@ static double now_seconds(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+// A thread's copy engine queue: one stream, one event per slot (the piece's copy in it).
+struct dma_queue {
+    void *stream;
+    void *events[SLOTS_MAX];
+};
+
+static void open_dma_queue(const struct side *s, struct dma_queue *q) {
+    check(cu_ctx_set_current(s->ctx), "cuCtxSetCurrent");
+    check(cu_stream_create(&q->stream, 1), "cuStreamCreate");
+    for (size_t i = 0; i < s->cfg->slots; i++)
+        check(cu_event_create(&q->events[i], CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+}
+
+// Publishes, in order, the pieces below `limit` whose copies have finished: `*done` counts them
+// and `counter` (the ring's filled or freed count) follows it. With `wait`, spins until all are.
+static void publish_finished(const struct config *c, struct dma_queue *q, uint64_t *done, uint64_t limit,
+                             _Atomic uint64_t *counter, int wait) {
+    while (*done < limit) {
+        cu_result rc = cu_event_query(q->events[*done % c->slots]);
+        if (rc == CU_SUCCESS)
+            atomic_store_explicit(counter, ++*done, memory_order_release);
+        else if (rc != CU_NOT_READY)
+            check(rc, "cuEventQuery");
+        else if (!wait)
+            return;
+    }
+}
+
 static void *produce(void *arg) {
     struct side *s = arg;
     const struct config *c = s->cfg;
     struct ring *ring = &c->shared->rings[s->rank];
     unsigned char *data = c->ring_data[s->rank];
-    void *stream = NULL, *events[SLOTS_MAX];
-    if (c->dma) {
-        check(cu_ctx_set_current(s->ctx), "cuCtxSetCurrent");
-        check(cu_stream_create(&stream, 1), "cuStreamCreate");
-        for (size_t i = 0; i < c->slots; i++) check(cu_event_create(&events[i], CU_EVENT_DISABLE_TIMING), "cuEventCreate");
-    }
+    struct dma_queue q;
+    if (c->dma) open_dma_queue(s, &q);
     double start = now_seconds();
     uint64_t done = 0;  // pieces whose copy finished and that are published
     for (uint64_t i = 0; i < c->pieces; i++) {
-        while (i - atomic_load_explicit(&ring->freed, memory_order_acquire) >= c->slots) {
-            while (c->dma && done < i && cu_event_query(events[done % c->slots]) == CU_SUCCESS)
-                atomic_store_explicit(&ring->filled, ++done, memory_order_release);
-        }
+        while (i - atomic_load_explicit(&ring->freed, memory_order_acquire) >= c->slots)
+            if (c->dma) publish_finished(c, &q, &done, i, &ring->filled, 0);
         unsigned char *slot = data + (i % c->slots) * c->piece;
         size_t offset = (i * c->piece) % BUFFER_BYTES;
         if (c->dma) {
-            check(cu_dtoh_async(slot, s->device + offset, c->piece, stream), "cuMemcpyDtoHAsync");
-            check(cu_event_record(events[i % c->slots], stream), "cuEventRecord");
-            while (done <= i && cu_event_query(events[done % c->slots]) == CU_SUCCESS)
-                atomic_store_explicit(&ring->filled, ++done, memory_order_release);
+            check(cu_dtoh_async(slot, s->device + offset, c->piece, q.stream), "cuMemcpyDtoHAsync");
+            check(cu_event_record(q.events[i % c->slots], q.stream), "cuEventRecord");
+            publish_finished(c, &q, &done, i + 1, &ring->filled, 0);
         } else {
             memcpy(slot, s->host + offset, c->piece);
             atomic_store_explicit(&ring->filled, ++done, memory_order_release);
         }
     }
-    while (done < c->pieces) {
-        cu_result rc = cu_event_query(events[done % c->slots]);
-        if (rc == CU_SUCCESS)
-            atomic_store_explicit(&ring->filled, ++done, memory_order_release);
-        else if (rc != CU_NOT_READY)
-            check(rc, "cuEventQuery");
-    }
+    if (c->dma) publish_finished(c, &q, &done, c->pieces, &ring->filled, 1);
     s->seconds = now_seconds() - start;
     return NULL;
 }
@@ -173,36 +188,24 @@ static void *consume(void *arg) {
     int from = 1 - s->rank;
     struct ring *ring = &c->shared->rings[from];
     unsigned char *data = c->ring_data[from];
-    void *stream = NULL, *events[SLOTS_MAX];
-    if (c->dma) {
-        check(cu_ctx_set_current(s->ctx), "cuCtxSetCurrent");
-        check(cu_stream_create(&stream, 1), "cuStreamCreate");
-        for (size_t i = 0; i < c->slots; i++) check(cu_event_create(&events[i], CU_EVENT_DISABLE_TIMING), "cuEventCreate");
-    }
+    struct dma_queue q;
+    if (c->dma) open_dma_queue(s, &q);
     double start = now_seconds();
     uint64_t done = 0;  // pieces copied out and freed
     for (uint64_t j = 0; j < c->pieces; j++) {
-        while (atomic_load_explicit(&ring->filled, memory_order_acquire) <= j) {
-            while (c->dma && done < j && cu_event_query(events[done % c->slots]) == CU_SUCCESS)
-                atomic_store_explicit(&ring->freed, ++done, memory_order_release);
-        }
+        while (atomic_load_explicit(&ring->filled, memory_order_acquire) <= j)
+            if (c->dma) publish_finished(c, &q, &done, j, &ring->freed, 0);
         unsigned char *slot = data + (j % c->slots) * c->piece;
         size_t offset = (j * c->piece) % BUFFER_BYTES;
         if (c->dma) {
-            check(cu_htod_async(s->device + offset, slot, c->piece, stream), "cuMemcpyHtoDAsync");
-            check(cu_event_record(events[j % c->slots], stream), "cuEventRecord");
+            check(cu_htod_async(s->device + offset, slot, c->piece, q.stream), "cuMemcpyHtoDAsync");
+            check(cu_event_record(q.events[j % c->slots], q.stream), "cuEventRecord");
         } else {
             memcpy(s->host + offset, slot, c->piece);
             atomic_store_explicit(&ring->freed, ++done, memory_order_release);
         }
     }
-    while (done < c->pieces) {
-        cu_result rc = cu_event_query(events[done % c->slots]);
-        if (rc == CU_SUCCESS)
-            atomic_store_explicit(&ring->freed, ++done, memory_order_release);
-        else if (rc != CU_NOT_READY)
-            check(rc, "cuEventQuery");
-    }
+    if (c->dma) publish_finished(c, &q, &done, c->pieces, &ring->freed, 1);
     s->seconds = now_seconds() - start;
     return NULL;
 }
