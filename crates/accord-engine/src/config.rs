@@ -27,11 +27,12 @@ pub const ENGINE_ENV_OVERRIDES: &[(&str, &str)] = &[
     ("ACCORD_NICS", "nics: comma-separated local IPs, one per NIC (e.g. 127.0.0.1,127.0.0.2)"),
     (
         "ACCORD_WORKERS_PER_NIC",
-        "workers_per_nic (when unset and LOCAL_WORLD_SIZE is: half of cores / LOCAL_WORLD_SIZE, 1..=8)",
+        "workers_per_nic (when unset and the ranks on this host are known: half of cores / ranks, 1..=8)",
     ),
     (
         "LOCAL_WORLD_SIZE",
-        "ranks sharing this host (set by torchrun and `accord run`); sizes workers_per_nic, see above",
+        "ranks sharing this host (torchrun, `accord run`); also read: OMPI_COMM_WORLD_LOCAL_SIZE, \
+         MPI_LOCALNRANKS, MV2_COMM_WORLD_LOCAL_SIZE, SLURM_STEP_TASKS_PER_NODE (see local_ranks.rs)",
     ),
     ("ACCORD_PATHS", "paths_per_worker (UDP sockets, entropy values)"),
     ("ACCORD_CC", "congestion control by name: cubic, swift, eqds, fixed"),
@@ -281,15 +282,24 @@ impl EngineConfig {
                 "ACCORD_DEVICE_LANDING_TIMEOUT_MS" => self.device_landing_timeout_ms = num(name, &value)?,
                 "ACCORD_LOSS" => self.fault.get_or_insert_with(FaultConfig::default).drop = num(name, &value)?,
                 "ACCORD_REORDER" => self.fault.get_or_insert_with(FaultConfig::default).reorder = num(name, &value)?,
-                "LOCAL_WORLD_SIZE" if lookup("ACCORD_WORKERS_PER_NIC").is_none() => {
-                    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-                    self.workers_per_nic = workers_for_share(cores, num(name, &value)?);
-                }
                 _ => {}
             }
         }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        self.size_workers_to_host(&lookup, cores);
         self.shm = self.shm.with_overrides_from(&lookup).map_err(|e| BuildError::Invalid(e.to_string()))?;
         Ok(self)
+    }
+
+    /// Unless `ACCORD_WORKERS_PER_NIC` is set, sizes the workers to this rank's share of `cores`
+    /// when a launcher says how many ranks share the host ([`crate::local_ranks`]).
+    pub(crate) fn size_workers_to_host(&mut self, lookup: impl Fn(&str) -> Option<String>, cores: usize) {
+        if lookup("ACCORD_WORKERS_PER_NIC").is_some() {
+            return;
+        }
+        if let Some((ranks, _)) = crate::local_ranks::local_ranks_from(&lookup) {
+            self.workers_per_nic = workers_for_share(cores, ranks);
+        }
     }
 
     /// Checks ranges before any thread or socket exists.

@@ -58,6 +58,7 @@ mod device;
 mod engine;
 mod error;
 mod imm;
+pub mod local_ranks;
 mod memory;
 mod recv;
 mod tags;

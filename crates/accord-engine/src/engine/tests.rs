@@ -477,6 +477,26 @@ fn workers_follow_the_host_share_unless_set() {
     let pinned: HashMap<&str, &str> = [("LOCAL_WORLD_SIZE", "1"), ("ACCORD_WORKERS_PER_NIC", "1")].into();
     let c = EngineConfig::default().with_overrides_from(|n| pinned.get(n).map(|v| v.to_string())).unwrap();
     assert_eq!(c.workers_per_nic, 1, "an explicit setting wins");
+    // On a 32-core host: mpirun's and srun's variables size the workers too, an explicit count
+    // still wins, and a launcher's malformed value is skipped, not fatal.
+    let sized = |vars: &[(&str, &str)]| {
+        let vars: HashMap<&str, &str> = vars.iter().copied().collect();
+        let mut c = EngineConfig::default();
+        c.size_workers_to_host(|n| vars.get(n).map(|v| v.to_string()), 32);
+        c.workers_per_nic
+    };
+    assert_eq!(sized(&[("LOCAL_WORLD_SIZE", "2")]), 8);
+    assert_eq!(sized(&[("OMPI_COMM_WORLD_LOCAL_SIZE", "4")]), 4);
+    assert_eq!(sized(&[("SLURM_STEP_TASKS_PER_NODE", "8(x2)"), ("SLURM_NODEID", "1")]), 2);
+    assert_eq!(sized(&[("LOCAL_WORLD_SIZE", "x"), ("MPI_LOCALNRANKS", "2")]), 8);
+    assert_eq!(
+        sized(&[("OMPI_COMM_WORLD_LOCAL_SIZE", "2"), ("ACCORD_WORKERS_PER_NIC", "3")]),
+        1,
+        "left to the override"
+    );
+    assert_eq!(sized(&[("LOCAL_WORLD_SIZE", "x")]), EngineConfig::default().workers_per_nic, "nothing usable");
+    let bad: HashMap<&str, &str> = [("LOCAL_WORLD_SIZE", "x")].into();
+    assert!(EngineConfig::default().with_overrides_from(|n| bad.get(n).map(|v| v.to_string())).is_ok());
 }
 
 #[test]
