@@ -83,7 +83,8 @@ ln -sf "$PLUGIN" "$PLUGIN_DIR/libnccl-net-accord.so"
 
 # Accord's engine on a single host: loopback NIC and several paths (override freely). Workers
 # per rank follow the engine's default (half the rank's share of the cores, 1..=8, from
-# torchrun's LOCAL_WORLD_SIZE) unless ACCORD_WORKERS_PER_NIC is set.
+# torchrun's LOCAL_WORLD_SIZE, or mpirun's and srun's equivalents; one rank per GPU when none
+# is set) unless ACCORD_WORKERS_PER_NIC is set.
 export ACCORD_NET_IFS=${ACCORD_NET_IFS:-127.0.0.1}
 export ACCORD_PATHS=${ACCORD_PATHS:-4}
 export ACCORD_SHARD_BYTES=${ACCORD_SHARD_BYTES:-262144}

@@ -31,6 +31,7 @@ pub mod mr;
 pub mod runtime;
 pub mod setup;
 pub mod tuner;
+pub mod workers;
 
 pub use config::{NetConfig, NET_ENV_OVERRIDES};
 pub use error::PluginError;

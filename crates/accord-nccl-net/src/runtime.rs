@@ -5,10 +5,12 @@
 
 use crate::config::{default_speed_mbps, sysfs_speed_mbps, NetConfig};
 use crate::error::{PluginError, Result};
+use crate::workers::{worker_sizing, NVIDIA_GPU_DIR};
 use accord_engine::{Engine, ImmCounter};
 use std::collections::VecDeque;
 use std::ffi::CString;
 use std::net::IpAddr;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 /// Most comms (send, receive) alive at once in this process: each owns
@@ -53,6 +55,8 @@ pub struct Runtime {
     pub config: NetConfig,
     /// Most pieces per receive this process asks its senders for (0: one engine-sharded write).
     pub pieces_max: u32,
+    /// What decided the engine's worker count (the init log line names it).
+    pub workers_source: String,
     free_indexes: Arc<Mutex<VecDeque<u32>>>,
 }
 
@@ -93,7 +97,13 @@ fn guid_for(index: usize, ip: IpAddr) -> u64 {
 impl Runtime {
     /// Builds the engine on the configured devices (the engine's `ACCORD_*` overrides apply).
     pub fn new(config: NetConfig) -> Result<Runtime> {
-        let engine = Engine::builder().nics(config.devices.iter().map(|d| d.ip)).build()?;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let workers = worker_sizing(|n| std::env::var(n).ok(), cores, Path::new(NVIDIA_GPU_DIR));
+        let mut builder = Engine::builder().nics(config.devices.iter().map(|d| d.ip));
+        if let Some(count) = workers.workers {
+            builder = builder.workers_per_nic(count);
+        }
+        let engine = builder.build()?;
         let devices = engine
             .config()
             .nics
@@ -116,12 +126,12 @@ impl Runtime {
         let free_indexes = Arc::new(Mutex::new((0..COMMS_MAX as u32).collect()));
         let lanes = (engine.config().nics.len() * engine.config().workers_per_nic) as u32;
         let pieces_max = config.pieces_max.unwrap_or(lanes).min(crate::cts::PIECES_MAX);
-        Ok(Runtime { engine, devices, config, pieces_max, free_indexes })
+        Ok(Runtime { engine, devices, config, pieces_max, workers_source: workers.source, free_indexes })
     }
 
     /// The engine settings that shape throughput, for the init log line: a table's figures can
     /// then be tied to the worker count and ring size they ran with, which the environment
-    /// (LOCAL_WORLD_SIZE, the host's cores, `ACCORD_*`) decides at run time.
+    /// (launcher variables, the host's cores and GPUs, `ACCORD_*`) decides at run time.
     pub fn datapath_summary(&self) -> String {
         let c = self.engine.config();
         let shm = if c.shm.enabled {
@@ -130,8 +140,9 @@ impl Runtime {
             "shared memory off".into()
         };
         format!(
-            "{} worker(s) per device, up to {} piece(s) per message, {shm}, cross-memory pulls {}",
+            "{} worker(s) per device ({}), up to {} piece(s) per message, {shm}, cross-memory pulls {}",
             c.workers_per_nic,
+            self.workers_source,
             self.pieces_max,
             if c.cma { "on" } else { "off" }
         )
