@@ -45,6 +45,17 @@ pub enum PluginError {
         /// What went wrong.
         reason: String,
     },
+    /// The peer listens on a loopback address of another machine (the default device,
+    /// 127.0.0.1, is for jobs on one host).
+    #[error(
+        "the peer listens on {peer}, a loopback address of another machine: this job spans hosts, so set \
+         ACCORD_NET_IFS on every rank to an interface the hosts reach each other by (for example the one \
+         in NCCL_SOCKET_IFNAME)"
+    )]
+    LoopbackAcrossMachines {
+        /// The peer's setup address.
+        peer: String,
+    },
     /// A bounded table is full.
     #[error("{what} is full ({max} entries): close comms or requests first")]
     TableFull {
@@ -75,7 +86,9 @@ impl PluginError {
     pub fn code(&self) -> NcclResult {
         match self {
             PluginError::InvalidArgument(_) | PluginError::NoSuchDevice { .. } => abi::NCCL_INVALID_ARGUMENT,
-            PluginError::NotInitialised | PluginError::BadHandle { .. } => abi::NCCL_INVALID_USAGE,
+            PluginError::NotInitialised
+            | PluginError::BadHandle { .. }
+            | PluginError::LoopbackAcrossMachines { .. } => abi::NCCL_INVALID_USAGE,
             PluginError::Setup { .. } | PluginError::Engine(_) => abi::NCCL_SYSTEM_ERROR,
             PluginError::Transfer(_) | PluginError::Protocol(_) => abi::NCCL_REMOTE_ERROR,
             PluginError::Config(_)

@@ -513,6 +513,7 @@ fn child(rank: usize) {
 fn plugin_child() {
     match std::env::var(CHILD_ENV).as_deref() {
         Ok("init-failure") => init_failure_child(),
+        Ok("foreign-loopback") => foreign_loopback_child(),
         Ok(rank) => child(rank.parse().expect("rank")),
         Err(_) => {}
     }
@@ -540,6 +541,51 @@ fn init_failure_child() {
         abi::NCCL_INVALID_ARGUMENT
     );
     println!("\n@@OK init failure handled");
+}
+
+/// A process given a handle whose listener sits on another machine's loopback (a job across
+/// hosts run with the default device): `connect` fails at once with a reason that names
+/// ACCORD_NET_IFS, instead of retrying until the setup timeout.
+fn foreign_loopback_child() {
+    use nccl_net_accord::handle::Handle;
+    let plugin = load();
+    let t = plugin.table;
+    let mut ctx = std::ptr::null_mut();
+    let mut config = CommConfig { trafficClass: -1 };
+    // Safety: valid out-pointers; no logger (warnings go to stderr).
+    check("init", unsafe { (t.init)(&mut ctx, 1, &mut config, None, std::ptr::null_mut()) });
+    let mut handle = [0u8; NET_HANDLE_BYTES_MAX];
+    let mut listen_comm = std::ptr::null_mut();
+    // Safety: a handle buffer of NCCL_NET_HANDLE_MAXSIZE bytes and a valid out-pointer.
+    check("listen", unsafe { (t.listen)(ctx, 0, handle.as_mut_ptr().cast(), &mut listen_comm) });
+    let mut decoded = Handle::decode(&handle).expect("our own handle");
+    assert!(decoded.addr.ip().is_loopback() && decoded.machine != 0, "{decoded:?}");
+    decoded.machine ^= 0x5a5a_5a5a_5a5a_5a5a;
+    decoded.encode(&mut handle);
+    let (mut send_comm, mut dev_comm) = (std::ptr::null_mut(), std::ptr::null_mut());
+    let started = Instant::now();
+    // Safety: the handle buffer and valid out-pointers.
+    let rc = unsafe { (t.connect)(ctx, 0, handle.as_mut_ptr().cast(), &mut send_comm, &mut dev_comm) };
+    assert_eq!(rc, abi::NCCL_INVALID_USAGE, "a loopback listener on another machine is a usage error");
+    assert!(send_comm.is_null() && started.elapsed() < Duration::from_secs(5));
+    // Safety: the listen comm from listen above, and the context from init.
+    check("closeListen", unsafe { (t.closeListen)(listen_comm) });
+    check("finalize", unsafe { (t.finalize)(ctx) });
+    println!("\n@@OK foreign loopback refused");
+}
+
+#[test]
+fn a_connect_to_another_machines_loopback_fails_at_once_with_what_to_set() {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "plugin_child", "--nocapture", "--test-threads", "1"])
+        .env(CHILD_ENV, "foreign-loopback")
+        .env("ACCORD_NET_IFS", "127.0.0.1")
+        .output()
+        .expect("spawn child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && stdout.contains("@@OK"), "child failed: {stdout}\n{stderr}");
+    assert!(stderr.contains("ACCORD_NET_IFS") && stderr.contains("another machine"), "the reason is logged: {stderr}");
 }
 
 #[test]

@@ -10,7 +10,7 @@ use crate::comm::recv::PreparedRecv;
 use crate::comm::send::PreparedSend;
 use crate::comm::{RecvComm, SendComm};
 use crate::error::{PluginError, Result};
-use crate::handle::Handle;
+use crate::handle::{machine_fingerprint, Handle};
 use crate::runtime::Runtime;
 use accord_engine::{EngineAddress, MrDescriptor};
 use frame::{FrameReader, FrameWriter};
@@ -95,7 +95,7 @@ impl ListenComm {
         let nonce = (u64::from(std::process::id()) << 32)
             ^ NONCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             ^ rt.engine.id().0.rotate_left(17);
-        let handle = Handle { addr, nonce, stage: 0 };
+        let handle = Handle { addr, nonce, stage: 0, machine: machine_fingerprint() };
         Ok((ListenComm { rt, listener, nonce, accepting: Mutex::new(None) }, handle))
     }
 
@@ -180,6 +180,16 @@ struct ConnectTable {
 
 static CONNECTS: Mutex<Option<ConnectTable>> = Mutex::new(None);
 
+/// Refuses a handle whose listener is on a loopback address of another machine: connecting
+/// would reach our own loopback (nothing, or the wrong process) and hang until the setup
+/// timeout. Unknown fingerprints (0, on either side) are not judged.
+fn check_reachable_loopback(handle: &Handle, here: u64) -> Result<()> {
+    if handle.addr.ip().is_loopback() && handle.machine != 0 && here != 0 && handle.machine != here {
+        return Err(PluginError::LoopbackAcrossMachines { peer: handle.addr.to_string() });
+    }
+    Ok(())
+}
+
 /// Advances the connect to the listener named by `handle` (NCCL's copy of the peer's handle,
 /// passed again on every retry); the send comm once connected.
 pub fn connect(rt: &Arc<Runtime>, dev: i32, handle: &mut [u8; NET_HANDLE_BYTES_MAX]) -> Result<Option<SendComm>> {
@@ -219,6 +229,7 @@ pub fn connect(rt: &Arc<Runtime>, dev: i32, handle: &mut [u8; NET_HANDLE_BYTES_M
 fn start_connect(rt: &Arc<Runtime>, dev: i32, handle: Handle) -> Result<Connecting> {
     let local = rt.device(dev)?.ip;
     let peer = handle.addr;
+    check_reachable_loopback(&handle, machine_fingerprint())?;
     let socket = Socket::new(Domain::for_address(peer), Type::STREAM, Some(Protocol::TCP))
         .map_err(|e| setup_error(peer, format!("creating a socket: {e}")))?;
     socket.set_nonblocking(true).map_err(|e| setup_error(peer, e))?;
@@ -280,4 +291,27 @@ fn advance_connect(rt: &Arc<Runtime>, c: &mut Connecting) -> Result<Option<SendC
     rt.engine.add_peer(&reply.address)?;
     let prepared = c.prepared.take().expect("present until finished");
     Ok(Some(prepared.finish(reply.address.id, reply.recv_index, reply.sizes)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn handle(addr: &str, machine: u64) -> Handle {
+        Handle { addr: addr.parse().unwrap(), nonce: 1, stage: 0, machine }
+    }
+
+    #[test]
+    fn only_another_machines_loopback_is_refused() {
+        let refused = |h: &Handle, here: u64| check_reachable_loopback(h, here).is_err();
+        assert!(refused(&handle("127.0.0.1:9", 7), 8), "another machine's loopback");
+        assert!(refused(&handle("[::1]:9", 7), 8), "IPv6 loopback too");
+        assert!(!refused(&handle("127.0.0.1:9", 7), 7), "our own loopback");
+        assert!(!refused(&handle("10.0.0.2:9", 7), 8), "a routable address on another machine");
+        assert!(!refused(&handle("127.0.0.1:9", 0), 8), "an older handle: unknown machine");
+        assert!(!refused(&handle("127.0.0.1:9", 7), 0), "our machine unknown");
+        let e = check_reachable_loopback(&handle("127.0.0.1:9", 7), 8).unwrap_err();
+        assert_eq!(e.code(), crate::abi::NCCL_INVALID_USAGE);
+        assert!(e.to_string().contains("ACCORD_NET_IFS"), "{e}");
+    }
 }
