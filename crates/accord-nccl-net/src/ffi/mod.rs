@@ -131,7 +131,26 @@ fn start(logger: DebugLogger) -> Result<Arc<Runtime>> {
             rt.datapath_summary()
         ),
     );
+    if let Some(hint) = default_device_hint(|n| std::env::var(n).ok()) {
+        log::info(abi::SUBSYS_INIT | abi::SUBSYS_NET, line!(), &hint);
+    }
     Ok(rt)
+}
+
+/// What to tell a user who left `ACCORD_NET_IFS` unset: the default device serves jobs on one
+/// host only (a job across hosts fails at its first connect, naming the variable).
+fn default_device_hint(lookup: impl Fn(&str) -> Option<String>) -> Option<String> {
+    if lookup("ACCORD_NET_IFS").is_some_and(|v| !v.trim().is_empty()) {
+        return None;
+    }
+    let nccl_ifs = lookup("NCCL_SOCKET_IFNAME")
+        .filter(|v| !v.trim().is_empty())
+        .map(|v| format!(" (NCCL_SOCKET_IFNAME is {v:?}: the same interface is a good choice)"))
+        .unwrap_or_default();
+    Some(format!(
+        "ACCORD_NET_IFS is unset: one device on 127.0.0.1, for jobs on one host; for a job across hosts set \
+         ACCORD_NET_IFS on every rank to the interfaces or addresses the hosts reach each other by{nccl_ifs}"
+    ))
 }
 
 unsafe extern "C" fn init_v11(
@@ -555,3 +574,17 @@ pub static ncclNetPlugin_v11: NetV11 = NetV11 {
     finalize,
     setNetAttr: set_net_attr,
 };
+
+#[cfg(test)]
+mod hint_tests {
+    use super::default_device_hint;
+
+    #[test]
+    fn the_hint_shows_only_when_the_devices_were_left_to_the_default() {
+        assert_eq!(default_device_hint(|n| (n == "ACCORD_NET_IFS").then(|| "eth0".to_string())), None);
+        let plain = default_device_hint(|_| None).unwrap();
+        assert!(plain.contains("127.0.0.1") && !plain.contains("NCCL_SOCKET_IFNAME"), "{plain}");
+        let with_nccl = default_device_hint(|n| (n == "NCCL_SOCKET_IFNAME").then(|| "ib0".to_string())).unwrap();
+        assert!(with_nccl.contains("\"ib0\""), "{with_nccl}");
+    }
+}
