@@ -574,31 +574,30 @@ fn foreign_loopback_child() {
     println!("\n@@OK foreign loopback refused");
 }
 
-#[test]
-fn a_connect_to_another_machines_loopback_fails_at_once_with_what_to_set() {
+/// Runs one single-process child mode with `ACCORD_NET_IFS` set to `ifs`; asserts it reported
+/// success and returns its standard error (the plugin's logged reasons).
+fn run_solo_child(mode: &str, ifs: &str) -> String {
     let out = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "plugin_child", "--nocapture", "--test-threads", "1"])
-        .env(CHILD_ENV, "foreign-loopback")
-        .env("ACCORD_NET_IFS", "127.0.0.1")
+        .env(CHILD_ENV, mode)
+        .env("ACCORD_NET_IFS", ifs)
         .output()
         .expect("spawn child");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && stdout.contains("@@OK"), "child failed: {stdout}\n{stderr}");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success() && stdout.contains("@@OK"), "child {mode} failed: {stdout}\n{stderr}");
+    stderr
+}
+
+#[test]
+fn a_connect_to_another_machines_loopback_fails_at_once_with_what_to_set() {
+    let stderr = run_solo_child("foreign-loopback", "127.0.0.1");
     assert!(stderr.contains("ACCORD_NET_IFS") && stderr.contains("another machine"), "the reason is logged: {stderr}");
 }
 
 #[test]
 fn a_failed_init_returns_codes_and_finalize_takes_its_null_context() {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "plugin_child", "--nocapture", "--test-threads", "1"])
-        .env(CHILD_ENV, "init-failure")
-        .env("ACCORD_NET_IFS", "no-such-interface-7")
-        .output()
-        .expect("spawn child");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && stdout.contains("@@OK"), "child failed: {stdout}\n{stderr}");
+    let stderr = run_solo_child("init-failure", "no-such-interface-7");
     assert!(stderr.contains("ACCORD_NET_IFS"), "the reason is logged: {stderr}");
 }
 
