@@ -294,10 +294,9 @@ impl EngineConfig {
     /// Unless `ACCORD_WORKERS_PER_NIC` is set, sizes the workers to this rank's share of `cores`
     /// when a launcher says how many ranks share the host ([`crate::local_ranks`]).
     pub(crate) fn size_workers_to_host(&mut self, lookup: impl Fn(&str) -> Option<String>, cores: usize) {
-        if lookup("ACCORD_WORKERS_PER_NIC").is_some() {
-            return;
-        }
-        if let Some((ranks, _)) = crate::local_ranks::local_ranks_from(&lookup) {
+        if let crate::local_ranks::WorkerCountSource::Launcher { ranks, .. } =
+            crate::local_ranks::worker_count_source(lookup)
+        {
             self.workers_per_nic = workers_for_share(cores, ranks);
         }
     }

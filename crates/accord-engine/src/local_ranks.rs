@@ -20,6 +20,34 @@ pub const LOCAL_RANKS_VARIABLES: &[(&str, &str)] = &[
 /// Largest rank count believed (a larger value is taken as malformed).
 pub const LOCAL_RANKS_MAX: usize = 4096;
 
+/// What decides an engine's worker count, in order of precedence: an explicit
+/// `ACCORD_WORKERS_PER_NIC`, then a launcher's rank count, else nothing (the builder's value).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkerCountSource {
+    /// `ACCORD_WORKERS_PER_NIC` is set: it is the count.
+    Explicit,
+    /// A launcher says how many ranks share the host: the count is this rank's share.
+    Launcher {
+        /// The variable that said so.
+        variable: &'static str,
+        /// Ranks on this host.
+        ranks: usize,
+    },
+    /// Nothing in the environment says.
+    Unknown,
+}
+
+/// Which of [`WorkerCountSource`] applies, read through `lookup`.
+pub fn worker_count_source(lookup: impl Fn(&str) -> Option<String>) -> WorkerCountSource {
+    if lookup("ACCORD_WORKERS_PER_NIC").is_some() {
+        return WorkerCountSource::Explicit;
+    }
+    match local_ranks_from(lookup) {
+        Some((ranks, variable)) => WorkerCountSource::Launcher { variable, ranks },
+        None => WorkerCountSource::Unknown,
+    }
+}
+
 /// The ranks on this host and the variable that said so, from the first of
 /// [`LOCAL_RANKS_VARIABLES`] that holds a usable value; `None` when none does.
 pub fn local_ranks_from(lookup: impl Fn(&str) -> Option<String>) -> Option<(usize, &'static str)> {

@@ -6,7 +6,7 @@
 //! the 2xH200 host, docs/results/2026-11-22-nccl-plugin.md, session 5).
 
 use accord_engine::config::workers_for_share;
-use accord_engine::local_ranks::local_ranks_from;
+use accord_engine::local_ranks::{worker_count_source, WorkerCountSource};
 use std::path::Path;
 
 /// Where the NVIDIA driver lists the host's GPUs, one directory each (all of them, whatever
@@ -26,20 +26,21 @@ pub struct WorkerSizing {
 /// Decides the worker count from the environment (`lookup`), the host's `cores` and the GPU
 /// list in `gpu_dir`.
 pub fn worker_sizing(lookup: impl Fn(&str) -> Option<String>, cores: usize, gpu_dir: &Path) -> WorkerSizing {
-    if lookup("ACCORD_WORKERS_PER_NIC").is_some() {
-        return WorkerSizing { workers: None, source: "ACCORD_WORKERS_PER_NIC".into() };
-    }
-    if let Some((ranks, name)) = local_ranks_from(&lookup) {
-        return WorkerSizing { workers: None, source: format!("{name}: {ranks} rank(s) on this host") };
-    }
-    match gpu_count(gpu_dir) {
-        Some(gpus) => WorkerSizing {
-            workers: Some(workers_for_share(cores, gpus)),
-            source: format!("no launcher variable: one rank per GPU, {gpus} GPU(s)"),
-        },
-        None => {
-            WorkerSizing { workers: None, source: "no launcher variable and no GPU list: the engine default".into() }
+    match worker_count_source(lookup) {
+        WorkerCountSource::Explicit => WorkerSizing { workers: None, source: "ACCORD_WORKERS_PER_NIC".into() },
+        WorkerCountSource::Launcher { variable, ranks } => {
+            WorkerSizing { workers: None, source: format!("{variable}: {ranks} rank(s) on this host") }
         }
+        WorkerCountSource::Unknown => match gpu_count(gpu_dir) {
+            Some(gpus) => WorkerSizing {
+                workers: Some(workers_for_share(cores, gpus)),
+                source: format!("no launcher variable: one rank per GPU, {gpus} GPU(s)"),
+            },
+            None => WorkerSizing {
+                workers: None,
+                source: "no launcher variable and no GPU list: the engine default".into(),
+            },
+        },
     }
 }
 
