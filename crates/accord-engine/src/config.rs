@@ -219,7 +219,7 @@ impl Default for EngineConfig {
             fault_seed: 1,
             shm: ShmConfig::default(),
             await_poll: AWAIT_POLL_DEFAULT,
-            wait_spin: crate::wait_spin::wait_spin_default(std::thread::available_parallelism().map_or(1, |n| n.get())),
+            wait_spin: crate::wait_spin::wait_spin_default(host_cores()),
             rx_batch_slots: 0,
             cma: false,
             cma_min_bytes: crate::CMA_MIN_BYTES_DEFAULT,
@@ -233,6 +233,12 @@ impl Default for EngineConfig {
 
 /// Most workers the automatic choice gives one engine.
 pub const AUTO_WORKERS_PER_NIC_MAX: usize = 8;
+
+/// Cores this process may run on (its affinity and cgroup quota, as the standard library reads
+/// them); 1 when unknown. What worker counts and poll windows are sized from.
+pub fn host_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
 
 /// Workers per NIC for an engine sharing `cores` with `local_ranks` others like it: half of
 /// its share of the cores, at least one, at most [`AUTO_WORKERS_PER_NIC_MAX`].
@@ -285,8 +291,7 @@ impl EngineConfig {
                 _ => {}
             }
         }
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        self.size_workers_to_host(&lookup, cores);
+        self.size_workers_to_host(&lookup, host_cores());
         self.shm = self.shm.with_overrides_from(&lookup).map_err(|e| BuildError::Invalid(e.to_string()))?;
         Ok(self)
     }

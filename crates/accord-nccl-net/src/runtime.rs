@@ -97,7 +97,7 @@ fn guid_for(index: usize, ip: IpAddr) -> u64 {
 impl Runtime {
     /// Builds the engine on the configured devices (the engine's `ACCORD_*` overrides apply).
     pub fn new(config: NetConfig) -> Result<Runtime> {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cores = accord_engine::config::host_cores();
         let workers = worker_sizing(|n| std::env::var(n).ok(), cores, Path::new(NVIDIA_GPU_DIR));
         let mut builder = Engine::builder().nics(config.devices.iter().map(|d| d.ip));
         if let Some(count) = workers.workers {

@@ -472,7 +472,7 @@ fn workers_follow_the_host_share_unless_set() {
     assert_eq!(crate::config::workers_for_share(2, 4), 1);
     let shared: HashMap<&str, &str> = [("LOCAL_WORLD_SIZE", "1")].into();
     let c = EngineConfig::default().with_overrides_from(|n| shared.get(n).map(|v| v.to_string())).unwrap();
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = crate::config::host_cores();
     assert_eq!(c.workers_per_nic, (cores / 2).clamp(1, 8));
     let pinned: HashMap<&str, &str> = [("LOCAL_WORLD_SIZE", "1"), ("ACCORD_WORKERS_PER_NIC", "1")].into();
     let c = EngineConfig::default().with_overrides_from(|n| pinned.get(n).map(|v| v.to_string())).unwrap();
