@@ -17,7 +17,12 @@ fn pattern(seed: u64, len: usize) -> Vec<u8> {
 }
 
 fn pair(force_network: bool) -> (Engine, Engine) {
-    let (a, b) = (engine(force_network), engine(force_network));
+    pair_of(|| engine(force_network))
+}
+
+/// Two engines from `make` that know each other.
+fn pair_of(make: impl Fn() -> Engine) -> (Engine, Engine) {
+    let (a, b) = (make(), make());
     a.add_peer(&b.address()).unwrap();
     b.add_peer(&a.address()).unwrap();
     (a, b)
@@ -294,21 +299,12 @@ fn path_selector_and_pacer_order_by_name() {
         pacer_order: "srpt".into(),
         ..EngineConfig::default()
     };
-    let make = || Engine::builder().ignore_env().config(config.clone()).force_network(true).build().unwrap();
-    let (a, b) = (make(), make());
-    a.add_peer(&b.address()).unwrap();
-    b.add_peer(&a.address()).unwrap();
+    let (a, b) = pair_of(|| Engine::builder().ignore_env().config(config.clone()).force_network(true).build().unwrap());
     let src = a.alloc(1 << 20).unwrap();
     src.write_at(0, &(0..1u32 << 20).map(|i| (i * 7) as u8).collect::<Vec<u8>>()).unwrap();
     let dst = b.alloc(1 << 20).unwrap();
-    let op = WriteOp {
-        src: &src.handle(),
-        src_offset: 0,
-        dst: &dst.descriptor(),
-        dst_offset: 0,
-        len: 1 << 20,
-        imm: Some(2),
-    };
+    let (h, d) = (src.handle(), dst.descriptor());
+    let op = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 0, len: 1 << 20, imm: Some(2) };
     a.write(&op).unwrap().wait_timeout(WAIT).unwrap();
     assert_eq!(b.imm_counter(2).wait(1, WAIT), 1);
     assert_eq!(dst.to_vec(), src.to_vec());
@@ -332,20 +328,11 @@ fn wait_spin_is_configurable_and_bounded() {
 #[test]
 fn waits_complete_with_and_without_polling() {
     for spin in [Duration::ZERO, Duration::from_micros(1), Duration::from_millis(50)] {
-        let make = || Engine::builder().ignore_env().force_network(true).wait_spin(spin).build().unwrap();
-        let (a, b) = (make(), make());
-        a.add_peer(&b.address()).unwrap();
-        b.add_peer(&a.address()).unwrap();
+        let (a, b) = pair_of(|| Engine::builder().ignore_env().force_network(true).wait_spin(spin).build().unwrap());
         let src = a.alloc(1 << 20).unwrap();
         let dst = b.alloc(1 << 20).unwrap();
-        let op = WriteOp {
-            src: &src.handle(),
-            src_offset: 0,
-            dst: &dst.descriptor(),
-            dst_offset: 0,
-            len: 1 << 20,
-            imm: Some(7),
-        };
+        let (h, d) = (src.handle(), dst.descriptor());
+        let op = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 0, len: 1 << 20, imm: Some(7) };
         for round in 1..=3u64 {
             a.write(&op).unwrap().wait_timeout(Duration::from_secs(20)).unwrap();
             assert_eq!(b.imm_counter(7).wait(round, Duration::from_secs(20)), round, "spin {spin:?}");
