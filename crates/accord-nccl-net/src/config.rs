@@ -52,6 +52,8 @@ pub struct DeviceConfig {
 pub struct NetConfig {
     /// Devices, in NCCL device order. Default one device on 127.0.0.1.
     pub devices: Vec<DeviceConfig>,
+    /// Whether `devices` is the one-host default (`ACCORD_NET_IFS` unset or empty).
+    pub default_devices: bool,
     /// Speed override in Mbps (None: per device, from /sys or [`SPEED_MBPS_DEFAULT`]).
     pub speed_mbps: Option<i32>,
     /// Connection-setup timeout. Default [`SETUP_TIMEOUT_DEFAULT`].
@@ -64,6 +66,7 @@ impl Default for NetConfig {
     fn default() -> Self {
         NetConfig {
             devices: vec![DeviceConfig { ip: IpAddr::V4(Ipv4Addr::LOCALHOST), interface: None }],
+            default_devices: true,
             speed_mbps: None,
             setup_timeout: SETUP_TIMEOUT_DEFAULT,
             pieces_max: None,
@@ -81,6 +84,7 @@ impl NetConfig {
         let mut config = NetConfig::default();
         if let Some(ifs) = lookup("ACCORD_NET_IFS").filter(|v| !v.trim().is_empty()) {
             config.devices = parse_ifs(&ifs, resolve)?;
+            config.default_devices = false;
         }
         if let Some(v) = lookup("ACCORD_NET_SPEED_MBPS") {
             let speed: i32 = v.trim().parse().map_err(|_| bad("ACCORD_NET_SPEED_MBPS", &v))?;

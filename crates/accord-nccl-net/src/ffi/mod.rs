@@ -14,6 +14,7 @@ use crate::abi::{PropertiesV10, PropertiesV11, VDeviceProps, NET_HANDLE_BYTES_MA
 use crate::comm::recv::RecvArgs;
 use crate::comm::send::SendArgs;
 use crate::comm::{RecvComm, RecvRequest, SendComm, SendRequest};
+use crate::config::NetConfig;
 use crate::cts::RECVS_MAX;
 use crate::error::{PluginError, Result};
 use crate::log;
@@ -131,7 +132,7 @@ fn start(logger: DebugLogger) -> Result<Arc<Runtime>> {
             rt.datapath_summary()
         ),
     );
-    if let Some(hint) = default_device_hint(|n| std::env::var(n).ok()) {
+    if let Some(hint) = default_device_hint(&rt.config, std::env::var("NCCL_SOCKET_IFNAME").ok()) {
         log::info(abi::SUBSYS_INIT | abi::SUBSYS_NET, line!(), &hint);
     }
     Ok(rt)
@@ -139,11 +140,11 @@ fn start(logger: DebugLogger) -> Result<Arc<Runtime>> {
 
 /// What to tell a user who left `ACCORD_NET_IFS` unset: the default device serves jobs on one
 /// host only (a job across hosts fails at its first connect, naming the variable).
-fn default_device_hint(lookup: impl Fn(&str) -> Option<String>) -> Option<String> {
-    if lookup("ACCORD_NET_IFS").is_some_and(|v| !v.trim().is_empty()) {
+fn default_device_hint(config: &NetConfig, nccl_socket_ifname: Option<String>) -> Option<String> {
+    if !config.default_devices {
         return None;
     }
-    let nccl_ifs = lookup("NCCL_SOCKET_IFNAME")
+    let nccl_ifs = nccl_socket_ifname
         .filter(|v| !v.trim().is_empty())
         .map(|v| format!(" (NCCL_SOCKET_IFNAME is {v:?}: the same interface is a good choice)"))
         .unwrap_or_default();
@@ -578,13 +579,15 @@ pub static ncclNetPlugin_v11: NetV11 = NetV11 {
 #[cfg(test)]
 mod hint_tests {
     use super::default_device_hint;
+    use crate::config::NetConfig;
 
     #[test]
     fn the_hint_shows_only_when_the_devices_were_left_to_the_default() {
-        assert_eq!(default_device_hint(|n| (n == "ACCORD_NET_IFS").then(|| "eth0".to_string())), None);
-        let plain = default_device_hint(|_| None).unwrap();
+        let named = NetConfig::from_lookup(|n| (n == "ACCORD_NET_IFS").then(|| "127.0.0.1".to_string()), |_| None);
+        assert_eq!(default_device_hint(&named.unwrap(), None), None);
+        let plain = default_device_hint(&NetConfig::default(), None).unwrap();
         assert!(plain.contains("127.0.0.1") && !plain.contains("NCCL_SOCKET_IFNAME"), "{plain}");
-        let with_nccl = default_device_hint(|n| (n == "NCCL_SOCKET_IFNAME").then(|| "ib0".to_string())).unwrap();
+        let with_nccl = default_device_hint(&NetConfig::default(), Some("ib0".to_string())).unwrap();
         assert!(with_nccl.contains("\"ib0\""), "{with_nccl}");
     }
 }
