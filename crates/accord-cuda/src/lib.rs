@@ -60,10 +60,11 @@ pub use context::{Gpu, PeerAccess};
 pub use copy::copy_peer_async;
 pub use error::{CudaError, IpcHandleParseError, Result};
 pub use ffi::host_memory::{
-    copy_device_to_host_async, copy_host_to_device_async, HostDeviceSpan, HostRegistration, PinnedHostBuffer,
+    copy_device_to_host_async, copy_host_to_device_async, HostDeviceSpan, HostRangePin, HostRegistration,
+    PinnedHostBuffer,
 };
 pub use ipc::{IpcHandle, IpcMapping};
-pub use memory::{check_device_range, DeviceBuffer, DeviceCopy, DevicePtr};
+pub use memory::{check_device_range, device_ordinal_of, DeviceBuffer, DeviceCopy, DevicePtr};
 pub use ordering::{launch_host_fn, signal_when_done, HostWaiter, StallGate, StallOutcome, StallTicket};
 pub use paths::{cuda_include_dirs, nvrtc_library_dirs, nvrtc_library_path};
 pub use probe::{probe, Availability, DeviceInfo};

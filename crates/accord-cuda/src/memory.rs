@@ -50,6 +50,13 @@ pub fn check_device_range(ptr: DevicePtr, len_bytes: usize) -> Result<()> {
     }
 }
 
+/// The ordinal of the GPU that owns device memory at `ptr` (for memory handed over by another
+/// library, such as NCCL's buffers, whose GPU the caller does not know).
+pub fn device_ordinal_of(ptr: DevicePtr) -> Result<u32> {
+    driver::ensure_driver()?;
+    driver::pointer_device_ordinal(ptr.0)
+}
+
 /// Checks `offset_bytes + len_bytes <= capacity_bytes` without overflow.
 pub(crate) fn check_span(what: &str, offset_bytes: usize, len_bytes: usize, capacity_bytes: usize) -> Result<()> {
     match offset_bytes.checked_add(len_bytes) {

@@ -84,6 +84,17 @@ pub struct DeviceRegionInfo {
     pub ipc: Option<DeviceIpcBytes>,
 }
 
+/// What a same-host peer needs to map a host region that lives in a shared-memory file
+/// ([`crate::Engine::alloc_shared`]): the owner's process id and the file's random nonce (with
+/// the owner's engine id they name the file; no path travels).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SharedHostInfo {
+    /// Process that created the file (stale files of dead processes are swept by it).
+    pub pid: u32,
+    /// Random part of the file name.
+    pub nonce: u64,
+}
+
 /// What a peer needs to write into a registered region: its engine, id, key and length.
 /// Holding a descriptor is the permission to write; share it only with trusted peers.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -99,6 +110,10 @@ pub struct MrDescriptor {
     /// Set for device memory ([`crate::MemoryKind::CudaDevice`]); absent for host memory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<DeviceRegionInfo>,
+    /// Set for host memory in a shared-memory file: a same-host writer whose source is device
+    /// memory copies straight into it with its GPU's copy engine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared: Option<SharedHostInfo>,
 }
 
 impl MrDescriptor {

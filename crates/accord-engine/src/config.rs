@@ -75,6 +75,12 @@ pub const ENGINE_ENV_OVERRIDES: &[(&str, &str)] = &[
         "device_ipc (0 or 1, default 1): device memory of same-host peers through CUDA IPC; 0 treats them as \
          remote (staging through pinned host memory), to exercise that route on one host",
     ),
+    (
+        "ACCORD_DEVICE_SHARED_HOST",
+        "device_shared_host (0 or 1, default 1): device bytes bound for a same-host peer's shared host region \
+         (Engine::alloc_shared) are copied straight into it by the GPU's copy engine; 0 stages them as for \
+         any other host region",
+    ),
     ("ACCORD_DEVICE_STAGING_CHUNK_BYTES", "device_staging_chunk_bytes: bytes per pinned staging slot (default 4 MiB)"),
     ("ACCORD_DEVICE_STAGING_CHUNKS", "device_staging_chunks: pinned staging slots per engine (default 8)"),
     (
@@ -161,6 +167,10 @@ pub struct EngineConfig {
     /// the copy engine. Off, such peers are treated as remote: device bytes are staged through
     /// pinned host memory over the transport (tests exercise that route on one host). Default on.
     pub device_ipc: bool,
+    /// Device bytes bound for a host region of a same-host peer that lives in a shared-memory
+    /// file ([`crate::Engine::alloc_shared`]) go in one copy-engine copy into the writer's
+    /// mapping of that file, instead of through staging and the transport. Default on.
+    pub device_shared_host: bool,
     /// Bytes per pinned staging slot: device bytes bound for a host region of another process,
     /// or for another host, are copied into such slots and sent one slot per host write.
     /// Default [`crate::device::staging::DEVICE_STAGING_CHUNK_BYTES_DEFAULT`] (4 MiB).
@@ -224,6 +234,7 @@ impl Default for EngineConfig {
             cma: false,
             cma_min_bytes: crate::CMA_MIN_BYTES_DEFAULT,
             device_ipc: true,
+            device_shared_host: true,
             device_staging_chunk_bytes: crate::device::staging::DEVICE_STAGING_CHUNK_BYTES_DEFAULT,
             device_staging_chunks: crate::device::staging::DEVICE_STAGING_CHUNKS_DEFAULT,
             device_landing_timeout_ms: crate::engine::landing::LANDING_TIMEOUT_MS_DEFAULT,
@@ -283,6 +294,7 @@ impl EngineConfig {
                 "ACCORD_CMA_MIN_BYTES" => self.cma_min_bytes = num(name, &value)?,
                 "ACCORD_WAIT_SPIN_US" => self.wait_spin = Duration::from_micros(num(name, &value)?),
                 "ACCORD_DEVICE_IPC" => self.device_ipc = num::<u8>(name, &value)? != 0,
+                "ACCORD_DEVICE_SHARED_HOST" => self.device_shared_host = num::<u8>(name, &value)? != 0,
                 "ACCORD_DEVICE_STAGING_CHUNK_BYTES" => self.device_staging_chunk_bytes = num(name, &value)?,
                 "ACCORD_DEVICE_STAGING_CHUNKS" => self.device_staging_chunks = num(name, &value)?,
                 "ACCORD_DEVICE_LANDING_TIMEOUT_MS" => self.device_landing_timeout_ms = num(name, &value)?,

@@ -49,6 +49,9 @@ pub enum RegisterError {
     /// Device memory could not be registered (no CUDA driver, bad device, not device memory).
     #[error("cannot register device memory: {0}")]
     Device(String),
+    /// A shared-memory region file could not be made (directory missing, full, not writable).
+    #[error("cannot allocate shared host memory: {0}; check ACCORD_SHM_DIR (default /dev/shm) and its free space")]
+    Shared(String),
 }
 
 /// Why a transfer was refused at submission (nothing was sent).

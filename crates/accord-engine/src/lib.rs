@@ -67,7 +67,9 @@ mod worker;
 
 pub use accord_net::fault::{FaultConfig, FaultControl};
 pub use accord_net::shm::{ShmConfig, ShmStats};
-pub use address::{DeviceIpcBytes, DeviceRegionInfo, EngineAddress, EngineId, MrDescriptor, DEVICE_IPC_HANDLE_BYTES};
+pub use address::{
+    DeviceIpcBytes, DeviceRegionInfo, EngineAddress, EngineId, MrDescriptor, SharedHostInfo, DEVICE_IPC_HANDLE_BYTES,
+};
 pub use completion::{Transfer, COMPLETION_JOBS_MAX};
 pub use config::{EngineConfig, AWAIT_POLL_DEFAULT, AWAIT_POLL_MAX, ENGINE_ENV_OVERRIDES};
 pub use device::staging::{

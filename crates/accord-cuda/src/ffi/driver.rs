@@ -321,6 +321,23 @@ pub(crate) fn pointer_range(ptr: RawPtr) -> Result<(RawPtr, usize)> {
     Ok((start, size))
 }
 
+/// The ordinal of the GPU whose memory `ptr` is (pointer attributes; fails for host memory the
+/// driver does not know).
+pub(crate) fn pointer_device_ordinal(ptr: RawPtr) -> Result<u32> {
+    let mut ordinal: std::os::raw::c_int = -1;
+    // Safety: DEVICE_ORDINAL writes one int into the valid local.
+    check("cuPointerGetAttribute(DEVICE_ORDINAL)", unsafe {
+        sys::cuPointerGetAttribute(
+            &mut ordinal as *mut std::os::raw::c_int as *mut c_void,
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            ptr,
+        )
+    })?;
+    u32::try_from(ordinal).map_err(|_| CudaError::InvalidArgument {
+        what: format!("the driver reports ordinal {ordinal} for pointer {ptr:#x}"),
+    })
+}
+
 /// Device-to-device copy on a stream (copy engine).
 pub(crate) fn memcpy_dtod_async(dst: RawPtr, src: RawPtr, len_bytes: usize, stream: RawStream) -> Result<()> {
     // Safety: device addresses are validated by the caller; a bad one yields an error, not host UB.

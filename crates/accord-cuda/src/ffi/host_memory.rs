@@ -1,6 +1,8 @@
 //! Page-locked host memory that GPUs can reach: allocated by the driver
 //! ([`PinnedHostBuffer`]) or registered from an existing allocation
-//! ([`HostRegistration`]). Both are mapped into the device address space.
+//! ([`HostRegistration`] for a vector it owns, [`HostRangePin`] for memory
+//! owned elsewhere, such as a shared-memory mapping). All are mapped into the
+//! device address space.
 //!
 //! Data written by the device is defined on the host only after the stream
 //! that wrote it was synchronised (or an event after it completed), and
@@ -298,6 +300,62 @@ impl Drop for HostRegistration {
         if self.unregister().is_err() {
             // Leak rather than free pages the device might still write.
             std::mem::forget(std::mem::take(&mut self.data));
+        }
+    }
+}
+
+/// Host memory owned elsewhere (a shared-memory mapping, say) page-locked with
+/// `cuMemHostRegister(PORTABLE | DEVICEMAP)` for as long as this lives, so copy
+/// engines reach it at full speed from every context of the process.
+///
+/// Dropping unregisters without synchronising any GPU (an owner that keeps the pin alive until
+/// its last copy's event completed, as the engine does, never waits on unrelated work such as
+/// a running collective kernel).
+pub struct HostRangePin {
+    gpu: Gpu,
+    host: *mut u8,
+    len_bytes: usize,
+}
+
+// Safety: the pin only names the range; it never reads or writes through the pointer.
+unsafe impl Send for HostRangePin {}
+// Safety: as above.
+unsafe impl Sync for HostRangePin {}
+
+impl fmt::Debug for HostRangePin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostRangePin").field("host", &self.host).field("len_bytes", &self.len_bytes).finish()
+    }
+}
+
+impl HostRangePin {
+    /// Page-locks `host..host + len_bytes` (non-empty, page-aligned as mappings are).
+    ///
+    /// # Safety
+    /// The range must be one live mapping or allocation that outlives the returned pin, and no
+    /// device work queued against the range may still be pending when the pin drops.
+    pub unsafe fn new(gpu: &Gpu, host: *mut u8, len_bytes: usize) -> Result<HostRangePin> {
+        if len_bytes == 0 || host.is_null() {
+            return Err(CudaError::InvalidArgument { what: "cannot pin an empty or null host range".into() });
+        }
+        gpu.bind()?;
+        // Safety: upheld by the caller.
+        unsafe { driver::mem_host_register(host, len_bytes)? };
+        Ok(HostRangePin { gpu: gpu.clone(), host, len_bytes })
+    }
+
+    /// Bytes pinned.
+    pub fn len_bytes(&self) -> usize {
+        self.len_bytes
+    }
+}
+
+impl Drop for HostRangePin {
+    fn drop(&mut self) {
+        // Safety: registered in new(); no copy against the range is pending (new's contract).
+        // A failure leaves the pages locked until the owner unmaps them; nothing to undo here.
+        if self.gpu.bind().is_ok() {
+            let _ = unsafe { driver::mem_host_unregister(self.host) };
         }
     }
 }

@@ -24,6 +24,7 @@ pub(crate) fn device_descriptor() -> MrDescriptor {
         key: 5,
         len: 4096,
         device: Some(DeviceRegionInfo { ordinal: 1, alloc_offset: 256, ipc: Some(DeviceIpcBytes(handle.to_bytes())) }),
+        shared: None,
     }
 }
 

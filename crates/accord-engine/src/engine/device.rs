@@ -9,7 +9,10 @@
 //! - host -> device, this process: `cuMemcpyHtoDAsync` from the registered host region.
 //! - host -> device, this host: the same into the peer region's cached IPC mapping.
 //! - device -> host, this process: `cuMemcpyDtoHAsync` into the peer's host region.
-//! - device -> host, another process (this host or another one): staged; chunks are copied
+//! - device -> host, another process on this host, into a region made with
+//!   [`Engine::alloc_shared`]: one `cuMemcpyDtoHAsync` into this process's mapping of the
+//!   region's shared-memory file ([`super::shared_host`]; `ACCORD_DEVICE_SHARED_HOST`).
+//! - device -> host, another process (this host or another one), otherwise: staged; chunks are copied
 //!   into pinned slots of a bounded pool and each sent as an ordinary host write, copies
 //!   overlapping sends (`ACCORD_DEVICE_STAGING_*`).
 //! - host or device -> device, another process the copy engine cannot reach (another host, or
@@ -52,6 +55,7 @@ use crate::completion::{Transfer, TransferState};
 use crate::device::staging::driver::{FinishWrite, SendChunk, StagedJob, StagedSource, Stager};
 use crate::device::{AfterCopy, CopyEnds, DeviceCopy, DeviceRoute, DeviceTarget};
 use crate::error::{RegisterError, SubmitError};
+use crate::memory::shared_file::SharedFile;
 use crate::memory::{MemoryOwner, Source};
 
 /// The local source of a device write.
@@ -168,9 +172,14 @@ impl Engine {
                 let same_host = address.host == self.address.host;
                 let through_ipc = same_host && self.shared.config.device_ipc;
                 match (src, op.dst.device.is_some()) {
-                    (LocalSource::Device { ptr, ordinal }, false) => {
-                        return self.write_staged(op, StagedSource { ptr, ordinal, _keep: keep })
-                    }
+                    (LocalSource::Device { ptr, ordinal }, false) => match self.shared_host_mapping(op, same_host) {
+                        Some(file) => {
+                            let dst_addr = file.base() + op.dst_offset as usize;
+                            keep.push(file);
+                            CopyEnds::DeviceToHost { src_ptr: ptr, src_ordinal: ordinal, dst_addr }
+                        }
+                        None => return self.write_staged(op, StagedSource { ptr, ordinal, _keep: keep }),
+                    },
                     (LocalSource::Host { .. }, false) => return Err(not_host_to_host()),
                     (_, true) if !through_ipc => return self.write_landed(op, src, keep),
                     (LocalSource::Device { ptr, ordinal }, true) => CopyEnds::DeviceToDevice {
@@ -186,6 +195,7 @@ impl Engine {
             }
         };
         let route = self.device_route().map_err(SubmitError::Invalid)?;
+        self.pin_shared_files(&route, &ends, &keep);
         let state = self.shared.new_transfer(1);
         // The immediate is counted at the receiver only after the copy completed: the poller
         // sends it as a zero-byte write over the ordinary route (memcpy route in this process,
@@ -206,6 +216,41 @@ impl Engine {
         let copy = DeviceCopy { ends, len: op.len, keep };
         route.copy(copy, state.clone(), after).map_err(SubmitError::Invalid)?;
         Ok(Transfer { state })
+    }
+
+    /// This process's mapping of the destination's shared-memory file, when the shared-host
+    /// route applies: a peer on this host, a destination made with `alloc_shared`, the route on
+    /// (`ACCORD_DEVICE_SHARED_HOST`), and the file mappable (see [`super::shared_host`]).
+    fn shared_host_mapping(&self, op: &WriteOp<'_>, same_host: bool) -> Option<Arc<SharedFile>> {
+        let info = op.dst.shared?;
+        if !same_host || !self.shared.config.device_shared_host {
+            return None;
+        }
+        let file = self.peer_files.mapping(&self.shared.config.shm.dir, op.dst, info)?;
+        // The descriptor's bounds were checked against its length, which the file matched.
+        (op.dst_offset.checked_add(op.len)? <= file.mapped_bytes() as u64).then_some(file)
+    }
+
+    /// Page-locks the shared-memory files at the host end of a copy for the GPU at its device
+    /// end (once per file): the copy engine then moves them at full speed. A failure only
+    /// costs speed (the driver stages pageable memory itself), so it is logged, not returned.
+    fn pin_shared_files(&self, route: &crate::device::DeviceRoute, ends: &CopyEnds, keep: &[MemoryOwner]) {
+        let ordinal = match ends {
+            CopyEnds::DeviceToHost { src_ordinal, .. } => *src_ordinal,
+            CopyEnds::HostToDevice { target: DeviceTarget::SameProcess { ordinal, .. }, .. } => *ordinal,
+            _ => return,
+        };
+        let Ok(gpu) = route.gpu(ordinal) else { return };
+        for file in super::shared_host::shared_files(keep) {
+            if let Err(e) = file.pin_with(&gpu) {
+                tracing::warn!(error = %e, "shared region not page-locked; its copies go through driver staging");
+            }
+        }
+    }
+
+    /// Peers' shared region files this engine keeps mapped (the shared-host route's cache).
+    pub fn shared_mappings_held(&self) -> usize {
+        self.peer_files.len()
     }
 
     /// Device memory to a host region of another process: staged through pinned slots, each

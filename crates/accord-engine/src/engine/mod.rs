@@ -7,6 +7,7 @@ mod device_pieces;
 pub(crate) mod landing;
 mod ops;
 pub(crate) mod shared;
+mod shared_host;
 
 pub use ops::{PagedWriteOp, ScatterDst, WriteOp, PAGES_PER_WRITE_MAX, SCATTER_DESTINATIONS_MAX, SHARD_ALIGN_BYTES};
 
@@ -153,6 +154,8 @@ pub struct Engine {
     device: std::sync::OnceLock<Result<Arc<crate::device::DeviceRoute>, String>>,
     /// The staging thread and its pinned pool, started on the first staged device write.
     staging: std::sync::OnceLock<Result<crate::device::staging::driver::Stager, String>>,
+    /// Same-host peers' shared region files this engine mapped ([`shared_host`]).
+    peer_files: shared_host::PeerFiles,
 }
 
 impl std::fmt::Debug for Engine {
@@ -260,7 +263,8 @@ impl Engine {
         let mut table = RegionTable::default();
         let control_key = RegionKey(random_u64());
         let control_id = table.insert(control_region(control_key)?).map_err(|e| BuildError::Invalid(e.to_string()))?;
-        let control = MrDescriptor { engine: id, region: control_id.0, key: control_key.0, len: 0, device: None };
+        let control =
+            MrDescriptor { engine: id, region: control_id.0, key: control_key.0, len: 0, device: None, shared: None };
         let address = EngineAddress {
             id,
             nics: nic_addrs,
@@ -314,6 +318,7 @@ impl Engine {
             barrier_seen: Mutex::new(HashMap::new()),
             device: std::sync::OnceLock::new(),
             staging: std::sync::OnceLock::new(),
+            peer_files: shared_host::PeerFiles::default(),
         })
     }
 
@@ -371,7 +376,36 @@ impl Engine {
         let region = Region { base: alloc.base(), len: len as u64, key, keep: Some(keep), device: None };
         let id = self.shared.regions.write().unwrap().insert(region)?;
         let handle = MrHandle { engine: self.id(), region: id, len: len as u64 };
-        let descriptor = MrDescriptor { engine: self.id(), region: id.0, key: key.0, len: len as u64, device: None };
+        let descriptor =
+            MrDescriptor { engine: self.id(), region: id.0, key: key.0, len: len as u64, device: None, shared: None };
+        Ok(MrBuffer { alloc, handle, descriptor, regions: self.shared.regions.clone() })
+    }
+
+    /// As [`Engine::alloc`], in a shared-memory file (under `ACCORD_SHM_DIR`, default
+    /// `/dev/shm`) that a peer on this host may map: its descriptor carries
+    /// [`crate::SharedHostInfo`], and a same-host peer writing into it from device memory then
+    /// has its GPU's copy engine write straight into these pages (one DMA, no staging, no
+    /// datagrams; `ACCORD_DEVICE_SHARED_HOST`). Every other writer writes it as ordinary memory.
+    /// Copies between it and this process's GPUs page-lock it on first use.
+    pub fn alloc_shared(&self, len: usize) -> Result<MrBuffer, RegisterError> {
+        if len == 0 || len as u64 > REGION_BYTES_MAX {
+            return Err(RegisterError::BadLength { len: len as u64, max: REGION_BYTES_MAX });
+        }
+        let (alloc, info) = Allocation::new_shared(&self.shared.config.shm.dir, self.id(), len)?;
+        let alloc = Arc::new(alloc);
+        let key = RegionKey(random_u64());
+        let keep: crate::memory::MemoryOwner = alloc.clone();
+        let region = Region { base: alloc.base(), len: len as u64, key, keep: Some(keep), device: None };
+        let id = self.shared.regions.write().unwrap().insert(region)?;
+        let handle = MrHandle { engine: self.id(), region: id, len: len as u64 };
+        let descriptor = MrDescriptor {
+            engine: self.id(),
+            region: id.0,
+            key: key.0,
+            len: len as u64,
+            device: None,
+            shared: Some(info),
+        };
         Ok(MrBuffer { alloc, handle, descriptor, regions: self.shared.regions.clone() })
     }
 
@@ -425,7 +459,10 @@ impl Engine {
         let region = Region { base: ptr as usize, len: len as u64, key, keep: owner, device };
         let id = self.shared.regions.write().unwrap().insert(region)?;
         let handle = MrHandle { engine: self.id(), region: id, len: len as u64 };
-        Ok((handle, MrDescriptor { engine: self.id(), region: id.0, key: key.0, len: len as u64, device: info }))
+        Ok((
+            handle,
+            MrDescriptor { engine: self.id(), region: id.0, key: key.0, len: len as u64, device: info, shared: None },
+        ))
     }
 
     /// Deregisters a region: once this returns no peer write lands in it. Returns false if it

@@ -18,6 +18,8 @@ use std::collections::HashMap;
 use std::ptr::NonNull;
 use std::sync::{Arc, RwLock};
 
+pub(crate) mod shared_file;
+
 /// Most regions one engine may have registered at once.
 pub const REGIONS_MAX: usize = 1 << 20;
 /// Largest single region.
@@ -66,10 +68,16 @@ impl MrHandle {
     }
 }
 
-/// A page-aligned, zeroed heap allocation owned by the engine.
+/// A page-aligned, zeroed allocation owned by the engine: on the heap, or in a shared-memory
+/// file a same-host peer can map ([`shared_file`]).
 pub(crate) struct Allocation {
     ptr: NonNull<u8>,
-    layout: Layout,
+    backing: Backing,
+}
+
+enum Backing {
+    Heap(Layout),
+    Shared(shared_file::SharedFile),
 }
 
 // Safety: the allocation is plain bytes with no thread affinity; all access goes through raw
@@ -85,18 +93,53 @@ impl Allocation {
         // Safety: the layout has a non-zero size.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         let ptr = NonNull::new(ptr).ok_or(RegisterError::OutOfMemory(len))?;
-        Ok(Allocation { ptr, layout })
+        Ok(Allocation { ptr, backing: Backing::Heap(layout) })
     }
+
+    /// `len` zeroed bytes in a new shared-memory file under `dir` (see [`shared_file`]).
+    pub(crate) fn new_shared(
+        dir: &std::path::Path,
+        engine: EngineId,
+        len: usize,
+    ) -> Result<(Self, crate::address::SharedHostInfo), RegisterError> {
+        let (file, info) = shared_file::SharedFile::create(dir, engine, len).map_err(RegisterError::Shared)?;
+        let ptr = NonNull::new(file.base() as *mut u8).expect("mappings are never null");
+        Ok((Allocation { ptr, backing: Backing::Shared(file) }, info))
+    }
+
     pub(crate) fn base(&self) -> usize {
         self.ptr.as_ptr() as usize
+    }
+
+    /// The shared-memory file behind the allocation, if it has one.
+    pub(crate) fn shared_file(&self) -> Option<&shared_file::SharedFile> {
+        match &self.backing {
+            Backing::Shared(file) => Some(file),
+            Backing::Heap(_) => None,
+        }
     }
 }
 
 impl Drop for Allocation {
     fn drop(&mut self) {
-        // Safety: allocated in `new` with this layout, freed once.
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+        if let Backing::Heap(layout) = self.backing {
+            // Safety: allocated in `new` with this layout, freed once.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) }
+        }
+        // A shared file unmaps itself (and its owner unlinks it) when the backing drops.
     }
+}
+
+/// The shared-memory file that backs a region, if its owner is an engine allocation made with
+/// [`crate::Engine::alloc_shared`].
+pub(crate) fn shared_file_of(keep: &MemoryOwner) -> Option<&shared_file::SharedFile> {
+    keep.downcast_ref::<Allocation>().and_then(Allocation::shared_file)
+}
+
+/// A random 64-bit value from the operating system (region keys, file nonces).
+pub(crate) fn random_nonce() -> u64 {
+    use rand::RngCore;
+    rand::rngs::OsRng.next_u64()
 }
 
 /// One registered region.

@@ -197,6 +197,7 @@ impl SendComm {
                             key: recv.key,
                             len: recv.region_len,
                             device: None,
+                            shared: None,
                         };
                         let op = WriteOp {
                             src,

@@ -81,7 +81,14 @@ fn device_dst(b: &Engine, len: usize) -> (MrBuffer, MrDescriptor) {
     let keep: crate::MemoryOwner = host.alloc.clone();
     let h = b.register_fake_device(host.as_ptr() as usize, len as u64, 0, keep);
     let info = DeviceRegionInfo { ordinal: 0, alloc_offset: 0, ipc: None };
-    let d = MrDescriptor { engine: b.id(), region: h.region.0, key: 0x5eed, len: len as u64, device: Some(info) };
+    let d = MrDescriptor {
+        engine: b.id(),
+        region: h.region.0,
+        key: 0x5eed,
+        len: len as u64,
+        device: Some(info),
+        shared: None,
+    };
     (host, d)
 }
 

@@ -1,0 +1,300 @@
+//! Host memory in a shared-memory file, so that another process on this host can map the same
+//! pages.
+//!
+//! Why: a writer on this host whose source is device memory can then have its GPU's copy engine
+//! write straight into the receiver's region (one device-to-host DMA), instead of staging the
+//! bytes in its own pinned memory and copying them twice through a datagram ring. The
+//! receiver's region is an ordinary engine buffer ([`crate::Engine::alloc_shared`]) whose
+//! descriptor carries [`SharedHostInfo`]; the writer derives the file's name from it and maps it
+//! once per region ([`SharedFile::open`]).
+//!
+//! Trust is that of the shared-memory datagram rings: same user, same host. Files are created
+//! with `O_EXCL` and mode 0600, opened with `O_NOFOLLOW`, and a mapping is refused unless the
+//! file is a regular file of this user with exactly the advertised size. The owner unlinks its
+//! file when the buffer drops; files of processes that died are swept when this process creates
+//! its first one.
+#![allow(unsafe_code)]
+
+use crate::address::{EngineId, SharedHostInfo};
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::{Once, OnceLock};
+
+/// Prefix of every shared region file (the sweep only ever removes files with it).
+const FILE_PREFIX: &str = "accord-mr-";
+/// Page size the mappings are rounded to.
+const PAGE_BYTES: usize = 4096;
+
+/// The file name of a region from its owner and its shared-memory identity: everything a peer
+/// needs travels in the descriptor as numbers, never as a path.
+pub(crate) fn file_name(engine: EngineId, info: SharedHostInfo) -> String {
+    format!("{FILE_PREFIX}{}-{:016x}-{:016x}", info.pid, engine.0, info.nonce)
+}
+
+/// A mapped shared-memory file (the owner's or a peer's mapping of it).
+pub struct SharedFile {
+    path: PathBuf,
+    base: NonNull<u8>,
+    /// Mapped bytes (the region length rounded up to a page).
+    mapped: usize,
+    owner: bool,
+    /// Page-locked for the copy engines on first use (see [`SharedFile::pin_with`]).
+    pin: OnceLock<Result<accord_cuda::HostRangePin, String>>,
+}
+
+// Safety: the mapping is plain shared bytes; all access goes through raw copies whose
+// synchronisation the memory module's rules (and, across processes, the immediates) provide.
+unsafe impl Send for SharedFile {}
+// Safety: as above.
+unsafe impl Sync for SharedFile {}
+
+impl std::fmt::Debug for SharedFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedFile").field("path", &self.path).field("mapped", &self.mapped).finish()
+    }
+}
+
+fn c_path(path: &Path) -> Result<CString, String> {
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| format!("{} contains a NUL byte", path.display()))
+}
+
+fn last_os_error(what: &str, path: &Path) -> String {
+    format!("{what} {}: {}", path.display(), std::io::Error::last_os_error())
+}
+
+/// Maps `len` bytes of the open file `fd` read-write and shared.
+fn map(fd: libc::c_int, len: usize, path: &Path) -> Result<NonNull<u8>, String> {
+    // Safety: a fresh mapping of an open descriptor; the kernel checks the arguments.
+    let ptr =
+        unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0) };
+    if ptr == libc::MAP_FAILED {
+        return Err(last_os_error("mmap", path));
+    }
+    NonNull::new(ptr.cast::<u8>()).ok_or_else(|| format!("mmap of {} returned null", path.display()))
+}
+
+impl SharedFile {
+    /// Creates, sizes and maps a new file for a region of `len` bytes of engine `engine` in
+    /// `dir`. The pages are reserved now, so a full tmpfs fails here instead of faulting later.
+    pub(crate) fn create(dir: &Path, engine: EngineId, len: usize) -> Result<(SharedFile, SharedHostInfo), String> {
+        static SWEEP: Once = Once::new();
+        SWEEP.call_once(|| sweep_stale(dir));
+        let mapped = len.max(1).next_multiple_of(PAGE_BYTES);
+        let info = SharedHostInfo { pid: std::process::id(), nonce: super::random_nonce() };
+        let path = dir.join(file_name(engine, info));
+        let c = c_path(&path)?;
+        let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOFOLLOW;
+        // Safety: a valid NUL-terminated path.
+        let fd = unsafe { libc::open(c.as_ptr(), flags, 0o600 as libc::c_uint) };
+        if fd < 0 {
+            return Err(last_os_error("create", &path));
+        }
+        let result = (|| {
+            // Safety: an open descriptor we own.
+            if unsafe { libc::ftruncate(fd, mapped as libc::off_t) } != 0 {
+                return Err(last_os_error("size", &path));
+            }
+            // Safety: as above; reserves the pages of the whole file.
+            let reserve = unsafe { libc::posix_fallocate(fd, 0, mapped as libc::off_t) };
+            if reserve != 0 {
+                return Err(format!(
+                    "reserve {mapped} bytes for {}: {} (is the shared-memory directory full?)",
+                    path.display(),
+                    std::io::Error::from_raw_os_error(reserve)
+                ));
+            }
+            map(fd, mapped, &path)
+        })();
+        // Safety: closing the descriptor we opened; the mapping stays valid without it.
+        unsafe { libc::close(fd) };
+        match result {
+            Ok(base) => Ok((SharedFile { path, base, mapped, owner: true, pin: OnceLock::new() }, info)),
+            Err(e) => {
+                // Safety: the path we created.
+                unsafe { libc::unlink(c.as_ptr()) };
+                Err(e)
+            }
+        }
+    }
+
+    /// Maps a peer's region file: `len` is the region length its descriptor advertises. Refused
+    /// unless the file is a regular file of this user of exactly that length, page-rounded.
+    pub(crate) fn open(dir: &Path, engine: EngineId, info: SharedHostInfo, len: u64) -> Result<SharedFile, String> {
+        let path = dir.join(file_name(engine, info));
+        let mapped = usize::try_from(len)
+            .ok()
+            .and_then(|l| l.max(1).checked_next_multiple_of(PAGE_BYTES))
+            .ok_or_else(|| format!("a region of {len} bytes does not fit this machine"))?;
+        let c = c_path(&path)?;
+        // Safety: a valid NUL-terminated path.
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW) };
+        if fd < 0 {
+            return Err(last_os_error("open", &path));
+        }
+        let result = (|| {
+            // Safety: fstat fills the zeroed struct for our open descriptor.
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            if unsafe { libc::fstat(fd, &mut st) } != 0 {
+                return Err(last_os_error("stat", &path));
+            }
+            // Safety: getuid cannot fail.
+            let uid = unsafe { libc::getuid() };
+            if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_uid != uid {
+                return Err(format!("{} is not a regular file of this user", path.display()));
+            }
+            if st.st_size as u64 != mapped as u64 {
+                return Err(format!(
+                    "{} holds {} bytes where the descriptor promises {mapped}",
+                    path.display(),
+                    st.st_size
+                ));
+            }
+            map(fd, mapped, &path)
+        })();
+        // Safety: closing the descriptor we opened.
+        unsafe { libc::close(fd) };
+        Ok(SharedFile { path, base: result?, mapped, owner: false, pin: OnceLock::new() })
+    }
+
+    /// Address of the first byte in this process.
+    pub(crate) fn base(&self) -> usize {
+        self.base.as_ptr() as usize
+    }
+
+    /// Bytes mapped.
+    pub(crate) fn mapped_bytes(&self) -> usize {
+        self.mapped
+    }
+
+    /// Page-locks the mapping for the copy engines with GPU `gpu` (`cuMemHostRegister`, once;
+    /// later calls return the first call's outcome). Copies into unpinned memory still work,
+    /// through the driver's bounce buffers, but at a fraction of the speed.
+    pub(crate) fn pin_with(&self, gpu: &accord_cuda::Gpu) -> Result<(), String> {
+        self.pin
+            .get_or_init(|| {
+                // Safety: the mapping lives as long as self, and Drop releases the pin before
+                // unmapping; the engine holds the file (a transfer's keep) until every copy
+                // against it completed, so none is pending when the pin drops.
+                unsafe { accord_cuda::HostRangePin::new(gpu, self.base.as_ptr(), self.mapped) }
+                    .map_err(|e| format!("page-locking {}: {e}", self.path.display()))
+            })
+            .as_ref()
+            .map(|_| ())
+            .map_err(Clone::clone)
+    }
+}
+
+impl Drop for SharedFile {
+    fn drop(&mut self) {
+        drop(self.pin.take());
+        // Safety: our mapping of `mapped` bytes, unmapped once; no reference into it outlives
+        // self (transfers hold the file while they copy).
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.mapped) };
+        if self.owner {
+            if let Ok(c) = c_path(&self.path) {
+                // Safety: a valid path; peers that mapped it keep their pages until they unmap.
+                unsafe { libc::unlink(c.as_ptr()) };
+            }
+        }
+    }
+}
+
+/// Removes region files left by processes of this user that no longer run (best effort).
+fn sweep_stale(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(FILE_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        // Safety: signal 0 only checks that the process exists.
+        let gone =
+            unsafe { libc::kill(pid, 0) } != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir() -> tempdir::Dir {
+        tempdir::Dir::new()
+    }
+
+    /// A private directory per test (no tempfile crate in the engine's dependencies).
+    mod tempdir {
+        pub struct Dir(pub std::path::PathBuf);
+        impl Dir {
+            pub fn new() -> Dir {
+                let nonce = super::super::super::random_nonce();
+                let path =
+                    std::env::temp_dir().join(format!("accord-shared-file-test-{}-{nonce:x}", std::process::id()));
+                std::fs::create_dir_all(&path).unwrap();
+                Dir(path)
+            }
+        }
+        impl Drop for Dir {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+    }
+
+    #[test]
+    fn a_peer_mapping_sees_the_owners_bytes_and_the_file_goes_with_the_owner() {
+        let d = dir();
+        let engine = EngineId(0xabc);
+        let (owner, info) = SharedFile::create(&d.0, engine, 10_000).unwrap();
+        assert_eq!(owner.mapped_bytes(), 12_288, "rounded to pages");
+        let peer = SharedFile::open(&d.0, engine, info, 10_000).unwrap();
+        // Safety: both mappings are live and 12 KiB long.
+        unsafe {
+            std::ptr::write_bytes((peer.base() + 5000) as *mut u8, 0x5a, 100);
+            assert_eq!(*((owner.base() + 5050) as *const u8), 0x5a);
+        }
+        let path = d.0.join(file_name(engine, info));
+        assert!(path.exists());
+        drop(owner);
+        assert!(!path.exists(), "the owner unlinks its file");
+        // Safety: the peer's mapping outlives the unlink.
+        unsafe { assert_eq!(*((peer.base() + 5099) as *const u8), 0x5a) };
+    }
+
+    #[test]
+    fn a_mapping_is_refused_for_a_wrong_size_a_missing_file_or_a_link() {
+        let d = dir();
+        let engine = EngineId(7);
+        let (_owner, info) = SharedFile::create(&d.0, engine, 8192).unwrap();
+        let err = SharedFile::open(&d.0, engine, info, 1 << 20).unwrap_err();
+        assert!(err.contains("promises"), "{err}");
+        let other = SharedHostInfo { nonce: info.nonce ^ 1, ..info };
+        assert!(SharedFile::open(&d.0, engine, other, 8192).unwrap_err().contains("open"));
+        let link_info = SharedHostInfo { nonce: 42, ..info };
+        std::os::unix::fs::symlink(d.0.join(file_name(engine, info)), d.0.join(file_name(engine, link_info))).unwrap();
+        assert!(SharedFile::open(&d.0, engine, link_info, 8192).is_err(), "links are not followed");
+    }
+
+    #[test]
+    fn files_of_dead_processes_are_swept_and_others_kept() {
+        let d = dir();
+        let dead = d.0.join(format!("{FILE_PREFIX}{}-1-2", i32::MAX - 1));
+        let alive = d.0.join(format!("{FILE_PREFIX}{}-1-2", std::process::id()));
+        let foreign = d.0.join("other-file");
+        for p in [&dead, &alive, &foreign] {
+            std::fs::write(p, b"x").unwrap();
+        }
+        sweep_stale(&d.0);
+        assert!(!dead.exists());
+        assert!(alive.exists() && foreign.exists());
+    }
+}
