@@ -86,7 +86,10 @@ pub(crate) fn build_error(e: BuildError) -> PyErr {
 pub(crate) fn register_error(e: RegisterError) -> PyErr {
     let kind = match e {
         RegisterError::BadLength { .. } => Kind::InvalidBuffer,
-        RegisterError::TableFull(_) | RegisterError::OutOfMemory(_) | RegisterError::Device(_) => Kind::Accord,
+        RegisterError::TableFull(_)
+        | RegisterError::OutOfMemory(_)
+        | RegisterError::Device(_)
+        | RegisterError::Shared(_) => Kind::Accord,
     };
     error(kind, format!("register: {e}"))
 }
