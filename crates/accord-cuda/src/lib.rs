@@ -64,7 +64,7 @@ pub use ffi::host_memory::{
     PinnedHostBuffer,
 };
 pub use ipc::{IpcHandle, IpcMapping};
-pub use memory::{check_device_range, device_ordinal_of, DeviceBuffer, DeviceCopy, DevicePtr};
+pub use memory::{check_device_range, current_device_ordinal, device_ordinal_of, DeviceBuffer, DeviceCopy, DevicePtr};
 pub use ordering::{launch_host_fn, signal_when_done, HostWaiter, StallGate, StallOutcome, StallTicket};
 pub use paths::{cuda_include_dirs, nvrtc_library_dirs, nvrtc_library_path};
 pub use probe::{probe, Availability, DeviceInfo};

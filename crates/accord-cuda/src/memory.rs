@@ -57,6 +57,13 @@ pub fn device_ordinal_of(ptr: DevicePtr) -> Result<u32> {
     driver::pointer_device_ordinal(ptr.0)
 }
 
+/// The GPU whose context is current on the calling thread (a library such as NCCL sets its
+/// device on the threads that call us), or `None` without a driver or a current context.
+pub fn current_device_ordinal() -> Option<u32> {
+    driver::ensure_driver().ok()?;
+    driver::current_context_device().ok().flatten()
+}
+
 /// Checks `offset_bytes + len_bytes <= capacity_bytes` without overflow.
 pub(crate) fn check_span(what: &str, offset_bytes: usize, len_bytes: usize, capacity_bytes: usize) -> Result<()> {
     match offset_bytes.checked_add(len_bytes) {

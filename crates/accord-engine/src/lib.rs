@@ -88,6 +88,9 @@ pub use engine::{Engine, EngineBuilder, EngineStats, PagedWriteOp, ScatterDst, W
 pub use engine::{PAGES_PER_WRITE_MAX, SCATTER_DESTINATIONS_MAX, SHARD_ALIGN_BYTES};
 pub use error::{BarrierError, BuildError, ParseError, RangeError, RegisterError, SubmitError, TransferError};
 pub use imm::{ImmCounter, IMM_COUNTERS_MAX, IMM_EXPECTATIONS_MAX};
-pub use memory::{MemoryKind, MemoryOwner, MrBuffer, MrHandle, ALLOC_ALIGN_BYTES, REGIONS_MAX, REGION_BYTES_MAX};
+pub use memory::{
+    current_gpu, device_ordinal_of, gpus_visible, MemoryKind, MemoryOwner, MrBuffer, MrHandle, ALLOC_ALIGN_BYTES,
+    REGIONS_MAX, REGION_BYTES_MAX,
+};
 pub use recv::{RecvHandler, RecvMessage, RECV_BUFFERS_MAX, RECV_BUFFER_BYTES_MAX};
 pub use worker::{LaneStats, BACKLOG_PARTS_MAX, IDLE_WAIT_MAX, RX_BATCH_SLOTS};

@@ -338,6 +338,20 @@ pub(crate) fn pointer_device_ordinal(ptr: RawPtr) -> Result<u32> {
     })
 }
 
+/// The ordinal of the device whose context is current on the calling thread, if one is.
+pub(crate) fn current_context_device() -> Result<Option<u32>> {
+    let mut ctx: sys::CUcontext = std::ptr::null_mut();
+    // Safety: writes one CUcontext to a valid local.
+    check("cuCtxGetCurrent", unsafe { sys::cuCtxGetCurrent(&mut ctx) })?;
+    if ctx.is_null() {
+        return Ok(None);
+    }
+    let mut device: sys::CUdevice = 0;
+    // Safety: writes one CUdevice to a valid local; a context is current.
+    check("cuCtxGetDevice", unsafe { sys::cuCtxGetDevice(&mut device) })?;
+    Ok(u32::try_from(device).ok())
+}
+
 /// Device-to-device copy on a stream (copy engine).
 pub(crate) fn memcpy_dtod_async(dst: RawPtr, src: RawPtr, len_bytes: usize, stream: RawStream) -> Result<()> {
     // Safety: device addresses are validated by the caller; a bad one yields an error, not host UB.

@@ -29,8 +29,21 @@ use crate::completion::TransferState;
 use crate::error::TransferError;
 use crate::memory::MemoryOwner;
 
-/// Engine-owned copy streams per source GPU (device writes take them in turn).
+/// Engine-owned copy streams per GPU and copy direction (device writes of one direction take
+/// them in turn). Directions have streams of their own so that a device-to-host copy never
+/// waits in a stream behind a host-to-device one: the GPU has a copy engine for each, and a
+/// process that sends and receives at once (an NCCL ring) keeps both busy.
 pub const DEVICE_STREAMS_PER_GPU: usize = 2;
+/// Copy directions, each with its own streams (see [`DEVICE_STREAMS_PER_GPU`]).
+const DIRECTIONS: usize = 3;
+
+/// Which copy engine a copy uses: its streams are picked per direction.
+#[derive(Copy, Clone)]
+enum Direction {
+    DeviceToDevice = 0,
+    HostToDevice = 1,
+    DeviceToHost = 2,
+}
 /// Most same-host peer regions kept mapped (least recently used unmapped first).
 pub const IPC_MAPPINGS_MAX: usize = 256;
 /// Most device copies in flight per engine; a further write blocks until one completed.
@@ -45,8 +58,10 @@ const POLLS_BEFORE_SLEEP: u32 = 1 << 16;
 /// One GPU the engine copies from.
 struct GpuSlot {
     gpu: Gpu,
+    /// [`DEVICE_STREAMS_PER_GPU`] streams per direction, directions in [`Direction`] order.
     streams: Vec<Stream>,
-    next: usize,
+    /// Round-robin position per direction.
+    next: [usize; DIRECTIONS],
 }
 
 /// A cached mapping of a same-host peer's device region.
@@ -179,7 +194,7 @@ impl DeviceRoute {
                         (ptr, src_gpu.clone(), Some(mapping))
                     }
                 };
-                let (gpu, stream) = next_stream(&mut state, src_ordinal)?;
+                let (gpu, stream) = next_stream(&mut state, src_ordinal, Direction::DeviceToDevice)?;
                 copy_peer_async(DevicePtr(dst_ptr), &dst_gpu, DevicePtr(src_ptr), &src_gpu, len, stream)
                     .map_err(|e| format!("device copy: {e}"))?;
                 (record(&gpu, stream)?, mapping)
@@ -197,7 +212,7 @@ impl DeviceRoute {
                         (ptr, on, Some(mapping))
                     }
                 };
-                let (gpu, stream) = next_stream(&mut state, on)?;
+                let (gpu, stream) = next_stream(&mut state, on, Direction::HostToDevice)?;
                 // Safety: `src_addr..+len` is a registered host region of this process, checked
                 // against the region by the caller and kept alive by `copy.keep` (held by the
                 // poller until the event after this copy completed).
@@ -209,7 +224,7 @@ impl DeviceRoute {
                 (record(&gpu, stream)?, mapping)
             }
             CopyEnds::DeviceToHost { src_ptr, src_ordinal, dst_addr } => {
-                let (gpu, stream) = next_stream(&mut state, src_ordinal)?;
+                let (gpu, stream) = next_stream(&mut state, src_ordinal, Direction::DeviceToHost)?;
                 // Safety: `dst_addr..+len` is a registered host region of this process, checked
                 // by the caller under the region table's lock and kept alive by `copy.keep` until
                 // the copy completed; the engine places nothing else there for this write.
@@ -225,11 +240,13 @@ impl DeviceRoute {
     }
 }
 
-/// The next engine-owned stream of GPU `ordinal` (round robin) and the GPU.
-fn next_stream(state: &mut RouteState, ordinal: u32) -> Result<(Gpu, &Stream), String> {
+/// The next engine-owned stream of GPU `ordinal` for copies in `direction` (round robin), and
+/// the GPU.
+fn next_stream(state: &mut RouteState, ordinal: u32, direction: Direction) -> Result<(Gpu, &Stream), String> {
     let gpu_slot = slot(state, ordinal)?;
-    let index = gpu_slot.next % gpu_slot.streams.len();
-    gpu_slot.next = gpu_slot.next.wrapping_add(1);
+    let d = direction as usize;
+    let index = d * DEVICE_STREAMS_PER_GPU + gpu_slot.next[d] % DEVICE_STREAMS_PER_GPU;
+    gpu_slot.next[d] = gpu_slot.next[d].wrapping_add(1);
     Ok((gpu_slot.gpu.clone(), &gpu_slot.streams[index]))
 }
 
@@ -260,11 +277,11 @@ fn slot(state: &mut RouteState, ordinal: u32) -> Result<&mut GpuSlot, String> {
         Entry::Occupied(slot) => Ok(slot.into_mut()),
         Entry::Vacant(vacant) => {
             let gpu = Gpu::open(ordinal as usize).map_err(|e| format!("GPU {ordinal}: {e}"))?;
-            let streams = (0..DEVICE_STREAMS_PER_GPU)
+            let streams = (0..DEVICE_STREAMS_PER_GPU * DIRECTIONS)
                 .map(|_| Stream::new(&gpu))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| e.to_string())?;
-            Ok(vacant.insert(GpuSlot { gpu, streams, next: 0 }))
+            Ok(vacant.insert(GpuSlot { gpu, streams, next: [0; DIRECTIONS] }))
         }
     }
 }

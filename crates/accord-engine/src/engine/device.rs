@@ -50,7 +50,7 @@ use super::landing;
 use super::ops::{dispatch_part, write_kind, PartSpec};
 use super::shared::local_engine;
 use super::{Engine, WriteOp};
-use crate::address::{DeviceIpcBytes, DeviceRegionInfo};
+use crate::address::{DeviceIpcBytes, DeviceRegionInfo, MrDescriptor};
 use crate::completion::{Transfer, TransferState};
 use crate::device::staging::driver::{FinishWrite, SendChunk, StagedJob, StagedSource, Stager};
 use crate::device::{AfterCopy, CopyEnds, DeviceCopy, DeviceRoute, DeviceTarget};
@@ -195,7 +195,6 @@ impl Engine {
             }
         };
         let route = self.device_route().map_err(SubmitError::Invalid)?;
-        self.pin_shared_files(&route, &ends, &keep);
         let state = self.shared.new_transfer(1);
         // The immediate is counted at the receiver only after the copy completed: the poller
         // sends it as a zero-byte write over the ordinary route (memcpy route in this process,
@@ -226,26 +225,34 @@ impl Engine {
         if !same_host || !self.shared.config.device_shared_host {
             return None;
         }
-        let file = self.peer_files.mapping(&self.shared.config.shm.dir, op.dst, info)?;
+        let file = self.peer_files.mapping_or_warn(&self.shared.config.shm.dir, op.dst, info)?;
         // The descriptor's bounds were checked against its length, which the file matched.
         (op.dst_offset.checked_add(op.len)? <= file.mapped_bytes() as u64).then_some(file)
     }
 
-    /// Page-locks the shared-memory files at the host end of a copy for the GPU at its device
-    /// end (once per file): the copy engine then moves them at full speed. A failure only
-    /// costs speed (the driver stages pageable memory itself), so it is logged, not returned.
-    fn pin_shared_files(&self, route: &crate::device::DeviceRoute, ends: &CopyEnds, keep: &[MemoryOwner]) {
-        let ordinal = match ends {
-            CopyEnds::DeviceToHost { src_ordinal, .. } => *src_ordinal,
-            CopyEnds::HostToDevice { target: DeviceTarget::SameProcess { ordinal, .. }, .. } => *ordinal,
-            _ => return,
-        };
-        let Ok(gpu) = route.gpu(ordinal) else { return };
-        for file in super::shared_host::shared_files(keep) {
-            if let Err(e) = file.pin_with(&gpu) {
-                tracing::warn!(error = %e, "shared region not page-locked; its copies go through driver staging");
-            }
+    /// Page-locks a region made with [`Engine::alloc_shared`] for the copy engines of GPU
+    /// `ordinal` (once; later calls return the first outcome). Call it where the GPU may wait:
+    /// page-locking synchronises with work queued on the device, so the data path never does it
+    /// (see [`super::shared_host`]). Unpinned, copies still work, through the driver's staging.
+    pub fn pin_shared(&self, buf: &crate::MrBuffer, ordinal: u32) -> Result<(), RegisterError> {
+        let file = buf.alloc.shared_file().ok_or_else(|| RegisterError::Shared("not a shared region".into()))?;
+        let gpu = self.device_route().and_then(|route| route.gpu(ordinal)).map_err(RegisterError::Device)?;
+        file.pin_with(&gpu).map_err(RegisterError::Shared)
+    }
+
+    /// Maps a same-host peer's shared region (its descriptor from [`Engine::alloc_shared`]) and
+    /// page-locks the mapping for GPU `ordinal`, ahead of the first device write into it (which
+    /// would otherwise map it on the fly and copy through driver staging until it is pinned).
+    /// Nothing to do, and `Ok`, for a peer on another host or with `ACCORD_DEVICE_SHARED_HOST=0`.
+    pub fn prepare_shared_peer(&self, dst: &MrDescriptor, ordinal: u32) -> Result<(), RegisterError> {
+        let info = dst.shared.ok_or_else(|| RegisterError::Shared("the descriptor names no shared region".into()))?;
+        let peer_host = self.shared.peers.read().unwrap().get(&dst.engine).map(|a| a.host.clone());
+        if peer_host.as_ref() != Some(&self.address.host) || !self.shared.config.device_shared_host {
+            return Ok(());
         }
+        let file = self.peer_files.mapping(&self.shared.config.shm.dir, dst, info).map_err(RegisterError::Shared)?;
+        let gpu = self.device_route().and_then(|route| route.gpu(ordinal)).map_err(RegisterError::Device)?;
+        file.pin_with(&gpu).map_err(RegisterError::Shared)
     }
 
     /// Peers' shared region files this engine keeps mapped (the shared-host route's cache).

@@ -12,6 +12,12 @@
 //! [`SHARED_MAPPINGS_MAX`], the oldest dropped first). A mapping that fails (the file is gone,
 //! of another size, the peer on another host) leaves the write on the staged route, with one
 //! warning per process.
+//!
+//! Page-locking is never done on the data path: `cuMemHostRegister` synchronises with work
+//! queued on the device, so pinning inside a write, while a kernel (an NCCL collective, say)
+//! waits for that very write, deadlocks. Callers pin ahead, where the GPU may wait:
+//! [`crate::Engine::pin_shared`] for their own regions, [`crate::Engine::prepare_shared_peer`]
+//! for a peer's. An unpinned file still works, through the driver's staging, only slower.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -20,7 +26,6 @@ use std::sync::{Arc, Mutex};
 
 use crate::address::{EngineId, MrDescriptor, SharedHostInfo};
 use crate::memory::shared_file::SharedFile;
-use crate::memory::MemoryOwner;
 
 /// Most peer region files kept mapped at once.
 pub const SHARED_MAPPINGS_MAX: usize = 256;
@@ -36,28 +41,41 @@ pub(crate) struct PeerFiles {
 }
 
 impl PeerFiles {
-    /// The mapping of `dst`'s file (opened and cached on first use), or `None` (with one warning
-    /// per process) if it cannot be mapped: the caller then takes the staged route.
-    pub(crate) fn mapping(&self, dir: &Path, dst: &MrDescriptor, info: SharedHostInfo) -> Option<Arc<SharedFile>> {
+    /// The mapping of `dst`'s file (opened and cached on first use), or why it cannot be mapped.
+    pub(crate) fn mapping(
+        &self,
+        dir: &Path,
+        dst: &MrDescriptor,
+        info: SharedHostInfo,
+    ) -> Result<Arc<SharedFile>, String> {
         let key = (dst.engine, dst.region, dst.key, info);
         let now = self.clock.fetch_add(1, Ordering::Relaxed);
         let mut maps = self.maps.lock().unwrap();
         if let Some((file, last_use)) = maps.get_mut(&key) {
             *last_use = now;
-            return Some(file.clone());
+            return Ok(file.clone());
         }
-        match SharedFile::open(dir, dst.engine, info, dst.len) {
-            Ok(file) => {
-                if maps.len() >= SHARED_MAPPINGS_MAX {
-                    let oldest = maps.iter().min_by_key(|(_, (_, used))| *used).map(|(k, _)| *k);
-                    if let Some(oldest) = oldest {
-                        maps.remove(&oldest); // transfers still copying hold their own Arc
-                    }
-                }
-                let file = Arc::new(file);
-                maps.insert(key, (file.clone(), now));
-                Some(file)
+        let file = Arc::new(SharedFile::open(dir, dst.engine, info, dst.len)?);
+        if maps.len() >= SHARED_MAPPINGS_MAX {
+            let oldest = maps.iter().min_by_key(|(_, (_, used))| *used).map(|(k, _)| *k);
+            if let Some(oldest) = oldest {
+                maps.remove(&oldest); // transfers still copying hold their own Arc
             }
+        }
+        maps.insert(key, (file.clone(), now));
+        Ok(file)
+    }
+
+    /// As [`PeerFiles::mapping`] for the data path: `None` (with one warning per process) when
+    /// the file cannot be mapped, so the write takes the staged route.
+    pub(crate) fn mapping_or_warn(
+        &self,
+        dir: &Path,
+        dst: &MrDescriptor,
+        info: SharedHostInfo,
+    ) -> Option<Arc<SharedFile>> {
+        match self.mapping(dir, dst, info) {
+            Ok(file) => Some(file),
             Err(e) => {
                 if !self.warned.swap(true, Ordering::Relaxed) {
                     tracing::warn!(error = %e, "cannot map a same-host peer's shared region; staging instead");
@@ -71,12 +89,6 @@ impl PeerFiles {
     pub(crate) fn len(&self) -> usize {
         self.maps.lock().unwrap().len()
     }
-}
-
-/// The shared-memory files among what a copy keeps alive: engine allocations made with
-/// `alloc_shared`, and peers' mappings.
-pub(crate) fn shared_files(keep: &[MemoryOwner]) -> impl Iterator<Item = &SharedFile> {
-    keep.iter().filter_map(|k| crate::memory::shared_file_of(k).or_else(|| k.downcast_ref::<SharedFile>()))
 }
 
 #[cfg(test)]
@@ -136,15 +148,15 @@ mod tests {
         let dir = b.config().shm.dir.clone();
         let files = PeerFiles::default();
         let longer = MrDescriptor { len: 1 << 20, ..d };
-        assert!(files.mapping(&dir, &longer, info).is_none(), "a file smaller than promised");
+        assert!(files.mapping(&dir, &longer, info).unwrap_err().contains("promises"), "a file smaller than promised");
         let other = SharedHostInfo { nonce: info.nonce.wrapping_add(1), ..info };
-        assert!(files.mapping(&dir, &d, other).is_none(), "no such file");
+        assert!(files.mapping_or_warn(&dir, &d, other).is_none(), "no such file");
         assert_eq!(files.len(), 0);
 
         let regions: Vec<_> = (0..SHARED_MAPPINGS_MAX + 3).map(|_| b.alloc_shared(4096).unwrap()).collect();
         for r in &regions {
             let d = r.descriptor();
-            assert!(files.mapping(&dir, &d, d.shared.unwrap()).is_some());
+            assert!(files.mapping(&dir, &d, d.shared.unwrap()).is_ok());
         }
         assert_eq!(files.len(), SHARED_MAPPINGS_MAX);
     }

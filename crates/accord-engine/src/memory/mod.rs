@@ -45,6 +45,25 @@ pub enum MemoryKind {
     },
 }
 
+/// The ordinal of the GPU owning device memory at `ptr`, for memory another library allocated
+/// (register it as [`MemoryKind::CudaDevice`] with this ordinal).
+pub fn device_ordinal_of(ptr: u64) -> Result<u32, RegisterError> {
+    accord_cuda::device_ordinal_of(accord_cuda::DevicePtr(ptr))
+        .map_err(|e| RegisterError::Device(format!("{ptr:#x} is not device memory the driver knows: {e}")))
+}
+
+/// The GPU whose CUDA context is current on the calling thread (NCCL's threads have their
+/// device's), if any: the GPU to page-lock shared regions for ([`crate::Engine::pin_shared`]).
+pub fn current_gpu() -> Option<u32> {
+    accord_cuda::current_device_ordinal()
+}
+
+/// GPUs this process can use (0 without a CUDA driver): whether device memory may be
+/// registered here at all.
+pub fn gpus_visible() -> usize {
+    accord_cuda::probe().device_count
+}
+
 /// Receivers refuse a write with bytes into device memory over the network (with this code):
 /// only the copy-engine route may write device regions.
 pub(crate) const REJECT_DEVICE_REGION: RejectReason = RejectReason::Other(0x100);
@@ -128,12 +147,6 @@ impl Drop for Allocation {
         }
         // A shared file unmaps itself (and its owner unlinks it) when the backing drops.
     }
-}
-
-/// The shared-memory file that backs a region, if its owner is an engine allocation made with
-/// [`crate::Engine::alloc_shared`].
-pub(crate) fn shared_file_of(keep: &MemoryOwner) -> Option<&shared_file::SharedFile> {
-    keep.downcast_ref::<Allocation>().and_then(Allocation::shared_file)
 }
 
 /// A random 64-bit value from the operating system (region keys, file nonces).
