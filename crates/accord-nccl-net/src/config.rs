@@ -23,7 +23,48 @@ pub const NET_ENV_OVERRIDES: &[(&str, &str)] = &[
         "most pieces a receive's bytes are written in, each on the next engine lane with its own immediate \
          (default: the engine's lane count, at most 16); 0 or 1: one write per receive, which the engine shards itself (its immediate sent after every shard)",
     ),
+    (
+        "ACCORD_NET_GPU_BUFFERS",
+        "auto, 1 or 0: whether devices report NCCL_PTR_CUDA, so NCCL may keep its buffers in GPU memory (GPUDirect) \
+         and the GPUs' copy engines move the bytes; experimental: NCCL's proxy thread then issues CUDA copies, which \
+         can deadlock against an application's synchronous pageable cudaMemcpy (default 0; auto: on when a GPU is visible)",
+    ),
+    (
+        "ACCORD_NET_BOUNCE_BYTES",
+        "bytes of each receive comm's shared host bounce pool, through which receives into GPU memory land \
+         (default 16777216); a receive larger than the pool fails",
+    ),
+    (
+        "ACCORD_NET_TRACE",
+        "log the first N data-path events (irecv/isend posted, receives copied, requests done) as INFO lines \
+         (NCCL_DEBUG=INFO, subsystem NET), to see where a stalled job stops; default 0",
+    ),
 ];
+
+/// Whether devices accept GPU memory (`ACCORD_NET_GPU_BUFFERS`).
+///
+/// Off by default. With GPU buffers on, the plugin issues CUDA copies from NCCL's proxy
+/// progress thread; measured on H200 with the CUDA 13 driver, those copies block on a driver
+/// lock while any application thread sits in a synchronous pageable `cudaMemcpy` waiting for
+/// a kernel, and NCCL's kernel is waiting for the very bytes the copy would deliver: a
+/// deadlock at the first collective followed by `.item()`. See
+/// `docs/design/same-host-copy-engine-route.md`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum GpuBuffers {
+    /// On when the CUDA driver sees a GPU.
+    Auto,
+    /// Always (registration of GPU memory fails without a driver).
+    On,
+    /// Never: host memory only, NCCL stages through pinned host buffers.
+    Off,
+}
+
+/// Default bytes of a receive comm's bounce pool: NCCL's receives into GPU memory are its
+/// protocol steps (512 KiB with the default 4 MiB buffers, 8 in flight per connection), so
+/// 16 MiB holds every step of a connection with room for larger point-to-point chunks.
+pub const BOUNCE_BYTES_DEFAULT: usize = 16 << 20;
+/// Smallest bounce pool accepted.
+pub const BOUNCE_BYTES_MIN: usize = 1 << 20;
 
 /// Most devices (engine NICs) the plugin exposes; the engine's NIC bound.
 pub const DEVICES_MAX: usize = accord_engine::config::NICS_MAX;
@@ -60,6 +101,12 @@ pub struct NetConfig {
     pub setup_timeout: Duration,
     /// Most pieces per receive (None: the engine's lane count; 0: one engine-sharded write).
     pub pieces_max: Option<u32>,
+    /// Whether devices accept GPU memory. Default [`GpuBuffers::Off`].
+    pub gpu_buffers: GpuBuffers,
+    /// Bytes of each receive comm's bounce pool. Default [`BOUNCE_BYTES_DEFAULT`].
+    pub bounce_bytes: usize,
+    /// Data-path events to log (`ACCORD_NET_TRACE`). Default 0.
+    pub trace_events: u64,
 }
 
 impl Default for NetConfig {
@@ -70,6 +117,9 @@ impl Default for NetConfig {
             speed_mbps: None,
             setup_timeout: SETUP_TIMEOUT_DEFAULT,
             pieces_max: None,
+            gpu_buffers: GpuBuffers::Off,
+            bounce_bytes: BOUNCE_BYTES_DEFAULT,
+            trace_events: 0,
         }
     }
 }
@@ -103,6 +153,24 @@ impl NetConfig {
                 return Err(bad("ACCORD_NET_PIECES", &v));
             }
             config.pieces_max = Some(pieces);
+        }
+        if let Some(v) = lookup("ACCORD_NET_GPU_BUFFERS") {
+            config.gpu_buffers = match v.trim() {
+                "auto" => GpuBuffers::Auto,
+                "1" => GpuBuffers::On,
+                "0" | "" => GpuBuffers::Off,
+                _ => return Err(bad("ACCORD_NET_GPU_BUFFERS", &v)),
+            };
+        }
+        if let Some(v) = lookup("ACCORD_NET_BOUNCE_BYTES") {
+            let bytes: usize = v.trim().parse().map_err(|_| bad("ACCORD_NET_BOUNCE_BYTES", &v))?;
+            if bytes < BOUNCE_BYTES_MIN || bytes as u64 > accord_engine::REGION_BYTES_MAX {
+                return Err(bad("ACCORD_NET_BOUNCE_BYTES", &v));
+            }
+            config.bounce_bytes = bytes;
+        }
+        if let Some(v) = lookup("ACCORD_NET_TRACE") {
+            config.trace_events = v.trim().parse().map_err(|_| bad("ACCORD_NET_TRACE", &v))?;
         }
         Ok(config)
     }

@@ -19,6 +19,7 @@
 #![warn(missing_docs)]
 
 pub mod abi;
+pub mod bounce;
 pub mod comm;
 pub mod config;
 pub mod cts;

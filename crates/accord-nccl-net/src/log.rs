@@ -4,6 +4,7 @@
 
 use crate::abi::{self, DebugLogger};
 use std::ffi::{c_int, c_ulong, CString};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::RwLock;
 
 static LOGGER: RwLock<DebugLogger> = RwLock::new(None);
@@ -44,4 +45,25 @@ pub fn info(flags: c_ulong, line: u32, message: &str) {
 /// A trace line (`NCCL_DEBUG=TRACE` builds only).
 pub fn trace(line: u32, message: &str) {
     emit(abi::LOG_TRACE, abi::SUBSYS_NET, line, &format!("NET/Accord : {message}"));
+}
+
+/// Data-path events still to log (`ACCORD_NET_TRACE`; 0: none).
+static EVENTS_LEFT: AtomicU64 = AtomicU64::new(0);
+
+/// Logs the next `count` data-path events (requests posted, matched, done) as INFO lines, for
+/// finding where a stalled job's messages stop. Set once by the runtime from the configuration.
+pub fn set_event_budget(count: u64) {
+    EVENTS_LEFT.store(count, Ordering::Relaxed);
+}
+
+/// One data-path event, logged only while the budget lasts (`message` is built only then, so
+/// events cost one atomic load when tracing is off).
+pub fn event(line: u32, message: impl FnOnce() -> String) {
+    if EVENTS_LEFT.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let left = EVENTS_LEFT.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    if left.is_ok() {
+        info(abi::SUBSYS_NET, line, &message());
+    }
 }

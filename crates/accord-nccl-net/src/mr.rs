@@ -1,6 +1,8 @@
-//! Memory NCCL registers (`regMr`): host memory only (we declare `NCCL_PTR_HOST`, so NCCL
-//! stages GPU data through pinned host buffers), registered with the engine as caller-owned
-//! memory. This module holds the plugin's one call to `Engine::register_raw`.
+//! Memory NCCL registers (`regMr`), registered with the engine as caller-owned memory: host
+//! memory always, GPU memory when the devices report `NCCL_PTR_CUDA` (`ACCORD_NET_GPU_BUFFERS`;
+//! NCCL then keeps its buffers on the GPU where GPUDirect applies, and the copy engines move
+//! them, see [`crate::bounce`]). This module holds the plugin's one call to
+//! `Engine::register_raw`.
 #![allow(unsafe_code)]
 
 use crate::abi;
@@ -17,6 +19,8 @@ pub struct MemoryRegion {
     pub base: usize,
     /// Length in bytes.
     pub len: usize,
+    /// GPU memory (`NCCL_PTR_CUDA`): receives into it land in the comm's bounce pool first.
+    pub device: bool,
 }
 
 impl MemoryRegion {
@@ -27,22 +31,32 @@ impl MemoryRegion {
     /// returned and every transfer using it completed: NCCL's `regMr` contract (it keeps the
     /// buffer until `deregMr` and deregisters no buffer with requests outstanding).
     pub unsafe fn register(rt: &Runtime, ptr: *mut u8, len: usize, ptr_type: i32) -> Result<MemoryRegion> {
-        if ptr_type != abi::PTR_HOST {
-            return Err(PluginError::Unsupported(format!(
-                "memory of pointer type {ptr_type} (this plugin supports NCCL_PTR_HOST only; NCCL stages \
-                 GPU buffers through host memory when the device reports ptrSupport HOST)"
-            )));
-        }
+        let device = match ptr_type {
+            abi::PTR_HOST => false,
+            abi::PTR_CUDA if rt.gpu_buffers => true,
+            _ => {
+                return Err(PluginError::Unsupported(format!(
+                    "memory of pointer type {ptr_type} (this plugin takes NCCL_PTR_HOST{}; set \
+                     ACCORD_NET_GPU_BUFFERS=1 for GPU memory)",
+                    if rt.gpu_buffers { " and NCCL_PTR_CUDA" } else { " only" }
+                )))
+            }
+        };
         if len == 0 {
-            return Ok(MemoryRegion { registration: None, base: ptr as usize, len: 0 });
+            return Ok(MemoryRegion { registration: None, base: ptr as usize, len: 0, device });
         }
         if ptr.is_null() {
             return Err(PluginError::InvalidArgument(format!("regMr of {len} bytes at a null pointer")));
         }
+        let kind = if device {
+            MemoryKind::CudaDevice { ordinal: accord_engine::device_ordinal_of(ptr as u64)? }
+        } else {
+            MemoryKind::Host
+        };
         // Safety: the caller keeps `ptr..ptr+len` valid until `deregister` (this function's
         // contract); no Rust reference to it exists.
-        let registration = unsafe { rt.engine.register_raw(ptr, len, MemoryKind::Host)? };
-        Ok(MemoryRegion { registration: Some(registration), base: ptr as usize, len })
+        let registration = unsafe { rt.engine.register_raw(ptr, len, kind)? };
+        Ok(MemoryRegion { registration: Some(registration), base: ptr as usize, len, device })
     }
 
     /// Deregisters: once this returns no peer write lands in the memory.

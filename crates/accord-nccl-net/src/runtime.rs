@@ -3,7 +3,7 @@
 //! `getProperties` take no context, so devices are process-wide), and the pool of comm indexes
 //! that name each comm's immediate counters.
 
-use crate::config::{default_speed_mbps, sysfs_speed_mbps, NetConfig};
+use crate::config::{default_speed_mbps, sysfs_speed_mbps, GpuBuffers, NetConfig};
 use crate::error::{PluginError, Result};
 use crate::workers::{worker_sizing, NVIDIA_GPU_DIR};
 use accord_engine::{Engine, ImmCounter};
@@ -57,6 +57,9 @@ pub struct Runtime {
     pub pieces_max: u32,
     /// What decided the engine's worker count (the init log line names it).
     pub workers_source: String,
+    /// Whether devices report `NCCL_PTR_CUDA` and accept GPU memory (`ACCORD_NET_GPU_BUFFERS`,
+    /// resolved: auto means a GPU is visible).
+    pub gpu_buffers: bool,
     free_indexes: Arc<Mutex<VecDeque<u32>>>,
 }
 
@@ -126,7 +129,13 @@ impl Runtime {
         let free_indexes = Arc::new(Mutex::new((0..COMMS_MAX as u32).collect()));
         let lanes = (engine.config().nics.len() * engine.config().workers_per_nic) as u32;
         let pieces_max = config.pieces_max.unwrap_or(lanes).min(crate::cts::PIECES_MAX);
-        Ok(Runtime { engine, devices, config, pieces_max, workers_source: workers.source, free_indexes })
+        crate::log::set_event_budget(config.trace_events);
+        let gpu_buffers = match config.gpu_buffers {
+            GpuBuffers::On => true,
+            GpuBuffers::Off => false,
+            GpuBuffers::Auto => accord_engine::gpus_visible() > 0,
+        };
+        Ok(Runtime { engine, devices, config, pieces_max, workers_source: workers.source, gpu_buffers, free_indexes })
     }
 
     /// The engine settings that shape throughput, for the init log line: a table's figures can
@@ -139,8 +148,17 @@ impl Runtime {
         } else {
             "shared memory off".into()
         };
+        let gpu = if self.gpu_buffers {
+            format!(
+                "GPU buffers on ({} KiB bounce pool per receive comm, same-host copy-engine route {})",
+                self.config.bounce_bytes >> 10,
+                if c.device_shared_host { "on" } else { "off" }
+            )
+        } else {
+            "GPU buffers off".into()
+        };
         format!(
-            "{} worker(s) per device ({}), up to {} piece(s) per message, {shm}, cross-memory pulls {}",
+            "{} worker(s) per device ({}), up to {} piece(s) per message, {shm}, cross-memory pulls {}, {gpu}",
             c.workers_per_nic,
             self.workers_source,
             self.pieces_max,

@@ -1,8 +1,11 @@
 //! The receive side: request slots, clear-to-send writes, completion by immediate counters and
-//! sizes from the size table.
+//! sizes from the size table. A receive into GPU memory names a range of the comm's bounce pool
+//! in its clear-to-send and is done once that range was copied into the GPU buffer
+//! ([`crate::bounce`]).
 
 use super::{size_word_offset, SIZE_TABLE_BYTES, SIZE_WORD_BYTES, SIZE_WRITES_PER_RECV};
 use crate::abi::NET_REQUESTS_MAX;
+use crate::bounce::{BounceLease, BouncePool};
 use crate::cts::{CtsEntry, CtsRecv, ENTRY_BYTES, RECVS_MAX};
 use crate::error::{PluginError, Result};
 use crate::mr::MemoryRegion;
@@ -21,16 +24,31 @@ pub struct PreparedRecv {
     bases: Vec<u64>,
     sizes: MrBuffer,
     cts_stage: MrBuffer,
+    bounce: Option<BouncePool>,
 }
 
 impl PreparedRecv {
-    /// Takes an index and registers the size table and the CTS staging area.
+    /// Takes an index and registers the size table, the CTS staging area and, when devices
+    /// accept GPU memory, the bounce pool.
     pub fn new(rt: Arc<Runtime>) -> Result<PreparedRecv> {
         let index = rt.lease_index()?;
         let sizes = rt.engine.alloc(SIZE_TABLE_BYTES)?;
         let cts_stage = rt.engine.alloc(NET_REQUESTS_MAX * ENTRY_BYTES)?;
+        let bounce = match rt.gpu_buffers {
+            true => {
+                let buffer = rt.engine.alloc_shared(rt.config.bounce_bytes)?;
+                crate::bounce::pin_for_current_gpu("the bounce pool", |gpu| rt.engine.pin_shared(&buffer, gpu));
+                Some(BouncePool::new(buffer))
+            }
+            false => None,
+        };
         let (counters, bases) = rt.slot_counters(index.index);
-        Ok(PreparedRecv { rt, index, counters, bases, sizes, cts_stage })
+        Ok(PreparedRecv { rt, index, counters, bases, sizes, cts_stage, bounce })
+    }
+
+    /// The bounce pool the sender may be told to write into (None without GPU buffers).
+    pub fn bounce_descriptor(&self) -> Option<MrDescriptor> {
+        self.bounce.as_ref().map(|b| b.buffer().descriptor())
     }
 
     /// The comm index (names the completion immediates).
@@ -54,6 +72,7 @@ impl PreparedRecv {
             ring,
             sizes: self.sizes,
             cts_stage: self.cts_stage,
+            bounce: self.bounce,
             counters,
             state: Mutex::new(RecvState { next_seq: 0, busy: [false; NET_REQUESTS_MAX], expected: bases }),
         };
@@ -76,6 +95,7 @@ struct RecvInner {
     ring: MrDescriptor,
     sizes: MrBuffer,
     cts_stage: MrBuffer,
+    bounce: Option<BouncePool>,
     counters: Vec<ImmCounter>,
     state: Mutex<RecvState>,
 }
@@ -114,18 +134,46 @@ impl RecvComm {
             )));
         }
         let mut entries = Vec::with_capacity(recvs.len());
+        let mut landings = Vec::with_capacity(recvs.len());
         for r in recvs {
-            let cts = match (r.size, r.region.and_then(|m| m.registration.as_ref().map(|reg| (m, reg)))) {
-                (0, _) => CtsRecv { tag: r.tag, pieces: 1, ..CtsRecv::default() },
-                (size, Some((region, (_, desc)))) => CtsRecv {
-                    tag: r.tag,
-                    region: desc.region,
-                    key: desc.key,
-                    region_len: desc.len,
-                    offset: region.offset_of(r.data, size)?,
-                    size,
-                    pieces: self.inner.rt.pieces_for(size),
-                },
+            let registered = r.region.and_then(|m| m.registration.as_ref().map(|reg| (m, reg)));
+            let (cts, landing) = match (r.size, registered) {
+                (0, _) => (CtsRecv { tag: r.tag, pieces: 1, ..CtsRecv::default() }, None),
+                (size, Some((region, (_, desc)))) if region.device => {
+                    let offset = region.offset_of(r.data, size)?;
+                    let pool = self.inner.bounce.as_ref().ok_or_else(|| {
+                        PluginError::InvalidArgument("a receive into GPU memory on a comm without a bounce pool".into())
+                    })?;
+                    let Some(lease) = pool.lease(size)? else {
+                        crate::log::event(line!(), || format!("irecv of {size} B waits: the bounce pool is full"));
+                        return Ok(None);
+                    };
+                    let bounce = pool.buffer().descriptor();
+                    // One piece: the sender's GPU copies it in one DMA (or the engine shards it
+                    // over lanes when the sender is elsewhere).
+                    let cts = CtsRecv {
+                        tag: r.tag,
+                        region: bounce.region,
+                        key: bounce.key,
+                        region_len: bounce.len,
+                        offset: lease.offset,
+                        size,
+                        pieces: 1,
+                    };
+                    (cts, Some(Landing { lease, dst: *desc, dst_offset: offset, capacity: size }))
+                }
+                (size, Some((region, (_, desc)))) => {
+                    let cts = CtsRecv {
+                        tag: r.tag,
+                        region: desc.region,
+                        key: desc.key,
+                        region_len: desc.len,
+                        offset: region.offset_of(r.data, size)?,
+                        size,
+                        pieces: self.inner.rt.pieces_for(size),
+                    };
+                    (cts, None)
+                }
                 (size, None) => {
                     return Err(PluginError::InvalidArgument(format!(
                         "irecv of {size} bytes without a registered mhandle"
@@ -133,6 +181,7 @@ impl RecvComm {
                 }
             };
             entries.push(cts);
+            landings.push(landing);
         }
         let inner = &self.inner;
         let mut state = inner.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -158,13 +207,39 @@ impl RecvComm {
         let writes: u64 = entry.recvs.iter().map(|r| u64::from(r.pieces) + SIZE_WRITES_PER_RECV).sum();
         state.expected[slot as usize] += writes;
         let target = state.expected[slot as usize];
-        Ok(Some(RecvRequest { comm: inner.clone(), slot, count: recvs.len(), target, cts }))
+        crate::log::event(line!(), || {
+            let what: Vec<String> = entry
+                .recvs
+                .iter()
+                .zip(&landings)
+                .map(|(r, l)| format!("{}B tag {}{}", r.size, r.tag, if l.is_some() { " gpu" } else { "" }))
+                .collect();
+            format!("irecv comm {} seq {seq} slot {slot}: {what:?}", inner.index.index)
+        });
+        Ok(Some(RecvRequest {
+            comm: inner.clone(),
+            slot,
+            count: recvs.len(),
+            target,
+            cts,
+            landings,
+            copies: Mutex::new(None),
+        }))
     }
 
     /// The peer engine (statistics, logs).
     pub fn peer(&self) -> EngineId {
         self.inner.peer
     }
+}
+
+/// Where a receive into GPU memory goes once its bytes are in the bounce pool.
+struct Landing {
+    lease: BounceLease,
+    /// The GPU buffer's registration and the receive's offset in it.
+    dst: MrDescriptor,
+    dst_offset: u64,
+    capacity: u64,
 }
 
 /// An outstanding grouped receive.
@@ -174,6 +249,10 @@ pub struct RecvRequest {
     count: usize,
     target: u64,
     cts: Transfer,
+    /// Per receive, its bounce range when it lands in GPU memory.
+    landings: Vec<Option<Landing>>,
+    /// The bounce-to-GPU copies, once the bytes arrived (None before).
+    copies: Mutex<Option<Vec<Transfer>>>,
 }
 
 impl std::fmt::Debug for RecvRequest {
@@ -198,14 +277,63 @@ impl RecvRequest {
         if self.comm.counters[self.slot as usize].value() < self.target {
             return Ok(None);
         }
-        let sizes = (0..self.count)
+        let sizes: Vec<u64> = (0..self.count)
             .map(|i| {
                 let mut word = [0u8; SIZE_WORD_BYTES];
                 self.comm.sizes.read_at(size_word_offset(self.slot, i) as usize, &mut word).expect("in table");
                 u64::from_le_bytes(word)
             })
             .collect();
+        let index = self.comm.index.index;
+        if self.landings.iter().all(Option::is_none) {
+            crate::log::event(line!(), || format!("recv comm {index} slot {} done: {sizes:?}", self.slot));
+            return Ok(Some(sizes));
+        }
+        let mut copies = self.copies.lock().unwrap_or_else(|e| e.into_inner());
+        if copies.is_none() {
+            crate::log::event(line!(), || {
+                format!("recv comm {index} slot {} landed {sizes:?}: copying to the GPU", self.slot)
+            });
+            *copies = Some(self.start_copies(&sizes)?);
+        }
+        for copy in copies.as_ref().expect("started above") {
+            match copy.poll() {
+                Some(Ok(())) => {}
+                Some(Err(e)) => return Err(e.into()),
+                None => return Ok(None),
+            }
+        }
+        crate::log::event(line!(), || format!("recv comm {index} slot {} done: {sizes:?}", self.slot));
         Ok(Some(sizes))
+    }
+
+    /// Copies each received bounce range into its GPU buffer (the sizes the sender wrote).
+    fn start_copies(&self, sizes: &[u64]) -> Result<Vec<Transfer>> {
+        let pool = self.comm.bounce.as_ref().expect("landings imply a pool");
+        let src = pool.buffer().handle();
+        let mut copies = Vec::new();
+        for (landing, &size) in self.landings.iter().zip(sizes) {
+            let Some(l) = landing else { continue };
+            if size > l.capacity {
+                return Err(PluginError::Protocol(format!(
+                    "the sender reports {size} bytes for a receive of {} bytes",
+                    l.capacity
+                )));
+            }
+            if size == 0 {
+                continue;
+            }
+            let op = WriteOp {
+                src: &src,
+                src_offset: l.lease.offset,
+                dst: &l.dst,
+                dst_offset: l.dst_offset,
+                len: size,
+                imm: None,
+            };
+            copies.push(self.comm.rt.engine.write(&op)?);
+        }
+        Ok(copies)
     }
 }
 

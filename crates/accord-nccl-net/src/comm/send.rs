@@ -43,15 +43,28 @@ impl PreparedSend {
         self.ring.descriptor()
     }
 
-    /// Completes the comm with the receiver's answer.
-    pub fn finish(self, peer: EngineId, recv_index: u32, sizes: MrDescriptor) -> SendComm {
+    /// Completes the comm with the receiver's answer: its size table, and its bounce pool when
+    /// it has one (receives into its GPU memory name ranges of it).
+    pub fn finish(
+        self,
+        peer: EngineId,
+        recv_index: u32,
+        sizes: MrDescriptor,
+        bounce: Option<MrDescriptor>,
+    ) -> SendComm {
         let (counters, bases) = (self.counters, self.bases);
+        let bounce = bounce.filter(|b| b.engine == peer);
+        if let Some(b) = &bounce {
+            let engine = &self.rt.engine;
+            crate::bounce::pin_for_current_gpu("the peer's bounce pool", |gpu| engine.prepare_shared_peer(b, gpu));
+        }
         let inner = SendInner {
             rt: self.rt,
             index: self.index,
             peer,
             recv_index,
             sizes,
+            bounce,
             ring: self.ring,
             stage: self.stage,
             counters,
@@ -86,6 +99,9 @@ struct SendInner {
     peer: EngineId,
     recv_index: u32,
     sizes: MrDescriptor,
+    /// The receiver's bounce pool: its full descriptor (with the shared-memory identity that
+    /// lets the engine copy device bytes straight into it) replaces what a clear-to-send says.
+    bounce: Option<MrDescriptor>,
     ring: MrBuffer,
     stage: MrBuffer,
     counters: Vec<ImmCounter>,
@@ -162,6 +178,12 @@ impl SendComm {
         let free = |i: usize| current.matched & (1 << i) == 0;
         let Some(index) = (0..current.entry.recvs.len()).find(|&i| free(i) && current.entry.recvs[i].tag == args.tag)
         else {
+            crate::log::event(line!(), || {
+                format!(
+                    "isend comm {} tag {} waits: the current clear-to-send has no free receive with that tag",
+                    inner.index.index, args.tag
+                )
+            });
             // As with NCCL's own transports, a send whose tag the receiver's next irecv does not
             // (or no longer) wait for is not an error: it waits, and NCCL calls again.
             return Ok(None);
@@ -179,6 +201,9 @@ impl SendComm {
         let stage_handle = inner.stage.handle();
         let stage_offset = slot as usize * SIZE_WORD_BYTES;
         inner.stage.write_at(stage_offset, &len.to_le_bytes()).expect("stage slot in range");
+        crate::log::event(line!(), || {
+            format!("isend comm {} {len}B tag {}: submitting to receiver slot {recv_slot}", inner.index.index, args.tag)
+        });
         let submit = || -> Result<Vec<Transfer>> {
             let mut transfers = Vec::with_capacity(recv.pieces as usize + 1);
             let pieces = u64::from(recv.pieces);
@@ -191,13 +216,16 @@ impl SendComm {
                 let piece_len = piece_bytes.min(len - start);
                 let transfer = match source {
                     Some((src, src_offset)) if piece_len > 0 => {
-                        let dst = MrDescriptor {
-                            engine: inner.peer,
-                            region: recv.region,
-                            key: recv.key,
-                            len: recv.region_len,
-                            device: None,
-                            shared: None,
+                        let dst = match inner.bounce {
+                            Some(b) if b.region == recv.region && b.key == recv.key => b,
+                            _ => MrDescriptor {
+                                engine: inner.peer,
+                                region: recv.region,
+                                key: recv.key,
+                                len: recv.region_len,
+                                device: None,
+                                shared: None,
+                            },
                         };
                         let op = WriteOp {
                             src,
@@ -239,7 +267,23 @@ impl SendComm {
             Ok(transfers)
         };
         match submit() {
-            Ok(transfers) => Ok(Some(SendRequest { comm: inner.clone(), slot, size: len, transfers })),
+            Ok(transfers) => {
+                crate::log::event(line!(), || {
+                    let into = match inner.bounce {
+                        Some(b) if b.region == recv.region && b.key == recv.key => "the bounce pool",
+                        _ => "a host buffer",
+                    };
+                    let from = match args.region {
+                        Some(r) if r.device => "GPU",
+                        _ => "host",
+                    };
+                    format!(
+                        "isend comm {} {len}B tag {} from {from} memory into {into}, receiver slot {recv_slot}, {} piece(s)",
+                        inner.index.index, args.tag, recv.pieces
+                    )
+                });
+                Ok(Some(SendRequest { comm: inner.clone(), slot, size: len, transfers }))
+            }
             Err(e) => {
                 state.free_slots.push(slot);
                 Err(e)
@@ -272,6 +316,9 @@ impl SendRequest {
                 Some(Err(e)) => return Err(e.into()),
                 None => done = false,
             }
+        }
+        if done {
+            crate::log::event(line!(), || format!("send comm {} of {}B done", self.comm.index.index, self.size));
         }
         Ok(done.then_some(self.size))
     }

@@ -22,6 +22,16 @@ fn pieces_take_zero_for_engine_sharding_up_to_the_bound() {
 }
 
 #[test]
+fn gpu_buffers_default_to_off_and_take_auto_on_off_and_a_pool_size() {
+    let c = config(&[]).unwrap();
+    assert_eq!((c.gpu_buffers, c.bounce_bytes), (GpuBuffers::Off, BOUNCE_BYTES_DEFAULT));
+    assert_eq!(config(&[("ACCORD_NET_GPU_BUFFERS", "auto")]).unwrap().gpu_buffers, GpuBuffers::Auto);
+    assert_eq!(config(&[("ACCORD_NET_GPU_BUFFERS", "0")]).unwrap().gpu_buffers, GpuBuffers::Off);
+    assert_eq!(config(&[("ACCORD_NET_GPU_BUFFERS", "1")]).unwrap().gpu_buffers, GpuBuffers::On);
+    assert_eq!(config(&[("ACCORD_NET_BOUNCE_BYTES", "2097152")]).unwrap().bounce_bytes, 2 << 20);
+}
+
+#[test]
 fn ifs_takes_addresses_and_interface_names() {
     let c = config(&[("ACCORD_NET_IFS", "127.0.0.1, eth7,127.0.0.2")]).unwrap();
     let ips: Vec<String> = c.devices.iter().map(|d| d.ip.to_string()).collect();
@@ -39,6 +49,10 @@ fn bad_values_are_errors_that_name_the_variable() {
         [("ACCORD_NET_SETUP_TIMEOUT_MS", "soon")],
         [("ACCORD_NET_PIECES", "17")],
         [("ACCORD_NET_PIECES", "many")],
+        [("ACCORD_NET_GPU_BUFFERS", "yes")],
+        [("ACCORD_NET_BOUNCE_BYTES", "4096")],
+        [("ACCORD_NET_BOUNCE_BYTES", "lots")],
+        [("ACCORD_NET_TRACE", "-1")],
     ] {
         let e = config(&vars).unwrap_err().to_string();
         assert!(e.contains(vars[0].0) || e.contains("ACCORD_NET_IFS"), "{e}");
@@ -47,7 +61,15 @@ fn bad_values_are_errors_that_name_the_variable() {
 
 #[test]
 fn every_variable_read_is_listed() {
-    for name in ["ACCORD_NET_IFS", "ACCORD_NET_SPEED_MBPS", "ACCORD_NET_SETUP_TIMEOUT_MS", "ACCORD_NET_PIECES"] {
+    for name in [
+        "ACCORD_NET_IFS",
+        "ACCORD_NET_SPEED_MBPS",
+        "ACCORD_NET_SETUP_TIMEOUT_MS",
+        "ACCORD_NET_PIECES",
+        "ACCORD_NET_GPU_BUFFERS",
+        "ACCORD_NET_BOUNCE_BYTES",
+        "ACCORD_NET_TRACE",
+    ] {
         assert!(NET_ENV_OVERRIDES.iter().any(|(n, _)| *n == name), "{name} missing from NET_ENV_OVERRIDES");
     }
 }

@@ -102,7 +102,7 @@ fn properties(dev: c_int) -> Result<PropertiesV10> {
         name: device.name.as_ptr().cast_mut(),
         pciPath: std::ptr::null_mut(),
         guid: device.guid,
-        ptrSupport: abi::PTR_HOST,
+        ptrSupport: if rt.gpu_buffers { abi::PTR_HOST | abi::PTR_CUDA } else { abi::PTR_HOST },
         regIsGlobal: 0,
         forceFlush: 0,
         speed: device.speed_mbps,
@@ -306,7 +306,7 @@ unsafe extern "C" fn reg_mr_dma_buf(
     guard("regMrDmaBuf", || {
         // Safety: NCCL passes a writable pointer for the handle.
         unsafe { store(mhandle, std::ptr::null_mut(), "mhandle")? };
-        Err(PluginError::Unsupported("DMA-BUF registration (ptrSupport is NCCL_PTR_HOST only)".into()))
+        Err(PluginError::Unsupported("DMA-BUF registration (the devices do not report NCCL_PTR_DMABUF)".into()))
     })
 }
 
@@ -408,7 +408,9 @@ unsafe extern "C" fn iflush(
     request: *mut *mut c_void,
 ) -> NcclResult {
     guard("iflush", || {
-        // Host memory needs no flush: a null request means "nothing to wait for".
+        // Nothing to flush, so a null request ("nothing to wait for"): host memory needs none,
+        // and a receive into GPU memory is done only once its host-to-device copy completed
+        // (the copy engine's writes are then visible to later kernels).
         // Safety: NCCL passes a writable request pointer.
         unsafe { store(request, std::ptr::null_mut(), "request") }
     })

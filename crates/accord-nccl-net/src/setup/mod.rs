@@ -40,6 +40,9 @@ struct ReceiverHello {
     address: EngineAddress,
     recv_index: u32,
     sizes: MrDescriptor,
+    /// The receive comm's bounce pool (present when the receiver accepts GPU memory).
+    #[serde(default)]
+    bounce: Option<MrDescriptor>,
 }
 
 fn setup_error(peer: SocketAddr, reason: impl std::fmt::Display) -> PluginError {
@@ -142,6 +145,7 @@ impl ListenComm {
                 address: self.rt.engine.address(),
                 recv_index: prepared.index(),
                 sizes: prepared.sizes_descriptor(),
+                bounce: prepared.bounce_descriptor(),
             };
             let payload = serde_json::to_vec(&reply).expect("hellos serialise");
             let comm = prepared.finish(hello.address.id, hello.send_index, hello.ring);
@@ -290,7 +294,7 @@ fn advance_connect(rt: &Arc<Runtime>, c: &mut Connecting) -> Result<Option<SendC
         serde_json::from_slice(&payload).map_err(|e| setup_error(peer, format!("malformed reply: {e}")))?;
     rt.engine.add_peer(&reply.address)?;
     let prepared = c.prepared.take().expect("present until finished");
-    Ok(Some(prepared.finish(reply.address.id, reply.recv_index, reply.sizes)))
+    Ok(Some(prepared.finish(reply.address.id, reply.recv_index, reply.sizes, reply.bounce)))
 }
 
 #[cfg(test)]
