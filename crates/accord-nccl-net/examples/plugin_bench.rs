@@ -15,7 +15,10 @@
 //! `BENCH_COMMS=1,2 BENCH_MSGS=524288,4194304 BENCH_WINDOW=8 BENCH_TOTAL_MB=256`,
 //! `BENCH_VARIANTS="ACCORD_SHM=0|ACCORD_SHM=1|ACCORD_SHM=1,ACCORD_NET_PIECES=0"` (`|` between
 //! variants, `,` between the variables of one; the first is the ratio's baseline).
-//! Any `ACCORD_*` variable passes through to the children.
+//! Any `ACCORD_*` variable passes through to the children. `BENCH_GPU=1` puts every buffer in
+//! GPU memory instead (rank r on GPU r; registered as `NCCL_PTR_CUDA`, so the plugin's
+//! copy-engine route moves them, as NCCL with GPUDirect would), for the GPU host only. Every
+//! child checks that its receive buffers hold the peer's bytes at the end.
 #![allow(unsafe_code)]
 
 #[path = "../tests/support/children.rs"]
@@ -91,8 +94,63 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
+/// The message buffers of one comm and direction: host memory, or GPU memory (`BENCH_GPU=1`).
+enum Arena {
+    Host(Vec<u8>),
+    Gpu(accord_cuda::DeviceBuffer),
+}
+
+impl Arena {
+    fn new(gpu: Option<&accord_cuda::Gpu>, len: usize, fill: u8) -> Arena {
+        match gpu {
+            None => Arena::Host(vec![fill; len]),
+            Some(gpu) => {
+                let mut buf = accord_cuda::DeviceBuffer::alloc(gpu, len).expect("cuMemAlloc");
+                let stream = accord_cuda::Stream::new(gpu).expect("stream");
+                buf.copy_from_host(0, &vec![fill; len], &stream).expect("fill the GPU arena");
+                Arena::Gpu(buf)
+            }
+        }
+    }
+
+    fn base(&mut self) -> usize {
+        match self {
+            Arena::Host(v) => v.as_mut_ptr() as usize,
+            Arena::Gpu(b) => b.ptr().0 as usize,
+        }
+    }
+
+    fn ptr_type(&self) -> i32 {
+        match self {
+            Arena::Host(_) => abi::PTR_HOST,
+            Arena::Gpu(_) => abi::PTR_CUDA,
+        }
+    }
+
+    /// The bytes now (copied back from the GPU).
+    fn contents(&self) -> Vec<u8> {
+        match self {
+            Arena::Host(v) => v.clone(),
+            Arena::Gpu(b) => {
+                let mut out = vec![0u8; b.len_bytes()];
+                let stream = accord_cuda::Stream::new(b.gpu()).expect("stream");
+                b.copy_to_host(0, &mut out, &stream).expect("read the GPU arena");
+                out
+            }
+        }
+    }
+}
+
 /// One child: rank `rank` of 2.
-fn child(_rank: usize) {
+fn child(rank: usize) {
+    let gpu = (std::env::var("BENCH_GPU").as_deref() == Ok("1")).then(|| {
+        let count = accord_cuda::probe().device_count.max(1);
+        let gpu = accord_cuda::Gpu::open(rank % count).expect("BENCH_GPU=1 needs a GPU");
+        // Current on this thread, which also sets the comms up, as NCCL's proxy thread has its
+        // device current: the plugin page-locks its bounce pools for that GPU.
+        gpu.bind().expect("bind the GPU");
+        gpu
+    });
     let comms = env_list("BENCH_COMMS", "1")[0] as usize;
     let msg = env_list("BENCH_MSGS", "524288")[0] as usize;
     let window = env_list("BENCH_WINDOW", "8")[0] as usize;
@@ -151,14 +209,17 @@ fn child(_rank: usize) {
     }
     // One arena per comm and direction: `window` message buffers.
     let arena_bytes = window * msg;
-    let mut arenas: Vec<Vec<u8>> = (0..2 * comms).map(|i| vec![(i as u8) ^ 0x5a; arena_bytes]).collect();
+    // Send arena c holds byte `fill(c)` on both ranks; receive arenas start with other bytes.
+    let fill = |i: usize| (i as u8) ^ 0x5a;
+    let mut arenas: Vec<Arena> = (0..2 * comms).map(|i| Arena::new(gpu.as_ref(), arena_bytes, fill(i))).collect();
     let mut mrs = vec![std::ptr::null_mut::<c_void>(); 2 * comms];
     for (i, a) in arenas.iter_mut().enumerate() {
         let comm = if i < comms { sends[i] } else { recvs[i - comms] };
+        let (base, ptr_type) = (a.base(), a.ptr_type());
         // Safety: the arena lives until the end of this function, after deregMr.
-        check("regMr", unsafe { (t.regMr)(comm, a.as_mut_ptr().cast(), arena_bytes, abi::PTR_HOST, &mut mrs[i]) });
+        check("regMr", unsafe { (t.regMr)(comm, base as *mut c_void, arena_bytes, ptr_type, &mut mrs[i]) });
     }
-    let bases: Vec<usize> = arenas.iter_mut().map(|a| a.as_mut_ptr() as usize).collect();
+    let bases: Vec<usize> = arenas.iter_mut().map(Arena::base).collect();
     // Per comm and direction: (posted count, done count, outstanding (index, posted at)).
     struct Flow {
         posted: usize,
@@ -264,6 +325,13 @@ fn child(_rank: usize) {
         }
     }
     println!("@@CPU {cpu}");
+    for c in 0..comms {
+        // The slots some message landed in (fewer than the window when the total is small).
+        let written = msgs_per_comm.min(window) * msg;
+        let got = arenas[comms + c].contents();
+        let wrong = got[..written].iter().filter(|&&b| b != fill(c)).count();
+        assert!(wrong == 0, "receive arena {c}: {wrong} of {written} bytes are not the peer's");
+    }
     std::io::stdout().flush().unwrap();
     let mut go = String::new();
     std::io::stdin().read_line(&mut go).unwrap();
