@@ -10,6 +10,8 @@ struct GpuInner {
     ordinal: usize,
     device: i32,
     ctx: RawContext,
+    /// A context of our own ([`Gpu::open_private`]) rather than the primary one.
+    private: bool,
     name: String,
     compute_capability: (i32, i32),
     multiprocessor_count: u32,
@@ -18,7 +20,11 @@ struct GpuInner {
 impl Drop for GpuInner {
     fn drop(&mut self) {
         // Errors cannot be returned from drop; a failed release only leaks a retain.
-        let _ = driver::primary_ctx_release(self.device);
+        if self.private {
+            let _ = driver::private_ctx_destroy(self.ctx);
+        } else {
+            let _ = driver::primary_ctx_release(self.device);
+        }
     }
 }
 
@@ -49,6 +55,26 @@ impl Gpu {
     /// Fails with [`CudaError::NotAvailable`] where there is no driver or no
     /// GPU, and with [`CudaError::InvalidArgument`] for an ordinal out of range.
     pub fn open(ordinal: usize) -> Result<Gpu> {
+        Gpu::open_with(ordinal, false)
+    }
+
+    /// Opens GPU `ordinal` through a context of this handle's own, not the primary one.
+    ///
+    /// Why: the driver serialises calls per context. While any thread of the process sits in a
+    /// synchronous pageable `cudaMemcpy` that waits for a kernel, copies submitted in the
+    /// primary context from other threads block until that kernel ends (measured on H100/H200
+    /// with the CUDA 13 driver, `docs/design/same-host-copy-engine-route.md`). If the kernel
+    /// waits for those very copies (NCCL's, fed by a net plugin), the process deadlocks. Copies
+    /// submitted here do not wait, for memory that no context owns (`cuMemCreate`, see
+    /// [`crate::memory::has_owner_context`]) and for registered host memory.
+    ///
+    /// A private context costs device memory (some hundreds of MiB) and is slow to create:
+    /// open it once. The calling thread's current context is left as it was.
+    pub fn open_private(ordinal: usize) -> Result<Gpu> {
+        Gpu::open_with(ordinal, true)
+    }
+
+    fn open_with(ordinal: usize, private: bool) -> Result<Gpu> {
         driver::ensure_driver()?;
         let count = driver::device_count()?;
         if count == 0 {
@@ -65,10 +91,12 @@ impl Gpu {
         let name = driver::device_name(device)?;
         let compute_capability = driver::compute_capability(device)?;
         let multiprocessor_count = driver::multiprocessor_count(device)?.max(1) as u32;
-        let ctx = driver::primary_ctx_retain(device)?;
-        let gpu =
-            Gpu { inner: Arc::new(GpuInner { ordinal, device, ctx, name, compute_capability, multiprocessor_count }) };
-        gpu.bind()?;
+        let ctx = if private { driver::private_ctx_create(device)? } else { driver::primary_ctx_retain(device)? };
+        let inner = GpuInner { ordinal, device, ctx, private, name, compute_capability, multiprocessor_count };
+        let gpu = Gpu { inner: Arc::new(inner) };
+        if !private {
+            gpu.bind()?;
+        }
         Ok(gpu)
     }
 
@@ -81,6 +109,11 @@ impl Gpu {
     pub fn synchronize(&self) -> Result<()> {
         self.bind()?;
         driver::ctx_synchronize()
+    }
+
+    /// Whether this handle has a context of its own ([`Gpu::open_private`]).
+    pub fn is_private(&self) -> bool {
+        self.inner.private
     }
 
     /// The ordinal this GPU was opened with.
@@ -136,6 +169,30 @@ impl Gpu {
         } else {
             PeerAccess::AlreadyEnabled
         })
+    }
+}
+
+/// Restores, when dropped, the context that was current on the thread when it was made. Code that
+/// binds contexts on a thread it does not own (a library's callback thread) holds one, so the
+/// thread's owner finds its own context current afterwards.
+#[must_use = "the previous context is restored when this guard drops"]
+pub struct CurrentContextGuard {
+    previous: Option<RawContext>,
+}
+
+impl CurrentContextGuard {
+    /// Remembers the calling thread's current context (nothing to restore without a driver).
+    pub fn save() -> CurrentContextGuard {
+        let previous = driver::ensure_driver().ok().and_then(|()| driver::current_context().ok());
+        CurrentContextGuard { previous }
+    }
+}
+
+impl Drop for CurrentContextGuard {
+    fn drop(&mut self) {
+        if let Some(previous) = self.previous {
+            let _ = driver::ctx_set_current(previous);
+        }
     }
 }
 

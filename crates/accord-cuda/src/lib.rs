@@ -56,7 +56,7 @@ pub mod probe;
 pub mod reduce;
 pub mod stream;
 
-pub use context::{Gpu, PeerAccess};
+pub use context::{CurrentContextGuard, Gpu, PeerAccess};
 pub use copy::copy_peer_async;
 pub use error::{CudaError, IpcHandleParseError, Result};
 pub use ffi::host_memory::{
@@ -64,7 +64,10 @@ pub use ffi::host_memory::{
     PinnedHostBuffer,
 };
 pub use ipc::{IpcHandle, IpcMapping};
-pub use memory::{check_device_range, current_device_ordinal, device_ordinal_of, DeviceBuffer, DeviceCopy, DevicePtr};
+pub use memory::{
+    check_device_range, current_device_ordinal, device_ordinal_of, has_owner_context, DeviceBuffer, DeviceCopy,
+    DevicePtr,
+};
 pub use ordering::{launch_host_fn, signal_when_done, HostWaiter, StallGate, StallOutcome, StallTicket};
 pub use paths::{cuda_include_dirs, nvrtc_library_dirs, nvrtc_library_path};
 pub use probe::{probe, Availability, DeviceInfo};

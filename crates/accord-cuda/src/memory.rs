@@ -57,6 +57,15 @@ pub fn device_ordinal_of(ptr: DevicePtr) -> Result<u32> {
     driver::pointer_device_ordinal(ptr.0)
 }
 
+/// Whether a CUDA context owns the device memory at `ptr`: true for `cuMemAlloc`/`cudaMalloc`
+/// memory, false for the virtual memory API's (`cuMemCreate`, which NCCL uses for its buffers
+/// by default). Copies of context-owned memory wait behind that context's synchronous calls even
+/// when submitted from a private context ([`crate::Gpu::open_private`]).
+pub fn has_owner_context(ptr: DevicePtr) -> Result<bool> {
+    driver::ensure_driver()?;
+    driver::pointer_has_owner_context(ptr.0)
+}
+
 /// The GPU whose context is current on the calling thread (a library such as NCCL sets its
 /// device on the threads that call us), or `None` without a driver or a current context.
 pub fn current_device_ordinal() -> Option<u32> {

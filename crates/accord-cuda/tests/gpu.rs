@@ -138,3 +138,36 @@ fn stall_holds_the_stream_until_released_and_host_fn_signals() {
     let pinned = PinnedHostBuffer::alloc(&gpu, 64).unwrap();
     assert!(pinned.atomic_u64(8).is_err(), "word 8 of a 64-byte buffer is out of bounds");
 }
+
+#[test]
+fn a_private_context_copies_primary_memory_and_leaves_the_thread_as_it_was() {
+    require_gpu!();
+    let primary = Gpu::open(0).unwrap();
+    let buffer = DeviceBuffer::alloc(&primary, 1 << 16).unwrap();
+    assert!(accord_cuda::has_owner_context(buffer.ptr()).unwrap(), "cuMemAlloc memory belongs to a context");
+    let before = accord_cuda::current_device_ordinal();
+    let private = Gpu::open_private(0).unwrap();
+    assert!(private.is_private() && !primary.is_private());
+    assert_eq!(accord_cuda::current_device_ordinal(), before, "creating the context must not leave it current");
+    let data: Vec<u8> = (0..1u32 << 16).map(|i| (i * 7) as u8).collect();
+    let mut back = vec![0u8; 1 << 16];
+    {
+        let _restore = accord_cuda::CurrentContextGuard::save();
+        let stream = Stream::new(&private).unwrap();
+        // Safety: both host vectors outlive the copies (the stream is synchronised below).
+        #[allow(unsafe_code)]
+        unsafe {
+            accord_cuda::copy_host_to_device_async(buffer.ptr(), data.as_ptr(), data.len(), &stream).unwrap();
+            accord_cuda::copy_device_to_host_async(back.as_mut_ptr(), buffer.ptr(), data.len(), &stream).unwrap();
+        }
+        stream.synchronize().unwrap();
+    }
+    assert_eq!(back, data);
+    primary.bind().unwrap();
+    let primary_thread = accord_cuda::current_device_ordinal();
+    {
+        let _restore = accord_cuda::CurrentContextGuard::save();
+        private.bind().unwrap();
+    }
+    assert_eq!(accord_cuda::current_device_ordinal(), primary_thread);
+}

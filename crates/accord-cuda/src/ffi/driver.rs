@@ -155,9 +155,60 @@ pub(crate) fn primary_ctx_release(device: sys::CUdevice) -> Result<()> {
     check("cuDevicePrimaryCtxRelease_v2", unsafe { sys::cuDevicePrimaryCtxRelease_v2(device) })
 }
 
-/// Makes `ctx` current on the calling thread.
+/// Creates a context of this process's own on `device`, apart from the primary context that the
+/// CUDA runtime (and so PyTorch and NCCL) shares, and leaves the calling thread's current context
+/// as it was.
+pub(crate) fn private_ctx_create(device: sys::CUdevice) -> Result<RawContext> {
+    let previous = current_context()?;
+    let mut ctx = std::ptr::null_mut();
+    // Safety: writes one CUcontext to a valid local; null parameters ask for a plain context.
+    check("cuCtxCreate_v4", unsafe { sys::cuCtxCreate_v4(&mut ctx, std::ptr::null_mut(), 0, device) })?;
+    // cuCtxCreate pushed the new context onto this thread's stack: pop it, so the caller's
+    // context (NCCL's, PyTorch's) is current again.
+    let mut popped = std::ptr::null_mut();
+    // Safety: writes one CUcontext to a valid local; the stack holds the context just pushed.
+    let popped_ok = check("cuCtxPopCurrent_v2", unsafe { sys::cuCtxPopCurrent_v2(&mut popped) });
+    if let Err(e) = popped_ok {
+        // Safety: ctx was created above and nothing else holds it.
+        let _ = unsafe { sys::cuCtxDestroy_v2(ctx) };
+        return Err(e);
+    }
+    ctx_set_current(previous)?;
+    Ok(RawContext(ctx))
+}
+
+/// Destroys a context made by [`private_ctx_create`].
+pub(crate) fn private_ctx_destroy(ctx: RawContext) -> Result<()> {
+    // Safety: called once, by the owner of a context this crate created.
+    check("cuCtxDestroy_v2", unsafe { sys::cuCtxDestroy_v2(ctx.0) })
+}
+
+/// The context current on the calling thread (null when none is).
+pub(crate) fn current_context() -> Result<RawContext> {
+    let mut ctx: sys::CUcontext = std::ptr::null_mut();
+    // Safety: writes one CUcontext to a valid local.
+    check("cuCtxGetCurrent", unsafe { sys::cuCtxGetCurrent(&mut ctx) })?;
+    Ok(RawContext(ctx))
+}
+
+/// Whether a context owns the device memory at `ptr` (`cuMemAlloc`, `cudaMalloc`), as opposed to
+/// memory of the virtual memory API (`cuMemCreate`, NCCL's buffers), which belongs to no context.
+pub(crate) fn pointer_has_owner_context(ptr: RawPtr) -> Result<bool> {
+    let mut ctx: sys::CUcontext = std::ptr::null_mut();
+    // Safety: CONTEXT writes one CUcontext into the valid local.
+    check("cuPointerGetAttribute(CONTEXT)", unsafe {
+        sys::cuPointerGetAttribute(
+            &mut ctx as *mut sys::CUcontext as *mut c_void,
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_CONTEXT,
+            ptr,
+        )
+    })?;
+    Ok(!ctx.is_null())
+}
+
+/// Makes `ctx` current on the calling thread (a null `ctx` unbinds the thread).
 pub(crate) fn ctx_set_current(ctx: RawContext) -> Result<()> {
-    // Safety: ctx is a retained, live context.
+    // Safety: ctx is a retained, live context, or null.
     check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(ctx.0) })
 }
 
