@@ -81,6 +81,11 @@ pub const ENGINE_ENV_OVERRIDES: &[(&str, &str)] = &[
          (Engine::alloc_shared) are copied straight into it by the GPU's copy engine; 0 stages them as for \
          any other host region",
     ),
+    (
+        "ACCORD_DEVICE_CONTEXT",
+        "device_context (primary or private, default primary): the CUDA context the copy-engine route submits \
+         copies in; private keeps them from waiting behind an application's synchronous calls in the primary one",
+    ),
     ("ACCORD_DEVICE_STAGING_CHUNK_BYTES", "device_staging_chunk_bytes: bytes per pinned staging slot (default 4 MiB)"),
     ("ACCORD_DEVICE_STAGING_CHUNKS", "device_staging_chunks: pinned staging slots per engine (default 8)"),
     (
@@ -90,6 +95,19 @@ pub const ENGINE_ENV_OVERRIDES: &[(&str, &str)] = &[
     ("ACCORD_LOSS", "fault.drop: inject this packet loss probability (tests, benchmarks)"),
     ("ACCORD_REORDER", "fault.reorder: inject this reordering probability (tests, benchmarks)"),
 ];
+
+/// The CUDA context the copy-engine route submits copies in (`ACCORD_DEVICE_CONTEXT`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum DeviceContext {
+    /// The device's primary context, the one the CUDA runtime (PyTorch, NCCL) shares.
+    Primary,
+    /// A context of the engine's own per GPU ([`accord_cuda::Gpu::open_private`]). The driver
+    /// serialises calls per context, so copies here never wait behind an application thread's
+    /// synchronous call in the primary context (a pageable `cudaMemcpy` waiting for a kernel).
+    /// For a library that copies on a thread the application's kernels wait on, such as NCCL's
+    /// proxy thread. Costs device memory per GPU (the context's own).
+    Private,
+}
 
 /// Everything an engine is built from. Construct with [`crate::Engine::builder`].
 #[derive(Clone, Debug)]
@@ -171,6 +189,9 @@ pub struct EngineConfig {
     /// file ([`crate::Engine::alloc_shared`]) go in one copy-engine copy into the writer's
     /// mapping of that file, instead of through staging and the transport. Default on.
     pub device_shared_host: bool,
+    /// The CUDA context the copy-engine route submits its copies in. Default
+    /// [`DeviceContext::Primary`].
+    pub device_context: DeviceContext,
     /// Bytes per pinned staging slot: device bytes bound for a host region of another process,
     /// or for another host, are copied into such slots and sent one slot per host write.
     /// Default [`crate::device::staging::DEVICE_STAGING_CHUNK_BYTES_DEFAULT`] (4 MiB).
@@ -235,6 +256,7 @@ impl Default for EngineConfig {
             cma_min_bytes: crate::CMA_MIN_BYTES_DEFAULT,
             device_ipc: true,
             device_shared_host: true,
+            device_context: DeviceContext::Primary,
             device_staging_chunk_bytes: crate::device::staging::DEVICE_STAGING_CHUNK_BYTES_DEFAULT,
             device_staging_chunks: crate::device::staging::DEVICE_STAGING_CHUNKS_DEFAULT,
             device_landing_timeout_ms: crate::engine::landing::LANDING_TIMEOUT_MS_DEFAULT,
@@ -295,6 +317,17 @@ impl EngineConfig {
                 "ACCORD_WAIT_SPIN_US" => self.wait_spin = Duration::from_micros(num(name, &value)?),
                 "ACCORD_DEVICE_IPC" => self.device_ipc = num::<u8>(name, &value)? != 0,
                 "ACCORD_DEVICE_SHARED_HOST" => self.device_shared_host = num::<u8>(name, &value)? != 0,
+                "ACCORD_DEVICE_CONTEXT" => {
+                    self.device_context = match value.trim() {
+                        "primary" => DeviceContext::Primary,
+                        "private" => DeviceContext::Private,
+                        _ => {
+                            return Err(BuildError::Invalid(format!(
+                                "ACCORD_DEVICE_CONTEXT={value:?}: expected primary or private"
+                            )))
+                        }
+                    }
+                }
                 "ACCORD_DEVICE_STAGING_CHUNK_BYTES" => self.device_staging_chunk_bytes = num(name, &value)?,
                 "ACCORD_DEVICE_STAGING_CHUNKS" => self.device_staging_chunks = num(name, &value)?,
                 "ACCORD_DEVICE_LANDING_TIMEOUT_MS" => self.device_landing_timeout_ms = num(name, &value)?,

@@ -71,7 +71,7 @@ pub use address::{
     DeviceIpcBytes, DeviceRegionInfo, EngineAddress, EngineId, MrDescriptor, SharedHostInfo, DEVICE_IPC_HANDLE_BYTES,
 };
 pub use completion::{Transfer, COMPLETION_JOBS_MAX};
-pub use config::{EngineConfig, AWAIT_POLL_DEFAULT, AWAIT_POLL_MAX, ENGINE_ENV_OVERRIDES};
+pub use config::{DeviceContext, EngineConfig, AWAIT_POLL_DEFAULT, AWAIT_POLL_MAX, ENGINE_ENV_OVERRIDES};
 pub use device::staging::{
     DEVICE_STAGING_CHUNKS_DEFAULT, DEVICE_STAGING_CHUNKS_MAX, DEVICE_STAGING_CHUNK_BYTES_DEFAULT,
     DEVICE_STAGING_CHUNK_BYTES_MAX, DEVICE_STAGING_CHUNK_BYTES_MIN, DEVICE_STAGING_POOL_BYTES_MAX,
@@ -89,8 +89,8 @@ pub use engine::{PAGES_PER_WRITE_MAX, SCATTER_DESTINATIONS_MAX, SHARD_ALIGN_BYTE
 pub use error::{BarrierError, BuildError, ParseError, RangeError, RegisterError, SubmitError, TransferError};
 pub use imm::{ImmCounter, IMM_COUNTERS_MAX, IMM_EXPECTATIONS_MAX};
 pub use memory::{
-    current_gpu, device_ordinal_of, gpus_visible, MemoryKind, MemoryOwner, MrBuffer, MrHandle, ALLOC_ALIGN_BYTES,
-    REGIONS_MAX, REGION_BYTES_MAX,
+    current_gpu, device_memory_has_owner_context, device_ordinal_of, gpus_visible, MemoryKind, MemoryOwner, MrBuffer,
+    MrHandle, ALLOC_ALIGN_BYTES, REGIONS_MAX, REGION_BYTES_MAX,
 };
 pub use recv::{RecvHandler, RecvMessage, RECV_BUFFERS_MAX, RECV_BUFFER_BYTES_MAX};
 pub use worker::{LaneStats, BACKLOG_PARTS_MAX, IDLE_WAIT_MAX, RX_BATCH_SLOTS};

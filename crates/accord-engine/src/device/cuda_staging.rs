@@ -6,6 +6,13 @@ use std::collections::HashMap;
 
 use accord_cuda::{DevicePtr, Event, EventKind, Gpu, PinnedHostBuffer, Stream};
 
+/// Opens GPU `ordinal` through its primary context, or a context of our own
+/// ([`crate::DeviceContext::Private`]) when `private`.
+fn open_gpu(ordinal: u32, private: bool) -> Result<Gpu, String> {
+    let opened = if private { Gpu::open_private(ordinal as usize) } else { Gpu::open(ordinal as usize) };
+    opened.map_err(|e| format!("GPU {ordinal}: {e}"))
+}
+
 use super::staging::driver::{ChunkCopier, StagedSource, Stager};
 use super::staging::{SlotPool, StagingMemory};
 
@@ -25,6 +32,7 @@ impl StagingMemory for PinnedStaging {
 #[derive(Default)]
 struct CudaChunkCopier {
     streams: HashMap<u32, (Gpu, Stream)>,
+    private_contexts: bool,
 }
 
 impl ChunkCopier for CudaChunkCopier {
@@ -35,7 +43,7 @@ impl ChunkCopier for CudaChunkCopier {
         let (gpu, stream) = match self.streams.entry(source.ordinal) {
             Entry::Occupied(o) => o.into_mut(),
             Entry::Vacant(v) => {
-                let gpu = Gpu::open(source.ordinal as usize).map_err(|e| format!("GPU {}: {e}", source.ordinal))?;
+                let gpu = open_gpu(source.ordinal, self.private_contexts)?;
                 let stream = Stream::new(&gpu).map_err(|e| e.to_string())?;
                 v.insert((gpu, stream))
             }
@@ -58,20 +66,29 @@ impl ChunkCopier for CudaChunkCopier {
 }
 
 /// Starts an engine's staging thread: `chunks` pinned slots of `chunk_bytes`, allocated in the
-/// context of GPU `ordinal` (portable, so every GPU's copies can use them).
-pub(crate) fn start_cuda_stager(ordinal: u32, chunk_bytes: u64, chunks: usize) -> Result<Stager, String> {
-    let gpu = Gpu::open(ordinal as usize).map_err(|e| format!("GPU {ordinal}: {e}"))?;
+/// context of GPU `ordinal` (portable, so every GPU's copies can use them); copies in private
+/// contexts when `private_contexts` ([`crate::DeviceContext`]).
+pub(crate) fn start_cuda_stager(
+    ordinal: u32,
+    chunk_bytes: u64,
+    chunks: usize,
+    private_contexts: bool,
+) -> Result<Stager, String> {
+    let _restore = accord_cuda::CurrentContextGuard::save();
+    let gpu = open_gpu(ordinal, private_contexts)?;
     let slot_bytes = usize::try_from(chunk_bytes).map_err(|_| "staging chunk size does not fit this machine")?;
     let total = slot_bytes.checked_mul(chunks).ok_or("staging pool size overflows")?;
     let memory = PinnedHostBuffer::alloc(&gpu, total)
         .map_err(|e| format!("could not allocate {total} bytes of pinned staging memory: {e}"))?;
-    Stager::start(CudaChunkCopier::default(), SlotPool::new(Box::new(PinnedStaging(memory)), slot_bytes))
+    let copier = CudaChunkCopier { private_contexts, ..CudaChunkCopier::default() };
+    Stager::start(copier, SlotPool::new(Box::new(PinnedStaging(memory)), slot_bytes))
 }
 
 /// Host-to-device copies out of landing slots, one engine-owned stream per GPU, an event per copy.
 #[derive(Default)]
 struct CudaLandingCopier {
     streams: HashMap<u32, (Gpu, Stream)>,
+    private_contexts: bool,
     events: HashMap<u64, Event>,
     next: u64,
 }
@@ -82,7 +99,7 @@ impl crate::engine::landing::LandingCopier for CudaLandingCopier {
         let (gpu, stream) = match self.streams.entry(ordinal) {
             Entry::Occupied(o) => o.into_mut(),
             Entry::Vacant(v) => {
-                let gpu = Gpu::open(ordinal as usize).map_err(|e| format!("GPU {ordinal}: {e}"))?;
+                let gpu = open_gpu(ordinal, self.private_contexts)?;
                 let stream = Stream::new(&gpu).map_err(|e| e.to_string())?;
                 v.insert((gpu, stream))
             }
@@ -110,15 +127,19 @@ impl crate::engine::landing::LandingCopier for CudaLandingCopier {
     }
 }
 
-/// Opens a receiver's landing pool (pinned, as many slots as the staging pool) and its copier.
+/// Opens a receiver's landing pool (pinned, as many slots as the staging pool) and its copier,
+/// which copies in private contexts when `private_contexts` ([`crate::DeviceContext`]).
 pub(crate) fn open_cuda_landing(
     ordinal: u32,
     slot_bytes: usize,
     slots: usize,
+    private_contexts: bool,
 ) -> Result<crate::engine::landing::OpenedLanding, String> {
-    let gpu = Gpu::open(ordinal as usize).map_err(|e| format!("GPU {ordinal}: {e}"))?;
+    let _restore = accord_cuda::CurrentContextGuard::save();
+    let gpu = open_gpu(ordinal, private_contexts)?;
     let total = slot_bytes.checked_mul(slots).ok_or("landing pool size overflows")?;
     let memory = PinnedHostBuffer::alloc(&gpu, total)
         .map_err(|e| format!("could not allocate {total} bytes of pinned landing memory: {e}"))?;
-    Ok((Box::new(PinnedStaging(memory)), Box::new(CudaLandingCopier::default())))
+    let copier = CudaLandingCopier { private_contexts, ..CudaLandingCopier::default() };
+    Ok((Box::new(PinnedStaging(memory)), Box::new(copier)))
 }

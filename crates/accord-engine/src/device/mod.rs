@@ -75,6 +75,8 @@ type MappingKey = (EngineId, u32, u64, u32);
 
 #[derive(Default)]
 struct RouteState {
+    /// Open GPUs through contexts of the route's own ([`crate::DeviceContext::Private`]).
+    private_contexts: bool,
     gpus: HashMap<u32, GpuSlot>,
     peer_access: HashSet<(u32, u32)>,
     mappings: HashMap<MappingKey, CachedMapping>,
@@ -127,8 +129,9 @@ pub(crate) struct DeviceCopy {
 }
 
 impl DeviceRoute {
-    /// Loads the driver and starts the poller thread.
-    pub(crate) fn open() -> Result<Arc<DeviceRoute>, String> {
+    /// Loads the driver and starts the poller thread. With `private_contexts`, GPUs are opened
+    /// through contexts of the route's own ([`crate::DeviceContext::Private`]).
+    pub(crate) fn open(private_contexts: bool) -> Result<Arc<DeviceRoute>, String> {
         let availability = accord_cuda::probe();
         if availability.device_count == 0 {
             let why = availability.driver_problem.unwrap_or_else(|| "the driver reports no GPU".into());
@@ -139,7 +142,8 @@ impl DeviceRoute {
             .name("accord-device-poll".into())
             .spawn(move || poll_loop(rx))
             .map_err(|e| format!("could not start the device poller thread: {e}"))?;
-        Ok(Arc::new(DeviceRoute { state: Mutex::new(RouteState::default()), inflight: tx }))
+        let state = RouteState { private_contexts, ..RouteState::default() };
+        Ok(Arc::new(DeviceRoute { state: Mutex::new(state), inflight: tx }))
     }
 
     /// The GPU with `ordinal` (opened once).
@@ -177,6 +181,8 @@ impl DeviceRoute {
         after: Option<AfterCopy>,
     ) -> Result<(), String> {
         let len = usize::try_from(copy.len).map_err(|_| "length does not fit this machine")?;
+        // The caller's thread may be a library's (NCCL's proxy): leave its context as it was.
+        let _restore = accord_cuda::CurrentContextGuard::save();
         let mut state = self.state.lock().unwrap();
         let (event, mapping) = match copy.ends {
             CopyEnds::DeviceToDevice { src_ptr, src_ordinal, target } => {
@@ -273,10 +279,12 @@ fn mapped(
 
 fn slot(state: &mut RouteState, ordinal: u32) -> Result<&mut GpuSlot, String> {
     use std::collections::hash_map::Entry;
+    let private = state.private_contexts;
     match state.gpus.entry(ordinal) {
         Entry::Occupied(slot) => Ok(slot.into_mut()),
         Entry::Vacant(vacant) => {
-            let gpu = Gpu::open(ordinal as usize).map_err(|e| format!("GPU {ordinal}: {e}"))?;
+            let gpu = if private { Gpu::open_private(ordinal as usize) } else { Gpu::open(ordinal as usize) }
+                .map_err(|e| format!("GPU {ordinal}: {e}"))?;
             let streams = (0..DEVICE_STREAMS_PER_GPU * DIRECTIONS)
                 .map(|_| Stream::new(&gpu))
                 .collect::<Result<Vec<_>, _>>()

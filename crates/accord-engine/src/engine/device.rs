@@ -68,7 +68,8 @@ enum LocalSource {
 impl Engine {
     /// The copy-engine route, opened on first use.
     pub(crate) fn device_route(&self) -> Result<Arc<DeviceRoute>, String> {
-        self.device.get_or_init(DeviceRoute::open).clone()
+        let private = self.shared.config.device_context == crate::DeviceContext::Private;
+        self.device.get_or_init(|| DeviceRoute::open(private)).clone()
     }
 
     /// Peer regions mapped through CUDA IPC so far (a cache-miss counter; 0 without a route).
@@ -98,6 +99,7 @@ impl Engine {
         ordinal: u32,
     ) -> Result<DeviceRegionInfo, RegisterError> {
         let route = self.device_route().map_err(RegisterError::Device)?;
+        let _restore = accord_cuda::CurrentContextGuard::save();
         let exported = route.export(ptr, len, ordinal).map_err(RegisterError::Device)?;
         Ok(DeviceRegionInfo {
             ordinal,
@@ -236,6 +238,7 @@ impl Engine {
     /// (see [`super::shared_host`]). Unpinned, copies still work, through the driver's staging.
     pub fn pin_shared(&self, buf: &crate::MrBuffer, ordinal: u32) -> Result<(), RegisterError> {
         let file = buf.alloc.shared_file().ok_or_else(|| RegisterError::Shared("not a shared region".into()))?;
+        let _restore = accord_cuda::CurrentContextGuard::save();
         let gpu = self.device_route().and_then(|route| route.gpu(ordinal)).map_err(RegisterError::Device)?;
         file.pin_with(&gpu).map_err(RegisterError::Shared)
     }
@@ -251,6 +254,7 @@ impl Engine {
             return Ok(());
         }
         let file = self.peer_files.mapping(&self.shared.config.shm.dir, dst, info).map_err(RegisterError::Shared)?;
+        let _restore = accord_cuda::CurrentContextGuard::save();
         let gpu = self.device_route().and_then(|route| route.gpu(ordinal)).map_err(RegisterError::Device)?;
         file.pin_with(&gpu).map_err(RegisterError::Shared)
     }
@@ -352,6 +356,7 @@ impl Engine {
                     ordinal,
                     config.device_staging_chunk_bytes,
                     config.device_staging_chunks,
+                    config.device_context == crate::DeviceContext::Private,
                 )
             })
             .as_ref()

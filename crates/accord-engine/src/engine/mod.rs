@@ -120,6 +120,13 @@ impl EngineBuilder {
         self.config.wait_spin = spin;
         self
     }
+    /// The CUDA context the copy-engine route copies in (see [`crate::DeviceContext`]);
+    /// `ACCORD_DEVICE_CONTEXT` overrides it.
+    pub fn device_context(mut self, context: crate::DeviceContext) -> Self {
+        self.config.device_context = context;
+        self
+    }
+
     /// Shared-memory rings for same-host peers (`enabled: false` keeps them on UDP).
     pub fn shm(mut self, shm: ShmConfig) -> Self {
         self.config.shm = shm;
@@ -272,6 +279,7 @@ impl Engine {
             pid: std::process::id(),
             control,
         };
+        let private_contexts = config.device_context == crate::DeviceContext::Private;
         let shared = Arc::new(Shared {
             id,
             control,
@@ -289,7 +297,9 @@ impl Engine {
             next_lane: AtomicUsize::new(0),
             tags: crate::tags::TagSource::new(random_u64()),
             seen_tags: Default::default(),
-            landing: landing::Landing::new(Box::new(crate::device::cuda_staging::open_cuda_landing)),
+            landing: landing::Landing::new(Box::new(move |ordinal, slot_bytes, slots| {
+                crate::device::cuda_staging::open_cuda_landing(ordinal, slot_bytes, slots, private_contexts)
+            })),
             cma: cma::Cma::new(id),
         });
         let completion_thread = std::thread::Builder::new()

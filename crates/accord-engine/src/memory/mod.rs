@@ -52,6 +52,15 @@ pub fn device_ordinal_of(ptr: u64) -> Result<u32, RegisterError> {
         .map_err(|e| RegisterError::Device(format!("{ptr:#x} is not device memory the driver knows: {e}")))
 }
 
+/// Whether a CUDA context owns the device memory at `ptr` (`cudaMalloc`), as opposed to memory of
+/// the virtual memory API (`cuMemCreate`; NCCL's buffers by default). Copies of context-owned
+/// memory wait behind that context's synchronous calls even in a private context
+/// ([`crate::DeviceContext::Private`]).
+pub fn device_memory_has_owner_context(ptr: u64) -> Result<bool, RegisterError> {
+    accord_cuda::has_owner_context(accord_cuda::DevicePtr(ptr))
+        .map_err(|e| RegisterError::Device(format!("{ptr:#x} is not device memory the driver knows: {e}")))
+}
+
 /// The GPU whose CUDA context is current on the calling thread (NCCL's threads have their
 /// device's), if any: the GPU to page-lock shared regions for ([`crate::Engine::pin_shared`]).
 pub fn current_gpu() -> Option<u32> {

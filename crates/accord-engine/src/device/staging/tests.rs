@@ -361,6 +361,11 @@ fn staging_knobs_come_from_the_environment_and_bad_values_are_refused() {
     }
     let bad = crate::EngineConfig::default().with_overrides_from(env(&[("ACCORD_DEVICE_STAGING_CHUNKS", "many")]));
     assert!(bad.is_err());
+    assert_eq!(d.device_context, crate::DeviceContext::Primary, "copies share the runtime's context by default");
+    let private = crate::EngineConfig::default().with_overrides_from(env(&[("ACCORD_DEVICE_CONTEXT", "private")]));
+    assert_eq!(private.unwrap().device_context, crate::DeviceContext::Private);
+    let odd = crate::EngineConfig::default().with_overrides_from(env(&[("ACCORD_DEVICE_CONTEXT", "own")]));
+    assert!(odd.unwrap_err().to_string().contains("ACCORD_DEVICE_CONTEXT"));
     let t = crate::EngineConfig::default()
         .with_overrides_from(env(&[("ACCORD_DEVICE_LANDING_TIMEOUT_MS", "250")]))
         .unwrap();
