@@ -9,6 +9,7 @@
 # Env: ACCORD_NCCL_PLUGIN (path to the built .so; required), MIN_BYTES (default 1 MiB),
 #      MAX_BYTES (default 256 MiB), ITERS (default 10), WARMUP (default 3), NCCL_DEBUG_SUBSYS
 #      (default INIT; TUNING adds NCCL's per-collective algorithm/protocol lines).
+#      VARIANT_TIMEOUT (seconds per variant, default 180).
 # Prints per variant: `label rc=<exit> <size>K:<busbw> ...` and NCCL's channel count line, and
 # the host's copy bandwidth before and after (scripts/device/host_copy_bandwidth.sh).
 # Used for the fourth session's sweeps (docs/results/2026-11-22-nccl-plugin.md, session 4).
@@ -36,7 +37,7 @@ for spec in "$@"; do
     esac
     PORT=$((PORT + 1))
     env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS="${NCCL_DEBUG_SUBSYS:-INIT}" \
-        "${net[@]}" "${vars[@]}" timeout 180 torchrun --standalone --nproc_per_node 2 --master_port "$PORT" \
+        "${net[@]}" "${vars[@]}" timeout "${VARIANT_TIMEOUT:-180}" torchrun --standalone --nproc_per_node 2 --master_port "$PORT" \
         scripts/device/nccl_plugin_bench.py --label "$label" --out "$OUT/$label.json" \
         --iters "${ITERS:-10}" --warmup "${WARMUP:-3}" --min-bytes "${MIN_BYTES:-1048576}" \
         --max-bytes "${MAX_BYTES:-268435456}" >"$OUT/$label.log" 2>&1

@@ -48,6 +48,17 @@ impl MemoryRegion {
         if ptr.is_null() {
             return Err(PluginError::InvalidArgument(format!("regMr of {len} bytes at a null pointer")));
         }
+        if device && accord_engine::device_memory_has_owner_context(ptr as u64)? {
+            // Copies of such memory wait behind any synchronous call of the application in its
+            // context, even from the engine's private context: an NCCL kernel waiting on them
+            // and an application thread in a pageable cudaMemcpy waiting on that kernel would
+            // deadlock. NCCL's own buffers come from cuMemCreate unless NCCL_CUMEM_ENABLE=0.
+            return Err(PluginError::Unsupported(format!(
+                "GPU memory at {ptr:?} belongs to a CUDA context (cudaMalloc): the plugin copies only \
+                 context-free memory (cuMemCreate, NCCL's default with NCCL_CUMEM_ENABLE=1), since copies of \
+                 context memory can deadlock against the application's synchronous cudaMemcpy"
+            )));
+        }
         let kind = if device {
             MemoryKind::CudaDevice { ordinal: accord_engine::device_ordinal_of(ptr as u64)? }
         } else {

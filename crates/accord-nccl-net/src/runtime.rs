@@ -102,7 +102,17 @@ impl Runtime {
     pub fn new(config: NetConfig) -> Result<Runtime> {
         let cores = accord_engine::config::host_cores();
         let workers = worker_sizing(|n| std::env::var(n).ok(), cores, Path::new(NVIDIA_GPU_DIR));
+        let gpu_buffers = match config.gpu_buffers {
+            GpuBuffers::On => true,
+            GpuBuffers::Off => false,
+            GpuBuffers::Auto => accord_engine::gpus_visible() > 0,
+        };
         let mut builder = Engine::builder().nics(config.devices.iter().map(|d| d.ip));
+        if gpu_buffers {
+            // Copies are issued on NCCL's proxy thread, which NCCL's kernels wait on: they must
+            // not queue behind the application's synchronous calls in the primary context.
+            builder = builder.device_context(accord_engine::DeviceContext::Private);
+        }
         if let Some(count) = workers.workers {
             builder = builder.workers_per_nic(count);
         }
@@ -130,11 +140,6 @@ impl Runtime {
         let lanes = (engine.config().nics.len() * engine.config().workers_per_nic) as u32;
         let pieces_max = config.pieces_max.unwrap_or(lanes).min(crate::cts::PIECES_MAX);
         crate::log::set_event_budget(config.trace_events);
-        let gpu_buffers = match config.gpu_buffers {
-            GpuBuffers::On => true,
-            GpuBuffers::Off => false,
-            GpuBuffers::Auto => accord_engine::gpus_visible() > 0,
-        };
         Ok(Runtime { engine, devices, config, pieces_max, workers_source: workers.source, gpu_buffers, free_indexes })
     }
 
@@ -150,9 +155,10 @@ impl Runtime {
         };
         let gpu = if self.gpu_buffers {
             format!(
-                "GPU buffers on ({} KiB bounce pool per receive comm, same-host copy-engine route {})",
+                "GPU buffers on ({} KiB bounce pool per receive comm, same-host copy-engine route {}, copies in {:?} contexts)",
                 self.config.bounce_bytes >> 10,
-                if c.device_shared_host { "on" } else { "off" }
+                if c.device_shared_host { "on" } else { "off" },
+                c.device_context
             )
         } else {
             "GPU buffers off".into()
