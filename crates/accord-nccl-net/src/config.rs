@@ -26,8 +26,9 @@ pub const NET_ENV_OVERRIDES: &[(&str, &str)] = &[
     (
         "ACCORD_NET_GPU_BUFFERS",
         "auto, 1 or 0: whether devices report NCCL_PTR_CUDA, so NCCL may keep its buffers in GPU memory (GPUDirect) \
-         and the GPUs' copy engines move the bytes; experimental: NCCL's proxy thread then issues CUDA copies, which \
-         can deadlock against an application's synchronous pageable cudaMemcpy (default 0; auto: on when a GPU is visible)",
+         and the GPUs' copy engines move the bytes, in CUDA contexts of the plugin's own; NCCL uses it where its \
+         GPUDirect level allows (NCCL_NET_GDR_LEVEL=SYS, NCCL_NET_GDR_READ=1 on a flat PCI topology) and its buffers \
+         come from cuMemCreate (NCCL_CUMEM_ENABLE=1, its default) (default 0; auto: on when a GPU is visible)",
     ),
     (
         "ACCORD_NET_BOUNCE_BYTES",
@@ -43,11 +44,16 @@ pub const NET_ENV_OVERRIDES: &[(&str, &str)] = &[
 
 /// Whether devices accept GPU memory (`ACCORD_NET_GPU_BUFFERS`).
 ///
-/// Off by default. With GPU buffers on, the plugin issues CUDA copies from NCCL's proxy
-/// progress thread; measured on H200 with the CUDA 13 driver, those copies block on a driver
-/// lock while any application thread sits in a synchronous pageable `cudaMemcpy` waiting for
-/// a kernel, and NCCL's kernel is waiting for the very bytes the copy would deliver: a
-/// deadlock at the first collective followed by `.item()`. See
+/// Off by default: it costs every receive comm a bounce pool (`ACCORD_NET_BOUNCE_BYTES`) and
+/// every rank a private CUDA context, and NCCL only hands GPU memory to a device its GPUDirect
+/// level allows (`NCCL_NET_GDR_LEVEL`), which on the 2xH200 host needs the user's say anyway.
+///
+/// With GPU buffers on, the plugin issues CUDA copies from NCCL's proxy thread. In the primary
+/// context those block while any application thread sits in a synchronous pageable
+/// `cudaMemcpy` behind a kernel that waits for the very bytes (a deadlock at the first
+/// collective followed by `.item()`, measured on H200 with the CUDA 13 driver), so the engine
+/// copies in private contexts ([`accord_engine::DeviceContext::Private`]) and `regMr` refuses
+/// GPU memory a context owns, whose copies would still wait. See
 /// `docs/design/same-host-copy-engine-route.md`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum GpuBuffers {
