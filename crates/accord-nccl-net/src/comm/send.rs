@@ -109,6 +109,13 @@ struct SendInner {
     state: Mutex<SendState>,
 }
 
+impl SendInner {
+    /// The receiver's bounce pool, when a clear-to-send entry names it (a receive into GPU memory).
+    fn bounce_named_by(&self, recv: &crate::cts::CtsRecv) -> Option<MrDescriptor> {
+        self.bounce.filter(|b| b.region == recv.region && b.key == recv.key)
+    }
+}
+
 /// A send comm (NCCL's `sendComm`).
 pub struct SendComm {
     inner: Arc<SendInner>,
@@ -216,17 +223,14 @@ impl SendComm {
                 let piece_len = piece_bytes.min(len - start);
                 let transfer = match source {
                     Some((src, src_offset)) if piece_len > 0 => {
-                        let dst = match inner.bounce {
-                            Some(b) if b.region == recv.region && b.key == recv.key => b,
-                            _ => MrDescriptor {
-                                engine: inner.peer,
-                                region: recv.region,
-                                key: recv.key,
-                                len: recv.region_len,
-                                device: None,
-                                shared: None,
-                            },
-                        };
+                        let dst = inner.bounce_named_by(&recv).unwrap_or(MrDescriptor {
+                            engine: inner.peer,
+                            region: recv.region,
+                            key: recv.key,
+                            len: recv.region_len,
+                            device: None,
+                            shared: None,
+                        });
                         let op = WriteOp {
                             src,
                             src_offset: src_offset + start,
@@ -269,10 +273,7 @@ impl SendComm {
         match submit() {
             Ok(transfers) => {
                 crate::log::event(line!(), || {
-                    let into = match inner.bounce {
-                        Some(b) if b.region == recv.region && b.key == recv.key => "the bounce pool",
-                        _ => "a host buffer",
-                    };
+                    let into = if inner.bounce_named_by(&recv).is_some() { "the bounce pool" } else { "a host buffer" };
                     let from = match args.region {
                         Some(r) if r.device => "GPU",
                         _ => "host",
