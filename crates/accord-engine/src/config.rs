@@ -351,6 +351,11 @@ impl EngineConfig {
         }
     }
 
+    /// Whether device copies go in contexts of the engine's own ([`DeviceContext::Private`]).
+    pub fn private_device_contexts(&self) -> bool {
+        self.device_context == DeviceContext::Private
+    }
+
     /// Checks ranges before any thread or socket exists.
     pub fn validate(&self) -> Result<(), BuildError> {
         if self.nics.is_empty() || self.nics.len() > NICS_MAX {

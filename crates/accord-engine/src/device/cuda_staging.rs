@@ -6,13 +6,7 @@ use std::collections::HashMap;
 
 use accord_cuda::{DevicePtr, Event, EventKind, Gpu, PinnedHostBuffer, Stream};
 
-/// Opens GPU `ordinal` through its primary context, or a context of our own
-/// ([`crate::DeviceContext::Private`]) when `private`.
-fn open_gpu(ordinal: u32, private: bool) -> Result<Gpu, String> {
-    let opened = if private { Gpu::open_private(ordinal as usize) } else { Gpu::open(ordinal as usize) };
-    opened.map_err(|e| format!("GPU {ordinal}: {e}"))
-}
-
+use super::open_gpu;
 use super::staging::driver::{ChunkCopier, StagedSource, Stager};
 use super::staging::{SlotPool, StagingMemory};
 

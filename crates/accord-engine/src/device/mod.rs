@@ -277,14 +277,20 @@ fn mapped(
     Ok((mapping.ptr().0 + info.alloc_offset + offset, mapping))
 }
 
+/// Opens GPU `ordinal` through its primary context, or a context of the engine's own
+/// ([`crate::DeviceContext::Private`]) when `private`.
+pub(crate) fn open_gpu(ordinal: u32, private: bool) -> Result<Gpu, String> {
+    let opened = if private { Gpu::open_private(ordinal as usize) } else { Gpu::open(ordinal as usize) };
+    opened.map_err(|e| format!("GPU {ordinal}: {e}"))
+}
+
 fn slot(state: &mut RouteState, ordinal: u32) -> Result<&mut GpuSlot, String> {
     use std::collections::hash_map::Entry;
     let private = state.private_contexts;
     match state.gpus.entry(ordinal) {
         Entry::Occupied(slot) => Ok(slot.into_mut()),
         Entry::Vacant(vacant) => {
-            let gpu = if private { Gpu::open_private(ordinal as usize) } else { Gpu::open(ordinal as usize) }
-                .map_err(|e| format!("GPU {ordinal}: {e}"))?;
+            let gpu = open_gpu(ordinal, private)?;
             let streams = (0..DEVICE_STREAMS_PER_GPU * DIRECTIONS)
                 .map(|_| Stream::new(&gpu))
                 .collect::<Result<Vec<_>, _>>()

@@ -68,7 +68,7 @@ enum LocalSource {
 impl Engine {
     /// The copy-engine route, opened on first use.
     pub(crate) fn device_route(&self) -> Result<Arc<DeviceRoute>, String> {
-        let private = self.shared.config.device_context == crate::DeviceContext::Private;
+        let private = self.shared.config.private_device_contexts();
         self.device.get_or_init(|| DeviceRoute::open(private)).clone()
     }
 
@@ -356,7 +356,7 @@ impl Engine {
                     ordinal,
                     config.device_staging_chunk_bytes,
                     config.device_staging_chunks,
-                    config.device_context == crate::DeviceContext::Private,
+                    config.private_device_contexts(),
                 )
             })
             .as_ref()

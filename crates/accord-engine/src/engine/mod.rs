@@ -16,7 +16,7 @@ use crate::completion::{run_completion_thread, Job, COMPLETION_JOBS_MAX};
 use crate::config::EngineConfig;
 use crate::error::{BuildError, RegisterError, SubmitError};
 use crate::imm::{ImmCounter, ImmTable};
-use crate::memory::{Allocation, MemoryKind, MrBuffer, MrHandle, Region, RegionTable, REGION_BYTES_MAX};
+use crate::memory::{random_u64, Allocation, MemoryKind, MrBuffer, MrHandle, Region, RegionTable, REGION_BYTES_MAX};
 use crate::recv::{RecvHandler, RecvMessage, RecvPool};
 use crate::worker::{LaneStats, Worker};
 use accord_net::fault::{FaultControl, FaultInjector, FaultStats};
@@ -24,7 +24,6 @@ use accord_net::shm::{ShmConfig, ShmDatapath};
 use accord_net::udp::{UdpConfig, UdpDatapath};
 use accord_net::Datapath;
 use accord_proto::{Endpoint, RegionKey};
-use rand::RngCore;
 use shared::{Command, Lane, Shared, PEERS_MAX, SUBMISSIONS_QUEUED_MAX};
 use std::collections::HashMap;
 use std::net::{IpAddr, UdpSocket};
@@ -34,8 +33,12 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-fn random_u64() -> u64 {
-    rand::rngs::OsRng.next_u64()
+/// Refuses an engine allocation of no bytes or more than a region may hold.
+fn check_alloc_len(len: usize) -> Result<(), RegisterError> {
+    if len == 0 || len as u64 > REGION_BYTES_MAX {
+        return Err(RegisterError::BadLength { len: len as u64, max: REGION_BYTES_MAX });
+    }
+    Ok(())
 }
 
 /// The control region: barrier immediates land there, and the landing rendezvous' messages,
@@ -279,7 +282,7 @@ impl Engine {
             pid: std::process::id(),
             control,
         };
-        let private_contexts = config.device_context == crate::DeviceContext::Private;
+        let private_contexts = config.private_device_contexts();
         let shared = Arc::new(Shared {
             id,
             control,
@@ -377,18 +380,8 @@ impl Engine {
 
     /// Allocates `len` zeroed, page-aligned bytes and registers them.
     pub fn alloc(&self, len: usize) -> Result<MrBuffer, RegisterError> {
-        if len == 0 || len as u64 > REGION_BYTES_MAX {
-            return Err(RegisterError::BadLength { len: len as u64, max: REGION_BYTES_MAX });
-        }
-        let alloc = Arc::new(Allocation::new(len)?);
-        let key = RegionKey(random_u64());
-        let keep: crate::memory::MemoryOwner = alloc.clone();
-        let region = Region { base: alloc.base(), len: len as u64, key, keep: Some(keep), device: None };
-        let id = self.shared.regions.write().unwrap().insert(region)?;
-        let handle = MrHandle { engine: self.id(), region: id, len: len as u64 };
-        let descriptor =
-            MrDescriptor { engine: self.id(), region: id.0, key: key.0, len: len as u64, device: None, shared: None };
-        Ok(MrBuffer { alloc, handle, descriptor, regions: self.shared.regions.clone() })
+        check_alloc_len(len)?;
+        self.register_allocation(Allocation::new(len)?, len, None)
     }
 
     /// As [`Engine::alloc`], in a shared-memory file (under `ACCORD_SHM_DIR`, default
@@ -398,24 +391,27 @@ impl Engine {
     /// datagrams; `ACCORD_DEVICE_SHARED_HOST`). Every other writer writes it as ordinary memory.
     /// Copies between it and this process's GPUs page-lock it on first use.
     pub fn alloc_shared(&self, len: usize) -> Result<MrBuffer, RegisterError> {
-        if len == 0 || len as u64 > REGION_BYTES_MAX {
-            return Err(RegisterError::BadLength { len: len as u64, max: REGION_BYTES_MAX });
-        }
+        check_alloc_len(len)?;
         let (alloc, info) = Allocation::new_shared(&self.shared.config.shm.dir, self.id(), len)?;
+        self.register_allocation(alloc, len, Some(info))
+    }
+
+    /// Registers an engine-owned allocation of `len` bytes as a new region (the buffer's memory
+    /// lives as long as the region or the buffer, whichever is longer).
+    fn register_allocation(
+        &self,
+        alloc: Allocation,
+        len: usize,
+        shared: Option<crate::SharedHostInfo>,
+    ) -> Result<MrBuffer, RegisterError> {
         let alloc = Arc::new(alloc);
         let key = RegionKey(random_u64());
         let keep: crate::memory::MemoryOwner = alloc.clone();
         let region = Region { base: alloc.base(), len: len as u64, key, keep: Some(keep), device: None };
         let id = self.shared.regions.write().unwrap().insert(region)?;
         let handle = MrHandle { engine: self.id(), region: id, len: len as u64 };
-        let descriptor = MrDescriptor {
-            engine: self.id(),
-            region: id.0,
-            key: key.0,
-            len: len as u64,
-            device: None,
-            shared: Some(info),
-        };
+        let descriptor =
+            MrDescriptor { engine: self.id(), region: id.0, key: key.0, len: len as u64, device: None, shared };
         Ok(MrBuffer { alloc, handle, descriptor, regions: self.shared.regions.clone() })
     }
 

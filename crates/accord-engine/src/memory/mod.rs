@@ -158,8 +158,8 @@ impl Drop for Allocation {
     }
 }
 
-/// A random 64-bit value from the operating system (region keys, file nonces).
-pub(crate) fn random_nonce() -> u64 {
+/// A random 64-bit value from the operating system (engine ids, region keys, file nonces).
+pub(crate) fn random_u64() -> u64 {
     use rand::RngCore;
     rand::rngs::OsRng.next_u64()
 }

@@ -82,7 +82,7 @@ impl SharedFile {
         static SWEEP: Once = Once::new();
         SWEEP.call_once(|| sweep_stale(dir));
         let mapped = len.max(1).next_multiple_of(PAGE_BYTES);
-        let info = SharedHostInfo { pid: std::process::id(), nonce: super::random_nonce() };
+        let info = SharedHostInfo { pid: std::process::id(), nonce: super::random_u64() };
         let path = dir.join(file_name(engine, info));
         let c = c_path(&path)?;
         let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOFOLLOW;
@@ -210,14 +210,11 @@ fn sweep_stale(dir: &Path) {
             .to_str()
             .and_then(|n| n.strip_prefix(FILE_PREFIX))
             .and_then(|rest| rest.split('-').next())
-            .and_then(|p| p.parse::<libc::pid_t>().ok())
+            .and_then(|p| p.parse::<u32>().ok())
         else {
             continue;
         };
-        // Safety: signal 0 only checks that the process exists.
-        let gone =
-            unsafe { libc::kill(pid, 0) } != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-        if gone {
+        if !accord_net::shm::ring::process_alive(pid) {
             let _ = std::fs::remove_file(entry.path());
         }
     }
@@ -236,7 +233,7 @@ mod tests {
         pub struct Dir(pub std::path::PathBuf);
         impl Dir {
             pub fn new() -> Dir {
-                let nonce = super::super::super::random_nonce();
+                let nonce = super::super::super::random_u64();
                 let path =
                     std::env::temp_dir().join(format!("accord-shared-file-test-{}-{nonce:x}", std::process::id()));
                 std::fs::create_dir_all(&path).unwrap();
