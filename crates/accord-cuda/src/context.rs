@@ -105,6 +105,15 @@ impl Gpu {
         driver::ctx_set_current(self.inner.ctx)
     }
 
+    /// Makes this GPU's context current until the returned guard drops, which restores the
+    /// thread's previous context: for code that may run on a thread it does not own (a drop
+    /// on NCCL's proxy thread, say), so the thread's owner never finds our context current.
+    pub fn bind_scoped(&self) -> Result<CurrentContextGuard> {
+        let restore = CurrentContextGuard::save();
+        self.bind()?;
+        Ok(restore)
+    }
+
     /// Blocks until all work of this GPU's context completed.
     pub fn synchronize(&self) -> Result<()> {
         self.bind()?;

@@ -125,7 +125,7 @@ impl Module {
 
 impl Drop for Module {
     fn drop(&mut self) {
-        if self.gpu.bind().is_ok() {
+        if let Ok(_restore) = self.gpu.bind_scoped() {
             let _ = driver::module_unload(self.raw);
         }
     }

@@ -215,7 +215,7 @@ impl<'a> DeviceCopy<'a> {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
-        if self.gpu.bind().is_ok() {
+        if let Ok(_restore) = self.gpu.bind_scoped() {
             let _ = driver::mem_free(self.ptr.0);
         }
     }

@@ -49,7 +49,7 @@ impl Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        if self.gpu.bind().is_ok() {
+        if let Ok(_restore) = self.gpu.bind_scoped() {
             let _ = driver::stream_destroy(self.raw);
         }
     }
@@ -136,7 +136,7 @@ impl Event {
 
 impl Drop for Event {
     fn drop(&mut self) {
-        if self.gpu.bind().is_ok() {
+        if let Ok(_restore) = self.gpu.bind_scoped() {
             let _ = driver::event_destroy(self.raw);
         }
     }

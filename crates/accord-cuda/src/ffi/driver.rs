@@ -391,10 +391,7 @@ pub(crate) fn pointer_device_ordinal(ptr: RawPtr) -> Result<u32> {
 
 /// The ordinal of the device whose context is current on the calling thread, if one is.
 pub(crate) fn current_context_device() -> Result<Option<u32>> {
-    let mut ctx: sys::CUcontext = std::ptr::null_mut();
-    // Safety: writes one CUcontext to a valid local.
-    check("cuCtxGetCurrent", unsafe { sys::cuCtxGetCurrent(&mut ctx) })?;
-    if ctx.is_null() {
+    if current_context()?.0.is_null() {
         return Ok(None);
     }
     let mut device: sys::CUdevice = 0;

@@ -338,7 +338,7 @@ impl HostRangePin {
         if len_bytes == 0 || host.is_null() {
             return Err(CudaError::InvalidArgument { what: "cannot pin an empty or null host range".into() });
         }
-        gpu.bind()?;
+        let _restore = gpu.bind_scoped()?;
         // Safety: upheld by the caller.
         unsafe { driver::mem_host_register(host, len_bytes)? };
         Ok(HostRangePin { gpu: gpu.clone(), host, len_bytes })
@@ -354,7 +354,7 @@ impl Drop for HostRangePin {
     fn drop(&mut self) {
         // Safety: registered in new(); no copy against the range is pending (new's contract).
         // A failure leaves the pages locked until the owner unmaps them; nothing to undo here.
-        if self.gpu.bind().is_ok() {
+        if let Ok(_restore) = self.gpu.bind_scoped() {
             let _ = unsafe { driver::mem_host_unregister(self.host) };
         }
     }
