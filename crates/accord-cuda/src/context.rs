@@ -150,6 +150,10 @@ impl Gpu {
         self.inner.device == other.inner.device
     }
 
+    pub(crate) fn raw_device(&self) -> i32 {
+        self.inner.device
+    }
+
     pub(crate) fn raw_context(&self) -> RawContext {
         self.inner.ctx
     }

@@ -94,6 +94,8 @@ pub struct DeviceBuffer {
     gpu: Gpu,
     ptr: DevicePtr,
     len_bytes: usize,
+    /// Mapped bytes of a [`DeviceBuffer::alloc_unowned`] buffer (None: `cuMemAlloc`).
+    vmm_bytes: Option<usize>,
 }
 
 impl fmt::Debug for DeviceBuffer {
@@ -114,7 +116,20 @@ impl DeviceBuffer {
         }
         gpu.bind()?;
         let ptr = DevicePtr(driver::mem_alloc(len_bytes)?);
-        Ok(DeviceBuffer { gpu: gpu.clone(), ptr, len_bytes })
+        Ok(DeviceBuffer { gpu: gpu.clone(), ptr, len_bytes, vmm_bytes: None })
+    }
+
+    /// As [`DeviceBuffer::alloc`], through the virtual memory API (`cuMemCreate`): memory that
+    /// no CUDA context owns ([`has_owner_context`] is false), as NCCL allocates its buffers by
+    /// default. Copies of it from a private context ([`Gpu::open_private`]) never wait behind
+    /// the primary context's synchronous calls.
+    pub fn alloc_unowned(gpu: &Gpu, len_bytes: usize) -> Result<DeviceBuffer> {
+        if len_bytes == 0 {
+            return Err(CudaError::InvalidArgument { what: "a device buffer needs at least one byte".into() });
+        }
+        let _restore = gpu.bind_scoped()?;
+        let (ptr, mapped) = driver::vmm_alloc(gpu.raw_device(), len_bytes)?;
+        Ok(DeviceBuffer { gpu: gpu.clone(), ptr: DevicePtr(ptr), len_bytes, vmm_bytes: Some(mapped) })
     }
 
     /// The device address of the first byte (256-byte aligned).
@@ -216,7 +231,10 @@ impl<'a> DeviceCopy<'a> {
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
         if let Ok(_restore) = self.gpu.bind_scoped() {
-            let _ = driver::mem_free(self.ptr.0);
+            let _ = match self.vmm_bytes {
+                Some(mapped) => driver::vmm_free(self.ptr.0, mapped),
+                None => driver::mem_free(self.ptr.0),
+            };
         }
     }
 }

@@ -171,3 +171,25 @@ fn a_private_context_copies_primary_memory_and_leaves_the_thread_as_it_was() {
     }
     assert_eq!(accord_cuda::current_device_ordinal(), primary_thread);
 }
+
+#[test]
+fn an_unowned_buffer_belongs_to_no_context_and_round_trips_through_a_private_one() {
+    require_gpu!();
+    let primary = Gpu::open(0).unwrap();
+    let buffer = DeviceBuffer::alloc_unowned(&primary, 100_000).unwrap();
+    assert!(!accord_cuda::has_owner_context(buffer.ptr()).unwrap(), "cuMemCreate memory has no owning context");
+    accord_cuda::check_device_range(buffer.ptr(), 100_000).unwrap();
+    let private = Gpu::open_private(0).unwrap();
+    let stream = Stream::new(&private).unwrap();
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i * 11) as u8).collect();
+    let mut back = vec![0u8; 100_000];
+    // Safety: both host vectors outlive the copies (the stream is synchronised below).
+    #[allow(unsafe_code)]
+    unsafe {
+        accord_cuda::copy_host_to_device_async(buffer.ptr(), data.as_ptr(), data.len(), &stream).unwrap();
+        accord_cuda::copy_device_to_host_async(back.as_mut_ptr(), buffer.ptr(), data.len(), &stream).unwrap();
+    }
+    stream.synchronize().unwrap();
+    assert_eq!(back, data);
+    assert!(matches!(DeviceBuffer::alloc_unowned(&primary, 0), Err(CudaError::InvalidArgument { .. })));
+}

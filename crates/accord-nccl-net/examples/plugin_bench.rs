@@ -105,7 +105,9 @@ impl Arena {
         match gpu {
             None => Arena::Host(vec![fill; len]),
             Some(gpu) => {
-                let mut buf = accord_cuda::DeviceBuffer::alloc(gpu, len).expect("cuMemAlloc");
+                // cuMemCreate memory, as NCCL's own buffers: the plugin refuses GPU memory that a
+                // context owns (cudaMalloc), whose copies could deadlock.
+                let mut buf = accord_cuda::DeviceBuffer::alloc_unowned(gpu, len).expect("cuMemCreate");
                 let stream = accord_cuda::Stream::new(gpu).expect("stream");
                 buf.copy_from_host(0, &vec![fill; len], &stream).expect("fill the GPU arena");
                 Arena::Gpu(buf)

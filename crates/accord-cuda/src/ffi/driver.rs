@@ -333,6 +333,72 @@ pub(crate) fn mem_alloc(len_bytes: usize) -> Result<RawPtr> {
     Ok(ptr)
 }
 
+/// Allocates at least `len_bytes` on `device` through the virtual memory API (`cuMemCreate`,
+/// mapped at a reserved range and readable and writable by that device), memory that no
+/// context owns, as NCCL allocates its buffers. Returns the address and the mapped size (the
+/// length rounded up to the allocation granularity); free with [`vmm_free`].
+pub(crate) fn vmm_alloc(device: sys::CUdevice, len_bytes: usize) -> Result<(RawPtr, usize)> {
+    let location = sys::CUmemLocation { type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id: device };
+    let prop = sys::CUmemAllocationProp {
+        type_: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
+        requestedHandleTypes: sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE,
+        location,
+        win32HandleMetaData: std::ptr::null_mut(),
+        allocFlags: sys::CUmemAllocationProp_st__bindgen_ty_1 {
+            compressionType: 0,
+            gpuDirectRDMACapable: 0,
+            usage: 0,
+            reserved: [0; 4],
+        },
+    };
+    let mut granularity = 0usize;
+    // Safety: writes one size_t; prop is a valid property block.
+    check("cuMemGetAllocationGranularity", unsafe {
+        sys::cuMemGetAllocationGranularity(
+            &mut granularity,
+            &prop,
+            sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
+        )
+    })?;
+    let size = len_bytes.max(1).next_multiple_of(granularity.max(1));
+    let mut handle: sys::CUmemGenericAllocationHandle = 0;
+    // Safety: writes one handle; prop is valid; flags must be 0.
+    check("cuMemCreate", unsafe { sys::cuMemCreate(&mut handle, size, &prop, 0) })?;
+    let mut ptr: RawPtr = 0;
+    // Safety: writes one address; no fixed address or alignment requested.
+    let reserved = check("cuMemAddressReserve", unsafe { sys::cuMemAddressReserve(&mut ptr, size, 0, 0, 0) });
+    let mapped = reserved.and_then(|()| {
+        // Safety: maps the whole allocation at the range just reserved.
+        check("cuMemMap", unsafe { sys::cuMemMap(ptr, size, 0, handle, 0) })
+    });
+    // The mapping holds the physical memory from here on; the handle is not needed any more.
+    // Safety: the handle was created above and is released once.
+    let _ = unsafe { sys::cuMemRelease(handle) };
+    if let Err(e) = mapped {
+        if ptr != 0 {
+            // Safety: the range reserved above, unmapped.
+            let _ = unsafe { sys::cuMemAddressFree(ptr, size) };
+        }
+        return Err(e);
+    }
+    let access = sys::CUmemAccessDesc { location, flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+    // Safety: the range is mapped; one access descriptor.
+    if let Err(e) = check("cuMemSetAccess", unsafe { sys::cuMemSetAccess(ptr, size, &access, 1) }) {
+        let _ = vmm_free(ptr, size);
+        return Err(e);
+    }
+    Ok((ptr, size))
+}
+
+/// Unmaps and frees memory from [`vmm_alloc`] (`ptr` and `size` as it returned them).
+pub(crate) fn vmm_free(ptr: RawPtr, size: usize) -> Result<()> {
+    // Safety: called once by the allocation's owner after its work finished, as mem_free; a
+    // range the driver does not know yields an error, not host UB.
+    check("cuMemUnmap", unsafe { sys::cuMemUnmap(ptr, size) })?;
+    // Safety: as above; the range is no longer mapped.
+    check("cuMemAddressFree", unsafe { sys::cuMemAddressFree(ptr, size) })
+}
+
 /// Frees device memory.
 pub(crate) fn mem_free(ptr: RawPtr) -> Result<()> {
     // Safety: called once by the allocation's owner after its work finished.
