@@ -139,6 +139,20 @@ fn stall_holds_the_stream_until_released_and_host_fn_signals() {
     assert!(pinned.atomic_u64(8).is_err(), "word 8 of a 64-byte buffer is out of bounds");
 }
 
+/// Copies `data` into the start of `buffer` and back on `stream` (raw host pointers, as the
+/// engine's route does), and returns what came back.
+fn round_trip(stream: &Stream, buffer: &DeviceBuffer, data: &[u8]) -> Vec<u8> {
+    let mut back = vec![0u8; data.len()];
+    // Safety: both host slices outlive the copies (the stream is synchronised below).
+    #[allow(unsafe_code)]
+    unsafe {
+        accord_cuda::copy_host_to_device_async(buffer.ptr(), data.as_ptr(), data.len(), stream).unwrap();
+        accord_cuda::copy_device_to_host_async(back.as_mut_ptr(), buffer.ptr(), data.len(), stream).unwrap();
+    }
+    stream.synchronize().unwrap();
+    back
+}
+
 #[test]
 fn a_private_context_copies_primary_memory_and_leaves_the_thread_as_it_was() {
     require_gpu!();
@@ -150,18 +164,10 @@ fn a_private_context_copies_primary_memory_and_leaves_the_thread_as_it_was() {
     assert!(private.is_private() && !primary.is_private());
     assert_eq!(accord_cuda::current_device_ordinal(), before, "creating the context must not leave it current");
     let data: Vec<u8> = (0..1u32 << 16).map(|i| (i * 7) as u8).collect();
-    let mut back = vec![0u8; 1 << 16];
-    {
+    let back = {
         let _restore = accord_cuda::CurrentContextGuard::save();
-        let stream = Stream::new(&private).unwrap();
-        // Safety: both host vectors outlive the copies (the stream is synchronised below).
-        #[allow(unsafe_code)]
-        unsafe {
-            accord_cuda::copy_host_to_device_async(buffer.ptr(), data.as_ptr(), data.len(), &stream).unwrap();
-            accord_cuda::copy_device_to_host_async(back.as_mut_ptr(), buffer.ptr(), data.len(), &stream).unwrap();
-        }
-        stream.synchronize().unwrap();
-    }
+        round_trip(&Stream::new(&private).unwrap(), &buffer, &data)
+    };
     assert_eq!(back, data);
     primary.bind().unwrap();
     let primary_thread = accord_cuda::current_device_ordinal();
@@ -180,16 +186,8 @@ fn an_unowned_buffer_belongs_to_no_context_and_round_trips_through_a_private_one
     assert!(!accord_cuda::has_owner_context(buffer.ptr()).unwrap(), "cuMemCreate memory has no owning context");
     accord_cuda::check_device_range(buffer.ptr(), 100_000).unwrap();
     let private = Gpu::open_private(0).unwrap();
-    let stream = Stream::new(&private).unwrap();
     let data: Vec<u8> = (0..100_000u32).map(|i| (i * 11) as u8).collect();
-    let mut back = vec![0u8; 100_000];
-    // Safety: both host vectors outlive the copies (the stream is synchronised below).
-    #[allow(unsafe_code)]
-    unsafe {
-        accord_cuda::copy_host_to_device_async(buffer.ptr(), data.as_ptr(), data.len(), &stream).unwrap();
-        accord_cuda::copy_device_to_host_async(back.as_mut_ptr(), buffer.ptr(), data.len(), &stream).unwrap();
-    }
-    stream.synchronize().unwrap();
+    let back = round_trip(&Stream::new(&private).unwrap(), &buffer, &data);
     assert_eq!(back, data);
     assert!(matches!(DeviceBuffer::alloc_unowned(&primary, 0), Err(CudaError::InvalidArgument { .. })));
 }
