@@ -202,9 +202,13 @@ pub struct EngineConfig {
     pub device_staging_chunks: usize,
     /// How long a device-landing rendezvous waits for the other side (a grant, a `Done`, or a
     /// granted chunk) before failing the writer's chunk or reclaiming the receiver's slot.
-    /// Default [`crate::engine::landing::LANDING_TIMEOUT_MS_DEFAULT`].
+    /// Default [`LANDING_TIMEOUT_MS_DEFAULT`].
     pub device_landing_timeout_ms: u64,
 }
+
+/// Default of `ACCORD_DEVICE_LANDING_TIMEOUT_MS`: how long the landing rendezvous waits for a
+/// quiet peer before it reclaims a slot or fails a chunk.
+pub const LANDING_TIMEOUT_MS_DEFAULT: u64 = 10_000;
 
 /// Receive batch of a lending shared-memory datapath (see [`EngineConfig::rx_batch_slots`]):
 /// 32 rather than the 8 full 64 KiB slots that fit the cache target, so a worker takes more
@@ -259,7 +263,7 @@ impl Default for EngineConfig {
             device_context: DeviceContext::Primary,
             device_staging_chunk_bytes: crate::device::staging::DEVICE_STAGING_CHUNK_BYTES_DEFAULT,
             device_staging_chunks: crate::device::staging::DEVICE_STAGING_CHUNKS_DEFAULT,
-            device_landing_timeout_ms: crate::engine::landing::LANDING_TIMEOUT_MS_DEFAULT,
+            device_landing_timeout_ms: LANDING_TIMEOUT_MS_DEFAULT,
         }
     }
 }

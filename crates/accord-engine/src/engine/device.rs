@@ -47,7 +47,8 @@ use std::sync::Arc;
 use accord_proto::{RegionId, RegionKey};
 
 use super::landing;
-use super::ops::{dispatch_part, write_kind, PartSpec};
+use super::ops::{dispatch_part, PartSpec};
+use super::part::write_kind;
 use super::shared::local_engine;
 use super::{Engine, WriteOp};
 use crate::address::{DeviceIpcBytes, DeviceRegionInfo, MrDescriptor};

@@ -2,10 +2,12 @@
 //! Transfers (`write`, `write_paged`, `scatter`, `send`, `barrier`) live in `ops`.
 
 pub(crate) mod cma;
+pub(crate) mod control;
 mod device;
 mod device_pieces;
 pub(crate) mod landing;
 mod ops;
+pub(crate) mod part;
 pub(crate) mod shared;
 mod shared_host;
 
@@ -24,7 +26,8 @@ use accord_net::shm::{ShmConfig, ShmDatapath};
 use accord_net::udp::{UdpConfig, UdpDatapath};
 use accord_net::Datapath;
 use accord_proto::{Endpoint, RegionKey};
-use shared::{Command, Lane, Shared, PEERS_MAX, SUBMISSIONS_QUEUED_MAX};
+use part::Command;
+use shared::{Lane, Shared, PEERS_MAX, SUBMISSIONS_QUEUED_MAX};
 use std::collections::HashMap;
 use std::net::{IpAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -300,21 +303,22 @@ impl Engine {
             next_lane: AtomicUsize::new(0),
             tags: crate::tags::TagSource::new(random_u64()),
             seen_tags: Default::default(),
-            landing: landing::Landing::new(Box::new(move |ordinal, slot_bytes, slots| {
+            landing: landing::state::Landing::new(Box::new(move |ordinal, slot_bytes, slots| {
                 crate::device::cuda_staging::open_cuda_landing(ordinal, slot_bytes, slots, private_contexts)
             })),
-            cma: cma::Cma::new(id),
+            cma: cma::state::Cma::new(id),
         });
         let completion_thread = std::thread::Builder::new()
             .name("accord-completion".into())
             .spawn(move || run_completion_thread(jobs_rx))
             .map_err(BuildError::Thread)?;
         let mut threads = vec![];
+        let control = control_routes();
         for (lane, ((nic, worker, dp), rx)) in datapaths.into_iter().zip(receivers).enumerate() {
             let ep = Endpoint::new(config.endpoint_config(), random_u64())
                 .map_err(|e| BuildError::Invalid(e.to_string()))?;
-            let w =
-                Worker::new(lane, shared.clone(), rx, dp, ep).map_err(|source| BuildError::Datapath { nic, source })?;
+            let w = Worker::new(lane, shared.clone(), rx, dp, ep, control.clone())
+                .map_err(|source| BuildError::Datapath { nic, source })?;
             let t = std::thread::Builder::new()
                 .name(format!("accord-w{nic}.{worker}"))
                 .spawn(move || w.run())
@@ -585,6 +589,15 @@ impl Drop for Engine {
             }
         }
     }
+}
+
+/// The routes that exchange control frames with their counterparts in peer engines, as the
+/// workers look them up.
+fn control_routes() -> crate::worker::control::ControlRoutes {
+    crate::worker::control::ControlRoutes::default()
+        .on(control::RouteTag::Landing, landing::deliver_control)
+        .on(control::RouteTag::Pull, cma::serve)
+        .sweep_with(cma::sweep)
 }
 
 #[cfg(test)]

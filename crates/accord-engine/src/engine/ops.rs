@@ -1,13 +1,13 @@
 //! Transfers: validation at submission, splitting into parts (shards, page runs), routing each
 //! part to memcpy (same-process peer) or a lane (network), and barriers.
 
-use super::shared::{local_engine, Part, PartKind, Shared};
+use super::part::{write_kind, Part, PartKind};
+use super::shared::{local_engine, Shared};
 use super::Engine;
 use crate::address::{EngineId, MrDescriptor};
 use crate::completion::{Transfer, TransferState};
 use crate::error::{BarrierError, SubmitError, TransferError};
 use crate::memory::{MrHandle, Source};
-use accord_proto::{RegionId, RegionKey};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -77,10 +77,6 @@ pub(super) struct PartSpec {
 
 fn check_range(offset: u64, len: u64, region_len: u64) -> bool {
     offset.checked_add(len).is_some_and(|end| end <= region_len)
-}
-
-pub(super) fn write_kind(dst: &MrDescriptor, offset: u64, imm: Option<u32>) -> PartKind {
-    PartKind::Write { region: RegionId(dst.region), key: RegionKey(dst.key), offset, imm }
 }
 
 /// Performs a part against a same-process peer: check, copy, count.

@@ -1,15 +1,15 @@
 //! State shared by an engine's API, its workers and its completion thread: lanes, peers,
 //! routing and failover.
 
+use super::part::{Command, Part};
 use crate::address::{EngineAddress, EngineId};
-use crate::completion::{JobSender, TransferState};
+use crate::completion::JobSender;
 use crate::config::EngineConfig;
 use crate::error::TransferError;
 use crate::imm::ImmTable;
-use crate::memory::{Regions, Source};
+use crate::memory::Regions;
 use crate::recv::RecvPool;
-use crate::worker::{LaneStats, WAKE_BYTE};
-use accord_proto::{RegionId, RegionKey};
+use crate::worker::stats::WAKE_BYTE;
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -23,46 +23,6 @@ pub const SUBMISSIONS_QUEUED_MAX: usize = 4096;
 pub const PEERS_MAX: usize = 1 << 16;
 /// How long a lane whose connection to a peer failed is avoided for that peer.
 pub const LANE_AVOID_AFTER_FAILURE: Duration = Duration::from_secs(30);
-
-/// What a part does at the peer.
-#[derive(Copy, Clone, Debug)]
-pub(crate) enum PartKind {
-    /// One-sided write of the whole source.
-    Write { region: RegionId, key: RegionKey, offset: u64, imm: Option<u32> },
-    /// Two-sided send of the whole source.
-    Send { imm: Option<u32> },
-}
-
-/// One protocol operation of a transfer.
-pub(crate) struct Part {
-    pub(crate) peer: EngineId,
-    pub(crate) kind: PartKind,
-    pub(crate) source: Source,
-    pub(crate) transfer: Arc<TransferState>,
-    /// Names this part across connections; kept when it fails over (see `tags`).
-    pub(crate) tag: u64,
-    /// Lanes tried so far.
-    pub(crate) attempts: usize,
-}
-
-impl Part {
-    /// Completes this part, releasing its source first: whoever the completion wakes may reuse
-    /// or free the memory at once (the source may be what keeps it alive).
-    pub(crate) fn finish(self, result: Result<(), TransferError>) {
-        let Part { transfer, source, .. } = self;
-        drop(source);
-        transfer.part_done(result);
-    }
-}
-
-/// What a worker is told.
-pub(crate) enum Command {
-    Submit(Part),
-    Stats(SyncSender<LaneStats>),
-    /// A peer on this host was added: set up shared memory to it before the first transfer.
-    OfferShm(EngineId),
-    Shutdown,
-}
 
 /// The API's handle on one worker.
 pub(crate) struct Lane {
@@ -124,9 +84,9 @@ pub(crate) struct Shared {
     pub(crate) tags: crate::tags::TagSource,
     pub(crate) seen_tags: crate::tags::SeenTags,
     /// The landing rendezvous of device writes across hosts (`engine::landing`).
-    pub(crate) landing: super::landing::Landing,
+    pub(crate) landing: super::landing::state::Landing,
     /// The pull route between processes of this host (`engine::cma`).
-    pub(crate) cma: super::cma::Cma,
+    pub(crate) cma: super::cma::state::Cma,
 }
 
 impl Shared {

@@ -1,9 +1,15 @@
 //! A worker: one thread owning one datapath (a NIC's sockets) and one protocol endpoint, run
 //! to completion: drain submissions, receive and place, timers, transmit, events, sleep.
 
+pub(crate) mod control;
+pub(crate) mod stats;
 mod tx;
 
-use crate::engine::shared::{Command, Part, PartKind, Shared};
+pub use stats::LaneStats;
+pub(crate) use stats::WAKE_BYTE;
+
+use crate::engine::part::{Command, Part, PartKind};
+use crate::engine::shared::Shared;
 use crate::error::TransferError;
 use crate::memory::RegionTable;
 use crate::recv::RecvPool;
@@ -13,6 +19,7 @@ use accord_proto::{
     ConnectionHandle, Endpoint, Event, Instant, LocalMemory, OpError, OpId, PlacementTarget, RecvBufferId, RegionId,
     RegionKey, SendRequest, SubmitError as ProtoSubmitError, WriteRequest,
 };
+use control::{ControlRoutes, Delivery};
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -42,8 +49,6 @@ const _: () = assert!(accord_proto::wire::DATA_HEADER_LEN <= accord_net::LENT_HE
 /// Checks of the command queue and the shared-memory rings (no system call) per turn of a
 /// polling worker, before the turn's socket poll and yield.
 const LIGHT_POLLS_PER_TURN: usize = 16;
-/// Marker byte of the datagram that wakes a sleeping worker.
-pub(crate) const WAKE_BYTE: u8 = 0xA5;
 
 /// Receive slots per batch for `config` and a datapath whose slots are `slot_bytes` long (see
 /// [`crate::EngineConfig::rx_batch_slots`]).
@@ -55,33 +60,6 @@ pub(crate) fn rx_batch_slots(config: &crate::EngineConfig, slot_bytes: usize) ->
     } else {
         (BATCH_BYTES_TARGET / slot_bytes.max(1)).clamp(8, RX_BATCH_SLOTS)
     }
-}
-
-/// Counters of one worker (one lane), read through [`crate::Engine::stats`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LaneStats {
-    /// The protocol endpoint's counters (malformed datagrams and the like included).
-    pub endpoint: accord_proto::EndpointStats,
-    /// Connections held.
-    pub connections: usize,
-    /// Transmits dropped because the peer's address for that path is unknown.
-    pub tx_no_route: u64,
-    /// Datagram batches the datapath refused (errors, not short sends).
-    pub tx_errors: u64,
-    /// Parts moved to another lane after their connection failed.
-    pub failovers: u64,
-    /// Immediates and messages not counted again because their tag was already seen (the
-    /// first copy landed before its connection failed).
-    pub duplicates_suppressed: u64,
-    /// Sum over connections: packets retransmitted.
-    pub retransmits: u64,
-    /// Shared-memory datapath counters (rings attached, datagrams through them).
-    pub shm: Option<accord_net::shm::ShmStats>,
-    /// Credit this lane's pacer granted to receiver-driven (EQDS) senders, in bytes.
-    pub credit_granted_bytes: u64,
-    /// Wake datagrams the engine sent this worker: a command came while it slept (a worker
-    /// polling while it awaits traffic needs none).
-    pub wakes: u64,
 }
 
 struct ConnInfo {
@@ -107,6 +85,8 @@ impl LocalMemory for Memory<'_> {
 pub(crate) struct Worker {
     lane: usize,
     shared: Arc<Shared>,
+    /// The routes that take control frames (the worker names none of them).
+    control: ControlRoutes,
     commands: Receiver<Command>,
     stashed: Option<Command>,
     dp: Box<dyn Datapath>,
@@ -132,6 +112,7 @@ impl Worker {
         commands: Receiver<Command>,
         dp: Box<dyn Datapath>,
         ep: Endpoint,
+        control: ControlRoutes,
     ) -> Result<Self, accord_net::DatapathError> {
         let rx_slots = rx_batch_slots(&shared.config, dp.rx_slot_bytes());
         let mut rx = dp.alloc_rx_buffers(rx_slots)?;
@@ -143,6 +124,7 @@ impl Worker {
         Ok(Worker {
             lane,
             shared,
+            control,
             commands,
             stashed: None,
             dp,
@@ -181,8 +163,8 @@ impl Worker {
             }
             progress |= self.transmit();
             progress |= self.drain_events();
-            // Pulls whose receiver stopped answering fail here (one atomic load when none).
-            crate::engine::cma::sweep(&self.shared);
+            // Routes expire what quiet peers left outstanding (one atomic load when none).
+            self.control.sweep(&self.shared);
             if debug && last_dump.elapsed() > Duration::from_millis(250) {
                 last_dump = std::time::Instant::now();
                 self.dump_connections();
@@ -480,7 +462,7 @@ impl Worker {
         let waker = self.shared.waker_addr;
         let regions = self.shared.regions.read().unwrap();
         let mut memory = Memory { regions: &regions, recv: &self.shared.recv };
-        let mut pulls: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut controls: Vec<(u64, Vec<u8>)> = Vec::new();
         for i in 0..self.rx.len() {
             let Some((bytes, meta)) = self.rx.get(i) else { continue };
             let lent = self.rx.lent(i);
@@ -498,7 +480,8 @@ impl Worker {
                         (lent, PlacementTarget::Region { region, offset })
                             if region.0 == self.shared.control.region =>
                         {
-                            // Control messages go to the landing thread, never into memory.
+                            // Control frames go to their route after this batch (outside the
+                            // region table's lock), never into memory.
                             let mut message = vec![0u8; p.payload.len()];
                             let whole = match lent {
                                 Some(l) => l.copy_to_slice(p.payload.start, &mut message),
@@ -507,12 +490,8 @@ impl Worker {
                                     true
                                 }
                             };
-                            if whole && crate::engine::cma::wire::is_pull_message(&message) {
-                                // Served after this batch, outside the datagram loop (a pull
-                                // copies up to a shard's bytes).
-                                pulls.push((offset, message));
-                            } else if whole {
-                                crate::engine::landing::deliver_control(&self.shared, offset, message);
+                            if whole {
+                                controls.push((offset, message));
                             }
                             whole
                         }
@@ -541,10 +520,12 @@ impl Worker {
                 }
             }
         }
-        drop(regions); // a pull takes the table's lock itself (`memory` borrowed it)
-        for (offset, message) in pulls {
-            if let Some(reply) = crate::engine::cma::serve(&self.shared, offset, &message) {
-                self.backlog.push_back(reply);
+        drop(regions); // a route's handler may take the table's lock itself (`memory` borrowed it)
+        for (offset, message) in controls {
+            match self.control.deliver(&self.shared, offset, &message) {
+                Delivery::Reply(reply) => self.backlog.push_back(reply),
+                Delivery::Taken => {}
+                Delivery::Unrouted => self.stats.control_unrouted += 1,
             }
         }
         true

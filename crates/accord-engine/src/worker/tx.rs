@@ -7,7 +7,7 @@
 //! one copy fewer. That happens only while nothing for the same destination waits in the
 //! arena, so datagrams to one peer keep their order.
 
-use super::LaneStats;
+use super::stats::LaneStats;
 use accord_net::{Datapath, DirectSend, TxDatagram};
 use accord_proto::{Endpoint, Instant, Transmit};
 use std::net::SocketAddr;

@@ -29,137 +29,27 @@
 //! Off by default (`ACCORD_CMA=1`): measured on the 2xH200 host it lowers the latency of one
 //! 64 KiB-1 MiB write, but NCCL through the plugin ran slower with it (see the config field).
 
+pub(crate) mod state;
 mod sys;
 pub(crate) mod wire;
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
 use accord_proto::{RegionId, RegionKey};
 
-use super::ops::write_kind;
-use super::shared::{Part, PartKind, Shared};
+use super::part::{write_kind, Part, PartKind};
+use super::shared::Shared;
 use crate::address::EngineId;
 use crate::error::TransferError;
 use crate::memory::Source;
 use wire::{Body, Outcome, PullMessage};
 
-/// Default of `ACCORD_CMA_MIN_BYTES`: parts at least this long are pulled.
-pub const CMA_MIN_BYTES_DEFAULT: u64 = 64 << 10;
-/// Pulls a writer has outstanding per engine; a further eligible part goes over the transport.
-pub const CMA_PULLS_IN_FLIGHT_MAX: usize = 4096;
-/// Writers a receiver remembers as verified.
-pub const CMA_VERIFIED_PEERS_MAX: usize = 4096;
-/// Pull ids a receiver remembers per writer, to serve a duplicated pull message (a control
-/// write resent on another lane after its connection failed) without counting it twice.
-pub const CMA_SERVED_REMEMBERED: usize = 8192;
-
-/// The pull ids served for one writer, most recent [`CMA_SERVED_REMEMBERED`].
-#[derive(Default)]
-pub(crate) struct ServedPulls {
-    ids: std::collections::HashSet<u64>,
-    order: std::collections::VecDeque<u64>,
-}
-
-impl ServedPulls {
-    /// Records `req`; false if it was served already (a duplicate).
-    pub(crate) fn first_time(&mut self, req: u64) -> bool {
-        if !self.ids.insert(req) {
-            return false;
-        }
-        self.order.push_back(req);
-        if self.order.len() > CMA_SERVED_REMEMBERED {
-            if let Some(old) = self.order.pop_front() {
-                self.ids.remove(&old);
-            }
-        }
-        true
-    }
-}
-
-/// Counters of the pull route ([`crate::Engine::cma_stats`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CmaStats {
-    /// Parts this engine sent as pulls (writer side).
-    pub pulls_sent: u64,
-    /// Pull bytes that landed at peers (writer side, answered `Done`).
-    pub bytes_pulled: u64,
-    /// Pulls this engine served (receiver side, bytes copied).
-    pub pulls_served: u64,
-    /// Parts sent over the transport after a peer answered `Unavailable`.
-    pub fallbacks: u64,
-    /// Pull messages refused or ignored as malformed, stale or from unknown writers.
-    pub refused: u64,
-}
-
-/// What a writer knows of one peer's pull route.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum PeerRoute {
-    /// Hello sent, no answer yet: parts go over the transport.
-    Asked,
-    /// The peer verified us: eligible parts are pulled.
-    Verified,
-    /// The peer cannot pull from us: transport only.
-    Unavailable,
-}
-
-/// A part whose pull is outstanding.
-struct Pending {
-    part: Part,
-    deadline: Instant,
-}
-
-/// Per-engine state of the route.
-pub(crate) struct Cma {
-    /// Our engine id at a stable address: what a receiver reads to verify us.
-    id_cell: Box<u64>,
-    peers: Mutex<HashMap<EngineId, PeerRoute>>,
-    /// Receiver side: writers verified, with the pid they were verified at.
-    verified: Mutex<HashMap<EngineId, u32>>,
-    /// Receiver side: pulls served per writer (duplicates are answered, not run again).
-    served: Mutex<HashMap<EngineId, ServedPulls>>,
-    pending: Mutex<HashMap<u64, Pending>>,
-    pending_count: AtomicUsize,
-    next_req: AtomicU64,
-    last_sweep_ns: AtomicU64,
-    pulls_sent: AtomicU64,
-    bytes_pulled: AtomicU64,
-    pulls_served: AtomicU64,
-    fallbacks: AtomicU64,
-    refused: AtomicU64,
-}
-
-impl Cma {
-    pub(crate) fn new(id: EngineId) -> Cma {
-        Cma {
-            id_cell: Box::new(id.0),
-            peers: Mutex::new(HashMap::new()),
-            verified: Mutex::new(HashMap::new()),
-            served: Mutex::new(HashMap::new()),
-            pending: Mutex::new(HashMap::new()),
-            pending_count: AtomicUsize::new(0),
-            next_req: AtomicU64::new(rand::RngCore::next_u64(&mut rand::rngs::OsRng) >> 1 | 1),
-            last_sweep_ns: AtomicU64::new(0),
-            pulls_sent: AtomicU64::new(0),
-            bytes_pulled: AtomicU64::new(0),
-            pulls_served: AtomicU64::new(0),
-            fallbacks: AtomicU64::new(0),
-            refused: AtomicU64::new(0),
-        }
-    }
-
-    pub(crate) fn stats(&self) -> CmaStats {
-        CmaStats {
-            pulls_sent: self.pulls_sent.load(Ordering::Relaxed),
-            bytes_pulled: self.bytes_pulled.load(Ordering::Relaxed),
-            pulls_served: self.pulls_served.load(Ordering::Relaxed),
-            fallbacks: self.fallbacks.load(Ordering::Relaxed),
-            refused: self.refused.load(Ordering::Relaxed),
-        }
-    }
-}
+pub use state::{CmaStats, CMA_MIN_BYTES_DEFAULT, CMA_PULLS_IN_FLIGHT_MAX, CMA_VERIFIED_PEERS_MAX};
+use state::{PeerRoute, Pending};
+#[cfg(test)]
+use state::{ServedPulls, CMA_SERVED_REMEMBERED};
 
 /// A control message (64 bytes into `peer`'s control region) on `lane` (or the next one).
 fn control_part(shared: &Arc<Shared>, peer: EngineId, message: PullMessage) -> Option<Part> {
@@ -235,7 +125,7 @@ pub(crate) fn introduce(shared: &Arc<Shared>, peer: EngineId) {
     }
 }
 
-fn id_address(state: &Cma) -> u64 {
+fn id_address(state: &state::Cma) -> u64 {
     &*state.id_cell as *const u64 as u64
 }
 

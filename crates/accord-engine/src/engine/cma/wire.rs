@@ -1,16 +1,17 @@
-//! The pull route's control messages: fixed 64-byte records written into the peer's control
-//! region (as the landing rendezvous' are, told apart by their magic), which the receiving
-//! worker serves instead of placing. Decoding never trusts a byte: anything malformed is an
-//! error value.
+//! The pull route's control messages, as frames of the engine's one control codec
+//! ([`crate::engine::control`]): written into the peer's control region, which the receiving
+//! worker hands to this route instead of placing. Decoding never trusts a byte: anything
+//! malformed is an error value.
 
 use accord_proto::wire::RejectReason;
 
 use crate::address::EngineId;
-use crate::engine::landing::wire::CONTROL_MESSAGE_BYTES;
+use crate::engine::control::{ControlFrame, FrameError, RouteTag, CONTROL_MESSAGE_BYTES};
 
-const MAGIC: [u8; 4] = *b"ACPL";
-const VERSION: u8 = 1;
 const FLAG_IMM: u8 = 1;
+const HELLO: u8 = 1;
+const PULL: u8 = 2;
+const REPLY: u8 = 3;
 
 /// One message; `from` is the sender's claim (checked against known same-host peers), `req`
 /// the writer's request id (random start per engine).
@@ -65,63 +66,48 @@ impl Outcome {
 }
 
 /// Whether a control message belongs to this route.
+#[cfg(test)]
 pub(crate) fn is_pull_message(bytes: &[u8]) -> bool {
-    bytes.len() == CONTROL_MESSAGE_BYTES && bytes[..4] == MAGIC
+    ControlFrame::route_of(0, bytes) == Some(RouteTag::Pull)
 }
 
 impl PullMessage {
     pub(crate) fn encode(&self) -> [u8; CONTROL_MESSAGE_BYTES] {
-        let mut b = [0u8; CONTROL_MESSAGE_BYTES];
-        b[..4].copy_from_slice(&MAGIC);
-        b[4] = VERSION;
         let (kind, flags, words, region_or_code, imm) = match self.body {
-            Body::Hello { id_addr } => (1u8, 0u8, [id_addr, 0, 0, 0], 0u32, 0u32),
+            Body::Hello { id_addr } => (HELLO, 0u8, [id_addr, 0, 0, 0], 0u32, 0u32),
             Body::Pull { src_addr, len, region, key, offset, imm } => {
-                (2, if imm.is_some() { FLAG_IMM } else { 0 }, [src_addr, len, key, offset], region, imm.unwrap_or(0))
+                (PULL, if imm.is_some() { FLAG_IMM } else { 0 }, [src_addr, len, key, offset], region, imm.unwrap_or(0))
             }
-            Body::Reply { outcome } => (3, 0, [0; 4], outcome.code(), 0),
+            Body::Reply { outcome } => (REPLY, 0, [0; 4], outcome.code(), 0),
         };
-        b[5] = kind;
-        b[6] = flags;
-        b[8..16].copy_from_slice(&self.from.0.to_le_bytes());
-        b[16..24].copy_from_slice(&self.req.to_le_bytes());
-        for (i, w) in words.iter().enumerate() {
-            b[24 + 8 * i..32 + 8 * i].copy_from_slice(&w.to_le_bytes());
-        }
-        b[56..60].copy_from_slice(&region_or_code.to_le_bytes());
-        b[60..64].copy_from_slice(&imm.to_le_bytes());
-        b
+        let frame = ControlFrame::new(RouteTag::Pull, kind, self.from, self.req);
+        ControlFrame { flags, words, halves: [region_or_code, imm], ..frame }.encode()
     }
 
     /// Parses one message placed at `offset` of the control region.
-    pub(crate) fn decode(offset: u64, bytes: &[u8]) -> Result<PullMessage, &'static str> {
-        if offset != 0 || bytes.len() != CONTROL_MESSAGE_BYTES {
-            return Err("not one whole control message at offset 0");
+    pub(crate) fn decode(offset: u64, bytes: &[u8]) -> Result<PullMessage, FrameError> {
+        let frame = ControlFrame::decode(offset, bytes)?;
+        if frame.route != RouteTag::Pull {
+            return Err(FrameError::UnknownRoute);
         }
-        if bytes[..4] != MAGIC || bytes[4] != VERSION {
-            return Err("bad magic or version");
+        if frame.flags & !FLAG_IMM != 0 {
+            return Err(FrameError::Reserved);
         }
-        if bytes[7] != 0 || bytes[6] & !FLAG_IMM != 0 {
-            return Err("reserved bits set");
-        }
-        let word = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));
-        let half = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().expect("4 bytes"));
-        let (from, req) = (EngineId(word(8)), word(16));
-        let [a, b, c, d] = [word(24), word(32), word(40), word(48)];
-        let (region_or_code, imm) = (half(56), half(60));
-        let body = match bytes[5] {
-            1 => Body::Hello { id_addr: a },
-            2 => Body::Pull {
+        let [a, b, c, d] = frame.words;
+        let [region_or_code, imm] = frame.halves;
+        let body = match frame.kind {
+            HELLO => Body::Hello { id_addr: a },
+            PULL => Body::Pull {
                 src_addr: a,
                 len: b,
                 key: c,
                 offset: d,
                 region: region_or_code,
-                imm: (bytes[6] & FLAG_IMM != 0).then_some(imm),
+                imm: (frame.flags & FLAG_IMM != 0).then_some(imm),
             },
-            3 => Body::Reply { outcome: Outcome::from_code(region_or_code) },
-            _ => return Err("unknown pull message kind"),
+            REPLY => Body::Reply { outcome: Outcome::from_code(region_or_code) },
+            other => return Err(FrameError::Kind(other)),
         };
-        Ok(PullMessage { from, req, body })
+        Ok(PullMessage { from: frame.from, req: frame.req, body })
     }
 }

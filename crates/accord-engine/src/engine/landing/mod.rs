@@ -22,40 +22,31 @@
 //! go through a [`LandingCopier`] (CUDA, or a host-memory fake in tests).
 
 mod receiver;
+pub(crate) mod state;
 pub(crate) mod wire;
 mod writer;
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError, TrySendError};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, TryRecvError, TrySendError};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use accord_proto::wire::RejectReason;
 use accord_proto::{RegionId, RegionKey};
 
-use super::ops::{dispatch_part, write_kind, PartSpec};
+use super::ops::{dispatch_part, PartSpec};
+use super::part::{write_kind, Part};
 use super::shared::Shared;
 use crate::address::{EngineId, MrDescriptor};
 use crate::completion::{Transfer, TransferState};
-use crate::device::staging::{SlotLease, SlotPool, StagingMemory};
+use crate::device::staging::{SlotLease, SlotPool};
 use crate::error::TransferError;
 use crate::memory::{MemoryOwner, Region, Source};
 use receiver::{InState, Incoming, Pool};
 use wire::{Body, Control};
 use writer::{OutState, Outgoing};
 
-/// Control messages queued for the landing thread; more are dropped and counted.
-pub const LANDING_CONTROL_QUEUE_MAX: usize = 4096;
-/// Chunk requests a writer has outstanding per engine; a further submission waits.
-pub const LANDING_REQUESTS_MAX: usize = 1024;
-/// Chunks a writer has asked for and not finished, per receiving peer; later chunks wait here
-/// (so a long queue at a busy receiver does not run into the timeout).
-pub const LANDING_ASKS_PER_PEER_MAX: usize = 64;
-/// Asks a receiver holds (queued, granted or copying) per engine; more are refused.
-pub const LANDING_ASKS_MAX: usize = 4096;
-/// Default of `ACCORD_DEVICE_LANDING_TIMEOUT_MS`.
-pub const LANDING_TIMEOUT_MS_DEFAULT: u64 = 10_000;
 const POLL_SLEEP: Duration = Duration::from_micros(20);
 /// How long the thread blocks for a message when it has nothing in progress.
 const IDLE_WAIT: Duration = Duration::from_millis(100);
@@ -64,102 +55,24 @@ const IDLE_WAIT: Duration = Duration::from_millis(100);
 const WAKE_OFFSET: u64 = u64::MAX;
 const POLLS_BEFORE_SLEEP: u32 = 1 << 12;
 
-/// Host-to-device copies out of landing slots.
-pub(crate) trait LandingCopier: Send {
-    /// Starts copying `len` bytes from host address `src` (a leased slot, valid until `poll`
-    /// said done or failed) to device address `dst` of GPU `ordinal`; returns a ticket.
-    fn start(&mut self, src: usize, dst: u64, ordinal: u32, len: usize) -> Result<u64, String>;
-    /// Whether the copy of `ticket` completed (forgotten once it said true or failed).
-    fn poll(&mut self, ticket: u64) -> Result<bool, String>;
-}
+use state::ControlRx;
+pub(crate) use state::{ChunkRequest, LandingCopier, OpenedLanding};
+pub use state::{
+    LandingStats, LANDING_ASKS_MAX, LANDING_ASKS_PER_PEER_MAX, LANDING_CONTROL_QUEUE_MAX, LANDING_REQUESTS_MAX,
+    LANDING_TIMEOUT_MS_DEFAULT,
+};
 
-/// A receiver's landing pool memory and its copier.
-pub(crate) type OpenedLanding = (Box<dyn StagingMemory>, Box<dyn LandingCopier>);
-/// Control messages as placed: (offset in the control region, bytes).
-type ControlRx = Receiver<(u64, Vec<u8>)>;
-
-/// Opens a receiver's landing pool (GPU of the first ask, slot bytes, slots) and copier.
-pub(crate) type LandingOpener =
-    Box<dyn Fn(u32, usize, usize) -> Result<(Box<dyn StagingMemory>, Box<dyn LandingCopier>), String> + Send + Sync>;
-
-/// Counters of the rendezvous (both halves).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LandingStats {
-    /// Control messages refused: malformed, from an unknown peer, stale or duplicate.
-    pub control_refused: u64,
-    /// Control messages dropped because the queue was full.
-    pub control_dropped: u64,
-    /// Asks refused (region, key, bounds, chunk too large, table full, no pool).
-    pub asks_refused: u64,
-    /// Chunks copied host-to-device here.
-    pub chunks_landed: u64,
-    /// Granted slots reclaimed because the writer went quiet.
-    pub slots_reclaimed: u64,
-}
-
-/// A writer's chunk: land `source` at `dst_offset` of device region `dst` of `peer`.
-pub(crate) struct ChunkRequest {
-    pub(crate) peer: EngineId,
-    pub(crate) dst: MrDescriptor,
-    pub(crate) dst_offset: u64,
-    pub(crate) source: Source,
-    pub(crate) done: Arc<TransferState>,
-}
-
-/// The engine's handle on its landing thread.
-pub(crate) struct Landing {
-    control_tx: SyncSender<(u64, Vec<u8>)>,
-    chunk_tx: SyncSender<ChunkRequest>,
-    ends: Mutex<Option<(ControlRx, Receiver<ChunkRequest>)>>,
-    /// The thread is started on first use, once (an atomic read after that, not a lock).
-    started: std::sync::Once,
-    opener: Mutex<Option<LandingOpener>>,
-    stats: Mutex<LandingStats>,
-    dropped: AtomicU64,
-}
-
-impl Landing {
-    pub(crate) fn new(opener: LandingOpener) -> Landing {
-        let (control_tx, control_rx) = sync_channel(LANDING_CONTROL_QUEUE_MAX);
-        let (chunk_tx, chunk_rx) = sync_channel(LANDING_REQUESTS_MAX);
-        Landing {
-            control_tx,
-            chunk_tx,
-            ends: Mutex::new(Some((control_rx, chunk_rx))),
-            started: std::sync::Once::new(),
-            opener: Mutex::new(Some(opener)),
-            stats: Mutex::new(LandingStats::default()),
-            dropped: AtomicU64::new(0),
-        }
-    }
-
-    /// Replaces how the receiver's pool and copier are opened (tests: a fake over host memory).
-    /// False once the thread has opened them.
-    #[cfg(test)]
-    pub(crate) fn set_opener(&self, opener: LandingOpener) -> bool {
-        let mut slot = self.opener.lock().unwrap();
-        slot.is_some().then(|| *slot = Some(opener)).is_some()
-    }
-
-    pub(crate) fn stats(&self) -> LandingStats {
-        let mut s = *self.stats.lock().unwrap();
-        s.control_dropped = self.dropped.load(Ordering::Relaxed);
-        s
-    }
-}
-
-/// The worker's hand-off: a placement into the control region (never placed).
-pub(crate) fn deliver_control(shared: &Arc<Shared>, offset: u64, payload: Vec<u8>) {
-    if payload.is_empty() {
-        return; // a barrier's zero-byte write: only its immediate counts
-    }
+/// The worker's hand-off of a frame of this route (never placed): queued for the landing
+/// thread, which decodes and checks it. Never a reply here: the thread answers itself.
+pub(crate) fn deliver_control(shared: &Arc<Shared>, offset: u64, payload: &[u8]) -> Option<Part> {
     start(shared);
-    match shared.landing.control_tx.try_send((offset, payload)) {
+    match shared.landing.control_tx.try_send((offset, payload.to_vec())) {
         Ok(()) => {}
         Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
             shared.landing.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
+    None
 }
 
 /// Queues a writer's chunk (waits while [`LANDING_REQUESTS_MAX`] are queued).

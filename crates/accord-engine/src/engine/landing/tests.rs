@@ -244,10 +244,16 @@ fn hostile_and_stale_control_messages_are_refused_and_counted() {
     bad_magic[0] ^= 0xff;
     let mut bad_kind = msg(1, Body::Done);
     bad_kind[5] = 99;
+    // Not a whole frame of a known route: the worker counts them and hands them to no route.
+    let unrouted: Vec<(u64, Vec<u8>)> =
+        vec![(0, vec![1, 2, 3]), (8, msg(1, Body::Landed)[..32].to_vec()), (0, bad_magic.to_vec())];
+    for (offset, bytes) in &unrouted {
+        poke(&a, &r.b, *offset, bytes);
+    }
+    let unrouted_count = |e: &Engine| e.stats().lanes.iter().map(|l| l.control_unrouted).sum::<u64>();
+    wait_until("every unrouted message counted", || unrouted_count(&r.b) == unrouted.len() as u64);
+    // Frames of the landing route that its thread refuses: malformed, foreign or stale.
     let hostile: Vec<(u64, Vec<u8>)> = vec![
-        (0, vec![1, 2, 3]),
-        (8, msg(1, Body::Landed)[..32].to_vec()),
-        (0, bad_magic.to_vec()),
         (0, bad_kind.to_vec()),
         (0, stranger.to_vec()),
         (0, msg(77, Body::Landed).to_vec()),
@@ -271,6 +277,7 @@ fn hostile_and_stale_control_messages_are_refused_and_counted() {
     wait_until("the stale landed counted", || r.b.landing_stats().control_refused == hostile.len() as u64 + 1);
     assert_eq!(r.copies.load(Ordering::SeqCst), 0);
     assert!(dst.to_vec().iter().all(|&x| x == 0));
+    assert_eq!(unrouted_count(&r.b), unrouted.len() as u64, "landing frames are never unrouted");
     // The receiver still serves an honest write, with every slot back in its pool.
     let src = a.alloc(3 * SLOT_BYTES as usize).unwrap();
     src.fill(5);
