@@ -166,7 +166,7 @@ pub struct EngineConfig {
     pub wait_spin: Duration,
     /// Writes (shards) of at least [`EngineConfig::cma_min_bytes`] to another process of this
     /// host are pulled by the receiver with one cross-memory copy (`process_vm_readv`) instead
-    /// of two through a shared-memory ring; see `engine::cma`. Pairs that cannot (no
+    /// of two through a shared-memory ring; see `engine::route::cma`. Pairs that cannot (no
     /// permission, another pid namespace) stay on the transport by themselves. Default off:
     /// on the 2xH200 host it cut the one-way latency of 64 KiB-1 MiB writes by 15-28%, but
     /// NCCL all_reduce through the plugin (64 KiB pieces) was 4-25% slower with it

@@ -1,4 +1,4 @@
-//! The pull route between two processes of this host (`engine::cma`): large writes land
+//! The pull route between two processes of this host (`engine::route::cma`): large writes land
 //! byte-exact with their immediates counted exactly once whether they are pulled (one
 //! cross-memory copy) or, when the receiver cannot pull, sent over the transport; refusals
 //! are refusals either way. The test binary re-executes itself as the receiver

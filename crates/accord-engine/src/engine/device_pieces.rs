@@ -11,7 +11,8 @@
 
 use std::sync::Arc;
 
-use super::ops::{dispatch_part, PagedWriteOp, ScatterDst};
+use super::ops::{PagedWriteOp, ScatterDst};
+use super::route::dispatch::dispatch_part;
 use super::{Engine, WriteOp};
 use crate::completion::{Transfer, TransferState};
 use crate::error::SubmitError;

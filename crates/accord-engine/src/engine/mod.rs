@@ -1,15 +1,13 @@
 //! The [`Engine`]: construction, memory registration, peers, immediates, statistics, shutdown.
 //! Transfers (`write`, `write_paged`, `scatter`, `send`, `barrier`) live in `ops`.
 
-pub(crate) mod cma;
 pub(crate) mod control;
 mod device;
 mod device_pieces;
-pub(crate) mod landing;
 mod ops;
 pub(crate) mod part;
+pub(crate) mod route;
 pub(crate) mod shared;
-mod shared_host;
 
 pub use ops::{PagedWriteOp, ScatterDst, WriteOp, PAGES_PER_WRITE_MAX, SCATTER_DESTINATIONS_MAX, SHARD_ALIGN_BYTES};
 
@@ -48,11 +46,10 @@ fn check_alloc_len(len: usize) -> Result<(), RegisterError> {
 /// which workers hand to [`landing`] instead of placing (the memory only backs same-process
 /// writes, which skip the worker).
 fn control_region(key: RegionKey) -> Result<Region, BuildError> {
-    let memory = Arc::new(
-        Allocation::new(landing::wire::CONTROL_MESSAGE_BYTES).map_err(|e| BuildError::Invalid(e.to_string()))?,
-    );
+    let memory =
+        Arc::new(Allocation::new(control::CONTROL_MESSAGE_BYTES).map_err(|e| BuildError::Invalid(e.to_string()))?);
     let keep: crate::memory::MemoryOwner = memory.clone();
-    let len = landing::wire::CONTROL_MESSAGE_BYTES as u64;
+    let len = control::CONTROL_MESSAGE_BYTES as u64;
     Ok(Region { base: memory.base(), len, key, keep: Some(keep), device: None })
 }
 
@@ -168,7 +165,7 @@ pub struct Engine {
     /// The staging thread and its pinned pool, started on the first staged device write.
     staging: std::sync::OnceLock<Result<crate::device::staging::driver::Stager, String>>,
     /// Same-host peers' shared region files this engine mapped ([`shared_host`]).
-    peer_files: shared_host::PeerFiles,
+    peer_files: route::shared_host::PeerFiles,
 }
 
 impl std::fmt::Debug for Engine {
@@ -303,10 +300,10 @@ impl Engine {
             next_lane: AtomicUsize::new(0),
             tags: crate::tags::TagSource::new(random_u64()),
             seen_tags: Default::default(),
-            landing: landing::state::Landing::new(Box::new(move |ordinal, slot_bytes, slots| {
+            landing: route::landing::state::Landing::new(Box::new(move |ordinal, slot_bytes, slots| {
                 crate::device::cuda_staging::open_cuda_landing(ordinal, slot_bytes, slots, private_contexts)
             })),
-            cma: cma::state::Cma::new(id),
+            cma: route::cma::state::Cma::new(id),
         });
         let completion_thread = std::thread::Builder::new()
             .name("accord-completion".into())
@@ -335,7 +332,7 @@ impl Engine {
             barrier_seen: Mutex::new(HashMap::new()),
             device: std::sync::OnceLock::new(),
             staging: std::sync::OnceLock::new(),
-            peer_files: shared_host::PeerFiles::default(),
+            peer_files: route::shared_host::PeerFiles::default(),
         })
     }
 
@@ -377,7 +374,7 @@ impl Engine {
         }
         // And the pull route asks to be verified now, so large writes find it ready.
         if !known && address.pid != std::process::id() && self.shared.config.cma {
-            cma::introduce(&self.shared, address.id);
+            route::cma::introduce(&self.shared, address.id);
         }
         Ok(())
     }
@@ -595,9 +592,9 @@ impl Drop for Engine {
 /// workers look them up.
 fn control_routes() -> crate::worker::control::ControlRoutes {
     crate::worker::control::ControlRoutes::default()
-        .on(control::RouteTag::Landing, landing::deliver_control)
-        .on(control::RouteTag::Pull, cma::serve)
-        .sweep_with(cma::sweep)
+        .on(control::RouteTag::Landing, route::landing::deliver_control)
+        .on(control::RouteTag::Pull, route::cma::serve)
+        .sweep_with(route::cma::sweep)
 }
 
 #[cfg(test)]

@@ -1,12 +1,13 @@
 //! Transfers: validation at submission, splitting into parts (shards, page runs), routing each
 //! part to memcpy (same-process peer) or a lane (network), and barriers.
 
-use super::part::{write_kind, Part, PartKind};
-use super::shared::{local_engine, Shared};
+use super::part::{write_kind, PartKind};
+use super::route::dispatch::{dispatch_part, PartSpec};
+use super::shared::local_engine;
 use super::Engine;
 use crate::address::{EngineId, MrDescriptor};
-use crate::completion::{Transfer, TransferState};
-use crate::error::{BarrierError, SubmitError, TransferError};
+use crate::completion::Transfer;
+use crate::error::{BarrierError, SubmitError};
 use crate::memory::{MrHandle, Source};
 use std::sync::Arc;
 use std::time::Duration;
@@ -68,56 +69,8 @@ pub struct ScatterDst {
     pub len: u64,
 }
 
-pub(super) struct PartSpec {
-    pub(super) peer: EngineId,
-    pub(super) kind: PartKind,
-    pub(super) source: Source,
-    pub(super) lane: Option<usize>,
-}
-
 fn check_range(offset: u64, len: u64, region_len: u64) -> bool {
     offset.checked_add(len).is_some_and(|end| end <= region_len)
-}
-
-/// Performs a part against a same-process peer: check, copy, count.
-fn run_local(peer: &Shared, kind: PartKind, source: &Source) -> Result<(), TransferError> {
-    match kind {
-        PartKind::Write { region, key, offset, imm } => {
-            {
-                let regions = peer.regions.read().unwrap();
-                regions.check_write(region, key, offset, source.len()).map_err(TransferError::Rejected)?;
-                regions.place_from(region, offset, source);
-            }
-            if let Some(imm) = imm {
-                peer.imms.bump(imm, &peer.jobs);
-            }
-            Ok(())
-        }
-        PartKind::Send { imm } => {
-            let mut bytes = vec![0u8; source.len() as usize];
-            source.read(0, &mut bytes);
-            peer.recv.deliver_local(&bytes, imm, &peer.jobs).map_err(TransferError::Rejected)
-        }
-    }
-}
-
-/// Runs a part locally or routes it to a lane.
-pub(super) fn dispatch_part(shared: &Arc<Shared>, spec: PartSpec, transfer: Arc<TransferState>) {
-    if !shared.config.force_network {
-        let local = if spec.peer == shared.id { Some(shared.clone()) } else { local_engine(spec.peer) };
-        if let Some(peer) = local {
-            let result = run_local(&peer, spec.kind, &spec.source);
-            drop(spec.source); // released before completion, as `Part::finish` does
-            transfer.part_done(result);
-            return;
-        }
-    }
-    let tag = shared.tags.next();
-    let part = Part { peer: spec.peer, kind: spec.kind, source: spec.source, transfer, tag, attempts: 0 };
-    // A large write to another process of this host may go as one cross-memory copy instead.
-    if let Some(part) = super::cma::try_pull(shared, part, spec.lane) {
-        shared.route(part, spec.lane);
-    }
 }
 
 impl Engine {

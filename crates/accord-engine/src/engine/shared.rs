@@ -83,10 +83,10 @@ pub(crate) struct Shared {
     pub(crate) next_lane: AtomicUsize,
     pub(crate) tags: crate::tags::TagSource,
     pub(crate) seen_tags: crate::tags::SeenTags,
-    /// The landing rendezvous of device writes across hosts (`engine::landing`).
-    pub(crate) landing: super::landing::state::Landing,
-    /// The pull route between processes of this host (`engine::cma`).
-    pub(crate) cma: super::cma::state::Cma,
+    /// The landing rendezvous of device writes across hosts (`engine::route::landing`).
+    pub(crate) landing: super::route::landing::state::Landing,
+    /// The pull route between processes of this host (`engine::route::cma`).
+    pub(crate) cma: super::route::cma::state::Cma,
 }
 
 impl Shared {

@@ -39,9 +39,9 @@ use std::time::Instant;
 
 use accord_proto::{RegionId, RegionKey};
 
-use super::part::{write_kind, Part, PartKind};
-use super::shared::Shared;
 use crate::address::EngineId;
+use crate::engine::part::{write_kind, Part, PartKind};
+use crate::engine::shared::Shared;
 use crate::error::TransferError;
 use crate::memory::Source;
 use wire::{Body, Outcome, PullMessage};

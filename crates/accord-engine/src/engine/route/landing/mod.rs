@@ -35,12 +35,12 @@ use std::time::{Duration, Instant};
 use accord_proto::wire::RejectReason;
 use accord_proto::{RegionId, RegionKey};
 
-use super::ops::{dispatch_part, PartSpec};
-use super::part::{write_kind, Part};
-use super::shared::Shared;
 use crate::address::{EngineId, MrDescriptor};
 use crate::completion::{Transfer, TransferState};
 use crate::device::staging::{SlotLease, SlotPool};
+use crate::engine::part::{write_kind, Part};
+use crate::engine::route::dispatch::{dispatch_part, PartSpec};
+use crate::engine::shared::Shared;
 use crate::error::TransferError;
 use crate::memory::{MemoryOwner, Region, Source};
 use receiver::{InState, Incoming, Pool};

@@ -26,10 +26,10 @@ fn messages_round_trip_and_garbage_is_an_error() {
             assert!(PullMessage::decode(0, &bad).is_err(), "byte {i} flipped must not decode");
         }
     }
-    let landing = crate::engine::landing::wire::Control {
+    let landing = crate::engine::route::landing::wire::Control {
         from: EngineId(1),
         req: 2,
-        body: crate::engine::landing::wire::Body::Done,
+        body: crate::engine::route::landing::wire::Body::Done,
     };
     assert!(!is_pull_message(&landing.encode()), "landing messages are not ours");
 }
