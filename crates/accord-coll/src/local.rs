@@ -150,8 +150,8 @@ impl LocalTransport {
         if desc.token.len() != 16 {
             return Err(not_registered());
         }
-        let id = u64::from_le_bytes(desc.token[0..8].try_into().expect("8 bytes"));
-        let key = u64::from_le_bytes(desc.token[8..16].try_into().expect("8 bytes"));
+        let mut token = accord_proto::frame::FrameReader::new(&desc.token);
+        let (Ok(id), Ok(key)) = (token.u64(), token.u64()) else { return Err(not_registered()) };
         let bufs = lock(&self.fabric.bufs);
         match bufs.get(&id) {
             Some(e) if e.owner == desc.rank && e.key == key => Ok((id, e.mem.clone())),

@@ -31,6 +31,7 @@
 //!   handshake, so no rank can run more than one collective ahead of a peer it
 //!   writes to, far below the wrap-around.
 
+use accord_proto::frame::{FrameError, FrameReader};
 use std::time::Instant;
 
 use crate::error::TransportError;
@@ -188,17 +189,22 @@ impl RemoteBufDesc {
 
     /// Parses the wire form from the front of `input`, returning the rest.
     pub fn decode(input: &[u8]) -> Result<(RemoteBufDesc, &[u8]), String> {
-        if input.len() < 14 {
-            return Err(format!("descriptor needs 14 header bytes, got {}", input.len()));
+        let mut reader = FrameReader::new(input);
+        let desc = RemoteBufDesc::read(&mut reader)?;
+        Ok((desc, reader.rest()))
+    }
+
+    /// Reads the wire form at `reader`'s position.
+    pub fn read(reader: &mut FrameReader<'_>) -> Result<RemoteBufDesc, String> {
+        let header = |e: FrameError| format!("descriptor header: {e}");
+        let rank = reader.u32().map_err(header)? as usize;
+        let len = reader.u64().map_err(header)?;
+        let token_len = reader.u16().map_err(header)? as usize;
+        if token_len > REMOTE_TOKEN_BYTES_MAX {
+            return Err(format!("descriptor token of {token_len} bytes is longer than {REMOTE_TOKEN_BYTES_MAX}"));
         }
-        let rank = u32::from_le_bytes(input[0..4].try_into().expect("4 bytes")) as usize;
-        let len = u64::from_le_bytes(input[4..12].try_into().expect("8 bytes"));
-        let token_len = u16::from_le_bytes(input[12..14].try_into().expect("2 bytes")) as usize;
-        if token_len > REMOTE_TOKEN_BYTES_MAX || input.len() < 14 + token_len {
-            return Err(format!("descriptor token of {token_len} bytes is too long or truncated"));
-        }
-        let desc = RemoteBufDesc { rank, len, token: input[14..14 + token_len].to_vec() };
-        Ok((desc, &input[14 + token_len..]))
+        let token = reader.bytes(token_len).map_err(|e| format!("descriptor token: {e}"))?.to_vec();
+        Ok(RemoteBufDesc { rank, len, token })
     }
 }
 

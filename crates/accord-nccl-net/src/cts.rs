@@ -4,6 +4,7 @@
 //! pieces the sender writes them (each piece its own write with the completion immediate).
 
 use crate::error::PluginError;
+use accord_proto::frame::{FrameError, FrameReader};
 
 /// Most receives one grouped `irecv` may hold (`maxRecvs`).
 pub const RECVS_MAX: usize = 8;
@@ -71,37 +72,36 @@ impl CtsEntry {
 
     /// Parses one ring entry; `expected_seq` is the sequence number the sender waits for.
     pub fn decode(bytes: &[u8; ENTRY_BYTES], expected_seq: u64) -> Result<CtsEntry, PluginError> {
-        let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
-        let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
-        let magic = u32_at(0);
-        let count = u32_at(4) as usize;
-        let seq = u64_at(8);
+        let malformed =
+            |e: FrameError| PluginError::Protocol(format!("clear-to-send entry {expected_seq} is malformed: {e}"));
+        let mut header = FrameReader::new(bytes);
+        let (magic, count, seq, slot) =
+            (|| Ok((header.u32()?, header.u32()? as usize, header.u64()?, header.u32()?)))().map_err(malformed)?;
         if magic != CTS_MAGIC || count == 0 || count > RECVS_MAX || seq != expected_seq {
             return Err(PluginError::Protocol(format!(
                 "clear-to-send entry {expected_seq} is malformed (magic {magic:#x}, {count} receives, sequence {seq})"
             )));
         }
-        let recvs = (0..count)
-            .map(|i| {
-                let at = HEADER_BYTES + i * RECV_BYTES;
-                CtsRecv {
-                    tag: u32_at(at) as i32,
-                    region: u32_at(at + 4),
-                    key: u64_at(at + 8),
-                    region_len: u64_at(at + 16),
-                    offset: u64_at(at + 24),
-                    size: u64_at(at + 32),
-                    pieces: u32_at(at + 40),
-                }
+        let recv = |i: usize| -> Result<CtsRecv, FrameError> {
+            let mut r = FrameReader::at(bytes, HEADER_BYTES + i * RECV_BYTES);
+            Ok(CtsRecv {
+                tag: r.u32()? as i32,
+                region: r.u32()?,
+                key: r.u64()?,
+                region_len: r.u64()?,
+                offset: r.u64()?,
+                size: r.u64()?,
+                pieces: r.u32()?,
             })
-            .collect::<Vec<_>>();
+        };
+        let recvs = (0..count).map(recv).collect::<Result<Vec<_>, _>>().map_err(malformed)?;
         if let Some(r) = recvs.iter().find(|r| r.pieces == 0 || r.pieces > PIECES_MAX) {
             return Err(PluginError::Protocol(format!(
                 "clear-to-send entry {expected_seq} asks for {} pieces (1..={PIECES_MAX})",
                 r.pieces
             )));
         }
-        Ok(CtsEntry { seq, slot: u32_at(16), recvs })
+        Ok(CtsEntry { seq, slot, recvs })
     }
 }
 

@@ -7,6 +7,7 @@
 
 use crate::abi::NET_HANDLE_BYTES_MAX;
 use crate::error::PluginError;
+use accord_proto::frame::{FrameError, FrameReader};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// First four bytes of every Accord handle ("ACRD").
@@ -61,16 +62,6 @@ fn fingerprint_of(text: &str) -> u64 {
     hash.max(1)
 }
 
-fn u16_at(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
-}
-
 impl Handle {
     /// Writes the handle into `out` (the first [`HANDLE_BYTES`]; the rest is zeroed).
     pub fn encode(&self, out: &mut [u8; NET_HANDLE_BYTES_MAX]) {
@@ -95,24 +86,25 @@ impl Handle {
 
     /// Reads a handle, checking magic, version and family.
     pub fn decode(bytes: &[u8; NET_HANDLE_BYTES_MAX]) -> Result<Handle, PluginError> {
-        let magic = u32_at(bytes, OFF_MAGIC);
-        if magic != HANDLE_MAGIC || u16_at(bytes, OFF_VERSION) != HANDLE_VERSION {
+        // Every offset lies inside the fixed-size handle, so a read fails only if the offset
+        // table above is wrong; that is still an error here, never a panic.
+        let field = |at: usize| FrameReader::at(bytes, at);
+        let bad = |magic: u32| move |_: FrameError| PluginError::BadHandle { magic };
+        let magic = field(OFF_MAGIC).u32().map_err(bad(0))?;
+        if magic != HANDLE_MAGIC || field(OFF_VERSION).u16().map_err(bad(magic))? != HANDLE_VERSION {
             return Err(PluginError::BadHandle { magic });
         }
-        let port = u16_at(bytes, OFF_PORT);
-        let ip = match bytes[OFF_FAMILY] {
-            4 => IpAddr::V4(Ipv4Addr::new(bytes[OFF_IP], bytes[OFF_IP + 1], bytes[OFF_IP + 2], bytes[OFF_IP + 3])),
-            6 => {
-                let octets: [u8; 16] = bytes[OFF_IP..OFF_IP + 16].try_into().expect("16 bytes");
-                IpAddr::V6(Ipv6Addr::from(octets))
-            }
+        let port = field(OFF_PORT).u16().map_err(bad(magic))?;
+        let ip = match field(OFF_FAMILY).u8().map_err(bad(magic))? {
+            4 => IpAddr::V4(Ipv4Addr::from(field(OFF_IP).array::<4>().map_err(bad(magic))?)),
+            6 => IpAddr::V6(Ipv6Addr::from(field(OFF_IP).array::<16>().map_err(bad(magic))?)),
             _ => return Err(PluginError::BadHandle { magic }),
         };
         Ok(Handle {
             addr: SocketAddr::new(ip, port),
-            nonce: u64_at(bytes, OFF_NONCE),
-            stage: u64_at(bytes, OFF_STAGE),
-            machine: u64_at(bytes, OFF_MACHINE),
+            nonce: field(OFF_NONCE).u64().map_err(bad(magic))?,
+            stage: field(OFF_STAGE).u64().map_err(bad(magic))?,
+            machine: field(OFF_MACHINE).u64().map_err(bad(magic))?,
         })
     }
 

@@ -17,6 +17,7 @@ pub mod config;
 mod conn;
 pub mod credit;
 pub mod endpoint;
+pub mod frame;
 pub mod ids;
 pub mod path;
 pub mod recv;

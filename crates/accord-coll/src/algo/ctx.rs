@@ -1,6 +1,7 @@
 //! One collective call in progress: its arguments, the descriptor handshake,
 //! immediates, and error mapping that names the ranks at fault.
 
+use accord_proto::frame::{FrameError, FrameReader};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -97,43 +98,28 @@ impl Handshake {
     }
 
     pub fn decode(b: &[u8]) -> Result<Handshake, String> {
-        fn take<'b>(b: &mut &'b [u8], n: usize) -> Result<&'b [u8], String> {
-            if b.len() < n {
-                return Err(format!("handshake truncated: wanted {n} more bytes, have {}", b.len()));
-            }
-            let (h, t) = b.split_at(n);
-            *b = t;
-            Ok(h)
-        }
-        let u64_of = |s: &[u8]| u64::from_le_bytes(s.try_into().expect("8 bytes"));
-        let mut b = b;
-        let head = take(&mut b, 5)?;
+        let truncated = |e: FrameError| format!("handshake truncated: {e}");
+        let mut r = FrameReader::new(b);
+        let head: [u8; 5] = r.array().map_err(truncated)?;
         if head[0] != HANDSHAKE_VERSION {
             return Err(format!("handshake version {} (expected {HANDSHAKE_VERSION})", head[0]));
         }
-        let root = u32::from_le_bytes(take(&mut b, 4)?.try_into().expect("4 bytes"));
-        let count = u64_of(take(&mut b, 8)?);
-        let param = u64_of(take(&mut b, 8)?);
-        let flags = take(&mut b, 1)?[0];
+        let root = r.u32().map_err(truncated)?;
+        let count = r.u64().map_err(truncated)?;
+        let param = r.u64().map_err(truncated)?;
+        let flags = r.u8().map_err(truncated)?;
         let recv = if flags & 1 != 0 {
-            let (d, rest) = RemoteBufDesc::decode(b)?;
-            b = rest;
-            Some((d, u64_of(take(&mut b, 8)?)))
+            let d = RemoteBufDesc::read(&mut r)?;
+            Some((d, r.u64().map_err(truncated)?))
         } else {
             None
         };
-        let scratch = if flags & 2 != 0 {
-            let (d, rest) = RemoteBufDesc::decode(b)?;
-            b = rest;
-            Some(d)
-        } else {
-            None
-        };
-        let n = take(&mut b, 1)?[0] as usize;
+        let scratch = if flags & 2 != 0 { Some(RemoteBufDesc::read(&mut r)?) } else { None };
+        let n = r.u8().map_err(truncated)? as usize;
         if n > HANDSHAKE_EXTRA_MAX {
             return Err(format!("handshake has {n} extra fields, limit {HANDSHAKE_EXTRA_MAX}"));
         }
-        let extra = (0..n).map(|_| take(&mut b, 8).map(u64_of)).collect::<Result<Vec<_>, _>>()?;
+        let extra = (0..n).map(|_| r.u64().map_err(truncated)).collect::<Result<Vec<_>, _>>()?;
         Ok(Handshake {
             collective: head[1],
             algo: head[2],

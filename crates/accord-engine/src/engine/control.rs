@@ -25,6 +25,7 @@
 //! Decoding never trusts a byte: anything malformed is a [`FrameError`], never a panic.
 
 use crate::address::EngineId;
+use accord_proto::frame::FrameReader;
 
 /// Bytes of every control frame (and of the control region).
 pub const CONTROL_MESSAGE_BYTES: usize = 64;
@@ -127,25 +128,16 @@ impl ControlFrame {
         if bytes[7] != 0 {
             return Err(FrameError::Reserved);
         }
-        let word = |i: usize| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&bytes[i..i + 8]);
-            u64::from_le_bytes(w)
+        let mut fields = FrameReader::at(bytes, 5);
+        let read = |fields: &mut FrameReader<'_>| -> Result<ControlFrame, accord_proto::frame::FrameError> {
+            let (kind, flags, _reserved) = (fields.u8()?, fields.u8()?, fields.u8()?);
+            let (from, req) = (EngineId(fields.u64()?), fields.u64()?);
+            let words = [fields.u64()?, fields.u64()?, fields.u64()?, fields.u64()?];
+            let halves = [fields.u32()?, fields.u32()?];
+            Ok(ControlFrame { route, kind, flags, from, req, words, halves })
         };
-        let half = |i: usize| {
-            let mut h = [0u8; 4];
-            h.copy_from_slice(&bytes[i..i + 4]);
-            u32::from_le_bytes(h)
-        };
-        Ok(ControlFrame {
-            route,
-            kind: bytes[5],
-            flags: bytes[6],
-            from: EngineId(word(8)),
-            req: word(16),
-            words: [word(24), word(32), word(40), word(48)],
-            halves: [half(56), half(60)],
-        })
+        // The frame is exactly 64 bytes (checked above), so no read can run past its end.
+        read(&mut fields).map_err(|_| FrameError::NotWhole)
     }
 
     /// The route a message names, if it is a whole frame of a known route (the worker's

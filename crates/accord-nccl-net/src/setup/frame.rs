@@ -63,7 +63,7 @@ impl FrameReader {
     }
 
     fn declared(&self) -> Option<usize> {
-        self.bytes.get(..4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
+        accord_proto::frame::FrameReader::new(&self.bytes).u32().ok().map(|len| len as usize)
     }
 
     /// Bytes still missing (never reads past the frame).
