@@ -32,6 +32,7 @@ enum Command {
 fn main() -> ExitCode {
     // The p2p benchmark re-runs this binary as its second process.
     accord_engine::bench::run_child_if_requested();
+    accord_knobs::warn_unknown_once();
     let raw_args: Vec<String> = std::env::args().skip(1).collect();
     let cli = Cli::parse();
     let result = match cli.command {

@@ -491,3 +491,6 @@ impl EngineConfig {
         ep
     }
 }
+
+#[cfg(test)]
+mod knob_tests;

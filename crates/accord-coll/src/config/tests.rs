@@ -36,3 +36,25 @@ fn bad_values_are_errors_that_name_the_variable() {
     let e = CollConfig::from_lookup(lookup(&[("ACCORD_COLL_SEGMENT_BYTES", "0")])).unwrap_err();
     assert!(e.to_string().contains("ACCORD_COLL_SEGMENT_BYTES"), "{e}");
 }
+
+#[test]
+fn the_parsers_read_exactly_the_registered_knobs() {
+    use accord_knobs::{check_reads, names_read_by, Component};
+    let coll = names_read_by(|lookup| {
+        let _ = CollConfig::from_lookup(|n| lookup(n));
+        // The bootstrap reads its own knob only once torchrun's variables are there.
+        let torchrun = |n: &str| match n {
+            "RANK" => Some("0".to_string()),
+            "WORLD_SIZE" => Some("1".to_string()),
+            "MASTER_ADDR" => Some("127.0.0.1".to_string()),
+            "MASTER_PORT" => Some("29500".to_string()),
+            _ => lookup(n),
+        };
+        let _ = crate::store::BootstrapConfig::from_lookup(torchrun);
+    });
+    check_reads(Component::Collectives, &coll).unwrap();
+    let gpu = names_read_by(|lookup| {
+        let _ = crate::gpu::config::GpuConfig::from_lookup(|n| lookup(n));
+    });
+    check_reads(Component::GpuCollectives, &gpu).unwrap();
+}

@@ -143,6 +143,8 @@ impl EngineBuilder {
 
     /// Opens the NICs, starts the workers and the completion thread.
     pub fn build(self) -> Result<Engine, BuildError> {
+        // A misspelt or renamed ACCORD_* variable would otherwise be ignored without a word.
+        accord_knobs::warn_unknown_once();
         let config =
             if self.ignore_env { self.config } else { self.config.with_overrides_from(|n| std::env::var(n).ok())? };
         config.validate()?;

@@ -86,3 +86,16 @@ fn speed_comes_from_sys_else_loopback_else_the_default() {
     assert_eq!(default_speed_mbps("::1".parse().unwrap(), Some("lo"), sys), LOOPBACK_SPEED_MBPS);
     const { assert!(LOOPBACK_SPEED_MBPS > SPEED_MBPS_DEFAULT) };
 }
+
+#[test]
+fn the_parsers_read_exactly_the_registered_knobs() {
+    use accord_knobs::{check_reads, names_read_by, Component};
+    let plugin = names_read_by(|lookup| {
+        let _ = NetConfig::from_lookup(|n| lookup(n), |_| None);
+    });
+    check_reads(Component::Plugin, &plugin).unwrap();
+    let tuner = names_read_by(|lookup| {
+        let _ = crate::tuner::TunerPolicy::from_lookup(|n| lookup(n));
+    });
+    check_reads(Component::Tuner, &tuner).unwrap();
+}

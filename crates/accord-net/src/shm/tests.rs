@@ -422,3 +422,12 @@ fn a_receiver_polling_without_blocking_never_costs_a_doorbell() {
     assert!(polls_with_data > 0, "a zero-timeout poll reports waiting ring entries");
     assert_eq!(a.stats().doorbells_sent, 0, "the poller never said it sleeps, so no doorbell was due");
 }
+
+#[test]
+fn the_parser_reads_exactly_the_registered_knobs() {
+    use accord_knobs::{check_reads, names_read_by, Component};
+    let read = names_read_by(|lookup| {
+        let _ = crate::shm::ShmConfig::default().with_overrides_from(|n| lookup(n));
+    });
+    check_reads(Component::SharedMemory, &read).unwrap();
+}

@@ -383,3 +383,12 @@ fn wrappers_compose_over_udp_and_cut_from_another_thread() {
     assert_eq!(per_path, [100, 100, 0, 100]);
     assert_eq!(a.counters().path(2).unwrap().tx_packets, 100, "the tracer above the cut saw them");
 }
+
+#[test]
+fn the_parser_reads_exactly_the_registered_knobs() {
+    use accord_knobs::{check_reads, names_read_by, Component};
+    let read = names_read_by(|lookup| {
+        let _ = crate::udp::UdpConfig::default().with_overrides_from(|n| lookup(n));
+    });
+    check_reads(Component::Udp, &read).unwrap();
+}
