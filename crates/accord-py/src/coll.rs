@@ -8,6 +8,7 @@
 //! unusable: its peers are left mid-collective).
 
 use crate::coll_array::{array, expect_count, same_dtype, Array};
+use crate::coll_store::{torchrun_agent_store, PyStore, AGENT_STORE_ENV};
 use crate::errors::{error, Kind};
 use crate::values::WAIT_SLICE;
 use accord_coll::engine::{EngineSetupError, EngineTransport};
@@ -226,6 +227,27 @@ pub struct Communicator {
 }
 
 impl Communicator {
+    /// A communicator that meets its peers through `store` (see `coll_store`).
+    fn through_store(
+        py: Python<'_>,
+        store: PyStore,
+        prefix: String,
+        (rank, world_size): (usize, usize),
+        rendezvous_timeout: Duration,
+        config: CollConfig,
+    ) -> PyResult<Self> {
+        let comm = background(py, move || -> Result<Comm, EngineSetupError> {
+            let mut store = store;
+            accord_coll::engine::communicator_through(&mut store, &prefix, rank, world_size, rendezvous_timeout, config)
+        })?
+        .map_err(setup_error)?;
+        Ok(Communicator {
+            rank: comm.rank(),
+            world_size: comm.world_size(),
+            state: Mutex::new(State::Ready(Box::new(comm))),
+        })
+    }
+
     /// Takes the communicator out for a call.
     fn take(&self, op: &str) -> PyResult<Box<Comm>> {
         let mut state = self.state.lock().unwrap();
@@ -354,7 +376,8 @@ impl Communicator {
 #[pymethods]
 impl Communicator {
     #[new]
-    #[pyo3(signature = (rank = None, world_size = None, master_addr = None, master_port = None, *, timeout = None))]
+    #[pyo3(signature = (rank = None, world_size = None, master_addr = None, master_port = None, *, timeout = None, store = None, store_prefix = "accord/"))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         rank: Option<usize>,
@@ -362,6 +385,8 @@ impl Communicator {
         master_addr: Option<String>,
         master_port: Option<u16>,
         timeout: Option<f64>,
+        store: Option<Py<PyAny>>,
+        store_prefix: &str,
     ) -> PyResult<Self> {
         let timeout = match timeout {
             None => None,
@@ -378,12 +403,52 @@ impl Communicator {
             Some((_, Some(value))) => Some(value.clone()),
             _ => std::env::var(name).ok(),
         };
-        let mut bootstrap_config = BootstrapConfig::from_lookup(lookup).map_err(|e| setup_error(e.into()))?;
         let mut coll_config =
             CollConfig::from_env().map_err(|e| error(Kind::Config, format!("creating the communicator: {e}")))?;
         if let Some(t) = timeout {
-            bootstrap_config.timeout = t;
             coll_config.timeout = t;
+        }
+        if let Some(store) = store {
+            let (Some(rank), Some(world_size)) = (rank, world_size) else {
+                return Err(error(
+                    Kind::Config,
+                    "creating the communicator: with store=, pass rank and world_size too",
+                ));
+            };
+            let rendezvous = timeout.unwrap_or(Duration::from_secs(300));
+            let prefix = store_prefix.to_string();
+            return Self::through_store(py, PyStore(store), prefix, (rank, world_size), rendezvous, coll_config);
+        }
+        let mut bootstrap_config = BootstrapConfig::from_lookup(lookup).map_err(|e| setup_error(e.into()))?;
+        if let Some(t) = timeout {
+            bootstrap_config.timeout = t;
+        }
+        if master_port.is_none() {
+            let (addr, port) = (bootstrap_config.master_addr.clone(), bootstrap_config.master_port);
+            match torchrun_agent_store(py, &addr, port, bootstrap_config.rank, bootstrap_config.timeout)? {
+                Some((store, prefix)) => {
+                    let (rank, world_size) = (bootstrap_config.rank, bootstrap_config.world_size);
+                    let store = PyStore(store);
+                    return Self::through_store(
+                        py,
+                        store,
+                        prefix,
+                        (rank, world_size),
+                        bootstrap_config.timeout,
+                        coll_config,
+                    );
+                }
+                // Under the agent store without torch to reach it: the port above the agent's.
+                None if std::env::var(AGENT_STORE_ENV).is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1") => {
+                    bootstrap_config.master_port = port.checked_add(1).ok_or_else(|| {
+                        error(
+                            Kind::Config,
+                            "creating the communicator: MASTER_PORT is 65535, no port above it for Accord's store",
+                        )
+                    })?;
+                }
+                None => {}
+            }
         }
         let comm = background(py, move || -> Result<Comm, EngineSetupError> {
             accord_coll::engine::communicator_from_config(bootstrap_config, coll_config)
