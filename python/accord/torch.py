@@ -70,7 +70,8 @@ def _reduce_op_name(op: Any, what: str) -> str:
     for known, name in _REDUCE_OPS.items():
         if op == known:
             return name
-    raise BackendError(f"accord backend: {what} with reduce op {op} is not supported: use SUM, PRODUCT, MIN, MAX or AVG")
+    shown = str(getattr(op, "op", op)).rsplit(".", 1)[-1]
+    raise BackendError(f"accord backend: {what} with reduce op {shown} is not supported: use SUM, PRODUCT, MIN, MAX or AVG")
 
 
 class Work(dist._Work):  # type: ignore[misc]
