@@ -41,7 +41,7 @@ def agent_store(master_addr: str, master_port: int, rank: int, timeout: float) -
     communicators in the same order meet under the same keys.
     """
     try:
-        from torch.distributed import TCPStore
+        from torch._C._distributed_c10d import TCPStore
     except ImportError:
         return None
     store = TCPStore(

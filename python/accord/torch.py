@@ -74,7 +74,13 @@ def _reduce_op_name(op: Any, what: str) -> str:
     raise BackendError(f"accord backend: {what} with reduce op {shown} is not supported: use SUM, PRODUCT, MIN, MAX or AVG")
 
 
-class Work(dist._Work):  # type: ignore[misc]
+# The bases as Any: torch types their pybind methods as overloads, which a Python override of
+# one form cannot match for a type checker.
+_WorkBase: Any = torch._C._distributed_c10d.Work
+_ProcessGroupBase: Any = dist.ProcessGroup
+
+
+class Work(_WorkBase):  # type: ignore[misc]
     """The handle of one op: ``wait``, ``is_completed``, ``exception``, ``get_future``."""
 
     def __init__(self, group: AccordProcessGroup, op: str, result: list[torch.Tensor]) -> None:
@@ -93,7 +99,7 @@ class Work(dist._Work):  # type: ignore[misc]
         if error is None:
             self._future.set_result(self._result)
         else:
-            self._future.set_exception(error)
+            self._future.set_exception(error)  # type: ignore[arg-type]
 
     def _kick(self) -> None:
         group = self._group()
@@ -174,7 +180,11 @@ def _host(t: torch.Tensor) -> tuple[torch.Tensor, Callable[[], None]]:
     flat = _flat(t)
     if flat.data_ptr() == t.data_ptr() and t.device.type == "cpu" and t.is_contiguous():
         return flat, lambda: None
-    return flat, lambda: t.copy_(flat.view(t.shape))
+
+    def back() -> None:
+        t.copy_(flat.view(t.shape))
+
+    return flat, back
 
 
 def _cycle_position(rank: int, d: int, n: int) -> int:
@@ -187,7 +197,7 @@ def _cycle_position(rank: int, d: int, n: int) -> int:
     return k
 
 
-class AccordProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
+class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
     """A ``ProcessGroup`` whose ops run on an ``accord.Communicator``."""
 
     def __init__(self, store: Any, rank: int, size: int, timeout: datetime.timedelta) -> None:
