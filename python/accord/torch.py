@@ -318,6 +318,31 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
     def _get_backend(self, device: Any) -> AccordProcessGroup:
         return self
 
+    # The group's name and description live here: the C++ base keeps them on per-device
+    # backends, which a Python group replacing the whole ProcessGroup does not have.
+    def setGroupName(self, name: str) -> None:
+        self._group_name = name
+
+    def getGroupName(self) -> str:
+        return getattr(self, "_group_name", "")
+
+    def setGroupDesc(self, desc: str) -> None:
+        self._group_desc = desc
+
+    def getGroupDesc(self) -> str:
+        return getattr(self, "_group_desc", "")
+
+    _set_group_name = setGroupName
+    _set_group_desc = setGroupDesc
+
+    @property
+    def group_name(self) -> str:
+        return self.getGroupName()
+
+    @property
+    def group_desc(self) -> str:
+        return self.getGroupDesc()
+
     def shutdown(self) -> None:
         self._flush_p2p()
         self._jobs.put(None)

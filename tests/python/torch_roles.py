@@ -281,9 +281,33 @@ def default_group() -> list[float]:
     dist.all_reduce(t)
     out = [torch.zeros(2) for _ in range(n)]
     dist.all_gather(out, torch.full((2,), float(rank)))
+    _fsdp2_matches_local()
     dist.barrier()
     dist.destroy_process_group()
     return t.tolist() + torch.cat(out).tolist()
+
+
+def _fsdp2_matches_local() -> None:
+    """FSDP2 (fully_shard: all_gather_into_tensor, reduce_scatter_tensor) on the default
+    group, every rank fed the same data, ends with the parameters of plain local training."""
+    from torch.distributed.fsdp import fully_shard
+
+    sharded, local = _model(1), _model(1)
+    for layer in sharded:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer)
+    fully_shard(sharded)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (sharded, local)]
+    g = torch.Generator().manual_seed(5)
+    for _ in range(3):
+        x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+        for m, opt in zip((sharded, local), opts):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(m(x), y).backward()
+            opt.step()
+    for p, q in zip(sharded.parameters(), local.parameters()):
+        full = p.full_tensor()  # type: ignore[attr-defined]
+        assert torch.allclose(full, q, rtol=1e-5, atol=1e-6), (full - q).abs().max()
 
 
 def errors() -> list[str]:
