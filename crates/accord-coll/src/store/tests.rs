@@ -148,7 +148,9 @@ fn torchrun_environment() {
 
 /// An in-memory [`KeyValueStore`] shared by threads, as a framework's store would be.
 #[derive(Clone, Default)]
-struct SharedMap(std::sync::Arc<(std::sync::Mutex<HashMap<String, Vec<u8>>>, std::sync::Condvar)>);
+struct SharedMap(std::sync::Arc<(std::sync::Mutex<Entries>, std::sync::Condvar)>);
+
+type Entries = HashMap<String, Vec<u8>>;
 
 impl KeyValueStore for SharedMap {
     fn set(&mut self, key: &str, value: &[u8]) -> Result<(), StoreError> {
