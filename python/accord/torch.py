@@ -27,6 +27,7 @@ import datetime
 import math
 import queue
 import threading
+import warnings
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -344,9 +345,18 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         return self.getGroupDesc()
 
     def shutdown(self) -> None:
+        """``destroy_process_group`` calls this on every member, groups in the same order:
+        after the ops already queued, a closing barrier (so no rank releases its engine while
+        a peer still needs it), then the worker stops. A failure is warned about, not raised."""
         self._flush_p2p()
+        closing = Work(self, "shutdown", [])
+        self._jobs.put((self._comm.close, closing))
         self._jobs.put(None)
-        self._worker.join(timeout=self.timeout_s + _WAIT_SLACK_S)
+        try:
+            closing.wait()
+        except Exception as e:  # noqa: BLE001 - shutting down: report, do not raise
+            warnings.warn(f"accord backend: closing the group on rank {self._rank_} failed: {e}", stacklevel=2)
+        self._worker.join(timeout=_WAIT_SLACK_S)
 
     def abort(self) -> None:
         self._jobs.put(None)

@@ -342,7 +342,7 @@ def errors() -> list[str]:
     assert torch.equal(t, torch.full((3,), 2.0))
 
     # Shapes that differ across ranks: an error naming the disagreement, not a hang.
-    mismatch = dist.new_group(backend="accord", timeout=datetime.timedelta(seconds=5))
+    mismatch = dist.new_group(backend="accord", timeout=datetime.timedelta(seconds=3))
     expect("mismatched count", lambda: dist.all_reduce(torch.ones(4 + rank), group=mismatch), "rank")
 
     # Rank 1 never calls: rank 0 times out, and the message names rank 1.
