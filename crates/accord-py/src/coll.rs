@@ -14,7 +14,8 @@ use crate::values::WAIT_SLICE;
 use accord_coll::engine::{EngineSetupError, EngineTransport};
 use accord_coll::store::BootstrapConfig;
 use accord_coll::{
-    Algo, AllToAllVLayout, Bufs, CollConfig, CollError, Collective, ReduceOp, StoreError, TransportError,
+    Algo, AllToAllVLayout, Bufs, CollConfig, CollError, CollTransport, Collective, LocalBuf, ReduceOp, StoreError,
+    TransportError,
 };
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -99,40 +100,62 @@ fn background<R: Send + 'static>(py: Python<'_>, job: impl FnOnce() -> R + Send 
     }
 }
 
-/// Registers `data`, runs `f` in place on it, deregisters it and returns its bytes.
+/// Runs `f` in place on a copy of `data` in the communicator's registered staging buffer
+/// (registered once, reused by later calls) and returns the result's bytes.
 fn in_place(
     comm: &mut Comm,
-    data: Vec<u8>,
+    mut data: Vec<u8>,
     f: impl FnOnce(&mut Comm, Bufs<'_>) -> Result<(), CollError>,
 ) -> Result<Vec<u8>, CollError> {
-    let buf = comm.register(data)?;
-    let outcome = f(comm, Bufs::in_place(buf.all()));
-    let data = comm.deregister(buf);
-    outcome?;
-    data
+    comm.run_staged(&mut data, f)?;
+    Ok(data)
 }
 
-/// Registers `input` and `output`, runs `f` on them, deregisters both and returns the
-/// output's bytes.
+/// Registered buffers kept between out-of-place calls, so that a call costs two copies and no
+/// registration; each grows (re-registered) when a call needs more.
+#[derive(Default)]
+struct Staging {
+    input: Option<LocalBuf>,
+    output: Option<LocalBuf>,
+}
+
+/// `slot`'s buffer if it holds `len` bytes, else a new registered one of at least `len`.
+fn staged(comm: &Comm, slot: &mut Option<LocalBuf>, len: usize) -> Result<LocalBuf, CollError> {
+    match slot.take() {
+        Some(buf) if buf.len() >= len => Ok(buf),
+        old => {
+            if let Some(old) = old {
+                comm.deregister(old)?;
+            }
+            comm.register(vec![0u8; len.max(4096).next_power_of_two()])
+        }
+    }
+}
+
+/// Copies `input` (and, with `output_in`, `output`) into the staging buffers, runs `f` on
+/// them, and returns the output's bytes. The buffers go back into `staging` on success; after
+/// a failure (the communicator is then unusable) they stay registered until it is dropped.
 fn out_of_place(
     comm: &mut Comm,
+    staging: &mut Staging,
     input: Vec<u8>,
-    output: Vec<u8>,
+    mut output: Vec<u8>,
+    output_in: bool,
     f: impl FnOnce(&mut Comm, Bufs<'_>) -> Result<(), CollError>,
 ) -> Result<Vec<u8>, CollError> {
-    let send = comm.register(input)?;
-    let recv = match comm.register(output) {
-        Ok(recv) => recv,
-        Err(e) => {
-            let _ = comm.deregister(send);
-            return Err(e);
-        }
-    };
-    let outcome = f(comm, Bufs { send: send.all(), recv: recv.all() });
-    let _ = comm.deregister(send);
-    let data = comm.deregister(recv);
-    outcome?;
-    data
+    let transport = |collective: &'static str| move |source| CollError::Transport { collective, source };
+    let send = staged(comm, &mut staging.input, input.len())?;
+    let recv = staged(comm, &mut staging.output, output.len())?;
+    let (s, r) = (send.slice(0, input.len()), recv.slice(0, output.len()));
+    comm.transport().write_local(s, &input).map_err(transport("staging"))?;
+    if output_in {
+        comm.transport().write_local(r, &output).map_err(transport("staging"))?;
+    }
+    f(comm, Bufs { send: s, recv: r })?;
+    comm.transport().read_local(r, &mut output).map_err(transport("staging"))?;
+    staging.input = Some(send);
+    staging.output = Some(recv);
+    Ok(output)
 }
 
 fn parse_op(op: &str) -> PyResult<ReduceOp> {
@@ -222,6 +245,8 @@ fn all_to_allv_layout(
 #[pyclass(module = "accord", name = "Communicator")]
 pub struct Communicator {
     state: Mutex<State>,
+    /// Out-of-place calls' registered buffers, taken out for a call and put back after.
+    staging: Mutex<Staging>,
     rank: usize,
     world_size: usize,
 }
@@ -245,6 +270,7 @@ impl Communicator {
             rank: comm.rank(),
             world_size: comm.world_size(),
             state: Mutex::new(State::Ready(Box::new(comm))),
+            staging: Mutex::default(),
         })
     }
 
@@ -343,7 +369,11 @@ impl Communicator {
     ) -> PyResult<()> {
         let bytes = input.to_vec()?;
         let output_bytes = if partial_output { output.to_vec()? } else { vec![0; output.nbytes] };
-        let out = self.run(py, op, move |comm| out_of_place(comm, bytes, output_bytes, f))?;
+        let mut staging = std::mem::take(&mut *self.staging.lock().unwrap());
+        let (staging, out) = self.run(py, op, move |comm| {
+            out_of_place(comm, &mut staging, bytes, output_bytes, partial_output, f).map(|out| (staging, out))
+        })?;
+        *self.staging.lock().unwrap() = staging;
         output.write(&out)
     }
 
@@ -458,6 +488,7 @@ impl Communicator {
             rank: comm.rank(),
             world_size: comm.world_size(),
             state: Mutex::new(State::Ready(Box::new(comm))),
+            staging: Mutex::default(),
         })
     }
 
