@@ -13,7 +13,8 @@ memory is any writable buffer (numpy arrays, bytearrays, torch CPU tensors throu
 
 Collectives: ``accord.Communicator`` (all_reduce, reduce, broadcast, all_gather,
 reduce_scatter, all_to_all, send/recv, barrier on numpy arrays) joins a torchrun-style job;
-``accord.run(fn, nprocs)`` starts such a job of local processes.
+``accord.run(fn, nprocs)`` starts such a job of local processes. ``import accord.torch``
+registers the ``torch.distributed`` backend ``"accord"`` (needs torch; not imported here).
 
 Addresses and descriptors are exchanged out of band (they pickle, and ``str()`` gives JSON).
 Blocking calls release the GIL and Ctrl-C interrupts them; ``await transfer`` works in asyncio.

@@ -1,7 +1,7 @@
 """Typed stubs of the native module ``accord._accord`` (checked by ``mypy.stubtest``)."""
 
 from collections.abc import Callable, Coroutine, Generator, Iterable, Sequence
-from typing import Any, final
+from typing import Any, Protocol, final
 
 from typing_extensions import Self
 
@@ -27,6 +27,12 @@ VERSION: str
 
 _PeerLike = Address | int
 _PageIndices = Sequence[int] | Any  # a sequence of ints, or an integer numpy array
+
+class _KeyValueStore(Protocol):
+    """What ``Communicator(store=...)`` calls: ``get`` waits up to ``timeout`` seconds."""
+
+    def set(self, key: str, value: bytes, /) -> None: ...
+    def get(self, key: str, timeout: float, /) -> bytes: ...
 
 @final
 class Address:
@@ -186,6 +192,8 @@ class Communicator:
         master_port: int | None = None,
         *,
         timeout: float | None = None,
+        store: _KeyValueStore | None = None,
+        store_prefix: str = "accord/",
     ) -> Self: ...
     @property
     def rank(self) -> int: ...

@@ -8,12 +8,14 @@
 //! unusable: its peers are left mid-collective).
 
 use crate::coll_array::{array, expect_count, same_dtype, Array};
+use crate::coll_store::{torchrun_agent_store, PyStore, AGENT_STORE_ENV};
 use crate::errors::{error, Kind};
 use crate::values::WAIT_SLICE;
 use accord_coll::engine::{EngineSetupError, EngineTransport};
 use accord_coll::store::BootstrapConfig;
 use accord_coll::{
-    Algo, AllToAllVLayout, Bufs, CollConfig, CollError, Collective, ReduceOp, StoreError, TransportError,
+    Algo, AllToAllVLayout, Bufs, CollConfig, CollError, CollTransport, Collective, LocalBuf, ReduceOp, StoreError,
+    TransportError,
 };
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -98,40 +100,62 @@ fn background<R: Send + 'static>(py: Python<'_>, job: impl FnOnce() -> R + Send 
     }
 }
 
-/// Registers `data`, runs `f` in place on it, deregisters it and returns its bytes.
+/// Runs `f` in place on a copy of `data` in the communicator's registered staging buffer
+/// (registered once, reused by later calls) and returns the result's bytes.
 fn in_place(
     comm: &mut Comm,
-    data: Vec<u8>,
+    mut data: Vec<u8>,
     f: impl FnOnce(&mut Comm, Bufs<'_>) -> Result<(), CollError>,
 ) -> Result<Vec<u8>, CollError> {
-    let buf = comm.register(data)?;
-    let outcome = f(comm, Bufs::in_place(buf.all()));
-    let data = comm.deregister(buf);
-    outcome?;
-    data
+    comm.run_staged(&mut data, f)?;
+    Ok(data)
 }
 
-/// Registers `input` and `output`, runs `f` on them, deregisters both and returns the
-/// output's bytes.
+/// Registered buffers kept between out-of-place calls, so that a call costs two copies and no
+/// registration; each grows (re-registered) when a call needs more.
+#[derive(Default)]
+struct Staging {
+    input: Option<LocalBuf>,
+    output: Option<LocalBuf>,
+}
+
+/// `slot`'s buffer if it holds `len` bytes, else a new registered one of at least `len`.
+fn staged(comm: &Comm, slot: &mut Option<LocalBuf>, len: usize) -> Result<LocalBuf, CollError> {
+    match slot.take() {
+        Some(buf) if buf.len() >= len => Ok(buf),
+        old => {
+            if let Some(old) = old {
+                comm.deregister(old)?;
+            }
+            comm.register(vec![0u8; len.max(4096).next_power_of_two()])
+        }
+    }
+}
+
+/// Copies `input` (and, with `output_in`, `output`) into the staging buffers, runs `f` on
+/// them, and returns the output's bytes. The buffers go back into `staging` on success; after
+/// a failure (the communicator is then unusable) they stay registered until it is dropped.
 fn out_of_place(
     comm: &mut Comm,
+    staging: &mut Staging,
     input: Vec<u8>,
-    output: Vec<u8>,
+    mut output: Vec<u8>,
+    output_in: bool,
     f: impl FnOnce(&mut Comm, Bufs<'_>) -> Result<(), CollError>,
 ) -> Result<Vec<u8>, CollError> {
-    let send = comm.register(input)?;
-    let recv = match comm.register(output) {
-        Ok(recv) => recv,
-        Err(e) => {
-            let _ = comm.deregister(send);
-            return Err(e);
-        }
-    };
-    let outcome = f(comm, Bufs { send: send.all(), recv: recv.all() });
-    let _ = comm.deregister(send);
-    let data = comm.deregister(recv);
-    outcome?;
-    data
+    let transport = |collective: &'static str| move |source| CollError::Transport { collective, source };
+    let send = staged(comm, &mut staging.input, input.len())?;
+    let recv = staged(comm, &mut staging.output, output.len())?;
+    let (s, r) = (send.slice(0, input.len()), recv.slice(0, output.len()));
+    comm.transport().write_local(s, &input).map_err(transport("staging"))?;
+    if output_in {
+        comm.transport().write_local(r, &output).map_err(transport("staging"))?;
+    }
+    f(comm, Bufs { send: s, recv: r })?;
+    comm.transport().read_local(r, &mut output).map_err(transport("staging"))?;
+    staging.input = Some(send);
+    staging.output = Some(recv);
+    Ok(output)
 }
 
 fn parse_op(op: &str) -> PyResult<ReduceOp> {
@@ -221,11 +245,35 @@ fn all_to_allv_layout(
 #[pyclass(module = "accord", name = "Communicator")]
 pub struct Communicator {
     state: Mutex<State>,
+    /// Out-of-place calls' registered buffers, taken out for a call and put back after.
+    staging: Mutex<Staging>,
     rank: usize,
     world_size: usize,
 }
 
 impl Communicator {
+    /// A communicator that meets its peers through `store` (see `coll_store`).
+    fn through_store(
+        py: Python<'_>,
+        store: PyStore,
+        prefix: String,
+        (rank, world_size): (usize, usize),
+        rendezvous_timeout: Duration,
+        config: CollConfig,
+    ) -> PyResult<Self> {
+        let comm = background(py, move || -> Result<Comm, EngineSetupError> {
+            let mut store = store;
+            accord_coll::engine::communicator_through(&mut store, &prefix, rank, world_size, rendezvous_timeout, config)
+        })?
+        .map_err(setup_error)?;
+        Ok(Communicator {
+            rank: comm.rank(),
+            world_size: comm.world_size(),
+            state: Mutex::new(State::Ready(Box::new(comm))),
+            staging: Mutex::default(),
+        })
+    }
+
     /// Takes the communicator out for a call.
     fn take(&self, op: &str) -> PyResult<Box<Comm>> {
         let mut state = self.state.lock().unwrap();
@@ -321,7 +369,11 @@ impl Communicator {
     ) -> PyResult<()> {
         let bytes = input.to_vec()?;
         let output_bytes = if partial_output { output.to_vec()? } else { vec![0; output.nbytes] };
-        let out = self.run(py, op, move |comm| out_of_place(comm, bytes, output_bytes, f))?;
+        let mut staging = std::mem::take(&mut *self.staging.lock().unwrap());
+        let (staging, out) = self.run(py, op, move |comm| {
+            out_of_place(comm, &mut staging, bytes, output_bytes, partial_output, f).map(|out| (staging, out))
+        })?;
+        *self.staging.lock().unwrap() = staging;
         output.write(&out)
     }
 
@@ -354,7 +406,8 @@ impl Communicator {
 #[pymethods]
 impl Communicator {
     #[new]
-    #[pyo3(signature = (rank = None, world_size = None, master_addr = None, master_port = None, *, timeout = None))]
+    #[pyo3(signature = (rank = None, world_size = None, master_addr = None, master_port = None, *, timeout = None, store = None, store_prefix = "accord/"))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         rank: Option<usize>,
@@ -362,6 +415,8 @@ impl Communicator {
         master_addr: Option<String>,
         master_port: Option<u16>,
         timeout: Option<f64>,
+        store: Option<Py<PyAny>>,
+        store_prefix: &str,
     ) -> PyResult<Self> {
         let timeout = match timeout {
             None => None,
@@ -378,12 +433,52 @@ impl Communicator {
             Some((_, Some(value))) => Some(value.clone()),
             _ => std::env::var(name).ok(),
         };
-        let mut bootstrap_config = BootstrapConfig::from_lookup(lookup).map_err(|e| setup_error(e.into()))?;
         let mut coll_config =
             CollConfig::from_env().map_err(|e| error(Kind::Config, format!("creating the communicator: {e}")))?;
         if let Some(t) = timeout {
-            bootstrap_config.timeout = t;
             coll_config.timeout = t;
+        }
+        if let Some(store) = store {
+            let (Some(rank), Some(world_size)) = (rank, world_size) else {
+                return Err(error(
+                    Kind::Config,
+                    "creating the communicator: with store=, pass rank and world_size too",
+                ));
+            };
+            let rendezvous = timeout.unwrap_or(Duration::from_secs(300));
+            let prefix = store_prefix.to_string();
+            return Self::through_store(py, PyStore(store), prefix, (rank, world_size), rendezvous, coll_config);
+        }
+        let mut bootstrap_config = BootstrapConfig::from_lookup(lookup).map_err(|e| setup_error(e.into()))?;
+        if let Some(t) = timeout {
+            bootstrap_config.timeout = t;
+        }
+        if master_port.is_none() {
+            let (addr, port) = (bootstrap_config.master_addr.clone(), bootstrap_config.master_port);
+            match torchrun_agent_store(py, &addr, port, bootstrap_config.rank, bootstrap_config.timeout)? {
+                Some((store, prefix)) => {
+                    let (rank, world_size) = (bootstrap_config.rank, bootstrap_config.world_size);
+                    let store = PyStore(store);
+                    return Self::through_store(
+                        py,
+                        store,
+                        prefix,
+                        (rank, world_size),
+                        bootstrap_config.timeout,
+                        coll_config,
+                    );
+                }
+                // Under the agent store without torch to reach it: the port above the agent's.
+                None if std::env::var(AGENT_STORE_ENV).is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1") => {
+                    bootstrap_config.master_port = port.checked_add(1).ok_or_else(|| {
+                        error(
+                            Kind::Config,
+                            "creating the communicator: MASTER_PORT is 65535, no port above it for Accord's store",
+                        )
+                    })?;
+                }
+                None => {}
+            }
         }
         let comm = background(py, move || -> Result<Comm, EngineSetupError> {
             accord_coll::engine::communicator_from_config(bootstrap_config, coll_config)
@@ -393,6 +488,7 @@ impl Communicator {
             rank: comm.rank(),
             world_size: comm.world_size(),
             state: Mutex::new(State::Ready(Box::new(comm))),
+            staging: Mutex::default(),
         })
     }
 

@@ -22,6 +22,7 @@
 mod bench;
 mod coll;
 mod coll_array;
+mod coll_store;
 mod core;
 mod dlpack;
 mod engine;

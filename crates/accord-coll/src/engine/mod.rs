@@ -26,7 +26,7 @@ mod tests;
 pub use stats::TransportStats;
 
 use crate::error::TransportError;
-use crate::store::Bootstrap;
+use crate::store::{all_gather_through, Bootstrap, KeyValueStore};
 use crate::transport::{BufSlice, CollTransport, LocalAccessFn, LocalBuf, RemoteBufDesc, RemoteSlice};
 use crate::transport::{CTRL_MESSAGE_BYTES_MAX, WORLD_SIZE_MAX};
 use crate::{CollConfig, CollError, Communicator, StoreError};
@@ -160,18 +160,26 @@ impl EngineTransport {
         let rank = bootstrap.config().rank;
         let prepared = Self::prepare(engine.clone(), bootstrap.config().world_size)?;
         let blobs = bootstrap.all_gather(engine.address().to_string_compact().as_bytes())?;
-        let addresses = blobs
-            .iter()
-            .enumerate()
-            .map(|(r, b)| {
-                let text = std::str::from_utf8(b)
-                    .map_err(|e| EngineSetupError::BadAddress { rank: r, reason: e.to_string() })?;
-                EngineAddress::parse(text).map_err(|e| EngineSetupError::BadAddress { rank: r, reason: e.to_string() })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut transport = prepared.connect(rank, addresses)?;
+        let mut transport = prepared.connect(rank, parse_addresses(&blobs)?)?;
         transport.bootstrap = Some(bootstrap);
         Ok(transport)
+    }
+
+    /// As [`EngineTransport::join`], exchanging engine addresses through a store the caller
+    /// runs (PyTorch's c10d store, say) under keys starting with `prefix`, so that no port is
+    /// opened for the rendezvous. `timeout` bounds the wait for each rank's address.
+    pub fn join_through(
+        store: &mut dyn KeyValueStore,
+        prefix: &str,
+        rank: usize,
+        world_size: usize,
+        engine: Arc<Engine>,
+        timeout: Duration,
+    ) -> Result<Self, EngineSetupError> {
+        let prepared = Self::prepare(engine.clone(), world_size)?;
+        let blob = engine.address().to_string_compact();
+        let blobs = all_gather_through(store, prefix, rank, world_size, blob.as_bytes(), timeout)?;
+        Ok(prepared.connect(rank, parse_addresses(&blobs)?)?)
     }
 
     /// What this transport has issued so far (writes, control messages).
@@ -285,6 +293,19 @@ impl PreparedEngine {
             bootstrap: None,
         })
     }
+}
+
+/// Engine addresses from the blobs a rendezvous gathered, by rank.
+fn parse_addresses(blobs: &[Vec<u8>]) -> Result<Vec<EngineAddress>, EngineSetupError> {
+    blobs
+        .iter()
+        .enumerate()
+        .map(|(r, b)| {
+            let text =
+                std::str::from_utf8(b).map_err(|e| EngineSetupError::BadAddress { rank: r, reason: e.to_string() })?;
+            EngineAddress::parse(text).map_err(|e| EngineSetupError::BadAddress { rank: r, reason: e.to_string() })
+        })
+        .collect()
 }
 
 fn map_transfer_error(peer: usize, e: TransferError) -> TransportError {
@@ -595,5 +616,22 @@ pub fn communicator_from_config(
     let bootstrap = Bootstrap::connect(bootstrap)?;
     let engine = Engine::builder().build().map_err(|e| EngineSetupError::Engine(e.to_string()))?;
     let transport = EngineTransport::join(bootstrap, Arc::new(engine))?;
+    Ok(Communicator::new(transport, config)?)
+}
+
+/// A communicator of `rank` among `world_size`, rendezvousing through `store` (see
+/// [`EngineTransport::join_through`]) over a new engine built with its `ACCORD_*` overrides.
+/// `rendezvous_timeout` bounds the wait for each rank's address.
+pub fn communicator_through(
+    store: &mut dyn KeyValueStore,
+    prefix: &str,
+    rank: usize,
+    world_size: usize,
+    rendezvous_timeout: Duration,
+    config: CollConfig,
+) -> Result<Communicator<EngineTransport>, EngineSetupError> {
+    let engine = Engine::builder().build().map_err(|e| EngineSetupError::Engine(e.to_string()))?;
+    let transport =
+        EngineTransport::join_through(store, prefix, rank, world_size, Arc::new(engine), rendezvous_timeout)?;
     Ok(Communicator::new(transport, config)?)
 }

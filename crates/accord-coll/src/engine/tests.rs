@@ -235,3 +235,41 @@ fn segmented_writes_carry_their_immediates_with_the_data() {
         }
     }
 }
+
+/// `join_through`: engines meet through a key-value store the test runs (as a framework's
+/// store would be), then all-reduce; a rank that never publishes is named.
+#[test]
+fn join_through_an_external_store() {
+    use crate::store::{StoreClient, StoreServer};
+    let server = StoreServer::start("127.0.0.1:0").unwrap();
+    let addr = server.local_addr();
+    let n = 3;
+    let sums: Vec<Vec<f32>> = std::thread::scope(|s| {
+        let handles: Vec<_> = engines(n)
+            .into_iter()
+            .enumerate()
+            .map(|(rank, engine)| {
+                s.spawn(move || {
+                    let mut store = StoreClient::connect(addr, Duration::from_secs(5)).unwrap();
+                    let t = EngineTransport::join_through(&mut store, "job/", rank, n, engine, Duration::from_secs(5))
+                        .unwrap();
+                    let mut comm = Communicator::new(t, config()).unwrap();
+                    let buf = comm.register(values(rank, 64).iter().flat_map(|v| v.to_le_bytes()).collect()).unwrap();
+                    comm.all_reduce(Bufs::in_place(buf.all()), 64, DType::F32, ReduceOp::Sum, None).unwrap();
+                    let out = comm.deregister(buf).unwrap();
+                    comm.barrier().unwrap();
+                    out.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let want: Vec<f32> = (0..64).map(|i| (0..n).map(|r| values(r, 64)[i]).sum()).collect();
+    assert!(sums.iter().all(|s| s == &want));
+
+    let mut store = StoreClient::connect(addr, Duration::from_secs(5)).unwrap();
+    let lonely = engines(1).pop().unwrap();
+    let e = EngineTransport::join_through(&mut store, "lonely/", 0, 2, lonely, Duration::from_millis(100)).err();
+    let message = e.map(|e| e.to_string()).unwrap_or_default();
+    assert!(message.contains("[1]"), "{message}");
+}

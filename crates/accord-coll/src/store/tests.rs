@@ -145,3 +145,84 @@ fn torchrun_environment() {
     let c = BootstrapConfig::from_lookup(env(&full[..4])).unwrap();
     assert_eq!(c.local_rank, 3);
 }
+
+/// An in-memory [`KeyValueStore`] shared by threads, as a framework's store would be.
+#[derive(Clone, Default)]
+struct SharedMap(std::sync::Arc<(std::sync::Mutex<Entries>, std::sync::Condvar)>);
+
+type Entries = HashMap<String, Vec<u8>>;
+
+impl KeyValueStore for SharedMap {
+    fn set(&mut self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        self.0 .0.lock().unwrap().insert(key.into(), value.into());
+        self.0 .1.notify_all();
+        Ok(())
+    }
+
+    fn get(&mut self, key: &str, timeout: Duration) -> Result<Vec<u8>, StoreError> {
+        let deadline = Instant::now() + timeout;
+        let mut map = self.0 .0.lock().unwrap();
+        loop {
+            if let Some(v) = map.get(key) {
+                return Ok(v.clone());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(StoreError::KeyTimeout { keys: vec![key.into()], waited: timeout });
+            }
+            map = self.0 .1.wait_timeout(map, left).unwrap().0;
+        }
+    }
+}
+
+#[test]
+fn all_gather_through_an_external_store() {
+    let store = SharedMap::default();
+    let handles: Vec<_> = (0..3)
+        .map(|rank| {
+            let mut store = store.clone();
+            std::thread::spawn(move || {
+                all_gather_through(
+                    &mut store,
+                    "job/",
+                    rank,
+                    3,
+                    format!("addr{rank}").as_bytes(),
+                    Duration::from_secs(5),
+                )
+            })
+        })
+        .collect();
+    for h in handles {
+        let blobs = h.join().unwrap().unwrap();
+        assert_eq!(blobs, vec![b"addr0".to_vec(), b"addr1".to_vec(), b"addr2".to_vec()]);
+    }
+}
+
+#[test]
+fn all_gather_through_names_the_missing_rank() {
+    let mut store = SharedMap::default();
+    store.set("job/0", b"a").unwrap();
+    // Rank 1 publishes and waits; rank 2 never comes.
+    let e = all_gather_through(&mut store, "job/", 1, 3, b"b", Duration::from_millis(50)).unwrap_err();
+    assert!(matches!(&e, StoreError::RanksMissing { missing, .. } if missing == &[2]), "{e}");
+    let e = all_gather_through(&mut store, "job/", 3, 3, b"b", Duration::from_millis(50)).unwrap_err();
+    assert!(matches!(e, StoreError::InvalidEnv { .. }), "{e}");
+}
+
+#[test]
+fn store_client_is_a_key_value_store() {
+    let server = StoreServer::start("127.0.0.1:0").unwrap();
+    let addr = server.local_addr();
+    let handles: Vec<_> = (0..2)
+        .map(|rank| {
+            std::thread::spawn(move || {
+                let mut c = StoreClient::connect(addr, Duration::from_secs(5)).unwrap();
+                all_gather_through(&mut c, "g/", rank, 2, &[rank as u8], Duration::from_secs(5)).unwrap()
+            })
+        })
+        .collect();
+    for h in handles {
+        assert_eq!(h.join().unwrap(), vec![vec![0u8], vec![1u8]]);
+    }
+}

@@ -1,0 +1,683 @@
+"""``torch.distributed`` backend ``"accord"``: importing this module registers it.
+
+    import accord.torch                       # registers the backend
+    import torch.distributed as dist
+    dist.init_process_group("accord")          # torchrun, env://, tcp://, file://, a store...
+
+The backend is a Python ``ProcessGroup`` subclass (:class:`AccordProcessGroup`) over
+``accord.Communicator``. It meets its peers through the c10d store that PyTorch hands the
+backend's creator (engine addresses are published there), so it opens no port of its own and
+works under any init method. Subgroups (``dist.new_group``) get their own communicator.
+
+Ops run in call order on one worker thread per group; every op returns a :class:`Work`
+whose ``wait`` blocks with the GIL released, ``get_future`` resolves with the op's output
+tensors (so DDP communication hooks work), ``is_completed`` and ``exception`` poll. Point to
+point ops are deferred until something waits on them (or the next collective): a batch of
+``isend``/``irecv`` calls then runs as one schedule, so a ring of sends and receives cannot
+deadlock.
+
+CPU tensors go through Accord's host collectives. CUDA tensors are staged through host memory
+synchronously on the caller's current stream (correct, not fast; the copy-engine GPU
+collectives are not wired here yet).
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import queue
+import threading
+import warnings
+import weakref
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.distributed as dist
+
+import accord
+from accord._torchrun import StoreAdapter
+
+BACKEND_NAME = "accord"
+
+_REDUCE_OPS = {
+    dist.ReduceOp.SUM: "sum",
+    dist.ReduceOp.PRODUCT: "prod",
+    dist.ReduceOp.MIN: "min",
+    dist.ReduceOp.MAX: "max",
+    dist.ReduceOp.AVG: "avg",
+}
+
+_DTYPES = {
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.int8,
+    torch.uint8,
+    torch.int32,
+    torch.int64,
+}
+
+# How much longer than the group's timeout a ``wait`` waits for the worker before it gives up
+# (the collective itself is bounded by the group's timeout; this only bounds a stuck worker).
+_WAIT_SLACK_S = 30.0
+
+
+class BackendError(RuntimeError):
+    """An op the ``accord`` backend cannot run as asked (unsupported op, dtype, device, layout)."""
+
+
+def _reduce_op_name(op: Any, what: str) -> str:
+    for known, name in _REDUCE_OPS.items():
+        if op == known:
+            return name
+    shown = str(getattr(op, "op", op)).rsplit(".", 1)[-1]
+    raise BackendError(f"accord backend: {what} with reduce op {shown} is not supported: use SUM, PRODUCT, MIN, MAX or AVG")
+
+
+# The bases as Any: torch types their pybind methods as overloads, which a Python override of
+# one form cannot match for a type checker.
+_WorkBase: Any = torch._C._distributed_c10d.Work
+_ProcessGroupBase: Any = dist.ProcessGroup
+
+
+class Work(_WorkBase):  # type: ignore[misc]
+    """The handle of one op: ``wait``, ``is_completed``, ``exception``, ``get_future``."""
+
+    def __init__(self, group: AccordProcessGroup, op: str, result: list[torch.Tensor]) -> None:
+        super().__init__()
+        self._group = weakref.ref(group)
+        self._op = op
+        self._result = result
+        self._done = threading.Event()
+        self._error: BaseException | None = None
+        self._future: torch.futures.Future[list[torch.Tensor]] = torch.futures.Future()
+        self._timeout_s = group.timeout_s + _WAIT_SLACK_S
+
+    def _finish(self, error: BaseException | None) -> None:
+        self._error = error
+        self._done.set()
+        if error is None:
+            self._future.set_result(self._result)
+        else:
+            self._future.set_exception(error)  # type: ignore[arg-type]
+
+    def _kick(self) -> None:
+        group = self._group()
+        if group is not None:
+            group._flush_p2p()
+
+    def wait(self, timeout: datetime.timedelta | None = None) -> bool:
+        self._kick()
+        limit = self._timeout_s
+        if timeout is not None and timeout.total_seconds() > 0:
+            limit = min(limit, timeout.total_seconds())
+        if not self._done.wait(limit):
+            raise TimeoutError(
+                f"accord backend: {self._op} did not complete within {limit:.1f} s on rank "
+                f"{self._rank()}: a peer is slow or gone"
+            )
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def _rank(self) -> int | str:
+        group = self._group()
+        return group.rank() if group is not None else "?"
+
+    def is_completed(self) -> bool:
+        self._kick()
+        return self._done.is_set()
+
+    def is_success(self) -> bool:
+        return self._done.is_set() and self._error is None
+
+    def exception(self) -> BaseException | None:
+        return self._error
+
+    def get_future(self) -> torch.futures.Future[list[torch.Tensor]]:
+        self._kick()
+        return self._future
+
+    def result(self) -> list[torch.Tensor]:
+        self.wait()
+        return self._result
+
+
+def _check_tensor(t: Any, op: str, what: str = "tensor") -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise BackendError(f"accord backend: {op}: the {what} is a {type(t).__name__}, not a torch.Tensor")
+    if t.device.type not in ("cpu", "cuda"):
+        raise BackendError(f"accord backend: {op}: the {what} is on {t.device}: pass cpu or cuda tensors")
+    if t.dtype not in _DTYPES:
+        raise BackendError(
+            f"accord backend: {op}: dtype {t.dtype} is not supported: use float32/64, float16, bfloat16, "
+            "int8, uint8, int32 or int64"
+        )
+    if t.is_sparse:
+        raise BackendError(f"accord backend: {op}: sparse tensors are not supported")
+    return t
+
+
+def _one(tensors: Sequence[torch.Tensor], op: str) -> torch.Tensor:
+    if len(tensors) != 1:
+        raise BackendError(f"accord backend: {op}: pass exactly one tensor per rank (got {len(tensors)})")
+    return _check_tensor(tensors[0], op)
+
+
+def _same_dtype(op: str, *tensors: torch.Tensor) -> None:
+    dtypes = {t.dtype for t in tensors}
+    if len(dtypes) > 1:
+        raise BackendError(f"accord backend: {op}: tensors of different dtypes {sorted(map(str, dtypes))}")
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous 1-D host view of ``t`` (a copy when ``t`` is strided or on a GPU)."""
+    return t.detach().reshape(-1).contiguous().cpu()
+
+
+def _host(t: torch.Tensor) -> tuple[torch.Tensor, Callable[[], None]]:
+    """A contiguous host tensor holding ``t``'s elements, and what copies it back into ``t``."""
+    flat = _flat(t)
+    if flat.data_ptr() == t.data_ptr() and t.device.type == "cpu" and t.is_contiguous():
+        return flat, lambda: None
+
+    def back() -> None:
+        t.copy_(flat.view(t.shape))
+
+    return flat, back
+
+
+def _cycle_position(rank: int, d: int, n: int) -> int:
+    """Where ``rank`` sits in its cycle of the permutation r -> r + d (mod n), counted from the
+    cycle's smallest rank."""
+    g = math.gcd(n, d)
+    start, k = rank % g, 0
+    while (start + k * d) % n != rank:
+        k += 1
+    return k
+
+
+class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
+    """A ``ProcessGroup`` whose ops run on an ``accord.Communicator``."""
+
+    def __init__(self, store: Any, rank: int, size: int, timeout: datetime.timedelta) -> None:
+        super().__init__(rank, size)
+        self._rank_ = rank
+        self._size = size
+        self.timeout_s = max(timeout.total_seconds(), 1.0)
+        self._comm = accord.Communicator(
+            rank, size, timeout=self.timeout_s, store=StoreAdapter(store), store_prefix="accord/addresses/"
+        )
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], None], Work] | None] = queue.SimpleQueue()
+        self._pending_p2p: list[tuple[str, torch.Tensor, int, Work]] = []
+        self._p2p_lock = threading.Lock()
+        self._worker = threading.Thread(target=self._serve, name=f"accord-pg-{rank}", daemon=True)
+        self._worker.start()
+
+    # --- plumbing -------------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            fn, work = job
+            try:
+                fn()
+            except BaseException as e:  # noqa: BLE001 - handed to the waiter
+                work._finish(e)
+            else:
+                work._finish(None)
+
+    def _submit(self, op: str, result: list[torch.Tensor], fn: Callable[[], None], cuda: bool = False) -> Work:
+        """Queues ``fn`` after everything before it; CUDA ops run here, on the caller's stream."""
+        self._flush_p2p()
+        work = Work(self, op, result)
+        if cuda:
+            torch.cuda.current_stream().synchronize()
+            work_done = Work(self, op, result)
+            self._jobs.put((fn, work_done))
+            work_done.wait()
+            work._finish(None)
+            return work
+        self._jobs.put((fn, work))
+        return work
+
+    def _flush_p2p(self) -> None:
+        with self._p2p_lock:
+            batch, self._pending_p2p = self._pending_p2p, []
+        if not batch:
+            return
+        works = [w for (_, _, _, w) in batch]
+
+        def run() -> None:
+            try:
+                self._run_p2p(batch)
+            except BaseException as e:  # noqa: BLE001
+                for w in works[1:]:
+                    w._finish(e)
+                raise
+            for w in works[1:]:
+                w._finish(None)
+
+        self._jobs.put((run, works[0]))
+
+    def _run_p2p(self, batch: list[tuple[str, torch.Tensor, int, Work]]) -> None:
+        """Runs a batch of sends and receives without deadlock. In step d = 1..size-1 this rank
+        sends to rank+d and receives from rank-d, so every send meets its receive in the same
+        step on both sides. A send and a receive of one size run at once (``send_recv``);
+        otherwise ranks at even positions of the step's cycle send first and the others
+        receive first, so every cycle of blocking calls unwinds."""
+        me, n = self._rank_, self._size
+        for d in range(1, n):
+            to, frm = (me + d) % n, (me - d) % n
+            sends = [t for (kind, t, peer, _) in batch if kind == "send" and peer == to]
+            recvs = [t for (kind, t, peer, _) in batch if kind == "recv" and peer == frm]
+            send_first = _cycle_position(me, d, n) % 2 == 0
+            for i in range(max(len(sends), len(recvs))):
+                s = sends[i] if i < len(sends) else None
+                r = recvs[i] if i < len(recvs) else None
+                if s is not None and r is not None and s.numel() == r.numel() and s.dtype == r.dtype:
+                    rh, back = _host(r)
+                    self._comm.send_recv(_flat(s), to, rh, frm)
+                    back()
+                    continue
+                for step in ("send", "recv") if send_first else ("recv", "send"):
+                    if step == "send" and s is not None:
+                        self._comm.send(_flat(s), to)
+                    elif step == "recv" and r is not None:
+                        rh, back = _host(r)
+                        self._comm.recv(rh, frm)
+                        back()
+
+    # --- identity -------------------------------------------------------------------------
+
+    def getBackendName(self) -> str:
+        return BACKEND_NAME
+
+    def name(self) -> str:
+        return BACKEND_NAME
+
+    def size(self) -> int:
+        return self._size
+
+    def getSize(self) -> int:
+        return self._size
+
+    def rank(self) -> int:
+        return self._rank_
+
+    def getRank(self) -> int:
+        return self._rank_
+
+    # torch asks a group for its per-device backend (batch_isend_irecv, DDP): this group is its
+    # own backend for every device it serves. It does not coalesce: batches of point to point
+    # ops are grouped by deferral instead (see the module doc).
+    supports_coalescing = False
+
+    def _get_backend(self, device: Any) -> AccordProcessGroup:
+        return self
+
+    # The group's name and description live here: the C++ base keeps them on per-device
+    # backends, which a Python group replacing the whole ProcessGroup does not have.
+    def setGroupName(self, name: str) -> None:
+        self._group_name = name
+
+    def getGroupName(self) -> str:
+        return getattr(self, "_group_name", "")
+
+    def setGroupDesc(self, desc: str) -> None:
+        self._group_desc = desc
+
+    def getGroupDesc(self) -> str:
+        return getattr(self, "_group_desc", "")
+
+    _set_group_name = setGroupName
+    _set_group_desc = setGroupDesc
+
+    @property
+    def group_name(self) -> str:
+        return self.getGroupName()
+
+    @property
+    def group_desc(self) -> str:
+        return self.getGroupDesc()
+
+    def shutdown(self) -> None:
+        """``destroy_process_group`` calls this on every member, groups in the same order:
+        after the ops already queued, a closing barrier (so no rank releases its engine while
+        a peer still needs it), then the worker stops. A failure is warned about, not raised."""
+        self._flush_p2p()
+        closing = Work(self, "shutdown", [])
+        self._jobs.put((self._comm.close, closing))
+        self._jobs.put(None)
+        try:
+            closing.wait()
+        except Exception as e:  # noqa: BLE001 - shutting down: report, do not raise
+            warnings.warn(f"accord backend: closing the group on rank {self._rank_} failed: {e}", stacklevel=2)
+        self._worker.join(timeout=_WAIT_SLACK_S)
+
+    def abort(self) -> None:
+        self._jobs.put(None)
+
+    # --- collectives ----------------------------------------------------------------------
+
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Work:
+        t = _one(tensors, "all_reduce")
+        op = _reduce_op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "all_reduce")
+
+        def run() -> None:
+            if t.numel():
+                h, back = _host(t)
+                self._comm.all_reduce(h, op)
+                back()
+
+        return self._submit("all_reduce", [t], run, t.is_cuda)
+
+    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> Work:
+        op = _reduce_op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "all_reduce_coalesced")
+        ts = [_check_tensor(t, "all_reduce_coalesced") for t in tensors]
+        _same_dtype("all_reduce_coalesced", *ts)
+
+        def run() -> None:
+            if not ts or sum(t.numel() for t in ts) == 0:
+                return
+            flat = torch.cat([_flat(t) for t in ts])
+            self._comm.all_reduce(flat, op)
+            at = 0
+            for t in ts:
+                t.copy_(flat[at : at + t.numel()].view(t.shape))
+                at += t.numel()
+
+        return self._submit("all_reduce_coalesced", ts, run, any(t.is_cuda for t in ts))
+
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any) -> Work:
+        t = _one(tensors, "broadcast")
+        root = opts.rootRank
+
+        def run() -> None:
+            if t.numel():
+                h, back = _host(t)
+                self._comm.broadcast(h, root)
+                if root != self._rank_:
+                    back()
+
+        return self._submit("broadcast", [t], run, t.is_cuda)
+
+    def reduce(self, tensors: list[torch.Tensor], opts: Any) -> Work:
+        t = _one(tensors, "reduce")
+        op, root = _reduce_op_name(opts.reduceOp, "reduce"), opts.rootRank
+
+        def run() -> None:
+            if t.numel():
+                h, back = _host(t)
+                self._comm.reduce(h, root, op)
+                if root == self._rank_:
+                    back()
+
+        return self._submit("reduce", [t], run, t.is_cuda)
+
+    def _all_gather_flat(self, output: torch.Tensor, input: torch.Tensor, op: str) -> Callable[[], None]:
+        _same_dtype(op, output, input)
+        if output.numel() != input.numel() * self._size:
+            raise BackendError(
+                f"accord backend: {op}: the output has {output.numel()} elements, not world_size ({self._size}) "
+                f"times the input's {input.numel()}"
+            )
+
+        def run() -> None:
+            if input.numel():
+                out, back = _host(output)
+                self._comm.all_gather(_flat(input), out)
+                back()
+
+        return run
+
+    def allgather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor], opts: Any = None) -> Work:
+        t = _one(input_tensors, "all_gather")
+        if len(output_tensors) != 1 or len(output_tensors[0]) != self._size:
+            raise BackendError(f"accord backend: all_gather: pass one list of world_size ({self._size}) output tensors")
+        outs = [_check_tensor(o, "all_gather", "output tensor") for o in output_tensors[0]]
+        if any(o.numel() != t.numel() for o in outs):
+            raise BackendError("accord backend: all_gather: every output tensor must have the input's number of elements")
+        _same_dtype("all_gather", t, *outs)
+
+        def run() -> None:
+            if not t.numel():
+                return
+            flat = torch.empty(t.numel() * self._size, dtype=t.dtype)
+            self._comm.all_gather(_flat(t), flat)
+            for i, o in enumerate(outs):
+                o.copy_(flat[i * t.numel() : (i + 1) * t.numel()].view(o.shape))
+
+        return self._submit("all_gather", outs, run, t.is_cuda)
+
+    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Work:
+        _check_tensor(output, "all_gather_into_tensor", "output")
+        _check_tensor(input, "all_gather_into_tensor", "input")
+        run = self._all_gather_flat(output, input, "all_gather_into_tensor")
+        return self._submit("all_gather_into_tensor", [output], run, output.is_cuda)
+
+    _allgather_base = all_gather_single
+
+    def allgather_coalesced(
+        self, output_lists: list[list[torch.Tensor]], input_tensors: list[torch.Tensor], opts: Any = None
+    ) -> Work:
+        works = [self.allgather([outs], [inp], opts) for outs, inp in zip(output_lists, input_tensors)]
+        return works[-1] if works else self.barrier(None)
+
+    def all_gather_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None) -> Work:
+        works = [self.all_gather_single(o, i, opts) for o, i in zip(outputs, inputs)]
+        return works[-1] if works else self.barrier(None)
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    def reduce_scatter(
+        self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]], opts: Any = None
+    ) -> Work:
+        out = _one(output_tensors, "reduce_scatter")
+        op = _reduce_op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "reduce_scatter")
+        if len(input_tensors) != 1 or len(input_tensors[0]) != self._size:
+            raise BackendError(f"accord backend: reduce_scatter: pass one list of world_size ({self._size}) input tensors")
+        ins = [_check_tensor(i, "reduce_scatter", "input tensor") for i in input_tensors[0]]
+        if any(i.numel() != out.numel() for i in ins):
+            raise BackendError("accord backend: reduce_scatter: every input tensor must have the output's number of elements")
+        _same_dtype("reduce_scatter", out, *ins)
+
+        def run() -> None:
+            if out.numel():
+                h, back = _host(out)
+                self._comm.reduce_scatter(torch.cat([_flat(i) for i in ins]), h, op)
+                back()
+
+        return self._submit("reduce_scatter", [out], run, out.is_cuda)
+
+    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Work:
+        _check_tensor(output, "reduce_scatter_tensor", "output")
+        _check_tensor(input, "reduce_scatter_tensor", "input")
+        op = _reduce_op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "reduce_scatter_tensor")
+        _same_dtype("reduce_scatter_tensor", output, input)
+        if input.numel() != output.numel() * self._size:
+            raise BackendError(
+                f"accord backend: reduce_scatter_tensor: the input has {input.numel()} elements, not world_size "
+                f"({self._size}) times the output's {output.numel()}"
+            )
+
+        def run() -> None:
+            if output.numel():
+                h, back = _host(output)
+                self._comm.reduce_scatter(_flat(input), h, op)
+                back()
+
+        return self._submit("reduce_scatter_tensor", [output], run, output.is_cuda)
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter_single_coalesced(
+        self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
+    ) -> Work:
+        works = [self.reduce_scatter_single(o, i, opts) for o, i in zip(outputs, inputs)]
+        return works[-1] if works else self.barrier(None)
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    def _all_to_all_v(self, out: torch.Tensor, inp: torch.Tensor, send: list[int], recv: list[int]) -> None:
+        """all_to_allv of flat element counts; an empty side is a one-element dummy (the
+        communicator registers no empty buffer)."""
+        if sum(send) == 0 and sum(recv) == 0:
+            return
+        send_buf = _flat(inp) if inp.numel() else torch.zeros(1, dtype=inp.dtype)
+        recv_buf, back = _host(out) if out.numel() else (torch.zeros(1, dtype=out.dtype), lambda: None)
+        self._comm.all_to_allv(send_buf, recv_buf, send, recv)
+        back()
+
+    def all_to_all_single(
+        self,
+        output: torch.Tensor,
+        input: torch.Tensor,
+        output_split_sizes: list[int],
+        input_split_sizes: list[int],
+        opts: Any = None,
+    ) -> Work:
+        name = "all_to_all_single"
+        _check_tensor(output, name, "output")
+        _check_tensor(input, name, "input")
+        _same_dtype(name, output, input)
+
+        def counts(t: torch.Tensor, splits: list[int], what: str) -> list[int]:
+            rows = t.shape[0] if t.dim() else 1
+            row = t.numel() // rows if rows else 0
+            if not splits:
+                if rows % self._size:
+                    raise BackendError(
+                        f"accord backend: {name}: the {what}'s first dimension {rows} does not split evenly over "
+                        f"{self._size} ranks: pass split sizes"
+                    )
+                splits = [rows // self._size] * self._size
+            if len(splits) != self._size or sum(splits) != rows or min(splits) < 0:
+                raise BackendError(
+                    f"accord backend: {name}: {what} split sizes {list(splits)} must be {self._size} non-negative "
+                    f"numbers adding up to the first dimension {rows}"
+                )
+            return [s * row for s in splits]
+
+        send, recv = counts(input, list(input_split_sizes), "input"), counts(output, list(output_split_sizes), "output")
+
+        def run() -> None:
+            self._all_to_all_v(output, input, send, recv)
+
+        return self._submit(name, [output], run, output.is_cuda)
+
+    alltoall_base = all_to_all_single
+
+    def alltoall(self, output_tensors: list[torch.Tensor], input_tensors: list[torch.Tensor], opts: Any = None) -> Work:
+        name = "all_to_all"
+        if len(output_tensors) != self._size or len(input_tensors) != self._size:
+            raise BackendError(f"accord backend: {name}: pass world_size ({self._size}) input and output tensors")
+        outs = [_check_tensor(t, name, "output tensor") for t in output_tensors]
+        ins = [_check_tensor(t, name, "input tensor") for t in input_tensors]
+        _same_dtype(name, *outs, *ins)
+        dtype = ins[0].dtype
+
+        def run() -> None:
+            flat_in = torch.cat([_flat(t) for t in ins]) if ins else torch.empty(0, dtype=dtype)
+            flat_out = torch.empty(sum(t.numel() for t in outs), dtype=dtype)
+            self._all_to_all_v(flat_out, flat_in, [t.numel() for t in ins], [t.numel() for t in outs])
+            at = 0
+            for t in outs:
+                t.copy_(flat_out[at : at + t.numel()].view(t.shape))
+                at += t.numel()
+
+        return self._submit(name, outs, run, outs[0].is_cuda)
+
+    def gather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor], opts: Any) -> Work:
+        name, root = "gather", opts.rootRank
+        t = _one(input_tensors, name)
+        if self._rank_ == root:
+            if len(output_tensors) != 1 or len(output_tensors[0]) != self._size:
+                raise BackendError(f"accord backend: {name}: the root passes world_size ({self._size}) output tensors")
+            outs = [_check_tensor(o, name, "output tensor") for o in output_tensors[0]]
+        else:
+            outs = []
+
+        def run() -> None:
+            if self._rank_ != root:
+                self._comm.send(_flat(t), root)
+                return
+            for r, o in enumerate(outs):
+                if r == root:
+                    o.copy_(t.view(o.shape))
+                else:
+                    h, back = _host(o)
+                    self._comm.recv(h, r)
+                    back()
+
+        return self._submit(name, outs, run, t.is_cuda)
+
+    def scatter(self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]], opts: Any) -> Work:
+        name, root = "scatter", opts.rootRank
+        out = _one(output_tensors, name)
+        if self._rank_ == root:
+            if len(input_tensors) != 1 or len(input_tensors[0]) != self._size:
+                raise BackendError(f"accord backend: {name}: the root passes world_size ({self._size}) input tensors")
+            ins = [_check_tensor(i, name, "input tensor") for i in input_tensors[0]]
+        else:
+            ins = []
+
+        def run() -> None:
+            if self._rank_ != root:
+                h, back = _host(out)
+                self._comm.recv(h, root)
+                back()
+                return
+            for r, i in enumerate(ins):
+                if r == root:
+                    out.copy_(i.view(out.shape))
+                else:
+                    self._comm.send(_flat(i), r)
+
+        return self._submit(name, [out], run, out.is_cuda)
+
+    def barrier(self, opts: Any = None) -> Work:
+        return self._submit("barrier", [], self._comm.barrier)
+
+    # --- point to point (deferred, see the module doc) ---------------------------------------
+
+    def _p2p(self, kind: str, tensors: list[torch.Tensor], peer: int) -> Work:
+        t = _one(tensors, kind)
+        if not 0 <= peer < self._size or peer == self._rank_:
+            raise BackendError(f"accord backend: {kind}: peer {peer} is not another rank of this group (0..{self._size - 1})")
+        work = Work(self, kind, [t])
+        if t.is_cuda:
+            torch.cuda.current_stream().synchronize()
+        with self._p2p_lock:
+            self._pending_p2p.append((kind, t, peer, work))
+        return work
+
+    def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> Work:
+        return self._p2p("send", tensors, dst)
+
+    def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> Work:
+        return self._p2p("recv", tensors, src)
+
+    def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> Work:
+        raise BackendError("accord backend: recv from any source is not supported: name the source rank")
+
+    recvAnysource = recv_anysource
+
+
+def _create(store: Any, rank: int, size: int, timeout: datetime.timedelta) -> AccordProcessGroup:
+    return AccordProcessGroup(store, rank, size, timeout)
+
+
+def register() -> None:
+    """Registers the backend ``"accord"`` for cpu and cuda tensors (idempotent)."""
+    if BACKEND_NAME.upper() in dist.Backend._plugins:
+        return
+    dist.Backend.register_backend(BACKEND_NAME, _create, devices=["cpu", "cuda"])
+
+
+register()
+
+__all__ = ["AccordProcessGroup", "BACKEND_NAME", "BackendError", "Work", "register"]

@@ -1,0 +1,203 @@
+"""Issue 20's measurements of the torch.distributed backend "accord", one backend per run.
+
+Run under torchrun (one run per backend and rank count; torch_backend_bench.sh drives them):
+
+    torchrun --standalone --nproc_per_node N torch_backend_bench.py --backend accord --device cpu
+
+Each run prints JSON lines on rank 0:
+- {"kind": "ddp", ...}: DDP step time (forward, backward with gradient all-reduce, SGD step) of
+  an MLP of about 50M parameters, mean of the timed steps, the slowest rank's time;
+- {"kind": "fsdp2", ...}: the same model under fully_shard (CPU runs only);
+- {"kind": "op", ...}: busbw of all_reduce / all_gather_into_tensor / reduce_scatter_tensor /
+  all_to_all_single through torch.distributed at the given sizes (nccl-tests' busbw factors).
+
+`--report DIR` joins the JSON files torch_backend_bench.sh wrote into the printed tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+import time
+
+
+def busbw_factor(op: str, n: int) -> float:
+    return 2.0 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
+
+
+def model(width: int, depth: int):
+    import torch
+
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(depth):
+        layers += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+    return torch.nn.Sequential(*layers)
+
+
+def timed(step, warmup: int, iters: int, sync, device) -> float:
+    """Mean seconds per call over `iters` after `warmup`, the slowest rank's."""
+    import torch
+    import torch.distributed as dist
+
+    for _ in range(warmup):
+        step()
+    sync()
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(iters):
+        step()
+    sync()
+    t = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)  # on the group's own backend: a cpu or cuda tensor
+    return float(t.item())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--backend", required=True)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--width", type=int, default=4096)
+    ap.add_argument("--depth", type=int, default=3)  # 3 x (4096^2 + 4096) = 50.3M parameters
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--sizes", default="1048576,4194304,16777216,67108864")
+    ap.add_argument("--ops", default="all_reduce,all_gather,reduce_scatter,all_to_all")
+    ap.add_argument("--skip", default="", help="comma list of ddp,fsdp2,ops to leave out")
+    ap.add_argument("--report", help="print the tables from the JSON files in this folder")
+    args = ap.parse_args()
+    if args.report:
+        report(pathlib.Path(args.report))
+        return
+
+    import torch
+    import torch.distributed as dist
+
+    import accord.torch  # noqa: F401 - registers "accord"
+
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    n_local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if args.device == "cuda":
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+        sync = torch.cuda.synchronize
+    else:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // n_local))
+        device = torch.device("cpu")
+        sync = lambda: None  # noqa: E731
+    dist.init_process_group(args.backend)
+    rank, n = dist.get_rank(), dist.get_world_size()
+    skip = set(filter(None, args.skip.split(",")))
+    meta = {"backend": args.backend, "device": args.device, "ranks": n, "torch": torch.__version__}
+
+    def emit(row: dict) -> None:
+        if rank == 0:
+            print(json.dumps({**meta, **row}), flush=True)
+
+    params = sum(p.numel() for p in model(args.width, args.depth).parameters())
+    x = torch.randn(args.batch, args.width, device=device)
+
+    if "ddp" not in skip:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        m = model(args.width, args.depth).to(device)
+        ddp = DDP(m, device_ids=[local_rank] if args.device == "cuda" else None)
+        opt = torch.optim.SGD(ddp.parameters(), lr=1e-4)
+
+        def ddp_step() -> None:
+            opt.zero_grad(set_to_none=True)
+            ddp(x).square().mean().backward()
+            opt.step()
+
+        emit({"kind": "ddp", "params": params, "step_s": timed(ddp_step, args.warmup, args.iters, sync, device)})
+        del ddp, m, opt
+
+    if "fsdp2" not in skip and args.device == "cpu":
+        from torch.distributed.fsdp import fully_shard
+
+        m = model(args.width, args.depth)
+        for layer in m:
+            if isinstance(layer, torch.nn.Linear):
+                fully_shard(layer)
+        fully_shard(m)
+        opt = torch.optim.SGD(m.parameters(), lr=1e-4)
+
+        def fsdp_step() -> None:
+            opt.zero_grad(set_to_none=True)
+            m(x).square().mean().backward()
+            opt.step()
+
+        emit({"kind": "fsdp2", "params": params, "step_s": timed(fsdp_step, args.warmup, args.iters, sync, device)})
+        del m, opt
+
+    if "ops" not in skip:
+        for op in args.ops.split(","):
+            for size in (int(s) for s in args.sizes.split(",")):
+                elems = max(size // 4 // n * n, n)
+                full = torch.ones(elems, device=device)
+                part = torch.ones(elems // n, device=device)
+                calls = {
+                    "all_reduce": lambda: dist.all_reduce(full),
+                    "all_gather": lambda: dist.all_gather_into_tensor(full, part),
+                    "reduce_scatter": lambda: dist.reduce_scatter_tensor(part, full),
+                    "all_to_all": lambda: dist.all_to_all_single(full.clone(), full),
+                }
+                t = timed(calls[op], args.warmup, args.iters, sync, device)
+                nbytes = elems * 4
+                emit({"kind": "op", "op": op, "bytes": nbytes, "time_us": t * 1e6,
+                      "busbw_gbps": nbytes / t / 1e9 * busbw_factor(op, n)})
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def load(path: pathlib.Path) -> list[dict]:
+    rows = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            if line.startswith("{"):
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    pass
+    return rows
+
+
+def report(out: pathlib.Path) -> None:
+    runs = {p.stem: load(p) for p in sorted(out.glob("torch_*.jsonl"))}
+    print("\n## Step time (s): accord vs baseline, same model, same host, same call")
+    print(f"{'device':>6} {'ranks':>5} {'kind':>6} {'params':>10} {'accord_s':>9} {'base':>5} {'base_s':>9} {'speedup':>7}")
+    for device, base in (("cpu", "gloo"), ("cuda", "nccl")):
+        for n in (2, 4, 8):
+            a, b = runs.get(f"torch_accord_{device}_{n}", []), runs.get(f"torch_{base}_{device}_{n}", [])
+            for kind in ("ddp", "fsdp2"):
+                ra = next((r for r in a if r["kind"] == kind), None)
+                rb = next((r for r in b if r["kind"] == kind), None)
+                if ra or rb:
+                    sa, sb = (ra or {}).get("step_s", float("nan")), (rb or {}).get("step_s", float("nan"))
+                    params = (ra or rb or {}).get("params", 0)
+                    print(f"{device:>6} {n:>5} {kind:>6} {params:>10} {sa:>9.4f} {base:>5} {sb:>9.4f} {sb / sa:>7.2f}")
+    print("\n## Op busbw (GB/s): torch.distributed 'accord' vs its baseline vs `accord bench` (CPU)")
+    print(f"{'device':>6} {'ranks':>5} {'op':>14} {'bytes':>10} {'accord':>8} {'base':>8} {'vs_base':>7} {'cli':>8} {'py/cli':>6}")
+    for device, base in (("cpu", "gloo"), ("cuda", "nccl")):
+        for n in (2, 4, 8):
+            a = [r for r in runs.get(f"torch_accord_{device}_{n}", []) if r["kind"] == "op"]
+            b = {(r["op"], r["bytes"]): r for r in runs.get(f"torch_{base}_{device}_{n}", []) if r["kind"] == "op"}
+            for r in a:
+                rb = b.get((r["op"], r["bytes"]))
+                bb = rb["busbw_gbps"] if rb else float("nan")
+                cli = float("nan")
+                for row in (load(out / f"cli_{r['op']}_{n}.json")[:1] or [{}])[0].get("rows", []):
+                    if row["bytes"] == r["bytes"]:
+                        cli = row["busbw_gbps"]
+                ratio = r["busbw_gbps"] / bb if bb == bb and bb > 0 else float("nan")
+                py_cli = r["busbw_gbps"] / cli if cli == cli and cli > 0 else float("nan")
+                print(f"{device:>6} {n:>5} {r['op']:>14} {r['bytes']:>10} {r['busbw_gbps']:>8.2f} {bb:>8.2f} "
+                      f"{ratio:>7.2f} {cli:>8.2f} {py_cli:>6.2f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Issue 20's acceptance run for the torch.distributed backend "accord", in one command:
+#   CPU:  DDP (~50M-parameter MLP) and FSDP2 step time, 4 and 8 ranks, "accord" vs "gloo"; op
+#         busbw through torch.distributed vs `accord bench` at the same sizes (1-64 MiB).
+#   CUDA: (when 2+ GPUs) DDP step time on 2 GPUs, "accord" vs "nccl"; all_reduce / all_gather
+#         busbw 1-256 MiB. CUDA tensors are staged through host memory by the backend today.
+# Prints the tables at the end; JSON lines stay in $OUT.
+# Usage (GPU host, repo root): scripts/device/torch_backend_bench.sh   (OUT=dir to keep files)
+# Needs cargo (builds the accord CLI and the Python extension; no maturin, no network) and
+# torch. Budget: about 6 minutes on the 2xH200 host; each run is capped by `timeout`.
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+HERE="$(cd "$(dirname "$0")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+OUT="${OUT:-$(mktemp -d)}"
+mkdir -p "$OUT"
+PY="${PYTHON:-python3}"
+
+# The accord package from this tree: the extension cargo builds, beside the Python sources.
+(cd "$ROOT" && cargo build --release -q -p accord-py -p accord-cli) || { echo "cargo build failed"; exit 1; }
+rm -rf "$OUT/pkg" && mkdir -p "$OUT/pkg" && cp -r "$ROOT/python/accord" "$OUT/pkg/"
+cp "$ROOT/target/release/lib_accord.so" "$OUT/pkg/accord/_accord.abi3.so"
+export PYTHONPATH="$OUT/pkg${PYTHONPATH:+:$PYTHONPATH}"
+"$PY" -c "import accord, torch; print('accord', accord.VERSION, 'torch', torch.__version__)" || exit 1
+BIN="$ROOT/target/release/accord"
+RUN="$PY -m torch.distributed.run --standalone"
+
+for n in 4 8; do
+  for b in accord gloo; do
+    echo "== cpu $b n=$n" >&2
+    timeout 150 $RUN --nproc_per_node "$n" "$HERE/torch_backend_bench.py" --backend "$b" --device cpu \
+      > "$OUT/torch_${b}_cpu_${n}.jsonl" 2> "$OUT/torch_${b}_cpu_${n}.err" || { echo "cpu $b n=$n FAILED"; tail -n 15 "$OUT/torch_${b}_cpu_${n}.err"; }
+  done
+  for op in all_reduce all_gather reduce_scatter all_to_all; do
+    timeout 60 "$BIN" bench "${op//_/-}" -n "$n" -b 1M -e 64M -f 4 -w 2 -i 5 --json > "$OUT/cli_${op}_${n}.json" 2>/dev/null \
+      || echo "accord bench $op n=$n FAILED (flags as of this commit: -n ranks, -i iterations)"
+  done
+done
+
+if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
+  for b in accord nccl; do
+    echo "== cuda $b n=2" >&2
+    timeout 150 $RUN --nproc_per_node 2 "$HERE/torch_backend_bench.py" --backend "$b" --device cuda --skip fsdp2 \
+      --ops all_reduce,all_gather --sizes 1048576,4194304,16777216,67108864,268435456 \
+      > "$OUT/torch_${b}_cuda_2.jsonl" 2> "$OUT/torch_${b}_cuda_2.err" || { echo "cuda $b FAILED"; tail -n 15 "$OUT/torch_${b}_cuda_2.err"; }
+  done
+else
+  echo "fewer than 2 GPUs: CUDA rows skipped"
+fi
+"$PY" "$HERE/torch_backend_bench.py" --backend none --report "$OUT"
+echo "files: $OUT"

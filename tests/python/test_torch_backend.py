@@ -1,0 +1,87 @@
+"""The torch.distributed backend "accord" (accord.torch): every op against Gloo in the same
+job, DDP training against Gloo, a default "accord" group, clear errors, and
+accord.Communicator plus init_process_group("accord") under torchrun (whose agent holds
+MASTER_PORT). Skipped where torch is not installed."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch.distributed")
+
+import accord  # noqa: E402
+import torch_roles  # noqa: E402
+
+pytestmark = pytest.mark.timeout(180)
+
+HERE = Path(__file__).resolve().parent
+
+
+def test_every_op_matches_gloo() -> None:
+    counts = accord.run(torch_roles.every_op, 3, timeout=150)
+    # Roots compare more tensors than the others (reduce, gather), subgroup members more too.
+    assert len(counts) == 3 and min(counts) > 150, counts
+
+
+def test_ddp_training_matches_gloo() -> None:
+    compared = accord.run(torch_roles.ddp_matches_gloo, 2, timeout=120)
+    assert compared == [8, 8]
+
+
+def test_default_group_is_accord() -> None:
+    results = accord.run(torch_roles.default_group, 2, timeout=60)
+    for r in results:
+        assert r == [3.0] * 5 + [0.0, 0.0, 1.0, 1.0]
+
+
+def test_misuse_and_timeouts_raise() -> None:
+    seen = accord.run(torch_roles.errors, 2, timeout=120)
+    common = ["wrong device", "bool dtype", "band", "wrong output size", "bad splits", "mismatched count"]
+    assert seen[0] == common + ["timeout"]
+    assert seen[1] == common
+
+
+def test_registered_backend() -> None:
+    import torch.distributed as dist
+
+    import accord.torch as backend
+
+    assert dist.Backend("accord") == "accord"
+    assert dist.Backend.backend_capability["accord"] == ["cpu", "cuda"]
+    backend.register()  # idempotent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_communicator_under_torchrun() -> None:
+    """torchrun's agent serves its TCPStore on MASTER_PORT; accord.Communicator() and the
+    backend must rendezvous through it instead of binding the port."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(HERE) + os.pathsep + env.get("PYTHONPATH", "")
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        "--master_addr=127.0.0.1",
+        f"--master_port={_free_port()}",
+        str(HERE / "torch_roles.py"),
+    ]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=150)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = sorted(line for line in done.stdout.splitlines() if line.startswith("RANK "))
+    assert lines == [
+        "RANK 0 comm [3.0, 3.0, 3.0, 3.0] second [2.0, 2.0] pg [1.0, 1.0, 1.0]",
+        "RANK 1 comm [3.0, 3.0, 3.0, 3.0] second [2.0, 2.0] pg [1.0, 1.0, 1.0]",
+    ], done.stdout + done.stderr

@@ -1,0 +1,379 @@
+"""Rank bodies of the torch.distributed backend tests (a module of its own so `accord.run`'s
+spawned children can import it).
+
+Each rank joins a Gloo default group through the torchrun variables `accord.run` sets, then
+makes an "accord" group over the same c10d store, runs every op on both groups with the same
+inputs and compares the results. Returns the number of comparisons made, so the parent knows
+the checks ran.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.int8, torch.uint8]
+TIMEOUT = datetime.timedelta(seconds=30)
+
+
+def _init_gloo() -> None:
+    import accord.torch  # noqa: F401 - registers "accord"
+
+    dist.init_process_group("gloo", timeout=TIMEOUT)
+
+
+def _inputs(rank: int, dtype: torch.dtype, shape: tuple[int, ...], salt: int = 0) -> torch.Tensor:
+    # Small integers (1..3) so sums and products are exact in every dtype, uint8 and f16 too.
+    g = torch.Generator().manual_seed(1000 * salt + rank)
+    return torch.randint(1, 4, shape, generator=g).to(dtype)
+
+
+class Checker:
+    """Runs ``fn(group)`` on the Gloo and the accord group and compares what it returns."""
+
+    def __init__(self, gloo: Any, accord_group: Any) -> None:
+        self.gloo, self.accord = gloo, accord_group
+        self.count = 0
+
+    def same(self, what: str, fn: Callable[[Any], list[torch.Tensor]]) -> None:
+        want, got = fn(self.gloo), fn(self.accord)
+        assert len(want) == len(got), what
+        for w, g in zip(want, got):
+            assert w.dtype == g.dtype and w.shape == g.shape, (what, w, g)
+            assert torch.equal(w, g), f"{what}: gloo {w.tolist()} accord {g.tolist()}"
+            self.count += 1
+
+
+def every_op() -> int:
+    _init_gloo()
+    rank, n = dist.get_rank(), dist.get_world_size()
+    gloo = dist.new_group(backend="gloo")
+    acc = dist.new_group(backend="accord", timeout=TIMEOUT)
+    assert dist.get_backend(acc) == "accord"
+    c = Checker(gloo, acc)
+    for salt, dtype in enumerate(DTYPES):
+        x = lambda shape=(5, 3): _inputs(rank, dtype, shape, salt)  # noqa: E731
+        ops = [dist.ReduceOp.SUM, dist.ReduceOp.MIN, dist.ReduceOp.MAX]
+        if dtype not in (torch.float16, torch.bfloat16, torch.int8, torch.uint8):
+            ops.append(dist.ReduceOp.PRODUCT)  # Gloo has no 8-bit or half product
+        for op in ops:
+
+            def all_reduce(g: Any, op: Any = op) -> list[torch.Tensor]:
+                t = x()
+                dist.all_reduce(t, op=op, group=g)
+                return [t]
+
+            c.same(f"all_reduce {dtype} {op}", all_reduce)
+
+            def reduce(g: Any, op: Any = op) -> list[torch.Tensor]:
+                t = x()
+                dist.reduce(t, dst=n - 1, op=op, group=g)
+                return [t] if rank == n - 1 else []  # elsewhere the tensor's value is undefined
+
+            c.same(f"reduce {dtype} {op}", reduce)
+
+        def broadcast(g: Any) -> list[torch.Tensor]:
+            t = x()
+            dist.broadcast(t, src=1, group=g)
+            return [t]
+
+        def all_gather(g: Any) -> list[torch.Tensor]:
+            outs = [torch.zeros(5, 3, dtype=dtype) for _ in range(n)]
+            dist.all_gather(outs, x(), group=g)
+            return outs
+
+        def all_gather_into_tensor(g: Any) -> list[torch.Tensor]:
+            out = torch.zeros(n * 4, 3, dtype=dtype)
+            dist.all_gather_into_tensor(out, x((4, 3)), group=g)
+            return [out]
+
+        def reduce_scatter(g: Any) -> list[torch.Tensor]:
+            out = torch.zeros(4, dtype=dtype)
+            dist.reduce_scatter(out, [x((4,)) + i for i in range(n)], group=g)
+            return [out]
+
+        def reduce_scatter_tensor(g: Any) -> list[torch.Tensor]:
+            out = torch.zeros(2, 3, dtype=dtype)
+            dist.reduce_scatter_tensor(out, x((2 * n, 3)), group=g)
+            return [out]
+
+        def all_to_all(g: Any) -> list[torch.Tensor]:
+            # Gloo's list form takes equal blocks only (uneven: all_to_all_single below).
+            ins = [x((3,)) + j for j in range(n)]
+            outs = [torch.zeros(3, dtype=dtype) for _ in range(n)]
+            dist.all_to_all(outs, ins, group=g)
+            return outs
+
+        def all_to_all_single_even(g: Any) -> list[torch.Tensor]:
+            out = torch.zeros(2 * n, 3, dtype=dtype)
+            dist.all_to_all_single(out, x((2 * n, 3)), group=g)
+            return [out]
+
+        def all_to_all_single_uneven(g: Any) -> list[torch.Tensor]:
+            # Rank r sends (r + j) % 3 rows to rank j (some empty); receives (i + r) % 3 from i.
+            send = [(rank + j) % 3 for j in range(n)]
+            recv = [(i + rank) % 3 for i in range(n)]
+            out = torch.zeros(sum(recv), 2, dtype=dtype)
+            dist.all_to_all_single(out, x((sum(send), 2)), recv, send, group=g)
+            return [out]
+
+        def gather(g: Any) -> list[torch.Tensor]:
+            outs = [torch.zeros(3, dtype=dtype) for _ in range(n)] if rank == 0 else None
+            dist.gather(x((3,)), outs, dst=0, group=g)
+            return outs or []
+
+        def scatter(g: Any) -> list[torch.Tensor]:
+            out = torch.zeros(3, dtype=dtype)
+            dist.scatter(out, [x((3,)) + i for i in range(n)] if rank == n - 1 else None, src=n - 1, group=g)
+            return [out]
+
+        def send_recv(g: Any) -> list[torch.Tensor]:
+            got = torch.zeros(4, dtype=dtype)
+            if rank == 0:
+                dist.send(x((4,)), dst=1, group=g)
+            elif rank == 1:
+                dist.recv(got, src=0, group=g)
+            return [got]
+
+        def batch_ring(g: Any) -> list[torch.Tensor]:
+            # Each rank sends one tensor forward and a different-sized one backward.
+            fwd, bwd = torch.zeros(3, dtype=dtype), torch.zeros(5, dtype=dtype)
+            ops = [
+                dist.P2POp(dist.isend, x((3,)), (rank + 1) % n, g),
+                dist.P2POp(dist.irecv, fwd, (rank - 1) % n, g),
+                dist.P2POp(dist.isend, x((5,)), (rank - 1) % n, g),
+                dist.P2POp(dist.irecv, bwd, (rank + 1) % n, g),
+            ]
+            for w in dist.batch_isend_irecv(ops):
+                w.wait()
+            return [fwd, bwd]
+
+        for fn in (
+            broadcast,
+            all_gather,
+            all_gather_into_tensor,
+            reduce_scatter,
+            reduce_scatter_tensor,
+            all_to_all,
+            all_to_all_single_even,
+            all_to_all_single_uneven,
+            gather,
+            scatter,
+            send_recv,
+            batch_ring,
+        ):
+            c.same(f"{fn.__name__} {dtype}", fn)
+
+    # AVG: Gloo has none; compare with its SUM divided by the world size.
+    t, want = _inputs(rank, torch.float64, (7,)), _inputs(rank, torch.float64, (7,))
+    dist.all_reduce(t, op=dist.ReduceOp.AVG, group=acc)
+    dist.all_reduce(want, group=gloo)
+    assert torch.allclose(t, want / n), (t, want)
+    c.count += 1
+
+    # A non-contiguous view is reduced in place, the elements between left alone. (Gloo reduces
+    # the view's span of memory instead, so the reference is Gloo on a contiguous copy.)
+    base = _inputs(rank, torch.float32, (4, 6))
+    want = base.clone()
+    reduced = want[:, ::2].contiguous()
+    dist.all_reduce(reduced, group=gloo)
+    want[:, ::2] = reduced
+    dist.all_reduce(base[:, ::2], group=acc)
+    assert torch.equal(base, want), (base, want)
+    c.count += 1
+
+    # Async: futures carry the output tensors, and several ops can be in flight in order.
+    works = []
+    for i in range(4):
+        t = torch.full((1000,), float(rank + i))
+        works.append((t, dist.all_reduce(t, group=acc, async_op=True)))
+    for i, (t, w) in enumerate(works):
+        value = w.get_future().wait()
+        assert value[0] is t or torch.equal(value[0], t)
+        assert w.wait() and w.is_completed() and w.exception() is None
+        assert torch.all(t == sum(r + i for r in range(n))), t[:3]
+        c.count += 1
+    fut = dist.all_reduce(torch.ones(3), group=acc, async_op=True).get_future().then(lambda f: f.value()[0] * 2)
+    assert torch.equal(fut.wait(), torch.full((3,), 2.0 * n))
+
+    # Subgroups: ranks 0 and n-1 only, each backend.
+    members = [0, n - 1]
+    sub_gloo = dist.new_group(members, backend="gloo")
+    sub_acc = dist.new_group(members, backend="accord", timeout=TIMEOUT)
+    if rank in members:
+        sub = Checker(sub_gloo, sub_acc)
+
+        def sub_all_reduce(g: Any) -> list[torch.Tensor]:
+            t = _inputs(rank, torch.float32, (9,), 77)
+            dist.all_reduce(t, group=g)
+            return [t]
+
+        def sub_broadcast(g: Any) -> list[torch.Tensor]:
+            t = _inputs(rank, torch.int64, (4,), 78)
+            dist.broadcast(t, src=n - 1, group=g)  # a global rank
+            return [t]
+
+        sub.same("subgroup all_reduce", sub_all_reduce)
+        sub.same("subgroup broadcast", sub_broadcast)
+        assert dist.get_world_size(sub_acc) == 2 and dist.get_rank(sub_acc) == members.index(rank)
+        c.count += sub.count
+
+    dist.barrier(group=acc)
+    dist.barrier()
+    dist.destroy_process_group()
+    return c.count
+
+
+def _model(seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+
+
+def _train(group: Any, hook: bool) -> list[torch.Tensor]:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    rank = dist.get_rank()
+    ddp = DDP(_model(0), process_group=group, bucket_cap_mb=0.001)  # several buckets
+    if hook:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        ddp.register_comm_hook(group, default_hooks.allreduce_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(rank)
+    for _ in range(4):
+        opt.zero_grad()
+        x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+        torch.nn.functional.mse_loss(ddp(x), y).backward()
+        opt.step()
+    return [p.detach().clone() for p in ddp.parameters()]
+
+
+def ddp_matches_gloo() -> int:
+    _init_gloo()
+    gloo = dist.new_group(backend="gloo")
+    acc = dist.new_group(backend="accord", timeout=TIMEOUT)
+    want = _train(gloo, hook=False)
+    compared = 0
+    for hook in (False, True):
+        got = _train(acc, hook)
+        for w, g in zip(want, got):
+            assert torch.allclose(w, g, rtol=1e-5, atol=1e-6), (hook, (w - g).abs().max())
+            compared += 1
+        # The ranks started from one seed but saw different data: the parameters moved together.
+        assert not torch.equal(got[0], _model(0)[0].weight)
+    dist.barrier()
+    dist.destroy_process_group()
+    return compared
+
+
+def default_group() -> list[float]:
+    """``init_process_group("accord")`` itself, from the torchrun variables."""
+    import accord.torch  # noqa: F401
+
+    dist.init_process_group("accord", timeout=TIMEOUT)
+    rank, n = dist.get_rank(), dist.get_world_size()
+    assert dist.get_backend() == "accord"
+    t = torch.full((5,), float(rank + 1))
+    dist.all_reduce(t)
+    out = [torch.zeros(2) for _ in range(n)]
+    dist.all_gather(out, torch.full((2,), float(rank)))
+    _fsdp2_matches_local()
+    dist.barrier()
+    dist.destroy_process_group()
+    return t.tolist() + torch.cat(out).tolist()
+
+
+def _fsdp2_matches_local() -> None:
+    """FSDP2 (fully_shard: all_gather_into_tensor, reduce_scatter_tensor) on the default
+    group, every rank fed the same data, ends with the parameters of plain local training."""
+    from torch.distributed.fsdp import fully_shard
+
+    sharded, local = _model(1), _model(1)
+    for layer in sharded:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer)
+    fully_shard(sharded)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (sharded, local)]
+    g = torch.Generator().manual_seed(5)
+    for _ in range(3):
+        x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+        for m, opt in zip((sharded, local), opts):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(m(x), y).backward()
+            opt.step()
+    for p, q in zip(sharded.parameters(), local.parameters()):
+        full = p.full_tensor()  # type: ignore[attr-defined]
+        assert torch.allclose(full, q, rtol=1e-5, atol=1e-6), (full - q).abs().max()
+
+
+def errors() -> list[str]:
+    """Misuse raises a clear Python exception; a rank that never joins times out, named."""
+    _init_gloo()
+    rank = dist.get_rank()
+    acc = dist.new_group(backend="accord", timeout=TIMEOUT)
+    seen: list[str] = []
+
+    def expect(what: str, fn: Callable[[], Any], *needles: str) -> None:
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - any exception type, checked by message
+            message = str(e)
+            assert all(n in message for n in needles), (what, message)
+            seen.append(what)
+        else:
+            raise AssertionError(f"{what}: no exception")
+
+    expect("wrong device", lambda: dist.all_reduce(torch.ones(2, device="meta"), group=acc), "meta", "cpu or cuda")
+    expect("bool dtype", lambda: dist.all_reduce(torch.ones(2, dtype=torch.bool), group=acc), "torch.bool")
+    expect("band", lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist.ReduceOp.BAND, group=acc), "BAND")
+    expect("wrong output size", lambda: dist.all_gather_into_tensor(torch.zeros(3), torch.ones(2), group=acc), "world_size")
+    expect(
+        "bad splits",
+        lambda: dist.all_to_all_single(torch.zeros(4), torch.zeros(4), [1, 1], [3, 3], group=acc),
+        "split sizes",
+    )
+    # The group still works after refused calls (nothing was sent).
+    t = torch.ones(3)
+    dist.all_reduce(t, group=acc)
+    assert torch.equal(t, torch.full((3,), 2.0))
+
+    # Shapes that differ across ranks: an error naming the disagreement, not a hang.
+    mismatch = dist.new_group(backend="accord", timeout=datetime.timedelta(seconds=3))
+    expect("mismatched count", lambda: dist.all_reduce(torch.ones(4 + rank), group=mismatch), "rank")
+
+    # Rank 1 never calls: rank 0 times out, and the message names rank 1.
+    lonely = dist.new_group(backend="accord", timeout=datetime.timedelta(seconds=2))
+    if rank == 0:
+        expect("timeout", lambda: dist.all_reduce(torch.ones(2), group=lonely), "rank(s) [1]")
+    dist.barrier()  # on Gloo, so rank 1 stays until rank 0 gave up
+    dist.destroy_process_group()
+    return seen
+
+
+def communicator_in_torchrun() -> None:
+    """Body of the torchrun test: a plain ``accord.Communicator()`` while torchrun's agent
+    holds MASTER_PORT, then a default "accord" process group."""
+    import accord
+
+    with accord.Communicator(timeout=30) as comm:
+        t = torch.full((4,), float(comm.rank + 1))
+        comm.all_reduce(t)
+        second = accord.Communicator(timeout=30)  # a second one meets under its own keys
+        u = torch.ones(2)
+        second.all_reduce(u)
+        second.close()
+    import accord.torch  # noqa: F401
+
+    dist.init_process_group("accord", timeout=TIMEOUT)
+    v = torch.full((3,), float(dist.get_rank()))
+    dist.all_reduce(v)
+    dist.destroy_process_group()
+    print(f"RANK {os.environ['RANK']} comm {t.tolist()} second {u.tolist()} pg {v.tolist()}", flush=True)
+
+
+if __name__ == "__main__":
+    communicator_in_torchrun()
