@@ -7,6 +7,7 @@ mod launch;
 mod signal;
 mod sim;
 mod table;
+mod validate;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

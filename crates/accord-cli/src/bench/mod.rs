@@ -162,7 +162,8 @@ pub fn run(args: BenchArgs, raw_args: Vec<String>) -> Result<i32, String> {
 }
 
 fn p2p(a: &P2pArgs) -> Result<(), String> {
-    let opts = accord_engine::bench::P2pOptions { loss: a.loss, ..Default::default() };
+    let loss = a.loss.map(|p| crate::validate::probability("--loss", p)).transpose()?;
+    let opts = accord_engine::bench::P2pOptions { loss, ..Default::default() };
     let rows = accord_engine::bench::p2p(&opts).map_err(|e| e.to_string())?;
     if a.json {
         println!("{}", accord_engine::bench::format_json(&rows));
