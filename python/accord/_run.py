@@ -188,7 +188,7 @@ def run(fn: Callable[..., T], nprocs: int, *args: Any, timeout: float | None = N
     finally:
         guard.stopping = True
         if stop is not None or failures or len(values) < nprocs:
-            signum = signal.SIGTERM
+            signum: int = signal.SIGTERM
             if isinstance(stop, _Stop):
                 signum = stop.signum
             elif isinstance(stop, KeyboardInterrupt):

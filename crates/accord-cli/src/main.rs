@@ -33,6 +33,8 @@ enum Command {
 fn main() -> ExitCode {
     // The p2p benchmark re-runs this binary as its second process.
     accord_engine::bench::run_child_if_requested();
+    // `accord run` re-runs this binary as its watchdog.
+    launch::run_watchdog_if_requested();
     let raw_args: Vec<String> = std::env::args().skip(1).collect();
     let cli = Cli::parse();
     let result = match cli.command {

@@ -26,6 +26,12 @@ impl Marker {
         Marker(format!("{name}-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)))
     }
 
+    /// Processes carrying the marker, except `launcher` and the launcher's watchdog: the
+    /// ranks and what they started.
+    fn ranks(&self, launcher: u32) -> Vec<u32> {
+        self.processes(Some(launcher)).into_iter().filter(|&pid| !is_watchdog(pid)).collect()
+    }
+
     /// Processes carrying the marker, except `launcher`.
     fn processes(&self, launcher: Option<u32>) -> Vec<u32> {
         let needle = format!("{MARKER_VAR}={}", self.0);
@@ -57,6 +63,11 @@ impl Drop for Marker {
             unsafe_kill(pid, libc::SIGKILL);
         }
     }
+}
+
+fn is_watchdog(pid: u32) -> bool {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    env.split(|&b| b == 0).any(|var| var.starts_with(b"ACCORD_LAUNCH_WATCHDOG="))
 }
 
 #[allow(unsafe_code)]
@@ -111,10 +122,7 @@ fn interrupt(name: &str, args: &[&str], ranks: usize, signal: i32, expected: i32
     let marker = Marker::new(name);
     let mut launcher = marker.command(args).spawn().unwrap();
     let pid = launcher.id();
-    assert!(
-        eventually(PATIENCE, || marker.processes(Some(pid)).len() >= ranks),
-        "{name}: {ranks} ranks never appeared"
-    );
+    assert!(eventually(PATIENCE, || marker.ranks(pid).len() >= ranks), "{name}: {ranks} ranks never appeared");
     unsafe_kill(pid, signal);
     let status = wait_exit(&mut launcher);
     let stderr = stderr_of(&mut launcher);
@@ -130,11 +138,9 @@ fn kill_launcher(name: &str, args: &[&str], ranks: usize) {
     let marker = Marker::new(name);
     let mut launcher = marker.command(args).spawn().unwrap();
     let pid = launcher.id();
-    assert!(
-        eventually(PATIENCE, || marker.processes(Some(pid)).len() >= ranks),
-        "{name}: {ranks} ranks never appeared"
-    );
+    assert!(eventually(PATIENCE, || marker.ranks(pid).len() >= ranks), "{name}: {ranks} ranks never appeared");
     unsafe_kill(pid, libc::SIGKILL);
+    // (The launcher's watchdog carries the marker too, and exits once it has acted.)
     assert_eq!(wait_exit(&mut launcher).signal(), Some(libc::SIGKILL));
     let gone = eventually(GRACE + Duration::from_secs(10), || marker.processes(None).is_empty());
     assert!(gone, "{name}: ranks {:?} outlived a killed launcher", marker.processes(None));
@@ -168,6 +174,13 @@ fn run_kills_ranks_that_ignore_the_signal_after_the_grace_period() {
 #[test]
 fn a_killed_run_launcher_takes_its_ranks_with_it() {
     kill_launcher("run-kill", SLEEPERS, 3);
+}
+
+#[test]
+fn a_killed_run_launcher_takes_what_the_ranks_started_too() {
+    // `sleep` is the shell's child here (the `echo` after it keeps the shell from exec'ing
+    // it): PR_SET_PDEATHSIG ends only the shell; the launcher's watchdog kills the group.
+    kill_launcher("run-kill-tree", &["run", "-n", "2", "--", "sh", "-c", "sleep 60; echo done"], 4);
 }
 
 /// The benchmark with its default settings runs long enough to be interrupted once its

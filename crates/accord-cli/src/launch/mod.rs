@@ -9,7 +9,8 @@
 //!   the launcher then exits 128 + the signal's number;
 //! - when a rank exits, whatever it left running in its process group is killed;
 //! - a launcher that is itself killed takes its ranks with it: each rank asks the kernel for
-//!   SIGKILL when its parent dies (PR_SET_PDEATHSIG);
+//!   SIGKILL when its parent dies (PR_SET_PDEATHSIG), and a watchdog process
+//!   ([`watchdog`]) then kills the ranks' process groups, with whatever the ranks started;
 //! - a rank that cannot be started stops those already running and ends the launch with one
 //!   line, never a panic.
 //!
@@ -18,6 +19,9 @@
 
 mod output;
 mod supervisor;
+mod watchdog;
+
+pub use watchdog::run_if_requested as run_watchdog_if_requested;
 
 use crate::signal::{self, SignalEvents};
 use clap::Args;
@@ -142,7 +146,7 @@ fn launch(job: &Job<'_>) -> Result<i32, String> {
         (false, None) => 0,
     };
     let events = SignalEvents::open().map_err(|e| format!("cannot take signals for the launcher: {e}"))?;
-    let mut supervisor = Supervisor::new(events);
+    let mut supervisor = Supervisor::new(events, watchdog::Watchdog::start());
     for rank in 0..job.ranks {
         if supervisor.stopping() {
             break;

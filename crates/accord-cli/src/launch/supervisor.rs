@@ -3,6 +3,7 @@
 //! fails, a signal arrives or a launch fails. It returns only once every rank was reaped.
 
 use super::output::Stream;
+use super::watchdog::Watchdog;
 use super::TERMINATE_GRACE;
 use crate::signal::{self, Signal, SignalEvents};
 use std::process::{Child, ExitStatus};
@@ -56,19 +57,24 @@ struct Stop {
 /// The ranks, their output and the signals of one launch.
 pub struct Supervisor {
     events: SignalEvents,
+    watchdog: Option<Watchdog>,
     ranks: Vec<Rank>,
     streams: Vec<Stream>,
     stop: Option<Stop>,
 }
 
 impl Supervisor {
-    /// A supervisor with no ranks yet, taking signals from `events`.
-    pub fn new(events: SignalEvents) -> Supervisor {
-        Supervisor { events, ranks: Vec::new(), streams: Vec::new(), stop: None }
+    /// A supervisor with no ranks yet, taking signals from `events`, telling `watchdog` (if
+    /// any) which process groups to kill should this process die.
+    pub fn new(events: SignalEvents, watchdog: Option<Watchdog>) -> Supervisor {
+        Supervisor { events, watchdog, ranks: Vec::new(), streams: Vec::new(), stop: None }
     }
 
     /// Adopts a started rank and its output.
     pub fn add(&mut self, rank: Rank, streams: Vec<Stream>) {
+        if let Some(w) = self.watchdog.as_mut() {
+            w.started(rank.child.id());
+        }
         self.ranks.push(rank);
         self.streams.extend(streams);
     }
@@ -113,6 +119,9 @@ impl Supervisor {
             self.wait_for_events(wait);
         }
         self.drain_output();
+        if let Some(w) = self.watchdog.take() {
+            w.finish();
+        }
         match self.stop {
             Some(stop) => stop.why,
             None => Stopped::AllSucceeded,
@@ -153,6 +162,9 @@ impl Supervisor {
                 continue;
             }
             signal::signal_group(rank.child.id(), Signal::Kill);
+            if let Some(w) = self.watchdog.as_mut() {
+                w.reaping(rank.child.id());
+            }
             let status = match rank.child.wait() {
                 Ok(status) => status,
                 Err(e) => {
