@@ -120,6 +120,31 @@ def test_a_killed_parent_takes_its_ranks_with_it(job: Any) -> None:
     assert gone, f"ranks {marked(marker, True)} outlived a killed accord.run"
 
 
+def test_a_rank_that_cannot_start_stops_those_started(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The second start fails as fork does under a process limit (EAGAIN); the first rank,
+    # already sleeping, must be stopped before run raises.
+    import errno
+    import multiprocessing
+
+    import lifecycle_roles
+
+    spawn = multiprocessing.get_context("spawn").Process
+    real_start = spawn.start
+    starts = []
+
+    def start(self: Any) -> None:
+        starts.append(self)
+        if len(starts) == 2:
+            raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+        real_start(self)
+
+    monkeypatch.setattr(spawn, "start", start)
+    with pytest.raises(accord.AccordError, match=r"could not start rank 1 of 3: .*already started were stopped"):
+        accord.run(lifecycle_roles.sleep, 3)
+    assert starts[0].exitcode is not None, "rank 0 outlived the failed launch"
+    assert multiprocessing.active_children() == []
+
+
 # Closed engines: every blocking call raises ShutdownError at once.
 
 

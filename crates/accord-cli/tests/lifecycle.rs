@@ -208,6 +208,20 @@ fn the_bench_suite_passes_sigterm_down_to_the_ranks_of_its_step() {
     interrupt("suite-term", &["bench"], 2, libc::SIGTERM, 128 + libc::SIGTERM);
 }
 
+#[test]
+fn an_interrupted_p2p_bench_leaves_no_second_process() {
+    // `accord bench p2p` runs its second process itself (not through the launcher): that
+    // process dies with the first (PR_SET_PDEATHSIG), within the grace period at most.
+    let marker = Marker::new("p2p-term");
+    let mut bench = marker.command(&["bench", "p2p"]).spawn().unwrap();
+    let pid = bench.id();
+    assert!(eventually(PATIENCE, || !marker.processes(Some(pid)).is_empty()), "the second process never appeared");
+    unsafe_kill(pid, libc::SIGTERM);
+    assert_eq!(wait_exit(&mut bench).signal(), Some(libc::SIGTERM));
+    let gone = eventually(GRACE + Duration::from_secs(10), || marker.processes(None).is_empty());
+    assert!(gone, "the second process {:?} outlived the first", marker.processes(None));
+}
+
 /// Threads of the real user id `uid`, all processes (what RLIMIT_NPROC counts on Linux).
 fn threads_of(uid: u32) -> u64 {
     let mut n = 0;
