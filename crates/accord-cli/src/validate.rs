@@ -14,6 +14,17 @@ pub fn probability(name: &str, value: f64) -> Result<f64, String> {
     }
 }
 
+/// `value` of flag `name` as a packet loss rate for a run that must finish: a probability
+/// below 1 (at 1 every packet is lost and nothing could complete).
+pub fn loss_rate(name: &str, value: f64) -> Result<f64, String> {
+    let p = probability(name, value)?;
+    if p < 1.0 {
+        Ok(p)
+    } else {
+        Err(format!("{name} {value} drops every packet, so nothing could complete: give less than 1"))
+    }
+}
+
 /// `value` of flag `name`: finite and above zero.
 pub fn positive(name: &str, value: f64) -> Result<f64, String> {
     if value.is_finite() && value > 0.0 {
@@ -128,6 +139,13 @@ mod tests {
             let e = probability("--loss", bad).unwrap_err();
             assert!(e.starts_with("--loss ") && e.contains("from 0 to 1"), "{e}");
         }
+    }
+
+    #[test]
+    fn a_loss_rate_leaves_something_through() {
+        assert_eq!(loss_rate("--loss", 0.5), Ok(0.5));
+        assert!(loss_rate("--loss", 1.0).unwrap_err().contains("less than 1"));
+        assert!(loss_rate("--loss", f64::NAN).unwrap_err().contains("not a probability"));
     }
 
     #[test]

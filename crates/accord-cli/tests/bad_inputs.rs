@@ -9,6 +9,7 @@ const CASES: &[(&[&str], i32, &str)] = &[
     (&["bench", "p2p", "--loss", "2"], 1, "--loss 2 is not a probability"),
     (&["bench", "p2p", "--loss", "nan"], 1, "--loss NaN is not a probability"),
     (&["bench", "p2p", "--loss", "inf"], 1, "--loss inf is not a probability"),
+    (&["bench", "p2p", "--loss", "1"], 1, "--loss 1 drops every packet"),
     // Empty lists.
     (&["sim", "incast", "--cc", ""], 1, "--cc \"\" names nothing"),
     (&["sim", "incast", "--cc", " , "], 1, "names nothing"),

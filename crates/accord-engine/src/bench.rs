@@ -305,8 +305,8 @@ pub fn p2p(opts: &P2pOptions) -> Result<Vec<P2pRow>, BenchError> {
     if max == 0 || max > BENCH_BYTES_MAX || opts.sizes.contains(&0) {
         return Err(BenchError::Options(format!("sizes must be in 1..={BENCH_BYTES_MAX}")));
     }
-    if let Some(p) = opts.loss.filter(|p| !(0.0..=1.0).contains(p)) {
-        return Err(BenchError::Options(format!("loss {p} is not a probability: give a number from 0 to 1")));
+    if let Some(p) = opts.loss.filter(|p| !(0.0..1.0).contains(p)) {
+        return Err(BenchError::Options(format!("loss {p} must be a probability below 1 (0 <= loss < 1)")));
     }
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let mut cmd = Command::new(std::env::current_exe()?);

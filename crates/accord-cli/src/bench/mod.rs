@@ -162,7 +162,7 @@ pub fn run(args: BenchArgs, raw_args: Vec<String>) -> Result<i32, String> {
 }
 
 fn p2p(a: &P2pArgs) -> Result<(), String> {
-    let loss = a.loss.map(|p| crate::validate::probability("--loss", p)).transpose()?;
+    let loss = a.loss.map(|p| crate::validate::loss_rate("--loss", p)).transpose()?;
     let opts = accord_engine::bench::P2pOptions { loss, ..Default::default() };
     let rows = accord_engine::bench::p2p(&opts).map_err(|e| e.to_string())?;
     if a.json {
