@@ -172,6 +172,22 @@ fn run_kills_ranks_that_ignore_the_signal_after_the_grace_period() {
 }
 
 #[test]
+fn the_launcher_reads_every_rank_from_one_thread() {
+    // Two reader threads per rank ran a launcher of many ranks out of threads; now there are
+    // none: signals and all output pipes are polled from the main thread.
+    let marker = Marker::new("one-thread");
+    let mut launcher = marker.command(&["run", "-n", "64", "--", "sleep", "60"]).spawn().unwrap();
+    let pid = launcher.id();
+    assert!(eventually(PATIENCE, || marker.ranks(pid).len() >= 64), "64 ranks never appeared");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let threads = status.lines().find_map(|l| l.strip_prefix("Threads:")).map(|t| t.trim().to_string());
+    unsafe_kill(pid, libc::SIGTERM);
+    assert_eq!(wait_exit(&mut launcher).code(), Some(128 + libc::SIGTERM));
+    assert_eq!(threads.as_deref(), Some("1"), "threads of a launcher of 64 ranks");
+    assert_eq!(marker.processes(None), Vec::<u32>::new());
+}
+
+#[test]
 fn a_killed_run_launcher_takes_its_ranks_with_it() {
     kill_launcher("run-kill", SLEEPERS, 3);
 }
