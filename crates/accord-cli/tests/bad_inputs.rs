@@ -51,3 +51,26 @@ fn every_bad_input_is_refused_with_its_code_and_one_clear_line() {
         }
     }
 }
+
+#[test]
+#[allow(unsafe_code)]
+fn a_rank_count_past_the_open_file_limit_is_refused_before_any_rank_starts() {
+    use std::os::unix::process::CommandExt;
+    let mut command = Command::new(env!("CARGO_BIN_EXE_accord"));
+    command.args(["run", "-n", "100", "--", "true"]);
+    // Safety: the hook makes one async-signal-safe system call.
+    unsafe {
+        command.pre_exec(|| {
+            let r = libc::rlimit { rlim_cur: 100, rlim_max: 100 };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = command.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("-n 100 needs about 264 open files") && stderr.contains("ulimit -n"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
