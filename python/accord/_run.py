@@ -2,15 +2,24 @@
 
 Each rank is a fresh process (multiprocessing's spawn context) whose environment carries the
 torchrun variables, so ``accord.Communicator()`` there joins the job with no arguments.
+
+The parent owns its ranks as ``accord run`` does: SIGINT, SIGTERM or SIGHUP to it is passed on
+to every rank, which gets ``TERMINATE_GRACE_S`` to exit before SIGKILL; on Linux each rank
+asks the kernel for SIGKILL when the parent dies (PR_SET_PDEATHSIG), so even a parent killed
+outright leaves no rank behind.
 """
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
 import queue
 import random
+import signal
 import socket
+import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -30,6 +39,31 @@ PORT_TRIES_MAX = 64
 RESULT_GRACE_S = 5.0
 #: How often the parent looks at its children while waiting.
 POLL_S = 0.05
+#: How long ranks get to exit after a signal was passed on to them (or after SIGTERM when a
+#: sibling failed), before SIGKILL; the same grace as ``accord run``'s.
+TERMINATE_GRACE_S = 3.0
+#: Signals the parent passes on to its ranks.
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: prctl(2) option: the signal a process gets when its parent dies.
+_PR_SET_PDEATHSIG = 1
+
+
+class _Stop(BaseException):
+    """Raised out of the parent's wait by a signal that is passed on to the ranks."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"accord.run: got signal {signum}")
+        self.signum = signum
+
+
+def _die_with_parent(parent: int) -> None:
+    """Asks the kernel for SIGKILL when the parent dies; exits at once if it already has."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def _free_port() -> int:
@@ -47,8 +81,9 @@ def _free_port() -> int:
 
 
 def _child(
-    rank: int, env: dict[str, str], results: Any, fn: Callable[..., Any], args: tuple[Any, ...]
+    rank: int, env: dict[str, str], results: Any, fn: Callable[..., Any], args: tuple[Any, ...], parent: int
 ) -> None:
+    _die_with_parent(parent)
     os.environ.update(env)
     try:
         value = fn(*args)
@@ -82,25 +117,34 @@ def run(fn: Callable[..., T], nprocs: int, *args: Any, timeout: float | None = N
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
     port = _free_port()
-    procs = []
-    for rank in range(nprocs):
-        env = {
-            "RANK": str(rank),
-            "WORLD_SIZE": str(nprocs),
-            "LOCAL_RANK": str(rank),
-            "LOCAL_WORLD_SIZE": str(nprocs),
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-        }
-        proc = ctx.Process(target=_child, args=(rank, env, results, fn, args), name=f"accord-rank-{rank}")
-        proc.start()
-        procs.append(proc)
-
+    procs: list[Any] = []
     values: dict[int, Any] = {}
     failures: dict[int, str] = {}
     exited_at: dict[int, float] = {}
     deadline = None if timeout is None else time.monotonic() + timeout
+    guard = _SignalGuard(procs)
+    stop: BaseException | None = None
     try:
+        for rank in range(nprocs):
+            env = {
+                "RANK": str(rank),
+                "WORLD_SIZE": str(nprocs),
+                "LOCAL_RANK": str(rank),
+                "LOCAL_WORLD_SIZE": str(nprocs),
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+            }
+            proc = ctx.Process(
+                target=_child, args=(rank, env, results, fn, args, os.getpid()), name=f"accord-rank-{rank}"
+            )
+            try:
+                proc.start()
+            except OSError as e:
+                raise AccordError(
+                    f"accord.run: could not start rank {rank} of {nprocs}: {e}; the ranks already started "
+                    "were stopped"
+                ) from e
+            procs.append(proc)
         while len(values) < nprocs and not failures:
             try:
                 rank, ok, value = results.get(timeout=POLL_S)
@@ -138,19 +182,89 @@ def run(fn: Callable[..., T], nprocs: int, *args: Any, timeout: float | None = N
                     break
                 if not ok:
                     failures.setdefault(rank, value)
+    except BaseException as e:
+        stop = e
+        raise
     finally:
-        if failures or len(values) < nprocs:
-            for proc in procs:
-                if proc.is_alive():
-                    proc.terminate()
+        guard.stopping = True
+        if stop is not None or failures or len(values) < nprocs:
+            signum: int = signal.SIGTERM
+            if isinstance(stop, _Stop):
+                signum = stop.signum
+            elif isinstance(stop, KeyboardInterrupt):
+                signum = signal.SIGINT
+            _stop_ranks(procs, signum)
         for proc in procs:
             proc.join(timeout=RESULT_GRACE_S)
             if proc.is_alive():
                 proc.kill()
                 proc.join()
         results.close()
+        guard.restore()
+        if isinstance(stop, _Stop):
+            guard.redeliver(stop.signum)
     if failures:
         ranks = sorted(failures)
         details = "\n".join(f"--- rank {r}: {failures[r]}" for r in ranks)
         raise AccordError(f"accord.run: rank(s) {ranks} failed\n{details}")
     return [values[r] for r in range(nprocs)]
+
+
+def _stop_ranks(procs: list[Any], signum: int) -> None:
+    """Passes ``signum`` on to every rank still running, waits up to the grace period, then
+    kills those left; returns once every rank exited."""
+    for proc in procs:
+        if proc.is_alive():
+            try:
+                os.kill(proc.pid, signum)
+            except ProcessLookupError:
+                pass
+    end = time.monotonic() + TERMINATE_GRACE_S
+    for proc in procs:
+        proc.join(timeout=max(0.0, end - time.monotonic()))
+    for proc in procs:
+        if proc.is_alive():
+            proc.kill()
+        proc.join()
+
+
+class _SignalGuard:
+    """While ``run`` waits (main thread only: Python takes signals there), SIGTERM and SIGHUP
+    left at their default raise ``_Stop`` so the ranks are stopped before the parent goes;
+    SIGINT raises ``KeyboardInterrupt`` as usual. Once stopping, any of the three kills the
+    ranks at once instead of interrupting the clean-up."""
+
+    def __init__(self, procs: list[Any]) -> None:
+        self.procs = procs
+        self.stopping = False
+        self.saved: dict[int, Any] = {}
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in FORWARDED_SIGNALS:
+            current = signal.getsignal(signum)
+            if current in (signal.SIG_DFL, signal.default_int_handler):
+                self.saved[signum] = current
+                signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        if self.stopping:
+            for proc in self.procs:
+                if proc.is_alive():
+                    proc.kill()
+            return
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise _Stop(signum)
+
+    def restore(self) -> None:
+        for signum, handler in self.saved.items():
+            signal.signal(signum, handler)
+        self.saved = {}
+
+    @staticmethod
+    def redeliver(signum: int) -> None:
+        """The signal's own effect, now that the ranks are gone: default handling ends the
+        process with that signal."""
+        os.kill(os.getpid(), signum)
+        # Not reached with the default action; a handler installed meanwhile returns here.
+        raise SystemExit(128 + signum)

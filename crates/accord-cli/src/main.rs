@@ -7,6 +7,7 @@ mod launch;
 mod signal;
 mod sim;
 mod table;
+mod validate;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -32,6 +33,8 @@ enum Command {
 fn main() -> ExitCode {
     // The p2p benchmark re-runs this binary as its second process.
     accord_engine::bench::run_child_if_requested();
+    // `accord run` re-runs this binary as its watchdog.
+    launch::run_watchdog_if_requested();
     accord_knobs::warn_unknown_once();
     let raw_args: Vec<String> = std::env::args().skip(1).collect();
     let cli = Cli::parse();

@@ -1,10 +1,50 @@
 //! `accord sim ...`: the deterministic experiments of `accord-sim`.
 
 use crate::table;
+use crate::validate;
 use accord_proto::cc::CcKind;
 use accord_sim::scenarios::{self, ScenarioConfig, LOSS_SWEEP_RATES};
 use clap::{Args, Subcommand};
 use serde_json::json;
+
+/// Largest write (`--bytes`) a simulation takes: its events, and so its run time, grow with it.
+pub const SIM_BYTES_MAX: u64 = 1 << 40;
+/// Memory a simulated host needs besides its paths, and per path: estimates above what was
+/// measured, so a refusal is never wrong by much. Measured (peak RSS, `/usr/bin/time -f %M`):
+/// `accord sim permutation --nodes N --bytes 4096` at N = 4096 and 16384 (paths 256) grows
+/// 174 KiB a host; `--paths 16`, N = 4096: 27 KiB a host; `--nodes 256` (64 MB writes):
+/// 266 KiB a host.
+const HOST_BYTES_BASE: u64 = 64 << 10;
+const HOST_BYTES_PER_PATH: u64 = 1 << 10;
+/// Memory per victim message of `accord sim incast`: above the 0.56 KiB measured (peak RSS of
+/// `--senders 4 --victims 64 --victim-messages 10` against `... 2000`, `--victim-bytes 4096`).
+const MESSAGE_BYTES: u64 = 1 << 10;
+
+/// Refuses `hosts` hosts (and `messages` extra flows) the simulator cannot hold or this
+/// machine cannot give memory for; `what` names the flags.
+fn check_fabric_size(what: &str, hosts: u32, paths: u16, messages: u64) -> Result<(), String> {
+    let limit = accord_sim::fabric::topology::NODES_MAX;
+    let per_host = HOST_BYTES_BASE + HOST_BYTES_PER_PATH * u64::from(paths);
+    let needed = u64::from(hosts).saturating_mul(per_host).saturating_add(messages.saturating_mul(MESSAGE_BYTES));
+    validate::fits_in_memory(
+        what,
+        needed,
+        &format!(
+            "about {} a host with {paths} paths{}",
+            validate::bytes(per_host),
+            if messages > 0 { format!(", {} a victim message", validate::bytes(MESSAGE_BYTES)) } else { String::new() }
+        ),
+    )?;
+    if hosts > limit {
+        return Err(format!("{what}: the simulator holds at most {limit} nodes (hosts and switches): use fewer hosts"));
+    }
+    Ok(())
+}
+
+/// `--bytes` of every simulation.
+fn check_bytes(flag: &str, bytes: u64) -> Result<u64, String> {
+    validate::within(flag, bytes, 1, SIM_BYTES_MAX)
+}
 
 #[derive(Subcommand, Debug)]
 pub enum SimCommand {
@@ -176,15 +216,15 @@ fn permutation(args: PermutationArgs) -> Result<(), String> {
     if args.nodes < 2 {
         return Err("--nodes must be at least 2".into());
     }
-    if args.bytes == 0 {
-        return Err("--bytes must be at least 1".into());
-    }
+    check_bytes("--bytes", args.bytes)?;
     if args.mtu == 0 {
         return Err("--mtu must be at least 1".into());
     }
     if args.paths == 0 || args.paths > accord_proto::config::PATH_COUNT_MAX {
         return Err(format!("--paths must be in 1..={}", accord_proto::config::PATH_COUNT_MAX));
     }
+    validate::positive("--link-gbps", args.link_gbps)?;
+    check_fabric_size(&format!("--nodes {}", args.nodes), args.nodes, args.paths, 0)?;
     CcKind::from_name(&args.common.cc).map_err(|e| e.to_string())?;
     let topology = TopologyKind::from_name(&args.topology).map_err(|e| e.to_string())?;
     let defaults = ExperimentOptions::default();
@@ -283,9 +323,7 @@ fn permutation(args: PermutationArgs) -> Result<(), String> {
 }
 
 fn scenario(common: &Common, bytes: u64, paths: u16) -> Result<ScenarioConfig, String> {
-    if bytes == 0 {
-        return Err("--bytes must be at least 1".into());
-    }
+    check_bytes("--bytes", bytes)?;
     if paths == 0 || paths > accord_proto::config::PATH_COUNT_MAX {
         return Err(format!("--paths must be in 1..={}", accord_proto::config::PATH_COUNT_MAX));
     }
@@ -410,15 +448,23 @@ fn incast(args: IncastArgs) -> Result<(), String> {
     if args.senders == 0 || args.victims == 1 || args.bytes == 0 || args.runs == 0 {
         return Err("--senders, --bytes and --runs must be at least 1, --victims 0 or at least 2".into());
     }
-    if args.gbps.is_nan() || args.gbps <= 0.0 || args.victim_interval_us.is_nan() || args.victim_interval_us < 0.0 {
-        return Err("--gbps must be positive and --victim-interval-us not negative".into());
-    }
+    validate::positive("--gbps", args.gbps)?;
+    validate::not_negative("--victim-interval-us", args.victim_interval_us)?;
+    check_bytes("--bytes", args.bytes)?;
+    check_bytes("--victim-bytes", args.victim_bytes.max(1))?;
     let topology = TopologyKind::from_name(&args.topology).map_err(|e| e.to_string())?;
-    let ccs: Vec<String> = args.cc.split(',').map(|c| c.trim().to_string()).filter(|c| !c.is_empty()).collect();
+    let ccs = validate::list("--cc", &args.cc)?;
     for cc in &ccs {
         CcKind::from_name(cc).map_err(|e| e.to_string())?;
     }
-    let nodes = args.victims.max(args.senders + 1);
+    let nodes = args.victims.max(args.senders.saturating_add(1));
+    let messages = u64::from(args.victims) * u64::from(args.victim_messages);
+    check_fabric_size(
+        &format!("--senders {} --victims {} --victim-messages {}", args.senders, args.victims, args.victim_messages),
+        nodes,
+        accord_sim::fabric::ExperimentOptions::default().paths,
+        messages,
+    )?;
     let base = ExperimentOptions {
         nodes,
         link_gbps: args.gbps,

@@ -305,8 +305,12 @@ pub fn p2p(opts: &P2pOptions) -> Result<Vec<P2pRow>, BenchError> {
     if max == 0 || max > BENCH_BYTES_MAX || opts.sizes.contains(&0) {
         return Err(BenchError::Options(format!("sizes must be in 1..={BENCH_BYTES_MAX}")));
     }
+    if let Some(p) = opts.loss.filter(|p| !(0.0..1.0).contains(p)) {
+        return Err(BenchError::Options(format!("loss {p} must be a probability below 1 (0 <= loss < 1)")));
+    }
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let mut cmd = Command::new(std::env::current_exe()?);
+    die_with_this_process(&mut cmd);
     cmd.env(CHILD_ENV, listener.local_addr()?.to_string()).env("ACCORD_P2P_BENCH_MAX", max.to_string());
     if let Some(p) = opts.loss {
         cmd.env(CHILD_LOSS_ENV, p.to_string());
@@ -326,6 +330,26 @@ pub fn p2p(opts: &P2pOptions) -> Result<Vec<P2pRow>, BenchError> {
         }
     }
     result
+}
+
+/// The second process gets SIGKILL from the kernel when this one dies (PR_SET_PDEATHSIG), so
+/// an interrupted or killed benchmark leaves no process behind.
+#[allow(unsafe_code)]
+fn die_with_this_process(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id() as libc::pid_t;
+    // Safety: the hook runs between fork and exec and makes only async-signal-safe system
+    // calls (prctl, getppid); it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0
+                || libc::getppid() != parent
+            {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
 }
 
 fn run_parent(

@@ -1,9 +1,10 @@
 //! Immediate counters: how many writes carrying each immediate have fully landed here.
 
 use crate::completion::{dispatch, JobSender};
+use crate::error::TransferError;
 use crate::wait_spin::SleeperCondvar;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,16 +25,19 @@ pub(crate) struct ImmSlot {
     changed: SleeperCondvar,
     /// How long a waiter polls before it blocks ([`crate::EngineConfig::wait_spin`]).
     wait_spin: Duration,
+    /// Set when the engine shut down: the counter will never move again, so waits end.
+    engine_closed: Arc<AtomicBool>,
 }
 
 impl ImmSlot {
-    fn new(wait_spin: Duration) -> Arc<ImmSlot> {
+    fn new(wait_spin: Duration, engine_closed: Arc<AtomicBool>) -> Arc<ImmSlot> {
         Arc::new(ImmSlot {
             count: AtomicU64::new(0),
             observers: AtomicUsize::new(0),
             expectations: Mutex::new(vec![]),
             changed: SleeperCondvar::default(),
             wait_spin,
+            engine_closed,
         })
     }
 }
@@ -43,12 +47,30 @@ pub(crate) struct ImmTable {
     slots: Mutex<HashMap<u32, Arc<ImmSlot>>>,
     pub(crate) overflow: AtomicU64,
     wait_spin: Duration,
+    closed: Arc<AtomicBool>,
 }
 
 impl ImmTable {
     /// An empty table whose waiters poll for `wait_spin` before they block.
     pub(crate) fn new(wait_spin: Duration) -> Self {
-        ImmTable { slots: Mutex::new(HashMap::new()), overflow: AtomicU64::new(0), wait_spin }
+        ImmTable {
+            slots: Mutex::new(HashMap::new()),
+            overflow: AtomicU64::new(0),
+            wait_spin,
+            closed: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The engine shut down: every counter stops for good, and whoever waits on one returns
+    /// now instead of at its timeout.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        let slots: Vec<Arc<ImmSlot>> = self.slots.lock().unwrap().values().cloned().collect();
+        for slot in slots {
+            // Under the waiters' lock, so none is between its check and its sleep.
+            let _guard = slot.expectations.lock().unwrap();
+            slot.changed.notify_all();
+        }
     }
 
     pub(crate) fn slot(&self, imm: u32) -> Option<Arc<ImmSlot>> {
@@ -59,7 +81,7 @@ impl ImmTable {
         if slots.len() >= IMM_COUNTERS_MAX {
             return None;
         }
-        let slot = ImmSlot::new(self.wait_spin);
+        let slot = ImmSlot::new(self.wait_spin, self.closed.clone());
         slots.insert(imm, slot.clone());
         Some(slot)
     }
@@ -128,7 +150,7 @@ impl ImmTable {
                     return;
                 }
                 None => {
-                    let s = ImmSlot::new(self.wait_spin);
+                    let s = ImmSlot::new(self.wait_spin, self.closed.clone());
                     slots.insert(imm, s.clone());
                     s
                 }
@@ -188,21 +210,41 @@ impl ImmCounter {
         self.slot.count.load(Ordering::Acquire)
     }
 
-    /// Blocks until the counter reaches `target` or `timeout` passes; returns the value then
-    /// (compare it with `target` to tell which).
+    /// Blocks until the counter reaches `target`, `timeout` passes or the engine shuts down
+    /// (at once if it has); returns the value then (compare it with `target` to tell which, or
+    /// use [`ImmCounter::wait_checked`]).
     /// Polls for the engine's [`crate::EngineConfig::wait_spin`] first, then sleeps.
     pub fn wait(&self, target: u64, timeout: Duration) -> u64 {
         let deadline = std::time::Instant::now() + timeout;
-        crate::wait_spin::spin_until(self.slot.wait_spin.min(timeout), || self.value() >= target);
+        let closed = || self.slot.engine_closed.load(Ordering::Acquire);
+        crate::wait_spin::spin_until(self.slot.wait_spin.min(timeout), || self.value() >= target || closed());
         let mut guard = self.slot.expectations.lock().unwrap();
         loop {
             let value = self.value();
             let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if value >= target || left.is_zero() {
+            if value >= target || left.is_zero() || closed() {
                 return value;
             }
             guard = self.slot.changed.wait_timeout(guard, left);
         }
+    }
+
+    /// As [`ImmCounter::wait`], saying why it ended short: [`TransferError::ShutDown`] once the
+    /// engine shut down (at once if it had), [`TransferError::Timeout`] at the timeout.
+    pub fn wait_checked(&self, target: u64, timeout: Duration) -> Result<u64, TransferError> {
+        let value = self.wait(target, timeout);
+        if value >= target {
+            Ok(value)
+        } else if self.engine_closed() {
+            Err(TransferError::ShutDown)
+        } else {
+            Err(TransferError::Timeout)
+        }
+    }
+
+    /// Whether the engine this counter belongs to shut down (the value no longer moves).
+    pub fn engine_closed(&self) -> bool {
+        self.slot.engine_closed.load(Ordering::Acquire)
     }
 
     pub(crate) fn expect(&self, target: u64, callback: Box<dyn FnOnce(u64) + Send>, jobs: &JobSender) -> bool {

@@ -238,6 +238,7 @@ pub static KNOBS: &[Knob] = &[
 /// (roles, ports, markers): known, so a child never warns about them, but no user setting.
 pub static INTERNAL: &[&str] = &[
     "ACCORD_BENCH_RANK",
+    "ACCORD_LAUNCH_WATCHDOG",
     "ACCORD_BENCH_CHILD",
     "ACCORD_P2P_BENCH_CHILD",
     "ACCORD_P2P_BENCH_LOSS",

@@ -101,6 +101,7 @@ impl Core {
     /// flight holds it). Call with the GIL released. Idempotent.
     pub(crate) fn close(&self) {
         let Some(engine) = self.engine.write().unwrap().take() else { return };
+        self.recv.close();
         let regions: Vec<_> = self.regions.lock().unwrap().0.drain(..).filter_map(|r| r.upgrade()).collect();
         for region in regions {
             region.deregister(&engine);

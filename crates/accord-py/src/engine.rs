@@ -177,10 +177,22 @@ impl Engine {
 
     /// Allocates a zeroed `bytearray` of `nbytes` and registers it (`region.obj` is the array).
     fn alloc(&self, py: Python<'_>, nbytes: usize) -> PyResult<MemoryRegion> {
-        if nbytes == 0 {
-            return Err(error(Kind::InvalidBuffer, "alloc(0): a region holds at least one byte"));
+        if nbytes == 0 || nbytes as u64 > accord_engine::REGION_BYTES_MAX {
+            return Err(error(
+                Kind::InvalidBuffer,
+                format!("alloc({nbytes}): a region holds 1..={} bytes", accord_engine::REGION_BYTES_MAX),
+            ));
         }
-        let array = py.import("builtins")?.getattr("bytearray")?.call1((nbytes,))?;
+        let array = match py.import("builtins")?.getattr("bytearray")?.call1((nbytes,)) {
+            Ok(array) => array,
+            // Python's own MemoryError says nothing: say what could not be had.
+            Err(e) if e.is_instance_of::<pyo3::exceptions::PyMemoryError>(py) => {
+                return Err(pyo3::exceptions::PyMemoryError::new_err(format!(
+                    "alloc({nbytes}): could not allocate {nbytes} bytes: free memory or ask for less"
+                )))
+            }
+            Err(e) => return Err(e),
+        };
         self.register(py, &array)
     }
 
@@ -329,8 +341,10 @@ impl Engine {
 
     /// The next message of a peer's send as `(data, imm)` (needs `post_recvs` without a
     /// handler); blocks with the GIL released at most `timeout` seconds (None: no limit).
+    /// Raises `accord.ShutdownError` once the engine is closed (at once if it was).
     #[pyo3(signature = (timeout = None))]
     fn recv<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, PyTuple>> {
+        drop(self.core.engine("recv")?); // ShutdownError at once on a closed engine
         let queue = self.core.recv.clone();
         let got = wait_in_slices(py, deadline(timeout)?, |slice| match queue.pop(slice) {
             Ok(None) => None,
@@ -340,7 +354,8 @@ impl Engine {
             Some(Ok(Some((data, imm)))) => {
                 PyTuple::new(py, [PyBytes::new(py, &data).into_any(), imm.into_pyobject(py)?.into_any()])
             }
-            Some(Err(dropped)) => Err(error(
+            Some(Err(crate::recv::PopError::Closed)) => Err(crate::errors::closed("recv")),
+            Some(Err(crate::recv::PopError::Dropped(dropped))) => Err(error(
                 Kind::Accord,
                 format!(
                     "{dropped} messages were dropped because {} were queued: call recv() more often or pass a \

@@ -20,6 +20,17 @@ pub(crate) type Message = (Vec<u8>, Option<u32>);
 struct State {
     messages: VecDeque<Message>,
     dropped: u64,
+    /// The engine was closed: `recv` raises at once instead of waiting.
+    closed: bool,
+}
+
+/// Why [`RecvQueue::pop`] returned no message.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum PopError {
+    /// This many messages were dropped since the last call (reported once).
+    Dropped(u64),
+    /// The engine was closed.
+    Closed,
 }
 
 /// The queue of received messages.
@@ -42,17 +53,25 @@ impl RecvQueue {
         self.arrived.notify_one();
     }
 
-    /// Waits at most `slice` for a message. `Err(n)` when `n` messages were dropped since the
-    /// last call (reported once).
-    pub(crate) fn pop(&self, slice: Duration) -> Result<Option<Message>, u64> {
+    /// Waits at most `slice` for a message; ends at once when the engine is closed.
+    pub(crate) fn pop(&self, slice: Duration) -> Result<Option<Message>, PopError> {
         let mut state = self.state.lock().unwrap();
         if state.dropped > 0 {
-            return Err(std::mem::take(&mut state.dropped));
+            return Err(PopError::Dropped(std::mem::take(&mut state.dropped)));
         }
-        if state.messages.is_empty() && !slice.is_zero() {
+        if state.messages.is_empty() && !slice.is_zero() && !state.closed {
             state = self.arrived.wait_timeout(state, slice).unwrap().0;
         }
+        if state.closed {
+            return Err(PopError::Closed);
+        }
         Ok(state.messages.pop_front())
+    }
+
+    /// The engine was closed: wakes every `recv` waiting, which then raises `ShutdownError`.
+    pub(crate) fn close(&self) {
+        self.state.lock().unwrap().closed = true;
+        self.arrived.notify_all();
     }
 }
 

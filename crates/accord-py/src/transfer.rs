@@ -108,28 +108,37 @@ impl ImmCounter {
     }
 
     /// Blocks (GIL released) until the value reaches `target`, at most `timeout` seconds
-    /// (None: no limit); returns the value. Raises `accord.TimeoutError` if it did not.
+    /// (None: no limit); returns the value. Raises `accord.TimeoutError` if it did not, and
+    /// `accord.ShutdownError` once the engine is closed (at once if it was).
     #[pyo3(signature = (target, timeout = None))]
     fn wait(&self, py: Python<'_>, target: u64, timeout: Option<f64>) -> PyResult<u64> {
         let value = self.inner.value();
         if value >= target {
             return Ok(value);
         }
-        let reached = wait_in_slices(py, deadline(timeout)?, |slice| {
-            let value = self.inner.wait(target, slice);
-            (value >= target).then_some(value)
+        let closed = || self.core.is_closed() || self.inner.engine_closed();
+        if closed() {
+            return Err(crate::errors::closed("ImmCounter.wait"));
+        }
+        let reached = wait_in_slices(py, deadline(timeout)?, |slice| match self.inner.wait_checked(target, slice) {
+            Ok(value) => Some(Ok(value)),
+            Err(_) if closed() => Some(Err(())),
+            Err(_) => None,
         })?;
-        reached.ok_or_else(|| {
-            error(
-                Kind::Timeout,
-                format!(
-                    "immediate {} counted {} of {target} within {:.3} s: wait longer, or check the writers",
-                    self.imm,
-                    self.inner.value(),
-                    timeout.unwrap_or(0.0)
-                ),
-            )
-        })
+        match reached {
+            Some(Ok(value)) => return Ok(value),
+            Some(Err(())) => return Err(crate::errors::closed("ImmCounter.wait")),
+            None => {}
+        }
+        Err(error(
+            Kind::Timeout,
+            format!(
+                "immediate {} counted {} of {target} within {:.3} s: wait longer, or check the writers",
+                self.imm,
+                self.inner.value(),
+                timeout.unwrap_or(0.0)
+            ),
+        ))
     }
 
     /// Calls `callback(value)` on the engine's completion thread once the value reaches

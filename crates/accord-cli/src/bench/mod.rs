@@ -162,7 +162,8 @@ pub fn run(args: BenchArgs, raw_args: Vec<String>) -> Result<i32, String> {
 }
 
 fn p2p(a: &P2pArgs) -> Result<(), String> {
-    let opts = accord_engine::bench::P2pOptions { loss: a.loss, ..Default::default() };
+    let loss = a.loss.map(|p| crate::validate::loss_rate("--loss", p)).transpose()?;
+    let opts = accord_engine::bench::P2pOptions { loss, ..Default::default() };
     let rows = accord_engine::bench::p2p(&opts).map_err(|e| e.to_string())?;
     if a.json {
         println!("{}", accord_engine::bench::format_json(&rows));
@@ -175,8 +176,6 @@ fn p2p(a: &P2pArgs) -> Result<(), String> {
 
 /// The main job: a short p2p sweep and two collectives on 4 local ranks.
 fn suite() -> Result<i32, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let exe = exe.to_string_lossy().to_string();
     println!("# accord bench: p2p, all_reduce and all_to_all on 4 local ranks over UDP loopback");
     let steps: [&[&str]; 3] = [
         &["bench", "p2p"],
@@ -184,9 +183,10 @@ fn suite() -> Result<i32, String> {
         &["bench", "all-to-all", "-n", "4", "-b", "1K", "-e", "16M", "-f", "16", "--check"],
     ];
     for step in steps {
-        let status = std::process::Command::new(&exe).args(step).status().map_err(|e| e.to_string())?;
-        if !status.success() {
-            return Ok(status.code().unwrap_or(1));
+        // Each step is owned as a rank is: signals passed on, killed with this process.
+        let code = launch::run_self_once(step)?;
+        if code != 0 {
+            return Ok(code);
         }
     }
     Ok(0)

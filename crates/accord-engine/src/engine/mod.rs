@@ -575,6 +575,8 @@ impl Engine {
 impl Drop for Engine {
     fn drop(&mut self) {
         shared::unregister_local(self.shared.id);
+        // Counter waits end now rather than at their timeouts: nothing will move them again.
+        self.shared.imms.close();
         for lane in 0..self.shared.lanes.len() {
             let _ = self.shared.send_command(lane, Command::Shutdown);
         }
