@@ -322,6 +322,13 @@ impl Engine {
             threads.push(t);
         }
         shared::register_local(&shared);
+        tracing::debug!(
+            engine = id.0,
+            lanes = threads.len(),
+            shm = shared.config.shm.enabled,
+            cma = shared.config.cma,
+            "engine started"
+        );
         Ok(Engine {
             shared,
             address,
@@ -363,6 +370,9 @@ impl Engine {
         }
         let known = peers.insert(address.id, address.clone()).is_some_and(|old| old == *address);
         drop(peers);
+        if !known {
+            tracing::debug!(peer = address.id.0, pid = address.pid, nics = address.nics.len(), "peer added");
+        }
         // A peer on this host gets its rings now, so its first transfer already finds them.
         // (Same-process peers use memcpy unless the network is forced.)
         let same_process = address.pid == std::process::id() && !self.shared.config.force_network;

@@ -1,0 +1,68 @@
+//! Which datapath carried a run's bytes, read from the engine's own counters, so a header
+//! never claims "UDP loopback" for bytes that went through shared memory.
+
+use accord_engine::{CmaStats, EngineStats};
+use serde::Serialize;
+
+/// Counters of one engine since it started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Datapath {
+    /// Datagrams the engine sent, all datapaths.
+    pub datagrams: u64,
+    /// Of those, through shared-memory rings.
+    pub shm_datagrams: u64,
+    /// Bytes that peers pulled straight from this process's memory (`process_vm_readv`).
+    pub cma_bytes: u64,
+}
+
+impl Datapath {
+    /// From an engine's statistics.
+    pub fn of(stats: &EngineStats, cma: CmaStats) -> Datapath {
+        Datapath {
+            datagrams: stats.lanes.iter().map(|l| l.endpoint.datagrams_sent).sum(),
+            shm_datagrams: stats.shm_datagrams_sent(),
+            cma_bytes: cma.bytes_pulled,
+        }
+    }
+
+    /// Share of datagrams through shared memory (0 when none were sent).
+    pub fn shm_share(&self) -> f64 {
+        self.shm_datagrams as f64 / self.datagrams.max(1) as f64
+    }
+
+    /// `shared memory`, `kernel UDP` or `mixed`, by datagrams.
+    pub fn name(&self) -> &'static str {
+        match (self.shm_datagrams, self.datagrams) {
+            (_, 0) => "none (no datagrams sent)",
+            (s, d) if s == d => "shared memory",
+            (0, _) => "kernel UDP",
+            _ => "mixed shared memory and kernel UDP",
+        }
+    }
+
+    /// The header line.
+    pub fn describe(&self) -> String {
+        format!(
+            "datapath: {} ({} of {} datagrams through shared-memory rings, the rest kernel UDP; {} bytes pulled by peers with process_vm_readv)",
+            self.name(),
+            self.shm_datagrams,
+            self.datagrams,
+            self.cma_bytes
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Datapath;
+
+    #[test]
+    fn names_follow_the_counters() {
+        let d = |datagrams, shm_datagrams| Datapath { datagrams, shm_datagrams, cma_bytes: 0 };
+        assert_eq!(d(10, 10).name(), "shared memory");
+        assert_eq!(d(10, 0).name(), "kernel UDP");
+        assert_eq!(d(10, 3).name(), "mixed shared memory and kernel UDP");
+        assert_eq!(d(0, 0).name(), "none (no datagrams sent)");
+        assert_eq!(d(4, 1).shm_share(), 0.25);
+    }
+}
