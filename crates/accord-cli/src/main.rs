@@ -6,6 +6,7 @@ mod bench;
 mod launch;
 mod logging;
 mod plot;
+mod progress;
 mod signal;
 mod sim;
 mod size;

@@ -47,7 +47,13 @@ fn draw(path: &Path, title: &str, x_label: &str, y_label: &str, log_x: bool, ser
     macro_rules! finish {
         ($chart:expr) => {{
             let mut chart = $chart.map_err(|e| err(path)(e.to_string()))?;
-            chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw().map_err(|e| err(path)(e.to_string()))?;
+            chart
+                .configure_mesh()
+                .x_desc(x_label)
+                .y_desc(y_label)
+                .x_label_formatter(&|x: &f64| if log_x { bytes_label(*x) } else { format!("{x:.0}") })
+                .draw()
+                .map_err(|e| err(path)(e.to_string()))?;
             for (i, s) in series.iter().enumerate() {
                 let color = colors[i % colors.len()];
                 chart

@@ -42,6 +42,11 @@ pub fn parse_nonzero_size(s: &str) -> Result<u64, String> {
     }
 }
 
+/// As [`parse_size`], for 32-bit fields (packet and chunk sizes).
+pub fn parse_size_u32(s: &str) -> Result<u32, String> {
+    u32::try_from(parse_size(s)?).map_err(|_| format!("size {s:?} must be below 4 GiB"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,6 +72,8 @@ mod tests {
             assert!(parse_size(bad).is_err(), "{bad:?} was accepted");
         }
         assert!(parse_nonzero_size("0").is_err());
+        assert_eq!(parse_size_u32("4K"), Ok(4096));
+        assert!(parse_size_u32("4G").is_err());
         assert_eq!(parse_nonzero_size("0K").map_err(|_| ()), Err(()));
     }
 }

@@ -25,11 +25,6 @@ impl Datapath {
         }
     }
 
-    /// Share of datagrams through shared memory (0 when none were sent).
-    pub fn shm_share(&self) -> f64 {
-        self.shm_datagrams as f64 / self.datagrams.max(1) as f64
-    }
-
     /// `shared memory`, `kernel UDP` or `mixed`, by datagrams.
     pub fn name(&self) -> &'static str {
         match (self.shm_datagrams, self.datagrams) {
@@ -63,6 +58,5 @@ mod tests {
         assert_eq!(d(10, 0).name(), "kernel UDP");
         assert_eq!(d(10, 3).name(), "mixed shared memory and kernel UDP");
         assert_eq!(d(0, 0).name(), "none (no datagrams sent)");
-        assert_eq!(d(4, 1).shm_share(), 0.25);
     }
 }
