@@ -107,18 +107,33 @@ impl ImmCounter {
         self.inner.value()
     }
 
+    /// Writes with this immediate that landed but were never counted because the engine's
+    /// table of counters was full (see `Engine.release_imm`).
+    #[getter]
+    fn lost(&self) -> u64 {
+        self.inner.lost()
+    }
+
     /// Blocks (GIL released) until the value reaches `target`, at most `timeout` seconds
-    /// (None: no limit); returns the value. Raises `accord.TimeoutError` if it did not.
+    /// (None: no limit); returns the value. Raises `accord.TimeoutError` if it did not, and
+    /// `accord.AccordError` at once when writes with this immediate were lost to a full table
+    /// of counters (the target may then never be reached).
     #[pyo3(signature = (target, timeout = None))]
     fn wait(&self, py: Python<'_>, target: u64, timeout: Option<f64>) -> PyResult<u64> {
         let value = self.inner.value();
         if value >= target {
             return Ok(value);
         }
-        let reached = wait_in_slices(py, deadline(timeout)?, |slice| {
-            let value = self.inner.wait(target, slice);
-            (value >= target).then_some(value)
+        let reached = wait_in_slices(py, deadline(timeout)?, |slice| match self.inner.wait_checked(target, slice) {
+            Ok(value) => Some(Ok(value)),
+            Err(e @ accord_engine::ImmError::Overflow { .. }) => Some(Err(e)),
+            Err(accord_engine::ImmError::Timeout { .. }) => None,
         })?;
+        let reached = match reached {
+            Some(Ok(value)) => Some(value),
+            Some(Err(lost)) => return Err(error(Kind::Accord, lost.to_string())),
+            None => None,
+        };
         reached.ok_or_else(|| {
             error(
                 Kind::Timeout,
