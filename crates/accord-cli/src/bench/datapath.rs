@@ -63,7 +63,9 @@ mod tests {
         let d = |datagrams, shm_datagrams| Datapath { datagrams, shm_datagrams, cma_bytes: 0 };
         assert_eq!(d(10, 10).name(), "shared memory");
         assert_eq!(d(5503, 5499).name(), "shared memory");
-        assert!(d(5503, 5499).describe().contains("5499 of 5503 datagrams through shared-memory rings, 4 over kernel UDP"));
+        assert!(d(5503, 5499)
+            .describe()
+            .contains("5499 of 5503 datagrams through shared-memory rings, 4 over kernel UDP"));
         assert_eq!(d(1000, 5).name(), "kernel UDP");
         assert_eq!(d(10, 0).name(), "kernel UDP");
         assert_eq!(d(10, 3).name(), "mixed shared memory and kernel UDP");

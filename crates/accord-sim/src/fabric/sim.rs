@@ -439,10 +439,11 @@ impl FabricSim {
     pub fn run_reporting(&mut self, mut progress: impl FnMut(usize, usize)) -> Result<FabricReport, FabricError> {
         let wall = std::time::Instant::now();
         let limit = Instant::ZERO + self.config.time_limit;
-        let mut steps = 0u64;
+        let mut until_report = PROGRESS_EVERY_STEPS;
         while self.flows_pending > 0 {
-            steps += 1;
-            if steps % PROGRESS_EVERY_STEPS == 0 {
+            until_report -= 1;
+            if until_report == 0 {
+                until_report = PROGRESS_EVERY_STEPS;
                 progress(self.flows.len() - self.flows_pending, self.flows.len());
             }
             if !self.step()? || self.net.now > limit {
