@@ -156,3 +156,27 @@ fn rust_log_debug_shows_engine_events() {
     let quiet = accord(&["bench", "all-reduce", "--ranks", "2", "-b", "1K", "-e", "1K", "-n", "1", "-w", "0"], &[]);
     assert!(!String::from_utf8_lossy(&quiet.stderr).contains("DEBUG"));
 }
+
+/// The exact command: the p2p benchmark's engines (both processes) log at debug. The
+/// same run plots throughput against size with both baselines, and its header names the
+/// datapath.
+#[test]
+fn rust_log_debug_accord_bench_p2p_prints_engine_events() {
+    let path = std::env::temp_dir().join(format!("accord-p2p-{}.svg", std::process::id()));
+    let out = accord(&["bench", "p2p", "--plot", path.to_str().unwrap()], &[("RUST_LOG", "debug")]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("DEBUG") && err.contains("accord_engine") && err.contains("engine started"), "{err}");
+    assert!(err.contains("peer added"), "{err}");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("# datapath of the accord columns: "), "{table}");
+    assert!(table.contains("one_write_us") && !table.contains("lat_us"), "{table}");
+    let (texts, polylines) = svg_series(&path);
+    std::fs::remove_file(&path).unwrap();
+    for name in
+        ["accord (default datapath)", "baseline: TCP stream (same run)", "baseline: accord over kernel UDP (same run)"]
+    {
+        assert!(texts.iter().any(|t| t == name), "legend lacks {name:?}: {texts:?}");
+    }
+    assert!(polylines >= 6, "{polylines} polylines");
+}
