@@ -181,13 +181,12 @@ fn flat<'a>(info: &'a RunInfo, r: &'a Row) -> FlatRow<'a> {
 
 /// One JSON object: the run's parameters, the rows (each with the metadata), the footer.
 pub fn to_json(info: &RunInfo, rows: &[Row]) -> String {
-    let rows: Vec<FlatRow<'_>> = rows.iter().map(|r| flat(info, r)).collect();
-    let bad: u64 = rows.iter().map(|r| r.row.out_of_place.wrong + r.row.in_place.map_or(0, |p| p.wrong)).sum();
+    let with_metadata: Vec<FlatRow<'_>> = rows.iter().map(|r| flat(info, r)).collect();
     serde_json::json!({
         "run": info,
-        "rows": rows,
-        "out_of_bounds": bad,
-        "avg_busbw_gbps": avg_busbw(&rows.iter().map(|r| r.row.clone()).collect::<Vec<_>>()),
+        "rows": with_metadata,
+        "out_of_bounds": out_of_bounds(rows),
+        "avg_busbw_gbps": avg_busbw(rows),
     })
     .to_string()
 }
