@@ -19,11 +19,18 @@ registers the ``torch.distributed`` backend ``"accord"`` (needs torch; not impor
 Addresses and descriptors are exchanged out of band (they pickle, and ``str()`` gives JSON).
 Blocking calls release the GIL and Ctrl-C interrupts them; ``await transfer`` works in asyncio.
 Errors are subclasses of ``accord.AccordError`` (see ``accord.errors``).
+
+The engine's own events (warnings such as a full table of immediate counters, debug detail)
+go to ``logging.getLogger("accord")``. Only records at or above the level set when accord was
+imported (the logger's effective level, WARNING by default, or ``ACCORD_LOG=debug``) cross
+from the engine; ``accord.set_log_level(logging.DEBUG)`` changes it later.
 """
 
 from __future__ import annotations
 
 import atexit
+import logging
+import os
 
 from accord._accord import (
     RECV_QUEUED_MAX,
@@ -38,6 +45,8 @@ from accord._accord import (
     ScatterDst,
     Transfer,
     _close_all,
+    _install_log_bridge,
+    _set_log_threshold,
 )
 from accord.errors import (
     AccordError,
@@ -75,7 +84,22 @@ __all__ = [
     "WAIT_SLICE_S",
     "__version__",
     "run",
+    "set_log_level",
 ]
+
+_logger = logging.getLogger("accord")
+_env_level = os.environ.get("ACCORD_LOG", "").strip().upper()
+if _env_level in ("TRACE", "DEBUG", "INFO", "WARNING", "WARN", "ERROR"):
+    _logger.setLevel({"TRACE": 5, "WARN": logging.WARNING}.get(_env_level) or getattr(logging, _env_level))
+
+
+def set_log_level(level: int | str) -> None:
+    """Sets the ``accord`` logger's level, and which engine events cross into ``logging``."""
+    _logger.setLevel(level)
+    _set_log_threshold(_logger.getEffectiveLevel())
+
+
+_install_log_bridge(_logger.getEffectiveLevel())
 
 # Engines still open at exit are closed while the interpreter can still run their callbacks.
 atexit.register(_close_all)

@@ -9,7 +9,7 @@ for n in 4 8; do
   for spec in all-reduce:ring all-reduce:rabenseifner all-to-all:pairwise all-to-all:direct; do
     c=${spec%%:*}; a=${spec##*:}
     echo "== $c $a n=$n"
-    timeout 120 "$BIN" bench "$c" -n "$n" -b 1M -e 64M -f 4 -w 2 -i 5 --algo "$a" | grep -E '^ +[0-9]' \
+    timeout 120 "$BIN" bench "$c" --ranks "$n" -b 1M -e 64M -f 4 -w 2 -n 5 -c 0 --algo "$a" | grep -E '^ +[0-9]' \
       | awk -v c="$c" -v a="$a" -v n="$n" '{printf "%-11s %-13s %2d %10d %8.3f\n", c, a, n, $1, $8}'
   done
 done

@@ -13,9 +13,9 @@ for n in 4 8; do
   for c in all_reduce all_gather all_to_all; do
     flag=${c//_/-}
     echo "== accord $c n=$n" >&2
-    timeout 240 "$BIN" bench "$flag" -n "$n" -b 1M -e 64M -f 4 -w 2 -i 5 --check --json > "$OUT/accord_${c}_${n}.json" || echo "accord $c n=$n FAILED" >&2
+    timeout 240 "$BIN" bench "$flag" --ranks "$n" -b 1M -e 64M -f 4 -w 2 -n 5 -c 1 --json > "$OUT/accord_${c}_${n}.json" || echo "accord $c n=$n FAILED" >&2
     echo "== accord (ACCORD_SHM=0) $c n=$n" >&2
-    ACCORD_SHM=0 timeout 240 "$BIN" bench "$flag" -n "$n" -b 1M -e 64M -f 4 -w 2 -i 5 --check --json > "$OUT/accordudp_${c}_${n}.json" || echo "accord udp $c n=$n FAILED" >&2
+    ACCORD_SHM=0 timeout 240 "$BIN" bench "$flag" --ranks "$n" -b 1M -e 64M -f 4 -w 2 -n 5 -c 1 --json > "$OUT/accordudp_${c}_${n}.json" || echo "accord udp $c n=$n FAILED" >&2
     echo "== gloo $c n=$n" >&2
     timeout 240 torchrun --standalone --nproc_per_node "$n" scripts/device/gloo_bench.py --collective "$c" --sizes "$SIZES" --warmup 2 --iters 5 > "$OUT/gloo_${c}_${n}.json" 2> "$OUT/gloo_${c}_${n}.err" || echo "gloo $c n=$n FAILED" >&2
   done

@@ -4,8 +4,12 @@
 
 mod bench;
 mod launch;
+mod logging;
+mod plot;
+mod progress;
 mod signal;
 mod sim;
+mod size;
 mod table;
 mod validate;
 
@@ -26,11 +30,13 @@ enum Command {
     Sim(sim::SimCommand),
     /// Start N local ranks of a command with the torchrun variables.
     Run(launch::RunArgs),
-    /// nccl-tests-style benchmarks; no arguments: the main suite.
+    /// nccl-tests-compatible benchmarks (same flags and output); no arguments: the main suite.
     Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
+    // First, so that the p2p benchmark's second process (just below) logs too.
+    logging::init();
     // The p2p benchmark re-runs this binary as its second process.
     accord_engine::bench::run_child_if_requested();
     // `accord run` re-runs this binary as its watchdog.

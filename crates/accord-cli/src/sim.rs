@@ -1,5 +1,6 @@
 //! `accord sim ...`: the deterministic experiments of `accord-sim`.
 
+use crate::size::{parse_size, parse_size_u32};
 use crate::table;
 use crate::validate;
 use accord_proto::cc::CcKind;
@@ -78,10 +79,10 @@ pub struct IncastArgs {
     #[arg(long, default_value = "cubic,swift,eqds")]
     cc: String,
     /// Bytes each incast sender writes.
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 1_000_000, value_parser = parse_size)]
     bytes: u64,
     /// Bytes per victim message.
-    #[arg(long, default_value_t = 64 * 1024)]
+    #[arg(long, default_value_t = 64 * 1024, value_parser = parse_size)]
     victim_bytes: u64,
     /// Messages per victim pair.
     #[arg(long, default_value_t = 20)]
@@ -147,7 +148,7 @@ pub struct Common {
 #[derive(Args, Debug)]
 pub struct LossSweepArgs {
     /// Bytes per write.
-    #[arg(long, default_value_t = 64 << 20)]
+    #[arg(long, default_value_t = 64 << 20, value_parser = parse_size)]
     bytes: u64,
     /// Paths (entropy values) the connection sprays over.
     #[arg(long, default_value_t = 16)]
@@ -158,7 +159,7 @@ pub struct LossSweepArgs {
 
 #[derive(Args, Debug)]
 pub struct PathCutArgs {
-    #[arg(long, default_value_t = 256 << 20)]
+    #[arg(long, default_value_t = 256 << 20, value_parser = parse_size)]
     bytes: u64,
     #[arg(long, default_value_t = 8)]
     paths: u16,
@@ -175,16 +176,16 @@ pub struct PermutationArgs {
     #[arg(long, default_value_t = 400.0)]
     link_gbps: f64,
     /// Bytes each host writes.
-    #[arg(long, default_value_t = 64_000_000)]
+    #[arg(long, default_value_t = 64_000_000, value_parser = parse_size)]
     bytes: u64,
     /// Payload bytes per packet.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = 4096, value_parser = parse_size_u32)]
     mtu: u32,
     /// Paths (entropy values) each connection sprays over.
     #[arg(long, default_value_t = 256)]
     paths: u16,
     /// Bytes per chunk (one path decision); 0 keeps the simulator's default.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = parse_size_u32)]
     chunk: u32,
     /// Topology: fat-tree-3 or fat-tree-2.
     #[arg(long, default_value = "fat-tree-3")]
@@ -196,6 +197,9 @@ pub struct PermutationArgs {
     /// (slow; for tests).
     #[arg(long)]
     checked: bool,
+    /// Write an SVG chart of the flow-completion-time CDF (with the line-rate ideal).
+    #[arg(long, value_name = "FILE")]
+    plot: Option<std::path::PathBuf>,
     #[command(flatten)]
     eqds: EqdsArgs,
     #[command(flatten)]
@@ -244,7 +248,17 @@ fn permutation(args: PermutationArgs) -> Result<(), String> {
         pacer_order: args.eqds.pacer_order()?,
         ..defaults
     };
-    let r = fabric::permutation(&opts).map_err(|e| e.to_string())?;
+    let mut progress = crate::progress::Progress::new("accord sim permutation");
+    let r = fabric::permutation_reporting(&opts, |done, all| progress.update(done, all, "flows done"))
+        .map_err(|e| e.to_string())?;
+    progress.finish();
+    if let Some(path) = &args.plot {
+        let title = format!(
+            "accord sim permutation: {} hosts, {} bytes each, {}, seed {}",
+            opts.nodes, opts.bytes, opts.cc, opts.seed
+        );
+        crate::plot::fct_cdf_chart(path, &title, &r.fcts_us, r.ideal_us)?;
+    }
     if args.common.json {
         println!(
             "{}",

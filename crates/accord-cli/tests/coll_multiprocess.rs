@@ -20,12 +20,14 @@ fn bench(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
     (out.status.success(), String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr))
 }
 
-/// Rows of a `--json` table, each with `wrong == 0`.
+/// Rows of a `--json` table, each with `wrong == 0` in both placements (in place where the
+/// collective has one).
 fn all_checked(output: &str) -> bool {
     let Some(line) = output.lines().find(|l| l.starts_with('{')) else { return false };
     let v: serde_json::Value = serde_json::from_str(line).expect("one JSON object");
     let rows = v["rows"].as_array().expect("rows");
-    !rows.is_empty() && rows.iter().all(|r| r["wrong"] == 0)
+    let in_place_ok = |r: &serde_json::Value| r["in_place"].is_null() || r["in_place"]["wrong"] == 0;
+    !rows.is_empty() && v["out_of_bounds"] == 0 && rows.iter().all(|r| r["wrong"] == 0 && in_place_ok(r))
 }
 
 #[test]
@@ -38,8 +40,8 @@ fn every_collective_for_one_to_seven_ranks_is_exact() {
                     [(ranks + i) % 5];
             let n = ranks.to_string();
             let args = [
-                "-n", &n, "-b", "3000", "-e", "200000", "-f", "60", "-w", "0", "-i", "1", "--dtype", dtype, "--op", op,
-                "--check", "--json",
+                "--ranks", &n, "-b", "3000", "-e", "200000", "-f", "60", "-w", "0", "-n", "1", "-d", dtype, "-o", op,
+                "-c", "1", "--json",
             ];
             let mut full = vec![*c];
             full.extend_from_slice(&args);
@@ -53,7 +55,7 @@ fn every_collective_for_one_to_seven_ranks_is_exact() {
 fn collectives_stay_exact_under_loss_and_reordering() {
     for c in ["all-reduce", "all-to-all", "all-gather"] {
         let (ok, out) = bench(
-            &[c, "-n", "4", "-b", "64K", "-e", "4M", "-f", "8", "-w", "1", "-i", "2", "--check", "--json"],
+            &[c, "--ranks", "4", "-b", "64K", "-e", "4M", "-f", "8", "-w", "1", "-n", "2", "-c", "1", "--json"],
             &[("ACCORD_LOSS", "0.01"), ("ACCORD_REORDER", "0.01")],
         );
         assert!(ok && all_checked(&out), "{c} under 1% loss failed:\n{out}");
@@ -67,7 +69,22 @@ fn a_rank_killed_mid_collective_is_named_by_the_others() {
     let mut children: Vec<_> = (0..3)
         .map(|rank| {
             Command::new(env!("CARGO_BIN_EXE_accord"))
-                .args(["bench", "all-reduce", "-n", "3", "-b", "64M", "-e", "64M", "-w", "0", "-i", "50"])
+                .args([
+                    "bench",
+                    "all-reduce",
+                    "--ranks",
+                    "3",
+                    "-b",
+                    "64M",
+                    "-e",
+                    "64M",
+                    "-w",
+                    "0",
+                    "-n",
+                    "50",
+                    "-c",
+                    "0",
+                ])
                 .env("RANK", rank.to_string())
                 .env("WORLD_SIZE", "3")
                 .env("LOCAL_RANK", rank.to_string())

@@ -91,3 +91,51 @@ fn permutation_table_and_bad_arguments() {
     let (ok, _, stderr) = accord(&["sim", "permutation", "--nodes", "8", "--queue", "magic"]);
     assert!(!ok && stderr.contains("unknown queue policy"));
 }
+
+#[test]
+fn sizes_parse_alike_in_sim_and_bench() {
+    // 1 MiB written three ways gives the same deterministic run.
+    let runs: Vec<String> = ["1048576", "1M", "1MiB"]
+        .iter()
+        .map(|b| {
+            let (ok, stdout, stderr) = accord(&["sim", "loss-sweep", "--bytes", b, "--json"]);
+            assert!(ok, "--bytes {b}: {stderr}");
+            stdout
+        })
+        .collect();
+    assert!(runs.windows(2).all(|w| w[0] == w[1]));
+    let (ok, _, _) = accord(&["sim", "permutation", "--nodes", "16", "--bytes", "64KB", "--json"]);
+    assert!(ok, "--bytes 64KB refused");
+    let (ok, _, stderr) = accord(&["sim", "loss-sweep", "--bytes", "64XB"]);
+    assert!(!ok && stderr.contains("unknown unit"), "{stderr}");
+}
+
+#[test]
+fn permutation_plot_is_an_fct_cdf_with_one_point_per_flow() {
+    let path = std::env::temp_dir().join(format!("accord-fct-{}.svg", std::process::id()));
+    let (ok, _, stderr) =
+        accord(&["sim", "permutation", "--nodes", "16", "--bytes", "64KB", "--plot", path.to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    let body = std::fs::read_to_string(&path).expect("the plot file");
+    std::fs::remove_file(&path).unwrap();
+    let doc = roxmltree::Document::parse(&body).expect("valid XML");
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    let texts: Vec<String> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .filter_map(|n| n.text())
+        .map(|t| t.trim().to_string())
+        .collect();
+    for name in ["flow completion time CDF", "line-rate ideal"] {
+        assert!(texts.iter().any(|t| t == name), "legend lacks {name:?}: {texts:?}");
+    }
+    // The CDF: one vertex per flow (16 hosts, 16 flows).
+    let most_points = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("polyline"))
+        .filter_map(|n| n.attribute("points"))
+        .map(|p| p.split_whitespace().count())
+        .max()
+        .unwrap_or(0);
+    assert_eq!(most_points, 16, "{body}");
+}

@@ -23,7 +23,7 @@ pub const BENCH_BYTES_MAX: u64 = 1 << 30;
 const BYTES_PER_SIZE: u64 = 512 << 20;
 /// Most writes per size.
 const ITERATIONS_MAX: u64 = 2000;
-/// Writes timed one at a time per size for `lat_us`.
+/// Writes timed one at a time per size for `one_write_us`.
 const LATENCY_SAMPLES: usize = 20;
 /// The whole benchmark must finish within this.
 const CHILD_DEADLINE: Duration = Duration::from_secs(300);
@@ -65,7 +65,7 @@ pub struct P2pRow {
     /// TCP throughput between the same processes, GB/s.
     pub tcp_gbps: f64,
     /// `accord_gbps / tcp_gbps`.
-    pub ratio: f64,
+    pub vs_tcp: f64,
     /// Accord throughput with shared memory off (kernel UDP over loopback), GB/s: the
     /// baseline of the same-host datapath, measured in the same run.
     pub udp_gbps: f64,
@@ -74,8 +74,14 @@ pub struct P2pRow {
     /// Share of the engine under test's datagrams (this row) that went through shared memory:
     /// 1.0 when the same-host datapath carried everything, 0.0 with `ACCORD_SHM=0`.
     pub shm_share: f64,
-    /// Completion time of one write of this size alone, microseconds (median).
-    pub lat_us: f64,
+    /// Share of this row's written bytes that the receiver pulled straight from the sender's
+    /// memory (`process_vm_readv`, writes of at least `ACCORD_CMA_MIN_BYTES`) instead of
+    /// receiving them as datagrams.
+    pub cma_share: f64,
+    /// Time from submitting one write of this size, alone, to its completion at the sender,
+    /// microseconds (median of 20): a completion time that grows with the size; a latency only
+    /// for the smallest rows.
+    pub one_write_us: f64,
 }
 
 /// Why the benchmark failed.
@@ -132,7 +138,9 @@ fn build_engine(loss: Option<f64>, udp_only: bool) -> Result<Engine, BenchError>
         config.fault_seed = std::process::id() as u64;
     }
     if udp_only {
+        // The kernel-UDP baseline: no shared-memory rings and no pulls between processes.
         config.shm.enabled = false;
+        config.cma = false;
     }
     Engine::builder().config(config).ignore_env().build().map_err(engine_err)
 }
@@ -263,22 +271,25 @@ impl Parent {
 /// Measured figures of one size, turned into a row.
 struct Measured {
     shm_share: f64,
+    cma_share: f64,
     accord_bytes_per_s: f64,
     udp_bytes_per_s: f64,
     tcp_gbps: f64,
-    lat_us: f64,
+    one_write_us: f64,
 }
 
 /// The figures of one size from its timed runs (seconds, median latency) on the default side
 /// and the UDP-only side: `bytes_total` moved per side, shared-memory share since `before`.
-fn measured(p: &Parent, before: (u64, u64), timed: [(f64, f64); 2], bytes_total: u64, tcp_gbps: f64) -> Measured {
+fn measured(p: &Parent, before: Counts, timed: [(f64, f64); 2], bytes_total: u64, tcp_gbps: f64) -> Measured {
     let per_s = |secs: f64| bytes_total as f64 / secs;
+    let engine = &p.sides[SIDE_DEFAULT].engine;
     Measured {
-        shm_share: shm_share(before, datagram_counts(&p.sides[SIDE_DEFAULT].engine)),
+        shm_share: shm_share(before.datagrams, datagram_counts(engine)),
+        cma_share: before.cma_share(engine),
         accord_bytes_per_s: per_s(timed[SIDE_DEFAULT].0),
         udp_bytes_per_s: per_s(timed[SIDE_UDP].0),
         tcp_gbps,
-        lat_us: timed[SIDE_DEFAULT].1,
+        one_write_us: timed[SIDE_DEFAULT].1,
     }
 }
 
@@ -290,11 +301,12 @@ fn row(op: &str, bytes: u64, m: Measured) -> P2pRow {
         bytes,
         accord_gbps,
         tcp_gbps: m.tcp_gbps,
-        ratio: accord_gbps / m.tcp_gbps.max(1e-12),
+        vs_tcp: accord_gbps / m.tcp_gbps.max(1e-12),
         udp_gbps,
         vs_udp: accord_gbps / udp_gbps.max(1e-12),
         shm_share: m.shm_share,
-        lat_us: m.lat_us,
+        cma_share: m.cma_share,
+        one_write_us: m.one_write_us,
     }
 }
 
@@ -399,7 +411,7 @@ fn run_parent(
         let tcp_gbps = p.tcp(bytes, iters)?;
         let imm = 100 + i as u32;
         let mut timed = [(0.0, 0.0); 2];
-        let before = datagram_counts(&p.sides[SIDE_DEFAULT].engine);
+        let before = Counts::now(&p.sides[SIDE_DEFAULT].engine, bytes, iters);
         for side in [SIDE_DEFAULT, SIDE_UDP] {
             timed[side] = p
                 .accord(side, iters, imm, |s| submit_write(s, bytes, imm))
@@ -417,7 +429,7 @@ fn run_parent(
         let dst_pages: Vec<u64> = (0..pages).map(|i| (i * 97 + 13) % pages).collect();
         let imm = 99;
         let mut timed = [(0.0, 0.0); 2];
-        let before = datagram_counts(&p.sides[SIDE_DEFAULT].engine);
+        let before = Counts::now(&p.sides[SIDE_DEFAULT].engine, paged_total, iters);
         for side in [SIDE_DEFAULT, SIDE_UDP] {
             timed[side] = p.accord(side, iters, imm, |s| {
                 let h = s.src.handle();
@@ -439,6 +451,30 @@ fn run_parent(
     Ok(rows)
 }
 
+/// The engine under test's counters before a row, and what the row will write.
+struct Counts {
+    datagrams: (u64, u64),
+    cma_bytes: u64,
+    /// Bytes the row writes on that engine: the timed writes and the lone ones after them.
+    written: u64,
+}
+
+impl Counts {
+    fn now(engine: &Engine, bytes: u64, iters: u64) -> Counts {
+        Counts {
+            datagrams: datagram_counts(engine),
+            cma_bytes: engine.cma_stats().bytes_pulled,
+            written: bytes * (iters + LATENCY_SAMPLES.min(iters as usize) as u64),
+        }
+    }
+
+    /// Share of the row's bytes pulled with `process_vm_readv` since [`Counts::now`].
+    fn cma_share(&self, engine: &Engine) -> f64 {
+        let pulled = engine.cma_stats().bytes_pulled.saturating_sub(self.cma_bytes);
+        (pulled as f64 / self.written.max(1) as f64).min(1.0)
+    }
+}
+
 /// (datagrams sent, of which through shared memory) by `engine` so far.
 fn datagram_counts(engine: &Engine) -> (u64, u64) {
     let stats = engine.stats();
@@ -457,24 +493,75 @@ fn submit_write(s: &Side, bytes: u64, imm: u32) -> Result<Transfer, BenchError> 
     s.engine.write(&op).map_err(engine_err)
 }
 
-/// The table `accord bench p2p` prints.
+/// The table `accord bench p2p` prints: a header naming the datapath that carried the bytes
+/// (from the engine's counters), the rows, and what every column means.
 pub fn format_table(rows: &[P2pRow]) -> String {
-    let mut out = format!(
-        "{:>6} {:>12} {:>12} {:>10} {:>7} {:>12} {:>7} {:>10} {:>10}\n",
-        "op", "bytes", "accord_GBps", "tcp_GBps", "ratio", "udp_GBps", "vs_udp", "lat_us", "shm_share"
+    let mut out = String::from(
+        "# p2p: one-sided writes (each with an immediate counted at the receiver) from one process to another on this host\n",
+    );
+    out += &format!("# {}\n", datapath_line(rows));
+    out += "# baselines, same run and same two processes: tcp = a TCP stream over loopback; udp = Accord with shared memory and pulls off (kernel UDP)\n";
+    out += &format!(
+        "{:>6} {:>12} {:>12} {:>10} {:>7} {:>10} {:>7} {:>13} {:>9} {:>9}\n",
+        "op",
+        "bytes",
+        "accord_GBps",
+        "tcp_GBps",
+        "vs_tcp",
+        "udp_GBps",
+        "vs_udp",
+        "one_write_us",
+        "shm_share",
+        "cma_share"
     );
     for r in rows {
         out += &format!(
-            "{:>6} {:>12} {:>12.3} {:>10.3} {:>7.2} {:>12.3} {:>7.2} {:>10.1} {:>10.2}\n",
-            r.op, r.bytes, r.accord_gbps, r.tcp_gbps, r.ratio, r.udp_gbps, r.vs_udp, r.lat_us, r.shm_share
+            "{:>6} {:>12} {:>12.3} {:>10.3} {:>7.2} {:>10.3} {:>7.2} {:>13.1} {:>9.2} {:>9.2}\n",
+            r.op,
+            r.bytes,
+            r.accord_gbps,
+            r.tcp_gbps,
+            r.vs_tcp,
+            r.udp_gbps,
+            r.vs_udp,
+            r.one_write_us,
+            r.shm_share,
+            r.cma_share
         );
     }
+    out += "# op: write = one contiguous write of `bytes`; paged = one write of 256 scattered 64 KiB pages (`bytes` in all)\n";
+    out += "# accord_GBps: bytes / time for a pipelined batch of writes, all awaited (GB = 1e9 bytes); tcp_GBps, udp_GBps: the same for the baselines\n";
+    out += "# vs_tcp, vs_udp: accord_GBps divided by the baseline's\n";
+    out += "# one_write_us: one write submitted alone until it completed at the sender, median of 20 (a completion time; a latency only for small rows)\n";
+    out += "# shm_share: share of the Accord engine's datagrams in this row sent through shared-memory rings (1 = all, 0 = kernel UDP)\n";
+    out += "# cma_share: share of the row's bytes the receiver pulled from the sender's memory with process_vm_readv (no datagrams)\n";
     out
 }
 
-/// The `--json` form: `{"rows":[{"bytes":..,"accord_gbps":..,"tcp_gbps":..,"ratio":..,"udp_gbps":..,
-/// "vs_udp":..,"lat_us":..,"shm_share":..}]}`
-/// (each row also names its `op`).
+/// Which datapath the Accord columns went through, from the rows' shares.
+fn datapath_line(rows: &[P2pRow]) -> String {
+    if rows.is_empty() {
+        return "datapath: no rows".into();
+    }
+    let min_shm = rows.iter().map(|r| r.shm_share).fold(f64::INFINITY, f64::min);
+    let max_cma = rows.iter().map(|r| r.cma_share).fold(0.0, f64::max);
+    let datagrams = if min_shm >= 0.999 {
+        "shared-memory rings for every datagram"
+    } else if rows.iter().all(|r| r.shm_share <= 0.001) {
+        "kernel UDP over loopback for every datagram"
+    } else {
+        "shared-memory rings for some datagrams, kernel UDP for the rest (see shm_share)"
+    };
+    let pulls = if max_cma > 0.0 {
+        format!("; up to {:.0}% of a row's bytes pulled with process_vm_readv (see cma_share)", max_cma * 100.0)
+    } else {
+        String::new()
+    };
+    format!("datapath of the accord columns: {datagrams}{pulls}")
+}
+
+/// The `--json` form: `{"rows":[{"op":..,"bytes":..,"accord_gbps":..,"tcp_gbps":..,"vs_tcp":..,
+/// "udp_gbps":..,"vs_udp":..,"shm_share":..,"cma_share":..,"one_write_us":..}]}`.
 pub fn format_json(rows: &[P2pRow]) -> String {
     serde_json::json!({ "rows": rows }).to_string()
 }

@@ -1,7 +1,6 @@
 //! Immediate counters: how many writes carrying each immediate have fully landed here.
 
 use crate::completion::{dispatch, JobSender};
-use crate::error::TransferError;
 use crate::wait_spin::SleeperCondvar;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -13,6 +12,80 @@ use std::time::Duration;
 pub const IMM_COUNTERS_MAX: usize = 1 << 16;
 /// Most callbacks waiting on one counter.
 pub const IMM_EXPECTATIONS_MAX: usize = 4096;
+/// Most distinct immediates whose lost arrivals are remembered one by one (beyond, only
+/// [`crate::EngineStats::imm_overflow`] counts them).
+pub const IMM_LOST_TRACKED_MAX: usize = 4096;
+/// How often [`ImmCounter::wait_checked`] looks for lost arrivals while it waits.
+const LOST_CHECK_INTERVAL: Duration = Duration::from_millis(20);
+
+/// Why [`ImmCounter::wait_checked`] did not return the value it waited for.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ImmError {
+    /// Writes with this immediate landed in memory but were never counted, because the
+    /// counter table was full when they arrived: their senders saw them complete. Release
+    /// counters you are done with ([`crate::Engine::release_imm`]) or take them
+    /// ([`crate::Engine::take_imm`]) so the table has room.
+    #[error(
+        "immediate {imm}: {lost} write(s) landed but were not counted because the immediate counter table was full \
+         ({max} counters held); counted {value}. Release counters you no longer need (release_imm) or take them (take_imm)",
+        max = IMM_COUNTERS_MAX
+    )]
+    Overflow {
+        /// The immediate.
+        imm: u32,
+        /// Its writes that landed uncounted.
+        lost: u64,
+        /// What the counter shows.
+        value: u64,
+    },
+    /// The engine shut down before the counter reached the target: it will not move again.
+    #[error("the engine shut down: immediate {imm} counted {value}")]
+    ShutDown {
+        /// The immediate.
+        imm: u32,
+        /// What the counter showed.
+        value: u64,
+    },
+    /// The counter did not reach the target in time.
+    #[error("immediate {imm} counted {value} of {target} before the deadline: wait longer, or check the writers")]
+    Timeout {
+        /// The immediate.
+        imm: u32,
+        /// What the counter showed at the deadline.
+        value: u64,
+        /// What the wait asked for.
+        target: u64,
+    },
+}
+
+/// Arrivals dropped per immediate because the table was full.
+#[derive(Default)]
+pub(crate) struct LostLog {
+    by_imm: Mutex<HashMap<u32, u64>>,
+}
+
+impl LostLog {
+    /// Records one lost arrival of `imm`; true for the first of that immediate (worth a log line).
+    fn record(&self, imm: u32) -> bool {
+        let mut m = self.by_imm.lock().unwrap();
+        let full = m.len() >= IMM_LOST_TRACKED_MAX;
+        match m.get_mut(&imm) {
+            Some(n) => {
+                *n += 1;
+                false
+            }
+            None if full => false,
+            None => {
+                m.insert(imm, 1);
+                true
+            }
+        }
+    }
+
+    fn of(&self, imm: u32) -> u64 {
+        self.by_imm.lock().unwrap().get(&imm).copied().unwrap_or(0)
+    }
+}
 
 type Expectation = (u64, Box<dyn FnOnce(u64) + Send>);
 
@@ -46,6 +119,7 @@ impl ImmSlot {
 pub(crate) struct ImmTable {
     slots: Mutex<HashMap<u32, Arc<ImmSlot>>>,
     pub(crate) overflow: AtomicU64,
+    pub(crate) lost: Arc<LostLog>,
     wait_spin: Duration,
     closed: Arc<AtomicBool>,
 }
@@ -56,6 +130,7 @@ impl ImmTable {
         ImmTable {
             slots: Mutex::new(HashMap::new()),
             overflow: AtomicU64::new(0),
+            lost: Arc::default(),
             wait_spin,
             closed: Arc::new(AtomicBool::new(false)),
         }
@@ -124,6 +199,24 @@ impl ImmTable {
         Ok(())
     }
 
+    /// Forgets `imm`'s counter whatever its value and whoever observes it, so the table has
+    /// room again; returns the value it had, or None when there was none. Handles still held
+    /// keep the final value; a later arrival starts a fresh counter at zero.
+    pub(crate) fn release(&self, imm: u32) -> Option<u64> {
+        let slot = self.slots.lock().unwrap().remove(&imm)?;
+        let value = slot.count.load(Ordering::Acquire);
+        let _guard = slot.expectations.lock().unwrap();
+        slot.changed.notify_all();
+        Some(value)
+    }
+
+    /// Lost arrivals per immediate since the last call, and forgets them (the poll API).
+    pub(crate) fn drain_lost(&self) -> Vec<(u32, u64)> {
+        let mut v: Vec<(u32, u64)> = self.lost.by_imm.lock().unwrap().drain().collect();
+        v.sort_unstable();
+        v
+    }
+
     /// Distinct counters held (for tests and stats).
     pub(crate) fn len(&self) -> usize {
         self.slots.lock().unwrap().len()
@@ -147,6 +240,17 @@ impl ImmTable {
                 Some(s) => s.clone(),
                 None if slots.len() >= IMM_COUNTERS_MAX => {
                     self.overflow.fetch_add(1, Ordering::Relaxed);
+                    let first = self.lost.record(imm);
+                    drop(slots);
+                    // Logged outside the table lock: a log sink may block (a Python bridge
+                    // waits for the GIL), and nothing must wait for it while holding the table.
+                    if first {
+                        tracing::error!(
+                            imm,
+                            "immediate counter table full: a write with this immediate landed but is not counted \
+                             (its sender saw it complete); release or take counters you are done with"
+                        );
+                    }
                     return;
                 }
                 None => {
@@ -177,18 +281,20 @@ impl ImmTable {
 /// the counter is kept (never freed by [`crate::Engine::take_imm`]).
 pub struct ImmCounter {
     slot: Arc<ImmSlot>,
+    imm: u32,
+    lost: Arc<LostLog>,
 }
 
 impl ImmCounter {
-    pub(crate) fn new(slot: Arc<ImmSlot>) -> Self {
+    pub(crate) fn new(slot: Arc<ImmSlot>, imm: u32, lost: Arc<LostLog>) -> Self {
         slot.observers.fetch_add(1, Ordering::AcqRel);
-        ImmCounter { slot }
+        ImmCounter { slot, imm, lost }
     }
 }
 
 impl Clone for ImmCounter {
     fn clone(&self) -> Self {
-        ImmCounter::new(self.slot.clone())
+        ImmCounter::new(self.slot.clone(), self.imm, self.lost.clone())
     }
 }
 
@@ -229,16 +335,34 @@ impl ImmCounter {
         }
     }
 
-    /// As [`ImmCounter::wait`], saying why it ended short: [`TransferError::ShutDown`] once the
-    /// engine shut down (at once if it had), [`TransferError::Timeout`] at the timeout.
-    pub fn wait_checked(&self, target: u64, timeout: Duration) -> Result<u64, TransferError> {
-        let value = self.wait(target, timeout);
-        if value >= target {
-            Ok(value)
-        } else if self.engine_closed() {
-            Err(TransferError::ShutDown)
-        } else {
-            Err(TransferError::Timeout)
+    /// Writes with this immediate that landed but were never counted because the counter
+    /// table was full (not yet drained by [`crate::Engine::imm_overflows`]).
+    pub fn lost(&self) -> u64 {
+        self.lost.of(self.imm)
+    }
+
+    /// As [`ImmCounter::wait`], but an error whenever the wait ended short or cannot be trusted:
+    /// the engine shut down ([`ImmError::ShutDown`], at once if it had), writes with this
+    /// immediate were lost to a full counter table ([`ImmError::Overflow`]: the target may never
+    /// be reached), or the deadline passed first ([`ImmError::Timeout`]).
+    pub fn wait_checked(&self, target: u64, timeout: Duration) -> Result<u64, ImmError> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let lost = self.lost();
+            if lost > 0 {
+                return Err(ImmError::Overflow { imm: self.imm, lost, value: self.value() });
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let value = self.wait(target, left.min(LOST_CHECK_INTERVAL));
+            if value >= target {
+                return Ok(value);
+            }
+            if self.engine_closed() {
+                return Err(ImmError::ShutDown { imm: self.imm, value });
+            }
+            if left <= LOST_CHECK_INTERVAL {
+                return Err(ImmError::Timeout { imm: self.imm, value, target });
+            }
         }
     }
 

@@ -87,7 +87,7 @@ pub use engine::shared::{LANE_AVOID_AFTER_FAILURE, PEERS_MAX, SUBMISSIONS_QUEUED
 pub use engine::{Engine, EngineBuilder, EngineStats, PagedWriteOp, ScatterDst, WriteOp};
 pub use engine::{PAGES_PER_WRITE_MAX, SCATTER_DESTINATIONS_MAX, SHARD_ALIGN_BYTES};
 pub use error::{BarrierError, BuildError, ParseError, RangeError, RegisterError, SubmitError, TransferError};
-pub use imm::{ImmCounter, IMM_COUNTERS_MAX, IMM_EXPECTATIONS_MAX};
+pub use imm::{ImmCounter, ImmError, IMM_COUNTERS_MAX, IMM_EXPECTATIONS_MAX, IMM_LOST_TRACKED_MAX};
 pub use memory::{
     current_gpu, device_memory_has_owner_context, device_ordinal_of, gpus_visible, MemoryKind, MemoryOwner, MrBuffer,
     MrHandle, ALLOC_ALIGN_BYTES, REGIONS_MAX, REGION_BYTES_MAX,

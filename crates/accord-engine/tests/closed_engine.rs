@@ -3,7 +3,7 @@
 //! Every wait here has a long timeout, so a wait that missed the shutdown reports `Timeout`
 //! and the test fails on the value, never on a clock.
 
-use accord_engine::{Engine, FaultConfig, TransferError, WriteOp};
+use accord_engine::{Engine, FaultConfig, ImmError, TransferError, WriteOp};
 use std::time::Duration;
 
 /// Far longer than a wait that saw the shutdown takes.
@@ -19,7 +19,7 @@ fn a_counter_wait_after_shutdown_ends_at_once_with_shutdown() {
     let counter = e.imm_counter(7);
     drop(e);
     assert!(counter.engine_closed());
-    assert_eq!(counter.wait_checked(1, LONG), Err(TransferError::ShutDown));
+    assert_eq!(counter.wait_checked(1, LONG), Err(ImmError::ShutDown { imm: 7, value: 0 }));
     assert_eq!(counter.wait(1, LONG), 0, "the plain wait returns the value, short of the target");
     assert_eq!(counter.wait_checked(0, LONG), Ok(0), "a target already reached is no error");
 }
@@ -35,7 +35,7 @@ fn a_counter_wait_in_progress_is_woken_by_the_shutdown() {
     });
     started_rx.recv().unwrap();
     drop(e);
-    assert_eq!(waiter.join().unwrap(), Err(TransferError::ShutDown));
+    assert_eq!(waiter.join().unwrap(), Err(ImmError::ShutDown { imm: 8, value: 0 }));
 }
 
 #[test]

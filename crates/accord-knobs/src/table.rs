@@ -225,6 +225,20 @@ pub static KNOBS: &[Knob] = &[
     knob("ACCORD_CUDA_LIB_DIRS", Cuda, List, "-", "extra directories searched for libcuda and libnvrtc"),
     knob("ACCORD_CUDA_INCLUDE_DIRS", Cuda, List, "-", "extra include directories for NVRTC kernels"),
     // ---- Diagnostics, benches, tests ----
+    knob(
+        "ACCORD_LOG",
+        Tools,
+        Text,
+        "warn",
+        "log filter (`RUST_LOG` syntax, e.g. `debug` or `accord_engine=trace`): the CLI's stderr, Python's `logging`, NCCL's logger; unset: `RUST_LOG`",
+    ),
+    knob(
+        "ACCORD_BENCH_CORRUPT",
+        Tools,
+        Switch,
+        "0",
+        "test only: `accord bench` corrupts one output value, to prove the check fails the run",
+    ),
     knob("ACCORD_PROPTEST_SEEDS", Tools, Count, "500", "seeds of the simulator's property tests"),
     knob("ACCORD_PROPTEST_SEED", Tools, Count, "-", "run the property tests on this one seed"),
     knob("ACCORD_PROPTEST_VERBOSE", Tools, Switch, "-", "set: the property tests print every seed"),
@@ -239,6 +253,7 @@ pub static KNOBS: &[Knob] = &[
 pub static INTERNAL: &[&str] = &[
     "ACCORD_BENCH_RANK",
     "ACCORD_LAUNCH_WATCHDOG",
+    "ACCORD_BENCH_PROGRESS",
     "ACCORD_LIFECYCLE_TEST",
     "ACCORD_PY_LIFECYCLE_TEST",
     "ACCORD_BENCH_CHILD",

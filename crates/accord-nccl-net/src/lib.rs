@@ -23,6 +23,7 @@ pub mod bounce;
 pub mod comm;
 pub mod config;
 pub mod cts;
+pub mod engine_log;
 pub mod error;
 pub mod ffi;
 pub mod handle;

@@ -11,11 +11,18 @@ static LOGGER: RwLock<DebugLogger> = RwLock::new(None);
 const FORMAT: &std::ffi::CStr = c"%s";
 const FILE: &std::ffi::CStr = c"accord-nccl-net";
 
-/// Remembers NCCL's logger (every `init` passes the same one; the latest wins).
+/// Remembers NCCL's logger (every `init` passes the same one; the latest wins), and from then
+/// on forwards the engine's events to it too ([`crate::engine_log`]).
 pub fn set_logger(logger: DebugLogger) {
     if logger.is_some() {
         *LOGGER.write().unwrap_or_else(|e| e.into_inner()) = logger;
+        crate::engine_log::install();
     }
+}
+
+/// An engine event at NCCL `level` (NET subsystem).
+pub fn emit_engine(level: c_int, message: &str) {
+    emit(level, abi::SUBSYS_NET, line!(), message);
 }
 
 fn emit(level: c_int, flags: c_ulong, line: u32, message: &str) {

@@ -410,6 +410,20 @@ impl Engine {
         Ok(ImmCounter { inner: engine.imm_counter(imm), imm, core: self.core.clone() })
     }
 
+    /// Forgets the counter of `imm` whatever its value, so the engine's table of counters
+    /// (65536 at most) has room for new immediates; returns the value it had, or None when
+    /// there was none. Counters already obtained keep showing the final value.
+    fn release_imm(&self, imm: u32) -> PyResult<Option<u64>> {
+        Ok(self.core.engine("release_imm")?.release_imm(imm))
+    }
+
+    /// Writes that landed here but were never counted because the table of counters was full,
+    /// as `[(imm, writes lost), ...]` since the last call (their senders saw them complete).
+    /// `ImmCounter.wait` raises `accord.AccordError` for the same loss on its immediate.
+    fn imm_overflows(&self) -> PyResult<Vec<(u32, u64)>> {
+        Ok(self.core.engine("imm_overflows")?.imm_overflows())
+    }
+
     /// Calls `callback(value)` on the completion thread once the counter of `imm` reaches
     /// `count` (absolute; at once if reached). Same as `imm_counter(imm).add_callback`.
     fn expect_imm(&self, imm: u32, count: u64, callback: Py<PyAny>) -> PyResult<()> {

@@ -14,6 +14,9 @@
 //! `core`); registered memory stays referenced until it is deregistered and no transfer reads
 //! it any more (see `region`).
 //!
+//! Logging: `log_bridge` forwards the engine's `tracing` events to `logging.getLogger("accord")`
+//! from a thread of its own, so no engine thread ever waits for the GIL.
+//!
 //! Collectives: `Communicator` (`coll`, arrays checked and copied by `coll_array`) binds the
 //! `accord-coll` communicator over the TransferEngine; `accord.run` (`python/accord/_run.py`)
 //! launches a job of local processes for it.
@@ -27,6 +30,7 @@ mod core;
 mod dlpack;
 mod engine;
 mod errors;
+mod log_bridge;
 mod recv;
 mod region;
 mod transfer;
@@ -47,6 +51,9 @@ fn _accord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<values::ScatterDst>()?;
     m.add_function(wrap_pyfunction!(core::_close_all, m)?)?;
     m.add_function(wrap_pyfunction!(bench::_bench_write_loop, m)?)?;
+    m.add_function(wrap_pyfunction!(log_bridge::_install_log_bridge, m)?)?;
+    m.add_function(wrap_pyfunction!(log_bridge::_set_log_threshold, m)?)?;
+    m.add_function(wrap_pyfunction!(log_bridge::_log_records_dropped, m)?)?;
     m.add("WAIT_SLICE_S", values::WAIT_SLICE.as_secs_f64())?;
     m.add("RECV_QUEUED_MAX", recv::RECV_QUEUED_MAX)?;
     m.add("VERSION", env!("CARGO_PKG_VERSION"))?;

@@ -107,9 +107,18 @@ impl ImmCounter {
         self.inner.value()
     }
 
+    /// Writes with this immediate that landed but were never counted because the engine's
+    /// table of counters was full (see `Engine.release_imm`).
+    #[getter]
+    fn lost(&self) -> u64 {
+        self.inner.lost()
+    }
+
     /// Blocks (GIL released) until the value reaches `target`, at most `timeout` seconds
     /// (None: no limit); returns the value. Raises `accord.TimeoutError` if it did not, and
-    /// `accord.ShutdownError` once the engine is closed (at once if it was).
+    /// `accord.ShutdownError` once the engine is closed (at once if it was), and
+    /// `accord.AccordError` at once when writes with this immediate were lost to a full table
+    /// of counters (the target may then never be reached).
     #[pyo3(signature = (target, timeout = None))]
     fn wait(&self, py: Python<'_>, target: u64, timeout: Option<f64>) -> PyResult<u64> {
         let value = self.inner.value();
@@ -122,23 +131,25 @@ impl ImmCounter {
         }
         let reached = wait_in_slices(py, deadline(timeout)?, |slice| match self.inner.wait_checked(target, slice) {
             Ok(value) => Some(Ok(value)),
-            Err(_) if closed() => Some(Err(())),
-            Err(_) => None,
+            Err(accord_engine::ImmError::ShutDown { .. }) => Some(Err(None)),
+            Err(e @ accord_engine::ImmError::Overflow { .. }) => Some(Err(Some(e))),
+            Err(accord_engine::ImmError::Timeout { .. }) if closed() => Some(Err(None)),
+            Err(accord_engine::ImmError::Timeout { .. }) => None,
         })?;
         match reached {
-            Some(Ok(value)) => return Ok(value),
-            Some(Err(())) => return Err(crate::errors::closed("ImmCounter.wait")),
-            None => {}
+            Some(Ok(value)) => Ok(value),
+            Some(Err(None)) => Err(crate::errors::closed("ImmCounter.wait")),
+            Some(Err(Some(lost))) => Err(error(Kind::Accord, lost.to_string())),
+            None => Err(error(
+                Kind::Timeout,
+                format!(
+                    "immediate {} counted {} of {target} within {:.3} s: wait longer, or check the writers",
+                    self.imm,
+                    self.inner.value(),
+                    timeout.unwrap_or(0.0)
+                ),
+            )),
         }
-        Err(error(
-            Kind::Timeout,
-            format!(
-                "immediate {} counted {} of {target} within {:.3} s: wait longer, or check the writers",
-                self.imm,
-                self.inner.value(),
-                timeout.unwrap_or(0.0)
-            ),
-        ))
     }
 
     /// Calls `callback(value)` on the engine's completion thread once the value reaches

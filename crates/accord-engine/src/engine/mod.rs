@@ -325,6 +325,13 @@ impl Engine {
             threads.push(t);
         }
         shared::register_local(&shared);
+        tracing::debug!(
+            engine = id.0,
+            lanes = threads.len(),
+            shm = shared.config.shm.enabled,
+            cma = shared.config.cma,
+            "engine started"
+        );
         Ok(Engine {
             shared,
             address,
@@ -366,6 +373,9 @@ impl Engine {
         }
         let known = peers.insert(address.id, address.clone()).is_some_and(|old| old == *address);
         drop(peers);
+        if !known {
+            tracing::debug!(peer = address.id.0, pid = address.pid, nics = address.nics.len(), "peer added");
+        }
         // A peer on this host gets its rings now, so its first transfer already finds them.
         // (Same-process peers use memcpy unless the network is forced.)
         let same_process = address.pid == std::process::id() && !self.shared.config.force_network;
@@ -498,13 +508,28 @@ impl Engine {
 
     /// The counter of writes with immediate `imm` that fully landed here.
     pub fn imm_counter(&self, imm: u32) -> ImmCounter {
+        let lost = self.shared.imms.lost.clone();
         match self.shared.imms.slot(imm) {
-            Some(slot) => ImmCounter::new(slot),
+            Some(slot) => ImmCounter::new(slot, imm, lost),
             None => {
                 tracing::error!(imm, "immediate counter table full; this counter will never move");
-                ImmCounter::new(ImmTable::new(Duration::ZERO).slot(imm).expect("empty table has room"))
+                ImmCounter::new(ImmTable::new(Duration::ZERO).slot(imm).expect("empty table has room"), imm, lost)
             }
         }
+    }
+
+    /// Forgets the counter of `imm` whatever its value, so the table (at most
+    /// [`crate::IMM_COUNTERS_MAX`] counters) has room for new immediates; returns the value it
+    /// had, or None when there was none. Handles still held keep the final value.
+    pub fn release_imm(&self, imm: u32) -> Option<u64> {
+        self.shared.imms.release(imm)
+    }
+
+    /// Writes that landed here but were never counted because the counter table was full, as
+    /// (immediate, writes lost) since the last call: the receiver's poll for lost work (their
+    /// senders saw them complete). [`ImmCounter::wait_checked`] reports the same per counter.
+    pub fn imm_overflows(&self) -> Vec<(u32, u64)> {
+        self.shared.imms.drain_lost()
     }
 
     /// Waits until `count` writes with `imm` have landed (beyond those already taken), then

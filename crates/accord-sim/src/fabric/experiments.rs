@@ -255,6 +255,8 @@ pub struct PermutationResult {
     pub ecn_marks: u64,
     pub trims: u64,
     pub hash: u64,
+    /// Every flow's completion time, µs, ascending (for a CDF).
+    pub fcts_us: Vec<f64>,
 }
 
 fn summarise(opts: &ExperimentOptions, report: &FabricReport) -> PermutationResult {
@@ -273,6 +275,7 @@ fn summarise(opts: &ExperimentOptions, report: &FabricReport) -> PermutationResu
         ecn_marks: report.counters.ecn_marks,
         trims: report.counters.trims,
         hash: report.hash,
+        fcts_us: sorted_fct_us(&flows),
     }
 }
 
@@ -287,8 +290,17 @@ fn workload_rng(opts: &ExperimentOptions) -> ChaCha8Rng {
 
 /// Each host writes `opts.bytes` to a distinct random host.
 pub fn permutation(opts: &ExperimentOptions) -> Result<PermutationResult, FabricError> {
+    permutation_reporting(opts, |_, _| {})
+}
+
+/// As [`permutation`], with `progress(flows done, flows in all)` called as the run goes
+/// ([`FabricSim::run_reporting`]).
+pub fn permutation_reporting(
+    opts: &ExperimentOptions,
+    progress: impl FnMut(usize, usize),
+) -> Result<PermutationResult, FabricError> {
     let flows = workload::permutation(opts.nodes, opts.bytes, &mut workload_rng(opts));
-    Ok(summarise(opts, &run_flows(opts, flows)?))
+    Ok(summarise(opts, &FabricSim::new(opts.fabric_config()?, flows)?.run_reporting(progress)?))
 }
 
 /// Every host writes `opts.bytes` to every other host.

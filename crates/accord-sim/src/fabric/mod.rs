@@ -25,7 +25,8 @@ pub mod workload;
 mod tests;
 
 pub use experiments::{
-    incast, permutation, ExperimentOptions, FctSummary, IncastOptions, IncastResult, PermutationResult,
+    incast, permutation, permutation_reporting, ExperimentOptions, FctSummary, IncastOptions, IncastResult,
+    PermutationResult,
 };
 pub use port::{QueueConfig, QueuePolicy};
 pub use sim::{FabricConfig, FabricError, FabricReport, FabricSim, FlowResult};

@@ -320,6 +320,9 @@ impl Net {
 }
 
 /// The fabric simulation. Build with [`FabricSim::new`], then [`FabricSim::run`].
+/// Events between two calls of [`FabricSim::run_reporting`]'s callback.
+pub const PROGRESS_EVERY_STEPS: u64 = 1 << 18;
+
 pub struct FabricSim {
     config: FabricConfig,
     hosts: Vec<Host>,
@@ -427,9 +430,22 @@ impl FabricSim {
     /// Runs until every flow completed, then checks the end-of-run oracles: every flow
     /// succeeded, every byte was placed exactly once, no FCT below its ideal.
     pub fn run(&mut self) -> Result<FabricReport, FabricError> {
+        self.run_reporting(|_, _| {})
+    }
+
+    /// As [`FabricSim::run`], calling `progress(flows done, flows in all)` every
+    /// [`PROGRESS_EVERY_STEPS`] events, so a long run can tell a person how far it got. The
+    /// callback sees counts only: it cannot change the (deterministic) run.
+    pub fn run_reporting(&mut self, mut progress: impl FnMut(usize, usize)) -> Result<FabricReport, FabricError> {
         let wall = std::time::Instant::now();
         let limit = Instant::ZERO + self.config.time_limit;
+        let mut until_report = PROGRESS_EVERY_STEPS;
         while self.flows_pending > 0 {
+            until_report -= 1;
+            if until_report == 0 {
+                until_report = PROGRESS_EVERY_STEPS;
+                progress(self.flows.len() - self.flows_pending, self.flows.len());
+            }
             if !self.step()? || self.net.now > limit {
                 return Err(FabricError::TimeLimit {
                     seed: self.config.seed,
