@@ -32,6 +32,8 @@ pub mod fault;
 pub mod lent;
 pub mod mem;
 #[cfg(target_os = "linux")]
+pub mod pidfd;
+#[cfg(target_os = "linux")]
 pub mod shm;
 pub mod trace;
 #[cfg(target_os = "linux")]

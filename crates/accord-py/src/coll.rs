@@ -40,7 +40,7 @@ enum State {
 fn coll_error(e: CollError) -> PyErr {
     let kind = match &e {
         CollError::Timeout { .. } => Kind::Timeout,
-        CollError::PeerFailed { .. } => Kind::Peer,
+        CollError::PeerFailed { .. } | CollError::PeerDied { .. } => Kind::Peer,
         CollError::BufferTooSmall { .. } => Kind::InvalidBuffer,
         CollError::InvalidArgument { .. } | CollError::Mismatch { .. } | CollError::Reduce { .. } => {
             Kind::InvalidRequest
@@ -48,7 +48,9 @@ fn coll_error(e: CollError) -> PyErr {
         CollError::Config(_) => Kind::Config,
         CollError::Transport { source, .. } => match source {
             TransportError::Timeout { .. } => Kind::Timeout,
-            TransportError::Aborted { .. } | TransportError::PeerUnreachable { .. } => Kind::Peer,
+            TransportError::Aborted { .. }
+            | TransportError::PeerUnreachable { .. }
+            | TransportError::PeerDied { .. } => Kind::Peer,
             TransportError::Stopped => Kind::Shutdown,
             _ => Kind::Accord,
         },

@@ -440,6 +440,13 @@ impl<T: CollTransport + ?Sized> Ctx<'_, T> {
             TransportError::Aborted { .. } => self.blame(suspects.to_vec()),
             // The transport itself saw which peer went silent: start the blame there.
             TransportError::PeerUnreachable { peer } => self.blame(vec![peer]),
+            // The engine saw the rank die: no need to follow other ranks' reports. Tell them
+            // (best effort), so ranks not waiting on it stop too.
+            TransportError::PeerDied { peer, reason } => {
+                self.t.report_stuck(peer);
+                tracing::warn!(collective = self.collective.name(), seq = self.seq, rank = peer, %reason, "peer died");
+                CollError::PeerDied { collective: self.collective.name(), seq: self.seq, rank: peer, reason }
+            }
             other => self.transport(other),
         }
     }

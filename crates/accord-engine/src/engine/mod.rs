@@ -280,6 +280,7 @@ impl Engine {
             nics: nic_addrs,
             host: crate::address::this_host().to_string(),
             pid: std::process::id(),
+            start_ticks: accord_net::pidfd::own_start_ticks(),
             control,
         };
         let private_contexts = config.private_device_contexts();
@@ -304,6 +305,7 @@ impl Engine {
                 crate::device::cuda_staging::open_cuda_landing(ordinal, slot_bytes, slots, private_contexts)
             })),
             cma: cma::Cma::new(id),
+            liveness: Default::default(),
         });
         let completion_thread = std::thread::Builder::new()
             .name("accord-completion".into())
@@ -321,6 +323,12 @@ impl Engine {
                 .map_err(BuildError::Thread)?;
             threads.push(t);
         }
+        let weak = Arc::downgrade(&shared);
+        let watcher = std::thread::Builder::new()
+            .name("accord-liveness".into())
+            .spawn(move || crate::liveness::run(weak))
+            .map_err(BuildError::Thread)?;
+        threads.push(watcher);
         shared::register_local(&shared);
         Ok(Engine {
             shared,
@@ -370,6 +378,10 @@ impl Engine {
             for lane in 0..self.shared.lanes.len() {
                 let _ = self.shared.send_command(lane, Command::OfferShm(address.id));
             }
+        }
+        // Its process is watched, so its exit fails its work at once.
+        if !known && !same_process && self.shared.config.pidfd && self.shared.peer_on_this_host(address.id) {
+            self.shared.liveness.watch_process(address.id, address.pid, address.start_ticks);
         }
         // And the pull route asks to be verified now, so large writes find it ready.
         if !known && address.pid != std::process::id() && self.shared.config.cma {
@@ -512,6 +524,36 @@ impl Engine {
         self.shared.imms.take(imm, count, timeout)
     }
 
+    /// As [`Engine::take_imm`], for an immediate expected from `peer`: fails with
+    /// [`crate::PeerWaitError::PeerDied`] within [`crate::liveness::WAIT_SLICE`] of `peer` being
+    /// declared dead, and keeps `peer` probed while it waits (see [`crate::liveness`]).
+    pub fn take_imm_from(
+        &self,
+        imm: u32,
+        count: u64,
+        timeout: std::time::Duration,
+        peer: EngineId,
+    ) -> Result<(), crate::PeerWaitError> {
+        crate::liveness::take_imm_from(&self.shared, imm, count, timeout, peer)
+    }
+
+    /// Keeps `peer` under keepalive probes while the returned guard lives: a wait that
+    /// expects something from it (a receive, a clear-to-send) holds one, so a peer that
+    /// dies or goes silent is declared dead (see [`crate::liveness`]).
+    pub fn watch_peer(&self, peer: EngineId) -> crate::PeerWatch {
+        crate::PeerWatch::new(&self.shared, peer)
+    }
+
+    /// Why `peer` was declared dead, if it was (one atomic load while no peer died).
+    pub fn peer_death(&self, peer: EngineId) -> Option<crate::PeerDeath> {
+        self.shared.liveness.death(peer)
+    }
+
+    /// Every peer declared dead so far, with the reason.
+    pub fn dead_peers(&self) -> Vec<(EngineId, crate::PeerDeath)> {
+        self.shared.liveness.deaths()
+    }
+
     /// Distinct immediate counters currently held.
     pub fn imm_counters_held(&self) -> usize {
         self.shared.imms.len()
@@ -572,6 +614,7 @@ impl Engine {
 impl Drop for Engine {
     fn drop(&mut self) {
         shared::unregister_local(self.shared.id);
+        self.shared.liveness.stop();
         for lane in 0..self.shared.lanes.len() {
             let _ = self.shared.send_command(lane, Command::Shutdown);
         }

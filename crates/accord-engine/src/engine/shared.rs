@@ -61,6 +61,8 @@ pub(crate) enum Command {
     Stats(SyncSender<LaneStats>),
     /// A peer on this host was added: set up shared memory to it before the first transfer.
     OfferShm(EngineId),
+    /// The peer was declared dead: fail its operations in flight and queued.
+    PeerDead(EngineId, crate::liveness::PeerDeath),
     Shutdown,
 }
 
@@ -127,6 +129,8 @@ pub(crate) struct Shared {
     pub(crate) landing: super::landing::Landing,
     /// The pull route between processes of this host (`engine::cma`).
     pub(crate) cma: super::cma::Cma,
+    /// Which peers died, and who is waiting on whom (`crate::liveness`).
+    pub(crate) liveness: crate::liveness::Liveness,
 }
 
 impl Shared {
@@ -199,6 +203,11 @@ impl Shared {
 
     /// Routes a part to a lane (blocking while its queue is full).
     pub(crate) fn route(&self, part: Part, lane: Option<usize>) {
+        if let Some(cause) = self.liveness.death(part.peer) {
+            let peer = part.peer;
+            part.finish(Err(TransferError::PeerDied { peer, cause }));
+            return;
+        }
         let lane = lane.or_else(|| self.pick_lane(part.peer));
         let Some(lane) = lane else {
             part.finish(Err(TransferError::PeerUnreachable));
@@ -212,6 +221,11 @@ impl Shared {
     /// A part whose connection failed: try another live lane, up to one attempt per lane.
     pub(crate) fn resubmit(&self, mut part: Part, error: TransferError) {
         part.attempts += 1;
+        if let Some(cause) = self.liveness.death(part.peer) {
+            let peer = part.peer;
+            part.finish(Err(TransferError::PeerDied { peer, cause }));
+            return;
+        }
         if part.attempts >= self.lanes.len() || self.live_lanes(part.peer).is_empty() {
             part.finish(Err(error));
             return;
