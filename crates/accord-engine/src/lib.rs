@@ -68,6 +68,8 @@ mod worker;
 
 pub use accord_net::fault::{FaultConfig, FaultControl};
 pub use accord_net::shm::{ShmConfig, ShmStats};
+pub use accord_net::signal;
+pub use accord_proto::{path::PathStats, ConnectionStats};
 pub use address::{
     DeviceIpcBytes, DeviceRegionInfo, EngineAddress, EngineId, MrDescriptor, SharedHostInfo, DEVICE_IPC_HANDLE_BYTES,
 };

@@ -35,6 +35,8 @@ pub mod mem;
 pub mod pidfd;
 #[cfg(target_os = "linux")]
 pub mod shm;
+#[cfg(target_os = "linux")]
+pub mod signal;
 pub mod trace;
 #[cfg(target_os = "linux")]
 pub mod udp;

@@ -174,6 +174,8 @@ pub(crate) struct Ctx<'a, T: CollTransport + ?Sized> {
     pub deadline: Instant,
     pub timeout: Duration,
     pub abort_grace: Duration,
+    /// The communicator's progress board (stuck reports).
+    pub progress: &'a crate::report::Progress,
 }
 
 fn dedup(v: &[usize]) -> Vec<usize> {
@@ -249,7 +251,10 @@ impl<T: CollTransport + ?Sized> Ctx<'_, T> {
             if peers.contains_key(&peer) || missing.contains(&peer) {
                 continue;
             }
-            match self.t.recv_ctrl(peer, self.imm(STEP_HANDSHAKE, peer), self.deadline) {
+            let waiting = self.progress.waiting(peer, "handshake", None, 1);
+            let received = self.t.recv_ctrl(peer, self.imm(STEP_HANDSHAKE, peer), self.deadline);
+            drop(waiting);
+            match received {
                 Ok(bytes) => {
                     let hs = Handshake::decode(&bytes)
                         .map_err(|reason| self.transport(TransportError::Malformed { peer, reason }))?;
@@ -372,6 +377,7 @@ impl<T: CollTransport + ?Sized> Ctx<'_, T> {
         if count == 0 {
             return Ok(());
         }
+        let _waiting = self.progress.waiting(peer, "data", Some(step), count);
         self.t.wait_imm(self.imm(step, peer), count, self.deadline).map_err(|e| self.fail(e, &[peer]))
     }
 
@@ -443,6 +449,8 @@ impl<T: CollTransport + ?Sized> Ctx<'_, T> {
             // The engine saw the rank die: no need to follow other ranks' reports. Tell them
             // (best effort), so ranks not waiting on it stop too.
             TransportError::PeerDied { peer, reason } => {
+                let _waiting = self.progress.waiting(peer, "data", None, 0);
+                self.progress.write_if_configured("peer_died");
                 self.t.report_stuck(peer);
                 tracing::warn!(collective = self.collective.name(), seq = self.seq, rank = peer, %reason, "peer died");
                 CollError::PeerDied { collective: self.collective.name(), seq: self.seq, rank: peer, reason }
@@ -460,6 +468,11 @@ impl<T: CollTransport + ?Sized> Ctx<'_, T> {
     /// reports, while a live rank that was itself stuck does. So every rank
     /// names the root cause, not the neighbour that was waiting on it.
     fn blame(&self, missing: Vec<usize>) -> CollError {
+        {
+            // The report lists whom this rank waited for (the waits themselves have ended).
+            let _waiting: Vec<_> = missing.iter().map(|&m| self.progress.waiting(m, "data", None, 0)).collect();
+            self.progress.write_if_configured("deadline");
+        }
         if let Some(&first) = missing.first() {
             self.t.report_stuck(first);
         }

@@ -288,6 +288,29 @@ impl PreparedEngine {
     }
 }
 
+/// The engine's view of `rank` for a stuck report: whether it was declared dead, and every
+/// path of every connection to it.
+fn peer_report(engine: &Engine, ids: &[accord_engine::EngineId], rank: usize) -> crate::report::PeerReport {
+    let Some(&id) = ids.get(rank) else { return crate::report::PeerReport { rank, ..Default::default() } };
+    let mut paths = Vec::new();
+    for (lane, _, conn) in engine.connection_stats(Some(id)) {
+        for p in &conn.paths {
+            paths.push(crate::report::PathReport {
+                lane,
+                path: p.path.0,
+                packets_sent: p.packets_sent,
+                packets_acked: p.packets_acked,
+                packets_lost: p.packets_lost,
+                loss_pct: p.loss_score * 100.0,
+                rtt_us: p.rtt_smoothed.as_micros() as u64,
+                quarantined: p.quarantined,
+                quarantines: p.quarantines,
+            });
+        }
+    }
+    crate::report::PeerReport { rank, dead: engine.peer_death(id).map(|d| d.to_string()), paths }
+}
+
 fn map_transfer_error(peer: usize, e: TransferError) -> TransportError {
     match e {
         TransferError::Rejected(reason) => {
@@ -575,6 +598,17 @@ impl CollTransport for EngineTransport {
             // Best effort: a dead peer cannot be told, which is how the others find it.
             let _ = self.send_frame(peer, &f);
         }
+    }
+
+    fn comm_id(&self) -> String {
+        // Rank 0's engine identity: every rank knows it, and a new communicator has a new one.
+        format!("{:016x}", self.peers[0].id.0)
+    }
+
+    fn peer_reporter(&self) -> Option<crate::report::PeerReporter> {
+        let engine = self.engine.clone();
+        let ids: Vec<accord_engine::EngineId> = self.peers.iter().map(|a| a.id).collect();
+        Some(Arc::new(move |rank| peer_report(&engine, &ids, rank)))
     }
 
     fn stuck_reports(&self) -> Vec<(usize, usize)> {

@@ -592,6 +592,26 @@ impl Engine {
         any
     }
 
+    /// Per-connection counters, per-path ones included, of every lane: for `peer` only, or for
+    /// every connection (`None`), each with the peer it belongs to (`None` for one a peer
+    /// opened and we have not used). Asks each worker; waits up to a second for each. What
+    /// stuck reports and metrics read.
+    pub fn connection_stats(
+        &self,
+        peer: Option<EngineId>,
+    ) -> Vec<(usize, Option<EngineId>, accord_proto::ConnectionStats)> {
+        let mut out = Vec::new();
+        for lane in 0..self.shared.lanes.len() {
+            let (tx, rx) = sync_channel(1);
+            if self.shared.send_command(lane, Command::ConnStats(peer, tx)).is_ok() {
+                for (p, s) in rx.recv_timeout(Duration::from_secs(1)).unwrap_or_default() {
+                    out.push((lane, p, s));
+                }
+            }
+        }
+        out
+    }
+
     /// Counters of every lane (asks each worker; waits up to a second for each).
     pub fn stats(&self) -> EngineStats {
         let mut stats = EngineStats {

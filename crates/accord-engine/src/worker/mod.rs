@@ -375,6 +375,15 @@ impl Worker {
                     let _ = reply.try_send(self.lane_stats());
                 }
                 Command::PeerDead(peer, cause) => self.fail_peer(peer, cause),
+                Command::ConnStats(only, reply) => {
+                    let stats = self
+                        .conns
+                        .iter()
+                        .filter(|(_, info)| only.is_none() || info.peer == only)
+                        .filter_map(|(c, info)| Some((info.peer, self.ep.connection_stats(*c)?)))
+                        .collect();
+                    let _ = reply.try_send(stats);
+                }
                 Command::OfferShm(peer) => {
                     if let Some(addrs) = self.shared.peer_lane_addrs(peer, self.lane) {
                         self.dp.offer_local_channel(&addrs);
