@@ -107,6 +107,11 @@ impl<T: CollTransport> Communicator<T> {
         self.progress.report(trigger)
     }
 
+    /// The progress board itself: a handle that reports while a call runs on another thread.
+    pub fn progress(&self) -> std::sync::Arc<crate::report::Progress> {
+        self.progress.clone()
+    }
+
     /// This rank.
     pub fn rank(&self) -> usize {
         self.t.rank()

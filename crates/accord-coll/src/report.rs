@@ -203,6 +203,11 @@ impl Progress {
         WaitGuard { progress: self, id }
     }
 
+    /// Whether a wait on `rank` is on the board now.
+    pub fn waits_on(&self, rank: usize) -> bool {
+        self.board().op.as_ref().is_some_and(|o| o.waiting.iter().any(|(_, w)| w.rank == rank))
+    }
+
     /// The report of this rank now.
     pub fn report(&self, trigger: &str) -> StuckReport {
         let (op, last) = {

@@ -449,7 +449,8 @@ impl<T: CollTransport + ?Sized> Ctx<'_, T> {
             // The engine saw the rank die: no need to follow other ranks' reports. Tell them
             // (best effort), so ranks not waiting on it stop too.
             TransportError::PeerDied { peer, reason } => {
-                let _waiting = self.progress.waiting(peer, "data", None, 0);
+                // A wait on it may have ended already (a handshake's): the report still names it.
+                let _waiting = (!self.progress.waits_on(peer)).then(|| self.progress.waiting(peer, "data", None, 0));
                 self.progress.write_if_configured("peer_died");
                 self.t.report_stuck(peer);
                 tracing::warn!(collective = self.collective.name(), seq = self.seq, rank = peer, %reason, "peer died");
@@ -470,7 +471,11 @@ impl<T: CollTransport + ?Sized> Ctx<'_, T> {
     fn blame(&self, missing: Vec<usize>) -> CollError {
         {
             // The report lists whom this rank waited for (the waits themselves have ended).
-            let _waiting: Vec<_> = missing.iter().map(|&m| self.progress.waiting(m, "data", None, 0)).collect();
+            let _waiting: Vec<_> = missing
+                .iter()
+                .filter(|&&m| !self.progress.waits_on(m))
+                .map(|&m| self.progress.waiting(m, "data", None, 0))
+                .collect();
             self.progress.write_if_configured("deadline");
         }
         if let Some(&first) = missing.first() {
