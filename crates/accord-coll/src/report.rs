@@ -181,6 +181,10 @@ impl Progress {
     pub fn end(&self, completed: bool) {
         let mut b = self.board();
         if let Some(op) = b.op.take() {
+            if accord_engine::telemetry::on() {
+                let args = format!("\"seq\":{},\"algo\":\"{}\",\"ok\":{completed}", op.seq, op.algo);
+                accord_engine::telemetry::record(op.collective, "collective", op.started, Instant::now(), &args);
+            }
             if completed {
                 b.last = Some(OpRef { collective: op.collective.to_string(), seq: op.seq });
             }
@@ -200,7 +204,8 @@ impl Progress {
                 op.waiting.push((id, Waiting { rank, what: what.to_string(), step, count }));
             }
         }
-        WaitGuard { progress: self, id }
+        let traced = accord_engine::telemetry::trace_on().then(|| (Instant::now(), rank, step));
+        WaitGuard { progress: self, id, traced }
     }
 
     /// Whether a wait on `rank` is on the board now.
@@ -263,10 +268,19 @@ impl Progress {
 pub struct WaitGuard<'a> {
     progress: &'a Progress,
     id: u64,
+    /// When the wait began, whom for and which step, while the trace is on.
+    traced: Option<(Instant, usize, Option<u32>)>,
 }
 
 impl Drop for WaitGuard<'_> {
     fn drop(&mut self) {
+        if let Some((start, rank, step)) = self.traced {
+            let name = match step {
+                Some(s) => format!("wait r{rank} step {s}"),
+                None => format!("wait r{rank}"),
+            };
+            accord_engine::telemetry::record(&name, "wait", start, Instant::now(), &format!("\"rank\":{rank}"));
+        }
         if let Some(op) = self.progress.board().op.as_mut() {
             op.waiting.retain(|(id, _)| *id != self.id);
         }

@@ -97,6 +97,8 @@ pub const ENGINE_ENV_OVERRIDES: &[(&str, &str)] = &[
         "ACCORD_PEER_DEAD_MS",
         "peer_dead_after: a peer whose probe stays unanswered this long is declared dead (default 5000)",
     ),
+    ("ACCORD_METRICS_ADDR", "metrics_addr: serve Prometheus metrics on host:port (port 0 picks one); default off"),
+    ("ACCORD_TRACE_FILE", "trace_file: write a Chrome/Perfetto trace of transfers and collectives; default off"),
     ("ACCORD_PIDFD", "pidfd (0 or 1, default 1): watch same-host peers' processes and fail their work when they exit"),
     ("ACCORD_LOSS", "fault.drop: inject this packet loss probability (tests, benchmarks)"),
     ("ACCORD_REORDER", "fault.reorder: inject this reordering probability (tests, benchmarks)"),
@@ -222,6 +224,11 @@ pub struct EngineConfig {
     /// Watch the process of every peer on this host through a pidfd: its exit fails its work
     /// within one poll. Default on.
     pub pidfd: bool,
+    /// Serve Prometheus metrics on this `host:port` (port 0 picks one). Default off.
+    pub metrics_addr: Option<String>,
+    /// Write a Chrome/Perfetto trace of transfers (and collective steps) to this file when the
+    /// engine is dropped. Default off.
+    pub trace_file: Option<std::path::PathBuf>,
 }
 
 /// Receive batch of a lending shared-memory datapath (see [`EngineConfig::rx_batch_slots`]):
@@ -281,6 +288,8 @@ impl Default for EngineConfig {
             keepalive: crate::liveness::KEEPALIVE_DEFAULT,
             peer_dead_after: crate::liveness::PEER_DEAD_DEFAULT,
             pidfd: true,
+            metrics_addr: None,
+            trace_file: None,
         }
     }
 }
@@ -355,6 +364,10 @@ impl EngineConfig {
                 "ACCORD_KEEPALIVE_MS" => self.keepalive = Duration::from_millis(num(name, &value)?),
                 "ACCORD_PEER_DEAD_MS" => self.peer_dead_after = Duration::from_millis(num(name, &value)?),
                 "ACCORD_PIDFD" => self.pidfd = num::<u8>(name, &value)? != 0,
+                "ACCORD_METRICS_ADDR" => self.metrics_addr = Some(value.trim().to_string()).filter(|v| !v.is_empty()),
+                "ACCORD_TRACE_FILE" => {
+                    self.trace_file = Some(std::path::PathBuf::from(value.trim())).filter(|p| !p.as_os_str().is_empty())
+                }
                 "ACCORD_LOSS" => self.fault.get_or_insert_with(FaultConfig::default).drop = num(name, &value)?,
                 "ACCORD_REORDER" => self.fault.get_or_insert_with(FaultConfig::default).reorder = num(name, &value)?,
                 _ => {}

@@ -63,6 +63,7 @@ pub mod local_ranks;
 mod memory;
 mod recv;
 mod tags;
+pub mod telemetry;
 pub mod wait_spin;
 mod worker;
 

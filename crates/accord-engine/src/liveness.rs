@@ -137,6 +137,10 @@ impl Liveness {
         }
     }
 
+    pub(crate) fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
     pub(crate) fn stop(&self) {
         self.stop.store(true, Ordering::Release);
     }

@@ -154,6 +154,7 @@ impl EngineBuilder {
 /// barriers, over worker threads (one per NIC and worker index). Cheap to share: all methods
 /// take `&self`. Dropping it stops the workers; unfinished transfers fail with `ShutDown`.
 pub struct Engine {
+    metrics_addr: Option<std::net::SocketAddr>,
     shared: Arc<Shared>,
     address: EngineAddress,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -329,8 +330,20 @@ impl Engine {
             .spawn(move || crate::liveness::run(weak))
             .map_err(BuildError::Thread)?;
         threads.push(watcher);
+        if let Some(path) = &config.trace_file {
+            crate::telemetry::enable_trace(path.clone());
+        }
+        let mut metrics_addr = None;
+        if let Some(addr) = &config.metrics_addr {
+            let (bound, thread) =
+                crate::telemetry::start_metrics_server(addr, Arc::downgrade(&shared)).map_err(BuildError::Invalid)?;
+            tracing::info!(%bound, "metrics endpoint up");
+            metrics_addr = Some(bound);
+            threads.push(thread);
+        }
         shared::register_local(&shared);
         Ok(Engine {
+            metrics_addr,
             shared,
             address,
             threads: Mutex::new(threads),
@@ -600,16 +613,18 @@ impl Engine {
         &self,
         peer: Option<EngineId>,
     ) -> Vec<(usize, Option<EngineId>, accord_proto::ConnectionStats)> {
-        let mut out = Vec::new();
-        for lane in 0..self.shared.lanes.len() {
-            let (tx, rx) = sync_channel(1);
-            if self.shared.send_command(lane, Command::ConnStats(peer, tx)).is_ok() {
-                for (p, s) in rx.recv_timeout(Duration::from_secs(1)).unwrap_or_default() {
-                    out.push((lane, p, s));
-                }
-            }
-        }
-        out
+        self.shared.connection_stats(peer)
+    }
+
+    /// Where the metrics endpoint listens (`ACCORD_METRICS_ADDR`, [`EngineConfig::metrics_addr`]),
+    /// when it is up.
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// The Prometheus text the metrics endpoint would serve now (see [`crate::telemetry`]).
+    pub fn metrics_text(&self) -> String {
+        crate::telemetry::render(&self.shared)
     }
 
     /// Counters of every lane (asks each worker; waits up to a second for each).
@@ -642,6 +657,9 @@ impl Drop for Engine {
             let _ = t.join();
         }
         let _ = self.shared.jobs.send(Job::Stop);
+        if let Err(e) = crate::telemetry::flush_trace() {
+            tracing::warn!(error = %e, "could not write the trace file (ACCORD_TRACE_FILE)");
+        }
         if let Some(t) = self.completion_thread.lock().unwrap().take() {
             if t.thread().id() != std::thread::current().id() {
                 let _ = t.join();

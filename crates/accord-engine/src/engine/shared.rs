@@ -147,6 +147,24 @@ impl Shared {
         Ok(())
     }
 
+    /// Per-connection counters of every lane, for `peer` or all (see
+    /// [`crate::Engine::connection_stats`]).
+    pub(crate) fn connection_stats(
+        &self,
+        peer: Option<EngineId>,
+    ) -> Vec<(usize, Option<EngineId>, accord_proto::ConnectionStats)> {
+        let mut out = Vec::new();
+        for lane in 0..self.lanes.len() {
+            let (tx, rx) = std::sync::mpsc::sync_channel(1);
+            if self.send_command(lane, Command::ConnStats(peer, tx)).is_ok() {
+                for (p, s) in rx.recv_timeout(Duration::from_secs(1)).unwrap_or_default() {
+                    out.push((lane, p, s));
+                }
+            }
+        }
+        out
+    }
+
     /// Promises `lane` a part soon: its worker polls until the promise is dropped, and a
     /// sleeping one is woken now, while the copy runs, rather than when the part comes.
     pub(crate) fn expect_on_lane(self: &Arc<Self>, lane: usize) -> LaneExpectation {
