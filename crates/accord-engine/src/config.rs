@@ -98,7 +98,10 @@ pub const ENGINE_ENV_OVERRIDES: &[(&str, &str)] = &[
         "peer_dead_after: a peer whose probe stays unanswered this long is declared dead (default 5000)",
     ),
     ("ACCORD_METRICS_ADDR", "metrics_addr: serve Prometheus metrics on host:port (port 0 picks one); default off"),
-    ("ACCORD_TRACE_FILE", "trace_file: write a Chrome/Perfetto trace of transfers and collectives; default off"),
+    (
+        "ACCORD_TRACE_FILE",
+        "trace_file: write a Chrome/Perfetto trace of transfers and collectives (%p: the pid); default off",
+    ),
     ("ACCORD_PIDFD", "pidfd (0 or 1, default 1): watch same-host peers' processes and fail their work when they exit"),
     ("ACCORD_LOSS", "fault.drop: inject this packet loss probability (tests, benchmarks)"),
     ("ACCORD_REORDER", "fault.reorder: inject this reordering probability (tests, benchmarks)"),

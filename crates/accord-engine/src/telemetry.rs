@@ -70,8 +70,10 @@ pub(crate) fn enable_metrics() {
     ON.store(true, Ordering::Relaxed);
 }
 
-/// Turns the trace on, written to `path` (the first engine's path wins).
+/// Turns the trace on, written to `path` (the first engine's path wins); `%p` in it becomes
+/// the process id, so the processes of one job write one file each.
 pub(crate) fn enable_trace(path: PathBuf) {
+    let path = PathBuf::from(path.to_string_lossy().replace("%p", &std::process::id().to_string()));
     EPOCH.get_or_init(Instant::now);
     let mut t = TRACE.lock().unwrap_or_else(|e| e.into_inner());
     t.path.get_or_insert(path);
