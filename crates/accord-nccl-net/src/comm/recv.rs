@@ -64,9 +64,9 @@ impl PreparedRecv {
     /// Completes the comm with the sender's hello.
     pub fn finish(self, peer: EngineId, send_index: u32, ring: MrDescriptor) -> RecvComm {
         let (counters, bases) = (self.counters, self.bases);
-        let watch = self.rt.engine.watch_peer(peer);
+        let _watch = self.rt.engine.watch_peer(peer);
         let inner = RecvInner {
-            watch,
+            _watch,
             rt: self.rt,
             index: self.index,
             peer,
@@ -92,8 +92,7 @@ struct RecvState {
 struct RecvInner {
     /// Keeps the sender under keepalive probes while the comm lives (a posted receive has
     /// nothing in flight that would notice its death).
-    #[allow(dead_code)]
-    watch: accord_engine::PeerWatch,
+    _watch: accord_engine::PeerWatch,
     rt: Arc<Runtime>,
     index: IndexLease,
     peer: EngineId,

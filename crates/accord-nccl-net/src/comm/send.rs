@@ -58,9 +58,9 @@ impl PreparedSend {
             let engine = &self.rt.engine;
             crate::bounce::pin_for_current_gpu("the peer's bounce pool", |gpu| engine.prepare_shared_peer(b, gpu));
         }
-        let watch = self.rt.engine.watch_peer(peer);
+        let _watch = self.rt.engine.watch_peer(peer);
         let inner = SendInner {
-            watch,
+            _watch,
             rt: self.rt,
             index: self.index,
             peer,
@@ -98,8 +98,7 @@ struct SendState {
 struct SendInner {
     /// Keeps the receiver under keepalive probes while the comm lives (a send waiting for a
     /// clear-to-send has nothing in flight that would notice its death).
-    #[allow(dead_code)]
-    watch: accord_engine::PeerWatch,
+    _watch: accord_engine::PeerWatch,
     rt: Arc<Runtime>,
     index: IndexLease,
     peer: EngineId,
