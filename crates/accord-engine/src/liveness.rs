@@ -290,8 +290,11 @@ pub(crate) fn run(shared: Weak<Shared>) {
 /// Sends due probes to watched peers and judges those in flight.
 fn keepalive(s: &Arc<Shared>, probes: &mut HashMap<EngineId, Probe>, last_probe: &mut HashMap<EngineId, Instant>) {
     let watched: Vec<EngineId> = s.liveness.watched.lock().unwrap().keys().copied().collect();
-    probes.retain(|peer, _| watched.contains(peer));
-    last_probe.retain(|peer, _| watched.contains(peer));
+    // A peer unwatched for a moment (between two slices of one wait) keeps its probe and its
+    // probing rhythm; one unwatched for longer is forgotten.
+    let (dead_after, keepalive) = (s.config.peer_dead_after, s.config.keepalive);
+    probes.retain(|peer, p| watched.contains(peer) || p.sent.elapsed() < dead_after);
+    last_probe.retain(|peer, t| watched.contains(peer) || t.elapsed() < keepalive);
     if s.config.keepalive.is_zero() {
         return;
     }
