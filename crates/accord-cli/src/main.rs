@@ -3,6 +3,7 @@
 #![deny(unsafe_code)]
 
 mod bench;
+mod doctor;
 mod launch;
 mod logging;
 mod plot;
@@ -32,6 +33,8 @@ enum Command {
     Run(launch::RunArgs),
     /// nccl-tests-compatible benchmarks (same flags and output); no arguments: the main suite.
     Bench(bench::BenchArgs),
+    /// Merge the stuck reports of a job's ranks (ACCORD_REPORT_DIR) and name the cause.
+    Doctor(doctor::DoctorArgs),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +49,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Sim(cmd) => sim::run(cmd),
+        Command::Doctor(args) => doctor::run(args),
         Command::Run(args) => match launch::run(args) {
             Ok(code) => return ExitCode::from(code.clamp(0, 255) as u8),
             Err(e) => Err(e),

@@ -51,6 +51,8 @@ pub struct Communicator<T: CollTransport> {
     /// freed (the risk of caching registrations of user memory by address).
     staging: Option<LocalBuf>,
     poisoned: Option<String>,
+    /// What this rank is doing now, for stuck reports ([`crate::report`]).
+    progress: std::sync::Arc<crate::report::Progress>,
 }
 
 /// What one call asks for, before dispatch.
@@ -80,7 +82,14 @@ impl<T: CollTransport> Communicator<T> {
                 ),
             });
         }
+        let progress = crate::report::Progress::new(
+            transport.rank(),
+            transport.world_size(),
+            transport.comm_id(),
+            transport.peer_reporter(),
+        );
         Ok(Communicator {
+            progress,
             t: transport,
             config,
             seq: 0,
@@ -90,6 +99,17 @@ impl<T: CollTransport> Communicator<T> {
             staging: None,
             poisoned: None,
         })
+    }
+
+    /// This rank's stuck report now: the collective in progress, whom it waits for, and the
+    /// transport's view of them (see [`crate::report`]).
+    pub fn stuck_report(&self, trigger: &str) -> crate::report::StuckReport {
+        self.progress.report(trigger)
+    }
+
+    /// The progress board itself: a handle that reports while a call runs on another thread.
+    pub fn progress(&self) -> std::sync::Arc<crate::report::Progress> {
+        self.progress.clone()
     }
 
     /// This rank.
@@ -423,7 +443,9 @@ impl<T: CollTransport> Communicator<T> {
     }
 
     fn ctx(&self, collective: Collective, algo: Algo, seq: u64) -> Ctx<'_, T> {
+        self.progress.begin(collective.name(), algo.name(), seq);
         Ctx {
+            progress: &self.progress,
             t: &self.t,
             collective,
             algo,
@@ -437,6 +459,7 @@ impl<T: CollTransport> Communicator<T> {
     }
 
     fn outcome(&mut self, r: Result<(), CollError>) -> Result<(), CollError> {
+        self.progress.end(r.is_ok());
         if let Err(e) = &r {
             self.poisoned.get_or_insert_with(|| e.to_string());
         }

@@ -121,6 +121,14 @@ pub enum TransportError {
         /// The silent rank.
         peer: usize,
     },
+    /// The engine declared a peer dead (its process exited, or it answered no keepalive).
+    #[error("rank {peer} is dead: {reason}")]
+    PeerDied {
+        /// The dead rank.
+        peer: usize,
+        /// Why the engine declared it dead.
+        reason: String,
+    },
 }
 
 /// Errors of the bootstrap store and of [`crate::store::Bootstrap`].
@@ -250,6 +258,19 @@ pub enum CollError {
         failed_rank: usize,
         /// The rank that reported it.
         reported_by: usize,
+    },
+    /// The engine declared a rank dead (its process exited, or it answered no keepalive)
+    /// while this rank waited for it: the collective ends at once, naming it.
+    #[error("{collective} (seq {seq}) failed: rank {rank} is dead ({reason}); recreate the communicator without it")]
+    PeerDied {
+        /// The collective.
+        collective: &'static str,
+        /// Its sequence number.
+        seq: u64,
+        /// The dead rank.
+        rank: usize,
+        /// Why the engine declared it dead.
+        reason: String,
     },
     /// A buffer is too small or a count is inconsistent.
     #[error(

@@ -27,6 +27,7 @@ mod error;
 pub mod gpu;
 mod local;
 pub mod reduce;
+pub mod report;
 pub mod store;
 pub mod transport;
 

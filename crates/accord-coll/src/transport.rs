@@ -332,6 +332,17 @@ pub trait CollTransport: Send {
     /// report per reporter.
     fn stuck_reports(&self) -> Vec<(usize, usize)>;
 
+    /// Names the communicator in stuck reports: equal on every rank of it (empty: unknown).
+    fn comm_id(&self) -> String {
+        String::new()
+    }
+
+    /// What stuck reports say of an awaited rank (liveness, per-path statistics); `None` when
+    /// the transport has nothing to say.
+    fn peer_reporter(&self) -> Option<crate::report::PeerReporter> {
+        None
+    }
+
     /// All-gather of small blobs (e.g. descriptors at setup): returns every
     /// rank's blob, indexed by rank. The default uses control messages tagged
     /// `tag`; an engine may route it through the bootstrap store instead.

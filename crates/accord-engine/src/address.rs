@@ -26,6 +26,11 @@ pub struct EngineAddress {
     pub host: String,
     /// Process id, for same-process detection and diagnostics.
     pub pid: u32,
+    /// The process's start time in clock ticks after boot (0: unknown). With `pid` it names
+    /// the process unambiguously, so a same-host peer's exit is watched through a pidfd only
+    /// when the process at `pid` is this one (not a recycled pid, not another namespace).
+    #[serde(default)]
+    pub start_ticks: u64,
     /// The engine's control region (zero bytes long): barriers write immediates to it.
     pub control: MrDescriptor,
 }

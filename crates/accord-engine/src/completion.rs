@@ -59,6 +59,8 @@ pub(crate) struct TransferState {
     /// Submitted once every part succeeded (the immediate of a multi-part transfer).
     pub(crate) trailer: Mutex<Option<Trailer>>,
     jobs: JobSender,
+    /// When it was submitted, while telemetry is on (its latency is recorded at the end).
+    started: Option<std::time::Instant>,
 }
 
 impl TransferState {
@@ -72,6 +74,7 @@ impl TransferState {
             first_error: Mutex::new(None),
             trailer: Mutex::new(None),
             jobs,
+            started: crate::telemetry::on().then(std::time::Instant::now),
         })
     }
 
@@ -111,6 +114,10 @@ impl TransferState {
             std::mem::take(&mut o.callbacks)
         };
         self.done.notify_all();
+        if let Some(start) = self.started {
+            let ok = if result.is_ok() { "true" } else { "false" };
+            crate::telemetry::record("transfer", "transfer", start, std::time::Instant::now(), &format!("\"ok\":{ok}"));
+        }
         for cb in callbacks {
             dispatch(&self.jobs, move || cb(result));
         }

@@ -92,6 +92,17 @@ pub const ENGINE_ENV_OVERRIDES: &[(&str, &str)] = &[
         "ACCORD_DEVICE_LANDING_TIMEOUT_MS",
         "device_landing_timeout_ms: how long a device-landing rendezvous waits for the peer (default 10000)",
     ),
+    ("ACCORD_KEEPALIVE_MS", "keepalive: while a wait names a peer, probe it this often (default 1000; 0 = no probes)"),
+    (
+        "ACCORD_PEER_DEAD_MS",
+        "peer_dead_after: a peer whose probe stays unanswered this long is declared dead (default 5000)",
+    ),
+    ("ACCORD_METRICS_ADDR", "metrics_addr: serve Prometheus metrics on host:port (port 0 picks one); default off"),
+    (
+        "ACCORD_TRACE_FILE",
+        "trace_file: write a Chrome/Perfetto trace of transfers and collectives (%p: the pid); default off",
+    ),
+    ("ACCORD_PIDFD", "pidfd (0 or 1, default 1): watch same-host peers' processes and fail their work when they exit"),
     ("ACCORD_LOSS", "fault.drop: inject this packet loss probability (tests, benchmarks)"),
     ("ACCORD_REORDER", "fault.reorder: inject this reordering probability (tests, benchmarks)"),
 ];
@@ -204,6 +215,23 @@ pub struct EngineConfig {
     /// granted chunk) before failing the writer's chunk or reclaiming the receiver's slot.
     /// Default [`LANDING_TIMEOUT_MS_DEFAULT`].
     pub device_landing_timeout_ms: u64,
+    /// While a wait names a peer (an immediate or message it expects, a receive posted for
+    /// it), the engine sends it a zero-byte probe this often, so a peer that went silent is
+    /// found even when nothing else is outstanding. Default
+    /// [`crate::liveness::KEEPALIVE_DEFAULT`]; zero turns probes off.
+    pub keepalive: Duration,
+    /// A probe unanswered this long declares its peer dead (sticky: its pending and later
+    /// work fails at once). Default [`crate::liveness::PEER_DEAD_DEFAULT`]. So a peer on
+    /// another host that dies is reported within `keepalive + peer_dead_after`.
+    pub peer_dead_after: Duration,
+    /// Watch the process of every peer on this host through a pidfd: its exit fails its work
+    /// within one poll. Default on.
+    pub pidfd: bool,
+    /// Serve Prometheus metrics on this `host:port` (port 0 picks one). Default off.
+    pub metrics_addr: Option<String>,
+    /// Write a Chrome/Perfetto trace of transfers (and collective steps) to this file when the
+    /// engine is dropped. Default off.
+    pub trace_file: Option<std::path::PathBuf>,
 }
 
 /// Default of `ACCORD_DEVICE_LANDING_TIMEOUT_MS`: how long the landing rendezvous waits for a
@@ -264,6 +292,11 @@ impl Default for EngineConfig {
             device_staging_chunk_bytes: crate::device::staging::DEVICE_STAGING_CHUNK_BYTES_DEFAULT,
             device_staging_chunks: crate::device::staging::DEVICE_STAGING_CHUNKS_DEFAULT,
             device_landing_timeout_ms: LANDING_TIMEOUT_MS_DEFAULT,
+            keepalive: crate::liveness::KEEPALIVE_DEFAULT,
+            peer_dead_after: crate::liveness::PEER_DEAD_DEFAULT,
+            pidfd: true,
+            metrics_addr: None,
+            trace_file: None,
         }
     }
 }
@@ -335,6 +368,13 @@ impl EngineConfig {
                 "ACCORD_DEVICE_STAGING_CHUNK_BYTES" => self.device_staging_chunk_bytes = num(name, &value)?,
                 "ACCORD_DEVICE_STAGING_CHUNKS" => self.device_staging_chunks = num(name, &value)?,
                 "ACCORD_DEVICE_LANDING_TIMEOUT_MS" => self.device_landing_timeout_ms = num(name, &value)?,
+                "ACCORD_KEEPALIVE_MS" => self.keepalive = Duration::from_millis(num(name, &value)?),
+                "ACCORD_PEER_DEAD_MS" => self.peer_dead_after = Duration::from_millis(num(name, &value)?),
+                "ACCORD_PIDFD" => self.pidfd = num::<u8>(name, &value)? != 0,
+                "ACCORD_METRICS_ADDR" => self.metrics_addr = Some(value.trim().to_string()).filter(|v| !v.is_empty()),
+                "ACCORD_TRACE_FILE" => {
+                    self.trace_file = Some(std::path::PathBuf::from(value.trim())).filter(|p| !p.as_os_str().is_empty())
+                }
                 "ACCORD_LOSS" => self.fault.get_or_insert_with(FaultConfig::default).drop = num(name, &value)?,
                 "ACCORD_REORDER" => self.fault.get_or_insert_with(FaultConfig::default).reorder = num(name, &value)?,
                 _ => {}
@@ -427,6 +467,9 @@ impl EngineConfig {
             return Err(BuildError::Invalid(format!(
                 "device_staging_chunks {chunks} must be in 1..={DEVICE_STAGING_CHUNKS_MAX}"
             )));
+        }
+        if self.peer_dead_after.is_zero() {
+            return Err(BuildError::Invalid("peer_dead_after must be non-zero".into()));
         }
         if self.device_landing_timeout_ms == 0 {
             return Err(BuildError::Invalid("device_landing_timeout_ms must be at least 1".into()));

@@ -101,6 +101,15 @@ pub enum TransferError {
     /// Every NIC to the peer failed.
     #[error("the peer stopped answering on every NIC: is it alive and reachable?")]
     PeerUnreachable,
+    /// The peer was declared dead (its process exited, or it answered no keepalive probe):
+    /// see [`crate::PeerDeath`].
+    #[error("peer engine {:x} is dead: {cause}", peer.0)]
+    PeerDied {
+        /// The peer.
+        peer: crate::EngineId,
+        /// Why it was declared dead.
+        cause: crate::PeerDeath,
+    },
     /// The engine shut down first.
     #[error("the engine shut down before the transfer completed")]
     ShutDown,

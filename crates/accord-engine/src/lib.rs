@@ -58,15 +58,19 @@ mod device;
 mod engine;
 mod error;
 mod imm;
+pub mod liveness;
 pub mod local_ranks;
 mod memory;
 mod recv;
 mod tags;
+pub mod telemetry;
 pub mod wait_spin;
 mod worker;
 
 pub use accord_net::fault::{FaultConfig, FaultControl};
 pub use accord_net::shm::{ShmConfig, ShmStats};
+pub use accord_net::signal;
+pub use accord_proto::{path::PathStats, ConnectionStats};
 pub use address::{
     DeviceIpcBytes, DeviceRegionInfo, EngineAddress, EngineId, MrDescriptor, SharedHostInfo, DEVICE_IPC_HANDLE_BYTES,
 };
@@ -88,6 +92,7 @@ pub use engine::{Engine, EngineBuilder, EngineStats, PagedWriteOp, ScatterDst, W
 pub use engine::{PAGES_PER_WRITE_MAX, SCATTER_DESTINATIONS_MAX, SHARD_ALIGN_BYTES};
 pub use error::{BarrierError, BuildError, ParseError, RangeError, RegisterError, SubmitError, TransferError};
 pub use imm::{ImmCounter, ImmError, IMM_COUNTERS_MAX, IMM_EXPECTATIONS_MAX, IMM_LOST_TRACKED_MAX};
+pub use liveness::{PeerDeath, PeerWaitError, PeerWatch};
 pub use memory::{
     current_gpu, device_memory_has_owner_context, device_ordinal_of, gpus_visible, MemoryKind, MemoryOwner, MrBuffer,
     MrHandle, ALLOC_ALIGN_BYTES, REGIONS_MAX, REGION_BYTES_MAX,

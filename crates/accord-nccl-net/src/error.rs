@@ -73,6 +73,15 @@ pub enum PluginError {
     /// A transfer failed after submission.
     #[error("a transfer failed: {0}")]
     Transfer(#[from] accord_engine::TransferError),
+    /// The engine declared the peer dead (its process exited, or it answered no keepalive):
+    /// reported as `ncclRemoteError`, as NCCL's own transports report a peer that went away.
+    #[error("the peer engine {peer:x} is dead: {reason}; NCCL aborts the communicator")]
+    PeerDied {
+        /// The peer engine.
+        peer: u64,
+        /// Why the engine declared it dead.
+        reason: String,
+    },
     /// The peer broke the protocol (malformed clear-to-send, unmatched tag).
     #[error("protocol violation on this comm: {0}: both ranks must use the same plugin build")]
     Protocol(String),
@@ -90,7 +99,9 @@ impl PluginError {
             | PluginError::BadHandle { .. }
             | PluginError::LoopbackAcrossMachines { .. } => abi::NCCL_INVALID_USAGE,
             PluginError::Setup { .. } | PluginError::Engine(_) => abi::NCCL_SYSTEM_ERROR,
-            PluginError::Transfer(_) | PluginError::Protocol(_) => abi::NCCL_REMOTE_ERROR,
+            PluginError::Transfer(_) | PluginError::Protocol(_) | PluginError::PeerDied { .. } => {
+                abi::NCCL_REMOTE_ERROR
+            }
             PluginError::Config(_)
             | PluginError::Unsupported(_)
             | PluginError::TableFull { .. }
@@ -98,6 +109,15 @@ impl PluginError {
             | PluginError::Submit(_)
             | PluginError::Panic(_) => abi::NCCL_INTERNAL_ERROR,
         }
+    }
+}
+
+/// Fails with [`PluginError::PeerDied`] once the engine declared `peer` dead (one atomic load
+/// while nobody died): how a request waiting on a peer that died ends instead of hanging.
+pub fn check_peer(engine: &accord_engine::Engine, peer: accord_engine::EngineId) -> Result<()> {
+    match engine.peer_death(peer) {
+        Some(cause) => Err(PluginError::PeerDied { peer: peer.0, reason: cause.to_string() }),
+        None => Ok(()),
     }
 }
 

@@ -27,6 +27,8 @@ use std::time::{Duration, Instant};
 use support::children;
 
 const CHILD_ENV: &str = "ACCORD_NCCL_CHILD";
+/// Set: the pair runs the peer-death scenario instead of the traffic (`death_child`).
+const DEATH_ENV: &str = "ACCORD_NCCL_DEATH";
 const GROUPS_ENV: &str = "ACCORD_NCCL_GROUPS";
 /// The rank whose `connect` calls come slowly (the clear-to-send-before-connect race).
 const SLOW_CONNECT_ENV: &str = "ACCORD_NCCL_SLOW_CONNECT_RANK";
@@ -461,6 +463,10 @@ fn child(rank: usize) {
         (t.regMr)(recv_comm, recv_arena.ptr.cast(), arena_bytes, abi::PTR_HOST, &mut recv_mr)
     });
 
+    if std::env::var(DEATH_ENV).is_ok() {
+        death_child(t, rank, send_comm, recv_comm, send_mr, recv_mr, &send_arena, &recv_arena);
+        return;
+    }
     let comms = (send_comm as usize, recv_comm as usize, send_mr as usize, recv_mr as usize);
     let progress = std::thread::spawn(move || {
         let mut driver = Driver {
@@ -505,6 +511,67 @@ fn child(rank: usize) {
         "\n@@OK groups={groups_done} bytes={bytes} send_outstanding_max={send_max} retransmits={retransmits} \
          injected_drops={drops}"
     );
+    std::io::stdout().flush().unwrap();
+}
+
+/// The peer-death scenario: rank 1 idles until the parent kills it; rank 0 has an `irecv`
+/// posted for it and an `isend` waiting for its clear-to-send, and drives both with `test` /
+/// `isend` until each returns an error code (bounded: a hang fails the parent's deadline).
+#[allow(clippy::too_many_arguments)]
+fn death_child(
+    t: &'static NetV11,
+    rank: usize,
+    send_comm: *mut c_void,
+    recv_comm: *mut c_void,
+    send_mr: *mut c_void,
+    recv_mr: *mut c_void,
+    send_arena: &Arena,
+    recv_arena: &Arena,
+) {
+    println!("\n@@READY");
+    std::io::stdout().flush().unwrap();
+    if rank == 1 {
+        std::thread::sleep(CHILD_DEADLINE);
+        return;
+    }
+    let mut recv_request = std::ptr::null_mut();
+    let (mut data, mut sizes, mut tags, mut mhandles) =
+        ([recv_arena.ptr.cast::<c_void>()], [4096 as c_ulong], [1 as c_int], [recv_mr]);
+    let mut phandles = [std::ptr::null_mut::<c_void>()];
+    // Safety: arrays of one entry, a live recv comm, a registered arena.
+    check("irecv", unsafe {
+        (t.irecv)(
+            recv_comm,
+            1,
+            data.as_mut_ptr(),
+            sizes.as_mut_ptr().cast(),
+            tags.as_mut_ptr(),
+            mhandles.as_mut_ptr(),
+            phandles.as_mut_ptr(),
+            &mut recv_request,
+        )
+    });
+    assert!(!recv_request.is_null(), "a first irecv has a free slot");
+    let (mut recv_rc, mut send_rc) = (abi::NCCL_SUCCESS, abi::NCCL_SUCCESS);
+    let deadline = Instant::now() + CHILD_DEADLINE;
+    while (recv_rc == abi::NCCL_SUCCESS || send_rc == abi::NCCL_SUCCESS) && Instant::now() < deadline {
+        if recv_rc == abi::NCCL_SUCCESS {
+            let (mut done, mut size) = (0, -1);
+            // Safety: a live request from irecv.
+            recv_rc = unsafe { (t.test)(recv_request, &mut done, &mut size) };
+            assert_eq!(done, 0, "nothing was sent, so nothing can have arrived");
+        }
+        if send_rc == abi::NCCL_SUCCESS {
+            let mut request = std::ptr::null_mut();
+            // Safety: inside the registered send arena; a live send comm.
+            send_rc = unsafe {
+                (t.isend)(send_comm, send_arena.ptr.cast(), 4096, 1, send_mr, std::ptr::null_mut(), &mut request)
+            };
+            assert!(request.is_null(), "the peer posted no receive, so no clear-to-send can have come");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    println!("\n@@OK recv_rc={recv_rc} send_rc={send_rc}");
     std::io::stdout().flush().unwrap();
 }
 
@@ -599,6 +666,68 @@ fn a_connect_to_another_machines_loopback_fails_at_once_with_what_to_set() {
 fn a_failed_init_returns_codes_and_finalize_takes_its_null_context() {
     let stderr = run_solo_child("init-failure", "no-such-interface-7");
     assert!(stderr.contains("ACCORD_NET_IFS"), "the reason is logged: {stderr}");
+}
+
+#[test]
+fn a_killed_peer_fails_posted_irecv_and_waiting_isend_with_remote_error() {
+    let exe = std::env::current_exe().unwrap();
+    let mut children: Vec<_> = (0..2)
+        .map(|rank| {
+            Command::new(&exe)
+                .args(["--exact", "plugin_child", "--nocapture", "--test-threads", "1"])
+                .env(CHILD_ENV, rank.to_string())
+                .env(DEATH_ENV, "1")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn child")
+        })
+        .collect();
+    let mut stderr0 = children[0].stderr.take().unwrap();
+    let log = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr0, &mut s);
+        s
+    });
+    let rx = children::stdout_lines(&mut children);
+    let deadline = Instant::now() + PARENT_DEADLINE;
+    let mut handles: Vec<Option<String>> = vec![None, None];
+    let mut ready = [false; 2];
+    let mut killed_at = None;
+    let mut result = None;
+    while result.is_none() {
+        let Ok((rank, line)) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) else { break };
+        let Some(line) = line else {
+            if rank == 0 {
+                break;
+            }
+            continue;
+        };
+        if let Some((_, h)) = line.split_once("@@HANDLE ") {
+            handles[rank] = Some(h.trim().to_string());
+            children::exchange_handles(&handles, &mut children);
+        } else if line.contains("@@READY") {
+            ready[rank] = true;
+            if ready[0] && ready[1] && killed_at.is_none() {
+                std::thread::sleep(Duration::from_millis(200)); // rank 0 is waiting by now
+                children[1].kill().expect("kill -9 rank 1");
+                killed_at = Some(Instant::now());
+            }
+        } else if let Some((_, r)) = line.split_once("@@OK") {
+            result = Some(r.trim().to_string());
+        }
+    }
+    for c in children.iter_mut() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let log = log.join().unwrap();
+    let result = result.expect("rank 0 reported (a hang would have hit the deadline)");
+    eprintln!("rank 0 saw both errors {:?} after the kill: {result}", killed_at.map(|t| t.elapsed()));
+    let remote = abi::NCCL_REMOTE_ERROR;
+    assert_eq!(result, format!("recv_rc={remote} send_rc={remote}"), "log: {log}");
+    assert!(log.contains("is dead") && log.contains("exited"), "the reason is logged: {log}");
 }
 
 fn run_pair(extra_env: &[(&str, &str)], groups: usize) {

@@ -32,7 +32,11 @@ pub mod fault;
 pub mod lent;
 pub mod mem;
 #[cfg(target_os = "linux")]
+pub mod pidfd;
+#[cfg(target_os = "linux")]
 pub mod shm;
+#[cfg(target_os = "linux")]
+pub mod signal;
 pub mod trace;
 #[cfg(target_os = "linux")]
 pub mod udp;

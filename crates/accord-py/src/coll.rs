@@ -42,7 +42,7 @@ enum State {
 fn coll_error(e: CollError) -> PyErr {
     let kind = match &e {
         CollError::Timeout { .. } => Kind::Timeout,
-        CollError::PeerFailed { .. } => Kind::Peer,
+        CollError::PeerFailed { .. } | CollError::PeerDied { .. } => Kind::Peer,
         CollError::BufferTooSmall { .. } => Kind::InvalidBuffer,
         CollError::InvalidArgument { .. } | CollError::Mismatch { .. } | CollError::Reduce { .. } => {
             Kind::InvalidRequest
@@ -50,7 +50,9 @@ fn coll_error(e: CollError) -> PyErr {
         CollError::Config(_) => Kind::Config,
         CollError::Transport { source, .. } => match source {
             TransportError::Timeout { .. } => Kind::Timeout,
-            TransportError::Aborted { .. } | TransportError::PeerUnreachable { .. } => Kind::Peer,
+            TransportError::Aborted { .. }
+            | TransportError::PeerUnreachable { .. }
+            | TransportError::PeerDied { .. } => Kind::Peer,
             TransportError::Stopped => Kind::Shutdown,
             _ => Kind::Accord,
         },
@@ -249,6 +251,8 @@ pub struct Communicator {
     staging: Mutex<Staging>,
     rank: usize,
     world_size: usize,
+    /// Readable while a call runs (stuck reports).
+    progress: std::sync::Arc<accord_coll::report::Progress>,
 }
 
 impl Communicator {
@@ -485,6 +489,7 @@ impl Communicator {
         })?
         .map_err(setup_error)?;
         Ok(Communicator {
+            progress: comm.progress(),
             rank: comm.rank(),
             world_size: comm.world_size(),
             state: Mutex::new(State::Ready(Box::new(comm))),
@@ -502,6 +507,29 @@ impl Communicator {
     #[getter]
     fn world_size(&self) -> usize {
         self.world_size
+    }
+
+    /// This rank's stuck report now, as JSON: the collective in progress (name, sequence
+    /// number, step), the ranks it waits for and the engine's view of them. Safe to call from
+    /// another thread while a collective runs.
+    fn stuck_report(&self, py: Python<'_>) -> PyResult<String> {
+        let progress = self.progress.clone();
+        let report = py.detach(move || progress.report("api"));
+        serde_json::to_string(&report).map_err(|e| error(Kind::Accord, e.to_string()))
+    }
+
+    /// Writes this rank's stuck report into `directory` (default: `ACCORD_REPORT_DIR`) and
+    /// returns the file's path; `accord doctor` merges the reports of every rank.
+    #[pyo3(signature = (directory = None))]
+    fn write_stuck_report(&self, py: Python<'_>, directory: Option<std::path::PathBuf>) -> PyResult<String> {
+        let Some(dir) = directory.or_else(accord_coll::report::report_dir) else {
+            return Err(error(Kind::Config, "no directory given and ACCORD_REPORT_DIR is not set".to_string()));
+        };
+        let progress = self.progress.clone();
+        let written = py.detach(move || accord_coll::report::write_report(&dir, &progress.report("api")));
+        written
+            .map(|p| p.display().to_string())
+            .map_err(|e| error(Kind::Accord, format!("writing the stuck report: {e}")))
     }
 
     /// Whether `close` ran (or the communicator was dropped after an interrupted call).

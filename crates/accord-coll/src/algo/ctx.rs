@@ -160,6 +160,8 @@ pub(crate) struct Ctx<'a, T: CollTransport + ?Sized> {
     pub deadline: Instant,
     pub timeout: Duration,
     pub abort_grace: Duration,
+    /// The communicator's progress board (stuck reports).
+    pub progress: &'a crate::report::Progress,
 }
 
 fn dedup(v: &[usize]) -> Vec<usize> {
@@ -235,7 +237,10 @@ impl<T: CollTransport + ?Sized> Ctx<'_, T> {
             if peers.contains_key(&peer) || missing.contains(&peer) {
                 continue;
             }
-            match self.t.recv_ctrl(peer, self.imm(STEP_HANDSHAKE, peer), self.deadline) {
+            let waiting = self.progress.waiting(peer, "handshake", None, 1);
+            let received = self.t.recv_ctrl(peer, self.imm(STEP_HANDSHAKE, peer), self.deadline);
+            drop(waiting);
+            match received {
                 Ok(bytes) => {
                     let hs = Handshake::decode(&bytes)
                         .map_err(|reason| self.transport(TransportError::Malformed { peer, reason }))?;
@@ -358,6 +363,7 @@ impl<T: CollTransport + ?Sized> Ctx<'_, T> {
         if count == 0 {
             return Ok(());
         }
+        let _waiting = self.progress.waiting(peer, "data", Some(step), count);
         self.t.wait_imm(self.imm(step, peer), count, self.deadline).map_err(|e| self.fail(e, &[peer]))
     }
 
@@ -426,6 +432,16 @@ impl<T: CollTransport + ?Sized> Ctx<'_, T> {
             TransportError::Aborted { .. } => self.blame(suspects.to_vec()),
             // The transport itself saw which peer went silent: start the blame there.
             TransportError::PeerUnreachable { peer } => self.blame(vec![peer]),
+            // The engine saw the rank die: no need to follow other ranks' reports. Tell them
+            // (best effort), so ranks not waiting on it stop too.
+            TransportError::PeerDied { peer, reason } => {
+                // A wait on it may have ended already (a handshake's): the report still names it.
+                let _waiting = (!self.progress.waits_on(peer)).then(|| self.progress.waiting(peer, "data", None, 0));
+                self.progress.write_if_configured("peer_died");
+                self.t.report_stuck(peer);
+                tracing::warn!(collective = self.collective.name(), seq = self.seq, rank = peer, %reason, "peer died");
+                CollError::PeerDied { collective: self.collective.name(), seq: self.seq, rank: peer, reason }
+            }
             other => self.transport(other),
         }
     }
@@ -439,6 +455,15 @@ impl<T: CollTransport + ?Sized> Ctx<'_, T> {
     /// reports, while a live rank that was itself stuck does. So every rank
     /// names the root cause, not the neighbour that was waiting on it.
     fn blame(&self, missing: Vec<usize>) -> CollError {
+        {
+            // The report lists whom this rank waited for (the waits themselves have ended).
+            let _waiting: Vec<_> = missing
+                .iter()
+                .filter(|&&m| !self.progress.waits_on(m))
+                .map(|&m| self.progress.waiting(m, "data", None, 0))
+                .collect();
+            self.progress.write_if_configured("deadline");
+        }
         if let Some(&first) = missing.first() {
             self.t.report_stuck(first);
         }

@@ -31,7 +31,8 @@ use crate::transport::{BufSlice, CollTransport, LocalAccessFn, LocalBuf, RemoteB
 use crate::transport::{CTRL_MESSAGE_BYTES_MAX, WORLD_SIZE_MAX};
 use crate::{CollConfig, CollError, Communicator, StoreError};
 use accord_engine::{
-    Engine, EngineAddress, MrBuffer, MrDescriptor, MrHandle, RecvMessage, Transfer, TransferError, WriteOp,
+    Engine, EngineAddress, MrBuffer, MrDescriptor, MrHandle, PeerWaitError, RecvMessage, Transfer, TransferError,
+    WriteOp,
 };
 use pinned::Pinned;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -308,12 +309,36 @@ fn parse_addresses(blobs: &[Vec<u8>]) -> Result<Vec<EngineAddress>, EngineSetupE
         .collect()
 }
 
+/// The engine's view of `rank` for a stuck report: whether it was declared dead, and every
+/// path of every connection to it.
+fn peer_report(engine: &Engine, ids: &[accord_engine::EngineId], rank: usize) -> crate::report::PeerReport {
+    let Some(&id) = ids.get(rank) else { return crate::report::PeerReport { rank, ..Default::default() } };
+    let mut paths = Vec::new();
+    for (lane, _, conn) in engine.connection_stats(Some(id)) {
+        for p in &conn.paths {
+            paths.push(crate::report::PathReport {
+                lane,
+                path: p.path.0,
+                packets_sent: p.packets_sent,
+                packets_acked: p.packets_acked,
+                packets_lost: p.packets_lost,
+                loss_pct: p.loss_score * 100.0,
+                rtt_us: p.rtt_smoothed.as_micros() as u64,
+                quarantined: p.quarantined,
+                quarantines: p.quarantines,
+            });
+        }
+    }
+    crate::report::PeerReport { rank, dead: engine.peer_death(id).map(|d| d.to_string()), paths }
+}
+
 fn map_transfer_error(peer: usize, e: TransferError) -> TransportError {
     match e {
         TransferError::Rejected(reason) => {
             TransportError::NotRegistered { what: format!("rank {peer} refused a write ({reason:?})") }
         }
         TransferError::PeerUnreachable => TransportError::PeerUnreachable { peer },
+        TransferError::PeerDied { cause, .. } => TransportError::PeerDied { peer, reason: cause.to_string() },
         other => {
             TransportError::Timeout { what: format!("a transfer to rank {peer} ({other})"), waited: Duration::ZERO }
         }
@@ -496,8 +521,22 @@ impl CollTransport for EngineTransport {
                 let what = format!("{count} immediate(s) {:?}", crate::transport::Imm::decode(imm));
                 return Err(TransportError::Timeout { what, waited: start.elapsed() });
             }
-            if self.engine.take_imm(imm, u64::from(count), left.min(WAIT_SLICE)).is_ok() {
-                return Ok(());
+            // The sender is in the immediate: a wait on a rank that died ends within the
+            // engine's liveness slice, naming it.
+            let sender = crate::transport::Imm::decode(imm).sender as usize;
+            let result = match self.peers.get(sender).filter(|_| sender != self.rank) {
+                Some(addr) => self.engine.take_imm_from(imm, u64::from(count), left.min(WAIT_SLICE), addr.id),
+                None => self
+                    .engine
+                    .take_imm(imm, u64::from(count), left.min(WAIT_SLICE))
+                    .map_err(|value| PeerWaitError::Timeout { value }),
+            };
+            match result {
+                Ok(()) => return Ok(()),
+                Err(PeerWaitError::PeerDied { cause, .. }) => {
+                    return Err(TransportError::PeerDied { peer: sender, reason: cause.to_string() })
+                }
+                Err(PeerWaitError::Timeout { .. }) => {}
             }
         }
     }
@@ -515,6 +554,8 @@ impl CollTransport for EngineTransport {
     fn recv_ctrl(&self, peer: usize, tag: u32, deadline: Instant) -> Result<Vec<u8>, TransportError> {
         self.check_peer(peer)?;
         let start = Instant::now();
+        let peer_id = self.peers[peer].id;
+        let _watch = (peer != self.rank).then(|| self.engine.watch_peer(peer_id));
         let (mutex, arrived) = &*self.inbox;
         let mut inbox = lock(mutex);
         loop {
@@ -535,7 +576,11 @@ impl CollTransport for EngineTransport {
                 let what = format!("control message {:?} from rank {peer}", crate::transport::Imm::decode(tag));
                 return Err(TransportError::Timeout { what, waited: start.elapsed() });
             }
-            inbox = arrived.wait_timeout(inbox, left).unwrap_or_else(|e| e.into_inner()).0;
+            if let Some(cause) = self.engine.peer_death(peer_id).filter(|_| peer != self.rank) {
+                return Err(TransportError::PeerDied { peer, reason: cause.to_string() });
+            }
+            let slice = left.min(accord_engine::liveness::WAIT_SLICE);
+            inbox = arrived.wait_timeout(inbox, slice).unwrap_or_else(|e| e.into_inner()).0;
         }
     }
 
@@ -574,6 +619,17 @@ impl CollTransport for EngineTransport {
             // Best effort: a dead peer cannot be told, which is how the others find it.
             let _ = self.send_frame(peer, &f);
         }
+    }
+
+    fn comm_id(&self) -> String {
+        // Rank 0's engine identity: every rank knows it, and a new communicator has a new one.
+        format!("{:016x}", self.peers[0].id.0)
+    }
+
+    fn peer_reporter(&self) -> Option<crate::report::PeerReporter> {
+        let engine = self.engine.clone();
+        let ids: Vec<accord_engine::EngineId> = self.peers.iter().map(|a| a.id).collect();
+        Some(Arc::new(move |rank| peer_report(&engine, &ids, rank)))
     }
 
     fn stuck_reports(&self) -> Vec<(usize, usize)> {

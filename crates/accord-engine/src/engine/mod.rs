@@ -156,6 +156,7 @@ impl EngineBuilder {
 /// barriers, over worker threads (one per NIC and worker index). Cheap to share: all methods
 /// take `&self`. Dropping it stops the workers; unfinished transfers fail with `ShutDown`.
 pub struct Engine {
+    metrics_addr: Option<std::net::SocketAddr>,
     shared: Arc<Shared>,
     address: EngineAddress,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -282,6 +283,7 @@ impl Engine {
             nics: nic_addrs,
             host: crate::address::this_host().to_string(),
             pid: std::process::id(),
+            start_ticks: accord_net::pidfd::own_start_ticks(),
             control,
         };
         let private_contexts = config.private_device_contexts();
@@ -306,6 +308,7 @@ impl Engine {
                 crate::device::cuda_staging::open_cuda_landing(ordinal, slot_bytes, slots, private_contexts)
             })),
             cma: route::cma::state::Cma::new(id),
+            liveness: Default::default(),
         });
         let completion_thread = std::thread::Builder::new()
             .name("accord-completion".into())
@@ -324,6 +327,23 @@ impl Engine {
                 .map_err(BuildError::Thread)?;
             threads.push(t);
         }
+        let weak = Arc::downgrade(&shared);
+        let watcher = std::thread::Builder::new()
+            .name("accord-liveness".into())
+            .spawn(move || crate::liveness::run(weak))
+            .map_err(BuildError::Thread)?;
+        threads.push(watcher);
+        if let Some(path) = &config.trace_file {
+            crate::telemetry::enable_trace(path.clone());
+        }
+        let mut metrics_addr = None;
+        if let Some(addr) = &config.metrics_addr {
+            let (bound, thread) =
+                crate::telemetry::start_metrics_server(addr, Arc::downgrade(&shared)).map_err(BuildError::Invalid)?;
+            tracing::info!(%bound, "metrics endpoint up");
+            metrics_addr = Some(bound);
+            threads.push(thread);
+        }
         shared::register_local(&shared);
         tracing::debug!(
             engine = id.0,
@@ -333,6 +353,7 @@ impl Engine {
             "engine started"
         );
         Ok(Engine {
+            metrics_addr,
             shared,
             address,
             threads: Mutex::new(threads),
@@ -383,6 +404,10 @@ impl Engine {
             for lane in 0..self.shared.lanes.len() {
                 let _ = self.shared.send_command(lane, Command::OfferShm(address.id));
             }
+        }
+        // Its process is watched, so its exit fails its work at once.
+        if !known && !same_process && self.shared.config.pidfd && self.shared.peer_on_this_host(address.id) {
+            self.shared.liveness.watch_process(address.id, address.pid, address.start_ticks);
         }
         // And the pull route asks to be verified now, so large writes find it ready.
         if !known && address.pid != std::process::id() && self.shared.config.cma {
@@ -540,6 +565,36 @@ impl Engine {
         self.shared.imms.take(imm, count, timeout)
     }
 
+    /// As [`Engine::take_imm`], for an immediate expected from `peer`: fails with
+    /// [`crate::PeerWaitError::PeerDied`] within [`crate::liveness::WAIT_SLICE`] of `peer` being
+    /// declared dead, and keeps `peer` probed while it waits (see [`crate::liveness`]).
+    pub fn take_imm_from(
+        &self,
+        imm: u32,
+        count: u64,
+        timeout: std::time::Duration,
+        peer: EngineId,
+    ) -> Result<(), crate::PeerWaitError> {
+        crate::liveness::take_imm_from(&self.shared, imm, count, timeout, peer)
+    }
+
+    /// Keeps `peer` under keepalive probes while the returned guard lives: a wait that
+    /// expects something from it (a receive, a clear-to-send) holds one, so a peer that
+    /// dies or goes silent is declared dead (see [`crate::liveness`]).
+    pub fn watch_peer(&self, peer: EngineId) -> crate::PeerWatch {
+        crate::PeerWatch::new(&self.shared, peer)
+    }
+
+    /// Why `peer` was declared dead, if it was (one atomic load while no peer died).
+    pub fn peer_death(&self, peer: EngineId) -> Option<crate::PeerDeath> {
+        self.shared.liveness.death(peer)
+    }
+
+    /// Every peer declared dead so far, with the reason.
+    pub fn dead_peers(&self) -> Vec<(EngineId, crate::PeerDeath)> {
+        self.shared.liveness.deaths()
+    }
+
     /// Distinct immediate counters currently held.
     pub fn imm_counters_held(&self) -> usize {
         self.shared.imms.len()
@@ -578,6 +633,28 @@ impl Engine {
         any
     }
 
+    /// Per-connection counters, per-path ones included, of every lane: for `peer` only, or for
+    /// every connection (`None`), each with the peer it belongs to (`None` for one a peer
+    /// opened and we have not used). Asks each worker; waits up to a second for each. What
+    /// stuck reports and metrics read.
+    pub fn connection_stats(
+        &self,
+        peer: Option<EngineId>,
+    ) -> Vec<(usize, Option<EngineId>, accord_proto::ConnectionStats)> {
+        self.shared.connection_stats(peer)
+    }
+
+    /// Where the metrics endpoint listens (`ACCORD_METRICS_ADDR`, [`EngineConfig::metrics_addr`]),
+    /// when it is up.
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// The Prometheus text the metrics endpoint would serve now (see [`crate::telemetry`]).
+    pub fn metrics_text(&self) -> String {
+        crate::telemetry::render(&self.shared)
+    }
+
     /// Counters of every lane (asks each worker; waits up to a second for each).
     pub fn stats(&self) -> EngineStats {
         let mut stats = EngineStats {
@@ -602,6 +679,7 @@ impl Drop for Engine {
         shared::unregister_local(self.shared.id);
         // Counter waits end now rather than at their timeouts: nothing will move them again.
         self.shared.imms.close();
+        self.shared.liveness.stop();
         for lane in 0..self.shared.lanes.len() {
             let _ = self.shared.send_command(lane, Command::Shutdown);
         }
@@ -609,6 +687,9 @@ impl Drop for Engine {
             let _ = t.join();
         }
         let _ = self.shared.jobs.send(Job::Stop);
+        if let Err(e) = crate::telemetry::flush_trace() {
+            tracing::warn!(error = %e, "could not write the trace file (ACCORD_TRACE_FILE)");
+        }
         if let Some(t) = self.completion_thread.lock().unwrap().take() {
             if t.thread().id() != std::thread::current().id() {
                 let _ = t.join();

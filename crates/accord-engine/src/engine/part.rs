@@ -46,8 +46,12 @@ impl Part {
 pub(crate) enum Command {
     Submit(Part),
     Stats(SyncSender<LaneStats>),
+    /// Per-connection counters (with per-path ones) of this lane, for one peer or all.
+    ConnStats(Option<EngineId>, SyncSender<Vec<(Option<EngineId>, accord_proto::ConnectionStats)>>),
     /// A peer on this host was added: set up shared memory to it before the first transfer.
     OfferShm(EngineId),
+    /// The peer was declared dead: fail its operations in flight and queued.
+    PeerDead(EngineId, crate::liveness::PeerDeath),
     Shutdown,
 }
 

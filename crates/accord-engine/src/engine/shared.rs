@@ -87,6 +87,8 @@ pub(crate) struct Shared {
     pub(crate) landing: super::route::landing::state::Landing,
     /// The pull route between processes of this host (`engine::route::cma`).
     pub(crate) cma: super::route::cma::state::Cma,
+    /// Which peers died, and who is waiting on whom (`crate::liveness`).
+    pub(crate) liveness: crate::liveness::Liveness,
 }
 
 impl Shared {
@@ -99,6 +101,24 @@ impl Shared {
             let _ = self.waker.send_to(&[WAKE_BYTE], l.wake_target);
         }
         Ok(())
+    }
+
+    /// Per-connection counters of every lane, for `peer` or all (see
+    /// [`crate::Engine::connection_stats`]).
+    pub(crate) fn connection_stats(
+        &self,
+        peer: Option<EngineId>,
+    ) -> Vec<(usize, Option<EngineId>, accord_proto::ConnectionStats)> {
+        let mut out = Vec::new();
+        for lane in 0..self.lanes.len() {
+            let (tx, rx) = std::sync::mpsc::sync_channel(1);
+            if self.send_command(lane, Command::ConnStats(peer, tx)).is_ok() {
+                for (p, s) in rx.recv_timeout(Duration::from_secs(1)).unwrap_or_default() {
+                    out.push((lane, p, s));
+                }
+            }
+        }
+        out
     }
 
     /// Promises `lane` a part soon: its worker polls until the promise is dropped, and a
@@ -159,6 +179,11 @@ impl Shared {
 
     /// Routes a part to a lane (blocking while its queue is full).
     pub(crate) fn route(&self, part: Part, lane: Option<usize>) {
+        if let Some(cause) = self.liveness.death(part.peer) {
+            let peer = part.peer;
+            part.finish(Err(TransferError::PeerDied { peer, cause }));
+            return;
+        }
         let lane = lane.or_else(|| self.pick_lane(part.peer));
         let Some(lane) = lane else {
             part.finish(Err(TransferError::PeerUnreachable));
@@ -172,6 +197,11 @@ impl Shared {
     /// A part whose connection failed: try another live lane, up to one attempt per lane.
     pub(crate) fn resubmit(&self, mut part: Part, error: TransferError) {
         part.attempts += 1;
+        if let Some(cause) = self.liveness.death(part.peer) {
+            let peer = part.peer;
+            part.finish(Err(TransferError::PeerDied { peer, cause }));
+            return;
+        }
         if part.attempts >= self.lanes.len() || self.live_lanes(part.peer).is_empty() {
             part.finish(Err(error));
             return;

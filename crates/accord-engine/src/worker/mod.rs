@@ -356,6 +356,16 @@ impl Worker {
                 Command::Stats(reply) => {
                     let _ = reply.try_send(self.lane_stats());
                 }
+                Command::PeerDead(peer, cause) => self.fail_peer(peer, cause),
+                Command::ConnStats(only, reply) => {
+                    let stats = self
+                        .conns
+                        .iter()
+                        .filter(|(_, info)| only.is_none() || info.peer == only)
+                        .filter_map(|(c, info)| Some((info.peer, self.ep.connection_stats(*c)?)))
+                        .collect();
+                    let _ = reply.try_send(stats);
+                }
                 Command::OfferShm(peer) => {
                     if let Some(addrs) = self.shared.peer_lane_addrs(peer, self.lane) {
                         self.dp.offer_local_channel(&addrs);
@@ -435,6 +445,30 @@ impl Worker {
         }
         self.fail_over(part, TransferError::PeerUnreachable);
         Ok(())
+    }
+
+    /// `peer` was declared dead: its operations in flight and queued fail now (the protocol
+    /// would otherwise retransmit into the void until its idle timeout), and its connection
+    /// is dropped.
+    fn fail_peer(&mut self, peer: EngineId, cause: crate::liveness::PeerDeath) {
+        let error = TransferError::PeerDied { peer, cause };
+        let doomed: Vec<(ConnectionHandle, OpId)> =
+            self.ops.iter().filter(|(_, part)| part.peer == peer).map(|(k, _)| *k).collect();
+        for key in doomed {
+            if let Some(part) = self.ops.remove(&key) {
+                part.finish(Err(error));
+            }
+        }
+        let (doomed, kept): (VecDeque<Part>, VecDeque<Part>) =
+            std::mem::take(&mut self.backlog).into_iter().partition(|p| p.peer == peer);
+        self.backlog = kept;
+        for part in doomed {
+            part.finish(Err(error));
+        }
+        if let Some(conn) = self.peers.remove(&peer) {
+            self.conns.remove(&conn);
+            self.ep.close(conn);
+        }
     }
 
     /// The part's connection failed: let the engine route it over another lane.

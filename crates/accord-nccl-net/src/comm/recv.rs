@@ -64,7 +64,9 @@ impl PreparedRecv {
     /// Completes the comm with the sender's hello.
     pub fn finish(self, peer: EngineId, send_index: u32, ring: MrDescriptor) -> RecvComm {
         let (counters, bases) = (self.counters, self.bases);
+        let _watch = self.rt.engine.watch_peer(peer);
         let inner = RecvInner {
+            _watch,
             rt: self.rt,
             index: self.index,
             peer,
@@ -88,6 +90,9 @@ struct RecvState {
 }
 
 struct RecvInner {
+    /// Keeps the sender under keepalive probes while the comm lives (a posted receive has
+    /// nothing in flight that would notice its death).
+    _watch: accord_engine::PeerWatch,
     rt: Arc<Runtime>,
     index: IndexLease,
     peer: EngineId,
@@ -271,11 +276,11 @@ impl RecvRequest {
     pub fn test(&self) -> Result<Option<Vec<u64>>> {
         match self.cts.poll() {
             Some(Err(e)) => return Err(e.into()),
-            None => return Ok(None),
+            None => return crate::error::check_peer(&self.comm.rt.engine, self.comm.peer).map(|()| None),
             Some(Ok(())) => {}
         }
         if self.comm.counters[self.slot as usize].value() < self.target {
-            return Ok(None);
+            return crate::error::check_peer(&self.comm.rt.engine, self.comm.peer).map(|()| None);
         }
         let sizes: Vec<u64> = (0..self.count)
             .map(|i| {

@@ -58,7 +58,9 @@ impl PreparedSend {
             let engine = &self.rt.engine;
             crate::bounce::pin_for_current_gpu("the peer's bounce pool", |gpu| engine.prepare_shared_peer(b, gpu));
         }
+        let _watch = self.rt.engine.watch_peer(peer);
         let inner = SendInner {
+            _watch,
             rt: self.rt,
             index: self.index,
             peer,
@@ -94,6 +96,9 @@ struct SendState {
 }
 
 struct SendInner {
+    /// Keeps the receiver under keepalive probes while the comm lives (a send waiting for a
+    /// clear-to-send has nothing in flight that would notice its death).
+    _watch: accord_engine::PeerWatch,
     rt: Arc<Runtime>,
     index: IndexLease,
     peer: EngineId,
@@ -162,6 +167,7 @@ impl SendComm {
     /// has arrived, or every request slot is busy); NCCL calls again later.
     pub fn isend(&self, args: SendArgs<'_>) -> Result<Option<SendRequest>> {
         let inner = &self.inner;
+        crate::error::check_peer(&inner.rt.engine, inner.peer)?;
         let mut state = inner.state.lock().unwrap_or_else(|e| e.into_inner());
         if state.free_slots.is_empty() {
             return Ok(None);
@@ -320,6 +326,8 @@ impl SendRequest {
         }
         if done {
             crate::log::event(line!(), || format!("send comm {} of {}B done", self.comm.index.index, self.size));
+        } else {
+            crate::error::check_peer(&self.comm.rt.engine, self.comm.peer)?;
         }
         Ok(done.then_some(self.size))
     }
