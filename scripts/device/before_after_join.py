@@ -32,6 +32,8 @@ def flatten(d):
         for r in d["rows"]:
             r = dict(r)
             r.update(variant=d["variant"], round=d["round"], source=d["source"])
+            if "ratio" not in r and "vs_tcp" in r:  # renamed with issue 22
+                r["ratio"] = r["vs_tcp"]
             yield r
     else:
         yield d

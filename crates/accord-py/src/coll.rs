@@ -273,6 +273,7 @@ impl Communicator {
         Ok(Communicator {
             rank: comm.rank(),
             world_size: comm.world_size(),
+            progress: comm.progress(),
             state: Mutex::new(State::Ready(Box::new(comm))),
             staging: Mutex::default(),
         })
