@@ -184,6 +184,10 @@ pub struct ConnectionStats {
     pub rts_received: u64,
     /// Times a packet was sent with the window already full. An invariant: always zero.
     pub window_overruns: u64,
+    /// Frames that resolved nothing (an ACK of nothing outstanding, the answer to no
+    /// outstanding probe, a NACK of nothing in flight, a repeated HelloAck) and so changed
+    /// nothing: late duplicates, replays. See the stale-frame rule in the crate doc.
+    pub stale_frames: u64,
     pub rtt_min: Duration,
     pub rtt_smoothed: Duration,
     pub ops_outstanding: u64,

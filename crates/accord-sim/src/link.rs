@@ -47,6 +47,11 @@ pub struct FaultConfig {
     pub reorder: f64,
     pub reorder_delay: Duration,
     pub corrupt: f64,
+    /// Probability a delivered datagram is captured and delivered once more, verbatim, up to
+    /// `replay_delay_max` later: a late duplicate from the network or a hostile replay. Many
+    /// RTTs late, so what it acknowledges or asks for has long been settled.
+    pub replay: f64,
+    pub replay_delay_max: Duration,
 }
 
 /// What the fault model decided for one datagram.
@@ -71,6 +76,15 @@ impl FaultConfig {
             delays.push(self.extra_delay(rng));
         }
         Fate::Deliver(delays)
+    }
+
+    /// For a datagram being delivered: when to deliver its replay, if it gets one. Draws from
+    /// `rng` only when replays are configured, so other configurations keep their streams.
+    pub fn decide_replay(&self, rng: &mut ChaCha8Rng) -> Option<Duration> {
+        if self.replay <= 0.0 || self.replay_delay_max.is_zero() || !rng.gen_bool(self.replay.min(1.0)) {
+            return None;
+        }
+        Some(Duration::from_nanos(rng.gen_range(1..=self.replay_delay_max.as_nanos() as u64)))
     }
 
     fn extra_delay(&self, rng: &mut ChaCha8Rng) -> Duration {

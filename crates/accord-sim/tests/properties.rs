@@ -2,7 +2,7 @@
 //! in both directions, under random faults and path cuts. For each seed: every byte placed
 //! exactly once at the right offset, nothing placed by refused writes, immediate counts exact,
 //! every operation completes with the expected result, and the protocol's invariants hold on
-//! every event. A failure prints its seed; `ACCORD_PROPTEST_SEED=N` reruns just that one and
+//! every event, and a late replayed frame that resolves nothing changes nothing. A failure prints its seed; `ACCORD_PROPTEST_SEED=N` reruns just that one and
 //! `ACCORD_PROPTEST_SEEDS=N` runs more (the bench mode).
 
 use accord_proto::cc::{CcKind, EqdsConfig};
@@ -48,6 +48,10 @@ fn random_config(rng: &mut ChaCha8Rng, seed: u64) -> PairConfig {
         reorder: [0.0, 0.1][rng.gen_range(0..2)],
         reorder_delay: Duration::from_micros(rng.gen_range(1..40)),
         corrupt: [0.0, 0.005][rng.gen_range(0..2)],
+        // Late verbatim replays, up to 100 RTTs after the original: each one that the
+        // receiver counts stale is checked to have changed nothing (PairSim's stale-frame rule).
+        replay: [0.0, 0.02][rng.gen_range(0..2)],
+        replay_delay_max: Duration::from_millis(1),
     };
     let c = &mut cfg.endpoint.connection;
     c.path_count = rng.gen_range(1..=16);

@@ -165,6 +165,10 @@ impl Connection {
                 self.note_losses(now, path, 1, bytes as u64, false);
                 // The NACKed packet left the path's flight: its loss deadline moves.
                 self.refresh_path_timer(path);
+            } else if credit.credit_bytes == 0 {
+                // A NACK of nothing in flight (resolved, already lost, never sent): stale.
+                self.stats.stale_frames += 1;
+                return;
             }
         }
         if credit.credit_bytes > 0 {

@@ -22,6 +22,9 @@ use std::collections::VecDeque;
 
 /// Probe answers queued at most; more are dropped (the prober tries again).
 const PROBE_REPLIES_MAX: usize = 64;
+/// Probes remembered until answered; the oldest is forgotten (its answer then counts as stale,
+/// and the prober tries again at the next interval).
+const PROBES_OUTSTANDING_MAX: usize = 64;
 
 /// The peer's name for this connection, learnt in the handshake.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -104,6 +107,9 @@ pub(crate) struct Connection {
     pacing_blocked: bool,
     hello_ack_due: bool,
     probe_replies: VecDeque<(PathId, ProbeRepr)>,
+    /// Probes sent and not yet answered, with the path each went out on: only their answers
+    /// may revive a path.
+    probes_outstanding: VecDeque<(PathId, ProbeRepr)>,
     next_probe_id: u64,
     last_progress: Instant,
     last_ack_at: Option<Instant>,
@@ -147,6 +153,7 @@ impl Connection {
             pacing_blocked: false,
             hello_ack_due: false,
             probe_replies: VecDeque::new(),
+            probes_outstanding: VecDeque::new(),
             next_probe_id: 0,
             last_progress: now,
             last_ack_at: None,
@@ -220,7 +227,8 @@ impl Connection {
     /// The peer answered our Hello.
     pub(crate) fn on_hello_ack(&mut self, hello_ack: &HelloRepr, events: &mut VecDeque<Event>) {
         if !matches!(self.state, State::Connecting { .. }) {
-            return; // a duplicate answer
+            self.stats.stale_frames += 1; // a duplicate answer
+            return;
         }
         self.adopt_agreement(hello_ack);
         self.peer = Some(Peer { conn: hello_ack.src_conn, token: hello_ack.src_token });

@@ -289,3 +289,102 @@ fn filling_the_hole_under_an_ack_request_is_acknowledged_at_once() {
     assert_eq!(deliver(0), 0, "an earlier packet alone waits for the delayed ACK");
     assert_eq!(deliver(1), 1, "the packet that completes the picture is acknowledged at once");
 }
+
+/// Moves transmits both ways, one datagram every 10 µs of simulated time, until both sides are
+/// quiet; returns the datagrams that went from `b` back to `a` (ACKs, mostly).
+fn exchange_timed(a: &mut Endpoint, b: &mut Endpoint, mem_b: &mut Memory, now: &mut Instant) -> Vec<Vec<u8>> {
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut b_to_a = vec![];
+    let mut mem_a = Memory::default();
+    for _ in 0..10_000 {
+        let mut moved = false;
+        a.handle_timeout(*now);
+        b.handle_timeout(*now);
+        while let Some(tx) = a.poll_transmit(*now, &mut buf) {
+            let mut d = buf[..tx.header_len].to_vec();
+            d.resize(tx.datagram_len(), 0);
+            *now = *now + Duration::from_micros(10);
+            b.handle_datagram(*now, RxMeta { path: tx.path, ecn_ce: false }, &d, mem_b);
+            moved = true;
+        }
+        while let Some(tx) = b.poll_transmit(*now, &mut buf) {
+            let mut d = buf[..tx.header_len].to_vec();
+            d.resize(tx.datagram_len(), 0);
+            *now = *now + Duration::from_micros(10);
+            a.handle_datagram(*now, RxMeta { path: tx.path, ecn_ce: false }, &d, &mut mem_a);
+            b_to_a.push(d);
+            moved = true;
+        }
+        if !moved {
+            // Quiet: jump to the next timer (a delayed ACK, say), unless only the idle
+            // timeout or nothing is left.
+            let next = [a.poll_timeout(), b.poll_timeout()].into_iter().flatten().min();
+            match next {
+                Some(at) if at <= *now + Duration::from_millis(50) => *now = (*now).max(at),
+                _ => break,
+            }
+        }
+    }
+    b_to_a
+}
+
+/// The issue-25 attack: ACKs captured during a transfer, replayed seconds later. Before the
+/// stale-frame rule each took an RTT sample of seconds; now none resolves anything, so RTT and
+/// RTO stay as the live traffic set them, every replay is counted, and later writes complete.
+#[test]
+fn replayed_old_acks_do_not_inflate_rtt_or_rto() {
+    let (mut a, mut b, conn) = pair(ConnectionConfig::default(), ConnectionConfig::default());
+    let mut mem_b = Memory::default();
+    let mut now = t(1);
+    exchange_timed(&mut a, &mut b, &mut mem_b, &mut now);
+    a.write(conn, WriteRequest { region: RegionId(1), key: KEY, offset: 0, len: 100_000, imm: None, tag: 0 }).unwrap();
+    let captured = exchange_timed(&mut a, &mut b, &mut mem_b, &mut now);
+    assert!(!captured.is_empty(), "the transfer produced ACKs to replay");
+    let before = a.connection_stats(conn).unwrap();
+    assert!(before.rtt_smoothed < Duration::from_millis(1), "live RTT {:?}", before.rtt_smoothed);
+
+    now = now + Duration::from_secs(5);
+    for _ in 0..20 {
+        for d in &captured {
+            a.handle_datagram(now, RxMeta { path: PathId(0), ecn_ce: false }, d, &mut Memory::default());
+        }
+    }
+    let after = a.connection_stats(conn).unwrap();
+    assert_eq!(after.stale_frames - before.stale_frames, 20 * captured.len() as u64);
+    assert_eq!((after.rtt_smoothed, after.rtt_min), (before.rtt_smoothed, before.rtt_min));
+    let rto = |s: &ConnectionStats| s.paths.iter().map(|p| p.rto).collect::<Vec<_>>();
+    assert_eq!(rto(&after), rto(&before));
+    assert_eq!(after.packets_lost, before.packets_lost);
+
+    // The connection still works, with no timeout inflated by the replay.
+    while a.poll_event().is_some() {}
+    let op = a
+        .write(conn, WriteRequest { region: RegionId(1), key: KEY, offset: 0, len: 50_000, imm: None, tag: 0 })
+        .unwrap();
+    exchange_timed(&mut a, &mut b, &mut mem_b, &mut now);
+    let completed = core::iter::from_fn(|| a.poll_event())
+        .any(|e| matches!(e, Event::OpCompleted { op: done, result: Ok(()), .. } if done == op));
+    assert!(completed, "a write after the replay completes");
+    assert!(a.connection_stats(conn).unwrap().rtt_smoothed < Duration::from_millis(1));
+}
+
+/// A probe answer nobody asked for (forged or replayed) neither revives nor samples a path.
+#[test]
+fn unsolicited_probe_answers_are_stale() {
+    let (mut a, mut b, conn) = pair(ConnectionConfig::default(), ConnectionConfig::default());
+    let mut mem_b = Memory::default();
+    let mut now = t(1);
+    exchange_timed(&mut a, &mut b, &mut mem_b, &mut now);
+    let b_conn = b.connections().next().unwrap();
+    // b's name for a's connection is in the header of b's datagrams to a; forge from b's view.
+    let mut buf = vec![0u8; 256];
+    let header = wire::Header { dst_conn: conn, token: a.conns[&conn].local_token() };
+    let probe = wire::ProbeRepr { probe_id: 7, tx_time_ns: 1 };
+    let len = wire::emit(&header, &Repr::ProbeAck(probe), &mut buf).unwrap();
+    let before = a.connection_stats(conn).unwrap();
+    a.handle_datagram(now, RxMeta { path: PathId(0), ecn_ce: false }, &buf[..len], &mut Memory::default());
+    let after = a.connection_stats(conn).unwrap();
+    assert_eq!(after.stale_frames, before.stale_frames + 1);
+    assert_eq!(after.rtt_smoothed, before.rtt_smoothed);
+    assert!(b.is_established(b_conn));
+}
