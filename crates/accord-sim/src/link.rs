@@ -3,7 +3,8 @@
 //! All paths of a host share its NIC (the bottleneck, as on a real host); each path has its own
 //! propagation and can be cut on its own. A corrupted frame is caught by the link's frame check
 //! and dropped (counted as corrupted), as Ethernet's FCS and the UDP checksum do on real hosts;
-//! hostile bytes reaching the protocol are tested separately, by feeding them to it directly.
+//! `corrupt_undetected` flips a bit past that check, for the protocol's own CRC to catch, and
+//! `replay` delivers late verbatim copies.
 
 use accord_proto::Instant;
 use core::time::Duration;
@@ -52,6 +53,10 @@ pub struct FaultConfig {
     /// RTTs late, so what it acknowledges or asks for has long been settled.
     pub replay: f64,
     pub replay_delay_max: Duration,
+    /// Probability a delivered datagram has one bit flipped *after* the link's frame check (a
+    /// fault the UDP checksum misses, or one past it): only the protocol's end-to-end check
+    /// can catch it.
+    pub corrupt_undetected: f64,
 }
 
 /// What the fault model decided for one datagram.
@@ -85,6 +90,15 @@ impl FaultConfig {
             return None;
         }
         Some(Duration::from_nanos(rng.gen_range(1..=self.replay_delay_max.as_nanos() as u64)))
+    }
+
+    /// For a datagram of `len` bytes being delivered: the bit to flip past the frame check, if
+    /// any. Draws only when such corruption is configured.
+    pub fn decide_undetected_flip(&self, rng: &mut ChaCha8Rng, len: usize) -> Option<usize> {
+        if self.corrupt_undetected <= 0.0 || len == 0 || !rng.gen_bool(self.corrupt_undetected.min(1.0)) {
+            return None;
+        }
+        Some(rng.gen_range(0..len * 8))
     }
 
     fn extra_delay(&self, rng: &mut ChaCha8Rng) -> Duration {

@@ -120,6 +120,8 @@ pub struct WireCounters {
     pub duplicated: u64,
     /// Of those, late verbatim replays (`FaultConfig::replay`).
     pub replayed: u64,
+    /// Delivered with a bit flipped past the frame check (`FaultConfig::corrupt_undetected`).
+    pub flipped: u64,
 }
 
 /// The stale-frame rule of `accord_proto` (crate doc), checked around every replayed
@@ -476,6 +478,7 @@ impl PairSim {
                 let start = base + p.offset as usize;
                 datagram.extend_from_slice(&source[start..start + p.len as usize]);
             }
+            t.seal_payload(&mut datagram);
             let bytes = datagram.len() as u64;
             let departs = host.nic.enqueue(now, bytes, &self.config.link);
             self.queue.push(departs, SimEvent::NicDequeued { host: side, bytes });
@@ -488,6 +491,10 @@ impl PairSim {
                 Fate::Lost => self.wire.lost += 1,
                 Fate::Corrupted => self.wire.corrupted += 1,
                 Fate::Deliver(delays) => {
+                    if let Some(bit) = self.config.faults.decide_undetected_flip(&mut self.rng, datagram.len()) {
+                        datagram[bit / 8] ^= 1 << (bit % 8);
+                        self.wire.flipped += 1;
+                    }
                     self.wire.duplicated += delays.len() as u64 - 1;
                     let arrive = departs + self.config.link.propagation;
                     let last = delays.len() - 1;

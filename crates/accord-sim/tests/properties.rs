@@ -52,6 +52,9 @@ fn random_config(rng: &mut ChaCha8Rng, seed: u64) -> PairConfig {
         // receiver counts stale is checked to have changed nothing (PairSim's stale-frame rule).
         replay: [0.0, 0.02][rng.gen_range(0..2)],
         replay_delay_max: Duration::from_millis(1),
+        // Bit flips the link's frame check misses: the end-to-end CRC must drop them all, or
+        // a wrong byte lands and the placement check below fails.
+        corrupt_undetected: [0.0, 0.005][rng.gen_range(0..2)],
     };
     let c = &mut cfg.endpoint.connection;
     c.path_count = rng.gen_range(1..=16);

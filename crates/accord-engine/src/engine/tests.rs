@@ -310,6 +310,35 @@ fn path_selector_and_pacer_order_by_name() {
     assert_eq!(dst.to_vec(), src.to_vec());
 }
 
+/// `ACCORD_INTEGRITY` picks the end-to-end check; every mode moves the bytes intact over the
+/// network path (force_network: UDP even in one process), and a bad name is refused.
+#[test]
+fn integrity_modes_by_name_and_each_moves_bytes() {
+    use accord_proto::wire::Integrity;
+    let set = |v: &str, shm: &str| {
+        let vars: HashMap<&str, String> = [("ACCORD_INTEGRITY", v.to_string()), ("ACCORD_SHM", shm.to_string())].into();
+        EngineConfig::default().with_overrides_from(|n| vars.get(n).cloned()).unwrap()
+    };
+    assert_eq!(EngineConfig::default().endpoint_config().integrity, Integrity::Full);
+    assert!(set("sha256", "0").validate().is_err());
+    let modes = [("off", Integrity::Off), ("header", Integrity::Header), ("full", Integrity::Full)];
+    // UDP (the check's reason to exist) in every mode, and the shared-memory rings in full.
+    for (name, mode, shm) in modes.iter().map(|&(n, m)| (n, m, "0")).chain([("full", Integrity::Full, "1")]) {
+        let config = set(name, shm);
+        assert_eq!(config.endpoint_config().integrity, mode);
+        let (a, b) =
+            pair_of(|| Engine::builder().ignore_env().config(config.clone()).force_network(true).build().unwrap());
+        let src = a.alloc(1 << 20).unwrap();
+        src.write_at(0, &(0..1u32 << 20).map(|i| (i * 13) as u8).collect::<Vec<u8>>()).unwrap();
+        let dst = b.alloc(1 << 20).unwrap();
+        let (h, d) = (src.handle(), dst.descriptor());
+        let op = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 0, len: 1 << 20, imm: Some(4) };
+        a.write(&op).unwrap().wait_timeout(WAIT).unwrap();
+        assert_eq!(b.imm_counter(4).wait(1, WAIT), 1, "{name}");
+        assert_eq!(dst.to_vec(), src.to_vec(), "{name}");
+    }
+}
+
 #[test]
 fn wait_spin_is_configurable_and_bounded() {
     let set = |v: &str| {

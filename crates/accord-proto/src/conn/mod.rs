@@ -347,7 +347,14 @@ impl Connection {
     /// costs a packet, never memory safety).
     fn emit_control(&mut self, header: &Header, repr: &Repr, path: PathId, buf: &mut [u8]) -> Option<Transmit> {
         match wire::emit(header, repr, buf) {
-            Ok(header_len) => Some(Transmit { conn: self.id, path, header_len, payload: None, ecn_capable: false }),
+            Ok(header_len) => Some(Transmit {
+                conn: self.id,
+                path,
+                header_len,
+                payload: None,
+                ecn_capable: false,
+                seal_after_payload: false,
+            }),
             Err(_) => {
                 debug_assert!(false, "transmit buffer too small for a control packet");
                 None

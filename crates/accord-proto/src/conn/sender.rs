@@ -304,7 +304,14 @@ impl Connection {
             p.stats.bytes_sent += repr.payload_len as u64;
         }
         let payload = PayloadRef { op: repr.op, offset: repr.msg_offset, len: repr.payload_len as u32 };
-        Step::Sent(Transmit { conn: self.id, path, header_len, payload: Some(payload), ecn_capable: true })
+        Step::Sent(Transmit {
+            conn: self.id,
+            path,
+            header_len,
+            payload: Some(payload),
+            ecn_capable: true,
+            seal_after_payload: false,
+        })
     }
 
     /// Probe answers first, then a probe for a quarantined path whose turn has come.

@@ -56,6 +56,7 @@ fn exchange(a: &mut Endpoint, b: &mut Endpoint, mem_b: &mut Memory, now: Instant
         while let Some(tx) = a.poll_transmit(now, &mut buf) {
             let mut d = buf[..tx.header_len].to_vec();
             d.resize(tx.datagram_len(), 0);
+            tx.seal_payload(&mut d);
             let out = b.handle_datagram(now, RxMeta { path: tx.path, ecn_ce: false }, &d, mem_b);
             if let Some(p) = out.placement {
                 mem_b.placements.push(p);
@@ -66,6 +67,7 @@ fn exchange(a: &mut Endpoint, b: &mut Endpoint, mem_b: &mut Memory, now: Instant
         while let Some(tx) = b.poll_transmit(now, &mut buf) {
             let mut d = buf[..tx.header_len].to_vec();
             d.resize(tx.datagram_len(), 0);
+            tx.seal_payload(&mut d);
             a.handle_datagram(now, RxMeta { path: tx.path, ecn_ce: false }, &d, &mut mem_a);
             moved = true;
         }
@@ -170,14 +172,24 @@ fn wrong_token_and_unknown_connection_are_dropped_and_counted() {
     let tx = a.poll_transmit(t(2), &mut buf).expect("a data packet");
     let mut datagram = buf[..tx.header_len].to_vec();
     datagram.resize(tx.datagram_len(), 0);
+    tx.seal_payload(&mut datagram);
+    let reseal = |d: &mut Vec<u8>| wire::seal(d, wire::Integrity::Full);
     let mut forged = datagram.clone();
     forged[8] ^= 0x40; // token
+    assert_eq!(b.handle_datagram(t(2), RxMeta::default(), &forged, &mut mem).placement, None);
+    assert_eq!(b.stats().bad_checksum, 1, "a flipped bit fails the end-to-end check first");
+    reseal(&mut forged);
     assert_eq!(b.handle_datagram(t(2), RxMeta::default(), &forged, &mut mem).placement, None);
     assert_eq!(b.stats().bad_token, 1);
     let mut stray = datagram.clone();
     stray[4] ^= 0x01; // connection id
+    reseal(&mut stray);
     assert_eq!(b.handle_datagram(t(2), RxMeta::default(), &stray, &mut mem).placement, None);
     assert_eq!(b.stats().unknown_connection, 1);
+    let mut payload_flip = datagram.clone();
+    *payload_flip.last_mut().unwrap() ^= 0x80;
+    assert_eq!(b.handle_datagram(t(2), RxMeta::default(), &payload_flip, &mut mem).placement, None);
+    assert_eq!(b.stats().bad_checksum, 2, "the default check covers the payload");
     assert!(b.handle_datagram(t(2), RxMeta::default(), &datagram, &mut mem).placement.is_some());
 }
 
@@ -192,10 +204,14 @@ fn random_bytes_never_panic_and_never_place() {
         let len = rng.gen_range(0..1200);
         let mut d: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
         // Most strings fail the version check; make half of them look like ours.
-        if len >= 16 && i % 2 == 0 {
+        if len >= wire::HEADER_LEN && i % 2 == 0 {
             d[0] = crate::wire::VERSION;
             d[1] = rng.gen_range(1..=7);
             d[4..8].copy_from_slice(&conn_id.0.to_be_bytes());
+            // Half of those pass the end-to-end check too, to reach the parser.
+            if i % 4 == 0 {
+                wire::seal(&mut d, wire::Integrity::Full);
+            }
         }
         let out =
             b.handle_datagram(t(2), RxMeta { path: PathId(rng.gen_range(0..20)), ecn_ce: rng.gen() }, &d, &mut mem);
@@ -204,7 +220,11 @@ fn random_bytes_never_panic_and_never_place() {
         while b.poll_transmit(t(2), &mut [0u8; 9000]).is_some() {}
     }
     let s = b.stats();
-    assert!(s.malformed + s.bad_token + s.unknown_connection > 100_000, "{s:?}");
+    assert!(
+        s.malformed + s.bad_token + s.unknown_connection + s.bad_checksum + s.integrity_mismatch > 100_000,
+        "{s:?}"
+    );
+    assert!(s.malformed + s.bad_token + s.unknown_connection > 20_000, "sealed junk reached the parser: {s:?}");
     assert!(mem.placements.is_empty());
 }
 
@@ -235,12 +255,15 @@ fn mutated_valid_packets_never_escape_registered_memory() {
             2 => d.extend((0..rng.gen_range(1..64)).map(|_| rng.gen::<u8>())),
             _ => {
                 // Rewrite one 8-byte field of the data header with a random value.
-                let at = 16 + 8 * rng.gen_range(0..10);
+                let at = wire::HEADER_LEN + 8 * rng.gen_range(0..10);
                 if d.len() >= at + 8 {
                     d[at..at + 8].copy_from_slice(&rng.gen::<u64>().to_be_bytes());
                 }
             }
         }
+        // Mutated after the end-to-end check (as a hostile sender would, or a fault that a
+        // weaker checksum missed): the parser and the receiver's checks must still hold.
+        wire::seal(&mut d, wire::Integrity::Full);
         let out = b.handle_datagram(t(3), RxMeta { path: PathId(rng.gen_range(0..16)), ecn_ce: false }, &d, &mut mem);
         if let Some(p) = out.placement {
             assert!(p.payload.end <= d.len());
@@ -273,6 +296,7 @@ fn filling_the_hole_under_an_ack_request_is_acknowledged_at_once() {
     while let Some(tx) = a.poll_transmit(t(2), &mut buf) {
         let mut d = buf[..tx.header_len].to_vec();
         d.resize(tx.datagram_len(), 0);
+        tx.seal_payload(&mut d);
         data.push((tx.path, d));
     }
     assert_eq!(data.len(), 3, "three data packets");
@@ -303,6 +327,7 @@ fn exchange_timed(a: &mut Endpoint, b: &mut Endpoint, mem_b: &mut Memory, now: &
         while let Some(tx) = a.poll_transmit(*now, &mut buf) {
             let mut d = buf[..tx.header_len].to_vec();
             d.resize(tx.datagram_len(), 0);
+            tx.seal_payload(&mut d);
             *now = *now + Duration::from_micros(10);
             b.handle_datagram(*now, RxMeta { path: tx.path, ecn_ce: false }, &d, mem_b);
             moved = true;
@@ -310,6 +335,7 @@ fn exchange_timed(a: &mut Endpoint, b: &mut Endpoint, mem_b: &mut Memory, now: &
         while let Some(tx) = b.poll_transmit(*now, &mut buf) {
             let mut d = buf[..tx.header_len].to_vec();
             d.resize(tx.datagram_len(), 0);
+            tx.seal_payload(&mut d);
             *now = *now + Duration::from_micros(10);
             a.handle_datagram(*now, RxMeta { path: tx.path, ecn_ce: false }, &d, &mut mem_a);
             b_to_a.push(d);
@@ -381,6 +407,7 @@ fn unsolicited_probe_answers_are_stale() {
     let header = wire::Header { dst_conn: conn, token: a.conns[&conn].local_token() };
     let probe = wire::ProbeRepr { probe_id: 7, tx_time_ns: 1 };
     let len = wire::emit(&header, &Repr::ProbeAck(probe), &mut buf).unwrap();
+    wire::seal(&mut buf[..len], wire::Integrity::Full);
     let before = a.connection_stats(conn).unwrap();
     a.handle_datagram(now, RxMeta { path: PathId(0), ecn_ce: false }, &buf[..len], &mut Memory::default());
     let after = a.connection_stats(conn).unwrap();

@@ -7,8 +7,8 @@
 /// A byte range within a datagram.
 pub type Field = core::ops::Range<usize>;
 
-/// Offset of the body: the common header is 16 bytes.
-const BODY: usize = 16;
+/// Offset of the body: the common header is 20 bytes.
+const BODY: usize = 20;
 
 // ---- Common header (every packet) ----
 
@@ -18,12 +18,15 @@ pub const VERSION: usize = 0;
 pub const TYPE: usize = 1;
 /// Type-specific flags, see [`flags`].
 pub const FLAGS: usize = 2;
-/// Reserved byte: zero on emit, ignored on parse, so it can be given a meaning later.
-pub const RESERVED: usize = 3;
+/// Integrity mode the sender sealed the packet with (see [`super::Integrity`]); covered by
+/// the CRC, and a receiver accepts only its own mode.
+pub const INTEGRITY: usize = 3;
 /// Receiver's connection id, for demultiplexing before any other work.
 pub const DST_CONN: Field = 4..8;
 /// Receiver's per-connection random token, so off-path packets are dropped cheaply.
 pub const TOKEN: Field = 8..16;
+/// CRC32C over the header and (in `Integrity::Full`) the payload, this field skipped.
+pub const CRC: Field = 16..20;
 /// First byte after the common header.
 pub const HEADER_END: usize = BODY;
 

@@ -367,9 +367,13 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     pub fn set_flags(&mut self, value: u8) {
         write_u8(self.data_mut(), field::FLAGS, value)
     }
-    /// Sets the reserved header byte (emit writes zero).
-    pub fn set_reserved(&mut self, value: u8) {
-        write_u8(self.data_mut(), field::RESERVED, value)
+    /// Sets the CRC field (emit writes zero; [`super::seal`] the real CRC).
+    pub fn set_crc(&mut self, value: u32) {
+        write(self.data_mut(), field::CRC, value.to_be_bytes())
+    }
+    /// Sets the integrity mode byte (emit writes zero; [`super::seal`] the real mode).
+    pub fn set_integrity_mode(&mut self, value: u8) {
+        write_u8(self.data_mut(), field::INTEGRITY, value)
     }
     /// Sets the receiver's connection id.
     pub fn set_dst_conn(&mut self, value: ConnectionId) {
