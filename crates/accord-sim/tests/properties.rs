@@ -324,3 +324,12 @@ fn random_operations_under_random_faults() {
     }
     assert!(failures.is_empty(), "{} seeds failed: {failures:?}", failures.len());
 }
+
+/// Seed 7571 (found in a 10,000-seed run): EQDS, a path cut with nothing in flight, and two
+/// data packets dropped by the end-to-end check. Every Rts went on the path data last came in
+/// on, which was the cut one, so the sender waited for credit until the idle timeout. Rts now
+/// rotates over the paths.
+#[test]
+fn rts_rotates_off_a_cut_path_seed_7571() {
+    run_seed(7571).unwrap();
+}

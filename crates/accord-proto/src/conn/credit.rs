@@ -226,9 +226,22 @@ impl Connection {
         let header = self.peer_header()?;
         self.credit.last_credit_or_rts_at = Some(now);
         self.stats.rts_sent += 1;
-        // Any path: the Rts is small and the receiver only needs one.
-        let path = self.credit.last_data_path;
+        let path = self.rts_path();
         self.emit_control(&header, &Repr::Rts(RtsRepr { backlog_bytes: backlog }), path, buf)
+    }
+
+    /// The path for the next Rts: the receiver needs only one, but the path data last came in
+    /// on may since have died (a cut with nothing in flight is never noticed by a timeout), and
+    /// every Rts sent into it was lost: the sender then waited for credit forever. So each Rts
+    /// after the first goes on the next path in turn, quarantined ones skipped while any other
+    /// is active.
+    fn rts_path(&self) -> PathId {
+        let count = self.paths.len().max(1) as u64;
+        let first = self.credit.last_data_path.0 as u64;
+        let active = |p: PathId| self.paths.get(p).is_some_and(|s| s.is_active());
+        let sent_before = self.stats.rts_sent.saturating_sub(1);
+        let turn = |k: u64| PathId(((first + sent_before + k) % count) as u16);
+        (0..count).map(turn).find(|&p| active(p)).unwrap_or(turn(0))
     }
 
     /// Tells a receiver-driven policy the connection went idle (nothing to send or resolve).
