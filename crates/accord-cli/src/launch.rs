@@ -52,6 +52,25 @@ enum Prefix {
     AllButRankZeroStdout,
 }
 
+/// The job secret every rank's engine proves in its handshakes (`accord_proto::admission`).
+const JOB_SECRET_ENV: &str = "ACCORD_JOB_SECRET";
+
+/// The secret the ranks share: the caller's `ACCORD_JOB_SECRET` if set (a job spread over
+/// several launchers), else 32 fresh bytes from the OS. It reaches the ranks through their
+/// environment, which only processes of the same user can read.
+fn job_secret() -> Result<String, String> {
+    if let Ok(given) = std::env::var(JOB_SECRET_ENV) {
+        return accord_proto::JobSecret::from_hex(&given)
+            .map(|s| s.to_hex())
+            .ok_or_else(|| format!("{JOB_SECRET_ENV} must be 64 hex digits (32 bytes)"));
+    }
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+        .map_err(|e| format!("could not read a job secret from /dev/urandom: {e}"))?;
+    Ok(accord_proto::JobSecret(bytes).to_hex())
+}
+
 fn launch(
     ranks: u32,
     master_port: Option<u16>,
@@ -67,6 +86,7 @@ fn launch(
         Some(p) => p,
         None => free_port()?,
     };
+    let secret = job_secret()?;
     let mut children = Vec::new();
     let mut pumps = Vec::new();
     for rank in 0..ranks {
@@ -80,6 +100,7 @@ fn launch(
             .env("LOCAL_WORLD_SIZE", ranks.to_string())
             .env("MASTER_ADDR", "127.0.0.1")
             .env("MASTER_PORT", port.to_string())
+            .env(JOB_SECRET_ENV, &secret)
             .envs(extra_env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -213,4 +234,20 @@ fn free_port() -> Result<u16, String> {
 fn exit_code(status: ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
     status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(1))
+}
+
+#[cfg(test)]
+mod secret_tests {
+    use super::*;
+
+    /// Each launch draws a fresh secret of 32 bytes (unless the caller gave one).
+    #[test]
+    fn each_job_gets_a_fresh_secret() {
+        if std::env::var_os(JOB_SECRET_ENV).is_some() {
+            return; // the caller chose the secret; nothing to draw
+        }
+        let (a, b) = (job_secret().unwrap(), job_secret().unwrap());
+        assert!(accord_proto::JobSecret::from_hex(&a).is_some());
+        assert_ne!(a, b);
+    }
 }

@@ -45,6 +45,10 @@ pub const ENGINE_ENV_OVERRIDES: &[(&str, &str)] = &[
         "ACCORD_INTEGRITY",
         "integrity: end-to-end CRC32C of every packet: full (default, header and payload), header, or off; alike on every rank",
     ),
+    (
+        "ACCORD_JOB_SECRET",
+        "job_secret (64 hex digits): only engines holding it may connect; accord launch sets one per job",
+    ),
     ("ACCORD_NIC_GBPS", "nic_gbps: line rate of each NIC, for the EQDS credit pacer"),
     ("ACCORD_FORCE_NETWORK", "force_network (0 or 1): same-process peers go over the network"),
     ("ACCORD_DATAGRAM_BYTES", "datagram_bytes (0 = by address: loopback or fabric size)"),
@@ -159,6 +163,10 @@ pub struct EngineConfig {
     pub fault: Option<FaultConfig>,
     /// Seed of the fault injectors. Default 1.
     pub fault_seed: u64,
+    /// The job secret (`ACCORD_JOB_SECRET`, 64 hex digits): when set, connections open only
+    /// between engines that prove they hold it, and an engine refuses every peer that does not
+    /// (see `accord_proto::admission`). `accord launch` sets one per job. Default none.
+    pub job_secret: Option<accord_proto::JobSecret>,
     /// Shared-memory rings for peers on this host (their `EngineAddress::host` equals ours).
     /// Default on, 8 MiB rings; the UDP sockets stay for setup, doorbells and fallback.
     pub shm: ShmConfig,
@@ -257,6 +265,7 @@ impl Default for EngineConfig {
             idle_timeout: Duration::from_secs(5),
             fault: None,
             fault_seed: 1,
+            job_secret: None,
             shm: ShmConfig::default(),
             await_poll: AWAIT_POLL_DEFAULT,
             wait_spin: crate::wait_spin::wait_spin_default(host_cores()),
@@ -314,6 +323,13 @@ impl EngineConfig {
                 "ACCORD_PATH_SELECTOR" => self.path_selector = value.trim().to_string(),
                 "ACCORD_PACER_ORDER" => self.pacer_order = value.trim().to_string(),
                 "ACCORD_INTEGRITY" => self.integrity = value.trim().to_string(),
+                "ACCORD_JOB_SECRET" => {
+                    // The value is never echoed into the error: it is a secret.
+                    let secret = accord_proto::JobSecret::from_hex(&value).ok_or_else(|| {
+                        BuildError::Invalid("ACCORD_JOB_SECRET must be 64 hex digits (32 bytes)".to_string())
+                    })?;
+                    self.job_secret = Some(secret);
+                }
                 "ACCORD_NIC_GBPS" => self.nic_gbps = num(name, &value)?,
                 "ACCORD_FORCE_NETWORK" => self.force_network = num::<u8>(name, &value)? != 0,
                 "ACCORD_DATAGRAM_BYTES" => self.datagram_bytes = num(name, &value)?,
@@ -489,6 +505,7 @@ impl EngineConfig {
         ep.credit.line_rate_bytes_per_sec = ((self.nic_gbps * 1e9 / 8.0 / workers) as u64).max(1);
         ep.credit.order = accord_proto::config::PacerOrder::from_name(&self.pacer_order).unwrap_or(ep.credit.order);
         ep.integrity = accord_proto::wire::Integrity::from_name(&self.integrity).unwrap_or(ep.integrity);
+        ep.secret = self.job_secret;
         let c = &mut ep.connection;
         c.idle_timeout = self.idle_timeout;
         // First contact gets the same bound as a live connection's silence: an overloaded peer

@@ -225,4 +225,7 @@ pub struct EndpointStats {
     /// Sealed in another integrity mode than this endpoint checks (a rank configured
     /// differently, or a corrupted mode byte).
     pub integrity_mismatch: u64,
+    /// Hellos and HelloAcks without a valid proof of the job secret (see
+    /// [`crate::admission`]); refused before anything was allocated.
+    pub unadmitted: u64,
 }

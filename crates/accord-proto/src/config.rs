@@ -161,6 +161,9 @@ pub struct EndpointConfig {
     /// [`crate::wire::integrity`]). Every endpoint of a job must use the same. Default
     /// [`Integrity::Full`](crate::wire::Integrity::Full): header and payload.
     pub integrity: crate::wire::Integrity,
+    /// The job secret: when set, only peers that prove they hold it may connect (see
+    /// [`crate::admission`]). Every endpoint of a job must hold the same. Default: none.
+    pub secret: Option<crate::admission::JobSecret>,
 }
 
 impl Default for EndpointConfig {
@@ -170,6 +173,7 @@ impl Default for EndpointConfig {
             connections_max: 65536,
             credit: CreditConfig::default(),
             integrity: crate::wire::Integrity::default(),
+            secret: None,
         }
     }
 }

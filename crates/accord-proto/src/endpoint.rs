@@ -85,7 +85,9 @@ impl Endpoint {
         }
         let id = self.allocate_id();
         let seed = self.rng.next_u64();
-        self.conns.insert(id, Connection::connect(id, self.config.connection.clone(), seed, now));
+        let mut conn = Connection::connect(id, self.config.connection.clone(), seed, now);
+        conn.secret = self.config.secret;
+        self.conns.insert(id, conn);
         Ok(id)
     }
 
@@ -157,7 +159,7 @@ impl Endpoint {
             }
         };
         if let Repr::Hello(hello) = &parsed.repr {
-            return self.handle_hello(now, hello);
+            return self.handle_hello(now, &parsed.header, hello);
         }
         let Some(conn) = self.conns.get_mut(&parsed.header.dst_conn) else {
             self.stats.unknown_connection += 1;
@@ -172,7 +174,9 @@ impl Endpoint {
         let placement = match &parsed.repr {
             Repr::Hello(_) => None,
             Repr::HelloAck(hello_ack) => {
-                conn.on_hello_ack(hello_ack, events);
+                if !conn.on_hello_ack(&parsed.header, hello_ack, events) {
+                    self.stats.unadmitted += 1;
+                }
                 None
             }
             Repr::Data(data) => conn.handle_data(now, rx, data, parsed.payload.clone(), memory, events),
@@ -230,7 +234,14 @@ impl Endpoint {
         DatagramOutcome { conn: Some(conn.id), placement: None }
     }
 
-    fn handle_hello(&mut self, now: Instant, hello: &HelloRepr) -> DatagramOutcome {
+    fn handle_hello(&mut self, now: Instant, header: &wire::Header, hello: &HelloRepr) -> DatagramOutcome {
+        // Admission first, before any lookup or allocation: an unproven Hello costs nothing.
+        if let Some(secret) = &self.config.secret {
+            if !crate::admission::verify(secret, crate::admission::ProofKind::Hello, header, hello) {
+                self.stats.unadmitted += 1;
+                return DatagramOutcome::default();
+            }
+        }
         let key = (hello.src_conn, hello.src_token);
         if let Some(&id) = self.accepted.get(&key) {
             if let Some(conn) = self.conns.get_mut(&id) {
@@ -248,7 +259,9 @@ impl Endpoint {
         }
         let id = self.allocate_id();
         let seed = self.rng.next_u64();
-        self.conns.insert(id, Connection::accept(id, self.config.connection.clone(), seed, now, hello));
+        let mut conn = Connection::accept(id, self.config.connection.clone(), seed, now, hello);
+        conn.secret = self.config.secret;
+        self.conns.insert(id, conn);
         self.accepted.insert(key, id);
         self.events.push_back(Event::Accepted { conn: id });
         DatagramOutcome { conn: Some(id), placement: None }

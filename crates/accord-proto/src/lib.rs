@@ -11,6 +11,7 @@
 //! placed; completion at the sender means every packet was acknowledged.
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod api;
 pub mod cc;
 pub mod config;
@@ -24,6 +25,7 @@ pub mod send;
 pub mod time;
 pub mod wire;
 
+pub use admission::JobSecret;
 pub use api::{
     ConnectionError, ConnectionHandle, ConnectionStats, DatagramOutcome, EndpointStats, Event, LocalMemory, PayloadRef,
     Placement, PlacementTarget, RxMeta, SendRequest, Transmit, WriteRequest,

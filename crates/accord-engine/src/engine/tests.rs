@@ -399,6 +399,49 @@ fn replays_and_header_flips_past_the_udp_checksum_change_no_byte() {
     assert!(sa.bad_checksums() + sb.bad_checksums() > 0, "flipped headers failed the end-to-end check");
 }
 
+/// Engines holding the job secret exchange writes; an engine without it (or with another)
+/// cannot get a single byte or message into one that has it: no connection, so no token.
+#[test]
+fn only_holders_of_the_job_secret_connect() {
+    let secret = "5a".repeat(32);
+    let with = |hex: &str| {
+        let vars: HashMap<&str, String> = [("ACCORD_JOB_SECRET", hex.to_string()), ("ACCORD_SHM", "0".into())].into();
+        EngineConfig::default().with_overrides_from(|n| vars.get(n).cloned()).unwrap()
+    };
+    let bad = HashMap::from([("ACCORD_JOB_SECRET", "xyz".to_string())]);
+    let err = EngineConfig::default().with_overrides_from(|n| bad.get(n).cloned()).unwrap_err().to_string();
+    assert!(err.contains("64 hex digits") && !err.contains("xyz"), "{err}");
+    let build = |config: EngineConfig| {
+        let config = EngineConfig { idle_timeout: Duration::from_millis(500), ..config };
+        Engine::builder().ignore_env().config(config).force_network(true).build().unwrap()
+    };
+    let mut no_secret = EngineConfig::default();
+    no_secret.shm.enabled = false;
+    let (a, b) = (build(with(&secret)), build(with(&secret)));
+    let outsiders = [build(no_secret), build(with(&"a5".repeat(32)))];
+    let dst = b.alloc(4096).unwrap();
+    let d = dst.descriptor();
+    for (i, writer) in std::iter::once(&a).chain(&outsiders).enumerate() {
+        writer.add_peer(&b.address()).unwrap();
+        b.add_peer(&writer.address()).unwrap();
+        let src = writer.alloc(4096).unwrap();
+        src.fill(i as u8 + 1);
+        let h = src.handle();
+        let op = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 0, len: 4096, imm: Some(7) };
+        let result = writer.write(&op).unwrap().wait_timeout(WAIT);
+        if i == 0 {
+            assert_eq!(result, Ok(()), "a holder of the secret writes");
+            assert_eq!(dst.to_vec(), vec![1u8; 4096]);
+        } else {
+            assert!(result.is_err(), "outsider {i} wrote: {result:?}");
+            assert_eq!(dst.to_vec(), vec![1u8; 4096], "outsider {i} changed no byte");
+        }
+    }
+    assert_eq!(b.imm_counter(7).wait(1, WAIT), 1, "only the holder's immediate counted");
+    let refused: u64 = b.stats().lanes.iter().map(|l| l.endpoint.unadmitted).sum();
+    assert!(refused > 0, "the outsiders' Hellos were refused and counted");
+}
+
 #[test]
 fn wait_spin_is_configurable_and_bounded() {
     let set = |v: &str| {

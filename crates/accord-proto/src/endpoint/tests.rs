@@ -415,3 +415,72 @@ fn unsolicited_probe_answers_are_stale() {
     assert_eq!(after.rtt_smoothed, before.rtt_smoothed);
     assert!(b.is_established(b_conn));
 }
+
+fn secret_pair(a_secret: Option<[u8; 32]>, b_secret: Option<[u8; 32]>) -> (Endpoint, Endpoint, ConnectionHandle) {
+    let cfg = |s: Option<[u8; 32]>| EndpointConfig { secret: s.map(crate::JobSecret), ..Default::default() };
+    let mut a = Endpoint::new(cfg(a_secret), 1).unwrap();
+    let b = Endpoint::new(cfg(b_secret), 2).unwrap();
+    let conn = a.connect(t(0)).unwrap();
+    (a, b, conn)
+}
+
+/// Two holders of the secret connect and move data; the secret's proof travels, not it.
+#[test]
+fn holders_of_the_job_secret_connect_and_the_secret_never_travels() {
+    let secret = [0x5c; 32];
+    let (mut a, mut b, conn) = secret_pair(Some(secret), Some(secret));
+    let mut mem = Memory::default();
+    let to_b = exchange(&mut a, &mut b, &mut mem, t(1));
+    assert!(a.is_established(conn));
+    assert!(to_b.iter().all(|d| !d.windows(32).any(|w| w == secret)), "the secret is not on the wire");
+    a.write(conn, WriteRequest { region: RegionId(1), key: KEY, offset: 0, len: 5000, imm: None, tag: 0 }).unwrap();
+    exchange(&mut a, &mut b, &mut mem, t(2));
+    assert!(!mem.placements.is_empty());
+    assert_eq!(b.stats().unadmitted, 0);
+}
+
+/// A process without the secret (or with another) gets no connection, so no token, so it can
+/// deliver nothing; the side with the secret refuses the outsider's answer too.
+#[test]
+fn outsiders_without_the_secret_are_refused_both_ways() {
+    let secret = [0x33; 32];
+    for (a_secret, b_secret) in [(None, Some(secret)), (Some([0x34; 32]), Some(secret)), (Some(secret), None)] {
+        let (mut a, mut b, conn) = secret_pair(a_secret, b_secret);
+        exchange(&mut a, &mut b, &mut Memory::default(), t(1));
+        assert!(!a.is_established(conn), "{a_secret:?} -> {b_secret:?}");
+        let refused = a.stats().unadmitted + b.stats().unadmitted;
+        assert!(refused >= 1, "{a_secret:?} -> {b_secret:?}: refusal counted");
+        if b_secret.is_some() {
+            assert_eq!(b.connections().count(), 0, "the unproven Hello allocated nothing");
+        }
+    }
+}
+
+/// 100,000 forged Hellos (random ids, tokens and proofs) leave the table empty; a holder of
+/// the secret then connects at once.
+#[test]
+fn a_hello_flood_costs_no_memory_and_never_blocks_a_legitimate_peer() {
+    let secret = [0x77; 32];
+    let (mut a, mut b, conn) = secret_pair(Some(secret), Some(secret));
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let mut buf = [0u8; 128];
+    for _ in 0..100_000 {
+        let hello = wire::HelloRepr {
+            src_conn: crate::ConnectionId(rng.gen()),
+            src_token: rng.gen(),
+            max_payload_bytes: 9000,
+            path_count: 4,
+            recv_window_packets: 256,
+            proof: rng.gen(),
+        };
+        let header = wire::Header { dst_conn: crate::ConnectionId(0), token: 0 };
+        let len = wire::emit(&header, &Repr::Hello(hello), &mut buf).unwrap();
+        wire::seal(&mut buf[..len], wire::Integrity::Full);
+        b.handle_datagram(t(1), RxMeta::default(), &buf[..len], &mut Memory::default());
+    }
+    assert_eq!(b.stats().unadmitted, 100_000);
+    assert_eq!(b.connections().count(), 0);
+    exchange(&mut a, &mut b, &mut Memory::default(), t(2));
+    assert!(a.is_established(conn));
+    assert_eq!(b.connections().count(), 1);
+}

@@ -42,8 +42,11 @@ pub const HELLO_MAX_PAYLOAD_BYTES: Field = BODY + 12..BODY + 14;
 pub const HELLO_PATH_COUNT: Field = BODY + 14..BODY + 16;
 /// Receive window the sender grants, in packets.
 pub const HELLO_RECV_WINDOW_PACKETS: Field = BODY + 16..BODY + 20;
+/// Proof of the job secret: a truncated HMAC-SHA256 over the packet's addressing and fields
+/// (see `crate::admission`); zero when the job has no secret.
+pub const HELLO_PROOF: Field = BODY + 20..BODY + 36;
 /// Exact length of a Hello / HelloAck datagram.
-pub const HELLO_END: usize = BODY + 20;
+pub const HELLO_END: usize = BODY + 36;
 
 // ---- Data ----
 

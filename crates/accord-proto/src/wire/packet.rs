@@ -196,6 +196,10 @@ impl<T: AsRef<[u8]>> Packet<T> {
     pub fn hello_path_count(&self) -> u16 {
         read_u16(self.data(), field::HELLO_PATH_COUNT)
     }
+    /// Proof of the job secret (zero without one).
+    pub fn hello_proof(&self) -> [u8; 16] {
+        read(self.data(), field::HELLO_PROOF)
+    }
     /// Receive window the sender grants, in packets.
     pub fn hello_recv_window_packets(&self) -> u32 {
         read_u32(self.data(), field::HELLO_RECV_WINDOW_PACKETS)
@@ -399,6 +403,10 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     /// Sets the Hello path count.
     pub fn set_hello_path_count(&mut self, value: u16) {
         write(self.data_mut(), field::HELLO_PATH_COUNT, value.to_be_bytes())
+    }
+    /// Sets the proof of the job secret.
+    pub fn set_hello_proof(&mut self, value: [u8; 16]) {
+        write(self.data_mut(), field::HELLO_PROOF, value)
     }
     /// Sets the Hello receive window.
     pub fn set_hello_recv_window_packets(&mut self, value: u32) {

@@ -15,6 +15,7 @@ fn hello() -> HelloRepr {
         max_payload_bytes: 8192,
         path_count: 64,
         recv_window_packets: 4096,
+        proof: *b"0123456789abcdef",
     }
 }
 
@@ -220,7 +221,7 @@ fn layout_matches_the_design_table() {
     assert_eq!(DATA_HEADER_LEN, 108);
     assert_eq!(MAX_ACK_LEN, field::ACK_SACK + 128 + field::rejection::LEN * 16);
     assert_eq!(to_bytes(&HEADER, &Repr::Ack(ack_full())).len(), MAX_ACK_LEN);
-    assert_eq!(Repr::Hello(hello()).buffer_len(), 40);
+    assert_eq!(Repr::Hello(hello()).buffer_len(), 56);
     assert_eq!(Repr::Close(CloseRepr { reason: 0 }).buffer_len(), 24);
 
     let bytes = to_bytes(&HEADER, &Repr::Ack(ack_sparse()));
@@ -452,6 +453,7 @@ fn random_repr(rng: &mut ChaCha8Rng) -> Repr {
         max_payload_bytes: rng.gen(),
         path_count: rng.gen(),
         recv_window_packets: rng.gen(),
+        proof: rng.gen(),
     };
     let probe = |rng: &mut ChaCha8Rng| ProbeRepr { probe_id: rng.gen(), tx_time_ns: rng.gen() };
     match rng.gen_range(0..9) {
