@@ -85,6 +85,23 @@ pub(crate) fn verify(secret: &JobSecret, kind: ProofKind, header: &Header, hello
     mac(secret, kind, header, hello).verify_truncated_left(&hello.proof).is_ok()
 }
 
+/// Proof for a challenge-response outside the transport (the bootstrap store): HMAC-SHA256
+/// under the secret over a domain label and the challenger's fresh nonce.
+pub fn challenge_proof(secret: &JobSecret, label: &[u8], nonce: &[u8]) -> [u8; 32] {
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&secret.0).expect("HMAC takes any key length");
+    mac.update(label);
+    mac.update(nonce);
+    mac.finalize().into_bytes().into()
+}
+
+/// Checks a [`challenge_proof`] in constant time.
+pub fn verify_challenge(secret: &JobSecret, label: &[u8], nonce: &[u8], proof: &[u8]) -> bool {
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&secret.0).expect("HMAC takes any key length");
+    mac.update(label);
+    mac.update(nonce);
+    mac.verify_slice(proof).is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
