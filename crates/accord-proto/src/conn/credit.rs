@@ -54,6 +54,41 @@ pub(super) struct CreditState {
     blocked_since: Option<Instant>,
     /// Sender: latest credit received or Rts sent (the Rts timer restarts from it).
     last_credit_or_rts_at: Option<Instant>,
+    /// Receiver: number of the last Credit frame sent.
+    seq_out: u32,
+    /// Sender: which Credit frame numbers were acted on.
+    seen: ReplayWindow,
+}
+
+/// Anti-replay window over Credit frame numbers: the highest seen and a bitmap of the 64 below
+/// it. A number above the highest, or inside the window and not seen, is fresh; anything else
+/// (seen, or older than the window, or 0) is a duplicate or replay. A legitimate frame delayed
+/// past 64 newer ones is refused too: a lost grant, which the Rts timer repairs.
+#[derive(Clone, Copy, Debug, Default)]
+struct ReplayWindow {
+    highest: u32,
+    seen: u64,
+}
+
+impl ReplayWindow {
+    fn accept(&mut self, seq: u32) -> bool {
+        let ahead = seq.wrapping_sub(self.highest) as i32;
+        if seq == 0 {
+            return false;
+        }
+        if ahead > 0 {
+            self.seen = if ahead >= 64 { 0 } else { self.seen << ahead };
+            self.seen |= 1;
+            self.highest = seq;
+            return true;
+        }
+        let back = self.highest.wrapping_sub(seq);
+        if back >= 64 || self.seen & (1 << back) != 0 {
+            return false;
+        }
+        self.seen |= 1 << back;
+        true
+    }
 }
 
 impl Connection {
@@ -148,8 +183,15 @@ impl Connection {
         }
         let header = self.peer_header()?;
         self.stats.credit_sent_bytes += grant.credit_bytes as u64;
-        let repr = Repr::Credit(CreditRepr { credit_bytes: grant.credit_bytes, nack: grant.nack });
+        let seq = self.next_credit_seq();
+        let repr = Repr::Credit(CreditRepr { credit_bytes: grant.credit_bytes, nack: grant.nack, seq });
         self.emit_control(&header, &repr, self.credit.last_data_path, buf)
+    }
+
+    /// Number for the next Credit frame (from 1; 0 is never sent).
+    fn next_credit_seq(&mut self) -> u32 {
+        self.credit.seq_out = self.credit.seq_out.wrapping_add(1).max(1);
+        self.credit.seq_out
     }
 
     // ---- sending side ----
@@ -157,6 +199,11 @@ impl Connection {
     /// Credit (and perhaps a NACK) from the peer's pacer.
     pub(crate) fn handle_credit(&mut self, now: Instant, credit: &CreditRepr, _events: &mut VecDeque<Event>) {
         if !self.is_established() {
+            return;
+        }
+        if !self.credit.seen.accept(credit.seq) {
+            // A duplicate or a replay: it granted (or NACKed) once already.
+            self.stats.stale_frames += 1;
             return;
         }
         if let Some(psn) = credit.nack {
@@ -211,7 +258,8 @@ impl Connection {
     pub(super) fn poll_credit_control(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         if let Some(psn) = self.credit.nacks_out.pop_front() {
             let header = self.peer_header()?;
-            let repr = Repr::Credit(CreditRepr { credit_bytes: 0, nack: Some(psn) });
+            let seq = self.next_credit_seq();
+            let repr = Repr::Credit(CreditRepr { credit_bytes: 0, nack: Some(psn), seq });
             return self.emit_control(&header, &repr, self.credit.last_data_path, buf);
         }
         let due = self.rts_deadline()?;
@@ -250,5 +298,29 @@ impl Connection {
             self.cc.on_idle(now);
             self.credit.blocked_since = None;
         }
+    }
+}
+
+#[cfg(test)]
+mod replay_window_tests {
+    use super::ReplayWindow;
+
+    #[test]
+    fn each_number_is_accepted_once_in_any_order_within_the_window() {
+        let mut w = ReplayWindow::default();
+        assert!(!w.accept(0), "0 is never sent");
+        for seq in [1, 3, 2, 5, 4] {
+            assert!(w.accept(seq), "{seq} first time");
+        }
+        for seq in 1..=5 {
+            assert!(!w.accept(seq), "{seq} again");
+        }
+        assert!(w.accept(100));
+        assert!(!w.accept(36), "older than the window");
+        assert!(w.accept(37), "inside the window, unseen");
+        assert!(!w.accept(37));
+        let mut wrap = ReplayWindow { highest: u32::MAX, seen: 1 };
+        assert!(wrap.accept(1), "numbers wrap");
+        assert!(!wrap.accept(u32::MAX));
     }
 }

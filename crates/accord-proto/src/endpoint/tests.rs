@@ -484,3 +484,24 @@ fn a_hello_flood_costs_no_memory_and_never_blocks_a_legitimate_peer() {
     assert!(a.is_established(conn));
     assert_eq!(b.connections().count(), 1);
 }
+
+/// Credit frames replayed verbatim grant nothing twice: each frame number is acted on once.
+#[test]
+fn replayed_credit_grants_nothing() {
+    let eqds = ConnectionConfig { cc: crate::cc::CcKind::Eqds(Default::default()), ..Default::default() };
+    let (mut a, mut b, conn) = pair(eqds.clone(), eqds);
+    let mut mem_b = Memory::default();
+    let mut now = t(1);
+    exchange_timed(&mut a, &mut b, &mut mem_b, &mut now);
+    a.write(conn, WriteRequest { region: RegionId(1), key: KEY, offset: 0, len: 200_000, imm: None, tag: 0 }).unwrap();
+    let to_a = exchange_timed(&mut a, &mut b, &mut mem_b, &mut now);
+    let credits: Vec<&Vec<u8>> = to_a.iter().filter(|d| d[1] == wire::PacketType::Credit as u8).collect();
+    assert!(!credits.is_empty(), "the receiver granted credit");
+    let before = a.connection_stats(conn).unwrap();
+    for d in &credits {
+        a.handle_datagram(now, RxMeta::default(), d, &mut Memory::default());
+    }
+    let after = a.connection_stats(conn).unwrap();
+    assert_eq!(after.credit_received_bytes, before.credit_received_bytes, "no credit from a replay");
+    assert_eq!(after.stale_frames, before.stale_frames + credits.len() as u64);
+}

@@ -136,8 +136,9 @@ pub const PROBE_END: usize = BODY + 16;
 
 /// Bytes of new permission to send that the receiver's pacer grants.
 pub const CREDIT_BYTES: Field = BODY..BODY + 4;
-/// Reserved word in the credit body.
-pub const CREDIT_RESERVED: Field = BODY + 4..BODY + 8;
+/// Sequence number of the Credit frame (1, 2, ... per connection), so a replayed or
+/// duplicated frame grants nothing twice.
+pub const CREDIT_SEQ: Field = BODY + 4..BODY + 8;
 /// Packet number whose payload a switch trimmed, meaningful only with [`credit_flags::HAS_NACK`]:
 /// the sender resends it first.
 pub const CREDIT_NACK_PSN: Field = BODY + 8..BODY + 16;

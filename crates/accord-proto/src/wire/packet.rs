@@ -337,6 +337,10 @@ impl<T: AsRef<[u8]>> Packet<T> {
     pub fn credit_bytes(&self) -> u32 {
         read_u32(self.data(), field::CREDIT_BYTES)
     }
+    /// Sequence number of a Credit frame.
+    pub fn credit_seq(&self) -> u32 {
+        read_u32(self.data(), field::CREDIT_SEQ)
+    }
     /// Packet number a Credit NACKs (meaningful with its HAS_NACK flag).
     pub fn credit_nack_psn(&self) -> Psn {
         read_u64(self.data(), field::CREDIT_NACK_PSN)
@@ -543,9 +547,9 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     pub fn set_credit_bytes(&mut self, value: u32) {
         write(self.data_mut(), field::CREDIT_BYTES, value.to_be_bytes())
     }
-    /// Sets the credit body's reserved word.
-    pub fn set_credit_reserved(&mut self, value: u32) {
-        write(self.data_mut(), field::CREDIT_RESERVED, value.to_be_bytes())
+    /// Sets the Credit frame's sequence number.
+    pub fn set_credit_seq(&mut self, value: u32) {
+        write(self.data_mut(), field::CREDIT_SEQ, value.to_be_bytes())
     }
     /// Sets the packet number a Credit NACKs.
     pub fn set_credit_nack_psn(&mut self, value: Psn) {

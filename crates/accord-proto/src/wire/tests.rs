@@ -116,8 +116,8 @@ fn samples() -> Vec<(&'static str, Repr)> {
         ("probe", Repr::Probe(ProbeRepr { probe_id: 17, tx_time_ns: 99 })),
         ("probe_ack", Repr::ProbeAck(ProbeRepr { probe_id: u64::MAX, tx_time_ns: 0 })),
         ("close", Repr::Close(CloseRepr { reason: 3 })),
-        ("credit", Repr::Credit(CreditRepr { credit_bytes: 16384, nack: None })),
-        ("credit_nack", Repr::Credit(CreditRepr { credit_bytes: 4096, nack: Some(77) })),
+        ("credit", Repr::Credit(CreditRepr { credit_bytes: 16384, nack: None, seq: 1 })),
+        ("credit_nack", Repr::Credit(CreditRepr { credit_bytes: 4096, nack: Some(77), seq: 2 })),
         ("rts", Repr::Rts(RtsRepr { backlog_bytes: 1 << 40 })),
     ]
 }
@@ -409,7 +409,7 @@ fn fixed_bodies_reject_trailing_bytes() {
         Repr::Hello(hello()),
         Repr::Probe(ProbeRepr { probe_id: 1, tx_time_ns: 2 }),
         Repr::Close(CloseRepr { reason: 0 }),
-        Repr::Credit(CreditRepr { credit_bytes: 1, nack: Some(2) }),
+        Repr::Credit(CreditRepr { credit_bytes: 1, nack: Some(2), seq: 3 }),
         Repr::Rts(RtsRepr { backlog_bytes: 3 }),
     ] {
         let mut bytes = to_bytes(&HEADER, &repr);
@@ -518,7 +518,11 @@ fn random_repr(rng: &mut ChaCha8Rng) -> Repr {
         }
         4 => Repr::Probe(probe(rng)),
         5 => Repr::ProbeAck(probe(rng)),
-        6 => Repr::Credit(CreditRepr { credit_bytes: rng.gen(), nack: rng.gen::<bool>().then(|| rng.gen()) }),
+        6 => Repr::Credit(CreditRepr {
+            credit_bytes: rng.gen(),
+            nack: rng.gen::<bool>().then(|| rng.gen()),
+            seq: rng.gen(),
+        }),
         7 => Repr::Rts(RtsRepr { backlog_bytes: rng.gen() }),
         _ => Repr::Close(CloseRepr { reason: rng.gen() }),
     }
@@ -615,7 +619,7 @@ fn trimmed_header_parses_only_as_exactly_a_data_header() {
     // The full packet, a shorter cut, and other types are refused.
     assert!(parse_trimmed(&full).is_err() || data.payload_len == 0);
     assert!(parse_trimmed(&full[..DATA_HEADER_LEN - 1]).is_err());
-    let credit = to_bytes(&HEADER, &Repr::Credit(CreditRepr { credit_bytes: 1, nack: None }));
+    let credit = to_bytes(&HEADER, &Repr::Credit(CreditRepr { credit_bytes: 1, nack: None, seq: 1 }));
     assert!(parse_trimmed(&credit).is_err());
 }
 
@@ -640,7 +644,10 @@ fn seed_corpus() -> Vec<(String, Vec<u8>)> {
         ("bad_empty", vec![]),
         ("bad_version", patch(Repr::Hello(hello()), &|b| b[0] = 1)),
         ("bad_type", patch(Repr::Hello(hello()), &|b| b[1] = 99)),
-        ("bad_credit_truncated", patch(Repr::Credit(CreditRepr { credit_bytes: 1, nack: None }), &|b| b.truncate(20))),
+        (
+            "bad_credit_truncated",
+            patch(Repr::Credit(CreditRepr { credit_bytes: 1, nack: None, seq: 1 }), &|b| b.truncate(20)),
+        ),
         ("bad_rts_trailing", patch(Repr::Rts(RtsRepr { backlog_bytes: 1 }), &|b| b.push(0))),
         ("bad_data_truncated", patch(data, &|b| b.truncate(60))),
         ("bad_data_payload_len", patch(data, &|b| b[20 + 35] ^= 1)),
