@@ -1,8 +1,10 @@
 //! Property tests over seeds: random mixes of writes (valid and invalid), immediates and sends,
 //! in both directions, under random faults and path cuts. For each seed: every byte placed
 //! exactly once at the right offset, nothing placed by refused writes, immediate counts exact,
-//! every operation completes with the expected result, and the protocol's invariants hold on
-//! every event, and a late replayed frame that resolves nothing changes nothing. A failure prints its seed; `ACCORD_PROPTEST_SEED=N` reruns just that one and
+//! every operation completes with the expected result, the protocol's invariants hold on every
+//! event, and a late replayed frame that resolves nothing changes nothing. Faults include late
+//! verbatim replays and bit flips past the link's frame check (for the end-to-end CRC). A
+//! failure prints its seed; `ACCORD_PROPTEST_SEED=N` reruns just that one and
 //! `ACCORD_PROPTEST_SEEDS=N` runs more (the bench mode).
 
 use accord_proto::cc::{CcKind, EqdsConfig};
