@@ -16,6 +16,7 @@ import multiprocessing
 import os
 import queue
 import random
+import secrets
 import signal
 import socket
 import sys
@@ -102,9 +103,11 @@ def run(fn: Callable[..., T], nprocs: int, *args: Any, timeout: float | None = N
     values by rank.
 
     Each process has ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
-    ``MASTER_ADDR=127.0.0.1`` and a free ``MASTER_PORT`` (20000..30000) set, so
-    ``accord.Communicator()`` joins the job. ``fn``, ``args`` and the return values must
-    pickle (``fn`` defined at module level, importable by the children).
+    ``MASTER_ADDR=127.0.0.1``, a free ``MASTER_PORT`` (20000..30000) and a job secret
+    ``ACCORD_JOB_SECRET`` (the caller's, else a fresh one: only the job's ranks may connect to
+    each other and to its bootstrap store) set, so ``accord.Communicator()`` joins the job.
+    ``fn``, ``args`` and the return values must pickle (``fn`` defined at module level,
+    importable by the children).
 
     If a rank raises or exits non-zero, the others are terminated and ``AccordError`` names
     the failed rank(s) with their errors; likewise after ``timeout`` seconds (naming the ranks
@@ -117,6 +120,8 @@ def run(fn: Callable[..., T], nprocs: int, *args: Any, timeout: float | None = N
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
     port = _free_port()
+    # The job's secret, which every rank's engine proves in its handshakes.
+    job_secret = os.environ.get("ACCORD_JOB_SECRET") or secrets.token_hex(32)
     procs: list[Any] = []
     values: dict[int, Any] = {}
     failures: dict[int, str] = {}
@@ -133,6 +138,7 @@ def run(fn: Callable[..., T], nprocs: int, *args: Any, timeout: float | None = N
                 "LOCAL_WORLD_SIZE": str(nprocs),
                 "MASTER_ADDR": "127.0.0.1",
                 "MASTER_PORT": str(port),
+                "ACCORD_JOB_SECRET": job_secret,
             }
             proc = ctx.Process(
                 target=_child, args=(rank, env, results, fn, args, os.getpid()), name=f"accord-rank-{rank}"

@@ -175,7 +175,15 @@ def exits_with(code: int) -> None:
 
 
 def environment() -> dict[str, str]:
-    names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    names = (
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "ACCORD_JOB_SECRET",
+    )
     return {k: os.environ[k] for k in names}
 
 

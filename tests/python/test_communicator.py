@@ -53,6 +53,9 @@ def test_run_sets_the_torchrun_variables_in_children_only() -> None:
     assert envs[0]["MASTER_PORT"] == envs[1]["MASTER_PORT"]
     assert 20000 <= int(envs[0]["MASTER_PORT"]) < 30000
     assert envs[0]["MASTER_ADDR"] == "127.0.0.1" and envs[1]["LOCAL_WORLD_SIZE"] == "2"
+    # One fresh job secret, shared by the ranks (unless the caller set one).
+    assert envs[0]["ACCORD_JOB_SECRET"] == envs[1]["ACCORD_JOB_SECRET"]
+    assert len(envs[0]["ACCORD_JOB_SECRET"]) == 64
 
 
 def test_a_missing_peer_times_out_naming_it() -> None:

@@ -41,6 +41,14 @@ pub const ENGINE_ENV_OVERRIDES: &[(&str, &str)] = &[
         "ACCORD_PACER_ORDER",
         "pacer_order of the EQDS credit pacer: rr (default, max-min fair) or srpt (shortest remaining)",
     ),
+    (
+        "ACCORD_INTEGRITY",
+        "integrity: end-to-end CRC32C of every packet: full (default, header and payload), header, or off; alike on every rank",
+    ),
+    (
+        "ACCORD_JOB_SECRET",
+        "job_secret (64 hex digits): only engines holding it may connect; accord launch sets one per job",
+    ),
     ("ACCORD_NIC_GBPS", "nic_gbps: line rate of each NIC, for the EQDS credit pacer"),
     ("ACCORD_FORCE_NETWORK", "force_network (0 or 1): same-process peers go over the network"),
     ("ACCORD_DATAGRAM_BYTES", "datagram_bytes (0 = by address: loopback or fabric size)"),
@@ -138,6 +146,10 @@ pub struct EngineConfig {
     /// `accord_proto::config::PacerOrder`). Default `rr`. The simulator's EQDS results used
     /// `srpt` (docs/results/2026-11-22-eqds.md).
     pub pacer_order: String,
+    /// End-to-end check of every packet, by name (`full`, `header`, `off`; see
+    /// `accord_proto::wire::Integrity`). Default `full`: a CRC32C over header and payload,
+    /// verified before anything is parsed. Every rank of a job must use the same.
+    pub integrity: String,
     /// Line rate of each NIC in Gbit/s. The receiver-driven EQDS grants credit at just under
     /// it (split evenly over the NIC's workers, each of which runs its own endpoint); the
     /// sender-driven policies ignore it. Default 100.
@@ -162,6 +174,10 @@ pub struct EngineConfig {
     pub fault: Option<FaultConfig>,
     /// Seed of the fault injectors. Default 1.
     pub fault_seed: u64,
+    /// The job secret (`ACCORD_JOB_SECRET`, 64 hex digits): when set, connections open only
+    /// between engines that prove they hold it, and an engine refuses every peer that does not
+    /// (see `accord_proto::admission`). `accord launch` sets one per job. Default none.
+    pub job_secret: Option<accord_proto::JobSecret>,
     /// Shared-memory rings for peers on this host (their `EngineAddress::host` equals ours).
     /// Default on, 8 MiB rings; the UDP sockets stay for setup, doorbells and fallback.
     pub shm: ShmConfig,
@@ -272,6 +288,7 @@ impl Default for EngineConfig {
             cc: "cubic".to_string(),
             path_selector: "p2c".to_string(),
             pacer_order: "rr".to_string(),
+            integrity: "full".to_string(),
             nic_gbps: 100.0,
             force_network: false,
             datagram_bytes: 0,
@@ -280,6 +297,7 @@ impl Default for EngineConfig {
             idle_timeout: Duration::from_secs(5),
             fault: None,
             fault_seed: 1,
+            job_secret: None,
             shm: ShmConfig::default(),
             await_poll: AWAIT_POLL_DEFAULT,
             wait_spin: crate::wait_spin::wait_spin_default(host_cores()),
@@ -341,6 +359,14 @@ impl EngineConfig {
                 "ACCORD_CC" => self.cc = value.trim().to_string(),
                 "ACCORD_PATH_SELECTOR" => self.path_selector = value.trim().to_string(),
                 "ACCORD_PACER_ORDER" => self.pacer_order = value.trim().to_string(),
+                "ACCORD_INTEGRITY" => self.integrity = value.trim().to_string(),
+                "ACCORD_JOB_SECRET" => {
+                    // The value is never echoed into the error: it is a secret.
+                    let secret = accord_proto::JobSecret::from_hex(&value).ok_or_else(|| {
+                        BuildError::Invalid("ACCORD_JOB_SECRET must be 64 hex digits (32 bytes)".to_string())
+                    })?;
+                    self.job_secret = Some(secret);
+                }
                 "ACCORD_NIC_GBPS" => self.nic_gbps = num(name, &value)?,
                 "ACCORD_FORCE_NETWORK" => self.force_network = num::<u8>(name, &value)? != 0,
                 "ACCORD_DATAGRAM_BYTES" => self.datagram_bytes = num(name, &value)?,
@@ -443,6 +469,10 @@ impl EngineConfig {
             let name = &self.pacer_order;
             return Err(BuildError::Invalid(format!("pacer order {name:?}: use rr or srpt")));
         }
+        if accord_proto::wire::Integrity::from_name(&self.integrity).is_none() {
+            let name = &self.integrity;
+            return Err(BuildError::Invalid(format!("integrity {name:?}: use full, header or off")));
+        }
         self.shm.validate().map_err(|e| BuildError::Invalid(e.to_string()))?;
         if let Some(f) = &self.fault {
             f.validate().map_err(|e| BuildError::Invalid(e.to_string()))?;
@@ -521,6 +551,8 @@ impl EngineConfig {
         let workers = self.workers_per_nic.max(1) as f64;
         ep.credit.line_rate_bytes_per_sec = ((self.nic_gbps * 1e9 / 8.0 / workers) as u64).max(1);
         ep.credit.order = accord_proto::config::PacerOrder::from_name(&self.pacer_order).unwrap_or(ep.credit.order);
+        ep.integrity = accord_proto::wire::Integrity::from_name(&self.integrity).unwrap_or(ep.integrity);
+        ep.secret = self.job_secret;
         let c = &mut ep.connection;
         c.idle_timeout = self.idle_timeout;
         // First contact gets the same bound as a live connection's silence: an overloaded peer

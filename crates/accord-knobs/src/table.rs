@@ -144,6 +144,20 @@ pub static KNOBS: &[Knob] = &[
         "off",
         "write a Chrome/Perfetto trace of transfers and collective steps here when the engine drops (`%p`: the pid)",
     ),
+    knob(
+        "ACCORD_INTEGRITY",
+        Engine,
+        Choice(&["full", "header", "off"]),
+        "full",
+        "the end-to-end CRC32C every packet carries: over header and payload, the header only, or none; the same on every rank",
+    ),
+    knob(
+        "ACCORD_JOB_SECRET",
+        Engine,
+        Text,
+        "set by the launcher",
+        "64 hex digits every engine of the job proves in its handshakes and the bootstrap store asks of its clients; `accord run` and `accord.run` draw one per job",
+    ),
     knob("ACCORD_LOSS", Engine, Probability, "0", "inject this packet loss (tests, benchmarks)"),
     knob("ACCORD_REORDER", Engine, Probability, "0", "inject this reordering (tests, benchmarks)"),
     // ---- Shared-memory datapath ----

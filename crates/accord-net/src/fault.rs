@@ -49,6 +49,19 @@ pub struct FaultConfig {
     /// Most packets held at once for reordering or delay; beyond it packets
     /// go out at once (counted neither reordered nor delayed).
     pub held_packets_max: usize,
+    /// Probability a packet is captured and sent again, verbatim, `replay_delay` later (a
+    /// late duplicate from the network, or a replay by a hostile host). The original goes out
+    /// as usual.
+    pub replay: f64,
+    /// How long after the original a replay goes out. Default 2 s: long after whatever the
+    /// packet acknowledged or asked for was settled.
+    pub replay_delay: Duration,
+    /// Probability one bit within the packet's first `header_bytes` is flipped. The injector
+    /// runs before the socket, so the kernel computes the UDP checksum over the flipped bytes
+    /// and it passes: only the protocol's own end-to-end check can catch it.
+    pub corrupt_header: f64,
+    /// Bytes `corrupt_header` aims at. Default 108 (Accord's data header).
+    pub header_bytes: usize,
 }
 
 impl Default for FaultConfig {
@@ -64,6 +77,10 @@ impl Default for FaultConfig {
             delay: None,
             cut_paths: BTreeSet::new(),
             held_packets_max: HELD_PACKETS_MAX_DEFAULT,
+            replay: 0.0,
+            replay_delay: Duration::from_secs(2),
+            corrupt_header: 0.0,
+            header_bytes: 108,
         }
     }
 }
@@ -71,9 +88,14 @@ impl Default for FaultConfig {
 impl FaultConfig {
     /// Checks that probabilities are in `[0, 1]` and bounds are sane.
     pub fn validate(&self) -> Result<(), DatapathError> {
-        for (name, p) in
-            [("drop", self.drop), ("duplicate", self.duplicate), ("reorder", self.reorder), ("corrupt", self.corrupt)]
-        {
+        for (name, p) in [
+            ("drop", self.drop),
+            ("duplicate", self.duplicate),
+            ("reorder", self.reorder),
+            ("corrupt", self.corrupt),
+            ("replay", self.replay),
+            ("corrupt_header", self.corrupt_header),
+        ] {
             if !(0.0..=1.0).contains(&p) {
                 return Err(DatapathError::InvalidConfig(format!(
                     "fault probability {name} = {p} must be within 0..=1"
@@ -147,13 +169,15 @@ struct Decision {
     altered: Option<Vec<u8>>,
     /// Send one extra copy now.
     duplicate: bool,
+    /// Send one verbatim copy at this clock time.
+    replay_at: Option<Duration>,
     /// Hold: (delay deadline, reorder condition), as in [`Held`].
     hold: Option<(Duration, Option<(u64, Duration)>)>,
 }
 
 impl Decision {
     fn untouched(&self) -> bool {
-        !self.gone && self.altered.is_none() && !self.duplicate && self.hold.is_none()
+        !self.gone && self.altered.is_none() && !self.duplicate && self.hold.is_none() && self.replay_at.is_none()
     }
 }
 
@@ -322,6 +346,17 @@ impl<D: Datapath> FaultInjector<D> {
             decision.altered = Some(copy);
             self.control.count_corrupted();
         }
+        // Drawn only when configured, so earlier configurations keep their streams.
+        if self.config.corrupt_header > 0.0 && !bytes.is_empty() && self.rng.gen::<f64>() < self.config.corrupt_header {
+            let mut copy = decision.altered.take().unwrap_or_else(|| bytes.to_vec());
+            let bit = self.rng.gen_range(0..copy.len().min(self.config.header_bytes.max(1)) * 8);
+            copy[bit / 8] ^= 1 << (bit % 8);
+            decision.altered = Some(copy);
+            self.control.count_header_corrupted();
+        }
+        if self.config.replay > 0.0 && self.rng.gen::<f64>() < self.config.replay {
+            decision.replay_at = Some(now + self.config.replay_delay);
+        }
         if duplicate_draw < self.config.duplicate {
             decision.duplicate = true;
             self.control.count_duplicated();
@@ -407,6 +442,14 @@ impl<D: Datapath> Datapath for FaultInjector<D> {
                         Some(bytes) => Out::Owned(owned(bytes.clone())),
                         None => Out::Segment(index, start, end),
                     });
+                }
+                if let Some(release_at) = decision.replay_at {
+                    // Replays ride the hold queue and its bound: a full queue loses them.
+                    if self.held.len() < self.config.held_packets_max {
+                        self.control.count_replayed();
+                        let bytes = dgram.bytes[start..end].to_vec();
+                        self.held.push(Held { release_at, reorder: None, packet: owned(bytes) });
+                    }
                 }
                 if let Some((release_at, reorder)) = decision.hold {
                     let bytes = decision.altered.unwrap_or_else(|| dgram.bytes[start..end].to_vec());

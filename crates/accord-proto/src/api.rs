@@ -86,12 +86,25 @@ pub struct Transmit {
     pub payload: Option<PayloadRef>,
     /// Data packets may be marked ECT by the datapath.
     pub ecn_capable: bool,
+    /// The end-to-end check covers the payload, which the protocol never sees: the driver
+    /// must call [`Transmit::seal_payload`] once the payload is in place. Every other packet
+    /// leaves `poll_transmit` sealed.
+    pub seal_after_payload: bool,
 }
 
 impl Transmit {
     /// Total datagram length.
     pub fn datagram_len(&self) -> usize {
         self.header_len + self.payload.map_or(0, |p| p.len as usize)
+    }
+
+    /// Completes the end-to-end check over the whole datagram (header the protocol wrote,
+    /// payload the driver gathered: `datagram_len` bytes). A no-op unless
+    /// `seal_after_payload`, so drivers call it on every transmit.
+    pub fn seal_payload(&self, datagram: &mut [u8]) {
+        if self.seal_after_payload {
+            crate::wire::seal(datagram, crate::wire::Integrity::Full);
+        }
     }
 }
 
@@ -184,6 +197,10 @@ pub struct ConnectionStats {
     pub rts_received: u64,
     /// Times a packet was sent with the window already full. An invariant: always zero.
     pub window_overruns: u64,
+    /// Frames that resolved nothing (an ACK of nothing outstanding, the answer to no
+    /// outstanding probe, a NACK of nothing in flight, a repeated HelloAck) and so changed
+    /// nothing: late duplicates, replays. See the stale-frame rule in the crate doc.
+    pub stale_frames: u64,
     pub rtt_min: Duration,
     pub rtt_smoothed: Duration,
     pub ops_outstanding: u64,
@@ -203,4 +220,12 @@ pub struct EndpointStats {
     pub bad_token: u64,
     /// Hellos refused because the connection table is full.
     pub connections_refused: u64,
+    /// End-to-end checksum mismatches (corrupted on the way); the sender retransmits.
+    pub bad_checksum: u64,
+    /// Sealed in another integrity mode than this endpoint checks (a rank configured
+    /// differently, or a corrupted mode byte).
+    pub integrity_mismatch: u64,
+    /// Hellos and HelloAcks without a valid proof of the job secret (see
+    /// [`crate::admission`]); refused before anything was allocated.
+    pub unadmitted: u64,
 }

@@ -157,6 +157,13 @@ pub struct EndpointConfig {
     /// The receiver's credit pacer for receiver-driven senders (EQDS). One endpoint is one
     /// NIC, so `line_rate_bytes_per_sec` must be that NIC's.
     pub credit: CreditConfig,
+    /// The end-to-end check every packet carries and every received one must pass (see
+    /// [`crate::wire::integrity`]). Every endpoint of a job must use the same. Default
+    /// [`Integrity::Full`](crate::wire::Integrity::Full): header and payload.
+    pub integrity: crate::wire::Integrity,
+    /// The job secret: when set, only peers that prove they hold it may connect (see
+    /// [`crate::admission`]). Every endpoint of a job must hold the same. Default: none.
+    pub secret: Option<crate::admission::JobSecret>,
 }
 
 impl Default for EndpointConfig {
@@ -165,6 +172,8 @@ impl Default for EndpointConfig {
             connection: ConnectionConfig::default(),
             connections_max: 65536,
             credit: CreditConfig::default(),
+            integrity: crate::wire::Integrity::default(),
+            secret: None,
         }
     }
 }

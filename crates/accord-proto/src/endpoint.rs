@@ -85,7 +85,9 @@ impl Endpoint {
         }
         let id = self.allocate_id();
         let seed = self.rng.next_u64();
-        self.conns.insert(id, Connection::connect(id, self.config.connection.clone(), seed, now));
+        let mut conn = Connection::connect(id, self.config.connection.clone(), seed, now);
+        conn.secret = self.config.secret;
+        self.conns.insert(id, conn);
         Ok(id)
     }
 
@@ -99,6 +101,56 @@ impl Endpoint {
         memory: &mut M,
     ) -> DatagramOutcome {
         self.stats.datagrams_received += 1;
+        // The end-to-end check first: nothing of a corrupted datagram is read.
+        if !self.passes_integrity(datagram) {
+            return DatagramOutcome::default();
+        }
+        self.handle_checked(now, rx, datagram, memory)
+    }
+
+    /// [`handle_datagram`](Self::handle_datagram) for a datagram that crossed only memory the
+    /// datapath itself owns (a shared-memory ring between two processes of one user, which can
+    /// no more corrupt it than the process's own heap) and whose payload `datagram` may not
+    /// hold (read in place from the ring): the end-to-end check is skipped. Never for bytes
+    /// that crossed a network.
+    pub fn handle_datagram_from_memory<M: LocalMemory + ?Sized>(
+        &mut self,
+        now: Instant,
+        rx: RxMeta,
+        datagram: &[u8],
+        memory: &mut M,
+    ) -> DatagramOutcome {
+        self.stats.datagrams_received += 1;
+        self.handle_checked(now, rx, datagram, memory)
+    }
+
+    /// Whether `datagram` passes the configured end-to-end check; counts why not.
+    fn passes_integrity(&mut self, datagram: &[u8]) -> bool {
+        match wire::verify(datagram, self.config.integrity) {
+            Ok(()) => {}
+            Err(wire::WireError::BadChecksum) => {
+                self.stats.bad_checksum += 1;
+                return false;
+            }
+            Err(wire::WireError::IntegrityModeMismatch { .. }) => {
+                self.stats.integrity_mismatch += 1;
+                return false;
+            }
+            Err(_) => {
+                self.stats.malformed += 1;
+                return false;
+            }
+        }
+        true
+    }
+
+    fn handle_checked<M: LocalMemory + ?Sized>(
+        &mut self,
+        now: Instant,
+        rx: RxMeta,
+        datagram: &[u8],
+        memory: &mut M,
+    ) -> DatagramOutcome {
         let parsed = match wire::parse(datagram) {
             Ok(p) => p,
             Err(_) => {
@@ -107,7 +159,7 @@ impl Endpoint {
             }
         };
         if let Repr::Hello(hello) = &parsed.repr {
-            return self.handle_hello(now, hello);
+            return self.handle_hello(now, &parsed.header, hello);
         }
         let Some(conn) = self.conns.get_mut(&parsed.header.dst_conn) else {
             self.stats.unknown_connection += 1;
@@ -122,7 +174,9 @@ impl Endpoint {
         let placement = match &parsed.repr {
             Repr::Hello(_) => None,
             Repr::HelloAck(hello_ack) => {
-                conn.on_hello_ack(hello_ack, events);
+                if !conn.on_hello_ack(&parsed.header, hello_ack, events) {
+                    self.stats.unadmitted += 1;
+                }
                 None
             }
             Repr::Data(data) => conn.handle_data(now, rx, data, parsed.payload.clone(), memory, events),
@@ -159,7 +213,8 @@ impl Endpoint {
     /// the bytes cut). Only a datapath that knows the fabric trimmed it may call this: the
     /// simulator does; a socket cannot tell a trimmed packet from a truncated one and must use
     /// [`handle_datagram`](Self::handle_datagram), which drops it. Nothing is ever placed; the
-    /// receiver NACKs the packet so the sender resends it at once.
+    /// receiver NACKs the packet so the sender resends it at once. The end-to-end check is not
+    /// run (the payload it may cover is gone): the calling datapath vouches for the header.
     pub fn handle_trimmed_datagram(&mut self, rx: RxMeta, datagram: &[u8]) -> DatagramOutcome {
         self.stats.datagrams_received += 1;
         let Ok((header, data)) = wire::parse_trimmed(datagram) else {
@@ -179,7 +234,14 @@ impl Endpoint {
         DatagramOutcome { conn: Some(conn.id), placement: None }
     }
 
-    fn handle_hello(&mut self, now: Instant, hello: &HelloRepr) -> DatagramOutcome {
+    fn handle_hello(&mut self, now: Instant, header: &wire::Header, hello: &HelloRepr) -> DatagramOutcome {
+        // Admission first, before any lookup or allocation: an unproven Hello costs nothing.
+        if let Some(secret) = &self.config.secret {
+            if !crate::admission::verify(secret, crate::admission::ProofKind::Hello, header, hello) {
+                self.stats.unadmitted += 1;
+                return DatagramOutcome::default();
+            }
+        }
         let key = (hello.src_conn, hello.src_token);
         if let Some(&id) = self.accepted.get(&key) {
             if let Some(conn) = self.conns.get_mut(&id) {
@@ -197,7 +259,9 @@ impl Endpoint {
         }
         let id = self.allocate_id();
         let seed = self.rng.next_u64();
-        self.conns.insert(id, Connection::accept(id, self.config.connection.clone(), seed, now, hello));
+        let mut conn = Connection::accept(id, self.config.connection.clone(), seed, now, hello);
+        conn.secret = self.config.secret;
+        self.conns.insert(id, conn);
         self.accepted.insert(key, id);
         self.events.push_back(Event::Accepted { conn: id });
         DatagramOutcome { conn: Some(id), placement: None }
@@ -231,7 +295,7 @@ impl Endpoint {
             match self.conns.get_mut(&grant.conn).and_then(|c| c.emit_grant(&grant, buf)) {
                 Some(t) => {
                     self.stats.datagrams_sent += 1;
-                    return Some(t);
+                    return Some(self.seal(t, buf));
                 }
                 None => self.pacer.remove(grant.conn),
             }
@@ -250,10 +314,26 @@ impl Endpoint {
             if let Some(t) = conn.poll_transmit(now, buf) {
                 self.transmit_cursor = next;
                 self.stats.datagrams_sent += 1;
-                return Some(t);
+                return Some(self.seal(t, buf));
             }
         }
         None
+    }
+
+    /// Seals what the protocol wrote; a payload the check covers is left to the driver
+    /// ([`Transmit::seal_payload`]).
+    fn seal(&self, mut t: Transmit, buf: &mut [u8]) -> Transmit {
+        let mode = self.config.integrity;
+        if t.payload.is_some() && mode == wire::Integrity::Full {
+            // Mode byte now, so a driver that forgets to seal is refused for a bad CRC.
+            if let Some(b) = buf.get_mut(wire::field::INTEGRITY) {
+                *b = mode.to_u8();
+            }
+            t.seal_after_payload = true;
+        } else if let Some(header) = buf.get_mut(..t.header_len) {
+            wire::seal(header, mode);
+        }
+        t
     }
 
     /// Drops ended connections once they have nothing left to say.

@@ -9,8 +9,29 @@
 //! offset, or the send it belongs to), so it can be placed on arrival in any order; the
 //! receiver validates before placing; immediates count only once every byte of their write is
 //! placed; completion at the sender means every packet was acknowledged.
+//!
+//! # Stale frames change nothing
+//!
+//! A network delivers late duplicates, and a hostile host can replay what it captured. So a
+//! frame that *resolves nothing* changes no state: an ACK that newly acknowledges no packet
+//! and refuses no live operation, the answer to a probe that is not outstanding on that path,
+//! a NACK of a packet not in flight, a Credit frame whose number was already acted on, a
+//! HelloAck on an established connection. Such a frame yields no RTT sample, no loss verdict,
+//! no path quarantine or revival, no congestion signal, no credit and no counter overwrite
+//! (the peer's CE count only ever moves forward); it is dropped and counted in
+//! [`ConnectionStats::stale_frames`]. An ACK that does resolve something takes an RTT sample
+//! only when it resolved the echoed packet's latest transmission (Karn's rule). The simulator
+//! checks the rule around every late replay it delivers (`accord-sim`'s `PairSim`, drawn on by
+//! the property tests).
+//!
+//! # Integrity and admission
+//!
+//! Every packet carries a CRC32C checked before anything else is read ([`wire::integrity`]);
+//! with a job secret, only peers that prove it in the handshake get a connection
+//! ([`admission`]).
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod api;
 pub mod cc;
 pub mod config;
@@ -25,6 +46,7 @@ pub mod send;
 pub mod time;
 pub mod wire;
 
+pub use admission::JobSecret;
 pub use api::{
     ConnectionError, ConnectionHandle, ConnectionStats, DatagramOutcome, EndpointStats, Event, LocalMemory, PayloadRef,
     Placement, PlacementTarget, RxMeta, SendRequest, Transmit, WriteRequest,

@@ -3,7 +3,8 @@
 //! All paths of a host share its NIC (the bottleneck, as on a real host); each path has its own
 //! propagation and can be cut on its own. A corrupted frame is caught by the link's frame check
 //! and dropped (counted as corrupted), as Ethernet's FCS and the UDP checksum do on real hosts;
-//! hostile bytes reaching the protocol are tested separately, by feeding them to it directly.
+//! `corrupt_undetected` flips a bit past that check, for the protocol's own CRC to catch, and
+//! `replay` delivers late verbatim copies.
 
 use accord_proto::Instant;
 use core::time::Duration;
@@ -47,6 +48,15 @@ pub struct FaultConfig {
     pub reorder: f64,
     pub reorder_delay: Duration,
     pub corrupt: f64,
+    /// Probability a delivered datagram is captured and delivered once more, verbatim, up to
+    /// `replay_delay_max` later: a late duplicate from the network or a hostile replay. Many
+    /// RTTs late, so what it acknowledges or asks for has long been settled.
+    pub replay: f64,
+    pub replay_delay_max: Duration,
+    /// Probability a delivered datagram has one bit flipped *after* the link's frame check (a
+    /// fault the UDP checksum misses, or one past it): only the protocol's end-to-end check
+    /// can catch it.
+    pub corrupt_undetected: f64,
 }
 
 /// What the fault model decided for one datagram.
@@ -71,6 +81,24 @@ impl FaultConfig {
             delays.push(self.extra_delay(rng));
         }
         Fate::Deliver(delays)
+    }
+
+    /// For a datagram being delivered: when to deliver its replay, if it gets one. Draws from
+    /// `rng` only when replays are configured, so other configurations keep their streams.
+    pub fn decide_replay(&self, rng: &mut ChaCha8Rng) -> Option<Duration> {
+        if self.replay <= 0.0 || self.replay_delay_max.is_zero() || !rng.gen_bool(self.replay.min(1.0)) {
+            return None;
+        }
+        Some(Duration::from_nanos(rng.gen_range(1..=self.replay_delay_max.as_nanos() as u64)))
+    }
+
+    /// For a datagram of `len` bytes being delivered: the bit to flip past the frame check, if
+    /// any. Draws only when such corruption is configured.
+    pub fn decide_undetected_flip(&self, rng: &mut ChaCha8Rng, len: usize) -> Option<usize> {
+        if self.corrupt_undetected <= 0.0 || len == 0 || !rng.gen_bool(self.corrupt_undetected.min(1.0)) {
+            return None;
+        }
+        Some(rng.gen_range(0..len * 8))
     }
 
     fn extra_delay(&self, rng: &mut ChaCha8Rng) -> Duration {

@@ -116,7 +116,36 @@ pub struct WireCounters {
     pub lost: u64,
     pub corrupted: u64,
     pub cut: u64,
+    /// Extra copies delivered (network duplicates and replays).
     pub duplicated: u64,
+    /// Of those, late verbatim replays (`FaultConfig::replay`).
+    pub replayed: u64,
+    /// Delivered with a bit flipped past the frame check (`FaultConfig::corrupt_undetected`).
+    pub flipped: u64,
+}
+
+/// The stale-frame rule of `accord_proto` (crate doc), checked around every replayed
+/// datagram: if the receiver counted it stale, nothing else it reports may have moved.
+fn check_stale_frame_rule(before: &ConnectionStats, after: &ConnectionStats) -> Result<(), String> {
+    if after.stale_frames == before.stale_frames {
+        return Ok(());
+    }
+    let timing = |s: &ConnectionStats| {
+        (s.rtt_min, s.rtt_smoothed, s.packets_lost, s.bytes_acked, s.nacks_received, s.window_bytes)
+    };
+    let paths = |s: &ConnectionStats| {
+        s.paths.iter().map(|p| (p.rto, p.rtt_smoothed, p.quarantined, p.quarantines, p.timeouts)).collect::<Vec<_>>()
+    };
+    if timing(before) != timing(after) || paths(before) != paths(after) {
+        return Err(format!(
+            "a stale frame changed state: before {:?} {:?}, after {:?} {:?}",
+            timing(before),
+            paths(before),
+            timing(after),
+            paths(after)
+        ));
+    }
+    Ok(())
 }
 
 struct Host {
@@ -134,10 +163,26 @@ struct Host {
 }
 
 enum SimEvent {
-    Deliver { to: Side, path: PathId, datagram: Vec<u8> },
-    Timer { host: Side, generation: u64 },
-    NicDequeued { host: Side, bytes: u64 },
-    Cut { path: PathId, cut: bool },
+    /// `replay`: a verbatim copy delivered long after the original (see
+    /// `FaultConfig::replay`); the stale-frame rule is checked on it.
+    Deliver {
+        to: Side,
+        path: PathId,
+        datagram: Vec<u8>,
+        replay: bool,
+    },
+    Timer {
+        host: Side,
+        generation: u64,
+    },
+    NicDequeued {
+        host: Side,
+        bytes: u64,
+    },
+    Cut {
+        path: PathId,
+        cut: bool,
+    },
 }
 
 /// The two-host simulation.
@@ -344,12 +389,22 @@ impl PairSim {
         self.now = at;
         self.events_handled += 1;
         match event {
-            SimEvent::Deliver { to, path, datagram } => {
+            SimEvent::Deliver { to, path, datagram, replay } => {
                 self.in_flight -= 1;
                 self.wire.delivered += 1;
                 let host = &mut self.hosts[to.index()];
                 let rx = RxMeta { path, ecn_ce: false };
+                let before = if replay { host.conn.and_then(|c| host.endpoint.connection_stats(c)) } else { None };
                 let outcome = host.endpoint.handle_datagram(at, rx, &datagram, &mut host.memory);
+                let after = before.as_ref().and(host.conn).and_then(|c| host.endpoint.connection_stats(c));
+                if let (Some(before), Some(after)) = (&before, &after) {
+                    check_stale_frame_rule(before, after).map_err(|what| SimError::Invariant {
+                        seed: self.config.seed,
+                        at_ns: at.as_nanos(),
+                        what,
+                    })?;
+                }
+                let host = &mut self.hosts[to.index()];
                 if let Some(placement) = &outcome.placement {
                     host.memory.place(placement, &datagram);
                 }
@@ -423,6 +478,7 @@ impl PairSim {
                 let start = base + p.offset as usize;
                 datagram.extend_from_slice(&source[start..start + p.len as usize]);
             }
+            t.seal_payload(&mut datagram);
             let bytes = datagram.len() as u64;
             let departs = host.nic.enqueue(now, bytes, &self.config.link);
             self.queue.push(departs, SimEvent::NicDequeued { host: side, bytes });
@@ -435,15 +491,28 @@ impl PairSim {
                 Fate::Lost => self.wire.lost += 1,
                 Fate::Corrupted => self.wire.corrupted += 1,
                 Fate::Deliver(delays) => {
+                    if let Some(bit) = self.config.faults.decide_undetected_flip(&mut self.rng, datagram.len()) {
+                        datagram[bit / 8] ^= 1 << (bit % 8);
+                        self.wire.flipped += 1;
+                    }
                     self.wire.duplicated += delays.len() as u64 - 1;
                     let arrive = departs + self.config.link.propagation;
                     let last = delays.len() - 1;
+                    if let Some(later) = self.config.faults.decide_replay(&mut self.rng) {
+                        self.wire.duplicated += 1;
+                        self.wire.replayed += 1;
+                        self.in_flight += 1;
+                        let copy = datagram.clone();
+                        let to = side.other();
+                        self.queue
+                            .push(arrive + later, SimEvent::Deliver { to, path: t.path, datagram: copy, replay: true });
+                    }
                     for (i, extra) in delays.iter().enumerate() {
                         let copy = if i == last { std::mem::take(&mut datagram) } else { datagram.clone() };
                         self.in_flight += 1;
                         self.queue.push(
                             arrive + *extra,
-                            SimEvent::Deliver { to: side.other(), path: t.path, datagram: copy },
+                            SimEvent::Deliver { to: side.other(), path: t.path, datagram: copy, replay: false },
                         );
                     }
                 }

@@ -18,6 +18,7 @@
 //! of ranks: signals arrive on a signalfd and every output pipe is polled from that thread.
 
 mod output;
+mod secret;
 mod supervisor;
 mod watchdog;
 
@@ -145,13 +146,14 @@ fn launch(job: &Job<'_>) -> Result<i32, String> {
         (true, None) => free_port()?,
         (false, None) => 0,
     };
+    let secret = if job.torchrun { Some(secret::job_secret()?) } else { None };
     let events = SignalEvents::open().map_err(|e| format!("cannot take signals for the launcher: {e}"))?;
     let mut supervisor = Supervisor::new(events, watchdog::Watchdog::start());
     for rank in 0..job.ranks {
         if supervisor.stopping() {
             break;
         }
-        match spawn(job, rank, port, fd_soft) {
+        match spawn(job, rank, port, secret.as_deref(), fd_soft) {
             Ok((rank, streams, problem)) => {
                 supervisor.add(rank, streams);
                 if let Some(message) = problem {
@@ -175,7 +177,13 @@ fn launch(job: &Job<'_>) -> Result<i32, String> {
 
 /// Starts one rank, tied to this process, in its own process group; with it, a problem that
 /// must stop the job although the rank started.
-fn spawn(job: &Job<'_>, rank: u32, port: u16, fd_soft: u64) -> Result<(Rank, Vec<Stream>, Option<String>), String> {
+fn spawn(
+    job: &Job<'_>,
+    rank: u32,
+    port: u16,
+    secret: Option<&str>,
+    fd_soft: u64,
+) -> Result<(Rank, Vec<Stream>, Option<String>), String> {
     let mut command = Command::new(job.program);
     command.args(job.args).process_group(0).stdin(Stdio::null());
     if job.torchrun {
@@ -186,6 +194,9 @@ fn spawn(job: &Job<'_>, rank: u32, port: u16, fd_soft: u64) -> Result<(Rank, Vec
             .env("LOCAL_WORLD_SIZE", job.ranks.to_string())
             .env("MASTER_ADDR", "127.0.0.1")
             .env("MASTER_PORT", port.to_string());
+    }
+    if let Some(secret) = secret {
+        command.env(secret::JOB_SECRET_ENV, secret);
     }
     command.envs(job.extra_env.iter().copied());
     if job.output != Output::Inherit {

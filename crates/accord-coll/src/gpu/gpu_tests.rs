@@ -39,6 +39,7 @@ fn communicator(rank: usize, port: u16, config: GpuConfig) -> GpuCommunicator {
         master_addr: "127.0.0.1".into(),
         master_port: port,
         timeout: Duration::from_secs(60),
+        secret: None,
     };
     let bootstrap = if rank == 0 { Bootstrap::connect(bc) } else { Bootstrap::join(bc, None) }.expect("bootstrap");
     GpuCommunicator::new(bootstrap, config).expect("communicator")

@@ -24,6 +24,9 @@ pub struct BootstrapConfig {
     /// How long to wait for the store and for every rank
     /// (`ACCORD_BOOTSTRAP_TIMEOUT_MS`, default 300000).
     pub timeout: Duration,
+    /// The job secret (`ACCORD_JOB_SECRET`, 64 hex digits; `accord launch` sets one): the
+    /// store admits only clients that prove it. `None`: an open store.
+    pub secret: Option<accord_proto::JobSecret>,
 }
 
 fn parse<T: std::str::FromStr>(name: &'static str, value: String, what: &str) -> Result<T, StoreError>
@@ -76,6 +79,14 @@ impl BootstrapConfig {
             Some(v) => Duration::from_millis(parse("ACCORD_BOOTSTRAP_TIMEOUT_MS", v, "milliseconds")?),
             None => Duration::from_secs(300),
         };
+        let secret = match lookup("ACCORD_JOB_SECRET") {
+            Some(v) => Some(accord_proto::JobSecret::from_hex(&v).ok_or(StoreError::InvalidEnv {
+                name: "ACCORD_JOB_SECRET",
+                value: "(not shown: a secret)".into(),
+                reason: "expected 64 hex digits (32 bytes)".into(),
+            })?),
+            None => None,
+        };
         Ok(BootstrapConfig {
             rank,
             world_size,
@@ -83,6 +94,7 @@ impl BootstrapConfig {
             master_addr: master_addr.trim().to_string(),
             master_port,
             timeout,
+            secret,
         })
     }
 }
@@ -105,17 +117,26 @@ impl Bootstrap {
         Self::connect(BootstrapConfig::from_env()?)
     }
 
-    /// Rank 0 starts the store on `MASTER_PORT` (all interfaces); every rank
+    /// Rank 0 starts the store at `MASTER_ADDR:MASTER_PORT`; every rank
     /// then [`Bootstrap::join`]s.
     pub fn connect(config: BootstrapConfig) -> Result<Bootstrap, StoreError> {
-        let server = if config.rank == 0 { Some(StoreServer::start(("0.0.0.0", config.master_port))?) } else { None };
+        // The address the launcher names, not every interface: the store is for the job.
+        let server = if config.rank == 0 {
+            Some(StoreServer::start_with_secret((config.master_addr.as_str(), config.master_port), config.secret)?)
+        } else {
+            None
+        };
         Self::join(config, server)
     }
 
     /// Checks in at the store (keeping `server` alive, if this rank hosts it)
     /// and waits for every rank; the error names the ranks that never arrived.
     pub fn join(config: BootstrapConfig, server: Option<StoreServer>) -> Result<Bootstrap, StoreError> {
-        let mut client = StoreClient::connect((config.master_addr.as_str(), config.master_port), config.timeout)?;
+        let mut client = StoreClient::connect_with_secret(
+            (config.master_addr.as_str(), config.master_port),
+            config.timeout,
+            config.secret,
+        )?;
         client.set(&arrived_key(config.rank), &[])?;
         let keys: Vec<String> = (0..config.world_size).map(arrived_key).collect();
         match client.wait(&keys, config.timeout) {

@@ -19,8 +19,47 @@ pub struct StoreClient {
 }
 
 impl StoreClient {
-    /// Connects, retrying until `timeout` (the server may start after us).
+    /// Connects, retrying until `timeout` (the server may start after us), to a store that
+    /// asks for no secret.
     pub fn connect(addr: impl ToSocketAddrs + std::fmt::Debug, timeout: Duration) -> Result<StoreClient, StoreError> {
+        Self::connect_with_secret(addr, timeout, None)
+    }
+
+    /// Connects as [`StoreClient::connect`], answering the store's challenge with a proof of
+    /// `secret` when it asks for one. A store that asks while we hold none refuses us.
+    pub fn connect_with_secret(
+        addr: impl ToSocketAddrs + std::fmt::Debug,
+        timeout: Duration,
+        secret: Option<accord_proto::JobSecret>,
+    ) -> Result<StoreClient, StoreError> {
+        let mut client = Self::connect_tcp(addr, timeout)?;
+        client.answer_greeting(secret.as_ref())?;
+        Ok(client)
+    }
+
+    /// Reads the server's greeting and proves the secret if challenged.
+    fn answer_greeting(&mut self, secret: Option<&accord_proto::JobSecret>) -> Result<(), StoreError> {
+        self.stream.set_read_timeout(Some(REPLY_SLACK)).map_err(|e| io("setting a socket timeout", e))?;
+        let greeting = read_frame(&mut self.stream)?.ok_or_else(|| protocol("the store closed before greeting"))?;
+        match greeting.split_first() {
+            Some((&GREET_OPEN, [])) => Ok(()),
+            Some((&GREET_CHALLENGE, nonce)) if nonce.len() == NONCE_BYTES => {
+                let Some(secret) = secret else {
+                    return Err(StoreError::Refused {
+                        reason: "the store requires the job secret (set ACCORD_JOB_SECRET alike on every rank)".into(),
+                    });
+                };
+                let proof = accord_proto::admission::challenge_proof(secret, CHALLENGE_LABEL, nonce);
+                write_frame(&mut self.stream, &proof)?;
+                let verdict =
+                    read_frame(&mut self.stream)?.ok_or_else(|| protocol("the store closed the connection"))?;
+                Self::check_status(&verdict).map(|_| ())
+            }
+            _ => Err(protocol("unexpected store greeting")),
+        }
+    }
+
+    fn connect_tcp(addr: impl ToSocketAddrs + std::fmt::Debug, timeout: Duration) -> Result<StoreClient, StoreError> {
         let start = Instant::now();
         let mut last_error = String::from("no address");
         loop {

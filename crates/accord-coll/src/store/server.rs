@@ -16,8 +16,13 @@ pub const CONNECTIONS_MAX: usize = 4096;
 /// Longest a single blocking request may wait, whatever the client asks.
 pub const REQUEST_WAIT_MAX: Duration = Duration::from_secs(3600);
 
+/// How long a client has to answer the admission challenge before its connection is closed.
+pub const CHALLENGE_TIMEOUT: Duration = Duration::from_secs(10);
+
 #[derive(Default)]
 struct State {
+    /// When set, clients must prove they hold it before any request (see `admit`).
+    secret: Option<accord_proto::JobSecret>,
     map: Mutex<HashMap<String, Vec<u8>>>,
     changed: Condvar,
     stop: AtomicBool,
@@ -37,12 +42,22 @@ pub struct StoreServer {
 }
 
 impl StoreServer {
-    /// Binds `addr` (port 0 for an ephemeral port) and starts serving.
+    /// Binds `addr` (port 0 for an ephemeral port) and starts serving anyone who connects.
     pub fn start(addr: impl ToSocketAddrs) -> Result<StoreServer, StoreError> {
-        let listener =
-            TcpListener::bind(addr).map_err(|e| io("binding the bootstrap store (is MASTER_PORT free?)", e))?;
+        Self::start_with_secret(addr, None)
+    }
+
+    /// Binds `addr` and starts serving; with a `secret`, only clients that answer a fresh
+    /// challenge with its proof get a request served (the secret never travels).
+    pub fn start_with_secret(
+        addr: impl ToSocketAddrs,
+        secret: Option<accord_proto::JobSecret>,
+    ) -> Result<StoreServer, StoreError> {
+        let listener = TcpListener::bind(addr).map_err(|e| {
+            io("binding the bootstrap store at MASTER_ADDR:MASTER_PORT (is it this host's, and free?)", e)
+        })?;
         let addr = listener.local_addr().map_err(|e| io("reading the store's address", e))?;
-        let state = Arc::new(State::default());
+        let state = Arc::new(State { secret, ..State::default() });
         let st = state.clone();
         let accept = std::thread::Builder::new()
             .name("accord-store".into())
@@ -98,8 +113,40 @@ fn accept_loop(listener: TcpListener, state: Arc<State>) {
     }
 }
 
+/// Greets a new client and, when the store has a secret, checks its answer to a fresh
+/// challenge. False: the client is refused (told why when it can be) and must be dropped.
+fn admit(mut stream: &TcpStream, state: &State) -> bool {
+    let Some(secret) = &state.secret else {
+        return write_frame(&mut stream, &[GREET_OPEN]).is_ok();
+    };
+    let mut nonce = [0u8; NONCE_BYTES];
+    let random = std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut nonce));
+    if random.is_err() {
+        tracing::error!("bootstrap store: no randomness for a challenge; refusing the client");
+        return false;
+    }
+    let mut greeting = vec![GREET_CHALLENGE];
+    greeting.extend_from_slice(&nonce);
+    if write_frame(&mut stream, &greeting).is_err() || stream.set_read_timeout(Some(CHALLENGE_TIMEOUT)).is_err() {
+        return false;
+    }
+    let answer = read_frame(&mut stream);
+    let proven = matches!(&answer, Ok(Some(proof))
+        if accord_proto::admission::verify_challenge(secret, CHALLENGE_LABEL, &nonce, proof));
+    if !proven {
+        tracing::warn!(peer = ?stream.peer_addr().ok(), "bootstrap store: a client without the job secret was refused");
+        let reason = "not admitted: this store requires the job secret (ACCORD_JOB_SECRET)";
+        let _ = write_frame(&mut stream, &Enc::default().u8(ST_ERROR).bytes(reason.as_bytes()).0);
+        return false;
+    }
+    stream.set_read_timeout(None).is_ok() && write_frame(&mut stream, &[ST_OK]).is_ok()
+}
+
 fn serve(mut stream: &TcpStream, state: &State) {
     let _ = stream.set_nodelay(true);
+    if !admit(stream, state) {
+        return;
+    }
     loop {
         let frame = match read_frame(&mut stream) {
             Ok(Some(f)) => f,

@@ -14,6 +14,7 @@ fn cfg(rank: usize, world_size: usize, port: u16, timeout_ms: u64) -> BootstrapC
         master_addr: "127.0.0.1".into(),
         master_port: port,
         timeout: Duration::from_millis(timeout_ms),
+        secret: None,
     }
 }
 
@@ -99,9 +100,12 @@ fn bad_client_input_is_answered_not_fatal() {
     s.write_all(&u32::MAX.to_le_bytes()).unwrap();
     let mut reply = Vec::new();
     s.read_to_end(&mut reply).unwrap();
-    assert_eq!(reply[4], 2, "error status");
+    assert_eq!(&reply[..5], &[1, 0, 0, 0, wire::GREET_OPEN], "the open store's greeting first");
+    assert_eq!(reply[5 + 4], 2, "error status");
     // Garbage inside a valid frame: an error reply, connection kept.
     let mut s = TcpStream::connect(server.local_addr()).unwrap();
+    let mut greeting = [0u8; 5];
+    s.read_exact(&mut greeting).unwrap();
     for garbage in [&[9u8][..], &[1, 0xff, 0xff, 0xff, 0xff], &[2, 1, 0, 0, 0, b'k'], &[]] {
         s.write_all(&(garbage.len() as u32).to_le_bytes()).unwrap();
         s.write_all(garbage).unwrap();
@@ -225,4 +229,58 @@ fn store_client_is_a_key_value_store() {
     for h in handles {
         assert_eq!(h.join().unwrap(), vec![vec![0u8], vec![1u8]]);
     }
+}
+
+/// A store with the job secret serves its holders and refuses everyone else before reading a
+/// single request: no secret, a wrong one, or a raw client that skips the challenge (the
+/// engine addresses and region keys it holds never reach an outsider).
+#[test]
+fn a_store_with_a_secret_refuses_clients_without_it() {
+    let secret = accord_proto::JobSecret([9; 32]);
+    let server = StoreServer::start_with_secret("127.0.0.1:0", Some(secret)).unwrap();
+    let addr = server.local_addr();
+    let mut insider = StoreClient::connect_with_secret(addr, Duration::from_secs(5), Some(secret)).unwrap();
+    insider.set("accord/addr/0", b"engine address and control key").unwrap();
+    for outsider in [None, Some(accord_proto::JobSecret([8; 32]))] {
+        let e = StoreClient::connect_with_secret(addr, Duration::from_secs(5), outsider).err().expect("refused");
+        assert!(matches!(&e, StoreError::Refused { .. }), "{e}");
+    }
+    // A raw client ignores the challenge and sends a GET: it gets the refusal, not the value.
+    let mut raw = TcpStream::connect(addr).unwrap();
+    raw.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let get = wire::Enc::default().u8(wire::OP_GET).bytes(b"accord/addr/0").u64(0).0;
+    wire::write_frame(&mut raw, &get).unwrap();
+    let mut everything = Vec::new();
+    let _ = raw.read_to_end(&mut everything);
+    assert!(!everything.windows(14).any(|w| w == b"engine address"), "the value leaked");
+    assert_eq!(insider.get("accord/addr/0", Duration::from_millis(10)).unwrap(), b"engine address and control key");
+}
+
+/// The bootstrap takes the secret from ACCORD_JOB_SECRET (never echoing a bad value) and its
+/// store binds MASTER_ADDR rather than every interface.
+#[test]
+fn bootstrap_reads_the_secret_and_binds_master_addr() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let env = |secret: &str| {
+        let vars: HashMap<&str, String> = [
+            ("RANK", "0".to_string()),
+            ("WORLD_SIZE", "1".to_string()),
+            ("MASTER_ADDR", "127.0.0.1".to_string()),
+            ("MASTER_PORT", port.to_string()),
+            ("ACCORD_JOB_SECRET", secret.to_string()),
+        ]
+        .into();
+        BootstrapConfig::from_lookup(|k| vars.get(k).cloned())
+    };
+    let e = env("not-a-secret").expect_err("a bad secret is refused").to_string();
+    assert!(!e.contains("not-a-secret"), "{e}");
+    let config = env(&"ab".repeat(32)).unwrap();
+    assert_eq!(config.secret, Some(accord_proto::JobSecret([0xab; 32])));
+    let _boot = Bootstrap::connect(config).unwrap();
+    // Another loopback address of this host reaches a store bound to 0.0.0.0, not one bound
+    // to MASTER_ADDR.
+    let elsewhere = std::net::SocketAddr::from(([127, 0, 0, 2], port));
+    assert!(TcpStream::connect_timeout(&elsewhere, Duration::from_secs(2)).is_err(), "bound to MASTER_ADDR only");
+    let e = StoreClient::connect(("127.0.0.1", port), Duration::from_secs(5)).err().expect("no secret, no store");
+    assert!(matches!(e, StoreError::Refused { .. }));
 }

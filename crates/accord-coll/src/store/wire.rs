@@ -20,6 +20,15 @@ pub(crate) const OP_GET: u8 = 2;
 pub(crate) const OP_ADD: u8 = 3;
 pub(crate) const OP_WAIT: u8 = 4;
 
+/// First frame the server sends on every connection: no admission, or a challenge (a 16-byte
+/// nonce) the client must answer with [`CHALLENGE_LABEL`]'s proof under the job secret.
+pub(crate) const GREET_OPEN: u8 = 0;
+pub(crate) const GREET_CHALLENGE: u8 = 1;
+/// Domain label of the store's challenge proof (never valid as a transport handshake proof).
+pub(crate) const CHALLENGE_LABEL: &[u8] = b"accord bootstrap store v1";
+/// Bytes of the server's nonce.
+pub(crate) const NONCE_BYTES: usize = 16;
+
 pub(crate) const ST_OK: u8 = 0;
 pub(crate) const ST_TIMEOUT: u8 = 1;
 pub(crate) const ST_ERROR: u8 = 2;

@@ -189,10 +189,21 @@ pub struct EngineStats {
 }
 
 impl EngineStats {
-    /// Datagrams that could not be attributed (malformed, unknown connection, bad token), all
-    /// lanes: garbage sent at the engine's ports ends up here.
+    /// Datagrams that could not be attributed (malformed, unknown connection, bad token,
+    /// failed end-to-end check), all lanes: garbage sent at the engine's ports ends up here.
     pub fn datagrams_dropped(&self) -> u64 {
-        self.lanes.iter().map(|l| l.endpoint.malformed + l.endpoint.unknown_connection + l.endpoint.bad_token).sum()
+        self.lanes
+            .iter()
+            .map(|l| {
+                let e = &l.endpoint;
+                e.malformed + e.unknown_connection + e.bad_token + e.bad_checksum + e.integrity_mismatch
+            })
+            .sum()
+    }
+
+    /// Datagrams dropped by the end-to-end check (corrupted on the way), all lanes.
+    pub fn bad_checksums(&self) -> u64 {
+        self.lanes.iter().map(|l| l.endpoint.bad_checksum + l.endpoint.integrity_mismatch).sum()
     }
     /// Wake datagrams sent to workers that had said they sleep, all lanes.
     pub fn wakes(&self) -> u64 {

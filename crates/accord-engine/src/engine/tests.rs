@@ -310,6 +310,138 @@ fn path_selector_and_pacer_order_by_name() {
     assert_eq!(dst.to_vec(), src.to_vec());
 }
 
+/// `ACCORD_INTEGRITY` picks the end-to-end check; every mode moves the bytes intact over the
+/// network path (force_network: UDP even in one process), and a bad name is refused.
+#[test]
+fn integrity_modes_by_name_and_each_moves_bytes() {
+    use accord_proto::wire::Integrity;
+    let set = |v: &str, shm: &str| {
+        let vars: HashMap<&str, String> = [("ACCORD_INTEGRITY", v.to_string()), ("ACCORD_SHM", shm.to_string())].into();
+        EngineConfig::default().with_overrides_from(|n| vars.get(n).cloned()).unwrap()
+    };
+    assert_eq!(EngineConfig::default().endpoint_config().integrity, Integrity::Full);
+    assert!(set("sha256", "0").validate().is_err());
+    let modes = [("off", Integrity::Off), ("header", Integrity::Header), ("full", Integrity::Full)];
+    // UDP (the check's reason to exist) in every mode, and the shared-memory rings in full.
+    for (name, mode, shm) in modes.iter().map(|&(n, m)| (n, m, "0")).chain([("full", Integrity::Full, "1")]) {
+        let config = set(name, shm);
+        assert_eq!(config.endpoint_config().integrity, mode);
+        let (a, b) =
+            pair_of(|| Engine::builder().ignore_env().config(config.clone()).force_network(true).build().unwrap());
+        let src = a.alloc(1 << 20).unwrap();
+        src.write_at(0, &(0..1u32 << 20).map(|i| (i * 13) as u8).collect::<Vec<u8>>()).unwrap();
+        let dst = b.alloc(1 << 20).unwrap();
+        let (h, d) = (src.handle(), dst.descriptor());
+        let op = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 0, len: 1 << 20, imm: Some(4) };
+        a.write(&op).unwrap().wait_timeout(WAIT).unwrap();
+        assert_eq!(b.imm_counter(4).wait(1, WAIT), 1, "{name}");
+        assert_eq!(dst.to_vec(), src.to_vec(), "{name}");
+        assert_eq!(b.stats().bad_checksums(), 0, "{name}: every datagram sealed right");
+        assert!(b.stats().lanes.iter().map(|l| l.endpoint.datagrams_received).sum::<u64>() > 0, "{name}");
+    }
+}
+
+/// Over UDP, both engines replay a tenth of what they send 200 ms later (data, ACKs, credit,
+/// handshakes) and flip a header bit of one packet in fifty after the UDP checksum. Writes
+/// spread over more than the replay delay all land intact; the receiver dropped the flipped
+/// packets on the end-to-end check and the replays as stale or duplicate.
+#[test]
+fn replays_and_header_flips_past_the_udp_checksum_change_no_byte() {
+    let faults = FaultConfig {
+        replay: 0.1,
+        replay_delay: Duration::from_millis(200),
+        corrupt_header: 0.02,
+        ..Default::default()
+    };
+    let mut config = EngineConfig::default();
+    config.shm.enabled = false;
+    let make = |seed| {
+        Engine::builder()
+            .ignore_env()
+            .config(config.clone())
+            .force_network(true)
+            .fault_injection(faults.clone(), seed)
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (make(1), make(2));
+    a.add_peer(&b.address()).unwrap();
+    b.add_peer(&a.address()).unwrap();
+    let len = 1 << 20;
+    let dst = b.alloc(len).unwrap();
+    let d = dst.descriptor();
+    // Six rounds 60 ms apart plus the 250 ms pause: replays of early rounds land mid-run.
+    for round in 0..6u8 {
+        let src = a.alloc(len).unwrap();
+        let bytes = pattern(round as u64 + 20, len);
+        src.write_at(0, &bytes).unwrap();
+        let h = src.handle();
+        let op = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 0, len: len as u64, imm: Some(9) };
+        a.write(&op).unwrap().wait_timeout(WAIT).unwrap();
+        assert_eq!(b.imm_counter(9).wait(round as u64 + 1, WAIT), round as u64 + 1);
+        assert_eq!(dst.to_vec(), bytes, "round {round}");
+        // Spread the rounds so replays of earlier rounds arrive during later ones.
+        std::thread::sleep(Duration::from_millis(60));
+    }
+    // Let the last replays land, then check the connection still works.
+    std::thread::sleep(Duration::from_millis(250));
+    let src = a.alloc(len).unwrap();
+    let bytes = pattern(99, len);
+    src.write_at(0, &bytes).unwrap();
+    let h = src.handle();
+    let op = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 0, len: len as u64, imm: None };
+    a.write(&op).unwrap().wait_timeout(WAIT).unwrap();
+    assert_eq!(dst.to_vec(), bytes);
+    let (sa, sb) = (a.stats(), b.stats());
+    let injected: u64 = sa.faults.iter().chain(&sb.faults).map(|f| f.header_corrupted).sum();
+    let replayed: u64 = sa.faults.iter().chain(&sb.faults).map(|f| f.replayed).sum();
+    assert!(injected > 0 && replayed > 0, "faults were injected: {injected} flips, {replayed} replays");
+    assert!(sa.bad_checksums() + sb.bad_checksums() > 0, "flipped headers failed the end-to-end check");
+}
+
+/// Engines holding the job secret exchange writes; an engine without it (or with another)
+/// cannot get a single byte or message into one that has it: no connection, so no token.
+#[test]
+fn only_holders_of_the_job_secret_connect() {
+    let secret = "5a".repeat(32);
+    let with = |hex: &str| {
+        let vars: HashMap<&str, String> = [("ACCORD_JOB_SECRET", hex.to_string()), ("ACCORD_SHM", "0".into())].into();
+        EngineConfig::default().with_overrides_from(|n| vars.get(n).cloned()).unwrap()
+    };
+    let bad = HashMap::from([("ACCORD_JOB_SECRET", "xyz".to_string())]);
+    let err = EngineConfig::default().with_overrides_from(|n| bad.get(n).cloned()).unwrap_err().to_string();
+    assert!(err.contains("64 hex digits") && !err.contains("xyz"), "{err}");
+    let build = |config: EngineConfig| {
+        let config = EngineConfig { idle_timeout: Duration::from_millis(500), ..config };
+        Engine::builder().ignore_env().config(config).force_network(true).build().unwrap()
+    };
+    let mut no_secret = EngineConfig::default();
+    no_secret.shm.enabled = false;
+    let (a, b) = (build(with(&secret)), build(with(&secret)));
+    let outsiders = [build(no_secret), build(with(&"a5".repeat(32)))];
+    let dst = b.alloc(4096).unwrap();
+    let d = dst.descriptor();
+    for (i, writer) in std::iter::once(&a).chain(&outsiders).enumerate() {
+        writer.add_peer(&b.address()).unwrap();
+        b.add_peer(&writer.address()).unwrap();
+        let src = writer.alloc(4096).unwrap();
+        src.fill(i as u8 + 1);
+        let h = src.handle();
+        let op = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 0, len: 4096, imm: Some(7) };
+        let result = writer.write(&op).unwrap().wait_timeout(WAIT);
+        if i == 0 {
+            assert_eq!(result, Ok(()), "a holder of the secret writes");
+            assert_eq!(dst.to_vec(), vec![1u8; 4096]);
+        } else {
+            assert!(result.is_err(), "outsider {i} wrote: {result:?}");
+            assert_eq!(dst.to_vec(), vec![1u8; 4096], "outsider {i} changed no byte");
+        }
+    }
+    assert_eq!(b.imm_counter(7).wait(1, WAIT), 1, "only the holder's immediate counted");
+    let refused: u64 = b.stats().lanes.iter().map(|l| l.endpoint.unadmitted).sum();
+    assert!(refused > 0, "the outsiders' Hellos were refused and counted");
+}
+
 #[test]
 fn wait_spin_is_configurable_and_bounded() {
     let set = |v: &str| {

@@ -507,7 +507,14 @@ impl Worker {
             let stride = meta.segment_bytes.max(1);
             for seg in bytes.chunks(stride) {
                 let rx_meta = accord_proto::RxMeta { path: accord_proto::PathId(meta.path), ecn_ce: meta.ecn_ce };
-                let outcome = self.ep.handle_datagram(now, rx_meta, seg, &mut memory);
+                // A lent datagram is read in place from a shared-memory ring: its payload is
+                // not in `seg`, and memory is not a wire, so the end-to-end check is for the
+                // datagrams that crossed a network (everything else).
+                let outcome = if lent.is_some() {
+                    self.ep.handle_datagram_from_memory(now, rx_meta, seg, &mut memory)
+                } else {
+                    self.ep.handle_datagram(now, rx_meta, seg, &mut memory)
+                };
                 if let Some(p) = outcome.placement {
                     // A lent datagram is never segmented, so its one segment is the whole of it.
                     let placed = match (lent, p.target) {

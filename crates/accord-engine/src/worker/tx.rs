@@ -110,7 +110,9 @@ impl TxQueue {
                     let header = &slot[..t.header_len];
                     let mut fill = |buf: &mut [u8]| {
                         buf[..header.len()].copy_from_slice(header);
-                        gather(&t, &mut buf[header.len()..])
+                        let gathered = gather(&t, &mut buf[header.len()..]);
+                        t.seal_payload(buf);
+                        gathered
                     };
                     match dp.send_direct(path, dst, len, &mut fill) {
                         Ok(DirectSend::Sent) => {
@@ -133,6 +135,7 @@ impl TxQueue {
                     stats.tx_no_route += 1;
                     continue;
                 }
+                t.seal_payload(&mut slot[..len]);
                 let merge = caps.gso_max_segments > 1
                     && self.groups.last().is_some_and(|g| {
                         !g.closed

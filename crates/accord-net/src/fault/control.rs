@@ -18,6 +18,10 @@ pub struct FaultStats {
     pub delayed: u64,
     /// Packets swallowed by a cut path (either direction).
     pub cut: u64,
+    /// Packets captured and sent again, verbatim, `replay_delay` later.
+    pub replayed: u64,
+    /// Packets with a bit flipped in their first `header_bytes` (past the UDP checksum).
+    pub header_corrupted: u64,
 }
 
 /// Path cuts and fault counters of one [`super::FaultInjector`].
@@ -31,6 +35,8 @@ pub struct FaultControl {
     corrupted: AtomicU64,
     delayed: AtomicU64,
     cut_packets: AtomicU64,
+    replayed: AtomicU64,
+    header_corrupted: AtomicU64,
 }
 
 impl FaultControl {
@@ -44,6 +50,8 @@ impl FaultControl {
             corrupted: AtomicU64::new(0),
             delayed: AtomicU64::new(0),
             cut_packets: AtomicU64::new(0),
+            replayed: AtomicU64::new(0),
+            header_corrupted: AtomicU64::new(0),
         }
     }
 
@@ -90,6 +98,8 @@ impl FaultControl {
             corrupted: get(&self.corrupted),
             delayed: get(&self.delayed),
             cut: get(&self.cut_packets),
+            replayed: get(&self.replayed),
+            header_corrupted: get(&self.header_corrupted),
         }
     }
 
@@ -107,6 +117,12 @@ impl FaultControl {
     }
     pub(super) fn count_corrupted(&self) {
         self.corrupted.fetch_add(1, Ordering::Relaxed);
+    }
+    pub(super) fn count_replayed(&self) {
+        self.replayed.fetch_add(1, Ordering::Relaxed);
+    }
+    pub(super) fn count_header_corrupted(&self) {
+        self.header_corrupted.fetch_add(1, Ordering::Relaxed);
     }
     pub(super) fn count_delayed(&self) {
         self.delayed.fetch_add(1, Ordering::Relaxed);

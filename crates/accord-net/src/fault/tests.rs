@@ -267,3 +267,44 @@ fn bad_config_and_input_are_errors() {
     assert!(f.send_batch(&[TxDatagram::new(5, dst, b"x")]).is_err());
     assert_eq!(f.stats(), FaultStats::default(), "rejected before any draw");
 }
+
+#[test]
+fn replays_go_out_again_verbatim_after_the_replay_delay() {
+    let (_net, a, mut b) = pair(1);
+    let dst = b.local_addr(0).unwrap();
+    let config = FaultConfig { replay: 1.0, replay_delay: Duration::from_secs(3), ..FaultConfig::default() };
+    let (mut f, clock) = injector(a, config, 11);
+    send_numbered(&mut f, dst, 0, 0..5);
+    let first = drain(&mut b);
+    assert_eq!(first.iter().map(|(_, p)| seq(p)).collect::<Vec<_>>(), vec![0, 1, 2, 3, 4]);
+    clock.advance(Duration::from_millis(2999));
+    let mut bufs = f.alloc_rx_buffers(4).unwrap();
+    f.recv_batch(&mut bufs, 4).unwrap();
+    assert!(drain(&mut b).is_empty(), "nothing replayed before the delay");
+    clock.advance(Duration::from_millis(1));
+    f.recv_batch(&mut bufs, 4).unwrap();
+    let replayed = drain(&mut b);
+    assert_eq!(replayed, first, "the same bytes on the same path, in order");
+    assert_eq!(f.stats().replayed, 5);
+}
+
+#[test]
+fn header_corruption_flips_one_bit_inside_the_header() {
+    let (_net, a, mut b) = pair(1);
+    let dst = b.local_addr(0).unwrap();
+    let config = FaultConfig { corrupt_header: 1.0, header_bytes: 8, ..FaultConfig::default() };
+    let (mut f, _) = injector(a, config, 12);
+    send_numbered(&mut f, dst, 0, 0..200);
+    let got = drain(&mut b);
+    assert_eq!(got.len(), 200);
+    for (i, (_, bytes)) in got.iter().enumerate() {
+        let mut clean = [0u8; 12];
+        clean[..4].copy_from_slice(&(i as u32).to_le_bytes());
+        clean[4..].copy_from_slice(&(i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).to_le_bytes());
+        let flipped: Vec<usize> = (0..12).filter(|&k| bytes[k] != clean[k]).collect();
+        assert_eq!(flipped.len(), 1, "packet {i}: one byte differs");
+        assert!(flipped[0] < 8, "packet {i}: the flip is inside the first 8 bytes");
+        assert_eq!((bytes[flipped[0]] ^ clean[flipped[0]]).count_ones(), 1, "one bit");
+    }
+    assert_eq!(f.stats().header_corrupted, 200);
+}

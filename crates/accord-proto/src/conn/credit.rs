@@ -54,6 +54,41 @@ pub(super) struct CreditState {
     blocked_since: Option<Instant>,
     /// Sender: latest credit received or Rts sent (the Rts timer restarts from it).
     last_credit_or_rts_at: Option<Instant>,
+    /// Receiver: number of the last Credit frame sent.
+    seq_out: u32,
+    /// Sender: which Credit frame numbers were acted on.
+    seen: ReplayWindow,
+}
+
+/// Anti-replay window over Credit frame numbers: the highest seen and a bitmap of the 64 below
+/// it. A number above the highest, or inside the window and not seen, is fresh; anything else
+/// (seen, or older than the window, or 0) is a duplicate or replay. A legitimate frame delayed
+/// past 64 newer ones is refused too: a lost grant, which the Rts timer repairs.
+#[derive(Clone, Copy, Debug, Default)]
+struct ReplayWindow {
+    highest: u32,
+    seen: u64,
+}
+
+impl ReplayWindow {
+    fn accept(&mut self, seq: u32) -> bool {
+        let ahead = seq.wrapping_sub(self.highest) as i32;
+        if seq == 0 {
+            return false;
+        }
+        if ahead > 0 {
+            self.seen = if ahead >= 64 { 0 } else { self.seen << ahead };
+            self.seen |= 1;
+            self.highest = seq;
+            return true;
+        }
+        let back = self.highest.wrapping_sub(seq);
+        if back >= 64 || self.seen & (1 << back) != 0 {
+            return false;
+        }
+        self.seen |= 1 << back;
+        true
+    }
 }
 
 impl Connection {
@@ -148,8 +183,15 @@ impl Connection {
         }
         let header = self.peer_header()?;
         self.stats.credit_sent_bytes += grant.credit_bytes as u64;
-        let repr = Repr::Credit(CreditRepr { credit_bytes: grant.credit_bytes, nack: grant.nack });
+        let seq = self.next_credit_seq();
+        let repr = Repr::Credit(CreditRepr { credit_bytes: grant.credit_bytes, nack: grant.nack, seq });
         self.emit_control(&header, &repr, self.credit.last_data_path, buf)
+    }
+
+    /// Number for the next Credit frame (from 1; 0 is never sent).
+    fn next_credit_seq(&mut self) -> u32 {
+        self.credit.seq_out = self.credit.seq_out.wrapping_add(1).max(1);
+        self.credit.seq_out
     }
 
     // ---- sending side ----
@@ -159,12 +201,21 @@ impl Connection {
         if !self.is_established() {
             return;
         }
+        if !self.credit.seen.accept(credit.seq) {
+            // A duplicate or a replay: it granted (or NACKed) once already.
+            self.stats.stale_frames += 1;
+            return;
+        }
         if let Some(psn) = credit.nack {
             if let Some((path, bytes)) = self.send.nack(psn) {
                 self.stats.nacks_received += 1;
                 self.note_losses(now, path, 1, bytes as u64, false);
                 // The NACKed packet left the path's flight: its loss deadline moves.
                 self.refresh_path_timer(path);
+            } else if credit.credit_bytes == 0 {
+                // A NACK of nothing in flight (resolved, already lost, never sent): stale.
+                self.stats.stale_frames += 1;
+                return;
             }
         }
         if credit.credit_bytes > 0 {
@@ -207,7 +258,8 @@ impl Connection {
     pub(super) fn poll_credit_control(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         if let Some(psn) = self.credit.nacks_out.pop_front() {
             let header = self.peer_header()?;
-            let repr = Repr::Credit(CreditRepr { credit_bytes: 0, nack: Some(psn) });
+            let seq = self.next_credit_seq();
+            let repr = Repr::Credit(CreditRepr { credit_bytes: 0, nack: Some(psn), seq });
             return self.emit_control(&header, &repr, self.credit.last_data_path, buf);
         }
         let due = self.rts_deadline()?;
@@ -222,9 +274,22 @@ impl Connection {
         let header = self.peer_header()?;
         self.credit.last_credit_or_rts_at = Some(now);
         self.stats.rts_sent += 1;
-        // Any path: the Rts is small and the receiver only needs one.
-        let path = self.credit.last_data_path;
+        let path = self.rts_path();
         self.emit_control(&header, &Repr::Rts(RtsRepr { backlog_bytes: backlog }), path, buf)
+    }
+
+    /// The path for the next Rts: the receiver needs only one, but the path data last came in
+    /// on may since have died (a cut with nothing in flight is never noticed by a timeout), and
+    /// every Rts sent into it was lost: the sender then waited for credit forever. So each Rts
+    /// after the first goes on the next path in turn, quarantined ones skipped while any other
+    /// is active.
+    fn rts_path(&self) -> PathId {
+        let count = self.paths.len().max(1) as u64;
+        let first = self.credit.last_data_path.0 as u64;
+        let active = |p: PathId| self.paths.get(p).is_some_and(|s| s.is_active());
+        let sent_before = self.stats.rts_sent.saturating_sub(1);
+        let turn = |k: u64| PathId(((first + sent_before + k) % count) as u16);
+        (0..count).map(turn).find(|&p| active(p)).unwrap_or(turn(0))
     }
 
     /// Tells a receiver-driven policy the connection went idle (nothing to send or resolve).
@@ -233,5 +298,29 @@ impl Connection {
             self.cc.on_idle(now);
             self.credit.blocked_since = None;
         }
+    }
+}
+
+#[cfg(test)]
+mod replay_window_tests {
+    use super::ReplayWindow;
+
+    #[test]
+    fn each_number_is_accepted_once_in_any_order_within_the_window() {
+        let mut w = ReplayWindow::default();
+        assert!(!w.accept(0), "0 is never sent");
+        for seq in [1, 3, 2, 5, 4] {
+            assert!(w.accept(seq), "{seq} first time");
+        }
+        for seq in 1..=5 {
+            assert!(!w.accept(seq), "{seq} again");
+        }
+        assert!(w.accept(100));
+        assert!(!w.accept(36), "older than the window");
+        assert!(w.accept(37), "inside the window, unseen");
+        assert!(!w.accept(37));
+        let mut wrap = ReplayWindow { highest: u32::MAX, seen: 1 };
+        assert!(wrap.accept(1), "numbers wrap");
+        assert!(!wrap.accept(u32::MAX));
     }
 }

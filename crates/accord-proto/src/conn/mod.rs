@@ -7,6 +7,7 @@ mod credit;
 mod receiver;
 mod sender;
 
+use crate::admission::ProofKind;
 use crate::api::{ConnectionError, ConnectionStats, Event, SendRequest, Transmit, WriteRequest};
 use crate::cc::{CongestionControl, Controller};
 use crate::config::ConnectionConfig;
@@ -22,6 +23,9 @@ use std::collections::VecDeque;
 
 /// Probe answers queued at most; more are dropped (the prober tries again).
 const PROBE_REPLIES_MAX: usize = 64;
+/// Probes remembered until answered; the oldest is forgotten (its answer then counts as stale,
+/// and the prober tries again at the next interval).
+const PROBES_OUTSTANDING_MAX: usize = 64;
 
 /// The peer's name for this connection, learnt in the handshake.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -104,6 +108,9 @@ pub(crate) struct Connection {
     pacing_blocked: bool,
     hello_ack_due: bool,
     probe_replies: VecDeque<(PathId, ProbeRepr)>,
+    /// Probes sent and not yet answered, with the path each went out on: only their answers
+    /// may revive a path.
+    probes_outstanding: VecDeque<(PathId, ProbeRepr)>,
     next_probe_id: u64,
     last_progress: Instant,
     last_ack_at: Option<Instant>,
@@ -113,6 +120,8 @@ pub(crate) struct Connection {
     credit: credit::CreditState,
     /// The sender's state at the moment the connection failed, kept for diagnosis.
     failure_diagnosis: Option<String>,
+    /// The job secret the handshake proves (set by the endpoint); `None`: no admission.
+    pub(crate) secret: Option<crate::admission::JobSecret>,
 }
 
 impl Connection {
@@ -147,6 +156,7 @@ impl Connection {
             pacing_blocked: false,
             hello_ack_due: false,
             probe_replies: VecDeque::new(),
+            probes_outstanding: VecDeque::new(),
             next_probe_id: 0,
             last_progress: now,
             last_ack_at: None,
@@ -154,6 +164,7 @@ impl Connection {
             stats: ConnectionStats::default(),
             credit: Default::default(),
             failure_diagnosis: None,
+            secret: None,
             config,
         }
     }
@@ -214,18 +225,41 @@ impl Connection {
             max_payload_bytes: self.config.max_datagram_bytes,
             path_count: self.config.path_count,
             recv_window_packets: self.config.recv_window_packets,
+            proof: [0; 16],
         }
     }
 
-    /// The peer answered our Hello.
-    pub(crate) fn on_hello_ack(&mut self, hello_ack: &HelloRepr, events: &mut VecDeque<Event>) {
+    /// Our Hello or HelloAck under `header`, with its proof when the job has a secret.
+    fn proven_hello(&self, kind: ProofKind, header: &Header) -> HelloRepr {
+        let mut hello = self.hello_repr();
+        if let Some(secret) = &self.secret {
+            hello.proof = crate::admission::prove(secret, kind, header, &hello);
+        }
+        hello
+    }
+
+    /// The peer answered our Hello. Returns false when the answer lacks the proof of the job
+    /// secret (then it changes nothing: the handshake goes on waiting for a real answer).
+    pub(crate) fn on_hello_ack(
+        &mut self,
+        header: &Header,
+        hello_ack: &HelloRepr,
+        events: &mut VecDeque<Event>,
+    ) -> bool {
+        if let Some(secret) = &self.secret {
+            if !crate::admission::verify(secret, ProofKind::HelloAck, header, hello_ack) {
+                return false;
+            }
+        }
         if !matches!(self.state, State::Connecting { .. }) {
-            return; // a duplicate answer
+            self.stats.stale_frames += 1; // a duplicate answer
+            return true;
         }
         self.adopt_agreement(hello_ack);
         self.peer = Some(Peer { conn: hello_ack.src_conn, token: hello_ack.src_token });
         self.state = State::Established;
         events.push_back(Event::Connected { conn: self.id });
+        true
     }
 
     /// The peer retried its Hello: our HelloAck was lost.
@@ -316,12 +350,14 @@ impl Connection {
             let next_attempt_at = (now + backoff).min(deadline.max(now));
             self.state = State::Connecting { attempts: attempts + 1, since, next_attempt_at, hello_due: false };
             let header = Header { dst_conn: ConnectionId(0), token: 0 };
-            return self.emit_control(&header, &Repr::Hello(self.hello_repr()), PathId(0), buf);
+            let hello = self.proven_hello(ProofKind::Hello, &header);
+            return self.emit_control(&header, &Repr::Hello(hello), PathId(0), buf);
         }
         if self.hello_ack_due {
             self.hello_ack_due = false;
             let header = self.peer_header()?;
-            return self.emit_control(&header, &Repr::HelloAck(self.hello_repr()), PathId(0), buf);
+            let hello_ack = self.proven_hello(ProofKind::HelloAck, &header);
+            return self.emit_control(&header, &Repr::HelloAck(hello_ack), PathId(0), buf);
         }
         if self.close_due {
             self.close_due = false;
@@ -339,7 +375,14 @@ impl Connection {
     /// costs a packet, never memory safety).
     fn emit_control(&mut self, header: &Header, repr: &Repr, path: PathId, buf: &mut [u8]) -> Option<Transmit> {
         match wire::emit(header, repr, buf) {
-            Ok(header_len) => Some(Transmit { conn: self.id, path, header_len, payload: None, ecn_capable: false }),
+            Ok(header_len) => Some(Transmit {
+                conn: self.id,
+                path,
+                header_len,
+                payload: None,
+                ecn_capable: false,
+                seal_after_payload: false,
+            }),
             Err(_) => {
                 debug_assert!(false, "transmit buffer too small for a control packet");
                 None

@@ -1,6 +1,6 @@
 //! The sending half: chunks, path choice, window and pacing, ACK processing, loss detection.
 
-use super::{Chunk, Connection};
+use super::{Chunk, Connection, PROBES_OUTSTANDING_MAX};
 use crate::api::{Event, PayloadRef, RxMeta, Transmit};
 use crate::cc::{AckEvent, CongestionControl, LossEvent, RetransmitDecision};
 use crate::ids::PathId;
@@ -304,7 +304,14 @@ impl Connection {
             p.stats.bytes_sent += repr.payload_len as u64;
         }
         let payload = PayloadRef { op: repr.op, offset: repr.msg_offset, len: repr.payload_len as u32 };
-        Step::Sent(Transmit { conn: self.id, path, header_len, payload: Some(payload), ecn_capable: true })
+        Step::Sent(Transmit {
+            conn: self.id,
+            path,
+            header_len,
+            payload: Some(payload),
+            ecn_capable: true,
+            seal_after_payload: false,
+        })
     }
 
     /// Probe answers first, then a probe for a quarantined path whose turn has come.
@@ -316,10 +323,15 @@ impl Connection {
         let path = self.paths.take_due_probe(now, self.config.probe_interval)?;
         let probe = ProbeRepr { probe_id: self.next_probe_id, tx_time_ns: now.as_nanos() };
         self.next_probe_id += 1;
+        if self.probes_outstanding.len() >= PROBES_OUTSTANDING_MAX {
+            self.probes_outstanding.pop_front();
+        }
+        self.probes_outstanding.push_back((path, probe));
         self.emit_control(&header, &Repr::Probe(probe), path, buf)
     }
 
-    /// A probe answer: the path it came back on is alive.
+    /// A probe answer: the path it came back on is alive. Only the answer to a probe still
+    /// outstanding on that path counts; any other (late, replayed, forged) is stale.
     pub(crate) fn handle_probe_ack(
         &mut self,
         now: Instant,
@@ -327,6 +339,12 @@ impl Connection {
         probe: &ProbeRepr,
         events: &mut VecDeque<Event>,
     ) {
+        let outstanding = self.probes_outstanding.iter().position(|&(path, sent)| path == rx.path && sent == *probe);
+        let Some(index) = outstanding else {
+            self.stats.stale_frames += 1;
+            return;
+        };
+        self.probes_outstanding.remove(index);
         let Some(state) = self.paths.get(rx.path) else { return };
         if state.is_active() || probe.tx_time_ns > now.as_nanos() {
             return;
@@ -341,10 +359,18 @@ impl Connection {
 
     /// An ACK frame: resolve what it acknowledges or refuses, sample RTT, detect loss, and
     /// tell the congestion control.
+    ///
+    /// The stale-frame rule (crate doc): an ACK that newly resolves no
+    /// packet and refuses no live operation changes nothing. A late duplicate or a replay
+    /// carries an old echoed time and an old CE count; believing them pushed RTT and RTO to
+    /// seconds and let one ACK rewind the ECN counter.
     pub(crate) fn handle_ack(&mut self, now: Instant, rx: RxMeta, ack: &AckRepr, events: &mut VecDeque<Event>) {
         self.stats.acks_received += 1;
         let mut touched = PathSet::default();
         let (mut acked_bytes, mut acked_packets) = (0u64, 0u64);
+        // The echoed packet, if this ACK resolved it and the echo names its latest
+        // transmission (Karn: an echo of an earlier copy says nothing about this one).
+        let mut echo_matches = false;
         // Everything below the cumulative point, then the SACKed ones; `resolve` skips what is
         // already resolved. A plain range: no allocation per ACK.
         let cumulative = self.send.floor()..ack.cum_ack.min(self.send.next_psn());
@@ -353,6 +379,7 @@ impl Connection {
             if let Some(packet) = self.send.resolve(psn) {
                 acked_bytes += packet.len as u64;
                 acked_packets += 1;
+                echo_matches |= psn == ack.echo_psn && packet.sent_at.as_nanos() == ack.echo_tx_time_ns;
                 touched.insert(packet.path);
                 self.paths.on_acked(packet.path, packet.path_seq);
                 if let Some(done) = self.ops.on_packet_resolved(packet.op) {
@@ -373,11 +400,20 @@ impl Connection {
                 events.push_back(Event::OpCompleted { conn: self.id, op: done.op, result: done.result });
             }
         }
+        if acked_packets == 0 && !rejected {
+            self.stats.stale_frames += 1;
+            return;
+        }
         self.stats.bytes_acked += acked_bytes;
 
-        let rtt_sample = self.rtt_sample(now, rx.path, ack);
-        let ce_delta = ack.ecn_ce_count.wrapping_sub(self.peer_ecn_ce_count) as u64;
-        self.peer_ecn_ce_count = ack.ecn_ce_count;
+        let rtt_sample = if echo_matches { self.rtt_sample(now, rx.path, ack) } else { None };
+        // The CE count only moves forward; an older count (a reordered ACK that still resolved
+        // something) reports no new marks and leaves ours as it is.
+        let ce_forward = ack.ecn_ce_count.wrapping_sub(self.peer_ecn_ce_count);
+        let ce_delta = if ce_forward < 1 << 31 { ce_forward as u64 } else { 0 };
+        if ce_delta > 0 {
+            self.peer_ecn_ce_count = ack.ecn_ce_count;
+        }
         if acked_packets > 0 {
             self.last_progress = now;
             self.last_ack_at = Some(now);
@@ -428,7 +464,8 @@ impl Connection {
     }
 
     /// RTT from the echoed transmit time (our own clock), ACK delay removed. Attributed to the
-    /// path the ACK came back on, which is the path the echoed packet went out on.
+    /// path the ACK came back on, which is the path the echoed packet went out on. Called only
+    /// for an ACK that resolved the echoed packet's latest transmission.
     fn rtt_sample(&mut self, now: Instant, path: PathId, ack: &AckRepr) -> Option<Duration> {
         if ack.echo_tx_time_ns == 0 || ack.echo_tx_time_ns > now.as_nanos() {
             return None;

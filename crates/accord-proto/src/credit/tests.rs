@@ -227,6 +227,7 @@ impl Wire {
         let tx = from.poll_transmit(now, &mut self.buf)?;
         let mut d = self.buf[..tx.header_len].to_vec();
         d.resize(tx.datagram_len(), 0);
+        tx.seal_payload(&mut d);
         Some((RxMeta { path: tx.path, ecn_ce: false }, d))
     }
 }

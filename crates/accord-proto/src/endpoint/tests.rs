@@ -56,6 +56,7 @@ fn exchange(a: &mut Endpoint, b: &mut Endpoint, mem_b: &mut Memory, now: Instant
         while let Some(tx) = a.poll_transmit(now, &mut buf) {
             let mut d = buf[..tx.header_len].to_vec();
             d.resize(tx.datagram_len(), 0);
+            tx.seal_payload(&mut d);
             let out = b.handle_datagram(now, RxMeta { path: tx.path, ecn_ce: false }, &d, mem_b);
             if let Some(p) = out.placement {
                 mem_b.placements.push(p);
@@ -66,6 +67,7 @@ fn exchange(a: &mut Endpoint, b: &mut Endpoint, mem_b: &mut Memory, now: Instant
         while let Some(tx) = b.poll_transmit(now, &mut buf) {
             let mut d = buf[..tx.header_len].to_vec();
             d.resize(tx.datagram_len(), 0);
+            tx.seal_payload(&mut d);
             a.handle_datagram(now, RxMeta { path: tx.path, ecn_ce: false }, &d, &mut mem_a);
             moved = true;
         }
@@ -170,14 +172,24 @@ fn wrong_token_and_unknown_connection_are_dropped_and_counted() {
     let tx = a.poll_transmit(t(2), &mut buf).expect("a data packet");
     let mut datagram = buf[..tx.header_len].to_vec();
     datagram.resize(tx.datagram_len(), 0);
+    tx.seal_payload(&mut datagram);
+    let reseal = |d: &mut Vec<u8>| wire::seal(d, wire::Integrity::Full);
     let mut forged = datagram.clone();
     forged[8] ^= 0x40; // token
+    assert_eq!(b.handle_datagram(t(2), RxMeta::default(), &forged, &mut mem).placement, None);
+    assert_eq!(b.stats().bad_checksum, 1, "a flipped bit fails the end-to-end check first");
+    reseal(&mut forged);
     assert_eq!(b.handle_datagram(t(2), RxMeta::default(), &forged, &mut mem).placement, None);
     assert_eq!(b.stats().bad_token, 1);
     let mut stray = datagram.clone();
     stray[4] ^= 0x01; // connection id
+    reseal(&mut stray);
     assert_eq!(b.handle_datagram(t(2), RxMeta::default(), &stray, &mut mem).placement, None);
     assert_eq!(b.stats().unknown_connection, 1);
+    let mut payload_flip = datagram.clone();
+    *payload_flip.last_mut().unwrap() ^= 0x80;
+    assert_eq!(b.handle_datagram(t(2), RxMeta::default(), &payload_flip, &mut mem).placement, None);
+    assert_eq!(b.stats().bad_checksum, 2, "the default check covers the payload");
     assert!(b.handle_datagram(t(2), RxMeta::default(), &datagram, &mut mem).placement.is_some());
 }
 
@@ -192,10 +204,14 @@ fn random_bytes_never_panic_and_never_place() {
         let len = rng.gen_range(0..1200);
         let mut d: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
         // Most strings fail the version check; make half of them look like ours.
-        if len >= 16 && i % 2 == 0 {
+        if len >= wire::HEADER_LEN && i % 2 == 0 {
             d[0] = crate::wire::VERSION;
             d[1] = rng.gen_range(1..=7);
             d[4..8].copy_from_slice(&conn_id.0.to_be_bytes());
+            // Half of those pass the end-to-end check too, to reach the parser.
+            if i % 4 == 0 {
+                wire::seal(&mut d, wire::Integrity::Full);
+            }
         }
         let out =
             b.handle_datagram(t(2), RxMeta { path: PathId(rng.gen_range(0..20)), ecn_ce: rng.gen() }, &d, &mut mem);
@@ -204,7 +220,11 @@ fn random_bytes_never_panic_and_never_place() {
         while b.poll_transmit(t(2), &mut [0u8; 9000]).is_some() {}
     }
     let s = b.stats();
-    assert!(s.malformed + s.bad_token + s.unknown_connection > 100_000, "{s:?}");
+    assert!(
+        s.malformed + s.bad_token + s.unknown_connection + s.bad_checksum + s.integrity_mismatch > 100_000,
+        "{s:?}"
+    );
+    assert!(s.malformed + s.bad_token + s.unknown_connection > 20_000, "sealed junk reached the parser: {s:?}");
     assert!(mem.placements.is_empty());
 }
 
@@ -235,12 +255,15 @@ fn mutated_valid_packets_never_escape_registered_memory() {
             2 => d.extend((0..rng.gen_range(1..64)).map(|_| rng.gen::<u8>())),
             _ => {
                 // Rewrite one 8-byte field of the data header with a random value.
-                let at = 16 + 8 * rng.gen_range(0..10);
+                let at = wire::HEADER_LEN + 8 * rng.gen_range(0..10);
                 if d.len() >= at + 8 {
                     d[at..at + 8].copy_from_slice(&rng.gen::<u64>().to_be_bytes());
                 }
             }
         }
+        // Mutated after the end-to-end check (as a hostile sender would, or a fault that a
+        // weaker checksum missed): the parser and the receiver's checks must still hold.
+        wire::seal(&mut d, wire::Integrity::Full);
         let out = b.handle_datagram(t(3), RxMeta { path: PathId(rng.gen_range(0..16)), ecn_ce: false }, &d, &mut mem);
         if let Some(p) = out.placement {
             assert!(p.payload.end <= d.len());
@@ -273,6 +296,7 @@ fn filling_the_hole_under_an_ack_request_is_acknowledged_at_once() {
     while let Some(tx) = a.poll_transmit(t(2), &mut buf) {
         let mut d = buf[..tx.header_len].to_vec();
         d.resize(tx.datagram_len(), 0);
+        tx.seal_payload(&mut d);
         data.push((tx.path, d));
     }
     assert_eq!(data.len(), 3, "three data packets");
@@ -288,4 +312,196 @@ fn filling_the_hole_under_an_ack_request_is_acknowledged_at_once() {
     assert_eq!(deliver(2), 1, "the last packet asks for an ACK");
     assert_eq!(deliver(0), 0, "an earlier packet alone waits for the delayed ACK");
     assert_eq!(deliver(1), 1, "the packet that completes the picture is acknowledged at once");
+}
+
+/// Moves transmits both ways, one datagram every 10 µs of simulated time, until both sides are
+/// quiet; returns the datagrams that went from `b` back to `a` (ACKs, mostly).
+fn exchange_timed(a: &mut Endpoint, b: &mut Endpoint, mem_b: &mut Memory, now: &mut Instant) -> Vec<Vec<u8>> {
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut b_to_a = vec![];
+    let mut mem_a = Memory::default();
+    for _ in 0..10_000 {
+        let mut moved = false;
+        a.handle_timeout(*now);
+        b.handle_timeout(*now);
+        while let Some(tx) = a.poll_transmit(*now, &mut buf) {
+            let mut d = buf[..tx.header_len].to_vec();
+            d.resize(tx.datagram_len(), 0);
+            tx.seal_payload(&mut d);
+            *now = *now + Duration::from_micros(10);
+            b.handle_datagram(*now, RxMeta { path: tx.path, ecn_ce: false }, &d, mem_b);
+            moved = true;
+        }
+        while let Some(tx) = b.poll_transmit(*now, &mut buf) {
+            let mut d = buf[..tx.header_len].to_vec();
+            d.resize(tx.datagram_len(), 0);
+            tx.seal_payload(&mut d);
+            *now = *now + Duration::from_micros(10);
+            a.handle_datagram(*now, RxMeta { path: tx.path, ecn_ce: false }, &d, &mut mem_a);
+            b_to_a.push(d);
+            moved = true;
+        }
+        if !moved {
+            // Quiet: jump to the next timer (a delayed ACK, say), unless only the idle
+            // timeout or nothing is left.
+            let next = [a.poll_timeout(), b.poll_timeout()].into_iter().flatten().min();
+            match next {
+                Some(at) if at <= *now + Duration::from_millis(50) => *now = (*now).max(at),
+                _ => break,
+            }
+        }
+    }
+    b_to_a
+}
+
+/// The issue-25 attack: ACKs captured during a transfer, replayed seconds later. Before the
+/// stale-frame rule each took an RTT sample of seconds; now none resolves anything, so RTT and
+/// RTO stay as the live traffic set them, every replay is counted, and later writes complete.
+#[test]
+fn replayed_old_acks_do_not_inflate_rtt_or_rto() {
+    let (mut a, mut b, conn) = pair(ConnectionConfig::default(), ConnectionConfig::default());
+    let mut mem_b = Memory::default();
+    let mut now = t(1);
+    exchange_timed(&mut a, &mut b, &mut mem_b, &mut now);
+    a.write(conn, WriteRequest { region: RegionId(1), key: KEY, offset: 0, len: 100_000, imm: None, tag: 0 }).unwrap();
+    let captured = exchange_timed(&mut a, &mut b, &mut mem_b, &mut now);
+    assert!(!captured.is_empty(), "the transfer produced ACKs to replay");
+    let before = a.connection_stats(conn).unwrap();
+    assert!(before.rtt_smoothed < Duration::from_millis(1), "live RTT {:?}", before.rtt_smoothed);
+
+    now = now + Duration::from_secs(5);
+    for _ in 0..20 {
+        for d in &captured {
+            a.handle_datagram(now, RxMeta { path: PathId(0), ecn_ce: false }, d, &mut Memory::default());
+        }
+    }
+    let after = a.connection_stats(conn).unwrap();
+    assert_eq!(after.stale_frames - before.stale_frames, 20 * captured.len() as u64);
+    assert_eq!((after.rtt_smoothed, after.rtt_min), (before.rtt_smoothed, before.rtt_min));
+    let rto = |s: &ConnectionStats| s.paths.iter().map(|p| p.rto).collect::<Vec<_>>();
+    assert_eq!(rto(&after), rto(&before));
+    assert_eq!(after.packets_lost, before.packets_lost);
+
+    // The connection still works, with no timeout inflated by the replay.
+    while a.poll_event().is_some() {}
+    let op = a
+        .write(conn, WriteRequest { region: RegionId(1), key: KEY, offset: 0, len: 50_000, imm: None, tag: 0 })
+        .unwrap();
+    exchange_timed(&mut a, &mut b, &mut mem_b, &mut now);
+    let completed = core::iter::from_fn(|| a.poll_event())
+        .any(|e| matches!(e, Event::OpCompleted { op: done, result: Ok(()), .. } if done == op));
+    assert!(completed, "a write after the replay completes");
+    assert!(a.connection_stats(conn).unwrap().rtt_smoothed < Duration::from_millis(1));
+}
+
+/// A probe answer nobody asked for (forged or replayed) neither revives nor samples a path.
+#[test]
+fn unsolicited_probe_answers_are_stale() {
+    let (mut a, mut b, conn) = pair(ConnectionConfig::default(), ConnectionConfig::default());
+    let mut mem_b = Memory::default();
+    let mut now = t(1);
+    exchange_timed(&mut a, &mut b, &mut mem_b, &mut now);
+    let b_conn = b.connections().next().unwrap();
+    // b's name for a's connection is in the header of b's datagrams to a; forge from b's view.
+    let mut buf = vec![0u8; 256];
+    let header = wire::Header { dst_conn: conn, token: a.conns[&conn].local_token() };
+    let probe = wire::ProbeRepr { probe_id: 7, tx_time_ns: 1 };
+    let len = wire::emit(&header, &Repr::ProbeAck(probe), &mut buf).unwrap();
+    wire::seal(&mut buf[..len], wire::Integrity::Full);
+    let before = a.connection_stats(conn).unwrap();
+    a.handle_datagram(now, RxMeta { path: PathId(0), ecn_ce: false }, &buf[..len], &mut Memory::default());
+    let after = a.connection_stats(conn).unwrap();
+    assert_eq!(after.stale_frames, before.stale_frames + 1);
+    assert_eq!(after.rtt_smoothed, before.rtt_smoothed);
+    assert!(b.is_established(b_conn));
+}
+
+fn secret_pair(a_secret: Option<[u8; 32]>, b_secret: Option<[u8; 32]>) -> (Endpoint, Endpoint, ConnectionHandle) {
+    let cfg = |s: Option<[u8; 32]>| EndpointConfig { secret: s.map(crate::JobSecret), ..Default::default() };
+    let mut a = Endpoint::new(cfg(a_secret), 1).unwrap();
+    let b = Endpoint::new(cfg(b_secret), 2).unwrap();
+    let conn = a.connect(t(0)).unwrap();
+    (a, b, conn)
+}
+
+/// Two holders of the secret connect and move data; the secret's proof travels, not it.
+#[test]
+fn holders_of_the_job_secret_connect_and_the_secret_never_travels() {
+    let secret = [0x5c; 32];
+    let (mut a, mut b, conn) = secret_pair(Some(secret), Some(secret));
+    let mut mem = Memory::default();
+    let to_b = exchange(&mut a, &mut b, &mut mem, t(1));
+    assert!(a.is_established(conn));
+    assert!(to_b.iter().all(|d| !d.windows(32).any(|w| w == secret)), "the secret is not on the wire");
+    a.write(conn, WriteRequest { region: RegionId(1), key: KEY, offset: 0, len: 5000, imm: None, tag: 0 }).unwrap();
+    exchange(&mut a, &mut b, &mut mem, t(2));
+    assert!(!mem.placements.is_empty());
+    assert_eq!(b.stats().unadmitted, 0);
+}
+
+/// A process without the secret (or with another) gets no connection, so no token, so it can
+/// deliver nothing; the side with the secret refuses the outsider's answer too.
+#[test]
+fn outsiders_without_the_secret_are_refused_both_ways() {
+    let secret = [0x33; 32];
+    for (a_secret, b_secret) in [(None, Some(secret)), (Some([0x34; 32]), Some(secret)), (Some(secret), None)] {
+        let (mut a, mut b, conn) = secret_pair(a_secret, b_secret);
+        exchange(&mut a, &mut b, &mut Memory::default(), t(1));
+        assert!(!a.is_established(conn), "{a_secret:?} -> {b_secret:?}");
+        let refused = a.stats().unadmitted + b.stats().unadmitted;
+        assert!(refused >= 1, "{a_secret:?} -> {b_secret:?}: refusal counted");
+        if b_secret.is_some() {
+            assert_eq!(b.connections().count(), 0, "the unproven Hello allocated nothing");
+        }
+    }
+}
+
+/// 100,000 forged Hellos (random ids, tokens and proofs) leave the table empty; a holder of
+/// the secret then connects at once.
+#[test]
+fn a_hello_flood_costs_no_memory_and_never_blocks_a_legitimate_peer() {
+    let secret = [0x77; 32];
+    let (mut a, mut b, conn) = secret_pair(Some(secret), Some(secret));
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let mut buf = [0u8; 128];
+    for _ in 0..100_000 {
+        let hello = wire::HelloRepr {
+            src_conn: crate::ConnectionId(rng.gen()),
+            src_token: rng.gen(),
+            max_payload_bytes: 9000,
+            path_count: 4,
+            recv_window_packets: 256,
+            proof: rng.gen(),
+        };
+        let header = wire::Header { dst_conn: crate::ConnectionId(0), token: 0 };
+        let len = wire::emit(&header, &Repr::Hello(hello), &mut buf).unwrap();
+        wire::seal(&mut buf[..len], wire::Integrity::Full);
+        b.handle_datagram(t(1), RxMeta::default(), &buf[..len], &mut Memory::default());
+    }
+    assert_eq!(b.stats().unadmitted, 100_000);
+    assert_eq!(b.connections().count(), 0);
+    exchange(&mut a, &mut b, &mut Memory::default(), t(2));
+    assert!(a.is_established(conn));
+    assert_eq!(b.connections().count(), 1);
+}
+
+/// Credit frames replayed verbatim grant nothing twice: each frame number is acted on once.
+#[test]
+fn replayed_credit_grants_nothing() {
+    let eqds = ConnectionConfig { cc: crate::cc::CcKind::Eqds(Default::default()), ..Default::default() };
+    let (mut a, mut b, conn) = pair(eqds.clone(), eqds);
+    let mut mem_b = Memory::default();
+    let mut now = t(1);
+    exchange_timed(&mut a, &mut b, &mut mem_b, &mut now);
+    a.write(conn, WriteRequest { region: RegionId(1), key: KEY, offset: 0, len: 200_000, imm: None, tag: 0 }).unwrap();
+    let to_a = exchange_timed(&mut a, &mut b, &mut mem_b, &mut now);
+    let credits: Vec<&Vec<u8>> = to_a.iter().filter(|d| d[1] == wire::PacketType::Credit as u8).collect();
+    assert!(!credits.is_empty(), "the receiver granted credit");
+    let before = a.connection_stats(conn).unwrap();
+    for d in &credits {
+        a.handle_datagram(now, RxMeta::default(), d, &mut Memory::default());
+    }
+    let after = a.connection_stats(conn).unwrap();
+    assert_eq!(after.credit_received_bytes, before.credit_received_bytes, "no credit from a replay");
+    assert_eq!(after.stale_frames, before.stale_frames + credits.len() as u64);
 }

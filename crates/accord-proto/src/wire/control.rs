@@ -17,6 +17,8 @@ pub struct HelloRepr {
     pub path_count: u16,
     /// Receive window the sender grants, in packets.
     pub recv_window_packets: u32,
+    /// Proof that the sender holds the job secret ([`crate::admission`]); zero without one.
+    pub proof: [u8; 16],
 }
 
 impl HelloRepr {
@@ -28,6 +30,7 @@ impl HelloRepr {
             max_payload_bytes: packet.hello_max_payload_bytes(),
             path_count: packet.hello_path_count(),
             recv_window_packets: packet.hello_recv_window_packets(),
+            proof: packet.hello_proof(),
         }
     }
 
@@ -43,6 +46,7 @@ impl HelloRepr {
         packet.set_hello_max_payload_bytes(self.max_payload_bytes);
         packet.set_hello_path_count(self.path_count);
         packet.set_hello_recv_window_packets(self.recv_window_packets);
+        packet.set_hello_proof(self.proof);
     }
 }
 

@@ -13,13 +13,15 @@ pub struct CreditRepr {
     pub credit_bytes: u32,
     /// A packet whose payload a switch trimmed: the sender resends it before new data.
     pub nack: Option<Psn>,
+    /// This frame's number on its connection (from 1): the sender acts on each number once.
+    pub seq: u32,
 }
 
 impl CreditRepr {
     /// Reads the body of a checked Credit packet.
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Self {
         let nack = (packet.flags() & credit_flags::HAS_NACK != 0).then(|| packet.credit_nack_psn());
-        CreditRepr { credit_bytes: packet.credit_bytes(), nack }
+        CreditRepr { credit_bytes: packet.credit_bytes(), nack, seq: packet.credit_seq() }
     }
 
     /// Bytes of the body after the common header.
@@ -31,7 +33,7 @@ impl CreditRepr {
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>) {
         packet.set_flags(if self.nack.is_some() { credit_flags::HAS_NACK } else { 0 });
         packet.set_credit_bytes(self.credit_bytes);
-        packet.set_credit_reserved(0);
+        packet.set_credit_seq(self.seq);
         packet.set_credit_nack_psn(self.nack.unwrap_or(0));
     }
 }

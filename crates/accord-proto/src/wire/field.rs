@@ -7,8 +7,8 @@
 /// A byte range within a datagram.
 pub type Field = core::ops::Range<usize>;
 
-/// Offset of the body: the common header is 16 bytes.
-const BODY: usize = 16;
+/// Offset of the body: the common header is 20 bytes.
+const BODY: usize = 20;
 
 // ---- Common header (every packet) ----
 
@@ -18,12 +18,15 @@ pub const VERSION: usize = 0;
 pub const TYPE: usize = 1;
 /// Type-specific flags, see [`flags`].
 pub const FLAGS: usize = 2;
-/// Reserved byte: zero on emit, ignored on parse, so it can be given a meaning later.
-pub const RESERVED: usize = 3;
+/// Integrity mode the sender sealed the packet with (see [`super::Integrity`]); covered by
+/// the CRC, and a receiver accepts only its own mode.
+pub const INTEGRITY: usize = 3;
 /// Receiver's connection id, for demultiplexing before any other work.
 pub const DST_CONN: Field = 4..8;
 /// Receiver's per-connection random token, so off-path packets are dropped cheaply.
 pub const TOKEN: Field = 8..16;
+/// CRC32C over the header and (in `Integrity::Full`) the payload, this field skipped.
+pub const CRC: Field = 16..20;
 /// First byte after the common header.
 pub const HEADER_END: usize = BODY;
 
@@ -39,8 +42,11 @@ pub const HELLO_MAX_PAYLOAD_BYTES: Field = BODY + 12..BODY + 14;
 pub const HELLO_PATH_COUNT: Field = BODY + 14..BODY + 16;
 /// Receive window the sender grants, in packets.
 pub const HELLO_RECV_WINDOW_PACKETS: Field = BODY + 16..BODY + 20;
+/// Proof of the job secret: a truncated HMAC-SHA256 over the packet's addressing and fields
+/// (see `crate::admission`); zero when the job has no secret.
+pub const HELLO_PROOF: Field = BODY + 20..BODY + 36;
 /// Exact length of a Hello / HelloAck datagram.
-pub const HELLO_END: usize = BODY + 20;
+pub const HELLO_END: usize = BODY + 36;
 
 // ---- Data ----
 
@@ -130,8 +136,9 @@ pub const PROBE_END: usize = BODY + 16;
 
 /// Bytes of new permission to send that the receiver's pacer grants.
 pub const CREDIT_BYTES: Field = BODY..BODY + 4;
-/// Reserved word in the credit body.
-pub const CREDIT_RESERVED: Field = BODY + 4..BODY + 8;
+/// Sequence number of the Credit frame (1, 2, ... per connection), so a replayed or
+/// duplicated frame grants nothing twice.
+pub const CREDIT_SEQ: Field = BODY + 4..BODY + 8;
 /// Packet number whose payload a switch trimmed, meaningful only with [`credit_flags::HAS_NACK`]:
 /// the sender resends it first.
 pub const CREDIT_NACK_PSN: Field = BODY + 8..BODY + 16;

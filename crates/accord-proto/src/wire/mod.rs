@@ -6,15 +6,17 @@
 //! from a peer is always a [`WireError`], never a panic; the parser is fuzzed
 //! (`tests.rs` in process, `crates/accord-proto/fuzz` with cargo-fuzz).
 //!
-//! Layout: a 16-byte common header (version, type, flags, reserved, `dst_conn`, `token`)
-//! followed by a type-specific body; Data's payload follows its 88-byte body to the end of the
-//! datagram.
+//! Layout: a 20-byte common header (version, type, flags, integrity mode, `dst_conn`, `token`,
+//! CRC32C) followed by a type-specific body; Data's payload follows its 88-byte body to the end
+//! of the datagram. The CRC is checked ([`verify`]) before anything else is parsed; see
+//! [`integrity`] for what it covers. Version 2 added the CRC (version 1 had a 16-byte header).
 
 mod ack;
 mod control;
 mod credit;
 mod data;
 pub mod field;
+pub mod integrity;
 mod packet;
 
 #[cfg(test)]
@@ -24,13 +26,14 @@ pub use ack::{AckRepr, RejectReason, Rejection, Rejections, SackBitmap};
 pub use control::{CloseRepr, HelloRepr, ProbeRepr};
 pub use credit::{CreditRepr, RtsRepr};
 pub use data::{DataKind, DataRepr};
+pub use integrity::{seal, verify, Integrity};
 use packet::check_header;
 pub use packet::Packet;
 
 use crate::ids::ConnectionId;
 
 /// Wire version this build speaks; a datagram with another is dropped (no negotiation yet).
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Length of the common header every packet starts with.
 pub const HEADER_LEN: usize = field::HEADER_END;
 /// Header plus data body: where a Data packet's payload starts.
@@ -63,6 +66,17 @@ pub enum WireError {
     /// Lengths or fields are inconsistent.
     #[error("malformed packet: {0}; drop the datagram and count it")]
     Malformed(&'static str),
+    /// The CRC32C does not match: the datagram was corrupted on the way.
+    #[error("end-to-end checksum mismatch; drop the datagram and count it (the sender retransmits)")]
+    BadChecksum,
+    /// The sender sealed the packet in another integrity mode than this receiver checks.
+    #[error("integrity mode {sent} on the wire, this endpoint checks mode {expected}: set ACCORD_INTEGRITY alike on every rank")]
+    IntegrityModeMismatch {
+        /// Mode byte in the packet.
+        sent: u8,
+        /// Mode this receiver is configured for.
+        expected: u8,
+    },
     /// The output buffer cannot hold the packet.
     #[error("output buffer too small: needed {needed} bytes, got {got}; pass at least Repr::buffer_len() bytes")]
     BufferTooSmall {
@@ -273,7 +287,8 @@ pub fn emit(header: &Header, repr: &Repr, out: &mut [u8]) -> Result<usize, WireE
     packet.set_version(VERSION);
     packet.set_packet_type(repr.packet_type());
     packet.set_flags(0);
-    packet.set_reserved(0);
+    packet.set_integrity_mode(0);
+    packet.set_crc(0);
     packet.set_dst_conn(header.dst_conn);
     packet.set_token(header.token);
     match repr {

@@ -196,6 +196,10 @@ impl<T: AsRef<[u8]>> Packet<T> {
     pub fn hello_path_count(&self) -> u16 {
         read_u16(self.data(), field::HELLO_PATH_COUNT)
     }
+    /// Proof of the job secret (zero without one).
+    pub fn hello_proof(&self) -> [u8; 16] {
+        read(self.data(), field::HELLO_PROOF)
+    }
     /// Receive window the sender grants, in packets.
     pub fn hello_recv_window_packets(&self) -> u32 {
         read_u32(self.data(), field::HELLO_RECV_WINDOW_PACKETS)
@@ -333,6 +337,10 @@ impl<T: AsRef<[u8]>> Packet<T> {
     pub fn credit_bytes(&self) -> u32 {
         read_u32(self.data(), field::CREDIT_BYTES)
     }
+    /// Sequence number of a Credit frame.
+    pub fn credit_seq(&self) -> u32 {
+        read_u32(self.data(), field::CREDIT_SEQ)
+    }
     /// Packet number a Credit NACKs (meaningful with its HAS_NACK flag).
     pub fn credit_nack_psn(&self) -> Psn {
         read_u64(self.data(), field::CREDIT_NACK_PSN)
@@ -367,9 +375,13 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     pub fn set_flags(&mut self, value: u8) {
         write_u8(self.data_mut(), field::FLAGS, value)
     }
-    /// Sets the reserved header byte (emit writes zero).
-    pub fn set_reserved(&mut self, value: u8) {
-        write_u8(self.data_mut(), field::RESERVED, value)
+    /// Sets the CRC field (emit writes zero; [`super::seal`] the real CRC).
+    pub fn set_crc(&mut self, value: u32) {
+        write(self.data_mut(), field::CRC, value.to_be_bytes())
+    }
+    /// Sets the integrity mode byte (emit writes zero; [`super::seal`] the real mode).
+    pub fn set_integrity_mode(&mut self, value: u8) {
+        write_u8(self.data_mut(), field::INTEGRITY, value)
     }
     /// Sets the receiver's connection id.
     pub fn set_dst_conn(&mut self, value: ConnectionId) {
@@ -395,6 +407,10 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     /// Sets the Hello path count.
     pub fn set_hello_path_count(&mut self, value: u16) {
         write(self.data_mut(), field::HELLO_PATH_COUNT, value.to_be_bytes())
+    }
+    /// Sets the proof of the job secret.
+    pub fn set_hello_proof(&mut self, value: [u8; 16]) {
+        write(self.data_mut(), field::HELLO_PROOF, value)
     }
     /// Sets the Hello receive window.
     pub fn set_hello_recv_window_packets(&mut self, value: u32) {
@@ -531,9 +547,9 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     pub fn set_credit_bytes(&mut self, value: u32) {
         write(self.data_mut(), field::CREDIT_BYTES, value.to_be_bytes())
     }
-    /// Sets the credit body's reserved word.
-    pub fn set_credit_reserved(&mut self, value: u32) {
-        write(self.data_mut(), field::CREDIT_RESERVED, value.to_be_bytes())
+    /// Sets the Credit frame's sequence number.
+    pub fn set_credit_seq(&mut self, value: u32) {
+        write(self.data_mut(), field::CREDIT_SEQ, value.to_be_bytes())
     }
     /// Sets the packet number a Credit NACKs.
     pub fn set_credit_nack_psn(&mut self, value: Psn) {

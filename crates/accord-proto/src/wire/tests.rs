@@ -15,6 +15,7 @@ fn hello() -> HelloRepr {
         max_payload_bytes: 8192,
         path_count: 64,
         recv_window_packets: 4096,
+        proof: *b"0123456789abcdef",
     }
 }
 
@@ -115,8 +116,8 @@ fn samples() -> Vec<(&'static str, Repr)> {
         ("probe", Repr::Probe(ProbeRepr { probe_id: 17, tx_time_ns: 99 })),
         ("probe_ack", Repr::ProbeAck(ProbeRepr { probe_id: u64::MAX, tx_time_ns: 0 })),
         ("close", Repr::Close(CloseRepr { reason: 3 })),
-        ("credit", Repr::Credit(CreditRepr { credit_bytes: 16384, nack: None })),
-        ("credit_nack", Repr::Credit(CreditRepr { credit_bytes: 4096, nack: Some(77) })),
+        ("credit", Repr::Credit(CreditRepr { credit_bytes: 16384, nack: None, seq: 1 })),
+        ("credit_nack", Repr::Credit(CreditRepr { credit_bytes: 4096, nack: Some(77), seq: 2 })),
         ("rts", Repr::Rts(RtsRepr { backlog_bytes: 1 << 40 })),
     ]
 }
@@ -210,27 +211,28 @@ fn layout_matches_the_design_table() {
     assert_eq!(bytes[3], 0);
     assert_eq!(&bytes[4..8], &[1, 2, 3, 4]);
     assert_eq!(&bytes[8..16], &HEADER.token.to_be_bytes());
-    assert_eq!(&bytes[16..24], &1000u64.to_be_bytes());
-    assert_eq!(bytes[16 + 32], 2, "kind Send");
-    assert_eq!(&bytes[16 + 34..16 + 36], &20u16.to_be_bytes());
-    assert_eq!(&bytes[16 + 36..16 + 40], &5u32.to_be_bytes());
-    assert_eq!(&bytes[16 + 56..16 + 80], &[0; 24], "Send has no region fields");
-    assert_eq!(&bytes[16 + 80..16 + 88], &0x7a67_0000_0000_0001u64.to_be_bytes(), "tag");
-    assert_eq!(DATA_HEADER_LEN, 104);
+    assert_eq!(&bytes[20..28], &1000u64.to_be_bytes());
+    assert_eq!(bytes[20 + 32], 2, "kind Send");
+    assert_eq!(&bytes[20 + 34..20 + 36], &20u16.to_be_bytes());
+    assert_eq!(&bytes[20 + 36..20 + 40], &5u32.to_be_bytes());
+    assert_eq!(&bytes[20 + 56..20 + 80], &[0; 24], "Send has no region fields");
+    assert_eq!(&bytes[20 + 80..20 + 88], &0x7a67_0000_0000_0001u64.to_be_bytes(), "tag");
+    assert_eq!(&bytes[16..20], &[0; 4], "CRC field: zero until sealed");
+    assert_eq!(DATA_HEADER_LEN, 108);
     assert_eq!(MAX_ACK_LEN, field::ACK_SACK + 128 + field::rejection::LEN * 16);
     assert_eq!(to_bytes(&HEADER, &Repr::Ack(ack_full())).len(), MAX_ACK_LEN);
-    assert_eq!(Repr::Hello(hello()).buffer_len(), 36);
-    assert_eq!(Repr::Close(CloseRepr { reason: 0 }).buffer_len(), 20);
+    assert_eq!(Repr::Hello(hello()).buffer_len(), 56);
+    assert_eq!(Repr::Close(CloseRepr { reason: 0 }).buffer_len(), 24);
 
     let bytes = to_bytes(&HEADER, &Repr::Ack(ack_sparse()));
     // Bits 0, 9 and 200: 26 bytes of bitmap, LSB-first.
-    assert_eq!(&bytes[16 + 36..16 + 38], &26u16.to_be_bytes());
-    assert_eq!(bytes[16 + 38], 1);
-    assert_eq!(bytes[56], 0b0000_0001);
-    assert_eq!(bytes[57], 0b0000_0010);
-    assert_eq!(bytes[56 + 25], 0b0000_0001);
-    assert_eq!(bytes.len(), 56 + 26 + 24);
-    assert_eq!(&bytes[56 + 26 + 16..56 + 26 + 20], &1234u32.to_be_bytes());
+    assert_eq!(&bytes[20 + 36..20 + 38], &26u16.to_be_bytes());
+    assert_eq!(bytes[20 + 38], 1);
+    assert_eq!(bytes[60], 0b0000_0001);
+    assert_eq!(bytes[61], 0b0000_0010);
+    assert_eq!(bytes[60 + 25], 0b0000_0001);
+    assert_eq!(bytes.len(), 60 + 26 + 24);
+    assert_eq!(&bytes[60 + 26 + 16..60 + 26 + 20], &1234u32.to_be_bytes());
 }
 
 #[test]
@@ -248,7 +250,7 @@ fn sack_is_trimmed_and_empty_sack_costs_nothing() {
 fn trailing_zero_sack_bytes_parse_to_the_trimmed_bitmap() {
     let mut bytes = to_bytes(&HEADER, &Repr::Ack(ack_empty()));
     bytes.extend_from_slice(&[0b100, 0, 0, 0]);
-    bytes[16 + 36..16 + 38].copy_from_slice(&4u16.to_be_bytes());
+    bytes[20 + 36..20 + 38].copy_from_slice(&4u16.to_be_bytes());
     let parsed = parse(&bytes).unwrap();
     let Repr::Ack(ack) = parsed.repr else { panic!("not an ack") };
     assert_eq!(ack.sack.len_bits(), 3);
@@ -315,22 +317,22 @@ fn every_truncation_and_extension_is_an_error() {
 
 #[test]
 fn truncation_errors_name_the_length() {
-    assert_eq!(parse(&[1, 3]), Err(WireError::Truncated { needed: 16, got: 2 }));
+    assert_eq!(parse(&[1, 3]), Err(WireError::Truncated { needed: 20, got: 2 }));
     let bytes = to_bytes(&HEADER, &Repr::Data(write_data(None)));
-    assert_eq!(parse(&bytes[..50]), Err(WireError::Truncated { needed: 104, got: 50 }));
+    assert_eq!(parse(&bytes[..50]), Err(WireError::Truncated { needed: 108, got: 50 }));
     let bytes = to_bytes(&HEADER, &Repr::Ack(ack_sparse()));
     let cut = bytes.len() - 1;
     assert_eq!(parse(&bytes[..cut]), Err(WireError::Truncated { needed: bytes.len(), got: cut }));
     let bytes = to_bytes(&HEADER, &Repr::Close(CloseRepr { reason: 1 }));
-    assert_eq!(parse(&bytes[..19]), Err(WireError::Truncated { needed: 20, got: 19 }));
+    assert_eq!(parse(&bytes[..23]), Err(WireError::Truncated { needed: 24, got: 23 }));
 }
 
 #[test]
 fn wrong_version_and_type() {
     let mut bytes = to_bytes(&HEADER, &Repr::Hello(hello()));
-    bytes[0] = 2;
-    assert_eq!(parse(&bytes), Err(WireError::BadVersion(2)));
-    assert_eq!(peek(&bytes), Err(WireError::BadVersion(2)));
+    bytes[0] = 1; // the 16-byte header without a CRC
+    assert_eq!(parse(&bytes), Err(WireError::BadVersion(1)));
+    assert_eq!(peek(&bytes), Err(WireError::BadVersion(1)));
     bytes[0] = VERSION;
     for bad in [0u8, 10, 255] {
         bytes[1] = bad;
@@ -344,8 +346,8 @@ fn reserved_and_unknown_flag_bits_are_ignored() {
     let mut bytes = to_bytes(&HEADER, &Repr::Data(write_data(None)));
     bytes[2] |= 0xE0;
     bytes[3] = 0xFF;
-    bytes[16 + 33] = 0xFF;
-    bytes[16 + 60] = 0xFF;
+    bytes[20 + 33] = 0xFF;
+    bytes[20 + 60] = 0xFF;
     assert_eq!(parse(&bytes).unwrap().repr, Repr::Data(write_data(None)));
     assert!(check_reemit(&bytes));
 }
@@ -361,17 +363,17 @@ fn data_semantic_checks() {
         }
     };
     // payload_len does not match the datagram.
-    malformed(write_data(None), &|b| b[16 + 35] += 1);
+    malformed(write_data(None), &|b| b[20 + 35] += 1);
     malformed(write_data(None), &|b| b.truncate(b.len() - 1));
     // msg_offset + payload_len > msg_len.
-    malformed(write_data(None), &|b| b[16 + 48..16 + 56].copy_from_slice(&(65536u64 - 31).to_be_bytes()));
+    malformed(write_data(None), &|b| b[20 + 48..20 + 56].copy_from_slice(&(65536u64 - 31).to_be_bytes()));
     // msg_offset + payload_len overflows.
-    malformed(write_data(None), &|b| b[16 + 48..16 + 56].copy_from_slice(&u64::MAX.to_be_bytes()));
+    malformed(write_data(None), &|b| b[20 + 48..20 + 56].copy_from_slice(&u64::MAX.to_be_bytes()));
     // region_offset + msg_len overflows.
-    malformed(write_data(None), &|b| b[16 + 72..16 + 80].copy_from_slice(&(u64::MAX - 100).to_be_bytes()));
+    malformed(write_data(None), &|b| b[20 + 72..20 + 80].copy_from_slice(&(u64::MAX - 100).to_be_bytes()));
     // unknown kind.
-    malformed(write_data(None), &|b| b[16 + 32] = 3);
-    malformed(write_data(None), &|b| b[16 + 32] = 0);
+    malformed(write_data(None), &|b| b[20 + 32] = 3);
+    malformed(write_data(None), &|b| b[20 + 32] = 0);
 
     // The exact limit is fine: payload ends at msg_len.
     let mut edge = write_data(None);
@@ -380,7 +382,7 @@ fn data_semantic_checks() {
     assert!(check_reemit(&bytes));
     // A send ignores region fields on the wire, even garbage ones.
     let mut bytes = to_bytes(&HEADER, &Repr::Data(send_data()));
-    bytes[16 + 72..16 + 80].copy_from_slice(&u64::MAX.to_be_bytes());
+    bytes[20 + 72..20 + 80].copy_from_slice(&u64::MAX.to_be_bytes());
     assert_eq!(parse(&bytes).unwrap().repr, Repr::Data(send_data()));
 }
 
@@ -393,12 +395,12 @@ fn ack_length_checks() {
         parse(&b)
     };
     assert!(matches!(
-        patched(&|b| b[16 + 36..16 + 38].copy_from_slice(&129u16.to_be_bytes())),
+        patched(&|b| b[20 + 36..20 + 38].copy_from_slice(&129u16.to_be_bytes())),
         Err(WireError::Malformed(_))
     ));
-    assert!(matches!(patched(&|b| b[16 + 38] = 17), Err(WireError::Malformed(_))));
-    assert!(matches!(patched(&|b| b[16 + 38] = 2), Err(WireError::Truncated { .. })));
-    assert!(matches!(patched(&|b| b[16 + 38] = 0), Err(WireError::Malformed(_))));
+    assert!(matches!(patched(&|b| b[20 + 38] = 17), Err(WireError::Malformed(_))));
+    assert!(matches!(patched(&|b| b[20 + 38] = 2), Err(WireError::Truncated { .. })));
+    assert!(matches!(patched(&|b| b[20 + 38] = 0), Err(WireError::Malformed(_))));
 }
 
 #[test]
@@ -407,7 +409,7 @@ fn fixed_bodies_reject_trailing_bytes() {
         Repr::Hello(hello()),
         Repr::Probe(ProbeRepr { probe_id: 1, tx_time_ns: 2 }),
         Repr::Close(CloseRepr { reason: 0 }),
-        Repr::Credit(CreditRepr { credit_bytes: 1, nack: Some(2) }),
+        Repr::Credit(CreditRepr { credit_bytes: 1, nack: Some(2), seq: 3 }),
         Repr::Rts(RtsRepr { backlog_bytes: 3 }),
     ] {
         let mut bytes = to_bytes(&HEADER, &repr);
@@ -451,6 +453,7 @@ fn random_repr(rng: &mut ChaCha8Rng) -> Repr {
         max_payload_bytes: rng.gen(),
         path_count: rng.gen(),
         recv_window_packets: rng.gen(),
+        proof: rng.gen(),
     };
     let probe = |rng: &mut ChaCha8Rng| ProbeRepr { probe_id: rng.gen(), tx_time_ns: rng.gen() };
     match rng.gen_range(0..9) {
@@ -515,7 +518,11 @@ fn random_repr(rng: &mut ChaCha8Rng) -> Repr {
         }
         4 => Repr::Probe(probe(rng)),
         5 => Repr::ProbeAck(probe(rng)),
-        6 => Repr::Credit(CreditRepr { credit_bytes: rng.gen(), nack: rng.gen::<bool>().then(|| rng.gen()) }),
+        6 => Repr::Credit(CreditRepr {
+            credit_bytes: rng.gen(),
+            nack: rng.gen::<bool>().then(|| rng.gen()),
+            seq: rng.gen(),
+        }),
         7 => Repr::Rts(RtsRepr { backlog_bytes: rng.gen() }),
         _ => Repr::Close(CloseRepr { reason: rng.gen() }),
     }
@@ -563,7 +570,7 @@ fn mutate(rng: &mut ChaCha8Rng, bytes: &mut Vec<u8>) {
                 if bytes.len() >= DATA_HEADER_LEN && bytes[1] == PacketType::Data as u8 {
                     let payload = (bytes.len() - DATA_HEADER_LEN).min(usize::from(u16::MAX));
                     bytes.truncate(DATA_HEADER_LEN + payload);
-                    bytes[16 + 34..16 + 36].copy_from_slice(&(payload as u16).to_be_bytes());
+                    bytes[20 + 34..20 + 36].copy_from_slice(&(payload as u16).to_be_bytes());
                 }
             }
         }
@@ -612,7 +619,7 @@ fn trimmed_header_parses_only_as_exactly_a_data_header() {
     // The full packet, a shorter cut, and other types are refused.
     assert!(parse_trimmed(&full).is_err() || data.payload_len == 0);
     assert!(parse_trimmed(&full[..DATA_HEADER_LEN - 1]).is_err());
-    let credit = to_bytes(&HEADER, &Repr::Credit(CreditRepr { credit_bytes: 1, nack: None }));
+    let credit = to_bytes(&HEADER, &Repr::Credit(CreditRepr { credit_bytes: 1, nack: None, seq: 1 }));
     assert!(parse_trimmed(&credit).is_err());
 }
 
@@ -635,15 +642,18 @@ fn seed_corpus() -> Vec<(String, Vec<u8>)> {
     let data = Repr::Data(write_data(Some(1)));
     let bad: Vec<(&str, Vec<u8>)> = vec![
         ("bad_empty", vec![]),
-        ("bad_version", patch(Repr::Hello(hello()), &|b| b[0] = 2)),
+        ("bad_version", patch(Repr::Hello(hello()), &|b| b[0] = 1)),
         ("bad_type", patch(Repr::Hello(hello()), &|b| b[1] = 99)),
-        ("bad_credit_truncated", patch(Repr::Credit(CreditRepr { credit_bytes: 1, nack: None }), &|b| b.truncate(20))),
+        (
+            "bad_credit_truncated",
+            patch(Repr::Credit(CreditRepr { credit_bytes: 1, nack: None, seq: 1 }), &|b| b.truncate(20)),
+        ),
         ("bad_rts_trailing", patch(Repr::Rts(RtsRepr { backlog_bytes: 1 }), &|b| b.push(0))),
         ("bad_data_truncated", patch(data, &|b| b.truncate(60))),
-        ("bad_data_payload_len", patch(data, &|b| b[16 + 35] ^= 1)),
-        ("bad_data_past_msg_len", patch(data, &|b| b[16 + 40..16 + 48].copy_from_slice(&1u64.to_be_bytes()))),
-        ("bad_data_kind", patch(data, &|b| b[16 + 32] = 0)),
-        ("bad_ack_sack_len", patch(Repr::Ack(ack_sparse()), &|b| b[16 + 36] = 1)),
+        ("bad_data_payload_len", patch(data, &|b| b[20 + 35] ^= 1)),
+        ("bad_data_past_msg_len", patch(data, &|b| b[20 + 40..20 + 48].copy_from_slice(&1u64.to_be_bytes()))),
+        ("bad_data_kind", patch(data, &|b| b[20 + 32] = 0)),
+        ("bad_ack_sack_len", patch(Repr::Ack(ack_sparse()), &|b| b[20 + 36] = 1)),
         ("bad_ack_trailing", patch(Repr::Ack(ack_sparse()), &|b| b.push(0))),
         ("bad_hello_trailing", patch(Repr::Hello(hello()), &|b| b.push(0))),
     ];

@@ -59,7 +59,9 @@ impl FabricConfig {
     /// A fabric of `hosts` hosts at `link`, with endpoint timers scaled to its base RTT and
     /// ECN-marking switch queues of 100 full packets.
     pub fn new(seed: u64, topology: TopologyKind, hosts: u32, link: LinkSpec) -> Self {
-        let mut endpoint = EndpointConfig::default();
+        // The fabric carries payloads as lengths, not bytes: the end-to-end check covers the
+        // headers (what trimming and marking rewrite is outside it, being the payload).
+        let mut endpoint = EndpointConfig { integrity: accord_proto::wire::Integrity::Header, ..Default::default() };
         let c = &mut endpoint.connection;
         let mtu_wire = c.max_datagram_bytes as u64 + crate::link::FRAMING_BYTES;
         let base_rtt = Self::base_rtt_for(Self::hops_for(topology), link, mtu_wire);
