@@ -3,7 +3,7 @@
 //! over stdin/stdout, and every byte written, paged, scattered and sent is checked.
 
 use accord_engine::{
-    Engine, EngineAddress, EngineId, FaultConfig, MrDescriptor, PagedWriteOp, ScatterDst, ShmConfig, Transfer,
+    Engine, EngineAddress, EngineId, FaultConfig, MrDescriptor, PagedWriteOp, ReadOp, ScatterDst, ShmConfig, Transfer,
     TransferError, WriteOp,
 };
 
@@ -28,6 +28,7 @@ const WRITES_PER_PEER: usize = 24;
 const IMM_PAGED: u32 = 2;
 const IMM_SCATTER: u32 = 3;
 const IMM_BARRIER: u32 = 0xB0;
+const IMM_READ: u32 = 4;
 const WAIT: Duration = Duration::from_secs(60);
 const CHILD_DEADLINE: Duration = Duration::from_secs(90);
 
@@ -209,6 +210,8 @@ fn child(me: usize, n: usize, scenario: Scenario) -> Result<(), String> {
         }
     }
 
+    read_back(&engine, &all, me, n)?;
+
     let got = region.to_vec();
     for k in (0..n).filter(|k| *k != me) {
         if got[slice_at(k)..slice_at(k) + SLICE] != bytes(seed(1, k, me), SLICE)[..] {
@@ -261,6 +264,69 @@ fn child(me: usize, n: usize, scenario: Scenario) -> Result<(), String> {
     engine.barrier(&ids, IMM_BARRIER, WAIT).map_err(|e| format!("last barrier: {e}"))?;
     // Let the last acknowledgements leave before the engine closes.
     std::thread::sleep(Duration::from_millis(300));
+    Ok(())
+}
+
+/// READs from every peer, once everything was written: the slice this process wrote there and
+/// its paged pages, as one range each, byte-exact with one immediate counted here per read;
+/// a read with a forged key is refused by the owner and places nothing.
+fn read_back(engine: &Engine, all: &[Hello], me: usize, n: usize) -> Result<(), String> {
+    let paged_len = PAGES * PAGE;
+    let into = engine.alloc(n * (SLICE + paged_len)).map_err(|e| e.to_string())?;
+    let h = into.handle();
+    let mut reads = vec![];
+    for (j, peer) in all.iter().enumerate().filter(|(j, _)| *j != me) {
+        let d = peer.region;
+        let slice = ReadOp {
+            dst: &h,
+            dst_offset: (j * SLICE) as u64,
+            src: &d,
+            src_offset: slice_at(me) as u64,
+            len: SLICE as u64,
+            imm: Some(IMM_READ),
+        };
+        let pages = ReadOp {
+            dst: &h,
+            dst_offset: (n * SLICE + j * paged_len) as u64,
+            src: &d,
+            src_offset: paged_at(n, me) as u64,
+            len: paged_len as u64,
+            imm: Some(IMM_READ),
+        };
+        for op in [slice, pages] {
+            reads.push((format!("read from {j}"), engine.read(&op).map_err(|e| e.to_string())?));
+        }
+        let mut forged = d;
+        forged.key ^= 1;
+        let op = ReadOp { dst: &h, dst_offset: 0, src: &forged, src_offset: 0, len: 64, imm: Some(IMM_READ) };
+        match engine.read(&op).map_err(|e| e.to_string())?.wait_timeout(WAIT) {
+            Err(TransferError::Rejected(_)) => {}
+            other => return Err(format!("a read with a forged key from {j}: {other:?}")),
+        }
+    }
+    for (what, t) in &reads {
+        t.wait_timeout(WAIT).map_err(|e| format!("{what}: {e}"))?;
+    }
+    let target = reads.len() as u64;
+    if engine.imm_counter(IMM_READ).value() != target {
+        return Err(format!("reads counted {}, expected exactly {target}", engine.imm_counter(IMM_READ).value()));
+    }
+    let got = into.to_vec();
+    if me == 0 && got[..SLICE].iter().any(|&b| b != 0) {
+        return Err("the refused read placed bytes".into());
+    }
+    for j in (0..n).filter(|j| *j != me) {
+        if got[j * SLICE..(j + 1) * SLICE] != bytes(seed(1, me, j), SLICE)[..] {
+            return Err(format!("the slice read from {j} differs"));
+        }
+        let sent = bytes(seed(2, me, j), paged_len);
+        let at = n * SLICE + j * paged_len;
+        for (i, p) in page_map(me, j).into_iter().enumerate() {
+            if got[at + p * PAGE..at + (p + 1) * PAGE] != sent[i * PAGE..(i + 1) * PAGE] {
+                return Err(format!("page {i} read from {j} differs"));
+            }
+        }
+    }
     Ok(())
 }
 

@@ -10,6 +10,9 @@ pub(crate) mod route;
 pub(crate) mod shared;
 
 pub use ops::{PagedWriteOp, ScatterDst, WriteOp, PAGES_PER_WRITE_MAX, SCATTER_DESTINATIONS_MAX, SHARD_ALIGN_BYTES};
+pub use route::read::{
+    ReadOp, ReadStats, READ_FLOOR_BYTES_PER_SEC, READ_REQUESTS_IN_FLIGHT_MAX, READ_SERVED_REMEMBERED,
+};
 
 use crate::address::{EngineAddress, EngineId, MrDescriptor};
 use crate::completion::{run_completion_thread, Job, COMPLETION_JOBS_MAX};
@@ -306,6 +309,7 @@ impl Engine {
                 crate::device::cuda_staging::open_cuda_landing(ordinal, slot_bytes, slots, private_contexts)
             })),
             cma: route::cma::state::Cma::new(id),
+            read: route::read::ReadState::default(),
         });
         let completion_thread = std::thread::Builder::new()
             .name("accord-completion".into())
@@ -597,6 +601,8 @@ fn control_routes() -> crate::worker::control::ControlRoutes {
         .on(control::RouteTag::Landing, route::landing::deliver_control)
         .on(control::RouteTag::Pull, route::cma::serve)
         .sweep_with(route::cma::sweep)
+        .on(control::RouteTag::Read, route::read::serve)
+        .sweep_with(route::read::sweep)
 }
 
 #[cfg(test)]

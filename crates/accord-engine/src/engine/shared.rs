@@ -87,6 +87,8 @@ pub(crate) struct Shared {
     pub(crate) landing: super::route::landing::state::Landing,
     /// The pull route between processes of this host (`engine::route::cma`).
     pub(crate) cma: super::route::cma::state::Cma,
+    /// READ's pending reads (reader side) and served requests (owner side) (`engine::route::read`).
+    pub(crate) read: super::route::read::ReadState,
 }
 
 impl Shared {
