@@ -9,7 +9,10 @@ pub(crate) mod part;
 pub(crate) mod route;
 pub(crate) mod shared;
 
-pub use ops::{PagedWriteOp, ScatterDst, WriteOp, PAGES_PER_WRITE_MAX, SCATTER_DESTINATIONS_MAX, SHARD_ALIGN_BYTES};
+pub use ops::{
+    PagedWriteOp, ScatterDst, StridedPagedWriteOp, WriteOp, PAGES_PER_WRITE_MAX, SCATTER_DESTINATIONS_MAX,
+    SHARD_ALIGN_BYTES,
+};
 pub use route::read::{
     ReadOp, ReadStats, READ_FLOOR_BYTES_PER_SEC, READ_REQUESTS_IN_FLIGHT_MAX, READ_SERVED_REMEMBERED,
 };
