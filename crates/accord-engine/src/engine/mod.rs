@@ -6,6 +6,7 @@ mod device;
 mod device_pieces;
 mod ops;
 pub(crate) mod part;
+mod register_many;
 pub(crate) mod route;
 pub(crate) mod shared;
 
@@ -13,6 +14,7 @@ pub use ops::{
     PagedWriteOp, ScatterDst, StridedPagedWriteOp, WriteOp, PAGES_PER_WRITE_MAX, SCATTER_DESTINATIONS_MAX,
     SHARD_ALIGN_BYTES,
 };
+pub use register_many::RawBuffer;
 pub use route::read::{
     ReadOp, ReadStats, READ_FLOOR_BYTES_PER_SEC, READ_REQUESTS_IN_FLIGHT_MAX, READ_SERVED_REMEMBERED,
 };

@@ -210,6 +210,11 @@ impl RegionTable {
         Ok(id)
     }
 
+    /// Regions registered (the control region included).
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
     pub(crate) fn remove(&mut self, id: RegionId) -> Option<Region> {
         self.map.remove(&id)
     }
