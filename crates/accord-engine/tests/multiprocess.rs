@@ -335,7 +335,11 @@ fn mp_child() {
     let Ok(role) = std::env::var(ROLE_ENV) else { return };
     let parts: Vec<&str> = role.split('/').collect();
     let (me, n) = (parts[0].parse().unwrap(), parts[1].parse().unwrap());
-    let result = if parts[2] == "kill" { kill_child(me) } else { child(me, n, Scenario::parse(parts[2])) };
+    let result = match parts[2] {
+        "kill" => kill_child(me),
+        "killread" => kill_read_child(me),
+        scenario => child(me, n, Scenario::parse(scenario)),
+    };
     match result {
         Ok(()) => println!("@@OK"),
         Err(e) => println!("@@FAIL {e}"),
@@ -415,9 +419,70 @@ fn kill_child(me: usize) -> Result<(), String> {
     Err("writes kept succeeding after the peer was killed".into())
 }
 
+/// Process 0 reads from process 1, byte-exact, until the parent kills process 1 (after
+/// "STARTED"); then a read must fail naming process 1's engine, not hang.
+fn kill_read_child(me: usize) -> Result<(), String> {
+    let engine =
+        Engine::builder().ignore_env().idle_timeout(Duration::from_millis(400)).build().map_err(|e| e.to_string())?;
+    let region = engine.alloc(KILL_WRITE).map_err(|e| e.to_string())?;
+    region.write_at(0, &bytes(seed(8, me, 0), KILL_WRITE)).unwrap();
+    let hello = Hello { address: engine.address(), region: region.descriptor() };
+    let all = exchange_hellos(&hello)?;
+    let peer = &all[1 - me];
+    engine.add_peer(&peer.address).map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + CHILD_DEADLINE;
+    if me == 1 {
+        // The owner: serves reads until it is killed.
+        println!("@@LANDED");
+        std::io::stdout().flush().unwrap();
+        while Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        return Err("was not killed".into());
+    }
+    let h = region.handle();
+    let op = ReadOp { dst: &h, dst_offset: 0, src: &peer.region, src_offset: 0, len: KILL_WRITE as u64, imm: None };
+    let mut reads = 0u64;
+    while Instant::now() < deadline {
+        match engine.read(&op).map_err(|e| e.to_string())?.wait_timeout(WAIT) {
+            Ok(()) => {
+                reads += 1;
+                if reads == 1 {
+                    if region.to_vec() != bytes(seed(8, 1, 0), KILL_WRITE) {
+                        return Err("the first read did not land byte-exact".into());
+                    }
+                    println!("@@STARTED");
+                    std::io::stdout().flush().unwrap();
+                }
+            }
+            Err(TransferError::Timeout) => return Err("a read from the killed peer hung".into()),
+            Err(TransferError::NoReply { peer: named, waited_ms }) if reads > 0 => {
+                if named != peer.address.id.0 {
+                    return Err(format!("the failed read named {named:x}, not the killed peer"));
+                }
+                eprintln!("after {reads} reads, as expected: no reply in {waited_ms} ms");
+                return Ok(());
+            }
+            Err(e) => return Err(format!("read {} failed without naming the peer: {e}", reads + 1)),
+        }
+    }
+    Err("reads kept succeeding after the peer was killed".into())
+}
+
+#[test]
+fn peer_killed_mid_read() {
+    run_kill("killread");
+}
+
 #[test]
 fn peer_killed_mid_transfer_over_shared_memory() {
-    let (mut children, rx) = spawn_children(2, "kill");
+    run_kill("kill");
+}
+
+/// Runs the two processes of `role`, kills process 1 once process 0 started and process 1 is
+/// ready, and checks process 0 said OK.
+fn run_kill(role: &str) {
+    let (mut children, rx) = spawn_children(2, role);
     let deadline = Instant::now() + CHILD_DEADLINE;
     let mut hellos: Vec<Option<String>> = vec![None; 2];
     let (mut started, mut landed, mut killed, mut relayed) = (false, false, false, false);
