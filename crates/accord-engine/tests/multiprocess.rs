@@ -3,8 +3,8 @@
 //! over stdin/stdout, and every byte written, paged, scattered and sent is checked.
 
 use accord_engine::{
-    Engine, EngineAddress, EngineId, FaultConfig, MrDescriptor, PagedWriteOp, ReadOp, ScatterDst, ShmConfig, Transfer,
-    TransferError, WriteOp,
+    Engine, EngineAddress, EngineId, FaultConfig, MrDescriptor, PagedWriteOp, ReadOp, ScatterDst, ShmConfig,
+    StridedPagedWriteOp, Transfer, TransferError, WriteOp,
 };
 
 use rand::seq::SliceRandom;
@@ -29,6 +29,13 @@ const IMM_PAGED: u32 = 2;
 const IMM_SCATTER: u32 = 3;
 const IMM_BARRIER: u32 = 0xB0;
 const IMM_READ: u32 = 4;
+const IMM_STRIDED: u32 = 5;
+/// Strided paged writes: pages of this size, read every third page of the sender's slice
+/// (from byte `STRIDED_SRC_AT`) and landing in every other page slot after `STRIDED_DST_AT`.
+const STRIDED_PAGE: usize = 4096;
+const STRIDED_PAGES: usize = 8;
+const STRIDED_SRC_AT: usize = 100;
+const STRIDED_DST_AT: usize = 64;
 const WAIT: Duration = Duration::from_secs(60);
 const CHILD_DEADLINE: Duration = Duration::from_secs(90);
 
@@ -42,8 +49,17 @@ fn paged_at(n: usize, k: usize) -> usize {
 fn scatter_at(n: usize, k: usize) -> usize {
     n * SLICE + n * PAGES * PAGE + k * SCATTER
 }
+fn strided_at(n: usize, k: usize) -> usize {
+    scatter_at(n, n) + k * (STRIDED_DST_AT + 2 * STRIDED_PAGES * STRIDED_PAGE)
+}
 fn region_len(n: usize) -> usize {
-    scatter_at(n, n)
+    strided_at(n, n)
+}
+/// (source page, destination page) of the strided write from `from` to `to`.
+fn strided_pages(from: usize, to: usize) -> (Vec<u64>, Vec<u64>) {
+    let mut src: Vec<u64> = (0..STRIDED_PAGES as u64).collect();
+    src.shuffle(&mut ChaCha8Rng::seed_from_u64(seed(10, from, to)));
+    (src, (0..STRIDED_PAGES as u64).rev().collect())
 }
 
 fn bytes(seed: u64, len: usize) -> Vec<u8> {
@@ -170,6 +186,20 @@ fn child(me: usize, n: usize, scenario: Scenario) -> Result<(), String> {
             imm: Some(IMM_PAGED),
         };
         transfers.push((format!("paged to {j}"), engine.write_paged(&op).map_err(|e| e.to_string())?));
+        let (src_pages, dst_pages) = strided_pages(me, j);
+        let op = StridedPagedWriteOp {
+            src: &h,
+            src_offset: (j * SLICE + STRIDED_SRC_AT) as u64,
+            src_stride: 3 * STRIDED_PAGE as u64,
+            dst: &d,
+            dst_offset: (strided_at(n, me) + STRIDED_DST_AT) as u64,
+            dst_stride: 2 * STRIDED_PAGE as u64,
+            page_bytes: STRIDED_PAGE as u64,
+            src_pages: &src_pages,
+            dst_pages: &dst_pages,
+            imm: Some(IMM_STRIDED),
+        };
+        transfers.push((format!("strided to {j}"), engine.write_paged_strided(&op).map_err(|e| e.to_string())?));
         let msg = bytes(seed(5, me, j), SEND_LEN);
         transfers.push((
             format!("send to {j}"),
@@ -193,7 +223,8 @@ fn child(me: usize, n: usize, scenario: Scenario) -> Result<(), String> {
         t.wait_timeout(WAIT).map_err(|e| format!("{what}: {e}"))?;
     }
     let peers = (n - 1) as u64;
-    let expected = [(IMM_PAGED, peers), (IMM_SCATTER, peers), (IMM_WRITE, peers * WRITES_PER_PEER as u64)];
+    let expected =
+        [(IMM_PAGED, peers), (IMM_SCATTER, peers), (IMM_STRIDED, peers), (IMM_WRITE, peers * WRITES_PER_PEER as u64)];
     for (imm, target) in expected {
         let got = engine.imm_counter(imm).wait(target, WAIT);
         if got < target {
@@ -223,6 +254,19 @@ fn child(me: usize, n: usize, scenario: Scenario) -> Result<(), String> {
             if got[at..at + PAGE] != sent[i * PAGE..(i + 1) * PAGE] {
                 return Err(format!("page {i} from {k} differs"));
             }
+        }
+        let slice = bytes(seed(1, k, me), SLICE);
+        let (src_pages, dst_pages) = strided_pages(k, me);
+        for (s, d) in src_pages.into_iter().zip(dst_pages) {
+            let at = strided_at(n, k) + STRIDED_DST_AT + d as usize * 2 * STRIDED_PAGE;
+            let from = STRIDED_SRC_AT + s as usize * 3 * STRIDED_PAGE;
+            if got[at..at + STRIDED_PAGE] != slice[from..from + STRIDED_PAGE] {
+                return Err(format!("strided page {s} from {k} differs"));
+            }
+        }
+        let gap = strided_at(n, k)..strided_at(n, k) + STRIDED_DST_AT;
+        if got[gap].iter().any(|&b| b != 0) {
+            return Err(format!("the strided write from {k} wrote before its offset"));
         }
         let scattered = bytes(seed(3, k, 0), n * SCATTER);
         if got[scatter_at(n, k)..scatter_at(n, k) + SCATTER] != scattered[me * SCATTER..(me + 1) * SCATTER] {
