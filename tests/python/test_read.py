@@ -129,3 +129,13 @@ def test_register_many_takes_torch_cpu_tensors(engine: accord.Engine) -> None:
     assert all(torch.equal(t, torch.arange(64, dtype=torch.float32)) for t in tensors)
     for r in regions:
         r.close()
+
+
+def test_read_into_a_torch_cpu_tensor(pair: Pair) -> None:
+    torch = pytest.importorskip("torch")
+    owner, reader = pair
+    src = np.arange(256, dtype=np.float32)
+    dst = torch.zeros(256, dtype=torch.float32)
+    with owner.register(src) as s, reader.register(dst) as d:
+        reader.read(d, s.descriptor).wait(timeout=10)
+    assert torch.equal(dst, torch.arange(256, dtype=torch.float32))
