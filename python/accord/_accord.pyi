@@ -148,6 +148,7 @@ class Engine:
     def closed(self) -> bool: ...
     def add_peer(self, address: Address | str) -> None: ...
     def register(self, obj: Any) -> MemoryRegion: ...
+    def register_many(self, objs: Sequence[Any]) -> list[MemoryRegion]: ...
     def alloc(self, nbytes: int) -> MemoryRegion: ...
     def write(
         self,
@@ -167,6 +168,20 @@ class Engine:
         page_nbytes: int,
         src_pages: _PageIndices,
         dst_pages: _PageIndices,
+        imm: int | None = None,
+        src_offset: int = 0,
+        src_stride: int | None = None,
+        dst_offset: int = 0,
+        dst_stride: int | None = None,
+    ) -> Transfer: ...
+    def read(
+        self,
+        dst: MemoryRegion,
+        src: Descriptor,
+        nbytes: int | None = None,
+        *,
+        dst_offset: int = 0,
+        src_offset: int = 0,
         imm: int | None = None,
     ) -> Transfer: ...
     def scatter(self, src: MemoryRegion, dsts: Sequence[ScatterDst], *, imm: int | None = None) -> Transfer: ...

@@ -116,6 +116,15 @@ pub enum TransferError {
     /// [`crate::Transfer::wait_timeout`] gave up.
     #[error("not complete within the timeout: wait longer, or check the peer")]
     Timeout,
+    /// A READ's owner did not answer within the read's bound (it died, or its answer was lost):
+    /// the destination range may hold some of the bytes, or none.
+    #[error("engine {peer:x} did not answer the read within {waited_ms} ms: is it alive, and did it add this engine as a peer?")]
+    NoReply {
+        /// The engine read from.
+        peer: u64,
+        /// How long the reader waited.
+        waited_ms: u64,
+    },
 }
 
 /// Why an address or descriptor could not be parsed.

@@ -88,7 +88,10 @@ pub use engine::route::landing::{
     LANDING_TIMEOUT_MS_DEFAULT,
 };
 pub use engine::shared::{LANE_AVOID_AFTER_FAILURE, PEERS_MAX, SUBMISSIONS_QUEUED_MAX};
-pub use engine::{Engine, EngineBuilder, EngineStats, PagedWriteOp, ScatterDst, WriteOp};
+pub use engine::{Engine, EngineBuilder, EngineStats, PagedWriteOp, ScatterDst, StridedPagedWriteOp, WriteOp};
+pub use engine::{
+    RawBuffer, ReadOp, ReadStats, READ_FLOOR_BYTES_PER_SEC, READ_REQUESTS_IN_FLIGHT_MAX, READ_SERVED_REMEMBERED,
+};
 pub use engine::{PAGES_PER_WRITE_MAX, SCATTER_DESTINATIONS_MAX, SHARD_ALIGN_BYTES};
 pub use error::{BarrierError, BuildError, ParseError, RangeError, RegisterError, SubmitError, TransferError};
 pub use imm::{ImmCounter, ImmError, IMM_COUNTERS_MAX, IMM_EXPECTATIONS_MAX, IMM_LOST_TRACKED_MAX};

@@ -3,8 +3,8 @@
 //! over stdin/stdout, and every byte written, paged, scattered and sent is checked.
 
 use accord_engine::{
-    Engine, EngineAddress, EngineId, FaultConfig, MrDescriptor, PagedWriteOp, ScatterDst, ShmConfig, Transfer,
-    TransferError, WriteOp,
+    Engine, EngineAddress, EngineId, FaultConfig, MrDescriptor, PagedWriteOp, ReadOp, ScatterDst, ShmConfig,
+    StridedPagedWriteOp, Transfer, TransferError, WriteOp,
 };
 
 use rand::seq::SliceRandom;
@@ -28,6 +28,14 @@ const WRITES_PER_PEER: usize = 24;
 const IMM_PAGED: u32 = 2;
 const IMM_SCATTER: u32 = 3;
 const IMM_BARRIER: u32 = 0xB0;
+const IMM_READ: u32 = 4;
+const IMM_STRIDED: u32 = 5;
+/// Strided paged writes: pages of this size, read every third page of the sender's slice
+/// (from byte `STRIDED_SRC_AT`) and landing in every other page slot after `STRIDED_DST_AT`.
+const STRIDED_PAGE: usize = 4096;
+const STRIDED_PAGES: usize = 8;
+const STRIDED_SRC_AT: usize = 100;
+const STRIDED_DST_AT: usize = 64;
 const WAIT: Duration = Duration::from_secs(60);
 const CHILD_DEADLINE: Duration = Duration::from_secs(90);
 
@@ -41,8 +49,17 @@ fn paged_at(n: usize, k: usize) -> usize {
 fn scatter_at(n: usize, k: usize) -> usize {
     n * SLICE + n * PAGES * PAGE + k * SCATTER
 }
+fn strided_at(n: usize, k: usize) -> usize {
+    scatter_at(n, n) + k * (STRIDED_DST_AT + 2 * STRIDED_PAGES * STRIDED_PAGE)
+}
 fn region_len(n: usize) -> usize {
-    scatter_at(n, n)
+    strided_at(n, n)
+}
+/// (source page, destination page) of the strided write from `from` to `to`.
+fn strided_pages(from: usize, to: usize) -> (Vec<u64>, Vec<u64>) {
+    let mut src: Vec<u64> = (0..STRIDED_PAGES as u64).collect();
+    src.shuffle(&mut ChaCha8Rng::seed_from_u64(seed(10, from, to)));
+    (src, (0..STRIDED_PAGES as u64).rev().collect())
 }
 
 fn bytes(seed: u64, len: usize) -> Vec<u8> {
@@ -169,6 +186,20 @@ fn child(me: usize, n: usize, scenario: Scenario) -> Result<(), String> {
             imm: Some(IMM_PAGED),
         };
         transfers.push((format!("paged to {j}"), engine.write_paged(&op).map_err(|e| e.to_string())?));
+        let (src_pages, dst_pages) = strided_pages(me, j);
+        let op = StridedPagedWriteOp {
+            src: &h,
+            src_offset: (j * SLICE + STRIDED_SRC_AT) as u64,
+            src_stride: 3 * STRIDED_PAGE as u64,
+            dst: &d,
+            dst_offset: (strided_at(n, me) + STRIDED_DST_AT) as u64,
+            dst_stride: 2 * STRIDED_PAGE as u64,
+            page_bytes: STRIDED_PAGE as u64,
+            src_pages: &src_pages,
+            dst_pages: &dst_pages,
+            imm: Some(IMM_STRIDED),
+        };
+        transfers.push((format!("strided to {j}"), engine.write_paged_strided(&op).map_err(|e| e.to_string())?));
         let msg = bytes(seed(5, me, j), SEND_LEN);
         transfers.push((
             format!("send to {j}"),
@@ -192,7 +223,8 @@ fn child(me: usize, n: usize, scenario: Scenario) -> Result<(), String> {
         t.wait_timeout(WAIT).map_err(|e| format!("{what}: {e}"))?;
     }
     let peers = (n - 1) as u64;
-    let expected = [(IMM_PAGED, peers), (IMM_SCATTER, peers), (IMM_WRITE, peers * WRITES_PER_PEER as u64)];
+    let expected =
+        [(IMM_PAGED, peers), (IMM_SCATTER, peers), (IMM_STRIDED, peers), (IMM_WRITE, peers * WRITES_PER_PEER as u64)];
     for (imm, target) in expected {
         let got = engine.imm_counter(imm).wait(target, WAIT);
         if got < target {
@@ -209,6 +241,8 @@ fn child(me: usize, n: usize, scenario: Scenario) -> Result<(), String> {
         }
     }
 
+    read_back(&engine, &all, me, n)?;
+
     let got = region.to_vec();
     for k in (0..n).filter(|k| *k != me) {
         if got[slice_at(k)..slice_at(k) + SLICE] != bytes(seed(1, k, me), SLICE)[..] {
@@ -220,6 +254,19 @@ fn child(me: usize, n: usize, scenario: Scenario) -> Result<(), String> {
             if got[at..at + PAGE] != sent[i * PAGE..(i + 1) * PAGE] {
                 return Err(format!("page {i} from {k} differs"));
             }
+        }
+        let slice = bytes(seed(1, k, me), SLICE);
+        let (src_pages, dst_pages) = strided_pages(k, me);
+        for (s, d) in src_pages.into_iter().zip(dst_pages) {
+            let at = strided_at(n, k) + STRIDED_DST_AT + d as usize * 2 * STRIDED_PAGE;
+            let from = STRIDED_SRC_AT + s as usize * 3 * STRIDED_PAGE;
+            if got[at..at + STRIDED_PAGE] != slice[from..from + STRIDED_PAGE] {
+                return Err(format!("strided page {s} from {k} differs"));
+            }
+        }
+        let gap = strided_at(n, k)..strided_at(n, k) + STRIDED_DST_AT;
+        if got[gap].iter().any(|&b| b != 0) {
+            return Err(format!("the strided write from {k} wrote before its offset"));
         }
         let scattered = bytes(seed(3, k, 0), n * SCATTER);
         if got[scatter_at(n, k)..scatter_at(n, k) + SCATTER] != scattered[me * SCATTER..(me + 1) * SCATTER] {
@@ -264,12 +311,79 @@ fn child(me: usize, n: usize, scenario: Scenario) -> Result<(), String> {
     Ok(())
 }
 
+/// READs from every peer, once everything was written: the slice this process wrote there and
+/// its paged pages, as one range each, byte-exact with one immediate counted here per read;
+/// a read with a forged key is refused by the owner and places nothing.
+fn read_back(engine: &Engine, all: &[Hello], me: usize, n: usize) -> Result<(), String> {
+    let paged_len = PAGES * PAGE;
+    let into = engine.alloc(n * (SLICE + paged_len)).map_err(|e| e.to_string())?;
+    let h = into.handle();
+    let mut reads = vec![];
+    for (j, peer) in all.iter().enumerate().filter(|(j, _)| *j != me) {
+        let d = peer.region;
+        let slice = ReadOp {
+            dst: &h,
+            dst_offset: (j * SLICE) as u64,
+            src: &d,
+            src_offset: slice_at(me) as u64,
+            len: SLICE as u64,
+            imm: Some(IMM_READ),
+        };
+        let pages = ReadOp {
+            dst: &h,
+            dst_offset: (n * SLICE + j * paged_len) as u64,
+            src: &d,
+            src_offset: paged_at(n, me) as u64,
+            len: paged_len as u64,
+            imm: Some(IMM_READ),
+        };
+        for op in [slice, pages] {
+            reads.push((format!("read from {j}"), engine.read(&op).map_err(|e| e.to_string())?));
+        }
+        let mut forged = d;
+        forged.key ^= 1;
+        let op = ReadOp { dst: &h, dst_offset: 0, src: &forged, src_offset: 0, len: 64, imm: Some(IMM_READ) };
+        match engine.read(&op).map_err(|e| e.to_string())?.wait_timeout(WAIT) {
+            Err(TransferError::Rejected(_)) => {}
+            other => return Err(format!("a read with a forged key from {j}: {other:?}")),
+        }
+    }
+    for (what, t) in &reads {
+        t.wait_timeout(WAIT).map_err(|e| format!("{what}: {e}"))?;
+    }
+    let target = reads.len() as u64;
+    if engine.imm_counter(IMM_READ).value() != target {
+        return Err(format!("reads counted {}, expected exactly {target}", engine.imm_counter(IMM_READ).value()));
+    }
+    let got = into.to_vec();
+    if me == 0 && got[..SLICE].iter().any(|&b| b != 0) {
+        return Err("the refused read placed bytes".into());
+    }
+    for j in (0..n).filter(|j| *j != me) {
+        if got[j * SLICE..(j + 1) * SLICE] != bytes(seed(1, me, j), SLICE)[..] {
+            return Err(format!("the slice read from {j} differs"));
+        }
+        let sent = bytes(seed(2, me, j), paged_len);
+        let at = n * SLICE + j * paged_len;
+        for (i, p) in page_map(me, j).into_iter().enumerate() {
+            if got[at + p * PAGE..at + (p + 1) * PAGE] != sent[i * PAGE..(i + 1) * PAGE] {
+                return Err(format!("page {i} read from {j} differs"));
+            }
+        }
+    }
+    Ok(())
+}
+
 #[test]
 fn mp_child() {
     let Ok(role) = std::env::var(ROLE_ENV) else { return };
     let parts: Vec<&str> = role.split('/').collect();
     let (me, n) = (parts[0].parse().unwrap(), parts[1].parse().unwrap());
-    let result = if parts[2] == "kill" { kill_child(me) } else { child(me, n, Scenario::parse(parts[2])) };
+    let result = match parts[2] {
+        "kill" => kill_child(me),
+        "killread" => kill_read_child(me),
+        scenario => child(me, n, Scenario::parse(scenario)),
+    };
     match result {
         Ok(()) => println!("@@OK"),
         Err(e) => println!("@@FAIL {e}"),
@@ -349,9 +463,70 @@ fn kill_child(me: usize) -> Result<(), String> {
     Err("writes kept succeeding after the peer was killed".into())
 }
 
+/// Process 0 reads from process 1, byte-exact, until the parent kills process 1 (after
+/// "STARTED"); then a read must fail naming process 1's engine, not hang.
+fn kill_read_child(me: usize) -> Result<(), String> {
+    let engine =
+        Engine::builder().ignore_env().idle_timeout(Duration::from_millis(400)).build().map_err(|e| e.to_string())?;
+    let region = engine.alloc(KILL_WRITE).map_err(|e| e.to_string())?;
+    region.write_at(0, &bytes(seed(8, me, 0), KILL_WRITE)).unwrap();
+    let hello = Hello { address: engine.address(), region: region.descriptor() };
+    let all = exchange_hellos(&hello)?;
+    let peer = &all[1 - me];
+    engine.add_peer(&peer.address).map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + CHILD_DEADLINE;
+    if me == 1 {
+        // The owner: serves reads until it is killed.
+        println!("@@LANDED");
+        std::io::stdout().flush().unwrap();
+        while Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        return Err("was not killed".into());
+    }
+    let h = region.handle();
+    let op = ReadOp { dst: &h, dst_offset: 0, src: &peer.region, src_offset: 0, len: KILL_WRITE as u64, imm: None };
+    let mut reads = 0u64;
+    while Instant::now() < deadline {
+        match engine.read(&op).map_err(|e| e.to_string())?.wait_timeout(WAIT) {
+            Ok(()) => {
+                reads += 1;
+                if reads == 1 {
+                    if region.to_vec() != bytes(seed(8, 1, 0), KILL_WRITE) {
+                        return Err("the first read did not land byte-exact".into());
+                    }
+                    println!("@@STARTED");
+                    std::io::stdout().flush().unwrap();
+                }
+            }
+            Err(TransferError::Timeout) => return Err("a read from the killed peer hung".into()),
+            Err(TransferError::NoReply { peer: named, waited_ms }) if reads > 0 => {
+                if named != peer.address.id.0 {
+                    return Err(format!("the failed read named {named:x}, not the killed peer"));
+                }
+                eprintln!("after {reads} reads, as expected: no reply in {waited_ms} ms");
+                return Ok(());
+            }
+            Err(e) => return Err(format!("read {} failed without naming the peer: {e}", reads + 1)),
+        }
+    }
+    Err("reads kept succeeding after the peer was killed".into())
+}
+
+#[test]
+fn peer_killed_mid_read() {
+    run_kill("killread");
+}
+
 #[test]
 fn peer_killed_mid_transfer_over_shared_memory() {
-    let (mut children, rx) = spawn_children(2, "kill");
+    run_kill("kill");
+}
+
+/// Runs the two processes of `role`, kills process 1 once process 0 started and process 1 is
+/// ready, and checks process 0 said OK.
+fn run_kill(role: &str) {
+    let (mut children, rx) = spawn_children(2, role);
     let deadline = Instant::now() + CHILD_DEADLINE;
     let mut hellos: Vec<Option<String>> = vec![None; 2];
     let (mut started, mut landed, mut killed, mut relayed) = (false, false, false, false);

@@ -6,7 +6,7 @@ use crate::recv::python_handler;
 use crate::region::{acquire, MemoryRegion, RegionInner};
 use crate::transfer::{ImmCounter, Transfer};
 use crate::values::{deadline, peer_id, wait_in_slices, Address, Descriptor, ScatterDst};
-use accord_engine::{EngineAddress, PagedWriteOp, SubmitError, WriteOp};
+use accord_engine::{EngineAddress, ReadOp, StridedPagedWriteOp, SubmitError, WriteOp};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyInt, PyTuple};
 use std::net::IpAddr;
@@ -175,6 +175,16 @@ impl Engine {
         Ok(MemoryRegion { inner })
     }
 
+    /// Registers every object of `objs` (as `register` does each), or none: all are checked
+    /// before any is registered, in one step of the engine. Returns the regions in order.
+    fn register_many(&self, py: Python<'_>, objs: Vec<Bound<'_, PyAny>>) -> PyResult<Vec<MemoryRegion>> {
+        let engine = self.core.engine("register_many")?;
+        let acquired = objs.iter().map(acquire).collect::<PyResult<Vec<_>>>()?;
+        let core = &self.core;
+        let inners = py.detach(|| RegionInner::register_many(core, &engine, acquired))?;
+        Ok(inners.into_iter().map(|inner| MemoryRegion { inner }).collect())
+    }
+
     /// Allocates a zeroed `bytearray` of `nbytes` and registers it (`region.obj` is the array).
     fn alloc(&self, py: Python<'_>, nbytes: usize) -> PyResult<MemoryRegion> {
         if nbytes == 0 || nbytes as u64 > accord_engine::REGION_BYTES_MAX {
@@ -236,8 +246,14 @@ impl Engine {
     /// A paged write (a KV-cache move): page `src_pages[i]` of `src` goes to page
     /// `dst_pages[i]` of `dst`, pages of `page_nbytes` bytes. Pages are sequences of ints or
     /// integer arrays; runs of consecutive pages go as one operation; `imm` is counted once,
-    /// after every page landed.
-    #[pyo3(signature = (src, dst, *, page_nbytes, src_pages, dst_pages, imm = None))]
+    /// after every page landed. With offsets and strides (fabric-lib style), page `i` is read at
+    /// `src_offset + src_pages[i] * src_stride` and lands at `dst_offset + dst_pages[i] *
+    /// dst_stride`; strides default to `page_nbytes`, and the destination stride may not be
+    /// smaller than the page. Every page is checked before anything is sent.
+    #[pyo3(signature = (
+        src, dst, *, page_nbytes, src_pages, dst_pages, imm = None,
+        src_offset = 0, src_stride = None, dst_offset = 0, dst_stride = None
+    ))]
     #[allow(clippy::too_many_arguments)]
     fn write_paged(
         &self,
@@ -248,6 +264,10 @@ impl Engine {
         src_pages: &Bound<'_, PyAny>,
         dst_pages: &Bound<'_, PyAny>,
         imm: Option<u32>,
+        src_offset: u64,
+        src_stride: Option<u64>,
+        dst_offset: u64,
+        dst_stride: Option<u64>,
     ) -> PyResult<Transfer> {
         check_own(&self.core, &src, "write_paged")?;
         let src_pages = page_indices(src_pages, "src_pages")?;
@@ -256,9 +276,13 @@ impl Engine {
         let (region, dst) = (&*src.inner, dst.inner);
         let submitted = py.detach(|| {
             region.submit(|handle| {
-                engine.write_paged(&PagedWriteOp {
+                engine.write_paged_strided(&StridedPagedWriteOp {
                     src: handle,
+                    src_offset,
+                    src_stride: src_stride.unwrap_or(page_nbytes),
                     dst: &dst,
+                    dst_offset,
+                    dst_stride: dst_stride.unwrap_or(page_nbytes),
                     page_bytes: page_nbytes,
                     src_pages: &src_pages,
                     dst_pages: &dst_pages,
@@ -267,6 +291,50 @@ impl Engine {
             })
         });
         transfer_of("write_paged", submitted)
+    }
+
+    /// A one-sided read (a pull): `nbytes` (default: the rest of `dst` from `dst_offset`) of
+    /// the peer region `src` at `src_offset` land in the local region `dst` at `dst_offset`.
+    /// The owner checks the region's key and bounds as for a write; with `imm`, this engine's
+    /// counter for it moves once every byte landed. Host memory on both sides for now. The
+    /// owner must have added this engine as a peer; a read it does not answer in time fails
+    /// with `accord.PeerError` naming it.
+    #[pyo3(signature = (dst, src, nbytes = None, *, dst_offset = 0, src_offset = 0, imm = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn read(
+        &self,
+        py: Python<'_>,
+        dst: PyRef<'_, MemoryRegion>,
+        src: PyRef<'_, Descriptor>,
+        nbytes: Option<u64>,
+        dst_offset: u64,
+        src_offset: u64,
+        imm: Option<u32>,
+    ) -> PyResult<Transfer> {
+        if !dst.inner.belongs_to(&self.core) {
+            return Err(error(
+                Kind::InvalidBuffer,
+                "read: the destination region was registered with another engine: register it with this one",
+            ));
+        }
+        let len = match nbytes {
+            Some(n) => n,
+            None => dst.inner.handle.len().checked_sub(dst_offset).ok_or_else(|| {
+                error(
+                    Kind::InvalidBuffer,
+                    format!(
+                        "read: dst_offset {dst_offset} is past the end of the {}-byte destination",
+                        dst.inner.handle.len()
+                    ),
+                )
+            })?,
+        };
+        let engine = self.core.engine("read")?;
+        let (region, src) = (&*dst.inner, src.inner);
+        let submitted = py.detach(|| {
+            region.submit(|handle| engine.read(&ReadOp { dst: handle, dst_offset, src: &src, src_offset, len, imm }))
+        });
+        transfer_of("read", submitted)
     }
 
     /// Writes ranges of `src` to several peer regions (`accord.ScatterDst` each), every write

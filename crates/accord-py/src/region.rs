@@ -196,6 +196,37 @@ impl RegionInner {
         Ok(inner)
     }
 
+    /// Registers every one of `acquired` with `engine` in one call of the engine, or none.
+    pub(crate) fn register_many(
+        core: &Arc<Core>,
+        engine: &LiveEngine,
+        acquired: Vec<Acquired>,
+    ) -> PyResult<Vec<Arc<Self>>> {
+        let raw: Vec<accord_engine::RawBuffer> = acquired
+            .iter()
+            .map(|a| accord_engine::RawBuffer { ptr: a.ptr as *mut u8, len: a.nbytes, kind: a.kind, owner: None })
+            .collect();
+        // Safety: as in `register`: each `Keep` holds its exporter for as long as its region is
+        // registered and until every transfer reading it completed; `acquire` checked each range.
+        #[allow(unsafe_code)]
+        let registered = unsafe { engine.register_many(&raw) }.map_err(register_error)?;
+        let mut out = Vec::with_capacity(registered.len());
+        for ((handle, descriptor), a) in registered.into_iter().zip(acquired) {
+            let inner = Arc::new(RegionInner {
+                core: core.clone(),
+                handle,
+                descriptor,
+                ptr: a.ptr,
+                registered: RwLock::new(true),
+                pending: Mutex::new((vec![], PENDING_PRUNE_MIN)),
+                keep: Mutex::new(Some(a.keep)),
+            });
+            core.add_region(&inner);
+            out.push(inner);
+        }
+        Ok(out)
+    }
+
     /// Runs `submit` with the handle while the region is registered (so it cannot be released
     /// meanwhile), and tracks the transfer it returns. `None` when the region was closed.
     /// Call with the GIL released.

@@ -1,6 +1,6 @@
 //! The engine's internal control frames: the one codec for every message a route sends to its
 //! counterpart in a peer engine (the landing rendezvous' asks and grants, the pull route's
-//! hellos and pulls).
+//! hellos and pulls, READ's requests and replies).
 //!
 //! Why one codec: these messages travel as ordinary 64-byte writes into the peer's control
 //! region, so the transport delivers them reliably and exactly once, and the receiving worker
@@ -12,7 +12,7 @@
 //!
 //! | bytes | field |
 //! |---|---|
-//! | 0..4 | route tag (`ACDL` landing, `ACPL` pull) |
+//! | 0..4 | route tag (`ACDL` landing, `ACPL` pull, `ACRD` read) |
 //! | 4 | version ([`CONTROL_FRAME_VERSION`]) |
 //! | 5 | kind (per route) |
 //! | 6 | flags (per route) |
@@ -39,16 +39,19 @@ pub(crate) enum RouteTag {
     Landing,
     /// The cross-memory pull route between processes of one host.
     Pull,
+    /// READ, a one-sided pull: a reader's request and the owner's answer (`route/read.rs`).
+    Read,
 }
 
 impl RouteTag {
     /// Every tag, for tables and tests.
-    pub(crate) const ALL: [RouteTag; 2] = [RouteTag::Landing, RouteTag::Pull];
+    pub(crate) const ALL: [RouteTag; 3] = [RouteTag::Landing, RouteTag::Pull, RouteTag::Read];
 
     const fn magic(self) -> [u8; 4] {
         match self {
             RouteTag::Landing => *b"ACDL",
             RouteTag::Pull => *b"ACPL",
+            RouteTag::Read => *b"ACRD",
         }
     }
 

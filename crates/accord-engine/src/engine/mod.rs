@@ -6,10 +6,18 @@ mod device;
 mod device_pieces;
 mod ops;
 pub(crate) mod part;
+mod register_many;
 pub(crate) mod route;
 pub(crate) mod shared;
 
-pub use ops::{PagedWriteOp, ScatterDst, WriteOp, PAGES_PER_WRITE_MAX, SCATTER_DESTINATIONS_MAX, SHARD_ALIGN_BYTES};
+pub use ops::{
+    PagedWriteOp, ScatterDst, StridedPagedWriteOp, WriteOp, PAGES_PER_WRITE_MAX, SCATTER_DESTINATIONS_MAX,
+    SHARD_ALIGN_BYTES,
+};
+pub use register_many::RawBuffer;
+pub use route::read::{
+    ReadOp, ReadStats, READ_FLOOR_BYTES_PER_SEC, READ_REQUESTS_IN_FLIGHT_MAX, READ_SERVED_REMEMBERED,
+};
 
 use crate::address::{EngineAddress, EngineId, MrDescriptor};
 use crate::completion::{run_completion_thread, Job, COMPLETION_JOBS_MAX};
@@ -320,6 +328,7 @@ impl Engine {
             })),
             cma: route::cma::state::Cma::new(id),
             liveness: Default::default(),
+            read: route::read::ReadState::default(),
         });
         let completion_thread = std::thread::Builder::new()
             .name("accord-completion".into())
@@ -716,6 +725,8 @@ fn control_routes() -> crate::worker::control::ControlRoutes {
         .on(control::RouteTag::Landing, route::landing::deliver_control)
         .on(control::RouteTag::Pull, route::cma::serve)
         .sweep_with(route::cma::sweep)
+        .on(control::RouteTag::Read, route::read::serve)
+        .sweep_with(route::read::sweep)
 }
 
 #[cfg(test)]

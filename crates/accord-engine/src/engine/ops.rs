@@ -56,6 +56,54 @@ pub struct PagedWriteOp<'a> {
     pub imm: Option<u32>,
 }
 
+/// A paged write with strides (as in fabric-lib's paged writes): page `i` is read at
+/// `src_offset + src_pages[i] * src_stride` of `src` and lands at
+/// `dst_offset + dst_pages[i] * dst_stride` of `dst`, `page_bytes` each. The strides let pages
+/// be slices of larger blocks (one layer's K of a block that holds every layer, say). The
+/// destination stride must be at least the page (pages must not overlap where they land); the
+/// source stride may be anything, zero included. [`PagedWriteOp`] is this with both offsets
+/// zero and both strides `page_bytes` (see `From`).
+#[derive(Copy, Clone, Debug)]
+pub struct StridedPagedWriteOp<'a> {
+    /// Local source region.
+    pub src: &'a MrHandle,
+    /// Byte offset of source page 0.
+    pub src_offset: u64,
+    /// Bytes from one source page index to the next.
+    pub src_stride: u64,
+    /// Remote destination region.
+    pub dst: &'a MrDescriptor,
+    /// Byte offset of destination page 0.
+    pub dst_offset: u64,
+    /// Bytes from one destination page index to the next (at least `page_bytes`).
+    pub dst_stride: u64,
+    /// Bytes per page.
+    pub page_bytes: u64,
+    /// Source page indices.
+    pub src_pages: &'a [u64],
+    /// Destination page indices, one per source page.
+    pub dst_pages: &'a [u64],
+    /// Immediate counted once at the peer when every page landed.
+    pub imm: Option<u32>,
+}
+
+impl<'a> From<&PagedWriteOp<'a>> for StridedPagedWriteOp<'a> {
+    fn from(op: &PagedWriteOp<'a>) -> Self {
+        StridedPagedWriteOp {
+            src: op.src,
+            src_offset: 0,
+            src_stride: op.page_bytes,
+            dst: op.dst,
+            dst_offset: 0,
+            dst_stride: op.page_bytes,
+            page_bytes: op.page_bytes,
+            src_pages: op.src_pages,
+            dst_pages: op.dst_pages,
+            imm: op.imm,
+        }
+    }
+}
+
 /// One destination of a scatter.
 #[derive(Copy, Clone, Debug)]
 pub struct ScatterDst {
@@ -186,6 +234,13 @@ impl Engine {
     /// A paged write (see [`PagedWriteOp`]); runs of consecutive pages on both sides go as one
     /// operation; the immediate is counted once, after every page landed.
     pub fn write_paged(&self, op: &PagedWriteOp<'_>) -> Result<Transfer, SubmitError> {
+        self.write_paged_strided(&StridedPagedWriteOp::from(op))
+    }
+
+    /// A paged write with a base offset and a stride on each side (see
+    /// [`StridedPagedWriteOp`]). Every page is checked (arithmetic, both regions' bounds, the
+    /// destination stride) before anything is submitted, so a refused write places nothing.
+    pub fn write_paged_strided(&self, op: &StridedPagedWriteOp<'_>) -> Result<Transfer, SubmitError> {
         if op.src_pages.len() != op.dst_pages.len() {
             return Err(SubmitError::Invalid(format!(
                 "{} source pages but {} destination pages: give one destination per source page",
@@ -198,18 +253,35 @@ impl Engine {
                 "page_bytes must be non-zero and at most {PAGES_PER_WRITE_MAX} pages named"
             )));
         }
+        if op.dst_stride < op.page_bytes {
+            return Err(SubmitError::Invalid(format!(
+                "destination stride {} is smaller than the page ({} bytes): destination pages would overlap",
+                op.dst_stride, op.page_bytes
+            )));
+        }
         let peer = op.dst.engine;
         self.check_peer(peer)?;
-        let page_offset = |page: u64| page.saturating_mul(op.page_bytes);
+        let src_len = self.region_len(op.src)?;
+        let at = |side: &str, base: u64, page: u64, stride: u64, i: usize| {
+            page.checked_mul(stride).and_then(|o| o.checked_add(base)).ok_or_else(|| {
+                SubmitError::Invalid(format!(
+                    "page {i}: {side} offset {base} + page {page} x stride {stride} overflows 64 bits"
+                ))
+            })
+        };
         let mut runs: Vec<(u64, u64, u64)> = vec![];
-        for (&s, &d) in op.src_pages.iter().zip(op.dst_pages) {
-            let (so, doff) = (page_offset(s), page_offset(d));
+        for (i, (&s, &d)) in op.src_pages.iter().zip(op.dst_pages).enumerate() {
+            let so = at("source", op.src_offset, s, op.src_stride, i)?;
+            let doff = at("destination", op.dst_offset, d, op.dst_stride, i)?;
             if !check_range(doff, op.page_bytes, op.dst.len) {
                 return Err(SubmitError::DestinationOutOfBounds {
                     offset: doff,
                     len: op.page_bytes,
                     region_len: op.dst.len,
                 });
+            }
+            if !check_range(so, op.page_bytes, src_len) {
+                return Err(SubmitError::SourceOutOfBounds { offset: so, len: op.page_bytes, region_len: src_len });
             }
             match runs.last_mut() {
                 Some((rs, rd, len)) if *rs + *len == so && *rd + *len == doff => *len += op.page_bytes,
@@ -218,7 +290,15 @@ impl Engine {
         }
         if op.dst.device.is_some() || self.is_device_region(op.src)? {
             let pieces: Vec<_> = runs.iter().map(|&(so, doff, len)| (doff, so, len)).collect();
-            return self.write_paged_device(op, &pieces);
+            let plain = PagedWriteOp {
+                src: op.src,
+                dst: op.dst,
+                page_bytes: op.page_bytes,
+                src_pages: &[],
+                dst_pages: &[],
+                imm: op.imm,
+            };
+            return self.write_paged_device(&plain, &pieces);
         }
         let mut parts = vec![];
         let single = runs.len() == 1;
@@ -234,6 +314,15 @@ impl Engine {
             lane: None,
         });
         Ok(self.submit(parts, trailer))
+    }
+
+    /// The length of a local region of this engine (host or device).
+    fn region_len(&self, handle: &MrHandle) -> Result<u64, SubmitError> {
+        if handle.engine != self.id() {
+            return Err(SubmitError::UnknownSource);
+        }
+        let regions = self.shared.regions.read().unwrap();
+        Ok(regions.get(handle.region).ok_or(SubmitError::UnknownSource)?.len)
     }
 
     /// Writes ranges of one local region to several peers (each destination once, each
@@ -308,3 +397,7 @@ impl Engine {
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[path = "paged_tests.rs"]
+mod paged_tests;

@@ -89,6 +89,8 @@ pub(crate) struct Shared {
     pub(crate) cma: super::route::cma::state::Cma,
     /// Which peers died, and who is waiting on whom (`crate::liveness`).
     pub(crate) liveness: crate::liveness::Liveness,
+    /// READ's pending reads (reader side) and served requests (owner side) (`engine::route::read`).
+    pub(crate) read: super::route::read::ReadState,
 }
 
 impl Shared {

@@ -210,6 +210,11 @@ impl RegionTable {
         Ok(id)
     }
 
+    /// Regions registered (the control region included).
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
     pub(crate) fn remove(&mut self, id: RegionId) -> Option<Region> {
         self.map.remove(&id)
     }
@@ -364,6 +369,18 @@ impl Source {
     pub(crate) fn from_region(region: &Region, offset: u64, len: u64) -> Source {
         debug_assert!(offset + len <= region.len);
         Source::Region { base: region.base + offset as usize, len, _keep: region.keep.clone() }
+    }
+
+    /// The bytes `offset..offset + len` of this source (within it; the caller checked), kept
+    /// alive as the whole is.
+    pub(crate) fn slice(&self, offset: u64, len: u64) -> Source {
+        debug_assert!(offset + len <= self.len());
+        match self {
+            Source::Region { base, _keep, .. } => {
+                Source::Region { base: base + offset as usize, len, _keep: _keep.clone() }
+            }
+            Source::Bytes(b) => Source::Bytes(Arc::from(&b[offset as usize..(offset + len) as usize])),
+        }
     }
 
     /// Length in bytes.

@@ -23,6 +23,11 @@
 //! `force_network` treats a peer in this process as another process of this host. Sends (two
 //! sided) take the host routes only, and never [`Route::Pull`].
 //!
+//! READ ([`read`]) adds no row: a reader's request and the owner's reply are control frames,
+//! and the owner writes the bytes into the reader's destination as an ordinary host write, so
+//! [`choose`] picks that write's route from the rows above (a peer in this process: one
+//! checked memcpy on the reader's thread). Device regions are refused by READ for now.
+//!
 //! Three choices can still fall back when they run, because what they need is known only
 //! then: a pull goes over the transport until the peer has verified us
 //! ([`cma`]); shared-memory rings fall back to UDP while they are not set up
@@ -34,6 +39,7 @@ pub(crate) mod dispatch;
 mod landed;
 pub(crate) mod landing;
 pub(crate) mod memcpy;
+pub(crate) mod read;
 pub(crate) mod shared_host;
 mod staged;
 

@@ -1,0 +1,733 @@
+//! READ, a one-sided pull: a reader names a range of a peer's registered region (by its
+//! descriptor: region, key, bounds) and a range of its own, and the bytes come to it.
+//!
+//! Why a request and a write, not a new way to move bytes: the owner of the source checks the
+//! request exactly as it checks a write into that region (region, key, bounds, under the region
+//! table's lock: the key of a descriptor authorises reads as it authorises writes), then writes
+//! the range into the reader's destination as an ordinary host write. So every host route
+//! carries READ's bytes (the pull route, shared-memory rings, UDP), with their checks at the
+//! reader, their failover and their fault injection; nothing new reaches the wire but two
+//! control frames.
+//!
+//! How, for a peer in another process: the reader sends a `Request` frame (the codec of
+//! [`crate::engine::control`], tag `ACRD`) into the owner's control region naming the source
+//! range and the reader's destination (region, key, offset). The owner's worker hands it to
+//! [`serve`], which checks the source, writes the range into the destination (split over lanes
+//! as a large write is), and answers `Reply` once that write completed, or at once with the
+//! refusal. The reader's [`crate::Transfer`] completes on the reply; its immediate, if any, is
+//! counted at the reader then, after every byte landed. A peer in this process: one memcpy
+//! with the same checks, on the calling thread.
+//!
+//! Exactly once: a request frame resent after a connection failed reaches the owner twice. The
+//! owner remembers the request ids it took per reader (the most recent
+//! [`READ_SERVED_REMEMBERED`]): a duplicate of a read in progress is ignored (the first one's
+//! reply will come), a duplicate of a finished one is answered again with the same outcome,
+//! and nothing is written twice. A reply for a read no longer pending is counted and ignored.
+//!
+//! Bounds: the owner must know the reader (`add_peer`), or it cannot answer and ignores the
+//! request. A reader waits at most twice the engine's idle timeout plus the time the bytes
+//! take at [`READ_FLOOR_BYTES_PER_SEC`]; past that the read fails with
+//! [`TransferError::NoReply`] naming the owner. A request frame that could not be delivered
+//! fails the read at once.
+//!
+//! Not yet: device regions on either side are refused at submission (a device READ will pick
+//! one of the device routes for the owner's write).
+//!
+//! Frame layout (words and halves of the control codec):
+//!
+//! | kind | words | halves |
+//! |---|---|---|
+//! | `Request` (1) | src key, dst key, src offset + len bits 0..24 << 40, dst offset + len bits 24..48 << 40 | src region, dst region |
+//! | `Reply` (2) | zero | outcome code, zero |
+//!
+//! Offsets are below 2^40 ([`crate::REGION_BYTES_MAX`]), so the length shares their words.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use accord_proto::wire::RejectReason;
+use accord_proto::{RegionId, RegionKey};
+
+use crate::address::{EngineId, MrDescriptor};
+use crate::completion::{Transfer, TransferState};
+use crate::engine::control::{ControlFrame, FrameError, RouteTag, CONTROL_MESSAGE_BYTES};
+use crate::engine::ops::SHARD_ALIGN_BYTES;
+use crate::engine::part::{write_kind, Part, PartKind};
+use crate::engine::route::dispatch::{dispatch_part, PartSpec};
+use crate::engine::route::{choose, Destination, Locality, Operation, Route, RouteInputs, RouteSwitches, SourceMemory};
+use crate::engine::shared::{local_engine, Shared};
+use crate::engine::Engine;
+use crate::error::{SubmitError, TransferError};
+use crate::memory::{MrHandle, Source};
+
+/// Reads one engine may have outstanding at peers in other processes.
+pub const READ_REQUESTS_IN_FLIGHT_MAX: usize = 4096;
+/// Request ids an owner remembers per reader, to take a duplicated request frame (a control
+/// write resent on another lane after its connection failed) once.
+pub const READ_SERVED_REMEMBERED: usize = 8192;
+/// The slowest rate a reader allows the owner's write when it bounds its wait (on top of twice
+/// the idle timeout): a read of `len` bytes waits at most `len / READ_FLOOR_BYTES_PER_SEC` more.
+pub const READ_FLOOR_BYTES_PER_SEC: u64 = 64 << 20;
+
+const REQUEST: u8 = 1;
+const REPLY: u8 = 2;
+const OFFSET_BITS: u32 = 40;
+const OFFSET_MASK: u64 = (1 << OFFSET_BITS) - 1;
+const LEN_HALF_BITS: u32 = 24;
+const LEN_HALF_MASK: u64 = (1 << LEN_HALF_BITS) - 1;
+
+/// A one-sided read: `len` bytes of the peer's region `src` at `src_offset` land in the local
+/// region `dst` at `dst_offset`; when `imm` is set, this engine's counter for it moves once every
+/// byte landed (at the reader: the owner counts nothing).
+#[derive(Copy, Clone, Debug)]
+pub struct ReadOp<'a> {
+    /// Local destination region (host memory).
+    pub dst: &'a MrHandle,
+    /// Byte offset in the destination.
+    pub dst_offset: u64,
+    /// Remote source region, as its owner described it (host memory).
+    pub src: &'a MrDescriptor,
+    /// Byte offset in the source.
+    pub src_offset: u64,
+    /// Bytes to read (at least one).
+    pub len: u64,
+    /// Immediate counted here once the bytes landed.
+    pub imm: Option<u32>,
+}
+
+/// Counters of READ ([`crate::Engine::read_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadStats {
+    /// Reads this engine sent to peers in other processes (reader side).
+    pub requests_sent: u64,
+    /// Reads this engine served: source checked and its write started (owner side).
+    pub requests_served: u64,
+    /// Duplicated request frames taken once (owner side).
+    pub duplicates: u64,
+    /// Frames refused or ignored: malformed, from an unknown engine, a refused source, a reply
+    /// for no pending read.
+    pub refused: u64,
+    /// Reads failed because their owner did not answer in time (reader side).
+    pub unanswered: u64,
+}
+
+/// A request's fields.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Request {
+    pub(crate) src_region: u32,
+    pub(crate) src_key: u64,
+    pub(crate) src_offset: u64,
+    pub(crate) dst_region: u32,
+    pub(crate) dst_key: u64,
+    pub(crate) dst_offset: u64,
+    pub(crate) len: u64,
+}
+
+/// What an owner answers.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Every byte landed in the reader's destination.
+    Done,
+    /// The owner's write into the destination failed other than by a refusal.
+    WriteFailed,
+    /// Refused: the source (by the owner) or the destination (by the reader's receiver).
+    Refused(RejectReason),
+}
+
+impl Outcome {
+    fn code(self) -> u32 {
+        match self {
+            Outcome::Done => 0,
+            Outcome::WriteFailed => 1,
+            // A refusal takes the code a refused packet's ACK carries, shifted past ours.
+            Outcome::Refused(r) => 2u32.saturating_add(r.to_u32()),
+        }
+    }
+
+    fn from_code(code: u32) -> Outcome {
+        match code {
+            0 => Outcome::Done,
+            1 => Outcome::WriteFailed,
+            c => Outcome::Refused(RejectReason::from_u32(c - 2)),
+        }
+    }
+
+    fn result(self) -> Result<(), TransferError> {
+        match self {
+            Outcome::Done => Ok(()),
+            Outcome::WriteFailed => Err(TransferError::PeerUnreachable),
+            Outcome::Refused(r) => Err(TransferError::Rejected(r)),
+        }
+    }
+}
+
+/// One frame of this route.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Body {
+    Request(Request),
+    Reply(Outcome),
+}
+
+/// One message: the sender's claim `from`, the reader's request id `req`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ReadMessage {
+    pub(crate) from: EngineId,
+    pub(crate) req: u64,
+    pub(crate) body: Body,
+}
+
+impl ReadMessage {
+    /// The frame's bytes; `None` when an offset or the length does not fit the layout.
+    pub(crate) fn encode(&self) -> Option<[u8; CONTROL_MESSAGE_BYTES]> {
+        let frame = match self.body {
+            Body::Request(r) => {
+                if r.src_offset > OFFSET_MASK || r.dst_offset > OFFSET_MASK || r.len >> (2 * LEN_HALF_BITS) != 0 {
+                    return None;
+                }
+                let words = [
+                    r.src_key,
+                    r.dst_key,
+                    r.src_offset | (r.len & LEN_HALF_MASK) << OFFSET_BITS,
+                    r.dst_offset | (r.len >> LEN_HALF_BITS) << OFFSET_BITS,
+                ];
+                let frame = ControlFrame::new(RouteTag::Read, REQUEST, self.from, self.req);
+                ControlFrame { words, halves: [r.src_region, r.dst_region], ..frame }
+            }
+            Body::Reply(outcome) => {
+                let frame = ControlFrame::new(RouteTag::Read, REPLY, self.from, self.req);
+                ControlFrame { halves: [outcome.code(), 0], ..frame }
+            }
+        };
+        Some(frame.encode())
+    }
+
+    /// Parses one frame placed at `offset` of the control region.
+    pub(crate) fn decode(offset: u64, bytes: &[u8]) -> Result<ReadMessage, FrameError> {
+        let frame = ControlFrame::decode(offset, bytes)?;
+        if frame.route != RouteTag::Read {
+            return Err(FrameError::UnknownRoute);
+        }
+        if frame.flags != 0 {
+            return Err(FrameError::Reserved);
+        }
+        let body = match frame.kind {
+            REQUEST => {
+                let [src_key, dst_key, src_word, dst_word] = frame.words;
+                let len = (src_word >> OFFSET_BITS) | (dst_word >> OFFSET_BITS) << LEN_HALF_BITS;
+                Body::Request(Request {
+                    src_region: frame.halves[0],
+                    src_key,
+                    src_offset: src_word & OFFSET_MASK,
+                    dst_region: frame.halves[1],
+                    dst_key,
+                    dst_offset: dst_word & OFFSET_MASK,
+                    len,
+                })
+            }
+            REPLY if frame.words == [0; 4] && frame.halves[1] == 0 => Body::Reply(Outcome::from_code(frame.halves[0])),
+            REPLY => return Err(FrameError::Field("a read reply carries only its outcome")),
+            other => return Err(FrameError::Kind(other)),
+        };
+        Ok(ReadMessage { from: frame.from, req: frame.req, body })
+    }
+}
+
+/// What an owner knows of one request id of one reader.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Admission {
+    /// Not seen: serve it.
+    New,
+    /// Being served: its reply will come; do nothing.
+    InFlight,
+    /// Served: answer this again, write nothing.
+    Answered(Outcome),
+}
+
+/// The request ids an owner took from one reader, most recent [`READ_SERVED_REMEMBERED`].
+#[derive(Default)]
+pub(crate) struct ServedReads {
+    outcomes: HashMap<u64, Option<Outcome>>,
+    order: VecDeque<u64>,
+}
+
+impl ServedReads {
+    /// Takes `req`: what to do with it (a new id is remembered as in flight).
+    pub(crate) fn admit(&mut self, req: u64) -> Admission {
+        if let Some(known) = self.outcomes.get(&req) {
+            return known.map_or(Admission::InFlight, Admission::Answered);
+        }
+        self.outcomes.insert(req, None);
+        self.order.push_back(req);
+        if self.order.len() > READ_SERVED_REMEMBERED {
+            if let Some(old) = self.order.pop_front() {
+                self.outcomes.remove(&old);
+            }
+        }
+        Admission::New
+    }
+
+    /// Records the outcome of `req` (if still remembered).
+    pub(crate) fn answered(&mut self, req: u64, outcome: Outcome) {
+        if let Some(slot) = self.outcomes.get_mut(&req) {
+            *slot = Some(outcome);
+        }
+    }
+}
+
+/// A reader's read outstanding at a peer.
+struct Pending {
+    peer: EngineId,
+    transfer: Arc<TransferState>,
+    imm: Option<u32>,
+    started: Instant,
+    deadline: Instant,
+}
+
+/// Per-engine state of READ (both sides).
+pub(crate) struct ReadState {
+    pending: Mutex<HashMap<u64, Pending>>,
+    pending_count: AtomicUsize,
+    next_req: AtomicU64,
+    last_sweep_ns: AtomicU64,
+    /// Owner side: request ids taken per reader.
+    served: Mutex<HashMap<EngineId, ServedReads>>,
+    requests_sent: AtomicU64,
+    requests_served: AtomicU64,
+    duplicates: AtomicU64,
+    refused: AtomicU64,
+    unanswered: AtomicU64,
+}
+
+impl Default for ReadState {
+    fn default() -> Self {
+        ReadState {
+            pending: Mutex::new(HashMap::new()),
+            pending_count: AtomicUsize::new(0),
+            // A random start, so ids of an engine that restarted under the same id space do not
+            // collide with ids an owner still remembers.
+            next_req: AtomicU64::new(crate::memory::random_u64() >> 1 | 1),
+            last_sweep_ns: AtomicU64::new(0),
+            served: Mutex::new(HashMap::new()),
+            requests_sent: AtomicU64::new(0),
+            requests_served: AtomicU64::new(0),
+            duplicates: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            unanswered: AtomicU64::new(0),
+        }
+    }
+}
+
+impl ReadState {
+    pub(crate) fn stats(&self) -> ReadStats {
+        ReadStats {
+            requests_sent: self.requests_sent.load(Ordering::Relaxed),
+            requests_served: self.requests_served.load(Ordering::Relaxed),
+            duplicates: self.duplicates.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
+            unanswered: self.unanswered.load(Ordering::Relaxed),
+        }
+    }
+}
+
+fn check_range(offset: u64, len: u64, region_len: u64) -> bool {
+    offset.checked_add(len).is_some_and(|end| end <= region_len)
+}
+
+impl Engine {
+    /// A one-sided read (see [`ReadOp`]): the owner of `op.src` checks region, key and bounds
+    /// as it checks a write into that region, then its bytes land in `op.dst`. Host memory on
+    /// both sides (device regions are refused for now). A peer in another process must have
+    /// added this engine as a peer (it answers over the transport); the read fails with
+    /// [`TransferError::NoReply`] if it does not answer in time.
+    pub fn read(&self, op: &ReadOp<'_>) -> Result<Transfer, SubmitError> {
+        if op.len == 0 {
+            return Err(SubmitError::Invalid("a read of zero bytes: give len of at least 1".into()));
+        }
+        if op.src.device.is_some() {
+            return Err(SubmitError::Invalid(
+                "READ from a device region is not supported yet: read from host memory, or have the owner write".into(),
+            ));
+        }
+        if !check_range(op.src_offset, op.len, op.src.len) {
+            return Err(SubmitError::Invalid(format!(
+                "remote source bytes {}..{}+{} fall outside the remote region of {} bytes: fix the offset or length",
+                op.src_offset, op.src_offset, op.len, op.src.len
+            )));
+        }
+        self.check_read_destination(op)?;
+        let peer = op.src.engine;
+        self.check_peer(peer)?;
+        let local = match () {
+            _ if self.shared.config.force_network => None,
+            _ if peer == self.id() => Some(self.shared.clone()),
+            _ => local_engine(peer),
+        };
+        match local {
+            Some(owner) => Ok(self.read_local(&owner, op)),
+            None => self.read_remote(peer, op),
+        }
+    }
+
+    /// Counters of READ, both sides.
+    pub fn read_stats(&self) -> ReadStats {
+        self.shared.read.stats()
+    }
+
+    /// The local destination: this engine's, host memory, in bounds.
+    fn check_read_destination(&self, op: &ReadOp<'_>) -> Result<(), SubmitError> {
+        if op.dst.engine != self.id() {
+            return Err(SubmitError::UnknownSource);
+        }
+        let regions = self.shared.regions.read().unwrap();
+        let region = regions.get(op.dst.region).ok_or(SubmitError::UnknownSource)?;
+        if region.device.is_some() {
+            return Err(SubmitError::Invalid(
+                "READ into a device region is not supported yet: read into host memory".into(),
+            ));
+        }
+        if !check_range(op.dst_offset, op.len, region.len) {
+            return Err(SubmitError::Invalid(format!(
+                "local destination bytes {}..{}+{} fall outside the local region of {} bytes: fix the offset or length",
+                op.dst_offset, op.dst_offset, op.len, region.len
+            )));
+        }
+        Ok(())
+    }
+
+    /// A peer in this process: check the source as a write into it is checked, copy, count.
+    fn read_local(&self, owner: &Arc<Shared>, op: &ReadOp<'_>) -> Transfer {
+        let result = copy_local(owner, &self.shared, op);
+        if let (Ok(()), Some(imm)) = (result, op.imm) {
+            self.shared.imms.bump(imm, &self.shared.jobs);
+        }
+        let state = self.shared.new_transfer(1);
+        state.part_done(result);
+        Transfer { state }
+    }
+
+    /// A peer in another process: send the request, complete on its reply.
+    fn read_remote(&self, peer: EngineId, op: &ReadOp<'_>) -> Result<Transfer, SubmitError> {
+        let shared = &self.shared;
+        let state = &shared.read;
+        if state.pending_count.load(Ordering::Acquire) >= READ_REQUESTS_IN_FLIGHT_MAX {
+            return Err(SubmitError::Invalid(format!(
+                "{READ_REQUESTS_IN_FLIGHT_MAX} reads outstanding already: wait for some to complete"
+            )));
+        }
+        let request = Request {
+            src_region: op.src.region,
+            src_key: op.src.key,
+            src_offset: op.src_offset,
+            dst_region: op.dst.region.0,
+            dst_key: self.region_key(op.dst)?,
+            dst_offset: op.dst_offset,
+            len: op.len,
+        };
+        let req = state.next_req.fetch_add(1, Ordering::Relaxed);
+        let message = ReadMessage { from: shared.id, req, body: Body::Request(request) };
+        let Some(frame) = control_part(shared, peer, message) else {
+            return Err(SubmitError::UnknownPeer(peer.0));
+        };
+        // The request's own delivery failing means the owner never saw it: fail the read now.
+        {
+            let weak = Arc::downgrade(shared);
+            Transfer { state: frame.transfer.clone() }.on_complete(move |result| match (result, weak.upgrade()) {
+                (Err(TransferError::PeerUnreachable), Some(shared)) => fail_unanswered(&shared, req),
+                (Err(e), Some(shared)) => finish_pending(&shared, req, Err(e)),
+                _ => {}
+            });
+        }
+        let transfer = shared.new_transfer(1);
+        let started = Instant::now();
+        let allowance =
+            shared.config.idle_timeout * 2 + Duration::from_secs_f64(op.len as f64 / READ_FLOOR_BYTES_PER_SEC as f64);
+        let pending = Pending { peer, transfer: transfer.clone(), imm: op.imm, started, deadline: started + allowance };
+        state.pending.lock().unwrap().insert(req, pending);
+        state.pending_count.fetch_add(1, Ordering::AcqRel);
+        state.requests_sent.fetch_add(1, Ordering::Relaxed);
+        shared.route(frame, None);
+        Ok(Transfer { state: transfer })
+    }
+
+    /// The key of a local region (what the owner's write into it must present).
+    fn region_key(&self, handle: &MrHandle) -> Result<u64, SubmitError> {
+        let regions = self.shared.regions.read().unwrap();
+        Ok(regions.get(handle.region).ok_or(SubmitError::UnknownSource)?.key.0)
+    }
+}
+
+/// Copies a same-process owner's source range into the reader's destination, the source checked
+/// as a write into it is (region, key, bounds, host memory).
+fn copy_local(owner: &Arc<Shared>, reader: &Arc<Shared>, op: &ReadOp<'_>) -> Result<(), TransferError> {
+    let (src_region, src_key) = (RegionId(op.src.region), RegionKey(op.src.key));
+    let source = {
+        let regions = owner.regions.read().unwrap();
+        regions.check_write(src_region, src_key, op.src_offset, op.len).map_err(TransferError::Rejected)?;
+        let region = regions.get(src_region).ok_or(TransferError::Rejected(RejectReason::UnknownRegion))?;
+        // Holds the owner's memory alive (its `keep`) while we copy, outside the owner's lock.
+        Source::from_region(region, op.src_offset, op.len)
+    };
+    let placed = reader.regions.read().unwrap().place_from(op.dst.region, op.dst_offset, &source);
+    if placed {
+        Ok(())
+    } else {
+        // Deregistered since the submission's check.
+        Err(TransferError::Rejected(RejectReason::UnknownRegion))
+    }
+}
+
+/// A control frame (64 bytes into `peer`'s control region); `None` when the peer is unknown or
+/// the message does not encode.
+fn control_part(shared: &Arc<Shared>, peer: EngineId, message: ReadMessage) -> Option<Part> {
+    let control = shared.peers.read().unwrap().get(&peer)?.control;
+    let bytes = message.encode()?;
+    Some(Part {
+        peer,
+        kind: write_kind(&control, 0, None),
+        source: Source::Bytes(Arc::from(&bytes[..])),
+        transfer: shared.new_transfer(1),
+        tag: shared.tags.next(),
+        attempts: 0,
+    })
+}
+
+/// Completes the pending read `req` (if still pending), counting its immediate on success.
+fn finish_pending(shared: &Arc<Shared>, req: u64, result: Result<(), TransferError>) {
+    let Some(pending) = shared.read.pending.lock().unwrap().remove(&req) else { return };
+    shared.read.pending_count.fetch_sub(1, Ordering::AcqRel);
+    if let (Ok(()), Some(imm)) = (result, pending.imm) {
+        shared.imms.bump(imm, &shared.jobs);
+    }
+    pending.transfer.part_done(result);
+}
+
+/// Fails reads whose owner stopped answering (at most once a millisecond; one atomic load when
+/// none is outstanding).
+pub(crate) fn sweep(shared: &Arc<Shared>) {
+    let state = &shared.read;
+    if state.pending_count.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let now_ns = shared.epoch.elapsed().as_nanos() as u64;
+    let last = state.last_sweep_ns.load(Ordering::Relaxed);
+    if now_ns.saturating_sub(last) < 1_000_000
+        || state.last_sweep_ns.compare_exchange(last, now_ns, Ordering::AcqRel, Ordering::Relaxed).is_err()
+    {
+        return;
+    }
+    let now = Instant::now();
+    let expired: Vec<u64> =
+        state.pending.lock().unwrap().iter().filter(|(_, p)| p.deadline <= now).map(|(req, _)| *req).collect();
+    for req in expired {
+        fail_unanswered(shared, req);
+    }
+}
+
+/// Fails the pending read `req` (if still pending) as unanswered by its owner, naming it.
+fn fail_unanswered(shared: &Arc<Shared>, req: u64) {
+    let Some((peer, started)) = shared.read.pending.lock().unwrap().get(&req).map(|p| (p.peer, p.started)) else {
+        return;
+    };
+    let waited_ms = started.elapsed().as_millis() as u64;
+    shared.read.unanswered.fetch_add(1, Ordering::Relaxed);
+    tracing::warn!(peer = peer.0, waited_ms, "a read got no answer from its owner");
+    finish_pending(shared, req, Err(TransferError::NoReply { peer: peer.0, waited_ms }));
+}
+
+/// A frame of this route arrived (placed at `offset` of the control region): a request (owner
+/// side) or a reply (reader side). Returns the frame to send back at once, if any.
+pub(crate) fn serve(shared: &Arc<Shared>, offset: u64, bytes: &[u8]) -> Option<Part> {
+    let state = &shared.read;
+    let Ok(message) = ReadMessage::decode(offset, bytes) else {
+        state.refused.fetch_add(1, Ordering::Relaxed);
+        return None;
+    };
+    match message.body {
+        Body::Reply(outcome) => {
+            take_reply(shared, message.from, message.req, outcome);
+            None
+        }
+        Body::Request(request) => serve_request(shared, message.from, message.req, request),
+    }
+}
+
+/// Reader side: the answer to read `req`, if `from` is the engine we asked.
+fn take_reply(shared: &Arc<Shared>, from: EngineId, req: u64, outcome: Outcome) {
+    let asked = shared.read.pending.lock().unwrap().get(&req).map(|p| p.peer);
+    if asked != Some(from) {
+        shared.read.refused.fetch_add(1, Ordering::Relaxed); // stale, duplicated, or not the owner
+        return;
+    }
+    finish_pending(shared, req, outcome.result());
+}
+
+/// Owner side: checks and serves one request (once per request id).
+fn serve_request(shared: &Arc<Shared>, from: EngineId, req: u64, request: Request) -> Option<Part> {
+    let state = &shared.read;
+    if !shared.peers.read().unwrap().contains_key(&from) {
+        // We could not answer it (and would write to an engine we never agreed to know).
+        state.refused.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(reader = from.0, "a read request from an engine not added as a peer; ignored");
+        return None;
+    }
+    let admission = state.served.lock().unwrap().entry(from).or_default().admit(req);
+    match admission {
+        Admission::New => {}
+        Admission::InFlight => {
+            state.duplicates.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        Admission::Answered(outcome) => {
+            state.duplicates.fetch_add(1, Ordering::Relaxed);
+            return reply_part(shared, from, req, outcome);
+        }
+    }
+    let Request { src_region, src_key, src_offset, dst_region, dst_key, dst_offset, len } = request;
+    let source = {
+        let regions = shared.regions.read().unwrap();
+        let checked = regions.check_write(RegionId(src_region), RegionKey(src_key), src_offset, len);
+        match (checked, regions.get(RegionId(src_region))) {
+            (Ok(()), Some(region)) => Source::from_region(region, src_offset, len),
+            (Err(reason), _) => return refuse(shared, from, req, reason),
+            (Ok(()), None) => return refuse(shared, from, req, RejectReason::UnknownRegion),
+        }
+    };
+    state.requests_served.fetch_add(1, Ordering::Relaxed);
+    let destination = MrDescriptor {
+        engine: from,
+        region: dst_region,
+        key: dst_key,
+        len: dst_offset.saturating_add(len),
+        device: None,
+        shared: None,
+    };
+    if let Some(part) = write_on_this_lane(shared, from, req, &source, &destination, dst_offset) {
+        return Some(part);
+    }
+    // Otherwise the write is submitted from the completion thread: a worker must not block on a
+    // full command queue (possibly its own) while it serves a frame.
+    let shared_for_job = shared.clone();
+    crate::completion::dispatch(&shared.jobs, move || {
+        write_to_reader(&shared_for_job, from, req, source, &destination, dst_offset);
+    });
+    None
+}
+
+/// Owner side: refuses request `req` of `from`, remembering the refusal for duplicates.
+fn refuse(shared: &Arc<Shared>, from: EngineId, req: u64, reason: RejectReason) -> Option<Part> {
+    shared.read.refused.fetch_add(1, Ordering::Relaxed);
+    let outcome = Outcome::Refused(reason);
+    if let Some(served) = shared.read.served.lock().unwrap().get_mut(&from) {
+        served.answered(req, outcome);
+    }
+    reply_part(shared, from, req, outcome)
+}
+
+fn reply_part(shared: &Arc<Shared>, to: EngineId, req: u64, outcome: Outcome) -> Option<Part> {
+    control_part(shared, to, ReadMessage { from: shared.id, req, body: Body::Reply(outcome) })
+}
+
+/// Owner side, the short path: a write that goes as one part over the transport (not split,
+/// not pulled) is handed back to the worker that took the request, to go out on its own lane
+/// at once, rather than through the completion thread and another worker's wake-up (one thread
+/// hop fewer per small read; the `read_vs_write` example measures reads against writes).
+/// `None` when the write needs [`write_to_reader`].
+fn write_on_this_lane(
+    shared: &Arc<Shared>,
+    reader: EngineId,
+    req: u64,
+    source: &Source,
+    destination: &MrDescriptor,
+    dst_offset: u64,
+) -> Option<Part> {
+    let len = source.len();
+    let switches = RouteSwitches::of(&shared.config);
+    let locality = match () {
+        _ if !switches.force_network && local_engine(reader).is_some() => Locality::SameProcess,
+        _ if shared.peer_on_this_host(reader) => Locality::SameHost,
+        _ => Locality::OtherHost,
+    };
+    let inputs = RouteInputs {
+        operation: Operation::Write,
+        source: SourceMemory::Host,
+        destination: Destination::Host,
+        locality,
+        len,
+        switches,
+    };
+    let over_transport = matches!(choose(inputs), Route::SharedMemory | Route::Udp);
+    if !over_transport || (len >= shared.config.shard_bytes_min && shared.live_lanes(reader).len() > 1) {
+        return None;
+    }
+    let transfer = shared.new_transfer(1);
+    answer_when_written(shared, reader, req, &transfer);
+    Some(Part {
+        peer: reader,
+        kind: write_kind(destination, dst_offset, None),
+        source: source.clone(),
+        transfer,
+        tag: shared.tags.next(),
+        attempts: 0,
+    })
+}
+
+/// Sends the reply to `reader`'s request `req` once `transfer` (the owner's write) completed,
+/// and remembers the outcome for duplicates.
+fn answer_when_written(shared: &Arc<Shared>, reader: EngineId, req: u64, transfer: &Arc<TransferState>) {
+    let weak = Arc::downgrade(shared);
+    Transfer { state: transfer.clone() }.on_complete(move |result| {
+        let Some(shared) = weak.upgrade() else { return };
+        let outcome = match result {
+            Ok(()) => Outcome::Done,
+            Err(TransferError::Rejected(reason)) => Outcome::Refused(reason),
+            Err(_) => Outcome::WriteFailed,
+        };
+        if let Some(served) = shared.read.served.lock().unwrap().get_mut(&reader) {
+            served.answered(req, outcome);
+        }
+        if let Some(reply) = reply_part(&shared, reader, req, outcome) {
+            shared.route(reply, None);
+        }
+    });
+}
+
+/// Owner side: writes `source` into the reader's destination over the host routes (split over
+/// lanes as a large write is), then answers.
+fn write_to_reader(
+    shared: &Arc<Shared>,
+    reader: EngineId,
+    req: u64,
+    source: Source,
+    destination: &MrDescriptor,
+    dst_offset: u64,
+) {
+    let len = source.len();
+    let lanes = shared.live_lanes(reader);
+    let shard = if len < shared.config.shard_bytes_min || lanes.len() < 2 {
+        len
+    } else {
+        len.div_ceil(lanes.len() as u64).next_multiple_of(SHARD_ALIGN_BYTES)
+    };
+    let mut pieces = vec![];
+    let mut at = 0;
+    while at < len {
+        let piece = shard.min(len - at);
+        pieces.push((at, piece));
+        at += piece;
+    }
+    let transfer = shared.new_transfer(pieces.len());
+    answer_when_written(shared, reader, req, &transfer);
+    let sharded = pieces.len() > 1;
+    for (i, (at, piece)) in pieces.into_iter().enumerate() {
+        let bytes = source.slice(at, piece);
+        let kind: PartKind = write_kind(destination, dst_offset + at, None);
+        let lane = sharded.then(|| lanes[i % lanes.len()]);
+        dispatch_part(shared, PartSpec { peer: reader, kind, source: bytes, lane }, transfer.clone());
+    }
+}
+
+#[cfg(test)]
+#[path = "read_tests.rs"]
+mod tests;
