@@ -74,7 +74,7 @@ impl TransferState {
             first_error: Mutex::new(None),
             trailer: Mutex::new(None),
             jobs,
-            started: crate::telemetry::on().then(std::time::Instant::now),
+            started: crate::telemetry::recorder::on().then(std::time::Instant::now),
         })
     }
 
@@ -116,7 +116,13 @@ impl TransferState {
         self.done.notify_all();
         if let Some(start) = self.started {
             let ok = if result.is_ok() { "true" } else { "false" };
-            crate::telemetry::record("transfer", "transfer", start, std::time::Instant::now(), &format!("\"ok\":{ok}"));
+            crate::telemetry::recorder::record(
+                "transfer",
+                "transfer",
+                start,
+                std::time::Instant::now(),
+                &format!("\"ok\":{ok}"),
+            );
         }
         for cb in callbacks {
             dispatch(&self.jobs, move || cb(result));

@@ -234,10 +234,10 @@ pub struct EngineConfig {
     /// While a wait names a peer (an immediate or message it expects, a receive posted for
     /// it), the engine sends it a zero-byte probe this often, so a peer that went silent is
     /// found even when nothing else is outstanding. Default
-    /// [`crate::liveness::KEEPALIVE_DEFAULT`]; zero turns probes off.
+    /// [`KEEPALIVE_DEFAULT`]; zero turns probes off.
     pub keepalive: Duration,
     /// A probe unanswered this long declares its peer dead (sticky: its pending and later
-    /// work fails at once). Default [`crate::liveness::PEER_DEAD_DEFAULT`]. So a peer on
+    /// work fails at once). Default [`PEER_DEAD_DEFAULT`]. So a peer on
     /// another host that dies is reported within `keepalive + peer_dead_after`.
     pub peer_dead_after: Duration,
     /// Watch the process of every peer on this host through a pidfd: its exit fails its work
@@ -249,6 +249,15 @@ pub struct EngineConfig {
     /// engine is dropped. Default off.
     pub trace_file: Option<std::path::PathBuf>,
 }
+
+/// Default [`crate::EngineConfig::keepalive`]: one probe a second per watched peer costs
+/// nothing measurable, and bounds detection across hosts at about
+/// `KEEPALIVE_DEFAULT + PEER_DEAD_DEFAULT`.
+pub const KEEPALIVE_DEFAULT: Duration = Duration::from_secs(1);
+
+/// Default [`crate::EngineConfig::peer_dead_after`]: the protocol's default idle timeout, so a
+/// probe is given as long as any write is before its connection is failed.
+pub const PEER_DEAD_DEFAULT: Duration = Duration::from_secs(5);
 
 /// Default of `ACCORD_DEVICE_LANDING_TIMEOUT_MS`: how long the landing rendezvous waits for a
 /// quiet peer before it reclaims a slot or fails a chunk.
@@ -310,8 +319,8 @@ impl Default for EngineConfig {
             device_staging_chunk_bytes: crate::device::staging::DEVICE_STAGING_CHUNK_BYTES_DEFAULT,
             device_staging_chunks: crate::device::staging::DEVICE_STAGING_CHUNKS_DEFAULT,
             device_landing_timeout_ms: LANDING_TIMEOUT_MS_DEFAULT,
-            keepalive: crate::liveness::KEEPALIVE_DEFAULT,
-            peer_dead_after: crate::liveness::PEER_DEAD_DEFAULT,
+            keepalive: KEEPALIVE_DEFAULT,
+            peer_dead_after: PEER_DEAD_DEFAULT,
             pidfd: true,
             metrics_addr: None,
             trace_file: None,

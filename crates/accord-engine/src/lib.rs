@@ -61,6 +61,7 @@ mod imm;
 pub mod liveness;
 pub mod local_ranks;
 mod memory;
+mod peer_death;
 mod recv;
 mod tags;
 pub mod telemetry;

@@ -51,7 +51,7 @@ pub(crate) enum Command {
     /// A peer on this host was added: set up shared memory to it before the first transfer.
     OfferShm(EngineId),
     /// The peer was declared dead: fail its operations in flight and queued.
-    PeerDead(EngineId, crate::liveness::PeerDeath),
+    PeerDead(EngineId, crate::peer_death::PeerDeath),
     Shutdown,
 }
 

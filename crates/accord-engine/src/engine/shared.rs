@@ -88,9 +88,9 @@ pub(crate) struct Shared {
     /// The pull route between processes of this host (`engine::route::cma`).
     pub(crate) cma: super::route::cma::state::Cma,
     /// Which peers died, and who is waiting on whom (`crate::liveness`).
-    pub(crate) liveness: crate::liveness::Liveness,
+    pub(crate) liveness: crate::liveness::state::Liveness,
     /// READ's pending reads (reader side) and served requests (owner side) (`engine::route::read`).
-    pub(crate) read: super::route::read::ReadState,
+    pub(crate) read: super::route::read::state::ReadState,
 }
 
 impl Shared {

@@ -450,7 +450,7 @@ impl Worker {
     /// `peer` was declared dead: its operations in flight and queued fail now (the protocol
     /// would otherwise retransmit into the void until its idle timeout), and its connection
     /// is dropped.
-    fn fail_peer(&mut self, peer: EngineId, cause: crate::liveness::PeerDeath) {
+    fn fail_peer(&mut self, peer: EngineId, cause: crate::peer_death::PeerDeath) {
         let error = TransferError::PeerDied { peer, cause };
         let doomed: Vec<(ConnectionHandle, OpId)> =
             self.ops.iter().filter(|(_, part)| part.peer == peer).map(|(k, _)| *k).collect();

@@ -42,13 +42,20 @@
 //!
 //! Offsets are below 2^40 ([`crate::REGION_BYTES_MAX`]), so the length shares their words.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use accord_proto::wire::RejectReason;
 use accord_proto::{RegionId, RegionKey};
+
+pub(crate) mod state;
+
+use state::Pending;
+#[cfg(test)]
+use state::ServedReads;
+pub(crate) use state::{Admission, Outcome, ReadState};
+pub use state::{ReadStats, READ_SERVED_REMEMBERED};
 
 use crate::address::{EngineId, MrDescriptor};
 use crate::completion::{Transfer, TransferState};
@@ -64,9 +71,6 @@ use crate::memory::{MrHandle, Source};
 
 /// Reads one engine may have outstanding at peers in other processes.
 pub const READ_REQUESTS_IN_FLIGHT_MAX: usize = 4096;
-/// Request ids an owner remembers per reader, to take a duplicated request frame (a control
-/// write resent on another lane after its connection failed) once.
-pub const READ_SERVED_REMEMBERED: usize = 8192;
 /// The slowest rate a reader allows the owner's write when it bounds its wait (on top of twice
 /// the idle timeout): a read of `len` bytes waits at most `len / READ_FLOOR_BYTES_PER_SEC` more.
 pub const READ_FLOOR_BYTES_PER_SEC: u64 = 64 << 20;
@@ -97,22 +101,6 @@ pub struct ReadOp<'a> {
     pub imm: Option<u32>,
 }
 
-/// Counters of READ ([`crate::Engine::read_stats`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ReadStats {
-    /// Reads this engine sent to peers in other processes (reader side).
-    pub requests_sent: u64,
-    /// Reads this engine served: source checked and its write started (owner side).
-    pub requests_served: u64,
-    /// Duplicated request frames taken once (owner side).
-    pub duplicates: u64,
-    /// Frames refused or ignored: malformed, from an unknown engine, a refused source, a reply
-    /// for no pending read.
-    pub refused: u64,
-    /// Reads failed because their owner did not answer in time (reader side).
-    pub unanswered: u64,
-}
-
 /// A request's fields.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Request {
@@ -123,44 +111,6 @@ pub(crate) struct Request {
     pub(crate) dst_key: u64,
     pub(crate) dst_offset: u64,
     pub(crate) len: u64,
-}
-
-/// What an owner answers.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Outcome {
-    /// Every byte landed in the reader's destination.
-    Done,
-    /// The owner's write into the destination failed other than by a refusal.
-    WriteFailed,
-    /// Refused: the source (by the owner) or the destination (by the reader's receiver).
-    Refused(RejectReason),
-}
-
-impl Outcome {
-    fn code(self) -> u32 {
-        match self {
-            Outcome::Done => 0,
-            Outcome::WriteFailed => 1,
-            // A refusal takes the code a refused packet's ACK carries, shifted past ours.
-            Outcome::Refused(r) => 2u32.saturating_add(r.to_u32()),
-        }
-    }
-
-    fn from_code(code: u32) -> Outcome {
-        match code {
-            0 => Outcome::Done,
-            1 => Outcome::WriteFailed,
-            c => Outcome::Refused(RejectReason::from_u32(c - 2)),
-        }
-    }
-
-    fn result(self) -> Result<(), TransferError> {
-        match self {
-            Outcome::Done => Ok(()),
-            Outcome::WriteFailed => Err(TransferError::PeerUnreachable),
-            Outcome::Refused(r) => Err(TransferError::Rejected(r)),
-        }
-    }
 }
 
 /// One frame of this route.
@@ -231,103 +181,6 @@ impl ReadMessage {
             other => return Err(FrameError::Kind(other)),
         };
         Ok(ReadMessage { from: frame.from, req: frame.req, body })
-    }
-}
-
-/// What an owner knows of one request id of one reader.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Admission {
-    /// Not seen: serve it.
-    New,
-    /// Being served: its reply will come; do nothing.
-    InFlight,
-    /// Served: answer this again, write nothing.
-    Answered(Outcome),
-}
-
-/// The request ids an owner took from one reader, most recent [`READ_SERVED_REMEMBERED`].
-#[derive(Default)]
-pub(crate) struct ServedReads {
-    outcomes: HashMap<u64, Option<Outcome>>,
-    order: VecDeque<u64>,
-}
-
-impl ServedReads {
-    /// Takes `req`: what to do with it (a new id is remembered as in flight).
-    pub(crate) fn admit(&mut self, req: u64) -> Admission {
-        if let Some(known) = self.outcomes.get(&req) {
-            return known.map_or(Admission::InFlight, Admission::Answered);
-        }
-        self.outcomes.insert(req, None);
-        self.order.push_back(req);
-        if self.order.len() > READ_SERVED_REMEMBERED {
-            if let Some(old) = self.order.pop_front() {
-                self.outcomes.remove(&old);
-            }
-        }
-        Admission::New
-    }
-
-    /// Records the outcome of `req` (if still remembered).
-    pub(crate) fn answered(&mut self, req: u64, outcome: Outcome) {
-        if let Some(slot) = self.outcomes.get_mut(&req) {
-            *slot = Some(outcome);
-        }
-    }
-}
-
-/// A reader's read outstanding at a peer.
-struct Pending {
-    peer: EngineId,
-    transfer: Arc<TransferState>,
-    imm: Option<u32>,
-    started: Instant,
-    deadline: Instant,
-}
-
-/// Per-engine state of READ (both sides).
-pub(crate) struct ReadState {
-    pending: Mutex<HashMap<u64, Pending>>,
-    pending_count: AtomicUsize,
-    next_req: AtomicU64,
-    last_sweep_ns: AtomicU64,
-    /// Owner side: request ids taken per reader.
-    served: Mutex<HashMap<EngineId, ServedReads>>,
-    requests_sent: AtomicU64,
-    requests_served: AtomicU64,
-    duplicates: AtomicU64,
-    refused: AtomicU64,
-    unanswered: AtomicU64,
-}
-
-impl Default for ReadState {
-    fn default() -> Self {
-        ReadState {
-            pending: Mutex::new(HashMap::new()),
-            pending_count: AtomicUsize::new(0),
-            // A random start, so ids of an engine that restarted under the same id space do not
-            // collide with ids an owner still remembers.
-            next_req: AtomicU64::new(crate::memory::random_u64() >> 1 | 1),
-            last_sweep_ns: AtomicU64::new(0),
-            served: Mutex::new(HashMap::new()),
-            requests_sent: AtomicU64::new(0),
-            requests_served: AtomicU64::new(0),
-            duplicates: AtomicU64::new(0),
-            refused: AtomicU64::new(0),
-            unanswered: AtomicU64::new(0),
-        }
-    }
-}
-
-impl ReadState {
-    pub(crate) fn stats(&self) -> ReadStats {
-        ReadStats {
-            requests_sent: self.requests_sent.load(Ordering::Relaxed),
-            requests_served: self.requests_served.load(Ordering::Relaxed),
-            duplicates: self.duplicates.load(Ordering::Relaxed),
-            refused: self.refused.load(Ordering::Relaxed),
-            unanswered: self.unanswered.load(Ordering::Relaxed),
-        }
     }
 }
 
@@ -729,5 +582,4 @@ fn write_to_reader(
 }
 
 #[cfg(test)]
-#[path = "read_tests.rs"]
 mod tests;

@@ -24,22 +24,20 @@
 
 use crate::address::EngineId;
 use crate::completion::Transfer;
+pub use crate::config::{KEEPALIVE_DEFAULT, PEER_DEAD_DEFAULT};
 use crate::engine::part::{Command, Part};
 use crate::engine::shared::Shared;
 use crate::error::TransferError;
 use crate::memory::Source;
+pub use crate::peer_death::PeerDeath;
+use state::ProcessWatch;
+
+pub(crate) mod state;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-/// Default [`crate::EngineConfig::keepalive`]: one probe a second per watched peer costs
-/// nothing measurable, and bounds detection across hosts at about
-/// `KEEPALIVE_DEFAULT + PEER_DEAD_DEFAULT`.
-pub const KEEPALIVE_DEFAULT: Duration = Duration::from_secs(1);
-/// Default [`crate::EngineConfig::peer_dead_after`]: the protocol's default idle timeout, so a
-/// probe is given as long as any write is before its connection is failed.
-pub const PEER_DEAD_DEFAULT: Duration = Duration::from_secs(5);
 /// Most same-host peers watched through pidfds (one descriptor each); further peers rely on
 /// keepalive probes alone.
 pub const PIDFD_WATCHES_MAX: usize = 1024;
@@ -48,33 +46,6 @@ pub const PIDFD_WATCHES_MAX: usize = 1024;
 pub const WAIT_SLICE: Duration = Duration::from_millis(20);
 /// The watcher's poll timeout: how often it looks at probes and newly added peers.
 const TICK: Duration = Duration::from_millis(20);
-
-/// Why a peer was declared dead.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum PeerDeath {
-    /// Its process on this host exited (seen through a pidfd).
-    Exited {
-        /// The process id it had.
-        pid: u32,
-    },
-    /// It answered no keepalive probe for this many milliseconds (dead, stopped, or every
-    /// path to it cut).
-    Silent {
-        /// How long the last probe went unanswered.
-        ms: u64,
-    },
-}
-
-impl std::fmt::Display for PeerDeath {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PeerDeath::Exited { pid } => write!(f, "its process (pid {pid} on this host) exited"),
-            PeerDeath::Silent { ms } => {
-                write!(f, "it answered no keepalive probe for {ms} ms (dead, stopped or unreachable)")
-            }
-        }
-    }
-}
 
 /// Why a wait that names a peer ended without what it waited for.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -93,72 +64,6 @@ pub enum PeerWaitError {
         /// Why it was declared dead.
         cause: PeerDeath,
     },
-}
-
-/// A process to watch: the peer, its pid and its advertised start time.
-struct ProcessWatch {
-    peer: EngineId,
-    pid: u32,
-    start_ticks: u64,
-}
-
-/// The engine's liveness state, shared by its API, workers and watcher thread.
-#[derive(Default)]
-pub(crate) struct Liveness {
-    dead: RwLock<HashMap<EngineId, PeerDeath>>,
-    /// Whether `dead` holds anything: the common case (nobody died) costs one load.
-    any_dead: AtomicBool,
-    /// Peers named by a wait now, with how many waits name them.
-    watched: Mutex<HashMap<EngineId, usize>>,
-    /// Same-host processes the watcher has yet to open pidfds for.
-    new_processes: Mutex<Vec<ProcessWatch>>,
-    stop: AtomicBool,
-}
-
-impl Liveness {
-    /// Why `peer` was declared dead, if it was.
-    pub(crate) fn death(&self, peer: EngineId) -> Option<PeerDeath> {
-        if !self.any_dead.load(Ordering::Acquire) {
-            return None;
-        }
-        self.dead.read().unwrap().get(&peer).copied()
-    }
-
-    /// Every peer declared dead.
-    pub(crate) fn deaths(&self) -> Vec<(EngineId, PeerDeath)> {
-        let mut v: Vec<_> = self.dead.read().unwrap().iter().map(|(k, v)| (*k, *v)).collect();
-        v.sort_unstable_by_key(|(k, _)| *k);
-        v
-    }
-
-    /// Asks the watcher to watch a same-host peer's process.
-    pub(crate) fn watch_process(&self, peer: EngineId, pid: u32, start_ticks: u64) {
-        if start_ticks != 0 {
-            self.new_processes.lock().unwrap().push(ProcessWatch { peer, pid, start_ticks });
-        }
-    }
-
-    pub(crate) fn stopped(&self) -> bool {
-        self.stop.load(Ordering::Acquire)
-    }
-
-    pub(crate) fn stop(&self) {
-        self.stop.store(true, Ordering::Release);
-    }
-
-    fn add_interest(&self, peer: EngineId) {
-        *self.watched.lock().unwrap().entry(peer).or_insert(0) += 1;
-    }
-
-    fn drop_interest(&self, peer: EngineId) {
-        let mut watched = self.watched.lock().unwrap();
-        if let Some(n) = watched.get_mut(&peer) {
-            *n -= 1;
-            if *n == 0 {
-                watched.remove(&peer);
-            }
-        }
-    }
 }
 
 /// Declares `peer` dead (once) and has every lane fail its work.
