@@ -60,6 +60,7 @@ mod error;
 mod imm;
 pub mod liveness;
 pub mod local_ranks;
+pub mod log_level;
 mod memory;
 mod peer_death;
 mod recv;

@@ -20,16 +20,6 @@ use tracing_subscriber::prelude::*;
 static THRESHOLD: AtomicU8 = AtomicU8::new(2);
 static INSTALL: Once = Once::new();
 
-fn rank(level: &Level) -> u8 {
-    match *level {
-        Level::ERROR => 1,
-        Level::WARN => 2,
-        Level::INFO => 3,
-        Level::DEBUG => 4,
-        Level::TRACE => 5,
-    }
-}
-
 /// NCCL's level for an engine event's level.
 pub fn nccl_level(level: &Level) -> std::ffi::c_int {
     match *level {
@@ -74,7 +64,7 @@ pub struct ToNccl;
 
 impl<S: Subscriber> Layer<S> for ToNccl {
     fn enabled(&self, metadata: &Metadata<'_>, _: Context<'_, S>) -> bool {
-        rank(metadata.level()) <= THRESHOLD.load(Ordering::Relaxed)
+        accord_engine::log_level::verbosity(metadata.level()) <= THRESHOLD.load(Ordering::Relaxed)
     }
 
     fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {

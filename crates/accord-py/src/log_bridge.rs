@@ -28,16 +28,6 @@ static THRESHOLD: AtomicU8 = AtomicU8::new(2);
 static DROPPED: AtomicU64 = AtomicU64::new(0);
 static QUEUE: OnceLock<SyncSender<Record>> = OnceLock::new();
 
-fn rank(level: &Level) -> u8 {
-    match *level {
-        Level::ERROR => 1,
-        Level::WARN => 2,
-        Level::INFO => 3,
-        Level::DEBUG => 4,
-        Level::TRACE => 5,
-    }
-}
-
 /// Python's numeric level for a tracing level (TRACE below DEBUG, as 5).
 fn python_level(level: &Level) -> i32 {
     match *level {
@@ -100,7 +90,7 @@ impl<S: Subscriber> Layer<S> for Bridge {
     }
 
     fn enabled(&self, metadata: &Metadata<'_>, _: Context<'_, S>) -> bool {
-        rank(metadata.level()) <= THRESHOLD.load(Ordering::Relaxed)
+        accord_engine::log_level::verbosity(metadata.level()) <= THRESHOLD.load(Ordering::Relaxed)
     }
 
     fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {

@@ -42,6 +42,7 @@ pub(crate) mod memcpy;
 pub(crate) mod read;
 pub(crate) mod shared_host;
 mod staged;
+pub(crate) mod sweep;
 
 #[cfg(test)]
 mod tests;

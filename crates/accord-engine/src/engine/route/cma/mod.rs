@@ -145,16 +145,10 @@ pub(crate) fn sweep(shared: &Arc<Shared>) {
     if state.pending_count.load(Ordering::Acquire) == 0 {
         return;
     }
-    let now_ns = shared.epoch.elapsed().as_nanos() as u64;
-    let last = state.last_sweep_ns.load(Ordering::Relaxed);
-    if now_ns.saturating_sub(last) < 1_000_000
-        || state.last_sweep_ns.compare_exchange(last, now_ns, Ordering::AcqRel, Ordering::Relaxed).is_err()
-    {
+    if !super::sweep::due(&state.last_sweep_ns, shared.epoch.elapsed().as_nanos() as u64) {
         return;
     }
-    let now = Instant::now();
-    let expired: Vec<u64> =
-        state.pending.lock().unwrap().iter().filter(|(_, p)| p.deadline <= now).map(|(req, _)| *req).collect();
+    let expired = super::sweep::expired(&state.pending, |p| p.deadline);
     for req in expired {
         finish_pending(shared, req, Err(TransferError::PeerUnreachable));
     }
