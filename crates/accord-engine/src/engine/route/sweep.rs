@@ -3,7 +3,7 @@
 //! atomic load when nothing waits and run its scan at most once a millisecond.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -22,6 +22,21 @@ pub(crate) fn due(last_sweep_ns: &AtomicU64, now_ns: u64) -> bool {
 pub(crate) fn expired<P>(pending: &Mutex<HashMap<u64, P>>, deadline: impl Fn(&P) -> Instant) -> Vec<u64> {
     let now = Instant::now();
     pending.lock().unwrap().iter().filter(|(_, p)| deadline(p) <= now).map(|(req, _)| *req).collect()
+}
+
+/// The expired requests of a route's table, if any are outstanding (`pending_count`, one atomic
+/// load when none) and a scan is due (see [`due`]); else none.
+pub(crate) fn expired_if_due<P>(
+    pending_count: &AtomicUsize,
+    last_sweep_ns: &AtomicU64,
+    now_ns: u64,
+    pending: &Mutex<HashMap<u64, P>>,
+    deadline: impl Fn(&P) -> Instant,
+) -> Vec<u64> {
+    if pending_count.load(Ordering::Acquire) == 0 || !due(last_sweep_ns, now_ns) {
+        return Vec::new();
+    }
+    expired(pending, deadline)
 }
 
 #[cfg(test)]

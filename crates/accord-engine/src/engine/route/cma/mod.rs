@@ -142,13 +142,11 @@ fn finish_pending(shared: &Arc<Shared>, req: u64, result: Result<(), TransferErr
 /// Fails pulls whose receiver stopped answering (at most once a millisecond, cheap when none).
 pub(crate) fn sweep(shared: &Arc<Shared>) {
     let state = &shared.cma;
-    if state.pending_count.load(Ordering::Acquire) == 0 {
-        return;
-    }
-    if !super::sweep::due(&state.last_sweep_ns, shared.epoch.elapsed().as_nanos() as u64) {
-        return;
-    }
-    let expired = super::sweep::expired(&state.pending, |p| p.deadline);
+    let now_ns = shared.epoch.elapsed().as_nanos() as u64;
+    let expired =
+        super::sweep::expired_if_due(&state.pending_count, &state.last_sweep_ns, now_ns, &state.pending, |p| {
+            p.deadline
+        });
     for req in expired {
         finish_pending(shared, req, Err(TransferError::PeerUnreachable));
     }
