@@ -507,6 +507,14 @@ fn kill_read_child(me: usize) -> Result<(), String> {
                 eprintln!("after {reads} reads, as expected: no reply in {waited_ms} ms");
                 return Ok(());
             }
+            // Same host: the liveness watcher sees the process exit before any reply is due.
+            Err(TransferError::PeerDied { peer: named, cause }) if reads > 0 => {
+                if named != peer.address.id {
+                    return Err(format!("the failed read named {named:?}, not the killed peer"));
+                }
+                eprintln!("after {reads} reads, as expected: the peer died ({cause})");
+                return Ok(());
+            }
             Err(e) => return Err(format!("read {} failed without naming the peer: {e}", reads + 1)),
         }
     }
