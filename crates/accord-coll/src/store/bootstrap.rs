@@ -70,7 +70,17 @@ impl BootstrapConfig {
         if master_addr.trim().is_empty() {
             return Err(StoreError::InvalidEnv { name: "MASTER_ADDR", value: master_addr, reason: "is empty".into() });
         }
-        let master_port: u16 = parse("MASTER_PORT", need("MASTER_PORT")?, "a port number 0..=65535")?;
+        let mut master_port: u16 = parse("MASTER_PORT", need("MASTER_PORT")?, "a port number 0..=65535")?;
+        if torchrun_agent_holds_master_port(&lookup) {
+            // torchrun's elastic agent serves its own store on MASTER_PORT; ours takes the next
+            // port, so programs run unchanged under torchrun (the Python package joins the
+            // agent's store instead, through torch).
+            master_port = master_port.checked_add(1).ok_or(StoreError::InvalidEnv {
+                name: "MASTER_PORT",
+                value: master_port.to_string(),
+                reason: "torchrun holds it and no port follows it for Accord's store".into(),
+            })?;
+        }
         let local_rank = match lookup("LOCAL_RANK") {
             Some(v) => parse("LOCAL_RANK", v, "a non-negative integer")?,
             None => rank,
@@ -97,6 +107,12 @@ impl BootstrapConfig {
             secret,
         })
     }
+}
+
+/// Whether the process runs under torchrun's elastic agent, which already serves a store on
+/// `MASTER_PORT` (it sets `TORCHELASTIC_USE_AGENT_STORE=True` for its workers).
+pub fn torchrun_agent_holds_master_port(lookup: &impl Fn(&str) -> Option<String>) -> bool {
+    lookup("TORCHELASTIC_USE_AGENT_STORE").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
 }
 
 /// A rank that has met every other rank at the store.

@@ -284,3 +284,26 @@ fn bootstrap_reads_the_secret_and_binds_master_addr() {
     let e = StoreClient::connect(("127.0.0.1", port), Duration::from_secs(5)).err().expect("no secret, no store");
     assert!(matches!(e, StoreError::Refused { .. }));
 }
+
+/// Under torchrun's elastic agent (which serves its own store on MASTER_PORT) the bootstrap's
+/// store takes the next port, so programs run under torchrun unchanged; elsewhere MASTER_PORT.
+#[test]
+fn under_torchrun_the_store_takes_the_port_after_the_agents() {
+    let env = |agent: Option<&str>, port: &str| {
+        let mut vars: HashMap<&str, String> = [
+            ("RANK", "0".to_string()),
+            ("WORLD_SIZE", "2".to_string()),
+            ("MASTER_ADDR", "127.0.0.1".to_string()),
+            ("MASTER_PORT", port.to_string()),
+        ]
+        .into();
+        if let Some(a) = agent {
+            vars.insert("TORCHELASTIC_USE_AGENT_STORE", a.to_string());
+        }
+        BootstrapConfig::from_lookup(|k| vars.get(k).cloned())
+    };
+    assert_eq!(env(None, "29500").unwrap().master_port, 29500);
+    assert_eq!(env(Some("False"), "29500").unwrap().master_port, 29500);
+    assert_eq!(env(Some("True"), "29500").unwrap().master_port, 29501);
+    assert!(env(Some("True"), "65535").is_err(), "no port after 65535");
+}
