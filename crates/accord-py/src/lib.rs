@@ -14,7 +14,8 @@
 //! `core`); registered memory stays referenced until it is deregistered and no transfer reads
 //! it any more (see `region`).
 //!
-//! Collectives: `Communicator` (`coll`, arrays checked and copied by `coll_array`) binds the
+//! Collectives: `Communicator` (`coll`, arrays checked by `coll_array` and registered in place
+//! through the cache of `coll_reg`, or copied where they cannot be) binds the
 //! `accord-coll` communicator over the TransferEngine; `accord.run` (`python/accord/_run.py`)
 //! launches a job of local processes for it.
 #![deny(unsafe_code)]
@@ -22,6 +23,7 @@
 mod bench;
 mod coll;
 mod coll_array;
+mod coll_reg;
 mod coll_store;
 mod core;
 mod dlpack;
