@@ -3,12 +3,16 @@
 #   CPU:  DDP (~50M-parameter MLP) and FSDP2 step time, 4 and 8 ranks, "accord" vs "gloo"; op
 #         busbw through torch.distributed vs `accord bench` at the same sizes (1-64 MiB).
 #   CUDA: (when 2+ GPUs) DDP step time on 2 GPUs, "accord" vs "nccl"; all_reduce / all_gather
-#         busbw 1-256 MiB. CUDA tensors are staged through host memory by the backend today.
+#         busbw 1-256 MiB; the SMs each uses (kernels and their CTAs from torch.profiler, and
+#         NCCL's channel count from NCCL_DEBUG=INFO). CUDA tensors are staged through host
+#         memory by the backend today.
 # Prints the tables at the end; JSON lines stay in $OUT.
 # Usage (GPU host, repo root): scripts/device/torch_backend_bench.sh   (OUT=dir to keep files)
 # Needs cargo (builds the accord CLI and the Python extension; no maturin, no network) and
-# torch. Budget: about 6 minutes on the 2xH200 host; each run is capped by `timeout`.
+# torch. Budget: about 6 minutes on the 2xH200 host; BUDGET_S (default 450 s, from the start,
+# build included) caps the whole command under 8 minutes (see `capped` below).
 set -uo pipefail
+START=$SECONDS BUDGET=${BUDGET_S:-450}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
@@ -25,22 +29,45 @@ export PYTHONPATH="$OUT/pkg${PYTHONPATH:+:$PYTHONPATH}"
 BIN="$ROOT/target/release/accord"
 RUN="$PY -m torch.distributed.run --standalone"
 
+# One budget for the whole command (BUDGET_S, counted from the start): each run's
+# cap is the smaller of its own and what is left; a run with under 10 s left is skipped.
+cap() {
+  local left=$((BUDGET - (SECONDS - START)))
+  if [ "$left" -lt 10 ]; then echo 0; elif [ "$left" -lt "$1" ]; then echo "$left"; else echo "$1"; fi
+}
+capped() {  # capped SECONDS CMD...: runs CMD under `timeout`, or says it was skipped for time
+  local t; t=$(cap "$1"); shift
+  if [ "$t" -eq 0 ]; then echo "skipped for the time budget: $*" >&2; return 1; fi
+  timeout "$t" "$@"
+}
+
+# `accord bench`'s flags: nccl-tests' (`--ranks`/`-P` ranks, `-n` iterations) where this build
+# has them, else the older ones (`-n` ranks, `-i` iterations).
+if "$BIN" bench all-reduce --help 2>/dev/null | grep -q -- '--ranks'; then
+  bench_flags() { echo "--ranks $1 -w 2 -n 5"; }
+else
+  bench_flags() { echo "-n $1 -w 2 -i 5"; }
+fi
+
 for n in 4 8; do
   for b in accord gloo; do
     echo "== cpu $b n=$n" >&2
-    timeout 150 $RUN --nproc_per_node "$n" "$HERE/torch_backend_bench.py" --backend "$b" --device cpu \
+    capped 150 $RUN --nproc_per_node "$n" "$HERE/torch_backend_bench.py" --backend "$b" --device cpu \
       > "$OUT/torch_${b}_cpu_${n}.jsonl" 2> "$OUT/torch_${b}_cpu_${n}.err" || { echo "cpu $b n=$n FAILED"; tail -n 15 "$OUT/torch_${b}_cpu_${n}.err"; }
   done
   for op in all_reduce all_gather reduce_scatter all_to_all; do
-    timeout 60 "$BIN" bench "${op//_/-}" -n "$n" -b 1M -e 64M -f 4 -w 2 -i 5 --json > "$OUT/cli_${op}_${n}.json" 2>/dev/null \
-      || echo "accord bench $op n=$n FAILED (flags as of this commit: -n ranks, -i iterations)"
+    # shellcheck disable=SC2046 # the flags are words
+    capped 60 "$BIN" bench "${op//_/-}" $(bench_flags "$n") -b 1M -e 64M -f 4 --json > "$OUT/cli_${op}_${n}.json" 2>/dev/null \
+      || echo "accord bench $op n=$n FAILED (flags: $(bench_flags "$n"))"
   done
 done
 
 if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
   for b in accord nccl; do
     echo "== cuda $b n=2" >&2
-    timeout 150 $RUN --nproc_per_node 2 "$HERE/torch_backend_bench.py" --backend "$b" --device cuda --skip fsdp2 \
+    # NCCL_DEBUG=INFO (INIT, GRAPH) logs the channels NCCL sets up: its SM count per kernel.
+    NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,GRAPH \
+    capped 150 $RUN --nproc_per_node 2 "$HERE/torch_backend_bench.py" --backend "$b" --device cuda --skip fsdp2 \
       --ops all_reduce,all_gather --sizes 1048576,4194304,16777216,67108864,268435456 \
       > "$OUT/torch_${b}_cuda_2.jsonl" 2> "$OUT/torch_${b}_cuda_2.err" || { echo "cuda $b FAILED"; tail -n 15 "$OUT/torch_${b}_cuda_2.err"; }
   done
