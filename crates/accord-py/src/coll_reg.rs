@@ -73,8 +73,11 @@ impl Registrations {
             Ok(method) => Some(method.call0()?.unbind()),
             Err(_) => None,
         };
-        let holder =
-            Holder { _obj: array.obj.clone().unbind(), _bytes_view: array.bytes_view.clone().unbind(), _storage: storage };
+        let holder = Holder {
+            _obj: array.obj.clone().unbind(),
+            _bytes_view: array.bytes_view.clone().unbind(),
+            _storage: storage,
+        };
         // Safety: `addr..addr + len` is the writable memory behind `array`'s buffer (checked
         // in `coll_array::array`), kept allocated and in place by `holder`'s references for as
         // long as the transport or the engine holds it; collectives touch it only through the
