@@ -356,6 +356,13 @@ def registrations_in_place() -> list[str]:
     assert (mine == (total if rank == 0 else rank + 1)).all(), mine
     done.append("non-root reduce untouched")
 
+    before = comm._registration_stats()[3]
+    shared = np.full(8, rank + 1, dtype=np.float32)
+    comm.broadcast(shared, 0)
+    assert (shared == 1).all(), shared
+    assert comm._registration_stats()[3] == before + 1, "the root's array is registered in place too"
+    done.append("broadcast in place")
+
     dropped = np.full(64, rank + 1, dtype=np.float32)
     comm.all_reduce(dropped)
     alive = weakref.ref(dropped)

@@ -3,7 +3,7 @@
 //! Writable arrays are registered where they are (cached, see `coll_reg`) and the collective
 //! runs on them directly: no copy beyond what the algorithm itself makes. Read-only arrays, an
 //! input overlapping its output, and buffers an algorithm may scribble on without the caller
-//! wanting the result (a non-root's `reduce`, the root's `broadcast`) go through registered
+//! wanting the result (a non-root's `reduce`) go through registered
 //! staging buffers instead: a copy in and, where results come back, a copy out. Arguments are
 //! checked (dtype, size, contiguity, writability, root and peer ranks) before anything is
 //! sent. The collective runs on a helper thread while the caller waits with the GIL released,
@@ -624,7 +624,9 @@ impl Communicator {
         let data = crate::coll_array::array(array, name, "array", !is_root)?;
         let algo = parse_algo(Collective::Broadcast, algo)?;
         let (count, dtype) = (data.count, data.dtype);
-        self.run_in_place(py, name, &data, !is_root, !is_root, move |c, b| c.broadcast(b, count, dtype, root, algo))
+        // The root's array is only read (both broadcast algorithms send from it and copy it
+        // onto itself, a no-op in place), so it too is used where it is.
+        self.run_in_place(py, name, &data, true, !is_root, move |c, b| c.broadcast(b, count, dtype, root, algo))
     }
 
     /// Gathers every rank's `input` into `output` (world_size times as many elements), by rank.
