@@ -6,6 +6,10 @@
         scripts/device/torch_overhead_probe.py --torch       # in one torchrun job: the group's own
                                                              # Communicator, then dist.all_reduce
 
+    RANK=r WORLD_SIZE=2 python scripts/device/torch_overhead_probe.py --port P
+                                                             # one rank launched by hand (under
+                                                             # `setsid` or not): 1 MiB numpy only
+
 Compare with `accord bench all-reduce -n 2 -b 1M -e 16M -f 4 -w 5 -i 30` in the same shell
 loop (docs/results/2026-11-26-torch-backend.md)."""
 
@@ -59,8 +63,26 @@ def under_torchrun() -> None:
     dist.destroy_process_group()
 
 
+def by_hand(port: int) -> None:
+    import os
+
+    import numpy as np
+
+    import accord
+
+    rank = int(os.environ["RANK"])
+    comm = accord.Communicator(rank, int(os.environ["WORLD_SIZE"]), "127.0.0.1", port, timeout=30)
+    a = np.ones(SIZES[0] // 4, np.float32)
+    us = mean_us(lambda: comm.all_reduce(a), comm.barrier)
+    if rank == 0:
+        print(f"{SIZES[0]:>9} B: Communicator {us} us (session {os.getsid(0)})", flush=True)
+    comm.close()
+
+
 if __name__ == "__main__":
-    if "--torch" in sys.argv:
+    if "--port" in sys.argv:
+        by_hand(int(sys.argv[sys.argv.index("--port") + 1]))
+    elif "--torch" in sys.argv:
         under_torchrun()
     else:
         import accord
