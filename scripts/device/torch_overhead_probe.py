@@ -1,7 +1,8 @@
 """Where the torch backend's time goes on CPU: all_reduce of 1, 4 and 16 MiB float32 tensors,
 2 ranks, 5 warm-up and 30 timed calls (mean per call, rank 0's clock).
 
-    python scripts/device/torch_overhead_probe.py            # accord.run: Communicator.all_reduce(tensor)
+    python scripts/device/torch_overhead_probe.py            # accord.run: the "accord" group's
+                                                             # Communicator, then dist.all_reduce
     python -m torch.distributed.run --standalone --nproc_per_node 2 \\
         scripts/device/torch_overhead_probe.py --torch       # in one torchrun job: the group's own
                                                              # Communicator, then dist.all_reduce
@@ -32,17 +33,25 @@ def mean_us(call: Callable[[], None], sync: Callable[[], None]) -> int:
     return round((time.perf_counter() - start) / 30 * 1e6)
 
 
-def communicator_rank() -> list[tuple[int, int]]:
+def communicator_rank() -> list[tuple[int, int, int]]:
+    """Under accord.run (ranks in the launcher's session): the "accord" group's Communicator
+    called directly, then dist.all_reduce, on the same tensor."""
     import torch
+    import torch.distributed as dist
 
-    import accord
+    import accord.torch  # noqa: F401 - registers "accord"
 
-    with accord.Communicator(timeout=60) as comm:
-        rows = []
-        for nbytes in SIZES:
-            t = torch.ones(nbytes // 4)
-            rows.append((nbytes, mean_us(lambda: comm.all_reduce(t), comm.barrier)))
-        return rows
+    torch.set_num_threads(1)
+    dist.init_process_group("accord")
+    group = dist.group.WORLD._get_backend(torch.device("cpu"))
+    rows = []
+    for nbytes in SIZES:
+        t = torch.ones(nbytes // 4)
+        direct = mean_us(lambda: group._comm.all_reduce(t), dist.barrier)
+        through = mean_us(lambda: dist.all_reduce(t), dist.barrier)
+        rows.append((nbytes, direct, through))
+    dist.destroy_process_group()
+    return rows
 
 
 def under_torchrun() -> None:
@@ -87,5 +96,8 @@ if __name__ == "__main__":
     else:
         import accord
 
-        for nbytes, us in accord.run(communicator_rank, 2, timeout=200)[0]:
-            print(f"{nbytes:>9} B: Communicator {us} us, {nbytes / us / 1e3:.3f} GB/s (busbw = algbw at 2 ranks)")
+        for nbytes, direct, through in accord.run(communicator_rank, 2, timeout=200)[0]:
+            print(
+                f"{nbytes:>9} B: Communicator {direct} us {nbytes / direct / 1e3:.3f} GB/s, dist.all_reduce "
+                f"{through} us {nbytes / through / 1e3:.3f} GB/s (busbw = algbw at 2 ranks)"
+            )
