@@ -356,6 +356,24 @@ def registrations_in_place() -> list[str]:
     assert (mine == (total if rank == 0 else rank + 1)).all(), mine
     done.append("non-root reduce untouched")
 
+    # From another thread (as the torch backend's worker calls it): run inline, same result.
+    import threading
+
+    other = np.full(32, rank + 1, dtype=np.float64)
+    failed: list[BaseException] = []
+
+    def reduce_there() -> None:
+        try:
+            comm.all_reduce(other)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            failed.append(e)
+
+    worker = threading.Thread(target=reduce_there)
+    worker.start()
+    worker.join(TIMEOUT_S * 2)
+    assert not worker.is_alive() and not failed and (other == total).all(), (failed, other)
+    done.append("from another thread")
+
     before = comm._registration_stats()[3]
     shared = np.full(8, rank + 1, dtype=np.float32)
     comm.broadcast(shared, 0)

@@ -103,6 +103,7 @@ def test_arrays_are_registered_in_place_and_cached() -> None:
         "input inside output",
         "read-only input",
         "non-root reduce untouched",
+        "from another thread",
         "broadcast in place",
         "bounded",
         "released by close",

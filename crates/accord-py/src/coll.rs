@@ -104,6 +104,16 @@ fn background<R: Send + 'static>(py: Python<'_>, job: impl FnOnce() -> R + Send 
     }
 }
 
+/// Whether this is Python's main thread (the only one that runs signal handlers); `true` when
+/// it cannot be told, which keeps the interruptible wait.
+fn on_main_thread(py: Python<'_>) -> bool {
+    let Ok(threading) = py.import("threading") else { return true };
+    match (threading.call_method0("current_thread"), threading.call_method0("main_thread")) {
+        (Ok(current), Ok(main)) => current.is(&main),
+        _ => true,
+    }
+}
+
 /// Runs `f` in place on a copy of `data` in the communicator's registered staging buffer
 /// (registered once, reused by later calls) and returns the result's bytes.
 fn in_place(
@@ -367,12 +377,17 @@ impl Communicator {
                 return Err(e);
             }
         };
-        match background(py, move || {
+        let work = move || {
             let bufs: Vec<&LocalBuf> = ids.iter().map(|&id| regs.buf(id)).collect();
             let outcome = job(&mut comm, &bufs);
             drop(bufs);
             (comm, regs, outcome)
-        }) {
+        };
+        // Python runs signal handlers on its main thread only, so a call from another thread
+        // (the torch backend's worker) has nothing to interrupt it: it runs right here with the
+        // GIL released, without starting a helper thread per call.
+        let finished = if on_main_thread(py) { background(py, work) } else { Ok(py.detach(work)) };
+        match finished {
             Ok((comm, regs, outcome)) => {
                 *self.registrations.lock().unwrap() = regs;
                 *self.state.lock().unwrap() = State::Ready(comm);
