@@ -26,6 +26,7 @@ rm -rf "$OUT/pkg" && mkdir -p "$OUT/pkg" && cp -r "$ROOT/python/accord" "$OUT/pk
 cp "$ROOT/target/release/lib_accord.so" "$OUT/pkg/accord/_accord.abi3.so"
 export PYTHONPATH="$OUT/pkg${PYTHONPATH:+:$PYTHONPATH}"
 "$PY" -c "import accord, torch; print('accord', accord.VERSION, 'torch', torch.__version__)" || exit 1
+echo "load at the start: $(uptime)"
 BIN="$ROOT/target/release/accord"
 RUN="$PY -m torch.distributed.run --standalone"
 
@@ -74,5 +75,6 @@ if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
 else
   echo "fewer than 2 GPUs: CUDA rows skipped"
 fi
+echo "load at the end: $(uptime)"
 "$PY" "$HERE/torch_backend_bench.py" --backend none --report "$OUT"
 echo "files: $OUT"
