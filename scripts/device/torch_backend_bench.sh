@@ -8,9 +8,11 @@
 #         memory by the backend today.
 # Prints the tables at the end; JSON lines stay in $OUT.
 # Usage (GPU host, repo root): scripts/device/torch_backend_bench.sh   (OUT=dir to keep files)
-# Needs cargo (builds the accord CLI and the Python extension; no maturin, no network) and
-# torch. Budget: about 6 minutes on the 2xH200 host; BUDGET_S (default 450 s, from the start,
-# build included) caps the whole command under 8 minutes (see `capped` below).
+# Needs torch, and either cargo (builds the accord CLI and the Python extension; no maturin, no
+# network) or BIN_DIR holding a prebuilt `accord` and `lib_accord.so` (the GPU host has no Rust:
+# build them here with `cargo build --release -p accord-py -p accord-cli` and carry them).
+# Budget: about 6 minutes on the 2xH200 host; BUDGET_S (default 450 s, from the start, build
+# included) caps the whole command under 8 minutes (see `capped` below).
 set -uo pipefail
 START=$SECONDS BUDGET=${BUDGET_S:-450}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -20,18 +22,26 @@ OUT="${OUT:-$(mktemp -d)}"
 mkdir -p "$OUT"
 PY="${PYTHON:-python3}"
 
-# The accord package from this tree: the extension cargo builds, beside the Python sources.
-(cd "$ROOT" && cargo build --release -q -p accord-py -p accord-cli) || { echo "cargo build failed"; exit 1; }
+# The accord package from this tree: the extension (built here, or carried), beside the Python
+# sources.
+BIN_DIR="${BIN_DIR:-}"
+if [ -z "$BIN_DIR" ]; then
+  (cd "$ROOT" && cargo build --release -q -p accord-py -p accord-cli) || { echo "cargo build failed"; exit 1; }
+  BIN_DIR="$ROOT/target/release"
+fi
 rm -rf "$OUT/pkg" && mkdir -p "$OUT/pkg" && cp -r "$ROOT/python/accord" "$OUT/pkg/"
-cp "$ROOT/target/release/lib_accord.so" "$OUT/pkg/accord/_accord.abi3.so"
+cp "$BIN_DIR/lib_accord.so" "$OUT/pkg/accord/_accord.abi3.so"
 export PYTHONPATH="$OUT/pkg${PYTHONPATH:+:$PYTHONPATH}"
 "$PY" -c "import accord, torch; print('accord', accord.VERSION, 'torch', torch.__version__)" || exit 1
 echo "load at the start: $(uptime)"
-BIN="$ROOT/target/release/accord"
+BIN="$BIN_DIR/accord"
+# `accord bench` took nccl-tests' flags (issue 22): the rank count is --ranks, -n iterations.
+RANKS_FLAG="-n"; ITERS_FLAG="-i"
+if "$BIN" bench all-reduce --help 2>/dev/null | grep -q -- "--ranks"; then RANKS_FLAG="--ranks"; ITERS_FLAG="-n"; fi
 RUN="$PY -m torch.distributed.run --standalone"
 
-# One budget for the whole command (BUDGET_S, counted from the start): each run's
-# cap is the smaller of its own and what is left; a run with under 10 s left is skipped.
+# One budget for the whole command (BUDGET_S, counted from the start): each run's cap is the
+# smaller of its own and what is left; a run with under 10 s left is skipped.
 cap() {
   local left=$((BUDGET - (SECONDS - START)))
   if [ "$left" -lt 10 ]; then echo 0; elif [ "$left" -lt "$1" ]; then echo "$left"; else echo "$1"; fi
@@ -42,14 +52,6 @@ capped() {  # capped SECONDS CMD...: runs CMD under `timeout`, or says it was sk
   timeout "$t" "$@"
 }
 
-# `accord bench`'s flags: nccl-tests' (`--ranks`/`-P` ranks, `-n` iterations) where this build
-# has them, else the older ones (`-n` ranks, `-i` iterations).
-if "$BIN" bench all-reduce --help 2>/dev/null | grep -q -- '--ranks'; then
-  bench_flags() { echo "--ranks $1 -w 2 -n 5"; }
-else
-  bench_flags() { echo "-n $1 -w 2 -i 5"; }
-fi
-
 for n in 4 8; do
   for b in accord gloo; do
     echo "== cpu $b n=$n" >&2
@@ -57,9 +59,8 @@ for n in 4 8; do
       > "$OUT/torch_${b}_cpu_${n}.jsonl" 2> "$OUT/torch_${b}_cpu_${n}.err" || { echo "cpu $b n=$n FAILED"; tail -n 15 "$OUT/torch_${b}_cpu_${n}.err"; }
   done
   for op in all_reduce all_gather reduce_scatter all_to_all; do
-    # shellcheck disable=SC2046 # the flags are words
-    capped 60 "$BIN" bench "${op//_/-}" $(bench_flags "$n") -b 1M -e 64M -f 4 --json > "$OUT/cli_${op}_${n}.json" 2>/dev/null \
-      || echo "accord bench $op n=$n FAILED or skipped for time (flags: $(bench_flags "$n"))"
+    capped 60 "$BIN" bench "${op//_/-}" "$RANKS_FLAG" "$n" -b 1M -e 64M -f 4 -w 2 "$ITERS_FLAG" 5 --json > "$OUT/cli_${op}_${n}.json" 2>/dev/null \
+      || echo "accord bench $op n=$n FAILED or skipped for time ($RANKS_FLAG ranks, $ITERS_FLAG iterations)"
   done
 done
 
