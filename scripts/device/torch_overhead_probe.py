@@ -11,8 +11,8 @@
                                                              # one rank launched by hand (under
                                                              # `setsid` or not): 1 MiB numpy only
 
-Compare with `accord bench all-reduce -n 2 -b 1M -e 16M -f 4 -w 5 -i 30` in the same shell
-loop (docs/results/2026-11-26-torch-backend.md)."""
+Compare with `accord bench all-reduce -n 2 -b 1M -e 16M -f 4 -w 5 -i 30` (since issue 22:
+`--ranks 2 ... -n 30`) in the same shell loop (docs/results/2026-11-26-torch-backend.md)."""
 
 from __future__ import annotations
 
