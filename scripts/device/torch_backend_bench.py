@@ -9,7 +9,12 @@ Each run prints JSON lines on rank 0:
   an MLP of about 50M parameters, mean of the timed steps, the slowest rank's time;
 - {"kind": "fsdp2", ...}: the same model under fully_shard (CPU runs only);
 - {"kind": "op", ...}: busbw of all_reduce / all_gather_into_tensor / reduce_scatter_tensor /
-  all_to_all_single through torch.distributed at the given sizes (nccl-tests' busbw factors).
+  all_to_all_single through torch.distributed at the given sizes (nccl-tests' busbw factors);
+- {"kind": "sms", ...} (CUDA runs only): the GPU kernels one all_reduce / all_gather of
+  --sm-bytes launches, from torch.profiler's CUDA trace: their names and the most CTAs
+  (thread blocks) any of them ran, which is the number of SMs the op occupies while its kernel
+  runs (NCCL: one CTA per channel); copies (memcpy, copy engines) are counted apart and use no
+  SM. A backend that moves data only with copies shows 0 kernels.
 
 `--report DIR` joins the JSON files torch_backend_bench.sh wrote into the printed tables.
 """
@@ -67,7 +72,8 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--sizes", default="1048576,4194304,16777216,67108864")
     ap.add_argument("--ops", default="all_reduce,all_gather,reduce_scatter,all_to_all")
-    ap.add_argument("--skip", default="", help="comma list of ddp,fsdp2,ops to leave out")
+    ap.add_argument("--skip", default="", help="comma list of ddp,fsdp2,ops,sms to leave out")
+    ap.add_argument("--sm-bytes", type=int, default=64 << 20, help="size of the ops whose kernels are counted")
     ap.add_argument("--report", help="print the tables from the JSON files in this folder")
     args = ap.parse_args()
     if args.report:
@@ -150,8 +156,46 @@ def main() -> None:
                 nbytes = elems * 4
                 emit({"kind": "op", "op": op, "bytes": nbytes, "time_us": t * 1e6,
                       "busbw_gbps": nbytes / t / 1e9 * busbw_factor(op, n)})
+    if "sms" not in skip and args.device == "cuda":
+        for op in ("all_reduce", "all_gather"):
+            try:
+                found = kernels_of(op, args.sm_bytes, n, device)
+            except Exception as e:  # noqa: BLE001 - a profiler problem must not lose the other rows
+                found = {"kernels": -1, "max_ctas": -1, "kernel_names": [f"profiler failed: {e}"[:80]], "copies": -1}
+            emit({"kind": "sms", "op": op, "bytes": args.sm_bytes, **found})
     dist.barrier()
     dist.destroy_process_group()
+
+
+def kernels_of(op: str, nbytes: int, n: int, device) -> dict:
+    """The GPU kernels and copies three calls of `op` launch, from torch.profiler's CUDA trace
+    (chrome trace events of category "kernel" carry their grid)."""
+    import tempfile
+
+    import torch
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile
+
+    elems = max(nbytes // 4 // n * n, n)
+    full, part = torch.ones(elems, device=device), torch.ones(elems // n, device=device)
+    call = (lambda: dist.all_reduce(full)) if op == "all_reduce" else (lambda: dist.all_gather_into_tensor(full, part))
+    call()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            call()
+        torch.cuda.synchronize()
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        events = json.load(open(f.name)).get("traceEvents", [])
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    copies = [e for e in events if e.get("cat") in ("gpu_memcpy", "gpu_memset")]
+    ctas = 0
+    for e in kernels:
+        grid = e.get("args", {}).get("grid", [0, 0, 0])
+        ctas = max(ctas, int(grid[0]) * int(grid[1]) * int(grid[2]))
+    names = sorted({e.get("name", "?")[:60] for e in kernels})
+    return {"kernels": len(kernels) // 3, "max_ctas": ctas, "kernel_names": names, "copies": len(copies) // 3}
 
 
 def load(path: pathlib.Path) -> list[dict]:
@@ -197,6 +241,24 @@ def report(out: pathlib.Path) -> None:
                 py_cli = r["busbw_gbps"] / cli if cli == cli and cli > 0 else float("nan")
                 print(f"{device:>6} {n:>5} {r['op']:>14} {r['bytes']:>10} {r['busbw_gbps']:>8.2f} {bb:>8.2f} "
                       f"{ratio:>7.2f} {cli:>8.2f} {py_cli:>6.2f}")
+    report_sms(out, runs)
+
+
+def report_sms(out: pathlib.Path, runs: dict) -> None:
+    print("\n## SMs per op (CUDA, 2 GPUs): kernels one call launches and their most CTAs (= SMs held)")
+    print(f"{'backend':>8} {'op':>11} {'bytes':>10} {'kernels':>7} {'max_ctas':>8} {'copies':>6}  kernel names / NCCL channels")
+    for b in ("accord", "nccl"):
+        channels = ""
+        err = out / f"torch_{b}_cuda_2.err"
+        if b == "nccl" and err.exists():
+            counts = sorted({line.split("Channel ")[1].split(":")[0].split("/")[1].strip()
+                             for line in err.read_text(errors="replace").splitlines()
+                             if "NCCL INFO Channel " in line and "->" not in line
+                             and "/" in line.split("Channel ")[1].split(":")[0]})
+            channels = f"NCCL_DEBUG=INFO channels: {','.join(counts) or '?'}"
+        for r in (r for r in runs.get(f"torch_{b}_cuda_2", []) if r["kind"] == "sms"):
+            print(f"{b:>8} {r['op']:>11} {r['bytes']:>10} {r['kernels']:>7} {r['max_ctas']:>8} {r['copies']:>6}  "
+                  f"{', '.join(r['kernel_names']) or '-'} {channels}")
 
 
 if __name__ == "__main__":

@@ -3,14 +3,18 @@
 #   CPU:  DDP (~50M-parameter MLP) and FSDP2 step time, 4 and 8 ranks, "accord" vs "gloo"; op
 #         busbw through torch.distributed vs `accord bench` at the same sizes (1-64 MiB).
 #   CUDA: (when 2+ GPUs) DDP step time on 2 GPUs, "accord" vs "nccl"; all_reduce / all_gather
-#         busbw 1-256 MiB. CUDA tensors are staged through host memory by the backend today.
+#         busbw 1-256 MiB; the SMs each uses (kernels and their CTAs from torch.profiler, and
+#         NCCL's channel count from NCCL_DEBUG=INFO). CUDA tensors are staged through host
+#         memory by the backend today.
 # Prints the tables at the end; JSON lines stay in $OUT.
 # Usage (GPU host, repo root): scripts/device/torch_backend_bench.sh   (OUT=dir to keep files)
 # Needs torch, and either cargo (builds the accord CLI and the Python extension; no maturin, no
 # network) or BIN_DIR holding a prebuilt `accord` and `lib_accord.so` (the GPU host has no Rust:
 # build them here with `cargo build --release -p accord-py -p accord-cli` and carry them).
-# Budget: about 6 minutes on the 2xH200 host; each run is capped by `timeout`.
+# Budget: about 6 minutes on the 2xH200 host; BUDGET_S (default 450 s, from the start, build
+# included) caps the whole command under 8 minutes (see `capped` below).
 set -uo pipefail
+START=$SECONDS BUDGET=${BUDGET_S:-450}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
@@ -29,33 +33,51 @@ rm -rf "$OUT/pkg" && mkdir -p "$OUT/pkg" && cp -r "$ROOT/python/accord" "$OUT/pk
 cp "$BIN_DIR/lib_accord.so" "$OUT/pkg/accord/_accord.abi3.so"
 export PYTHONPATH="$OUT/pkg${PYTHONPATH:+:$PYTHONPATH}"
 "$PY" -c "import accord, torch; print('accord', accord.VERSION, 'torch', torch.__version__)" || exit 1
+echo "load at the start: $(uptime)"
 BIN="$BIN_DIR/accord"
 # `accord bench` took nccl-tests' flags (issue 22): the rank count is --ranks, -n iterations.
 RANKS_FLAG="-n"; ITERS_FLAG="-i"
 if "$BIN" bench all-reduce --help 2>/dev/null | grep -q -- "--ranks"; then RANKS_FLAG="--ranks"; ITERS_FLAG="-n"; fi
 RUN="$PY -m torch.distributed.run --standalone"
 
+# One budget for the whole command (BUDGET_S, counted from the start): each run's cap is the
+# smaller of its own and what is left; a run with under 10 s left is skipped.
+cap() {
+  local left=$((BUDGET - (SECONDS - START)))
+  if [ "$left" -lt 10 ]; then echo 0; elif [ "$left" -lt "$1" ]; then echo "$left"; else echo "$1"; fi
+}
+capped() {  # capped SECONDS CMD...: runs CMD under `timeout`, or says it was skipped for time
+  local t; t=$(cap "$1"); shift
+  if [ "$t" -eq 0 ]; then echo "skipped for the time budget: $*" >&2; return 1; fi
+  timeout "$t" "$@"
+}
+
 for n in 4 8; do
   for b in accord gloo; do
     echo "== cpu $b n=$n" >&2
-    timeout 150 $RUN --nproc_per_node "$n" "$HERE/torch_backend_bench.py" --backend "$b" --device cpu \
+    # No GPU visible to CPU runs: FSDP2's fully_shard would pick cuda:<rank>, which does not
+    # exist past the host's GPU count (the 05:54 call failed so at 4 and 8 ranks).
+    CUDA_VISIBLE_DEVICES= capped 150 $RUN --nproc_per_node "$n" "$HERE/torch_backend_bench.py" --backend "$b" --device cpu \
       > "$OUT/torch_${b}_cpu_${n}.jsonl" 2> "$OUT/torch_${b}_cpu_${n}.err" || { echo "cpu $b n=$n FAILED"; tail -n 15 "$OUT/torch_${b}_cpu_${n}.err"; }
   done
   for op in all_reduce all_gather reduce_scatter all_to_all; do
-    timeout 60 "$BIN" bench "${op//_/-}" "$RANKS_FLAG" "$n" -b 1M -e 64M -f 4 -w 2 "$ITERS_FLAG" 5 --json > "$OUT/cli_${op}_${n}.json" 2>/dev/null \
-      || echo "accord bench $op n=$n FAILED ($RANKS_FLAG ranks, $ITERS_FLAG iterations)"
+    capped 60 "$BIN" bench "${op//_/-}" "$RANKS_FLAG" "$n" -b 1M -e 64M -f 4 -w 2 "$ITERS_FLAG" 5 --json > "$OUT/cli_${op}_${n}.json" 2>/dev/null \
+      || echo "accord bench $op n=$n FAILED or skipped for time ($RANKS_FLAG ranks, $ITERS_FLAG iterations)"
   done
 done
 
 if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
   for b in accord nccl; do
     echo "== cuda $b n=2" >&2
-    timeout 150 $RUN --nproc_per_node 2 "$HERE/torch_backend_bench.py" --backend "$b" --device cuda --skip fsdp2 \
+    # NCCL_DEBUG=INFO (INIT, GRAPH) logs the channels NCCL sets up: its SM count per kernel.
+    NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,GRAPH \
+    capped 150 $RUN --nproc_per_node 2 "$HERE/torch_backend_bench.py" --backend "$b" --device cuda --skip fsdp2 \
       --ops all_reduce,all_gather --sizes 1048576,4194304,16777216,67108864,268435456 \
       > "$OUT/torch_${b}_cuda_2.jsonl" 2> "$OUT/torch_${b}_cuda_2.err" || { echo "cuda $b FAILED"; tail -n 15 "$OUT/torch_${b}_cuda_2.err"; }
   done
 else
   echo "fewer than 2 GPUs: CUDA rows skipped"
 fi
+echo "load at the end: $(uptime)"
 "$PY" "$HERE/torch_backend_bench.py" --backend none --report "$OUT"
 echo "files: $OUT"

@@ -96,3 +96,19 @@ def test_torch_cpu_tensors_float32_and_bfloat16() -> None:
     done = accord.run(coll_roles.torch_tensors, 2, timeout=60)
     want = ["torch.float32", "torch.bfloat16"] + (["cuda refused"] if torch.cuda.is_available() else [])
     assert done == [want, want]
+
+
+def test_arrays_are_registered_in_place_and_cached() -> None:
+    done = accord.run(coll_roles.registrations_in_place, 2, timeout=90)
+    want = [
+        "cached",
+        "slice in place",
+        "input inside output",
+        "read-only input",
+        "non-root reduce untouched",
+        "from another thread",
+        "broadcast in place",
+        "bounded",
+        "released by close",
+    ]
+    assert done == [want, want]

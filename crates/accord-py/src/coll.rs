@@ -1,13 +1,17 @@
 //! `accord.Communicator`: the collectives of `accord-coll` over the TransferEngine, on arrays.
 //!
-//! A convenience path, not the zero-copy one: each call copies the array into a `Vec` the
-//! communicator registers, runs the collective, and copies the result back. Arguments are
+//! Writable arrays are registered where they are (cached, see `coll_reg`) and the collective
+//! runs on them directly: no copy beyond what the algorithm itself makes. Read-only arrays, an
+//! input overlapping its output, and buffers an algorithm may scribble on without the caller
+//! wanting the result (a non-root's `reduce`) go through registered
+//! staging buffers instead: a copy in and, where results come back, a copy out. Arguments are
 //! checked (dtype, size, contiguity, writability, root and peer ranks) before anything is
 //! sent. The collective runs on a helper thread while the caller waits with the GIL released,
 //! in slices that look for signals, so Ctrl-C interrupts it (the communicator is then
 //! unusable: its peers are left mid-collective).
 
 use crate::coll_array::{array, expect_count, same_dtype, Array};
+use crate::coll_reg::Registrations;
 use crate::coll_store::{torchrun_agent_store, PyStore, AGENT_STORE_ENV};
 use crate::errors::{error, Kind};
 use crate::values::WAIT_SLICE;
@@ -39,7 +43,7 @@ enum State {
 }
 
 /// A collective failure as the exception of `accord.errors` it belongs to.
-fn coll_error(e: CollError) -> PyErr {
+pub(crate) fn coll_error(e: CollError) -> PyErr {
     let kind = match &e {
         CollError::Timeout { .. } => Kind::Timeout,
         CollError::PeerFailed { .. } | CollError::PeerDied { .. } => Kind::Peer,
@@ -99,6 +103,16 @@ fn background<R: Send + 'static>(py: Python<'_>, job: impl FnOnce() -> R + Send 
                 return Err(error(Kind::Accord, "the collective's thread panicked: create a new accord.Communicator"))
             }
         }
+    }
+}
+
+/// Whether this is Python's main thread (the only one that runs signal handlers); `true` when
+/// it cannot be told, which keeps the interruptible wait.
+fn on_main_thread(py: Python<'_>) -> bool {
+    let Ok(threading) = py.import("threading") else { return true };
+    match (threading.call_method0("current_thread"), threading.call_method0("main_thread")) {
+        (Ok(current), Ok(main)) => current.is(&main),
+        _ => true,
     }
 }
 
@@ -249,6 +263,8 @@ pub struct Communicator {
     state: Mutex<State>,
     /// Out-of-place calls' registered buffers, taken out for a call and put back after.
     staging: Mutex<Staging>,
+    /// Arrays registered in place, taken out for a call and put back after.
+    registrations: Mutex<Registrations>,
     rank: usize,
     world_size: usize,
     /// Readable while a call runs (stuck reports).
@@ -276,6 +292,7 @@ impl Communicator {
             progress: comm.progress(),
             state: Mutex::new(State::Ready(Box::new(comm))),
             staging: Mutex::default(),
+            registrations: Mutex::default(),
         })
     }
 
@@ -343,15 +360,68 @@ impl Communicator {
         Ok(())
     }
 
-    /// A reduction-style in-place call: copies in, runs, copies the result back.
+    /// Runs `job` on the registrations of `arrays` (all writable: `addr` set), looked up or
+    /// registered on this thread, with the collective itself off the GIL (see [`Self::run`]).
+    /// The registrations go back into the cache whatever the outcome, unless interrupted.
+    fn run_direct<R: Send + 'static>(
+        &self,
+        py: Python<'_>,
+        op: &str,
+        arrays: &[&Array<'_>],
+        job: impl FnOnce(&mut Comm, &[&LocalBuf]) -> Result<R, CollError> + Send + 'static,
+    ) -> PyResult<R> {
+        let mut comm = self.take(op)?;
+        let mut regs = std::mem::take(&mut *self.registrations.lock().unwrap());
+        regs.begin();
+        let ids: PyResult<Vec<u64>> = arrays.iter().map(|a| regs.lookup(&comm, a)).collect();
+        let ids = match ids {
+            Ok(ids) => ids,
+            Err(e) => {
+                *self.registrations.lock().unwrap() = regs;
+                *self.state.lock().unwrap() = State::Ready(comm);
+                return Err(e);
+            }
+        };
+        let work = move || {
+            let bufs: Vec<&LocalBuf> = ids.iter().map(|&id| regs.buf(id)).collect();
+            let outcome = job(&mut comm, &bufs);
+            drop(bufs);
+            (comm, regs, outcome)
+        };
+        // Python runs signal handlers on its main thread only, so a call from another thread
+        // (the torch backend's worker) has nothing to interrupt it: it runs right here with the
+        // GIL released, without starting a helper thread per call.
+        let finished = if on_main_thread(py) { background(py, work) } else { Ok(py.detach(work)) };
+        match finished {
+            Ok((comm, regs, outcome)) => {
+                *self.registrations.lock().unwrap() = regs;
+                *self.state.lock().unwrap() = State::Ready(comm);
+                outcome.map_err(coll_error)
+            }
+            Err(e) => {
+                *self.state.lock().unwrap() = State::Interrupted;
+                Err(e)
+            }
+        }
+    }
+
+    /// A collective on one array in place. With `direct` (the algorithm may use the caller's
+    /// memory: its result is wanted there, or it only reads it) and a writable array, it runs
+    /// on the array's own registered memory; otherwise on a staged copy, the result copied
+    /// back with `copy_back`.
     fn run_in_place(
         &self,
         py: Python<'_>,
         op: &str,
         data: &Array<'_>,
+        direct: bool,
         copy_back: bool,
         f: impl FnOnce(&mut Comm, Bufs<'_>) -> Result<(), CollError> + Send + 'static,
     ) -> PyResult<()> {
+        if direct && data.addr.is_some() {
+            let len = data.nbytes;
+            return self.run_direct(py, op, &[data], move |c, bufs| f(c, Bufs::in_place(bufs[0].slice(0, len))));
+        }
         let bytes = data.to_vec()?;
         let out = self.run(py, op, move |comm| in_place(comm, bytes, f))?;
         if copy_back {
@@ -360,9 +430,10 @@ impl Communicator {
         Ok(())
     }
 
-    /// An out-of-place call: copies the input in, runs, copies the output back. With
-    /// `partial_output` (the collective may leave parts of the output alone) the output is
-    /// copied in first too, so those parts come back as they were.
+    /// An out-of-place call. When both arrays are writable and do not overlap, it runs on
+    /// their own registered memory. Otherwise it copies the input in, runs, and copies the
+    /// output back; with `partial_output` (the collective may leave parts of the output alone)
+    /// the output is copied in first too, so those parts come back as they were.
     fn run_out_of_place(
         &self,
         py: Python<'_>,
@@ -372,6 +443,15 @@ impl Communicator {
         partial_output: bool,
         f: impl FnOnce(&mut Comm, Bufs<'_>) -> Result<(), CollError> + Send + 'static,
     ) -> PyResult<()> {
+        if let (Some(a), Some(b)) = (input.addr, output.addr) {
+            let overlap = a < b + output.nbytes && b < a + input.nbytes;
+            if !overlap {
+                let (n_in, n_out) = (input.nbytes, output.nbytes);
+                return self.run_direct(py, op, &[input, output], move |c, bufs| {
+                    f(c, Bufs { send: bufs[0].slice(0, n_in), recv: bufs[1].slice(0, n_out) })
+                });
+            }
+        }
         let bytes = input.to_vec()?;
         let output_bytes = if partial_output { output.to_vec()? } else { vec![0; output.nbytes] };
         let mut staging = std::mem::take(&mut *self.staging.lock().unwrap());
@@ -398,9 +478,11 @@ impl Communicator {
                 State::Interrupted | State::Closed => return Ok(()),
             }
         };
+        let mut regs = std::mem::take(&mut *self.registrations.lock().unwrap());
         let outcome = background(py, move || {
             let mut comm = comm;
             let outcome = if barrier { comm.barrier() } else { Ok(()) };
+            regs.clear(&comm);
             drop(comm);
             outcome
         })?;
@@ -495,6 +577,7 @@ impl Communicator {
             world_size: comm.world_size(),
             state: Mutex::new(State::Ready(Box::new(comm))),
             staging: Mutex::default(),
+            registrations: Mutex::default(),
         })
     }
 
@@ -533,6 +616,12 @@ impl Communicator {
             .map_err(|e| error(Kind::Accord, format!("writing the stuck report: {e}")))
     }
 
+    /// The registration cache: (arrays registered, their bytes, hits, misses). For tests and
+    /// diagnostics; empty while a call runs.
+    fn _registration_stats(&self) -> (usize, usize, u64, u64) {
+        self.registrations.lock().unwrap().stats()
+    }
+
     /// Whether `close` ran (or the communicator was dropped after an interrupted call).
     #[getter]
     fn closed(&self) -> bool {
@@ -547,7 +636,7 @@ impl Communicator {
         let data = crate::coll_array::array(array, name, "array", true)?;
         let (op, algo) = (parse_op(op)?, parse_algo(Collective::AllReduce, algo)?);
         let (count, dtype) = (data.count, data.dtype);
-        self.run_in_place(py, name, &data, true, move |c, b| c.all_reduce(b, count, dtype, op, algo))
+        self.run_in_place(py, name, &data, true, true, move |c, b| c.all_reduce(b, count, dtype, op, algo))
     }
 
     /// Reduces `array` element-wise over all ranks into `root`'s `array` (others' arrays are
@@ -567,7 +656,7 @@ impl Communicator {
         let data = crate::coll_array::array(array, name, "array", is_root)?;
         let (op, algo) = (parse_op(op)?, parse_algo(Collective::Reduce, algo)?);
         let (count, dtype) = (data.count, data.dtype);
-        self.run_in_place(py, name, &data, is_root, move |c, b| c.reduce(b, count, dtype, op, root, algo))
+        self.run_in_place(py, name, &data, is_root, is_root, move |c, b| c.reduce(b, count, dtype, op, root, algo))
     }
 
     /// Copies `root`'s `array` into every other rank's `array`.
@@ -579,7 +668,9 @@ impl Communicator {
         let data = crate::coll_array::array(array, name, "array", !is_root)?;
         let algo = parse_algo(Collective::Broadcast, algo)?;
         let (count, dtype) = (data.count, data.dtype);
-        self.run_in_place(py, name, &data, !is_root, move |c, b| c.broadcast(b, count, dtype, root, algo))
+        // The root's array is only read (both broadcast algorithms send from it and copy it
+        // onto itself, a no-op in place), so it too is used where it is.
+        self.run_in_place(py, name, &data, true, !is_root, move |c, b| c.broadcast(b, count, dtype, root, algo))
     }
 
     /// Gathers every rank's `input` into `output` (world_size times as many elements), by rank.
@@ -708,7 +799,7 @@ impl Communicator {
         self.check_peer(name, peer)?;
         let data = crate::coll_array::array(array, name, "array", false)?;
         let (count, dtype) = (data.count, data.dtype);
-        self.run_in_place(py, name, &data, false, move |c, b| c.send(peer, b.send, count, dtype))
+        self.run_in_place(py, name, &data, true, false, move |c, b| c.send(peer, b.send, count, dtype))
     }
 
     /// Receives into `array` what `peer` sends.
@@ -717,7 +808,7 @@ impl Communicator {
         self.check_peer(name, peer)?;
         let data = crate::coll_array::array(array, name, "array", true)?;
         let (count, dtype) = (data.count, data.dtype);
-        self.run_in_place(py, name, &data, true, move |c, b| c.recv(peer, b.recv, count, dtype))
+        self.run_in_place(py, name, &data, true, true, move |c, b| c.recv(peer, b.recv, count, dtype))
     }
 
     /// Returns once every rank has called it.

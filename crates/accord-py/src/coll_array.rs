@@ -15,8 +15,13 @@ use pyo3::types::{PyBytes, PyMemoryView};
 
 /// A checked array: its flat byte view (format `B`), element type and count.
 pub(crate) struct Array<'py> {
+    /// The object the caller passed (kept alive by a registration of its memory).
+    pub(crate) obj: Bound<'py, PyAny>,
     /// `memoryview(obj).cast("B")`: reading gives the bytes, slice assignment writes them back.
-    bytes_view: Bound<'py, PyAny>,
+    pub(crate) bytes_view: Bound<'py, PyAny>,
+    /// The address of the first byte, for writable arrays (only those are registered in place:
+    /// a registration lets peers write, which read-only memory must never see).
+    pub(crate) addr: Option<usize>,
     pub(crate) dtype: DType,
     pub(crate) count: usize,
     pub(crate) nbytes: usize,
@@ -129,7 +134,16 @@ pub(crate) fn array<'py>(obj: &Bound<'py, PyAny>, op: &str, what: &str, writable
         return Err(invalid(format!("{op}: the {what} ({name}) is empty: pass at least one element")));
     }
     let bytes_view = view.call_method1("cast", ("B",))?;
-    Ok(Array { bytes_view, dtype, count: nbytes / itemsize, nbytes })
+    let addr = if view.getattr("readonly")?.is_truthy()? { None } else { Some(address_of(&bytes_view)?) };
+    Ok(Array { obj: obj.clone(), bytes_view, addr, dtype, count: nbytes / itemsize, nbytes })
+}
+
+/// The address of a writable, non-empty byte memoryview's first byte (through `ctypes`, as
+/// the stable ABI this module builds for has no buffer-protocol access before Python 3.11).
+fn address_of(bytes_view: &Bound<'_, PyAny>) -> PyResult<usize> {
+    let ctypes = bytes_view.py().import("ctypes")?;
+    let first = ctypes.getattr("c_char")?.call_method1("from_buffer", (bytes_view,))?;
+    ctypes.call_method1("addressof", (first,))?.extract()
 }
 
 impl Array<'_> {

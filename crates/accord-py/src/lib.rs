@@ -17,7 +17,8 @@
 //! Logging: `log_bridge` forwards the engine's `tracing` events to `logging.getLogger("accord")`
 //! from a thread of its own, so no engine thread ever waits for the GIL.
 //!
-//! Collectives: `Communicator` (`coll`, arrays checked and copied by `coll_array`) binds the
+//! Collectives: `Communicator` (`coll`, arrays checked by `coll_array` and registered in place
+//! through the cache of `coll_reg`, or copied where they cannot be) binds the
 //! `accord-coll` communicator over the TransferEngine; `accord.run` (`python/accord/_run.py`)
 //! launches a job of local processes for it.
 #![deny(unsafe_code)]
@@ -25,6 +26,7 @@
 mod bench;
 mod coll;
 mod coll_array;
+mod coll_reg;
 mod coll_store;
 mod core;
 mod dlpack;

@@ -193,6 +193,49 @@ impl EngineTransport {
         &self.engine
     }
 
+    /// Registers host memory this transport does not own (a tensor's), without copying it:
+    /// collectives then read and write it in place. `owner` keeps the memory alive: the
+    /// transport holds it while registered, and the engine holds it with every transfer
+    /// still reading the memory after [`CollTransport::deregister`] (which gives back an
+    /// empty `Vec` for such a buffer).
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` must be valid for reads and writes for as long as `owner` lives, and
+    /// nothing may write it or hold a Rust reference to it while a collective uses it.
+    #[allow(unsafe_code)]
+    pub unsafe fn register_external(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        owner: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Result<LocalBuf, TransportError> {
+        if ptr.is_null() && len > 0 {
+            return Err(TransportError::NotRegistered { what: format!("a null pointer of {len} bytes") });
+        }
+        // Safety: forwarded to the caller.
+        self.register_pinned(unsafe { Pinned::external(ptr, len, owner) })
+    }
+
+    fn register_pinned(&self, pinned: Pinned) -> Result<LocalBuf, TransportError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let len = pinned.len();
+        let pinned = Arc::new(pinned);
+        let region = if len == 0 {
+            None
+        } else {
+            Some(
+                pinned::register(&pinned, &self.engine)
+                    .map_err(|e| TransportError::NotRegistered { what: e.to_string() })?,
+            )
+        };
+        let token = match &region {
+            Some((_, desc)) => desc.to_string_compact().into_bytes(),
+            None => vec![],
+        };
+        lock(&self.bufs).insert(id, Arc::new(Registered { pinned, region }));
+        Ok(LocalBuf::new(id, len, RemoteBufDesc { rank: self.rank, len: len as u64, token }))
+    }
+
     fn check_peer(&self, peer: usize) -> Result<(), TransportError> {
         if peer >= self.peers.len() {
             return Err(TransportError::BadRank { rank: peer, world_size: self.peers.len() });
@@ -395,25 +438,8 @@ impl CollTransport for EngineTransport {
     }
 
     fn register(&self, memory: Vec<u8>) -> Result<LocalBuf, TransportError> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let len = memory.len();
-        let pinned = Arc::new(Pinned::new(memory));
-        let region = if len == 0 {
-            None
-        } else {
-            Some(
-                pinned::register(&pinned, &self.engine)
-                    .map_err(|e| TransportError::NotRegistered { what: e.to_string() })?,
-            )
-        };
-        let token = match &region {
-            Some((_, desc)) => desc.to_string_compact().into_bytes(),
-            None => vec![],
-        };
-        lock(&self.bufs).insert(id, Arc::new(Registered { pinned, region }));
-        Ok(LocalBuf::new(id, len, RemoteBufDesc { rank: self.rank, len: len as u64, token }))
+        self.register_pinned(Pinned::new(memory))
     }
-
     fn deregister(&self, buf: LocalBuf) -> Result<Vec<u8>, TransportError> {
         let entry = lock(&self.bufs)
             .remove(&buf.id())

@@ -2,12 +2,22 @@
 //! into it, and the only place this crate touches it through raw pointers.
 #![allow(unsafe_code)]
 
-/// A buffer handed to the transport by value. Its heap allocation is registered with the
-/// engine by address, so it must neither move nor be resized until it is deregistered; this
-/// type owns it and gives out nothing that could do either.
+/// A buffer registered with the engine by address, so it must neither move nor be resized
+/// until it is deregistered: either a `Vec` handed to the transport by value (owned here,
+/// nothing that could move it is given out), or memory someone else allocated (a tensor's),
+/// kept alive by the owner handed in with it (see [`Pinned::external`]).
 pub(crate) struct Pinned {
-    memory: Vec<u8>,
+    backing: Backing,
     ptr: *mut u8,
+    len: usize,
+}
+
+/// What keeps a [`Pinned`] buffer's memory alive.
+enum Backing {
+    /// The transport owns the allocation.
+    Owned(Vec<u8>),
+    /// Memory allocated elsewhere, valid as long as this owner lives.
+    External(#[allow(dead_code)] Box<dyn std::any::Any + Send + Sync>),
 }
 
 // Safety: `Pinned` owns its allocation; the raw pointer is only an alias of that allocation,
@@ -18,17 +28,31 @@ unsafe impl Sync for Pinned {}
 
 impl Pinned {
     pub(crate) fn new(mut memory: Vec<u8>) -> Self {
-        let ptr = memory.as_mut_ptr();
-        Pinned { memory, ptr }
+        let (ptr, len) = (memory.as_mut_ptr(), memory.len());
+        Pinned { backing: Backing::Owned(memory), ptr, len }
+    }
+
+    /// Memory at `ptr..ptr + len` that `owner` keeps alive.
+    ///
+    /// # Safety
+    /// The range must be valid for reads and writes for as long as `owner` lives, and nothing
+    /// else may hold a Rust reference to it or write it while this `Pinned` exists, except
+    /// through the views below under their conditions.
+    pub(crate) unsafe fn external(ptr: *mut u8, len: usize, owner: Box<dyn std::any::Any + Send + Sync>) -> Self {
+        Pinned { backing: Backing::External(owner), ptr, len }
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.memory.len()
+        self.len
     }
 
-    /// Gives the memory back (the region must be deregistered first).
+    /// Gives the memory back (the region must be deregistered first); external memory gives
+    /// back nothing (its owner is dropped here, releasing it).
     pub(crate) fn into_vec(self) -> Vec<u8> {
-        self.memory
+        match self.backing {
+            Backing::Owned(memory) => memory,
+            Backing::External(_) => Vec::new(),
+        }
     }
 
     /// Bytes `offset..offset + len`, read-only.
@@ -39,8 +63,8 @@ impl Pinned {
     /// handshake, so no write races this read.
     pub(crate) fn view(&self, offset: usize, len: usize) -> &[u8] {
         assert!(offset.checked_add(len).is_some_and(|end| end <= self.len()), "range checked by the caller");
-        // Safety: in bounds of the owned allocation (asserted above), which lives as long as
-        // `self`; no concurrent write to these bytes by the protocol argument above.
+        // Safety: in bounds of the allocation (asserted above), which lives as long as `self`
+        // (owned, or kept alive by the external owner); no concurrent write to these bytes by the protocol argument above.
         unsafe { std::slice::from_raw_parts(self.ptr.add(offset), len) }
     }
 
@@ -62,8 +86,9 @@ pub(crate) fn register(
     engine: &accord_engine::Engine,
 ) -> Result<(accord_engine::MrHandle, accord_engine::MrDescriptor), accord_engine::RegisterError> {
     let owner: accord_engine::MemoryOwner = pinned.clone();
-    // Safety: the allocation is owned by the `Pinned` behind `owner`, never moves (no `&mut
-    // Vec` is handed out) and lives as long as any clone of `owner`, which the engine holds
-    // for every transfer reading it; `into_vec` runs only once every clone is gone.
+    // Safety: the allocation is owned (or kept alive, for external memory) by the `Pinned`
+    // behind `owner`, never moves (no `&mut Vec` is handed out) and lives as long as any clone
+    // of `owner`, which the engine holds for every transfer reading it; `into_vec` runs only
+    // once every clone is gone.
     unsafe { engine.register_raw_owned(pinned.ptr, pinned.len(), accord_engine::MemoryKind::Host, Some(owner)) }
 }

@@ -275,3 +275,50 @@ fn join_through_an_external_store() {
     let message = e.map(|e| e.to_string()).unwrap_or_default();
     assert!(message.contains("[1]"), "{message}");
 }
+
+/// Memory registered by address (a tensor's, in the bindings) is reduced where it is, and its
+/// owner lives exactly until deregistration.
+#[test]
+#[allow(unsafe_code)]
+fn external_memory_is_reduced_in_place_and_its_owner_released_on_deregister() {
+    use std::sync::atomic::AtomicBool;
+    struct Owner {
+        _memory: Vec<f32>,
+        dropped: Arc<AtomicBool>,
+    }
+    impl Drop for Owner {
+        fn drop(&mut self) {
+            self.dropped.store(true, Ordering::SeqCst);
+        }
+    }
+    let (n, count) = (2, 10_000);
+    let expected: Vec<f32> = (0..count).map(|i| (0..n).map(|r| values(r, count)[i]).sum()).collect();
+    let results = on_ranks(n, |rank, mut c| {
+        let mut memory = values(rank, count);
+        let ptr = memory.as_mut_ptr().cast::<u8>();
+        let dropped = Arc::new(AtomicBool::new(false));
+        let owner = Box::new(Owner { _memory: memory, dropped: dropped.clone() });
+        // Safety: the Vec's heap allocation moved into `owner` unchanged and lives as long as it.
+        let buf = unsafe { c.transport().register_external(ptr, count * 4, owner) }.unwrap();
+        c.all_reduce(Bufs::in_place(buf.all()), count, DType::F32, ReduceOp::Sum, None).unwrap();
+        let got = c.read_typed::<f32>(buf.all()).unwrap();
+        assert!(!dropped.load(Ordering::SeqCst), "the owner lives while registered");
+        c.barrier().unwrap();
+        assert!(c.deregister(buf).unwrap().is_empty(), "external memory gives back no Vec");
+        (got, dropped.load(Ordering::SeqCst))
+    });
+    for (got, dropped) in results {
+        assert!(got == expected, "wrong sum");
+        assert!(dropped, "deregistering releases the owner");
+    }
+}
+
+#[test]
+fn a_null_external_pointer_is_refused() {
+    on_ranks(1, |_, c| {
+        #[allow(unsafe_code)]
+        // Safety: refused before the pointer is used.
+        let refused = unsafe { c.transport().register_external(std::ptr::null_mut(), 8, Box::new(())) };
+        assert!(matches!(refused, Err(TransportError::NotRegistered { .. })), "{refused:?}");
+    });
+}

@@ -1,0 +1,132 @@
+//! Arrays registered where they are: the cache that lets `accord.Communicator` run collectives
+//! on the caller's own memory (a torch CPU tensor, a numpy array) instead of copying it into
+//! staging buffers and back.
+//!
+//! A registration is keyed by the memory's address and length and holds strong references to
+//! the object passed, its byte memoryview (a buffer export: numpy arrays and bytearrays cannot
+//! be resized while it lives) and, for a torch tensor, its storage. So the memory stays
+//! allocated, and no other array can appear at that address, for as long as it is cached; a
+//! hit is therefore always the same memory. The engine holds the same references with every
+//! transfer still reading the memory after deregistration.
+//!
+//! The cache is bounded ([`REGISTRATIONS_MAX`] entries and [`REGISTERED_BYTES_MAX`] bytes
+//! held): the least recently used entries are deregistered first, never one the current call
+//! uses. The price of the references is that memory the program has dropped stays allocated
+//! while its entry is cached (at most the bounds above), until eviction or `close`.
+
+use crate::coll_array::Array;
+use accord_coll::engine::EngineTransport;
+use accord_coll::{CollError, LocalBuf};
+use pyo3::prelude::*;
+
+type Comm = accord_coll::Communicator<EngineTransport>;
+
+/// Registrations kept at most (each is one engine region).
+pub(crate) const REGISTRATIONS_MAX: usize = 64;
+/// Bytes of registered memory kept at most (beyond the arrays of the current call).
+pub(crate) const REGISTERED_BYTES_MAX: usize = 1 << 30;
+
+/// The Python objects whose life keeps a registered array's memory allocated.
+struct Holder {
+    _obj: Py<PyAny>,
+    _bytes_view: Py<PyAny>,
+    _storage: Option<Py<PyAny>>,
+}
+
+struct Entry {
+    addr: usize,
+    len: usize,
+    buf: LocalBuf,
+    /// The call that used it last (see [`Registrations::begin`]).
+    last_use: u64,
+}
+
+/// The registration cache of one communicator.
+#[derive(Default)]
+pub(crate) struct Registrations {
+    entries: Vec<Entry>,
+    bytes: usize,
+    call: u64,
+    hits: u64,
+    misses: u64,
+}
+
+impl Registrations {
+    /// Starts a call: entries looked up from now until the next `begin` are never evicted.
+    pub(crate) fn begin(&mut self) {
+        self.call += 1;
+    }
+
+    /// The id of the registration of `array`'s memory, registering it on a miss. `array`
+    /// must be writable (`addr` set); the caller checks that.
+    pub(crate) fn lookup(&mut self, comm: &Comm, array: &Array<'_>) -> PyResult<u64> {
+        let addr = array.addr.expect("only writable arrays are registered in place");
+        let len = array.nbytes;
+        if let Some(i) = self.entries.iter().position(|e| e.addr == addr && e.len == len) {
+            self.entries[i].last_use = self.call;
+            self.hits += 1;
+            return Ok(self.entries[i].buf.id());
+        }
+        self.misses += 1;
+        self.evict(comm, len);
+        let storage = match array.obj.getattr("untyped_storage") {
+            Ok(method) => Some(method.call0()?.unbind()),
+            Err(_) => None,
+        };
+        let holder = Holder {
+            _obj: array.obj.clone().unbind(),
+            _bytes_view: array.bytes_view.clone().unbind(),
+            _storage: storage,
+        };
+        // Safety: `addr..addr + len` is the writable memory behind `array`'s buffer (checked
+        // in `coll_array::array`), kept allocated and in place by `holder`'s references for as
+        // long as the transport or the engine holds it; collectives touch it only through the
+        // transport, and the caller's thread waits for the call to finish before returning
+        // the memory to Python code.
+        #[allow(unsafe_code)]
+        let buf = unsafe { comm.transport().register_external(addr as *mut u8, len, Box::new(holder)) }
+            .map_err(|source| crate::coll::coll_error(CollError::Transport { collective: "register", source }))?;
+        self.bytes += len;
+        let id = buf.id();
+        self.entries.push(Entry { addr, len, buf, last_use: self.call });
+        Ok(id)
+    }
+
+    /// The registered buffer `id` (from [`Self::lookup`] in this call, so never evicted since).
+    pub(crate) fn buf(&self, id: u64) -> &LocalBuf {
+        &self.entries.iter().find(|e| e.buf.id() == id).expect("looked up in this call").buf
+    }
+
+    /// Deregisters least recently used entries (never one of this call) until `incoming` more
+    /// bytes and one more entry fit the bounds.
+    fn evict(&mut self, comm: &Comm, incoming: usize) {
+        while self.entries.len() >= REGISTRATIONS_MAX || self.bytes + incoming > REGISTERED_BYTES_MAX {
+            let oldest = self
+                .entries
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| e.last_use != self.call)
+                .min_by_key(|(_, e)| e.last_use)
+                .map(|(i, _)| i);
+            let Some(i) = oldest else { break };
+            let entry = self.entries.remove(i);
+            self.bytes -= entry.len;
+            // A refusal (transfers still reading it) is harmless: the engine keeps the memory
+            // alive through the holder until they are done.
+            let _ = comm.deregister(entry.buf);
+        }
+    }
+
+    /// Deregisters everything (before the communicator is dropped or closed).
+    pub(crate) fn clear(&mut self, comm: &Comm) {
+        for entry in self.entries.drain(..) {
+            let _ = comm.deregister(entry.buf);
+        }
+        self.bytes = 0;
+    }
+
+    /// (entries, bytes, hits, misses), for tests and diagnostics.
+    pub(crate) fn stats(&self) -> (usize, usize, u64, u64) {
+        (self.entries.len(), self.bytes, self.hits, self.misses)
+    }
+}
