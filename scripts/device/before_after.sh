@@ -6,7 +6,9 @@
 #   scripts/device/before_after.sh BASE_DIR NEW_DIR OUT_DIR
 #
 # Each DIR holds `accord`, `accord-engine-gpu-bench` and `accord-gpu-bench` (built with
-# `cargo build --release --workspace --bins`; `accord-gpu-bench` is a bin of accord-coll).
+# `cargo build --release --workspace --bins`; the benches are bins of accord-bench; before
+# it existed, `accord-engine-gpu-bench` was a bin of accord-engine and `accord-gpu-bench` one
+# of accord-coll).
 # Benches: the engine's GPU0 -> GPU1 write through CUDA IPC (`--ipc`, one write at a time and
 # with a window, against the copy ceiling measured in the same run); the GPU collectives
 # (`accord-gpu-bench` under torchrun, 1-256 MiB, NCCL measured once in the same call as the

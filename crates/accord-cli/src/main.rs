@@ -41,7 +41,9 @@ fn main() -> ExitCode {
     // First, so that the p2p benchmark's second process (just below) logs too.
     logging::init();
     // The p2p benchmark re-runs this binary as its second process.
-    accord_engine::bench::run_child_if_requested();
+    if let Some(code) = accord_bench::p2p::run_child_if_requested() {
+        return code;
+    }
     // `accord run` re-runs this binary as its watchdog.
     launch::run_watchdog_if_requested();
     accord_knobs::warn_unknown_once();

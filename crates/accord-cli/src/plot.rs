@@ -8,7 +8,7 @@
 //! - `accord sim permutation`: the CDF of flow completion times, with the line-rate ideal.
 
 use crate::bench::report::{Row, RunInfo};
-use accord_engine::bench::P2pRow;
+use accord_bench::p2p::P2pRow;
 use plotters::prelude::*;
 use std::path::Path;
 

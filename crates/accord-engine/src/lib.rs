@@ -50,8 +50,6 @@
 #![warn(missing_docs)]
 
 mod address;
-pub mod arrivals;
-pub mod bench;
 mod completion;
 pub mod config;
 mod device;

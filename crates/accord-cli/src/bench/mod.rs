@@ -287,12 +287,12 @@ pub fn run(args: BenchArgs, raw_args: Vec<String>) -> Result<i32, String> {
 
 fn p2p(a: &P2pArgs) -> Result<(), String> {
     let loss = a.loss.map(|p| crate::validate::loss_rate("--loss", p)).transpose()?;
-    let opts = accord_engine::bench::P2pOptions { loss, ..Default::default() };
-    let rows = accord_engine::bench::p2p(&opts).map_err(|e| e.to_string())?;
+    let opts = accord_bench::p2p::P2pOptions { loss, ..Default::default() };
+    let rows = accord_bench::p2p::run(&opts).map_err(|e| e.to_string())?;
     if a.json {
-        println!("{}", accord_engine::bench::format_json(&rows));
+        println!("{}", accord_bench::p2p::format_json(&rows));
     } else {
-        print!("{}", accord_engine::bench::format_table(&rows));
+        print!("{}", accord_bench::p2p::format_table(&rows));
     }
     if let Some(path) = &a.plot {
         crate::plot::p2p_chart(path, &rows)?;

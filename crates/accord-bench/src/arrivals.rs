@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use crate::ImmCounter;
+use accord_engine::ImmCounter;
 
 /// Most counter values one watcher records.
 pub const ARRIVALS_MAX: usize = 1 << 20;

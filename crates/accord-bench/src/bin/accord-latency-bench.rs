@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use accord_engine::arrivals::{format_arrivals, monotonic_ns, parse_arrivals, watch_arrivals};
+use accord_bench::arrivals::{format_arrivals, monotonic_ns, parse_arrivals, watch_arrivals};
 use accord_engine::{Engine, EngineAddress, MrDescriptor, WriteOp};
 
 const IMM: u32 = 9;

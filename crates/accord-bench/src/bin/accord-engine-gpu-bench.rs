@@ -28,8 +28,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use accord_bench::arrivals::{format_arrivals, monotonic_ns, parse_arrivals, watch_arrivals};
 use accord_cuda::{copy_peer_async, DeviceBuffer, DevicePtr, Gpu, IpcHandle, IpcMapping, Stream};
-use accord_engine::arrivals::{format_arrivals, monotonic_ns, parse_arrivals, watch_arrivals};
 use accord_engine::{Engine, EngineAddress, MemoryKind, MrDescriptor, WriteOp};
 
 const IMM: u32 = 1;

@@ -2,14 +2,14 @@
 //! stream between the same two processes in the same run, and Accord with shared memory (the
 //! default for same-host peers; `ACCORD_SHM=0` turns it off) against Accord forced onto UDP.
 //!
-//! The calling program must call [`run_child_if_requested`] first thing in `main`: the benchmark
-//! re-executes the current binary as its second process.
+//! The calling program must call [`run_child_if_requested`] first thing in `main` and exit with
+//! the code it returns: the benchmark re-executes the current binary as its second process.
 
-use crate::{Engine, EngineAddress, FaultConfig, MrDescriptor, PagedWriteOp, Transfer, WriteOp};
+use accord_engine::{Engine, EngineAddress, FaultConfig, MrDescriptor, PagedWriteOp, Transfer, WriteOp};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command};
+use std::process::{Child, Command, ExitCode};
 use std::time::{Duration, Instant};
 
 /// Environment variable that marks the benchmark's second process (value: the TCP address to
@@ -132,7 +132,7 @@ fn read_byte(s: &mut TcpStream) -> std::io::Result<u8> {
 /// shared memory off whatever the environment says.
 fn build_engine(loss: Option<f64>, udp_only: bool) -> Result<Engine, BenchError> {
     let mut config =
-        crate::EngineConfig::default().with_overrides_from(|n| std::env::var(n).ok()).map_err(engine_err)?;
+        accord_engine::EngineConfig::default().with_overrides_from(|n| std::env::var(n).ok()).map_err(engine_err)?;
     if let Some(p) = loss.filter(|p| *p > 0.0) {
         config.fault = Some(FaultConfig { drop: p, ..FaultConfig::default() });
         config.fault_seed = std::process::id() as u64;
@@ -145,18 +145,20 @@ fn build_engine(loss: Option<f64>, udp_only: bool) -> Result<Engine, BenchError>
     Engine::builder().config(config).ignore_env().build().map_err(engine_err)
 }
 
-/// Runs the benchmark's second process when this process is it, then exits; returns at once
-/// otherwise. Call it first thing in `main` of any binary that calls [`p2p`].
-pub fn run_child_if_requested() {
-    let Ok(addr) = std::env::var(CHILD_ENV) else { return };
-    let code = match child(&addr) {
-        Ok(()) => 0,
+/// Runs the benchmark's second process when this process is it and returns the code that
+/// process must exit with; returns `None` at once otherwise. Call it first thing in `main` of any
+/// binary that calls [`run`], and return the code from `main`: a library does not end the
+/// process.
+#[must_use = "the second process must exit with this code instead of going on with main"]
+pub fn run_child_if_requested() -> Option<ExitCode> {
+    let addr = std::env::var(CHILD_ENV).ok()?;
+    Some(match child(&addr) {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("accord p2p bench child: {e}");
-            1
+            ExitCode::FAILURE
         }
-    };
-    std::process::exit(code);
+    })
 }
 
 fn child(addr: &str) -> Result<(), BenchError> {
@@ -203,7 +205,7 @@ fn child(addr: &str) -> Result<(), BenchError> {
 /// One engine of the parent and where it writes.
 struct Side {
     engine: Engine,
-    src: crate::MrBuffer,
+    src: accord_engine::MrBuffer,
     dst: MrDescriptor,
 }
 
@@ -311,7 +313,7 @@ fn row(op: &str, bytes: u64, m: Measured) -> P2pRow {
 }
 
 /// Runs the benchmark: spawns the second process, measures each size over TCP and Accord.
-pub fn p2p(opts: &P2pOptions) -> Result<Vec<P2pRow>, BenchError> {
+pub fn run(opts: &P2pOptions) -> Result<Vec<P2pRow>, BenchError> {
     let paged_total = opts.paged_page_bytes.map_or(0, |p| p * opts.paged_pages);
     let max = opts.sizes.iter().copied().max().unwrap_or(0).max(paged_total);
     if max == 0 || max > BENCH_BYTES_MAX || opts.sizes.contains(&0) {

@@ -1,10 +1,14 @@
 //! `accord-p2p-bench [--json] [--loss P] [--sizes a,b,..]`: Accord writes against TCP between
 //! two processes on loopback (the `accord bench p2p` CLI wraps the same library function).
 
-use accord_engine::bench::{format_json, format_table, p2p, run_child_if_requested, P2pOptions};
+use accord_bench::p2p::{format_json, format_table, run, run_child_if_requested, P2pOptions};
+use std::process::ExitCode;
 
-fn main() {
-    run_child_if_requested();
+fn main() -> ExitCode {
+    // The benchmark re-runs this binary as its second process.
+    if let Some(code) = run_child_if_requested() {
+        return code;
+    }
     let mut opts = P2pOptions::default();
     let mut json = false;
     let mut args = std::env::args().skip(1);
@@ -18,16 +22,17 @@ fn main() {
             "--no-paged" => opts.paged_page_bytes = None,
             _ => {
                 eprintln!("usage: accord-p2p-bench [--json] [--loss P] [--sizes BYTES,..] [--no-paged]");
-                std::process::exit(2);
+                return ExitCode::from(2);
             }
         }
     }
-    match p2p(&opts) {
+    match run(&opts) {
         Ok(rows) if json => println!("{}", format_json(&rows)),
         Ok(rows) => print!("{}", format_table(&rows)),
         Err(e) => {
             eprintln!("accord-p2p-bench: {e}");
-            std::process::exit(1);
+            return ExitCode::FAILURE;
         }
     }
+    ExitCode::SUCCESS
 }
