@@ -71,6 +71,15 @@ mod worker;
 pub use accord_net::fault::{FaultConfig, FaultControl};
 pub use accord_net::shm::{ShmConfig, ShmStats};
 pub use accord_net::signal;
+/// The selector types of [`EngineConfig`]'s `cc`, `path_selector`, `pacer_order` and
+/// `integrity`, so users need not depend on `accord-proto` to set them (each parses its name).
+pub use accord_proto::{
+    cc::{CcKind, UnknownCcError},
+    config::PacerOrder,
+    path::SelectorKind,
+    wire::Integrity,
+    UnknownNameError,
+};
 pub use accord_proto::{path::PathStats, ConnectionStats};
 pub use address::{
     DeviceIpcBytes, DeviceRegionInfo, EngineAddress, EngineId, MrDescriptor, SharedHostInfo, DEVICE_IPC_HANDLE_BYTES,
