@@ -102,7 +102,7 @@ pub const ENGINE_ENV_OVERRIDES: &[(&str, &str)] = &[
     ("ACCORD_DEVICE_STAGING_CHUNKS", "device_staging_chunks: pinned staging slots per engine (default 8)"),
     (
         "ACCORD_DEVICE_LANDING_TIMEOUT_MS",
-        "device_landing_timeout_ms: how long a device-landing rendezvous waits for the peer (default 10000)",
+        "device_landing_timeout (milliseconds): how long a device-landing rendezvous waits for the peer (default 10000)",
     ),
     ("ACCORD_KEEPALIVE_MS", "keepalive: while a wait names a peer, probe it this often (default 1000; 0 = no probes)"),
     (
@@ -235,8 +235,9 @@ pub struct EngineConfig {
     pub device_staging_chunks: usize,
     /// How long a device-landing rendezvous waits for the other side (a grant, a `Done`, or a
     /// granted chunk) before failing the writer's chunk or reclaiming the receiver's slot.
-    /// Default [`LANDING_TIMEOUT_MS_DEFAULT`].
-    pub device_landing_timeout_ms: u64,
+    /// Default [`LANDING_TIMEOUT_DEFAULT`]; `ACCORD_DEVICE_LANDING_TIMEOUT_MS` sets it in
+    /// milliseconds.
+    pub device_landing_timeout: Duration,
     /// While a wait names a peer (an immediate or message it expects, a receive posted for
     /// it), the engine sends it a zero-byte probe this often, so a peer that went silent is
     /// found even when nothing else is outstanding. Default
@@ -265,9 +266,9 @@ pub const KEEPALIVE_DEFAULT: Duration = Duration::from_secs(1);
 /// probe is given as long as any write is before its connection is failed.
 pub const PEER_DEAD_DEFAULT: Duration = Duration::from_secs(5);
 
-/// Default of `ACCORD_DEVICE_LANDING_TIMEOUT_MS`: how long the landing rendezvous waits for a
-/// quiet peer before it reclaims a slot or fails a chunk.
-pub const LANDING_TIMEOUT_MS_DEFAULT: u64 = 10_000;
+/// Default [`EngineConfig::device_landing_timeout`]: how long the landing rendezvous waits for
+/// a quiet peer before it reclaims a slot or fails a chunk.
+pub const LANDING_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
 
 /// Receive batch of a lending shared-memory datapath (see [`EngineConfig::rx_batch_slots`]):
 /// 32 rather than the 8 full 64 KiB slots that fit the cache target, so a worker takes more
@@ -324,7 +325,7 @@ impl Default for EngineConfig {
             device_context: DeviceContext::Primary,
             device_staging_chunk_bytes: crate::device::staging::DEVICE_STAGING_CHUNK_BYTES_DEFAULT,
             device_staging_chunks: crate::device::staging::DEVICE_STAGING_CHUNKS_DEFAULT,
-            device_landing_timeout_ms: LANDING_TIMEOUT_MS_DEFAULT,
+            device_landing_timeout: LANDING_TIMEOUT_DEFAULT,
             keepalive: KEEPALIVE_DEFAULT,
             peer_dead_after: PEER_DEAD_DEFAULT,
             pidfd: true,
@@ -415,7 +416,9 @@ impl EngineConfig {
                 }
                 "ACCORD_DEVICE_STAGING_CHUNK_BYTES" => self.device_staging_chunk_bytes = num(name, &value)?,
                 "ACCORD_DEVICE_STAGING_CHUNKS" => self.device_staging_chunks = num(name, &value)?,
-                "ACCORD_DEVICE_LANDING_TIMEOUT_MS" => self.device_landing_timeout_ms = num(name, &value)?,
+                "ACCORD_DEVICE_LANDING_TIMEOUT_MS" => {
+                    self.device_landing_timeout = Duration::from_millis(num(name, &value)?)
+                }
                 "ACCORD_KEEPALIVE_MS" => self.keepalive = Duration::from_millis(num(name, &value)?),
                 "ACCORD_PEER_DEAD_MS" => self.peer_dead_after = Duration::from_millis(num(name, &value)?),
                 "ACCORD_PIDFD" => self.pidfd = num::<u8>(name, &value)? != 0,
@@ -510,8 +513,8 @@ impl EngineConfig {
         if self.peer_dead_after.is_zero() {
             return Err(BuildError::Invalid("peer_dead_after must be non-zero".into()));
         }
-        if self.device_landing_timeout_ms == 0 {
-            return Err(BuildError::Invalid("device_landing_timeout_ms must be at least 1".into()));
+        if self.device_landing_timeout < Duration::from_millis(1) {
+            return Err(BuildError::Invalid("device_landing_timeout must be at least 1 ms".into()));
         }
         if bytes.saturating_mul(chunks as u64) > DEVICE_STAGING_POOL_BYTES_MAX {
             return Err(BuildError::Invalid(format!(

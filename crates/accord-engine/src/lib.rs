@@ -95,7 +95,7 @@ pub use device::{DEVICE_COPIES_IN_FLIGHT_MAX, DEVICE_STREAMS_PER_GPU, IPC_MAPPIN
 pub use engine::route::cma::{CmaStats, CMA_MIN_BYTES_DEFAULT, CMA_PULLS_IN_FLIGHT_MAX, CMA_VERIFIED_PEERS_MAX};
 pub use engine::route::landing::{
     LandingStats, LANDING_ASKS_MAX, LANDING_ASKS_PER_PEER_MAX, LANDING_CONTROL_QUEUE_MAX, LANDING_REQUESTS_MAX,
-    LANDING_TIMEOUT_MS_DEFAULT,
+    LANDING_TIMEOUT_DEFAULT,
 };
 pub use engine::shared::{LANE_AVOID_AFTER_FAILURE, PEERS_MAX, SUBMISSIONS_QUEUED_MAX};
 pub use engine::{Engine, EngineBuilder, EngineStats, PagedWriteOp, ScatterDst, StridedPagedWriteOp, WriteOp};
