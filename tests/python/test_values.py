@@ -63,7 +63,7 @@ def test_communicator_and_run_are_exported() -> None:
 def test_bad_configuration_says_what_to_fix() -> None:
     with pytest.raises(accord.ConfigError, match="not an IP address"):
         accord.Engine(nics=["not-an-ip"], ignore_env=True)
-    with pytest.raises(accord.ConfigError, match="congestion|cc|unknown"):
+    with pytest.raises(accord.ConfigError, match="unknown congestion control.*cubic, swift, eqds, fixed"):
         accord.Engine(congestion_control="warp-drive", ignore_env=True)
     with pytest.raises(accord.ConfigError, match="workers_per_nic"):
         accord.Engine(workers_per_nic=0, ignore_env=True)

@@ -125,10 +125,23 @@ pub struct EqdsArgs {
     selector: String,
 }
 
+/// The flags are read as text and parsed here, in the command, so a bad name is refused with
+/// the command's exit code (1) and one line, like every other bad value of `accord sim`.
 impl EqdsArgs {
     fn pacer_order(&self) -> Result<accord_proto::PacerOrder, String> {
-        accord_proto::PacerOrder::from_name(&self.pacer_order)
-            .ok_or_else(|| format!("unknown --pacer-order {:?}: use srpt or rr", self.pacer_order))
+        self.pacer_order.parse().map_err(|e| format!("--pacer-order: {e}"))
+    }
+
+    /// The selector's canonical name, which the simulator takes.
+    fn selector(&self) -> Result<String, String> {
+        let kind: accord_proto::path::SelectorKind = self.selector.parse().map_err(|e| format!("--selector: {e}"))?;
+        Ok(kind.to_string())
+    }
+}
+
+impl Common {
+    fn cc(&self) -> Result<CcKind, String> {
+        self.cc.parse().map_err(|e| format!("--cc: {e}"))
     }
 }
 
@@ -229,7 +242,7 @@ fn permutation(args: PermutationArgs) -> Result<(), String> {
     }
     validate::positive("--link-gbps", args.link_gbps)?;
     check_fabric_size(&format!("--nodes {}", args.nodes), args.nodes, args.paths, 0)?;
-    CcKind::from_name(&args.common.cc).map_err(|e| e.to_string())?;
+    let cc = args.common.cc()?;
     let topology = TopologyKind::from_name(&args.topology).map_err(|e| e.to_string())?;
     let defaults = ExperimentOptions::default();
     let opts = ExperimentOptions {
@@ -238,13 +251,13 @@ fn permutation(args: PermutationArgs) -> Result<(), String> {
         bytes: args.bytes,
         mtu: args.mtu,
         paths: args.paths,
-        cc: args.common.cc.clone(),
+        cc: cc.to_string(),
         chunk: if args.chunk == 0 { defaults.chunk } else { args.chunk },
         topology,
         seed: args.common.seed,
         queue: args.queue.clone(),
         checked: args.checked,
-        selector: args.eqds.selector.clone(),
+        selector: args.eqds.selector()?,
         pacer_order: args.eqds.pacer_order()?,
         ..defaults
     };
@@ -341,7 +354,7 @@ fn scenario(common: &Common, bytes: u64, paths: u16) -> Result<ScenarioConfig, S
     if paths == 0 || paths > accord_proto::config::PATH_COUNT_MAX {
         return Err(format!("--paths must be in 1..={}", accord_proto::config::PATH_COUNT_MAX));
     }
-    let cc = CcKind::from_name(&common.cc).map_err(|e| e.to_string())?;
+    let cc = common.cc()?;
     Ok(ScenarioConfig { seed: common.seed, bytes, paths, cc })
 }
 
@@ -467,10 +480,11 @@ fn incast(args: IncastArgs) -> Result<(), String> {
     check_bytes("--bytes", args.bytes)?;
     check_bytes("--victim-bytes", args.victim_bytes.max(1))?;
     let topology = TopologyKind::from_name(&args.topology).map_err(|e| e.to_string())?;
-    let ccs = validate::list("--cc", &args.cc)?;
-    for cc in &ccs {
-        CcKind::from_name(cc).map_err(|e| e.to_string())?;
-    }
+    // Parsed once here; the simulator takes the canonical names.
+    let ccs = validate::list("--cc", &args.cc)?
+        .iter()
+        .map(|cc| cc.parse::<CcKind>().map(|kind| kind.to_string()).map_err(|e| format!("--cc: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
     let nodes = args.victims.max(args.senders.saturating_add(1));
     let messages = u64::from(args.victims) * u64::from(args.victim_messages);
     check_fabric_size(
@@ -486,7 +500,7 @@ fn incast(args: IncastArgs) -> Result<(), String> {
         topology,
         seed: args.seed,
         queue: args.queue.clone(),
-        selector: args.eqds.selector.clone(),
+        selector: args.eqds.selector()?,
         pacer_order: args.eqds.pacer_order()?,
         ..Default::default()
     };

@@ -15,6 +15,23 @@ const CASES: &[(&[&str], i32, &str)] = &[
     (&["sim", "incast", "--cc", " , "], 1, "names nothing"),
     (&["sim", "incast", "--cc", "cubic,,eqds"], 1, "has an empty entry"),
     (&["sim", "loss-sweep", "--cc", ""], 1, "unknown congestion control"),
+    // Selector names, each error listing the accepted ones.
+    (
+        &["sim", "loss-sweep", "--cc", "bbr"],
+        1,
+        "--cc: unknown congestion control \"bbr\": use one of cubic, swift, eqds, fixed",
+    ),
+    (&["sim", "incast", "--cc", "cubic,bbr"], 1, "use one of cubic, swift, eqds, fixed"),
+    (
+        &["sim", "permutation", "--selector", "ecmp"],
+        1,
+        "--selector: unknown path selector \"ecmp\": use one of p2c, rr, recycle",
+    ),
+    (
+        &["sim", "incast", "--pacer-order", "fifo"],
+        1,
+        "--pacer-order: unknown pacer order \"fifo\": use one of rr, srpt",
+    ),
     // Sizes and counts against named limits and this machine's memory.
     (&["sim", "permutation", "--nodes", "100000000"], 1, "--nodes 100000000 needs about 29.8 TiB of memory"),
     (&["sim", "permutation", "--nodes", "1"], 1, "--nodes must be at least 2"),

@@ -4,6 +4,10 @@
 use crate::error::BuildError;
 use accord_net::fault::FaultConfig;
 use accord_net::shm::ShmConfig;
+use accord_proto::cc::CcKind;
+use accord_proto::config::PacerOrder;
+use accord_proto::path::SelectorKind;
+use accord_proto::wire::Integrity;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
@@ -98,7 +102,7 @@ pub const ENGINE_ENV_OVERRIDES: &[(&str, &str)] = &[
     ("ACCORD_DEVICE_STAGING_CHUNKS", "device_staging_chunks: pinned staging slots per engine (default 8)"),
     (
         "ACCORD_DEVICE_LANDING_TIMEOUT_MS",
-        "device_landing_timeout_ms: how long a device-landing rendezvous waits for the peer (default 10000)",
+        "device_landing_timeout (milliseconds): how long a device-landing rendezvous waits for the peer (default 10000)",
     ),
     ("ACCORD_KEEPALIVE_MS", "keepalive: while a wait names a peer, probe it this often (default 1000; 0 = no probes)"),
     (
@@ -137,19 +141,21 @@ pub struct EngineConfig {
     pub workers_per_nic: usize,
     /// Paths (UDP sockets, entropy values) per worker. Default 4.
     pub paths_per_worker: u16,
-    /// Congestion control by name (`cubic`, `swift`, `eqds`, `fixed`). Default `cubic`.
-    pub cc: String,
-    /// How a sender picks the path of each chunk, by name (`p2c`, `rr`, `recycle`; see
-    /// `accord_proto::path::SelectorKind`). Default `p2c`.
-    pub path_selector: String,
-    /// Which sender the receiver's EQDS credit pacer serves next, by name (`rr`, `srpt`; see
-    /// `accord_proto::config::PacerOrder`). Default `rr`. The simulator's EQDS results used
-    /// `srpt` (docs/results/2026-11-22-eqds.md).
-    pub pacer_order: String,
-    /// End-to-end check of every packet, by name (`full`, `header`, `off`; see
-    /// `accord_proto::wire::Integrity`). Default `full`: a CRC32C over header and payload,
-    /// verified before anything is parsed. Every rank of a job must use the same.
-    pub integrity: String,
+    /// Congestion control (`ACCORD_CC`: `cubic`, `swift`, `eqds`, `fixed`). Default CUBIC with
+    /// its default parameters. EQDS's speculative window is raised for large datagrams (see
+    /// [`EngineConfig::endpoint_config`]).
+    pub cc: CcKind,
+    /// How a sender picks the path of each chunk (`ACCORD_PATH_SELECTOR`: `p2c`, `rr`,
+    /// `recycle`). Default power-of-two choices.
+    pub path_selector: SelectorKind,
+    /// Which sender the receiver's EQDS credit pacer serves next (`ACCORD_PACER_ORDER`: `rr`,
+    /// `srpt`). Default round robin. The simulator's EQDS results used `srpt`
+    /// (docs/results/2026-11-22-eqds.md).
+    pub pacer_order: PacerOrder,
+    /// End-to-end check of every packet (`ACCORD_INTEGRITY`: `full`, `header`, `off`). Default
+    /// [`Integrity::Full`]: a CRC32C over header and payload, verified before anything is
+    /// parsed. Every rank of a job must use the same.
+    pub integrity: Integrity,
     /// Line rate of each NIC in Gbit/s. The receiver-driven EQDS grants credit at just under
     /// it (split evenly over the NIC's workers, each of which runs its own endpoint); the
     /// sender-driven policies ignore it. Default 100.
@@ -229,8 +235,9 @@ pub struct EngineConfig {
     pub device_staging_chunks: usize,
     /// How long a device-landing rendezvous waits for the other side (a grant, a `Done`, or a
     /// granted chunk) before failing the writer's chunk or reclaiming the receiver's slot.
-    /// Default [`LANDING_TIMEOUT_MS_DEFAULT`].
-    pub device_landing_timeout_ms: u64,
+    /// Default [`LANDING_TIMEOUT_DEFAULT`]; `ACCORD_DEVICE_LANDING_TIMEOUT_MS` sets it in
+    /// milliseconds.
+    pub device_landing_timeout: Duration,
     /// While a wait names a peer (an immediate or message it expects, a receive posted for
     /// it), the engine sends it a zero-byte probe this often, so a peer that went silent is
     /// found even when nothing else is outstanding. Default
@@ -259,9 +266,9 @@ pub const KEEPALIVE_DEFAULT: Duration = Duration::from_secs(1);
 /// probe is given as long as any write is before its connection is failed.
 pub const PEER_DEAD_DEFAULT: Duration = Duration::from_secs(5);
 
-/// Default of `ACCORD_DEVICE_LANDING_TIMEOUT_MS`: how long the landing rendezvous waits for a
-/// quiet peer before it reclaims a slot or fails a chunk.
-pub const LANDING_TIMEOUT_MS_DEFAULT: u64 = 10_000;
+/// Default [`EngineConfig::device_landing_timeout`]: how long the landing rendezvous waits for
+/// a quiet peer before it reclaims a slot or fails a chunk.
+pub const LANDING_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
 
 /// Receive batch of a lending shared-memory datapath (see [`EngineConfig::rx_batch_slots`]):
 /// 32 rather than the 8 full 64 KiB slots that fit the cache target, so a worker takes more
@@ -294,10 +301,10 @@ impl Default for EngineConfig {
             nics: vec![IpAddr::V4(Ipv4Addr::LOCALHOST)],
             workers_per_nic: 1,
             paths_per_worker: 4,
-            cc: "cubic".to_string(),
-            path_selector: "p2c".to_string(),
-            pacer_order: "rr".to_string(),
-            integrity: "full".to_string(),
+            cc: CcKind::Cubic(Default::default()),
+            path_selector: SelectorKind::PowerOfTwoChoices,
+            pacer_order: PacerOrder::RoundRobin,
+            integrity: Integrity::Full,
             nic_gbps: 100.0,
             force_network: false,
             datagram_bytes: 0,
@@ -318,7 +325,7 @@ impl Default for EngineConfig {
             device_context: DeviceContext::Primary,
             device_staging_chunk_bytes: crate::device::staging::DEVICE_STAGING_CHUNK_BYTES_DEFAULT,
             device_staging_chunks: crate::device::staging::DEVICE_STAGING_CHUNKS_DEFAULT,
-            device_landing_timeout_ms: LANDING_TIMEOUT_MS_DEFAULT,
+            device_landing_timeout: LANDING_TIMEOUT_DEFAULT,
             keepalive: KEEPALIVE_DEFAULT,
             peer_dead_after: PEER_DEAD_DEFAULT,
             pidfd: true,
@@ -357,6 +364,13 @@ impl EngineConfig {
         fn num<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, BuildError> {
             value.trim().parse().map_err(|_| BuildError::BadOverride { name: name.to_string(), value: value.into() })
         }
+        /// A selector by name; the error names the variable and lists the valid names.
+        fn named<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, BuildError>
+        where
+            T::Err: std::fmt::Display,
+        {
+            value.parse().map_err(|e: T::Err| BuildError::Invalid(format!("{name}: {e}")))
+        }
         for (name, _) in ENGINE_ENV_OVERRIDES {
             let Some(value) = lookup(name) else { continue };
             match *name {
@@ -365,10 +379,10 @@ impl EngineConfig {
                 }
                 "ACCORD_WORKERS_PER_NIC" => self.workers_per_nic = num(name, &value)?,
                 "ACCORD_PATHS" => self.paths_per_worker = num(name, &value)?,
-                "ACCORD_CC" => self.cc = value.trim().to_string(),
-                "ACCORD_PATH_SELECTOR" => self.path_selector = value.trim().to_string(),
-                "ACCORD_PACER_ORDER" => self.pacer_order = value.trim().to_string(),
-                "ACCORD_INTEGRITY" => self.integrity = value.trim().to_string(),
+                "ACCORD_CC" => self.cc = named(name, &value)?,
+                "ACCORD_PATH_SELECTOR" => self.path_selector = named(name, &value)?,
+                "ACCORD_PACER_ORDER" => self.pacer_order = named(name, &value)?,
+                "ACCORD_INTEGRITY" => self.integrity = named(name, &value)?,
                 "ACCORD_JOB_SECRET" => {
                     // The value is never echoed into the error: it is a secret.
                     let secret = accord_proto::JobSecret::from_hex(&value).ok_or_else(|| {
@@ -402,7 +416,9 @@ impl EngineConfig {
                 }
                 "ACCORD_DEVICE_STAGING_CHUNK_BYTES" => self.device_staging_chunk_bytes = num(name, &value)?,
                 "ACCORD_DEVICE_STAGING_CHUNKS" => self.device_staging_chunks = num(name, &value)?,
-                "ACCORD_DEVICE_LANDING_TIMEOUT_MS" => self.device_landing_timeout_ms = num(name, &value)?,
+                "ACCORD_DEVICE_LANDING_TIMEOUT_MS" => {
+                    self.device_landing_timeout = Duration::from_millis(num(name, &value)?)
+                }
                 "ACCORD_KEEPALIVE_MS" => self.keepalive = Duration::from_millis(num(name, &value)?),
                 "ACCORD_PEER_DEAD_MS" => self.peer_dead_after = Duration::from_millis(num(name, &value)?),
                 "ACCORD_PIDFD" => self.pidfd = num::<u8>(name, &value)? != 0,
@@ -469,19 +485,6 @@ impl EngineConfig {
             return Err(BuildError::Invalid("shard_bytes_min and idle_timeout must be non-zero".into()));
         }
         self.validate_device_staging()?;
-        accord_proto::cc::CcKind::from_name(&self.cc).map_err(|e| BuildError::Invalid(e.to_string()))?;
-        if accord_proto::path::SelectorKind::from_name(&self.path_selector).is_none() {
-            let name = &self.path_selector;
-            return Err(BuildError::Invalid(format!("path selector {name:?}: use p2c, rr or recycle")));
-        }
-        if accord_proto::config::PacerOrder::from_name(&self.pacer_order).is_none() {
-            let name = &self.pacer_order;
-            return Err(BuildError::Invalid(format!("pacer order {name:?}: use rr or srpt")));
-        }
-        if accord_proto::wire::Integrity::from_name(&self.integrity).is_none() {
-            let name = &self.integrity;
-            return Err(BuildError::Invalid(format!("integrity {name:?}: use full, header or off")));
-        }
         self.shm.validate().map_err(|e| BuildError::Invalid(e.to_string()))?;
         if let Some(f) = &self.fault {
             f.validate().map_err(|e| BuildError::Invalid(e.to_string()))?;
@@ -510,8 +513,8 @@ impl EngineConfig {
         if self.peer_dead_after.is_zero() {
             return Err(BuildError::Invalid("peer_dead_after must be non-zero".into()));
         }
-        if self.device_landing_timeout_ms == 0 {
-            return Err(BuildError::Invalid("device_landing_timeout_ms must be at least 1".into()));
+        if self.device_landing_timeout < Duration::from_millis(1) {
+            return Err(BuildError::Invalid("device_landing_timeout must be at least 1 ms".into()));
         }
         if bytes.saturating_mul(chunks as u64) > DEVICE_STAGING_POOL_BYTES_MAX {
             return Err(BuildError::Invalid(format!(
@@ -551,16 +554,16 @@ impl EngineConfig {
         let c = &mut ep.connection;
         c.max_datagram_bytes = self.effective_datagram_bytes();
         c.path_count = self.paths_per_worker;
-        c.cc = accord_proto::cc::CcKind::from_name(&self.cc).unwrap_or(c.cc.clone());
-        c.selector = accord_proto::path::SelectorKind::from_name(&self.path_selector).unwrap_or(c.selector);
-        if let accord_proto::cc::CcKind::Eqds(eqds) = &mut c.cc {
+        c.cc = self.cc.clone();
+        c.selector = self.path_selector;
+        if let CcKind::Eqds(eqds) = &mut c.cc {
             // Large loopback datagrams: speculate at least a few of them.
             eqds.speculative_bytes = eqds.speculative_bytes.max(8 * u64::from(c.max_datagram_bytes));
         }
         let workers = self.workers_per_nic.max(1) as f64;
         ep.credit.line_rate_bytes_per_sec = ((self.nic_gbps * 1e9 / 8.0 / workers) as u64).max(1);
-        ep.credit.order = accord_proto::config::PacerOrder::from_name(&self.pacer_order).unwrap_or(ep.credit.order);
-        ep.integrity = accord_proto::wire::Integrity::from_name(&self.integrity).unwrap_or(ep.integrity);
+        ep.credit.order = self.pacer_order;
+        ep.integrity = self.integrity;
         ep.secret = self.job_secret;
         let c = &mut ep.connection;
         c.idle_timeout = self.idle_timeout;

@@ -70,6 +70,15 @@ mod worker;
 pub use accord_net::fault::{FaultConfig, FaultControl};
 pub use accord_net::shm::{ShmConfig, ShmStats};
 pub use accord_net::signal;
+/// The selector types of [`EngineConfig`]'s `cc`, `path_selector`, `pacer_order` and
+/// `integrity`, so users need not depend on `accord-proto` to set them (each parses its name).
+pub use accord_proto::{
+    cc::{CcKind, UnknownCcError},
+    config::PacerOrder,
+    path::SelectorKind,
+    wire::Integrity,
+    UnknownNameError,
+};
 pub use accord_proto::{path::PathStats, ConnectionStats};
 pub use address::{
     DeviceIpcBytes, DeviceRegionInfo, EngineAddress, EngineId, MrDescriptor, SharedHostInfo, DEVICE_IPC_HANDLE_BYTES,
@@ -85,7 +94,7 @@ pub use device::{DEVICE_COPIES_IN_FLIGHT_MAX, DEVICE_STREAMS_PER_GPU, IPC_MAPPIN
 pub use engine::route::cma::{CmaStats, CMA_MIN_BYTES_DEFAULT, CMA_PULLS_IN_FLIGHT_MAX, CMA_VERIFIED_PEERS_MAX};
 pub use engine::route::landing::{
     LandingStats, LANDING_ASKS_MAX, LANDING_ASKS_PER_PEER_MAX, LANDING_CONTROL_QUEUE_MAX, LANDING_REQUESTS_MAX,
-    LANDING_TIMEOUT_MS_DEFAULT,
+    LANDING_TIMEOUT_DEFAULT,
 };
 pub use engine::shared::{LANE_AVOID_AFTER_FAILURE, PEERS_MAX, SUBMISSIONS_QUEUED_MAX};
 pub use engine::{Engine, EngineBuilder, EngineStats, PagedWriteOp, ScatterDst, StridedPagedWriteOp, WriteOp};

@@ -40,6 +40,7 @@ pub mod credit;
 pub mod endpoint;
 pub mod frame;
 pub mod ids;
+pub mod names;
 pub mod path;
 pub mod recv;
 pub mod send;
@@ -54,5 +55,6 @@ pub use api::{
 pub use config::{ConfigError, ConnectionConfig, CreditConfig, EndpointConfig, PacerOrder};
 pub use endpoint::{ConnectError, Endpoint};
 pub use ids::{ConnectionId, OpId, PathId, Psn, RecvBufferId, RegionId, RegionKey};
+pub use names::UnknownNameError;
 pub use send::{OpError, SubmitError};
 pub use time::Instant;

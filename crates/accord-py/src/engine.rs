@@ -109,7 +109,8 @@ impl Engine {
             builder = builder.paths(count);
         }
         if let Some(name) = congestion_control {
-            builder = builder.congestion_control(&name);
+            let cc = name.parse().map_err(|e: accord_engine::UnknownCcError| error(Kind::Config, e.to_string()))?;
+            builder = builder.congestion_control(cc);
         }
         if let Some(force) = force_network {
             builder = builder.force_network(force);

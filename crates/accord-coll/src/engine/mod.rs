@@ -18,6 +18,7 @@
 //! received; the barrier makes everyone finish first, and dropping the transport then waits (up
 //! to [`DRAIN_ON_DROP`]) for its own writes and signals to be acknowledged.
 
+mod frame;
 mod pinned;
 mod stats;
 #[cfg(test)]
@@ -34,6 +35,7 @@ use accord_engine::{
     Engine, EngineAddress, MrBuffer, MrDescriptor, MrHandle, PeerWaitError, RecvMessage, Transfer, TransferError,
     WriteOp,
 };
+use frame::{Frame, FRAME_HEADER_BYTES};
 use pinned::Pinned;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,10 +53,6 @@ pub const PENDING_TRANSFERS_MAX: usize = 4096;
 pub const DESCRIPTOR_CACHE_MAX: usize = 4096;
 /// Granularity of waits, so stuck reports interrupt them promptly.
 const WAIT_SLICE: Duration = Duration::from_millis(20);
-
-const FRAME_CTRL: u8 = 1;
-const FRAME_STUCK: u8 = 2;
-const FRAME_HEADER_BYTES: usize = 9;
 
 /// Why setting up an engine-backed communicator failed.
 #[derive(Debug, thiserror::Error)]
@@ -390,42 +388,29 @@ fn map_transfer_error(peer: usize, e: TransferError) -> TransportError {
 
 /// The receive handler: files control messages and stuck reports in the inbox.
 fn deliver(inbox: &Shared<Inbox>, m: RecvMessage<'_>) {
-    let data = m.data;
-    if data.len() < FRAME_HEADER_BYTES {
-        tracing::warn!(len = data.len(), "dropping a control frame too short to read");
-        return;
-    }
-    let sender = u32::from_le_bytes(data[1..5].try_into().expect("4 bytes")) as usize;
-    let value = u32::from_le_bytes(data[5..9].try_into().expect("4 bytes"));
+    let frame = match Frame::decode(m.data) {
+        Ok(frame) => frame,
+        Err(error) => {
+            tracing::warn!(len = m.data.len(), %error, "dropping a malformed collectives frame");
+            return;
+        }
+    };
     let (mutex, arrived) = &**inbox;
     let mut inbox = lock(mutex);
-    match data[0] {
-        FRAME_CTRL => {
+    match frame {
+        Frame::Ctrl { sender, tag, body } => {
             if inbox.ctrl_held >= CTRL_PENDING_MAX {
                 tracing::error!(sender, "control inbox full; dropping a message");
                 return;
             }
             inbox.ctrl_held += 1;
-            inbox.ctrl.entry((sender, value)).or_default().push_back(data[FRAME_HEADER_BYTES..].to_vec());
+            inbox.ctrl.entry((sender, tag)).or_default().push_back(body.to_vec());
         }
-        FRAME_STUCK => {
-            inbox.stuck.entry(sender).or_insert(value as usize);
-        }
-        kind => {
-            tracing::warn!(kind, sender, "dropping a control frame of unknown kind");
-            return;
+        Frame::Stuck { sender, waiting_on } => {
+            inbox.stuck.entry(sender).or_insert(waiting_on);
         }
     }
     arrived.notify_all();
-}
-
-fn frame(kind: u8, sender: usize, value: u32, body: &[u8]) -> Vec<u8> {
-    let mut f = Vec::with_capacity(FRAME_HEADER_BYTES + body.len());
-    f.push(kind);
-    f.extend_from_slice(&(sender as u32).to_le_bytes());
-    f.extend_from_slice(&value.to_le_bytes());
-    f.extend_from_slice(body);
-    f
 }
 
 impl CollTransport for EngineTransport {
@@ -572,7 +557,7 @@ impl CollTransport for EngineTransport {
         if bytes.len() > CTRL_MESSAGE_BYTES_MAX {
             return Err(TransportError::LimitReached { what: "control message bytes", limit: CTRL_MESSAGE_BYTES_MAX });
         }
-        let transfer = self.send_frame(peer, &frame(FRAME_CTRL, self.rank, tag, bytes))?;
+        let transfer = self.send_frame(peer, &Frame::Ctrl { sender: self.rank, tag, body: bytes }.encode())?;
         self.counters.ctrl();
         self.track(peer, transfer)
     }
@@ -640,7 +625,7 @@ impl CollTransport for EngineTransport {
     }
 
     fn report_stuck(&self, waiting_on: usize) {
-        let f = frame(FRAME_STUCK, self.rank, waiting_on as u32, &[]);
+        let f = Frame::Stuck { sender: self.rank, waiting_on }.encode();
         for peer in (0..self.peers.len()).filter(|&p| p != self.rank) {
             // Best effort: a dead peer cannot be told, which is how the others find it.
             let _ = self.send_frame(peer, &f);

@@ -103,7 +103,7 @@ impl StoreClient {
     }
 
     fn check_status(reply: &[u8]) -> Result<(u8, Dec<'_>), StoreError> {
-        let mut d = Dec(reply);
+        let mut d = Dec::new(reply);
         let st = d.u8()?;
         if st == ST_ERROR {
             let msg = String::from_utf8_lossy(d.bytes(FRAME_BYTES_MAX)?).into_owned();
@@ -122,13 +122,14 @@ impl StoreClient {
 
     /// Sets `key` to `value`.
     pub fn set(&mut self, key: &str, value: &[u8]) -> Result<(), StoreError> {
-        let reply = self.request(&Enc::default().u8(OP_SET).bytes(key.as_bytes()).bytes(value).0, Duration::ZERO)?;
+        let reply =
+            self.request(&Enc::default().u8(OP_SET).bytes(key.as_bytes()).bytes(value).into_bytes(), Duration::ZERO)?;
         Self::check_status(&reply).map(|_| ())
     }
 
     /// Gets `key`, waiting up to `timeout` for it to be set.
     pub fn get(&mut self, key: &str, timeout: Duration) -> Result<Vec<u8>, StoreError> {
-        let req = Enc::default().u8(OP_GET).bytes(key.as_bytes()).u64(timeout.as_millis() as u64).0;
+        let req = Enc::default().u8(OP_GET).bytes(key.as_bytes()).u64(timeout.as_millis() as u64).into_bytes();
         let reply = self.request(&req, timeout)?;
         let (st, mut d) = Self::check_status(&reply)?;
         if st == ST_TIMEOUT {
@@ -139,21 +140,19 @@ impl StoreClient {
 
     /// Adds `delta` to the counter `key` (0 if absent) and returns the new value.
     pub fn add(&mut self, key: &str, delta: i64) -> Result<i64, StoreError> {
-        let reply =
-            self.request(&Enc::default().u8(OP_ADD).bytes(key.as_bytes()).u64(delta as u64).0, Duration::ZERO)?;
+        let reply = self
+            .request(&Enc::default().u8(OP_ADD).bytes(key.as_bytes()).u64(delta as u64).into_bytes(), Duration::ZERO)?;
         let (_, mut d) = Self::check_status(&reply)?;
         Ok(d.u64()? as i64)
     }
 
     /// Waits until every key in `keys` is set; the error names the missing ones.
     pub fn wait(&mut self, keys: &[String], timeout: Duration) -> Result<(), StoreError> {
-        let mut e = Enc::default().u8(OP_WAIT).0;
-        e.extend_from_slice(&(keys.len() as u32).to_le_bytes());
-        let mut e = Enc(e);
+        let mut e = Enc::default().u8(OP_WAIT).u32(keys.len() as u32);
         for k in keys {
             e = e.bytes(k.as_bytes());
         }
-        let reply = self.request(&e.u64(timeout.as_millis() as u64).0, timeout)?;
+        let reply = self.request(&e.u64(timeout.as_millis() as u64).into_bytes(), timeout)?;
         let (st, d) = Self::check_status(&reply)?;
         if st == ST_TIMEOUT {
             return Err(StoreError::KeyTimeout { keys: Self::missing_keys(d)?, waited: timeout });

@@ -136,7 +136,7 @@ fn admit(mut stream: &TcpStream, state: &State) -> bool {
     if !proven {
         tracing::warn!(peer = ?stream.peer_addr().ok(), "bootstrap store: a client without the job secret was refused");
         let reason = "not admitted: this store requires the job secret (ACCORD_JOB_SECRET)";
-        let _ = write_frame(&mut stream, &Enc::default().u8(ST_ERROR).bytes(reason.as_bytes()).0);
+        let _ = write_frame(&mut stream, &Enc::default().u8(ST_ERROR).bytes(reason.as_bytes()).into_bytes());
         return false;
     }
     stream.set_read_timeout(None).is_ok() && write_frame(&mut stream, &[ST_OK]).is_ok()
@@ -153,13 +153,14 @@ fn serve(mut stream: &TcpStream, state: &State) {
             Ok(None) => return,
             Err(e) => {
                 // Oversized or broken frame: say why, then drop the client.
-                let _ = write_frame(&mut stream, &Enc::default().u8(ST_ERROR).bytes(e.to_string().as_bytes()).0);
+                let _ =
+                    write_frame(&mut stream, &Enc::default().u8(ST_ERROR).bytes(e.to_string().as_bytes()).into_bytes());
                 return;
             }
         };
         let reply = match handle(&frame, state) {
             Ok(r) => r,
-            Err(e) => Enc::default().u8(ST_ERROR).bytes(e.to_string().as_bytes()).0,
+            Err(e) => Enc::default().u8(ST_ERROR).bytes(e.to_string().as_bytes()).into_bytes(),
         };
         if write_frame(&mut stream, &reply).is_err() || state.stop.load(Ordering::SeqCst) {
             return;
@@ -181,7 +182,7 @@ fn wait_for(state: &State, timeout_ms: u64, keys: &[String]) -> Vec<String> {
 }
 
 fn handle(frame: &[u8], state: &State) -> Result<Vec<u8>, StoreError> {
-    let mut d = Dec(frame);
+    let mut d = Dec::new(frame);
     let ok = Enc::default().u8(ST_OK);
     match d.u8()? {
         OP_SET => {
@@ -194,17 +195,17 @@ fn handle(frame: &[u8], state: &State) -> Result<Vec<u8>, StoreError> {
             }
             map.insert(key, value);
             state.changed.notify_all();
-            Ok(ok.0)
+            Ok(ok.into_bytes())
         }
         OP_GET => {
             let key = d.key()?;
             let timeout_ms = d.u64()?;
             d.end()?;
             if !wait_for(state, timeout_ms, std::slice::from_ref(&key)).is_empty() {
-                return Ok(Enc::default().u8(ST_TIMEOUT).u64(1).bytes(key.as_bytes()).0);
+                return Ok(Enc::default().u8(ST_TIMEOUT).u64(1).bytes(key.as_bytes()).into_bytes());
             }
             let map = lock(&state.map);
-            Ok(ok.bytes(&map[&key]).0)
+            Ok(ok.bytes(&map[&key]).into_bytes())
         }
         OP_ADD => {
             let key = d.key()?;
@@ -213,8 +214,8 @@ fn handle(frame: &[u8], state: &State) -> Result<Vec<u8>, StoreError> {
             let mut map = lock(&state.map);
             let current = match map.get(&key) {
                 None => 0,
-                Some(v) if v.len() == 8 => i64::from_le_bytes(v[..].try_into().expect("8 bytes")),
-                Some(_) => return Err(StoreError::Refused { reason: format!("key {key:?} does not hold a counter") }),
+                Some(v) => decode_counter(v)
+                    .ok_or_else(|| StoreError::Refused { reason: format!("key {key:?} does not hold a counter") })?,
             };
             if !map.contains_key(&key) && map.len() >= KEYS_MAX {
                 return Err(StoreError::Refused { reason: format!("the store holds {KEYS_MAX} keys already") });
@@ -222,7 +223,7 @@ fn handle(frame: &[u8], state: &State) -> Result<Vec<u8>, StoreError> {
             let new = current.wrapping_add(delta);
             map.insert(key, new.to_le_bytes().to_vec());
             state.changed.notify_all();
-            Ok(ok.u64(new as u64).0)
+            Ok(ok.u64(new as u64).into_bytes())
         }
         OP_WAIT => {
             let n = d.u32()? as usize;
@@ -234,13 +235,13 @@ fn handle(frame: &[u8], state: &State) -> Result<Vec<u8>, StoreError> {
             d.end()?;
             let missing = wait_for(state, timeout_ms, &keys);
             if missing.is_empty() {
-                return Ok(ok.0);
+                return Ok(ok.into_bytes());
             }
             let mut e = Enc::default().u8(ST_TIMEOUT).u64(missing.len() as u64);
             for k in &missing {
                 e = e.bytes(k.as_bytes());
             }
-            Ok(e.0)
+            Ok(e.into_bytes())
         }
         op => Err(protocol(format!("unknown store op {op}"))),
     }

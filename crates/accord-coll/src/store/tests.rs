@@ -248,7 +248,7 @@ fn a_store_with_a_secret_refuses_clients_without_it() {
     // A raw client ignores the challenge and sends a GET: it gets the refusal, not the value.
     let mut raw = TcpStream::connect(addr).unwrap();
     raw.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let get = wire::Enc::default().u8(wire::OP_GET).bytes(b"accord/addr/0").u64(0).0;
+    let get = wire::Enc::default().u8(wire::OP_GET).bytes(b"accord/addr/0").u64(0).into_bytes();
     wire::write_frame(&mut raw, &get).unwrap();
     let mut everything = Vec::new();
     let _ = raw.read_to_end(&mut everything);

@@ -90,9 +90,9 @@ impl EngineBuilder {
         self.config.paths_per_worker = count;
         self
     }
-    /// Congestion control by name: `cubic`, `swift`, `fixed`.
-    pub fn congestion_control(mut self, name: &str) -> Self {
-        self.config.cc = name.to_string();
+    /// Congestion control (parse a name with `str::parse`: `cubic`, `swift`, `eqds`, `fixed`).
+    pub fn congestion_control(mut self, cc: accord_proto::cc::CcKind) -> Self {
+        self.config.cc = cc;
         self
     }
     /// Send to same-process peers over the network (benchmarks, tests).

@@ -79,7 +79,7 @@ fn unsharded_writes_spread_over_lanes_and_count_each_immediate() {
 #[test]
 fn eqds_write_over_udp_lands() {
     let build = || {
-        let config = EngineConfig { cc: "eqds".into(), nic_gbps: 25.0, ..Default::default() };
+        let config = EngineConfig { cc: "eqds".parse().unwrap(), nic_gbps: 25.0, ..Default::default() };
         Engine::builder().ignore_env().config(config).force_network(true).build().expect("engine builds")
     };
     let (a, b) = (build(), build());
@@ -249,7 +249,7 @@ fn env_overrides_apply() {
         [("ACCORD_NICS", "127.0.0.1,127.0.0.2"), ("ACCORD_CC", "swift"), ("ACCORD_FORCE_NETWORK", "1")].into();
     let c = EngineConfig::default().with_overrides_from(|n| vars.get(n).map(|v| v.to_string())).unwrap();
     assert_eq!(c.nics.len(), 2);
-    assert_eq!(c.cc, "swift");
+    assert_eq!(c.cc.name(), "swift");
     assert!(c.force_network);
     assert!(c.shm.enabled, "shared memory is on unless turned off");
     assert!(EngineConfig::default().with_overrides_from(|_| Some("x".into())).is_err());
@@ -280,23 +280,34 @@ fn await_poll_is_configurable_and_bounded() {
 /// first) moves bytes and immediates as any other.
 #[test]
 fn path_selector_and_pacer_order_by_name() {
-    let set = |pairs: &[(&str, &str)]| {
+    let try_set = |pairs: &[(&str, &str)]| {
         let vars: HashMap<&str, String> = pairs.iter().map(|(k, v)| (*k, v.to_string())).collect();
-        EngineConfig::default().with_overrides_from(|n| vars.get(n).cloned()).unwrap()
+        EngineConfig::default().with_overrides_from(|n| vars.get(n).cloned())
     };
+    let set = |pairs: &[(&str, &str)]| try_set(pairs).unwrap();
     let c = set(&[("ACCORD_PATH_SELECTOR", "recycle"), ("ACCORD_PACER_ORDER", "srpt")]);
     assert!(c.validate().is_ok());
     let ep = c.endpoint_config();
     assert_eq!(ep.connection.selector, accord_proto::path::SelectorKind::Recycle);
     assert_eq!(ep.credit.order, accord_proto::config::PacerOrder::ShortestRemaining);
     assert_eq!(EngineConfig::default().endpoint_config().connection.selector, Default::default());
-    assert!(set(&[("ACCORD_PATH_SELECTOR", "fastest")]).validate().is_err());
-    assert!(set(&[("ACCORD_PACER_ORDER", "lifo")]).validate().is_err());
+    // Parsed once, when the variable is read: the error names the variable and what it accepts.
+    let e = try_set(&[("ACCORD_PATH_SELECTOR", "fastest")]).unwrap_err().to_string();
+    assert!(e.contains("ACCORD_PATH_SELECTOR") && e.contains("p2c, rr, recycle"), "{e}");
+    let e = try_set(&[("ACCORD_PACER_ORDER", "lifo")]).unwrap_err().to_string();
+    assert!(e.contains("ACCORD_PACER_ORDER") && e.contains("rr, srpt"), "{e}");
+    let e = try_set(&[("ACCORD_CC", "bbr")]).unwrap_err().to_string();
+    assert!(e.contains("ACCORD_CC") && e.contains("cubic, swift, eqds, fixed"), "{e}");
+    // The same names as before are accepted, aliases included.
+    let c = set(&[("ACCORD_CC", "EQDS"), ("ACCORD_PATH_SELECTOR", "reps"), ("ACCORD_PACER_ORDER", "fair")]);
+    assert_eq!(c.cc.name(), "eqds");
+    assert_eq!(c.path_selector, accord_proto::path::SelectorKind::Recycle);
+    assert_eq!(c.pacer_order, accord_proto::config::PacerOrder::RoundRobin);
 
     let config = EngineConfig {
-        cc: "eqds".into(),
-        path_selector: "recycle".into(),
-        pacer_order: "srpt".into(),
+        cc: "eqds".parse().unwrap(),
+        path_selector: accord_proto::path::SelectorKind::Recycle,
+        pacer_order: accord_proto::config::PacerOrder::ShortestRemaining,
         ..EngineConfig::default()
     };
     let (a, b) = pair_of(|| Engine::builder().ignore_env().config(config.clone()).force_network(true).build().unwrap());
@@ -317,10 +328,12 @@ fn integrity_modes_by_name_and_each_moves_bytes() {
     use accord_proto::wire::Integrity;
     let set = |v: &str, shm: &str| {
         let vars: HashMap<&str, String> = [("ACCORD_INTEGRITY", v.to_string()), ("ACCORD_SHM", shm.to_string())].into();
-        EngineConfig::default().with_overrides_from(|n| vars.get(n).cloned()).unwrap()
+        EngineConfig::default().with_overrides_from(|n| vars.get(n).cloned())
     };
     assert_eq!(EngineConfig::default().endpoint_config().integrity, Integrity::Full);
-    assert!(set("sha256", "0").validate().is_err());
+    let e = set("sha256", "0").unwrap_err().to_string();
+    assert!(e.contains("ACCORD_INTEGRITY") && e.contains("full, header, off"), "{e}");
+    let set = |v: &str, shm: &str| set(v, shm).unwrap();
     let modes = [("off", Integrity::Off), ("header", Integrity::Header), ("full", Integrity::Full)];
     // UDP (the check's reason to exist) in every mode, and the shared-memory rings in full.
     for (name, mode, shm) in modes.iter().map(|&(n, m)| (n, m, "0")).chain([("full", Integrity::Full, "1")]) {

@@ -369,8 +369,12 @@ fn staging_knobs_come_from_the_environment_and_bad_values_are_refused() {
     let t = crate::EngineConfig::default()
         .with_overrides_from(env(&[("ACCORD_DEVICE_LANDING_TIMEOUT_MS", "250")]))
         .unwrap();
-    assert_eq!(t.device_landing_timeout_ms, 250);
-    assert!(crate::EngineConfig { device_landing_timeout_ms: 0, ..d.clone() }.validate().is_err());
+    assert_eq!(t.device_landing_timeout, std::time::Duration::from_millis(250), "the variable is in milliseconds");
+    assert_eq!(d.device_landing_timeout, crate::LANDING_TIMEOUT_DEFAULT);
+    let zero = crate::EngineConfig { device_landing_timeout: std::time::Duration::ZERO, ..d.clone() };
+    assert!(zero.validate().is_err());
+    let sub_ms = crate::EngineConfig { device_landing_timeout: std::time::Duration::from_micros(500), ..d.clone() };
+    assert!(sub_ms.validate().is_err(), "below the variable's unit");
 }
 
 /// Not a test of correctness: the staged route with the fake copier (a memcpy standing in for

@@ -59,7 +59,7 @@ use state::ControlRx;
 pub(crate) use state::{ChunkRequest, LandingCopier, OpenedLanding};
 pub use state::{
     LandingStats, LANDING_ASKS_MAX, LANDING_ASKS_PER_PEER_MAX, LANDING_CONTROL_QUEUE_MAX, LANDING_REQUESTS_MAX,
-    LANDING_TIMEOUT_MS_DEFAULT,
+    LANDING_TIMEOUT_DEFAULT,
 };
 
 /// The worker's hand-off of a frame of this route (never placed): queued for the landing
@@ -87,7 +87,7 @@ fn start(shared: &Arc<Shared>) {
     shared.landing.started.call_once(|| {
         let Some((control_rx, chunk_rx)) = shared.landing.ends.lock().unwrap().take() else { return };
         let weak = Arc::downgrade(shared);
-        let timeout = Duration::from_millis(shared.config.device_landing_timeout_ms);
+        let timeout = shared.config.device_landing_timeout;
         let spawned = std::thread::Builder::new().name("accord-device-land".into()).spawn(move || {
             LandingThread::new(weak, timeout).run(control_rx, chunk_rx);
         });

@@ -20,7 +20,7 @@ pub const LANDING_REQUESTS_MAX: usize = 1024;
 pub const LANDING_ASKS_PER_PEER_MAX: usize = 64;
 /// Asks a receiver holds (queued, granted or copying) per engine; more are refused.
 pub const LANDING_ASKS_MAX: usize = 4096;
-pub use crate::config::LANDING_TIMEOUT_MS_DEFAULT;
+pub use crate::config::LANDING_TIMEOUT_DEFAULT;
 
 /// Host-to-device copies out of landing slots.
 pub(crate) trait LandingCopier: Send {

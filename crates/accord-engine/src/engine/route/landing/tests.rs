@@ -51,7 +51,7 @@ fn config(timeout_ms: u64) -> EngineConfig {
         device_ipc: false,
         device_staging_chunk_bytes: SLOT_BYTES,
         device_staging_chunks: 3,
-        device_landing_timeout_ms: timeout_ms,
+        device_landing_timeout: Duration::from_millis(timeout_ms),
         ..Default::default()
     }
 }
