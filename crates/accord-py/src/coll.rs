@@ -541,31 +541,25 @@ impl Communicator {
             bootstrap_config.timeout = t;
         }
         if master_port.is_none() {
-            let (addr, port) = (bootstrap_config.master_addr.clone(), bootstrap_config.master_port);
-            match torchrun_agent_store(py, &addr, port, bootstrap_config.rank, bootstrap_config.timeout)? {
-                Some((store, prefix)) => {
-                    let (rank, world_size) = (bootstrap_config.rank, bootstrap_config.world_size);
-                    let store = PyStore(store);
-                    return Self::through_store(
-                        py,
-                        store,
-                        prefix,
-                        (rank, world_size),
-                        bootstrap_config.timeout,
-                        coll_config,
-                    );
-                }
-                // Under the agent store without torch to reach it: the port above the agent's.
-                None if std::env::var(AGENT_STORE_ENV).is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1") => {
-                    bootstrap_config.master_port = port.checked_add(1).ok_or_else(|| {
-                        error(
-                            Kind::Config,
-                            "creating the communicator: MASTER_PORT is 65535, no port above it for Accord's store",
-                        )
-                    })?;
-                }
-                None => {}
+            // Under torchrun's agent the bootstrap already moved Accord's own store to the port
+            // after MASTER_PORT; the agent's store, which torch can reach, is on MASTER_PORT.
+            let agent_holds_port = accord_coll::store::torchrun_agent_holds_master_port(&lookup);
+            let port = bootstrap_config.master_port - u16::from(agent_holds_port);
+            let addr = bootstrap_config.master_addr.clone();
+            if let Some((store, prefix)) =
+                torchrun_agent_store(py, &addr, port, bootstrap_config.rank, bootstrap_config.timeout)?
+            {
+                let (rank, world_size) = (bootstrap_config.rank, bootstrap_config.world_size);
+                return Self::through_store(
+                    py,
+                    PyStore(store),
+                    prefix,
+                    (rank, world_size),
+                    bootstrap_config.timeout,
+                    coll_config,
+                );
             }
+            // Without torch to reach the agent's store, ours is on the next port (see above).
         }
         let comm = background(py, move || -> Result<Comm, EngineSetupError> {
             accord_coll::engine::communicator_from_config(bootstrap_config, coll_config)

@@ -112,7 +112,7 @@ impl BootstrapConfig {
 /// Whether the process runs under torchrun's elastic agent, which already serves a store on
 /// `MASTER_PORT` (it sets `TORCHELASTIC_USE_AGENT_STORE=True` for its workers).
 pub fn torchrun_agent_holds_master_port(lookup: &impl Fn(&str) -> Option<String>) -> bool {
-    lookup("TORCHELASTIC_USE_AGENT_STORE").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+    lookup("TORCHELASTIC_USE_AGENT_STORE").is_some_and(|v| v.trim().eq_ignore_ascii_case("true") || v.trim() == "1")
 }
 
 /// A rank that has met every other rank at the store.

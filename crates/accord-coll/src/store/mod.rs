@@ -14,7 +14,7 @@ mod external;
 mod server;
 mod wire;
 
-pub use bootstrap::{Bootstrap, BootstrapConfig};
+pub use bootstrap::{torchrun_agent_holds_master_port, Bootstrap, BootstrapConfig};
 pub use client::StoreClient;
 pub use external::{all_gather_through, KeyValueStore};
 pub use server::StoreServer;
