@@ -12,7 +12,7 @@
 
 use crate::coll_array::{array, expect_count, same_dtype, Array};
 use crate::coll_reg::Registrations;
-use crate::coll_store::{torchrun_agent_store, PyStore, AGENT_STORE_ENV};
+use crate::coll_store::{torchrun_agent_store, PyStore};
 use crate::errors::{error, Kind};
 use crate::values::WAIT_SLICE;
 use accord_coll::engine::{EngineSetupError, EngineTransport};
