@@ -17,7 +17,7 @@ for r in 0 1 2; do
   extra=()
   env RANK=$r WORLD_SIZE=3 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT ACCORD_BENCH_RANK=1 \
   ACCORD_COLL_TIMEOUT_MS=${TIMEOUT_MS:-3000} ACCORD_REPORT_DIR=$DIR ${EXTRA_ENV:-} \
-  $BIN bench all-reduce -n 3 -b ${BYTES:-64M} -e ${BYTES:-64M} -w 0 -i ${ITERS:-50} > "$DIR/out$r.txt" 2>&1 &
+  $BIN bench all-reduce --ranks 3 -b ${BYTES:-64M} -e ${BYTES:-64M} -w 0 -n ${ITERS:-50} > "$DIR/out$r.txt" 2>&1 &
   pids+=($!)
 done
 sleep ${SETTLE:-1.5}

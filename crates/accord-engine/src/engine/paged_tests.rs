@@ -7,16 +7,7 @@ use crate::{FaultConfig, TransferError};
 const WAIT: Duration = Duration::from_secs(20);
 const PAGE: u64 = 512;
 
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    (0..len).map(|i| ((i as u64).wrapping_mul(2654435761).wrapping_add(seed) >> 7) as u8).collect()
-}
-
-fn pair_of(make: impl Fn() -> Engine) -> (Engine, Engine) {
-    let (a, b) = (make(), make());
-    a.add_peer(&b.address()).unwrap();
-    b.add_peer(&a.address()).unwrap();
-    (a, b)
-}
+use crate::engine::tests::{pair_of, pattern};
 
 /// Where page `i` must land and what it must hold: (destination offset, source offset).
 fn expected(op: &StridedPagedWriteOp<'_>) -> Vec<(usize, usize)> {

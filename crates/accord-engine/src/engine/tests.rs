@@ -12,7 +12,8 @@ fn engine(force_network: bool) -> Engine {
     Engine::builder().ignore_env().force_network(force_network).build().expect("engine builds")
 }
 
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
+/// Bytes that differ by position and seed (shared by the engine's test modules).
+pub(crate) fn pattern(seed: u64, len: usize) -> Vec<u8> {
     (0..len).map(|i| ((i as u64).wrapping_mul(2654435761).wrapping_add(seed) >> 7) as u8).collect()
 }
 
@@ -21,7 +22,7 @@ fn pair(force_network: bool) -> (Engine, Engine) {
 }
 
 /// Two engines from `make` that know each other.
-fn pair_of(make: impl Fn() -> Engine) -> (Engine, Engine) {
+pub(crate) fn pair_of(make: impl Fn() -> Engine) -> (Engine, Engine) {
     let (a, b) = (make(), make());
     a.add_peer(&b.address()).unwrap();
     b.add_peer(&a.address()).unwrap();

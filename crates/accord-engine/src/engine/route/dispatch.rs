@@ -31,23 +31,22 @@ pub(crate) fn dispatch_part(shared: &Arc<Shared>, spec: PartSpec, transfer: Arc<
         _ if spec.peer == shared.id => Some(shared.clone()),
         _ => local_engine(spec.peer),
     };
-    let locality = match local {
-        Some(_) => Locality::SameProcess,
-        None if shared.peer_on_this_host(spec.peer) => Locality::SameHost,
-        None => Locality::OtherHost,
-    };
     let operation = match spec.kind {
         PartKind::Write { .. } => Operation::Write,
         PartKind::Send { .. } => Operation::Send,
     };
-    let inputs = RouteInputs {
-        operation,
-        source: SourceMemory::Host,
-        destination: Destination::Host,
-        locality,
-        len: spec.source.len(),
-        switches,
+    let len = spec.source.len();
+    // Between a host part's other routes (rings or UDP) the lane's datapath decides, so whether
+    // the peer shares this host matters only where a pull could apply: the peer table is read
+    // for those parts alone, as before the route layer, not on every small write's path.
+    let pull_possible = operation == Operation::Write && switches.cma && len >= switches.cma_min_bytes;
+    let locality = match local {
+        Some(_) => Locality::SameProcess,
+        None if pull_possible && shared.peer_on_this_host(spec.peer) => Locality::SameHost,
+        None => Locality::OtherHost,
     };
+    let inputs =
+        RouteInputs { operation, source: SourceMemory::Host, destination: Destination::Host, locality, len, switches };
     let route = choose(inputs);
     if let (Route::Memcpy, Some(peer)) = (route, local) {
         let result = run_local(&peer, spec.kind, &spec.source);

@@ -5,16 +5,7 @@ use crate::{Engine, FaultConfig};
 
 const WAIT: Duration = Duration::from_secs(20);
 
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    (0..len).map(|i| ((i as u64).wrapping_mul(2654435761).wrapping_add(seed) >> 7) as u8).collect()
-}
-
-fn pair_of(make: impl Fn() -> Engine) -> (Engine, Engine) {
-    let (a, b) = (make(), make());
-    a.add_peer(&b.address()).unwrap();
-    b.add_peer(&a.address()).unwrap();
-    (a, b)
-}
+use crate::engine::tests::{pair_of, pattern};
 
 fn network_engine() -> Engine {
     Engine::builder().ignore_env().force_network(true).build().unwrap()
