@@ -53,7 +53,7 @@ fn a_rank_stopped_mid_collective_is_named_by_the_others_reports() {
     let mut children: Vec<_> = (0..3)
         .map(|rank| {
             Command::new(env!("CARGO_BIN_EXE_accord"))
-                .args(["bench", "all-reduce", "-n", "3", "-b", "64M", "-e", "64M", "-w", "0", "-i", "50"])
+                .args(["bench", "all-reduce", "--ranks", "3", "-b", "64M", "-e", "64M", "-w", "0", "-n", "50"])
                 .env("RANK", rank.to_string())
                 .env("WORLD_SIZE", "3")
                 .env("LOCAL_RANK", rank.to_string())
