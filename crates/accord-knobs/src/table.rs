@@ -301,7 +301,7 @@ pub static KNOBS: &[Knob] = &[
     knob("ACCORD_SIM_DIAGNOSE", Tools, Switch, "-", "set: the simulator's pair harness explains a failed connection"),
     knob("ACCORD_P2P_BENCH_MAX", Tools, Bytes, "1048576", "largest message of the p2p bench's child (set by the bench)"),
     knob("ACCORD_PYENV", Tools, Path, "target/pyenv", "virtualenv of `scripts/python-test.sh`"),
-    knob("ACCORD_TEST_TORCH", Tools, Switch, "1", "0: `scripts/python-test.sh` does not install torch, and the torch tests skip"),
+    knob("ACCORD_TEST_TORCH", Tools, Switch, "auto", "0: `scripts/python-test.sh` does not install torch and the torch tests skip; 1: it must (an error where the disk lacks the 10 GiB it needs); unset: it installs torch where the disk has room and says so where it skips"),
 ];
 
 /// Variables our own launchers and test harnesses set for the child processes they start
