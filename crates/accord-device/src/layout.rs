@@ -138,7 +138,7 @@ pub struct DeviceTable {
     pub world: u32,
     /// Rings (one per proxy thread).
     pub ring_count: u32,
-    /// Signals per rank.
+    /// Signals per rank, the barrier's included (the last one; users get `signal_count - 1`).
     pub signal_count: u32,
     /// Counters per rank.
     pub counter_count: u32,
@@ -159,6 +159,14 @@ pub struct DeviceTable {
     pub counters: u64,
     /// Device address of `WindowEntry[window_count]`.
     pub windows: u64,
+    /// Device address of `u64[world]`: each peer's signal slots mapped into this process for
+    /// direct stores and atomics, 0 where the peer cannot be reached directly. A signal is
+    /// driven either through the proxy or directly, never both (the proxy owns the running
+    /// value of the slots it writes).
+    pub peer_signals: u64,
+    /// Device address of one `u64` in device memory: how many device barriers this rank has
+    /// entered. The barrier uses signal [`DeviceTable::signal_count`]` - 1`, reserved for it.
+    pub barrier_epoch: u64,
 }
 
 #[cfg(test)]
@@ -196,6 +204,6 @@ mod tests {
     fn device_side_tables_have_fixed_sizes() {
         assert_eq!(size_of::<RingDevice>(), 40);
         assert_eq!(size_of::<WindowEntry>(), 24);
-        assert_eq!(size_of::<DeviceTable>(), 72);
+        assert_eq!(size_of::<DeviceTable>(), 88);
     }
 }
