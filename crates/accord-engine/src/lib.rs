@@ -96,6 +96,8 @@ pub use engine::route::landing::{
     LandingStats, LANDING_ASKS_MAX, LANDING_ASKS_PER_PEER_MAX, LANDING_CONTROL_QUEUE_MAX, LANDING_REQUESTS_MAX,
     LANDING_TIMEOUT_DEFAULT,
 };
+pub use engine::route::memcpy::pool::{LOCAL_COPY_CHUNKS_QUEUED_MAX, LOCAL_COPY_CHUNK_BYTES, LOCAL_COPY_THREADS_MAX};
+pub use engine::route::memcpy::LOCAL_COPY_ASYNC_MIN_BYTES;
 pub use engine::shared::{LANE_AVOID_AFTER_FAILURE, PEERS_MAX, SUBMISSIONS_QUEUED_MAX};
 pub use engine::{Engine, EngineBuilder, EngineStats, PagedWriteOp, ScatterDst, StridedPagedWriteOp, WriteOp};
 pub use engine::{

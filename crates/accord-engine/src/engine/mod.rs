@@ -306,6 +306,7 @@ impl Engine {
             control,
         };
         let private_contexts = config.private_device_contexts();
+        let lane_count = lanes.len();
         let shared = Arc::new(Shared {
             id,
             control,
@@ -329,6 +330,7 @@ impl Engine {
             cma: route::cma::state::Cma::new(id),
             liveness: Default::default(),
             read: route::read::ReadState::default(),
+            local_copies: route::memcpy::pool::LocalCopies::new(lane_count),
         });
         let completion_thread = std::thread::Builder::new()
             .name("accord-completion".into())
@@ -700,6 +702,8 @@ impl Drop for Engine {
         // Counter waits end now rather than at their timeouts: nothing will move them again.
         self.shared.imms.close();
         self.shared.liveness.stop();
+        // Queued same-process copies finish first; later ones copy on their submitter.
+        self.shared.local_copies.stop();
         for lane in 0..self.shared.lanes.len() {
             let _ = self.shared.send_command(lane, Command::Shutdown);
         }

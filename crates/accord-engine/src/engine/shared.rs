@@ -91,6 +91,8 @@ pub(crate) struct Shared {
     pub(crate) liveness: crate::liveness::state::Liveness,
     /// READ's pending reads (reader side) and served requests (owner side) (`engine::route::read`).
     pub(crate) read: super::route::read::state::ReadState,
+    /// Copy threads for large writes into engines of this process (`engine::route::memcpy`).
+    pub(crate) local_copies: super::route::memcpy::pool::LocalCopies,
 }
 
 impl Shared {

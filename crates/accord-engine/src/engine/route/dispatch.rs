@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::memcpy::run_local;
+use super::memcpy::dispatch_local;
 use super::{choose, Destination, Locality, Operation, Route, RouteInputs, RouteSwitches, SourceMemory};
 use crate::address::EngineId;
 use crate::completion::TransferState;
@@ -49,9 +49,7 @@ pub(crate) fn dispatch_part(shared: &Arc<Shared>, spec: PartSpec, transfer: Arc<
         RouteInputs { operation, source: SourceMemory::Host, destination: Destination::Host, locality, len, switches };
     let route = choose(inputs);
     if let (Route::Memcpy, Some(peer)) = (route, local) {
-        let result = run_local(&peer, spec.kind, &spec.source);
-        drop(spec.source); // released before completion, as `Part::finish` does
-        transfer.part_done(result);
+        dispatch_local(shared, peer, spec.kind, spec.source, transfer);
         return;
     }
     debug_assert!(!route.is_device_route(), "a host part was routed to {route:?}");

@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""One DDP training loop, timed (issue 21): run under `torchrun --nproc_per_node 2` once per NCCL
+transport (scripts/device/ddp_transports.sh sets each transport's environment).
+
+The model is 8 Linear(2048, 2048) layers with GELU (33.6M parameters, 134 MB of fp32 gradients),
+DDP with 25 MB buckets, SGD, a fixed seeded batch per rank and step. Rank 0 prints one JSON line:
+the median, p10 and p90 step time over the timed steps (CUDA-synchronised wall clock), and a
+SHA-256 of the final parameters, which must be equal for every transport: with two ranks each
+bucket's sum is a + b in either order, so every transport gives the same bits.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--label", required=True)
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--warmup", type=int, default=8)
+    p.add_argument("--batch", type=int, default=256)
+    args = p.parse_args()
+
+    rank = int(os.environ["RANK"])
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    torch.cuda.set_device(local)
+    dist.init_process_group("nccl")
+    torch.use_deterministic_algorithms(True)
+    torch.manual_seed(0)  # the same initial weights on every rank
+    width, depth = 2048, 8
+    layers = []
+    for _ in range(depth):
+        layers += [torch.nn.Linear(width, width), torch.nn.GELU()]
+    model = torch.nn.Sequential(*layers).cuda()
+    ddp = DDP(model, device_ids=[local], bucket_cap_mb=25)
+    opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
+    gen = torch.Generator(device="cpu")
+    times = []
+    for step in range(args.warmup + args.steps):
+        gen.manual_seed(1000 * step + rank)
+        x = torch.randn(args.batch, width, generator=gen).cuda(non_blocking=True)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss = ddp(x).float().pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        if step >= args.warmup:
+            times.append(time.perf_counter() - t0)
+    digest = hashlib.sha256()
+    for param in model.parameters():
+        digest.update(param.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    # Every rank's parameters must agree too (DDP keeps them equal).
+    digests = [None] * dist.get_world_size()
+    dist.all_gather_object(digests, digest.hexdigest())
+    if rank == 0:
+        ms = sorted(t * 1e3 for t in times)
+        print(json.dumps({
+            "label": args.label,
+            "step_ms_median": round(statistics.median(ms), 3),
+            "step_ms_p10": round(ms[len(ms) // 10], 3),
+            "step_ms_p90": round(ms[(9 * len(ms)) // 10], 3),
+            "params_sha256": digest.hexdigest()[:16],
+            "ranks_agree": len(set(digests)) == 1,
+        }), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
