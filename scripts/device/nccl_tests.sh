@@ -14,10 +14,15 @@
 #        MPICH_WHEEL      mpich-*.whl (required for the mp shape; without it mp is skipped)
 #        ACCORD_NCCL_PLUGIN  libnccl-net-accord.so (required for the accord transports)
 #        SHAPES      default "g2 mp"
-#        TRANSPORTS  default "socket accord accord_gpu"; known: nvlink (P2P and SHM on, the
-#                    ceiling), socket (tuned: 4 threads x 4 sockets), socket_default, accord
-#                    (plugin defaults), accord_gpu (ACCORD_NET_GPU_BUFFERS=1 and NCCL_NET_GDR_LEVEL=SYS NCCL_NET_GDR_READ=1, without which NCCL keeps its buffers in host memory on a host whose NIC has no PCI path), accord_net (plugin
-#                    defaults with ACCORD_FORCE_NETWORK=1: no in-process copy route)
+#        TRANSPORTS  default "socket accord accord_gpu"; known:
+#                    nvlink      P2P and SHM on: the ceiling
+#                    socket      NCCL's Socket, tuned (4 threads x 4 sockets); socket_default untuned
+#                    accord      the plugin's defaults
+#                    accord_gpu  ACCORD_NET_GPU_BUFFERS=1 with NCCL_NET_GDR_LEVEL=SYS
+#                                NCCL_NET_GDR_READ=1 (without them NCCL keeps its buffers in host
+#                                memory: this host's loopback NIC has no PCI path near a GPU)
+#                    accord_net  ACCORD_FORCE_NETWORK=1: no in-process copy route
+#                    accord_cma  ACCORD_CMA=1: receivers pull large sends with process_vm_readv
 #        COLLS       default "all_reduce"; any of all_reduce all_gather alltoall sendrecv
 #        BYTES_MIN / BYTES_MAX (1M / 256M), ITERS (-n, 20), WARMUP (-w, 5), RUN_TIMEOUT (s, 120)
 # Output: one nccl-tests log per run in OUT_DIR, and a summary table on stdout: out-of-place busbw
@@ -91,6 +96,7 @@ transport_env() {  # the environment of one transport, one VAR=value per line
         accord) echo "$net_only $accord" ;;
         accord_gpu) echo "$net_only $accord ACCORD_NET_GPU_BUFFERS=1 NCCL_NET_GDR_LEVEL=SYS NCCL_NET_GDR_READ=1" ;;
         accord_net) echo "$net_only $accord ACCORD_FORCE_NETWORK=1" ;;
+        accord_cma) echo "$net_only $accord ACCORD_CMA=1" ;;
         *) echo "UNKNOWN" ;;
     esac
 }
