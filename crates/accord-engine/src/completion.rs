@@ -115,14 +115,7 @@ impl TransferState {
         };
         self.done.notify_all();
         if let Some(start) = self.started {
-            let ok = if result.is_ok() { "true" } else { "false" };
-            crate::telemetry::recorder::record(
-                "transfer",
-                "transfer",
-                start,
-                std::time::Instant::now(),
-                &format!("\"ok\":{ok}"),
-            );
+            crate::telemetry::recorder::record_transfer(start, std::time::Instant::now(), result.is_ok());
         }
         for cb in callbacks {
             dispatch(&self.jobs, move || cb(result));

@@ -20,9 +20,8 @@ use std::time::Duration;
 
 pub(crate) mod recorder;
 
-use recorder::LATENCIES;
 pub(crate) use recorder::{enable_metrics, enable_trace};
-pub use recorder::{flush_trace, on, record, trace_on, LATENCY_BUCKETS_S, TRACE_EVENTS_MAX};
+pub use recorder::{flush_trace, on, record, record_transfer, trace_on, LATENCY_BUCKETS_S, TRACE_EVENTS_MAX};
 
 /// Starts the metrics endpoint on `addr` (`host:port`; port 0 picks one); returns the bound
 /// address. Serves `GET /metrics` (any path, in fact) until the engine is gone.
@@ -113,7 +112,7 @@ pub(crate) fn render(s: &Shared) -> String {
         "# HELP accord_op_latency_seconds Latency of finished operations (transfers, collectives).\n\
          # TYPE accord_op_latency_seconds histogram"
     );
-    for (op, h) in LATENCIES.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+    for (op, h) in recorder::latencies().iter() {
         let mut cumulative = 0;
         for (i, b) in LATENCY_BUCKETS_S.iter().enumerate() {
             cumulative += h.buckets[i];

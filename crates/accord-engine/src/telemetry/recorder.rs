@@ -17,22 +17,62 @@ static ON: AtomicBool = AtomicBool::new(false);
 static TRACE_ON: AtomicBool = AtomicBool::new(false);
 static EPOCH: OnceLock<Instant> = OnceLock::new();
 
+/// One buffered trace event. Transfers, the frequent kind, are kept as numbers and turned into
+/// JSON only when the trace is written: formatting each one as it finished cost small writes a
+/// fifth of their rate (4-16 KiB writes, docs/results/2026-11-26-never-hang.md).
+enum TraceEvent {
+    Transfer { ts: u64, dur: u64, tid: u64, ok: bool },
+    Formatted(String),
+}
+
 struct Trace {
     path: Option<PathBuf>,
-    events: Vec<String>,
+    events: Vec<TraceEvent>,
     dropped: u64,
 }
 
 static TRACE: Mutex<Trace> = Mutex::new(Trace { path: None, events: Vec::new(), dropped: 0 });
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(super) struct Histogram {
     pub(super) buckets: [u64; LATENCY_BUCKETS_S.len()],
     pub(super) count: u64,
     pub(super) sum_s: f64,
 }
 
-pub(super) static LATENCIES: Mutex<BTreeMap<String, Histogram>> = Mutex::new(BTreeMap::new());
+static LATENCIES: Mutex<BTreeMap<String, Histogram>> = Mutex::new(BTreeMap::new());
+
+/// The transfers' histogram, kept in atomics: every worker finishes transfers, and a shared
+/// lock on each was the other half of telemetry's cost on small writes.
+struct AtomicHistogram {
+    buckets: [AtomicU64; LATENCY_BUCKETS_S.len()],
+    count: AtomicU64,
+    sum_ns: AtomicU64,
+}
+
+static TRANSFERS: AtomicHistogram = AtomicHistogram {
+    buckets: [const { AtomicU64::new(0) }; LATENCY_BUCKETS_S.len()],
+    count: AtomicU64::new(0),
+    sum_ns: AtomicU64::new(0),
+};
+
+/// Name of the transfers' histogram and trace events.
+const TRANSFER: &str = "transfer";
+
+/// Every latency histogram by operation name, the transfers' included.
+pub(super) fn latencies() -> BTreeMap<String, Histogram> {
+    let mut all = LATENCIES.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let count = TRANSFERS.count.load(Ordering::Relaxed);
+    if count > 0 {
+        let h = all.entry(TRANSFER.to_string()).or_default();
+        h.count += count;
+        h.sum_s += TRANSFERS.sum_ns.load(Ordering::Relaxed) as f64 * 1e-9;
+        for (into, from) in h.buckets.iter_mut().zip(&TRANSFERS.buckets) {
+            *into += from.load(Ordering::Relaxed);
+        }
+    }
+    all
+}
 static TRACE_TID: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
@@ -82,7 +122,10 @@ pub fn record(name: &str, cat: &str, start: Instant, end: Instant, args: &str) {
     let seconds = end.saturating_duration_since(start).as_secs_f64();
     if cat != "wait" {
         let mut l = LATENCIES.lock().unwrap_or_else(|e| e.into_inner());
-        let h = l.entry(name.to_string()).or_default();
+        if !l.contains_key(name) {
+            l.insert(name.to_string(), Histogram::default());
+        }
+        let Some(h) = l.get_mut(name) else { return };
         h.count += 1;
         h.sum_s += seconds;
         if let Some(i) = LATENCY_BUCKETS_S.iter().position(|&b| seconds <= b) {
@@ -98,12 +141,35 @@ pub fn record(name: &str, cat: &str, start: Instant, end: Instant, args: &str) {
             "{{\"name\":\"{name}\",\"cat\":\"{cat}\",\"ph\":\"X\",\"ts\":{ts},\"dur\":{dur},\"pid\":{},\"tid\":{tid},\"args\":{{{args}}}}}",
             std::process::id()
         );
-        let mut t = TRACE.lock().unwrap_or_else(|e| e.into_inner());
-        if t.events.len() < TRACE_EVENTS_MAX {
-            t.events.push(event);
-        } else {
-            t.dropped += 1;
-        }
+        push_trace(TraceEvent::Formatted(event));
+    }
+}
+
+/// Records one finished transfer: the cheap path of [`record`] (no lock for the histogram, no
+/// formatting until the trace is written).
+pub fn record_transfer(start: Instant, end: Instant, ok: bool) {
+    if !on() {
+        return;
+    }
+    let nanos = end.saturating_duration_since(start).as_nanos().min(u128::from(u64::MAX)) as u64;
+    TRANSFERS.count.fetch_add(1, Ordering::Relaxed);
+    TRANSFERS.sum_ns.fetch_add(nanos, Ordering::Relaxed);
+    let seconds = nanos as f64 * 1e-9;
+    if let Some(i) = LATENCY_BUCKETS_S.iter().position(|&b| seconds <= b) {
+        TRANSFERS.buckets[i].fetch_add(1, Ordering::Relaxed);
+    }
+    if trace_on() {
+        let tid = TID.with(|t| *t);
+        push_trace(TraceEvent::Transfer { ts: micros(start), dur: nanos / 1000, tid, ok });
+    }
+}
+
+fn push_trace(event: TraceEvent) {
+    let mut t = TRACE.lock().unwrap_or_else(|e| e.into_inner());
+    if t.events.len() < TRACE_EVENTS_MAX {
+        t.events.push(event);
+    } else {
+        t.dropped += 1;
     }
 }
 
@@ -114,7 +180,21 @@ pub fn flush_trace() -> std::io::Result<()> {
     let Some(path) = &t.path else { return Ok(()) };
     let mut text = String::with_capacity(t.events.len() * 160 + 64);
     text.push_str("{\"traceEvents\":[\n");
-    text.push_str(&t.events.join(",\n"));
+    let pid = std::process::id();
+    for (i, event) in t.events.iter().enumerate() {
+        if i > 0 {
+            text.push_str(",\n");
+        }
+        match event {
+            TraceEvent::Formatted(json) => text.push_str(json),
+            TraceEvent::Transfer { ts, dur, tid, ok } => {
+                let _ = write!(
+                    text,
+                    "{{\"name\":\"{TRANSFER}\",\"cat\":\"{TRANSFER}\",\"ph\":\"X\",\"ts\":{ts},\"dur\":{dur},\"pid\":{pid},\"tid\":{tid},\"args\":{{\"ok\":{ok}}}}}"
+                );
+            }
+        }
+    }
     let _ = write!(text, "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{{\"dropped_events\":{}}}}}\n", t.dropped);
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, text)?;
