@@ -286,7 +286,7 @@ pub static KNOBS: &[Knob] = &[
         Tools,
         Path,
         "off",
-        "where each rank writes its stuck-collective report (on a deadline, a peer's death, SIGUSR1), for `accord doctor`",
+        "where each rank writes its stuck-collective report (on a deadline, a peer's death, SIGUSR1) and the NCCL plugin its in-flight requests (on an abort, a failed request, SIGUSR1), for `accord doctor`",
     ),
     knob(
         "ACCORD_BENCH_CORRUPT",

@@ -28,6 +28,7 @@ pub mod error;
 pub mod ffi;
 pub mod handle;
 mod ifaddrs;
+pub mod inflight;
 pub mod log;
 pub mod mr;
 pub mod runtime;

@@ -671,12 +671,15 @@ fn a_failed_init_returns_codes_and_finalize_takes_its_null_context() {
 #[test]
 fn a_killed_peer_fails_posted_irecv_and_waiting_isend_with_remote_error() {
     let exe = std::env::current_exe().unwrap();
+    let reports = std::env::temp_dir().join(format!("accord-plugin-death-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&reports);
     let mut children: Vec<_> = (0..2)
         .map(|rank| {
             Command::new(&exe)
                 .args(["--exact", "plugin_child", "--nocapture", "--test-threads", "1"])
                 .env(CHILD_ENV, rank.to_string())
                 .env(DEATH_ENV, "1")
+                .env("ACCORD_REPORT_DIR", &reports)
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
@@ -728,6 +731,26 @@ fn a_killed_peer_fails_posted_irecv_and_waiting_isend_with_remote_error() {
     let remote = abi::NCCL_REMOTE_ERROR;
     assert_eq!(result, format!("recv_rc={remote} send_rc={remote}"), "log: {log}");
     assert!(log.contains("is dead") && log.contains("exited"), "the reason is logged: {log}");
+    // The survivor left the record of what it was waiting for (crate::inflight).
+    assert!(log.contains("request(s) in flight"), "the dump's line is logged: {log}");
+    let dumps: Vec<serde_json::Value> = std::fs::read_dir(&reports)
+        .map(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("plugin-inflight-")))
+                .filter_map(|p| serde_json::from_str(&std::fs::read_to_string(p).ok()?).ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&reports);
+    let dump = dumps.first().unwrap_or_else(|| panic!("rank 0 wrote an in-flight dump; log: {log}"));
+    assert_eq!(dump["kind"], "accord-plugin-inflight");
+    let requests = dump["requests"].as_array().expect("requests");
+    let waiting: Vec<(&str, &str)> =
+        requests.iter().map(|r| (r["direction"].as_str().unwrap_or(""), r["waiting"].as_str().unwrap_or(""))).collect();
+    assert!(waiting.contains(&("recv", "data")), "the posted irecv is in the dump: {dump}");
+    assert!(waiting.contains(&("send", "clear_to_send")), "the isend waiting for its receiver is in the dump: {dump}");
+    let peers: std::collections::BTreeSet<&str> = requests.iter().filter_map(|r| r["peer"].as_str()).collect();
+    assert_eq!(peers.len(), 1, "both wait for the one peer that died: {dump}");
 }
 
 fn run_pair(extra_env: &[(&str, &str)], groups: usize) {

@@ -221,7 +221,16 @@ impl RecvComm {
                 .collect();
             format!("irecv comm {} seq {seq} slot {slot}: {what:?}", inner.index.index)
         });
+        let tracked = crate::inflight::track(
+            crate::inflight::Direction::Recv,
+            crate::inflight::Waiting::Data,
+            inner.index.index,
+            inner.peer,
+            recvs.iter().map(|r| r.size).sum(),
+            recvs[0].tag,
+        );
         Ok(Some(RecvRequest {
+            _tracked: tracked,
             comm: inner.clone(),
             slot,
             count: recvs.len(),
@@ -236,6 +245,16 @@ impl RecvComm {
     pub fn peer(&self) -> EngineId {
         self.inner.peer
     }
+
+    /// The plugin's index of this comm (its in-flight records carry it).
+    pub fn index(&self) -> u32 {
+        self.inner.index.index
+    }
+
+    /// The engine this comm runs on (for the in-flight dump's header).
+    pub fn engine_id(&self) -> EngineId {
+        self.inner.rt.engine.id()
+    }
 }
 
 /// Where a receive into GPU memory goes once its bytes are in the bounce pool.
@@ -249,6 +268,7 @@ struct Landing {
 
 /// An outstanding grouped receive.
 pub struct RecvRequest {
+    _tracked: crate::inflight::Tracked,
     comm: Arc<RecvInner>,
     slot: u32,
     count: usize,

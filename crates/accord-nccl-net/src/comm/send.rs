@@ -76,6 +76,7 @@ impl PreparedSend {
                 current: None,
                 free_slots: (0..SEND_REQUESTS_MAX as u32).rev().collect(),
             }),
+            waiting_for_cts: Mutex::new(None),
         };
         SendComm { inner: Arc::new(inner) }
     }
@@ -112,9 +113,27 @@ struct SendInner {
     counters: Vec<ImmCounter>,
     bases: Vec<u64>,
     state: Mutex<SendState>,
+    /// The in-flight record of an `isend` that found no clear-to-send yet (NCCL calls again;
+    /// the record stays until one starts, so a dump shows a send stuck on its receiver).
+    waiting_for_cts: Mutex<Option<crate::inflight::Tracked>>,
 }
 
 impl SendInner {
+    /// Records (once, until a send starts) that an `isend` waits for the receiver.
+    fn note_waiting_for_cts(&self, size: u64, tag: i32) {
+        let mut waiting = self.waiting_for_cts.lock().unwrap_or_else(|e| e.into_inner());
+        if waiting.is_none() {
+            *waiting = Some(crate::inflight::track(
+                crate::inflight::Direction::Send,
+                crate::inflight::Waiting::ClearToSend,
+                self.index.index,
+                self.peer,
+                size,
+                tag,
+            ));
+        }
+    }
+
     /// The receiver's bounce pool, when a clear-to-send entry names it (a receive into GPU memory).
     fn bounce_named_by(&self, recv: &crate::cts::CtsRecv) -> Option<MrDescriptor> {
         self.bounce.filter(|b| b.region == recv.region && b.key == recv.key)
@@ -163,6 +182,16 @@ impl SendArgs<'_> {
 }
 
 impl SendComm {
+    /// The plugin's index of this comm (its in-flight records carry it).
+    pub fn index(&self) -> u32 {
+        self.inner.index.index
+    }
+
+    /// The engine this comm runs on (for the in-flight dump's header).
+    pub fn engine_id(&self) -> accord_engine::EngineId {
+        self.inner.rt.engine.id()
+    }
+
     /// Starts a send, or returns None when it cannot start yet (no matching clear-to-send
     /// has arrived, or every request slot is busy); NCCL calls again later.
     pub fn isend(&self, args: SendArgs<'_>) -> Result<Option<SendRequest>> {
@@ -177,6 +206,7 @@ impl SendComm {
             let slot = (seq % NET_REQUESTS_MAX as u64) as usize;
             let arrivals = inner.counters[slot].value() - inner.bases[slot];
             if arrivals < seq / NET_REQUESTS_MAX as u64 + 1 {
+                inner.note_waiting_for_cts(args.size, args.tag);
                 return Ok(None);
             }
             let mut bytes = [0u8; ENTRY_BYTES];
@@ -199,6 +229,7 @@ impl SendComm {
             });
             // As with NCCL's own transports, a send whose tag the receiver's next irecv does not
             // (or no longer) wait for is not an error: it waits, and NCCL calls again.
+            inner.note_waiting_for_cts(args.size, args.tag);
             return Ok(None);
         };
         current.matched |= 1 << index;
@@ -289,7 +320,16 @@ impl SendComm {
                         inner.index.index, args.tag, recv.pieces
                     )
                 });
-                Ok(Some(SendRequest { comm: inner.clone(), slot, size: len, transfers }))
+                *inner.waiting_for_cts.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                let tracked = crate::inflight::track(
+                    crate::inflight::Direction::Send,
+                    crate::inflight::Waiting::WritesToLand,
+                    inner.index.index,
+                    inner.peer,
+                    len,
+                    args.tag,
+                );
+                Ok(Some(SendRequest { comm: inner.clone(), slot, size: len, transfers, _tracked: tracked }))
             }
             Err(e) => {
                 state.free_slots.push(slot);
@@ -305,6 +345,7 @@ pub struct SendRequest {
     slot: u32,
     size: u64,
     transfers: Vec<Transfer>,
+    _tracked: crate::inflight::Tracked,
 }
 
 impl std::fmt::Debug for SendRequest {

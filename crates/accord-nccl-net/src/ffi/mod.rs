@@ -47,6 +47,10 @@ fn guard(name: &'static str, body: impl FnOnce() -> Result<()>) -> NcclResult {
         Ok(Ok(())) => abi::NCCL_SUCCESS,
         Ok(Err(e)) => {
             log::warn(line!(), &format!("{name} failed: {e}"));
+            if matches!(name, "isend" | "irecv" | "test") {
+                // NCCL aborts next: leave the record of what was in flight (rate-limited).
+                dump_in_flight(&format!("{name} failed: {e}"));
+            }
             e.code()
         }
         Err(_) => {
@@ -54,6 +58,13 @@ fn guard(name: &'static str, body: impl FnOnce() -> Result<()>) -> NcclResult {
             log::warn(line!(), &e.to_string());
             e.code()
         }
+    }
+}
+
+/// Dumps the in-flight requests (see `crate::inflight`) when the runtime is up.
+fn dump_in_flight(reason: &str) {
+    if let Ok(rt) = runtime::current() {
+        crate::inflight::dump(rt.engine.id(), reason, false);
     }
 }
 
@@ -132,6 +143,7 @@ fn start(logger: DebugLogger) -> Result<Arc<Runtime>> {
             rt.datapath_summary()
         ),
     );
+    crate::inflight::watch_signal(rt.engine.id());
     if let Some(hint) = default_device_hint(&rt.config, std::env::var("NCCL_SOCKET_IFNAME").ok()) {
         log::info(abi::SUBSYS_INIT | abi::SUBSYS_NET, line!(), &hint);
     }
@@ -461,13 +473,30 @@ unsafe fn close<T>(name: &'static str, ptr: *mut c_void) -> NcclResult {
 }
 
 unsafe extern "C" fn close_send(comm: *mut c_void) -> NcclResult {
-    // Safety: NCCL hands back a SendComm from connect, once.
+    // Safety: NCCL hands back a SendComm from connect, once (null or live until freed below).
+    if let Some(c) = unsafe { (comm as *const SendComm).as_ref() } {
+        dump_if_in_flight("closeSend", c.engine_id(), c.index(), crate::inflight::Direction::Send);
+    }
+    // Safety: as above.
     unsafe { close::<SendComm>("closeSend", comm) }
 }
 
 unsafe extern "C" fn close_recv(comm: *mut c_void) -> NcclResult {
-    // Safety: NCCL hands back a RecvComm from accept, once.
+    // Safety: NCCL hands back a RecvComm from accept, once (null or live until freed below).
+    if let Some(c) = unsafe { (comm as *const RecvComm).as_ref() } {
+        dump_if_in_flight("closeRecv", c.engine_id(), c.index(), crate::inflight::Direction::Recv);
+    }
+    // Safety: as above.
     unsafe { close::<RecvComm>("closeRecv", comm) }
+}
+
+/// A comm closed with requests still in flight is NCCL aborting (a clean teardown tests every
+/// request to completion first): dump what was in flight.
+fn dump_if_in_flight(call: &str, engine: accord_engine::EngineId, comm: u32, direction: crate::inflight::Direction) {
+    let pending = crate::inflight::count_for(comm, direction);
+    if pending > 0 {
+        crate::inflight::dump(engine, &format!("{call} of comm {comm} with {pending} request(s) in flight"), false);
+    }
 }
 
 unsafe extern "C" fn close_listen(comm: *mut c_void) -> NcclResult {

@@ -12,6 +12,11 @@
 //!    "rank 5 is inside all_reduce #812 waiting for rank 6's step 14; path 2 to rank 6 has
 //!    100% loss";
 //! 5. otherwise every rank is inside it (waits form a cycle, as in a ring): the slowest link.
+//!
+//! The NCCL plugin's in-flight dumps in the same folder get one line per process first
+//! ([`plugin`]).
+
+mod plugin;
 
 use accord_coll::report::{PathReport, StuckReport};
 use std::collections::{BTreeMap, BTreeSet};
@@ -33,9 +38,12 @@ pub struct DoctorArgs {
 
 /// Runs `accord doctor`.
 pub fn run(args: DoctorArgs) -> Result<(), String> {
-    let reports = load(&args.reports)?;
-    if reports.is_empty() {
-        return Err("no stuck reports found in the paths given".into());
+    let (reports, plugin_dumps) = load(&args.reports)?;
+    if reports.is_empty() && plugin_dumps.is_empty() {
+        return Err("no stuck reports or plugin dumps found in the paths given".into());
+    }
+    for line in plugin::diagnose(&plugin_dumps) {
+        println!("{line}");
     }
     for (comm, ranks) in by_comm(reports) {
         if args.verbose {
@@ -48,8 +56,9 @@ pub fn run(args: DoctorArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// Reads every report under `paths`; a file that is not a report is an error naming it.
-fn load(paths: &[PathBuf]) -> Result<Vec<StuckReport>, String> {
+/// Reads every report and plugin dump under `paths`; a file that is neither is an error naming
+/// it.
+fn load(paths: &[PathBuf]) -> Result<(Vec<StuckReport>, Vec<plugin::PluginDump>), String> {
     let mut files = Vec::new();
     for p in paths {
         if p.is_dir() {
@@ -64,12 +73,33 @@ fn load(paths: &[PathBuf]) -> Result<Vec<StuckReport>, String> {
             files.push(p.clone());
         }
     }
-    files.iter().map(|f| parse(f)).collect()
+    let (mut reports, mut dumps) = (Vec::new(), Vec::new());
+    for f in &files {
+        match parse(f)? {
+            Parsed::Report(r) => reports.push(*r),
+            Parsed::PluginDump(d) => dumps.push(d),
+        }
+    }
+    Ok((reports, dumps))
 }
 
-fn parse(path: &Path) -> Result<StuckReport, String> {
+enum Parsed {
+    Report(Box<StuckReport>),
+    PluginDump(plugin::PluginDump),
+}
+
+fn parse(path: &Path) -> Result<Parsed, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-    serde_json::from_str(&text).map_err(|e| format!("{} is not a stuck report: {e}", path.display()))
+    let value: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{} is not JSON: {e}", path.display()))?;
+    if plugin::is_plugin_dump(&value) {
+        return serde_json::from_value(value)
+            .map(Parsed::PluginDump)
+            .map_err(|e| format!("{} is not a whole plugin dump: {e}", path.display()));
+    }
+    serde_json::from_value(value)
+        .map(|r| Parsed::Report(Box::new(r)))
+        .map_err(|e| format!("{} is not a stuck report: {e}", path.display()))
 }
 
 /// Reports grouped by communicator, the latest per rank.
