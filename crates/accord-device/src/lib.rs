@@ -10,5 +10,13 @@
 //! (`include/accord/device.cuh`); a test compiles that header with the host compiler and checks
 //! every offset against this crate's.
 #![warn(missing_docs)]
+#![deny(unsafe_code)]
 
+pub mod error;
 pub mod layout;
+pub mod memory;
+pub mod ring;
+
+pub use error::{DescriptorError, DescriptorErrorKind, DeviceError, ProducerError, WaitError};
+pub use memory::Placement;
+pub use ring::{HostProducer, Ring, RingConsumer, RING_SLOTS_DEFAULT, RING_SLOTS_MAX};
