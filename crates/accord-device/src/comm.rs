@@ -221,7 +221,8 @@ impl DeviceComm {
         };
         // Every rank's configuration and signal slots, in one exchange.
         let mut record = Vec::new();
-        for v in [config.rings as u64, u64::from(config.slot_count), u64::from(signal_count), u64::from(config.counters)]
+        for v in
+            [config.rings as u64, u64::from(config.slot_count), u64::from(signal_count), u64::from(config.counters)]
         {
             record.extend_from_slice(&v.to_le_bytes());
         }

@@ -271,7 +271,13 @@ impl Proxy {
                 window_bytes: src_window.len,
             });
         }
-        Ok(Action::Write { src: src_window.local, src_offset: d.src_offset, dst, dst_offset: d.dst_offset, len: d.bytes })
+        Ok(Action::Write {
+            src: src_window.local,
+            src_offset: d.src_offset,
+            dst,
+            dst_offset: d.dst_offset,
+            len: d.bytes,
+        })
     }
 
     /// The ticket's write (if any) completed here: counter, signal, watermark.
@@ -303,7 +309,14 @@ impl Proxy {
             s.signal_cells.write_at(cell as usize, &value.to_le_bytes()).expect("one cell per (peer, signal)");
             let src = s.signal_cells.handle();
             let dst = s.peer_signals[peer as usize];
-            let op = WriteOp { src: &src, src_offset: cell, dst: &dst, dst_offset: s.signal_slot_offset(signal), len: 8, imm: None };
+            let op = WriteOp {
+                src: &src,
+                src_offset: cell,
+                dst: &dst,
+                dst_offset: s.signal_slot_offset(signal),
+                len: 8,
+                imm: None,
+            };
             match s.engine.write(&op) {
                 Ok(transfer) => {
                     s.stats.signal_writes_issued.fetch_add(1, Ordering::Relaxed);

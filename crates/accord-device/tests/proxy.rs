@@ -49,7 +49,8 @@ fn exchange(route: Route, n: usize) {
                         let mut count = 0u64;
                         for peer in 0..n {
                             for k in (ring as u64..CHUNKS).step_by(2) {
-                                let d = put(peer, dst, rank as u64 * DST_SLOT + k * CHUNK, src, src_offset(peer, k), CHUNK);
+                                let d =
+                                    put(peer, dst, rank as u64 * DST_SLOT + k * CHUNK, src, src_offset(peer, k), CHUNK);
                                 p.push(&with_counter(with_signal(d, SignalOp::Add, 0, 1), 0)).unwrap();
                                 count += 1;
                             }
@@ -137,7 +138,8 @@ fn puts_signals_and_counters_over_udp_under_loss_reordering_and_duplication() {
 fn signal_after_put(route: Route, n: usize) {
     const ROUNDS: u64 = 48;
     const BYTES: u64 = 1024;
-    let cfg = DeviceCommConfig { rings: 1, slot_count: 16, user_signals: 4, counters: 1, ..DeviceCommConfig::default() };
+    let cfg =
+        DeviceCommConfig { rings: 1, slot_count: 16, user_signals: 4, counters: 1, ..DeviceCommConfig::default() };
     on_ranks(n, route, cfg, |rank, dc| {
         let src = dc.alloc_window((ROUNDS * BYTES) as usize).unwrap();
         let dst = dc.alloc_window(n * (ROUNDS * BYTES) as usize).unwrap();
@@ -167,7 +169,10 @@ fn signal_after_put(route: Route, n: usize) {
                             got.iter().enumerate().all(|(i, &b)| b == pattern(from, (k * BYTES) as usize + i))
                         })
                         .count() as u64;
-                    assert!(complete >= seen, "rank {rank}: signal from {from} says {seen}, only {complete} chunks landed");
+                    assert!(
+                        complete >= seen,
+                        "rank {rank}: signal from {from} says {seen}, only {complete} chunks landed"
+                    );
                     all_done &= seen == ROUNDS;
                     checks += 1;
                 }

@@ -21,6 +21,8 @@ pub enum Route {
     Udp,
     /// UDP loopback through the fault injector: loss, reordering, duplication.
     UdpFaulty,
+    /// UDP loopback through a fault injector that injects nothing until a NIC is cut.
+    UdpCuttable,
 }
 
 pub fn faults() -> FaultConfig {
@@ -35,6 +37,7 @@ pub fn engine(route: Route, seed: u64) -> Arc<Engine> {
         Route::Shm => b.force_network(true),
         Route::Udp => b.force_network(true).shm(no_shm),
         Route::UdpFaulty => b.force_network(true).shm(no_shm).fault_injection(faults(), seed),
+        Route::UdpCuttable => b.force_network(true).shm(no_shm).fault_injection(FaultConfig::default(), seed),
     };
     Arc::new(b.build().expect("engine on loopback"))
 }
@@ -51,6 +54,18 @@ pub fn on_ranks<R: Send>(
     config: DeviceCommConfig,
     f: impl Fn(usize, &mut DeviceComm) -> R + Sync,
 ) -> Vec<R> {
+    on_ranks_then(n, route, config, true, f)
+}
+
+/// As [`on_ranks`]; without the final barrier when `barrier` is false (the ranks can no longer
+/// reach each other).
+pub fn on_ranks_then<R: Send>(
+    n: usize,
+    route: Route,
+    config: DeviceCommConfig,
+    barrier: bool,
+    f: impl Fn(usize, &mut DeviceComm) -> R + Sync,
+) -> Vec<R> {
     let prepared: Vec<PreparedEngine> =
         (0..n).map(|r| EngineTransport::prepare(engine(route, 100 + r as u64), n).unwrap()).collect();
     let addresses: Vec<EngineAddress> = prepared.iter().map(PreparedEngine::address).collect();
@@ -65,7 +80,9 @@ pub fn on_ranks<R: Send>(
                     let comm = Communicator::new(t, coll_config()).unwrap();
                     let mut dc = DeviceComm::new(comm, config).unwrap();
                     let out = f(rank, &mut dc);
-                    dc.communicator().barrier().unwrap();
+                    if barrier {
+                        dc.communicator().barrier().unwrap();
+                    }
                     dc.close().unwrap();
                     out
                 })
