@@ -11,6 +11,21 @@
 //! engine's `wait_spin` idea: a descriptor or completion racing in is seen without a wake-up),
 //! then sleeps in `park_timeout(`[`ProxyTiming::idle_park`]`)`. A GPU producer cannot wake a
 //! host thread, so the sleep is bounded; engine completions unpark it at once.
+//!
+//! # Why a signal written after its put completed here is seen after the put's bytes
+//!
+//! The signal write is issued only once the put's `Transfer` completed at this end, which
+//! on the routes checked means its bytes are placed at the receiver:
+//! - `Memcpy` (peer in this process): the submitting thread copies before completing;
+//! - `SharedMemory` and `Udp` (the transport): the receiver's worker places each datagram in
+//!   the receive turn that handled it, before the acknowledgement it produced is transmitted,
+//!   and the sender completes only when every byte is acknowledged.
+//!
+//! `tests/placement.rs` checks all three (and UDP under loss, reordering and duplication) by
+//! reading the receiver's memory as soon as the sender's wait returns. Not checked here (they
+//! need a GPU or a second process): `Pull` (CMA), `CopyEngine*`, `Staged` and `Landing`; the
+//! engine documents that each counts its immediate only after every byte landed, and the
+//! device tests must confirm that sender completion implies placement for them too.
 
 use crate::comm::Shared;
 use crate::error::{DescriptorError, DescriptorErrorKind};
