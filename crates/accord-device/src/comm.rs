@@ -611,7 +611,8 @@ impl DeviceComm {
     }
 
     /// Stops the proxies (after draining what is in flight, bounded by the close drain),
-    /// deregisters the windows and the signal slots.
+    /// deregisters the windows and the signal slots. Peers' writes into this rank fail once
+    /// it closed: close after a barrier that follows every rank's last device work.
     pub fn close(mut self) -> Result<(), DeviceError> {
         self.shutdown();
         Ok(())
