@@ -172,6 +172,13 @@ fn check_config(config: &DeviceCommConfig) -> Result<(), DeviceError> {
     if config.rings == 0 || config.rings > RINGS_MAX {
         return bad(format!("rings {}: 1..={RINGS_MAX}", config.rings));
     }
+    if !config.slot_count.is_power_of_two() || config.slot_count > crate::ring::RING_SLOTS_MAX {
+        return bad(format!(
+            "slot_count {}: a power of two at most {}",
+            config.slot_count,
+            crate::ring::RING_SLOTS_MAX
+        ));
+    }
     if config.user_signals >= SIGNALS_MAX {
         return bad(format!("user_signals {}: at most {}", config.user_signals, SIGNALS_MAX - 1));
     }
@@ -638,5 +645,33 @@ impl DeviceComm {
 impl Drop for DeviceComm {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_device_comm_can_move_between_threads_and_its_state_is_shared_safely() {
+        fn send<T: Send>() {}
+        fn send_sync<T: Send + Sync>() {}
+        send::<DeviceComm>();
+        send_sync::<Shared>();
+    }
+
+    #[test]
+    fn bad_configurations_are_refused_naming_the_value() {
+        let bad = [
+            DeviceCommConfig { rings: 0, ..DeviceCommConfig::default() },
+            DeviceCommConfig { rings: RINGS_MAX + 1, ..DeviceCommConfig::default() },
+            DeviceCommConfig { user_signals: SIGNALS_MAX, ..DeviceCommConfig::default() },
+            DeviceCommConfig { counters: 0, ..DeviceCommConfig::default() },
+            DeviceCommConfig { slot_count: 12, ..DeviceCommConfig::default() },
+        ];
+        for config in bad {
+            assert!(matches!(check_config(&config), Err(DeviceError::Config { .. })), "{config:?}");
+        }
+        assert!(check_config(&DeviceCommConfig::default()).is_ok());
     }
 }

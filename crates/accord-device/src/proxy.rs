@@ -316,6 +316,10 @@ impl Proxy {
             s.bump_counter(d.counter_id);
         }
         let signal_op = signal_op_of(d.signal_op).unwrap_or(SignalOp::None);
+        if signal_op == SignalOp::None {
+            self.consumer.complete(ticket);
+            return;
+        }
         match s.signal_board.apply(d.peer, d.signal_id, signal_op, d.signal_value) {
             Next::Write(value) => self.write_signal(d.peer, d.signal_id, value, ticket),
             Next::Coalesced => {
