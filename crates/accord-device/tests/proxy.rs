@@ -82,6 +82,11 @@ fn exchange(route: Route, n: usize) {
         assert_eq!(dc.wait_signal(1, n64 * 10, WAIT).unwrap(), n64 * 10);
         let sets: u64 = (1..=n64).map(|r| r * 1000).sum();
         dc.wait_signal(2, sets, WAIT).unwrap();
+        // Each rank's slot holds exactly its own contribution: the writes reached the right peers.
+        assert_eq!(dc.signal_slots(0).unwrap(), vec![CHUNKS; n]);
+        assert_eq!(dc.signal_slots(1).unwrap(), vec![10; n]);
+        assert_eq!(dc.signal_slots(2).unwrap(), (1..=n64).map(|r| r * 1000).collect::<Vec<_>>());
+        assert_eq!(dc.signal_slots(3).unwrap(), vec![0; n], "an unused signal stays 0");
         // Bytes: every sender's chunks and value, at its slot of this rank's window.
         for from in 0..n {
             for k in 0..CHUNKS {
