@@ -1,11 +1,12 @@
 //! The memory a device communicator hands to GPU code: rings, control words, counters, signal
 //! slots and the device table. Where each lives is a [`Placement`] decision made once per
-//! communicator; a [`Block`] hides whether it is plain host memory (CI, no GPU), mapped pinned
+//! communicator; a `Block` hides whether it is plain host memory (CI, no GPU), mapped pinned
 //! host memory (`cuMemHostAlloc(PORTABLE | DEVICEMAP)`, reachable by both sides) or device
 //! memory (`cuMemAlloc`, reachable by the GPU and the copy engine only).
 //!
-//! All raw pointer arithmetic of this crate is here: the rest reads and writes these blocks
-//! through [`Block::word`] (an `AtomicU64` view) and [`Block::host_ptr`] (for descriptor slots).
+//! The crate's unsafe code is here and in the ring's producer and consumer (the copies of a
+//! descriptor slot); everything else reads and writes these blocks through `Block::word` (an
+//! `AtomicU64` view) and `Block::read`/`Block::write` (bounds-checked copies).
 #![allow(unsafe_code)]
 
 use crate::error::DeviceError;
