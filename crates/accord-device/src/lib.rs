@@ -10,5 +10,22 @@
 //! (`include/accord/device.cuh`); a test compiles that header with the host compiler and checks
 //! every offset against this crate's.
 #![warn(missing_docs)]
+#![deny(unsafe_code)]
 
+mod comm;
+pub mod error;
 pub mod layout;
+pub mod memory;
+mod proxy;
+pub mod ring;
+mod signals;
+mod table;
+mod window;
+
+pub use comm::{DeviceComm, DeviceCommConfig, DeviceStats, COUNTERS_MAX, ERRORS_KEPT_MAX, RINGS_MAX};
+pub use error::{DescriptorError, DescriptorErrorKind, DeviceError, ProducerError, WaitError};
+pub use memory::Placement;
+pub use proxy::{ProxyTiming, DESCRIPTORS_PER_TURN_MAX};
+pub use ring::{HostProducer, Ring, RingConsumer, RING_SLOTS_DEFAULT, RING_SLOTS_MAX};
+pub use signals::SIGNALS_MAX;
+pub use window::{EXCHANGE_RECORD_BYTES, WINDOWS_MAX};
