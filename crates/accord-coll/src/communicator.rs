@@ -69,6 +69,23 @@ struct Call<'a> {
     layout: Option<&'a AllToAllVLayout>,
 }
 
+impl<'a> Call<'a> {
+    /// A call moving `send_bytes` out of and `recv_bytes` into this rank, with no reduction
+    /// operator, root 0 and no all_to_allv layout (the fields most collectives leave so).
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        collective: Collective,
+        bufs: Bufs<'a>,
+        count: usize,
+        dtype: DType,
+        algo: Option<Algo>,
+        send_bytes: usize,
+        recv_bytes: usize,
+    ) -> Call<'a> {
+        Call { collective, bufs, count, dtype, op: ReduceOp::Sum, root: 0, algo, send_bytes, recv_bytes, layout: None }
+    }
+}
+
 impl<T: CollTransport> Communicator<T> {
     /// A communicator over `transport`.
     pub fn new(transport: T, config: CollConfig) -> Result<Self, CollError> {
@@ -172,18 +189,7 @@ impl<T: CollTransport> Communicator<T> {
         algo: Option<Algo>,
     ) -> Result<(), CollError> {
         let b = count * dtype.size_bytes();
-        self.run(Call {
-            collective: Collective::AllReduce,
-            bufs,
-            count,
-            dtype,
-            op,
-            root: 0,
-            algo,
-            send_bytes: b,
-            recv_bytes: b,
-            layout: None,
-        })
+        self.run(Call { op, ..Call::new(Collective::AllReduce, bufs, count, dtype, algo, b, b) })
     }
 
     /// reduce of `count` elements to `root` (the output matters only there).
@@ -198,18 +204,7 @@ impl<T: CollTransport> Communicator<T> {
     ) -> Result<(), CollError> {
         let b = count * dtype.size_bytes();
         let recv_bytes = if self.rank() == root { b } else { 0 };
-        self.run(Call {
-            collective: Collective::Reduce,
-            bufs,
-            count,
-            dtype,
-            op,
-            root,
-            algo,
-            send_bytes: b,
-            recv_bytes,
-            layout: None,
-        })
+        self.run(Call { op, root, ..Call::new(Collective::Reduce, bufs, count, dtype, algo, b, recv_bytes) })
     }
 
     /// broadcast of `count` elements from `root`'s input to every output.
@@ -223,18 +218,7 @@ impl<T: CollTransport> Communicator<T> {
     ) -> Result<(), CollError> {
         let b = count * dtype.size_bytes();
         let send_bytes = if self.rank() == root { b } else { 0 };
-        self.run(Call {
-            collective: Collective::Broadcast,
-            bufs,
-            count,
-            dtype,
-            op: ReduceOp::Sum,
-            root,
-            algo,
-            send_bytes,
-            recv_bytes: b,
-            layout: None,
-        })
+        self.run(Call { root, ..Call::new(Collective::Broadcast, bufs, count, dtype, algo, send_bytes, b) })
     }
 
     /// all_gather: each input has `count` elements; each output `count * n`, by rank.
@@ -247,18 +231,7 @@ impl<T: CollTransport> Communicator<T> {
     ) -> Result<(), CollError> {
         let b = count * dtype.size_bytes();
         let n = self.world_size();
-        self.run(Call {
-            collective: Collective::AllGather,
-            bufs,
-            count,
-            dtype,
-            op: ReduceOp::Sum,
-            root: 0,
-            algo,
-            send_bytes: b,
-            recv_bytes: b * n,
-            layout: None,
-        })
+        self.run(Call::new(Collective::AllGather, bufs, count, dtype, algo, b, b * n))
     }
 
     /// reduce_scatter: each input has `count * n` elements; rank r's output gets the reduction of block r (`count` elements).
@@ -272,18 +245,7 @@ impl<T: CollTransport> Communicator<T> {
     ) -> Result<(), CollError> {
         let b = count * dtype.size_bytes();
         let n = self.world_size();
-        self.run(Call {
-            collective: Collective::ReduceScatter,
-            bufs,
-            count,
-            dtype,
-            op,
-            root: 0,
-            algo,
-            send_bytes: b * n,
-            recv_bytes: b,
-            layout: None,
-        })
+        self.run(Call { op, ..Call::new(Collective::ReduceScatter, bufs, count, dtype, algo, b * n, b) })
     }
 
     /// all_to_all: block j (`count` elements) of each input goes to rank j, landing at block r of its output.
@@ -295,18 +257,7 @@ impl<T: CollTransport> Communicator<T> {
         algo: Option<Algo>,
     ) -> Result<(), CollError> {
         let b = count * dtype.size_bytes() * self.world_size();
-        self.run(Call {
-            collective: Collective::AllToAll,
-            bufs,
-            count,
-            dtype,
-            op: ReduceOp::Sum,
-            root: 0,
-            algo,
-            send_bytes: b,
-            recv_bytes: b,
-            layout: None,
-        })
+        self.run(Call::new(Collective::AllToAll, bufs, count, dtype, algo, b, b))
     }
 
     /// all_to_allv with per-peer counts and displacements (elements). The
@@ -337,16 +288,8 @@ impl<T: CollTransport> Communicator<T> {
             });
         }
         self.run(Call {
-            collective: Collective::AllToAllV,
-            bufs,
-            count: 0,
-            dtype,
-            op: ReduceOp::Sum,
-            root: 0,
-            algo,
-            send_bytes,
-            recv_bytes,
             layout: Some(layout),
+            ..Call::new(Collective::AllToAllV, bufs, 0, dtype, algo, send_bytes, recv_bytes)
         })
     }
 
