@@ -20,6 +20,7 @@ mod proxy;
 pub mod ring;
 mod signals;
 mod table;
+pub mod watcher;
 mod window;
 
 pub use comm::{DeviceComm, DeviceCommConfig, DeviceStats, COUNTERS_MAX, ERRORS_KEPT_MAX, RINGS_MAX};
@@ -28,4 +29,5 @@ pub use memory::Placement;
 pub use proxy::{ProxyTiming, DESCRIPTORS_PER_TURN_MAX};
 pub use ring::{HostProducer, Ring, RingConsumer, RING_SLOTS_DEFAULT, RING_SLOTS_MAX};
 pub use signals::SIGNALS_MAX;
+pub use watcher::{HostWatcher, WatchTiming};
 pub use window::{EXCHANGE_RECORD_BYTES, WINDOWS_MAX};
