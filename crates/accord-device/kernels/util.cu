@@ -48,3 +48,12 @@ extern "C" __global__ void accord_dev_refusals(const DeviceTable* t, u64* out) {
     if (s != BAD_ARGUMENT) atomicAdd(reinterpret_cast<unsigned long long*>(out + 2), 1ull);
   }
 }
+
+/// out[2] = 1 when `peer`'s window 0 and signal slots are mapped here (put_direct can run).
+extern "C" __global__ void accord_dev_probe_direct(const DeviceTable* t, u64 peer, u64* out) {
+  if (threadIdx.x != 0 || blockIdx.x != 0 || peer >= t->world || t->window_count == 0) return;
+  const WindowEntry* w = reinterpret_cast<const WindowEntry*>(t->windows);
+  const bool window = w->peer_bases != 0 && reinterpret_cast<const u64*>(w->peer_bases)[peer] != 0;
+  const bool signals = t->peer_signals != 0 && reinterpret_cast<const u64*>(t->peer_signals)[peer] != 0;
+  out[2] = window && signals ? 1 : 0;
+}
