@@ -182,7 +182,9 @@ fn header_layout_matches_layout_rs_field_for_field() {
     let differ = differences(&rust, &facts.fields);
     let detail: Vec<String> = differ
         .iter()
-        .map(|name| format!("{name}: layout.rs (offset, size) {:?}, header {:?}", rust.get(name), facts.fields.get(name)))
+        .map(|name| {
+            format!("{name}: layout.rs (offset, size) {:?}, header {:?}", rust.get(name), facts.fields.get(name))
+        })
         .collect();
     assert!(differ.is_empty(), "the header and layout.rs disagree:\n{}", detail.join("\n"));
     assert_eq!(facts.constants, rust_constants(), "constants differ between the header and layout.rs");
