@@ -227,3 +227,78 @@ fn a_drifted_field_is_reported() {
     let facts = parse(&build_and_run(&cxx, &scratch, &program, "c++17").unwrap_or_else(|e| panic!("{e}")));
     assert_eq!(differences(&rust_layout(), &facts.fields), ["Descriptor.src_window", "Descriptor.window"]);
 }
+
+/// The words the header's producer stores into a slot (`pack_body`, bytes 8..63) are exactly
+/// the bytes of layout.rs's `Descriptor` with the same fields: every field lands where the
+/// proxy reads it. Each field gets a value whose bytes are all distinct.
+#[test]
+fn the_producers_packing_matches_the_rust_descriptor() {
+    let Some(cxx) = compiler() else {
+        println!("skipped: no host C++ compiler to build the header with");
+        return;
+    };
+    let d = Descriptor {
+        seq: 0,
+        op: 0x11,
+        signal_op: 0x22,
+        flags: 0x4433,
+        peer: 0x8877_6655,
+        window: 0xccbb_aa99,
+        src_window: 0x00ff_eedd,
+        dst_offset: 0x0807_0605_0403_0201,
+        src_offset: 0x1817_1615_1413_1211,
+        bytes: 0x2827_2625_2423_2221,
+        signal_id: 0x3433_3231,
+        counter_id: 0x3837_3635,
+        signal_value: 0x4847_4645_4443_4241,
+    };
+    let program = format!(
+        r#"
+#include <accord/device.cuh>
+#include <cstdio>
+using namespace accord::device;
+int main() {{
+  Descriptor d = {{}};
+  d.op = {}; d.signal_op = {}; d.flags = {}; d.peer = {}u; d.window = {}u; d.src_window = {}u;
+  d.dst_offset = {}ull; d.src_offset = {}ull; d.bytes = {}ull; d.signal_id = {}u; d.counter_id = {}u;
+  d.signal_value = {}ull;
+  u64 words[7];
+  pack_body(d, words);
+  for (int i = 0; i < 7; ++i) std::printf("%llu\n", (unsigned long long)words[i]);
+  return 0;
+}}
+"#,
+        d.op,
+        d.signal_op,
+        d.flags,
+        d.peer,
+        d.window,
+        d.src_window,
+        d.dst_offset,
+        d.src_offset,
+        d.bytes,
+        d.signal_id,
+        d.counter_id,
+        d.signal_value
+    );
+    let scratch = Scratch::new("pack");
+    let out = build_and_run(&cxx, &scratch, &program, "c++17").unwrap_or_else(|e| panic!("{e}"));
+    let packed: Vec<u8> = out.lines().flat_map(|l| l.trim().parse::<u64>().expect("a word").to_le_bytes()).collect();
+    // The Rust descriptor's own bytes, field by field at layout.rs's offsets.
+    let mut expected = vec![0u8; DESCRIPTOR_BYTES];
+    let mut put = |offset: usize, bytes: &[u8]| expected[offset..offset + bytes.len()].copy_from_slice(bytes);
+    put(offset_of!(Descriptor, op), &[d.op]);
+    put(offset_of!(Descriptor, signal_op), &[d.signal_op]);
+    put(offset_of!(Descriptor, flags), &d.flags.to_le_bytes());
+    put(offset_of!(Descriptor, peer), &d.peer.to_le_bytes());
+    put(offset_of!(Descriptor, window), &d.window.to_le_bytes());
+    put(offset_of!(Descriptor, src_window), &d.src_window.to_le_bytes());
+    put(offset_of!(Descriptor, dst_offset), &d.dst_offset.to_le_bytes());
+    put(offset_of!(Descriptor, src_offset), &d.src_offset.to_le_bytes());
+    put(offset_of!(Descriptor, bytes), &d.bytes.to_le_bytes());
+    put(offset_of!(Descriptor, signal_id), &d.signal_id.to_le_bytes());
+    put(offset_of!(Descriptor, counter_id), &d.counter_id.to_le_bytes());
+    put(offset_of!(Descriptor, signal_value), &d.signal_value.to_le_bytes());
+    assert_eq!(packed.len(), DESCRIPTOR_BYTES - 8);
+    assert_eq!(packed, expected[8..], "the header packs a descriptor differently from layout.rs");
+}

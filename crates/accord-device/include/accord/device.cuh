@@ -206,6 +206,25 @@ static_assert(sizeof(DeviceTable) == 88, "DeviceTable");
 static_assert(__builtin_offsetof(DeviceTable, rings) == 32, "DeviceTable::rings");
 static_assert(__builtin_offsetof(DeviceTable, barrier_epoch) == 80, "DeviceTable::barrier_epoch");
 
+#if defined(ACCORD_DEVICE_CODE)
+#define ACCORD_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define ACCORD_HOST_DEVICE inline
+#endif
+
+/// The descriptor's bytes 8..63 as seven little-endian words (`words[0]` holds bytes 8..15), in
+/// the order the producer stores them before `seq`. Host code can call it too (the layout test
+/// checks it against layout.rs).
+ACCORD_HOST_DEVICE void pack_body(const Descriptor& d, u64 words[7]) {
+  words[0] = u64(d.op) | (u64(d.signal_op) << 8) | (u64(d.flags) << 16) | (u64(d.peer) << 32);
+  words[1] = u64(d.window) | (u64(d.src_window) << 32);
+  words[2] = d.dst_offset;
+  words[3] = d.src_offset;
+  words[4] = d.bytes;
+  words[5] = u64(d.signal_id) | (u64(d.counter_id) << 32);
+  words[6] = d.signal_value;
+}
+
 /// What every device function returns.
 enum Status : int {
   OK = 0,
@@ -343,14 +362,13 @@ ACCORD_DEVICE_INLINE Status publish(const DeviceTable* t, u32 ring_index, const 
   }
   Descriptor* slot = reinterpret_cast<Descriptor*>(ring->slots) + (ticket & (slot_count - 1));
   // Bytes 8..63 first, as one 8-byte and three 16-byte stores; `seq` (bytes 0..7) last.
+  u64 body[7];
+  pack_body(d, body);
   u64* words = reinterpret_cast<u64*>(slot);
-  const u64 w1 = u64(d.op) | (u64(d.signal_op) << 8) | (u64(d.flags) << 16) | (u64(d.peer) << 32);
-  const u64 w2 = u64(d.window) | (u64(d.src_window) << 32);
-  const u64 w6 = u64(d.signal_id) | (u64(d.counter_id) << 32);
-  words[1] = w1;
-  reinterpret_cast<ulonglong2*>(words)[1] = make_ulonglong2(w2, d.dst_offset);
-  reinterpret_cast<ulonglong2*>(words)[2] = make_ulonglong2(d.src_offset, d.bytes);
-  reinterpret_cast<ulonglong2*>(words)[3] = make_ulonglong2(w6, d.signal_value);
+  words[1] = body[0];
+  reinterpret_cast<ulonglong2*>(words)[1] = make_ulonglong2(body[1], body[2]);
+  reinterpret_cast<ulonglong2*>(words)[2] = make_ulonglong2(body[3], body[4]);
+  reinterpret_cast<ulonglong2*>(words)[3] = make_ulonglong2(body[5], body[6]);
   // Makes the slot, and this thread's earlier writes (a put's source), visible system-wide
   // before the proxy can see `seq`.
   __threadfence_system();
