@@ -1,4 +1,4 @@
-//! Every kernel in `kernels/` (and so the whole device API in `include/accord/device.cuh`)
+//! Every kernel in `kernels/` and `examples/device_api/` (and so the whole device API in `include/accord/device.cuh`)
 //! compiles with NVRTC, through accord-cuda, with the options Accord's own kernels use
 //! (`-DACCORD_NVRTC=1`, C++17). NVRTC needs no GPU: this runs wherever libnvrtc is found
 //! (`ACCORD_CUDA_LIB_DIRS`, the loader path, a CUDA toolkit, the nvidia-cuda-nvrtc wheel) and
@@ -14,14 +14,21 @@ fn crate_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The kernel sources, sorted by name.
-fn kernel_files() -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(crate_dir().join("kernels"))
-        .expect("kernels folder")
+/// The `.cu` files of `dir`, sorted by name.
+fn cu_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{dir:?}: {e}"))
         .map(|e| e.expect("entry").path())
         .filter(|p| p.extension().is_some_and(|e| e == "cu"))
         .collect();
     files.sort();
+    files
+}
+
+/// The harness kernels and the user examples under `examples/device_api/`.
+fn kernel_files() -> Vec<PathBuf> {
+    let mut files = cu_files(&crate_dir().join("kernels"));
+    files.extend(cu_files(&crate_dir().join("../../examples/device_api")));
     files
 }
 
@@ -48,7 +55,7 @@ fn every_kernel_compiles_with_nvrtc() {
         return;
     }
     let files = kernel_files();
-    assert!(files.len() >= 6, "expected the harness kernels in kernels/, found {files:?}");
+    assert!(files.len() >= 7, "expected the harness kernels and the example, found {files:?}");
     let mut failures = Vec::new();
     for arch in architectures() {
         for file in &files {
