@@ -285,7 +285,7 @@ int main() {{
     let out = build_and_run(&cxx, &scratch, &program, "c++17").unwrap_or_else(|e| panic!("{e}"));
     let packed: Vec<u8> = out.lines().flat_map(|l| l.trim().parse::<u64>().expect("a word").to_le_bytes()).collect();
     // The Rust descriptor's own bytes, field by field at layout.rs's offsets.
-    let mut expected = vec![0u8; DESCRIPTOR_BYTES];
+    let mut expected = [0u8; DESCRIPTOR_BYTES];
     let mut put = |offset: usize, bytes: &[u8]| expected[offset..offset + bytes.len()].copy_from_slice(bytes);
     put(offset_of!(Descriptor, op), &[d.op]);
     put(offset_of!(Descriptor, signal_op), &[d.signal_op]);
