@@ -43,7 +43,7 @@ fn rust_layout() -> BTreeMap<String, (usize, usize)> {
 /// Constants the header must agree on, from Rust.
 fn rust_constants() -> BTreeMap<String, u64> {
     [
-        ("ACCORD_DEVICE_LAYOUT_VERSION", u64::from(LAYOUT_VERSION)),
+        ("LAYOUT_VERSION", u64::from(LAYOUT_VERSION)),
         ("DESCRIPTOR_BYTES", DESCRIPTOR_BYTES as u64),
         ("OP_PUT", Op::Put as u64),
         ("OP_PUT_VALUE", Op::PutValue as u64),
@@ -81,7 +81,7 @@ int main() {
   F(DeviceTable, window_count); F(DeviceTable, _pad); F(DeviceTable, rings); F(DeviceTable, signals);
   F(DeviceTable, signal_bases); F(DeviceTable, counters); F(DeviceTable, windows);
   F(DeviceTable, peer_signals); F(DeviceTable, barrier_epoch);
-  C(ACCORD_DEVICE_LAYOUT_VERSION); C(DESCRIPTOR_BYTES); C(OP_PUT); C(OP_PUT_VALUE); C(OP_SIGNAL);
+  std::printf("C LAYOUT_VERSION %d\n", ACCORD_DEVICE_LAYOUT_VERSION); C(DESCRIPTOR_BYTES); C(OP_PUT); C(OP_PUT_VALUE); C(OP_SIGNAL);
   C(SIGNAL_NONE); C(SIGNAL_ADD); C(SIGNAL_SET); C(FLAG_COUNTER);
   std::printf("V %s\n", ACCORD_VERSION_STRING);
   return 0;
@@ -188,7 +188,7 @@ fn header_layout_matches_layout_rs_field_for_field() {
         .collect();
     assert!(differ.is_empty(), "the header and layout.rs disagree:\n{}", detail.join("\n"));
     assert_eq!(facts.constants, rust_constants(), "constants differ between the header and layout.rs");
-    assert_eq!(facts.version, env!("CARGO_PKG_VERSION"), "ACCORD_VERSION_STRING is not the workspace version");
+    assert_eq!(facts.version, env!("CARGO_PKG_VERSION"), "the header's version string is not the workspace version");
 }
 
 /// The header is usable from C++11 host code too (only the types and constants are visible
