@@ -72,7 +72,10 @@
 #define ACCORD_DEVICE_RING_WAIT_NS 10000000000ull
 #endif
 
-#if defined(__CUDACC_RTC__) || defined(ACCORD_NVRTC)
+// ACCORD_DEVICE_EMULATION (tests only: crates/accord-device/tests/header_emulated.rs) compiles
+// the device functions with a host compiler, on host threads, against a shim of the CUDA
+// builtins they use.
+#if defined(__CUDACC_RTC__) || defined(ACCORD_NVRTC) || defined(ACCORD_DEVICE_EMULATION)
 #define ACCORD_DEVICE_CODE 1
 #elif defined(__CUDACC__)
 #define ACCORD_DEVICE_CODE 1
@@ -285,13 +288,19 @@ ACCORD_DEVICE_INLINE u64 load_volatile(const u64* p) { return *reinterpret_cast<
 
 /// Nanoseconds of the GPU's global timer (the clock every timeout here is measured with).
 ACCORD_DEVICE_INLINE u64 now_ns() {
+#if defined(ACCORD_DEVICE_EMULATION)
+  return accord_emulation_now_ns();  // the host emulation of the header's tests
+#else
   u64 t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
+#endif
 }
 
 ACCORD_DEVICE_INLINE void pause() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+#if defined(ACCORD_DEVICE_EMULATION)
+  accord_emulation_pause();
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
   __nanosleep(64);
 #endif
 }
