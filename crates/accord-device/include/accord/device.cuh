@@ -36,12 +36,13 @@
 //       *status = s;
 //     }
 //
-// Memory each piece lives in (the host side decides; see layout.rs):
+// Memory each piece lives in (the host side places it; layout.rs documents each field):
 //   descriptor slots, ring control words, counters ... mapped host memory (the proxy reads and
 //                                                       writes them with CPU loads and stores);
-//   `reserved`, `cached_consumed`, signal slots,
-//   signal bases, the barrier epoch ................... device memory (GPU atomics and polling
-//                                                       stay on the GPU).
+//   `reserved`, `cached_consumed`, the barrier epoch .. device memory (GPU atomics only);
+//   signal slots and bases ............................ wherever accord-device's placement puts
+//                                                       them (device memory on a GPU: peers'
+//                                                       proxies write the slots, kernels poll).
 //
 // Ordering rules every function below relies on:
 //   * A put's signal becomes visible at the peer only after every byte of that put landed (the
