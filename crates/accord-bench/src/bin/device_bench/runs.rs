@@ -4,8 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use accord_coll::engine::EngineTransport;
-use accord_coll::{Bufs, Communicator, DType};
+use accord_coll::{Bufs, CollTransport, Communicator, DType};
 use accord_cuda::{
     copy_peer_async, CudaError, DeviceBuffer, DevicePtr, Event, EventKind, Gpu, Graph, IpcHandle, IpcMapping, Stream,
 };
@@ -49,7 +48,7 @@ struct Ctx {
 }
 
 /// Every rank's `record`, by rank: lengths first, then the records padded to the longest.
-fn all_gather(comm: &mut Communicator<EngineTransport>, record: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+fn all_gather<T: CollTransport>(comm: &mut Communicator<T>, record: &[u8]) -> Result<Vec<Vec<u8>>, String> {
     let lengths = gather_fixed(comm, &(record.len() as u64).to_le_bytes())?;
     let lengths: Vec<usize> =
         lengths.iter().map(|l| u64::from_le_bytes(l[..8].try_into().unwrap_or([0; 8])) as usize).collect();
@@ -68,7 +67,7 @@ fn all_gather(comm: &mut Communicator<EngineTransport>, record: &[u8]) -> Result
 }
 
 /// All-gather of records of one length (the same on every rank).
-fn gather_fixed(comm: &mut Communicator<EngineTransport>, record: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+fn gather_fixed<T: CollTransport>(comm: &mut Communicator<T>, record: &[u8]) -> Result<Vec<Vec<u8>>, String> {
     let world = comm.world_size();
     let send = comm.register(record.to_vec()).map_err(|e| format!("all_gather: {e}"))?;
     let recv = comm.register(vec![0u8; record.len() * world]).map_err(|e| format!("all_gather: {e}"))?;
@@ -678,4 +677,30 @@ fn bandwidth_size(
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use accord_coll::{CollConfig, LocalFabric};
+
+    /// Records of different lengths (one empty) come back whole, by rank, on every rank.
+    #[test]
+    fn all_gather_returns_every_ranks_record_whole() {
+        let records: Vec<Vec<u8>> = vec![b"rank zero".to_vec(), Vec::new(), vec![7u8; 300]];
+        let transports = LocalFabric::create(records.len()).expect("fabric");
+        let threads: Vec<_> = transports
+            .into_iter()
+            .zip(records.clone())
+            .map(|(t, record)| {
+                std::thread::spawn(move || {
+                    let mut comm = Communicator::new(t, CollConfig::default()).expect("communicator");
+                    all_gather(&mut comm, &record)
+                })
+            })
+            .collect();
+        for thread in threads {
+            assert_eq!(thread.join().expect("rank thread").expect("all_gather"), records);
+        }
+    }
 }
