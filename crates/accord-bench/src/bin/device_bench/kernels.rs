@@ -20,6 +20,13 @@ const SOURCES: [(&str, &str); 6] = [
     ("util.cu", include_str!("../../../../accord-device/kernels/util.cu")),
 ];
 
+const PROGRAM_NAME: &str = "accord_device_kernels.cu";
+
+/// Every kernel file, one after the other: one module (each includes common.cuh once).
+fn program() -> String {
+    SOURCES.iter().map(|(_, text)| *text).collect::<Vec<_>>().join("\n")
+}
+
 /// Status values of the header's `accord::device::Status`.
 pub const STATUS_NAMES: [&str; 5] = ["OK", "TIMEOUT", "PROXY_ERROR", "BAD_ARGUMENT", "NOT_DIRECT"];
 
@@ -116,8 +123,7 @@ impl Kernels {
     /// Compiles every kernel (one module) for `gpu`.
     pub fn load(gpu: &Gpu) -> Result<Kernels, String> {
         let tree = IncludeTree::write()?;
-        let source: String = SOURCES.iter().map(|(_, text)| *text).collect::<Vec<_>>().join("\n");
-        let module = Module::compile_and_load_with_includes(gpu, &source, "accord_device_kernels.cu", &tree.dirs())
+        let module = Module::compile_and_load_with_includes(gpu, &program(), PROGRAM_NAME, &tree.dirs())
             .map_err(|e| format!("compiling the device API kernels: {e}"))?;
         let k = |name: &str| module.kernel(name).map_err(|e| format!("kernel {name}: {e}"));
         Ok(Kernels {
@@ -259,5 +265,40 @@ impl Kernels {
     /// out[2] = 1 when window 0 and the signal slots of `peer` are mapped for direct stores.
     pub fn probe_direct(&self, stream: &Stream, table: u64, peer: u32, out: DevicePtr) -> Result<(), String> {
         launch(&self.probe_direct, ONE, stream, &[table, u64::from(peer), out.0])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The module this binary builds on the GPU host (every kernel file in one program, the
+    /// header and common.cuh from the scratch include tree) compiles with NVRTC, which needs no
+    /// GPU, and defines every kernel `Kernels::load` looks up. Skips without NVRTC.
+    #[test]
+    fn the_bench_program_compiles_and_defines_every_kernel() {
+        let program = program();
+        for name in [
+            "accord_dev_pingpong",
+            "accord_dev_many_peer",
+            "accord_dev_fill",
+            "accord_dev_check",
+            "accord_dev_rate",
+            "accord_dev_bandwidth",
+            "accord_dev_wait",
+            "accord_dev_flush",
+            "accord_dev_barrier",
+            "accord_dev_refusals",
+            "accord_dev_probe_direct",
+        ] {
+            assert!(program.contains(&format!("void {name}(")), "{name} is not defined");
+        }
+        if !accord_cuda::probe().nvrtc {
+            println!("skipped: no NVRTC to compile the program with");
+            return;
+        }
+        let tree = IncludeTree::write().expect("include tree");
+        let built = accord_cuda::kernels::compile_cached_with_includes(&program, PROGRAM_NAME, "sm_90", &tree.dirs());
+        assert!(built.is_ok_and(|cubin| !cubin.is_empty()));
     }
 }
