@@ -53,7 +53,6 @@ type WaitFn = unsafe extern "C" fn(u64, u32, u64, u64) -> i32;
 type ReadFn = unsafe extern "C" fn(u64, u32) -> u64;
 type TimeoutFn = unsafe extern "C" fn(u64, u64) -> i32;
 
-const NO_COUNTER: u32 = u32::MAX;
 const SIGNAL_ADD: u32 = 1;
 const SIGNAL_SET: u32 = 2;
 const WAIT_NS: u64 = 20_000_000_000;
