@@ -22,6 +22,7 @@ const SIGNAL_BANDWIDTH: u32 = 2;
 const SIGNAL_MANY: u32 = 3;
 const SIGNAL_VALUE: u32 = 4;
 const SIGNAL_GRAPH: u32 = 5;
+const SIGNAL_PING_4K: u32 = 6;
 const USER_SIGNALS: u32 = 8;
 /// Bytes each rank sends each rank per many-peer round: odd, so no copy is aligned.
 const MANY_PEER_BYTES: u64 = (1 << 20) + 13;
@@ -186,9 +187,12 @@ pub fn rank_main(args: &Args) -> Result<(), String> {
         );
     }
     run_refusals(&mut ctx)?;
-    for (mode, bytes, signal) in
-        [(PingMode::Proxy, 8, SIGNAL_PING), (PingMode::Value, 8, SIGNAL_VALUE), (PingMode::Direct, 8, SIGNAL_DIRECT)]
-    {
+    for (mode, bytes, signal) in [
+        (PingMode::Proxy, 8, SIGNAL_PING),
+        (PingMode::Proxy, 4096, SIGNAL_PING_4K),
+        (PingMode::Value, 8, SIGNAL_VALUE),
+        (PingMode::Direct, 8, SIGNAL_DIRECT),
+    ] {
         run_pingpong(&mut ctx, mode, bytes, signal)?;
     }
     run_many_peer(&mut ctx)?;
