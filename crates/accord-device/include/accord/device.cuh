@@ -681,7 +681,8 @@ ACCORD_DEVICE_INLINE Status flush(const DeviceTable* table, u64 timeout_ns) {
 /// barrier (one thread per rank, every rank): flushes (so every earlier put of this rank has
 /// landed), bumps `*barrier_epoch`, signals every other rank on the reserved last signal
 /// (SIGNAL_ADD 1), then waits until every other rank's slot of that signal here reached the
-/// epoch. All of it bounded by `timeout_ns`. After a TIMEOUT or PROXY_ERROR the epochs of the
+/// epoch. Bounded by `timeout_ns` from the call in all (plus, only if a ring is full, each
+/// signal's ring wait, ACCORD_DEVICE_RING_WAIT_NS). After a TIMEOUT or PROXY_ERROR the epochs of the
 /// ranks may disagree: do not call barrier again on that table.
 /// Memory: as flush and signal, plus `barrier_epoch` and the barrier's signal slots (device).
 ACCORD_DEVICE_INLINE Status barrier(const DeviceTable* table, u64 timeout_ns) {
