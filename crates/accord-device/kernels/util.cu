@@ -57,3 +57,11 @@ extern "C" __global__ void accord_dev_probe_direct(const DeviceTable* t, u64 pee
   const bool signals = t->peer_signals != 0 && reinterpret_cast<const u64*>(t->peer_signals)[peer] != 0;
   out[2] = window && signals ? 1 : 0;
 }
+
+/// One put of 64 bytes with a signal to every rank, then return without waiting: the host waits
+/// for the proxy to run them while no kernel spins, so the engine opens every peer mapping
+/// (windows and signal slots) on an idle GPU before any timed kernel.
+extern "C" __global__ void accord_dev_warm(const DeviceTable* t, u64 signal_id, u64* out) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  for (u32 p = 0; p < t->world; ++p) note(out, put(t, 0, p, 0, 1, 0, 64, SIGNAL_ADD, static_cast<u32>(signal_id), 1));
+}

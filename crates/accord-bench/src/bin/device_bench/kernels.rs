@@ -77,6 +77,7 @@ pub struct Kernels {
     barrier: Kernel,
     refusals: Kernel,
     probe_direct: Kernel,
+    warm: Kernel,
     _module: Arc<Module>,
 }
 
@@ -138,6 +139,7 @@ impl Kernels {
             barrier: k("accord_dev_barrier")?,
             refusals: k("accord_dev_refusals")?,
             probe_direct: k("accord_dev_probe_direct")?,
+            warm: k("accord_dev_warm")?,
             _module: module,
         })
     }
@@ -262,6 +264,11 @@ impl Kernels {
         launch(&self.refusals, ONE, stream, &[table, out.0])
     }
 
+    /// One 64-byte put with a signal to every rank, without waiting for them.
+    pub fn warm(&self, stream: &Stream, table: u64, signal: u32, out: DevicePtr) -> Result<(), String> {
+        launch(&self.warm, ONE, stream, &[table, u64::from(signal), out.0])
+    }
+
     /// out[2] = 1 when window 0 and the signal slots of `peer` are mapped for direct stores.
     pub fn probe_direct(&self, stream: &Stream, table: u64, peer: u32, out: DevicePtr) -> Result<(), String> {
         launch(&self.probe_direct, ONE, stream, &[table, u64::from(peer), out.0])
@@ -290,6 +297,7 @@ mod tests {
             "accord_dev_barrier",
             "accord_dev_refusals",
             "accord_dev_probe_direct",
+            "accord_dev_warm",
         ] {
             assert!(program.contains(&format!("void {name}(")), "{name} is not defined");
         }

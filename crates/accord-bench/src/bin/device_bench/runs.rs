@@ -23,6 +23,7 @@ const SIGNAL_MANY: u32 = 3;
 const SIGNAL_VALUE: u32 = 4;
 const SIGNAL_GRAPH: u32 = 5;
 const SIGNAL_PING_4K: u32 = 6;
+const SIGNAL_WARM: u32 = 7;
 const USER_SIGNALS: u32 = 8;
 /// Bytes each rank sends each rank per many-peer round: odd, so no copy is aligned.
 const MANY_PEER_BYTES: u64 = (1 << 20) + 13;
@@ -190,6 +191,7 @@ pub fn rank_main(args: &Args) -> Result<(), String> {
         );
     }
     run_refusals(&mut ctx)?;
+    run_warmup(&mut ctx)?;
     for (mode, bytes, signal) in [
         (PingMode::Proxy, 8, SIGNAL_PING),
         (PingMode::Proxy, 4096, SIGNAL_PING_4K),
@@ -265,6 +267,43 @@ fn run_refusals(ctx: &mut Ctx) -> Result<(), String> {
             if ok { "all refused, no descriptor written" } else { "FAILED" }
         );
         println!("{{\"bench\":\"device_refusals\",\"route\":{},\"ok\":{ok}}}", ctx.route());
+    }
+    Ok(())
+}
+
+/// Every rank puts once to every rank and the host waits, with no kernel spinning, until the
+/// proxy ran them: the engine opens its peer mappings (windows, signal slots) on an idle GPU,
+/// before any timed kernel, where a mapping call that waited for running kernels could stall a
+/// spinning one. Then a device wait checks every rank's signal arrived.
+fn run_warmup(ctx: &mut Ctx) -> Result<(), String> {
+    ctx.zero_out()?;
+    ctx.barrier()?;
+    let before = ctx.proxy.stats().executed;
+    ctx.kernels.warm(&ctx.stream, ctx.table, SIGNAL_WARM, ctx.out.ptr())?;
+    ctx.sync("warm-up puts")?;
+    let want = before + ctx.world as u64;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ctx.proxy.stats().executed < want && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let executed = ctx.proxy.stats().executed - before;
+    ctx.barrier()?;
+    ctx.kernels.wait(&ctx.stream, ctx.table, SIGNAL_WARM, ctx.world as u64, ctx.timeout_ns, ctx.out.ptr())?;
+    ctx.sync("warm-up wait")?;
+    let words = ctx.read_out(OUT_HEADER_WORDS)?;
+    let gathered = ctx.gather_words(&[words[0], words[1], executed])?;
+    let mut ok = ctx.judge("warm-up", &gathered);
+    for (rank, w) in gathered.iter().enumerate() {
+        if w[2] != ctx.world as u64 {
+            ok = false;
+            ctx.failures.push(format!("warm-up: rank {rank}'s proxy ran {} of {} puts within 30 s", w[2], ctx.world));
+        }
+    }
+    if ctx.rank == 0 {
+        println!(
+            "# warm-up: one put with a signal from every rank to every rank: {}",
+            if ok { "ok" } else { "FAILED" }
+        );
     }
     Ok(())
 }
