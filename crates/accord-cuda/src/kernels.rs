@@ -61,19 +61,39 @@ pub fn compile_options(arch: &str, include_dirs: &[std::path::PathBuf]) -> Vec<S
 
 /// Compiles `source` for `arch` (or returns the cached binary).
 pub fn compile_cached(source: &str, program_name: &str, arch: &str) -> Result<Vec<u8>> {
-    let key = CompileKey { source_hash: fnv1a_64(source.as_bytes()), arch: arch.to_string() };
+    compile_cached_with_includes(source, program_name, arch, &[])
+}
+
+/// As [`compile_cached`], with `extra_include_dirs` searched (before the CUDA headers' folders)
+/// for the source's `#include`s: how kernels that include a library header, such as
+/// `accord/device.cuh`, are built. The cache key covers the folders' names, not the headers'
+/// contents: a header edited while the process runs is not seen by a cached source.
+pub fn compile_cached_with_includes(
+    source: &str,
+    program_name: &str,
+    arch: &str,
+    extra_include_dirs: &[std::path::PathBuf],
+) -> Result<Vec<u8>> {
+    // The folders are part of what was compiled: the cached entry's text is source + folders.
+    let mut keyed = source.to_string();
+    for dir in extra_include_dirs {
+        keyed.push_str("\n//accord-include-dir ");
+        keyed.push_str(&dir.display().to_string());
+    }
+    let key = CompileKey { source_hash: fnv1a_64(keyed.as_bytes()), arch: arch.to_string() };
     let hit = cubin_cache().lock().unwrap_or_else(|p| p.into_inner()).get(&key);
     if let Some(entry) = hit {
-        if entry.source == source {
+        if entry.source == keyed {
             return Ok(entry.cubin.clone());
         }
     }
     nvrtc::ensure_nvrtc()?;
-    let include_dirs = crate::paths::cuda_include_dirs();
+    let mut include_dirs = extra_include_dirs.to_vec();
+    include_dirs.extend(crate::paths::cuda_include_dirs());
     let options = compile_options(arch, &include_dirs);
     match nvrtc::compile_to_cubin(source, program_name, &options)? {
         Compiled::Cubin(cubin) => {
-            let entry = Arc::new(CachedCubin { source: source.to_string(), cubin: cubin.clone() });
+            let entry = Arc::new(CachedCubin { source: keyed, cubin: cubin.clone() });
             cubin_cache().lock().unwrap_or_else(|p| p.into_inner()).insert(key, entry);
             Ok(cubin)
         }
@@ -103,6 +123,21 @@ impl Module {
     /// Compiles (cached) and loads `source` on `gpu`.
     pub fn compile_and_load(gpu: &Gpu, source: &str, program_name: &str) -> Result<Arc<Module>> {
         let cubin = compile_cached(source, program_name, &arch_name(gpu.compute_capability()))?;
+        gpu.bind()?;
+        let raw = driver::module_load_data(&cubin)?;
+        Ok(Arc::new(Module { gpu: gpu.clone(), raw }))
+    }
+
+    /// As [`Module::compile_and_load`], with `extra_include_dirs` searched for the source's
+    /// `#include`s (see [`compile_cached_with_includes`]).
+    pub fn compile_and_load_with_includes(
+        gpu: &Gpu,
+        source: &str,
+        program_name: &str,
+        extra_include_dirs: &[std::path::PathBuf],
+    ) -> Result<Arc<Module>> {
+        let arch = arch_name(gpu.compute_capability());
+        let cubin = compile_cached_with_includes(source, program_name, &arch, extra_include_dirs)?;
         gpu.bind()?;
         let raw = driver::module_load_data(&cubin)?;
         Ok(Arc::new(Module { gpu: gpu.clone(), raw }))

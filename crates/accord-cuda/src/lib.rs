@@ -15,6 +15,9 @@
 //! - [`copy_peer_async`]: copy-engine transfers between (or within) GPUs;
 //!   [`copy_host_to_device_async`], [`copy_device_to_host_async`]: between raw host and device
 //!   addresses (staging, registered host regions).
+//! - [`Module::compile_and_load_with_includes`](kernels::Module::compile_and_load_with_includes),
+//!   [`launch_u64_args`], [`Graph`]: kernels other crates compile (with their headers on the
+//!   include path), launched with 8-byte parameters, and captured into CUDA graphs.
 //! - [`Reducer`]: NVRTC-compiled `dst = a op b` kernels (sum, prod, min, max,
 //!   avg over f32, f16, bf16, i32, i64), cached per (source hash, arch).
 //! - [`ordering`]: host functions, host waits on events, and the stall
@@ -47,6 +50,7 @@ pub mod context;
 pub mod copy;
 pub mod error;
 pub mod ffi;
+pub mod graph;
 pub mod ipc;
 pub mod kernels;
 pub mod memory;
@@ -63,6 +67,8 @@ pub use ffi::host_memory::{
     copy_device_to_host_async, copy_host_to_device_async, HostDeviceSpan, HostRangePin, HostRegistration,
     PinnedHostBuffer,
 };
+pub use ffi::launch::{launch_u64_args, LaunchConfig};
+pub use graph::Graph;
 pub use ipc::{IpcHandle, IpcMapping};
 pub use memory::{
     check_device_range, current_device_ordinal, device_ordinal_of, has_owner_context, DeviceBuffer, DeviceCopy,

@@ -663,6 +663,32 @@ pub(crate) unsafe fn launch_kernel(
     stream: RawStream,
     args: &[KernelArg],
 ) -> Result<()> {
+    let dims = LaunchDims { grid: [shape.grid_x, 1, 1], block: [shape.block_x, 1, 1], shared_bytes: 0 };
+    // Safety: forwarded; the caller upholds launch_kernel_dims' contract.
+    unsafe { launch_kernel_dims(function, dims, stream, args) }
+}
+
+/// Launch geometry in three dimensions, with dynamic shared memory.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LaunchDims {
+    /// Blocks in x, y, z.
+    pub(crate) grid: [u32; 3],
+    /// Threads per block in x, y, z.
+    pub(crate) block: [u32; 3],
+    /// Bytes of dynamic shared memory per block.
+    pub(crate) shared_bytes: u32,
+}
+
+/// Launches a kernel whose parameters are exactly `args`, in order, with `dims`.
+///
+/// # Safety
+/// As [`launch_kernel`].
+pub(crate) unsafe fn launch_kernel_dims(
+    function: RawFunction,
+    dims: LaunchDims,
+    stream: RawStream,
+    args: &[KernelArg],
+) -> Result<()> {
     let mut storage: Vec<KernelArg> = args.to_vec();
     let mut params: Vec<*mut c_void> = storage
         .iter_mut()
@@ -676,18 +702,76 @@ pub(crate) unsafe fn launch_kernel(
     check("cuLaunchKernel", unsafe {
         sys::cuLaunchKernel(
             function.0,
-            shape.grid_x,
-            1,
-            1,
-            shape.block_x,
-            1,
-            1,
-            0,
+            dims.grid[0],
+            dims.grid[1],
+            dims.grid[2],
+            dims.block[0],
+            dims.block[1],
+            dims.block[2],
+            dims.shared_bytes,
             stream.0,
             params.as_mut_ptr(),
             std::ptr::null_mut(),
         )
     })
+}
+
+/// A captured graph, before instantiation.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RawGraph(pub(crate) sys::CUgraph);
+
+/// An instantiated graph that may cross threads.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RawGraphExec(pub(crate) sys::CUgraphExec);
+// Safety: executable graph handles are usable from any thread; launches are serialised by the
+// driver per stream.
+unsafe impl Send for RawGraphExec {}
+// Safety: as above; the handle is not mutated after instantiation.
+unsafe impl Sync for RawGraphExec {}
+
+/// Starts capturing `stream` into a graph. Thread-local mode: only this thread's unsafe calls
+/// are refused while capturing, so other threads (the engine's, a proxy's) keep using CUDA.
+pub(crate) fn stream_begin_capture(stream: RawStream) -> Result<()> {
+    let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+    // Safety: stream is live and not the legacy default stream (ours are non-blocking).
+    check("cuStreamBeginCapture_v2", unsafe { sys::cuStreamBeginCapture_v2(stream.0, mode) })
+}
+
+/// Ends the capture of `stream` and returns the graph.
+pub(crate) fn stream_end_capture(stream: RawStream) -> Result<RawGraph> {
+    let mut graph: sys::CUgraph = std::ptr::null_mut();
+    // Safety: writes one CUgraph to a valid local.
+    check("cuStreamEndCapture", unsafe { sys::cuStreamEndCapture(stream.0, &mut graph) })?;
+    if graph.is_null() {
+        return Err(CudaError::InvalidArgument { what: "the capture produced no graph".into() });
+    }
+    Ok(RawGraph(graph))
+}
+
+/// Instantiates `graph`.
+pub(crate) fn graph_instantiate(graph: RawGraph) -> Result<RawGraphExec> {
+    let mut exec: sys::CUgraphExec = std::ptr::null_mut();
+    // Safety: graph is live; writes one handle to a valid local.
+    check("cuGraphInstantiateWithFlags", unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph.0, 0) })?;
+    Ok(RawGraphExec(exec))
+}
+
+/// Destroys a graph (its instantiations live on).
+pub(crate) fn graph_destroy(graph: RawGraph) -> Result<()> {
+    // Safety: called once by the graph's owner.
+    check("cuGraphDestroy", unsafe { sys::cuGraphDestroy(graph.0) })
+}
+
+/// Launches an instantiated graph on `stream`.
+pub(crate) fn graph_launch(exec: RawGraphExec, stream: RawStream) -> Result<()> {
+    // Safety: both handles are live and of the current context.
+    check("cuGraphLaunch", unsafe { sys::cuGraphLaunch(exec.0, stream.0) })
+}
+
+/// Destroys an instantiated graph.
+pub(crate) fn graph_exec_destroy(exec: RawGraphExec) -> Result<()> {
+    // Safety: called once by the owner, after its launches completed.
+    check("cuGraphExecDestroy", unsafe { sys::cuGraphExecDestroy(exec.0) })
 }
 
 /// Type of the boxed callback handed to [`launch_host_func`].

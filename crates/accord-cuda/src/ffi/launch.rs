@@ -1,9 +1,11 @@
 //! Typed launches of this crate's own kernels. Each function knows the exact
 //! parameter list of the kernel family it launches, which is what makes the
 //! raw `cuLaunchKernel` call sound; callers pass only kernels they generated.
+//! [`launch_u64_args`] is the one public, `unsafe` launch, for kernels other crates compile
+//! (the device API's test kernels): its caller vouches for the parameter list.
 
 use crate::error::{CudaError, Result};
-use crate::ffi::driver::{self, KernelArg, LaunchShape};
+use crate::ffi::driver::{self, KernelArg, LaunchDims, LaunchShape};
 use crate::kernels::Kernel;
 use crate::memory::DevicePtr;
 use crate::stream::Stream;
@@ -70,4 +72,51 @@ pub(crate) fn stall(kernel: &Kernel, launch: StallLaunch, stream: &Stream) -> Re
     // words are device-mapped pinned memory owned by the StallGate, which outlives the launch
     // (its drop synchronises the GPU).
     unsafe { driver::launch_kernel(kernel.raw(), LaunchShape { grid_x: 1, block_x: 1 }, stream.raw(), &args) }
+}
+
+/// Geometry of one launch of [`launch_u64_args`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchConfig {
+    /// Blocks in x, y, z (each at least 1).
+    pub grid: [u32; 3],
+    /// Threads per block in x, y, z (each at least 1).
+    pub block: [u32; 3],
+    /// Bytes of dynamic shared memory per block.
+    pub shared_bytes: u32,
+}
+
+impl LaunchConfig {
+    /// `blocks` blocks of `threads` threads, one-dimensional, no dynamic shared memory.
+    pub fn linear(blocks: u32, threads: u32) -> LaunchConfig {
+        LaunchConfig { grid: [blocks, 1, 1], block: [threads, 1, 1], shared_bytes: 0 }
+    }
+}
+
+/// Launches `kernel` on `stream` with `args`, each passed as one 8-byte parameter (a device
+/// address or an unsigned 64-bit integer), in order. Works inside a stream capture
+/// ([`crate::graph::Graph::capture`]).
+///
+/// # Safety
+/// The kernel's parameter list must be exactly `args.len()` parameters of 8 bytes each
+/// (pointers, `unsigned long long`, `long long`, `double` as bits), and every device address
+/// among them must cover everything the kernel reads and writes while it runs.
+pub unsafe fn launch_u64_args(kernel: &Kernel, config: LaunchConfig, stream: &Stream, args: &[u64]) -> Result<()> {
+    if config.grid.contains(&0) || config.block.contains(&0) {
+        return Err(CudaError::InvalidArgument {
+            what: format!(
+                "launch of {}: grid {:?} and block {:?} need every dimension >= 1",
+                kernel.name(),
+                config.grid,
+                config.block
+            ),
+        });
+    }
+    if !kernel.gpu().same_device(stream.gpu()) {
+        return Err(CudaError::InvalidArgument { what: "kernel and stream are on different GPUs".into() });
+    }
+    kernel.gpu().bind()?;
+    let args: Vec<KernelArg> = args.iter().map(|v| KernelArg::U64(*v)).collect();
+    let dims = LaunchDims { grid: config.grid, block: config.block, shared_bytes: config.shared_bytes };
+    // Safety: the caller vouches for the parameter list and the addresses (see above).
+    unsafe { driver::launch_kernel_dims(kernel.raw(), dims, stream.raw(), &args) }
 }

@@ -58,3 +58,27 @@ fn compiling_without_nvrtc_is_not_available_not_a_panic() {
     }
     assert_eq!(cached_binary_count(), 0);
 }
+
+/// A source that includes a header from an extra folder compiles with that folder and fails,
+/// with the compiler's log, without it (NVRTC needs no GPU; skipped without NVRTC).
+#[test]
+fn extra_include_folders_reach_the_compiler() {
+    if !crate::probe().nvrtc {
+        println!("skipped: no NVRTC");
+        return;
+    }
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let dir = std::env::temp_dir().join(format!("accord-include-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(dir.join("accordtest")).unwrap();
+    std::fs::write(dir.join("accordtest/seven.cuh"), "#define ACCORD_TEST_SEVEN 7\n").unwrap();
+    let source = "#include <accordtest/seven.cuh>\n\
+                  extern \"C\" __global__ void k(int* p) { *p = ACCORD_TEST_SEVEN; }\n";
+    let with = compile_cached_with_includes(source, "seven.cu", "sm_90", std::slice::from_ref(&dir));
+    let without = compile_cached_with_includes(source, "seven.cu", "sm_90", &[]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(with.is_ok_and(|cubin| !cubin.is_empty()));
+    match without {
+        Err(CudaError::Compile { log, .. }) => assert!(log.contains("seven.cuh"), "{log}"),
+        other => panic!("expected a compile error naming the header, got {other:?}"),
+    }
+}

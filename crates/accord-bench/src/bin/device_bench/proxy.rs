@@ -1,0 +1,154 @@
+//! The one place `accord-device-bench` calls the host side of the device API
+//! (`accord_device::DeviceComm`): open over a communicator, register device windows, hand the
+//! device table to kernels, read errors and statistics, close. If the host API's names change,
+//! only this file changes.
+//!
+//! Built without the `device-proxy` feature (the default until accord-device has `DeviceComm`),
+//! [`Proxy::open`] refuses with a message saying so, and nothing else can run.
+
+use accord_coll::engine::EngineTransport;
+use accord_coll::Communicator;
+use accord_cuda::{DeviceBuffer, Gpu};
+
+/// How the bench sizes the device communicator (the same on every rank).
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(feature = "device-proxy"), allow(dead_code))]
+pub struct ProxyConfig {
+    /// Rings, one proxy thread each (1: "one proxy thread" of the descriptor-rate target).
+    pub rings: usize,
+    /// Slots per ring (a power of two).
+    pub slot_count: u32,
+    /// Signals the kernels use (the barrier's is added by the host side).
+    pub user_signals: u32,
+    /// Counters.
+    pub counters: u32,
+}
+
+/// What the proxies did so far, as the bench reports it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProxyStats {
+    /// Descriptors executed successfully.
+    pub executed: u64,
+    /// Bytes put.
+    pub bytes: u64,
+    /// Descriptors refused or failed.
+    pub errors: u64,
+    /// Signal writes issued, and folded into a later one.
+    pub signal_writes: u64,
+    /// Signal values coalesced.
+    pub signal_coalesced: u64,
+}
+
+#[cfg(feature = "device-proxy")]
+mod imp {
+    use super::*;
+    use accord_device::{DeviceComm, DeviceCommConfig, Placement};
+    use accord_engine::MemoryKind;
+
+    /// A rank's device communicator.
+    pub struct Proxy {
+        comm: DeviceComm,
+    }
+
+    impl Proxy {
+        /// Builds the device communicator on this rank's GPU (collective).
+        pub fn open(comm: Communicator<EngineTransport>, gpu: &Gpu, config: ProxyConfig) -> Result<Proxy, String> {
+            let config = DeviceCommConfig {
+                rings: config.rings,
+                slot_count: config.slot_count,
+                user_signals: config.user_signals,
+                counters: config.counters,
+                placement: Placement::Gpu(gpu.clone()),
+                ..DeviceCommConfig::default()
+            };
+            let comm = DeviceComm::new(comm, config).map_err(|e| format!("DeviceComm::new: {e}"))?;
+            Ok(Proxy { comm })
+        }
+
+        /// Registers the whole of `buffer` as the next window (collective); returns its id.
+        pub fn register_device_window(&mut self, buffer: &DeviceBuffer) -> Result<u32, String> {
+            let kind = MemoryKind::CudaDevice { ordinal: buffer.gpu().ordinal() as u32 };
+            // Safety: the bench keeps every window's buffer alive until after `close` (the
+            // buffers are declared before the proxy in `rank_main` and dropped after it), and
+            // holds no Rust reference into device memory.
+            #[allow(unsafe_code)]
+            let id = unsafe { self.comm.register_window(buffer.ptr().0 as *mut u8, buffer.len_bytes(), kind) };
+            id.map_err(|e| format!("register_window: {e}"))
+        }
+
+        /// The device table's device address, for kernels.
+        pub fn table_ptr(&self) -> Result<u64, String> {
+            self.comm.device_table_ptr().map_err(|e| format!("device_table_ptr: {e}"))
+        }
+
+        /// The communicator the device communicator was built over (host barriers, exchanges).
+        pub fn communicator(&mut self) -> &mut Communicator<EngineTransport> {
+            self.comm.communicator()
+        }
+
+        /// Every descriptor error the proxies recorded, as text.
+        pub fn errors(&self) -> Vec<String> {
+            self.comm.errors().iter().map(|e| e.to_string()).collect()
+        }
+
+        /// The proxies' counters.
+        pub fn stats(&self) -> ProxyStats {
+            let s = self.comm.stats();
+            ProxyStats {
+                executed: s.descriptors_executed,
+                bytes: s.bytes_put,
+                errors: s.descriptor_errors,
+                signal_writes: s.signal_writes_issued,
+                signal_coalesced: s.signal_writes_coalesced,
+            }
+        }
+
+        /// Stops the proxies and deregisters the windows.
+        pub fn close(self) -> Result<(), String> {
+            self.comm.close().map_err(|e| format!("close: {e}"))
+        }
+    }
+}
+
+#[cfg(not(feature = "device-proxy"))]
+mod imp {
+    use super::*;
+
+    /// Uninhabited: this build has no host side to open.
+    pub enum Proxy {}
+
+    impl Proxy {
+        /// Refuses: this build has no `DeviceComm`.
+        pub fn open(_comm: Communicator<EngineTransport>, _gpu: &Gpu, _config: ProxyConfig) -> Result<Proxy, String> {
+            Err("this accord-device-bench was built without the `device-proxy` feature, so it has no \
+                 DeviceComm to drive; rebuild with `cargo build --release -p accord-bench --features device-proxy`"
+                .into())
+        }
+
+        pub fn register_device_window(&mut self, _buffer: &DeviceBuffer) -> Result<u32, String> {
+            match *self {}
+        }
+
+        pub fn table_ptr(&self) -> Result<u64, String> {
+            match *self {}
+        }
+
+        pub fn communicator(&mut self) -> &mut Communicator<EngineTransport> {
+            match *self {}
+        }
+
+        pub fn errors(&self) -> Vec<String> {
+            match *self {}
+        }
+
+        pub fn stats(&self) -> ProxyStats {
+            match *self {}
+        }
+
+        pub fn close(self) -> Result<(), String> {
+            match self {}
+        }
+    }
+}
+
+pub use imp::Proxy;

@@ -1,0 +1,848 @@
+// accord/device.cuh: Accord's device API. A CUDA kernel puts bytes into a peer's window, signals
+// the peer and waits for signals, without returning to the host. GPU threads write 64-byte
+// descriptors into a bounded ring in mapped host memory; a CPU proxy thread per ring runs each one
+// as an ordinary engine write, so the bytes take whatever route the engine has to that peer (the
+// copy engine through CUDA IPC on one host, shared memory, UDP across hosts). No RDMA NIC and no
+// NVSHMEM are needed.
+//
+// Compilers: nvcc, and NVRTC (Accord's NVRTC options define ACCORD_NVRTC; NVRTC itself defines
+// __CUDACC_RTC__): under NVRTC no host header is included. A plain host C++ compiler (neither
+// __CUDACC__ nor __CUDACC_RTC__) sees only the types and constants, so host code and tests can
+// check the layout. Every name lives in the C++ namespace `accord::device`; the only macros are
+// the ACCORD_* ones defined below.
+//
+// The layout mirrors crates/accord-device/src/layout.rs field for field (a test compiles this
+// header with the host compiler and compares every offset with Rust's). A table built by one
+// layout version is for the same version only: compare `table->layout_version` with
+// ACCORD_DEVICE_LAYOUT_VERSION (`accord::device::table_ok`).
+//
+// Example: rank 0 puts `n` bytes to rank 1 and signals it; rank 1 waits and replies.
+//
+//     #include <accord/device.cuh>
+//     namespace ad = accord::device;
+//     // window 0 is the destination on every rank, window 1 the source; signal 0 counts arrivals.
+//     extern "C" __global__ void ping(const ad::DeviceTable* table, unsigned long long n,
+//                                     int* status) {
+//       if (threadIdx.x != 0) return;
+//       unsigned peer = table->rank ^ 1u;
+//       ad::Status s = ad::OK;
+//       if (table->rank == 0) {
+//         s = ad::put(table, 0, peer, 0, 1, 0, n, ad::SIGNAL_ADD, 0, 1);
+//         if (s == ad::OK) s = ad::wait_signal(table, 0, 1, 1000000000ull);   // the reply
+//       } else {
+//         s = ad::wait_signal(table, 0, 1, 1000000000ull);                     // the data landed
+//         if (s == ad::OK) s = ad::signal(table, peer, 0, ad::SIGNAL_ADD, 1);
+//       }
+//       *status = s;
+//     }
+//
+// Memory each piece lives in (the host side places it; layout.rs documents each field):
+//   descriptor slots, ring control words, counters ... mapped host memory (the proxy reads and
+//                                                       writes them with CPU loads and stores);
+//   `reserved`, `cached_consumed`, the barrier epoch .. device memory (GPU atomics only);
+//   signal slots and bases ............................ wherever accord-device's placement puts
+//                                                       them (device memory on a GPU: peers'
+//                                                       proxies write the slots, kernels poll).
+//
+// Ordering rules every function below relies on:
+//   * A put's signal becomes visible at the peer only after every byte of that put landed (the
+//     proxy issues the signal write after the put's own write completed).
+//   * Publishing a descriptor is preceded by __threadfence_system(), so the calling thread's
+//     earlier writes (to the put's source, say) are visible to the proxy and the copy engine.
+//   * A signal is driven either through the proxy (put/put_value/signal) or directly
+//     (put_direct's signal), never both: the proxy keeps the running value of the slots it
+//     writes, and a direct atomic in the same slot would be overwritten by its next write.
+//   * Every wait is bounded (a timeout in nanoseconds of %globaltimer) and returns a Status.
+//   * Errors are sticky: once the proxy refused or failed a descriptor of any ring
+//     (`RingControl::error != 0`), waits and flushes return PROXY_ERROR; the host reads the
+//     details (which descriptor, which field) from the proxy's error list.
+#ifndef ACCORD_DEVICE_CUH
+#define ACCORD_DEVICE_CUH
+
+/// Version of the shared memory layout; equal to `accord_device::layout::LAYOUT_VERSION`.
+#define ACCORD_DEVICE_LAYOUT_VERSION 1
+/// The Accord release this header ships with (the workspace version).
+#define ACCORD_VERSION_MAJOR 0
+#define ACCORD_VERSION_MINOR 1
+#define ACCORD_VERSION_PATCH 0
+#define ACCORD_VERSION_STRING "0.1.0"
+
+/// How long a put waits for a free slot in a full ring before it gives up with TIMEOUT (ns).
+/// Define it before including the header to change it.
+#ifndef ACCORD_DEVICE_RING_WAIT_NS
+#define ACCORD_DEVICE_RING_WAIT_NS 10000000000ull
+#endif
+
+// ACCORD_DEVICE_EMULATION (tests only: crates/accord-device/tests/header_emulated.rs) compiles
+// the device functions with a host compiler, on host threads, against a shim of the CUDA
+// builtins they use.
+#if defined(__CUDACC_RTC__) || defined(ACCORD_NVRTC) || defined(ACCORD_DEVICE_EMULATION)
+#define ACCORD_DEVICE_CODE 1
+#elif defined(__CUDACC__)
+#define ACCORD_DEVICE_CODE 1
+#include <stddef.h>
+#else
+#include <stddef.h>
+#endif
+
+#if defined(ACCORD_DEVICE_CODE)
+#define ACCORD_DEVICE_INLINE __device__ __forceinline__
+#endif
+
+namespace accord {
+namespace device {
+
+// Fixed-width aliases. `unsigned long long` is 64 bits under nvcc, NVRTC and every LP64 host
+// compiler; the static_asserts below make any other platform refuse to compile.
+typedef unsigned long long u64;
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned char u8;
+static_assert(sizeof(u64) == 8, "u64 must be 8 bytes");
+static_assert(sizeof(u32) == 4, "u32 must be 4 bytes");
+static_assert(sizeof(u16) == 2, "u16 must be 2 bytes");
+static_assert(sizeof(u8) == 1, "u8 must be 1 byte");
+
+// ---- Layout (mirrors layout.rs) ------------------------------------------------------------
+
+/// Bytes of one descriptor (one 64-byte line).
+constexpr u32 DESCRIPTOR_BYTES = 64;
+
+/// `Descriptor::op`: copy `bytes` from this rank's `src_window` at `src_offset` to the peer's
+/// `window` at `dst_offset`.
+constexpr u8 OP_PUT = 1;
+/// `Descriptor::op`: write the `bytes` (1..=8) low bytes of `src_offset` (an inline value).
+constexpr u8 OP_PUT_VALUE = 2;
+/// `Descriptor::op`: only the signal action, no data.
+constexpr u8 OP_SIGNAL = 3;
+
+/// `Descriptor::signal_op`: no signal.
+constexpr u8 SIGNAL_NONE = 0;
+/// `Descriptor::signal_op`: add `signal_value` to this rank's contribution at the peer.
+constexpr u8 SIGNAL_ADD = 1;
+/// `Descriptor::signal_op`: set this rank's contribution at the peer to `signal_value`.
+constexpr u8 SIGNAL_SET = 2;
+
+/// `Descriptor::flags` bit: bump this rank's counter `counter_id` once the put's source may be
+/// reused (the put completed at this end).
+constexpr u16 FLAG_COUNTER = 1u << 0;
+
+/// Pass as `counter_id` for "no local counter action".
+constexpr u32 NO_COUNTER = 0xffffffffu;
+/// Pass as `ring` for the default ring, `blockIdx.x % ring_count`.
+constexpr u32 RING_AUTO = 0xffffffffu;
+
+/// One request from a GPU thread (layout.rs `Descriptor`). The producer writes every field,
+/// then `seq = ticket + 1` last, with release semantics at system scope.
+struct Descriptor {
+  u64 seq;           ///< ticket + 1; 0 in a slot never written
+  u8 op;             ///< OP_*
+  u8 signal_op;      ///< SIGNAL_*
+  u16 flags;         ///< FLAG_COUNTER; other bits reserved (zero)
+  u32 peer;          ///< destination rank
+  u32 window;        ///< destination window id
+  u32 src_window;    ///< source window id (OP_PUT)
+  u64 dst_offset;    ///< byte offset in the destination window
+  u64 src_offset;    ///< OP_PUT: offset in the source window; OP_PUT_VALUE: the value
+  u64 bytes;         ///< bytes to move (OP_PUT_VALUE: 1..=8)
+  u32 signal_id;     ///< the peer's signal the action applies to
+  u32 counter_id;    ///< this rank's counter FLAG_COUNTER bumps
+  u64 signal_value;  ///< operand of the signal action
+};
+
+/// Control words of one ring (layout.rs `RingControl`), each on its own 64-byte line; written
+/// by the ring's proxy thread only.
+struct alignas(64) RingControl {
+  u64 consumed;   ///< tickets whose slots are free again
+  u64 _pad0[7];
+  u64 completed;  ///< every ticket below this has its source reusable
+  u64 _pad1[7];
+  u64 error;      ///< 0, or 1 + the ticket of the first descriptor refused or failed
+  u64 _pad2[7];
+};
+
+/// Where one ring lives (layout.rs `RingDevice`); every address is a device address.
+struct RingDevice {
+  u64 slots;            ///< Descriptor[slot_count] (mapped host memory)
+  u64 control;          ///< RingControl (mapped host memory)
+  u64 reserved;         ///< u64 ticket counter (device memory, GPU atomics only)
+  u64 cached_consumed;  ///< u64 producers' copy of `consumed` (device memory)
+  u32 slot_count;       ///< a power of two
+  u32 _pad;
+};
+
+/// One window (layout.rs `WindowEntry`).
+struct WindowEntry {
+  u64 local_base;  ///< this rank's window
+  u64 bytes;       ///< its length, the same on every rank
+  u64 peer_bases;  ///< u64[world]: peers' windows mapped here for direct stores, 0 where not
+};
+
+/// What a kernel receives, by pointer, in device memory (layout.rs `DeviceTable`).
+struct DeviceTable {
+  u32 layout_version;  ///< ACCORD_DEVICE_LAYOUT_VERSION of the builder
+  u32 rank;
+  u32 world;
+  u32 ring_count;
+  u32 signal_count;    ///< the barrier's included: users get ids 0 .. signal_count - 2
+  u32 counter_count;
+  u32 window_count;
+  u32 _pad;
+  u64 rings;           ///< RingDevice[ring_count]
+  u64 signals;         ///< u64[signal_count][world]: slot [s][r] holds rank r's contribution
+  u64 signal_bases;    ///< u64[signal_count]: the sum of signal s at its last reset
+  u64 counters;        ///< u64[counter_count] (mapped host memory)
+  u64 windows;         ///< WindowEntry[window_count]
+  u64 peer_signals;    ///< u64[world]: peers' signal slots mapped here, 0 where not
+  u64 barrier_epoch;   ///< one u64 of device memory: barriers this rank entered
+};
+
+static_assert(sizeof(Descriptor) == DESCRIPTOR_BYTES, "a descriptor is one 64-byte line");
+static_assert(__builtin_offsetof(Descriptor, peer) == 12, "Descriptor::peer");
+static_assert(__builtin_offsetof(Descriptor, dst_offset) == 24, "Descriptor::dst_offset");
+static_assert(__builtin_offsetof(Descriptor, signal_value) == 56, "Descriptor::signal_value");
+static_assert(sizeof(RingControl) == 192, "RingControl is three lines");
+static_assert(__builtin_offsetof(RingControl, completed) == 64, "RingControl::completed");
+static_assert(__builtin_offsetof(RingControl, error) == 128, "RingControl::error");
+static_assert(sizeof(RingDevice) == 40, "RingDevice");
+static_assert(sizeof(WindowEntry) == 24, "WindowEntry");
+static_assert(sizeof(DeviceTable) == 88, "DeviceTable");
+static_assert(__builtin_offsetof(DeviceTable, rings) == 32, "DeviceTable::rings");
+static_assert(__builtin_offsetof(DeviceTable, barrier_epoch) == 80, "DeviceTable::barrier_epoch");
+
+#if defined(ACCORD_DEVICE_CODE)
+#define ACCORD_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define ACCORD_HOST_DEVICE inline
+#endif
+
+/// The descriptor's bytes 8..63 as seven little-endian words (`words[0]` holds bytes 8..15), in
+/// the order the producer stores them before `seq`. Host code can call it too (the layout test
+/// checks it against layout.rs).
+ACCORD_HOST_DEVICE void pack_body(const Descriptor& d, u64 words[7]) {
+  words[0] = u64(d.op) | (u64(d.signal_op) << 8) | (u64(d.flags) << 16) | (u64(d.peer) << 32);
+  words[1] = u64(d.window) | (u64(d.src_window) << 32);
+  words[2] = d.dst_offset;
+  words[3] = d.src_offset;
+  words[4] = d.bytes;
+  words[5] = u64(d.signal_id) | (u64(d.counter_id) << 32);
+  words[6] = d.signal_value;
+}
+
+/// What every device function returns.
+enum Status : int {
+  OK = 0,
+  /// The bounded wait ran out (a full ring the proxy did not drain, a signal not reached, a
+  /// flush not finished).
+  TIMEOUT = 1,
+  /// Some ring's `control.error` is set: the proxy refused or failed a descriptor (sticky).
+  PROXY_ERROR = 2,
+  /// An argument is out of range (peer, window, offset + bytes, signal, counter, ring); nothing
+  /// was issued.
+  BAD_ARGUMENT = 3,
+  /// put_direct only: this peer (or its signal slots) cannot be stored to directly; nothing was
+  /// written. Use put instead.
+  NOT_DIRECT = 4,
+};
+
+#if defined(ACCORD_DEVICE_CODE)
+
+// ---- Memory-model helpers ---------------------------------------------------------------
+
+namespace detail {
+
+/// Load with acquire semantics at system scope (sees the proxy's and peers' writes in order).
+ACCORD_DEVICE_INLINE u64 load_acquire_sys(const u64* p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  u64 v;
+  asm volatile("ld.acquire.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+#else
+  u64 v = *reinterpret_cast<const volatile u64*>(p);
+  __threadfence_system();
+  return v;
+#endif
+}
+
+/// Store with release semantics at system scope (every earlier write of this thread is visible
+/// first).
+ACCORD_DEVICE_INLINE void store_release_sys(u64* p, u64 v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  asm volatile("st.release.sys.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+#else
+  __threadfence_system();
+  *reinterpret_cast<volatile u64*>(p) = v;
+#endif
+}
+
+/// Atomic add with release semantics at system scope (direct signals to a peer GPU).
+ACCORD_DEVICE_INLINE void add_release_sys(u64* p, u64 v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  asm volatile("red.release.sys.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+#else
+  __threadfence_system();
+  atomicAdd_system(reinterpret_cast<unsigned long long*>(p), v);
+#endif
+}
+
+ACCORD_DEVICE_INLINE u64 load_volatile(const u64* p) { return *reinterpret_cast<const volatile u64*>(p); }
+
+/// Nanoseconds of the GPU's global timer (the clock every timeout here is measured with).
+ACCORD_DEVICE_INLINE u64 now_ns() {
+#if defined(ACCORD_DEVICE_EMULATION)
+  return accord_emulation_now_ns();  // the host emulation of the header's tests
+#else
+  u64 t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+#endif
+}
+
+ACCORD_DEVICE_INLINE void pause() {
+#if defined(ACCORD_DEVICE_EMULATION)
+  accord_emulation_pause();
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  __nanosleep(64);
+#endif
+}
+
+/// This thread's index within its block, all three dimensions flattened.
+ACCORD_DEVICE_INLINE u32 thread_in_block() {
+  return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+}
+
+ACCORD_DEVICE_INLINE const RingDevice* ring_at(const DeviceTable* t, u32 ring) {
+  return reinterpret_cast<const RingDevice*>(t->rings) + ring;
+}
+
+ACCORD_DEVICE_INLINE const RingControl* control_of(const RingDevice* r) {
+  return reinterpret_cast<const RingControl*>(r->control);
+}
+
+ACCORD_DEVICE_INLINE const WindowEntry* window_at(const DeviceTable* t, u32 window) {
+  return reinterpret_cast<const WindowEntry*>(t->windows) + window;
+}
+
+/// Whether any ring reports a refused or failed descriptor.
+ACCORD_DEVICE_INLINE bool proxy_failed(const DeviceTable* t) {
+  for (u32 r = 0; r < t->ring_count; ++r) {
+    if (load_acquire_sys(&control_of(ring_at(t, r))->error) != 0) return true;
+  }
+  return false;
+}
+
+/// `offset + bytes <= limit` without overflow.
+ACCORD_DEVICE_INLINE bool fits(u64 offset, u64 bytes, u64 limit) { return bytes <= limit && offset <= limit - bytes; }
+
+/// The ring a descriptor goes to: `ring`, or `blockIdx.x % ring_count` for RING_AUTO.
+ACCORD_DEVICE_INLINE bool pick_ring(const DeviceTable* t, u32 ring, u32* out) {
+  if (t->ring_count == 0) return false;
+  if (ring == RING_AUTO) ring = blockIdx.x % t->ring_count;
+  if (ring >= t->ring_count) return false;
+  *out = ring;
+  return true;
+}
+
+/// The producer protocol (the same as the proxy's HostProducer): take a ticket, wait for its
+/// slot to be free (refreshing the cached consumer index only when the ring looks full), fill
+/// every field, fence, then publish `seq = ticket + 1` with a release store at system scope.
+///
+/// A TIMEOUT here means the proxy did not free a slot within ACCORD_DEVICE_RING_WAIT_NS; the
+/// ticket taken is then never published, so that ring stays wedged: treat it as fatal.
+ACCORD_DEVICE_INLINE Status publish(const DeviceTable* t, u32 ring_index, const Descriptor& d) {
+  const RingDevice* ring = ring_at(t, ring_index);
+  const u64 slot_count = ring->slot_count;
+  u64* reserved = reinterpret_cast<u64*>(ring->reserved);
+  u64* cached = reinterpret_cast<u64*>(ring->cached_consumed);
+  const u64 ticket = atomicAdd(reinterpret_cast<unsigned long long*>(reserved), 1ull);
+  // The slot of `ticket` is free once `consumed > ticket - slot_count`, i.e.
+  // `ticket < consumed + slot_count` (written without the subtraction, which could wrap).
+  if (ticket >= load_volatile(cached) + slot_count) {
+    const u64* consumed_word = &control_of(ring)->consumed;
+    const u64 start = now_ns();
+    for (;;) {
+      const u64 consumed = load_acquire_sys(consumed_word);
+      if (ticket < consumed + slot_count) {
+        atomicMax(reinterpret_cast<unsigned long long*>(cached), consumed);
+        break;
+      }
+      if (now_ns() - start > ACCORD_DEVICE_RING_WAIT_NS) return TIMEOUT;
+      pause();
+    }
+  }
+  Descriptor* slot = reinterpret_cast<Descriptor*>(ring->slots) + (ticket & (slot_count - 1));
+  // Bytes 8..63 first, as one 8-byte and three 16-byte stores; `seq` (bytes 0..7) last.
+  u64 body[7];
+  pack_body(d, body);
+  u64* words = reinterpret_cast<u64*>(slot);
+  words[1] = body[0];
+  reinterpret_cast<ulonglong2*>(words)[1] = make_ulonglong2(body[1], body[2]);
+  reinterpret_cast<ulonglong2*>(words)[2] = make_ulonglong2(body[3], body[4]);
+  reinterpret_cast<ulonglong2*>(words)[3] = make_ulonglong2(body[5], body[6]);
+  // Makes the slot, and this thread's earlier writes (a put's source), visible system-wide
+  // before the proxy can see `seq`.
+  __threadfence_system();
+  store_release_sys(&slot->seq, ticket + 1);
+  return OK;
+}
+
+/// Sum over ranks of signal `id`'s slots, with acquire loads.
+ACCORD_DEVICE_INLINE u64 signal_sum(const DeviceTable* t, u32 id) {
+  const u64* slots = reinterpret_cast<const u64*>(t->signals) + u64(id) * t->world;
+  u64 sum = 0;
+  for (u32 r = 0; r < t->world; ++r) sum += load_acquire_sys(slots + r);
+  return sum;
+}
+
+ACCORD_DEVICE_INLINE bool user_signal(const DeviceTable* t, u32 id) {
+  return t->signal_count >= 1 && id < t->signal_count - 1;
+}
+
+ACCORD_DEVICE_INLINE Status signal_any(const DeviceTable* t, u32 peer, u32 id, u8 op, u64 value, u32 ring) {
+  u32 r;
+  if (peer >= t->world || id >= t->signal_count || (op != SIGNAL_ADD && op != SIGNAL_SET) || !pick_ring(t, ring, &r)) {
+    return BAD_ARGUMENT;
+  }
+  Descriptor d = {};
+  d.op = OP_SIGNAL;
+  d.signal_op = op;
+  d.peer = peer;
+  d.signal_id = id;
+  d.signal_value = value;
+  return publish(t, r, d);
+}
+
+/// Runs `issue` on lane 0 of a converged warp after `__syncwarp()`, and gives every lane its
+/// Status.
+template <class F>
+ACCORD_DEVICE_INLINE Status on_lane0(F issue) {
+  __syncwarp();
+  int s = OK;
+  if ((thread_in_block() & 31u) == 0) s = issue();
+  return static_cast<Status>(__shfl_sync(0xffffffffu, s, 0));
+}
+
+/// Runs `issue` on thread 0 of the block after `__syncthreads()`, and gives every thread its
+/// Status.
+template <class F>
+ACCORD_DEVICE_INLINE Status on_thread0(F issue) {
+  __shared__ int status;
+  __syncthreads();
+  if (thread_in_block() == 0) status = issue();
+  __syncthreads();
+  const Status s = static_cast<Status>(status);
+  __syncthreads();
+  return s;
+}
+
+/// Copies `bytes` from `src` to `dst` with thread `lane` of `lanes`: 16-byte vector stores when
+/// both ends and the length allow, else 8-byte, else single bytes.
+ACCORD_DEVICE_INLINE void copy_strided(void* dst, const void* src, u64 bytes, u32 lane, u32 lanes) {
+  const u64 a = reinterpret_cast<u64>(dst) | reinterpret_cast<u64>(src) | bytes;
+  if ((a & 15) == 0) {
+    uint4* d = reinterpret_cast<uint4*>(dst);
+    const uint4* s = reinterpret_cast<const uint4*>(src);
+    for (u64 i = lane; i < bytes / 16; i += lanes) d[i] = s[i];
+  } else if ((a & 7) == 0) {
+    u64* d = reinterpret_cast<u64*>(dst);
+    const u64* s = reinterpret_cast<const u64*>(src);
+    for (u64 i = lane; i < bytes / 8; i += lanes) d[i] = s[i];
+  } else {
+    u8* d = reinterpret_cast<u8*>(dst);
+    const u8* s = reinterpret_cast<const u8*>(src);
+    for (u64 i = lane; i < bytes; i += lanes) d[i] = s[i];
+  }
+}
+
+/// Where put_direct writes: the peer's window mapped here, and its signal slot (null when no
+/// signal is asked), or NOT_DIRECT / BAD_ARGUMENT.
+ACCORD_DEVICE_INLINE Status direct_targets(const DeviceTable* t, u32 window, u32 peer, u64 dst_offset, u64 bytes,
+                                           u8 signal_op, u32 signal_id, u8** dst, u64** signal_slot) {
+  if (window >= t->window_count || peer >= t->world) return BAD_ARGUMENT;
+  const WindowEntry* w = window_at(t, window);
+  if (!fits(dst_offset, bytes, w->bytes)) return BAD_ARGUMENT;
+  if (signal_op != SIGNAL_NONE && (!user_signal(t, signal_id) || (signal_op != SIGNAL_ADD && signal_op != SIGNAL_SET))) {
+    return BAD_ARGUMENT;
+  }
+  const u64 base = w->peer_bases == 0 ? 0 : reinterpret_cast<const u64*>(w->peer_bases)[peer];
+  if (base == 0) return NOT_DIRECT;
+  *signal_slot = nullptr;
+  if (signal_op != SIGNAL_NONE) {
+    const u64 sig = t->peer_signals == 0 ? 0 : reinterpret_cast<const u64*>(t->peer_signals)[peer];
+    if (sig == 0) return NOT_DIRECT;
+    *signal_slot = reinterpret_cast<u64*>(sig) + u64(signal_id) * t->world + t->rank;
+  }
+  *dst = reinterpret_cast<u8*>(base) + dst_offset;
+  return OK;
+}
+
+ACCORD_DEVICE_INLINE void direct_signal(u64* slot, u8 signal_op, u64 value) {
+  if (slot == nullptr) return;
+  if (signal_op == SIGNAL_ADD) {
+    add_release_sys(slot, value);
+  } else {
+    store_release_sys(slot, value);
+  }
+}
+
+}  // namespace detail
+
+// ---- The API ----------------------------------------------------------------------------
+
+/// Whether `table` was built for this header's layout version.
+ACCORD_DEVICE_INLINE bool table_ok(const DeviceTable* table) {
+  return table != nullptr && table->layout_version == ACCORD_DEVICE_LAYOUT_VERSION;
+}
+
+/// Signals users may use: ids 0 .. user_signal_count(table) - 1 (the last one is the barrier's).
+ACCORD_DEVICE_INLINE u32 user_signal_count(const DeviceTable* table) {
+  return table->signal_count == 0 ? 0 : table->signal_count - 1;
+}
+
+/// put (one thread): asks the proxy to copy `bytes` (>= 1) from this rank's window `src_window`
+/// at `src_offset` to `peer`'s window `window` at `dst_offset`, then to apply `signal_op`
+/// (SIGNAL_NONE, SIGNAL_ADD, SIGNAL_SET) with `signal_value` to the peer's signal `signal_id`, and,
+/// unless `counter_id == NO_COUNTER`, to bump this rank's counter `counter_id` once the source
+/// is reusable.
+///
+/// Ordering: this thread's earlier writes (the source) are visible to the copy before it runs;
+/// the signal is visible at the peer only after every byte of this put landed. Returning OK means
+/// the descriptor is in the ring, not that the bytes moved: use flush (or the counter) before
+/// overwriting the source, and the peer's wait_signal before reading the destination.
+/// Memory touched: the ring's `reserved`/`cached_consumed` (device), one descriptor slot and,
+/// only when the ring looks full, `control.consumed` (mapped host); the window table (read).
+/// `ring`: RING_AUTO (blockIdx.x % ring_count) or an explicit ring index.
+ACCORD_DEVICE_INLINE Status put(const DeviceTable* table, u32 window, u32 peer, u64 dst_offset, u32 src_window,
+                                u64 src_offset, u64 bytes, u8 signal_op = SIGNAL_NONE, u32 signal_id = 0,
+                                u64 signal_value = 0, u32 counter_id = NO_COUNTER, u32 ring = RING_AUTO) {
+  u32 r;
+  if (bytes == 0 || peer >= table->world || window >= table->window_count || src_window >= table->window_count ||
+      !detail::pick_ring(table, ring, &r)) {
+    return BAD_ARGUMENT;
+  }
+  if (!detail::fits(dst_offset, bytes, detail::window_at(table, window)->bytes) ||
+      !detail::fits(src_offset, bytes, detail::window_at(table, src_window)->bytes)) {
+    return BAD_ARGUMENT;
+  }
+  if (signal_op != SIGNAL_NONE && (!detail::user_signal(table, signal_id) || signal_op > SIGNAL_SET)) {
+    return BAD_ARGUMENT;
+  }
+  if (counter_id != NO_COUNTER && counter_id >= table->counter_count) return BAD_ARGUMENT;
+  Descriptor d = {};
+  d.op = OP_PUT;
+  d.signal_op = signal_op;
+  d.flags = counter_id == NO_COUNTER ? 0 : FLAG_COUNTER;
+  d.peer = peer;
+  d.window = window;
+  d.src_window = src_window;
+  d.dst_offset = dst_offset;
+  d.src_offset = src_offset;
+  d.bytes = bytes;
+  d.signal_id = signal_op == SIGNAL_NONE ? 0 : signal_id;
+  d.counter_id = counter_id == NO_COUNTER ? 0 : counter_id;
+  d.signal_value = signal_value;
+  return detail::publish(table, r, d);
+}
+
+/// put_value (one thread): asks the proxy to write the `bytes` (1..=8) low bytes of `value`
+/// (little-endian) to `peer`'s window `window` at `dst_offset`, with the same signal and counter
+/// actions and the same ordering as put. The value travels inside the descriptor, so there is
+/// no source to keep alive. Memory touched: as put.
+ACCORD_DEVICE_INLINE Status put_value(const DeviceTable* table, u32 window, u32 peer, u64 dst_offset, u64 value,
+                                      u32 bytes = 8, u8 signal_op = SIGNAL_NONE, u32 signal_id = 0,
+                                      u64 signal_value = 0, u32 counter_id = NO_COUNTER, u32 ring = RING_AUTO) {
+  u32 r;
+  if (bytes == 0 || bytes > 8 || peer >= table->world || window >= table->window_count ||
+      !detail::pick_ring(table, ring, &r) || !detail::fits(dst_offset, bytes, detail::window_at(table, window)->bytes)) {
+    return BAD_ARGUMENT;
+  }
+  if (signal_op != SIGNAL_NONE && (!detail::user_signal(table, signal_id) || signal_op > SIGNAL_SET)) {
+    return BAD_ARGUMENT;
+  }
+  if (counter_id != NO_COUNTER && counter_id >= table->counter_count) return BAD_ARGUMENT;
+  Descriptor d = {};
+  d.op = OP_PUT_VALUE;
+  d.signal_op = signal_op;
+  d.flags = counter_id == NO_COUNTER ? 0 : FLAG_COUNTER;
+  d.peer = peer;
+  d.window = window;
+  d.dst_offset = dst_offset;
+  d.src_offset = value;
+  d.bytes = bytes;
+  d.signal_id = signal_op == SIGNAL_NONE ? 0 : signal_id;
+  d.counter_id = counter_id == NO_COUNTER ? 0 : counter_id;
+  d.signal_value = signal_value;
+  return detail::publish(table, r, d);
+}
+
+/// signal (one thread): asks the proxy to add `value` to (SIGNAL_ADD), or set to `value`
+/// (SIGNAL_SET), this rank's contribution to `peer`'s signal `id`. No data moves. It is not
+/// ordered after this rank's earlier puts (only a put's own signal is): flush first when the
+/// peer must see them. Memory touched: as put.
+ACCORD_DEVICE_INLINE Status signal(const DeviceTable* table, u32 peer, u32 id, u8 op, u64 value,
+                                   u32 ring = RING_AUTO) {
+  if (!detail::user_signal(table, id)) return BAD_ARGUMENT;
+  return detail::signal_any(table, peer, id, op, value, ring);
+}
+
+/// read_signal (any thread): signal `id`'s value here, the sum over ranks of their
+/// contributions minus the sum at the last reset_signal (0 if a SIGNAL_SET lowered it below
+/// that). Acquire loads: writes that landed before the signal are visible after it.
+/// Memory touched: `signals[id][*]` and `signal_bases[id]` (device memory).
+ACCORD_DEVICE_INLINE u64 read_signal(const DeviceTable* table, u32 id) {
+  if (!detail::user_signal(table, id)) return 0;
+  const u64 sum = detail::signal_sum(table, id);
+  const u64 base = detail::load_volatile(reinterpret_cast<const u64*>(table->signal_bases) + id);
+  return sum >= base ? sum - base : 0;
+}
+
+/// reset_signal (one thread): makes read_signal(id) read 0 from here on by recording the
+/// current sum in `signal_bases[id]`. Device-local: no remote traffic. Call it only when no
+/// other thread waits on `id`, and only once the contributions to reset have arrived.
+ACCORD_DEVICE_INLINE Status reset_signal(const DeviceTable* table, u32 id) {
+  if (!detail::user_signal(table, id)) return BAD_ARGUMENT;
+  u64* base = reinterpret_cast<u64*>(table->signal_bases) + id;
+  *reinterpret_cast<volatile u64*>(base) = detail::signal_sum(table, id);
+  __threadfence();
+  return OK;
+}
+
+/// wait_signal (any thread): waits until read_signal(id) >= at_least. OK when reached (the
+/// value reached goes to `*reached` when given); TIMEOUT after `timeout_ns` of %globaltimer;
+/// PROXY_ERROR as soon as some ring's `control.error` is set and the value is not reached.
+/// Acquire: every byte of a put whose signal made the value reach `at_least` is visible after.
+/// Memory touched: the signal slots (device), every ring's `control.error` (mapped host, read
+/// once every 64 polls).
+ACCORD_DEVICE_INLINE Status wait_signal(const DeviceTable* table, u32 id, u64 at_least, u64 timeout_ns,
+                                        u64* reached = nullptr) {
+  if (!detail::user_signal(table, id)) return BAD_ARGUMENT;
+  const u64 start = detail::now_ns();
+  for (u32 polls = 0;; ++polls) {
+    const u64 value = read_signal(table, id);
+    if (value >= at_least) {
+      if (reached != nullptr) *reached = value;
+      return OK;
+    }
+    if ((polls & 63u) == 63u) {
+      if (detail::proxy_failed(table)) {
+        if (reached != nullptr) *reached = value;
+        return PROXY_ERROR;
+      }
+      if (detail::now_ns() - start > timeout_ns) {
+        if (reached != nullptr) *reached = value;
+        return TIMEOUT;
+      }
+      if (polls > 4096) detail::pause();
+    }
+  }
+}
+
+/// read_counter (any thread): this rank's counter `id` (bumped by the proxy once per put issued
+/// with that counter, when its source became reusable). Memory: `counters[id]` (mapped host).
+ACCORD_DEVICE_INLINE u64 read_counter(const DeviceTable* table, u32 id) {
+  if (id >= table->counter_count) return 0;
+  return detail::load_acquire_sys(reinterpret_cast<const u64*>(table->counters) + id);
+}
+
+/// wait_counter (any thread): waits until read_counter(id) >= at_least; statuses as wait_signal.
+ACCORD_DEVICE_INLINE Status wait_counter(const DeviceTable* table, u32 id, u64 at_least, u64 timeout_ns) {
+  if (id >= table->counter_count) return BAD_ARGUMENT;
+  const u64 start = detail::now_ns();
+  for (u32 polls = 0;; ++polls) {
+    if (read_counter(table, id) >= at_least) return OK;
+    if ((polls & 15u) == 15u) {
+      if (detail::proxy_failed(table)) return PROXY_ERROR;
+      if (detail::now_ns() - start > timeout_ns) return TIMEOUT;
+      detail::pause();
+    }
+  }
+}
+
+/// flush (one thread): waits until, on every ring, `control.completed` reaches the ticket count
+/// (`reserved`) read when the flush reached that ring: every put issued before the call (by any
+/// thread whose ticket was taken) has its source reusable, and has completed at this end.
+/// OK, TIMEOUT (bounded by `timeout_ns` in all), or PROXY_ERROR when done but some descriptor
+/// was refused or failed. Memory: `reserved` (device), `control.completed` and `control.error`
+/// (mapped host).
+ACCORD_DEVICE_INLINE Status flush(const DeviceTable* table, u64 timeout_ns) {
+  const u64 start = detail::now_ns();
+  for (u32 r = 0; r < table->ring_count; ++r) {
+    const RingDevice* ring = detail::ring_at(table, r);
+    const u64 target = atomicAdd(reinterpret_cast<unsigned long long*>(ring->reserved), 0ull);
+    const u64* completed = &detail::control_of(ring)->completed;
+    while (detail::load_acquire_sys(completed) < target) {
+      if (detail::now_ns() - start > timeout_ns) return TIMEOUT;
+      detail::pause();
+    }
+  }
+  return detail::proxy_failed(table) ? PROXY_ERROR : OK;
+}
+
+/// barrier (one thread per rank, every rank): flushes (so every earlier put of this rank has
+/// landed), bumps `*barrier_epoch`, signals every other rank on the reserved last signal
+/// (SIGNAL_ADD 1), then waits until every other rank's slot of that signal here reached the
+/// epoch. Bounded by `timeout_ns` from the call in all (plus, only if a ring is full, each
+/// signal's ring wait, ACCORD_DEVICE_RING_WAIT_NS). After a TIMEOUT or PROXY_ERROR the epochs of the
+/// ranks may disagree: do not call barrier again on that table.
+/// Memory: as flush and signal, plus `barrier_epoch` and the barrier's signal slots (device).
+ACCORD_DEVICE_INLINE Status barrier(const DeviceTable* table, u64 timeout_ns) {
+  if (table->signal_count == 0) return BAD_ARGUMENT;
+  const u64 start = detail::now_ns();
+  Status s = flush(table, timeout_ns);
+  if (s != OK) return s;
+  const u32 id = table->signal_count - 1;
+  volatile u64* epoch_word = reinterpret_cast<volatile u64*>(table->barrier_epoch);
+  const u64 epoch = *epoch_word + 1;
+  *epoch_word = epoch;
+  for (u32 p = 0; p < table->world; ++p) {
+    if (p == table->rank) continue;
+    s = detail::signal_any(table, p, id, SIGNAL_ADD, 1, RING_AUTO);
+    if (s != OK) return s;
+  }
+  const u64* slots = reinterpret_cast<const u64*>(table->signals) + u64(id) * table->world;
+  for (u32 p = 0; p < table->world; ++p) {
+    if (p == table->rank) continue;
+    for (u32 polls = 0; detail::load_acquire_sys(slots + p) < epoch; ++polls) {
+      if ((polls & 63u) == 63u) {
+        if (detail::proxy_failed(table)) return PROXY_ERROR;
+        if (detail::now_ns() - start > timeout_ns) return TIMEOUT;
+      }
+    }
+  }
+  return OK;
+}
+
+// ---- Warp and block variants ----------------------------------------------------------------
+// `_warp`: every lane of a converged warp calls it with the same arguments; after __syncwarp()
+// (so every lane's earlier writes are ordered before the issue) lane 0 issues, and every lane
+// gets the Status. `_block`: every thread of the block calls it; after __syncthreads() thread 0
+// issues, and every thread gets the Status. The issuing thread's __threadfence_system() is
+// cumulative: the other threads' writes it observed through the barrier are visible first.
+
+/// put, issued once by lane 0 of a converged warp.
+ACCORD_DEVICE_INLINE Status put_warp(const DeviceTable* table, u32 window, u32 peer, u64 dst_offset, u32 src_window,
+                                     u64 src_offset, u64 bytes, u8 signal_op = SIGNAL_NONE, u32 signal_id = 0,
+                                     u64 signal_value = 0, u32 counter_id = NO_COUNTER, u32 ring = RING_AUTO) {
+  return detail::on_lane0([&]() {
+    return put(table, window, peer, dst_offset, src_window, src_offset, bytes, signal_op, signal_id, signal_value,
+               counter_id, ring);
+  });
+}
+
+/// put, issued once by thread 0 of the block.
+ACCORD_DEVICE_INLINE Status put_block(const DeviceTable* table, u32 window, u32 peer, u64 dst_offset,
+                                      u32 src_window, u64 src_offset, u64 bytes, u8 signal_op = SIGNAL_NONE,
+                                      u32 signal_id = 0, u64 signal_value = 0, u32 counter_id = NO_COUNTER,
+                                      u32 ring = RING_AUTO) {
+  return detail::on_thread0([&]() {
+    return put(table, window, peer, dst_offset, src_window, src_offset, bytes, signal_op, signal_id, signal_value,
+               counter_id, ring);
+  });
+}
+
+/// put_value, issued once by lane 0 of a converged warp.
+ACCORD_DEVICE_INLINE Status put_value_warp(const DeviceTable* table, u32 window, u32 peer, u64 dst_offset,
+                                           u64 value, u32 bytes = 8, u8 signal_op = SIGNAL_NONE,
+                                           u32 signal_id = 0, u64 signal_value = 0, u32 counter_id = NO_COUNTER,
+                                           u32 ring = RING_AUTO) {
+  return detail::on_lane0([&]() {
+    return put_value(table, window, peer, dst_offset, value, bytes, signal_op, signal_id, signal_value, counter_id,
+                     ring);
+  });
+}
+
+/// put_value, issued once by thread 0 of the block.
+ACCORD_DEVICE_INLINE Status put_value_block(const DeviceTable* table, u32 window, u32 peer, u64 dst_offset,
+                                            u64 value, u32 bytes = 8, u8 signal_op = SIGNAL_NONE,
+                                            u32 signal_id = 0, u64 signal_value = 0, u32 counter_id = NO_COUNTER,
+                                            u32 ring = RING_AUTO) {
+  return detail::on_thread0([&]() {
+    return put_value(table, window, peer, dst_offset, value, bytes, signal_op, signal_id, signal_value, counter_id,
+                     ring);
+  });
+}
+
+/// signal, issued once by lane 0 of a converged warp.
+ACCORD_DEVICE_INLINE Status signal_warp(const DeviceTable* table, u32 peer, u32 id, u8 op, u64 value,
+                                        u32 ring = RING_AUTO) {
+  return detail::on_lane0([&]() { return signal(table, peer, id, op, value, ring); });
+}
+
+/// signal, issued once by thread 0 of the block.
+ACCORD_DEVICE_INLINE Status signal_block(const DeviceTable* table, u32 peer, u32 id, u8 op, u64 value,
+                                         u32 ring = RING_AUTO) {
+  return detail::on_thread0([&]() { return signal(table, peer, id, op, value, ring); });
+}
+
+// ---- Direct stores (the load/store path) ---------------------------------------------------
+// When the host mapped `peer`'s window into this process (`WindowEntry::peer_bases[peer] != 0`,
+// same-host GPUs with peer access), small puts can skip the proxy: the calling threads store the
+// bytes themselves, fence at system scope, then update the peer's signal slot through
+// `DeviceTable::peer_signals[peer]` with a release atomic (add) or release store (set).
+// Rule: a signal id is driven either through the proxy or directly, never both, because the
+// proxy owns the running value of the slots it writes and would overwrite a direct update.
+// These use SMs for the bytes; the proxy path uses none.
+
+/// put_direct (one thread): stores `bytes` from `src` (any memory this thread can read) into
+/// `peer`'s window `window` at `dst_offset`, then applies the signal action directly. OK;
+/// NOT_DIRECT when the peer's window or signal slots are not mapped here (nothing written); or
+/// BAD_ARGUMENT. Ordering: the bytes are visible to the peer before its signal slot changes.
+/// Memory: the window table, the peer's window and signal slot (peer device memory).
+ACCORD_DEVICE_INLINE Status put_direct(const DeviceTable* table, u32 window, u32 peer, u64 dst_offset,
+                                       const void* src, u64 bytes, u8 signal_op = SIGNAL_NONE, u32 signal_id = 0,
+                                       u64 signal_value = 0) {
+  u8* dst;
+  u64* slot;
+  const Status s =
+      detail::direct_targets(table, window, peer, dst_offset, bytes, signal_op, signal_id, &dst, &slot);
+  if (s != OK) return s;
+  detail::copy_strided(dst, src, bytes, 0, 1);
+  __threadfence_system();
+  detail::direct_signal(slot, signal_op, signal_value);
+  return OK;
+}
+
+/// put_direct by a converged warp: the lanes share the stores (16 bytes a lane a step where
+/// aligned), each fences, then lane 0 applies the signal. Every lane gets the Status.
+ACCORD_DEVICE_INLINE Status put_direct_warp(const DeviceTable* table, u32 window, u32 peer, u64 dst_offset,
+                                            const void* src, u64 bytes, u8 signal_op = SIGNAL_NONE,
+                                            u32 signal_id = 0, u64 signal_value = 0) {
+  u8* dst;
+  u64* slot;
+  const Status s =
+      detail::direct_targets(table, window, peer, dst_offset, bytes, signal_op, signal_id, &dst, &slot);
+  if (s != OK) return s;
+  const u32 lane = detail::thread_in_block() & 31u;
+  detail::copy_strided(dst, src, bytes, lane, 32);
+  __threadfence_system();
+  __syncwarp();
+  if (lane == 0) detail::direct_signal(slot, signal_op, signal_value);
+  __syncwarp();
+  return OK;
+}
+
+/// put_direct by a whole block: the threads share the stores, each fences, then thread 0
+/// applies the signal. Every thread gets the Status.
+ACCORD_DEVICE_INLINE Status put_direct_block(const DeviceTable* table, u32 window, u32 peer, u64 dst_offset,
+                                             const void* src, u64 bytes, u8 signal_op = SIGNAL_NONE,
+                                             u32 signal_id = 0, u64 signal_value = 0) {
+  u8* dst;
+  u64* slot;
+  const Status s =
+      detail::direct_targets(table, window, peer, dst_offset, bytes, signal_op, signal_id, &dst, &slot);
+  if (s != OK) return s;
+  const u32 me = detail::thread_in_block();
+  detail::copy_strided(dst, src, bytes, me, blockDim.x * blockDim.y * blockDim.z);
+  __threadfence_system();
+  __syncthreads();
+  if (me == 0) detail::direct_signal(slot, signal_op, signal_value);
+  __syncthreads();
+  return OK;
+}
+
+#endif  // ACCORD_DEVICE_CODE
+
+}  // namespace device
+}  // namespace accord
+
+#endif  // ACCORD_DEVICE_CUH

@@ -1,0 +1,60 @@
+// Ping-pong between ranks 0 and 1 (other ranks return at once), one thread each.
+// Windows: 0 receives, 1 is the source. Each iteration the sender stamps the iteration number
+// into the first 8 bytes of its source (and a pattern in the rest, up to 64 bytes), sends
+// `bytes` with a signal, and the receiver checks the stamp after its wait: a signal seen before
+// its data would show as a wrong byte.
+// mode 0: put through the proxy; 1: put_direct (load/store path); 2: put_value (bytes <= 8).
+// out[2] holds the iterations done so far, across launches and graph replays (so a replayed
+// graph continues where the last replay stopped); out[3 + i] the round trip of iteration i of
+// this launch in ns (rank 0).
+#include "common.cuh"
+using namespace accord_kernels;
+
+extern "C" __global__ void accord_dev_pingpong(const DeviceTable* t, u64 iters, u64 bytes, u64 mode, u64 signal_id,
+                                               u64 timeout_ns, u64* out) {
+  if (threadIdx.x != 0 || blockIdx.x != 0 || t->rank > 1 || t->world < 2) return;
+  const u32 me = t->rank;
+  const u32 peer = me ^ 1u;
+  const u32 sig = static_cast<u32>(signal_id);
+  u8* src = window_base(t, 1);
+  const u8* dst = window_base(t, 0);
+  const u64 done_before = out[2];
+  for (u64 i = 0; i < iters; ++i) {
+    const u64 n = done_before + i;  // this iteration, counted over every launch
+    const u64 start = detail::now_ns();
+    for (u32 turn = 0; turn < 2; ++turn) {
+      const bool sending = (turn == 0) == (me == 0);
+      Status s;
+      if (sending) {
+        reinterpret_cast<volatile u64*>(src)[0] = n;
+        for (u64 b = 8; b < bytes && b < 64; ++b) src[b] = pattern(me, peer, n, b);
+        if (mode == 1) {
+          s = put_direct(t, 0, peer, 0, src, bytes, SIGNAL_ADD, sig, 1);
+        } else if (mode == 2) {
+          s = put_value(t, 0, peer, 0, n, static_cast<u32>(bytes), SIGNAL_ADD, sig, 1);
+        } else {
+          s = put(t, 0, peer, 0, 1, 0, bytes, SIGNAL_ADD, sig, 1);
+        }
+      } else {
+        s = wait_signal(t, sig, n + 1, timeout_ns);
+        if (s == OK) {
+          const u64 mask = bytes >= 8 ? ~0ull : ((1ull << (8 * bytes)) - 1);
+          u64 stamp = 0;
+          for (u64 b = 0; b < 8 && b < bytes; ++b) stamp |= u64(reinterpret_cast<const volatile u8*>(dst)[b]) << (8 * b);
+          if (stamp != (n & mask)) atomicAdd(reinterpret_cast<unsigned long long*>(out + 1), 1ull);
+          for (u64 b = 8; b < bytes && b < 64; ++b) {
+            if (reinterpret_cast<const volatile u8*>(dst)[b] != pattern(peer, me, n, b)) {
+              atomicAdd(reinterpret_cast<unsigned long long*>(out + 1), 1ull);
+            }
+          }
+        }
+      }
+      if (s != OK) {
+        note(out, s);
+        return;
+      }
+    }
+    if (me == 0) out[3 + i] = detail::now_ns() - start;
+    out[2] = n + 1;
+  }
+}

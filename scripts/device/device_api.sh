@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Issue 19's device acceptance run for the device API (accord/device.cuh), in one command, on a
+# host with two GPUs:
+#   1. accord-device-bench --route ipc: kernel-to-kernel ping-pong (put, put_value, put_direct),
+#      many-peer puts checked byte for byte, a graph-captured ping-pong replayed 100 times, the
+#      descriptor rate of one proxy thread, and large-put bandwidth against the IPC copy ceiling
+#      and the engine's host-initiated writes, with the SMs spent copying;
+#   2. the same with the network forced (--route network: ACCORD_DEVICE_IPC=0 ACCORD_SHM=0, so
+#      puts take the cross-host routes over loopback UDP);
+#   3. the NVSHMEM anchor where `python3 -c "import nvshmem"` works (else it says why not).
+# Each run's full output is kept in $OUT/<run>.txt and its JSON rows in $OUT/<run>.jsonl; the
+# tables are printed at the end. Exits non-zero when any run failed (a wrong byte, a proxy
+# error, a timeout).
+#
+# Usage (GPU host, repo root): BIN_DIR=/path/to/bins OUT=/path/to/out scripts/device/device_api.sh
+# BIN_DIR holds a prebuilt `accord-device-bench` (the GPU host has no Rust: build it where Rust
+# is with `cargo build --release -p accord-bench --features device-proxy --bin accord-device-bench`,
+# strip it, and carry it). Without BIN_DIR the script builds it with cargo.
+# BUDGET_S (default 480 s, from the start) caps the whole command; each run is cut to what is
+# left. NVRTC must be loadable (ACCORD_CUDA_LIB_DIRS, the CUDA toolkit, or the nvidia-cuda-nvrtc
+# wheel, which accord-cuda finds in Python's site-packages).
+set -uo pipefail
+START=$SECONDS BUDGET=${BUDGET_S:-480}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+HERE="$(cd "$(dirname "$0")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+OUT="${OUT:-$(mktemp -d)}"
+mkdir -p "$OUT"
+PY="${PYTHON:-python3}"
+
+BIN_DIR="${BIN_DIR:-}"
+if [ -z "$BIN_DIR" ]; then
+  (cd "$ROOT" && cargo build --release -q -p accord-bench --features device-proxy --bin accord-device-bench) \
+    || { echo "cargo build failed"; exit 1; }
+  BIN_DIR="$ROOT/target/release"
+fi
+BIN="$BIN_DIR/accord-device-bench"
+[ -x "$BIN" ] || { echo "no accord-device-bench in $BIN_DIR"; exit 1; }
+echo "load at the start: $(uptime)"
+nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader 2>/dev/null || echo "nvidia-smi: not available"
+
+left() { echo $((BUDGET - (SECONDS - START))); }
+FAILED=0
+# run NAME SECONDS ARGS...: one bench run under `timeout`, capped by what is left of the budget.
+run() {
+  local name=$1 cap=$2; shift 2
+  local t; t=$(left)
+  if [ "$t" -lt 20 ]; then echo "== $name: skipped, $t s left of the budget"; FAILED=1; return; fi
+  [ "$t" -lt "$cap" ] && cap=$t
+  echo "== $name (at most $cap s): $BIN $*"
+  timeout "$cap" "$BIN" --timeout-s $((cap - 15)) "$@" > "$OUT/$name.txt" 2>&1
+  local rc=$?
+  grep '^{' "$OUT/$name.txt" > "$OUT/$name.jsonl"
+  echo "   exit $rc"
+  [ "$rc" -eq 0 ] || FAILED=1
+}
+
+run ipc 200 --route ipc
+run network 200 --route network --sizes-mib 1,4,16,64 --bw-iters 4 --iters 300 --replays 100
+
+echo "== nvshmem anchor"
+if NV=$("$PY" -c "import nvshmem, sys; print(getattr(nvshmem, '__version__', 'unknown version'))" 2>&1); then
+  echo "nvshmem4py $NV is importable, but this script has no NVSHMEM put-with-signal measurement yet: no anchor this run" \
+    | tee "$OUT/nvshmem.txt"
+else
+  echo "skipped: python3 cannot import nvshmem (nvshmem4py): $(echo "$NV" | tail -1)" | tee "$OUT/nvshmem.txt"
+fi
+
+for name in ipc network; do
+  [ -f "$OUT/$name.txt" ] || continue
+  echo
+  echo "######## $name"
+  grep -v '^{' "$OUT/$name.txt"
+done
+echo
+echo "results in $OUT; $(( SECONDS - START )) s"
+exit $FAILED
