@@ -14,7 +14,7 @@
 #
 # Usage (GPU host, repo root): BIN_DIR=/path/to/bins OUT=/path/to/out scripts/device/device_api.sh
 # BIN_DIR holds a prebuilt `accord-device-bench` (the GPU host has no Rust: build it where Rust
-# is with `cargo build --release -p accord-bench --features device-proxy --bin accord-device-bench`,
+# is with `cargo build --release -p accord-bench --bin accord-device-bench`,
 # strip it, and carry it). Without BIN_DIR the script builds it with cargo.
 # BUDGET_S (default 480 s, from the start) caps the whole command; each run is cut to what is
 # left. NVRTC must be loadable (ACCORD_CUDA_LIB_DIRS, the CUDA toolkit, or the nvidia-cuda-nvrtc
@@ -30,7 +30,7 @@ PY="${PYTHON:-python3}"
 
 BIN_DIR="${BIN_DIR:-}"
 if [ -z "$BIN_DIR" ]; then
-  (cd "$ROOT" && cargo build --release -q -p accord-bench --features device-proxy --bin accord-device-bench) \
+  (cd "$ROOT" && cargo build --release -q -p accord-bench --bin accord-device-bench) \
     || { echo "cargo build failed"; exit 1; }
   BIN_DIR="$ROOT/target/release"
 fi

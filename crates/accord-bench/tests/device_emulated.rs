@@ -8,8 +8,7 @@
 //! barrier passes, no proxy error. This is the contract between the header and the proxy as code
 //! on both sides runs it; the GPU memory model itself is only exercised by accord-device-bench.
 //!
-//! Needs the `device-proxy` feature (see `Cargo.toml`); skips with a printed reason without a
-//! host C++ compiler.
+//! Skips with a printed reason without a host C++ compiler.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -2,9 +2,6 @@
 //! (`accord_device::DeviceComm`): open over a communicator, register device windows, hand the
 //! device table to kernels, read errors and statistics, close. If the host API's names change,
 //! only this file changes.
-//!
-//! Built without the `device-proxy` feature (the default until accord-device has `DeviceComm`),
-//! [`Proxy::open`] refuses with a message saying so, and nothing else can run.
 
 use accord_coll::engine::EngineTransport;
 use accord_coll::Communicator;
@@ -12,7 +9,6 @@ use accord_cuda::{DeviceBuffer, Gpu};
 
 /// How the bench sizes the device communicator (the same on every rank).
 #[derive(Clone, Copy, Debug)]
-#[cfg_attr(not(feature = "device-proxy"), allow(dead_code))]
 pub struct ProxyConfig {
     /// Rings, one proxy thread each (1: "one proxy thread" of the descriptor-rate target).
     pub rings: usize,
@@ -39,7 +35,6 @@ pub struct ProxyStats {
     pub signal_coalesced: u64,
 }
 
-#[cfg(feature = "device-proxy")]
 mod imp {
     use super::*;
     use accord_device::{DeviceComm, DeviceCommConfig, Placement};
@@ -106,47 +101,6 @@ mod imp {
         /// Stops the proxies and deregisters the windows.
         pub fn close(self) -> Result<(), String> {
             self.comm.close().map_err(|e| format!("close: {e}"))
-        }
-    }
-}
-
-#[cfg(not(feature = "device-proxy"))]
-mod imp {
-    use super::*;
-
-    /// Uninhabited: this build has no host side to open.
-    pub enum Proxy {}
-
-    impl Proxy {
-        /// Refuses: this build has no `DeviceComm`.
-        pub fn open(_comm: Communicator<EngineTransport>, _gpu: &Gpu, _config: ProxyConfig) -> Result<Proxy, String> {
-            Err("this accord-device-bench was built without the `device-proxy` feature, so it has no \
-                 DeviceComm to drive; rebuild with `cargo build --release -p accord-bench --features device-proxy`"
-                .into())
-        }
-
-        pub fn register_device_window(&mut self, _buffer: &DeviceBuffer) -> Result<u32, String> {
-            match *self {}
-        }
-
-        pub fn table_ptr(&self) -> Result<u64, String> {
-            match *self {}
-        }
-
-        pub fn communicator(&mut self) -> &mut Communicator<EngineTransport> {
-            match *self {}
-        }
-
-        pub fn errors(&self) -> Vec<String> {
-            match *self {}
-        }
-
-        pub fn stats(&self) -> ProxyStats {
-            match *self {}
-        }
-
-        pub fn close(self) -> Result<(), String> {
-            match self {}
         }
     }
 }
