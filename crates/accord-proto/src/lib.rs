@@ -50,7 +50,7 @@ pub mod wire;
 pub use admission::JobSecret;
 pub use api::{
     ConnectionError, ConnectionHandle, ConnectionStats, DatagramOutcome, EndpointStats, Event, LocalMemory, PayloadRef,
-    Placement, PlacementTarget, RxMeta, SendRequest, Transmit, WriteRequest,
+    PendingSeal, Placement, PlacementTarget, RxMeta, SendRequest, Transmit, WriteRequest,
 };
 pub use config::{ConfigError, ConnectionConfig, CreditConfig, EndpointConfig, PacerOrder};
 pub use endpoint::{ConnectError, Endpoint};

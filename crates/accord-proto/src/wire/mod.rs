@@ -17,6 +17,7 @@ mod credit;
 mod data;
 pub mod field;
 pub mod integrity;
+pub mod mac;
 mod packet;
 
 #[cfg(test)]
@@ -27,6 +28,7 @@ pub use control::{CloseRepr, HelloRepr, ProbeRepr};
 pub use credit::{CreditRepr, RtsRepr};
 pub use data::{DataKind, DataRepr};
 pub use integrity::{seal, verify, Integrity};
+pub use mac::{seal_mac, verify_mac, ConnKeys, ConnSide, MacKey, MAC_TAG_LEN};
 use packet::check_header;
 pub use packet::Packet;
 
@@ -42,8 +44,11 @@ pub const DATA_HEADER_LEN: usize = field::DATA_PAYLOAD;
 pub const SACK_BITMAP_BITS: usize = 1024;
 /// Most rejections one Ack carries; more wait for the next Ack.
 pub const MAX_REJECTIONS_PER_ACK: usize = 16;
-/// Largest Ack datagram, for sizing transmit buffers.
+/// Largest Ack datagram (without the authenticated mode's trailer), for sizing transmit
+/// buffers; see [`TRANSMIT_BUFFER_MIN`].
 pub const MAX_ACK_LEN: usize = HEADER_LEN + 40 + 128 + 24 * 16;
+/// Smallest buffer `Endpoint::poll_transmit` writes into: the largest Ack and a MAC trailer.
+pub const TRANSMIT_BUFFER_MIN: usize = MAX_ACK_LEN + MAC_TAG_LEN;
 
 /// Why a datagram could not be parsed or a packet not emitted. Every parse error means: drop
 /// the datagram and count it; never tear down a connection over one.
@@ -69,6 +74,9 @@ pub enum WireError {
     /// The CRC32C does not match: the datagram was corrupted on the way.
     #[error("end-to-end checksum mismatch; drop the datagram and count it (the sender retransmits)")]
     BadChecksum,
+    /// The authentication tag does not match: forged, corrupted, or for another connection.
+    #[error("authentication tag mismatch (forged, corrupted, or another connection's packet); drop the datagram and count it")]
+    BadTag,
     /// The sender sealed the packet in another integrity mode than this receiver checks.
     #[error("integrity mode {sent} on the wire, this endpoint checks mode {expected}: set ACCORD_INTEGRITY alike on every rank")]
     IntegrityModeMismatch {
