@@ -81,6 +81,13 @@ impl Endpoint {
         &self.config
     }
 
+    /// The largest datagram this endpoint emits: its connections' datagram size plus the
+    /// integrity mode's trailer (which [`Endpoint::new`] took out of the size it was given,
+    /// so this is that size again). Transmit buffers need this much.
+    pub fn datagram_len_max(&self) -> usize {
+        usize::from(self.config.connection.max_datagram_bytes) + self.config.integrity.trailer_len()
+    }
+
     fn allocate_id(&mut self) -> ConnectionId {
         loop {
             let id = ConnectionId(self.next_id);

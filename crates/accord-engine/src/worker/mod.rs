@@ -119,7 +119,7 @@ impl Worker {
         // Shared-memory datagrams are placed straight from the ring (`receive` reads payloads
         // through `RxBuffers::lent`), saving the copy into a receive slot.
         rx.allow_lending(true);
-        let tx = tx::TxQueue::new(usize::from(ep.config().connection.max_datagram_bytes));
+        let tx = tx::TxQueue::new(ep.datagram_len_max());
         let await_poll = shared.config.await_poll;
         Ok(Worker {
             lane,
