@@ -10,6 +10,9 @@
 //! CRC32C) followed by a type-specific body; Data's payload follows its 88-byte body to the end
 //! of the datagram. The CRC is checked ([`verify`]) before anything else is parsed; see
 //! [`integrity`] for what it covers. Version 2 added the CRC (version 1 had a 16-byte header).
+//! In the authenticated mode ([`Integrity::Mac`], see [`mac`]) a 16-byte tag follows the last
+//! byte instead, verified with [`verify_mac`] and stripped before parsing; the header layout is
+//! the same, so the version is too (a receiver accepts only its own mode, whatever the version).
 
 mod ack;
 mod control;
