@@ -35,7 +35,7 @@ fn data_datagram(a: &mut Endpoint, conn: ConnectionHandle, now: Instant) -> (Tra
 
 #[test]
 fn mac_mode_without_a_secret_is_a_configuration_error() {
-    let e = Endpoint::new(mac_config(None), 1).err().expect("refused");
+    let Err(e) = Endpoint::new(mac_config(None), 1) else { panic!("mac without a secret accepted") };
     assert_eq!(e, ConfigError::MacWithoutSecret);
     assert!(e.to_string().contains("ACCORD_JOB_SECRET"), "{e}");
 }
