@@ -152,9 +152,11 @@ pub struct EngineConfig {
     /// `srpt`). Default round robin. The simulator's EQDS results used `srpt`
     /// (docs/results/2026-11-22-eqds.md).
     pub pacer_order: PacerOrder,
-    /// End-to-end check of every packet (`ACCORD_INTEGRITY`: `full`, `header`, `off`). Default
-    /// [`Integrity::Full`]: a CRC32C over header and payload, verified before anything is
-    /// parsed. Every rank of a job must use the same.
+    /// End-to-end check of every packet (`ACCORD_INTEGRITY`: `full`, `header`, `off`, `mac`).
+    /// Default [`Integrity::Full`]: a CRC32C over header and payload, verified before anything
+    /// is parsed. `mac` authenticates every packet under per-connection keys derived from the
+    /// job secret (which it requires), for networks outsiders can write to. Every rank of a job
+    /// must use the same. Datagrams through shared-memory rings carry a CRC of the header only.
     pub integrity: Integrity,
     /// Line rate of each NIC in Gbit/s. The receiver-driven EQDS grants credit at just under
     /// it (split evenly over the NIC's workers, each of which runs its own endpoint); the
@@ -483,6 +485,9 @@ impl EngineConfig {
         }
         if self.shard_bytes_min == 0 || self.idle_timeout.is_zero() {
             return Err(BuildError::Invalid("shard_bytes_min and idle_timeout must be non-zero".into()));
+        }
+        if self.integrity == Integrity::Mac && self.job_secret.is_none() {
+            return Err(BuildError::Invalid(accord_proto::ConfigError::MacWithoutSecret.to_string()));
         }
         self.validate_device_staging()?;
         self.shm.validate().map_err(|e| BuildError::Invalid(e.to_string()))?;

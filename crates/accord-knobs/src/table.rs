@@ -147,9 +147,9 @@ pub static KNOBS: &[Knob] = &[
     knob(
         "ACCORD_INTEGRITY",
         Engine,
-        Choice(&["full", "header", "off"]),
+        Choice(&["full", "header", "off", "mac"]),
         "full",
-        "the end-to-end CRC32C every packet carries: over header and payload, the header only, or none; the same on every rank",
+        "the end-to-end check every packet carries: a CRC32C over header and payload, the header only, or none; or `mac`, a 16-byte BLAKE3 tag under per-connection keys from `ACCORD_JOB_SECRET` (required) against forged and replayed packets; the same on every rank. Shared-memory rings carry a CRC of the header only",
     ),
     knob(
         "ACCORD_JOB_SECRET",

@@ -166,6 +166,9 @@ pub struct RxMeta {
     pub segment_bytes: usize,
     /// The network marked congestion (ECN CE) on this datagram.
     pub ecn_ce: bool,
+    /// It came through a same-host channel of this job (a shared-memory ring), not a network:
+    /// the receiver may accept a lighter seal for it (see [`Datapath::is_local_channel`]).
+    pub local_channel: bool,
 }
 
 impl RxMeta {
@@ -412,6 +415,14 @@ pub trait Datapath: Send {
         false
     }
 
+    /// Whether a datagram sent to `dst` now goes through a same-host channel of this job (a
+    /// shared-memory ring) rather than a network, so the sender may seal it for that channel
+    /// (its header only). A wrapper that alters datagrams (fault injection) says false: what
+    /// it carries must be sealed as for a network. False for drivers without such a channel.
+    fn is_local_channel(&self, _dst: SocketAddr) -> bool {
+        false
+    }
+
     /// Slot size `recv_batch` needs so no datagram is ever truncated.
     fn rx_slot_bytes(&self) -> usize {
         let caps = self.caps();
@@ -474,6 +485,9 @@ impl<D: Datapath + ?Sized> Datapath for Box<D> {
     }
     fn local_channel_has_data(&self) -> bool {
         (**self).local_channel_has_data()
+    }
+    fn is_local_channel(&self, dst: SocketAddr) -> bool {
+        (**self).is_local_channel(dst)
     }
     fn rx_slot_bytes(&self) -> usize {
         (**self).rx_slot_bytes()

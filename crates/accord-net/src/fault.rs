@@ -504,6 +504,12 @@ impl<D: Datapath> Datapath for FaultInjector<D> {
         self.inner.local_channel_has_data()
     }
 
+    /// Never: this wrapper stands for a network that corrupts, so whatever it carries (a
+    /// ring underneath included) is sealed as for a network.
+    fn is_local_channel(&self, _dst: SocketAddr) -> bool {
+        false
+    }
+
     /// Waits on the inner datapath, but no longer than until the next held
     /// packet is due, so held packets go out even when the caller is idle.
     fn wait_readable(&mut self, timeout: Duration) -> Result<bool, DatapathError> {

@@ -199,6 +199,7 @@ impl Datapath for MemDatapath {
                 len: packet.bytes.len(),
                 segment_bytes: packet.bytes.len(),
                 ecn_ce: false,
+                local_channel: false,
             };
             let pushed = bufs.push_copy(&packet.bytes, meta);
             debug_assert!(pushed, "slot size was checked above");

@@ -470,7 +470,14 @@ impl<D: Datapath> ShmDatapath<D> {
                         }
                         let seg = e.segment_bytes as usize;
                         let segment_bytes = if seg == 0 || seg >= e.len { e.len } else { seg };
-                        let meta = RxMeta { path: e.dst_path, src, len: e.len, segment_bytes, ecn_ce: false };
+                        let meta = RxMeta {
+                            path: e.dst_path,
+                            src,
+                            len: e.len,
+                            segment_bytes,
+                            ecn_ce: false,
+                            local_channel: true,
+                        };
                         match lent {
                             Some(lent) => {
                                 bufs.commit_lent(meta, lent);
@@ -665,6 +672,10 @@ impl<D: Datapath> Datapath for ShmDatapath<D> {
 
     fn local_channel_has_data(&self) -> bool {
         self.rings_have_data()
+    }
+
+    fn is_local_channel(&self, dst: SocketAddr) -> bool {
+        self.ring_route(&dst).is_some()
     }
 
     fn rx_slot_bytes(&self) -> usize {

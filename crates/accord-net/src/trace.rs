@@ -294,6 +294,10 @@ impl<D: Datapath> Datapath for TracingDatapath<D> {
         self.inner.local_channel_has_data()
     }
 
+    fn is_local_channel(&self, dst: SocketAddr) -> bool {
+        self.inner.is_local_channel(dst)
+    }
+
     fn rx_slot_bytes(&self) -> usize {
         self.inner.rx_slot_bytes()
     }

@@ -13,7 +13,9 @@
 //!
 //! Not covered: a Hello captured and replayed verbatim by a host on the path opens a
 //! connection that only the original sender could use (it alone knows the packets' tokens
-//! are its own); per-packet MACs (an authenticated mode) would close that too.
+//! are its own). The authenticated mode ([`crate::wire::mac`]) does not change that (the
+//! Hello is authentic), but there nothing can be sent on such a connection without keys
+//! derived from the secret, so it costs a table entry until it times out, and no more.
 
 use crate::wire::{Header, HelloRepr};
 use hmac::{Hmac, Mac};

@@ -86,25 +86,63 @@ pub struct Transmit {
     pub payload: Option<PayloadRef>,
     /// Data packets may be marked ECT by the datapath.
     pub ecn_capable: bool,
-    /// The end-to-end check covers the payload, which the protocol never sees: the driver
-    /// must call [`Transmit::seal_payload`] once the payload is in place. Every other packet
-    /// leaves `poll_transmit` sealed.
-    pub seal_after_payload: bool,
+    /// What the driver must still do to seal the datagram once the payload is in place
+    /// ([`Transmit::seal_payload`]): the end-to-end check may cover the payload, which the
+    /// protocol never sees. Every packet without payload leaves `poll_transmit` sealed.
+    pub seal: PendingSeal,
+}
+
+/// The part of sealing a transmit left to the driver, because it covers the payload.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum PendingSeal {
+    /// Sealed already.
+    #[default]
+    Done,
+    /// A CRC32C over the whole datagram ([`crate::wire::Integrity::Full`]).
+    Crc,
+    /// A CRC32C over the header only: a datagram that crosses only a shared-memory ring of
+    /// this job ([`Transmit::for_local_channel`]).
+    HeaderCrc,
+    /// A MAC trailer over the whole datagram under this key ([`crate::wire::Integrity::Mac`]).
+    Mac(crate::wire::MacKey),
 }
 
 impl Transmit {
-    /// Total datagram length.
+    /// Total datagram length: header, payload and the MAC trailer if the seal adds one.
     pub fn datagram_len(&self) -> usize {
+        self.payload_end() + if matches!(self.seal, PendingSeal::Mac(_)) { crate::wire::MAC_TAG_LEN } else { 0 }
+    }
+
+    /// Where the payload ends within the datagram: the driver gathers it into
+    /// `header_len..payload_end()`.
+    pub fn payload_end(&self) -> usize {
         self.header_len + self.payload.map_or(0, |p| p.len as usize)
     }
 
-    /// Completes the end-to-end check over the whole datagram (header the protocol wrote,
-    /// payload the driver gathered: `datagram_len` bytes). A no-op unless
-    /// `seal_after_payload`, so drivers call it on every transmit.
+    /// Completes the seal over the whole datagram (header the protocol wrote, payload the
+    /// driver gathered, room for a trailer: `datagram_len` bytes). A no-op when the seal is
+    /// done, so drivers call it on every transmit.
     pub fn seal_payload(&self, datagram: &mut [u8]) {
-        if self.seal_after_payload {
-            crate::wire::seal(datagram, crate::wire::Integrity::Full);
+        match &self.seal {
+            PendingSeal::Done => {}
+            PendingSeal::Crc => crate::wire::seal(datagram, crate::wire::Integrity::Full),
+            PendingSeal::HeaderCrc => crate::wire::seal(datagram, crate::wire::Integrity::Header),
+            PendingSeal::Mac(key) => crate::wire::seal_mac(datagram, key),
         }
+    }
+
+    /// This transmit re-sealed for a datagram that goes through a shared-memory ring of this
+    /// job instead of a network: a payload-covering seal (CRC or MAC) becomes a CRC of the
+    /// header alone, and the MAC trailer is dropped. Why: ring files are mode 0600 and belong
+    /// to the job's own processes, so nothing corrupts or forges a payload in them, and the
+    /// full check would cost the ring's throughput; the header still decides where bytes go,
+    /// so it stays checked. The receiver accepts the header-only seal only from a ring
+    /// (`Endpoint::handle_local_datagram`), never from a network.
+    pub fn for_local_channel(mut self) -> Transmit {
+        if matches!(self.seal, PendingSeal::Crc | PendingSeal::Mac(_)) {
+            self.seal = PendingSeal::HeaderCrc;
+        }
+        self
     }
 }
 
@@ -228,4 +266,11 @@ pub struct EndpointStats {
     /// Hellos and HelloAcks without a valid proof of the job secret (see
     /// [`crate::admission`]); refused before anything was allocated.
     pub unadmitted: u64,
+    /// Packets whose MAC tag failed ([`crate::wire::Integrity::Mac`]): forged, corrupted, or
+    /// replayed from another connection or direction. Refused before anything was read.
+    pub bad_tag: u64,
+    /// Datagrams lent in place from a shared-memory ring with a seal that covers a payload
+    /// the receiver did not copy, so only the ring's own checks stood for them (a datagram
+    /// sealed before its ring came up; senders seal ring datagrams header-only).
+    pub local_unverified: u64,
 }

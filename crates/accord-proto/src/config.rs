@@ -106,6 +106,8 @@ pub enum ConfigError {
     RateFraction,
     #[error("{0} must be non-zero")]
     Zero(&'static str),
+    #[error("integrity mode mac (ACCORD_INTEGRITY=mac) derives its keys from the job secret, and none is set: set ACCORD_JOB_SECRET to the same 64 hex digits on every rank (accord run and accord.run draw one per job), or choose another integrity mode")]
+    MacWithoutSecret,
 }
 
 impl ConnectionConfig {

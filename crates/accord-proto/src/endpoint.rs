@@ -40,13 +40,26 @@ pub struct Endpoint {
     stats: EndpointStats,
     /// Credit pacer of this NIC for receiver-driven senders (idle unless one connects).
     pacer: CreditPacer,
+    /// Key of the handshake packets in the authenticated mode (`None` in the others).
+    handshake_key: Option<wire::MacKey>,
 }
 
 impl Endpoint {
     /// An endpoint whose every random choice (tokens, path picks) derives from `seed`.
-    pub fn new(config: EndpointConfig, seed: u64) -> Result<Self, ConfigError> {
+    pub fn new(mut config: EndpointConfig, seed: u64) -> Result<Self, ConfigError> {
         config.connection.validate()?;
         config.credit.validate()?;
+        let handshake_key = match (config.integrity, &config.secret) {
+            (wire::Integrity::Mac, None) => return Err(ConfigError::MacWithoutSecret),
+            (wire::Integrity::Mac, Some(secret)) => {
+                // The tag trailer comes out of the datagram budget, so packets still fit it.
+                let c = &mut config.connection;
+                c.max_datagram_bytes = c.max_datagram_bytes.saturating_sub(wire::MAC_TAG_LEN as u16);
+                c.validate()?;
+                Some(wire::MacKey::handshake(secret))
+            }
+            _ => None,
+        };
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         // Connection ids start at a random point so a restarted peer's stale packets miss.
         let next_id = (rng.next_u32() >> 8).max(1);
@@ -60,11 +73,19 @@ impl Endpoint {
             transmit_cursor: ConnectionId(0),
             events: VecDeque::new(),
             stats: EndpointStats::default(),
+            handshake_key,
         })
     }
 
     pub fn config(&self) -> &EndpointConfig {
         &self.config
+    }
+
+    /// The largest datagram this endpoint emits: its connections' datagram size plus the
+    /// integrity mode's trailer (which [`Endpoint::new`] took out of the size it was given,
+    /// so this is that size again). Transmit buffers need this much.
+    pub fn datagram_len_max(&self) -> usize {
+        usize::from(self.config.connection.max_datagram_bytes) + self.config.integrity.trailer_len()
     }
 
     fn allocate_id(&mut self) -> ConnectionId {
@@ -101,47 +122,107 @@ impl Endpoint {
         memory: &mut M,
     ) -> DatagramOutcome {
         self.stats.datagrams_received += 1;
-        // The end-to-end check first: nothing of a corrupted datagram is read.
-        if !self.passes_integrity(datagram) {
+        // The end-to-end check first: nothing of a corrupted or forged datagram is read.
+        let Some(checked) = self.admit(datagram) else {
             return DatagramOutcome::default();
-        }
-        self.handle_checked(now, rx, datagram, memory)
+        };
+        self.handle_checked(now, rx, checked, memory)
     }
 
-    /// [`handle_datagram`](Self::handle_datagram) for a datagram that crossed only memory the
-    /// datapath itself owns (a shared-memory ring between two processes of one user, which can
-    /// no more corrupt it than the process's own heap) and whose payload `datagram` may not
-    /// hold (read in place from the ring): the end-to-end check is skipped. Never for bytes
-    /// that crossed a network.
-    pub fn handle_datagram_from_memory<M: LocalMemory + ?Sized>(
+    /// [`handle_datagram`](Self::handle_datagram) for a datagram that came through a
+    /// shared-memory ring of this job (files of mode 0600 that only the job's processes map),
+    /// not a network. It accepts this endpoint's own seal, or a CRC of the header alone
+    /// (what senders use on a ring: [`Transmit::for_local_channel`]), which a datagram from a
+    /// network never may. `payload_present`: whether `datagram` holds the whole datagram;
+    /// false when the payload was lent in place (not copied, so not in `datagram`): then a
+    /// seal over the payload cannot be checked and the ring vouches for it (counted in
+    /// `local_unverified`).
+    pub fn handle_local_datagram<M: LocalMemory + ?Sized>(
         &mut self,
         now: Instant,
         rx: RxMeta,
         datagram: &[u8],
+        payload_present: bool,
         memory: &mut M,
     ) -> DatagramOutcome {
         self.stats.datagrams_received += 1;
-        self.handle_checked(now, rx, datagram, memory)
+        let Some(&sent_mode) = datagram.get(wire::field::INTEGRITY) else {
+            self.stats.malformed += 1;
+            return DatagramOutcome::default();
+        };
+        let own = self.config.integrity;
+        let checked = if sent_mode == wire::Integrity::Header.to_u8() {
+            self.check_crc(datagram, wire::Integrity::Header).then_some(datagram)
+        } else if payload_present || sent_mode != own.to_u8() || !own.covers_payload() {
+            self.admit(datagram)
+        } else {
+            self.stats.local_unverified += 1;
+            datagram.get(..datagram.len().saturating_sub(own.trailer_len()))
+        };
+        let Some(checked) = checked else {
+            return DatagramOutcome::default();
+        };
+        self.handle_checked(now, rx, checked, memory)
     }
 
-    /// Whether `datagram` passes the configured end-to-end check; counts why not.
-    fn passes_integrity(&mut self, datagram: &[u8]) -> bool {
-        match wire::verify(datagram, self.config.integrity) {
-            Ok(()) => {}
-            Err(wire::WireError::BadChecksum) => {
-                self.stats.bad_checksum += 1;
-                return false;
+    /// Checks `datagram` against this endpoint's own mode; the bytes the parser may read (the
+    /// datagram without a MAC trailer), or `None` after counting why not.
+    fn admit<'d>(&mut self, datagram: &'d [u8]) -> Option<&'d [u8]> {
+        match self.config.integrity {
+            wire::Integrity::Mac => self.authenticate(datagram),
+            mode => self.check_crc(datagram, mode).then_some(datagram),
+        }
+    }
+
+    /// Whether `datagram` passes the CRC check of `mode`; counts why not.
+    fn check_crc(&mut self, datagram: &[u8], mode: wire::Integrity) -> bool {
+        match wire::verify(datagram, mode) {
+            Ok(()) => return true,
+            Err(wire::WireError::BadChecksum) => self.stats.bad_checksum += 1,
+            Err(wire::WireError::IntegrityModeMismatch { .. }) => self.stats.integrity_mismatch += 1,
+            Err(_) => self.stats.malformed += 1,
+        }
+        false
+    }
+
+    /// The authenticated mode's check: the tag under the handshake key (Hello, HelloAck) or
+    /// the addressed connection's receive key (everything else). Only the type byte and
+    /// `dst_conn` are read before it passes, to choose the key; nothing changes.
+    fn authenticate<'d>(&mut self, datagram: &'d [u8]) -> Option<&'d [u8]> {
+        let Ok((packet_type, header)) = wire::peek(datagram) else {
+            self.stats.malformed += 1;
+            return None;
+        };
+        let key = match packet_type {
+            wire::PacketType::Hello | wire::PacketType::HelloAck => self.handshake_key.as_ref(),
+            _ => match self.conns.get(&header.dst_conn) {
+                Some(conn) => conn.mac.as_ref().map(|keys| &keys.rx),
+                None => {
+                    self.stats.unknown_connection += 1;
+                    return None;
+                }
+            },
+        };
+        let Some(key) = key else {
+            // A connection whose peer is not known yet has no key: nothing can be proven to it.
+            self.stats.bad_tag += 1;
+            return None;
+        };
+        match wire::verify_mac(datagram, key) {
+            Ok(len) => Some(&datagram[..len]),
+            Err(wire::WireError::BadTag) => {
+                self.stats.bad_tag += 1;
+                None
             }
             Err(wire::WireError::IntegrityModeMismatch { .. }) => {
                 self.stats.integrity_mismatch += 1;
-                return false;
+                None
             }
             Err(_) => {
                 self.stats.malformed += 1;
-                return false;
+                None
             }
         }
-        true
     }
 
     fn handle_checked<M: LocalMemory + ?Sized>(
@@ -176,6 +257,8 @@ impl Endpoint {
             Repr::HelloAck(hello_ack) => {
                 if !conn.on_hello_ack(&parsed.header, hello_ack, events) {
                     self.stats.unadmitted += 1;
+                } else if conn.mac.is_none() && self.handshake_key.is_some() {
+                    conn.mac = self.config.secret.as_ref().and_then(|secret| conn.derive_mac_keys(secret));
                 }
                 None
             }
@@ -261,6 +344,9 @@ impl Endpoint {
         let seed = self.rng.next_u64();
         let mut conn = Connection::accept(id, self.config.connection.clone(), seed, now, hello);
         conn.secret = self.config.secret;
+        if self.handshake_key.is_some() {
+            conn.mac = self.config.secret.as_ref().and_then(|secret| conn.derive_mac_keys(secret));
+        }
         self.conns.insert(id, conn);
         self.accepted.insert(key, id);
         self.events.push_back(Event::Accepted { conn: id });
@@ -286,7 +372,7 @@ impl Endpoint {
     }
 
     /// The next datagram to send, connections served round robin. The header is written into
-    /// `buf` (at least [`wire::MAX_ACK_LEN`] bytes); the payload is named, not copied.
+    /// `buf` (at least [`wire::TRANSMIT_BUFFER_MIN`] bytes); the payload is named, not copied.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         use core::ops::Bound::{Excluded, Unbounded};
         // Credit first: a grant is due only at the pacer's rate, and it is what keeps this
@@ -294,8 +380,10 @@ impl Endpoint {
         while let Some(grant) = self.pacer.poll_grant(now) {
             match self.conns.get_mut(&grant.conn).and_then(|c| c.emit_grant(&grant, buf)) {
                 Some(t) => {
-                    self.stats.datagrams_sent += 1;
-                    return Some(self.seal(t, buf));
+                    if let Some(t) = self.seal(t, buf) {
+                        self.stats.datagrams_sent += 1;
+                        return Some(t);
+                    }
                 }
                 None => self.pacer.remove(grant.conn),
             }
@@ -313,27 +401,46 @@ impl Endpoint {
             let Some(conn) = self.conns.get_mut(&next) else { continue };
             if let Some(t) = conn.poll_transmit(now, buf) {
                 self.transmit_cursor = next;
-                self.stats.datagrams_sent += 1;
-                return Some(self.seal(t, buf));
+                if let Some(t) = self.seal(t, buf) {
+                    self.stats.datagrams_sent += 1;
+                    return Some(t);
+                }
             }
         }
         None
     }
 
     /// Seals what the protocol wrote; a payload the check covers is left to the driver
-    /// ([`Transmit::seal_payload`]).
-    fn seal(&self, mut t: Transmit, buf: &mut [u8]) -> Transmit {
+    /// ([`Transmit::seal_payload`]). `None`: the packet cannot be sealed and is not sent (in
+    /// the authenticated mode, a connection without keys, which has no peer to address yet,
+    /// or a buffer without room for the tag); the protocol treats it as lost.
+    fn seal(&self, mut t: Transmit, buf: &mut [u8]) -> Option<Transmit> {
         let mode = self.config.integrity;
-        if t.payload.is_some() && mode == wire::Integrity::Full {
+        if mode == wire::Integrity::Mac {
+            let handshake = matches!(
+                buf.get(wire::field::TYPE).copied().and_then(wire::PacketType::from_u8),
+                Some(wire::PacketType::Hello | wire::PacketType::HelloAck)
+            );
+            let key = if handshake { self.handshake_key? } else { self.conns.get(&t.conn)?.mac?.tx };
+            if t.payload.is_some() {
+                // Mode byte now, so a driver that forgets to seal is refused for a bad tag.
+                *buf.get_mut(wire::field::INTEGRITY)? = mode.to_u8();
+                t.seal = crate::api::PendingSeal::Mac(key);
+            } else {
+                let sealed_len = t.header_len + wire::MAC_TAG_LEN;
+                wire::seal_mac(buf.get_mut(..sealed_len)?, &key);
+                t.header_len = sealed_len;
+            }
+        } else if t.payload.is_some() && mode.covers_payload() {
             // Mode byte now, so a driver that forgets to seal is refused for a bad CRC.
             if let Some(b) = buf.get_mut(wire::field::INTEGRITY) {
                 *b = mode.to_u8();
             }
-            t.seal_after_payload = true;
+            t.seal = crate::api::PendingSeal::Crc;
         } else if let Some(header) = buf.get_mut(..t.header_len) {
             wire::seal(header, mode);
         }
-        t
+        Some(t)
     }
 
     /// Drops ended connections once they have nothing left to say.

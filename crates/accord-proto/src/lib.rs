@@ -28,7 +28,12 @@
 //!
 //! Every packet carries a CRC32C checked before anything else is read ([`wire::integrity`]);
 //! with a job secret, only peers that prove it in the handshake get a connection
-//! ([`admission`]).
+//! ([`admission`]). For networks outsiders can write to, the authenticated mode replaces the
+//! CRC with a MAC per packet under per-connection keys ([`wire::mac`]): no outsider can forge
+//! a packet, and an authentic one replayed changes nothing by the stale-frame rule above.
+//! Datagrams that crossed only a shared-memory ring of the job may carry a CRC of the header
+//! alone ([`Transmit::for_local_channel`], [`Endpoint::handle_local_datagram`]); one from a
+//! network never may.
 #![forbid(unsafe_code)]
 
 pub mod admission;
@@ -50,7 +55,7 @@ pub mod wire;
 pub use admission::JobSecret;
 pub use api::{
     ConnectionError, ConnectionHandle, ConnectionStats, DatagramOutcome, EndpointStats, Event, LocalMemory, PayloadRef,
-    Placement, PlacementTarget, RxMeta, SendRequest, Transmit, WriteRequest,
+    PendingSeal, Placement, PlacementTarget, RxMeta, SendRequest, Transmit, WriteRequest,
 };
 pub use config::{ConfigError, ConnectionConfig, CreditConfig, EndpointConfig, PacerOrder};
 pub use endpoint::{ConnectError, Endpoint};

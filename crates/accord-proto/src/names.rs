@@ -115,7 +115,7 @@ impl fmt::Display for PacerOrder {
 
 impl Integrity {
     /// Names [`Integrity::from_name`] accepts, as an error lists them.
-    pub const NAMES: &'static str = "full, header, off";
+    pub const NAMES: &'static str = "full, header, off, mac";
 }
 
 impl FromStr for Integrity {
@@ -155,7 +155,7 @@ mod tests {
         round_trips(&["cubic", "swift", "eqds", "fixed"].map(|n| CcKind::from_name(n).unwrap()));
         round_trips(&[SelectorKind::PowerOfTwoChoices, SelectorKind::RoundRobin, SelectorKind::Recycle]);
         round_trips(&[PacerOrder::RoundRobin, PacerOrder::ShortestRemaining]);
-        round_trips(&[Integrity::Full, Integrity::Header, Integrity::Off]);
+        round_trips(&[Integrity::Full, Integrity::Header, Integrity::Off, Integrity::Mac]);
     }
 
     #[test]

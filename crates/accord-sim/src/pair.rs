@@ -478,6 +478,7 @@ impl PairSim {
                 let start = base + p.offset as usize;
                 datagram.extend_from_slice(&source[start..start + p.len as usize]);
             }
+            datagram.resize(t.datagram_len(), 0); // room for a MAC trailer, if the mode adds one
             t.seal_payload(&mut datagram);
             let bytes = datagram.len() as u64;
             let departs = host.nic.enqueue(now, bytes, &self.config.link);

@@ -72,6 +72,12 @@ fn random_config(rng: &mut ChaCha8Rng, seed: u64) -> PairConfig {
             cfg.endpoint.credit.order = PacerOrder::ShortestRemaining;
         }
     }
+    // Every fifth seed authenticates every packet (a MAC under per-connection keys) instead of
+    // the CRC: late replays are then authentic, and flips past the frame check fail the tag.
+    if seed % 5 == 4 {
+        cfg.endpoint.integrity = accord_proto::wire::Integrity::Mac;
+        cfg.endpoint.secret = Some(accord_proto::JobSecret([seed as u8; 32]));
+    }
     // Every other seed sprays with entropy recycling instead of power-of-two choices.
     if seed % 2 == 1 {
         c.selector = SelectorKind::Recycle;

@@ -204,7 +204,7 @@ impl EngineStats {
             .iter()
             .map(|l| {
                 let e = &l.endpoint;
-                e.malformed + e.unknown_connection + e.bad_token + e.bad_checksum + e.integrity_mismatch
+                e.malformed + e.unknown_connection + e.bad_token + e.bad_checksum + e.integrity_mismatch + e.bad_tag
             })
             .sum()
     }
@@ -212,6 +212,11 @@ impl EngineStats {
     /// Datagrams dropped by the end-to-end check (corrupted on the way), all lanes.
     pub fn bad_checksums(&self) -> u64 {
         self.lanes.iter().map(|l| l.endpoint.bad_checksum + l.endpoint.integrity_mismatch).sum()
+    }
+    /// Datagrams whose MAC tag failed (forged, corrupted, or another connection's), all lanes;
+    /// only the authenticated mode (`ACCORD_INTEGRITY=mac`) counts them.
+    pub fn bad_tags(&self) -> u64 {
+        self.lanes.iter().map(|l| l.endpoint.bad_tag).sum()
     }
     /// Wake datagrams sent to workers that had said they sleep, all lanes.
     pub fn wakes(&self) -> u64 {

@@ -323,21 +323,30 @@ fn path_selector_and_pacer_order_by_name() {
 }
 
 /// `ACCORD_INTEGRITY` picks the end-to-end check; every mode moves the bytes intact over the
-/// network path (force_network: UDP even in one process), and a bad name is refused.
+/// network path (force_network: UDP even in one process), and a bad name is refused. Over the
+/// shared-memory rings (full, mac), the datagrams carry a header-only seal that the receiver
+/// checks even on the ones it reads in place (none left unverified).
 #[test]
 fn integrity_modes_by_name_and_each_moves_bytes() {
     use accord_proto::wire::Integrity;
+    let secret = "6b".repeat(32);
     let set = |v: &str, shm: &str| {
-        let vars: HashMap<&str, String> = [("ACCORD_INTEGRITY", v.to_string()), ("ACCORD_SHM", shm.to_string())].into();
+        let mut vars: HashMap<&str, String> =
+            [("ACCORD_INTEGRITY", v.to_string()), ("ACCORD_SHM", shm.to_string())].into();
+        if v == "mac" {
+            vars.insert("ACCORD_JOB_SECRET", secret.clone());
+        }
         EngineConfig::default().with_overrides_from(|n| vars.get(n).cloned())
     };
     assert_eq!(EngineConfig::default().endpoint_config().integrity, Integrity::Full);
     let e = set("sha256", "0").unwrap_err().to_string();
-    assert!(e.contains("ACCORD_INTEGRITY") && e.contains("full, header, off"), "{e}");
+    assert!(e.contains("ACCORD_INTEGRITY") && e.contains("full, header, off, mac"), "{e}");
     let set = |v: &str, shm: &str| set(v, shm).unwrap();
-    let modes = [("off", Integrity::Off), ("header", Integrity::Header), ("full", Integrity::Full)];
-    // UDP (the check's reason to exist) in every mode, and the shared-memory rings in full.
-    for (name, mode, shm) in modes.iter().map(|&(n, m)| (n, m, "0")).chain([("full", Integrity::Full, "1")]) {
+    let modes =
+        [("off", Integrity::Off), ("header", Integrity::Header), ("full", Integrity::Full), ("mac", Integrity::Mac)];
+    let rings = [("full", Integrity::Full, "1"), ("mac", Integrity::Mac, "1")];
+    // UDP (the check's reason to exist) in every mode, and the shared-memory rings.
+    for (name, mode, shm) in modes.iter().map(|&(n, m)| (n, m, "0")).chain(rings) {
         let config = set(name, shm);
         assert_eq!(config.endpoint_config().integrity, mode);
         let (a, b) =
@@ -350,9 +359,26 @@ fn integrity_modes_by_name_and_each_moves_bytes() {
         a.write(&op).unwrap().wait_timeout(WAIT).unwrap();
         assert_eq!(b.imm_counter(4).wait(1, WAIT), 1, "{name}");
         assert_eq!(dst.to_vec(), src.to_vec(), "{name}");
-        assert_eq!(b.stats().bad_checksums(), 0, "{name}: every datagram sealed right");
-        assert!(b.stats().lanes.iter().map(|l| l.endpoint.datagrams_received).sum::<u64>() > 0, "{name}");
+        let stats = b.stats();
+        assert_eq!(stats.bad_checksums() + stats.bad_tags(), 0, "{name}: every datagram sealed right");
+        assert!(stats.lanes.iter().map(|l| l.endpoint.datagrams_received).sum::<u64>() > 0, "{name}");
+        if shm == "1" {
+            assert!(a.stats().shm_datagrams_sent() > 0, "{name}: the rings carried the write");
+            let unverified: u64 = stats.lanes.iter().map(|l| l.endpoint.local_unverified).sum();
+            assert_eq!(unverified, 0, "{name}: ring datagrams sealed over the header, checked on arrival");
+        }
     }
+}
+
+/// The authenticated mode without a job secret is refused when the engine is configured,
+/// with a message that names the missing variable.
+#[test]
+fn mac_without_a_job_secret_is_refused_at_build() {
+    let vars: HashMap<&str, String> = [("ACCORD_INTEGRITY", "mac".to_string())].into();
+    let config = EngineConfig::default().with_overrides_from(|n| vars.get(n).cloned()).unwrap();
+    let Err(e) = Engine::builder().ignore_env().config(config).build() else { panic!("mac without a secret built") };
+    let e = e.to_string();
+    assert!(e.contains("ACCORD_JOB_SECRET") && e.contains("mac"), "{e}");
 }
 
 /// Over UDP, both engines replay a tenth of what they send 200 ms later (data, ACKs, credit,

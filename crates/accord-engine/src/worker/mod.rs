@@ -119,7 +119,7 @@ impl Worker {
         // Shared-memory datagrams are placed straight from the ring (`receive` reads payloads
         // through `RxBuffers::lent`), saving the copy into a receive slot.
         rx.allow_lending(true);
-        let tx = tx::TxQueue::new(usize::from(ep.config().connection.max_datagram_bytes));
+        let tx = tx::TxQueue::new(ep.datagram_len_max());
         let await_poll = shared.config.await_poll;
         Ok(Worker {
             lane,
@@ -507,11 +507,11 @@ impl Worker {
             let stride = meta.segment_bytes.max(1);
             for seg in bytes.chunks(stride) {
                 let rx_meta = accord_proto::RxMeta { path: accord_proto::PathId(meta.path), ecn_ce: meta.ecn_ce };
-                // A lent datagram is read in place from a shared-memory ring: its payload is
-                // not in `seg`, and memory is not a wire, so the end-to-end check is for the
-                // datagrams that crossed a network (everything else).
-                let outcome = if lent.is_some() {
-                    self.ep.handle_datagram_from_memory(now, rx_meta, seg, &mut memory)
+                // A datagram from a shared-memory ring may carry a header-only seal, which one
+                // from a network never may; a lent one is read in place, its payload not in
+                // `seg`.
+                let outcome = if meta.local_channel || lent.is_some() {
+                    self.ep.handle_local_datagram(now, rx_meta, seg, lent.is_none(), &mut memory)
                 } else {
                     self.ep.handle_datagram(now, rx_meta, seg, &mut memory)
                 };

@@ -100,17 +100,20 @@ impl TxQueue {
             for _ in 0..self.batch_datagrams {
                 let slot = &mut self.arena[pos..pos + self.datagram_max];
                 let Some(t) = ep.poll_transmit(now, slot) else { break };
-                let len = t.datagram_len();
                 let Some(dst) = route(&t) else {
                     stats.tx_no_route += 1;
                     continue;
                 };
+                // A ring of this job needs only the header sealed (see `for_local_channel`).
+                let t = if dp.is_local_channel(dst) { t.for_local_channel() } else { t };
+                let len = t.datagram_len();
+                let payload_end = t.payload_end();
                 let path = t.path.0;
                 if !self.groups.iter().any(|g| g.dst == dst) {
                     let header = &slot[..t.header_len];
                     let mut fill = |buf: &mut [u8]| {
                         buf[..header.len()].copy_from_slice(header);
-                        let gathered = gather(&t, &mut buf[header.len()..]);
+                        let gathered = gather(&t, &mut buf[header.len()..payload_end]);
                         t.seal_payload(buf);
                         gathered
                     };
@@ -131,7 +134,7 @@ impl TxQueue {
                         }
                     }
                 }
-                if !gather(&t, &mut slot[t.header_len..len]) {
+                if !gather(&t, &mut slot[t.header_len..payload_end]) {
                     stats.tx_no_route += 1;
                     continue;
                 }

@@ -3,7 +3,14 @@ use std::net::{Ipv4Addr, SocketAddr};
 use super::*;
 
 fn meta(len: usize) -> RxMeta {
-    RxMeta { path: 0, src: SocketAddr::from((Ipv4Addr::LOCALHOST, 9)), len, segment_bytes: len, ecn_ce: false }
+    RxMeta {
+        path: 0,
+        src: SocketAddr::from((Ipv4Addr::LOCALHOST, 9)),
+        len,
+        segment_bytes: len,
+        ecn_ce: false,
+        local_channel: false,
+    }
 }
 
 fn caps() -> DatapathCaps {

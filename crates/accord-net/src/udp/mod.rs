@@ -273,6 +273,7 @@ impl UdpDatapath {
                     len: msg.len,
                     segment_bytes,
                     ecn_ce: msg.tos.is_some_and(|t| t & ECN_CE == ECN_CE),
+                    local_channel: false,
                 });
             }
             if truncated_mask != 0 {

@@ -122,6 +122,11 @@ pub(crate) struct Connection {
     failure_diagnosis: Option<String>,
     /// The job secret the handshake proves (set by the endpoint); `None`: no admission.
     pub(crate) secret: Option<crate::admission::JobSecret>,
+    /// Per-connection keys of the authenticated mode, installed by the endpoint once both
+    /// sides' tokens are known (see [`crate::wire::mac`]); `None` in the other modes.
+    pub(crate) mac: Option<crate::wire::ConnKeys>,
+    /// Whether we opened the connection (our Hello): says which key is whose.
+    initiated: bool,
 }
 
 impl Connection {
@@ -165,6 +170,8 @@ impl Connection {
             credit: Default::default(),
             failure_diagnosis: None,
             secret: None,
+            mac: None,
+            initiated: false,
             config,
         }
     }
@@ -172,6 +179,7 @@ impl Connection {
     /// A connection we open; the Hello goes out on the next `poll_transmit`.
     pub(crate) fn connect(id: ConnectionId, config: ConnectionConfig, seed: u64, now: Instant) -> Self {
         let mut conn = Connection::new(id, config, seed, now);
+        conn.initiated = true;
         conn.state = State::Connecting { attempts: 0, since: now, next_attempt_at: now, hello_due: true };
         conn
     }
@@ -207,6 +215,15 @@ impl Connection {
 
     pub(crate) fn local_token(&self) -> u64 {
         self.local_token
+    }
+
+    /// The authenticated mode's keys for this connection, once the peer's token is known.
+    pub(crate) fn derive_mac_keys(&self, secret: &crate::admission::JobSecret) -> Option<crate::wire::ConnKeys> {
+        let peer = self.peer.as_ref()?;
+        let ours = crate::wire::ConnSide { conn: self.id, token: self.local_token };
+        let theirs = crate::wire::ConnSide { conn: peer.conn, token: peer.token };
+        let (initiator, acceptor) = if self.initiated { (ours, theirs) } else { (theirs, ours) };
+        Some(crate::wire::ConnKeys::derive(secret, initiator, acceptor, self.initiated))
     }
 
     pub(crate) fn is_ended(&self) -> bool {
@@ -381,7 +398,7 @@ impl Connection {
                 header_len,
                 payload: None,
                 ecn_capable: false,
-                seal_after_payload: false,
+                seal: crate::api::PendingSeal::Done,
             }),
             Err(_) => {
                 debug_assert!(false, "transmit buffer too small for a control packet");

@@ -310,7 +310,7 @@ impl Connection {
             header_len,
             payload: Some(payload),
             ecn_capable: true,
-            seal_after_payload: false,
+            seal: crate::api::PendingSeal::Done,
         })
     }
 

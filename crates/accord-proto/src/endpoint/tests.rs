@@ -505,3 +505,5 @@ fn replayed_credit_grants_nothing() {
     assert_eq!(after.credit_received_bytes, before.credit_received_bytes, "no credit from a replay");
     assert_eq!(after.stale_frames, before.stale_frames + credits.len() as u64);
 }
+
+mod mac;

@@ -11,6 +11,9 @@
 //! Data packet's payload starts ([`Integrity::Header`]; every other packet type is covered
 //! whole, having no payload). The mode byte (header byte 3) says which mode the sender used;
 //! a receiver accepts only its own mode, so a bit flip cannot downgrade the check.
+//!
+//! [`Integrity::Mac`] authenticates instead of checking: a keyed tag in a trailer, under keys
+//! only the job's ranks can derive (see [`super::mac`]); its CRC field is zero.
 
 use super::field;
 use super::{PacketType, WireError, DATA_HEADER_LEN, HEADER_LEN};
@@ -25,6 +28,9 @@ pub enum Integrity {
     /// Everything: header, body and payload. The default.
     #[default]
     Full,
+    /// A 16-byte MAC over everything, under per-connection keys derived from the job secret
+    /// (see [`super::mac`]): for networks outsiders can write to. Needs a job secret.
+    Mac,
 }
 
 impl Integrity {
@@ -34,15 +40,17 @@ impl Integrity {
             Integrity::Off => 0,
             Integrity::Header => 1,
             Integrity::Full => 2,
+            Integrity::Mac => 3,
         }
     }
 
-    /// Parses `off`, `header` or `full` (the `ACCORD_INTEGRITY` values).
+    /// Parses `off`, `header`, `full` or `mac` (the `ACCORD_INTEGRITY` values).
     pub fn from_name(name: &str) -> Option<Self> {
         match name.trim().to_ascii_lowercase().as_str() {
             "off" | "none" => Some(Integrity::Off),
             "header" => Some(Integrity::Header),
             "full" | "crc" | "crc32c" => Some(Integrity::Full),
+            "mac" => Some(Integrity::Mac),
             _ => None,
         }
     }
@@ -53,6 +61,21 @@ impl Integrity {
             Integrity::Off => "off",
             Integrity::Header => "header",
             Integrity::Full => "full",
+            Integrity::Mac => "mac",
+        }
+    }
+
+    /// Whether the check covers the payload, so a Data packet is sealed only once the driver
+    /// has gathered it.
+    pub const fn covers_payload(self) -> bool {
+        matches!(self, Integrity::Full | Integrity::Mac)
+    }
+
+    /// Bytes the mode appends after a packet: the MAC's tag, nothing for the CRC modes.
+    pub const fn trailer_len(self) -> usize {
+        match self {
+            Integrity::Mac => super::mac::MAC_TAG_LEN,
+            _ => 0,
         }
     }
 }
@@ -71,18 +94,20 @@ fn checksum(datagram: &[u8], mode: Integrity) -> u32 {
 
 /// Writes the mode byte and the CRC into an emitted packet. For [`Integrity::Full`] call it
 /// after the payload is in place (see [`crate::Transmit::seal_payload`]). A buffer shorter than
-/// the header is left alone.
+/// the header is left alone. [`Integrity::Mac`] needs a key: this writes its mode byte and a
+/// zero CRC only, and [`super::mac::seal_mac`] the tag.
 pub fn seal(datagram: &mut [u8], mode: Integrity) {
     if datagram.len() < HEADER_LEN {
         return;
     }
     datagram[field::INTEGRITY] = mode.to_u8();
-    let crc = if mode == Integrity::Off { 0 } else { checksum(datagram, mode) };
+    let crc = if matches!(mode, Integrity::Off | Integrity::Mac) { 0 } else { checksum(datagram, mode) };
     datagram[field::CRC].copy_from_slice(&crc.to_be_bytes());
 }
 
 /// Checks a received datagram against the receiver's own mode, before anything else of it is
-/// parsed. An error means: drop it and count it.
+/// parsed. An error means: drop it and count it. [`Integrity::Mac`] is checked with the
+/// connection's key ([`super::mac::verify_mac`]); here it is always refused.
 pub fn verify(datagram: &[u8], mode: Integrity) -> Result<(), WireError> {
     if datagram.len() < HEADER_LEN {
         return Err(WireError::Truncated { needed: HEADER_LEN, got: datagram.len() });
@@ -91,8 +116,10 @@ pub fn verify(datagram: &[u8], mode: Integrity) -> Result<(), WireError> {
     if sent_mode != mode.to_u8() {
         return Err(WireError::IntegrityModeMismatch { sent: sent_mode, expected: mode.to_u8() });
     }
-    if mode == Integrity::Off {
-        return Ok(());
+    match mode {
+        Integrity::Off => return Ok(()),
+        Integrity::Mac => return Err(WireError::BadTag),
+        Integrity::Header | Integrity::Full => {}
     }
     let mut stored = [0u8; 4];
     stored.copy_from_slice(&datagram[field::CRC]);
@@ -169,7 +196,7 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for mode in [Integrity::Off, Integrity::Header, Integrity::Full] {
+        for mode in [Integrity::Off, Integrity::Header, Integrity::Full, Integrity::Mac] {
             assert_eq!(Integrity::from_name(mode.name()), Some(mode));
         }
         assert_eq!(Integrity::from_name("sha"), None);

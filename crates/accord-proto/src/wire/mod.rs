@@ -10,6 +10,9 @@
 //! CRC32C) followed by a type-specific body; Data's payload follows its 88-byte body to the end
 //! of the datagram. The CRC is checked ([`verify`]) before anything else is parsed; see
 //! [`integrity`] for what it covers. Version 2 added the CRC (version 1 had a 16-byte header).
+//! In the authenticated mode ([`Integrity::Mac`], see [`mac`]) a 16-byte tag follows the last
+//! byte instead, verified with [`verify_mac`] and stripped before parsing; the header layout is
+//! the same, so the version is too (a receiver accepts only its own mode, whatever the version).
 
 mod ack;
 mod control;
@@ -17,6 +20,7 @@ mod credit;
 mod data;
 pub mod field;
 pub mod integrity;
+pub mod mac;
 mod packet;
 
 #[cfg(test)]
@@ -27,6 +31,7 @@ pub use control::{CloseRepr, HelloRepr, ProbeRepr};
 pub use credit::{CreditRepr, RtsRepr};
 pub use data::{DataKind, DataRepr};
 pub use integrity::{seal, verify, Integrity};
+pub use mac::{seal_mac, verify_mac, ConnKeys, ConnSide, MacKey, MAC_TAG_LEN};
 use packet::check_header;
 pub use packet::Packet;
 
@@ -42,8 +47,11 @@ pub const DATA_HEADER_LEN: usize = field::DATA_PAYLOAD;
 pub const SACK_BITMAP_BITS: usize = 1024;
 /// Most rejections one Ack carries; more wait for the next Ack.
 pub const MAX_REJECTIONS_PER_ACK: usize = 16;
-/// Largest Ack datagram, for sizing transmit buffers.
+/// Largest Ack datagram (without the authenticated mode's trailer), for sizing transmit
+/// buffers; see [`TRANSMIT_BUFFER_MIN`].
 pub const MAX_ACK_LEN: usize = HEADER_LEN + 40 + 128 + 24 * 16;
+/// Smallest buffer `Endpoint::poll_transmit` writes into: the largest Ack and a MAC trailer.
+pub const TRANSMIT_BUFFER_MIN: usize = MAX_ACK_LEN + MAC_TAG_LEN;
 
 /// Why a datagram could not be parsed or a packet not emitted. Every parse error means: drop
 /// the datagram and count it; never tear down a connection over one.
@@ -69,6 +77,9 @@ pub enum WireError {
     /// The CRC32C does not match: the datagram was corrupted on the way.
     #[error("end-to-end checksum mismatch; drop the datagram and count it (the sender retransmits)")]
     BadChecksum,
+    /// The authentication tag does not match: forged, corrupted, or for another connection.
+    #[error("authentication tag mismatch (forged, corrupted, or another connection's packet); drop the datagram and count it")]
+    BadTag,
     /// The sender sealed the packet in another integrity mode than this receiver checks.
     #[error("integrity mode {sent} on the wire, this endpoint checks mode {expected}: set ACCORD_INTEGRITY alike on every rank")]
     IntegrityModeMismatch {

@@ -1,0 +1,179 @@
+//! The authenticated mode under attack (issue 25): two engines of one job in
+//! `ACCORD_INTEGRITY=mac` move writes and two-sided messages over UDP while
+//! - an outsider, holding no secret, sprays their ports with random bytes, forged Hellos and
+//!   forged data and control frames carrying the MAC mode byte and a guessed tag, the same
+//!   sealed with a correct CRC instead (a downgrade attempt), truncations, and replays of what
+//!   it sent;
+//! - the fault injector replays a share of the engines' own authentic packets (data and ACKs)
+//!   150 ms late, and flips header bits after the UDP checksum.
+//!
+//! Every value must arrive exactly as sent, nothing forged may land, and the receiver's counters
+//! must show what it refused (tags that failed, modes that did not match).
+
+use accord_engine::{Engine, EngineConfig, FaultConfig, WriteOp};
+use accord_proto::wire::{self, DataKind, DataRepr, Header, HelloRepr, Integrity, Repr};
+use accord_proto::{ConnectionId, JobSecret, OpId};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(30);
+const LEN: usize = 256 * 1024;
+const ROUNDS: u8 = 6;
+/// Bound on the sprayer's loop, whatever happens to the stop flag.
+const SPRAY_DATAGRAMS_MAX: usize = 2_000_000;
+
+fn engine(secret: JobSecret, seed: u64) -> Engine {
+    let mut config = EngineConfig { job_secret: Some(secret), integrity: Integrity::Mac, ..EngineConfig::default() };
+    config.shm.enabled = false;
+    config.datagram_bytes = 4096 + wire::DATA_HEADER_LEN as u16; // many packets, many to replay
+    let faults = FaultConfig {
+        replay: 0.05,
+        replay_delay: Duration::from_millis(150),
+        corrupt_header: 0.02,
+        ..FaultConfig::default()
+    };
+    Engine::builder().ignore_env().config(config).force_network(true).fault_injection(faults, seed).build().unwrap()
+}
+
+/// A forged packet (Hello, HelloAck or a two-sided send shaped like a control frame) to a
+/// guessed connection, with a random tag appended in the MAC layout, or with a correct CRC.
+fn forged(rng: &mut ChaCha8Rng, with_crc: bool) -> Vec<u8> {
+    let header = Header { dst_conn: ConnectionId(rng.gen()), token: rng.gen() };
+    let hello = HelloRepr {
+        src_conn: ConnectionId(rng.gen()),
+        src_token: rng.gen(),
+        max_payload_bytes: 9000,
+        path_count: 4,
+        recv_window_packets: 256,
+        proof: rng.gen(),
+    };
+    let payload_len = 64u16;
+    let data = DataRepr {
+        psn: rng.gen_range(0..64),
+        ack_floor: 0,
+        tx_time_ns: 1,
+        op: OpId(rng.gen()),
+        kind: DataKind::Send,
+        imm: None,
+        tag: 0,
+        msg_len: u64::from(payload_len),
+        msg_offset: 0,
+        payload_len,
+        ack_now: true,
+        retransmission: false,
+        receiver_driven: false,
+        wants_more: false,
+    };
+    let (header, repr) = match rng.gen_range(0..3) {
+        0 => (Header { dst_conn: ConnectionId(0), token: 0 }, Repr::Hello(hello)),
+        1 => (header, Repr::HelloAck(hello)),
+        _ => (header, Repr::Data(data)),
+    };
+    let mut buf = vec![0u8; 2048];
+    let mut len = wire::emit(&header, &repr, &mut buf).unwrap();
+    if let Repr::Data(_) = repr {
+        buf[len] = 2; // a "stuck" control frame's kind byte
+        len += usize::from(payload_len);
+    }
+    if with_crc {
+        buf.truncate(len);
+        wire::seal(&mut buf, Integrity::Full);
+    } else {
+        let tag: [u8; wire::MAC_TAG_LEN] = rng.gen();
+        buf[len..len + wire::MAC_TAG_LEN].copy_from_slice(&tag);
+        buf.truncate(len + wire::MAC_TAG_LEN);
+        buf[wire::field::INTEGRITY] = Integrity::Mac.to_u8();
+    }
+    buf
+}
+
+/// Sprays `targets` until `stop`, bounded by [`SPRAY_DATAGRAMS_MAX`]. Returns datagrams sent.
+fn spray(targets: Vec<SocketAddr>, stop: Arc<AtomicBool>) -> usize {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(2525);
+    let mut sent = 0;
+    let mut kept: Vec<Vec<u8>> = Vec::new();
+    while !stop.load(Ordering::Relaxed) && sent < SPRAY_DATAGRAMS_MAX {
+        let d = match rng.gen_range(0..6) {
+            0 => (0..rng.gen_range(0..1500)).map(|_| rng.gen()).collect(),
+            1 => {
+                let mut d = forged(&mut rng, false);
+                d.truncate(rng.gen_range(0..d.len()));
+                d
+            }
+            2 => forged(&mut rng, true),
+            3 if !kept.is_empty() => kept[rng.gen_range(0..kept.len())].clone(),
+            _ => forged(&mut rng, false),
+        };
+        if kept.len() < 256 && rng.gen_bool(0.1) {
+            kept.push(d.clone());
+        }
+        for target in &targets {
+            let _ = socket.send_to(&d, target);
+            sent += 1;
+        }
+        if sent % 64 == 0 {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    sent
+}
+
+#[test]
+fn a_mac_job_under_spray_and_replays_completes_with_every_value_right() {
+    let secret = JobSecret([0x52; 32]);
+    let (a, b) = (engine(secret, 11), engine(secret, 12));
+    let targets: Vec<SocketAddr> =
+        [&a, &b].iter().flat_map(|e| e.address().nics.into_iter().flatten().flatten()).collect();
+    assert!(!targets.is_empty());
+    let stop = Arc::new(AtomicBool::new(false));
+    let sprayer = {
+        let stop = stop.clone();
+        std::thread::spawn(move || spray(targets, stop))
+    };
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let sink = received.clone();
+    b.post_recvs(4096, 64, move |m| sink.lock().unwrap().push((m.data.to_vec(), m.imm)));
+    a.add_peer(&b.address()).unwrap();
+    b.add_peer(&a.address()).unwrap();
+    let dst = b.alloc(LEN).unwrap();
+    let d = dst.descriptor();
+    let mut sends = Vec::new();
+    for round in 0..ROUNDS {
+        let bytes: Vec<u8> = (0..LEN).map(|i| (i as u8).wrapping_mul(37).wrapping_add(round)).collect();
+        let src = a.alloc(LEN).unwrap();
+        src.write_at(0, &bytes).unwrap();
+        let h = src.handle();
+        let op = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 0, len: LEN as u64, imm: Some(5) };
+        a.write(&op).unwrap().wait_timeout(WAIT).unwrap();
+        assert_eq!(b.imm_counter(5).wait(u64::from(round) + 1, WAIT), u64::from(round) + 1);
+        assert_eq!(dst.to_vec(), bytes, "round {round}: every byte as written");
+        let message = vec![round; 900 + usize::from(round)];
+        a.send(b.id(), &message, Some(u32::from(round))).unwrap().wait_timeout(WAIT).unwrap();
+        sends.push((message, Some(u32::from(round))));
+        std::thread::sleep(Duration::from_millis(30)); // let replays of earlier rounds land
+    }
+    stop.store(true, Ordering::Relaxed);
+    let sprayed = sprayer.join().unwrap();
+    let got = received.lock().unwrap().clone();
+    assert_eq!(got.len(), sends.len(), "exactly the job's messages were received, nothing forged");
+    for sent in &sends {
+        assert!(got.contains(sent), "message {:?} arrived intact", sent.1);
+    }
+    let (sa, sb) = (a.stats(), b.stats());
+    let mismatched: u64 = sb.lanes.iter().map(|l| l.endpoint.integrity_mismatch).sum();
+    assert!(sprayed > 0 && sb.bad_tags() > 0, "forged tags refused and counted: {sb:?}");
+    assert!(mismatched > 0, "CRC-sealed packets refused in a mac job (no downgrade): {sb:?}");
+    let replayed: u64 = sa.faults.iter().chain(&sb.faults).map(|f| f.replayed).sum();
+    let flipped: u64 = sa.faults.iter().chain(&sb.faults).map(|f| f.header_corrupted).sum();
+    assert!(replayed > 0 && flipped > 0, "authentic replays ({replayed}) and header flips ({flipped}) were injected");
+    eprintln!(
+        "sprayed {sprayed}; B dropped {}: {} bad tags, {mismatched} other modes; {replayed} replays, {flipped} flips injected",
+        sb.datagrams_dropped(),
+        sb.bad_tags()
+    );
+}
