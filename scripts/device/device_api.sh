@@ -17,7 +17,8 @@
 # is with `cargo build --release -p accord-bench --bin accord-device-bench`,
 # strip it, and carry it). Without BIN_DIR the script builds it with cargo.
 # BUDGET_S (default 480 s, from the start) caps the whole command; each run is cut to what is
-# left. NVRTC must be loadable (ACCORD_CUDA_LIB_DIRS, the CUDA toolkit, or the nvidia-cuda-nvrtc
+# left, and to IPC_CAP_S / NETWORK_CAP_S (default 200 s each); IPC_ARGS / NETWORK_ARGS add bench
+# flags to a run (e.g. IPC_ARGS="--iters 300"). NVRTC must be loadable (ACCORD_CUDA_LIB_DIRS, the CUDA toolkit, or the nvidia-cuda-nvrtc
 # wheel, which accord-cuda finds in Python's site-packages).
 set -uo pipefail
 START=$SECONDS BUDGET=${BUDGET_S:-480}
@@ -55,8 +56,8 @@ run() {
   [ "$rc" -eq 0 ] || FAILED=1
 }
 
-run ipc 200 --route ipc
-run network 200 --route network --sizes-mib 1,4,16,64 --bw-iters 4 --iters 300 --replays 100
+run ipc "${IPC_CAP_S:-200}" --route ipc ${IPC_ARGS:-}
+run network "${NETWORK_CAP_S:-200}" --route network --sizes-mib 1,4,16,64 --bw-iters 4 --iters 300 --replays 100 ${NETWORK_ARGS:-}
 
 echo "== nvshmem anchor"
 if NV=$("$PY" -c "import nvshmem, sys; print(getattr(nvshmem, '__version__', 'unknown version'))" 2>&1); then
