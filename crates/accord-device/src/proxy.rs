@@ -54,15 +54,19 @@ pub struct ProxyTiming {
     pub close_drain: Duration,
 }
 
-/// Why these defaults: 200 us of polling covers the gaps between a kernel's successive
-/// descriptors and between a write and its completion on the copy routes, so a busy proxy
-/// never sleeps; once idle, a 500 us sleep bounds what the first descriptor after a pause
-/// waits, at about 2,000 wake-ups a second per idle proxy thread.
+/// Why these defaults: a proxy stands in for a NIC's doorbell, and a GPU cannot wake a host
+/// thread, so every sleep is latency added to the next put. With 200 us of polling and 500 us
+/// sleeps, a kernel-to-kernel ping-pong on the 2xH200 host took 2.4 ms a round trip (each
+/// side's proxy had gone to sleep while its kernel waited for the other), and small puts ran at
+/// 0.005 M/s (docs/results/2026-11-26-device-api.md). So a proxy polls for 20 ms after its last
+/// progress (one core per ring while the GPU is busy, as CPU-proxy designs spend) and then
+/// sleeps 100 us at a time: 10,000 wake-ups a second per idle proxy, and at most 100 us for the
+/// first descriptor after a pause.
 impl Default for ProxyTiming {
     fn default() -> Self {
         ProxyTiming {
-            idle_spin: Duration::from_micros(200),
-            idle_park: Duration::from_micros(500),
+            idle_spin: Duration::from_millis(20),
+            idle_park: Duration::from_micros(100),
             close_drain: Duration::from_secs(5),
         }
     }
