@@ -16,6 +16,9 @@ enum Verdict {
     Refuse(RejectReason),
     /// Drop without acknowledging: transient (table full) or a protocol violation.
     Drop,
+    /// Acknowledge without placing or counting: the operation already completed here under
+    /// the same tag, over another connection (see `LocalMemory::already_completed`).
+    Skip,
 }
 
 impl Connection {
@@ -66,6 +69,13 @@ impl Connection {
         match self.judge(data, memory) {
             Verdict::Drop => {
                 self.stats.packets_dropped += 1;
+                None
+            }
+            Verdict::Skip => {
+                self.recv.mark_received(data.psn);
+                self.stats.resent_skipped += 1;
+                let immediate = self.ack_request_settled(data);
+                self.schedule_ack(now, rx, data, immediate);
                 None
             }
             Verdict::Refuse(reason) => {
@@ -121,6 +131,7 @@ impl Connection {
                         Some((InboundStart::WriteWithImm { imm: seen }, msg_len, tag))
                             if seen == imm && msg_len == data.msg_len && tag == data.tag => {}
                         Some(_) => return Verdict::Drop,
+                        None if data.tag != 0 && memory.already_completed(data.tag) => return Verdict::Skip,
                         None if !self.inbound.has_room() => return Verdict::Drop,
                         None => self.inbound.start(data.op, InboundStart::WriteWithImm { imm }, data.msg_len, data.tag),
                     }
@@ -132,6 +143,7 @@ impl Connection {
                     Verdict::Place(PlacementTarget::RecvBuffer { buffer, offset: data.msg_offset })
                 }
                 Some(_) => Verdict::Drop,
+                None if data.tag != 0 && memory.already_completed(data.tag) => Verdict::Skip,
                 None if !self.inbound.has_room() => Verdict::Drop,
                 None => match memory.claim_recv_buffer(self.id, data.msg_len) {
                     Ok(buffer) => {
