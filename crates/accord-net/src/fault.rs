@@ -490,7 +490,7 @@ impl<D: Datapath> Datapath for FaultInjector<D> {
         let control = &self.control;
         if control.any_cut() {
             bufs.retain(|_, meta| {
-                let cut = control.is_cut(meta.path);
+                let cut = control.drops_arrivals(meta.path);
                 if cut {
                     control.count_cut(meta.segment_count() as u64);
                 }

@@ -40,6 +40,8 @@ pub struct FaultControl {
     clock: Arc<dyn Clock>,
     /// While the clock reads below this (nanoseconds), every path is cut; 0: no blackhole.
     blackhole_until_ns: AtomicU64,
+    /// As `blackhole_until_ns`, for arrivals only (sends pass).
+    deaf_until_ns: AtomicU64,
     dropped: AtomicU64,
     duplicated: AtomicU64,
     reordered: AtomicU64,
@@ -57,6 +59,7 @@ impl FaultControl {
             cut_count: AtomicUsize::new(0),
             clock,
             blackhole_until_ns: AtomicU64::new(0),
+            deaf_until_ns: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             duplicated: AtomicU64::new(0),
             reordered: AtomicU64::new(0),
@@ -96,16 +99,36 @@ impl FaultControl {
     /// ends it now). Returns the duration applied. Paths cut with
     /// [`cut_path`](Self::cut_path) stay cut after the blackhole.
     pub fn blackhole_for(&self, duration: Duration) -> Duration {
+        self.set_until(&self.blackhole_until_ns, duration)
+    }
+
+    /// Drops everything that arrives, on every path, for `duration` (at most
+    /// [`BLACKHOLE_MAX`]), while sends still go out: an outage of one direction, in which
+    /// the peer receives our data but we hear none of its acknowledgements.
+    pub fn deafen_for(&self, duration: Duration) -> Duration {
+        self.set_until(&self.deaf_until_ns, duration)
+    }
+
+    fn set_until(&self, until_ns: &AtomicU64, duration: Duration) -> Duration {
         let duration = duration.min(BLACKHOLE_MAX);
         let until = self.clock.now().saturating_add(duration).as_nanos().min(u128::from(u64::MAX)) as u64;
-        self.blackhole_until_ns.store(until.max(1), Ordering::Release);
+        until_ns.store(until.max(1), Ordering::Release);
         duration
+    }
+
+    fn in_force(&self, until_ns: &AtomicU64) -> bool {
+        let until = until_ns.load(Ordering::Acquire);
+        until != 0 && self.clock.now().as_nanos() < u128::from(until)
     }
 
     /// Whether a blackhole is in force now.
     pub fn is_blackholed(&self) -> bool {
-        let until = self.blackhole_until_ns.load(Ordering::Acquire);
-        until != 0 && self.clock.now().as_nanos() < u128::from(until)
+        self.in_force(&self.blackhole_until_ns)
+    }
+
+    /// Whether arrivals on `path` are dropped now: it is cut, blackholed or deafened.
+    pub fn drops_arrivals(&self, path: u16) -> bool {
+        self.is_cut(path) || self.in_force(&self.deaf_until_ns)
     }
 
     /// Whether `path` is cut, or blackholed (unknown paths are cut only by a blackhole).
@@ -118,6 +141,7 @@ impl FaultControl {
     pub fn any_cut(&self) -> bool {
         self.cut_count.load(Ordering::Acquire) > 0
             || (self.blackhole_until_ns.load(Ordering::Relaxed) != 0 && self.is_blackholed())
+            || (self.deaf_until_ns.load(Ordering::Relaxed) != 0 && self.in_force(&self.deaf_until_ns))
     }
 
     /// Counters so far.

@@ -155,6 +155,24 @@ fn a_blackhole_swallows_everything_until_its_time_is_up() {
     assert!(!f.control().is_blackholed(), "a zero blackhole ends the one in force");
 }
 
+/// A deafened injector still sends but drops every arrival until its time is up.
+#[test]
+fn a_deafened_injector_sends_but_hears_nothing_until_its_time_is_up() {
+    let (_net, a, b) = pair(1);
+    let (mut f, _) = injector(a, FaultConfig::default(), 1);
+    let (mut g, g_clock) = injector(b, FaultConfig::default(), 2);
+    g.control().deafen_for(Duration::from_secs(2));
+    let (dst_f, dst_g) = (f.local_addr(0).unwrap(), g.local_addr(0).unwrap());
+    send_numbered(&mut g, dst_f, 0, 0..10);
+    assert_eq!(drain(f.inner_mut()).len(), 10, "a deaf sender's packets leave");
+    send_numbered(&mut f, dst_g, 0, 0..10);
+    let mut bufs = g.alloc_rx_buffers(64).unwrap();
+    assert_eq!(g.recv_batch(&mut bufs, 64).unwrap(), 0, "arrivals are dropped");
+    g_clock.advance(Duration::from_secs(2));
+    send_numbered(&mut f, dst_g, 0, 0..10);
+    assert_eq!(g.recv_batch(&mut bufs, 64).unwrap(), 10, "and heard again after");
+}
+
 #[test]
 fn corruption_flips_one_byte() {
     let (_net, a, mut b) = pair(1);
