@@ -60,7 +60,8 @@ fn run_rank(rank: usize, mut c: Communicator<EngineTransport>) -> usize {
     let mut checked = 0;
     for round in 0..ROUNDS {
         for algo in [Algo::Ring, Algo::RecursiveDoubling, Algo::Rabenseifner] {
-            let want: Vec<f32> = (0..COUNT).map(|i| (0..RANKS).map(|r| values(r, round)[i]).sum()).collect();
+            let inputs: Vec<Vec<f32>> = (0..RANKS).map(|r| values(r, round)).collect();
+            let want: Vec<f32> = (0..COUNT).map(|i| inputs.iter().map(|v| v[i]).sum()).collect();
             let buf = c.register_typed(&values(rank, round)).unwrap();
             c.all_reduce(Bufs::in_place(buf.all()), COUNT, DType::F32, ReduceOp::Sum, Some(algo))
                 .unwrap_or_else(|e| panic!("rank {rank} round {round} {algo}: {e}"));
