@@ -115,8 +115,8 @@ pub enum TransferError {
     /// to it went unanswered for [`crate::EngineConfig::peer_dead_after`]. The path to it is
     /// down, or it is stopped. Outages shorter than that heal by themselves.
     #[error(
-        "engine {:x} did not answer for {waited_ms} ms after its connection timed out (reconnecting got no answer): \
-         the path to it is down, or it is stopped; ACCORD_PEER_DEAD_MS bounds the outages that heal",
+        "engine {:x} stopped answering: nothing for {waited_ms} ms after its connection timed out (reconnecting got \
+         no answer); the path to it is down, or it is stopped. ACCORD_PEER_DEAD_MS bounds the outages that heal",
         peer.0
     )]
     PeerUnresponsive {
