@@ -119,6 +119,13 @@ impl Connection {
         let known = self.inbound.lookup(data.op);
         match data.kind {
             DataKind::Write { region, key, region_offset } => {
+                // A resent copy of a write that completed here (its immediate counted) is
+                // acknowledged before the region is looked at: the receiver may have
+                // deregistered it since, and refusing would fail a write that succeeded.
+                let resent = data.imm.is_some() && known.is_none() && data.tag != 0;
+                if resent && memory.already_completed(data.tag) {
+                    return Verdict::Skip;
+                }
                 // Every packet carries the whole write's range, so check all of it: a write that
                 // does not fit is refused by every packet alike and places nothing, whatever
                 // order its packets arrive in. (The parser proved the sums do not overflow.)
@@ -131,7 +138,6 @@ impl Connection {
                         Some((InboundStart::WriteWithImm { imm: seen }, msg_len, tag))
                             if seen == imm && msg_len == data.msg_len && tag == data.tag => {}
                         Some(_) => return Verdict::Drop,
-                        None if data.tag != 0 && memory.already_completed(data.tag) => return Verdict::Skip,
                         None if !self.inbound.has_room() => return Verdict::Drop,
                         None => self.inbound.start(data.op, InboundStart::WriteWithImm { imm }, data.msg_len, data.tag),
                     }

@@ -18,11 +18,13 @@ struct Memory {
     buffers_claimed: u64,
     /// Tags of operations this receiver completed (as the engine remembers them).
     completed: std::collections::HashSet<u64>,
+    /// Region 1 was deregistered: every write is refused.
+    deregistered: bool,
 }
 
 impl LocalMemory for Memory {
     fn check_write(&self, region: RegionId, key: RegionKey, offset: u64, len: u64) -> Result<(), RejectReason> {
-        if region != RegionId(1) {
+        if region != RegionId(1) || self.deregistered {
             return Err(RejectReason::UnknownRegion);
         }
         if key != KEY {
@@ -538,6 +540,9 @@ fn an_operation_resent_on_a_new_connection_after_completing_is_acked_not_placed(
     }
     assert_eq!(completed_events, 2, "the first copies completed");
     let (placed, claimed) = (mem.placements.len(), mem.buffers_claimed);
+    // The receiver, done with the write's memory, deregistered it: the resend must still
+    // succeed (a refusal would fail a write that landed).
+    mem.deregistered = true;
     // The sender lost the connection (say its ACKs were all lost) and resends both on a new one.
     let second = a.connect(t(3)).unwrap();
     let (w2, s2) = (a.write(second, write).unwrap(), a.send(second, send).unwrap());
@@ -562,6 +567,7 @@ fn an_operation_resent_on_a_new_connection_after_completing_is_acked_not_placed(
     let skipped: u64 = b.connections().filter_map(|c| b.connection_stats(c)).map(|s| s.resent_skipped).sum();
     assert!(skipped > 0);
     // A tag the receiver has not completed (a different operation) is placed as usual.
+    mem.deregistered = false;
     a.write(second, WriteRequest { tag: 79, ..write }).unwrap();
     exchange(&mut a, &mut b, &mut mem, t(5));
     assert!(mem.placements.len() > placed);
