@@ -58,7 +58,10 @@ pub const ENGINE_ENV_OVERRIDES: &[(&str, &str)] = &[
     ("ACCORD_DATAGRAM_BYTES", "datagram_bytes (0 = by address: loopback or fabric size)"),
     ("ACCORD_WINDOW_PACKETS", "window_packets (0 = sized to the socket buffers)"),
     ("ACCORD_SHARD_BYTES", "shard_bytes_min: writes this large are split across lanes"),
-    ("ACCORD_IDLE_TIMEOUT_MS", "idle_timeout: a connection silent this long with data outstanding fails"),
+    (
+        "ACCORD_IDLE_TIMEOUT_MS",
+        "idle_timeout: a connection silent this long with data outstanding is replaced (its transfers resent)",
+    ),
     (
         "ACCORD_AWAIT_POLL_US",
         "await_poll: microseconds a worker that awaits traffic polls (yielding the core) before sleeping; 0 = off",
@@ -107,7 +110,7 @@ pub const ENGINE_ENV_OVERRIDES: &[(&str, &str)] = &[
     ("ACCORD_KEEPALIVE_MS", "keepalive: while a wait names a peer, probe it this often (default 1000; 0 = no probes)"),
     (
         "ACCORD_PEER_DEAD_MS",
-        "peer_dead_after: a peer whose probe stays unanswered this long is declared dead (default 5000)",
+        "peer_dead_after: a probed peer unanswered this long is declared dead; resent transfers fail after it (default 5000)",
     ),
     ("ACCORD_METRICS_ADDR", "metrics_addr: serve Prometheus metrics on host:port (port 0 picks one); default off"),
     (
@@ -175,8 +178,10 @@ pub struct EngineConfig {
     /// 256 KiB: on a 32-core host with 4 lanes per rank it lifted all_reduce and all_gather
     /// busbw at 1-4 MiB by 20-80% over 4 MiB (docs/results/2026-11-22-accord-vs-gloo.md).
     pub shard_bytes_min: u64,
-    /// A connection with data outstanding and no acknowledgement for this long fails; its
-    /// writes move to another NIC. A new connection's handshake gets as long. Default 5 s.
+    /// A connection with data outstanding and no acknowledgement for this long is given up;
+    /// its writes move to another NIC, or to a fresh connection of their own, and are resent
+    /// until [`EngineConfig::peer_dead_after`] passes without an answer (so outages shorter
+    /// than that heal). A new connection's handshake gets as long. Default 5 s.
     pub idle_timeout: Duration,
     /// Faults to inject on every NIC (tests and benchmarks). Default none (no wrapper).
     pub fault: Option<FaultConfig>,
@@ -247,7 +252,10 @@ pub struct EngineConfig {
     pub keepalive: Duration,
     /// A probe unanswered this long declares its peer dead (sticky: its pending and later
     /// work fails at once). Default [`PEER_DEAD_DEFAULT`]. So a peer on
-    /// another host that dies is reported within `keepalive + peer_dead_after`.
+    /// another host that dies is reported within `keepalive + peer_dead_after`. Peers a
+    /// pidfd watches are not probed (their pidfd reports their death). Also the bound on
+    /// resending after an idle timeout: a transfer whose peer answered nothing this long
+    /// since fails with [`crate::TransferError::PeerUnresponsive`].
     pub peer_dead_after: Duration,
     /// Watch the process of every peer on this host through a pidfd: its exit fails its work
     /// within one poll. Default on.

@@ -110,6 +110,21 @@ pub enum TransferError {
         /// Why it was declared dead.
         cause: crate::PeerDeath,
     },
+    /// Nothing reached the peer for `waited_ms` after the connection carrying this transfer
+    /// was lost (its idle timeout), though the peer was not known dead: every fresh connection
+    /// to it went unanswered for [`crate::EngineConfig::peer_dead_after`]. The path to it is
+    /// down, or it is stopped. Outages shorter than that heal by themselves.
+    #[error(
+        "engine {:x} stopped answering: nothing for {waited_ms} ms after its connection timed out (reconnecting got \
+         no answer); the path to it is down, or it is stopped. ACCORD_PEER_DEAD_MS bounds the outages that heal",
+        peer.0
+    )]
+    PeerUnresponsive {
+        /// The peer.
+        peer: crate::EngineId,
+        /// How long the transfer was resent without an answer.
+        waited_ms: u64,
+    },
     /// The engine shut down first.
     #[error("the engine shut down before the transfer completed")]
     ShutDown,

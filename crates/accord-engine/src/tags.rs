@@ -1,9 +1,29 @@
-//! Operation tags: what makes an immediate count exactly once across a failover.
+//! Operation tags: what makes a resent part exactly-once across a failover or a reconnect.
 //!
-//! A part that fails over is resent on another connection. If its first copy had in fact
-//! landed (only the acknowledgement was lost with the connection), the receiver sees it twice.
-//! Both copies carry the same tag, chosen here once per part, and the receiver counts an
-//! immediate (or delivers a send) only for a tag it has not seen recently.
+//! A part whose connection was lost is resent: on another lane when a NIC failed, or on a
+//! fresh connection of its own lane after an outage outlasted the idle timeout (see
+//! `Worker::connection_lost`). Its first copy may have landed, only the acknowledgement lost.
+//! Nothing of the receiver's per-connection state (receive window, partial operations)
+//! carries over to a new connection: packet numbers start afresh. What survives is
+//! engine-wide, and this is the rule:
+//!
+//! - A part keeps one tag for life, chosen here: every copy carries it.
+//! - The receiver remembers the tags of the operations it completed (an immediate counted, a
+//!   message delivered), across all its connections and lanes, the last [`TAGS_REMEMBERED`].
+//! - A completion whose tag is remembered is not counted again (a duplicate message's buffer
+//!   goes back to the pool).
+//! - The packets of an operation whose tag is remembered are acknowledged, so the sender
+//!   completes, but not placed (`accord_proto::LocalMemory::already_completed`): the
+//!   receiver may have reused the memory once it saw the immediate.
+//! - A plain write (no immediate) is not tracked by the receiver: a resent copy places the
+//!   same bytes again. Nothing told the receiver it had completed (only its sender learns
+//!   that, after the last copy was acknowledged), so nothing can have reused the memory yet.
+//!
+//! A resend leaves within `idle_timeout + peer_dead_after` of the original (then the part
+//! fails), so [`TAGS_REMEMBERED`] need only cover the operations completed in that time.
+//! Left open: a copy whose first packet arrived *before* the original completed is placed to
+//! its end; both copies hold the sender's same bytes, so this matters only if a packet of the
+//! abandoned connection is delayed in the network past the idle timeout.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,6 +71,11 @@ pub(crate) struct SeenTags {
 }
 
 impl SeenTags {
+    /// Whether `tag` was seen (completed here) and is still remembered; never for 0.
+    pub(crate) fn contains(&self, tag: u64) -> bool {
+        tag != 0 && self.inner.lock().unwrap().0.contains(&tag)
+    }
+
     /// True the first time `tag` is seen (and for the untagged 0, always).
     pub(crate) fn first_time(&self, tag: u64) -> bool {
         if tag == 0 {
@@ -86,7 +111,9 @@ mod tests {
     #[test]
     fn a_tag_counts_once_within_the_bound() {
         let seen = SeenTags::default();
+        assert!(!seen.contains(7));
         assert!(seen.first_time(7));
+        assert!(seen.contains(7) && !seen.contains(0));
         assert!(!seen.first_time(7), "a resent operation is not counted again");
         assert!(seen.first_time(0) && seen.first_time(0), "untagged operations always count");
         for t in 100..100 + TAGS_REMEMBERED as u64 {

@@ -6,12 +6,11 @@
 //! (data and ACKs) 150 ms late. Every value must arrive exactly as sent, nothing forged may
 //! land, and the receiver's counters must show what it refused.
 
+mod sprayer;
+
 use accord_engine::{Engine, EngineConfig, FaultConfig, WriteOp};
-use accord_proto::wire::{self, DataKind, DataRepr, Header, HelloRepr, Integrity, Repr};
-use accord_proto::{ConnectionId, JobSecret, OpId};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
-use std::net::{SocketAddr, UdpSocket};
+use accord_proto::JobSecret;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,103 +18,12 @@ use std::time::Duration;
 const WAIT: Duration = Duration::from_secs(30);
 const LEN: usize = 256 * 1024;
 const ROUNDS: u8 = 8;
-/// Bound on the sprayer's loop, whatever happens to the stop flag.
-const SPRAY_DATAGRAMS_MAX: usize = 2_000_000;
 
 fn engine(secret: JobSecret, seed: u64) -> Engine {
     let mut config = EngineConfig { job_secret: Some(secret), ..EngineConfig::default() };
     config.shm.enabled = false;
     let replays = FaultConfig { replay: 0.05, replay_delay: Duration::from_millis(150), ..FaultConfig::default() };
     Engine::builder().ignore_env().config(config).force_network(true).fault_injection(replays, seed).build().unwrap()
-}
-
-/// One forged datagram of the kind `kind`, aimed at a guessed connection.
-fn forged(rng: &mut ChaCha8Rng, kind: u32) -> Vec<u8> {
-    let header = Header { dst_conn: ConnectionId(rng.gen()), token: rng.gen() };
-    let hello = HelloRepr {
-        src_conn: ConnectionId(rng.gen()),
-        src_token: rng.gen(),
-        max_payload_bytes: 9000,
-        path_count: 4,
-        recv_window_packets: 256,
-        proof: rng.gen(),
-    };
-    let payload_len = 64u16;
-    // A two-sided send whose payload looks like the collectives' "stuck" control frame.
-    let data = DataRepr {
-        psn: rng.gen_range(0..64),
-        ack_floor: 0,
-        tx_time_ns: 1,
-        op: OpId(rng.gen()),
-        kind: DataKind::Send,
-        imm: None,
-        tag: 0,
-        msg_len: u64::from(payload_len),
-        msg_offset: 0,
-        payload_len,
-        ack_now: true,
-        retransmission: false,
-        receiver_driven: false,
-        wants_more: false,
-    };
-    let mut buf = vec![0u8; 2048];
-    let (header, repr) = match kind {
-        0 => (Header { dst_conn: ConnectionId(0), token: 0 }, Repr::Hello(hello)),
-        1 => (header, Repr::HelloAck(hello)),
-        _ => (header, Repr::Data(data)),
-    };
-    let mut len = wire::emit(&header, &repr, &mut buf).unwrap();
-    if let Repr::Data(_) = repr {
-        buf[len] = 2; // FRAME_STUCK's kind byte, then "rank 0 is stuck on rank 1"
-        len += usize::from(payload_len);
-    }
-    buf.truncate(len);
-    wire::seal(&mut buf, Integrity::Full);
-    buf
-}
-
-/// Sprays `targets` until `stop`, bounded by [`SPRAY_DATAGRAMS_MAX`]. Returns datagrams sent.
-fn spray(targets: Vec<SocketAddr>, stop: Arc<AtomicBool>) -> usize {
-    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let mut rng = ChaCha8Rng::seed_from_u64(25);
-    let mut sent = 0;
-    let mut kept: Vec<Vec<u8>> = Vec::new();
-    while !stop.load(Ordering::Relaxed) && sent < SPRAY_DATAGRAMS_MAX {
-        let mut d = match rng.gen_range(0..7) {
-            0 => (0..rng.gen_range(0..1500)).map(|_| rng.gen()).collect(),
-            1 => {
-                let kind = rng.gen_range(0..3);
-                let mut d = forged(&mut rng, kind);
-                d.truncate(rng.gen_range(0..d.len()));
-                d
-            }
-            2 => {
-                // A header bit flipped after sealing: the end-to-end check's to catch.
-                let mut d = forged(&mut rng, 2);
-                let bit = rng.gen_range(0..wire::DATA_HEADER_LEN * 8);
-                d[bit / 8] ^= 1 << (bit % 8);
-                d
-            }
-            3 | 4 => {
-                let kind = rng.gen_range(0..3);
-                forged(&mut rng, kind)
-            }
-            _ if !kept.is_empty() => kept[rng.gen_range(0..kept.len())].clone(), // a replay
-            _ => forged(&mut rng, 0),
-        };
-        if kept.len() < 256 && rng.gen_bool(0.1) {
-            kept.push(d.clone());
-        }
-        d.truncate(65_000);
-        for target in &targets {
-            let _ = socket.send_to(&d, target);
-            sent += 1;
-        }
-        if sent % 64 == 0 {
-            std::thread::sleep(Duration::from_micros(200));
-        }
-    }
-    sent
 }
 
 #[test]
@@ -128,7 +36,7 @@ fn a_job_under_spray_completes_with_every_value_right() {
     let stop = Arc::new(AtomicBool::new(false));
     let sprayer = {
         let stop = stop.clone();
-        std::thread::spawn(move || spray(targets, stop))
+        std::thread::spawn(move || sprayer::spray(targets, &stop, 25, Duration::from_micros(200)).total())
     };
     let received = Arc::new(Mutex::new(Vec::new()));
     let sink = received.clone();

@@ -53,7 +53,7 @@ pub static KNOBS: &[Knob] = &[
         Engine,
         Millis,
         "5000",
-        "a connection silent this long with data outstanding fails",
+        "a connection silent this long with data outstanding is replaced: its transfers are resent on a fresh one",
     ),
     knob(
         "ACCORD_AWAIT_POLL_US",
@@ -121,7 +121,7 @@ pub static KNOBS: &[Knob] = &[
         Engine,
         Millis,
         "5000",
-        "a probed peer that answers nothing for this long is declared dead",
+        "a probed peer on another host that answers nothing for this long is declared dead; transfers resent after an idle timeout fail after this long unanswered",
     ),
     knob(
         "ACCORD_PIDFD",

@@ -17,7 +17,7 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-pub use control::{FaultControl, FaultStats};
+pub use control::{FaultControl, FaultStats, BLACKHOLE_MAX};
 
 use crate::clock::{Clock, SystemClock};
 use crate::{Datapath, DatapathCaps, DatapathError, RxBuffers, TxDatagram};
@@ -225,7 +225,7 @@ impl<D: Datapath> FaultInjector<D> {
     /// Wraps `inner` with faults drawn from `seed`, timed by `clock`.
     pub fn with_clock(inner: D, config: FaultConfig, seed: u64, clock: Arc<dyn Clock>) -> Result<Self, DatapathError> {
         config.validate()?;
-        let control = Arc::new(FaultControl::new(inner.path_count()));
+        let control = Arc::new(FaultControl::new(inner.path_count(), clock.clone()));
         for &path in &config.cut_paths {
             if !control.cut_path(path) {
                 return Err(DatapathError::UnknownPath { path, path_count: inner.path_count() });
@@ -490,7 +490,7 @@ impl<D: Datapath> Datapath for FaultInjector<D> {
         let control = &self.control;
         if control.any_cut() {
             bufs.retain(|_, meta| {
-                let cut = control.is_cut(meta.path);
+                let cut = control.drops_arrivals(meta.path);
                 if cut {
                     control.count_cut(meta.segment_count() as u64);
                 }

@@ -40,6 +40,17 @@ pub trait LocalMemory {
 
     /// Claims a posted receive buffer for a message of `msg_len` bytes arriving on `conn`.
     fn claim_recv_buffer(&mut self, conn: ConnectionHandle, msg_len: u64) -> Result<RecvBufferId, RejectReason>;
+
+    /// Whether an operation carrying `tag` (never 0) already completed here, on any
+    /// connection: its immediate was counted or its message delivered. A sender resends an
+    /// operation under its original tag after the connection that carried it was lost (the
+    /// acknowledgement may have been all that was lost), so a new connection can bring it
+    /// again. The receiver then acknowledges its packets without placing a byte or counting it
+    /// again (the memory may have been reused since). The default remembers nothing.
+    fn already_completed(&self, tag: u64) -> bool {
+        let _ = tag;
+        false
+    }
 }
 
 /// Where received payload bytes go.
@@ -233,6 +244,9 @@ pub struct ConnectionStats {
     /// Requests to send sent (a receiver-driven sender waited for credit too long) and received.
     pub rts_sent: u64,
     pub rts_received: u64,
+    /// Data packets of an operation that had already completed here under the same tag (resent
+    /// after a reconnect), acknowledged without being placed or counted again.
+    pub resent_skipped: u64,
     /// Times a packet was sent with the window already full. An invariant: always zero.
     pub window_overruns: u64,
     /// Frames that resolved nothing (an ACK of nothing outstanding, the answer to no

@@ -111,7 +111,10 @@ pub(crate) fn submit_error(op: &str, e: SubmitError) -> PyErr {
 pub(crate) fn transfer_error(e: TransferError) -> PyErr {
     let kind = match e {
         TransferError::Rejected(_) => Kind::RemoteAccess,
-        TransferError::PeerUnreachable | TransferError::PeerDied { .. } | TransferError::NoReply { .. } => Kind::Peer,
+        TransferError::PeerUnreachable
+        | TransferError::PeerDied { .. }
+        | TransferError::NoReply { .. }
+        | TransferError::PeerUnresponsive { .. } => Kind::Peer,
         TransferError::ShutDown => Kind::Shutdown,
         TransferError::Timeout => Kind::Timeout,
     };

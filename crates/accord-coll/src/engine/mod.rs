@@ -378,7 +378,9 @@ fn map_transfer_error(peer: usize, e: TransferError) -> TransportError {
         TransferError::Rejected(reason) => {
             TransportError::NotRegistered { what: format!("rank {peer} refused a write ({reason:?})") }
         }
-        TransferError::PeerUnreachable | TransferError::NoReply { .. } => TransportError::PeerUnreachable { peer },
+        TransferError::PeerUnreachable | TransferError::NoReply { .. } | TransferError::PeerUnresponsive { .. } => {
+            TransportError::PeerUnreachable { peer }
+        }
         TransferError::PeerDied { cause, .. } => TransportError::PeerDied { peer, reason: cause.to_string() },
         other => {
             TransportError::Timeout { what: format!("a transfer to rank {peer} ({other})"), waited: Duration::ZERO }

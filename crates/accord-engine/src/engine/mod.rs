@@ -660,6 +660,28 @@ impl Engine {
         any
     }
 
+    /// Blackholes every NIC of this engine, both directions, for `duration` (at most
+    /// [`accord_net::fault::BLACKHOLE_MAX`]): an outage that heals by itself, as a switch
+    /// reboot would (needs fault injection; tests use it). Returns false when there is nothing
+    /// to blackhole.
+    pub fn blackhole(&self, duration: Duration) -> bool {
+        for (_, control) in &self.fault_controls {
+            control.blackhole_for(duration);
+        }
+        !self.fault_controls.is_empty()
+    }
+
+    /// Drops every datagram arriving at this engine for `duration` (at most
+    /// [`accord_net::fault::BLACKHOLE_MAX`]) while its sends go out: peers receive its writes
+    /// but it hears none of their acknowledgements (needs fault injection; tests use it).
+    /// Returns false when there is no fault injector.
+    pub fn deafen(&self, duration: Duration) -> bool {
+        for (_, control) in &self.fault_controls {
+            control.deafen_for(duration);
+        }
+        !self.fault_controls.is_empty()
+    }
+
     /// Per-connection counters, per-path ones included, of every lane: for `peer` only, or for
     /// every connection (`None`), each with the peer it belongs to (`None` for one a peer
     /// opened and we have not used). Asks each worker; waits up to a second for each. What

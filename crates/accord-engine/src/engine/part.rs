@@ -30,6 +30,10 @@ pub(crate) struct Part {
     pub(crate) tag: u64,
     /// Lanes tried so far.
     pub(crate) attempts: usize,
+    /// When the connection carrying this part was lost without the peer being known dead,
+    /// and nothing was heard from the peer since: the part is resent on a fresh connection
+    /// until [`crate::EngineConfig::peer_dead_after`] from then (see `Worker::connection_lost`).
+    pub(crate) stranded_since: Option<std::time::Instant>,
 }
 
 impl Part {

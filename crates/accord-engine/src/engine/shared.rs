@@ -159,7 +159,7 @@ impl Shared {
         }
     }
 
-    /// Lanes usable towards `peer` now (all of them if every one failed recently).
+    /// Lanes towards `peer` whose connection did not fail recently (possibly none).
     pub(crate) fn live_lanes(&self, peer: EngineId) -> Vec<usize> {
         let now = std::time::Instant::now();
         let mut dead = self.dead_lanes.lock().unwrap();
@@ -167,9 +167,14 @@ impl Shared {
         (0..self.lanes.len()).filter(|l| !dead.contains_key(&(peer, *l))).collect()
     }
 
-    /// The lane for the next part to `peer`: round robin over live lanes.
+    /// The lane for the next part to `peer`: round robin over live lanes, or over every lane
+    /// when all failed recently (an outage that hit every NIC: each lane reconnects, and a
+    /// part must not fail at once for the [`LANE_AVOID_AFTER_FAILURE`] after it healed).
     pub(crate) fn pick_lane(&self, peer: EngineId) -> Option<usize> {
-        let live = self.live_lanes(peer);
+        let mut live = self.live_lanes(peer);
+        if live.is_empty() {
+            live = (0..self.lanes.len()).collect();
+        }
         if live.is_empty() {
             return None;
         }
@@ -206,7 +211,10 @@ impl Shared {
             part.finish(Err(TransferError::PeerDied { peer, cause }));
             return;
         }
-        if part.attempts >= self.lanes.len() || self.live_lanes(part.peer).is_empty() {
+        // A stranded part (its connection timed out, see `Worker::connection_lost`) is routed
+        // even when every lane failed: its lane reconnects, within its own deadline.
+        let no_lane = self.live_lanes(part.peer).is_empty() && part.stranded_since.is_none();
+        if part.attempts >= self.lanes.len() || no_lane {
             part.finish(Err(error));
             return;
         }

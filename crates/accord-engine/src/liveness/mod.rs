@@ -13,9 +13,15 @@
 //! - **Any host**: while some wait names a peer ([`crate::Engine::watch_peer`],
 //!   [`crate::Engine::take_imm_from`]), the thread sends it a zero-byte write to its control
 //!   region every [`crate::EngineConfig::keepalive`]. A probe unanswered for
-//!   [`crate::EngineConfig::peer_dead_after`] (or failed as unreachable) declares the peer
+//!   [`crate::EngineConfig::peer_dead_after`] (or failed as unresponsive) declares the peer
 //!   [`PeerDeath::Silent`]. No protocol change: a probe is an ordinary write the peer's
-//!   protocol acknowledges, so it is also what makes the idle timeout apply.
+//!   protocol acknowledges. A peer a pidfd watches is never probed: on one host a silence
+//!   (a network outage, a stopped process) is not a death, and the pidfd reports the real one.
+//!
+//! A connection's idle timeout is no death verdict either: its parts are resent on a fresh
+//! connection until the peer was silent for `peer_dead_after` (`Worker::connection_lost`), so
+//! an outage shorter than that heals, and one longer fails with
+//! [`crate::TransferError::PeerUnresponsive`], which names the peer without calling it dead.
 //!
 //! A death is sticky (an engine identity is one process; a restarted peer has a new one). On a
 //! death every lane fails the peer's operations in flight and queued with
@@ -178,7 +184,7 @@ pub(crate) fn run(shared: Weak<Shared>) {
                 None => {}
             }
         }
-        keepalive(&s, &mut probes, &mut last_probe);
+        keepalive(&s, &mut probes, &mut last_probe, |peer| pidfds.iter().any(|(p, _)| *p == peer));
         drop(s); // not held across the poll: the engine may be dropped meanwhile
         let fds: Vec<&accord_net::pidfd::PidFd> = pidfds.iter().map(|(_, fd)| fd).collect();
         let exited = accord_net::pidfd::poll_exited(&fds, TICK).unwrap_or_default();
@@ -193,8 +199,16 @@ pub(crate) fn run(shared: Weak<Shared>) {
     }
 }
 
-/// Sends due probes to watched peers and judges those in flight.
-fn keepalive(s: &Arc<Shared>, probes: &mut HashMap<EngineId, Probe>, last_probe: &mut HashMap<EngineId, Instant>) {
+/// Sends due probes to watched peers and judges those in flight. A peer whose process a pidfd
+/// watches (`has_pidfd`) is not probed: its pidfd says at once whether it exited, and a
+/// silence (a network outage, a stopped process) is not a death. Its transfers are bounded
+/// on their own (`TransferError::PeerUnresponsive`, the waits' deadlines).
+fn keepalive(
+    s: &Arc<Shared>,
+    probes: &mut HashMap<EngineId, Probe>,
+    last_probe: &mut HashMap<EngineId, Instant>,
+    has_pidfd: impl Fn(EngineId) -> bool,
+) {
     let watched: Vec<EngineId> = s.liveness.watched.lock().unwrap().keys().copied().collect();
     // A peer unwatched for a moment (between two slices of one wait) keeps its probe and its
     // probing rhythm; one unwatched for longer is forgotten.
@@ -206,7 +220,8 @@ fn keepalive(s: &Arc<Shared>, probes: &mut HashMap<EngineId, Probe>, last_probe:
     }
     let now = Instant::now();
     for peer in watched {
-        if s.liveness.death(peer).is_some() || is_same_process(s, peer) {
+        if s.liveness.death(peer).is_some() || is_same_process(s, peer) || has_pidfd(peer) {
+            probes.remove(&peer);
             continue;
         }
         if let Some(p) = probes.get(&peer) {
@@ -248,6 +263,7 @@ fn keepalive(s: &Arc<Shared>, probes: &mut HashMap<EngineId, Probe>, last_probe:
             transfer: state.clone(),
             tag: s.tags.next(),
             attempts: 0,
+            stranded_since: None,
         };
         s.route(part, None);
         probes.insert(peer, Probe { transfer: Transfer { state }, sent: now });

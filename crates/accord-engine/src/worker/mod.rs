@@ -65,12 +65,15 @@ pub(crate) fn rx_batch_slots(config: &crate::EngineConfig, slot_bytes: usize) ->
 struct ConnInfo {
     peer: Option<EngineId>,
     addrs: Vec<Option<SocketAddr>>,
+    /// When a datagram of this connection last arrived (the receive batch's time).
+    last_heard: Option<std::time::Instant>,
 }
 
-/// The region table and receive pool, as the protocol checks them.
+/// The region table, receive pool and completed tags, as the protocol checks them.
 struct Memory<'a> {
     regions: &'a RegionTable,
     recv: &'a RecvPool,
+    seen: &'a crate::tags::SeenTags,
 }
 
 impl LocalMemory for Memory<'_> {
@@ -79,6 +82,9 @@ impl LocalMemory for Memory<'_> {
     }
     fn claim_recv_buffer(&mut self, _conn: ConnectionHandle, msg_len: u64) -> Result<RecvBufferId, RejectReason> {
         self.recv.claim(msg_len)
+    }
+    fn already_completed(&self, tag: u64) -> bool {
+        self.seen.contains(tag)
     }
 }
 
@@ -388,8 +394,10 @@ impl Worker {
         s.endpoint = self.ep.stats().clone();
         s.connections = self.conns.len();
         s.shm = self.dp.local_channel_stats();
-        s.retransmits =
-            self.ep.connections().filter_map(|c| self.ep.connection_stats(c)).map(|c| c.packets_retransmitted).sum();
+        for c in self.ep.connections().filter_map(|c| self.ep.connection_stats(c)) {
+            s.retransmits += c.packets_retransmitted;
+            s.resent_skipped += c.resent_skipped;
+        }
         s.credit_granted_bytes = self.ep.pacer_stats().credit_granted_bytes;
         s
     }
@@ -406,7 +414,8 @@ impl Worker {
             // notice the switch beyond some reordering).
             self.dp.offer_local_channel(&addrs);
         }
-        self.conns.insert(conn, ConnInfo { peer: Some(peer), addrs: addrs.into_iter().map(Some).collect() });
+        let addrs = addrs.into_iter().map(Some).collect();
+        self.conns.insert(conn, ConnInfo { peer: Some(peer), addrs, last_heard: None });
         self.peers.insert(peer, conn);
         Some(conn)
     }
@@ -471,6 +480,42 @@ impl Worker {
         }
     }
 
+    /// The connection carrying `part` timed out (idle, or a handshake unanswered) and the peer
+    /// is not known dead. Death is the liveness thread's to declare (a pidfd on this host,
+    /// keepalives elsewhere), never one connection's timeout, so the part is resent: over
+    /// another lane if one is live towards the peer, else on a fresh connection of this lane
+    /// (opened by `submit`), which gets through once the path heals. It fails, naming the
+    /// peer, once nothing was heard from the peer for `peer_dead_after` since it was
+    /// stranded. The receiver keeps it exactly-once by its tag (see `crate::tags`).
+    fn connection_lost(&mut self, conn: ConnectionHandle, mut part: Part) {
+        let peer = part.peer;
+        if let Some(cause) = self.shared.liveness.death(peer) {
+            part.finish(Err(TransferError::PeerDied { peer, cause }));
+            return;
+        }
+        let now = std::time::Instant::now();
+        let heard = self.conns.get(&conn).and_then(|info| info.last_heard);
+        let since = match part.stranded_since {
+            // Stranded before, and the peer was silent since: the same outage.
+            Some(since) if heard.is_none_or(|h| h <= since) => since,
+            _ => now,
+        };
+        part.stranded_since = Some(since);
+        let waited = now.duration_since(since);
+        if waited >= self.shared.config.peer_dead_after {
+            self.stats.unresponsive_failures += 1;
+            part.finish(Err(TransferError::PeerUnresponsive { peer, waited_ms: waited.as_millis() as u64 }));
+            return;
+        }
+        let other_lane = self.shared.live_lanes(peer).iter().any(|&lane| lane != self.lane);
+        if other_lane && part.attempts + 1 < self.shared.lanes.len() {
+            self.fail_over(part, TransferError::PeerUnreachable);
+            return;
+        }
+        self.stats.reconnect_resends += 1;
+        self.backlog.push_back(part);
+    }
+
     /// The part's connection failed: let the engine route it over another lane.
     fn fail_over(&mut self, part: Part, error: TransferError) {
         self.stats.failovers += 1;
@@ -491,11 +536,12 @@ impl Worker {
         if n == 0 {
             return false;
         }
-        self.last_rx = Some(std::time::Instant::now());
+        let arrived = std::time::Instant::now();
+        self.last_rx = Some(arrived);
         let now = self.now();
         let waker = self.shared.waker_addr;
         let regions = self.shared.regions.read().unwrap();
-        let mut memory = Memory { regions: &regions, recv: &self.shared.recv };
+        let mut memory = Memory { regions: &regions, recv: &self.shared.recv, seen: &self.shared.seen_tags };
         let mut controls: Vec<(u64, Vec<u8>)> = Vec::new();
         for i in 0..self.rx.len() {
             let Some((bytes, meta)) = self.rx.get(i) else { continue };
@@ -553,11 +599,15 @@ impl Worker {
                 }
                 if let Some(conn) = outcome.conn {
                     let paths = usize::from(self.ep.config().connection.path_count);
-                    let info =
-                        self.conns.entry(conn).or_insert_with(|| ConnInfo { peer: None, addrs: vec![None; paths] });
+                    let info = self.conns.entry(conn).or_insert_with(|| ConnInfo {
+                        peer: None,
+                        addrs: vec![None; paths],
+                        last_heard: None,
+                    });
                     if let Some(slot) = info.addrs.get_mut(usize::from(meta.path)) {
                         *slot = Some(meta.src);
                     }
+                    info.last_heard = Some(arrived);
                 }
             }
         }
@@ -595,9 +645,8 @@ impl Worker {
                     match result {
                         Ok(()) => part.finish(Ok(())),
                         Err(OpError::Rejected(reason)) => part.finish(Err(TransferError::Rejected(reason))),
-                        Err(OpError::ConnectionLost) | Err(OpError::Closed) => {
-                            self.fail_over(part, TransferError::PeerUnreachable)
-                        }
+                        Err(OpError::ConnectionLost) => self.connection_lost(conn, part),
+                        Err(OpError::Closed) => self.fail_over(part, TransferError::PeerUnreachable),
                     }
                 }
                 Event::ImmReceived { imm, tag, .. } => {

@@ -22,6 +22,15 @@ pub struct LaneStats {
     pub duplicates_suppressed: u64,
     /// Sum over connections: packets retransmitted.
     pub retransmits: u64,
+    /// Parts resent on a fresh connection of this lane after theirs timed out with the peer
+    /// not known dead (an outage longer than the idle timeout; see `crate::tags`).
+    pub reconnect_resends: u64,
+    /// Parts failed with [`crate::TransferError::PeerUnresponsive`]: resent for
+    /// `peer_dead_after` without an answer.
+    pub unresponsive_failures: u64,
+    /// Sum over connections: packets of operations that had already completed here under
+    /// the same tag (resent after a reconnect), acknowledged without being placed.
+    pub resent_skipped: u64,
     /// Shared-memory datapath counters (rings attached, datagrams through them).
     pub shm: Option<accord_net::shm::ShmStats>,
     /// Credit this lane's pacer granted to receiver-driven (EQDS) senders, in bytes.

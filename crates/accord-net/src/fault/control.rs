@@ -1,7 +1,15 @@
-//! The run-time handle of a fault injector: path cuts and counters, shared
-//! through an `Arc` so another thread can cut a "NIC" mid-transfer.
+//! The run-time handle of a fault injector: path cuts, timed blackholes and
+//! counters, shared through an `Arc` so another thread can cut a "NIC"
+//! mid-transfer.
 
+use crate::clock::Clock;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Longest blackhole [`FaultControl::blackhole_for`] sets: an outage that ends
+/// by itself, so a test that fails half-way never leaves a path cut for ever.
+pub const BLACKHOLE_MAX: Duration = Duration::from_secs(600);
 
 /// Counters of injected faults, in packets.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -25,10 +33,15 @@ pub struct FaultStats {
 }
 
 /// Path cuts and fault counters of one [`super::FaultInjector`].
-#[derive(Debug)]
 pub struct FaultControl {
     cut: Vec<AtomicBool>,
     cut_count: AtomicUsize,
+    /// The injector's clock, which times blackholes.
+    clock: Arc<dyn Clock>,
+    /// While the clock reads below this (nanoseconds), every path is cut; 0: no blackhole.
+    blackhole_until_ns: AtomicU64,
+    /// As `blackhole_until_ns`, for arrivals only (sends pass).
+    deaf_until_ns: AtomicU64,
     dropped: AtomicU64,
     duplicated: AtomicU64,
     reordered: AtomicU64,
@@ -40,10 +53,13 @@ pub struct FaultControl {
 }
 
 impl FaultControl {
-    pub(super) fn new(path_count: u16) -> Self {
+    pub(super) fn new(path_count: u16, clock: Arc<dyn Clock>) -> Self {
         FaultControl {
             cut: (0..path_count).map(|_| AtomicBool::new(false)).collect(),
             cut_count: AtomicUsize::new(0),
+            clock,
+            blackhole_until_ns: AtomicU64::new(0),
+            deaf_until_ns: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             duplicated: AtomicU64::new(0),
             reordered: AtomicU64::new(0),
@@ -78,14 +94,54 @@ impl FaultControl {
         true
     }
 
-    /// Whether `path` is cut (unknown paths are not).
-    pub fn is_cut(&self, path: u16) -> bool {
-        self.cut.get(usize::from(path)).is_some_and(|flag| flag.load(Ordering::Acquire))
+    /// Cuts every path, both directions, for `duration` (at most [`BLACKHOLE_MAX`]) from
+    /// now: an outage that heals by itself. A later call replaces the end (a zero duration
+    /// ends it now). Returns the duration applied. Paths cut with
+    /// [`cut_path`](Self::cut_path) stay cut after the blackhole.
+    pub fn blackhole_for(&self, duration: Duration) -> Duration {
+        self.set_until(&self.blackhole_until_ns, duration)
     }
 
-    /// Whether any path is cut (a cheap check for the receive fast path).
+    /// Drops everything that arrives, on every path, for `duration` (at most
+    /// [`BLACKHOLE_MAX`]), while sends still go out: an outage of one direction, in which
+    /// the peer receives our data but we hear none of its acknowledgements.
+    pub fn deafen_for(&self, duration: Duration) -> Duration {
+        self.set_until(&self.deaf_until_ns, duration)
+    }
+
+    fn set_until(&self, until_ns: &AtomicU64, duration: Duration) -> Duration {
+        let duration = duration.min(BLACKHOLE_MAX);
+        let until = self.clock.now().saturating_add(duration).as_nanos().min(u128::from(u64::MAX)) as u64;
+        until_ns.store(until.max(1), Ordering::Release);
+        duration
+    }
+
+    fn in_force(&self, until_ns: &AtomicU64) -> bool {
+        let until = until_ns.load(Ordering::Acquire);
+        until != 0 && self.clock.now().as_nanos() < u128::from(until)
+    }
+
+    /// Whether a blackhole is in force now.
+    pub fn is_blackholed(&self) -> bool {
+        self.in_force(&self.blackhole_until_ns)
+    }
+
+    /// Whether arrivals on `path` are dropped now: it is cut, blackholed or deafened.
+    pub fn drops_arrivals(&self, path: u16) -> bool {
+        self.is_cut(path) || self.in_force(&self.deaf_until_ns)
+    }
+
+    /// Whether `path` is cut, or blackholed (unknown paths are cut only by a blackhole).
+    pub fn is_cut(&self, path: u16) -> bool {
+        self.cut.get(usize::from(path)).is_some_and(|flag| flag.load(Ordering::Acquire)) || self.is_blackholed()
+    }
+
+    /// Whether any path is cut (a cheap check for the receive fast path: one load unless a
+    /// blackhole was ever set).
     pub fn any_cut(&self) -> bool {
         self.cut_count.load(Ordering::Acquire) > 0
+            || (self.blackhole_until_ns.load(Ordering::Relaxed) != 0 && self.is_blackholed())
+            || (self.deaf_until_ns.load(Ordering::Relaxed) != 0 && self.in_force(&self.deaf_until_ns))
     }
 
     /// Counters so far.
@@ -126,5 +182,15 @@ impl FaultControl {
     }
     pub(super) fn count_delayed(&self) {
         self.delayed.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl std::fmt::Debug for FaultControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultControl")
+            .field("cut_count", &self.cut_count.load(Ordering::Relaxed))
+            .field("blackholed", &self.is_blackholed())
+            .field("stats", &self.stats())
+            .finish()
     }
 }

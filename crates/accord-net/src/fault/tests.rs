@@ -125,6 +125,54 @@ fn cut_path_delivers_nothing_until_restored() {
     assert!(!f.cut_path(9) && !f.restore_path(9), "unknown paths are refused");
 }
 
+/// A blackhole swallows every path in both directions and ends by itself when its time is
+/// up (on the injector's clock), bounded by `BLACKHOLE_MAX`.
+#[test]
+fn a_blackhole_swallows_everything_until_its_time_is_up() {
+    let (_net, a, b) = pair(2);
+    let (mut f, clock) = injector(a, FaultConfig::default(), 1);
+    let (mut g, g_clock) = injector(b, FaultConfig::default(), 2);
+    let (dst0, dst1) = (g.local_addr(0).unwrap(), g.local_addr(1).unwrap());
+    assert_eq!(f.control().blackhole_for(Duration::from_secs(5)), Duration::from_secs(5));
+    assert!(f.control().is_blackholed() && f.control().any_cut());
+    send_numbered(&mut f, dst0, 0, 0..10);
+    send_numbered(&mut f, dst1, 1, 0..10);
+    assert!(drain(g.inner_mut()).is_empty(), "nothing leaves a blackholed sender");
+    assert_eq!(f.stats().cut, 20);
+    // The receive side of a blackholed engine swallows arrivals too.
+    g.control().blackhole_for(Duration::from_secs(1));
+    clock.advance(Duration::from_secs(5));
+    assert!(!f.control().is_blackholed(), "the sender's outage healed by itself");
+    send_numbered(&mut f, dst0, 0, 0..10);
+    let mut bufs = g.alloc_rx_buffers(64).unwrap();
+    assert_eq!(g.recv_batch(&mut bufs, 64).unwrap(), 0, "the receiver's own blackhole still holds");
+    assert_eq!(g.stats().cut, 10);
+    g_clock.advance(Duration::from_secs(1));
+    send_numbered(&mut f, dst0, 0, 0..10);
+    assert_eq!(g.recv_batch(&mut bufs, 64).unwrap(), 10, "both ends healed");
+    assert_eq!(f.control().blackhole_for(Duration::from_secs(1 << 40)), BLACKHOLE_MAX, "bounded");
+    assert_eq!(f.control().blackhole_for(Duration::ZERO), Duration::ZERO);
+    assert!(!f.control().is_blackholed(), "a zero blackhole ends the one in force");
+}
+
+/// A deafened injector still sends but drops every arrival until its time is up.
+#[test]
+fn a_deafened_injector_sends_but_hears_nothing_until_its_time_is_up() {
+    let (_net, a, b) = pair(1);
+    let (mut f, _) = injector(a, FaultConfig::default(), 1);
+    let (mut g, g_clock) = injector(b, FaultConfig::default(), 2);
+    g.control().deafen_for(Duration::from_secs(2));
+    let (dst_f, dst_g) = (f.local_addr(0).unwrap(), g.local_addr(0).unwrap());
+    send_numbered(&mut g, dst_f, 0, 0..10);
+    assert_eq!(drain(f.inner_mut()).len(), 10, "a deaf sender's packets leave");
+    send_numbered(&mut f, dst_g, 0, 0..10);
+    let mut bufs = g.alloc_rx_buffers(64).unwrap();
+    assert_eq!(g.recv_batch(&mut bufs, 64).unwrap(), 0, "arrivals are dropped");
+    g_clock.advance(Duration::from_secs(2));
+    send_numbered(&mut f, dst_g, 0, 0..10);
+    assert_eq!(g.recv_batch(&mut bufs, 64).unwrap(), 10, "and heard again after");
+}
+
 #[test]
 fn corruption_flips_one_byte() {
     let (_net, a, mut b) = pair(1);

@@ -16,6 +16,9 @@ enum Verdict {
     Refuse(RejectReason),
     /// Drop without acknowledging: transient (table full) or a protocol violation.
     Drop,
+    /// Acknowledge without placing or counting: the operation already completed here under
+    /// the same tag, over another connection (see `LocalMemory::already_completed`).
+    Skip,
 }
 
 impl Connection {
@@ -68,6 +71,13 @@ impl Connection {
                 self.stats.packets_dropped += 1;
                 None
             }
+            Verdict::Skip => {
+                self.recv.mark_received(data.psn);
+                self.stats.resent_skipped += 1;
+                let immediate = self.ack_request_settled(data);
+                self.schedule_ack(now, rx, data, immediate);
+                None
+            }
             Verdict::Refuse(reason) => {
                 self.recv.mark_rejected(Rejection { psn: data.psn, op: data.op, reason });
                 self.stats.packets_refused += 1;
@@ -109,6 +119,13 @@ impl Connection {
         let known = self.inbound.lookup(data.op);
         match data.kind {
             DataKind::Write { region, key, region_offset } => {
+                // A resent copy of a write that completed here (its immediate counted) is
+                // acknowledged before the region is looked at: the receiver may have
+                // deregistered it since, and refusing would fail a write that succeeded.
+                let resent = data.imm.is_some() && known.is_none() && data.tag != 0;
+                if resent && memory.already_completed(data.tag) {
+                    return Verdict::Skip;
+                }
                 // Every packet carries the whole write's range, so check all of it: a write that
                 // does not fit is refused by every packet alike and places nothing, whatever
                 // order its packets arrive in. (The parser proved the sums do not overflow.)
@@ -132,6 +149,7 @@ impl Connection {
                     Verdict::Place(PlacementTarget::RecvBuffer { buffer, offset: data.msg_offset })
                 }
                 Some(_) => Verdict::Drop,
+                None if data.tag != 0 && memory.already_completed(data.tag) => Verdict::Skip,
                 None if !self.inbound.has_room() => Verdict::Drop,
                 None => match memory.claim_recv_buffer(self.id, data.msg_len) {
                     Ok(buffer) => {

@@ -16,11 +16,15 @@ const REGION_BYTES: u64 = 256 * 1024;
 struct Memory {
     placements: Vec<Placement>,
     buffers_claimed: u64,
+    /// Tags of operations this receiver completed (as the engine remembers them).
+    completed: std::collections::HashSet<u64>,
+    /// Region 1 was deregistered: every write is refused.
+    deregistered: bool,
 }
 
 impl LocalMemory for Memory {
     fn check_write(&self, region: RegionId, key: RegionKey, offset: u64, len: u64) -> Result<(), RejectReason> {
-        if region != RegionId(1) {
+        if region != RegionId(1) || self.deregistered {
             return Err(RejectReason::UnknownRegion);
         }
         if key != KEY {
@@ -38,6 +42,10 @@ impl LocalMemory for Memory {
         }
         self.buffers_claimed += 1;
         Ok(RecvBufferId(self.buffers_claimed))
+    }
+
+    fn already_completed(&self, tag: u64) -> bool {
+        self.completed.contains(&tag)
     }
 }
 
@@ -504,6 +512,65 @@ fn replayed_credit_grants_nothing() {
     let after = a.connection_stats(conn).unwrap();
     assert_eq!(after.credit_received_bytes, before.credit_received_bytes, "no credit from a replay");
     assert_eq!(after.stale_frames, before.stale_frames + credits.len() as u64);
+}
+
+/// The reconnect rule at the receiver: an operation that completed here (immediate counted,
+/// message delivered) and is resent under the same tag on a new connection, because the
+/// sender lost the old one before the acknowledgement came, is acknowledged (so the sender
+/// completes it) but places no byte, claims no buffer and raises no second event.
+#[test]
+fn an_operation_resent_on_a_new_connection_after_completing_is_acked_not_placed() {
+    let (mut a, mut b, first) = pair(ConnectionConfig::default(), ConnectionConfig::default());
+    let mut mem = Memory::default();
+    exchange(&mut a, &mut b, &mut mem, t(1));
+    let write = WriteRequest { region: RegionId(1), key: KEY, offset: 0, len: 20_000, imm: Some(4), tag: 77 };
+    let send = SendRequest { len: 3000, imm: None, tag: 78 };
+    a.write(first, write).unwrap();
+    a.send(first, send).unwrap();
+    exchange(&mut a, &mut b, &mut mem, t(2));
+    let mut completed_events = 0;
+    while let Some(e) = b.poll_event() {
+        match e {
+            Event::ImmReceived { tag, .. } | Event::RecvCompleted { tag, .. } => {
+                mem.completed.insert(tag);
+                completed_events += 1;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(completed_events, 2, "the first copies completed");
+    let (placed, claimed) = (mem.placements.len(), mem.buffers_claimed);
+    // The receiver, done with the write's memory, deregistered it: the resend must still
+    // succeed (a refusal would fail a write that landed).
+    mem.deregistered = true;
+    // The sender lost the connection (say its ACKs were all lost) and resends both on a new one.
+    let second = a.connect(t(3)).unwrap();
+    let (w2, s2) = (a.write(second, write).unwrap(), a.send(second, send).unwrap());
+    while a.poll_event().is_some() {}
+    exchange(&mut a, &mut b, &mut mem, t(4));
+    assert_eq!(mem.placements.len(), placed, "no byte of a completed operation placed again");
+    assert_eq!(mem.buffers_claimed, claimed, "no receive buffer claimed for the resent message");
+    while let Some(e) = b.poll_event() {
+        assert!(!matches!(e, Event::ImmReceived { .. } | Event::RecvCompleted { .. }), "counted twice: {e:?}");
+    }
+    let mut done = vec![];
+    while let Some(e) = a.poll_event() {
+        if let Event::OpCompleted { conn, op, result } = e {
+            assert_eq!((conn, result), (second, Ok(())));
+            done.push(op);
+        }
+    }
+    done.sort();
+    let mut want = vec![w2, s2];
+    want.sort();
+    assert_eq!(done, want, "the sender's resent operations complete");
+    let skipped: u64 = b.connections().filter_map(|c| b.connection_stats(c)).map(|s| s.resent_skipped).sum();
+    assert!(skipped > 0);
+    // A tag the receiver has not completed (a different operation) is placed as usual.
+    mem.deregistered = false;
+    a.write(second, WriteRequest { tag: 79, ..write }).unwrap();
+    exchange(&mut a, &mut b, &mut mem, t(5));
+    assert!(mem.placements.len() > placed);
 }
 
 mod mac;

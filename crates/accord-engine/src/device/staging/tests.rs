@@ -322,11 +322,18 @@ fn a_peer_that_exits_mid_transfer_fails_the_write_without_a_crash() {
     r.open.store(false, Ordering::SeqCst);
     let op = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 0, len: 2 << 20, imm: Some(6) };
     let t = r.a.write(&op).unwrap();
+    let b_id = b.id();
     drop(dst);
     drop(b);
     r.open.store(true, Ordering::SeqCst);
     let got = t.wait_timeout(Duration::from_secs(30));
-    assert!(matches!(got, Err(TransferError::PeerUnreachable | TransferError::Rejected(_))), "{got:?}");
+    // Its Close may arrive first (unreachable); if not, the fresh connections the chunks try
+    // go unanswered for `peer_dead_after` (an engine of this process: no pidfd says it left).
+    assert!(
+        matches!(got, Err(TransferError::PeerUnreachable | TransferError::Rejected(_)))
+            || matches!(got, Err(TransferError::PeerUnresponsive { peer, .. }) if peer == b_id),
+        "{got:?}"
+    );
     wait_free(&r.pool);
     // Another peer is still served.
     let c = staging_engine(Duration::from_secs(5));

@@ -54,7 +54,15 @@ pub(crate) fn dispatch_part(shared: &Arc<Shared>, spec: PartSpec, transfer: Arc<
     }
     debug_assert!(!route.is_device_route(), "a host part was routed to {route:?}");
     let tag = shared.tags.next();
-    let part = Part { peer: spec.peer, kind: spec.kind, source: spec.source, transfer, tag, attempts: 0 };
+    let part = Part {
+        peer: spec.peer,
+        kind: spec.kind,
+        source: spec.source,
+        transfer,
+        tag,
+        attempts: 0,
+        stranded_since: None,
+    };
     match route {
         // Falls back to the transport until the peer verified us (see `cma`).
         Route::Pull => {

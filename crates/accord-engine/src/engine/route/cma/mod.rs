@@ -61,6 +61,7 @@ fn control_part(shared: &Arc<Shared>, peer: EngineId, message: PullMessage) -> O
         transfer: shared.new_transfer(1),
         tag: shared.tags.next(),
         attempts: 0,
+        stranded_since: None,
     })
 }
 

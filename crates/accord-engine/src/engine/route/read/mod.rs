@@ -343,6 +343,7 @@ fn control_part(shared: &Arc<Shared>, peer: EngineId, message: ReadMessage) -> O
         transfer: shared.new_transfer(1),
         tag: shared.tags.next(),
         attempts: 0,
+        stranded_since: None,
     })
 }
 
@@ -515,6 +516,7 @@ fn write_on_this_lane(
         transfer,
         tag: shared.tags.next(),
         attempts: 0,
+        stranded_since: None,
     })
 }
 
