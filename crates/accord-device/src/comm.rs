@@ -245,7 +245,8 @@ impl DeviceComm {
         let tails: Vec<Vec<u8>> = records.iter().map(|r| r[32..].to_vec()).collect();
         let peer_signals = parse_descriptor_records(u32::MAX, "the signal slots", &tails)?;
 
-        let signal_cells = engine.alloc(slots_bytes).map_err(|e| register("the signal cells", e))?;
+        let signal_cells =
+            source_cells(&engine, &placement, slots_bytes).map_err(|e| register("the signal cells", e))?;
         let counters = Block::new(&placement, Want::Shared, config.counters as usize * 8)?;
         let signal_bases = Block::new(&placement, Want::Shared, signal_count as usize * 8)?;
         let barrier_epoch = Block::new(&placement, Want::DeviceOnly, 8)?;
@@ -267,8 +268,8 @@ impl DeviceComm {
         let mut proxies = Vec::with_capacity(config.rings);
         for index in 0..config.rings {
             let ring = Arc::new(Ring::new(index, config.slot_count, &placement)?);
-            let staging =
-                engine.alloc(config.slot_count as usize * 8).map_err(|e| register("a ring's value staging", e))?;
+            let staging = source_cells(&engine, &placement, config.slot_count as usize * 8)
+                .map_err(|e| register("a ring's value staging", e))?;
             let proxy = ProxyHandle::spawn(ring.clone(), shared.clone(), staging, config.timing)
                 .map_err(|e| DeviceError::Memory { what: format!("a proxy thread: {e}") })?;
             rings.push(ring);
@@ -645,6 +646,27 @@ impl DeviceComm {
 impl Drop for DeviceComm {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+/// Host memory the proxy writes small values from (signal values, `put_value`s). On a GPU it is
+/// page-locked once, here, for that GPU's copy engines, so each 8-byte copy into a peer's device
+/// memory is a DMA rather than a pass through the driver's staging buffer; page-locking
+/// synchronises with the device, so it is done before any kernel runs, never on the data path.
+/// (On the 2xH200 host it did not change the kernel-to-kernel ping-pong, whose 1.19 ms one way
+/// has another cause: docs/results/2026-11-26-device-api.md.)
+fn source_cells(
+    engine: &accord_engine::Engine,
+    placement: &Placement,
+    len: usize,
+) -> Result<accord_engine::MrBuffer, accord_engine::RegisterError> {
+    match placement {
+        Placement::Host => engine.alloc(len),
+        Placement::Gpu(gpu) => {
+            let cells = engine.alloc_shared(len)?;
+            engine.pin_shared(&cells, gpu.ordinal() as u32)?;
+            Ok(cells)
+        }
     }
 }
 

@@ -56,12 +56,11 @@ pub struct ProxyTiming {
 
 /// Why these defaults: a proxy stands in for a NIC's doorbell, and a GPU cannot wake a host
 /// thread, so every sleep is latency added to the next put. With 200 us of polling and 500 us
-/// sleeps, a kernel-to-kernel ping-pong on the 2xH200 host took 2.4 ms a round trip (each
-/// side's proxy had gone to sleep while its kernel waited for the other), and small puts ran at
-/// 0.005 M/s (docs/results/2026-11-26-device-api.md). So a proxy polls for 20 ms after its last
-/// progress (one core per ring while the GPU is busy, as CPU-proxy designs spend) and then
-/// sleeps 100 us at a time: 10,000 wake-ups a second per idle proxy, and at most 100 us for the
-/// first descriptor after a pause.
+/// sleeps, the 2xH200 host ran small puts from a kernel at 0.005 M/s and 16 MiB puts at 0.55 of
+/// the copy ceiling; polling 20 ms after the last progress and sleeping 100 us at a time gave
+/// 0.096 M/s and 0.94 in the same bench (docs/results/2026-11-26-device-api.md). The cost: one
+/// core per ring while the GPU is busy, as CPU-proxy designs spend, and 10,000 wake-ups a second
+/// per idle proxy.
 impl Default for ProxyTiming {
     fn default() -> Self {
         ProxyTiming {
