@@ -209,10 +209,8 @@ impl DeviceRoute {
                 let (dst_ptr, on, mapping) = match target {
                     DeviceTarget::SameProcess { ptr, ordinal } => (ptr, ordinal, None),
                     DeviceTarget::SameHost { dst, offset } => {
-                        // Any of our GPUs can reach the mapping; the one with the peer's ordinal
-                        // if we see it (usually the GPU itself), else GPU 0.
                         let wanted = dst.device.map_or(0, |info| info.ordinal);
-                        let on = if slot(&mut state, wanted).is_ok() { wanted } else { 0 };
+                        let on = host_to_peer_gpu(&mut state, wanted);
                         let gpu = slot(&mut state, on)?.gpu.clone();
                         let (ptr, mapping) = mapped(&mut state, &gpu, &dst, offset, on)?;
                         (ptr, on, Some(mapping))
@@ -339,6 +337,28 @@ fn mapping(state: &mut RouteState, gpu: &Gpu, dst: &MrDescriptor, on: u32) -> Re
     state.opened_total += 1;
     state.mappings.insert(key, CachedMapping { mapping: Arc::clone(&mapping), last_use: now });
     Ok(mapping)
+}
+
+/// The GPU whose copy engine writes host bytes into another process's memory on GPU `wanted`.
+/// Any of our GPUs can reach the mapping. A GPU this process already drives comes first: opening
+/// a context on the peer's own GPU puts a second process's context there, and while the peer's
+/// kernel spins in a device-side wait the GPU time-slices between the two contexts, so the copy
+/// waits out the slice (a kernel-to-kernel ping-pong through the device API took a constant
+/// 1.19 ms one way on the 2xH200 host, every signal being such a copy;
+/// docs/results/2026-11-26-device-api.md). Without an open GPU: `wanted` if this process sees
+/// it, else GPU 0, as before.
+fn host_to_peer_gpu(state: &mut RouteState, wanted: u32) -> u32 {
+    if state.gpus.contains_key(&wanted) {
+        return wanted;
+    }
+    if let Some(&open) = state.gpus.keys().min() {
+        return open;
+    }
+    if slot(state, wanted).is_ok() {
+        wanted
+    } else {
+        0
+    }
 }
 
 /// Completes transfers as their copies finish (in any order); exits when the route is dropped
