@@ -8,11 +8,9 @@
 
 mod sprayer;
 
-use accord_engine::{Engine, EngineConfig, FaultConfig, WriteOp};
+use accord_engine::{Engine, EngineConfig, FaultConfig};
 use accord_proto::JobSecret;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -33,36 +31,10 @@ fn a_job_under_spray_completes_with_every_value_right() {
     let targets: Vec<SocketAddr> =
         [&a, &b].iter().flat_map(|e| e.address().nics.into_iter().flatten().flatten()).collect();
     assert!(!targets.is_empty());
-    let stop = Arc::new(AtomicBool::new(false));
-    let sprayer = {
-        let stop = stop.clone();
-        std::thread::spawn(move || sprayer::spray(targets, &stop, 25, Duration::from_micros(200)).total())
-    };
-    let received = Arc::new(Mutex::new(Vec::new()));
-    let sink = received.clone();
-    b.post_recvs(4096, 64, move |m| sink.lock().unwrap().push((m.data.to_vec(), m.imm)));
-    a.add_peer(&b.address()).unwrap();
-    b.add_peer(&a.address()).unwrap();
-    let dst = b.alloc(LEN).unwrap();
-    let d = dst.descriptor();
-    let mut sends = Vec::new();
-    for round in 0..ROUNDS {
-        let bytes: Vec<u8> = (0..LEN).map(|i| (i as u8).wrapping_mul(31).wrapping_add(round)).collect();
-        let src = a.alloc(LEN).unwrap();
-        src.write_at(0, &bytes).unwrap();
-        let h = src.handle();
-        let op = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 0, len: LEN as u64, imm: Some(3) };
-        a.write(&op).unwrap().wait_timeout(WAIT).unwrap();
-        assert_eq!(b.imm_counter(3).wait(u64::from(round) + 1, WAIT), u64::from(round) + 1);
-        assert_eq!(dst.to_vec(), bytes, "round {round}: every byte as written");
-        let message = vec![round; 1000 + usize::from(round)];
-        a.send(b.id(), &message, Some(u32::from(round))).unwrap().wait_timeout(WAIT).unwrap();
-        sends.push((message, Some(u32::from(round))));
-        std::thread::sleep(Duration::from_millis(30)); // let replays of earlier rounds land
-    }
-    stop.store(true, Ordering::Relaxed);
-    let sprayed = sprayer.join().unwrap();
-    let got = received.lock().unwrap().clone();
+    let plan = sprayer::JobPlan { len: LEN, rounds: ROUNDS, imm: 3, pattern: 31, message_base: 1000, wait: WAIT };
+    let (sprayed, sends, got) = sprayer::job_under_spray(&a, &b, &plan, move |stop| {
+        sprayer::spray(targets, &stop, 25, Duration::from_micros(200)).total()
+    });
     assert_eq!(got.len(), sends.len(), "exactly the job's messages were received, nothing forged");
     for sent in &sends {
         assert!(got.contains(sent), "message {:?} arrived intact", sent.1);

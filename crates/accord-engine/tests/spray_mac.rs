@@ -10,14 +10,16 @@
 //! Every value must arrive exactly as sent, nothing forged may land, and the receiver's counters
 //! must show what it refused (tags that failed, modes that did not match).
 
-use accord_engine::{Engine, EngineConfig, FaultConfig, WriteOp};
+mod sprayer;
+
+use accord_engine::{Engine, EngineConfig, FaultConfig};
 use accord_proto::wire::{self, DataKind, DataRepr, Header, HelloRepr, Integrity, Repr};
 use accord_proto::{ConnectionId, JobSecret, OpId};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -130,36 +132,8 @@ fn a_mac_job_under_spray_and_replays_completes_with_every_value_right() {
     let targets: Vec<SocketAddr> =
         [&a, &b].iter().flat_map(|e| e.address().nics.into_iter().flatten().flatten()).collect();
     assert!(!targets.is_empty());
-    let stop = Arc::new(AtomicBool::new(false));
-    let sprayer = {
-        let stop = stop.clone();
-        std::thread::spawn(move || spray(targets, stop))
-    };
-    let received = Arc::new(Mutex::new(Vec::new()));
-    let sink = received.clone();
-    b.post_recvs(4096, 64, move |m| sink.lock().unwrap().push((m.data.to_vec(), m.imm)));
-    a.add_peer(&b.address()).unwrap();
-    b.add_peer(&a.address()).unwrap();
-    let dst = b.alloc(LEN).unwrap();
-    let d = dst.descriptor();
-    let mut sends = Vec::new();
-    for round in 0..ROUNDS {
-        let bytes: Vec<u8> = (0..LEN).map(|i| (i as u8).wrapping_mul(37).wrapping_add(round)).collect();
-        let src = a.alloc(LEN).unwrap();
-        src.write_at(0, &bytes).unwrap();
-        let h = src.handle();
-        let op = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 0, len: LEN as u64, imm: Some(5) };
-        a.write(&op).unwrap().wait_timeout(WAIT).unwrap();
-        assert_eq!(b.imm_counter(5).wait(u64::from(round) + 1, WAIT), u64::from(round) + 1);
-        assert_eq!(dst.to_vec(), bytes, "round {round}: every byte as written");
-        let message = vec![round; 900 + usize::from(round)];
-        a.send(b.id(), &message, Some(u32::from(round))).unwrap().wait_timeout(WAIT).unwrap();
-        sends.push((message, Some(u32::from(round))));
-        std::thread::sleep(Duration::from_millis(30)); // let replays of earlier rounds land
-    }
-    stop.store(true, Ordering::Relaxed);
-    let sprayed = sprayer.join().unwrap();
-    let got = received.lock().unwrap().clone();
+    let plan = sprayer::JobPlan { len: LEN, rounds: ROUNDS, imm: 5, pattern: 37, message_base: 900, wait: WAIT };
+    let (sprayed, sends, got) = sprayer::job_under_spray(&a, &b, &plan, move |stop| spray(targets, stop));
     assert_eq!(got.len(), sends.len(), "exactly the job's messages were received, nothing forged");
     for sent in &sends {
         assert!(got.contains(sent), "message {:?} arrived intact", sent.1);

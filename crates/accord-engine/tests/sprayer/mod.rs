@@ -1,6 +1,7 @@
 //! The outsider of the spray tests (issue 25): a process holding no job secret that sprays
 //! every port of a job for as long as the job runs, with every kind of datagram it could
-//! forge. Shared by the engine's two-engine test (`tests/spray.rs`) and the collectives'
+//! forge, and the job the engine's spray tests run under it ([`job_under_spray`]). Shared by the
+//! engine's two-engine tests (`tests/spray.rs`, `tests/spray_mac.rs`) and the collectives'
 //! four-rank test (`accord-coll/tests/spray.rs`, which includes this file by path: the test
 //! needs nothing but the wire format, and one sprayer keeps the two tests alike).
 //!
@@ -15,6 +16,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Bound on the sprayer's loop, whatever happens to the stop flag.
@@ -161,4 +163,70 @@ pub fn spray(targets: Vec<SocketAddr>, stop: &AtomicBool, seed: u64, pause: Dura
         }
     }
     sprayed
+}
+
+/// What [`job_under_spray`] moves each round, and how long each wait may take.
+pub struct JobPlan {
+    /// Bytes of each round's write.
+    pub len: usize,
+    /// Rounds (each: one write with an immediate, checked; one two-sided message).
+    pub rounds: u8,
+    /// The writes' immediate.
+    pub imm: u32,
+    /// Multiplier of the rounds' byte pattern (tests pick different ones).
+    pub pattern: u8,
+    /// Bytes of round 0's message (round r's has r more).
+    pub message_base: usize,
+    /// Bound of every wait.
+    pub wait: std::time::Duration,
+}
+
+/// The job both spray tests run while `spray` sprays: engine `a` writes and sends to `b`,
+/// round by round, every byte and immediate checked as it lands. Returns the sprayer's result
+/// and the messages sent next to what `b` received (the callers check none was forged).
+#[allow(clippy::type_complexity)]
+pub fn job_under_spray<S: Send + 'static>(
+    a: &accord_engine::Engine,
+    b: &accord_engine::Engine,
+    plan: &JobPlan,
+    spray: impl FnOnce(Arc<AtomicBool>) -> S + Send + 'static,
+) -> (S, Vec<(Vec<u8>, Option<u32>)>, Vec<(Vec<u8>, Option<u32>)>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let sprayer = {
+        let stop = stop.clone();
+        std::thread::spawn(move || spray(stop))
+    };
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let sink = received.clone();
+    b.post_recvs(4096, 64, move |m| sink.lock().unwrap().push((m.data.to_vec(), m.imm)));
+    a.add_peer(&b.address()).unwrap();
+    b.add_peer(&a.address()).unwrap();
+    let dst = b.alloc(plan.len).unwrap();
+    let d = dst.descriptor();
+    let mut sends = Vec::new();
+    for round in 0..plan.rounds {
+        let bytes: Vec<u8> = (0..plan.len).map(|i| (i as u8).wrapping_mul(plan.pattern).wrapping_add(round)).collect();
+        let src = a.alloc(plan.len).unwrap();
+        src.write_at(0, &bytes).unwrap();
+        let h = src.handle();
+        let op = accord_engine::WriteOp {
+            src: &h,
+            src_offset: 0,
+            dst: &d,
+            dst_offset: 0,
+            len: plan.len as u64,
+            imm: Some(plan.imm),
+        };
+        a.write(&op).unwrap().wait_timeout(plan.wait).unwrap();
+        assert_eq!(b.imm_counter(plan.imm).wait(u64::from(round) + 1, plan.wait), u64::from(round) + 1);
+        assert_eq!(dst.to_vec(), bytes, "round {round}: every byte as written");
+        let message = vec![round; plan.message_base + usize::from(round)];
+        a.send(b.id(), &message, Some(u32::from(round))).unwrap().wait_timeout(plan.wait).unwrap();
+        sends.push((message, Some(u32::from(round))));
+        std::thread::sleep(std::time::Duration::from_millis(30)); // let replays of earlier rounds land
+    }
+    stop.store(true, Ordering::Relaxed);
+    let sprayed = sprayer.join().unwrap();
+    let got = received.lock().unwrap().clone();
+    (sprayed, sends, got)
 }
