@@ -402,6 +402,21 @@ ACCORD_DEVICE_INLINE bool user_signal(const DeviceTable* t, u32 id) {
   return t->signal_count >= 1 && id < t->signal_count - 1;
 }
 
+/// Whether a signal action and a counter action are well formed for `t` (NO_COUNTER: none).
+ACCORD_DEVICE_INLINE bool actions_ok(const DeviceTable* t, u8 signal_op, u32 signal_id, u32 counter_id) {
+  if (signal_op != SIGNAL_NONE && (!user_signal(t, signal_id) || signal_op > SIGNAL_SET)) return false;
+  return counter_id == NO_COUNTER || counter_id < t->counter_count;
+}
+
+/// Writes a put's signal and counter actions into `d` (checked by actions_ok).
+ACCORD_DEVICE_INLINE void set_actions(Descriptor* d, u8 signal_op, u32 signal_id, u64 signal_value, u32 counter_id) {
+  d->signal_op = signal_op;
+  d->flags = counter_id == NO_COUNTER ? 0 : FLAG_COUNTER;
+  d->signal_id = signal_op == SIGNAL_NONE ? 0 : signal_id;
+  d->counter_id = counter_id == NO_COUNTER ? 0 : counter_id;
+  d->signal_value = signal_value;
+}
+
 ACCORD_DEVICE_INLINE Status signal_any(const DeviceTable* t, u32 peer, u32 id, u8 op, u64 value, u32 ring) {
   u32 r;
   if (peer >= t->world || id >= t->signal_count || (op != SIGNAL_ADD && op != SIGNAL_SET) || !pick_ring(t, ring, &r)) {
@@ -528,23 +543,16 @@ ACCORD_DEVICE_INLINE Status put(const DeviceTable* table, u32 window, u32 peer, 
       !detail::fits(src_offset, bytes, detail::window_at(table, src_window)->bytes)) {
     return BAD_ARGUMENT;
   }
-  if (signal_op != SIGNAL_NONE && (!detail::user_signal(table, signal_id) || signal_op > SIGNAL_SET)) {
-    return BAD_ARGUMENT;
-  }
-  if (counter_id != NO_COUNTER && counter_id >= table->counter_count) return BAD_ARGUMENT;
+  if (!detail::actions_ok(table, signal_op, signal_id, counter_id)) return BAD_ARGUMENT;
   Descriptor d = {};
   d.op = OP_PUT;
-  d.signal_op = signal_op;
-  d.flags = counter_id == NO_COUNTER ? 0 : FLAG_COUNTER;
   d.peer = peer;
   d.window = window;
   d.src_window = src_window;
   d.dst_offset = dst_offset;
   d.src_offset = src_offset;
   d.bytes = bytes;
-  d.signal_id = signal_op == SIGNAL_NONE ? 0 : signal_id;
-  d.counter_id = counter_id == NO_COUNTER ? 0 : counter_id;
-  d.signal_value = signal_value;
+  detail::set_actions(&d, signal_op, signal_id, signal_value, counter_id);
   return detail::publish(table, r, d);
 }
 
@@ -560,22 +568,15 @@ ACCORD_DEVICE_INLINE Status put_value(const DeviceTable* table, u32 window, u32 
       !detail::pick_ring(table, ring, &r) || !detail::fits(dst_offset, bytes, detail::window_at(table, window)->bytes)) {
     return BAD_ARGUMENT;
   }
-  if (signal_op != SIGNAL_NONE && (!detail::user_signal(table, signal_id) || signal_op > SIGNAL_SET)) {
-    return BAD_ARGUMENT;
-  }
-  if (counter_id != NO_COUNTER && counter_id >= table->counter_count) return BAD_ARGUMENT;
+  if (!detail::actions_ok(table, signal_op, signal_id, counter_id)) return BAD_ARGUMENT;
   Descriptor d = {};
   d.op = OP_PUT_VALUE;
-  d.signal_op = signal_op;
-  d.flags = counter_id == NO_COUNTER ? 0 : FLAG_COUNTER;
   d.peer = peer;
   d.window = window;
   d.dst_offset = dst_offset;
   d.src_offset = value;
   d.bytes = bytes;
-  d.signal_id = signal_op == SIGNAL_NONE ? 0 : signal_id;
-  d.counter_id = counter_id == NO_COUNTER ? 0 : counter_id;
-  d.signal_value = signal_value;
+  detail::set_actions(&d, signal_op, signal_id, signal_value, counter_id);
   return detail::publish(table, r, d);
 }
 
