@@ -156,26 +156,44 @@ fn reset_signal_starts_it_again_from_zero() {
 
 #[test]
 fn a_put_whose_transfer_fails_is_reported_naming_the_peer_and_frees_its_slot() {
-    let gate = std::sync::Barrier::new(2);
+    // Every hand-off between the two ranks is a bounded wait: a rank that failed drops its
+    // sender, and the other goes on (the test then reports the failure, never hangs).
+    let (barrier_passed, wait_barrier) = std::sync::mpsc::channel::<()>();
+    let (cut_done, wait_cut) = std::sync::mpsc::channel::<()>();
+    let (checks_done, wait_checks) = std::sync::mpsc::channel::<()>();
+    let waits = std::sync::Mutex::new((Some(wait_barrier), Some(wait_cut), Some(wait_checks)));
+    let bound = Duration::from_secs(60);
     on_ranks_then(2, Route::UdpCuttable, config(), false, |rank, dc| {
         let w = dc.alloc_window(WINDOW).unwrap();
         dc.communicator().barrier().unwrap();
-        if rank == 1 {
-            assert!(dc.communicator().transport().engine().cut_nic(0), "rank 1 has a fault injector");
-        }
-        gate.wait();
         if rank == 0 {
+            // Rank 1 cuts its link only once rank 0 is out of the barrier too (the barrier's
+            // last writes must not be the ones cut).
+            let _ = barrier_passed.send(());
+            let wait_cut = waits.lock().unwrap().1.take().unwrap();
+            wait_cut.recv_timeout(bound).expect("rank 1 cut its link");
             let p = dc.host_producer(0).unwrap();
             let d = with_counter(with_signal(put(1, w, 0, w, 0, 64), SignalOp::Add, 0, 1), 0);
             p.push(&d).unwrap();
-            dc.wait_completed(0, 1, Duration::from_secs(60)).unwrap();
+            dc.wait_completed(0, 1, bound).unwrap();
             let errors = dc.errors();
             assert_eq!(errors.len(), 1, "{errors:?}");
             assert!(matches!(errors[0].kind, K::Transfer { what: "put", peer: 1, .. }), "{:?}", errors[0]);
             assert_eq!(dc.ring_control(0).unwrap(), (1, 1, 1));
             assert_eq!(dc.counter(0).unwrap(), 0, "a failed put is not counted");
             assert_eq!(dc.stats().signal_writes_issued, 0, "nor signalled");
+            let _ = checks_done.send(());
+        } else {
+            let (wait_barrier, wait_checks) = {
+                let mut w = waits.lock().unwrap();
+                (w.0.take().unwrap(), w.2.take().unwrap())
+            };
+            if wait_barrier.recv_timeout(bound).is_ok() {
+                assert!(dc.communicator().transport().engine().cut_nic(0), "rank 1 has a fault injector");
+                let _ = cut_done.send(());
+                // Rank 1 stays open until rank 0 checked (its close would fail the put otherwise).
+                let _ = wait_checks.recv_timeout(bound);
+            }
         }
-        gate.wait();
     });
 }

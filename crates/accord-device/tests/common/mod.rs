@@ -6,7 +6,7 @@ use accord_coll::engine::{EngineTransport, PreparedEngine};
 use accord_coll::{CollConfig, Communicator};
 use accord_device::layout::{Descriptor, Op, SignalOp, FLAG_COUNTER};
 use accord_device::{DeviceComm, DeviceCommConfig};
-use accord_engine::{Engine, EngineAddress, FaultConfig, ShmConfig};
+use accord_engine::{Engine, EngineAddress, EngineConfig, FaultConfig, ShmConfig};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,7 +37,17 @@ pub fn engine(route: Route, seed: u64) -> Arc<Engine> {
         Route::Shm => b.force_network(true),
         Route::Udp => b.force_network(true).shm(no_shm),
         Route::UdpFaulty => b.force_network(true).shm(no_shm).fault_injection(faults(), seed),
-        Route::UdpCuttable => b.force_network(true).shm(no_shm).fault_injection(FaultConfig::default(), seed),
+        // A cut link must fail its put soon: a connection silent 300 ms is lost, and its parts
+        // fail once the peer stayed silent for 1 s more (the engine's outage rule).
+        Route::UdpCuttable => b
+            .config(EngineConfig {
+                idle_timeout: Duration::from_millis(300),
+                peer_dead_after: Duration::from_secs(1),
+                ..EngineConfig::default()
+            })
+            .force_network(true)
+            .shm(no_shm)
+            .fault_injection(FaultConfig::default(), seed),
     };
     Arc::new(b.build().expect("engine on loopback"))
 }
