@@ -4,11 +4,12 @@
 # and a check that every transport ended with the same parameters.
 # Usage: scripts/device/ddp_transports.sh OUT_DIR
 # Env:   ACCORD_NCCL_PLUGIN (libnccl-net-accord.so), TRANSPORTS (default
-#        "nvlink socket accord accord_gpu"; the names of scripts/device/nccl_tests.sh), STEPS (40)
+#        "nvlink socket accord accord_gpu"; the names of scripts/device/transports.sh), STEPS (40)
 set -uo pipefail
 OUT=${1:?output directory}
 mkdir -p "$OUT"
 HERE="$(cd "$(dirname "$0")" && pwd)"
+source "$HERE/transports.sh"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 CUBLAS_WORKSPACE_CONFIG=:4096:8
 PLUGIN_DIR=$(mktemp -d)
 trap 'rm -rf "$PLUGIN_DIR"' EXIT
@@ -16,15 +17,8 @@ trap 'rm -rf "$PLUGIN_DIR"' EXIT
 PORT=$((31200 + RANDOM % 500))
 : >"$OUT/ddp.jsonl"
 for transport in ${TRANSPORTS:-nvlink socket accord accord_gpu}; do
-    net_only=(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1)
-    accord=(NCCL_NET=Accord NCCL_NET_PLUGIN="$PLUGIN_DIR/libnccl-net-accord.so" LD_LIBRARY_PATH="$PLUGIN_DIR:${LD_LIBRARY_PATH:-}" ACCORD_NET_IFS=127.0.0.1)
-    case "$transport" in
-        nvlink) envs=() ;;
-        socket) envs=("${net_only[@]}" NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=4) ;;
-        accord) envs=("${net_only[@]}" "${accord[@]}") ;;
-        accord_gpu) envs=("${net_only[@]}" "${accord[@]}" ACCORD_NET_GPU_BUFFERS=1 NCCL_NET_GDR_LEVEL=SYS NCCL_NET_GDR_READ=1) ;;
-        *) echo "unknown transport $transport"; continue ;;
-    esac
+    read -r -a envs <<<"$(transport_env "$transport" "$PLUGIN_DIR")"
+    if [ "${envs[0]:-}" = UNKNOWN ]; then echo "unknown transport $transport"; continue; fi
     PORT=$((PORT + 1))
     env "${envs[@]}" timeout 120 python3 -m torch.distributed.run --standalone --nproc_per_node 2 --master_port "$PORT" \
         "$HERE/ddp_transports.py" --label "$transport" --steps "${STEPS:-40}" >"$OUT/ddp_$transport.log" 2>&1

@@ -14,15 +14,7 @@
 #        MPICH_WHEEL      mpich-*.whl (required for the mp shape; without it mp is skipped)
 #        ACCORD_NCCL_PLUGIN  libnccl-net-accord.so (required for the accord transports)
 #        SHAPES      default "g2 mp"
-#        TRANSPORTS  default "socket accord accord_gpu"; known:
-#                    nvlink      P2P and SHM on: the ceiling
-#                    socket      NCCL's Socket, tuned (4 threads x 4 sockets); socket_default untuned
-#                    accord      the plugin's defaults
-#                    accord_gpu  ACCORD_NET_GPU_BUFFERS=1 with NCCL_NET_GDR_LEVEL=SYS
-#                                NCCL_NET_GDR_READ=1 (without them NCCL keeps its buffers in host
-#                                memory: this host's loopback NIC has no PCI path near a GPU)
-#                    accord_net  ACCORD_FORCE_NETWORK=1: no in-process copy route
-#                    accord_cma  ACCORD_CMA=1: receivers pull large sends with process_vm_readv
+#        TRANSPORTS  default "socket accord accord_gpu"; the names of scripts/device/transports.sh
 #        COLLS       default "all_reduce"; any of all_reduce all_gather alltoall sendrecv
 #        BYTES_MIN / BYTES_MAX (1M / 256M), ITERS (-n, 20), WARMUP (-w, 5), RUN_TIMEOUT (s, 120)
 # Output: one nccl-tests log per run in OUT_DIR, and a summary table on stdout: out-of-place busbw
@@ -86,27 +78,14 @@ if [ -n "${ACCORD_NCCL_PLUGIN:-}" ]; then
     PLUGIN_DIR="$WORK/plugin" && mkdir -p "$PLUGIN_DIR"
     ln -s "$(readlink -f "$ACCORD_NCCL_PLUGIN")" "$PLUGIN_DIR/libnccl-net-accord.so"
 fi
-transport_env() {  # the environment of one transport, one VAR=value per line
-    local net_only="NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1"
-    local accord="NCCL_NET=Accord NCCL_NET_PLUGIN=$PLUGIN_DIR/libnccl-net-accord.so LD_LIBRARY_PATH=$PLUGIN_DIR:$LD_LIBRARY_PATH ACCORD_NET_IFS=${ACCORD_NET_IFS:-127.0.0.1}"
-    case "$1" in
-        nvlink) echo "" ;;
-        socket) echo "$net_only NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=4" ;;
-        socket_default) echo "$net_only NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo" ;;
-        accord) echo "$net_only $accord" ;;
-        accord_gpu) echo "$net_only $accord ACCORD_NET_GPU_BUFFERS=1 NCCL_NET_GDR_LEVEL=SYS NCCL_NET_GDR_READ=1" ;;
-        accord_net) echo "$net_only $accord ACCORD_FORCE_NETWORK=1" ;;
-        accord_cma) echo "$net_only $accord ACCORD_CMA=1" ;;
-        *) echo "UNKNOWN" ;;
-    esac
-}
+source "$(dirname "$0")/transports.sh"
 SUMMARY="$OUT/summary.txt"
 : >"$SUMMARY"
 printf "%-6s %-15s %-11s %s\n" shape transport coll "busbw GB/s out-of-place by size | #wrong | verdict" | tee -a "$SUMMARY"
 for shape in $SHAPES; do
     if [ "$shape" = mp ] && [ "$HAVE_MP" != 1 ]; then echo "nccl_tests: mp shape skipped: no MPICH_WHEEL"; continue; fi
     for transport in $TRANSPORTS; do
-        read -r -a envs <<<"$(transport_env "$transport")"
+        read -r -a envs <<<"$(transport_env "$transport" "$PLUGIN_DIR")"
         if [ "${envs[0]:-}" = UNKNOWN ]; then echo "nccl_tests: unknown transport $transport"; continue; fi
         case "$transport" in accord*) [ -z "$PLUGIN_DIR" ] && { echo "nccl_tests: $transport skipped: no ACCORD_NCCL_PLUGIN"; continue; } ;; esac
         for coll in $COLLS; do

@@ -1,0 +1,28 @@
+# The NCCL transports the device scripts compare, one definition for all of them (sourced by
+# scripts/device/nccl_tests.sh and scripts/device/ddp_transports.sh, so a transport means the
+# same environment in every table).
+#
+#   transport_env NAME PLUGIN_DIR  prints the transport's VAR=value words on one line
+#                                  ("UNKNOWN" for a name it does not know)
+#
+#   nvlink      P2P and SHM on: the ceiling
+#   socket      NCCL's Socket, tuned (4 threads x 4 sockets); socket_default untuned
+#   accord      the Accord plugin's defaults (PLUGIN_DIR holds libnccl-net-accord.so)
+#   accord_gpu  ACCORD_NET_GPU_BUFFERS=1 with NCCL_NET_GDR_LEVEL=SYS NCCL_NET_GDR_READ=1 (without
+#               them NCCL keeps its buffers in host memory: a loopback NIC has no PCI path near a GPU)
+#   accord_net  ACCORD_FORCE_NETWORK=1: no in-process copy route
+#   accord_cma  ACCORD_CMA=1: receivers pull large sends with process_vm_readv
+transport_env() {
+    local net_only="NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1"
+    local accord="NCCL_NET=Accord NCCL_NET_PLUGIN=$2/libnccl-net-accord.so LD_LIBRARY_PATH=$2:${LD_LIBRARY_PATH:-} ACCORD_NET_IFS=${ACCORD_NET_IFS:-127.0.0.1}"
+    case "$1" in
+        nvlink) echo "" ;;
+        socket) echo "$net_only NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=4" ;;
+        socket_default) echo "$net_only NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo" ;;
+        accord) echo "$net_only $accord" ;;
+        accord_gpu) echo "$net_only $accord ACCORD_NET_GPU_BUFFERS=1 NCCL_NET_GDR_LEVEL=SYS NCCL_NET_GDR_READ=1" ;;
+        accord_net) echo "$net_only $accord ACCORD_FORCE_NETWORK=1" ;;
+        accord_cma) echo "$net_only $accord ACCORD_CMA=1" ;;
+        *) echo "UNKNOWN" ;;
+    esac
+}
