@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use crate::context::Gpu;
 use crate::error::{CudaError, Result};
 use crate::ffi::driver::{self, RawEvent, RawStream};
+use crate::memory::DevicePtr;
 
 /// Longest sleep between two polls in [`Event::wait_timeout`].
 pub const EVENT_POLL_SLEEP_MAX: Duration = Duration::from_micros(200);
@@ -40,6 +41,35 @@ impl Stream {
     pub fn wait_event(&self, event: &Event) -> Result<()> {
         self.gpu.bind()?;
         driver::stream_wait_event(self.raw, event.raw)
+    }
+
+    /// Whether all queued work completed; an error when the stream met a fault (its context
+    /// is then unusable), so a poller can fail what it waits for instead of waiting for ever.
+    pub fn query(&self) -> Result<bool> {
+        self.gpu.bind()?;
+        driver::stream_query(self.raw)
+    }
+
+    /// Queues a store of `value` to the 8 bytes at `dst` once the work queued before it
+    /// completed, with a memory barrier first (`cuStreamWriteValue64`): the way to publish "the
+    /// copies before this landed" to a GPU or host that polls `dst`, with no kernel and no host
+    /// round trip. `dst` is device memory (this GPU's, a peer's mapped here) or mapped pinned
+    /// host memory; a context must be current on the calling thread ([`Gpu::bind`]).
+    pub fn write_value_u64(&self, dst: DevicePtr, value: u64) -> Result<()> {
+        driver::stream_write_value64(self.raw, dst.0, value)
+    }
+
+    /// Queues a copy of `len_bytes` between two device addresses usable in this stream's
+    /// context, without the range checks of [`crate::copy_peer_async`] (two driver queries a
+    /// copy): for hot paths whose ranges were checked once against their allocations. A context
+    /// must be current on the calling thread.
+    ///
+    /// # Safety
+    /// `src..+len_bytes` and `dst..+len_bytes` must lie in live allocations reachable from this
+    /// context (device memory, or a peer's mapped here) for as long as the copy runs.
+    #[allow(unsafe_code)]
+    pub unsafe fn copy_unchecked(&self, dst: DevicePtr, src: DevicePtr, len_bytes: usize) -> Result<()> {
+        driver::memcpy_dtod_async(dst.0, src.0, len_bytes, self.raw)
     }
 
     pub(crate) fn raw(&self) -> RawStream {

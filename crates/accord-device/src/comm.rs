@@ -2,6 +2,7 @@
 //! transport: its rings and proxy threads, windows, signals, counters and device table.
 
 use crate::error::{DescriptorError, DeviceError, WaitError};
+use crate::lane::PeerLane;
 use crate::memory::{Block, Placement, Want};
 use crate::proxy::{ProxyHandle, ProxyTiming};
 use crate::ring::{HostProducer, Ring, RING_SLOTS_DEFAULT};
@@ -10,6 +11,7 @@ use crate::table::TableMemory;
 use crate::window::{all_gather_records, descriptor_record, parse_descriptor_records, Window, WINDOWS_MAX};
 use accord_coll::engine::EngineTransport;
 use accord_coll::Communicator;
+use accord_cuda::{DevicePtr, Gpu, Stream};
 use accord_engine::{Engine, MemoryKind, MrBuffer, MrDescriptor, MrHandle};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -39,6 +41,11 @@ pub struct DeviceCommConfig {
     pub timing: ProxyTiming,
     /// How long a [`HostProducer`] waits on a full ring before it fails.
     pub producer_timeout: Duration,
+    /// Run descriptors for peers this rank's GPU reaches by address (same host through CUDA
+    /// IPC, or this process) on the proxies' stream lanes (see `lane.rs`) rather than as engine
+    /// writes, and give kernels those addresses for direct stores. GPU placement only; off, every
+    /// descriptor is an engine write (the baseline the device bench compares the lane with).
+    pub stream_lane: bool,
 }
 
 impl Default for DeviceCommConfig {
@@ -51,6 +58,7 @@ impl Default for DeviceCommConfig {
             placement: Placement::Host,
             timing: ProxyTiming::default(),
             producer_timeout: Duration::from_secs(30),
+            stream_lane: true,
         }
     }
 }
@@ -70,6 +78,10 @@ pub struct DeviceStats {
     pub descriptor_errors: u64,
     /// Pushes by [`HostProducer`]s that found their ring full.
     pub ring_full_events: u64,
+    /// Batches the proxies queued on stream lanes.
+    pub lane_batches: u64,
+    /// Driver calls those batches took (copies after merging, stores).
+    pub lane_driver_ops: u64,
 }
 
 #[derive(Debug, Default)]
@@ -79,6 +91,8 @@ pub(crate) struct Counters {
     pub(crate) signal_writes_issued: AtomicU64,
     pub(crate) signal_writes_coalesced: AtomicU64,
     pub(crate) descriptor_errors: AtomicU64,
+    pub(crate) lane_batches: AtomicU64,
+    pub(crate) lane_driver_ops: AtomicU64,
 }
 
 /// This rank's incoming signal slots, `u64[signal_count][world]`.
@@ -102,6 +116,10 @@ pub(crate) struct Shared {
     pub(crate) signal_cells: MrBuffer,
     /// Every rank's incoming signal slots.
     pub(crate) peer_signals: Vec<MrDescriptor>,
+    /// The GPU the stream lanes run on (None: no lanes).
+    pub(crate) lane_gpu: Option<Gpu>,
+    /// Each peer's stream lane, where this rank's GPU reaches its signal slots.
+    pub(crate) lanes: Vec<Option<PeerLane>>,
     counters: Block,
     errors: Mutex<Vec<DescriptorError>>,
     pub(crate) stats: Counters,
@@ -250,6 +268,15 @@ impl DeviceComm {
         let counters = Block::new(&placement, Want::Shared, config.counters as usize * 8)?;
         let signal_bases = Block::new(&placement, Want::Shared, signal_count as usize * 8)?;
         let barrier_epoch = Block::new(&placement, Want::DeviceOnly, 8)?;
+        let lane_gpu = match (&placement, config.stream_lane) {
+            (Placement::Gpu(gpu), true) => Some(gpu.clone()),
+            _ => None,
+        };
+        let lanes: Vec<Option<PeerLane>> = match &lane_gpu {
+            Some(gpu) => (0..world).map(|p| open_lane(&engine, gpu, &peer_signals[p as usize], rank, world)).collect(),
+            None => (0..world).map(|_| None).collect(),
+        };
+        let lane_gpu = lane_gpu.filter(|_| lanes.iter().any(|l: &Option<PeerLane>| l.is_some()));
         let shared = Arc::new(Shared {
             engine: engine.clone(),
             rank,
@@ -260,6 +287,8 @@ impl DeviceComm {
             signal_board: SignalBoard::new(world, signal_count),
             signal_cells,
             peer_signals,
+            lane_gpu,
+            lanes,
             counters,
             errors: Mutex::new(Vec::new()),
             stats: Counters::default(),
@@ -270,7 +299,11 @@ impl DeviceComm {
             let ring = Arc::new(Ring::new(index, config.slot_count, &placement)?);
             let staging = source_cells(&engine, &placement, config.slot_count as usize * 8)
                 .map_err(|e| register("a ring's value staging", e))?;
-            let proxy = ProxyHandle::spawn(ring.clone(), shared.clone(), staging, config.timing)
+            let lane_done = match shared.lane_gpu {
+                Some(_) => Some(Block::new(&placement, Want::Shared, world as usize * 8)?),
+                None => None,
+            };
+            let proxy = ProxyHandle::spawn(ring.clone(), shared.clone(), staging, lane_done, config.timing)
                 .map_err(|e| DeviceError::Memory { what: format!("a proxy thread: {e}") })?;
             rings.push(ring);
             proxies.push(proxy);
@@ -374,6 +407,7 @@ impl DeviceComm {
         };
         match result {
             Ok(peers) => {
+                self.map_window_on_lanes(&peers);
                 let window = Window { local, base, len: desc.len, kind, peers, owned };
                 self.shared.windows.write().unwrap_or_else(|e| e.into_inner()).push(window);
                 Ok(id)
@@ -384,6 +418,31 @@ impl DeviceComm {
                 }
                 Err(e)
             }
+        }
+    }
+
+    /// Maps the new window of every peer with a lane (0 where it cannot be reached: its puts
+    /// then go through the engine).
+    fn map_window_on_lanes(&self, peers: &[MrDescriptor]) {
+        let Some(gpu) = &self.shared.lane_gpu else { return };
+        for (p, lane) in self.shared.lanes.iter().enumerate() {
+            let Some(lane) = lane else { continue };
+            let addr = match peers[p]
+                .device
+                .map(|_| self.shared.engine.map_device_region(&peers[p], gpu.ordinal() as u32))
+            {
+                Some(Ok(m)) => {
+                    let ptr = m.ptr;
+                    lane.mappings.lock().unwrap_or_else(|e| e.into_inner()).push(m);
+                    ptr
+                }
+                Some(Err(e)) => {
+                    tracing::debug!(peer = p, error = %e, "window not reachable by address: its puts go through the engine");
+                    0
+                }
+                None => 0,
+            };
+            lane.windows.write().unwrap_or_else(|e| e.into_inner()).push(addr);
         }
     }
 
@@ -572,6 +631,8 @@ impl DeviceComm {
             signal_writes_coalesced: c.signal_writes_coalesced.load(Ordering::Relaxed),
             descriptor_errors: c.descriptor_errors.load(Ordering::Relaxed),
             ring_full_events: self.ring_full_events.load(Ordering::Relaxed),
+            lane_batches: c.lane_batches.load(Ordering::Relaxed),
+            lane_driver_ops: c.lane_driver_ops.load(Ordering::Relaxed),
         }
     }
 
@@ -607,6 +668,14 @@ impl DeviceComm {
                 counter_count: self.shared.counter_count,
                 rings: self.rings.iter().map(|r| r.device()).collect(),
                 windows: windows.iter().map(|w| (w.base, w.len)).collect(),
+                peer_bases: (0..windows.len())
+                    .map(|w| {
+                        self.lane_addresses(|l| {
+                            l.windows.read().unwrap_or_else(|e| e.into_inner()).get(w).copied().unwrap_or(0)
+                        })
+                    })
+                    .collect(),
+                peer_signals: self.lane_addresses(|l| l.signal_slots),
                 signals,
                 signal_bases: self.signal_bases.device_addr(),
                 counters: self.shared.counters.device_addr(),
@@ -616,6 +685,11 @@ impl DeviceComm {
         }
         let t = tables.last().expect("built above");
         Ok((t.table, t.device_addr()))
+    }
+
+    /// One address per peer from its lane (0 for a peer without one).
+    fn lane_addresses(&self, of: impl Fn(&PeerLane) -> u64) -> Vec<u64> {
+        self.shared.lanes.iter().map(|l| l.as_ref().map_or(0, &of)).collect()
     }
 
     /// Stops the proxies (after draining what is in flight, bounded by the close drain),
@@ -647,6 +721,39 @@ impl Drop for DeviceComm {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// The stream lane to `peer` (see `lane.rs`), if GPU `gpu` reaches its signal slots by
+/// address and the driver accepts a stream store into them: probed once by storing this rank's
+/// current contribution (0: nothing was signalled yet) into its own slot of signal 0 there.
+fn open_lane(engine: &Engine, gpu: &Gpu, slots: &MrDescriptor, rank: u32, world: u32) -> Option<PeerLane> {
+    let why_not = |e: String| {
+        tracing::debug!(peer = %slots.engine.0, error = %e, "no stream lane to this peer: its descriptors go through the engine");
+        None
+    };
+    let mapping = match engine.map_device_region(slots, gpu.ordinal() as u32) {
+        Ok(m) => m,
+        Err(e) => return why_not(e.to_string()),
+    };
+    let stream = match Stream::new(gpu) {
+        Ok(s) => s,
+        Err(e) => return why_not(e.to_string()),
+    };
+    let own_slot_of_signal_0 = mapping.ptr + u64::from(rank) * 8;
+    debug_assert!(u64::from(rank) < u64::from(world));
+    let probe = gpu
+        .bind()
+        .and_then(|()| stream.write_value_u64(DevicePtr(own_slot_of_signal_0), 0))
+        .and_then(|()| stream.synchronize());
+    if let Err(e) = probe {
+        return why_not(format!("a stream store into its signal slots failed: {e}"));
+    }
+    Some(PeerLane {
+        stream: Mutex::new(stream),
+        signal_slots: mapping.ptr,
+        windows: RwLock::new(Vec::new()),
+        mappings: Mutex::new(vec![mapping]),
+    })
 }
 
 /// Host memory the proxy writes small values from (signal values, `put_value`s). On a GPU it is

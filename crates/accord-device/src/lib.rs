@@ -14,6 +14,7 @@
 
 mod comm;
 pub mod error;
+mod lane;
 pub mod layout;
 pub mod memory;
 mod proxy;

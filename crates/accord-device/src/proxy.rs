@@ -29,19 +29,26 @@
 
 use crate::comm::Shared;
 use crate::error::{DescriptorError, DescriptorErrorKind};
+use crate::lane::{queue_batch, LaneItem, LaneWork, StreamSink};
 use crate::layout::{Descriptor, Op, SignalOp, FLAG_COUNTER};
+use crate::memory::Block;
 use crate::ring::{Ring, RingConsumer};
 use crate::signals::Next;
-use accord_engine::{MrBuffer, MrDescriptor, MrHandle, TransferError, WriteOp};
-use std::collections::HashMap;
+use accord_engine::{MemoryKind, MrBuffer, MrDescriptor, MrHandle, TransferError, WriteOp};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Descriptors one proxy takes per turn before it looks at completions again.
+/// Descriptors one proxy takes per turn before it looks at completions again (and the most
+/// one stream-lane batch holds).
 pub const DESCRIPTORS_PER_TURN_MAX: usize = 256;
+
+/// How long a stream-lane batch may go without completing before the proxy asks its stream
+/// whether it failed (a faulted context never writes the done word).
+const LANE_STALL_CHECK: Duration = Duration::from_millis(500);
 
 /// How a proxy thread idles and how long it drains at close.
 #[derive(Copy, Clone, Debug)]
@@ -86,18 +93,28 @@ pub(crate) struct ProxyHandle {
 }
 
 impl ProxyHandle {
-    /// Starts the proxy of `ring`, staging `PutValue` values in `staging` (8 bytes a slot).
+    /// Starts the proxy of `ring`, staging `PutValue` values in `staging` (8 bytes a slot);
+    /// `lane_done` holds one mapped word per peer when the communicator has stream lanes.
     pub(crate) fn spawn(
         ring: Arc<Ring>,
         shared: Arc<Shared>,
         staging: MrBuffer,
+        lane_done: Option<Block>,
         timing: ProxyTiming,
     ) -> std::io::Result<ProxyHandle> {
         let stop = Arc::new(AtomicBool::new(false));
         let stop_flag = stop.clone();
         let thread = std::thread::Builder::new().name(format!("accord-proxy-{}", ring.index())).spawn(move || {
             let (events, inbox) = channel();
+            let world = shared.world as usize;
+            if let Some(gpu) = &shared.lane_gpu {
+                // The lane's driver calls need this GPU's context on this thread.
+                let _ = gpu.bind();
+            }
             let mut proxy = Proxy {
+                lane_done,
+                lane_pending: (0..world).map(|_| LanePending::default()).collect(),
+                lane_batches: (0..world).map(|_| Vec::new()).collect(),
                 consumer: RingConsumer::new(ring),
                 shared,
                 staging,
@@ -136,7 +153,23 @@ enum Action {
     SignalOnly,
 }
 
+/// Stream-lane tickets of one peer queued and not yet seen completed.
+#[derive(Default)]
+struct LanePending {
+    /// (ticket, descriptor) in ticket order.
+    tickets: VecDeque<(u64, Descriptor)>,
+    /// The done value of the last batch queued (its last ticket plus one).
+    queued_done: u64,
+    /// When the proxy last saw this peer's lane make progress (or queued into an idle one).
+    since: Option<Instant>,
+}
+
 struct Proxy {
+    /// One mapped host word per peer that the lane's stream writes each batch's done value to.
+    lane_done: Option<Block>,
+    lane_pending: Vec<LanePending>,
+    /// Items of the batch being gathered, per peer.
+    lane_batches: Vec<Vec<(LaneItem, Descriptor)>>,
     consumer: RingConsumer,
     shared: Arc<Shared>,
     staging: MrBuffer,
@@ -165,6 +198,8 @@ impl Proxy {
                 self.execute(ticket, desc);
                 progressed = true;
             }
+            self.queue_lane_batches();
+            progressed |= self.poll_lanes();
             if stop.load(Ordering::Acquire) {
                 let deadline = *drain_deadline.get_or_insert_with(|| Instant::now() + timing.close_drain);
                 let idle = self.consumer.in_flight() == 0 && self.signal_writes_in_flight == 0;
@@ -202,6 +237,17 @@ impl Proxy {
                 return;
             }
         };
+        if let Some(work) = self.lane_work(&desc, &action) {
+            let item = LaneItem {
+                ticket,
+                work,
+                signal_op: signal_op_of(desc.signal_op).unwrap_or(SignalOp::None),
+                signal_id: desc.signal_id,
+                signal_value: desc.signal_value,
+            };
+            self.lane_batches[desc.peer as usize].push((item, desc));
+            return;
+        }
         match action {
             Action::SignalOnly => self.finish(ticket, &desc),
             Action::Write { src, src_offset, dst, dst_offset, len } => {
@@ -228,6 +274,156 @@ impl Proxy {
                 }
             }
         }
+    }
+
+    /// What the stream lane does for a checked descriptor, or `None` when it must go through
+    /// the engine (no lane to the peer, a window the lane cannot reach, a `put_value` that is
+    /// not 8 aligned bytes).
+    fn lane_work(&self, d: &Descriptor, action: &Action) -> Option<LaneWork> {
+        self.lane_done.as_ref()?;
+        let lane = self.shared.lanes.get(d.peer as usize)?.as_ref()?;
+        if d.op == Op::Signal as u8 {
+            return Some(LaneWork::SignalOnly);
+        }
+        let Action::Write { .. } = action else { return None };
+        let dst_base = *lane.windows.read().unwrap_or_else(|e| e.into_inner()).get(d.window as usize)?;
+        if dst_base == 0 {
+            return None;
+        }
+        let dst = dst_base + d.dst_offset;
+        if d.op == Op::PutValue as u8 {
+            return (d.bytes == 8 && dst % 8 == 0).then_some(LaneWork::Value { dst, value: d.src_offset });
+        }
+        let windows = self.shared.windows.read().unwrap_or_else(|e| e.into_inner());
+        let src = windows.get(d.src_window as usize)?;
+        let on = self.shared.lane_gpu.as_ref()?.ordinal() as u32;
+        match src.kind {
+            MemoryKind::CudaDevice { ordinal } if ordinal == on => {
+                Some(LaneWork::Copy { dst, src: src.base + d.src_offset, len: d.bytes })
+            }
+            _ => None,
+        }
+    }
+
+    /// Queues each peer's gathered lane items as one batch on its lane.
+    fn queue_lane_batches(&mut self) {
+        for peer in 0..self.lane_batches.len() {
+            if self.lane_batches[peer].is_empty() {
+                continue;
+            }
+            let batch = std::mem::take(&mut self.lane_batches[peer]);
+            let items: Vec<LaneItem> = batch.iter().map(|(item, _)| *item).collect();
+            let last = items.last().map_or(0, |i| i.ticket);
+            let result = self.queue_on_lane(peer as u32, &items, last + 1);
+            match result {
+                Ok(()) => {
+                    let pending = &mut self.lane_pending[peer];
+                    if pending.tickets.is_empty() {
+                        pending.since = Some(Instant::now());
+                    }
+                    pending.queued_done = last + 1;
+                    pending.tickets.extend(batch.into_iter().map(|(item, d)| (item.ticket, d)));
+                }
+                Err(reason) => {
+                    for (item, d) in batch {
+                        self.record(item.ticket, DescriptorErrorKind::Submit { peer: d.peer, reason: reason.clone() });
+                        self.consumer.complete(item.ticket);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Queues `items` for `peer` under its lane's lock, computing signal values there.
+    fn queue_on_lane(&self, peer: u32, items: &[LaneItem], done_value: u64) -> Result<(), String> {
+        let s = &self.shared;
+        let lane = s.lanes[peer as usize].as_ref().ok_or("no lane to this peer")?;
+        let done = self.lane_done.as_ref().ok_or("no lane done words")?;
+        let done_word = done.device_addr() + u64::from(peer) * 8;
+        let stream = lane.stream.lock().unwrap_or_else(|e| e.into_inner());
+        let (ops, signal_stores) = queue_batch(
+            &mut StreamSink(&stream),
+            items,
+            |signal, op, operand| s.signal_board.advance(peer, signal, op, operand),
+            |signal| lane.signal_slots + s.signal_slot_offset(signal),
+            done_word,
+            done_value,
+        )?;
+        drop(stream);
+        s.stats.signal_writes_issued.fetch_add(signal_stores as u64, Ordering::Relaxed);
+        s.stats.lane_batches.fetch_add(1, Ordering::Relaxed);
+        s.stats.lane_driver_ops.fetch_add(ops as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Completes lane tickets whose batch's done value the stream wrote; fails a peer's pending
+    /// tickets when its stream reports a fault. Whether anything moved.
+    fn poll_lanes(&mut self) -> bool {
+        let Some(done) = self.lane_done.as_ref() else { return false };
+        let mut progressed = false;
+        let mut finished: Vec<(u64, Descriptor)> = Vec::new();
+        let mut failed: Vec<(u64, Descriptor, String)> = Vec::new();
+        for (peer, pending) in self.lane_pending.iter_mut().enumerate() {
+            if pending.tickets.is_empty() {
+                continue;
+            }
+            let seen = done.word(peer).map_or(0, |w| w.load(Ordering::Acquire));
+            let before = pending.tickets.len();
+            while pending.tickets.front().is_some_and(|(t, _)| *t < seen) {
+                finished.extend(pending.tickets.pop_front());
+            }
+            if pending.tickets.len() != before {
+                progressed = true;
+                pending.since = Some(Instant::now());
+                continue;
+            }
+            if pending.since.is_some_and(|t| t.elapsed() >= LANE_STALL_CHECK) {
+                pending.since = Some(Instant::now());
+                let lane = self.shared.lanes[peer].as_ref();
+                let state = lane.map(|l| l.stream.lock().unwrap_or_else(|e| e.into_inner()).query());
+                let reason = match state {
+                    Some(Ok(false)) => None, // still copying (a long queue): look again later
+                    Some(Ok(true)) => {
+                        // Idle, yet the done word is short: read it once more (it may have
+                        // landed since), else the lane lost it.
+                        let now = done.word(peer).map_or(0, |w| w.load(Ordering::Acquire));
+                        (now < pending.queued_done).then(|| {
+                            format!(
+                                "the lane's stream went idle with its done word at {now}, not {}",
+                                pending.queued_done
+                            )
+                        })
+                    }
+                    Some(Err(e)) => Some(format!("the lane's stream failed: {e}")),
+                    None => Some("no lane to this peer".to_string()),
+                };
+                if let Some(reason) = reason {
+                    failed.extend(pending.tickets.drain(..).map(|(t, d)| (t, d, reason.clone())));
+                    progressed = true;
+                }
+            }
+        }
+        for (ticket, d) in finished {
+            self.finish_lane(ticket, &d);
+        }
+        for (ticket, d, reason) in failed {
+            self.record(ticket, DescriptorErrorKind::Submit { peer: d.peer, reason });
+            self.consumer.complete(ticket);
+        }
+        progressed
+    }
+
+    /// A lane ticket completed: its bytes and signal landed at the peer.
+    fn finish_lane(&mut self, ticket: u64, d: &Descriptor) {
+        let s = &self.shared;
+        s.stats.descriptors_executed.fetch_add(1, Ordering::Relaxed);
+        if d.op != Op::Signal as u8 {
+            s.stats.bytes_put.fetch_add(d.bytes, Ordering::Relaxed);
+        }
+        if d.flags & FLAG_COUNTER != 0 {
+            s.bump_counter(d.counter_id);
+        }
+        self.consumer.complete(ticket);
     }
 
     /// Checks every field; nothing is written for a descriptor that fails.
@@ -311,6 +507,24 @@ impl Proxy {
     /// The ticket's write (if any) completed here: counter, signal, watermark.
     fn finish(&mut self, ticket: u64, d: &Descriptor) {
         let s = self.shared.clone();
+        let signal_op = signal_op_of(d.signal_op).unwrap_or(SignalOp::None);
+        if signal_op != SignalOp::None
+            && self.lane_done.is_some()
+            && s.lanes.get(d.peer as usize).is_some_and(|l| l.is_some())
+        {
+            // The peer's signals all go through its lane, so their order is the stream's. The
+            // bytes landed already (the engine completed the put), so the signal may follow;
+            // the ticket completes (counted, counter bumped) when the lane wrote it.
+            let item = LaneItem {
+                ticket,
+                work: LaneWork::SignalOnly,
+                signal_op,
+                signal_id: d.signal_id,
+                signal_value: d.signal_value,
+            };
+            self.lane_batches[d.peer as usize].push((item, *d));
+            return;
+        }
         s.stats.descriptors_executed.fetch_add(1, Ordering::Relaxed);
         if d.op != Op::Signal as u8 {
             s.stats.bytes_put.fetch_add(d.bytes, Ordering::Relaxed);
@@ -318,7 +532,6 @@ impl Proxy {
         if d.flags & FLAG_COUNTER != 0 {
             s.bump_counter(d.counter_id);
         }
-        let signal_op = signal_op_of(d.signal_op).unwrap_or(SignalOp::None);
         if signal_op == SignalOp::None {
             self.consumer.complete(ticket);
             return;

@@ -74,6 +74,21 @@ impl SignalBoard {
         }
     }
 
+    /// Applies `op` with `operand` and returns the new running value, tracking no write in
+    /// flight: for peers whose signal writes go through a stream lane, where the stream's own
+    /// order keeps the slot monotone (the caller enqueues the write under the lane's lock).
+    pub(crate) fn advance(&self, peer: u32, signal: u32, op: SignalOp, operand: u64) -> u64 {
+        let i = self.index(peer, signal);
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let e = &mut entries[i];
+        match op {
+            SignalOp::None => {}
+            SignalOp::Add => e.value = e.value.wrapping_add(operand),
+            SignalOp::Set => e.value = operand,
+        }
+        e.value
+    }
+
     /// The write in flight for (`peer`, `signal`) finished (`ok` says how). If the value moved
     /// meanwhile and the write succeeded, the caller writes the newest value next; after a
     /// failure nothing more is written (the peer is dead or refused us; the error is recorded).
@@ -117,6 +132,16 @@ mod tests {
         assert_eq!(b.apply(1, 2, SignalOp::Add, 1), Next::Coalesced);
         assert_eq!(b.written(1, 2, false), Next::Idle, "a failed write stops the chain");
         assert_eq!(b.written(0, 2, true), Next::Idle);
+        assert_eq!(b.in_flight(), 0);
+    }
+
+    #[test]
+    fn advance_keeps_the_running_value_without_a_write_in_flight() {
+        let b = SignalBoard::new(2, 1);
+        assert_eq!(b.advance(1, 0, SignalOp::Add, 2), 2);
+        assert_eq!(b.advance(1, 0, SignalOp::Add, 3), 5);
+        assert_eq!(b.advance(1, 0, SignalOp::None, 9), 5);
+        assert_eq!(b.advance(1, 0, SignalOp::Set, 1), 1);
         assert_eq!(b.in_flight(), 0);
     }
 }

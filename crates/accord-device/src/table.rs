@@ -6,8 +6,9 @@
 //! DeviceTable | RingDevice[ring_count] | WindowEntry[window_count] | u64[window_count][world] peer_bases | u64[world] peer_signals
 //! ```
 //!
-//! `peer_bases` and `peer_signals` are all 0 in this version: every put and signal goes
-//! through the proxy (direct stores to same-host peers over NVLink are a later step).
+//! `peer_bases` and `peer_signals` hold the addresses at which this rank's GPU reaches each
+//! peer's windows and signal slots (the stream lanes' mappings: same-host peers through CUDA
+//! IPC, peers in this process directly), 0 where it cannot; `put_direct` stores through them.
 
 use crate::error::DeviceError;
 use crate::layout::{DeviceTable, RingDevice, WindowEntry, LAYOUT_VERSION};
@@ -23,6 +24,10 @@ pub(crate) struct TableInputs {
     pub(crate) rings: Vec<RingDevice>,
     /// Each window's (device address, bytes) on this rank.
     pub(crate) windows: Vec<(u64, u64)>,
+    /// Per window, each peer's window as this rank's GPU reaches it (0: not by address).
+    pub(crate) peer_bases: Vec<Vec<u64>>,
+    /// Each peer's incoming signal slots as this rank's GPU reaches them (0: not by address).
+    pub(crate) peer_signals: Vec<u64>,
     pub(crate) signals: u64,
     pub(crate) signal_bases: u64,
     pub(crate) counters: u64,
@@ -80,10 +85,15 @@ impl TableMemory {
             peer_signals: base + peer_signals_at as u64,
             barrier_epoch: inputs.barrier_epoch,
         };
-        // The block is zeroed: peer_bases and peer_signals stay 0 (no direct stores yet).
         block.write(0, &bytes_of(&table))?;
         block.write(rings_at, &bytes_of_slice(&inputs.rings))?;
         block.write(windows_at, &bytes_of_slice(&entries))?;
+        for (w, bases) in inputs.peer_bases.iter().enumerate().take(nw) {
+            let row: Vec<u64> = (0..world).map(|p| bases.get(p).copied().unwrap_or(0)).collect();
+            block.write(peer_bases_at + w * world * 8, &bytes_of_slice(&row))?;
+        }
+        let signals: Vec<u64> = (0..world).map(|p| inputs.peer_signals.get(p).copied().unwrap_or(0)).collect();
+        block.write(peer_signals_at, &bytes_of_slice(&signals))?;
         Ok(TableMemory { block, table, window_count: nw })
     }
 

@@ -92,6 +92,7 @@ pub use device::staging::{
 };
 pub use device::{DEVICE_COPIES_IN_FLIGHT_MAX, DEVICE_STREAMS_PER_GPU, IPC_MAPPINGS_MAX};
 pub use engine::route::cma::{CmaStats, CMA_MIN_BYTES_DEFAULT, CMA_PULLS_IN_FLIGHT_MAX, CMA_VERIFIED_PEERS_MAX};
+pub use engine::route::direct::DeviceRegionMapping;
 pub use engine::route::landing::{
     LandingStats, LANDING_ASKS_MAX, LANDING_ASKS_PER_PEER_MAX, LANDING_CONTROL_QUEUE_MAX, LANDING_REQUESTS_MAX,
     LANDING_TIMEOUT_DEFAULT,

@@ -259,6 +259,26 @@ pub(crate) fn stream_synchronize(stream: RawStream) -> Result<()> {
     check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(stream.0) })
 }
 
+/// Whether everything queued on `stream` completed (`Ok(false)`: still running); an error
+/// when the stream (its context) met a fault.
+pub(crate) fn stream_query(stream: RawStream) -> Result<bool> {
+    // Safety: stream is live.
+    let result = unsafe { sys::cuStreamQuery(stream.0) };
+    if result == sys::CUresult::CUDA_ERROR_NOT_READY {
+        return Ok(false);
+    }
+    check("cuStreamQuery", result).map(|()| true)
+}
+
+/// Queues a 64-bit store of `value` to `addr` on `stream`, after the work queued before it
+/// (a stream memory operation: no kernel, no SM). With the default flags the store is preceded
+/// by a memory barrier, so every earlier write of the stream is visible before it.
+pub(crate) fn stream_write_value64(stream: RawStream, addr: RawPtr, value: u64) -> Result<()> {
+    let flags = sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32;
+    // Safety: a bad device address fails the stream (an error), never host memory it does not map.
+    check("cuStreamWriteValue64_v2", unsafe { sys::cuStreamWriteValue64_v2(stream.0, addr, value, flags) })
+}
+
 /// Makes `stream` wait for `event` on the device.
 pub(crate) fn stream_wait_event(stream: RawStream, event: RawEvent) -> Result<()> {
     // Safety: both handles are live; flags must be 0.

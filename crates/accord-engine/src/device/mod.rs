@@ -172,6 +172,32 @@ impl DeviceRoute {
         self.state.lock().unwrap().opened_total
     }
 
+    /// Byte 0 of the same-host peer region `dst`, mapped through its IPC handle into GPU
+    /// `on`'s context (the cached mapping the copy route uses), and the mapping.
+    pub(crate) fn map_peer_region(&self, dst: &MrDescriptor, on: u32) -> Result<(u64, Arc<IpcMapping>), String> {
+        let _restore = accord_cuda::CurrentContextGuard::save();
+        let mut state = self.state.lock().unwrap();
+        if state.private_contexts {
+            return Err("the engine opens GPUs through contexts of its own (DeviceContext::Private): its mappings \
+                        are not usable from the caller's context"
+                .into());
+        }
+        let gpu = slot(&mut state, on)?.gpu.clone();
+        mapped(&mut state, &gpu, dst, 0, on)
+    }
+
+    /// Enables GPU `from`'s access to GPU `to`'s memory (once per pair).
+    pub(crate) fn reach(&self, from: u32, to: u32) -> Result<(), String> {
+        let _restore = accord_cuda::CurrentContextGuard::save();
+        let mut state = self.state.lock().unwrap();
+        let from_gpu = slot(&mut state, from)?.gpu.clone();
+        let to_gpu = slot(&mut state, to)?.gpu.clone();
+        if from != to && state.peer_access.insert((from, to)) {
+            from_gpu.enable_peer_access(&to_gpu).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
     /// Queues the copy on an engine-owned stream. Once it completed, the poller runs `after`
     /// (which must complete `transfer`'s one part), or completes the part itself.
     pub(crate) fn copy(

@@ -35,6 +35,7 @@
 
 pub(crate) mod cma;
 mod copy_engine;
+pub(crate) mod direct;
 pub(crate) mod dispatch;
 mod landed;
 pub(crate) mod landing;

@@ -1,0 +1,256 @@
+//! The stream lane: how a proxy runs descriptors for a peer whose window and signal slots GPU
+//! code of this rank can reach by address (a same-host peer through CUDA IPC, or a peer in
+//! this process), without an engine write per descriptor.
+//!
+//! Why: through the engine, every descriptor costs a copy, an event, a poller thread's query, a
+//! completion thread's callback and a channel hop back to the proxy, and its signal costs the
+//! same again once the put completed; on the 2xH200 host that was about 10 us per put
+//! (docs/results/2026-11-26-device-api.md). Here a batch of descriptors to one peer becomes, on
+//! one CUDA stream of this rank's GPU and in this order:
+//! 1. the batch's puts, sorted by destination and merged where both ends are contiguous, one
+//!    `cuMemcpyDtoDAsync` per merged run (copy engine, no SM); `put_value`s of 8 aligned bytes
+//!    as `cuStreamWriteValue64`;
+//! 2. each signal the batch touched, once, with its newest running value, as a
+//!    `cuStreamWriteValue64` into this rank's slot at the peer (the stream orders it after every
+//!    byte above, with a memory barrier first, so a signal is never seen before its data);
+//! 3. a `cuStreamWriteValue64` of the batch's last ticket plus one into a mapped host word the
+//!    proxy polls: that word passing a ticket is its completion (counters, flush), with no
+//!    event, no poller thread and no callback.
+//!
+//! The lane's stream and signal values are per peer and shared by every ring's proxy under one
+//! lock, so the order in which values are computed is the order in which they are written.
+//! Puts of one batch may run in any order among themselves (puts are unordered, as in the rest
+//! of the device API), except that puts to the same destination offset keep their ticket order.
+
+use crate::layout::SignalOp;
+use accord_cuda::{DevicePtr, Stream};
+use accord_engine::DeviceRegionMapping;
+use std::sync::{Mutex, RwLock};
+
+/// Where a lane item's bytes come from and go to (device addresses in this rank's context).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum LaneWork {
+    /// Copy `len` bytes from `src` to `dst`.
+    Copy { dst: u64, src: u64, len: u64 },
+    /// Store the 8-byte `value` at `dst` (8-byte aligned).
+    Value { dst: u64, value: u64 },
+    /// No data: only the signal action.
+    SignalOnly,
+}
+
+/// One descriptor the lane runs: its work and its signal action.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct LaneItem {
+    pub(crate) ticket: u64,
+    pub(crate) work: LaneWork,
+    pub(crate) signal_op: SignalOp,
+    pub(crate) signal_id: u32,
+    pub(crate) signal_value: u64,
+}
+
+/// What a lane queues its work on (a CUDA stream; a recorder in tests).
+pub(crate) trait LaneSink {
+    /// Queues a copy.
+    fn copy(&mut self, dst: u64, src: u64, len: u64) -> Result<(), String>;
+    /// Queues an 8-byte store after everything queued before it.
+    fn write_value(&mut self, dst: u64, value: u64) -> Result<(), String>;
+}
+
+/// The lane's CUDA stream as a [`LaneSink`].
+pub(crate) struct StreamSink<'a>(pub(crate) &'a Stream);
+
+impl LaneSink for StreamSink<'_> {
+    fn copy(&mut self, dst: u64, src: u64, len: u64) -> Result<(), String> {
+        let len = usize::try_from(len).map_err(|_| "length does not fit this machine".to_string())?;
+        // Safety: `src` lies in a window of this rank on this GPU and `dst` in the peer's
+        // window as mapped here, both checked against the windows' lengths by the proxy before
+        // the item was made; the windows stay registered until the communicator closes, which
+        // stops the proxies (draining this stream) first.
+        #[allow(unsafe_code)]
+        unsafe { self.0.copy_unchecked(DevicePtr(dst), DevicePtr(src), len) }.map_err(|e| format!("lane copy: {e}"))
+    }
+
+    fn write_value(&mut self, dst: u64, value: u64) -> Result<(), String> {
+        self.0.write_value_u64(DevicePtr(dst), value).map_err(|e| format!("lane store: {e}"))
+    }
+}
+
+/// Merges copies whose source and destination both continue the previous one, after a stable
+/// sort by destination (so copies to one destination offset keep their order).
+pub(crate) fn merge_copies(mut copies: Vec<(u64, u64, u64)>) -> Vec<(u64, u64, u64)> {
+    copies.sort_by_key(|&(dst, _, _)| dst);
+    let mut merged: Vec<(u64, u64, u64)> = Vec::with_capacity(copies.len());
+    for (dst, src, len) in copies {
+        match merged.last_mut() {
+            Some((d, s, l)) if *d + *l == dst && *s + *l == src => *l += len,
+            _ => merged.push((dst, src, len)),
+        }
+    }
+    merged
+}
+
+/// Queues one batch for one peer on `sink`: data, then each touched signal once with the value
+/// `advance` gives for it after the batch (called in ticket order), then `done_value` into
+/// `done_word`. Returns the driver operations queued and how many of them were signal stores.
+pub(crate) fn queue_batch(
+    sink: &mut dyn LaneSink,
+    items: &[LaneItem],
+    mut advance: impl FnMut(u32, SignalOp, u64) -> u64,
+    signal_slot: impl Fn(u32) -> u64,
+    done_word: u64,
+    done_value: u64,
+) -> Result<(usize, usize), String> {
+    let mut ops = 0;
+    let copies: Vec<(u64, u64, u64)> = items
+        .iter()
+        .filter_map(|i| match i.work {
+            LaneWork::Copy { dst, src, len } => Some((dst, src, len)),
+            _ => None,
+        })
+        .collect();
+    for (dst, src, len) in merge_copies(copies) {
+        sink.copy(dst, src, len)?;
+        ops += 1;
+    }
+    for item in items {
+        if let LaneWork::Value { dst, value } = item.work {
+            sink.write_value(dst, value)?;
+            ops += 1;
+        }
+    }
+    // Newest value per signal, in the order the signals were first touched.
+    let mut touched: Vec<(u32, u64)> = Vec::new();
+    for item in items.iter().filter(|i| i.signal_op != SignalOp::None) {
+        let value = advance(item.signal_id, item.signal_op, item.signal_value);
+        match touched.iter_mut().find(|(s, _)| *s == item.signal_id) {
+            Some(entry) => entry.1 = value,
+            None => touched.push((item.signal_id, value)),
+        }
+    }
+    let signal_stores = touched.len();
+    for (signal, value) in touched {
+        sink.write_value(signal_slot(signal), value)?;
+        ops += 1;
+    }
+    sink.write_value(done_word, done_value)?;
+    Ok((ops + 1, signal_stores))
+}
+
+/// One peer's lane: the stream every ring's proxy queues on (under the lock), the peer's
+/// signal slots and windows as this rank's GPU reaches them.
+pub(crate) struct PeerLane {
+    pub(crate) stream: Mutex<Stream>,
+    /// Device address (here) of the peer's incoming slots, `u64[signal_count][world]`.
+    pub(crate) signal_slots: u64,
+    /// Device address (here) of the peer's window `w`, 0 where it cannot be reached.
+    pub(crate) windows: RwLock<Vec<u64>>,
+    /// The mappings behind those addresses (kept open while the lane lives).
+    pub(crate) mappings: Mutex<Vec<DeviceRegionMapping>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Recorder(Vec<String>);
+
+    impl LaneSink for Recorder {
+        fn copy(&mut self, dst: u64, src: u64, len: u64) -> Result<(), String> {
+            self.0.push(format!("copy {dst}<-{src} {len}"));
+            Ok(())
+        }
+        fn write_value(&mut self, dst: u64, value: u64) -> Result<(), String> {
+            self.0.push(format!("store {dst}={value}"));
+            Ok(())
+        }
+    }
+
+    fn put(ticket: u64, dst: u64, src: u64, len: u64) -> LaneItem {
+        LaneItem {
+            ticket,
+            work: LaneWork::Copy { dst, src, len },
+            signal_op: SignalOp::None,
+            signal_id: 0,
+            signal_value: 0,
+        }
+    }
+
+    #[test]
+    fn contiguous_puts_merge_in_any_ticket_order_and_gaps_or_other_sources_do_not() {
+        let merged = merge_copies(vec![(1016, 2016, 8), (1000, 2000, 8), (1008, 2008, 8), (1032, 2032, 8)]);
+        assert_eq!(merged, vec![(1000, 2000, 24), (1032, 2032, 8)], "a gap at 1024 splits the run");
+        let merged = merge_copies(vec![(0, 100, 8), (8, 300, 8)]);
+        assert_eq!(merged.len(), 2, "destinations continue but sources do not");
+        let merged = merge_copies(vec![(0, 100, 8), (0, 100, 8), (8, 108, 8)]);
+        assert_eq!(merged, vec![(0, 100, 8), (0, 100, 16)], "a repeated put is not folded into its twin");
+    }
+
+    #[test]
+    fn a_batch_queues_data_then_each_signal_once_with_its_newest_value_then_the_done_word() {
+        let mut items = vec![put(10, 1000, 2000, 8), put(11, 1008, 2008, 8)];
+        items[0].signal_op = SignalOp::Add;
+        items[0].signal_id = 3;
+        items[0].signal_value = 1;
+        items[1].signal_op = SignalOp::Add;
+        items[1].signal_id = 3;
+        items[1].signal_value = 1;
+        items.push(LaneItem {
+            ticket: 12,
+            work: LaneWork::Value { dst: 4096, value: 77 },
+            signal_op: SignalOp::Set,
+            signal_id: 5,
+            signal_value: 9,
+        });
+        let mut running = std::collections::HashMap::new();
+        let mut rec = Recorder::default();
+        let ops = queue_batch(
+            &mut rec,
+            &items,
+            |s, op, v| {
+                let e = running.entry(s).or_insert(0u64);
+                match op {
+                    SignalOp::Add => *e += v,
+                    SignalOp::Set => *e = v,
+                    SignalOp::None => {}
+                }
+                *e
+            },
+            |s| 50_000 + u64::from(s) * 8,
+            90_000,
+            13,
+        )
+        .unwrap();
+        assert_eq!(
+            rec.0,
+            vec![
+                "copy 1000<-2000 16".to_string(),
+                "store 4096=77".into(),
+                "store 50024=2".into(),
+                "store 50040=9".into(),
+                "store 90000=13".into(),
+            ]
+        );
+        assert_eq!(ops, (5, 2));
+    }
+
+    #[test]
+    fn a_failing_sink_stops_the_batch_before_its_signals_and_done_word() {
+        struct Failing(usize);
+        impl LaneSink for Failing {
+            fn copy(&mut self, _: u64, _: u64, _: u64) -> Result<(), String> {
+                Err("copy refused".into())
+            }
+            fn write_value(&mut self, _: u64, _: u64) -> Result<(), String> {
+                self.0 += 1;
+                Ok(())
+            }
+        }
+        let mut item = put(1, 0, 8, 8);
+        item.signal_op = SignalOp::Add;
+        let mut sink = Failing(0);
+        let err = queue_batch(&mut sink, &[item], |_, _, v| v, |_| 0, 1, 2).unwrap_err();
+        assert!(err.contains("copy refused"));
+        assert_eq!(sink.0, 0, "no signal and no done word after a failed copy");
+    }
+}
