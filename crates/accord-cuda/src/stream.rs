@@ -72,6 +72,20 @@ impl Stream {
         driver::memcpy_dtod_async(dst.0, src.0, len_bytes, self.raw)
     }
 
+    /// Queues many device-to-device copies in one driver call (`cuMemcpyBatchAsync`), each
+    /// `(dst, src, len)`: they start after the work queued before them and may run in any order
+    /// among themselves. A context must be current on the calling thread.
+    ///
+    /// # Safety
+    /// As [`Stream::copy_unchecked`], for every copy.
+    #[allow(unsafe_code)]
+    pub unsafe fn copy_batch_unchecked(&self, copies: &[(DevicePtr, DevicePtr, usize)]) -> Result<()> {
+        let dsts: Vec<u64> = copies.iter().map(|c| c.0 .0).collect();
+        let srcs: Vec<u64> = copies.iter().map(|c| c.1 .0).collect();
+        let sizes: Vec<usize> = copies.iter().map(|c| c.2).collect();
+        driver::memcpy_batch_async(&dsts, &srcs, &sizes, self.gpu.ordinal() as u32, self.raw)
+    }
+
     pub(crate) fn raw(&self) -> RawStream {
         self.raw
     }

@@ -1,19 +1,22 @@
 // Descriptor rate: every thread of the grid issues `puts_per_thread` puts of `bytes` bytes
-// (no signal) from window 1 to `peer`'s window 0, each thread to its own slot
-// (thread * bytes, modulo the window). The host times this kernel followed by
-// accord_dev_flush on the same stream: puts per second through one ring per block.
+// (no signal) from window 1 to `peer`'s window 0, each thread to its own slot at
+// thread * stride (modulo the window). stride == bytes makes neighbouring threads' puts
+// contiguous (a proxy may merge them); stride > bytes leaves gaps, so none can merge. The host
+// times this kernel followed by accord_dev_flush on the same stream: puts per second through
+// one ring.
 #include "common.cuh"
 using namespace accord_kernels;
 
-extern "C" __global__ void accord_dev_rate(const DeviceTable* t, u64 peer, u64 puts_per_thread, u64 bytes, u64* out) {
+extern "C" __global__ void accord_dev_rate(const DeviceTable* t, u64 peer, u64 puts_per_thread, u64 bytes, u64 stride,
+                                           u64* out) {
   const u64 thread = u64(blockIdx.x) * blockDim.x + threadIdx.x;
   const u64 window_bytes = reinterpret_cast<const WindowEntry*>(t->windows)[0].bytes;
-  const u64 slots = bytes == 0 ? 0 : window_bytes / bytes;
+  const u64 slots = (bytes == 0 || stride < bytes) ? 0 : window_bytes / stride;
   if (slots == 0) {
     note(out, BAD_ARGUMENT);
     return;
   }
-  const u64 offset = (thread % slots) * bytes;
+  const u64 offset = (thread % slots) * stride;
   for (u64 k = 0; k < puts_per_thread; ++k) {
     const Status s = put(t, 0, static_cast<u32>(peer), offset, 1, offset, bytes);
     if (s != OK) {

@@ -7,9 +7,10 @@
 //! same again once the put completed; on the 2xH200 host that was about 10 us per put
 //! (docs/results/2026-11-26-device-api.md). Here a batch of descriptors to one peer becomes, on
 //! one CUDA stream of this rank's GPU and in this order:
-//! 1. the batch's puts, sorted by destination and merged where both ends are contiguous, one
-//!    `cuMemcpyDtoDAsync` per merged run (copy engine, no SM); `put_value`s of 8 aligned bytes
-//!    as `cuStreamWriteValue64`;
+//! 1. the batch's puts, sorted by destination and merged where both ends are contiguous, the
+//!    merged runs in one `cuMemcpyBatchAsync` (copy engine, no SM; one `cuMemcpyDtoDAsync`
+//!    each where the driver lacks it); `put_value`s of 8 aligned bytes as
+//!    `cuStreamWriteValue64`;
 //! 2. each signal the batch touched, once, with its newest running value, as a
 //!    `cuStreamWriteValue64` into this rank's slot at the peer (the stream orders it after every
 //!    byte above, with a memory barrier first, so a signal is never seen before its data);
@@ -20,11 +21,12 @@
 //! The lane's stream and signal values are per peer and shared by every ring's proxy under one
 //! lock, so the order in which values are computed is the order in which they are written.
 //! Puts of one batch may run in any order among themselves (puts are unordered, as in the rest
-//! of the device API), except that puts to the same destination offset keep their ticket order.
+//! of the device API), except that puts whose destination bytes overlap keep their ticket order.
 
 use crate::layout::SignalOp;
 use accord_cuda::{DevicePtr, Stream};
 use accord_engine::DeviceRegionMapping;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, RwLock};
 
 /// Where a lane item's bytes come from and go to (device addresses in this rank's context).
@@ -52,6 +54,14 @@ pub(crate) struct LaneItem {
 pub(crate) trait LaneSink {
     /// Queues a copy.
     fn copy(&mut self, dst: u64, src: u64, len: u64) -> Result<(), String>;
+    /// Queues several copies that may run in any order among themselves; returns the driver
+    /// calls it took.
+    fn copy_many(&mut self, copies: &[(u64, u64, u64)]) -> Result<usize, String> {
+        for &(dst, src, len) in copies {
+            self.copy(dst, src, len)?;
+        }
+        Ok(copies.len())
+    }
     /// Queues an 8-byte store after everything queued before it.
     fn write_value(&mut self, dst: u64, value: u64) -> Result<(), String>;
 }
@@ -73,7 +83,41 @@ impl LaneSink for StreamSink<'_> {
     fn write_value(&mut self, dst: u64, value: u64) -> Result<(), String> {
         self.0.write_value_u64(DevicePtr(dst), value).map_err(|e| format!("lane store: {e}"))
     }
+
+    /// One `cuMemcpyBatchAsync` for a batch's copies (a driver call costs microseconds, a
+    /// small put's bytes nanoseconds); the first refusal of the batch call by this driver
+    /// turns it off for the process and the copies go one by one.
+    fn copy_many(&mut self, copies: &[(u64, u64, u64)]) -> Result<usize, String> {
+        if copies.len() < 2 || BATCH_COPY_REFUSED.load(Ordering::Relaxed) {
+            for &(dst, src, len) in copies {
+                self.copy(dst, src, len)?;
+            }
+            return Ok(copies.len());
+        }
+        let mut list = Vec::with_capacity(copies.len());
+        for &(dst, src, len) in copies {
+            let len = usize::try_from(len).map_err(|_| "length does not fit this machine".to_string())?;
+            list.push((DevicePtr(dst), DevicePtr(src), len));
+        }
+        // Safety: as in `copy`, for every copy of the batch.
+        #[allow(unsafe_code)]
+        match unsafe { self.0.copy_batch_unchecked(&list) } {
+            Ok(()) => Ok(1),
+            Err(e) => {
+                if !BATCH_COPY_REFUSED.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(error = %e, "the driver refused a batched copy: lane copies go one call each");
+                }
+                for &(dst, src, len) in copies {
+                    self.copy(dst, src, len)?;
+                }
+                Ok(copies.len())
+            }
+        }
+    }
 }
+
+/// Set once the driver refused `cuMemcpyBatchAsync` (older drivers lack it).
+static BATCH_COPY_REFUSED: AtomicBool = AtomicBool::new(false);
 
 /// Merges copies whose source and destination both continue the previous one, after a stable
 /// sort by destination (so copies to one destination offset keep their order).
@@ -87,6 +131,26 @@ pub(crate) fn merge_copies(mut copies: Vec<(u64, u64, u64)>) -> Vec<(u64, u64, u
         }
     }
     merged
+}
+
+/// Splits runs sorted by destination into groups within which no two destinations overlap:
+/// the copies of one group may run in any order, the groups run one after the other, so puts
+/// to overlapping bytes keep their ticket order.
+pub(crate) fn non_overlapping_groups(runs: &[(u64, u64, u64)]) -> Vec<&[(u64, u64, u64)]> {
+    let mut groups = Vec::new();
+    let (mut start, mut end) = (0usize, 0u64);
+    for (i, &(dst, _, len)) in runs.iter().enumerate() {
+        if i > start && dst < end {
+            groups.push(&runs[start..i]);
+            start = i;
+            end = 0;
+        }
+        end = end.max(dst + len);
+    }
+    if start < runs.len() {
+        groups.push(&runs[start..]);
+    }
+    groups
 }
 
 /// Queues one batch for one peer on `sink`: data, then each touched signal once with the value
@@ -108,9 +172,8 @@ pub(crate) fn queue_batch(
             _ => None,
         })
         .collect();
-    for (dst, src, len) in merge_copies(copies) {
-        sink.copy(dst, src, len)?;
-        ops += 1;
+    for group in non_overlapping_groups(&merge_copies(copies)) {
+        ops += sink.copy_many(group)?;
     }
     for item in items {
         if let LaneWork::Value { dst, value } = item.work {
@@ -184,6 +247,18 @@ mod tests {
         assert_eq!(merged.len(), 2, "destinations continue but sources do not");
         let merged = merge_copies(vec![(0, 100, 8), (0, 100, 8), (8, 108, 8)]);
         assert_eq!(merged, vec![(0, 100, 8), (0, 100, 16)], "a repeated put is not folded into its twin");
+    }
+
+    #[test]
+    fn overlapping_destinations_split_the_copies_into_ordered_groups() {
+        let runs = merge_copies(vec![(0, 100, 8), (0, 200, 8), (8, 300, 8), (4, 400, 8), (64, 500, 8)]);
+        let groups = non_overlapping_groups(&runs);
+        let want: Vec<&[(u64, u64, u64)]> =
+            vec![&[(0, 100, 8)], &[(0, 200, 8)], &[(4, 400, 8)], &[(8, 300, 8), (64, 500, 8)]];
+        assert_eq!(groups, want, "the earlier put to 0 goes first; 4..12 overlaps both neighbours");
+        let disjoint = merge_copies(vec![(0, 100, 8), (16, 200, 8), (32, 300, 8)]);
+        assert_eq!(non_overlapping_groups(&disjoint).len(), 1, "disjoint runs share one call");
+        assert!(non_overlapping_groups(&[]).is_empty());
     }
 
     #[test]

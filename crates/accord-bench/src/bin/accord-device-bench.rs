@@ -20,7 +20,7 @@
 //!
 //! Usage: accord-device-bench [--route ipc|network] [--iters 1000] [--sizes-mib 1,4,16,64,256]
 //!        [--bw-iters 10] [--replays 100] [--rounds 4] [--rate-grid 8x128] [--rate-puts 64]
-//!        [--timeout-s 300]
+//!        [--timeout-s 300] [--lane on|off]
 //!
 //! Started plainly, it is the launcher: it checks for two GPUs (and refuses with a message and
 //! exit status 2 without them), then runs itself twice as ranks 0 and 1 with the torchrun
@@ -62,11 +62,13 @@ pub struct Args {
     pub rate_puts: u64,
     /// Bound of the whole run; each device wait gets a share of it.
     pub timeout: Duration,
+    /// Stream lanes on (`--lane on`, the default) or off (every descriptor an engine write).
+    pub lane: bool,
 }
 
 const USAGE: &str = "usage: accord-device-bench [--route ipc|network] [--iters N] [--sizes-mib 1,4,...] \
                      [--bw-iters N] [--replays N] [--rounds N] [--rate-grid BLOCKSxTHREADS] [--rate-puts N] \
-                     [--timeout-s S]";
+                     [--timeout-s S] [--lane on|off]";
 
 fn parse_args(argv: &[String]) -> Result<Args, String> {
     let mut args = Args {
@@ -79,6 +81,7 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
         rate_grid: (8, 128),
         rate_puts: 64,
         timeout: Duration::from_secs(300),
+        lane: true,
     };
     let mut it = argv.iter();
     while let Some(flag) = it.next() {
@@ -94,6 +97,13 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
                 args.route = value()?;
                 if args.route != "ipc" && args.route != "network" {
                     return Err(format!("--route {}: use ipc or network", args.route));
+                }
+            }
+            "--lane" => {
+                args.lane = match value()?.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    other => return Err(format!("--lane {other}: use on or off")),
                 }
             }
             "--iters" => args.iters = number(value()?, "--iters", 1_000_000)?,

@@ -270,6 +270,52 @@ pub(crate) fn stream_query(stream: RawStream) -> Result<bool> {
     check("cuStreamQuery", result).map(|()| true)
 }
 
+/// Queues `dsts.len()` device-to-device copies on `stream` in one call
+/// (`cuMemcpyBatchAsync`): each copy's source is read in stream order; the copies among
+/// themselves run in any order. `ordinal` is the stream's GPU (the location hint).
+pub(crate) fn memcpy_batch_async(
+    dsts: &[u64],
+    srcs: &[u64],
+    sizes: &[usize],
+    ordinal: u32,
+    stream: RawStream,
+) -> Result<()> {
+    if dsts.len() != srcs.len() || dsts.len() != sizes.len() {
+        return Err(CudaError::InvalidArgument {
+            what: "a copy batch needs as many sources and sizes as destinations".into(),
+        });
+    }
+    if dsts.is_empty() {
+        return Ok(());
+    }
+    let here = sys::CUmemLocation {
+        type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+        id: ordinal as std::ffi::c_int,
+    };
+    let mut attrs = [sys::CUmemcpyAttributes {
+        srcAccessOrder: sys::CUmemcpySrcAccessOrder::CU_MEMCPY_SRC_ACCESS_ORDER_STREAM,
+        srcLocHint: here,
+        dstLocHint: here,
+        flags: 0,
+    }];
+    let mut attr_indices = [0usize];
+    let (mut d, mut s, mut z) = (dsts.to_vec(), srcs.to_vec(), sizes.to_vec());
+    // Safety: three arrays of equal length and one attribute applying from copy 0 on, all live
+    // for the call (the driver reads them during it); a bad device address fails the stream.
+    check("cuMemcpyBatchAsync_v2", unsafe {
+        sys::cuMemcpyBatchAsync_v2(
+            d.as_mut_ptr(),
+            s.as_mut_ptr(),
+            z.as_mut_ptr(),
+            d.len(),
+            attrs.as_mut_ptr(),
+            attr_indices.as_mut_ptr(),
+            1,
+            stream.0,
+        )
+    })
+}
+
 /// Queues a 64-bit store of `value` to `addr` on `stream`, after the work queued before it
 /// (a stream memory operation: no kernel, no SM). With the default flags the store is preceded
 /// by a memory barrier, so every earlier write of the stream is visible before it.

@@ -207,9 +207,15 @@ impl Kernels {
         peer: u32,
         puts: u64,
         bytes: u64,
+        stride: u64,
         out: DevicePtr,
     ) -> Result<(), String> {
-        launch(&self.rate, LaunchConfig::linear(grid.0, grid.1), stream, &[table, u64::from(peer), puts, bytes, out.0])
+        launch(
+            &self.rate,
+            LaunchConfig::linear(grid.0, grid.1),
+            stream,
+            &[table, u64::from(peer), puts, bytes, stride, out.0],
+        )
     }
 
     /// One thread issues `count` puts of `bytes` to `peer` (the last signalled), then flushes.

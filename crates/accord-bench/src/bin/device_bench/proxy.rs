@@ -16,6 +16,8 @@ pub struct ProxyConfig {
     pub slot_count: u32,
     /// Signals the kernels use (the barrier's is added by the host side).
     pub user_signals: u32,
+    /// Stream lanes on (`DeviceCommConfig::stream_lane`).
+    pub stream_lane: bool,
     /// Counters.
     pub counters: u32,
 }
@@ -54,6 +56,7 @@ mod imp {
                 user_signals: config.user_signals,
                 counters: config.counters,
                 placement: Placement::Gpu(gpu.clone()),
+                stream_lane: config.stream_lane,
                 ..DeviceCommConfig::default()
             };
             let comm = DeviceComm::new(comm, config).map_err(|e| format!("DeviceComm::new: {e}"))?;

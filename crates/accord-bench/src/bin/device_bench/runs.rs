@@ -131,8 +131,10 @@ impl Ctx {
         ok
     }
 
+    /// The route as the JSON rows name it: `ipc` or `network`, with `+engine` when the stream
+    /// lanes are off (every descriptor an engine write).
     fn route(&self) -> String {
-        json_string(&self.args.route)
+        json_string(&format!("{}{}", self.args.route, if self.args.lane { "" } else { "+engine" }))
     }
 }
 
@@ -152,7 +154,8 @@ pub fn rank_main(args: &Args) -> Result<(), String> {
     let send = DeviceBuffer::alloc(&gpu, window_bytes).map_err(cuda("window 1"))?;
     let out_words = OUT_HEADER_WORDS + args.iters as usize + 100;
     let out = DeviceBuffer::alloc(&gpu, out_words * 8).map_err(cuda("result words"))?;
-    let config = ProxyConfig { rings: 1, slot_count: 1024, user_signals: USER_SIGNALS, counters: 4 };
+    let config =
+        ProxyConfig { rings: 1, slot_count: 1024, user_signals: USER_SIGNALS, counters: 4, stream_lane: args.lane };
     let mut proxy = Proxy::open(comm, &gpu, config)?;
     let w0 = proxy.register_device_window(&recv)?;
     let w1 = proxy.register_device_window(&send)?;
@@ -181,9 +184,10 @@ pub fn rank_main(args: &Args) -> Result<(), String> {
     };
     if rank == 0 {
         println!(
-            "# accord-device-bench: {} ranks, route {}, GPU {} ({}), {} proxy ring(s) of {} slots",
+            "# accord-device-bench: {} ranks, route {}, stream lanes {}, GPU {} ({}), {} proxy ring(s) of {} slots",
             ctx.world,
             ctx.args.route,
+            if ctx.args.lane { "on" } else { "off" },
             ctx.gpu.ordinal(),
             ctx.gpu.name(),
             config.rings,
@@ -202,7 +206,8 @@ pub fn rank_main(args: &Args) -> Result<(), String> {
     }
     run_many_peer(&mut ctx)?;
     run_graph(&mut ctx)?;
-    run_rate(&mut ctx)?;
+    run_rate(&mut ctx, 8)?;
+    run_rate(&mut ctx, 64)?;
     run_bandwidth(&mut ctx)?;
     finish(ctx)
 }
@@ -499,7 +504,7 @@ fn run_graph(ctx: &mut Ctx) -> Result<(), String> {
 /// Descriptors per second through one proxy thread: rank 0's grid issues small puts to rank 1,
 /// then one thread flushes; timed with events around both kernels. Every put must have been
 /// executed by the proxy exactly once (its executed count moves by exactly the puts issued).
-fn run_rate(ctx: &mut Ctx) -> Result<(), String> {
+fn run_rate(ctx: &mut Ctx, stride: u64) -> Result<(), String> {
     const BYTES: u64 = 8;
     let (blocks, threads) = ctx.args.rate_grid;
     let puts = u64::from(blocks) * u64::from(threads) * ctx.args.rate_puts;
@@ -512,7 +517,16 @@ fn run_rate(ctx: &mut Ctx) -> Result<(), String> {
         let start = Event::new(&ctx.gpu, EventKind::Timing).map_err(cuda("event"))?;
         let end = Event::new(&ctx.gpu, EventKind::Timing).map_err(cuda("event"))?;
         start.record(&ctx.stream).map_err(cuda("event"))?;
-        ctx.kernels.rate(&ctx.stream, ctx.table, (blocks, threads), 1, ctx.args.rate_puts, BYTES, ctx.out.ptr())?;
+        ctx.kernels.rate(
+            &ctx.stream,
+            ctx.table,
+            (blocks, threads),
+            1,
+            ctx.args.rate_puts,
+            BYTES,
+            stride,
+            ctx.out.ptr(),
+        )?;
         ctx.kernels.flush(&ctx.stream, ctx.table, ctx.timeout_ns, ctx.out.ptr())?;
         end.record(&ctx.stream).map_err(cuda("event"))?;
         end.synchronize().map_err(cuda("descriptor rate"))?;
@@ -540,21 +554,34 @@ fn run_rate(ctx: &mut Ctx) -> Result<(), String> {
     }
     if ctx.rank == 0 {
         let rate = if seconds > 0.0 { puts as f64 / seconds } else { 0.0 };
-        header(
-            "descriptor rate: small puts from a grid of threads, one proxy thread, until flushed",
-            &[("grid", 9), ("puts", 9), ("bytes", 6), ("ms", 9), ("Mputs/s", 9), ("executed", 9), ("ok", 4)],
-        );
+        if stride == BYTES {
+            header(
+                "descriptor rate: small puts from a grid of threads, one proxy thread, until flushed \
+                 (stride = bytes: neighbours contiguous; stride > bytes: gaps, nothing merges)",
+                &[
+                    ("grid", 9),
+                    ("puts", 9),
+                    ("bytes", 6),
+                    ("stride", 7),
+                    ("ms", 9),
+                    ("Mputs/s", 9),
+                    ("executed", 9),
+                    ("ok", 4),
+                ],
+            );
+        }
         row(&[
             (format!("{blocks}x{threads}"), 9),
             (puts.to_string(), 9),
             (BYTES.to_string(), 6),
+            (stride.to_string(), 7),
             (format!("{:.3}", seconds * 1e3), 9),
             (format!("{:.3}", rate / 1e6), 9),
             (gathered[0][3].to_string(), 9),
             (ok.to_string(), 4),
         ]);
         println!(
-            "{{\"bench\":\"device_put_rate\",\"route\":{},\"blocks\":{blocks},\"threads\":{threads},\"puts\":{puts},\"bytes\":{BYTES},\"seconds\":{seconds:.6},\"puts_per_s\":{rate:.0},\"executed\":{},\"ok\":{ok}}}",
+            "{{\"bench\":\"device_put_rate\",\"route\":{},\"blocks\":{blocks},\"threads\":{threads},\"puts\":{puts},\"bytes\":{BYTES},\"stride\":{stride},\"seconds\":{seconds:.6},\"puts_per_s\":{rate:.0},\"executed\":{},\"ok\":{ok}}}",
             ctx.route(),
             gathered[0][3]
         );
