@@ -5,6 +5,8 @@
 #      many-peer puts checked byte for byte, a graph-captured ping-pong replayed 100 times, the
 #      descriptor rate of one proxy thread, and large-put bandwidth against the IPC copy ceiling
 #      and the engine's host-initiated writes, with the SMs spent copying;
+#   1b. the same with the stream lanes off (--lane off: every descriptor an engine write), the
+#      baseline the lanes are compared with (skip it with ENGINE_BASELINE=0);
 #   2. the same with the network forced (--route network: ACCORD_DEVICE_IPC=0 ACCORD_SHM=0, so
 #      puts take the cross-host routes over loopback UDP);
 #   3. the NVSHMEM anchor where `python3 -c "import nvshmem"` works (else it says why not).
@@ -57,6 +59,9 @@ run() {
 }
 
 run ipc "${IPC_CAP_S:-200}" --route ipc ${IPC_ARGS:-}
+# The baseline in the same call: the same run with the stream lanes off (every descriptor an
+# engine write, as before the lanes existed).
+[ "${ENGINE_BASELINE:-1}" = 1 ] && run ipc-engine "${ENGINE_CAP_S:-120}" --route ipc --lane off --iters 300 --replays 100 ${IPC_ARGS:-}
 run network "${NETWORK_CAP_S:-200}" --route network --sizes-mib 1,4,16,64 --bw-iters 4 --iters 300 --replays 100 ${NETWORK_ARGS:-}
 
 echo "== nvshmem anchor"
@@ -67,7 +72,7 @@ else
   echo "skipped: python3 cannot import nvshmem (nvshmem4py): $(echo "$NV" | tail -1)" | tee "$OUT/nvshmem.txt"
 fi
 
-for name in ipc network; do
+for name in ipc ipc-engine network; do
   [ -f "$OUT/$name.txt" ] || continue
   echo
   echo "######## $name"

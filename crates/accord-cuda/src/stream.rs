@@ -59,6 +59,13 @@ impl Stream {
         driver::stream_write_value64(self.raw, dst.0, value)
     }
 
+    /// Queues several stores as [`Stream::write_value_u64`] does, in this order, in one driver
+    /// call (`cuStreamBatchMemOp`; at most 256 a call). A context must be current.
+    pub fn write_values_u64(&self, stores: &[(DevicePtr, u64)]) -> Result<()> {
+        let raw: Vec<(u64, u64)> = stores.iter().map(|&(p, v)| (p.0, v)).collect();
+        driver::stream_write_values64(self.raw, &raw)
+    }
+
     /// Queues a copy of `len_bytes` between two device addresses usable in this stream's
     /// context, without the range checks of [`crate::copy_peer_async`] (two driver queries a
     /// copy): for hot paths whose ranges were checked once against their allocations. A context

@@ -3,7 +3,10 @@
 // into the first 8 bytes of its source (and a pattern in the rest, up to 64 bytes), sends
 // `bytes` with a signal, and the receiver checks the stamp after its wait: a signal seen before
 // its data would show as a wrong byte.
-// mode 0: put through the proxy; 1: put_direct (load/store path); 2: put_value (bytes <= 8).
+// mode 0: put through the proxy; 1: put_direct (load/store path); 2: put_value (bytes <= 8);
+// 3: the floor under put_direct, no API: the sender stores the bytes into the peer's window as
+// mapped here, fences at system scope and stores the iteration into its signal slot there with
+// a volatile store; the receiver spins on that one slot with volatile loads (bytes % 8 == 0).
 // out[2] holds the iterations done so far, across launches and graph replays (so a replayed
 // graph continues where the last replay stopped); out[3 + i] the round trip of iteration i of
 // this launch in ns (rank 0).
@@ -28,12 +31,36 @@ extern "C" __global__ void accord_dev_pingpong(const DeviceTable* t, u64 iters, 
       if (sending) {
         reinterpret_cast<volatile u64*>(src)[0] = n;
         for (u64 b = 8; b < bytes && b < 64; ++b) src[b] = pattern(me, peer, n, b);
-        if (mode == 1) {
+        if (mode == 3) {
+          u8* dst_remote;
+          u64* slot;
+          s = detail::direct_targets(t, 0, peer, 0, bytes, SIGNAL_SET, sig, &dst_remote, &slot);
+          if (s == OK) {
+            for (u64 w = 0; w < bytes / 8; ++w) {
+              reinterpret_cast<volatile u64*>(dst_remote)[w] = reinterpret_cast<const volatile u64*>(src)[w];
+            }
+            __threadfence_system();
+            *reinterpret_cast<volatile u64*>(slot) = n + 1;
+          }
+        } else if (mode == 1) {
           s = put_direct(t, 0, peer, 0, src, bytes, SIGNAL_ADD, sig, 1);
         } else if (mode == 2) {
           s = put_value(t, 0, peer, 0, n, static_cast<u32>(bytes), SIGNAL_ADD, sig, 1);
         } else {
           s = put(t, 0, peer, 0, 1, 0, bytes, SIGNAL_ADD, sig, 1);
+        }
+      } else if (mode == 3) {
+        const volatile u64* mine = reinterpret_cast<const volatile u64*>(t->signals) + u64(sig) * t->world + peer;
+        s = OK;
+        for (u32 polls = 0; *mine < n + 1; ++polls) {
+          if ((polls & 1023u) == 1023u && detail::now_ns() - start > timeout_ns) {
+            s = TIMEOUT;
+            break;
+          }
+        }
+        if (s == OK) {
+          u64 stamp = reinterpret_cast<const volatile u64*>(dst)[0];
+          if (stamp != n) atomicAdd(reinterpret_cast<unsigned long long*>(out + 1), 1ull);
         }
       } else {
         s = wait_signal(t, sig, n + 1, timeout_ns);

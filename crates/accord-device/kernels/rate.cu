@@ -1,7 +1,8 @@
 // Descriptor rate: every thread of the grid issues `puts_per_thread` puts of `bytes` bytes
-// (no signal) from window 1 to `peer`'s window 0, each thread to its own slot at
-// thread * stride (modulo the window). stride == bytes makes neighbouring threads' puts
-// contiguous (a proxy may merge them); stride > bytes leaves gaps, so none can merge. The host
+// (no signal) from window 1 to `peer`'s window 0, every put to a slot of its own: put k of
+// thread i goes to slot k * threads + i, at slot * stride (modulo the window). stride == bytes
+// makes neighbouring threads' puts contiguous (a proxy may merge them); stride > bytes leaves
+// gaps, so none can merge. The host
 // times this kernel followed by accord_dev_flush on the same stream: puts per second through
 // one ring.
 #include "common.cuh"
@@ -16,8 +17,9 @@ extern "C" __global__ void accord_dev_rate(const DeviceTable* t, u64 peer, u64 p
     note(out, BAD_ARGUMENT);
     return;
   }
-  const u64 offset = (thread % slots) * stride;
+  const u64 threads = u64(gridDim.x) * blockDim.x;
   for (u64 k = 0; k < puts_per_thread; ++k) {
+    const u64 offset = ((k * threads + thread) % slots) * stride;
     const Status s = put(t, 0, static_cast<u32>(peer), offset, 1, offset, bytes);
     if (s != OK) {
       note(out, s);

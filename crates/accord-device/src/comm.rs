@@ -82,6 +82,12 @@ pub struct DeviceStats {
     pub lane_batches: u64,
     /// Driver calls those batches took (copies after merging, stores).
     pub lane_driver_ops: u64,
+    /// Summed over lane batches: from the proxy taking the batch's first descriptor to its
+    /// last driver call returning (the host's share of a put's latency).
+    pub lane_submit_ns: u64,
+    /// Summed over lane batches: from queued to the proxy seeing its done word (the GPU's
+    /// share: copy engine, stores, and the proxy's next look).
+    pub lane_complete_ns: u64,
 }
 
 #[derive(Debug, Default)]
@@ -93,6 +99,8 @@ pub(crate) struct Counters {
     pub(crate) descriptor_errors: AtomicU64,
     pub(crate) lane_batches: AtomicU64,
     pub(crate) lane_driver_ops: AtomicU64,
+    pub(crate) lane_submit_ns: AtomicU64,
+    pub(crate) lane_complete_ns: AtomicU64,
 }
 
 /// This rank's incoming signal slots, `u64[signal_count][world]`.
@@ -633,6 +641,8 @@ impl DeviceComm {
             ring_full_events: self.ring_full_events.load(Ordering::Relaxed),
             lane_batches: c.lane_batches.load(Ordering::Relaxed),
             lane_driver_ops: c.lane_driver_ops.load(Ordering::Relaxed),
+            lane_submit_ns: c.lane_submit_ns.load(Ordering::Relaxed),
+            lane_complete_ns: c.lane_complete_ns.load(Ordering::Relaxed),
         }
     }
 

@@ -64,6 +64,13 @@ pub(crate) trait LaneSink {
     }
     /// Queues an 8-byte store after everything queued before it.
     fn write_value(&mut self, dst: u64, value: u64) -> Result<(), String>;
+    /// Queues several stores, in this order; returns the driver calls it took.
+    fn write_values(&mut self, stores: &[(u64, u64)]) -> Result<usize, String> {
+        for &(dst, value) in stores {
+            self.write_value(dst, value)?;
+        }
+        Ok(stores.len())
+    }
 }
 
 /// The lane's CUDA stream as a [`LaneSink`].
@@ -82,6 +89,34 @@ impl LaneSink for StreamSink<'_> {
 
     fn write_value(&mut self, dst: u64, value: u64) -> Result<(), String> {
         self.0.write_value_u64(DevicePtr(dst), value).map_err(|e| format!("lane store: {e}"))
+    }
+
+    /// The batch's stores in one `cuStreamBatchMemOp` per 256 (each driver call costs about a
+    /// microsecond of this thread and of the GPU's front end); one call each where refused.
+    fn write_values(&mut self, stores: &[(u64, u64)]) -> Result<usize, String> {
+        if stores.len() < 2 || BATCH_STORES_REFUSED.load(Ordering::Relaxed) {
+            for &(dst, value) in stores {
+                self.write_value(dst, value)?;
+            }
+            return Ok(stores.len());
+        }
+        let mut calls = 0;
+        for chunk in stores.chunks(STORES_PER_CALL_MAX) {
+            let list: Vec<(DevicePtr, u64)> = chunk.iter().map(|&(d, v)| (DevicePtr(d), v)).collect();
+            match self.0.write_values_u64(&list) {
+                Ok(()) => calls += 1,
+                Err(e) => {
+                    if !BATCH_STORES_REFUSED.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(error = %e, "the driver refused batched stream stores: one call each");
+                    }
+                    for &(dst, value) in chunk {
+                        self.write_value(dst, value)?;
+                    }
+                    calls += chunk.len();
+                }
+            }
+        }
+        Ok(calls)
     }
 
     /// One `cuMemcpyBatchAsync` for a batch's copies (a driver call costs microseconds, a
@@ -118,13 +153,26 @@ impl LaneSink for StreamSink<'_> {
 
 /// Set once the driver refused `cuMemcpyBatchAsync` (older drivers lack it).
 static BATCH_COPY_REFUSED: AtomicBool = AtomicBool::new(false);
+/// Set once the driver refused `cuStreamBatchMemOp`.
+static BATCH_STORES_REFUSED: AtomicBool = AtomicBool::new(false);
+/// Stores of one `cuStreamBatchMemOp` call (the driver's limit).
+const STORES_PER_CALL_MAX: usize = 256;
 
 /// Merges copies whose source and destination both continue the previous one, after a stable
-/// sort by destination (so copies to one destination offset keep their order).
+/// sort by destination (so copies to one destination offset keep their order), and drops a
+/// copy identical to the one before it: both would read the same source bytes when the stream
+/// runs them (a put's source must stay unchanged until the put completed), so the second
+/// writes what the first wrote.
 pub(crate) fn merge_copies(mut copies: Vec<(u64, u64, u64)>) -> Vec<(u64, u64, u64)> {
     copies.sort_by_key(|&(dst, _, _)| dst);
     let mut merged: Vec<(u64, u64, u64)> = Vec::with_capacity(copies.len());
-    for (dst, src, len) in copies {
+    let mut last_piece: Option<(u64, u64, u64)> = None;
+    for piece in copies {
+        if last_piece == Some(piece) {
+            continue;
+        }
+        last_piece = Some(piece);
+        let (dst, src, len) = piece;
         match merged.last_mut() {
             Some((d, s, l)) if *d + *l == dst && *s + *l == src => *l += len,
             _ => merged.push((dst, src, len)),
@@ -175,12 +223,13 @@ pub(crate) fn queue_batch(
     for group in non_overlapping_groups(&merge_copies(copies)) {
         ops += sink.copy_many(group)?;
     }
-    for item in items {
-        if let LaneWork::Value { dst, value } = item.work {
-            sink.write_value(dst, value)?;
-            ops += 1;
-        }
-    }
+    let mut stores: Vec<(u64, u64)> = items
+        .iter()
+        .filter_map(|i| match i.work {
+            LaneWork::Value { dst, value } => Some((dst, value)),
+            _ => None,
+        })
+        .collect();
     // Newest value per signal, in the order the signals were first touched.
     let mut touched: Vec<(u32, u64)> = Vec::new();
     for item in items.iter().filter(|i| i.signal_op != SignalOp::None) {
@@ -191,12 +240,10 @@ pub(crate) fn queue_batch(
         }
     }
     let signal_stores = touched.len();
-    for (signal, value) in touched {
-        sink.write_value(signal_slot(signal), value)?;
-        ops += 1;
-    }
-    sink.write_value(done_word, done_value)?;
-    Ok((ops + 1, signal_stores))
+    stores.extend(touched.into_iter().map(|(signal, value)| (signal_slot(signal), value)));
+    stores.push((done_word, done_value));
+    ops += sink.write_values(&stores)?;
+    Ok((ops, signal_stores))
 }
 
 /// One peer's lane: the stream every ring's proxy queues on (under the lock), the peer's
@@ -245,8 +292,10 @@ mod tests {
         assert_eq!(merged, vec![(1000, 2000, 24), (1032, 2032, 8)], "a gap at 1024 splits the run");
         let merged = merge_copies(vec![(0, 100, 8), (8, 300, 8)]);
         assert_eq!(merged.len(), 2, "destinations continue but sources do not");
-        let merged = merge_copies(vec![(0, 100, 8), (0, 100, 8), (8, 108, 8)]);
-        assert_eq!(merged, vec![(0, 100, 8), (0, 100, 16)], "a repeated put is not folded into its twin");
+        let merged = merge_copies(vec![(0, 100, 8), (8, 108, 8), (0, 100, 8), (8, 108, 8)]);
+        assert_eq!(merged, vec![(0, 100, 16)], "a put repeated in one batch is copied once");
+        let merged = merge_copies(vec![(0, 100, 8), (0, 200, 8)]);
+        assert_eq!(merged, vec![(0, 100, 8), (0, 200, 8)], "same destination, other source: both, in order");
     }
 
     #[test]

@@ -160,6 +160,8 @@ struct LanePending {
     tickets: VecDeque<(u64, Descriptor)>,
     /// The done value of the last batch queued (its last ticket plus one).
     queued_done: u64,
+    /// Batches queued and not yet seen done: (done value, when queued).
+    batches: VecDeque<(u64, Instant)>,
     /// When the proxy last saw this peer's lane make progress (or queued into an idle one).
     since: Option<Instant>,
 }
@@ -193,12 +195,13 @@ impl Proxy {
                 self.on_event(event);
                 progressed = true;
             }
+            let turn_start = Instant::now();
             for _ in 0..DESCRIPTORS_PER_TURN_MAX {
                 let Some((ticket, desc)) = self.consumer.poll() else { break };
                 self.execute(ticket, desc);
                 progressed = true;
             }
-            self.queue_lane_batches();
+            self.queue_lane_batches(turn_start);
             progressed |= self.poll_lanes();
             if stop.load(Ordering::Acquire) {
                 let deadline = *drain_deadline.get_or_insert_with(|| Instant::now() + timing.close_drain);
@@ -305,8 +308,9 @@ impl Proxy {
         }
     }
 
-    /// Queues each peer's gathered lane items as one batch on its lane.
-    fn queue_lane_batches(&mut self) {
+    /// Queues each peer's gathered lane items as one batch on its lane; `turn_start` is when
+    /// the proxy began taking this turn's descriptors (for the lane's timing statistics).
+    fn queue_lane_batches(&mut self, turn_start: Instant) {
         for peer in 0..self.lane_batches.len() {
             if self.lane_batches[peer].is_empty() {
                 continue;
@@ -317,10 +321,13 @@ impl Proxy {
             let result = self.queue_on_lane(peer as u32, &items, last + 1);
             match result {
                 Ok(()) => {
+                    let now = Instant::now();
+                    self.shared.stats.lane_submit_ns.fetch_add(nanos(now - turn_start), Ordering::Relaxed);
                     let pending = &mut self.lane_pending[peer];
                     if pending.tickets.is_empty() {
-                        pending.since = Some(Instant::now());
+                        pending.since = Some(now);
                     }
+                    pending.batches.push_back((last + 1, now));
                     pending.queued_done = last + 1;
                     pending.tickets.extend(batch.into_iter().map(|(item, d)| (item.ticket, d)));
                 }
@@ -368,6 +375,11 @@ impl Proxy {
                 continue;
             }
             let seen = done.word(peer).map_or(0, |w| w.load(Ordering::Acquire));
+            while pending.batches.front().is_some_and(|(d, _)| *d <= seen) {
+                if let Some((_, queued)) = pending.batches.pop_front() {
+                    self.shared.stats.lane_complete_ns.fetch_add(nanos(queued.elapsed()), Ordering::Relaxed);
+                }
+            }
             let before = pending.tickets.len();
             while pending.tickets.front().is_some_and(|(t, _)| *t < seen) {
                 finished.extend(pending.tickets.pop_front());
@@ -398,6 +410,7 @@ impl Proxy {
                     None => Some("no lane to this peer".to_string()),
                 };
                 if let Some(reason) = reason {
+                    pending.batches.clear();
                     failed.extend(pending.tickets.drain(..).map(|(t, d)| (t, d, reason.clone())));
                     progressed = true;
                 }
@@ -620,6 +633,11 @@ impl Proxy {
             }
         }
     }
+}
+
+/// Nanoseconds of `d`, saturating.
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 fn signal_op_of(v: u8) -> Option<SignalOp> {

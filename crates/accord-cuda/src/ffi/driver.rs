@@ -270,6 +270,44 @@ pub(crate) fn stream_query(stream: RawStream) -> Result<bool> {
     check("cuStreamQuery", result).map(|()| true)
 }
 
+/// Most operations of one `cuStreamBatchMemOp` call (the driver's documented limit).
+pub(crate) const STREAM_MEM_OPS_PER_CALL_MAX: usize = 256;
+
+/// Queues 64-bit stores, in order, each after the work queued before it and with a memory
+/// barrier first, in one `cuStreamBatchMemOp` call (at most [`STREAM_MEM_OPS_PER_CALL_MAX`]).
+pub(crate) fn stream_write_values64(stream: RawStream, stores: &[(RawPtr, u64)]) -> Result<()> {
+    if stores.is_empty() {
+        return Ok(());
+    }
+    if stores.len() > STREAM_MEM_OPS_PER_CALL_MAX {
+        return Err(CudaError::InvalidArgument {
+            what: format!("{} stream stores in one call: at most {STREAM_MEM_OPS_PER_CALL_MAX}", stores.len()),
+        });
+    }
+    let mut params: Vec<sys::CUstreamBatchMemOpParams> = stores
+        .iter()
+        .map(|&(address, value)| {
+            // Safety: the union is plain data; all-zero is a valid value of every member.
+            let mut p: sys::CUstreamBatchMemOpParams = unsafe { std::mem::zeroed() };
+            p.writeValue = sys::CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st {
+                operation: sys::CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WRITE_VALUE_64,
+                address,
+                __bindgen_anon_1: sys::CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st__bindgen_ty_1 {
+                    value64: value,
+                },
+                flags: sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32,
+                alias: 0,
+            };
+            p
+        })
+        .collect();
+    // Safety: `params` holds `len` initialised operations and lives through the call (the driver
+    // copies them); a bad device address fails the stream, never host memory it does not map.
+    check("cuStreamBatchMemOp_v2", unsafe {
+        sys::cuStreamBatchMemOp_v2(stream.0, params.len() as u32, params.as_mut_ptr(), 0)
+    })
+}
+
 /// Queues `dsts.len()` device-to-device copies on `stream` in one call
 /// (`cuMemcpyBatchAsync`): each copy's source is read in stream order; the copies among
 /// themselves run in any order. `ordinal` is the stream's GPU (the location hint).

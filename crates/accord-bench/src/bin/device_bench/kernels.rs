@@ -44,6 +44,8 @@ pub enum PingMode {
     Direct,
     /// put_value: the value travels in the descriptor.
     Value,
+    /// The floor under put_direct: raw stores, a system fence and a flag, no API.
+    Floor,
 }
 
 impl PingMode {
@@ -52,6 +54,7 @@ impl PingMode {
             PingMode::Proxy => "put",
             PingMode::Direct => "put_direct",
             PingMode::Value => "put_value",
+            PingMode::Floor => "floor",
         }
     }
 
@@ -60,6 +63,7 @@ impl PingMode {
             PingMode::Proxy => 0,
             PingMode::Direct => 1,
             PingMode::Value => 2,
+            PingMode::Floor => 3,
         }
     }
 }

@@ -35,6 +35,14 @@ pub struct ProxyStats {
     pub signal_writes: u64,
     /// Signal values coalesced.
     pub signal_coalesced: u64,
+    /// Stream-lane batches, their driver calls, and their summed host and GPU time (ns).
+    pub lane_batches: u64,
+    /// Driver calls of the lane batches.
+    pub lane_ops: u64,
+    /// Summed host time of the lane batches (ns).
+    pub lane_submit_ns: u64,
+    /// Summed time from queued to done of the lane batches (ns).
+    pub lane_complete_ns: u64,
 }
 
 mod imp {
@@ -98,6 +106,10 @@ mod imp {
                 errors: s.descriptor_errors,
                 signal_writes: s.signal_writes_issued,
                 signal_coalesced: s.signal_writes_coalesced,
+                lane_batches: s.lane_batches,
+                lane_ops: s.lane_driver_ops,
+                lane_submit_ns: s.lane_submit_ns,
+                lane_complete_ns: s.lane_complete_ns,
             }
         }
 

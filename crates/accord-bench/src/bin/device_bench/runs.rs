@@ -24,7 +24,8 @@ const SIGNAL_VALUE: u32 = 4;
 const SIGNAL_GRAPH: u32 = 5;
 const SIGNAL_PING_4K: u32 = 6;
 const SIGNAL_WARM: u32 = 7;
-const USER_SIGNALS: u32 = 8;
+const SIGNAL_FLOOR: u32 = 8;
+const USER_SIGNALS: u32 = 9;
 /// Bytes each rank sends each rank per many-peer round: odd, so no copy is aligned.
 const MANY_PEER_BYTES: u64 = (1 << 20) + 13;
 /// Result words of a launch: status, wrong bytes, kernel-specific count, then samples.
@@ -201,6 +202,7 @@ pub fn rank_main(args: &Args) -> Result<(), String> {
         (PingMode::Proxy, 4096, SIGNAL_PING_4K),
         (PingMode::Value, 8, SIGNAL_VALUE),
         (PingMode::Direct, 8, SIGNAL_DIRECT),
+        (PingMode::Floor, 8, SIGNAL_FLOOR),
     ] {
         run_pingpong(&mut ctx, mode, bytes, signal)?;
     }
@@ -219,23 +221,61 @@ fn finish(mut ctx: Ctx) -> Result<(), String> {
         ctx.failures.push(format!("rank {}: proxy error: {e}", ctx.rank));
     }
     let s = ctx.proxy.stats();
-    let gathered = ctx.gather_words(&[s.executed, s.bytes, s.errors, s.signal_writes, s.signal_coalesced])?;
+    let gathered = ctx.gather_words(&[
+        s.executed,
+        s.bytes,
+        s.errors,
+        s.signal_writes,
+        s.signal_coalesced,
+        s.lane_batches,
+        s.lane_ops,
+        s.lane_submit_ns,
+        s.lane_complete_ns,
+    ])?;
     if ctx.rank == 0 {
         header(
-            "proxy statistics per rank",
-            &[("rank", 5), ("descriptors", 12), ("bytes", 14), ("errors", 7), ("signal_wr", 10), ("coalesced", 10)],
+            "proxy statistics per rank (lane: stream-lane batches, their driver calls, mean host and queued-to-done time per batch)",
+            &[
+                ("rank", 5),
+                ("descriptors", 12),
+                ("bytes", 14),
+                ("errors", 7),
+                ("signal_wr", 10),
+                ("coalesced", 10),
+                ("lane_batches", 13),
+                ("lane_calls", 11),
+                ("host_us", 8),
+                ("done_us", 8),
+            ],
         );
         for (rank, w) in gathered.iter().enumerate() {
-            let cell = |i: usize| w.get(i).copied().unwrap_or(0).to_string();
-            row(&[(rank.to_string(), 5), (cell(0), 12), (cell(1), 14), (cell(2), 7), (cell(3), 10), (cell(4), 10)]);
+            let word = |i: usize| w.get(i).copied().unwrap_or(0);
+            let cell = |i: usize| word(i).to_string();
+            let per_batch_us = |i: usize| if word(5) == 0 { 0.0 } else { word(i) as f64 / word(5) as f64 / 1e3 };
+            row(&[
+                (rank.to_string(), 5),
+                (cell(0), 12),
+                (cell(1), 14),
+                (cell(2), 7),
+                (cell(3), 10),
+                (cell(4), 10),
+                (cell(5), 13),
+                (cell(6), 11),
+                (format!("{:.2}", per_batch_us(7)), 8),
+                (format!("{:.2}", per_batch_us(8)), 8),
+            ]);
             println!(
-                "{{\"bench\":\"device_proxy_stats\",\"route\":{},\"rank\":{rank},\"descriptors\":{},\"bytes\":{},\"errors\":{},\"signal_writes\":{},\"signal_coalesced\":{}}}",
+                "{{\"bench\":\"device_proxy_stats\",\"route\":{},\"rank\":{rank},\"descriptors\":{},\"bytes\":{},\"errors\":{},\"signal_writes\":{},\"signal_coalesced\":{},\"lane_batches\":{},\"lane_driver_calls\":{},\"lane_host_us_per_batch\":{:.3},\"lane_done_us_per_batch\":{:.3}}}",
                 ctx.route(),
                 cell(0),
                 cell(1),
                 cell(2),
                 cell(3),
-                cell(4)
+                cell(4),
+                cell(5),
+                cell(6),
+                per_batch_us(7),
+                per_batch_us(8)
             );
         }
     }
@@ -316,7 +356,7 @@ fn run_warmup(ctx: &mut Ctx) -> Result<(), String> {
 /// Kernel-to-kernel ping-pong: medians and p99 of the round trip over `--iters` iterations
 /// (after a warm-up), the stamp and pattern of every message checked at the receiver.
 fn run_pingpong(ctx: &mut Ctx, mode: PingMode, bytes: u64, signal: u32) -> Result<(), String> {
-    if mode == PingMode::Direct {
+    if matches!(mode, PingMode::Direct | PingMode::Floor) {
         ctx.zero_out()?;
         ctx.kernels.probe_direct(&ctx.stream, ctx.table, (ctx.rank ^ 1) as u32, ctx.out.ptr())?;
         ctx.sync("direct-store probe")?;
