@@ -159,20 +159,13 @@ static BATCH_STORES_REFUSED: AtomicBool = AtomicBool::new(false);
 const STORES_PER_CALL_MAX: usize = 256;
 
 /// Merges copies whose source and destination both continue the previous one, after a stable
-/// sort by destination (so copies to one destination offset keep their order), and drops a
-/// copy identical to the one before it: both would read the same source bytes when the stream
-/// runs them (a put's source must stay unchanged until the put completed), so the second
-/// writes what the first wrote.
+/// sort by destination (so copies to one destination offset keep their order). A put repeated
+/// within one batch is copied each time: folding it into its twin would be correct (both read
+/// the same source bytes) but would make throughput figures count bytes never moved.
 pub(crate) fn merge_copies(mut copies: Vec<(u64, u64, u64)>) -> Vec<(u64, u64, u64)> {
     copies.sort_by_key(|&(dst, _, _)| dst);
     let mut merged: Vec<(u64, u64, u64)> = Vec::with_capacity(copies.len());
-    let mut last_piece: Option<(u64, u64, u64)> = None;
-    for piece in copies {
-        if last_piece == Some(piece) {
-            continue;
-        }
-        last_piece = Some(piece);
-        let (dst, src, len) = piece;
+    for (dst, src, len) in copies {
         match merged.last_mut() {
             Some((d, s, l)) if *d + *l == dst && *s + *l == src => *l += len,
             _ => merged.push((dst, src, len)),
@@ -293,7 +286,7 @@ mod tests {
         let merged = merge_copies(vec![(0, 100, 8), (8, 300, 8)]);
         assert_eq!(merged.len(), 2, "destinations continue but sources do not");
         let merged = merge_copies(vec![(0, 100, 8), (8, 108, 8), (0, 100, 8), (8, 108, 8)]);
-        assert_eq!(merged, vec![(0, 100, 16)], "a put repeated in one batch is copied once");
+        assert_eq!(merged, vec![(0, 100, 8), (0, 100, 16), (8, 108, 8)], "a repeated put is copied again");
         let merged = merge_copies(vec![(0, 100, 8), (0, 200, 8)]);
         assert_eq!(merged, vec![(0, 100, 8), (0, 200, 8)], "same destination, other source: both, in order");
     }

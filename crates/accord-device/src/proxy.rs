@@ -46,6 +46,9 @@ use std::time::{Duration, Instant};
 /// one stream-lane batch holds).
 pub const DESCRIPTORS_PER_TURN_MAX: usize = 256;
 
+/// Slots after the one being taken whose lines the proxy asks the CPU to load meanwhile.
+const SLOTS_PREFETCHED: u64 = 8;
+
 /// How long a stream-lane batch may go without completing before the proxy asks its stream
 /// whether it failed (a faulted context never writes the done word).
 const LANE_STALL_CHECK: Duration = Duration::from_millis(500);
@@ -147,8 +150,9 @@ impl Drop for ProxyHandle {
 
 /// What a checked descriptor asks for.
 enum Action {
-    /// An engine write.
-    Write { src: MrHandle, src_offset: u64, dst: MrDescriptor, dst_offset: u64, len: u64 },
+    /// An engine write; `src_device` is the source's device address when it lies in device
+    /// memory of the stream lanes' GPU (a lane can copy from it).
+    Write { src: MrHandle, src_offset: u64, dst: MrDescriptor, dst_offset: u64, len: u64, src_device: Option<u64> },
     /// Only the signal action.
     SignalOnly,
 }
@@ -198,6 +202,7 @@ impl Proxy {
             let turn_start = Instant::now();
             for _ in 0..DESCRIPTORS_PER_TURN_MAX {
                 let Some((ticket, desc)) = self.consumer.poll() else { break };
+                self.consumer.prefetch(SLOTS_PREFETCHED);
                 self.execute(ticket, desc);
                 progressed = true;
             }
@@ -253,7 +258,7 @@ impl Proxy {
         }
         match action {
             Action::SignalOnly => self.finish(ticket, &desc),
-            Action::Write { src, src_offset, dst, dst_offset, len } => {
+            Action::Write { src, src_offset, dst, dst_offset, len, .. } => {
                 let op = WriteOp { src: &src, src_offset, dst: &dst, dst_offset, len, imm: None };
                 match self.shared.engine.write(&op) {
                     Ok(transfer) => {
@@ -288,7 +293,7 @@ impl Proxy {
         if d.op == Op::Signal as u8 {
             return Some(LaneWork::SignalOnly);
         }
-        let Action::Write { .. } = action else { return None };
+        let Action::Write { src_device, .. } = action else { return None };
         let dst_base = *lane.windows.read().unwrap_or_else(|e| e.into_inner()).get(d.window as usize)?;
         if dst_base == 0 {
             return None;
@@ -297,15 +302,7 @@ impl Proxy {
         if d.op == Op::PutValue as u8 {
             return (d.bytes == 8 && dst % 8 == 0).then_some(LaneWork::Value { dst, value: d.src_offset });
         }
-        let windows = self.shared.windows.read().unwrap_or_else(|e| e.into_inner());
-        let src = windows.get(d.src_window as usize)?;
-        let on = self.shared.lane_gpu.as_ref()?.ordinal() as u32;
-        match src.kind {
-            MemoryKind::CudaDevice { ordinal } if ordinal == on => {
-                Some(LaneWork::Copy { dst, src: src.base + d.src_offset, len: d.bytes })
-            }
-            _ => None,
-        }
+        src_device.map(|src| LaneWork::Copy { dst, src, len: d.bytes })
     }
 
     /// Queues each peer's gathered lane items as one batch on its lane; `turn_start` is when
@@ -416,9 +413,10 @@ impl Proxy {
                 }
             }
         }
-        for (ticket, d) in finished {
-            self.finish_lane(ticket, &d);
+        for (_, d) in &finished {
+            self.count_lane_done(d);
         }
+        self.consumer.complete_many(finished.iter().map(|(t, _)| *t));
         for (ticket, d, reason) in failed {
             self.record(ticket, DescriptorErrorKind::Submit { peer: d.peer, reason });
             self.consumer.complete(ticket);
@@ -426,8 +424,9 @@ impl Proxy {
         progressed
     }
 
-    /// A lane ticket completed: its bytes and signal landed at the peer.
-    fn finish_lane(&mut self, ticket: u64, d: &Descriptor) {
+    /// A lane ticket completed (its bytes and signal landed at the peer): statistics and
+    /// counter; the caller completes the tickets together.
+    fn count_lane_done(&self, d: &Descriptor) {
         let s = &self.shared;
         s.stats.descriptors_executed.fetch_add(1, Ordering::Relaxed);
         if d.op != Op::Signal as u8 {
@@ -436,7 +435,6 @@ impl Proxy {
         if d.flags & FLAG_COUNTER != 0 {
             s.bump_counter(d.counter_id);
         }
-        self.consumer.complete(ticket);
     }
 
     /// Checks every field; nothing is written for a descriptor that fails.
@@ -496,6 +494,7 @@ impl Proxy {
                 dst,
                 dst_offset: d.dst_offset,
                 len: d.bytes,
+                src_device: None,
             });
         }
         let src_window =
@@ -508,12 +507,18 @@ impl Proxy {
                 window_bytes: src_window.len,
             });
         }
+        let lane_ordinal = s.lane_gpu.as_ref().map(|g| g.ordinal() as u32);
+        let src_device = match src_window.kind {
+            MemoryKind::CudaDevice { ordinal } if Some(ordinal) == lane_ordinal => Some(src_window.base + d.src_offset),
+            _ => None,
+        };
         Ok(Action::Write {
             src: src_window.local,
             src_offset: d.src_offset,
             dst,
             dst_offset: d.dst_offset,
             len: d.bytes,
+            src_device,
         })
     }
 

@@ -291,6 +291,17 @@ ACCORD_DEVICE_INLINE void add_release_sys(u64* p, u64 v) {
 
 ACCORD_DEVICE_INLINE u64 load_volatile(const u64* p) { return *reinterpret_cast<const volatile u64*>(p); }
 
+/// Acquire fence at system scope: after a relaxed (volatile) load saw a peer's release, the
+/// reads that follow see everything the peer wrote before it. Cheaper than an acquire load per
+/// poll, which is why the waits spin with relaxed loads and fence once.
+ACCORD_DEVICE_INLINE void fence_acquire_sys() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  asm volatile("fence.acq_rel.sys;" ::: "memory");
+#else
+  __threadfence_system();
+#endif
+}
+
 /// Nanoseconds of the GPU's global timer (the clock every timeout here is measured with).
 ACCORD_DEVICE_INLINE u64 now_ns() {
 #if defined(ACCORD_DEVICE_EMULATION)
@@ -395,6 +406,14 @@ ACCORD_DEVICE_INLINE u64 signal_sum(const DeviceTable* t, u32 id) {
   const u64* slots = reinterpret_cast<const u64*>(t->signals) + u64(id) * t->world;
   u64 sum = 0;
   for (u32 r = 0; r < t->world; ++r) sum += load_acquire_sys(slots + r);
+  return sum;
+}
+
+/// signal_sum with relaxed (volatile) loads: for spinning; follow a hit with fence_acquire_sys.
+ACCORD_DEVICE_INLINE u64 signal_sum_relaxed(const DeviceTable* t, u32 id) {
+  const u64* slots = reinterpret_cast<const u64*>(t->signals) + u64(id) * t->world;
+  u64 sum = 0;
+  for (u32 r = 0; r < t->world; ++r) sum += load_volatile(slots + r);
   return sum;
 }
 
@@ -622,9 +641,14 @@ ACCORD_DEVICE_INLINE Status wait_signal(const DeviceTable* table, u32 id, u64 at
                                         u64* reached = nullptr) {
   if (!detail::user_signal(table, id)) return BAD_ARGUMENT;
   const u64 start = detail::now_ns();
+  const u64* base_word = reinterpret_cast<const u64*>(table->signal_bases) + id;
   for (u32 polls = 0;; ++polls) {
-    const u64 value = read_signal(table, id);
+    // Relaxed loads while spinning, one acquire fence once the value is reached.
+    const u64 sum = detail::signal_sum_relaxed(table, id);
+    const u64 base = detail::load_volatile(base_word);
+    const u64 value = sum >= base ? sum - base : 0;
     if (value >= at_least) {
+      detail::fence_acquire_sys();
       if (reached != nullptr) *reached = value;
       return OK;
     }
@@ -802,7 +826,9 @@ ACCORD_DEVICE_INLINE Status put_direct(const DeviceTable* table, u32 window, u32
       detail::direct_targets(table, window, peer, dst_offset, bytes, signal_op, signal_id, &dst, &slot);
   if (s != OK) return s;
   detail::copy_strided(dst, src, bytes, 0, 1);
-  __threadfence_system();
+  // The signal's release (store or reduction at system scope) orders the stores above before
+  // it; without a signal, the fence makes the bytes visible before this returns.
+  if (slot == nullptr) __threadfence_system();
   detail::direct_signal(slot, signal_op, signal_value);
   return OK;
 }

@@ -55,9 +55,55 @@ impl RingConsumer {
         Some((ticket, desc))
     }
 
+    /// Asks the CPU to start loading the slots of the `ahead` tickets after the next one. A
+    /// GPU's descriptor write evicts its line from the host's caches, so each slot read is a
+    /// miss; overlapping the misses of the slots coming next is what lets one proxy thread take
+    /// millions of descriptors a second. A hint only: it reads nothing.
+    pub fn prefetch(&self, ahead: u64) {
+        #[cfg(target_arch = "x86_64")]
+        for t in self.next + 1..=self.next + ahead {
+            // Safety: a prefetch never faults and does not read memory into any Rust value; the
+            // pointer is in the ring's slots.
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(self.ring.slot_ptr(t) as *const i8)
+            };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = ahead;
+    }
+
     /// Marks `ticket` (taken, not yet completed) complete; returns whether the watermark moved.
     /// A ticket outside `completed..next`, or completed twice, is ignored (returns false).
     pub fn complete(&mut self, ticket: u64) -> bool {
+        let moved = self.complete_quietly(ticket);
+        if moved {
+            self.publish();
+        }
+        moved
+    }
+
+    /// Marks every ticket of `tickets` complete and publishes the watermark once (each
+    /// publication is two stores into lines a GPU polls); whether it moved.
+    pub fn complete_many(&mut self, tickets: impl IntoIterator<Item = u64>) -> bool {
+        let mut moved = false;
+        for t in tickets {
+            moved |= self.complete_quietly(t);
+        }
+        if moved {
+            self.publish();
+        }
+        moved
+    }
+
+    /// Publishes the watermark: `completed` first, so that when a producer sees a slot freed,
+    /// `flush` already sees its work.
+    fn publish(&self) {
+        self.ring.completed().store(self.completed, Ordering::Release);
+        self.ring.consumed().store(self.completed, Ordering::Release);
+    }
+
+    /// Marks `ticket` complete and advances the watermark here, without publishing it.
+    fn complete_quietly(&mut self, ticket: u64) -> bool {
         if ticket < self.completed || ticket >= self.next {
             return false;
         }
@@ -73,13 +119,7 @@ impl RingConsumer {
             self.done[bit / 64] &= !(1 << (bit % 64));
             self.completed += 1;
         }
-        if self.completed == before {
-            return false;
-        }
-        // `completed` first: when a producer sees a slot freed, `flush` already sees its work.
-        self.ring.completed().store(self.completed, Ordering::Release);
-        self.ring.consumed().store(self.completed, Ordering::Release);
-        true
+        self.completed != before
     }
 
     /// Records `ticket` as the ring's first error, if none is recorded yet.
