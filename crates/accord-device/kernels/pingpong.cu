@@ -7,6 +7,8 @@
 // 3: the floor under put_direct, no API: the sender stores the bytes into the peer's window as
 // mapped here, fences at system scope and stores the iteration into its signal slot there with
 // a volatile store; the receiver spins on that one slot with volatile loads (bytes % 8 == 0).
+// 4: put_direct's sender with mode 3's receiver; 5: mode 3's sender with wait_signal as the
+// receiver (the two halves of the gap between put_direct and the floor, measured apart).
 // out[2] holds the iterations done so far, across launches and graph replays (so a replayed
 // graph continues where the last replay stopped); out[3 + i] the round trip of iteration i of
 // this launch in ns (rank 0).
@@ -31,7 +33,7 @@ extern "C" __global__ void accord_dev_pingpong(const DeviceTable* t, u64 iters, 
       if (sending) {
         reinterpret_cast<volatile u64*>(src)[0] = n;
         for (u64 b = 8; b < bytes && b < 64; ++b) src[b] = pattern(me, peer, n, b);
-        if (mode == 3) {
+        if (mode == 3 || mode == 5) {
           u8* dst_remote;
           u64* slot;
           s = detail::direct_targets(t, 0, peer, 0, bytes, SIGNAL_SET, sig, &dst_remote, &slot);
@@ -42,14 +44,14 @@ extern "C" __global__ void accord_dev_pingpong(const DeviceTable* t, u64 iters, 
             __threadfence_system();
             *reinterpret_cast<volatile u64*>(slot) = n + 1;
           }
-        } else if (mode == 1) {
+        } else if (mode == 1 || mode == 4) {
           s = put_direct(t, 0, peer, 0, src, bytes, SIGNAL_ADD, sig, 1);
         } else if (mode == 2) {
           s = put_value(t, 0, peer, 0, n, static_cast<u32>(bytes), SIGNAL_ADD, sig, 1);
         } else {
           s = put(t, 0, peer, 0, 1, 0, bytes, SIGNAL_ADD, sig, 1);
         }
-      } else if (mode == 3) {
+      } else if (mode == 3 || mode == 4) {
         const volatile u64* mine = reinterpret_cast<const volatile u64*>(t->signals) + u64(sig) * t->world + peer;
         s = OK;
         for (u32 polls = 0; *mine < n + 1; ++polls) {

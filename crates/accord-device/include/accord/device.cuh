@@ -47,8 +47,9 @@
 // Ordering rules every function below relies on:
 //   * A put's signal becomes visible at the peer only after every byte of that put landed (the
 //     proxy issues the signal write after the put's own write completed).
-//   * Publishing a descriptor is preceded by __threadfence_system(), so the calling thread's
-//     earlier writes (to the put's source, say) are visible to the proxy and the copy engine.
+//   * A descriptor is published by a release store at system scope of its `seq`, so the calling
+//     thread's earlier writes (to the put's source, say) are visible to the proxy and the copy
+//     engine before the proxy can take it.
 //   * A signal is driven either through the proxy (put/put_value/signal) or directly
 //     (put_direct's signal), never both: the proxy keeps the running value of the slots it
 //     writes, and a direct atomic in the same slot would be overwritten by its next write.
@@ -396,7 +397,8 @@ ACCORD_DEVICE_INLINE Status publish(const DeviceTable* t, u32 ring_index, const 
   reinterpret_cast<ulonglong2*>(words)[3] = make_ulonglong2(body[5], body[6]);
   // Makes the slot, and this thread's earlier writes (a put's source), visible system-wide
   // before the proxy can see `seq`.
-  __threadfence_system();
+  // A release store at system scope: the body above, and this thread's earlier writes (to the
+  // put's source, say), are visible to the proxy and the copy engine before `seq` is.
   store_release_sys(&slot->seq, ticket + 1);
   return OK;
 }

@@ -46,6 +46,10 @@ pub enum PingMode {
     Value,
     /// The floor under put_direct: raw stores, a system fence and a flag, no API.
     Floor,
+    /// put_direct's sender, the floor's receiver.
+    DirectToRawWait,
+    /// The floor's sender, wait_signal as receiver.
+    RawToWaitSignal,
 }
 
 impl PingMode {
@@ -55,6 +59,8 @@ impl PingMode {
             PingMode::Direct => "put_direct",
             PingMode::Value => "put_value",
             PingMode::Floor => "floor",
+            PingMode::DirectToRawWait => "direct>raw",
+            PingMode::RawToWaitSignal => "raw>wait",
         }
     }
 
@@ -64,6 +70,8 @@ impl PingMode {
             PingMode::Direct => 1,
             PingMode::Value => 2,
             PingMode::Floor => 3,
+            PingMode::DirectToRawWait => 4,
+            PingMode::RawToWaitSignal => 5,
         }
     }
 }

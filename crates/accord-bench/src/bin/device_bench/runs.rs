@@ -25,7 +25,9 @@ const SIGNAL_GRAPH: u32 = 5;
 const SIGNAL_PING_4K: u32 = 6;
 const SIGNAL_WARM: u32 = 7;
 const SIGNAL_FLOOR: u32 = 8;
-const USER_SIGNALS: u32 = 9;
+const SIGNAL_DIRECT_RAW: u32 = 9;
+const SIGNAL_RAW_WAIT: u32 = 10;
+const USER_SIGNALS: u32 = 11;
 /// Bytes each rank sends each rank per many-peer round: odd, so no copy is aligned.
 const MANY_PEER_BYTES: u64 = (1 << 20) + 13;
 /// Result words of a launch: status, wrong bytes, kernel-specific count, then samples.
@@ -203,6 +205,8 @@ pub fn rank_main(args: &Args) -> Result<(), String> {
         (PingMode::Value, 8, SIGNAL_VALUE),
         (PingMode::Direct, 8, SIGNAL_DIRECT),
         (PingMode::Floor, 8, SIGNAL_FLOOR),
+        (PingMode::DirectToRawWait, 8, SIGNAL_DIRECT_RAW),
+        (PingMode::RawToWaitSignal, 8, SIGNAL_RAW_WAIT),
     ] {
         run_pingpong(&mut ctx, mode, bytes, signal)?;
     }
@@ -356,7 +360,7 @@ fn run_warmup(ctx: &mut Ctx) -> Result<(), String> {
 /// Kernel-to-kernel ping-pong: medians and p99 of the round trip over `--iters` iterations
 /// (after a warm-up), the stamp and pattern of every message checked at the receiver.
 fn run_pingpong(ctx: &mut Ctx, mode: PingMode, bytes: u64, signal: u32) -> Result<(), String> {
-    if matches!(mode, PingMode::Direct | PingMode::Floor) {
+    if !matches!(mode, PingMode::Proxy | PingMode::Value) {
         ctx.zero_out()?;
         ctx.kernels.probe_direct(&ctx.stream, ctx.table, (ctx.rank ^ 1) as u32, ctx.out.ptr())?;
         ctx.sync("direct-store probe")?;
