@@ -59,13 +59,10 @@ impl Stream {
         driver::stream_write_value64(self.raw, dst.0, value)
     }
 
-    /// Queues several 64-bit stores `(dst, value, barrier)`, in this order, in one driver call
-    /// (`cuStreamBatchMemOp`; at most 256 a call). Each runs after the work queued before it; a
-    /// store with `barrier` is first preceded by a memory barrier, as [`Stream::write_value_u64`]
-    /// always is (use it for a store that publishes earlier writes, and skip it where stream
-    /// order alone is enough). A context must be current.
-    pub fn write_values_u64(&self, stores: &[(DevicePtr, u64, bool)]) -> Result<()> {
-        let raw: Vec<(u64, u64, bool)> = stores.iter().map(|&(p, v, b)| (p.0, v, b)).collect();
+    /// Queues several stores as [`Stream::write_value_u64`] does, in this order, in one driver
+    /// call (`cuStreamBatchMemOp`; at most 256 a call). A context must be current.
+    pub fn write_values_u64(&self, stores: &[(DevicePtr, u64)]) -> Result<()> {
+        let raw: Vec<(u64, u64)> = stores.iter().map(|&(p, v)| (p.0, v)).collect();
         driver::stream_write_values64(self.raw, &raw)
     }
 

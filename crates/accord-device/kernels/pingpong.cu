@@ -8,7 +8,10 @@
 // mapped here, fences at system scope and stores the iteration into its signal slot there with
 // a volatile store; the receiver spins on that one slot with volatile loads (bytes % 8 == 0).
 // 4: put_direct's sender with mode 3's receiver; 5: mode 3's sender with wait_signal as the
-// receiver (the two halves of the gap between put_direct and the floor, measured apart).
+// receiver (the two halves of the gap between put_direct and the floor, measured apart);
+// 6: mode 3 with the clock read every 64 polls; 7: mode 3 with the receiver summing every
+// rank's slot and the signal's base (read_signal's loads) without a clock: what of
+// wait_signal costs the time.
 // out[2] holds the iterations done so far, across launches and graph replays (so a replayed
 // graph continues where the last replay stopped); out[3 + i] the round trip of iteration i of
 // this launch in ns (rank 0).
@@ -33,7 +36,7 @@ extern "C" __global__ void accord_dev_pingpong(const DeviceTable* t, u64 iters, 
       if (sending) {
         reinterpret_cast<volatile u64*>(src)[0] = n;
         for (u64 b = 8; b < bytes && b < 64; ++b) src[b] = pattern(me, peer, n, b);
-        if (mode == 3 || mode == 5) {
+        if (mode == 3 || mode == 5 || mode == 6 || mode == 7) {
           u8* dst_remote;
           u64* slot;
           s = detail::direct_targets(t, 0, peer, 0, bytes, SIGNAL_SET, sig, &dst_remote, &slot);
@@ -51,11 +54,16 @@ extern "C" __global__ void accord_dev_pingpong(const DeviceTable* t, u64 iters, 
         } else {
           s = put(t, 0, peer, 0, 1, 0, bytes, SIGNAL_ADD, sig, 1);
         }
-      } else if (mode == 3 || mode == 4) {
+      } else if (mode == 3 || mode == 4 || mode == 6 || mode == 7) {
         const volatile u64* mine = reinterpret_cast<const volatile u64*>(t->signals) + u64(sig) * t->world + peer;
+        const u32 clock_every = mode == 6 ? 63u : 1023u;
         s = OK;
-        for (u32 polls = 0; *mine < n + 1; ++polls) {
-          if ((polls & 1023u) == 1023u && detail::now_ns() - start > timeout_ns) {
+        for (u32 polls = 0;; ++polls) {
+          const u64 seen = mode == 7 ? detail::signal_sum_relaxed(t, sig) -
+                                           detail::load_volatile(reinterpret_cast<const u64*>(t->signal_bases) + sig)
+                                     : *mine;
+          if (seen >= n + 1) break;
+          if ((polls & clock_every) == clock_every && detail::now_ns() - start > timeout_ns) {
             s = TIMEOUT;
             break;
           }

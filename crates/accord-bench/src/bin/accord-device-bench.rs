@@ -213,6 +213,11 @@ fn start_watchdog(rank: String, bound: Duration) {
 }
 
 fn main() -> ExitCode {
+    // Warnings of the libraries (a driver refusing a batched call, say) go to stderr, which the
+    // device scripts keep beside the tables; RUST_LOG overrides the level.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let args = match parse_args(&argv) {
         Ok(a) => a,

@@ -273,11 +273,9 @@ pub(crate) fn stream_query(stream: RawStream) -> Result<bool> {
 /// Most operations of one `cuStreamBatchMemOp` call (the driver's documented limit).
 pub(crate) const STREAM_MEM_OPS_PER_CALL_MAX: usize = 256;
 
-/// Queues 64-bit stores `(address, value, barrier)`, in order, each after the work queued
-/// before it, in one `cuStreamBatchMemOp` call (at most [`STREAM_MEM_OPS_PER_CALL_MAX`]); a
-/// store with `barrier` is preceded by a memory barrier (every earlier write of the stream is
-/// visible first), one without is not (it still runs after them).
-pub(crate) fn stream_write_values64(stream: RawStream, stores: &[(RawPtr, u64, bool)]) -> Result<()> {
+/// Queues 64-bit stores, in order, each after the work queued before it and with a memory
+/// barrier first, in one `cuStreamBatchMemOp` call (at most [`STREAM_MEM_OPS_PER_CALL_MAX`]).
+pub(crate) fn stream_write_values64(stream: RawStream, stores: &[(RawPtr, u64)]) -> Result<()> {
     if stores.is_empty() {
         return Ok(());
     }
@@ -288,12 +286,7 @@ pub(crate) fn stream_write_values64(stream: RawStream, stores: &[(RawPtr, u64, b
     }
     let mut params: Vec<sys::CUstreamBatchMemOpParams> = stores
         .iter()
-        .map(|&(address, value, barrier)| {
-            let flags = if barrier {
-                sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT
-            } else {
-                sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER
-            };
+        .map(|&(address, value)| {
             // Safety: the union is plain data; all-zero is a valid value of every member.
             let mut p: sys::CUstreamBatchMemOpParams = unsafe { std::mem::zeroed() };
             p.writeValue = sys::CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st {
@@ -302,7 +295,7 @@ pub(crate) fn stream_write_values64(stream: RawStream, stores: &[(RawPtr, u64, b
                 __bindgen_anon_1: sys::CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st__bindgen_ty_1 {
                     value64: value,
                 },
-                flags: flags as u32,
+                flags: sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32,
                 alias: 0,
             };
             p

@@ -322,6 +322,18 @@ ACCORD_DEVICE_INLINE void pause() {
 #endif
 }
 
+/// Sleeps about `ns` nanoseconds (at most about 1 ms on the GPU; a yield in the emulation).
+ACCORD_DEVICE_INLINE void sleep_for(u32 ns) {
+#if defined(ACCORD_DEVICE_EMULATION)
+  (void)ns;
+  accord_emulation_pause();
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  __nanosleep(ns);
+#else
+  (void)ns;
+#endif
+}
+
 /// This thread's index within its block, all three dimensions flattened.
 ACCORD_DEVICE_INLINE u32 thread_in_block() {
   return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
@@ -374,17 +386,29 @@ ACCORD_DEVICE_INLINE Status publish(const DeviceTable* t, u32 ring_index, const 
   // The slot of `ticket` is free once `consumed > ticket - slot_count`, i.e.
   // `ticket < consumed + slot_count` (written without the subtraction, which could wrap).
   if (ticket >= load_volatile(cached) + slot_count) {
+    // The ring looks full. Every waiting thread reading the proxy's `consumed` (mapped host
+    // memory) back to back floods PCIe with reads, and the GPU's own fetches of the proxy's
+    // copy work queue behind them: the descriptor rate fell from 5.6 to 0.09 M puts/s on the
+    // 2xH200 host once producers published faster. So a waiter looks at the device-local
+    // cached index first (another waiter may have refreshed it) and reads the host word with
+    // a doubling sleep between reads (64 ns up to about 8 us).
     const u64* consumed_word = &control_of(ring)->consumed;
     const u64 start = now_ns();
+    u32 sleep_ns = 64;
     for (;;) {
+      if (ticket < load_volatile(cached) + slot_count) break;
       const u64 consumed = load_acquire_sys(consumed_word);
       if (ticket < consumed + slot_count) {
         atomicMax(reinterpret_cast<unsigned long long*>(cached), consumed);
         break;
       }
       if (now_ns() - start > ACCORD_DEVICE_RING_WAIT_NS) return TIMEOUT;
-      pause();
+      sleep_for(sleep_ns);
+      if (sleep_ns < 8192) sleep_ns *= 2;
     }
+    // Slots freed by the proxy are visible before their reuse: the cached index moved only
+    // after some thread read `consumed` with acquire semantics.
+    fence_acquire_sys();
   }
   Descriptor* slot = reinterpret_cast<Descriptor*>(ring->slots) + (ticket & (slot_count - 1));
   // Bytes 8..63 first, as one 8-byte and three 16-byte stores; `seq` (bytes 0..7) last.
@@ -614,7 +638,7 @@ ACCORD_DEVICE_INLINE Status signal(const DeviceTable* table, u32 peer, u32 id, u
 /// read_signal (any thread): signal `id`'s value here, the sum over ranks of their
 /// contributions minus the sum at the last reset_signal (0 if a SIGNAL_SET lowered it below
 /// that). Acquire loads: writes that landed before the signal are visible after it.
-/// Memory touched: `signals[id][*]` and `signal_bases[id]` (device memory).
+/// Memory touched: `signals[id][*]` (device memory) and `signal_bases[id]` (mapped host memory).
 ACCORD_DEVICE_INLINE u64 read_signal(const DeviceTable* table, u32 id) {
   if (!detail::user_signal(table, id)) return 0;
   const u64 sum = detail::signal_sum(table, id);
@@ -637,17 +661,19 @@ ACCORD_DEVICE_INLINE Status reset_signal(const DeviceTable* table, u32 id) {
 /// value reached goes to `*reached` when given); TIMEOUT after `timeout_ns` of %globaltimer;
 /// PROXY_ERROR as soon as some ring's `control.error` is set and the value is not reached.
 /// Acquire: every byte of a put whose signal made the value reach `at_least` is visible after.
-/// Memory touched: the signal slots (device), every ring's `control.error` (mapped host, read
-/// once every 64 polls).
+/// Memory touched: the signal slots (device), the signal's base (mapped host, read once), every
+/// ring's `control.error` (mapped host, read once every 4096 polls).
 ACCORD_DEVICE_INLINE Status wait_signal(const DeviceTable* table, u32 id, u64 at_least, u64 timeout_ns,
                                         u64* reached = nullptr) {
   if (!detail::user_signal(table, id)) return BAD_ARGUMENT;
   const u64 start = detail::now_ns();
-  const u64* base_word = reinterpret_cast<const u64*>(table->signal_bases) + id;
+  // The base is read once: it lives in mapped host memory (a PCIe read, about 2 us on the
+  // 2xH200 host, which read on every poll doubled put_direct's ping-pong), and it changes only
+  // by reset_signal, which must not run while a thread waits on the signal.
+  const u64 base = detail::load_volatile(reinterpret_cast<const u64*>(table->signal_bases) + id);
   for (u32 polls = 0;; ++polls) {
     // Relaxed loads while spinning, one acquire fence once the value is reached.
     const u64 sum = detail::signal_sum_relaxed(table, id);
-    const u64 base = detail::load_volatile(base_word);
     const u64 value = sum >= base ? sum - base : 0;
     if (value >= at_least) {
       detail::fence_acquire_sys();
@@ -655,7 +681,9 @@ ACCORD_DEVICE_INLINE Status wait_signal(const DeviceTable* table, u32 id, u64 at
       return OK;
     }
     if ((polls & 63u) == 63u) {
-      if (detail::proxy_failed(table)) {
+      // The rings' error words are mapped host memory: each look is a PCIe read (about a
+      // microsecond), so it is taken once every 4096 polls, the clock every 64.
+      if ((polls & 4095u) == 4095u && detail::proxy_failed(table)) {
         if (reached != nullptr) *reached = value;
         return PROXY_ERROR;
       }

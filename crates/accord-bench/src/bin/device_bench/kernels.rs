@@ -50,6 +50,10 @@ pub enum PingMode {
     DirectToRawWait,
     /// The floor's sender, wait_signal as receiver.
     RawToWaitSignal,
+    /// The floor, its receiver reading the clock every 64 polls.
+    FloorClock64,
+    /// The floor, its receiver summing every rank's slot (read_signal's loads).
+    FloorSum,
 }
 
 impl PingMode {
@@ -61,6 +65,8 @@ impl PingMode {
             PingMode::Floor => "floor",
             PingMode::DirectToRawWait => "direct>raw",
             PingMode::RawToWaitSignal => "raw>wait",
+            PingMode::FloorClock64 => "floor+clk",
+            PingMode::FloorSum => "floor+sum",
         }
     }
 
@@ -72,6 +78,8 @@ impl PingMode {
             PingMode::Floor => 3,
             PingMode::DirectToRawWait => 4,
             PingMode::RawToWaitSignal => 5,
+            PingMode::FloorClock64 => 6,
+            PingMode::FloorSum => 7,
         }
     }
 }
