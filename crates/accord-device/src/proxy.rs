@@ -46,6 +46,12 @@ use std::time::{Duration, Instant};
 /// one stream-lane batch holds).
 pub const DESCRIPTORS_PER_TURN_MAX: usize = 256;
 
+/// Idle polls that only spin before the proxy starts yielding its core between polls: a yield is
+/// a system call (about a microsecond), and the next descriptor of a kernel-to-kernel exchange
+/// comes some 10 us after the last, so yielding from the 64th poll on added to every one-way
+/// latency. About 100-300 us of spinning, then yields, then (after `idle_spin`) sleeps.
+const IDLE_POLLS_BEFORE_YIELD: u32 = 1024;
+
 /// Slots after the one being taken whose lines the proxy asks the CPU to load meanwhile.
 const SLOTS_PREFETCHED: u64 = 8;
 
@@ -222,7 +228,7 @@ impl Proxy {
                 polls = 0;
             } else if last_progress.elapsed() < timing.idle_spin {
                 polls += 1;
-                if polls < 64 {
+                if polls < IDLE_POLLS_BEFORE_YIELD {
                     std::hint::spin_loop();
                 } else {
                     std::thread::yield_now();
