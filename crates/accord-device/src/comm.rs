@@ -13,7 +13,7 @@ use accord_coll::engine::EngineTransport;
 use accord_coll::Communicator;
 use accord_cuda::{DevicePtr, Gpu, Stream};
 use accord_engine::{Engine, MemoryKind, MrBuffer, MrDescriptor, MrHandle};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -119,6 +119,9 @@ pub(crate) struct Shared {
     pub(crate) signal_count: u32,
     pub(crate) counter_count: u32,
     pub(crate) windows: RwLock<Vec<Window>>,
+    /// `windows.len()`, published after each registration completed (the proxies compare it
+    /// with their view instead of taking the lock per descriptor).
+    pub(crate) window_count: AtomicUsize,
     pub(crate) signal_board: SignalBoard,
     /// This rank's cells, one per (peer, signal): the source of its signal writes.
     pub(crate) signal_cells: MrBuffer,
@@ -292,6 +295,7 @@ impl DeviceComm {
             signal_count,
             counter_count: config.counters,
             windows: RwLock::new(Vec::new()),
+            window_count: AtomicUsize::new(0),
             signal_board: SignalBoard::new(world, signal_count),
             signal_cells,
             peer_signals,
@@ -417,7 +421,9 @@ impl DeviceComm {
             Ok(peers) => {
                 self.map_window_on_lanes(&peers);
                 let window = Window { local, base, len: desc.len, kind, peers, owned };
-                self.shared.windows.write().unwrap_or_else(|e| e.into_inner()).push(window);
+                let mut windows = self.shared.windows.write().unwrap_or_else(|e| e.into_inner());
+                windows.push(window);
+                self.shared.window_count.store(windows.len(), Ordering::Release);
                 Ok(id)
             }
             Err(e) => {

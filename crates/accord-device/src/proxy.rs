@@ -121,6 +121,8 @@ impl ProxyHandle {
                 let _ = gpu.bind();
             }
             let mut proxy = Proxy {
+                views: Vec::new(),
+                lane_windows: (0..world).map(|_| None).collect(),
                 lane_done,
                 lane_pending: (0..world).map(|_| LanePending::default()).collect(),
                 lane_batches: (0..world).map(|_| Vec::new()).collect(),
@@ -154,15 +156,32 @@ impl Drop for ProxyHandle {
     }
 }
 
-/// What a checked descriptor asks for. Lives on the proxy's stack for one descriptor, so the
-/// size difference between the variants costs nothing a box would not cost more.
-#[allow(clippy::large_enum_variant)]
+/// Where a checked write's bytes come from.
+#[derive(Copy, Clone, Debug)]
+enum WriteSource {
+    /// This rank's window `window` at `offset`; `device` is that byte's device address when the
+    /// window is device memory of the stream lanes' GPU (a lane can copy from it).
+    Window { window: u32, offset: u64, device: Option<u64> },
+    /// A `put_value`'s inline value (its low `len` bytes).
+    Value(u64),
+}
+
+/// What a checked descriptor asks for (ids and offsets only: the engine's handles and
+/// descriptors are looked up only for descriptors that go through the engine).
+#[derive(Copy, Clone, Debug)]
 enum Action {
-    /// An engine write; `src_device` is the source's device address when it lies in device
-    /// memory of the stream lanes' GPU (a lane can copy from it).
-    Write { src: MrHandle, src_offset: u64, dst: MrDescriptor, dst_offset: u64, len: u64, src_device: Option<u64> },
+    /// Bytes into `peer`'s window `dst_window` at `dst_offset`.
+    Write { src: WriteSource, dst_window: u32, dst_offset: u64, len: u64 },
     /// Only the signal action.
     SignalOnly,
+}
+
+/// What a proxy keeps of a window to check descriptors without taking the windows' lock.
+#[derive(Copy, Clone, Debug)]
+struct WindowView {
+    len: u64,
+    /// The window's device address on the stream lanes' GPU, if it is device memory there.
+    device_base: Option<u64>,
 }
 
 /// Stream-lane tickets of one peer queued and not yet seen completed.
@@ -179,6 +198,10 @@ struct LanePending {
 }
 
 struct Proxy {
+    /// The windows as registered so far (refreshed when more were registered).
+    views: Vec<WindowView>,
+    /// Per peer with a lane: the device address (here) of each of its windows, 0 where none.
+    lane_windows: Vec<Option<Vec<u64>>>,
     /// One mapped host word per peer that the lane's stream writes each batch's done value to.
     lane_done: Option<Block>,
     lane_pending: Vec<LanePending>,
@@ -208,6 +231,7 @@ impl Proxy {
                 progressed = true;
             }
             let turn_start = Instant::now();
+            self.refresh_views();
             for _ in 0..DESCRIPTORS_PER_TURN_MAX {
                 let Some((ticket, desc)) = self.consumer.poll() else { break };
                 self.consumer.prefetch(SLOTS_PREFETCHED);
@@ -245,7 +269,7 @@ impl Proxy {
     }
 
     fn execute(&mut self, ticket: u64, desc: Descriptor) {
-        let action = match self.check(ticket, &desc) {
+        let action = match self.check(&desc) {
             Ok(a) => a,
             Err(kind) => {
                 self.record(ticket, kind);
@@ -266,7 +290,15 @@ impl Proxy {
         }
         match action {
             Action::SignalOnly => self.finish(ticket, &desc),
-            Action::Write { src, src_offset, dst, dst_offset, len, .. } => {
+            Action::Write { src, dst_window, dst_offset, len } => {
+                let (src, src_offset, dst) = match self.engine_ends(ticket, &desc, src, dst_window) {
+                    Ok(ends) => ends,
+                    Err(reason) => {
+                        self.record(ticket, DescriptorErrorKind::Submit { peer: desc.peer, reason });
+                        self.consumer.complete(ticket);
+                        return;
+                    }
+                };
                 let op = WriteOp { src: &src, src_offset, dst: &dst, dst_offset, len, imm: None };
                 match self.shared.engine.write(&op) {
                     Ok(transfer) => {
@@ -292,25 +324,76 @@ impl Proxy {
         }
     }
 
+    /// Re-reads the windows when more were registered since the last look (registration
+    /// happens between kernels, so a turn sees a stable set).
+    fn refresh_views(&mut self) {
+        let registered = self.shared.window_count.load(Ordering::Acquire);
+        if registered == self.views.len() {
+            return;
+        }
+        let lane_ordinal = self.shared.lane_gpu.as_ref().map(|g| g.ordinal() as u32);
+        let windows = self.shared.windows.read().unwrap_or_else(|e| e.into_inner());
+        self.views = windows
+            .iter()
+            .map(|w| WindowView {
+                len: w.len,
+                device_base: match w.kind {
+                    MemoryKind::CudaDevice { ordinal } if Some(ordinal) == lane_ordinal => Some(w.base),
+                    _ => None,
+                },
+            })
+            .collect();
+        drop(windows);
+        self.lane_windows = self
+            .shared
+            .lanes
+            .iter()
+            .map(|l| l.as_ref().map(|l| l.windows.read().unwrap_or_else(|e| e.into_inner()).clone()))
+            .collect();
+    }
+
+    /// The engine's source handle and offset and the destination descriptor of a write that
+    /// goes through the engine (a `put_value` is staged in this ring's cell for its slot).
+    fn engine_ends(
+        &self,
+        ticket: u64,
+        d: &Descriptor,
+        src: WriteSource,
+        dst_window: u32,
+    ) -> Result<(MrHandle, u64, MrDescriptor), String> {
+        let windows = self.shared.windows.read().unwrap_or_else(|e| e.into_inner());
+        let dst = windows.get(dst_window as usize).map(|w| w.peers[d.peer as usize]).ok_or("window gone")?;
+        match src {
+            WriteSource::Window { window, offset, .. } => {
+                let local = windows.get(window as usize).map(|w| w.local).ok_or("source window gone")?;
+                Ok((local, offset, dst))
+            }
+            WriteSource::Value(value) => {
+                let cell = (ticket % u64::from(self.consumer.ring().slot_count())) * 8;
+                let bytes = value.to_le_bytes();
+                self.staging.write_at(cell as usize, &bytes[..d.bytes as usize]).map_err(|e| e.to_string())?;
+                Ok((self.staging.handle(), cell, dst))
+            }
+        }
+    }
+
     /// What the stream lane does for a checked descriptor, or `None` when it must go through
     /// the engine (no lane to the peer, a window the lane cannot reach, a `put_value` that is
     /// not 8 aligned bytes).
     fn lane_work(&self, d: &Descriptor, action: &Action) -> Option<LaneWork> {
         self.lane_done.as_ref()?;
-        let lane = self.shared.lanes.get(d.peer as usize)?.as_ref()?;
-        if d.op == Op::Signal as u8 {
+        let windows = self.lane_windows.get(d.peer as usize)?.as_ref()?;
+        let Action::Write { src, dst_window, dst_offset, len } = *action else {
             return Some(LaneWork::SignalOnly);
+        };
+        let dst = match windows.get(dst_window as usize) {
+            Some(&base) if base != 0 => base + dst_offset,
+            _ => return None,
+        };
+        match src {
+            WriteSource::Value(value) => (len == 8 && dst % 8 == 0).then_some(LaneWork::Value { dst, value }),
+            WriteSource::Window { device, .. } => device.map(|src| LaneWork::Copy { dst, src, len }),
         }
-        let Action::Write { src_device, .. } = action else { return None };
-        let dst_base = *lane.windows.read().unwrap_or_else(|e| e.into_inner()).get(d.window as usize)?;
-        if dst_base == 0 {
-            return None;
-        }
-        let dst = dst_base + d.dst_offset;
-        if d.op == Op::PutValue as u8 {
-            return (d.bytes == 8 && dst % 8 == 0).then_some(LaneWork::Value { dst, value: d.src_offset });
-        }
-        src_device.map(|src| LaneWork::Copy { dst, src, len: d.bytes })
     }
 
     /// Queues each peer's gathered lane items as one batch on its lane; `turn_start` is when
@@ -421,9 +504,7 @@ impl Proxy {
                 }
             }
         }
-        for (_, d) in &finished {
-            self.count_lane_done(d);
-        }
+        self.count_lane_done(&finished);
         self.consumer.complete_many(finished.iter().map(|(t, _)| *t));
         for (ticket, d, reason) in failed {
             self.record(ticket, DescriptorErrorKind::Submit { peer: d.peer, reason });
@@ -432,21 +513,29 @@ impl Proxy {
         progressed
     }
 
-    /// A lane ticket completed (its bytes and signal landed at the peer): statistics and
-    /// counter; the caller completes the tickets together.
-    fn count_lane_done(&self, d: &Descriptor) {
+    /// Lane tickets completed (their bytes and signals landed at the peer): statistics (one
+    /// atomic add each for the lot) and counters; the caller completes the tickets together.
+    fn count_lane_done(&self, done: &[(u64, Descriptor)]) {
+        if done.is_empty() {
+            return;
+        }
         let s = &self.shared;
-        s.stats.descriptors_executed.fetch_add(1, Ordering::Relaxed);
-        if d.op != Op::Signal as u8 {
-            s.stats.bytes_put.fetch_add(d.bytes, Ordering::Relaxed);
+        let mut bytes = 0;
+        for (_, d) in done {
+            if d.op != Op::Signal as u8 {
+                bytes += d.bytes;
+            }
+            if d.flags & FLAG_COUNTER != 0 {
+                s.bump_counter(d.counter_id);
+            }
         }
-        if d.flags & FLAG_COUNTER != 0 {
-            s.bump_counter(d.counter_id);
-        }
+        s.stats.descriptors_executed.fetch_add(done.len() as u64, Ordering::Relaxed);
+        s.stats.bytes_put.fetch_add(bytes, Ordering::Relaxed);
     }
 
-    /// Checks every field; nothing is written for a descriptor that fails.
-    fn check(&self, ticket: u64, d: &Descriptor) -> Result<Action, DescriptorErrorKind> {
+    /// Checks every field against this proxy's view of the windows; nothing is written for a
+    /// descriptor that fails.
+    fn check(&self, d: &Descriptor) -> Result<Action, DescriptorErrorKind> {
         use DescriptorErrorKind as K;
         let s = &self.shared;
         let op = match d.op {
@@ -479,9 +568,8 @@ impl Proxy {
             Op::PutValue if !(1..=8).contains(&d.bytes) => return Err(K::BadValueBytes { bytes: d.bytes }),
             _ => {}
         }
-        let windows = s.windows.read().unwrap_or_else(|e| e.into_inner());
-        let count = windows.len() as u32;
-        let dst_window = windows.get(d.window as usize).ok_or(K::BadWindow { window: d.window, count })?;
+        let count = self.views.len() as u32;
+        let dst_window = self.views.get(d.window as usize).ok_or(K::BadWindow { window: d.window, count })?;
         let in_range = |offset: u64, len: u64| offset.checked_add(d.bytes).is_some_and(|end| end <= len);
         if !in_range(d.dst_offset, dst_window.len) {
             return Err(K::DstOutOfRange {
@@ -491,43 +579,26 @@ impl Proxy {
                 window_bytes: dst_window.len,
             });
         }
-        let dst = dst_window.peers[d.peer as usize];
-        if op == Op::PutValue {
-            let cell = (ticket % u64::from(self.consumer.ring().slot_count())) * 8;
-            let value = d.src_offset.to_le_bytes();
-            self.staging.write_at(cell as usize, &value[..d.bytes as usize]).expect("one cell per slot");
-            return Ok(Action::Write {
-                src: self.staging.handle(),
-                src_offset: cell,
-                dst,
-                dst_offset: d.dst_offset,
-                len: d.bytes,
-                src_device: None,
-            });
-        }
-        let src_window =
-            windows.get(d.src_window as usize).ok_or(K::BadSrcWindow { src_window: d.src_window, count })?;
-        if !in_range(d.src_offset, src_window.len) {
-            return Err(K::SrcOutOfRange {
-                src_window: d.src_window,
-                src_offset: d.src_offset,
-                bytes: d.bytes,
-                window_bytes: src_window.len,
-            });
-        }
-        let lane_ordinal = s.lane_gpu.as_ref().map(|g| g.ordinal() as u32);
-        let src_device = match src_window.kind {
-            MemoryKind::CudaDevice { ordinal } if Some(ordinal) == lane_ordinal => Some(src_window.base + d.src_offset),
-            _ => None,
+        let src = if op == Op::PutValue {
+            WriteSource::Value(d.src_offset)
+        } else {
+            let src_window =
+                self.views.get(d.src_window as usize).ok_or(K::BadSrcWindow { src_window: d.src_window, count })?;
+            if !in_range(d.src_offset, src_window.len) {
+                return Err(K::SrcOutOfRange {
+                    src_window: d.src_window,
+                    src_offset: d.src_offset,
+                    bytes: d.bytes,
+                    window_bytes: src_window.len,
+                });
+            }
+            WriteSource::Window {
+                window: d.src_window,
+                offset: d.src_offset,
+                device: src_window.device_base.map(|b| b + d.src_offset),
+            }
         };
-        Ok(Action::Write {
-            src: src_window.local,
-            src_offset: d.src_offset,
-            dst,
-            dst_offset: d.dst_offset,
-            len: d.bytes,
-            src_device,
-        })
+        Ok(Action::Write { src, dst_window: d.window, dst_offset: d.dst_offset, len: d.bytes })
     }
 
     /// The ticket's write (if any) completed here: counter, signal, watermark.
