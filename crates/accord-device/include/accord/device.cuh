@@ -74,6 +74,13 @@
 #define ACCORD_DEVICE_RING_WAIT_NS 10000000000ull
 #endif
 
+/// How many of the threads waiting on a full ring read the proxy's consumer index in host
+/// memory (the ones holding the next tickets to be freed); the rest watch a device-local copy.
+/// Define it before including the header to change it.
+#ifndef ACCORD_DEVICE_RING_READERS
+#define ACCORD_DEVICE_RING_READERS 32ull
+#endif
+
 // ACCORD_DEVICE_EMULATION (tests only: crates/accord-device/tests/header_emulated.rs) compiles
 // the device functions with a host compiler, on host threads, against a shim of the CUDA
 // builtins they use.
@@ -386,21 +393,23 @@ ACCORD_DEVICE_INLINE Status publish(const DeviceTable* t, u32 ring_index, const 
   // The slot of `ticket` is free once `consumed > ticket - slot_count`, i.e.
   // `ticket < consumed + slot_count` (written without the subtraction, which could wrap).
   if (ticket >= load_volatile(cached) + slot_count) {
-    // The ring looks full. Every waiting thread reading the proxy's `consumed` (mapped host
-    // memory) back to back floods PCIe with reads, and the GPU's own fetches of the proxy's
-    // copy work queue behind them: the descriptor rate fell from 5.6 to 0.09 M puts/s on the
-    // 2xH200 host once producers published faster. So a waiter looks at the device-local
-    // cached index first (another waiter may have refreshed it) and reads the host word with
-    // a doubling sleep between reads (64 ns up to about 8 us).
+    // The ring looks full. Waiters reading the proxy's `consumed` (mapped host memory) flood
+    // PCIe with reads, and the GPU's own fetches of the proxy's copy work queue behind them:
+    // on the 2xH200 host a thousand waiting threads took the descriptor rate from 5.6 down to
+    // 0.09-0.12 M puts/s, with or without a sleep between reads. So only the waiters holding
+    // the next ACCORD_DEVICE_RING_READERS tickets to be freed read the host word (with a
+    // doubling sleep, 64 ns up to about 8 us); the others watch the device-local cached
+    // index, which a reader raises as soon as it sees slots freed.
     const u64* consumed_word = &control_of(ring)->consumed;
     const u64 start = now_ns();
     u32 sleep_ns = 64;
     for (;;) {
-      if (ticket < load_volatile(cached) + slot_count) break;
-      const u64 consumed = load_acquire_sys(consumed_word);
-      if (ticket < consumed + slot_count) {
-        atomicMax(reinterpret_cast<unsigned long long*>(cached), consumed);
-        break;
+      const u64 known = load_volatile(cached);
+      if (ticket < known + slot_count) break;
+      if (ticket - (known + slot_count) < ACCORD_DEVICE_RING_READERS) {
+        const u64 consumed = load_acquire_sys(consumed_word);
+        if (consumed > known) atomicMax(reinterpret_cast<unsigned long long*>(cached), consumed);
+        if (ticket < consumed + slot_count) break;
       }
       if (now_ns() - start > ACCORD_DEVICE_RING_WAIT_NS) return TIMEOUT;
       sleep_for(sleep_ns);
