@@ -10,8 +10,9 @@
 // 4: put_direct's sender with mode 3's receiver; 5: mode 3's sender with wait_signal as the
 // receiver (the two halves of the gap between put_direct and the floor, measured apart);
 // 6: mode 3 with the clock read every 64 polls; 7: mode 3 with the receiver summing every
-// rank's slot and the signal's base (read_signal's loads) without a clock: what of
-// wait_signal costs the time.
+// rank's slot and the signal's base (read_signal's loads) without a clock; 8: mode 3 with a
+// system-scope acquire fence after the wait; 9: mode 3 with one acquire load at system scope
+// after the wait: what of wait_signal costs the time.
 // out[2] holds the iterations done so far, across launches and graph replays (so a replayed
 // graph continues where the last replay stopped); out[3 + i] the round trip of iteration i of
 // this launch in ns (rank 0).
@@ -36,7 +37,7 @@ extern "C" __global__ void accord_dev_pingpong(const DeviceTable* t, u64 iters, 
       if (sending) {
         reinterpret_cast<volatile u64*>(src)[0] = n;
         for (u64 b = 8; b < bytes && b < 64; ++b) src[b] = pattern(me, peer, n, b);
-        if (mode == 3 || mode == 5 || mode == 6 || mode == 7) {
+        if (mode == 3 || mode >= 5) {
           u8* dst_remote;
           u64* slot;
           s = detail::direct_targets(t, 0, peer, 0, bytes, SIGNAL_SET, sig, &dst_remote, &slot);
@@ -54,7 +55,7 @@ extern "C" __global__ void accord_dev_pingpong(const DeviceTable* t, u64 iters, 
         } else {
           s = put(t, 0, peer, 0, 1, 0, bytes, SIGNAL_ADD, sig, 1);
         }
-      } else if (mode == 3 || mode == 4 || mode == 6 || mode == 7) {
+      } else if (mode == 3 || mode == 4 || mode >= 6) {
         const volatile u64* mine = reinterpret_cast<const volatile u64*>(t->signals) + u64(sig) * t->world + peer;
         const u32 clock_every = mode == 6 ? 63u : 1023u;
         s = OK;
@@ -68,6 +69,8 @@ extern "C" __global__ void accord_dev_pingpong(const DeviceTable* t, u64 iters, 
             break;
           }
         }
+        if (s == OK && mode == 8) detail::fence_acquire_sys();
+        if (s == OK && mode == 9) (void)detail::load_acquire_sys(const_cast<const u64*>(mine));
         if (s == OK) {
           u64 stamp = reinterpret_cast<const volatile u64*>(dst)[0];
           if (stamp != n) atomicAdd(reinterpret_cast<unsigned long long*>(out + 1), 1ull);

@@ -54,6 +54,10 @@ pub enum PingMode {
     FloorClock64,
     /// The floor, its receiver summing every rank's slot (read_signal's loads).
     FloorSum,
+    /// The floor, a system-scope acquire fence after each wait.
+    FloorFence,
+    /// The floor, one system-scope acquire load after each wait.
+    FloorAcquireLoad,
 }
 
 impl PingMode {
@@ -67,6 +71,8 @@ impl PingMode {
             PingMode::RawToWaitSignal => "raw>wait",
             PingMode::FloorClock64 => "floor+clk",
             PingMode::FloorSum => "floor+sum",
+            PingMode::FloorFence => "floor+fence",
+            PingMode::FloorAcquireLoad => "floor+acq",
         }
     }
 
@@ -80,6 +86,8 @@ impl PingMode {
             PingMode::RawToWaitSignal => 5,
             PingMode::FloorClock64 => 6,
             PingMode::FloorSum => 7,
+            PingMode::FloorFence => 8,
+            PingMode::FloorAcquireLoad => 9,
         }
     }
 }

@@ -29,7 +29,9 @@ const SIGNAL_DIRECT_RAW: u32 = 9;
 const SIGNAL_RAW_WAIT: u32 = 10;
 const SIGNAL_FLOOR_CLOCK: u32 = 11;
 const SIGNAL_FLOOR_SUM: u32 = 12;
-const USER_SIGNALS: u32 = 13;
+const SIGNAL_FLOOR_FENCE: u32 = 13;
+const SIGNAL_FLOOR_ACQUIRE: u32 = 14;
+const USER_SIGNALS: u32 = 15;
 /// Bytes each rank sends each rank per many-peer round: odd, so no copy is aligned.
 const MANY_PEER_BYTES: u64 = (1 << 20) + 13;
 /// Result words of a launch: status, wrong bytes, kernel-specific count, then samples.
@@ -211,6 +213,8 @@ pub fn rank_main(args: &Args) -> Result<(), String> {
         (PingMode::RawToWaitSignal, 8, SIGNAL_RAW_WAIT),
         (PingMode::FloorClock64, 8, SIGNAL_FLOOR_CLOCK),
         (PingMode::FloorSum, 8, SIGNAL_FLOOR_SUM),
+        (PingMode::FloorFence, 8, SIGNAL_FLOOR_FENCE),
+        (PingMode::FloorAcquireLoad, 8, SIGNAL_FLOOR_ACQUIRE),
     ] {
         run_pingpong(&mut ctx, mode, bytes, signal)?;
     }
