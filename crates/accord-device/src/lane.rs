@@ -94,8 +94,7 @@ impl LaneSink for StreamSink<'_> {
     /// The batch's stores in one `cuStreamBatchMemOp` per 256 (each driver call costs about a
     /// microsecond of this thread and of the GPU's front end); one call each where refused.
     fn write_values(&mut self, stores: &[(u64, u64)]) -> Result<usize, String> {
-        // One store: its own call (a one-operation cuStreamBatchMemOp into mapped host memory
-        // ran the descriptor rate down from 5.6 to 0.09 M puts/s on the 2xH200 host).
+        // One store: cuStreamWriteValue64, the plain call for it.
         if stores.len() < 2 || BATCH_STORES_REFUSED.load(Ordering::Relaxed) {
             for &(dst, value) in stores {
                 self.write_value(dst, value)?;
