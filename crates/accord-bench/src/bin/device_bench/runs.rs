@@ -31,7 +31,9 @@ const SIGNAL_FLOOR_CLOCK: u32 = 11;
 const SIGNAL_FLOOR_SUM: u32 = 12;
 const SIGNAL_FLOOR_FENCE: u32 = 13;
 const SIGNAL_FLOOR_ACQUIRE: u32 = 14;
-const USER_SIGNALS: u32 = 15;
+const SIGNAL_PING_1K: u32 = 15;
+const SIGNAL_PING_16K: u32 = 16;
+const USER_SIGNALS: u32 = 17;
 /// Bytes each rank sends each rank per many-peer round: odd, so no copy is aligned.
 const MANY_PEER_BYTES: u64 = (1 << 20) + 13;
 /// Result words of a launch: status, wrong bytes, kernel-specific count, then samples.
@@ -205,7 +207,9 @@ pub fn rank_main(args: &Args) -> Result<(), String> {
     run_warmup(&mut ctx)?;
     for (mode, bytes, signal) in [
         (PingMode::Proxy, 8, SIGNAL_PING),
+        (PingMode::Proxy, 1024, SIGNAL_PING_1K),
         (PingMode::Proxy, 4096, SIGNAL_PING_4K),
+        (PingMode::Proxy, 16384, SIGNAL_PING_16K),
         (PingMode::Value, 8, SIGNAL_VALUE),
         (PingMode::Direct, 8, SIGNAL_DIRECT),
         (PingMode::Floor, 8, SIGNAL_FLOOR),
