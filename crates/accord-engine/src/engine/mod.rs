@@ -171,12 +171,6 @@ pub struct Engine {
     completion_thread: Mutex<Option<JoinHandle<()>>>,
     fault_controls: Vec<(usize, Arc<FaultControl>)>,
     barrier_seen: Mutex<HashMap<u32, u64>>,
-    /// The copy-engine route for device memory, opened on first use.
-    device: std::sync::OnceLock<Result<Arc<crate::device::DeviceRoute>, String>>,
-    /// The staging thread and its pinned pool, started on the first staged device write.
-    staging: std::sync::OnceLock<Result<crate::device::staging::driver::Stager, String>>,
-    /// Same-host peers' shared region files this engine mapped ([`shared_host`]).
-    peer_files: route::shared_host::PeerFiles,
 }
 
 impl std::fmt::Debug for Engine {
@@ -336,6 +330,7 @@ impl Engine {
             liveness: Default::default(),
             read: route::read::ReadState::default(),
             local_copies: route::memcpy::pool::LocalCopies::new(lane_count),
+            devices: device::DevicePaths::default(),
         });
         let completion_thread = std::thread::Builder::new()
             .name("accord-completion".into())
@@ -387,9 +382,6 @@ impl Engine {
             completion_thread: Mutex::new(Some(completion_thread)),
             fault_controls,
             barrier_seen: Mutex::new(HashMap::new()),
-            device: std::sync::OnceLock::new(),
-            staging: std::sync::OnceLock::new(),
-            peer_files: route::shared_host::PeerFiles::default(),
         })
     }
 

@@ -1,0 +1,138 @@
+//! READ with device memory on either side, without a GPU: a "device" region is host memory
+//! registered as device memory, its staging copier and its landing copier memcpys (the fakes of
+//! the staging and landing tests), and the two engines talk over loopback (`force_network`,
+//! `device_ipc` off), so the owner's write back takes the staged and the landing routes.
+
+use std::time::Duration;
+
+use accord_proto::wire::RejectReason;
+
+use super::*;
+use crate::device::staging::tests::{fake_device, pattern, rig, staging_engine, wait_free};
+use crate::engine::route::landing::tests::{device_dst, engine, pair, receiver};
+use crate::TransferError;
+
+const WAIT: Duration = Duration::from_secs(20);
+const SLOT_BYTES: usize = 64 << 10;
+
+/// The descriptor the owner of a fake device region hands out (its key is the fake's).
+fn fake_device_descriptor(owner: &Engine, handle: &MrHandle) -> MrDescriptor {
+    MrDescriptor {
+        engine: owner.id(),
+        region: handle.region.0,
+        key: 0x5eed,
+        len: handle.len,
+        device: Some(DeviceRegionInfo { ordinal: 0, alloc_offset: 0, ipc: None }),
+        shared: None,
+    }
+}
+
+#[test]
+fn a_request_into_device_memory_says_so_and_unknown_flags_are_refused() {
+    let request = Request {
+        src_region: 3,
+        src_key: 7,
+        src_offset: 11,
+        dst_region: 4,
+        dst_key: 9,
+        dst_offset: 13,
+        len: 1 << 30,
+        dst_device: true,
+    };
+    let message = ReadMessage { from: EngineId(5), req: 6, body: Body::Request(request) };
+    let bytes = message.encode().unwrap();
+    assert_eq!(ReadMessage::decode(0, &bytes).unwrap(), message);
+    let mut frame = ControlFrame::decode(0, &bytes).unwrap();
+    frame.flags = DST_DEVICE | 2;
+    assert_eq!(ReadMessage::decode(0, &frame.encode()), Err(FrameError::Reserved));
+    let reply = ReadMessage { from: EngineId(5), req: 6, body: Body::Reply(Outcome::Done) };
+    let mut frame = ControlFrame::decode(0, &reply.encode().unwrap()).unwrap();
+    frame.flags = DST_DEVICE;
+    assert_eq!(ReadMessage::decode(0, &frame.encode()), Err(FrameError::Reserved), "a reply has no flags");
+}
+
+/// A device source, a host destination in another "process": the owner stages its bytes
+/// (several chunks and a tail), the reader counts its immediate once, after every byte.
+#[test]
+fn a_read_from_device_memory_is_staged_by_the_owner_byte_exact() {
+    let owner = rig(21, SLOT_BYTES, 3, None, WAIT);
+    let reader = staging_engine(WAIT);
+    pair(&owner.a, &reader);
+    let src = pattern(5 * SLOT_BYTES + 777, 21);
+    let h = fake_device(&owner.a, &src);
+    let d = fake_device_descriptor(&owner.a, &h);
+    let dst = reader.alloc(src.len() + 100).unwrap();
+    let len = src.len() as u64 - 5;
+    let op = ReadOp { dst: &dst.handle(), dst_offset: 100, src: &d, src_offset: 5, len, imm: Some(3) };
+    reader.read(&op).unwrap().wait_timeout(WAIT).unwrap();
+    let got = dst.to_vec();
+    assert!(got[100..100 + len as usize] == src[5..], "the bytes read");
+    assert!(got[..100].iter().chain(&got[100 + len as usize..]).all(|&b| b == 0), "nothing outside");
+    assert_eq!(reader.imm_counter(3).wait(1, WAIT), 1);
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(reader.imm_counter(3).value(), 1, "one immediate for the read");
+    assert_eq!(owner.a.read_stats().requests_served, 1);
+    wait_free(&owner.pool);
+}
+
+/// A host source, a device destination: the owner's write lands through the reader's landing
+/// slots (the request carries no IPC handle), chunk by chunk, byte-exact.
+#[test]
+fn a_read_into_device_memory_lands_through_the_readers_slots() {
+    let r = receiver(10_000);
+    let owner = engine(10_000);
+    pair(&owner, &r.b);
+    let len = 3 * SLOT_BYTES + 999;
+    let src = owner.alloc(len).unwrap();
+    let data = pattern(len, 22);
+    src.write_at(0, &data).unwrap();
+    let (dst_host, dst_d) = device_dst(&r.b, len + 64);
+    let dst_h = MrHandle { engine: r.b.id(), region: RegionId(dst_d.region), len: dst_d.len };
+    let d = src.descriptor();
+    let op = ReadOp { dst: &dst_h, dst_offset: 64, src: &d, src_offset: 0, len: len as u64, imm: Some(4) };
+    r.b.read(&op).unwrap().wait_timeout(WAIT).unwrap();
+    assert!(dst_host.to_vec()[64..] == data[..], "the bytes read");
+    assert_eq!(r.b.imm_counter(4).wait(1, WAIT), 1);
+}
+
+/// Device memory on both sides: staged at the owner, landed at the reader.
+#[test]
+fn a_read_from_device_into_device_memory_is_staged_then_landed() {
+    let r = receiver(10_000);
+    let owner = rig(23, SLOT_BYTES, 3, None, WAIT);
+    pair(&owner.a, &r.b);
+    let src = pattern(2 * SLOT_BYTES + 5, 23);
+    let h = fake_device(&owner.a, &src);
+    let d = fake_device_descriptor(&owner.a, &h);
+    let (dst_host, dst_d) = device_dst(&r.b, src.len());
+    let dst_h = MrHandle { engine: r.b.id(), region: RegionId(dst_d.region), len: dst_d.len };
+    let op = ReadOp { dst: &dst_h, dst_offset: 0, src: &d, src_offset: 0, len: src.len() as u64, imm: None };
+    r.b.read(&op).unwrap().wait_timeout(WAIT).unwrap();
+    assert!(dst_host.to_vec()[..] == src[..], "the bytes read");
+    wait_free(&owner.pool);
+}
+
+/// A device source is checked as a host one: a wrong key or a range past its end is refused
+/// by the owner, and nothing lands.
+#[test]
+fn bad_reads_of_device_memory_are_refused_and_place_nothing() {
+    let owner = rig(24, SLOT_BYTES, 2, None, WAIT);
+    let reader = staging_engine(WAIT);
+    pair(&owner.a, &reader);
+    let src = pattern(SLOT_BYTES, 24);
+    let h = fake_device(&owner.a, &src);
+    let good = fake_device_descriptor(&owner.a, &h);
+    let dst = reader.alloc(2 * SLOT_BYTES).unwrap();
+    let mut bad_key = good;
+    bad_key.key ^= 1;
+    let op = ReadOp { dst: &dst.handle(), dst_offset: 0, src: &bad_key, src_offset: 0, len: 100, imm: Some(5) };
+    assert_eq!(reader.read(&op).unwrap().wait_timeout(WAIT), Err(TransferError::Rejected(RejectReason::BadKey)));
+    // Past the end as the owner knows it (the descriptor claims more than the region holds).
+    let mut long = good;
+    long.len = 2 * SLOT_BYTES as u64;
+    let op =
+        ReadOp { dst: &dst.handle(), dst_offset: 0, src: &long, src_offset: 10, len: SLOT_BYTES as u64, imm: Some(5) };
+    assert_eq!(reader.read(&op).unwrap().wait_timeout(WAIT), Err(TransferError::Rejected(RejectReason::OutOfBounds)));
+    assert!(dst.to_vec().iter().all(|&b| b == 0), "nothing landed");
+    assert_eq!(reader.imm_counter(5).value(), 0);
+}
