@@ -203,8 +203,8 @@ def test_a_prefill_engine_going_away_fails_the_pull_not_the_decode_engine(route:
         decode.pull(prefill.source, [2, 3], [2, 3], request="next").wait(timeout=60)
         assert (decode.cache[:, :, [2, 3]] == prefill.cache[:, :, [2, 3]]).all()
     finally:
-        for e in (p1, p2, d):
-            e.close()
+        for engine in (p1, p2, d):
+            engine.close()
 
 
 @pytest.mark.parametrize("route", ["memcpy", "network"])
@@ -228,5 +228,5 @@ def test_a_decode_engine_going_away_does_not_fail_the_prefill_engine(route: str)
         prefill.push(decode.target, [7], [2], request="pushed").wait(timeout=60)
         assert (decode.cache[:, :, [0, 1, 2]] == prefill.cache[:, :, [5, 6, 7]]).all()
     finally:
-        for e in (p, d1, d2):
-            e.close()
+        for engine in (p, d1, d2):
+            engine.close()
