@@ -61,7 +61,7 @@ def layer_pattern(torch: Any, layer: int, num_blocks: int, device: str) -> Any:
     """One layer's K and V of the prefill cache: a pattern of (layer, kv, block, token, head, dim)."""
     _, tokens, heads, dims = LAYOUT_ARGS
     ax = [torch.arange(n, device=device, dtype=torch.int32) for n in (2, num_blocks, tokens, heads, dims)]
-    kv, blk, tok, head, dim = (a.view(*[-1 if i == j else 1 for j in range(5)]) for i, a in enumerate(ax))
+    kv, blk, tok, head, dim = (a.reshape(*[-1 if i == j else 1 for j in range(5)]) for i, a in enumerate(ax))
     values = (layer * 31 + kv * 17 + blk * 7 + tok * 3 + head * 5 + dim) % 251 - 125
     return values.to(torch.bfloat16)
 
@@ -223,50 +223,58 @@ def run_case(args: argparse.Namespace) -> list[dict[str, Any]]:
         if kind != "hello":
             raise SystemExit(f"kv_gpu_bench: the prefill process failed: {source}")
         conn.send((decode.target, decode_engine.address))
-    rows = []
+    rows: list[dict[str, Any]] = []
+    plan = [("write", n) for n in sizes] + [("read", n) for n in read_sizes]
     try:
-        for op in ("write", "read"):
-            for n in sizes if op == "write" else read_sizes:
-                src, dst = block_ids(pool, n, seed=n)
-                cache.zero_()
-                torch.cuda.synchronize(last)
-                share = budget.left() / 2
-                if op == "read":
-                    count = [0]
+        for index, (op, n) in enumerate(plan):
+            src, dst = block_ids(pool, n, seed=n)
+            cache.zero_()
+            torch.cuda.synchronize(last)
+            share = budget.left() / (len(plan) - index)
+            if op == "read":
+                count = [0]
 
-                    def pull(timeout: float) -> None:
-                        count[0] += 1
-                        decode.pull(source, src, dst, request=f"pull-{count[0]}", timeout=timeout).wait()
+                def pull(timeout: float) -> None:
+                    count[0] += 1
+                    decode.pull(source, src, dst, request=f"pull-{count[0]}", timeout=timeout).wait()
 
-                    first, times, error = timed(pull, args.iters, Budget(share))
-                elif prefill is not None:
-                    count = [0]
+                first, times, error = timed(pull, args.iters, Budget(share))
+            elif prefill is not None:
+                count = [0]
 
-                    def push(timeout: float) -> None:
-                        count[0] += 1
-                        prefill.push(decode.target, src, dst, request=f"push-{count[0]}", timeout=timeout).wait()
+                def push(timeout: float) -> None:
+                    count[0] += 1
+                    prefill.push(decode.target, src, dst, request=f"push-{count[0]}", timeout=timeout).wait()
 
-                    first, times, error = timed(push, args.iters, Budget(share))
-                else:
-                    assert conn is not None
-                    conn.send(("push", src, dst, args.iters, share))
+                first, times, error = timed(push, args.iters, Budget(share))
+            else:
+                assert conn is not None
+                conn.send(("push", src, dst, args.iters, share))
+                if conn.poll(share + 60):
                     kind, answer = conn.recv()
                     first, times, error = answer if kind == "timed" else (None, [], answer)
-                # Checked when every request of the row ended well (a cancelled one leaves blocks undefined).
-                ok = None if first is None or error else check(torch, cache, pool, src, dst, f"cuda:{last}")
-                ceiling = ceilings.get(n) or ceiling_gbps(torch, n * layout().block_nbytes * LAYOUT_ARGS[0] * 2, 5)
-                rows.append(row(case, op, n, first, times, ceiling, ok, error))
-                print(json.dumps(rows[-1]), flush=True)
+                else:
+                    first, times, error = None, [], f"the prefill process did not answer within {share + 60:.0f} s"
+            # Checked when every request of the row ended well (a cancelled one leaves blocks undefined).
+            ok = None if first is None or error else check(torch, cache, pool, src, dst, f"cuda:{last}")
+            ceiling = ceilings.get(n) or ceiling_gbps(torch, n * layout().block_nbytes * LAYOUT_ARGS[0] * 2, 5)
+            rows.append(row(case, op, n, first, times, ceiling, ok, error))
+            print(json.dumps(rows[-1]), flush=True)
     finally:
+        # The decode engine first: it would report the prefill process's exit as a peer's death.
+        decode_engine.close()
+        if prefill_engine is not None:
+            prefill_engine.close()
         if conn is not None:
-            conn.send("exit")
+            try:
+                conn.send("exit")
+            except OSError:
+                pass  # the prefill process is gone already
         if proc is not None:
             proc.join(timeout=30)
             if proc.is_alive():
                 proc.kill()
-        decode_engine.close()
-        if prefill_engine is not None:
-            prefill_engine.close()
+                proc.join(timeout=10)
     return rows
 
 

@@ -18,7 +18,8 @@
 # WHEEL, when set, is installed first (pip --no-deps --force-reinstall). BUDGET_S (default 280)
 # caps the whole command; each run gets at most INPROC_CAP_S / IPC_CAP_S / NETWORK_CAP_S
 # (default 110 / 100 / 60) and what is left; ITERS (default 3) timed requests per row after a
-# warm-up. Exits non-zero when a run failed or a byte was wrong.
+# warm-up; BLOCKS (default 128,2048) the request sizes, POOL (default 2560) the blocks of each
+# cache (12.5 GiB). Exits non-zero when a run failed or a byte was wrong.
 set -uo pipefail
 START=$SECONDS BUDGET=${BUDGET_S:-280}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -58,11 +59,12 @@ run() {
   [ "$rc" -eq 0 ] || FAILED=1
 }
 
-ITERS=${ITERS:-3}
-run inproc "${INPROC_CAP_S:-110}" ACCORD_DEVICE_IPC=1 -- --case inproc --blocks 128,2048 --iters "$ITERS"
-run ipc "${IPC_CAP_S:-100}" ACCORD_DEVICE_IPC=1 -- --case ipc --blocks 128,2048 \
+ITERS=${ITERS:-3} BLOCKS=${BLOCKS:-128,2048} POOL=${POOL:-2560}
+run inproc "${INPROC_CAP_S:-110}" ACCORD_DEVICE_IPC=1 -- --case inproc --blocks "$BLOCKS" --pool "$POOL" \
+  --iters "$ITERS"
+run ipc "${IPC_CAP_S:-100}" ACCORD_DEVICE_IPC=1 -- --case ipc --blocks "$BLOCKS" --pool "$POOL" \
   --read-blocks "${IPC_READ_BLOCKS:-128}" --iters "$ITERS"
-run network "${NETWORK_CAP_S:-60}" ACCORD_DEVICE_IPC=0 ACCORD_SHM=0 -- --case network \
+run network "${NETWORK_CAP_S:-60}" ACCORD_DEVICE_IPC=0 ACCORD_SHM=0 -- --case network --pool "$POOL" \
   --blocks "${NETWORK_BLOCKS:-128}" --iters 2
 
 for name in inproc ipc network; do

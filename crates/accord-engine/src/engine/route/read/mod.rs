@@ -252,8 +252,9 @@ fn write_device_to_reader(
 
 impl Engine {
     /// A one-sided read (see [`ReadOp`]): the owner of `op.src` checks region, key and bounds
-    /// as it checks a write into that region, then its bytes land in `op.dst`. Host memory on
-    /// both sides (device regions are refused for now). A peer in another process must have
+    /// as it checks a write into that region, then its bytes land in `op.dst`. Host or device
+    /// memory on either side (a device side makes the owner's write a device write: see the
+    /// module's documentation). A peer in another process must have
     /// added this engine as a peer (it answers over the transport); the read fails with
     /// [`TransferError::NoReply`] if it does not answer in time.
     pub fn read(&self, op: &ReadOp<'_>) -> Result<Transfer, SubmitError> {
