@@ -10,7 +10,8 @@ N blocks (scattered block ids on both sides) moves N x 5 MiB:
 - ``read``: the decode side pulls it (``DecodeCache.pull``: one READ per block and layer's K/V).
 
 ``--case`` picks where the two caches live: ``inproc`` (two engines of this process), ``ipc``
-(the prefill cache in a second process; device writes through CUDA IPC) or ``network`` (the
+(the prefill cache in a second process; device writes through CUDA IPC, the reads' too once the
+decode engine announced its cache) or ``network`` (the
 same, run with ``ACCORD_DEVICE_IPC=0 ACCORD_SHM=0`` so bytes are staged, sent over loopback UDP
 and landed). The ceiling is ``torch`` ``copy_`` of the same bytes GPU0 -> GPU1 as one contiguous
 tensor, measured in the same run. The first request of each row is a warm-up (reported apart);

@@ -6,11 +6,11 @@
 # GPU0 -> GPU1 as one tensor) measured in the same run (examples/kv_gpu_bench.py). Three runs:
 #   inproc   both caches in one process (copy engine);
 #   ipc      the prefill cache in a second process (device writes through CUDA IPC; a READ's
-#            destination is reached by landing, its request carries no IPC handle);
+#            too, once the decode engine announced its cache to the prefill engine);
 #   network  the same with ACCORD_DEVICE_IPC=0 ACCORD_SHM=0: staged, loopback UDP, landed.
-# The two-process READ and the network run are capped at 128 blocks (NETWORK_BLOCKS,
-# IPC_READ_BLOCKS) because they move a READ's blocks through pinned slots one 32 KiB block at a
-# time. Each run's output is kept in $OUT/<run>.txt, its rows in $OUT/kv_gpu.jsonl; the table of
+# The two-process READ and the network run are capped at 128 blocks by default (IPC_READ_BLOCKS,
+# NETWORK_BLOCKS): a READ is one request per 32 KiB block and layer's K or V, and the network
+# route moves each through pinned slots. Each run's output is kept in $OUT/<run>.txt, its rows in $OUT/kv_gpu.jsonl; the table of
 # all rows is printed at the end (time per request, GB/s, ratio to the ceiling).
 #
 # Usage (GPU host, repo root; python3.12 + torch with CUDA + the accord wheel):

@@ -36,10 +36,18 @@ def check_blocks(torch: Any, decode: DecodeCache, dst: list[int], want: Any, src
 
 
 @pytest.mark.parametrize("route", ["memcpy", "network"])
-def test_cuda_caches_pull_and_push_in_one_process(route: str) -> None:
+def test_cuda_caches_pull_and_push_in_one_process(route: str, monkeypatch: pytest.MonkeyPatch) -> None:
     torch = _torch()
     last = torch.cuda.device_count() - 1
-    p, d = make_pair(route)
+    if route == "network":
+        # Staged and landed over loopback, as between hosts: CUDA IPC cannot map memory of the
+        # process that exported it, so the forced network needs ACCORD_DEVICE_IPC=0 in one process.
+        monkeypatch.setenv("ACCORD_DEVICE_IPC", "0")
+        p, d = accord.Engine(force_network=True), accord.Engine(force_network=True)
+        p.add_peer(d.address)
+        d.add_peer(p.address)
+    else:
+        p, d = make_pair(route)
     try:
         want = cuda_roles.kv_pattern(LAYOUT.shape(BLOCKS), 3, "cuda:0")
         torch.cuda.synchronize()

@@ -380,9 +380,9 @@ fn landed_write_to_a_child_killed_mid_transfer_fails_without_a_crash() {
 
 /// READ between two processes, the child the owner: its device region (filled by a write
 /// through IPC first) read into this process's host memory (the child stages it) and device
-/// memory (the child's staged chunks land in this process's slots: a READ carries no IPC handle
-/// of its destination), its host region read into device memory (landed here); a wrong key is
-/// refused. Each read's immediate is counted once, here, after its bytes landed.
+/// memory (through CUDA IPC once this process announced its region to the child, landed in this
+/// process's slots before: either way the same bytes), its host region read into device memory;
+/// a wrong key is refused. Each read's immediate is counted once, here, after its bytes landed.
 #[test]
 fn two_processes_read_device_regions() {
     accord_cuda::require_gpu!(1);
@@ -440,10 +440,10 @@ fn two_processes_read_device_regions() {
     let landing = a.alloc(DEVICE_BYTES).unwrap();
     read(&landing.handle(), 5, &dev_d, 9, 3 * quarter + 999, 10).unwrap();
     assert!(landing.to_vec()[5..5 + (3 * quarter + 999) as usize] == pattern(1, 9, 3 * quarter + 999)[..]);
-    // The child's device memory into our device memory: staged there, landed here.
+    // The child's device memory into our device memory (IPC once announced, else landed).
     read(&dst_h, 0, &dev_d, 3, 2 * quarter + 4097, 11).unwrap();
     assert!(device_range(0, 2 * quarter + 4097) == pattern(1, 3, 2 * quarter + 4097));
-    // The child's host memory into our device memory: landed here.
+    // The child's host memory into our device memory (IPC once announced, else landed).
     read(&dst_h, 3 * quarter, &host_d, 7, quarter - 1, 12).unwrap();
     assert!(device_range(3 * quarter, quarter - 1) == pattern(2, 7, quarter - 1));
     // A wrong key: refused by the child, nothing counted here.

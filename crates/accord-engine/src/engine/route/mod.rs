@@ -27,8 +27,8 @@
 //! and the owner writes the bytes into the reader's destination as an ordinary host write, so
 //! [`choose`] picks that write's route from the rows above (a peer in this process: one
 //! checked memcpy on the reader's thread). With device memory on either side the owner's write
-//! is a device write and takes the device rows (a READ's destination descriptor carries no CUDA
-//! IPC handle, so a device destination in another process is reached by [`Route::Landing`]).
+//! is a device write and takes the device rows (a device destination in another process of this
+//! host is written through CUDA IPC once the reader announced its handle, landed before).
 //!
 //! Three choices can still fall back when they run, because what they need is known only
 //! then: a pull goes over the transport until the peer has verified us

@@ -46,7 +46,7 @@ pub(crate) struct Receiver {
     copies: Arc<AtomicUsize>,
 }
 
-fn config(timeout_ms: u64) -> EngineConfig {
+pub(crate) fn config(timeout_ms: u64) -> EngineConfig {
     EngineConfig {
         device_ipc: false,
         device_staging_chunk_bytes: SLOT_BYTES,

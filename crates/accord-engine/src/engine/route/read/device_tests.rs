@@ -9,7 +9,7 @@ use accord_proto::wire::RejectReason;
 
 use super::*;
 use crate::device::staging::tests::{fake_device, pattern, rig, staging_engine, wait_free};
-use crate::engine::route::landing::tests::{device_dst, engine, pair, receiver};
+use crate::engine::route::landing::tests::{config as landing_config, device_dst, engine, pair, receiver};
 use crate::TransferError;
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -135,4 +135,60 @@ fn bad_reads_of_device_memory_are_refused_and_place_nothing() {
     assert_eq!(reader.read(&op).unwrap().wait_timeout(WAIT), Err(TransferError::Rejected(RejectReason::OutOfBounds)));
     assert!(dst.to_vec().iter().all(|&b| b == 0), "nothing landed");
     assert_eq!(reader.imm_counter(5).value(), 0);
+}
+
+/// An owner that was told the destination's IPC handle (with this key) writes through it: here
+/// the handle is made up, so the write fails and the read with it (on a GPU host the mapping
+/// fails too); a request with another key does not use it and lands.
+#[test]
+fn an_announced_destination_is_written_through_ipc_and_only_with_its_key() {
+    use crate::address::{DeviceIpcBytes, DEVICE_IPC_HANDLE_BYTES};
+    let r = receiver(10_000);
+    // An owner that may write device regions of this host through IPC.
+    let config = crate::EngineConfig { device_ipc: true, ..landing_config(10_000) };
+    let owner = Engine::builder().ignore_env().config(config).force_network(true).build().unwrap();
+    pair(&owner, &r.b);
+    let len = SLOT_BYTES;
+    let src = owner.alloc(len).unwrap();
+    src.write_at(0, &pattern(len, 25)).unwrap();
+    let (dst_host, dst_d) = device_dst(&r.b, len);
+    let mut handle = [3u8; DEVICE_IPC_HANDLE_BYTES];
+    handle[0] = accord_cuda::ipc::IPC_HANDLE_VERSION;
+    let made_up = DeviceRegionInfo { ordinal: 0, alloc_offset: 0, ipc: Some(DeviceIpcBytes(handle)) };
+    // Announced for another key first: not used.
+    let frames = dst_info::encode(dst_d.key ^ 1, &made_up).unwrap();
+    for (index, words) in frames.into_iter().enumerate() {
+        let body = Body::DstInfo { region: dst_d.region, index: index as u32, words };
+        let bytes = ReadMessage { from: r.b.id(), req: 5, body }.encode().unwrap();
+        assert!(serve(&owner.shared, 0, &bytes).is_none());
+    }
+    let dst_h = MrHandle { engine: r.b.id(), region: RegionId(dst_d.region), len: dst_d.len };
+    let d = src.descriptor();
+    let op = ReadOp { dst: &dst_h, dst_offset: 0, src: &d, src_offset: 0, len: len as u64, imm: None };
+    r.b.read(&op).unwrap().wait_timeout(WAIT).unwrap();
+    assert!(dst_host.to_vec()[..] == pattern(len, 25)[..], "landed");
+    assert_eq!(owner.read_stats().device_destinations_mapped, 0);
+    // Announced with its key: the owner maps it, and the made-up handle fails the read.
+    let frames = dst_info::encode(dst_d.key, &made_up).unwrap();
+    for (index, words) in frames.into_iter().enumerate().rev() {
+        let body = Body::DstInfo { region: dst_d.region, index: index as u32, words };
+        let bytes = ReadMessage { from: r.b.id(), req: 6, body }.encode().unwrap();
+        assert!(serve(&owner.shared, 0, &bytes).is_none());
+    }
+    assert!(r.b.read(&op).unwrap().wait_timeout(WAIT).is_err());
+    assert_eq!(owner.read_stats().device_destinations_mapped, 1);
+}
+
+#[test]
+fn announcement_frames_round_trip_and_bad_ones_are_errors() {
+    let body = Body::DstInfo { region: 7, index: 3, words: [1, 2, 3, u64::MAX] };
+    let message = ReadMessage { from: EngineId(4), req: 9, body };
+    let bytes = message.encode().unwrap();
+    assert_eq!(ReadMessage::decode(0, &bytes).unwrap(), message);
+    let mut frame = ControlFrame::decode(0, &bytes).unwrap();
+    frame.halves[1] = dst_info::DST_INFO_FRAMES;
+    assert!(matches!(ReadMessage::decode(0, &frame.encode()), Err(FrameError::Field(_))));
+    frame.halves[1] = 0;
+    frame.flags = DST_DEVICE;
+    assert_eq!(ReadMessage::decode(0, &frame.encode()), Err(FrameError::Reserved));
 }

@@ -35,10 +35,11 @@
 //! the table's device rows, after the same key and bounds check of the source. In this process:
 //! one copy-engine copy ([`Route::CopyEngine`]), its immediate counted at the reader after the
 //! copy completed. Across processes: a device source bound for host memory is staged
-//! ([`Route::Staged`]); a device destination lands through the reader's pinned slots
-//! ([`Route::Landing`]), also on one host, because the request frame has no room for the
-//! destination's CUDA IPC handle (so [`Route::CopyEngineIpc`] cannot map it). The request says
-//! that its destination is device memory in its flags ([`DST_DEVICE`]). The reader counts its
+//! ([`Route::Staged`]); a device destination on this host is written through CUDA IPC
+//! ([`Route::CopyEngineIpc`]) once the reader announced its IPC handle to the owner
+//! ([`dst_info`]: a request frame has no room for it), and lands through the reader's pinned
+//! slots ([`Route::Landing`]) until then, or from another host. The request says that its
+//! destination is device memory in its flags ([`DST_DEVICE`]). The reader counts its
 //! immediate on the reply, which the owner sends once its write completed, as on the host path.
 //!
 //! Frame layout (words and halves of the control codec):
@@ -47,6 +48,7 @@
 //! |---|---|---|
 //! | `Request` (1), flags [`DST_DEVICE`] | src key, dst key, src offset + len bits 0..24 << 40, dst offset + len bits 24..48 << 40 | src region, dst region |
 //! | `Reply` (2) | zero | outcome code, zero |
+//! | `DstInfo` (3), one of [`dst_info::DST_INFO_FRAMES`] | a quarter of the announcement | dst region, frame index |
 //!
 //! Offsets are below 2^40 ([`crate::REGION_BYTES_MAX`]), so the length shares their words.
 
@@ -57,8 +59,10 @@ use std::time::{Duration, Instant};
 use accord_proto::wire::RejectReason;
 use accord_proto::{RegionId, RegionKey};
 
+pub(crate) mod dst_info;
 pub(crate) mod state;
 
+pub use dst_info::READ_DST_INFOS_KEPT;
 use state::Pending;
 #[cfg(test)]
 use state::ServedReads;
@@ -132,6 +136,12 @@ pub(crate) struct Request {
 pub(crate) enum Body {
     Request(Request),
     Reply(Outcome),
+    /// Frame `index` of an announcement of the device region `region` ([`dst_info`]).
+    DstInfo {
+        region: u32,
+        index: u32,
+        words: [u64; 4],
+    },
 }
 
 /// One message: the sender's claim `from`, the reader's request id `req`.
@@ -163,6 +173,10 @@ impl ReadMessage {
             Body::Reply(outcome) => {
                 let frame = ControlFrame::new(RouteTag::Read, REPLY, self.from, self.req);
                 ControlFrame { halves: [outcome.code(), 0], ..frame }
+            }
+            Body::DstInfo { region, index, words } => {
+                let frame = ControlFrame::new(RouteTag::Read, dst_info::DST_INFO, self.from, self.req);
+                ControlFrame { words, halves: [region, index], ..frame }
             }
         };
         Some(frame.encode())
@@ -198,6 +212,10 @@ impl ReadMessage {
             }
             REPLY if frame.words == [0; 4] && frame.halves[1] == 0 => Body::Reply(Outcome::from_code(frame.halves[0])),
             REPLY => return Err(FrameError::Field("a read reply carries only its outcome")),
+            dst_info::DST_INFO if frame.halves[1] < dst_info::DST_INFO_FRAMES => {
+                Body::DstInfo { region: frame.halves[0], index: frame.halves[1], words: frame.words }
+            }
+            dst_info::DST_INFO => return Err(FrameError::Field("a destination announcement has 4 frames")),
             other => return Err(FrameError::Kind(other)),
         };
         Ok(ReadMessage { from: frame.from, req: frame.req, body })
@@ -367,6 +385,9 @@ impl Engine {
             len: op.len,
             dst_device,
         };
+        if dst_device {
+            self.announce_destination(peer, op.dst, request.dst_key);
+        }
         let req = state.next_req.fetch_add(1, Ordering::Relaxed);
         let message = ReadMessage { from: shared.id, req, body: Body::Request(request) };
         let Some(frame) = control_part(shared, peer, message) else {
@@ -391,6 +412,34 @@ impl Engine {
         state.requests_sent.fetch_add(1, Ordering::Relaxed);
         shared.route(frame, None);
         Ok(Transfer { state: transfer })
+    }
+
+    /// Announces the device region `dst` (with `key`) to `owner` once, so that its writes for
+    /// our reads can map it through CUDA IPC ([`dst_info`]). Best effort: a region the driver
+    /// does not export, or an announcement lost, leaves those writes on the landing route.
+    fn announce_destination(&self, owner: EngineId, dst: &MrHandle, key: u64) {
+        let shared = &self.shared;
+        // An owner in this process (the network forced) could not open our handle: CUDA
+        // refuses to map an IPC handle in the process that exported it. Its writes land.
+        if local_engine(owner).is_some() || !shared.read.dst_infos.should_announce(owner, dst.region.0, key) {
+            return;
+        }
+        let found = {
+            let regions = shared.regions.read().unwrap();
+            regions.get(dst.region).and_then(|r| r.device.map(|ordinal| (r.base as u64, r.len as usize, ordinal)))
+        };
+        let Some((base, len, ordinal)) = found else { return };
+        let Some(frames) = self.device_region_info(base, len, ordinal).ok().and_then(|i| dst_info::encode(key, &i))
+        else {
+            return;
+        };
+        let id = shared.read.next_req.fetch_add(1, Ordering::Relaxed);
+        for (index, words) in frames.into_iter().enumerate() {
+            let body = Body::DstInfo { region: dst.region.0, index: index as u32, words };
+            if let Some(part) = control_part(shared, owner, ReadMessage { from: shared.id, req: id, body }) {
+                shared.route(part, None);
+            }
+        }
     }
 
     /// The key of a local region (what the owner's write into it must present).
@@ -485,6 +534,15 @@ pub(crate) fn serve(shared: &Arc<Shared>, offset: u64, bytes: &[u8]) -> Option<P
             None
         }
         Body::Request(request) => serve_request(shared, message.from, message.req, request),
+        Body::DstInfo { region, index, words } => {
+            // Only from engines we answer (as requests): an announcement is kept memory.
+            if !shared.peers.read().unwrap().contains_key(&message.from) {
+                state.refused.fetch_add(1, Ordering::Relaxed);
+            } else {
+                state.dst_infos.take_frame(message.from, message.req, region, index, words);
+            }
+            None
+        }
     }
 }
 
@@ -536,9 +594,15 @@ fn serve_request(shared: &Arc<Shared>, from: EngineId, req: u64, request: Reques
         region: dst_region,
         key: dst_key,
         len: dst_offset.saturating_add(len),
-        // The reader's GPU and mapping are its own business: the landing route copies into
-        // its region there; the request carries no IPC handle (see the module's documentation).
-        device: dst_device.then_some(DeviceRegionInfo { ordinal: 0, alloc_offset: 0, ipc: None }),
+        // Through IPC when the reader announced the region (with this key), else landed: the
+        // landing route copies into its region there, knowing its GPU (see `dst_info`).
+        device: dst_device.then(|| {
+            let announced = state.dst_infos.lookup(from, dst_region, dst_key);
+            if announced.is_some() {
+                state.device_destinations_mapped.fetch_add(1, Ordering::Relaxed);
+            }
+            announced.unwrap_or(DeviceRegionInfo { ordinal: 0, alloc_offset: 0, ipc: None })
+        }),
         shared: None,
     };
     let source = match source {
