@@ -196,44 +196,36 @@ def _named(e: errors.AccordError, what: str) -> errors.AccordError:
     return named
 
 
-class _AfterAll:
-    """Marks the part that the request's thread submits only once every earlier part completed."""
-
-    def __init__(self, submit: Callable[[], Transfer]) -> None:
-        self.submit = submit
-
-    def __call__(self) -> Transfer:
-        return self.submit()
-
-
-def _after_all(submit: Callable[[], Transfer]) -> Callable[[], Transfer]:
-    return _AfterAll(submit)
-
-
 class KvTransfer:
     """One request's blocks in flight: its parts (reads or paged writes), submitted at most
     ``max_in_flight`` at a time by the request's thread. See the module's documentation for
-    what ``cancel`` and the timeout guarantee."""
+    what ``cancel`` and the timeout guarantee.
+
+    ``submit(part)`` hands one part to the engine; with ``last_after_all``, the last part is
+    submitted only once every other part completed (it carries the request's immediate)."""
 
     def __init__(
         self,
         kind: str,
         request: str,
-        parts: list[Callable[[], Transfer]],
+        submit: Callable[[Any], Transfer],
+        parts: list[Any],
         max_in_flight: int,
         timeout: float | None,
+        last_after_all: bool = False,
     ) -> None:
         self.kind, self.request = kind, request
         self.parts_total = len(parts)
-        self._parts = parts
+        self._submit, self._parts = submit, parts
         self._max_in_flight = max_in_flight
+        self._last_after_all = last_after_all
         self._timeout = timeout
         self._deadline = None if timeout is None else time.monotonic() + timeout
         self._cancel = threading.Event()
         self._finished = threading.Event()
-        self._lock = threading.Lock()
+        # Written by the request's thread only (reads of an int are atomic under the GIL).
         self._submitted = 0
-        self._in_flight = 0
+        self._settled = 0
         self._error: errors.AccordError | None = None
         self._thread = threading.Thread(target=self._run, name=f"accord-kv-{request or kind}"[:64], daemon=True)
         self._thread.start()
@@ -245,14 +237,12 @@ class KvTransfer:
     @property
     def parts_submitted(self) -> int:
         """Parts handed to the engine so far."""
-        with self._lock:
-            return self._submitted
+        return self._submitted
 
     @property
     def parts_in_flight(self) -> int:
         """Parts submitted and not complete yet."""
-        with self._lock:
-            return self._in_flight
+        return self._submitted - self._settled
 
     def done(self) -> bool:
         """Whether the request is over (landed, failed or cancelled) and nothing of it is in flight."""
@@ -290,54 +280,48 @@ class KvTransfer:
             "the destination blocks hold undefined bytes"
         )
 
-    def _settle(self, t: Transfer) -> errors.AccordError | None:
-        """Waits for one part, in short slices; notes a cancel or deadline meanwhile (the part is
-        waited for all the same: it cannot be recalled)."""
+    def _settle(self, t: Transfer) -> None:
+        """Waits for one part, in short slices, noting a cancel or deadline meanwhile (the part
+        is waited for all the same: it cannot be recalled), and its failure."""
+        failed: errors.AccordError | None = None
         while True:
             if self._error is None:
                 self._error = self._stop_reason()
             try:
                 t.wait(timeout=_POLL_S)
-                return None
+                break
             except errors.TimeoutError:
                 continue
             except errors.AccordError as e:
-                return e
+                failed = e
+                break
+        self._settled += 1
+        if failed is not None and self._error is None:
+            self._error = _named(failed, self._what)
 
     def _run(self) -> None:
         window: collections.deque[Transfer] = collections.deque()
-
-        def settle_oldest() -> None:
-            failed = self._settle(window.popleft())
-            with self._lock:
-                self._in_flight -= 1
-            if failed is not None and self._error is None:
-                self._error = _named(failed, self._what)
-
+        submit, last = self._submit, len(self._parts) - 1
         try:
-            for submit in self._parts:
+            for index, part in enumerate(self._parts):
                 if self._error is None:
                     self._error = self._stop_reason()
+                if self._error is None and index == last and self._last_after_all:
+                    while window:
+                        self._settle(window.popleft())
                 if self._error is not None:
                     break
-                if isinstance(submit, _AfterAll):
-                    while window:
-                        settle_oldest()
-                    if self._error is not None:
-                        break
                 try:
-                    transfer = submit()
+                    transfer = submit(part)
                 except errors.AccordError as e:
                     self._error = _named(e, self._what)
                     break
-                with self._lock:
-                    self._submitted += 1
-                    self._in_flight += 1
+                self._submitted += 1
                 window.append(transfer)
-                while len(window) >= self._max_in_flight or (window and self._error is not None):
-                    settle_oldest()
+                if len(window) >= self._max_in_flight:
+                    self._settle(window.popleft())
             while window:
-                settle_oldest()
+                self._settle(window.popleft())
         except BaseException as e:  # pragma: no cover - a bug here must not hang waiters
             self._error = errors.AccordError(f"{self._what}: the request's thread failed: {e!r}")
         finally:
@@ -397,26 +381,22 @@ class PrefillCache:
         src_pages = (planes * self.num_blocks + np.asarray(src, dtype=np.int64)[None, :]).ravel()
         dst_pages = (planes * target.num_blocks + np.asarray(dst, dtype=np.int64)[None, :]).ravel()
         chunks = [(at, min(at + pages_per_write, src_pages.size)) for at in range(0, src_pages.size, pages_per_write)]
-        page_nbytes = self.layout.block_nbytes
+        engine, region, descriptor, page_nbytes = self.engine, self.region, target.descriptor, self.layout.block_nbytes
+        last = len(chunks) - 1
 
-        def part(lo: int, hi: int, last: bool) -> Callable[[], Transfer]:
-            def submit() -> Transfer:
-                return self.engine.write_paged(
-                    self.region,
-                    target.descriptor,
-                    page_nbytes=page_nbytes,
-                    src_pages=src_pages[lo:hi],
-                    dst_pages=dst_pages[lo:hi],
-                    imm=imm if last else None,
-                )
+        def submit(chunk: tuple[int, int]) -> Transfer:
+            lo, hi = chunk
+            return engine.write_paged(
+                region,
+                descriptor,
+                page_nbytes=page_nbytes,
+                src_pages=src_pages[lo:hi],
+                dst_pages=dst_pages[lo:hi],
+                imm=imm if hi == src_pages.size else None,
+            )
 
-            return submit
-
-        parts = [part(lo, hi, i == len(chunks) - 1) for i, (lo, hi) in enumerate(chunks)]
-        if imm is not None and len(parts) > 1:
-            # The immediate says "every block landed": its write goes once the others completed.
-            parts = parts[:-1] + [_after_all(parts[-1])]
-        return KvTransfer("push", request, parts, max_in_flight, timeout)
+        # The immediate says "every block landed": its write goes once the others completed.
+        return KvTransfer("push", request, submit, chunks, max_in_flight, timeout, last_after_all=imm is not None and last > 0)
 
     def close(self) -> None:
         """Deregisters the cache (pulls in flight then fail at the decode side)."""
@@ -454,23 +434,19 @@ class DecodeCache:
         if source.address.id not in self._known:
             self.engine.add_peer(source.address)
             self._known.add(source.address.id)
-        nbytes = self.layout.block_nbytes
         engine, region, descriptor = self.engine, self.region, source.descriptor
+        nbytes = self.layout.block_nbytes
+        # Byte offsets of every (layer, K/V) plane here and there, and of each run in a plane.
+        planes = range(self.layout.layers * 2)
+        here, there = self.num_blocks * nbytes, source.num_blocks * nbytes
+        runs = [(d * nbytes, s * nbytes, count * nbytes) for s, d, count in _runs(src, dst)]
+        parts = [(p * here + d, p * there + s_, n) for p in planes for d, s_, n in runs]
 
-        def part(dst_offset: int, src_offset: int, length: int) -> Callable[[], Transfer]:
-            return lambda: engine.read(region, descriptor, length, dst_offset=dst_offset, src_offset=src_offset, imm=imm)
+        def submit(part: tuple[int, int, int]) -> Transfer:
+            dst_offset, src_offset, length = part
+            return engine.read(region, descriptor, length, dst_offset=dst_offset, src_offset=src_offset, imm=imm)
 
-        parts = [
-            part(
-                self.layout.offset(self.num_blocks, layer, kv, d),
-                self.layout.offset(source.num_blocks, layer, kv, s),
-                count * nbytes,
-            )
-            for layer in range(self.layout.layers)
-            for kv in (0, 1)
-            for s, d, count in _runs(src, dst)
-        ]
-        return KvTransfer("pull", request, parts, max_in_flight, timeout)
+        return KvTransfer("pull", request, submit, parts, max_in_flight, timeout)
 
     @staticmethod
     def reads_per_pull(layout: KvLayout, src_blocks: Sequence[int], dst_blocks: Sequence[int]) -> int:
