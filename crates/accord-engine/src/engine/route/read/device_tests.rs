@@ -192,3 +192,31 @@ fn announcement_frames_round_trip_and_bad_ones_are_errors() {
     frame.flags = DST_DEVICE;
     assert_eq!(ReadMessage::decode(0, &frame.encode()), Err(FrameError::Reserved));
 }
+
+/// Reads of device memory under loss, reordering and duplication at the reader: every byte
+/// lands once in place, each read's immediate counts once.
+#[test]
+fn reads_of_device_memory_under_the_fault_injector_land_byte_exact() {
+    let owner = rig(26, SLOT_BYTES, 3, None, WAIT);
+    let fault = crate::FaultConfig { drop: 0.02, reorder: 0.05, duplicate: 0.01, ..Default::default() };
+    let config = crate::EngineConfig { device_ipc: false, ..Default::default() };
+    let reader = Engine::builder().ignore_env().config(config).force_network(true).fault_injection(fault, 26);
+    let reader = reader.idle_timeout(WAIT).build().unwrap();
+    pair(&owner.a, &reader);
+    for seed in 0..3u64 {
+        let src = pattern(3 * SLOT_BYTES + 1000 * seed as usize + 1, 30 + seed);
+        let h = fake_device(&owner.a, &src);
+        let d = fake_device_descriptor(&owner.a, &h);
+        let dst = reader.alloc(src.len()).unwrap();
+        let op =
+            ReadOp { dst: &dst.handle(), dst_offset: 0, src: &d, src_offset: 0, len: src.len() as u64, imm: Some(6) };
+        reader.read(&op).unwrap().wait_timeout(WAIT).unwrap();
+        assert!(dst.to_vec()[..] == src[..], "bytes differ (seed {seed})");
+    }
+    assert_eq!(reader.imm_counter(6).wait(3, WAIT), 3);
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(reader.imm_counter(6).value(), 3, "each read counted once");
+    let faults = reader.stats().faults;
+    assert!(faults.iter().map(|f| f.dropped + f.reordered + f.duplicated).sum::<u64>() > 0, "faults were injected");
+    wait_free(&owner.pool);
+}
