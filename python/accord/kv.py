@@ -20,7 +20,9 @@ ready when a transfer starts: synchronise the stream that wrote them first.
 
 Both return a ``KvTransfer``. Its parts (reads, or paged writes) are submitted by a thread of the
 request (``accord-kv-<request>``), at most ``max_in_flight`` at a time, so a request of any size
-stays within the engine's bounds (4096 reads outstanding per engine) and can stop between parts.
+stays within the engine's bounds and can stop between parts. Concurrent pulls of one engine share
+its 4096 outstanding reads (``READ_REQUESTS_IN_FLIGHT_MAX``): keep the sum of their windows below
+it, or a pull past it fails with ``accord.InvalidRequestError`` naming it.
 ``KvTransfer.wait`` returns once every part landed, or raises an ``accord`` error naming the
 request: ``accord.TimeoutError`` when the caller's ``timeout`` passes first (the request goes
 on; wait again), ``accord.PeerError`` when the peer stopped answering or went away (the request
