@@ -76,9 +76,9 @@ def test_a_silent_prefill_engine_times_out_then_fails_naming_it() -> None:
 
 def silent_pair() -> tuple[accord.Engine, accord.Engine]:
     """A prefill engine that never added the decode engine (so it answers no read) and the
-    decode engine: reads stay outstanding until the decode engine gives up on them (2 s)."""
-    p = accord.Engine(ignore_env=True, force_network=True, idle_timeout=1.0)
-    d = accord.Engine(ignore_env=True, force_network=True, idle_timeout=1.0)
+    decode engine: reads stay outstanding until the decode engine gives up on them (4 s)."""
+    p = accord.Engine(ignore_env=True, force_network=True, idle_timeout=2.0)
+    d = accord.Engine(ignore_env=True, force_network=True, idle_timeout=2.0)
     return p, d
 
 
@@ -139,11 +139,16 @@ def test_cancel_stops_submitting_and_the_wait_names_the_request() -> None:
         prefill = PrefillCache(p, LAYOUT, num_blocks=16)
         decode = DecodeCache(d, LAYOUT, num_blocks=16)
         pull = decode.pull(prefill.source, list(range(0, 16, 2)), list(range(8)), request="req-c", max_in_flight=2)
+        # The window fills, and no read is submitted past it while none completes.
+        deadline = time.monotonic() + 10
+        while pull.parts_submitted < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.1)
+        assert pull.parts_submitted == pull.parts_in_flight == 2
         assert pull.cancel()
-        with pytest.raises(accord.CancelledError, match="KV pull 'req-c' cancelled.*undefined"):
+        with pytest.raises(accord.CancelledError, match="KV pull 'req-c' cancelled: 2 of 48 parts.*undefined"):
             pull.wait(timeout=60)
-        assert pull.done() and pull.parts_in_flight == 0
-        assert 0 <= pull.parts_submitted <= 2 < pull.parts_total
+        assert pull.done() and pull.parts_in_flight == 0 and pull.parts_submitted == 2
 
 
 def test_a_timeout_given_at_pull_time_cancels_the_same_way() -> None:
