@@ -143,10 +143,14 @@ def timed(run: Any, iters: int, budget: Budget) -> tuple[float | None, list[floa
 def row(case: str, op: str, blocks: int, first: float | None, times: list[float], ceiling: float,
         checked: bool | None, error: str) -> dict[str, Any]:
     nbytes = blocks * layout().block_nbytes * LAYOUT_ARGS[0] * 2
+    # Scattered ids make every block of every layer's K or V a part of its own: one READ, or one
+    # page of a paged write (the engine copies each separately).
+    parts = blocks * LAYOUT_ARGS[0] * 2
     median = statistics.median(times) if times else None
     gbps = nbytes / median / 1e9 if median else None
     return {
-        "case": case, "op": op, "blocks": blocks, "bytes": nbytes,
+        "case": case, "op": op, "blocks": blocks, "bytes": nbytes, "parts": parts,
+        "us_per_part": None if median is None else round(median * 1e6 / parts, 2),
         "first_ms": None if first is None else round(first * 1e3, 2),
         "ms": [round(t * 1e3, 2) for t in times],
         "median_ms": None if median is None else round(median * 1e3, 2),
@@ -280,8 +284,8 @@ def run_case(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    print(f"{'case':8} {'op':5} {'blocks':>6} {'MiB':>7} {'warm-up ms':>10} {'ms/request':>10} "
-          f"{'GB/s':>7} {'ceiling':>7} {'ratio':>6}  checked / note")
+    print(f"{'case':8} {'op':5} {'blocks':>6} {'MiB':>7} {'parts':>7} {'warm-up ms':>10} {'ms/request':>10} "
+          f"{'us/part':>8} {'GB/s':>7} {'ceiling':>7} {'ratio':>6}  checked / note")
     for r in rows:
         def f(v: Any) -> str:
             return "-" if v is None else str(v)
@@ -289,8 +293,9 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         note = "bytes ok" if r["checked"] else ("BYTES WRONG" if r["checked"] is False else "not checked")
         if r["error"]:
             note += f"; {r['error'][:120]}"
-        print(f"{r['case']:8} {r['op']:5} {r['blocks']:>6} {r['bytes'] / 2**20:>7.0f} {f(r['first_ms']):>10} "
-              f"{f(r['median_ms']):>10} {f(r['gbps']):>7} {f(r['ceiling_gbps']):>7} {f(r['ratio']):>6}  {note}")
+        print(f"{r['case']:8} {r['op']:5} {r['blocks']:>6} {r['bytes'] / 2**20:>7.0f} {f(r.get('parts')):>7} "
+              f"{f(r['first_ms']):>10} {f(r['median_ms']):>10} {f(r.get('us_per_part')):>8} {f(r['gbps']):>7} "
+              f"{f(r['ceiling_gbps']):>7} {f(r['ratio']):>6}  {note}")
 
 
 def main(argv: list[str] | None = None) -> int:

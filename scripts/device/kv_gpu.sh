@@ -8,9 +8,10 @@
 #   ipc      the prefill cache in a second process (device writes through CUDA IPC; a READ's
 #            too, once the decode engine announced its cache to the prefill engine);
 #   network  the same with ACCORD_DEVICE_IPC=0 ACCORD_SHM=0: staged, loopback UDP, landed.
-# The two-process READ and the network run are capped at 128 blocks by default (IPC_READ_BLOCKS,
-# NETWORK_BLOCKS): a READ is one request per 32 KiB block and layer's K or V, and the network
-# route moves each through pinned slots. Each run's output is kept in $OUT/<run>.txt, its rows in $OUT/kv_gpu.jsonl; the table of
+# The network run is capped at 128 blocks by default (NETWORK_BLOCKS): a READ is one request per
+# 32 KiB block and layer's K or V, and that route moves each through pinned slots. A row that
+# would overrun its share of the budget is cut by its requests' own timeout (accord.kv cancels
+# them) and reported as such. Each run's output is kept in $OUT/<run>.txt, its rows in $OUT/kv_gpu.jsonl; the table of
 # all rows is printed at the end (time per request, GB/s, ratio to the ceiling).
 #
 # Usage (GPU host, repo root; python3.12 + torch with CUDA + the accord wheel):
@@ -63,7 +64,7 @@ ITERS=${ITERS:-3} BLOCKS=${BLOCKS:-128,2048} POOL=${POOL:-2560}
 run inproc "${INPROC_CAP_S:-110}" ACCORD_DEVICE_IPC=1 -- --case inproc --blocks "$BLOCKS" --pool "$POOL" \
   --iters "$ITERS"
 run ipc "${IPC_CAP_S:-100}" ACCORD_DEVICE_IPC=1 -- --case ipc --blocks "$BLOCKS" --pool "$POOL" \
-  --read-blocks "${IPC_READ_BLOCKS:-128}" --iters "$ITERS"
+  --read-blocks "${IPC_READ_BLOCKS:-$BLOCKS}" --iters "$ITERS"
 run network "${NETWORK_CAP_S:-60}" ACCORD_DEVICE_IPC=0 ACCORD_SHM=0 -- --case network --pool "$POOL" \
   --blocks "${NETWORK_BLOCKS:-128}" --iters 2
 
