@@ -156,7 +156,7 @@ fn an_announced_destination_is_written_through_ipc_and_only_with_its_key() {
     handle[0] = accord_cuda::ipc::IPC_HANDLE_VERSION;
     let made_up = DeviceRegionInfo { ordinal: 0, alloc_offset: 0, ipc: Some(DeviceIpcBytes(handle)) };
     // Announced for another key first: not used.
-    let frames = dst_info::encode(dst_d.key ^ 1, &made_up).unwrap();
+    let frames = dst_info::encode(dst_d.key ^ 1, dst_d.len, &made_up).unwrap();
     for (index, words) in frames.into_iter().enumerate() {
         let body = Body::DstInfo { region: dst_d.region, index: index as u32, words };
         let bytes = ReadMessage { from: r.b.id(), req: 5, body }.encode().unwrap();
@@ -168,13 +168,22 @@ fn an_announced_destination_is_written_through_ipc_and_only_with_its_key() {
     r.b.read(&op).unwrap().wait_timeout(WAIT).unwrap();
     assert!(dst_host.to_vec()[..] == pattern(len, 25)[..], "landed");
     assert_eq!(owner.read_stats().device_destinations_mapped, 0);
-    // Announced with its key: the owner maps it, and the made-up handle fails the read.
-    let frames = dst_info::encode(dst_d.key, &made_up).unwrap();
-    for (index, words) in frames.into_iter().enumerate().rev() {
-        let body = Body::DstInfo { region: dst_d.region, index: index as u32, words };
-        let bytes = ReadMessage { from: r.b.id(), req: 6, body }.encode().unwrap();
-        assert!(serve(&owner.shared, 0, &bytes).is_none());
-    }
+    // Announced with its key, shorter than the region: a read past the announced length is
+    // refused by the owner, nothing written.
+    let announce = |len: u64, id: u64| {
+        let frames = dst_info::encode(dst_d.key, len, &made_up).unwrap();
+        for (index, words) in frames.into_iter().enumerate().rev() {
+            let body = Body::DstInfo { region: dst_d.region, index: index as u32, words };
+            let bytes = ReadMessage { from: r.b.id(), req: id, body }.encode().unwrap();
+            assert!(serve(&owner.shared, 0, &bytes).is_none());
+        }
+    };
+    announce(dst_d.len - 1, 6);
+    let refused = r.b.read(&op).unwrap().wait_timeout(WAIT);
+    assert_eq!(refused, Err(TransferError::Rejected(RejectReason::OutOfBounds)));
+    assert_eq!(owner.read_stats().device_destinations_mapped, 0);
+    // Announced whole: the owner maps it, and the made-up handle fails the read.
+    announce(dst_d.len, 7);
     assert!(r.b.read(&op).unwrap().wait_timeout(WAIT).is_err());
     assert_eq!(owner.read_stats().device_destinations_mapped, 1);
 }

@@ -6,9 +6,15 @@
 //! IPC handle (77 bytes), and a request frame has 40 bytes of payload. So before its first read
 //! into a device region from a given owner, the reader announces the region: [`DST_INFO_FRAMES`]
 //! frames (kind [`DST_INFO`], one announcement id in `req`, the region and the frame's index in
-//! the halves) carrying the region's key, its offset in the exported allocation, its GPU and the
-//! handle. The owner assembles them and keeps the result per (reader, region), bound to the key:
-//! a request whose key differs (the region id was reused) does not use it.
+//! the halves) carrying the region's key and length, its offset in the exported allocation, its GPU
+//! and the handle. The owner assembles them and keeps the result per (reader, region), bound to
+//! the key: a request whose key differs (the region id was reused) does not use it, and one that
+//! reaches past the announced length is refused, since a copy through the handle is checked by
+//! nobody at the reader.
+//!
+//! As for any write through CUDA IPC, the reader's memory is written directly: deregistering a
+//! destination while a read into it is in flight leaves that read's bytes to land in the
+//! allocation all the same (the landing route checks the region when each chunk lands).
 //!
 //! Best effort, never needed for correctness: frames may arrive after the request they precede
 //! (another lane), or not at all; the owner then lands the write, as without an announcement.
@@ -31,11 +37,22 @@ pub const READ_DST_INFOS_KEPT: usize = 4096;
 const WORDS: usize = 4 * DST_INFO_FRAMES as usize;
 const HANDLE_WORDS: usize = DEVICE_IPC_HANDLE_BYTES.div_ceil(8);
 const HEAD_WORDS: usize = 3;
-const _: () = assert!(HEAD_WORDS + HANDLE_WORDS <= WORDS, "an announcement holds key, offset, GPU and handle");
+/// Where the region's length is, after the handle.
+const LEN_WORD: usize = HEAD_WORDS + HANDLE_WORDS;
+const _: () = assert!(LEN_WORD < WORDS, "an announcement holds key, offset, GPU, handle and length");
 
-/// The words of an announcement of a region with `key` and `info` (which must carry a handle),
-/// frame by frame.
-pub(crate) fn encode(key: u64, info: &DeviceRegionInfo) -> Option<[[u64; 4]; DST_INFO_FRAMES as usize]> {
+/// What an owner knows of a reader's device region.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Announced {
+    /// The region's length: a read reaching past it is refused.
+    pub(crate) len: u64,
+    /// Its GPU, its offset in the exported allocation, the handle.
+    pub(crate) info: DeviceRegionInfo,
+}
+
+/// The words of an announcement of a region with `key`, `len` bytes and `info` (which must carry
+/// a handle), frame by frame.
+pub(crate) fn encode(key: u64, len: u64, info: &DeviceRegionInfo) -> Option<[[u64; 4]; DST_INFO_FRAMES as usize]> {
     let handle = info.ipc?;
     let mut words = [0u64; WORDS];
     words[0] = key;
@@ -46,6 +63,7 @@ pub(crate) fn encode(key: u64, info: &DeviceRegionInfo) -> Option<[[u64; 4]; DST
     for (i, chunk) in bytes.chunks_exact(8).enumerate() {
         words[HEAD_WORDS + i] = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
     }
+    words[LEN_WORD] = len;
     let mut frames = [[0u64; 4]; DST_INFO_FRAMES as usize];
     for (i, frame) in frames.iter_mut().enumerate() {
         frame.copy_from_slice(&words[4 * i..4 * i + 4]);
@@ -55,21 +73,20 @@ pub(crate) fn encode(key: u64, info: &DeviceRegionInfo) -> Option<[[u64; 4]; DST
 
 /// The key and destination an assembled announcement describes; `None` when the handle does
 /// not parse or a field is out of range.
-pub(crate) fn decode(words: &[u64; WORDS]) -> Option<(u64, DeviceRegionInfo)> {
+pub(crate) fn decode(words: &[u64; WORDS]) -> Option<(u64, Announced)> {
     let ordinal = u32::try_from(words[2]).ok()?;
     let mut bytes = [0u8; HANDLE_WORDS * 8];
     for (i, chunk) in bytes.chunks_exact_mut(8).enumerate() {
         chunk.copy_from_slice(&words[HEAD_WORDS + i].to_le_bytes());
     }
-    if bytes[DEVICE_IPC_HANDLE_BYTES..].iter().any(|&b| b != 0)
-        || words[HEAD_WORDS + HANDLE_WORDS..].iter().any(|&w| w != 0)
-    {
+    if bytes[DEVICE_IPC_HANDLE_BYTES..].iter().any(|&b| b != 0) || words[LEN_WORD + 1..].iter().any(|&w| w != 0) {
         return None;
     }
     let mut handle = [0u8; DEVICE_IPC_HANDLE_BYTES];
     handle.copy_from_slice(&bytes[..DEVICE_IPC_HANDLE_BYTES]);
     accord_cuda::IpcHandle::from_bytes(&handle).ok()?;
-    Some((words[0], DeviceRegionInfo { ordinal, alloc_offset: words[1], ipc: Some(DeviceIpcBytes(handle)) }))
+    let info = DeviceRegionInfo { ordinal, alloc_offset: words[1], ipc: Some(DeviceIpcBytes(handle)) };
+    Some((words[0], Announced { len: words[LEN_WORD], info }))
 }
 
 /// An announcement being assembled.
@@ -83,7 +100,7 @@ struct Partial {
 #[derive(Default)]
 pub(crate) struct DstInfos {
     /// Owner side: (reader, region) -> (key, destination).
-    known: Mutex<HashMap<(EngineId, u32), (u64, DeviceRegionInfo)>>,
+    known: Mutex<HashMap<(EngineId, u32), (u64, Announced)>>,
     /// Owner side: (reader, announcement id) -> frames so far.
     partial: Mutex<HashMap<(EngineId, u64), Partial>>,
     /// Reader side: (owner, region, key) announced.
@@ -133,15 +150,15 @@ impl DstInfos {
             }
             partial.remove(&(reader, id)).map(|p| p.words)
         };
-        let Some((key, info)) = complete.as_ref().and_then(decode) else { return false };
+        let Some((key, announced)) = complete.as_ref().and_then(decode) else { return false };
         let mut known = self.known.lock().unwrap();
         bound(&mut known);
-        known.insert((reader, region), (key, info));
+        known.insert((reader, region), (key, announced));
         true
     }
 
     /// Owner side: what `reader` announced of `region`, if it was announced with `key`.
-    pub(crate) fn lookup(&self, reader: EngineId, region: u32, key: u64) -> Option<DeviceRegionInfo> {
+    pub(crate) fn lookup(&self, reader: EngineId, region: u32, key: u64) -> Option<Announced> {
         let known = self.known.lock().unwrap();
         known.get(&(reader, region)).and_then(|&(k, info)| (k == key).then_some(info))
     }
@@ -160,7 +177,7 @@ mod tests {
 
     #[test]
     fn an_announcement_round_trips_in_any_frame_order_and_is_bound_to_its_key() {
-        let frames = encode(0xfeed, &info()).unwrap();
+        let frames = encode(0xfeed, 1 << 20, &info()).unwrap();
         let infos = DstInfos::default();
         let reader = EngineId(9);
         for &i in &[2usize, 0, 3] {
@@ -168,7 +185,7 @@ mod tests {
         }
         assert_eq!(infos.lookup(reader, 5, 0xfeed), None, "incomplete");
         assert!(infos.take_frame(reader, 77, 5, 1, frames[1]));
-        assert_eq!(infos.lookup(reader, 5, 0xfeed), Some(info()));
+        assert_eq!(infos.lookup(reader, 5, 0xfeed), Some(Announced { len: 1 << 20, info: info() }));
         assert_eq!(infos.lookup(reader, 5, 0xbeef), None, "another key: the region was reused");
         assert_eq!(infos.lookup(EngineId(8), 5, 0xfeed), None, "another reader");
         assert_eq!(infos.lookup(reader, 6, 0xfeed), None, "another region");
@@ -177,7 +194,7 @@ mod tests {
     #[test]
     fn malformed_announcements_are_dropped() {
         let infos = DstInfos::default();
-        let mut frames = encode(1, &info()).unwrap();
+        let mut frames = encode(1, 64, &info()).unwrap();
         assert!(!infos.take_frame(EngineId(1), 1, 5, DST_INFO_FRAMES, frames[0]), "index out of range");
         // A bad handle version.
         frames[0][HEAD_WORDS] ^= 0xff;
@@ -186,17 +203,17 @@ mod tests {
         }
         assert_eq!(infos.lookup(EngineId(1), 5, 1), None);
         // Frames of one announcement naming two regions.
-        let frames = encode(1, &info()).unwrap();
+        let frames = encode(1, 64, &info()).unwrap();
         assert!(!infos.take_frame(EngineId(1), 3, 5, 0, frames[0]));
         assert!(!infos.take_frame(EngineId(1), 3, 6, 1, frames[1]));
         // No handle: nothing to announce.
-        assert!(encode(1, &DeviceRegionInfo { ipc: None, ..info() }).is_none());
+        assert!(encode(1, 64, &DeviceRegionInfo { ipc: None, ..info() }).is_none());
     }
 
     #[test]
     fn memory_is_bounded_and_a_reader_announces_once_per_region_and_key() {
         let infos = DstInfos::default();
-        let frames = encode(1, &info()).unwrap();
+        let frames = encode(1, 64, &info()).unwrap();
         for id in 0..(READ_DST_INFOS_KEPT as u64 + 10) {
             infos.take_frame(EngineId(id), id, 5, 0, frames[0]);
         }

@@ -429,10 +429,8 @@ impl Engine {
             regions.get(dst.region).and_then(|r| r.device.map(|ordinal| (r.base as u64, r.len as usize, ordinal)))
         };
         let Some((base, len, ordinal)) = found else { return };
-        let Some(frames) = self.device_region_info(base, len, ordinal).ok().and_then(|i| dst_info::encode(key, &i))
-        else {
-            return;
-        };
+        let info = self.device_region_info(base, len, ordinal).ok();
+        let Some(frames) = info.and_then(|i| dst_info::encode(key, len as u64, &i)) else { return };
         let id = shared.read.next_req.fetch_add(1, Ordering::Relaxed);
         for (index, words) in frames.into_iter().enumerate() {
             let body = Body::DstInfo { region: dst.region.0, index: index as u32, words };
@@ -588,21 +586,23 @@ fn serve_request(shared: &Arc<Shared>, from: EngineId, req: u64, request: Reques
             Err(reason) => return refuse(shared, from, req, reason),
         }
     };
+    // Through IPC when the reader announced the region (with this key), within its announced
+    // length; else landed: the landing route checks and copies into the region there.
+    let announced = if dst_device { state.dst_infos.lookup(from, dst_region, dst_key) } else { None };
+    if announced.is_some_and(|a| !check_range(dst_offset, len, a.len)) {
+        return refuse(shared, from, req, RejectReason::OutOfBounds);
+    }
     state.requests_served.fetch_add(1, Ordering::Relaxed);
+    if announced.is_some() {
+        state.device_destinations_mapped.fetch_add(1, Ordering::Relaxed);
+    }
     let destination = MrDescriptor {
         engine: from,
         region: dst_region,
         key: dst_key,
-        len: dst_offset.saturating_add(len),
-        // Through IPC when the reader announced the region (with this key), else landed: the
-        // landing route copies into its region there, knowing its GPU (see `dst_info`).
-        device: dst_device.then(|| {
-            let announced = state.dst_infos.lookup(from, dst_region, dst_key);
-            if announced.is_some() {
-                state.device_destinations_mapped.fetch_add(1, Ordering::Relaxed);
-            }
-            announced.unwrap_or(DeviceRegionInfo { ordinal: 0, alloc_offset: 0, ipc: None })
-        }),
+        len: announced.map_or(dst_offset.saturating_add(len), |a| a.len),
+        device: dst_device
+            .then(|| announced.map_or(DeviceRegionInfo { ordinal: 0, alloc_offset: 0, ipc: None }, |a| a.info)),
         shared: None,
     };
     let source = match source {
