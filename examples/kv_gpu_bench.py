@@ -141,7 +141,7 @@ def timed(run: Any, iters: int, budget: Budget) -> tuple[float | None, list[floa
 
 
 def row(case: str, op: str, blocks: int, first: float | None, times: list[float], ceiling: float,
-        checked: bool | None, error: str) -> dict[str, Any]:
+        checked: bool | None, error: str, owner: dict[str, int]) -> dict[str, Any]:
     nbytes = blocks * layout().block_nbytes * LAYOUT_ARGS[0] * 2
     # Scattered ids make every block of every layer's K or V a part of its own: one READ, or one
     # page of a paged write (the engine copies each separately).
@@ -158,6 +158,10 @@ def row(case: str, op: str, blocks: int, first: float | None, times: list[float]
         "ceiling_gbps": round(ceiling, 2),
         "ratio": None if gbps is None else round(gbps / ceiling, 3),
         "checked": checked, "error": error,
+        # The prefill engine's READ counters after the row (reads written through the decode
+        # cache's IPC handle rather than landed: reads_into_device_mapped).
+        "owner_reads_served": owner.get("reads_served"),
+        "owner_reads_mapped": owner.get("reads_into_device_mapped"),
     }
 
 
@@ -181,6 +185,9 @@ def prefill_role(conn: Connection, pool: int) -> None:
                 order = conn.recv()
                 if order == "exit":
                     break
+                if order == "stats":
+                    conn.send(("stats", engine.stats()))
+                    continue
                 _, src, dst, iters, seconds = order
                 budget = Budget(seconds)
                 n = [0]
@@ -228,6 +235,17 @@ def run_case(args: argparse.Namespace) -> list[dict[str, Any]]:
         if kind != "hello":
             raise SystemExit(f"kv_gpu_bench: the prefill process failed: {source}")
         conn.send((decode.target, decode_engine.address))
+    def owner_stats() -> dict[str, int]:
+        if prefill_engine is not None:
+            return dict(prefill_engine.stats())
+        if conn is not None:
+            conn.send("stats")
+            if conn.poll(30):
+                kind, answer = conn.recv()
+                if kind == "stats":
+                    return dict(answer)
+        return {}
+
     rows: list[dict[str, Any]] = []
     plan = [("write", n) for n in sizes] + [("read", n) for n in read_sizes]
     try:
@@ -263,7 +281,7 @@ def run_case(args: argparse.Namespace) -> list[dict[str, Any]]:
             # Checked when every request of the row ended well (a cancelled one leaves blocks undefined).
             ok = None if first is None or error else check(torch, cache, pool, src, dst, f"cuda:{last}")
             ceiling = ceilings.get(n) or ceiling_gbps(torch, n * layout().block_nbytes * LAYOUT_ARGS[0] * 2, 5)
-            rows.append(row(case, op, n, first, times, ceiling, ok, error))
+            rows.append(row(case, op, n, first, times, ceiling, ok, error, owner_stats()))
             print(json.dumps(rows[-1]), flush=True)
     finally:
         # The decode engine first: it would report the prefill process's exit as a peer's death.
@@ -291,6 +309,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             return "-" if v is None else str(v)
 
         note = "bytes ok" if r["checked"] else ("BYTES WRONG" if r["checked"] is False else "not checked")
+        if r["op"] == "read" and r.get("owner_reads_served"):
+            note += f"; owner: {r['owner_reads_mapped']} of {r['owner_reads_served']} reads through IPC (cumulative)"
         if r["error"]:
             note += f"; {r['error'][:120]}"
         print(f"{r['case']:8} {r['op']:5} {r['blocks']:>6} {r['bytes'] / 2**20:>7.0f} {f(r.get('parts')):>7} "

@@ -513,6 +513,14 @@ impl Engine {
         dict.set_item("datagrams_dropped", stats.datagrams_dropped())?;
         dict.set_item("imm_overflow", stats.imm_overflow)?;
         dict.set_item("lanes", stats.lanes.len())?;
+        // READ, both sides: requests sent (reader), served and refused (owner), unanswered
+        // (reader), and reads into device memory written through the reader's IPC handle (owner).
+        let reads = engine.read_stats();
+        dict.set_item("reads_sent", reads.requests_sent)?;
+        dict.set_item("reads_served", reads.requests_served)?;
+        dict.set_item("reads_refused", reads.refused)?;
+        dict.set_item("reads_unanswered", reads.unanswered)?;
+        dict.set_item("reads_into_device_mapped", reads.device_destinations_mapped)?;
         Ok(dict)
     }
 
