@@ -68,6 +68,9 @@ def kv_prefill(conn: Connection, device: int, layout_args: tuple[int, int, int, 
                 order = conn.recv()
                 if order == "exit":
                     break
+                if order == "stats":
+                    conn.send(engine.stats())
+                    continue
                 target, src, dst, imm = order
                 prefill.push(target, src, dst, request="from-child", imm=imm).wait(timeout=WAIT_S)
                 conn.send({"pushed": True})

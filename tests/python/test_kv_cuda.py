@@ -90,6 +90,17 @@ def test_cuda_caches_pull_and_push_across_processes(device_ipc: bool, monkeypatc
             src, dst = [0, 1, 2, 17, 9], [3, 4, 5, 0, 23]
             decode.pull(hello["source"], src, dst, request="mp-pull", imm=53).wait(timeout=120)
             check_blocks(torch, decode, dst, want, src)
+            # Once the prefill engine knows the decode cache's IPC handle (announced with the
+            # first read), it writes reads through it; with IPC off it lands them all.
+            mapped = 0
+            for attempt in range(5):
+                decode.pull(hello["source"], [3, 4], [6, 7], request=f"again-{attempt}").wait(timeout=120)
+                parent.send("stats")
+                mapped = parent.recv()["reads_into_device_mapped"]
+                if mapped or not device_ipc:
+                    break
+            check_blocks(torch, decode, [6, 7], want, [3, 4])
+            assert (mapped > 0) == device_ipc, mapped
             parent.send((decode.target, [20, 21, 8], [10, 11, 12], 54))
             report = parent.recv()
             assert report == {"pushed": True}, report

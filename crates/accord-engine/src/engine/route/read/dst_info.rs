@@ -16,6 +16,9 @@
 //! destination while a read into it is in flight leaves that read's bytes to land in the
 //! allocation all the same (the landing route checks the region when each chunk lands).
 //!
+//! Only between processes of one host (a reader announces nothing to an owner in its own process
+//! or on another host), and used only by an owner with `device_ipc` on.
+//!
 //! Best effort, never needed for correctness: frames may arrive after the request they precede
 //! (another lane), or not at all; the owner then lands the write, as without an announcement.
 //! A handle that does not parse is dropped. Both sides are bounded

@@ -420,8 +420,12 @@ impl Engine {
     fn announce_destination(&self, owner: EngineId, dst: &MrHandle, key: u64) {
         let shared = &self.shared;
         // An owner in this process (the network forced) could not open our handle: CUDA
-        // refuses to map an IPC handle in the process that exported it. Its writes land.
-        if local_engine(owner).is_some() || !shared.read.dst_infos.should_announce(owner, dst.region.0, key) {
+        // refuses to map an IPC handle in the process that exported it; one on another host
+        // cannot either. Their writes land.
+        if local_engine(owner).is_some() || !shared.peer_on_this_host(owner) {
+            return;
+        }
+        if !shared.read.dst_infos.should_announce(owner, dst.region.0, key) {
             return;
         }
         let found = {
@@ -588,7 +592,9 @@ fn serve_request(shared: &Arc<Shared>, from: EngineId, req: u64, request: Reques
     };
     // Through IPC when the reader announced the region (with this key), within its announced
     // length; else landed: the landing route checks and copies into the region there.
-    let announced = if dst_device { state.dst_infos.lookup(from, dst_region, dst_key) } else { None };
+    // (Only where the copy engine can reach it: IPC on, the reader on this host.)
+    let ipc = dst_device && shared.config.device_ipc && shared.peer_on_this_host(from);
+    let announced = if ipc { state.dst_infos.lookup(from, dst_region, dst_key) } else { None };
     if announced.is_some_and(|a| !check_range(dst_offset, len, a.len)) {
         return refuse(shared, from, req, RejectReason::OutOfBounds);
     }
