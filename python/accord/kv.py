@@ -322,13 +322,16 @@ class KvTransfer:
                 window.append(transfer)
                 if len(window) >= self._max_in_flight:
                     self._settle(window.popleft())
-            while window:
-                self._settle(window.popleft())
         except BaseException as e:  # pragma: no cover - a bug here must not hang waiters
             self._error = errors.AccordError(f"{self._what}: the request's thread failed: {e!r}")
         finally:
-            self._parts = []
-            self._finished.set()
+            try:
+                # Over only once nothing of it is in flight.
+                while window:
+                    self._settle(window.popleft())
+            finally:
+                self._parts = []
+                self._finished.set()
 
 
 # A pull's old name: its transfers are a KvTransfer.
