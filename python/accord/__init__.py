@@ -50,6 +50,7 @@ from accord._accord import (
 )
 from accord.errors import (
     AccordError,
+    CancelledError,
     ConfigError,
     InvalidBufferError,
     InvalidRequestError,
@@ -66,6 +67,7 @@ __version__ = VERSION
 __all__ = [
     "Address",
     "AccordError",
+    "CancelledError",
     "Communicator",
     "ConfigError",
     "Descriptor",

@@ -11,6 +11,7 @@ category also derive from it, so generic handlers keep working::
      +-- RemoteAccessError                             the receiver refused a write or send
      +-- PeerError              (also ConnectionError) unknown peer, or it stopped answering
      +-- TimeoutError           (also builtins.TimeoutError)
+     +-- CancelledError                                a request was cancelled by its caller
      +-- ShutdownError                                 the engine was closed
 """
 
@@ -26,6 +27,7 @@ __all__ = [
     "RemoteAccessError",
     "PeerError",
     "TimeoutError",
+    "CancelledError",
     "ShutdownError",
 ]
 
@@ -58,6 +60,11 @@ class PeerError(AccordError, ConnectionError):
 
 class TimeoutError(AccordError, builtins.TimeoutError):  # noqa: A001 - deliberate shadowing
     """A wait gave up before its condition held. Also a builtin ``TimeoutError``."""
+
+
+class CancelledError(AccordError):
+    """A request was cancelled by its caller before it was over (``accord.kv``'s
+    ``KvTransfer.cancel``): nothing more of it is submitted; what it wrote is undefined."""
 
 
 class ShutdownError(AccordError):

@@ -1,34 +1,86 @@
-"""KV-cache transfer between a prefill and a decode engine, by READ.
+"""KV-cache transfer between a prefill and a decode engine: pulled by READ, or pushed by paged
+WRITE, on host memory or CUDA tensors.
 
 A cache is one array in a vLLM-like paged layout, ``(layers, 2, blocks, block_size, heads,
-head_dim)`` (the 2 is K and V). The prefill side registers its cache and hands out a
-``KvSource`` (picklable: the engine's address, the cache's descriptor, its layout). The decode
-side registers its own cache and pulls a request's blocks by block id: for every layer and K/V,
-each run of consecutive block ids (on both sides) is one one-sided READ, checked by the prefill
-engine against its cache's key and bounds. ``KvPull.wait`` completes the request or raises:
-``accord.TimeoutError`` when the caller's timeout passes first (the pull goes on; wait again),
-``accord.PeerError`` when the prefill engine stopped answering (it names it), never hangs.
+head_dim)`` (the 2 is K and V): a numpy array, a torch CPU tensor or a torch CUDA tensor
+(registered as device memory; the engine moves it with the GPUs' copy engines in one process or
+through CUDA IPC on one host, and through pinned staging slots otherwise). Its bytes must be
+ready when a transfer starts: synchronise the stream that wrote them first.
 
-The prefill engine must have added the decode engine as a peer (it answers over the transport).
-Host memory only for now (numpy arrays, torch CPU tensors).
+- **Pull** (decode asks): the prefill side registers its cache and hands out a ``KvSource``
+  (picklable: the engine's address, the cache's descriptor, its layout). The decode side pulls a
+  request's blocks by block id: for every layer and K/V, each run of consecutive block ids (on
+  both sides) is one one-sided READ, checked by the prefill engine against its cache's key and
+  bounds. The prefill engine must have added the decode engine as a peer (it answers over the
+  transport). With ``imm``, the decode engine's counter moves once per read
+  (``DecodeCache.reads_per_pull``).
+- **Push** (prefill sends): the decode side hands out a ``KvTarget``; the prefill side writes a
+  request's blocks with paged writes (every layer's K and V, ``PUSH_PAGES_PER_WRITE`` blocks a
+  write). With ``imm``, the decode engine's counter moves exactly once, after every block landed.
 
-    layout = KvLayout(layers=4, block_size=16, heads=8, head_dim=128, dtype="float16")
+Both return a ``KvTransfer``. Its parts (reads, or paged writes) are submitted by a thread of the
+request (``accord-kv-<request>``), at most ``max_in_flight`` at a time, so a request of any size
+stays within the engine's bounds and can stop between parts. Concurrent pulls of one engine share
+its 4096 outstanding reads (``READ_REQUESTS_IN_FLIGHT_MAX``): keep the sum of their windows below
+it, or a pull past it fails with ``accord.InvalidRequestError`` naming it.
+``KvTransfer.wait`` returns once every part landed, or raises an ``accord`` error naming the
+request: ``accord.TimeoutError`` when the caller's ``timeout`` passes first (the request goes
+on; wait again), ``accord.PeerError`` when the peer stopped answering or went away (the request
+fails; the engines go on serving others), ``accord.RemoteAccessError`` when the owner refused.
+
+Cancel and time out: ``KvTransfer.cancel()`` (or the ``timeout`` given at pull or push time,
+which cancels the same way when it passes) guarantees that
+
+- no part is submitted after the request's thread saw the cancel (it looks before each part);
+- parts already submitted (at most ``max_in_flight``) are not stopped: the engine cannot recall
+  a write or a read's answer, so ``wait`` first waits for them (each ends: it lands, fails, or
+  its peer is declared silent by the engine's own bounded timeouts);
+- then ``wait`` raises ``accord.CancelledError`` (``accord.TimeoutError`` for the pull-time or
+  push-time timeout) naming the request and how many parts were submitted, and from then on
+  nothing of this request is in flight: the destination blocks hold undefined bytes (some parts
+  landed, some did not) and may be reused. One exception: a read whose owner did not answer in
+  time failed at the reader, but that owner may still write it if it comes back.
+
+    layout = KvLayout(layers=4, block_size=16, heads=8, head_dim=128, dtype="bfloat16")
     source = PrefillCache(prefill_engine, layout, num_blocks=64).source   # send to decode
     decode = DecodeCache(decode_engine, layout, num_blocks=64)
-    decode.pull(source, src_blocks=[3, 4, 9], dst_blocks=[0, 1, 2]).wait(timeout=10)
+    decode.pull(source, src_blocks=[3, 4, 9], dst_blocks=[0, 1, 2], timeout=5).wait()
 """
 
 from __future__ import annotations
 
+import collections
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
-from accord._accord import Address, Descriptor, Engine, MemoryRegion, Transfer
 from accord import errors
+from accord._accord import Address, Descriptor, Engine, MemoryRegion, Transfer
 from accord.errors import InvalidRequestError
+
+#: Reads a pull keeps outstanding at once by default (the engine allows 4096 per engine).
+PULL_READS_IN_FLIGHT = 1024
+#: Paged writes a push keeps outstanding at once by default.
+PUSH_WRITES_IN_FLIGHT = 4
+#: Blocks of one layer's K or V (pages) per paged write of a push: the unit a cancel stops at.
+PUSH_PAGES_PER_WRITE = 8192
+#: How often a request's thread looks at its cancel flag and deadline while parts are in flight.
+_POLL_S = 0.02
+#: Sizes of the dtypes numpy may not know by name (``ml_dtypes`` adds them when installed).
+_ITEMSIZES = {"bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
+
+
+def _itemsize(dtype: str) -> int:
+    try:
+        return int(np.dtype(dtype).itemsize)
+    except TypeError:
+        if dtype in _ITEMSIZES:
+            return _ITEMSIZES[dtype]
+        raise InvalidRequestError(f"unknown KV dtype {dtype!r}: give a numpy dtype name or one of {sorted(_ITEMSIZES)}")
 
 
 @dataclass(frozen=True)
@@ -46,9 +98,14 @@ class KvLayout:
         return (self.layers, 2, num_blocks, self.block_size, self.heads, self.head_dim)
 
     @property
+    def itemsize(self) -> int:
+        """Bytes of one element."""
+        return _itemsize(self.dtype)
+
+    @property
     def block_nbytes(self) -> int:
         """Bytes of one block of one layer's K (or V)."""
-        return self.block_size * self.heads * self.head_dim * np.dtype(self.dtype).itemsize
+        return self.block_size * self.heads * self.head_dim * self.itemsize
 
     def offset(self, num_blocks: int, layer: int, kv: int, block: int) -> int:
         """Byte offset of ``block`` of ``layer``'s K (kv=0) or V (kv=1) in a cache of
@@ -56,17 +113,33 @@ class KvLayout:
         return ((layer * 2 + kv) * num_blocks + block) * self.block_nbytes
 
 
+def _element_size(cache: Any) -> int | None:
+    if hasattr(cache, "element_size"):  # torch
+        return int(cache.element_size())
+    dtype = getattr(cache, "dtype", None)
+    return None if dtype is None else int(getattr(dtype, "itemsize", 0)) or None
+
+
 def _check_cache(layout: KvLayout, cache: Any, num_blocks: int) -> None:
     shape = tuple(getattr(cache, "shape", ()))
     if shape != layout.shape(num_blocks):
         raise InvalidRequestError(f"the cache has shape {shape}, the layout needs {layout.shape(num_blocks)}")
+    size = _element_size(cache)
+    if size is not None and size != layout.itemsize:
+        raise InvalidRequestError(
+            f"the cache's elements are {size} bytes, the layout's dtype {layout.dtype!r} has {layout.itemsize}"
+        )
 
 
 def _cache(layout: KvLayout, num_blocks: int, cache: Any | None) -> Any:
     if num_blocks <= 0:
         raise InvalidRequestError(f"num_blocks must be positive, got {num_blocks}")
     if cache is None:
-        return np.zeros(layout.shape(num_blocks), dtype=layout.dtype)
+        try:
+            dtype = np.dtype(layout.dtype)
+        except TypeError:
+            dtype = np.dtype(f"u{layout.itemsize}")  # the bytes are what moves
+        return np.zeros(layout.shape(num_blocks), dtype=dtype)
     _check_cache(layout, cache, num_blocks)
     return cache
 
@@ -81,18 +154,188 @@ class KvSource:
     num_blocks: int
 
 
-class PrefillCache:
-    """A prefill engine's registered cache (``cache``: given, or zeros of the layout)."""
+@dataclass(frozen=True)
+class KvTarget:
+    """What a prefill side needs to push into a decode cache (picklable)."""
 
-    def __init__(self, engine: Engine, layout: KvLayout, num_blocks: int, cache: Any | None = None) -> None:
-        self.layout, self.num_blocks = layout, num_blocks
-        self.cache = _cache(layout, num_blocks, cache)
-        self.region: MemoryRegion = engine.register(self.cache)
-        self.source = KvSource(engine.address, self.region.descriptor, layout, num_blocks)
+    address: Address
+    descriptor: Descriptor
+    layout: KvLayout
+    num_blocks: int
 
-    def close(self) -> None:
-        """Deregisters the cache (pulls in flight then fail at the decode side)."""
-        self.region.close()
+
+def _block_ids(
+    layout: KvLayout, theirs: KvSource | KvTarget, src: Sequence[int], dst: Sequence[int], src_n: int, dst_n: int
+) -> tuple[list[int], list[int]]:
+    """Checked block ids: same layout, as many sources as destinations, every id in range."""
+    if theirs.layout != layout:
+        raise InvalidRequestError(f"KV layouts differ: theirs {theirs.layout}, here {layout}")
+    s, d = [int(b) for b in src], [int(b) for b in dst]
+    if len(s) != len(d):
+        raise InvalidRequestError(f"{len(s)} source blocks but {len(d)} destination blocks")
+    for what, ids, limit in (("source", s, src_n), ("destination", d, dst_n)):
+        bad = [b for b in ids if not 0 <= b < limit]
+        if bad:
+            raise InvalidRequestError(f"{what} block ids {bad[:8]} are outside 0..{limit}")
+    return s, d
+
+
+def _check_limits(max_in_flight: int, timeout: float | None, **more: int) -> None:
+    for name, value in (("max_in_flight", max_in_flight), *more.items()):
+        if not value >= 1:
+            raise InvalidRequestError(f"{name} must be at least 1, got {value}")
+    if timeout is not None and not timeout >= 0:
+        raise InvalidRequestError(f"timeout must be seconds >= 0 (or None), got {timeout}")
+
+
+def _named(e: errors.AccordError, what: str) -> errors.AccordError:
+    """``e`` again, of the same class, its message prefixed with the request's name."""
+    try:
+        named = type(e)(f"{what}: {e}")
+    except Exception:  # pragma: no cover - every accord error takes one message
+        return e
+    named.__cause__ = e
+    return named
+
+
+class KvTransfer:
+    """One request's blocks in flight: its parts (reads or paged writes), submitted at most
+    ``max_in_flight`` at a time by the request's thread. See the module's documentation for
+    what ``cancel`` and the timeout guarantee.
+
+    ``submit(part)`` hands one part to the engine; with ``last_after_all``, the last part is
+    submitted only once every other part completed (it carries the request's immediate)."""
+
+    def __init__(
+        self,
+        kind: str,
+        request: str,
+        submit: Callable[[Any], Transfer],
+        parts: list[Any],
+        max_in_flight: int,
+        timeout: float | None,
+        last_after_all: bool = False,
+    ) -> None:
+        self.kind, self.request = kind, request
+        self.parts_total = len(parts)
+        self._submit, self._parts = submit, parts
+        self._max_in_flight = max_in_flight
+        self._last_after_all = last_after_all
+        self._timeout = timeout
+        self._deadline = None if timeout is None else time.monotonic() + timeout
+        self._cancel = threading.Event()
+        self._finished = threading.Event()
+        # Written by the request's thread only (reads of an int are atomic under the GIL).
+        self._submitted = 0
+        self._settled = 0
+        self._error: errors.AccordError | None = None
+        self._thread = threading.Thread(target=self._run, name=f"accord-kv-{request or kind}"[:64], daemon=True)
+        self._thread.start()
+
+    @property
+    def _what(self) -> str:
+        return f"KV {self.kind} {self.request!r}"
+
+    @property
+    def parts_submitted(self) -> int:
+        """Parts handed to the engine so far."""
+        return self._submitted
+
+    @property
+    def parts_in_flight(self) -> int:
+        """Parts submitted and not complete yet."""
+        return self._submitted - self._settled
+
+    def done(self) -> bool:
+        """Whether the request is over (landed, failed or cancelled) and nothing of it is in flight."""
+        return self._finished.is_set()
+
+    def cancel(self) -> bool:
+        """Stops submitting this request's parts (see the module's documentation); returns at
+        once. False if the request was already over."""
+        self._cancel.set()
+        return not self._finished.is_set()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Waits until the request is over; raises ``accord.TimeoutError`` naming the request when
+        ``timeout`` passes first (the request goes on), else the request's error if it failed or
+        was cancelled (``accord.CancelledError``; ``accord.TimeoutError`` for a timeout given at
+        pull or push time)."""
+        if not self._finished.wait(timeout):
+            raise errors.TimeoutError(
+                f"{self._what}: {self.parts_submitted} of {self.parts_total} parts submitted, "
+                f"{self.parts_in_flight} in flight, not over within {timeout} s (it goes on: wait again)"
+            )
+        if self._error is not None:
+            raise self._error
+
+    def _stop_reason(self) -> errors.AccordError | None:
+        if self._cancel.is_set():
+            return errors.CancelledError(self._stopped("cancelled"))
+        if self._deadline is not None and time.monotonic() >= self._deadline:
+            return errors.TimeoutError(self._stopped(f"cancelled after its timeout of {self._timeout} s"))
+        return None
+
+    def _stopped(self, why: str) -> str:
+        return (
+            f"{self._what} {why}: {self._submitted} of {self.parts_total} parts were submitted; "
+            "the destination blocks hold undefined bytes"
+        )
+
+    def _settle(self, t: Transfer) -> None:
+        """Waits for one part, in short slices, noting a cancel or deadline meanwhile (the part
+        is waited for all the same: it cannot be recalled), and its failure."""
+        failed: errors.AccordError | None = None
+        while True:
+            if self._error is None:
+                self._error = self._stop_reason()
+            try:
+                t.wait(timeout=_POLL_S)
+                break
+            except errors.TimeoutError:
+                continue
+            except errors.AccordError as e:
+                failed = e
+                break
+        self._settled += 1
+        if failed is not None and self._error is None:
+            self._error = _named(failed, self._what)
+
+    def _run(self) -> None:
+        window: collections.deque[Transfer] = collections.deque()
+        submit, last = self._submit, len(self._parts) - 1
+        try:
+            for index, part in enumerate(self._parts):
+                if self._error is None:
+                    self._error = self._stop_reason()
+                if self._error is None and index == last and self._last_after_all:
+                    while window:
+                        self._settle(window.popleft())
+                if self._error is not None:
+                    break
+                try:
+                    transfer = submit(part)
+                except errors.AccordError as e:
+                    self._error = _named(e, self._what)
+                    break
+                self._submitted += 1
+                window.append(transfer)
+                if len(window) >= self._max_in_flight:
+                    self._settle(window.popleft())
+        except BaseException as e:  # pragma: no cover - a bug here must not hang waiters
+            self._error = errors.AccordError(f"{self._what}: the request's thread failed: {e!r}")
+        finally:
+            try:
+                # Over only once nothing of it is in flight.
+                while window:
+                    self._settle(window.popleft())
+            finally:
+                self._parts = []
+                self._finished.set()
+
+
+# A pull's old name: its transfers are a KvTransfer.
+KvPull = KvTransfer
 
 
 def _runs(src: Sequence[int], dst: Sequence[int]) -> list[tuple[int, int, int]]:
@@ -106,46 +349,74 @@ def _runs(src: Sequence[int], dst: Sequence[int]) -> list[tuple[int, int, int]]:
     return runs
 
 
-class KvPull:
-    """A request's blocks in flight: its reads, completed together."""
-
-    def __init__(self, request: str, transfers: list[Transfer]) -> None:
-        self.request, self.transfers = request, transfers
-
-    def done(self) -> bool:
-        """Whether every read completed (either way)."""
-        return all(t.done() for t in self.transfers)
-
-    def wait(self, timeout: float | None = None) -> None:
-        """Waits for every read; raises ``accord.TimeoutError`` naming the request when
-        ``timeout`` passes first, or the first read's error (``accord.PeerError`` when the prefill
-        engine did not answer, ``accord.RemoteAccessError`` when it refused)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        first: errors.AccordError | None = None
-        for t in self.transfers:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            try:
-                t.wait(timeout=left)
-            except errors.TimeoutError as e:
-                pending = sum(not x.done() for x in self.transfers)
-                raise errors.TimeoutError(
-                    f"KV pull {self.request!r}: {pending} of {len(self.transfers)} reads not complete "
-                    f"within {timeout} s"
-                ) from e
-            except errors.AccordError as e:
-                # The others are waited for too, so that a failed pull is over when this raises.
-                first = first or e
-        if first is not None:
-            raise first
-
-
-class DecodeCache:
-    """A decode engine's registered cache, into which it pulls requests' blocks."""
+class PrefillCache:
+    """A prefill engine's registered cache (``cache``: given, or zeros of the layout), which
+    decode engines pull from (``source``) or which pushes into their caches (``push``)."""
 
     def __init__(self, engine: Engine, layout: KvLayout, num_blocks: int, cache: Any | None = None) -> None:
         self.engine, self.layout, self.num_blocks = engine, layout, num_blocks
         self.cache = _cache(layout, num_blocks, cache)
         self.region: MemoryRegion = engine.register(self.cache)
+        self.source = KvSource(engine.address, self.region.descriptor, layout, num_blocks)
+        self._known: set[int] = set()
+
+    def push(
+        self,
+        target: KvTarget,
+        src_blocks: Sequence[int],
+        dst_blocks: Sequence[int],
+        *,
+        request: str = "",
+        imm: int | None = None,
+        timeout: float | None = None,
+        max_in_flight: int = PUSH_WRITES_IN_FLIGHT,
+        pages_per_write: int = PUSH_PAGES_PER_WRITE,
+    ) -> KvTransfer:
+        """Starts writing blocks ``src_blocks`` here into ``dst_blocks`` of ``target``, every
+        layer's K and V, by paged writes of at most ``pages_per_write`` blocks. With ``imm``, the
+        target engine's counter moves once, after every block landed (the last write carries it,
+        submitted once every other write completed). With ``timeout`` (seconds), the push cancels
+        itself when it passes. Block ids are checked before anything is sent."""
+        _check_limits(max_in_flight, timeout, pages_per_write=pages_per_write)
+        src, dst = _block_ids(self.layout, target, src_blocks, dst_blocks, self.num_blocks, target.num_blocks)
+        if target.address.id not in self._known:
+            self.engine.add_peer(target.address)
+            self._known.add(target.address.id)
+        planes = np.arange(self.layout.layers * 2, dtype=np.int64)[:, None]
+        src_pages = (planes * self.num_blocks + np.asarray(src, dtype=np.int64)[None, :]).ravel()
+        dst_pages = (planes * target.num_blocks + np.asarray(dst, dtype=np.int64)[None, :]).ravel()
+        chunks = [(at, min(at + pages_per_write, src_pages.size)) for at in range(0, src_pages.size, pages_per_write)]
+        engine, region, descriptor, page_nbytes = self.engine, self.region, target.descriptor, self.layout.block_nbytes
+        last = len(chunks) - 1
+
+        def submit(chunk: tuple[int, int]) -> Transfer:
+            lo, hi = chunk
+            return engine.write_paged(
+                region,
+                descriptor,
+                page_nbytes=page_nbytes,
+                src_pages=src_pages[lo:hi],
+                dst_pages=dst_pages[lo:hi],
+                imm=imm if hi == src_pages.size else None,
+            )
+
+        # The immediate says "every block landed": its write goes once the others completed.
+        return KvTransfer("push", request, submit, chunks, max_in_flight, timeout, last_after_all=imm is not None and last > 0)
+
+    def close(self) -> None:
+        """Deregisters the cache (pulls in flight then fail at the decode side)."""
+        self.region.close()
+
+
+class DecodeCache:
+    """A decode engine's registered cache, into which it pulls requests' blocks (``pull``) or
+    prefill engines push them (``target``)."""
+
+    def __init__(self, engine: Engine, layout: KvLayout, num_blocks: int, cache: Any | None = None) -> None:
+        self.engine, self.layout, self.num_blocks = engine, layout, num_blocks
+        self.cache = _cache(layout, num_blocks, cache)
+        self.region: MemoryRegion = engine.register(self.cache)
+        self.target = KvTarget(engine.address, self.region.descriptor, layout, num_blocks)
         self._known: set[int] = set()
 
     def pull(
@@ -156,38 +427,31 @@ class DecodeCache:
         *,
         request: str = "",
         imm: int | None = None,
-    ) -> KvPull:
+        timeout: float | None = None,
+        max_in_flight: int = PULL_READS_IN_FLIGHT,
+    ) -> KvTransfer:
         """Starts pulling blocks ``src_blocks`` of ``source`` into ``dst_blocks`` here, every
-        layer's K and V. With ``imm``, this engine's counter for it moves once per read (see
-        ``reads_per_pull``). Block ids are checked before anything is sent."""
-        if source.layout != self.layout:
-            raise InvalidRequestError(f"KV layouts differ: source {source.layout}, here {self.layout}")
-        src, dst = [int(b) for b in src_blocks], [int(b) for b in dst_blocks]
-        if len(src) != len(dst):
-            raise InvalidRequestError(f"{len(src)} source blocks but {len(dst)} destination blocks")
-        for what, ids, limit in (("source", src, source.num_blocks), ("destination", dst, self.num_blocks)):
-            bad = [b for b in ids if not 0 <= b < limit]
-            if bad:
-                raise InvalidRequestError(f"{what} block ids {bad[:8]} are outside 0..{limit}")
+        layer's K and V, at most ``max_in_flight`` reads at a time. With ``imm``, this engine's
+        counter for it moves once per read (see ``reads_per_pull``). With ``timeout`` (seconds),
+        the pull cancels itself when it passes. Block ids are checked before anything is sent."""
+        _check_limits(max_in_flight, timeout)
+        src, dst = _block_ids(self.layout, source, src_blocks, dst_blocks, source.num_blocks, self.num_blocks)
         if source.address.id not in self._known:
             self.engine.add_peer(source.address)
             self._known.add(source.address.id)
-        transfers = []
+        engine, region, descriptor = self.engine, self.region, source.descriptor
         nbytes = self.layout.block_nbytes
-        for layer in range(self.layout.layers):
-            for kv in (0, 1):
-                for s, d, count in _runs(src, dst):
-                    transfers.append(
-                        self.engine.read(
-                            self.region,
-                            source.descriptor,
-                            count * nbytes,
-                            dst_offset=self.layout.offset(self.num_blocks, layer, kv, d),
-                            src_offset=self.layout.offset(source.num_blocks, layer, kv, s),
-                            imm=imm,
-                        )
-                    )
-        return KvPull(request, transfers)
+        # Byte offsets of every (layer, K/V) plane here and there, and of each run in a plane.
+        planes = range(self.layout.layers * 2)
+        here, there = self.num_blocks * nbytes, source.num_blocks * nbytes
+        runs = [(d * nbytes, s * nbytes, count * nbytes) for s, d, count in _runs(src, dst)]
+        parts = [(p * here + d, p * there + s_, n) for p in planes for d, s_, n in runs]
+
+        def submit(part: tuple[int, int, int]) -> Transfer:
+            dst_offset, src_offset, length = part
+            return engine.read(region, descriptor, length, dst_offset=dst_offset, src_offset=src_offset, imm=imm)
+
+        return KvTransfer("pull", request, submit, parts, max_in_flight, timeout)
 
     @staticmethod
     def reads_per_pull(layout: KvLayout, src_blocks: Sequence[int], dst_blocks: Sequence[int]) -> int:

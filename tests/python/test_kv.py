@@ -1,13 +1,21 @@
-"""accord.kv: a decode cache pulls a request's blocks from a prefill cache by READ, byte-exact
-for every layer's K and V, with bad block ids refused and a silent prefill engine timed out."""
+"""accord.kv: a decode cache pulls a request's blocks from a prefill cache by READ, or a prefill
+cache pushes them by paged WRITE, byte-exact for every layer's K and V, submitted in bounded
+batches; bad block ids are refused, a silent prefill engine is timed out, a request is cancelled
+or times out (no part submitted after, the wait names it), and a peer going away fails the
+request, not the engine. Host memory here; the CUDA tensor tests are in test_kv_cuda.py."""
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import pytest
 
 import accord
 from accord.kv import DecodeCache, KvLayout, PrefillCache
+from conftest import make_pair
+
+pytestmark = pytest.mark.timeout(120)
 
 Pair = tuple[accord.Engine, accord.Engine]
 LAYOUT = KvLayout(layers=3, block_size=4, heads=2, head_dim=8, dtype="float16")
@@ -64,3 +72,166 @@ def test_a_silent_prefill_engine_times_out_then_fails_naming_it() -> None:
         with pytest.raises(accord.PeerError, match=f"{p.id:x}"):
             pull.wait(timeout=20)
         assert pull.done()
+
+
+def silent_pair() -> tuple[accord.Engine, accord.Engine]:
+    """A prefill engine that never added the decode engine (so it answers no read) and the
+    decode engine: reads stay outstanding until the decode engine gives up on them (4 s)."""
+    p = accord.Engine(ignore_env=True, force_network=True, idle_timeout=2.0)
+    d = accord.Engine(ignore_env=True, force_network=True, idle_timeout=2.0)
+    return p, d
+
+
+def scattered(n: int, limit: int, seed: int) -> list[int]:
+    return [int(b) for b in np.random.default_rng(seed).permutation(limit)[:n]]
+
+
+def test_a_pull_larger_than_its_window_lands_byte_exact(pair: Pair) -> None:
+    prefill_engine, decode_engine = pair
+    prefill = PrefillCache(prefill_engine, LAYOUT, num_blocks=64, cache=filled(64))
+    decode = DecodeCache(decode_engine, LAYOUT, num_blocks=48)
+    src, dst = scattered(40, 64, 1), scattered(40, 48, 2)
+    pull = decode.pull(prefill.source, src, dst, request="big", imm=41, max_in_flight=3)
+    pull.wait(timeout=60)
+    reads = DecodeCache.reads_per_pull(LAYOUT, src, dst)
+    assert pull.done() and pull.parts_submitted == pull.parts_total == reads
+    assert pull.parts_in_flight == 0
+    assert (decode.cache[:, :, dst] == prefill.cache[:, :, src]).all()
+    assert decode_engine.imm_counter(41).wait(reads, timeout=10) == reads
+    assert not pull.cancel(), "cancelling a finished pull changes nothing"
+    pull.wait(timeout=0)
+
+
+def test_push_writes_blocks_by_id_with_one_immediate(pair: Pair) -> None:
+    prefill_engine, decode_engine = pair
+    prefill = PrefillCache(prefill_engine, LAYOUT, num_blocks=32, cache=filled(32))
+    decode = DecodeCache(decode_engine, LAYOUT, num_blocks=20)
+    src, dst = scattered(12, 32, 3), scattered(12, 20, 4)
+    push = prefill.push(decode.target, src, dst, request="push-1", imm=42, max_in_flight=2, pages_per_write=5)
+    push.wait(timeout=60)
+    assert push.parts_total == -(-LAYOUT.layers * 2 * 12 // 5)
+    assert push.parts_submitted == push.parts_total and push.parts_in_flight == 0
+    assert (decode.cache[:, :, dst] == prefill.cache[:, :, src]).all()
+    untouched = [b for b in range(20) if b not in dst]
+    assert not decode.cache[:, :, untouched].any()
+    assert decode_engine.imm_counter(42).wait(1, timeout=10) == 1
+    time.sleep(0.05)
+    assert decode_engine.imm_counter(42).value == 1, "one immediate for the whole push"
+
+
+def test_push_refuses_bad_block_ids_and_limits_before_sending(pair: Pair) -> None:
+    prefill_engine, decode_engine = pair
+    prefill = PrefillCache(prefill_engine, LAYOUT, num_blocks=4)
+    decode = DecodeCache(decode_engine, LAYOUT, num_blocks=4)
+    with pytest.raises(accord.InvalidRequestError, match="destination block ids"):
+        prefill.push(decode.target, [0], [4])
+    with pytest.raises(accord.InvalidRequestError, match="max_in_flight"):
+        prefill.push(decode.target, [0], [0], max_in_flight=0)
+    with pytest.raises(accord.InvalidRequestError, match="timeout"):
+        decode.pull(prefill.source, [0], [0], timeout=-1)
+    with pytest.raises(accord.InvalidRequestError, match="elements are 4 bytes"):
+        PrefillCache(prefill_engine, LAYOUT, num_blocks=4, cache=np.zeros(LAYOUT.shape(4), np.float32))
+
+
+def test_cancel_stops_submitting_and_the_wait_names_the_request() -> None:
+    p, d = silent_pair()
+    with p, d:
+        prefill = PrefillCache(p, LAYOUT, num_blocks=16)
+        decode = DecodeCache(d, LAYOUT, num_blocks=16)
+        pull = decode.pull(prefill.source, list(range(0, 16, 2)), list(range(8)), request="req-c", max_in_flight=2)
+        # The window fills, and no read is submitted past it while none completes.
+        deadline = time.monotonic() + 10
+        while pull.parts_submitted < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.1)
+        assert pull.parts_submitted == pull.parts_in_flight == 2
+        assert pull.cancel()
+        with pytest.raises(accord.CancelledError, match="KV pull 'req-c' cancelled: 2 of 48 parts.*undefined"):
+            pull.wait(timeout=60)
+        assert pull.done() and pull.parts_in_flight == 0 and pull.parts_submitted == 2
+
+
+def test_a_timeout_given_at_pull_time_cancels_the_same_way() -> None:
+    p, d = silent_pair()
+    with p, d:
+        prefill = PrefillCache(p, LAYOUT, num_blocks=16)
+        decode = DecodeCache(d, LAYOUT, num_blocks=16)
+        pull = decode.pull(prefill.source, list(range(0, 16, 2)), list(range(8)), request="req-t", timeout=0.2,
+                           max_in_flight=2)
+        with pytest.raises(accord.TimeoutError, match="KV pull 'req-t' cancelled after its timeout of 0.2 s"):
+            pull.wait(timeout=60)
+        assert pull.done() and pull.parts_in_flight == 0 and pull.parts_submitted <= 2
+
+
+def test_a_push_whose_timeout_passed_submits_nothing(pair: Pair) -> None:
+    prefill_engine, decode_engine = pair
+    prefill = PrefillCache(prefill_engine, LAYOUT, num_blocks=4, cache=filled(4))
+    decode = DecodeCache(decode_engine, LAYOUT, num_blocks=4)
+    push = prefill.push(decode.target, [0, 1], [2, 3], request="late", imm=43, timeout=0)
+    with pytest.raises(accord.TimeoutError, match="KV push 'late' cancelled after its timeout"):
+        push.wait(timeout=60)
+    assert push.parts_submitted == 0
+    assert not decode.cache.any() and decode_engine.imm_counter(43).value == 0
+
+
+def test_a_cancelled_push_is_over_with_nothing_in_flight(pair: Pair) -> None:
+    # Whether the cancel comes before the last write is up to the scheduler: either the push
+    # completed, or it raises CancelledError; in both cases it is over, nothing in flight.
+    prefill_engine, decode_engine = pair
+    prefill = PrefillCache(prefill_engine, LAYOUT, num_blocks=32, cache=filled(32))
+    decode = DecodeCache(decode_engine, LAYOUT, num_blocks=32)
+    push = prefill.push(decode.target, range(32), range(32), request="c2", max_in_flight=1, pages_per_write=1)
+    push.cancel()
+    try:
+        push.wait(timeout=60)
+        assert push.parts_submitted == push.parts_total
+    except accord.CancelledError as e:
+        assert "KV push 'c2' cancelled" in str(e)
+        assert push.parts_submitted < push.parts_total
+    assert push.done() and push.parts_in_flight == 0
+
+
+@pytest.mark.parametrize("route", ["memcpy", "network"])
+def test_a_prefill_engine_going_away_fails_the_pull_not_the_decode_engine(route: str) -> None:
+    p1, d = make_pair(route, idle_timeout=0.3)
+    p2, _ = make_pair(route, idle_timeout=0.3)
+    try:
+        p2.add_peer(d.address)
+        source = PrefillCache(p1, LAYOUT, num_blocks=4, cache=filled(4)).source
+        p1.close()
+        decode = DecodeCache(d, LAYOUT, num_blocks=4)
+        pull = decode.pull(source, [0, 1], [0, 1], request="orphan")
+        with pytest.raises(accord.PeerError, match="KV pull 'orphan'"):
+            pull.wait(timeout=60)
+        # The decode engine goes on: another prefill engine's blocks arrive.
+        prefill = PrefillCache(p2, LAYOUT, num_blocks=4, cache=filled(4))
+        decode.pull(prefill.source, [2, 3], [2, 3], request="next").wait(timeout=60)
+        assert (decode.cache[:, :, [2, 3]] == prefill.cache[:, :, [2, 3]]).all()
+    finally:
+        for engine in (p1, p2, d):
+            engine.close()
+
+
+@pytest.mark.parametrize("route", ["memcpy", "network"])
+def test_a_decode_engine_going_away_does_not_fail_the_prefill_engine(route: str) -> None:
+    p, d1 = make_pair(route, idle_timeout=0.3)
+    _, d2 = make_pair(route, idle_timeout=0.3)
+    try:
+        p.add_peer(d2.address)
+        prefill = PrefillCache(p, LAYOUT, num_blocks=8, cache=filled(8))
+        gone = DecodeCache(d1, LAYOUT, num_blocks=8)
+        pull = gone.pull(prefill.source, range(8), range(8), request="gone", max_in_flight=1)
+        d1.close()
+        try:  # the pull may have ended before the close: then it succeeded
+            pull.wait(timeout=60)
+        except accord.AccordError as e:
+            assert "KV pull 'gone'" in str(e)
+        assert pull.done() and pull.parts_in_flight == 0
+        # The prefill engine goes on serving another decode engine, by pull and by push.
+        decode = DecodeCache(d2, LAYOUT, num_blocks=8)
+        decode.pull(prefill.source, [5, 6], [0, 1], request="pulled").wait(timeout=60)
+        prefill.push(decode.target, [7], [2], request="pushed").wait(timeout=60)
+        assert (decode.cache[:, :, [0, 1, 2]] == prefill.cache[:, :, [5, 6, 7]]).all()
+    finally:
+        for engine in (p, d1, d2):
+            engine.close()

@@ -139,3 +139,19 @@ def test_read_into_a_torch_cpu_tensor(pair: Pair) -> None:
     with owner.register(src) as s, reader.register(dst) as d:
         reader.read(d, s.descriptor).wait(timeout=10)
     assert torch.equal(dst, torch.arange(256, dtype=torch.float32))
+
+
+def test_engine_stats_count_reads_at_both_ends() -> None:
+    from conftest import make_pair
+
+    owner, reader = make_pair("network")
+    try:
+        with owner.alloc(4096) as s, reader.alloc(4096) as d:
+            reader.read(d, s.descriptor, 4096).wait(timeout=10)
+            mine, theirs = reader.stats(), owner.stats()
+            assert mine["reads_sent"] == 1 and theirs["reads_served"] == 1
+            assert theirs["reads_refused"] == 0 and mine["reads_unanswered"] == 0
+            assert theirs["reads_into_device_mapped"] == 0, "host memory: no IPC"
+    finally:
+        owner.close()
+        reader.close()

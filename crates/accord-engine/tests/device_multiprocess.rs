@@ -6,10 +6,11 @@
 //! Routes covered: device -> device and host -> device through CUDA IPC, device -> host
 //! region staged through pinned memory over the transport, the same with `device_ipc` off
 //! (device destinations then land through the child's pinned landing slots), refused
-//! destinations, and a child killed in the middle of a staged or landed write.
+//! destinations, a child killed in the middle of a staged or landed write, and READ of the
+//! child's device and host regions into this process's host and device memory.
 
 use accord_cuda::{DeviceBuffer, Gpu, Stream};
-use accord_engine::{Engine, EngineAddress, EngineConfig, MemoryKind, MrDescriptor, TransferError, WriteOp};
+use accord_engine::{Engine, EngineAddress, EngineConfig, MemoryKind, MrDescriptor, ReadOp, TransferError, WriteOp};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Lines, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -375,4 +376,87 @@ fn landed_write_to_a_child_killed_mid_transfer_fails_without_a_crash() {
     let _ = c.child.wait();
     let got = t.wait_timeout(WAIT);
     assert!(got.is_err() && got != Err(TransferError::Timeout), "{got:?}");
+}
+
+/// READ between two processes, the child the owner: its device region (filled by a write
+/// through IPC first) read into this process's host memory (the child stages it) and device
+/// memory (through CUDA IPC once this process announced its region to the child, landed in this
+/// process's slots before: either way the same bytes), its host region read into device memory;
+/// a wrong key is refused. Each read's immediate is counted once, here, after its bytes landed.
+#[test]
+fn two_processes_read_device_regions() {
+    accord_cuda::require_gpu!(1);
+    let mut c = ChildProc::spawn(DEVICE_BYTES);
+    let a = parent(true, Duration::from_secs(5));
+    a.add_peer(&c.hello.address).unwrap();
+    c.introduce(&a);
+    let gpu = Gpu::open(0).unwrap();
+    let stream = Stream::new(&gpu).unwrap();
+    let mut src = DeviceBuffer::alloc(&gpu, DEVICE_BYTES).unwrap();
+    src.copy_from_host(0, &bytes(1, DEVICE_BYTES), &stream).unwrap();
+    let dst = DeviceBuffer::alloc(&gpu, DEVICE_BYTES).unwrap();
+    // Safety: `src` and `dst` outlive every transfer (all waited for below).
+    #[allow(unsafe_code)]
+    let ((src_h, _), (dst_h, _)) = unsafe {
+        let kind = MemoryKind::CudaDevice { ordinal: 0 };
+        (
+            a.register_raw(src.ptr().0 as *mut u8, DEVICE_BYTES, kind).unwrap(),
+            a.register_raw(dst.ptr().0 as *mut u8, DEVICE_BYTES, kind).unwrap(),
+        )
+    };
+    let (dev_d, host_d) = (c.hello.device, c.hello.host);
+    let host_src = a.alloc(DEVICE_BYTES).unwrap();
+    host_src.write_at(0, &bytes(2, DEVICE_BYTES)).unwrap();
+    // Fill the child's regions: its device region from our device memory, its host region from ours.
+    let len = DEVICE_BYTES as u64;
+    a.write(&WriteOp { src: &src_h, src_offset: 0, dst: &dev_d, dst_offset: 0, len, imm: Some(1) })
+        .unwrap()
+        .wait_timeout(WAIT)
+        .unwrap();
+    c.check(Expect { which: "device", imm: 1, count: 1, dst_offset: 0, len, seed: 1, src_offset: 0 });
+    let host_h = host_src.handle();
+    a.write(&WriteOp { src: &host_h, src_offset: 0, dst: &host_d, dst_offset: 0, len, imm: Some(2) })
+        .unwrap()
+        .wait_timeout(WAIT)
+        .unwrap();
+    c.check(Expect { which: "host", imm: 2, count: 1, dst_offset: 0, len, seed: 2, src_offset: 0 });
+    let quarter = (DEVICE_BYTES / 4) as u64;
+    let read = |dst: &accord_engine::MrHandle, dst_offset, src: &MrDescriptor, src_offset, len, imm| {
+        step(&format!("read imm {imm}, {len} bytes"));
+        let op = ReadOp { dst, dst_offset, src, src_offset, len, imm: Some(imm) };
+        let result = a.read(&op).unwrap().wait_timeout(WAIT);
+        if result.is_ok() {
+            assert_eq!(a.imm_counter(imm).wait(1, WAIT), 1, "imm {imm}");
+        }
+        result
+    };
+    let pattern = |seed, from: u64, len: u64| bytes(seed, (from + len) as usize)[from as usize..].to_vec();
+    let device_range = |offset: u64, len: u64| {
+        let mut out = vec![0u8; len as usize];
+        dst.copy_to_host(offset as usize, &mut out, &stream).unwrap();
+        out
+    };
+    // The child's device memory into our host memory: staged by the child (chunks, a tail).
+    let landing = a.alloc(DEVICE_BYTES).unwrap();
+    read(&landing.handle(), 5, &dev_d, 9, 3 * quarter + 999, 10).unwrap();
+    assert!(landing.to_vec()[5..5 + (3 * quarter + 999) as usize] == pattern(1, 9, 3 * quarter + 999)[..]);
+    // The child's device memory into our device memory (IPC once announced, else landed).
+    read(&dst_h, 0, &dev_d, 3, 2 * quarter + 4097, 11).unwrap();
+    assert!(device_range(0, 2 * quarter + 4097) == pattern(1, 3, 2 * quarter + 4097));
+    // The child's host memory into our device memory (IPC once announced, else landed).
+    read(&dst_h, 3 * quarter, &host_d, 7, quarter - 1, 12).unwrap();
+    assert!(device_range(3 * quarter, quarter - 1) == pattern(2, 7, quarter - 1));
+    // A wrong key: refused by the child, nothing counted here.
+    let mut bad = dev_d;
+    bad.key ^= 1;
+    assert_eq!(
+        read(&landing.handle(), 0, &bad, 0, quarter, 13),
+        Err(TransferError::Rejected(accord_proto::wire::RejectReason::BadKey))
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(a.imm_counter(13).value(), 0);
+    for imm in 10..=12 {
+        assert_eq!(a.imm_counter(imm).value(), 1, "imm {imm} counted once");
+    }
+    c.finish();
 }

@@ -166,8 +166,9 @@ impl Engine {
 
     /// Registers `obj`'s memory for transfers: a writable, C-contiguous buffer (numpy array,
     /// bytearray, memoryview, ...) or a DLPack host tensor (e.g. a torch CPU tensor). The region
-    /// keeps `obj` alive until closed. Raises `accord.InvalidBufferError` for read-only,
-    /// non-contiguous, empty, object-dtype or GPU memory.
+    /// keeps `obj` alive until closed. A DLPack CUDA tensor (a torch CUDA tensor) registers as
+    /// device memory. Raises `accord.InvalidBufferError` for read-only, non-contiguous, empty,
+    /// object-dtype, CUDA managed or ROCm memory.
     fn register(&self, py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<MemoryRegion> {
         let engine = self.core.engine("register")?;
         let acquired = acquire(obj)?;
@@ -297,7 +298,9 @@ impl Engine {
     /// A one-sided read (a pull): `nbytes` (default: the rest of `dst` from `dst_offset`) of
     /// the peer region `src` at `src_offset` land in the local region `dst` at `dst_offset`.
     /// The owner checks the region's key and bounds as for a write; with `imm`, this engine's
-    /// counter for it moves once every byte landed. Host memory on both sides for now. The
+    /// counter for it moves once every byte landed. Host or CUDA device memory on either side
+    /// (the owner's write back takes a device route: a copy-engine copy in this process, staged
+    /// or landed through pinned slots across processes). The
     /// owner must have added this engine as a peer; a read it does not answer in time fails
     /// with `accord.PeerError` naming it.
     #[pyo3(signature = (dst, src, nbytes = None, *, dst_offset = 0, src_offset = 0, imm = None))]
@@ -510,6 +513,14 @@ impl Engine {
         dict.set_item("datagrams_dropped", stats.datagrams_dropped())?;
         dict.set_item("imm_overflow", stats.imm_overflow)?;
         dict.set_item("lanes", stats.lanes.len())?;
+        // READ, both sides: requests sent (reader), served and refused (owner), unanswered
+        // (reader), and reads into device memory written through the reader's IPC handle (owner).
+        let reads = engine.read_stats();
+        dict.set_item("reads_sent", reads.requests_sent)?;
+        dict.set_item("reads_served", reads.requests_served)?;
+        dict.set_item("reads_refused", reads.refused)?;
+        dict.set_item("reads_unanswered", reads.unanswered)?;
+        dict.set_item("reads_into_device_mapped", reads.device_destinations_mapped)?;
         Ok(dict)
     }
 

@@ -17,14 +17,15 @@
 //! An engine with `force_network` treats same-process peers as other processes, so with
 //! `device_ipc` off one process exercises the staged route (tests do).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use super::part::write_kind;
 use super::route::dispatch::{dispatch_part, PartSpec};
+use super::route::shared_host::PeerFiles;
 use super::route::{self, Destination, Locality, Operation, Route, RouteInputs, RouteSwitches, SourceMemory};
-use super::shared::local_engine;
+use super::shared::{local_engine, Shared};
 use super::{Engine, WriteOp};
-use crate::address::{DeviceIpcBytes, DeviceRegionInfo, MrDescriptor};
+use crate::address::{DeviceIpcBytes, DeviceRegionInfo, EngineId, MrDescriptor};
 use crate::completion::{Transfer, TransferState};
 use crate::device::staging::driver::{StagedSource, Stager};
 use crate::device::DeviceRoute;
@@ -38,16 +39,39 @@ pub(crate) enum LocalSource {
     Device { ptr: u64, ordinal: u32 },
 }
 
+/// What the device routes of one engine share, opened or started on first use.
+#[derive(Default)]
+pub(crate) struct DevicePaths {
+    /// The copy-engine route for device memory.
+    route: OnceLock<Result<Arc<DeviceRoute>, String>>,
+    /// The staging thread and its pinned pool, started on the first staged device write.
+    staging: OnceLock<Result<Stager, String>>,
+    /// Same-host peers' shared region files this engine mapped (`route::shared_host`).
+    pub(crate) peer_files: PeerFiles,
+}
+
+/// The device routes of the engine whose state is `shared`. Why not methods of [`Engine`]: a
+/// READ's owner serves the request on a worker, which holds the engine's shared state but no
+/// `Engine`, and its write back into the reader must take the same routes as any write.
+#[derive(Clone, Copy)]
+pub(crate) struct DeviceWriter<'a> {
+    pub(crate) shared: &'a Arc<Shared>,
+}
+
 impl Engine {
+    /// The device routes of this engine.
+    pub(crate) fn device_writer(&self) -> DeviceWriter<'_> {
+        DeviceWriter { shared: &self.shared }
+    }
+
     /// The copy-engine route, opened on first use.
     pub(crate) fn device_route(&self) -> Result<Arc<DeviceRoute>, String> {
-        let private = self.shared.config.private_device_contexts();
-        self.device.get_or_init(|| DeviceRoute::open(private)).clone()
+        self.device_writer().device_route()
     }
 
     /// Peer regions mapped through CUDA IPC so far (a cache-miss counter; 0 without a route).
     pub fn device_mappings_opened(&self) -> u64 {
-        match self.device.get() {
+        match self.shared.devices.route.get() {
             Some(Ok(route)) => route.mappings_opened(),
             _ => 0,
         }
@@ -81,6 +105,83 @@ impl Engine {
         })
     }
 
+    /// Page-locks a region made with [`Engine::alloc_shared`] for the copy engines of GPU
+    /// `ordinal` (once; later calls return the first outcome). Call it where the GPU may wait:
+    /// page-locking synchronises with work queued on the device, so the data path never does it
+    /// (see [`super::route::shared_host`]). Unpinned, copies still work, through the driver's staging.
+    pub fn pin_shared(&self, buf: &crate::MrBuffer, ordinal: u32) -> Result<(), RegisterError> {
+        let file = buf.alloc.shared_file().ok_or_else(|| RegisterError::Shared("not a shared region".into()))?;
+        let _restore = accord_cuda::CurrentContextGuard::save();
+        let gpu = self.device_route().and_then(|route| route.gpu(ordinal)).map_err(RegisterError::Device)?;
+        file.pin_with(&gpu).map_err(RegisterError::Shared)
+    }
+
+    /// Maps a same-host peer's shared region (its descriptor from [`Engine::alloc_shared`]) and
+    /// page-locks the mapping for GPU `ordinal`, ahead of the first device write into it (which
+    /// would otherwise map it on the fly and copy through driver staging until it is pinned).
+    /// Nothing to do, and `Ok`, for a peer on another host or with `ACCORD_DEVICE_SHARED_HOST=0`.
+    pub fn prepare_shared_peer(&self, dst: &MrDescriptor, ordinal: u32) -> Result<(), RegisterError> {
+        let info = dst.shared.ok_or_else(|| RegisterError::Shared("the descriptor names no shared region".into()))?;
+        let peer_host = self.shared.peers.read().unwrap().get(&dst.engine).map(|a| a.host.clone());
+        if peer_host.as_ref() != Some(&self.address.host) || !self.shared.config.device_shared_host {
+            return Ok(());
+        }
+        let file = self
+            .shared
+            .devices
+            .peer_files
+            .mapping(&self.shared.config.shm.dir, dst, info)
+            .map_err(RegisterError::Shared)?;
+        let _restore = accord_cuda::CurrentContextGuard::save();
+        let gpu = self.device_route().and_then(|route| route.gpu(ordinal)).map_err(RegisterError::Device)?;
+        file.pin_with(&gpu).map_err(RegisterError::Shared)
+    }
+
+    /// Peers' shared region files this engine keeps mapped (the shared-host route's cache).
+    pub fn shared_mappings_held(&self) -> usize {
+        self.shared.devices.peer_files.len()
+    }
+
+    /// Registers host memory as if it were device memory of GPU `ordinal` (tests of the staged
+    /// route with a fake copier: the "device address" is the host address).
+    #[cfg(test)]
+    pub(crate) fn register_fake_device(
+        &self,
+        base: usize,
+        len: u64,
+        ordinal: u32,
+        keep: MemoryOwner,
+    ) -> crate::MrHandle {
+        let key = accord_proto::RegionKey(0x5eed);
+        let region = crate::memory::Region { base, len, key, keep: Some(keep), device: Some(ordinal) };
+        let id = self.shared.regions.write().unwrap().insert(region).expect("room for a region");
+        crate::MrHandle { engine: self.id(), region: id, len }
+    }
+
+    /// Installs a staging thread before first use (tests: a fake copier over host memory).
+    /// False if one was already started.
+    #[cfg(test)]
+    pub(crate) fn install_stager(&self, stager: Stager) -> bool {
+        self.shared.devices.staging.set(Ok(stager)).is_ok()
+    }
+}
+
+impl DeviceWriter<'_> {
+    /// The engine's id.
+    pub(crate) fn id(&self) -> EngineId {
+        self.shared.id
+    }
+
+    /// The copy-engine route, opened on first use.
+    pub(crate) fn device_route(&self) -> Result<Arc<DeviceRoute>, String> {
+        let private = self.shared.config.private_device_contexts();
+        self.shared.devices.route.get_or_init(|| DeviceRoute::open(private)).clone()
+    }
+
+    pub(crate) fn check_peer(&self, peer: EngineId) -> Result<(), SubmitError> {
+        self.shared.check_peer(peer)
+    }
+
     /// The source range of a write from (or, for a device destination, possibly to) device
     /// memory, checked, with what keeps it alive.
     fn device_write_source(&self, op: &WriteOp<'_>) -> Result<(LocalSource, Option<MemoryOwner>), SubmitError> {
@@ -109,11 +210,17 @@ impl Engine {
     /// A write from or to device memory (bounds of the destination already checked; called when
     /// the destination or the local source region is device memory): its route is chosen by
     /// [`route::choose`] and run by that route's file under `route/`.
-    pub(super) fn write_device(&self, op: &WriteOp<'_>) -> Result<Transfer, SubmitError> {
+    pub(crate) fn write_device(&self, op: &WriteOp<'_>) -> Result<Transfer, SubmitError> {
         let (src, src_keep) = self.device_write_source(op)?;
         let keep: Vec<MemoryOwner> = src_keep.into_iter().collect();
         let peer = op.dst.engine;
-        let switches = RouteSwitches::of(&self.shared.config);
+        let mut switches = RouteSwitches::of(&self.shared.config);
+        // A device destination described without a CUDA IPC handle (a READ's reader, whose
+        // request has no room for one; memory the driver would not export) cannot be mapped
+        // here: across processes it lands through the receiver's slots instead.
+        if op.dst.device.is_some_and(|d| d.ipc.is_none()) {
+            switches.device_ipc = false;
+        }
         let local = match () {
             _ if switches.force_network => None,
             _ if peer == self.id() => Some(self.shared.clone()),
@@ -124,7 +231,7 @@ impl Engine {
             None => {
                 let peers = self.shared.peers.read().unwrap();
                 let address = peers.get(&peer).ok_or(SubmitError::UnknownPeer(peer.0))?;
-                if address.host == self.address.host {
+                if address.host == crate::address::this_host() {
                     Locality::SameHost
                 } else {
                     Locality::OtherHost
@@ -162,38 +269,6 @@ impl Engine {
         }
     }
 
-    /// Page-locks a region made with [`Engine::alloc_shared`] for the copy engines of GPU
-    /// `ordinal` (once; later calls return the first outcome). Call it where the GPU may wait:
-    /// page-locking synchronises with work queued on the device, so the data path never does it
-    /// (see [`super::route::shared_host`]). Unpinned, copies still work, through the driver's staging.
-    pub fn pin_shared(&self, buf: &crate::MrBuffer, ordinal: u32) -> Result<(), RegisterError> {
-        let file = buf.alloc.shared_file().ok_or_else(|| RegisterError::Shared("not a shared region".into()))?;
-        let _restore = accord_cuda::CurrentContextGuard::save();
-        let gpu = self.device_route().and_then(|route| route.gpu(ordinal)).map_err(RegisterError::Device)?;
-        file.pin_with(&gpu).map_err(RegisterError::Shared)
-    }
-
-    /// Maps a same-host peer's shared region (its descriptor from [`Engine::alloc_shared`]) and
-    /// page-locks the mapping for GPU `ordinal`, ahead of the first device write into it (which
-    /// would otherwise map it on the fly and copy through driver staging until it is pinned).
-    /// Nothing to do, and `Ok`, for a peer on another host or with `ACCORD_DEVICE_SHARED_HOST=0`.
-    pub fn prepare_shared_peer(&self, dst: &MrDescriptor, ordinal: u32) -> Result<(), RegisterError> {
-        let info = dst.shared.ok_or_else(|| RegisterError::Shared("the descriptor names no shared region".into()))?;
-        let peer_host = self.shared.peers.read().unwrap().get(&dst.engine).map(|a| a.host.clone());
-        if peer_host.as_ref() != Some(&self.address.host) || !self.shared.config.device_shared_host {
-            return Ok(());
-        }
-        let file = self.peer_files.mapping(&self.shared.config.shm.dir, dst, info).map_err(RegisterError::Shared)?;
-        let _restore = accord_cuda::CurrentContextGuard::save();
-        let gpu = self.device_route().and_then(|route| route.gpu(ordinal)).map_err(RegisterError::Device)?;
-        file.pin_with(&gpu).map_err(RegisterError::Shared)
-    }
-
-    /// Peers' shared region files this engine keeps mapped (the shared-host route's cache).
-    pub fn shared_mappings_held(&self) -> usize {
-        self.peer_files.len()
-    }
-
     /// The user's transfer of a staged or landed write: `parts` parts, and the immediate (if
     /// any) as the transfer's trailer, sent once every part succeeded (as a sharded host write
     /// sends it), so the receiver counts it only after every byte landed.
@@ -209,7 +284,9 @@ impl Engine {
     /// The staging thread, started on first use with the pool the configuration asks for.
     pub(crate) fn stager(&self, ordinal: u32) -> Result<&Stager, SubmitError> {
         let config = &self.shared.config;
-        self.staging
+        self.shared
+            .devices
+            .staging
             .get_or_init(|| {
                 self.device_route()?;
                 crate::device::cuda_staging::start_cuda_stager(
@@ -221,29 +298,6 @@ impl Engine {
             })
             .as_ref()
             .map_err(|e| SubmitError::Invalid(format!("device staging is unavailable: {e}")))
-    }
-
-    /// Registers host memory as if it were device memory of GPU `ordinal` (tests of the staged
-    /// route with a fake copier: the "device address" is the host address).
-    #[cfg(test)]
-    pub(crate) fn register_fake_device(
-        &self,
-        base: usize,
-        len: u64,
-        ordinal: u32,
-        keep: MemoryOwner,
-    ) -> crate::MrHandle {
-        let key = accord_proto::RegionKey(0x5eed);
-        let region = crate::memory::Region { base, len, key, keep: Some(keep), device: Some(ordinal) };
-        let id = self.shared.regions.write().unwrap().insert(region).expect("room for a region");
-        crate::MrHandle { engine: self.id(), region: id, len }
-    }
-
-    /// Installs a staging thread before first use (tests: a fake copier over host memory).
-    /// False if one was already started.
-    #[cfg(test)]
-    pub(crate) fn install_stager(&self, stager: Stager) -> bool {
-        self.staging.set(Ok(stager)).is_ok()
     }
 }
 

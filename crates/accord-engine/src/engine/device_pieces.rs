@@ -68,7 +68,7 @@ impl Engine {
 
     /// Submits one piece as its own device write; its outcome completes one part of `state`.
     fn piece_into(&self, piece: &WriteOp<'_>, state: &Arc<TransferState>) -> Result<(), SubmitError> {
-        let transfer = self.write_device(piece)?;
+        let transfer = self.device_writer().write_device(piece)?;
         let state = state.clone();
         transfer.on_complete(move |result| state.part_done(result));
         Ok(())

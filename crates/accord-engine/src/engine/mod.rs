@@ -16,7 +16,8 @@ pub use ops::{
 };
 pub use register_many::RawBuffer;
 pub use route::read::{
-    ReadOp, ReadStats, READ_FLOOR_BYTES_PER_SEC, READ_REQUESTS_IN_FLIGHT_MAX, READ_SERVED_REMEMBERED,
+    ReadOp, ReadStats, READ_DST_INFOS_KEPT, READ_FLOOR_BYTES_PER_SEC, READ_REQUESTS_IN_FLIGHT_MAX,
+    READ_SERVED_REMEMBERED,
 };
 
 use crate::address::{EngineAddress, EngineId, MrDescriptor};
@@ -171,12 +172,6 @@ pub struct Engine {
     completion_thread: Mutex<Option<JoinHandle<()>>>,
     fault_controls: Vec<(usize, Arc<FaultControl>)>,
     barrier_seen: Mutex<HashMap<u32, u64>>,
-    /// The copy-engine route for device memory, opened on first use.
-    device: std::sync::OnceLock<Result<Arc<crate::device::DeviceRoute>, String>>,
-    /// The staging thread and its pinned pool, started on the first staged device write.
-    staging: std::sync::OnceLock<Result<crate::device::staging::driver::Stager, String>>,
-    /// Same-host peers' shared region files this engine mapped ([`shared_host`]).
-    peer_files: route::shared_host::PeerFiles,
 }
 
 impl std::fmt::Debug for Engine {
@@ -336,6 +331,7 @@ impl Engine {
             liveness: Default::default(),
             read: route::read::ReadState::default(),
             local_copies: route::memcpy::pool::LocalCopies::new(lane_count),
+            devices: device::DevicePaths::default(),
         });
         let completion_thread = std::thread::Builder::new()
             .name("accord-completion".into())
@@ -387,9 +383,6 @@ impl Engine {
             completion_thread: Mutex::new(Some(completion_thread)),
             fault_controls,
             barrier_seen: Mutex::new(HashMap::new()),
-            device: std::sync::OnceLock::new(),
-            staging: std::sync::OnceLock::new(),
-            peer_files: route::shared_host::PeerFiles::default(),
         })
     }
 

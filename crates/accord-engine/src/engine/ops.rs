@@ -146,12 +146,7 @@ impl Engine {
     }
 
     pub(super) fn check_peer(&self, peer: EngineId) -> Result<(), SubmitError> {
-        let local = peer == self.id() || local_engine(peer).is_some();
-        if (local && !self.shared.config.force_network) || self.shared.peers.read().unwrap().contains_key(&peer) {
-            Ok(())
-        } else {
-            Err(SubmitError::UnknownPeer(peer.0))
-        }
+        self.shared.check_peer(peer)
     }
 
     /// Submits parts as one transfer; `trailer` (the immediate of a multi-part transfer) goes
@@ -197,10 +192,10 @@ impl Engine {
             });
         }
         if op.dst.device.is_some() {
-            return self.write_device(op);
+            return self.device_writer().write_device(op);
         }
         let Some(source) = self.host_source(op.src, op.src_offset, op.len)? else {
-            return self.write_device(op);
+            return self.device_writer().write_device(op);
         };
         let peer = op.dst.engine;
         self.check_peer(peer)?;

@@ -93,6 +93,10 @@ pub(crate) struct Shared {
     pub(crate) read: super::route::read::state::ReadState,
     /// Copy threads for large writes into engines of this process (`engine::route::memcpy`).
     pub(crate) local_copies: super::route::memcpy::pool::LocalCopies,
+    /// What the device routes share (copy-engine handle, staging thread, peers' shared files):
+    /// here rather than in `Engine` so that a READ's owner, serving a request on a worker with
+    /// no `Engine` at hand, writes through the same routes (`engine::device::DeviceWriter`).
+    pub(crate) devices: super::device::DevicePaths,
 }
 
 impl Shared {
@@ -147,6 +151,17 @@ impl Shared {
     }
 
     /// Whether `peer` advertised this host's name (and so may share memory with us).
+    /// Whether writes to `peer` can be submitted: a peer in this process (unless the network
+    /// is forced), or one added with `Engine::add_peer`.
+    pub(crate) fn check_peer(&self, peer: EngineId) -> Result<(), crate::error::SubmitError> {
+        let local = peer == self.id || local_engine(peer).is_some();
+        if (local && !self.config.force_network) || self.peers.read().unwrap().contains_key(&peer) {
+            Ok(())
+        } else {
+            Err(crate::error::SubmitError::UnknownPeer(peer.0))
+        }
+    }
+
     pub(crate) fn peer_on_this_host(&self, peer: EngineId) -> bool {
         let host = crate::address::this_host();
         !host.is_empty() && self.peers.read().unwrap().get(&peer).is_some_and(|a| a.host == host)

@@ -21,14 +21,15 @@ use accord_proto::{RegionId, RegionKey};
 use super::dispatch::dispatch_part;
 use crate::completion::Transfer;
 use crate::device::{AfterCopy, CopyEnds, DeviceCopy, DeviceTarget};
+use crate::engine::device::DeviceWriter;
 use crate::engine::device::{imm_part, LocalSource};
 use crate::engine::shared::Shared;
-use crate::engine::{Engine, WriteOp};
+use crate::engine::WriteOp;
 use crate::error::SubmitError;
 use crate::memory::shared_file::SharedFile;
 use crate::memory::MemoryOwner;
 
-impl Engine {
+impl DeviceWriter<'_> {
     /// [`super::Route::CopyEngine`]: `peer` is the destination's engine, in this process.
     pub(crate) fn copy_in_process(
         &self,
@@ -98,7 +99,7 @@ impl Engine {
     /// holds the write's range (the route's one check that can only be made when it runs).
     pub(crate) fn shared_host_mapping(&self, op: &WriteOp<'_>) -> Option<Arc<SharedFile>> {
         let info = op.dst.shared?;
-        let file = self.peer_files.mapping_or_warn(&self.shared.config.shm.dir, op.dst, info)?;
+        let file = self.shared.devices.peer_files.mapping_or_warn(&self.shared.config.shm.dir, op.dst, info)?;
         // The descriptor's bounds were checked against its length, which the file matched.
         (op.dst_offset.checked_add(op.len)? <= file.mapped_bytes() as u64).then_some(file)
     }

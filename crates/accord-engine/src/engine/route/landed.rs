@@ -6,13 +6,14 @@
 
 use crate::completion::Transfer;
 use crate::device::staging::driver::{FinishWrite, SendChunk, StagedJob, StagedSource};
+use crate::engine::device::DeviceWriter;
 use crate::engine::device::LocalSource;
 use crate::engine::route::landing;
-use crate::engine::{Engine, WriteOp};
+use crate::engine::WriteOp;
 use crate::error::SubmitError;
 use crate::memory::{MemoryOwner, Source};
 
-impl Engine {
+impl DeviceWriter<'_> {
     /// Host or device memory into a device region the copy engine cannot reach (another host,
     /// or this host with `device_ipc` off): chunk by chunk through the receiver's landing slots
     /// ([`super::landing`]); a device source is staged through this engine's pinned slots
@@ -53,7 +54,7 @@ impl Engine {
                     let offset = index * chunk_bytes;
                     let len = chunk_bytes.min(op.len - offset);
                     let source = Source::Region { base: addr + offset as usize, len, _keep: owner.clone() };
-                    let chunk = landing::land_chunk(&self.shared, peer, dst, dst_offset + offset, source);
+                    let chunk = landing::land_chunk(self.shared, peer, dst, dst_offset + offset, source);
                     let user = state.clone();
                     chunk.on_complete(move |result| user.part_done(result));
                 }

@@ -26,7 +26,9 @@
 //! READ ([`read`]) adds no row: a reader's request and the owner's reply are control frames,
 //! and the owner writes the bytes into the reader's destination as an ordinary host write, so
 //! [`choose`] picks that write's route from the rows above (a peer in this process: one
-//! checked memcpy on the reader's thread). Device regions are refused by READ for now.
+//! checked memcpy on the reader's thread). With device memory on either side the owner's write
+//! is a device write and takes the device rows (a device destination in another process of this
+//! host is written through CUDA IPC once the reader announced its handle, landed before).
 //!
 //! Three choices can still fall back when they run, because what they need is known only
 //! then: a pull goes over the transport until the peer has verified us

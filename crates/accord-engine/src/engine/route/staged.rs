@@ -6,11 +6,12 @@
 use super::dispatch::{dispatch_part, PartSpec};
 use crate::completion::Transfer;
 use crate::device::staging::driver::{FinishWrite, SendChunk, StagedJob, StagedSource};
+use crate::engine::device::DeviceWriter;
 use crate::engine::part::write_kind;
-use crate::engine::{Engine, WriteOp};
+use crate::engine::WriteOp;
 use crate::error::SubmitError;
 
-impl Engine {
+impl DeviceWriter<'_> {
     /// Device memory to a host region of another process: staged through pinned slots, each
     /// chunk an ordinary host write; the immediate once every chunk was delivered.
     pub(crate) fn write_staged(&self, op: &WriteOp<'_>, source: StagedSource) -> Result<Transfer, SubmitError> {

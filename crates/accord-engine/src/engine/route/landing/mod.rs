@@ -278,4 +278,4 @@ pub(crate) fn land_chunk(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -40,13 +40,13 @@ impl LandingCopier for FakeLander {
     }
 }
 
-struct Receiver {
-    b: Engine,
+pub(crate) struct Receiver {
+    pub(crate) b: Engine,
     open: Arc<AtomicBool>,
     copies: Arc<AtomicUsize>,
 }
 
-fn config(timeout_ms: u64) -> EngineConfig {
+pub(crate) fn config(timeout_ms: u64) -> EngineConfig {
     EngineConfig {
         device_ipc: false,
         device_staging_chunk_bytes: SLOT_BYTES,
@@ -56,11 +56,11 @@ fn config(timeout_ms: u64) -> EngineConfig {
     }
 }
 
-fn engine(timeout_ms: u64) -> Engine {
+pub(crate) fn engine(timeout_ms: u64) -> Engine {
     Engine::builder().ignore_env().config(config(timeout_ms)).force_network(true).build().unwrap()
 }
 
-fn receiver(timeout_ms: u64) -> Receiver {
+pub(crate) fn receiver(timeout_ms: u64) -> Receiver {
     let b = engine(timeout_ms);
     let (open, copies) = (Arc::new(AtomicBool::new(true)), Arc::new(AtomicUsize::new(0)));
     let (o, c) = (open.clone(), copies.clone());
@@ -74,7 +74,7 @@ fn receiver(timeout_ms: u64) -> Receiver {
 }
 
 /// A "device" region of `b` over a host buffer of `len` bytes (read back through the buffer).
-fn device_dst(b: &Engine, len: usize) -> (MrBuffer, MrDescriptor) {
+pub(crate) fn device_dst(b: &Engine, len: usize) -> (MrBuffer, MrDescriptor) {
     let host = b.alloc(len).unwrap();
     // The region keeps the buffer's memory: a landing copy in flight when the test drops the
     // buffer (or the engine) still writes into live memory, as with a real device region.
@@ -92,7 +92,7 @@ fn device_dst(b: &Engine, len: usize) -> (MrBuffer, MrDescriptor) {
     (host, d)
 }
 
-fn pair(a: &Engine, b: &Engine) {
+pub(crate) fn pair(a: &Engine, b: &Engine) {
     a.add_peer(&b.address()).unwrap();
     b.add_peer(&a.address()).unwrap();
 }

@@ -30,15 +30,25 @@
 //! [`TransferError::NoReply`] naming the owner. A request frame that could not be delivered
 //! fails the read at once.
 //!
-//! Not yet: device regions on either side are refused at submission (a device READ will pick
-//! one of the device routes for the owner's write).
+//! Device memory on either side: the owner's write back is a device write
+//! ([`crate::engine::device::DeviceWriter::write_device`]), so [`choose`] picks its route from
+//! the table's device rows, after the same key and bounds check of the source. In this process:
+//! one copy-engine copy ([`Route::CopyEngine`]), its immediate counted at the reader after the
+//! copy completed. Across processes: a device source bound for host memory is staged
+//! ([`Route::Staged`]); a device destination on this host is written through CUDA IPC
+//! ([`Route::CopyEngineIpc`]) once the reader announced its IPC handle to the owner
+//! ([`dst_info`]: a request frame has no room for it), and lands through the reader's pinned
+//! slots ([`Route::Landing`]) until then, or from another host. The request says that its
+//! destination is device memory in its flags ([`DST_DEVICE`]). The reader counts its
+//! immediate on the reply, which the owner sends once its write completed, as on the host path.
 //!
 //! Frame layout (words and halves of the control codec):
 //!
 //! | kind | words | halves |
 //! |---|---|---|
-//! | `Request` (1) | src key, dst key, src offset + len bits 0..24 << 40, dst offset + len bits 24..48 << 40 | src region, dst region |
+//! | `Request` (1), flags [`DST_DEVICE`] | src key, dst key, src offset + len bits 0..24 << 40, dst offset + len bits 24..48 << 40 | src region, dst region |
 //! | `Reply` (2) | zero | outcome code, zero |
+//! | `DstInfo` (3), one of [`dst_info::DST_INFO_FRAMES`] | a quarter of the announcement | dst region, frame index |
 //!
 //! Offsets are below 2^40 ([`crate::REGION_BYTES_MAX`]), so the length shares their words.
 
@@ -49,25 +59,28 @@ use std::time::{Duration, Instant};
 use accord_proto::wire::RejectReason;
 use accord_proto::{RegionId, RegionKey};
 
+pub(crate) mod dst_info;
 pub(crate) mod state;
 
+pub use dst_info::READ_DST_INFOS_KEPT;
 use state::Pending;
 #[cfg(test)]
 use state::ServedReads;
 pub(crate) use state::{Admission, Outcome, ReadState};
 pub use state::{ReadStats, READ_SERVED_REMEMBERED};
 
-use crate::address::{EngineId, MrDescriptor};
+use crate::address::{DeviceRegionInfo, EngineId, MrDescriptor};
 use crate::completion::{Transfer, TransferState};
 use crate::engine::control::{ControlFrame, FrameError, RouteTag, CONTROL_MESSAGE_BYTES};
+use crate::engine::device::DeviceWriter;
 use crate::engine::ops::SHARD_ALIGN_BYTES;
 use crate::engine::part::{write_kind, Part, PartKind};
 use crate::engine::route::dispatch::{dispatch_part, PartSpec};
 use crate::engine::route::{choose, Destination, Locality, Operation, Route, RouteInputs, RouteSwitches, SourceMemory};
 use crate::engine::shared::{local_engine, Shared};
-use crate::engine::Engine;
+use crate::engine::{Engine, WriteOp};
 use crate::error::{SubmitError, TransferError};
-use crate::memory::{MrHandle, Source};
+use crate::memory::{MrHandle, Region, RegionTable, Source};
 
 /// Reads one engine may have outstanding at peers in other processes.
 pub const READ_REQUESTS_IN_FLIGHT_MAX: usize = 4096;
@@ -77,6 +90,9 @@ pub const READ_FLOOR_BYTES_PER_SEC: u64 = 64 << 20;
 
 const REQUEST: u8 = 1;
 const REPLY: u8 = 2;
+/// A request's flag: the reader's destination is device memory (the owner's write back then
+/// takes a device route).
+pub(crate) const DST_DEVICE: u8 = 1;
 const OFFSET_BITS: u32 = 40;
 const OFFSET_MASK: u64 = (1 << OFFSET_BITS) - 1;
 const LEN_HALF_BITS: u32 = 24;
@@ -87,11 +103,11 @@ const LEN_HALF_MASK: u64 = (1 << LEN_HALF_BITS) - 1;
 /// byte landed (at the reader: the owner counts nothing).
 #[derive(Copy, Clone, Debug)]
 pub struct ReadOp<'a> {
-    /// Local destination region (host memory).
+    /// Local destination region (host or device memory).
     pub dst: &'a MrHandle,
     /// Byte offset in the destination.
     pub dst_offset: u64,
-    /// Remote source region, as its owner described it (host memory).
+    /// Remote source region, as its owner described it (host or device memory).
     pub src: &'a MrDescriptor,
     /// Byte offset in the source.
     pub src_offset: u64,
@@ -111,6 +127,8 @@ pub(crate) struct Request {
     pub(crate) dst_key: u64,
     pub(crate) dst_offset: u64,
     pub(crate) len: u64,
+    /// The destination is device memory ([`DST_DEVICE`]).
+    pub(crate) dst_device: bool,
 }
 
 /// One frame of this route.
@@ -118,6 +136,12 @@ pub(crate) struct Request {
 pub(crate) enum Body {
     Request(Request),
     Reply(Outcome),
+    /// Frame `index` of an announcement of the device region `region` ([`dst_info`]).
+    DstInfo {
+        region: u32,
+        index: u32,
+        words: [u64; 4],
+    },
 }
 
 /// One message: the sender's claim `from`, the reader's request id `req`.
@@ -143,11 +167,16 @@ impl ReadMessage {
                     r.dst_offset | (r.len >> LEN_HALF_BITS) << OFFSET_BITS,
                 ];
                 let frame = ControlFrame::new(RouteTag::Read, REQUEST, self.from, self.req);
-                ControlFrame { words, halves: [r.src_region, r.dst_region], ..frame }
+                let flags = if r.dst_device { DST_DEVICE } else { 0 };
+                ControlFrame { words, halves: [r.src_region, r.dst_region], flags, ..frame }
             }
             Body::Reply(outcome) => {
                 let frame = ControlFrame::new(RouteTag::Read, REPLY, self.from, self.req);
                 ControlFrame { halves: [outcome.code(), 0], ..frame }
+            }
+            Body::DstInfo { region, index, words } => {
+                let frame = ControlFrame::new(RouteTag::Read, dst_info::DST_INFO, self.from, self.req);
+                ControlFrame { words, halves: [region, index], ..frame }
             }
         };
         Some(frame.encode())
@@ -159,7 +188,11 @@ impl ReadMessage {
         if frame.route != RouteTag::Read {
             return Err(FrameError::UnknownRoute);
         }
-        if frame.flags != 0 {
+        let flags_known = match frame.kind {
+            REQUEST => DST_DEVICE,
+            _ => 0,
+        };
+        if frame.flags & !flags_known != 0 {
             return Err(FrameError::Reserved);
         }
         let body = match frame.kind {
@@ -174,10 +207,15 @@ impl ReadMessage {
                     dst_key,
                     dst_offset: dst_word & OFFSET_MASK,
                     len,
+                    dst_device: frame.flags & DST_DEVICE != 0,
                 })
             }
             REPLY if frame.words == [0; 4] && frame.halves[1] == 0 => Body::Reply(Outcome::from_code(frame.halves[0])),
             REPLY => return Err(FrameError::Field("a read reply carries only its outcome")),
+            dst_info::DST_INFO if frame.halves[1] < dst_info::DST_INFO_FRAMES => {
+                Body::DstInfo { region: frame.halves[0], index: frame.halves[1], words: frame.words }
+            }
+            dst_info::DST_INFO => return Err(FrameError::Field("a destination announcement has 4 frames")),
             other => return Err(FrameError::Kind(other)),
         };
         Ok(ReadMessage { from: frame.from, req: frame.req, body })
@@ -188,20 +226,58 @@ fn check_range(offset: u64, len: u64, region_len: u64) -> bool {
     offset.checked_add(len).is_some_and(|end| end <= region_len)
 }
 
+/// The owner's check of a read's source: region, key and bounds, exactly as a write into the
+/// region is checked ([`RegionTable::check_write`]), but device memory is allowed (a write into
+/// device memory is checked by the copy routes; a read from it is copied by them).
+fn check_source(
+    regions: &RegionTable,
+    id: RegionId,
+    key: RegionKey,
+    offset: u64,
+    len: u64,
+) -> Result<&Region, RejectReason> {
+    let region = regions.get(id).ok_or(RejectReason::UnknownRegion)?;
+    if region.key != key {
+        return Err(RejectReason::BadKey);
+    }
+    if !check_range(offset, len, region.len) {
+        return Err(RejectReason::OutOfBounds);
+    }
+    Ok(region)
+}
+
+/// The source of an owner's write back when either side is device memory.
+struct DeviceSource {
+    region: RegionId,
+    region_len: u64,
+    offset: u64,
+}
+
+/// Owner side: writes `len` bytes of `src` into the reader's `destination` at `dst_offset` as
+/// a device write, by the route [`choose`] picks (see the module's documentation).
+fn write_device_to_reader(
+    owner: &Arc<Shared>,
+    src: &DeviceSource,
+    destination: &MrDescriptor,
+    dst_offset: u64,
+    len: u64,
+    imm: Option<u32>,
+) -> Result<Transfer, SubmitError> {
+    let handle = MrHandle { engine: owner.id, region: src.region, len: src.region_len };
+    let op = WriteOp { src: &handle, src_offset: src.offset, dst: destination, dst_offset, len, imm };
+    DeviceWriter { shared: owner }.write_device(&op)
+}
+
 impl Engine {
     /// A one-sided read (see [`ReadOp`]): the owner of `op.src` checks region, key and bounds
-    /// as it checks a write into that region, then its bytes land in `op.dst`. Host memory on
-    /// both sides (device regions are refused for now). A peer in another process must have
+    /// as it checks a write into that region, then its bytes land in `op.dst`. Host or device
+    /// memory on either side (a device side makes the owner's write a device write: see the
+    /// module's documentation). A peer in another process must have
     /// added this engine as a peer (it answers over the transport); the read fails with
     /// [`TransferError::NoReply`] if it does not answer in time.
     pub fn read(&self, op: &ReadOp<'_>) -> Result<Transfer, SubmitError> {
         if op.len == 0 {
             return Err(SubmitError::Invalid("a read of zero bytes: give len of at least 1".into()));
-        }
-        if op.src.device.is_some() {
-            return Err(SubmitError::Invalid(
-                "READ from a device region is not supported yet: read from host memory, or have the owner write".into(),
-            ));
         }
         if !check_range(op.src_offset, op.len, op.src.len) {
             return Err(SubmitError::Invalid(format!(
@@ -209,7 +285,7 @@ impl Engine {
                 op.src_offset, op.src_offset, op.len, op.src.len
             )));
         }
-        self.check_read_destination(op)?;
+        let dst_device = self.check_read_destination(op)?;
         let peer = op.src.engine;
         self.check_peer(peer)?;
         let local = match () {
@@ -218,8 +294,8 @@ impl Engine {
             _ => local_engine(peer),
         };
         match local {
-            Some(owner) => Ok(self.read_local(&owner, op)),
-            None => self.read_remote(peer, op),
+            Some(owner) => self.read_local(&owner, op, dst_device),
+            None => self.read_remote(peer, op, dst_device),
         }
     }
 
@@ -228,40 +304,70 @@ impl Engine {
         self.shared.read.stats()
     }
 
-    /// The local destination: this engine's, host memory, in bounds.
-    fn check_read_destination(&self, op: &ReadOp<'_>) -> Result<(), SubmitError> {
+    /// The local destination: this engine's, in bounds. Whether it is device memory.
+    fn check_read_destination(&self, op: &ReadOp<'_>) -> Result<bool, SubmitError> {
         if op.dst.engine != self.id() {
             return Err(SubmitError::UnknownSource);
         }
         let regions = self.shared.regions.read().unwrap();
         let region = regions.get(op.dst.region).ok_or(SubmitError::UnknownSource)?;
-        if region.device.is_some() {
-            return Err(SubmitError::Invalid(
-                "READ into a device region is not supported yet: read into host memory".into(),
-            ));
-        }
         if !check_range(op.dst_offset, op.len, region.len) {
             return Err(SubmitError::Invalid(format!(
                 "local destination bytes {}..{}+{} fall outside the local region of {} bytes: fix the offset or length",
                 op.dst_offset, op.dst_offset, op.len, region.len
             )));
         }
-        Ok(())
+        Ok(region.device.is_some())
     }
 
     /// A peer in this process: check the source as a write into it is checked, copy, count.
-    fn read_local(&self, owner: &Arc<Shared>, op: &ReadOp<'_>) -> Transfer {
-        let result = copy_local(owner, &self.shared, op);
+    /// Device memory on either side: the owner's device write into the reader's region (one
+    /// copy-engine copy; its immediate counted here after the copy completed).
+    fn read_local(&self, owner: &Arc<Shared>, op: &ReadOp<'_>, dst_device: bool) -> Result<Transfer, SubmitError> {
+        let (src_region, src_key) = (RegionId(op.src.region), RegionKey(op.src.key));
+        let device_source = {
+            let regions = owner.regions.read().unwrap();
+            check_source(&regions, src_region, src_key, op.src_offset, op.len).map(|region| {
+                (region.device.is_some() || dst_device).then_some(DeviceSource {
+                    region: src_region,
+                    region_len: region.len,
+                    offset: op.src_offset,
+                })
+            })
+        };
+        let result = match device_source {
+            Ok(Some(src)) => {
+                let destination = self.read_destination(op, dst_device)?;
+                return write_device_to_reader(owner, &src, &destination, op.dst_offset, op.len, op.imm);
+            }
+            // Refused as the transfer's outcome, as a write into the region would be.
+            Err(reason) => Err(TransferError::Rejected(reason)),
+            Ok(None) => copy_local(owner, &self.shared, op),
+        };
         if let (Ok(()), Some(imm)) = (result, op.imm) {
             self.shared.imms.bump(imm, &self.shared.jobs);
         }
         let state = self.shared.new_transfer(1);
         state.part_done(result);
-        Transfer { state }
+        Ok(Transfer { state })
+    }
+
+    /// The descriptor of the read's destination as the owner's write presents it: key and
+    /// bounds of the local region, and whether it is device memory (its GPU and mapping are
+    /// looked up where the copy runs: this process's region table, or the landing slots).
+    fn read_destination(&self, op: &ReadOp<'_>, dst_device: bool) -> Result<MrDescriptor, SubmitError> {
+        Ok(MrDescriptor {
+            engine: self.id(),
+            region: op.dst.region.0,
+            key: self.region_key(op.dst)?,
+            len: op.dst.len,
+            device: dst_device.then_some(DeviceRegionInfo { ordinal: 0, alloc_offset: 0, ipc: None }),
+            shared: None,
+        })
     }
 
     /// A peer in another process: send the request, complete on its reply.
-    fn read_remote(&self, peer: EngineId, op: &ReadOp<'_>) -> Result<Transfer, SubmitError> {
+    fn read_remote(&self, peer: EngineId, op: &ReadOp<'_>, dst_device: bool) -> Result<Transfer, SubmitError> {
         let shared = &self.shared;
         let state = &shared.read;
         if state.pending_count.load(Ordering::Acquire) >= READ_REQUESTS_IN_FLIGHT_MAX {
@@ -277,7 +383,11 @@ impl Engine {
             dst_key: self.region_key(op.dst)?,
             dst_offset: op.dst_offset,
             len: op.len,
+            dst_device,
         };
+        if dst_device {
+            self.announce_destination(peer, op.dst, request.dst_key);
+        }
         let req = state.next_req.fetch_add(1, Ordering::Relaxed);
         let message = ReadMessage { from: shared.id, req, body: Body::Request(request) };
         let Some(frame) = control_part(shared, peer, message) else {
@@ -302,6 +412,36 @@ impl Engine {
         state.requests_sent.fetch_add(1, Ordering::Relaxed);
         shared.route(frame, None);
         Ok(Transfer { state: transfer })
+    }
+
+    /// Announces the device region `dst` (with `key`) to `owner` once, so that its writes for
+    /// our reads can map it through CUDA IPC ([`dst_info`]). Best effort: a region the driver
+    /// does not export, or an announcement lost, leaves those writes on the landing route.
+    fn announce_destination(&self, owner: EngineId, dst: &MrHandle, key: u64) {
+        let shared = &self.shared;
+        // An owner in this process (the network forced) could not open our handle: CUDA
+        // refuses to map an IPC handle in the process that exported it; one on another host
+        // cannot either. Their writes land.
+        if local_engine(owner).is_some() || !shared.peer_on_this_host(owner) {
+            return;
+        }
+        if !shared.read.dst_infos.should_announce(owner, dst.region.0, key) {
+            return;
+        }
+        let found = {
+            let regions = shared.regions.read().unwrap();
+            regions.get(dst.region).and_then(|r| r.device.map(|ordinal| (r.base as u64, r.len as usize, ordinal)))
+        };
+        let Some((base, len, ordinal)) = found else { return };
+        let info = self.device_region_info(base, len, ordinal).ok();
+        let Some(frames) = info.and_then(|i| dst_info::encode(key, len as u64, &i)) else { return };
+        let id = shared.read.next_req.fetch_add(1, Ordering::Relaxed);
+        for (index, words) in frames.into_iter().enumerate() {
+            let body = Body::DstInfo { region: dst.region.0, index: index as u32, words };
+            if let Some(part) = control_part(shared, owner, ReadMessage { from: shared.id, req: id, body }) {
+                shared.route(part, None);
+            }
+        }
     }
 
     /// The key of a local region (what the owner's write into it must present).
@@ -396,6 +536,15 @@ pub(crate) fn serve(shared: &Arc<Shared>, offset: u64, bytes: &[u8]) -> Option<P
             None
         }
         Body::Request(request) => serve_request(shared, message.from, message.req, request),
+        Body::DstInfo { region, index, words } => {
+            // Only from engines we answer (as requests): an announcement is kept memory.
+            if !shared.peers.read().unwrap().contains_key(&message.from) {
+                state.refused.fetch_add(1, Ordering::Relaxed);
+            } else {
+                state.dst_infos.take_frame(message.from, message.req, region, index, words);
+            }
+            None
+        }
     }
 }
 
@@ -430,24 +579,54 @@ fn serve_request(shared: &Arc<Shared>, from: EngineId, req: u64, request: Reques
             return reply_part(shared, from, req, outcome);
         }
     }
-    let Request { src_region, src_key, src_offset, dst_region, dst_key, dst_offset, len } = request;
+    let Request { src_region, src_key, src_offset, dst_region, dst_key, dst_offset, len, dst_device } = request;
     let source = {
         let regions = shared.regions.read().unwrap();
-        let checked = regions.check_write(RegionId(src_region), RegionKey(src_key), src_offset, len);
-        match (checked, regions.get(RegionId(src_region))) {
-            (Ok(()), Some(region)) => Source::from_region(region, src_offset, len),
-            (Err(reason), _) => return refuse(shared, from, req, reason),
-            (Ok(()), None) => return refuse(shared, from, req, RejectReason::UnknownRegion),
+        match check_source(&regions, RegionId(src_region), RegionKey(src_key), src_offset, len) {
+            Ok(region) if region.device.is_some() || dst_device => {
+                Err(DeviceSource { region: RegionId(src_region), region_len: region.len, offset: src_offset })
+            }
+            Ok(region) => Ok(Source::from_region(region, src_offset, len)),
+            Err(reason) => return refuse(shared, from, req, reason),
         }
     };
+    // Through IPC when the reader announced the region (with this key), within its announced
+    // length; else landed: the landing route checks and copies into the region there.
+    // (Only where the copy engine can reach it: IPC on, the reader on this host.)
+    let ipc = dst_device && shared.config.device_ipc && shared.peer_on_this_host(from);
+    let announced = if ipc { state.dst_infos.lookup(from, dst_region, dst_key) } else { None };
+    if announced.is_some_and(|a| !check_range(dst_offset, len, a.len)) {
+        return refuse(shared, from, req, RejectReason::OutOfBounds);
+    }
     state.requests_served.fetch_add(1, Ordering::Relaxed);
+    if announced.is_some() {
+        state.device_destinations_mapped.fetch_add(1, Ordering::Relaxed);
+    }
     let destination = MrDescriptor {
         engine: from,
         region: dst_region,
         key: dst_key,
-        len: dst_offset.saturating_add(len),
-        device: None,
+        len: announced.map_or(dst_offset.saturating_add(len), |a| a.len),
+        device: dst_device
+            .then(|| announced.map_or(DeviceRegionInfo { ordinal: 0, alloc_offset: 0, ipc: None }, |a| a.info)),
         shared: None,
+    };
+    let source = match source {
+        Ok(host) => host,
+        Err(device) => {
+            // A device write may wait for room in the copy or staging queues: not on a worker.
+            let shared_for_job = shared.clone();
+            crate::completion::dispatch(&shared.jobs, move || {
+                match write_device_to_reader(&shared_for_job, &device, &destination, dst_offset, len, None) {
+                    Ok(transfer) => answer_when_written(&shared_for_job, from, req, &transfer.state),
+                    Err(e) => {
+                        tracing::warn!(reader = from.0, error = %e, "a read from or into device memory could not be written");
+                        answer_now(&shared_for_job, from, req, Outcome::WriteFailed);
+                    }
+                }
+            });
+            return None;
+        }
     };
     if let Some(part) = write_on_this_lane(shared, from, req, &source, &destination, dst_offset) {
         return Some(part);
@@ -469,6 +648,17 @@ fn refuse(shared: &Arc<Shared>, from: EngineId, req: u64, reason: RejectReason) 
         served.answered(req, outcome);
     }
     reply_part(shared, from, req, outcome)
+}
+
+/// Owner side: answers request `req` of `reader` with `outcome` now (from off a worker),
+/// remembering it for duplicates.
+fn answer_now(shared: &Arc<Shared>, reader: EngineId, req: u64, outcome: Outcome) {
+    if let Some(served) = shared.read.served.lock().unwrap().get_mut(&reader) {
+        served.answered(req, outcome);
+    }
+    if let Some(reply) = reply_part(shared, reader, req, outcome) {
+        shared.route(reply, None);
+    }
 }
 
 fn reply_part(shared: &Arc<Shared>, to: EngineId, req: u64, outcome: Outcome) -> Option<Part> {
@@ -531,12 +721,7 @@ fn answer_when_written(shared: &Arc<Shared>, reader: EngineId, req: u64, transfe
             Err(TransferError::Rejected(reason)) => Outcome::Refused(reason),
             Err(_) => Outcome::WriteFailed,
         };
-        if let Some(served) = shared.read.served.lock().unwrap().get_mut(&reader) {
-            served.answered(req, outcome);
-        }
-        if let Some(reply) = reply_part(&shared, reader, req, outcome) {
-            shared.route(reply, None);
-        }
+        answer_now(&shared, reader, req, outcome);
     });
 }
 
@@ -575,5 +760,7 @@ fn write_to_reader(
     }
 }
 
+#[cfg(test)]
+mod device_tests;
 #[cfg(test)]
 mod tests;

@@ -31,6 +31,9 @@ pub struct ReadStats {
     pub refused: u64,
     /// Reads failed because their owner did not answer in time (reader side).
     pub unanswered: u64,
+    /// Reads into device memory written through the reader's announced IPC handle rather than
+    /// landed (owner side; see `route::read::dst_info`).
+    pub device_destinations_mapped: u64,
 }
 
 /// What an owner answers.
@@ -135,6 +138,9 @@ pub(crate) struct ReadState {
     pub(super) duplicates: AtomicU64,
     pub(super) refused: AtomicU64,
     pub(super) unanswered: AtomicU64,
+    pub(super) device_destinations_mapped: AtomicU64,
+    /// Announced device destinations, both sides.
+    pub(super) dst_infos: super::dst_info::DstInfos,
 }
 
 impl Default for ReadState {
@@ -152,6 +158,8 @@ impl Default for ReadState {
             duplicates: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             unanswered: AtomicU64::new(0),
+            device_destinations_mapped: AtomicU64::new(0),
+            dst_infos: Default::default(),
         }
     }
 }
@@ -164,6 +172,7 @@ impl ReadState {
             duplicates: self.duplicates.load(Ordering::Relaxed),
             refused: self.refused.load(Ordering::Relaxed),
             unanswered: self.unanswered.load(Ordering::Relaxed),
+            device_destinations_mapped: self.device_destinations_mapped.load(Ordering::Relaxed),
         }
     }
 }

@@ -35,6 +35,7 @@ fn request_and_reply_frames_round_trip() {
         dst_key: 1,
         dst_offset: OFFSET_MASK - 1,
         len: crate::memory::REGION_BYTES_MAX,
+        dst_device: false,
     };
     for body in [
         Body::Request(request),
@@ -226,6 +227,7 @@ fn a_duplicated_request_is_written_once_and_answered_again() {
         dst_key: dst.descriptor().key,
         dst_offset: 0,
         len: d.len,
+        dst_device: false,
     };
     let frame = ReadMessage { from: reader.id(), req: 77, body: Body::Request(request) }.encode().unwrap();
     // A new request starts its write: handed back for the worker's lane (a small write over the

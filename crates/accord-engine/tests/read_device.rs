@@ -1,0 +1,107 @@
+//! READ with GPU memory on either side, two engines in one process (GPU tests; they print
+//! `skipped:` without a GPU). In this process the owner's write back is one copy-engine copy;
+//! with `force_network` (and `device_ipc` off) the same reads cross the owner's staging and
+//! the reader's landing slots over loopback, as between hosts. Every read is checked byte for
+//! byte, with its immediate counted once at the reader, and a wrong key is refused.
+
+use accord_cuda::{DeviceBuffer, Gpu, Stream};
+use accord_engine::{Engine, EngineConfig, MemoryKind, MrDescriptor, MrHandle, ReadOp, TransferError};
+use std::time::Duration;
+
+const BYTES: usize = 6 << 20;
+const WAIT: Duration = Duration::from_secs(60);
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    (0..len).map(|i| ((i as u64).wrapping_mul(0x9E37_79B9).wrapping_add(seed * 131) >> 7) as u8).collect()
+}
+
+fn engine(force_network: bool) -> Engine {
+    let config = EngineConfig {
+        device_ipc: false,
+        device_staging_chunk_bytes: 1 << 20,
+        device_staging_chunks: 4,
+        ..Default::default()
+    };
+    Engine::builder().ignore_env().config(config).force_network(force_network).build().unwrap()
+}
+
+/// One engine's memory: a device buffer and a host buffer of [`BYTES`], both registered.
+struct Side {
+    device: DeviceBuffer,
+    device_h: MrHandle,
+    device_d: MrDescriptor,
+    host: accord_engine::MrBuffer,
+}
+
+fn side(engine: &Engine, gpu: &Gpu, stream: &Stream, seed: u64) -> Side {
+    let mut device = DeviceBuffer::alloc(gpu, BYTES).unwrap();
+    device.copy_from_host(0, &pattern(seed, BYTES), stream).unwrap();
+    // Safety: `device` lives in the returned `Side`, which outlives every read of the test.
+    #[allow(unsafe_code)]
+    let (device_h, device_d) = unsafe {
+        engine.register_raw(device.ptr().0 as *mut u8, BYTES, MemoryKind::CudaDevice { ordinal: gpu.ordinal() as u32 })
+    }
+    .unwrap();
+    let host = engine.alloc(BYTES).unwrap();
+    host.write_at(0, &pattern(seed + 100, BYTES)).unwrap();
+    Side { device, device_h, device_d, host }
+}
+
+fn device_bytes(side: &Side, stream: &Stream, offset: usize, len: usize) -> Vec<u8> {
+    let mut out = vec![0u8; len];
+    side.device.copy_to_host(offset, &mut out, stream).unwrap();
+    out
+}
+
+fn every_direction(force_network: bool) {
+    let gpu = Gpu::open(0).unwrap();
+    let stream = Stream::new(&gpu).unwrap();
+    let (owner, reader) = (engine(force_network), engine(force_network));
+    if force_network {
+        owner.add_peer(&reader.address()).unwrap();
+        reader.add_peer(&owner.address()).unwrap();
+    }
+    let (o, r) = (side(&owner, &gpu, &stream, 1), side(&reader, &gpu, &stream, 2));
+    let third = (BYTES / 3) as u64;
+    let read = |dst: &MrHandle, dst_offset, src: &MrDescriptor, src_offset, len, imm| {
+        let op = ReadOp { dst, dst_offset, src, src_offset, len, imm: Some(imm) };
+        let result = reader.read(&op).unwrap().wait_timeout(WAIT);
+        if result.is_ok() {
+            assert_eq!(reader.imm_counter(imm).wait(1, WAIT), 1, "imm {imm}");
+        }
+        result
+    };
+    // Device -> device (an uneven length).
+    read(&r.device_h, 0, &o.device_d, 8, third + 5, 1).unwrap();
+    assert!(device_bytes(&r, &stream, 0, (third + 5) as usize) == pattern(1, BYTES)[8..8 + (third + 5) as usize]);
+    // Device -> host.
+    read(&r.host.handle(), 3, &o.device_d, 0, third, 2).unwrap();
+    assert!(r.host.to_vec()[3..3 + third as usize] == pattern(1, BYTES)[..third as usize]);
+    // Host -> device.
+    let host_d = o.host.descriptor();
+    read(&r.device_h, 2 * third, &host_d, 17, third, 3).unwrap();
+    let got = device_bytes(&r, &stream, 2 * third as usize, third as usize);
+    assert!(got == pattern(101, BYTES)[17..17 + third as usize]);
+    // A wrong key on a device source: refused, nothing counted.
+    let mut bad = o.device_d;
+    bad.key ^= 1;
+    let refused = read(&r.device_h, 0, &bad, 0, 4096, 4);
+    assert!(matches!(refused, Err(TransferError::Rejected(_))), "{refused:?}");
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(reader.imm_counter(4).value(), 0);
+    for imm in 1..=3 {
+        assert_eq!(reader.imm_counter(imm).value(), 1, "imm {imm} counted once");
+    }
+}
+
+#[test]
+fn reads_in_process_with_device_memory_on_either_side() {
+    accord_cuda::require_gpu!(1);
+    every_direction(false);
+}
+
+#[test]
+fn reads_over_the_network_with_device_memory_on_either_side() {
+    accord_cuda::require_gpu!(1);
+    every_direction(true);
+}

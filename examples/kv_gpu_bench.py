@@ -1,0 +1,346 @@
+"""KV-cache transfer GPU0 -> GPU1 with accord.kv, against the copy ceiling (the Python part of
+scripts/device/kv_gpu.sh).
+
+A Llama-3-70B-like layout (80 layers, K and V, 8 KV heads, head_dim 128, blocks of 16 tokens,
+bf16: 32 KiB per block per layer's K or V, 5 MiB per block over all layers) in two CUDA caches
+of ``--pool`` blocks: the prefill cache on GPU 0, the decode cache on the last GPU. A request of
+N blocks (scattered block ids on both sides) moves N x 5 MiB:
+
+- ``write``: the prefill side pushes it (``PrefillCache.push``: paged writes);
+- ``read``: the decode side pulls it (``DecodeCache.pull``: one READ per block and layer's K/V).
+
+``--case`` picks where the two caches live: ``inproc`` (two engines of this process), ``ipc``
+(the prefill cache in a second process; device writes through CUDA IPC, the reads' too once the
+decode engine announced its cache) or ``network`` (the
+same, run with ``ACCORD_DEVICE_IPC=0 ACCORD_SHM=0`` so bytes are staged, sent over loopback UDP
+and landed). The ceiling is ``torch`` ``copy_`` of the same bytes GPU0 -> GPU1 as one contiguous
+tensor, measured in the same run. The first request of each row is a warm-up (reported apart);
+every row's bytes are checked block by block after its first request. Prints a table and writes
+one JSON line per row to ``--json``; ``--table FILE...`` prints the table of earlier runs.
+
+    python examples/kv_gpu_bench.py --case inproc --blocks 128,2048 --iters 3 --json out.jsonl
+
+Exits 2 without torch or a CUDA device, 1 when a check failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import statistics
+import sys
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+
+LAYOUT_ARGS = (80, 16, 8, 128)  # layers, block_size, heads, head_dim (bf16)
+
+
+def layout() -> Any:
+    from accord.kv import KvLayout
+
+    return KvLayout(*LAYOUT_ARGS, dtype="bfloat16")
+
+
+def need_cuda() -> Any:
+    """torch, or exit 2 saying what is missing."""
+    try:
+        import torch
+    except ImportError as e:
+        print(f"kv_gpu_bench: needs torch with CUDA ({e}); install torch and run on a GPU host", file=sys.stderr)
+        sys.exit(2)
+    if not torch.cuda.is_available():
+        print("kv_gpu_bench: needs a CUDA device (torch.cuda.is_available() is False)", file=sys.stderr)
+        sys.exit(2)
+    return torch
+
+
+def layer_pattern(torch: Any, layer: int, num_blocks: int, device: str) -> Any:
+    """One layer's K and V of the prefill cache: a pattern of (layer, kv, block, token, head, dim)."""
+    _, tokens, heads, dims = LAYOUT_ARGS
+    ax = [torch.arange(n, device=device, dtype=torch.int32) for n in (2, num_blocks, tokens, heads, dims)]
+    kv, blk, tok, head, dim = (a.reshape(*[-1 if i == j else 1 for j in range(5)]) for i, a in enumerate(ax))
+    values = (layer * 31 + kv * 17 + blk * 7 + tok * 3 + head * 5 + dim) % 251 - 125
+    return values.to(torch.bfloat16)
+
+
+def fill(torch: Any, cache: Any, num_blocks: int, device: str) -> None:
+    for layer in range(LAYOUT_ARGS[0]):
+        cache[layer].copy_(layer_pattern(torch, layer, num_blocks, device))
+    torch.cuda.synchronize(device)
+
+
+def check(torch: Any, cache: Any, pool: int, src: list[int], dst: list[int], device: str) -> bool:
+    """Whether the decode cache's blocks ``dst`` hold the prefill pattern's blocks ``src``."""
+    torch.cuda.synchronize(device)
+    s = torch.tensor(src, device=device)
+    d = torch.tensor(dst, device=device)
+    for layer in range(LAYOUT_ARGS[0]):
+        want = layer_pattern(torch, layer, pool, device).index_select(1, s)
+        if not torch.equal(cache[layer].index_select(1, d), want):
+            return False
+    return True
+
+
+def block_ids(pool: int, n: int, seed: int) -> tuple[list[int], list[int]]:
+    rng = np.random.default_rng(seed)
+    return [int(b) for b in rng.permutation(pool)[:n]], [int(b) for b in rng.permutation(pool)[:n]]
+
+
+def ceiling_gbps(torch: Any, nbytes: int, iters: int) -> float:
+    """GB/s of one contiguous copy_ GPU0 -> last GPU of ``nbytes`` (median of ``iters``)."""
+    last = torch.cuda.device_count() - 1
+    src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device="cuda:0")
+    dst = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=f"cuda:{last}")
+    dst.copy_(src)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        torch.cuda.synchronize(0)
+        torch.cuda.synchronize(last)
+        times.append(time.perf_counter() - t0)
+    del src, dst
+    torch.cuda.empty_cache()
+    return nbytes / statistics.median(times) / 1e9
+
+
+class Budget:
+    def __init__(self, seconds: float) -> None:
+        self.end = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return self.end - time.monotonic()
+
+
+def timed(run: Any, iters: int, budget: Budget) -> tuple[float | None, list[float], str]:
+    """(warm-up seconds, timed seconds, error) of ``run(timeout)``; stops early when the budget
+    would not hold another request like the last."""
+    first: float | None = None
+    times: list[float] = []
+    for i in range(iters + 1):
+        left = budget.left()
+        last = times[-1] if times else (first or 0.0)
+        if left < 5 or (i > 0 and left < 1.5 * last + 2):
+            return first, times, "" if times or i > 0 else "no time left in the budget"
+        t0 = time.perf_counter()
+        try:
+            run(max(1.0, left - 2))
+        except Exception as e:  # noqa: BLE001 - reported in the row
+            return first, times, f"{type(e).__name__}: {e}"
+        took = time.perf_counter() - t0
+        if i == 0:
+            first = took
+        else:
+            times.append(took)
+    return first, times, ""
+
+
+def row(case: str, op: str, blocks: int, first: float | None, times: list[float], ceiling: float,
+        checked: bool | None, error: str, owner: dict[str, int]) -> dict[str, Any]:
+    nbytes = blocks * layout().block_nbytes * LAYOUT_ARGS[0] * 2
+    # Scattered ids make every block of every layer's K or V a part of its own: one READ, or one
+    # page of a paged write (the engine copies each separately).
+    parts = blocks * LAYOUT_ARGS[0] * 2
+    median = statistics.median(times) if times else None
+    gbps = nbytes / median / 1e9 if median else None
+    return {
+        "case": case, "op": op, "blocks": blocks, "bytes": nbytes, "parts": parts,
+        "us_per_part": None if median is None else round(median * 1e6 / parts, 2),
+        "first_ms": None if first is None else round(first * 1e3, 2),
+        "ms": [round(t * 1e3, 2) for t in times],
+        "median_ms": None if median is None else round(median * 1e3, 2),
+        "gbps": None if gbps is None else round(gbps, 2),
+        "ceiling_gbps": round(ceiling, 2),
+        "ratio": None if gbps is None else round(gbps / ceiling, 3),
+        "checked": checked, "error": error,
+        # The prefill engine's READ counters after the row (reads written through the decode
+        # cache's IPC handle rather than landed: reads_into_device_mapped).
+        "owner_reads_served": owner.get("reads_served"),
+        "owner_reads_mapped": owner.get("reads_into_device_mapped"),
+    }
+
+
+def prefill_role(conn: Connection, pool: int) -> None:
+    """The second process of the ``ipc`` and ``network`` cases: the prefill cache on GPU 0,
+    pushing what the parent asks and answering its reads."""
+    import accord
+    from accord.kv import PrefillCache
+
+    try:
+        torch = need_cuda()
+        torch.cuda.set_device(0)
+        with accord.Engine() as engine:
+            cache = torch.empty(layout().shape(pool), dtype=torch.bfloat16, device="cuda:0")
+            fill(torch, cache, pool, "cuda:0")
+            prefill = PrefillCache(engine, layout(), pool, cache=cache)
+            conn.send(("hello", prefill.source))
+            target, decode_address = conn.recv()
+            engine.add_peer(decode_address)
+            while True:
+                order = conn.recv()
+                if order == "exit":
+                    break
+                if order == "stats":
+                    conn.send(("stats", engine.stats()))
+                    continue
+                _, src, dst, iters, seconds = order
+                budget = Budget(seconds)
+                n = [0]
+
+                def push(timeout: float) -> None:
+                    n[0] += 1
+                    prefill.push(target, src, dst, request=f"push-{n[0]}", timeout=timeout).wait()
+
+                conn.send(("timed", timed(push, iters, budget)))
+            prefill.close()
+    except Exception as e:  # noqa: BLE001 - reported to the parent
+        conn.send(("error", f"{type(e).__name__}: {e}"))
+
+
+def run_case(args: argparse.Namespace) -> list[dict[str, Any]]:
+    torch = need_cuda()
+    import accord
+    from accord.kv import DecodeCache, PrefillCache
+
+    last = torch.cuda.device_count() - 1
+    budget = Budget(args.budget_s)
+    pool, case = args.pool, args.case
+    sizes = [int(b) for b in args.blocks.split(",")]
+    read_sizes = [int(b) for b in args.read_blocks.split(",")] if args.read_blocks else sizes
+    ceilings = {n: ceiling_gbps(torch, n * layout().block_nbytes * LAYOUT_ARGS[0] * 2, 5) for n in sizes}
+    decode_engine = accord.Engine()
+    cache = torch.zeros(layout().shape(pool), dtype=torch.bfloat16, device=f"cuda:{last}")
+    decode = DecodeCache(decode_engine, layout(), pool, cache=cache)
+    proc = conn = prefill = prefill_engine = None
+    if case == "inproc":
+        prefill_engine = accord.Engine()
+        pcache = torch.empty(layout().shape(pool), dtype=torch.bfloat16, device="cuda:0")
+        fill(torch, pcache, pool, "cuda:0")
+        prefill = PrefillCache(prefill_engine, layout(), pool, cache=pcache)
+        prefill_engine.add_peer(decode_engine.address)
+        source = prefill.source
+    else:
+        ctx = mp.get_context("spawn")
+        conn, child = ctx.Pipe()
+        proc = ctx.Process(target=prefill_role, args=(child, pool), daemon=True)
+        proc.start()
+        if not conn.poll(120):
+            raise SystemExit("kv_gpu_bench: the prefill process did not start within 120 s")
+        kind, source = conn.recv()
+        if kind != "hello":
+            raise SystemExit(f"kv_gpu_bench: the prefill process failed: {source}")
+        conn.send((decode.target, decode_engine.address))
+    def owner_stats() -> dict[str, int]:
+        if prefill_engine is not None:
+            return dict(prefill_engine.stats())
+        if conn is not None:
+            conn.send("stats")
+            if conn.poll(30):
+                kind, answer = conn.recv()
+                if kind == "stats":
+                    return dict(answer)
+        return {}
+
+    rows: list[dict[str, Any]] = []
+    plan = [("write", n) for n in sizes] + [("read", n) for n in read_sizes]
+    try:
+        for index, (op, n) in enumerate(plan):
+            src, dst = block_ids(pool, n, seed=n)
+            cache.zero_()
+            torch.cuda.synchronize(last)
+            share = budget.left() / (len(plan) - index)
+            if op == "read":
+                count = [0]
+
+                def pull(timeout: float) -> None:
+                    count[0] += 1
+                    decode.pull(source, src, dst, request=f"pull-{count[0]}", timeout=timeout).wait()
+
+                first, times, error = timed(pull, args.iters, Budget(share))
+            elif prefill is not None:
+                count = [0]
+
+                def push(timeout: float) -> None:
+                    count[0] += 1
+                    prefill.push(decode.target, src, dst, request=f"push-{count[0]}", timeout=timeout).wait()
+
+                first, times, error = timed(push, args.iters, Budget(share))
+            else:
+                assert conn is not None
+                conn.send(("push", src, dst, args.iters, share))
+                if conn.poll(share + 60):
+                    kind, answer = conn.recv()
+                    first, times, error = answer if kind == "timed" else (None, [], answer)
+                else:
+                    first, times, error = None, [], f"the prefill process did not answer within {share + 60:.0f} s"
+            # Checked when every request of the row ended well (a cancelled one leaves blocks undefined).
+            ok = None if first is None or error else check(torch, cache, pool, src, dst, f"cuda:{last}")
+            ceiling = ceilings.get(n) or ceiling_gbps(torch, n * layout().block_nbytes * LAYOUT_ARGS[0] * 2, 5)
+            rows.append(row(case, op, n, first, times, ceiling, ok, error, owner_stats()))
+            print(json.dumps(rows[-1]), flush=True)
+    finally:
+        # The decode engine first: it would report the prefill process's exit as a peer's death.
+        decode_engine.close()
+        if prefill_engine is not None:
+            prefill_engine.close()
+        if conn is not None:
+            try:
+                conn.send("exit")
+            except OSError:
+                pass  # the prefill process is gone already
+        if proc is not None:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=10)
+    return rows
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    print(f"{'case':8} {'op':5} {'blocks':>6} {'MiB':>7} {'parts':>7} {'warm-up ms':>10} {'ms/request':>10} "
+          f"{'us/part':>8} {'GB/s':>7} {'ceiling':>7} {'ratio':>6}  checked / note")
+    for r in rows:
+        def f(v: Any) -> str:
+            return "-" if v is None else str(v)
+
+        note = "bytes ok" if r["checked"] else ("BYTES WRONG" if r["checked"] is False else "not checked")
+        if r["op"] == "read" and r.get("owner_reads_served"):
+            note += f"; owner: {r['owner_reads_mapped']} of {r['owner_reads_served']} reads through IPC (cumulative)"
+        if r["error"]:
+            note += f"; {r['error'][:120]}"
+        print(f"{r['case']:8} {r['op']:5} {r['blocks']:>6} {r['bytes'] / 2**20:>7.0f} {f(r.get('parts')):>7} "
+              f"{f(r['first_ms']):>10} {f(r['median_ms']):>10} {f(r.get('us_per_part')):>8} {f(r['gbps']):>7} "
+              f"{f(r['ceiling_gbps']):>7} {f(r['ratio']):>6}  {note}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--case", choices=["inproc", "ipc", "network"], default="inproc")
+    parser.add_argument("--blocks", default="128,2048", help="request sizes in blocks (comma-separated)")
+    parser.add_argument("--read-blocks", default="", help="request sizes of the reads (default: --blocks)")
+    parser.add_argument("--pool", type=int, default=2560, help="blocks of each cache")
+    parser.add_argument("--iters", type=int, default=3, help="timed requests per row (after one warm-up)")
+    parser.add_argument("--budget-s", type=float, default=100.0, help="the whole run's time, seconds")
+    parser.add_argument("--json", default="", help="append one JSON line per row to this file")
+    parser.add_argument("--table", nargs="*", help="print the table of these JSON-lines files and exit")
+    args = parser.parse_args(argv)
+    if args.table is not None:
+        rows = [json.loads(line) for name in args.table for line in open(name) if line.startswith("{")]
+        print_table(rows)
+        return 0 if all(r["checked"] is not False for r in rows) else 1
+    rows = run_case(args)
+    if args.json:
+        with open(args.json, "a") as out:
+            for r in rows:
+                out.write(json.dumps(r) + "\n")
+    print_table(rows)
+    return 0 if all(r["checked"] is not False for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Issue 23's KV-transfer measurement on a host with two GPUs: accord.kv moving a request's blocks
+# GPU0 -> GPU1 in a Llama-3-70B-like layout (80 layers, 8 KV heads, head_dim 128, blocks of 16
+# tokens, bf16; 5 MiB per block), requests of 128 and 2048 scattered blocks, as WRITE (paged
+# push) and READ (pull), byte-checked, against the copy ceiling (torch copy_ of the same bytes
+# GPU0 -> GPU1 as one tensor) measured in the same run (examples/kv_gpu_bench.py). Three runs:
+#   inproc   both caches in one process (copy engine);
+#   ipc      the prefill cache in a second process (device writes through CUDA IPC; a READ's
+#            too, once the decode engine announced its cache to the prefill engine);
+#   network  the same with ACCORD_DEVICE_IPC=0 ACCORD_SHM=0: staged, loopback UDP, landed.
+# The network run is capped at 128 blocks by default (NETWORK_BLOCKS): a READ is one request per
+# 32 KiB block and layer's K or V, and that route moves each through pinned slots. A row that
+# would overrun its share of the budget is cut by its requests' own timeout (accord.kv cancels
+# them) and reported as such. Each run's output is kept in $OUT/<run>.txt, its rows in $OUT/kv_gpu.jsonl; the table of
+# all rows is printed at the end (time per request, GB/s, ratio to the ceiling).
+#
+# Usage (GPU host, repo root; python3.12 + torch with CUDA + the accord wheel):
+#   [WHEEL=accord-*.whl] OUT=/path/to/out scripts/device/kv_gpu.sh
+# WHEEL, when set, is installed first (pip --no-deps --force-reinstall). BUDGET_S (default 280)
+# caps the whole command; each run gets at most INPROC_CAP_S / IPC_CAP_S / NETWORK_CAP_S
+# (default 110 / 100 / 60) and what is left; ITERS (default 3) timed requests per row after a
+# warm-up; BLOCKS (default 128,2048) the request sizes, POOL (default 2560) the blocks of each
+# cache (12.5 GiB). Exits non-zero when a run failed or a byte was wrong.
+set -uo pipefail
+START=$SECONDS BUDGET=${BUDGET_S:-280}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+HERE="$(cd "$(dirname "$0")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+OUT="${OUT:-$(mktemp -d)}"
+mkdir -p "$OUT"
+PY="${PYTHON:-python3}"
+BENCH="$ROOT/examples/kv_gpu_bench.py"
+JSON="$OUT/kv_gpu.jsonl"
+: > "$JSON"
+
+if [ -n "${WHEEL:-}" ]; then
+  "$PY" -m pip install --quiet --no-deps --force-reinstall "$WHEEL" || { echo "cannot install $WHEEL"; exit 1; }
+fi
+"$PY" -c "import accord, accord.kv, torch; print('accord', accord.__version__, 'torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'gpus', torch.cuda.device_count())" \
+  || { echo "kv_gpu: python3 cannot import accord, accord.kv and torch"; exit 1; }
+echo "load at the start: $(uptime)"
+nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader 2>/dev/null || echo "nvidia-smi: not available"
+
+left() { echo $((BUDGET - (SECONDS - START))); }
+FAILED=0
+# run NAME CAP ENV... -- ARGS...: one bench run under `timeout`, capped by what is left.
+run() {
+  local name=$1 cap=$2; shift 2
+  local envs=()
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  shift
+  local t; t=$(left)
+  if [ "$t" -lt 30 ]; then echo "== $name: skipped, $t s left of the budget"; FAILED=1; return; fi
+  [ "$t" -lt "$cap" ] && cap=$t
+  echo "== $name (at most $cap s): ${envs[*]} $BENCH $*"
+  env "${envs[@]}" timeout -k 10 "$cap" "$PY" "$BENCH" --budget-s $((cap - 25)) --json "$JSON" "$@" \
+    > "$OUT/$name.txt" 2>&1
+  local rc=$?
+  echo "   exit $rc"
+  [ "$rc" -eq 0 ] || FAILED=1
+}
+
+ITERS=${ITERS:-3} BLOCKS=${BLOCKS:-128,2048} POOL=${POOL:-2560}
+run inproc "${INPROC_CAP_S:-110}" ACCORD_DEVICE_IPC=1 -- --case inproc --blocks "$BLOCKS" --pool "$POOL" \
+  --iters "$ITERS"
+run ipc "${IPC_CAP_S:-100}" ACCORD_DEVICE_IPC=1 -- --case ipc --blocks "$BLOCKS" --pool "$POOL" \
+  --read-blocks "${IPC_READ_BLOCKS:-$BLOCKS}" --iters "$ITERS"
+run network "${NETWORK_CAP_S:-60}" ACCORD_DEVICE_IPC=0 ACCORD_SHM=0 -- --case network --pool "$POOL" \
+  --blocks "${NETWORK_BLOCKS:-128}" --iters 2
+
+for name in inproc ipc network; do
+  [ -f "$OUT/$name.txt" ] || continue
+  echo
+  echo "######## $name"
+  grep -v '^{' "$OUT/$name.txt" | tail -40
+done
+echo
+echo "######## all rows (ratio: GB/s over the copy ceiling of the same run)"
+"$PY" "$BENCH" --table "$JSON" || FAILED=1
+echo
+echo "results in $OUT; $(( SECONDS - START )) s"
+exit $FAILED
