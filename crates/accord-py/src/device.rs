@@ -229,9 +229,24 @@ impl DeviceComm {
     }
 
     /// `nbytes` bytes of window `id` (one `alloc_window` made) from `offset`.
-    fn read_window<'py>(&self, py: Python<'py>, id: u32, offset: usize, nbytes: usize) -> PyResult<Bound<'py, PyBytes>> {
+    fn read_window<'py>(
+        &self,
+        py: Python<'py>,
+        id: u32,
+        offset: usize,
+        nbytes: usize,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let op = "read_window";
+        // Checked before allocating, so a huge `nbytes` is an error, not an abort.
+        let (_, len, _) = self.with(py, op, move |dc| dc.window_info(id))?;
+        if offset.checked_add(nbytes).is_none_or(|end| end as u64 > len) {
+            return Err(error(
+                Kind::InvalidRequest,
+                format!("{op}: {nbytes} bytes at offset {offset} run past window {id} of {len} bytes"),
+            ));
+        }
         let mut out = vec![0u8; nbytes];
-        self.with(py, "read_window", |dc| dc.read_window(id, offset, &mut out))?;
+        self.with(py, op, |dc| dc.read_window(id, offset, &mut out))?;
         Ok(PyBytes::new(py, &out))
     }
 
