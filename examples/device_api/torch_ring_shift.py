@@ -71,8 +71,9 @@ def nvcc_extension() -> Callable[..., None]:
     """ring_shift.cu and the launcher compiled with nvcc as a torch C++/CUDA extension (cached
     by torch between runs, under TORCH_EXTENSIONS_DIR); its launch_ring_shift(table, bytes,
     launch, out, status)."""
-    from torch.utils.cpp_extension import load_inline
+    import torch.utils.cpp_extension
 
+    load_inline: Any = torch.utils.cpp_extension.load_inline  # untyped in torch
     kernel = (HERE / "ring_shift.cu").read_text()
     module = load_inline(
         name="accord_torch_ring_shift",

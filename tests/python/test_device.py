@@ -4,7 +4,10 @@ errors and write nothing, bad arguments are refused, and the packaged header is 
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -84,3 +87,17 @@ def test_the_packaged_header_is_the_repository_header() -> None:
     assert packaged.read_bytes() == HEADER.read_bytes()
     version = re.search(rb"#define ACCORD_DEVICE_LAYOUT_VERSION (\d+)", packaged.read_bytes())
     assert version is not None and int(version.group(1)) == ad.DEVICE_LAYOUT_VERSION
+
+
+def test_the_torch_example_says_what_is_missing_without_cuda() -> None:
+    # CUDA_VISIBLE_DEVICES="" hides every GPU, so this holds on a GPU host too.
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "device_api" / "torch_ring_shift.py")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "torch_ring_shift: needs" in run.stderr and ("torch" in run.stderr or "CUDA" in run.stderr), run.stderr
