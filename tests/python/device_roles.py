@@ -179,15 +179,36 @@ def malformed() -> dict[str, object]:
     return out
 
 
-def refused_gpu() -> str:
-    """A GPU placement on a host without one is refused before the communicator is handed
-    over, so it stays usable; returns the message (or "opened" where a GPU exists)."""
+class FakeCudaTensor:
+    """Says it is CUDA memory of GPU 1 (DLPack device type 2); exporting it fails, so a refusal
+    must come from the device alone, before any export."""
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (2, 1)
+
+    def __dlpack__(self, **kwargs: object) -> object:
+        raise AssertionError("the device check must refuse this object before exporting it")
+
+
+def refused_before_hand_over() -> list[str]:
+    """Arguments refused before the hand-over (a bad configuration, a GPU that cannot be
+    opened) leave the Communicator usable; a CUDA object on the host placement is refused
+    without being exported. Returns the messages in that order."""
     comm = accord.Communicator(timeout=TIMEOUT_S)
+    messages = []
+    for kwargs in ({"rings": 0}, {"slot_count": 12}, {"counters": 0}):
+        try:
+            ad.DeviceComm(comm, None, **kwargs).close()  # type: ignore[arg-type]
+        except accord.InvalidRequestError as e:
+            messages.append(str(e))
     try:
         ad.DeviceComm(comm, gpu=4095).close()
-        message = "opened"
     except accord.ConfigError as e:
-        message = str(e)
+        messages.append(str(e))
     comm.barrier()
-    comm.close()
-    return message
+    with ad.DeviceComm(comm, None) as dc:
+        try:
+            dc.register_window(FakeCudaTensor())
+        except accord.InvalidBufferError as e:
+            messages.append(str(e))
+    return messages

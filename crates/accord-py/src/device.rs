@@ -56,6 +56,51 @@ fn closed(op: &str) -> PyErr {
 
 type Inner = accord_device::DeviceComm;
 
+/// The configuration's bounds, checked before the communicator is handed over so that a typo
+/// leaves it usable. `accord-device` checks them again (its check is the authority; these are
+/// its public limits).
+fn check_config(op: &str, rings: usize, slot_count: u32, user_signals: u32, counters: u32) -> PyResult<()> {
+    let bad = |what: String| Err(error(Kind::InvalidRequest, format!("{op}: {what}")));
+    if rings == 0 || rings > accord_device::RINGS_MAX {
+        return bad(format!("rings {rings}: give 1..={}", accord_device::RINGS_MAX));
+    }
+    if !slot_count.is_power_of_two() || slot_count > accord_device::RING_SLOTS_MAX {
+        return bad(format!("slot_count {slot_count}: give a power of two at most {}", accord_device::RING_SLOTS_MAX));
+    }
+    if user_signals >= accord_device::SIGNALS_MAX {
+        return bad(format!("user_signals {user_signals}: give at most {}", accord_device::SIGNALS_MAX - 1));
+    }
+    if counters == 0 || counters > accord_device::COUNTERS_MAX {
+        return bad(format!("counters {counters}: give 1..={}", accord_device::COUNTERS_MAX));
+    }
+    Ok(())
+}
+
+/// Refuses a DLPack CUDA object of another GPU than `gpu` (or any, on the host placement)
+/// before its memory is exported: from `__dlpack_device__` alone.
+fn check_window_device(op: &str, obj: &Bound<'_, PyAny>, gpu: Option<usize>) -> PyResult<()> {
+    if !obj.hasattr("__dlpack_device__")? {
+        return Ok(());
+    }
+    let Ok((device_type, device_id)) = obj.call_method0("__dlpack_device__")?.extract::<(i32, i32)>() else {
+        return Ok(()); // `acquire` reports a malformed answer
+    };
+    if device_type != crate::dlpack::DEVICE_CUDA {
+        return Ok(());
+    }
+    match gpu {
+        Some(gpu) if usize::try_from(device_id) == Ok(gpu) => Ok(()),
+        Some(gpu) => Err(error(
+            Kind::InvalidBuffer,
+            format!("{op}: the tensor is on GPU {device_id} but this DeviceComm is on GPU {gpu}: register a tensor of cuda:{gpu}"),
+        )),
+        None => Err(error(
+            Kind::InvalidBuffer,
+            format!("{op}: a CUDA tensor (GPU {device_id}) needs a DeviceComm built with gpu={device_id}; this one has host placement"),
+        )),
+    }
+}
+
 /// A device communicator: windows every rank registered, rings kernels write descriptors
 /// into, CPU proxy threads that run them through the engine's routes, signals and counters.
 #[pyclass(module = "accord.device", name = "DeviceComm")]
@@ -127,6 +172,7 @@ impl DeviceComm {
     ) -> PyResult<Self> {
         let op = "DeviceComm";
         let producer_timeout = seconds(op, "producer_timeout", producer_timeout)?;
+        check_config(op, rings, slot_count, user_signals, counters)?;
         let placement = match gpu {
             None => Placement::Host,
             Some(ordinal) => Placement::Gpu(accord_cuda::Gpu::open(ordinal).map_err(|e| {
@@ -192,6 +238,7 @@ impl DeviceComm {
     /// object is referenced until `close`.
     fn register_window(&self, py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<u32> {
         let op = "register_window";
+        check_window_device(op, obj, self.gpu)?;
         let acquired = acquire(obj)?;
         match (acquired.kind, self.gpu) {
             (MemoryKind::CudaDevice { ordinal }, Some(gpu)) if ordinal as usize != gpu => {
