@@ -125,9 +125,9 @@ def nvrtc_kernel(torch: Any, ordinal: int) -> Callable[..., None]:
     module = _ok(driver.cuModuleLoadData(cubin), "cuModuleLoadData")
     function = _ok(driver.cuModuleGetFunction(module, b"ring_shift"), "cuModuleGetFunction")
 
-    def launch(table: int, nbytes: int, launch: int, out: Any, status: Any) -> None:
+    def launch(table: int, nbytes: int, index: int, out: Any, status: Any) -> None:
         # Every parameter of ring_shift is 8 bytes: pointers and unsigned long long.
-        values = [ctypes.c_uint64(v) for v in (table, nbytes, launch, out.data_ptr(), status.data_ptr())]
+        values = [ctypes.c_uint64(v) for v in (table, nbytes, index, out.data_ptr(), status.data_ptr())]
         params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
         stream = driver.CUstream(torch.cuda.current_stream().cuda_stream)
         _ok(driver.cuLaunchKernel(function, 1, 1, 1, 256, 1, 1, 0, stream, ctypes.addressof(params), 0), "launch")
@@ -161,7 +161,12 @@ def rank_main(elements: int, launches: int, compiler: str) -> str:
         # Window 0 receives, window 1 is the source (ring_shift.cu's order), on every rank.
         recv = torch.zeros(elements, dtype=torch.float32, device=device)
         send = torch.arange(elements, dtype=torch.float32, device=device) + 1000.0 * rank
-        assert dc.register_window(recv) == 0 and dc.register_window(send) == 1
+        # The zeros and the source must be in memory before a peer's put can land or be read:
+        # the registration's exchange orders the ranks, not this rank's stream.
+        torch.cuda.synchronize()
+        ids = (dc.register_window(recv), dc.register_window(send))
+        if ids != (0, 1):
+            raise RuntimeError(f"rank {rank}: windows got ids {ids}, ring_shift.cu expects (0, 1)")
         out = torch.zeros(elements, dtype=torch.float32, device=device)
         status = torch.zeros(1, dtype=torch.int32, device=device)
         table = dc.table_ptr

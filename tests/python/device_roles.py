@@ -103,6 +103,10 @@ def puts_and_signals() -> dict[str, object]:
         dc.read_signal(0)
     except accord.ShutdownError as e:
         out["after_close"] = str(e)
+    try:
+        producer.push(op=ad.OP_SIGNAL, peer=nxt, signal_op=ad.SIGNAL_ADD, signal_id=0, signal_value=1)
+    except accord.ShutdownError as e:
+        out["push_after_close"] = str(e)
     return out
 
 

@@ -34,6 +34,7 @@ def test_puts_and_signals_land_exactly_once_through_a_full_ring() -> None:
         assert out["errors"] == [], out
         assert out["after_reset"] == 0, out
         assert "closed" in str(out["after_close"]), out
+        assert "push: the device communicator is closed" in str(out["push_after_close"]), out
     # 40 pushes into 8 slots: some producer found the ring full and waited (never dropped).
     assert sum(int(out["ring_full_events"]) for out in results) > 0, results  # type: ignore[call-overload]
 

@@ -437,9 +437,9 @@ impl DeviceComm {
 
     /// A producer that writes descriptors into ring `ring` exactly as a GPU thread does (host
     /// placement only): what the CPU tests drive the proxies with.
-    fn host_producer(&self, py: Python<'_>, ring: usize) -> PyResult<HostProducer> {
-        let producer = self.with(py, "host_producer", move |dc| dc.host_producer(ring))?;
-        Ok(HostProducer { producer, ring })
+    fn host_producer(slf: &Bound<'_, Self>, ring: usize) -> PyResult<HostProducer> {
+        let producer = slf.borrow().with(slf.py(), "host_producer", move |dc| dc.host_producer(ring))?;
+        Ok(HostProducer { producer, ring, comm: slf.clone().unbind() })
     }
 
     /// A host barrier over the communicator this one took over (collective).
@@ -494,6 +494,9 @@ impl Drop for DeviceComm {
 pub struct HostProducer {
     producer: accord_device::HostProducer,
     ring: usize,
+    /// Its communicator: a push after `close` raises at once instead of waiting on a ring
+    /// no proxy drains any more.
+    comm: Py<DeviceComm>,
 }
 
 #[pymethods]
@@ -508,7 +511,7 @@ impl HostProducer {
     /// signal; `signal_op`: 0 none, 1 add, 2 set; `flags`: 1 bumps `counter_id`), unchecked
     /// here: the proxy checks them, as it does a GPU's. Returns its ticket. Blocks while the
     /// ring is full, at most the communicator's `producer_timeout` (then `accord.TimeoutError`;
-    /// the ring is wedged from that ticket on).
+    /// the ring is wedged from that ticket on). After the communicator closed: `ShutdownError`.
     #[pyo3(signature = (*, op, peer, window = 0, dst_offset = 0, src_window = 0, src_offset = 0, bytes = 0, signal_op = 0, signal_id = 0, signal_value = 0, flags = 0, counter_id = 0))]
     #[allow(clippy::too_many_arguments)]
     fn push(
@@ -542,6 +545,9 @@ impl HostProducer {
             counter_id,
             signal_value,
         };
+        if self.comm.borrow(py).closed(py) {
+            return Err(closed("push"));
+        }
         let producer = self.producer.clone();
         py.detach(move || producer.push(&desc)).map_err(|e| match e {
             ProducerError::RingFull { .. } => error(Kind::Timeout, format!("push: {e}")),
