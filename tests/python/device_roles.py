@@ -216,3 +216,26 @@ def refused_before_hand_over() -> list[str]:
         except accord.InvalidBufferError as e:
             messages.append(str(e))
     return messages
+
+
+def torch_cpu_window() -> tuple[int, str, int]:
+    """A torch CPU tensor as a window (DLPack): rank 0 puts an inline value into rank 1's
+    tensor; returns (the value read from the tensor, the window's kind, the signal)."""
+    import torch
+
+    _, dc = _device_comm()
+    tensor = torch.zeros(64, dtype=torch.uint8)
+    assert dc.register_window(tensor) == 0
+    info = dc.window_info(0)
+    if dc.rank == 0:
+        dc.host_producer(0).push(
+            op=ad.OP_PUT_VALUE, peer=1, dst_offset=8, src_offset=0xA5A5, bytes=2, signal_op=ad.SIGNAL_ADD, signal_value=1
+        )
+        signal = 0
+    else:
+        signal = dc.wait_signal(0, 1, timeout=TIMEOUT_S)
+    dc.barrier()
+    value = int.from_bytes(bytes(tensor[8:10].tolist()), "little")
+    assert info[0] == tensor.data_ptr(), (info, tensor.data_ptr())
+    dc.close()
+    return value, info[2], signal

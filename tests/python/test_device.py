@@ -107,3 +107,10 @@ def test_the_torch_example_says_what_is_missing_without_cuda() -> None:
     )
     assert run.returncode == 2, run.stdout + run.stderr
     assert "torch_ring_shift: needs" in run.stderr and ("torch" in run.stderr or "CUDA" in run.stderr), run.stderr
+
+
+def test_a_torch_cpu_tensor_is_a_window() -> None:
+    pytest.importorskip("torch")
+    (_, kind0, _), (value, kind1, signal) = accord.run(device_roles.torch_cpu_window, 2, timeout=90)
+    assert (kind0, kind1) == ("host", "host")
+    assert value == 0xA5A5 and signal == 1
