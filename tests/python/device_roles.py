@@ -40,6 +40,8 @@ def puts_and_signals() -> dict[str, object]:
         comm.barrier()
     except accord.ShutdownError as e:
         out["handed_over"] = str(e)
+    comm.close()  # a no-op: the DeviceComm owns the communicator now
+    out["comm_state"] = (comm.closed, repr(comm))
     recv = np.zeros(WINDOW, np.uint8)
     send = _source(rank)
     assert dc.register_window(recv) == 0 and dc.register_window(send) == 1

@@ -26,6 +26,8 @@ def test_puts_and_signals_land_exactly_once_through_a_full_ring() -> None:
     results = accord.run(device_roles.puts_and_signals, 2, timeout=90)
     for out in results:
         assert "handed to an accord.device.DeviceComm" in str(out["handed_over"]), out
+        closed, text = out["comm_state"]  # type: ignore[misc]
+        assert closed is True and "handed over to a DeviceComm" in text, out
         # Exactly once: PUTS adds of 1 and one set of 7 from the one peer, no more.
         assert out["signals"] == (device_roles.PUTS, 7), out
         assert out["counter"] == device_roles.PUTS, out
