@@ -40,6 +40,8 @@ enum State {
     Interrupted,
     /// `close` ran.
     Closed,
+    /// `accord.device.DeviceComm` took the communicator over (see [`Communicator::hand_over`]).
+    HandedOver,
 }
 
 /// A collective failure as the exception of `accord.errors` it belongs to.
@@ -310,6 +312,10 @@ impl Communicator {
                     State::Interrupted => {
                         format!("{op}: an earlier call was interrupted: create a new accord.Communicator")
                     }
+                    State::HandedOver => format!(
+                        "{op}: this communicator was handed to an accord.device.DeviceComm: call the DeviceComm's \
+                         barrier(), or create another accord.Communicator for host collectives"
+                    ),
                     _ => format!("{op}: the communicator is closed: create a new accord.Communicator"),
                 };
                 let kind = if matches!(other, State::Busy) { Kind::InvalidRequest } else { Kind::Shutdown };
@@ -476,6 +482,10 @@ impl Communicator {
                     ));
                 }
                 State::Interrupted | State::Closed => return Ok(()),
+                State::HandedOver => {
+                    *state = State::HandedOver;
+                    return Ok(());
+                }
             }
         };
         let mut regs = std::mem::take(&mut *self.registrations.lock().unwrap());
@@ -487,6 +497,26 @@ impl Communicator {
             outcome
         })?;
         outcome.map_err(coll_error)
+    }
+
+    /// Gives the Rust communicator to a device communicator (`accord.device.DeviceComm`), which
+    /// owns it from then on: the arrays this object registered and its staging buffers are
+    /// deregistered first, and every later call on this object raises `ShutdownError` saying
+    /// where the communicator went. A communicator has one owner because its collectives are
+    /// sequenced: two owners would interleave their exchanges.
+    pub(crate) fn hand_over(&self, py: Python<'_>) -> PyResult<Comm> {
+        let comm = self.take("accord.device.DeviceComm")?;
+        *self.state.lock().unwrap() = State::HandedOver;
+        let mut regs = std::mem::take(&mut *self.registrations.lock().unwrap());
+        let staging = std::mem::take(&mut *self.staging.lock().unwrap());
+        let comm = py.detach(move || {
+            regs.clear(&comm);
+            for buf in [staging.input, staging.output].into_iter().flatten() {
+                let _ = comm.deregister(buf);
+            }
+            comm
+        });
+        Ok(*comm)
     }
 }
 
@@ -838,6 +868,7 @@ impl Communicator {
             State::Busy => "busy",
             State::Interrupted => "interrupted",
             State::Closed => "closed",
+            State::HandedOver => "handed over to a DeviceComm",
         };
         format!("Communicator(rank={}, world_size={}, {state})", self.rank, self.world_size)
     }

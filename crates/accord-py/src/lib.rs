@@ -21,6 +21,10 @@
 //! through the cache of `coll_reg`, or copied where they cannot be) binds the
 //! `accord-coll` communicator over the TransferEngine; `accord.run` (`python/accord/_run.py`)
 //! launches a job of local processes for it.
+//!
+//! Device-initiated communication: `DeviceComm` and `HostProducer` (`device`, re-exported by
+//! `python/accord/device.py`) bind `accord-device`'s device communicator over a handed-over
+//! `Communicator`.
 #![deny(unsafe_code)]
 
 mod bench;
@@ -29,6 +33,7 @@ mod coll_array;
 mod coll_reg;
 mod coll_store;
 mod core;
+mod device;
 mod dlpack;
 mod engine;
 mod errors;
@@ -45,6 +50,8 @@ use pyo3::prelude::*;
 fn _accord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<engine::Engine>()?;
     m.add_class::<coll::Communicator>()?;
+    m.add_class::<device::DeviceComm>()?;
+    m.add_class::<device::HostProducer>()?;
     m.add_class::<region::MemoryRegion>()?;
     m.add_class::<transfer::Transfer>()?;
     m.add_class::<transfer::ImmCounter>()?;
@@ -58,6 +65,8 @@ fn _accord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(log_bridge::_log_records_dropped, m)?)?;
     m.add("WAIT_SLICE_S", values::WAIT_SLICE.as_secs_f64())?;
     m.add("RECV_QUEUED_MAX", recv::RECV_QUEUED_MAX)?;
+    m.add("DEVICE_LAYOUT_VERSION", accord_device::layout::LAYOUT_VERSION)?;
+    m.add("DEVICE_RING_SLOTS_DEFAULT", accord_device::RING_SLOTS_DEFAULT)?;
     m.add("VERSION", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -1,0 +1,1 @@
+../../../../crates/accord-device/include/accord/device.cuh
