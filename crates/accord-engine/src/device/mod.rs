@@ -46,6 +46,10 @@ enum Direction {
 }
 /// Most same-host peer regions kept mapped (least recently used unmapped first).
 pub const IPC_MAPPINGS_MAX: usize = 256;
+/// Copies per `cuMemcpyBatchAsync` call of [`DeviceRoute::copy_many`].
+pub const COPIES_PER_BATCH_CALL: usize = 4096;
+/// Set once the driver refused `cuMemcpyBatchAsync` (older drivers lack it).
+static BATCH_COPY_REFUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 /// Most device copies in flight per engine; a further write blocks until one completed.
 pub const DEVICE_COPIES_IN_FLIGHT_MAX: usize = 1024;
 /// Sleep of the poller between event queries once copies have been pending for a while
@@ -196,6 +200,89 @@ impl DeviceRoute {
             from_gpu.enable_peer_access(&to_gpu).map_err(|e| e.to_string())?;
         }
         Ok(())
+    }
+
+    /// Queues many device-to-device copies out of GPU `src_ordinal`'s memory into one device
+    /// region (`target`, offsets relative to its byte 0) on one engine-owned stream, with one
+    /// event after all of them: `pieces` are (destination offset, source address, bytes), every
+    /// one checked by the caller against both regions. The copies go through
+    /// `cuMemcpyBatchAsync`, [`COPIES_PER_BATCH_CALL`] a call (a KV request of 2,048 scattered
+    /// blocks is 327,680 copies: one call and one event each cost more than the bytes), or one
+    /// call each where the driver refuses the batch. Once all completed the poller runs `after`
+    /// or completes the transfer's one part.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn copy_many(
+        &self,
+        src_ordinal: u32,
+        target: DeviceTarget,
+        pieces: &[(u64, u64, u64)],
+        keep: Vec<MemoryOwner>,
+        transfer: Arc<TransferState>,
+        after: Option<AfterCopy>,
+    ) -> Result<(), String> {
+        let _restore = accord_cuda::CurrentContextGuard::save();
+        let mut state = self.state.lock().unwrap();
+        let src_gpu = slot(&mut state, src_ordinal)?.gpu.clone();
+        let (dst_base, dst_gpu, mapping) = match target {
+            DeviceTarget::SameProcess { ptr, ordinal } => {
+                let dst_gpu = slot(&mut state, ordinal)?.gpu.clone();
+                if ordinal != src_ordinal && state.peer_access.insert((src_ordinal, ordinal)) {
+                    src_gpu.enable_peer_access(&dst_gpu).map_err(|e| e.to_string())?;
+                }
+                (ptr, dst_gpu, None)
+            }
+            DeviceTarget::SameHost { dst, offset } => {
+                let (ptr, mapping) = mapped(&mut state, &src_gpu, &dst, offset, src_ordinal)?;
+                (ptr, src_gpu.clone(), Some(mapping))
+            }
+        };
+        let (gpu, stream) = next_stream(&mut state, src_ordinal, Direction::DeviceToDevice)?;
+        gpu.bind().map_err(|e| e.to_string())?;
+        let mut list = Vec::with_capacity(pieces.len());
+        for &(dst_offset, src, len) in pieces {
+            let len = usize::try_from(len).map_err(|_| "length does not fit this machine")?;
+            list.push((DevicePtr(dst_base + dst_offset), DevicePtr(src), len));
+        }
+        let mut queued = 0;
+        if !BATCH_COPY_REFUSED.load(std::sync::atomic::Ordering::Relaxed) {
+            for chunk in list.chunks(COPIES_PER_BATCH_CALL) {
+                // Safety: every range was checked by the caller against its region (the source
+                // against this engine's registration, the destination against its descriptor,
+                // which `mapped` checked against what the IPC handle maps, or against the
+                // owner's registration in this process); `keep` and `mapping` hold both until
+                // the event after these copies completed.
+                #[allow(unsafe_code)]
+                match unsafe { stream.copy_batch_unchecked(chunk) } {
+                    Ok(()) => queued += chunk.len(),
+                    Err(e) => {
+                        if !BATCH_COPY_REFUSED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                            tracing::warn!(error = %e, "the driver refused a batched copy: device pieces go one call each");
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+        let mut failure = None;
+        for &(dst, src, len) in &list[queued..] {
+            if let Err(e) = copy_peer_async(dst, &dst_gpu, src, &src_gpu, len, stream) {
+                failure = Some(format!("device copy: {e}"));
+                break;
+            }
+        }
+        let event = record(&gpu, stream)?;
+        drop(state);
+        // After a failure part-way, what was queued still runs: the memory stays held until it
+        // did, and the transfer fails then.
+        let after = match failure {
+            None => after,
+            Some(reason) => Some(Box::new(move |st: Arc<TransferState>| {
+                tracing::error!(error = %reason, "device pieces failed part-way");
+                st.part_done(Err(crate::error::TransferError::PeerUnreachable));
+            }) as AfterCopy),
+        };
+        let job = InFlight { event, transfer, after, keep, mapping };
+        self.inflight.send(job).map_err(|_| "the device poller thread has exited".to_string())
     }
 
     /// Queues the copy on an engine-owned stream. Once it completed, the poller runs `after`

@@ -184,7 +184,10 @@ impl DeviceWriter<'_> {
 
     /// The source range of a write from (or, for a device destination, possibly to) device
     /// memory, checked, with what keeps it alive.
-    fn device_write_source(&self, op: &WriteOp<'_>) -> Result<(LocalSource, Option<MemoryOwner>), SubmitError> {
+    pub(crate) fn device_write_source(
+        &self,
+        op: &WriteOp<'_>,
+    ) -> Result<(LocalSource, Option<MemoryOwner>), SubmitError> {
         if op.src.engine != self.id() {
             return Err(SubmitError::UnknownSource);
         }
@@ -207,12 +210,9 @@ impl DeviceWriter<'_> {
         Ok((source, region.keep.clone()))
     }
 
-    /// A write from or to device memory (bounds of the destination already checked; called when
-    /// the destination or the local source region is device memory): its route is chosen by
-    /// [`route::choose`] and run by that route's file under `route/`.
-    pub(crate) fn write_device(&self, op: &WriteOp<'_>) -> Result<Transfer, SubmitError> {
-        let (src, src_keep) = self.device_write_source(op)?;
-        let keep: Vec<MemoryOwner> = src_keep.into_iter().collect();
+    /// The route [`route::choose`] picks for `op` from `src`, and the destination's engine when it
+    /// is in this process.
+    pub(crate) fn route_of(&self, op: &WriteOp<'_>, src: LocalSource) -> Result<(Route, Option<Arc<Shared>>), SubmitError> {
         let peer = op.dst.engine;
         let mut switches = RouteSwitches::of(&self.shared.config);
         // A device destination described without a CUDA IPC handle (a READ's reader, whose
@@ -248,7 +248,17 @@ impl DeviceWriter<'_> {
             LocalSource::Device { .. } => SourceMemory::Device,
         };
         let inputs = RouteInputs { operation: Operation::Write, source, destination, locality, len: op.len, switches };
-        match (route::choose(inputs), src) {
+        Ok((route::choose(inputs), local))
+    }
+
+    /// A write from or to device memory (bounds of the destination already checked; called when
+    /// the destination or the local source region is device memory): its route is chosen by
+    /// [`route::choose`] and run by that route's file under `route/`.
+    pub(crate) fn write_device(&self, op: &WriteOp<'_>) -> Result<Transfer, SubmitError> {
+        let (src, src_keep) = self.device_write_source(op)?;
+        let keep: Vec<MemoryOwner> = src_keep.into_iter().collect();
+        let (route, local) = self.route_of(op, src)?;
+        match (route, src) {
             (Route::CopyEngine, _) => match local {
                 Some(peer_shared) => self.copy_in_process(op, src, keep, &peer_shared),
                 None => Err(SubmitError::Invalid("the copy-engine route needs a peer in this process".into())),
@@ -263,9 +273,16 @@ impl DeviceWriter<'_> {
                 self.write_staged(op, StagedSource { ptr, ordinal, _keep: keep })
             }
             (Route::Landing, _) => self.write_landed(op, src, keep),
-            (route, _) => Err(SubmitError::Invalid(format!(
-                "a write from {source:?} memory to a {destination:?} region takes the {route:?} route, not a device route"
-            ))),
+            (route, src) => {
+                let source = match src {
+                    LocalSource::Host { .. } => "host",
+                    LocalSource::Device { .. } => "device",
+                };
+                let destination = if op.dst.device.is_some() { "device" } else { "host" };
+                Err(SubmitError::Invalid(format!(
+                    "a write from {source} memory to a {destination} region takes the {route:?} route, not a device route"
+                )))
+            }
         }
     }
 

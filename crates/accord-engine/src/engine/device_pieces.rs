@@ -1,5 +1,7 @@
 //! Paged writes and scatters that touch device memory (a device source, or a device
-//! destination): each contiguous piece goes as one device write, by whichever route
+//! destination). A paged write from device memory into a device region on one host goes as
+//! batched copies on one stream with one event (`paged_through_copy_engine`); otherwise each
+//! contiguous piece goes as one device write, by whichever route
 //! [`Engine::write_device`] picks for it (copy engine in this process or through CUDA IPC,
 //! staged through pinned slots, landed at the receiver), and the user's one transfer completes
 //! when every piece did.
@@ -34,6 +36,10 @@ impl Engine {
     /// A paged write whose source or destination is device memory; `runs` are its contiguous
     /// runs (already bounds-checked against the destination).
     pub(super) fn write_paged_device(&self, op: &PagedWriteOp<'_>, runs: &[Piece]) -> Result<Transfer, SubmitError> {
+        // Device to device on one host: every piece in batched copy calls and one event.
+        if let Some(transfer) = self.device_writer().paged_through_copy_engine(op, runs)? {
+            return Ok(transfer);
+        }
         let state = self.shared.new_transfer(runs.len().max(1));
         if let Some(imm) = op.imm {
             let trailer = WriteOp { src: op.src, src_offset: 0, dst: op.dst, dst_offset: 0, len: 0, imm: Some(imm) };

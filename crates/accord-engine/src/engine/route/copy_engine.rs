@@ -136,3 +136,44 @@ impl DeviceWriter<'_> {
         Ok(Transfer { state })
     }
 }
+
+impl DeviceWriter<'_> {
+    /// A paged write of several pieces from device memory into one device region on a
+    /// copy-engine route ([`super::Route::CopyEngine`] or [`super::Route::CopyEngineIpc`], as
+    /// [`super::choose`] decides for its first piece): every piece in batched copy calls on one
+    /// stream and one event, the immediate after all of them. `None` where another route
+    /// applies (the caller then writes piece by piece). `runs` are (destination offset, source
+    /// offset, bytes), each already checked against both regions.
+    pub(crate) fn paged_through_copy_engine(
+        &self,
+        op: &crate::engine::PagedWriteOp<'_>,
+        runs: &[(u64, u64, u64)],
+    ) -> Result<Option<Transfer>, SubmitError> {
+        let Some(&(dst_offset, src_offset, len)) = runs.first() else { return Ok(None) };
+        if runs.len() < 2 || op.dst.device.is_none() {
+            return Ok(None);
+        }
+        let first = WriteOp { src: op.src, src_offset, dst: op.dst, dst_offset, len, imm: None };
+        let (src, src_keep) = self.device_write_source(&first)?;
+        let LocalSource::Device { ptr, ordinal } = src else { return Ok(None) };
+        let src_base = ptr - src_offset;
+        let target = match self.route_of(&first, src)? {
+            (super::Route::CopyEngine, Some(owner)) => {
+                let regions = owner.regions.read().unwrap();
+                let (base, owner_ordinal) = regions
+                    .check_device_write(RegionId(op.dst.region), RegionKey(op.dst.key), 0, op.dst.len)
+                    .map_err(|reason| SubmitError::Invalid(format!("the destination refused the write: {reason:?}")))?;
+                DeviceTarget::SameProcess { ptr: base, ordinal: owner_ordinal }
+            }
+            (super::Route::CopyEngineIpc, _) => DeviceTarget::SameHost { dst: *op.dst, offset: 0 },
+            _ => return Ok(None),
+        };
+        let pieces: Vec<(u64, u64, u64)> = runs.iter().map(|&(d, s, l)| (d, src_base + s, l)).collect();
+        let trailer = WriteOp { src: op.src, src_offset: 0, dst: op.dst, dst_offset: 0, len: 0, imm: op.imm };
+        let state = self.device_transfer(&trailer, 1);
+        let route = self.device_route().map_err(SubmitError::Invalid)?;
+        let keep: Vec<MemoryOwner> = src_keep.into_iter().collect();
+        route.copy_many(ordinal, target, &pieces, keep, state.clone(), None).map_err(SubmitError::Invalid)?;
+        Ok(Some(Transfer { state }))
+    }
+}
