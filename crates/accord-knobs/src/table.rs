@@ -307,6 +307,7 @@ pub static KNOBS: &[Knob] = &[
 /// Variables our own launchers and test harnesses set for the child processes they start
 /// (roles, ports, markers): known, so a child never warns about them, but no user setting.
 pub static INTERNAL: &[&str] = &[
+    "ACCORD_TEST_CHILD",
     "ACCORD_BENCH_RANK",
     "ACCORD_LAUNCH_WATCHDOG",
     "ACCORD_BENCH_PROGRESS",
