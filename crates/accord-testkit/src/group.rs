@@ -220,7 +220,7 @@ impl Member {
                     Some(at) => {
                         let _ = tx.send(Event::Said { rank, text: line[at + MARK.len()..].to_string() });
                     }
-                    None if line.trim().is_empty() => {}
+                    None if is_libtest_framing(&line) => {}
                     None => println!("[rank {rank}] {line}"),
                 }
             }
@@ -270,6 +270,17 @@ impl Member {
             None => kept.0.text(),
         }
     }
+}
+
+/// What libtest prints around the child's one test ("running 1 test", "test name ... ok",
+/// "test result: ..."): not worth echoing into the parent's output.
+fn is_libtest_framing(line: &str) -> bool {
+    let line = line.trim();
+    line.is_empty()
+        || line == "ok"
+        || line.starts_with("test result: ")
+        || (line.starts_with("running ") && (line.ends_with(" test") || line.ends_with(" tests")))
+        || (line.starts_with("test ") && (line.ends_with(" ...") || line.ends_with(" ... ok")))
 }
 
 /// The lines of a pipe, lossily decoded (one bad byte must not stop the reading, or the child
