@@ -62,16 +62,19 @@ impl std::fmt::Debug for Failure {
 
 impl std::error::Error for Failure {}
 
-/// How to start a [`Group`]: which test of this binary its children run, how many, and
-/// what each is told.
+/// How to start a [`Group`]: which test of this binary (or which other program) its
+/// children run, how many, and what each is told.
 #[derive(Clone, Debug)]
 pub struct Spawn {
     test: String,
+    /// Set: the children run this program with these arguments instead of a test.
+    program: Option<(PathBuf, Vec<OsString>)>,
     ranks: usize,
     role: String,
     values: BTreeMap<String, String>,
     env: Vec<(OsString, OsString)>,
     env_dir: Vec<OsString>,
+    env_rank: Vec<OsString>,
     bound: Duration,
 }
 
@@ -81,13 +84,26 @@ impl Spawn {
     pub fn new(test: &str, ranks: usize) -> Spawn {
         Spawn {
             test: test.to_string(),
+            program: None,
             ranks,
             role: String::new(),
             values: BTreeMap::new(),
             env: Vec::new(),
             env_dir: Vec::new(),
+            env_rank: Vec::new(),
             bound: DEFAULT_BOUND,
         }
+    }
+
+    /// `ranks` children running another program (the `accord` binary, say) with `args`, for
+    /// tests whose processes are not this test binary. They get no [`Context`] (what they
+    /// need goes through [`Spawn::env`] and [`Spawn::env_rank`]); the bound, the naming of a
+    /// child that failed and the kill on drop are the same.
+    pub fn program(path: impl Into<PathBuf>, args: &[&str], ranks: usize) -> Spawn {
+        let path = path.into();
+        let mut spawn = Spawn::new(&format!("{} {}", path.display(), args.join(" ")), ranks);
+        spawn.program = Some((path, args.iter().map(OsString::from).collect()));
+        spawn
     }
 
     /// What the children are to do ([`Context::role`]).
@@ -112,6 +128,12 @@ impl Spawn {
     /// Sets the children's variable `key` to the group's directory (a report directory, say).
     pub fn env_dir(mut self, key: impl Into<OsString>) -> Spawn {
         self.env_dir.push(key.into());
+        self
+    }
+
+    /// Sets the children's variable `key` to each one's rank (`RANK`, `LOCAL_RANK`).
+    pub fn env_rank(mut self, key: impl Into<OsString>) -> Spawn {
+        self.env_rank.push(key.into());
         self
     }
 
@@ -151,19 +173,29 @@ impl Spawn {
                 dir: group.dir.clone(),
                 values: self.values.clone(),
             };
-            let mut command = Command::new(&exe);
+            let mut command = match &self.program {
+                Some((path, args)) => {
+                    let mut command = Command::new(path);
+                    command.args(args);
+                    command
+                }
+                None => {
+                    let mut command = Command::new(&exe);
+                    command
+                        .args([self.test.as_str(), "--exact", "--nocapture", "--test-threads=1"])
+                        .env(CHILD_ENV, context.encode());
+                    command
+                }
+            };
             command
-                .args([self.test.as_str(), "--exact", "--nocapture", "--test-threads=1"])
-                .env(CHILD_ENV, context.encode())
                 .envs(self.env.iter().map(|(k, v)| (k, v)))
+                .envs(self.env_rank.iter().map(|k| (k, rank.to_string())))
                 .envs(self.env_dir.iter().map(|k| (k, group.dir.as_os_str())))
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
             die_with_this_thread(&mut command);
-            let child = command
-                .spawn()
-                .map_err(|e| own(format!("cannot start rank {rank} of {} ({}): {e}", self.test, exe.display())))?;
+            let child = command.spawn().map_err(|e| own(format!("cannot start rank {rank} of {}: {e}", self.test)))?;
             group.members.push(Member::watch(rank, child, &tx));
         }
         Ok(group)
@@ -321,6 +353,13 @@ impl Group {
     /// The group's directory (every child's [`Context::dir`]).
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Child `rank`'s exit status once it was reaped (by [`Group::finish`], [`Group::kill`],
+    /// or [`Group::said`] seeing it end). A child killed at the bound has a signal's status;
+    /// one that ended by itself has a code.
+    pub fn status(&self, rank: usize) -> Option<ExitStatus> {
+        self.members[rank].exit
     }
 
     /// Child `rank`'s stderr as far as it is kept (its last MiB).

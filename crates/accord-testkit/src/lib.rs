@@ -16,6 +16,8 @@
 //! * every wait of the parent ([`Group::said`], [`Group::finish`]) ends by the group's bound,
 //!   and a child that overran it, failed or ended early is named with its rank, pid, exit
 //!   status and the tail of its stderr ([`Failure`]);
+//! * [`Spawn::program`] starts another program (the `accord` binary, say) the same way, for
+//!   tests whose processes are not this test binary;
 //! * dropping the group (the test returned, failed or panicked) kills and reaps every child
 //!   still running, and each child is also killed by the kernel if the spawning thread dies
 //!   (`PR_SET_PDEATHSIG`), so no test leaves a process behind.

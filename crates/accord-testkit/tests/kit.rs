@@ -5,7 +5,7 @@
 //! and named; a child that ends before answering is named; dropping a group (a panicking
 //! test) leaves no child behind.
 
-use accord_testkit::{child, hear, say, Event, Group, Spawn};
+use accord_testkit::{child, hear, say, Event, Failure, Group, Spawn};
 use std::time::Duration;
 
 /// Longer than any test here waits, so a child that "hangs" is ended by its group only.
@@ -88,25 +88,25 @@ fn a_child_that_fails_is_named_with_its_status_and_stderr() {
     assert!(group.stderr(1).contains("failing on purpose"), "the panic message is kept");
 }
 
-#[test]
-fn a_child_that_hangs_is_killed_at_the_bound_and_named() {
-    let mut group = Spawn::new("kit_child", 2).role("hang-0").bound(Duration::from_secs(3)).start().unwrap();
+/// Starts `ranks` children of which rank 0 hangs, under a short bound, and runs `wait`:
+/// it must fail naming rank 0 only, saying `what`, with rank 0 killed and reaped.
+fn rank_0_hangs(ranks: usize, wait: impl FnOnce(&mut Group) -> Failure, what: &str) {
+    let mut group = Spawn::new("kit_child", ranks).role("hang-0").bound(Duration::from_secs(3)).start().unwrap();
     let pid = group.pid(0);
-    let failure = group.finish().unwrap_err();
+    let failure = wait(&mut group);
     assert_eq!(failure.ranks, [0], "{failure}");
-    assert!(failure.message.contains("was still running at the group's bound"), "{failure}");
-    assert!(failure.message.contains("hangs on purpose"), "{failure}");
+    assert!(failure.message.contains(what) && failure.message.contains("hangs on purpose"), "{failure}");
     assert!(is_gone(pid), "the hanging child was killed and reaped");
 }
 
 #[test]
+fn a_child_that_hangs_is_killed_at_the_bound_and_named() {
+    rank_0_hangs(2, |g| g.finish().unwrap_err(), "was still running at the group's bound");
+}
+
+#[test]
 fn a_wait_for_a_line_ends_at_the_bound_naming_the_silent_child() {
-    let mut group = Spawn::new("kit_child", 1).role("hang-0").bound(Duration::from_secs(3)).start().unwrap();
-    let pid = group.pid(0);
-    let failure = group.said().unwrap_err();
-    assert_eq!(failure.ranks, [0], "{failure}");
-    assert!(failure.message.contains("waiting for a line"), "{failure}");
-    assert!(is_gone(pid));
+    rank_0_hangs(1, |g| g.said().unwrap_err(), "waiting for a line");
 }
 
 #[test]
@@ -145,4 +145,18 @@ fn a_panicking_parent_leaves_no_child_behind() {
     assert!(result.is_err());
     let (a, b) = rx.recv().unwrap();
     assert!(is_gone(a) && is_gone(b), "the group's drop killed and reaped both");
+}
+
+#[test]
+fn another_program_runs_as_ranks_with_the_same_bound_and_naming() {
+    let script = r#"echo "@@hi $RANK $WHO"; echo "rank $RANK leaves" >&2; exit "$RANK""#;
+    let mut group = Spawn::program("/bin/sh", &["-c", script], 2).env_rank("RANK").env("WHO", "sh").start().unwrap();
+    let mut hellos: Vec<(usize, String)> = (0..2).map(|_| group.said().unwrap()).collect();
+    hellos.sort();
+    assert_eq!(hellos, [(0, "hi 0 sh".to_string()), (1, "hi 1 sh".to_string())]);
+    let failure = group.finish().unwrap_err();
+    assert_eq!(failure.ranks, [1], "{failure}");
+    assert!(failure.message.contains("exit status: 1") && failure.message.contains("rank 1 leaves"), "{failure}");
+    assert!(group.status(0).is_some_and(|s| s.success()));
+    assert_eq!(group.status(1).and_then(|s| s.code()), Some(1));
 }
