@@ -449,6 +449,17 @@ impl Group {
         }
     }
 
+    /// Waits for child `rank` to exit, within the group's bound: its exit status, or, at the
+    /// bound, a failure naming it (it is killed there).
+    pub fn wait(&mut self, rank: usize) -> Result<ExitStatus, Failure> {
+        self.reap(rank);
+        let member = &self.members[rank];
+        match member.exit {
+            Some(status) if !member.overran => Ok(status),
+            _ => Err(self.report(vec![rank], "a child did not exit in time")),
+        }
+    }
+
     /// Closes every child's stdin (the parent has nothing more to say) and waits for every
     /// child to exit, within the group's bound. Children that failed or overran are named,
     /// all of them, each with its exit status and stderr tail.

@@ -110,6 +110,11 @@ fn a_wait_for_a_line_ends_at_the_bound_naming_the_silent_child() {
 }
 
 #[test]
+fn a_wait_for_one_child_ends_at_the_bound_naming_it() {
+    rank_0_hangs(2, |g| g.wait(0).unwrap_err(), "did not exit in time");
+}
+
+#[test]
 fn a_child_that_ends_before_answering_is_named() {
     let mut group = Spawn::new("kit_child", 1).role("quiet-exit").start().unwrap();
     let failure = group.said().unwrap_err();
