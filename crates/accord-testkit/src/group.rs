@@ -23,6 +23,9 @@ const STDERR_KEPT_BYTES: usize = 1 << 20;
 const STDERR_SHOWN_LINES: usize = 40;
 /// How often a bounded wait looks again at a child that has not exited.
 const EXIT_POLL: Duration = Duration::from_millis(5);
+/// How long a kill waits for the child to be reaped: a process stuck in the kernel (an
+/// uninterruptible driver call) cannot be; it is then reported as killed and left to init.
+const REAP_AFTER_KILL_MAX: Duration = Duration::from_secs(10);
 /// How long a report waits, after a child was reaped, for the last of its stderr to be read
 /// (a grandchild may hold the pipe open for ever; the report then shows what it has).
 const STDERR_DRAIN_MAX: Duration = Duration::from_secs(1);
@@ -273,6 +276,25 @@ impl Member {
         Member { child, stdin, stderr, exit: None, killed_by_test: false, overran: false, stdout_ended: false }
     }
 
+    /// Kills the child (SIGKILL) and reaps it, waiting at most [`REAP_AFTER_KILL_MAX`].
+    fn kill_and_reap(&mut self) {
+        let _ = self.child.kill();
+        let until = Instant::now() + REAP_AFTER_KILL_MAX;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => {
+                    self.exit = Some(status);
+                    return;
+                }
+                Ok(None) if Instant::now() < until => std::thread::sleep(EXIT_POLL),
+                Ok(None) | Err(_) => {
+                    self.exit = Some(std::os::unix::process::ExitStatusExt::from_raw(libc::SIGKILL));
+                    return;
+                }
+            }
+        }
+    }
+
     /// Whether its end is a failure of the test.
     fn failed(&self) -> bool {
         self.overran || self.exit.is_some_and(|s| !s.success() && !self.killed_by_test)
@@ -444,8 +466,7 @@ impl Group {
         let member = &mut self.members[rank];
         if member.exit.is_none() {
             member.killed_by_test = true;
-            let _ = member.child.kill();
-            member.exit = member.child.wait().ok();
+            member.kill_and_reap();
         }
     }
 
@@ -487,10 +508,7 @@ impl Group {
                 Ok(None) if Instant::now() < deadline => std::thread::sleep(EXIT_POLL),
                 Ok(None) | Err(_) => {
                     member.overran = true;
-                    let _ = member.child.kill();
-                    member.exit = member.child.wait().ok();
-                    // A child that cannot be waited for is reported as overrun, not waited on again.
-                    member.exit.get_or_insert(std::os::unix::process::ExitStatusExt::from_raw(libc::SIGKILL));
+                    member.kill_and_reap();
                 }
             }
         }
@@ -533,8 +551,7 @@ impl Drop for Group {
     fn drop(&mut self) {
         for member in &mut self.members {
             if member.exit.is_none() {
-                let _ = member.child.kill();
-                member.exit = member.child.wait().ok();
+                member.kill_and_reap();
             }
         }
         let _ = std::fs::remove_dir_all(&self.dir);
