@@ -26,7 +26,10 @@
 
 mod context;
 mod group;
+mod member;
+mod spawn;
 mod tail;
 
 pub use context::{child, hear, say, Context, CHILD_ENV, MARK};
-pub use group::{Event, Failure, Group, Spawn};
+pub use group::{Event, Failure, Group};
+pub use spawn::{Spawn, DEFAULT_BOUND};
