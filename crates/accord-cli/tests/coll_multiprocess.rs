@@ -2,9 +2,14 @@
 //! collective with every output element checked, for 1 to 7 ranks; again with 1% packet loss
 //! and reordering injected; and a rank killed mid-collective, which the others must name.
 
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+/// The hang guard of the killed-rank test: far above the survivors' three collective timeouts
+/// of 3 s, so only a hang reaches it.
+const SURVIVORS_BOUND: Duration = Duration::from_secs(60);
 
 const COLLECTIVES: [&str; 7] =
     ["all-reduce", "reduce", "broadcast", "all-gather", "reduce-scatter", "all-to-all", "sendrecv"];
@@ -65,51 +70,18 @@ fn collectives_stay_exact_under_loss_and_reordering() {
 #[test]
 fn a_rank_killed_mid_collective_is_named_by_the_others() {
     let port = 20_000 + (std::process::id() % 9_000) as u16;
-    let timeout_ms = 3000;
-    let mut children: Vec<_> = (0..3)
-        .map(|rank| {
-            Command::new(env!("CARGO_BIN_EXE_accord"))
-                .args([
-                    "bench",
-                    "all-reduce",
-                    "--ranks",
-                    "3",
-                    "-b",
-                    "64M",
-                    "-e",
-                    "64M",
-                    "-w",
-                    "0",
-                    "-n",
-                    "50",
-                    "-c",
-                    "0",
-                ])
-                .env("RANK", rank.to_string())
-                .env("WORLD_SIZE", "3")
-                .env("LOCAL_RANK", rank.to_string())
-                .env("MASTER_ADDR", "127.0.0.1")
-                .env("MASTER_PORT", port.to_string())
-                .env("ACCORD_BENCH_RANK", "1")
-                .env("ACCORD_COLL_TIMEOUT_MS", timeout_ms.to_string())
-                .env("ACCORD_IDLE_TIMEOUT_MS", "1000")
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("start a rank")
-        })
-        .collect();
+    let mut ranks = common::three_all_reduce_ranks(port, &["-c", "0"])
+        .env("ACCORD_COLL_TIMEOUT_MS", "3000")
+        .env("ACCORD_IDLE_TIMEOUT_MS", "1000")
+        .bound(SURVIVORS_BOUND)
+        .start()
+        .expect("start the ranks");
     std::thread::sleep(Duration::from_millis(1500)); // joined, inside the timed loop
-    children[2].kill().expect("kill rank 2");
-    let _ = children[2].wait();
-    let killed_at = Instant::now();
-    for (rank, child) in children.iter_mut().enumerate().take(2) {
-        let status = child.wait().expect("wait");
-        let mut err = String::new();
-        child.stderr.take().expect("piped").read_to_string(&mut err).expect("read stderr");
+    ranks.kill(2);
+    for rank in 0..2 {
+        let status = ranks.wait(rank).unwrap_or_else(|f| panic!("{f}"));
+        let err = ranks.stderr(rank);
         assert!(!status.success(), "rank {rank} succeeded although rank 2 died");
         assert!(err.contains("rank 2") || err.contains("rank(s) [2]"), "rank {rank} did not name rank 2: {err}");
     }
-    let waited = killed_at.elapsed();
-    assert!(waited < Duration::from_millis(3 * timeout_ms + 10_000), "took {waited:?}");
 }

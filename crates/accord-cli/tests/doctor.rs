@@ -2,8 +2,10 @@
 //! with scripts/record-doctor-fixtures.sh), and live: a rank stopped with SIGSTOP mid
 //! collective is named by the reports the others write.
 
+mod common;
+
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 fn doctor(dir: &std::path::Path) -> String {
@@ -47,39 +49,20 @@ fn a_file_that_is_not_a_report_is_refused_naming_it() {
 
 #[test]
 fn a_rank_stopped_mid_collective_is_named_by_the_others_reports() {
-    let dir = std::env::temp_dir().join(format!("accord-doctor-live-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
     let port = 20_000 + (std::process::id() % 9_000) as u16 + 7;
-    let mut children: Vec<_> = (0..3)
-        .map(|rank| {
-            Command::new(env!("CARGO_BIN_EXE_accord"))
-                .args(["bench", "all-reduce", "--ranks", "3", "-b", "64M", "-e", "64M", "-w", "0", "-n", "50"])
-                .env("RANK", rank.to_string())
-                .env("WORLD_SIZE", "3")
-                .env("LOCAL_RANK", rank.to_string())
-                .env("MASTER_ADDR", "127.0.0.1")
-                .env("MASTER_PORT", port.to_string())
-                .env("ACCORD_BENCH_RANK", "1")
-                .env("ACCORD_COLL_TIMEOUT_MS", "3000")
-                .env("ACCORD_REPORT_DIR", &dir)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start a rank")
-        })
-        .collect();
+    let mut ranks = common::three_all_reduce_ranks(port, &[])
+        .env("ACCORD_COLL_TIMEOUT_MS", "3000")
+        .env_dir("ACCORD_REPORT_DIR")
+        .bound(Duration::from_secs(60))
+        .start()
+        .expect("start the ranks");
     std::thread::sleep(Duration::from_millis(1500)); // joined, inside the timed loop
-    let stopped = children[2].id();
-    // kill(1) rather than libc: this crate has no unsafe code.
-    let ok = Command::new("kill").args(["-STOP", &stopped.to_string()]).status().expect("kill -STOP");
-    assert!(ok.success());
-    for child in children.iter_mut().take(2) {
-        let status = child.wait().expect("wait");
-        assert!(!status.success(), "a rank finished although rank 2 was stopped");
+    ranks.signal(2, libc::SIGSTOP).expect("stop rank 2");
+    for rank in 0..2 {
+        let status = ranks.wait(rank).unwrap_or_else(|f| panic!("{f}"));
+        assert!(!status.success(), "rank {rank} finished although rank 2 was stopped");
     }
-    let _ = children[2].kill();
-    let _ = children[2].wait();
-    let line = doctor(&dir);
-    let _ = std::fs::remove_dir_all(&dir);
+    ranks.kill(2);
+    let line = doctor(ranks.dir());
     assert!(line.starts_with("rank 2 "), "doctor did not name rank 2: {line}");
 }

@@ -1,15 +1,13 @@
 //! The pull route between two processes of this host (`engine::route::cma`): large writes land
 //! byte-exact with their immediates counted exactly once whether they are pulled (one
 //! cross-memory copy) or, when the receiver cannot pull, sent over the transport; refusals
-//! are refusals either way. The test binary re-executes itself as the receiver
-//! (`ACCORD_CMA_TEST_ROLE`).
+//! are refusals either way. The receiver is a child process running `cma_receiver_child`
+//! (`accord_testkit`), role `pull` or `nopull`.
 
 use accord_engine::{Engine, EngineAddress, MrDescriptor, TransferError, WriteOp};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use accord_testkit::{hear, say, Spawn};
 use std::time::{Duration, Instant};
 
-const ROLE_ENV: &str = "ACCORD_CMA_TEST_ROLE";
 const REGION: usize = 8 << 20;
 const IMM: u32 = 5;
 const WAIT: Duration = Duration::from_secs(30);
@@ -29,61 +27,42 @@ fn engine(pull: bool) -> Engine {
 fn receiver(pull: bool) -> Result<(), String> {
     let e = engine(pull);
     let region = e.alloc(REGION).map_err(|x| x.to_string())?;
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{}", e.address().to_string_compact()).unwrap();
-    writeln!(out, "{}", region.descriptor().to_string_compact()).unwrap();
-    out.flush().unwrap();
-    let mut lines = BufReader::new(std::io::stdin()).lines();
-    let writer = EngineAddress::parse(&lines.next().ok_or("no writer")?.map_err(|x| x.to_string())?)
-        .map_err(|x| x.to_string())?;
+    say(&e.address().to_string_compact());
+    say(&region.descriptor().to_string_compact());
+    let writer = EngineAddress::parse(&hear().ok_or("no writer")?).map_err(|x| x.to_string())?;
     e.add_peer(&writer).map_err(|x| x.to_string())?;
-    let line = lines.next().ok_or("no check line")?.map_err(|x| x.to_string())?;
+    let line = hear().ok_or("no check line")?;
     let expected: u64 = line.trim_start_matches("check ").parse().map_err(|_| "bad check line")?;
     let got = e.imm_counter(IMM).wait(expected, WAIT);
     std::thread::sleep(Duration::from_millis(100)); // a duplicate would have arrived by now
     let exact = e.imm_counter(IMM).value() == expected && got == expected;
     let bytes_ok = region.to_vec() == pattern(ROUNDS - 1, REGION);
-    writeln!(out, "{} {} {}", exact, bytes_ok, e.cma_stats().pulls_served).unwrap();
-    out.flush().unwrap();
+    say(&format!("{} {} {}", exact, bytes_ok, e.cma_stats().pulls_served));
     // Stay until the writer is done with us (its last acknowledgements).
-    let _ = lines.next();
+    let _ = hear();
     Ok(())
 }
 
 #[test]
 fn cma_receiver_child() {
-    let Ok(role) = std::env::var(ROLE_ENV) else { return };
-    if let Err(e) = receiver(role == "pull") {
-        eprintln!("receiver: {e}");
-        std::process::exit(1);
+    let Some(ctx) = accord_testkit::child() else { return };
+    if let Err(e) = receiver(ctx.role == "pull") {
+        panic!("receiver: {e}");
     }
 }
 
 /// Runs the writer against a receiver that can pull (or not); returns the writer's and the
 /// receiver's pull counters.
 fn run(pull: bool) -> (accord_engine::CmaStats, u64) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "cma_receiver_child", "--nocapture", "--test-threads=1"])
-        .env(ROLE_ENV, if pull { "pull" } else { "nopull" })
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
+    let mut receiver = Spawn::new("cma_receiver_child", 1)
+        .role(if pull { "pull" } else { "nopull" })
+        .start()
         .expect("receiver starts");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    // libtest may print its own lines first; ours are the JSON ones.
-    let mut next_json = || loop {
-        let line = lines.next().expect("receiver output").expect("readable");
-        if let Some(at) = line.find('{') {
-            return line[at..].to_string();
-        }
-    };
-    let peer = EngineAddress::parse(&next_json()).unwrap();
-    let dst = MrDescriptor::parse(&next_json()).unwrap();
+    let peer = EngineAddress::parse(&receiver.said().expect("the receiver's address").1).unwrap();
+    let dst = MrDescriptor::parse(&receiver.said().expect("the receiver's region").1).unwrap();
     let e = engine(true);
     e.add_peer(&peer).unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    writeln!(stdin, "{}", e.address().to_string_compact()).unwrap();
-    stdin.flush().unwrap();
+    receiver.send(0, &e.address().to_string_compact()).unwrap();
     let src = e.alloc(REGION).unwrap();
     let h = src.handle();
     let mut counted = 0u64;
@@ -108,16 +87,15 @@ fn run(pull: bool) -> (accord_engine::CmaStats, u64) {
         }
         assert!(Instant::now() < deadline, "rounds took too long");
     }
-    writeln!(stdin, "check {counted}").unwrap();
-    stdin.flush().unwrap();
-    let verdict = lines.next().expect("verdict").expect("readable");
+    receiver.send(0, &format!("check {counted}")).unwrap();
+    let verdict = receiver.said().expect("verdict").1;
     let words: Vec<&str> = verdict.split_whitespace().collect();
     assert_eq!(words.len(), 3, "verdict line: {verdict}");
     assert_eq!(words[0], "true", "the immediate was counted exactly once per write ({verdict})");
     assert_eq!(words[1], "true", "the region holds the last round's bytes ({verdict})");
     let served: u64 = words[2].parse().unwrap();
-    writeln!(stdin, "bye").unwrap();
-    let _ = child.wait();
+    receiver.send(0, "bye").unwrap();
+    receiver.finish().unwrap();
     (e.cma_stats(), served)
 }
 

@@ -1,7 +1,7 @@
 //! Device writes between two processes on one host (GPU tests; they print `skipped:` without a
-//! GPU). The test binary re-executes itself as the child (`device_mp_child`, selected by
-//! `ACCORD_DEVICE_MP_ROLE`), which registers a device region and a host region, prints its
-//! address and descriptors, and checks bytes and immediate counts when the parent asks.
+//! GPU). The child is a process running `device_mp_child` (`accord_testkit`), which
+//! registers a device region and a host region, says its address and descriptors, and checks
+//! bytes and immediate counts when the parent asks.
 //!
 //! Routes covered: device -> device and host -> device through CUDA IPC, device -> host
 //! region staged through pinned memory over the transport, the same with `device_ipc` off
@@ -11,18 +11,14 @@
 
 use accord_cuda::{DeviceBuffer, Gpu, Stream};
 use accord_engine::{Engine, EngineAddress, EngineConfig, MemoryKind, MrDescriptor, ReadOp, TransferError, WriteOp};
+use accord_testkit::{hear, say, Group, Spawn};
 use serde::{Deserialize, Serialize};
-use std::io::{BufRead, BufReader, Lines, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
-const ROLE_ENV: &str = "ACCORD_DEVICE_MP_ROLE";
-const ORDINAL_ENV: &str = "ACCORD_DEVICE_MP_ORDINAL";
-const HOST_BYTES_ENV: &str = "ACCORD_DEVICE_MP_HOST_BYTES";
-/// Child's stdout lines meant for the parent carry this marker (libtest prints its own text).
-const MARK: &str = "@@ ";
 const DEVICE_BYTES: usize = 16 << 20;
 const WAIT: Duration = Duration::from_secs(60);
+/// The child's whole life: every step waits at most `WAIT`, a few of them in a row.
+const CHILD_BOUND: Duration = Duration::from_secs(600);
 
 #[derive(Serialize, Deserialize)]
 struct ChildHello {
@@ -37,31 +33,23 @@ fn bytes(seed: u64, len: usize) -> Vec<u8> {
 
 /// Progress on stderr (libtest shows it with --nocapture), so a stuck step names itself.
 fn step(what: &str) {
-    let role = if std::env::var(ROLE_ENV).is_ok() { "child" } else { "parent" };
+    let role = if accord_testkit::child().is_some() { "child" } else { "parent" };
     eprintln!("[{role} {}] {what}", std::process::id());
-}
-
-fn say(line: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{MARK}{line}");
-    let _ = out.flush();
 }
 
 #[test]
 fn device_mp_child() {
-    if std::env::var(ROLE_ENV).is_err() {
-        return; // only as a child
-    }
-    if let Err(e) = child() {
+    let Some(ctx) = accord_testkit::child() else { return };
+    if let Err(e) = child(&ctx) {
         say(&format!("bad: {e}"));
     }
 }
 
 /// `check <device|host> <imm> <count> <dst_offset> <len> <seed> <src_offset>`: waits for the
 /// count, then compares the region's bytes with the pattern; `exit` ends.
-fn child() -> Result<(), String> {
-    let ordinal: usize = std::env::var(ORDINAL_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
-    let host_bytes: usize = std::env::var(HOST_BYTES_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or(DEVICE_BYTES);
+fn child(ctx: &accord_testkit::Context) -> Result<(), String> {
+    let ordinal: usize = ctx.parse("ordinal")?;
+    let host_bytes: usize = ctx.parse("host_bytes")?;
     step("building the engine");
     let engine = Engine::builder().ignore_env().build().map_err(|e| e.to_string())?;
     step("opening the GPU");
@@ -80,11 +68,9 @@ fn child() -> Result<(), String> {
     let host = engine.alloc(host_bytes).map_err(|e| e.to_string())?;
     let hello = ChildHello { address: engine.address(), device: device_d, host: host.descriptor() };
     say(&serde_json::to_string(&hello).map_err(|e| e.to_string())?);
-    let mut lines = std::io::stdin().lock().lines();
-    let peer = lines.next().ok_or("no parent address")?.map_err(|e| e.to_string())?;
+    let peer = hear().ok_or("no parent address")?;
     engine.add_peer(&EngineAddress::parse(&peer).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
-    for line in lines {
-        let line = line.map_err(|e| e.to_string())?;
+    while let Some(line) = hear() {
         step(&format!("command {line:?}"));
         let words: Vec<&str> = line.split_whitespace().collect();
         if words.first() == Some(&"exit") {
@@ -134,47 +120,43 @@ struct Expect {
     src_offset: u64,
 }
 
+/// The child process; dropping it kills it (its group's drop).
 struct ChildProc {
-    child: Child,
-    stdin: ChildStdin,
-    lines: Lines<BufReader<ChildStdout>>,
+    group: Group,
     hello: ChildHello,
 }
 
 impl ChildProc {
     fn spawn(host_bytes: usize) -> ChildProc {
         let ordinal = (accord_cuda::probe().device_count.max(1) - 1).min(1);
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "device_mp_child", "--nocapture", "--test-threads=1"])
-            .env(ROLE_ENV, "child")
-            .env(ORDINAL_ENV, ordinal.to_string())
-            .env(HOST_BYTES_ENV, host_bytes.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
+        let mut group = Spawn::new("device_mp_child", 1)
+            .value("ordinal", ordinal)
+            .value("host_bytes", host_bytes)
+            .bound(CHILD_BOUND)
+            .start()
             .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         step("child spawned, waiting for its hello");
-        let line = next_marked(&mut lines);
+        let line = group.said().unwrap().1;
         step("child said hello");
         let hello = serde_json::from_str(&line).unwrap_or_else(|e| panic!("child hello {line:?}: {e}"));
-        ChildProc { child, stdin, lines, hello }
+        ChildProc { group, hello }
     }
 
     fn next_line(&mut self) -> String {
-        next_marked(&mut self.lines)
+        self.group.said().unwrap().1
+    }
+
+    fn send(&mut self, line: &str) {
+        self.group.send(0, line).unwrap();
     }
 
     fn introduce(&mut self, parent: &Engine) {
-        writeln!(self.stdin, "{}", parent.address().to_string_compact()).unwrap();
-        self.stdin.flush().unwrap();
+        self.send(&parent.address().to_string_compact());
     }
 
     /// Makes another engine of the parent a peer of the child (after `introduce`).
     fn add_writer(&mut self, writer: &Engine) {
-        writeln!(self.stdin, "peer {}", writer.address().to_string_compact()).unwrap();
-        self.stdin.flush().unwrap();
+        self.send(&format!("peer {}", writer.address().to_string_compact()));
         assert_eq!(self.next_line(), "ok");
     }
 
@@ -182,30 +164,20 @@ impl ChildProc {
     fn check(&mut self, e: Expect) {
         let Expect { which, imm, count, dst_offset, len, seed, src_offset } = e;
         step(&format!("asking the child to check imm {imm}"));
-        writeln!(self.stdin, "check {which} {imm} {count} {dst_offset} {len} {seed} {src_offset}").unwrap();
-        self.stdin.flush().unwrap();
+        self.send(&format!("check {which} {imm} {count} {dst_offset} {len} {seed} {src_offset}"));
         let verdict = self.next_line();
         assert_eq!(verdict, "ok", "{which} imm {imm}: {verdict}");
     }
 
     fn finish(mut self) {
-        let _ = writeln!(self.stdin, "exit");
-        let _ = self.stdin.flush();
-        let _ = self.child.wait();
+        self.send("exit");
+        self.group.finish().unwrap();
     }
-}
 
-/// The child's next line meant for the parent.
-fn next_marked(lines: &mut Lines<BufReader<ChildStdout>>) -> String {
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        // Not only at the start: the child runs under libtest with --nocapture, which prints
-        // "test device_mp_child ... " without a newline before the test's first line.
-        if let Some(at) = line.find(MARK) {
-            return line[at + MARK.len()..].to_string();
-        }
+    /// Kills the child (kill -9) and reaps it.
+    fn kill(&mut self) {
+        self.group.kill(0);
     }
-    panic!("the child exited without answering");
 }
 
 fn parent(device_ipc: bool, idle_timeout: Duration) -> Engine {
@@ -348,8 +320,7 @@ fn staged_write_to_a_child_killed_mid_transfer_fails_without_a_crash() {
     a.write(&warm).unwrap().wait_timeout(WAIT).unwrap();
     let op = WriteOp { src: &h, src_offset: 0, dst: &host_d, dst_offset: 0, len: len as u64, imm: Some(5) };
     let t = a.write(&op).unwrap();
-    c.child.kill().unwrap();
-    let _ = c.child.wait();
+    c.kill();
     let got = t.wait_timeout(WAIT);
     assert!(got.is_err() && got != Err(TransferError::Timeout), "{got:?}");
 }
@@ -372,8 +343,7 @@ fn landed_write_to_a_child_killed_mid_transfer_fails_without_a_crash() {
     a.write(&warm).unwrap().wait_timeout(WAIT).unwrap();
     let op = WriteOp { src: &h, src_offset: 0, dst: &dev_d, dst_offset: 0, len: DEVICE_BYTES as u64, imm: Some(5) };
     let t = a.write(&op).unwrap();
-    c.child.kill().unwrap();
-    let _ = c.child.wait();
+    c.kill();
     let got = t.wait_timeout(WAIT);
     assert!(got.is_err() && got != Err(TransferError::Timeout), "{got:?}");
 }

@@ -1,22 +1,20 @@
-//! Multi-process tests on loopback: the test binary re-executes itself as each process
-//! (`mp_child`, selected by `ACCORD_MP_ROLE`), processes exchange addresses through the parent
-//! over stdin/stdout, and every byte written, paged, scattered and sent is checked.
+//! Multi-process tests on loopback: each process is a child running `mp_child`
+//! (`accord_testkit`, its role the scenario), processes exchange addresses through the parent,
+//! and every byte written, paged, scattered and sent is checked.
 
 use accord_engine::{
     Engine, EngineAddress, EngineId, FaultConfig, MrDescriptor, PagedWriteOp, ReadOp, ScatterDst, ShmConfig,
     StridedPagedWriteOp, Transfer, TransferError, WriteOp,
 };
 
+use accord_testkit::{hear, say, Group, Spawn};
 use rand::seq::SliceRandom;
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const ROLE_ENV: &str = "ACCORD_MP_ROLE";
 const SLICE: usize = 1 << 20;
 const PAGE: usize = 16 * 1024;
 const PAGES: usize = 16;
@@ -376,17 +374,16 @@ fn read_back(engine: &Engine, all: &[Hello], me: usize, n: usize) -> Result<(), 
 
 #[test]
 fn mp_child() {
-    let Ok(role) = std::env::var(ROLE_ENV) else { return };
-    let parts: Vec<&str> = role.split('/').collect();
-    let (me, n) = (parts[0].parse().unwrap(), parts[1].parse().unwrap());
-    let result = match parts[2] {
+    let Some(ctx) = accord_testkit::child() else { return };
+    let (me, n) = (ctx.rank, ctx.ranks);
+    let result = match ctx.role.as_str() {
         "kill" => kill_child(me),
         "killread" => kill_read_child(me),
         scenario => child(me, n, Scenario::parse(scenario)),
     };
     match result {
-        Ok(()) => println!("@@OK"),
-        Err(e) => println!("@@FAIL {e}"),
+        Ok(()) => say("OK"),
+        Err(e) => say(&format!("FAIL {e}")),
     }
 }
 
@@ -395,10 +392,8 @@ const KILL_WRITE: usize = 8 << 20;
 
 /// Prints this process's hello for the parent and reads back every process's, in rank order.
 fn exchange_hellos(hello: &Hello) -> Result<Vec<Hello>, String> {
-    println!("@@ADDR {}", serde_json::to_string(hello).unwrap());
-    std::io::stdout().flush().unwrap();
-    let mut line = String::new();
-    std::io::stdin().read_line(&mut line).map_err(|e| e.to_string())?;
+    say(&format!("ADDR {}", serde_json::to_string(hello).unwrap()));
+    let line = hear().ok_or("the parent sent no addresses")?;
     serde_json::from_str(&line).map_err(|e| e.to_string())
 }
 
@@ -419,8 +414,7 @@ fn kill_child(me: usize) -> Result<(), String> {
         if got < 1 || region.to_vec() != bytes(seed(7, 0, 1), KILL_WRITE) {
             return Err("the first write did not land byte-exact".into());
         }
-        println!("@@LANDED");
-        std::io::stdout().flush().unwrap();
+        say("LANDED");
         while Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -448,8 +442,7 @@ fn kill_child(me: usize) -> Result<(), String> {
                     if sent == 0 {
                         return Err("the first write did not go through shared memory".into());
                     }
-                    println!("@@STARTED");
-                    std::io::stdout().flush().unwrap();
+                    say("STARTED");
                 }
             }
             Err(TransferError::Timeout) => return Err("a write to the killed peer hung".into()),
@@ -477,8 +470,7 @@ fn kill_read_child(me: usize) -> Result<(), String> {
     let deadline = Instant::now() + CHILD_DEADLINE;
     if me == 1 {
         // The owner: serves reads until it is killed.
-        println!("@@LANDED");
-        std::io::stdout().flush().unwrap();
+        say("LANDED");
         while Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -495,8 +487,7 @@ fn kill_read_child(me: usize) -> Result<(), String> {
                     if region.to_vec() != bytes(seed(8, 1, 0), KILL_WRITE) {
                         return Err("the first read did not land byte-exact".into());
                     }
-                    println!("@@STARTED");
-                    std::io::stdout().flush().unwrap();
+                    say("STARTED");
                 }
             }
             Err(TransferError::Timeout) => return Err("a read from the killed peer hung".into()),
@@ -534,37 +525,31 @@ fn peer_killed_mid_transfer_over_shared_memory() {
 /// Runs the two processes of `role`, kills process 1 once process 0 started and process 1 is
 /// ready, and checks process 0 said OK.
 fn run_kill(role: &str) {
-    let (mut children, rx) = spawn_children(2, role);
-    let deadline = Instant::now() + CHILD_DEADLINE;
+    let mut group = start(2, role);
     let mut hellos: Vec<Option<String>> = vec![None; 2];
-    let (mut started, mut landed, mut killed, mut relayed) = (false, false, false, false);
+    let (mut started, mut landed, mut killed) = (false, false, false);
     let outcome = loop {
-        let Ok((me, msg)) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) else {
-            break Err("timed out".to_string());
-        };
+        let (me, msg) = group.said().unwrap_or_else(|f| panic!("{role}: {f}"));
         if let Some(addr) = msg.strip_prefix("ADDR ") {
             hellos[me] = Some(addr.to_string());
-            relay_addresses_once_all_known(&hellos, &mut children, &mut relayed);
+            relay_addresses_once_all_known(&hellos, &mut group);
         } else if msg == "STARTED" {
             started = true;
         } else if msg == "LANDED" {
             landed = true;
         } else if me == 0 {
-            break Ok(msg);
+            break msg;
         } else {
-            break Err(format!("victim said {msg}"));
+            panic!("{role}: the victim said {msg}");
         }
         if started && landed && !killed {
-            children[1].kill().unwrap();
+            group.kill(1);
             killed = true;
         }
     };
-    for c in &mut children {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
     assert!(killed, "the victim was never killed: {outcome:?}");
-    assert_eq!(outcome.as_deref(), Ok("OK"));
+    assert_eq!(outcome, "OK");
+    group.finish().unwrap();
 }
 
 #[test]
@@ -572,80 +557,38 @@ fn two_processes_without_shared_memory() {
     run_group(2, Scenario::NoShm);
 }
 
-/// Spawns `n` copies of this test binary running `mp_child` as `{me}/{n}/{role}`, and a reader
-/// per child that forwards each `@@`-marked stdout line as (child, message).
-fn spawn_children(n: usize, role: &str) -> (Vec<Child>, mpsc::Receiver<(usize, String)>) {
-    let exe = std::env::current_exe().unwrap();
-    let mut children: Vec<Child> = (0..n)
-        .map(|me| {
-            Command::new(&exe)
-                .args(["--exact", "mp_child", "--nocapture", "--test-threads=1"])
-                .env(ROLE_ENV, format!("{me}/{n}/{role}"))
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("spawn a test process")
-        })
-        .collect();
-    let (tx, rx) = mpsc::channel::<(usize, String)>();
-    for (me, c) in children.iter_mut().enumerate() {
-        let out = BufReader::new(c.stdout.take().unwrap());
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            for line in out.lines().map_while(Result::ok) {
-                // libtest may print "test mp_child ... " on the same line first.
-                if let Some(at) = line.find("@@") {
-                    let _ = tx.send((me, line[at + 2..].to_string()));
-                }
-            }
-        });
-    }
-    (children, rx)
+/// Starts `n` processes running `mp_child` as `role`; each says `@@`-marked lines.
+fn start(n: usize, role: &str) -> Group {
+    // The children's own deadline, and time to say how it passed.
+    let bound = CHILD_DEADLINE + Duration::from_secs(30);
+    Spawn::new("mp_child", n).role(role).bound(bound).start().expect("spawn the test processes")
 }
 
-/// Once every child said its address, sends the list to all of them (once: `relayed`).
-fn relay_addresses_once_all_known(hellos: &[Option<String>], children: &mut [Child], relayed: &mut bool) {
-    if *relayed || hellos.iter().any(Option::is_none) {
+/// Once every child said its address, sends the list to all of them (once: when the last
+/// one arrives).
+fn relay_addresses_once_all_known(hellos: &[Option<String>], group: &mut Group) {
+    if hellos.iter().any(Option::is_none) {
         return;
     }
-    *relayed = true;
-    let list = format!("[{}]\n", hellos.iter().map(|h| h.clone().unwrap()).collect::<Vec<_>>().join(","));
-    for c in children {
-        c.stdin.as_mut().unwrap().write_all(list.as_bytes()).unwrap();
-    }
+    let list = format!("[{}]", hellos.iter().map(|h| h.clone().unwrap()).collect::<Vec<_>>().join(","));
+    group.send_all(&list).expect("every process hears the addresses");
 }
 
 /// Spawns `n` processes running `scenario`, relays addresses, and checks every one said OK.
 fn run_group(n: usize, scenario: Scenario) {
-    let (mut children, rx) = spawn_children(n, scenario.name());
-    let deadline = Instant::now() + CHILD_DEADLINE;
+    let mut group = start(n, scenario.name());
     let mut hellos: Vec<Option<String>> = vec![None; n];
     let mut results: Vec<Option<String>> = vec![None; n];
-    let (mut failure, mut relayed) = (None, false);
     while results.iter().any(Option::is_none) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let Ok((me, msg)) = rx.recv_timeout(left) else {
-            failure = Some(format!("timed out; results so far {results:?}"));
-            break;
-        };
+        let (me, msg) = group.said().unwrap_or_else(|f| panic!("{scenario:?} x{n}: results so far {results:?}: {f}"));
         if let Some(addr) = msg.strip_prefix("ADDR ") {
             hellos[me] = Some(addr.to_string());
-            relay_addresses_once_all_known(&hellos, &mut children, &mut relayed);
+            relay_addresses_once_all_known(&hellos, &mut group);
         } else {
             results[me] = Some(msg);
         }
     }
-    for c in &mut children {
-        let end = Instant::now() + Duration::from_secs(5);
-        while c.try_wait().ok().flatten().is_none() && Instant::now() < end {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = c.kill();
-        let _ = c.wait();
-    }
-    if let Some(f) = failure {
-        panic!("{scenario:?} x{n}: {f}");
-    }
+    group.finish().unwrap_or_else(|f| panic!("{scenario:?} x{n}: {f}"));
     for (me, r) in results.iter().enumerate() {
         assert_eq!(r.as_deref(), Some("OK"), "{scenario:?} x{n}: process {me}");
     }

@@ -1,24 +1,22 @@
 //! Peer death on loopback: a peer process is killed (or stopped) while this process has work
 //! pending on it, and that work must end in an error naming it, never hang.
 //!
-//! The test binary re-executes itself as the peer (`peer_child`, selected by
-//! `ACCORD_PEER_DEATH_ROLE`): it builds an engine, prints its address and a region, learns ours
-//! from stdin, and idles until killed (or until stdin closes, or a bounded time passes).
+//! The peer is a child process running `peer_child` (`accord_testkit`): it builds an engine,
+//! says its address and a region, hears ours, and idles until killed (or until its stdin
+//! closes; the kit kills it at the group's bound at the latest).
 
 use accord_engine::{
     Engine, EngineAddress, EngineConfig, MrDescriptor, PeerDeath, PeerWaitError, TransferError, WriteOp,
 };
+use accord_testkit::{hear, say, Group, Spawn};
 use serde::{Deserialize, Serialize};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const ROLE_ENV: &str = "ACCORD_PEER_DEATH_ROLE";
 /// The hang guard of every wait here: far above the documented bounds (a pidfd wake plus
 /// `liveness::WAIT_SLICE` on one host; keepalive + peer_dead_after by probe), so only a
 /// hang reaches it.
 const HANG_GUARD: Duration = Duration::from_secs(60);
-/// The longest a peer idles before it leaves on its own (no process is left behind).
+/// The longest a peer lives: its group kills it there (no process is left behind).
 const CHILD_LIFETIME: Duration = Duration::from_secs(120);
 const REGION_BYTES: usize = 64 << 20;
 
@@ -30,74 +28,43 @@ struct Hello {
 
 #[test]
 fn peer_child() {
-    if std::env::var(ROLE_ENV).is_err() {
+    if accord_testkit::child().is_none() {
         return;
     }
-    std::thread::spawn(|| {
-        std::thread::sleep(CHILD_LIFETIME);
-        std::process::exit(3);
-    });
     let engine = Engine::builder().ignore_env().build().expect("peer engine");
     let region = engine.alloc(REGION_BYTES).expect("peer region");
     let hello = Hello { address: engine.address(), region: region.descriptor() };
-    println!("@@HELLO {}", serde_json::to_string(&hello).unwrap());
-    std::io::stdout().flush().unwrap();
-    let mut lines = BufReader::new(std::io::stdin()).lines();
-    if let Some(Ok(line)) = lines.next() {
+    say(&serde_json::to_string(&hello).unwrap());
+    if let Some(line) = hear() {
         let parent = EngineAddress::parse(&line).expect("parent address");
         engine.add_peer(&parent).expect("add parent");
     }
-    for _ in lines.map_while(Result::ok) {}
+    while hear().is_some() {}
 }
 
-/// A peer process, introduced both ways.
+/// A peer process, introduced both ways; dropping it kills it (its group's drop).
 struct Peer {
-    child: Child,
+    group: Group,
     hello: Hello,
 }
 
 impl Peer {
     fn spawn(parent: &Engine) -> Peer {
-        let exe = std::env::current_exe().unwrap();
-        let mut child = Command::new(exe)
-            .args(["--exact", "peer_child", "--nocapture", "--test-threads=1"])
-            .env(ROLE_ENV, "peer")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn the peer");
-        let out = BufReader::new(child.stdout.take().unwrap());
-        let mut hello = None;
-        for line in out.lines().map_while(Result::ok) {
-            if let Some(at) = line.find("@@HELLO ") {
-                hello = Some(serde_json::from_str::<Hello>(&line[at + 8..]).expect("hello parses"));
-                break;
-            }
-        }
-        let hello = hello.expect("the peer said hello");
-        let stdin = child.stdin.as_mut().unwrap();
-        writeln!(stdin, "{}", parent.address().to_string_compact()).unwrap();
-        stdin.flush().unwrap();
+        let mut group = Spawn::new("peer_child", 1).bound(CHILD_LIFETIME).start().expect("spawn the peer");
+        let (_, line) = group.said().expect("the peer said hello");
+        let hello: Hello = serde_json::from_str(&line).expect("hello parses");
+        group.send(0, &parent.address().to_string_compact()).expect("the peer hears our address");
         parent.add_peer(&hello.address).expect("add the peer");
-        Peer { child, hello }
+        Peer { group, hello }
     }
 
     fn signal(&self, sig: i32) {
-        // Safety: kill(2) on our own child's pid.
-        let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, sig) };
-        assert_eq!(rc, 0, "signal {sig} to the peer");
+        self.group.signal(0, sig).unwrap_or_else(|e| panic!("signal {sig} to the peer: {e}"));
     }
 
     fn kill(&mut self) -> Instant {
-        self.child.kill().expect("kill -9 the peer");
+        self.group.kill(0);
         Instant::now()
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

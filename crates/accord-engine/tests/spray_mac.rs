@@ -1,9 +1,9 @@
 //! The authenticated mode under attack (issue 25): two engines of one job in
 //! `ACCORD_INTEGRITY=mac` move writes and two-sided messages over UDP while
-//! - an outsider, holding no secret, sprays their ports with random bytes, forged Hellos and
-//!   forged data and control frames carrying the MAC mode byte and a guessed tag, the same
-//!   sealed with a correct CRC instead (a downgrade attempt), truncations, and replays of what
-//!   it sent;
+//! - an outsider, holding no secret, sprays their ports with random bytes, forged Hellos,
+//!   ACKs and data and control frames (the sprayer's, `tests/sprayer`) carrying the MAC mode
+//!   byte and a guessed tag, the same sealed with a correct CRC instead (a downgrade attempt),
+//!   truncations, and replays of what it sent;
 //! - the fault injector replays a share of the engines' own authentic packets (data and ACKs)
 //!   150 ms late, and flips header bits after the UDP checksum.
 //!
@@ -13,8 +13,8 @@
 mod sprayer;
 
 use accord_engine::{Engine, EngineConfig, FaultConfig};
-use accord_proto::wire::{self, DataKind, DataRepr, Header, HelloRepr, Integrity, Repr};
-use accord_proto::{ConnectionId, JobSecret, OpId};
+use accord_proto::wire::{self, Integrity};
+use accord_proto::JobSecret;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::net::{SocketAddr, UdpSocket};
@@ -41,53 +41,17 @@ fn engine(secret: JobSecret, seed: u64) -> Engine {
     Engine::builder().ignore_env().config(config).force_network(true).fault_injection(faults, seed).build().unwrap()
 }
 
-/// A forged packet (Hello, HelloAck or a two-sided send shaped like a control frame) to a
-/// guessed connection, with a random tag appended in the MAC layout, or with a correct CRC.
+/// A forged packet of any kind the sprayer forges (a Hello, a HelloAck, an ACK or a two-sided
+/// send carrying a control frame) to a guessed connection, with a random tag appended in the
+/// MAC layout, or sealed with a correct CRC instead.
 fn forged(rng: &mut ChaCha8Rng, with_crc: bool) -> Vec<u8> {
-    let header = Header { dst_conn: ConnectionId(rng.gen()), token: rng.gen() };
-    let hello = HelloRepr {
-        src_conn: ConnectionId(rng.gen()),
-        src_token: rng.gen(),
-        max_payload_bytes: 9000,
-        path_count: 4,
-        recv_window_packets: 256,
-        proof: rng.gen(),
-    };
-    let payload_len = 64u16;
-    let data = DataRepr {
-        psn: rng.gen_range(0..64),
-        ack_floor: 0,
-        tx_time_ns: 1,
-        op: OpId(rng.gen()),
-        kind: DataKind::Send,
-        imm: None,
-        tag: 0,
-        msg_len: u64::from(payload_len),
-        msg_offset: 0,
-        payload_len,
-        ack_now: true,
-        retransmission: false,
-        receiver_driven: false,
-        wants_more: false,
-    };
-    let (header, repr) = match rng.gen_range(0..3) {
-        0 => (Header { dst_conn: ConnectionId(0), token: 0 }, Repr::Hello(hello)),
-        1 => (header, Repr::HelloAck(hello)),
-        _ => (header, Repr::Data(data)),
-    };
-    let mut buf = vec![0u8; 2048];
-    let mut len = wire::emit(&header, &repr, &mut buf).unwrap();
-    if let Repr::Data(_) = repr {
-        buf[len] = 2; // a "stuck" control frame's kind byte
-        len += usize::from(payload_len);
-    }
+    let kind = rng.gen_range(0..sprayer::FORGED_KINDS);
+    let mut buf = sprayer::forged_unsealed(rng, kind);
     if with_crc {
-        buf.truncate(len);
         wire::seal(&mut buf, Integrity::Full);
     } else {
         let tag: [u8; wire::MAC_TAG_LEN] = rng.gen();
-        buf[len..len + wire::MAC_TAG_LEN].copy_from_slice(&tag);
-        buf.truncate(len + wire::MAC_TAG_LEN);
+        buf.extend_from_slice(&tag);
         buf[wire::field::INTEGRITY] = Integrity::Mac.to_u8();
     }
     buf

@@ -307,26 +307,15 @@ pub static KNOBS: &[Knob] = &[
 /// Variables our own launchers and test harnesses set for the child processes they start
 /// (roles, ports, markers): known, so a child never warns about them, but no user setting.
 pub static INTERNAL: &[&str] = &[
+    "ACCORD_TEST_CHILD",
     "ACCORD_BENCH_RANK",
     "ACCORD_LAUNCH_WATCHDOG",
     "ACCORD_BENCH_PROGRESS",
-    "ACCORD_NCCL_DEATH",
-    "ACCORD_PEER_DEATH_ROLE",
     "ACCORD_LIFECYCLE_TEST",
     "ACCORD_PY_LIFECYCLE_TEST",
     "ACCORD_BENCH_CHILD",
     "ACCORD_P2P_BENCH_CHILD",
     "ACCORD_P2P_BENCH_LOSS",
-    "ACCORD_MP_ROLE",
-    "ACCORD_CMA_TEST_ROLE",
-    "ACCORD_DEVICE_MP_ROLE",
-    "ACCORD_DEVICE_MP_ORDINAL",
-    "ACCORD_DEVICE_MP_HOST_BYTES",
-    "ACCORD_GPU_TEST_RANK",
-    "ACCORD_GPU_TEST_PORT",
-    "ACCORD_NCCL_CHILD",
-    "ACCORD_NCCL_GROUPS",
-    "ACCORD_NCCL_SLOW_CONNECT_RANK",
     "ACCORD_CUDA_CHECK_IPC_CHILD",
     "ACCORD_CUDA_CHECK_IPC_GPU",
 ];

@@ -96,7 +96,7 @@ fn unknown_variables_are_named_with_the_closest_knob() {
         "ACCORD_SHM",
         "PATH",
         "ACCORD_ALGO_ALL_REDUCE",
-        "ACCORD_MP_ROLE",
+        "ACCORD_TEST_CHILD",
         "ACCORD_ZZZZZZZZZZZZZZZZZZZZ",
     ];
     let unknown = unknown_variables(vars);

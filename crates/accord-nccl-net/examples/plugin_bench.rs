@@ -21,12 +21,11 @@
 //! child checks that its receive buffers hold the peer's bytes at the end.
 #![allow(unsafe_code)]
 
-#[path = "../tests/support/children.rs"]
-mod children;
 use nccl_net_accord::abi::{self, CommConfig, NetV11, NET_HANDLE_BYTES_MAX};
 use std::ffi::c_void;
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 const CHILD_ENV: &str = "ACCORD_BENCH_CHILD";
@@ -353,6 +352,32 @@ fn child(rank: usize) {
     peer_handles.clear();
 }
 
+/// Every stdout line of each child as `(rank, Some(line))`, then `(rank, None)` at its end;
+/// read to the end so no child writes into a closed pipe. (The tests run their processes with
+/// `accord_testkit`; this bench is a plain binary, not a libtest one, so it keeps its own.)
+fn stdout_lines(children: &mut [Child]) -> Receiver<(usize, Option<String>)> {
+    let (tx, rx) = mpsc::channel();
+    for (rank, child) in children.iter_mut().enumerate() {
+        let out = BufReader::new(child.stdout.take().expect("children are spawned with piped stdout"));
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                let _ = tx.send((rank, Some(line)));
+            }
+            let _ = tx.send((rank, None));
+        });
+    }
+    rx
+}
+
+/// Hands each of the two ranks the other's connection handles once both are known.
+fn exchange_handles(handles: &[Option<String>], children: &mut [Child]) {
+    if let [Some(h0), Some(h1)] = handles {
+        writeln!(children[0].stdin.as_mut().expect("piped stdin"), "{h1}").unwrap();
+        writeln!(children[1].stdin.as_mut().expect("piped stdin"), "{h0}").unwrap();
+    }
+}
+
 /// Runs one configuration: the two children's result lines.
 fn pair(env: &[(String, String)]) -> (Vec<Vec<f64>>, Vec<String>) {
     let exe = std::env::current_exe().unwrap();
@@ -366,7 +391,7 @@ fn pair(env: &[(String, String)]) -> (Vec<Vec<f64>>, Vec<String>) {
             cmd.spawn().expect("spawn child")
         })
         .collect();
-    let rx = children::stdout_lines(&mut children);
+    let rx = stdout_lines(&mut children);
     let mut handles: Vec<Option<String>> = vec![None, None];
     let mut results: Vec<Option<Vec<f64>>> = vec![None, None];
     let mut cpu: Vec<String> = vec![String::new(), String::new()];
@@ -381,7 +406,7 @@ fn pair(env: &[(String, String)]) -> (Vec<Vec<f64>>, Vec<String>) {
         };
         if let Some((_, h)) = line.split_once("@@HANDLES ") {
             handles[rank] = Some(h.trim().to_string());
-            children::exchange_handles(&handles, &mut children);
+            exchange_handles(&handles, &mut children);
         } else if let Some((_, r)) = line.split_once("@@STAMPS ") {
             let mut it = r.split_whitespace();
             let kind = it.next().unwrap_or_default().to_string();

@@ -7,31 +7,28 @@
 //! variant runs the same traffic with the engine's fault injector dropping and reordering
 //! packets (`ACCORD_LOSS`, `ACCORD_REORDER`).
 //!
-//! The test binary re-executes itself as each process (`plugin_child`, selected by
-//! `ACCORD_NCCL_CHILD`); the parent relays the two listen handles over stdin/stdout.
+//! Each process is a child running `plugin_child` (`accord_testkit`, its role the scenario);
+//! the parent relays the two listen handles between them.
 #![allow(unsafe_code)]
 
-mod support {
-    pub mod children;
-}
+use accord_testkit::{hear, say, Context, Group, Spawn};
 use nccl_net_accord::abi::{self, CommConfig, DebugLogger, NetV11, PropertiesV11, NET_HANDLE_BYTES_MAX};
 use rand::seq::SliceRandom;
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_int, c_ulong, c_void, CStr};
-use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use support::children;
 
-const CHILD_ENV: &str = "ACCORD_NCCL_CHILD";
-/// Set: the pair runs the peer-death scenario instead of the traffic (`death_child`).
-const DEATH_ENV: &str = "ACCORD_NCCL_DEATH";
-const GROUPS_ENV: &str = "ACCORD_NCCL_GROUPS";
-/// The rank whose `connect` calls come slowly (the clear-to-send-before-connect race).
-const SLOW_CONNECT_ENV: &str = "ACCORD_NCCL_SLOW_CONNECT_RANK";
+/// The pair's roles: the traffic, or the peer-death scenario (`death_child`).
+const PAIR: &str = "pair";
+const DEATH: &str = "death";
+/// The value naming the rank whose `connect` calls come slowly (the clear-to-send-before-connect
+/// race).
+const SLOW_CONNECT_RANK: &str = "slow_connect_rank";
+/// The value saying how many groups of receives each direction carries.
+const GROUPS: &str = "groups";
 /// Receive slots (NCCL's outstanding request bound) and the bytes each slot's arena holds.
 const SLOTS: usize = abi::NET_REQUESTS_MAX;
 const SLOT_BYTES: usize = 1 << 20;
@@ -359,7 +356,8 @@ impl Driver<'_> {
     }
 }
 
-fn child(rank: usize) {
+fn child(kit: &Context) {
+    let rank = kit.rank;
     let plugin = load();
     let t = plugin.table;
     // Safety: the table's name is a static C string.
@@ -409,10 +407,8 @@ fn child(rank: usize) {
     // Safety: a handle buffer of NCCL_NET_HANDLE_MAXSIZE bytes and valid out-pointers.
     check("listen", unsafe { (t.listen)(ctx, 0, handle.as_mut_ptr().cast(), &mut listen_comm) });
     let hex: String = handle.iter().map(|b| format!("{b:02x}")).collect();
-    println!("\n@@HANDLE {hex}");
-    std::io::stdout().flush().unwrap();
-    let mut line = String::new();
-    std::io::stdin().read_line(&mut line).unwrap();
+    say(&format!("HANDLE {hex}"));
+    let line = hear().expect("the parent sends the peer's handle");
     let line = line.trim();
     let mut peer_handle = [0u8; NET_HANDLE_BYTES_MAX];
     for (i, b) in peer_handle.iter_mut().enumerate() {
@@ -424,7 +420,7 @@ fn child(rank: usize) {
     let (mut send_comm, mut recv_comm): (*mut c_void, *mut c_void) = (std::ptr::null_mut(), std::ptr::null_mut());
     let mut dev_comm: *mut c_void = std::ptr::null_mut();
     let mut calls = 0;
-    let slow_connect = std::env::var(SLOW_CONNECT_ENV).is_ok_and(|r| r == rank.to_string());
+    let slow_connect = kit.value(SLOW_CONNECT_RANK) == Some(rank.to_string().as_str());
     while send_comm.is_null() || recv_comm.is_null() {
         assert!(Instant::now() < deadline, "connect/accept did not finish ({calls} calls)");
         if send_comm.is_null() {
@@ -447,7 +443,7 @@ fn child(rank: usize) {
     }
     eprintln!("rank {rank}: connected after {calls} rounds of connect/accept");
 
-    let groups: usize = std::env::var(GROUPS_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or(200);
+    let groups: usize = kit.parse(GROUPS).unwrap_or(200);
     let send_seed = 1000 + rank as u64;
     let recv_seed = 1000 + (1 - rank) as u64;
     let arena_bytes = SLOTS * SLOT_BYTES;
@@ -463,7 +459,7 @@ fn child(rank: usize) {
         (t.regMr)(recv_comm, recv_arena.ptr.cast(), arena_bytes, abi::PTR_HOST, &mut recv_mr)
     });
 
-    if std::env::var(DEATH_ENV).is_ok() {
+    if kit.role == DEATH {
         death_child(t, rank, send_comm, recv_comm, send_mr, recv_mr, &send_arena, &recv_arena);
         return;
     }
@@ -489,10 +485,8 @@ fn child(rank: usize) {
     // Both sides finished before either closes: a peer that left early would turn the other's
     // retransmission of a lost acknowledgement into a failure (NCCL's teardown has the same
     // barrier).
-    println!("\n@@DONE");
-    std::io::stdout().flush().unwrap();
-    let mut go = String::new();
-    std::io::stdin().read_line(&mut go).unwrap();
+    say("DONE");
+    hear().expect("the parent says go once both are done");
     // Safety: handing back what the plugin gave, once each.
     unsafe {
         check("deregMr", (t.deregMr)(send_comm, send_mr));
@@ -507,11 +501,10 @@ fn child(rank: usize) {
     if std::env::var("ACCORD_LOSS").is_ok() {
         assert!(drops > 0 && retransmits > 0, "the fault injector was meant to be active: {stats}");
     }
-    println!(
-        "\n@@OK groups={groups_done} bytes={bytes} send_outstanding_max={send_max} retransmits={retransmits} \
+    say(&format!(
+        "OK groups={groups_done} bytes={bytes} send_outstanding_max={send_max} retransmits={retransmits} \
          injected_drops={drops}"
-    );
-    std::io::stdout().flush().unwrap();
+    ));
 }
 
 /// The peer-death scenario: rank 1 idles until the parent kills it; rank 0 has an `irecv`
@@ -528,8 +521,7 @@ fn death_child(
     send_arena: &Arena,
     recv_arena: &Arena,
 ) {
-    println!("\n@@READY");
-    std::io::stdout().flush().unwrap();
+    say("READY");
     if rank == 1 {
         std::thread::sleep(CHILD_DEADLINE);
         return;
@@ -571,18 +563,18 @@ fn death_child(
         }
         std::thread::sleep(Duration::from_millis(1));
     }
-    println!("\n@@OK recv_rc={recv_rc} send_rc={send_rc}");
-    std::io::stdout().flush().unwrap();
+    say(&format!("OK recv_rc={recv_rc} send_rc={send_rc}"));
 }
 
 /// Entry point of a child process (a no-op in a normal test run).
 #[test]
 fn plugin_child() {
-    match std::env::var(CHILD_ENV).as_deref() {
-        Ok("init-failure") => init_failure_child(),
-        Ok("foreign-loopback") => foreign_loopback_child(),
-        Ok(rank) => child(rank.parse().expect("rank")),
-        Err(_) => {}
+    let Some(kit) = accord_testkit::child() else { return };
+    match kit.role.as_str() {
+        "init-failure" => init_failure_child(),
+        "foreign-loopback" => foreign_loopback_child(),
+        PAIR | DEATH => child(&kit),
+        other => panic!("no plugin_child role {other:?}"),
     }
 }
 
@@ -607,7 +599,7 @@ fn init_failure_child() {
         unsafe { (t.test)(std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut()) },
         abi::NCCL_INVALID_ARGUMENT
     );
-    println!("\n@@OK init failure handled");
+    say("OK init failure handled");
 }
 
 /// A process given a handle whose listener sits on another machine's loopback (a job across
@@ -638,22 +630,17 @@ fn foreign_loopback_child() {
     // Safety: the listen comm from listen above, and the context from init.
     check("closeListen", unsafe { (t.closeListen)(listen_comm) });
     check("finalize", unsafe { (t.finalize)(ctx) });
-    println!("\n@@OK foreign loopback refused");
+    say("OK foreign loopback refused");
 }
 
 /// Runs one single-process child mode with `ACCORD_NET_IFS` set to `ifs`; asserts it reported
 /// success and returns its standard error (the plugin's logged reasons).
 fn run_solo_child(mode: &str, ifs: &str) -> String {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "plugin_child", "--nocapture", "--test-threads", "1"])
-        .env(CHILD_ENV, mode)
-        .env("ACCORD_NET_IFS", ifs)
-        .output()
-        .expect("spawn child");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success() && stdout.contains("@@OK"), "child {mode} failed: {stdout}\n{stderr}");
-    stderr
+    let mut group = Spawn::new("plugin_child", 1).role(mode).env("ACCORD_NET_IFS", ifs).start().expect("spawn child");
+    let (_, said) = group.said().unwrap_or_else(|f| panic!("child {mode}: {f}"));
+    assert!(said.starts_with("OK"), "child {mode} said {said:?}");
+    group.finish().unwrap_or_else(|f| panic!("child {mode}: {f}"));
+    group.stderr(0)
 }
 
 #[test]
@@ -668,72 +655,50 @@ fn a_failed_init_returns_codes_and_finalize_takes_its_null_context() {
     assert!(stderr.contains("ACCORD_NET_IFS"), "the reason is logged: {stderr}");
 }
 
+/// Hands each of the two ranks the other's connection handle once both are known.
+fn exchange_handles(handles: &[Option<String>], group: &mut Group) {
+    if let [Some(h0), Some(h1)] = handles {
+        group.send(0, h1).expect("rank 0 hears rank 1's handle");
+        group.send(1, h0).expect("rank 1 hears rank 0's handle");
+    }
+}
+
 #[test]
 fn a_killed_peer_fails_posted_irecv_and_waiting_isend_with_remote_error() {
-    let exe = std::env::current_exe().unwrap();
-    let reports = std::env::temp_dir().join(format!("accord-plugin-death-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&reports);
-    let mut children: Vec<_> = (0..2)
-        .map(|rank| {
-            Command::new(&exe)
-                .args(["--exact", "plugin_child", "--nocapture", "--test-threads", "1"])
-                .env(CHILD_ENV, rank.to_string())
-                .env(DEATH_ENV, "1")
-                .env("ACCORD_REPORT_DIR", &reports)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn child")
-        })
-        .collect();
-    let mut stderr0 = children[0].stderr.take().unwrap();
-    let log = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = std::io::Read::read_to_string(&mut stderr0, &mut s);
-        s
-    });
-    let rx = children::stdout_lines(&mut children);
-    let deadline = Instant::now() + PARENT_DEADLINE;
+    let mut group = Spawn::new("plugin_child", 2)
+        .role(DEATH)
+        .env_dir("ACCORD_REPORT_DIR")
+        .bound(PARENT_DEADLINE)
+        .start()
+        .expect("spawn the ranks");
     let mut handles: Vec<Option<String>> = vec![None, None];
     let mut ready = [false; 2];
     let mut killed_at = None;
-    let mut result = None;
-    while result.is_none() {
-        let Ok((rank, line)) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) else { break };
-        let Some(line) = line else {
-            if rank == 0 {
-                break;
-            }
-            continue;
-        };
-        if let Some((_, h)) = line.split_once("@@HANDLE ") {
+    let result = loop {
+        let (rank, line) = group.said().unwrap_or_else(|f| panic!("rank 0 reports (a hang hits the bound): {f}"));
+        if let Some(h) = line.strip_prefix("HANDLE ") {
             handles[rank] = Some(h.trim().to_string());
-            children::exchange_handles(&handles, &mut children);
-        } else if line.contains("@@READY") {
+            exchange_handles(&handles, &mut group);
+        } else if line == "READY" {
             ready[rank] = true;
             if ready[0] && ready[1] && killed_at.is_none() {
                 std::thread::sleep(Duration::from_millis(200)); // rank 0 is waiting by now
-                children[1].kill().expect("kill -9 rank 1");
+                group.kill(1);
                 killed_at = Some(Instant::now());
             }
-        } else if let Some((_, r)) = line.split_once("@@OK") {
-            result = Some(r.trim().to_string());
+        } else if let Some(r) = line.strip_prefix("OK") {
+            break r.trim().to_string();
         }
-    }
-    for c in children.iter_mut() {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
-    let log = log.join().unwrap();
-    let result = result.expect("rank 0 reported (a hang would have hit the deadline)");
+    };
+    group.finish().unwrap();
+    let log = group.stderr(0);
     eprintln!("rank 0 saw both errors {:?} after the kill: {result}", killed_at.map(|t| t.elapsed()));
     let remote = abi::NCCL_REMOTE_ERROR;
     assert_eq!(result, format!("recv_rc={remote} send_rc={remote}"), "log: {log}");
     assert!(log.contains("is dead") && log.contains("exited"), "the reason is logged: {log}");
     // The survivor left the record of what it was waiting for (crate::inflight).
     assert!(log.contains("request(s) in flight"), "the dump's line is logged: {log}");
-    let dumps: Vec<serde_json::Value> = std::fs::read_dir(&reports)
+    let dumps: Vec<serde_json::Value> = std::fs::read_dir(group.dir())
         .map(|d| {
             d.filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("plugin-inflight-")))
@@ -741,7 +706,6 @@ fn a_killed_peer_fails_posted_irecv_and_waiting_isend_with_remote_error() {
                 .collect()
         })
         .unwrap_or_default();
-    let _ = std::fs::remove_dir_all(&reports);
     let dump = dumps.first().unwrap_or_else(|| panic!("rank 0 wrote an in-flight dump; log: {log}"));
     assert_eq!(dump["kind"], "accord-plugin-inflight");
     let requests = dump["requests"].as_array().expect("requests");
@@ -753,83 +717,53 @@ fn a_killed_peer_fails_posted_irecv_and_waiting_isend_with_remote_error() {
     assert_eq!(peers.len(), 1, "both wait for the one peer that died: {dump}");
 }
 
-fn run_pair(extra_env: &[(&str, &str)], groups: usize) {
-    let exe = std::env::current_exe().unwrap();
-    let mut children: Vec<_> = (0..2)
-        .map(|rank| {
-            let mut cmd = Command::new(&exe);
-            cmd.args(["--exact", "plugin_child", "--nocapture", "--test-threads", "1"])
-                .env(CHILD_ENV, rank.to_string())
-                .env(GROUPS_ENV, groups.to_string())
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit());
-            for (k, v) in extra_env {
-                cmd.env(k, v);
-            }
-            cmd.spawn().expect("spawn child")
-        })
-        .collect();
-    let rx = children::stdout_lines(&mut children);
-    let deadline = Instant::now() + PARENT_DEADLINE;
+/// Runs the pair's traffic, `groups` groups each way, with `knobs` set for the plugin and
+/// `slow_connect_rank`'s connect calls slowed; checks both ranks said OK and succeeded.
+fn run_pair(knobs: &[(&str, &str)], slow_connect_rank: Option<usize>, groups: usize) {
+    let mut spawn = Spawn::new("plugin_child", 2).role(PAIR).value(GROUPS, groups).bound(PARENT_DEADLINE);
+    if let Some(rank) = slow_connect_rank {
+        spawn = spawn.value(SLOW_CONNECT_RANK, rank);
+    }
+    for (k, v) in knobs {
+        spawn = spawn.env(k, v);
+    }
+    let mut group = spawn.start().expect("spawn the ranks");
     let mut handles: Vec<Option<String>> = vec![None, None];
     let mut done = [false; 2];
     let mut results: Vec<Option<String>> = vec![None, None];
-    let mut ended = [false; 2];
-    let mut failure = None;
-    while !(ended[0] && ended[1]) {
-        let Ok((rank, line)) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) else {
-            failure = Some(format!("children did not finish within {PARENT_DEADLINE:?}"));
-            break;
-        };
-        let Some(line) = line else {
-            ended[rank] = true;
-            if results[rank].is_none() {
-                failure.get_or_insert(format!("rank {rank} ended without reporting success (see its stderr)"));
-                break;
-            }
-            continue;
-        };
-        if let Some((_, h)) = line.split_once("@@HANDLE ") {
+    while results.iter().any(Option::is_none) {
+        let (rank, line) = group.said().unwrap_or_else(|f| panic!("results so far {results:?}: {f}"));
+        if let Some(h) = line.strip_prefix("HANDLE ") {
             handles[rank] = Some(h.trim().to_string());
-            children::exchange_handles(&handles, &mut children);
-        } else if line.contains("@@DONE") {
+            exchange_handles(&handles, &mut group);
+        } else if line == "DONE" {
             done[rank] = true;
             if done[0] && done[1] {
-                for c in children.iter_mut() {
-                    writeln!(c.stdin.as_mut().unwrap(), "go").unwrap();
-                }
+                group.send_all("go").expect("both ranks hear go");
             }
-        } else if let Some((_, r)) = line.split_once("@@OK") {
+        } else if let Some(r) = line.strip_prefix("OK") {
             results[rank] = Some(r.trim().to_string());
         }
     }
-    if failure.is_some() {
-        for c in children.iter_mut() {
-            let _ = c.kill();
-        }
-    }
-    let statuses: Vec<_> = children.iter_mut().map(|c| c.wait().unwrap()).collect();
-    assert!(failure.is_none(), "{}", failure.unwrap());
-    for (rank, (status, result)) in statuses.iter().zip(&results).enumerate() {
-        assert!(status.success(), "rank {rank} failed: {status} (see its stderr above)");
+    group.finish().unwrap();
+    for (rank, result) in results.iter().enumerate() {
         eprintln!("rank {rank}: {}", result.as_deref().unwrap_or("?"));
     }
 }
 
 #[test]
 fn two_processes_move_bytes_exactly() {
-    run_pair(&[(SLOW_CONNECT_ENV, "0")], 200);
+    run_pair(&[], Some(0), 200);
 }
 
 /// Three lanes per process: every receive of 128 KiB or more is written in 2 or 3 pieces, each
 /// its own unsharded write and immediate, short sends leave pieces empty (zero-byte writes).
 #[test]
 fn two_processes_move_bytes_exactly_in_pieces_over_lanes() {
-    run_pair(&[("ACCORD_WORKERS_PER_NIC", "3")], 120);
+    run_pair(&[("ACCORD_WORKERS_PER_NIC", "3")], None, 120);
 }
 
 #[test]
 fn two_processes_move_bytes_exactly_under_loss_and_reordering() {
-    run_pair(&[("ACCORD_LOSS", "0.01"), ("ACCORD_REORDER", "0.02"), ("ACCORD_IDLE_TIMEOUT_MS", "3000")], 120);
+    run_pair(&[("ACCORD_LOSS", "0.01"), ("ACCORD_REORDER", "0.02"), ("ACCORD_IDLE_TIMEOUT_MS", "3000")], None, 120);
 }

@@ -1,33 +1,29 @@
-//! Two-rank GPU tests: this test binary re-runs itself as rank 1 (env
-//! `ACCORD_GPU_TEST_RANK=1`). They print `skipped: <reason>` without 2 GPUs.
+//! Two-rank GPU tests: rank 1 is this test again, in a child process (`accord_testkit`).
+//! They print `skipped: <reason>` without 2 GPUs.
 
-use std::process::{Child, Command};
+use accord_testkit::{Group, Spawn};
 use std::time::Duration;
 
 use super::check;
 use super::{GpuBufs, GpuCollError, GpuCommunicator, GpuConfig};
 use crate::store::{Bootstrap, BootstrapConfig};
 
-const RANK_ENV: &str = "ACCORD_GPU_TEST_RANK";
-const PORT_ENV: &str = "ACCORD_GPU_TEST_PORT";
+/// Rank 1's whole life: its waits are bounded at 60 s each, a few in a row.
+const CHILD_BOUND: Duration = Duration::from_secs(300);
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(29_611)
 }
 
-/// Rank 0 spawns rank 1 (this test, in a child process); returns (rank, port, child).
-fn two_ranks(test: &str) -> (usize, u16, Option<Child>) {
-    if let Ok(rank) = std::env::var(RANK_ENV) {
-        let port = std::env::var(PORT_ENV).ok().and_then(|p| p.parse().ok()).expect("port env");
-        return (rank.parse().expect("rank env"), port, None);
+/// Rank 0 spawns rank 1 (this test, in a child process); returns (rank, port, rank 1's group
+/// at rank 0).
+fn two_ranks(test: &str) -> (usize, u16, Option<Group>) {
+    if let Some(ctx) = accord_testkit::child() {
+        // The parent is rank 0; its one child is rank 1.
+        return (ctx.rank + 1, ctx.parse("port").expect("the parent passes its port"), None);
     }
     let port = free_port();
-    let child = Command::new(std::env::current_exe().expect("test binary"))
-        .args(["--exact", test, "--nocapture", "--test-threads=1"])
-        .env(RANK_ENV, "1")
-        .env(PORT_ENV, port.to_string())
-        .spawn()
-        .expect("spawn rank 1");
+    let child = Spawn::new(test, 1).value("port", port).bound(CHILD_BOUND).start().expect("spawn rank 1");
     (0, port, Some(child))
 }
 
@@ -61,7 +57,7 @@ fn two_rank_collectives_respect_stream_order() {
     }
     drop(comm);
     if let Some(mut child) = child {
-        assert!(child.wait().expect("wait rank 1").success(), "rank 1 failed");
+        child.finish().expect("rank 1 succeeds");
     }
 }
 
@@ -85,7 +81,7 @@ fn a_peer_that_exits_gives_an_error_not_a_crash() {
         drop(recv);
         return;
     }
-    child.expect("rank 0 spawned rank 1").wait().expect("rank 1 exits");
+    child.expect("rank 0 spawned rank 1").finish().expect("rank 1 exits");
     comm.all_gather(GpuBufs { send: &send, recv: &recv }, 1 << 20, &stream).expect("the call itself is queued");
     let err = comm.wait_idle(Duration::from_secs(60)).expect_err("the peer is gone");
     assert!(

@@ -212,7 +212,11 @@ impl DeviceWriter<'_> {
 
     /// The route [`route::choose`] picks for `op` from `src`, and the destination's engine when it
     /// is in this process.
-    pub(crate) fn route_of(&self, op: &WriteOp<'_>, src: LocalSource) -> Result<(Route, Option<Arc<Shared>>), SubmitError> {
+    pub(crate) fn route_of(
+        &self,
+        op: &WriteOp<'_>,
+        src: LocalSource,
+    ) -> Result<(Route, Option<Arc<Shared>>), SubmitError> {
         let peer = op.dst.engine;
         let mut switches = RouteSwitches::of(&self.shared.config);
         // A device destination described without a CUDA IPC handle (a READ's reader, whose

@@ -57,10 +57,19 @@ impl Sprayed {
 
 /// Forged datagram kinds: a Hello, a HelloAck, an ACK, or a data packet (a two-sided send
 /// whose payload is a collectives "stuck" frame), each aimed at a guessed connection.
-const FORGED_KINDS: u32 = 4;
+pub const FORGED_KINDS: u32 = 4;
 
-/// One forged datagram of the kind `kind` (see [`FORGED_KINDS`]).
+/// One forged datagram of the kind `kind` (see [`FORGED_KINDS`]), sealed with the right
+/// end-to-end check.
 pub fn forged(rng: &mut ChaCha8Rng, kind: u32) -> Vec<u8> {
+    let mut buf = forged_unsealed(rng, kind);
+    wire::seal(&mut buf, Integrity::Full);
+    buf
+}
+
+/// One forged datagram of the kind `kind`, not sealed: header, body and a data packet's
+/// payload, for a caller that seals it its own way (the MAC spray appends a guessed tag).
+pub fn forged_unsealed(rng: &mut ChaCha8Rng, kind: u32) -> Vec<u8> {
     let header = Header { dst_conn: ConnectionId(rng.gen()), token: rng.gen() };
     let hello = HelloRepr {
         src_conn: ConnectionId(rng.gen()),
@@ -111,7 +120,6 @@ pub fn forged(rng: &mut ChaCha8Rng, kind: u32) -> Vec<u8> {
         len += frame.len();
     }
     buf.truncate(len);
-    wire::seal(&mut buf, Integrity::Full);
     buf
 }
 

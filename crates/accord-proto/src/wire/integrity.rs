@@ -129,34 +129,37 @@ pub fn verify(datagram: &[u8], mode: Integrity) -> Result<(), WireError> {
     Ok(())
 }
 
+/// A Data packet carrying `payload`, not sealed: the sample the CRC and the MAC tests seal
+/// and flip.
+#[cfg(test)]
+pub(crate) fn data_packet(payload: &[u8]) -> Vec<u8> {
+    use crate::ids::{ConnectionId, OpId};
+    use crate::wire::{emit, DataKind, DataRepr, Header, Repr};
+    let repr = DataRepr {
+        psn: 7,
+        ack_floor: 0,
+        tx_time_ns: 1,
+        op: OpId(3),
+        kind: DataKind::Send,
+        imm: None,
+        tag: 0,
+        msg_len: payload.len() as u64,
+        msg_offset: 0,
+        payload_len: payload.len() as u16,
+        ack_now: false,
+        retransmission: false,
+        receiver_driven: false,
+        wants_more: false,
+    };
+    let mut buf = vec![0u8; DATA_HEADER_LEN + payload.len()];
+    let n = emit(&Header { dst_conn: ConnectionId(9), token: 5 }, &Repr::Data(repr), &mut buf).unwrap();
+    buf[n..].copy_from_slice(payload);
+    buf
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::{ConnectionId, OpId};
-    use crate::wire::{emit, DataKind, DataRepr, Header, Repr};
-
-    fn data_packet(payload: &[u8]) -> Vec<u8> {
-        let repr = DataRepr {
-            psn: 7,
-            ack_floor: 0,
-            tx_time_ns: 1,
-            op: OpId(3),
-            kind: DataKind::Send,
-            imm: None,
-            tag: 0,
-            msg_len: payload.len() as u64,
-            msg_offset: 0,
-            payload_len: payload.len() as u16,
-            ack_now: false,
-            retransmission: false,
-            receiver_driven: false,
-            wants_more: false,
-        };
-        let mut buf = vec![0u8; DATA_HEADER_LEN + payload.len()];
-        let n = emit(&Header { dst_conn: ConnectionId(9), token: 5 }, &Repr::Data(repr), &mut buf).unwrap();
-        buf[n..].copy_from_slice(payload);
-        buf
-    }
 
     #[test]
     fn every_single_bit_flip_is_caught_in_its_mode() {

@@ -1,7 +1,7 @@
 //! The tag and the key schedule, on bytes alone.
 
 use super::*;
-use crate::wire::{emit, DataKind, DataRepr, Header, Integrity, Repr, DATA_HEADER_LEN};
+use crate::wire::Integrity;
 
 const SECRET: JobSecret = JobSecret([0x42; 32]);
 
@@ -11,25 +11,8 @@ fn side(conn: u32, token: u64) -> ConnSide {
 
 /// A Data packet with `payload` and room for the tag, sealed under `key`.
 fn sealed_data(payload: &[u8], key: &MacKey) -> Vec<u8> {
-    let repr = DataRepr {
-        psn: 7,
-        ack_floor: 0,
-        tx_time_ns: 1,
-        op: crate::ids::OpId(3),
-        kind: DataKind::Send,
-        imm: None,
-        tag: 0,
-        msg_len: payload.len() as u64,
-        msg_offset: 0,
-        payload_len: payload.len() as u16,
-        ack_now: false,
-        retransmission: false,
-        receiver_driven: false,
-        wants_more: false,
-    };
-    let mut buf = vec![0u8; DATA_HEADER_LEN + payload.len() + MAC_TAG_LEN];
-    let n = emit(&Header { dst_conn: ConnectionId(9), token: 5 }, &Repr::Data(repr), &mut buf).unwrap();
-    buf[n..n + payload.len()].copy_from_slice(payload);
+    let mut buf = crate::wire::integrity::data_packet(payload);
+    buf.resize(buf.len() + MAC_TAG_LEN, 0);
     seal_mac(&mut buf, key);
     buf
 }
