@@ -223,19 +223,7 @@ impl DeviceRoute {
         let _restore = accord_cuda::CurrentContextGuard::save();
         let mut state = self.state.lock().unwrap();
         let src_gpu = slot(&mut state, src_ordinal)?.gpu.clone();
-        let (dst_base, dst_gpu, mapping) = match target {
-            DeviceTarget::SameProcess { ptr, ordinal } => {
-                let dst_gpu = slot(&mut state, ordinal)?.gpu.clone();
-                if ordinal != src_ordinal && state.peer_access.insert((src_ordinal, ordinal)) {
-                    src_gpu.enable_peer_access(&dst_gpu).map_err(|e| e.to_string())?;
-                }
-                (ptr, dst_gpu, None)
-            }
-            DeviceTarget::SameHost { dst, offset } => {
-                let (ptr, mapping) = mapped(&mut state, &src_gpu, &dst, offset, src_ordinal)?;
-                (ptr, src_gpu.clone(), Some(mapping))
-            }
-        };
+        let (dst_base, dst_gpu, mapping) = device_destination(&mut state, &src_gpu, src_ordinal, target)?;
         let (gpu, stream) = next_stream(&mut state, src_ordinal, Direction::DeviceToDevice)?;
         gpu.bind().map_err(|e| e.to_string())?;
         let mut list = Vec::with_capacity(pieces.len());
@@ -300,19 +288,7 @@ impl DeviceRoute {
         let (event, mapping) = match copy.ends {
             CopyEnds::DeviceToDevice { src_ptr, src_ordinal, target } => {
                 let src_gpu = slot(&mut state, src_ordinal)?.gpu.clone();
-                let (dst_ptr, dst_gpu, mapping) = match target {
-                    DeviceTarget::SameProcess { ptr, ordinal } => {
-                        let dst_gpu = slot(&mut state, ordinal)?.gpu.clone();
-                        if ordinal != src_ordinal && state.peer_access.insert((src_ordinal, ordinal)) {
-                            src_gpu.enable_peer_access(&dst_gpu).map_err(|e| e.to_string())?;
-                        }
-                        (ptr, dst_gpu, None)
-                    }
-                    DeviceTarget::SameHost { dst, offset } => {
-                        let (ptr, mapping) = mapped(&mut state, &src_gpu, &dst, offset, src_ordinal)?;
-                        (ptr, src_gpu.clone(), Some(mapping))
-                    }
-                };
+                let (dst_ptr, dst_gpu, mapping) = device_destination(&mut state, &src_gpu, src_ordinal, target)?;
                 let (gpu, stream) = next_stream(&mut state, src_ordinal, Direction::DeviceToDevice)?;
                 copy_peer_async(DevicePtr(dst_ptr), &dst_gpu, DevicePtr(src_ptr), &src_gpu, len, stream)
                     .map_err(|e| format!("device copy: {e}"))?;
@@ -354,6 +330,31 @@ impl DeviceRoute {
         drop(state);
         let job = InFlight { event, transfer, after, keep: copy.keep, mapping };
         self.inflight.send(job).map_err(|_| "the device poller thread has exited".to_string())
+    }
+}
+
+/// Where a device-to-device copy from GPU `src_ordinal` writes `target`: the destination's
+/// address as that GPU's context reaches it, the GPU to name as the destination's in a copy,
+/// and the IPC mapping to hold until the copy completed (peer access enabled once per pair
+/// for a region of another GPU in this process).
+fn device_destination(
+    state: &mut RouteState,
+    src_gpu: &Gpu,
+    src_ordinal: u32,
+    target: DeviceTarget,
+) -> Result<(u64, Gpu, Option<Arc<IpcMapping>>), String> {
+    match target {
+        DeviceTarget::SameProcess { ptr, ordinal } => {
+            let dst_gpu = slot(state, ordinal)?.gpu.clone();
+            if ordinal != src_ordinal && state.peer_access.insert((src_ordinal, ordinal)) {
+                src_gpu.enable_peer_access(&dst_gpu).map_err(|e| e.to_string())?;
+            }
+            Ok((ptr, dst_gpu, None))
+        }
+        DeviceTarget::SameHost { dst, offset } => {
+            let (ptr, mapping) = mapped(state, src_gpu, &dst, offset, src_ordinal)?;
+            Ok((ptr, src_gpu.clone(), Some(mapping)))
+        }
     }
 }
 

@@ -39,6 +39,16 @@ pub(crate) enum LocalSource {
     Device { ptr: u64, ordinal: u32 },
 }
 
+impl LocalSource {
+    /// Which memory the route layer sees.
+    pub(crate) fn memory(&self) -> SourceMemory {
+        match self {
+            LocalSource::Host { .. } => SourceMemory::Host,
+            LocalSource::Device { .. } => SourceMemory::Device,
+        }
+    }
+}
+
 /// What the device routes of one engine share, opened or started on first use.
 #[derive(Default)]
 pub(crate) struct DevicePaths {
@@ -210,19 +220,20 @@ impl DeviceWriter<'_> {
         Ok((source, region.keep.clone()))
     }
 
-    /// The route [`route::choose`] picks for `op` from `src`, and the destination's engine when it
-    /// is in this process.
-    pub(crate) fn route_of(
+    /// The route [`route::choose`] picks for a write of `len` bytes from `source` memory into
+    /// `dst`, and the destination's engine when it is in this process.
+    pub(crate) fn route_to(
         &self,
-        op: &WriteOp<'_>,
-        src: LocalSource,
+        dst: &MrDescriptor,
+        len: u64,
+        source: SourceMemory,
     ) -> Result<(Route, Option<Arc<Shared>>), SubmitError> {
-        let peer = op.dst.engine;
+        let peer = dst.engine;
         let mut switches = RouteSwitches::of(&self.shared.config);
         // A device destination described without a CUDA IPC handle (a READ's reader, whose
         // request has no room for one; memory the driver would not export) cannot be mapped
         // here: across processes it lands through the receiver's slots instead.
-        if op.dst.device.is_some_and(|d| d.ipc.is_none()) {
+        if dst.device.is_some_and(|d| d.ipc.is_none()) {
             switches.device_ipc = false;
         }
         let local = match () {
@@ -242,16 +253,12 @@ impl DeviceWriter<'_> {
                 }
             }
         };
-        let destination = match (op.dst.device, op.dst.shared) {
+        let destination = match (dst.device, dst.shared) {
             (Some(_), _) => Destination::Device,
             (None, Some(_)) => Destination::SharedHost,
             (None, None) => Destination::Host,
         };
-        let source = match src {
-            LocalSource::Host { .. } => SourceMemory::Host,
-            LocalSource::Device { .. } => SourceMemory::Device,
-        };
-        let inputs = RouteInputs { operation: Operation::Write, source, destination, locality, len: op.len, switches };
+        let inputs = RouteInputs { operation: Operation::Write, source, destination, locality, len, switches };
         Ok((route::choose(inputs), local))
     }
 
@@ -261,7 +268,7 @@ impl DeviceWriter<'_> {
     pub(crate) fn write_device(&self, op: &WriteOp<'_>) -> Result<Transfer, SubmitError> {
         let (src, src_keep) = self.device_write_source(op)?;
         let keep: Vec<MemoryOwner> = src_keep.into_iter().collect();
-        let (route, local) = self.route_of(op, src)?;
+        let (route, local) = self.route_to(op.dst, op.len, src.memory())?;
         match (route, src) {
             (Route::CopyEngine, _) => match local {
                 Some(peer_shared) => self.copy_in_process(op, src, keep, &peer_shared),

@@ -157,7 +157,7 @@ impl DeviceWriter<'_> {
         let (src, src_keep) = self.device_write_source(&first)?;
         let LocalSource::Device { ptr, ordinal } = src else { return Ok(None) };
         let src_base = ptr - src_offset;
-        let target = match self.route_of(&first, src)? {
+        let target = match self.route_to(op.dst, len, src.memory())? {
             (super::Route::CopyEngine, Some(owner)) => {
                 let regions = owner.regions.read().unwrap();
                 let (base, owner_ordinal) = regions

@@ -2,7 +2,7 @@
 //! reaches it, for code that moves the bytes itself rather than through a write (the device
 //! proxy's stream lane in `accord-device`, and kernels that store into a peer's window).
 //!
-//! Why here: it is the same decision as a device-to-device write's route. [`choose`] is asked
+//! Why here: it is the same decision as a device-to-device write's route. [`super::choose`] is asked
 //! for that write, and only its two copy-engine answers give an address: [`Route::CopyEngine`]
 //! (the region is in this process: its own address, with peer access enabled from GPU `on`)
 //! and [`Route::CopyEngineIpc`] (another process of this host: the cached CUDA IPC mapping the
@@ -14,9 +14,8 @@ use std::sync::Arc;
 use accord_cuda::IpcMapping;
 use accord_proto::{RegionId, RegionKey};
 
-use super::{choose, Destination, Locality, Operation, Route, RouteInputs, RouteSwitches, SourceMemory};
+use super::{Route, SourceMemory};
 use crate::address::MrDescriptor;
-use crate::engine::shared::local_engine;
 use crate::engine::Engine;
 use crate::error::SubmitError;
 
@@ -54,35 +53,9 @@ impl Engine {
     pub fn map_device_region(&self, dst: &MrDescriptor, on: u32) -> Result<DeviceRegionMapping, SubmitError> {
         let no = |why: String| SubmitError::Invalid(format!("no direct access to the peer's region: {why}"));
         let info = dst.device.ok_or_else(|| no("it is not device memory".into()))?;
-        let switches = RouteSwitches::of(&self.shared.config);
-        let peer = dst.engine;
-        let local = match () {
-            _ if switches.force_network => None,
-            _ if peer == self.id() => Some(self.shared.clone()),
-            _ => local_engine(peer),
-        };
-        let locality = match &local {
-            Some(_) => Locality::SameProcess,
-            None => {
-                let peers = self.shared.peers.read().unwrap();
-                let address = peers.get(&peer).ok_or(SubmitError::UnknownPeer(peer.0))?;
-                if address.host == self.address.host {
-                    Locality::SameHost
-                } else {
-                    Locality::OtherHost
-                }
-            }
-        };
-        let inputs = RouteInputs {
-            operation: Operation::Write,
-            source: SourceMemory::Device,
-            destination: Destination::Device,
-            locality,
-            len: dst.len,
-            switches,
-        };
+        let (chosen, local) = self.device_writer().route_to(dst, dst.len, SourceMemory::Device)?;
         let route = self.device_route().map_err(no)?;
-        match (choose(inputs), local) {
+        match (chosen, local) {
             (Route::CopyEngine, Some(owner)) => {
                 let regions = owner.regions.read().unwrap();
                 let (ptr, ordinal) = regions
