@@ -709,8 +709,12 @@ impl DeviceComm {
     }
 
     /// Stops the proxies (after draining what is in flight, bounded by the close drain),
-    /// deregisters the windows and the signal slots. Peers' writes into this rank fail once
-    /// it closed: close after a barrier that follows every rank's last device work.
+    /// deregisters the windows and the signal slots. Close after a barrier that follows every
+    /// rank's last device work, and free a window's memory only after that: a peer's engine
+    /// writes into this rank fail once it closed, but a peer's stream lane copies by address
+    /// (its mapping of the window, checked when the window was registered), so a put still in
+    /// flight from a peer that skipped the barrier lands in the window's memory whatever it has
+    /// become.
     pub fn close(mut self) -> Result<(), DeviceError> {
         self.shutdown();
         Ok(())
