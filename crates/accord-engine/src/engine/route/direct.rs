@@ -54,9 +54,9 @@ impl Engine {
         let no = |why: String| SubmitError::Invalid(format!("no direct access to the peer's region: {why}"));
         let info = dst.device.ok_or_else(|| no("it is not device memory".into()))?;
         let (chosen, local) = self.device_writer().route_to(dst, dst.len, SourceMemory::Device)?;
-        let route = self.device_route().map_err(no)?;
         match (chosen, local) {
             (Route::CopyEngine, Some(owner)) => {
+                let route = self.device_route().map_err(no)?;
                 let regions = owner.regions.read().unwrap();
                 let (ptr, ordinal) = regions
                     .check_device_write(RegionId(dst.region), RegionKey(dst.key), 0, dst.len)
@@ -71,6 +71,7 @@ impl Engine {
                 })
             }
             (Route::CopyEngineIpc, _) => {
+                let route = self.device_route().map_err(no)?;
                 let (ptr, mapping) = route.map_peer_region(dst, on).map_err(no)?;
                 Ok(DeviceRegionMapping {
                     ptr,
@@ -82,5 +83,46 @@ impl Engine {
             }
             (other, _) => Err(no(format!("a write to it takes the {other:?} route"))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The refusals of `map_device_region`, which need no GPU: each names why, and none maps
+    //! anything. (An address is handed out only on a GPU host: the device bench covers it.)
+    use crate::engine::route::landing::tests::{device_dst, engine, pair};
+    use crate::{Engine, SubmitError};
+
+    fn refusal(e: SubmitError) -> String {
+        match e {
+            SubmitError::Invalid(why) => why,
+            other => panic!("expected a refusal naming why, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_host_region_is_refused_as_not_device_memory() {
+        let a = Engine::builder().ignore_env().build().unwrap();
+        let host = a.alloc(4096).unwrap();
+        let why = refusal(a.map_device_region(&host.descriptor(), 0).unwrap_err());
+        assert!(why.contains("not device memory"), "{why}");
+    }
+
+    #[test]
+    fn a_region_reached_only_over_the_network_names_its_route() {
+        // Both engines force the network, so a same-process peer counts as another process of
+        // this host, and its device region (described without an IPC handle) lands.
+        let (a, b) = (engine(2_000), engine(2_000));
+        pair(&a, &b);
+        let (_memory, d) = device_dst(&b, 4096);
+        let why = refusal(a.map_device_region(&d, 0).unwrap_err());
+        assert!(why.contains("Landing"), "{why}");
+    }
+
+    #[test]
+    fn an_unknown_peer_is_named() {
+        let (a, b) = (engine(2_000), engine(2_000));
+        let (_memory, d) = device_dst(&b, 4096);
+        assert!(matches!(a.map_device_region(&d, 0), Err(SubmitError::UnknownPeer(_))));
     }
 }
