@@ -1,11 +1,19 @@
 //! Engine-owned streams and events.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::context::Gpu;
 use crate::error::{CudaError, Result};
 use crate::ffi::driver::{self, RawEvent, RawStream};
 use crate::memory::DevicePtr;
+
+/// Copies per `cuMemcpyBatchAsync` call of [`Stream::copy_many_unchecked`].
+pub const COPIES_PER_BATCH_CALL: usize = 4096;
+/// Set once the driver refused `cuMemcpyBatchAsync`: batches go one copy a call from then on.
+static BATCH_COPY_REFUSED: AtomicBool = AtomicBool::new(false);
+/// Set once the driver refused `cuStreamBatchMemOp`: stores go one a call from then on.
+static BATCH_STORES_REFUSED: AtomicBool = AtomicBool::new(false);
 
 /// Longest sleep between two polls in [`Event::wait_timeout`].
 pub const EVENT_POLL_SLEEP_MAX: Duration = Duration::from_micros(200);
@@ -59,11 +67,31 @@ impl Stream {
         driver::stream_write_value64(self.raw, dst.0, value)
     }
 
-    /// Queues several stores as [`Stream::write_value_u64`] does, in this order, in one driver
-    /// call (`cuStreamBatchMemOp`; at most 256 a call). A context must be current.
-    pub fn write_values_u64(&self, stores: &[(DevicePtr, u64)]) -> Result<()> {
-        let raw: Vec<(u64, u64)> = stores.iter().map(|&(p, v)| (p.0, v)).collect();
-        driver::stream_write_values64(self.raw, &raw)
+    /// Queues several stores as [`Stream::write_value_u64`] does, in this order, in as few driver
+    /// calls as the driver allows: one `cuStreamBatchMemOp` per 256 stores, or, once a driver
+    /// refused the batched call, one `cuStreamWriteValue64` each for the rest of the process.
+    /// Returns the driver calls it took. A context must be current.
+    pub fn write_values_u64(&self, stores: &[(DevicePtr, u64)]) -> Result<usize> {
+        if stores.len() < 2 || BATCH_STORES_REFUSED.load(Ordering::Relaxed) {
+            for &(dst, value) in stores {
+                self.write_value_u64(dst, value)?;
+            }
+            return Ok(stores.len());
+        }
+        let mut calls = 0;
+        for chunk in stores.chunks(driver::STREAM_MEM_OPS_PER_CALL_MAX) {
+            let raw: Vec<(u64, u64)> = chunk.iter().map(|&(p, v)| (p.0, v)).collect();
+            if driver::stream_write_values64(self.raw, &raw).is_ok() {
+                calls += 1;
+                continue;
+            }
+            BATCH_STORES_REFUSED.store(true, Ordering::Relaxed);
+            for &(dst, value) in chunk {
+                self.write_value_u64(dst, value)?;
+            }
+            calls += chunk.len();
+        }
+        Ok(calls)
     }
 
     /// Queues a copy of `len_bytes` between two device addresses usable in this stream's
@@ -79,18 +107,38 @@ impl Stream {
         driver::memcpy_dtod_async(dst.0, src.0, len_bytes, self.raw)
     }
 
-    /// Queues many device-to-device copies in one driver call (`cuMemcpyBatchAsync`), each
-    /// `(dst, src, len)`: they start after the work queued before them and may run in any order
-    /// among themselves. A context must be current on the calling thread.
+    /// Queues many device-to-device copies, each `(dst, src, len)`: they start after the work
+    /// queued before them and may run in any order among themselves. In as few driver calls as
+    /// the driver allows: `cuMemcpyBatchAsync`, [`COPIES_PER_BATCH_CALL`] copies a call (a call
+    /// costs microseconds, a small copy's bytes nanoseconds), or, once a driver refused the
+    /// batched call (drivers before CUDA 12.8 lack it), one `cuMemcpyDtoDAsync` each for the
+    /// rest of the process. Returns the driver calls it took. A context must be current.
     ///
     /// # Safety
     /// As [`Stream::copy_unchecked`], for every copy.
     #[allow(unsafe_code)]
-    pub unsafe fn copy_batch_unchecked(&self, copies: &[(DevicePtr, DevicePtr, usize)]) -> Result<()> {
-        let dsts: Vec<u64> = copies.iter().map(|c| c.0 .0).collect();
-        let srcs: Vec<u64> = copies.iter().map(|c| c.1 .0).collect();
-        let sizes: Vec<usize> = copies.iter().map(|c| c.2).collect();
-        driver::memcpy_batch_async(&dsts, &srcs, &sizes, self.gpu.ordinal() as u32, self.raw)
+    pub unsafe fn copy_many_unchecked(&self, copies: &[(DevicePtr, DevicePtr, usize)]) -> Result<usize> {
+        let mut calls = 0;
+        let mut queued = 0;
+        if copies.len() >= 2 && !BATCH_COPY_REFUSED.load(Ordering::Relaxed) {
+            for chunk in copies.chunks(COPIES_PER_BATCH_CALL) {
+                let dsts = chunk.iter().map(|c| c.0 .0).collect();
+                let srcs = chunk.iter().map(|c| c.1 .0).collect();
+                let sizes = chunk.iter().map(|c| c.2).collect();
+                if driver::memcpy_batch_async(dsts, srcs, sizes, self.gpu.ordinal() as u32, self.raw).is_err() {
+                    BATCH_COPY_REFUSED.store(true, Ordering::Relaxed);
+                    break;
+                }
+                calls += 1;
+                queued += chunk.len();
+            }
+        }
+        for &(dst, src, len) in &copies[queued..] {
+            // Safety: forwarded to the caller.
+            unsafe { self.copy_unchecked(dst, src, len) }?;
+            calls += 1;
+        }
+        Ok(calls)
     }
 
     pub(crate) fn raw(&self) -> RawStream {

@@ -26,7 +26,6 @@
 use crate::layout::SignalOp;
 use accord_cuda::{DevicePtr, Stream};
 use accord_engine::DeviceRegionMapping;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, RwLock};
 
 /// Where a lane item's bytes come from and go to (device addresses in this rank's context).
@@ -91,45 +90,14 @@ impl LaneSink for StreamSink<'_> {
         self.0.write_value_u64(DevicePtr(dst), value).map_err(|e| format!("lane store: {e}"))
     }
 
-    /// The batch's stores in one `cuStreamBatchMemOp` per 256 (each driver call costs about a
-    /// microsecond of this thread and of the GPU's front end); one call each where refused.
+    /// The batch's stores in as few calls as the driver allows (`Stream::write_values_u64`).
     fn write_values(&mut self, stores: &[(u64, u64)]) -> Result<usize, String> {
-        // One store: cuStreamWriteValue64, the plain call for it.
-        if stores.len() < 2 || BATCH_STORES_REFUSED.load(Ordering::Relaxed) {
-            for &(dst, value) in stores {
-                self.write_value(dst, value)?;
-            }
-            return Ok(stores.len());
-        }
-        let mut calls = 0;
-        for chunk in stores.chunks(STORES_PER_CALL_MAX) {
-            let list: Vec<(DevicePtr, u64)> = chunk.iter().map(|&(d, v)| (DevicePtr(d), v)).collect();
-            match self.0.write_values_u64(&list) {
-                Ok(()) => calls += 1,
-                Err(e) => {
-                    if !BATCH_STORES_REFUSED.swap(true, Ordering::Relaxed) {
-                        tracing::warn!(error = %e, "the driver refused batched stream stores: one call each");
-                    }
-                    for &(dst, value) in chunk {
-                        self.write_value(dst, value)?;
-                    }
-                    calls += chunk.len();
-                }
-            }
-        }
-        Ok(calls)
+        let list: Vec<(DevicePtr, u64)> = stores.iter().map(|&(d, v)| (DevicePtr(d), v)).collect();
+        self.0.write_values_u64(&list).map_err(|e| format!("lane stores: {e}"))
     }
 
-    /// One `cuMemcpyBatchAsync` for a batch's copies (a driver call costs microseconds, a
-    /// small put's bytes nanoseconds); the first refusal of the batch call by this driver
-    /// turns it off for the process and the copies go one by one.
+    /// The batch's copies in as few calls as the driver allows (`Stream::copy_many_unchecked`).
     fn copy_many(&mut self, copies: &[(u64, u64, u64)]) -> Result<usize, String> {
-        if copies.len() < 2 || BATCH_COPY_REFUSED.load(Ordering::Relaxed) {
-            for &(dst, src, len) in copies {
-                self.copy(dst, src, len)?;
-            }
-            return Ok(copies.len());
-        }
         let mut list = Vec::with_capacity(copies.len());
         for &(dst, src, len) in copies {
             let len = usize::try_from(len).map_err(|_| "length does not fit this machine".to_string())?;
@@ -137,27 +105,9 @@ impl LaneSink for StreamSink<'_> {
         }
         // Safety: as in `copy`, for every copy of the batch.
         #[allow(unsafe_code)]
-        match unsafe { self.0.copy_batch_unchecked(&list) } {
-            Ok(()) => Ok(1),
-            Err(e) => {
-                if !BATCH_COPY_REFUSED.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(error = %e, "the driver refused a batched copy: lane copies go one call each");
-                }
-                for &(dst, src, len) in copies {
-                    self.copy(dst, src, len)?;
-                }
-                Ok(copies.len())
-            }
-        }
+        unsafe { self.0.copy_many_unchecked(&list) }.map_err(|e| format!("lane copies: {e}"))
     }
 }
-
-/// Set once the driver refused `cuMemcpyBatchAsync` (older drivers lack it).
-static BATCH_COPY_REFUSED: AtomicBool = AtomicBool::new(false);
-/// Set once the driver refused `cuStreamBatchMemOp`.
-static BATCH_STORES_REFUSED: AtomicBool = AtomicBool::new(false);
-/// Stores of one `cuStreamBatchMemOp` call (the driver's limit).
-const STORES_PER_CALL_MAX: usize = 256;
 
 /// Merges copies whose source and destination both continue the previous one, after a stable
 /// sort by destination (so copies to one destination offset keep their order). A put repeated

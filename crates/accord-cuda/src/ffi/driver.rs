@@ -310,11 +310,12 @@ pub(crate) fn stream_write_values64(stream: RawStream, stores: &[(RawPtr, u64)])
 
 /// Queues `dsts.len()` device-to-device copies on `stream` in one call
 /// (`cuMemcpyBatchAsync`): each copy's source is read in stream order; the copies among
-/// themselves run in any order. `ordinal` is the stream's GPU (the location hint).
+/// themselves run in any order. `ordinal` is the stream's GPU (the location hint). The arrays
+/// are taken by value: the driver's signature wants them mutable, though it only reads them.
 pub(crate) fn memcpy_batch_async(
-    dsts: &[u64],
-    srcs: &[u64],
-    sizes: &[usize],
+    mut dsts: Vec<u64>,
+    mut srcs: Vec<u64>,
+    mut sizes: Vec<usize>,
     ordinal: u32,
     stream: RawStream,
 ) -> Result<()> {
@@ -337,15 +338,14 @@ pub(crate) fn memcpy_batch_async(
         flags: 0,
     }];
     let mut attr_indices = [0usize];
-    let (mut d, mut s, mut z) = (dsts.to_vec(), srcs.to_vec(), sizes.to_vec());
     // Safety: three arrays of equal length and one attribute applying from copy 0 on, all live
     // for the call (the driver reads them during it); a bad device address fails the stream.
     check("cuMemcpyBatchAsync_v2", unsafe {
         sys::cuMemcpyBatchAsync_v2(
-            d.as_mut_ptr(),
-            s.as_mut_ptr(),
-            z.as_mut_ptr(),
-            d.len(),
+            dsts.as_mut_ptr(),
+            srcs.as_mut_ptr(),
+            sizes.as_mut_ptr(),
+            dsts.len(),
             attrs.as_mut_ptr(),
             attr_indices.as_mut_ptr(),
             1,

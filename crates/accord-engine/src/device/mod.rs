@@ -46,10 +46,6 @@ enum Direction {
 }
 /// Most same-host peer regions kept mapped (least recently used unmapped first).
 pub const IPC_MAPPINGS_MAX: usize = 256;
-/// Copies per `cuMemcpyBatchAsync` call of [`DeviceRoute::copy_many`].
-pub const COPIES_PER_BATCH_CALL: usize = 4096;
-/// Set once the driver refused `cuMemcpyBatchAsync` (older drivers lack it).
-static BATCH_COPY_REFUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 /// Most device copies in flight per engine; a further write blocks until one completed.
 pub const DEVICE_COPIES_IN_FLIGHT_MAX: usize = 1024;
 /// Sleep of the poller between event queries once copies have been pending for a while
@@ -206,10 +202,9 @@ impl DeviceRoute {
     /// region (`target`, offsets relative to its byte 0) on one engine-owned stream, with one
     /// event after all of them: `pieces` are (destination offset, source address, bytes), every
     /// one checked by the caller against both regions. The copies go through
-    /// `cuMemcpyBatchAsync`, [`COPIES_PER_BATCH_CALL`] a call (a KV request of 2,048 scattered
-    /// blocks is 327,680 copies: one call and one event each cost more than the bytes), or one
-    /// call each where the driver refuses the batch. Once all completed the poller runs `after`
-    /// or completes the transfer's one part.
+    /// [`Stream::copy_many_unchecked`] (batched calls: a KV request of 2,048 scattered blocks is
+    /// 327,680 copies, and one call and one event each cost more than the bytes). Once all
+    /// completed the poller runs `after` or completes the transfer's one part.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn copy_many(
         &self,
@@ -223,7 +218,8 @@ impl DeviceRoute {
         let _restore = accord_cuda::CurrentContextGuard::save();
         let mut state = self.state.lock().unwrap();
         let src_gpu = slot(&mut state, src_ordinal)?.gpu.clone();
-        let (dst_base, dst_gpu, mapping) = device_destination(&mut state, &src_gpu, src_ordinal, target)?;
+        // The destination is reached by address (peer access enabled there where needed).
+        let (dst_base, _, mapping) = device_destination(&mut state, &src_gpu, src_ordinal, target)?;
         let (gpu, stream) = next_stream(&mut state, src_ordinal, Direction::DeviceToDevice)?;
         gpu.bind().map_err(|e| e.to_string())?;
         let mut list = Vec::with_capacity(pieces.len());
@@ -231,33 +227,12 @@ impl DeviceRoute {
             let len = usize::try_from(len).map_err(|_| "length does not fit this machine")?;
             list.push((DevicePtr(dst_base + dst_offset), DevicePtr(src), len));
         }
-        let mut queued = 0;
-        if !BATCH_COPY_REFUSED.load(std::sync::atomic::Ordering::Relaxed) {
-            for chunk in list.chunks(COPIES_PER_BATCH_CALL) {
-                // Safety: every range was checked by the caller against its region (the source
-                // against this engine's registration, the destination against its descriptor,
-                // which `mapped` checked against what the IPC handle maps, or against the
-                // owner's registration in this process); `keep` and `mapping` hold both until
-                // the event after these copies completed.
-                #[allow(unsafe_code)]
-                match unsafe { stream.copy_batch_unchecked(chunk) } {
-                    Ok(()) => queued += chunk.len(),
-                    Err(e) => {
-                        if !BATCH_COPY_REFUSED.swap(true, std::sync::atomic::Ordering::Relaxed) {
-                            tracing::warn!(error = %e, "the driver refused a batched copy: device pieces go one call each");
-                        }
-                        break;
-                    }
-                }
-            }
-        }
-        let mut failure = None;
-        for &(dst, src, len) in &list[queued..] {
-            if let Err(e) = copy_peer_async(dst, &dst_gpu, src, &src_gpu, len, stream) {
-                failure = Some(format!("device copy: {e}"));
-                break;
-            }
-        }
+        // Safety: every range was checked by the caller against its region (the source against
+        // this engine's registration, the destination against its descriptor, which `mapped`
+        // checked against what the IPC handle maps, or against the owner's registration in this
+        // process); `keep` and `mapping` hold both until the event after these copies completed.
+        #[allow(unsafe_code)]
+        let failure = unsafe { stream.copy_many_unchecked(&list) }.err().map(|e| format!("device copy: {e}"));
         let event = record(&gpu, stream)?;
         drop(state);
         // After a failure part-way, what was queued still runs: the memory stays held until it
