@@ -284,7 +284,7 @@ impl DeviceComm {
             _ => None,
         };
         let lanes: Vec<Option<PeerLane>> = match &lane_gpu {
-            Some(gpu) => (0..world).map(|p| open_lane(&engine, gpu, &peer_signals[p as usize], rank, world)).collect(),
+            Some(gpu) => (0..world).map(|p| open_lane(&engine, gpu, &peer_signals[p as usize], rank)).collect(),
             None => (0..world).map(|_| None).collect(),
         };
         let lane_gpu = lane_gpu.filter(|_| lanes.iter().any(|l: &Option<PeerLane>| l.is_some()));
@@ -746,7 +746,7 @@ impl Drop for DeviceComm {
 /// The stream lane to `peer` (see `lane.rs`), if GPU `gpu` reaches its signal slots by
 /// address and the driver accepts a stream store into them: probed once by storing this rank's
 /// current contribution (0: nothing was signalled yet) into its own slot of signal 0 there.
-fn open_lane(engine: &Engine, gpu: &Gpu, slots: &MrDescriptor, rank: u32, world: u32) -> Option<PeerLane> {
+fn open_lane(engine: &Engine, gpu: &Gpu, slots: &MrDescriptor, rank: u32) -> Option<PeerLane> {
     let why_not = |e: String| {
         tracing::debug!(peer = %slots.engine.0, error = %e, "no stream lane to this peer: its descriptors go through the engine");
         None
@@ -760,7 +760,6 @@ fn open_lane(engine: &Engine, gpu: &Gpu, slots: &MrDescriptor, rank: u32, world:
         Err(e) => return why_not(e.to_string()),
     };
     let own_slot_of_signal_0 = mapping.ptr + u64::from(rank) * 8;
-    debug_assert!(u64::from(rank) < u64::from(world));
     let probe = gpu
         .bind()
         .and_then(|()| stream.write_value_u64(DevicePtr(own_slot_of_signal_0), 0))

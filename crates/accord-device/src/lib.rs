@@ -2,9 +2,11 @@
 //!
 //! A CUDA kernel names "rank r's window at offset o" and puts, signals and waits without
 //! returning to the host. GPU threads write 64-byte descriptors ([`layout::Descriptor`]) into a
-//! bounded ring in mapped host memory; CPU proxy threads drain it and run each descriptor as an
-//! ordinary engine write, so the engine's route layer picks the copy engine through IPC on one
-//! host, shared memory, or the network across hosts. No RDMA NIC and no NVSHMEM are needed.
+//! bounded ring in mapped host memory; CPU proxy threads drain it. A peer this rank's GPU
+//! reaches by address (CUDA IPC on one host, or this process) is served by a stream lane:
+//! batched copy-engine copies and stream stores, no engine write per descriptor. Every other
+//! peer gets ordinary engine writes, so the engine's route layer picks shared memory or the
+//! network across hosts. No RDMA NIC and no NVSHMEM are needed.
 //!
 //! The layout in [`layout`] is the contract with the CUDA header
 //! (`include/accord/device.cuh`); a test compiles that header with the host compiler and checks

@@ -1,20 +1,26 @@
 //! The proxy: one thread per ring (`accord-proxy-<ring>`) that takes descriptors in ticket
-//! order, checks them, runs each as an ordinary engine write (the engine's route layer picks
-//! memcpy, shared memory, the copy engine or the network), applies signal and counter actions
-//! once the write completed at this end, and frees slots as tickets complete.
+//! order, checks them, and runs each one of two ways: on the peer's stream lane (`lane.rs`)
+//! when this rank's GPU reaches the peer's window by address, else as an ordinary engine write
+//! (the engine's route layer picks memcpy, shared memory, the copy engine or the network). It
+//! applies signal and counter actions once the bytes landed, and frees slots as tickets
+//! complete.
 //!
-//! Completions come back from the engine's completion thread as events on a channel; every
-//! state change (ring watermarks, the in-flight table) happens on the proxy thread, so
-//! `control.*` has exactly one writer.
+//! Engine completions come back from the engine's completion thread as events on a channel;
+//! lane completions from the done words the lanes' streams write. Every state change (ring
+//! watermarks, the in-flight tables) happens on the proxy thread, so `control.*` has exactly
+//! one writer.
 //!
-//! Idling: the thread polls for [`ProxyTiming::idle_spin`] after its last progress (the
-//! engine's `wait_spin` idea: a descriptor or completion racing in is seen without a wake-up),
-//! then sleeps in `park_timeout(`[`ProxyTiming::idle_park`]`)`. A GPU producer cannot wake a
-//! host thread, so the sleep is bounded; engine completions unpark it at once.
+//! Idling: the thread spins [`IDLE_POLLS_BEFORE_YIELD`] polls, then yields between polls until
+//! [`ProxyTiming::idle_spin`] after its last progress (the engine's `wait_spin` idea: a
+//! descriptor or completion racing in is seen without a wake-up), then sleeps in
+//! `park_timeout(`[`ProxyTiming::idle_park`]`)`. A GPU producer cannot wake a host thread, so
+//! the sleep is bounded; engine completions unpark it at once.
 //!
 //! # Why a signal written after its put completed here is seen after the put's bytes
 //!
-//! The signal write is issued only once the put's `Transfer` completed at this end, which
+//! On a lane, stream order does it: the signal's store follows the put's copy on the same
+//! stream, with a memory barrier before it. Through the engine, the signal write is issued
+//! only once the put's `Transfer` completed at this end, which
 //! on the routes checked means its bytes are placed at the receiver:
 //! - `Memcpy` (peer in this process): the submitting thread copies before completing;
 //! - `SharedMemory` and `Udp` (the transport): the receiver's worker places each datagram in

@@ -456,7 +456,8 @@ impl DeviceComm {
 
     /// A host barrier, then stops the proxies and deregisters the windows, then releases the
     /// registered objects (collective; idempotent). Call it after every rank's last device
-    /// work: a peer's put into a closed rank fails.
+    /// work, and free a window's tensor only after it: a peer's engine write into a closed rank
+    /// fails, but a peer on this host copies into the window by address.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         self.shut(py, true)
     }
