@@ -23,13 +23,8 @@
 # flags to a run (e.g. IPC_ARGS="--iters 300"). NVRTC must be loadable (ACCORD_CUDA_LIB_DIRS, the CUDA toolkit, or the nvidia-cuda-nvrtc
 # wheel, which accord-cuda finds in Python's site-packages).
 set -uo pipefail
-START=$SECONDS BUDGET=${BUDGET_S:-480}
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-HERE="$(cd "$(dirname "$0")" && pwd)"
-ROOT="$(cd "$HERE/../.." && pwd)"
-OUT="${OUT:-$(mktemp -d)}"
-mkdir -p "$OUT"
-PY="${PYTHON:-python3}"
+DEFAULT_BUDGET_S=480
+. "$(dirname "$0")/budget.sh"
 
 BIN_DIR="${BIN_DIR:-}"
 if [ -z "$BIN_DIR" ]; then
@@ -39,10 +34,8 @@ if [ -z "$BIN_DIR" ]; then
 fi
 BIN="$BIN_DIR/accord-device-bench"
 [ -x "$BIN" ] || { echo "no accord-device-bench in $BIN_DIR"; exit 1; }
-echo "load at the start: $(uptime)"
-nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader 2>/dev/null || echo "nvidia-smi: not available"
+host_facts
 
-left() { echo $((BUDGET - (SECONDS - START))); }
 FAILED=0
 # run NAME SECONDS ARGS...: one bench run under `timeout`, capped by what is left of the budget.
 run() {

@@ -22,13 +22,8 @@
 # warm-up; BLOCKS (default 128,2048) the request sizes, POOL (default 2560) the blocks of each
 # cache (12.5 GiB). Exits non-zero when a run failed or a byte was wrong.
 set -uo pipefail
-START=$SECONDS BUDGET=${BUDGET_S:-280}
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-HERE="$(cd "$(dirname "$0")" && pwd)"
-ROOT="$(cd "$HERE/../.." && pwd)"
-OUT="${OUT:-$(mktemp -d)}"
-mkdir -p "$OUT"
-PY="${PYTHON:-python3}"
+DEFAULT_BUDGET_S=280
+. "$(dirname "$0")/budget.sh"
 BENCH="$ROOT/examples/kv_gpu_bench.py"
 JSON="$OUT/kv_gpu.jsonl"
 : > "$JSON"
@@ -38,10 +33,8 @@ if [ -n "${WHEEL:-}" ]; then
 fi
 "$PY" -c "import accord, accord.kv, torch; print('accord', accord.__version__, 'torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'gpus', torch.cuda.device_count())" \
   || { echo "kv_gpu: python3 cannot import accord, accord.kv and torch"; exit 1; }
-echo "load at the start: $(uptime)"
-nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader 2>/dev/null || echo "nvidia-smi: not available"
+host_facts
 
-left() { echo $((BUDGET - (SECONDS - START))); }
 FAILED=0
 # run NAME CAP ENV... -- ARGS...: one bench run under `timeout`, capped by what is left.
 run() {

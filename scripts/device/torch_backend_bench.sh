@@ -14,13 +14,8 @@
 # Budget: about 6 minutes on the 2xH200 host; BUDGET_S (default 450 s, from the start, build
 # included) caps the whole command under 8 minutes (see `capped` below).
 set -uo pipefail
-START=$SECONDS BUDGET=${BUDGET_S:-450}
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-HERE="$(cd "$(dirname "$0")" && pwd)"
-ROOT="$(cd "$HERE/../.." && pwd)"
-OUT="${OUT:-$(mktemp -d)}"
-mkdir -p "$OUT"
-PY="${PYTHON:-python3}"
+DEFAULT_BUDGET_S=450
+. "$(dirname "$0")/budget.sh"
 
 # The accord package from this tree: the extension (built here, or carried), beside the Python
 # sources.
