@@ -1,9 +1,10 @@
 // accord/device.cuh: Accord's device API. A CUDA kernel puts bytes into a peer's window, signals
 // the peer and waits for signals, without returning to the host. GPU threads write 64-byte
-// descriptors into a bounded ring in mapped host memory; a CPU proxy thread per ring runs each one
-// as an ordinary engine write, so the bytes take whatever route the engine has to that peer (the
-// copy engine through CUDA IPC on one host, shared memory, UDP across hosts). No RDMA NIC and no
-// NVSHMEM are needed.
+// descriptors into a bounded ring in mapped host memory; a CPU proxy thread per ring runs them:
+// on one host, as copy-engine copies and stream stores straight into the peer's window mapped
+// through CUDA IPC; elsewhere as ordinary engine writes, so the bytes take whatever route the
+// engine has to that peer (shared memory, UDP across hosts). No RDMA NIC and no NVSHMEM are
+// needed.
 //
 // Compilers: nvcc, and NVRTC (Accord's NVRTC options define ACCORD_NVRTC; NVRTC itself defines
 // __CUDACC_RTC__): under NVRTC no host header is included. A plain host C++ compiler (neither
@@ -46,7 +47,8 @@
 //
 // Ordering rules every function below relies on:
 //   * A put's signal becomes visible at the peer only after every byte of that put landed (the
-//     proxy issues the signal write after the put's own write completed).
+//     proxy stores the signal after the put's copy on the same stream, with a memory barrier,
+//     or issues the signal write once the put's engine write completed).
 //   * A descriptor is published by a release store at system scope of its `seq`, so the calling
 //     thread's earlier writes (to the put's source, say) are visible to the proxy and the copy
 //     engine before the proxy can take it.
