@@ -5,7 +5,8 @@
 //! The reasoning, in order (the first that applies wins):
 //! 1. a rank the engine declared dead: "rank 2 died during all_reduce #5 (...)";
 //! 2. ranks that reported but are not inside the stuck collective: "rank 3 never entered
-//!    all_reduce #812";
+//!    all_reduce #812" (unless such a rank is itself stuck in an earlier collective waiting for
+//!    a rank that wrote no report: then that silent rank is the cause, rule 3);
 //! 3. ranks awaited by others that wrote no report (a stopped or hung process cannot write):
 //!    "rank 2 wrote no report; ranks 0, 1 wait inside all_reduce #5 for it: ...";
 //! 4. a chain of waits (A waits for B, B for C, ...) that ends at a rank waiting for nobody:
@@ -191,8 +192,29 @@ pub fn diagnose(ranks: &BTreeMap<usize, StuckReport>) -> String {
         return format!("rank {rank} died during {op}: {reason} (seen by {})", list(&seen));
     }
 
-    // 2. Reported, but not inside it.
+    // 2. Reported, but not inside it: the cause, unless it waits inside an earlier collective
+    // for a rank that wrote no report (a rank stopped between the two collectives leaves the
+    // others one collective apart: the one still in the earlier one is a victim too).
+    let world = ranks.values().map(|r| r.world_size).max().unwrap_or(0);
+    let silent: Vec<usize> = (0..world).filter(|r| !ranks.contains_key(r)).collect();
     let outside: Vec<&StuckReport> = ranks.values().filter(|r| r.op.as_ref().is_none_or(|o| o.seq < seq)).collect();
+    let behind_for_silent =
+        |r: &StuckReport| r.op.as_ref().is_some_and(|o| o.waiting_for.iter().any(|w| silent.contains(&w.rank)));
+    if let Some(victim) = outside.iter().find(|r| behind_for_silent(r)) {
+        let o = victim.op.as_ref().expect("checked above");
+        let awaited: Vec<usize> =
+            silent.iter().copied().filter(|s| o.waiting_for.iter().any(|w| w.rank == *s)).collect();
+        return format!(
+            "{} wrote no report; {} {} inside {} #{} for it and {} {} inside {op}: it is stopped, hung or dead",
+            list(&awaited),
+            list(&[victim.rank]),
+            wait_verb(&[victim.rank]),
+            o.collective,
+            o.seq,
+            list(&inside),
+            wait_verb(&inside)
+        );
+    }
     if !outside.is_empty() {
         let names: Vec<usize> = outside.iter().map(|r| r.rank).collect();
         let last = match &outside[0].last_completed {
@@ -208,8 +230,6 @@ pub fn diagnose(ranks: &BTreeMap<usize, StuckReport>) -> String {
     }
 
     // 3. Awaited but silent (no report at all).
-    let world = ranks.values().map(|r| r.world_size).max().unwrap_or(0);
-    let silent: Vec<usize> = (0..world).filter(|r| !ranks.contains_key(r)).collect();
     if !silent.is_empty() {
         let awaited: Vec<usize> =
             silent.iter().copied().filter(|s| inside.iter().any(|&i| waits_of(i).contains(s))).collect();
@@ -357,6 +377,21 @@ mod tests {
         assert_eq!(
             diagnose(&ranks),
             "rank 3 never entered all_reduce #5 (last completed all_reduce #4); ranks 0, 1, 2 wait inside it"
+        );
+    }
+
+    #[test]
+    fn a_rank_behind_waiting_for_a_silent_rank_is_a_victim_not_the_cause() {
+        // Rank 2 stopped after finishing #5 with rank 1 but not with rank 0: rank 0 still waits
+        // for it in #5, rank 1 in #6, and rank 2 wrote nothing.
+        let mut r0 = report(0, Some((5, vec![2])));
+        r0.world_size = 3;
+        let mut r1 = report(1, Some((6, vec![2])));
+        r1.world_size = 3;
+        assert_eq!(
+            diagnose(&map(vec![r0, r1])),
+            "rank 2 wrote no report; rank 0 waits inside all_reduce #5 for it and rank 1 waits inside \
+             all_reduce #6: it is stopped, hung or dead"
         );
     }
 
