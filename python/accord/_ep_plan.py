@@ -1,0 +1,157 @@
+"""The plan of an expert-parallel dispatch and combine (accord.ep), as torch operations.
+
+Everything here runs on the tensors' device without a host round trip: no ``.item()``, no
+``nonzero``, no shape that depends on the data. So on a GPU the plan is computed in stream order
+behind the model's kernels, and on the CPU the same functions are tested against a reference
+(tests/python/test_ep.py).
+
+Notation: ``R`` ranks, this rank ``me``, ``E`` experts (``E // R`` a rank, rank ``r`` holds experts
+``r * E // R ..``), ``T`` tokens here, ``k`` experts a token. After the count exchange every rank
+holds the same matrix ``M`` (``R x (R + E)``): row ``s`` is what rank ``s`` announced, its tokens
+per destination rank (``C = M[:, :R]``, ``C[s, r]`` tokens go from ``s`` to ``r``) and its tokens
+per expert. Rows move in contiguous segments, one per (sender, receiver):
+
+* the sender packs its rows for ``r`` at ``send_prefix[r] = sum(C[me, :r])`` in its send window,
+  tokens in their original order;
+* the receiver keeps rows from ``s`` at ``recv_prefix[s] = sum(C[:s, me])``, so what it received is
+  in source-rank order, as DeepEP and ``all_to_all_single`` give it;
+* combine sends each segment back to its sender, where it lands at the sender's
+  ``send_prefix``; the sender then sums, for each token, the rows of every rank it went to.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+
+META_ALIGN = 16
+
+
+def meta_row_bytes(num_topk: int) -> int:
+    """Bytes of a token's metadata row: k int64 expert ids, k float32 weights, the int32 token
+    index, rounded up to 16 bytes."""
+    return (12 * num_topk + 4 + META_ALIGN - 1) // META_ALIGN * META_ALIGN
+
+
+def dispatch_layout(
+    topk_idx: torch.Tensor, num_experts: int, num_ranks: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """DeepEP's ``get_dispatch_layout``: (tokens per rank ``[R]`` int32, tokens per expert ``[E]``
+    int32, token-in-rank mask ``[T, R]`` bool) from ``topk_idx`` (``[T, k]`` int64, ``-1`` = no expert).
+    A token counts once for a rank however many of its experts live there."""
+    valid = topk_idx >= 0
+    idx = torch.where(valid, topk_idx, torch.zeros_like(topk_idx))
+    per_expert = torch.zeros(num_experts, dtype=torch.int64, device=topk_idx.device)
+    per_expert.scatter_add_(0, idx.reshape(-1), valid.reshape(-1).to(torch.int64))
+    rank_of = idx // (num_experts // num_ranks)
+    hits = torch.zeros(topk_idx.shape[0], num_ranks, dtype=torch.int32, device=topk_idx.device)
+    hits.scatter_add_(1, rank_of, valid.to(torch.int32))
+    in_rank = hits > 0
+    return in_rank.sum(0, dtype=torch.int32), per_expert.to(torch.int32), in_rank
+
+
+def count_row(num_tokens_per_rank: torch.Tensor, num_tokens_per_expert: torch.Tensor) -> torch.Tensor:
+    """The row this rank announces in the count exchange: ``[R + E]`` int64."""
+    return torch.cat([num_tokens_per_rank.to(torch.int64), num_tokens_per_expert.to(torch.int64)])
+
+
+def exclusive_cumsum(x: torch.Tensor, dim: int) -> torch.Tensor:
+    return torch.cumsum(x, dim) - x
+
+
+class Plan(NamedTuple):
+    """What one dispatch needs, and what its combine reuses (all on the tokens' device)."""
+
+    counts: torch.Tensor  # C, [R, R] int64
+    send_pos: torch.Tensor  # [T, R] int64: row of (t, r) in this rank's send layout, -1 if t skips r
+    dispatch_rows: torch.Tensor  # [T, R] int64: scatter rows, send window for r != me, receive window for me
+    dispatch_puts: torch.Tensor  # [R, 3] int64, rows: (count, src row, dst row) of this rank's segment to r
+    recv_total: torch.Tensor  # [1] int64: rows received (sum of C[:, me])
+    combine_rows: torch.Tensor  # [rows_max, 2] int64: (combine send row, combine receive row), -1 = not there
+    combine_puts: torch.Tensor  # [R, 3] int64: (count, src row, dst row) of segment sent back to r
+
+
+def plan(matrix: torch.Tensor, in_rank: torch.Tensor, me: int, rows_max: int) -> Plan:
+    """The plan from the exchanged count matrix (``[R, R + E]``), this rank's token-in-rank mask and
+    the number of rows a receive window holds."""
+    ranks = matrix.shape[0]
+    counts = matrix[:, :ranks]
+    hit = in_rank.to(torch.int64)
+    within = exclusive_cumsum(hit, 0)  # index of token t among those this rank sends to r
+    send_prefix = exclusive_cumsum(counts, 1)  # [s, r]: where s keeps its rows for r
+    recv_prefix = exclusive_cumsum(counts, 0)  # [s, r]: where r keeps rows from s
+    send_pos = torch.where(in_rank, send_prefix[me].unsqueeze(0) + within, -1)
+    self_rows = torch.where(in_rank[:, me], recv_prefix[me, me] + within[:, me], -1)
+    dispatch_rows = send_pos.clone()
+    dispatch_rows[:, me] = self_rows
+    dispatch_puts = torch.stack([counts[me], send_prefix[me], recv_prefix[me]], dim=1)
+
+    # Receive side: which sender each received row came from, and its index in that segment.
+    from_counts = counts[:, me]
+    recv_total = from_counts.sum().reshape(1)
+    row = torch.arange(rows_max, device=matrix.device, dtype=torch.int64)
+    ends = torch.cumsum(from_counts, 0)
+    source = torch.searchsorted(ends, row, right=True).clamp(max=ranks - 1)
+    index = row - recv_prefix[source, me]
+    live = row < recv_total
+    own = live & (source == me)
+    combine_rows = torch.stack(
+        [torch.where(live & ~own, row, -1), torch.where(own, send_prefix[me, me] + index, -1)], dim=1
+    )
+    # Segment back to s: C[s, me] rows from where s's rows landed here, to where s keeps its
+    # rows for me.
+    combine_puts = torch.stack([from_counts, recv_prefix[:, me], send_prefix[:, me]], dim=1)
+    return Plan(counts, send_pos, dispatch_rows, dispatch_puts, recv_total, combine_rows, combine_puts)
+
+
+def pack_meta(topk_idx: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
+    """``[T, meta_row_bytes(k)]`` uint8 rows: the token's expert ids, weights and index."""
+    tokens, k = topk_idx.shape
+    width = meta_row_bytes(k)
+    out = torch.zeros(tokens, width, dtype=torch.uint8, device=topk_idx.device)
+    out[:, : 8 * k] = topk_idx.to(torch.int64).contiguous().view(torch.uint8).reshape(tokens, 8 * k)
+    out[:, 8 * k : 12 * k] = topk_weights.to(torch.float32).contiguous().view(torch.uint8).reshape(tokens, 4 * k)
+    index = torch.arange(tokens, dtype=torch.int32, device=topk_idx.device)
+    out[:, 12 * k : 12 * k + 4] = index.view(torch.uint8).reshape(tokens, 4)
+    return out
+
+
+def unpack_meta(meta: torch.Tensor, num_topk: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(expert ids ``[N, k]`` int64, weights ``[N, k]`` float32, source token index ``[N]`` int32)."""
+    k = num_topk
+    rows = meta.shape[0]
+    idx = meta[:, : 8 * k].contiguous().view(torch.int64).reshape(rows, k)
+    weights = meta[:, 8 * k : 12 * k].contiguous().view(torch.float32).reshape(rows, k)
+    index = meta[:, 12 * k : 12 * k + 4].contiguous().view(torch.int32).reshape(rows)
+    return idx, weights, index
+
+
+def localize(
+    topk_idx: torch.Tensor, topk_weights: torch.Tensor, me: int, experts_per_rank: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """DeepEP's received ids: an expert of this rank becomes its local index, any other ``-1``
+    (and its weight 0)."""
+    local = topk_idx - me * experts_per_rank
+    mine = (topk_idx >= 0) & (local >= 0) & (local < experts_per_rank)
+    return torch.where(mine, local, -1), torch.where(mine, topk_weights, torch.zeros_like(topk_weights))
+
+
+def reference_dispatch(
+    xs: list[Any], idxs: list[Any], num_experts: int
+) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """What each rank must receive, by explicit permutation (the naive dispatcher, one process):
+    rank r gets, in source-rank then token order, every token with an expert on r, with its
+    global expert ids and its index at the source."""
+    ranks = len(xs)
+    out = []
+    for r in range(ranks):
+        parts_x, parts_idx, parts_src = [], [], []
+        for s in range(ranks):
+            _, _, in_rank = dispatch_layout(idxs[s], num_experts, ranks)
+            take = in_rank[:, r].nonzero().reshape(-1)
+            parts_x.append(xs[s].index_select(0, take))
+            parts_idx.append(idxs[s].index_select(0, take))
+            parts_src.append(take.to(torch.int32))
+        out.append((torch.cat(parts_x), torch.cat(parts_idx), torch.cat(parts_src)))
+    return out

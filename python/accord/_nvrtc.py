@@ -1,0 +1,126 @@
+"""Run-time compiled CUDA kernels for the Python layers (accord.ep): NVRTC through
+``cuda.bindings`` (which PyTorch's CUDA wheels install), so no CUDA toolkit is needed where the
+kernels run and the code is built for exactly the GPU it runs on.
+
+A ``KernelModule`` compiles one source (with ``accord/device.cuh`` on the include path) once per
+process and GPU architecture, loads it into the GPU's primary context (the one PyTorch uses), and
+hands out ``Kernel`` objects that launch on a given stream. Arguments are passed as ctypes values
+(``u64``, ``u32``, ``i32``, ``f32`` below), so the kernel's parameter types are explicit at the
+call site.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import threading
+from pathlib import Path
+from typing import Any
+
+import accord.device
+
+u64 = ctypes.c_uint64
+u32 = ctypes.c_uint32
+i32 = ctypes.c_int32
+f32 = ctypes.c_float
+
+KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
+
+_lock = threading.Lock()
+_cubins: dict[tuple[str, str], bytes] = {}
+
+
+class KernelError(RuntimeError):
+    """A kernel could not be compiled, loaded or launched (the message says which and why)."""
+
+
+def _bindings() -> tuple[Any, Any]:
+    try:
+        from cuda.bindings import driver, nvrtc
+    except ImportError as e:
+        raise KernelError(
+            f"accord's GPU kernels are compiled with NVRTC through cuda.bindings, which is not importable ({e}); "
+            "install PyTorch's CUDA build (it brings cuda-bindings) or `pip install cuda-bindings`"
+        ) from None
+    return driver, nvrtc
+
+
+def _ok(result: Any, what: str) -> Any:
+    """The values of a cuda.bindings call (a tuple whose first item is the status)."""
+    status, *values = result if isinstance(result, tuple) else (result,)
+    if int(status) != 0:
+        raise KernelError(f"{what} failed: {status!r}")
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else values
+
+
+def compile_cubin(source: str, name: str, arch: str) -> bytes:
+    """`source` compiled for `arch` (e.g. ``sm_90``) with the device header on the include path;
+    cached per process. Raises KernelError with NVRTC's log on a compile error."""
+    key = (hashlib.sha256(source.encode()).hexdigest(), arch)
+    with _lock:
+        if key in _cubins:
+            return _cubins[key]
+    _, nvrtc = _bindings()
+    program = _ok(nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []), "nvrtcCreateProgram")
+    options = [
+        b"--std=c++17",
+        b"-DACCORD_NVRTC",
+        f"--include-path={accord.device.include_dir()}".encode(),
+        f"--gpu-architecture={arch}".encode(),
+    ]
+    try:
+        (status,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
+        if int(status) != 0:
+            size = _ok(nvrtc.nvrtcGetProgramLogSize(program), "nvrtcGetProgramLogSize")
+            log = b" " * size
+            nvrtc.nvrtcGetProgramLog(program, log)
+            raise KernelError(f"NVRTC could not compile {name} for {arch}:\n{log.decode(errors='replace')}")
+        cubin = b" " * _ok(nvrtc.nvrtcGetCUBINSize(program), "nvrtcGetCUBINSize")
+        _ok(nvrtc.nvrtcGetCUBIN(program, cubin), "nvrtcGetCUBIN")
+    finally:
+        nvrtc.nvrtcDestroyProgram(program)
+    with _lock:
+        _cubins[key] = bytes(cubin)
+    return bytes(cubin)
+
+
+class Kernel:
+    """One function of a loaded module."""
+
+    def __init__(self, module: KernelModule, name: str, function: Any) -> None:
+        self._module = module  # keeps the module loaded
+        self.name = name
+        self._function = function
+
+    def launch(self, grid: int, block: int, stream: int, *args: ctypes._SimpleCData[Any]) -> None:
+        """Launches on the CUDA stream whose handle is `stream` (``torch.cuda.current_stream().cuda_stream``)."""
+        driver, _ = _bindings()
+        params = (ctypes.c_void_p * len(args))(*[ctypes.addressof(a) for a in args])
+        result = driver.cuLaunchKernel(
+            self._function, grid, 1, 1, block, 1, 1, 0, driver.CUstream(stream), ctypes.addressof(params), 0
+        )
+        _ok(result, f"launching {self.name}")
+
+
+class KernelModule:
+    """A CUDA source under ``accord/kernels/`` compiled for, and loaded on, GPU `ordinal`."""
+
+    def __init__(self, file_name: str, ordinal: int, capability: tuple[int, int]) -> None:
+        driver, _ = _bindings()
+        path = KERNEL_DIR / file_name
+        if not path.is_file():
+            raise KernelError(f"{path} is missing: reinstall the accord wheel")
+        major, minor = capability
+        cubin = compile_cubin(path.read_text(), file_name, f"sm_{major}{minor}")
+        _ok(driver.cuInit(0), "cuInit")
+        device = _ok(driver.cuDeviceGet(ordinal), "cuDeviceGet")
+        self._context = _ok(driver.cuDevicePrimaryCtxRetain(device), "cuDevicePrimaryCtxRetain")
+        _ok(driver.cuCtxSetCurrent(self._context), "cuCtxSetCurrent")
+        self._module = _ok(driver.cuModuleLoadData(cubin), f"loading {file_name}")
+        self.ordinal = ordinal
+
+    def kernel(self, name: str) -> Kernel:
+        driver, _ = _bindings()
+        return Kernel(self, name, _ok(driver.cuModuleGetFunction(self._module, name.encode()), f"finding {name}"))

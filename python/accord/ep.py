@@ -1,0 +1,538 @@
+"""accord.ep: expert-parallel dispatch and combine for mixture-of-experts models, on any route.
+
+A ``Buffer`` sends each token to the ranks that hold its top-k experts (``dispatch``) and sums
+the experts' outputs back per token (``combine``), with DeepEP's shape so that Megatron, SGLang
+or vLLM code moves over with small changes::
+
+    buffer = accord.ep.Buffer(group, hidden=7168, num_experts=256, num_topk=8, max_tokens_per_rank=4096)
+    per_rank, per_expert, in_rank = buffer.get_dispatch_layout(topk_idx)      # on the GPU
+    out = buffer.dispatch(x, topk_idx, topk_weights)                           # received tokens
+    y = experts(out.x, out.topk_idx, out.topk_weights)                         # this rank's experts
+    combined = buffer.combine(y, out.handle)                                   # [tokens, hidden]
+
+How the bytes move (see ``accord/_ep_plan.py`` for the plan, ``accord/kernels/ep.cu`` for the
+kernels): the counts are exchanged by the device API (``accord.device``) and stay on the GPU; a
+kernel packs each token once per destination rank into registered windows (the only SMs spent:
+``sms`` blocks); then one put per peer and direction asks the CPU proxy to move a contiguous
+segment, by copy engine between GPUs of one host and by the engine's network route between
+hosts, with a signal that a one-thread kernel waits for. Nothing in the data path waits on the
+host, so a stream keeps its order; only sizing an exact-size output reads the counts on the host
+(as DeepEP's normal mode does), and ``num_worst_tokens`` avoids even that.
+
+Waits: with ``wait="gpu"`` a one-thread kernel waits for each signal, so nothing in a call waits
+on the host (``num_worst_tokens``) and a CUDA graph can capture dispatch and combine. That needs
+``CUDA_MODULE_LOADING=EAGER`` in the environment before CUDA starts: under lazy loading, the
+first use of a kernel (PyTorch's, the driver's own copy kernels) synchronises the GPU, so it waits
+for the spinning wait kernel, which waits for a peer whose proxy waits for the same lock: both
+ranks stall until the wait times out (seen on the 2xH200 host; examples/ep_bench.py). ``wait="host"``
+synchronises the buffer's stream and waits on the host instead, safe under lazy loading; ``"auto"``
+(the default) picks ``"gpu"`` when ``CUDA_MODULE_LOADING=EAGER`` is set and every peer is on this
+host (the proxy's copy-engine lanes), else ``"host"`` (``Buffer.waits_on_host`` says which).
+
+Outputs of ``dispatch`` are fresh tensors (``zero_copy=True`` returns views of the receive
+window instead, valid until the next ``dispatch`` on this buffer). Failures never hang: every
+wait is bounded by ``timeout`` and a failure names the rank, raised as ``accord.ep.EpError`` at
+the next host synchronisation (or ``Buffer.check()``); a failed buffer refuses further calls.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from typing import Any, NamedTuple
+
+import torch
+
+import accord
+import accord.device
+from accord import _ep_plan as planning
+from accord import _nvrtc
+from accord._nvrtc import i32, u32, u64
+from accord._torchrun import StoreAdapter
+
+__all__ = ["Buffer", "Dispatched", "EpError", "Handle", "get_dispatch_layout"]
+
+get_dispatch_layout = planning.dispatch_layout
+
+# Windows, in registration order (the same ids on every rank).
+W_RECV_X, W_SEND_X, W_RECV_META, W_SEND_META, W_COUNTS, W_COMB_SEND, W_COMB_RECV = range(7)
+# Signals.
+SIG_COUNTS, SIG_DATA, SIG_COMB, SIG_COMB_FREE = range(4)
+# GPU-resident epochs of the waits (ep.cu's ep_wait `slot`).
+SLOT_COUNTS, SLOT_DATA, SLOT_COMB_FREE, SLOT_COMB = range(4)
+# Stages named in a failure.
+STAGES = {1: "count exchange", 2: "dispatch data", 3: "combine (peers' previous combine)", 4: "combine data"}
+STATUS_NAMES = {1: "timed out", 2: "proxy error", 3: "bad argument", 4: "not direct"}
+
+_COUNTER = 0
+_COUNTER_LOCK = threading.Lock()
+
+
+class EpError(accord.AccordError):
+    """A dispatch or combine failed: a peer did not answer in time, or the proxy refused a put.
+    The message names the stage and the rank; the buffer is unusable afterwards."""
+
+
+class Handle(NamedTuple):
+    """What ``combine`` needs from the ``dispatch`` it answers (GPU tensors of that dispatch's plan)."""
+
+    send_pos: torch.Tensor  # [T * R] int64: token t's row for rank r in this rank's send layout, -1 if none
+    combine_rows: torch.Tensor  # [rows_max * 2] int64: received row i's (send window row, own receive row)
+    combine_puts: torch.Tensor  # [R * 3] int64: (bytes, source offset, destination offset) back to each rank
+    recv_total: torch.Tensor  # [1] int64: rows received
+    num_tokens: int
+    num_recv: int | None  # rows received, when known on the host
+    epoch: int
+
+
+class Dispatched(NamedTuple):
+    """The result of ``dispatch``: received rows in source-rank, then token order."""
+
+    x: torch.Tensor  # [N, hidden]
+    topk_idx: torch.Tensor  # [N, k] int64: local expert index, -1 for experts elsewhere
+    topk_weights: torch.Tensor  # [N, k] float32: 0 where topk_idx is -1
+    num_recv_tokens_per_expert: list[int] | torch.Tensor  # host list, or [E/R] int64 on the GPU (num_worst_tokens)
+    handle: Handle
+    src_index: torch.Tensor  # [N] int32: each row's token index at its source rank
+    num_recv: torch.Tensor  # [1] int64 on the GPU: the valid rows (N, or fewer with num_worst_tokens)
+
+
+def _group_communicator(group: Any, timeout: float) -> tuple[accord.Communicator, int]:
+    """An accord.Communicator over the ranks of a torch.distributed group, met through the
+    default store (namespaced per buffer), and the local GPU."""
+    import torch.distributed as dist
+
+    global _COUNTER
+    store = dist.distributed_c10d._get_default_store()
+    rank, size = dist.get_rank(group), dist.get_world_size(group)
+    with _COUNTER_LOCK:
+        _COUNTER += 1
+        serial = _COUNTER
+    ranks = dist.get_process_group_ranks(group) if group is not None else list(range(size))
+    prefix = f"accord/ep/{'-'.join(map(str, ranks))}/{serial}/"
+    comm = accord.Communicator(rank, size, timeout=timeout, store=StoreAdapter(store), store_prefix=prefix)
+    return comm, torch.cuda.current_device()
+
+
+class Buffer:
+    """The windows, proxies and kernels of one expert-parallel group (collective to create and
+    to close; one per MoE layer shape, reused by every layer)."""
+
+    def __init__(
+        self,
+        group: Any = None,
+        *,
+        comm: accord.Communicator | None = None,
+        hidden: int,
+        num_experts: int,
+        num_topk: int,
+        max_tokens_per_rank: int,
+        dtype: torch.dtype = torch.bfloat16,
+        sms: int = 24,
+        timeout: float = 60.0,
+        gpu: int | None = None,
+        wait: str = "auto",
+        lanes: bool = True,
+    ) -> None:
+        if dtype not in (torch.bfloat16, torch.float32):
+            raise ValueError(f"accord.ep.Buffer: dtype {dtype} is not supported: give torch.bfloat16 or torch.float32")
+        for name, value in (("hidden", hidden), ("num_experts", num_experts), ("num_topk", num_topk)):
+            if value <= 0:
+                raise ValueError(f"accord.ep.Buffer: {name} {value} must be positive")
+        if max_tokens_per_rank <= 0 or sms <= 0 or not math.isfinite(timeout) or timeout <= 0:
+            raise ValueError("accord.ep.Buffer: max_tokens_per_rank, sms and timeout must be positive")
+        if wait not in ("auto", "gpu", "host"):
+            raise ValueError(f"accord.ep.Buffer: wait {wait!r}: give 'auto', 'gpu' (a one-thread kernel waits) or 'host'")
+
+        if not torch.cuda.is_available():
+            raise EpError("accord.ep.Buffer needs a CUDA GPU: torch.cuda.is_available() is False")
+        if comm is None:
+            comm, local = _group_communicator(group, timeout)
+            gpu = local if gpu is None else gpu
+        gpu = torch.cuda.current_device() if gpu is None else gpu
+        ranks = comm.world_size
+        if num_experts % ranks != 0:
+            raise ValueError(f"accord.ep.Buffer: num_experts {num_experts} is not a multiple of the {ranks} ranks")
+        if ranks > 32 or num_experts > 4096:
+            raise ValueError(
+                f"accord.ep.Buffer: {ranks} ranks and {num_experts} experts: at most 32 ranks (a warp fans a token out)"
+                " and 4096 experts are supported"
+            )
+        if hidden % (8 if dtype == torch.bfloat16 else 4) != 0:
+            raise ValueError(f"accord.ep.Buffer: hidden {hidden} must be a multiple of 16 bytes")
+        self.rank, self.num_ranks = comm.rank, ranks
+        self.hidden, self.num_experts, self.num_topk = hidden, num_experts, num_topk
+        self.experts_per_rank = num_experts // ranks
+        self.max_tokens_per_rank = max_tokens_per_rank
+        self.dtype, self.sms, self.timeout = dtype, sms, timeout
+        self.device = torch.device("cuda", gpu)
+        self._rows_max = ranks * max_tokens_per_rank
+        self._row_bytes = hidden * torch.tensor([], dtype=dtype).element_size()
+        self._meta_bytes = planning.meta_row_bytes(num_topk)
+        self._timeout_ns = int(timeout * 1e9)
+        self._failed: str | None = None
+        self._epoch = 0
+        self._host_wait = True  # the priming exchange waits on the host; `wait` applies after it
+        self._host_epochs = [0] * 4
+
+        with torch.cuda.device(self.device):
+            module = _nvrtc.KernelModule("ep.cu", gpu, torch.cuda.get_device_capability(gpu))
+            self._k = {
+                name: module.kernel(name)
+                for name in (
+                    "ep_layout", "ep_plan", "ep_pack_tokens", "ep_unpack_meta", "ep_scatter_rows", "ep_put_segments",
+                    "ep_signal_peers", "ep_wait", "ep_reduce_bf16", "ep_reduce_f32",
+                )
+            }
+            rows = self._rows_max
+            dev = self.device
+            self._windows = [
+                torch.zeros(rows, hidden, dtype=dtype, device=dev),  # W_RECV_X
+                torch.zeros(rows, hidden, dtype=dtype, device=dev),  # W_SEND_X
+                torch.zeros(rows, self._meta_bytes, dtype=torch.uint8, device=dev),  # W_RECV_META
+                torch.zeros(rows, self._meta_bytes, dtype=torch.uint8, device=dev),  # W_SEND_META
+                torch.zeros(ranks, ranks + num_experts, dtype=torch.int64, device=dev),  # W_COUNTS
+                torch.zeros(rows, hidden, dtype=dtype, device=dev),  # W_COMB_SEND
+                torch.zeros(rows, hidden, dtype=dtype, device=dev),  # W_COMB_RECV
+            ]
+            self._side: Any = torch.cuda.Stream(self.device)  # type: ignore[no-untyped-call]
+            self._state = torch.zeros(8, dtype=torch.int64, device=dev)
+            self._status = torch.zeros(1, dtype=torch.int32, device=dev)
+            torch.cuda.synchronize(dev)
+            self._dc = accord.device.DeviceComm(comm, gpu=gpu, user_signals=8, stream_lane=lanes)
+            for want, tensor in enumerate(self._windows):
+                got = self._dc.register_window(tensor)
+                if got != want:
+                    raise EpError(f"accord.ep.Buffer: window {want} was registered as {got}")
+            self._table = u64(self._dc.table_ptr)
+            x_bases = [self._windows[W_SEND_X].data_ptr()] * ranks
+            x_bases[self.rank] = self._windows[W_RECV_X].data_ptr()
+            meta_bases = [self._windows[W_SEND_META].data_ptr()] * ranks
+            meta_bases[self.rank] = self._windows[W_RECV_META].data_ptr()
+
+            def as_tensor(values: list[Any]) -> torch.Tensor:
+                return torch.tensor(values, dtype=torch.int64, device=dev)
+
+            self._x_bases = as_tensor(x_bases)
+            self._meta_bases = as_tensor(meta_bases)
+            # The count exchange's one segment a peer: this rank's row, to the same row there.
+            width = (ranks + num_experts) * 8
+            self._exchange = as_tensor([[width, self.rank * width, self.rank * width]] * ranks)
+            self._comb_bases = as_tensor([self._windows[W_COMB_SEND].data_ptr(), self._windows[W_COMB_RECV].data_ptr()])
+            self._prime_routes()
+        self._host_wait = self._host_waits(wait)
+
+    # ---- plumbing ------------------------------------------------------------------------
+
+    def _prime_routes(self) -> None:
+        """One count exchange at creation, waited for by the host: it starts every route's
+        lazily created machinery (the network route's pinned staging and landing pools, whose
+        allocation synchronises the GPU) while no wait kernel spins on this GPU. Started under a
+        spinning wait, that synchronisation would wait for the kernel, and the kernel for the
+        peer's count, on both ranks at once."""
+        self._put_segments(self._exchange, W_COUNTS, W_COUNTS, SIG_COUNTS, 1)
+        self._side.synchronize()
+        try:
+            self._dc.wait_signal(SIG_COUNTS, self.num_ranks - 1, self.timeout)
+        except accord.AccordError as e:
+            raise EpError(f"accord.ep.Buffer on rank {self.rank}: the first count exchange failed: {e}") from None
+        self._state[SLOT_COUNTS] = 1
+        self._host_epochs[SLOT_COUNTS] = 1
+        torch.cuda.synchronize(self.device)
+        self._dc.barrier()
+
+    def _stream(self) -> int:
+        return int(self._side.cuda_stream)
+
+    def _enter(self) -> None:
+        """Orders this buffer's side stream after the caller's current stream. The kernels run
+        there: a non-blocking stream, so a copy the engine or the driver puts on the legacy
+        default stream (the network route's staging) is never queued behind a spinning wait."""
+        self._side.wait_stream(torch.cuda.current_stream(self.device))
+
+    def _leave(self) -> None:
+        """Orders the caller's current stream after everything launched on the side stream."""
+        torch.cuda.current_stream(self.device).wait_stream(self._side)
+
+    def _launch(self, name: str, grid: int, block: int, *args: Any) -> None:
+        self._k[name].launch(grid, block, self._stream(), *args)
+
+    def _status_args(self, stage: int) -> tuple[Any, Any]:
+        return i32(stage), u64(self._status.data_ptr())
+
+    def _put_segments(self, args: torch.Tensor, dst: int, src: int, sig: int, stage: int) -> None:
+        self._launch(
+            "ep_put_segments", 1, 64, self._table, u32(self.rank), u32(self.num_ranks), u64(args.data_ptr()),
+            u32(dst), u32(src), u32(sig), *self._status_args(stage),
+        )
+
+    def _wait(self, sig: int, per_peer: int, lag: int, slot: int, stage: int) -> None:
+        if self._host_wait:
+            # wait="host": the side stream's work so far is finished, then the host waits.
+            if torch.cuda.is_current_stream_capturing():
+                raise EpError(
+                    "accord.ep: a CUDA graph capture needs GPU waits: start the process with CUDA_MODULE_LOADING=EAGER "
+                    "and create the Buffer with wait='gpu' (or 'auto')"
+                )
+            self._side.synchronize()
+            self._host_epochs[slot] += 1
+            epoch = self._host_epochs[slot]
+            if epoch > lag:
+                target = per_peer * (self.num_ranks - 1) * (epoch - lag)
+                try:
+                    self._dc.wait_signal(sig, target, self.timeout)
+                except accord.AccordError as e:
+                    self._failed = f"accord.ep on rank {self.rank}: {STAGES.get(stage)}: {e}; {self._diagnosis()}"
+                    raise EpError(self._failed) from None
+            return
+        self._launch(
+            "ep_wait", 1, 32, self._table, u32(self.rank), u32(self.num_ranks), u32(sig), u64(per_peer), u64(lag),
+            u64(self._state.data_ptr()), u32(slot), u64(self._timeout_ns), *self._status_args(stage),
+        )
+
+    def _scatter(
+        self, src: torch.Tensor, row_bytes: int, n_rows: torch.Tensor | None, n_max: int, rows: torch.Tensor, bases: torch.Tensor
+    ) -> None:
+        """ep_scatter_rows: row i of `src` to bases[f] + rows[i][f] * row_bytes (rows [n_max][fan])."""
+        if n_max == 0:
+            return
+        self._launch(
+            "ep_scatter_rows", self.sms, 1024, u64(src.data_ptr()), u64(row_bytes),
+            u64(0 if n_rows is None else n_rows.data_ptr()), u64(n_max), u32(bases.numel()), u64(rows.data_ptr()),
+            u64(bases.data_ptr()),
+        )
+
+    def _failure(self) -> str | None:
+        """The recorded failure (reads the status word: a host synchronisation on it)."""
+        if self._failed is None:
+            code = int(self._status.item())
+            errors = self._dc.errors()
+            if code != 0:
+                stage, rank, status = code >> 24, (code >> 8) & 0xFFFF, code & 0xFF
+                what = STATUS_NAMES.get(status, f"status {status}")
+                self._failed = (
+                    f"accord.ep on rank {self.rank}: {STAGES.get(stage, f'stage {stage}')} with rank {rank} {what}"
+                    f" (timeout {self.timeout:g} s)" + (f"; proxy errors: {errors[:3]}" if errors else "")
+                    + f"; {self._diagnosis()}"
+                )
+            elif errors:
+                self._failed = f"accord.ep on rank {self.rank}: the proxy refused or failed puts: {errors[:3]}"
+        return self._failed
+
+    def _diagnosis(self) -> str:
+        """Where this rank stands, for a failure's message: the proxy's progress on ring 0, the
+        signals and the GPU-side epochs."""
+        consumed, completed, error = self._dc.ring_control(0)
+        names = (("counts", SIG_COUNTS), ("data", SIG_DATA), ("combine", SIG_COMB), ("combine_free", SIG_COMB_FREE))
+        signals = {name: self._dc.read_signal(sig) for name, sig in names}
+        time.sleep(1.0)  # a late signal shows as a change here
+        later = {name: self._dc.read_signal(sig) for name, sig in names}
+        stats = self._dc.stats()
+        keys = ("descriptors_executed", "lane_batches", "signal_writes_issued", "ring_full_events")
+        return (
+            f"ring 0: {consumed} descriptors taken, {completed} completed, error word {error}; signals {signals}, "
+            f"1 s later {later}; "
+            f"epochs {self._state[:4].tolist()}; proxy {({k: stats[k] for k in keys})}"
+        )
+
+    def _host_waits(self, wait: str) -> bool:
+        """Whether waits run on the host. ``auto`` picks GPU waits only where they cannot stall:
+        eager module loading (see the module's doc), and every peer reached by the proxy's
+        stream lanes (one host, CUDA IPC). The network route's staging and landing make CUDA calls
+        that synchronise the GPU: under a spinning wait they stalled both ranks until the wait
+        timed out even with eager loading (2xH200 host, ACCORD_DEVICE_IPC=0), so it waits on the
+        host. The priming exchange tells which route each peer took."""
+        if wait != "auto":
+            return wait == "host"
+        eager = os.environ.get("CUDA_MODULE_LOADING", "").upper() == "EAGER"
+        stats = self._dc.stats()
+        all_lanes = stats["lane_batches"] >= self.num_ranks - 1 and stats["lane_batches"] == stats["descriptors_executed"]
+        return not (eager and all_lanes)
+
+    @property
+    def waits_on_host(self) -> bool:
+        """Whether this buffer's waits run on the host (``wait="host"``, or what ``"auto"`` chose)."""
+        return self._host_wait
+
+    def check(self) -> None:
+        """Raises EpError if an earlier dispatch or combine failed (synchronises with the GPU's
+        status word)."""
+        failure = self._failure()
+        if failure is not None:
+            raise EpError(failure)
+
+    def _usable(self, op: str) -> None:
+        if self._failed is not None:
+            raise EpError(f"{op}: this buffer failed earlier ({self._failed}); create a new one")
+        if self._dc.closed:
+            raise EpError(f"{op}: this buffer is closed")
+
+    # ---- the API ------------------------------------------------------------------------
+
+    def get_dispatch_layout(self, topk_idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(tokens per rank ``[R]``, tokens per expert ``[E]``, token-in-rank mask ``[T, R]``), on the GPU."""
+        return planning.dispatch_layout(topk_idx, self.num_experts, self.num_ranks)
+
+    def _check_inputs(self, op: str, x: torch.Tensor, rows_max: int) -> None:
+        if not isinstance(x, torch.Tensor) or x.device != self.device:
+            raise ValueError(f"{op}: x must be a tensor on {self.device}, got {getattr(x, 'device', type(x))}")
+        if x.dtype != self.dtype or x.dim() != 2 or x.shape[1] != self.hidden:
+            raise ValueError(f"{op}: x must be [rows, {self.hidden}] {self.dtype}, got {list(x.shape)} {x.dtype}")
+        if x.shape[0] > rows_max:
+            raise ValueError(f"{op}: {x.shape[0]} rows exceed this buffer's {rows_max}")
+
+    def dispatch(
+        self,
+        x: torch.Tensor,
+        topk_idx: torch.Tensor,
+        topk_weights: torch.Tensor,
+        *,
+        num_tokens_per_rank: torch.Tensor | None = None,
+        num_tokens_per_expert: torch.Tensor | None = None,
+        is_token_in_rank: torch.Tensor | None = None,
+        num_worst_tokens: int = 0,
+        zero_copy: bool = False,
+    ) -> Dispatched:
+        """Sends every token to each rank holding one of its experts. ``x`` ``[T, hidden]``,
+        ``topk_idx`` ``[T, k]`` int64 global expert ids (``-1``: none), ``topk_weights`` ``[T, k]``.
+        The layout is computed when not given. ``num_worst_tokens > 0`` skips the host read of
+        the counts: outputs then have that many rows, of which ``num_recv`` are valid."""
+        op = "accord.ep.Buffer.dispatch"
+        self._usable(op)
+        self._check_inputs(op, x, self.max_tokens_per_rank)
+        tokens = x.shape[0]
+        if topk_idx.shape != (tokens, self.num_topk) or topk_weights.shape != (tokens, self.num_topk):
+            raise ValueError(f"{op}: topk_idx and topk_weights must be [{tokens}, {self.num_topk}]")
+        if topk_idx.device != self.device or topk_weights.device != self.device:
+            raise ValueError(f"{op}: topk_idx and topk_weights must be on {self.device}")
+        if not 0 <= num_worst_tokens <= self._rows_max:
+            raise ValueError(f"{op}: num_worst_tokens {num_worst_tokens} must be in 0..={self._rows_max}")
+        if num_tokens_per_rank is None or num_tokens_per_expert is None or is_token_in_rank is None:
+            num_tokens_per_rank, num_tokens_per_expert, is_token_in_rank = self.get_dispatch_layout(topk_idx)
+        x = x.contiguous()
+        topk_idx = topk_idx.to(torch.int64).contiguous()
+        topk_weights = topk_weights.to(torch.float32).contiguous()
+        ranks, dev, rows_max = self.num_ranks, self.device, self._rows_max
+        counts = self._windows[W_COUNTS]
+        i64 = torch.int64
+
+        # 1. This rank's count row and each token's index per destination, then the exchange.
+        within = torch.empty(tokens * ranks, dtype=i64, device=dev)
+        rows = torch.empty(tokens * ranks, dtype=i64, device=dev)
+        send_pos = torch.empty(tokens * ranks, dtype=i64, device=dev)
+        puts = torch.empty(3, ranks * 3, dtype=i64, device=dev)
+        combine_rows = torch.empty(rows_max * 2, dtype=i64, device=dev)
+        summary = torch.empty(1 + self.experts_per_rank, dtype=i64, device=dev)
+        self._enter()
+        self._launch(
+            "ep_layout", 1, 1024, u64(topk_idx.data_ptr()), u64(tokens), u32(self.num_topk), u32(ranks),
+            u32(self.num_experts), u64(within.data_ptr()), u64(counts[self.rank].data_ptr()), u64(self._status.data_ptr()),
+        )
+        self._put_segments(self._exchange, W_COUNTS, W_COUNTS, SIG_COUNTS, 1)
+        self._wait(SIG_COUNTS, 1, 0, SLOT_COUNTS, 1)
+
+        # 2. The plan, on the GPU (ep.cu's ep_plan; _ep_plan.plan is its reference).
+        self._launch(
+            "ep_plan", 1, 1024, u64(counts.data_ptr()), u32(ranks), u32(self.num_experts), u32(self.rank), u64(tokens),
+            u64(within.data_ptr()), u64(rows.data_ptr()), u64(send_pos.data_ptr()), u64(self._row_bytes),
+            u64(self._meta_bytes), u64(puts[0].data_ptr()), u64(puts[1].data_ptr()), u64(puts[2].data_ptr()),
+            u64(combine_rows.data_ptr()), u64(rows_max), u64(summary.data_ptr()),
+        )
+
+        # 3. Output size: from the host (DeepEP's normal mode) or the caller's worst case.
+        per_expert: list[int] | torch.Tensor
+        if num_worst_tokens == 0:
+            self._leave()
+            host = summary.cpu()  # waits for the count exchange and the plan only
+            self.check()
+            num_recv: int | None = int(host[0])
+            rows_out = int(host[0])
+            per_expert = host[1:].tolist()
+        else:
+            num_recv = None
+            rows_out = num_worst_tokens
+            per_expert = summary[1:]
+
+        # 4. Pack (one read of each token), then one put a peer for rows and one for metadata.
+        if tokens > 0:
+            self._launch(
+                "ep_pack_tokens", self.sms, 1024, u64(x.data_ptr()), u64(self._row_bytes), u64(topk_idx.data_ptr()),
+                u64(topk_weights.data_ptr()), u32(self.num_topk), u64(tokens), u32(ranks), u64(rows.data_ptr()),
+                u64(self._x_bases.data_ptr()), u64(self._meta_bases.data_ptr()), u64(self._meta_bytes),
+            )
+        self._put_segments(puts[0], W_RECV_X, W_SEND_X, SIG_DATA, 2)
+        self._put_segments(puts[1], W_RECV_META, W_SEND_META, SIG_DATA, 2)
+        self._wait(SIG_DATA, 2, 0, SLOT_DATA, 2)
+
+        # 5. The outputs (allocated on the caller's stream, filled on the side stream).
+        k = self.num_topk
+        recv_idx = torch.empty(rows_out, k, dtype=i64, device=dev)
+        recv_weights = torch.empty(rows_out, k, dtype=torch.float32, device=dev)
+        src_index = torch.empty(rows_out, dtype=torch.int32, device=dev)
+        if rows_out > 0:
+            items = rows_out * (k + 1)
+            self._launch(
+                "ep_unpack_meta", min(1024, (items + 255) // 256), 256, u64(self._windows[W_RECV_META].data_ptr()),
+                u64(self._meta_bytes), u32(k), u32(self.rank), u32(self.experts_per_rank), u64(summary.data_ptr()),
+                u64(rows_out), u64(recv_idx.data_ptr()), u64(recv_weights.data_ptr()), u64(src_index.data_ptr()),
+            )
+        self._leave()
+        recv_x = self._windows[W_RECV_X][:rows_out]
+        if not zero_copy:
+            recv_x = recv_x.clone()
+        self._epoch += 1
+        recv_total = summary[:1]
+        handle = Handle(send_pos, combine_rows, puts[2], recv_total, tokens, num_recv, self._epoch)
+        return Dispatched(recv_x, recv_idx, recv_weights, per_expert, handle, src_index, recv_total)
+
+    def combine(self, x: torch.Tensor, handle: Handle) -> torch.Tensor:
+        """Sends each received row's expert output back to its source and returns, per original
+        token, the sum over the ranks it went to (fp32 accumulation): ``[T, hidden]``. ``x`` has the
+        rows of the dispatch that gave ``handle``, in the same order (at least its valid rows)."""
+        op = "accord.ep.Buffer.combine"
+        self._usable(op)
+        self._check_inputs(op, x, self._rows_max)
+        if not isinstance(handle, Handle):
+            raise ValueError(f"{op}: handle must be the Handle of a dispatch on this buffer")
+        if handle.num_recv is not None and x.shape[0] < handle.num_recv:
+            raise ValueError(f"{op}: x has {x.shape[0]} rows, the dispatch received {handle.num_recv}")
+        x = x.contiguous()
+        rows = min(x.shape[0], self._rows_max)
+        out = torch.empty(handle.num_tokens, self.hidden, dtype=self.dtype, device=self.device)
+        self._enter()
+        # Peers must have summed their previous combine before their receive window is reused.
+        self._wait(SIG_COMB_FREE, 1, 1, SLOT_COMB_FREE, 3)
+        self._scatter(x, self._row_bytes, handle.recv_total, rows, handle.combine_rows, self._comb_bases)
+        self._put_segments(handle.combine_puts, W_COMB_RECV, W_COMB_SEND, SIG_COMB, 4)
+        self._wait(SIG_COMB, 1, 0, SLOT_COMB, 4)
+        if handle.num_tokens > 0:
+            kernel = "ep_reduce_bf16" if self.dtype == torch.bfloat16 else "ep_reduce_f32"
+            self._launch(
+                kernel, self.sms, 1024, u64(out.data_ptr()), u64(handle.num_tokens),
+                u64(self.hidden), u32(self.num_ranks), u64(handle.send_pos.data_ptr()),
+                u64(self._windows[W_COMB_RECV].data_ptr()),
+            )
+        self._launch("ep_signal_peers", 1, 64, self._table, u32(self.rank), u32(self.num_ranks), u32(SIG_COMB_FREE), *self._status_args(3))
+        self._leave()
+        return out
+
+    def close(self) -> None:
+        """Collective: waits for this rank's GPU work, checks for failures, stops the proxies and
+        releases the windows."""
+        if self._dc.closed:
+            return
+        try:
+            torch.cuda.synchronize(self.device)
+        finally:
+            failure = self._failure()
+            self._dc.close()
+        if failure is not None:
+            raise EpError(failure)
+
+    def __enter__(self) -> Buffer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

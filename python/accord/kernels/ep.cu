@@ -1,0 +1,453 @@
+// Kernels of accord.ep (expert-parallel dispatch and combine), compiled at run time with NVRTC
+// by accord/_nvrtc.py for the GPU they run on, and launched on the caller's current stream.
+//
+// The plan (who sends which rows where) is computed by torch operations on the GPU
+// (accord/_ep_plan.py); these kernels only do what torch cannot do without a host round trip
+// or an extra pass:
+//   * ep_scatter_rows: read each row once and write it to up to EP_MAX_FAN destinations (the
+//     packing of tokens per destination rank), skipping rows beyond a count held on the GPU;
+//   * ep_put_segments / ep_signal_peers: ask the device proxy (accord/device.cuh) to move one
+//     contiguous segment per peer with a signal: the bytes go by copy engine on one host and by
+//     the engine's network route elsewhere, so no SM copies them;
+//   * ep_wait: wait, bounded, for a signal to reach this call's epoch, without the host;
+//   * ep_reduce_bf16 / ep_reduce_f32: combine's sum over ranks, in fp32.
+//
+// Failures never hang and never pass silently: a kernel that cannot issue or whose wait runs out
+// records (stage << 24) | (rank << 8) | status in the status word (first failure wins), which
+// accord.ep reads and raises at its next host synchronisation. Once the status is set, waits
+// return at once, so a failed call costs one timeout, not one per kernel.
+#include <accord/device.cuh>
+
+using namespace accord::device;
+typedef long long i64;
+
+#define EP_MAX_FAN 64
+
+namespace {
+
+__device__ __forceinline__ void record_failure(int* status, int stage, u32 rank, int code) {
+  atomicCAS(status, 0, (stage << 24) | (int(rank & 0xffffu) << 8) | (code & 0xff));
+}
+
+__device__ __forceinline__ bool failed(const int* status) {
+  return *reinterpret_cast<const volatile int*>(status) != 0;
+}
+
+__device__ __forceinline__ float bf16_to_f32(unsigned short v) { return __uint_as_float(u32(v) << 16); }
+
+// Round to nearest even, as torch's float -> bfloat16 conversion; NaN stays a quiet NaN.
+__device__ __forceinline__ unsigned short f32_to_bf16(float f) {
+  u32 u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (unsigned short)(u >> 16);
+}
+
+}  // namespace
+
+// ---- Packing and summing rows: a warp a row, 16-byte pieces, loads in flight ----------------
+
+// A warp's destinations for one row live in lanes 0..fan-1 (fan <= 32) and are broadcast by
+// shuffles, so a row is read once whatever the fan-out.
+constexpr u32 EP_UNROLL = 4;
+
+// Copies `bytes` at `src` to each non-null `dst` held by lanes 0..fan-1, with this warp.
+__device__ __forceinline__ void warp_copy_fanout(const unsigned char* src, u64 bytes, unsigned char* mine, u32 fan) {
+  const u32 lane = threadIdx.x & 31u;
+  if (((bytes | reinterpret_cast<u64>(src)) & 15u) == 0) {
+    const int4* from = reinterpret_cast<const int4*>(src);
+    const u64 pieces = bytes / 16;
+    for (u64 base = 0; base < pieces; base += 32 * EP_UNROLL) {
+      int4 v[EP_UNROLL];
+#pragma unroll
+      for (u32 u = 0; u < EP_UNROLL; ++u) {
+        const u64 j = base + u * 32 + lane;
+        if (j < pieces) v[u] = __ldg(from + j);
+      }
+      for (u32 f = 0; f < fan; ++f) {
+        int4* to = reinterpret_cast<int4*>(__shfl_sync(0xffffffffu, reinterpret_cast<u64>(mine), f));
+        if (to == nullptr) continue;
+#pragma unroll
+        for (u32 u = 0; u < EP_UNROLL; ++u) {
+          const u64 j = base + u * 32 + lane;
+          if (j < pieces) to[j] = v[u];
+        }
+      }
+    }
+  } else {
+    // Every lane runs every step (the shuffles need the whole warp).
+    for (u64 base = 0; base < bytes; base += 32) {
+      const u64 j = base + lane;
+      const unsigned char v = j < bytes ? src[j] : 0;
+      for (u32 f = 0; f < fan; ++f) {
+        unsigned char* to = reinterpret_cast<unsigned char*>(__shfl_sync(0xffffffffu, reinterpret_cast<u64>(mine), f));
+        if (to != nullptr && j < bytes) to[j] = v;
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ u64 global_warp() { return (u64(blockIdx.x) * blockDim.x + threadIdx.x) >> 5; }
+__device__ __forceinline__ u64 warp_count() { return (u64(gridDim.x) * blockDim.x) >> 5; }
+
+// Copies row i of `src` (row_bytes each) to bases[f] + rows[i * fan + f] * row_bytes for every
+// f with rows[...] >= 0, for i < min(*n_rows, n_max) (n_rows may be null: all n_max rows).
+// fan <= 32. A warp a row.
+extern "C" __global__ void __launch_bounds__(1024) ep_scatter_rows(const unsigned char* src, u64 row_bytes, const i64* n_rows, u64 n_max,
+                                           u32 fan, const i64* rows, const u64* bases) {
+  u64 n = n_max;
+  if (n_rows != nullptr) {
+    const i64 given = *n_rows;
+    n = given < 0 ? 0 : (u64(given) < n_max ? u64(given) : n_max);
+  }
+  const u32 lane = threadIdx.x & 31u;
+  for (u64 i = global_warp(); i < n; i += warp_count()) {
+    unsigned char* mine = nullptr;
+    if (lane < fan) {
+      const i64 r = rows[i * fan + lane];
+      if (r >= 0) mine = reinterpret_cast<unsigned char*>(bases[lane] + u64(r) * row_bytes);
+    }
+    warp_copy_fanout(src + i * row_bytes, row_bytes, mine, fan);
+  }
+}
+
+// dispatch's packing: token t's row of `x` to bases[r] + rows[t * ranks + r] * row_bytes and its
+// metadata row (k int64 expert ids, k float32 weights, the int32 token index) to
+// meta_bases[r] + rows[...] * meta_bytes, for every rank r it goes to. ranks <= 32.
+extern "C" __global__ void __launch_bounds__(1024) ep_pack_tokens(const unsigned char* x, u64 row_bytes, const i64* topk_idx,
+                                          const float* topk_weights, u32 k, u64 tokens, u32 ranks, const i64* rows,
+                                          const u64* x_bases, const u64* meta_bases, u64 meta_bytes) {
+  const u32 lane = threadIdx.x & 31u;
+  for (u64 t = global_warp(); t < tokens; t += warp_count()) {
+    i64 row = -1;
+    unsigned char* mine = nullptr;
+    if (lane < ranks) {
+      row = rows[t * ranks + lane];
+      if (row >= 0) mine = reinterpret_cast<unsigned char*>(x_bases[lane] + u64(row) * row_bytes);
+    }
+    warp_copy_fanout(x + t * row_bytes, row_bytes, mine, ranks);
+    for (u32 f = 0; f < ranks; ++f) {
+      const i64 r = __shfl_sync(0xffffffffu, row, f);
+      if (r < 0) continue;
+      unsigned char* meta = reinterpret_cast<unsigned char*>(meta_bases[f] + u64(r) * meta_bytes);
+      for (u32 j = lane; j < k; j += 32) {
+        reinterpret_cast<i64*>(meta)[j] = topk_idx[t * k + j];
+        reinterpret_cast<float*>(meta + 8 * u64(k))[j] = topk_weights[t * k + j];
+      }
+      if (lane == 0) *reinterpret_cast<int*>(meta + 12 * u64(k)) = int(t);
+    }
+  }
+}
+
+// ---- The plan, on the GPU ----------------------------------------------------------------
+
+// Block-wide exclusive scan of one value a thread (blockDim.x a multiple of 32, at most 1024);
+// `*total` gets the block's sum. Every thread of the block must call it.
+__device__ u32 block_exclusive_scan(u32 v, u32* total) {
+  __shared__ u32 warp_sums[32];
+  const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  u32 x = v;
+  for (u32 d = 1; d < 32; d <<= 1) {
+    const u32 y = __shfl_up_sync(0xffffffffu, x, d);
+    if (lane >= d) x += y;
+  }
+  if (lane == 31) warp_sums[warp] = x;
+  __syncthreads();
+  if (warp == 0) {
+    u32 w = lane < warps ? warp_sums[lane] : 0;
+    for (u32 d = 1; d < 32; d <<= 1) {
+      const u32 y = __shfl_up_sync(0xffffffffu, w, d);
+      if (lane >= d) w += y;
+    }
+    warp_sums[lane] = w;
+  }
+  __syncthreads();
+  const u32 before = warp == 0 ? 0 : warp_sums[warp - 1];
+  *total = warp_sums[warps - 1];
+  __syncthreads();
+  return before + x - v;
+}
+
+#define EP_MAX_EXPERTS 4096
+
+// One block (1024 threads): from topk_idx [tokens][k] (-1: none), this rank's count row
+// (tokens per rank, then per expert: the row the count exchange sends) and, per (token, rank),
+// the token's index among those going to that rank (-1 when it does not). An expert id out of
+// range is recorded as a bad argument (stage 5) and ignored.
+extern "C" __global__ void __launch_bounds__(1024) ep_layout(const i64* topk_idx, u64 tokens, u32 k, u32 ranks, u32 experts, i64* within,
+                                     i64* count_row, int* status) {
+  __shared__ unsigned int per_expert[EP_MAX_EXPERTS];
+  const u32 per_rank = experts / ranks;
+  for (u32 e = threadIdx.x; e < experts; e += blockDim.x) per_expert[e] = 0;
+  __syncthreads();
+  const u64 chunk = (tokens + blockDim.x - 1) / blockDim.x;
+  const u64 t0 = u64(threadIdx.x) * chunk;
+  const u64 t1 = t0 + chunk < tokens ? t0 + chunk : tokens;
+  for (u64 t = t0; t < t1; ++t) {
+    for (u32 j = 0; j < k; ++j) {
+      const i64 e = topk_idx[t * k + j];
+      if (e < 0) continue;
+      if (e >= i64(experts)) {
+        record_failure(status, 5, u32(t), int(BAD_ARGUMENT));
+        continue;
+      }
+      atomicAdd(&per_expert[e], 1u);
+    }
+  }
+  for (u32 r = 0; r < ranks; ++r) {
+    // Whether token t has an expert on rank r (recomputed: k is small).
+    u32 mine = 0;
+    for (u64 t = t0; t < t1; ++t) {
+      for (u32 j = 0; j < k; ++j) {
+        const i64 e = topk_idx[t * k + j];
+        if (e >= 0 && e < i64(experts) && u32(e) / per_rank == r) {
+          ++mine;
+          break;
+        }
+      }
+    }
+    u32 total;
+    u32 next = block_exclusive_scan(mine, &total);
+    for (u64 t = t0; t < t1; ++t) {
+      bool hit = false;
+      for (u32 j = 0; j < k && !hit; ++j) {
+        const i64 e = topk_idx[t * k + j];
+        hit = e >= 0 && e < i64(experts) && u32(e) / per_rank == r;
+      }
+      within[t * ranks + r] = hit ? i64(next++) : -1;
+    }
+    if (threadIdx.x == 0) count_row[r] = i64(total);
+  }
+  __syncthreads();
+  for (u32 e = threadIdx.x; e < experts; e += blockDim.x) count_row[ranks + e] = i64(per_expert[e]);
+}
+
+// One block: everything dispatch and combine need from the exchanged count matrix
+// ([ranks][ranks + experts]; C[s][r] = matrix[s][r] tokens go from s to r), as _ep_plan.plan
+// computes it with torch (the CPU tests check that one against a reference):
+//   rows[t][r]     where token t goes: r's segment of the send window (r != me) or this rank's
+//                  own segment of the receive window (r == me); -1 when it does not go to r;
+//   send_pos[t][r] token t's row for r in the send layout (where combine's answer lands);
+//   puts_x, puts_meta, comb_puts [ranks][3]: (bytes, source offset, destination offset);
+//   comb_rows[i][2] received row i's place for combine: (send window row, own receive row);
+//   summary        [rows received, then per local expert the tokens received].
+extern "C" __global__ void __launch_bounds__(1024) ep_plan(const i64* matrix, u32 ranks, u32 experts, u32 me, u64 tokens, const i64* within,
+                                   i64* rows, i64* send_pos, u64 row_bytes, u64 meta_bytes, i64* puts_x, i64* puts_meta,
+                                   i64* comb_puts, i64* comb_rows, u64 rows_max, i64* summary) {
+  __shared__ i64 send_me[64], recv_me[64], recv_col[64], send_col[64], from[64];
+  const u64 width = u64(ranks) + experts;
+  if (threadIdx.x == 0) {
+    i64 a = 0, c = 0;
+    for (u32 r = 0; r < ranks; ++r) {
+      send_me[r] = a;  // sum of C[me][r' < r]
+      a += matrix[u64(me) * width + r];
+      recv_col[r] = c;  // sum of C[s' < r][me]
+      from[r] = matrix[u64(r) * width + me];
+      c += from[r];
+      i64 b = 0, d = 0;
+      for (u32 s = 0; s < me; ++s) b += matrix[u64(s) * width + r];
+      recv_me[r] = b;  // sum of C[s < me][r]
+      for (u32 q = 0; q < me; ++q) d += matrix[u64(r) * width + q];
+      send_col[r] = d;  // sum of C[r][q < me]
+    }
+    summary[0] = c;
+  }
+  __syncthreads();
+  for (u64 i = threadIdx.x; i < tokens * ranks; i += blockDim.x) {
+    const u32 r = u32(i % ranks);
+    const i64 w = within[i];
+    const i64 pos = w < 0 ? -1 : send_me[r] + w;
+    send_pos[i] = pos;
+    rows[i] = w < 0 ? -1 : (r == me ? recv_me[me] + w : pos);
+  }
+  if (threadIdx.x < ranks) {
+    const u32 r = threadIdx.x;
+    const i64 count = matrix[u64(me) * width + r];
+    puts_x[3 * r] = count * i64(row_bytes);
+    puts_x[3 * r + 1] = send_me[r] * i64(row_bytes);
+    puts_x[3 * r + 2] = recv_me[r] * i64(row_bytes);
+    puts_meta[3 * r] = count * i64(meta_bytes);
+    puts_meta[3 * r + 1] = send_me[r] * i64(meta_bytes);
+    puts_meta[3 * r + 2] = recv_me[r] * i64(meta_bytes);
+    comb_puts[3 * r] = from[r] * i64(row_bytes);
+    comb_puts[3 * r + 1] = recv_col[r] * i64(row_bytes);
+    comb_puts[3 * r + 2] = send_col[r] * i64(row_bytes);
+  }
+  const i64 total = summary[0];
+  for (u64 i = threadIdx.x; i < rows_max; i += blockDim.x) {
+    i64 to_send = -1, to_self = -1;
+    if (i64(i) < total) {
+      u32 s = 0;
+      while (s + 1 < ranks && recv_col[s] + from[s] <= i64(i)) ++s;
+      const i64 j = i64(i) - recv_col[s];
+      if (s == me) {
+        to_self = send_me[me] + j;
+      } else {
+        to_send = i64(i);
+      }
+    }
+    comb_rows[2 * i] = to_send;
+    comb_rows[2 * i + 1] = to_self;
+  }
+  const u32 per_rank = experts / ranks;
+  for (u32 e = threadIdx.x; e < per_rank; e += blockDim.x) {
+    i64 sum = 0;
+    for (u32 s = 0; s < ranks; ++s) sum += matrix[u64(s) * width + ranks + u64(me) * per_rank + e];
+    summary[1 + e] = sum;
+  }
+}
+
+// The received metadata rows as DeepEP gives them: expert ids local to this rank (-1 for
+// experts elsewhere, weight 0), the weights, and each row's token index at its source; rows at
+// or beyond summary[0] (num_worst_tokens padding) get -1, 0 and -1.
+extern "C" __global__ void ep_unpack_meta(const unsigned char* meta, u64 meta_bytes, u32 k, u32 me, u32 per_rank,
+                                          const i64* summary, u64 rows_out, i64* out_idx, float* out_weights,
+                                          int* out_src) {
+  const i64 total = summary[0];
+  const i64 lo = i64(me) * per_rank;
+  for (u64 i = u64(blockIdx.x) * blockDim.x + threadIdx.x; i < rows_out * (k + 1); i += u64(gridDim.x) * blockDim.x) {
+    const u64 row = i / (k + 1), j = i % (k + 1);
+    const bool live = i64(row) < total;
+    const unsigned char* m = meta + row * meta_bytes;
+    if (j == k) {
+      out_src[row] = live ? *reinterpret_cast<const int*>(m + 12 * u64(k)) : -1;
+      continue;
+    }
+    const i64 e = live ? reinterpret_cast<const i64*>(m)[j] : -1;
+    const bool local = e >= lo && e < lo + per_rank;
+    out_idx[row * k + j] = local ? e - lo : -1;
+    out_weights[row * k + j] = local ? reinterpret_cast<const float*>(m + 8 * u64(k))[j] : 0.0f;
+  }
+}
+
+// One thread per rank r != me: asks the proxy to copy args[r] = {bytes, src_offset, dst_offset}
+// from this rank's `src_window` to r's `dst_window`, then to add 1 to r's signal `sig`; a peer
+// with no bytes gets the signal alone, so the receiver's count of signals does not depend on
+// the data. Launch with at least `ranks` threads in one block.
+extern "C" __global__ void ep_put_segments(const DeviceTable* t, u32 me, u32 ranks, const i64* args, u32 dst_window,
+                                           u32 src_window, u32 sig, int stage, int* status) {
+  const u32 r = threadIdx.x;
+  if (r >= ranks || r == me || failed(status)) return;
+  const i64 bytes = args[3 * r];
+  const i64 src_offset = args[3 * r + 1];
+  const i64 dst_offset = args[3 * r + 2];
+  Status s;
+  if (bytes < 0 || src_offset < 0 || dst_offset < 0) {
+    s = BAD_ARGUMENT;
+  } else if (bytes == 0) {
+    s = signal(t, r, sig, SIGNAL_ADD, 1);
+  } else {
+    s = put(t, dst_window, r, u64(dst_offset), src_window, u64(src_offset), u64(bytes), SIGNAL_ADD, sig, 1);
+  }
+  if (s != OK) record_failure(status, stage, r, int(s));
+}
+
+// One thread per rank r != me: adds 1 to r's signal `sig` (no data).
+extern "C" __global__ void ep_signal_peers(const DeviceTable* t, u32 me, u32 ranks, u32 sig, int stage, int* status) {
+  const u32 r = threadIdx.x;
+  if (r >= ranks || r == me || failed(status)) return;
+  const Status s = signal(t, r, sig, SIGNAL_ADD, 1);
+  if (s != OK) record_failure(status, stage, r, int(s));
+}
+
+// One thread: epoch = ++state[slot]; when epoch > lag, waits until signal `sig` reaches
+// per_peer * (ranks - 1) * (epoch - lag), i.e. until every other rank's slot has reached
+// per_peer * (epoch - lag). The epoch lives on the GPU, so a CUDA graph replays it correctly.
+// On a timeout, the first rank whose slot is short is recorded.
+extern "C" __global__ void ep_wait(const DeviceTable* t, u32 me, u32 ranks, u32 sig, u64 per_peer, u64 lag, u64* state,
+                                   u32 slot, u64 timeout_ns, int stage, int* status) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  const u64 epoch = ++state[slot];
+  if (epoch <= lag || failed(status)) return;
+  const u64 each = per_peer * (epoch - lag);
+  const Status s = wait_signal(t, sig, each * u64(ranks - 1), timeout_ns);
+  if (s == OK) return;
+  // Which rank is short: the signal's per-rank slots (EP signals are never reset).
+  const u64* slots = reinterpret_cast<const u64*>(t->signals) + u64(sig) * t->world;
+  u32 lagging = me;
+  for (u32 r = 0; r < ranks; ++r) {
+    if (r != me && *reinterpret_cast<const volatile u64*>(slots + r) < each) {
+      lagging = r;
+      break;
+    }
+  }
+  record_failure(status, stage, lagging, int(s));
+}
+
+// out[t] = sum over f of src[rows[t * fan + f]] (rows < 0 skipped), in fp32, for bf16 rows of
+// `hidden` elements (a multiple of 8). A warp a token; fan <= 32.
+extern "C" __global__ void __launch_bounds__(1024) ep_reduce_bf16(unsigned short* out, u64 tokens, u64 hidden, u32 fan, const i64* rows,
+                                          const unsigned short* src) {
+  const u32 lane = threadIdx.x & 31u;
+  const u64 pieces = hidden / 8;
+  for (u64 tok = global_warp(); tok < tokens; tok += warp_count()) {
+    const unsigned short* mine = nullptr;
+    if (lane < fan) {
+      const i64 r = rows[tok * fan + lane];
+      if (r >= 0) mine = src + u64(r) * hidden;
+    }
+    int4* dst = reinterpret_cast<int4*>(out + tok * hidden);
+    for (u64 base = 0; base < pieces; base += 32 * EP_UNROLL) {
+      float acc[EP_UNROLL][8];
+#pragma unroll
+      for (u32 u = 0; u < EP_UNROLL; ++u)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[u][e] = 0.0f;
+      for (u32 f = 0; f < fan; ++f) {
+        const int4* from = reinterpret_cast<const int4*>(__shfl_sync(0xffffffffu, reinterpret_cast<u64>(mine), f));
+        if (from == nullptr) continue;
+        int4 v[EP_UNROLL];
+#pragma unroll
+        for (u32 u = 0; u < EP_UNROLL; ++u) {
+          const u64 j = base + u * 32 + lane;
+          if (j < pieces) v[u] = __ldg(from + j);
+        }
+#pragma unroll
+        for (u32 u = 0; u < EP_UNROLL; ++u) {
+          const unsigned short* h = reinterpret_cast<const unsigned short*>(&v[u]);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc[u][e] += bf16_to_f32(h[e]);
+        }
+      }
+#pragma unroll
+      for (u32 u = 0; u < EP_UNROLL; ++u) {
+        const u64 j = base + u * 32 + lane;
+        if (j >= pieces) continue;
+        int4 packed;
+        unsigned short* p = reinterpret_cast<unsigned short*>(&packed);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) p[e] = f32_to_bf16(acc[u][e]);
+        dst[j] = packed;
+      }
+    }
+  }
+}
+
+// As ep_reduce_bf16 for float32 rows (hidden a multiple of 4).
+extern "C" __global__ void __launch_bounds__(1024) ep_reduce_f32(float* out, u64 tokens, u64 hidden, u32 fan, const i64* rows,
+                                         const float* src) {
+  const u32 lane = threadIdx.x & 31u;
+  const u64 pieces = hidden / 4;
+  for (u64 tok = global_warp(); tok < tokens; tok += warp_count()) {
+    const float* mine = nullptr;
+    if (lane < fan) {
+      const i64 r = rows[tok * fan + lane];
+      if (r >= 0) mine = src + u64(r) * hidden;
+    }
+    float4* dst = reinterpret_cast<float4*>(out + tok * hidden);
+    for (u64 base = 0; base < pieces; base += 32) {
+      const u64 j = base + lane;
+      float4 acc = make_float4(0, 0, 0, 0);
+      for (u32 f = 0; f < fan; ++f) {
+        const float4* from = reinterpret_cast<const float4*>(__shfl_sync(0xffffffffu, reinterpret_cast<u64>(mine), f));
+        if (from == nullptr || j >= pieces) continue;
+        const float4 v = __ldg(from + j);
+        acc.x += v.x;
+        acc.y += v.y;
+        acc.z += v.z;
+        acc.w += v.w;
+      }
+      if (j < pieces) dst[j] = acc;
+    }
+  }
+}

@@ -1,0 +1,166 @@
+"""accord.ep's plan on the CPU: the layout against a loop, and whole dispatch/combine rounds of
+1-4 ranks run in one process with the kernels (scatter, one put a segment, the reduce) emulated
+exactly as ep.cu does them, against the naive dispatcher (explicit permutation) and a
+per-token sum. The GPU path runs the same plan functions; examples/ep_bench.py checks it on GPUs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    import torch
+
+torch = pytest.importorskip("torch")
+
+from accord import _ep_plan as planning  # noqa: E402
+
+
+def random_routing(tokens: int, experts: int, topk: int, seed: int, masked: float = 0.1) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.rand(tokens, experts, generator=g)
+    idx = scores.topk(topk, dim=1).indices.to(torch.int64)
+    drop = torch.rand(tokens, topk, generator=g) < masked
+    return torch.where(drop, torch.full_like(idx, -1), idx)
+
+
+def test_layout_matches_a_loop() -> None:
+    ranks, experts, topk = 4, 32, 6
+    idx = random_routing(50, experts, topk, seed=1, masked=0.3)
+    per_rank, per_expert, in_rank = planning.dispatch_layout(idx, experts, ranks)
+    want_in = torch.zeros(50, ranks, dtype=torch.bool)
+    want_expert = torch.zeros(experts, dtype=torch.int32)
+    for t in range(50):
+        for e in idx[t].tolist():
+            if e >= 0:
+                want_in[t, e // (experts // ranks)] = True
+                want_expert[e] += 1
+    assert torch.equal(in_rank, want_in)
+    assert torch.equal(per_expert, want_expert)
+    assert torch.equal(per_rank, want_in.sum(0, dtype=torch.int32))
+    assert per_rank.dtype == torch.int32 and per_expert.dtype == torch.int32
+
+
+def test_meta_rows_round_trip() -> None:
+    idx = random_routing(7, 16, 3, seed=2)
+    weights = torch.rand(7, 3)
+    meta = planning.pack_meta(idx, weights)
+    assert meta.shape == (7, planning.meta_row_bytes(3)) and planning.meta_row_bytes(3) % 16 == 0
+    got_idx, got_w, got_src = planning.unpack_meta(meta, 3)
+    assert torch.equal(got_idx, idx) and torch.equal(got_w, weights)
+    assert got_src.tolist() == list(range(7))
+
+
+def scatter_rows(src: torch.Tensor, n: int, rows: torch.Tensor, targets: list[torch.Tensor]) -> None:
+    """ep_scatter_rows: row i of src to targets[f][rows[i, f]] where rows[i, f] >= 0, i < n."""
+    for i in range(n):
+        for f, r in enumerate(rows[i].tolist()):
+            if r >= 0:
+                targets[f][r] = src[i]
+
+
+def put_segments(me: int, args: torch.Tensor, src: torch.Tensor, dsts: list[torch.Tensor]) -> None:
+    """ep_put_segments: for each peer r != me, args[r] = (rows, src row, dst row)."""
+    for r, (count, at, to) in enumerate(args.tolist()):
+        if r != me and count > 0:
+            dsts[r][to : to + count] = src[at : at + count]
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+def test_dispatch_and_combine_rounds_match_the_naive_dispatcher(ranks: int) -> None:
+    experts, topk, hidden, tokens_max = 8 * ranks, min(4, 8 * ranks), 5, 12
+    rows_max = ranks * tokens_max
+    g = torch.Generator().manual_seed(ranks)
+    for round_ in range(3):
+        sizes = [int(torch.randint(0, tokens_max + 1, (1,), generator=g)) for _ in range(ranks)]
+        sizes[round_ % ranks] = tokens_max  # a full rank every round, an empty one sometimes
+        xs = [torch.randn(n, hidden, generator=g) for n in sizes]
+        idxs = [random_routing(n, experts, topk, seed=100 * ranks + 10 * round_ + s) for s, n in enumerate(sizes)]
+        weights = [torch.rand(n, topk, generator=g) for n in sizes]
+        layouts = [planning.dispatch_layout(i, experts, ranks) for i in idxs]
+        matrix = torch.stack([planning.count_row(pr, pe) for pr, pe, _ in layouts])
+        plans = [planning.plan(matrix, layouts[s][2], s, rows_max) for s in range(ranks)]
+
+        # Dispatch: pack (own rows straight to the receive window), then one put a peer.
+        send = [torch.zeros(rows_max, hidden) for _ in range(ranks)]
+        recv = [torch.full((rows_max, hidden), float("nan")) for _ in range(ranks)]
+        send_meta = [torch.zeros(rows_max, planning.meta_row_bytes(topk), dtype=torch.uint8) for _ in range(ranks)]
+        recv_meta = [torch.zeros_like(m) for m in send_meta]
+        for s in range(ranks):
+            targets = [send[s]] * ranks
+            targets[s] = recv[s]
+            scatter_rows(xs[s], sizes[s], plans[s].dispatch_rows, targets)
+            meta_targets = [send_meta[s]] * ranks
+            meta_targets[s] = recv_meta[s]
+            scatter_rows(planning.pack_meta(idxs[s], weights[s]), sizes[s], plans[s].dispatch_rows, meta_targets)
+        for s in range(ranks):
+            put_segments(s, plans[s].dispatch_puts, send[s], recv)
+            put_segments(s, plans[s].dispatch_puts, send_meta[s], recv_meta)
+
+        reference = planning.reference_dispatch(xs, idxs, experts)
+        for r in range(ranks):
+            n = int(plans[r].recv_total)
+            want_x, want_idx, want_src = reference[r]
+            assert n == want_x.shape[0], f"rank {r} received {n} rows, want {want_x.shape[0]}"
+            assert torch.equal(recv[r][:n], want_x), f"round {round_} rank {r}: rows differ"
+            got_idx, _, got_src = planning.unpack_meta(recv_meta[r][:n], topk)
+            assert torch.equal(got_idx, want_idx) and torch.equal(got_src, want_src)
+            local, _ = planning.localize(got_idx, torch.ones_like(got_idx, dtype=torch.float32), r, experts // ranks)
+            assert bool(((local >= 0) == ((want_idx // (experts // ranks)) == r)).all())
+
+        # Combine: each rank's "expert" scales what it received by (rank + 1); the source sums.
+        outs = [recv[r] * (r + 1) for r in range(ranks)]
+        comb_send = [torch.zeros(rows_max, hidden) for _ in range(ranks)]
+        comb_recv = [torch.full((rows_max, hidden), float("nan")) for _ in range(ranks)]
+        for r in range(ranks):
+            n = int(plans[r].recv_total)
+            scatter_rows(outs[r], n, plans[r].combine_rows, [comb_send[r], comb_recv[r]])
+        for r in range(ranks):
+            put_segments(r, plans[r].combine_puts, comb_send[r], comb_recv)
+        for s in range(ranks):
+            pos = plans[s].send_pos
+            got = torch.zeros(sizes[s], hidden)
+            for t in range(sizes[s]):
+                for r, at in enumerate(pos[t].tolist()):
+                    if at >= 0:
+                        got[t] += comb_recv[s][at]
+            in_rank = layouts[s][2].to(torch.float32)
+            want = xs[s] * (in_rank * torch.arange(1, ranks + 1, dtype=torch.float32)).sum(1, keepdim=True)
+            torch.testing.assert_close(got, want)
+
+
+def test_plan_needs_no_host_round_trip_shapes() -> None:
+    """Every plan tensor's shape follows from the inputs' shapes, not their values (so the GPU
+    path never waits on the host)."""
+    ranks, experts = 3, 12
+    for seed in range(3):
+        idx = random_routing(9, experts, 2, seed=seed, masked=0.5)
+        _, _, in_rank = planning.dispatch_layout(idx, experts, ranks)
+        matrix = torch.randint(0, 9, (ranks, ranks + experts), dtype=torch.int64)
+        p = planning.plan(matrix, in_rank, 1, 30)
+        assert p.send_pos.shape == (9, ranks) and p.dispatch_rows.shape == (9, ranks)
+        assert p.dispatch_puts.shape == (ranks, 3) and p.combine_puts.shape == (ranks, 3)
+        assert p.combine_rows.shape == (30, 2) and p.recv_total.shape == (1,)
+
+
+def test_ep_kernels_compile_with_nvrtc() -> None:
+    """ep.cu (with the device header) compiles for Hopper wherever NVRTC is importable."""
+    pytest.importorskip("cuda.bindings.nvrtc")
+    from accord import _nvrtc
+
+    cubin = _nvrtc.compile_cubin((_nvrtc.KERNEL_DIR / "ep.cu").read_text(), "ep.cu", "sm_90")
+    assert len(cubin) > 1000
+
+
+def test_buffer_refuses_bad_arguments_before_touching_a_gpu() -> None:
+    import accord.ep
+
+    with pytest.raises(ValueError, match="dtype"):
+        accord.ep.Buffer(hidden=8, num_experts=4, num_topk=2, max_tokens_per_rank=4, dtype=torch.int32)
+    with pytest.raises(ValueError, match="hidden"):
+        accord.ep.Buffer(hidden=0, num_experts=4, num_topk=2, max_tokens_per_rank=4)
+    if not torch.cuda.is_available():
+        with pytest.raises(accord.ep.EpError, match="CUDA"):
+            accord.ep.Buffer(hidden=8, num_experts=4, num_topk=2, max_tokens_per_rank=4)
