@@ -21,8 +21,8 @@ pub mod parse;
 mod table;
 
 pub use parse::{
-    choice, env, env_is_set, get, is_set, parse_bool, parse_bytes, parse_duration, parse_duration_ms, KnobError,
-    KnobValue,
+    choice, env, env_is_set, env_path, get, is_set, parse_bool, parse_bytes, parse_duration, parse_duration_ms,
+    KnobError, KnobValue,
 };
 pub use table::{INTERNAL, KNOBS};
 

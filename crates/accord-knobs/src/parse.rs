@@ -102,6 +102,13 @@ pub fn is_set(lookup: &dyn Fn(&str) -> Option<String>, name: &str) -> Result<boo
     Ok(lookup(name).is_some())
 }
 
+/// Path knob `name` from the process environment as the OS holds it (it need not be UTF-8).
+/// Checks the registration as [`get`] does.
+pub fn env_path(name: &str) -> Result<Option<PathBuf>, KnobError> {
+    registered(name, PathBuf::READ_AS, PathBuf::fits)?;
+    Ok(std::env::var_os(name).map(PathBuf::from))
+}
+
 /// [`is_set`] in the process environment (a value that is not UTF-8 counts too).
 pub fn env_is_set(name: &str) -> Result<bool, KnobError> {
     is_set(&|n| std::env::var_os(n).map(|_| String::new()), name)

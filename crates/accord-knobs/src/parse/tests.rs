@@ -167,6 +167,8 @@ fn unregistered_names_and_misread_kinds_are_errors_even_when_unset() {
     assert!(get::<PathBuf>(&unset, "ACCORD_NICS").is_err(), "a list is not a path");
     assert!(choice::<Context>(&unset, "ACCORD_PATHS").is_err(), "a count is not a selector");
     assert!(is_set(&unset, "ACCORD_NO_SUCH_KNOB").is_err());
+    assert!(env_path("ACCORD_NO_SUCH_KNOB").is_err());
+    assert!(env_path("ACCORD_PATHS").is_err(), "a count is not a path");
     assert!(get::<u64>(&unset, "ACCORD_ALGO_").is_err(), "a family needs a member name");
 }
 
