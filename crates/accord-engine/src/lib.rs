@@ -50,6 +50,7 @@
 #![warn(missing_docs)]
 
 mod address;
+pub mod backoff;
 mod completion;
 pub mod config;
 mod device;

@@ -13,7 +13,6 @@
 //! runs and registers host memory as before; only device registration and device writes fail,
 //! with an error that says why.
 
-pub(crate) mod backoff;
 pub(crate) mod cuda_staging;
 pub(crate) mod staging;
 
@@ -447,7 +446,7 @@ fn host_to_peer_gpu(state: &mut RouteState, wanted: u32) -> u32 {
 /// and nothing is left in flight.
 fn poll_loop(rx: Receiver<InFlight>) {
     let mut pending: VecDeque<InFlight> = VecDeque::new();
-    let mut backoff = backoff::IdleBackoff::new(POLLS_BEFORE_SLEEP, POLL_SLEEP_MAX);
+    let mut backoff = crate::backoff::IdleBackoff::new(POLLS_BEFORE_SLEEP, POLL_SLEEP_MAX);
     loop {
         if pending.is_empty() {
             match rx.recv_timeout(Duration::from_millis(100)) {
