@@ -86,7 +86,10 @@ pub fn env<T: KnobValue>(name: &str) -> Result<Option<T>, KnobError> {
 /// words.
 pub fn choice<T: FromStr>(lookup: &dyn Fn(&str) -> Option<String>, name: &str) -> Result<Option<T>, KnobError> {
     let knob = registered(name, "a choice", |k| matches!(k, Kind::Choice(_)))?;
-    let Kind::Choice(words) = knob.kind else { unreachable!("checked by registered") };
+    let words = match knob.kind {
+        Kind::Choice(words) => words,
+        _ => &[],
+    };
     match lookup(name) {
         None => Ok(None),
         Some(raw) => match raw.trim().parse::<T>() {
