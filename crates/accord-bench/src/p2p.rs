@@ -166,7 +166,8 @@ fn child(addr: &str) -> Result<(), BenchError> {
     let engines = [build_engine(loss, false)?, build_engine(loss, true)?];
     let mut s = TcpStream::connect(addr)?;
     s.set_nodelay(true)?;
-    let max: u64 = std::env::var("ACCORD_P2P_BENCH_MAX").ok().and_then(|v| v.parse().ok()).unwrap_or(1 << 20);
+    let max = accord_knobs::env::<u64>("ACCORD_P2P_BENCH_MAX").map_err(|e| BenchError::Options(e.to_string()))?;
+    let max = max.unwrap_or(1 << 20);
     let mut regions = vec![];
     for engine in &engines {
         let region = engine.alloc(max as usize).map_err(engine_err)?;

@@ -27,7 +27,9 @@ fn filter_from(accord_log: Option<String>, rust_log: Option<String>) -> (EnvFilt
 
 /// Installs the subscriber; a second call (or one after another subscriber) does nothing.
 pub fn init() {
-    let (filter, complaint) = filter_from(std::env::var(LOG_ENV).ok(), std::env::var("RUST_LOG").ok());
+    // `env` fails only for a name or kind the table lacks (accord-knobs' tests).
+    let accord_log = accord_knobs::env::<String>(LOG_ENV).ok().flatten();
+    let (filter, complaint) = filter_from(accord_log, std::env::var("RUST_LOG").ok());
     let installed = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

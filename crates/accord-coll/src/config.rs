@@ -101,12 +101,14 @@ impl Default for CollConfig {
     }
 }
 
-fn parse_num(name: &str, value: &str) -> Result<u64, ConfigError> {
-    value.trim().parse::<u64>().map_err(|e| ConfigError::Invalid {
-        name: name.to_string(),
-        value: value.to_string(),
-        reason: format!("{e}; expected a non-negative integer"),
-    })
+/// `value` unless it is zero, which `knob` refuses.
+fn at_least_one(knob: &str, value: Option<u64>) -> Result<Option<u64>, ConfigError> {
+    match value {
+        Some(0) => {
+            Err(ConfigError::Invalid { name: knob.to_string(), value: "0".into(), reason: "must be at least 1".into() })
+        }
+        v => Ok(v),
+    }
 }
 
 impl CollConfig {
@@ -115,51 +117,32 @@ impl CollConfig {
         Self::from_lookup(|name| std::env::var(name).ok())
     }
 
-    /// Defaults with overrides from `lookup` (the environment, or a map in tests).
+    /// Defaults with overrides from `lookup` (the environment, or a map in tests), each knob
+    /// parsed by its registered type (`accord_knobs::of(Component::Collectives)`).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<CollConfig, ConfigError> {
+        use accord_knobs::get;
+        let env: &dyn Fn(&str) -> Option<String> = &lookup;
         let mut c = CollConfig::default();
-        if let Some(v) = lookup("ACCORD_COLL_TIMEOUT_MS") {
-            let ms = parse_num("ACCORD_COLL_TIMEOUT_MS", &v)?;
-            if ms == 0 {
-                return Err(ConfigError::Invalid {
-                    name: "ACCORD_COLL_TIMEOUT_MS".into(),
-                    value: v,
-                    reason: "must be at least 1".into(),
-                });
-            }
+        if let Some(ms) = at_least_one("ACCORD_COLL_TIMEOUT_MS", get(env, "ACCORD_COLL_TIMEOUT_MS")?)? {
             c.timeout = Duration::from_millis(ms);
         }
-        if let Some(v) = lookup("ACCORD_COLL_ABORT_GRACE_MS") {
-            c.abort_grace = Duration::from_millis(parse_num("ACCORD_COLL_ABORT_GRACE_MS", &v)?);
+        if let Some(grace) = get(env, "ACCORD_COLL_ABORT_GRACE_MS")? {
+            c.abort_grace = grace;
         }
-        if let Some(v) = lookup("ACCORD_COLL_SCRATCH_BYTES_MAX") {
-            c.scratch_bytes_max = parse_num("ACCORD_COLL_SCRATCH_BYTES_MAX", &v)? as usize;
+        if let Some(bytes) = get(env, "ACCORD_COLL_SCRATCH_BYTES_MAX")? {
+            c.scratch_bytes_max = bytes;
         }
-        if let Some(v) = lookup("ACCORD_COLL_PIPELINE_CHUNK_BYTES") {
-            let b = parse_num("ACCORD_COLL_PIPELINE_CHUNK_BYTES", &v)?;
-            if b == 0 {
-                return Err(ConfigError::Invalid {
-                    name: "ACCORD_COLL_PIPELINE_CHUNK_BYTES".into(),
-                    value: v,
-                    reason: "must be at least 1".into(),
-                });
-            }
-            c.pipeline_chunk_bytes = b as usize;
+        let chunk = "ACCORD_COLL_PIPELINE_CHUNK_BYTES";
+        if let Some(bytes) = at_least_one(chunk, get(env, chunk)?)? {
+            c.pipeline_chunk_bytes = bytes as usize;
         }
-        if let Some(v) = lookup("ACCORD_COLL_SEGMENT_BYTES") {
-            let b = parse_num("ACCORD_COLL_SEGMENT_BYTES", &v)?;
-            if b == 0 {
-                return Err(ConfigError::Invalid {
-                    name: "ACCORD_COLL_SEGMENT_BYTES".into(),
-                    value: v,
-                    reason: "must be at least 1".into(),
-                });
-            }
-            c.segment_bytes = b as usize;
+        let segment = "ACCORD_COLL_SEGMENT_BYTES";
+        if let Some(bytes) = at_least_one(segment, get(env, segment)?)? {
+            c.segment_bytes = bytes as usize;
         }
         for coll in Collective::ALL {
             let name = format!("ACCORD_ALGO_{}", coll.name().to_ascii_uppercase());
-            if let Some(v) = lookup(&name) {
+            if let Some(v) = get::<String>(env, &name)? {
                 c.algo_overrides.insert(coll, Algo::parse_for(coll, v.trim())?);
             }
         }

@@ -141,6 +141,9 @@ pub enum StoreError {
         /// The variable.
         name: &'static str,
     },
+    /// An `ACCORD_*` variable does not parse as its registered type.
+    #[error("environment variable {0}")]
+    Knob(#[from] accord_knobs::KnobError),
     /// An environment variable has an invalid value.
     #[error("environment variable {name}={value:?} is invalid: {reason}")]
     InvalidEnv {
@@ -206,6 +209,9 @@ pub enum StoreError {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ConfigError {
+    /// An `ACCORD_*` variable does not parse as its registered type.
+    #[error("{0}")]
+    Knob(#[from] accord_knobs::KnobError),
     /// An `ACCORD_*` variable has an invalid value.
     #[error("{name}={value:?} is invalid: {reason}")]
     Invalid {

@@ -289,7 +289,8 @@ impl Drop for WaitGuard<'_> {
 
 /// [`REPORT_DIR_ENV`], when set and not empty.
 pub fn report_dir() -> Option<PathBuf> {
-    std::env::var_os(REPORT_DIR_ENV).filter(|v| !v.is_empty()).map(PathBuf::from)
+    // `env_path` fails only for a name or kind the table lacks (accord-knobs' tests).
+    accord_knobs::env_path(REPORT_DIR_ENV).ok().flatten().filter(|p| !p.as_os_str().is_empty())
 }
 
 /// Writes `report` into `dir` (created if missing) as

@@ -13,7 +13,8 @@
 //!   [`CudaError::IpcOpen`]: we check that the exporter's pid still exists
 //!   before calling the driver, and the driver itself refuses handles of
 //!   destroyed allocations. Nothing on our side dereferences a stale handle.
-//! - One process should open a given handle once and share the mapping.
+//! - One process should open a given handle once and share the mapping: the engine's
+//!   copy-engine route and the GPU collectives keep theirs in a [`MappingCache`].
 //!
 //! # Future work
 //!
@@ -22,6 +23,10 @@
 //! descriptors (`CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`, passed over a Unix
 //! socket), and across the hosts of an NVLink domain with fabric handles
 //! (`CU_MEM_HANDLE_TYPE_FABRIC`); both are planned, neither is built yet.
+
+mod cache;
+
+pub use cache::MappingCache;
 
 use std::fmt;
 

@@ -69,7 +69,7 @@ pub use ffi::host_memory::{
 };
 pub use ffi::launch::{launch_u64_args, LaunchConfig};
 pub use graph::Graph;
-pub use ipc::{IpcHandle, IpcMapping};
+pub use ipc::{IpcHandle, IpcMapping, MappingCache};
 pub use memory::{
     check_device_range, current_device_ordinal, device_ordinal_of, has_owner_context, DeviceBuffer, DeviceCopy,
     DevicePtr,

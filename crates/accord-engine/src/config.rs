@@ -1,5 +1,6 @@
 //! Typed configuration of an engine, its documented defaults, and every `ACCORD_*` environment
-//! override in one place ([`ENGINE_ENV_OVERRIDES`]).
+//! override in one place ([`EngineConfig::with_overrides_from`]; the knobs' docs are rows of
+//! `accord-knobs`' table, `Component::Engine`).
 
 use crate::error::BuildError;
 use accord_net::fault::FaultConfig;
@@ -24,104 +25,6 @@ pub const FABRIC_DATAGRAM_BYTES: u16 = 4096 + accord_proto::wire::DATA_HEADER_LE
 /// datagram carries 60 KiB and the per-packet protocol work shrinks fifteen-fold.
 pub const LOOPBACK_DATAGRAM_BYTES: u16 = 60 * 1024 + accord_proto::wire::DATA_HEADER_LEN as u16;
 
-/// Environment variables that override [`EngineConfig`] fields, and what each sets. Applied by
-/// [`EngineBuilder::build`](crate::EngineBuilder::build) after the builder's own settings, so
-/// an operator can change a deployed program without rebuilding it.
-pub const ENGINE_ENV_OVERRIDES: &[(&str, &str)] = &[
-    ("ACCORD_NICS", "nics: comma-separated local IPs, one per NIC (e.g. 127.0.0.1,127.0.0.2)"),
-    (
-        "ACCORD_WORKERS_PER_NIC",
-        "workers_per_nic (when unset and the ranks on this host are known: half of cores / ranks, 1..=8)",
-    ),
-    (
-        "LOCAL_WORLD_SIZE",
-        "ranks sharing this host (torchrun, `accord run`); also read: OMPI_COMM_WORLD_LOCAL_SIZE, \
-         MPI_LOCALNRANKS, MV2_COMM_WORLD_LOCAL_SIZE, SLURM_STEP_TASKS_PER_NODE (see local_ranks.rs)",
-    ),
-    ("ACCORD_PATHS", "paths_per_worker (UDP sockets, entropy values)"),
-    ("ACCORD_CC", "congestion control by name: cubic, swift, eqds, fixed"),
-    ("ACCORD_PATH_SELECTOR", "path_selector: p2c (default), rr, or recycle (reuse paths acked clean, REPS-like)"),
-    (
-        "ACCORD_PACER_ORDER",
-        "pacer_order of the EQDS credit pacer: rr (default, max-min fair) or srpt (shortest remaining)",
-    ),
-    (
-        "ACCORD_INTEGRITY",
-        "integrity: end-to-end CRC32C of every packet: full (default, header and payload), header, or off; alike on every rank",
-    ),
-    (
-        "ACCORD_JOB_SECRET",
-        "job_secret (64 hex digits): only engines holding it may connect; accord launch sets one per job",
-    ),
-    ("ACCORD_NIC_GBPS", "nic_gbps: line rate of each NIC, for the EQDS credit pacer"),
-    ("ACCORD_FORCE_NETWORK", "force_network (0 or 1): same-process peers go over the network"),
-    ("ACCORD_DATAGRAM_BYTES", "datagram_bytes (0 = by address: loopback or fabric size)"),
-    ("ACCORD_WINDOW_PACKETS", "window_packets (0 = sized to the socket buffers)"),
-    ("ACCORD_SHARD_BYTES", "shard_bytes_min: writes this large are split across lanes"),
-    (
-        "ACCORD_IDLE_TIMEOUT_MS",
-        "idle_timeout: a connection silent this long with data outstanding is replaced (its transfers resent)",
-    ),
-    (
-        "ACCORD_AWAIT_POLL_US",
-        "await_poll: microseconds a worker that awaits traffic polls (yielding the core) before sleeping; 0 = off",
-    ),
-    (
-        "ACCORD_WAIT_SPIN_US",
-        "wait_spin: microseconds a thread waiting on a transfer or an immediate counter polls before it sleeps",
-    ),
-    ("ACCORD_CMA", "cma (0 or 1, default 0): large writes to other processes of this host are pulled by the receiver"),
-    (
-        "ACCORD_CMA_MIN_BYTES",
-        "cma_min_bytes: writes (or shards) at least this long take the pull route (default 64 KiB)",
-    ),
-    ("ACCORD_RX_BATCH_SLOTS", "rx_batch_slots: receive slots per batch, 1..=64 (0 = by datapath, see the field)"),
-    ("ACCORD_ENGINE_DEBUG", "when set, workers print per-connection statistics to stderr every 250 ms"),
-    ("ACCORD_SHM", "shm.enabled (0 or 1, default 1): same-host peers exchange datagrams through shared-memory rings"),
-    ("ACCORD_SHM_RING_BYTES", "shm.ring_bytes: data bytes per ring (one per lane pair and direction), power of two"),
-    ("ACCORD_SHM_DIR", "shm.dir: directory of ring files (default /dev/shm); both peers must see the same one"),
-    (
-        "ACCORD_SHM_SPIN_US",
-        "shm.spin: microseconds a worker polls its rings and sockets (yielding the core each turn) before sleeping",
-    ),
-    ("ACCORD_SHM_LEND", "shm.lend (0 or 1, default 1): large ring datagrams are placed straight from the ring"),
-    (
-        "ACCORD_DEVICE_IPC",
-        "device_ipc (0 or 1, default 1): device memory of same-host peers through CUDA IPC; 0 treats them as \
-         remote (staging through pinned host memory), to exercise that route on one host",
-    ),
-    (
-        "ACCORD_DEVICE_SHARED_HOST",
-        "device_shared_host (0 or 1, default 1): device bytes bound for a same-host peer's shared host region \
-         (Engine::alloc_shared) are copied straight into it by the GPU's copy engine; 0 stages them as for \
-         any other host region",
-    ),
-    (
-        "ACCORD_DEVICE_CONTEXT",
-        "device_context (primary or private, default primary): the CUDA context the copy-engine route submits \
-         copies in; private keeps them from waiting behind an application's synchronous calls in the primary one",
-    ),
-    ("ACCORD_DEVICE_STAGING_CHUNK_BYTES", "device_staging_chunk_bytes: bytes per pinned staging slot (default 4 MiB)"),
-    ("ACCORD_DEVICE_STAGING_CHUNKS", "device_staging_chunks: pinned staging slots per engine (default 8)"),
-    (
-        "ACCORD_DEVICE_LANDING_TIMEOUT_MS",
-        "device_landing_timeout (milliseconds): how long a device-landing rendezvous waits for the peer (default 10000)",
-    ),
-    ("ACCORD_KEEPALIVE_MS", "keepalive: while a wait names a peer, probe it this often (default 1000; 0 = no probes)"),
-    (
-        "ACCORD_PEER_DEAD_MS",
-        "peer_dead_after: a probed peer unanswered this long is declared dead; resent transfers fail after it (default 5000)",
-    ),
-    ("ACCORD_METRICS_ADDR", "metrics_addr: serve Prometheus metrics on host:port (port 0 picks one); default off"),
-    (
-        "ACCORD_TRACE_FILE",
-        "trace_file: write a Chrome/Perfetto trace of transfers and collectives (%p: the pid); default off",
-    ),
-    ("ACCORD_PIDFD", "pidfd (0 or 1, default 1): watch same-host peers' processes and fail their work when they exit"),
-    ("ACCORD_LOSS", "fault.drop: inject this packet loss probability (tests, benchmarks)"),
-    ("ACCORD_REORDER", "fault.reorder: inject this reordering probability (tests, benchmarks)"),
-];
-
 /// The CUDA context the copy-engine route submits copies in (`ACCORD_DEVICE_CONTEXT`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum DeviceContext {
@@ -133,6 +36,18 @@ pub enum DeviceContext {
     /// For a library that copies on a thread the application's kernels wait on, such as NCCL's
     /// proxy thread. Costs device memory per GPU (the context's own).
     Private,
+}
+
+impl std::str::FromStr for DeviceContext {
+    type Err = String;
+    /// `primary` or `private`, as `ACCORD_DEVICE_CONTEXT` takes them.
+    fn from_str(name: &str) -> Result<Self, String> {
+        match name.trim() {
+            "primary" => Ok(DeviceContext::Primary),
+            "private" => Ok(DeviceContext::Private),
+            other => Err(format!("unknown device context {other:?}: use primary or private")),
+        }
+    }
 }
 
 /// Everything an engine is built from. Construct with [`crate::Engine::builder`].
@@ -229,6 +144,9 @@ pub struct EngineConfig {
     /// file ([`crate::Engine::alloc_shared`]) go in one copy-engine copy into the writer's
     /// mapping of that file, instead of through staging and the transport. Default on.
     pub device_shared_host: bool,
+    /// Workers print per-connection statistics to stderr every 250 ms (`ACCORD_ENGINE_DEBUG`
+    /// set, whatever its value). Default false.
+    pub debug_stats: bool,
     /// The CUDA context the copy-engine route submits its copies in. Default
     /// [`DeviceContext::Primary`].
     pub device_context: DeviceContext,
@@ -333,6 +251,7 @@ impl Default for EngineConfig {
             device_ipc: true,
             device_shared_host: true,
             device_context: DeviceContext::Primary,
+            debug_stats: false,
             device_staging_chunk_bytes: crate::device::staging::DEVICE_STAGING_CHUNK_BYTES_DEFAULT,
             device_staging_chunks: crate::device::staging::DEVICE_STAGING_CHUNKS_DEFAULT,
             device_landing_timeout: LANDING_TIMEOUT_DEFAULT,
@@ -369,78 +288,60 @@ pub fn workers_for_share(cores: usize, local_ranks: usize) -> usize {
 }
 
 impl EngineConfig {
-    /// Applies [`ENGINE_ENV_OVERRIDES`] read through `lookup` (tests pass a closure over a map).
+    /// Applies the engine's `ACCORD_*` knobs (`accord_knobs::of(Component::Engine)`) read
+    /// through `lookup` (tests pass a closure over a map), each parsed by its registered type;
+    /// a bad value is an error naming the knob, the value and what it accepts.
     pub fn with_overrides_from(mut self, lookup: impl Fn(&str) -> Option<String>) -> Result<Self, BuildError> {
-        fn num<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, BuildError> {
-            value.trim().parse().map_err(|_| BuildError::BadOverride { name: name.to_string(), value: value.into() })
+        use accord_knobs::{choice, get, is_set};
+        let env: &dyn Fn(&str) -> Option<String> = &lookup;
+        if let Some(list) = get::<String>(env, "ACCORD_NICS")? {
+            self.nics = parse_nics(&list)?;
         }
-        /// A selector by name; the error names the variable and lists the valid names.
-        fn named<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, BuildError>
-        where
-            T::Err: std::fmt::Display,
-        {
-            value.parse().map_err(|e: T::Err| BuildError::Invalid(format!("{name}: {e}")))
+        set(&mut self.workers_per_nic, get(env, "ACCORD_WORKERS_PER_NIC")?);
+        set(&mut self.paths_per_worker, get(env, "ACCORD_PATHS")?);
+        set(&mut self.cc, choice(env, "ACCORD_CC")?);
+        set(&mut self.path_selector, choice(env, "ACCORD_PATH_SELECTOR")?);
+        set(&mut self.pacer_order, choice(env, "ACCORD_PACER_ORDER")?);
+        set(&mut self.integrity, choice(env, "ACCORD_INTEGRITY")?);
+        if let Some(hex) = get::<String>(env, "ACCORD_JOB_SECRET")? {
+            // The value is never echoed into the error: it is a secret.
+            let secret = accord_proto::JobSecret::from_hex(&hex)
+                .ok_or_else(|| BuildError::Invalid("ACCORD_JOB_SECRET must be 64 hex digits (32 bytes)".to_string()))?;
+            self.job_secret = Some(secret);
         }
-        for (name, _) in ENGINE_ENV_OVERRIDES {
-            let Some(value) = lookup(name) else { continue };
-            match *name {
-                "ACCORD_NICS" => {
-                    self.nics = value.split(',').map(|ip| num(name, ip)).collect::<Result<_, _>>()?;
-                }
-                "ACCORD_WORKERS_PER_NIC" => self.workers_per_nic = num(name, &value)?,
-                "ACCORD_PATHS" => self.paths_per_worker = num(name, &value)?,
-                "ACCORD_CC" => self.cc = named(name, &value)?,
-                "ACCORD_PATH_SELECTOR" => self.path_selector = named(name, &value)?,
-                "ACCORD_PACER_ORDER" => self.pacer_order = named(name, &value)?,
-                "ACCORD_INTEGRITY" => self.integrity = named(name, &value)?,
-                "ACCORD_JOB_SECRET" => {
-                    // The value is never echoed into the error: it is a secret.
-                    let secret = accord_proto::JobSecret::from_hex(&value).ok_or_else(|| {
-                        BuildError::Invalid("ACCORD_JOB_SECRET must be 64 hex digits (32 bytes)".to_string())
-                    })?;
-                    self.job_secret = Some(secret);
-                }
-                "ACCORD_NIC_GBPS" => self.nic_gbps = num(name, &value)?,
-                "ACCORD_FORCE_NETWORK" => self.force_network = num::<u8>(name, &value)? != 0,
-                "ACCORD_DATAGRAM_BYTES" => self.datagram_bytes = num(name, &value)?,
-                "ACCORD_WINDOW_PACKETS" => self.window_packets = num(name, &value)?,
-                "ACCORD_SHARD_BYTES" => self.shard_bytes_min = num(name, &value)?,
-                "ACCORD_IDLE_TIMEOUT_MS" => self.idle_timeout = Duration::from_millis(num(name, &value)?),
-                "ACCORD_RX_BATCH_SLOTS" => self.rx_batch_slots = num(name, &value)?,
-                "ACCORD_AWAIT_POLL_US" => self.await_poll = Duration::from_micros(num(name, &value)?),
-                "ACCORD_CMA" => self.cma = num::<u8>(name, &value)? != 0,
-                "ACCORD_CMA_MIN_BYTES" => self.cma_min_bytes = num(name, &value)?,
-                "ACCORD_WAIT_SPIN_US" => self.wait_spin = Duration::from_micros(num(name, &value)?),
-                "ACCORD_DEVICE_IPC" => self.device_ipc = num::<u8>(name, &value)? != 0,
-                "ACCORD_DEVICE_SHARED_HOST" => self.device_shared_host = num::<u8>(name, &value)? != 0,
-                "ACCORD_DEVICE_CONTEXT" => {
-                    self.device_context = match value.trim() {
-                        "primary" => DeviceContext::Primary,
-                        "private" => DeviceContext::Private,
-                        _ => {
-                            return Err(BuildError::Invalid(format!(
-                                "ACCORD_DEVICE_CONTEXT={value:?}: expected primary or private"
-                            )))
-                        }
-                    }
-                }
-                "ACCORD_DEVICE_STAGING_CHUNK_BYTES" => self.device_staging_chunk_bytes = num(name, &value)?,
-                "ACCORD_DEVICE_STAGING_CHUNKS" => self.device_staging_chunks = num(name, &value)?,
-                "ACCORD_DEVICE_LANDING_TIMEOUT_MS" => {
-                    self.device_landing_timeout = Duration::from_millis(num(name, &value)?)
-                }
-                "ACCORD_KEEPALIVE_MS" => self.keepalive = Duration::from_millis(num(name, &value)?),
-                "ACCORD_PEER_DEAD_MS" => self.peer_dead_after = Duration::from_millis(num(name, &value)?),
-                "ACCORD_PIDFD" => self.pidfd = num::<u8>(name, &value)? != 0,
-                "ACCORD_METRICS_ADDR" => self.metrics_addr = Some(value.trim().to_string()).filter(|v| !v.is_empty()),
-                "ACCORD_TRACE_FILE" => {
-                    self.trace_file = Some(std::path::PathBuf::from(value.trim())).filter(|p| !p.as_os_str().is_empty())
-                }
-                "ACCORD_LOSS" => self.fault.get_or_insert_with(FaultConfig::default).drop = num(name, &value)?,
-                "ACCORD_REORDER" => self.fault.get_or_insert_with(FaultConfig::default).reorder = num(name, &value)?,
-                _ => {}
-            }
+        set(&mut self.nic_gbps, get(env, "ACCORD_NIC_GBPS")?);
+        set(&mut self.force_network, get(env, "ACCORD_FORCE_NETWORK")?);
+        set(&mut self.datagram_bytes, get(env, "ACCORD_DATAGRAM_BYTES")?);
+        set(&mut self.window_packets, get(env, "ACCORD_WINDOW_PACKETS")?);
+        set(&mut self.shard_bytes_min, get(env, "ACCORD_SHARD_BYTES")?);
+        set(&mut self.idle_timeout, get(env, "ACCORD_IDLE_TIMEOUT_MS")?);
+        set(&mut self.rx_batch_slots, get(env, "ACCORD_RX_BATCH_SLOTS")?);
+        set(&mut self.await_poll, get(env, "ACCORD_AWAIT_POLL_US")?);
+        set(&mut self.cma, get(env, "ACCORD_CMA")?);
+        set(&mut self.cma_min_bytes, get(env, "ACCORD_CMA_MIN_BYTES")?);
+        set(&mut self.wait_spin, get(env, "ACCORD_WAIT_SPIN_US")?);
+        set(&mut self.device_ipc, get(env, "ACCORD_DEVICE_IPC")?);
+        set(&mut self.device_shared_host, get(env, "ACCORD_DEVICE_SHARED_HOST")?);
+        set(&mut self.device_context, choice(env, "ACCORD_DEVICE_CONTEXT")?);
+        set(&mut self.device_staging_chunk_bytes, get(env, "ACCORD_DEVICE_STAGING_CHUNK_BYTES")?);
+        set(&mut self.device_staging_chunks, get(env, "ACCORD_DEVICE_STAGING_CHUNKS")?);
+        set(&mut self.device_landing_timeout, get(env, "ACCORD_DEVICE_LANDING_TIMEOUT_MS")?);
+        set(&mut self.keepalive, get(env, "ACCORD_KEEPALIVE_MS")?);
+        set(&mut self.peer_dead_after, get(env, "ACCORD_PEER_DEAD_MS")?);
+        set(&mut self.pidfd, get(env, "ACCORD_PIDFD")?);
+        if let Some(addr) = get::<String>(env, "ACCORD_METRICS_ADDR")? {
+            self.metrics_addr = Some(addr.trim().to_string()).filter(|v| !v.is_empty());
         }
+        if let Some(path) = get::<String>(env, "ACCORD_TRACE_FILE")? {
+            self.trace_file = Some(std::path::PathBuf::from(path.trim())).filter(|p| !p.as_os_str().is_empty());
+        }
+        if let Some(p) = get(env, "ACCORD_LOSS")? {
+            self.fault.get_or_insert_with(FaultConfig::default).drop = p;
+        }
+        if let Some(p) = get(env, "ACCORD_REORDER")? {
+            self.fault.get_or_insert_with(FaultConfig::default).reorder = p;
+        }
+        self.debug_stats |= is_set(env, "ACCORD_ENGINE_DEBUG")?;
         self.size_workers_to_host(&lookup, host_cores());
         self.shm = self.shm.with_overrides_from(&lookup).map_err(|e| BuildError::Invalid(e.to_string()))?;
         Ok(self)
@@ -590,6 +491,24 @@ impl EngineConfig {
         }
         ep
     }
+}
+
+/// Puts a knob's value, when it is set, in its field.
+fn set<T>(field: &mut T, value: Option<T>) {
+    if let Some(v) = value {
+        *field = v;
+    }
+}
+
+/// `ACCORD_NICS`: comma-separated IP addresses.
+fn parse_nics(list: &str) -> Result<Vec<IpAddr>, BuildError> {
+    list.split(',').map(|ip| ip.trim().parse()).collect::<Result<_, _>>().map_err(|_| {
+        BuildError::Knob(accord_knobs::KnobError::Invalid {
+            knob: "ACCORD_NICS".into(),
+            value: list.to_string(),
+            expected: "comma-separated IP addresses, e.g. 10.0.0.1,10.0.0.2".into(),
+        })
+    })
 }
 
 #[cfg(test)]

@@ -9,13 +9,8 @@ pub enum BuildError {
     #[error("invalid engine configuration: {0}")]
     Invalid(String),
     /// An `ACCORD_*` variable could not be parsed.
-    #[error("environment override {name}={value:?} is not valid: fix or unset it")]
-    BadOverride {
-        /// The variable.
-        name: String,
-        /// Its value.
-        value: String,
-    },
+    #[error("environment override {0}: fix or unset it")]
+    Knob(#[from] accord_knobs::KnobError),
     /// A NIC's sockets could not be opened.
     #[error("opening NIC {nic}: {source}: check the address is assigned to this host")]
     Datapath {

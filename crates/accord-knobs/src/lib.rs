@@ -7,14 +7,23 @@
 //! test), each component's tests check that its parser reads exactly its registered knobs,
 //! and [`warn_unknown_once`] names an unknown `ACCORD_*` variable with the closest known knob.
 //!
-//! Reading and parsing stay with each component (its `config.rs`), which knows the field a
-//! knob sets; this crate depends on nothing of ours, so every crate can name it.
+//! Each component's `config.rs` reads its knobs with the typed accessors of [`parse`]
+//! ([`get`], [`choice`], [`is_set`]): the table says how a knob's value is written (its
+//! [`Kind`]), one parser per kind reads it, and a bad value is a [`KnobError`] naming the knob,
+//! the value and what is accepted. The component keeps what only it knows: the field a knob
+//! sets and the range it allows. This crate depends on nothing of ours, so every crate can name
+//! it.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod parse;
 mod table;
 
+pub use parse::{
+    choice, env, env_is_set, env_path, get, is_set, parse_bool, parse_bytes, parse_duration, parse_duration_ms,
+    KnobError, KnobValue,
+};
 pub use table::{INTERNAL, KNOBS};
 
 /// Who reads a knob.
@@ -245,6 +254,30 @@ pub fn check_reads(component: Component, read: &std::collections::BTreeSet<Strin
             "{component:?}: registered but never read: {unread:?}; read but not registered in \
              crates/accord-knobs/src/table.rs: {unregistered:?}"
         ))
+    }
+}
+
+/// Checks that a component's parser accepts every word the table lists for each of its
+/// selectors (so the README's accepted values and the enum's `FromStr` agree): runs `parse`
+/// once per word with only that knob set. The error names each word refused and why.
+pub fn check_choices<E: std::fmt::Display>(
+    component: Component,
+    parse: impl Fn(&dyn Fn(&str) -> Option<String>) -> Result<(), E>,
+) -> Result<(), String> {
+    let mut refused = Vec::new();
+    for knob in of(component) {
+        let Kind::Choice(words) = knob.kind else { continue };
+        for word in words {
+            let lookup = |n: &str| (n == knob.name).then(|| word.to_string());
+            if let Err(e) = parse(&lookup) {
+                refused.push(format!("{}={word}: {e}", knob.name));
+            }
+        }
+    }
+    if refused.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{component:?}: the table lists values the parser refuses: {refused:?}"))
     }
 }
 

@@ -1,46 +1,11 @@
 //! The plugin's typed configuration, its documented defaults, and every `ACCORD_NET_*`
-//! environment variable in one place ([`NET_ENV_OVERRIDES`]). The engine's own `ACCORD_*`
-//! variables ([`accord_engine::ENGINE_ENV_OVERRIDES`]) apply too, after these.
+//! environment variable in one place ([`NetConfig::from_lookup`]; the knobs' docs are rows of
+//! `accord-knobs`' table, `Component::Plugin`). The engine's own `ACCORD_*` variables apply
+//! too, after these.
 
 use crate::error::PluginError;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
-
-/// Environment variables of the plugin and what each sets.
-pub const NET_ENV_OVERRIDES: &[(&str, &str)] = &[
-    (
-        "ACCORD_NET_IFS",
-        "devices: comma-separated local IPs or interface names, one NCCL device (engine NIC) each; default 127.0.0.1",
-    ),
-    (
-        "ACCORD_NET_SPEED_MBPS",
-        "speed each device reports to NCCL, in Mbps; default the interface's /sys speed, else 400000 on a \
-         loopback address (same-host peers, shared memory), else 100000",
-    ),
-    ("ACCORD_NET_SETUP_TIMEOUT_MS", "connect/accept give up after this long without progress; default 300000"),
-    (
-        "ACCORD_NET_PIECES",
-        "most pieces a receive's bytes are written in, each on the next engine lane with its own immediate \
-         (default: the engine's lane count, at most 16); 0 or 1: one write per receive, which the engine shards itself (its immediate sent after every shard)",
-    ),
-    (
-        "ACCORD_NET_GPU_BUFFERS",
-        "auto, 1 or 0: whether devices report NCCL_PTR_CUDA, so NCCL may keep its buffers in GPU memory (GPUDirect) \
-         and the GPUs' copy engines move the bytes, in CUDA contexts of the plugin's own; NCCL uses it where its \
-         GPUDirect level allows (NCCL_NET_GDR_LEVEL=SYS, NCCL_NET_GDR_READ=1 on a flat PCI topology) and its buffers \
-         come from cuMemCreate (NCCL_CUMEM_ENABLE=1, its default) (default 0; auto: on when a GPU is visible)",
-    ),
-    (
-        "ACCORD_NET_BOUNCE_BYTES",
-        "bytes of each receive comm's shared host bounce pool, through which receives into GPU memory land \
-         (default 16777216); a receive larger than the pool fails",
-    ),
-    (
-        "ACCORD_NET_TRACE",
-        "log the first N data-path events (irecv/isend posted, receives copied, requests done) as INFO lines \
-         (NCCL_DEBUG=INFO, subsystem NET), to see where a stalled job stops; default 0",
-    ),
-];
 
 /// Whether devices accept GPU memory (`ACCORD_NET_GPU_BUFFERS`).
 ///
@@ -63,6 +28,19 @@ pub enum GpuBuffers {
     On,
     /// Never: host memory only, NCCL stages through pinned host buffers.
     Off,
+}
+
+impl std::str::FromStr for GpuBuffers {
+    type Err = String;
+    /// `auto`, `1` or `0` (empty: `0`), as `ACCORD_NET_GPU_BUFFERS` takes them.
+    fn from_str(value: &str) -> Result<Self, String> {
+        match value.trim() {
+            "auto" => Ok(GpuBuffers::Auto),
+            "1" => Ok(GpuBuffers::On),
+            "0" | "" => Ok(GpuBuffers::Off),
+            other => Err(format!("unknown GPU buffer mode {other:?}: use auto, 1 or 0")),
+        }
+    }
 }
 
 /// Default bytes of a receive comm's bounce pool: NCCL's receives into GPU memory are its
@@ -131,52 +109,49 @@ impl Default for NetConfig {
 }
 
 impl NetConfig {
-    /// The defaults with [`NET_ENV_OVERRIDES`] applied, read through `lookup`; interface names
+    /// The defaults with the plugin's knobs applied, read through `lookup`; interface names
     /// are turned into addresses by `resolve`.
     pub fn from_lookup(
         lookup: impl Fn(&str) -> Option<String>,
         resolve: impl Fn(&str) -> Option<IpAddr>,
     ) -> Result<Self, PluginError> {
+        use accord_knobs::{choice, get};
+        let env: &dyn Fn(&str) -> Option<String> = &lookup;
         let mut config = NetConfig::default();
-        if let Some(ifs) = lookup("ACCORD_NET_IFS").filter(|v| !v.trim().is_empty()) {
+        if let Some(ifs) = get::<String>(env, "ACCORD_NET_IFS")?.filter(|v| !v.trim().is_empty()) {
             config.devices = parse_ifs(&ifs, resolve)?;
             config.default_devices = false;
         }
-        if let Some(v) = lookup("ACCORD_NET_SPEED_MBPS") {
-            let speed: i32 = v.trim().parse().map_err(|_| bad("ACCORD_NET_SPEED_MBPS", &v))?;
+        if let Some(speed) = get::<i32>(env, "ACCORD_NET_SPEED_MBPS")? {
             if speed <= 0 {
-                return Err(bad("ACCORD_NET_SPEED_MBPS", &v));
+                return Err(PluginError::Config(format!("ACCORD_NET_SPEED_MBPS={speed}: expected a positive speed")));
             }
             config.speed_mbps = Some(speed);
         }
-        if let Some(v) = lookup("ACCORD_NET_SETUP_TIMEOUT_MS") {
-            let ms: u64 = v.trim().parse().map_err(|_| bad("ACCORD_NET_SETUP_TIMEOUT_MS", &v))?;
-            config.setup_timeout = Duration::from_millis(ms.max(1));
+        if let Some(timeout) = get::<Duration>(env, "ACCORD_NET_SETUP_TIMEOUT_MS")? {
+            config.setup_timeout = timeout.max(Duration::from_millis(1));
         }
-        if let Some(v) = lookup("ACCORD_NET_PIECES") {
-            let pieces: u32 = v.trim().parse().map_err(|_| bad("ACCORD_NET_PIECES", &v))?;
+        if let Some(pieces) = get::<u32>(env, "ACCORD_NET_PIECES")? {
             if pieces > crate::cts::PIECES_MAX {
-                return Err(bad("ACCORD_NET_PIECES", &v));
+                let max = crate::cts::PIECES_MAX;
+                return Err(PluginError::Config(format!("ACCORD_NET_PIECES={pieces}: expected 0..={max}")));
             }
             config.pieces_max = Some(pieces);
         }
-        if let Some(v) = lookup("ACCORD_NET_GPU_BUFFERS") {
-            config.gpu_buffers = match v.trim() {
-                "auto" => GpuBuffers::Auto,
-                "1" => GpuBuffers::On,
-                "0" | "" => GpuBuffers::Off,
-                _ => return Err(bad("ACCORD_NET_GPU_BUFFERS", &v)),
-            };
+        if let Some(mode) = choice(env, "ACCORD_NET_GPU_BUFFERS")? {
+            config.gpu_buffers = mode;
         }
-        if let Some(v) = lookup("ACCORD_NET_BOUNCE_BYTES") {
-            let bytes: usize = v.trim().parse().map_err(|_| bad("ACCORD_NET_BOUNCE_BYTES", &v))?;
-            if bytes < BOUNCE_BYTES_MIN || bytes as u64 > accord_engine::REGION_BYTES_MAX {
-                return Err(bad("ACCORD_NET_BOUNCE_BYTES", &v));
+        if let Some(bytes) = get::<usize>(env, "ACCORD_NET_BOUNCE_BYTES")? {
+            let max = accord_engine::REGION_BYTES_MAX;
+            if bytes < BOUNCE_BYTES_MIN || bytes as u64 > max {
+                return Err(PluginError::Config(format!(
+                    "ACCORD_NET_BOUNCE_BYTES={bytes}: expected {BOUNCE_BYTES_MIN}..={max} bytes"
+                )));
             }
             config.bounce_bytes = bytes;
         }
-        if let Some(v) = lookup("ACCORD_NET_TRACE") {
-            config.trace_events = v.trim().parse().map_err(|_| bad("ACCORD_NET_TRACE", &v))?;
+        if let Some(events) = get(env, "ACCORD_NET_TRACE")? {
+            config.trace_events = events;
         }
         Ok(config)
     }
@@ -187,11 +162,12 @@ impl NetConfig {
     }
 }
 
-fn bad(name: &str, value: &str) -> PluginError {
-    PluginError::Config(format!("{name}={value:?} is not valid: see the plugin's NET_ENV_OVERRIDES for the format"))
+impl From<accord_knobs::KnobError> for PluginError {
+    fn from(e: accord_knobs::KnobError) -> Self {
+        PluginError::Config(e.to_string())
+    }
 }
 
-/// Parses `ACCORD_NET_IFS`: IPs or interface names, comma-separated, no duplicates.
 fn parse_ifs(value: &str, resolve: impl Fn(&str) -> Option<IpAddr>) -> Result<Vec<DeviceConfig>, PluginError> {
     let mut devices: Vec<DeviceConfig> = vec![];
     for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {

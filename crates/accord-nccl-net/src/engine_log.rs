@@ -78,8 +78,8 @@ impl<S: Subscriber> Layer<S> for ToNccl {
 /// Installs the forwarding subscriber (once per process).
 pub fn install() {
     INSTALL.call_once(|| {
-        let threshold =
-            threshold_from(std::env::var("NCCL_DEBUG").ok().as_deref(), std::env::var("ACCORD_LOG").ok().as_deref());
+        let accord_log = accord_knobs::env::<String>("ACCORD_LOG").ok().flatten();
+        let threshold = threshold_from(std::env::var("NCCL_DEBUG").ok().as_deref(), accord_log.as_deref());
         THRESHOLD.store(threshold, Ordering::Relaxed);
         // Another subscriber (the host program's) keeps the events when there is one.
         let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry().with(ToNccl));

@@ -215,7 +215,8 @@ pub fn write_dump(dir: &Path, dump: &InflightDump) -> std::io::Result<PathBuf> {
 
 /// The folder dumps go to: `ACCORD_REPORT_DIR`, when set and not empty.
 pub fn report_dir() -> Option<PathBuf> {
-    std::env::var_os("ACCORD_REPORT_DIR").filter(|v| !v.is_empty()).map(PathBuf::from)
+    // `env_path` fails only for a name or kind the table lacks (accord-knobs' tests).
+    accord_knobs::env_path("ACCORD_REPORT_DIR").ok().flatten().filter(|p| !p.as_os_str().is_empty())
 }
 
 /// Dumps the requests in flight (log line, and a file where `ACCORD_REPORT_DIR` is set), at

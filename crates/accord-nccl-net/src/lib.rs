@@ -36,7 +36,7 @@ pub mod setup;
 pub mod tuner;
 pub mod workers;
 
-pub use config::{NetConfig, NET_ENV_OVERRIDES};
+pub use config::NetConfig;
 pub use error::PluginError;
 pub use ffi::{ncclNetPlugin_v10, ncclNetPlugin_v11};
 pub use tuner::ffi::{ncclTunerPlugin_v4, ncclTunerPlugin_v5};

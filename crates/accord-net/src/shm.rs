@@ -43,7 +43,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-pub use config::{ShmConfig, SHM_ENV_OVERRIDES, SHM_RING_BYTES_DEFAULT, SHM_SPIN_DEFAULT, SHM_SPIN_MAX};
+pub use config::{ShmConfig, SHM_RING_BYTES_DEFAULT, SHM_SPIN_DEFAULT, SHM_SPIN_MAX};
 use control::Control;
 use ring::{Consumer, Producer, Push};
 

@@ -285,7 +285,7 @@ fn run_seed(seed: u64) -> Result<(), String> {
     let a_to_b = submit_mix(&mut sim, &mut rng, Side::A, keys[1]);
     let b_to_a = submit_mix(&mut sim, &mut rng, Side::B, keys[0]);
     let run = sim.run_until_complete();
-    if std::env::var("ACCORD_PROPTEST_VERBOSE").is_ok() {
+    if verbose() {
         eprintln!("config faults {:?}", sim.wire());
         for side in [Side::A, Side::B] {
             eprintln!("{side:?}: {:#?}", sim.connection_stats(side));
@@ -293,7 +293,7 @@ fn run_seed(seed: u64) -> Result<(), String> {
         }
     }
     run.map_err(|e| e.to_string())?;
-    if std::env::var("ACCORD_PROPTEST_VERBOSE").is_ok() {
+    if verbose() {
         for (op, e) in &a_to_b {
             let summary = match e {
                 Expect::Write { offset, source, imm, .. } => {
@@ -313,11 +313,18 @@ fn run_seed(seed: u64) -> Result<(), String> {
     Ok(())
 }
 
+/// `ACCORD_PROPTEST_VERBOSE` is set: print every seed's details.
+fn verbose() -> bool {
+    accord_knobs::env_is_set("ACCORD_PROPTEST_VERBOSE").unwrap()
+}
+
+/// `ACCORD_PROPTEST_SEED` alone, else `ACCORD_PROPTEST_SEEDS` seeds (500); a bad value fails
+/// the test naming the knob.
 fn seeds() -> Vec<u64> {
-    if let Ok(one) = std::env::var("ACCORD_PROPTEST_SEED") {
-        return vec![one.parse().expect("ACCORD_PROPTEST_SEED is a number")];
+    if let Some(one) = accord_knobs::env::<u64>("ACCORD_PROPTEST_SEED").unwrap() {
+        return vec![one];
     }
-    let count = std::env::var("ACCORD_PROPTEST_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(500u64);
+    let count = accord_knobs::env::<u64>("ACCORD_PROPTEST_SEEDS").unwrap().unwrap_or(500);
     (0..count).collect()
 }
 

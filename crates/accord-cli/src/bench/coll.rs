@@ -215,7 +215,7 @@ fn count_wrong(
     let mut out = vec![0u8; recv_len * size];
     comm.transport().read_local(recv.sub(0, out.len()), &mut out).map_err(fail("read output"))?;
     let corrupt_rank = if s.collective == Collective::Reduce { k.root } else { 0 };
-    if me == corrupt_rank && std::env::var(CORRUPT_ENV).is_ok_and(|v| v == "1") {
+    if me == corrupt_rank && accord_knobs::env::<bool>(CORRUPT_ENV).map_err(|e| e.to_string())? == Some(true) {
         // Test-only: one element off by one, as a broken transport would leave it.
         if let Some(e) = expected(s, k, n, me, count, 0) {
             let mut bad = vec![];

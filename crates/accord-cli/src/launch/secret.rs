@@ -8,7 +8,7 @@ pub(crate) const JOB_SECRET_ENV: &str = "ACCORD_JOB_SECRET";
 /// The secret the ranks share: the caller's `ACCORD_JOB_SECRET` if set (a job spread over
 /// several launchers), else 32 fresh bytes from the OS.
 pub(crate) fn job_secret() -> Result<String, String> {
-    if let Ok(given) = std::env::var(JOB_SECRET_ENV) {
+    if let Some(given) = accord_knobs::env::<String>(JOB_SECRET_ENV).map_err(|e| e.to_string())? {
         return accord_proto::JobSecret::from_hex(&given)
             .map(|s| s.to_hex())
             .ok_or_else(|| format!("{JOB_SECRET_ENV} must be 64 hex digits (32 bytes)"));

@@ -18,6 +18,8 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use accord_engine::backoff::IdleBackoff;
+
 use super::error::{GpuCollError, GpuResult};
 use super::shm::SharedWords;
 
@@ -34,7 +36,7 @@ const STATE_OPEN: u64 = 1;
 const STATE_CLOSED: u64 = 2;
 /// How often a wait checks that its peers are still alive.
 pub const LIVENESS_CHECK_INTERVAL: Duration = Duration::from_millis(2);
-/// Busy polls before a wait starts yielding the CPU.
+/// Busy polls before a wait starts yielding the CPU (it sleeps from four times as many on).
 pub const SPIN_POLLS_MAX: u32 = 4096;
 /// Longest sleep between two polls once a wait has gone on for a while.
 pub const POLL_SLEEP_MAX: Duration = Duration::from_micros(20);
@@ -211,8 +213,10 @@ impl Board {
         Ok(())
     }
 
-    /// Polls `done` (spin, then yield, then short sleeps) until it holds, the
-    /// deadline passes, or `peer` is gone.
+    /// Polls `done` (spin, then yield, then short sleeps: the engine's
+    /// [`IdleBackoff`] with this board's step counts) until it holds, the
+    /// deadline passes, or `peer` is gone. Liveness and the deadline are
+    /// checked once the spin phase is over, every [`LIVENESS_CHECK_INTERVAL`].
     fn wait_until(
         &self,
         peer: usize,
@@ -220,33 +224,26 @@ impl Board {
         what: impl Fn() -> String,
         done: impl Fn() -> bool,
     ) -> GpuResult<()> {
-        let mut polls: u32 = 0;
+        let mut backoff = IdleBackoff::with_spin(SPIN_POLLS_MAX, SPIN_POLLS_MAX * 4, POLL_SLEEP_MAX);
         let mut last_check = Instant::now();
         loop {
             if done() {
                 return Ok(());
             }
-            polls = polls.saturating_add(1);
-            if polls < SPIN_POLLS_MAX {
-                std::hint::spin_loop();
-                continue;
-            }
-            let now = Instant::now();
-            if now.duration_since(last_check) >= LIVENESS_CHECK_INTERVAL {
-                last_check = now;
-                if done() {
-                    return Ok(());
-                }
-                self.check_peer(peer)?;
-                if now >= deadline.at {
-                    return Err(GpuCollError::Timeout { what: what(), waited: deadline.budget });
+            if !backoff.will_spin() {
+                let now = Instant::now();
+                if now.duration_since(last_check) >= LIVENESS_CHECK_INTERVAL {
+                    last_check = now;
+                    if done() {
+                        return Ok(());
+                    }
+                    self.check_peer(peer)?;
+                    if now >= deadline.at {
+                        return Err(GpuCollError::Timeout { what: what(), waited: deadline.budget });
+                    }
                 }
             }
-            if polls < SPIN_POLLS_MAX * 4 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(POLL_SLEEP_MAX);
-            }
+            backoff.after_round(false);
         }
     }
 }

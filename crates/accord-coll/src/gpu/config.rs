@@ -30,8 +30,16 @@ pub enum StreamOrder {
     Stall,
 }
 
+impl std::str::FromStr for StreamOrder {
+    type Err = String;
+    /// As [`StreamOrder::parse`].
+    fn from_str(text: &str) -> Result<StreamOrder, String> {
+        StreamOrder::parse(text).ok_or_else(|| format!("unknown stream order {text:?}: use hostfn or stall"))
+    }
+}
+
 impl StreamOrder {
-    /// Parses `hostfn` or `stall`.
+    /// Parses `hostfn` or `stall` (any case; also `host_fn`, `host-fn`, `event`).
     pub fn parse(text: &str) -> Option<StreamOrder> {
         match text.trim().to_ascii_lowercase().as_str() {
             "hostfn" | "host_fn" | "host-fn" => Some(StreamOrder::HostFn),
@@ -99,12 +107,24 @@ impl Default for GpuConfig {
     }
 }
 
-fn parse_num(name: &'static str, value: &str, min: usize, max: usize) -> GpuResult<usize> {
-    match value.trim().parse::<usize>() {
-        Ok(v) if (min..=max).contains(&v) => Ok(v),
-        _ => Err(GpuCollError::InvalidArgument {
-            what: format!("{name}={value:?}: expected an integer in {min}..={max}"),
-        }),
+/// Reads count knob `name` through `env`, which must lie in `min..=max`.
+fn count(env: &dyn Fn(&str) -> Option<String>, name: &str, min: usize, max: usize) -> GpuResult<Option<usize>> {
+    match accord_knobs::get::<usize>(env, name).map_err(knob_error)? {
+        Some(v) if !(min..=max).contains(&v) => {
+            Err(GpuCollError::InvalidArgument { what: format!("{name}={v}: expected an integer in {min}..={max}") })
+        }
+        v => Ok(v),
+    }
+}
+
+fn knob_error(e: accord_knobs::KnobError) -> GpuCollError {
+    GpuCollError::InvalidArgument { what: e.to_string() }
+}
+
+/// Puts a knob's value, when it is set, in its field.
+fn set<T>(field: &mut T, value: Option<T>) {
+    if let Some(v) = value {
+        *field = v;
     }
 }
 
@@ -114,39 +134,23 @@ impl GpuConfig {
         GpuConfig::from_lookup(|k| std::env::var(k).ok())
     }
 
-    /// Defaults with overrides from `lookup` (the environment, or a map in tests).
+    /// Defaults with overrides from `lookup` (the environment, or a map in tests), each knob
+    /// parsed by its registered type (`accord_knobs::of(Component::GpuCollectives)`).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> GpuResult<GpuConfig> {
-        let mut config = GpuConfig::default();
-        if let Some(v) = lookup("ACCORD_GPU_STREAM_ORDER") {
-            config.stream_order = StreamOrder::parse(&v).ok_or_else(|| GpuCollError::InvalidArgument {
-                what: format!("ACCORD_GPU_STREAM_ORDER={v:?}: expected hostfn or stall"),
-            })?;
-        }
-        if let Some(v) = lookup("ACCORD_GPU_SCRATCH_BYTES") {
-            config.scratch_bytes = parse_num("ACCORD_GPU_SCRATCH_BYTES", &v, 4096, 1 << 40)?;
-        }
-        if let Some(v) = lookup("ACCORD_GPU_MAPPINGS_MAX") {
-            config.mappings_max = parse_num("ACCORD_GPU_MAPPINGS_MAX", &v, 1, 1 << 16)?;
-        }
-        if let Some(v) = lookup("ACCORD_GPU_REGISTRATIONS_MAX") {
-            config.registrations_max = parse_num("ACCORD_GPU_REGISTRATIONS_MAX", &v, 1, 1 << 16)?;
-        }
-        if let Some(v) = lookup("ACCORD_GPU_OP_TIMEOUT_MS") {
-            config.op_timeout =
-                Duration::from_millis(parse_num("ACCORD_GPU_OP_TIMEOUT_MS", &v, 1, 24 * 3600 * 1000)? as u64);
-        }
-        if let Some(v) = lookup("ACCORD_GPU_QUEUE_DEPTH") {
-            config.queue_depth = parse_num("ACCORD_GPU_QUEUE_DEPTH", &v, 1, QUEUE_DEPTH_MAX)?;
-        }
-        if let Some(v) = lookup("ACCORD_GPU_STREAMS_PER_PEER") {
-            config.streams_per_peer = parse_num("ACCORD_GPU_STREAMS_PER_PEER", &v, 1, STREAMS_PER_PEER_MAX)?;
-        }
-        if let Some(v) = lookup("ACCORD_GPU_PIPELINE_CHUNK_BYTES") {
-            config.pipeline_chunk_bytes = parse_num("ACCORD_GPU_PIPELINE_CHUNK_BYTES", &v, 4096, 1 << 40)?;
-        }
-        if let Some(v) = lookup("ACCORD_GPU_PIPELINE_CHUNKS_MAX") {
-            config.pipeline_chunks_max = parse_num("ACCORD_GPU_PIPELINE_CHUNKS_MAX", &v, 1, PIPELINE_CHUNKS_MAX_LIMIT)?;
-        }
-        Ok(config)
+        let env: &dyn Fn(&str) -> Option<String> = &lookup;
+        let mut c = GpuConfig::default();
+        set(&mut c.stream_order, accord_knobs::choice(env, "ACCORD_GPU_STREAM_ORDER").map_err(knob_error)?);
+        set(&mut c.scratch_bytes, count(env, "ACCORD_GPU_SCRATCH_BYTES", 4096, 1 << 40)?);
+        set(&mut c.mappings_max, count(env, "ACCORD_GPU_MAPPINGS_MAX", 1, 1 << 16)?);
+        set(&mut c.registrations_max, count(env, "ACCORD_GPU_REGISTRATIONS_MAX", 1, 1 << 16)?);
+        let day_ms = 24 * 3600 * 1000;
+        let timeout = count(env, "ACCORD_GPU_OP_TIMEOUT_MS", 1, day_ms)?;
+        set(&mut c.op_timeout, timeout.map(|ms| Duration::from_millis(ms as u64)));
+        set(&mut c.queue_depth, count(env, "ACCORD_GPU_QUEUE_DEPTH", 1, QUEUE_DEPTH_MAX)?);
+        set(&mut c.streams_per_peer, count(env, "ACCORD_GPU_STREAMS_PER_PEER", 1, STREAMS_PER_PEER_MAX)?);
+        set(&mut c.pipeline_chunk_bytes, count(env, "ACCORD_GPU_PIPELINE_CHUNK_BYTES", 4096, 1 << 40)?);
+        let chunks = count(env, "ACCORD_GPU_PIPELINE_CHUNKS_MAX", 1, PIPELINE_CHUNKS_MAX_LIMIT)?;
+        set(&mut c.pipeline_chunks_max, chunks);
+        Ok(c)
     }
 }

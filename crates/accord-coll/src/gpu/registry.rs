@@ -13,10 +13,11 @@
 //! synchronises the whole context, which would wait for a user stream that is
 //! itself waiting for the collective.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use accord_cuda::ipc::IPC_HANDLE_BYTES;
-use accord_cuda::{DeviceBuffer, DevicePtr, Gpu, IpcHandle, IpcMapping};
+use accord_cuda::{DeviceBuffer, DevicePtr, Gpu, IpcHandle, IpcMapping, MappingCache};
 
 use super::error::{GpuCollError, GpuResult};
 use crate::store::StoreClient;
@@ -91,17 +92,16 @@ pub fn publish(store: &mut StoreClient, key: &str, buf: &DeviceBuffer) -> GpuRes
     Ok(())
 }
 
-/// Peers' buffers mapped here, least recently used evicted first.
+/// Peers' buffers mapped here, least recently used evicted first (the cache type the engine's
+/// copy-engine route uses too); evicted and stale mappings are retired, not closed.
 pub struct PeerMappings {
     gpu: Gpu,
     prefix: String,
     store: StoreClient,
-    open: HashMap<(usize, u64), (IpcMapping, u64)>,
-    retired: Vec<IpcMapping>,
+    open: MappingCache<(usize, u64), Arc<IpcMapping>>,
+    retired: Vec<Arc<IpcMapping>>,
     epochs: Vec<u64>,
     max: usize,
-    clock: u64,
-    opened_total: u64,
 }
 
 impl std::fmt::Debug for PeerMappings {
@@ -117,18 +117,16 @@ impl PeerMappings {
             gpu,
             prefix,
             store,
-            open: HashMap::new(),
+            open: MappingCache::new(max),
             retired: Vec::new(),
             epochs: vec![0; world_size],
             max,
-            clock: 0,
-            opened_total: 0,
         }
     }
 
     /// Mappings opened since creation (a cache-miss counter).
     pub fn opened_total(&self) -> u64 {
-        self.opened_total
+        self.open.opened_total()
     }
 
     /// Retires every mapping of `peer` if its deregistration epoch moved.
@@ -137,16 +135,13 @@ impl PeerMappings {
             return Ok(());
         }
         self.epochs[peer] = epoch;
-        let keys: Vec<_> = self.open.keys().filter(|(p, _)| *p == peer).copied().collect();
-        for key in keys {
-            if let Some((mapping, _)) = self.open.remove(&key) {
-                self.retire(mapping)?;
-            }
+        for mapping in self.open.remove_where(|(p, _)| *p == peer) {
+            self.retire(mapping)?;
         }
         Ok(())
     }
 
-    fn retire(&mut self, mapping: IpcMapping) -> GpuResult<()> {
+    fn retire(&mut self, mapping: Arc<IpcMapping>) -> GpuResult<()> {
         if self.retired.len() >= self.max {
             return Err(GpuCollError::TableFull {
                 what: "the retired peer mappings (closed by release_mappings)",
@@ -160,31 +155,13 @@ impl PeerMappings {
 
     /// The base address, in this process, of `peer`'s registration `id`.
     pub fn resolve(&mut self, peer: usize, id: u64, timeout: std::time::Duration) -> GpuResult<DevicePtr> {
-        self.clock += 1;
-        if let Some((mapping, used)) = self.open.get_mut(&(peer, id)) {
-            *used = self.clock;
-            return Ok(mapping.ptr());
+        let (gpu, store, key) = (&self.gpu, &mut self.store, registration_key(&self.prefix, peer, id));
+        let (mapping, evicted) =
+            self.open.get_or_open((peer, id), || open_registration(gpu, store, &key, peer, id, timeout))?;
+        if let Some(old) = evicted {
+            self.retire(old)?;
         }
-        if self.open.len() >= self.max {
-            let oldest = self.open.iter().min_by_key(|(_, (_, used))| *used).map(|(k, _)| *k);
-            if let Some(key) = oldest {
-                if let Some((mapping, _)) = self.open.remove(&key) {
-                    self.retire(mapping)?;
-                }
-            }
-        }
-        let bytes = self.store.get(&registration_key(&self.prefix, peer, id), timeout)?;
-        let array: [u8; IPC_HANDLE_BYTES] = bytes.as_slice().try_into().map_err(|_| GpuCollError::Protocol {
-            rank: peer,
-            what: format!("its registration {id} is {} bytes, not an IPC handle", bytes.len()),
-        })?;
-        let handle = IpcHandle::from_bytes(&array)
-            .map_err(|e| GpuCollError::Protocol { rank: peer, what: format!("registration {id}: {e}") })?;
-        let mapping = IpcMapping::open(&self.gpu, &handle)?;
-        let ptr = mapping.ptr();
-        self.open.insert((peer, id), (mapping, self.clock));
-        self.opened_total += 1;
-        Ok(ptr)
+        Ok(mapping.ptr())
     }
 
     /// Closes retired mappings (each close synchronises the GPU: call only
@@ -194,4 +171,23 @@ impl PeerMappings {
         self.retired.clear();
         count
     }
+}
+
+/// Maps `peer`'s registration `id`, whose IPC handle the store holds at `key`.
+fn open_registration(
+    gpu: &Gpu,
+    store: &mut StoreClient,
+    key: &str,
+    peer: usize,
+    id: u64,
+    timeout: std::time::Duration,
+) -> GpuResult<Arc<IpcMapping>> {
+    let bytes = store.get(key, timeout)?;
+    let array: [u8; IPC_HANDLE_BYTES] = bytes.as_slice().try_into().map_err(|_| GpuCollError::Protocol {
+        rank: peer,
+        what: format!("its registration {id} is {} bytes, not an IPC handle", bytes.len()),
+    })?;
+    let handle = IpcHandle::from_bytes(&array)
+        .map_err(|e| GpuCollError::Protocol { rank: peer, what: format!("registration {id}: {e}") })?;
+    Ok(Arc::new(IpcMapping::open(gpu, &handle)?))
 }

@@ -85,11 +85,9 @@ impl BootstrapConfig {
             Some(v) => parse("LOCAL_RANK", v, "a non-negative integer")?,
             None => rank,
         };
-        let timeout = match lookup("ACCORD_BOOTSTRAP_TIMEOUT_MS") {
-            Some(v) => Duration::from_millis(parse("ACCORD_BOOTSTRAP_TIMEOUT_MS", v, "milliseconds")?),
-            None => Duration::from_secs(300),
-        };
-        let secret = match lookup("ACCORD_JOB_SECRET") {
+        let env: &dyn Fn(&str) -> Option<String> = &lookup;
+        let timeout = accord_knobs::get(env, "ACCORD_BOOTSTRAP_TIMEOUT_MS")?.unwrap_or(Duration::from_secs(300));
+        let secret = match accord_knobs::get::<String>(env, "ACCORD_JOB_SECRET")? {
             Some(v) => Some(accord_proto::JobSecret::from_hex(&v).ok_or(StoreError::InvalidEnv {
                 name: "ACCORD_JOB_SECRET",
                 value: "(not shown: a secret)".into(),

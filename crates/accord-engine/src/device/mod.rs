@@ -13,7 +13,6 @@
 //! runs and registers host memory as before; only device registration and device writes fail,
 //! with an error that says why.
 
-pub(crate) mod backoff;
 pub(crate) mod cuda_staging;
 pub(crate) mod staging;
 
@@ -22,7 +21,7 @@ use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use accord_cuda::{copy_peer_async, DevicePtr, Event, EventKind, Gpu, IpcHandle, IpcMapping, Stream};
+use accord_cuda::{copy_peer_async, DevicePtr, Event, EventKind, Gpu, IpcHandle, IpcMapping, MappingCache, Stream};
 
 use crate::address::{EngineId, MrDescriptor};
 use crate::completion::TransferState;
@@ -64,24 +63,17 @@ struct GpuSlot {
     next: [usize; DIRECTIONS],
 }
 
-/// A cached mapping of a same-host peer's device region.
-struct CachedMapping {
-    mapping: Arc<IpcMapping>,
-    last_use: u64,
-}
-
 /// Key of a mapping: (peer engine, region id, region key, GPU it is mapped on).
 type MappingKey = (EngineId, u32, u64, u32);
 
-#[derive(Default)]
 struct RouteState {
     /// Open GPUs through contexts of the route's own ([`crate::DeviceContext::Private`]).
     private_contexts: bool,
     gpus: HashMap<u32, GpuSlot>,
     peer_access: HashSet<(u32, u32)>,
-    mappings: HashMap<MappingKey, CachedMapping>,
-    clock: u64,
-    opened_total: u64,
+    /// Same-host peers' regions mapped here; an evicted mapping is dropped at once and so
+    /// unmapped when the last in-flight copy holding it is done.
+    mappings: MappingCache<MappingKey, Arc<IpcMapping>>,
 }
 
 /// What runs once a copy completed: sends the immediate, whose part then completes the transfer.
@@ -142,7 +134,12 @@ impl DeviceRoute {
             .name("accord-device-poll".into())
             .spawn(move || poll_loop(rx))
             .map_err(|e| format!("could not start the device poller thread: {e}"))?;
-        let state = RouteState { private_contexts, ..RouteState::default() };
+        let state = RouteState {
+            private_contexts,
+            gpus: HashMap::new(),
+            peer_access: HashSet::new(),
+            mappings: MappingCache::new(IPC_MAPPINGS_MAX),
+        };
         Ok(Arc::new(DeviceRoute { state: Mutex::new(state), inflight: tx }))
     }
 
@@ -169,7 +166,7 @@ impl DeviceRoute {
 
     /// Mappings opened so far (cache misses).
     pub(crate) fn mappings_opened(&self) -> u64 {
-        self.state.lock().unwrap().opened_total
+        self.state.lock().unwrap().mappings.opened_total()
     }
 
     /// Byte 0 of the same-host peer region `dst`, mapped through its IPC handle into GPU
@@ -387,17 +384,19 @@ fn slot(state: &mut RouteState, ordinal: u32) -> Result<&mut GpuSlot, String> {
     }
 }
 
-/// The cached mapping of `dst`'s allocation on `gpu`, opened on a miss; checks that the region
-/// the descriptor claims lies inside what the handle maps.
+/// The cached mapping of `dst`'s allocation on `gpu`, opened on a miss.
 fn mapping(state: &mut RouteState, gpu: &Gpu, dst: &MrDescriptor, on: u32) -> Result<Arc<IpcMapping>, String> {
-    let info = dst.device.ok_or("the destination descriptor is not of device memory")?;
+    dst.device.ok_or("the destination descriptor is not of device memory")?;
     let key = (dst.engine, dst.region, dst.key, on);
-    state.clock += 1;
-    let now = state.clock;
-    if let Some(cached) = state.mappings.get_mut(&key) {
-        cached.last_use = now;
-        return Ok(Arc::clone(&cached.mapping));
-    }
+    // The evicted mapping, if any, drops here: unmapped once no in-flight copy holds it.
+    let (mapping, _evicted) = state.mappings.get_or_open(key, || open_mapping(gpu, dst))?;
+    Ok(mapping)
+}
+
+/// Maps `dst`'s allocation on `gpu` through the IPC handle of its descriptor; checks that the
+/// region the descriptor claims lies inside what the handle maps.
+fn open_mapping(gpu: &Gpu, dst: &MrDescriptor) -> Result<Arc<IpcMapping>, String> {
+    let info = dst.device.ok_or("the destination descriptor is not of device memory")?;
     let ipc = info.ipc.ok_or(
         "the peer's device region could not be exported through CUDA IPC (pool or VMM memory): \
          same-host writes into it are not supported; register cuMemAlloc memory",
@@ -414,17 +413,10 @@ fn mapping(state: &mut RouteState, gpu: &Gpu, dst: &MrDescriptor, on: u32) -> Re
             ))
         }
     }
-    if state.mappings.len() >= IPC_MAPPINGS_MAX {
-        if let Some(oldest) = state.mappings.iter().min_by_key(|(_, m)| m.last_use).map(|(k, _)| *k) {
-            state.mappings.remove(&oldest); // unmapped when the last in-flight copy using it is done
-        }
-    }
     let mapping = Arc::new(IpcMapping::open(gpu, &handle).map_err(|e| e.to_string())?);
     if (mapping.len_bytes() as u64) < info.alloc_offset + dst.len {
         return Err("the mapped allocation is shorter than the descriptor claims".into());
     }
-    state.opened_total += 1;
-    state.mappings.insert(key, CachedMapping { mapping: Arc::clone(&mapping), last_use: now });
     Ok(mapping)
 }
 
@@ -454,7 +446,7 @@ fn host_to_peer_gpu(state: &mut RouteState, wanted: u32) -> u32 {
 /// and nothing is left in flight.
 fn poll_loop(rx: Receiver<InFlight>) {
     let mut pending: VecDeque<InFlight> = VecDeque::new();
-    let mut backoff = backoff::IdleBackoff::new(POLLS_BEFORE_SLEEP, POLL_SLEEP_MAX);
+    let mut backoff = crate::backoff::IdleBackoff::new(POLLS_BEFORE_SLEEP, POLL_SLEEP_MAX);
     loop {
         if pending.is_empty() {
             match rx.recv_timeout(Duration::from_millis(100)) {

@@ -63,7 +63,7 @@ fn control_region(key: RegionKey) -> Result<Region, BuildError> {
 }
 
 /// Builds an [`Engine`]; every setting has an `ACCORD_*` override (see
-/// [`crate::config::ENGINE_ENV_OVERRIDES`]) applied at [`EngineBuilder::build`].
+/// [`EngineConfig::with_overrides_from`]) applied at [`EngineBuilder::build`].
 #[derive(Clone, Debug, Default)]
 pub struct EngineBuilder {
     config: EngineConfig,

@@ -154,7 +154,7 @@ impl Worker {
 
     /// The thread body; returns at shutdown.
     pub(crate) fn run(mut self) {
-        let debug = std::env::var("ACCORD_ENGINE_DEBUG").is_ok();
+        let debug = self.shared.config.debug_stats;
         let mut last_dump = std::time::Instant::now();
         loop {
             let (exit, mut progress) = self.drain_commands();

@@ -60,21 +60,6 @@ fn bad_values_are_errors_that_name_the_variable() {
 }
 
 #[test]
-fn every_variable_read_is_listed() {
-    for name in [
-        "ACCORD_NET_IFS",
-        "ACCORD_NET_SPEED_MBPS",
-        "ACCORD_NET_SETUP_TIMEOUT_MS",
-        "ACCORD_NET_PIECES",
-        "ACCORD_NET_GPU_BUFFERS",
-        "ACCORD_NET_BOUNCE_BYTES",
-        "ACCORD_NET_TRACE",
-    ] {
-        assert!(NET_ENV_OVERRIDES.iter().any(|(n, _)| *n == name), "{name} missing from NET_ENV_OVERRIDES");
-    }
-}
-
-#[test]
 fn speed_comes_from_sys_else_loopback_else_the_default() {
     let lo: IpAddr = "127.0.0.1".parse().unwrap();
     let nic: IpAddr = "10.0.0.7".parse().unwrap();
@@ -91,11 +76,33 @@ fn speed_comes_from_sys_else_loopback_else_the_default() {
 fn the_parsers_read_exactly_the_registered_knobs() {
     use accord_knobs::{check_reads, names_read_by, Component};
     let plugin = names_read_by(|lookup| {
-        let _ = NetConfig::from_lookup(|n| lookup(n), |_| None);
+        NetConfig::from_lookup(|n| lookup(n), |_| None).expect("an empty environment parses");
     });
     check_reads(Component::Plugin, &plugin).unwrap();
     let tuner = names_read_by(|lookup| {
-        let _ = crate::tuner::TunerPolicy::from_lookup(|n| lookup(n));
+        crate::tuner::TunerPolicy::from_lookup(|n| lookup(n)).expect("an empty environment parses");
     });
     check_reads(Component::Tuner, &tuner).unwrap();
+}
+
+#[test]
+fn every_listed_selector_word_parses() {
+    use accord_knobs::{check_choices, Component};
+    check_choices(Component::Plugin, |lookup| NetConfig::from_lookup(|n| lookup(n), |_| None).map(drop)).unwrap();
+}
+
+/// Units through `accord-knobs`, and the plugin's switches and ranges.
+#[test]
+fn knobs_take_units() {
+    let c = config(&[("ACCORD_NET_BOUNCE_BYTES", "32M"), ("ACCORD_NET_SETUP_TIMEOUT_MS", "2s")]).unwrap();
+    assert_eq!((c.bounce_bytes, c.setup_timeout), (32 << 20, Duration::from_secs(2)));
+    assert_eq!(config(&[("ACCORD_NET_GPU_BUFFERS", "")]).unwrap().gpu_buffers, GpuBuffers::Off, "empty is 0");
+    let e = config(&[("ACCORD_NET_GPU_BUFFERS", "on")]).unwrap_err().to_string();
+    assert!(e.contains("ACCORD_NET_GPU_BUFFERS=\"on\"") && e.contains("one of 0, 1, auto"), "{e}");
+    let e = config(&[("ACCORD_NET_PIECES", "17")]).unwrap_err().to_string();
+    assert!(e.contains("ACCORD_NET_PIECES=17") && e.contains("0..=16"), "{e}");
+    let tuner = |v: &str| crate::tuner::TunerPolicy::from_lookup(|n| (n == "ACCORD_TUNER").then(|| v.to_string()));
+    assert!(!tuner("off").unwrap().enabled);
+    let e = tuner("2").unwrap_err();
+    assert!(e.contains("ACCORD_TUNER=\"2\"") && e.contains("0, 1"), "{e}");
 }

@@ -44,14 +44,6 @@ pub const TUNER_MIN_BYTES_DEFAULT: u64 = 128 << 10;
 /// Default of `ACCORD_TUNER_CHANNEL_BYTES`.
 pub const TUNER_CHANNEL_BYTES_DEFAULT: u64 = 2 << 20;
 
-/// Environment variables of the tuner, with what they set.
-pub const TUNER_ENV_OVERRIDES: &[(&str, &str)] = &[
-    ("ACCORD_TUNER", "0 turns the tuner into a no-op (NCCL's own choices), default 1"),
-    ("ACCORD_TUNER_MIN_BYTES", "collectives at least this long are tuned (default 128 KiB)"),
-    ("ACCORD_TUNER_CHANNEL_BYTES", "bytes of the collective per channel (default 2 MiB)"),
-    ("ACCORD_TUNER_LOG", "1: log each decision once per collective and size (NCCL_DEBUG=INFO, TUNING)"),
-];
-
 /// What the tuner does, from the environment.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TunerPolicy {
@@ -86,27 +78,27 @@ pub struct Decision {
 }
 
 impl TunerPolicy {
-    /// The policy with [`TUNER_ENV_OVERRIDES`] read through `lookup`; a bad value is an error
-    /// naming it.
+    /// The policy with the tuner's knobs (`accord_knobs::of(Component::Tuner)`) read through
+    /// `lookup`, each parsed by its registered type; a bad value is an error naming it.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<TunerPolicy, String> {
+        use accord_knobs::get;
+        let env: &dyn Fn(&str) -> Option<String> = &lookup;
         let mut p = TunerPolicy::default();
-        let num = |name: &str, v: String| -> Result<u64, String> {
-            v.trim().parse::<u64>().map_err(|_| format!("{name}={v:?} is not a whole number"))
-        };
-        if let Some(v) = lookup("ACCORD_TUNER") {
-            p.enabled = num("ACCORD_TUNER", v)? != 0;
+        let read = |e: accord_knobs::KnobError| e.to_string();
+        if let Some(on) = get(env, "ACCORD_TUNER").map_err(read)? {
+            p.enabled = on;
         }
-        if let Some(v) = lookup("ACCORD_TUNER_MIN_BYTES") {
-            p.min_bytes = num("ACCORD_TUNER_MIN_BYTES", v)?;
+        if let Some(bytes) = get(env, "ACCORD_TUNER_MIN_BYTES").map_err(read)? {
+            p.min_bytes = bytes;
         }
-        if let Some(v) = lookup("ACCORD_TUNER_CHANNEL_BYTES") {
-            p.channel_bytes = num("ACCORD_TUNER_CHANNEL_BYTES", v)?;
-            if p.channel_bytes == 0 {
+        if let Some(bytes) = get(env, "ACCORD_TUNER_CHANNEL_BYTES").map_err(read)? {
+            if bytes == 0 {
                 return Err("ACCORD_TUNER_CHANNEL_BYTES must be non-zero".into());
             }
+            p.channel_bytes = bytes;
         }
-        if let Some(v) = lookup("ACCORD_TUNER_LOG") {
-            p.log = num("ACCORD_TUNER_LOG", v)? != 0;
+        if let Some(on) = get(env, "ACCORD_TUNER_LOG").map_err(read)? {
+            p.log = on;
         }
         Ok(p)
     }

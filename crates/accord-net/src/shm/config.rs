@@ -15,15 +15,6 @@ pub const SHM_SPIN_DEFAULT: Duration = Duration::from_micros(50);
 /// Longest spin one may configure.
 pub const SHM_SPIN_MAX: Duration = Duration::from_millis(10);
 
-/// Environment variables that override [`ShmConfig`] fields, and what each sets.
-pub const SHM_ENV_OVERRIDES: &[(&str, &str)] = &[
-    ("ACCORD_SHM", "enabled (0 or 1; default 1): same-host peers exchange datagrams through shared-memory rings"),
-    ("ACCORD_SHM_RING_BYTES", "ring_bytes: data bytes of each ring, a power of two in 256 KiB..=1 GiB (default 8 MiB)"),
-    ("ACCORD_SHM_DIR", "dir: where ring files are created and opened (default /dev/shm; tests point it elsewhere)"),
-    ("ACCORD_SHM_SPIN_US", "spin: microseconds a receiver polls its rings and sockets before sleeping (default 50)"),
-    ("ACCORD_SHM_LEND", "lend (0 or 1; default 1): large datagrams are placed straight from the ring (one copy fewer)"),
-];
-
 /// How a [`super::ShmDatapath`] behaves.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShmConfig {
@@ -55,30 +46,26 @@ impl Default for ShmConfig {
 }
 
 impl ShmConfig {
-    /// Applies [`SHM_ENV_OVERRIDES`] read through `lookup`.
+    /// Applies the `ACCORD_SHM*` knobs (`accord_knobs::of(Component::SharedMemory)`) read
+    /// through `lookup`, each parsed by its registered type.
     pub fn with_overrides_from(mut self, lookup: impl Fn(&str) -> Option<String>) -> Result<Self, DatapathError> {
-        let bad = |name: &str, value: &str| DatapathError::InvalidConfig(format!("{name}={value:?} is not valid"));
-        for (name, _) in SHM_ENV_OVERRIDES {
-            let Some(value) = lookup(name) else { continue };
-            let v = value.trim();
-            match *name {
-                "ACCORD_SHM" | "ACCORD_SHM_LEND" => {
-                    let on = match v {
-                        "1" | "true" | "on" => true,
-                        "0" | "false" | "off" => false,
-                        _ => return Err(bad(name, &value)),
-                    };
-                    if *name == "ACCORD_SHM" {
-                        self.enabled = on;
-                    } else {
-                        self.lend = on;
-                    }
-                }
-                "ACCORD_SHM_RING_BYTES" => self.ring_bytes = v.parse().map_err(|_| bad(name, &value))?,
-                "ACCORD_SHM_DIR" => self.dir = PathBuf::from(v),
-                "ACCORD_SHM_SPIN_US" => self.spin = Duration::from_micros(v.parse().map_err(|_| bad(name, &value))?),
-                _ => {}
-            }
+        use accord_knobs::get;
+        let env: &dyn Fn(&str) -> Option<String> = &lookup;
+        let bad = |e: accord_knobs::KnobError| DatapathError::InvalidConfig(e.to_string());
+        if let Some(on) = get(env, "ACCORD_SHM").map_err(bad)? {
+            self.enabled = on;
+        }
+        if let Some(bytes) = get(env, "ACCORD_SHM_RING_BYTES").map_err(bad)? {
+            self.ring_bytes = bytes;
+        }
+        if let Some(dir) = get::<String>(env, "ACCORD_SHM_DIR").map_err(bad)? {
+            self.dir = PathBuf::from(dir.trim());
+        }
+        if let Some(spin) = get(env, "ACCORD_SHM_SPIN_US").map_err(bad)? {
+            self.spin = spin;
+        }
+        if let Some(on) = get(env, "ACCORD_SHM_LEND").map_err(bad)? {
+            self.lend = on;
         }
         self.validate()?;
         Ok(self)

@@ -427,7 +427,7 @@ fn a_receiver_polling_without_blocking_never_costs_a_doorbell() {
 fn the_parser_reads_exactly_the_registered_knobs() {
     use accord_knobs::{check_reads, names_read_by, Component};
     let read = names_read_by(|lookup| {
-        let _ = crate::shm::ShmConfig::default().with_overrides_from(|n| lookup(n));
+        crate::shm::ShmConfig::default().with_overrides_from(|n| lookup(n)).expect("an empty environment parses");
     });
     check_reads(Component::SharedMemory, &read).unwrap();
 }

@@ -1,4 +1,4 @@
-//! Configuration of the UDP driver, with its `ACCORD_*` overrides in one place.
+//! Configuration of the UDP driver, with its `ACCORD_NET_UDP_*` overrides in one place.
 
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -11,17 +11,6 @@ pub const UDP_PATHS_MAX: u16 = 1024;
 /// Default socket buffer size, per direction and socket: 4 MiB holds a few
 /// bandwidth-delay products of a datacenter path at 100 Gb/s.
 pub const SOCKET_BUFFER_BYTES_DEFAULT: usize = 4 << 20;
-
-/// Environment variables that override [`UdpConfig`] fields, and the field
-/// each one sets (applied by [`UdpConfig::with_env_overrides`]).
-pub const UDP_ENV_OVERRIDES: &[(&str, &str)] = &[
-    ("ACCORD_NET_UDP_PATHS", "path_count"),
-    ("ACCORD_NET_UDP_BASE_PORT", "base_port"),
-    ("ACCORD_NET_UDP_RCVBUF_BYTES", "recv_buffer_bytes"),
-    ("ACCORD_NET_UDP_SNDBUF_BYTES", "send_buffer_bytes"),
-    ("ACCORD_NET_UDP_GSO", "gso (0 or 1)"),
-    ("ACCORD_NET_UDP_GRO", "gro (0 or 1)"),
-];
 
 /// How to open a [`super::UdpDatapath`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,39 +48,35 @@ impl Default for UdpConfig {
 }
 
 impl UdpConfig {
-    /// Applies the overrides of [`UDP_ENV_OVERRIDES`] from the process
-    /// environment.
+    /// Applies the `ACCORD_NET_UDP_*` knobs from the process environment.
     pub fn with_env_overrides(self) -> Result<Self, DatapathError> {
         self.with_overrides_from(|name| std::env::var(name).ok())
     }
 
-    /// Applies the overrides of [`UDP_ENV_OVERRIDES`] read through `lookup`
-    /// (tests pass a map instead of touching the process environment).
+    /// Applies the `ACCORD_NET_UDP_*` knobs (`accord_knobs::of(Component::Udp)`) read through
+    /// `lookup` (tests pass a map instead of touching the process environment), each parsed by
+    /// its registered type.
     pub fn with_overrides_from(mut self, lookup: impl Fn(&str) -> Option<String>) -> Result<Self, DatapathError> {
-        fn parse<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, DatapathError> {
-            value
-                .trim()
-                .parse()
-                .map_err(|_| DatapathError::InvalidConfig(format!("{name}={value:?} is not a valid number")))
+        use accord_knobs::get;
+        let env: &dyn Fn(&str) -> Option<String> = &lookup;
+        let bad = |e: accord_knobs::KnobError| DatapathError::InvalidConfig(e.to_string());
+        if let Some(n) = get(env, "ACCORD_NET_UDP_PATHS").map_err(bad)? {
+            self.path_count = n;
         }
-        fn parse_bool(name: &str, value: &str) -> Result<bool, DatapathError> {
-            match value.trim() {
-                "1" | "true" | "on" => Ok(true),
-                "0" | "false" | "off" => Ok(false),
-                _ => Err(DatapathError::InvalidConfig(format!("{name}={value:?}: use 0 or 1"))),
-            }
+        if let Some(port) = get(env, "ACCORD_NET_UDP_BASE_PORT").map_err(bad)? {
+            self.base_port = port;
         }
-        for (name, _) in UDP_ENV_OVERRIDES {
-            let Some(value) = lookup(name) else { continue };
-            match *name {
-                "ACCORD_NET_UDP_PATHS" => self.path_count = parse(name, &value)?,
-                "ACCORD_NET_UDP_BASE_PORT" => self.base_port = parse(name, &value)?,
-                "ACCORD_NET_UDP_RCVBUF_BYTES" => self.recv_buffer_bytes = parse(name, &value)?,
-                "ACCORD_NET_UDP_SNDBUF_BYTES" => self.send_buffer_bytes = parse(name, &value)?,
-                "ACCORD_NET_UDP_GSO" => self.gso = parse_bool(name, &value)?,
-                "ACCORD_NET_UDP_GRO" => self.gro = parse_bool(name, &value)?,
-                _ => {}
-            }
+        if let Some(bytes) = get(env, "ACCORD_NET_UDP_RCVBUF_BYTES").map_err(bad)? {
+            self.recv_buffer_bytes = bytes;
+        }
+        if let Some(bytes) = get(env, "ACCORD_NET_UDP_SNDBUF_BYTES").map_err(bad)? {
+            self.send_buffer_bytes = bytes;
+        }
+        if let Some(on) = get(env, "ACCORD_NET_UDP_GSO").map_err(bad)? {
+            self.gso = on;
+        }
+        if let Some(on) = get(env, "ACCORD_NET_UDP_GRO").map_err(bad)? {
+            self.gro = on;
         }
         Ok(self)
     }

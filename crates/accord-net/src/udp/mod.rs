@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-pub use config::{UdpConfig, SOCKET_BUFFER_BYTES_DEFAULT, UDP_ENV_OVERRIDES, UDP_PATHS_MAX};
+pub use config::{UdpConfig, SOCKET_BUFFER_BYTES_DEFAULT, UDP_PATHS_MAX};
 use sys::{InMsg, OutMsg, MMSG_BATCH_MAX};
 
 use crate::{Datapath, DatapathCaps, DatapathError, RxBuffers, RxMeta, TxDatagram};

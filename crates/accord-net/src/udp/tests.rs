@@ -388,7 +388,7 @@ fn wrappers_compose_over_udp_and_cut_from_another_thread() {
 fn the_parser_reads_exactly_the_registered_knobs() {
     use accord_knobs::{check_reads, names_read_by, Component};
     let read = names_read_by(|lookup| {
-        let _ = crate::udp::UdpConfig::default().with_overrides_from(|n| lookup(n));
+        crate::udp::UdpConfig::default().with_overrides_from(|n| lookup(n)).expect("an empty environment parses");
     });
     check_reads(Component::Udp, &read).unwrap();
 }

@@ -103,7 +103,7 @@ fn run<C: ChunkCopier>(rx: Receiver<StagedJob>, mut copier: C, pool: Arc<SlotPoo
     let chunk_bytes = pool.slot_bytes() as u64;
     let mut active: Vec<Active<C::Ticket>> = vec![];
     let mut open = true;
-    let mut backoff = crate::device::backoff::IdleBackoff::new(POLLS_BEFORE_SLEEP, POLL_SLEEP_MAX);
+    let mut backoff = crate::backoff::IdleBackoff::new(POLLS_BEFORE_SLEEP, POLL_SLEEP_MAX);
     loop {
         if active.is_empty() {
             if !open {
