@@ -474,7 +474,7 @@ class Buffer:
         if rows_out > 0:
             items = rows_out * (k + 1)
             self._launch(
-                "ep_unpack_meta", min(1024, (items + 255) // 256), 256, u64(self._windows[W_RECV_META].data_ptr()),
+                "ep_unpack_meta", max(1, min(self.sms * 4, (items + 255) // 256)), 256, u64(self._windows[W_RECV_META].data_ptr()),
                 u64(self._meta_bytes), u32(k), u32(self.rank), u32(self.experts_per_rank), u64(summary.data_ptr()),
                 u64(rows_out), u64(recv_idx.data_ptr()), u64(recv_weights.data_ptr()), u64(src_index.data_ptr()),
             )
