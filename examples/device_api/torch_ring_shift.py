@@ -16,7 +16,6 @@ built for) or cuda.bindings with NVRTC. Exits 0 when every rank's result is righ
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import shutil
 import sys
@@ -88,49 +87,22 @@ def nvcc_extension() -> Callable[..., None]:
     return launch
 
 
-def _ok(result: Any, what: str) -> Any:
-    """The values of a cuda.bindings call (a tuple whose first item is the status)."""
-    status, *values = result if isinstance(result, tuple) else (result,)
-    if int(status) != 0:
-        raise RuntimeError(f"{what} failed: {status!r}")
-    return values[0] if len(values) == 1 else values
-
-
 def nvrtc_kernel(torch: Any, ordinal: int) -> Callable[..., None]:
-    """ring_shift.cu compiled with NVRTC (cuda.bindings, which torch's CUDA wheels bring) for
-    GPU `ordinal` and loaded into its primary context (torch's); a launcher with the nvcc
-    extension's signature, on torch's current stream."""
-    from cuda.bindings import driver, nvrtc
+    """ring_shift.cu compiled with NVRTC by accord.nvrtc (cuda.bindings, which torch's CUDA wheels
+    bring) for GPU `ordinal` and loaded into its primary context (torch's); a launcher with the
+    nvcc extension's signature, on torch's current stream."""
+    import accord.nvrtc
+    from accord.nvrtc import u64
 
-    major, minor = torch.cuda.get_device_capability(ordinal)
-    source = (HERE / "ring_shift.cu").read_bytes()
-    program = _ok(nvrtc.nvrtcCreateProgram(source, b"ring_shift.cu", 0, [], []), "nvrtcCreateProgram")
-    options = [
-        b"--std=c++17",
-        b"-DACCORD_NVRTC",
-        f"--include-path={accord.device.include_dir()}".encode(),
-        f"--gpu-architecture=sm_{major}{minor}".encode(),
-    ]
-    (status,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
-    if int(status) != 0:
-        size = _ok(nvrtc.nvrtcGetProgramLogSize(program), "nvrtcGetProgramLogSize")
-        log = b" " * size
-        nvrtc.nvrtcGetProgramLog(program, log)
-        raise RuntimeError(f"NVRTC could not compile ring_shift.cu: {log.decode(errors='replace')}")
-    cubin = b" " * _ok(nvrtc.nvrtcGetCUBINSize(program), "nvrtcGetCUBINSize")
-    _ok(nvrtc.nvrtcGetCUBIN(program, cubin), "nvrtcGetCUBIN")
-    _ok(driver.cuInit(0), "cuInit")
-    context = _ok(driver.cuDevicePrimaryCtxRetain(_ok(driver.cuDeviceGet(ordinal), "cuDeviceGet")), "retain")
-    _ok(driver.cuCtxSetCurrent(context), "cuCtxSetCurrent")
-    module = _ok(driver.cuModuleLoadData(cubin), "cuModuleLoadData")
-    function = _ok(driver.cuModuleGetFunction(module, b"ring_shift"), "cuModuleGetFunction")
+    module = accord.nvrtc.KernelModule.from_source(
+        (HERE / "ring_shift.cu").read_text(), "ring_shift.cu", ordinal, torch.cuda.get_device_capability(ordinal)
+    )
+    kernel = module.kernel("ring_shift")
 
     def launch(table: int, nbytes: int, index: int, out: Any, status: Any) -> None:
         # Every parameter of ring_shift is 8 bytes: pointers and unsigned long long.
-        values = [ctypes.c_uint64(v) for v in (table, nbytes, index, out.data_ptr(), status.data_ptr())]
-        params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-        stream = driver.CUstream(torch.cuda.current_stream().cuda_stream)
-        _ok(driver.cuLaunchKernel(function, 1, 1, 1, 256, 1, 1, 0, stream, ctypes.addressof(params), 0), "launch")
+        args = (u64(table), u64(nbytes), u64(index), u64(out.data_ptr()), u64(status.data_ptr()))
+        kernel.launch(1, 256, torch.cuda.current_stream().cuda_stream, *args)
 
     return launch
 

@@ -48,8 +48,8 @@ import torch
 import accord
 import accord.device
 from accord import _ep_plan as planning
-from accord import _nvrtc
-from accord._nvrtc import i32, u32, u64
+from accord import nvrtc
+from accord.nvrtc import i32, u32, u64
 from accord._torchrun import StoreAdapter
 
 __all__ = ["Buffer", "Dispatched", "EpError", "Handle", "get_dispatch_layout"]
@@ -178,7 +178,7 @@ class Buffer:
         self._host_epochs = [0] * 4
 
         with torch.cuda.device(self.device):
-            module = _nvrtc.KernelModule("ep.cu", gpu, torch.cuda.get_device_capability(gpu))
+            module = nvrtc.KernelModule("ep.cu", gpu, torch.cuda.get_device_capability(gpu))
             self._k = {
                 name: module.kernel(name)
                 for name in (

@@ -1,5 +1,5 @@
 // Kernels of accord.ep (expert-parallel dispatch and combine), compiled at run time with NVRTC
-// by accord/_nvrtc.py for the GPU they run on, and launched on the caller's current stream.
+// by accord/nvrtc.py for the GPU they run on, and launched on the caller's current stream.
 //
 // The plan (who sends which rows where) is computed by torch operations on the GPU
 // (accord/_ep_plan.py); these kernels only do what torch cannot do without a host round trip

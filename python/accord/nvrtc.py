@@ -1,12 +1,17 @@
-"""Run-time compiled CUDA kernels for the Python layers (accord.ep): NVRTC through
-``cuda.bindings`` (which PyTorch's CUDA wheels install), so no CUDA toolkit is needed where the
-kernels run and the code is built for exactly the GPU it runs on.
+"""accord.nvrtc: CUDA kernels compiled at run time, for accord.ep and for user kernels that
+include ``accord/device.cuh``: NVRTC through ``cuda.bindings`` (which PyTorch's CUDA wheels
+install), so no CUDA toolkit is needed where the kernels run and the code is built for exactly the
+GPU it runs on.
 
-A ``KernelModule`` compiles one source (with ``accord/device.cuh`` on the include path) once per
-process and GPU architecture, loads it into the GPU's primary context (the one PyTorch uses), and
-hands out ``Kernel`` objects that launch on a given stream. Arguments are passed as ctypes values
-(``u64``, ``u32``, ``i32``, ``f32`` below), so the kernel's parameter types are explicit at the
-call site.
+A ``KernelModule`` compiles one source (with ``accord/device.cuh`` on the include path and
+``ACCORD_NVRTC`` defined) once per process and GPU architecture, loads it into the GPU's primary
+context (the one PyTorch uses), and hands out ``Kernel`` objects that launch on a given stream::
+
+    module = accord.nvrtc.KernelModule.from_source(source, "ring_shift.cu", gpu, torch.cuda.get_device_capability(gpu))
+    module.kernel("ring_shift").launch(1, 256, torch.cuda.current_stream().cuda_stream, u64(table), ...)
+
+Arguments are passed as ctypes values (``u64``, ``u32``, ``i32``, ``f32`` below), so the kernel's
+parameter types are explicit at the call site.
 """
 
 from __future__ import annotations
@@ -105,15 +110,23 @@ class Kernel:
 
 
 class KernelModule:
-    """A CUDA source under ``accord/kernels/`` compiled for, and loaded on, GPU `ordinal`."""
+    """A CUDA source (by default the file `file_name` under ``accord/kernels/``) compiled for, and
+    loaded on, GPU `ordinal` of compute capability `capability`."""
 
-    def __init__(self, file_name: str, ordinal: int, capability: tuple[int, int]) -> None:
+    @classmethod
+    def from_source(cls, source: str, name: str, ordinal: int, capability: tuple[int, int]) -> KernelModule:
+        """`source` (named `name` in compiler messages) compiled for and loaded on GPU `ordinal`."""
+        return cls(name, ordinal, capability, source=source)
+
+    def __init__(self, file_name: str, ordinal: int, capability: tuple[int, int], source: str | None = None) -> None:
         driver, _ = _bindings()
-        path = KERNEL_DIR / file_name
-        if not path.is_file():
-            raise KernelError(f"{path} is missing: reinstall the accord wheel")
+        if source is None:
+            path = KERNEL_DIR / file_name
+            if not path.is_file():
+                raise KernelError(f"{path} is missing: reinstall the accord wheel")
+            source = path.read_text()
         major, minor = capability
-        cubin = compile_cubin(path.read_text(), file_name, f"sm_{major}{minor}")
+        cubin = compile_cubin(source, file_name, f"sm_{major}{minor}")
         _ok(driver.cuInit(0), "cuInit")
         device = _ok(driver.cuDeviceGet(ordinal), "cuDeviceGet")
         self._context = _ok(driver.cuDevicePrimaryCtxRetain(device), "cuDevicePrimaryCtxRetain")
