@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=60.0, help="accord.ep's bound on every wait (s)")
     p.add_argument("--wait", choices=["auto", "gpu", "host"], default="auto", help="accord.ep's waits: a kernel, or the host")
     p.add_argument("--lanes", choices=["on", "off"], default="on", help="the proxy's stream lanes (off: engine writes)")
+    p.add_argument("--chunks", type=int, default=8, help="accord.ep puts a segment in this many chunks as it packs (0: one put after)")
     p.add_argument("--profile", action="store_true", help="print torch.profiler tables of dispatch and combine (rank 0)")
     p.add_argument("--label", default="", help="printed with the table (e.g. the route)")
     args = p.parse_args(argv)
@@ -161,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.time()
     buffer = accord.ep.Buffer(
-        dist.group.WORLD, hidden=H, num_experts=E, num_topk=K, max_tokens_per_rank=T, sms=args.sms, timeout=args.timeout, wait=args.wait, lanes=args.lanes == "on"
+        dist.group.WORLD, hidden=H, num_experts=E, num_topk=K, max_tokens_per_rank=T, sms=args.sms, timeout=args.timeout, wait=args.wait, lanes=args.lanes == "on",
+        chunks=args.chunks
     )
     setup_s = time.time() - t0
     naive = Naive(torch, dist, ranks, E)
@@ -211,6 +213,21 @@ def main(argv: list[str] | None = None) -> int:
         timed(torch, dist, lambda: buffer.dispatch(x, topk_idx, topk_w, num_worst_tokens=ranks * T), args.iters),
     )
     add("accord.ep combine", timed(torch, dist, lambda: buffer.combine(y, got.handle), args.iters))
+    if args.chunks > 0:
+        # The same buffer shape putting each segment once after packing, in the same run.
+        plain = accord.ep.Buffer(
+            dist.group.WORLD, hidden=H, num_experts=E, num_topk=K, max_tokens_per_rank=T, sms=args.sms,
+            timeout=args.timeout, wait=args.wait, lanes=args.lanes == "on", chunks=0,
+        )
+        again = plain.dispatch(x, topk_idx, topk_w)
+        checks["chunks=0 dispatch rows"] = torch.equal(again.x, ref_x)
+        if not checks["chunks=0 dispatch rows"]:
+            failures.append(f"rank {rank}: chunks=0 dispatch rows")
+        add(
+            "accord.ep dispatch, num_worst_tokens, chunks=0",
+            timed(torch, dist, lambda: plain.dispatch(x, topk_idx, topk_w, num_worst_tokens=ranks * T), args.iters),
+        )
+        plain.close()
     if not args.no_peers:
         add("naive dispatch (permute + NCCL all_to_all_single)", timed(torch, dist, lambda: naive.dispatch(x, topk_idx), args.iters))
         yr = expert(torch, ref_x, rank)
@@ -274,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     verdicts: list[Any] = [None] * ranks
     dist.all_gather_object(verdicts, (failures, rows, checks, diff, stats))
     if rank == 0:
-        print(f"# accord.ep bench {args.label}: {ranks} ranks, {T} tokens/rank, hidden {H}, top-{K} of {E}, bf16; "
+        print(f"# accord.ep bench {args.label}: chunks {args.chunks}, {ranks} ranks, {T} tokens/rank, hidden {H}, top-{K} of {E}, bf16; "
               f"waits on the {'host' if buffer.waits_on_host else 'GPU'}; buffer setup {setup_s:.2f} s; received {recv_bytes / 1e6:.1f} MB on rank 0", flush=True)
         for name, ok in checks.items():
             print(f"# check {name}: {'ok' if ok else 'FAILED'} (rank 0)", flush=True)

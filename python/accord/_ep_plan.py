@@ -16,7 +16,12 @@ per expert. Rows move in contiguous segments, one per (sender, receiver):
 * the receiver keeps rows from ``s`` at ``recv_prefix[s] = sum(C[:s, me])``, so what it received is
   in source-rank order, as DeepEP and ``all_to_all_single`` give it;
 * combine sends each segment back to its sender, where it lands at the sender's
-  ``send_prefix``; the sender then sums, for each token, the rows of every rank it went to.
+  ``send_prefix``; the sender then sums, for each token, the rows of every rank it went to (its
+  own rank's straight from combine's input, which is in the receive order).
+
+Dispatch's rows may also move in ``chunks`` pieces a segment (tokens ``[c*S, (c+1)*S)``, ``S =
+ceil(T / chunks)``), each put as soon as its tokens are packed: ``chunk_prefix`` gives, per chunk
+boundary and rank, the rows before it.
 """
 
 from __future__ import annotations
@@ -68,13 +73,14 @@ class Plan(NamedTuple):
     dispatch_rows: torch.Tensor  # [T, R] int64: scatter rows, send window for r != me, receive window for me
     dispatch_puts: torch.Tensor  # [R, 3] int64, rows: (count, src row, dst row) of this rank's segment to r
     recv_total: torch.Tensor  # [1] int64: rows received (sum of C[:, me])
-    combine_rows: torch.Tensor  # [rows_max, 2] int64: (combine send row, combine receive row), -1 = not there
+    combine_rows: torch.Tensor  # [rows_max, 1] int64: combine send-window row of a row from another rank, else -1
     combine_puts: torch.Tensor  # [R, 3] int64: (count, src row, dst row) of segment sent back to r
+    chunk_prefix: torch.Tensor  # [chunks + 1, R] int64: rows of this rank's segment to r before each chunk
 
 
-def plan(matrix: torch.Tensor, in_rank: torch.Tensor, me: int, rows_max: int) -> Plan:
-    """The plan from the exchanged count matrix (``[R, R + E]``), this rank's token-in-rank mask and
-    the number of rows a receive window holds."""
+def plan(matrix: torch.Tensor, in_rank: torch.Tensor, me: int, rows_max: int, chunks: int = 1) -> Plan:
+    """The plan from the exchanged count matrix (``[R, R + E]``), this rank's token-in-rank mask,
+    the number of rows a receive window holds and the chunks a segment moves in."""
     ranks = matrix.shape[0]
     counts = matrix[:, :ranks]
     hit = in_rank.to(torch.int64)
@@ -96,13 +102,17 @@ def plan(matrix: torch.Tensor, in_rank: torch.Tensor, me: int, rows_max: int) ->
     index = row - recv_prefix[source, me]
     live = row < recv_total
     own = live & (source == me)
-    combine_rows = torch.stack(
-        [torch.where(live & ~own, row, -1), torch.where(own, send_prefix[me, me] + index, -1)], dim=1
-    )
+    del index  # a row's place in its segment: the reduce reads own rows from the input directly
+    combine_rows = torch.where(live & ~own, row, -1).unsqueeze(1)
     # Segment back to s: C[s, me] rows from where s's rows landed here, to where s keeps its
     # rows for me.
     combine_puts = torch.stack([from_counts, recv_prefix[:, me], send_prefix[:, me]], dim=1)
-    return Plan(counts, send_pos, dispatch_rows, dispatch_puts, recv_total, combine_rows, combine_puts)
+    tokens = in_rank.shape[0]
+    per_chunk = -(-tokens // chunks) if tokens else 0
+    bounds = torch.tensor([min(c * per_chunk, tokens) for c in range(chunks + 1)], dtype=torch.int64)
+    before = torch.cat([torch.zeros(1, ranks, dtype=torch.int64, device=hit.device), torch.cumsum(hit, 0)])
+    chunk_prefix = before.index_select(0, bounds.to(hit.device))
+    return Plan(counts, send_pos, dispatch_rows, dispatch_puts, recv_total, combine_rows, combine_puts, chunk_prefix)
 
 
 def pack_meta(topk_idx: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:

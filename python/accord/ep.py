@@ -37,6 +37,7 @@ the next host synchronisation (or ``Buffer.check()``); a failed buffer refuses f
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 import threading
@@ -70,6 +71,24 @@ _COUNTER = 0
 _COUNTER_LOCK = threading.Lock()
 
 
+class _ChunkPuts(ctypes.Structure):
+    """ep.cu's ChunkPuts, passed by value to ep_pack_tokens (natural alignment on both sides)."""
+
+    _fields_ = [
+        ("table", ctypes.c_uint64),
+        ("me", ctypes.c_uint32),
+        ("chunks", ctypes.c_uint32),
+        ("dst_window", ctypes.c_uint32),
+        ("src_window", ctypes.c_uint32),
+        ("sig", ctypes.c_uint32),
+        ("per_chunk", ctypes.c_uint64),
+        ("prefix", ctypes.c_uint64),
+        ("segments", ctypes.c_uint64),
+        ("done", ctypes.c_uint64),
+        ("status", ctypes.c_uint64),
+    ]
+
+
 class EpError(accord.AccordError):
     """A dispatch or combine failed: a peer did not answer in time, or the proxy refused a put.
     The message names the stage and the rank; the buffer is unusable afterwards."""
@@ -78,8 +97,8 @@ class EpError(accord.AccordError):
 class Handle(NamedTuple):
     """What ``combine`` needs from the ``dispatch`` it answers (GPU tensors of that dispatch's plan)."""
 
-    send_pos: torch.Tensor  # [T * R] int64: token t's row for rank r in this rank's send layout, -1 if none
-    combine_rows: torch.Tensor  # [rows_max * 2] int64: received row i's (send window row, own receive row)
+    rows: torch.Tensor  # [T * R] int64: where token t's answer from rank r lands (ep.cu's ep_plan), -1 if none
+    combine_rows: torch.Tensor  # [rows_max] int64: received row i's combine send-window row, -1 for own rows
     combine_puts: torch.Tensor  # [R * 3] int64: (bytes, source offset, destination offset) back to each rank
     recv_total: torch.Tensor  # [1] int64: rows received
     num_tokens: int
@@ -135,12 +154,15 @@ class Buffer:
         gpu: int | None = None,
         wait: str = "auto",
         lanes: bool = True,
+        chunks: int = 8,
     ) -> None:
         if dtype not in (torch.bfloat16, torch.float32):
             raise ValueError(f"accord.ep.Buffer: dtype {dtype} is not supported: give torch.bfloat16 or torch.float32")
         for name, value in (("hidden", hidden), ("num_experts", num_experts), ("num_topk", num_topk)):
             if value <= 0:
                 raise ValueError(f"accord.ep.Buffer: {name} {value} must be positive")
+        if not 0 <= chunks <= 64:
+            raise ValueError(f"accord.ep.Buffer: chunks {chunks}: give 0 (one put a peer after packing) to 64")
         if max_tokens_per_rank <= 0 or sms <= 0 or not math.isfinite(timeout) or timeout <= 0:
             raise ValueError("accord.ep.Buffer: max_tokens_per_rank, sms and timeout must be positive")
         if wait not in ("auto", "gpu", "host"):
@@ -166,7 +188,7 @@ class Buffer:
         self.hidden, self.num_experts, self.num_topk = hidden, num_experts, num_topk
         self.experts_per_rank = num_experts // ranks
         self.max_tokens_per_rank = max_tokens_per_rank
-        self.dtype, self.sms, self.timeout = dtype, sms, timeout
+        self.dtype, self.sms, self.timeout, self.chunks = dtype, sms, timeout, chunks
         self.device = torch.device("cuda", gpu)
         self._rows_max = ranks * max_tokens_per_rank
         self._row_bytes = hidden * torch.tensor([], dtype=dtype).element_size()
@@ -220,7 +242,7 @@ class Buffer:
             # The count exchange's one segment a peer: this rank's row, to the same row there.
             width = (ranks + num_experts) * 8
             self._exchange = as_tensor([[width, self.rank * width, self.rank * width]] * ranks)
-            self._comb_bases = as_tensor([self._windows[W_COMB_SEND].data_ptr(), self._windows[W_COMB_RECV].data_ptr()])
+            self._comb_bases = as_tensor([self._windows[W_COMB_SEND].data_ptr()])
             self._prime_routes()
         self._host_wait = self._host_waits(wait)
 
@@ -419,16 +441,21 @@ class Buffer:
         i64 = torch.int64
 
         # 1. This rank's count row and each token's index per destination, then the exchange.
-        within = torch.empty(tokens * ranks, dtype=i64, device=dev)
-        rows = torch.empty(tokens * ranks, dtype=i64, device=dev)
-        send_pos = torch.empty(tokens * ranks, dtype=i64, device=dev)
-        puts = torch.empty(3, ranks * 3, dtype=i64, device=dev)
-        combine_rows = torch.empty(rows_max * 2, dtype=i64, device=dev)
-        summary = torch.empty(1 + self.experts_per_rank, dtype=i64, device=dev)
+        # One workspace for the plan's arrays (one allocation a call); the handle keeps it.
+        # Every rank uses the buffer's chunk count (its peers count its signals by it), also with
+        # no token: then the packing kernel signals every chunk empty.
+        chunks = self.chunks
+        per_chunk = -(-tokens // chunks) if chunks and tokens else 1
+        sizes = [tokens * ranks, tokens * ranks, 9 * ranks, rows_max, 1 + self.experts_per_rank, (chunks + 1) * ranks, chunks]
+        work = torch.empty(sum(sizes), dtype=i64, device=dev)
+        within, rows, puts, combine_rows, summary, chunk_prefix, chunk_done = torch.split(work, sizes)
+        puts = puts.view(3, ranks * 3)
         self._enter()
         self._launch(
             "ep_layout", 1, 1024, u64(topk_idx.data_ptr()), u64(tokens), u32(self.num_topk), u32(ranks),
-            u32(self.num_experts), u64(within.data_ptr()), u64(counts[self.rank].data_ptr()), u64(self._status.data_ptr()),
+            u32(self.num_experts), u64(within.data_ptr()), u64(counts[self.rank].data_ptr()),
+            u64(self._status.data_ptr()), u32(chunks), u64(per_chunk), u64(chunk_prefix.data_ptr()),
+            u64(chunk_done.data_ptr()),
         )
         self._put_segments(self._exchange, W_COUNTS, W_COUNTS, SIG_COUNTS, 1)
         self._wait(SIG_COUNTS, 1, 0, SLOT_COUNTS, 1)
@@ -436,7 +463,7 @@ class Buffer:
         # 2. The plan, on the GPU (ep.cu's ep_plan; _ep_plan.plan is its reference).
         self._launch(
             "ep_plan", 1, 1024, u64(counts.data_ptr()), u32(ranks), u32(self.num_experts), u32(self.rank), u64(tokens),
-            u64(within.data_ptr()), u64(rows.data_ptr()), u64(send_pos.data_ptr()), u64(self._row_bytes),
+            u64(within.data_ptr()), u64(rows.data_ptr()), u64(self._row_bytes),
             u64(self._meta_bytes), u64(puts[0].data_ptr()), u64(puts[1].data_ptr()), u64(puts[2].data_ptr()),
             u64(combine_rows.data_ptr()), u64(rows_max), u64(summary.data_ptr()),
         )
@@ -455,16 +482,24 @@ class Buffer:
             rows_out = num_worst_tokens
             per_expert = summary[1:]
 
-        # 4. Pack (one read of each token), then one put a peer for rows and one for metadata.
-        if tokens > 0:
+        # 4. Pack (one read of each token) and put the rows: chunk by chunk from the packing
+        # kernel as each chunk is packed, or (chunks=0) one put a peer after it; then the metadata.
+        if tokens > 0 or chunks > 0:
+            chunk_args = _ChunkPuts(
+                self._table.value, self.rank, chunks, W_RECV_X, W_SEND_X, SIG_DATA, per_chunk,
+                chunk_prefix.data_ptr(), puts[0].data_ptr(), chunk_done.data_ptr(), self._status.data_ptr(),
+            )
             self._launch(
                 "ep_pack_tokens", self.sms, 1024, u64(x.data_ptr()), u64(self._row_bytes), u64(topk_idx.data_ptr()),
                 u64(topk_weights.data_ptr()), u32(self.num_topk), u64(tokens), u32(ranks), u64(rows.data_ptr()),
-                u64(self._x_bases.data_ptr()), u64(self._meta_bases.data_ptr()), u64(self._meta_bytes),
+                u64(self._x_bases.data_ptr()), u64(self._meta_bases.data_ptr()), u64(self._meta_bytes), chunk_args,
             )
-        self._put_segments(puts[0], W_RECV_X, W_SEND_X, SIG_DATA, 2)
+        if chunks == 0:
+            self._put_segments(puts[0], W_RECV_X, W_SEND_X, SIG_DATA, 2)
         self._put_segments(puts[1], W_RECV_META, W_SEND_META, SIG_DATA, 2)
-        self._wait(SIG_DATA, 2, 0, SLOT_DATA, 2)
+        # Signals a peer: every chunk (or the one segment) and the metadata. A peer's chunk count
+        # is the buffer's, the same on every rank, however many tokens it has.
+        self._wait(SIG_DATA, max(self.chunks, 1) + 1, 0, SLOT_DATA, 2)
 
         # 5. The outputs (allocated on the caller's stream, filled on the side stream).
         k = self.num_topk
@@ -484,7 +519,7 @@ class Buffer:
             recv_x = recv_x.clone()
         self._epoch += 1
         recv_total = summary[:1]
-        handle = Handle(send_pos, combine_rows, puts[2], recv_total, tokens, num_recv, self._epoch)
+        handle = Handle(rows, combine_rows, puts[2], recv_total, tokens, num_recv, self._epoch)
         return Dispatched(recv_x, recv_idx, recv_weights, per_expert, handle, src_index, recv_total)
 
     def combine(self, x: torch.Tensor, handle: Handle) -> torch.Tensor:
@@ -504,15 +539,15 @@ class Buffer:
         self._enter()
         # Peers must have summed their previous combine before their receive window is reused.
         self._wait(SIG_COMB_FREE, 1, 1, SLOT_COMB_FREE, 3)
-        self._scatter(x, self._row_bytes, handle.recv_total, rows, handle.combine_rows, self._comb_bases)
+        self._scatter(x, self._row_bytes, handle.recv_total, rows, handle.combine_rows, self._comb_bases)  # other ranks' rows
         self._put_segments(handle.combine_puts, W_COMB_RECV, W_COMB_SEND, SIG_COMB, 4)
         self._wait(SIG_COMB, 1, 0, SLOT_COMB, 4)
         if handle.num_tokens > 0:
             kernel = "ep_reduce_bf16" if self.dtype == torch.bfloat16 else "ep_reduce_f32"
             self._launch(
                 kernel, self.sms, 1024, u64(out.data_ptr()), u64(handle.num_tokens),
-                u64(self.hidden), u32(self.num_ranks), u64(handle.send_pos.data_ptr()),
-                u64(self._windows[W_COMB_RECV].data_ptr()),
+                u64(self.hidden), u32(self.num_ranks), u64(handle.rows.data_ptr()),
+                u64(self._windows[W_COMB_RECV].data_ptr()), u32(self.rank), u64(x.data_ptr()),
             )
         self._launch("ep_signal_peers", 1, 64, self._table, u32(self.rank), u32(self.num_ranks), u32(SIG_COMB_FREE), *self._status_args(3))
         self._leave()

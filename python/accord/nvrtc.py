@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import importlib
 import threading
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,9 @@ class KernelError(RuntimeError):
 
 def _bindings() -> tuple[Any, Any]:
     try:
-        from cuda.bindings import driver, nvrtc
+        # By name: cuda.bindings ships no type information, and may be absent (no CUDA torch).
+        driver = importlib.import_module("cuda.bindings.driver")
+        nvrtc = importlib.import_module("cuda.bindings.nvrtc")
     except ImportError as e:
         raise KernelError(
             f"accord's GPU kernels are compiled with NVRTC through cuda.bindings, which is not importable ({e}); "
@@ -98,14 +101,17 @@ class Kernel:
         self._module = module  # keeps the module loaded
         self.name = name
         self._function = function
+        self._driver, _ = _bindings()
+        self._streams: dict[int, Any] = {}  # the driver's stream objects, made once per handle
 
-    def launch(self, grid: int, block: int, stream: int, *args: ctypes._SimpleCData[Any]) -> None:
-        """Launches on the CUDA stream whose handle is `stream` (``torch.cuda.current_stream().cuda_stream``)."""
-        driver, _ = _bindings()
+    def launch(self, grid: int, block: int, stream: int, *args: Any) -> None:
+        """Launches on the CUDA stream whose handle is `stream` (``torch.cuda.current_stream().cuda_stream``);
+        each argument a ctypes value or structure laid out as the kernel's parameter."""
         params = (ctypes.c_void_p * len(args))(*[ctypes.addressof(a) for a in args])
-        result = driver.cuLaunchKernel(
-            self._function, grid, 1, 1, block, 1, 1, 0, driver.CUstream(stream), ctypes.addressof(params), 0
-        )
+        handle = self._streams.get(stream)
+        if handle is None:
+            handle = self._streams[stream] = self._driver.CUstream(stream)
+        result = self._driver.cuLaunchKernel(self._function, grid, 1, 1, block, 1, 1, 0, handle, ctypes.addressof(params), 0)
         _ok(result, f"launching {self.name}")
 
 

@@ -81,7 +81,8 @@ def test_dispatch_and_combine_rounds_match_the_naive_dispatcher(ranks: int) -> N
         weights = [torch.rand(n, topk, generator=g) for n in sizes]
         layouts = [planning.dispatch_layout(i, experts, ranks) for i in idxs]
         matrix = torch.stack([planning.count_row(pr, pe) for pr, pe, _ in layouts])
-        plans = [planning.plan(matrix, layouts[s][2], s, rows_max) for s in range(ranks)]
+        chunks = 1 + round_ % 3  # 1, 2 and 3 chunks a segment
+        plans = [planning.plan(matrix, layouts[s][2], s, rows_max, chunks) for s in range(ranks)]
 
         # Dispatch: pack (own rows straight to the receive window), then one put a peer.
         send = [torch.zeros(rows_max, hidden) for _ in range(ranks)]
@@ -96,7 +97,13 @@ def test_dispatch_and_combine_rounds_match_the_naive_dispatcher(ranks: int) -> N
             meta_targets[s] = recv_meta[s]
             scatter_rows(planning.pack_meta(idxs[s], weights[s]), sizes[s], plans[s].dispatch_rows, meta_targets)
         for s in range(ranks):
-            put_segments(s, plans[s].dispatch_puts, send[s], recv)
+            # The rows in chunks (as the packing kernel puts them), the metadata in one put.
+            prefix = plans[s].chunk_prefix
+            assert torch.equal(prefix[-1], plans[s].dispatch_puts[:, 0]), "the chunks cover each segment"
+            for c in range(chunks):
+                count = prefix[c + 1] - prefix[c]
+                args = torch.stack([count, plans[s].dispatch_puts[:, 1] + prefix[c], plans[s].dispatch_puts[:, 2] + prefix[c]], 1)
+                put_segments(s, args, send[s], recv)
             put_segments(s, plans[s].dispatch_puts, send_meta[s], recv_meta)
 
         reference = planning.reference_dispatch(xs, idxs, experts)
@@ -116,16 +123,18 @@ def test_dispatch_and_combine_rounds_match_the_naive_dispatcher(ranks: int) -> N
         comb_recv = [torch.full((rows_max, hidden), float("nan")) for _ in range(ranks)]
         for r in range(ranks):
             n = int(plans[r].recv_total)
-            scatter_rows(outs[r], n, plans[r].combine_rows, [comb_send[r], comb_recv[r]])
+            scatter_rows(outs[r], n, plans[r].combine_rows, [comb_send[r]])
         for r in range(ranks):
             put_segments(r, plans[r].combine_puts, comb_send[r], comb_recv)
         for s in range(ranks):
-            pos = plans[s].send_pos
+            # ep_reduce: dispatch's rows index combine's receive window for other ranks and
+            # combine's input (the receive order) for this rank's own.
+            rows = plans[s].dispatch_rows
             got = torch.zeros(sizes[s], hidden)
             for t in range(sizes[s]):
-                for r, at in enumerate(pos[t].tolist()):
+                for r, at in enumerate(rows[t].tolist()):
                     if at >= 0:
-                        got[t] += comb_recv[s][at]
+                        got[t] += (outs[s] if r == s else comb_recv[s])[at]
             in_rank = layouts[s][2].to(torch.float32)
             want = xs[s] * (in_rank * torch.arange(1, ranks + 1, dtype=torch.float32)).sum(1, keepdim=True)
             torch.testing.assert_close(got, want)
@@ -139,10 +148,11 @@ def test_plan_needs_no_host_round_trip_shapes() -> None:
         idx = random_routing(9, experts, 2, seed=seed, masked=0.5)
         _, _, in_rank = planning.dispatch_layout(idx, experts, ranks)
         matrix = torch.randint(0, 9, (ranks, ranks + experts), dtype=torch.int64)
-        p = planning.plan(matrix, in_rank, 1, 30)
+        p = planning.plan(matrix, in_rank, 1, 30, chunks=4)
+        assert p.chunk_prefix.shape == (5, ranks)
         assert p.send_pos.shape == (9, ranks) and p.dispatch_rows.shape == (9, ranks)
         assert p.dispatch_puts.shape == (ranks, 3) and p.combine_puts.shape == (ranks, 3)
-        assert p.combine_rows.shape == (30, 2) and p.recv_total.shape == (1,)
+        assert p.combine_rows.shape == (30, 1) and p.recv_total.shape == (1,)
 
 
 def test_ep_kernels_compile_with_nvrtc() -> None:

@@ -111,13 +111,52 @@ extern "C" __global__ void __launch_bounds__(1024) ep_scatter_rows(const unsigne
   }
 }
 
+// What ep_pack_tokens needs to put each chunk of the rows as soon as it is packed (chunks = 0:
+// it puts nothing, the host launches the puts after it).
+struct ChunkPuts {
+  const DeviceTable* table;
+  u32 me, chunks, dst_window, src_window, sig;
+  u64 per_chunk;             // tokens a chunk: [c * per_chunk, (c + 1) * per_chunk)
+  const i64* prefix;         // [chunks + 1][ranks]: rows of the segment to r before chunk c
+  const i64* segments;       // [ranks][3]: (bytes, source offset, destination offset) of the whole segment
+  unsigned int* done;        // [chunks]: tokens of chunk c packed (zeroed by ep_layout)
+  int* status;
+};
+
+// Asks the proxy to move chunk c of this rank's segment to every other rank, with a signal (a
+// signal alone where the chunk has no row for that rank).
+__device__ void put_chunk(const ChunkPuts& p, u32 ranks, u64 row_bytes, u32 c) {
+  for (u32 r = 0; r < ranks; ++r) {
+    if (r == p.me) continue;
+    const i64 before = p.prefix[u64(c) * ranks + r];
+    const i64 count = p.prefix[u64(c + 1) * ranks + r] - before;
+    Status s;
+    if (count <= 0) {
+      s = signal(p.table, r, p.sig, SIGNAL_ADD, 1);
+    } else {
+      const u64 offset = u64(before) * row_bytes;
+      s = put(p.table, p.dst_window, r, u64(p.segments[3 * r + 2]) + offset, p.src_window,
+              u64(p.segments[3 * r + 1]) + offset, u64(count) * row_bytes, SIGNAL_ADD, p.sig, 1);
+    }
+    if (s != OK) record_failure(p.status, 2, r, int(s));
+  }
+}
+
 // dispatch's packing: token t's row of `x` to bases[r] + rows[t * ranks + r] * row_bytes and its
 // metadata row (k int64 expert ids, k float32 weights, the int32 token index) to
-// meta_bases[r] + rows[...] * meta_bytes, for every rank r it goes to. ranks <= 32.
+// meta_bases[r] + rows[...] * meta_bytes, for every rank r it goes to (ranks <= 32). With chunks,
+// the warp that packs a chunk's last token puts that chunk (every warp makes its stores visible
+// system-wide before it counts its token), so the copy engines start while later chunks are
+// still being packed; thread 0 puts the chunks that have no token at the start.
 extern "C" __global__ void __launch_bounds__(1024) ep_pack_tokens(const unsigned char* x, u64 row_bytes, const i64* topk_idx,
                                           const float* topk_weights, u32 k, u64 tokens, u32 ranks, const i64* rows,
-                                          const u64* x_bases, const u64* meta_bases, u64 meta_bytes) {
+                                          const u64* x_bases, const u64* meta_bases, u64 meta_bytes, ChunkPuts chunk) {
   const u32 lane = threadIdx.x & 31u;
+  if (chunk.chunks > 0 && blockIdx.x == 0 && threadIdx.x == 0) {
+    for (u32 c = 0; c < chunk.chunks; ++c) {
+      if (u64(c) * chunk.per_chunk >= tokens) put_chunk(chunk, ranks, row_bytes, c);
+    }
+  }
   for (u64 t = global_warp(); t < tokens; t += warp_count()) {
     i64 row = -1;
     unsigned char* mine = nullptr;
@@ -135,6 +174,16 @@ extern "C" __global__ void __launch_bounds__(1024) ep_pack_tokens(const unsigned
         reinterpret_cast<float*>(meta + 8 * u64(k))[j] = topk_weights[t * k + j];
       }
       if (lane == 0) *reinterpret_cast<int*>(meta + 12 * u64(k)) = int(t);
+    }
+    if (chunk.chunks > 0) {
+      __threadfence_system();
+      __syncwarp();
+      if (lane == 0) {
+        const u32 c = u32(t / chunk.per_chunk);
+        const u64 first = u64(c) * chunk.per_chunk;
+        const u64 size = tokens - first < chunk.per_chunk ? tokens - first : chunk.per_chunk;
+        if (u64(atomicAdd(chunk.done + c, 1u)) + 1 == size) put_chunk(chunk, ranks, row_bytes, c);
+      }
     }
   }
 }
@@ -172,10 +221,13 @@ __device__ u32 block_exclusive_scan(u32 v, u32* total) {
 
 // One block (1024 threads): from topk_idx [tokens][k] (-1: none), this rank's count row
 // (tokens per rank, then per expert: the row the count exchange sends) and, per (token, rank),
-// the token's index among those going to that rank (-1 when it does not). An expert id out of
-// range is recorded as a bad argument (stage 5) and ignored.
+// the token's index among those going to that rank (-1 when it does not); with chunks, the rows
+// to each rank before each chunk boundary ([chunks + 1][ranks]) and the chunks' packed-token
+// counts zeroed. An expert id out of range is recorded as a bad argument (stage 5) and ignored.
 extern "C" __global__ void __launch_bounds__(1024) ep_layout(const i64* topk_idx, u64 tokens, u32 k, u32 ranks, u32 experts, i64* within,
-                                     i64* count_row, int* status) {
+                                     i64* count_row, int* status, u32 chunks, u64 per_chunk, i64* chunk_prefix,
+                                     unsigned int* chunk_done) {
+  for (u32 c = threadIdx.x; c < chunks; c += blockDim.x) chunk_done[c] = 0;
   __shared__ unsigned int per_expert[EP_MAX_EXPERTS];
   const u32 per_rank = experts / ranks;
   for (u32 e = threadIdx.x; e < experts; e += blockDim.x) per_expert[e] = 0;
@@ -209,6 +261,8 @@ extern "C" __global__ void __launch_bounds__(1024) ep_layout(const i64* topk_idx
     u32 total;
     u32 next = block_exclusive_scan(mine, &total);
     for (u64 t = t0; t < t1; ++t) {
+      // A chunk starting at t: the rows before it.
+      if (chunks > 0 && t % per_chunk == 0) chunk_prefix[(t / per_chunk) * ranks + r] = i64(next);
       bool hit = false;
       for (u32 j = 0; j < k && !hit; ++j) {
         const i64 e = topk_idx[t * k + j];
@@ -216,7 +270,13 @@ extern "C" __global__ void __launch_bounds__(1024) ep_layout(const i64* topk_idx
       }
       within[t * ranks + r] = hit ? i64(next++) : -1;
     }
-    if (threadIdx.x == 0) count_row[r] = i64(total);
+    if (threadIdx.x == 0) {
+      count_row[r] = i64(total);
+      // Chunk boundaries at or past the last token: every row is before them.
+      for (u32 c = 0; c <= chunks; ++c) {
+        if (chunks > 0 && u64(c) * per_chunk >= tokens) chunk_prefix[u64(c) * ranks + r] = i64(total);
+      }
+    }
   }
   __syncthreads();
   for (u32 e = threadIdx.x; e < experts; e += blockDim.x) count_row[ranks + e] = i64(per_expert[e]);
@@ -226,13 +286,14 @@ extern "C" __global__ void __launch_bounds__(1024) ep_layout(const i64* topk_idx
 // ([ranks][ranks + experts]; C[s][r] = matrix[s][r] tokens go from s to r), as _ep_plan.plan
 // computes it with torch (the CPU tests check that one against a reference):
 //   rows[t][r]     where token t goes: r's segment of the send window (r != me) or this rank's
-//                  own segment of the receive window (r == me); -1 when it does not go to r;
-//   send_pos[t][r] token t's row for r in the send layout (where combine's answer lands);
+//                  own segment of the receive window (r == me); -1 when it does not go to r.
+//                  Combine's answers land at the same rows: the send layout in combine's receive
+//                  window for r != me, the receive order of combine's input for r == me;
 //   puts_x, puts_meta, comb_puts [ranks][3]: (bytes, source offset, destination offset);
-//   comb_rows[i][2] received row i's place for combine: (send window row, own receive row);
+//   comb_rows[i]   received row i's combine send-window row, -1 for this rank's own rows;
 //   summary        [rows received, then per local expert the tokens received].
 extern "C" __global__ void __launch_bounds__(1024) ep_plan(const i64* matrix, u32 ranks, u32 experts, u32 me, u64 tokens, const i64* within,
-                                   i64* rows, i64* send_pos, u64 row_bytes, u64 meta_bytes, i64* puts_x, i64* puts_meta,
+                                   i64* rows, u64 row_bytes, u64 meta_bytes, i64* puts_x, i64* puts_meta,
                                    i64* comb_puts, i64* comb_rows, u64 rows_max, i64* summary) {
   __shared__ i64 send_me[64], recv_me[64], recv_col[64], send_col[64], from[64];
   const u64 width = u64(ranks) + experts;
@@ -256,9 +317,7 @@ extern "C" __global__ void __launch_bounds__(1024) ep_plan(const i64* matrix, u3
   for (u64 i = threadIdx.x; i < tokens * ranks; i += blockDim.x) {
     const u32 r = u32(i % ranks);
     const i64 w = within[i];
-    const i64 pos = w < 0 ? -1 : send_me[r] + w;
-    send_pos[i] = pos;
-    rows[i] = w < 0 ? -1 : (r == me ? recv_me[me] + w : pos);
+    rows[i] = w < 0 ? -1 : (r == me ? recv_me[me] + w : send_me[r] + w);
   }
   if (threadIdx.x < ranks) {
     const u32 r = threadIdx.x;
@@ -275,19 +334,13 @@ extern "C" __global__ void __launch_bounds__(1024) ep_plan(const i64* matrix, u3
   }
   const i64 total = summary[0];
   for (u64 i = threadIdx.x; i < rows_max; i += blockDim.x) {
-    i64 to_send = -1, to_self = -1;
+    i64 to_send = -1;
     if (i64(i) < total) {
       u32 s = 0;
       while (s + 1 < ranks && recv_col[s] + from[s] <= i64(i)) ++s;
-      const i64 j = i64(i) - recv_col[s];
-      if (s == me) {
-        to_self = send_me[me] + j;
-      } else {
-        to_send = i64(i);
-      }
+      if (s != me) to_send = i64(i);
     }
-    comb_rows[2 * i] = to_send;
-    comb_rows[2 * i + 1] = to_self;
+    comb_rows[i] = to_send;
   }
   const u32 per_rank = experts / ranks;
   for (u32 e = threadIdx.x; e < per_rank; e += blockDim.x) {
@@ -374,17 +427,18 @@ extern "C" __global__ void ep_wait(const DeviceTable* t, u32 me, u32 ranks, u32 
   record_failure(status, stage, lagging, int(s));
 }
 
-// out[t] = sum over f of src[rows[t * fan + f]] (rows < 0 skipped), in fp32, for bf16 rows of
-// `hidden` elements (a multiple of 8). A warp a token; fan <= 32.
+// out[t] = sum over f of (f == me ? own : src)[rows[t * fan + f]] (rows < 0 skipped), in fp32,
+// for bf16 rows of `hidden` elements (a multiple of 8): the other ranks' answers from combine's
+// receive window, this rank's own from combine's input. A warp a token; fan <= 32.
 extern "C" __global__ void __launch_bounds__(1024) ep_reduce_bf16(unsigned short* out, u64 tokens, u64 hidden, u32 fan, const i64* rows,
-                                          const unsigned short* src) {
+                                          const unsigned short* src, u32 me, const unsigned short* own) {
   const u32 lane = threadIdx.x & 31u;
   const u64 pieces = hidden / 8;
   for (u64 tok = global_warp(); tok < tokens; tok += warp_count()) {
     const unsigned short* mine = nullptr;
     if (lane < fan) {
       const i64 r = rows[tok * fan + lane];
-      if (r >= 0) mine = src + u64(r) * hidden;
+      if (r >= 0) mine = (lane == me ? own : src) + u64(r) * hidden;
     }
     int4* dst = reinterpret_cast<int4*>(out + tok * hidden);
     for (u64 base = 0; base < pieces; base += 32 * EP_UNROLL) {
@@ -425,14 +479,14 @@ extern "C" __global__ void __launch_bounds__(1024) ep_reduce_bf16(unsigned short
 
 // As ep_reduce_bf16 for float32 rows (hidden a multiple of 4).
 extern "C" __global__ void __launch_bounds__(1024) ep_reduce_f32(float* out, u64 tokens, u64 hidden, u32 fan, const i64* rows,
-                                         const float* src) {
+                                         const float* src, u32 me, const float* own) {
   const u32 lane = threadIdx.x & 31u;
   const u64 pieces = hidden / 4;
   for (u64 tok = global_warp(); tok < tokens; tok += warp_count()) {
     const float* mine = nullptr;
     if (lane < fan) {
       const i64 r = rows[tok * fan + lane];
-      if (r >= 0) mine = src + u64(r) * hidden;
+      if (r >= 0) mine = (lane == me ? own : src) + u64(r) * hidden;
     }
     float4* dst = reinterpret_cast<float4*>(out + tok * hidden);
     for (u64 base = 0; base < pieces; base += 32) {
