@@ -213,6 +213,22 @@ def main(argv: list[str] | None = None) -> int:
         timed(torch, dist, lambda: buffer.dispatch(x, topk_idx, topk_w, num_worst_tokens=ranks * T), args.iters),
     )
     add("accord.ep combine", timed(torch, dist, lambda: buffer.combine(y, got.handle), args.iters))
+    # all_to_all_v with the split sizes on the GPU, against NCCL's all_to_all_single given the
+    # same splits as host lists (which its callers must first copy to the host).
+    order, send_splits, recv_splits = ctx
+    grouped = x.index_select(0, order)
+    splits_gpu = torch.tensor(send_splits, dtype=torch.int64, device=dev)
+    a2av, a2av_splits = buffer.all_to_all_v(grouped, splits_gpu)
+    checks["all_to_all_v rows bit for bit"] = torch.equal(a2av, ref_x) and a2av_splits.tolist() == recv_splits
+    if not checks["all_to_all_v rows bit for bit"]:
+        failures.append(f"rank {rank}: all_to_all_v rows")
+    add("accord.ep all_to_all_v, splits on the GPU", timed(torch, dist, lambda: buffer.all_to_all_v(grouped, splits_gpu, out_rows=ranks * T), args.iters))
+    a2a_out = torch.empty_like(ref_x)
+    if not args.no_peers:
+        add(
+            "NCCL all_to_all_single, splits on the host",
+            timed(torch, dist, lambda: dist.all_to_all_single(a2a_out, grouped, recv_splits, send_splits), args.iters),
+        )
     if args.chunks > 0:
         # The same buffer shape putting each segment once after packing, in the same run.
         plain = accord.ep.Buffer(

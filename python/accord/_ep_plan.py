@@ -165,3 +165,15 @@ def reference_dispatch(
             parts_src.append(take.to(torch.int32))
         out.append((torch.cat(parts_x), torch.cat(parts_idx), torch.cat(parts_src)))
     return out
+
+
+def a2av_plan(matrix: torch.Tensor, me: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """all_to_all_v's plan (ep.cu's ep_a2av_plan) in rows: ``[R, 3]`` (rows, input row, row at the
+    receiver) of this rank's segment to each rank, and ``[1 + R]`` (rows received, rows from each
+    rank). ``matrix[s, r]``: rows rank ``s`` sends to ``r`` (its split sizes)."""
+    ranks = matrix.shape[0]
+    counts = matrix[:, :ranks]
+    puts = torch.stack([counts[me], exclusive_cumsum(counts[me], 0), exclusive_cumsum(counts, 0)[me]], dim=1)
+    summary = torch.cat([counts[:, me].sum().reshape(1), counts[:, me]])
+    return puts, summary
+

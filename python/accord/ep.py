@@ -60,11 +60,18 @@ get_dispatch_layout = planning.dispatch_layout
 # Windows, in registration order (the same ids on every rank).
 W_RECV_X, W_SEND_X, W_RECV_META, W_SEND_META, W_COUNTS, W_COMB_SEND, W_COMB_RECV = range(7)
 # Signals.
-SIG_COUNTS, SIG_DATA, SIG_COMB, SIG_COMB_FREE = range(4)
+SIG_COUNTS, SIG_DATA, SIG_COMB, SIG_COMB_FREE, SIG_A2AV = range(5)
 # GPU-resident epochs of the waits (ep.cu's ep_wait `slot`).
-SLOT_COUNTS, SLOT_DATA, SLOT_COMB_FREE, SLOT_COMB = range(4)
+SLOT_COUNTS, SLOT_DATA, SLOT_COMB_FREE, SLOT_COMB, SLOT_A2AV = range(5)
 # Stages named in a failure.
-STAGES = {1: "count exchange", 2: "dispatch data", 3: "combine (peers' previous combine)", 4: "combine data"}
+STAGES = {
+    1: "count exchange",
+    2: "dispatch data",
+    3: "combine (peers' previous combine)",
+    4: "combine data",
+    5: "layout (an expert id out of range)",
+    6: "all_to_all_v data",
+}
 STATUS_NAMES = {1: "timed out", 2: "proxy error", 3: "bad argument", 4: "not direct"}
 
 _COUNTER = 0
@@ -197,7 +204,7 @@ class Buffer:
         self._failed: str | None = None
         self._epoch = 0
         self._host_wait = True  # the priming exchange waits on the host; `wait` applies after it
-        self._host_epochs = [0] * 4
+        self._host_epochs = [0] * 8
 
         with torch.cuda.device(self.device):
             module = nvrtc.KernelModule("ep.cu", gpu, torch.cuda.get_device_capability(gpu))
@@ -205,7 +212,7 @@ class Buffer:
                 name: module.kernel(name)
                 for name in (
                     "ep_layout", "ep_plan", "ep_pack_tokens", "ep_unpack_meta", "ep_scatter_rows", "ep_put_segments",
-                    "ep_signal_peers", "ep_wait", "ep_reduce_bf16", "ep_reduce_f32",
+                    "ep_signal_peers", "ep_wait", "ep_reduce_bf16", "ep_reduce_f32", "ep_a2av_plan", "ep_copy_segment",
                 )
             }
             rows = self._rows_max
@@ -552,6 +559,57 @@ class Buffer:
         self._launch("ep_signal_peers", 1, 64, self._table, u32(self.rank), u32(self.num_ranks), u32(SIG_COMB_FREE), *self._status_args(3))
         self._leave()
         return out
+
+    def all_to_all_v(
+        self, x: torch.Tensor, send_splits: torch.Tensor, *, out_rows: int = 0, zero_copy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """all_to_all_v with the split sizes on the GPU: ``x`` ``[N, hidden]`` holds this rank's rows
+        grouped by destination, ``send_splits`` ``[R]`` (int, on this GPU) how many go to each rank.
+        Returns ``(rows received in source-rank order, recv_splits [R] int64 on the GPU)``. Exact-size
+        output reads the total on the host once; ``out_rows > 0`` returns that many rows instead
+        (the first ``recv_splits.sum()`` valid) with no host synchronisation. Collective."""
+        op = "accord.ep.Buffer.all_to_all_v"
+        self._usable(op)
+        self._check_inputs(op, x, self._rows_max)
+        ranks, dev = self.num_ranks, self.device
+        if send_splits.shape != (ranks,) or send_splits.device != dev or send_splits.is_floating_point():
+            raise ValueError(f"{op}: send_splits must be an integer tensor of {ranks} on {dev}")
+        if not 0 <= out_rows <= self._rows_max:
+            raise ValueError(f"{op}: out_rows {out_rows} must be in 0..={self._rows_max}")
+        x = x.contiguous()
+        counts = self._windows[W_COUNTS]
+        work = torch.empty(3 * ranks + 1 + ranks, dtype=torch.int64, device=dev)
+        puts, summary = work[: 3 * ranks], work[3 * ranks :]
+        self._enter()
+        # The counts row: the split sizes (the experts' part stays zero), exchanged as dispatch's.
+        with torch.cuda.stream(self._side):
+            counts[self.rank].zero_()
+            counts[self.rank, :ranks].copy_(send_splits)
+        self._put_segments(self._exchange, W_COUNTS, W_COUNTS, SIG_COUNTS, 1)
+        self._wait(SIG_COUNTS, 1, 0, SLOT_COUNTS, 1)
+        # After the exchange: the peers have taken everything this rank put before from the
+        # send window (they answered the exchange only after their last wait for it).
+        with torch.cuda.stream(self._side):
+            self._windows[W_SEND_X][: x.shape[0]].copy_(x)  # the copy engine: no SM
+        self._launch(
+            "ep_a2av_plan", 1, 32, u64(counts.data_ptr()), u32(ranks), u32(counts.shape[1]), u32(self.rank),
+            u64(self._row_bytes), u64(puts.data_ptr()), u64(summary.data_ptr()),
+        )
+        if out_rows == 0:
+            self._leave()
+            rows_out = int(summary[0].item())  # waits for the exchange and the plan only
+            self.check()
+        else:
+            rows_out = out_rows
+        self._launch(
+            "ep_copy_segment", self.sms, 1024, u64(x.data_ptr()), u64(self._windows[W_RECV_X].data_ptr()),
+            u64(puts[3 * self.rank :].data_ptr()),
+        )
+        self._put_segments(puts, W_RECV_X, W_SEND_X, SIG_A2AV, 6)
+        self._wait(SIG_A2AV, 1, 0, SLOT_A2AV, 6)
+        self._leave()
+        out = self._windows[W_RECV_X][:rows_out]
+        return (out if zero_copy else out.clone()), summary[1:]
 
     def close(self) -> None:
         """Collective: waits for this rank's GPU work, checks for failures, stops the proxies and

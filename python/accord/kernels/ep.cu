@@ -505,3 +505,46 @@ extern "C" __global__ void __launch_bounds__(1024) ep_reduce_f32(float* out, u64
     }
   }
 }
+
+// ---- all_to_all_v with split sizes on the GPU -----------------------------------------------
+
+// One block: from the exchanged matrix (row s: rank s's split sizes, rows per destination), the
+// segment of this rank to each rank r as (bytes, offset in the input, offset at r's receive
+// window), r == me included (the local copy), and [rows received, rows from each rank].
+extern "C" __global__ void ep_a2av_plan(const i64* matrix, u32 ranks, u32 width, u32 me, u64 row_bytes, i64* puts,
+                                        i64* summary) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  i64 send = 0, total = 0;
+  for (u32 r = 0; r < ranks; ++r) {
+    i64 before = 0;
+    for (u32 s = 0; s < me; ++s) before += matrix[u64(s) * width + r];
+    const i64 count = matrix[u64(me) * width + r];
+    puts[3 * r] = count * i64(row_bytes);
+    puts[3 * r + 1] = send * i64(row_bytes);
+    puts[3 * r + 2] = before * i64(row_bytes);
+    send += count;
+    const i64 from = matrix[u64(r) * width + me];
+    summary[1 + r] = from;
+    total += from;
+  }
+  summary[0] = total;
+}
+
+// Copies args[0] bytes from src + args[1] to dst + args[2] (args on the GPU), 16 bytes a thread
+// a step where aligned.
+extern "C" __global__ void __launch_bounds__(1024) ep_copy_segment(const unsigned char* src, unsigned char* dst,
+                                                                   const i64* args) {
+  const i64 bytes = args[0];
+  if (bytes <= 0) return;
+  const unsigned char* from = src + args[1];
+  unsigned char* to = dst + args[2];
+  const u64 n = u64(bytes);
+  const u64 step = u64(gridDim.x) * blockDim.x;
+  const u64 first = u64(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (((n | reinterpret_cast<u64>(from) | reinterpret_cast<u64>(to)) & 15u) == 0) {
+    for (u64 j = first; j < n / 16; j += step) reinterpret_cast<int4*>(to)[j] = __ldg(reinterpret_cast<const int4*>(from) + j);
+  } else {
+    for (u64 j = first; j < n; j += step) to[j] = from[j];
+  }
+}
+
