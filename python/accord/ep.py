@@ -228,6 +228,8 @@ class Buffer:
             ]
             self._side: Any = torch.cuda.Stream(self.device)  # type: ignore[no-untyped-call]
             self._state = torch.zeros(8, dtype=torch.int64, device=dev)
+            # Host copies of the plan's summary and the status word (see _to_host).
+            self._pinned = torch.zeros(2 + self.experts_per_rank + ranks, dtype=torch.int64, pin_memory=True)
             self._status = torch.zeros(1, dtype=torch.int32, device=dev)
             torch.cuda.synchronize(dev)
             self._dc = accord.device.DeviceComm(comm, gpu=gpu, user_signals=8, stream_lane=lanes)
@@ -332,6 +334,29 @@ class Buffer:
             u64(0 if n_rows is None else n_rows.data_ptr()), u64(n_max), u32(bases.numel()), u64(rows.data_ptr()),
             u64(bases.data_ptr()),
         )
+
+    def _to_host(self, values: torch.Tensor) -> torch.Tensor:
+        """`values` (int64, on the side stream) on the host, and the status word checked, without
+        a blocking CUDA call: an asynchronous copy into pinned memory and an event polled with
+        short sleeps, bounded by the buffer's timeout. A synchronous copy here (``.cpu()``) sat
+        in the driver while the wait kernel spun, and on the 2xH200 host the proxy's next copy
+        then waited for it: both ranks stalled until the wait timed out."""
+        n = values.numel()
+        with torch.cuda.stream(self._side):
+            self._pinned[:n].copy_(values, non_blocking=True)
+            self._pinned[n : n + 1].copy_(self._status.to(torch.int64), non_blocking=True)
+            done: Any = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            done.record(self._side)
+        deadline = time.monotonic() + self.timeout + 5.0
+        while not done.query():
+            if time.monotonic() > deadline:
+                raise EpError(
+                    f"accord.ep on rank {self.rank}: the GPU did not finish the count exchange within {self.timeout + 5:g} s"
+                )
+            time.sleep(20e-6)
+        if int(self._pinned[n]) != 0:
+            self.check()
+        return self._pinned[:n].clone()
 
     def _failure(self) -> str | None:
         """The recorded failure (reads the status word: a host synchronisation on it)."""
@@ -478,9 +503,7 @@ class Buffer:
         # 3. Output size: from the host (DeepEP's normal mode) or the caller's worst case.
         per_expert: list[int] | torch.Tensor
         if num_worst_tokens == 0:
-            self._leave()
-            host = summary.cpu()  # waits for the count exchange and the plan only
-            self.check()
+            host = self._to_host(summary)  # waits for the count exchange and the plan only
             num_recv: int | None = int(host[0])
             rows_out = int(host[0])
             per_expert = host[1:].tolist()
@@ -596,9 +619,7 @@ class Buffer:
             u64(self._row_bytes), u64(puts.data_ptr()), u64(summary.data_ptr()),
         )
         if out_rows == 0:
-            self._leave()
-            rows_out = int(summary[0].item())  # waits for the exchange and the plan only
-            self.check()
+            rows_out = int(self._to_host(summary[:1])[0])  # waits for the exchange and the plan only
         else:
             rows_out = out_rows
         self._launch(
