@@ -7,12 +7,12 @@ const WAIT: Duration = Duration::from_secs(20);
 
 use crate::engine::tests::{pair_of, pattern};
 
-fn network_engine() -> Engine {
+pub(super) fn network_engine() -> Engine {
     Engine::builder().ignore_env().force_network(true).build().unwrap()
 }
 
 /// An owner buffer of `len` pattern bytes and a zeroed reader buffer of `len` bytes.
-fn buffers(owner: &Engine, reader: &Engine, len: usize, seed: u64) -> (MrBuffer, MrBuffer, Vec<u8>) {
+pub(super) fn buffers(owner: &Engine, reader: &Engine, len: usize, seed: u64) -> (MrBuffer, MrBuffer, Vec<u8>) {
     let src = owner.alloc(len).unwrap();
     let data = pattern(seed, len);
     src.write_at(0, &data).unwrap();
