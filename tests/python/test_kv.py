@@ -250,3 +250,52 @@ def test_a_decode_engine_going_away_does_not_fail_the_prefill_engine(route: str)
     finally:
         for engine in (p, d1, d2):
             engine.close()
+
+
+def test_two_processes_on_the_network_route_push_and_pull_byte_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The roles of kv_gpu_bench's ``network`` case (a prefill process, IPC and shared memory
+    off: every byte over loopback UDP) on host memory, with a push of 2,560 pieces of 32 KiB
+    (80 blocks of 16 layers' K and V, block ids scattered) and a pull of the same by batched
+    READ; every wait bounded."""
+    import multiprocessing as mp
+
+    import kv_roles
+
+    monkeypatch.setenv("ACCORD_DEVICE_IPC", "0")
+    monkeypatch.setenv("ACCORD_SHM", "0")
+    layout_args, pool, n = (16, 16, 8, 128), 96, 80
+    layout = KvLayout(*layout_args, dtype="bfloat16")
+    assert layout.block_nbytes == 32 << 10
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=kv_roles.kv_prefill, args=(child, layout_args, pool), daemon=True)
+    proc.start()
+    try:
+        with accord.Engine() as d:
+            decode = DecodeCache(d, layout, pool, cache=np.zeros(layout.shape(pool), dtype=np.uint16))
+            assert parent.poll(60), "the prefill process said nothing within 60 s"
+            hello = parent.recv()
+            assert "source" in hello, hello
+            parent.send((decode.target, d.address))
+            want = kv_roles.kv_cache(layout, pool, 3)
+            src, dst = scattered(n, pool, 5), scattered(n, pool, 6)
+            parent.send((src, dst, 61))
+            assert parent.poll(150), "the prefill process did not answer its push within 150 s"
+            pushed = parent.recv()
+            assert "pushed" in pushed, pushed
+            assert d.imm_counter(61).wait(1, timeout=30) == 1
+            assert (decode.cache[:, :, dst] == want[:, :, src]).all(), "pushed blocks differ"
+            decode.cache[:] = 0
+            src2, dst2 = scattered(n, pool, 7), scattered(n, pool, 8)
+            pull = decode.pull(hello["source"], src2, dst2, request="net-pull", imm=62, timeout=60)
+            pull.wait(timeout=120)
+            assert pull.parts_total == DecodeCache.reads_per_pull(layout, src2, dst2) == 1
+            assert (decode.cache[:, :, dst2] == want[:, :, src2]).all(), "pulled blocks differ"
+            assert d.imm_counter(62).wait(1, timeout=30) == 1
+            assert d.stats()["reads_sent"] == 1, "one request for 2,560 pieces"
+            parent.send("exit")
+    finally:
+        proc.join(timeout=30)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=10)

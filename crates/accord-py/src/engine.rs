@@ -586,6 +586,16 @@ impl Engine {
         dict.set_item("reads_refused", reads.refused)?;
         dict.set_item("reads_unanswered", reads.unanswered)?;
         dict.set_item("reads_into_device_mapped", reads.device_destinations_mapped)?;
+        // The landing rendezvous (device writes and READs into device memory of another process
+        // with IPC off, or of another host): chunks copied into device memory here, asks refused
+        // here, and control messages refused or dropped. A KV transfer on that route that makes
+        // no progress shows as `landing_chunks_landed` standing still at the receiver.
+        let landing = engine.landing_stats();
+        dict.set_item("landing_chunks_landed", landing.chunks_landed)?;
+        dict.set_item("landing_asks_refused", landing.asks_refused)?;
+        dict.set_item("landing_control_refused", landing.control_refused)?;
+        dict.set_item("landing_control_dropped", landing.control_dropped)?;
+        dict.set_item("landing_slots_reclaimed", landing.slots_reclaimed)?;
         Ok(dict)
     }
 
