@@ -208,8 +208,8 @@ def timed(run: Any, iters: int, budget: Budget) -> tuple[float | None, list[floa
 def row(case: str, op: str, blocks: int, first: float | None, times: list[float], ceiling: float,
         checked: bool | None, error: str, owner: dict[str, int]) -> dict[str, Any]:
     nbytes = blocks * layout().block_nbytes * LAYOUT_ARGS[0] * 2
-    # Scattered ids make every block of every layer's K or V a part of its own: one READ, or one
-    # page of a paged write (the engine copies each separately).
+    # Scattered ids make every block of every layer's K or V a piece of its own: one page of a
+    # batched READ or of a paged write (the engine copies each separately).
     parts = blocks * LAYOUT_ARGS[0] * 2
     median = statistics.median(times) if times else None
     gbps = nbytes / median / 1e9 if median else None
@@ -363,7 +363,7 @@ def run_case(args: argparse.Namespace) -> list[dict[str, Any]]:
                 say(f"asked the prefill process for pushes of {n} blocks within {share:.0f} s")
                 # The prefill process bounds each push (its timeout plus --stuck-s) and answers;
                 # meanwhile this (receiving) engine's counters say whether chunks still land.
-                answer_by = time.monotonic() + share + args.stuck_s + 30
+                answer_by = time.monotonic() + share + args.stuck_s + 10
                 answered = False
                 while time.monotonic() < answer_by:
                     if conn.poll(min(args.progress_s, max(0.1, answer_by - time.monotonic()))):
@@ -375,7 +375,7 @@ def run_case(args: argparse.Namespace) -> list[dict[str, Any]]:
                     first, times, error = answer if kind == "timed" else (None, [], answer)
                 else:
                     first, times, error = None, [], (
-                        f"the prefill process did not answer within {share + args.stuck_s + 30:.0f} s; "
+                        f"the prefill process did not answer within {share + args.stuck_s + 10:.0f} s; "
                         f"here: {counters(decode_engine)}")
                 say(f"pushes of {n} blocks: first {first}, timed {times}, error {error!r}")
             # Checked when every request of the row ended well (a cancelled one leaves blocks undefined).

@@ -299,3 +299,19 @@ def test_two_processes_on_the_network_route_push_and_pull_byte_exact(monkeypatch
         if proc.is_alive():
             proc.kill()
             proc.join(timeout=10)
+
+
+def test_closing_the_decode_engine_ends_a_pull_its_owner_never_answers() -> None:
+    # Before, the pull's read stayed pending forever once the engine's workers were gone: its
+    # thread, and anyone waiting on the pull, waited with it.
+    p, d = silent_pair()
+    with p:
+        prefill = PrefillCache(p, LAYOUT, num_blocks=4)
+        decode = DecodeCache(d, LAYOUT, num_blocks=4)
+        pull = decode.pull(prefill.source, [0, 1], [2, 3], request="req-closed")
+        with pytest.raises(accord.TimeoutError):
+            pull.wait(timeout=0.2)
+        d.close()
+        with pytest.raises(accord.ShutdownError, match="KV pull 'req-closed'"):
+            pull.wait(timeout=10)
+        assert pull.done() and pull.parts_in_flight == 0

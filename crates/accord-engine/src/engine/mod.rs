@@ -730,6 +730,8 @@ impl Drop for Engine {
         for t in self.threads.lock().unwrap().drain(..) {
             let _ = t.join();
         }
+        // Reads waiting for an owner's reply: no worker is left to take it or to expire them.
+        route::read::fail_all_pending(&self.shared);
         let _ = self.shared.jobs.send(Job::Stop);
         if let Err(e) = crate::telemetry::flush_trace() {
             tracing::warn!(error = %e, "could not write the trace file (ACCORD_TRACE_FILE)");

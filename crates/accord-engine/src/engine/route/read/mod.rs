@@ -548,6 +548,16 @@ pub(crate) fn sweep(shared: &Arc<Shared>) {
     }
 }
 
+/// Fails every read still waiting for its owner's answer with `ShutDown`: the engine is closing,
+/// and with its workers gone no reply or sweep would ever end them (a waiter, such as a KV pull's
+/// thread, would wait forever).
+pub(crate) fn fail_all_pending(shared: &Arc<Shared>) {
+    let pending: Vec<u64> = shared.read.pending.lock().unwrap().keys().copied().collect();
+    for req in pending {
+        finish_pending(shared, req, Err(TransferError::ShutDown));
+    }
+}
+
 /// Fails the pending read `req` (if still pending) as unanswered by its owner, naming it.
 fn fail_unanswered(shared: &Arc<Shared>, req: u64) {
     let Some((peer, started)) = shared.read.pending.lock().unwrap().get(&req).map(|p| (p.peer, p.started)) else {
