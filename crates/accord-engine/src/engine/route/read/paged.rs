@@ -13,8 +13,8 @@
 //! Wire: a request does not fit one 64-byte control frame, so it goes as [`HEADER_FRAMES`]
 //! header frames and one frame per [`PAGES_PER_FRAME`] page pairs, all of kind [`PAGED`] with
 //! the request's id and their index (the second half-word). The owner assembles them in any
-//! order ([`Assemblies`], at most [`READ_ASSEMBLIES_MAX`] requests being assembled; past that
-//! the oldest is refused), checks every piece against its region (key, bounds) before anything
+//! order ([`Assemblies`], at most [`READ_ASSEMBLIES_MAX`] requests and
+//! [`READ_ASSEMBLY_FRAMES_MAX`] frames being assembled; past that the oldest is refused), checks every piece against its region (key, bounds) before anything
 //! moves, and answers once with the usual `Reply` frame.
 //!
 //! | frame | words | first half-word |
@@ -54,8 +54,13 @@ use crate::memory::{MrHandle, Source};
 /// several requests. 65,536 pieces of 32 KiB are 2 GiB.
 pub const READ_PIECES_PER_REQUEST_MAX: usize = 65_536;
 /// Requests an owner assembles at once (all readers together); past that the oldest is refused
-/// (`TooManyMessages`), so a reader that died mid-request holds no memory for long.
-pub const READ_ASSEMBLIES_MAX: usize = 64;
+/// (`TooManyMessages`), so a reader that died mid-request holds no memory for long. As many as
+/// one reader may have outstanding ([`READ_REQUESTS_IN_FLIGHT_MAX`]): a reader's own requests
+/// never push each other out.
+pub const READ_ASSEMBLIES_MAX: usize = READ_REQUESTS_IN_FLIGHT_MAX;
+/// Frames (64 bytes on the wire, about 50 held) all assemblies of an owner hold together; past
+/// that the oldest requests are refused. Sixteen requests of the largest size.
+pub const READ_ASSEMBLY_FRAMES_MAX: usize = 16 * FRAMES_MAX as usize;
 /// Frames before the page pairs.
 pub(crate) const HEADER_FRAMES: u32 = 3;
 /// Page pairs per frame.
@@ -306,11 +311,14 @@ impl Assembly {
     }
 }
 
-/// The requests an owner is assembling, oldest first (at most [`READ_ASSEMBLIES_MAX`]).
+/// The requests an owner is assembling, oldest first (at most [`READ_ASSEMBLIES_MAX`], holding
+/// at most [`READ_ASSEMBLY_FRAMES_MAX`] frames together).
 #[derive(Default)]
 pub(crate) struct Assemblies {
     map: HashMap<(EngineId, u64), Assembly>,
     order: VecDeque<(EngineId, u64)>,
+    /// Frames held by every assembly together.
+    frames: usize,
 }
 
 /// What one frame did to its request.
@@ -327,9 +335,15 @@ pub(crate) enum Taken {
 /// Most frames one request may have.
 const FRAMES_MAX: u32 = HEADER_FRAMES + READ_PIECES_PER_REQUEST_MAX.div_ceil(PAGES_PER_FRAME) as u32;
 
+impl Assembly {
+    fn frames(&self) -> usize {
+        self.headers.iter().flatten().count() + self.pages.len()
+    }
+}
+
 impl Assemblies {
-    /// Takes frame `index` of request `req` from `from`; also the request dropped to make room
-    /// for it, if any (to be refused).
+    /// Takes frame `index` of request `req` from `from`; also the requests dropped to make room
+    /// for it, oldest first (to be refused).
     pub(crate) fn take(
         &mut self,
         from: EngineId,
@@ -338,46 +352,55 @@ impl Assemblies {
         half: u32,
         words: [u64; 4],
         dst_device: bool,
-    ) -> (Taken, Option<(EngineId, u64)>) {
+    ) -> (Taken, Vec<(EngineId, u64)>) {
         let key = (from, req);
         if index >= FRAMES_MAX || (index >= HEADER_FRAMES && !(1..=PAGES_PER_FRAME as u32).contains(&half)) {
             self.drop_one(key);
-            return (Taken::Refused(RejectReason::MessageTooLarge), None);
+            return (Taken::Refused(RejectReason::MessageTooLarge), vec![]);
         }
-        let mut evicted = None;
         if !self.map.contains_key(&key) {
-            if self.order.len() >= READ_ASSEMBLIES_MAX {
-                evicted = self.order.pop_front();
-                if let Some(old) = evicted {
-                    self.map.remove(&old);
-                }
-            }
             self.order.push_back(key);
         }
         let assembly = self.map.entry(key).or_default();
         assembly.dst_device |= dst_device;
-        if index < HEADER_FRAMES {
-            assembly.headers[index as usize] = Some((half, words));
+        let fresh = if index < HEADER_FRAMES {
+            assembly.headers[index as usize].replace((half, words)).is_none()
         } else {
-            assembly.pages.insert(index, (half, words));
-        }
-        let too_many = assembly.pages_expected().is_some_and(|n| {
-            n > READ_PIECES_PER_REQUEST_MAX as u64
-                || assembly.pages.keys().any(|&i| u64::from(i - HEADER_FRAMES) >= n.div_ceil(PAGES_PER_FRAME as u64))
-        });
+            assembly.pages.insert(index, (half, words)).is_none()
+        };
+        // A page frame past the pages the request says it has (checked as each frame arrives,
+        // and against every frame so far when the count arrives).
+        let page_frames = |n: u64| n.div_ceil(PAGES_PER_FRAME as u64);
+        let too_many = match assembly.pages_expected() {
+            None => false,
+            Some(n) if n > READ_PIECES_PER_REQUEST_MAX as u64 => true,
+            Some(n) if index >= HEADER_FRAMES => u64::from(index - HEADER_FRAMES) >= page_frames(n),
+            Some(n) if index == 1 => assembly.pages.keys().any(|&i| u64::from(i - HEADER_FRAMES) >= page_frames(n)),
+            Some(_) => false,
+        };
         let outcome = match (too_many, assembly.complete()) {
             (true, _) => Taken::Refused(RejectReason::MessageTooLarge),
             (false, Some(done)) => Taken::Complete(done),
             (false, None) => Taken::Partial,
         };
+        self.frames += usize::from(fresh);
         if outcome != Taken::Partial {
             self.drop_one(key);
+            return (outcome, vec![]);
+        }
+        // Room: the oldest other requests go first.
+        let mut evicted = vec![];
+        while self.order.len() > READ_ASSEMBLIES_MAX || self.frames > READ_ASSEMBLY_FRAMES_MAX {
+            let Some(&oldest) = self.order.iter().find(|k| **k != key) else { break };
+            self.drop_one(oldest);
+            evicted.push(oldest);
         }
         (outcome, evicted)
     }
 
     fn drop_one(&mut self, key: (EngineId, u64)) {
-        if self.map.remove(&key).is_some() {
+        if let Some(gone) = self.map.remove(&key) {
+            self.frames -= gone.frames();
             self.order.retain(|k| *k != key);
         }
     }
@@ -386,6 +409,12 @@ impl Assemblies {
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.map.len()
+    }
+
+    /// Frames held.
+    #[cfg(test)]
+    pub(crate) fn frames(&self) -> usize {
+        self.frames
     }
 }
 
@@ -626,7 +655,7 @@ pub(crate) fn take_frame(
         };
     }
     let (taken, evicted) = state.assemblies.lock().unwrap().take(from, req, index, half, words, dst_device);
-    if let Some((reader, old)) = evicted {
+    for (reader, old) in evicted {
         refuse_unadmitted(shared, reader, old, RejectReason::TooManyMessages);
     }
     let request = match taken {

@@ -112,7 +112,7 @@ fn a_request_survives_its_frames_in_any_order() {
         let decoded = ReadMessage::decode(0, &message.encode().unwrap()).unwrap();
         let Body::Paged { index, half, words, dst_device } = decoded.body else { panic!("{decoded:?}") };
         let (taken, evicted) = assemblies.take(EngineId(9), 5, index, half, words, dst_device);
-        assert_eq!(evicted, None);
+        assert!(evicted.is_empty());
         if i < last {
             assert_eq!(taken, Taken::Partial, "frame {i}");
         } else {
@@ -126,45 +126,57 @@ fn a_request_survives_its_frames_in_any_order() {
 fn assemblies_are_bounded_and_refuse_malformed_frames() {
     let mut assemblies = Assemblies::default();
     for req in 0..READ_ASSEMBLIES_MAX as u64 {
-        assert_eq!(assemblies.take(EngineId(1), req, 0, 0, [0; 4], false), (Taken::Partial, None));
+        assert_eq!(assemblies.take(EngineId(1), req, 0, 0, [0; 4], false), (Taken::Partial, vec![]));
     }
     // One more: the oldest is dropped, to be refused.
     let (taken, evicted) = assemblies.take(EngineId(2), 99, 0, 0, [0; 4], false);
-    assert_eq!((taken, evicted), (Taken::Partial, Some((EngineId(1), 0))));
+    assert_eq!((taken, evicted), (Taken::Partial, vec![(EngineId(1), 0)]));
     assert_eq!(assemblies.len(), READ_ASSEMBLIES_MAX);
+    // A frame received twice is held once.
+    assemblies.take(EngineId(2), 99, 0, 0, [0; 4], false);
+    assert_eq!(assemblies.frames(), READ_ASSEMBLIES_MAX);
+    let refused = |a: &mut Assemblies, req, index, half, words| a.take(EngineId(3), req, index, half, words, false).0;
     // A frame index past any request's, a pairs count of 0 or 5: refused.
-    assert_eq!(
-        assemblies.take(EngineId(3), 1, u32::MAX, 1, [0; 4], false).0,
-        Taken::Refused(RejectReason::MessageTooLarge)
-    );
-    assert_eq!(
-        assemblies.take(EngineId(3), 2, HEADER_FRAMES, 0, [0; 4], false).0,
-        Taken::Refused(RejectReason::MessageTooLarge)
-    );
-    assert_eq!(
-        assemblies.take(EngineId(3), 3, HEADER_FRAMES, 5, [0; 4], false).0,
-        Taken::Refused(RejectReason::MessageTooLarge)
-    );
+    assert_eq!(refused(&mut assemblies, 1, u32::MAX, 1, [0; 4]), Taken::Refused(RejectReason::MessageTooLarge));
+    assert_eq!(refused(&mut assemblies, 2, HEADER_FRAMES, 0, [0; 4]), Taken::Refused(RejectReason::MessageTooLarge));
+    assert_eq!(refused(&mut assemblies, 3, HEADER_FRAMES, 5, [0; 4]), Taken::Refused(RejectReason::MessageTooLarge));
     // A request claiming more pages than a request may carry.
     let many = READ_PIECES_PER_REQUEST_MAX as u64 + 1;
+    assert_eq!(refused(&mut assemblies, 4, 1, 0, [1, 1, 1, many]), Taken::Refused(RejectReason::MessageTooLarge));
+    // A page frame past the count the header gives, after the header and before it.
+    refused(&mut assemblies, 5, 1, 0, [1, 1, 1, 4]);
     assert_eq!(
-        assemblies.take(EngineId(3), 4, 1, 0, [1, 1, 1, many], false).0,
+        refused(&mut assemblies, 5, HEADER_FRAMES + 1, 1, [0; 4]),
         Taken::Refused(RejectReason::MessageTooLarge)
     );
-    // A page frame past the count the header gives.
-    assemblies.take(EngineId(3), 5, 1, 0, [1, 1, 1, 4], false);
-    assert_eq!(
-        assemblies.take(EngineId(3), 5, HEADER_FRAMES + 1, 1, [0; 4], false).0,
-        Taken::Refused(RejectReason::MessageTooLarge)
-    );
+    refused(&mut assemblies, 7, HEADER_FRAMES + 1, 1, [0; 4]);
+    assert_eq!(refused(&mut assemblies, 7, 1, 0, [1, 1, 1, 4]), Taken::Refused(RejectReason::MessageTooLarge));
     // A page frame whose count disagrees with the header's: the request completes malformed.
-    assemblies.take(EngineId(3), 6, 0, 0, [0; 4], false);
-    assemblies.take(EngineId(3), 6, 1, 0, [1, 1, 1, 3], false);
-    assemblies.take(EngineId(3), 6, 2, 0, [1, 0, 0, 0], false);
+    refused(&mut assemblies, 6, 0, 0, [0; 4]);
+    refused(&mut assemblies, 6, 1, 0, [1, 1, 1, 3]);
+    refused(&mut assemblies, 6, 2, 0, [1, 0, 0, 0]);
     assert_eq!(
-        assemblies.take(EngineId(3), 6, HEADER_FRAMES, 2, [0; 4], false).0,
+        refused(&mut assemblies, 6, HEADER_FRAMES, 2, [0; 4]),
         Taken::Complete(Err(RejectReason::MessageTooLarge))
     );
+}
+
+#[test]
+fn assemblies_hold_a_bounded_number_of_frames() {
+    let mut assemblies = Assemblies::default();
+    // Requests of the largest size, half received: past the frame bound the oldest go.
+    let half = (FRAMES_MAX / 2) as usize;
+    let mut evicted = vec![];
+    for req in 0..40u64 {
+        for index in HEADER_FRAMES..HEADER_FRAMES + half as u32 {
+            let (taken, gone) = assemblies.take(EngineId(1), req, index, 4, [0; 4], false);
+            assert_eq!(taken, Taken::Partial);
+            evicted.extend(gone);
+        }
+        assert!(assemblies.frames() <= READ_ASSEMBLY_FRAMES_MAX, "request {req}: {} frames", assemblies.frames());
+    }
+    assert!(!evicted.is_empty() && evicted[0] == (EngineId(1), 0), "the oldest went first: {evicted:?}");
+    assert_eq!(assemblies.len() + evicted.len(), 40);
 }
 
 #[test]
@@ -395,4 +407,29 @@ fn a_one_page_batched_read_equals_a_read() {
     reader.read_paged(&batched).unwrap().wait_timeout(WAIT).unwrap();
     assert!(dst.to_vec() == first, "the two reads differ");
     assert!(first[100..3100] == data[5000..8000]);
+}
+
+/// Many batched reads in flight at once (their frames interleaving at the owner, some lost and
+/// resent): none pushes another out of the owner's assemblies, every one lands.
+#[test]
+fn many_batched_reads_in_flight_all_land() {
+    let fault = FaultConfig { drop: 0.01, reorder: 0.05, ..Default::default() };
+    let make =
+        || Engine::builder().ignore_env().force_network(true).fault_injection(fault.clone(), 31).build().unwrap();
+    let (owner, reader) = pair_of(make);
+    let shape = Shape { page: 256, blocks: 64, planes: 4 };
+    let (src, dst, data) = setup(&owner, &reader, shape, 8);
+    let (h, d) = (dst.handle(), src.descriptor());
+    // 300 reads of 2 pages each (every page once): 5 frames a request.
+    let pages = scattered(shape, 64, 9);
+    let singles: Vec<(Vec<u64>, Vec<u64>)> =
+        pages.0.chunks(2).zip(pages.1.chunks(2)).map(|(s, t)| (s.to_vec(), t.to_vec())).cycle().take(300).collect();
+    let transfers: Vec<Transfer> =
+        singles.iter().map(|p| reader.read_paged(&op(shape, &h, &d, p, Some(55))).unwrap()).collect();
+    for (i, t) in transfers.iter().enumerate() {
+        t.wait_timeout(WAIT).unwrap_or_else(|e| panic!("read {i}: {e}"));
+    }
+    check_pages(shape, &dst.to_vec(), &data, &pages).unwrap();
+    assert_eq!(reader.imm_counter(55).wait(300, WAIT), 300);
+    assert_eq!(owner.read_stats().refused, 0, "nothing refused");
 }
