@@ -18,6 +18,7 @@ pub use register_many::RawBuffer;
 pub use route::read::{
     PagedReadOp, ReadOp, ReadStats, READ_ASSEMBLIES_MAX, READ_ASSEMBLY_FRAMES_MAX, READ_DST_INFOS_KEPT,
     READ_FLOOR_BYTES_PER_SEC, READ_PIECES_PER_REQUEST_MAX, READ_REQUESTS_IN_FLIGHT_MAX, READ_SERVED_REMEMBERED,
+    READ_WRITE_BACKS_QUEUED_MAX,
 };
 
 use crate::address::{EngineAddress, EngineId, MrDescriptor};

@@ -457,7 +457,10 @@ fn a_kv_sized_paged_write_from_device_memory_lands_in_another_process() {
         };
         let started = Instant::now();
         let got = staged.a.write_paged(&op).unwrap().wait_timeout(Duration::from_secs(60));
-        eprintln!("shm {shm}: {MP_PIECES} pieces staged and landed in another process: {got:?} in {:?}", started.elapsed());
+        eprintln!(
+            "shm {shm}: {MP_PIECES} pieces staged and landed in another process: {got:?} in {:?}",
+            started.elapsed()
+        );
         got.unwrap_or_else(|e| panic!("shm {shm}: {e}"));
         group.send(0, "check").unwrap();
         let verdict = group.said().unwrap().1;

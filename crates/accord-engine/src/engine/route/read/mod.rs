@@ -69,7 +69,10 @@ pub(crate) mod paged;
 pub(crate) mod state;
 
 pub use dst_info::READ_DST_INFOS_KEPT;
-pub use paged::{PagedReadOp, READ_ASSEMBLIES_MAX, READ_ASSEMBLY_FRAMES_MAX, READ_PIECES_PER_REQUEST_MAX};
+pub use paged::{
+    PagedReadOp, READ_ASSEMBLIES_MAX, READ_ASSEMBLY_FRAMES_MAX, READ_PIECES_PER_REQUEST_MAX,
+    READ_WRITE_BACKS_QUEUED_MAX,
+};
 use state::Pending;
 #[cfg(test)]
 use state::ServedReads;

@@ -96,6 +96,7 @@ pub struct PagedReadOp<'a> {
 
 mod assembly;
 mod geometry;
+mod write_back;
 
 pub(crate) use assembly::{Assemblies, PagedRequest, Taken};
 #[cfg(test)]
@@ -104,6 +105,9 @@ pub use assembly::{READ_ASSEMBLIES_MAX, READ_ASSEMBLY_FRAMES_MAX};
 pub(crate) use geometry::Geometry;
 #[cfg(test)]
 use geometry::PieceError;
+use write_back::WriteBack;
+pub(crate) use write_back::WriteBacks;
+pub use write_back::READ_WRITE_BACKS_QUEUED_MAX;
 
 impl Engine {
     /// A batched one-sided read (see [`PagedReadOp`]): one request per
@@ -402,10 +406,10 @@ fn serve_paged(
         Ok(destination) => destination,
         Err(reason) => return refuse(shared, from, req, reason),
     };
-    shared.read.requests_served.fetch_add(1, Ordering::Relaxed);
-    // The write may wait for room in the lanes' or the copy queues: not on a worker.
+    // The write may wait for room in the lanes', the copy or the staging queues: not on a
+    // worker, nor on the completion thread (see `write_back`).
     let shared_for_job = shared.clone();
-    crate::completion::dispatch(&shared.jobs, move || {
+    let job: WriteBack = Box::new(move || {
         let shared = &shared_for_job;
         let submitted = match sources {
             SourceRuns::Device { region_len } => {
@@ -440,6 +444,10 @@ fn serve_paged(
             }
         }
     });
+    if shared.read.write_backs.submit(job).is_err() {
+        return refuse(shared, from, req, RejectReason::TooManyMessages);
+    }
+    shared.read.requests_served.fetch_add(1, Ordering::Relaxed);
     None
 }
 

@@ -149,6 +149,8 @@ pub(crate) struct ReadState {
     pub(super) dst_infos: super::dst_info::DstInfos,
     /// Owner side: batched requests whose frames are arriving.
     pub(super) assemblies: Mutex<super::paged::Assemblies>,
+    /// Owner side: batched requests being written back.
+    pub(super) write_backs: super::paged::WriteBacks,
 }
 
 impl Default for ReadState {
@@ -169,6 +171,7 @@ impl Default for ReadState {
             device_destinations_mapped: AtomicU64::new(0),
             dst_infos: Default::default(),
             assemblies: Default::default(),
+            write_backs: Default::default(),
         }
     }
 }
