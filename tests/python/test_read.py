@@ -152,6 +152,9 @@ def test_engine_stats_count_reads_at_both_ends() -> None:
             assert mine["reads_sent"] == 1 and theirs["reads_served"] == 1
             assert theirs["reads_refused"] == 0 and mine["reads_unanswered"] == 0
             assert theirs["reads_into_device_mapped"] == 0, "host memory: no IPC"
+            landing = {"landing_chunks_landed", "landing_asks_refused", "landing_control_refused",
+                       "landing_control_dropped", "landing_slots_reclaimed"}
+            assert landing <= mine.keys() and all(mine[k] == 0 for k in landing), "host memory: nothing landed"
     finally:
         owner.close()
         reader.close()
