@@ -7,7 +7,8 @@ of ``--pool`` blocks: the prefill cache on GPU 0, the decode cache on the last G
 N blocks (scattered block ids on both sides) moves N x 5 MiB:
 
 - ``write``: the prefill side pushes it (``PrefillCache.push``: paged writes);
-- ``read``: the decode side pulls it (``DecodeCache.pull``: one READ per block and layer's K/V).
+- ``read``: the decode side pulls it (``DecodeCache.pull``: batched READs, each naming up to 409
+  blocks of every layer's K and V, written back by the prefill engine as one paged write).
 
 ``--case`` picks where the two caches live: ``inproc`` (two engines of this process), ``ipc``
 (the prefill cache in a second process; device writes through CUDA IPC, the reads' too once the
@@ -20,6 +21,15 @@ one JSON line per row to ``--json``; ``--table FILE...`` prints the table of ear
 
     python examples/kv_gpu_bench.py --case inproc --blocks 128,2048 --iters 3 --json out.jsonl
 
+Diagnostics (stderr, each line stamped with seconds since the process started, its pid and
+role): every phase of both processes (engine up, cache filled, registered, each request started
+and ended), the engine's own warnings and errors (``logging`` at INFO), and while a request is
+outstanding, every ``--progress-s`` seconds, its parts submitted and in flight and both engines'
+counters that show movement (retransmits, READ requests, landed chunks: a request on the
+network route whose receiver's ``landing_chunks_landed`` stands still is stuck, one whose count
+grows slowly is slow). A request that is not over ``--stuck-s`` seconds after its own timeout is
+abandoned and reported with those counters, so the run always ends with a row per request.
+
 Exits 2 without torch or a CUDA device, 1 when a check failed.
 """
 
@@ -27,7 +37,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import multiprocessing as mp
+import os
 import statistics
 import sys
 import time
@@ -37,6 +49,59 @@ from typing import Any
 import numpy as np
 
 LAYOUT_ARGS = (80, 16, 8, 128)  # layers, block_size, heads, head_dim (bf16)
+#: The engine counters the progress lines show (those that move while bytes do).
+PROGRESS_KEYS = ("retransmits", "failovers", "datagrams_dropped", "reads_sent", "reads_served", "reads_unanswered",
+                 "landing_chunks_landed", "landing_asks_refused", "landing_control_dropped", "landing_control_refused")
+T0 = time.monotonic()
+ROLE = ["decode"]
+
+
+def say(msg: str) -> None:
+    """One diagnostic line on stderr: seconds since start, pid, role."""
+    print(f"[kv_gpu_bench +{time.monotonic() - T0:8.3f}s pid {os.getpid()} {ROLE[0]}] {msg}", file=sys.stderr, flush=True)
+
+
+def setup_logging(role: str) -> None:
+    """Stamps this process's diagnostics with ``role`` and lets the engine's INFO and above through."""
+    ROLE[0] = role
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format=f"[kv_gpu_bench %(relativeCreated)10.0fms pid %(process)d {role}] %(name)s %(levelname)s %(message)s")
+    import accord
+
+    accord.set_log_level(logging.INFO)
+
+
+def counters(engine: Any) -> str:
+    """The engine's counters that move with traffic, as ``key=value`` (those present)."""
+    try:
+        stats = engine.stats()
+    except Exception as e:  # noqa: BLE001 - a closed engine says so
+        return f"(no stats: {e})"
+    return " ".join(f"{k}={stats[k]}" for k in PROGRESS_KEYS if k in stats)
+
+
+def wait_logged(transfer: Any, what: str, engine: Any, hard_s: float, progress_s: float) -> None:
+    """Waits for a KV transfer in slices of ``progress_s``, saying its progress and ``engine``'s
+    counters after each; raises TimeoutError naming both once ``hard_s`` passed (the transfer is
+    abandoned: its parts may still be in flight)."""
+    start = time.monotonic()
+    while True:
+        try:
+            transfer.wait(timeout=progress_s)
+            say(f"{what}: over after {time.monotonic() - start:.2f} s")
+            return
+        except Exception as e:  # noqa: BLE001 - accord.TimeoutError from the slice, or the request's error
+            import accord
+
+            if not isinstance(e, accord.TimeoutError) or transfer.done():
+                say(f"{what}: failed after {time.monotonic() - start:.2f} s: {type(e).__name__}: {e}")
+                raise
+        waited = time.monotonic() - start
+        state = (f"{transfer.parts_submitted} of {transfer.parts_total} parts submitted, "
+                 f"{transfer.parts_in_flight} in flight; {counters(engine)}")
+        say(f"{what}: not over after {waited:.1f} s: {state}")
+        if waited >= hard_s:
+            raise TimeoutError(f"{what} not over after {waited:.0f} s (abandoned): {state}")
 
 
 def layout() -> Any:
@@ -143,8 +208,8 @@ def timed(run: Any, iters: int, budget: Budget) -> tuple[float | None, list[floa
 def row(case: str, op: str, blocks: int, first: float | None, times: list[float], ceiling: float,
         checked: bool | None, error: str, owner: dict[str, int]) -> dict[str, Any]:
     nbytes = blocks * layout().block_nbytes * LAYOUT_ARGS[0] * 2
-    # Scattered ids make every block of every layer's K or V a part of its own: one READ, or one
-    # page of a paged write (the engine copies each separately).
+    # Scattered ids make every block of every layer's K or V a piece of its own: one page of a
+    # batched READ or of a paged write (the engine copies each separately).
     parts = blocks * LAYOUT_ARGS[0] * 2
     median = statistics.median(times) if times else None
     gbps = nbytes / median / 1e9 if median else None
@@ -165,22 +230,29 @@ def row(case: str, op: str, blocks: int, first: float | None, times: list[float]
     }
 
 
-def prefill_role(conn: Connection, pool: int) -> None:
+def prefill_role(conn: Connection, pool: int, progress_s: float, stuck_s: float) -> None:
     """The second process of the ``ipc`` and ``network`` cases: the prefill cache on GPU 0,
     pushing what the parent asks and answering its reads."""
+    setup_logging("prefill")
+    say(f"started; ACCORD_DEVICE_IPC={os.environ.get('ACCORD_DEVICE_IPC')} ACCORD_SHM={os.environ.get('ACCORD_SHM')}")
     import accord
     from accord.kv import PrefillCache
 
     try:
         torch = need_cuda()
         torch.cuda.set_device(0)
+        say("torch and CUDA up")
         with accord.Engine() as engine:
+            say(f"engine up: {engine!r}")
             cache = torch.empty(layout().shape(pool), dtype=torch.bfloat16, device="cuda:0")
             fill(torch, cache, pool, "cuda:0")
+            say(f"cache of {pool} blocks filled")
             prefill = PrefillCache(engine, layout(), pool, cache=cache)
+            say("cache registered")
             conn.send(("hello", prefill.source))
             target, decode_address = conn.recv()
             engine.add_peer(decode_address)
+            say("decode engine added as a peer")
             while True:
                 order = conn.recv()
                 if order == "exit":
@@ -194,11 +266,15 @@ def prefill_role(conn: Connection, pool: int) -> None:
 
                 def push(timeout: float) -> None:
                     n[0] += 1
-                    prefill.push(target, src, dst, request=f"push-{n[0]}", timeout=timeout).wait()
+                    what = f"push-{n[0]} of {len(src)} blocks (timeout {timeout:.0f} s)"
+                    say(f"{what}: starting")
+                    transfer = prefill.push(target, src, dst, request=f"push-{n[0]}", timeout=timeout)
+                    wait_logged(transfer, what, engine, timeout + stuck_s, progress_s)
 
                 conn.send(("timed", timed(push, iters, budget)))
             prefill.close()
     except Exception as e:  # noqa: BLE001 - reported to the parent
+        say(f"failed: {type(e).__name__}: {e}")
         conn.send(("error", f"{type(e).__name__}: {e}"))
 
 
@@ -207,15 +283,19 @@ def run_case(args: argparse.Namespace) -> list[dict[str, Any]]:
     import accord
     from accord.kv import DecodeCache, PrefillCache
 
+    setup_logging("decode")
+    say(f"case {args.case}; ACCORD_DEVICE_IPC={os.environ.get('ACCORD_DEVICE_IPC')} ACCORD_SHM={os.environ.get('ACCORD_SHM')}")
     last = torch.cuda.device_count() - 1
     budget = Budget(args.budget_s)
     pool, case = args.pool, args.case
     sizes = [int(b) for b in args.blocks.split(",")]
     read_sizes = [int(b) for b in args.read_blocks.split(",")] if args.read_blocks else sizes
     ceilings = {n: ceiling_gbps(torch, n * layout().block_nbytes * LAYOUT_ARGS[0] * 2, 5) for n in sizes}
+    say(f"ceilings measured: {ceilings}")
     decode_engine = accord.Engine()
     cache = torch.zeros(layout().shape(pool), dtype=torch.bfloat16, device=f"cuda:{last}")
     decode = DecodeCache(decode_engine, layout(), pool, cache=cache)
+    say(f"decode engine up and its cache of {pool} blocks registered on cuda:{last}")
     proc = conn = prefill = prefill_engine = None
     if case == "inproc":
         prefill_engine = accord.Engine()
@@ -227,7 +307,7 @@ def run_case(args: argparse.Namespace) -> list[dict[str, Any]]:
     else:
         ctx = mp.get_context("spawn")
         conn, child = ctx.Pipe()
-        proc = ctx.Process(target=prefill_role, args=(child, pool), daemon=True)
+        proc = ctx.Process(target=prefill_role, args=(child, pool, args.progress_s, args.stuck_s), daemon=True)
         proc.start()
         if not conn.poll(120):
             raise SystemExit("kv_gpu_bench: the prefill process did not start within 120 s")
@@ -235,6 +315,7 @@ def run_case(args: argparse.Namespace) -> list[dict[str, Any]]:
         if kind != "hello":
             raise SystemExit(f"kv_gpu_bench: the prefill process failed: {source}")
         conn.send((decode.target, decode_engine.address))
+        say("the prefill process said hello; addresses exchanged")
     def owner_stats() -> dict[str, int]:
         if prefill_engine is not None:
             return dict(prefill_engine.stats())
@@ -259,7 +340,10 @@ def run_case(args: argparse.Namespace) -> list[dict[str, Any]]:
 
                 def pull(timeout: float) -> None:
                     count[0] += 1
-                    decode.pull(source, src, dst, request=f"pull-{count[0]}", timeout=timeout).wait()
+                    what = f"pull-{count[0]} of {n} blocks (timeout {timeout:.0f} s)"
+                    say(f"{what}: starting")
+                    transfer = decode.pull(source, src, dst, request=f"pull-{count[0]}", timeout=timeout)
+                    wait_logged(transfer, what, decode_engine, timeout + args.stuck_s, args.progress_s)
 
                 first, times, error = timed(pull, args.iters, Budget(share))
             elif prefill is not None:
@@ -267,17 +351,33 @@ def run_case(args: argparse.Namespace) -> list[dict[str, Any]]:
 
                 def push(timeout: float) -> None:
                     count[0] += 1
-                    prefill.push(decode.target, src, dst, request=f"push-{count[0]}", timeout=timeout).wait()
+                    what = f"push-{count[0]} of {n} blocks (timeout {timeout:.0f} s)"
+                    say(f"{what}: starting")
+                    transfer = prefill.push(decode.target, src, dst, request=f"push-{count[0]}", timeout=timeout)
+                    wait_logged(transfer, what, decode_engine, timeout + args.stuck_s, args.progress_s)
 
                 first, times, error = timed(push, args.iters, Budget(share))
             else:
                 assert conn is not None
                 conn.send(("push", src, dst, args.iters, share))
-                if conn.poll(share + 60):
+                say(f"asked the prefill process for pushes of {n} blocks within {share:.0f} s")
+                # The prefill process bounds each push (its timeout plus --stuck-s) and answers;
+                # meanwhile this (receiving) engine's counters say whether chunks still land.
+                answer_by = time.monotonic() + share + args.stuck_s + 10
+                answered = False
+                while time.monotonic() < answer_by:
+                    if conn.poll(min(args.progress_s, max(0.1, answer_by - time.monotonic()))):
+                        answered = True
+                        break
+                    say(f"waiting for the prefill process's pushes of {n} blocks; here: {counters(decode_engine)}")
+                if answered:
                     kind, answer = conn.recv()
                     first, times, error = answer if kind == "timed" else (None, [], answer)
                 else:
-                    first, times, error = None, [], f"the prefill process did not answer within {share + 60:.0f} s"
+                    first, times, error = None, [], (
+                        f"the prefill process did not answer within {share + args.stuck_s + 10:.0f} s; "
+                        f"here: {counters(decode_engine)}")
+                say(f"pushes of {n} blocks: first {first}, timed {times}, error {error!r}")
             # Checked when every request of the row ended well (a cancelled one leaves blocks undefined).
             ok = None if first is None or error else check(torch, cache, pool, src, dst, f"cuda:{last}")
             ceiling = ceilings.get(n) or ceiling_gbps(torch, n * layout().block_nbytes * LAYOUT_ARGS[0] * 2, 5)
@@ -328,6 +428,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=100.0, help="the whole run's time, seconds")
     parser.add_argument("--json", default="", help="append one JSON line per row to this file")
     parser.add_argument("--table", nargs="*", help="print the table of these JSON-lines files and exit")
+    parser.add_argument("--progress-s", type=float, default=5.0,
+                        help="seconds between progress lines while a request is outstanding")
+    parser.add_argument("--stuck-s", type=float, default=20.0,
+                        help="seconds past a request's own timeout before it is abandoned and reported")
     args = parser.parse_args(argv)
     if args.table is not None:
         rows = [json.loads(line) for name in args.table for line in open(name) if line.startswith("{")]

@@ -190,6 +190,23 @@ class Engine:
         src_offset: int = 0,
         imm: int | None = None,
     ) -> Transfer: ...
+    def read_paged(
+        self,
+        dst: MemoryRegion,
+        src: Descriptor,
+        *,
+        page_nbytes: int,
+        src_pages: _PageIndices,
+        dst_pages: _PageIndices,
+        imm: int | None = None,
+        src_offset: int = 0,
+        src_stride: int | None = None,
+        dst_offset: int = 0,
+        dst_stride: int | None = None,
+        planes: int = 1,
+        src_plane_stride: int = 0,
+        dst_plane_stride: int = 0,
+    ) -> Transfer: ...
     def scatter(self, src: MemoryRegion, dsts: Sequence[ScatterDst], *, imm: int | None = None) -> Transfer: ...
     def send(self, peer: _PeerLike, data: Any, *, imm: int | None = None) -> Transfer: ...
     def post_recvs(

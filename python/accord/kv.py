@@ -9,11 +9,13 @@ ready when a transfer starts: synchronise the stream that wrote them first.
 
 - **Pull** (decode asks): the prefill side registers its cache and hands out a ``KvSource``
   (picklable: the engine's address, the cache's descriptor, its layout). The decode side pulls a
-  request's blocks by block id: for every layer and K/V, each run of consecutive block ids (on
-  both sides) is one one-sided READ, checked by the prefill engine against its cache's key and
-  bounds. The prefill engine must have added the decode engine as a peer (it answers over the
-  transport). With ``imm``, the decode engine's counter moves once per read
-  (``DecodeCache.reads_per_pull``).
+  request's blocks by block id with batched READs (``Engine.read_paged``): one read names up to
+  ``blocks_per_read`` block ids for every layer's K and V at once (the layers and K/V are its
+  planes), the prefill engine checks every block against its cache's key and bounds and writes
+  them back as one paged write (on one host with CUDA tensors: one batch of copy-engine
+  copies). The prefill engine must have added the decode engine as a peer (it answers over the
+  transport). With ``imm``, the decode engine's counter moves once per read, after all of that
+  read's blocks landed (``DecodeCache.reads_per_pull``).
 - **Push** (prefill sends): the decode side hands out a ``KvTarget``; the prefill side writes a
   request's blocks with paged writes (every layer's K and V, ``PUSH_PAGES_PER_WRITE`` blocks a
   write). With ``imm``, the decode engine's counter moves exactly once, after every block landed.
@@ -64,6 +66,9 @@ from accord.errors import InvalidRequestError
 
 #: Reads a pull keeps outstanding at once by default (the engine allows 4096 per engine).
 PULL_READS_IN_FLIGHT = 1024
+#: Pieces (blocks x layers x 2) one batched read of a pull names at most by default: the engine's
+#: ``READ_PIECES_PER_REQUEST_MAX``, so that each read is one request to the prefill engine.
+PULL_PIECES_PER_READ = 65536
 #: Paged writes a push keeps outstanding at once by default.
 PUSH_WRITES_IN_FLIGHT = 4
 #: Blocks of one layer's K or V (pages) per paged write of a push: the unit a cancel stops at.
@@ -338,17 +343,6 @@ class KvTransfer:
 KvPull = KvTransfer
 
 
-def _runs(src: Sequence[int], dst: Sequence[int]) -> list[tuple[int, int, int]]:
-    """(first source block, first destination block, count) of each run consecutive on both sides."""
-    runs: list[tuple[int, int, int]] = []
-    for s, d in zip(src, dst):
-        if runs and runs[-1][0] + runs[-1][2] == s and runs[-1][1] + runs[-1][2] == d:
-            runs[-1] = (runs[-1][0], runs[-1][1], runs[-1][2] + 1)
-        else:
-            runs.append((s, d, 1))
-    return runs
-
-
 class PrefillCache:
     """A prefill engine's registered cache (``cache``: given, or zeros of the layout), which
     decode engines pull from (``source``) or which pushes into their caches (``push``)."""
@@ -429,34 +423,60 @@ class DecodeCache:
         imm: int | None = None,
         timeout: float | None = None,
         max_in_flight: int = PULL_READS_IN_FLIGHT,
+        blocks_per_read: int | None = None,
     ) -> KvTransfer:
         """Starts pulling blocks ``src_blocks`` of ``source`` into ``dst_blocks`` here, every
-        layer's K and V, at most ``max_in_flight`` reads at a time. With ``imm``, this engine's
-        counter for it moves once per read (see ``reads_per_pull``). With ``timeout`` (seconds),
-        the pull cancels itself when it passes. Block ids are checked before anything is sent."""
-        _check_limits(max_in_flight, timeout)
+        layer's K and V, by batched reads of at most ``blocks_per_read`` blocks each (default: as
+        many as one request carries, ``PULL_PIECES_PER_READ // (layers * 2)``), at most
+        ``max_in_flight`` reads at a time. With ``imm``, this engine's counter for it moves once
+        per read (see ``reads_per_pull``). With ``timeout`` (seconds), the pull cancels itself
+        when it passes. Block ids are checked before anything is sent."""
+        per_read = self.blocks_per_read(self.layout) if blocks_per_read is None else blocks_per_read
+        _check_limits(max_in_flight, timeout, blocks_per_read=per_read)
         src, dst = _block_ids(self.layout, source, src_blocks, dst_blocks, source.num_blocks, self.num_blocks)
         if source.address.id not in self._known:
             self.engine.add_peer(source.address)
             self._known.add(source.address.id)
         engine, region, descriptor = self.engine, self.region, source.descriptor
         nbytes = self.layout.block_nbytes
-        # Byte offsets of every (layer, K/V) plane here and there, and of each run in a plane.
-        planes = range(self.layout.layers * 2)
+        # Every (layer, K/V) plane is a whole plane of blocks apart, here and there.
+        planes = self.layout.layers * 2
         here, there = self.num_blocks * nbytes, source.num_blocks * nbytes
-        runs = [(d * nbytes, s * nbytes, count * nbytes) for s, d, count in _runs(src, dst)]
-        parts = [(p * here + d, p * there + s_, n) for p in planes for d, s_, n in runs]
+        src_ids, dst_ids = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+        parts = [(at, min(at + per_read, len(src))) for at in range(0, len(src), per_read)]
 
-        def submit(part: tuple[int, int, int]) -> Transfer:
-            dst_offset, src_offset, length = part
-            return engine.read(region, descriptor, length, dst_offset=dst_offset, src_offset=src_offset, imm=imm)
+        def submit(part: tuple[int, int]) -> Transfer:
+            lo, hi = part
+            return engine.read_paged(
+                region,
+                descriptor,
+                page_nbytes=nbytes,
+                src_pages=src_ids[lo:hi],
+                dst_pages=dst_ids[lo:hi],
+                planes=planes,
+                src_plane_stride=there,
+                dst_plane_stride=here,
+                imm=imm,
+            )
 
         return KvTransfer("pull", request, submit, parts, max_in_flight, timeout)
 
     @staticmethod
-    def reads_per_pull(layout: KvLayout, src_blocks: Sequence[int], dst_blocks: Sequence[int]) -> int:
+    def blocks_per_read(layout: KvLayout) -> int:
+        """Blocks one batched read of a pull names by default (every layer's K and V of each)."""
+        return max(1, PULL_PIECES_PER_READ // (layout.layers * 2))
+
+    @staticmethod
+    def reads_per_pull(
+        layout: KvLayout, src_blocks: Sequence[int], dst_blocks: Sequence[int], blocks_per_read: int | None = None
+    ) -> int:
         """How many reads (and immediates) a pull of these blocks makes."""
-        return layout.layers * 2 * len(_runs([int(b) for b in src_blocks], [int(b) for b in dst_blocks]))
+        if len(src_blocks) != len(dst_blocks):
+            raise InvalidRequestError(f"{len(src_blocks)} source blocks but {len(dst_blocks)} destination blocks")
+        per_read = DecodeCache.blocks_per_read(layout) if blocks_per_read is None else blocks_per_read
+        if per_read < 1:
+            raise InvalidRequestError(f"blocks_per_read must be at least 1, got {per_read}")
+        return -(-len(src_blocks) // per_read)
 
     def close(self) -> None:
         """Deregisters the cache."""

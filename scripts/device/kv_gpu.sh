@@ -8,10 +8,14 @@
 #   ipc      the prefill cache in a second process (device writes through CUDA IPC; a READ's
 #            too, once the decode engine announced its cache to the prefill engine);
 #   network  the same with ACCORD_DEVICE_IPC=0 ACCORD_SHM=0: staged, loopback UDP, landed.
-# The network run is capped at 128 blocks by default (NETWORK_BLOCKS): a READ is one request per
-# 32 KiB block and layer's K or V, and that route moves each through pinned slots. A row that
-# would overrun its share of the budget is cut by its requests' own timeout (accord.kv cancels
-# them) and reported as such. Each run's output is kept in $OUT/<run>.txt, its rows in $OUT/kv_gpu.jsonl; the table of
+# A READ row pulls with batched READs (DecodeCache.pull -> Engine.read_paged): one request names
+# up to 409 blocks of all 160 layers' K and V, and the prefill engine writes them back as one
+# paged write (through CUDA IPC on one host: one batch of copy-engine copies). The network run is
+# capped at 128 blocks by default (NETWORK_BLOCKS): that route moves each 32 KiB piece through
+# pinned slots. A row that would overrun its share of the budget is cut by its requests' own
+# timeout (accord.kv cancels them); a request still not over --stuck-s seconds after it is
+# abandoned and reported with both engines' counters. Each process prints per-phase timestamps,
+# the engine's log and, while a request is outstanding, its progress (stderr, in $OUT/<run>.txt). Each run's output is kept in $OUT/<run>.txt, its rows in $OUT/kv_gpu.jsonl; the table of
 # all rows is printed at the end (time per request, GB/s, ratio to the ceiling).
 #
 # Usage (GPU host, repo root; python3.12 + torch with CUDA + the accord wheel):
@@ -59,13 +63,18 @@ run inproc "${INPROC_CAP_S:-110}" ACCORD_DEVICE_IPC=1 -- --case inproc --blocks 
 run ipc "${IPC_CAP_S:-100}" ACCORD_DEVICE_IPC=1 -- --case ipc --blocks "$BLOCKS" --pool "$POOL" \
   --read-blocks "${IPC_READ_BLOCKS:-$BLOCKS}" --iters "$ITERS"
 run network "${NETWORK_CAP_S:-60}" ACCORD_DEVICE_IPC=0 ACCORD_SHM=0 -- --case network --pool "$POOL" \
-  --blocks "${NETWORK_BLOCKS:-128}" --iters 2
+  --blocks "${NETWORK_BLOCKS:-128}" --iters 2 --progress-s 2 --stuck-s 5
 
 for name in inproc ipc network; do
   [ -f "$OUT/$name.txt" ] || continue
   echo
   echo "######## $name"
-  grep -v '^{' "$OUT/$name.txt" | tail -40
+  grep -v '^{' "$OUT/$name.txt" | grep -v '^\[kv_gpu_bench' | tail -40
+  # The diagnostics: every phase line, and the last progress lines and log records.
+  echo "---- $name: phases and the engine's log (first 40, last 30 lines)"
+  grep '^\[kv_gpu_bench' "$OUT/$name.txt" | head -40
+  echo "  ..."
+  grep '^\[kv_gpu_bench' "$OUT/$name.txt" | tail -30
 done
 echo
 echo "######## all rows (ratio: GB/s over the copy ceiling of the same run)"

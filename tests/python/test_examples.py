@@ -20,7 +20,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
     [
         ("kv_cache_transfer.py", ["--requests", "3", "--layers", "4"], "all pages verified"),
         ("weight_push.py", ["--rounds", "2"], "every round verified"),
-        ("kv_read.py", ["--requests", "2", "--layers", "3"], "all blocks verified"),
+        ("kv_read.py", ["--requests", "2", "--layers", "3", "--compare"], "all blocks verified"),
     ],
 )
 def test_example_runs_and_verifies(script: str, args: list[str], says: str) -> None:

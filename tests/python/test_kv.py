@@ -36,8 +36,18 @@ def test_decode_pulls_blocks_by_id_byte_exact(pair: Pair) -> None:
     untouched = [b for b in range(10) if b not in dst]
     assert not decode.cache[:, :, untouched].any()
     reads = DecodeCache.reads_per_pull(LAYOUT, src, dst)
-    assert reads == 3 * 2 * 4  # runs: 3-5 -> 0-2, 9 -> 7, 0 -> 9, 15 -> 3
+    assert reads == 1, "every block of every layer's K and V in one batched read"
     assert decode_engine.imm_counter(40).wait(reads, timeout=10) == reads
+    # In reads of at most 4 blocks: two reads, two immediates, the same bytes.
+    decode.cache[:] = 0
+    pull = decode.pull(prefill.source, src, dst, request="req-2", imm=44, blocks_per_read=4)
+    pull.wait(timeout=20)
+    assert pull.parts_total == DecodeCache.reads_per_pull(LAYOUT, src, dst, blocks_per_read=4) == 2
+    assert (decode.cache[:, :, dst] == prefill.cache[:, :, src]).all()
+    assert not decode.cache[:, :, untouched].any()
+    assert decode_engine.imm_counter(44).wait(2, timeout=10) == 2
+    time.sleep(0.05)
+    assert decode_engine.imm_counter(44).value == 2, "one immediate per read"
     decode.close()
     prefill.close()
 
@@ -55,6 +65,8 @@ def test_bad_block_ids_and_layouts_are_refused_before_sending(pair: Pair) -> Non
     other = DecodeCache(decode_engine, KvLayout(3, 4, 2, 16), num_blocks=4)
     with pytest.raises(accord.InvalidRequestError, match="layouts differ"):
         other.pull(prefill.source, [0], [0])
+    with pytest.raises(accord.InvalidRequestError, match="blocks_per_read"):
+        decode.pull(prefill.source, [0], [0], blocks_per_read=0)
     with pytest.raises(accord.InvalidRequestError, match="shape"):
         PrefillCache(prefill_engine, LAYOUT, num_blocks=4, cache=np.zeros(8, dtype=np.float16))
 
@@ -91,9 +103,10 @@ def test_a_pull_larger_than_its_window_lands_byte_exact(pair: Pair) -> None:
     prefill = PrefillCache(prefill_engine, LAYOUT, num_blocks=64, cache=filled(64))
     decode = DecodeCache(decode_engine, LAYOUT, num_blocks=48)
     src, dst = scattered(40, 64, 1), scattered(40, 48, 2)
-    pull = decode.pull(prefill.source, src, dst, request="big", imm=41, max_in_flight=3)
+    pull = decode.pull(prefill.source, src, dst, request="big", imm=41, max_in_flight=3, blocks_per_read=3)
     pull.wait(timeout=60)
-    reads = DecodeCache.reads_per_pull(LAYOUT, src, dst)
+    reads = DecodeCache.reads_per_pull(LAYOUT, src, dst, blocks_per_read=3)
+    assert reads == 14
     assert pull.done() and pull.parts_submitted == pull.parts_total == reads
     assert pull.parts_in_flight == 0
     assert (decode.cache[:, :, dst] == prefill.cache[:, :, src]).all()
@@ -138,7 +151,9 @@ def test_cancel_stops_submitting_and_the_wait_names_the_request() -> None:
     with p, d:
         prefill = PrefillCache(p, LAYOUT, num_blocks=16)
         decode = DecodeCache(d, LAYOUT, num_blocks=16)
-        pull = decode.pull(prefill.source, list(range(0, 16, 2)), list(range(8)), request="req-c", max_in_flight=2)
+        pull = decode.pull(
+            prefill.source, list(range(0, 16, 2)), list(range(8)), request="req-c", max_in_flight=2, blocks_per_read=1
+        )
         # The window fills, and no read is submitted past it while none completes.
         deadline = time.monotonic() + 10
         while pull.parts_submitted < 2 and time.monotonic() < deadline:
@@ -146,7 +161,7 @@ def test_cancel_stops_submitting_and_the_wait_names_the_request() -> None:
         time.sleep(0.1)
         assert pull.parts_submitted == pull.parts_in_flight == 2
         assert pull.cancel()
-        with pytest.raises(accord.CancelledError, match="KV pull 'req-c' cancelled: 2 of 48 parts.*undefined"):
+        with pytest.raises(accord.CancelledError, match="KV pull 'req-c' cancelled: 2 of 8 parts.*undefined"):
             pull.wait(timeout=60)
         assert pull.done() and pull.parts_in_flight == 0 and pull.parts_submitted == 2
 
@@ -157,7 +172,7 @@ def test_a_timeout_given_at_pull_time_cancels_the_same_way() -> None:
         prefill = PrefillCache(p, LAYOUT, num_blocks=16)
         decode = DecodeCache(d, LAYOUT, num_blocks=16)
         pull = decode.pull(prefill.source, list(range(0, 16, 2)), list(range(8)), request="req-t", timeout=0.2,
-                           max_in_flight=2)
+                           max_in_flight=2, blocks_per_read=1)
         with pytest.raises(accord.TimeoutError, match="KV pull 'req-t' cancelled after its timeout of 0.2 s"):
             pull.wait(timeout=60)
         assert pull.done() and pull.parts_in_flight == 0 and pull.parts_submitted <= 2
@@ -235,3 +250,68 @@ def test_a_decode_engine_going_away_does_not_fail_the_prefill_engine(route: str)
     finally:
         for engine in (p, d1, d2):
             engine.close()
+
+
+def test_two_processes_on_the_network_route_push_and_pull_byte_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The roles of kv_gpu_bench's ``network`` case (a prefill process, IPC and shared memory
+    off: every byte over loopback UDP) on host memory, with a push of 2,560 pieces of 32 KiB
+    (80 blocks of 16 layers' K and V, block ids scattered) and a pull of the same by batched
+    READ; every wait bounded."""
+    import multiprocessing as mp
+
+    import kv_roles
+
+    monkeypatch.setenv("ACCORD_DEVICE_IPC", "0")
+    monkeypatch.setenv("ACCORD_SHM", "0")
+    layout_args, pool, n = (16, 16, 8, 128), 96, 80
+    layout = KvLayout(*layout_args, dtype="bfloat16")
+    assert layout.block_nbytes == 32 << 10
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=kv_roles.kv_prefill, args=(child, layout_args, pool), daemon=True)
+    proc.start()
+    try:
+        with accord.Engine() as d:
+            decode = DecodeCache(d, layout, pool, cache=np.zeros(layout.shape(pool), dtype=np.uint16))
+            assert parent.poll(60), "the prefill process said nothing within 60 s"
+            hello = parent.recv()
+            assert "source" in hello, hello
+            parent.send((decode.target, d.address))
+            want = kv_roles.kv_cache(layout, pool, 3)
+            src, dst = scattered(n, pool, 5), scattered(n, pool, 6)
+            parent.send((src, dst, 61))
+            assert parent.poll(150), "the prefill process did not answer its push within 150 s"
+            pushed = parent.recv()
+            assert "pushed" in pushed, pushed
+            assert d.imm_counter(61).wait(1, timeout=30) == 1
+            assert (decode.cache[:, :, dst] == want[:, :, src]).all(), "pushed blocks differ"
+            decode.cache[:] = 0
+            src2, dst2 = scattered(n, pool, 7), scattered(n, pool, 8)
+            pull = decode.pull(hello["source"], src2, dst2, request="net-pull", imm=62, timeout=60)
+            pull.wait(timeout=120)
+            assert pull.parts_total == DecodeCache.reads_per_pull(layout, src2, dst2) == 1
+            assert (decode.cache[:, :, dst2] == want[:, :, src2]).all(), "pulled blocks differ"
+            assert d.imm_counter(62).wait(1, timeout=30) == 1
+            assert d.stats()["reads_sent"] == 1, "one request for 2,560 pieces"
+            parent.send("exit")
+    finally:
+        proc.join(timeout=30)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=10)
+
+
+def test_closing_the_decode_engine_ends_a_pull_its_owner_never_answers() -> None:
+    # Before, the pull's read stayed pending forever once the engine's workers were gone: its
+    # thread, and anyone waiting on the pull, waited with it.
+    p, d = silent_pair()
+    with p:
+        prefill = PrefillCache(p, LAYOUT, num_blocks=4)
+        decode = DecodeCache(d, LAYOUT, num_blocks=4)
+        pull = decode.pull(prefill.source, [0, 1], [2, 3], request="req-closed")
+        with pytest.raises(accord.TimeoutError):
+            pull.wait(timeout=0.2)
+        d.close()
+        with pytest.raises(accord.ShutdownError, match="KV pull 'req-closed'"):
+            pull.wait(timeout=10)
+        assert pull.done() and pull.parts_in_flight == 0

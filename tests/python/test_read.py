@@ -152,6 +152,63 @@ def test_engine_stats_count_reads_at_both_ends() -> None:
             assert mine["reads_sent"] == 1 and theirs["reads_served"] == 1
             assert theirs["reads_refused"] == 0 and mine["reads_unanswered"] == 0
             assert theirs["reads_into_device_mapped"] == 0, "host memory: no IPC"
+            landing = {"landing_chunks_landed", "landing_asks_refused", "landing_control_refused",
+                       "landing_control_dropped", "landing_slots_reclaimed"}
+            assert landing <= mine.keys() and all(mine[k] == 0 for k in landing), "host memory: nothing landed"
     finally:
         owner.close()
         reader.close()
+
+
+def test_read_paged_pulls_pages_of_every_plane_in_one_request(pair: Pair) -> None:
+    owner, reader = pair
+    page, blocks, planes = 512, 12, 5
+    plane = page * blocks
+    src = pattern(planes * plane, seed=9)
+    dst = np.zeros(planes * plane, dtype=np.uint8)
+    src_ids, dst_ids = [7, 0, 1, 11], np.array([2, 3, 4, 0], dtype=np.uint32)
+    with owner.register(src) as s, reader.register(dst) as d:
+        reader.read_paged(
+            d,
+            s.descriptor,
+            page_nbytes=page,
+            src_pages=src_ids,
+            dst_pages=dst_ids,
+            planes=planes,
+            src_plane_stride=plane,
+            dst_plane_stride=plane,
+            imm=33,
+        ).wait(timeout=10)
+        want = np.zeros_like(dst)
+        for p in range(planes):
+            for sp, dp in zip(src_ids, dst_ids):
+                at, frm = p * plane + int(dp) * page, p * plane + sp * page
+                want[at : at + page] = src[frm : frm + page]
+        assert (dst == want).all()
+        assert reader.imm_counter(33).wait(1, timeout=10) == 1
+        assert owner.imm_counter(33).value == 0
+        if reader.stats()["reads_sent"]:  # the network route: one request for every page
+            assert reader.stats()["reads_sent"] == 1 and owner.stats()["reads_served"] == 1
+
+
+def test_bad_batched_reads_are_refused_and_place_nothing(pair: Pair) -> None:
+    owner, reader = pair
+    with owner.alloc(4096) as s, reader.alloc(4096) as d:
+        bad: list[tuple[dict[str, Any], str]] = [
+            ({"src_pages": [16], "dst_pages": [0]}, "remote source bytes"),
+            ({"src_pages": [0], "dst_pages": [16]}, "local destination bytes"),
+            ({"src_pages": [0, 1], "dst_pages": [0]}, "one destination per source page"),
+            ({"src_pages": [0], "dst_pages": [0], "dst_stride": 255}, "overlap"),
+            ({"src_pages": [0], "dst_pages": [0], "planes": 0}, "planes"),
+            ({"src_pages": [2**32], "dst_pages": [0]}, "2\\^32"),
+            ({"src_pages": [0], "dst_pages": [0], "planes": 2, "src_plane_stride": 4000}, "plane 1"),
+        ]
+        for kwargs, says in bad:
+            with pytest.raises(accord.InvalidRequestError, match=says):
+                reader.read_paged(d, s.descriptor, page_nbytes=256, **kwargs)
+        stale = s.descriptor
+    with reader.alloc(4096) as d2:
+        with pytest.raises(accord.RemoteAccessError):
+            reader.read_paged(d2, stale, page_nbytes=256, src_pages=[0], dst_pages=[0], imm=3).wait(timeout=10)
+        assert not bytes(d2.obj).strip(b"\0")
+        assert reader.imm_counter(3).value == 0

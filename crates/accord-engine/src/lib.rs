@@ -103,8 +103,9 @@ pub use engine::route::memcpy::LOCAL_COPY_ASYNC_MIN_BYTES;
 pub use engine::shared::{LANE_AVOID_AFTER_FAILURE, PEERS_MAX, SUBMISSIONS_QUEUED_MAX};
 pub use engine::{Engine, EngineBuilder, EngineStats, PagedWriteOp, ScatterDst, StridedPagedWriteOp, WriteOp};
 pub use engine::{
-    RawBuffer, ReadOp, ReadStats, READ_DST_INFOS_KEPT, READ_FLOOR_BYTES_PER_SEC, READ_REQUESTS_IN_FLIGHT_MAX,
-    READ_SERVED_REMEMBERED,
+    PagedReadOp, RawBuffer, ReadOp, ReadStats, READ_ASSEMBLIES_MAX, READ_ASSEMBLY_FRAMES_MAX, READ_DST_INFOS_KEPT,
+    READ_FLOOR_BYTES_PER_SEC, READ_PIECES_PER_REQUEST_MAX, READ_REQUESTS_IN_FLIGHT_MAX, READ_SERVED_REMEMBERED,
+    READ_WRITE_BACKS_QUEUED_MAX,
 };
 pub use engine::{PAGES_PER_WRITE_MAX, SCATTER_DESTINATIONS_MAX, SHARD_ALIGN_BYTES};
 pub use error::{BarrierError, BuildError, ParseError, RangeError, RegisterError, SubmitError, TransferError};

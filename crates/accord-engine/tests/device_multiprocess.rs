@@ -10,7 +10,9 @@
 //! child's device and host regions into this process's host and device memory.
 
 use accord_cuda::{DeviceBuffer, Gpu, Stream};
-use accord_engine::{Engine, EngineAddress, EngineConfig, MemoryKind, MrDescriptor, ReadOp, TransferError, WriteOp};
+use accord_engine::{
+    Engine, EngineAddress, EngineConfig, MemoryKind, MrDescriptor, PagedReadOp, ReadOp, TransferError, WriteOp,
+};
 use accord_testkit::{hear, say, Group, Spawn};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -428,5 +430,44 @@ fn two_processes_read_device_regions() {
     for imm in 10..=12 {
         assert_eq!(a.imm_counter(imm).value(), 1, "imm {imm} counted once");
     }
+    // Batched: scattered 32 KiB pages of 8 planes of the child's device memory in one request,
+    // into our device memory (one batch of copies through IPC, the region announced above)
+    // and into our host memory (staged by the child).
+    let (page, planes) = (32u64 << 10, 8u64);
+    let plane = DEVICE_BYTES as u64 / planes;
+    let (src_pages, dst_pages) = ([7u64, 0, 1, 2, 11], [3u64, 4, 5, 6, 0]);
+    let batched = |dst: &accord_engine::MrHandle, imm| {
+        step(&format!("batched read imm {imm}"));
+        let op = PagedReadOp {
+            dst,
+            dst_offset: 0,
+            dst_stride: page,
+            src: &dev_d,
+            src_offset: 0,
+            src_stride: page,
+            page_bytes: page,
+            src_pages: &src_pages,
+            dst_pages: &dst_pages,
+            planes,
+            src_plane_stride: plane,
+            dst_plane_stride: plane,
+            imm: Some(imm),
+        };
+        a.read_paged(&op).unwrap().wait_timeout(WAIT).unwrap();
+        assert_eq!(a.imm_counter(imm).wait(1, WAIT), 1, "imm {imm}");
+    };
+    let landed = |got: &dyn Fn(u64, u64) -> Vec<u8>| {
+        (0..planes).all(|p| {
+            src_pages
+                .iter()
+                .zip(&dst_pages)
+                .all(|(&s, &d)| got(p * plane + d * page, page) == pattern(1, p * plane + s * page, page))
+        })
+    };
+    batched(&dst_h, 14);
+    assert!(landed(&device_range), "batched device -> device");
+    batched(&landing.handle(), 15);
+    let host = landing.to_vec();
+    assert!(landed(&|at: u64, len: u64| host[at as usize..(at + len) as usize].to_vec()), "batched device -> host");
     c.finish();
 }

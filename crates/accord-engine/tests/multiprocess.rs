@@ -3,8 +3,8 @@
 //! and every byte written, paged, scattered and sent is checked.
 
 use accord_engine::{
-    Engine, EngineAddress, EngineId, FaultConfig, MrDescriptor, PagedWriteOp, ReadOp, ScatterDst, ShmConfig,
-    StridedPagedWriteOp, Transfer, TransferError, WriteOp,
+    Engine, EngineAddress, EngineId, FaultConfig, MrDescriptor, PagedReadOp, PagedWriteOp, ReadOp, ScatterDst,
+    ShmConfig, StridedPagedWriteOp, Transfer, TransferError, WriteOp,
 };
 
 use accord_testkit::{hear, say, Group, Spawn};
@@ -240,6 +240,7 @@ fn child(me: usize, n: usize, scenario: Scenario) -> Result<(), String> {
     }
 
     read_back(&engine, &all, me, n)?;
+    read_back_batched(&engine, &all, me, n)?;
 
     let got = region.to_vec();
     for k in (0..n).filter(|k| *k != me) {
@@ -372,13 +373,110 @@ fn read_back(engine: &Engine, all: &[Hello], me: usize, n: usize) -> Result<(), 
     Ok(())
 }
 
+/// Planes and pages of the batched read of a slice: the slice seen as `BATCH_PLANES` planes of
+/// `SLICE / BATCH_PLANES` bytes, pages of `BATCH_PAGE`; pages `BATCH_SRC` of every plane land at
+/// pages 0.. of planes `BATCH_DST_PLANE` bytes apart.
+const BATCH_PLANES: usize = 16;
+const BATCH_PAGE: usize = 4096;
+const BATCH_SRC: [u64; 5] = [15, 2, 3, 9, 0];
+const BATCH_DST_PLANE: usize = 8 * BATCH_PAGE;
+const IMM_BATCHED: u32 = 6;
+
+/// Batched READs from every peer, once everything was written: this process's paged pages
+/// back in the order it sent them (the page map inverted, one request naming every page), and
+/// scattered pages of every plane of its slice (one request, `BATCH_PLANES` planes), byte-exact,
+/// one immediate counted here per batched read; a forged key is refused and places nothing.
+fn read_back_batched(engine: &Engine, all: &[Hello], me: usize, n: usize) -> Result<(), String> {
+    let paged_len = PAGES * PAGE;
+    let planes_len = BATCH_PLANES * BATCH_DST_PLANE;
+    let into = engine.alloc(n * (paged_len + planes_len)).map_err(|e| e.to_string())?;
+    let h = into.handle();
+    let mut reads = vec![];
+    for (j, peer) in all.iter().enumerate().filter(|(j, _)| *j != me) {
+        let d = peer.region;
+        // Sent page i landed at page_map[i] there: read page_map[i] into page i here.
+        let src_pages: Vec<u64> = page_map(me, j).into_iter().map(|p| p as u64).collect();
+        let dst_pages: Vec<u64> = (0..PAGES as u64).collect();
+        let pages = PagedReadOp {
+            dst: &h,
+            dst_offset: (j * paged_len) as u64,
+            dst_stride: PAGE as u64,
+            src: &d,
+            src_offset: paged_at(n, me) as u64,
+            src_stride: PAGE as u64,
+            page_bytes: PAGE as u64,
+            src_pages: &src_pages,
+            dst_pages: &dst_pages,
+            planes: 1,
+            src_plane_stride: 0,
+            dst_plane_stride: 0,
+            imm: Some(IMM_BATCHED),
+        };
+        let dst_ids: Vec<u64> = (0..BATCH_SRC.len() as u64).collect();
+        let planes = PagedReadOp {
+            dst_offset: (n * paged_len + j * planes_len) as u64,
+            src_offset: slice_at(me) as u64,
+            src_stride: BATCH_PAGE as u64,
+            dst_stride: BATCH_PAGE as u64,
+            page_bytes: BATCH_PAGE as u64,
+            src_pages: &BATCH_SRC,
+            dst_pages: &dst_ids,
+            planes: BATCH_PLANES as u64,
+            src_plane_stride: (SLICE / BATCH_PLANES) as u64,
+            dst_plane_stride: BATCH_DST_PLANE as u64,
+            ..pages
+        };
+        for op in [pages, planes] {
+            reads.push((format!("batched read from {j}"), engine.read_paged(&op).map_err(|e| e.to_string())?));
+        }
+        let mut forged = d;
+        forged.key ^= 1;
+        let op = PagedReadOp { src: &forged, imm: Some(IMM_BATCHED), ..pages };
+        match engine.read_paged(&op).map_err(|e| e.to_string())?.wait_timeout(WAIT) {
+            Err(TransferError::Rejected(_)) => {}
+            other => return Err(format!("a batched read with a forged key from {j}: {other:?}")),
+        }
+    }
+    for (what, t) in &reads {
+        t.wait_timeout(WAIT).map_err(|e| format!("{what}: {e}"))?;
+    }
+    let target = reads.len() as u64;
+    let counted = engine.imm_counter(IMM_BATCHED).value();
+    if counted != target {
+        return Err(format!("batched reads counted {counted}, expected exactly {target}"));
+    }
+    let got = into.to_vec();
+    for j in (0..n).filter(|j| *j != me) {
+        if got[j * paged_len..(j + 1) * paged_len] != bytes(seed(2, me, j), paged_len)[..] {
+            return Err(format!("the pages batch-read from {j} differ from those sent"));
+        }
+        let slice = bytes(seed(1, me, j), SLICE);
+        let at = n * paged_len + j * planes_len;
+        for p in 0..BATCH_PLANES {
+            let plane = &slice[p * (SLICE / BATCH_PLANES)..];
+            for (i, &s) in BATCH_SRC.iter().enumerate() {
+                let (s, d) = (s as usize * BATCH_PAGE, at + p * BATCH_DST_PLANE + i * BATCH_PAGE);
+                if got[d..d + BATCH_PAGE] != plane[s..s + BATCH_PAGE] {
+                    return Err(format!("plane {p}, page {i} batch-read from {j} differs"));
+                }
+            }
+            let tail = at + p * BATCH_DST_PLANE + BATCH_SRC.len() * BATCH_PAGE;
+            if got[tail..at + (p + 1) * BATCH_DST_PLANE].iter().any(|&b| b != 0) {
+                return Err(format!("bytes placed between plane {p}'s pages from {j}"));
+            }
+        }
+    }
+    Ok(())
+}
+
 #[test]
 fn mp_child() {
     let Some(ctx) = accord_testkit::child() else { return };
     let (me, n) = (ctx.rank, ctx.ranks);
     let result = match ctx.role.as_str() {
         "kill" => kill_child(me),
-        "killread" => kill_read_child(me),
+        "killread" => kill_read_child(me, false),
+        "killbatchedread" => kill_read_child(me, true),
         scenario => child(me, n, Scenario::parse(scenario)),
     };
     match result {
@@ -456,9 +554,10 @@ fn kill_child(me: usize) -> Result<(), String> {
     Err("writes kept succeeding after the peer was killed".into())
 }
 
-/// Process 0 reads from process 1, byte-exact, until the parent kills process 1 (after
-/// "STARTED"); then a read must fail naming process 1's engine, not hang.
-fn kill_read_child(me: usize) -> Result<(), String> {
+/// Process 0 reads from process 1 (one READ of the whole region, or with `batched` a batched
+/// READ of it as 64 planes of 32 pages, every other page), byte-exact, until the parent kills
+/// process 1 (after "STARTED"); then a read must fail naming process 1's engine, not hang.
+fn kill_read_child(me: usize, batched: bool) -> Result<(), String> {
     let engine =
         Engine::builder().ignore_env().idle_timeout(Duration::from_millis(400)).build().map_err(|e| e.to_string())?;
     let region = engine.alloc(KILL_WRITE).map_err(|e| e.to_string())?;
@@ -478,13 +577,39 @@ fn kill_read_child(me: usize) -> Result<(), String> {
     }
     let h = region.handle();
     let op = ReadOp { dst: &h, dst_offset: 0, src: &peer.region, src_offset: 0, len: KILL_WRITE as u64, imm: None };
+    // Every other 2 KiB page of 64 planes of 128 KiB, at the same place here.
+    let (page, planes) = (2048u64, 64u64);
+    let ids: Vec<u64> = (0..KILL_WRITE as u64 / planes / page).step_by(2).collect();
+    let batch = PagedReadOp {
+        dst: &h,
+        dst_offset: 0,
+        dst_stride: page,
+        src: &peer.region,
+        src_offset: 0,
+        src_stride: page,
+        page_bytes: page,
+        src_pages: &ids,
+        dst_pages: &ids,
+        planes,
+        src_plane_stride: KILL_WRITE as u64 / planes,
+        dst_plane_stride: KILL_WRITE as u64 / planes,
+        imm: None,
+    };
     let mut reads = 0u64;
     while Instant::now() < deadline {
-        match engine.read(&op).map_err(|e| e.to_string())?.wait_timeout(WAIT) {
+        let read = if batched { engine.read_paged(&batch) } else { engine.read(&op) };
+        match read.map_err(|e| e.to_string())?.wait_timeout(WAIT) {
             Ok(()) => {
                 reads += 1;
                 if reads == 1 {
-                    if region.to_vec() != bytes(seed(8, 1, 0), KILL_WRITE) {
+                    let (got, theirs, mine) =
+                        (region.to_vec(), bytes(seed(8, 1, 0), KILL_WRITE), bytes(seed(8, me, 0), KILL_WRITE));
+                    // A batched read writes every other page; the others keep this process's bytes.
+                    let landed = |at: usize| !batched || (at as u64 / page) % 2 == 0;
+                    if (0..KILL_WRITE).step_by(page as usize).any(|at| {
+                        let want = if landed(at) { &theirs } else { &mine };
+                        got[at..at + page as usize] != want[at..at + page as usize]
+                    }) {
                         return Err("the first read did not land byte-exact".into());
                     }
                     say("STARTED");
@@ -515,6 +640,11 @@ fn kill_read_child(me: usize) -> Result<(), String> {
 #[test]
 fn peer_killed_mid_read() {
     run_kill("killread");
+}
+
+#[test]
+fn peer_killed_mid_batched_read() {
+    run_kill("killbatchedread");
 }
 
 #[test]

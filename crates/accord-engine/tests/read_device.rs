@@ -2,10 +2,12 @@
 //! `skipped:` without a GPU). In this process the owner's write back is one copy-engine copy;
 //! with `force_network` (and `device_ipc` off) the same reads cross the owner's staging and
 //! the reader's landing slots over loopback, as between hosts. Every read is checked byte for
-//! byte, with its immediate counted once at the reader, and a wrong key is refused.
+//! byte, with its immediate counted once at the reader, and a wrong key is refused. Batched
+//! READs (`Engine::read_paged`: scattered pages of several planes in one request) the same way:
+//! in this process one batch of copy-engine copies, over the network staged and landed.
 
 use accord_cuda::{DeviceBuffer, Gpu, Stream};
-use accord_engine::{Engine, EngineConfig, MemoryKind, MrDescriptor, MrHandle, ReadOp, TransferError};
+use accord_engine::{Engine, EngineConfig, MemoryKind, MrDescriptor, MrHandle, PagedReadOp, ReadOp, TransferError};
 use std::time::Duration;
 
 const BYTES: usize = 6 << 20;
@@ -104,4 +106,94 @@ fn reads_in_process_with_device_memory_on_either_side() {
 fn reads_over_the_network_with_device_memory_on_either_side() {
     accord_cuda::require_gpu!(1);
     every_direction(true);
+}
+
+/// Pages of the batched reads: 64 KiB, in 4 planes of a quarter of the buffer each; source page
+/// `BATCH_SRC[i]` of every plane lands at page `BATCH_DST[i]` of that plane (three of them
+/// consecutive on both sides: one run).
+const BATCH_PAGE: u64 = 64 << 10;
+const BATCH_PLANES: u64 = 4;
+const BATCH_SRC: [u64; 6] = [5, 0, 1, 2, 17, 9];
+const BATCH_DST: [u64; 6] = [0, 3, 4, 5, 1, 20];
+
+fn batch<'a>(dst: &'a MrHandle, src: &'a MrDescriptor, imm: u32) -> PagedReadOp<'a> {
+    let plane = (BYTES as u64 / BATCH_PLANES / BATCH_PAGE) * BATCH_PAGE;
+    PagedReadOp {
+        dst,
+        dst_offset: 0,
+        dst_stride: BATCH_PAGE,
+        src,
+        src_offset: 0,
+        src_stride: BATCH_PAGE,
+        page_bytes: BATCH_PAGE,
+        src_pages: &BATCH_SRC,
+        dst_pages: &BATCH_DST,
+        planes: BATCH_PLANES,
+        src_plane_stride: plane,
+        dst_plane_stride: plane,
+        imm: Some(imm),
+    }
+}
+
+/// Whether every batched page of `source` (all of it, as a pattern) is at its place in `got`.
+fn batch_landed(got: &[u8], source: &[u8]) -> bool {
+    let (page, plane) = (BATCH_PAGE as usize, (BYTES as u64 / BATCH_PLANES / BATCH_PAGE * BATCH_PAGE) as usize);
+    (0..BATCH_PLANES as usize).all(|p| {
+        BATCH_SRC.iter().zip(&BATCH_DST).all(|(&s, &d)| {
+            let (s, d) = (p * plane + s as usize * page, p * plane + d as usize * page);
+            got[d..d + page] == source[s..s + page]
+        })
+    })
+}
+
+fn batched_every_direction(force_network: bool) {
+    let gpu = Gpu::open(0).unwrap();
+    let stream = Stream::new(&gpu).unwrap();
+    let (owner, reader) = (engine(force_network), engine(force_network));
+    if force_network {
+        owner.add_peer(&reader.address()).unwrap();
+        reader.add_peer(&owner.address()).unwrap();
+    }
+    let (o, r) = (side(&owner, &gpu, &stream, 3), side(&reader, &gpu, &stream, 4));
+    let read = |op: PagedReadOp<'_>| {
+        let imm = op.imm.unwrap();
+        let result = reader.read_paged(&op).unwrap().wait_timeout(WAIT);
+        if result.is_ok() {
+            assert_eq!(reader.imm_counter(imm).wait(1, WAIT), 1, "imm {imm}");
+        }
+        result
+    };
+    // Device -> device.
+    read(batch(&r.device_h, &o.device_d, 21)).unwrap();
+    assert!(batch_landed(&device_bytes(&r, &stream, 0, BYTES), &pattern(3, BYTES)), "device -> device");
+    // Device -> host.
+    read(batch(&r.host.handle(), &o.device_d, 22)).unwrap();
+    assert!(batch_landed(&r.host.to_vec(), &pattern(3, BYTES)), "device -> host");
+    // Host -> device.
+    let host_d = o.host.descriptor();
+    let r2 = side(&reader, &gpu, &stream, 5);
+    read(batch(&r2.device_h, &host_d, 23)).unwrap();
+    assert!(batch_landed(&device_bytes(&r2, &stream, 0, BYTES), &pattern(103, BYTES)), "host -> device");
+    // A wrong key on a device source: refused, nothing counted.
+    let mut bad = o.device_d;
+    bad.key ^= 1;
+    let refused = read(batch(&r.device_h, &bad, 24));
+    assert!(matches!(refused, Err(TransferError::Rejected(_))), "{refused:?}");
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(reader.imm_counter(24).value(), 0);
+    for imm in 21..=23 {
+        assert_eq!(reader.imm_counter(imm).value(), 1, "imm {imm} counted once");
+    }
+}
+
+#[test]
+fn batched_reads_in_process_with_device_memory_on_either_side() {
+    accord_cuda::require_gpu!(1);
+    batched_every_direction(false);
+}
+
+#[test]
+fn batched_reads_over_the_network_with_device_memory_on_either_side() {
+    accord_cuda::require_gpu!(1);
+    batched_every_direction(true);
 }

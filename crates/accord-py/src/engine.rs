@@ -6,7 +6,7 @@ use crate::recv::python_handler;
 use crate::region::{acquire, MemoryRegion, RegionInner};
 use crate::transfer::{ImmCounter, Transfer};
 use crate::values::{deadline, peer_id, wait_in_slices, Address, Descriptor, ScatterDst};
-use accord_engine::{EngineAddress, ReadOp, StridedPagedWriteOp, SubmitError, WriteOp};
+use accord_engine::{EngineAddress, PagedReadOp, ReadOp, StridedPagedWriteOp, SubmitError, WriteOp};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyInt, PyTuple};
 use std::net::IpAddr;
@@ -341,6 +341,71 @@ impl Engine {
         transfer_of("read", submitted)
     }
 
+    /// A batched one-sided read: many pages of the peer region `src` in ONE request, which the
+    /// owner checks (key, bounds: every page before anything moves) and writes back as one
+    /// paged write. For every plane `p` in `0..planes` and every `i`, `page_nbytes` at
+    /// `src_offset + p * src_plane_stride + src_pages[i] * src_stride` of `src` land at
+    /// `dst_offset + p * dst_plane_stride + dst_pages[i] * dst_stride` of `dst`; strides default
+    /// to `page_nbytes` (the destination stride may not be smaller). A KV cache of shape
+    /// `(layers, 2, blocks, ...)` reads some blocks of every layer's K and V with
+    /// `planes=layers * 2` and plane strides of a whole plane of blocks. Page ids are below
+    /// 2^32; more than `READ_PIECES_PER_REQUEST_MAX` (65,536) pages x planes go as several
+    /// requests. With `imm`, this engine's counter for it moves once, after every page landed.
+    /// Host or CUDA device memory on either side, as `read`.
+    #[pyo3(signature = (
+        dst, src, *, page_nbytes, src_pages, dst_pages, imm = None, src_offset = 0, src_stride = None,
+        dst_offset = 0, dst_stride = None, planes = 1, src_plane_stride = 0, dst_plane_stride = 0
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn read_paged(
+        &self,
+        py: Python<'_>,
+        dst: PyRef<'_, MemoryRegion>,
+        src: PyRef<'_, Descriptor>,
+        page_nbytes: u64,
+        src_pages: &Bound<'_, PyAny>,
+        dst_pages: &Bound<'_, PyAny>,
+        imm: Option<u32>,
+        src_offset: u64,
+        src_stride: Option<u64>,
+        dst_offset: u64,
+        dst_stride: Option<u64>,
+        planes: u64,
+        src_plane_stride: u64,
+        dst_plane_stride: u64,
+    ) -> PyResult<Transfer> {
+        if !dst.inner.belongs_to(&self.core) {
+            return Err(error(
+                Kind::InvalidBuffer,
+                "read_paged: the destination region was registered with another engine: register it with this one",
+            ));
+        }
+        let src_pages = page_indices(src_pages, "src_pages")?;
+        let dst_pages = page_indices(dst_pages, "dst_pages")?;
+        let engine = self.core.engine("read_paged")?;
+        let (region, src) = (&*dst.inner, src.inner);
+        let submitted = py.detach(|| {
+            region.submit(|handle| {
+                engine.read_paged(&PagedReadOp {
+                    dst: handle,
+                    dst_offset,
+                    dst_stride: dst_stride.unwrap_or(page_nbytes),
+                    src: &src,
+                    src_offset,
+                    src_stride: src_stride.unwrap_or(page_nbytes),
+                    page_bytes: page_nbytes,
+                    src_pages: &src_pages,
+                    dst_pages: &dst_pages,
+                    planes,
+                    src_plane_stride,
+                    dst_plane_stride,
+                    imm,
+                })
+            })
+        });
+        transfer_of("read_paged", submitted)
+    }
+
     /// Writes ranges of `src` to several peer regions (`accord.ScatterDst` each), every write
     /// carrying `imm`; completes when all did.
     #[pyo3(signature = (src, dsts, *, imm = None))]
@@ -521,6 +586,16 @@ impl Engine {
         dict.set_item("reads_refused", reads.refused)?;
         dict.set_item("reads_unanswered", reads.unanswered)?;
         dict.set_item("reads_into_device_mapped", reads.device_destinations_mapped)?;
+        // The landing rendezvous (device writes and READs into device memory of another process
+        // with IPC off, or of another host): chunks copied into device memory here, asks refused
+        // here, and control messages refused or dropped. A KV transfer on that route that makes
+        // no progress shows as `landing_chunks_landed` standing still at the receiver.
+        let landing = engine.landing_stats();
+        dict.set_item("landing_chunks_landed", landing.chunks_landed)?;
+        dict.set_item("landing_asks_refused", landing.asks_refused)?;
+        dict.set_item("landing_control_refused", landing.control_refused)?;
+        dict.set_item("landing_control_dropped", landing.control_dropped)?;
+        dict.set_item("landing_slots_reclaimed", landing.slots_reclaimed)?;
         Ok(dict)
     }
 

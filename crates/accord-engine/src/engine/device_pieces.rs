@@ -13,6 +13,7 @@
 
 use std::sync::Arc;
 
+use super::device::DeviceWriter;
 use super::ops::{PagedWriteOp, ScatterDst};
 use super::route::dispatch::dispatch_part;
 use super::{Engine, WriteOp};
@@ -36,24 +37,7 @@ impl Engine {
     /// A paged write whose source or destination is device memory; `runs` are its contiguous
     /// runs (already bounds-checked against the destination).
     pub(super) fn write_paged_device(&self, op: &PagedWriteOp<'_>, runs: &[Piece]) -> Result<Transfer, SubmitError> {
-        // Device to device on one host: every piece in batched copy calls and one event.
-        if let Some(transfer) = self.device_writer().paged_through_copy_engine(op, runs)? {
-            return Ok(transfer);
-        }
-        let state = self.shared.new_transfer(runs.len().max(1));
-        if let Some(imm) = op.imm {
-            let trailer = WriteOp { src: op.src, src_offset: 0, dst: op.dst, dst_offset: 0, len: 0, imm: Some(imm) };
-            let (shared, spec) = (self.shared.clone(), super::device::imm_part(&trailer, imm));
-            *state.trailer.lock().unwrap() = Some(Box::new(move |st| dispatch_part(&shared, spec, st)));
-        }
-        if runs.is_empty() {
-            state.part_done(Ok(()));
-        }
-        for &(dst_offset, src_offset, len) in runs {
-            let piece = WriteOp { src: op.src, src_offset, dst: op.dst, dst_offset, len, imm: None };
-            self.piece_into(&piece, &state)?;
-        }
-        Ok(Transfer { state })
+        self.device_writer().write_runs(op, runs)
     }
 
     /// A scatter from device memory: one device write per destination, each with `imm`.
@@ -74,7 +58,39 @@ impl Engine {
 
     /// Submits one piece as its own device write; its outcome completes one part of `state`.
     fn piece_into(&self, piece: &WriteOp<'_>, state: &Arc<TransferState>) -> Result<(), SubmitError> {
-        let transfer = self.device_writer().write_device(piece)?;
+        self.device_writer().piece_into(piece, state)
+    }
+}
+
+impl DeviceWriter<'_> {
+    /// The runs of a paged write touching device memory, as one transfer: batched copies on one
+    /// stream where the copy engine reaches the destination, else one device write per run; the
+    /// immediate once, after all of them. Also the owner's write back of a batched READ
+    /// (`route::read::paged`), which has no `Engine`, only the shared state.
+    pub(crate) fn write_runs(&self, op: &PagedWriteOp<'_>, runs: &[Piece]) -> Result<Transfer, SubmitError> {
+        // Device to device on one host: every piece in batched copy calls and one event.
+        if let Some(transfer) = self.paged_through_copy_engine(op, runs)? {
+            return Ok(transfer);
+        }
+        let state = self.shared.new_transfer(runs.len().max(1));
+        if let Some(imm) = op.imm {
+            let trailer = WriteOp { src: op.src, src_offset: 0, dst: op.dst, dst_offset: 0, len: 0, imm: Some(imm) };
+            let (shared, spec) = (self.shared.clone(), super::device::imm_part(&trailer, imm));
+            *state.trailer.lock().unwrap() = Some(Box::new(move |st| dispatch_part(&shared, spec, st)));
+        }
+        if runs.is_empty() {
+            state.part_done(Ok(()));
+        }
+        for &(dst_offset, src_offset, len) in runs {
+            let piece = WriteOp { src: op.src, src_offset, dst: op.dst, dst_offset, len, imm: None };
+            self.piece_into(&piece, &state)?;
+        }
+        Ok(Transfer { state })
+    }
+
+    /// Submits one piece as its own device write; its outcome completes one part of `state`.
+    fn piece_into(&self, piece: &WriteOp<'_>, state: &Arc<TransferState>) -> Result<(), SubmitError> {
+        let transfer = self.write_device(piece)?;
         let state = state.clone();
         transfer.on_complete(move |result| state.part_done(result));
         Ok(())

@@ -16,8 +16,9 @@ pub use ops::{
 };
 pub use register_many::RawBuffer;
 pub use route::read::{
-    ReadOp, ReadStats, READ_DST_INFOS_KEPT, READ_FLOOR_BYTES_PER_SEC, READ_REQUESTS_IN_FLIGHT_MAX,
-    READ_SERVED_REMEMBERED,
+    PagedReadOp, ReadOp, ReadStats, READ_ASSEMBLIES_MAX, READ_ASSEMBLY_FRAMES_MAX, READ_DST_INFOS_KEPT,
+    READ_FLOOR_BYTES_PER_SEC, READ_PIECES_PER_REQUEST_MAX, READ_REQUESTS_IN_FLIGHT_MAX, READ_SERVED_REMEMBERED,
+    READ_WRITE_BACKS_QUEUED_MAX,
 };
 
 use crate::address::{EngineAddress, EngineId, MrDescriptor};
@@ -730,6 +731,8 @@ impl Drop for Engine {
         for t in self.threads.lock().unwrap().drain(..) {
             let _ = t.join();
         }
+        // Reads waiting for an owner's reply: no worker is left to take it or to expire them.
+        route::read::fail_all_pending(&self.shared);
         let _ = self.shared.jobs.send(Job::Stop);
         if let Err(e) = crate::telemetry::flush_trace() {
             tracing::warn!(error = %e, "could not write the trace file (ACCORD_TRACE_FILE)");

@@ -200,7 +200,11 @@ pub(crate) struct Rig {
 /// Engine `a` with a fake stager of `slots` slots of `slot_bytes`, set to stage device writes
 /// to same-process peers over loopback (`force_network`, `device_ipc` off).
 pub(crate) fn rig(seed: u64, slot_bytes: usize, slots: usize, fail_copy: Option<usize>, idle_timeout: Duration) -> Rig {
-    let a = staging_engine(idle_timeout);
+    rig_of(staging_engine(idle_timeout), seed, slot_bytes, slots, fail_copy)
+}
+
+/// As [`rig`], on an engine of the caller's.
+pub(crate) fn rig_of(a: Engine, seed: u64, slot_bytes: usize, slots: usize, fail_copy: Option<usize>) -> Rig {
     let (open, started) = (Arc::new(AtomicBool::new(true)), Arc::new(AtomicUsize::new(0)));
     let copier =
         FakeCopier { rng: ChaCha8Rng::seed_from_u64(seed), open: open.clone(), started: started.clone(), fail_copy };

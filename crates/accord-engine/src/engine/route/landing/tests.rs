@@ -365,3 +365,108 @@ fn landed_route_vs_host_write() {
         assert_eq!(dev_dst.to_vec(), *pattern(len, 1));
     }
 }
+
+/// Pieces of the two-process paged write: as many, and as large, as one 16-block request of
+/// kv_gpu_bench's Llama-like layout (16 blocks x 80 layers x K,V of 32 KiB).
+const MP_PIECE: usize = 32 << 10;
+const MP_PIECES: usize = 2560;
+
+fn mp_config(shm: bool) -> EngineConfig {
+    let shm = accord_net::shm::ShmConfig { enabled: shm, ..Default::default() };
+    EngineConfig { device_ipc: false, shm, ..Default::default() }
+}
+
+/// (source page, destination page) of the two-process paged write: scattered on both sides.
+fn mp_pages() -> (Vec<u64>, Vec<u64>) {
+    let n = MP_PIECES as u64;
+    ((0..n).map(|i| (i * 7919) % n).collect(), (0..n).map(|i| (i * 104_729 + 11) % n).collect())
+}
+
+/// The receiving process of [`a_kv_sized_paged_write_from_device_memory_lands_in_another_process`]:
+/// a fake device region and a fake landing copier (host memory), the engine's defaults
+/// otherwise (4 MiB slots, 8 of them), shared memory as the parent says.
+#[test]
+fn landing_mp_child() {
+    let Some(ctx) = accord_testkit::child() else { return };
+    let result = (|| -> Result<(), String> {
+        let shm: bool = ctx.parse("shm")?;
+        let b = Engine::builder().ignore_env().config(mp_config(shm)).build().map_err(|e| e.to_string())?;
+        let (open, copies) = (Arc::new(AtomicBool::new(true)), Arc::new(AtomicUsize::new(0)));
+        assert!(b.shared.landing.set_opener(Box::new(move |_, slot_bytes, slots| {
+            let len = slot_bytes * slots;
+            let memory: Box<dyn StagingMemory> = Box::new(HostMemory(Allocation::new(len).unwrap(), len));
+            let copier: Box<dyn LandingCopier> = Box::new(FakeLander { open: open.clone(), copies: copies.clone() });
+            Ok((memory, copier))
+        })));
+        let (dst, d) = device_dst(&b, MP_PIECES * MP_PIECE);
+        accord_testkit::say(&serde_json::to_string(&(b.address(), d)).unwrap());
+        let writer: crate::EngineAddress =
+            serde_json::from_str(&accord_testkit::hear().ok_or("no writer address")?).map_err(|e| e.to_string())?;
+        b.add_peer(&writer).map_err(|e| e.to_string())?;
+        accord_testkit::say("ready");
+        if accord_testkit::hear().as_deref() != Some("check") {
+            return Err("expected check".into());
+        }
+        let (got, src) = (dst.to_vec(), pattern(MP_PIECES * MP_PIECE, 17));
+        let (s, t) = mp_pages();
+        for (&s, &t) in s.iter().zip(&t) {
+            let (s, t) = (s as usize * MP_PIECE, t as usize * MP_PIECE);
+            if got[t..t + MP_PIECE] != src[s..s + MP_PIECE] {
+                return Err(format!("piece at {t} differs"));
+            }
+        }
+        accord_testkit::say(&format!("ok {:?}", b.landing_stats()));
+        let _ = accord_testkit::hear(); // exit
+        Ok(())
+    })();
+    if let Err(e) = result {
+        accord_testkit::say(&format!("bad: {e}"));
+    }
+}
+
+/// kv_gpu_bench's network case with the GPUs replaced by host-memory fakes: a paged write of
+/// 2,560 pieces of 32 KiB (one 16-block KV request) from (fake) device memory into (fake) device
+/// memory of another process, staged here and landed there over the transport, with shared
+/// memory on and off: completes within its bound, byte-exact.
+#[test]
+fn a_kv_sized_paged_write_from_device_memory_lands_in_another_process() {
+    for shm in [true, false] {
+        let mut group = accord_testkit::Spawn::new("engine::route::landing::tests::landing_mp_child", 1)
+            .value("shm", shm)
+            .bound(Duration::from_secs(120))
+            .start()
+            .unwrap();
+        let hello = group.said().unwrap().1;
+        let (address, d): (crate::EngineAddress, MrDescriptor) =
+            serde_json::from_str(&hello).unwrap_or_else(|e| panic!("child said {hello:?}: {e}"));
+        let a = Engine::builder().ignore_env().config(mp_config(shm)).build().unwrap();
+        let staged = crate::device::staging::tests::rig_of(a, 17, 4 << 20, 8, None);
+        staged.a.add_peer(&address).unwrap();
+        group.send(0, &serde_json::to_string(&staged.a.address()).unwrap()).unwrap();
+        assert_eq!(group.said().unwrap().1, "ready");
+        let src = pattern(MP_PIECES * MP_PIECE, 17);
+        let h = fake_device(&staged.a, &src);
+        let (src_pages, dst_pages) = mp_pages();
+        let op = crate::PagedWriteOp {
+            src: &h,
+            dst: &d,
+            page_bytes: MP_PIECE as u64,
+            src_pages: &src_pages,
+            dst_pages: &dst_pages,
+            imm: None,
+        };
+        let started = Instant::now();
+        let got = staged.a.write_paged(&op).unwrap().wait_timeout(Duration::from_secs(60));
+        eprintln!(
+            "shm {shm}: {MP_PIECES} pieces staged and landed in another process: {got:?} in {:?}",
+            started.elapsed()
+        );
+        got.unwrap_or_else(|e| panic!("shm {shm}: {e}"));
+        group.send(0, "check").unwrap();
+        let verdict = group.said().unwrap().1;
+        assert!(verdict.starts_with("ok"), "shm {shm}: {verdict}");
+        group.send(0, "exit").unwrap();
+        group.finish().unwrap();
+        wait_free(&staged.pool);
+    }
+}

@@ -49,8 +49,13 @@
 //! | `Request` (1), flags [`DST_DEVICE`] | src key, dst key, src offset + len bits 0..24 << 40, dst offset + len bits 24..48 << 40 | src region, dst region |
 //! | `Reply` (2) | zero | outcome code, zero |
 //! | `DstInfo` (3), one of [`dst_info::DST_INFO_FRAMES`] | a quarter of the announcement | dst region, frame index |
+//! | `Paged` (4), flags [`DST_DEVICE`] | see [`paged`] | per frame, frame index |
 //!
 //! Offsets are below 2^40 ([`crate::REGION_BYTES_MAX`]), so the length shares their words.
+//!
+//! A batched READ ([`paged`], [`Engine::read_paged`]) names many pieces in one request (a page
+//! map with strides, repeated over planes), sent as several `Paged` frames; the owner checks
+//! every piece, writes them back as one paged write and answers once with `Reply`.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -60,9 +65,14 @@ use accord_proto::wire::RejectReason;
 use accord_proto::{RegionId, RegionKey};
 
 pub(crate) mod dst_info;
+pub(crate) mod paged;
 pub(crate) mod state;
 
 pub use dst_info::READ_DST_INFOS_KEPT;
+pub use paged::{
+    PagedReadOp, READ_ASSEMBLIES_MAX, READ_ASSEMBLY_FRAMES_MAX, READ_PIECES_PER_REQUEST_MAX,
+    READ_WRITE_BACKS_QUEUED_MAX,
+};
 use state::Pending;
 #[cfg(test)]
 use state::ServedReads;
@@ -142,6 +152,14 @@ pub(crate) enum Body {
         index: u32,
         words: [u64; 4],
     },
+    /// Frame `index` of a batched request ([`paged`]): its first half-word and words, and
+    /// whether the destination is device memory.
+    Paged {
+        index: u32,
+        half: u32,
+        words: [u64; 4],
+        dst_device: bool,
+    },
 }
 
 /// One message: the sender's claim `from`, the reader's request id `req`.
@@ -178,6 +196,11 @@ impl ReadMessage {
                 let frame = ControlFrame::new(RouteTag::Read, dst_info::DST_INFO, self.from, self.req);
                 ControlFrame { words, halves: [region, index], ..frame }
             }
+            Body::Paged { index, half, words, dst_device } => {
+                let frame = ControlFrame::new(RouteTag::Read, paged::PAGED, self.from, self.req);
+                let flags = if dst_device { DST_DEVICE } else { 0 };
+                ControlFrame { words, halves: [half, index], flags, ..frame }
+            }
         };
         Some(frame.encode())
     }
@@ -189,7 +212,7 @@ impl ReadMessage {
             return Err(FrameError::UnknownRoute);
         }
         let flags_known = match frame.kind {
-            REQUEST => DST_DEVICE,
+            REQUEST | paged::PAGED => DST_DEVICE,
             _ => 0,
         };
         if frame.flags & !flags_known != 0 {
@@ -216,6 +239,12 @@ impl ReadMessage {
                 Body::DstInfo { region: frame.halves[0], index: frame.halves[1], words: frame.words }
             }
             dst_info::DST_INFO => return Err(FrameError::Field("a destination announcement has 4 frames")),
+            paged::PAGED => Body::Paged {
+                index: frame.halves[1],
+                half: frame.halves[0],
+                words: frame.words,
+                dst_device: frame.flags & DST_DEVICE != 0,
+            },
             other => return Err(FrameError::Kind(other)),
         };
         Ok(ReadMessage { from: frame.from, req: frame.req, body })
@@ -474,13 +503,24 @@ fn copy_local(owner: &Arc<Shared>, reader: &Arc<Shared>, op: &ReadOp<'_>) -> Res
 /// A control frame (64 bytes into `peer`'s control region); `None` when the peer is unknown or
 /// the message does not encode.
 fn control_part(shared: &Arc<Shared>, peer: EngineId, message: ReadMessage) -> Option<Part> {
+    control_part_with(shared, peer, message, shared.new_transfer(1))
+}
+
+/// As [`control_part`], completing one part of `transfer` (a batched request's frames share
+/// one).
+fn control_part_with(
+    shared: &Arc<Shared>,
+    peer: EngineId,
+    message: ReadMessage,
+    transfer: Arc<TransferState>,
+) -> Option<Part> {
     let control = shared.peers.read().unwrap().get(&peer)?.control;
     let bytes = message.encode()?;
     Some(Part {
         peer,
         kind: write_kind(&control, 0, None),
         source: Source::Bytes(Arc::from(&bytes[..])),
-        transfer: shared.new_transfer(1),
+        transfer,
         tag: shared.tags.next(),
         attempts: 0,
         stranded_since: None,
@@ -511,6 +551,16 @@ pub(crate) fn sweep(shared: &Arc<Shared>) {
     }
 }
 
+/// Fails every read still waiting for its owner's answer with `ShutDown`: the engine is closing,
+/// and with its workers gone no reply or sweep would ever end them (a waiter, such as a KV pull's
+/// thread, would wait forever).
+pub(crate) fn fail_all_pending(shared: &Arc<Shared>) {
+    let pending: Vec<u64> = shared.read.pending.lock().unwrap().keys().copied().collect();
+    for req in pending {
+        finish_pending(shared, req, Err(TransferError::ShutDown));
+    }
+}
+
 /// Fails the pending read `req` (if still pending) as unanswered by its owner, naming it.
 fn fail_unanswered(shared: &Arc<Shared>, req: u64) {
     let Some((peer, started)) = shared.read.pending.lock().unwrap().get(&req).map(|p| (p.peer, p.started)) else {
@@ -536,6 +586,14 @@ pub(crate) fn serve(shared: &Arc<Shared>, offset: u64, bytes: &[u8]) -> Option<P
             None
         }
         Body::Request(request) => serve_request(shared, message.from, message.req, request),
+        Body::Paged { index, half, words, dst_device } => {
+            if !shared.peers.read().unwrap().contains_key(&message.from) {
+                // We could not answer it (and would write to an engine we never agreed to know).
+                state.refused.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+            paged::take_frame(shared, message.from, message.req, (index, half, words, dst_device))
+        }
         Body::DstInfo { region, index, words } => {
             // Only from engines we answer (as requests): an announcement is kept memory.
             if !shared.peers.read().unwrap().contains_key(&message.from) {
@@ -590,27 +648,12 @@ fn serve_request(shared: &Arc<Shared>, from: EngineId, req: u64, request: Reques
             Err(reason) => return refuse(shared, from, req, reason),
         }
     };
-    // Through IPC when the reader announced the region (with this key), within its announced
-    // length; else landed: the landing route checks and copies into the region there.
-    // (Only where the copy engine can reach it: IPC on, the reader on this host.)
-    let ipc = dst_device && shared.config.device_ipc && shared.peer_on_this_host(from);
-    let announced = if ipc { state.dst_infos.lookup(from, dst_region, dst_key) } else { None };
-    if announced.is_some_and(|a| !check_range(dst_offset, len, a.len)) {
-        return refuse(shared, from, req, RejectReason::OutOfBounds);
-    }
+    let destination =
+        match destination_for(shared, from, dst_region, dst_key, dst_device, dst_offset.saturating_add(len)) {
+            Ok(destination) => destination,
+            Err(reason) => return refuse(shared, from, req, reason),
+        };
     state.requests_served.fetch_add(1, Ordering::Relaxed);
-    if announced.is_some() {
-        state.device_destinations_mapped.fetch_add(1, Ordering::Relaxed);
-    }
-    let destination = MrDescriptor {
-        engine: from,
-        region: dst_region,
-        key: dst_key,
-        len: announced.map_or(dst_offset.saturating_add(len), |a| a.len),
-        device: dst_device
-            .then(|| announced.map_or(DeviceRegionInfo { ordinal: 0, alloc_offset: 0, ipc: None }, |a| a.info)),
-        shared: None,
-    };
     let source = match source {
         Ok(host) => host,
         Err(device) => {
@@ -638,6 +681,39 @@ fn serve_request(shared: &Arc<Shared>, from: EngineId, req: u64, request: Reques
         write_to_reader(&shared_for_job, from, req, source, &destination, dst_offset);
     });
     None
+}
+
+/// Owner side: the reader's destination as the owner's write back presents it, for bytes up to
+/// `end`. A device destination on this host goes through IPC when the reader announced the
+/// region (with this key), within its announced length (counted as mapped); else it lands: the
+/// landing route checks and copies into the region there. (IPC only where the copy engine can
+/// reach it: IPC on, the reader on this host.)
+fn destination_for(
+    shared: &Arc<Shared>,
+    from: EngineId,
+    dst_region: u32,
+    dst_key: u64,
+    dst_device: bool,
+    end: u64,
+) -> Result<MrDescriptor, RejectReason> {
+    let state = &shared.read;
+    let ipc = dst_device && shared.config.device_ipc && shared.peer_on_this_host(from);
+    let announced = if ipc { state.dst_infos.lookup(from, dst_region, dst_key) } else { None };
+    if announced.is_some_and(|a| end > a.len) {
+        return Err(RejectReason::OutOfBounds);
+    }
+    if announced.is_some() {
+        state.device_destinations_mapped.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(MrDescriptor {
+        engine: from,
+        region: dst_region,
+        key: dst_key,
+        len: announced.map_or(end, |a| a.len),
+        device: dst_device
+            .then(|| announced.map_or(DeviceRegionInfo { ordinal: 0, alloc_offset: 0, ipc: None }, |a| a.info)),
+        shared: None,
+    })
 }
 
 /// Owner side: refuses request `req` of `from`, remembering the refusal for duplicates.

@@ -108,6 +108,12 @@ impl ServedReads {
         Admission::New
     }
 
+    /// What is known of `req` without taking it: `None` if not seen, `Some(None)` while served,
+    /// `Some(Some(outcome))` once answered.
+    pub(crate) fn known(&self, req: u64) -> Option<Option<Outcome>> {
+        self.outcomes.get(&req).copied()
+    }
+
     /// Records the outcome of `req` (if still remembered).
     pub(crate) fn answered(&mut self, req: u64, outcome: Outcome) {
         if let Some(slot) = self.outcomes.get_mut(&req) {
@@ -141,6 +147,10 @@ pub(crate) struct ReadState {
     pub(super) device_destinations_mapped: AtomicU64,
     /// Announced device destinations, both sides.
     pub(super) dst_infos: super::dst_info::DstInfos,
+    /// Owner side: batched requests whose frames are arriving.
+    pub(super) assemblies: Mutex<super::paged::Assemblies>,
+    /// Owner side: batched requests being written back.
+    pub(super) write_backs: super::paged::WriteBacks,
 }
 
 impl Default for ReadState {
@@ -160,6 +170,8 @@ impl Default for ReadState {
             unanswered: AtomicU64::new(0),
             device_destinations_mapped: AtomicU64::new(0),
             dst_infos: Default::default(),
+            assemblies: Default::default(),
+            write_backs: Default::default(),
         }
     }
 }

@@ -7,12 +7,12 @@ const WAIT: Duration = Duration::from_secs(20);
 
 use crate::engine::tests::{pair_of, pattern};
 
-fn network_engine() -> Engine {
+pub(super) fn network_engine() -> Engine {
     Engine::builder().ignore_env().force_network(true).build().unwrap()
 }
 
 /// An owner buffer of `len` pattern bytes and a zeroed reader buffer of `len` bytes.
-fn buffers(owner: &Engine, reader: &Engine, len: usize, seed: u64) -> (MrBuffer, MrBuffer, Vec<u8>) {
+pub(super) fn buffers(owner: &Engine, reader: &Engine, len: usize, seed: u64) -> (MrBuffer, MrBuffer, Vec<u8>) {
     let src = owner.alloc(len).unwrap();
     let data = pattern(seed, len);
     src.write_at(0, &data).unwrap();
@@ -260,4 +260,21 @@ fn a_duplicated_request_is_written_once_and_answered_again() {
     // Nothing was written again: the destination keeps the zeros written after the first write.
     // (The first write's reply reached the reader as a reply for no pending read: ignored.)
     assert!(dst.to_vec().iter().all(|&b| b == 0), "written twice");
+}
+
+/// A reader closed while its read waits for an owner that does not answer: the read ends at
+/// once with `ShutDown` (its workers are gone: no reply and no expiry would ever end it).
+#[test]
+fn closing_the_reader_ends_its_unanswered_reads() {
+    let make = || Engine::builder().ignore_env().force_network(true).idle_timeout(Duration::from_secs(30)).build();
+    let (owner, reader) = (make().unwrap(), make().unwrap());
+    reader.add_peer(&owner.address()).unwrap();
+    let (src, dst, _) = buffers(&owner, &reader, 4096, 1);
+    let (h, d) = (dst.handle(), src.descriptor());
+    let op = ReadOp { dst: &h, dst_offset: 0, src: &d, src_offset: 0, len: 4096, imm: None };
+    let transfer = reader.read(&op).unwrap();
+    assert_eq!(transfer.wait_timeout(Duration::from_millis(100)), Err(TransferError::Timeout), "not answered");
+    drop(dst);
+    drop(reader);
+    assert_eq!(transfer.wait_timeout(Duration::from_secs(5)), Err(TransferError::ShutDown));
 }

@@ -1,0 +1,123 @@
+//! Where a batched READ's pieces are: the geometry its request carries besides the page ids,
+//! and the one function that turns both into checked runs (the reader's check before sending,
+//! the owner's before writing back).
+
+use super::READ_PIECES_PER_REQUEST_MAX;
+use crate::engine::route::read::check_range;
+
+/// Where the pieces of a batched read are, apart from the page ids.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Geometry {
+    pub(crate) src_offset: u64,
+    pub(crate) src_stride: u64,
+    pub(crate) dst_offset: u64,
+    pub(crate) dst_stride: u64,
+    pub(crate) page_bytes: u64,
+    pub(crate) planes: u64,
+    pub(crate) src_plane_stride: u64,
+    pub(crate) dst_plane_stride: u64,
+}
+
+/// Why a piece is refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum PieceError {
+    /// The geometry itself (a zero page, a destination stride below the page, no planes).
+    Shape(String),
+    /// An offset overflows 64 bits.
+    Overflow(String),
+    /// A source piece falls outside the source region.
+    Source(String),
+    /// A destination piece falls outside the destination region.
+    Destination(String),
+}
+
+impl PieceError {
+    pub(crate) fn message(self) -> String {
+        match self {
+            PieceError::Shape(m) | PieceError::Overflow(m) | PieceError::Source(m) | PieceError::Destination(m) => m,
+        }
+    }
+}
+
+impl Geometry {
+    pub(crate) fn of(op: &super::PagedReadOp<'_>) -> Geometry {
+        Geometry {
+            src_offset: op.src_offset,
+            src_stride: op.src_stride,
+            dst_offset: op.dst_offset,
+            dst_stride: op.dst_stride,
+            page_bytes: op.page_bytes,
+            planes: op.planes,
+            src_plane_stride: op.src_plane_stride,
+            dst_plane_stride: op.dst_plane_stride,
+        }
+    }
+
+    /// The shape's own rules, before any page.
+    pub(crate) fn check(&self) -> Result<(), PieceError> {
+        if self.page_bytes == 0 {
+            return Err(PieceError::Shape("page_bytes must be at least 1".into()));
+        }
+        if self.dst_stride < self.page_bytes {
+            return Err(PieceError::Shape(format!(
+                "destination stride {} is smaller than the page ({} bytes): destination pages would overlap",
+                self.dst_stride, self.page_bytes
+            )));
+        }
+        if self.planes == 0 || self.planes > READ_PIECES_PER_REQUEST_MAX as u64 {
+            return Err(PieceError::Shape(format!(
+                "planes must be 1..={READ_PIECES_PER_REQUEST_MAX}, got {}",
+                self.planes
+            )));
+        }
+        Ok(())
+    }
+
+    /// The pieces of `pages` (source page, destination page), plane by plane, as runs
+    /// `(destination offset, source offset, bytes)` merged where consecutive on both sides;
+    /// every piece checked against both regions' lengths. Nothing is returned unless every piece
+    /// is good.
+    pub(crate) fn runs(
+        &self,
+        pages: &[(u64, u64)],
+        src_len: u64,
+        dst_len: u64,
+    ) -> Result<Vec<(u64, u64, u64)>, PieceError> {
+        self.check()?;
+        let at = |side: &str, base: u64, plane: u64, plane_stride: u64, page: u64, stride: u64, i: usize| {
+            plane
+                .checked_mul(plane_stride)
+                .and_then(|p| page.checked_mul(stride).and_then(|o| o.checked_add(p)))
+                .and_then(|o| o.checked_add(base))
+                .ok_or_else(|| {
+                    PieceError::Overflow(format!(
+                        "page {i} of plane {plane}: {side} offset {base} + plane {plane} x {plane_stride} + page {page} x {stride} overflows 64 bits"
+                    ))
+                })
+        };
+        let mut runs: Vec<(u64, u64, u64)> = Vec::with_capacity(pages.len());
+        for plane in 0..self.planes {
+            for (i, &(s, d)) in pages.iter().enumerate() {
+                let so = at("source", self.src_offset, plane, self.src_plane_stride, s, self.src_stride, i)?;
+                let doff = at("destination", self.dst_offset, plane, self.dst_plane_stride, d, self.dst_stride, i)?;
+                if !check_range(so, self.page_bytes, src_len) {
+                    return Err(PieceError::Source(format!(
+                        "page {i} of plane {plane}: remote source bytes {so}..{so}+{} fall outside the remote region of {src_len} bytes",
+                        self.page_bytes
+                    )));
+                }
+                if !check_range(doff, self.page_bytes, dst_len) {
+                    return Err(PieceError::Destination(format!(
+                        "page {i} of plane {plane}: local destination bytes {doff}..{doff}+{} fall outside the local region of {dst_len} bytes",
+                        self.page_bytes
+                    )));
+                }
+                match runs.last_mut() {
+                    Some((rd, rs, len)) if *rs + *len == so && *rd + *len == doff => *len += self.page_bytes,
+                    _ => runs.push((doff, so, self.page_bytes)),
+                }
+            }
+        }
+        Ok(runs)
+    }
+}
