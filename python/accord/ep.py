@@ -53,7 +53,7 @@ from accord import nvrtc
 from accord.nvrtc import i32, u32, u64
 from accord._torchrun import StoreAdapter
 
-__all__ = ["Buffer", "Dispatched", "EpError", "Handle", "get_dispatch_layout"]
+__all__ = ["Buffer", "Dispatched", "EpError", "Handle", "get_dispatch_layout", "waits_on_host"]
 
 get_dispatch_layout = planning.dispatch_layout
 
@@ -123,6 +123,18 @@ class Dispatched(NamedTuple):
     handle: Handle
     src_index: torch.Tensor  # [N] int32: each row's token index at its source rank
     num_recv: torch.Tensor  # [1] int64 on the GPU: the valid rows (N, or fewer with num_worst_tokens)
+
+
+def waits_on_host(wait: str, module_loading: str, lane_batches: int, descriptors: int, ranks: int) -> bool:
+    """Whether a buffer waits on the host: ``wait`` itself unless it is ``"auto"``, which waits on
+    the GPU only under eager module loading (``module_loading``, the value of
+    CUDA_MODULE_LOADING) and when the priming exchange (``descriptors`` executed, one a peer) went
+    entirely through the proxy's copy-engine lanes."""
+    if wait != "auto":
+        return wait == "host"
+    eager = module_loading.strip().upper() == "EAGER"
+    all_lanes = lane_batches >= ranks - 1 and lane_batches == descriptors
+    return not (eager and all_lanes)
 
 
 def _group_communicator(group: Any, timeout: float) -> tuple[accord.Communicator, int]:
@@ -398,12 +410,10 @@ class Buffer:
         that synchronise the GPU: under a spinning wait they stalled both ranks until the wait
         timed out even with eager loading (2xH200 host, ACCORD_DEVICE_IPC=0), so it waits on the
         host. The priming exchange tells which route each peer took."""
-        if wait != "auto":
-            return wait == "host"
-        eager = os.environ.get("CUDA_MODULE_LOADING", "").upper() == "EAGER"
         stats = self._dc.stats()
-        all_lanes = stats["lane_batches"] >= self.num_ranks - 1 and stats["lane_batches"] == stats["descriptors_executed"]
-        return not (eager and all_lanes)
+        return waits_on_host(
+            wait, os.environ.get("CUDA_MODULE_LOADING", ""), stats["lane_batches"], stats["descriptors_executed"], self.num_ranks
+        )
 
     @property
     def waits_on_host(self) -> bool:

@@ -194,3 +194,25 @@ def test_buffer_refuses_bad_arguments_before_touching_a_gpu() -> None:
     if not torch.cuda.is_available():
         with pytest.raises(accord.ep.EpError, match="CUDA"):
             accord.ep.Buffer(hidden=8, num_experts=4, num_topk=2, max_tokens_per_rank=4)
+
+
+@pytest.mark.parametrize(
+    ("wait", "loading", "lanes", "descriptors", "host"),
+    [
+        ("gpu", "", 0, 1, False),  # asked for: kept, whatever the environment
+        ("host", "EAGER", 1, 1, True),
+        ("auto", "EAGER", 1, 1, False),  # eager loading, every peer on a lane
+        ("auto", "eager", 1, 1, False),
+        ("auto", "", 1, 1, True),  # lazy loading (the default): a spinning wait can stall
+        ("auto", "LAZY", 1, 1, True),
+        ("auto", "EAGER", 0, 1, True),  # the network route: its staging synchronises the GPU
+        ("auto", "EAGER", 2, 3, True),  # one of three peers not on a lane
+    ],
+)
+def test_auto_waits_on_the_gpu_only_where_it_cannot_stall(
+    wait: str, loading: str, lanes: int, descriptors: int, host: bool
+) -> None:
+    import accord.ep
+
+    ranks = descriptors + 1
+    assert accord.ep.waits_on_host(wait, loading, lanes, descriptors, ranks) is host
