@@ -23,7 +23,7 @@ use super::part::write_kind;
 use super::route::dispatch::{dispatch_part, PartSpec};
 use super::route::shared_host::PeerFiles;
 use super::route::{self, Destination, Locality, Operation, Route, RouteInputs, RouteSwitches, SourceMemory};
-use super::shared::{local_engine, Shared};
+use super::shared::Shared;
 use super::{Engine, WriteOp};
 use crate::address::{DeviceIpcBytes, DeviceRegionInfo, EngineId, MrDescriptor};
 use crate::completion::{Transfer, TransferState};
@@ -236,11 +236,7 @@ impl DeviceWriter<'_> {
         if dst.device.is_some_and(|d| d.ipc.is_none()) {
             switches.device_ipc = false;
         }
-        let local = match () {
-            _ if switches.force_network => None,
-            _ if peer == self.id() => Some(self.shared.clone()),
-            _ => local_engine(peer),
-        };
+        let local = self.shared.same_process_engine(peer, switches.force_network);
         let locality = match &local {
             Some(_) => Locality::SameProcess,
             None => {

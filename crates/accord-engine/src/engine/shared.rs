@@ -153,6 +153,16 @@ impl Shared {
     /// Whether `peer` advertised this host's name (and so may share memory with us).
     /// Whether writes to `peer` can be submitted: a peer in this process (unless the network
     /// is forced), or one added with `Engine::add_peer`.
+    /// The engine `peer` when it lives in this process (this one included), unless
+    /// `force_network`: then the bytes go as they would between hosts.
+    pub(crate) fn same_process_engine(self: &Arc<Self>, peer: EngineId, force_network: bool) -> Option<Arc<Shared>> {
+        match () {
+            _ if force_network => None,
+            _ if peer == self.id => Some(self.clone()),
+            _ => local_engine(peer),
+        }
+    }
+
     pub(crate) fn check_peer(&self, peer: EngineId) -> Result<(), crate::error::SubmitError> {
         let local = peer == self.id || local_engine(peer).is_some();
         if (local && !self.config.force_network) || self.peers.read().unwrap().contains_key(&peer) {

@@ -317,11 +317,7 @@ impl Engine {
         let dst_device = self.check_read_destination(op)?;
         let peer = op.src.engine;
         self.check_peer(peer)?;
-        let local = match () {
-            _ if self.shared.config.force_network => None,
-            _ if peer == self.id() => Some(self.shared.clone()),
-            _ => local_engine(peer),
-        };
+        let local = self.shared.same_process_engine(peer, self.shared.config.force_network);
         match local {
             Some(owner) => self.read_local(&owner, op, dst_device),
             None => self.read_remote(peer, op, dst_device),

@@ -44,7 +44,7 @@ use crate::completion::Transfer;
 use crate::engine::device::DeviceWriter;
 use crate::engine::part::write_kind;
 use crate::engine::route::dispatch::{dispatch_part, PartSpec};
-use crate::engine::shared::{local_engine, Shared};
+use crate::engine::shared::Shared;
 use crate::engine::{Engine, PagedWriteOp};
 use crate::error::{SubmitError, TransferError};
 use crate::memory::{MrHandle, Source};
@@ -137,11 +137,7 @@ impl Engine {
         let dst_device = self.is_device_region(op.dst)?;
         let peer = op.src.engine;
         self.check_peer(peer)?;
-        let local = match () {
-            _ if self.shared.config.force_network => None,
-            _ if peer == self.id() => Some(self.shared.clone()),
-            _ => local_engine(peer),
-        };
+        let local = self.shared.same_process_engine(peer, self.shared.config.force_network);
         match local {
             Some(owner) => self.read_paged_local(&owner, op, &runs, dst_device),
             None => self.read_paged_remote(peer, op, geometry, &pages, &runs, dst_device),
