@@ -13,9 +13,10 @@ or vLLM code moves over with small changes::
 How the bytes move (see ``accord/_ep_plan.py`` for the plan, ``accord/kernels/ep.cu`` for the
 kernels): the counts are exchanged by the device API (``accord.device``) and stay on the GPU; a
 kernel packs each token once per destination rank into registered windows (the only SMs spent:
-``sms`` blocks); then one put per peer and direction asks the CPU proxy to move a contiguous
-segment, by copy engine between GPUs of one host and by the engine's network route between
-hosts, with a signal that a one-thread kernel waits for. Nothing in the data path waits on the
+``sms`` blocks) and, as each of ``chunks`` chunks is packed, asks the CPU proxy to move that part
+of each peer's contiguous segment (``chunks=0``: one put a peer after packing), by copy engine
+between GPUs of one host and by the engine's network route between hosts, each with a signal the
+receiver waits for. Nothing in the data path waits on the
 host, so a stream keeps its order; only sizing an exact-size output reads the counts on the host
 (as DeepEP's normal mode does), and ``num_worst_tokens`` avoids even that.
 
@@ -30,7 +31,7 @@ synchronises the buffer's stream and waits on the host instead, safe under lazy 
 host (the proxy's copy-engine lanes), else ``"host"`` (``Buffer.waits_on_host`` says which).
 
 Outputs of ``dispatch`` are fresh tensors (``zero_copy=True`` returns views of the receive
-window instead, valid until the next ``dispatch`` on this buffer). Failures never hang: every
+window instead, valid until the next ``dispatch`` or ``all_to_all_v`` on this buffer). Failures never hang: every
 wait is bounded by ``timeout`` and a failure names the rank, raised as ``accord.ep.EpError`` at
 the next host synchronisation (or ``Buffer.check()``); a failed buffer refuses further calls.
 """
