@@ -111,7 +111,6 @@ class Handle(NamedTuple):
     recv_total: torch.Tensor  # [1] int64: rows received
     num_tokens: int
     num_recv: int | None  # rows received, when known on the host
-    epoch: int
 
 
 class Dispatched(NamedTuple):
@@ -215,7 +214,6 @@ class Buffer:
         self._meta_bytes = planning.meta_row_bytes(num_topk)
         self._timeout_ns = int(timeout * 1e9)
         self._failed: str | None = None
-        self._epoch = 0
         self._host_wait = True  # the priming exchange waits on the host; `wait` applies after it
         self._host_epochs = [0] * 8
 
@@ -462,8 +460,11 @@ class Buffer:
     ) -> Dispatched:
         """Sends every token to each rank holding one of its experts. ``x`` ``[T, hidden]``,
         ``topk_idx`` ``[T, k]`` int64 global expert ids (``-1``: none), ``topk_weights`` ``[T, k]``.
-        The layout is computed when not given. ``num_worst_tokens > 0`` skips the host read of
-        the counts: outputs then have that many rows, of which ``num_recv`` are valid."""
+        ``num_tokens_per_rank``, ``num_tokens_per_expert`` and ``is_token_in_rank`` are taken for
+        DeepEP's signature and not read: one kernel derives the same from ``topk_idx`` as part of
+        the plan, so computing them here as well would only repeat that work.
+        ``num_worst_tokens > 0`` skips the host read of the counts: outputs then have that many
+        rows, of which ``num_recv`` are valid."""
         op = "accord.ep.Buffer.dispatch"
         self._usable(op)
         self._check_inputs(op, x, self.max_tokens_per_rank)
@@ -474,8 +475,7 @@ class Buffer:
             raise ValueError(f"{op}: topk_idx and topk_weights must be on {self.device}")
         if not 0 <= num_worst_tokens <= self._rows_max:
             raise ValueError(f"{op}: num_worst_tokens {num_worst_tokens} must be in 0..={self._rows_max}")
-        if num_tokens_per_rank is None or num_tokens_per_expert is None or is_token_in_rank is None:
-            num_tokens_per_rank, num_tokens_per_expert, is_token_in_rank = self.get_dispatch_layout(topk_idx)
+        del num_tokens_per_rank, num_tokens_per_expert, is_token_in_rank  # see the doc above
         x = x.contiguous()
         topk_idx = topk_idx.to(torch.int64).contiguous()
         topk_weights = topk_weights.to(torch.float32).contiguous()
@@ -558,9 +558,8 @@ class Buffer:
         recv_x = self._windows[W_RECV_X][:rows_out]
         if not zero_copy:
             recv_x = recv_x.clone()
-        self._epoch += 1
         recv_total = summary[:1]
-        handle = Handle(rows, combine_rows, puts[2], recv_total, tokens, num_recv, self._epoch)
+        handle = Handle(rows, combine_rows, puts[2], recv_total, tokens, num_recv)
         return Dispatched(recv_x, recv_idx, recv_weights, per_expert, handle, src_index, recv_total)
 
     def combine(self, x: torch.Tensor, handle: Handle) -> torch.Tensor:
