@@ -40,9 +40,7 @@ FAILED=0
 # run NAME SECONDS ARGS...: one bench run under `timeout`, capped by what is left of the budget.
 run() {
   local name=$1 cap=$2; shift 2
-  local t; t=$(left)
-  if [ "$t" -lt 20 ]; then echo "== $name: skipped, $t s left of the budget"; FAILED=1; return; fi
-  [ "$t" -lt "$cap" ] && cap=$t
+  cap=$(capped "$cap" 20) || { echo "== $name: skipped, $(left) s left of the budget"; FAILED=1; return; }
   echo "== $name (at most $cap s): $BIN $*"
   timeout "$cap" "$BIN" --timeout-s $((cap - 15)) "$@" > "$OUT/$name.txt" 2>&1
   local rc=$?

@@ -53,9 +53,7 @@ run() {  # run NAME CAP ENV... -- ARGS...
   local envs=()
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done
   shift
-  local t; t=$(left)
-  if [ "$t" -lt 30 ]; then echo "== $name: skipped, $t s left"; FAILED=1; return; fi
-  [ "$t" -lt "$cap" ] && cap=$t
+  cap=$(capped "$cap") || { echo "== $name: skipped, $(left) s left of the budget"; FAILED=1; return; }
   echo "== $name (at most $cap s)"
   env "${envs[@]}" PYTHONPATH="$PEERS_PATH${PYTHONPATH:+:$PYTHONPATH}" timeout -k 10 "$cap" \
     "$PY" -m torch.distributed.run --nproc-per-node 2 "$BENCH" "$@" > "$OUT/ep_$name.txt" 2>&1

@@ -46,9 +46,7 @@ run() {
   local envs=()
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done
   shift
-  local t; t=$(left)
-  if [ "$t" -lt 30 ]; then echo "== $name: skipped, $t s left of the budget"; FAILED=1; return; fi
-  [ "$t" -lt "$cap" ] && cap=$t
+  cap=$(capped "$cap") || { echo "== $name: skipped, $(left) s left of the budget"; FAILED=1; return; }
   echo "== $name (at most $cap s): ${envs[*]} $BENCH $*"
   env "${envs[@]}" timeout -k 10 "$cap" "$PY" "$BENCH" --budget-s $((cap - 25)) --json "$JSON" "$@" \
     > "$OUT/$name.txt" 2>&1
