@@ -90,9 +90,11 @@ def timed(torch: Any, dist: Any, fn: Callable[[], Any], iters: int, warmup: int 
     return float(start.elapsed_time(end)) / 1e3 / iters
 
 
-def profile(torch: Any, dist: Any, rank: int, dispatch: Callable[[], Any], combine: Callable[[], Any]) -> None:
-    """Host time per call (no synchronisation), then torch.profiler's tables, on rank 0."""
-    for name, fn in (("dispatch", dispatch), ("combine", combine)):
+def profile(torch: Any, dist: Any, rank: int, calls: dict[str, Callable[[], Any]], trace_dir: str = "") -> None:
+    """Host time per call (no synchronisation), then torch.profiler's tables, on rank 0, and each
+    rank's timeline (kernels, the proxy's copies, host calls) as a Chrome trace in `trace_dir`,
+    where each call of `calls` is marked by a record_function range of its name."""
+    for name, fn in calls.items():
         torch.cuda.synchronize()
         dist.barrier()
         t0 = time.perf_counter()
@@ -102,19 +104,23 @@ def profile(torch: Any, dist: Any, rank: int, dispatch: Callable[[], Any], combi
         torch.cuda.synchronize()
         if rank == 0:
             print(f"# profile: {name} host time per call without synchronisation {host * 1e6:.1f} us", flush=True)
-    from torch.profiler import ProfilerActivity
+    from torch.profiler import ProfilerActivity, record_function
     from torch.profiler import profile as torch_profile
 
     torch.cuda.synchronize()
     dist.barrier()
     with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(5):
-            dispatch()
-            combine()
-        torch.cuda.synchronize()
+            for name, fn in calls.items():
+                with record_function(f"ep:{name}"):
+                    fn()
+                torch.cuda.synchronize()
+                dist.barrier()
     if rank == 0:
         print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=30), flush=True)
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=20), flush=True)
+    if trace_dir:
+        prof.export_chrome_trace(os.path.join(trace_dir, f"ep_trace_rank{rank}.json"))
 
 
 def expert(torch: Any, recv_x: Any, rank: int) -> Any:
@@ -137,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lanes", choices=["on", "off"], default="on", help="the proxy's stream lanes (off: engine writes)")
     p.add_argument("--chunks", type=int, default=8, help="accord.ep puts a segment in this many chunks as it packs (0: one put after)")
     p.add_argument("--profile", action="store_true", help="print torch.profiler tables of dispatch and combine (rank 0)")
+    p.add_argument("--trace-dir", default="", help="with --profile: write each rank's Chrome trace here")
     p.add_argument("--label", default="", help="printed with the table (e.g. the route)")
     args = p.parse_args(argv)
     try:
@@ -196,8 +203,12 @@ def main(argv: list[str] | None = None) -> int:
     recv_bytes = ref_x.numel() * ref_x.element_size()
 
     if args.profile:
-        profile(torch, dist, rank, lambda: buffer.dispatch(x, topk_idx, topk_w, num_worst_tokens=ranks * T),
-                lambda: buffer.combine(y, got.handle))
+        calls = {
+            "dispatch num_worst": lambda: buffer.dispatch(x, topk_idx, topk_w, num_worst_tokens=ranks * T),
+            "dispatch exact": lambda: buffer.dispatch(x, topk_idx, topk_w),
+            "combine": lambda: buffer.combine(y, got.handle),
+        }
+        profile(torch, dist, rank, calls, args.trace_dir)
 
     # ---- timing ----
     def add(name: str, seconds: float) -> None:

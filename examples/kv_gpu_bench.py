@@ -315,7 +315,10 @@ def run_case(args: argparse.Namespace) -> list[dict[str, Any]]:
         if kind != "hello":
             raise SystemExit(f"kv_gpu_bench: the prefill process failed: {source}")
         conn.send((decode.target, decode_engine.address))
-        say("the prefill process said hello; addresses exchanged")
+        # Both engines know each other: over the network a push into this GPU's cache lands
+        # through a rendezvous this engine answers (it refuses writers it does not know).
+        decode.accept_pushes_from(source)
+        say("the prefill process said hello; addresses exchanged, each engine added as the other's peer")
     def owner_stats() -> dict[str, int]:
         if prefill_engine is not None:
             return dict(prefill_engine.stats())

@@ -73,7 +73,6 @@ class Plan(NamedTuple):
     dispatch_rows: torch.Tensor  # [T, R] int64: scatter rows, send window for r != me, receive window for me
     dispatch_puts: torch.Tensor  # [R, 3] int64, rows: (count, src row, dst row) of this rank's segment to r
     recv_total: torch.Tensor  # [1] int64: rows received (sum of C[:, me])
-    combine_rows: torch.Tensor  # [rows_max, 1] int64: combine send-window row of a row from another rank, else -1
     combine_puts: torch.Tensor  # [R, 3] int64: (count, src row, dst row) of segment sent back to r
     chunk_prefix: torch.Tensor  # [chunks + 1, R] int64: rows of this rank's segment to r before each chunk
 
@@ -93,17 +92,10 @@ def plan(matrix: torch.Tensor, in_rank: torch.Tensor, me: int, rows_max: int, ch
     dispatch_rows[:, me] = self_rows
     dispatch_puts = torch.stack([counts[me], send_prefix[me], recv_prefix[me]], dim=1)
 
-    # Receive side: which sender each received row came from, and its index in that segment.
+    # Receive side: combine copies each received row of another rank to the same row of its
+    # send window (ep.cu's ep_combine_send) and sends each rank's range back from there.
     from_counts = counts[:, me]
     recv_total = from_counts.sum().reshape(1)
-    row = torch.arange(rows_max, device=matrix.device, dtype=torch.int64)
-    ends = torch.cumsum(from_counts, 0)
-    source = torch.searchsorted(ends, row, right=True).clamp(max=ranks - 1)
-    index = row - recv_prefix[source, me]
-    live = row < recv_total
-    own = live & (source == me)
-    del index  # a row's place in its segment: the reduce reads own rows from the input directly
-    combine_rows = torch.where(live & ~own, row, -1).unsqueeze(1)
     # Segment back to s: C[s, me] rows from where s's rows landed here, to where s keeps its
     # rows for me.
     combine_puts = torch.stack([from_counts, recv_prefix[:, me], send_prefix[:, me]], dim=1)
@@ -112,7 +104,27 @@ def plan(matrix: torch.Tensor, in_rank: torch.Tensor, me: int, rows_max: int, ch
     bounds = torch.tensor([min(c * per_chunk, tokens) for c in range(chunks + 1)], dtype=torch.int64)
     before = torch.cat([torch.zeros(1, ranks, dtype=torch.int64, device=hit.device), torch.cumsum(hit, 0)])
     chunk_prefix = before.index_select(0, bounds.to(hit.device))
-    return Plan(counts, send_pos, dispatch_rows, dispatch_puts, recv_total, combine_rows, combine_puts, chunk_prefix)
+    return Plan(counts, send_pos, dispatch_rows, dispatch_puts, recv_total, combine_puts, chunk_prefix)
+
+
+def combine_chunk_puts(combine_puts: torch.Tensor, received: int, me: int, chunks: int) -> list[torch.Tensor]:
+    """What ep.cu's ep_combine_send puts for each of ``chunks`` chunks of the ``received`` rows
+    (rows ``[c*S, (c+1)*S)``, ``S = ceil(received / chunks)``): ``[R, 3]`` (rows, send-window row,
+    row at the peer) per chunk, the part of each other rank's range that falls in the chunk (0
+    rows: a signal alone). The kernel's reference for the CPU tests; it reads ``received`` on the
+    host, which the kernel does not."""
+    ranks = combine_puts.shape[0]
+    per = -(-received // chunks) if received else 1
+    out = []
+    for c in range(chunks):
+        lo, hi = min(c * per, received), min((c + 1) * per, received)
+        rows = torch.zeros(ranks, 3, dtype=torch.int64)
+        for r, (count, first, to) in enumerate(combine_puts.tolist()):
+            a, b = max(lo, first), min(hi, first + count)
+            if r != me and b > a:
+                rows[r] = torch.tensor([b - a, a, to + a - first])
+        out.append(rows)
+    return out
 
 
 def pack_meta(topk_idx: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:

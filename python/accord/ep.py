@@ -64,6 +64,14 @@ W_RECV_X, W_SEND_X, W_RECV_META, W_SEND_META, W_COUNTS, W_COMB_SEND, W_COMB_RECV
 SIG_COUNTS, SIG_DATA, SIG_COMB, SIG_COMB_FREE, SIG_A2AV = range(5)
 # GPU-resident epochs of the waits (ep.cu's ep_wait `slot`).
 SLOT_COUNTS, SLOT_DATA, SLOT_COMB_FREE, SLOT_COMB, SLOT_A2AV = range(5)
+# The kernels of accord/kernels/ep.cu a buffer launches.
+KERNELS = (
+    "ep_layout_tokens", "ep_layout_scan", "ep_plan", "ep_pack_tokens", "ep_unpack_meta", "ep_combine_send",
+    "ep_put_segments", "ep_signal_peers", "ep_wait", "ep_reduce_bf16", "ep_reduce_f32", "ep_a2av_plan",
+    "ep_copy_segment",
+)
+# Tokens a block of ep.cu's ep_layout_tokens (its EP_LAYOUT_THREADS).
+LAYOUT_THREADS = 256
 # Stages named in a failure.
 STAGES = {
     1: "count exchange",
@@ -97,6 +105,22 @@ class _ChunkPuts(ctypes.Structure):
     ]
 
 
+class _CombinePuts(ctypes.Structure):
+    """ep.cu's CombinePuts, passed by value to ep_combine_send (natural alignment on both sides)."""
+
+    _fields_ = [
+        ("table", ctypes.c_uint64),
+        ("me", ctypes.c_uint32),
+        ("chunks", ctypes.c_uint32),
+        ("dst_window", ctypes.c_uint32),
+        ("src_window", ctypes.c_uint32),
+        ("sig", ctypes.c_uint32),
+        ("segments", ctypes.c_uint64),
+        ("done", ctypes.c_uint64),
+        ("status", ctypes.c_uint64),
+    ]
+
+
 class EpError(accord.AccordError):
     """A dispatch or combine failed: a peer did not answer in time, or the proxy refused a put.
     The message names the stage and the rank; the buffer is unusable afterwards."""
@@ -106,7 +130,6 @@ class Handle(NamedTuple):
     """What ``combine`` needs from the ``dispatch`` it answers (GPU tensors of that dispatch's plan)."""
 
     rows: torch.Tensor  # [T * R] int64: where token t's answer from rank r lands (ep.cu's ep_plan), -1 if none
-    combine_rows: torch.Tensor  # [rows_max] int64: received row i's combine send-window row, -1 for own rows
     combine_puts: torch.Tensor  # [R * 3] int64: (bytes, source offset, destination offset) back to each rank
     recv_total: torch.Tensor  # [1] int64: rows received
     num_tokens: int
@@ -219,13 +242,7 @@ class Buffer:
 
         with torch.cuda.device(self.device):
             module = nvrtc.KernelModule("ep.cu", gpu, torch.cuda.get_device_capability(gpu))
-            self._k = {
-                name: module.kernel(name)
-                for name in (
-                    "ep_layout", "ep_plan", "ep_pack_tokens", "ep_unpack_meta", "ep_scatter_rows", "ep_put_segments",
-                    "ep_signal_peers", "ep_wait", "ep_reduce_bf16", "ep_reduce_f32", "ep_a2av_plan", "ep_copy_segment",
-                )
-            }
+            self._k = {name: module.kernel(name) for name in KERNELS}
             rows = self._rows_max
             dev = self.device
             self._windows = [
@@ -242,6 +259,8 @@ class Buffer:
             # Host copies of the plan's summary and the status word (see _to_host).
             self._pinned = torch.zeros(2 + self.experts_per_rank + ranks, dtype=torch.int64, pin_memory=True)
             self._status = torch.zeros(1, dtype=torch.int32, device=dev)
+            # combine's rows copied a chunk (ep_combine_send resets each to 0 when its chunk is put).
+            self._comb_done = torch.zeros(max(chunks, 1), dtype=torch.int32, device=dev)
             torch.cuda.synchronize(dev)
             self._dc = accord.device.DeviceComm(comm, gpu=gpu, user_signals=8, stream_lane=lanes)
             for want, tensor in enumerate(self._windows):
@@ -262,7 +281,6 @@ class Buffer:
             # The count exchange's one segment a peer: this rank's row, to the same row there.
             width = (ranks + num_experts) * 8
             self._exchange = as_tensor([[width, self.rank * width, self.rank * width]] * ranks)
-            self._comb_bases = as_tensor([self._windows[W_COMB_SEND].data_ptr()])
             self._prime_routes()
         self._host_wait = self._host_waits(wait)
 
@@ -332,18 +350,6 @@ class Buffer:
         self._launch(
             "ep_wait", 1, 32, self._table, u32(self.rank), u32(self.num_ranks), u32(sig), u64(per_peer), u64(lag),
             u64(self._state.data_ptr()), u32(slot), u64(self._timeout_ns), *self._status_args(stage),
-        )
-
-    def _scatter(
-        self, src: torch.Tensor, row_bytes: int, n_rows: torch.Tensor | None, n_max: int, rows: torch.Tensor, bases: torch.Tensor
-    ) -> None:
-        """ep_scatter_rows: row i of `src` to bases[f] + rows[i][f] * row_bytes (rows [n_max][fan])."""
-        if n_max == 0:
-            return
-        self._launch(
-            "ep_scatter_rows", self.sms, 1024, u64(src.data_ptr()), u64(row_bytes),
-            u64(0 if n_rows is None else n_rows.data_ptr()), u64(n_max), u32(bases.numel()), u64(rows.data_ptr()),
-            u64(bases.data_ptr()),
         )
 
     def _to_host(self, values: torch.Tensor) -> torch.Tensor:
@@ -479,7 +485,7 @@ class Buffer:
         x = x.contiguous()
         topk_idx = topk_idx.to(torch.int64).contiguous()
         topk_weights = topk_weights.to(torch.float32).contiguous()
-        ranks, dev, rows_max = self.num_ranks, self.device, self._rows_max
+        ranks, dev = self.num_ranks, self.device
         counts = self._windows[W_COUNTS]
         i64 = torch.int64
 
@@ -489,15 +495,25 @@ class Buffer:
         # no token: then the packing kernel signals every chunk empty.
         chunks = self.chunks
         per_chunk = -(-tokens // chunks) if chunks and tokens else 1
-        sizes = [tokens * ranks, tokens * ranks, 9 * ranks, rows_max, 1 + self.experts_per_rank, (chunks + 1) * ranks, chunks]
+        layout_blocks = max(1, -(-tokens // LAYOUT_THREADS))
+        sizes = [
+            tokens * ranks, tokens * ranks, 9 * ranks, 1 + self.experts_per_rank, (chunks + 1) * ranks,
+            chunks, (tokens + 1) // 2, layout_blocks * self.num_experts,
+        ]
         work = torch.empty(sum(sizes), dtype=i64, device=dev)
-        within, rows, puts, combine_rows, summary, chunk_prefix, chunk_done = torch.split(work, sizes)
+        within, rows, puts, summary, chunk_prefix, chunk_done, masks, partial = torch.split(work, sizes)
         puts = puts.view(3, ranks * 3)
         self._enter()
+        if tokens > 0:
+            self._launch(
+                "ep_layout_tokens", layout_blocks, LAYOUT_THREADS, u64(topk_idx.data_ptr()), u64(tokens),
+                u32(self.num_topk), u32(ranks), u32(self.num_experts), u64(masks.data_ptr()), u64(partial.data_ptr()),
+                u64(self._status.data_ptr()),
+            )
         self._launch(
-            "ep_layout", 1, 1024, u64(topk_idx.data_ptr()), u64(tokens), u32(self.num_topk), u32(ranks),
-            u32(self.num_experts), u64(within.data_ptr()), u64(counts[self.rank].data_ptr()),
-            u64(self._status.data_ptr()), u32(chunks), u64(per_chunk), u64(chunk_prefix.data_ptr()),
+            "ep_layout_scan", 1, 1024, u64(masks.data_ptr()), u64(tokens), u32(ranks), u32(self.num_experts),
+            u64(partial.data_ptr()), u32(layout_blocks if tokens > 0 else 0), u64(within.data_ptr()),
+            u64(counts[self.rank].data_ptr()), u32(chunks), u64(per_chunk), u64(chunk_prefix.data_ptr()),
             u64(chunk_done.data_ptr()),
         )
         self._put_segments(self._exchange, W_COUNTS, W_COUNTS, SIG_COUNTS, 1)
@@ -508,7 +524,7 @@ class Buffer:
             "ep_plan", 1, 1024, u64(counts.data_ptr()), u32(ranks), u32(self.num_experts), u32(self.rank), u64(tokens),
             u64(within.data_ptr()), u64(rows.data_ptr()), u64(self._row_bytes),
             u64(self._meta_bytes), u64(puts[0].data_ptr()), u64(puts[1].data_ptr()), u64(puts[2].data_ptr()),
-            u64(combine_rows.data_ptr()), u64(rows_max), u64(summary.data_ptr()),
+            u64(summary.data_ptr()),
         )
 
         # 3. Output size: from the host (DeepEP's normal mode) or the caller's worst case.
@@ -559,7 +575,7 @@ class Buffer:
         if not zero_copy:
             recv_x = recv_x.clone()
         recv_total = summary[:1]
-        handle = Handle(rows, combine_rows, puts[2], recv_total, tokens, num_recv)
+        handle = Handle(rows, puts[2], recv_total, tokens, num_recv)
         return Dispatched(recv_x, recv_idx, recv_weights, per_expert, handle, src_index, recv_total)
 
     def combine(self, x: torch.Tensor, handle: Handle) -> torch.Tensor:
@@ -579,9 +595,19 @@ class Buffer:
         self._enter()
         # Peers must have summed their previous combine before their receive window is reused.
         self._wait(SIG_COMB_FREE, 1, 1, SLOT_COMB_FREE, 3)
-        self._scatter(x, self._row_bytes, handle.recv_total, rows, handle.combine_rows, self._comb_bases)  # other ranks' rows
-        self._put_segments(handle.combine_puts, W_COMB_RECV, W_COMB_SEND, SIG_COMB, 4)
-        self._wait(SIG_COMB, 1, 0, SLOT_COMB, 4)
+        # Other ranks' rows into the send window, each chunk put as soon as it is copied.
+        chunks = self.chunks
+        puts = _CombinePuts(
+            self._table.value, self.rank, chunks, W_COMB_RECV, W_COMB_SEND, SIG_COMB, handle.combine_puts.data_ptr(),
+            self._comb_done.data_ptr(), self._status.data_ptr(),
+        )
+        self._launch(
+            "ep_combine_send", self.sms, 1024, u64(x.data_ptr()), u64(self._row_bytes), u64(handle.recv_total.data_ptr()),
+            u64(rows), u32(self.num_ranks), u64(self._windows[W_COMB_SEND].data_ptr()), puts,
+        )
+        if chunks == 0:
+            self._put_segments(handle.combine_puts, W_COMB_RECV, W_COMB_SEND, SIG_COMB, 4)
+        self._wait(SIG_COMB, max(chunks, 1), 0, SLOT_COMB, 4)
         if handle.num_tokens > 0:
             kernel = "ep_reduce_bf16" if self.dtype == torch.bfloat16 else "ep_reduce_f32"
             self._launch(

@@ -370,7 +370,9 @@ class PrefillCache:
         layer's K and V, by paged writes of at most ``pages_per_write`` blocks. With ``imm``, the
         target engine's counter moves once, after every block landed (the last write carries it,
         submitted once every other write completed). With ``timeout`` (seconds), the push cancels
-        itself when it passes. Block ids are checked before anything is sent."""
+        itself when it passes. Block ids are checked before anything is sent. Into GPU memory
+        across hosts, the decode side must first accept pushes from this cache
+        (``DecodeCache.accept_pushes_from(prefill.source)``)."""
         _check_limits(max_in_flight, timeout, pages_per_write=pages_per_write)
         src, dst = _block_ids(self.layout, target, src_blocks, dst_blocks, self.num_blocks, target.num_blocks)
         if target.address.id not in self._known:
@@ -412,6 +414,15 @@ class DecodeCache:
         self.region: MemoryRegion = engine.register(self.cache)
         self.target = KvTarget(engine.address, self.region.descriptor, layout, num_blocks)
         self._known: set[int] = set()
+
+    def accept_pushes_from(self, source: KvSource) -> None:
+        """Lets the prefill engine of ``source`` push into this cache across hosts (or with
+        ``ACCORD_DEVICE_IPC=0``): a push into GPU memory there lands through a rendezvous this
+        engine answers, so it must know the writer. A writer it does not know is refused (a
+        warning names it) and its push times out. Not needed on one host through CUDA IPC."""
+        if source.address.id not in self._known:
+            self.engine.add_peer(source.address)
+            self._known.add(source.address.id)
 
     def pull(
         self,

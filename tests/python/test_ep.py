@@ -6,6 +6,7 @@ per-token sum. The GPU path runs the same plan functions; examples/ep_bench.py c
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 import pytest
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
 
 torch = pytest.importorskip("torch")
 
+import accord.ep  # noqa: E402
 from accord import _ep_plan as planning  # noqa: E402
 
 
@@ -122,10 +124,18 @@ def test_dispatch_and_combine_rounds_match_the_naive_dispatcher(ranks: int) -> N
         comb_send = [torch.zeros(rows_max, hidden) for _ in range(ranks)]
         comb_recv = [torch.full((rows_max, hidden), float("nan")) for _ in range(ranks)]
         for r in range(ranks):
+            # ep_combine_send: other ranks' rows to the same rows of the send window, then each
+            # chunk's part of every other rank's range put to it.
             n = int(plans[r].recv_total)
-            scatter_rows(outs[r], n, plans[r].combine_rows, [comb_send[r]])
-        for r in range(ranks):
-            put_segments(r, plans[r].combine_puts, comb_send[r], comb_recv)
+            puts = plans[r].combine_puts
+            for s_, (count, first, _) in enumerate(puts.tolist()):
+                if s_ != r:
+                    comb_send[r][first : first + count] = outs[r][first : first + count]
+            parts = planning.combine_chunk_puts(puts, n, r, chunks)
+            moved = sum(p[:, 0] for p in parts)
+            assert torch.equal(moved, torch.where(torch.arange(ranks) == r, 0, puts[:, 0])), "the chunks cover each range"
+            for part in parts:
+                put_segments(r, part, comb_send[r], comb_recv)
         for s in range(ranks):
             # ep_reduce: dispatch's rows index combine's receive window for other ranks and
             # combine's input (the receive order) for this rank's own.
@@ -172,7 +182,7 @@ def test_plan_needs_no_host_round_trip_shapes() -> None:
         assert p.chunk_prefix.shape == (5, ranks)
         assert p.send_pos.shape == (9, ranks) and p.dispatch_rows.shape == (9, ranks)
         assert p.dispatch_puts.shape == (ranks, 3) and p.combine_puts.shape == (ranks, 3)
-        assert p.combine_rows.shape == (30, 1) and p.recv_total.shape == (1,)
+        assert p.recv_total.shape == (1,)
 
 
 def test_ep_kernels_compile_with_nvrtc() -> None:
@@ -180,8 +190,11 @@ def test_ep_kernels_compile_with_nvrtc() -> None:
     pytest.importorskip("cuda.bindings.nvrtc")
     from accord import nvrtc
 
-    cubin = nvrtc.compile_cubin((nvrtc.KERNEL_DIR / "ep.cu").read_text(), "ep.cu", "sm_90")
+    source = (nvrtc.KERNEL_DIR / "ep.cu").read_text()
+    cubin = nvrtc.compile_cubin(source, "ep.cu", "sm_90")
     assert len(cubin) > 1000
+    defined = set(re.findall(r'extern "C" __global__ void(?: __launch_bounds__\(\w+\))? (\w+)\(', source))
+    assert set(accord.ep.KERNELS) <= defined, f"launched but not defined: {set(accord.ep.KERNELS) - defined}"
 
 
 def test_buffer_refuses_bad_arguments_before_touching_a_gpu() -> None:

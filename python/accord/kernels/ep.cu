@@ -1,11 +1,13 @@
 // Kernels of accord.ep (expert-parallel dispatch and combine), compiled at run time with NVRTC
 // by accord/nvrtc.py for the GPU they run on, and launched on the caller's current stream.
 //
-// The plan (who sends which rows where) is computed by torch operations on the GPU
-// (accord/_ep_plan.py); these kernels only do what torch cannot do without a host round trip
-// or an extra pass:
-//   * ep_scatter_rows: read each row once and write it to up to EP_MAX_FAN destinations (the
-//     packing of tokens per destination rank), skipping rows beyond a count held on the GPU;
+// Everything runs on the GPU in stream order, with no host round trip in the data path; the plan
+// (ep_plan) has a torch twin, accord/_ep_plan.py, the CPU tests' reference. The kernels:
+//   * ep_plan: every offset of a dispatch and its combine, from the exchanged count matrix;
+//   * ep_layout_tokens / ep_layout_scan: the count row and each token's place per destination;
+//   * ep_pack_tokens: read each token once and write it to every rank it goes to (the packing
+//     of tokens per destination rank), putting each chunk as soon as it is packed;
+//   * ep_combine_send: combine's rows for other ranks into the send window, chunk by chunk;
 //   * ep_put_segments / ep_signal_peers: ask the device proxy (accord/device.cuh) to move one
 //     contiguous segment per peer with a signal: the bytes go by copy engine on one host and by
 //     the engine's network route elsewhere, so no SM copies them;
@@ -90,27 +92,6 @@ __device__ __forceinline__ void warp_copy_fanout(const unsigned char* src, u64 b
 __device__ __forceinline__ u64 global_warp() { return (u64(blockIdx.x) * blockDim.x + threadIdx.x) >> 5; }
 __device__ __forceinline__ u64 warp_count() { return (u64(gridDim.x) * blockDim.x) >> 5; }
 
-// Copies row i of `src` (row_bytes each) to bases[f] + rows[i * fan + f] * row_bytes for every
-// f with rows[...] >= 0, for i < min(*n_rows, n_max) (n_rows may be null: all n_max rows).
-// fan <= 32. A warp a row.
-extern "C" __global__ void __launch_bounds__(1024) ep_scatter_rows(const unsigned char* src, u64 row_bytes, const i64* n_rows, u64 n_max,
-                                           u32 fan, const i64* rows, const u64* bases) {
-  u64 n = n_max;
-  if (n_rows != nullptr) {
-    const i64 given = *n_rows;
-    n = given < 0 ? 0 : (u64(given) < n_max ? u64(given) : n_max);
-  }
-  const u32 lane = threadIdx.x & 31u;
-  for (u64 i = global_warp(); i < n; i += warp_count()) {
-    unsigned char* mine = nullptr;
-    if (lane < fan) {
-      const i64 r = rows[i * fan + lane];
-      if (r >= 0) mine = reinterpret_cast<unsigned char*>(bases[lane] + u64(r) * row_bytes);
-    }
-    warp_copy_fanout(src + i * row_bytes, row_bytes, mine, fan);
-  }
-}
-
 // What ep_pack_tokens needs to put each chunk of the rows as soon as it is packed (chunks = 0:
 // it puts nothing, the host launches the puts after it).
 struct ChunkPuts {
@@ -119,7 +100,7 @@ struct ChunkPuts {
   u64 per_chunk;             // tokens a chunk: [c * per_chunk, (c + 1) * per_chunk)
   const i64* prefix;         // [chunks + 1][ranks]: rows of the segment to r before chunk c
   const i64* segments;       // [ranks][3]: (bytes, source offset, destination offset) of the whole segment
-  unsigned int* done;        // [chunks]: tokens of chunk c packed (zeroed by ep_layout)
+  unsigned int* done;        // [chunks]: tokens of chunk c packed (zeroed by ep_layout_scan)
   int* status;
 };
 
@@ -188,6 +169,77 @@ extern "C" __global__ void __launch_bounds__(1024) ep_pack_tokens(const unsigned
   }
 }
 
+// What ep_combine_send needs to put each chunk of combine's rows as soon as it is copied
+// (chunks = 0: it puts nothing, the host launches one put a peer after it).
+struct CombinePuts {
+  const DeviceTable* table;
+  u32 me, chunks, dst_window, src_window, sig;
+  const i64* segments;  // [ranks][3]: (bytes, offset here, offset at the peer) of the rows back to each rank
+  unsigned int* done;   // [chunks]: rows of chunk c copied; the last row's warp resets it to 0
+  int* status;
+};
+
+// Asks the proxy to move the part of chunk c (received rows [lo, hi)) that answers each other
+// rank, with a signal (a signal alone where the chunk holds none of that rank's rows). A
+// rank's rows are one contiguous range of the receive order, at the same rows of the send
+// window, so a chunk's part for a rank is one put.
+__device__ void put_combine_chunk(const CombinePuts& p, u32 ranks, u64 row_bytes, u64 lo, u64 hi) {
+  for (u32 r = 0; r < ranks; ++r) {
+    if (r == p.me) continue;
+    const u64 first = u64(p.segments[3 * r + 1]) / row_bytes;
+    const u64 end = first + u64(p.segments[3 * r]) / row_bytes;
+    const u64 a = lo > first ? lo : first;
+    const u64 b = hi < end ? hi : end;
+    Status s;
+    if (b <= a) {
+      s = signal(p.table, r, p.sig, SIGNAL_ADD, 1);
+    } else {
+      s = put(p.table, p.dst_window, r, u64(p.segments[3 * r + 2]) + (a - first) * row_bytes, p.src_window,
+              a * row_bytes, (b - a) * row_bytes, SIGNAL_ADD, p.sig, 1);
+    }
+    if (s != OK) record_failure(p.status, 4, r, int(s));
+  }
+}
+
+// combine's sending side: received row i of `x` (the experts' output, rows in the receive
+// order) to row i of the send window `send`, for the rows of other ranks (this rank's own are
+// summed straight from `x`), for i < min(*n_rows, n_max). With chunks, rows [c * S, (c + 1) * S)
+// (S = ceil(n / chunks)) are put as soon as they are copied, so the copy engines move a chunk
+// while later ones are still being copied; a warp a row, in rounds over the rows.
+extern "C" __global__ void __launch_bounds__(1024) ep_combine_send(const unsigned char* x, u64 row_bytes, const i64* n_rows,
+                                                                   u64 n_max, u32 ranks, unsigned char* send,
+                                                                   CombinePuts p) {
+  const i64 given = *n_rows;
+  const u64 n = given < 0 ? 0 : (u64(given) < n_max ? u64(given) : n_max);
+  const u64 per = p.chunks > 0 && n > 0 ? (n + p.chunks - 1) / p.chunks : 1;
+  const u32 lane = threadIdx.x & 31u;
+  if (p.chunks > 0 && blockIdx.x == 0 && threadIdx.x == 0) {
+    for (u32 c = 0; c < p.chunks; ++c) {
+      if (u64(c) * per >= n) put_combine_chunk(p, ranks, row_bytes, n, n);
+    }
+  }
+  const u64 own_first = u64(p.segments[3 * p.me + 1]) / row_bytes;
+  const u64 own_end = own_first + u64(p.segments[3 * p.me]) / row_bytes;
+  for (u64 i = global_warp(); i < n; i += warp_count()) {
+    if (i < own_first || i >= own_end) {
+      warp_copy_fanout(x + i * row_bytes, row_bytes, lane == 0 ? send + i * row_bytes : nullptr, 1);
+    }
+    if (p.chunks > 0) {
+      __threadfence_system();
+      __syncwarp();
+      if (lane == 0) {
+        const u64 c = i / per;
+        const u64 lo = c * per;
+        const u64 hi = lo + per < n ? lo + per : n;
+        if (u64(atomicAdd(p.done + c, 1u)) + 1 == hi - lo) {
+          p.done[c] = 0;  // every row of the chunk counted: ready for the next call
+          put_combine_chunk(p, ranks, row_bytes, lo, hi);
+        }
+      }
+    }
+  }
+}
+
 // ---- The plan, on the GPU ----------------------------------------------------------------
 
 // Block-wide exclusive scan of one value a thread (blockDim.x a multiple of 32, at most 1024);
@@ -219,23 +271,25 @@ __device__ u32 block_exclusive_scan(u32 v, u32* total) {
 
 #define EP_MAX_EXPERTS 4096
 
-// One block (1024 threads): from topk_idx [tokens][k] (-1: none), this rank's count row
-// (tokens per rank, then per expert: the row the count exchange sends) and, per (token, rank),
-// the token's index among those going to that rank (-1 when it does not); with chunks, the rows
-// to each rank before each chunk boundary ([chunks + 1][ranks]) and the chunks' packed-token
-// counts zeroed. An expert id out of range is recorded as a bad argument (stage 5) and ignored.
-extern "C" __global__ void __launch_bounds__(1024) ep_layout(const i64* topk_idx, u64 tokens, u32 k, u32 ranks, u32 experts, i64* within,
-                                     i64* count_row, int* status, u32 chunks, u64 per_chunk, i64* chunk_prefix,
-                                     unsigned int* chunk_done) {
-  for (u32 c = threadIdx.x; c < chunks; c += blockDim.x) chunk_done[c] = 0;
+// The layout in two kernels: the per-token work spread over many blocks (one block alone read
+// topk_idx three times and took about 53 us of a 4096-token dispatch on the 2xH200 host), then
+// one block for the scans, which only read a 32-bit mask a token.
+#define EP_LAYOUT_THREADS 256
+
+// EP_LAYOUT_THREADS tokens a block: masks[t] gets bit r set when token t has an expert on rank r
+// (a token counts once for a rank however many of its experts live there), and partial[b][e] the
+// number of block b's (token, slot) pairs naming expert e. An expert id out of range is
+// recorded as a bad argument (stage 5) and ignored.
+extern "C" __global__ void __launch_bounds__(EP_LAYOUT_THREADS) ep_layout_tokens(const i64* topk_idx, u64 tokens, u32 k,
+                                                                                 u32 ranks, u32 experts, u32* masks,
+                                                                                 i64* partial, int* status) {
   __shared__ unsigned int per_expert[EP_MAX_EXPERTS];
   const u32 per_rank = experts / ranks;
   for (u32 e = threadIdx.x; e < experts; e += blockDim.x) per_expert[e] = 0;
   __syncthreads();
-  const u64 chunk = (tokens + blockDim.x - 1) / blockDim.x;
-  const u64 t0 = u64(threadIdx.x) * chunk;
-  const u64 t1 = t0 + chunk < tokens ? t0 + chunk : tokens;
-  for (u64 t = t0; t < t1; ++t) {
+  const u64 t = u64(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t < tokens) {
+    u32 mask = 0;
     for (u32 j = 0; j < k; ++j) {
       const i64 e = topk_idx[t * k + j];
       if (e < 0) continue;
@@ -244,31 +298,41 @@ extern "C" __global__ void __launch_bounds__(1024) ep_layout(const i64* topk_idx
         continue;
       }
       atomicAdd(&per_expert[e], 1u);
+      mask |= 1u << (u32(e) / per_rank);
     }
+    masks[t] = mask;
   }
+  __syncthreads();
+  for (u32 e = threadIdx.x; e < experts; e += blockDim.x) partial[u64(blockIdx.x) * experts + e] = i64(per_expert[e]);
+}
+
+// One block (1024 threads), after ep_layout_tokens (`blocks` of them): this rank's count row
+// (tokens per rank, then per expert: the row the count exchange sends) and, per (token, rank),
+// the token's index among those going to that rank (-1 when it does not); with chunks, the rows
+// to each rank before each chunk boundary ([chunks + 1][ranks]) and the chunks' packed-token
+// counts zeroed.
+extern "C" __global__ void __launch_bounds__(1024) ep_layout_scan(const u32* masks, u64 tokens, u32 ranks, u32 experts,
+                                                                  const i64* partial, u32 blocks, i64* within,
+                                                                  i64* count_row, u32 chunks, u64 per_chunk,
+                                                                  i64* chunk_prefix, unsigned int* chunk_done) {
+  for (u32 c = threadIdx.x; c < chunks; c += blockDim.x) chunk_done[c] = 0;
+  for (u32 e = threadIdx.x; e < experts; e += blockDim.x) {
+    i64 sum = 0;
+    for (u32 b = 0; b < blocks; ++b) sum += partial[u64(b) * experts + e];
+    count_row[ranks + e] = sum;
+  }
+  const u64 chunk = (tokens + blockDim.x - 1) / blockDim.x;
+  const u64 t0 = u64(threadIdx.x) * chunk;
+  const u64 t1 = t0 + chunk < tokens ? t0 + chunk : tokens;
   for (u32 r = 0; r < ranks; ++r) {
-    // Whether token t has an expert on rank r (recomputed: k is small).
     u32 mine = 0;
-    for (u64 t = t0; t < t1; ++t) {
-      for (u32 j = 0; j < k; ++j) {
-        const i64 e = topk_idx[t * k + j];
-        if (e >= 0 && e < i64(experts) && u32(e) / per_rank == r) {
-          ++mine;
-          break;
-        }
-      }
-    }
+    for (u64 t = t0; t < t1; ++t) mine += (masks[t] >> r) & 1u;
     u32 total;
     u32 next = block_exclusive_scan(mine, &total);
     for (u64 t = t0; t < t1; ++t) {
       // A chunk starting at t: the rows before it.
       if (chunks > 0 && t % per_chunk == 0) chunk_prefix[(t / per_chunk) * ranks + r] = i64(next);
-      bool hit = false;
-      for (u32 j = 0; j < k && !hit; ++j) {
-        const i64 e = topk_idx[t * k + j];
-        hit = e >= 0 && e < i64(experts) && u32(e) / per_rank == r;
-      }
-      within[t * ranks + r] = hit ? i64(next++) : -1;
+      within[t * ranks + r] = (masks[t] >> r) & 1u ? i64(next++) : -1;
     }
     if (threadIdx.x == 0) {
       count_row[r] = i64(total);
@@ -278,8 +342,6 @@ extern "C" __global__ void __launch_bounds__(1024) ep_layout(const i64* topk_idx
       }
     }
   }
-  __syncthreads();
-  for (u32 e = threadIdx.x; e < experts; e += blockDim.x) count_row[ranks + e] = i64(per_expert[e]);
 }
 
 // One block: everything dispatch and combine need from the exchanged count matrix
@@ -290,11 +352,10 @@ extern "C" __global__ void __launch_bounds__(1024) ep_layout(const i64* topk_idx
 //                  Combine's answers land at the same rows: the send layout in combine's receive
 //                  window for r != me, the receive order of combine's input for r == me;
 //   puts_x, puts_meta, comb_puts [ranks][3]: (bytes, source offset, destination offset);
-//   comb_rows[i]   received row i's combine send-window row, -1 for this rank's own rows;
 //   summary        [rows received, then per local expert the tokens received].
 extern "C" __global__ void __launch_bounds__(1024) ep_plan(const i64* matrix, u32 ranks, u32 experts, u32 me, u64 tokens, const i64* within,
                                    i64* rows, u64 row_bytes, u64 meta_bytes, i64* puts_x, i64* puts_meta,
-                                   i64* comb_puts, i64* comb_rows, u64 rows_max, i64* summary) {
+                                   i64* comb_puts, i64* summary) {
   __shared__ i64 send_me[64], recv_me[64], recv_col[64], send_col[64], from[64];
   const u64 width = u64(ranks) + experts;
   if (threadIdx.x == 0) {
@@ -331,16 +392,6 @@ extern "C" __global__ void __launch_bounds__(1024) ep_plan(const i64* matrix, u3
     comb_puts[3 * r] = from[r] * i64(row_bytes);
     comb_puts[3 * r + 1] = recv_col[r] * i64(row_bytes);
     comb_puts[3 * r + 2] = send_col[r] * i64(row_bytes);
-  }
-  const i64 total = summary[0];
-  for (u64 i = threadIdx.x; i < rows_max; i += blockDim.x) {
-    i64 to_send = -1;
-    if (i64(i) < total) {
-      u32 s = 0;
-      while (s + 1 < ranks && recv_col[s] + from[s] <= i64(i)) ++s;
-      if (s != me) to_send = i64(i);
-    }
-    comb_rows[i] = to_send;
   }
   const u32 per_rank = experts / ranks;
   for (u32 e = threadIdx.x; e < per_rank; e += blockDim.x) {

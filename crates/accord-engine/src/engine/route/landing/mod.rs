@@ -109,7 +109,14 @@ struct LandingThread {
     queued: VecDeque<(EngineId, u64)>,
     pool: Option<Result<Pool, String>>,
     stats: LandingStats,
+    /// Engines whose control messages were refused because they are not peers here, already
+    /// named in a warning (bounded: see [`UNKNOWN_SENDERS_WARNED_MAX`]).
+    unknown_senders_warned: Vec<EngineId>,
 }
+
+/// How many distinct unknown senders a landing thread names in warnings (one each), so a flood
+/// of foreign messages cannot grow memory or the log without bound.
+const UNKNOWN_SENDERS_WARNED_MAX: usize = 16;
 
 impl LandingThread {
     fn new(shared: Weak<Shared>, timeout: Duration) -> LandingThread {
@@ -126,6 +133,7 @@ impl LandingThread {
             queued: VecDeque::new(),
             pool: None,
             stats: LandingStats::default(),
+            unknown_senders_warned: Vec::new(),
         }
     }
 
@@ -205,7 +213,23 @@ impl LandingThread {
         }
         let message = match Control::decode(offset, bytes) {
             Ok(m) if shared.peers.read().unwrap().contains_key(&m.from) => m,
-            Ok(_) | Err(_) => {
+            Ok(m) => {
+                // The writer waits for an answer this engine cannot send (it has no address for
+                // it): name the cause once, or the writer only sees its own timeout.
+                self.stats.control_refused += 1;
+                if !self.unknown_senders_warned.contains(&m.from)
+                    && self.unknown_senders_warned.len() < UNKNOWN_SENDERS_WARNED_MAX
+                {
+                    self.unknown_senders_warned.push(m.from);
+                    tracing::warn!(
+                        writer = ?m.from,
+                        "a device write over the network from an engine that is not a peer here was refused: add the \
+                         writer with add_peer on this engine too (the landing route answers it)"
+                    );
+                }
+                return;
+            }
+            Err(_) => {
                 self.stats.control_refused += 1;
                 return;
             }
