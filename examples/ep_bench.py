@@ -38,6 +38,36 @@ def routing(torch: Any, tokens: int, experts: int, topk: int, seed: int, device:
     return idx.to(torch.int64).to(device), weights.to(torch.float32).to(device)
 
 
+def routing_variants(torch: Any, x: Any, experts: int, topk: int, ranks: int, rank: int) -> dict[str, tuple[Any, Any, Any]]:
+    """Routings that stress the plan, each (x, topk_idx, topk_weights) for this rank: a skew where
+    expert 0 takes half the tokens; no token choosing the upper half of the experts (so those
+    experts, and with 2 ranks the last rank, receive nothing); a tenth of the slots masked (-1);
+    and rank 1 with no tokens at all."""
+    tokens, dev = x.shape[0], x.device
+    g = torch.Generator(device="cpu").manual_seed(7000 + rank)
+    scores = torch.rand(tokens, experts, generator=g)
+    skew = scores.clone()
+    skew[: tokens // 2, 0] = 2.0
+    low = scores.clone()
+    low[:, experts // 2 :] = -1.0
+    out = {}
+    for name, sc in (("skew", skew), ("upper experts empty", low), ("masked slots", scores)):
+        w, idx = sc.topk(min(topk, experts // 2), dim=1) if name == "upper experts empty" else sc.topk(topk, dim=1)
+        if idx.shape[1] < topk:  # fewer experts to choose from than k: pad with -1
+            pad = topk - idx.shape[1]
+            idx = torch.cat([idx, torch.full((tokens, pad), -1, dtype=idx.dtype)], 1)
+            w = torch.cat([w, torch.zeros(tokens, pad)], 1)
+        if name == "masked slots":
+            mask = torch.rand(tokens, topk, generator=g) < 0.1
+            idx = torch.where(mask, -1, idx)
+            w = torch.where(mask, 0.0, w)
+        out[name] = (x, idx.to(torch.int64).to(dev), w.to(torch.float32).to(dev))
+    empty = x[:0] if rank == 1 else x
+    idx, w = out["skew"][1][: empty.shape[0]], out["skew"][2][: empty.shape[0]]
+    out["rank 1 without tokens"] = (empty, idx, w)
+    return out
+
+
 class Naive:
     """What users fall back to: permute per destination, all_to_all_single over NCCL, and back."""
 
@@ -198,6 +228,22 @@ def main(argv: list[str] | None = None) -> int:
     n = int(worst.num_recv.item())
     checks["num_worst_tokens rows"] = n == ref_x.shape[0] and torch.equal(worst.x[:n], ref_x)
     checks["num_worst_tokens combine"] = torch.equal(buffer.combine(expert(torch, worst.x, rank), worst.handle), combined)
+    for name, (v_x, v_idx, v_w) in routing_variants(torch, x, E, K, ranks, rank).items():
+        v_got = buffer.dispatch(v_x, v_idx, v_w)
+        v_ref_x, v_ref_idx, v_ref_src, v_ctx = naive.dispatch(v_x, v_idx)
+        v_local, _ = planning.localize(v_ref_idx, torch.ones_like(v_ref_idx, dtype=torch.float32), rank, E // ranks)
+        v_comb = buffer.combine(expert(torch, v_got.x, rank), v_got.handle)
+        v_want = naive.combine(expert(torch, v_ref_x, rank), v_x.shape[0], v_ctx)
+        v_worst = buffer.dispatch(v_x, v_idx, v_w, num_worst_tokens=ranks * T)
+        v_n = int(v_worst.num_recv.item())
+        checks[f"routing '{name}': dispatch and combine"] = (
+            torch.equal(v_got.x, v_ref_x)
+            and torch.equal(v_got.topk_idx, v_local)
+            and torch.equal(v_got.src_index.to(torch.int64), v_ref_src)
+            and torch.allclose(v_comb.float(), v_want.float(), rtol=1e-2, atol=1e-2)
+            and v_n == v_ref_x.shape[0]
+            and torch.equal(v_worst.x[:v_n], v_ref_x)
+        )
     required = [name for name in checks if name != "combine bit for bit"]  # the issue asks bf16 tolerance
     failures.extend(f"rank {rank}: {name}" for name in required if not checks[name])
     recv_bytes = ref_x.numel() * ref_x.element_size()
@@ -277,6 +323,10 @@ def main(argv: list[str] | None = None) -> int:
             checks["DeepEP dispatch rows equal the reference"] = torch.equal(d_x, ref_x)
             d_comb, _, _ = db.combine(expert(torch, d_x, rank), d_handle, config=ccfg)
             add(f"DeepEP dispatch ({args.sms} SMs)", timed(torch, dist, lambda: db.dispatch(x, **kw), args.iters))
+            add(
+                f"DeepEP dispatch, num_worst_tokens ({args.sms} SMs)",
+                timed(torch, dist, lambda: db.dispatch(x, num_worst_tokens=ranks * T, **kw), args.iters),
+            )
             d_y = expert(torch, d_x, rank)
             add(f"DeepEP combine ({args.sms} SMs)", timed(torch, dist, lambda: db.combine(d_y, d_handle, config=ccfg), args.iters))
             checks["DeepEP combine matches ours"] = torch.allclose(d_comb.float(), combined.float(), rtol=1e-2, atol=1e-2)

@@ -108,21 +108,31 @@ def plan(matrix: torch.Tensor, in_rank: torch.Tensor, me: int, rows_max: int, ch
 
 
 def combine_chunk_puts(combine_puts: torch.Tensor, received: int, me: int, chunks: int) -> list[torch.Tensor]:
-    """What ep.cu's ep_combine_send puts for each of ``chunks`` chunks of the ``received`` rows
-    (rows ``[c*S, (c+1)*S)``, ``S = ceil(received / chunks)``): ``[R, 3]`` (rows, send-window row,
-    row at the peer) per chunk, the part of each other rank's range that falls in the chunk (0
-    rows: a signal alone). The kernel's reference for the CPU tests; it reads ``received`` on the
-    host, which the kernel does not."""
+    """What ep.cu's ep_combine_send puts for each of ``chunks`` chunks: ``[R, 3]`` (rows,
+    send-window row, row at the peer) per chunk, the part of each other rank's range that falls
+    in the chunk (0 rows: a signal alone). The chunks split the ``m`` received rows that go back to
+    other ranks (this rank's own range skipped) into ``ceil(m / chunks)``-row pieces in receive
+    order. The kernel's reference for the CPU tests; it reads ``received`` on the host, which the
+    kernel does not."""
     ranks = combine_puts.shape[0]
-    per = -(-received // chunks) if received else 1
+    own_first = min(int(combine_puts[me, 1]), received)
+    own_count = min(int(combine_puts[me, 0]), received - own_first)
+    m = received - own_count
+    per = -(-m // chunks) if m else 1
+
+    def row_of(j: int) -> int:
+        return j if j < own_first else j + own_count
+
     out = []
     for c in range(chunks):
-        lo, hi = min(c * per, received), min((c + 1) * per, received)
         rows = torch.zeros(ranks, 3, dtype=torch.int64)
-        for r, (count, first, to) in enumerate(combine_puts.tolist()):
-            a, b = max(lo, first), min(hi, first + count)
-            if r != me and b > a:
-                rows[r] = torch.tensor([b - a, a, to + a - first])
+        if c * per < m:
+            lo, hi = c * per, min((c + 1) * per, m)
+            first_row, end_row = row_of(lo), received if hi == m else row_of(hi)
+            for r, (count, first, to) in enumerate(combine_puts.tolist()):
+                a, b = max(first_row, first), min(end_row, first + count)
+                if r != me and b > a:
+                    rows[r] = torch.tensor([b - a, a, to + a - first])
         out.append(rows)
     return out
 

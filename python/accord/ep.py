@@ -256,12 +256,16 @@ class Buffer:
             ]
             self._side: Any = torch.cuda.Stream(self.device)  # type: ignore[no-untyped-call]
             self._state = torch.zeros(8, dtype=torch.int64, device=dev)
-            # Host copies of the plan's summary and the status word (see _to_host).
-            self._pinned = torch.zeros(2 + self.experts_per_rank + ranks, dtype=torch.int64, pin_memory=True)
+            # Where the plan kernels publish what an exact-size output needs on the host (see
+            # _published): [seq, status, values...], pinned and stored to by the GPU directly.
+            self._host = torch.zeros(3 + self.experts_per_rank, dtype=torch.int64, pin_memory=True)
+            self._host_view = self._host.numpy()
+            self._host_seq = 0
             self._status = torch.zeros(1, dtype=torch.int32, device=dev)
             # combine's rows copied a chunk (ep_combine_send resets each to 0 when its chunk is put).
             self._comb_done = torch.zeros(max(chunks, 1), dtype=torch.int32, device=dev)
             torch.cuda.synchronize(dev)
+            self._host_device = nvrtc.mapped_device_pointer(self._host.data_ptr())
             self._dc = accord.device.DeviceComm(comm, gpu=gpu, user_signals=8, stream_lane=lanes)
             for want, tensor in enumerate(self._windows):
                 got = self._dc.register_window(tensor)
@@ -352,28 +356,35 @@ class Buffer:
             u64(self._state.data_ptr()), u32(slot), u64(self._timeout_ns), *self._status_args(stage),
         )
 
-    def _to_host(self, values: torch.Tensor) -> torch.Tensor:
-        """`values` (int64, on the side stream) on the host, and the status word checked, without
-        a blocking CUDA call: an asynchronous copy into pinned memory and an event polled with
-        short sleeps, bounded by the buffer's timeout. A synchronous copy here (``.cpu()``) sat
-        in the driver while the wait kernel spun, and on the 2xH200 host the proxy's next copy
-        then waited for it: both ranks stalled until the wait timed out."""
-        n = values.numel()
-        with torch.cuda.stream(self._side):
-            self._pinned[:n].copy_(values, non_blocking=True)
-            self._pinned[n : n + 1].copy_(self._status.to(torch.int64), non_blocking=True)
-            done: Any = torch.cuda.Event()  # type: ignore[no-untyped-call]
-            done.record(self._side)
+    def _next_publication(self) -> tuple[Any, Any]:
+        """The (device address, sequence number) arguments under which the next plan kernel
+        publishes its summary to the host (see _published)."""
+        self._host_seq += 1
+        return u64(self._host_device), u64(self._host_seq)
+
+    def _published(self, count: int) -> list[int]:
+        """The `count` values the last plan kernel published, and the status word checked, read
+        from pinned memory the kernel stored into: no copy, event or blocking CUDA call. (A
+        synchronous ``.cpu()`` here sat in the driver while the wait kernel spun, and on the
+        2xH200 host the proxy's next copy then waited for it: both ranks stalled until the wait
+        timed out; an asynchronous copy and a polled event cost about 100 us more than this.)
+        Spins first, then sleeps briefly, bounded by the buffer's timeout."""
+        view, seq = self._host_view, self._host_seq
         deadline = time.monotonic() + self.timeout + 5.0
-        while not done.query():
-            if time.monotonic() > deadline:
-                raise EpError(
-                    f"accord.ep on rank {self.rank}: the GPU did not finish the count exchange within {self.timeout + 5:g} s"
-                )
-            time.sleep(20e-6)
-        if int(self._pinned[n]) != 0:
+        spins = 0
+        while int(view[0]) != seq:
+            spins += 1
+            if spins > 20_000:
+                if time.monotonic() > deadline:
+                    raise EpError(
+                        f"accord.ep on rank {self.rank}: the GPU did not finish the count exchange within {self.timeout + 5:g} s"
+                        f" (published sequence {int(view[0])}, waiting for {seq})"
+                    )
+                time.sleep(20e-6)
+        values = [int(v) for v in view[2 : 2 + count]]
+        if int(view[1]) != 0:
             self.check()
-        return self._pinned[:n].clone()
+        return values
 
     def _failure(self) -> str | None:
         """The recorded failure (reads the status word: a host synchronisation on it)."""
@@ -481,6 +492,8 @@ class Buffer:
             raise ValueError(f"{op}: topk_idx and topk_weights must be on {self.device}")
         if not 0 <= num_worst_tokens <= self._rows_max:
             raise ValueError(f"{op}: num_worst_tokens {num_worst_tokens} must be in 0..={self._rows_max}")
+        if num_worst_tokens == 0 and torch.cuda.is_current_stream_capturing():
+            raise ValueError(f"{op}: an exact-size dispatch reads the counts on the host; a CUDA graph capture needs num_worst_tokens")
         del num_tokens_per_rank, num_tokens_per_expert, is_token_in_rank  # see the doc above
         x = x.contiguous()
         topk_idx = topk_idx.to(torch.int64).contiguous()
@@ -524,16 +537,17 @@ class Buffer:
             "ep_plan", 1, 1024, u64(counts.data_ptr()), u32(ranks), u32(self.num_experts), u32(self.rank), u64(tokens),
             u64(within.data_ptr()), u64(rows.data_ptr()), u64(self._row_bytes),
             u64(self._meta_bytes), u64(puts[0].data_ptr()), u64(puts[1].data_ptr()), u64(puts[2].data_ptr()),
-            u64(summary.data_ptr()),
+            u64(summary.data_ptr()), *(self._next_publication() if num_worst_tokens == 0 else (u64(0), u64(0))),
+            u64(self._status.data_ptr()),
         )
 
         # 3. Output size: from the host (DeepEP's normal mode) or the caller's worst case.
         per_expert: list[int] | torch.Tensor
         if num_worst_tokens == 0:
-            host = self._to_host(summary)  # waits for the count exchange and the plan only
-            num_recv: int | None = int(host[0])
-            rows_out = int(host[0])
-            per_expert = host[1:].tolist()
+            host = self._published(1 + self.experts_per_rank)  # waits for the count exchange and the plan only
+            num_recv: int | None = host[0]
+            rows_out = host[0]
+            per_expert = host[1:]
         else:
             num_recv = None
             rows_out = num_worst_tokens
@@ -653,9 +667,10 @@ class Buffer:
         self._launch(
             "ep_a2av_plan", 1, 32, u64(counts.data_ptr()), u32(ranks), u32(counts.shape[1]), u32(self.rank),
             u64(self._row_bytes), u64(puts.data_ptr()), u64(summary.data_ptr()),
+            *(self._next_publication() if out_rows == 0 else (u64(0), u64(0))), u64(self._status.data_ptr()),
         )
         if out_rows == 0:
-            rows_out = int(self._to_host(summary[:1])[0])  # waits for the exchange and the plan only
+            rows_out = self._published(1)[0]  # waits for the exchange and the plan only
         else:
             rows_out = out_rows
         self._launch(

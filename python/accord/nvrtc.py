@@ -144,6 +144,14 @@ class Kernel:
         _ok(result, f"launching {self.name}")
 
 
+def mapped_device_pointer(host_pointer: int) -> int:
+    """The device address of pinned host memory (``torch.empty(..., pin_memory=True)``), for a
+    kernel to store into directly: with unified addressing it is usually the host address
+    itself, and the driver says so (``cuMemHostGetDevicePointer``)."""
+    driver, _ = _bindings()
+    return int(_ok(driver.cuMemHostGetDevicePointer(host_pointer, 0), "cuMemHostGetDevicePointer"))
+
+
 class KernelModule:
     """A CUDA source (by default the file `file_name` under ``accord/kernels/``) compiled for, and
     loaded on, GPU `ordinal` of compute capability `capability`."""

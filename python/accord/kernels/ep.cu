@@ -203,37 +203,44 @@ __device__ void put_combine_chunk(const CombinePuts& p, u32 ranks, u64 row_bytes
 
 // combine's sending side: received row i of `x` (the experts' output, rows in the receive
 // order) to row i of the send window `send`, for the rows of other ranks (this rank's own are
-// summed straight from `x`), for i < min(*n_rows, n_max). With chunks, rows [c * S, (c + 1) * S)
-// (S = ceil(n / chunks)) are put as soon as they are copied, so the copy engines move a chunk
-// while later ones are still being copied; a warp a row, in rounds over the rows.
+// summed straight from `x`), for i < min(*n_rows, n_max). The warps walk only the other ranks'
+// rows, in rounds in receive order, so with chunks the rows [c * S, (c + 1) * S) of that walk
+// (S = ceil(m / chunks), m rows to send) are copied early for small c and put as soon as they are
+// copied: the copy engines move a chunk while later ones are still being copied.
 extern "C" __global__ void __launch_bounds__(1024) ep_combine_send(const unsigned char* x, u64 row_bytes, const i64* n_rows,
                                                                    u64 n_max, u32 ranks, unsigned char* send,
                                                                    CombinePuts p) {
   const i64 given = *n_rows;
   const u64 n = given < 0 ? 0 : (u64(given) < n_max ? u64(given) : n_max);
-  const u64 per = p.chunks > 0 && n > 0 ? (n + p.chunks - 1) / p.chunks : 1;
+  // This rank's own rows [own_first, own_end) are not sent; the walk skips them.
+  const u64 own_first_raw = u64(p.segments[3 * p.me + 1]) / row_bytes;
+  const u64 own_first = own_first_raw < n ? own_first_raw : n;
+  const u64 own_count_raw = u64(p.segments[3 * p.me]) / row_bytes;
+  const u64 own_count = own_count_raw < n - own_first ? own_count_raw : n - own_first;
+  const u64 m = n - own_count;
+  const u64 per = p.chunks > 0 && m > 0 ? (m + p.chunks - 1) / p.chunks : 1;
   const u32 lane = threadIdx.x & 31u;
+  // Walk position j -> received row i.
+  auto row_of = [&](u64 j) { return j < own_first ? j : j + own_count; };
   if (p.chunks > 0 && blockIdx.x == 0 && threadIdx.x == 0) {
     for (u32 c = 0; c < p.chunks; ++c) {
-      if (u64(c) * per >= n) put_combine_chunk(p, ranks, row_bytes, n, n);
+      if (u64(c) * per >= m) put_combine_chunk(p, ranks, row_bytes, n, n);
     }
   }
-  const u64 own_first = u64(p.segments[3 * p.me + 1]) / row_bytes;
-  const u64 own_end = own_first + u64(p.segments[3 * p.me]) / row_bytes;
-  for (u64 i = global_warp(); i < n; i += warp_count()) {
-    if (i < own_first || i >= own_end) {
-      warp_copy_fanout(x + i * row_bytes, row_bytes, lane == 0 ? send + i * row_bytes : nullptr, 1);
-    }
+  for (u64 j = global_warp(); j < m; j += warp_count()) {
+    const u64 i = row_of(j);
+    warp_copy_fanout(x + i * row_bytes, row_bytes, lane == 0 ? send + i * row_bytes : nullptr, 1);
     if (p.chunks > 0) {
       __threadfence_system();
       __syncwarp();
       if (lane == 0) {
-        const u64 c = i / per;
+        const u64 c = j / per;
         const u64 lo = c * per;
-        const u64 hi = lo + per < n ? lo + per : n;
+        const u64 hi = lo + per < m ? lo + per : m;
         if (u64(atomicAdd(p.done + c, 1u)) + 1 == hi - lo) {
           p.done[c] = 0;  // every row of the chunk counted: ready for the next call
-          put_combine_chunk(p, ranks, row_bytes, lo, hi);
+          // The walk's [lo, hi) in received rows: own rows inside it are skipped by the puts.
+          put_combine_chunk(p, ranks, row_bytes, row_of(lo), hi == m ? n : row_of(hi));
         }
       }
     }
@@ -241,6 +248,18 @@ extern "C" __global__ void __launch_bounds__(1024) ep_combine_send(const unsigne
 }
 
 // ---- The plan, on the GPU ----------------------------------------------------------------
+
+// Publishes `count` values to pinned host memory the host polls (an exact-size output needs the
+// number of rows on the host): host[2..] the values, host[1] the status word so far, then, after a
+// system fence, host[0] = seq, which the host waits for. One thread. No copy, event or host
+// synchronisation: the host sees the values as soon as the kernel stored them.
+__device__ void publish_to_host(i64* host, u64 seq, const i64* values, u32 count, const int* status) {
+  if (host == nullptr) return;
+  for (u32 i = 0; i < count; ++i) host[2 + i] = values[i];
+  host[1] = i64(*reinterpret_cast<const volatile int*>(status));
+  __threadfence_system();
+  *reinterpret_cast<volatile i64*>(host) = i64(seq);
+}
 
 // Block-wide exclusive scan of one value a thread (blockDim.x a multiple of 32, at most 1024);
 // `*total` gets the block's sum. Every thread of the block must call it.
@@ -352,10 +371,11 @@ extern "C" __global__ void __launch_bounds__(1024) ep_layout_scan(const u32* mas
 //                  Combine's answers land at the same rows: the send layout in combine's receive
 //                  window for r != me, the receive order of combine's input for r == me;
 //   puts_x, puts_meta, comb_puts [ranks][3]: (bytes, source offset, destination offset);
-//   summary        [rows received, then per local expert the tokens received].
+//   summary        [rows received, then per local expert the tokens received], also published
+//                  to `host` (pinned memory the host polls; null: not needed) under `seq`.
 extern "C" __global__ void __launch_bounds__(1024) ep_plan(const i64* matrix, u32 ranks, u32 experts, u32 me, u64 tokens, const i64* within,
                                    i64* rows, u64 row_bytes, u64 meta_bytes, i64* puts_x, i64* puts_meta,
-                                   i64* comb_puts, i64* summary) {
+                                   i64* comb_puts, i64* summary, i64* host, u64 seq, const int* status) {
   __shared__ i64 send_me[64], recv_me[64], recv_col[64], send_col[64], from[64];
   const u64 width = u64(ranks) + experts;
   if (threadIdx.x == 0) {
@@ -399,6 +419,8 @@ extern "C" __global__ void __launch_bounds__(1024) ep_plan(const i64* matrix, u3
     for (u32 s = 0; s < ranks; ++s) sum += matrix[u64(s) * width + ranks + u64(me) * per_rank + e];
     summary[1 + e] = sum;
   }
+  __syncthreads();
+  if (threadIdx.x == 0) publish_to_host(host, seq, summary, 1 + per_rank, status);
 }
 
 // The received metadata rows as DeepEP gives them: expert ids local to this rank (-1 for
@@ -563,7 +585,7 @@ extern "C" __global__ void __launch_bounds__(1024) ep_reduce_f32(float* out, u64
 // segment of this rank to each rank r as (bytes, offset in the input, offset at r's receive
 // window), r == me included (the local copy), and [rows received, rows from each rank].
 extern "C" __global__ void ep_a2av_plan(const i64* matrix, u32 ranks, u32 width, u32 me, u64 row_bytes, i64* puts,
-                                        i64* summary) {
+                                        i64* summary, i64* host, u64 seq, const int* status) {
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
   i64 send = 0, total = 0;
   for (u32 r = 0; r < ranks; ++r) {
@@ -579,6 +601,7 @@ extern "C" __global__ void ep_a2av_plan(const i64* matrix, u32 ranks, u32 width,
     total += from;
   }
   summary[0] = total;
+  publish_to_host(host, seq, summary, 1, status);
 }
 
 // Copies args[0] bytes from src + args[1] to dst + args[2] (args on the GPU), 16 bytes a thread
