@@ -105,6 +105,48 @@ class Naive:
         return out.to(y.dtype)
 
 
+def low_latency_round(
+    torch: Any, dist: Any, ll: Any, x: Any, topk_idx: Any, topk_w: Any, rank: int, ranks: int, experts: int
+) -> tuple[dict[str, bool], Any, Any]:
+    """One checked low-latency dispatch and combine: every (token, expert) row each local expert
+    received, against all ranks' inputs gathered here (as a set per expert and source: slots are
+    claimed in no particular order), bit for bit; combine against the weighted sum of the
+    stand-in experts' outputs in fp32. Returns the checks and the dispatch's result."""
+    tokens, k = topk_idx.shape
+    local = experts // ranks
+    xs = [torch.empty_like(x) for _ in range(ranks)]
+    idxs = [torch.empty_like(topk_idx) for _ in range(ranks)]
+    dist.all_gather(xs, x)
+    dist.all_gather(idxs, topk_idx)
+    got = ll.low_latency_dispatch(x, topk_idx)
+    x_all, idx_all = torch.stack(xs), torch.stack(idxs)  # [R, T, H], [R, T, k]
+    counts, layout = got.recv_count.tolist(), got.handle.layout.tolist()
+    rows_ok = True
+    for lo in range(local):
+        e = rank * local + lo
+        n = counts[lo]
+        want = int((idx_all == e).sum())
+        offsets = [v >> 32 for v in layout[lo]] + [n]
+        sources = torch.cat([torch.full((offsets[s + 1] - offsets[s],), s, dtype=torch.int64) for s in range(ranks)]).to(x.device)
+        tj = got.handle.src_info[lo, :n].to(torch.int64)
+        t, j = tj // k, tj % k
+        keys = sources * tokens * k + tj
+        rows_ok = rows_ok and n == want and keys.unique().numel() == n
+        if n:
+            rows_ok = rows_ok and bool((idx_all[sources, t, j] == e).all()) and torch.equal(got.x[lo, :n], x_all[sources, t])
+    # The experts: rank r's scale their rows by r + 1 (exact in bf16).
+    y = expert(torch, got.x, rank)
+    out = ll.low_latency_combine(y, topk_idx, topk_w, got.handle)
+    per_rank = torch.where(topk_idx >= 0, topk_idx // local + 1, 0).to(torch.float32)  # the expert's rank + 1, or 0
+    scaled = (x.unsqueeze(1).to(torch.float32) * per_rank.unsqueeze(2)).to(x.dtype).to(torch.float32)  # [T, k, H]
+    want_out = (scaled * topk_w.unsqueeze(2)).sum(1)
+    checks = {
+        "low-latency dispatch rows bit for bit": rows_ok,
+        "low-latency combine within bf16 tolerance": torch.allclose(out.float(), want_out, rtol=1e-2, atol=1e-2),
+    }
+    return checks, got, out
+
+
 def timed(torch: Any, dist: Any, fn: Callable[[], Any], iters: int, warmup: int = 3) -> float:
     """Seconds per call: warm-up, a barrier, then `iters` calls between CUDA events."""
     for _ in range(warmup):
@@ -171,9 +213,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=60.0, help="accord.ep's bound on every wait (s)")
     p.add_argument("--wait", choices=["auto", "gpu", "host"], default="auto", help="accord.ep's waits: a kernel, or the host")
     p.add_argument("--lanes", choices=["on", "off"], default="on", help="the proxy's stream lanes (off: engine writes)")
-    p.add_argument("--chunks", type=int, default=8, help="accord.ep puts a segment in this many chunks as it packs (0: one put after)")
+    p.add_argument("--chunks", type=int, default=4, help="accord.ep puts a segment in this many chunks as it packs (0: one put after)")
     p.add_argument("--profile", action="store_true", help="print torch.profiler tables of dispatch and combine (rank 0)")
     p.add_argument("--trace-dir", default="", help="with --profile: write each rank's Chrome trace here")
+    p.add_argument("--low-latency", action="store_true", help="also check and time low_latency_dispatch/combine (a second buffer)")
     p.add_argument("--label", default="", help="printed with the table (e.g. the route)")
     args = p.parse_args(argv)
     try:
@@ -362,6 +405,59 @@ def main(argv: list[str] | None = None) -> int:
                 failures.append(f"rank {rank}: graph replay {replay} with new routing differs from the reference")
         add("accord.ep dispatch+combine, CUDA graph replay", timed(torch, dist, graph.replay, args.iters))
 
+    if args.low_latency:
+        ll = accord.ep.Buffer(
+            dist.group.WORLD, hidden=H, num_experts=E, num_topk=K, max_tokens_per_rank=T, sms=args.sms,
+            timeout=args.timeout, wait=args.wait, lanes=args.lanes == "on", low_latency=True,
+        )
+        ll_checks, ll_got, _ = low_latency_round(torch, dist, ll, x, topk_idx, topk_w, rank, ranks, E)
+        for name, (v_x, v_idx, v_w) in routing_variants(torch, x, E, K, ranks, rank).items():
+            if v_x.shape[0] == T:  # the same routing shapes (the empty-rank variant needs all ranks in step)
+                v_checks, _, _ = low_latency_round(torch, dist, ll, v_x, v_idx, v_w, rank, ranks, E)
+                ll_checks[f"low-latency routing '{name}'"] = all(v_checks.values())
+        checks.update(ll_checks)
+        failures.extend(f"rank {rank}: {name}" for name, ok in ll_checks.items() if not ok)
+        ll_y = expert(torch, ll_got.x, rank)
+        add("accord.ep low-latency dispatch", timed(torch, dist, lambda: ll.low_latency_dispatch(x, topk_idx), args.iters))
+        add(
+            "accord.ep low-latency combine",
+            timed(torch, dist, lambda: ll.low_latency_combine(ll_y, topk_idx, topk_w, ll_got.handle), args.iters),
+        )
+        if not ll.waits_on_host:
+            static_idx, static_w = topk_idx.clone(), topk_w.clone()
+            side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    ll_warm = ll.low_latency_dispatch(x, static_idx)
+                    ll.low_latency_combine(expert(torch, ll_warm.x, rank), static_idx, static_w, ll_warm.handle)
+            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.synchronize()
+            dist.barrier()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                ll_d = ll.low_latency_dispatch(x, static_idx)
+                ll_out = ll.low_latency_combine(expert(torch, ll_d.x, rank), static_idx, static_w, ll_d.handle)
+            torch.cuda.synchronize()
+            dist.barrier()
+            replay_ok = True
+            for replay in range(3):
+                new_idx, new_w = routing(torch, T, E, K, seed=20_000 * (replay + 1) + rank, device=dev)
+                static_idx.copy_(new_idx)
+                static_w.copy_(new_w)
+                graph.replay()
+                torch.cuda.synchronize()
+                local = E // ranks
+                per_rank = (new_idx // local + 1).to(torch.float32)
+                scaled = (x.unsqueeze(1).to(torch.float32) * per_rank.unsqueeze(2)).to(x.dtype).to(torch.float32)
+                want = (scaled * new_w.unsqueeze(2)).sum(1)
+                replay_ok = replay_ok and torch.allclose(ll_out.float(), want, rtol=1e-2, atol=1e-2)
+            checks["low-latency graph replays with new routing"] = replay_ok
+            if not replay_ok:
+                failures.append(f"rank {rank}: low-latency graph replay with new routing differs from the reference")
+            add("accord.ep low-latency dispatch+combine, CUDA graph replay", timed(torch, dist, graph.replay, args.iters))
+        ll.check()
+        ll.close()
     buffer.check()
     stats = buffer._dc.stats()
     buffer.close()

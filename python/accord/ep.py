@@ -54,7 +54,10 @@ from accord import nvrtc
 from accord.nvrtc import i32, u32, u64
 from accord._torchrun import StoreAdapter
 
-__all__ = ["Buffer", "Dispatched", "EpError", "Handle", "get_dispatch_layout", "waits_on_host"]
+__all__ = [
+    "Buffer", "Dispatched", "EpError", "Handle", "LowLatencyDispatched", "LowLatencyHandle", "get_dispatch_layout",
+    "waits_on_host",
+]
 
 get_dispatch_layout = planning.dispatch_layout
 
@@ -64,11 +67,17 @@ W_RECV_X, W_SEND_X, W_RECV_META, W_SEND_META, W_COUNTS, W_COMB_SEND, W_COMB_RECV
 SIG_COUNTS, SIG_DATA, SIG_COMB, SIG_COMB_FREE, SIG_A2AV = range(5)
 # GPU-resident epochs of the waits (ep.cu's ep_wait `slot`).
 SLOT_COUNTS, SLOT_DATA, SLOT_COMB_FREE, SLOT_COMB, SLOT_A2AV = range(5)
+# Low-latency mode (Buffer(low_latency=True)): its windows after the seven above, its signals
+# (all raised by direct stores) and its wait epochs.
+W_LL_RECV, W_LL_SRC, W_LL_COUNTS, W_LL_COMB = range(7, 11)
+SIG_LL_DISPATCH, SIG_LL_COMBINE, SIG_LL_RECV_FREE, SIG_LL_COMB_FREE = range(5, 9)
+SLOT_LL_DISPATCH, SLOT_LL_COMBINE, SLOT_LL_RECV_FREE, SLOT_LL_COMB_FREE = range(5, 9)
 # The kernels of accord/kernels/ep.cu a buffer launches.
 KERNELS = (
     "ep_layout_tokens", "ep_layout_scan", "ep_plan", "ep_pack_tokens", "ep_unpack_meta", "ep_combine_send",
     "ep_put_segments", "ep_signal_peers", "ep_wait", "ep_reduce_bf16", "ep_reduce_f32", "ep_a2av_plan",
-    "ep_copy_segment",
+    "ep_copy_segment", "ep_ll_probe", "ep_ll_dispatch", "ep_ll_unpack", "ep_ll_combine_send", "ep_ll_reduce_bf16",
+    "ep_ll_signal",
 )
 # Tokens a block of ep.cu's ep_layout_tokens (its EP_LAYOUT_THREADS).
 LAYOUT_THREADS = 256
@@ -80,6 +89,11 @@ STAGES = {
     4: "combine data",
     5: "layout (an expert id out of range)",
     6: "all_to_all_v data",
+    7: "low-latency dispatch",
+    8: "low-latency combine",
+    9: "low-latency dispatch data",
+    10: "low-latency combine data",
+    11: "low-latency (peers' previous call)",
 }
 STATUS_NAMES = {1: "timed out", 2: "proxy error", 3: "bad argument", 4: "not direct"}
 
@@ -121,6 +135,27 @@ class _CombinePuts(ctypes.Structure):
     ]
 
 
+class _LowLatency(ctypes.Structure):
+    """ep.cu's LowLatency, passed by value to the low-latency kernels (natural alignment on both sides)."""
+
+    _fields_ = [
+        ("table", ctypes.c_uint64),
+        ("me", ctypes.c_uint32),
+        ("ranks", ctypes.c_uint32),
+        ("experts", ctypes.c_uint32),
+        ("k", ctypes.c_uint32),
+        ("max_tokens", ctypes.c_uint64),
+        ("row_bytes", ctypes.c_uint64),
+        ("recv_window", ctypes.c_uint32),
+        ("src_window", ctypes.c_uint32),
+        ("count_window", ctypes.c_uint32),
+        ("comb_window", ctypes.c_uint32),
+        ("sig", ctypes.c_uint32),
+        ("blocks_done", ctypes.c_uint64),
+        ("status", ctypes.c_uint64),
+    ]
+
+
 class EpError(accord.AccordError):
     """A dispatch or combine failed: a peer did not answer in time, or the proxy refused a put.
     The message names the stage and the rank; the buffer is unusable afterwards."""
@@ -134,6 +169,23 @@ class Handle(NamedTuple):
     recv_total: torch.Tensor  # [1] int64: rows received
     num_tokens: int
     num_recv: int | None  # rows received, when known on the host
+
+
+class LowLatencyHandle(NamedTuple):
+    """What ``low_latency_combine`` needs from the ``low_latency_dispatch`` it answers."""
+
+    src_info: torch.Tensor  # [E/R, R * M] int32: each packed row's (token * k + slot) at its source
+    layout: torch.Tensor  # [E/R, R] int64: per local expert and source rank, (offset << 32) | count
+    recv_count: torch.Tensor  # [E/R] int32: rows each local expert received
+    num_tokens: int
+
+
+class LowLatencyDispatched(NamedTuple):
+    """The result of ``low_latency_dispatch`` (DeepEP's low-latency layout)."""
+
+    x: torch.Tensor  # [E/R, R * M, hidden]: each local expert's rows, source rank by source rank; the first recv_count[e] valid
+    recv_count: torch.Tensor  # [E/R] int32 on the GPU
+    handle: LowLatencyHandle
 
 
 class Dispatched(NamedTuple):
@@ -196,7 +248,8 @@ class Buffer:
         gpu: int | None = None,
         wait: str = "auto",
         lanes: bool = True,
-        chunks: int = 8,
+        chunks: int = 4,
+        low_latency: bool = False,
     ) -> None:
         if dtype not in (torch.bfloat16, torch.float32):
             raise ValueError(f"accord.ep.Buffer: dtype {dtype} is not supported: give torch.bfloat16 or torch.float32")
@@ -207,6 +260,8 @@ class Buffer:
             raise ValueError(f"accord.ep.Buffer: chunks {chunks}: give 0 (one put a peer after packing) to 64")
         if max_tokens_per_rank <= 0 or sms <= 0 or not math.isfinite(timeout) or timeout <= 0:
             raise ValueError("accord.ep.Buffer: max_tokens_per_rank, sms and timeout must be positive")
+        if low_latency and dtype != torch.bfloat16:
+            raise ValueError("accord.ep.Buffer: low_latency mode moves bfloat16 rows; give dtype=torch.bfloat16")
         if wait not in ("auto", "gpu", "host"):
             raise ValueError(f"accord.ep.Buffer: wait {wait!r}: give 'auto', 'gpu' (a one-thread kernel waits) or 'host'")
 
@@ -238,7 +293,7 @@ class Buffer:
         self._timeout_ns = int(timeout * 1e9)
         self._failed: str | None = None
         self._host_wait = True  # the priming exchange waits on the host; `wait` applies after it
-        self._host_epochs = [0] * 8
+        self._host_epochs = [0] * 16
 
         with torch.cuda.device(self.device):
             module = nvrtc.KernelModule("ep.cu", gpu, torch.cuda.get_device_capability(gpu))
@@ -254,8 +309,21 @@ class Buffer:
                 torch.zeros(rows, hidden, dtype=dtype, device=dev),  # W_COMB_SEND
                 torch.zeros(rows, hidden, dtype=dtype, device=dev),  # W_COMB_RECV
             ]
+            self.low_latency = low_latency
+            if low_latency:
+                # Each local expert's receive buffer: max_tokens_per_rank rows from every rank;
+                # combine's buffer: a row per (token, slot) of this rank's own tokens.
+                cells = self.experts_per_rank * ranks * max_tokens_per_rank
+                self._windows += [
+                    torch.zeros(cells, hidden, dtype=dtype, device=dev),  # W_LL_RECV
+                    torch.zeros(cells, dtype=torch.int32, device=dev),  # W_LL_SRC
+                    torch.zeros(self.experts_per_rank * ranks, dtype=torch.int64, device=dev),  # W_LL_COUNTS
+                    torch.zeros(max_tokens_per_rank * num_topk, hidden, dtype=dtype, device=dev),  # W_LL_COMB
+                ]
+                self._ll_counts = torch.zeros(num_experts, dtype=torch.int32, device=dev)
+                self._ll_blocks = torch.zeros(2, dtype=torch.int32, device=dev)
             self._side: Any = torch.cuda.Stream(self.device)  # type: ignore[no-untyped-call]
-            self._state = torch.zeros(8, dtype=torch.int64, device=dev)
+            self._state = torch.zeros(16, dtype=torch.int64, device=dev)
             # Where the plan kernels publish what an exact-size output needs on the host (see
             # _published): [seq, status, values...], pinned and stored to by the GPU directly.
             self._host = torch.zeros(3 + self.experts_per_rank, dtype=torch.int64, pin_memory=True)
@@ -266,7 +334,7 @@ class Buffer:
             self._comb_done = torch.zeros(max(chunks, 1), dtype=torch.int32, device=dev)
             torch.cuda.synchronize(dev)
             self._host_device = nvrtc.mapped_device_pointer(self._host.data_ptr())
-            self._dc = accord.device.DeviceComm(comm, gpu=gpu, user_signals=8, stream_lane=lanes)
+            self._dc = accord.device.DeviceComm(comm, gpu=gpu, user_signals=12, stream_lane=lanes)
             for want, tensor in enumerate(self._windows):
                 got = self._dc.register_window(tensor)
                 if got != want:
@@ -286,6 +354,8 @@ class Buffer:
             width = (ranks + num_experts) * 8
             self._exchange = as_tensor([[width, self.rank * width, self.rank * width]] * ranks)
             self._prime_routes()
+            if low_latency:
+                self._probe_direct()
         self._host_wait = self._host_waits(wait)
 
     # ---- plumbing ------------------------------------------------------------------------
@@ -682,6 +752,116 @@ class Buffer:
         self._leave()
         out = self._windows[W_RECV_X][:rows_out]
         return (out if zero_copy else out.clone()), summary[1:]
+
+    # ---- low-latency mode ------------------------------------------------------------------
+
+    def _probe_direct(self) -> None:
+        """Refuses low-latency mode unless every peer's windows and signal slots are mapped here:
+        its kernels store tokens straight into peers' GPU memory (one host, CUDA IPC)."""
+        probe = torch.zeros(self.num_ranks, dtype=torch.int32, device=self.device)
+        self._launch("ep_ll_probe", 1, 32, self._table, u32(self.num_ranks), u32(W_LL_RECV), u64(probe.data_ptr()))
+        self._side.synchronize()
+        unreachable = [r for r, ok in enumerate(probe.tolist()) if not ok]
+        if unreachable:
+            raise EpError(
+                f"accord.ep.Buffer on rank {self.rank}: low_latency mode stores tokens directly into peers' GPU memory, and "
+                f"rank(s) {unreachable} cannot be reached so (another host, or CUDA IPC off): use dispatch and combine there"
+            )
+
+    def _ll(self, sig: int, blocks: int) -> _LowLatency:
+        return _LowLatency(
+            self._table.value, self.rank, self.num_ranks, self.num_experts, self.num_topk, self.max_tokens_per_rank,
+            self._row_bytes, W_LL_RECV, W_LL_SRC, W_LL_COUNTS, W_LL_COMB, sig,
+            self._ll_blocks[blocks:].data_ptr(), self._status.data_ptr(),
+        )
+
+    def _ll_signal(self, window: int, sig: int) -> None:
+        self._launch(
+            "ep_ll_signal", 1, 32, self._table, u32(self.rank), u32(self.num_ranks), u32(window), u32(sig),
+            *self._status_args(11),
+        )
+
+    def low_latency_dispatch(self, x: torch.Tensor, topk_idx: torch.Tensor) -> LowLatencyDispatched:
+        """DeepEP's low-latency dispatch, for decode-sized batches (``Buffer(low_latency=True)``):
+        each (token, expert) row goes by a direct store of the warp that reads it into that
+        expert's fixed receive buffer at its rank, one kernel and one signal a rank; no host
+        synchronisation, so CUDA graphs capture it and replay it with new routing. ``x``
+        ``[T <= max_tokens_per_rank, hidden]`` bf16, ``topk_idx`` ``[T, k]`` global expert ids
+        (``-1``: none; a token names an expert at most once). Returns each local expert's rows
+        ``[E/R, R * max_tokens_per_rank, hidden]``, source rank by source rank (within one source
+        in no particular order; ``handle.src_info`` names each row's token), and their counts."""
+        op = "accord.ep.Buffer.low_latency_dispatch"
+        self._usable(op)
+        if not self.low_latency:
+            raise EpError(f"{op}: create the Buffer with low_latency=True")
+        self._check_inputs(op, x, self.max_tokens_per_rank)
+        tokens = x.shape[0]
+        if topk_idx.shape != (tokens, self.num_topk) or topk_idx.device != self.device:
+            raise ValueError(f"{op}: topk_idx must be [{tokens}, {self.num_topk}] on {self.device}")
+        x = x.contiguous()
+        topk_idx = topk_idx.to(torch.int64).contiguous()
+        local, ranks, m, dev = self.experts_per_rank, self.num_ranks, self.max_tokens_per_rank, self.device
+        self._enter()
+        # Peers must have unpacked the previous dispatch before their receive buffers are reused.
+        self._wait(SIG_LL_RECV_FREE, 1, 1, SLOT_LL_RECV_FREE, 11)
+        self._launch(
+            "ep_ll_dispatch", self.sms, 1024, u64(x.data_ptr()), u64(topk_idx.data_ptr()), u64(tokens),
+            u64(self._ll_counts.data_ptr()), self._ll(SIG_LL_DISPATCH, 0),
+        )
+        self._wait(SIG_LL_DISPATCH, 1, 0, SLOT_LL_DISPATCH, 9)
+        out = torch.empty(local, ranks * m, self.hidden, dtype=self.dtype, device=dev)
+        src_info = torch.empty(local, ranks * m, dtype=torch.int32, device=dev)
+        layout = torch.empty(local, ranks, dtype=torch.int64, device=dev)
+        count = torch.empty(local, dtype=torch.int32, device=dev)
+        self._launch(
+            "ep_ll_unpack", min(local, self.sms), 1024, u64(self._windows[W_LL_RECV].data_ptr()),
+            u64(self._windows[W_LL_SRC].data_ptr()), u64(self._windows[W_LL_COUNTS].data_ptr()), u32(local), u32(ranks),
+            u64(m), u64(self._row_bytes), u64(out.data_ptr()), u64(src_info.data_ptr()), u64(layout.data_ptr()),
+            u64(count.data_ptr()),
+        )
+        self._ll_signal(W_LL_RECV, SIG_LL_RECV_FREE)
+        self._leave()
+        return LowLatencyDispatched(out, count, LowLatencyHandle(src_info, layout, count, tokens))
+
+    def low_latency_combine(
+        self, x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor, handle: LowLatencyHandle
+    ) -> torch.Tensor:
+        """DeepEP's low-latency combine: each expert's output row (``x`` in the layout
+        ``low_latency_dispatch`` returned) goes back to its token's rank by direct stores, and
+        each token gets ``sum_j topk_weights[t, j] * out(expert topk_idx[t, j])`` (fp32 sums), ``[T,
+        hidden]``. ``topk_idx`` and ``topk_weights`` are the dispatch's."""
+        op = "accord.ep.Buffer.low_latency_combine"
+        self._usable(op)
+        if not self.low_latency:
+            raise EpError(f"{op}: create the Buffer with low_latency=True")
+        if not isinstance(handle, LowLatencyHandle):
+            raise ValueError(f"{op}: handle must be the handle of a low_latency_dispatch on this buffer")
+        local, ranks, m, tokens = self.experts_per_rank, self.num_ranks, self.max_tokens_per_rank, handle.num_tokens
+        if x.shape != (local, ranks * m, self.hidden) or x.dtype != self.dtype or x.device != self.device:
+            raise ValueError(f"{op}: x must be [{local}, {ranks * m}, {self.hidden}] {self.dtype} on {self.device}")
+        for name, t in (("topk_idx", topk_idx), ("topk_weights", topk_weights)):
+            if t.shape != (tokens, self.num_topk) or t.device != self.device:
+                raise ValueError(f"{op}: {name} must be [{tokens}, {self.num_topk}] on {self.device}")
+        x = x.contiguous()
+        topk_idx = topk_idx.to(torch.int64).contiguous()
+        topk_weights = topk_weights.to(torch.float32).contiguous()
+        self._enter()
+        # Peers must have summed the previous combine before their combine buffers are reused.
+        self._wait(SIG_LL_COMB_FREE, 1, 1, SLOT_LL_COMB_FREE, 11)
+        self._launch(
+            "ep_ll_combine_send", self.sms, 1024, u64(x.data_ptr()), u64(handle.src_info.data_ptr()),
+            u64(handle.layout.data_ptr()), u64(handle.recv_count.data_ptr()), u32(local), self._ll(SIG_LL_COMBINE, 1),
+        )
+        self._wait(SIG_LL_COMBINE, 1, 0, SLOT_LL_COMBINE, 10)
+        out = torch.empty(tokens, self.hidden, dtype=self.dtype, device=self.device)
+        if tokens > 0:
+            self._launch(
+                "ep_ll_reduce_bf16", self.sms, 1024, u64(out.data_ptr()), u64(self._windows[W_LL_COMB].data_ptr()),
+                u64(topk_idx.data_ptr()), u64(topk_weights.data_ptr()), u64(tokens), u32(self.num_topk), u64(self.hidden),
+            )
+        self._ll_signal(W_LL_COMB, SIG_LL_COMB_FREE)
+        self._leave()
+        return out
 
     def close(self) -> None:
         """Collective: waits for this rank's GPU work, checks for failures, stops the proxies and

@@ -53,28 +53,6 @@ def _bindings() -> tuple[Any, Any]:
     return driver, nvrtc
 
 
-_LAUNCH_ARGTYPES = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
-_raw_launch: Any = None
-
-
-def _driver_launch() -> Any:
-    """The driver's ``cuLaunchKernel`` called through ctypes, or None where libcuda cannot be
-    loaded so. Why: a launch through cuda.bindings' wrapper cost tens of microseconds of Python
-    a call, and accord.ep's dispatch makes about ten (its host time per call was 263 us on the
-    2xH200 host, examples/ep_bench.py --profile); a ctypes call of the same function is a few."""
-    global _raw_launch
-    with _lock:
-        if _raw_launch is None:
-            try:
-                launch = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
-                launch.restype = ctypes.c_int
-                launch.argtypes = _LAUNCH_ARGTYPES
-                _raw_launch = launch
-            except (OSError, AttributeError):
-                _raw_launch = False
-    return _raw_launch or None
-
-
 def _ok(result: Any, what: str) -> Any:
     """The values of a cuda.bindings call (a tuple whose first item is the status)."""
     status, *values = result if isinstance(result, tuple) else (result,)
@@ -125,18 +103,11 @@ class Kernel:
         self._function = function
         self._driver, _ = _bindings()
         self._streams: dict[int, Any] = {}  # the driver's stream objects, made once per handle
-        self._raw = _driver_launch()
-        self._raw_function = int(function) if self._raw is not None else 0
 
     def launch(self, grid: int, block: int, stream: int, *args: Any) -> None:
         """Launches on the CUDA stream whose handle is `stream` (``torch.cuda.current_stream().cuda_stream``);
         each argument a ctypes value or structure laid out as the kernel's parameter."""
         params = (ctypes.c_void_p * len(args))(*[ctypes.addressof(a) for a in args])
-        if self._raw is not None:
-            status = self._raw(self._raw_function, grid, 1, 1, block, 1, 1, 0, stream, params, None)
-            if status != 0:
-                raise KernelError(f"launching {self.name} failed: {self._driver.CUresult(status)!r}")
-            return
         handle = self._streams.get(stream)
         if handle is None:
             handle = self._streams[stream] = self._driver.CUstream(stream)

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 torch = pytest.importorskip("torch")
 
 import accord.ep  # noqa: E402
+import accord.nvrtc  # noqa: E402
 from accord import _ep_plan as planning  # noqa: E402
 
 
@@ -204,6 +205,8 @@ def test_buffer_refuses_bad_arguments_before_touching_a_gpu() -> None:
         accord.ep.Buffer(hidden=8, num_experts=4, num_topk=2, max_tokens_per_rank=4, dtype=torch.int32)
     with pytest.raises(ValueError, match="hidden"):
         accord.ep.Buffer(hidden=0, num_experts=4, num_topk=2, max_tokens_per_rank=4)
+    with pytest.raises(ValueError, match="low_latency"):
+        accord.ep.Buffer(hidden=8, num_experts=4, num_topk=2, max_tokens_per_rank=4, dtype=torch.float32, low_latency=True)
     if not torch.cuda.is_available():
         with pytest.raises(accord.ep.EpError, match="CUDA"):
             accord.ep.Buffer(hidden=8, num_experts=4, num_topk=2, max_tokens_per_rank=4)
@@ -229,3 +232,31 @@ def test_auto_waits_on_the_gpu_only_where_it_cannot_stall(
 
     ranks = descriptors + 1
     assert accord.ep.waits_on_host(wait, loading, lanes, descriptors, ranks) is host
+
+
+@pytest.mark.parametrize(
+    ("struct", "offsets", "size"),
+    [
+        # ep.cu's structs passed by value, laid out as the C compiler lays them out (natural
+        # alignment): a field moved on one side only would hand the kernels wrong pointers.
+        ("_ChunkPuts", {"table": 0, "me": 8, "chunks": 12, "dst_window": 16, "src_window": 20, "sig": 24,
+                        "per_chunk": 32, "prefix": 40, "segments": 48, "done": 56, "status": 64}, 72),
+        ("_CombinePuts", {"table": 0, "me": 8, "chunks": 12, "dst_window": 16, "src_window": 20, "sig": 24,
+                          "segments": 32, "done": 40, "status": 48}, 56),
+        ("_LowLatency", {"table": 0, "me": 8, "ranks": 12, "experts": 16, "k": 20, "max_tokens": 24, "row_bytes": 32,
+                         "recv_window": 40, "src_window": 44, "count_window": 48, "comb_window": 52, "sig": 56,
+                         "blocks_done": 64, "status": 72}, 80),
+    ],
+)
+def test_kernel_argument_structs_match_the_c_layout(struct: str, offsets: dict[str, int], size: int) -> None:
+    import ctypes
+
+    cls = getattr(accord.ep, struct)
+    assert {name: getattr(cls, name).offset for name, _ in cls._fields_} == offsets
+    assert ctypes.sizeof(cls) == size
+    # The C side declares the same fields in the same order (names match ep.cu's).
+    source = (accord.nvrtc.KERNEL_DIR / "ep.cu").read_text()
+    body = source[source.index("struct " + struct.lstrip("_").replace("LowLatency", "LowLatency") + " {") :]
+    body = body[: body.index("};")]
+    declared = re.findall(r"(\w+)(?:\s*,|\s*;)", re.sub(r"//[^\n]*", "", body))
+    assert declared == list(offsets), declared

@@ -51,7 +51,12 @@ __device__ __forceinline__ unsigned short f32_to_bf16(float f) {
 
 // A warp's destinations for one row live in lanes 0..fan-1 (fan <= 32) and are broadcast by
 // shuffles, so a row is read once whatever the fan-out.
+// 16-byte loads a lane keeps in flight: the reduces hold fp32 sums beside them (4); the copies
+// hold only the loads, so twice as many fit a 1024-thread block's registers (8): an SM with 24
+// of them streams at the rate its loads in flight allow (about 46 GB/s an SM with 4 on the
+// 2xH200 host, examples/ep_bench.py --profile).
 constexpr u32 EP_UNROLL = 4;
+constexpr u32 EP_COPY_UNROLL = 8;
 
 // Copies `bytes` at `src` to each non-null `dst` held by lanes 0..fan-1, with this warp.
 __device__ __forceinline__ void warp_copy_fanout(const unsigned char* src, u64 bytes, unsigned char* mine, u32 fan) {
@@ -59,10 +64,10 @@ __device__ __forceinline__ void warp_copy_fanout(const unsigned char* src, u64 b
   if (((bytes | reinterpret_cast<u64>(src)) & 15u) == 0) {
     const int4* from = reinterpret_cast<const int4*>(src);
     const u64 pieces = bytes / 16;
-    for (u64 base = 0; base < pieces; base += 32 * EP_UNROLL) {
-      int4 v[EP_UNROLL];
+    for (u64 base = 0; base < pieces; base += 32 * EP_COPY_UNROLL) {
+      int4 v[EP_COPY_UNROLL];
 #pragma unroll
-      for (u32 u = 0; u < EP_UNROLL; ++u) {
+      for (u32 u = 0; u < EP_COPY_UNROLL; ++u) {
         const u64 j = base + u * 32 + lane;
         if (j < pieces) v[u] = __ldg(from + j);
       }
@@ -70,7 +75,7 @@ __device__ __forceinline__ void warp_copy_fanout(const unsigned char* src, u64 b
         int4* to = reinterpret_cast<int4*>(__shfl_sync(0xffffffffu, reinterpret_cast<u64>(mine), f));
         if (to == nullptr) continue;
 #pragma unroll
-        for (u32 u = 0; u < EP_UNROLL; ++u) {
+        for (u32 u = 0; u < EP_COPY_UNROLL; ++u) {
           const u64 j = base + u * 32 + lane;
           if (j < pieces) to[j] = v[u];
         }
@@ -622,3 +627,237 @@ extern "C" __global__ void __launch_bounds__(1024) ep_copy_segment(const unsigne
   }
 }
 
+
+// ---- Low-latency mode: per-expert receive buffers filled by per-token direct stores ---------
+// For decode-sized batches (DeepEP's low-latency mode): every (token, expert) row goes straight
+// into its expert's fixed receive buffer at the expert's rank, stored by the warp that reads it
+// over the GPUs' peer mapping (NVLink), so a dispatch is one kernel and a signal a rank, with no
+// plan, no proxy turn and no host in between; CUDA graphs replay it with new routing. Slots: the
+// buffer of local expert l has max_tokens rows per source rank, [(l * ranks + src) * max_tokens
+// + slot]; a source fills its slots in the order its warps claim them (atomics), so the order of
+// one source's rows for one expert is not the token order (each row carries its token).
+
+// What every low-latency kernel needs (ep.py's _LowLatency, natural alignment on both sides).
+struct LowLatency {
+  const DeviceTable* table;
+  u32 me, ranks, experts, k;
+  u64 max_tokens;                 // slots a (local expert, source rank)
+  u64 row_bytes;
+  u32 recv_window, src_window, count_window, comb_window;
+  u32 sig;                        // the signal this kernel raises at every other rank
+  unsigned int* blocks_done;      // counts finished blocks; the last one resets it
+  int* status;
+};
+
+// Window `window` of rank `peer` as this GPU reaches it: its own window, or the peer's through
+// the peer mapping (null where the host mapped none).
+__device__ __forceinline__ unsigned char* ll_base(const DeviceTable* t, u32 window, u32 peer) {
+  const WindowEntry* w = detail::window_at(t, window);
+  if (peer == t->rank) return reinterpret_cast<unsigned char*>(w->local_base);
+  const u64 base = w->peer_bases == 0 ? 0 : reinterpret_cast<const u64*>(w->peer_bases)[peer];
+  return reinterpret_cast<unsigned char*>(base);
+}
+
+// Whether this block is the grid's last to finish; every block's stores are made visible
+// system-wide before it counts itself, so the last one can signal for all of them.
+__device__ bool ll_last_block(unsigned int* blocks_done) {
+  __shared__ bool last;
+  __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(blocks_done, 1u) + 1 == gridDim.x;
+    if (last) *blocks_done = 0;
+  }
+  __syncthreads();
+  if (last) __threadfence_system();
+  return last;
+}
+
+// Adds 1 to signal p.sig at every other rank, directly (its slot for this rank), after this
+// block's earlier stores.
+__device__ void ll_signal_others(const LowLatency& p, int stage) {
+  for (u32 r = threadIdx.x; r < p.ranks; r += blockDim.x) {
+    if (r == p.me) continue;
+    const Status s = put_direct(p.table, p.recv_window, r, 0, nullptr, 0, SIGNAL_ADD, p.sig, 1);
+    if (s != OK) record_failure(p.status, stage, r, int(s));
+  }
+}
+
+// One thread per rank: probe[r] = 1 when rank r's four low-latency windows and its signal slots
+// are mapped here (direct stores can reach it), else 0.
+extern "C" __global__ void ep_ll_probe(const DeviceTable* t, u32 ranks, u32 first_window, int* probe) {
+  const u32 r = threadIdx.x;
+  if (r >= ranks) return;
+  bool ok = r == t->rank || (t->peer_signals != 0 && reinterpret_cast<const u64*>(t->peer_signals)[r] != 0);
+  for (u32 w = first_window; w < first_window + 4; ++w) ok = ok && ll_base(t, w, r) != nullptr;
+  probe[r] = ok ? 1 : 0;
+}
+
+// Dispatch: one warp per (token, slot j) of topk_idx [tokens][k] with an expert e >= 0: the
+// token's row into e's receive buffer at e's rank, at the next slot of this rank there
+// (counts[e], a u32 per global expert, zeroed again by the last block), and (token * k + j) in
+// the source-info window beside it. The last block stores each expert's count at the expert's
+// rank (count window [local][src]), then signals every other rank.
+extern "C" __global__ void __launch_bounds__(1024) ep_ll_dispatch(const unsigned char* x, const i64* topk_idx, u64 tokens,
+                                                                 unsigned int* counts, LowLatency p) {
+  const u32 lane = threadIdx.x & 31u;
+  const u32 per_rank = p.experts / p.ranks;
+  if (!failed(p.status)) {
+    for (u64 item = global_warp(); item < tokens * p.k; item += warp_count()) {
+      const i64 e = topk_idx[item];
+      if (e < 0) continue;
+      if (e >= i64(p.experts)) {
+        if (lane == 0) record_failure(p.status, 5, u32(item / p.k), int(BAD_ARGUMENT));
+        continue;
+      }
+      const u32 r = u32(e) / per_rank, local = u32(e) % per_rank;
+      unsigned char* rows = ll_base(p.table, p.recv_window, r);
+      unsigned char* info = ll_base(p.table, p.src_window, r);
+      if (rows == nullptr || info == nullptr) {
+        if (lane == 0) record_failure(p.status, 7, r, int(NOT_DIRECT));
+        continue;
+      }
+      u32 slot = 0;
+      if (lane == 0) slot = atomicAdd(counts + e, 1u);
+      slot = __shfl_sync(0xffffffffu, slot, 0);
+      if (slot >= p.max_tokens) {  // an expert named twice by one token, or more tokens than slots
+        if (lane == 0) record_failure(p.status, 5, u32(item / p.k), int(BAD_ARGUMENT));
+        continue;
+      }
+      const u64 cell = (u64(local) * p.ranks + p.me) * p.max_tokens + slot;
+      warp_copy_fanout(x + (item / p.k) * p.row_bytes, p.row_bytes, lane == 0 ? rows + cell * p.row_bytes : nullptr, 1);
+      if (lane == 0) reinterpret_cast<int*>(info)[cell] = int(item);
+    }
+  }
+  if (!ll_last_block(p.blocks_done)) return;
+  for (u32 e = threadIdx.x; e < p.experts; e += blockDim.x) {
+    const u32 r = e / per_rank, local = e % per_rank;
+    unsigned char* cnt = ll_base(p.table, p.count_window, r);
+    const u32 n = counts[e];
+    if (cnt != nullptr) reinterpret_cast<i64*>(cnt)[u64(local) * p.ranks + p.me] = i64(n < p.max_tokens ? n : p.max_tokens);
+    counts[e] = 0;
+  }
+  __threadfence_system();
+  __syncthreads();
+  ll_signal_others(p, 7);
+}
+
+// After the dispatch's signal: each local expert's rows, packed in source-rank order into
+// out [local][ranks * max_tokens] rows (the first packed_count[local] valid), with each row's
+// (token * k + slot) at its source in out_src, and layout[local][src] = (offset << 32) | count.
+// Blocks walk the local experts; a warp a row.
+extern "C" __global__ void __launch_bounds__(1024) ep_ll_unpack(const unsigned char* recv, const int* src_info,
+                                                               const i64* counts, u32 local_experts, u32 ranks,
+                                                               u64 max_tokens, u64 row_bytes, unsigned char* out,
+                                                               int* out_src, i64* layout, int* packed_count) {
+  __shared__ i64 offset[33], count[33];
+  const u32 warp = threadIdx.x >> 5, warps = blockDim.x >> 5, lane = threadIdx.x & 31u;
+  for (u32 l = blockIdx.x; l < local_experts; l += gridDim.x) {
+    if (threadIdx.x == 0) {
+      i64 at = 0;
+      for (u32 r = 0; r < ranks; ++r) {
+        const i64 c = counts[u64(l) * ranks + r];
+        offset[r] = at;
+        count[r] = c;
+        layout[u64(l) * ranks + r] = (at << 32) | c;
+        at += c;
+      }
+      packed_count[l] = int(at);
+    }
+    __syncthreads();
+    for (u32 r = 0; r < ranks; ++r) {
+      for (u64 i = warp; i < u64(count[r]); i += warps) {
+        const u64 cell = (u64(l) * ranks + r) * max_tokens + i;
+        const u64 to = u64(l) * ranks * max_tokens + u64(offset[r]) + i;
+        warp_copy_fanout(recv + cell * row_bytes, row_bytes, lane == 0 ? out + to * row_bytes : nullptr, 1);
+        if (lane == 0) out_src[to] = src_info[cell];
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// Combine, sending side: one warp per valid packed row i of each local expert l (i <
+// packed_count[l]): y's row back to the rank it came from (layout's ranges), into that rank's
+// combine buffer at (token * k + slot) (out_src). The last block signals every other rank.
+extern "C" __global__ void __launch_bounds__(1024) ep_ll_combine_send(const unsigned char* y, const int* out_src,
+                                                                     const i64* layout, const int* packed_count,
+                                                                     u32 local_experts, LowLatency p) {
+  const u32 lane = threadIdx.x & 31u;
+  const u64 per_expert = u64(p.ranks) * p.max_tokens;
+  if (!failed(p.status)) {
+    for (u64 item = global_warp(); item < u64(local_experts) * per_expert; item += warp_count()) {
+      const u32 l = u32(item / per_expert);
+      const u64 i = item % per_expert;
+      if (i >= u64(packed_count[l])) continue;
+      u32 r = 0;
+      while (r + 1 < p.ranks && u64(layout[u64(l) * p.ranks + r + 1] >> 32) <= i) ++r;
+      unsigned char* comb = ll_base(p.table, p.comb_window, r);
+      if (comb == nullptr) {
+        if (lane == 0) record_failure(p.status, 8, r, int(NOT_DIRECT));
+        continue;
+      }
+      const u64 cell = u64(out_src[item]);
+      warp_copy_fanout(y + item * p.row_bytes, p.row_bytes, lane == 0 ? comb + cell * p.row_bytes : nullptr, 1);
+    }
+  }
+  if (!ll_last_block(p.blocks_done)) return;
+  ll_signal_others(p, 8);
+}
+
+// Combine, receiving side: out[t] = sum over slots j with topk_idx[t][j] >= 0 of
+// weights[t][j] * comb[t * k + j], in fp32, for bf16 rows of `hidden` (a multiple of 8). A warp
+// a token.
+extern "C" __global__ void __launch_bounds__(1024) ep_ll_reduce_bf16(unsigned short* out, const unsigned short* comb,
+                                                                    const i64* topk_idx, const float* weights,
+                                                                    u64 tokens, u32 k, u64 hidden) {
+  const u32 lane = threadIdx.x & 31u;
+  const u64 pieces = hidden / 8;
+  for (u64 t = global_warp(); t < tokens; t += warp_count()) {
+    int4* dst = reinterpret_cast<int4*>(out + t * hidden);
+    for (u64 base = 0; base < pieces; base += 32 * EP_UNROLL) {
+      float acc[EP_UNROLL][8];
+#pragma unroll
+      for (u32 u = 0; u < EP_UNROLL; ++u)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[u][e] = 0.0f;
+      for (u32 j = 0; j < k; ++j) {
+        if (topk_idx[t * k + j] < 0) continue;
+        const float w = weights[t * k + j];
+        const int4* from = reinterpret_cast<const int4*>(comb + (t * k + j) * hidden);
+        int4 v[EP_UNROLL];
+#pragma unroll
+        for (u32 u = 0; u < EP_UNROLL; ++u) {
+          const u64 i = base + u * 32 + lane;
+          if (i < pieces) v[u] = __ldg(from + i);
+        }
+#pragma unroll
+        for (u32 u = 0; u < EP_UNROLL; ++u) {
+          const unsigned short* h = reinterpret_cast<const unsigned short*>(&v[u]);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc[u][e] += w * bf16_to_f32(h[e]);
+        }
+      }
+#pragma unroll
+      for (u32 u = 0; u < EP_UNROLL; ++u) {
+        const u64 i = base + u * 32 + lane;
+        if (i >= pieces) continue;
+        int4 packed;
+        unsigned short* q = reinterpret_cast<unsigned short*>(&packed);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) q[e] = f32_to_bf16(acc[u][e]);
+        dst[i] = packed;
+      }
+    }
+  }
+}
+
+// One thread per other rank: adds 1 to its signal `sig` directly (no data), as the low-latency
+// kernels do; for the "buffer free again" signals, raised after this rank read them.
+extern "C" __global__ void ep_ll_signal(const DeviceTable* t, u32 me, u32 ranks, u32 window, u32 sig, int stage,
+                                        int* status) {
+  const u32 r = threadIdx.x;
+  if (r >= ranks || r == me) return;
+  const Status s = put_direct(t, window, r, 0, nullptr, 0, SIGNAL_ADD, sig, 1);
+  if (s != OK) record_failure(status, stage, r, int(s));
+}
