@@ -137,6 +137,25 @@ def combine_chunk_puts(combine_puts: torch.Tensor, received: int, me: int, chunk
     return out
 
 
+def combine_walk(matrix: torch.Tensor, me: int, chunks: int) -> torch.Tensor:
+    """``[R, 2]`` (delta, chunk rows) per rank ``r``, as ep.cu's ep_plan computes them: this
+    rank's answer row ``j`` from ``r`` (in ``r``'s segment of combine's receive window) comes in
+    ``r``'s combine chunk ``(j + delta) // chunk_rows`` (see ``combine_chunk_puts``)."""
+    ranks = matrix.shape[0]
+    counts = matrix[:, :ranks]
+    send_prefix = exclusive_cumsum(counts, 1)
+    recv_prefix = exclusive_cumsum(counts, 0)
+    out = torch.zeros(ranks, 2, dtype=torch.int64)
+    for r in range(ranks):
+        received, own_first, own_count = int(counts[:, r].sum()), int(recv_prefix[r, r]), int(counts[r, r])
+        m = received - own_count
+        start = int(recv_prefix[me, r])
+        start = start if start < own_first else start - own_count
+        out[r, 0] = start - int(send_prefix[me, r])
+        out[r, 1] = -(-m // chunks) if chunks > 0 and m > 0 else 1
+    return out
+
+
 def pack_meta(topk_idx: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
     """``[T, meta_row_bytes(k)]`` uint8 rows: the token's expert ids, weights and index."""
     tokens, k = topk_idx.shape

@@ -64,13 +64,16 @@ get_dispatch_layout = planning.dispatch_layout
 # Windows, in registration order (the same ids on every rank).
 W_RECV_X, W_SEND_X, W_RECV_META, W_SEND_META, W_COUNTS, W_COMB_SEND, W_COMB_RECV = range(7)
 # Signals.
-SIG_COUNTS, SIG_DATA, SIG_COMB, SIG_COMB_FREE, SIG_A2AV = range(5)
+SIG_COUNTS, SIG_DATA, SIG_COMB_FREE, SIG_A2AV = range(4)
 # GPU-resident epochs of the waits (ep.cu's ep_wait `slot`).
 SLOT_COUNTS, SLOT_DATA, SLOT_COMB_FREE, SLOT_COMB, SLOT_A2AV = range(5)
 # Low-latency mode (Buffer(low_latency=True)): its windows after the seven above, its signals
 # (all raised by direct stores) and its wait epochs.
 W_LL_RECV, W_LL_SRC, W_LL_COUNTS, W_LL_COMB = range(7, 11)
-SIG_LL_DISPATCH, SIG_LL_COMBINE, SIG_LL_RECV_FREE, SIG_LL_COMB_FREE = range(5, 9)
+SIG_LL_DISPATCH, SIG_LL_COMBINE, SIG_LL_RECV_FREE, SIG_LL_COMB_FREE = range(4, 8)
+# Combine's chunks signal one id each, SIG_COMB + c (COMBINE_CHUNKS_MAX ids), so the reduce can sum
+# a token as soon as the chunks holding its answers arrived, in whatever order they arrive.
+SIG_COMB, COMBINE_CHUNKS_MAX = 8, 8
 SLOT_LL_DISPATCH, SLOT_LL_COMBINE, SLOT_LL_RECV_FREE, SLOT_LL_COMB_FREE = range(5, 9)
 # The kernels of accord/kernels/ep.cu a buffer launches.
 KERNELS = (
@@ -156,6 +159,19 @@ class _LowLatency(ctypes.Structure):
     ]
 
 
+class _ChunkWait(ctypes.Structure):
+    """ep.cu's ChunkWait, passed by value to the reduce kernels (natural alignment on both sides)."""
+
+    _fields_ = [
+        ("table", ctypes.c_uint64),
+        ("walk", ctypes.c_uint64),
+        ("epoch", ctypes.c_uint64),
+        ("timeout_ns", ctypes.c_uint64),
+        ("status", ctypes.c_uint64),
+        ("sig_base", ctypes.c_uint32),
+    ]
+
+
 class EpError(accord.AccordError):
     """A dispatch or combine failed: a peer did not answer in time, or the proxy refused a put.
     The message names the stage and the rank; the buffer is unusable afterwards."""
@@ -166,6 +182,7 @@ class Handle(NamedTuple):
 
     rows: torch.Tensor  # [T * R] int64: where token t's answer from rank r lands (ep.cu's ep_plan), -1 if none
     combine_puts: torch.Tensor  # [R * 3] int64: (bytes, source offset, destination offset) back to each rank
+    walk: torch.Tensor  # [R * 2] int64: in which of a rank's combine chunks each answer comes (ep.cu's ep_plan)
     recv_total: torch.Tensor  # [1] int64: rows received
     num_tokens: int
     num_recv: int | None  # rows received, when known on the host
@@ -286,6 +303,7 @@ class Buffer:
         self.experts_per_rank = num_experts // ranks
         self.max_tokens_per_rank = max_tokens_per_rank
         self.dtype, self.sms, self.timeout, self.chunks = dtype, sms, timeout, chunks
+        self._comb_chunks = min(max(chunks, 1), COMBINE_CHUNKS_MAX)
         self.device = torch.device("cuda", gpu)
         self._rows_max = ranks * max_tokens_per_rank
         self._row_bytes = hidden * torch.tensor([], dtype=dtype).element_size()
@@ -331,10 +349,10 @@ class Buffer:
             self._host_seq = 0
             self._status = torch.zeros(1, dtype=torch.int32, device=dev)
             # combine's rows copied a chunk (ep_combine_send resets each to 0 when its chunk is put).
-            self._comb_done = torch.zeros(max(chunks, 1), dtype=torch.int32, device=dev)
+            self._comb_done = torch.zeros(COMBINE_CHUNKS_MAX, dtype=torch.int32, device=dev)
             torch.cuda.synchronize(dev)
             self._host_device = nvrtc.mapped_device_pointer(self._host.data_ptr())
-            self._dc = accord.device.DeviceComm(comm, gpu=gpu, user_signals=12, stream_lane=lanes)
+            self._dc = accord.device.DeviceComm(comm, gpu=gpu, user_signals=SIG_COMB + COMBINE_CHUNKS_MAX, stream_lane=lanes)
             for want, tensor in enumerate(self._windows):
                 got = self._dc.register_window(tensor)
                 if got != want:
@@ -425,6 +443,24 @@ class Buffer:
             "ep_wait", 1, 32, self._table, u32(self.rank), u32(self.num_ranks), u32(sig), u64(per_peer), u64(lag),
             u64(self._state.data_ptr()), u32(slot), u64(self._timeout_ns), *self._status_args(stage),
         )
+
+    def _wait_chunks(self, sig_base: int, chunks: int, slot: int, stage: int) -> None:
+        """The host waits (after the side stream's work so far) until every other rank raised
+        each of `chunks` signals `sig_base + c` once more than at the last call."""
+        if torch.cuda.is_current_stream_capturing():
+            raise EpError(
+                "accord.ep: a CUDA graph capture needs GPU waits: start the process with CUDA_MODULE_LOADING=EAGER "
+                "and create the Buffer with wait='gpu' (or 'auto')"
+            )
+        self._side.synchronize()
+        self._host_epochs[slot] += 1
+        target = (self.num_ranks - 1) * self._host_epochs[slot]
+        for c in range(chunks):
+            try:
+                self._dc.wait_signal(sig_base + c, target, self.timeout)
+            except accord.AccordError as e:
+                self._failed = f"accord.ep on rank {self.rank}: {STAGES.get(stage)} (chunk {c}): {e}; {self._diagnosis()}"
+                raise EpError(self._failed) from None
 
     def _next_publication(self) -> tuple[Any, Any]:
         """The (device address, sequence number) arguments under which the next plan kernel
@@ -581,10 +617,10 @@ class Buffer:
         layout_blocks = max(1, -(-tokens // LAYOUT_THREADS))
         sizes = [
             tokens * ranks, tokens * ranks, 9 * ranks, 1 + self.experts_per_rank, (chunks + 1) * ranks,
-            chunks, (tokens + 1) // 2, layout_blocks * self.num_experts,
+            chunks, (tokens + 1) // 2, layout_blocks * self.num_experts, 2 * ranks,
         ]
         work = torch.empty(sum(sizes), dtype=i64, device=dev)
-        within, rows, puts, summary, chunk_prefix, chunk_done, masks, partial = torch.split(work, sizes)
+        within, rows, puts, summary, chunk_prefix, chunk_done, masks, partial, walk = torch.split(work, sizes)
         puts = puts.view(3, ranks * 3)
         self._enter()
         if tokens > 0:
@@ -608,22 +644,10 @@ class Buffer:
             u64(within.data_ptr()), u64(rows.data_ptr()), u64(self._row_bytes),
             u64(self._meta_bytes), u64(puts[0].data_ptr()), u64(puts[1].data_ptr()), u64(puts[2].data_ptr()),
             u64(summary.data_ptr()), *(self._next_publication() if num_worst_tokens == 0 else (u64(0), u64(0))),
-            u64(self._status.data_ptr()),
+            u64(self._status.data_ptr()), u32(self._comb_chunks), u64(walk.data_ptr()),
         )
 
-        # 3. Output size: from the host (DeepEP's normal mode) or the caller's worst case.
-        per_expert: list[int] | torch.Tensor
-        if num_worst_tokens == 0:
-            host = self._published(1 + self.experts_per_rank)  # waits for the count exchange and the plan only
-            num_recv: int | None = host[0]
-            rows_out = host[0]
-            per_expert = host[1:]
-        else:
-            num_recv = None
-            rows_out = num_worst_tokens
-            per_expert = summary[1:]
-
-        # 4. Pack (one read of each token) and put the rows: chunk by chunk from the packing
+        # 3. Pack (one read of each token) and put the rows: chunk by chunk from the packing
         # kernel as each chunk is packed, or (chunks=0) one put a peer after it; then the metadata.
         if tokens > 0 or chunks > 0:
             chunk_args = _ChunkPuts(
@@ -642,6 +666,20 @@ class Buffer:
         # is the buffer's, the same on every rank, however many tokens it has.
         self._wait(SIG_DATA, max(self.chunks, 1) + 1, 0, SLOT_DATA, 2)
 
+        # 4. Output size: from the host (DeepEP's normal mode) or the caller's worst case. Read
+        # only now, with the packing and the puts already queued behind the plan: the GPU never
+        # idles while the host reads the counts and launches.
+        per_expert: list[int] | torch.Tensor
+        if num_worst_tokens == 0:
+            host = self._published(1 + self.experts_per_rank)  # published by the plan kernel
+            num_recv: int | None = host[0]
+            rows_out = host[0]
+            per_expert = host[1:]
+        else:
+            num_recv = None
+            rows_out = num_worst_tokens
+            per_expert = summary[1:]
+
         # 5. The outputs (allocated on the caller's stream, filled on the side stream).
         k = self.num_topk
         recv_idx = torch.empty(rows_out, k, dtype=i64, device=dev)
@@ -659,7 +697,7 @@ class Buffer:
         if not zero_copy:
             recv_x = recv_x.clone()
         recv_total = summary[:1]
-        handle = Handle(rows, puts[2], recv_total, tokens, num_recv)
+        handle = Handle(rows, puts[2], walk, recv_total, tokens, num_recv)
         return Dispatched(recv_x, recv_idx, recv_weights, per_expert, handle, src_index, recv_total)
 
     def combine(self, x: torch.Tensor, handle: Handle) -> torch.Tensor:
@@ -679,8 +717,9 @@ class Buffer:
         self._enter()
         # Peers must have summed their previous combine before their receive window is reused.
         self._wait(SIG_COMB_FREE, 1, 1, SLOT_COMB_FREE, 3)
-        # Other ranks' rows into the send window, each chunk put as soon as it is copied.
-        chunks = self.chunks
+        # Other ranks' rows into the send window, each chunk put as soon as it is copied, with
+        # its own signal.
+        chunks = self._comb_chunks
         puts = _CombinePuts(
             self._table.value, self.rank, chunks, W_COMB_RECV, W_COMB_SEND, SIG_COMB, handle.combine_puts.data_ptr(),
             self._comb_done.data_ptr(), self._status.data_ptr(),
@@ -689,15 +728,27 @@ class Buffer:
             "ep_combine_send", self.sms, 1024, u64(x.data_ptr()), u64(self._row_bytes), u64(handle.recv_total.data_ptr()),
             u64(rows), u32(self.num_ranks), u64(self._windows[W_COMB_SEND].data_ptr()), puts,
         )
-        if chunks == 0:
-            self._put_segments(handle.combine_puts, W_COMB_RECV, W_COMB_SEND, SIG_COMB, 4)
-        self._wait(SIG_COMB, max(chunks, 1), 0, SLOT_COMB, 4)
+        if self._host_wait:
+            # The host waits for every chunk; the reduce then sums without waiting.
+            self._wait_chunks(SIG_COMB, chunks, SLOT_COMB, 4)
+            answers = _ChunkWait(self._table.value, 0, 0, 0, self._status.data_ptr(), SIG_COMB)
+        else:
+            # Pipelined: this call's epoch (a wait for nothing bumps it), then the reduce sums
+            # each token as soon as the chunks holding its answers arrived.
+            self._launch(
+                "ep_wait", 1, 32, self._table, u32(self.rank), u32(self.num_ranks), u32(SIG_COMB), u64(0), u64(0),
+                u64(self._state.data_ptr()), u32(SLOT_COMB), u64(self._timeout_ns), *self._status_args(4),
+            )
+            answers = _ChunkWait(
+                self._table.value, handle.walk.data_ptr(), self._state[SLOT_COMB:].data_ptr(), self._timeout_ns,
+                self._status.data_ptr(), SIG_COMB,
+            )
         if handle.num_tokens > 0:
             kernel = "ep_reduce_bf16" if self.dtype == torch.bfloat16 else "ep_reduce_f32"
             self._launch(
                 kernel, self.sms, 1024, u64(out.data_ptr()), u64(handle.num_tokens),
                 u64(self.hidden), u32(self.num_ranks), u64(handle.rows.data_ptr()),
-                u64(self._windows[W_COMB_RECV].data_ptr()), u32(self.rank), u64(x.data_ptr()),
+                u64(self._windows[W_COMB_RECV].data_ptr()), u32(self.rank), u64(x.data_ptr()), answers,
             )
         self._launch("ep_signal_peers", 1, 64, self._table, u32(self.rank), u32(self.num_ranks), u32(SIG_COMB_FREE), *self._status_args(3))
         self._leave()
@@ -739,16 +790,14 @@ class Buffer:
             u64(self._row_bytes), u64(puts.data_ptr()), u64(summary.data_ptr()),
             *(self._next_publication() if out_rows == 0 else (u64(0), u64(0))), u64(self._status.data_ptr()),
         )
-        if out_rows == 0:
-            rows_out = self._published(1)[0]  # waits for the exchange and the plan only
-        else:
-            rows_out = out_rows
         self._launch(
             "ep_copy_segment", self.sms, 1024, u64(x.data_ptr()), u64(self._windows[W_RECV_X].data_ptr()),
             u64(puts[3 * self.rank :].data_ptr()),
         )
         self._put_segments(puts, W_RECV_X, W_SEND_X, SIG_A2AV, 6)
         self._wait(SIG_A2AV, 1, 0, SLOT_A2AV, 6)
+        # The total, read once the copies are queued (published by the plan kernel).
+        rows_out = self._published(1)[0] if out_rows == 0 else out_rows
         self._leave()
         out = self._windows[W_RECV_X][:rows_out]
         return (out if zero_copy else out.clone()), summary[1:]

@@ -135,8 +135,14 @@ def test_dispatch_and_combine_rounds_match_the_naive_dispatcher(ranks: int) -> N
             parts = planning.combine_chunk_puts(puts, n, r, chunks)
             moved = sum(p[:, 0] for p in parts)
             assert torch.equal(moved, torch.where(torch.arange(ranks) == r, 0, puts[:, 0])), "the chunks cover each range"
-            for part in parts:
+            for c, part in enumerate(parts):
                 put_segments(r, part, comb_send[r], comb_recv)
+                # The reduce's view (ep_plan's walk): each answer row this chunk put at rank s is
+                # one that rank s waits for in chunk c of rank r.
+                for s_, (count, _, to) in enumerate(part.tolist()):
+                    if count:
+                        delta, per = planning.combine_walk(matrix, s_, chunks)[r].tolist()
+                        assert {(j + delta) // per for j in range(to, to + count)} == {c}
         for s in range(ranks):
             # ep_reduce: dispatch's rows index combine's receive window for other ranks and
             # combine's input (the receive order) for this rank's own.
@@ -243,6 +249,7 @@ def test_auto_waits_on_the_gpu_only_where_it_cannot_stall(
                         "per_chunk": 32, "prefix": 40, "segments": 48, "done": 56, "status": 64}, 72),
         ("_CombinePuts", {"table": 0, "me": 8, "chunks": 12, "dst_window": 16, "src_window": 20, "sig": 24,
                           "segments": 32, "done": 40, "status": 48}, 56),
+        ("_ChunkWait", {"table": 0, "walk": 8, "epoch": 16, "timeout_ns": 24, "status": 32, "sig_base": 40}, 48),
         ("_LowLatency", {"table": 0, "me": 8, "ranks": 12, "experts": 16, "k": 20, "max_tokens": 24, "row_bytes": 32,
                          "recv_window": 40, "src_window": 44, "count_window": 48, "comb_window": 52, "sig": 56,
                          "blocks_done": 64, "status": 72}, 80),

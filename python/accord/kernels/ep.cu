@@ -185,10 +185,11 @@ struct CombinePuts {
 };
 
 // Asks the proxy to move the part of chunk c (received rows [lo, hi)) that answers each other
-// rank, with a signal (a signal alone where the chunk holds none of that rank's rows). A
-// rank's rows are one contiguous range of the receive order, at the same rows of the send
-// window, so a chunk's part for a rank is one put.
-__device__ void put_combine_chunk(const CombinePuts& p, u32 ranks, u64 row_bytes, u64 lo, u64 hi) {
+// rank, with its own signal p.sig + c (a signal alone where the chunk holds none of that rank's
+// rows), so the receiver can tell which chunks arrived, in whatever order. A rank's rows are one
+// contiguous range of the receive order, at the same rows of the send window, so a chunk's part
+// for a rank is one put.
+__device__ void put_combine_chunk(const CombinePuts& p, u32 ranks, u64 row_bytes, u64 lo, u64 hi, u32 c) {
   for (u32 r = 0; r < ranks; ++r) {
     if (r == p.me) continue;
     const u64 first = u64(p.segments[3 * r + 1]) / row_bytes;
@@ -197,10 +198,10 @@ __device__ void put_combine_chunk(const CombinePuts& p, u32 ranks, u64 row_bytes
     const u64 b = hi < end ? hi : end;
     Status s;
     if (b <= a) {
-      s = signal(p.table, r, p.sig, SIGNAL_ADD, 1);
+      s = signal(p.table, r, p.sig + c, SIGNAL_ADD, 1);
     } else {
       s = put(p.table, p.dst_window, r, u64(p.segments[3 * r + 2]) + (a - first) * row_bytes, p.src_window,
-              a * row_bytes, (b - a) * row_bytes, SIGNAL_ADD, p.sig, 1);
+              a * row_bytes, (b - a) * row_bytes, SIGNAL_ADD, p.sig + c, 1);
     }
     if (s != OK) record_failure(p.status, 4, r, int(s));
   }
@@ -229,7 +230,7 @@ extern "C" __global__ void __launch_bounds__(1024) ep_combine_send(const unsigne
   auto row_of = [&](u64 j) { return j < own_first ? j : j + own_count; };
   if (p.chunks > 0 && blockIdx.x == 0 && threadIdx.x == 0) {
     for (u32 c = 0; c < p.chunks; ++c) {
-      if (u64(c) * per >= m) put_combine_chunk(p, ranks, row_bytes, n, n);
+      if (u64(c) * per >= m) put_combine_chunk(p, ranks, row_bytes, n, n, c);
     }
   }
   for (u64 j = global_warp(); j < m; j += warp_count()) {
@@ -245,7 +246,7 @@ extern "C" __global__ void __launch_bounds__(1024) ep_combine_send(const unsigne
         if (u64(atomicAdd(p.done + c, 1u)) + 1 == hi - lo) {
           p.done[c] = 0;  // every row of the chunk counted: ready for the next call
           // The walk's [lo, hi) in received rows: own rows inside it are skipped by the puts.
-          put_combine_chunk(p, ranks, row_bytes, row_of(lo), hi == m ? n : row_of(hi));
+          put_combine_chunk(p, ranks, row_bytes, row_of(lo), hi == m ? n : row_of(hi), u32(c));
         }
       }
     }
@@ -377,10 +378,12 @@ extern "C" __global__ void __launch_bounds__(1024) ep_layout_scan(const u32* mas
 //                  window for r != me, the receive order of combine's input for r == me;
 //   puts_x, puts_meta, comb_puts [ranks][3]: (bytes, source offset, destination offset);
 //   summary        [rows received, then per local expert the tokens received], also published
-//                  to `host` (pinned memory the host polls; null: not needed) under `seq`.
+//                  to `host` (pinned memory the host polls; null: not needed) under `seq`;
+//   walk [ranks][2] where combine's answers from each rank come in its chunks (ep_reduce_*).
 extern "C" __global__ void __launch_bounds__(1024) ep_plan(const i64* matrix, u32 ranks, u32 experts, u32 me, u64 tokens, const i64* within,
                                    i64* rows, u64 row_bytes, u64 meta_bytes, i64* puts_x, i64* puts_meta,
-                                   i64* comb_puts, i64* summary, i64* host, u64 seq, const int* status) {
+                                   i64* comb_puts, i64* summary, i64* host, u64 seq, const int* status,
+                                   u32 comb_chunks, i64* walk) {
   __shared__ i64 send_me[64], recv_me[64], recv_col[64], send_col[64], from[64];
   const u64 width = u64(ranks) + experts;
   if (threadIdx.x == 0) {
@@ -417,6 +420,20 @@ extern "C" __global__ void __launch_bounds__(1024) ep_plan(const i64* matrix, u3
     comb_puts[3 * r] = from[r] * i64(row_bytes);
     comb_puts[3 * r + 1] = recv_col[r] * i64(row_bytes);
     comb_puts[3 * r + 2] = send_col[r] * i64(row_bytes);
+    // Where this rank's answers from r sit in r's combine walk (ep_combine_send: r's received
+    // rows without its own), and r's chunk size: answer row j here (in r's segment of combine's
+    // receive window) comes in r's chunk (j + walk[2r]) / walk[2r + 1].
+    i64 received = 0, own_first = 0;
+    for (u32 s = 0; s < ranks; ++s) {
+      const i64 c = matrix[u64(s) * width + r];
+      if (s < r) own_first += c;
+      received += c;
+    }
+    const i64 own_count = matrix[u64(r) * width + r];
+    const i64 m = received - own_count;
+    const i64 start = recv_me[r] < own_first ? recv_me[r] : recv_me[r] - own_count;
+    walk[2 * r] = start - send_me[r];
+    walk[2 * r + 1] = comb_chunks > 0 && m > 0 ? (m + comb_chunks - 1) / comb_chunks : 1;
   }
   const u32 per_rank = experts / ranks;
   for (u32 e = threadIdx.x; e < per_rank; e += blockDim.x) {
@@ -505,14 +522,53 @@ extern "C" __global__ void ep_wait(const DeviceTable* t, u32 me, u32 ranks, u32 
   record_failure(status, stage, lagging, int(s));
 }
 
+// The pipelined combine: a reduce that sums each token as soon as its answers arrived, instead of
+// after every chunk from every rank (walk null: the host already waited for all of them).
+struct ChunkWait {
+  const DeviceTable* table;
+  const i64* walk;      // [ranks][2] (ep_plan): answer row j from rank r comes in its chunk (j + walk[2r]) / walk[2r+1]
+  const u64* epoch;     // this call's epoch (ep_wait bumped it just before)
+  u64 timeout_ns;
+  int* status;
+  u32 sig_base;         // chunk c's signal is sig_base + c
+};
+
+// Lane 0 waits until every other rank's chunk holding token tok's answer arrived (its signal
+// reached this call's epoch), then the warp goes on. Bounded by `deadline` (%globaltimer); a
+// timeout is recorded (stage 4) and not waited for again.
+__device__ void wait_answers(const ChunkWait& w, const i64* rows, u64 tok, u32 fan, u32 me, u64 deadline) {
+  if (w.walk == nullptr) return;
+  if ((threadIdx.x & 31u) == 0) {
+    const u64 epoch = *reinterpret_cast<const volatile u64*>(w.epoch);
+    const u64* slots = reinterpret_cast<const u64*>(w.table->signals);
+    const u32 world = w.table->world;
+    for (u32 r = 0; r < fan; ++r) {
+      const i64 row = rows[tok * fan + r];
+      if (r == me || row < 0) continue;
+      const u64 c = u64(row + w.walk[2 * r]) / u64(w.walk[2 * r + 1]);
+      const u64* slot = slots + (u64(w.sig_base) + c) * world + r;
+      while (detail::load_acquire_sys(slot) < epoch && !failed(w.status)) {
+        if (detail::now_ns() > deadline) {
+          record_failure(w.status, 4, r, int(TIMEOUT));
+          break;
+        }
+        detail::sleep_for(128);
+      }
+    }
+  }
+  __syncwarp();
+}
+
 // out[t] = sum over f of (f == me ? own : src)[rows[t * fan + f]] (rows < 0 skipped), in fp32,
 // for bf16 rows of `hidden` elements (a multiple of 8): the other ranks' answers from combine's
 // receive window, this rank's own from combine's input. A warp a token; fan <= 32.
 extern "C" __global__ void __launch_bounds__(1024) ep_reduce_bf16(unsigned short* out, u64 tokens, u64 hidden, u32 fan, const i64* rows,
-                                          const unsigned short* src, u32 me, const unsigned short* own) {
+                                          const unsigned short* src, u32 me, const unsigned short* own, ChunkWait w) {
   const u32 lane = threadIdx.x & 31u;
   const u64 pieces = hidden / 8;
+  const u64 deadline = detail::now_ns() + w.timeout_ns;
   for (u64 tok = global_warp(); tok < tokens; tok += warp_count()) {
+    wait_answers(w, rows, tok, fan, me, deadline);
     const unsigned short* mine = nullptr;
     if (lane < fan) {
       const i64 r = rows[tok * fan + lane];
@@ -532,7 +588,7 @@ extern "C" __global__ void __launch_bounds__(1024) ep_reduce_bf16(unsigned short
 #pragma unroll
         for (u32 u = 0; u < EP_UNROLL; ++u) {
           const u64 j = base + u * 32 + lane;
-          if (j < pieces) v[u] = __ldg(from + j);
+          if (j < pieces) v[u] = from[j];  // not __ldg: answers land while this runs
         }
 #pragma unroll
         for (u32 u = 0; u < EP_UNROLL; ++u) {
@@ -557,10 +613,12 @@ extern "C" __global__ void __launch_bounds__(1024) ep_reduce_bf16(unsigned short
 
 // As ep_reduce_bf16 for float32 rows (hidden a multiple of 4).
 extern "C" __global__ void __launch_bounds__(1024) ep_reduce_f32(float* out, u64 tokens, u64 hidden, u32 fan, const i64* rows,
-                                         const float* src, u32 me, const float* own) {
+                                         const float* src, u32 me, const float* own, ChunkWait w) {
   const u32 lane = threadIdx.x & 31u;
   const u64 pieces = hidden / 4;
+  const u64 deadline = detail::now_ns() + w.timeout_ns;
   for (u64 tok = global_warp(); tok < tokens; tok += warp_count()) {
+    wait_answers(w, rows, tok, fan, me, deadline);
     const float* mine = nullptr;
     if (lane < fan) {
       const i64 r = rows[tok * fan + lane];
@@ -573,7 +631,7 @@ extern "C" __global__ void __launch_bounds__(1024) ep_reduce_f32(float* out, u64
       for (u32 f = 0; f < fan; ++f) {
         const float4* from = reinterpret_cast<const float4*>(__shfl_sync(0xffffffffu, reinterpret_cast<u64>(mine), f));
         if (from == nullptr || j >= pieces) continue;
-        const float4 v = __ldg(from + j);
+        const float4 v = from[j];
         acc.x += v.x;
         acc.y += v.y;
         acc.z += v.z;
