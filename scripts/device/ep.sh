@@ -4,7 +4,9 @@
 # against the naive reference first (examples/ep_bench.py). Runs, each a torchrun of 2 ranks:
 #   normal    DeepSeek-V3 shape, 4096 tokens a rank (hidden 7168, top-8 of 256, bf16);
 #   lowlat    128 tokens a rank, plus dispatch+combine captured in a CUDA graph and replayed
-#             with new routing (num_worst_tokens: no host synchronisation at all);
+#             with new routing (num_worst_tokens: no host synchronisation at all), and the
+#             low-latency mode (per-expert buffers, per-token direct stores), checked, timed and
+#             graph-replayed the same way;
 #   network   the normal shape with ACCORD_DEVICE_IPC=0 ACCORD_SHM=0: the proxies move the
 #             segments over the engine's UDP route (loopback), accord.ep only (NETWORK_TOKENS,
 #             default 1024, tokens a rank).
@@ -62,7 +64,7 @@ run() {  # run NAME CAP ENV... -- ARGS...
   [ "$rc" -eq 0 ] || { echo "   exit $rc"; tail -15 "$OUT/ep_$name.txt"; FAILED=1; }
 }
 run normal "${NORMAL_CAP_S:-150}" ACCORD_LOG=warn -- --wait "${EP_WAIT:-auto}" --label "normal mode, one host, CUDA_MODULE_LOADING=$CUDA_MODULE_LOADING"
-run lowlat "${LOWLAT_CAP_S:-90}" ACCORD_LOG=warn -- --tokens 128 --graph --iters 50 --wait "${EP_WAIT:-auto}" --label "128 tokens a rank"
+run lowlat "${LOWLAT_CAP_S:-90}" ACCORD_LOG=warn -- --tokens 128 --graph --low-latency --iters 50 --wait "${EP_WAIT:-auto}" --label "128 tokens a rank"
 run network "${NETWORK_CAP_S:-120}" ACCORD_DEVICE_IPC=0 ACCORD_SHM=0 ACCORD_LOG=warn -- \
   --tokens "${NETWORK_TOKENS:-1024}" --no-peers --iters 5 --timeout "${NETWORK_WAIT_S:-60}" --wait "${EP_WAIT:-auto}" \
   --label "network route (IPC and shm off)"
