@@ -74,12 +74,16 @@ SIG_LL_DISPATCH, SIG_LL_COMBINE, SIG_LL_RECV_FREE, SIG_LL_COMB_FREE = range(4, 8
 # Combine's chunks signal one id each, SIG_COMB + c (COMBINE_CHUNKS_MAX ids), so the reduce can sum
 # a token as soon as the chunks holding its answers arrived, in whatever order they arrive.
 SIG_COMB, COMBINE_CHUNKS_MAX = 8, 8
+# Dispatch's chunks the same way, SIG_DISPATCH + c, so the output is copied chunk by chunk as the
+# chunks arrive (ep_copy_out); the metadata signals SIG_DATA.
+SIG_DISPATCH, DISPATCH_CHUNKS_MAX = 16, 8
 SLOT_LL_DISPATCH, SLOT_LL_COMBINE, SLOT_LL_RECV_FREE, SLOT_LL_COMB_FREE = range(5, 9)
+SLOT_DISPATCH = 9
 # The kernels of accord/kernels/ep.cu a buffer launches.
 KERNELS = (
     "ep_layout_tokens", "ep_layout_scan", "ep_plan", "ep_pack_tokens", "ep_unpack_meta", "ep_combine_send",
     "ep_put_segments", "ep_signal_peers", "ep_wait", "ep_reduce_bf16", "ep_reduce_f32", "ep_a2av_plan",
-    "ep_copy_segment", "ep_ll_probe", "ep_ll_dispatch", "ep_ll_unpack", "ep_ll_combine_send", "ep_ll_reduce_bf16",
+    "ep_copy_segment", "ep_copy_out", "ep_ll_probe", "ep_ll_dispatch", "ep_ll_unpack", "ep_ll_combine_send", "ep_ll_reduce_bf16",
     "ep_ll_signal",
 )
 # Tokens a block of ep.cu's ep_layout_tokens (its EP_LAYOUT_THREADS).
@@ -273,8 +277,10 @@ class Buffer:
         for name, value in (("hidden", hidden), ("num_experts", num_experts), ("num_topk", num_topk)):
             if value <= 0:
                 raise ValueError(f"accord.ep.Buffer: {name} {value} must be positive")
-        if not 0 <= chunks <= 64:
-            raise ValueError(f"accord.ep.Buffer: chunks {chunks}: give 0 (one put a peer after packing) to 64")
+        if not 0 <= chunks <= DISPATCH_CHUNKS_MAX:
+            raise ValueError(
+                f"accord.ep.Buffer: chunks {chunks}: give 0 (one put a peer after packing) to {DISPATCH_CHUNKS_MAX}"
+            )
         if max_tokens_per_rank <= 0 or sms <= 0 or not math.isfinite(timeout) or timeout <= 0:
             raise ValueError("accord.ep.Buffer: max_tokens_per_rank, sms and timeout must be positive")
         if low_latency and dtype != torch.bfloat16:
@@ -304,6 +310,12 @@ class Buffer:
         self.max_tokens_per_rank = max_tokens_per_rank
         self.dtype, self.sms, self.timeout, self.chunks = dtype, sms, timeout, chunks
         self._comb_chunks = min(max(chunks, 1), COMBINE_CHUNKS_MAX)
+        # Dispatch's output copied chunk by chunk as the chunks arrive (ep_copy_out) with GPU
+        # waits; False: after the last one (examples/ep_bench.py times both).
+        self._pipelined_output = True
+        # A count row: tokens per rank, per expert, then the rows to each rank before each chunk
+        # boundary ([chunks + 1][ranks], ep_layout_scan), which receivers need for ep_copy_out.
+        self._count_width = ranks + num_experts + (max(chunks, 1) + 1) * ranks
         self.device = torch.device("cuda", gpu)
         self._rows_max = ranks * max_tokens_per_rank
         self._row_bytes = hidden * torch.tensor([], dtype=dtype).element_size()
@@ -323,7 +335,7 @@ class Buffer:
                 torch.zeros(rows, hidden, dtype=dtype, device=dev),  # W_SEND_X
                 torch.zeros(rows, self._meta_bytes, dtype=torch.uint8, device=dev),  # W_RECV_META
                 torch.zeros(rows, self._meta_bytes, dtype=torch.uint8, device=dev),  # W_SEND_META
-                torch.zeros(ranks, ranks + num_experts, dtype=torch.int64, device=dev),  # W_COUNTS
+                torch.zeros(ranks, self._count_width, dtype=torch.int64, device=dev),  # W_COUNTS
                 torch.zeros(rows, hidden, dtype=dtype, device=dev),  # W_COMB_SEND
                 torch.zeros(rows, hidden, dtype=dtype, device=dev),  # W_COMB_RECV
             ]
@@ -352,7 +364,7 @@ class Buffer:
             self._comb_done = torch.zeros(COMBINE_CHUNKS_MAX, dtype=torch.int32, device=dev)
             torch.cuda.synchronize(dev)
             self._host_device = nvrtc.mapped_device_pointer(self._host.data_ptr())
-            self._dc = accord.device.DeviceComm(comm, gpu=gpu, user_signals=SIG_COMB + COMBINE_CHUNKS_MAX, stream_lane=lanes)
+            self._dc = accord.device.DeviceComm(comm, gpu=gpu, user_signals=SIG_DISPATCH + DISPATCH_CHUNKS_MAX, stream_lane=lanes)
             for want, tensor in enumerate(self._windows):
                 got = self._dc.register_window(tensor)
                 if got != want:
@@ -369,7 +381,7 @@ class Buffer:
             self._x_bases = as_tensor(x_bases)
             self._meta_bases = as_tensor(meta_bases)
             # The count exchange's one segment a peer: this rank's row, to the same row there.
-            width = (ranks + num_experts) * 8
+            width = self._count_width * 8
             self._exchange = as_tensor([[width, self.rank * width, self.rank * width]] * ranks)
             self._prime_routes()
             if low_latency:
@@ -513,7 +525,10 @@ class Buffer:
         """Where this rank stands, for a failure's message: the proxy's progress on ring 0, the
         signals and the GPU-side epochs."""
         consumed, completed, error = self._dc.ring_control(0)
-        names = (("counts", SIG_COUNTS), ("data", SIG_DATA), ("combine", SIG_COMB), ("combine_free", SIG_COMB_FREE))
+        names = (
+            ("counts", SIG_COUNTS), ("metadata", SIG_DATA), ("dispatch chunk 0", SIG_DISPATCH), ("combine chunk 0", SIG_COMB),
+            ("combine_free", SIG_COMB_FREE),
+        )
         signals = {name: self._dc.read_signal(sig) for name, sig in names}
         time.sleep(1.0)  # a late signal shows as a change here
         later = {name: self._dc.read_signal(sig) for name, sig in names}
@@ -633,7 +648,7 @@ class Buffer:
             "ep_layout_scan", 1, 1024, u64(masks.data_ptr()), u64(tokens), u32(ranks), u32(self.num_experts),
             u64(partial.data_ptr()), u32(layout_blocks if tokens > 0 else 0), u64(within.data_ptr()),
             u64(counts[self.rank].data_ptr()), u32(chunks), u64(per_chunk), u64(chunk_prefix.data_ptr()),
-            u64(chunk_done.data_ptr()),
+            u64(chunk_done.data_ptr()), u64(counts[self.rank, ranks + self.num_experts :].data_ptr()),
         )
         self._put_segments(self._exchange, W_COUNTS, W_COUNTS, SIG_COUNTS, 1)
         self._wait(SIG_COUNTS, 1, 0, SLOT_COUNTS, 1)
@@ -644,14 +659,14 @@ class Buffer:
             u64(within.data_ptr()), u64(rows.data_ptr()), u64(self._row_bytes),
             u64(self._meta_bytes), u64(puts[0].data_ptr()), u64(puts[1].data_ptr()), u64(puts[2].data_ptr()),
             u64(summary.data_ptr()), *(self._next_publication() if num_worst_tokens == 0 else (u64(0), u64(0))),
-            u64(self._status.data_ptr()), u32(self._comb_chunks), u64(walk.data_ptr()),
+            u64(self._status.data_ptr()), u32(self._comb_chunks), u64(walk.data_ptr()), u64(self._count_width),
         )
 
         # 3. Pack (one read of each token) and put the rows: chunk by chunk from the packing
         # kernel as each chunk is packed, or (chunks=0) one put a peer after it; then the metadata.
         if tokens > 0 or chunks > 0:
             chunk_args = _ChunkPuts(
-                self._table.value, self.rank, chunks, W_RECV_X, W_SEND_X, SIG_DATA, per_chunk,
+                self._table.value, self.rank, chunks, W_RECV_X, W_SEND_X, SIG_DISPATCH, per_chunk,
                 chunk_prefix.data_ptr(), puts[0].data_ptr(), chunk_done.data_ptr(), self._status.data_ptr(),
             )
             self._launch(
@@ -660,11 +675,8 @@ class Buffer:
                 u64(self._x_bases.data_ptr()), u64(self._meta_bases.data_ptr()), u64(self._meta_bytes), chunk_args,
             )
         if chunks == 0:
-            self._put_segments(puts[0], W_RECV_X, W_SEND_X, SIG_DATA, 2)
+            self._put_segments(puts[0], W_RECV_X, W_SEND_X, SIG_DISPATCH, 2)
         self._put_segments(puts[1], W_RECV_META, W_SEND_META, SIG_DATA, 2)
-        # Signals a peer: every chunk (or the one segment) and the metadata. A peer's chunk count
-        # is the buffer's, the same on every rank, however many tokens it has.
-        self._wait(SIG_DATA, max(self.chunks, 1) + 1, 0, SLOT_DATA, 2)
 
         # 4. Output size: from the host (DeepEP's normal mode) or the caller's worst case. Read
         # only now, with the packing and the puts already queued behind the plan: the GPU never
@@ -680,7 +692,30 @@ class Buffer:
             rows_out = num_worst_tokens
             per_expert = summary[1:]
 
-        # 5. The outputs (allocated on the caller's stream, filled on the side stream).
+        # 5. The rows, as every peer's chunks arrive (a peer's chunk count is the buffer's, the
+        # same on every rank, however many tokens it has), then the metadata. The outputs are
+        # allocated on the caller's stream and filled on the side stream.
+        window = self._windows[W_RECV_X]
+        copy_out = not zero_copy and self._pipelined_output and not self._host_wait
+        recv_x = torch.empty(rows_out, self.hidden, dtype=self.dtype, device=dev) if copy_out else window[:rows_out]
+        if self._host_wait:
+            self._wait_chunks(SIG_DISPATCH, max(chunks, 1), SLOT_DISPATCH, 2)
+        else:
+            # This call's epoch (a wait for nothing bumps it), then each row once its chunk is in.
+            self._launch(
+                "ep_wait", 1, 32, self._table, u32(self.rank), u32(ranks), u32(SIG_DISPATCH), u64(0), u64(0),
+                u64(self._state.data_ptr()), u32(SLOT_DISPATCH), u64(self._timeout_ns), *self._status_args(2),
+            )
+            arrivals = _ChunkWait(
+                self._table.value, 0, self._state[SLOT_DISPATCH:].data_ptr(), self._timeout_ns,
+                self._status.data_ptr(), SIG_DISPATCH,
+            )
+            self._launch(
+                "ep_copy_out", self.sms, 1024, u64(window.data_ptr()), u64(recv_x.data_ptr() if copy_out else 0),
+                u64(self._row_bytes), u64(rows_out), u64(counts.data_ptr()), u64(self._count_width), u32(ranks),
+                u32(self.num_experts), u32(self.rank), u32(max(chunks, 1)), arrivals,
+            )
+        self._wait(SIG_DATA, 1, 0, SLOT_DATA, 2)
         k = self.num_topk
         recv_idx = torch.empty(rows_out, k, dtype=i64, device=dev)
         recv_weights = torch.empty(rows_out, k, dtype=torch.float32, device=dev)
@@ -693,8 +728,7 @@ class Buffer:
                 u64(rows_out), u64(recv_idx.data_ptr()), u64(recv_weights.data_ptr()), u64(src_index.data_ptr()),
             )
         self._leave()
-        recv_x = self._windows[W_RECV_X][:rows_out]
-        if not zero_copy:
+        if not zero_copy and not copy_out:
             recv_x = recv_x.clone()
         recv_total = summary[:1]
         handle = Handle(rows, puts[2], walk, recv_total, tokens, num_recv)

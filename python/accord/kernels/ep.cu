@@ -58,8 +58,11 @@ __device__ __forceinline__ unsigned short f32_to_bf16(float f) {
 constexpr u32 EP_UNROLL = 4;
 constexpr u32 EP_COPY_UNROLL = 8;
 
-// Copies `bytes` at `src` to each non-null `dst` held by lanes 0..fan-1, with this warp.
-__device__ __forceinline__ void warp_copy_fanout(const unsigned char* src, u64 bytes, unsigned char* mine, u32 fan) {
+// Copies `bytes` at `src` to each non-null `dst` held by lanes 0..fan-1, with this warp. With
+// `coherent`, plain loads instead of the read-only cache's: for rows that land while the kernel
+// runs.
+__device__ __forceinline__ void warp_copy_fanout(const unsigned char* src, u64 bytes, unsigned char* mine, u32 fan,
+                                                 bool coherent = false) {
   const u32 lane = threadIdx.x & 31u;
   if (((bytes | reinterpret_cast<u64>(src)) & 15u) == 0) {
     const int4* from = reinterpret_cast<const int4*>(src);
@@ -69,7 +72,7 @@ __device__ __forceinline__ void warp_copy_fanout(const unsigned char* src, u64 b
 #pragma unroll
       for (u32 u = 0; u < EP_COPY_UNROLL; ++u) {
         const u64 j = base + u * 32 + lane;
-        if (j < pieces) v[u] = __ldg(from + j);
+        if (j < pieces) v[u] = coherent ? from[j] : __ldg(from + j);
       }
       for (u32 f = 0; f < fan; ++f) {
         int4* to = reinterpret_cast<int4*>(__shfl_sync(0xffffffffu, reinterpret_cast<u64>(mine), f));
@@ -109,8 +112,9 @@ struct ChunkPuts {
   int* status;
 };
 
-// Asks the proxy to move chunk c of this rank's segment to every other rank, with a signal (a
-// signal alone where the chunk has no row for that rank).
+// Asks the proxy to move chunk c of this rank's segment to every other rank, with chunk c's own
+// signal p.sig + c (a signal alone where the chunk has no row for that rank), so the receiver can
+// copy a chunk out as soon as it arrived.
 __device__ void put_chunk(const ChunkPuts& p, u32 ranks, u64 row_bytes, u32 c) {
   for (u32 r = 0; r < ranks; ++r) {
     if (r == p.me) continue;
@@ -118,11 +122,11 @@ __device__ void put_chunk(const ChunkPuts& p, u32 ranks, u64 row_bytes, u32 c) {
     const i64 count = p.prefix[u64(c + 1) * ranks + r] - before;
     Status s;
     if (count <= 0) {
-      s = signal(p.table, r, p.sig, SIGNAL_ADD, 1);
+      s = signal(p.table, r, p.sig + c, SIGNAL_ADD, 1);
     } else {
       const u64 offset = u64(before) * row_bytes;
       s = put(p.table, p.dst_window, r, u64(p.segments[3 * r + 2]) + offset, p.src_window,
-              u64(p.segments[3 * r + 1]) + offset, u64(count) * row_bytes, SIGNAL_ADD, p.sig, 1);
+              u64(p.segments[3 * r + 1]) + offset, u64(count) * row_bytes, SIGNAL_ADD, p.sig + c, 1);
     }
     if (s != OK) record_failure(p.status, 2, r, int(s));
   }
@@ -339,7 +343,8 @@ extern "C" __global__ void __launch_bounds__(EP_LAYOUT_THREADS) ep_layout_tokens
 extern "C" __global__ void __launch_bounds__(1024) ep_layout_scan(const u32* masks, u64 tokens, u32 ranks, u32 experts,
                                                                   const i64* partial, u32 blocks, i64* within,
                                                                   i64* count_row, u32 chunks, u64 per_chunk,
-                                                                  i64* chunk_prefix, unsigned int* chunk_done) {
+                                                                  i64* chunk_prefix, unsigned int* chunk_done,
+                                                                  i64* row_prefix) {
   for (u32 c = threadIdx.x; c < chunks; c += blockDim.x) chunk_done[c] = 0;
   for (u32 e = threadIdx.x; e < experts; e += blockDim.x) {
     i64 sum = 0;
@@ -367,6 +372,13 @@ extern "C" __global__ void __launch_bounds__(1024) ep_layout_scan(const u32* mas
       }
     }
   }
+  // The prefixes travel in the count row too ([chunks + 1][ranks]; one chunk of everything when
+  // chunks is 0), so a receiver knows in which chunk each of its rows comes (ep_copy_out).
+  __syncthreads();
+  for (u32 i = threadIdx.x; i < ((chunks > 0 ? chunks : 1) + 1) * ranks; i += blockDim.x) {
+    const u32 c = i / ranks, r = i % ranks;
+    row_prefix[i] = chunks > 0 ? chunk_prefix[i] : (c == 0 ? 0 : count_row[r]);
+  }
 }
 
 // One block: everything dispatch and combine need from the exchanged count matrix
@@ -383,9 +395,8 @@ extern "C" __global__ void __launch_bounds__(1024) ep_layout_scan(const u32* mas
 extern "C" __global__ void __launch_bounds__(1024) ep_plan(const i64* matrix, u32 ranks, u32 experts, u32 me, u64 tokens, const i64* within,
                                    i64* rows, u64 row_bytes, u64 meta_bytes, i64* puts_x, i64* puts_meta,
                                    i64* comb_puts, i64* summary, i64* host, u64 seq, const int* status,
-                                   u32 comb_chunks, i64* walk) {
+                                   u32 comb_chunks, i64* walk, u64 width) {
   __shared__ i64 send_me[64], recv_me[64], recv_col[64], send_col[64], from[64];
-  const u64 width = u64(ranks) + experts;
   if (threadIdx.x == 0) {
     i64 a = 0, c = 0;
     for (u32 r = 0; r < ranks; ++r) {
@@ -638,6 +649,55 @@ extern "C" __global__ void __launch_bounds__(1024) ep_reduce_f32(float* out, u64
         acc.w += v.w;
       }
       if (j < pieces) dst[j] = acc;
+    }
+  }
+}
+
+// dispatch's output, pipelined: out row i = receive-window row i for i < min(rows received,
+// n_out), copied as soon as the chunk of its sender that holds it arrived (signal sig_base + c
+// from that rank reached this call's epoch); this rank's own rows at once. out null: only the
+// waits (views of the window are returned). The matrix rows (stride wide) end with each sender's
+// chunk prefixes [(chunks + 1)][ranks] (ep_layout_scan): chunk c of sender s holds rows
+// [prefix_s[c][me], prefix_s[c + 1][me]) of s's segment here. A warp a row, in receive order.
+extern "C" __global__ void __launch_bounds__(1024) ep_copy_out(const unsigned char* recv, unsigned char* out, u64 row_bytes,
+                                                               u64 n_out, const i64* matrix, u64 stride, u32 ranks,
+                                                               u32 experts, u32 me, u32 chunks, ChunkWait w) {
+  __shared__ i64 seg_start[65];
+  if (threadIdx.x == 0) {
+    i64 at = 0;
+    for (u32 s = 0; s < ranks; ++s) {
+      seg_start[s] = at;
+      at += matrix[u64(s) * stride + me];
+    }
+    seg_start[ranks] = at;
+  }
+  __syncthreads();
+  const u64 total = u64(seg_start[ranks]);
+  const u64 n = total < n_out ? total : n_out;
+  const u64 deadline = detail::now_ns() + w.timeout_ns;
+  const u64 epoch = *reinterpret_cast<const volatile u64*>(w.epoch);
+  const u64* slots = reinterpret_cast<const u64*>(w.table->signals);
+  const u32 world = w.table->world, lane = threadIdx.x & 31u;
+  for (u64 i = global_warp(); i < n; i += warp_count()) {
+    u32 s = 0;
+    while (s + 1 < ranks && u64(seg_start[s + 1]) <= i) ++s;
+    if (s != me && lane == 0) {
+      const i64 j = i64(i) - seg_start[s];
+      const i64* prefix = matrix + u64(s) * stride + ranks + experts;
+      u32 c = 0;
+      while (c + 1 < chunks && prefix[u64(c + 1) * ranks + me] <= j) ++c;
+      const u64* slot = slots + (u64(w.sig_base) + c) * world + s;
+      while (detail::load_acquire_sys(slot) < epoch && !failed(w.status)) {
+        if (detail::now_ns() > deadline) {
+          record_failure(w.status, 2, s, int(TIMEOUT));
+          break;
+        }
+        detail::sleep_for(128);
+      }
+    }
+    __syncwarp();
+    if (out != nullptr) {
+      warp_copy_fanout(recv + i * row_bytes, row_bytes, lane == 0 ? out + i * row_bytes : nullptr, 1, true);
     }
   }
 }
