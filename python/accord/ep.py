@@ -310,9 +310,11 @@ class Buffer:
         self.max_tokens_per_rank = max_tokens_per_rank
         self.dtype, self.sms, self.timeout, self.chunks = dtype, sms, timeout, chunks
         self._comb_chunks = min(max(chunks, 1), COMBINE_CHUNKS_MAX)
-        # Dispatch's output copied chunk by chunk as the chunks arrive (ep_copy_out) with GPU
-        # waits; False: after the last one (examples/ep_bench.py times both).
-        self._pipelined_output = True
+        # Dispatch's output: False copies it with the copy engine once every chunk arrived; True
+        # copies each row with SMs as its chunk arrives (ep_copy_out). The copy engine's copy was
+        # faster on the 2xH200 host (4096 tokens: 381 against 439 us a dispatch; the sms blocks
+        # copy at about half its rate), so it is the default; examples/ep_bench.py times both.
+        self._pipelined_output = False
         # A count row: tokens per rank, per expert, then the rows to each rank before each chunk
         # boundary ([chunks + 1][ranks], ep_layout_scan), which receivers need for ep_copy_out.
         self._count_width = ranks + num_experts + (max(chunks, 1) + 1) * ranks
