@@ -171,7 +171,9 @@ def timed(torch: Any, dist: Any, fn: Callable[[], Any], iters: int, warmup: int 
     return float(start.elapsed_time(end)) / 1e3 / iters
 
 
-def profile(torch: Any, dist: Any, rank: int, calls: dict[str, Callable[[], Any]], trace_dir: str = "") -> None:
+def profile(
+    torch: Any, dist: Any, rank: int, calls: dict[str, Callable[[], Any]], trace_dir: str = "", tag: str = "ep"
+) -> None:
     """Host time per call (no synchronisation), then torch.profiler's tables, on rank 0, and each
     rank's timeline (kernels, the proxy's copies, host calls) as a Chrome trace in `trace_dir`,
     where each call of `calls` is marked by a record_function range of its name."""
@@ -201,7 +203,7 @@ def profile(torch: Any, dist: Any, rank: int, calls: dict[str, Callable[[], Any]
         print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=30), flush=True)
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=20), flush=True)
     if trace_dir:
-        prof.export_chrome_trace(os.path.join(trace_dir, f"ep_trace_rank{rank}.json"))
+        prof.export_chrome_trace(os.path.join(trace_dir, f"{tag}_trace_rank{rank}.json"))
 
 
 def expert(torch: Any, recv_x: Any, rank: int) -> Any:
@@ -451,6 +453,12 @@ def main(argv: list[str] | None = None) -> int:
         failures.extend(f"rank {rank}: {name}" for name, ok in ll_checks.items() if not ok)
         ll_y = expert(torch, ll_got.x, rank)
         stage(rank, "low-latency timing")
+        if args.profile:
+            ll_calls = {
+                "low-latency dispatch": lambda: ll.low_latency_dispatch(x, topk_idx),
+                "low-latency combine": lambda: ll.low_latency_combine(ll_y, topk_idx, topk_w, ll_got.handle),
+            }
+            profile(torch, dist, rank, ll_calls, args.trace_dir, tag="ep_ll")
         add("accord.ep low-latency dispatch", timed(torch, dist, lambda: ll.low_latency_dispatch(x, topk_idx), args.iters))
         add(
             "accord.ep low-latency combine",
@@ -488,6 +496,17 @@ def main(argv: list[str] | None = None) -> int:
             if not replay_ok:
                 failures.append(f"rank {rank}: low-latency graph replay with new routing differs from the reference")
             add("accord.ep low-latency dispatch+combine (identity experts), CUDA graph replay", timed(torch, dist, graph.replay, args.iters))
+            # Each direction alone, replayed (a dispatch frees its peers' buffers itself; the
+            # combine reuses one dispatch's handle).
+            graph_d, graph_c = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph_d):
+                ll.low_latency_dispatch(x, static_idx)
+            with torch.cuda.graph(graph_c):
+                ll.low_latency_combine(ll_d.x, static_idx, static_w, ll_d.handle)
+            torch.cuda.synchronize()
+            dist.barrier()
+            add("accord.ep low-latency dispatch, CUDA graph replay", timed(torch, dist, graph_d.replay, args.iters))
+            add("accord.ep low-latency combine, CUDA graph replay", timed(torch, dist, graph_c.replay, args.iters))
         stage(rank, "low-latency done")
         ll.check()
         ll.close()

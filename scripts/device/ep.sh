@@ -64,7 +64,7 @@ run() {  # run NAME CAP ENV... -- ARGS...
   [ "$rc" -eq 0 ] || { echo "   exit $rc"; tail -15 "$OUT/ep_$name.txt"; FAILED=1; }
 }
 run normal "${NORMAL_CAP_S:-150}" ACCORD_LOG=warn -- --wait "${EP_WAIT:-auto}" --label "normal mode, one host, CUDA_MODULE_LOADING=$CUDA_MODULE_LOADING"
-run lowlat "${LOWLAT_CAP_S:-90}" ACCORD_LOG=warn -- --tokens 128 --graph --low-latency --iters 50 --wait "${EP_WAIT:-auto}" --label "128 tokens a rank"
+run lowlat "${LOWLAT_CAP_S:-90}" ACCORD_LOG=warn -- --tokens 128 --graph --low-latency --profile --trace-dir "$OUT" --iters 50 --wait "${EP_WAIT:-auto}" --label "128 tokens a rank"
 run network "${NETWORK_CAP_S:-120}" ACCORD_DEVICE_IPC=0 ACCORD_SHM=0 ACCORD_LOG=warn -- \
   --tokens "${NETWORK_TOKENS:-1024}" --no-peers --iters 5 --timeout "${NETWORK_WAIT_S:-60}" --wait "${EP_WAIT:-auto}" \
   --label "network route (IPC and shm off)"
