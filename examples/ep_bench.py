@@ -319,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     # ---- timing ----
     def add(name: str, seconds: float) -> None:
         rows.append((name, seconds * 1e6, recv_bytes / seconds / 1e9))
+        stage(rank, f"timed {name}: {seconds * 1e6:.1f} us")  # kept even if a later part fails
 
     add("accord.ep dispatch", timed(torch, dist, lambda: buffer.dispatch(x, topk_idx, topk_w), args.iters))
     add(
