@@ -420,7 +420,7 @@ impl<D: Datapath> ShmDatapath<D> {
                 let now = Instant::now();
                 let since = *full_since.get_or_insert(now);
                 let stalled = now.duration_since(since);
-                if stalled >= RING_STALL_CHECK && !ring::process_alive(producer.consumer_pid()) {
+                if stalled >= RING_STALL_CHECK && !accord_sys::process_alive(producer.consumer_pid()) {
                     self.abandon_tx(idx, "its consumer process is gone");
                     return RingPush::Abandoned;
                 }
@@ -741,7 +741,7 @@ pub fn sweep_stale_rings(dir: &std::path::Path) -> usize {
             .ok()
             .and_then(|t| t.elapsed().ok())
             .is_some_and(|age| age >= STALE_RING_AGE);
-        if old && !ring::process_alive(pid) && std::fs::remove_file(entry.path()).is_ok() {
+        if old && !accord_sys::process_alive(pid) && std::fs::remove_file(entry.path()).is_ok() {
             removed += 1;
         }
     }

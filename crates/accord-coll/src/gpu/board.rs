@@ -207,7 +207,7 @@ impl Board {
         if self.rank_word(rank, 1).load(Ordering::Acquire) == STATE_CLOSED {
             return Err(GpuCollError::PeerGone { rank, pid, how: "closed its communicator" });
         }
-        if pid != 0 && !process_alive(pid) {
+        if pid != 0 && !accord_sys::process_alive(pid) {
             return Err(GpuCollError::PeerGone { rank, pid, how: "exited" });
         }
         Ok(())
@@ -261,16 +261,5 @@ impl Deadline {
     /// `budget` from now.
     pub fn after(budget: Duration) -> Deadline {
         Deadline { at: Instant::now() + budget, budget }
-    }
-}
-
-/// Whether `pid` runs (zombies count as exited). Linux: `/proc/<pid>/stat`.
-pub fn process_alive(pid: u32) -> bool {
-    if !cfg!(target_os = "linux") {
-        return true;
-    }
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !matches!(stat.rfind(')').and_then(|i| stat[i + 1..].trim_start().chars().next()), Some('Z' | 'X')),
-        Err(_) => false,
     }
 }

@@ -214,7 +214,7 @@ fn sweep_stale(dir: &Path) {
         else {
             continue;
         };
-        if !accord_net::shm::ring::process_alive(pid) {
+        if !accord_sys::process_alive(pid) {
             let _ = std::fs::remove_file(entry.path());
         }
     }
