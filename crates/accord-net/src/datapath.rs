@@ -462,7 +462,32 @@ pub trait Datapath: Send {
     ) -> Result<DirectSend, DatapathError> {
         Ok(DirectSend::Unsupported)
     }
+
+    /// Checks every datagram of `batch` against this driver's limits (see
+    /// [`TxDatagram::validate`]): drivers call it first, so a bad batch sends nothing.
+    fn validate_batch(&self, batch: &[TxDatagram<'_>]) -> Result<(), DatapathError> {
+        let (caps, path_count) = (self.caps(), self.path_count());
+        batch.iter().try_for_each(|dgram| dgram.validate(&caps, path_count))
+    }
 }
+
+/// The methods by which a wrapper (the fault injector, the tracer, the shared-memory rings)
+/// is the datapath it wraps: its capabilities, paths and their addresses are those of the
+/// inner datapath held in field `$inner`. Used inside `impl Datapath for Wrapper`.
+macro_rules! wrapped_identity {
+    ($inner:ident) => {
+        fn caps(&self) -> $crate::DatapathCaps {
+            self.$inner.caps()
+        }
+        fn path_count(&self) -> u16 {
+            self.$inner.path_count()
+        }
+        fn local_addr(&self, path: u16) -> Option<std::net::SocketAddr> {
+            self.$inner.local_addr(path)
+        }
+    };
+}
+pub(crate) use wrapped_identity;
 
 impl<D: Datapath + ?Sized> Datapath for Box<D> {
     fn caps(&self) -> DatapathCaps {

@@ -155,10 +155,7 @@ impl Datapath for MemDatapath {
     }
 
     fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DatapathError> {
-        let caps = self.caps();
-        for dgram in batch {
-            dgram.validate(&caps, self.path_count())?;
-        }
+        self.validate_batch(batch)?;
         let stats = &self.shared.stats;
         for dgram in batch {
             let route = lock(&self.shared.registry).routes.get(&dgram.dst).cloned();

@@ -47,7 +47,7 @@ pub use config::{ShmConfig, SHM_RING_BYTES_DEFAULT, SHM_SPIN_DEFAULT, SHM_SPIN_M
 use control::Control;
 use ring::{Consumer, Producer, Push};
 
-use crate::{Datapath, DatapathCaps, DatapathError, DirectSend, RxBuffers, RxMeta, TxDatagram, RX_SLOT_BYTES_MAX};
+use crate::{Datapath, DatapathError, DirectSend, RxBuffers, RxMeta, TxDatagram, RX_SLOT_BYTES_MAX};
 
 /// Most peers (remote lanes) one datapath keeps ring state for; beyond it, peers use UDP.
 pub const REMOTES_MAX: usize = 1024;
@@ -535,24 +535,10 @@ impl<D: Datapath> ShmDatapath<D> {
 }
 
 impl<D: Datapath> Datapath for ShmDatapath<D> {
-    fn caps(&self) -> DatapathCaps {
-        self.inner.caps()
-    }
-
-    fn path_count(&self) -> u16 {
-        self.inner.path_count()
-    }
-
-    fn local_addr(&self, path: u16) -> Option<SocketAddr> {
-        self.inner.local_addr(path)
-    }
+    crate::datapath::wrapped_identity!(inner);
 
     fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DatapathError> {
-        let caps = self.caps();
-        let path_count = self.path_count();
-        for d in batch {
-            d.validate(&caps, path_count)?;
-        }
+        self.validate_batch(batch)?;
         self.tick();
         let mut done = 0;
         let mut udp_from: Option<usize> = None;
