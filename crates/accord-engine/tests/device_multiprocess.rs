@@ -308,8 +308,25 @@ fn two_processes_every_device_route() {
 fn staged_write_to_a_child_killed_mid_transfer_fails_without_a_crash() {
     accord_cuda::require_gpu!(1);
     let len = 256 << 20;
-    let mut c = ChildProc::spawn(len);
-    let a = parent(true, Duration::from_millis(500));
+    write_to_a_child_killed_mid_transfer_fails(ChildProc::spawn(len), true, len, |c| c.hello.host);
+}
+
+#[test]
+fn landed_write_to_a_child_killed_mid_transfer_fails_without_a_crash() {
+    accord_cuda::require_gpu!(1);
+    write_to_a_child_killed_mid_transfer_fails(ChildProc::spawn(4096), false, DEVICE_BYTES, |c| c.hello.device);
+}
+
+/// Writes `len` bytes of device memory into the child's region `dst` (staged with IPC on,
+/// landed with it off), kills the child mid-transfer, and expects an error that is not a
+/// timeout (the peer's death, seen by its pidfd) and no crash.
+fn write_to_a_child_killed_mid_transfer_fails(
+    mut c: ChildProc,
+    device_ipc: bool,
+    len: usize,
+    dst: impl Fn(&ChildProc) -> MrDescriptor,
+) {
+    let a = parent(device_ipc, Duration::from_millis(500));
     a.add_peer(&c.hello.address).unwrap();
     c.introduce(&a);
     let gpu = Gpu::open(0).unwrap();
@@ -317,33 +334,10 @@ fn staged_write_to_a_child_killed_mid_transfer_fails_without_a_crash() {
     // Safety: `src` outlives the transfers (waited for below).
     #[allow(unsafe_code)]
     let (h, _) = unsafe { a.register_raw(src.ptr().0 as *mut u8, len, MemoryKind::CudaDevice { ordinal: 0 }) }.unwrap();
-    let host_d = c.hello.host;
-    let warm = WriteOp { src: &h, src_offset: 0, dst: &host_d, dst_offset: 0, len: 4096, imm: None };
+    let dst = dst(&c);
+    let warm = WriteOp { src: &h, src_offset: 0, dst: &dst, dst_offset: 0, len: 4096, imm: None };
     a.write(&warm).unwrap().wait_timeout(WAIT).unwrap();
-    let op = WriteOp { src: &h, src_offset: 0, dst: &host_d, dst_offset: 0, len: len as u64, imm: Some(5) };
-    let t = a.write(&op).unwrap();
-    c.kill();
-    let got = t.wait_timeout(WAIT);
-    assert!(got.is_err() && got != Err(TransferError::Timeout), "{got:?}");
-}
-
-#[test]
-fn landed_write_to_a_child_killed_mid_transfer_fails_without_a_crash() {
-    accord_cuda::require_gpu!(1);
-    let mut c = ChildProc::spawn(4096);
-    let a = parent(false, Duration::from_millis(500));
-    a.add_peer(&c.hello.address).unwrap();
-    c.introduce(&a);
-    let gpu = Gpu::open(0).unwrap();
-    let src = DeviceBuffer::alloc(&gpu, DEVICE_BYTES).unwrap();
-    // Safety: `src` outlives the transfers (waited for below).
-    #[allow(unsafe_code)]
-    let (h, _) =
-        unsafe { a.register_raw(src.ptr().0 as *mut u8, DEVICE_BYTES, MemoryKind::CudaDevice { ordinal: 0 }) }.unwrap();
-    let dev_d = c.hello.device;
-    let warm = WriteOp { src: &h, src_offset: 0, dst: &dev_d, dst_offset: 0, len: 4096, imm: None };
-    a.write(&warm).unwrap().wait_timeout(WAIT).unwrap();
-    let op = WriteOp { src: &h, src_offset: 0, dst: &dev_d, dst_offset: 0, len: DEVICE_BYTES as u64, imm: Some(5) };
+    let op = WriteOp { src: &h, src_offset: 0, dst: &dst, dst_offset: 0, len: len as u64, imm: Some(5) };
     let t = a.write(&op).unwrap();
     c.kill();
     let got = t.wait_timeout(WAIT);

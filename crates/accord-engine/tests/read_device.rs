@@ -87,11 +87,21 @@ fn every_direction(force_network: bool) {
     // A wrong key on a device source: refused, nothing counted.
     let mut bad = o.device_d;
     bad.key ^= 1;
-    let refused = read(&r.device_h, 0, &bad, 0, 4096, 4);
+    refused_and_each_counted_once(&reader, read(&r.device_h, 0, &bad, 0, 4096, 4), 4, 1..=3);
+}
+
+/// The read with immediate `refused_imm` (from a source with a wrong key) was refused and
+/// counted nothing; each immediate of `counted` was counted exactly once.
+fn refused_and_each_counted_once<T: std::fmt::Debug>(
+    reader: &Engine,
+    refused: Result<T, TransferError>,
+    refused_imm: u32,
+    counted: std::ops::RangeInclusive<u32>,
+) {
     assert!(matches!(refused, Err(TransferError::Rejected(_))), "{refused:?}");
     std::thread::sleep(Duration::from_millis(20));
-    assert_eq!(reader.imm_counter(4).value(), 0);
-    for imm in 1..=3 {
+    assert_eq!(reader.imm_counter(refused_imm).value(), 0);
+    for imm in counted {
         assert_eq!(reader.imm_counter(imm).value(), 1, "imm {imm} counted once");
     }
 }
@@ -177,13 +187,7 @@ fn batched_every_direction(force_network: bool) {
     // A wrong key on a device source: refused, nothing counted.
     let mut bad = o.device_d;
     bad.key ^= 1;
-    let refused = read(batch(&r.device_h, &bad, 24));
-    assert!(matches!(refused, Err(TransferError::Rejected(_))), "{refused:?}");
-    std::thread::sleep(Duration::from_millis(20));
-    assert_eq!(reader.imm_counter(24).value(), 0);
-    for imm in 21..=23 {
-        assert_eq!(reader.imm_counter(imm).value(), 1, "imm {imm} counted once");
-    }
+    refused_and_each_counted_once(&reader, read(batch(&r.device_h, &bad, 24)), 24, 21..=23);
 }
 
 #[test]
