@@ -266,6 +266,24 @@ impl RxBuffers {
         self.lent.clear();
     }
 
+    /// Fails unless every slot holds `required` bytes (the most a driver delivers in one
+    /// datagram), so nothing is ever truncated.
+    pub fn check_slot_bytes(&self, required: usize) -> Result<(), DatapathError> {
+        if self.slot_bytes() < required {
+            return Err(DatapathError::RxSlotTooSmall { slot_bytes: self.slot_bytes(), required });
+        }
+        Ok(())
+    }
+
+    /// The start of a driver's `recv_batch`: checks the slot size against `required`, empties
+    /// the slots, and returns how many datagrams the call may deliver (`max`, at most the
+    /// slot count).
+    pub fn start_batch(&mut self, required: usize, max: usize) -> Result<usize, DatapathError> {
+        self.check_slot_bytes(required)?;
+        self.clear();
+        Ok(max.min(self.slot_count()))
+    }
+
     /// Lets drivers lend datagrams in place instead of copying them whole: such a slot holds
     /// only the datagram's first [`LENT_HEAD_BYTES`] (its header; the rest of the slot is
     /// stale), and [`RxBuffers::lent`] gives the whole datagram, readable until the next call
@@ -488,6 +506,25 @@ macro_rules! wrapped_identity {
     };
 }
 pub(crate) use wrapped_identity;
+
+/// The local-channel methods of a wrapper that has no channel of its own and leaves the inner
+/// datapath's (in field `$inner`) alone: slot size, channel offers and channel counters pass
+/// through. Used inside `impl Datapath for Wrapper` by the fault injector and the tracer.
+macro_rules! wrapped_local_channel {
+    ($inner:ident) => {
+        fn rx_slot_bytes(&self) -> usize {
+            self.$inner.rx_slot_bytes()
+        }
+        fn offer_local_channel(&mut self, peer_paths: &[std::net::SocketAddr]) {
+            self.$inner.offer_local_channel(peer_paths)
+        }
+        #[cfg(target_os = "linux")]
+        fn local_channel_stats(&self) -> Option<$crate::shm::ShmStats> {
+            self.$inner.local_channel_stats()
+        }
+    };
+}
+pub(crate) use wrapped_local_channel;
 
 impl<D: Datapath + ?Sized> Datapath for Box<D> {
     fn caps(&self) -> DatapathCaps {

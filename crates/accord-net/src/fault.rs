@@ -510,18 +510,7 @@ impl<D: Datapath> Datapath for FaultInjector<D> {
         Ok(readable)
     }
 
-    fn rx_slot_bytes(&self) -> usize {
-        self.inner.rx_slot_bytes()
-    }
-
-    fn offer_local_channel(&mut self, peer_paths: &[SocketAddr]) {
-        self.inner.offer_local_channel(peer_paths)
-    }
-
-    #[cfg(target_os = "linux")]
-    fn local_channel_stats(&self) -> Option<crate::shm::ShmStats> {
-        self.inner.local_channel_stats()
-    }
+    crate::datapath::wrapped_local_channel!(inner);
 }
 
 #[cfg(test)]

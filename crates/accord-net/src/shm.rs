@@ -584,9 +584,7 @@ impl<D: Datapath> Datapath for ShmDatapath<D> {
     }
 
     fn recv_batch(&mut self, bufs: &mut RxBuffers, max: usize) -> Result<usize, DatapathError> {
-        if bufs.slot_bytes() < RX_SLOT_BYTES_MAX {
-            return Err(DatapathError::RxSlotTooSmall { slot_bytes: bufs.slot_bytes(), required: RX_SLOT_BYTES_MAX });
-        }
+        bufs.check_slot_bytes(RX_SLOT_BYTES_MAX)?;
         self.release_lent();
         self.tick();
         let max = max.min(bufs.slot_count());
