@@ -192,17 +192,30 @@ fn parent(device_ipc: bool, idle_timeout: Duration) -> Engine {
     Engine::builder().ignore_env().config(config).idle_timeout(idle_timeout).build().unwrap()
 }
 
-#[test]
-fn two_processes_every_device_route() {
-    accord_cuda::require_gpu!(1);
-    let mut c = ChildProc::spawn(DEVICE_BYTES);
-    let a = parent(true, Duration::from_secs(5));
+/// A child with a host region of `host_bytes`, and this process's engine (`device_ipc`,
+/// `idle_timeout`), each knowing the other.
+fn child_and_parent(host_bytes: usize, device_ipc: bool, idle_timeout: Duration) -> (ChildProc, Engine) {
+    let mut c = ChildProc::spawn(host_bytes);
+    let a = parent(device_ipc, idle_timeout);
     a.add_peer(&c.hello.address).unwrap();
     c.introduce(&a);
+    (c, a)
+}
+
+/// GPU 0, a stream on it, and `DEVICE_BYTES` of its memory holding pattern `seed`.
+fn device_source_filled(seed: u64) -> (Gpu, Stream, DeviceBuffer) {
     let gpu = Gpu::open(0).unwrap();
     let stream = Stream::new(&gpu).unwrap();
     let mut src = DeviceBuffer::alloc(&gpu, DEVICE_BYTES).unwrap();
-    src.copy_from_host(0, &bytes(1, DEVICE_BYTES), &stream).unwrap();
+    src.copy_from_host(0, &bytes(seed, DEVICE_BYTES), &stream).unwrap();
+    (gpu, stream, src)
+}
+
+#[test]
+fn two_processes_every_device_route() {
+    accord_cuda::require_gpu!(1);
+    let (mut c, a) = child_and_parent(DEVICE_BYTES, true, Duration::from_secs(5));
+    let (_gpu, _stream, src) = device_source_filled(1);
     // Safety: `src` outlives every transfer (all waited for below).
     #[allow(unsafe_code)]
     let (dev_h, _) =
@@ -308,27 +321,25 @@ fn two_processes_every_device_route() {
 fn staged_write_to_a_child_killed_mid_transfer_fails_without_a_crash() {
     accord_cuda::require_gpu!(1);
     let len = 256 << 20;
-    write_to_a_child_killed_mid_transfer_fails(ChildProc::spawn(len), true, len, |c| c.hello.host);
+    write_to_a_child_killed_mid_transfer_fails(len, true, len, |c| c.hello.host);
 }
 
 #[test]
 fn landed_write_to_a_child_killed_mid_transfer_fails_without_a_crash() {
     accord_cuda::require_gpu!(1);
-    write_to_a_child_killed_mid_transfer_fails(ChildProc::spawn(4096), false, DEVICE_BYTES, |c| c.hello.device);
+    write_to_a_child_killed_mid_transfer_fails(4096, false, DEVICE_BYTES, |c| c.hello.device);
 }
 
-/// Writes `len` bytes of device memory into the child's region `dst` (staged with IPC on,
-/// landed with it off), kills the child mid-transfer, and expects an error that is not a
-/// timeout (the peer's death, seen by its pidfd) and no crash.
+/// Writes `len` bytes of device memory into the region `dst` of a child with `host_bytes` of
+/// host region (staged with IPC on, landed with it off), kills the child mid-transfer, and
+/// expects an error that is not a timeout (the peer's death, seen by its pidfd) and no crash.
 fn write_to_a_child_killed_mid_transfer_fails(
-    mut c: ChildProc,
+    host_bytes: usize,
     device_ipc: bool,
     len: usize,
     dst: impl Fn(&ChildProc) -> MrDescriptor,
 ) {
-    let a = parent(device_ipc, Duration::from_millis(500));
-    a.add_peer(&c.hello.address).unwrap();
-    c.introduce(&a);
+    let (mut c, a) = child_and_parent(host_bytes, device_ipc, Duration::from_millis(500));
     let gpu = Gpu::open(0).unwrap();
     let src = DeviceBuffer::alloc(&gpu, len).unwrap();
     // Safety: `src` outlives the transfers (waited for below).
@@ -352,14 +363,8 @@ fn write_to_a_child_killed_mid_transfer_fails(
 #[test]
 fn two_processes_read_device_regions() {
     accord_cuda::require_gpu!(1);
-    let mut c = ChildProc::spawn(DEVICE_BYTES);
-    let a = parent(true, Duration::from_secs(5));
-    a.add_peer(&c.hello.address).unwrap();
-    c.introduce(&a);
-    let gpu = Gpu::open(0).unwrap();
-    let stream = Stream::new(&gpu).unwrap();
-    let mut src = DeviceBuffer::alloc(&gpu, DEVICE_BYTES).unwrap();
-    src.copy_from_host(0, &bytes(1, DEVICE_BYTES), &stream).unwrap();
+    let (mut c, a) = child_and_parent(DEVICE_BYTES, true, Duration::from_secs(5));
+    let (gpu, stream, src) = device_source_filled(1);
     let dst = DeviceBuffer::alloc(&gpu, DEVICE_BYTES).unwrap();
     // Safety: `src` and `dst` outlive every transfer (all waited for below).
     #[allow(unsafe_code)]

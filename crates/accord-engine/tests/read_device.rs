@@ -55,7 +55,9 @@ fn device_bytes(side: &Side, stream: &Stream, offset: usize, len: usize) -> Vec<
     out
 }
 
-fn every_direction(force_network: bool) {
+/// GPU 0, a stream on it, and the owner and reader engines (peers of each other over the
+/// network when `force_network`).
+fn owner_and_reader(force_network: bool) -> (Gpu, Stream, Engine, Engine) {
     let gpu = Gpu::open(0).unwrap();
     let stream = Stream::new(&gpu).unwrap();
     let (owner, reader) = (engine(force_network), engine(force_network));
@@ -63,6 +65,11 @@ fn every_direction(force_network: bool) {
         owner.add_peer(&reader.address()).unwrap();
         reader.add_peer(&owner.address()).unwrap();
     }
+    (gpu, stream, owner, reader)
+}
+
+fn every_direction(force_network: bool) {
+    let (gpu, stream, owner, reader) = owner_and_reader(force_network);
     let (o, r) = (side(&owner, &gpu, &stream, 1), side(&reader, &gpu, &stream, 2));
     let third = (BYTES / 3) as u64;
     let read = |dst: &MrHandle, dst_offset, src: &MrDescriptor, src_offset, len, imm| {
@@ -157,13 +164,7 @@ fn batch_landed(got: &[u8], source: &[u8]) -> bool {
 }
 
 fn batched_every_direction(force_network: bool) {
-    let gpu = Gpu::open(0).unwrap();
-    let stream = Stream::new(&gpu).unwrap();
-    let (owner, reader) = (engine(force_network), engine(force_network));
-    if force_network {
-        owner.add_peer(&reader.address()).unwrap();
-        reader.add_peer(&owner.address()).unwrap();
-    }
+    let (gpu, stream, owner, reader) = owner_and_reader(force_network);
     let (o, r) = (side(&owner, &gpu, &stream, 3), side(&reader, &gpu, &stream, 4));
     let read = |op: PagedReadOp<'_>| {
         let imm = op.imm.unwrap();
