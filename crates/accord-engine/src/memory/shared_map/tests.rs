@@ -13,6 +13,13 @@ impl TestDir {
     }
 }
 
+/// A fresh private directory and the path of a file `name` in it (not created).
+fn dir_and_path(name: &str) -> (TestDir, PathBuf) {
+    let d = TestDir::new();
+    let path = d.0.join(name);
+    (d, path)
+}
+
 impl Drop for TestDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
@@ -21,8 +28,7 @@ impl Drop for TestDir {
 
 #[test]
 fn words_written_through_one_mapping_are_seen_through_another() {
-    let d = TestDir::new();
-    let path = d.0.join("board");
+    let (_d, path) = dir_and_path("board");
     let a = SharedMapping::create(&path, 4096).unwrap();
     let b = SharedMapping::open(&path, 4096).unwrap();
     assert_eq!(a.words().len(), 512);
@@ -36,8 +42,7 @@ fn words_written_through_one_mapping_are_seen_through_another() {
 
 #[test]
 fn create_is_exclusive_and_open_checks_the_length_and_the_kind_of_file() {
-    let d = TestDir::new();
-    let path = d.0.join("seg");
+    let (d, path) = dir_and_path("seg");
     let _a = SharedMapping::create(&path, 800).unwrap();
     let err = SharedMapping::create(&path, 800).unwrap_err();
     assert!(matches!(err.reason, SharedMapFailure::Io { op: "create", .. }), "{err}");
@@ -56,8 +61,7 @@ fn create_is_exclusive_and_open_checks_the_length_and_the_kind_of_file() {
 
 #[test]
 fn unlink_keeps_the_mappings_and_the_creator_cleans_up_after_a_failed_start() {
-    let d = TestDir::new();
-    let path = d.0.join("seg");
+    let (_d, path) = dir_and_path("seg");
     let a = SharedMapping::create(&path, 64).unwrap();
     let b = SharedMapping::open(&path, 64).unwrap();
     b.unlink().unwrap();
@@ -81,8 +85,7 @@ fn unlink_keeps_the_mappings_and_the_creator_cleans_up_after_a_failed_start() {
 
 #[test]
 fn unlink_leaves_a_file_that_replaced_the_mapped_one() {
-    let d = TestDir::new();
-    let path = d.0.join("seg");
+    let (_d, path) = dir_and_path("seg");
     let a = SharedMapping::create(&path, 64).unwrap();
     std::fs::remove_file(&path).unwrap();
     let b = SharedMapping::create(&path, 64).unwrap();
