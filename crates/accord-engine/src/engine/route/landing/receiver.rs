@@ -65,15 +65,8 @@ impl Pool {
 }
 
 impl LandingThread {
-    pub(super) fn on_ask(
-        &mut self,
-        shared: &Arc<Shared>,
-        m: Control,
-        region: u32,
-        key: u64,
-        offset: u64,
-        len: u64,
-    ) -> bool {
+    pub(super) fn on_ask(&mut self, shared: &Arc<Shared>, m: Control, ask: Span) -> bool {
+        let Span { region, key, offset, len } = ask;
         let id = (m.from, m.req);
         if self.incoming.contains_key(&id) {
             return false; // a duplicate
@@ -141,7 +134,7 @@ impl LandingThread {
             let Some(lease) = pool.slots.take() else { return };
             self.queued.pop_front();
             let (region, key) = pool.slot_regions[pool.slot_index(&lease)];
-            let grant = Body::Grant { region: region.0, key: key.0, offset: 0, len: entry.len };
+            let grant = Body::Grant(Span { region: region.0, key: key.0, offset: 0, len: entry.len });
             entry.state = InState::Granted(lease);
             entry.deadline = Instant::now() + self.timeout;
             self.send(shared, id.0, id.1, grant);

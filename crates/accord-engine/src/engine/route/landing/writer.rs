@@ -51,12 +51,12 @@ impl LandingThread {
     pub(super) fn ask(&mut self, shared: &Arc<Shared>, request: ChunkRequest) {
         let req = self.next_req;
         self.next_req = self.next_req.wrapping_add(1);
-        let ask = Body::Ask {
+        let ask = Body::Ask(Span {
             region: request.dst.region,
             key: request.dst.key,
             offset: request.dst_offset,
             len: request.source.len(),
-        };
+        });
         if !self.send(shared, request.peer, req, ask) {
             request.done.part_done(Err(TransferError::PeerUnreachable));
             return;
@@ -75,18 +75,11 @@ impl LandingThread {
         );
     }
 
-    pub(super) fn on_grant(
-        &mut self,
-        shared: &Arc<Shared>,
-        m: Control,
-        region: u32,
-        key: u64,
-        offset: u64,
-        len: u64,
-    ) -> bool {
+    pub(super) fn on_grant(&mut self, shared: &Arc<Shared>, m: Control, grant: Span) -> bool {
+        let Span { region, key, offset, len } = grant;
         let Some(out) = self.outgoing.get_mut(&m.req) else { return false };
         let asked_len = match out.ask {
-            Body::Ask { len, .. } => len,
+            Body::Ask(Span { len, .. }) => len,
             _ => 0,
         };
         if out.peer != m.from || !matches!(out.state, OutState::Asked) || len != asked_len {
