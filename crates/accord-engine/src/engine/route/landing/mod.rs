@@ -44,7 +44,7 @@ use crate::engine::shared::Shared;
 use crate::error::TransferError;
 use crate::memory::{MemoryOwner, Region, Source};
 use receiver::{InState, Incoming, Pool};
-use wire::{Body, Control, Span};
+use wire::{Body, Control};
 use writer::{OutState, Outgoing};
 
 const POLL_SLEEP: Duration = Duration::from_micros(20);
@@ -211,10 +211,10 @@ impl LandingThread {
             }
         };
         let accepted = match message.body {
-            Body::Ask(span) => self.on_ask(shared, message, span),
+            Body::Ask { .. } => self.on_ask(shared, message),
             Body::Landed => self.on_landed(message),
             Body::Abandon => self.on_abandon(message),
-            Body::Grant(span) => self.on_grant(shared, message, span),
+            Body::Grant { .. } => self.on_grant(shared, message),
             Body::Refuse { reason } => self.finish_out(message, Err(TransferError::Rejected(reason))),
             Body::Done => self.finish_out(message, Ok(())),
         };

@@ -65,8 +65,9 @@ impl Pool {
 }
 
 impl LandingThread {
-    pub(super) fn on_ask(&mut self, shared: &Arc<Shared>, m: Control, ask: Span) -> bool {
-        let Span { region, key, offset, len } = ask;
+    /// An ask `m` from a writer: checks the destination, then grants a slot or refuses.
+    pub(super) fn on_ask(&mut self, shared: &Arc<Shared>, m: Control) -> bool {
+        let Body::Ask { region, key, offset, len } = m.body else { return false };
         let id = (m.from, m.req);
         if self.incoming.contains_key(&id) {
             return false; // a duplicate
@@ -134,7 +135,7 @@ impl LandingThread {
             let Some(lease) = pool.slots.take() else { return };
             self.queued.pop_front();
             let (region, key) = pool.slot_regions[pool.slot_index(&lease)];
-            let grant = Body::Grant(Span { region: region.0, key: key.0, offset: 0, len: entry.len });
+            let grant = Body::Grant { region: region.0, key: key.0, offset: 0, len: entry.len };
             entry.state = InState::Granted(lease);
             entry.deadline = Instant::now() + self.timeout;
             self.send(shared, id.0, id.1, grant);

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use accord_proto::wire::RejectReason;
 
-use super::wire::{Body, Control, Span, CONTROL_MESSAGE_BYTES};
+use super::wire::{Body, Control, CONTROL_MESSAGE_BYTES};
 use super::LandingCopier;
 use crate::address::{DeviceRegionInfo, MrDescriptor};
 use crate::device::staging::tests::{fake_device, pattern, rig, wait_free, HostMemory};
@@ -263,7 +263,7 @@ fn hostile_and_stale_control_messages_are_refused_and_counted() {
         (0, msg(77, Body::Landed).to_vec()),
         (0, msg(78, Body::Abandon).to_vec()),
         (0, msg(79, Body::Done).to_vec()),
-        (0, msg(80, Body::Grant(Span { region: 1, key: 2, offset: 0, len: 10 })).to_vec()),
+        (0, msg(80, Body::Grant { region: 1, key: 2, offset: 0, len: 10 }).to_vec()),
     ];
     for (offset, bytes) in &hostile {
         poke(&a, &r.b, *offset, bytes);
@@ -271,7 +271,7 @@ fn hostile_and_stale_control_messages_are_refused_and_counted() {
     wait_until("every hostile message counted", || r.b.landing_stats().control_refused == hostile.len() as u64);
     // An ask whose writer never writes: granted, then reclaimed after the timeout, and no byte
     // of the device region is touched.
-    let ask = Body::Ask(Span { region: d.region, key: d.key, offset: 0, len: 1000 });
+    let ask = Body::Ask { region: d.region, key: d.key, offset: 0, len: 1000 };
     poke(&a, &r.b, 0, &msg(90, ask));
     wait_until("the quiet writer's slot reclaimed", || r.b.landing_stats().slots_reclaimed == 1);
     // The grant reached `a`, which never asked: stale there, counted, ignored.
@@ -295,8 +295,8 @@ fn hostile_and_stale_control_messages_are_refused_and_counted() {
 #[test]
 fn control_messages_round_trip_and_garbage_is_an_error() {
     let bodies = [
-        Body::Ask(Span { region: 3, key: u64::MAX, offset: 17, len: 4096 }),
-        Body::Grant(Span { region: u32::MAX, key: 1, offset: 0, len: 1 }),
+        Body::Ask { region: 3, key: u64::MAX, offset: 17, len: 4096 },
+        Body::Grant { region: u32::MAX, key: 1, offset: 0, len: 1 },
         Body::Refuse { reason: RejectReason::BadKey },
         Body::Refuse { reason: RejectReason::Other(0xDE71) },
         Body::Landed,

@@ -19,22 +19,12 @@ pub(crate) struct Control {
     pub(crate) body: Body,
 }
 
-/// `len` bytes at `offset` of registered region `region` with key `key`: what an ask names
-/// (where the chunk must land) and a grant answers (the slot to write it into).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Span {
-    pub(crate) region: u32,
-    pub(crate) key: u64,
-    pub(crate) offset: u64,
-    pub(crate) len: u64,
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Body {
-    /// Writer -> receiver: land the chunk in this span of a device region.
-    Ask(Span),
-    /// Receiver -> writer: write the chunk into this span of a landing slot.
-    Grant(Span),
+    /// Writer -> receiver: land `len` bytes at `offset` of device region `region`/`key`.
+    Ask { region: u32, key: u64, offset: u64, len: u64 },
+    /// Receiver -> writer: write the chunk at `offset` of landing region `region`/`key`.
+    Grant { region: u32, key: u64, offset: u64, len: u64 },
     /// Receiver -> writer: the ask was refused (or its copy failed).
     Refuse { reason: RejectReason },
     /// Writer -> receiver: the chunk's bytes are in the granted slot.
@@ -52,17 +42,11 @@ const LANDED: u8 = 4;
 const ABANDON: u8 = 5;
 const DONE: u8 = 6;
 
-impl Span {
-    fn words(self) -> [u64; 4] {
-        [u64::from(self.region), self.key, self.offset, self.len]
-    }
-}
-
 impl Control {
     pub(crate) fn encode(&self) -> [u8; CONTROL_MESSAGE_BYTES] {
         let (kind, words): (u8, [u64; 4]) = match self.body {
-            Body::Ask(s) => (ASK, s.words()),
-            Body::Grant(s) => (GRANT, s.words()),
+            Body::Ask { region, key, offset, len } => (ASK, [u64::from(region), key, offset, len]),
+            Body::Grant { region, key, offset, len } => (GRANT, [u64::from(region), key, offset, len]),
             Body::Refuse { reason } => (REFUSE, [u64::from(reason.to_u32()), 0, 0, 0]),
             Body::Landed => (LANDED, [0; 4]),
             Body::Abandon => (ABANDON, [0; 4]),
@@ -81,13 +65,10 @@ impl Control {
             return Err(FrameError::Kind(frame.kind));
         }
         let [a, b, c, d] = frame.words;
-        let span = || {
-            let region = u32::try_from(a).map_err(|_| FrameError::Field("region id out of range"))?;
-            Ok::<_, FrameError>(Span { region, key: b, offset: c, len: d })
-        };
+        let region = || u32::try_from(a).map_err(|_| FrameError::Field("region id out of range"));
         let body = match frame.kind {
-            ASK => Body::Ask(span()?),
-            GRANT => Body::Grant(span()?),
+            ASK => Body::Ask { region: region()?, key: b, offset: c, len: d },
+            GRANT => Body::Grant { region: region()?, key: b, offset: c, len: d },
             // The same codes as a refused packet's ACK; bits above 32 carry nothing.
             REFUSE => Body::Refuse { reason: RejectReason::from_u32(a as u32) },
             LANDED => Body::Landed,

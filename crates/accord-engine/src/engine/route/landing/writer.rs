@@ -51,12 +51,12 @@ impl LandingThread {
     pub(super) fn ask(&mut self, shared: &Arc<Shared>, request: ChunkRequest) {
         let req = self.next_req;
         self.next_req = self.next_req.wrapping_add(1);
-        let ask = Body::Ask(Span {
+        let ask = Body::Ask {
             region: request.dst.region,
             key: request.dst.key,
             offset: request.dst_offset,
             len: request.source.len(),
-        });
+        };
         if !self.send(shared, request.peer, req, ask) {
             request.done.part_done(Err(TransferError::PeerUnreachable));
             return;
@@ -75,11 +75,12 @@ impl LandingThread {
         );
     }
 
-    pub(super) fn on_grant(&mut self, shared: &Arc<Shared>, m: Control, grant: Span) -> bool {
-        let Span { region, key, offset, len } = grant;
+    /// A grant `m` for one of our asks: writes the chunk into the granted slot.
+    pub(super) fn on_grant(&mut self, shared: &Arc<Shared>, m: Control) -> bool {
+        let Body::Grant { region, key, offset, len } = m.body else { return false };
         let Some(out) = self.outgoing.get_mut(&m.req) else { return false };
         let asked_len = match out.ask {
-            Body::Ask(Span { len, .. }) => len,
+            Body::Ask { len, .. } => len,
             _ => 0,
         };
         if out.peer != m.from || !matches!(out.state, OutState::Asked) || len != asked_len {
