@@ -44,7 +44,7 @@ import statistics
 import sys
 import time
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -182,6 +182,24 @@ class Budget:
         return self.end - time.monotonic()
 
 
+def numbered_transfers(
+    kind: str, blocks: int, start: Callable[[str, float], Any], engine: Any, stuck_s: float, progress_s: float
+) -> Callable[[float], None]:
+    """``run(timeout)`` for :func:`timed`: each call starts transfer ``<kind>-<i>`` of ``blocks``
+    blocks (``start(request, timeout)``), says so, and waits for it as :func:`wait_logged` does,
+    watching ``engine``'s counters."""
+    count = [0]
+
+    def run(timeout: float) -> None:
+        count[0] += 1
+        what = f"{kind}-{count[0]} of {blocks} blocks (timeout {timeout:.0f} s)"
+        say(f"{what}: starting")
+        transfer = start(f"{kind}-{count[0]}", timeout)
+        wait_logged(transfer, what, engine, timeout + stuck_s, progress_s)
+
+    return run
+
+
 def timed(run: Any, iters: int, budget: Budget) -> tuple[float | None, list[float], str]:
     """(warm-up seconds, timed seconds, error) of ``run(timeout)``; stops early when the budget
     would not hold another request like the last."""
@@ -262,15 +280,14 @@ def prefill_role(conn: Connection, pool: int, progress_s: float, stuck_s: float)
                     continue
                 _, src, dst, iters, seconds = order
                 budget = Budget(seconds)
-                n = [0]
-
-                def push(timeout: float) -> None:
-                    n[0] += 1
-                    what = f"push-{n[0]} of {len(src)} blocks (timeout {timeout:.0f} s)"
-                    say(f"{what}: starting")
-                    transfer = prefill.push(target, src, dst, request=f"push-{n[0]}", timeout=timeout)
-                    wait_logged(transfer, what, engine, timeout + stuck_s, progress_s)
-
+                push = numbered_transfers(
+                    "push",
+                    len(src),
+                    lambda request, timeout: prefill.push(target, src, dst, request=request, timeout=timeout),
+                    engine,
+                    stuck_s,
+                    progress_s,
+                )
                 conn.send(("timed", timed(push, iters, budget)))
             prefill.close()
     except Exception as e:  # noqa: BLE001 - reported to the parent
@@ -339,26 +356,25 @@ def run_case(args: argparse.Namespace) -> list[dict[str, Any]]:
             torch.cuda.synchronize(last)
             share = budget.left() / (len(plan) - index)
             if op == "read":
-                count = [0]
-
-                def pull(timeout: float) -> None:
-                    count[0] += 1
-                    what = f"pull-{count[0]} of {n} blocks (timeout {timeout:.0f} s)"
-                    say(f"{what}: starting")
-                    transfer = decode.pull(source, src, dst, request=f"pull-{count[0]}", timeout=timeout)
-                    wait_logged(transfer, what, decode_engine, timeout + args.stuck_s, args.progress_s)
-
+                pull = numbered_transfers(
+                    "pull",
+                    n,
+                    lambda request, timeout: decode.pull(source, src, dst, request=request, timeout=timeout),
+                    decode_engine,
+                    args.stuck_s,
+                    args.progress_s,
+                )
                 first, times, error = timed(pull, args.iters, Budget(share))
             elif prefill is not None:
-                count = [0]
-
-                def push(timeout: float) -> None:
-                    count[0] += 1
-                    what = f"push-{count[0]} of {n} blocks (timeout {timeout:.0f} s)"
-                    say(f"{what}: starting")
-                    transfer = prefill.push(decode.target, src, dst, request=f"push-{count[0]}", timeout=timeout)
-                    wait_logged(transfer, what, decode_engine, timeout + args.stuck_s, args.progress_s)
-
+                pf = prefill
+                push = numbered_transfers(
+                    "push",
+                    n,
+                    lambda request, timeout: pf.push(decode.target, src, dst, request=request, timeout=timeout),
+                    decode_engine,
+                    args.stuck_s,
+                    args.progress_s,
+                )
                 first, times, error = timed(push, args.iters, Budget(share))
             else:
                 assert conn is not None

@@ -13,51 +13,35 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _mypy_env() -> dict[str, str]:
+def _run_mypy(*args: str) -> None:
+    """Runs `python -m <args>` (mypy or stubtest) from the repository root, with its cache
+    under target/, and fails the test with mypy's output unless it passed."""
+    pytest.importorskip("mypy")
     env = dict(os.environ)
     env.setdefault("MYPY_CACHE_DIR", str(ROOT / "target" / "mypy-cache"))
-    return env
+    run = subprocess.run(
+        [sys.executable, "-m", *args], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
 
 
 def test_stubs_match_the_native_module() -> None:
-    pytest.importorskip("mypy")
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mypy.stubtest",
-            "accord",
-            "--allowlist",
-            str(ROOT / "tests" / "python" / "stubtest-allowlist.txt"),
-            "--ignore-unused-allowlist",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=_mypy_env(),
-        cwd=ROOT,
+    _run_mypy(
+        "mypy.stubtest",
+        "accord",
+        "--allowlist",
+        str(ROOT / "tests" / "python" / "stubtest-allowlist.txt"),
+        "--ignore-unused-allowlist",
     )
-    assert run.returncode == 0, run.stdout + run.stderr
 
 
 def test_package_and_examples_type_check() -> None:
-    pytest.importorskip("mypy")
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mypy",
-            "--strict",
-            "--ignore-missing-imports",
-            "--python-version",
-            "3.10",
-            str(ROOT / "python" / "accord"),
-            str(ROOT / "examples"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=_mypy_env(),
-        cwd=ROOT,
+    _run_mypy(
+        "mypy",
+        "--strict",
+        "--ignore-missing-imports",
+        "--python-version",
+        "3.10",
+        str(ROOT / "python" / "accord"),
+        str(ROOT / "examples"),
     )
-    assert run.returncode == 0, run.stdout + run.stderr

@@ -12,8 +12,8 @@
 //! collectives over the TransferEngine, bootstrapped the torchrun way), [`store::Bootstrap`]
 //! (torchrun-style rendezvous), [`CollConfig`] (every `ACCORD_*` override),
 //! [`bench_math`] (nccl-tests bandwidth formulas and tables).
-// `unsafe` is confined to `engine::pinned` (views of registered memory) and
-// `gpu::shm` (the shared-memory flag segment).
+// `unsafe` is confined to `engine::pinned` (views of registered memory); the GPU flag board's
+// shared memory is mapped by the engine (`accord_engine::SharedMapping`).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 

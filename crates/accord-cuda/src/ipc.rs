@@ -172,15 +172,6 @@ impl<'de> Deserialize<'de> for IpcHandle {
     }
 }
 
-/// Whether process `pid` exists (Linux: `/proc/<pid>`; elsewhere assumed alive).
-pub(crate) fn process_alive(pid: u32) -> bool {
-    if cfg!(target_os = "linux") {
-        std::path::Path::new(&format!("/proc/{pid}")).exists()
-    } else {
-        true
-    }
-}
-
 /// Another process's device allocation mapped into this process. Unmapped on
 /// drop (after synchronising the GPU, so queued copies finish first).
 pub struct IpcMapping {
@@ -211,7 +202,7 @@ impl IpcMapping {
                 reason: "this process exported the handle; use the DeviceBuffer directly".into(),
             });
         }
-        if !process_alive(exporter_pid) {
+        if !accord_sys::process_alive(exporter_pid) {
             return Err(CudaError::IpcOpen { exporter_pid, reason: "the exporting process has exited".into() });
         }
         gpu.bind()?;

@@ -192,17 +192,30 @@ fn parent(device_ipc: bool, idle_timeout: Duration) -> Engine {
     Engine::builder().ignore_env().config(config).idle_timeout(idle_timeout).build().unwrap()
 }
 
-#[test]
-fn two_processes_every_device_route() {
-    accord_cuda::require_gpu!(1);
-    let mut c = ChildProc::spawn(DEVICE_BYTES);
-    let a = parent(true, Duration::from_secs(5));
+/// A child with a host region of `host_bytes`, and this process's engine (`device_ipc`,
+/// `idle_timeout`), each knowing the other.
+fn child_and_parent(host_bytes: usize, device_ipc: bool, idle_timeout: Duration) -> (ChildProc, Engine) {
+    let mut c = ChildProc::spawn(host_bytes);
+    let a = parent(device_ipc, idle_timeout);
     a.add_peer(&c.hello.address).unwrap();
     c.introduce(&a);
+    (c, a)
+}
+
+/// GPU 0, a stream on it, and `DEVICE_BYTES` of its memory holding pattern `seed`.
+fn device_source_filled(seed: u64) -> (Gpu, Stream, DeviceBuffer) {
     let gpu = Gpu::open(0).unwrap();
     let stream = Stream::new(&gpu).unwrap();
     let mut src = DeviceBuffer::alloc(&gpu, DEVICE_BYTES).unwrap();
-    src.copy_from_host(0, &bytes(1, DEVICE_BYTES), &stream).unwrap();
+    src.copy_from_host(0, &bytes(seed, DEVICE_BYTES), &stream).unwrap();
+    (gpu, stream, src)
+}
+
+#[test]
+fn two_processes_every_device_route() {
+    accord_cuda::require_gpu!(1);
+    let (mut c, a) = child_and_parent(DEVICE_BYTES, true, Duration::from_secs(5));
+    let (_gpu, _stream, src) = device_source_filled(1);
     // Safety: `src` outlives every transfer (all waited for below).
     #[allow(unsafe_code)]
     let (dev_h, _) =
@@ -308,42 +321,34 @@ fn two_processes_every_device_route() {
 fn staged_write_to_a_child_killed_mid_transfer_fails_without_a_crash() {
     accord_cuda::require_gpu!(1);
     let len = 256 << 20;
-    let mut c = ChildProc::spawn(len);
-    let a = parent(true, Duration::from_millis(500));
-    a.add_peer(&c.hello.address).unwrap();
-    c.introduce(&a);
-    let gpu = Gpu::open(0).unwrap();
-    let src = DeviceBuffer::alloc(&gpu, len).unwrap();
-    // Safety: `src` outlives the transfers (waited for below).
-    #[allow(unsafe_code)]
-    let (h, _) = unsafe { a.register_raw(src.ptr().0 as *mut u8, len, MemoryKind::CudaDevice { ordinal: 0 }) }.unwrap();
-    let host_d = c.hello.host;
-    let warm = WriteOp { src: &h, src_offset: 0, dst: &host_d, dst_offset: 0, len: 4096, imm: None };
-    a.write(&warm).unwrap().wait_timeout(WAIT).unwrap();
-    let op = WriteOp { src: &h, src_offset: 0, dst: &host_d, dst_offset: 0, len: len as u64, imm: Some(5) };
-    let t = a.write(&op).unwrap();
-    c.kill();
-    let got = t.wait_timeout(WAIT);
-    assert!(got.is_err() && got != Err(TransferError::Timeout), "{got:?}");
+    write_to_a_child_killed_mid_transfer_fails(len, true, len, |c| c.hello.host);
 }
 
 #[test]
 fn landed_write_to_a_child_killed_mid_transfer_fails_without_a_crash() {
     accord_cuda::require_gpu!(1);
-    let mut c = ChildProc::spawn(4096);
-    let a = parent(false, Duration::from_millis(500));
-    a.add_peer(&c.hello.address).unwrap();
-    c.introduce(&a);
+    write_to_a_child_killed_mid_transfer_fails(4096, false, DEVICE_BYTES, |c| c.hello.device);
+}
+
+/// Writes `len` bytes of device memory into the region `dst` of a child with `host_bytes` of
+/// host region (staged with IPC on, landed with it off), kills the child mid-transfer, and
+/// expects an error that is not a timeout (the peer's death, seen by its pidfd) and no crash.
+fn write_to_a_child_killed_mid_transfer_fails(
+    host_bytes: usize,
+    device_ipc: bool,
+    len: usize,
+    dst: impl Fn(&ChildProc) -> MrDescriptor,
+) {
+    let (mut c, a) = child_and_parent(host_bytes, device_ipc, Duration::from_millis(500));
     let gpu = Gpu::open(0).unwrap();
-    let src = DeviceBuffer::alloc(&gpu, DEVICE_BYTES).unwrap();
+    let src = DeviceBuffer::alloc(&gpu, len).unwrap();
     // Safety: `src` outlives the transfers (waited for below).
     #[allow(unsafe_code)]
-    let (h, _) =
-        unsafe { a.register_raw(src.ptr().0 as *mut u8, DEVICE_BYTES, MemoryKind::CudaDevice { ordinal: 0 }) }.unwrap();
-    let dev_d = c.hello.device;
-    let warm = WriteOp { src: &h, src_offset: 0, dst: &dev_d, dst_offset: 0, len: 4096, imm: None };
+    let (h, _) = unsafe { a.register_raw(src.ptr().0 as *mut u8, len, MemoryKind::CudaDevice { ordinal: 0 }) }.unwrap();
+    let dst = dst(&c);
+    let warm = WriteOp { src: &h, src_offset: 0, dst: &dst, dst_offset: 0, len: 4096, imm: None };
     a.write(&warm).unwrap().wait_timeout(WAIT).unwrap();
-    let op = WriteOp { src: &h, src_offset: 0, dst: &dev_d, dst_offset: 0, len: DEVICE_BYTES as u64, imm: Some(5) };
+    let op = WriteOp { src: &h, src_offset: 0, dst: &dst, dst_offset: 0, len: len as u64, imm: Some(5) };
     let t = a.write(&op).unwrap();
     c.kill();
     let got = t.wait_timeout(WAIT);
@@ -358,14 +363,8 @@ fn landed_write_to_a_child_killed_mid_transfer_fails_without_a_crash() {
 #[test]
 fn two_processes_read_device_regions() {
     accord_cuda::require_gpu!(1);
-    let mut c = ChildProc::spawn(DEVICE_BYTES);
-    let a = parent(true, Duration::from_secs(5));
-    a.add_peer(&c.hello.address).unwrap();
-    c.introduce(&a);
-    let gpu = Gpu::open(0).unwrap();
-    let stream = Stream::new(&gpu).unwrap();
-    let mut src = DeviceBuffer::alloc(&gpu, DEVICE_BYTES).unwrap();
-    src.copy_from_host(0, &bytes(1, DEVICE_BYTES), &stream).unwrap();
+    let (mut c, a) = child_and_parent(DEVICE_BYTES, true, Duration::from_secs(5));
+    let (gpu, stream, src) = device_source_filled(1);
     let dst = DeviceBuffer::alloc(&gpu, DEVICE_BYTES).unwrap();
     // Safety: `src` and `dst` outlive every transfer (all waited for below).
     #[allow(unsafe_code)]

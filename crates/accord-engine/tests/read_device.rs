@@ -55,7 +55,9 @@ fn device_bytes(side: &Side, stream: &Stream, offset: usize, len: usize) -> Vec<
     out
 }
 
-fn every_direction(force_network: bool) {
+/// GPU 0, a stream on it, and the owner and reader engines (peers of each other over the
+/// network when `force_network`).
+fn owner_and_reader(force_network: bool) -> (Gpu, Stream, Engine, Engine) {
     let gpu = Gpu::open(0).unwrap();
     let stream = Stream::new(&gpu).unwrap();
     let (owner, reader) = (engine(force_network), engine(force_network));
@@ -63,6 +65,11 @@ fn every_direction(force_network: bool) {
         owner.add_peer(&reader.address()).unwrap();
         reader.add_peer(&owner.address()).unwrap();
     }
+    (gpu, stream, owner, reader)
+}
+
+fn every_direction(force_network: bool) {
+    let (gpu, stream, owner, reader) = owner_and_reader(force_network);
     let (o, r) = (side(&owner, &gpu, &stream, 1), side(&reader, &gpu, &stream, 2));
     let third = (BYTES / 3) as u64;
     let read = |dst: &MrHandle, dst_offset, src: &MrDescriptor, src_offset, len, imm| {
@@ -87,11 +94,21 @@ fn every_direction(force_network: bool) {
     // A wrong key on a device source: refused, nothing counted.
     let mut bad = o.device_d;
     bad.key ^= 1;
-    let refused = read(&r.device_h, 0, &bad, 0, 4096, 4);
+    refused_and_each_counted_once(&reader, read(&r.device_h, 0, &bad, 0, 4096, 4), 4, 1..=3);
+}
+
+/// The read with immediate `refused_imm` (from a source with a wrong key) was refused and
+/// counted nothing; each immediate of `counted` was counted exactly once.
+fn refused_and_each_counted_once<T: std::fmt::Debug>(
+    reader: &Engine,
+    refused: Result<T, TransferError>,
+    refused_imm: u32,
+    counted: std::ops::RangeInclusive<u32>,
+) {
     assert!(matches!(refused, Err(TransferError::Rejected(_))), "{refused:?}");
     std::thread::sleep(Duration::from_millis(20));
-    assert_eq!(reader.imm_counter(4).value(), 0);
-    for imm in 1..=3 {
+    assert_eq!(reader.imm_counter(refused_imm).value(), 0);
+    for imm in counted {
         assert_eq!(reader.imm_counter(imm).value(), 1, "imm {imm} counted once");
     }
 }
@@ -147,13 +164,7 @@ fn batch_landed(got: &[u8], source: &[u8]) -> bool {
 }
 
 fn batched_every_direction(force_network: bool) {
-    let gpu = Gpu::open(0).unwrap();
-    let stream = Stream::new(&gpu).unwrap();
-    let (owner, reader) = (engine(force_network), engine(force_network));
-    if force_network {
-        owner.add_peer(&reader.address()).unwrap();
-        reader.add_peer(&owner.address()).unwrap();
-    }
+    let (gpu, stream, owner, reader) = owner_and_reader(force_network);
     let (o, r) = (side(&owner, &gpu, &stream, 3), side(&reader, &gpu, &stream, 4));
     let read = |op: PagedReadOp<'_>| {
         let imm = op.imm.unwrap();
@@ -177,13 +188,7 @@ fn batched_every_direction(force_network: bool) {
     // A wrong key on a device source: refused, nothing counted.
     let mut bad = o.device_d;
     bad.key ^= 1;
-    let refused = read(batch(&r.device_h, &bad, 24));
-    assert!(matches!(refused, Err(TransferError::Rejected(_))), "{refused:?}");
-    std::thread::sleep(Duration::from_millis(20));
-    assert_eq!(reader.imm_counter(24).value(), 0);
-    for imm in 21..=23 {
-        assert_eq!(reader.imm_counter(imm).value(), 1, "imm {imm} counted once");
-    }
+    refused_and_each_counted_once(&reader, read(batch(&r.device_h, &bad, 24)), 24, 21..=23);
 }
 
 #[test]

@@ -203,7 +203,7 @@ fn child(rank: usize) {
             }
             if recvs[c].is_null() {
                 // Safety: a live listen comm.
-                check("accept", unsafe { (t.accept)(listens[c], &mut recvs[c], &mut dev) });
+                check("accept", unsafe { (t.calls.accept)(listens[c], &mut recvs[c], &mut dev) });
             }
         }
         std::thread::sleep(Duration::from_micros(200));
@@ -218,7 +218,7 @@ fn child(rank: usize) {
         let comm = if i < comms { sends[i] } else { recvs[i - comms] };
         let (base, ptr_type) = (a.base(), a.ptr_type());
         // Safety: the arena lives until the end of this function, after deregMr.
-        check("regMr", unsafe { (t.regMr)(comm, base as *mut c_void, arena_bytes, ptr_type, &mut mrs[i]) });
+        check("regMr", unsafe { (t.calls.regMr)(comm, base as *mut c_void, arena_bytes, ptr_type, &mut mrs[i]) });
     }
     let bases: Vec<usize> = arenas.iter_mut().map(Arena::base).collect();
     // Per comm and direction: (posted count, done count, outstanding (index, posted at)).
@@ -253,7 +253,7 @@ fn child(rank: usize) {
                 let mut req = std::ptr::null_mut();
                 // Safety: one receive into a registered buffer of `msg` bytes.
                 check("irecv", unsafe {
-                    (t.irecv)(recvs[c], 1, &mut data, &mut size, &mut tag, &mut mh, &mut ph, &mut req)
+                    (t.calls.irecv)(recvs[c], 1, &mut data, &mut size, &mut tag, &mut mh, &mut ph, &mut req)
                 });
                 if req.is_null() {
                     recv_null += 1;
@@ -272,7 +272,9 @@ fn child(rank: usize) {
                 let data = (bases[c] + slot * msg) as *mut c_void;
                 let mut req = std::ptr::null_mut();
                 // Safety: a registered buffer of `msg` bytes.
-                check("isend", unsafe { (t.isend)(sends[c], data, msg, 0, mrs[c], std::ptr::null_mut(), &mut req) });
+                check("isend", unsafe {
+                    (t.calls.isend)(sends[c], data, msg, 0, mrs[c], std::ptr::null_mut(), &mut req)
+                });
                 if req.is_null() {
                     send_null += 1;
                     break;
@@ -286,7 +288,7 @@ fn child(rank: usize) {
                     let (mut done, mut size) = (0, 0);
                     tests += 1;
                     // Safety: a live request.
-                    check("test", unsafe { (t.test)(req, &mut done, &mut size) });
+                    check("test", unsafe { (t.calls.test)(req, &mut done, &mut size) });
                     if done == 0 {
                         break;
                     }
@@ -339,12 +341,12 @@ fn child(rank: usize) {
     // Safety: handing back what the plugin gave, once each.
     unsafe {
         for (i, mr) in mrs.iter().enumerate() {
-            check("deregMr", (t.deregMr)(if i < comms { sends[i] } else { recvs[i - comms] }, *mr));
+            check("deregMr", (t.calls.deregMr)(if i < comms { sends[i] } else { recvs[i - comms] }, *mr));
         }
         for c in 0..comms {
-            check("closeSend", (t.closeSend)(sends[c]));
-            check("closeRecv", (t.closeRecv)(recvs[c]));
-            check("closeListen", (t.closeListen)(listens[c]));
+            check("closeSend", (t.calls.closeSend)(sends[c]));
+            check("closeRecv", (t.calls.closeRecv)(recvs[c]));
+            check("closeListen", (t.calls.closeListen)(listens[c]));
         }
         check("finalize", (t.finalize)(ctx));
     }

@@ -158,21 +158,11 @@ pub struct NetAttr {
 type Ptr = *mut c_void;
 type PtrOut = *mut *mut c_void;
 
-/// `ncclNet_v11_t`, field for field.
+/// The fourteen calls `ncclNet_v10_t` and `ncclNet_v11_t` share, `accept` to `makeVDevice`,
+/// with the same signatures in the same order. Both tables embed it: a `repr(C)` struct of
+/// pointers lays out exactly as the same pointers inline, so the C layout is unchanged.
 #[repr(C)]
-pub struct NetV11 {
-    /// Network name, matched against `NCCL_NET`.
-    pub name: *const c_char,
-    /// `init(ctx, commId, config, logFunction, profFunction)`.
-    pub init: unsafe extern "C" fn(PtrOut, u64, *mut CommConfig, DebugLogger, ProfilerCallback) -> NcclResult,
-    /// `devices(ndev)`.
-    pub devices: unsafe extern "C" fn(*mut c_int) -> NcclResult,
-    /// `getProperties(dev, props)`.
-    pub getProperties: unsafe extern "C" fn(c_int, *mut PropertiesV11) -> NcclResult,
-    /// `listen(ctx, dev, handle, listenComm)`.
-    pub listen: unsafe extern "C" fn(Ptr, c_int, Ptr, PtrOut) -> NcclResult,
-    /// `connect(ctx, dev, handle, sendComm, sendDevComm)`.
-    pub connect: unsafe extern "C" fn(Ptr, c_int, Ptr, PtrOut, PtrOut) -> NcclResult,
+pub struct NetCalls {
     /// `accept(listenComm, recvComm, recvDevComm)`.
     pub accept: unsafe extern "C" fn(Ptr, PtrOut, PtrOut) -> NcclResult,
     /// `regMr(comm, data, size, type, mhandle)`.
@@ -201,6 +191,25 @@ pub struct NetV11 {
     pub irecvConsumed: unsafe extern "C" fn(Ptr, c_int, Ptr) -> NcclResult,
     /// `makeVDevice(d, props)`.
     pub makeVDevice: unsafe extern "C" fn(*mut c_int, *mut VDeviceProps) -> NcclResult,
+}
+
+/// `ncclNet_v11_t`, field for field.
+#[repr(C)]
+pub struct NetV11 {
+    /// Network name, matched against `NCCL_NET`.
+    pub name: *const c_char,
+    /// `init(ctx, commId, config, logFunction, profFunction)`.
+    pub init: unsafe extern "C" fn(PtrOut, u64, *mut CommConfig, DebugLogger, ProfilerCallback) -> NcclResult,
+    /// `devices(ndev)`.
+    pub devices: unsafe extern "C" fn(*mut c_int) -> NcclResult,
+    /// `getProperties(dev, props)`.
+    pub getProperties: unsafe extern "C" fn(c_int, *mut PropertiesV11) -> NcclResult,
+    /// `listen(ctx, dev, handle, listenComm)`.
+    pub listen: unsafe extern "C" fn(Ptr, c_int, Ptr, PtrOut) -> NcclResult,
+    /// `connect(ctx, dev, handle, sendComm, sendDevComm)`.
+    pub connect: unsafe extern "C" fn(Ptr, c_int, Ptr, PtrOut, PtrOut) -> NcclResult,
+    /// The calls v10 and v11 share, `accept` to `makeVDevice`, in their order.
+    pub calls: NetCalls,
     /// `finalize(ctx)`.
     pub finalize: unsafe extern "C" fn(Ptr) -> NcclResult,
     /// `setNetAttr(ctx, netAttr)`.
@@ -222,34 +231,8 @@ pub struct NetV10 {
     pub listen: unsafe extern "C" fn(c_int, Ptr, PtrOut) -> NcclResult,
     /// `connect(dev, config, handle, sendComm, sendDevComm)`.
     pub connect: unsafe extern "C" fn(c_int, *mut CommConfig, Ptr, PtrOut, PtrOut) -> NcclResult,
-    /// `accept(listenComm, recvComm, recvDevComm)`.
-    pub accept: unsafe extern "C" fn(Ptr, PtrOut, PtrOut) -> NcclResult,
-    /// `regMr`.
-    pub regMr: unsafe extern "C" fn(Ptr, Ptr, usize, c_int, PtrOut) -> NcclResult,
-    /// `regMrDmaBuf`.
-    pub regMrDmaBuf: unsafe extern "C" fn(Ptr, Ptr, usize, c_int, u64, c_int, PtrOut) -> NcclResult,
-    /// `deregMr`.
-    pub deregMr: unsafe extern "C" fn(Ptr, Ptr) -> NcclResult,
-    /// `isend`.
-    pub isend: unsafe extern "C" fn(Ptr, Ptr, usize, c_int, Ptr, Ptr, PtrOut) -> NcclResult,
-    /// `irecv`.
-    pub irecv: unsafe extern "C" fn(Ptr, c_int, PtrOut, *mut usize, *mut c_int, PtrOut, PtrOut, PtrOut) -> NcclResult,
-    /// `iflush`.
-    pub iflush: unsafe extern "C" fn(Ptr, c_int, PtrOut, *mut c_int, PtrOut, PtrOut) -> NcclResult,
-    /// `test`.
-    pub test: unsafe extern "C" fn(Ptr, *mut c_int, *mut c_int) -> NcclResult,
-    /// `closeSend`.
-    pub closeSend: unsafe extern "C" fn(Ptr) -> NcclResult,
-    /// `closeRecv`.
-    pub closeRecv: unsafe extern "C" fn(Ptr) -> NcclResult,
-    /// `closeListen`.
-    pub closeListen: unsafe extern "C" fn(Ptr) -> NcclResult,
-    /// `getDeviceMr`.
-    pub getDeviceMr: unsafe extern "C" fn(Ptr, Ptr, PtrOut) -> NcclResult,
-    /// `irecvConsumed`.
-    pub irecvConsumed: unsafe extern "C" fn(Ptr, c_int, Ptr) -> NcclResult,
-    /// `makeVDevice`.
-    pub makeVDevice: unsafe extern "C" fn(*mut c_int, *mut VDeviceProps) -> NcclResult,
+    /// The calls v10 and v11 share, `accept` to `makeVDevice`, in their order.
+    pub calls: NetCalls,
 }
 
 // Safety: the tables are immutable after construction: function pointers and a pointer to a

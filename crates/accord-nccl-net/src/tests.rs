@@ -28,7 +28,9 @@ fn properties_layout_matches_the_c_struct() {
 fn tables_are_a_name_and_one_pointer_per_function() {
     assert_eq!(size_of::<NetV11>(), 8 * (1 + 21));
     assert_eq!(size_of::<NetV10>(), 8 * (1 + 19));
-    assert_eq!(offset_of!(NetV11, isend), 8 * 10);
+    assert_eq!(size_of::<NetCalls>(), 8 * 14);
+    assert_eq!(offset_of!(NetV11, calls) + offset_of!(NetCalls, isend), 8 * 10);
+    assert_eq!(offset_of!(NetV10, calls) + offset_of!(NetCalls, makeVDevice), 8 * 19);
     assert_eq!(offset_of!(NetV11, setNetAttr), 8 * 21);
 }
 

@@ -244,7 +244,7 @@ impl Driver<'_> {
                 let mut request = std::ptr::null_mut();
                 // Safety: arrays of group.len() entries, a live recv comm, registered arena.
                 check("irecv", unsafe {
-                    (self.t.irecv)(
+                    (self.t.calls.irecv)(
                         self.recv_comm,
                         group.len() as c_int,
                         data.as_mut_ptr(),
@@ -289,7 +289,7 @@ impl Driver<'_> {
                 let mut request = std::ptr::null_mut();
                 // Safety: inside the registered send arena; a live send comm.
                 check("isend", unsafe {
-                    (self.t.isend)(
+                    (self.t.calls.isend)(
                         self.send_comm,
                         self.send_arena.ptr.add(base).cast(),
                         part.send,
@@ -313,7 +313,7 @@ impl Driver<'_> {
             while let Some(&(group, j, request)) = sends.front() {
                 let (mut done, mut size) = (0, -1);
                 // Safety: a live request from isend.
-                check("test(send)", unsafe { (self.t.test)(request, &mut done, &mut size) });
+                check("test(send)", unsafe { (self.t.calls.test)(request, &mut done, &mut size) });
                 if done == 0 {
                     break;
                 }
@@ -331,7 +331,7 @@ impl Driver<'_> {
                 let mut done = 0;
                 let mut sizes = vec![-1 as c_int; parts.len()];
                 // Safety: a live request from irecv; room for one size per receive.
-                check("test(recv)", unsafe { (self.t.test)(request, &mut done, sizes.as_mut_ptr()) });
+                check("test(recv)", unsafe { (self.t.calls.test)(request, &mut done, sizes.as_mut_ptr()) });
                 if done == 0 {
                     break;
                 }
@@ -398,7 +398,7 @@ fn child(kit: &Context) {
     let mut bogus = std::ptr::null_mut();
     let mut byte = 0u8;
     assert_ne!(
-        unsafe { (t.regMr)(std::ptr::null_mut(), (&mut byte as *mut u8).cast(), 1, abi::PTR_CUDA, &mut bogus) },
+        unsafe { (t.calls.regMr)(std::ptr::null_mut(), (&mut byte as *mut u8).cast(), 1, abi::PTR_CUDA, &mut bogus) },
         abi::NCCL_SUCCESS
     );
 
@@ -431,7 +431,7 @@ fn child(kit: &Context) {
         }
         if recv_comm.is_null() {
             // Safety: a live listen comm and valid out-pointers.
-            check("accept", unsafe { (t.accept)(listen_comm, &mut recv_comm, &mut dev_comm) });
+            check("accept", unsafe { (t.calls.accept)(listen_comm, &mut recv_comm, &mut dev_comm) });
         }
         calls += 1;
         std::thread::sleep(Duration::from_micros(200));
@@ -452,11 +452,11 @@ fn child(kit: &Context) {
     let (mut send_mr, mut recv_mr): (*mut c_void, *mut c_void) = (std::ptr::null_mut(), std::ptr::null_mut());
     // Safety: the arenas live for the rest of the process.
     check("regMr(send)", unsafe {
-        (t.regMr)(send_comm, send_arena.ptr.cast(), arena_bytes, abi::PTR_HOST, &mut send_mr)
+        (t.calls.regMr)(send_comm, send_arena.ptr.cast(), arena_bytes, abi::PTR_HOST, &mut send_mr)
     });
     // Safety: as above.
     check("regMr(recv)", unsafe {
-        (t.regMr)(recv_comm, recv_arena.ptr.cast(), arena_bytes, abi::PTR_HOST, &mut recv_mr)
+        (t.calls.regMr)(recv_comm, recv_arena.ptr.cast(), arena_bytes, abi::PTR_HOST, &mut recv_mr)
     });
 
     if kit.role == DEATH {
@@ -489,11 +489,11 @@ fn child(kit: &Context) {
     hear().expect("the parent says go once both are done");
     // Safety: handing back what the plugin gave, once each.
     unsafe {
-        check("deregMr", (t.deregMr)(send_comm, send_mr));
-        check("deregMr", (t.deregMr)(recv_comm, recv_mr));
-        check("closeSend", (t.closeSend)(send_comm));
-        check("closeRecv", (t.closeRecv)(recv_comm));
-        check("closeListen", (t.closeListen)(listen_comm));
+        check("deregMr", (t.calls.deregMr)(send_comm, send_mr));
+        check("deregMr", (t.calls.deregMr)(recv_comm, recv_mr));
+        check("closeSend", (t.calls.closeSend)(send_comm));
+        check("closeRecv", (t.calls.closeRecv)(recv_comm));
+        check("closeListen", (t.calls.closeListen)(listen_comm));
         check("finalize", (t.finalize)(ctx));
     }
     let stats = STATISTICS.lock().unwrap().last().cloned().expect("finalize logs engine statistics");
@@ -532,7 +532,7 @@ fn death_child(
     let mut phandles = [std::ptr::null_mut::<c_void>()];
     // Safety: arrays of one entry, a live recv comm, a registered arena.
     check("irecv", unsafe {
-        (t.irecv)(
+        (t.calls.irecv)(
             recv_comm,
             1,
             data.as_mut_ptr(),
@@ -550,14 +550,14 @@ fn death_child(
         if recv_rc == abi::NCCL_SUCCESS {
             let (mut done, mut size) = (0, -1);
             // Safety: a live request from irecv.
-            recv_rc = unsafe { (t.test)(recv_request, &mut done, &mut size) };
+            recv_rc = unsafe { (t.calls.test)(recv_request, &mut done, &mut size) };
             assert_eq!(done, 0, "nothing was sent, so nothing can have arrived");
         }
         if send_rc == abi::NCCL_SUCCESS {
             let mut request = std::ptr::null_mut();
             // Safety: inside the registered send arena; a live send comm.
             send_rc = unsafe {
-                (t.isend)(send_comm, send_arena.ptr.cast(), 4096, 1, send_mr, std::ptr::null_mut(), &mut request)
+                (t.calls.isend)(send_comm, send_arena.ptr.cast(), 4096, 1, send_mr, std::ptr::null_mut(), &mut request)
             };
             assert!(request.is_null(), "the peer posted no receive, so no clear-to-send can have come");
         }
@@ -596,7 +596,7 @@ fn init_failure_child() {
     check("finalize(null)", unsafe { (t.finalize)(ctx) });
     // Safety: null arguments must be errors, not crashes.
     assert_eq!(
-        unsafe { (t.test)(std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut()) },
+        unsafe { (t.calls.test)(std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut()) },
         abi::NCCL_INVALID_ARGUMENT
     );
     say("OK init failure handled");
@@ -628,7 +628,7 @@ fn foreign_loopback_child() {
     assert_eq!(rc, abi::NCCL_INVALID_USAGE, "a loopback listener on another machine is a usage error");
     assert!(send_comm.is_null() && started.elapsed() < Duration::from_secs(5));
     // Safety: the listen comm from listen above, and the context from init.
-    check("closeListen", unsafe { (t.closeListen)(listen_comm) });
+    check("closeListen", unsafe { (t.calls.closeListen)(listen_comm) });
     check("finalize", unsafe { (t.finalize)(ctx) });
     say("OK foreign loopback refused");
 }

@@ -266,6 +266,24 @@ impl RxBuffers {
         self.lent.clear();
     }
 
+    /// Fails unless every slot holds `required` bytes (the most a driver delivers in one
+    /// datagram), so nothing is ever truncated.
+    pub fn check_slot_bytes(&self, required: usize) -> Result<(), DatapathError> {
+        if self.slot_bytes() < required {
+            return Err(DatapathError::RxSlotTooSmall { slot_bytes: self.slot_bytes(), required });
+        }
+        Ok(())
+    }
+
+    /// The start of a driver's `recv_batch`: checks the slot size against `required`, empties
+    /// the slots, and returns how many datagrams the call may deliver (`max`, at most the
+    /// slot count).
+    pub fn start_batch(&mut self, required: usize, max: usize) -> Result<usize, DatapathError> {
+        self.check_slot_bytes(required)?;
+        self.clear();
+        Ok(max.min(self.slot_count()))
+    }
+
     /// Lets drivers lend datagrams in place instead of copying them whole: such a slot holds
     /// only the datagram's first [`LENT_HEAD_BYTES`] (its header; the rest of the slot is
     /// stale), and [`RxBuffers::lent`] gives the whole datagram, readable until the next call
@@ -462,7 +480,51 @@ pub trait Datapath: Send {
     ) -> Result<DirectSend, DatapathError> {
         Ok(DirectSend::Unsupported)
     }
+
+    /// Checks every datagram of `batch` against this driver's limits (see
+    /// [`TxDatagram::validate`]): drivers call it first, so a bad batch sends nothing.
+    fn validate_batch(&self, batch: &[TxDatagram<'_>]) -> Result<(), DatapathError> {
+        let (caps, path_count) = (self.caps(), self.path_count());
+        batch.iter().try_for_each(|dgram| dgram.validate(&caps, path_count))
+    }
 }
+
+/// The methods by which a wrapper (the fault injector, the tracer, the shared-memory rings)
+/// is the datapath it wraps: its capabilities, paths and their addresses are those of the
+/// inner datapath held in field `$inner`. Used inside `impl Datapath for Wrapper`.
+macro_rules! wrapped_identity {
+    ($inner:ident) => {
+        fn caps(&self) -> $crate::DatapathCaps {
+            self.$inner.caps()
+        }
+        fn path_count(&self) -> u16 {
+            self.$inner.path_count()
+        }
+        fn local_addr(&self, path: u16) -> Option<std::net::SocketAddr> {
+            self.$inner.local_addr(path)
+        }
+    };
+}
+pub(crate) use wrapped_identity;
+
+/// The local-channel methods of a wrapper that has no channel of its own and leaves the inner
+/// datapath's (in field `$inner`) alone: slot size, channel offers and channel counters pass
+/// through. Used inside `impl Datapath for Wrapper` by the fault injector and the tracer.
+macro_rules! wrapped_local_channel {
+    ($inner:ident) => {
+        fn rx_slot_bytes(&self) -> usize {
+            self.$inner.rx_slot_bytes()
+        }
+        fn offer_local_channel(&mut self, peer_paths: &[std::net::SocketAddr]) {
+            self.$inner.offer_local_channel(peer_paths)
+        }
+        #[cfg(target_os = "linux")]
+        fn local_channel_stats(&self) -> Option<$crate::shm::ShmStats> {
+            self.$inner.local_channel_stats()
+        }
+    };
+}
+pub(crate) use wrapped_local_channel;
 
 impl<D: Datapath + ?Sized> Datapath for Box<D> {
     fn caps(&self) -> DatapathCaps {

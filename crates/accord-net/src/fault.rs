@@ -20,7 +20,7 @@ use rand_chacha::ChaCha8Rng;
 pub use control::{FaultControl, FaultStats, BLACKHOLE_MAX};
 
 use crate::clock::{Clock, SystemClock};
-use crate::{Datapath, DatapathCaps, DatapathError, RxBuffers, TxDatagram};
+use crate::{Datapath, DatapathError, RxBuffers, TxDatagram};
 
 /// Default bound on packets held for reordering or delay.
 pub const HELD_PACKETS_MAX_DEFAULT: usize = 4096;
@@ -384,27 +384,13 @@ impl<D: Datapath> FaultInjector<D> {
 }
 
 impl<D: Datapath> Datapath for FaultInjector<D> {
-    fn caps(&self) -> DatapathCaps {
-        self.inner.caps()
-    }
-
-    fn path_count(&self) -> u16 {
-        self.inner.path_count()
-    }
-
-    fn local_addr(&self, path: u16) -> Option<SocketAddr> {
-        self.inner.local_addr(path)
-    }
+    crate::datapath::wrapped_identity!(inner);
 
     /// Consumes the whole batch (each packet is sent, dropped, held, or
     /// queued for room) unless packets from an earlier call still wait for
     /// room in the inner datapath, in which case it returns 0.
     fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DatapathError> {
-        let caps = self.inner.caps();
-        let path_count = self.inner.path_count();
-        for dgram in batch {
-            dgram.validate(&caps, path_count)?;
-        }
+        self.inner.validate_batch(batch)?;
         self.release_due()?;
         if !self.backlog.is_empty() {
             return Ok(0);
@@ -524,18 +510,7 @@ impl<D: Datapath> Datapath for FaultInjector<D> {
         Ok(readable)
     }
 
-    fn rx_slot_bytes(&self) -> usize {
-        self.inner.rx_slot_bytes()
-    }
-
-    fn offer_local_channel(&mut self, peer_paths: &[SocketAddr]) {
-        self.inner.offer_local_channel(peer_paths)
-    }
-
-    #[cfg(target_os = "linux")]
-    fn local_channel_stats(&self) -> Option<crate::shm::ShmStats> {
-        self.inner.local_channel_stats()
-    }
+    crate::datapath::wrapped_local_channel!(inner);
 }
 
 #[cfg(test)]

@@ -155,10 +155,7 @@ impl Datapath for MemDatapath {
     }
 
     fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DatapathError> {
-        let caps = self.caps();
-        for dgram in batch {
-            dgram.validate(&caps, self.path_count())?;
-        }
+        self.validate_batch(batch)?;
         let stats = &self.shared.stats;
         for dgram in batch {
             let route = lock(&self.shared.registry).routes.get(&dgram.dst).cloned();
@@ -182,12 +179,7 @@ impl Datapath for MemDatapath {
     }
 
     fn recv_batch(&mut self, bufs: &mut RxBuffers, max: usize) -> Result<usize, DatapathError> {
-        let required = self.rx_slot_bytes();
-        if bufs.slot_bytes() < required {
-            return Err(DatapathError::RxSlotTooSmall { slot_bytes: bufs.slot_bytes(), required });
-        }
-        bufs.clear();
-        let max = max.min(bufs.slot_count());
+        let max = bufs.start_batch(self.rx_slot_bytes(), max)?;
         let mut queue = lock(&self.inbox.queue);
         while bufs.len() < max {
             let Some(packet) = queue.pop_front() else {

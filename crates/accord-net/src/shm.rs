@@ -47,7 +47,7 @@ pub use config::{ShmConfig, SHM_RING_BYTES_DEFAULT, SHM_SPIN_DEFAULT, SHM_SPIN_M
 use control::Control;
 use ring::{Consumer, Producer, Push};
 
-use crate::{Datapath, DatapathCaps, DatapathError, DirectSend, RxBuffers, RxMeta, TxDatagram, RX_SLOT_BYTES_MAX};
+use crate::{Datapath, DatapathError, DirectSend, RxBuffers, RxMeta, TxDatagram, RX_SLOT_BYTES_MAX};
 
 /// Most peers (remote lanes) one datapath keeps ring state for; beyond it, peers use UDP.
 pub const REMOTES_MAX: usize = 1024;
@@ -420,7 +420,7 @@ impl<D: Datapath> ShmDatapath<D> {
                 let now = Instant::now();
                 let since = *full_since.get_or_insert(now);
                 let stalled = now.duration_since(since);
-                if stalled >= RING_STALL_CHECK && !ring::process_alive(producer.consumer_pid()) {
+                if stalled >= RING_STALL_CHECK && !accord_sys::process_alive(producer.consumer_pid()) {
                     self.abandon_tx(idx, "its consumer process is gone");
                     return RingPush::Abandoned;
                 }
@@ -535,24 +535,10 @@ impl<D: Datapath> ShmDatapath<D> {
 }
 
 impl<D: Datapath> Datapath for ShmDatapath<D> {
-    fn caps(&self) -> DatapathCaps {
-        self.inner.caps()
-    }
-
-    fn path_count(&self) -> u16 {
-        self.inner.path_count()
-    }
-
-    fn local_addr(&self, path: u16) -> Option<SocketAddr> {
-        self.inner.local_addr(path)
-    }
+    crate::datapath::wrapped_identity!(inner);
 
     fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DatapathError> {
-        let caps = self.caps();
-        let path_count = self.path_count();
-        for d in batch {
-            d.validate(&caps, path_count)?;
-        }
+        self.validate_batch(batch)?;
         self.tick();
         let mut done = 0;
         let mut udp_from: Option<usize> = None;
@@ -598,9 +584,7 @@ impl<D: Datapath> Datapath for ShmDatapath<D> {
     }
 
     fn recv_batch(&mut self, bufs: &mut RxBuffers, max: usize) -> Result<usize, DatapathError> {
-        if bufs.slot_bytes() < RX_SLOT_BYTES_MAX {
-            return Err(DatapathError::RxSlotTooSmall { slot_bytes: bufs.slot_bytes(), required: RX_SLOT_BYTES_MAX });
-        }
+        bufs.check_slot_bytes(RX_SLOT_BYTES_MAX)?;
         self.release_lent();
         self.tick();
         let max = max.min(bufs.slot_count());
@@ -741,7 +725,7 @@ pub fn sweep_stale_rings(dir: &std::path::Path) -> usize {
             .ok()
             .and_then(|t| t.elapsed().ok())
             .is_some_and(|age| age >= STALE_RING_AGE);
-        if old && !ring::process_alive(pid) && std::fs::remove_file(entry.path()).is_ok() {
+        if old && !accord_sys::process_alive(pid) && std::fs::remove_file(entry.path()).is_ok() {
             removed += 1;
         }
     }

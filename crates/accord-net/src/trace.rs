@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::{Clock, SystemClock};
-use crate::{Datapath, DatapathCaps, DatapathError, RxBuffers, TxDatagram};
+use crate::{Datapath, DatapathError, RxBuffers, TxDatagram};
 
 /// Bytes of each datagram kept in a [`TraceRecord`]: enough for any of our
 /// headers, little enough to keep tracing cheap.
@@ -224,17 +224,7 @@ fn header_of(bytes: &[u8]) -> ([u8; TRACE_HEADER_BYTES], u8) {
 }
 
 impl<D: Datapath> Datapath for TracingDatapath<D> {
-    fn caps(&self) -> DatapathCaps {
-        self.inner.caps()
-    }
-
-    fn path_count(&self) -> u16 {
-        self.inner.path_count()
-    }
-
-    fn local_addr(&self, path: u16) -> Option<SocketAddr> {
-        self.inner.local_addr(path)
-    }
+    crate::datapath::wrapped_identity!(inner);
 
     fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DatapathError> {
         let sent = self.inner.send_batch(batch)?;
@@ -298,18 +288,7 @@ impl<D: Datapath> Datapath for TracingDatapath<D> {
         self.inner.is_local_channel(dst)
     }
 
-    fn rx_slot_bytes(&self) -> usize {
-        self.inner.rx_slot_bytes()
-    }
-
-    fn offer_local_channel(&mut self, peer_paths: &[SocketAddr]) {
-        self.inner.offer_local_channel(peer_paths)
-    }
-
-    #[cfg(target_os = "linux")]
-    fn local_channel_stats(&self) -> Option<crate::shm::ShmStats> {
-        self.inner.local_channel_stats()
-    }
+    crate::datapath::wrapped_local_channel!(inner);
 }
 
 #[cfg(test)]

@@ -28,14 +28,36 @@ fn region_closed(op: &str) -> PyErr {
     error(Kind::InvalidBuffer, format!("{op}: the source region is closed: register the buffer again"))
 }
 
-fn check_own(core: &Arc<Core>, region: &MemoryRegion, op: &str) -> PyResult<()> {
+fn check_own(core: &Arc<Core>, region: &MemoryRegion, op: &str, role: &str) -> PyResult<()> {
     if region.inner.belongs_to(core) {
         Ok(())
     } else {
         Err(error(
             Kind::InvalidBuffer,
-            format!("{op}: the source region was registered with another engine: register it with this one"),
+            format!("{op}: the {role} region was registered with another engine: register it with this one"),
         ))
+    }
+}
+
+/// The bytes `op` moves: `nbytes` when given, else the rest of the local `role` region from
+/// `offset` (its parameter `offset_name`), which must not lie past the region's end.
+fn len_or_rest(
+    nbytes: Option<u64>,
+    region: &MemoryRegion,
+    offset: u64,
+    op: &str,
+    offset_name: &str,
+    role: &str,
+) -> PyResult<u64> {
+    let region_len = region.inner.handle.len();
+    match nbytes {
+        Some(n) => Ok(n),
+        None => region_len.checked_sub(offset).ok_or_else(|| {
+            error(
+                Kind::InvalidBuffer,
+                format!("{op}: {offset_name} {offset} is past the end of the {region_len}-byte {role}"),
+            )
+        }),
     }
 }
 
@@ -224,19 +246,8 @@ impl Engine {
         dst_offset: u64,
         imm: Option<u32>,
     ) -> PyResult<Transfer> {
-        check_own(&self.core, &src, "write")?;
-        let len = match nbytes {
-            Some(n) => n,
-            None => src.inner.handle.len().checked_sub(src_offset).ok_or_else(|| {
-                error(
-                    Kind::InvalidBuffer,
-                    format!(
-                        "write: src_offset {src_offset} is past the end of the {}-byte source",
-                        src.inner.handle.len()
-                    ),
-                )
-            })?,
-        };
+        check_own(&self.core, &src, "write", "source")?;
+        let len = len_or_rest(nbytes, &src, src_offset, "write", "src_offset", "source")?;
         let engine = self.core.engine("write")?;
         let (region, dst) = (&*src.inner, dst.inner);
         let submitted = py.detach(|| {
@@ -271,7 +282,7 @@ impl Engine {
         dst_offset: u64,
         dst_stride: Option<u64>,
     ) -> PyResult<Transfer> {
-        check_own(&self.core, &src, "write_paged")?;
+        check_own(&self.core, &src, "write_paged", "source")?;
         let src_pages = page_indices(src_pages, "src_pages")?;
         let dst_pages = page_indices(dst_pages, "dst_pages")?;
         let engine = self.core.engine("write_paged")?;
@@ -315,24 +326,8 @@ impl Engine {
         src_offset: u64,
         imm: Option<u32>,
     ) -> PyResult<Transfer> {
-        if !dst.inner.belongs_to(&self.core) {
-            return Err(error(
-                Kind::InvalidBuffer,
-                "read: the destination region was registered with another engine: register it with this one",
-            ));
-        }
-        let len = match nbytes {
-            Some(n) => n,
-            None => dst.inner.handle.len().checked_sub(dst_offset).ok_or_else(|| {
-                error(
-                    Kind::InvalidBuffer,
-                    format!(
-                        "read: dst_offset {dst_offset} is past the end of the {}-byte destination",
-                        dst.inner.handle.len()
-                    ),
-                )
-            })?,
-        };
+        check_own(&self.core, &dst, "read", "destination")?;
+        let len = len_or_rest(nbytes, &dst, dst_offset, "read", "dst_offset", "destination")?;
         let engine = self.core.engine("read")?;
         let (region, src) = (&*dst.inner, src.inner);
         let submitted = py.detach(|| {
@@ -374,12 +369,7 @@ impl Engine {
         src_plane_stride: u64,
         dst_plane_stride: u64,
     ) -> PyResult<Transfer> {
-        if !dst.inner.belongs_to(&self.core) {
-            return Err(error(
-                Kind::InvalidBuffer,
-                "read_paged: the destination region was registered with another engine: register it with this one",
-            ));
-        }
+        check_own(&self.core, &dst, "read_paged", "destination")?;
         let src_pages = page_indices(src_pages, "src_pages")?;
         let dst_pages = page_indices(dst_pages, "dst_pages")?;
         let engine = self.core.engine("read_paged")?;
@@ -416,7 +406,7 @@ impl Engine {
         dsts: Vec<ScatterDst>,
         imm: Option<u32>,
     ) -> PyResult<Transfer> {
-        check_own(&self.core, &src, "scatter")?;
+        check_own(&self.core, &src, "scatter", "source")?;
         let dsts: Vec<accord_engine::ScatterDst> = dsts
             .into_iter()
             .map(|d| accord_engine::ScatterDst {

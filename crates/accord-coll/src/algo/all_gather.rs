@@ -47,13 +47,7 @@ pub(crate) fn recursive_doubling<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, a: 
     let (r, n, bb) = (cx.rank, cx.n, a.count * a.es());
     let f = FoldMap::new(n);
     let steps = f.steps();
-    let mut peers_list = match f.role(r) {
-        Fold::Out => vec![r + 1],
-        Fold::In { partner_out, .. } => partner_out.into_iter().collect(),
-    };
-    if let Fold::In { new_rank, .. } = f.role(r) {
-        peers_list.extend((0..steps).map(|k| f.real(new_rank ^ (1 << k))));
-    }
+    let peers_list = f.exchange_peers(r);
     let peers = cx.handshake(&cx.handshake_of(a, true), &peers_list, &peers_list)?;
     cx.copy(a.send.sub(0, bb), a.recv.sub(r * bb, bb))?;
     let fold_out_step = steps + 1;

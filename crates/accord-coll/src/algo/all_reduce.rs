@@ -81,15 +81,6 @@ pub(crate) fn ring<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, a: &Args<'_>) -> 
     cx.flush()
 }
 
-/// Fold peers of a rank: (write_to, written_by) additions.
-fn fold_peers(f: FoldMap, r: usize) -> Vec<usize> {
-    match f.role(r) {
-        Fold::Out => vec![r + 1],
-        Fold::In { partner_out: Some(p), .. } => vec![p],
-        Fold::In { .. } => vec![],
-    }
-}
-
 /// Recursive doubling: log2(p) full-vector exchanges among the power-of-two
 /// group, with fold-in/out of the extra ranks. Results are bitwise equal on
 /// every rank (each exchange combines the same two operands on both sides).
@@ -98,10 +89,7 @@ pub(crate) fn recursive_doubling<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, a: 
     let f = FoldMap::new(cx.n);
     let steps = f.steps();
     cx.copy(a.send, a.recv)?;
-    let mut peers_list = fold_peers(f, r);
-    if let Fold::In { new_rank, .. } = f.role(r) {
-        peers_list.extend((0..steps).map(|k| f.real(new_rank ^ (1 << k))));
-    }
+    let peers_list = f.exchange_peers(r);
     let peers = cx.handshake(&cx.handshake_of(a, true), &peers_list, &peers_list)?;
     let fold_out_step = steps + 1;
     match f.role(r) {
@@ -218,10 +206,7 @@ pub(crate) fn rabenseifner<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, a: &Args<
     let (r, es, bytes) = (cx.rank, a.es(), a.count * a.es());
     let f = FoldMap::new(cx.n);
     let steps = f.steps();
-    let mut peers_list = fold_peers(f, r);
-    if let Fold::In { new_rank, .. } = f.role(r) {
-        peers_list.extend((0..steps).map(|k| f.real(new_rank ^ (1 << k))));
-    }
+    let peers_list = f.exchange_peers(r);
     let peers = cx.handshake(&cx.handshake_of(a, true), &peers_list, &peers_list)?;
     let plan = HalvingPlan::new(f, a.count, a.segment_elems);
     let fold_out_step = (plan.end + steps as usize) as u32;

@@ -353,6 +353,17 @@ impl FoldMap {
             new_rank + self.rem
         }
     }
+    /// The ranks `rank` exchanges with in a folded recursive doubling or halving, in order:
+    /// its fold partner (if any), then, for a rank of the power-of-two group, its partner at
+    /// each step.
+    pub fn exchange_peers(&self, rank: usize) -> Vec<usize> {
+        match self.role(rank) {
+            Fold::Out => vec![rank + 1],
+            Fold::In { new_rank, partner_out } => {
+                partner_out.into_iter().chain((0..self.steps()).map(|k| self.real(new_rank ^ (1 << k)))).collect()
+            }
+        }
+    }
     /// First real block of virtual block `v` (virtual blocks of the group are
     /// contiguous runs of real per-rank blocks: two for folded pairs).
     pub fn vstart(&self, v: usize) -> usize {

@@ -58,13 +58,7 @@ pub(crate) fn recursive_halving<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, a: &
     let total = n * bb;
     let f = FoldMap::new(n);
     let steps = f.steps();
-    let mut peers_list = match f.role(r) {
-        Fold::Out => vec![r + 1],
-        Fold::In { partner_out, .. } => partner_out.into_iter().collect(),
-    };
-    if let Fold::In { new_rank, .. } = f.role(r) {
-        peers_list.extend((0..steps).map(|k| f.real(new_rank ^ (1 << k))));
-    }
+    let peers_list = f.exchange_peers(r);
     let peers = cx.handshake(&cx.handshake_of(a, true), &peers_list, &peers_list)?;
     let fold_out_step = steps + 1;
     let acc = a.scratch(0, total);

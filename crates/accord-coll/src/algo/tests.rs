@@ -544,3 +544,25 @@ fn fold_map_covers_every_rank() {
         assert_eq!(f.vstart(f.p), n);
     }
 }
+
+#[test]
+fn exchange_peers_are_mutual_and_ordered_fold_partner_first() {
+    let f = FoldMap::new(6); // p = 4, rem = 2: ranks 0 and 2 fold out into 1 and 3
+    assert_eq!(f.exchange_peers(0), vec![1]);
+    assert_eq!(f.exchange_peers(1), vec![0, 3, 4]);
+    assert_eq!(f.exchange_peers(4), vec![5, 1]);
+    for n in 1..40 {
+        let f = FoldMap::new(n);
+        for r in 0..n {
+            let peers = f.exchange_peers(r);
+            assert_eq!(
+                peers.len(),
+                if f.role(r) == Fold::Out { 1 } else { f.steps() as usize + usize::from(r < 2 * f.rem) }
+            );
+            for &q in &peers {
+                assert_ne!(q, r);
+                assert!(f.exchange_peers(q).contains(&r), "n {n}: {r} exchanges with {q} but not back");
+            }
+        }
+    }
+}

@@ -14,14 +14,19 @@
 //!    stays put until the pusher signals `done`), maps the buffer, copies;
 //! 3. once its copies completed it adds 1 to `done[src][dst]`;
 //! 4. a receiver waits until `done[src][me]` reached the count it expects.
+//!
+//! The words live in a file under `/dev/shm` that rank 0 creates and the others open, mapped
+//! by the engine's [`SharedMapping`] (the same code as the engine's shared host regions);
+//! rank 0 unlinks it once every rank has it open, so nothing is left behind on a crash.
 
-use std::sync::atomic::Ordering;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use accord_engine::backoff::IdleBackoff;
+use accord_engine::{SharedMapError, SharedMapFailure, SharedMapping};
 
 use super::error::{GpuCollError, GpuResult};
-use super::shm::SharedWords;
 
 /// Receive-buffer slots per rank (one is in use at a time; spare ones keep a
 /// late reader's slot intact across one extra round).
@@ -36,6 +41,8 @@ const STATE_OPEN: u64 = 1;
 const STATE_CLOSED: u64 = 2;
 /// How often a wait checks that its peers are still alive.
 pub const LIVENESS_CHECK_INTERVAL: Duration = Duration::from_millis(2);
+/// Largest segment accepted (words), a bound on what a peer can make us map.
+pub const SEGMENT_WORDS_MAX: usize = 1 << 20;
 /// Busy polls before a wait starts yielding the CPU (it sleeps from four times as many on).
 pub const SPIN_POLLS_MAX: u32 = 4096;
 /// Longest sleep between two polls once a wait has gone on for a while.
@@ -59,39 +66,56 @@ pub fn board_words(world_size: usize) -> usize {
     HEADER_WORDS + world_size * RANK_WORDS + world_size * world_size
 }
 
-/// A view of the flag words for `world_size` ranks.
+/// The flag words for `world_size` ranks, mapped in this process.
 #[derive(Debug)]
 pub struct Board {
-    words: SharedWords,
+    words: SharedMapping,
     world_size: usize,
 }
 
 impl Board {
-    /// Wraps a segment of [`board_words`] words.
-    pub fn new(words: SharedWords, world_size: usize) -> GpuResult<Board> {
-        if world_size == 0 || world_size > GPU_WORLD_SIZE_MAX || words.len_words() != board_words(world_size) {
+    /// Creates the segment at `path` (which must not exist) for `world_size` ranks (rank 0).
+    pub fn create(path: &Path, world_size: usize) -> GpuResult<Board> {
+        let bytes = segment_bytes(path, world_size)?;
+        Board::new(SharedMapping::create(path, bytes).map_err(shm_error)?, world_size)
+    }
+
+    /// Opens the segment rank 0 created at `path`; its length must be that of `world_size`
+    /// ranks (a different one means the ranks run different builds or worlds).
+    pub fn open(path: &Path, world_size: usize) -> GpuResult<Board> {
+        let bytes = segment_bytes(path, world_size)?;
+        Board::new(SharedMapping::open(path, bytes).map_err(shm_error)?, world_size)
+    }
+
+    fn new(words: SharedMapping, world_size: usize) -> GpuResult<Board> {
+        if words.words().len() != board_words(world_size) {
             return Err(GpuCollError::InvalidArgument {
-                what: format!("a board needs 1..={GPU_WORLD_SIZE_MAX} ranks and {} words", board_words(world_size)),
+                what: format!("a board of {world_size} ranks needs {} words", board_words(world_size)),
             });
         }
         Ok(Board { words, world_size })
     }
 
-    /// The segment (for unlinking).
-    pub fn words(&self) -> &SharedWords {
-        &self.words
+    /// Removes the segment's name once every rank has it open (their mappings stay).
+    pub fn unlink(&self) -> GpuResult<()> {
+        self.words.unlink().map_err(shm_error)
+    }
+
+    /// Word `index` of the segment. Panics if out of range (our own layout's invariant).
+    fn word(&self, index: usize) -> &AtomicU64 {
+        &self.words.words()[index]
     }
 
     /// Rank 0 stamps the header of a fresh segment.
     pub fn init_header(&self) {
-        self.words.word(1).store(self.world_size as u64, Ordering::Relaxed);
-        self.words.word(0).store(MAGIC, Ordering::Release);
+        self.word(1).store(self.world_size as u64, Ordering::Relaxed);
+        self.word(0).store(MAGIC, Ordering::Release);
     }
 
     /// Checks the header rank 0 wrote.
     pub fn check_header(&self) -> GpuResult<()> {
-        let magic = self.words.word(0).load(Ordering::Acquire);
-        let world = self.words.word(1).load(Ordering::Relaxed);
+        let magic = self.word(0).load(Ordering::Acquire);
+        let world = self.word(1).load(Ordering::Relaxed);
         if magic != MAGIC || world != self.world_size as u64 {
             return Err(GpuCollError::Protocol {
                 rank: 0,
@@ -104,14 +128,14 @@ impl Board {
         Ok(())
     }
 
-    fn rank_word(&self, rank: usize, field: usize) -> &std::sync::atomic::AtomicU64 {
+    fn rank_word(&self, rank: usize, field: usize) -> &AtomicU64 {
         assert!(rank < self.world_size && field < RANK_WORDS);
-        self.words.word(HEADER_WORDS + rank * RANK_WORDS + field)
+        self.word(HEADER_WORDS + rank * RANK_WORDS + field)
     }
 
-    fn done_word(&self, src: usize, dst: usize) -> &std::sync::atomic::AtomicU64 {
+    fn done_word(&self, src: usize, dst: usize) -> &AtomicU64 {
         assert!(src < self.world_size && dst < self.world_size);
-        self.words.word(HEADER_WORDS + self.world_size * RANK_WORDS + src * self.world_size + dst)
+        self.word(HEADER_WORDS + self.world_size * RANK_WORDS + src * self.world_size + dst)
     }
 
     /// Marks `rank` open with its pid.
@@ -207,7 +231,7 @@ impl Board {
         if self.rank_word(rank, 1).load(Ordering::Acquire) == STATE_CLOSED {
             return Err(GpuCollError::PeerGone { rank, pid, how: "closed its communicator" });
         }
-        if pid != 0 && !process_alive(pid) {
+        if pid != 0 && !accord_sys::process_alive(pid) {
             return Err(GpuCollError::PeerGone { rank, pid, how: "exited" });
         }
         Ok(())
@@ -264,13 +288,31 @@ impl Deadline {
     }
 }
 
-/// Whether `pid` runs (zombies count as exited). Linux: `/proc/<pid>/stat`.
-pub fn process_alive(pid: u32) -> bool {
-    if !cfg!(target_os = "linux") {
-        return true;
+/// Bytes of the segment for `world_size` ranks, after checking the bounds.
+fn segment_bytes(path: &Path, world_size: usize) -> GpuResult<usize> {
+    if world_size == 0 || world_size > GPU_WORLD_SIZE_MAX {
+        return Err(GpuCollError::InvalidArgument {
+            what: format!("a board needs 1..={GPU_WORLD_SIZE_MAX} ranks, not {world_size}"),
+        });
     }
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !matches!(stat.rfind(')').and_then(|i| stat[i + 1..].trim_start().chars().next()), Some('Z' | 'X')),
-        Err(_) => false,
+    let words = board_words(world_size);
+    if words > SEGMENT_WORDS_MAX {
+        return Err(GpuCollError::SharedMemory {
+            path: path.display().to_string(),
+            reason: format!("{words} words is outside 1..={SEGMENT_WORDS_MAX}"),
+        });
     }
+    Ok(words * 8)
+}
+
+/// The board's error for a failed mapping: the path and the reason, a length mismatch
+/// explained in the board's terms.
+fn shm_error(e: SharedMapError) -> GpuCollError {
+    let reason = match e.reason {
+        SharedMapFailure::WrongLength { actual, expected } => {
+            format!("is {actual} bytes, expected {expected}; ranks run different builds")
+        }
+        other => other.to_string(),
+    };
+    GpuCollError::SharedMemory { path: e.path.display().to_string(), reason }
 }

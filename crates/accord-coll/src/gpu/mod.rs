@@ -63,7 +63,6 @@ pub mod error;
 pub mod pipeline;
 pub mod plan;
 pub mod registry;
-pub mod shm;
 pub mod worker;
 
 use std::path::PathBuf;
@@ -83,10 +82,9 @@ pub use error::{GpuCollError, GpuResult};
 use crate::algo::Collective;
 use crate::store::{Bootstrap, StoreClient};
 use crate::{DType, ReduceOp};
-use board::{board_words, Board};
+use board::Board;
 use plan::{Plan, ReduceShape};
 use registry::{publish, registration_key, PeerMappings, Registrations};
-use shm::SharedWords;
 use worker::{HostGate, Msg, Op, Shared, Start, Worker};
 
 /// A collective's send and receive buffers (named, so they cannot be swapped).
@@ -221,11 +219,10 @@ impl GpuCommunicator {
             });
         }
         let gpu = Gpu::open(bc.local_rank)?;
-        let words = board_words(world_size);
         let (board, blob) = if rank == 0 {
             let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
             let path = PathBuf::from(format!("/dev/shm/accord-gpu-{}-{nanos}", std::process::id()));
-            let board = Board::new(SharedWords::create(&path, words)?, world_size)?;
+            let board = Board::create(&path, world_size)?;
             board.init_header();
             (Some(board), path.display().to_string().into_bytes())
         } else {
@@ -235,7 +232,7 @@ impl GpuCommunicator {
         let path = PathBuf::from(String::from_utf8_lossy(&blobs[0]).into_owned());
         let board = match board {
             Some(b) => b,
-            None => Board::new(SharedWords::open(&path, words)?, world_size)?,
+            None => Board::open(&path, world_size)?,
         };
         board.check_header()?;
         board.open_rank(rank, std::process::id());
@@ -247,7 +244,7 @@ impl GpuCommunicator {
         publish(bootstrap.store(), &registration_key(&prefix, rank, scratch_reg), &scratch)?;
         bootstrap.all_gather(b"mapped")?;
         if rank == 0 {
-            board.words().unlink()?;
+            board.unlink()?;
         }
         let store = StoreClient::connect((bc.master_addr.as_str(), bc.master_port), bc.timeout)?;
         let shared = Arc::new(Shared {

@@ -104,24 +104,17 @@ fn others(n: usize, me: usize) -> Vec<usize> {
 
 /// all_gather: block `me` of `bytes_per_rank` into everyone's receive buffer at `me * bytes_per_rank`.
 pub fn all_gather(n: usize, me: usize, bytes_per_rank: usize) -> Plan {
-    if bytes_per_rank == 0 {
-        return Plan::Copy(Phase::default());
-    }
-    let pushes = (0..n)
-        .map(|dst| Push {
-            dst_rank: dst,
-            src: Buf::Send,
-            src_offset: 0,
-            dst: Buf::Recv,
-            dst_offset: me * bytes_per_rank,
-            len: bytes_per_rank,
-        })
-        .collect();
-    Plan::Copy(Phase { pushes, sources: others(n, me) })
+    block_to_every_rank(n, me, bytes_per_rank, |_| 0)
 }
 
 /// all_to_all: send block `dst` into `dst`'s receive buffer at block `me`.
 pub fn all_to_all(n: usize, me: usize, bytes_per_rank: usize) -> Plan {
+    block_to_every_rank(n, me, bytes_per_rank, |dst| dst * bytes_per_rank)
+}
+
+/// One push of `bytes_per_rank` into every rank's receive buffer at block `me`, read from the
+/// send buffer at `src_offset(dst)`: the shape all_gather and all_to_all share.
+fn block_to_every_rank(n: usize, me: usize, bytes_per_rank: usize, src_offset: impl Fn(usize) -> usize) -> Plan {
     if bytes_per_rank == 0 {
         return Plan::Copy(Phase::default());
     }
@@ -129,7 +122,7 @@ pub fn all_to_all(n: usize, me: usize, bytes_per_rank: usize) -> Plan {
         .map(|dst| Push {
             dst_rank: dst,
             src: Buf::Send,
-            src_offset: dst * bytes_per_rank,
+            src_offset: src_offset(dst),
             dst: Buf::Recv,
             dst_offset: me * bytes_per_rank,
             len: bytes_per_rank,

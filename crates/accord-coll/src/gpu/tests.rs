@@ -1,10 +1,9 @@
 use std::time::Duration;
 
-use super::board::{board_words, process_alive, Board, Deadline, Slot};
+use super::board::{board_words, Board, Deadline, Slot, GPU_WORLD_SIZE_MAX};
 use super::config::{GpuConfig, StreamOrder};
 use super::plan::{self, Buf, Plan, ReduceShape};
 use super::registry::Registrations;
-use super::shm::SharedWords;
 use super::GpuCollError;
 
 fn phase_of(p: &Plan) -> &plan::Phase {
@@ -171,10 +170,11 @@ fn board_signals_between_threads_and_detects_a_closed_peer() {
     let path =
         std::env::temp_dir().join(format!("accord-gpu-test-{}-{:?}", std::process::id(), std::thread::current().id()));
     let _ = std::fs::remove_file(&path);
-    let a = Board::new(SharedWords::create(&path, board_words(2)).unwrap(), 2).unwrap();
+    let a = Board::create(&path, 2).unwrap();
     a.init_header();
-    let b = Board::new(SharedWords::open(&path, board_words(2)).unwrap(), 2).unwrap();
-    a.words().unlink().unwrap();
+    let b = Board::open(&path, 2).unwrap();
+    a.unlink().unwrap();
+    assert!(!path.exists(), "unlinked once every rank has it open");
     b.check_header().unwrap();
     a.open_rank(0, std::process::id());
     b.open_rank(1, std::process::id());
@@ -198,9 +198,32 @@ fn board_signals_between_threads_and_detects_a_closed_peer() {
 }
 
 #[test]
-fn liveness_sees_this_process_and_not_a_missing_one() {
-    assert!(process_alive(std::process::id()));
-    assert!(!process_alive(u32::MAX - 1));
+fn a_board_of_another_world_size_or_beyond_the_bounds_is_refused_naming_the_segment() {
+    let path = std::env::temp_dir().join(format!(
+        "accord-gpu-test-bounds-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let _ = std::fs::remove_file(&path);
+    let a = Board::create(&path, 3).unwrap();
+    let err = Board::open(&path, 2).unwrap_err();
+    match &err {
+        GpuCollError::SharedMemory { path: p, reason } => {
+            assert_eq!(p, &path.display().to_string());
+            let expected =
+                format!("is {} bytes, expected {}; ranks run different builds", board_words(3) * 8, board_words(2) * 8);
+            assert_eq!(reason, &expected);
+        }
+        other => panic!("expected a shared-memory error, got {other}"),
+    }
+    let err = Board::create(&path, 3).unwrap_err();
+    assert!(matches!(&err, GpuCollError::SharedMemory { reason, .. } if reason.starts_with("create:")), "{err}");
+    drop(a);
+    assert!(!path.exists(), "the creator removes the segment when it goes before unlinking");
+    for world in [0, GPU_WORLD_SIZE_MAX + 1] {
+        assert!(matches!(Board::create(&path, world), Err(GpuCollError::InvalidArgument { .. })));
+        assert!(!path.exists());
+    }
 }
 
 #[test]

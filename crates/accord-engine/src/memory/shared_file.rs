@@ -8,18 +8,16 @@
 //! descriptor carries [`SharedHostInfo`]; the writer derives the file's name from it and maps it
 //! once per region ([`SharedFile::open`]).
 //!
-//! Trust is that of the shared-memory datagram rings: same user, same host. Files are created
-//! with `O_EXCL` and mode 0600, opened with `O_NOFOLLOW`, and a mapping is refused unless the
-//! file is a regular file of this user with exactly the advertised size. The owner unlinks its
+//! Trust is that of the shared-memory datagram rings: same user, same host. The files are
+//! created, checked, mapped and unlinked by [`SharedMapping`] (`O_EXCL` and mode 0600,
+//! `O_NOFOLLOW`, a regular file of this user with exactly the advertised size). The owner unlinks its
 //! file when the buffer drops; files of processes that died are swept when this process creates
 //! its first one.
 #![allow(unsafe_code)]
 
+use super::shared_map::{SharedMapFailure, SharedMapping};
 use crate::address::{EngineId, SharedHostInfo};
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
-use std::ptr::NonNull;
+use std::path::Path;
 use std::sync::{Once, OnceLock};
 
 /// Prefix of every shared region file (the sweep only ever removes files with it).
@@ -33,46 +31,20 @@ pub(crate) fn file_name(engine: EngineId, info: SharedHostInfo) -> String {
     format!("{FILE_PREFIX}{}-{:016x}-{:016x}", info.pid, engine.0, info.nonce)
 }
 
-/// A mapped shared-memory file (the owner's or a peer's mapping of it).
+/// A mapped region file (the owner's or a peer's mapping of it). The owner created the file
+/// and unlinks it when this drops ([`SharedMapping`]'s creator rule).
 pub struct SharedFile {
-    path: PathBuf,
-    base: NonNull<u8>,
-    /// Mapped bytes (the region length rounded up to a page).
-    mapped: usize,
-    owner: bool,
-    /// Page-locked for the copy engines on first use (see [`SharedFile::pin_with`]).
+    /// Page-locked for the copy engines on first use (see [`SharedFile::pin_with`]); released
+    /// before the mapping goes.
     pin: OnceLock<Result<accord_cuda::HostRangePin, String>>,
+    /// The mapping: the region length rounded up to a page.
+    map: SharedMapping,
 }
-
-// Safety: the mapping is plain shared bytes; all access goes through raw copies whose
-// synchronisation the memory module's rules (and, across processes, the immediates) provide.
-unsafe impl Send for SharedFile {}
-// Safety: as above.
-unsafe impl Sync for SharedFile {}
 
 impl std::fmt::Debug for SharedFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SharedFile").field("path", &self.path).field("mapped", &self.mapped).finish()
+        f.debug_struct("SharedFile").field("path", &self.map.path()).field("mapped", &self.map.len_bytes()).finish()
     }
-}
-
-fn c_path(path: &Path) -> Result<CString, String> {
-    CString::new(path.as_os_str().as_bytes()).map_err(|_| format!("{} contains a NUL byte", path.display()))
-}
-
-fn last_os_error(what: &str, path: &Path) -> String {
-    format!("{what} {}: {}", path.display(), std::io::Error::last_os_error())
-}
-
-/// Maps `len` bytes of the open file `fd` read-write and shared.
-fn map(fd: libc::c_int, len: usize, path: &Path) -> Result<NonNull<u8>, String> {
-    // Safety: a fresh mapping of an open descriptor; the kernel checks the arguments.
-    let ptr =
-        unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0) };
-    if ptr == libc::MAP_FAILED {
-        return Err(last_os_error("mmap", path));
-    }
-    NonNull::new(ptr.cast::<u8>()).ok_or_else(|| format!("mmap of {} returned null", path.display()))
 }
 
 impl SharedFile {
@@ -83,40 +55,8 @@ impl SharedFile {
         SWEEP.call_once(|| sweep_stale(dir));
         let mapped = len.max(1).next_multiple_of(PAGE_BYTES);
         let info = SharedHostInfo { pid: std::process::id(), nonce: super::random_u64() };
-        let path = dir.join(file_name(engine, info));
-        let c = c_path(&path)?;
-        let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOFOLLOW;
-        // Safety: a valid NUL-terminated path.
-        let fd = unsafe { libc::open(c.as_ptr(), flags, 0o600 as libc::c_uint) };
-        if fd < 0 {
-            return Err(last_os_error("create", &path));
-        }
-        let result = (|| {
-            // Safety: an open descriptor we own.
-            if unsafe { libc::ftruncate(fd, mapped as libc::off_t) } != 0 {
-                return Err(last_os_error("size", &path));
-            }
-            // Safety: as above; reserves the pages of the whole file.
-            let reserve = unsafe { libc::posix_fallocate(fd, 0, mapped as libc::off_t) };
-            if reserve != 0 {
-                return Err(format!(
-                    "reserve {mapped} bytes for {}: {} (is the shared-memory directory full?)",
-                    path.display(),
-                    std::io::Error::from_raw_os_error(reserve)
-                ));
-            }
-            map(fd, mapped, &path)
-        })();
-        // Safety: closing the descriptor we opened; the mapping stays valid without it.
-        unsafe { libc::close(fd) };
-        match result {
-            Ok(base) => Ok((SharedFile { path, base, mapped, owner: true, pin: OnceLock::new() }, info)),
-            Err(e) => {
-                // Safety: the path we created.
-                unsafe { libc::unlink(c.as_ptr()) };
-                Err(e)
-            }
-        }
+        let map = SharedMapping::create(&dir.join(file_name(engine, info)), mapped).map_err(|e| e.to_string())?;
+        Ok((SharedFile { pin: OnceLock::new(), map }, info))
     }
 
     /// Maps a peer's region file: `len` is the region length its descriptor advertises. Refused
@@ -127,45 +67,23 @@ impl SharedFile {
             .ok()
             .and_then(|l| l.max(1).checked_next_multiple_of(PAGE_BYTES))
             .ok_or_else(|| format!("a region of {len} bytes does not fit this machine"))?;
-        let c = c_path(&path)?;
-        // Safety: a valid NUL-terminated path.
-        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW) };
-        if fd < 0 {
-            return Err(last_os_error("open", &path));
-        }
-        let result = (|| {
-            // Safety: fstat fills the zeroed struct for our open descriptor.
-            let mut st: libc::stat = unsafe { std::mem::zeroed() };
-            if unsafe { libc::fstat(fd, &mut st) } != 0 {
-                return Err(last_os_error("stat", &path));
+        let map = SharedMapping::open(&path, mapped).map_err(|e| match e.reason {
+            SharedMapFailure::WrongLength { actual, .. } => {
+                format!("{} holds {actual} bytes where the descriptor promises {mapped}", path.display())
             }
-            // Safety: getuid cannot fail.
-            let uid = unsafe { libc::getuid() };
-            if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_uid != uid {
-                return Err(format!("{} is not a regular file of this user", path.display()));
-            }
-            if st.st_size as u64 != mapped as u64 {
-                return Err(format!(
-                    "{} holds {} bytes where the descriptor promises {mapped}",
-                    path.display(),
-                    st.st_size
-                ));
-            }
-            map(fd, mapped, &path)
-        })();
-        // Safety: closing the descriptor we opened.
-        unsafe { libc::close(fd) };
-        Ok(SharedFile { path, base: result?, mapped, owner: false, pin: OnceLock::new() })
+            _ => e.to_string(),
+        })?;
+        Ok(SharedFile { pin: OnceLock::new(), map })
     }
 
     /// Address of the first byte in this process.
     pub(crate) fn base(&self) -> usize {
-        self.base.as_ptr() as usize
+        self.map.addr()
     }
 
     /// Bytes mapped.
     pub(crate) fn mapped_bytes(&self) -> usize {
-        self.mapped
+        self.map.len_bytes()
     }
 
     /// Page-locks the mapping for the copy engines with GPU `gpu` (`cuMemHostRegister`, once;
@@ -174,11 +92,12 @@ impl SharedFile {
     pub(crate) fn pin_with(&self, gpu: &accord_cuda::Gpu) -> Result<(), String> {
         self.pin
             .get_or_init(|| {
-                // Safety: the mapping lives as long as self, and Drop releases the pin before
-                // unmapping; the engine holds the file (a transfer's keep) until every copy
-                // against it completed, so none is pending when the pin drops.
-                unsafe { accord_cuda::HostRangePin::new(gpu, self.base.as_ptr(), self.mapped) }
-                    .map_err(|e| format!("page-locking {}: {e}", self.path.display()))
+                // Safety: the mapping lives as long as self, and the pin is released before the
+                // mapping (field order, and Drop below); the engine holds the file (a
+                // transfer's keep) until every copy against it completed, so none is pending
+                // when the pin drops.
+                unsafe { accord_cuda::HostRangePin::new(gpu, self.map.as_ptr(), self.map.len_bytes()) }
+                    .map_err(|e| format!("page-locking {}: {e}", self.map.path().display()))
             })
             .as_ref()
             .map(|_| ())
@@ -188,16 +107,8 @@ impl SharedFile {
 
 impl Drop for SharedFile {
     fn drop(&mut self) {
+        // The pin goes first; the mapping then unmaps itself (and the owner's unlinks the file).
         drop(self.pin.take());
-        // Safety: our mapping of `mapped` bytes, unmapped once; no reference into it outlives
-        // self (transfers hold the file while they copy).
-        unsafe { libc::munmap(self.base.as_ptr().cast(), self.mapped) };
-        if self.owner {
-            if let Ok(c) = c_path(&self.path) {
-                // Safety: a valid path; peers that mapped it keep their pages until they unmap.
-                unsafe { libc::unlink(c.as_ptr()) };
-            }
-        }
     }
 }
 
@@ -214,7 +125,7 @@ fn sweep_stale(dir: &Path) {
         else {
             continue;
         };
-        if !accord_net::shm::ring::process_alive(pid) {
+        if !accord_sys::process_alive(pid) {
             let _ = std::fs::remove_file(entry.path());
         }
     }
@@ -223,28 +134,10 @@ fn sweep_stale(dir: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::memory::shared_map::tests::TestDir;
 
-    fn dir() -> tempdir::Dir {
-        tempdir::Dir::new()
-    }
-
-    /// A private directory per test (no tempfile crate in the engine's dependencies).
-    mod tempdir {
-        pub struct Dir(pub std::path::PathBuf);
-        impl Dir {
-            pub fn new() -> Dir {
-                let nonce = super::super::super::random_u64();
-                let path =
-                    std::env::temp_dir().join(format!("accord-shared-file-test-{}-{nonce:x}", std::process::id()));
-                std::fs::create_dir_all(&path).unwrap();
-                Dir(path)
-            }
-        }
-        impl Drop for Dir {
-            fn drop(&mut self) {
-                let _ = std::fs::remove_dir_all(&self.0);
-            }
-        }
+    fn dir() -> TestDir {
+        TestDir::new()
     }
 
     #[test]

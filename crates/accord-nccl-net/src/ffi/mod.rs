@@ -9,7 +9,7 @@
 
 mod v10;
 
-use crate::abi::{self, CommConfig, DebugLogger, NcclResult, NetAttr, NetV11, ProfilerCallback};
+use crate::abi::{self, CommConfig, DebugLogger, NcclResult, NetAttr, NetCalls, NetV11, ProfilerCallback};
 use crate::abi::{PropertiesV10, PropertiesV11, VDeviceProps, NET_HANDLE_BYTES_MAX};
 use crate::comm::recv::RecvArgs;
 use crate::comm::send::SendArgs;
@@ -580,15 +580,8 @@ unsafe extern "C" fn set_net_attr(_ctx: *mut c_void, attr: *mut NetAttr) -> Nccl
     })
 }
 
-/// The v11 table NCCL 2.28 looks up first.
-#[no_mangle]
-pub static ncclNetPlugin_v11: NetV11 = NetV11 {
-    name: PLUGIN_NAME.as_ptr(),
-    init: init_v11,
-    devices,
-    getProperties: get_properties_v11,
-    listen: listen_v11,
-    connect: connect_v11,
+/// The calls the v10 and v11 tables share.
+const CALLS: NetCalls = NetCalls {
     accept,
     regMr: reg_mr,
     regMrDmaBuf: reg_mr_dma_buf,
@@ -603,6 +596,18 @@ pub static ncclNetPlugin_v11: NetV11 = NetV11 {
     getDeviceMr: get_device_mr,
     irecvConsumed: irecv_consumed,
     makeVDevice: make_vdevice,
+};
+
+/// The v11 table NCCL 2.28 looks up first.
+#[no_mangle]
+pub static ncclNetPlugin_v11: NetV11 = NetV11 {
+    name: PLUGIN_NAME.as_ptr(),
+    init: init_v11,
+    devices,
+    getProperties: get_properties_v11,
+    listen: listen_v11,
+    connect: connect_v11,
+    calls: CALLS,
     finalize,
     setNetAttr: set_net_attr,
 };

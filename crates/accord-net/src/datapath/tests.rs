@@ -76,3 +76,14 @@ fn tx_segments_and_validation() {
     let big = vec![0u8; 1001];
     assert!(TxDatagram::new(0, dst, &big).validate(&caps(), 1).is_err());
 }
+
+#[test]
+fn a_batch_starts_only_with_slots_large_enough_and_empty() {
+    let mut bufs = RxBuffers::new(4, 100).unwrap();
+    assert!(bufs.push_copy(b"old", meta(3)));
+    assert!(matches!(bufs.start_batch(101, 8), Err(DatapathError::RxSlotTooSmall { slot_bytes: 100, required: 101 })));
+    assert_eq!(bufs.len(), 1, "a refused batch leaves the slots alone");
+    assert_eq!(bufs.start_batch(100, 8).unwrap(), 4, "at most the slot count");
+    assert!(bufs.is_empty());
+    assert_eq!(bufs.start_batch(64, 2).unwrap(), 2);
+}

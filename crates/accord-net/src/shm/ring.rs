@@ -592,18 +592,6 @@ impl Drop for Consumer {
     }
 }
 
-/// Whether process `pid` exists (a pid of 0 or one beyond the kernel's range counts as gone).
-/// Used only to decide that a consumer that stopped draining its ring is dead.
-pub fn process_alive(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
-    if pid <= 0 {
-        return false;
-    }
-    // Safety: signal 0 performs only the existence and permission check; nothing is sent.
-    let ret = unsafe { libc::kill(pid, 0) };
-    ret == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
-}
-
 /// Bytes an entry with `len` payload bytes occupies.
 fn entry_bytes(len: usize) -> u64 {
     (ENTRY_HEADER_BYTES + len.div_ceil(ENTRY_HEADER_BYTES) * ENTRY_HEADER_BYTES) as u64

@@ -377,12 +377,7 @@ impl Datapath for UdpDatapath {
     }
 
     fn recv_batch(&mut self, bufs: &mut RxBuffers, max: usize) -> Result<usize, DatapathError> {
-        let required = self.rx_slot_bytes();
-        if bufs.slot_bytes() < required {
-            return Err(DatapathError::RxSlotTooSmall { slot_bytes: bufs.slot_bytes(), required });
-        }
-        bufs.clear();
-        let max = max.min(bufs.slot_count());
+        let max = bufs.start_batch(self.rx_slot_bytes(), max)?;
         let path_count = self.path_count();
         // One poll over every path first, then recvmmsg only on the readable ones: a worker
         // polling for traffic calls this on every turn, and with several paths mostly idle

@@ -3,9 +3,9 @@
 use super::{Chunk, Connection, PROBES_OUTSTANDING_MAX};
 use crate::api::{Event, PayloadRef, RxMeta, Transmit};
 use crate::cc::{AckEvent, CongestionControl, LossEvent, RetransmitDecision};
-use crate::ids::PathId;
+use crate::ids::{OpId, PathId, Psn};
 use crate::path::PathSelector;
-use crate::send::{OpError, SentPacket};
+use crate::send::{OpError, OutboundOp, SentPacket};
 use crate::time::Instant;
 use crate::wire::{self, AckRepr, DataRepr, ProbeRepr, Repr};
 use core::time::Duration;
@@ -209,24 +209,7 @@ impl Connection {
         if last_of_chunk {
             self.packets_since_ack_request = 0;
         }
-        let receiver_driven = self.cc.receiver_driven();
-        let wants_more = receiver_driven && (self.ops.has_new_data() || self.send.has_retransmit());
-        let repr = DataRepr {
-            psn,
-            ack_floor: self.send.floor(),
-            tx_time_ns: now.as_nanos(),
-            op: plan.op,
-            kind: op.kind,
-            imm: op.imm,
-            tag: op.tag,
-            msg_len: op.len,
-            msg_offset: plan.msg_offset,
-            payload_len: plan.len as u16,
-            ack_now: last_of_chunk,
-            retransmission: false,
-            receiver_driven,
-            wants_more,
-        };
+        let repr = self.data_repr(now, psn, plan.op, &op, plan.msg_offset, plan.len, last_of_chunk);
         self.emit_data(chunk.path, &repr, buf)
     }
 
@@ -257,25 +240,44 @@ impl Connection {
             p.stats.retransmits_sent += 1;
         }
         let last_of_chunk = chunk.packets_left <= 1 || !self.send.has_retransmit();
-        let receiver_driven = self.cc.receiver_driven();
-        let wants_more = receiver_driven && (self.ops.has_new_data() || self.send.has_retransmit());
         let repr = DataRepr {
+            retransmission: true,
+            ..self.data_repr(now, psn, lost.op, &op, lost.msg_offset, lost.len, last_of_chunk)
+        };
+        self.emit_data(chunk.path, &repr, buf)
+    }
+
+    /// The DATA header of bytes `msg_offset..msg_offset + len` of operation `op_id` sent as
+    /// `psn` now: what new data and retransmissions share (a retransmission then says so),
+    /// the receiver-driven request included.
+    #[allow(clippy::too_many_arguments)]
+    fn data_repr(
+        &mut self,
+        now: Instant,
+        psn: Psn,
+        op_id: OpId,
+        op: &OutboundOp,
+        msg_offset: u64,
+        len: u32,
+        ack_now: bool,
+    ) -> DataRepr {
+        let receiver_driven = self.cc.receiver_driven();
+        DataRepr {
             psn,
             ack_floor: self.send.floor(),
             tx_time_ns: now.as_nanos(),
-            op: lost.op,
+            op: op_id,
             kind: op.kind,
             imm: op.imm,
             tag: op.tag,
             msg_len: op.len,
-            msg_offset: lost.msg_offset,
-            payload_len: lost.len as u16,
-            ack_now: last_of_chunk,
-            retransmission: true,
+            msg_offset,
+            payload_len: len as u16,
+            ack_now,
+            retransmission: false,
             receiver_driven,
-            wants_more,
-        };
-        self.emit_data(chunk.path, &repr, buf)
+            wants_more: receiver_driven && (self.ops.has_new_data() || self.send.has_retransmit()),
+        }
     }
 
     fn next_path_seq(&mut self, path: PathId) -> u64 {

@@ -218,10 +218,3 @@ fn a_consumer_writing_a_bad_tail_is_reported() {
     hostile::set_tail(&p, p.head + 4096);
     assert!(matches!(p.push(&payload, 0, 0, 0), Err(RingError::Corrupt(_))));
 }
-
-#[test]
-fn liveness_of_processes() {
-    assert!(process_alive(std::process::id()));
-    assert!(!process_alive(0));
-    assert!(!process_alive(u32::MAX));
-}

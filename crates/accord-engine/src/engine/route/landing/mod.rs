@@ -235,10 +235,10 @@ impl LandingThread {
             }
         };
         let accepted = match message.body {
-            Body::Ask { region, key, offset, len } => self.on_ask(shared, message, region, key, offset, len),
+            Body::Ask { .. } => self.on_ask(shared, message),
             Body::Landed => self.on_landed(message),
             Body::Abandon => self.on_abandon(message),
-            Body::Grant { region, key, offset, len } => self.on_grant(shared, message, region, key, offset, len),
+            Body::Grant { .. } => self.on_grant(shared, message),
             Body::Refuse { reason } => self.finish_out(message, Err(TransferError::Rejected(reason))),
             Body::Done => self.finish_out(message, Ok(())),
         };

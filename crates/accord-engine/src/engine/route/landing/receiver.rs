@@ -65,15 +65,9 @@ impl Pool {
 }
 
 impl LandingThread {
-    pub(super) fn on_ask(
-        &mut self,
-        shared: &Arc<Shared>,
-        m: Control,
-        region: u32,
-        key: u64,
-        offset: u64,
-        len: u64,
-    ) -> bool {
+    /// An ask `m` from a writer: checks the destination, then grants a slot or refuses.
+    pub(super) fn on_ask(&mut self, shared: &Arc<Shared>, m: Control) -> bool {
+        let Body::Ask { region, key, offset, len } = m.body else { return false };
         let id = (m.from, m.req);
         if self.incoming.contains_key(&id) {
             return false; // a duplicate

@@ -61,7 +61,11 @@ pub(crate) fn engine(timeout_ms: u64) -> Engine {
 }
 
 pub(crate) fn receiver(timeout_ms: u64) -> Receiver {
-    let b = engine(timeout_ms);
+    fake_landing(engine(timeout_ms))
+}
+
+/// `b`, landing into host memory through a [`FakeLander`] (no GPU needed).
+pub(crate) fn fake_landing(b: Engine) -> Receiver {
     let (open, copies) = (Arc::new(AtomicBool::new(true)), Arc::new(AtomicUsize::new(0)));
     let (o, c) = (open.clone(), copies.clone());
     assert!(b.shared.landing.set_opener(Box::new(move |_, slot_bytes, slots| {
@@ -337,19 +341,13 @@ fn landed_route_vs_host_write() {
             ..Default::default()
         };
         let build = || Engine::builder().ignore_env().config(config.clone()).force_network(true).build().unwrap();
-        let (a, b) = (build(), build()); // the receiver's slots follow its own config
-        let (open, copies) = (Arc::new(AtomicBool::new(true)), Arc::new(AtomicUsize::new(0)));
-        assert!(b.shared.landing.set_opener(Box::new(move |_, slot_bytes, slots| {
-            let len = slot_bytes * slots;
-            let memory: Box<dyn StagingMemory> = Box::new(HostMemory(Allocation::new(len).unwrap(), len));
-            let copier: Box<dyn LandingCopier> = Box::new(FakeLander { open: open.clone(), copies: copies.clone() });
-            Ok((memory, copier))
-        })));
-        pair(&a, &b);
+        let (a, receiver) = (build(), fake_landing(build())); // the receiver's slots follow its own config
+        let b = &receiver.b;
+        pair(&a, b);
         let src = a.alloc(len).unwrap();
         src.write_at(0, &pattern(len, 1)).unwrap();
         let host_dst = b.alloc(len).unwrap();
-        let (dev_dst, dev_d) = device_dst(&b, len);
+        let (dev_dst, dev_d) = device_dst(b, len);
         let (sh, hd) = (src.handle(), host_dst.descriptor());
         let time = |d: &MrDescriptor| {
             let op = WriteOp { src: &sh, src_offset: 0, dst: d, dst_offset: 0, len: len as u64, imm: None };
@@ -391,14 +389,9 @@ fn landing_mp_child() {
     let result = (|| -> Result<(), String> {
         let shm: bool = ctx.parse("shm")?;
         let b = Engine::builder().ignore_env().config(mp_config(shm)).build().map_err(|e| e.to_string())?;
-        let (open, copies) = (Arc::new(AtomicBool::new(true)), Arc::new(AtomicUsize::new(0)));
-        assert!(b.shared.landing.set_opener(Box::new(move |_, slot_bytes, slots| {
-            let len = slot_bytes * slots;
-            let memory: Box<dyn StagingMemory> = Box::new(HostMemory(Allocation::new(len).unwrap(), len));
-            let copier: Box<dyn LandingCopier> = Box::new(FakeLander { open: open.clone(), copies: copies.clone() });
-            Ok((memory, copier))
-        })));
-        let (dst, d) = device_dst(&b, MP_PIECES * MP_PIECE);
+        let receiver = fake_landing(b);
+        let b = &receiver.b;
+        let (dst, d) = device_dst(b, MP_PIECES * MP_PIECE);
         accord_testkit::say(&serde_json::to_string(&(b.address(), d)).unwrap());
         let writer: crate::EngineAddress =
             serde_json::from_str(&accord_testkit::hear().ok_or("no writer address")?).map_err(|e| e.to_string())?;

@@ -75,15 +75,9 @@ impl LandingThread {
         );
     }
 
-    pub(super) fn on_grant(
-        &mut self,
-        shared: &Arc<Shared>,
-        m: Control,
-        region: u32,
-        key: u64,
-        offset: u64,
-        len: u64,
-    ) -> bool {
+    /// A grant `m` for one of our asks: writes the chunk into the granted slot.
+    pub(super) fn on_grant(&mut self, shared: &Arc<Shared>, m: Control) -> bool {
+        let Body::Grant { region, key, offset, len } = m.body else { return false };
         let Some(out) = self.outgoing.get_mut(&m.req) else { return false };
         let asked_len = match out.ask {
             Body::Ask { len, .. } => len,

@@ -1,0 +1,15 @@
+//! `accord-sys`: operating-system questions several Accord crates ask, answered once.
+//!
+//! Why a crate of its own: the shared-memory rings (`accord-net`), CUDA IPC mappings
+//! (`accord-cuda`) and the GPU collectives' flag board (`accord-coll`, through the engine) all
+//! need to know whether a peer process still runs, and `accord-net` and `accord-cuda` have no
+//! common dependency but the knob registry, which must stay free of OS code (as must
+//! `accord-proto`). Each had its own answer, and they disagreed about zombies. This crate
+//! depends on nothing of ours, so every crate can name it.
+
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod process;
+
+pub use process::process_alive;
