@@ -44,8 +44,11 @@ enum Direction {
     HostToDevice = 1,
     DeviceToHost = 2,
 }
-/// Most same-host peer regions kept mapped (least recently used unmapped first).
-pub const IPC_MAPPINGS_MAX: usize = 256;
+/// Most same-host peer regions kept mapped (least recently used unmapped first). Sized for a
+/// weight push: a receiver of a 70B-like shard registers ~700 tensors, each a region; at 256
+/// every update re-opened mappings, and dropping one synchronises its GPU. A mapping costs
+/// address space and the driver's page tables, not memory.
+pub const IPC_MAPPINGS_MAX: usize = 4096;
 /// Most device copies in flight per engine; a further write blocks until one completed.
 pub const DEVICE_COPIES_IN_FLIGHT_MAX: usize = 1024;
 /// Sleep of the poller between event queries once copies have been pending for a while
