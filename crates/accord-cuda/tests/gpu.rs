@@ -203,7 +203,7 @@ fn two_d_copies_move_strided_rows_on_one_gpu_and_to_a_peer() {
     assert!(gpu0.max_pitch().unwrap() >= dst_pitch as u64, "max pitch {:?}", gpu0.max_pitch());
     let stream = Stream::new(&gpu0).unwrap();
     let mut src = DeviceBuffer::alloc(&gpu0, src_pitch * height).unwrap();
-    let data: Vec<u8> = (0..(src_pitch * height) as u32).map(|i| (i * 31 >> 5) as u8).collect();
+    let data: Vec<u8> = (0..(src_pitch * height) as u32).map(|i| ((i * 31) >> 5) as u8).collect();
     src.copy_from_host(0, &data, &stream).unwrap();
     let mut targets = vec![Gpu::open(0).unwrap()];
     if probe().device_count >= 2 {

@@ -5,6 +5,9 @@ use super::*;
 
 const MAX: u64 = (1 << 31) - 1;
 
+/// One row of the planner's table: what, the pieces, the device's max pitch, the plan wanted.
+type Case = (&'static str, Vec<(u64, u64, u64)>, u64, CopyPlan);
+
 fn s(dst: u64, dst_pitch: u64, src: u64, src_pitch: u64, width: u64, height: u64) -> Strided {
     Strided { dst, dst_pitch, src, src_pitch, width, height }
 }
@@ -30,7 +33,7 @@ fn the_planner_makes_runs_of_equal_pieces_at_constant_strides_into_2d_copies() {
     let broken = vec![(0, 0, 100), (3000, 1000, 100), (6000, 2000, 100), (9100, 3000, 100), (12_200, 4000, 100)];
     let unequal = vec![(0, 0, 100), (3000, 1000, 100), (6000, 2000, 99)];
     #[rustfmt::skip]
-    let cases: Vec<(&str, Vec<(u64, u64, u64)>, u64, CopyPlan)> = vec![
+    let cases: Vec<Case> = vec![
         ("nothing", vec![], MAX, CopyPlan::default()),
         ("a single piece stays flat", vec![(7, 9, 100)], MAX,
             CopyPlan { strided: vec![], flat: vec![(7, 9, 100)] }),
