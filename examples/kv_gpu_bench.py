@@ -227,7 +227,8 @@ def row(case: str, op: str, blocks: int, first: float | None, times: list[float]
         checked: bool | None, error: str, owner: dict[str, int]) -> dict[str, Any]:
     nbytes = blocks * layout().block_nbytes * LAYOUT_ARGS[0] * 2
     # Scattered ids make every block of every layer's K or V a piece of its own: one page of a
-    # batched READ or of a paged write (the engine copies each separately).
+    # batched READ or of a paged write. On the copy-engine routes a block's pieces (listed block
+    # by block) go as one 2D copy; "parts" and "us_per_part" still count pieces.
     parts = blocks * LAYOUT_ARGS[0] * 2
     median = statistics.median(times) if times else None
     gbps = nbytes / median / 1e9 if median else None

@@ -71,7 +71,8 @@ PULL_READS_IN_FLIGHT = 1024
 PULL_PIECES_PER_READ = 65536
 #: Paged writes a push keeps outstanding at once by default.
 PUSH_WRITES_IN_FLIGHT = 4
-#: Blocks of one layer's K or V (pages) per paged write of a push: the unit a cancel stops at.
+#: Pages (blocks x layers x 2) per paged write of a push, at most, rounded down to whole blocks
+#: (a write carries at least one block: every layer's K and V of it): the unit a cancel stops at.
 PUSH_PAGES_PER_WRITE = 8192
 #: How often a request's thread looks at its cancel flag and deadline while parts are in flight.
 _POLL_S = 0.02
@@ -183,6 +184,32 @@ def _block_ids(
         if bad:
             raise InvalidRequestError(f"{what} block ids {bad[:8]} are outside 0..{limit}")
     return s, d
+
+
+def _pages_block_major(planes: int, src_n: int, dst_n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The page maps of blocks ``src`` -> ``dst`` (caches of ``src_n`` and ``dst_n`` blocks, one
+    plane per layer's K or V): blocks consecutive on both sides are grouped, and each group is
+    listed in every plane before the next group (plane p of block b is page ``p * n + b``).
+
+    Why this order: the pieces of one paged write are unordered (the engine may move them in any
+    order; no two land on the same bytes), so the order changes nothing that lands. Listed this
+    way, a group's pages in one plane are one contiguous run, and its runs in successive planes
+    are equal pieces a whole plane apart on each side: the engine's copy-engine route moves them
+    as one 2D copy (160 rows for an 80-layer model) instead of one copy per piece, which is what
+    limited a scattered 2048-block request to an eighth of the copy ceiling. The same order as
+    the engine's batched READ uses for a pull (``Engine.read_paged``)."""
+    if src.size == 0:
+        return src.copy(), dst.copy()
+    breaks = np.flatnonzero((np.diff(src) != 1) | (np.diff(dst) != 1)) + 1
+    starts = np.concatenate(([0], breaks)).astype(np.int64)
+    lengths = np.diff(np.concatenate((starts, [src.size]))).astype(np.int64)
+    per_group = lengths * planes  # pages each group contributes
+    total = int(per_group.sum())
+    group = np.repeat(np.arange(starts.size), per_group)
+    at = np.arange(total, dtype=np.int64) - np.repeat(starts * planes, per_group)
+    length = lengths[group]
+    plane, index = at // length, starts[group] + at % length
+    return plane * src_n + src[index], plane * dst_n + dst[index]
 
 
 def _check_limits(max_in_flight: int, timeout: float | None, **more: int) -> None:
@@ -367,7 +394,8 @@ class PrefillCache:
         pages_per_write: int = PUSH_PAGES_PER_WRITE,
     ) -> KvTransfer:
         """Starts writing blocks ``src_blocks`` here into ``dst_blocks`` of ``target``, every
-        layer's K and V, by paged writes of at most ``pages_per_write`` blocks. With ``imm``, the
+        layer's K and V, by paged writes of at most ``pages_per_write`` pages (blocks x layers x
+        2), rounded down to whole blocks but at least one block a write. With ``imm``, the
         target engine's counter moves once, after every block landed (the last write carries it,
         submitted once every other write completed). With ``timeout`` (seconds), the push cancels
         itself when it passes. Block ids are checked before anything is sent. Into GPU memory
@@ -378,22 +406,29 @@ class PrefillCache:
         if target.address.id not in self._known:
             self.engine.add_peer(target.address)
             self._known.add(target.address.id)
-        planes = np.arange(self.layout.layers * 2, dtype=np.int64)[:, None]
-        src_pages = (planes * self.num_blocks + np.asarray(src, dtype=np.int64)[None, :]).ravel()
-        dst_pages = (planes * target.num_blocks + np.asarray(dst, dtype=np.int64)[None, :]).ravel()
-        chunks = [(at, min(at + pages_per_write, src_pages.size)) for at in range(0, src_pages.size, pages_per_write)]
+        planes = self.layout.layers * 2
+        src_ids, dst_ids = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+        # Whole blocks a write, listed block by block (see _pages_block_major for why).
+        per_write = max(1, pages_per_write // planes)
+        chunks = [
+            (at + per_write >= len(src),)
+            + _pages_block_major(
+                planes, self.num_blocks, target.num_blocks, src_ids[at : at + per_write], dst_ids[at : at + per_write]
+            )
+            for at in range(0, len(src), per_write)
+        ]
         engine, region, descriptor, page_nbytes = self.engine, self.region, target.descriptor, self.layout.block_nbytes
         last = len(chunks) - 1
 
-        def submit(chunk: tuple[int, int]) -> Transfer:
-            lo, hi = chunk
+        def submit(chunk: tuple[bool, np.ndarray, np.ndarray]) -> Transfer:
+            is_last, src_pages, dst_pages = chunk
             return engine.write_paged(
                 region,
                 descriptor,
                 page_nbytes=page_nbytes,
-                src_pages=src_pages[lo:hi],
-                dst_pages=dst_pages[lo:hi],
-                imm=imm if hi == src_pages.size else None,
+                src_pages=src_pages,
+                dst_pages=dst_pages,
+                imm=imm if is_last else None,
             )
 
         # The immediate says "every block landed": its write goes once the others completed.
@@ -450,7 +485,9 @@ class DecodeCache:
             self._known.add(source.address.id)
         engine, region, descriptor = self.engine, self.region, source.descriptor
         nbytes = self.layout.block_nbytes
-        # Every (layer, K/V) plane is a whole plane of blocks apart, here and there.
+        # Every (layer, K/V) plane is a whole plane of blocks apart, here and there. The owner
+        # lists each group of consecutive blocks in every plane before the next group (the same
+        # order as a push, _pages_block_major), so its copy engine moves a group as one 2D copy.
         planes = self.layout.layers * 2
         here, there = self.num_blocks * nbytes, source.num_blocks * nbytes
         src_ids, dst_ids = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)

@@ -10,7 +10,8 @@
 #   network  the same with ACCORD_DEVICE_IPC=0 ACCORD_SHM=0: staged, loopback UDP, landed.
 # A READ row pulls with batched READs (DecodeCache.pull -> Engine.read_paged): one request names
 # up to 409 blocks of all 160 layers' K and V, and the prefill engine writes them back as one
-# paged write (through CUDA IPC on one host: one batch of copy-engine copies). The network run is
+# paged write (through CUDA IPC on one host: one 2D copy-engine copy per block, its 160 layer K/V
+# pieces as rows). The network run is
 # capped at 128 blocks by default (NETWORK_BLOCKS): that route moves each 32 KiB piece through
 # pinned slots. A row that would overrun its share of the budget is cut by its requests' own
 # timeout (accord.kv cancels them); a request still not over --stuck-s seconds after it is

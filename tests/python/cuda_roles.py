@@ -77,3 +77,42 @@ def kv_prefill(conn: Connection, device: int, layout_args: tuple[int, int, int, 
             prefill.close()
     except Exception:  # noqa: BLE001 - reported to the test
         conn.send({"error": traceback.format_exc()})
+
+
+def weight_receiver(conn: Connection, device: int, shapes: dict[str, tuple[int, ...]], versions: int) -> None:
+    """An inference rank of accord.weights on CUDA: registers zeroed bf16 tensors, sends its
+    manifest, attaches to the pusher, and for each version waits for it, reports whether every
+    tensor holds ``weight_pattern`` of that version, and acks."""
+    try:
+        import torch
+
+        from accord.weights import WeightReceiver
+
+        with accord.Engine() as engine:
+            copies = {n: torch.zeros(s, dtype=torch.bfloat16, device=f"cuda:{device}") for n, s in shapes.items()}
+            receiver = WeightReceiver(engine, copies)
+            conn.send({"manifest": receiver.manifest()})
+            receiver.attach(conn.recv())
+            conn.send({"attached": True})  # over the network, writes land only from a known pusher
+            for version in range(1, versions + 1):
+                receiver.wait(version, timeout=WAIT_S)
+                torch.cuda.synchronize(device)
+                wrong = [n for i, (n, t) in enumerate(copies.items())
+                         if not torch.equal(t, weight_pattern(i, version, t.shape, f"cuda:{device}"))]
+                receiver.ack(version)
+                conn.send({"version": version, "wrong": wrong})
+            conn.recv()  # the pusher is done
+            receiver.close()
+    except Exception:  # noqa: BLE001 - reported to the test
+        conn.send({"error": traceback.format_exc()})
+
+
+def weight_pattern(index: int, version: int, shape: tuple[int, ...], device: str) -> Any:
+    """Tensor ``index``'s bf16 values at ``version`` (small integers: exact in bf16)."""
+    import torch as t
+
+    n = 1
+    for d in shape:
+        n *= d
+    at = t.arange(n, dtype=t.int32, device=device)
+    return ((at * 7 + index * 13 + version * 31) % 251 - 125).to(t.bfloat16).reshape(shape)

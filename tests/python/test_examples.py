@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,3 +62,66 @@ def test_kv_gpu_bench_says_what_it_needs_and_prints_tables(tmp_path: Path) -> No
         run = subprocess.run([sys.executable, str(bench), "--case", "inproc"], capture_output=True, text=True,
                              timeout=60)
         assert run.returncode == 2 and "kv_gpu_bench: needs" in run.stderr
+
+
+def _weight_bench() -> Any:
+    """examples/weight_push_gpu_bench.py as a module (it is a script, not a package member)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("weight_push_gpu_bench", EXAMPLES / "weight_push_gpu_bench.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while it loads
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_weight_push_gpu_bench_shard_list_is_a_70b_like_shard_scaled_to_the_asked_size() -> None:
+    bench = _weight_bench()
+    full = bench.full_shard()
+    assert len(full) == 723 and len({t.name for t in full}) == 723
+    assert 17e9 < sum(t.nbytes for t in full) < 18e9, "a TP-8 shard of a 70B model is about 17.6 GB"
+    for gb in (16.0, 1.0, 0.05):
+        tensors = bench.shard_list(gb)
+        total = sum(t.nbytes for t in tensors)
+        assert len(tensors) == 723, "scaling keeps every tensor"
+        assert abs(total - gb * 1e9) < 0.01 * gb * 1e9 + 723 * 8192 * 2, (gb, total)
+        assert all(t.numel > 0 for t in tensors)
+        assert [t.name for t in tensors] == [t.name for t in full]
+    sizes = sorted(t.nbytes for t in bench.shard_list(16.0))
+    assert sizes[0] == 8192 * 2 and sizes[-1] > 200e6, "norms of 16 KiB up to the embedding's hundreds of MB"
+    # The smallest scale still gives every matrix a row; nothing positive is refused.
+    assert all(t.shape[0] == 1 for t in bench.shard_list(1e-9) if len(t.shape) == 2)
+    with pytest.raises(ValueError, match="positive"):
+        bench.shard_list(0)
+
+
+def test_weight_push_gpu_bench_checks_its_arguments_and_skips_without_cuda(tmp_path: Path) -> None:
+    bench = _weight_bench()
+    args = bench.parse(["--gb", "0.5", "--iters", "2", "--no-nccl"])
+    assert (args.gb, args.iters, args.no_nccl, args.case) == (0.5, 2, True, "ipc")
+    for bad in (["--gb", "0"], ["--gb", "-1"], ["--iters", "0"], ["--case", "rdma"]):
+        with pytest.raises(SystemExit) as e:
+            bench.parse(bad)
+        assert e.value.code == 2, bad
+    row = bench.result_row("ipc", 723, 16_000_000_000, 0.040, [0.044, 0.046], [0.080, 0.082], {}, "")
+    assert row["accord_median_ms"] == 45.0 and row["nccl_median_ms"] == 81.0 and row["checked"]
+    assert row["over_ceiling"] == 1.125 and row["nccl_over_accord"] == 1.8
+    bad_row = bench.result_row("ipc", 723, 1000, 0.001, [0.002], [], {"accord v2": [5]}, "")
+    assert not bad_row["checked"] and bad_row["nccl_over_accord"] is None
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps(row) + "\n" + json.dumps(bad_row) + "\n")
+    table = subprocess.run([sys.executable, str(EXAMPLES / "weight_push_gpu_bench.py"), "--table", str(rows)],
+                           capture_output=True, text=True, timeout=60)
+    assert table.returncode == 1, "a row whose bytes were wrong fails the table"
+    assert "bytes ok" in table.stdout and "BYTES WRONG" in table.stdout and "1.125" in table.stdout
+    try:
+        import torch
+
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except ImportError:
+        gpus = 0
+    if gpus < 2:
+        run = subprocess.run([sys.executable, str(EXAMPLES / "weight_push_gpu_bench.py"), "--gb", "0.01"],
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 2 and "skipped: weight_push_gpu_bench needs" in run.stderr, run.stderr

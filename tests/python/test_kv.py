@@ -122,7 +122,15 @@ def test_push_writes_blocks_by_id_with_one_immediate(pair: Pair) -> None:
     src, dst = scattered(12, 32, 3), scattered(12, 20, 4)
     push = prefill.push(decode.target, src, dst, request="push-1", imm=42, max_in_flight=2, pages_per_write=5)
     push.wait(timeout=60)
-    assert push.parts_total == -(-LAYOUT.layers * 2 * 12 // 5)
+    # A write carries whole blocks (every layer's K and V of each), at least one: 5 pages < 6.
+    assert push.parts_total == 12
+    assert push.parts_submitted == push.parts_total and push.parts_in_flight == 0
+    assert (decode.cache[:, :, dst] == prefill.cache[:, :, src]).all()
+    decode.cache[:] = 0
+    push = prefill.push(decode.target, src, dst, request="push-2", imm=43, pages_per_write=6 * 5 + 1)
+    push.wait(timeout=60)
+    assert push.parts_total == 3, "5 whole blocks a write: 5, 5, 2"
+    assert decode_engine.imm_counter(43).wait(1, timeout=10) == 1
     assert push.parts_submitted == push.parts_total and push.parts_in_flight == 0
     assert (decode.cache[:, :, dst] == prefill.cache[:, :, src]).all()
     untouched = [b for b in range(20) if b not in dst]
@@ -315,3 +323,22 @@ def test_closing_the_decode_engine_ends_a_pull_its_owner_never_answers() -> None
         with pytest.raises(accord.ShutdownError, match="KV pull 'req-closed'"):
             pull.wait(timeout=10)
         assert pull.done() and pull.parts_in_flight == 0
+
+
+def test_push_page_maps_list_each_block_group_in_every_plane_before_the_next() -> None:
+    from accord.kv import _pages_block_major
+
+    src, dst = np.array([3, 4, 5, 9, 0, 15]), np.array([0, 1, 2, 7, 9, 3])
+    src_pages, dst_pages = _pages_block_major(4, 16, 10, src, dst)
+    # Blocks 3,4,5 -> 0,1,2 are one group (consecutive on both sides); the others stand alone.
+    want = []
+    for group in ([0, 1, 2], [3], [4], [5]):
+        for plane in range(4):
+            want += [(plane * 16 + int(src[i]), plane * 10 + int(dst[i])) for i in group]
+    assert list(zip(src_pages.tolist(), dst_pages.tolist())) == want
+    # The same pieces as plane by plane, reordered only.
+    planes = np.arange(4)[:, None]
+    plain = set(zip((planes * 16 + src).ravel().tolist(), (planes * 10 + dst).ravel().tolist()))
+    assert set(want) == plain and len(want) == len(plain)
+    empty = _pages_block_major(4, 16, 10, np.array([], dtype=np.int64), np.array([], dtype=np.int64))
+    assert empty[0].size == empty[1].size == 0

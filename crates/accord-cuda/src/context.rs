@@ -145,6 +145,13 @@ impl Gpu {
         self.inner.multiprocessor_count
     }
 
+    /// The widest row pitch a 2D copy may use on this GPU, in bytes
+    /// (`CU_DEVICE_ATTRIBUTE_MAX_PITCH`; 2^31 - 1 on current GPUs): strided copies with a wider
+    /// stride must go row by row.
+    pub fn max_pitch(&self) -> Result<u64> {
+        driver::max_pitch(self.inner.device)
+    }
+
     /// Whether two handles are the same GPU.
     pub fn same_device(&self, other: &Gpu) -> bool {
         self.inner.device == other.inner.device

@@ -141,6 +141,35 @@ impl Stream {
         Ok(calls)
     }
 
+    /// Queues one 2D copy between device addresses usable in this stream's context
+    /// (`cuMemcpy2DAsync`, copy engine): `height` rows of `width` bytes, row `r` read at
+    /// `src + r * src_pitch` and written at `dst + r * dst_pitch`. One call and one copy-engine
+    /// operation for what would be `height` copies: where a copy's fixed cost dominates its bytes
+    /// (KV pieces of 32 KiB at strides of whole cache planes), this is the difference between an
+    /// eighth of the copy ceiling and nearly all of it. Both pitches must be at least `width`
+    /// and at most [`Gpu::max_pitch`]. A context must be current on the calling thread.
+    ///
+    /// # Safety
+    /// Every row, on both sides, must lie in live allocations reachable from this context for as
+    /// long as the copy runs.
+    #[allow(unsafe_code)]
+    pub unsafe fn copy_2d_unchecked(
+        &self,
+        dst: DevicePtr,
+        dst_pitch: usize,
+        src: DevicePtr,
+        src_pitch: usize,
+        width: usize,
+        height: usize,
+    ) -> Result<()> {
+        if width > dst_pitch.min(src_pitch) {
+            return Err(CudaError::InvalidArgument {
+                what: format!("a 2D copy's rows ({width} bytes) are wider than its pitches ({dst_pitch}, {src_pitch})"),
+            });
+        }
+        driver::memcpy_2d_dtod_async(dst.0, dst_pitch, src.0, src_pitch, width, height, self.raw)
+    }
+
     pub(crate) fn raw(&self) -> RawStream {
         self.raw
     }

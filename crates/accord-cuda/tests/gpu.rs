@@ -191,3 +191,46 @@ fn an_unowned_buffer_belongs_to_no_context_and_round_trips_through_a_private_one
     assert_eq!(back, data);
     assert!(matches!(DeviceBuffer::alloc_unowned(&primary, 0), Err(CudaError::InvalidArgument { .. })));
 }
+
+/// Rows of `width` bytes `src_pitch` apart land `dst_pitch` apart and nothing between them is
+/// touched, on one GPU and (with two) into a peer GPU's memory; rows wider than a pitch are
+/// refused before the driver sees them.
+#[test]
+fn two_d_copies_move_strided_rows_on_one_gpu_and_to_a_peer() {
+    require_gpu!();
+    let (width, height, src_pitch, dst_pitch) = (4096usize, 24usize, 3 * 4096usize, 5 * 4096usize);
+    let gpu0 = Gpu::open(0).unwrap();
+    assert!(gpu0.max_pitch().unwrap() >= dst_pitch as u64, "max pitch {:?}", gpu0.max_pitch());
+    let stream = Stream::new(&gpu0).unwrap();
+    let mut src = DeviceBuffer::alloc(&gpu0, src_pitch * height).unwrap();
+    let data: Vec<u8> = (0..(src_pitch * height) as u32).map(|i| ((i * 31) >> 5) as u8).collect();
+    src.copy_from_host(0, &data, &stream).unwrap();
+    let mut targets = vec![Gpu::open(0).unwrap()];
+    if probe().device_count >= 2 {
+        let gpu1 = Gpu::open(1).unwrap();
+        gpu0.enable_peer_access(&gpu1).unwrap();
+        targets.push(gpu1);
+    }
+    for target in targets {
+        let mut dst = DeviceBuffer::alloc(&target, dst_pitch * height).unwrap();
+        let own = Stream::new(&target).unwrap();
+        dst.memset_async(0, dst_pitch * height, 0xEE, &own).unwrap();
+        own.synchronize().unwrap();
+        gpu0.bind().unwrap();
+        // Safety: every row lies inside `src` and `dst`, both alive past the synchronisation.
+        #[allow(unsafe_code)]
+        unsafe {
+            stream.copy_2d_unchecked(dst.ptr(), dst_pitch, src.ptr(), src_pitch, width, height).unwrap();
+            let wide = stream.copy_2d_unchecked(dst.ptr(), dst_pitch, src.ptr(), width - 1, width, 2);
+            assert!(matches!(wide, Err(CudaError::InvalidArgument { .. })), "{wide:?}");
+        }
+        stream.synchronize().unwrap();
+        let mut back = vec![0u8; dst_pitch * height];
+        dst.copy_to_host(0, &mut back, &own).unwrap();
+        for row in 0..height {
+            let (d, s) = (row * dst_pitch, row * src_pitch);
+            assert_eq!(&back[d..d + width], &data[s..s + width], "row {row} on GPU {}", target.ordinal());
+            assert!(back[d + width..d + dst_pitch].iter().all(|&b| b == 0xEE), "gap after row {row}");
+        }
+    }
+}

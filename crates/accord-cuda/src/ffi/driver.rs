@@ -110,6 +110,12 @@ pub(crate) fn multiprocessor_count(device: sys::CUdevice) -> Result<i32> {
     device_attribute(device, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
 }
 
+/// The widest pitch a 2D copy may use on a device, in bytes (`CU_DEVICE_ATTRIBUTE_MAX_PITCH`).
+pub(crate) fn max_pitch(device: sys::CUdevice) -> Result<u64> {
+    let value = device_attribute(device, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_PITCH)?;
+    Ok(u64::try_from(value).unwrap_or(0))
+}
+
 /// PCI bus id, for example `0000:19:00.0`.
 pub(crate) fn device_pci_bus_id(device: sys::CUdevice) -> Result<String> {
     let mut buffer = [0 as std::ffi::c_char; 64];
@@ -574,6 +580,44 @@ pub(crate) fn current_context_device() -> Result<Option<u32>> {
 pub(crate) fn memcpy_dtod_async(dst: RawPtr, src: RawPtr, len_bytes: usize, stream: RawStream) -> Result<()> {
     // Safety: device addresses are validated by the caller; a bad one yields an error, not host UB.
     check("cuMemcpyDtoDAsync_v2", unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, len_bytes, stream.0) })
+}
+
+/// One 2D device-to-device copy on a stream (`cuMemcpy2DAsync`, copy engine): `height` rows of
+/// `width` bytes, row `r` read at `src + r * src_pitch` and written at `dst + r * dst_pitch`.
+/// Both addresses are device memory reachable from the current context (this GPU's, a peer's
+/// with peer access, or a peer process's mapped here through CUDA IPC); both pitches at least
+/// `width` and at most the device's `CU_DEVICE_ATTRIBUTE_MAX_PITCH`.
+pub(crate) fn memcpy_2d_dtod_async(
+    dst: RawPtr,
+    dst_pitch: usize,
+    src: RawPtr,
+    src_pitch: usize,
+    width: usize,
+    height: usize,
+    stream: RawStream,
+) -> Result<()> {
+    let copy = sys::CUDA_MEMCPY2D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+        srcHost: std::ptr::null(),
+        srcDevice: src,
+        srcArray: std::ptr::null_mut(),
+        srcPitch: src_pitch,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+        dstHost: std::ptr::null_mut(),
+        dstDevice: dst,
+        dstArray: std::ptr::null_mut(),
+        dstPitch: dst_pitch,
+        WidthInBytes: width,
+        Height: height,
+    };
+    // Safety: the descriptor is a valid local the driver reads during the call; device
+    // addresses are validated by the caller, and a bad one fails the call or the stream, never
+    // host memory.
+    check("cuMemcpy2DAsync_v2", unsafe { sys::cuMemcpy2DAsync_v2(&copy, stream.0) })
 }
 
 /// Copy between the memories of two contexts on a stream (copy engine).

@@ -13,6 +13,7 @@
 //! runs and registers host memory as before; only device registration and device writes fail,
 //! with an error that says why.
 
+pub(crate) mod copy_plan;
 pub(crate) mod cuda_staging;
 pub(crate) mod staging;
 
@@ -43,8 +44,11 @@ enum Direction {
     HostToDevice = 1,
     DeviceToHost = 2,
 }
-/// Most same-host peer regions kept mapped (least recently used unmapped first).
-pub const IPC_MAPPINGS_MAX: usize = 256;
+/// Most same-host peer regions kept mapped (least recently used unmapped first). Sized for a
+/// weight push: a receiver of a 70B-like shard registers ~700 tensors, each a region; at 256
+/// every update re-opened mappings, and dropping one synchronises its GPU. A mapping costs
+/// address space and the driver's page tables, not memory.
+pub const IPC_MAPPINGS_MAX: usize = 4096;
 /// Most device copies in flight per engine; a further write blocks until one completed.
 pub const DEVICE_COPIES_IN_FLIGHT_MAX: usize = 1024;
 /// Sleep of the poller between event queries once copies have been pending for a while
@@ -61,6 +65,8 @@ struct GpuSlot {
     streams: Vec<Stream>,
     /// Round-robin position per direction.
     next: [usize; DIRECTIONS],
+    /// Widest pitch of a 2D copy on this GPU (0 where the driver would not say: no 2D copies).
+    max_pitch: u64,
 }
 
 /// Key of a mapping: (peer engine, region id, region key, GPU it is mapped on).
@@ -198,10 +204,12 @@ impl DeviceRoute {
     /// Queues many device-to-device copies out of GPU `src_ordinal`'s memory into one device
     /// region (`target`, offsets relative to its byte 0) on one engine-owned stream, with one
     /// event after all of them: `pieces` are (destination offset, source address, bytes), every
-    /// one checked by the caller against both regions. The copies go through
-    /// [`Stream::copy_many_unchecked`] (batched calls: a KV request of 2,048 scattered blocks is
-    /// 327,680 copies, and one call and one event each cost more than the bytes). Once all
-    /// completed the poller runs `after` or completes the transfer's one part.
+    /// one checked by the caller against both regions. Runs of equal pieces at constant strides
+    /// go as one 2D copy each, the rest through [`Stream::copy_many_unchecked`] (batched calls)
+    /// ([`copy_plan`]: a KV request of 2,048 scattered blocks is 327,680 pieces, and the copy
+    /// engine's cost per copy exceeds the bytes of one; listed block by block they are 2,048 2D
+    /// copies). The pitch limit is the source GPU's, the one whose copy engine runs them. Once
+    /// all completed the poller runs `after` or completes the transfer's one part.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn copy_many(
         &self,
@@ -217,19 +225,22 @@ impl DeviceRoute {
         let src_gpu = slot(&mut state, src_ordinal)?.gpu.clone();
         // The destination is reached by address (peer access enabled there where needed).
         let (dst_base, _, mapping) = device_destination(&mut state, &src_gpu, src_ordinal, target)?;
+        let max_pitch = slot(&mut state, src_ordinal)?.max_pitch;
         let (gpu, stream) = next_stream(&mut state, src_ordinal, Direction::DeviceToDevice)?;
         gpu.bind().map_err(|e| e.to_string())?;
         let mut list = Vec::with_capacity(pieces.len());
         for &(dst_offset, src, len) in pieces {
-            let len = usize::try_from(len).map_err(|_| "length does not fit this machine")?;
-            list.push((DevicePtr(dst_base + dst_offset), DevicePtr(src), len));
+            usize::try_from(len).map_err(|_| "length does not fit this machine")?;
+            list.push((dst_base + dst_offset, src, len));
         }
-        // Safety: every range was checked by the caller against its region (the source against
-        // this engine's registration, the destination against its descriptor, which `mapped`
-        // checked against what the IPC handle maps, or against the owner's registration in this
+        // Runs at constant strides as 2D copies, the rest in batched 1D calls, one stream.
+        // Every range was checked by the caller against its region (the source against this
+        // engine's registration, the destination against its descriptor, which `mapped` checked
+        // against what the IPC handle maps, or against the owner's registration in this
         // process); `keep` and `mapping` hold both until the event after these copies completed.
-        #[allow(unsafe_code)]
-        let failure = unsafe { stream.copy_many_unchecked(&list) }.err().map(|e| format!("device copy: {e}"));
+        let failure = copy_plan::issue(&copy_plan::plan(&list, max_pitch), &mut StreamSink(stream))
+            .err()
+            .map(|e| format!("device copy: {e}"));
         let event = record(&gpu, stream)?;
         drop(state);
         // After a failure part-way, what was queued still runs: the memory stays held until it
@@ -302,6 +313,31 @@ impl DeviceRoute {
         drop(state);
         let job = InFlight { event, transfer, after, keep: copy.keep, mapping };
         self.inflight.send(job).map_err(|_| "the device poller thread has exited".to_string())
+    }
+}
+
+/// A route stream as a [`copy_plan::CopySink`]; every piece handed to it was checked by
+/// [`DeviceRoute::copy_many`]'s caller against both regions, which stay held until the event
+/// recorded after the copies completed.
+struct StreamSink<'a>(&'a Stream);
+
+impl copy_plan::CopySink for StreamSink<'_> {
+    fn copy_flat(&mut self, pieces: &[(u64, u64, u64)]) -> Result<usize, String> {
+        let list: Vec<(DevicePtr, DevicePtr, usize)> =
+            pieces.iter().map(|&(d, s, l)| (DevicePtr(d), DevicePtr(s), l as usize)).collect();
+        // Safety: see the type's doc (lengths were checked to fit `usize` by `copy_many`).
+        #[allow(unsafe_code)]
+        unsafe { self.0.copy_many_unchecked(&list) }.map_err(|e| e.to_string())
+    }
+
+    fn copy_2d(&mut self, c: &copy_plan::Strided) -> Result<(), String> {
+        let size = |v: u64| usize::try_from(v).map_err(|_| "a 2D copy's size does not fit this machine".to_string());
+        let (dst_pitch, src_pitch, width, height) =
+            (size(c.dst_pitch)?, size(c.src_pitch)?, size(c.width)?, size(c.height)?);
+        // Safety: see the type's doc: the rows are the checked pieces the plan was made of.
+        #[allow(unsafe_code)]
+        unsafe { self.0.copy_2d_unchecked(DevicePtr(c.dst), dst_pitch, DevicePtr(c.src), src_pitch, width, height) }
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -379,7 +415,8 @@ fn slot(state: &mut RouteState, ordinal: u32) -> Result<&mut GpuSlot, String> {
                 .map(|_| Stream::new(&gpu))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| e.to_string())?;
-            Ok(vacant.insert(GpuSlot { gpu, streams, next: [0; DIRECTIONS] }))
+            let max_pitch = gpu.max_pitch().unwrap_or(0);
+            Ok(vacant.insert(GpuSlot { gpu, streams, next: [0; DIRECTIONS], max_pitch }))
         }
     }
 }

@@ -178,6 +178,69 @@ fn same_process_paged_device_write_between_two_gpus() {
     }
 }
 
+/// A KV-shaped paged write listed block by block (every plane of a block, then the next block),
+/// as `accord.kv` lists them: each block is a run of equal pieces at the plane strides, which
+/// the copy-engine route moves as one 2D copy. Within one GPU and, with two, into a peer GPU;
+/// the caches have different block counts, so the two sides' pitches differ. Every page lands,
+/// nothing else is written, the immediate counts once.
+#[test]
+fn kv_shaped_paged_device_writes_land_exactly_within_a_gpu_and_to_a_peer() {
+    accord_cuda::require_gpu!(1);
+    const PAGE: usize = 32 << 10;
+    let (planes, src_blocks, dst_blocks) = (12usize, 24usize, 40usize);
+    let targets: Vec<usize> = if accord_cuda::probe().device_count >= 2 { vec![0, 1] } else { vec![0] };
+    for (round, target) in targets.into_iter().enumerate() {
+        let (a, b) = (engine(), engine());
+        let (ga, gb) = (Gpu::open(0).unwrap(), Gpu::open(target).unwrap());
+        let (sa, sb) = (Stream::new(&ga).unwrap(), Stream::new(&gb).unwrap());
+        let (src_len, dst_len) = (PAGE * planes * src_blocks, PAGE * planes * dst_blocks);
+        let mut src = DeviceBuffer::alloc(&ga, src_len).unwrap();
+        let mut dst = DeviceBuffer::alloc(&gb, dst_len).unwrap();
+        let pattern: Vec<u8> = (0..src_len).map(|i| (i * 29 + 3 + round) as u8).collect();
+        src.copy_from_host(0, &pattern, &sa).unwrap();
+        dst.memset_async(0, dst_len, 0, &sb).unwrap();
+        sb.synchronize().unwrap();
+        // Safety: both buffers live until the end of this round, after every transfer completed.
+        #[allow(unsafe_code)]
+        let (h, _) =
+            unsafe { a.register_raw(src.ptr().0 as *mut u8, src_len, MemoryKind::CudaDevice { ordinal: 0 }) }.unwrap();
+        #[allow(unsafe_code)]
+        let (_, d) = unsafe {
+            b.register_raw(dst.ptr().0 as *mut u8, dst_len, MemoryKind::CudaDevice { ordinal: target as u32 })
+        }
+        .unwrap();
+        // Blocks 5, 6, 7 (consecutive on both sides), then scattered ones.
+        let blocks: [(usize, usize); 6] = [(5, 10), (6, 11), (7, 12), (20, 0), (1, 39), (13, 22)];
+        let (mut src_pages, mut dst_pages) = (vec![], vec![]);
+        for &(s, t) in &blocks {
+            for p in 0..planes {
+                src_pages.push((p * src_blocks + s) as u64);
+                dst_pages.push((p * dst_blocks + t) as u64);
+            }
+        }
+        let op = crate::PagedWriteOp {
+            src: &h,
+            dst: &d,
+            page_bytes: PAGE as u64,
+            src_pages: &src_pages,
+            dst_pages: &dst_pages,
+            imm: Some(79),
+        };
+        a.write_paged(&op).unwrap().wait_timeout(Duration::from_secs(20)).unwrap();
+        assert_eq!(b.imm_counter(79).wait(1, Duration::from_secs(20)), 1);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(b.imm_counter(79).value(), 1, "one immediate for the paged write");
+        let mut got = vec![0u8; dst_len];
+        dst.copy_to_host(0, &mut got, &sb).unwrap();
+        let mut want = vec![0u8; dst_len];
+        for (&s, &t) in src_pages.iter().zip(&dst_pages) {
+            let (s, t) = (s as usize * PAGE, t as usize * PAGE);
+            want[t..t + PAGE].copy_from_slice(&pattern[s..s + PAGE]);
+        }
+        assert!(got == want, "GPU 0 -> GPU {target}: every page where the page map says, nothing else");
+    }
+}
+
 #[test]
 fn same_process_device_write_within_one_gpu() {
     accord_cuda::require_gpu!(1);

@@ -117,6 +117,41 @@ pub struct ScatterDst {
     pub len: u64,
 }
 
+/// The pages of a strided paged write as runs `(source offset, destination offset, bytes)`, in
+/// the page map's order, consecutive pages merged where they continue the previous run on both
+/// sides; every page checked (arithmetic, both regions' bounds) first. Pages listed block by
+/// block (every plane of a block, as `accord.kv` lists them) give a run per plane of a block,
+/// equal pieces at the plane strides: the copy-engine route's 2D copies (`device::copy_plan`).
+pub(super) fn page_runs(op: &StridedPagedWriteOp<'_>, src_len: u64) -> Result<Vec<(u64, u64, u64)>, SubmitError> {
+    let at = |side: &str, base: u64, page: u64, stride: u64, i: usize| {
+        page.checked_mul(stride).and_then(|o| o.checked_add(base)).ok_or_else(|| {
+            SubmitError::Invalid(format!(
+                "page {i}: {side} offset {base} + page {page} x stride {stride} overflows 64 bits"
+            ))
+        })
+    };
+    let mut runs: Vec<(u64, u64, u64)> = vec![];
+    for (i, (&s, &d)) in op.src_pages.iter().zip(op.dst_pages).enumerate() {
+        let so = at("source", op.src_offset, s, op.src_stride, i)?;
+        let doff = at("destination", op.dst_offset, d, op.dst_stride, i)?;
+        if !check_range(doff, op.page_bytes, op.dst.len) {
+            return Err(SubmitError::DestinationOutOfBounds {
+                offset: doff,
+                len: op.page_bytes,
+                region_len: op.dst.len,
+            });
+        }
+        if !check_range(so, op.page_bytes, src_len) {
+            return Err(SubmitError::SourceOutOfBounds { offset: so, len: op.page_bytes, region_len: src_len });
+        }
+        match runs.last_mut() {
+            Some((rs, rd, len)) if *rs + *len == so && *rd + *len == doff => *len += op.page_bytes,
+            _ => runs.push((so, doff, op.page_bytes)),
+        }
+    }
+    Ok(runs)
+}
+
 fn check_range(offset: u64, len: u64, region_len: u64) -> bool {
     offset.checked_add(len).is_some_and(|end| end <= region_len)
 }
@@ -257,32 +292,7 @@ impl Engine {
         let peer = op.dst.engine;
         self.check_peer(peer)?;
         let src_len = self.region_len(op.src)?;
-        let at = |side: &str, base: u64, page: u64, stride: u64, i: usize| {
-            page.checked_mul(stride).and_then(|o| o.checked_add(base)).ok_or_else(|| {
-                SubmitError::Invalid(format!(
-                    "page {i}: {side} offset {base} + page {page} x stride {stride} overflows 64 bits"
-                ))
-            })
-        };
-        let mut runs: Vec<(u64, u64, u64)> = vec![];
-        for (i, (&s, &d)) in op.src_pages.iter().zip(op.dst_pages).enumerate() {
-            let so = at("source", op.src_offset, s, op.src_stride, i)?;
-            let doff = at("destination", op.dst_offset, d, op.dst_stride, i)?;
-            if !check_range(doff, op.page_bytes, op.dst.len) {
-                return Err(SubmitError::DestinationOutOfBounds {
-                    offset: doff,
-                    len: op.page_bytes,
-                    region_len: op.dst.len,
-                });
-            }
-            if !check_range(so, op.page_bytes, src_len) {
-                return Err(SubmitError::SourceOutOfBounds { offset: so, len: op.page_bytes, region_len: src_len });
-            }
-            match runs.last_mut() {
-                Some((rs, rd, len)) if *rs + *len == so && *rd + *len == doff => *len += op.page_bytes,
-                _ => runs.push((so, doff, op.page_bytes)),
-            }
-        }
+        let runs = page_runs(op, src_len)?;
         if op.dst.device.is_some() || self.is_device_region(op.src)? {
             let pieces: Vec<_> = runs.iter().map(|&(so, doff, len)| (doff, so, len)).collect();
             let plain = PagedWriteOp {

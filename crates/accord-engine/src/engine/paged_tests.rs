@@ -145,3 +145,55 @@ fn bad_strides_pages_and_overflow_are_refused_and_place_nothing() {
         assert!(dst.to_vec()[2 * PAGE as usize..].iter().all(|&x| x == 0), "the forged write placed nothing");
     }
 }
+
+/// A KV push's page map as `accord.kv` lists it (each group of consecutive blocks in every
+/// plane before the next group) becomes, on the copy-engine route, one 2D copy per group: the
+/// runs of one group are equal pieces at the plane strides of each side, nothing stays flat.
+#[test]
+fn a_block_by_block_kv_page_map_is_one_2d_copy_per_block_group() {
+    use crate::device::copy_plan::plan;
+    let (planes, src_blocks, dst_blocks) = (160u64, 64u64, 100u64);
+    let page = 32u64 << 10;
+    // Blocks 7, 8 -> 30, 31 (one group), then 50 -> 2 and 1 -> 99.
+    let groups: [&[(u64, u64)]; 3] = [&[(7, 30), (8, 31)], &[(50, 2)], &[(1, 99)]];
+    let (mut src_pages, mut dst_pages) = (vec![], vec![]);
+    for group in groups {
+        for p in 0..planes {
+            for &(s, d) in group {
+                src_pages.push(p * src_blocks + s);
+                dst_pages.push(p * dst_blocks + d);
+            }
+        }
+    }
+    // Only the lengths matter here: no engine sees this op.
+    let src = MrHandle { engine: EngineId(1), region: accord_proto::RegionId(0), len: page * planes * src_blocks };
+    let dst = MrDescriptor {
+        engine: EngineId(2),
+        region: 0,
+        key: 0,
+        len: page * planes * dst_blocks,
+        device: None,
+        shared: None,
+    };
+    let op = StridedPagedWriteOp {
+        src: &src,
+        src_offset: 0,
+        src_stride: page,
+        dst: &dst,
+        dst_offset: 0,
+        dst_stride: page,
+        page_bytes: page,
+        src_pages: &src_pages,
+        dst_pages: &dst_pages,
+        imm: None,
+    };
+    let runs = page_runs(&op, page * planes * src_blocks).unwrap();
+    assert_eq!(runs.len(), 3 * planes as usize, "a run per plane of each group");
+    let pieces: Vec<(u64, u64, u64)> = runs.iter().map(|&(so, doff, len)| (doff, so, len)).collect();
+    let got = plan(&pieces, (1 << 31) - 1);
+    assert!(got.flat.is_empty());
+    let shapes: Vec<(u64, u64, u64, u64)> =
+        got.strided.iter().map(|c| (c.width, c.height, c.dst_pitch, c.src_pitch)).collect();
+    let (dp, sp) = (page * dst_blocks, page * src_blocks);
+    assert_eq!(shapes, vec![(2 * page, planes, dp, sp), (page, planes, dp, sp), (page, planes, dp, sp)]);
+}

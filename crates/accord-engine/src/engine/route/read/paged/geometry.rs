@@ -73,10 +73,16 @@ impl Geometry {
         Ok(())
     }
 
-    /// The pieces of `pages` (source page, destination page), plane by plane, as runs
-    /// `(destination offset, source offset, bytes)` merged where consecutive on both sides;
-    /// every piece checked against both regions' lengths. Nothing is returned unless every piece
-    /// is good.
+    /// The pieces of `pages` (source page, destination page) in every plane, as runs
+    /// `(destination offset, source offset, bytes)`; every piece checked against both regions'
+    /// lengths. Nothing is returned unless every piece is good.
+    ///
+    /// Order: pages consecutive on both sides are grouped first (one run a plane), and each group
+    /// is listed in every plane before the next group, block by block rather than plane by plane.
+    /// The pieces of one request are unordered (a batch of copies runs in any order), so the order
+    /// changes no outcome; it makes a group's pieces one run of equal pieces at constant strides
+    /// (the plane strides), which the copy-engine route moves as one 2D copy
+    /// (`device::copy_plan`), instead of one copy per piece.
     pub(crate) fn runs(
         &self,
         pages: &[(u64, u64)],
@@ -95,26 +101,45 @@ impl Geometry {
                     ))
                 })
         };
-        let mut runs: Vec<(u64, u64, u64)> = Vec::with_capacity(pages.len());
-        for plane in 0..self.planes {
-            for (i, &(s, d)) in pages.iter().enumerate() {
-                let so = at("source", self.src_offset, plane, self.src_plane_stride, s, self.src_stride, i)?;
-                let doff = at("destination", self.dst_offset, plane, self.dst_plane_stride, d, self.dst_stride, i)?;
-                if !check_range(so, self.page_bytes, src_len) {
-                    return Err(PieceError::Source(format!(
-                        "page {i} of plane {plane}: remote source bytes {so}..{so}+{} fall outside the remote region of {src_len} bytes",
-                        self.page_bytes
-                    )));
+        let piece = |plane: u64, i: usize, (s, d): (u64, u64)| -> Result<(u64, u64), PieceError> {
+            let so = at("source", self.src_offset, plane, self.src_plane_stride, s, self.src_stride, i)?;
+            let doff = at("destination", self.dst_offset, plane, self.dst_plane_stride, d, self.dst_stride, i)?;
+            if !check_range(so, self.page_bytes, src_len) {
+                return Err(PieceError::Source(format!(
+                    "page {i} of plane {plane}: remote source bytes {so}..{so}+{} fall outside the remote region of {src_len} bytes",
+                    self.page_bytes
+                )));
+            }
+            if !check_range(doff, self.page_bytes, dst_len) {
+                return Err(PieceError::Destination(format!(
+                    "page {i} of plane {plane}: local destination bytes {doff}..{doff}+{} fall outside the local region of {dst_len} bytes",
+                    self.page_bytes
+                )));
+            }
+            Ok((so, doff))
+        };
+        // Groups of pages consecutive on both sides (in plane 0's offsets; planes only shift them).
+        let mut groups: Vec<(usize, usize)> = vec![]; // (first page index, pages)
+        let mut last: Option<(u64, u64)> = None;
+        for (i, &page) in pages.iter().enumerate() {
+            let (so, doff) = piece(0, i, page)?;
+            match (groups.last_mut(), last) {
+                (Some((_, n)), Some((ls, ld))) if ls + self.page_bytes == so && ld + self.page_bytes == doff => *n += 1,
+                _ => groups.push((i, 1)),
+            }
+            last = Some((so, doff));
+        }
+        let mut runs: Vec<(u64, u64, u64)> = Vec::with_capacity(groups.len() * self.planes as usize);
+        for &(first, n) in &groups {
+            for plane in 0..self.planes {
+                let (so, doff) = piece(plane, first, pages[first])?;
+                for (i, &page) in pages.iter().enumerate().skip(first + 1).take(n - 1) {
+                    piece(plane, i, page)?; // checks it; its bytes continue the group's run
                 }
-                if !check_range(doff, self.page_bytes, dst_len) {
-                    return Err(PieceError::Destination(format!(
-                        "page {i} of plane {plane}: local destination bytes {doff}..{doff}+{} fall outside the local region of {dst_len} bytes",
-                        self.page_bytes
-                    )));
-                }
+                let len = self.page_bytes * n as u64;
                 match runs.last_mut() {
-                    Some((rd, rs, len)) if *rs + *len == so && *rd + *len == doff => *len += self.page_bytes,
-                    _ => runs.push((doff, so, self.page_bytes)),
+                    Some((rd, rs, l)) if *rs + *l == so && *rd + *l == doff => *l += len,
+                    _ => runs.push((doff, so, len)),
                 }
             }
         }

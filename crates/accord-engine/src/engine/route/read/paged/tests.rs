@@ -191,9 +191,13 @@ fn pieces_merge_into_runs_and_bad_ones_are_named() {
         src_plane_stride: 1000,
         dst_plane_stride: 2000,
     };
-    // Pages 0,1 then 5 -> 3,4 then 9: one run of two pages and one page, in each plane.
+    // Pages 0,1 then 5 -> 3,4 then 9: one run of two pages and one page, each in every plane
+    // before the next (block by block: a group's planes are equal pieces at the plane strides).
     let runs = g.runs(&[(0, 3), (1, 4), (5, 9)], 2000, 4000).unwrap();
-    assert_eq!(runs, vec![(300, 10, 200), (900, 510, 100), (2300, 1010, 200), (2900, 1510, 100)]);
+    assert_eq!(runs, vec![(300, 10, 200), (2300, 1010, 200), (900, 510, 100), (2900, 1510, 100)]);
+    // Where the planes themselves are contiguous, a group's planes still merge into one run.
+    let packed = Geometry { planes: 3, src_offset: 0, src_plane_stride: 100, dst_plane_stride: 100, ..g };
+    assert_eq!(packed.runs(&[(0, 0)], 300, 300).unwrap(), vec![(0, 0, 300)]);
     assert!(matches!(g.runs(&[(9, 0)], 2000, 4000), Err(PieceError::Source(m)) if m.contains("page 0 of plane 1")));
     assert!(matches!(g.runs(&[(0, 20)], 2000, 4000), Err(PieceError::Destination(_))));
     assert!(matches!(g.runs(&[(u64::MAX, 0)], u64::MAX, 4000), Err(PieceError::Overflow(_))));
@@ -202,6 +206,38 @@ fn pieces_merge_into_runs_and_bad_ones_are_named() {
     for bad in [Geometry { page_bytes: 0, ..g }, Geometry { planes: 0, ..g }] {
         assert!(matches!(bad.runs(&[(0, 0)], 2000, 4000), Err(PieceError::Shape(_))));
     }
+}
+
+/// The owner's write back of a KV-shaped read, planned as the copy-engine route plans it: one 2D
+/// copy per group of consecutive blocks (all its planes), nothing left flat.
+#[test]
+fn a_kv_read_is_one_2d_copy_per_block_group_on_the_copy_engine() {
+    use crate::device::copy_plan::plan;
+    let (page, blocks, planes) = (32 << 10, 64u64, 160u64);
+    let plane = page * blocks;
+    let g = Geometry {
+        src_offset: 0,
+        src_stride: page,
+        dst_offset: 0,
+        dst_stride: page,
+        page_bytes: page,
+        planes,
+        src_plane_stride: plane,
+        dst_plane_stride: plane,
+    };
+    // Blocks 7, 8, 9 -> 0, 1, 2 (one group), then 40 -> 63 and 3 -> 20 alone.
+    let pages = [(7, 0), (8, 1), (9, 2), (40, 63), (3, 20)];
+    let runs = g.runs(&pages, plane * planes, plane * planes).unwrap();
+    assert_eq!(runs.len(), 3 * planes as usize);
+    let pieces: Vec<(u64, u64, u64)> = runs.iter().map(|&(d, s, l)| (d, s, l)).collect();
+    let got = plan(&pieces, (1 << 31) - 1);
+    assert!(got.flat.is_empty(), "{:?}", got.flat);
+    let shapes: Vec<(u64, u64, u64, u64)> =
+        got.strided.iter().map(|c| (c.width, c.height, c.dst_pitch, c.src_pitch)).collect();
+    assert_eq!(
+        shapes,
+        vec![(3 * page, planes, plane, plane), (page, planes, plane, plane), (page, planes, plane, plane)]
+    );
 }
 
 #[test]

@@ -1,0 +1,137 @@
+//! Planning a batch of device-to-device pieces into as few copy-engine operations as their
+//! layout allows: runs of equal pieces at constant strides become one 2D copy each
+//! (`cuMemcpy2DAsync`), everything else goes flat in batched 1D calls (`cuMemcpyBatchAsync`).
+//!
+//! Why: the copy engine's cost is per copy, not per byte, for pieces of tens of KiB. A KV
+//! request of 2,048 blocks in a Llama-3-70B-like layout is 327,680 pieces of 32 KiB; batched as
+//! 1D copies it moved at 0.6-0.9 us a piece, an eighth of the copy ceiling
+//! (docs/results/2026-11-26-kv-gpu.md). A block's 160 pieces (every layer's K and V) sit whole
+//! cache planes apart on both sides, so listed block by block they are one 2D copy of 160 rows:
+//! 2,048 operations instead of 327,680.
+//!
+//! [`plan`] is a pure function (tested by a table of cases); [`issue`] hands a plan to a
+//! [`CopySink`] (a CUDA stream in [`super::DeviceRoute::copy_many`], a host-memory recorder in
+//! tests).
+
+/// One 2D copy: `height` rows of `width` bytes, row `r` read at `src + r * src_pitch` and
+/// written at `dst + r * dst_pitch`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Strided {
+    pub(crate) dst: u64,
+    pub(crate) dst_pitch: u64,
+    pub(crate) src: u64,
+    pub(crate) src_pitch: u64,
+    pub(crate) width: u64,
+    pub(crate) height: u64,
+}
+
+impl Strided {
+    /// The rows as flat pieces `(dst, src, len)`.
+    pub(crate) fn rows(&self) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
+        (0..self.height).map(move |r| (self.dst + r * self.dst_pitch, self.src + r * self.src_pitch, self.width))
+    }
+}
+
+/// What [`plan`] makes of a batch: the 2D copies, and the pieces left flat, each in the order
+/// of the batch.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct CopyPlan {
+    pub(crate) strided: Vec<Strided>,
+    pub(crate) flat: Vec<(u64, u64, u64)>,
+}
+
+/// Fewest consecutive pieces that become a 2D copy: one 2D call costs the host about what a
+/// short 1D batch does, and a pair of pieces is already one copy-engine operation instead of two.
+pub(crate) const ROWS_MIN: u64 = 2;
+
+/// Plans `pieces` (`(dst, src, len)`, device addresses in one context) into 2D copies and flat
+/// pieces. Consecutive pieces form a run when they have the same length and the same positive
+/// step from one to the next on each side (the pitches); a run of at least [`ROWS_MIN`] pieces
+/// whose pitches are both at least its width (rows never overlap, as the driver requires) and at
+/// most `max_pitch` (the device's `CU_DEVICE_ATTRIBUTE_MAX_PITCH`; 0: no 2D copies) becomes one
+/// 2D copy. Greedy, left to right: the run starting at a piece takes every piece that continues
+/// it. Every byte of every piece is copied exactly once, and no piece's bytes change place, so
+/// the plan moves what the pieces one by one would (pieces of one batch are unordered anyway).
+pub(crate) fn plan(pieces: &[(u64, u64, u64)], max_pitch: u64) -> CopyPlan {
+    let mut out = CopyPlan::default();
+    let mut i = 0;
+    while i < pieces.len() {
+        let (dst, src, width) = pieces[i];
+        let step = pieces.get(i + 1).and_then(|&(d, s, l)| {
+            let (dst_pitch, src_pitch) = (d.checked_sub(dst)?, s.checked_sub(src)?);
+            let fits = |p: u64| p >= width && p <= max_pitch && p > 0;
+            (l == width && fits(dst_pitch) && fits(src_pitch)).then_some((dst_pitch, src_pitch))
+        });
+        let Some((dst_pitch, src_pitch)) = step else {
+            out.flat.push(pieces[i]);
+            i += 1;
+            continue;
+        };
+        let mut end = i + 1;
+        while let Some(&(d, s, l)) = pieces.get(end + 1) {
+            let (pd, ps, _) = pieces[end];
+            if l != width || d.checked_sub(pd) != Some(dst_pitch) || s.checked_sub(ps) != Some(src_pitch) {
+                break;
+            }
+            end += 1;
+        }
+        let height = (end - i + 1) as u64;
+        if height >= ROWS_MIN {
+            out.strided.push(Strided { dst, dst_pitch, src, src_pitch, width, height });
+        } else {
+            out.flat.extend_from_slice(&pieces[i..=end]);
+        }
+        i = end + 1;
+    }
+    out
+}
+
+/// Where a plan's copies are queued (one stream: they all complete before the event recorded
+/// after them).
+pub(crate) trait CopySink {
+    /// Queues flat pieces `(dst, src, len)` in as few calls as it can; returns the calls taken.
+    fn copy_flat(&mut self, pieces: &[(u64, u64, u64)]) -> Result<usize, String>;
+    /// Queues one 2D copy.
+    fn copy_2d(&mut self, copy: &Strided) -> Result<(), String>;
+}
+
+/// What [`issue`] queued.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Issued {
+    /// Driver calls for the flat pieces.
+    pub(crate) flat_calls: usize,
+    /// 2D copies queued as such.
+    pub(crate) strided: usize,
+    /// 2D copies the sink refused and that went row by row as flat pieces instead.
+    pub(crate) strided_as_rows: usize,
+}
+
+/// Queues `plan` on `sink`: every 2D copy, then the flat pieces. A 2D copy the sink refuses
+/// (a driver that rejects the pitches, say) goes again as its rows, flat, so a refusal costs
+/// speed, never bytes; an error of the flat path is the batch's error.
+pub(crate) fn issue(plan: &CopyPlan, sink: &mut dyn CopySink) -> Result<Issued, String> {
+    let mut issued = Issued::default();
+    let mut rows: Vec<(u64, u64, u64)> = vec![];
+    for copy in &plan.strided {
+        match sink.copy_2d(copy) {
+            Ok(()) => issued.strided += 1,
+            Err(reason) => {
+                if issued.strided_as_rows == 0 {
+                    tracing::warn!(error = %reason, ?copy, "2D copy refused; its rows go as 1D copies");
+                }
+                issued.strided_as_rows += 1;
+                rows.extend(copy.rows());
+            }
+        }
+    }
+    if !plan.flat.is_empty() {
+        issued.flat_calls += sink.copy_flat(&plan.flat)?;
+    }
+    if !rows.is_empty() {
+        issued.flat_calls += sink.copy_flat(&rows)?;
+    }
+    Ok(issued)
+}
+
+#[cfg(test)]
+mod tests;
