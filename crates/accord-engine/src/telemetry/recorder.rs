@@ -33,7 +33,7 @@ struct Trace {
 
 static TRACE: Mutex<Trace> = Mutex::new(Trace { path: None, events: Vec::new(), dropped: 0 });
 
-#[derive(Clone, Default)]
+#[derive(Clone, Debug, Default)]
 pub(super) struct Histogram {
     pub(super) buckets: [u64; LATENCY_BUCKETS_S.len()],
     pub(super) count: u64,
