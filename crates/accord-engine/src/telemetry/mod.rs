@@ -25,7 +25,10 @@ pub(crate) mod recorder;
 
 pub(crate) use exposition::render;
 pub(crate) use recorder::{enable_metrics, enable_trace};
-pub use recorder::{flush_trace, on, record, record_transfer, trace_on, LATENCY_BUCKETS_S, TRACE_EVENTS_MAX};
+pub use recorder::{
+    flush_trace, on, record, record_transfer, trace_on, LATENCY_BUCKETS_S, TELEMETRY_SLOTS_MAX, TRACE_CHUNK_EVENTS,
+    TRACE_EVENTS_MAX,
+};
 
 /// Scrapes closer together than this get the previous answer again: each fresh one asks
 /// every worker for its counters, and a client scraping in a loop must not slow the job.
