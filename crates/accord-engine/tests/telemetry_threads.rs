@@ -14,8 +14,11 @@ const PER_THREAD: usize = telemetry::TRACE_CHUNK_EVENTS * 2 + 123;
 fn every_transfer_of_every_thread_is_in_the_histogram_and_the_trace() {
     let trace = std::env::temp_dir().join(format!("accord-trace-threads-{}.json", std::process::id()));
     let _ = std::fs::remove_file(&trace);
-    let config =
-        EngineConfig { metrics_addr: Some("127.0.0.1:0".into()), trace_file: Some(trace.clone()), ..Default::default() };
+    let config = EngineConfig {
+        metrics_addr: Some("127.0.0.1:0".into()),
+        trace_file: Some(trace.clone()),
+        ..Default::default()
+    };
     let engine = Engine::builder().ignore_env().config(config).build().expect("engine");
     // Two waves: the second wave's threads take the slots the first left.
     for _wave in 0..2 {
@@ -42,7 +45,8 @@ fn every_transfer_of_every_thread_is_in_the_histogram_and_the_trace() {
     let count: f64 = count_line.rsplit(' ').next().unwrap().parse().unwrap();
     assert_eq!(count, expected as f64, "{count_line}");
     drop(engine);
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&trace).expect("trace written")).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).expect("trace written")).unwrap();
     let _ = std::fs::remove_file(&trace);
     let events = json["traceEvents"].as_array().expect("traceEvents");
     let transfers: Vec<_> = events.iter().filter(|e| e["name"] == "transfer").collect();

@@ -96,11 +96,13 @@ struct AtomicHistogram {
 }
 
 impl AtomicHistogram {
-    const ZERO: AtomicHistogram = AtomicHistogram {
-        buckets: [const { AtomicU64::new(0) }; LATENCY_BUCKETS_S.len()],
-        count: AtomicU64::new(0),
-        sum_ns: AtomicU64::new(0),
-    };
+    const fn zero() -> AtomicHistogram {
+        AtomicHistogram {
+            buckets: [const { AtomicU64::new(0) }; LATENCY_BUCKETS_S.len()],
+            count: AtomicU64::new(0),
+            sum_ns: AtomicU64::new(0),
+        }
+    }
 
     /// Counts one latency. `sole_writer`: only the calling thread writes this histogram, so
     /// a load and a store do (readers see each value whole, maybe one count late), cheaper
@@ -155,12 +157,14 @@ struct Slot {
 }
 
 impl Slot {
-    const EMPTY: Slot = Slot {
-        histogram: AtomicHistogram::ZERO,
-        events: Mutex::new(Vec::new()),
-        dropped: AtomicU64::new(0),
-        owned: AtomicBool::new(false),
-    };
+    const fn empty() -> Slot {
+        Slot {
+            histogram: AtomicHistogram::zero(),
+            events: Mutex::new(Vec::new()),
+            dropped: AtomicU64::new(0),
+            owned: AtomicBool::new(false),
+        }
+    }
 
     /// Moves this slot's buffered events into `trace`.
     fn hand_over(&self, trace: &mut Trace) {
@@ -176,7 +180,7 @@ impl Slot {
 static SLOTS: Mutex<Vec<&'static Slot>> = Mutex::new(Vec::new());
 /// The slot of threads that found none free, and of a thread whose own is already gone (a
 /// transfer finished inside a thread-local destructor).
-static SHARED_SLOT: Slot = Slot::EMPTY;
+static SHARED_SLOT: Slot = Slot::empty();
 
 /// A thread's claim on its slot, given back when the thread ends.
 struct Claim {
@@ -188,13 +192,12 @@ impl Claim {
     fn new() -> Claim {
         let tid = TRACE_TID.fetch_add(1, Ordering::Relaxed);
         let mut slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
-        let free = slots.iter().find(|s| {
-            s.owned.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed).is_ok()
-        });
+        let free =
+            slots.iter().find(|s| s.owned.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed).is_ok());
         let slot = match free {
             Some(s) => *s,
             None if slots.len() < TELEMETRY_SLOTS_MAX => {
-                let s: &'static Slot = Box::leak(Box::new(Slot::EMPTY));
+                let s: &'static Slot = Box::leak(Box::new(Slot::empty()));
                 s.owned.store(true, Ordering::Relaxed);
                 slots.push(s);
                 s

@@ -51,7 +51,7 @@ fn threads_alive_at_once_own_different_slots_and_give_them_back() {
 
 #[test]
 fn a_slot_hands_over_its_events_and_drops() {
-    let slot = Slot::EMPTY;
+    let slot = Slot::empty();
     slot.events.lock().unwrap().extend((0..7).map(event));
     slot.dropped.store(4, Ordering::Relaxed);
     let mut t = Trace { path: None, formatted: vec![], transfers: vec![], kept: 0, dropped: 0 };
