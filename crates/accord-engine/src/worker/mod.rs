@@ -379,6 +379,13 @@ impl Worker {
                         .collect();
                     let _ = reply.try_send(stats);
                 }
+                Command::Probe(peer) => {
+                    if let Some(conn) = self.connection(peer) {
+                        if self.ep.is_established(conn) {
+                            self.shared.lane_connected(peer, self.lane);
+                        }
+                    }
+                }
                 Command::OfferShm(peer) => {
                     if let Some(addrs) = self.shared.peer_lane_addrs(peer, self.lane) {
                         self.dp.offer_local_channel(&addrs);
@@ -676,7 +683,12 @@ impl Worker {
                     self.forget(conn, true);
                 }
                 Event::Closed { conn } => self.forget(conn, false),
-                Event::Accepted { .. } | Event::Connected { .. } => {}
+                Event::Connected { conn } => {
+                    if let Some(peer) = self.conns.get(&conn).and_then(|info| info.peer) {
+                        self.shared.lane_connected(peer, self.lane);
+                    }
+                }
+                Event::Accepted { .. } => {}
                 Event::PathQuarantined { conn, path } => {
                     tracing::debug!(lane = self.lane, ?path, "path quarantined");
                     let all = self.ep.connection_stats(conn).is_some_and(|s| s.paths.iter().all(|p| p.quarantined));
