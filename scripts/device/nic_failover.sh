@@ -143,7 +143,6 @@ start, ends, size = r["start"], r["ends"], r["bytes"]
 # all_reduce bus bytes per rank for 2 ranks: 2 * (n - 1) / n * size = size.
 window = 0.1
 counts = {}
-prev = start
 for e in ends:
     counts[int((e - start) / window)] = counts.get(int((e - start) / window), 0) + size
 first_after = next((e for e, s in zip(ends, [start] + ends[:-1]) if s >= cut), None)
