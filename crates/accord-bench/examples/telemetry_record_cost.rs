@@ -1,6 +1,9 @@
 //! What telemetry adds to one finished transfer, the old way against the new, in one run:
 //! `record` with a formatted args string (how every transfer was recorded before) against
 //! `record_transfer` (numbers kept, formatted when the trace is written). Metrics and trace on.
+//! Then `record_transfer` from several threads at once, as an engine's workers finish
+//! transfers: ns per call as each thread sees it, so shared locks or counters that bounce
+//! between cores show as a cost that grows with the threads.
 //!
 //! `cargo run --release -p accord-bench --example telemetry_record_cost [calls]`
 //! Prints ns per call, median of 5 rounds each, interleaved; and under
@@ -39,6 +42,71 @@ fn main() {
     println!("{:<40} {:>8.1}", "record(name, cat, .., format!(args))", old[2]);
     println!("{:<40} {:>8.1}", "record_transfer(start, end, ok)", new[2]);
     println!("{:<40} {:>8.2}x", "new / old", new[2] / old[2]);
+    let mut clock: Vec<f64> = (0..5)
+        .map(|_| {
+            let t = Instant::now();
+            let mut last = t;
+            for _ in 0..calls {
+                last = std::hint::black_box(Instant::now());
+            }
+            last.duration_since(t).as_nanos() as f64 / calls as f64
+        })
+        .collect();
+    clock.sort_by(f64::total_cmp);
+    println!("{:<40} {:>8.1}   (in both rows above)", "Instant::now() alone", clock[2]);
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    println!(
+        "record_transfer from T threads at once ({cores} cores), median of 5 rounds, \
+         CPU ns per call of the slowest thread (its own CPU time, so time-slicing on a busy host does not count)"
+    );
+    for threads in [1, 2, 4, 8].into_iter().filter(|&t| t <= cores.max(2)) {
+        let mut rounds: Vec<(f64, f64)> = (0..5).map(|_| concurrent_ns_per_call(threads, calls)).collect();
+        rounds.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut worst: Vec<f64> = rounds.iter().map(|r| r.1).collect();
+        worst.sort_by(f64::total_cmp);
+        println!(
+            "{:<40} {:>8.1}   longest single call {:>9.1} us (median of the rounds' longest)",
+            format!("T = {threads}"),
+            rounds[2].0,
+            worst[2] / 1000.0
+        );
+    }
     drop(engine);
     let _ = std::fs::remove_file(&trace);
+}
+
+/// `threads` threads each record `calls` transfers, started together; the slowest thread's
+/// CPU ns per call, and the longest wall time one call took in any thread (a buffer that
+/// grows by reallocating, or a lock held meanwhile, shows there).
+fn concurrent_ns_per_call(threads: usize, calls: usize) -> (f64, f64) {
+    let start = std::sync::Barrier::new(threads);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    start.wait();
+                    let t0 = Instant::now();
+                    let cpu0 = thread_cpu_ns();
+                    let (mut last, mut longest) = (t0, 0u128);
+                    for i in 0..calls {
+                        let now = Instant::now();
+                        longest = longest.max(now.duration_since(last).as_nanos());
+                        last = now;
+                        telemetry::record_transfer(t0, now, i % 97 != 0);
+                    }
+                    ((thread_cpu_ns() - cpu0) as f64 / calls as f64, longest as f64)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).fold((0.0f64, 0.0f64), |a, b| (a.0.max(b.0), a.1.max(b.1)))
+    })
+}
+
+/// CPU time of the calling thread, in ns.
+#[allow(unsafe_code)]
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: one valid timespec for the duration of the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

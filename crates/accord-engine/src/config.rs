@@ -98,6 +98,10 @@ pub struct EngineConfig {
     /// until [`EngineConfig::peer_dead_after`] passes without an answer (so outages shorter
     /// than that heal). A new connection's handshake gets as long. Default 5 s.
     pub idle_timeout: Duration,
+    /// How long a lane whose connection to a peer failed is avoided for that peer; then its
+    /// worker connects to the peer, and the lane carries parts again once that handshake
+    /// succeeded. Default [`crate::LANE_AVOID_AFTER_FAILURE`] (no variable; tests shorten it).
+    pub lane_avoid: Duration,
     /// Faults to inject on every NIC (tests and benchmarks). Default none (no wrapper).
     pub fault: Option<FaultConfig>,
     /// Seed of the fault injectors. Default 1.
@@ -239,6 +243,7 @@ impl Default for EngineConfig {
             window_packets: 0,
             shard_bytes_min: 256 << 10,
             idle_timeout: Duration::from_secs(5),
+            lane_avoid: crate::LANE_AVOID_AFTER_FAILURE,
             fault: None,
             fault_seed: 1,
             job_secret: None,

@@ -117,4 +117,5 @@ pub use memory::{
     MrHandle, ALLOC_ALIGN_BYTES, REGIONS_MAX, REGION_BYTES_MAX,
 };
 pub use recv::{RecvHandler, RecvMessage, RECV_BUFFERS_MAX, RECV_BUFFER_BYTES_MAX};
+pub use worker::cutoff::LANE_CUT_OFF_AFTER;
 pub use worker::{LaneStats, BACKLOG_PARTS_MAX, IDLE_WAIT_MAX, RX_BATCH_SLOTS};

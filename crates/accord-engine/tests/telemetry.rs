@@ -3,14 +3,13 @@
 //! loaded as JSON with one complete event per transfer.
 
 use accord_engine::{Engine, EngineConfig, WriteOp};
-use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
 const WRITES: usize = 20;
 
-/// `GET /metrics` over a plain socket; the body.
+/// `GET /metrics` over a plain socket; the body, checked to be the Prometheus text format.
 fn scrape(addr: std::net::SocketAddr) -> String {
     let mut s = TcpStream::connect(addr).expect("connect to the metrics endpoint");
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -23,29 +22,43 @@ fn scrape(addr: std::net::SocketAddr) -> String {
     body.to_string()
 }
 
-/// Parses the text exposition: every sample line is `name{labels} value`; `# TYPE` precedes
-/// each family. Returns samples by `name{labels}`.
-fn parse(body: &str) -> HashMap<String, f64> {
-    let mut samples = HashMap::new();
-    let mut typed = std::collections::HashSet::new();
-    for line in body.lines().filter(|l| !l.is_empty()) {
-        if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let mut it = rest.split(' ');
-            typed.insert(it.next().unwrap().to_string());
-            assert!(matches!(it.next(), Some("counter" | "gauge" | "histogram")), "{line}");
-            continue;
+/// Parses the text exposition with a Prometheus text parser (`prometheus-parse`). That
+/// parser skips what it cannot read, so each line is first checked to be a comment, a `# TYPE`
+/// or `# HELP` line, or a sample with a number; and every sample must belong to a typed family
+/// (a histogram's `_sum` and `_count` come out untyped from this parser).
+fn parse(body: &str) -> prometheus_parse::Scrape {
+    use prometheus_parse::LineInfo;
+    for line in body.lines() {
+        match LineInfo::parse(line) {
+            LineInfo::Sample { value, .. } => {
+                let number = value.parse::<f64>().is_ok() || matches!(value, "+Inf" | "-Inf" | "NaN");
+                assert!(number, "not a number in {line:?}");
+            }
+            LineInfo::Ignored => assert!(line.starts_with('#'), "unreadable line {line:?}"),
+            LineInfo::Doc { .. } | LineInfo::Type { .. } | LineInfo::Empty => {}
         }
-        if line.starts_with('#') {
-            continue;
-        }
-        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("sample without value: {line}"));
-        let value: f64 = value.parse().unwrap_or_else(|_| panic!("bad value in {line}"));
-        let family = series.split('{').next().unwrap();
-        let base = family.trim_end_matches("_bucket").trim_end_matches("_sum").trim_end_matches("_count");
-        assert!(typed.contains(family) || typed.contains(base), "{family} has no # TYPE line");
-        samples.insert(series.to_string(), value);
     }
-    samples
+    let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).expect("Prometheus text");
+    for sample in &scrape.samples {
+        let histogram_part = sample.metric.ends_with("_sum") || sample.metric.ends_with("_count");
+        assert!(
+            histogram_part || !matches!(sample.value, prometheus_parse::Value::Untyped(_)),
+            "{} has no # TYPE line in:\n{body}",
+            sample.metric
+        );
+    }
+    scrape
+}
+
+/// The samples of `metric` whose labels include every (name, value) of `with`.
+fn samples<'a>(
+    scrape: &'a prometheus_parse::Scrape,
+    metric: &str,
+    with: &[(&str, &str)],
+) -> Vec<&'a prometheus_parse::Sample> {
+    let matches =
+        |s: &&prometheus_parse::Sample| s.metric == metric && with.iter().all(|(k, v)| s.labels.get(k) == Some(*v));
+    scrape.samples.iter().filter(matches).collect()
 }
 
 #[test]
@@ -74,16 +87,31 @@ fn metrics_are_scraped_and_the_trace_loads_as_json() {
         a.write(&op).unwrap().wait().unwrap();
     }
     let addr = a.metrics_addr().expect("the endpoint is up");
-    let samples = parse(&scrape(addr));
+    let scrape = parse(&scrape(addr));
     let peer = format!("{:016x}", b.id().0);
-    let sent: f64 = samples
-        .iter()
-        .filter(|(k, _)| k.starts_with("accord_peer_bytes_sent_total{") && k.contains(&peer))
-        .map(|(_, v)| v)
+    let sent: f64 = samples(&scrape, "accord_peer_bytes_sent_total", &[("peer", &peer)])
+        .into_iter()
+        .map(|s| match s.value {
+            prometheus_parse::Value::Counter(v) => v,
+            ref other => panic!("bytes sent is a counter, not {other:?}"),
+        })
         .sum();
     assert!(sent >= (WRITES << 20) as f64, "bytes sent to b: {sent}");
-    assert!(samples.keys().any(|k| k.starts_with("accord_path_rtt_seconds{")), "per-path gauges present");
-    assert_eq!(samples.get("accord_op_latency_seconds_count{op=\"transfer\"}").copied(), Some(WRITES as f64));
+    let rtt =
+        samples(&scrape, "accord_path_rtt_seconds", &[("peer", &peer)]).first().copied().expect("a per-path RTT gauge");
+    assert!(matches!(rtt.value, prometheus_parse::Value::Gauge(_)), "{rtt:?}");
+    assert!(rtt.labels.get("lane").is_some() && rtt.labels.get("path").is_some(), "{rtt:?}");
+    let latency = samples(&scrape, "accord_op_latency_seconds", &[("op", "transfer")])
+        .first()
+        .copied()
+        .expect("transfer latencies");
+    let prometheus_parse::Value::Histogram(buckets) = &latency.value else { panic!("{latency:?} is not a histogram") };
+    let all = buckets.iter().find(|b| b.less_than == f64::INFINITY).expect("a +Inf bucket");
+    assert_eq!(all.count, WRITES as f64, "every transfer counted");
+    assert!(buckets.windows(2).all(|w| w[0].count <= w[1].count), "cumulative buckets: {buckets:?}");
+    let count =
+        samples(&scrape, "accord_op_latency_seconds_count", &[("op", "transfer")]).first().copied().expect("a count");
+    assert_eq!(count.value, prometheus_parse::Value::Untyped(WRITES as f64));
     drop(a);
     let text = std::fs::read_to_string(&trace).expect("the trace file was written at drop");
     let _ = std::fs::remove_file(&trace);

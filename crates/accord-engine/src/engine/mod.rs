@@ -4,6 +4,7 @@
 pub(crate) mod control;
 mod device;
 mod device_pieces;
+mod lane_outages;
 mod ops;
 pub(crate) mod part;
 mod register_many;
@@ -321,7 +322,7 @@ impl Engine {
             waker,
             waker_addr,
             peers: RwLock::new(HashMap::new()),
-            dead_lanes: Mutex::new(HashMap::new()),
+            dead_lanes: Mutex::new(lane_outages::LaneOutages::default()),
             next_lane: AtomicUsize::new(0),
             tags: crate::tags::TagSource::new(random_u64()),
             seen_tags: Default::default(),

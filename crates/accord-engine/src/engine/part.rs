@@ -54,6 +54,9 @@ pub(crate) enum Command {
     ConnStats(Option<EngineId>, SyncSender<Vec<(Option<EngineId>, accord_proto::ConnectionStats)>>),
     /// A peer on this host was added: set up shared memory to it before the first transfer.
     OfferShm(EngineId),
+    /// The lane was avoided for this peer after a failure and the period ended: connect to the
+    /// peer (no part), so that the lane carries parts again only once a handshake succeeded.
+    Probe(EngineId),
     /// The peer was declared dead: fail its operations in flight and queued.
     PeerDead(EngineId, crate::peer_death::PeerDeath),
     Shutdown,

@@ -21,7 +21,8 @@ use std::time::Duration;
 pub const SUBMISSIONS_QUEUED_MAX: usize = 4096;
 /// Peers one engine knows at once.
 pub const PEERS_MAX: usize = 1 << 16;
-/// How long a lane whose connection to a peer failed is avoided for that peer.
+/// How long a lane whose connection to a peer failed is avoided for that peer before it is
+/// probed (the default of [`crate::EngineConfig::lane_avoid`]; see `engine/lane_outages.rs`).
 pub const LANE_AVOID_AFTER_FAILURE: Duration = Duration::from_secs(30);
 
 /// The API's handle on one worker.
@@ -78,8 +79,8 @@ pub(crate) struct Shared {
     pub(crate) waker: UdpSocket,
     pub(crate) waker_addr: SocketAddr,
     pub(crate) peers: RwLock<HashMap<EngineId, EngineAddress>>,
-    /// (peer, lane) -> avoid until.
-    pub(crate) dead_lanes: Mutex<HashMap<(EngineId, usize), std::time::Instant>>,
+    /// Lanes not used towards a peer now (failed, or probing after a failure).
+    pub(crate) dead_lanes: Mutex<super::lane_outages::LaneOutages>,
     pub(crate) next_lane: AtomicUsize,
     pub(crate) tags: crate::tags::TagSource,
     pub(crate) seen_tags: crate::tags::SeenTags,
@@ -179,17 +180,39 @@ impl Shared {
 
     pub(crate) fn mark_lane_dead(&self, peer: EngineId, lane: usize) {
         if self.lanes.len() > 1 {
-            let until = std::time::Instant::now() + LANE_AVOID_AFTER_FAILURE;
-            self.dead_lanes.lock().unwrap().insert((peer, lane), until);
+            let now = std::time::Instant::now();
+            self.dead_lanes.lock().unwrap().failed(peer, lane, now, self.config.lane_avoid);
         }
     }
 
-    /// Lanes towards `peer` whose connection did not fail recently (possibly none).
+    /// `lane` finished a handshake with `peer`: a lane probing after a failure carries parts again.
+    pub(crate) fn lane_connected(&self, peer: EngineId, lane: usize) {
+        self.dead_lanes.lock().unwrap().connected(peer, lane);
+    }
+
+    /// Lanes towards `peer` whose connection did not fail recently (possibly none). A lane
+    /// whose avoid period just ended is not among them yet: its worker is asked to connect
+    /// to the peer first (`Command::Probe`), and it returns once that handshake succeeded.
     pub(crate) fn live_lanes(&self, peer: EngineId) -> Vec<usize> {
         let now = std::time::Instant::now();
-        let mut dead = self.dead_lanes.lock().unwrap();
-        dead.retain(|_, until| *until > now);
-        (0..self.lanes.len()).filter(|l| !dead.contains_key(&(peer, *l))).collect()
+        // A handshake gives up after the idle timeout; a probe still pending well after that
+        // lost its command (a full queue) or its outcome.
+        let probe_again_after = self.config.idle_timeout * 2 + Duration::from_secs(1);
+        let (live, probes) = self.dead_lanes.lock().unwrap().live(peer, self.lanes.len(), now, probe_again_after);
+        for lane in probes {
+            // Never blocks: a worker calls this too, and its own queue may be full.
+            let l = &self.lanes[lane];
+            match l.commands.try_send(Command::Probe(peer)) {
+                Ok(()) => {
+                    if l.sleeping.swap(false, Ordering::SeqCst) {
+                        l.wakes_sent.fetch_add(1, Ordering::Relaxed);
+                        let _ = self.waker.send_to(&[WAKE_BYTE], l.wake_target);
+                    }
+                }
+                Err(_) => tracing::debug!(lane, "lane probe not queued (queue full or closed); retried later"),
+            }
+        }
+        live
     }
 
     /// The lane for the next part to `peer`: round robin over live lanes, or over every lane

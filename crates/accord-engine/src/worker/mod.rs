@@ -2,6 +2,7 @@
 //! to completion: drain submissions, receive and place, timers, transmit, events, sleep.
 
 pub(crate) mod control;
+pub(crate) mod cutoff;
 pub(crate) mod stats;
 mod tx;
 
@@ -109,6 +110,8 @@ pub(crate) struct Worker {
     last_rx: Option<std::time::Instant>,
     /// [`crate::EngineConfig::await_poll`].
     await_poll: Duration,
+    /// Connections with every path quarantined, to be cut off once that lasts.
+    cut_offs: cutoff::CutOffs,
 }
 
 impl Worker {
@@ -145,6 +148,7 @@ impl Worker {
             last_progress: std::time::Instant::now(),
             last_rx: None,
             await_poll,
+            cut_offs: cutoff::CutOffs::default(),
         })
     }
 
@@ -169,6 +173,9 @@ impl Worker {
             }
             progress |= self.transmit();
             progress |= self.drain_events();
+            if !self.cut_offs.is_empty() {
+                progress |= self.cut_off_dead_lanes();
+            }
             // Routes expire what quiet peers left outstanding (one atomic load when none).
             self.control.sweep(&self.shared);
             if debug && last_dump.elapsed() > Duration::from_millis(250) {
@@ -371,6 +378,13 @@ impl Worker {
                         .filter_map(|(c, info)| Some((info.peer, self.ep.connection_stats(*c)?)))
                         .collect();
                     let _ = reply.try_send(stats);
+                }
+                Command::Probe(peer) => {
+                    if let Some(conn) = self.connection(peer) {
+                        if self.ep.is_established(conn) {
+                            self.shared.lane_connected(peer, self.lane);
+                        }
+                    }
                 }
                 Command::OfferShm(peer) => {
                     if let Some(addrs) = self.shared.peer_lane_addrs(peer, self.lane) {
@@ -669,15 +683,61 @@ impl Worker {
                     self.forget(conn, true);
                 }
                 Event::Closed { conn } => self.forget(conn, false),
-                Event::Accepted { .. } | Event::Connected { .. } => {}
-                Event::PathQuarantined { path, .. } => tracing::debug!(lane = self.lane, ?path, "path quarantined"),
-                Event::PathRevived { path, .. } => tracing::debug!(lane = self.lane, ?path, "path revived"),
+                Event::Connected { conn } => {
+                    if let Some(peer) = self.conns.get(&conn).and_then(|info| info.peer) {
+                        self.shared.lane_connected(peer, self.lane);
+                    }
+                }
+                Event::Accepted { .. } => {}
+                Event::PathQuarantined { conn, path } => {
+                    tracing::debug!(lane = self.lane, ?path, "path quarantined");
+                    let all = self.ep.connection_stats(conn).is_some_and(|s| s.paths.iter().all(|p| p.quarantined));
+                    self.cut_offs.quarantined(conn, all, std::time::Instant::now());
+                }
+                Event::PathRevived { conn, path } => {
+                    tracing::debug!(lane = self.lane, ?path, "path revived");
+                    self.cut_offs.clear(conn);
+                }
             }
         }
         progress
     }
 
+    /// Closes the connections whose every path has been quarantined for
+    /// [`cutoff::LANE_CUT_OFF_AFTER`] while another lane to their peer is live: their parts fail
+    /// over now instead of at the idle timeout (see [`cutoff`]). Returns whether it closed any.
+    fn cut_off_dead_lanes(&mut self) -> bool {
+        let mut closed = false;
+        for conn in self.cut_offs.due(std::time::Instant::now()) {
+            let whole = self.ep.connection_stats(conn).is_some_and(|s| s.paths.iter().all(|p| p.quarantined));
+            let Some(peer) = self.conns.get(&conn).and_then(|info| info.peer).filter(|_| whole) else {
+                self.cut_offs.clear(conn);
+                continue;
+            };
+            if !self.shared.live_lanes(peer).iter().any(|&lane| lane != self.lane) {
+                continue; // No lane to move to: the probes may revive a path, or the idle timeout rules.
+            }
+            tracing::warn!(
+                lane = self.lane,
+                peer = format_args!("{:016x}", peer.0),
+                "every path to the peer on this lane quarantined for {:?}: moving its writes to another lane",
+                cutoff::LANE_CUT_OFF_AFTER
+            );
+            self.stats.lane_cut_offs += 1;
+            self.cut_offs.clear(conn);
+            self.shared.mark_lane_dead(peer, self.lane);
+            // Fails the connection's operations with `Closed`: `drain_events` fails them over.
+            self.ep.close(conn);
+            closed = true;
+        }
+        if closed {
+            self.drain_events();
+        }
+        closed
+    }
+
     fn forget(&mut self, conn: ConnectionHandle, failed: bool) {
+        self.cut_offs.clear(conn);
         if let Some(info) = self.conns.remove(&conn) {
             if let Some(peer) = info.peer {
                 if self.peers.get(&peer) == Some(&conn) {

@@ -17,6 +17,10 @@ pub struct LaneStats {
     pub tx_errors: u64,
     /// Parts moved to another lane after their connection failed.
     pub failovers: u64,
+    /// Connections this lane closed because every path of theirs had been quarantined for
+    /// [`crate::LANE_CUT_OFF_AFTER`] while another lane to the peer was live (their parts
+    /// failed over at once, see `worker/cutoff.rs`).
+    pub lane_cut_offs: u64,
     /// Immediates and messages not counted again because their tag was already seen (the
     /// first copy landed before its connection failed).
     pub duplicates_suppressed: u64,
