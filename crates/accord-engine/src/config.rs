@@ -50,6 +50,16 @@ impl std::str::FromStr for DeviceContext {
     }
 }
 
+/// Most receive slots per batch (a worker's; the configuration's bound on `rx_batch_slots`).
+pub const RX_BATCH_SLOTS: usize = 64;
+
+/// Default of `ACCORD_CMA_MIN_BYTES`: parts at least this long are pulled.
+pub const CMA_MIN_BYTES_DEFAULT: u64 = 64 << 10;
+
+/// How long a lane whose connection to a peer failed is avoided for that peer before it is
+/// probed (the default of [`crate::EngineConfig::lane_avoid`]; see `engine/lane_outages.rs`).
+pub const LANE_AVOID_AFTER_FAILURE: Duration = Duration::from_secs(30);
+
 /// Everything an engine is built from. Construct with [`crate::Engine::builder`].
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
@@ -100,7 +110,7 @@ pub struct EngineConfig {
     pub idle_timeout: Duration,
     /// How long a lane whose connection to a peer failed is avoided for that peer; then its
     /// worker connects to the peer, and the lane carries parts again once that handshake
-    /// succeeded. Default [`crate::LANE_AVOID_AFTER_FAILURE`] (no variable; tests shorten it).
+    /// succeeded. Default [`LANE_AVOID_AFTER_FAILURE`] (no variable; tests shorten it).
     pub lane_avoid: Duration,
     /// Faults to inject on every NIC (tests and benchmarks). Default none (no wrapper).
     pub fault: Option<FaultConfig>,
@@ -243,7 +253,7 @@ impl Default for EngineConfig {
             window_packets: 0,
             shard_bytes_min: 256 << 10,
             idle_timeout: Duration::from_secs(5),
-            lane_avoid: crate::LANE_AVOID_AFTER_FAILURE,
+            lane_avoid: LANE_AVOID_AFTER_FAILURE,
             fault: None,
             fault_seed: 1,
             job_secret: None,
@@ -252,7 +262,7 @@ impl Default for EngineConfig {
             wait_spin: crate::wait_spin::wait_spin_default(host_cores()),
             rx_batch_slots: 0,
             cma: false,
-            cma_min_bytes: crate::CMA_MIN_BYTES_DEFAULT,
+            cma_min_bytes: CMA_MIN_BYTES_DEFAULT,
             device_ipc: true,
             device_shared_host: true,
             device_context: DeviceContext::Primary,
@@ -394,8 +404,8 @@ impl EngineConfig {
         if self.await_poll > AWAIT_POLL_MAX {
             return Err(BuildError::Invalid(format!("await_poll {:?} exceeds {AWAIT_POLL_MAX:?}", self.await_poll)));
         }
-        if self.rx_batch_slots > crate::RX_BATCH_SLOTS {
-            return Err(BuildError::Invalid(format!("rx_batch_slots must be at most {}", crate::RX_BATCH_SLOTS)));
+        if self.rx_batch_slots > RX_BATCH_SLOTS {
+            return Err(BuildError::Invalid(format!("rx_batch_slots must be at most {RX_BATCH_SLOTS}")));
         }
         if self.shard_bytes_min == 0 || self.idle_timeout.is_zero() {
             return Err(BuildError::Invalid("shard_bytes_min and idle_timeout must be non-zero".into()));

@@ -87,7 +87,7 @@ struct CudaLandingCopier {
     next: u64,
 }
 
-impl crate::engine::route::landing::LandingCopier for CudaLandingCopier {
+impl super::staging::LandingCopier for CudaLandingCopier {
     fn start(&mut self, src: usize, dst: u64, ordinal: u32, len: usize) -> Result<u64, String> {
         use std::collections::hash_map::Entry;
         let (gpu, stream) = match self.streams.entry(ordinal) {
@@ -128,7 +128,7 @@ pub(crate) fn open_cuda_landing(
     slot_bytes: usize,
     slots: usize,
     private_contexts: bool,
-) -> Result<crate::engine::route::landing::OpenedLanding, String> {
+) -> Result<super::staging::OpenedLanding, String> {
     let _restore = accord_cuda::CurrentContextGuard::save();
     let gpu = open_gpu(ordinal, private_contexts)?;
     let total = slot_bytes.checked_mul(slots).ok_or("landing pool size overflows")?;

@@ -21,9 +21,7 @@ use std::time::Duration;
 pub const SUBMISSIONS_QUEUED_MAX: usize = 4096;
 /// Peers one engine knows at once.
 pub const PEERS_MAX: usize = 1 << 16;
-/// How long a lane whose connection to a peer failed is avoided for that peer before it is
-/// probed (the default of [`crate::EngineConfig::lane_avoid`]; see `engine/lane_outages.rs`).
-pub const LANE_AVOID_AFTER_FAILURE: Duration = Duration::from_secs(30);
+pub use crate::config::LANE_AVOID_AFTER_FAILURE;
 
 /// The API's handle on one worker.
 pub(crate) struct Lane {

@@ -30,8 +30,7 @@ use std::time::Duration;
 
 use crate::address::EngineId;
 
-/// Most receive slots per batch.
-pub const RX_BATCH_SLOTS: usize = 64;
+pub use crate::config::RX_BATCH_SLOTS;
 /// Bytes of receive (and transmit) slots one batch may span: small enough to stay in a core's
 /// L2 cache, so the copy out of a slot reads what the kernel just wrote.
 pub const BATCH_BYTES_TARGET: usize = 512 * 1024;

@@ -141,6 +141,20 @@ impl StagePlan {
     }
 }
 
+/// Host-to-device copies out of landing slots (the landing route's receiving half; CUDA in
+/// `cuda_staging`, a host-memory fake in the route's tests). Here beside [`StagingMemory`] so
+/// that the device layer defines what the route uses and never imports the route.
+pub(crate) trait LandingCopier: Send {
+    /// Starts copying `len` bytes from host address `src` (a leased slot, valid until `poll`
+    /// said done or failed) to device address `dst` of GPU `ordinal`; returns a ticket.
+    fn start(&mut self, src: usize, dst: u64, ordinal: u32, len: usize) -> Result<u64, String>;
+    /// Whether the copy of `ticket` completed (forgotten once it said true or failed).
+    fn poll(&mut self, ticket: u64) -> Result<bool, String>;
+}
+
+/// A receiver's landing pool memory and its copier.
+pub(crate) type OpenedLanding = (Box<dyn StagingMemory>, Box<dyn LandingCopier>);
+
 /// Memory a [`SlotPool`] hands out in slots: pinned host memory, or plain host memory in tests.
 pub(crate) trait StagingMemory: Send + Sync + 'static {
     /// Host address of the first byte; valid as long as the memory lives.

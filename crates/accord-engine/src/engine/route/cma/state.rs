@@ -10,8 +10,7 @@ use std::time::Instant;
 use crate::address::EngineId;
 use crate::engine::part::Part;
 
-/// Default of `ACCORD_CMA_MIN_BYTES`: parts at least this long are pulled.
-pub const CMA_MIN_BYTES_DEFAULT: u64 = 64 << 10;
+pub use crate::config::CMA_MIN_BYTES_DEFAULT;
 /// Pulls a writer has outstanding per engine; a further eligible part goes over the transport.
 pub const CMA_PULLS_IN_FLIGHT_MAX: usize = 4096;
 /// Writers a receiver remembers as verified.

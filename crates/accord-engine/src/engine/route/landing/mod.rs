@@ -56,7 +56,7 @@ const WAKE_OFFSET: u64 = u64::MAX;
 const POLLS_BEFORE_SLEEP: u32 = 1 << 12;
 
 use state::ControlRx;
-pub(crate) use state::{ChunkRequest, LandingCopier, OpenedLanding};
+pub(crate) use state::{ChunkRequest, LandingCopier};
 pub use state::{
     LandingStats, LANDING_ASKS_MAX, LANDING_ASKS_PER_PEER_MAX, LANDING_CONTROL_QUEUE_MAX, LANDING_REQUESTS_MAX,
     LANDING_TIMEOUT_DEFAULT,

@@ -22,17 +22,7 @@ pub const LANDING_ASKS_PER_PEER_MAX: usize = 64;
 pub const LANDING_ASKS_MAX: usize = 4096;
 pub use crate::config::LANDING_TIMEOUT_DEFAULT;
 
-/// Host-to-device copies out of landing slots.
-pub(crate) trait LandingCopier: Send {
-    /// Starts copying `len` bytes from host address `src` (a leased slot, valid until `poll`
-    /// said done or failed) to device address `dst` of GPU `ordinal`; returns a ticket.
-    fn start(&mut self, src: usize, dst: u64, ordinal: u32, len: usize) -> Result<u64, String>;
-    /// Whether the copy of `ticket` completed (forgotten once it said true or failed).
-    fn poll(&mut self, ticket: u64) -> Result<bool, String>;
-}
-
-/// A receiver's landing pool memory and its copier.
-pub(crate) type OpenedLanding = (Box<dyn StagingMemory>, Box<dyn LandingCopier>);
+pub(crate) use crate::device::staging::LandingCopier;
 /// Control messages as placed: (offset in the control region, bytes).
 pub(super) type ControlRx = Receiver<(u64, Vec<u8>)>;
 
