@@ -13,11 +13,10 @@ import pytest
 
 import accord
 from accord.kv import DecodeCache, KvLayout, PrefillCache
-from conftest import make_pair
+from conftest import Pair, make_pair
 
 pytestmark = pytest.mark.timeout(120)
 
-Pair = tuple[accord.Engine, accord.Engine]
 LAYOUT = KvLayout(layers=3, block_size=4, heads=2, head_dim=8, dtype="float16")
 
 
@@ -26,10 +25,18 @@ def filled(num_blocks: int) -> np.ndarray:
     return rng.standard_normal(LAYOUT.shape(num_blocks)).astype(np.float16)
 
 
-def test_decode_pulls_blocks_by_id_byte_exact(pair: Pair) -> None:
+def caches(pair: Pair, prefill_blocks: int, decode_blocks: int, fill: bool = True) -> tuple[PrefillCache, DecodeCache]:
+    """A prefill cache on the pair's first engine (of random blocks, or zeros without ``fill``)
+    and a zeroed decode cache on its second."""
     prefill_engine, decode_engine = pair
-    prefill = PrefillCache(prefill_engine, LAYOUT, num_blocks=16, cache=filled(16))
-    decode = DecodeCache(decode_engine, LAYOUT, num_blocks=10)
+    cache = filled(prefill_blocks) if fill else None
+    prefill = PrefillCache(prefill_engine, LAYOUT, num_blocks=prefill_blocks, cache=cache)
+    return prefill, DecodeCache(decode_engine, LAYOUT, num_blocks=decode_blocks)
+
+
+def test_decode_pulls_blocks_by_id_byte_exact(pair: Pair) -> None:
+    decode_engine = pair[1]
+    prefill, decode = caches(pair, 16, 10)
     src, dst = [3, 4, 5, 9, 0, 15], [0, 1, 2, 7, 9, 3]
     decode.pull(prefill.source, src, dst, request="req-1", imm=40).wait(timeout=20)
     assert (decode.cache[:, :, dst] == prefill.cache[:, :, src]).all()
@@ -54,8 +61,7 @@ def test_decode_pulls_blocks_by_id_byte_exact(pair: Pair) -> None:
 
 def test_bad_block_ids_and_layouts_are_refused_before_sending(pair: Pair) -> None:
     prefill_engine, decode_engine = pair
-    prefill = PrefillCache(prefill_engine, LAYOUT, num_blocks=4)
-    decode = DecodeCache(decode_engine, LAYOUT, num_blocks=4)
+    prefill, decode = caches(pair, 4, 4, fill=False)
     with pytest.raises(accord.InvalidRequestError, match="source block ids"):
         decode.pull(prefill.source, [4], [0])
     with pytest.raises(accord.InvalidRequestError, match="destination block ids"):
@@ -99,9 +105,8 @@ def scattered(n: int, limit: int, seed: int) -> list[int]:
 
 
 def test_a_pull_larger_than_its_window_lands_byte_exact(pair: Pair) -> None:
-    prefill_engine, decode_engine = pair
-    prefill = PrefillCache(prefill_engine, LAYOUT, num_blocks=64, cache=filled(64))
-    decode = DecodeCache(decode_engine, LAYOUT, num_blocks=48)
+    decode_engine = pair[1]
+    prefill, decode = caches(pair, 64, 48)
     src, dst = scattered(40, 64, 1), scattered(40, 48, 2)
     pull = decode.pull(prefill.source, src, dst, request="big", imm=41, max_in_flight=3, blocks_per_read=3)
     pull.wait(timeout=60)
@@ -116,9 +121,8 @@ def test_a_pull_larger_than_its_window_lands_byte_exact(pair: Pair) -> None:
 
 
 def test_push_writes_blocks_by_id_with_one_immediate(pair: Pair) -> None:
-    prefill_engine, decode_engine = pair
-    prefill = PrefillCache(prefill_engine, LAYOUT, num_blocks=32, cache=filled(32))
-    decode = DecodeCache(decode_engine, LAYOUT, num_blocks=20)
+    decode_engine = pair[1]
+    prefill, decode = caches(pair, 32, 20)
     src, dst = scattered(12, 32, 3), scattered(12, 20, 4)
     push = prefill.push(decode.target, src, dst, request="push-1", imm=42, max_in_flight=2, pages_per_write=5)
     push.wait(timeout=60)
@@ -141,9 +145,7 @@ def test_push_writes_blocks_by_id_with_one_immediate(pair: Pair) -> None:
 
 
 def test_push_refuses_bad_block_ids_and_limits_before_sending(pair: Pair) -> None:
-    prefill_engine, decode_engine = pair
-    prefill = PrefillCache(prefill_engine, LAYOUT, num_blocks=4)
-    decode = DecodeCache(decode_engine, LAYOUT, num_blocks=4)
+    prefill, decode = caches(pair, 4, 4, fill=False)
     with pytest.raises(accord.InvalidRequestError, match="destination block ids"):
         prefill.push(decode.target, [0], [4])
     with pytest.raises(accord.InvalidRequestError, match="max_in_flight"):
@@ -151,7 +153,7 @@ def test_push_refuses_bad_block_ids_and_limits_before_sending(pair: Pair) -> Non
     with pytest.raises(accord.InvalidRequestError, match="timeout"):
         decode.pull(prefill.source, [0], [0], timeout=-1)
     with pytest.raises(accord.InvalidRequestError, match="elements are 4 bytes"):
-        PrefillCache(prefill_engine, LAYOUT, num_blocks=4, cache=np.zeros(LAYOUT.shape(4), np.float32))
+        PrefillCache(pair[0], LAYOUT, num_blocks=4, cache=np.zeros(LAYOUT.shape(4), np.float32))
 
 
 def test_cancel_stops_submitting_and_the_wait_names_the_request() -> None:
