@@ -48,6 +48,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from copy_ceiling import copy_ceiling_s
+
 LAYOUT_ARGS = (80, 16, 8, 128)  # layers, block_size, heads, head_dim (bf16)
 #: The engine counters the progress lines show (those that move while bytes do).
 PROGRESS_KEYS = ("retransmits", "failovers", "datagrams_dropped", "reads_sent", "reads_served", "reads_unanswered",
@@ -157,21 +159,7 @@ def block_ids(pool: int, n: int, seed: int) -> tuple[list[int], list[int]]:
 
 def ceiling_gbps(torch: Any, nbytes: int, iters: int) -> float:
     """GB/s of one contiguous copy_ GPU0 -> last GPU of ``nbytes`` (median of ``iters``)."""
-    last = torch.cuda.device_count() - 1
-    src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device="cuda:0")
-    dst = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=f"cuda:{last}")
-    dst.copy_(src)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        torch.cuda.synchronize(0)
-        torch.cuda.synchronize(last)
-        times.append(time.perf_counter() - t0)
-    del src, dst
-    torch.cuda.empty_cache()
-    return nbytes / statistics.median(times) / 1e9
+    return nbytes / copy_ceiling_s(torch, nbytes, iters) / 1e9
 
 
 class Budget:

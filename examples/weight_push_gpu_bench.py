@@ -45,6 +45,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from copy_ceiling import copy_ceiling_s
+
 #: Llama-3-70B: hidden size, MLP size, layers, attention heads, KV heads, head size, vocabulary.
 HIDDEN, MLP, LAYERS, HEADS, KV_HEADS, HEAD_DIM, VOCAB = 8192, 28672, 80, 64, 8, 128, 128256
 #: Tensor-parallel degree of the shard the list is made from.
@@ -144,26 +146,6 @@ def wrong(torch: Any, tensors: list[Any], version: int) -> list[int]:
     """Indices of the tensors whose bytes are not ``version``'s pattern."""
     torch.cuda.synchronize(tensors[0].device)
     return [i for i, t in enumerate(tensors) if not torch.equal(t.view(-1), pattern(torch, i, version, t.numel(), str(t.device)))]
-
-
-def ceiling_s(torch: Any, nbytes: int, iters: int) -> float:
-    """Seconds of one contiguous copy_ of ``nbytes`` GPU0 -> last GPU (median of ``iters``)."""
-    last = torch.cuda.device_count() - 1
-    src = torch.empty(nbytes // ITEM, dtype=torch.bfloat16, device="cuda:0")
-    dst = torch.empty(nbytes // ITEM, dtype=torch.bfloat16, device=f"cuda:{last}")
-    dst.copy_(src)
-    torch.cuda.synchronize(0)
-    torch.cuda.synchronize(last)
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        torch.cuda.synchronize(0)
-        torch.cuda.synchronize(last)
-        times.append(time.perf_counter() - t0)
-    del src, dst
-    torch.cuda.empty_cache()
-    return statistics.median(times)
 
 
 def expect(conn: Connection, what: str, timeout: float = PHASE_S) -> Any:
@@ -276,7 +258,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     print(f"weight push: {len(tensors_spec)} tensors, {total / 1e9:.2f} GB bf16, case {case}, "
           f"ACCORD_DEVICE_IPC={os.environ.get('ACCORD_DEVICE_IPC')} ACCORD_SHM={os.environ.get('ACCORD_SHM')}",
           flush=True)
-    ceiling = ceiling_s(torch, total, 5)
+    ceiling = copy_ceiling_s(torch, total, 5)
     print(f"ceiling: {ceiling * 1e3:.2f} ms ({total / ceiling / 1e9:.1f} GB/s)", flush=True)
     import accord
     from accord.weights import WeightPusher
