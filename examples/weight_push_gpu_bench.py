@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from copy_ceiling import copy_ceiling_s
+from gpu_bench import append_rows, cell, check_note, copy_ceiling_s, read_rows
 
 #: Llama-3-70B: hidden size, MLP size, layers, attention heads, KV heads, head size, vocabulary.
 HIDDEN, MLP, LAYERS, HEADS, KV_HEADS, HEAD_DIM, VOCAB = 8192, 28672, 80, 64, 8, 128, 128256
@@ -355,15 +355,10 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     print(f"{'case':8} {'tensors':>7} {'GB':>6} {'ceiling ms':>10} {'accord ms':>9} {'GB/s':>7} {'x ceiling':>9} "
           f"{'nccl ms':>8} {'nccl/accord':>11}  note")
     for r in rows:
-        def f(v: Any) -> str:
-            return "-" if v is None else str(v)
-
-        note = "bytes ok" if r["checked"] else ("BYTES WRONG" if r["wrong"] else "not checked")
-        if r["error"]:
-            note += f"; {r['error'][:120]}"
-        print(f"{r['case']:8} {r['tensors']:>7} {r['bytes'] / 1e9:>6.2f} {f(r['ceiling_ms']):>10} "
-              f"{f(r['accord_median_ms']):>9} {f(r['accord_gbps']):>7} {f(r['over_ceiling']):>9} "
-              f"{f(r['nccl_median_ms']):>8} {f(r['nccl_over_accord']):>11}  {note}")
+        note = check_note(r["checked"], bool(r["wrong"]), r["error"])
+        print(f"{r['case']:8} {r['tensors']:>7} {r['bytes'] / 1e9:>6.2f} {cell(r['ceiling_ms']):>10} "
+              f"{cell(r['accord_median_ms']):>9} {cell(r['accord_gbps']):>7} {cell(r['over_ceiling']):>9} "
+              f"{cell(r['nccl_median_ms']):>8} {cell(r['nccl_over_accord']):>11}  {note}")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -387,14 +382,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.table is not None:
-        rows = [json.loads(line) for name in args.table for line in open(name) if line.startswith("{")]
+        rows = read_rows(args.table)
         print_table(rows)
         return 0 if all(r["checked"] for r in rows) else 1
     row = run(args)
     print(json.dumps(row), flush=True)
     if args.json:
-        with open(args.json, "a") as out:
-            out.write(json.dumps(row) + "\n")
+        append_rows(args.json, [row])
     print_table([row])
     return 0 if row["checked"] else 1
 
