@@ -7,13 +7,14 @@ request, not the engine. Host memory here; the CUDA tensor tests are in test_kv_
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
 import accord
 from accord.kv import DecodeCache, KvLayout, PrefillCache
-from conftest import Pair, make_pair
+from conftest import ROUTES, Pair, make_pair
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -216,50 +217,48 @@ def test_a_cancelled_push_is_over_with_nothing_in_flight(pair: Pair) -> None:
     assert push.done() and push.parts_in_flight == 0
 
 
-@pytest.mark.parametrize("route", ["memcpy", "network"])
-def test_a_prefill_engine_going_away_fails_the_pull_not_the_decode_engine(route: str) -> None:
-    p1, d = make_pair(route, idle_timeout=0.3)
-    p2, _ = make_pair(route, idle_timeout=0.3)
-    try:
-        p2.add_peer(d.address)
-        source = PrefillCache(p1, LAYOUT, num_blocks=4, cache=filled(4)).source
-        p1.close()
-        decode = DecodeCache(d, LAYOUT, num_blocks=4)
-        pull = decode.pull(source, [0, 1], [0, 1], request="orphan")
-        with pytest.raises(accord.PeerError, match="KV pull 'orphan'"):
-            pull.wait(timeout=60)
-        # The decode engine goes on: another prefill engine's blocks arrive.
-        prefill = PrefillCache(p2, LAYOUT, num_blocks=4, cache=filled(4))
-        decode.pull(prefill.source, [2, 3], [2, 3], request="next").wait(timeout=60)
-        assert (decode.cache[:, :, [2, 3]] == prefill.cache[:, :, [2, 3]]).all()
-    finally:
-        for engine in (p1, p2, d):
-            engine.close()
+@pytest.fixture(params=ROUTES)
+def two_pairs(request: pytest.FixtureRequest) -> Iterator[tuple[Pair, Pair]]:
+    """Two pairs of connected engines with a 0.3 s idle timeout (a closed peer is noticed soon),
+    all four closed after the test."""
+    pairs = (make_pair(request.param, idle_timeout=0.3), make_pair(request.param, idle_timeout=0.3))
+    yield pairs
+    for engine in (*pairs[0], *pairs[1]):
+        engine.close()
 
 
-@pytest.mark.parametrize("route", ["memcpy", "network"])
-def test_a_decode_engine_going_away_does_not_fail_the_prefill_engine(route: str) -> None:
-    p, d1 = make_pair(route, idle_timeout=0.3)
-    _, d2 = make_pair(route, idle_timeout=0.3)
-    try:
-        p.add_peer(d2.address)
-        prefill = PrefillCache(p, LAYOUT, num_blocks=8, cache=filled(8))
-        gone = DecodeCache(d1, LAYOUT, num_blocks=8)
-        pull = gone.pull(prefill.source, range(8), range(8), request="gone", max_in_flight=1)
-        d1.close()
-        try:  # the pull may have ended before the close: then it succeeded
-            pull.wait(timeout=60)
-        except accord.AccordError as e:
-            assert "KV pull 'gone'" in str(e)
-        assert pull.done() and pull.parts_in_flight == 0
-        # The prefill engine goes on serving another decode engine, by pull and by push.
-        decode = DecodeCache(d2, LAYOUT, num_blocks=8)
-        decode.pull(prefill.source, [5, 6], [0, 1], request="pulled").wait(timeout=60)
-        prefill.push(decode.target, [7], [2], request="pushed").wait(timeout=60)
-        assert (decode.cache[:, :, [0, 1, 2]] == prefill.cache[:, :, [5, 6, 7]]).all()
-    finally:
-        for engine in (p, d1, d2):
-            engine.close()
+def test_a_prefill_engine_going_away_fails_the_pull_not_the_decode_engine(two_pairs: tuple[Pair, Pair]) -> None:
+    (p1, d), (p2, _) = two_pairs
+    p2.add_peer(d.address)
+    source = PrefillCache(p1, LAYOUT, num_blocks=4, cache=filled(4)).source
+    p1.close()
+    decode = DecodeCache(d, LAYOUT, num_blocks=4)
+    pull = decode.pull(source, [0, 1], [0, 1], request="orphan")
+    with pytest.raises(accord.PeerError, match="KV pull 'orphan'"):
+        pull.wait(timeout=60)
+    # The decode engine goes on: another prefill engine's blocks arrive.
+    prefill = PrefillCache(p2, LAYOUT, num_blocks=4, cache=filled(4))
+    decode.pull(prefill.source, [2, 3], [2, 3], request="next").wait(timeout=60)
+    assert (decode.cache[:, :, [2, 3]] == prefill.cache[:, :, [2, 3]]).all()
+
+
+def test_a_decode_engine_going_away_does_not_fail_the_prefill_engine(two_pairs: tuple[Pair, Pair]) -> None:
+    (p, d1), (_, d2) = two_pairs
+    p.add_peer(d2.address)
+    prefill = PrefillCache(p, LAYOUT, num_blocks=8, cache=filled(8))
+    gone = DecodeCache(d1, LAYOUT, num_blocks=8)
+    pull = gone.pull(prefill.source, range(8), range(8), request="gone", max_in_flight=1)
+    d1.close()
+    try:  # the pull may have ended before the close: then it succeeded
+        pull.wait(timeout=60)
+    except accord.AccordError as e:
+        assert "KV pull 'gone'" in str(e)
+    assert pull.done() and pull.parts_in_flight == 0
+    # The prefill engine goes on serving another decode engine, by pull and by push.
+    decode = DecodeCache(d2, LAYOUT, num_blocks=8)
+    decode.pull(prefill.source, [5, 6], [0, 1], request="pulled").wait(timeout=60)
+    prefill.push(decode.target, [7], [2], request="pushed").wait(timeout=60)
+    assert (decode.cache[:, :, [0, 1, 2]] == prefill.cache[:, :, [5, 6, 7]]).all()
 
 
 def test_two_processes_on_the_network_route_push_and_pull_byte_exact(monkeypatch: pytest.MonkeyPatch) -> None:
