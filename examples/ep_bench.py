@@ -23,7 +23,7 @@ import faulthandler
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -204,6 +204,41 @@ def profile(
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=20), flush=True)
     if trace_dir:
         prof.export_chrome_trace(os.path.join(trace_dir, f"{tag}_trace_rank{rank}.json"))
+
+
+def captured(torch: Any, dist: Any, step: Callable[[], Any]) -> tuple[Any, Any]:
+    """``step`` run twice on a side stream (warm-up), then captured once in a CUDA graph, every
+    rank in step (a barrier before and after the capture): the graph and the captured result."""
+    side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    dist.barrier()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    torch.cuda.synchronize()
+    dist.barrier()
+    return graph, out
+
+
+def replays_with_new_routing(
+    torch: Any, graph: Any, static: tuple[Any, Any], shape: tuple[int, int, int], seed: int, rank: int, device: Any
+) -> Iterator[tuple[int, Any, Any]]:
+    """Three replays of ``graph``, each after new routing (``shape`` is tokens, experts, top-k;
+    seeded by ``seed``, the replay and the rank) was copied into its ``static`` index and weight
+    tensors: yields the replay's number and that routing once the replay finished."""
+    static_idx, static_w = static
+    for replay in range(3):
+        new_idx, new_w = routing(torch, *shape, seed=seed * (replay + 1) + rank, device=device)
+        static_idx.copy_(new_idx)
+        static_w.copy_(new_w)
+        graph.replay()
+        torch.cuda.synchronize()
+        yield replay, new_idx, new_w
 
 
 def expert(torch: Any, recv_x: Any, rank: int) -> Any:
@@ -409,27 +444,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.graph and not buffer.waits_on_host:
         # Capture dispatch + experts + combine once; replay with new routing each time.
         static_idx, static_w = topk_idx.clone(), topk_w.clone()
-        stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                warm = buffer.dispatch(x, static_idx, static_w, num_worst_tokens=ranks * T)
-                buffer.combine(expert(torch, warm.x, rank), warm.handle)
-        torch.cuda.current_stream().wait_stream(stream)
-        torch.cuda.synchronize()
-        dist.barrier()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+
+        def dispatch_and_combine() -> tuple[Any, Any]:
             d = buffer.dispatch(x, static_idx, static_w, num_worst_tokens=ranks * T)
-            out = buffer.combine(expert(torch, d.x, rank), d.handle)
-        torch.cuda.synchronize()
-        dist.barrier()
-        for replay in range(3):
-            new_idx, new_w = routing(torch, T, E, K, seed=10_000 * (replay + 1) + rank, device=dev)
-            static_idx.copy_(new_idx)
-            static_w.copy_(new_w)
-            graph.replay()
-            torch.cuda.synchronize()
+            return d, buffer.combine(expert(torch, d.x, rank), d.handle)
+
+        graph, (d, out) = captured(torch, dist, dispatch_and_combine)
+        for replay, new_idx, _ in replays_with_new_routing(torch, graph, (static_idx, static_w), (T, E, K), 10_000, rank, dev):
             r_x, _, _, r_ctx = naive.dispatch(x, new_idx)
             want = naive.combine(expert(torch, r_x, rank), T, r_ctx)
             nn = int(d.num_recv.item())
@@ -467,30 +488,16 @@ def main(argv: list[str] | None = None) -> int:
         )
         if not ll.waits_on_host:
             static_idx, static_w = topk_idx.clone(), topk_w.clone()
-            side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(2):
-                    ll_warm = ll.low_latency_dispatch(x, static_idx)
-                    ll.low_latency_combine(ll_warm.x, static_idx, static_w, ll_warm.handle)
-            torch.cuda.current_stream().wait_stream(side)
-            torch.cuda.synchronize()
-            dist.barrier()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
+
+            def ll_dispatch_and_combine() -> tuple[Any, Any]:
                 # Identity experts: the stand-in's scale would touch every padded row of the
                 # [E/R, R * M, hidden] buffer and time that instead of the communication.
                 ll_d = ll.low_latency_dispatch(x, static_idx)
-                ll_out = ll.low_latency_combine(ll_d.x, static_idx, static_w, ll_d.handle)
-            torch.cuda.synchronize()
-            dist.barrier()
+                return ll_d, ll.low_latency_combine(ll_d.x, static_idx, static_w, ll_d.handle)
+
+            graph, (ll_d, ll_out) = captured(torch, dist, ll_dispatch_and_combine)
             replay_ok = True
-            for replay in range(3):
-                new_idx, new_w = routing(torch, T, E, K, seed=20_000 * (replay + 1) + rank, device=dev)
-                static_idx.copy_(new_idx)
-                static_w.copy_(new_w)
-                graph.replay()
-                torch.cuda.synchronize()
+            for _, _, new_w in replays_with_new_routing(torch, graph, (static_idx, static_w), (T, E, K), 20_000, rank, dev):
                 want = (x.to(torch.float32).unsqueeze(1) * new_w.unsqueeze(2)).sum(1)
                 replay_ok = replay_ok and torch.allclose(ll_out.float(), want, rtol=1e-2, atol=1e-2)
             checks["low-latency graph replays with new routing"] = replay_ok

@@ -48,6 +48,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from gpu_bench import append_rows, cell, check_note, copy_ceiling_s, read_rows
+
 LAYOUT_ARGS = (80, 16, 8, 128)  # layers, block_size, heads, head_dim (bf16)
 #: The engine counters the progress lines show (those that move while bytes do).
 PROGRESS_KEYS = ("retransmits", "failovers", "datagrams_dropped", "reads_sent", "reads_served", "reads_unanswered",
@@ -157,21 +159,7 @@ def block_ids(pool: int, n: int, seed: int) -> tuple[list[int], list[int]]:
 
 def ceiling_gbps(torch: Any, nbytes: int, iters: int) -> float:
     """GB/s of one contiguous copy_ GPU0 -> last GPU of ``nbytes`` (median of ``iters``)."""
-    last = torch.cuda.device_count() - 1
-    src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device="cuda:0")
-    dst = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=f"cuda:{last}")
-    dst.copy_(src)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        torch.cuda.synchronize(0)
-        torch.cuda.synchronize(last)
-        times.append(time.perf_counter() - t0)
-    del src, dst
-    torch.cuda.empty_cache()
-    return nbytes / statistics.median(times) / 1e9
+    return nbytes / copy_ceiling_s(torch, nbytes, iters) / 1e9
 
 
 class Budget:
@@ -425,17 +413,13 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     print(f"{'case':8} {'op':5} {'blocks':>6} {'MiB':>7} {'parts':>7} {'warm-up ms':>10} {'ms/request':>10} "
           f"{'us/part':>8} {'GB/s':>7} {'ceiling':>7} {'ratio':>6}  checked / note")
     for r in rows:
-        def f(v: Any) -> str:
-            return "-" if v is None else str(v)
-
-        note = "bytes ok" if r["checked"] else ("BYTES WRONG" if r["checked"] is False else "not checked")
+        owner = ""
         if r["op"] == "read" and r.get("owner_reads_served"):
-            note += f"; owner: {r['owner_reads_mapped']} of {r['owner_reads_served']} reads through IPC (cumulative)"
-        if r["error"]:
-            note += f"; {r['error'][:120]}"
-        print(f"{r['case']:8} {r['op']:5} {r['blocks']:>6} {r['bytes'] / 2**20:>7.0f} {f(r.get('parts')):>7} "
-              f"{f(r['first_ms']):>10} {f(r['median_ms']):>10} {f(r.get('us_per_part')):>8} {f(r['gbps']):>7} "
-              f"{f(r['ceiling_gbps']):>7} {f(r['ratio']):>6}  {note}")
+            owner = f"; owner: {r['owner_reads_mapped']} of {r['owner_reads_served']} reads through IPC (cumulative)"
+        note = check_note(r["checked"], r["checked"] is False, r["error"], owner)
+        print(f"{r['case']:8} {r['op']:5} {r['blocks']:>6} {r['bytes'] / 2**20:>7.0f} {cell(r.get('parts')):>7} "
+              f"{cell(r['first_ms']):>10} {cell(r['median_ms']):>10} {cell(r.get('us_per_part')):>8} {cell(r['gbps']):>7} "
+              f"{cell(r['ceiling_gbps']):>7} {cell(r['ratio']):>6}  {note}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -454,14 +438,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds past a request's own timeout before it is abandoned and reported")
     args = parser.parse_args(argv)
     if args.table is not None:
-        rows = [json.loads(line) for name in args.table for line in open(name) if line.startswith("{")]
+        rows = read_rows(args.table)
         print_table(rows)
         return 0 if all(r["checked"] is not False for r in rows) else 1
     rows = run_case(args)
     if args.json:
-        with open(args.json, "a") as out:
-            for r in rows:
-                out.write(json.dumps(r) + "\n")
+        append_rows(args.json, rows)
     print_table(rows)
     return 0 if all(r["checked"] is not False for r in rows) else 1
 

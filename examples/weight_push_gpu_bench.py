@@ -45,6 +45,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from gpu_bench import append_rows, cell, check_note, copy_ceiling_s, read_rows
+
 #: Llama-3-70B: hidden size, MLP size, layers, attention heads, KV heads, head size, vocabulary.
 HIDDEN, MLP, LAYERS, HEADS, KV_HEADS, HEAD_DIM, VOCAB = 8192, 28672, 80, 64, 8, 128, 128256
 #: Tensor-parallel degree of the shard the list is made from.
@@ -144,26 +146,6 @@ def wrong(torch: Any, tensors: list[Any], version: int) -> list[int]:
     """Indices of the tensors whose bytes are not ``version``'s pattern."""
     torch.cuda.synchronize(tensors[0].device)
     return [i for i, t in enumerate(tensors) if not torch.equal(t.view(-1), pattern(torch, i, version, t.numel(), str(t.device)))]
-
-
-def ceiling_s(torch: Any, nbytes: int, iters: int) -> float:
-    """Seconds of one contiguous copy_ of ``nbytes`` GPU0 -> last GPU (median of ``iters``)."""
-    last = torch.cuda.device_count() - 1
-    src = torch.empty(nbytes // ITEM, dtype=torch.bfloat16, device="cuda:0")
-    dst = torch.empty(nbytes // ITEM, dtype=torch.bfloat16, device=f"cuda:{last}")
-    dst.copy_(src)
-    torch.cuda.synchronize(0)
-    torch.cuda.synchronize(last)
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        torch.cuda.synchronize(0)
-        torch.cuda.synchronize(last)
-        times.append(time.perf_counter() - t0)
-    del src, dst
-    torch.cuda.empty_cache()
-    return statistics.median(times)
 
 
 def expect(conn: Connection, what: str, timeout: float = PHASE_S) -> Any:
@@ -276,7 +258,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     print(f"weight push: {len(tensors_spec)} tensors, {total / 1e9:.2f} GB bf16, case {case}, "
           f"ACCORD_DEVICE_IPC={os.environ.get('ACCORD_DEVICE_IPC')} ACCORD_SHM={os.environ.get('ACCORD_SHM')}",
           flush=True)
-    ceiling = ceiling_s(torch, total, 5)
+    ceiling = copy_ceiling_s(torch, total, 5)
     print(f"ceiling: {ceiling * 1e3:.2f} ms ({total / ceiling / 1e9:.1f} GB/s)", flush=True)
     import accord
     from accord.weights import WeightPusher
@@ -373,15 +355,10 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     print(f"{'case':8} {'tensors':>7} {'GB':>6} {'ceiling ms':>10} {'accord ms':>9} {'GB/s':>7} {'x ceiling':>9} "
           f"{'nccl ms':>8} {'nccl/accord':>11}  note")
     for r in rows:
-        def f(v: Any) -> str:
-            return "-" if v is None else str(v)
-
-        note = "bytes ok" if r["checked"] else ("BYTES WRONG" if r["wrong"] else "not checked")
-        if r["error"]:
-            note += f"; {r['error'][:120]}"
-        print(f"{r['case']:8} {r['tensors']:>7} {r['bytes'] / 1e9:>6.2f} {f(r['ceiling_ms']):>10} "
-              f"{f(r['accord_median_ms']):>9} {f(r['accord_gbps']):>7} {f(r['over_ceiling']):>9} "
-              f"{f(r['nccl_median_ms']):>8} {f(r['nccl_over_accord']):>11}  {note}")
+        note = check_note(r["checked"], bool(r["wrong"]), r["error"])
+        print(f"{r['case']:8} {r['tensors']:>7} {r['bytes'] / 1e9:>6.2f} {cell(r['ceiling_ms']):>10} "
+              f"{cell(r['accord_median_ms']):>9} {cell(r['accord_gbps']):>7} {cell(r['over_ceiling']):>9} "
+              f"{cell(r['nccl_median_ms']):>8} {cell(r['nccl_over_accord']):>11}  {note}")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -405,14 +382,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.table is not None:
-        rows = [json.loads(line) for name in args.table for line in open(name) if line.startswith("{")]
+        rows = read_rows(args.table)
         print_table(rows)
         return 0 if all(r["checked"] for r in rows) else 1
     row = run(args)
     print(json.dumps(row), flush=True)
     if args.json:
-        with open(args.json, "a") as out:
-            out.write(json.dumps(row) + "\n")
+        append_rows(args.json, [row])
     print_table([row])
     return 0 if row["checked"] else 1
 

@@ -1,10 +1,13 @@
-# Sourced by the device scripts (device_api.sh, kv_gpu.sh, torch_backend_bench.sh): the
+# Sourced by the device scripts (device_api.sh, ep.sh, kv_gpu.sh, torch_backend_bench.sh, weights_gpu.sh): the
 # environment every run on the GPU host needs, the paths, and the time budget, in one place.
 # The caller sets DEFAULT_BUDGET_S first; BUDGET_S overrides it. Defines START, BUDGET, HERE
 # (scripts/device), ROOT (the repository), OUT (made), PY, and:
 #   left        seconds left of the budget;
 #   capped      a run's time limit within what is left;
-#   host_facts  the load and the GPUs, printed at a run's start.
+#   host_facts  the load and the GPUs, printed at a run's start;
+#   install_wheel  installs $WHEEL first, when it is set;
+#   run_args    a run's name, capped time, environment and arguments (kv_gpu.sh, weights_gpu.sh, ep.sh);
+#   bench_run   one run of the Python bench $BENCH under `timeout` (kv_gpu.sh, weights_gpu.sh).
 START=$SECONDS BUDGET=${BUDGET_S:-${DEFAULT_BUDGET_S:-480}}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -26,4 +29,39 @@ capped() {
 host_facts() {
   echo "load at the start: $(uptime)"
   nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader 2>/dev/null || echo "nvidia-smi: not available"
+}
+
+# install_wheel: installs $WHEEL (pip --no-deps --force-reinstall) when it is set; exits the
+# script when that fails, so no run measures a stale install.
+install_wheel() {
+  [ -n "${WHEEL:-}" ] || return 0
+  "$PY" -m pip install --quiet --no-deps --force-reinstall "$WHEEL" || { echo "cannot install $WHEEL"; exit 1; }
+}
+
+# run_args NAME CAP ENV... -- ARGS...: the parts of a run (kv_gpu.sh, weights_gpu.sh, ep.sh) into
+# RUN_NAME, RUN_CAP (CAP capped by what is left), RUN_ENVS and RUN_ARGS; when too little is left
+# it says the run is skipped, sets FAILED=1 and returns 1.
+run_args() {
+  RUN_NAME=$1 RUN_CAP=$2; shift 2
+  RUN_ENVS=()
+  while [ "$1" != "--" ]; do RUN_ENVS+=("$1"); shift; done
+  shift
+  RUN_ARGS=("$@")
+  RUN_CAP=$(capped "$RUN_CAP") || { echo "== $RUN_NAME: skipped, $(left) s left of the budget"; FAILED=1; return 1; }
+}
+
+# bench_run NAME CAP ENV... -- ARGS...: one run of `$PY $BENCH --json $JSON ARGS` with ENV under
+# `timeout`, capped by what is left, its output in $OUT/NAME.txt; a skipped or failed run sets
+# FAILED=1. With BENCH_MARGIN_S set, the bench is also given `--budget-s` (the cap less that
+# margin) so it stops itself before the timeout cuts it.
+bench_run() {
+  run_args "$@" || return
+  echo "== $RUN_NAME (at most $RUN_CAP s): ${RUN_ENVS[*]} $BENCH ${RUN_ARGS[*]}"
+  local budget=()
+  [ -z "${BENCH_MARGIN_S:-}" ] || budget=(--budget-s $((RUN_CAP - BENCH_MARGIN_S)))
+  env "${RUN_ENVS[@]}" timeout -k 10 "$RUN_CAP" "$PY" "$BENCH" ${budget[@]+"${budget[@]}"} --json "$JSON" \
+    ${RUN_ARGS[@]+"${RUN_ARGS[@]}"} > "$OUT/$RUN_NAME.txt" 2>&1
+  local rc=$?
+  echo "   exit $rc"
+  [ "$rc" -eq 0 ] || FAILED=1
 }

@@ -22,9 +22,7 @@ set -uo pipefail
 DEFAULT_BUDGET_S=420
 . "$(dirname "$0")/budget.sh"
 BENCH="$ROOT/examples/ep_bench.py"
-if [ -n "${WHEEL:-}" ]; then
-  "$PY" -m pip install --quiet --no-deps --force-reinstall "$WHEEL" || { echo "cannot install $WHEEL"; exit 1; }
-fi
+install_wheel
 "$PY" -c "import accord.ep, torch; print('torch', torch.__version__, 'gpus', torch.cuda.device_count())" \
   || { echo "ep: python3 cannot import accord.ep and torch"; exit 1; }
 host_facts
@@ -51,17 +49,13 @@ fi
 export CUDA_MODULE_LOADING=${CUDA_MODULE_LOADING:-EAGER}
 FAILED=0
 run() {  # run NAME CAP ENV... -- ARGS...
-  local name=$1 cap=$2; shift 2
-  local envs=()
-  while [ "$1" != "--" ]; do envs+=("$1"); shift; done
-  shift
-  cap=$(capped "$cap") || { echo "== $name: skipped, $(left) s left of the budget"; FAILED=1; return; }
-  echo "== $name (at most $cap s)"
-  env "${envs[@]}" PYTHONPATH="$PEERS_PATH${PYTHONPATH:+:$PYTHONPATH}" timeout -k 10 "$cap" \
-    "$PY" -m torch.distributed.run --nproc-per-node 2 "$BENCH" "$@" > "$OUT/ep_$name.txt" 2>&1
+  run_args "$@" || return
+  echo "== $RUN_NAME (at most $RUN_CAP s)"
+  env "${RUN_ENVS[@]}" PYTHONPATH="$PEERS_PATH${PYTHONPATH:+:$PYTHONPATH}" timeout -k 10 "$RUN_CAP" \
+    "$PY" -m torch.distributed.run --nproc-per-node 2 "$BENCH" "${RUN_ARGS[@]}" > "$OUT/ep_$RUN_NAME.txt" 2>&1
   local rc=$?
-  grep -E '^(#|\|)' "$OUT/ep_$name.txt"
-  [ "$rc" -eq 0 ] || { echo "   exit $rc"; tail -15 "$OUT/ep_$name.txt"; FAILED=1; }
+  grep -E '^(#|\|)' "$OUT/ep_$RUN_NAME.txt"
+  [ "$rc" -eq 0 ] || { echo "   exit $rc"; tail -15 "$OUT/ep_$RUN_NAME.txt"; FAILED=1; }
 }
 run normal "${NORMAL_CAP_S:-150}" ACCORD_LOG=warn -- --wait "${EP_WAIT:-auto}" --label "normal mode, one host, CUDA_MODULE_LOADING=$CUDA_MODULE_LOADING"
 run lowlat "${LOWLAT_CAP_S:-90}" ACCORD_LOG=warn -- --tokens 128 --graph --low-latency --profile --trace-dir "$OUT" --iters 50 --wait "${EP_WAIT:-auto}" --label "128 tokens a rank"

@@ -33,35 +33,18 @@ BENCH="$ROOT/examples/kv_gpu_bench.py"
 JSON="$OUT/kv_gpu.jsonl"
 : > "$JSON"
 
-if [ -n "${WHEEL:-}" ]; then
-  "$PY" -m pip install --quiet --no-deps --force-reinstall "$WHEEL" || { echo "cannot install $WHEEL"; exit 1; }
-fi
+install_wheel
 "$PY" -c "import accord, accord.kv, torch; print('accord', accord.__version__, 'torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'gpus', torch.cuda.device_count())" \
   || { echo "kv_gpu: python3 cannot import accord, accord.kv and torch"; exit 1; }
 host_facts
 
-FAILED=0
-# run NAME CAP ENV... -- ARGS...: one bench run under `timeout`, capped by what is left.
-run() {
-  local name=$1 cap=$2; shift 2
-  local envs=()
-  while [ "$1" != "--" ]; do envs+=("$1"); shift; done
-  shift
-  cap=$(capped "$cap") || { echo "== $name: skipped, $(left) s left of the budget"; FAILED=1; return; }
-  echo "== $name (at most $cap s): ${envs[*]} $BENCH $*"
-  env "${envs[@]}" timeout -k 10 "$cap" "$PY" "$BENCH" --budget-s $((cap - 25)) --json "$JSON" "$@" \
-    > "$OUT/$name.txt" 2>&1
-  local rc=$?
-  echo "   exit $rc"
-  [ "$rc" -eq 0 ] || FAILED=1
-}
-
+FAILED=0 BENCH_MARGIN_S=25
 ITERS=${ITERS:-3} BLOCKS=${BLOCKS:-128,2048} POOL=${POOL:-2560}
-run inproc "${INPROC_CAP_S:-110}" ACCORD_DEVICE_IPC=1 -- --case inproc --blocks "$BLOCKS" --pool "$POOL" \
+bench_run inproc "${INPROC_CAP_S:-110}" ACCORD_DEVICE_IPC=1 -- --case inproc --blocks "$BLOCKS" --pool "$POOL" \
   --iters "$ITERS"
-run ipc "${IPC_CAP_S:-100}" ACCORD_DEVICE_IPC=1 -- --case ipc --blocks "$BLOCKS" --pool "$POOL" \
+bench_run ipc "${IPC_CAP_S:-100}" ACCORD_DEVICE_IPC=1 -- --case ipc --blocks "$BLOCKS" --pool "$POOL" \
   --read-blocks "${IPC_READ_BLOCKS:-$BLOCKS}" --iters "$ITERS"
-run network "${NETWORK_CAP_S:-60}" ACCORD_DEVICE_IPC=0 ACCORD_SHM=0 -- --case network --pool "$POOL" \
+bench_run network "${NETWORK_CAP_S:-60}" ACCORD_DEVICE_IPC=0 ACCORD_SHM=0 -- --case network --pool "$POOL" \
   --blocks "${NETWORK_BLOCKS:-128}" --iters 2 --progress-s 2 --stuck-s 5
 
 for name in inproc ipc network; do

@@ -32,11 +32,7 @@
 #        SOCKET=0 and once with NOPOLL=0 if one call is too long).
 set -uo pipefail
 
-cd "$(dirname "$0")/../.."
-ROOT=$(pwd)
-OUT=${1:-$ROOT/target/nccl-bench}
-mkdir -p "$OUT"
-PYTHON=${PYTHON:-python3}
+. "$(dirname "$0")/plugin_env.sh" "${1:-}" nccl-bench
 TORCHRUN=${TORCHRUN:-torchrun}
 BENCH=$ROOT/scripts/device/nccl_plugin_bench.py
 BENCH_ARGS=${BENCH_ARGS:-}
@@ -52,9 +48,6 @@ step() {
     echo "=== $STEP"
 }
 
-# Every environment this script starts keeps NVLink SHARP / multicast off.
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-
 step "check the host (2 GPUs, python, torch, torchrun)"
 command -v nvidia-smi >/dev/null || fail "nvidia-smi not found: run on the GPU host"
 GPUS=$(nvidia-smi -L | wc -l)
@@ -67,15 +60,7 @@ echo "NCCL bundled with torch: $NCCL_VERSION"
 "$ROOT/scripts/device/host_copy_bandwidth.sh" | tee "$OUT/copy_bandwidth_before.txt"
 
 step "build the plugin"
-if [ -n "${ACCORD_NCCL_PLUGIN:-}" ]; then
-    PLUGIN=$ACCORD_NCCL_PLUGIN
-else
-    command -v cargo >/dev/null || fail "cargo not found: build elsewhere and set ACCORD_NCCL_PLUGIN"
-    cargo build --release -p accord-nccl-net >"$OUT/build.log" 2>&1 || fail "cargo build failed, see $OUT/build.log"
-    PLUGIN=$ROOT/target/release/libnccl-net-accord.so
-fi
-PLUGIN=$(readlink -f "$PLUGIN")
-[ -f "$PLUGIN" ] || fail "plugin $PLUGIN does not exist"
+accord_plugin
 # (binutils' nm is not on every GPU host: ask the dynamic loader instead.)
 "$PYTHON" -c 'import ctypes, sys; lib = ctypes.CDLL(sys.argv[1]); getattr(lib, "ncclNetPlugin_v11")' "$PLUGIN" \
     || fail "$PLUGIN does not load or does not export ncclNetPlugin_v11"

@@ -12,11 +12,7 @@
 #        LIMIT_S (the survivor's bounded wait, default 120), ACCORD_* engine variables.
 set -uo pipefail
 
-cd "$(dirname "$0")/../.."
-ROOT=$(pwd)
-OUT=${1:-$ROOT/target/peer-death}
-mkdir -p "$OUT"
-PYTHON=${PYTHON:-python3}
+. "$(dirname "$0")/plugin_env.sh" "${1:-}" peer-death
 LIMIT_S=${LIMIT_S:-120}
 SCRIPT=$ROOT/scripts/device/peer_death_torch.py
 
@@ -25,23 +21,13 @@ fail() {
     exit 1
 }
 
-# Every environment this script starts keeps NVLink SHARP / multicast off.
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-
 echo "=== check the host"
 command -v nvidia-smi >/dev/null || fail "nvidia-smi not found: run on the GPU host"
 [ "$(nvidia-smi -L | wc -l)" -ge 2 ] || fail "need 2 GPUs"
 "$PYTHON" -c "import torch; assert torch.cuda.device_count() >= 2" || fail "python with CUDA torch and 2 GPUs needed"
 
 echo "=== the plugin"
-if [ -n "${ACCORD_NCCL_PLUGIN:-}" ]; then
-    PLUGIN=$ACCORD_NCCL_PLUGIN
-else
-    cargo build --release -p accord-nccl-net >"$OUT/build.log" 2>&1 || fail "cargo build failed, see $OUT/build.log"
-    PLUGIN=$ROOT/target/release/libnccl-net-accord.so
-fi
-PLUGIN=$(readlink -f "$PLUGIN")
-[ -f "$PLUGIN" ] || fail "plugin $PLUGIN does not exist"
+accord_plugin
 export ACCORD_NET_IFS=${ACCORD_NET_IFS:-127.0.0.1}
 
 NET_ONLY=(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_DEBUG=WARN TORCH_NCCL_ASYNC_ERROR_HANDLING=1)

@@ -24,9 +24,7 @@ BENCH="$ROOT/examples/weight_push_gpu_bench.py"
 JSON="$OUT/weights_gpu.jsonl"
 : > "$JSON"
 
-if [ -n "${WHEEL:-}" ]; then
-  "$PY" -m pip install --quiet --no-deps --force-reinstall "$WHEEL" || { echo "cannot install $WHEEL"; exit 1; }
-fi
+install_wheel
 if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() and torch.cuda.device_count() >= 2 else 2)" 2>/dev/null; then
   echo "weights_gpu: skipped: needs python3 with torch and two CUDA devices"
   exit 2
@@ -36,19 +34,9 @@ fi
 host_facts
 
 FAILED=0
-# run NAME CAP ENV... -- ARGS...: one bench run under `timeout`, capped by what is left.
+# run NAME CAP ENV... -- ARGS...: one bench run (bench_run), then the end of its output.
 run() {
-  local name=$1 cap=$2; shift 2
-  local envs=()
-  while [ "$1" != "--" ]; do envs+=("$1"); shift; done
-  shift
-  cap=$(capped "$cap") || { echo "== $name: skipped, $(left) s left of the budget"; FAILED=1; return; }
-  echo "== $name (at most $cap s): ${envs[*]} $BENCH $*"
-  env "${envs[@]}" timeout -k 10 "$cap" "$PY" "$BENCH" --json "$JSON" "$@" > "$OUT/$name.txt" 2>&1
-  local rc=$?
-  echo "   exit $rc"
-  [ "$rc" -eq 0 ] || FAILED=1
-  tail -20 "$OUT/$name.txt"
+  bench_run "$@" && tail -20 "$OUT/$1.txt"
 }
 
 ITERS=${ITERS:-3}

@@ -4,28 +4,20 @@ landed. Skipped where torch or a CUDA device is missing; run on the GPU host."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
-from typing import Any
 
 import pytest
 
 import accord
 import cuda_roles
+from conftest import cuda_torch, role_process
 
 pytestmark = pytest.mark.timeout(120)
 
 COUNT = 1 << 20  # 4 MiB of float32
 
 
-def _torch() -> Any:
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    return torch
-
-
 def test_cuda_tensor_write_between_engines_of_one_process() -> None:
-    torch = _torch()
+    torch = cuda_torch()
     last = torch.cuda.device_count() - 1
     a = accord.Engine(ignore_env=True)
     b = accord.Engine(ignore_env=True)
@@ -47,15 +39,9 @@ def test_cuda_tensor_write_between_engines_of_one_process() -> None:
 
 
 def test_cuda_tensor_write_to_another_process() -> None:
-    torch = _torch()
+    torch = cuda_torch()
     last = torch.cuda.device_count() - 1
-    ctx = mp.get_context("spawn")
-    parent, child = ctx.Pipe()
-    proc = ctx.Process(target=cuda_roles.cuda_receiver, args=(child, last, COUNT))
-    proc.start()
-    try:
-        hello = parent.recv()
-        assert "error" not in hello, hello.get("error")
+    with role_process(cuda_roles.cuda_receiver, last, COUNT, join_s=30) as (parent, hello):
         with accord.Engine(ignore_env=True) as engine:
             engine.add_peer(hello["address"])
             parent.send(engine.address)
@@ -66,15 +52,10 @@ def test_cuda_tensor_write_to_another_process() -> None:
                 report = parent.recv()
                 parent.send("done")
         assert report == {"ok": True}, report
-    finally:
-        proc.join(timeout=30)
-        if proc.is_alive():
-            proc.kill()
-    assert proc.exitcode == 0
 
 
 def test_cuda_tensor_to_host_memory_is_refused_clearly() -> None:
-    torch = _torch()
+    torch = cuda_torch()
     import numpy as np
 
     with accord.Engine(ignore_env=True) as a, accord.Engine(ignore_env=True) as b:

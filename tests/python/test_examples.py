@@ -65,9 +65,12 @@ def test_kv_gpu_bench_says_what_it_needs_and_prints_tables(tmp_path: Path) -> No
 
 
 def _weight_bench() -> Any:
-    """examples/weight_push_gpu_bench.py as a module (it is a script, not a package member)."""
+    """examples/weight_push_gpu_bench.py as a module (it is a script, not a package member). Its
+    folder goes on the path first, as when it runs as a script: it imports gpu_bench from there."""
     import importlib.util
 
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
     spec = importlib.util.spec_from_file_location("weight_push_gpu_bench", EXAMPLES / "weight_push_gpu_bench.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -7,17 +7,17 @@ request, not the engine. Host memory here; the CUDA tensor tests are in test_kv_
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
 import accord
 from accord.kv import DecodeCache, KvLayout, PrefillCache
-from conftest import make_pair
+from conftest import ROUTES, Pair, make_pair
 
 pytestmark = pytest.mark.timeout(120)
 
-Pair = tuple[accord.Engine, accord.Engine]
 LAYOUT = KvLayout(layers=3, block_size=4, heads=2, head_dim=8, dtype="float16")
 
 
@@ -26,10 +26,18 @@ def filled(num_blocks: int) -> np.ndarray:
     return rng.standard_normal(LAYOUT.shape(num_blocks)).astype(np.float16)
 
 
-def test_decode_pulls_blocks_by_id_byte_exact(pair: Pair) -> None:
+def caches(pair: Pair, prefill_blocks: int, decode_blocks: int, fill: bool = True) -> tuple[PrefillCache, DecodeCache]:
+    """A prefill cache on the pair's first engine (of random blocks, or zeros without ``fill``)
+    and a zeroed decode cache on its second."""
     prefill_engine, decode_engine = pair
-    prefill = PrefillCache(prefill_engine, LAYOUT, num_blocks=16, cache=filled(16))
-    decode = DecodeCache(decode_engine, LAYOUT, num_blocks=10)
+    cache = filled(prefill_blocks) if fill else None
+    prefill = PrefillCache(prefill_engine, LAYOUT, num_blocks=prefill_blocks, cache=cache)
+    return prefill, DecodeCache(decode_engine, LAYOUT, num_blocks=decode_blocks)
+
+
+def test_decode_pulls_blocks_by_id_byte_exact(pair: Pair) -> None:
+    decode_engine = pair[1]
+    prefill, decode = caches(pair, 16, 10)
     src, dst = [3, 4, 5, 9, 0, 15], [0, 1, 2, 7, 9, 3]
     decode.pull(prefill.source, src, dst, request="req-1", imm=40).wait(timeout=20)
     assert (decode.cache[:, :, dst] == prefill.cache[:, :, src]).all()
@@ -54,8 +62,7 @@ def test_decode_pulls_blocks_by_id_byte_exact(pair: Pair) -> None:
 
 def test_bad_block_ids_and_layouts_are_refused_before_sending(pair: Pair) -> None:
     prefill_engine, decode_engine = pair
-    prefill = PrefillCache(prefill_engine, LAYOUT, num_blocks=4)
-    decode = DecodeCache(decode_engine, LAYOUT, num_blocks=4)
+    prefill, decode = caches(pair, 4, 4, fill=False)
     with pytest.raises(accord.InvalidRequestError, match="source block ids"):
         decode.pull(prefill.source, [4], [0])
     with pytest.raises(accord.InvalidRequestError, match="destination block ids"):
@@ -99,9 +106,8 @@ def scattered(n: int, limit: int, seed: int) -> list[int]:
 
 
 def test_a_pull_larger_than_its_window_lands_byte_exact(pair: Pair) -> None:
-    prefill_engine, decode_engine = pair
-    prefill = PrefillCache(prefill_engine, LAYOUT, num_blocks=64, cache=filled(64))
-    decode = DecodeCache(decode_engine, LAYOUT, num_blocks=48)
+    decode_engine = pair[1]
+    prefill, decode = caches(pair, 64, 48)
     src, dst = scattered(40, 64, 1), scattered(40, 48, 2)
     pull = decode.pull(prefill.source, src, dst, request="big", imm=41, max_in_flight=3, blocks_per_read=3)
     pull.wait(timeout=60)
@@ -116,9 +122,8 @@ def test_a_pull_larger_than_its_window_lands_byte_exact(pair: Pair) -> None:
 
 
 def test_push_writes_blocks_by_id_with_one_immediate(pair: Pair) -> None:
-    prefill_engine, decode_engine = pair
-    prefill = PrefillCache(prefill_engine, LAYOUT, num_blocks=32, cache=filled(32))
-    decode = DecodeCache(decode_engine, LAYOUT, num_blocks=20)
+    decode_engine = pair[1]
+    prefill, decode = caches(pair, 32, 20)
     src, dst = scattered(12, 32, 3), scattered(12, 20, 4)
     push = prefill.push(decode.target, src, dst, request="push-1", imm=42, max_in_flight=2, pages_per_write=5)
     push.wait(timeout=60)
@@ -141,9 +146,7 @@ def test_push_writes_blocks_by_id_with_one_immediate(pair: Pair) -> None:
 
 
 def test_push_refuses_bad_block_ids_and_limits_before_sending(pair: Pair) -> None:
-    prefill_engine, decode_engine = pair
-    prefill = PrefillCache(prefill_engine, LAYOUT, num_blocks=4)
-    decode = DecodeCache(decode_engine, LAYOUT, num_blocks=4)
+    prefill, decode = caches(pair, 4, 4, fill=False)
     with pytest.raises(accord.InvalidRequestError, match="destination block ids"):
         prefill.push(decode.target, [0], [4])
     with pytest.raises(accord.InvalidRequestError, match="max_in_flight"):
@@ -151,7 +154,7 @@ def test_push_refuses_bad_block_ids_and_limits_before_sending(pair: Pair) -> Non
     with pytest.raises(accord.InvalidRequestError, match="timeout"):
         decode.pull(prefill.source, [0], [0], timeout=-1)
     with pytest.raises(accord.InvalidRequestError, match="elements are 4 bytes"):
-        PrefillCache(prefill_engine, LAYOUT, num_blocks=4, cache=np.zeros(LAYOUT.shape(4), np.float32))
+        PrefillCache(pair[0], LAYOUT, num_blocks=4, cache=np.zeros(LAYOUT.shape(4), np.float32))
 
 
 def test_cancel_stops_submitting_and_the_wait_names_the_request() -> None:
@@ -214,50 +217,48 @@ def test_a_cancelled_push_is_over_with_nothing_in_flight(pair: Pair) -> None:
     assert push.done() and push.parts_in_flight == 0
 
 
-@pytest.mark.parametrize("route", ["memcpy", "network"])
-def test_a_prefill_engine_going_away_fails_the_pull_not_the_decode_engine(route: str) -> None:
-    p1, d = make_pair(route, idle_timeout=0.3)
-    p2, _ = make_pair(route, idle_timeout=0.3)
-    try:
-        p2.add_peer(d.address)
-        source = PrefillCache(p1, LAYOUT, num_blocks=4, cache=filled(4)).source
-        p1.close()
-        decode = DecodeCache(d, LAYOUT, num_blocks=4)
-        pull = decode.pull(source, [0, 1], [0, 1], request="orphan")
-        with pytest.raises(accord.PeerError, match="KV pull 'orphan'"):
-            pull.wait(timeout=60)
-        # The decode engine goes on: another prefill engine's blocks arrive.
-        prefill = PrefillCache(p2, LAYOUT, num_blocks=4, cache=filled(4))
-        decode.pull(prefill.source, [2, 3], [2, 3], request="next").wait(timeout=60)
-        assert (decode.cache[:, :, [2, 3]] == prefill.cache[:, :, [2, 3]]).all()
-    finally:
-        for engine in (p1, p2, d):
-            engine.close()
+@pytest.fixture(params=ROUTES)
+def two_pairs(request: pytest.FixtureRequest) -> Iterator[tuple[Pair, Pair]]:
+    """Two pairs of connected engines with a 0.3 s idle timeout (a closed peer is noticed soon),
+    all four closed after the test."""
+    pairs = (make_pair(request.param, idle_timeout=0.3), make_pair(request.param, idle_timeout=0.3))
+    yield pairs
+    for engine in (*pairs[0], *pairs[1]):
+        engine.close()
 
 
-@pytest.mark.parametrize("route", ["memcpy", "network"])
-def test_a_decode_engine_going_away_does_not_fail_the_prefill_engine(route: str) -> None:
-    p, d1 = make_pair(route, idle_timeout=0.3)
-    _, d2 = make_pair(route, idle_timeout=0.3)
-    try:
-        p.add_peer(d2.address)
-        prefill = PrefillCache(p, LAYOUT, num_blocks=8, cache=filled(8))
-        gone = DecodeCache(d1, LAYOUT, num_blocks=8)
-        pull = gone.pull(prefill.source, range(8), range(8), request="gone", max_in_flight=1)
-        d1.close()
-        try:  # the pull may have ended before the close: then it succeeded
-            pull.wait(timeout=60)
-        except accord.AccordError as e:
-            assert "KV pull 'gone'" in str(e)
-        assert pull.done() and pull.parts_in_flight == 0
-        # The prefill engine goes on serving another decode engine, by pull and by push.
-        decode = DecodeCache(d2, LAYOUT, num_blocks=8)
-        decode.pull(prefill.source, [5, 6], [0, 1], request="pulled").wait(timeout=60)
-        prefill.push(decode.target, [7], [2], request="pushed").wait(timeout=60)
-        assert (decode.cache[:, :, [0, 1, 2]] == prefill.cache[:, :, [5, 6, 7]]).all()
-    finally:
-        for engine in (p, d1, d2):
-            engine.close()
+def test_a_prefill_engine_going_away_fails_the_pull_not_the_decode_engine(two_pairs: tuple[Pair, Pair]) -> None:
+    (p1, d), (p2, _) = two_pairs
+    p2.add_peer(d.address)
+    source = PrefillCache(p1, LAYOUT, num_blocks=4, cache=filled(4)).source
+    p1.close()
+    decode = DecodeCache(d, LAYOUT, num_blocks=4)
+    pull = decode.pull(source, [0, 1], [0, 1], request="orphan")
+    with pytest.raises(accord.PeerError, match="KV pull 'orphan'"):
+        pull.wait(timeout=60)
+    # The decode engine goes on: another prefill engine's blocks arrive.
+    prefill = PrefillCache(p2, LAYOUT, num_blocks=4, cache=filled(4))
+    decode.pull(prefill.source, [2, 3], [2, 3], request="next").wait(timeout=60)
+    assert (decode.cache[:, :, [2, 3]] == prefill.cache[:, :, [2, 3]]).all()
+
+
+def test_a_decode_engine_going_away_does_not_fail_the_prefill_engine(two_pairs: tuple[Pair, Pair]) -> None:
+    (p, d1), (_, d2) = two_pairs
+    p.add_peer(d2.address)
+    prefill = PrefillCache(p, LAYOUT, num_blocks=8, cache=filled(8))
+    gone = DecodeCache(d1, LAYOUT, num_blocks=8)
+    pull = gone.pull(prefill.source, range(8), range(8), request="gone", max_in_flight=1)
+    d1.close()
+    try:  # the pull may have ended before the close: then it succeeded
+        pull.wait(timeout=60)
+    except accord.AccordError as e:
+        assert "KV pull 'gone'" in str(e)
+    assert pull.done() and pull.parts_in_flight == 0
+    # The prefill engine goes on serving another decode engine, by pull and by push.
+    decode = DecodeCache(d2, LAYOUT, num_blocks=8)
+    decode.pull(prefill.source, [5, 6], [0, 1], request="pulled").wait(timeout=60)
+    prefill.push(decode.target, [7], [2], request="pushed").wait(timeout=60)
+    assert (decode.cache[:, :, [0, 1, 2]] == prefill.cache[:, :, [5, 6, 7]]).all()
 
 
 def test_two_processes_on_the_network_route_push_and_pull_byte_exact(monkeypatch: pytest.MonkeyPatch) -> None:

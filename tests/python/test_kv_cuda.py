@@ -5,7 +5,6 @@ CUDA device."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 from typing import Any
 
 import pytest
@@ -13,7 +12,7 @@ import pytest
 import accord
 import cuda_roles
 from accord.kv import DecodeCache, KvLayout, PrefillCache
-from conftest import make_pair
+from conftest import Pair, cuda_torch, role_process
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -22,65 +21,39 @@ LAYOUT = KvLayout(*LAYOUT_ARGS, dtype="bfloat16")
 BLOCKS = 24
 
 
-def _torch() -> Any:
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    return torch
-
-
 def check_blocks(torch: Any, decode: DecodeCache, dst: list[int], want: Any, src: list[int]) -> None:
     torch.cuda.synchronize()
     got = decode.cache[:, :, dst].cpu()
     assert torch.equal(got, want[:, :, src].cpu()), "the blocks landed byte-exact"
 
 
-@pytest.mark.parametrize("route", ["memcpy", "network"])
-def test_cuda_caches_pull_and_push_in_one_process(route: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    torch = _torch()
+def test_cuda_caches_pull_and_push_in_one_process(cuda_pair: Pair) -> None:
+    torch = cuda_torch()
     last = torch.cuda.device_count() - 1
-    if route == "network":
-        # Staged and landed over loopback, as between hosts: CUDA IPC cannot map memory of the
-        # process that exported it, so the forced network needs ACCORD_DEVICE_IPC=0 in one process.
-        monkeypatch.setenv("ACCORD_DEVICE_IPC", "0")
-        p, d = accord.Engine(force_network=True), accord.Engine(force_network=True)
-        p.add_peer(d.address)
-        d.add_peer(p.address)
-    else:
-        p, d = make_pair(route)
-    try:
-        want = cuda_roles.kv_pattern(LAYOUT.shape(BLOCKS), 3, "cuda:0")
-        torch.cuda.synchronize()
-        prefill = PrefillCache(p, LAYOUT, BLOCKS, cache=want.clone())
-        zeros = torch.zeros(LAYOUT.shape(BLOCKS), dtype=torch.bfloat16, device=f"cuda:{last}")
-        decode = DecodeCache(d, LAYOUT, BLOCKS, cache=zeros)
-        torch.cuda.synchronize()
-        src, dst = [5, 6, 7, 0, 23, 11], [1, 2, 3, 9, 0, 20]
-        decode.pull(prefill.source, src, dst, request="cuda-pull", imm=51).wait(timeout=60)
-        check_blocks(torch, decode, dst, want, src)
-        reads = DecodeCache.reads_per_pull(LAYOUT, src, dst)
-        assert d.imm_counter(51).wait(reads, timeout=30) == reads
-        src2, dst2 = [12, 13, 1], [4, 5, 22]
-        prefill.push(decode.target, src2, dst2, request="cuda-push", imm=52, pages_per_write=4).wait(timeout=60)
-        assert d.imm_counter(52).wait(1, timeout=30) == 1
-        check_blocks(torch, decode, dst2, want, src2)
-    finally:
-        p.close()
-        d.close()
+    p, d = cuda_pair
+    want = cuda_roles.kv_pattern(LAYOUT.shape(BLOCKS), 3, "cuda:0")
+    torch.cuda.synchronize()
+    prefill = PrefillCache(p, LAYOUT, BLOCKS, cache=want.clone())
+    zeros = torch.zeros(LAYOUT.shape(BLOCKS), dtype=torch.bfloat16, device=f"cuda:{last}")
+    decode = DecodeCache(d, LAYOUT, BLOCKS, cache=zeros)
+    torch.cuda.synchronize()
+    src, dst = [5, 6, 7, 0, 23, 11], [1, 2, 3, 9, 0, 20]
+    decode.pull(prefill.source, src, dst, request="cuda-pull", imm=51).wait(timeout=60)
+    check_blocks(torch, decode, dst, want, src)
+    reads = DecodeCache.reads_per_pull(LAYOUT, src, dst)
+    assert d.imm_counter(51).wait(reads, timeout=30) == reads
+    src2, dst2 = [12, 13, 1], [4, 5, 22]
+    prefill.push(decode.target, src2, dst2, request="cuda-push", imm=52, pages_per_write=4).wait(timeout=60)
+    assert d.imm_counter(52).wait(1, timeout=30) == 1
+    check_blocks(torch, decode, dst2, want, src2)
 
 
 @pytest.mark.parametrize("device_ipc", [True, False], ids=["ipc", "network"])
 def test_cuda_caches_pull_and_push_across_processes(device_ipc: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    torch = _torch()
+    torch = cuda_torch()
     last = torch.cuda.device_count() - 1
     monkeypatch.setenv("ACCORD_DEVICE_IPC", "1" if device_ipc else "0")
-    ctx = mp.get_context("spawn")
-    parent, child = ctx.Pipe()
-    proc = ctx.Process(target=cuda_roles.kv_prefill, args=(child, 0, LAYOUT_ARGS, BLOCKS, device_ipc))
-    proc.start()
-    try:
-        hello = parent.recv()
-        assert "error" not in hello, hello.get("error")
+    with role_process(cuda_roles.kv_prefill, 0, LAYOUT_ARGS, BLOCKS, device_ipc) as (parent, hello):
         with accord.Engine() as engine:
             parent.send(engine.address)
             want = cuda_roles.kv_pattern(LAYOUT.shape(BLOCKS), 3, "cpu")
@@ -108,9 +81,3 @@ def test_cuda_caches_pull_and_push_across_processes(device_ipc: bool, monkeypatc
             check_blocks(torch, decode, [10, 11, 12], want, [20, 21, 8])
             parent.send("exit")
             decode.close()
-    finally:
-        proc.join(timeout=60)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(timeout=10)
-    assert proc.exitcode == 0

@@ -5,7 +5,6 @@ off). Every byte of every version is checked. Skips without torch or a CUDA devi
 
 from __future__ import annotations
 
-import multiprocessing as mp
 from typing import Any
 
 import pytest
@@ -13,7 +12,7 @@ import pytest
 import accord
 import cuda_roles
 from accord.weights import WeightPusher, WeightReceiver
-from conftest import make_pair
+from conftest import Pair, cuda_torch, role_process
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -23,67 +22,41 @@ SHAPES = {"embed": (512, 256), "norm": (256,), "q": (256, 256), "kv": (64, 256),
 VERSIONS = 3
 
 
-def _torch() -> Any:
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    return torch
-
-
 def fill(torch: Any, tensors: dict[str, Any], version: int) -> None:
     for i, t in enumerate(tensors.values()):
         t.copy_(cuda_roles.weight_pattern(i, version, tuple(t.shape), str(t.device)))
     torch.cuda.synchronize()
 
 
-@pytest.mark.parametrize("route", ["memcpy", "network"])
-def test_versions_of_cuda_tensors_land_whole_in_one_process(route: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    torch = _torch()
+def test_versions_of_cuda_tensors_land_whole_in_one_process(cuda_pair: Pair) -> None:
+    torch = cuda_torch()
     last = torch.cuda.device_count() - 1
-    if route == "network":
-        # CUDA IPC cannot map memory of the process that exported it: the forced network needs
-        # ACCORD_DEVICE_IPC=0 in one process (staged and landed over loopback).
-        monkeypatch.setenv("ACCORD_DEVICE_IPC", "0")
-        t, r = accord.Engine(force_network=True), accord.Engine(force_network=True)
-        t.add_peer(r.address)
-        r.add_peer(t.address)
-    else:
-        t, r = make_pair(route)
-    try:
-        weights = {n: torch.empty(s, dtype=torch.bfloat16, device="cuda:0") for n, s in SHAPES.items()}
-        copies = {n: torch.zeros(s, dtype=torch.bfloat16, device=f"cuda:{last}") for n, s in SHAPES.items()}
-        receiver = WeightReceiver(r, copies)
-        pusher = WeightPusher(t, weights, [receiver.manifest()])
-        receiver.attach(pusher.info())
-        for version in range(1, VERSIONS + 1):
-            fill(torch, weights, version)
-            pusher.push(version).wait(timeout=60)
-            receiver.wait(version, timeout=60)
-            torch.cuda.synchronize()
-            for i, (n, c) in enumerate(copies.items()):
-                want = cuda_roles.weight_pattern(i, version, SHAPES[n], f"cuda:{last}")
-                assert torch.equal(c, want), f"{n} of version {version}"
-            receiver.ack(version)
-        pusher.close()
-        receiver.close()
-    finally:
-        t.close()
-        r.close()
+    t, r = cuda_pair
+    weights = {n: torch.empty(s, dtype=torch.bfloat16, device="cuda:0") for n, s in SHAPES.items()}
+    copies = {n: torch.zeros(s, dtype=torch.bfloat16, device=f"cuda:{last}") for n, s in SHAPES.items()}
+    receiver = WeightReceiver(r, copies)
+    pusher = WeightPusher(t, weights, [receiver.manifest()])
+    receiver.attach(pusher.info())
+    for version in range(1, VERSIONS + 1):
+        fill(torch, weights, version)
+        pusher.push(version).wait(timeout=60)
+        receiver.wait(version, timeout=60)
+        torch.cuda.synchronize()
+        for i, (n, c) in enumerate(copies.items()):
+            want = cuda_roles.weight_pattern(i, version, SHAPES[n], f"cuda:{last}")
+            assert torch.equal(c, want), f"{n} of version {version}"
+        receiver.ack(version)
+    pusher.close()
+    receiver.close()
 
 
 @pytest.mark.parametrize("device_ipc", [True, False], ids=["ipc", "network"])
 def test_versions_of_cuda_tensors_land_whole_in_another_process(device_ipc: bool,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    torch = _torch()
+    torch = cuda_torch()
     last = torch.cuda.device_count() - 1
     monkeypatch.setenv("ACCORD_DEVICE_IPC", "1" if device_ipc else "0")
-    ctx = mp.get_context("spawn")
-    parent, child = ctx.Pipe()
-    proc = ctx.Process(target=cuda_roles.weight_receiver, args=(child, last, SHAPES, VERSIONS))
-    proc.start()
-    try:
-        hello = parent.recv()
-        assert "error" not in hello, hello.get("error")
+    with role_process(cuda_roles.weight_receiver, last, SHAPES, VERSIONS) as (parent, hello):
         with accord.Engine() as engine:
             weights = {n: torch.empty(s, dtype=torch.bfloat16, device="cuda:0") for n, s in SHAPES.items()}
             pusher = WeightPusher(engine, weights, [hello["manifest"]])
@@ -96,9 +69,3 @@ def test_versions_of_cuda_tensors_land_whole_in_another_process(device_ipc: bool
                 assert report == {"version": version, "wrong": []}, report
             parent.send("done")
             pusher.close()
-    finally:
-        proc.join(timeout=60)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(timeout=10)
-    assert proc.exitcode == 0

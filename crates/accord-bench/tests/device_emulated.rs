@@ -15,10 +15,10 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use accord_coll::engine::{EngineTransport, PreparedEngine};
+use accord_coll::engine::connect_in_process;
 use accord_coll::{CollConfig, Communicator};
 use accord_device::{DeviceComm, DeviceCommConfig};
-use accord_engine::{Engine, EngineAddress, FaultConfig, ShmConfig};
+use accord_engine::{Engine, FaultConfig, ShmConfig};
 
 /// The C entry points the test calls, each a thin wrapper of one device function.
 const WRAPPERS: &str = r#"
@@ -285,17 +285,15 @@ fn run(route: Route, n: usize) {
     let lib = build_lib(&cxx);
     let config =
         DeviceCommConfig { rings: 2, slot_count: 8, user_signals: 4, counters: 2, ..DeviceCommConfig::default() };
-    let prepared: Vec<PreparedEngine> =
-        (0..n).map(|r| EngineTransport::prepare(engine(route, 300 + r as u64), n).expect("prepare")).collect();
-    let addresses: Vec<EngineAddress> = prepared.iter().map(PreparedEngine::address).collect();
+    let engines = (0..n).map(|r| engine(route, 300 + r as u64)).collect();
+    let transports = connect_in_process(engines).expect("the ranks' engines prepare and connect");
     let results: Vec<Result<(), String>> = std::thread::scope(|s| {
-        let handles: Vec<_> = prepared
+        let handles: Vec<_> = transports
             .into_iter()
             .enumerate()
-            .map(|(rank, p)| {
-                let (addresses, config, lib) = (addresses.clone(), config.clone(), &lib);
+            .map(|(rank, t)| {
+                let (config, lib) = (config.clone(), &lib);
                 s.spawn(move || {
-                    let t = p.connect(rank, addresses).map_err(|e| e.to_string())?;
                     let coll = CollConfig { timeout: Duration::from_secs(30), ..CollConfig::default() };
                     let comm = Communicator::new(t, coll).map_err(|e| e.to_string())?;
                     let mut dc = DeviceComm::new(comm, config).map_err(|e| e.to_string())?;

@@ -294,13 +294,8 @@ fn permutation(args: PermutationArgs) -> Result<(), String> {
         return Ok(());
     }
     println!(
-        "# permutation: {} hosts, {:?}, {} Gbit/s, {} bytes/host, mtu {}, {} paths, chunk {}, queue {}, cc {}, selector {}, pacer {:?}, seed {}",
-        opts.nodes,
-        opts.topology,
-        opts.link_gbps,
-        opts.bytes,
-        opts.mtu,
-        opts.paths,
+        "# permutation: {}, chunk {}, queue {}, cc {}, selector {}, pacer {:?}, seed {}",
+        opts.fabric_summary(),
         // The chunk in force: EQDS caps it at its own largest chunk.
         match CcKind::from_name(&opts.cc) {
             Ok(CcKind::Eqds(eqds)) => opts.chunk.min(eqds.chunk_bytes_max),

@@ -5,9 +5,9 @@
 //! dead, and the collectives' waits (which name their peers, so liveness watches them) did
 //! not give up.
 
-use accord_coll::engine::{EngineTransport, PreparedEngine};
+use accord_coll::engine::{connect_in_process, EngineTransport};
 use accord_coll::{Bufs, CollConfig, Communicator, DType, ReduceOp};
-use accord_engine::{Engine, EngineAddress, EngineConfig, FaultConfig};
+use accord_engine::{Engine, EngineConfig, FaultConfig};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -59,20 +59,15 @@ fn run_rank(rank: usize, mut c: Communicator<EngineTransport>, done: &AtomicUsiz
 fn four_ranks_resume_after_a_5_s_blackhole_with_the_default_timeouts() {
     let engines: Vec<Arc<Engine>> = (0..RANKS).map(|r| rank_engine(200 + r as u64)).collect();
     assert_eq!(engines[0].config().idle_timeout, OUTAGE, "the outage outlasts the default idle timeout");
-    let prepared: Vec<PreparedEngine> =
-        engines.iter().map(|e| EngineTransport::prepare(e.clone(), RANKS).unwrap()).collect();
-    let addresses: Vec<EngineAddress> = prepared.iter().map(PreparedEngine::address).collect();
+    let transports = connect_in_process(engines.clone()).unwrap();
     let done = AtomicUsize::new(0);
     std::thread::scope(|s| {
-        let ranks: Vec<_> = prepared
+        let ranks: Vec<_> = transports
             .into_iter()
             .enumerate()
-            .map(|(rank, p)| {
-                let (addresses, done) = (addresses.clone(), &done);
-                s.spawn(move || {
-                    let t = p.connect(rank, addresses).unwrap();
-                    run_rank(rank, Communicator::new(t, CollConfig::default()).unwrap(), done)
-                })
+            .map(|(rank, t)| {
+                let done = &done;
+                s.spawn(move || run_rank(rank, Communicator::new(t, CollConfig::default()).unwrap(), done))
             })
             .collect();
         let deadline = Instant::now() + WAIT;
@@ -90,8 +85,8 @@ fn four_ranks_resume_after_a_5_s_blackhole_with_the_default_timeouts() {
         eprintln!("the outage began after all-reduce {cut_at}; all {ITERATIONS} completed on every rank");
     });
     for (rank, e) in engines.iter().enumerate() {
-        for (other, peer) in addresses.iter().enumerate() {
-            assert_eq!(e.peer_death(peer.id), None, "rank {rank} called live rank {other} dead");
+        for (other, peer) in engines.iter().enumerate() {
+            assert_eq!(e.peer_death(peer.address().id), None, "rank {rank} called live rank {other} dead");
         }
         let s = e.stats();
         let resends: u64 = s.lanes.iter().map(|l| l.reconnect_resends).sum();

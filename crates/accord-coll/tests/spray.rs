@@ -17,7 +17,7 @@
 #[path = "../../accord-engine/tests/sprayer/mod.rs"]
 mod sprayer;
 
-use accord_coll::engine::{EngineTransport, PreparedEngine};
+use accord_coll::engine::{connect_in_process, EngineTransport};
 use accord_coll::{Algo, Bufs, CollConfig, Communicator, DType, ReduceOp};
 use accord_engine::{Engine, EngineAddress, EngineConfig, FaultConfig, TransferError};
 use accord_proto::JobSecret;
@@ -119,20 +119,19 @@ fn four_ranks_under_spray_compute_every_value_right() {
     let engines: Vec<Arc<Engine>> = (0..RANKS).map(|r| rank_engine(secret, 100 + r as u64)).collect();
     let targets: Vec<SocketAddr> =
         engines.iter().flat_map(|e| e.address().nics.into_iter().flatten().flatten()).collect();
-    let prepared: Vec<PreparedEngine> =
-        engines.iter().map(|e| EngineTransport::prepare(e.clone(), RANKS).unwrap()).collect();
-    let addresses: Vec<EngineAddress> = prepared.iter().map(PreparedEngine::address).collect();
+    let addresses: Vec<EngineAddress> = engines.iter().map(|e| e.address()).collect();
+    let transports = connect_in_process(engines.clone()).unwrap();
     let config = CollConfig { timeout: WAIT, ..CollConfig::default() };
     let stop = AtomicBool::new(false);
     let (checked, sprayed, delivered) = std::thread::scope(|s| {
         let sprayer = s.spawn(|| sprayer::spray(targets, &stop, 44, Duration::from_millis(1)));
         let outsider = s.spawn(|| outsider_sends(&addresses));
-        let ranks: Vec<_> = prepared
+        let ranks: Vec<_> = transports
             .into_iter()
             .enumerate()
-            .map(|(rank, p)| {
-                let (addresses, config) = (addresses.clone(), config.clone());
-                s.spawn(move || run_rank(rank, Communicator::new(p.connect(rank, addresses).unwrap(), config).unwrap()))
+            .map(|(rank, t)| {
+                let config = config.clone();
+                s.spawn(move || run_rank(rank, Communicator::new(t, config).unwrap()))
             })
             .collect();
         let checked: usize = ranks.into_iter().map(|h| h.join().unwrap()).sum();

@@ -122,6 +122,14 @@ struct Expect {
     src_offset: u64,
 }
 
+/// Why the owner refuses a write to a [`forged`] descriptor.
+const REFUSED: TransferError = TransferError::Rejected(accord_proto::wire::RejectReason::BadKey);
+
+/// `desc` with a key its owner never gave out: every write to it must be refused.
+fn forged(desc: MrDescriptor) -> MrDescriptor {
+    MrDescriptor { key: desc.key ^ 1, ..desc }
+}
+
 /// The child process; dropping it kills it (its group's drop).
 struct ChildProc {
     group: Group,
@@ -230,38 +238,21 @@ fn two_processes_every_device_route() {
         let op = WriteOp { src, src_offset, dst, dst_offset, len, imm: Some(imm) };
         a.write(&op).unwrap().wait_timeout(WAIT)
     };
-    // Device -> device through IPC.
-    write(&dev_h, 8, &dev_d, 0, quarter, 1).unwrap();
-    c.check(Expect { which: "device", imm: 1, count: 1, dst_offset: 0, len: quarter, seed: 1, src_offset: 8 });
-    // Host -> device through IPC.
-    write(&host_h, 16, &dev_d, quarter, quarter + 13, 2).unwrap();
-    c.check(Expect {
-        which: "device",
-        imm: 2,
-        count: 1,
-        dst_offset: quarter,
-        len: quarter + 13,
-        seed: 2,
-        src_offset: 16,
-    });
-    // Device -> host region of the child: staged (several chunks, an uneven tail).
-    write(&dev_h, 3, &host_d, 100, 3 * quarter + 999, 3).unwrap();
-    c.check(Expect {
-        which: "host",
-        imm: 3,
-        count: 1,
-        dst_offset: 100,
-        len: 3 * quarter + 999,
-        seed: 1,
-        src_offset: 3,
-    });
+    // Each write (source, its offset, its pattern; the child's region, destination, its offset;
+    // length; immediate), then the child's check of what landed.
+    for (src, src_offset, seed, which, dst, dst_offset, len, imm) in [
+        // Device -> device through IPC.
+        (&dev_h, 8, 1, "device", &dev_d, 0, quarter, 1),
+        // Host -> device through IPC.
+        (&host_h, 16, 2, "device", &dev_d, quarter, quarter + 13, 2),
+        // Device -> host region of the child: staged (several chunks, an uneven tail).
+        (&dev_h, 3, 1, "host", &host_d, 100, 3 * quarter + 999, 3),
+    ] {
+        write(src, src_offset, dst, dst_offset, len, imm).unwrap();
+        c.check(Expect { which, imm, count: 1, dst_offset, len, seed, src_offset });
+    }
     // A refused destination: a transfer error, nothing counted.
-    let mut bad = host_d;
-    bad.key ^= 1;
-    assert_eq!(
-        write(&dev_h, 0, &bad, 0, quarter, 9),
-        Err(TransferError::Rejected(accord_proto::wire::RejectReason::BadKey))
-    );
+    assert_eq!(write(&dev_h, 0, &forged(host_d), 0, quarter, 9), Err(REFUSED));
     // With device IPC off the child counts as remote: device destinations go through the
     // landing rendezvous (pinned slots of the child, host-to-device there), host destinations
     // are staged.
@@ -282,35 +273,19 @@ fn two_processes_every_device_route() {
         let op = WriteOp { src, src_offset, dst, dst_offset, len, imm: Some(imm) };
         b.write(&op).unwrap().wait_timeout(WAIT)
     };
-    // Device -> device of the child, staged here and landed there (several chunks, a tail).
-    b_write(&b_h, 5, &dev_d, 11, 2 * quarter + 4097, 10).unwrap();
-    c.check(Expect {
-        which: "device",
-        imm: 10,
-        count: 1,
-        dst_offset: 11,
-        len: 2 * quarter + 4097,
-        seed: 1,
-        src_offset: 5,
-    });
-    // Host -> device of the child, landed there.
-    b_write(&b_host_h, 9, &dev_d, 3 * quarter, quarter - 1, 11).unwrap();
-    c.check(Expect {
-        which: "device",
-        imm: 11,
-        count: 1,
-        dst_offset: 3 * quarter,
-        len: quarter - 1,
-        seed: 2,
-        src_offset: 9,
-    });
+    // The same for these writes (as above: source, offset, pattern; region, destination,
+    // offset; length; immediate).
+    for (src, src_offset, seed, which, dst, dst_offset, len, imm) in [
+        // Device -> device of the child, staged here and landed there (several chunks, a tail).
+        (&b_h, 5, 1, "device", &dev_d, 11, 2 * quarter + 4097, 10),
+        // Host -> device of the child, landed there.
+        (&b_host_h, 9, 2, "device", &dev_d, 3 * quarter, quarter - 1, 11),
+    ] {
+        b_write(src, src_offset, dst, dst_offset, len, imm).unwrap();
+        c.check(Expect { which, imm, count: 1, dst_offset, len, seed, src_offset });
+    }
     // A refused device destination: a transfer error at the writer, nothing counted.
-    let mut bad_dev = dev_d;
-    bad_dev.key ^= 1;
-    assert_eq!(
-        b_write(&b_h, 0, &bad_dev, 0, quarter, 12),
-        Err(TransferError::Rejected(accord_proto::wire::RejectReason::BadKey))
-    );
+    assert_eq!(b_write(&b_h, 0, &forged(dev_d), 0, quarter, 12), Err(REFUSED));
     let op = WriteOp { src: &b_h, src_offset: 50, dst: &host_d, dst_offset: 7, len: quarter + 1, imm: Some(4) };
     b.write(&op).unwrap().wait_timeout(WAIT).unwrap();
     c.check(Expect { which: "host", imm: 4, count: 1, dst_offset: 7, len: quarter + 1, seed: 1, src_offset: 50 });

@@ -3,8 +3,8 @@
 //! and every byte written, paged, scattered and sent is checked.
 
 use accord_engine::{
-    Engine, EngineAddress, EngineId, FaultConfig, MrDescriptor, PagedReadOp, PagedWriteOp, ReadOp, ScatterDst,
-    ShmConfig, StridedPagedWriteOp, Transfer, TransferError, WriteOp,
+    Engine, EngineAddress, EngineId, FaultConfig, MrBuffer, MrDescriptor, PagedReadOp, PagedWriteOp, ReadOp,
+    ScatterDst, ShmConfig, StridedPagedWriteOp, SubmitError, Transfer, TransferError, WriteOp,
 };
 
 use accord_testkit::{hear, say, Group, Spawn};
@@ -339,21 +339,11 @@ fn read_back(engine: &Engine, all: &[Hello], me: usize, n: usize) -> Result<(), 
         for op in [slice, pages] {
             reads.push((format!("read from {j}"), engine.read(&op).map_err(|e| e.to_string())?));
         }
-        let mut forged = d;
-        forged.key ^= 1;
+        let forged = MrDescriptor { key: d.key ^ 1, ..d };
         let op = ReadOp { dst: &h, dst_offset: 0, src: &forged, src_offset: 0, len: 64, imm: Some(IMM_READ) };
-        match engine.read(&op).map_err(|e| e.to_string())?.wait_timeout(WAIT) {
-            Err(TransferError::Rejected(_)) => {}
-            other => return Err(format!("a read with a forged key from {j}: {other:?}")),
-        }
+        expect_refused(engine.read(&op), &format!("a read with a forged key from {j}"))?;
     }
-    for (what, t) in &reads {
-        t.wait_timeout(WAIT).map_err(|e| format!("{what}: {e}"))?;
-    }
-    let target = reads.len() as u64;
-    if engine.imm_counter(IMM_READ).value() != target {
-        return Err(format!("reads counted {}, expected exactly {target}", engine.imm_counter(IMM_READ).value()));
-    }
+    wait_counted_once_each(engine, &reads, IMM_READ, "reads")?;
     let got = into.to_vec();
     if me == 0 && got[..SLICE].iter().any(|&b| b != 0) {
         return Err("the refused read placed bytes".into());
@@ -369,6 +359,32 @@ fn read_back(engine: &Engine, all: &[Hello], me: usize, n: usize) -> Result<(), 
                 return Err(format!("page {i} read from {j} differs"));
             }
         }
+    }
+    Ok(())
+}
+
+/// `what` (a transfer made with a forged key) must fail as refused by its owner.
+fn expect_refused(transfer: Result<Transfer, SubmitError>, what: &str) -> Result<(), String> {
+    match transfer.map_err(|e| e.to_string())?.wait_timeout(WAIT) {
+        Err(TransferError::Rejected(_)) => Ok(()),
+        other => Err(format!("{what}: {other:?}")),
+    }
+}
+
+/// Waits for every named transfer in `transfers`, then checks that `imm` was counted here
+/// exactly once per transfer (`what` names them in the error).
+fn wait_counted_once_each(
+    engine: &Engine,
+    transfers: &[(String, Transfer)],
+    imm: u32,
+    what: &str,
+) -> Result<(), String> {
+    for (name, t) in transfers {
+        t.wait_timeout(WAIT).map_err(|e| format!("{name}: {e}"))?;
+    }
+    let (counted, target) = (engine.imm_counter(imm).value(), transfers.len() as u64);
+    if counted != target {
+        return Err(format!("{what} counted {counted}, expected exactly {target}"));
     }
     Ok(())
 }
@@ -429,22 +445,11 @@ fn read_back_batched(engine: &Engine, all: &[Hello], me: usize, n: usize) -> Res
         for op in [pages, planes] {
             reads.push((format!("batched read from {j}"), engine.read_paged(&op).map_err(|e| e.to_string())?));
         }
-        let mut forged = d;
-        forged.key ^= 1;
+        let forged = MrDescriptor { key: d.key ^ 1, ..d };
         let op = PagedReadOp { src: &forged, imm: Some(IMM_BATCHED), ..pages };
-        match engine.read_paged(&op).map_err(|e| e.to_string())?.wait_timeout(WAIT) {
-            Err(TransferError::Rejected(_)) => {}
-            other => return Err(format!("a batched read with a forged key from {j}: {other:?}")),
-        }
+        expect_refused(engine.read_paged(&op), &format!("a batched read with a forged key from {j}"))?;
     }
-    for (what, t) in &reads {
-        t.wait_timeout(WAIT).map_err(|e| format!("{what}: {e}"))?;
-    }
-    let target = reads.len() as u64;
-    let counted = engine.imm_counter(IMM_BATCHED).value();
-    if counted != target {
-        return Err(format!("batched reads counted {counted}, expected exactly {target}"));
-    }
+    wait_counted_once_each(engine, &reads, IMM_BATCHED, "batched reads")?;
     let got = into.to_vec();
     for j in (0..n).filter(|j| *j != me) {
         if got[j * paged_len..(j + 1) * paged_len] != bytes(seed(2, me, j), paged_len)[..] {
@@ -495,16 +500,35 @@ fn exchange_hellos(hello: &Hello) -> Result<Vec<Hello>, String> {
     serde_json::from_str(&line).map_err(|e| e.to_string())
 }
 
+/// A kill test's engine: a short idle timeout, so the survivor notices the killed process soon.
+fn kill_engine() -> Result<Engine, String> {
+    Engine::builder().ignore_env().idle_timeout(Duration::from_millis(400)).build().map_err(|e| e.to_string())
+}
+
+/// Trades hellos (this engine and its `region`) with the other process of a kill test, adds it
+/// as a peer and returns its hello.
+fn meet_the_other(engine: &Engine, region: &MrBuffer, me: usize) -> Result<Hello, String> {
+    let mut all = exchange_hellos(&Hello { address: engine.address(), region: region.descriptor() })?;
+    let peer = all.swap_remove(1 - me);
+    engine.add_peer(&peer.address).map_err(|e| e.to_string())?;
+    Ok(peer)
+}
+
+/// The victim of a kill test, once it said "LANDED": waits for the parent's kill until `deadline`.
+fn wait_to_be_killed(deadline: Instant) -> Result<(), String> {
+    say("LANDED");
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err("was not killed".into())
+}
+
 /// Process 0 writes to process 1 over shared memory, byte-exact, until the parent kills
 /// process 1 (after "STARTED"); then a write must fail with an error, not hang.
 fn kill_child(me: usize) -> Result<(), String> {
-    let engine =
-        Engine::builder().ignore_env().idle_timeout(Duration::from_millis(400)).build().map_err(|e| e.to_string())?;
+    let engine = kill_engine()?;
     let region = engine.alloc(KILL_WRITE).map_err(|e| e.to_string())?;
-    let hello = Hello { address: engine.address(), region: region.descriptor() };
-    let all = exchange_hellos(&hello)?;
-    let peer = &all[1 - me];
-    engine.add_peer(&peer.address).map_err(|e| e.to_string())?;
+    let peer = meet_the_other(&engine, &region, me)?;
     let deadline = Instant::now() + CHILD_DEADLINE;
     if me == 1 {
         // The victim: checks the first write landed exactly, then waits to be killed.
@@ -512,11 +536,7 @@ fn kill_child(me: usize) -> Result<(), String> {
         if got < 1 || region.to_vec() != bytes(seed(7, 0, 1), KILL_WRITE) {
             return Err("the first write did not land byte-exact".into());
         }
-        say("LANDED");
-        while Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        return Err("was not killed".into());
+        return wait_to_be_killed(deadline);
     }
     let src = engine.alloc(KILL_WRITE).map_err(|e| e.to_string())?;
     src.write_at(0, &bytes(seed(7, 0, 1), KILL_WRITE)).unwrap();
@@ -558,22 +578,14 @@ fn kill_child(me: usize) -> Result<(), String> {
 /// READ of it as 64 planes of 32 pages, every other page), byte-exact, until the parent kills
 /// process 1 (after "STARTED"); then a read must fail naming process 1's engine, not hang.
 fn kill_read_child(me: usize, batched: bool) -> Result<(), String> {
-    let engine =
-        Engine::builder().ignore_env().idle_timeout(Duration::from_millis(400)).build().map_err(|e| e.to_string())?;
+    let engine = kill_engine()?;
     let region = engine.alloc(KILL_WRITE).map_err(|e| e.to_string())?;
     region.write_at(0, &bytes(seed(8, me, 0), KILL_WRITE)).unwrap();
-    let hello = Hello { address: engine.address(), region: region.descriptor() };
-    let all = exchange_hellos(&hello)?;
-    let peer = &all[1 - me];
-    engine.add_peer(&peer.address).map_err(|e| e.to_string())?;
+    let peer = meet_the_other(&engine, &region, me)?;
     let deadline = Instant::now() + CHILD_DEADLINE;
     if me == 1 {
         // The owner: serves reads until it is killed.
-        say("LANDED");
-        while Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        return Err("was not killed".into());
+        return wait_to_be_killed(deadline);
     }
     let h = region.handle();
     let op = ReadOp { dst: &h, dst_offset: 0, src: &peer.region, src_offset: 0, len: KILL_WRITE as u64, imm: None };
@@ -724,27 +736,22 @@ fn run_group(n: usize, scenario: Scenario) {
     }
 }
 
-#[test]
-fn two_processes() {
-    run_group(2, Scenario::Clean);
+/// One test per (processes, scenario), named for both: each runs [`run_group`].
+macro_rules! group_tests {
+    ($($name:ident: $n:expr, $scenario:ident;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                run_group($n, Scenario::$scenario);
+            }
+        )*
+    };
 }
 
-#[test]
-fn four_processes() {
-    run_group(4, Scenario::Clean);
-}
-
-#[test]
-fn two_processes_loss_and_reordering() {
-    run_group(2, Scenario::Lossy);
-}
-
-#[test]
-fn four_processes_loss_and_reordering() {
-    run_group(4, Scenario::Lossy);
-}
-
-#[test]
-fn two_nics_one_cut_mid_transfer() {
-    run_group(2, Scenario::TwoNicsOneCut);
+group_tests! {
+    two_processes: 2, Clean;
+    four_processes: 4, Clean;
+    two_processes_loss_and_reordering: 2, Lossy;
+    four_processes_loss_and_reordering: 4, Lossy;
+    two_nics_one_cut_mid_transfer: 2, TwoNicsOneCut;
 }

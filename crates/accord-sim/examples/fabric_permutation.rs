@@ -29,13 +29,8 @@ fn main() {
         opts.rx_batch = std::time::Duration::from_nanos(ns.parse().expect("rx_batch_ns: a number"));
     }
     println!(
-        "permutation: {} hosts, {:?}, {} Gbit/s, {} bytes/host, mtu {}, {} paths, queue {}, rx_batch {:?}, seed {}",
-        opts.nodes,
-        opts.topology,
-        opts.link_gbps,
-        opts.bytes,
-        opts.mtu,
-        opts.paths,
+        "permutation: {}, queue {}, rx_batch {:?}, seed {}",
+        opts.fabric_summary(),
         opts.queue,
         opts.rx_batch,
         opts.seed

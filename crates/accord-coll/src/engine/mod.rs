@@ -297,6 +297,17 @@ impl EngineTransport {
     }
 }
 
+/// Connects `engines` as ranks `0..engines.len()` of one group inside this process (tests and
+/// benches that run every rank here): every engine is prepared before any address is shared,
+/// as `join` does through its store, then each is introduced to the others. The transports
+/// come in rank order, each ready to move to its rank's thread.
+pub fn connect_in_process(engines: Vec<Arc<Engine>>) -> Result<Vec<EngineTransport>, TransportError> {
+    let n = engines.len();
+    let prepared = engines.into_iter().map(|e| EngineTransport::prepare(e, n)).collect::<Result<Vec<_>, _>>()?;
+    let addresses: Vec<EngineAddress> = prepared.iter().map(PreparedEngine::address).collect();
+    prepared.into_iter().enumerate().map(|(rank, p)| p.connect(rank, addresses.clone())).collect()
+}
+
 /// An engine ready to receive control messages, not yet introduced to its peers.
 pub struct PreparedEngine {
     engine: Arc<Engine>,

@@ -32,21 +32,14 @@ fn on_ranks_with<R: Send>(
     cfg: CollConfig,
     f: impl Fn(usize, Communicator<EngineTransport>) -> R + Sync,
 ) -> Vec<R> {
-    // Every rank prepares before any address is shared, as `join` does through the store.
-    let prepared: Vec<PreparedEngine> =
-        engines(n).into_iter().map(|e| EngineTransport::prepare(e, n).unwrap()).collect();
-    let addresses: Vec<EngineAddress> = prepared.iter().map(PreparedEngine::address).collect();
+    let transports = connect_in_process(engines(n)).unwrap();
     std::thread::scope(|s| {
-        let handles: Vec<_> = prepared
+        let handles: Vec<_> = transports
             .into_iter()
             .enumerate()
-            .map(|(rank, p)| {
-                let addresses = addresses.clone();
+            .map(|(rank, t)| {
                 let (f, cfg) = (&f, cfg.clone());
-                s.spawn(move || {
-                    let t = p.connect(rank, addresses).unwrap();
-                    f(rank, Communicator::new(t, cfg).unwrap())
-                })
+                s.spawn(move || f(rank, Communicator::new(t, cfg).unwrap()))
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()

@@ -183,6 +183,15 @@ impl ExperimentOptions {
         Ok(cfg)
     }
 
+    /// The fabric and the load, as a run's header line starts (`accord sim permutation` and the
+    /// `fabric_permutation` example): hosts, topology, line rate, bytes per host, MTU, paths.
+    pub fn fabric_summary(&self) -> String {
+        format!(
+            "{} hosts, {:?}, {} Gbit/s, {} bytes/host, mtu {}, {} paths",
+            self.nodes, self.topology, self.link_gbps, self.bytes, self.mtu, self.paths
+        )
+    }
+
     /// The switch queue policy this run uses: `queue`, with `auto` resolved for `cc`.
     pub fn queue_name(&self) -> &str {
         if self.queue.trim().eq_ignore_ascii_case("auto") {

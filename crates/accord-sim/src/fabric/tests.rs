@@ -173,3 +173,19 @@ fn workloads() {
     assert!(mixed.iter().filter(|f| f.class == workload::FlowClass::Victim).all(|f| f.src != 0 && f.dst != 0));
     assert_eq!(workload::all_to_all(5, 1, Duration::ZERO, &mut rng).len(), 20);
 }
+
+/// The header both `accord sim permutation` and the `fabric_permutation` example print starts
+/// with this summary, word for word as they printed it before they shared it.
+#[test]
+fn fabric_summary_names_hosts_topology_rate_bytes_mtu_and_paths() {
+    let opts = super::ExperimentOptions {
+        nodes: 16,
+        topology: TopologyKind::Star,
+        link_gbps: 100.0,
+        bytes: 1_000_000,
+        mtu: 4096,
+        paths: 8,
+        ..Default::default()
+    };
+    assert_eq!(opts.fabric_summary(), "16 hosts, Star, 100 Gbit/s, 1000000 bytes/host, mtu 4096, 8 paths");
+}
