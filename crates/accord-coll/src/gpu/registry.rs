@@ -155,9 +155,11 @@ impl PeerMappings {
 
     /// The base address, in this process, of `peer`'s registration `id`.
     pub fn resolve(&mut self, peer: usize, id: u64, timeout: std::time::Duration) -> GpuResult<DevicePtr> {
-        let (gpu, store, key) = (&self.gpu, &mut self.store, registration_key(&self.prefix, peer, id));
-        let (mapping, evicted) =
-            self.open.get_or_open((peer, id), || open_registration(gpu, store, &key, peer, id, timeout))?;
+        // The store key is formatted only on a miss: a hit costs one hash lookup, no allocation.
+        let (gpu, store, prefix) = (&self.gpu, &mut self.store, &self.prefix);
+        let (mapping, evicted) = self.open.get_or_open((peer, id), || {
+            open_registration(gpu, store, &registration_key(prefix, peer, id), peer, id, timeout)
+        })?;
         if let Some(old) = evicted {
             self.retire(old)?;
         }
