@@ -209,7 +209,7 @@ def profile(
 def captured(torch: Any, dist: Any, step: Callable[[], Any]) -> tuple[Any, Any]:
     """``step`` run twice on a side stream (warm-up), then captured once in a CUDA graph, every
     rank in step (a barrier before and after the capture): the graph and the captured result."""
-    side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+    side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(2):
