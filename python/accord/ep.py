@@ -435,32 +435,20 @@ class Buffer:
         )
 
     def _wait(self, sig: int, per_peer: int, lag: int, slot: int, stage: int) -> None:
+        """Waits, bounded, until every other rank raised `sig` `per_peer` more times this call
+        (calls after the first `lag` only): a one-warp kernel, or the host (wait="host")."""
         if self._host_wait:
-            # wait="host": the side stream's work so far is finished, then the host waits.
-            if torch.cuda.is_current_stream_capturing():
-                raise EpError(
-                    "accord.ep: a CUDA graph capture needs GPU waits: start the process with CUDA_MODULE_LOADING=EAGER "
-                    "and create the Buffer with wait='gpu' (or 'auto')"
-                )
-            self._side.synchronize()
-            self._host_epochs[slot] += 1
-            epoch = self._host_epochs[slot]
-            if epoch > lag:
-                target = per_peer * (self.num_ranks - 1) * (epoch - lag)
-                try:
-                    self._dc.wait_signal(sig, target, self.timeout)
-                except accord.AccordError as e:
-                    self._failed = f"accord.ep on rank {self.rank}: {STAGES.get(stage)}: {e}; {self._diagnosis()}"
-                    raise EpError(self._failed) from None
+            self._wait_on_host(range(sig, sig + 1), per_peer, lag, slot, stage)
             return
         self._launch(
             "ep_wait", 1, 32, self._table, u32(self.rank), u32(self.num_ranks), u32(sig), u64(per_peer), u64(lag),
             u64(self._state.data_ptr()), u32(slot), u64(self._timeout_ns), *self._status_args(stage),
         )
 
-    def _wait_chunks(self, sig_base: int, chunks: int, slot: int, stage: int) -> None:
+    def _wait_on_host(self, sigs: range, per_peer: int, lag: int, slot: int, stage: int) -> None:
         """The host waits (after the side stream's work so far) until every other rank raised
-        each of `chunks` signals `sig_base + c` once more than at the last call."""
+        each signal of `sigs` `per_peer` times a call (calls after the first `lag`), bounded by
+        the buffer's timeout; a failure names the stage and, through the device API, the rank."""
         if torch.cuda.is_current_stream_capturing():
             raise EpError(
                 "accord.ep: a CUDA graph capture needs GPU waits: start the process with CUDA_MODULE_LOADING=EAGER "
@@ -468,12 +456,16 @@ class Buffer:
             )
         self._side.synchronize()
         self._host_epochs[slot] += 1
-        target = (self.num_ranks - 1) * self._host_epochs[slot]
-        for c in range(chunks):
+        epoch = self._host_epochs[slot]
+        if epoch <= lag:
+            return
+        target = per_peer * (self.num_ranks - 1) * (epoch - lag)
+        for sig in sigs:
             try:
-                self._dc.wait_signal(sig_base + c, target, self.timeout)
+                self._dc.wait_signal(sig, target, self.timeout)
             except accord.AccordError as e:
-                self._failed = f"accord.ep on rank {self.rank}: {STAGES.get(stage)} (chunk {c}): {e}; {self._diagnosis()}"
+                where = f" (chunk {sig - sigs.start})" if len(sigs) > 1 else ""
+                self._failed = f"accord.ep on rank {self.rank}: {STAGES.get(stage)}{where}: {e}; {self._diagnosis()}"
                 raise EpError(self._failed) from None
 
     def _next_publication(self) -> tuple[Any, Any]:
@@ -487,7 +479,8 @@ class Buffer:
         from pinned memory the kernel stored into: no copy, event or blocking CUDA call. (A
         synchronous ``.cpu()`` here sat in the driver while the wait kernel spun, and on the
         2xH200 host the proxy's next copy then waited for it: both ranks stalled until the wait
-        timed out; an asynchronous copy and a polled event cost about 100 us more than this.)
+        timed out; an asynchronous copy and a polled event needed several torch calls and a
+        conversion kernel, with the GPU idle meanwhile in the profile.)
         Spins first, then sleeps briefly, bounded by the buffer's timeout."""
         view, seq = self._host_view, self._host_seq
         deadline = time.monotonic() + self.timeout + 5.0
@@ -701,7 +694,7 @@ class Buffer:
         copy_out = not zero_copy and self._pipelined_output and not self._host_wait
         recv_x = torch.empty(rows_out, self.hidden, dtype=self.dtype, device=dev) if copy_out else window[:rows_out]
         if self._host_wait:
-            self._wait_chunks(SIG_DISPATCH, max(chunks, 1), SLOT_DISPATCH, 2)
+            self._wait_on_host(range(SIG_DISPATCH, SIG_DISPATCH + max(chunks, 1)), 1, 0, SLOT_DISPATCH, 2)
         else:
             # This call's epoch (a wait for nothing bumps it), then each row once its chunk is in.
             self._launch(
@@ -766,7 +759,7 @@ class Buffer:
         )
         if self._host_wait:
             # The host waits for every chunk; the reduce then sums without waiting.
-            self._wait_chunks(SIG_COMB, chunks, SLOT_COMB, 4)
+            self._wait_on_host(range(SIG_COMB, SIG_COMB + chunks), 1, 0, SLOT_COMB, 4)
             answers = _ChunkWait(self._table.value, 0, 0, 0, self._status.data_ptr(), SIG_COMB)
         else:
             # Pipelined: this call's epoch (a wait for nothing bumps it), then the reduce sums
