@@ -52,6 +52,10 @@ impl LaneOutages {
         probe_again_after: Duration,
     ) -> (Vec<usize>, Vec<usize>) {
         let mut probe = vec![];
+        if self.outages.is_empty() {
+            // The usual case, on every part's lane choice: no lookup a lane.
+            return ((0..lanes).collect(), probe);
+        }
         let mut live = Vec::with_capacity(lanes);
         for lane in 0..lanes {
             match self.outages.get_mut(&(peer, lane)) {
