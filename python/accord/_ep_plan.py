@@ -1,9 +1,11 @@
 """The plan of an expert-parallel dispatch and combine (accord.ep), as torch operations.
 
-Everything here runs on the tensors' device without a host round trip: no ``.item()``, no
-``nonzero``, no shape that depends on the data. So on a GPU the plan is computed in stream order
-behind the model's kernels, and on the CPU the same functions are tested against a reference
-(tests/python/test_ep.py).
+On the GPU, accord.ep computes the plan with ep.cu's kernels; this module is their torch twin,
+which the CPU tests (tests/python/test_ep.py) check against a reference, and
+``dispatch_layout`` is ``Buffer.get_dispatch_layout``. ``dispatch_layout`` and ``plan`` run on the
+tensors' device without a host round trip (no ``.item()``, no ``nonzero``, no shape that depends
+on the data); ``combine_chunk_puts`` and ``combine_walk`` are host-side references of what the
+kernels compute per chunk, for the tests only.
 
 Notation: ``R`` ranks, this rank ``me``, ``E`` experts (``E // R`` a rank, rank ``r`` holds experts
 ``r * E // R ..``), ``T`` tokens here, ``k`` experts a token. After the count exchange every rank
