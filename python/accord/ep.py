@@ -10,15 +10,19 @@ or vLLM code moves over with small changes::
     y = experts(out.x, out.topk_idx, out.topk_weights)                         # this rank's experts
     combined = buffer.combine(y, out.handle)                                   # [tokens, hidden]
 
-How the bytes move (see ``accord/_ep_plan.py`` for the plan, ``accord/kernels/ep.cu`` for the
-kernels): the counts are exchanged by the device API (``accord.device``) and stay on the GPU; a
-kernel packs each token once per destination rank into registered windows (the only SMs spent:
-``sms`` blocks) and, as each of ``chunks`` chunks is packed, asks the CPU proxy to move that part
-of each peer's contiguous segment (``chunks=0``: one put a peer after packing), by copy engine
-between GPUs of one host and by the engine's network route between hosts, each with a signal the
-receiver waits for. Nothing in the data path waits on the
-host, so a stream keeps its order; only sizing an exact-size output reads the counts on the host
-(as DeepEP's normal mode does), and ``num_worst_tokens`` avoids even that.
+How the bytes move (``accord/kernels/ep.cu`` for the kernels, ``accord/_ep_plan.py`` for the
+plan's torch twin): the counts are exchanged by the device API (``accord.device``) and stay on the
+GPU; a kernel packs each token once per destination rank into registered windows (the only SMs
+spent: ``sms`` blocks) and, as each of ``chunks`` chunks is packed, asks the CPU proxy to move that
+part of each peer's contiguous segment (``chunks=0``: one put a peer after packing), by copy
+engine between GPUs of one host and by the engine's network route between hosts, each chunk with
+a signal of its own. Combine sends back the same way, chunk by chunk, and with GPU waits its
+reduce sums each token as soon as the chunks holding its answers arrived. Nothing in the data
+path waits on the host, so a stream keeps its order; only sizing an exact-size output reads the
+counts on the host (as DeepEP's normal mode does: the plan kernel stores them into pinned memory
+the host polls), and ``num_worst_tokens`` avoids even that. ``Buffer(low_latency=True)`` adds
+DeepEP's low-latency layout (``low_latency_dispatch`` / ``low_latency_combine``): per-expert
+receive buffers filled by per-token direct stores over the peer mapping, one host only.
 
 Waits: with ``wait="gpu"`` a one-thread kernel waits for each signal, so nothing in a call waits
 on the host (``num_worst_tokens``) and a CUDA graph can capture dispatch and combine. That needs
