@@ -13,7 +13,8 @@ memory is any writable buffer (numpy arrays, bytearrays, torch CPU tensors throu
 
 Collectives: ``accord.Communicator`` (all_reduce, reduce, broadcast, all_gather,
 reduce_scatter, all_to_all, send/recv, barrier on numpy arrays) joins a torchrun-style job;
-``accord.run(fn, nprocs)`` starts such a job of local processes. ``import accord.torch``
+``accord.run(fn, nprocs)`` starts such a job of local processes. ``accord.GpuCommunicator``
+runs the copy-engine GPU collectives of one host on device addresses and a caller's stream. ``import accord.torch``
 registers the ``torch.distributed`` backend ``"accord"`` (needs torch; not imported here).
 
 Addresses and descriptors are exchanged out of band (they pickle, and ``str()`` gives JSON).
@@ -40,6 +41,7 @@ from accord._accord import (
     Communicator,
     Descriptor,
     Engine,
+    GpuCommunicator,
     ImmCounter,
     MemoryRegion,
     ScatterDst,
@@ -72,6 +74,7 @@ __all__ = [
     "ConfigError",
     "Descriptor",
     "Engine",
+    "GpuCommunicator",
     "ImmCounter",
     "InvalidBufferError",
     "InvalidRequestError",

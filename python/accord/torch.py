@@ -16,9 +16,18 @@ point ops are deferred until something waits on them (or the next collective): a
 ``isend``/``irecv`` calls then runs as one schedule, so a ring of sends and receives cannot
 deadlock.
 
-CPU tensors go through Accord's host collectives. CUDA tensors are staged through host memory
-synchronously on the caller's current stream (correct, not fast; the copy-engine GPU
-collectives are not wired here yet).
+CPU tensors go through Accord's host collectives.
+
+CUDA tensors of a group whose ranks all run on one host go through the copy-engine GPU
+collectives (``accord.GpuCommunicator``), queued on the caller's current stream like NCCL's:
+the call returns at once, the stream waits for the collective, no host synchronisation sits in
+the path, and copies use no SMs (all_reduce and reduce_scatter run one reduction kernel). The
+group meets through the same c10d store, at its first CUDA op. Receive tensors' allocations are
+registered on first use, by the caching allocator's segment. Ops the GPU collectives do not
+cover (gather, scatter, point to point, uneven all_to_all, reductions of float64 or 8-bit
+integers), groups spanning hosts, and ``ACCORD_TORCH_GPU=0`` stage CUDA tensors through host
+memory on the caller's stream (correct, not fast). A collective that fails on the GPU (a peer
+died) raises from the next op on the group or from ``Work.wait``, naming the rank.
 """
 
 from __future__ import annotations
@@ -29,6 +38,8 @@ import queue
 import threading
 import warnings
 import weakref
+import os
+import socket
 from typing import Any, Callable, Sequence
 
 import torch
@@ -58,6 +69,9 @@ _DTYPES = {
     torch.int64,
 }
 
+# dtypes the GPU reduction kernels handle (all_reduce, reduce_scatter); copies take any dtype.
+_GPU_REDUCE_DTYPES = {torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64}
+
 # How much longer than the group's timeout a ``wait`` waits for the worker before it gives up
 # (the collective itself is bounded by the group's timeout; this only bounds a stuck worker).
 _WAIT_SLACK_S = 30.0
@@ -78,6 +92,7 @@ def _reduce_op_name(op: Any, what: str) -> str:
 # The bases as Any: torch types their pybind methods as overloads, which a Python override of
 # one form cannot match for a type checker.
 _WorkBase: Any = torch._C._distributed_c10d.Work
+_CudaEvent: Any = torch.cuda.Event
 _ProcessGroupBase: Any = dist.ProcessGroup
 
 
@@ -144,6 +159,67 @@ class Work(_WorkBase):  # type: ignore[misc]
         return self._result
 
 
+class _StreamWork(Work):
+    """The handle of an op queued on a CUDA stream (the GPU collectives): complete as far as the
+    host is concerned once queued. ``wait`` makes the caller's current stream wait for it (as
+    NCCL's work does) and raises a failure the GPU collectives reported; ``get_future`` is a
+    CUDA-aware future whose value is ready in stream order."""
+
+    def __init__(self, group: AccordProcessGroup, op: str, result: list[torch.Tensor], device: torch.device) -> None:
+        super().__init__(group, op, result)
+        self._device = device
+        self._event: Any = _CudaEvent()
+        self._event.record(torch.cuda.current_stream(device))
+        self._future = torch.futures.Future(devices=[device])
+        self._future.set_result(result)
+        self._done.set()
+
+    def _gpu_error(self) -> BaseException | None:
+        group = self._group()
+        gpu = group._gpu if group is not None else None
+        if not isinstance(gpu, _GpuPath):
+            return None
+        try:
+            gpu.comm.check()
+        except Exception as e:  # noqa: BLE001 - handed to the waiter
+            return e
+        return None
+
+    def wait(self, timeout: datetime.timedelta | None = None) -> bool:
+        error = self._gpu_error()
+        if error is not None:
+            raise error
+        torch.cuda.current_stream(self._device).wait_event(self._event)
+        return True
+
+    def is_completed(self) -> bool:
+        return bool(self._event.query())
+
+    def is_success(self) -> bool:
+        return self._gpu_error() is None
+
+    def exception(self) -> BaseException | None:
+        return self._gpu_error()
+
+
+class _GpuPath:
+    """A group's GPU collectives: the communicator and the one device it serves."""
+
+    def __init__(self, comm: Any, device: torch.device) -> None:
+        self.comm = comm
+        self.device = device
+
+
+def _host_identity() -> str:
+    """What makes two ranks "on one host" for CUDA IPC: the hostname and the kernel's boot id."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = "?"
+    return f"{socket.gethostname()}/{boot}"
+
+
 def _check_tensor(t: Any, op: str, what: str = "tensor") -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         raise BackendError(f"accord backend: {op}: the {what} is a {type(t).__name__}, not a torch.Tensor")
@@ -188,6 +264,21 @@ def _host(t: torch.Tensor) -> tuple[torch.Tensor, Callable[[], None]]:
     return flat, back
 
 
+def _dense(t: torch.Tensor) -> torch.Tensor:
+    """``t`` itself where it is contiguous, else a contiguous copy (queued on the current stream)."""
+    return t if t.is_contiguous() else t.contiguous()
+
+
+def _copy_back(dense: torch.Tensor, t: torch.Tensor) -> None:
+    """Copies a contiguous stand-in back into ``t`` (nothing when it is ``t``)."""
+    if dense.data_ptr() != t.data_ptr():
+        t.copy_(dense.view(t.shape))
+
+
+def _dtype_name(t: torch.Tensor) -> str:
+    return str(t.dtype).rsplit(".", 1)[-1]
+
+
 def _cycle_position(rank: int, d: int, n: int) -> int:
     """Where ``rank`` sits in its cycle of the permutation r -> r + d (mod n), counted from the
     cycle's smallest rank."""
@@ -206,9 +297,14 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         self._rank_ = rank
         self._size = size
         self.timeout_s = max(timeout.total_seconds(), 1.0)
+        self._store = StoreAdapter(store)
         self._comm = accord.Communicator(
-            rank, size, timeout=self.timeout_s, store=StoreAdapter(store), store_prefix="accord/addresses/"
+            rank, size, timeout=self.timeout_s, store=self._store, store_prefix="accord/addresses/"
         )
+        # The GPU collectives: None until the first CUDA op decides, then a _GpuPath, or False
+        # where CUDA tensors are staged through host memory.
+        self._gpu: _GpuPath | bool | None = None
+        self._gpu_lock = threading.Lock()
         self._jobs: queue.SimpleQueue[tuple[Callable[[], None], Work] | None] = queue.SimpleQueue()
         self._pending_p2p: list[tuple[str, torch.Tensor, int, Work]] = []
         self._p2p_lock = threading.Lock()
@@ -243,6 +339,55 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
             return work
         self._jobs.put((fn, work))
         return work
+
+    def _gpu_for(self, t: torch.Tensor, op: str) -> _GpuPath | None:
+        """The GPU collectives for CUDA tensor ``t``, set up at the group's first CUDA op (every
+        rank's first CUDA op is the same call, so they meet there), or None where CUDA tensors
+        are staged through host memory."""
+        if not t.is_cuda:
+            return None
+        with self._gpu_lock:
+            if self._gpu is None:
+                self._gpu = self._start_gpu(t.device)
+            gpu = self._gpu
+        if not isinstance(gpu, _GpuPath):
+            return None
+        if t.device != gpu.device:
+            raise BackendError(
+                f"accord backend: {op}: the tensor is on {t.device} but this rank's group runs on {gpu.device}: "
+                "keep one GPU per rank"
+            )
+        return gpu
+
+    def _start_gpu(self, device: torch.device) -> _GpuPath | bool:
+        choice = os.environ.get("ACCORD_TORCH_GPU", "auto").strip().lower()
+        if choice in ("0", "off", "false", "no"):
+            return False
+        if choice not in ("", "auto", "1", "on", "true", "yes"):
+            raise BackendError(f"accord backend: ACCORD_TORCH_GPU={choice!r} is not valid: use auto or 0")
+        me = _host_identity()
+        self._store.set(f"accord/gpu/host/{self._rank_}", me.encode())
+        hosts = [bytes(self._store.get(f"accord/gpu/host/{r}", self.timeout_s)).decode() for r in range(self._size)]
+        if any(h != me for h in hosts):
+            if self._rank_ == 0:
+                warnings.warn(
+                    "accord backend: the group spans several hosts; CUDA tensors are staged through host memory",
+                    stacklevel=3,
+                )
+            return False
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        comm = accord.GpuCommunicator(
+            self._rank_, self._size, index, self._store, "accord/gpu/join/", timeout=self.timeout_s
+        )
+        return _GpuPath(comm, torch.device("cuda", index))
+
+    def _on_stream(self, op: str, result: list[torch.Tensor], gpu: _GpuPath, fn: Callable[[int], None]) -> Work:
+        """Runs ``fn(stream)`` now, queuing the collective on the current stream, after the
+        point to point ops deferred before it."""
+        self._flush_p2p()
+        with torch.cuda.device(gpu.device):
+            fn(torch.cuda.current_stream(gpu.device).cuda_stream)
+            return _StreamWork(self, op, result, gpu.device)
 
     def _flush_p2p(self) -> None:
         with self._p2p_lock:
@@ -349,6 +494,11 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         after the ops already queued, a closing barrier (so no rank releases its engine while
         a peer still needs it), then the worker stops. A failure is warned about, not raised."""
         self._flush_p2p()
+        if isinstance(self._gpu, _GpuPath):
+            try:
+                self._gpu.comm.close(self.timeout_s)
+            except Exception as e:  # noqa: BLE001 - shutting down: report, do not raise
+                warnings.warn(f"accord backend: closing the GPU collectives on rank {self._rank_} failed: {e}", stacklevel=2)
         closing = Work(self, "shutdown", [])
         self._jobs.put((self._comm.close, closing))
         self._jobs.put(None)
@@ -366,6 +516,16 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Work:
         t = _one(tensors, "all_reduce")
         op = _reduce_op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "all_reduce")
+        gpu = self._gpu_for(t, "all_reduce") if t.dtype in _GPU_REDUCE_DTYPES else None
+        if gpu is not None:
+
+            def on_stream(stream: int) -> None:
+                if t.numel():
+                    flat = _dense(t)
+                    gpu.comm.all_reduce(flat.data_ptr(), flat.data_ptr(), flat.numel(), _dtype_name(t), op, stream)
+                    _copy_back(flat, t)
+
+            return self._on_stream("all_reduce", [t], gpu, on_stream)
 
         def run() -> None:
             if t.numel():
@@ -379,6 +539,20 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         op = _reduce_op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "all_reduce_coalesced")
         ts = [_check_tensor(t, "all_reduce_coalesced") for t in tensors]
         _same_dtype("all_reduce_coalesced", *ts)
+        gpu = self._gpu_for(ts[0], "all_reduce_coalesced") if ts and ts[0].dtype in _GPU_REDUCE_DTYPES else None
+        if gpu is not None:
+
+            def coalesced_on_stream(stream: int) -> None:
+                if sum(t.numel() for t in ts) == 0:
+                    return
+                flat = torch.cat([t.detach().reshape(-1) for t in ts])
+                gpu.comm.all_reduce(flat.data_ptr(), flat.data_ptr(), flat.numel(), _dtype_name(flat), op, stream)
+                at = 0
+                for t in ts:
+                    t.copy_(flat[at : at + t.numel()].view(t.shape))
+                    at += t.numel()
+
+            return self._on_stream("all_reduce_coalesced", ts, gpu, coalesced_on_stream)
 
         def run() -> None:
             if not ts or sum(t.numel() for t in ts) == 0:
@@ -395,6 +569,17 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
     def broadcast(self, tensors: list[torch.Tensor], opts: Any) -> Work:
         t = _one(tensors, "broadcast")
         root = opts.rootRank
+        gpu = self._gpu_for(t, "broadcast")
+        if gpu is not None:
+
+            def broadcast_on_stream(stream: int) -> None:
+                if t.numel():
+                    flat = _dense(t)
+                    nbytes = flat.numel() * flat.element_size()
+                    gpu.comm.broadcast(flat.data_ptr(), flat.data_ptr(), nbytes, root, stream)
+                    _copy_back(flat, t)
+
+            return self._on_stream("broadcast", [t], gpu, broadcast_on_stream)
 
         def run() -> None:
             if t.numel():
@@ -408,6 +593,18 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
     def reduce(self, tensors: list[torch.Tensor], opts: Any) -> Work:
         t = _one(tensors, "reduce")
         op, root = _reduce_op_name(opts.reduceOp, "reduce"), opts.rootRank
+        gpu = self._gpu_for(t, "reduce") if t.dtype in _GPU_REDUCE_DTYPES else None
+        if gpu is not None:
+
+            def reduce_on_stream(stream: int) -> None:
+                if t.numel():
+                    # An all_reduce into a copy: the other ranks' tensors stay as they were.
+                    flat = t.detach().reshape(-1).clone()
+                    gpu.comm.all_reduce(flat.data_ptr(), flat.data_ptr(), flat.numel(), _dtype_name(t), op, stream)
+                    if root == self._rank_:
+                        t.copy_(flat.view(t.shape))
+
+            return self._on_stream("reduce", [t], gpu, reduce_on_stream)
 
         def run() -> None:
             if t.numel():
@@ -442,6 +639,19 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         if any(o.numel() != t.numel() for o in outs):
             raise BackendError("accord backend: all_gather: every output tensor must have the input's number of elements")
         _same_dtype("all_gather", t, *outs)
+        gpu = self._gpu_for(t, "all_gather")
+        if gpu is not None:
+
+            def gather_list_on_stream(stream: int) -> None:
+                if not t.numel():
+                    return
+                src = _dense(t)
+                flat = torch.empty(t.numel() * self._size, dtype=t.dtype, device=t.device)
+                gpu.comm.all_gather(src.data_ptr(), flat.data_ptr(), src.numel() * src.element_size(), stream)
+                for i, o in enumerate(outs):
+                    o.copy_(flat[i * t.numel() : (i + 1) * t.numel()].view(o.shape))
+
+            return self._on_stream("all_gather", outs, gpu, gather_list_on_stream)
 
         def run() -> None:
             if not t.numel():
@@ -457,6 +667,16 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         _check_tensor(output, "all_gather_into_tensor", "output")
         _check_tensor(input, "all_gather_into_tensor", "input")
         run = self._all_gather_flat(output, input, "all_gather_into_tensor")
+        gpu = self._gpu_for(output, "all_gather_into_tensor")
+        if gpu is not None:
+
+            def gather_on_stream(stream: int) -> None:
+                if input.numel():
+                    src, out = _dense(input), _dense(output)
+                    gpu.comm.all_gather(src.data_ptr(), out.data_ptr(), src.numel() * src.element_size(), stream)
+                    _copy_back(out, output)
+
+            return self._on_stream("all_gather_into_tensor", [output], gpu, gather_on_stream)
         return self._submit("all_gather_into_tensor", [output], run, output.is_cuda)
 
     _allgather_base = all_gather_single
@@ -484,6 +704,17 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         if any(i.numel() != out.numel() for i in ins):
             raise BackendError("accord backend: reduce_scatter: every input tensor must have the output's number of elements")
         _same_dtype("reduce_scatter", out, *ins)
+        gpu = self._gpu_for(out, "reduce_scatter") if out.dtype in _GPU_REDUCE_DTYPES else None
+        if gpu is not None:
+
+            def scatter_list_on_stream(stream: int) -> None:
+                if out.numel():
+                    src = torch.cat([i.detach().reshape(-1) for i in ins])
+                    dst = _dense(out)
+                    gpu.comm.reduce_scatter(src.data_ptr(), dst.data_ptr(), dst.numel(), _dtype_name(out), op, stream)
+                    _copy_back(dst, out)
+
+            return self._on_stream("reduce_scatter", [out], gpu, scatter_list_on_stream)
 
         def run() -> None:
             if out.numel():
@@ -503,6 +734,16 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
                 f"accord backend: reduce_scatter_tensor: the input has {input.numel()} elements, not world_size "
                 f"({self._size}) times the output's {output.numel()}"
             )
+        gpu = self._gpu_for(output, "reduce_scatter_tensor") if output.dtype in _GPU_REDUCE_DTYPES else None
+        if gpu is not None:
+
+            def scatter_on_stream(stream: int) -> None:
+                if output.numel():
+                    src, dst = _dense(input), _dense(output)
+                    gpu.comm.reduce_scatter(src.data_ptr(), dst.data_ptr(), dst.numel(), _dtype_name(output), op, stream)
+                    _copy_back(dst, output)
+
+            return self._on_stream("reduce_scatter_tensor", [output], gpu, scatter_on_stream)
 
         def run() -> None:
             if output.numel():
@@ -563,6 +804,17 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
             return [s * row for s in splits]
 
         send, recv = counts(input, list(input_split_sizes), "input"), counts(output, list(output_split_sizes), "output")
+        even = len(set(send)) == 1 and send == recv
+        gpu = self._gpu_for(output, name) if even else None
+        if gpu is not None:
+
+            def all_to_all_on_stream(stream: int) -> None:
+                if output.numel():
+                    src, dst = _dense(input), _dense(output)
+                    gpu.comm.all_to_all(src.data_ptr(), dst.data_ptr(), send[0] * src.element_size(), stream)
+                    _copy_back(dst, output)
+
+            return self._on_stream(name, [output], gpu, all_to_all_on_stream)
 
         def run() -> None:
             self._all_to_all_v(output, input, send, recv)

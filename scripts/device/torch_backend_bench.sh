@@ -4,10 +4,11 @@
 #         busbw through torch.distributed vs `accord bench` at the same sizes (1-64 MiB).
 #   CUDA: (when 2+ GPUs) DDP step time on 2 GPUs, "accord" vs "nccl"; all_reduce / all_gather
 #         busbw 1-256 MiB; the SMs each uses (kernels and their CTAs from torch.profiler, and
-#         NCCL's channel count from NCCL_DEBUG=INFO). CUDA tensors are staged through host
-#         memory by the backend today.
+#         NCCL's channel count from NCCL_DEBUG=INFO). CUDA tensors go through the copy-engine
+#         GPU collectives (ACCORD_TORCH_GPU=0 stages them through host memory instead).
 # Prints the tables at the end; JSON lines stay in $OUT.
-# Usage (GPU host, repo root): scripts/device/torch_backend_bench.sh   (OUT=dir to keep files)
+# Usage (GPU host, repo root): scripts/device/torch_backend_bench.sh   (OUT=dir to keep files;
+# PARTS="cpu cuda" by default, PARTS=cuda for the GPU rows only)
 # Needs torch, and either cargo (builds the accord CLI and the Python extension; no maturin, no
 # network) or BIN_DIR holding a prebuilt `accord` and `lib_accord.so` (the GPU host has no Rust:
 # build them here with `cargo build --release -p accord-py -p accord-cli` and carry them).
@@ -47,7 +48,9 @@ capped() {  # capped SECONDS CMD...: runs CMD under `timeout`, or says it was sk
   timeout "$t" "$@"
 }
 
+PARTS="${PARTS:-cpu cuda}"
 for n in 4 8; do
+  case " $PARTS " in *" cpu "*) ;; *) break ;; esac
   for b in accord gloo; do
     echo "== cpu $b n=$n" >&2
     # No GPU visible to CPU runs: FSDP2's fully_shard would pick cuda:<rank>, which does not
@@ -61,7 +64,9 @@ for n in 4 8; do
   done
 done
 
-if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
+if [[ " $PARTS " != *" cuda "* ]]; then
+  echo "PARTS=$PARTS: CUDA rows skipped"
+elif [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
   for b in accord nccl; do
     echo "== cuda $b n=2" >&2
     # NCCL_DEBUG=INFO (INIT, GRAPH) logs the channels NCCL sets up: its SM count per kernel.

@@ -85,3 +85,33 @@ def test_communicator_under_torchrun() -> None:
         "RANK 0 comm [3.0, 3.0, 3.0, 3.0] second [2.0, 2.0] pg [1.0, 1.0, 1.0]",
         "RANK 1 comm [3.0, 3.0, 3.0, 3.0] second [2.0, 2.0] pg [1.0, 1.0, 1.0]",
     ], done.stdout + done.stderr
+
+
+def _two_gpus() -> None:
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 CUDA devices")
+
+
+def test_cuda_tensors_use_the_gpu_collectives() -> None:
+    _two_gpus()
+    results = accord.run(torch_roles.every_op_cuda, 2, timeout=170)
+    for r in results:
+        assert r["path"] == "_GpuPath", r
+        assert r["count"] > 100, r
+        # Scratch plus the caching allocator's segments: bounded, not one per call.
+        assert 1 < r["registrations"] < 200, r
+
+
+def test_cuda_ddp_matches_gloo() -> None:
+    _two_gpus()
+    assert accord.run(torch_roles.ddp_cuda_matches_gloo, 2, timeout=120) == [4, 4]
+
+
+def test_cuda_tensors_staged_when_asked() -> None:
+    _two_gpus()
+    os.environ["ACCORD_TORCH_GPU"] = "0"
+    try:
+        results = accord.run(torch_roles.every_op_cuda, 2, timeout=170)
+    finally:
+        del os.environ["ACCORD_TORCH_GPU"]
+    assert [r["path"] for r in results] == ["bool", "bool"], results

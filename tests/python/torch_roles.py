@@ -382,3 +382,185 @@ def communicator_in_torchrun() -> None:
 
 if __name__ == "__main__":
     communicator_in_torchrun()
+
+
+# ---- CUDA tensors (one GPU per rank, ranks on one host): the copy-engine GPU collectives ----
+
+CUDA_DTYPES = [torch.float32, torch.bfloat16, torch.int64, torch.float64, torch.uint8]
+
+
+def every_op_cuda() -> dict[str, Any]:
+    """Every op on CUDA tensors of an "accord" group against Gloo on CPU copies of the same
+    inputs. float64 and uint8 reductions (and gather, scatter, point to point, uneven
+    all_to_all) take the staged path; the rest the GPU collectives. Returns how many tensors
+    were compared and which path the group took."""
+    _init_gloo()
+    rank, n = dist.get_rank(), dist.get_world_size()
+    torch.cuda.set_device(rank % torch.cuda.device_count())
+    dev = torch.device("cuda", torch.cuda.current_device())
+    gloo = dist.new_group(backend="gloo")
+    acc = dist.new_group(backend="accord", timeout=TIMEOUT)
+    cpu = torch.device("cpu")
+    count = 0
+
+    def same(what: str, fn: Callable[[Any, torch.device], list[torch.Tensor]]) -> None:
+        nonlocal count
+        want = fn(gloo, cpu)
+        got = fn(acc, dev)
+        torch.cuda.synchronize()
+        assert len(want) == len(got), what
+        for w, g in zip(want, got):
+            assert g.device == dev, (what, g.device)
+            assert torch.equal(w, g.cpu()), f"{what}: gloo {w.flatten()[:8].tolist()} accord {g.cpu().flatten()[:8].tolist()}"
+            count += 1
+
+    for salt, dtype in enumerate(CUDA_DTYPES):
+        x = lambda d, shape=(5, 3): _inputs(rank, dtype, shape, salt).to(d)  # noqa: E731
+        for op in (dist.ReduceOp.SUM, dist.ReduceOp.MAX):
+
+            def all_reduce(g: Any, d: torch.device, op: Any = op) -> list[torch.Tensor]:
+                t = x(d)
+                dist.all_reduce(t, op=op, group=g)
+                return [t]
+
+            def reduce(g: Any, d: torch.device, op: Any = op) -> list[torch.Tensor]:
+                t = x(d)
+                dist.reduce(t, dst=n - 1, op=op, group=g)
+                return [t] if rank == n - 1 else []
+
+            same(f"all_reduce {dtype} {op}", all_reduce)
+            same(f"reduce {dtype} {op}", reduce)
+
+        def broadcast(g: Any, d: torch.device) -> list[torch.Tensor]:
+            t = x(d)
+            dist.broadcast(t, src=n - 1, group=g)
+            return [t]
+
+        def all_gather(g: Any, d: torch.device) -> list[torch.Tensor]:
+            outs = [torch.zeros(5, 3, dtype=dtype, device=d) for _ in range(n)]
+            dist.all_gather(outs, x(d), group=g)
+            return outs
+
+        def all_gather_into_tensor(g: Any, d: torch.device) -> list[torch.Tensor]:
+            out = torch.zeros(n * 4, 3, dtype=dtype, device=d)
+            dist.all_gather_into_tensor(out, x(d, (4, 3)), group=g)
+            return [out]
+
+        def reduce_scatter(g: Any, d: torch.device) -> list[torch.Tensor]:
+            out = torch.zeros(4, dtype=dtype, device=d)
+            dist.reduce_scatter(out, [x(d, (4,)) + i for i in range(n)], group=g)
+            return [out]
+
+        def reduce_scatter_tensor(g: Any, d: torch.device) -> list[torch.Tensor]:
+            out = torch.zeros(2, 3, dtype=dtype, device=d)
+            dist.reduce_scatter_tensor(out, x(d, (2 * n, 3)), group=g)
+            return [out]
+
+        def all_to_all_single_even(g: Any, d: torch.device) -> list[torch.Tensor]:
+            out = torch.zeros(2 * n, 3, dtype=dtype, device=d)
+            dist.all_to_all_single(out, x(d, (2 * n, 3)), group=g)
+            return [out]
+
+        def all_to_all_single_uneven(g: Any, d: torch.device) -> list[torch.Tensor]:
+            send = [(rank + j) % 3 for j in range(n)]
+            recv = [(i + rank) % 3 for i in range(n)]
+            out = torch.zeros(sum(recv), 2, dtype=dtype, device=d)
+            dist.all_to_all_single(out, x(d, (sum(send), 2)), recv, send, group=g)
+            return [out]
+
+        def send_recv(g: Any, d: torch.device) -> list[torch.Tensor]:
+            got = torch.zeros(4, dtype=dtype, device=d)
+            if rank == 0:
+                dist.send(x(d, (4,)), dst=1, group=g)
+            elif rank == 1:
+                dist.recv(got, src=0, group=g)
+            return [got]
+
+        for fn in (
+            broadcast,
+            all_gather,
+            all_gather_into_tensor,
+            reduce_scatter,
+            reduce_scatter_tensor,
+            all_to_all_single_even,
+            all_to_all_single_uneven,
+            send_recv,
+        ):
+            same(f"{fn.__name__} {dtype}", fn)
+
+    # A non-contiguous view is reduced in place, the elements between it left alone.
+    base = _inputs(rank, torch.float32, (4, 6)).to(dev)
+    want = base.cpu().clone()
+    reduced = want[:, ::2].contiguous()
+    dist.all_reduce(reduced, group=gloo)
+    want[:, ::2] = reduced
+    dist.all_reduce(base[:, ::2], group=acc)
+    assert torch.equal(base.cpu(), want), (base, want)
+    count += 1
+
+    # Stream order: a slow producer kernel before, a consumer after, on a side stream, with
+    # async_op; wait() makes the default stream wait for the collective.
+    side = torch.cuda.Stream()
+    big = 16 << 20  # 64 MiB of float32: several pipeline chunks
+    with torch.cuda.stream(side):
+        t = torch.empty(big, device=dev)
+        torch.cuda._sleep(50_000_000)  # a kernel that spins, so the input arrives late
+        t.fill_(float(rank + 1))
+        work = dist.all_reduce(t, group=acc, async_op=True)
+        fut = work.get_future()
+    work.wait()
+    doubled = t * 2  # on the default stream, after wait()
+    total = float(sum(r + 1 for r in range(n)))
+    assert torch.all(doubled == 2 * total).item(), doubled[:4]
+    assert torch.equal(fut.wait()[0], t)
+    assert work.is_success() and work.exception() is None
+    count += 1
+
+    # Many calls queued back to back, each into a new tensor, checked at the end.
+    outs = []
+    for i in range(20):
+        t = torch.full((1000 + i,), float(rank * i), device=dev)
+        dist.all_reduce(t, group=acc)
+        outs.append((i, t))
+    torch.cuda.synchronize()
+    for i, t in outs:
+        assert torch.all(t == float(sum(r * i for r in range(n)))).item(), (i, t[:3])
+        count += 1
+
+    backend = acc._get_backend(dev)
+    path = type(backend._gpu).__name__
+    registrations = backend._gpu.comm.registration_count() if path == "_GpuPath" else 0
+    dist.barrier(group=acc)
+    dist.barrier()
+    dist.destroy_process_group()
+    return {"count": count, "path": path, "registrations": registrations}
+
+
+def ddp_cuda_matches_gloo() -> int:
+    """DDP on CUDA with the "accord" group ends with Gloo's parameters (on CPU)."""
+    _init_gloo()
+    rank = dist.get_rank()
+    torch.cuda.set_device(rank % torch.cuda.device_count())
+    dev = torch.device("cuda", torch.cuda.current_device())
+    gloo = dist.new_group(backend="gloo")
+    acc = dist.new_group(backend="accord", timeout=TIMEOUT)
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def train(group: Any, d: torch.device) -> list[torch.Tensor]:
+        model = _model(0).to(d)
+        ddp = DDP(model, process_group=group, bucket_cap_mb=0.001, device_ids=[d] if d.type == "cuda" else None)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        g = torch.Generator().manual_seed(rank)
+        for _ in range(4):
+            opt.zero_grad()
+            x, y = torch.randn(8, 16, generator=g).to(d), torch.randn(8, 4, generator=g).to(d)
+            torch.nn.functional.mse_loss(ddp(x), y).backward()
+            opt.step()
+        return [p.detach().cpu().clone() for p in ddp.parameters()]
+
+    want, got = train(gloo, torch.device("cpu")), train(acc, dev)
+    for w, g in zip(want, got):
+        assert torch.allclose(w, g, rtol=1e-4, atol=1e-5), (w - g).abs().max()
+    dist.barrier()
+    dist.destroy_process_group()
+    return len(got)

@@ -71,8 +71,8 @@ pub use ffi::launch::{launch_u64_args, LaunchConfig};
 pub use graph::Graph;
 pub use ipc::{IpcHandle, IpcMapping, MappingCache};
 pub use memory::{
-    check_device_range, current_device_ordinal, device_ordinal_of, has_owner_context, DeviceBuffer, DeviceCopy,
-    DevicePtr,
+    allocation_of, check_device_range, current_device_ordinal, device_ordinal_of, has_owner_context, Allocation,
+    DeviceBuffer, DeviceCopy, DevicePtr,
 };
 pub use ordering::{launch_host_fn, signal_when_done, HostWaiter, StallGate, StallOutcome, StallTicket};
 pub use paths::{cuda_include_dirs, nvrtc_library_dirs, nvrtc_library_path};

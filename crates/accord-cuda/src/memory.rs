@@ -73,6 +73,29 @@ pub fn current_device_ordinal() -> Option<u32> {
     driver::current_context_device().ok().flatten()
 }
 
+/// The `cuMemAlloc` allocation holding device memory at `ptr`: where it starts, how long it is,
+/// and the driver's id of it, which is never reused in this process. A library that caches
+/// something per allocation of memory it did not allocate (a framework's caching allocator may
+/// free a segment and get the same address back for a new one) keys the cache by that id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Allocation {
+    /// First byte of the allocation.
+    pub base: DevicePtr,
+    /// Its length in bytes.
+    pub len_bytes: usize,
+    /// The driver's id of it (`CU_POINTER_ATTRIBUTE_BUFFER_ID`).
+    pub buffer_id: u64,
+}
+
+/// The allocation holding `ptr..ptr + len_bytes`, which must lie inside it.
+pub fn allocation_of(ptr: DevicePtr, len_bytes: usize) -> Result<Allocation> {
+    driver::ensure_driver()?;
+    check_device_range(ptr, len_bytes)?;
+    let (base, len) = driver::mem_address_range(ptr.0)?;
+    let buffer_id = driver::pointer_buffer_id(ptr.0)?;
+    Ok(Allocation { base: DevicePtr(base), len_bytes: len, buffer_id })
+}
+
 /// Checks `offset_bytes + len_bytes <= capacity_bytes` without overflow.
 pub(crate) fn check_span(what: &str, offset_bytes: usize, len_bytes: usize, capacity_bytes: usize) -> Result<()> {
     match offset_bytes.checked_add(len_bytes) {
@@ -94,8 +117,19 @@ pub struct DeviceBuffer {
     gpu: Gpu,
     ptr: DevicePtr,
     len_bytes: usize,
-    /// Mapped bytes of a [`DeviceBuffer::alloc_unowned`] buffer (None: `cuMemAlloc`).
-    vmm_bytes: Option<usize>,
+    /// Who frees the memory on drop.
+    owner: Owner,
+}
+
+/// How a [`DeviceBuffer`]'s memory is released.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Owner {
+    /// `cuMemAlloc`: freed with `cuMemFree`.
+    Alloc,
+    /// [`DeviceBuffer::alloc_unowned`]: unmapped and freed, `.0` bytes mapped.
+    Vmm(usize),
+    /// [`DeviceBuffer::borrow_raw`]: someone else's memory, never freed here.
+    Borrowed,
 }
 
 impl fmt::Debug for DeviceBuffer {
@@ -116,7 +150,7 @@ impl DeviceBuffer {
         }
         gpu.bind()?;
         let ptr = DevicePtr(driver::mem_alloc(len_bytes)?);
-        Ok(DeviceBuffer { gpu: gpu.clone(), ptr, len_bytes, vmm_bytes: None })
+        Ok(DeviceBuffer { gpu: gpu.clone(), ptr, len_bytes, owner: Owner::Alloc })
     }
 
     /// As [`DeviceBuffer::alloc`], through the virtual memory API (`cuMemCreate`): memory that
@@ -129,7 +163,30 @@ impl DeviceBuffer {
         }
         let _restore = gpu.bind_scoped()?;
         let (ptr, mapped) = driver::vmm_alloc(gpu.raw_device(), len_bytes)?;
-        Ok(DeviceBuffer { gpu: gpu.clone(), ptr: DevicePtr(ptr), len_bytes, vmm_bytes: Some(mapped) })
+        Ok(DeviceBuffer { gpu: gpu.clone(), ptr: DevicePtr(ptr), len_bytes, owner: Owner::Vmm(mapped) })
+    }
+
+    /// A view of device memory someone else allocated (a framework's tensor), which dropping the
+    /// view never frees: how a library hands its own memory to calls that take a buffer. The
+    /// range is checked against the driver's allocation.
+    ///
+    /// # Contract
+    /// The host never dereferences the address, so misuse cannot corrupt this process's memory,
+    /// but copies into memory freed under the view would land in whatever the driver reused it
+    /// for: the memory must stay allocated, on `gpu`, for as long as the view and every copy queued
+    /// on it live.
+    pub fn borrow_raw(gpu: &Gpu, ptr: DevicePtr, len_bytes: usize) -> Result<DeviceBuffer> {
+        if len_bytes == 0 {
+            return Err(CudaError::InvalidArgument { what: "a device buffer needs at least one byte".into() });
+        }
+        gpu.bind()?;
+        check_device_range(ptr, len_bytes)?;
+        Ok(DeviceBuffer { gpu: gpu.clone(), ptr, len_bytes, owner: Owner::Borrowed })
+    }
+
+    /// Whether dropping this buffer leaves the memory to its owner ([`DeviceBuffer::borrow_raw`]).
+    pub fn is_borrowed(&self) -> bool {
+        self.owner == Owner::Borrowed
     }
 
     /// The device address of the first byte (256-byte aligned).
@@ -231,9 +288,10 @@ impl<'a> DeviceCopy<'a> {
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
         if let Ok(_restore) = self.gpu.bind_scoped() {
-            let _ = match self.vmm_bytes {
-                Some(mapped) => driver::vmm_free(self.ptr.0, mapped),
-                None => driver::mem_free(self.ptr.0),
+            let _ = match self.owner {
+                Owner::Vmm(mapped) => driver::vmm_free(self.ptr.0, mapped),
+                Owner::Alloc => driver::mem_free(self.ptr.0),
+                Owner::Borrowed => Ok(()),
             };
         }
     }

@@ -24,6 +24,8 @@ pub const EVENT_POLL_SLEEP_MAX: Duration = Duration::from_micros(200);
 pub struct Stream {
     gpu: Gpu,
     raw: RawStream,
+    /// A framework's stream ([`Stream::borrow_raw`]): never destroyed here.
+    borrowed: bool,
 }
 
 impl Stream {
@@ -31,7 +33,18 @@ impl Stream {
     pub fn new(gpu: &Gpu) -> Result<Stream> {
         gpu.bind()?;
         let raw = driver::stream_create_non_blocking()?;
-        Ok(Stream { gpu: gpu.clone(), raw })
+        Ok(Stream { gpu: gpu.clone(), raw, borrowed: false })
+    }
+
+    /// A handle on a stream someone else created (PyTorch's current stream, say), so work can be
+    /// ordered on it; dropping the handle leaves the stream to its owner.
+    ///
+    /// # Contract
+    /// `raw` must be a live `CUstream` (or 0, the legacy default stream) of `gpu`'s context, and
+    /// stay alive as long as the handle does.
+    pub fn borrow_raw(gpu: &Gpu, raw: u64) -> Result<Stream> {
+        gpu.bind()?;
+        Ok(Stream { gpu: gpu.clone(), raw: driver::raw_stream_from_address(raw), borrowed: true })
     }
 
     /// The GPU this stream belongs to.
@@ -177,6 +190,9 @@ impl Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
+        if self.borrowed {
+            return;
+        }
         if let Ok(_restore) = self.gpu.bind_scoped() {
             let _ = driver::stream_destroy(self.raw);
         }

@@ -221,12 +221,25 @@ pub static KNOBS: &[Knob] = &[
     ),
     knob("ACCORD_GPU_SCRATCH_BYTES", GpuCollectives, Bytes, "134217728", "scratch bytes per communicator"),
     knob("ACCORD_GPU_MAPPINGS_MAX", GpuCollectives, Count, "256", "peer IPC mappings cached"),
-    knob("ACCORD_GPU_REGISTRATIONS_MAX", GpuCollectives, Count, "1024", "user buffers registered at once"),
+    knob(
+        "ACCORD_GPU_REGISTRATIONS_MAX",
+        GpuCollectives,
+        Count,
+        "1024",
+        "user buffers (or, from `accord.torch`, allocations) registered at once; at most 1024",
+    ),
     knob("ACCORD_GPU_OP_TIMEOUT_MS", GpuCollectives, Millis, "60000", "deadline of one GPU collective"),
     knob("ACCORD_GPU_QUEUE_DEPTH", GpuCollectives, Count, "64", "collectives queued per communicator"),
     knob("ACCORD_GPU_STREAMS_PER_PEER", GpuCollectives, Count, "1", "copy streams per peer"),
     knob("ACCORD_GPU_PIPELINE_CHUNK_BYTES", GpuCollectives, Bytes, "16777216", "chunk of the pipelined all_reduce"),
     knob("ACCORD_GPU_PIPELINE_CHUNKS_MAX", GpuCollectives, Count, "16", "chunks in flight of the pipelined all_reduce"),
+    knob(
+        "ACCORD_TORCH_GPU",
+        GpuCollectives,
+        Choice(&["auto", "0"]),
+        "auto",
+        "`accord.torch`: CUDA tensors of a group on one host use the copy-engine GPU collectives (`auto`) or are staged through host memory (`0`)",
+    ),
     // ---- NCCL plugin ----
     knob(
         "ACCORD_NET_IFS",

@@ -37,6 +37,7 @@ mod device;
 mod dlpack;
 mod engine;
 mod errors;
+mod gpu_coll;
 mod log_bridge;
 mod recv;
 mod region;
@@ -50,6 +51,7 @@ use pyo3::prelude::*;
 fn _accord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<engine::Engine>()?;
     m.add_class::<coll::Communicator>()?;
+    m.add_class::<gpu_coll::GpuCommunicator>()?;
     m.add_class::<device::DeviceComm>()?;
     m.add_class::<device::HostProducer>()?;
     m.add_class::<region::MemoryRegion>()?;

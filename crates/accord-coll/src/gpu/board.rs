@@ -7,6 +7,13 @@
 //! `{round, recv registration, recv offset, scratch registration}`.
 //! Per ordered pair `(src, dst)`: `done`, how many push phases `src`
 //! finished into `dst` (written after `src` saw its copies complete).
+//! Per rank, last: its registration table, [`REG_ENTRIES`] entries of
+//! `{id, IPC handle, offset}` through which peers map its receive buffers
+//! (entry `id % REG_ENTRIES`; the id is written last, and read before and after
+//! the rest, so a reader never takes half of a rewritten entry). Handles travel
+//! here, not through a store, so a communicator needs a store only to meet
+//! (torch's c10d store, say) and a first push into a new buffer costs no round
+//! trip.
 //!
 //! Protocol of one round `seq` (every rank the same sequence):
 //! 1. the rank writes its slot, then `ready = seq` (release);
@@ -23,6 +30,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use accord_cuda::ipc::IPC_HANDLE_BYTES;
 use accord_engine::backoff::IdleBackoff;
 use accord_engine::{SharedMapError, SharedMapFailure, SharedMapping};
 
@@ -36,6 +44,14 @@ pub const GPU_WORLD_SIZE_MAX: usize = 64;
 const HEADER_WORDS: usize = 8;
 const SLOT_WORDS: usize = 4;
 const RANK_WORDS: usize = 8 + SLOTS * SLOT_WORDS;
+/// Most registrations the `ACCORD_GPU_REGISTRATIONS_MAX` knob allows.
+pub const REGISTRATIONS_MAX_LIMIT: usize = 1024;
+/// Entries of a rank's registration table: every registration the knob allows, and the scratch.
+pub const REG_ENTRIES: usize = REGISTRATIONS_MAX_LIMIT + 1;
+/// Words holding a serialised IPC handle in a registration entry.
+const HANDLE_WORDS: usize = IPC_HANDLE_BYTES.div_ceil(8);
+/// Words of one registration entry: id, handle, offset.
+const REG_ENTRY_WORDS: usize = 2 + HANDLE_WORDS;
 const MAGIC: u64 = 0x4143_434f_5244_4750; // "ACCORDGP"
 const STATE_OPEN: u64 = 1;
 const STATE_CLOSED: u64 = 2;
@@ -63,7 +79,17 @@ pub struct Slot {
 
 /// Words a board for `world_size` ranks needs.
 pub fn board_words(world_size: usize) -> usize {
-    HEADER_WORDS + world_size * RANK_WORDS + world_size * world_size
+    HEADER_WORDS + world_size * RANK_WORDS + world_size * world_size + world_size * REG_ENTRIES * REG_ENTRY_WORDS
+}
+
+/// A registration as a rank's table holds it: the allocation's IPC handle and where the
+/// registered range starts inside that allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Registered {
+    /// [`accord_cuda::IpcHandle::to_bytes`] of the allocation.
+    pub handle: [u8; IPC_HANDLE_BYTES],
+    /// Offset of the registered range in the allocation.
+    pub offset: u64,
 }
 
 /// The flag words for `world_size` ranks, mapped in this process.
@@ -136,6 +162,53 @@ impl Board {
     fn done_word(&self, src: usize, dst: usize) -> &AtomicU64 {
         assert!(src < self.world_size && dst < self.world_size);
         self.word(HEADER_WORDS + self.world_size * RANK_WORDS + src * self.world_size + dst)
+    }
+
+    fn reg_word(&self, rank: usize, entry: usize, field: usize) -> &AtomicU64 {
+        assert!(rank < self.world_size && entry < REG_ENTRIES && field < REG_ENTRY_WORDS);
+        let table = HEADER_WORDS + self.world_size * RANK_WORDS + self.world_size * self.world_size;
+        self.word(table + (rank * REG_ENTRIES + entry) * REG_ENTRY_WORDS + field)
+    }
+
+    /// Writes `rank`'s registration `id` (nonzero) into its entry, the id last.
+    pub fn publish_registration(&self, rank: usize, id: u64, reg: &Registered) {
+        let entry = entry_of(id);
+        self.reg_word(rank, entry, 0).store(0, Ordering::Release);
+        let mut padded = [0u8; HANDLE_WORDS * 8];
+        padded[..IPC_HANDLE_BYTES].copy_from_slice(&reg.handle);
+        for (i, chunk) in padded.chunks_exact(8).enumerate() {
+            let word = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]));
+            self.reg_word(rank, entry, 1 + i).store(word, Ordering::Relaxed);
+        }
+        self.reg_word(rank, entry, 1 + HANDLE_WORDS).store(reg.offset, Ordering::Relaxed);
+        self.reg_word(rank, entry, 0).store(id, Ordering::Release);
+    }
+
+    /// Empties `rank`'s entry of registration `id` (if it still holds `id`).
+    pub fn clear_registration(&self, rank: usize, id: u64) {
+        let _ = self.reg_word(rank, entry_of(id), 0).compare_exchange(id, 0, Ordering::AcqRel, Ordering::Relaxed);
+    }
+
+    /// `rank`'s registration `id`, as its table holds it now.
+    pub fn read_registration(&self, rank: usize, id: u64) -> GpuResult<Registered> {
+        let entry = entry_of(id);
+        let before = self.reg_word(rank, entry, 0).load(Ordering::Acquire);
+        let mut padded = [0u8; HANDLE_WORDS * 8];
+        for (i, chunk) in padded.chunks_exact_mut(8).enumerate() {
+            chunk.copy_from_slice(&self.reg_word(rank, entry, 1 + i).load(Ordering::Relaxed).to_le_bytes());
+        }
+        let offset = self.reg_word(rank, entry, 1 + HANDLE_WORDS).load(Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::Acquire);
+        let after = self.reg_word(rank, entry, 0).load(Ordering::Relaxed);
+        if before != id || after != id {
+            return Err(GpuCollError::Protocol {
+                rank,
+                what: format!("its registration {id} is not in its table (the entry holds {after})"),
+            });
+        }
+        let mut handle = [0u8; IPC_HANDLE_BYTES];
+        handle.copy_from_slice(&padded[..IPC_HANDLE_BYTES]);
+        Ok(Registered { handle, offset })
     }
 
     /// Marks `rank` open with its pid.
@@ -270,6 +343,11 @@ impl Board {
             backoff.after_round(false);
         }
     }
+}
+
+/// The table entry of registration `id`.
+pub fn entry_of(id: u64) -> usize {
+    (id % REG_ENTRIES as u64) as usize
 }
 
 /// When a collective's waits give up, and the budget that was set.

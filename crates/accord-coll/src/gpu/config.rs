@@ -142,7 +142,10 @@ impl GpuConfig {
         set(&mut c.stream_order, accord_knobs::choice(env, "ACCORD_GPU_STREAM_ORDER").map_err(knob_error)?);
         set(&mut c.scratch_bytes, count(env, "ACCORD_GPU_SCRATCH_BYTES", 4096, 1 << 40)?);
         set(&mut c.mappings_max, count(env, "ACCORD_GPU_MAPPINGS_MAX", 1, 1 << 16)?);
-        set(&mut c.registrations_max, count(env, "ACCORD_GPU_REGISTRATIONS_MAX", 1, 1 << 16)?);
+        set(
+            &mut c.registrations_max,
+            count(env, "ACCORD_GPU_REGISTRATIONS_MAX", 1, super::board::REGISTRATIONS_MAX_LIMIT)?,
+        );
         let day_ms = 24 * 3600 * 1000;
         let timeout = count(env, "ACCORD_GPU_OP_TIMEOUT_MS", 1, day_ms)?;
         set(&mut c.op_timeout, timeout.map(|ms| Duration::from_millis(ms as u64)));

@@ -93,3 +93,54 @@ fn a_peer_that_exits_gives_an_error_not_a_crash() {
     let again = comm.all_gather(GpuBufs { send: &send, recv: &recv }, 1 << 20, &stream);
     assert!(matches!(again, Err(GpuCollError::Failed { .. })), "later calls fail fast");
 }
+
+/// Memory a framework allocated (here: views into a larger allocation, as PyTorch's caching
+/// allocator hands out): registered by address, one registration per allocation, and a freed
+/// allocation's registration replaced, not reused, when new memory comes back at its address.
+#[test]
+fn memory_registered_by_address_receives_and_is_replaced_when_freed() {
+    accord_cuda::require_gpu!(2, nvrtc);
+    let (rank, port, child) =
+        two_ranks("gpu::gpu_tests::memory_registered_by_address_receives_and_is_replaced_when_freed");
+    let comm = communicator(rank, port, GpuConfig::default());
+    let gpu = comm.gpu().clone();
+    let stream = accord_cuda::Stream::new(&gpu).expect("stream");
+    const BLOCK: usize = 1 << 20;
+    let mut send = accord_cuda::DeviceBuffer::alloc(&gpu, BLOCK).expect("alloc");
+    let pattern: Vec<u8> = (0..BLOCK).map(|i| (i * 31 + rank * 7 + 1) as u8).collect();
+    send.copy_from_host(0, &pattern, &stream).expect("fill");
+    let expect = |r: usize, i: usize| (i * 31 + r * 7 + 1) as u8;
+    let registrations_before = comm.registration_count();
+    let gather_into = |view: &accord_cuda::DeviceBuffer, what: &str| {
+        comm.register_allocation_of(view.ptr(), view.len_bytes()).expect("register by address");
+        comm.all_gather(GpuBufs { send: &send, recv: view }, BLOCK, &stream).expect("all_gather");
+        comm.wait_idle(Duration::from_secs(60)).expect("all_gather completes");
+        let mut got = vec![0u8; 2 * BLOCK];
+        view.copy_to_host(0, &mut got, &stream).expect("read back");
+        for r in 0..2 {
+            let bad = (0..BLOCK).find(|&i| got[r * BLOCK + i] != expect(r, i));
+            assert_eq!(bad, None, "{what}: rank {r}'s block differs at that byte");
+        }
+    };
+    let first = accord_cuda::DeviceBuffer::alloc(&gpu, 6 * BLOCK).expect("arena");
+    for offset in [BLOCK, 3 * BLOCK] {
+        let view = accord_cuda::DeviceBuffer::borrow_raw(&gpu, first.ptr().offset(offset), 2 * BLOCK).expect("view");
+        gather_into(&view, &format!("a view at {offset}"));
+        assert_eq!(comm.registration_count(), registrations_before + 1, "one registration per allocation");
+    }
+    let first_base = first.ptr();
+    drop(first);
+    let second = accord_cuda::DeviceBuffer::alloc(&gpu, 6 * BLOCK).expect("arena");
+    let view = accord_cuda::DeviceBuffer::borrow_raw(&gpu, second.ptr(), 2 * BLOCK).expect("view");
+    gather_into(&view, "the new allocation");
+    if second.ptr() == first_base {
+        assert_eq!(comm.registration_count(), registrations_before + 1, "the freed allocation's entry was replaced");
+    }
+    println!("rank {rank}: same address again: {}", second.ptr() == first_base);
+    drop(view);
+    drop(second);
+    drop(comm);
+    if let Some(mut child) = child {
+        child.finish().expect("rank 1 succeeds");
+    }
+}

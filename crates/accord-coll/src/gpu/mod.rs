@@ -2,9 +2,11 @@
 //! rank), driven by a host thread and moved entirely by copy engines.
 //!
 //! [`GpuCommunicator`] bootstraps the torchrun way ([`crate::store::Bootstrap`];
-//! `LOCAL_RANK` picks the GPU) and offers all_gather, all_to_all, sendrecv
-//! (ring pair), broadcast, all_reduce and reduce_scatter on device buffers,
-//! ordered on the caller's CUDA stream like NCCL's.
+//! `LOCAL_RANK` picks the GPU) or through a store a framework already runs
+//! ([`GpuCommunicator::join`], for PyTorch's c10d store), and offers
+//! all_gather, all_to_all, sendrecv (ring pair), broadcast, all_reduce and
+//! reduce_scatter on device buffers, ordered on the caller's CUDA stream like
+//! NCCL's.
 //!
 //! # Data movement: push, copy engine, no staging
 //!
@@ -45,10 +47,12 @@
 //!
 //! # Registration and the mapping cache
 //!
-//! Receive buffers must be registered ([`GpuCommunicator::register`]): the
-//! IPC handle goes to the store once; peers map it on first use and keep it
-//! in a bounded LRU cache keyed by (peer, registration id), so repeated
-//! calls exchange nothing but flag words. See [`registry`] for invalidation.
+//! Receive buffers must be registered ([`GpuCommunicator::register`] for a
+//! buffer the caller owns, [`GpuCommunicator::register_allocation_of`] for a
+//! framework's tensor): the IPC handle goes into the rank's table on the flag
+//! board once; peers map it on first use and keep it in a bounded LRU cache
+//! keyed by (peer, registration id), so repeated calls exchange nothing but
+//! flag words. See [`registry`] for invalidation.
 //!
 //! # Peer access
 //!
@@ -73,19 +77,27 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use accord_cuda::reduce::source::reduce_grid_blocks;
-use accord_cuda::{launch_host_fn, DeviceBuffer, DevicePtr, Event, EventKind, Gpu, Reducer, StallGate, Stream};
+use accord_cuda::{
+    allocation_of, launch_host_fn, DeviceBuffer, DevicePtr, Event, EventKind, Gpu, IpcHandle, Reducer, StallGate,
+    Stream,
+};
 
-pub use board::GPU_WORLD_SIZE_MAX;
+pub use board::{GPU_WORLD_SIZE_MAX, REGISTRATIONS_MAX_LIMIT};
 pub use config::{GpuConfig, StreamOrder};
 pub use error::{GpuCollError, GpuResult};
 
 use crate::algo::Collective;
-use crate::store::{Bootstrap, StoreClient};
+use crate::error::StoreError;
+use crate::store::{all_gather_through, Bootstrap, KeyValueStore};
 use crate::{DType, ReduceOp};
-use board::Board;
+use board::{Board, Registered};
 use plan::{Plan, ReduceShape};
-use registry::{publish, registration_key, PeerMappings, Registrations};
+use registry::{PeerMappings, Registrations};
 use worker::{HostGate, Msg, Op, Shared, Start, Worker};
+
+/// How the constructors meet: all-gathers one blob over the ranks (the bootstrap's exchange, or
+/// one through an outside store).
+type Meet<'a> = dyn FnMut(&[u8]) -> Result<Vec<Vec<u8>>, StoreError> + 'a;
 
 /// A collective's send and receive buffers (named, so they cannot be swapped).
 #[derive(Clone, Copy, Debug)]
@@ -103,10 +115,11 @@ pub struct GpuCommunicator {
     gpu: Gpu,
     config: GpuConfig,
     order: StreamOrder,
-    bootstrap: Bootstrap,
-    prefix: String,
+    /// The torchrun-way bootstrap ([`GpuCommunicator::new`]); None when joined through a
+    /// framework's store.
+    bootstrap: Option<Bootstrap>,
     shared: Arc<Shared>,
-    registrations: Registrations,
+    registrations: Mutex<Registrations>,
     scratch: DeviceBuffer,
     stall_gate: Mutex<Option<Arc<StallGate>>>,
     tx: Option<SyncSender<Msg>>,
@@ -212,13 +225,49 @@ impl GpuCommunicator {
     /// the progress thread. Every rank of `bootstrap` must call it.
     pub fn new(mut bootstrap: Bootstrap, config: GpuConfig) -> GpuResult<GpuCommunicator> {
         let bc = bootstrap.config().clone();
-        let (rank, world_size) = (bc.rank, bc.world_size);
-        if world_size > GPU_WORLD_SIZE_MAX {
+        let mut meet = |blob: &[u8]| bootstrap.all_gather(blob);
+        let mut comm = GpuCommunicator::start(bc.rank, bc.world_size, bc.local_rank, &mut meet, config)?;
+        comm.bootstrap = Some(bootstrap);
+        Ok(comm)
+    }
+
+    /// Joins the communicator of `world_size` ranks through `store`, a key-value store the job
+    /// already runs (PyTorch's c10d store), under keys starting with `prefix` (give each
+    /// communicator its own). This rank uses GPU `gpu_ordinal` (as the process sees it).
+    /// Waits up to `timeout` for each peer. Every rank must call it.
+    pub fn join(
+        store: &mut dyn KeyValueStore,
+        prefix: &str,
+        rank: usize,
+        world_size: usize,
+        gpu_ordinal: usize,
+        timeout: Duration,
+        config: GpuConfig,
+    ) -> GpuResult<GpuCommunicator> {
+        let mut round = 0;
+        let mut meet = |blob: &[u8]| {
+            round += 1;
+            all_gather_through(store, &format!("{prefix}{round}/"), rank, world_size, blob, timeout)
+        };
+        GpuCommunicator::start(rank, world_size, gpu_ordinal, &mut meet, config)
+    }
+
+    /// The setup both constructors share: `meet` all-gathers a blob over the ranks.
+    fn start(
+        rank: usize,
+        world_size: usize,
+        gpu_ordinal: usize,
+        meet: &mut Meet<'_>,
+        config: GpuConfig,
+    ) -> GpuResult<GpuCommunicator> {
+        if world_size > GPU_WORLD_SIZE_MAX || rank >= world_size {
             return Err(GpuCollError::InvalidArgument {
-                what: format!("GPU collectives run at most {GPU_WORLD_SIZE_MAX} ranks on one host, not {world_size}"),
+                what: format!(
+                    "GPU collectives run at most {GPU_WORLD_SIZE_MAX} ranks on one host (rank {rank} of {world_size})"
+                ),
             });
         }
-        let gpu = Gpu::open(bc.local_rank)?;
+        let gpu = Gpu::open(gpu_ordinal)?;
         let (board, blob) = if rank == 0 {
             let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
             let path = PathBuf::from(format!("/dev/shm/accord-gpu-{}-{nanos}", std::process::id()));
@@ -228,7 +277,7 @@ impl GpuCommunicator {
         } else {
             (None, Vec::new())
         };
-        let blobs = bootstrap.all_gather(&blob)?;
+        let blobs = meet(&blob)?;
         let path = PathBuf::from(String::from_utf8_lossy(&blobs[0]).into_owned());
         let board = match board {
             Some(b) => b,
@@ -236,17 +285,14 @@ impl GpuCommunicator {
         };
         board.check_header()?;
         board.open_rank(rank, std::process::id());
-        let name = path.file_name().map_or_else(|| "accord-gpu".into(), |n| n.to_string_lossy().into_owned());
-        let prefix = format!("accord/gpu/{name}");
         let mut registrations = Registrations::new(config.registrations_max.saturating_add(1));
         let scratch = DeviceBuffer::alloc(&gpu, config.scratch_bytes)?;
         let scratch_reg = registrations.insert(scratch.ptr().0, scratch.len_bytes())?;
-        publish(bootstrap.store(), &registration_key(&prefix, rank, scratch_reg), &scratch)?;
-        bootstrap.all_gather(b"mapped")?;
+        publish(&board, rank, scratch_reg, &gpu, scratch.ptr(), scratch.len_bytes())?;
+        meet(b"mapped")?;
         if rank == 0 {
             board.unlink()?;
         }
-        let store = StoreClient::connect((bc.master_addr.as_str(), bc.master_port), bc.timeout)?;
         let shared = Arc::new(Shared {
             board,
             error: Mutex::new(None),
@@ -269,7 +315,7 @@ impl GpuCommunicator {
             local_event: Event::new(&gpu, EventKind::SyncOnly)?,
             scratch: (scratch.ptr(), scratch_reg),
             reducer,
-            mappings: PeerMappings::new(gpu.clone(), prefix.clone(), store, world_size, config.mappings_max),
+            mappings: PeerMappings::new(gpu.clone(), world_size, config.mappings_max),
             seq: 0,
             expected: vec![0; world_size],
             op_timeout: config.op_timeout,
@@ -293,10 +339,9 @@ impl GpuCommunicator {
             gpu,
             order: config.stream_order,
             config,
-            bootstrap,
-            prefix,
+            bootstrap: None,
             shared,
-            registrations,
+            registrations: Mutex::new(registrations),
             scratch,
             stall_gate: Mutex::new(Some(stall_gate)),
             tx: Some(tx),
@@ -343,36 +388,83 @@ impl GpuCommunicator {
 
     /// Registered buffers (the scratch buffer included).
     pub fn registration_count(&self) -> usize {
-        self.registrations.len()
+        self.registrations().len()
     }
 
-    /// Registers `buf` as a receive buffer: exports its IPC handle to the
-    /// store (once; registering the same buffer again returns the same id).
-    /// Keep it alive until [`GpuCommunicator::deregister`].
+    fn registrations(&self) -> std::sync::MutexGuard<'_, Registrations> {
+        self.registrations.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers `buf` as a receive buffer: exports its IPC handle into this
+    /// rank's table on the board (once; registering the same buffer again
+    /// returns the same id). Keep it alive until [`GpuCommunicator::deregister`].
     pub fn register(&mut self, buf: &DeviceBuffer) -> GpuResult<u64> {
         self.check_gpu("registered", buf)?;
-        if let Some(id) = self.registrations.find_exact(buf.ptr().0, buf.len_bytes()) {
+        let mut regs = self.registrations.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(id) = regs.find_exact(buf.ptr().0, buf.len_bytes()) {
             return Ok(id);
         }
-        let id = self.registrations.insert(buf.ptr().0, buf.len_bytes())?;
-        let key = registration_key(&self.prefix, self.rank, id);
-        if let Err(e) = publish(self.bootstrap.store(), &key, buf) {
-            self.registrations.remove(id);
+        let id = regs.insert(buf.ptr().0, buf.len_bytes())?;
+        if let Err(e) = publish(&self.shared.board, self.rank, id, &self.gpu, buf.ptr(), buf.len_bytes()) {
+            regs.remove(id);
             return Err(e);
         }
         Ok(id)
+    }
+
+    /// Makes `ptr..ptr + len_bytes`, memory a framework allocated (a tensor of PyTorch's caching
+    /// allocator), usable as a receive buffer: registers the whole `cuMemAlloc` allocation that
+    /// holds it, once per allocation. A registration whose allocation was freed and replaced
+    /// at the same address is dropped first; when the table is full, the least recently used
+    /// allocation with no collective in flight makes room. The memory must stay allocated
+    /// while a collective receives into it.
+    pub fn register_allocation_of(&self, ptr: DevicePtr, len_bytes: usize) -> GpuResult<()> {
+        let alloc = allocation_of(ptr, len_bytes)?;
+        let mut regs = self.registrations();
+        if let Some((id, reg)) = regs.find_allocation(alloc.base.0) {
+            if reg.buffer_id == Some(alloc.buffer_id) && reg.len == alloc.len_bytes {
+                return Ok(());
+            }
+            self.drop_registration(&mut regs, id);
+        }
+        if regs.is_full() {
+            let completed = self.shared.completed.load(Ordering::Acquire);
+            match regs.evictable(completed) {
+                Some(id) => self.drop_registration(&mut regs, id),
+                None => {
+                    return Err(GpuCollError::TableFull {
+                        what: "the registration table (every entry is in use by a queued collective)",
+                        max: self.config.registrations_max,
+                        env: "ACCORD_GPU_REGISTRATIONS_MAX",
+                    })
+                }
+            }
+        }
+        let id = regs.insert_allocation(alloc.base.0, alloc.len_bytes, alloc.buffer_id)?;
+        if let Err(e) = publish(&self.shared.board, self.rank, id, &self.gpu, alloc.base, alloc.len_bytes) {
+            regs.remove(id);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Forgets registration `id` here and on the board; peers retire their mappings of this
+    /// rank's buffers before their next push into it.
+    fn drop_registration(&self, regs: &mut Registrations, id: u64) {
+        regs.remove(id);
+        self.shared.board.clear_registration(self.rank, id);
+        self.shared.board.bump_dereg_epoch(self.rank);
     }
 
     /// Forgets `buf`'s registration; peers retire their mappings of this
     /// rank's buffers before their next push into it. Call it with no
     /// collective on `buf` in flight.
     pub fn deregister(&mut self, buf: &DeviceBuffer) -> GpuResult<()> {
-        let id = self
-            .registrations
+        let mut regs = self.registrations.lock().unwrap_or_else(|p| p.into_inner());
+        let id = regs
             .find_exact(buf.ptr().0, buf.len_bytes())
             .ok_or(GpuCollError::NotRegistered { ptr: buf.ptr().0, len_bytes: buf.len_bytes() })?;
-        self.registrations.remove(id);
-        self.shared.board.bump_dereg_epoch(self.rank);
+        self.drop_registration(&mut regs, id);
         Ok(())
     }
 
@@ -399,7 +491,22 @@ impl GpuCommunicator {
     /// All-gather of small host blobs through the bootstrap store (for
     /// benchmarks and tests; every rank must call it).
     pub fn host_all_gather(&mut self, blob: &[u8]) -> GpuResult<Vec<Vec<u8>>> {
-        Ok(self.bootstrap.all_gather(blob)?)
+        match self.bootstrap.as_mut() {
+            Some(bootstrap) => Ok(bootstrap.all_gather(blob)?),
+            None => Err(GpuCollError::InvalidArgument {
+                what: "this communicator joined through an outside store: exchange host data through it".into(),
+            }),
+        }
+    }
+
+    /// The first error a collective hit, if any (later calls fail with it too).
+    pub fn check(&self) -> GpuResult<()> {
+        self.check_failed()
+    }
+
+    /// Collectives submitted so far, and how many of them finished on the host side.
+    pub fn progress(&self) -> (u64, u64) {
+        (self.submitted.load(Ordering::Relaxed), self.shared.completed.load(Ordering::Acquire))
     }
 
     /// SMs a collective of `bytes` (nccl-tests meaning) occupies: 0 for
@@ -562,10 +669,14 @@ impl GpuCommunicator {
             });
         }
         let recv: DevicePtr = bufs.recv.ptr();
-        let recv_reg = self
-            .registrations
-            .lookup(recv.0, recv_len)
-            .ok_or(GpuCollError::NotRegistered { ptr: recv.0, len_bytes: recv_len })?;
+        let recv_reg = {
+            let mut regs = self.registrations();
+            let found = regs
+                .lookup(recv.0, recv_len)
+                .ok_or(GpuCollError::NotRegistered { ptr: recv.0, len_bytes: recv_len })?;
+            regs.touch(found.0, self.submitted.load(Ordering::Relaxed) + 1);
+            found
+        };
         // The host function / stall may wait several op timeouts when calls queue up behind each other.
         let hold_max = self.config.op_timeout.saturating_mul(4);
         let start = match self.order {
@@ -597,6 +708,14 @@ impl GpuCommunicator {
         }
         Ok(())
     }
+}
+
+/// Exports the allocation holding `ptr..ptr + len_bytes` and writes it into `rank`'s table on
+/// `board` as registration `id`.
+fn publish(board: &Board, rank: usize, id: u64, gpu: &Gpu, ptr: DevicePtr, len_bytes: usize) -> GpuResult<()> {
+    let (handle, offset) = IpcHandle::export_range(gpu, ptr, len_bytes)?;
+    board.publish_registration(rank, id, &Registered { handle: handle.to_bytes(), offset });
+    Ok(())
 }
 
 impl Drop for GpuCommunicator {

@@ -1,6 +1,6 @@
 //! Buffer registration (this rank's receive buffers, exported as IPC
-//! handles through the store) and the bounded cache of peers' buffers
-//! mapped into this process.
+//! handles into its table on the flag board) and the bounded cache of peers'
+//! buffers mapped into this process.
 //!
 //! # Invalidation
 //!
@@ -12,42 +12,72 @@
 //! ([`super::GpuCommunicator::release_mappings`], or on drop): closing one
 //! synchronises the whole context, which would wait for a user stream that is
 //! itself waiting for the collective.
+//!
+//! # Memory a framework allocated
+//!
+//! [`super::GpuCommunicator::register_allocation_of`] registers the whole
+//! `cuMemAlloc` allocation holding a tensor (one registration covers every
+//! tensor a caching allocator carves from that segment), keyed by the driver's
+//! buffer id: a segment freed and re-allocated at the same address has a new
+//! id, so its stale registration is dropped, never reused.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use accord_cuda::ipc::IPC_HANDLE_BYTES;
-use accord_cuda::{DeviceBuffer, DevicePtr, Gpu, IpcHandle, IpcMapping, MappingCache};
+use accord_cuda::{DevicePtr, Gpu, IpcHandle, IpcMapping, MappingCache};
 
+use super::board::{entry_of, Board, REG_ENTRIES};
 use super::error::{GpuCollError, GpuResult};
-use crate::store::StoreClient;
 
-/// Store key of `rank`'s registration `id` under `prefix`.
-pub fn registration_key(prefix: &str, rank: usize, id: u64) -> String {
-    format!("{prefix}/reg/{rank}/{id}")
+/// One registered range of this rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Registration {
+    /// First byte.
+    pub base: u64,
+    /// Length in bytes.
+    pub len: usize,
+    /// The driver's id of the allocation, for ranges registered by address (None: a buffer the
+    /// caller owns and deregisters itself).
+    pub buffer_id: Option<u64>,
+    /// The submission count of the last collective that received into it.
+    pub last_use: u64,
 }
 
-/// This rank's registered buffers: id -> (base, length).
+/// This rank's registered buffers: id -> range.
 #[derive(Debug)]
 pub struct Registrations {
     next_id: u64,
-    by_id: BTreeMap<u64, (u64, usize)>,
+    by_id: BTreeMap<u64, Registration>,
     max: usize,
 }
 
 impl Registrations {
-    /// An empty table of at most `max` entries; ids start at 1.
+    /// An empty table of at most `max` entries (at most [`REG_ENTRIES`]); ids start at 1.
     pub fn new(max: usize) -> Registrations {
-        Registrations { next_id: 1, by_id: BTreeMap::new(), max }
+        Registrations { next_id: 1, by_id: BTreeMap::new(), max: max.min(REG_ENTRIES) }
     }
 
     /// The id of the registration exactly covering `buf`, if any.
     pub fn find_exact(&self, base: u64, len: usize) -> Option<u64> {
-        self.by_id.iter().find(|(_, &(b, l))| b == base && l == len).map(|(id, _)| *id)
+        self.by_id.iter().find(|(_, r)| r.base == base && r.len == len).map(|(id, _)| *id)
     }
 
-    /// Adds a range and returns its new id.
+    /// The registration of the allocation starting at `base`, registered by address.
+    pub fn find_allocation(&self, base: u64) -> Option<(u64, Registration)> {
+        self.by_id.iter().find(|(_, r)| r.base == base && r.buffer_id.is_some()).map(|(id, r)| (*id, *r))
+    }
+
+    /// Adds a range and returns its new id, whose board entry no live registration holds.
     pub fn insert(&mut self, base: u64, len: usize) -> GpuResult<u64> {
+        self.insert_entry(Registration { base, len, buffer_id: None, last_use: 0 })
+    }
+
+    /// Adds a range registered by address (see the module docs) and returns its new id.
+    pub fn insert_allocation(&mut self, base: u64, len: usize, buffer_id: u64) -> GpuResult<u64> {
+        self.insert_entry(Registration { base, len, buffer_id: Some(buffer_id), last_use: 0 })
+    }
+
+    fn insert_entry(&mut self, reg: Registration) -> GpuResult<u64> {
         if self.by_id.len() >= self.max {
             return Err(GpuCollError::TableFull {
                 what: "the registration table",
@@ -55,9 +85,14 @@ impl Registrations {
                 env: "ACCORD_GPU_REGISTRATIONS_MAX",
             });
         }
-        let id = self.next_id;
-        self.next_id += 1;
-        self.by_id.insert(id, (base, len));
+        // Fewer live ids than entries, so one of the next REG_ENTRIES ids has a free entry.
+        let taken = |id: u64| self.by_id.keys().any(|&live| entry_of(live) == entry_of(id));
+        let mut id = self.next_id;
+        while taken(id) {
+            id += 1;
+        }
+        self.next_id = id + 1;
+        self.by_id.insert(id, reg);
         Ok(id)
     }
 
@@ -70,8 +105,35 @@ impl Registrations {
     pub fn lookup(&self, ptr: u64, len: usize) -> Option<(u64, u64)> {
         self.by_id
             .iter()
-            .find(|(_, &(b, l))| ptr >= b && ptr.saturating_add(len as u64) <= b + l as u64)
-            .map(|(id, &(b, _))| (*id, ptr - b))
+            .find(|(_, r)| ptr >= r.base && ptr.saturating_add(len as u64) <= r.base + r.len as u64)
+            .map(|(id, r)| (*id, ptr - r.base))
+    }
+
+    /// The registration `id`, if live.
+    pub fn lookup_id(&self, id: u64) -> Option<Registration> {
+        self.by_id.get(&id).copied()
+    }
+
+    /// Notes that the collective numbered `submitted` receives into `id`.
+    pub fn touch(&mut self, id: u64, submitted: u64) {
+        if let Some(r) = self.by_id.get_mut(&id) {
+            r.last_use = submitted;
+        }
+    }
+
+    /// The least recently used registration by address whose last collective is done
+    /// (`completed` collectives finished): the one to drop when the table is full.
+    pub fn evictable(&self, completed: u64) -> Option<u64> {
+        self.by_id
+            .iter()
+            .filter(|(_, r)| r.buffer_id.is_some() && r.last_use <= completed)
+            .min_by_key(|(_, r)| r.last_use)
+            .map(|(id, _)| *id)
+    }
+
+    /// Whether the table is full.
+    pub fn is_full(&self) -> bool {
+        self.by_id.len() >= self.max
     }
 
     /// Number of registrations.
@@ -85,20 +147,11 @@ impl Registrations {
     }
 }
 
-/// Exports `buf` and publishes its handle at `key`.
-pub fn publish(store: &mut StoreClient, key: &str, buf: &DeviceBuffer) -> GpuResult<()> {
-    let handle = IpcHandle::export(buf)?;
-    store.set(key, &handle.to_bytes())?;
-    Ok(())
-}
-
 /// Peers' buffers mapped here, least recently used evicted first (the cache type the engine's
 /// copy-engine route uses too); evicted and stale mappings are retired, not closed.
 pub struct PeerMappings {
     gpu: Gpu,
-    prefix: String,
-    store: StoreClient,
-    open: MappingCache<(usize, u64), Arc<IpcMapping>>,
+    open: MappingCache<(usize, u64), (Arc<IpcMapping>, u64)>,
     retired: Vec<Arc<IpcMapping>>,
     epochs: Vec<u64>,
     max: usize,
@@ -112,16 +165,8 @@ impl std::fmt::Debug for PeerMappings {
 
 impl PeerMappings {
     /// An empty cache of at most `max` open (and `max` retired) mappings.
-    pub fn new(gpu: Gpu, prefix: String, store: StoreClient, world_size: usize, max: usize) -> PeerMappings {
-        PeerMappings {
-            gpu,
-            prefix,
-            store,
-            open: MappingCache::new(max),
-            retired: Vec::new(),
-            epochs: vec![0; world_size],
-            max,
-        }
+    pub fn new(gpu: Gpu, world_size: usize, max: usize) -> PeerMappings {
+        PeerMappings { gpu, open: MappingCache::new(max), retired: Vec::new(), epochs: vec![0; world_size], max }
     }
 
     /// Mappings opened since creation (a cache-miss counter).
@@ -135,7 +180,7 @@ impl PeerMappings {
             return Ok(());
         }
         self.epochs[peer] = epoch;
-        for mapping in self.open.remove_where(|(p, _)| *p == peer) {
+        for (mapping, _) in self.open.remove_where(|(p, _)| *p == peer) {
             self.retire(mapping)?;
         }
         Ok(())
@@ -153,17 +198,16 @@ impl PeerMappings {
         Ok(())
     }
 
-    /// The base address, in this process, of `peer`'s registration `id`.
-    pub fn resolve(&mut self, peer: usize, id: u64, timeout: std::time::Duration) -> GpuResult<DevicePtr> {
-        // The store key is formatted only on a miss: a hit costs one hash lookup, no allocation.
-        let (gpu, store, prefix) = (&self.gpu, &mut self.store, &self.prefix);
-        let (mapping, evicted) = self.open.get_or_open((peer, id), || {
-            open_registration(gpu, store, &registration_key(prefix, peer, id), peer, id, timeout)
-        })?;
-        if let Some(old) = evicted {
+    /// The base address, in this process, of `peer`'s registration `id`, mapped from the
+    /// handle in `peer`'s table on `board` on first use.
+    pub fn resolve(&mut self, board: &Board, peer: usize, id: u64) -> GpuResult<DevicePtr> {
+        let gpu = &self.gpu;
+        let ((mapping, offset), evicted) =
+            self.open.get_or_open((peer, id), || open_registration(gpu, board, peer, id))?;
+        if let Some((old, _)) = evicted {
             self.retire(old)?;
         }
-        Ok(mapping.ptr())
+        Ok(mapping.ptr().offset(offset as usize))
     }
 
     /// Closes retired mappings (each close synchronises the GPU: call only
@@ -175,21 +219,20 @@ impl PeerMappings {
     }
 }
 
-/// Maps `peer`'s registration `id`, whose IPC handle the store holds at `key`.
-fn open_registration(
-    gpu: &Gpu,
-    store: &mut StoreClient,
-    key: &str,
-    peer: usize,
-    id: u64,
-    timeout: std::time::Duration,
-) -> GpuResult<Arc<IpcMapping>> {
-    let bytes = store.get(key, timeout)?;
-    let array: [u8; IPC_HANDLE_BYTES] = bytes.as_slice().try_into().map_err(|_| GpuCollError::Protocol {
-        rank: peer,
-        what: format!("its registration {id} is {} bytes, not an IPC handle", bytes.len()),
-    })?;
-    let handle = IpcHandle::from_bytes(&array)
+/// Maps `peer`'s registration `id` from the handle in its table on `board`.
+fn open_registration(gpu: &Gpu, board: &Board, peer: usize, id: u64) -> GpuResult<(Arc<IpcMapping>, u64)> {
+    let reg = board.read_registration(peer, id)?;
+    let handle = IpcHandle::from_bytes(&reg.handle)
         .map_err(|e| GpuCollError::Protocol { rank: peer, what: format!("registration {id}: {e}") })?;
-    Ok(Arc::new(IpcMapping::open(gpu, &handle)?))
+    if reg.offset >= handle.len_bytes() {
+        return Err(GpuCollError::Protocol {
+            rank: peer,
+            what: format!(
+                "registration {id} starts at {} in an allocation of {} bytes",
+                reg.offset,
+                handle.len_bytes()
+            ),
+        });
+    }
+    Ok((Arc::new(IpcMapping::open(gpu, &handle)?), reg.offset))
 }

@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use super::board::{board_words, Board, Deadline, Slot, GPU_WORLD_SIZE_MAX};
+use super::board::{board_words, entry_of, Board, Deadline, Registered, Slot, GPU_WORLD_SIZE_MAX, REG_ENTRIES};
 use super::config::{GpuConfig, StreamOrder};
 use super::plan::{self, Buf, Plan, ReduceShape};
 use super::registry::Registrations;
@@ -240,6 +240,77 @@ fn registrations_are_bounded_and_found_by_range() {
     assert!(c > b, "ids are never reused");
 }
 
+/// A board that two ranks (two mappings in this process) share, unlinked.
+fn shared_board(world: usize, name: &str) -> (Board, Board) {
+    let path = std::env::temp_dir().join(format!("accord-gpu-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let a = Board::create(&path, world).unwrap();
+    a.init_header();
+    let b = Board::open(&path, world).unwrap();
+    a.unlink().unwrap();
+    (a, b)
+}
+
+#[test]
+fn registrations_travel_through_the_board() {
+    let (a, b) = shared_board(3, "regs");
+    let mut handle = [0u8; accord_cuda::ipc::IPC_HANDLE_BYTES];
+    for (i, byte) in handle.iter_mut().enumerate() {
+        *byte = i as u8 ^ 0x5a;
+    }
+    let reg = Registered { handle, offset: 4096 };
+    b.publish_registration(2, 7, &reg);
+    assert_eq!(a.read_registration(2, 7).unwrap(), reg, "every byte of the handle and the offset arrive");
+    let err = a.read_registration(1, 7).unwrap_err();
+    assert!(matches!(err, GpuCollError::Protocol { rank: 1, .. }), "another rank's table is separate: {err}");
+    // An id sharing the entry replaces the old one, which then reads as missing.
+    let later = 7 + REG_ENTRIES as u64;
+    assert_eq!(entry_of(later), entry_of(7));
+    b.publish_registration(2, later, &Registered { handle, offset: 0 });
+    assert!(matches!(a.read_registration(2, 7), Err(GpuCollError::Protocol { rank: 2, .. })));
+    assert_eq!(a.read_registration(2, later).unwrap().offset, 0);
+    // Clearing only clears the id that is there.
+    b.clear_registration(2, 7);
+    assert!(a.read_registration(2, later).is_ok());
+    b.clear_registration(2, later);
+    assert!(a.read_registration(2, later).is_err());
+}
+
+#[test]
+fn registration_ids_never_share_a_live_board_entry() {
+    let mut regs = Registrations::new(REG_ENTRIES);
+    let first = regs.insert(0x1000, 1).unwrap();
+    for i in 1..REG_ENTRIES as u64 - 1 {
+        regs.insert(0x1000 + i * 0x1000, 1).unwrap();
+    }
+    // Free one early id; the next ids wrap round to entries still in use and must skip them.
+    assert!(regs.remove(first + 3));
+    let next = regs.insert(0xdead_0000, 1).unwrap();
+    let live: Vec<u64> = (0..REG_ENTRIES as u64 * 3).filter(|id| regs.lookup_id(*id).is_some()).collect();
+    let mut entries: Vec<usize> = live.iter().map(|id| entry_of(*id)).collect();
+    entries.sort_unstable();
+    entries.dedup();
+    assert_eq!(entries.len(), live.len(), "two live registrations share a board entry: {live:?}");
+    assert!(next > first + 3, "ids are never reused");
+}
+
+#[test]
+fn allocations_registered_by_address_are_evicted_least_recent_first() {
+    let mut regs = Registrations::new(3);
+    let owned = regs.insert(0x1000, 0x100).unwrap();
+    let a = regs.insert_allocation(0x10_000, 0x1000, 11).unwrap();
+    let b = regs.insert_allocation(0x20_000, 0x1000, 12).unwrap();
+    assert!(regs.is_full());
+    regs.touch(a, 5);
+    regs.touch(b, 4);
+    regs.touch(owned, 1);
+    assert_eq!(regs.evictable(3), None, "both allocations still have a collective in flight");
+    assert_eq!(regs.evictable(4), Some(b));
+    assert_eq!(regs.evictable(9), Some(b), "the least recently used goes first, never a buffer the caller owns");
+    assert_eq!(regs.find_allocation(0x10_000).map(|(id, r)| (id, r.buffer_id)), Some((a, Some(11))));
+    assert_eq!(regs.find_allocation(0x1000), None, "an owned buffer is not an allocation registered by address");
+}
+
 #[test]
 fn config_reads_overrides_and_refuses_bad_values() {
     let env = |k: &str| match k {
@@ -256,4 +327,7 @@ fn config_reads_overrides_and_refuses_bad_values() {
     assert!(matches!(bad, Err(GpuCollError::InvalidArgument { .. })));
     let bad = GpuConfig::from_lookup(|k| (k == "ACCORD_GPU_QUEUE_DEPTH").then(|| "0".to_string()));
     assert!(matches!(bad, Err(GpuCollError::InvalidArgument { .. })));
+    let over = (super::REGISTRATIONS_MAX_LIMIT + 1).to_string();
+    let bad = GpuConfig::from_lookup(|k| (k == "ACCORD_GPU_REGISTRATIONS_MAX").then(|| over.clone()));
+    assert!(matches!(bad, Err(GpuCollError::InvalidArgument { .. })), "the board has no entry for more");
 }

@@ -276,8 +276,7 @@ impl Worker {
                 return Err(GpuCollError::Protocol { rank: dst_rank, what: "a plan pushed into a send buffer".into() })
             }
         };
-        let left = deadline.at.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
-        let base = self.mappings.resolve(dst_rank, id, left)?;
+        let base = self.mappings.resolve(&self.shared.board, dst_rank, id)?;
         Ok(base.offset(base_offset + offset))
     }
 

@@ -212,6 +212,21 @@ pub(crate) fn pointer_has_owner_context(ptr: RawPtr) -> Result<bool> {
     Ok(!ctx.is_null())
 }
 
+/// The driver's unique id of the allocation holding `ptr` (never reused within the process, so
+/// a freed and re-allocated range at the same address has a different id).
+pub(crate) fn pointer_buffer_id(ptr: RawPtr) -> Result<u64> {
+    let mut id: u64 = 0;
+    // Safety: BUFFER_ID writes one unsigned long long into the valid local.
+    check("cuPointerGetAttribute(BUFFER_ID)", unsafe {
+        sys::cuPointerGetAttribute(
+            &mut id as *mut u64 as *mut c_void,
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_BUFFER_ID,
+            ptr,
+        )
+    })?;
+    Ok(id)
+}
+
 /// Makes `ctx` current on the calling thread (a null `ctx` unbinds the thread).
 pub(crate) fn ctx_set_current(ctx: RawContext) -> Result<()> {
     // Safety: ctx is a retained, live context, or null.
@@ -243,6 +258,11 @@ pub(crate) struct RawStream(pub(crate) sys::CUstream);
 unsafe impl Send for RawStream {}
 // Safety: the driver serialises concurrent submissions to one stream.
 unsafe impl Sync for RawStream {}
+
+/// A stream handle from its address as another library exposes it (PyTorch's `cuda_stream`).
+pub(crate) fn raw_stream_from_address(address: u64) -> RawStream {
+    RawStream(address as usize as sys::CUstream)
+}
 
 /// Creates a stream that does not synchronise with the legacy default stream.
 pub(crate) fn stream_create_non_blocking() -> Result<RawStream> {

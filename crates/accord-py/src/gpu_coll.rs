@@ -1,0 +1,284 @@
+//! `accord.GpuCommunicator`: the copy-engine GPU collectives of `accord_coll::gpu` for tensors
+//! a framework allocated, ordered on the framework's stream. `accord.torch` runs CUDA tensors
+//! through it when every rank of a group is on one host.
+//!
+//! Why raw addresses: the caller (PyTorch) owns the memory and the stream. A call passes
+//! `tensor.data_ptr()` and `torch.cuda.current_stream().cuda_stream`; the receive buffer's whole
+//! allocation is registered on first use (cached by the driver's allocation id, so a segment
+//! the caching allocator frees and gets back is registered anew), and the collective is queued
+//! behind the work already on that stream, which it holds until the bytes arrived. Nothing
+//! here dereferences an address: each is checked against the driver's allocation first, so a
+//! wrong one is an exception, never a stray write on the host.
+//!
+//! Calls return once the collective is queued (with the GIL released while a full queue
+//! drains); a later failure (a peer died) is raised by the next call or by `check`.
+
+use crate::coll_store::PyStore;
+use crate::errors::{error, Kind};
+use accord_coll::gpu::{GpuBufs, GpuCollError, GpuCommunicator as Inner, GpuConfig};
+use accord_coll::{Collective, DType, ReduceOp};
+use accord_cuda::{DeviceBuffer, DevicePtr, Stream};
+use pyo3::prelude::*;
+use std::str::FromStr;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// A GPU collective failure as the exception of `accord.errors` it belongs to.
+fn gpu_error(op: &str, e: GpuCollError) -> PyErr {
+    let kind = match &e {
+        GpuCollError::Timeout { .. } => Kind::Timeout,
+        GpuCollError::PeerGone { .. } | GpuCollError::PeerAborted { .. } | GpuCollError::Protocol { .. } => Kind::Peer,
+        GpuCollError::Failed { .. } => Kind::Peer,
+        GpuCollError::InvalidArgument { .. } => Kind::InvalidRequest,
+        GpuCollError::NotRegistered { .. } | GpuCollError::TableFull { .. } => Kind::InvalidBuffer,
+        GpuCollError::Store(_) => Kind::Peer,
+        _ => Kind::Accord,
+    };
+    error(kind, format!("{op}: {e}"))
+}
+
+fn parse_dtype(op: &str, dtype: &str) -> PyResult<DType> {
+    DType::from_str(dtype).map_err(|e| error(Kind::InvalidRequest, format!("{op}: {e}")))
+}
+
+fn parse_op(op: &str, reduce: &str) -> PyResult<ReduceOp> {
+    ReduceOp::from_str(reduce).map_err(|e| error(Kind::InvalidRequest, format!("{op}: {e}")))
+}
+
+fn seconds(op: &str, s: f64) -> PyResult<Duration> {
+    if s.is_finite() && s > 0.0 {
+        Ok(Duration::from_secs_f64(s.min(1e9)))
+    } else {
+        Err(error(Kind::InvalidRequest, format!("{op}: timeout {s} is not valid: give seconds > 0")))
+    }
+}
+
+/// The GPU collectives of the ranks of one host, on memory and streams the caller owns.
+#[pyclass(module = "accord", name = "GpuCommunicator")]
+pub struct GpuCommunicator {
+    inner: Mutex<Option<Inner>>,
+    rank: usize,
+    world_size: usize,
+    gpu: usize,
+}
+
+/// One call's buffers and stream, as views of the caller's.
+struct Call {
+    send: DeviceBuffer,
+    recv: DeviceBuffer,
+    stream: Stream,
+}
+
+impl GpuCommunicator {
+    /// Runs `f` on the open communicator with the GIL released.
+    fn with<R: Send>(
+        &self,
+        py: Python<'_>,
+        op: &str,
+        f: impl FnOnce(&Inner) -> Result<R, GpuCollError> + Send,
+    ) -> PyResult<R> {
+        py.detach(|| {
+            let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            let inner = guard.as_ref().ok_or_else(|| {
+                error(Kind::Shutdown, format!("{op}: the GPU communicator is closed: create a new one"))
+            })?;
+            f(inner).map_err(|e| gpu_error(op, e))
+        })
+    }
+
+    /// Views of `send` (`send_len` bytes) and `recv` (`recv_len` bytes, registered by address)
+    /// and of `stream`, checked against the driver.
+    fn views(
+        inner: &Inner,
+        send: u64,
+        send_len: usize,
+        recv: u64,
+        recv_len: usize,
+        stream: u64,
+    ) -> Result<Call, GpuCollError> {
+        let gpu = inner.gpu();
+        // A zero-length side still needs a valid view: use the other side's address.
+        let send = DeviceBuffer::borrow_raw(gpu, DevicePtr(send), send_len.max(1))?;
+        inner.register_allocation_of(DevicePtr(recv), recv_len.max(1))?;
+        let recv = DeviceBuffer::borrow_raw(gpu, DevicePtr(recv), recv_len.max(1))?;
+        let stream = Stream::borrow_raw(gpu, stream)?;
+        Ok(Call { send, recv, stream })
+    }
+}
+
+#[pymethods]
+impl GpuCommunicator {
+    /// Joins the communicator of `world_size` ranks on this host through `store` (an object
+    /// with `set(key, bytes)` and `get(key, timeout) -> bytes`, as `accord.Communicator`'s
+    /// `store=`), under keys starting with `prefix`, on GPU `gpu` (the process's ordinal, as
+    /// `torch.device("cuda", gpu)`). Every rank calls it; waits up to `timeout` seconds for the
+    /// others. The `ACCORD_GPU_*` knobs configure it.
+    #[new]
+    #[pyo3(signature = (rank, world_size, gpu, store, prefix, timeout = 300.0))]
+    fn new(
+        py: Python<'_>,
+        rank: usize,
+        world_size: usize,
+        gpu: usize,
+        store: Py<PyAny>,
+        prefix: String,
+        timeout: f64,
+    ) -> PyResult<GpuCommunicator> {
+        let op = "GpuCommunicator";
+        let timeout = seconds(op, timeout)?;
+        if world_size == 0 || rank >= world_size {
+            return Err(error(
+                Kind::InvalidRequest,
+                format!("{op}: rank {rank} of world size {world_size}: give 0 <= rank < world_size"),
+            ));
+        }
+        let config = GpuConfig::from_env().map_err(|e| gpu_error(op, e))?;
+        let mut store = PyStore(store);
+        let inner = py
+            .detach(|| Inner::join(&mut store, &prefix, rank, world_size, gpu, timeout, config))
+            .map_err(|e| gpu_error(op, e))?;
+        Ok(GpuCommunicator { inner: Mutex::new(Some(inner)), rank, world_size, gpu })
+    }
+
+    /// This rank.
+    #[getter]
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Number of ranks.
+    #[getter]
+    fn world_size(&self) -> usize {
+        self.world_size
+    }
+
+    /// The GPU ordinal this rank uses.
+    #[getter]
+    fn gpu(&self) -> usize {
+        self.gpu
+    }
+
+    /// all_reduce of `count` elements at `send` into `recv` (the same address: in place),
+    /// queued on `stream`.
+    #[allow(clippy::too_many_arguments)]
+    fn all_reduce(
+        &self,
+        py: Python<'_>,
+        send: u64,
+        recv: u64,
+        count: usize,
+        dtype: &str,
+        op: &str,
+        stream: u64,
+    ) -> PyResult<()> {
+        let name = "all_reduce";
+        let (dtype, reduce) = (parse_dtype(name, dtype)?, parse_op(name, op)?);
+        let bytes = count.saturating_mul(dtype.size_bytes());
+        self.with(py, name, |inner| {
+            let c = Self::views(inner, send, bytes, recv, bytes, stream)?;
+            inner.all_reduce(GpuBufs { send: &c.send, recv: &c.recv }, count, dtype, reduce, &c.stream)
+        })
+    }
+
+    /// reduce_scatter: block `j` (of `count_per_rank` elements) of every rank's `send`, reduced
+    /// into rank `j`'s `recv`, queued on `stream`.
+    #[allow(clippy::too_many_arguments)]
+    fn reduce_scatter(
+        &self,
+        py: Python<'_>,
+        send: u64,
+        recv: u64,
+        count_per_rank: usize,
+        dtype: &str,
+        op: &str,
+        stream: u64,
+    ) -> PyResult<()> {
+        let name = "reduce_scatter";
+        let (dtype, reduce) = (parse_dtype(name, dtype)?, parse_op(name, op)?);
+        let block = count_per_rank.saturating_mul(dtype.size_bytes());
+        let n = self.world_size;
+        self.with(py, name, |inner| {
+            let c = Self::views(inner, send, block.saturating_mul(n), recv, block, stream)?;
+            inner.reduce_scatter(GpuBufs { send: &c.send, recv: &c.recv }, count_per_rank, dtype, reduce, &c.stream)
+        })
+    }
+
+    /// all_gather: `bytes_per_rank` at `send` into every rank's `recv` at `rank * bytes_per_rank`.
+    fn all_gather(&self, py: Python<'_>, send: u64, recv: u64, bytes_per_rank: usize, stream: u64) -> PyResult<()> {
+        let n = self.world_size;
+        self.with(py, "all_gather", |inner| {
+            let c = Self::views(inner, send, bytes_per_rank, recv, bytes_per_rank.saturating_mul(n), stream)?;
+            inner.all_gather(GpuBufs { send: &c.send, recv: &c.recv }, bytes_per_rank, &c.stream)
+        })
+    }
+
+    /// all_to_all: block `j` (of `bytes_per_rank`) of `send` into rank `j`'s `recv` at block `rank`.
+    fn all_to_all(&self, py: Python<'_>, send: u64, recv: u64, bytes_per_rank: usize, stream: u64) -> PyResult<()> {
+        let total = bytes_per_rank.saturating_mul(self.world_size);
+        self.with(py, "all_to_all", |inner| {
+            let c = Self::views(inner, send, total, recv, total, stream)?;
+            inner.all_to_all(GpuBufs { send: &c.send, recv: &c.recv }, bytes_per_rank, &c.stream)
+        })
+    }
+
+    /// broadcast: `bytes` of `root`'s `send` into every rank's `recv` (pass the same address
+    /// twice for torch's in-place broadcast).
+    #[allow(clippy::too_many_arguments)]
+    fn broadcast(&self, py: Python<'_>, send: u64, recv: u64, bytes: usize, root: usize, stream: u64) -> PyResult<()> {
+        self.with(py, "broadcast", |inner| {
+            let c = Self::views(inner, send, bytes, recv, bytes, stream)?;
+            inner.broadcast(GpuBufs { send: &c.send, recv: &c.recv }, bytes, root, &c.stream)
+        })
+    }
+
+    /// Raises the first error a collective hit, if any.
+    fn check(&self, py: Python<'_>) -> PyResult<()> {
+        self.with(py, "check", |inner| inner.check())
+    }
+
+    /// Waits until every queued collective released its stream, then raises the first error.
+    fn wait_idle(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
+        let timeout = seconds("wait_idle", timeout)?;
+        self.with(py, "wait_idle", |inner| inner.wait_idle(timeout))
+    }
+
+    /// `(submitted, completed)`: collectives queued so far, and how many released their stream.
+    fn progress(&self, py: Python<'_>) -> PyResult<(u64, u64)> {
+        self.with(py, "progress", |inner| Ok(inner.progress()))
+    }
+
+    /// Registered allocations (the scratch buffer included).
+    fn registration_count(&self, py: Python<'_>) -> PyResult<usize> {
+        self.with(py, "registration_count", |inner| Ok(inner.registration_count()))
+    }
+
+    /// SMs a collective occupies (`collective`: `all_reduce`, `all_gather`, ...; `bytes` in
+    /// nccl-tests' meaning): 0 for pure copies, the reduction grid for reductions.
+    fn sms_used(&self, py: Python<'_>, collective: &str, bytes: usize, dtype: &str) -> PyResult<u32> {
+        let name = "sms_used";
+        let which = Collective::ALL.into_iter().find(|c| c.name() == collective).ok_or_else(|| {
+            let known: Vec<&str> = Collective::ALL.iter().map(|c| c.name()).collect();
+            error(Kind::InvalidRequest, format!("{name}: unknown collective {collective:?}: use one of {known:?}"))
+        })?;
+        let dtype = parse_dtype(name, dtype)?;
+        self.with(py, name, |inner| Ok(inner.sms_used(which, bytes, dtype)))
+    }
+
+    /// Waits (up to `timeout` seconds) for queued collectives, then stops the progress thread
+    /// and leaves the board. Idempotent.
+    #[pyo3(signature = (timeout = 60.0))]
+    fn close(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
+        let timeout = seconds("close", timeout)?;
+        let taken = py.detach(|| self.inner.lock().unwrap_or_else(|p| p.into_inner()).take());
+        if let Some(inner) = taken {
+            let waited = py.detach(|| inner.wait_idle(timeout));
+            py.detach(move || drop(inner));
+            waited.map_err(|e| gpu_error("close", e))?;
+        }
+        Ok(())
+    }
+
+    fn __repr__(&self) -> String {
+        format!("GpuCommunicator(rank={}, world_size={}, gpu={})", self.rank, self.world_size, self.gpu)
+    }
+}
