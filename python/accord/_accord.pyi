@@ -286,7 +286,14 @@ class GpuCommunicator:
     return once queued; a later failure is raised by the next call or ``check``."""
 
     def __new__(
-        cls, rank: int, world_size: int, gpu: int, store: _KeyValueStore, prefix: str, timeout: float = 300.0
+        cls,
+        rank: int,
+        world_size: int,
+        gpu: int,
+        store: _KeyValueStore,
+        prefix: str,
+        timeout: float = 300.0,
+        stream_order: str | None = None,
     ) -> Self: ...
     @property
     def rank(self) -> int: ...

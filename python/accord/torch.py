@@ -16,23 +16,30 @@ point ops are deferred until something waits on them (or the next collective): a
 ``isend``/``irecv`` calls then runs as one schedule, so a ring of sends and receives cannot
 deadlock.
 
-CPU tensors go through Accord's host collectives.
+CPU tensors go through Accord's host collectives. CUDA tensors are staged through host memory
+on the caller's current stream (correct, not fast).
 
-CUDA tensors of a group whose ranks all run on one host go through the copy-engine GPU
-collectives (``accord.GpuCommunicator``), queued on the caller's current stream like NCCL's:
-the call returns at once, the stream waits for the collective, no host synchronisation sits in
-the path, and copies use no SMs (all_reduce and reduce_scatter run one reduction kernel). The
-group meets through the same c10d store, at its first CUDA op. Receive tensors' allocations are
-registered on first use, by the caching allocator's segment. Ops the GPU collectives do not
-cover (gather, scatter, point to point, uneven all_to_all, reductions of float64 or 8-bit
-integers), groups spanning hosts, and ``ACCORD_TORCH_GPU=0`` stage CUDA tensors through host
-memory on the caller's stream (correct, not fast). A collective that fails on the GPU (a peer
-died) raises from the next op on the group or from ``Work.wait``, naming the rank.
+``ACCORD_TORCH_GPU=experimental`` routes CUDA tensors of a group whose ranks all run on one host
+through the copy-engine GPU collectives (``accord.GpuCommunicator``) instead, queued on the
+caller's current stream like NCCL's, with no SMs for copies. It is experimental because it
+can give wrong results, measured on 2×H100 (docs/results/2026-11-26-torch-gpu-path.md): the
+collectives' bytes are moved by a host thread through the CUDA driver while the caller's stream
+waits, and a thread that makes a blocking CUDA call meanwhile (``tensor.cpu()`` or
+``.item()`` right after the op, without ``torch.cuda.synchronize()`` first) stalls that host
+thread until the op's deadline (``ACCORD_GPU_OP_TIMEOUT_MS``); the op then fails, and its
+failure is raised only by the group's next op. Ops the GPU collectives do not cover (gather,
+scatter, point to point, all_to_all with split sizes, reductions of float64 or 8-bit integers)
+and groups spanning hosts stay staged. The path also needs eager module loading: under lazy
+loading, the first launch of a kernel while a collective holds a stream may synchronise the
+context and wait for that stream. So with the experimental path asked for, importing this
+module sets ``CUDA_MODULE_LOADING=EAGER`` when CUDA is not initialised yet and the variable is
+unset; where loading stays lazy on some rank, the group stays staged, with a warning.
 """
 
 from __future__ import annotations
 
 import datetime
+import logging
 import math
 import queue
 import threading
@@ -49,6 +56,28 @@ import accord
 from accord._torchrun import StoreAdapter
 
 BACKEND_NAME = "accord"
+
+_log = logging.getLogger("accord.torch")
+
+
+def _gpu_path_wanted() -> bool:
+    """Whether ``ACCORD_TORCH_GPU`` asks for the experimental GPU path (see the module doc)."""
+    return os.environ.get("ACCORD_TORCH_GPU", "0").strip().lower() == "experimental"
+
+
+def _ask_for_eager_loading() -> None:
+    """Sets ``CUDA_MODULE_LOADING=EAGER`` for this process where it still takes effect (see the
+    module doc): CUDA not initialised, the variable unset, the GPU collectives wanted."""
+    cuda_started: Callable[[], bool] = torch.cuda.is_initialized
+    if _gpu_path_wanted() and "CUDA_MODULE_LOADING" not in os.environ and not cuda_started():
+        os.environ["CUDA_MODULE_LOADING"] = "EAGER"
+
+
+def _eager_loading() -> bool:
+    return os.environ.get("CUDA_MODULE_LOADING", "").strip().upper() == "EAGER"
+
+
+_ask_for_eager_loading()
 
 _REDUCE_OPS = {
     dist.ReduceOp.SUM: "sum",
@@ -360,21 +389,42 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         return gpu
 
     def _start_gpu(self, device: torch.device) -> _GpuPath | bool:
-        choice = os.environ.get("ACCORD_TORCH_GPU", "auto").strip().lower()
-        if choice in ("0", "off", "false", "no"):
-            return False
-        if choice not in ("", "auto", "1", "on", "true", "yes"):
-            raise BackendError(f"accord backend: ACCORD_TORCH_GPU={choice!r} is not valid: use auto or 0")
+        choice = os.environ.get("ACCORD_TORCH_GPU", "0").strip().lower()
+        if choice not in ("", "0", "experimental"):
+            raise BackendError(f"accord backend: ACCORD_TORCH_GPU={choice!r} is not valid: use 0 or experimental")
+        # Every rank publishes its host, whether it wants the GPU collectives and whether it loads
+        # modules eagerly; all take the same decision from what all published.
         me = _host_identity()
-        self._store.set(f"accord/gpu/host/{self._rank_}", me.encode())
-        hosts = [bytes(self._store.get(f"accord/gpu/host/{r}", self.timeout_s)).decode() for r in range(self._size)]
-        if any(h != me for h in hosts):
+        state = "0" if not _gpu_path_wanted() else "E" if _eager_loading() else "L"
+        self._store.set(f"accord/gpu/host/{self._rank_}", f"{state}|{me}".encode())
+        seen = [bytes(self._store.get(f"accord/gpu/host/{r}", self.timeout_s)).decode() for r in range(self._size)]
+        if any(entry.startswith("0|") for entry in seen):
+            return False
+        if any(entry.split("|", 1)[1] != me for entry in seen):
             if self._rank_ == 0:
                 warnings.warn(
                     "accord backend: the group spans several hosts; CUDA tensors are staged through host memory",
                     stacklevel=3,
                 )
             return False
+        lazy = [r for r, entry in enumerate(seen) if entry.startswith("L|")]
+        if lazy:
+            if self._rank_ == 0:
+                warnings.warn(
+                    f"accord backend: rank(s) {lazy} load CUDA modules lazily (CUDA_MODULE_LOADING unset or not "
+                    "EAGER when CUDA started before accord.torch was imported); holding a stream for the GPU "
+                    "collectives can hang there, so CUDA tensors are staged through host memory. Import "
+                    "accord.torch before CUDA starts, or set CUDA_MODULE_LOADING=EAGER.",
+                    stacklevel=3,
+                )
+            return False
+        if self._rank_ == 0:
+            warnings.warn(
+                "accord backend: ACCORD_TORCH_GPU=experimental: CUDA tensors use the GPU collectives, which can "
+                "give wrong results when a thread makes a blocking CUDA call (tensor.cpu(), .item()) while one "
+                "is in flight; see accord.torch's module doc",
+                stacklevel=3,
+            )
         index = device.index if device.index is not None else torch.cuda.current_device()
         comm = accord.GpuCommunicator(
             self._rank_, self._size, index, self._store, "accord/gpu/join/", timeout=self.timeout_s
@@ -386,7 +436,10 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         point to point ops deferred before it."""
         self._flush_p2p()
         with torch.cuda.device(gpu.device):
-            fn(torch.cuda.current_stream(gpu.device).cuda_stream)
+            stream = torch.cuda.current_stream(gpu.device).cuda_stream
+            if _log.isEnabledFor(logging.DEBUG):
+                _log.debug("rank %d: %s on stream 0x%x, progress %s", self._rank_, op, stream, gpu.comm.progress())
+            fn(stream)
             return _StreamWork(self, op, result, gpu.device)
 
     def _flush_p2p(self) -> None:
@@ -804,7 +857,8 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
             return [s * row for s in splits]
 
         send, recv = counts(input, list(input_split_sizes), "input"), counts(output, list(output_split_sizes), "output")
-        even = len(set(send)) == 1 and send == recv
+        # Split sizes are per rank: only their absence is known to be the same on every rank.
+        even = not input_split_sizes and not output_split_sizes
         gpu = self._gpu_for(output, name) if even else None
         if gpu is not None:
 

@@ -80,6 +80,13 @@ impl Stream {
         driver::stream_write_value64(self.raw, dst.0, value)
     }
 
+    /// Holds later work on the stream until the 64-bit word at `addr` (device memory, or pinned
+    /// host memory mapped for the device) is at least `value`. The GPU's front end polls the
+    /// word: no kernel, no SM, no host callback. A context must be current.
+    pub fn wait_value_u64_geq(&self, addr: DevicePtr, value: u64) -> Result<()> {
+        driver::stream_wait_value64_geq(self.raw, addr.0, value)
+    }
+
     /// Queues several stores as [`Stream::write_value_u64`] does, in this order, in as few driver
     /// calls as the driver allows: one `cuStreamBatchMemOp` per 256 stores, or, once a driver
     /// refused the batched call, one `cuStreamWriteValue64` each for the rest of the process.

@@ -215,9 +215,9 @@ pub static KNOBS: &[Knob] = &[
     knob(
         "ACCORD_GPU_STREAM_ORDER",
         GpuCollectives,
-        Choice(&["hostfn", "stall"]),
+        Choice(&["hostfn", "stall", "waitvalue"]),
         "hostfn",
-        "how a collective keeps the caller's stream order",
+        "how a collective keeps the caller's stream order (`accord.GpuCommunicator` and `accord.torch` default to `waitvalue`)",
     ),
     knob("ACCORD_GPU_SCRATCH_BYTES", GpuCollectives, Bytes, "134217728", "scratch bytes per communicator"),
     knob("ACCORD_GPU_MAPPINGS_MAX", GpuCollectives, Count, "256", "peer IPC mappings cached"),
@@ -236,9 +236,9 @@ pub static KNOBS: &[Knob] = &[
     knob(
         "ACCORD_TORCH_GPU",
         GpuCollectives,
-        Choice(&["auto", "0"]),
-        "auto",
-        "`accord.torch`: CUDA tensors of a group on one host use the copy-engine GPU collectives (`auto`) or are staged through host memory (`0`)",
+        Choice(&["0", "experimental"]),
+        "0",
+        "`accord.torch`: CUDA tensors are staged through host memory (`0`), or, on one host, use the copy-engine GPU collectives (`experimental`: can give wrong results, see `python/accord/torch.py`)",
     ),
     // ---- NCCL plugin ----
     knob(

@@ -15,7 +15,7 @@
 
 use crate::coll_store::PyStore;
 use crate::errors::{error, Kind};
-use accord_coll::gpu::{GpuBufs, GpuCollError, GpuCommunicator as Inner, GpuConfig};
+use accord_coll::gpu::{GpuBufs, GpuCollError, GpuCommunicator as Inner, GpuConfig, StreamOrder};
 use accord_coll::{Collective, DType, ReduceOp};
 use accord_cuda::{DeviceBuffer, DevicePtr, Stream};
 use pyo3::prelude::*;
@@ -113,8 +113,14 @@ impl GpuCommunicator {
     /// `store=`), under keys starting with `prefix`, on GPU `gpu` (the process's ordinal, as
     /// `torch.device("cuda", gpu)`). Every rank calls it; waits up to `timeout` seconds for the
     /// others. The `ACCORD_GPU_*` knobs configure it.
+    ///
+    /// `stream_order` (`waitvalue`, `hostfn` or `stall`; default `ACCORD_GPU_STREAM_ORDER`, else
+    /// `waitvalue`) is how a call holds the caller's stream: `waitvalue` uses a stream memory
+    /// wait, which holds neither an SM nor the driver's callback thread, so collectives on
+    /// several streams and the framework's own host functions never wait behind one another.
     #[new]
-    #[pyo3(signature = (rank, world_size, gpu, store, prefix, timeout = 300.0))]
+    #[pyo3(signature = (rank, world_size, gpu, store, prefix, timeout = 300.0, stream_order = None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         rank: usize,
@@ -123,16 +129,21 @@ impl GpuCommunicator {
         store: Py<PyAny>,
         prefix: String,
         timeout: f64,
+        stream_order: Option<&str>,
     ) -> PyResult<GpuCommunicator> {
         let op = "GpuCommunicator";
         let timeout = seconds(op, timeout)?;
+        let from_env = std::env::var("ACCORD_GPU_STREAM_ORDER").ok();
+        let order_text = stream_order.map(str::to_string).or(from_env).unwrap_or_else(|| "waitvalue".into());
+        let order: StreamOrder =
+            order_text.parse().map_err(|e: String| error(Kind::InvalidRequest, format!("{op}: {e}")))?;
         if world_size == 0 || rank >= world_size {
             return Err(error(
                 Kind::InvalidRequest,
                 format!("{op}: rank {rank} of world size {world_size}: give 0 <= rank < world_size"),
             ));
         }
-        let config = GpuConfig::from_env().map_err(|e| gpu_error(op, e))?;
+        let config = GpuConfig { stream_order: order, ..GpuConfig::from_env().map_err(|e| gpu_error(op, e))? };
         let mut store = PyStore(store);
         let inner = py
             .detach(|| Inner::join(&mut store, &prefix, rank, world_size, gpu, timeout, config))

@@ -187,13 +187,13 @@ pub fn reference(kind: CheckKind, n: usize, me: usize, count: usize) -> Vec<i32>
     }
 }
 
-/// Runs every check in both stream-order modes; returns one line per check.
+/// Runs every check in every stream-order mode; returns one line per check.
 pub fn run_all(comm: &mut GpuCommunicator, count: usize) -> GpuResult<Vec<String>> {
     let stream = Stream::new(comm.gpu())?;
     let mut checker = Checker::new(comm, count)?;
     let mut lines = Vec::new();
     let original = comm.stream_order();
-    for order in [super::StreamOrder::HostFn, super::StreamOrder::Stall] {
+    for order in [super::StreamOrder::HostFn, super::StreamOrder::Stall, super::StreamOrder::WaitValue] {
         comm.set_stream_order(order);
         for kind in CheckKind::ALL {
             checker.run(comm, kind, count, &stream)?;

@@ -28,22 +28,30 @@ pub enum StreamOrder {
     /// one-thread stall kernel that holds later work until the progress
     /// thread releases it. One SM slot (one thread) while it waits.
     Stall,
+    /// An event on the user's stream, polled by the progress thread, then a
+    /// stream memory wait (`cuStreamWaitValue64`) on a word in pinned host
+    /// memory that the progress thread sets when the collective is done. Zero
+    /// SMs, and no driver callback thread held: collectives on several
+    /// streams, or a framework's own host functions, cannot wait behind it.
+    WaitValue,
 }
 
 impl std::str::FromStr for StreamOrder {
     type Err = String;
     /// As [`StreamOrder::parse`].
     fn from_str(text: &str) -> Result<StreamOrder, String> {
-        StreamOrder::parse(text).ok_or_else(|| format!("unknown stream order {text:?}: use hostfn or stall"))
+        StreamOrder::parse(text).ok_or_else(|| format!("unknown stream order {text:?}: use hostfn, stall or waitvalue"))
     }
 }
 
 impl StreamOrder {
-    /// Parses `hostfn` or `stall` (any case; also `host_fn`, `host-fn`, `event`).
+    /// Parses `hostfn`, `stall` or `waitvalue` (any case; also `host_fn`, `host-fn`, `event`,
+    /// `wait_value`, `wait-value`).
     pub fn parse(text: &str) -> Option<StreamOrder> {
         match text.trim().to_ascii_lowercase().as_str() {
             "hostfn" | "host_fn" | "host-fn" => Some(StreamOrder::HostFn),
             "stall" | "event" => Some(StreamOrder::Stall),
+            "waitvalue" | "wait_value" | "wait-value" => Some(StreamOrder::WaitValue),
             _ => None,
         }
     }
@@ -53,6 +61,7 @@ impl StreamOrder {
         match self {
             StreamOrder::HostFn => "hostfn",
             StreamOrder::Stall => "stall",
+            StreamOrder::WaitValue => "waitvalue",
         }
     }
 }

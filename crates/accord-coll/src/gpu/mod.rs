@@ -93,7 +93,7 @@ use crate::{DType, ReduceOp};
 use board::{Board, Registered};
 use plan::{Plan, ReduceShape};
 use registry::{PeerMappings, Registrations};
-use worker::{HostGate, Msg, Op, Shared, Start, Worker};
+use worker::{HostGate, MemoryGate, Msg, Op, Shared, Start, Worker};
 
 /// How the constructors meet: all-gathers one blob over the ranks (the bootstrap's exchange, or
 /// one through an outside store).
@@ -122,6 +122,11 @@ pub struct GpuCommunicator {
     registrations: Mutex<Registrations>,
     scratch: DeviceBuffer,
     stall_gate: Mutex<Option<Arc<StallGate>>>,
+    /// The words streams write and wait on in [`StreamOrder::WaitValue`] mode.
+    memory_gate: Arc<MemoryGate>,
+    /// Held while a call is numbered and queued, so numbers follow queue order (the memory
+    /// gate counts calls reached and done in queue order).
+    queueing: Mutex<()>,
     tx: Option<SyncSender<Msg>>,
     worker: Option<JoinHandle<()>>,
     submitted: AtomicU64,
@@ -303,6 +308,7 @@ impl GpuCommunicator {
         // user stream is held by a collective: loading may synchronise the context, which would
         // wait for that held stream (a deadlock).
         let (reducer, stall_gate) = warm_kernels(&gpu)?;
+        let memory_gate = Arc::new(MemoryGate::new(&gpu)?);
         let (peer_streams, peer_events) = worker::peer_streams(&gpu, world_size, rank, config.streams_per_peer)?;
         let worker = Worker {
             rank,
@@ -344,6 +350,8 @@ impl GpuCommunicator {
             registrations: Mutex::new(registrations),
             scratch,
             stall_gate: Mutex::new(Some(stall_gate)),
+            memory_gate,
+            queueing: Mutex::new(()),
             tx: Some(tx),
             worker: Some(handle),
             submitted: AtomicU64::new(0),
@@ -445,6 +453,14 @@ impl GpuCommunicator {
             regs.remove(id);
             return Err(e);
         }
+        tracing::debug!(
+            rank = self.rank,
+            id,
+            base = alloc.base.0,
+            len = alloc.len_bytes,
+            buffer_id = alloc.buffer_id,
+            "registered an allocation by address"
+        );
         Ok(())
     }
 
@@ -679,6 +695,7 @@ impl GpuCommunicator {
         };
         // The host function / stall may wait several op timeouts when calls queue up behind each other.
         let hold_max = self.config.op_timeout.saturating_mul(4);
+        let _queueing = self.queueing.lock().unwrap_or_else(|p| p.into_inner());
         let start = match self.order {
             StreamOrder::HostFn => {
                 let gate = HostGate::new();
@@ -693,6 +710,19 @@ impl GpuCommunicator {
                 let ticket = gate.stall(stream, hold_max)?;
                 Start::Stall { event, ticket, gate }
             }
+            StreamOrder::WaitValue => {
+                let ticket = self.submitted.load(Ordering::Relaxed) + 1;
+                let gate = &self.memory_gate;
+                stream.write_value_u64(gate.reached_ptr(), ticket)?;
+                if let Err(e) = stream.wait_value_u64_geq(gate.released_ptr(), ticket) {
+                    // The stream will write a reached number no collective follows: count it as done.
+                    self.submitted.fetch_add(1, Ordering::Relaxed);
+                    self.shared.completed.fetch_add(1, Ordering::Release);
+                    gate.release(ticket);
+                    return Err(e.into());
+                }
+                Start::WaitValue { ticket, gate: Arc::clone(gate) }
+            }
         };
         let op = Box::new(Op { plan, send: bufs.send.ptr(), recv, recv_reg, reduce, start });
         self.submitted.fetch_add(1, Ordering::Relaxed);
@@ -701,6 +731,7 @@ impl GpuCommunicator {
                 match op.start {
                     Start::HostFn(gate) => gate.finish(),
                     Start::Stall { ticket, gate, .. } => gate.release(ticket),
+                    Start::WaitValue { ticket, gate } => gate.release(ticket),
                 }
             }
             self.shared.completed.fetch_add(1, Ordering::Release);
@@ -727,6 +758,9 @@ impl Drop for GpuCommunicator {
             let _ = worker.join();
         }
         self.shared.board.close_rank(self.rank);
+        // Every queued call ran (the worker drained the queue); no stream may wait on the word
+        // once its memory goes.
+        self.memory_gate.release(u64::MAX);
         let _ = &self.scratch;
     }
 }

@@ -234,5 +234,14 @@ fn open_registration(gpu: &Gpu, board: &Board, peer: usize, id: u64) -> GpuResul
             ),
         });
     }
-    Ok((Arc::new(IpcMapping::open(gpu, &handle)?), reg.offset))
+    let mapping = Arc::new(IpcMapping::open(gpu, &handle)?);
+    tracing::debug!(
+        peer,
+        id,
+        ptr = mapping.ptr().0,
+        len = mapping.len_bytes(),
+        offset = reg.offset,
+        "mapped a peer's registration"
+    );
+    Ok((mapping, reg.offset))
 }

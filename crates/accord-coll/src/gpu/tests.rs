@@ -321,6 +321,13 @@ fn config_reads_overrides_and_refuses_bad_values() {
     };
     let c = GpuConfig::from_lookup(env).unwrap();
     assert_eq!(c.stream_order, StreamOrder::Stall);
+    for (text, order) in
+        [("waitvalue", StreamOrder::WaitValue), ("wait-value", StreamOrder::WaitValue), ("hostfn", StreamOrder::HostFn)]
+    {
+        assert_eq!(text.parse::<StreamOrder>(), Ok(order));
+        assert_eq!(order.name().parse::<StreamOrder>(), Ok(order), "names parse back");
+    }
+    assert!("spin".parse::<StreamOrder>().unwrap_err().contains("waitvalue"), "the error lists every mode");
     assert_eq!(c.streams_per_peer, 2);
     assert_eq!(c.pipeline_chunk_bytes, 1 << 20);
     let bad = GpuConfig::from_lookup(|k| (k == "ACCORD_GPU_PIPELINE_CHUNKS_MAX").then(|| "65".to_string()));

@@ -102,6 +102,95 @@ pub enum Start {
         /// The gate that releases it.
         gate: Arc<StallGate>,
     },
+    /// The user's stream writes `ticket` into the gate's `reached` word and then waits until its
+    /// `released` word is at least `ticket` ([`super::StreamOrder::WaitValue`]).
+    WaitValue {
+        /// This call's number, in queue order.
+        ticket: u64,
+        /// The two words.
+        gate: Arc<MemoryGate>,
+    },
+}
+
+/// Two 64-bit words in pinned host memory, mapped for the GPU: the user's stream writes a
+/// call's number into `reached` once the work before the call is done (`cuStreamWriteValue64`,
+/// ordered after that work), and waits (`cuStreamWaitValue64`) until the progress thread wrote
+/// at least that number into `released`. Both are stream memory operations: no kernel, no SM,
+/// no driver callback thread, and the progress thread reads and writes plain memory, never
+/// calling the driver for them, so nothing it waits on can wait on a driver lock that a
+/// thread blocked on the held stream holds. Calls are numbered in queue order and run in that
+/// order, so one counter each way suffices.
+pub struct MemoryGate {
+    words: accord_cuda::PinnedHostBuffer,
+}
+
+impl std::fmt::Debug for MemoryGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryGate").field("reached", &self.reached()).field("released", &self.released()).finish()
+    }
+}
+
+impl MemoryGate {
+    const REACHED: usize = 0;
+    const RELEASED: usize = 1;
+
+    /// Both words 0, on `gpu`. (Pinned memory comes uninitialised: a stale `released` word
+    /// would let streams run ahead of their collectives.)
+    pub fn new(gpu: &Gpu) -> GpuResult<MemoryGate> {
+        let words = accord_cuda::PinnedHostBuffer::alloc(gpu, 16)?;
+        for index in [Self::REACHED, Self::RELEASED] {
+            words.atomic_u64(index)?.store(0, Ordering::Release);
+        }
+        Ok(MemoryGate { words })
+    }
+
+    fn word(&self, index: usize) -> Option<&AtomicU64> {
+        self.words.atomic_u64(index).ok()
+    }
+
+    /// Where the stream writes the number of the call it reached.
+    pub fn reached_ptr(&self) -> DevicePtr {
+        self.words.device_ptr()
+    }
+
+    /// Where the stream waits for its call's release.
+    pub fn released_ptr(&self) -> DevicePtr {
+        self.words.device_ptr().offset(8 * Self::RELEASED)
+    }
+
+    /// The last call number the stream reached.
+    pub fn reached(&self) -> u64 {
+        self.word(Self::REACHED).map_or(0, |w| w.load(Ordering::Acquire))
+    }
+
+    /// The last call number released.
+    pub fn released(&self) -> u64 {
+        self.word(Self::RELEASED).map_or(0, |w| w.load(Ordering::Acquire))
+    }
+
+    /// Releases every stream waiting for a number up to `ticket` (never lowers the word).
+    pub fn release(&self, ticket: u64) {
+        if let Some(w) = self.word(Self::RELEASED) {
+            w.fetch_max(ticket, Ordering::Release);
+        }
+    }
+
+    /// Waits until the stream reached call `ticket`, or the deadline.
+    pub fn wait_reached(&self, ticket: u64, deadline: Deadline) -> GpuResult<()> {
+        let mut backoff = accord_engine::backoff::IdleBackoff::with_spin(256, 4096, Duration::from_micros(10));
+        loop {
+            if self.reached() >= ticket {
+                return Ok(());
+            }
+            if !backoff.will_spin() && Instant::now() >= deadline.at {
+                return Err(GpuCollError::Timeout {
+                    what: "the user's stream to reach the collective".into(),
+                    waited: deadline.budget,
+                });
+            }
+            backoff.after_round(false);
+        }
+    }
 }
 
 /// One queued collective.
@@ -208,6 +297,7 @@ impl Worker {
         match start {
             Start::HostFn(gate) => gate.finish(),
             Start::Stall { ticket, gate, .. } => gate.release(*ticket),
+            Start::WaitValue { ticket, gate } => gate.release(*ticket),
         }
     }
 
@@ -216,6 +306,7 @@ impl Worker {
         match &op.start {
             Start::HostFn(gate) => gate.wait_reached(deadline)?,
             Start::Stall { event, .. } => wait_event(event, deadline, "the user's stream to reach the collective")?,
+            Start::WaitValue { ticket, gate } => gate.wait_reached(*ticket, deadline)?,
         }
         match &op.plan {
             Plan::Copy(phase) => {

@@ -389,6 +389,14 @@ pub(crate) fn stream_write_value64(stream: RawStream, addr: RawPtr, value: u64) 
     check("cuStreamWriteValue64_v2", unsafe { sys::cuStreamWriteValue64_v2(stream.0, addr, value, flags) })
 }
 
+/// Makes `stream` wait on the device until the 64-bit word at `addr` is at least `value`
+/// (`cuStreamWaitValue64`, greater-or-equal): a stream memory operation, no kernel.
+pub(crate) fn stream_wait_value64_geq(stream: RawStream, addr: RawPtr, value: u64) -> Result<()> {
+    let flags = sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32;
+    // Safety: a bad device address fails the stream (an error), never host memory it does not map.
+    check("cuStreamWaitValue64_v2", unsafe { sys::cuStreamWaitValue64_v2(stream.0, addr, value, flags) })
+}
+
 /// Makes `stream` wait for `event` on the device.
 pub(crate) fn stream_wait_event(stream: RawStream, event: RawEvent) -> Result<()> {
     // Safety: both handles are live; flags must be 0.
