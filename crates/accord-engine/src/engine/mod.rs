@@ -759,4 +759,4 @@ fn control_routes() -> crate::worker::control::ControlRoutes {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
