@@ -1,7 +1,7 @@
 //! READ's state and wire outcomes: what a reader has outstanding, what an owner served, and
 //! the counters. Apart from the route's logic so that the engine's shared state can hold it
-//! without importing the route (this file, and the batched READ's assemblies and write-back
-//! queue it holds, import nothing of the engine's).
+//! without importing the route: this file, and the batched READ's assemblies and write-back
+//! queue it holds, import only files that never reach the shared state (no import circle).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
