@@ -287,13 +287,17 @@ fn staged_device_to_host_over_the_transport() {
     assert_eq!(dst.to_vec(), pattern, "every staged byte landed");
     std::thread::sleep(Duration::from_millis(20));
     assert_eq!(b.imm_counter(41).value(), 2, "one immediate per write");
-    // A refused destination is a transfer error, nothing counted.
-    let mut bad = d;
-    bad.key ^= 1;
-    let op = WriteOp { src: &h, src_offset: 0, dst: &bad, dst_offset: 0, len: 1 << 20, imm: Some(42) };
-    let got = a.write(&op).unwrap().wait_timeout(Duration::from_secs(30));
+    refused_destination_counts_nothing(&a, &b, &h, d, 42);
+}
+
+/// A write from `src` into `dst` under a wrong key is refused as a transfer error (`BadKey`), and
+/// `to` counts nothing of its immediate `imm`.
+fn refused_destination_counts_nothing(from: &Engine, to: &Engine, src: &crate::MrHandle, dst: MrDescriptor, imm: u32) {
+    let bad = MrDescriptor { key: dst.key ^ 1, ..dst };
+    let op = WriteOp { src, src_offset: 0, dst: &bad, dst_offset: 0, len: 1 << 20, imm: Some(imm) };
+    let got = from.write(&op).unwrap().wait_timeout(Duration::from_secs(30));
     assert_eq!(got, Err(crate::TransferError::Rejected(RejectReason::BadKey)));
-    assert_eq!(b.imm_counter(42).value(), 0);
+    assert_eq!(to.imm_counter(imm).value(), 0);
 }
 
 #[test]
@@ -331,13 +335,7 @@ fn landed_writes_into_device_regions_over_the_transport() {
     std::thread::sleep(Duration::from_millis(20));
     assert_eq!(b.imm_counter(51).value(), 2, "one immediate per write");
     assert!(b.landing_stats().chunks_landed >= (2 * len as u64).div_ceil(256 << 10));
-    // A refused device destination: a transfer error, nothing counted.
-    let mut bad = dev_d;
-    bad.key ^= 1;
-    let op = WriteOp { src: &h, src_offset: 0, dst: &bad, dst_offset: 0, len: 1 << 20, imm: Some(52) };
-    let got = a.write(&op).unwrap().wait_timeout(Duration::from_secs(30));
-    assert_eq!(got, Err(crate::TransferError::Rejected(RejectReason::BadKey)));
-    assert_eq!(b.imm_counter(52).value(), 0);
+    refused_destination_counts_nothing(&a, &b, &h, dev_d, 52);
 }
 
 #[test]
