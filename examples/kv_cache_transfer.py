@@ -20,6 +20,7 @@ from multiprocessing.connection import Connection
 import numpy as np
 
 import accord
+from _processes import finish
 
 PAGE_TOKENS = 16
 HEAD_BYTES = 256  # bytes of K and V per token in one layer (tiny model)
@@ -112,16 +113,9 @@ def main() -> int:
         if decode_end.poll(WAIT_S * 2):
             bad = decode_end.recv()
         decode_end.send("done")
-    for p in procs:
-        p.join(WAIT_S)
-    codes = [p.exitcode for p in procs]
     pages = sum(len(v) for v in plan(args.requests).values()) * args.layers
-    print(f"kv_cache_transfer: {args.requests} requests x {args.layers} layers, {pages} pages of {PAGE_NBYTES} B")
-    if bad != 0 or any(c != 0 for c in codes):
-        print(f"FAILED: {bad} mismatched pages, exit codes {codes}", file=sys.stderr)
-        return 1
-    print("all pages verified")
-    return 0
+    summary = f"kv_cache_transfer: {args.requests} requests x {args.layers} layers, {pages} pages of {PAGE_NBYTES} B"
+    return finish(procs, bad, WAIT_S, summary, "mismatched pages", "all pages verified")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from multiprocessing.connection import Connection
 import numpy as np
 
 import accord
+from _processes import finish
 
 TRAINERS = 2
 INFERENCE = 2
@@ -156,18 +157,10 @@ def main() -> int:
         for c in conns:
             with contextlib.suppress(OSError):  # a process that failed is gone already
                 c.send("exit")
-    for p in procs:
-        p.join(WAIT_S)
-        if p.is_alive():
-            p.kill()
-    codes = [p.exitcode for p in procs]
     model_bytes = tensor_offsets()[-1]
-    print(f"weight_push: {TRAINERS} trainers -> {INFERENCE} inference, {args.rounds} rounds of {model_bytes} B")
-    if bad_total != 0 or any(c != 0 for c in codes):
-        print(f"FAILED: {bad_total} mismatched bytes, exit codes {codes}", file=sys.stderr)
-        return 1
-    print("every round verified on every inference process")
-    return 0
+    summary = f"weight_push: {TRAINERS} trainers -> {INFERENCE} inference, {args.rounds} rounds of {model_bytes} B"
+    verified = "every round verified on every inference process"
+    return finish(procs, bad_total, WAIT_S, summary, "mismatched bytes", verified)
 
 
 if __name__ == "__main__":

@@ -128,3 +128,28 @@ def test_weight_push_gpu_bench_checks_its_arguments_and_skips_without_cuda(tmp_p
         run = subprocess.run([sys.executable, str(EXAMPLES / "weight_push_gpu_bench.py"), "--gb", "0.01"],
                              capture_output=True, text=True, timeout=120)
         assert run.returncode == 2 and "skipped: weight_push_gpu_bench needs" in run.stderr, run.stderr
+
+
+def test_the_examples_finish_kills_a_stuck_process_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    """examples/_processes.py's `finish`: a process still running after the wait is killed (the
+    interpreter would otherwise wait for it at exit) and the run fails; clean runs pass."""
+    import multiprocessing as mp
+    import time
+
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
+    from _processes import finish
+
+    ctx = mp.get_context("spawn")
+    stuck = ctx.Process(target=time.sleep, args=(60,))
+    stuck.start()
+    assert finish([stuck], 0, 0.5, "summary", "mismatched pages", "all verified") == 1
+    assert not stuck.is_alive()
+    out = capsys.readouterr()
+    assert "summary" in out.out and "all verified" not in out.out
+    assert "FAILED: 0 mismatched pages, exit codes [-9]" in out.err
+    done = ctx.Process(target=time.sleep, args=(0,))
+    done.start()
+    assert finish([done], 0, 30.0, "summary", "mismatched pages", "all verified") == 0
+    assert "all verified" in capsys.readouterr().out
+    assert finish([], 3, 1.0, "summary", "mismatched pages", "all verified") == 1, "reported mismatches fail"

@@ -229,7 +229,7 @@ pub fn run(cmd: SimCommand) -> Result<(), String> {
 }
 
 fn permutation(args: PermutationArgs) -> Result<(), String> {
-    use accord_sim::fabric::{self, ExperimentOptions, TopologyKind};
+    use accord_sim::fabric::{self, ExperimentOptions, PermutationResult, TopologyKind};
     if args.nodes < 2 {
         return Err("--nodes must be at least 2".into());
     }
@@ -307,40 +307,7 @@ fn permutation(args: PermutationArgs) -> Result<(), String> {
         opts.pacer_order,
         opts.seed
     );
-    let row = vec![
-        format!("{:.1}", r.ideal_us),
-        format!("{:.1}", r.fct_us.min),
-        format!("{:.1}", r.fct_us.p50),
-        format!("{:.1}", r.fct_us.p99),
-        format!("{:.1}", r.fct_us.max),
-        format!("{:.3}", r.slowdown_max),
-        r.drops.to_string(),
-        r.ecn_marks.to_string(),
-        r.events.to_string(),
-        format!("{:.2}", r.wall_s),
-        format!("{:.0}", r.events_per_s),
-        format!("{:016x}", r.hash),
-    ];
-    print!(
-        "{}",
-        table::render(
-            &[
-                "ideal_us",
-                "fct_min_us",
-                "fct_p50_us",
-                "fct_p99_us",
-                "fct_max_us",
-                "slowdown_max",
-                "drops",
-                "marks",
-                "events",
-                "wall_s",
-                "events/s",
-                "hash"
-            ],
-            &[row]
-        )
-    );
+    print!("{}", table::render(&PermutationResult::COLUMNS, &[r.row().to_vec()]));
     Ok(())
 }
 

@@ -38,4 +38,4 @@ pub use dtype::{DType, Element};
 pub use error::{CollError, ConfigError, ReduceError, StoreError, TransportError};
 pub use local::{LocalFabric, LocalTransport, CTRL_PENDING_MAX, IMM_VALUES_PENDING_MAX};
 pub use reduce::ReduceOp;
-pub use transport::{BufSlice, CollTransport, Imm, LocalBuf, RemoteBufDesc, RemoteSlice};
+pub use transport::{BufSlice, CheckedWrite, CollTransport, Imm, LocalBuf, RemoteBufDesc, RemoteSlice};

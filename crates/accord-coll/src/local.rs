@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use crate::error::TransportError;
 use crate::transport::{
-    BufSlice, CollTransport, LocalAccessFn, LocalBuf, RemoteBufDesc, RemoteSlice, CTRL_MESSAGE_BYTES_MAX,
+    BufSlice, CheckedWrite, CollTransport, LocalAccessFn, LocalBuf, RemoteBufDesc, CTRL_MESSAGE_BYTES_MAX,
     WORLD_SIZE_MAX,
 };
 
@@ -130,13 +130,6 @@ impl LocalTransport {
         true
     }
 
-    fn check_peer(&self, peer: usize) -> Result<(), TransportError> {
-        if peer >= self.fabric.world_size {
-            return Err(TransportError::BadRank { rank: peer, world_size: self.fabric.world_size });
-        }
-        Ok(())
-    }
-
     fn local_mem(&self, buf: &LocalBuf) -> Result<Mem, TransportError> {
         let bufs = lock(&self.fabric.bufs);
         match bufs.get(&buf.id()) {
@@ -237,15 +230,8 @@ impl CollTransport for LocalTransport {
         }
     }
 
-    fn write(
-        &self,
-        peer: usize,
-        src: BufSlice<'_>,
-        dst: RemoteSlice<'_>,
-        imm: Option<u32>,
-    ) -> Result<(), TransportError> {
-        self.check_peer(peer)?;
-        crate::transport::check_write(peer, src, &dst)?;
+    fn write_checked(&self, write: CheckedWrite<'_>) -> Result<(), TransportError> {
+        let CheckedWrite { peer, src, dst, imm } = write;
         let src_mem = self.local_mem(src.buf)?;
         let (dst_id, dst_mem) = self.remote_mem(dst.desc)?;
         if !self.admit_outgoing() {

@@ -218,6 +218,20 @@ pub struct RemoteSlice<'a> {
     pub offset: usize,
 }
 
+/// A write that passed the checks every transport makes before it ([`CollTransport::write`]):
+/// what [`CollTransport::write_checked`] receives.
+#[derive(Copy, Clone, Debug)]
+pub struct CheckedWrite<'a> {
+    /// The destination rank (below the transport's world size).
+    pub peer: usize,
+    /// The local source range (inside its buffer).
+    pub src: BufSlice<'a>,
+    /// The destination range (the peer's buffer, inside it).
+    pub dst: RemoteSlice<'a>,
+    /// The immediate the receiver counts once every byte landed.
+    pub imm: Option<u32>,
+}
+
 /// The checks every transport makes before a write: the source range fits its buffer, the
 /// descriptor belongs to `peer`, and the destination range fits the peer's buffer.
 pub fn check_write(peer: usize, src: BufSlice<'_>, dst: &RemoteSlice<'_>) -> Result<(), TransportError> {
@@ -278,16 +292,37 @@ pub trait CollTransport: Send {
     /// writes into it (collectives finish with all their writes placed).
     fn deregister(&self, buf: LocalBuf) -> Result<Vec<u8>, TransportError>;
 
+    /// [`TransportError::BadRank`] unless `peer` is a rank of this job (below
+    /// [`Self::world_size`]).
+    fn check_peer(&self, peer: usize) -> Result<(), TransportError> {
+        let world_size = self.world_size();
+        if peer >= world_size {
+            return Err(TransportError::BadRank { rank: peer, world_size });
+        }
+        Ok(())
+    }
+
     /// One-sided write of `src` into `dst` on `peer`, carrying `imm` if given.
     /// Non-blocking: the source must stay untouched until [`Self::flush`]
     /// returns. The receiver's count of `imm` moves once all bytes are placed.
+    ///
+    /// Makes the checks every transport makes before a write ([`Self::check_peer`],
+    /// [`check_write`]) and hands the write to [`Self::write_checked`], so no transport can
+    /// skip them.
     fn write(
         &self,
         peer: usize,
         src: BufSlice<'_>,
         dst: RemoteSlice<'_>,
         imm: Option<u32>,
-    ) -> Result<(), TransportError>;
+    ) -> Result<(), TransportError> {
+        self.check_peer(peer)?;
+        check_write(peer, src, &dst)?;
+        self.write_checked(CheckedWrite { peer, src, dst, imm })
+    }
+
+    /// The transport's own part of [`Self::write`], once its checks passed.
+    fn write_checked(&self, write: CheckedWrite<'_>) -> Result<(), TransportError>;
 
     /// An immediate with no payload (a zero-byte write).
     fn signal(&self, peer: usize, imm: u32) -> Result<(), TransportError>;

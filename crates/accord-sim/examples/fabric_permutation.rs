@@ -1,9 +1,10 @@
-//! Runs a permutation on a fat-tree and prints one table row per congestion control.
+//! Runs a permutation on a fat-tree and prints one table row per congestion control (the
+//! columns `accord sim permutation` prints, [`PermutationResult::row`]).
 //!
 //! `cargo run --release -p accord-sim --example fabric_permutation -- [nodes] [bytes] [cc,cc..] [topology] [queue] [paths] [rx_batch_ns]`
 //! e.g. `... -- 1024 64000000 cubic,swift fat-tree-3 ecn 256 0`.
 
-use accord_sim::fabric::{permutation, ExperimentOptions, TopologyKind};
+use accord_sim::fabric::{permutation, ExperimentOptions, PermutationResult, TopologyKind};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -35,41 +36,17 @@ fn main() {
         opts.rx_batch,
         opts.seed
     );
-    println!(
-        "{:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>11} {:>7} {:>10} {:>16}",
-        "cc",
-        "ideal_us",
-        "min_us",
-        "p50_us",
-        "p99_us",
-        "max_us",
-        "slow_max",
-        "drops",
-        "marks",
-        "events",
-        "wall_s",
-        "events/s",
-        "hash"
-    );
+    // Each column at least as wide as its name and 9 characters (the hash: its 16 hex digits).
+    let widths = PermutationResult::COLUMNS.map(|c| c.len().max(if c == "hash" { 16 } else { 9 }));
+    let line = |cc: &str, cells: &[String]| {
+        let cells: Vec<String> = cells.iter().zip(widths).map(|(c, w)| format!("{c:>w$}")).collect();
+        println!("{cc:>6} {}", cells.join(" "));
+    };
+    line("cc", &PermutationResult::COLUMNS.map(String::from));
     for cc in ccs {
         let run = ExperimentOptions { cc: cc.clone(), ..opts.clone() };
         match permutation(&run) {
-            Ok(r) => println!(
-                "{:>6} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.3} {:>8} {:>8} {:>11} {:>7.2} {:>10.0} {:>16x}",
-                r.cc,
-                r.ideal_us,
-                r.fct_us.min,
-                r.fct_us.p50,
-                r.fct_us.p99,
-                r.fct_us.max,
-                r.slowdown_max,
-                r.drops,
-                r.ecn_marks,
-                r.events,
-                r.wall_s,
-                r.events_per_s,
-                r.hash
-            ),
+            Ok(r) => line(&r.cc, &r.row()),
             Err(e) => println!("{cc:>6} failed: {e}"),
         }
     }

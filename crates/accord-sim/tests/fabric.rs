@@ -169,3 +169,43 @@ fn eqds_incast_with_victims_keeps_every_check() {
     assert!(r.incast_p999_us >= 8.0 * r.ideal_us * 0.99, "{r:?}");
     assert!(r.victim_p50_us > 0.0);
 }
+
+/// The summary row a table of permutation runs shows: one cell per column, each field in its
+/// column with its precision (the CLI and the example print exactly these).
+#[test]
+fn a_permutation_row_formats_each_field_under_its_column() {
+    use accord_sim::fabric::{FctSummary, PermutationResult};
+    let r = PermutationResult {
+        cc: "cubic".into(),
+        nodes: 8,
+        ideal_us: 10.04,
+        fct_us: FctSummary { min: 11.06, p50: 12.5, p99: 20.0, max: 21.96 },
+        slowdown_max: 2.1874,
+        events: 12_345,
+        wall_s: 0.5,
+        events_per_s: 24_690.4,
+        drops: 3,
+        ecn_marks: 7,
+        trims: 0,
+        hash: 0xabc,
+        fcts_us: vec![],
+    };
+    let cells: Vec<(&str, String)> = PermutationResult::COLUMNS.into_iter().zip(r.row()).collect();
+    let want = [
+        ("ideal_us", "10.0"),
+        ("fct_min_us", "11.1"),
+        ("fct_p50_us", "12.5"),
+        ("fct_p99_us", "20.0"),
+        ("fct_max_us", "22.0"),
+        ("slowdown_max", "2.187"),
+        ("drops", "3"),
+        ("marks", "7"),
+        ("events", "12345"),
+        ("wall_s", "0.50"),
+        ("events/s", "24690"),
+        ("hash", "0000000000000abc"),
+    ];
+    for ((column, got), (want_column, want)) in cells.iter().zip(want) {
+        assert_eq!((*column, got.as_str()), (want_column, want));
+    }
+}

@@ -28,7 +28,7 @@ pub use stats::TransportStats;
 
 use crate::error::TransportError;
 use crate::store::{all_gather_through, Bootstrap, KeyValueStore};
-use crate::transport::{BufSlice, CollTransport, LocalAccessFn, LocalBuf, RemoteBufDesc, RemoteSlice};
+use crate::transport::{BufSlice, CheckedWrite, CollTransport, LocalAccessFn, LocalBuf, RemoteBufDesc};
 use crate::transport::{CTRL_MESSAGE_BYTES_MAX, WORLD_SIZE_MAX};
 use crate::{CollConfig, CollError, Communicator, StoreError};
 use accord_engine::{
@@ -232,13 +232,6 @@ impl EngineTransport {
         };
         lock(&self.bufs).insert(id, Arc::new(Registered { pinned, region }));
         Ok(LocalBuf::new(id, len, RemoteBufDesc { rank: self.rank, len: len as u64, token }))
-    }
-
-    fn check_peer(&self, peer: usize) -> Result<(), TransportError> {
-        if peer >= self.peers.len() {
-            return Err(TransportError::BadRank { rank: peer, world_size: self.peers.len() });
-        }
-        Ok(())
     }
 
     fn registered(&self, buf: &LocalBuf) -> Result<Arc<Registered>, TransportError> {
@@ -456,15 +449,8 @@ impl CollTransport for EngineTransport {
         }
     }
 
-    fn write(
-        &self,
-        peer: usize,
-        src: BufSlice<'_>,
-        dst: RemoteSlice<'_>,
-        imm: Option<u32>,
-    ) -> Result<(), TransportError> {
-        self.check_peer(peer)?;
-        crate::transport::check_write(peer, src, &dst)?;
+    fn write_checked(&self, write: CheckedWrite<'_>) -> Result<(), TransportError> {
+        let CheckedWrite { peer, src, dst, imm } = write;
         if src.len == 0 {
             return match imm {
                 Some(imm) => self.signal(peer, imm),

@@ -2,6 +2,7 @@
 //! network so every byte crosses UDP loopback through the transport.
 
 use super::*;
+use crate::transport::RemoteSlice;
 use crate::{Algo, Bufs, DType, ReduceOp};
 
 fn engines(n: usize) -> Vec<Arc<Engine>> {

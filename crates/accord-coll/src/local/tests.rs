@@ -1,6 +1,7 @@
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::transport::RemoteSlice;
 
 fn soon() -> Instant {
     Instant::now() + Duration::from_millis(100)

@@ -7,6 +7,7 @@ use std::time::Duration;
 use accord_cuda::{DeviceBuffer, Gpu, Stream};
 
 use crate::address::{DeviceIpcBytes, DeviceRegionInfo, DEVICE_IPC_HANDLE_BYTES};
+use crate::engine::tests::{assert_pages_landed, write_paged_counted_once};
 use crate::memory::{Region, RegionTable, REJECT_DEVICE_REGION};
 use crate::{Engine, MemoryKind, MrDescriptor, RegisterError, SubmitError, WriteOp};
 use accord_proto::wire::RejectReason;
@@ -139,43 +140,16 @@ fn same_process_device_write_between_two_gpus() {
 fn same_process_paged_device_write_between_two_gpus() {
     accord_cuda::require_gpu!(2);
     const PAGE: usize = 64 << 10;
-    let pages = 64;
-    let len = PAGE * pages;
+    let len = PAGE * 64;
     let (a, b) = (engine(), engine());
-    let (ga, gb) = (Gpu::open(0).unwrap(), Gpu::open(1).unwrap());
-    let (sa, sb) = (Stream::new(&ga).unwrap(), Stream::new(&gb).unwrap());
-    let mut src = DeviceBuffer::alloc(&ga, len).unwrap();
-    let mut dst = DeviceBuffer::alloc(&gb, len).unwrap();
     let pattern: Vec<u8> = (0..len).map(|i| (i * 13 + 1) as u8).collect();
-    src.copy_from_host(0, &pattern, &sa).unwrap();
-    dst.memset_async(0, len, 0, &sb).unwrap();
-    sb.synchronize().unwrap();
-    // Safety: both buffers live until the end of this function, after every transfer completed.
-    #[allow(unsafe_code)]
-    let (h, _) = unsafe { a.register_raw(src.ptr().0 as *mut u8, len, MemoryKind::CudaDevice { ordinal: 0 }) }.unwrap();
-    #[allow(unsafe_code)]
-    let (_, d) = unsafe { b.register_raw(dst.ptr().0 as *mut u8, len, MemoryKind::CudaDevice { ordinal: 1 }) }.unwrap();
+    let (_src, h, _) = device_region(&a, 0, &pattern);
+    let (dst, _, d) = device_region(&b, 1, &vec![0u8; len]);
     // Pages 0..16 in one run to 40..56, then every third page reversed into the low pages.
     let src_pages: Vec<u64> = (0..16).chain((16..64).step_by(3)).collect();
     let dst_pages: Vec<u64> = (40..56).chain((0..16).rev()).collect();
-    let op = crate::PagedWriteOp {
-        src: &h,
-        dst: &d,
-        page_bytes: PAGE as u64,
-        src_pages: &src_pages,
-        dst_pages: &dst_pages,
-        imm: Some(78),
-    };
-    a.write_paged(&op).unwrap().wait_timeout(Duration::from_secs(20)).unwrap();
-    assert_eq!(b.imm_counter(78).wait(1, Duration::from_secs(20)), 1);
-    std::thread::sleep(Duration::from_millis(20));
-    assert_eq!(b.imm_counter(78).value(), 1, "one immediate for the paged write");
-    let mut got = vec![0u8; len];
-    dst.copy_to_host(0, &mut got, &sb).unwrap();
-    for (&s, &t) in src_pages.iter().zip(&dst_pages) {
-        let (s, t) = (s as usize * PAGE, t as usize * PAGE);
-        assert_eq!(&got[t..t + PAGE], &pattern[s..s + PAGE], "page at {t}");
-    }
+    write_paged_counted_once(&a, &b, &h, &d, PAGE, (&src_pages, &dst_pages), 78);
+    assert_pages_landed(&read_device(&dst), &pattern, PAGE, (&src_pages, &dst_pages));
 }
 
 /// A KV-shaped paged write listed block by block (every plane of a block, then the next block),
@@ -191,24 +165,10 @@ fn kv_shaped_paged_device_writes_land_exactly_within_a_gpu_and_to_a_peer() {
     let targets: Vec<usize> = if accord_cuda::probe().device_count >= 2 { vec![0, 1] } else { vec![0] };
     for (round, target) in targets.into_iter().enumerate() {
         let (a, b) = (engine(), engine());
-        let (ga, gb) = (Gpu::open(0).unwrap(), Gpu::open(target).unwrap());
-        let (sa, sb) = (Stream::new(&ga).unwrap(), Stream::new(&gb).unwrap());
         let (src_len, dst_len) = (PAGE * planes * src_blocks, PAGE * planes * dst_blocks);
-        let mut src = DeviceBuffer::alloc(&ga, src_len).unwrap();
-        let mut dst = DeviceBuffer::alloc(&gb, dst_len).unwrap();
         let pattern: Vec<u8> = (0..src_len).map(|i| (i * 29 + 3 + round) as u8).collect();
-        src.copy_from_host(0, &pattern, &sa).unwrap();
-        dst.memset_async(0, dst_len, 0, &sb).unwrap();
-        sb.synchronize().unwrap();
-        // Safety: both buffers live until the end of this round, after every transfer completed.
-        #[allow(unsafe_code)]
-        let (h, _) =
-            unsafe { a.register_raw(src.ptr().0 as *mut u8, src_len, MemoryKind::CudaDevice { ordinal: 0 }) }.unwrap();
-        #[allow(unsafe_code)]
-        let (_, d) = unsafe {
-            b.register_raw(dst.ptr().0 as *mut u8, dst_len, MemoryKind::CudaDevice { ordinal: target as u32 })
-        }
-        .unwrap();
+        let (_src, h, _) = device_region(&a, 0, &pattern);
+        let (dst, _, d) = device_region(&b, target, &vec![0u8; dst_len]);
         // Blocks 5, 6, 7 (consecutive on both sides), then scattered ones.
         let blocks: [(usize, usize); 6] = [(5, 10), (6, 11), (7, 12), (20, 0), (1, 39), (13, 22)];
         let (mut src_pages, mut dst_pages) = (vec![], vec![]);
@@ -218,20 +178,8 @@ fn kv_shaped_paged_device_writes_land_exactly_within_a_gpu_and_to_a_peer() {
                 dst_pages.push((p * dst_blocks + t) as u64);
             }
         }
-        let op = crate::PagedWriteOp {
-            src: &h,
-            dst: &d,
-            page_bytes: PAGE as u64,
-            src_pages: &src_pages,
-            dst_pages: &dst_pages,
-            imm: Some(79),
-        };
-        a.write_paged(&op).unwrap().wait_timeout(Duration::from_secs(20)).unwrap();
-        assert_eq!(b.imm_counter(79).wait(1, Duration::from_secs(20)), 1);
-        std::thread::sleep(Duration::from_millis(20));
-        assert_eq!(b.imm_counter(79).value(), 1, "one immediate for the paged write");
-        let mut got = vec![0u8; dst_len];
-        dst.copy_to_host(0, &mut got, &sb).unwrap();
+        write_paged_counted_once(&a, &b, &h, &d, PAGE, (&src_pages, &dst_pages), 79);
+        let got = read_device(&dst);
         let mut want = vec![0u8; dst_len];
         for (&s, &t) in src_pages.iter().zip(&dst_pages) {
             let (s, t) = (s as usize * PAGE, t as usize * PAGE);
@@ -339,13 +287,17 @@ fn staged_device_to_host_over_the_transport() {
     assert_eq!(dst.to_vec(), pattern, "every staged byte landed");
     std::thread::sleep(Duration::from_millis(20));
     assert_eq!(b.imm_counter(41).value(), 2, "one immediate per write");
-    // A refused destination is a transfer error, nothing counted.
-    let mut bad = d;
-    bad.key ^= 1;
-    let op = WriteOp { src: &h, src_offset: 0, dst: &bad, dst_offset: 0, len: 1 << 20, imm: Some(42) };
-    let got = a.write(&op).unwrap().wait_timeout(Duration::from_secs(30));
+    refused_destination_counts_nothing(&a, &b, &h, d, 42);
+}
+
+/// A write from `src` into `dst` under a wrong key is refused as a transfer error (`BadKey`), and
+/// `to` counts nothing of its immediate `imm`.
+fn refused_destination_counts_nothing(from: &Engine, to: &Engine, src: &crate::MrHandle, dst: MrDescriptor, imm: u32) {
+    let bad = MrDescriptor { key: dst.key ^ 1, ..dst };
+    let op = WriteOp { src, src_offset: 0, dst: &bad, dst_offset: 0, len: 1 << 20, imm: Some(imm) };
+    let got = from.write(&op).unwrap().wait_timeout(Duration::from_secs(30));
     assert_eq!(got, Err(crate::TransferError::Rejected(RejectReason::BadKey)));
-    assert_eq!(b.imm_counter(42).value(), 0);
+    assert_eq!(to.imm_counter(imm).value(), 0);
 }
 
 #[test]
@@ -383,13 +335,7 @@ fn landed_writes_into_device_regions_over_the_transport() {
     std::thread::sleep(Duration::from_millis(20));
     assert_eq!(b.imm_counter(51).value(), 2, "one immediate per write");
     assert!(b.landing_stats().chunks_landed >= (2 * len as u64).div_ceil(256 << 10));
-    // A refused device destination: a transfer error, nothing counted.
-    let mut bad = dev_d;
-    bad.key ^= 1;
-    let op = WriteOp { src: &h, src_offset: 0, dst: &bad, dst_offset: 0, len: 1 << 20, imm: Some(52) };
-    let got = a.write(&op).unwrap().wait_timeout(Duration::from_secs(30));
-    assert_eq!(got, Err(crate::TransferError::Rejected(RejectReason::BadKey)));
-    assert_eq!(b.imm_counter(52).value(), 0);
+    refused_destination_counts_nothing(&a, &b, &h, dev_d, 52);
 }
 
 #[test]

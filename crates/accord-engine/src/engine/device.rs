@@ -17,11 +17,10 @@
 //! An engine with `force_network` treats same-process peers as other processes, so with
 //! `device_ipc` off one process exercises the staged route (tests do).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use super::part::write_kind;
 use super::route::dispatch::{dispatch_part, PartSpec};
-use super::route::shared_host::PeerFiles;
 use super::route::{self, Destination, Locality, Operation, Route, RouteInputs, RouteSwitches, SourceMemory};
 use super::shared::Shared;
 use super::{Engine, WriteOp};
@@ -47,17 +46,6 @@ impl LocalSource {
             LocalSource::Device { .. } => SourceMemory::Device,
         }
     }
-}
-
-/// What the device routes of one engine share, opened or started on first use.
-#[derive(Default)]
-pub(crate) struct DevicePaths {
-    /// The copy-engine route for device memory.
-    route: OnceLock<Result<Arc<DeviceRoute>, String>>,
-    /// The staging thread and its pinned pool, started on the first staged device write.
-    staging: OnceLock<Result<Stager, String>>,
-    /// Same-host peers' shared region files this engine mapped (`route::shared_host`).
-    pub(crate) peer_files: PeerFiles,
 }
 
 /// The device routes of the engine whose state is `shared`. Why not methods of [`Engine`]: a

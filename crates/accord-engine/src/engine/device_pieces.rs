@@ -100,6 +100,7 @@ impl DeviceWriter<'_> {
 #[cfg(test)]
 mod tests {
     use crate::device::staging::tests::{fake_device, pattern, rig, staging_engine, wait_free};
+    use crate::engine::tests::{assert_pages_landed, write_paged_counted_once};
     use crate::{PagedWriteOp, ScatterDst, TransferError, WriteOp};
     use accord_proto::wire::RejectReason;
     use std::time::Duration;
@@ -122,23 +123,9 @@ mod tests {
         // Source pages 0..8 to 10..18 (one run), then 20, 3, 31 scattered.
         let src_pages: Vec<u64> = (0..8).chain([20, 3, 31]).collect();
         let dst_pages: Vec<u64> = (10..18).chain([0, 39, 25]).collect();
-        let op = PagedWriteOp {
-            src: &h,
-            dst: &d,
-            page_bytes: PAGE as u64,
-            src_pages: &src_pages,
-            dst_pages: &dst_pages,
-            imm: Some(11),
-        };
-        r.a.write_paged(&op).unwrap().wait_timeout(WAIT).unwrap();
-        assert_eq!(b.imm_counter(11).wait(1, WAIT), 1);
-        std::thread::sleep(Duration::from_millis(20));
-        assert_eq!(b.imm_counter(11).value(), 1, "one immediate for the whole paged write");
+        write_paged_counted_once(&r.a, &b, &h, &d, PAGE, (&src_pages, &dst_pages), 11);
         let got = dst.to_vec();
-        for (&s, &t) in src_pages.iter().zip(&dst_pages) {
-            let (s, t) = (s as usize * PAGE, t as usize * PAGE);
-            assert_eq!(&got[t..t + PAGE], &src[s..s + PAGE], "page at {t}");
-        }
+        assert_pages_landed(&got, &src, PAGE, (&src_pages, &dst_pages));
         let written: usize = dst_pages.len() * PAGE;
         assert!(got.iter().filter(|&&x| x != 0).count() <= written, "nothing outside the pages");
         wait_free(&r.pool);

@@ -3,6 +3,7 @@
 
 pub(crate) mod control;
 mod device;
+mod device_paths;
 mod device_pieces;
 mod lane_outages;
 mod ops;
@@ -333,7 +334,7 @@ impl Engine {
             liveness: Default::default(),
             read: route::read::ReadState::default(),
             local_copies: route::memcpy::pool::LocalCopies::new(lane_count),
-            devices: device::DevicePaths::default(),
+            devices: device_paths::DevicePaths::default(),
         });
         let completion_thread = std::thread::Builder::new()
             .name("accord-completion".into())
@@ -758,4 +759,4 @@ fn control_routes() -> crate::worker::control::ControlRoutes {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

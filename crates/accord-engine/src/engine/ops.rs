@@ -8,7 +8,7 @@ use super::Engine;
 use crate::address::{EngineId, MrDescriptor};
 use crate::completion::Transfer;
 use crate::error::{BarrierError, SubmitError};
-use crate::memory::{MrHandle, Source};
+use crate::memory::{check_range, MrHandle, Source};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -150,10 +150,6 @@ pub(super) fn page_runs(op: &StridedPagedWriteOp<'_>, src_len: u64) -> Result<Ve
         }
     }
     Ok(runs)
-}
-
-fn check_range(offset: u64, len: u64, region_len: u64) -> bool {
-    offset.checked_add(len).is_some_and(|end| end <= region_len)
 }
 
 impl Engine {

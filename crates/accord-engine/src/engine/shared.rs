@@ -95,7 +95,7 @@ pub(crate) struct Shared {
     /// What the device routes share (copy-engine handle, staging thread, peers' shared files):
     /// here rather than in `Engine` so that a READ's owner, serving a request on a worker with
     /// no `Engine` at hand, writes through the same routes (`engine::device::DeviceWriter`).
-    pub(crate) devices: super::device::DevicePaths,
+    pub(crate) devices: super::device_paths::DevicePaths,
 }
 
 impl Shared {

@@ -21,6 +21,34 @@ fn pair(force_network: bool) -> (Engine, Engine) {
     pair_of(|| engine(force_network))
 }
 
+/// A paged write of pages of `page` bytes, `pages.0[i]` of `src` to `pages.1[i]` of `dst`, from
+/// `from` with immediate `imm`, waited for: `to` counts the immediate exactly once, and still
+/// once a moment later (a second count would come late). Shared by the host and device tests;
+/// what landed each checks with [`assert_pages_landed`].
+pub(crate) fn write_paged_counted_once(
+    from: &Engine,
+    to: &Engine,
+    src: &MrHandle,
+    dst: &MrDescriptor,
+    page: usize,
+    pages: (&[u64], &[u64]),
+    imm: u32,
+) {
+    let op = PagedWriteOp { src, dst, page_bytes: page as u64, src_pages: pages.0, dst_pages: pages.1, imm: Some(imm) };
+    from.write_paged(&op).unwrap().wait_timeout(WAIT).unwrap();
+    assert_eq!(to.imm_counter(imm).wait(1, WAIT), 1);
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(to.imm_counter(imm).value(), 1, "one immediate for the whole paged write");
+}
+
+/// Every page `pages.0[i]` of `src` stands at page `pages.1[i]` of `got`, pages of `page` bytes.
+pub(crate) fn assert_pages_landed(got: &[u8], src: &[u8], page: usize, pages: (&[u64], &[u64])) {
+    for (&s, &t) in pages.0.iter().zip(pages.1) {
+        let (s, t) = (s as usize * page, t as usize * page);
+        assert!(got[t..t + page] == src[s..s + page], "page at {t} differs");
+    }
+}
+
 /// Two engines from `make` that know each other.
 pub(crate) fn pair_of(make: impl Fn() -> Engine) -> (Engine, Engine) {
     let (a, b) = (make(), make());
@@ -152,24 +180,9 @@ fn paged_scatter_send_barrier_over_network() {
     src.write_at(0, &data).unwrap();
     let dst = b.alloc(8 * page).unwrap();
     let (h, d) = (src.handle(), dst.descriptor());
-    let src_pages = [0u64, 1, 2, 5, 7];
-    let dst_pages = [3u64, 4, 5, 0, 1];
-    let op = PagedWriteOp {
-        src: &h,
-        dst: &d,
-        page_bytes: page as u64,
-        src_pages: &src_pages,
-        dst_pages: &dst_pages,
-        imm: Some(2),
-    };
-    a.write_paged(&op).unwrap().wait_timeout(WAIT).unwrap();
-    assert_eq!(b.imm_counter(2).wait(1, WAIT), 1);
-    let got = dst.to_vec();
-    for (s, d) in src_pages.iter().zip(dst_pages) {
-        let (s, d) = (*s as usize * page, d as usize * page);
-        assert!(got[d..d + page] == data[s..s + page], "page {d} differs");
-    }
-    assert_eq!(b.imm_counter(2).value(), 1, "imm of a paged write counts once");
+    let pages: (&[u64], &[u64]) = (&[0, 1, 2, 5, 7], &[3, 4, 5, 0, 1]);
+    write_paged_counted_once(&a, &b, &h, &d, page, pages, 2);
+    assert_pages_landed(&dst.to_vec(), &data, page, pages);
 
     let dst_c = c.alloc(page).unwrap();
     let dsts = [

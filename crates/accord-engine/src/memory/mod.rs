@@ -30,6 +30,11 @@ pub const ALLOC_ALIGN_BYTES: usize = 4096;
 /// Region id of every engine's zero-length control region (barrier immediates land there).
 pub(crate) const CONTROL_REGION: RegionId = RegionId(0);
 
+/// Whether `len` bytes at `offset` lie inside a region of `region_len` bytes (no overflow).
+pub(crate) fn check_range(offset: u64, len: u64, region_len: u64) -> bool {
+    offset.checked_add(len).is_some_and(|end| end <= region_len)
+}
+
 /// Where registered memory lives.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]

@@ -268,6 +268,43 @@ pub struct PermutationResult {
     pub fcts_us: Vec<f64>,
 }
 
+impl PermutationResult {
+    /// The columns of a permutation's summary table, one per cell of [`PermutationResult::row`].
+    pub const COLUMNS: [&'static str; 12] = [
+        "ideal_us",
+        "fct_min_us",
+        "fct_p50_us",
+        "fct_p99_us",
+        "fct_max_us",
+        "slowdown_max",
+        "drops",
+        "marks",
+        "events",
+        "wall_s",
+        "events/s",
+        "hash",
+    ];
+
+    /// This run's summary cells under [`PermutationResult::COLUMNS`], formatted once for every
+    /// table that shows runs (`accord sim permutation`, the `fabric_permutation` example).
+    pub fn row(&self) -> [String; 12] {
+        [
+            format!("{:.1}", self.ideal_us),
+            format!("{:.1}", self.fct_us.min),
+            format!("{:.1}", self.fct_us.p50),
+            format!("{:.1}", self.fct_us.p99),
+            format!("{:.1}", self.fct_us.max),
+            format!("{:.3}", self.slowdown_max),
+            self.drops.to_string(),
+            self.ecn_marks.to_string(),
+            self.events.to_string(),
+            format!("{:.2}", self.wall_s),
+            format!("{:.0}", self.events_per_s),
+            format!("{:016x}", self.hash),
+        ]
+    }
+}
+
 fn summarise(opts: &ExperimentOptions, report: &FabricReport) -> PermutationResult {
     let flows: Vec<&FlowResult> = report.flows.iter().collect();
     let wall_s = report.wall.as_secs_f64();

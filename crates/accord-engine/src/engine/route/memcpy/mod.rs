@@ -15,6 +15,10 @@ pub(crate) mod pool;
 
 use std::sync::Arc;
 
+use accord_proto::wire::RejectReason;
+use accord_proto::{RegionId, RegionKey};
+use pool::CopyTarget;
+
 use crate::completion::TransferState;
 use crate::engine::part::PartKind;
 use crate::engine::shared::Shared;
@@ -28,13 +32,9 @@ pub const LOCAL_COPY_ASYNC_MIN_BYTES: u64 = 128 << 10;
 pub(crate) fn run_local(peer: &Shared, kind: PartKind, source: &Source) -> Result<(), TransferError> {
     match kind {
         PartKind::Write { region, key, offset, imm } => {
-            {
-                let regions = peer.regions.read().unwrap();
-                regions.check_write(region, key, offset, source.len()).map_err(TransferError::Rejected)?;
-                regions.place_from(region, offset, source);
-            }
+            peer.place(region, key, offset, source).map_err(TransferError::Rejected)?;
             if let Some(imm) = imm {
-                peer.imms.bump(imm, &peer.jobs);
+                peer.count_imm(imm);
             }
             Ok(())
         }
@@ -43,6 +43,19 @@ pub(crate) fn run_local(peer: &Shared, kind: PartKind, source: &Source) -> Resul
             source.read(0, &mut bytes);
             peer.recv.deliver_local(&bytes, imm, &peer.jobs).map_err(TransferError::Rejected)
         }
+    }
+}
+
+impl CopyTarget for Shared {
+    fn place(&self, region: RegionId, key: RegionKey, offset: u64, source: &Source) -> Result<(), RejectReason> {
+        let regions = self.regions.read().unwrap();
+        regions.check_write(region, key, offset, source.len())?;
+        regions.place_from(region, offset, source);
+        Ok(())
+    }
+
+    fn count_imm(&self, imm: u32) {
+        self.imms.bump(imm, &self.jobs);
     }
 }
 

@@ -14,9 +14,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crate::completion::TransferState;
-use crate::engine::shared::Shared;
 use crate::error::TransferError;
 use crate::memory::Source;
+use accord_proto::wire::RejectReason;
 use accord_proto::{RegionId, RegionKey};
 
 /// Bytes of one chunk, the unit a copy thread takes.
@@ -26,9 +26,21 @@ pub const LOCAL_COPY_THREADS_MAX: usize = 8;
 /// Most chunks queued for the copy threads; a submitter waits for room beyond it.
 pub const LOCAL_COPY_CHUNKS_QUEUED_MAX: usize = 4096;
 
+/// The engine a write lands in, as the copy threads see it. A trait, so that the engine's shared
+/// state can own the copy threads without this file naming that state (the state implements it
+/// in [`super`]).
+pub(crate) trait CopyTarget: Send + Sync {
+    /// Checks `source.len()` bytes at `offset` of `region` as the transport's receiver checks a
+    /// packet (region, key, bounds) and copies `source` there, under one read lock of the region
+    /// table.
+    fn place(&self, region: RegionId, key: RegionKey, offset: u64, source: &Source) -> Result<(), RejectReason>;
+    /// Counts the immediate `imm` once.
+    fn count_imm(&self, imm: u32);
+}
+
 /// A checked write into a same-process peer, as [`super::dispatch_local`] hands it over.
 pub(crate) struct LocalWrite {
-    pub(crate) peer: Arc<Shared>,
+    pub(crate) peer: Arc<dyn CopyTarget>,
     pub(crate) region: RegionId,
     pub(crate) key: RegionKey,
     pub(crate) offset: u64,
@@ -39,7 +51,7 @@ pub(crate) struct LocalWrite {
 
 /// What the chunks of one write share: who finishes it.
 struct WriteInProgress {
-    peer: Arc<Shared>,
+    peer: Arc<dyn CopyTarget>,
     imm: Option<u32>,
     transfer: Arc<TransferState>,
     chunks_left: AtomicUsize,
@@ -181,10 +193,7 @@ fn copy_thread(chunks: &Mutex<Receiver<Chunk>>) {
 /// Copies one chunk; the last chunk of its write counts the immediate and completes the part.
 fn copy_chunk(chunk: Chunk) {
     let Chunk { write, region, key, offset, source } = chunk;
-    let placed = {
-        let regions = write.peer.regions.read().unwrap();
-        regions.check_write(region, key, offset, source.len()).map(|()| regions.place_from(region, offset, &source))
-    };
+    let placed = write.peer.place(region, key, offset, &source);
     drop(source);
     if let Err(reason) = placed {
         write.failure.lock().unwrap().get_or_insert(TransferError::Rejected(reason));
@@ -195,7 +204,7 @@ fn copy_chunk(chunk: Chunk) {
             Some(error) => write.transfer.part_done(Err(error)),
             None => {
                 if let Some(imm) = write.imm {
-                    write.peer.imms.bump(imm, &write.peer.jobs);
+                    write.peer.count_imm(imm);
                 }
                 write.transfer.part_done(Ok(()));
             }

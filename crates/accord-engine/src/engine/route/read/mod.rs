@@ -65,14 +65,13 @@ use accord_proto::wire::RejectReason;
 use accord_proto::{RegionId, RegionKey};
 
 pub(crate) mod dst_info;
+mod limits;
 pub(crate) mod paged;
 pub(crate) mod state;
 
 pub use dst_info::READ_DST_INFOS_KEPT;
-pub use paged::{
-    PagedReadOp, READ_ASSEMBLIES_MAX, READ_ASSEMBLY_FRAMES_MAX, READ_PIECES_PER_REQUEST_MAX,
-    READ_WRITE_BACKS_QUEUED_MAX,
-};
+pub use limits::{READ_PIECES_PER_REQUEST_MAX, READ_REQUESTS_IN_FLIGHT_MAX};
+pub use paged::{PagedReadOp, READ_ASSEMBLIES_MAX, READ_ASSEMBLY_FRAMES_MAX, READ_WRITE_BACKS_QUEUED_MAX};
 use state::Pending;
 #[cfg(test)]
 use state::ServedReads;
@@ -90,10 +89,8 @@ use crate::engine::route::{choose, Destination, Locality, Operation, Route, Rout
 use crate::engine::shared::{local_engine, Shared};
 use crate::engine::{Engine, WriteOp};
 use crate::error::{SubmitError, TransferError};
-use crate::memory::{MrHandle, Region, RegionTable, Source};
+use crate::memory::{check_range, MrHandle, Region, RegionTable, Source};
 
-/// Reads one engine may have outstanding at peers in other processes.
-pub const READ_REQUESTS_IN_FLIGHT_MAX: usize = 4096;
 /// The slowest rate a reader allows the owner's write when it bounds its wait (on top of twice
 /// the idle timeout): a read of `len` bytes waits at most `len / READ_FLOOR_BYTES_PER_SEC` more.
 pub const READ_FLOOR_BYTES_PER_SEC: u64 = 64 << 20;
@@ -249,10 +246,6 @@ impl ReadMessage {
         };
         Ok(ReadMessage { from: frame.from, req: frame.req, body })
     }
-}
-
-fn check_range(offset: u64, len: u64, region_len: u64) -> bool {
-    offset.checked_add(len).is_some_and(|end| end <= region_len)
 }
 
 /// The owner's check of a read's source: region, key and bounds, exactly as a write into the

@@ -36,8 +36,8 @@ use accord_proto::wire::RejectReason;
 use accord_proto::{RegionId, RegionKey};
 
 use super::{
-    answer_now, answer_when_written, check_range, control_part_with, destination_for, fail_unanswered, finish_pending,
-    refuse, Body, Outcome, Pending, ReadMessage, READ_FLOOR_BYTES_PER_SEC, READ_REQUESTS_IN_FLIGHT_MAX,
+    answer_now, answer_when_written, control_part_with, destination_for, fail_unanswered, finish_pending, refuse, Body,
+    Outcome, Pending, ReadMessage, READ_FLOOR_BYTES_PER_SEC, READ_PIECES_PER_REQUEST_MAX, READ_REQUESTS_IN_FLIGHT_MAX,
 };
 use crate::address::{EngineId, MrDescriptor};
 use crate::completion::Transfer;
@@ -47,11 +47,8 @@ use crate::engine::route::dispatch::{dispatch_part, PartSpec};
 use crate::engine::shared::Shared;
 use crate::engine::{Engine, PagedWriteOp};
 use crate::error::{SubmitError, TransferError};
-use crate::memory::{MrHandle, Source};
+use crate::memory::{check_range, MrHandle, Source};
 
-/// Most pieces (pages x planes) one READ request carries; a larger batched read is split into
-/// several requests. 65,536 pieces of 32 KiB are 2 GiB.
-pub const READ_PIECES_PER_REQUEST_MAX: usize = 65_536;
 /// The kind of a batched request's frames.
 pub(crate) const PAGED: u8 = 4;
 
@@ -94,11 +91,29 @@ pub struct PagedReadOp<'a> {
     pub imm: Option<u32>,
 }
 
-mod assembly;
-mod geometry;
-mod write_back;
+impl PagedReadOp<'_> {
+    /// Where the pieces are, apart from the page ids: what the request's header frames carry.
+    fn geometry(&self) -> Geometry {
+        Geometry {
+            src_offset: self.src_offset,
+            src_stride: self.src_stride,
+            dst_offset: self.dst_offset,
+            dst_stride: self.dst_stride,
+            page_bytes: self.page_bytes,
+            planes: self.planes,
+            src_plane_stride: self.src_plane_stride,
+            dst_plane_stride: self.dst_plane_stride,
+        }
+    }
+}
 
-pub(crate) use assembly::{Assemblies, PagedRequest, Taken};
+// The assemblies and the write-back queue are READ state ([`super::state::ReadState`] holds
+// them); they and the geometry they check import nothing of the route's logic.
+pub(super) mod assembly;
+mod geometry;
+pub(super) mod write_back;
+
+pub(crate) use assembly::{PagedRequest, Taken};
 #[cfg(test)]
 use assembly::{FRAMES_MAX, HEADER_FRAMES};
 pub use assembly::{READ_ASSEMBLIES_MAX, READ_ASSEMBLY_FRAMES_MAX};
@@ -106,7 +121,6 @@ pub(crate) use geometry::Geometry;
 #[cfg(test)]
 use geometry::PieceError;
 use write_back::WriteBack;
-pub(crate) use write_back::WriteBacks;
 pub use write_back::READ_WRITE_BACKS_QUEUED_MAX;
 
 impl Engine {
@@ -130,7 +144,7 @@ impl Engine {
                 "page id {page} (entry {i} of source then destination pages) is above 2^32-1: use a larger page and stride"
             )));
         }
-        let geometry = Geometry::of(op);
+        let geometry = op.geometry();
         let pages: Vec<(u64, u64)> = op.src_pages.iter().copied().zip(op.dst_pages.iter().copied()).collect();
         let dst_len = self.read_destination_len(op.dst)?;
         let runs = geometry.runs(&pages, op.src.len, dst_len).map_err(|e| SubmitError::Invalid(e.message()))?;

@@ -1,6 +1,7 @@
 //! READ's state and wire outcomes: what a reader has outstanding, what an owner served, and
 //! the counters. Apart from the route's logic so that the engine's shared state can hold it
-//! without importing the route.
+//! without importing the route: this file, and the batched READ's assemblies and write-back
+//! queue it holds, import only files that never reach the shared state (no import circle).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -148,9 +149,9 @@ pub(crate) struct ReadState {
     /// Announced device destinations, both sides.
     pub(super) dst_infos: super::dst_info::DstInfos,
     /// Owner side: batched requests whose frames are arriving.
-    pub(super) assemblies: Mutex<super::paged::Assemblies>,
+    pub(super) assemblies: Mutex<super::paged::assembly::Assemblies>,
     /// Owner side: batched requests being written back.
-    pub(super) write_backs: super::paged::WriteBacks,
+    pub(super) write_backs: super::paged::write_back::WriteBacks,
 }
 
 impl Default for ReadState {

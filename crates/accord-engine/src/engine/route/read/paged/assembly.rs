@@ -6,9 +6,8 @@ use std::collections::{HashMap, VecDeque};
 use accord_proto::wire::RejectReason;
 
 use super::geometry::Geometry;
-use super::READ_PIECES_PER_REQUEST_MAX;
 use crate::address::EngineId;
-use crate::engine::route::read::READ_REQUESTS_IN_FLIGHT_MAX;
+use crate::engine::route::read::limits::{READ_PIECES_PER_REQUEST_MAX, READ_REQUESTS_IN_FLIGHT_MAX};
 
 /// Requests an owner assembles at once (all readers together); past that the oldest is refused
 /// (`TooManyMessages`), so a reader that died mid-request holds no memory for long. As many as

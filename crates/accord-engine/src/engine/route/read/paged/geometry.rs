@@ -2,8 +2,8 @@
 //! and the one function that turns both into checked runs (the reader's check before sending,
 //! the owner's before writing back).
 
-use super::READ_PIECES_PER_REQUEST_MAX;
-use crate::engine::route::read::check_range;
+use crate::engine::route::read::limits::READ_PIECES_PER_REQUEST_MAX;
+use crate::memory::check_range;
 
 /// Where the pieces of a batched read are, apart from the page ids.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -40,19 +40,6 @@ impl PieceError {
 }
 
 impl Geometry {
-    pub(crate) fn of(op: &super::PagedReadOp<'_>) -> Geometry {
-        Geometry {
-            src_offset: op.src_offset,
-            src_stride: op.src_stride,
-            dst_offset: op.dst_offset,
-            dst_stride: op.dst_stride,
-            page_bytes: op.page_bytes,
-            planes: op.planes,
-            src_plane_stride: op.src_plane_stride,
-            dst_plane_stride: op.dst_plane_stride,
-        }
-    }
-
     /// The shape's own rules, before any page.
     pub(crate) fn check(&self) -> Result<(), PieceError> {
         if self.page_bytes == 0 {

@@ -1,3 +1,4 @@
+use super::assembly::Assemblies;
 use super::*;
 use crate::engine::route::read::tests::{buffers, network_engine};
 use crate::engine::route::read::{serve, Admission, ReadOp};
@@ -379,7 +380,7 @@ fn duplicated_frames_are_written_once() {
         dst_region: dd.region,
         dst_key: dd.key,
         dst_device: false,
-        geometry: Geometry::of(&op(shape, &dst.handle(), &d, &pages, None)),
+        geometry: op(shape, &dst.handle(), &d, &pages, None).geometry(),
         pages: pages.0.iter().copied().zip(pages.1.iter().copied()).collect(),
     };
     let frame = |index: u32, half: u32, words: [u64; 4]| {
