@@ -117,7 +117,7 @@ impl TransferState {
         };
         self.done.notify_all();
         if let Some(start) = self.started {
-            crate::telemetry::recorder::record_transfer(start, std::time::Instant::now(), result.is_ok());
+            crate::telemetry::recorder::record_transfer(start, crate::telemetry::clock::end_time(), result.is_ok());
         }
         for cb in callbacks {
             dispatch(&self.jobs, move || cb(result));

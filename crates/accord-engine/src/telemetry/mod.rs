@@ -19,6 +19,7 @@ use std::net::SocketAddr;
 use std::sync::Weak;
 use std::time::{Duration, Instant};
 
+pub(crate) mod clock;
 mod exposition;
 mod http;
 pub(crate) mod recorder;
