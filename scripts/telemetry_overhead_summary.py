@@ -13,7 +13,8 @@ machine: the ratio mode_i / off_i of each round is the paired measure. Per size 
   the max, 97%);
 - verdict against the target (cost under 3%, ratio at least 0.97): "met" when the interval's
   low end is at least 0.97, "missed" when its high end is below 0.97, else "unresolved"
-  (more rounds, or a quieter machine, are needed to tell).
+  (more rounds, or a quieter machine, are needed to tell); "too few rounds" while the
+  interval's coverage is below 90% (5 rounds at least).
 """
 import glob
 import json
@@ -59,7 +60,9 @@ def median_interval(values, confidence=CONFIDENCE):
     return (xs[k - 1], xs[n - k], 1 - 2 * cdf(k))
 
 
-def verdict(low, high, target=TARGET):
+def verdict(low, high, coverage, target=TARGET):
+    if coverage < CONFIDENCE:
+        return "too few rounds"
     if low >= target:
         return "met"
     if high < target:
@@ -89,7 +92,7 @@ def summarise(off, runs, mode):
         medians.append(ratio)
         lines.append(
             f"{k[0]:>6} {k[1]:>9} {off_median:>9.2f} {'±' + format(spread * 100, '.1f') + '%':>10} {ratio:>7.3f} "
-            f"{f'{low:.3f}..{high:.3f}':>15} {coverage * 100:>7.0f}%  {verdict(low, high)}"
+            f"{f'{low:.3f}..{high:.3f}':>15} {coverage * 100:>7.0f}%  {verdict(low, high, coverage)}"
         )
     if medians:
         lines.append(f"geometric mean of the sizes' median ratios: {statistics.geometric_mean(medians):.3f}")

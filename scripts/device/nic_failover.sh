@@ -34,8 +34,8 @@ set -uo pipefail
 
 # Paths given relative to where the script was started from.
 IP_BIN=${IP_BIN:-ip}
-case $IP_BIN in */*) IP_BIN=$(readlink -f "$IP_BIN") ;; esac
-IP_LIB_DIR=${IP_LIB_DIR:+$(readlink -f "$IP_LIB_DIR")}
+case $IP_BIN in */*) IP_BIN=$(readlink -m "$IP_BIN") ;; esac
+IP_LIB_DIR=${IP_LIB_DIR:+$(readlink -m "$IP_LIB_DIR")}
 IP_LOADER=${IP_LIB_DIR:+$IP_LIB_DIR/ld-linux-x86-64.so.2}
 
 cd "$(dirname "$0")/../.."
