@@ -23,6 +23,7 @@ fn transfer_count(text: &str) -> f64 {
 fn a_remote_read_is_one_recorded_transfer_not_its_frames_and_answer() {
     let trace = std::env::temp_dir().join(format!("accord-trace-user-{}.json", std::process::id()));
     let _ = std::fs::remove_file(&trace);
+    let began = std::time::Instant::now();
     let config = EngineConfig {
         force_network: true,
         metrics_addr: Some("127.0.0.1:0".into()),
@@ -61,4 +62,11 @@ fn a_remote_read_is_one_recorded_transfer_not_its_frames_and_answer() {
     let events = json["traceEvents"].as_array().expect("traceEvents");
     let transfers = events.iter().filter(|e| e["name"] == "transfer").count();
     assert_eq!(transfers, expected, "one event per read and per write");
+    // Timestamps count from when telemetry was turned on, after `began`: every transfer lies
+    // within this test's own lifetime.
+    let lifetime_us = began.elapsed().as_micros() as u64;
+    for e in events.iter().filter(|e| e["name"] == "transfer") {
+        let (ts, dur) = (e["ts"].as_u64().unwrap(), e["dur"].as_u64().unwrap());
+        assert!(ts + dur <= lifetime_us, "{e} ends after {lifetime_us} us");
+    }
 }
