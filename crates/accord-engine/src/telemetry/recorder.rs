@@ -311,14 +311,11 @@ impl Slot {
         }
     }
 
-    /// The owning thread's chunk is full: hands the rest of it to `trace` and starts a fresh
-    /// one, which it returns.
-    fn replace_full(&self, trace: &mut Trace) -> Arc<Chunk> {
+    /// The owning thread's chunk is full: hands the rest of it to `trace` and makes `fresh`
+    /// (allocated before the trace was locked) the chunk it writes.
+    fn replace_full(&self, trace: &mut Trace, fresh: Arc<Chunk>) {
         self.hand_over(trace);
-        let mut c = self.chunk();
-        let fresh = Chunk::new();
-        *c = SlotChunk { current: Some(fresh.clone()), handed: 0 };
-        fresh
+        *self.chunk() = SlotChunk { current: Some(fresh), handed: 0 };
     }
 }
 
@@ -371,7 +368,9 @@ impl Claim {
         let mut cached = self.chunk.borrow_mut();
         let chunk = cached.get_or_insert_with(|| self.slot.current());
         if !chunk.push(e) {
-            let fresh = self.slot.replace_full(&mut TraceGuard::lock().0);
+            // Allocated and zeroed before the process-wide trace is locked, not while.
+            let fresh = Chunk::new();
+            self.slot.replace_full(&mut TraceGuard::lock().0, fresh.clone());
             fresh.push(e);
             *chunk = fresh;
         }

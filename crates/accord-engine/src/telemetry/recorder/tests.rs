@@ -59,7 +59,8 @@ fn events_handed_over_while_their_thread_writes_arrive_once_each() {
             for i in 0..total {
                 let e = TransferEvent { ts: i as u64, dur: i as u64 * 3, tid: 9, ok: i % 5 != 0 };
                 if !chunk.push(e) {
-                    chunk = slot.replace_full(&mut trace.lock().unwrap());
+                    chunk = Chunk::new();
+                    slot.replace_full(&mut trace.lock().unwrap(), chunk.clone());
                     assert!(chunk.push(e));
                 }
             }
