@@ -1,41 +1,117 @@
-"""Summarises scripts/telemetry-overhead.sh: median accord_gbps per size, telemetry off vs
-each mode run (`on` unless more are named after the directory)."""
-import json, re, statistics, sys, glob, os
+"""Summarises scripts/telemetry-overhead.sh: per size, telemetry off against each mode run
+(`on` unless more are named after the directory), with the spread over rounds.
 
-OUT = sys.argv[1] if len(sys.argv) > 1 else "/tmp/ovh"
-MODES = sys.argv[2:] or ["on"]
+    python3 scripts/telemetry_overhead_summary.py OUT_DIR [MODE ...]
 
-def load(kind):
-    runs = []
-    for f in sorted(glob.glob(f"{OUT}/{kind}*.json")):
-        if not re.fullmatch(rf"{kind}[0-9]+\.json", os.path.basename(f)):
+Round i ran off, then each mode, one after the other, so the runs of one round saw the same
+machine: the ratio mode_i / off_i of each round is the paired measure. Per size it prints
+- off: the median of the off runs (GB/s) and their spread, (max - min) / 2 / median, the
+  noise of the bench alone;
+- ratio: the median over rounds of mode_i / off_i, and the lowest and highest of those ratios
+  that bound the true median ratio with the stated confidence (order statistics of a
+  binomial(n, 1/2): no assumption about the noise's shape; with 6 rounds it is the min and
+  the max, 97%);
+- verdict against the target (cost under 3%, ratio at least 0.97): "met" when the interval's
+  low end is at least 0.97, "missed" when its high end is below 0.97, else "unresolved"
+  (more rounds, or a quieter machine, are needed to tell); "too few rounds" while the
+  interval's coverage is below 90% (5 rounds at least).
+"""
+import glob
+import json
+import math
+import os
+import re
+import statistics
+import sys
+
+TARGET = 0.97
+CONFIDENCE = 0.90
+
+
+def load(out, kind):
+    """Runs of `kind` by round number: {round: {(op, bytes): gbps}}."""
+    runs = {}
+    for f in glob.glob(os.path.join(out, f"{kind}*.json")):
+        m = re.fullmatch(rf"{re.escape(kind)}([0-9]+)\.json", os.path.basename(f))
+        if not m:
             continue
-        rows = json.loads(open(f).read())["rows"]
-        runs.append({(r["op"], r["bytes"]): r["accord_gbps"] for r in rows})
+        try:
+            rows = json.load(open(f))["rows"]
+        except (ValueError, KeyError) as e:
+            print(f"skipping {f}: {e}", file=sys.stderr)
+            continue
+        runs[int(m.group(1))] = {(r["op"], r["bytes"]): r["accord_gbps"] for r in rows}
     return runs
 
-off = load("off")
-modes = {m: load(m) for m in MODES}
-keys = sorted(off[0], key=lambda k: (k[0], k[1]))
-if MODES == ["on"]:
-    on = modes["on"]
-    print(f"{'op':>6} {'bytes':>9} {'off_gbps_median':>16} {'on_gbps_median':>15} {'on/off':>7}   (runs: {len(off)} off, {len(on)} on, interleaved)")
-    ratios = []
+
+def median_interval(values, confidence=CONFIDENCE):
+    """(low, high, coverage): order statistics bounding the median of what `values` sample,
+    with the largest coverage-respecting rank: P(B < k) * 2 <= 1 - confidence for B ~
+    binomial(n, 1/2). With too few values for `confidence`, the min and max and their own
+    coverage, 1 - 2^(1-n)."""
+    xs = sorted(values)
+    n = len(xs)
+    if n == 0:
+        return (math.nan, math.nan, 0.0)
+    cdf = lambda k: sum(math.comb(n, i) for i in range(k)) / 2**n  # P(B < k)
+    k = 1
+    while k + 1 <= n // 2 and 2 * cdf(k + 1) <= 1 - confidence:
+        k += 1
+    return (xs[k - 1], xs[n - k], 1 - 2 * cdf(k))
+
+
+def verdict(low, high, coverage, target=TARGET):
+    if coverage < CONFIDENCE:
+        return "too few rounds"
+    if low >= target:
+        return "met"
+    if high < target:
+        return "missed"
+    return "unresolved"
+
+
+def summarise(off, runs, mode):
+    """Lines of the table of `mode` against off, and the rows' paired medians."""
+    paired_rounds = sorted(set(off) & set(runs))
+    keys = sorted({k for r in off.values() for k in r}, key=lambda k: (k[0], k[1]))
+    lines = [
+        f"{mode} vs off: {len(paired_rounds)} rounds paired "
+        f"(off runs {len(off)}, {mode} runs {len(runs)}); ratio = {mode}/off, 1.000 = no cost",
+        f"{'op':>6} {'bytes':>9} {'off_gbps':>9} {'off_spread':>10} {'ratio':>7} {'interval':>15} {'coverage':>8}  verdict (<3%)",
+    ]
+    medians = []
     for k in keys:
-        a = statistics.median(r[k] for r in off if k in r); b = statistics.median(r[k] for r in on if k in r)
-        ratios.append(b / a)
-        print(f"{k[0]:>6} {k[1]:>9} {a:>16.2f} {b:>15.2f} {b/a:>7.3f}")
-    print(f"geometric mean of on/off: {statistics.geometric_mean(ratios):.3f}")
-else:
-    runs = ", ".join(f"{len(v)} {m}" for m, v in modes.items())
-    print(f"{'op':>6} {'bytes':>9} {'off_gbps':>9} " + " ".join(f"{m + '/off':>11}" for m in MODES) + f"   (medians; runs: {len(off)} off, {runs}, interleaved)")
-    ratios = {m: [] for m in MODES}
-    for k in keys:
-        a = statistics.median(r[k] for r in off if k in r)
-        cells = []
-        for m in MODES:
-            b = statistics.median(r[k] for r in modes[m] if k in r)
-            ratios[m].append(b / a)
-            cells.append(f"{b / a:>11.3f}")
-        print(f"{k[0]:>6} {k[1]:>9} {a:>9.2f} " + " ".join(cells))
-    print("geometric mean:   " + " ".join(f"{m}/off {statistics.geometric_mean(r):.3f}" for m, r in ratios.items()))
+        offs = [off[i][k] for i in off if k in off[i]]
+        ratios = [runs[i][k] / off[i][k] for i in paired_rounds if k in off[i] and k in runs[i] and off[i][k] > 0]
+        if not offs or not ratios:
+            continue
+        off_median = statistics.median(offs)
+        spread = (max(offs) - min(offs)) / 2 / off_median if off_median > 0 else math.nan
+        ratio = statistics.median(ratios)
+        low, high, coverage = median_interval(ratios)
+        medians.append(ratio)
+        lines.append(
+            f"{k[0]:>6} {k[1]:>9} {off_median:>9.2f} {'±' + format(spread * 100, '.1f') + '%':>10} {ratio:>7.3f} "
+            f"{f'{low:.3f}..{high:.3f}':>15} {coverage * 100:>7.0f}%  {verdict(low, high, coverage)}"
+        )
+    if medians:
+        lines.append(f"geometric mean of the sizes' median ratios: {statistics.geometric_mean(medians):.3f}")
+    return lines
+
+
+def main(argv):
+    out = argv[1] if len(argv) > 1 else "/tmp/ovh"
+    modes = argv[2:] or ["on"]
+    off = load(out, "off")
+    if not off:
+        print(f"no off runs (off<N>.json) in {out}", file=sys.stderr)
+        return 1
+    for i, mode in enumerate(modes):
+        if i:
+            print()
+        print("\n".join(summarise(off, load(out, mode), mode)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

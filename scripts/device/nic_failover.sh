@@ -11,8 +11,16 @@
 # cut finished), and after it, as a share of before (VCCL reports keeping about 77%).
 #
 # It first probes whether this host lets it make namespaces and veths (root, CAP_NET_ADMIN,
-# iproute2); if not it prints why and exits 0 having done nothing. The namespaces are deleted
-# on every exit (trap), and the ranks are bounded by `timeout`.
+# an `ip` that runs); if not it prints why and exits 0 having done nothing. The namespaces are
+# deleted on every exit (trap), and the ranks are bounded by `timeout`.
+#
+# A host without iproute2 (the GPU hosts): carry a copy from a machine that has it,
+#   scripts/device/carry_iproute.sh .carry/iproute      (there; then, on the host:)
+#   IP_BIN=.carry/iproute/ip IP_LIB_DIR=.carry/iproute scripts/device/nic_failover.sh OUT
+# With IP_LIB_DIR holding a dynamic loader (ld-linux-x86-64.so.2, as carry_iproute.sh copies)
+# `ip` runs through it with that directory as its only library path, so it needs nothing of
+# the host's C library; without one, with LD_LIBRARY_PATH=IP_LIB_DIR for `ip` alone. Either
+# way the ranks that `ip netns exec` starts get this script's own environment.
 #
 # Usage: scripts/device/nic_failover.sh [output directory]   (default: target/nic-failover)
 # Knobs: ACCORD_NCCL_PLUGIN=<path to libnccl-net-accord.so> (default: build it), PYTHON,
@@ -20,8 +28,15 @@
 #        default 67108864), LIMIT_S (bound of one all_reduce, default 120),
 #        ACCORD_IDLE_TIMEOUT_MS (how long a lane with nothing acknowledged is given before its
 #        writes move to the other NIC; default here 1000, the engine's own default is 5000),
-#        other ACCORD_* engine variables.
+#        other ACCORD_* engine variables; IP_BIN (the `ip` to run, default: the one on PATH)
+#        and IP_LIB_DIR (its libraries, see above).
 set -uo pipefail
+
+# Paths given relative to where the script was started from.
+IP_BIN=${IP_BIN:-ip}
+case $IP_BIN in */*) IP_BIN=$(readlink -m "$IP_BIN") ;; esac
+IP_LIB_DIR=${IP_LIB_DIR:+$(readlink -m "$IP_LIB_DIR")}
+IP_LOADER=${IP_LIB_DIR:+$IP_LIB_DIR/ld-linux-x86-64.so.2}
 
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
@@ -46,6 +61,23 @@ skip() {
     exit 0
 }
 
+# `ip`, as IP_BIN and IP_LIB_DIR say. Every `ip` below is this function.
+ip() {
+    if [ -z "$IP_LIB_DIR" ]; then
+        command "$IP_BIN" "$@"
+    elif [ -x "$IP_LOADER" ]; then
+        "$IP_LOADER" --library-path "$IP_LIB_DIR" "$IP_BIN" "$@"
+    else
+        LD_LIBRARY_PATH="$IP_LIB_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$IP_BIN" "$@"
+    fi
+}
+# What `ip netns exec NS env "${OWN_ENV[@]}" ...` restores: the library path this script had.
+if [ -n "${LD_LIBRARY_PATH+set}" ]; then
+    OWN_ENV=("LD_LIBRARY_PATH=$LD_LIBRARY_PATH")
+else
+    OWN_ENV=(-u LD_LIBRARY_PATH)
+fi
+
 cleanup() {
     for ns in "$NS_A" "$NS_B" "accord-nf-probe-$$"; do
         ip netns del "$ns" 2>/dev/null
@@ -57,13 +89,17 @@ trap cleanup EXIT
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 echo "=== probe: network namespaces and veth pairs on this host"
-command -v ip >/dev/null || skip "no 'ip' (iproute2) on this host"
+if [ "$IP_BIN" = ip ] && [ -z "$IP_LIB_DIR" ] && ! type -P ip >/dev/null; then
+    skip "no 'ip' (iproute2) on this host (carry one: IP_BIN and IP_LIB_DIR, scripts/device/carry_iproute.sh)"
+fi
+ip -V >"$OUT/probe.err" 2>&1 || skip "IP_BIN=$IP_BIN${IP_LIB_DIR:+ (IP_LIB_DIR=$IP_LIB_DIR)} does not run here: $(cat "$OUT/probe.err")"
+echo "ip: $IP_BIN${IP_LIB_DIR:+ with the libraries of $IP_LIB_DIR}: $(cat "$OUT/probe.err")"
 [ "$(id -u)" -eq 0 ] || skip "not root (uid $(id -u)): cannot make network namespaces"
 PROBE=accord-nf-probe-$$
 ip netns add "$PROBE" 2>"$OUT/probe.err" || skip "ip netns add failed: $(cat "$OUT/probe.err")"
 ip -n "$PROBE" link add p0 type veth peer name p1 2>"$OUT/probe.err" || skip "no veth in a namespace: $(cat "$OUT/probe.err")"
 ip -n "$PROBE" link set p0 down 2>"$OUT/probe.err" || skip "cannot set a link down: $(cat "$OUT/probe.err")"
-ip netns exec "$PROBE" true 2>"$OUT/probe.err" || skip "ip netns exec failed: $(cat "$OUT/probe.err")"
+ip netns exec "$PROBE" env "${OWN_ENV[@]}" true 2>"$OUT/probe.err" || skip "ip netns exec failed: $(cat "$OUT/probe.err")"
 ip netns del "$PROBE"
 echo "namespaces, veth pairs and ip netns exec work here"
 
@@ -72,7 +108,7 @@ command -v nvidia-smi >/dev/null || fail "nvidia-smi not found: run on the GPU h
 [ "$(nvidia-smi -L | wc -l)" -ge 2 ] || fail "need 2 GPUs"
 "$PYTHON" -c "import torch; assert torch.cuda.device_count() >= 2" || fail "python with CUDA torch and 2 GPUs needed"
 ip netns add "$NS_A" || fail "ip netns add $NS_A"
-ip netns exec "$NS_A" nvidia-smi -L >/dev/null || fail "the GPUs are not visible inside a network namespace"
+ip netns exec "$NS_A" env "${OWN_ENV[@]}" nvidia-smi -L >/dev/null || fail "the GPUs are not visible inside a network namespace"
 
 echo "=== the plugin"
 if [ -n "${ACCORD_NCCL_PLUGIN:-}" ]; then
@@ -94,7 +130,7 @@ for pair in "v0 0" "v1 1" "c0 9"; do
     ip -n "$NS_A" link set "$1" mtu 9000 up && ip -n "$NS_B" link set "$1" mtu 9000 up || fail "$1 up"
 done
 ip -n "$NS_A" link set lo up && ip -n "$NS_B" link set lo up || fail "lo up"
-ip netns exec "$NS_A" ping -c 1 -W 2 10.231.1.2 >/dev/null 2>&1 || echo "(ping over v1 did not answer; going on)"
+ip netns exec "$NS_A" env "${OWN_ENV[@]}" ping -c 1 -W 2 10.231.1.2 >/dev/null 2>&1 || echo "(ping over v1 did not answer; going on)"
 
 PORT=$((29500 + RANDOM % 1000))
 READY=$OUT/ready
@@ -107,7 +143,7 @@ for rank in 0 1; do
     ns=$NS_A
     [ "$rank" -eq 1 ] && ns=$NS_B
     side=$((rank + 1))
-    ip netns exec "$ns" env "${COMMON[@]}" RANK=$rank LOCAL_RANK=$rank \
+    ip netns exec "$ns" env "${OWN_ENV[@]}" "${COMMON[@]}" RANK=$rank LOCAL_RANK=$rank \
         ACCORD_NET_IFS="10.231.0.$side,10.231.1.$side" \
         timeout $((SECONDS_RUN + LIMIT_S + 120)) "$PYTHON" "$SCRIPT" --out "$OUT/rank0.json" \
         --ready-file "$READY" --bytes "$BYTES" --seconds "$SECONDS_RUN" --limit-s "$LIMIT_S" \

@@ -59,12 +59,14 @@ pub(crate) struct TransferState {
     /// Submitted once every part succeeded (the immediate of a multi-part transfer).
     pub(crate) trailer: Mutex<Option<Trailer>>,
     jobs: JobSender,
-    /// When it was submitted, while telemetry is on (its latency is recorded at the end).
-    started: Option<std::time::Instant>,
+    /// When it was submitted ([`crate::telemetry::now_ns`]), for a recorded transfer while
+    /// telemetry is on (its latency is recorded at the end).
+    started: Option<u64>,
 }
 
 impl TransferState {
-    pub(crate) fn new(parts: usize, jobs: JobSender, wait_spin: Duration) -> Arc<Self> {
+    /// `recorded`: telemetry records it (a user's transfer, not one of the engine's own pieces).
+    pub(crate) fn new(parts: usize, jobs: JobSender, wait_spin: Duration, recorded: bool) -> Arc<Self> {
         Arc::new(TransferState {
             outcome: Mutex::new(Outcome { result: None, callbacks: vec![], counters: vec![] }),
             done: SleeperCondvar::default(),
@@ -74,7 +76,7 @@ impl TransferState {
             first_error: Mutex::new(None),
             trailer: Mutex::new(None),
             jobs,
-            started: crate::telemetry::recorder::on().then(std::time::Instant::now),
+            started: (recorded && crate::telemetry::recorder::on()).then(crate::telemetry::now_ns),
         })
     }
 
@@ -115,7 +117,7 @@ impl TransferState {
         };
         self.done.notify_all();
         if let Some(start) = self.started {
-            crate::telemetry::recorder::record_transfer(start, std::time::Instant::now(), result.is_ok());
+            crate::telemetry::recorder::record_transfer(start, crate::telemetry::end_ns(), result.is_ok());
         }
         for cb in callbacks {
             dispatch(&self.jobs, move || cb(result));

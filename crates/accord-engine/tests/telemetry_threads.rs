@@ -4,7 +4,6 @@
 //! A test binary of its own: it counts every transfer the process records.
 
 use accord_engine::{telemetry, Engine, EngineConfig};
-use std::time::Instant;
 
 const THREADS: usize = 6;
 /// Not a multiple of the chunk, so each thread leaves a partial chunk behind.
@@ -25,9 +24,9 @@ fn every_transfer_of_every_thread_is_in_the_histogram_and_the_trace() {
         let threads: Vec<_> = (0..THREADS)
             .map(|_| {
                 std::thread::spawn(|| {
-                    let t0 = Instant::now();
+                    let t0 = telemetry::now_ns();
                     for i in 0..PER_THREAD {
-                        telemetry::record_transfer(t0, Instant::now(), i % 10 != 0);
+                        telemetry::record_transfer(t0, telemetry::now_ns(), i % 10 != 0);
                     }
                 })
             })

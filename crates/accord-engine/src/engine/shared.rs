@@ -227,9 +227,18 @@ impl Shared {
         Some(live[self.next_lane.fetch_add(1, Ordering::Relaxed) % live.len()])
     }
 
-    /// The state of a new user-visible transfer of `parts` parts.
+    /// The state of a new user-visible transfer of `parts` parts: the one telemetry records
+    /// (its latency and trace event), once, whatever pieces the engine splits it into.
     pub(crate) fn new_transfer(&self, parts: usize) -> Arc<crate::completion::TransferState> {
-        crate::completion::TransferState::new(parts, self.jobs.clone(), self.config.wait_spin)
+        crate::completion::TransferState::new(parts, self.jobs.clone(), self.config.wait_spin, true)
+    }
+
+    /// The state of a transfer the engine makes for its own use: a chunk of a staged or landed
+    /// write, a control frame, an owner's answer to a read, a keepalive probe. Not recorded:
+    /// the `transfer` histogram and trace events count what users submitted, and recording
+    /// every chunk and frame too cost a clock read and an event per piece.
+    pub(crate) fn new_internal_transfer(&self, parts: usize) -> Arc<crate::completion::TransferState> {
+        crate::completion::TransferState::new(parts, self.jobs.clone(), self.config.wait_spin, false)
     }
 
     /// Routes a part to a lane (blocking while its queue is full).

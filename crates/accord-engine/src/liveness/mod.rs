@@ -250,7 +250,7 @@ fn keepalive(
             continue;
         }
         let Some(control) = s.peers.read().unwrap().get(&peer).map(|a| a.control) else { continue };
-        let state = s.new_transfer(1);
+        let state = s.new_internal_transfer(1);
         let part = Part {
             peer,
             kind: crate::engine::part::PartKind::Write {

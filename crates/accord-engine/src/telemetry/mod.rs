@@ -1,7 +1,11 @@
 //! Telemetry, off by default: Prometheus text over HTTP (`ACCORD_METRICS_ADDR`) and a
 //! Chrome/Perfetto trace file (`ACCORD_TRACE_FILE`).
 //!
-//! Cheap when off: one relaxed atomic load per transfer and per collective step. When on:
+//! Cheap when off: one relaxed atomic load per transfer and per collective step. Recorded
+//! when on: each transfer a user submitted (not the chunks, control frames and probes the
+//! engine makes for itself, `Shared::new_internal_transfer`), with one clock reading at
+//! submission, an end time shared by the transfers one drain of a worker's events finishes
+//! (`clock.rs`), and no lock or shared cache line per transfer (`recorder.rs`). When on:
 //! - **metrics**: per connection (peer, lane) and per path, the protocol's own counters and
 //!   gauges (bytes, packets, retransmits, losses, RTT, window, bytes in flight, outstanding
 //!   operations, quarantines), peers declared dead, and latency histograms per operation
@@ -19,10 +23,13 @@ use std::net::SocketAddr;
 use std::sync::Weak;
 use std::time::{Duration, Instant};
 
+mod clock;
 mod exposition;
 mod http;
 pub(crate) mod recorder;
 
+pub use clock::now_ns;
+pub(crate) use clock::{end_ns, SharedReading};
 pub(crate) use exposition::render;
 pub(crate) use recorder::{enable_metrics, enable_trace};
 pub use recorder::{

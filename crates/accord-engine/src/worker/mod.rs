@@ -650,6 +650,8 @@ impl Worker {
 
     fn drain_events(&mut self) -> bool {
         let mut progress = false;
+        // The transfers this drain finishes share clock readings for telemetry's end times.
+        let _end_times = crate::telemetry::SharedReading::begin();
         while let Some(event) = self.ep.poll_event() {
             progress = true;
             match event {

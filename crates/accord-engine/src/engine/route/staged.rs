@@ -22,7 +22,7 @@ impl DeviceWriter<'_> {
         let (dst, dst_offset) = (*op.dst, op.dst_offset);
         let shared = self.shared.clone();
         let send: SendChunk = Box::new(move |offset, source| {
-            let chunk = shared.new_transfer(1);
+            let chunk = shared.new_internal_transfer(1);
             let kind = write_kind(&dst, dst_offset + offset, None);
             dispatch_part(&shared, PartSpec { peer, kind, source, lane: None }, chunk.clone());
             Transfer { state: chunk }

@@ -58,7 +58,7 @@ fn control_part(shared: &Arc<Shared>, peer: EngineId, message: PullMessage) -> O
         peer,
         kind: write_kind(&control, 0, None),
         source: Source::Bytes(Arc::from(&message.encode()[..])),
-        transfer: shared.new_transfer(1),
+        transfer: shared.new_internal_transfer(1),
         tag: shared.tags.next(),
         attempts: 0,
         stranded_since: None,

@@ -203,7 +203,7 @@ impl LandingThread {
             source: Source::Bytes(Arc::from(&bytes[..])),
             lane: None,
         };
-        dispatch_part(shared, spec, shared.new_transfer(1));
+        dispatch_part(shared, spec, shared.new_internal_transfer(1));
         true
     }
 
@@ -292,7 +292,7 @@ pub(crate) fn land_chunk(
     dst_offset: u64,
     source: Source,
 ) -> Transfer {
-    let done = shared.new_transfer(1);
+    let done = shared.new_internal_transfer(1);
     let request = ChunkRequest { peer, dst, dst_offset, source, done: done.clone() };
     if let Err(e) = submit_chunk(shared, request) {
         tracing::error!(error = %e, "landing unavailable");

@@ -89,7 +89,7 @@ impl LandingThread {
         let Some(source) = out.source.take() else { return false };
         let landing =
             MrDescriptor { engine: m.from, region, key, len: offset.saturating_add(len), device: None, shared: None };
-        let chunk = shared.new_transfer(1);
+        let chunk = shared.new_internal_transfer(1);
         let kind = write_kind(&landing, offset, None);
         dispatch_part(shared, PartSpec { peer: m.from, kind, source, lane: None }, chunk.clone());
         out.state = OutState::Writing(Transfer { state: chunk });

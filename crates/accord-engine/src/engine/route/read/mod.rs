@@ -492,7 +492,7 @@ fn copy_local(owner: &Arc<Shared>, reader: &Arc<Shared>, op: &ReadOp<'_>) -> Res
 /// A control frame (64 bytes into `peer`'s control region); `None` when the peer is unknown or
 /// the message does not encode.
 fn control_part(shared: &Arc<Shared>, peer: EngineId, message: ReadMessage) -> Option<Part> {
-    control_part_with(shared, peer, message, shared.new_transfer(1))
+    control_part_with(shared, peer, message, shared.new_internal_transfer(1))
 }
 
 /// As [`control_part`], completing one part of `transfer` (a batched request's frames share
@@ -762,7 +762,7 @@ fn write_on_this_lane(
     if !over_transport || (len >= shared.config.shard_bytes_min && shared.live_lanes(reader).len() > 1) {
         return None;
     }
-    let transfer = shared.new_transfer(1);
+    let transfer = shared.new_internal_transfer(1);
     answer_when_written(shared, reader, req, &transfer);
     Some(Part {
         peer: reader,
@@ -814,7 +814,7 @@ fn write_to_reader(
         pieces.push((at, piece));
         at += piece;
     }
-    let transfer = shared.new_transfer(pieces.len());
+    let transfer = shared.new_internal_transfer(pieces.len());
     answer_when_written(shared, reader, req, &transfer);
     let sharded = pieces.len() > 1;
     for (i, (at, piece)) in pieces.into_iter().enumerate() {

@@ -246,7 +246,7 @@ impl Engine {
         let total_bytes: u64 = runs.iter().map(|r| r.2).sum();
         // Every request's answer completes one part of `inner`; the caller's transfer (and the
         // immediate) follow once all did.
-        let inner = shared.new_transfer(chunks.len().max(1));
+        let inner = shared.new_internal_transfer(chunks.len().max(1));
         if chunks.is_empty() {
             inner.part_done(Ok(()));
         }

@@ -1,0 +1,72 @@
+//! Telemetry records what users submitted, once each: a remote read moves as a control frame
+//! to the owner and the owner's answering write, both transfers the engines make for
+//! themselves, and neither may show in the `transfer` histogram or the trace (each used to,
+//! costing a clock read and an event per piece). A test binary of its own: it counts every
+//! transfer the process records.
+
+use accord_engine::{Engine, EngineConfig, ReadOp, WriteOp};
+use std::time::Duration;
+
+const READS: usize = 6;
+const WRITES: usize = 4;
+const BYTES: usize = 64 << 10;
+
+fn transfer_count(text: &str) -> f64 {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("accord_op_latency_seconds_count{op=\"transfer\"}"))
+        .unwrap_or_else(|| panic!("no transfer count in\n{text}"));
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_remote_read_is_one_recorded_transfer_not_its_frames_and_answer() {
+    let trace = std::env::temp_dir().join(format!("accord-trace-user-{}.json", std::process::id()));
+    let _ = std::fs::remove_file(&trace);
+    let began = std::time::Instant::now();
+    let config = EngineConfig {
+        force_network: true,
+        metrics_addr: Some("127.0.0.1:0".into()),
+        trace_file: Some(trace.clone()),
+        ..EngineConfig::default()
+    };
+    let a = Engine::builder().ignore_env().config(config).build().expect("engine a");
+    let b = Engine::builder()
+        .ignore_env()
+        .config(EngineConfig { force_network: true, ..Default::default() })
+        .build()
+        .expect("engine b");
+    a.add_peer(&b.address()).unwrap();
+    b.add_peer(&a.address()).unwrap();
+    let local = a.alloc(BYTES).unwrap();
+    let remote = b.alloc(BYTES).unwrap();
+    remote.fill(7);
+    let (h, d) = (local.handle(), remote.descriptor());
+    for _ in 0..READS {
+        let op = ReadOp { dst: &h, dst_offset: 0, src: &d, src_offset: 0, len: BYTES as u64, imm: None };
+        a.read(&op).unwrap().wait_timeout(Duration::from_secs(30)).expect("read");
+    }
+    for _ in 0..WRITES {
+        let op = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 0, len: BYTES as u64, imm: None };
+        a.write(&op).unwrap().wait_timeout(Duration::from_secs(30)).expect("write");
+    }
+    let mut back = vec![0u8; BYTES];
+    local.read_at(0, &mut back).unwrap();
+    assert!(back.iter().all(|&x| x == 7), "the reads landed");
+    let expected = READS + WRITES;
+    assert_eq!(transfer_count(&a.metrics_text()), expected as f64, "one per read and per write");
+    drop(a);
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).expect("trace written")).unwrap();
+    let _ = std::fs::remove_file(&trace);
+    let events = json["traceEvents"].as_array().expect("traceEvents");
+    let transfers = events.iter().filter(|e| e["name"] == "transfer").count();
+    assert_eq!(transfers, expected, "one event per read and per write");
+    // Timestamps count from when telemetry was turned on, after `began`: every transfer lies
+    // within this test's own lifetime.
+    let lifetime_us = began.elapsed().as_micros() as u64;
+    for e in events.iter().filter(|e| e["name"] == "transfer") {
+        let (ts, dur) = (e["ts"].as_u64().unwrap(), e["dur"].as_u64().unwrap());
+        assert!(ts + dur <= lifetime_us, "{e} ends after {lifetime_us} us");
+    }
+}
