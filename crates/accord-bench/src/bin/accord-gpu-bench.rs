@@ -4,7 +4,7 @@
 //!
 //! Options: `--check` (correctness with stream order proven, both modes),
 //! `--min-bytes N`, `--max-bytes N` (defaults 4096 and 256 MiB, x4 steps),
-//! `--order hostfn|stall|both` (default both), `--collectives a,b,...`
+//! `--order hostfn|stall|waitvalue|both` (default both: hostfn and stall), `--collectives a,b,...`
 //! (all_gather, all_to_all, sendrecv, all_reduce), `--latency-max-bytes N`
 //! (sizes up to N are timed in both modes; default 1 MiB).
 
@@ -49,7 +49,8 @@ fn parse_args() -> Result<Args, String> {
                 args.orders = match v.as_str() {
                     "both" => vec![StreamOrder::HostFn, StreamOrder::Stall],
                     other => {
-                        vec![StreamOrder::parse(other).ok_or(format!("--order {other}: use hostfn, stall or both"))?]
+                        vec![StreamOrder::parse(other)
+                            .ok_or(format!("--order {other}: use hostfn, stall, waitvalue or both"))?]
                     }
                 };
             }

@@ -1,0 +1,103 @@
+"""Probes of accord.torch's experimental GPU path (ACCORD_TORCH_GPU=experimental), two ranks on
+one host, through accord.run. Each scenario prints what every rank saw.
+
+    python3 scripts/device/torch_gpu_probe.py blocking   # in-place all_reduce of a strided view, read back
+    python3 scripts/device/torch_gpu_probe.py streams    # 1000 and 16M floats, default and side streams
+    python3 scripts/device/torch_gpu_probe.py ddp        # three DDP steps on a small MLP
+
+Env: N (iterations of `blocking`, default 30), SYNC=1 (torch.cuda.synchronize() before reading
+back), WARM=1 (one all_reduce before, so the peers' mappings exist), ACCORD_GPU_OP_TIMEOUT_MS
+(a short deadline turns a stall into an error quickly), ACCORD_GPU_STREAM_ORDER.
+Needs torch and two GPUs; the accord package on PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import sys
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+import accord
+
+
+def _start() -> torch.device:
+    os.environ.setdefault("ACCORD_TORCH_GPU", "experimental")
+    import accord.torch  # noqa: F401 - registers the backend, asks for eager module loading
+
+    logging.basicConfig(level=logging.DEBUG, format=f"r{os.environ['RANK']} %(name)s %(message)s")
+    dist.init_process_group("accord", timeout=datetime.timedelta(seconds=30))
+    rank = dist.get_rank()
+    torch.cuda.set_device(rank)
+    return torch.device("cuda", rank)
+
+
+def _inputs(i: int, rank: int) -> torch.Tensor:
+    return torch.randint(1, 4, (4, 6), generator=torch.Generator().manual_seed(100 * i + rank)).float()
+
+
+def blocking() -> dict[str, Any]:
+    """A strided view reduced in place, then read back with a blocking copy (tensor.cpu())."""
+    dev = _start()
+    rank = dist.get_rank()
+    if os.environ.get("WARM") == "1":
+        dist.all_reduce(torch.ones(4, 6, device=dev))
+        torch.cuda.synchronize()
+    wrong = []
+    for i in range(int(os.environ.get("N", "30"))):
+        base = _inputs(i, rank).to(dev)
+        dist.all_reduce(base[:, ::2])
+        if os.environ.get("SYNC") == "1":
+            torch.cuda.synchronize()
+        got = base.cpu()
+        want = _inputs(i, rank)
+        want[:, ::2] += _inputs(i, 1 - rank)[:, ::2]
+        if not torch.equal(got, want):
+            wrong.append(i)
+    dist.destroy_process_group()
+    return {"wrong": wrong}
+
+
+def streams() -> list[tuple[int, bool, float, float]]:
+    dev = _start()
+    rank = dist.get_rank()
+    out = []
+    for size, side in ((1000, False), (16 << 20, False), (1000, True), (16 << 20, True)):
+        s = torch.cuda.Stream() if side else torch.cuda.current_stream()
+        with torch.cuda.stream(s):
+            t = torch.full((size,), float(rank + 1), device=dev)
+            work = dist.all_reduce(t, async_op=True)
+        work.wait()
+        torch.cuda.synchronize()
+        out.append((size, side, t.min().item(), t.max().item()))
+    dist.destroy_process_group()
+    return out
+
+
+def ddp() -> str:
+    dev = _start()
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).to(dev)
+    wrapped = DDP(model, bucket_cap_mb=0.001, device_ids=[dev])
+    opt = torch.optim.SGD(wrapped.parameters(), lr=0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(wrapped(torch.randn(8, 16, device=dev)), torch.randn(8, 4, device=dev))
+        loss.backward()
+        opt.step()
+        torch.cuda.synchronize()
+    dist.destroy_process_group()
+    return "ok"
+
+
+if __name__ == "__main__":
+    scenarios = {"blocking": blocking, "streams": streams, "ddp": ddp}
+    if len(sys.argv) != 2 or sys.argv[1] not in scenarios:
+        sys.exit(f"usage: {sys.argv[0]} {'|'.join(scenarios)}")
+    print(accord.run(scenarios[sys.argv[1]], 2, timeout=60))
