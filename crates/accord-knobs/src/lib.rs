@@ -45,13 +45,15 @@ pub enum Component {
     Tuner,
     /// CUDA loading (`accord-cuda`).
     Cuda,
+    /// The Python package's own choices (`python/accord`), read in Python.
+    Python,
     /// Diagnostics and tools: debug output, benches, test seeds.
     Tools,
 }
 
 impl Component {
     /// Every component, in the README's order.
-    pub const ALL: [Component; 9] = [
+    pub const ALL: [Component; 10] = [
         Component::Engine,
         Component::SharedMemory,
         Component::Udp,
@@ -60,6 +62,7 @@ impl Component {
         Component::Plugin,
         Component::Tuner,
         Component::Cuda,
+        Component::Python,
         Component::Tools,
     ];
 
@@ -74,6 +77,7 @@ impl Component {
             Component::Plugin => "NCCL plugin (`crates/accord-nccl-net/src/config.rs`)",
             Component::Tuner => "NCCL tuner (`crates/accord-nccl-net/src/tuner/mod.rs`)",
             Component::Cuda => "CUDA (`crates/accord-cuda`)",
+            Component::Python => "Python package (`python/accord`)",
             Component::Tools => "Diagnostics, benches and tests",
         }
     }

@@ -2,7 +2,7 @@
 //! parser reads exactly its rows, and `accord-knobs`' tests that the README and every
 //! `"ACCORD_..."` literal in the tree agree with the table.
 
-use crate::Component::{Collectives, Cuda, Engine, GpuCollectives, Plugin, SharedMemory, Tools, Tuner, Udp};
+use crate::Component::{Collectives, Cuda, Engine, GpuCollectives, Plugin, Python, SharedMemory, Tools, Tuner, Udp};
 use crate::Kind::{Bytes, Choice, Count, Gbps, List, Mbps, Micros, Millis, Path, Probability, Switch, Text};
 use crate::Knob;
 
@@ -233,13 +233,6 @@ pub static KNOBS: &[Knob] = &[
     knob("ACCORD_GPU_STREAMS_PER_PEER", GpuCollectives, Count, "1", "copy streams per peer"),
     knob("ACCORD_GPU_PIPELINE_CHUNK_BYTES", GpuCollectives, Bytes, "16777216", "chunk of the pipelined all_reduce"),
     knob("ACCORD_GPU_PIPELINE_CHUNKS_MAX", GpuCollectives, Count, "16", "chunks in flight of the pipelined all_reduce"),
-    knob(
-        "ACCORD_TORCH_GPU",
-        GpuCollectives,
-        Choice(&["0", "experimental"]),
-        "0",
-        "`accord.torch`: CUDA tensors are staged through host memory (`0`), or, on one host, use the copy-engine GPU collectives (`experimental`: can give wrong results, see `python/accord/torch.py`)",
-    ),
     // ---- NCCL plugin ----
     knob(
         "ACCORD_NET_IFS",
@@ -286,6 +279,14 @@ pub static KNOBS: &[Knob] = &[
     // ---- CUDA ----
     knob("ACCORD_CUDA_LIB_DIRS", Cuda, List, "-", "extra directories searched for libcuda and libnvrtc"),
     knob("ACCORD_CUDA_INCLUDE_DIRS", Cuda, List, "-", "extra include directories for NVRTC kernels"),
+    // ---- Python package ----
+    knob(
+        "ACCORD_TORCH_GPU",
+        Python,
+        Choice(&["0", "experimental"]),
+        "0",
+        "`accord.torch`: CUDA tensors are staged through host memory (`0`), or, on one host, use the copy-engine GPU collectives (`experimental`: can give wrong results, see `python/accord/torch.py`)",
+    ),
     // ---- Diagnostics, benches, tests ----
     knob(
         "ACCORD_LOG",
