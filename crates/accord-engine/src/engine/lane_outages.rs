@@ -29,6 +29,11 @@ pub(crate) struct LaneOutages {
 }
 
 impl LaneOutages {
+    /// Whether no lane is out towards any peer.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.outages.is_empty()
+    }
+
     /// `lane`'s connection to `peer` failed at `now`: avoid it for `avoid`.
     pub(crate) fn failed(&mut self, peer: EngineId, lane: usize, now: Instant, avoid: Duration) {
         self.outages.insert((peer, lane), Outage::Avoided { until: now + avoid });

@@ -324,6 +324,7 @@ impl Engine {
             waker_addr,
             peers: RwLock::new(HashMap::new()),
             dead_lanes: Mutex::new(lane_outages::LaneOutages::default()),
+            lane_outages_any: AtomicBool::new(false),
             next_lane: AtomicUsize::new(0),
             tags: crate::tags::TagSource::new(random_u64()),
             seen_tags: Default::default(),

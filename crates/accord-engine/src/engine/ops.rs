@@ -230,8 +230,13 @@ impl Engine {
         };
         let peer = op.dst.engine;
         self.check_peer(peer)?;
-        let lanes = self.shared.live_lanes(peer);
-        if !shard || op.len < self.shared.config.shard_bytes_min || lanes.len() < 2 {
+        // Small writes (most of them) go whole, without listing the live lanes.
+        let lanes = if !shard || op.len < self.shared.config.shard_bytes_min {
+            Vec::new()
+        } else {
+            self.shared.live_lanes(peer)
+        };
+        if lanes.len() < 2 {
             let kind = write_kind(op.dst, op.dst_offset, op.imm);
             return Ok(self.submit(vec![PartSpec { peer, kind, source, lane: None }], None));
         }
