@@ -2,7 +2,9 @@
 //! scraped over HTTP and its Prometheus text parsed, and the trace file written at drop is
 //! loaded as JSON with one complete event per transfer.
 
-use accord_engine::{Engine, EngineConfig, WriteOp};
+mod telemetry_pair;
+
+use accord_engine::WriteOp;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -63,22 +65,7 @@ fn samples<'a>(
 
 #[test]
 fn metrics_are_scraped_and_the_trace_loads_as_json() {
-    let trace = std::env::temp_dir().join(format!("accord-trace-test-{}.json", std::process::id()));
-    let _ = std::fs::remove_file(&trace);
-    let config = EngineConfig {
-        force_network: true,
-        metrics_addr: Some("127.0.0.1:0".into()),
-        trace_file: Some(trace.clone()),
-        ..EngineConfig::default()
-    };
-    let a = Engine::builder().ignore_env().config(config).build().expect("engine a");
-    let b = Engine::builder()
-        .ignore_env()
-        .config(EngineConfig { force_network: true, ..Default::default() })
-        .build()
-        .unwrap();
-    a.add_peer(&b.address()).unwrap();
-    b.add_peer(&a.address()).unwrap();
+    let (a, b, trace) = telemetry_pair::recording_pair("test");
     let src = a.alloc(1 << 20).unwrap();
     let dst = b.alloc(1 << 20).unwrap();
     let (h, d) = (src.handle(), dst.descriptor());

@@ -4,7 +4,9 @@
 //! costing a clock read and an event per piece). A test binary of its own: it counts every
 //! transfer the process records.
 
-use accord_engine::{Engine, EngineConfig, ReadOp, WriteOp};
+mod telemetry_pair;
+
+use accord_engine::{ReadOp, WriteOp};
 use std::time::Duration;
 
 const READS: usize = 6;
@@ -21,23 +23,8 @@ fn transfer_count(text: &str) -> f64 {
 
 #[test]
 fn a_remote_read_is_one_recorded_transfer_not_its_frames_and_answer() {
-    let trace = std::env::temp_dir().join(format!("accord-trace-user-{}.json", std::process::id()));
-    let _ = std::fs::remove_file(&trace);
     let began = std::time::Instant::now();
-    let config = EngineConfig {
-        force_network: true,
-        metrics_addr: Some("127.0.0.1:0".into()),
-        trace_file: Some(trace.clone()),
-        ..EngineConfig::default()
-    };
-    let a = Engine::builder().ignore_env().config(config).build().expect("engine a");
-    let b = Engine::builder()
-        .ignore_env()
-        .config(EngineConfig { force_network: true, ..Default::default() })
-        .build()
-        .expect("engine b");
-    a.add_peer(&b.address()).unwrap();
-    b.add_peer(&a.address()).unwrap();
+    let (a, b, trace) = telemetry_pair::recording_pair("user");
     let local = a.alloc(BYTES).unwrap();
     let remote = b.alloc(BYTES).unwrap();
     remote.fill(7);
