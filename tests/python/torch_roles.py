@@ -48,6 +48,133 @@ class Checker:
             self.count += 1
 
 
+Op = Callable[[Any, torch.device], list[torch.Tensor]]
+
+
+def _reduce_ops(dtype: torch.dtype) -> list[Any]:
+    ops = [dist.ReduceOp.SUM, dist.ReduceOp.MIN, dist.ReduceOp.MAX]
+    if dtype not in (torch.float16, torch.bfloat16, torch.int8, torch.uint8):
+        ops.append(dist.ReduceOp.PRODUCT)  # Gloo has no 8-bit or half product
+    return ops
+
+
+def _ops(rank: int, n: int, dtype: torch.dtype, salt: int) -> dict[str, Op]:
+    """The ops `every_op` and `every_op_cuda` compare with Gloo: name -> fn(group, device),
+    which makes its inputs on the device, runs the op on the group and returns what to compare."""
+
+    def x(d: torch.device, shape: tuple[int, ...] = (5, 3)) -> torch.Tensor:
+        return _inputs(rank, dtype, shape, salt).to(d)
+
+    ops: dict[str, Op] = {}
+    for op in _reduce_ops(dtype):
+
+        def all_reduce(g: Any, d: torch.device, op: Any = op) -> list[torch.Tensor]:
+            t = x(d)
+            dist.all_reduce(t, op=op, group=g)
+            return [t]
+
+        def reduce(g: Any, d: torch.device, op: Any = op) -> list[torch.Tensor]:
+            t = x(d)
+            dist.reduce(t, dst=n - 1, op=op, group=g)
+            return [t] if rank == n - 1 else []  # elsewhere the tensor's value is undefined
+
+        ops[f"all_reduce {op}"] = all_reduce
+        ops[f"reduce {op}"] = reduce
+
+    def broadcast(g: Any, d: torch.device) -> list[torch.Tensor]:
+        t = x(d)
+        dist.broadcast(t, src=1, group=g)
+        return [t]
+
+    def all_gather(g: Any, d: torch.device) -> list[torch.Tensor]:
+        outs = [torch.zeros(5, 3, dtype=dtype, device=d) for _ in range(n)]
+        dist.all_gather(outs, x(d), group=g)
+        return outs
+
+    def all_gather_into_tensor(g: Any, d: torch.device) -> list[torch.Tensor]:
+        out = torch.zeros(n * 4, 3, dtype=dtype, device=d)
+        dist.all_gather_into_tensor(out, x(d, (4, 3)), group=g)
+        return [out]
+
+    def reduce_scatter(g: Any, d: torch.device) -> list[torch.Tensor]:
+        out = torch.zeros(4, dtype=dtype, device=d)
+        dist.reduce_scatter(out, [x(d, (4,)) + i for i in range(n)], group=g)
+        return [out]
+
+    def reduce_scatter_tensor(g: Any, d: torch.device) -> list[torch.Tensor]:
+        out = torch.zeros(2, 3, dtype=dtype, device=d)
+        dist.reduce_scatter_tensor(out, x(d, (2 * n, 3)), group=g)
+        return [out]
+
+    def all_to_all(g: Any, d: torch.device) -> list[torch.Tensor]:
+        # Gloo's list form takes equal blocks only (uneven: all_to_all_single below).
+        ins = [x(d, (3,)) + j for j in range(n)]
+        outs = [torch.zeros(3, dtype=dtype, device=d) for _ in range(n)]
+        dist.all_to_all(outs, ins, group=g)
+        return outs
+
+    def all_to_all_single_even(g: Any, d: torch.device) -> list[torch.Tensor]:
+        out = torch.zeros(2 * n, 3, dtype=dtype, device=d)
+        dist.all_to_all_single(out, x(d, (2 * n, 3)), group=g)
+        return [out]
+
+    def all_to_all_single_uneven(g: Any, d: torch.device) -> list[torch.Tensor]:
+        # Rank r sends (r + j) % 3 rows to rank j (some empty); receives (i + r) % 3 from i.
+        send = [(rank + j) % 3 for j in range(n)]
+        recv = [(i + rank) % 3 for i in range(n)]
+        out = torch.zeros(sum(recv), 2, dtype=dtype, device=d)
+        dist.all_to_all_single(out, x(d, (sum(send), 2)), recv, send, group=g)
+        return [out]
+
+    def gather(g: Any, d: torch.device) -> list[torch.Tensor]:
+        outs = [torch.zeros(3, dtype=dtype, device=d) for _ in range(n)] if rank == 0 else None
+        dist.gather(x(d, (3,)), outs, dst=0, group=g)
+        return outs or []
+
+    def scatter(g: Any, d: torch.device) -> list[torch.Tensor]:
+        out = torch.zeros(3, dtype=dtype, device=d)
+        dist.scatter(out, [x(d, (3,)) + i for i in range(n)] if rank == n - 1 else None, src=n - 1, group=g)
+        return [out]
+
+    def send_recv(g: Any, d: torch.device) -> list[torch.Tensor]:
+        got = torch.zeros(4, dtype=dtype, device=d)
+        if rank == 0:
+            dist.send(x(d, (4,)), dst=1, group=g)
+        elif rank == 1:
+            dist.recv(got, src=0, group=g)
+        return [got]
+
+    def batch_ring(g: Any, d: torch.device) -> list[torch.Tensor]:
+        # Each rank sends one tensor forward and a different-sized one backward.
+        fwd, bwd = torch.zeros(3, dtype=dtype, device=d), torch.zeros(5, dtype=dtype, device=d)
+        p2p = [
+            dist.P2POp(dist.isend, x(d, (3,)), (rank + 1) % n, g),
+            dist.P2POp(dist.irecv, fwd, (rank - 1) % n, g),
+            dist.P2POp(dist.isend, x(d, (5,)), (rank - 1) % n, g),
+            dist.P2POp(dist.irecv, bwd, (rank + 1) % n, g),
+        ]
+        for w in dist.batch_isend_irecv(p2p):
+            w.wait()
+        return [fwd, bwd]
+
+    for fn in (
+        broadcast,
+        all_gather,
+        all_gather_into_tensor,
+        reduce_scatter,
+        reduce_scatter_tensor,
+        all_to_all,
+        all_to_all_single_even,
+        all_to_all_single_uneven,
+        gather,
+        scatter,
+        send_recv,
+        batch_ring,
+    ):
+        ops[fn.__name__] = fn
+    return ops
+
+
 def every_op() -> int:
     _init_gloo()
     rank, n = dist.get_rank(), dist.get_world_size()
@@ -55,118 +182,10 @@ def every_op() -> int:
     acc = dist.new_group(backend="accord", timeout=TIMEOUT)
     assert dist.get_backend(acc) == "accord"
     c = Checker(gloo, acc)
+    cpu = torch.device("cpu")
     for salt, dtype in enumerate(DTYPES):
-        x = lambda shape=(5, 3): _inputs(rank, dtype, shape, salt)  # noqa: E731
-        ops = [dist.ReduceOp.SUM, dist.ReduceOp.MIN, dist.ReduceOp.MAX]
-        if dtype not in (torch.float16, torch.bfloat16, torch.int8, torch.uint8):
-            ops.append(dist.ReduceOp.PRODUCT)  # Gloo has no 8-bit or half product
-        for op in ops:
-
-            def all_reduce(g: Any, op: Any = op) -> list[torch.Tensor]:
-                t = x()
-                dist.all_reduce(t, op=op, group=g)
-                return [t]
-
-            c.same(f"all_reduce {dtype} {op}", all_reduce)
-
-            def reduce(g: Any, op: Any = op) -> list[torch.Tensor]:
-                t = x()
-                dist.reduce(t, dst=n - 1, op=op, group=g)
-                return [t] if rank == n - 1 else []  # elsewhere the tensor's value is undefined
-
-            c.same(f"reduce {dtype} {op}", reduce)
-
-        def broadcast(g: Any) -> list[torch.Tensor]:
-            t = x()
-            dist.broadcast(t, src=1, group=g)
-            return [t]
-
-        def all_gather(g: Any) -> list[torch.Tensor]:
-            outs = [torch.zeros(5, 3, dtype=dtype) for _ in range(n)]
-            dist.all_gather(outs, x(), group=g)
-            return outs
-
-        def all_gather_into_tensor(g: Any) -> list[torch.Tensor]:
-            out = torch.zeros(n * 4, 3, dtype=dtype)
-            dist.all_gather_into_tensor(out, x((4, 3)), group=g)
-            return [out]
-
-        def reduce_scatter(g: Any) -> list[torch.Tensor]:
-            out = torch.zeros(4, dtype=dtype)
-            dist.reduce_scatter(out, [x((4,)) + i for i in range(n)], group=g)
-            return [out]
-
-        def reduce_scatter_tensor(g: Any) -> list[torch.Tensor]:
-            out = torch.zeros(2, 3, dtype=dtype)
-            dist.reduce_scatter_tensor(out, x((2 * n, 3)), group=g)
-            return [out]
-
-        def all_to_all(g: Any) -> list[torch.Tensor]:
-            # Gloo's list form takes equal blocks only (uneven: all_to_all_single below).
-            ins = [x((3,)) + j for j in range(n)]
-            outs = [torch.zeros(3, dtype=dtype) for _ in range(n)]
-            dist.all_to_all(outs, ins, group=g)
-            return outs
-
-        def all_to_all_single_even(g: Any) -> list[torch.Tensor]:
-            out = torch.zeros(2 * n, 3, dtype=dtype)
-            dist.all_to_all_single(out, x((2 * n, 3)), group=g)
-            return [out]
-
-        def all_to_all_single_uneven(g: Any) -> list[torch.Tensor]:
-            # Rank r sends (r + j) % 3 rows to rank j (some empty); receives (i + r) % 3 from i.
-            send = [(rank + j) % 3 for j in range(n)]
-            recv = [(i + rank) % 3 for i in range(n)]
-            out = torch.zeros(sum(recv), 2, dtype=dtype)
-            dist.all_to_all_single(out, x((sum(send), 2)), recv, send, group=g)
-            return [out]
-
-        def gather(g: Any) -> list[torch.Tensor]:
-            outs = [torch.zeros(3, dtype=dtype) for _ in range(n)] if rank == 0 else None
-            dist.gather(x((3,)), outs, dst=0, group=g)
-            return outs or []
-
-        def scatter(g: Any) -> list[torch.Tensor]:
-            out = torch.zeros(3, dtype=dtype)
-            dist.scatter(out, [x((3,)) + i for i in range(n)] if rank == n - 1 else None, src=n - 1, group=g)
-            return [out]
-
-        def send_recv(g: Any) -> list[torch.Tensor]:
-            got = torch.zeros(4, dtype=dtype)
-            if rank == 0:
-                dist.send(x((4,)), dst=1, group=g)
-            elif rank == 1:
-                dist.recv(got, src=0, group=g)
-            return [got]
-
-        def batch_ring(g: Any) -> list[torch.Tensor]:
-            # Each rank sends one tensor forward and a different-sized one backward.
-            fwd, bwd = torch.zeros(3, dtype=dtype), torch.zeros(5, dtype=dtype)
-            ops = [
-                dist.P2POp(dist.isend, x((3,)), (rank + 1) % n, g),
-                dist.P2POp(dist.irecv, fwd, (rank - 1) % n, g),
-                dist.P2POp(dist.isend, x((5,)), (rank - 1) % n, g),
-                dist.P2POp(dist.irecv, bwd, (rank + 1) % n, g),
-            ]
-            for w in dist.batch_isend_irecv(ops):
-                w.wait()
-            return [fwd, bwd]
-
-        for fn in (
-            broadcast,
-            all_gather,
-            all_gather_into_tensor,
-            reduce_scatter,
-            reduce_scatter_tensor,
-            all_to_all,
-            all_to_all_single_even,
-            all_to_all_single_uneven,
-            gather,
-            scatter,
-            send_recv,
-            batch_ring,
-        ):
-            c.same(f"{fn.__name__} {dtype}", fn)
+        for name, fn in _ops(rank, n, dtype, salt).items():
+            c.same(f"{name} {dtype}", lambda g, fn=fn: fn(g, cpu))
 
     # AVG: Gloo has none; compare with its SUM divided by the world size.
     t, want = _inputs(rank, torch.float64, (7,)), _inputs(rank, torch.float64, (7,))
@@ -390,10 +409,11 @@ CUDA_DTYPES = [torch.float32, torch.bfloat16, torch.int64, torch.float64, torch.
 
 
 def every_op_cuda() -> dict[str, Any]:
-    """Every op on CUDA tensors of an "accord" group against Gloo on CPU copies of the same
-    inputs. float64 and uint8 reductions (and gather, scatter, point to point, uneven
-    all_to_all) take the staged path; the rest the GPU collectives. Returns how many tensors
-    were compared and which path the group took."""
+    """Every op of `_ops` on CUDA tensors of an "accord" group against Gloo on CPU copies of
+    the same inputs. With ACCORD_TORCH_GPU=experimental, float64 and 8-bit reductions (and
+    gather, scatter, point to point, all_to_all with split sizes or as a list) take the staged
+    path and the rest the GPU collectives; by default every op is staged. Returns how many
+    tensors were compared and which path the group took."""
     _init_gloo()
     rank, n = dist.get_rank(), dist.get_world_size()
     torch.cuda.set_device(rank % torch.cuda.device_count())
@@ -415,78 +435,8 @@ def every_op_cuda() -> dict[str, Any]:
             count += 1
 
     for salt, dtype in enumerate(CUDA_DTYPES):
-        x = lambda d, shape=(5, 3): _inputs(rank, dtype, shape, salt).to(d)  # noqa: E731
-        for op in (dist.ReduceOp.SUM, dist.ReduceOp.MAX):
-
-            def all_reduce(g: Any, d: torch.device, op: Any = op) -> list[torch.Tensor]:
-                t = x(d)
-                dist.all_reduce(t, op=op, group=g)
-                return [t]
-
-            def reduce(g: Any, d: torch.device, op: Any = op) -> list[torch.Tensor]:
-                t = x(d)
-                dist.reduce(t, dst=n - 1, op=op, group=g)
-                return [t] if rank == n - 1 else []
-
-            same(f"all_reduce {dtype} {op}", all_reduce)
-            same(f"reduce {dtype} {op}", reduce)
-
-        def broadcast(g: Any, d: torch.device) -> list[torch.Tensor]:
-            t = x(d)
-            dist.broadcast(t, src=n - 1, group=g)
-            return [t]
-
-        def all_gather(g: Any, d: torch.device) -> list[torch.Tensor]:
-            outs = [torch.zeros(5, 3, dtype=dtype, device=d) for _ in range(n)]
-            dist.all_gather(outs, x(d), group=g)
-            return outs
-
-        def all_gather_into_tensor(g: Any, d: torch.device) -> list[torch.Tensor]:
-            out = torch.zeros(n * 4, 3, dtype=dtype, device=d)
-            dist.all_gather_into_tensor(out, x(d, (4, 3)), group=g)
-            return [out]
-
-        def reduce_scatter(g: Any, d: torch.device) -> list[torch.Tensor]:
-            out = torch.zeros(4, dtype=dtype, device=d)
-            dist.reduce_scatter(out, [x(d, (4,)) + i for i in range(n)], group=g)
-            return [out]
-
-        def reduce_scatter_tensor(g: Any, d: torch.device) -> list[torch.Tensor]:
-            out = torch.zeros(2, 3, dtype=dtype, device=d)
-            dist.reduce_scatter_tensor(out, x(d, (2 * n, 3)), group=g)
-            return [out]
-
-        def all_to_all_single_even(g: Any, d: torch.device) -> list[torch.Tensor]:
-            out = torch.zeros(2 * n, 3, dtype=dtype, device=d)
-            dist.all_to_all_single(out, x(d, (2 * n, 3)), group=g)
-            return [out]
-
-        def all_to_all_single_uneven(g: Any, d: torch.device) -> list[torch.Tensor]:
-            send = [(rank + j) % 3 for j in range(n)]
-            recv = [(i + rank) % 3 for i in range(n)]
-            out = torch.zeros(sum(recv), 2, dtype=dtype, device=d)
-            dist.all_to_all_single(out, x(d, (sum(send), 2)), recv, send, group=g)
-            return [out]
-
-        def send_recv(g: Any, d: torch.device) -> list[torch.Tensor]:
-            got = torch.zeros(4, dtype=dtype, device=d)
-            if rank == 0:
-                dist.send(x(d, (4,)), dst=1, group=g)
-            elif rank == 1:
-                dist.recv(got, src=0, group=g)
-            return [got]
-
-        for fn in (
-            broadcast,
-            all_gather,
-            all_gather_into_tensor,
-            reduce_scatter,
-            reduce_scatter_tensor,
-            all_to_all_single_even,
-            all_to_all_single_uneven,
-            send_recv,
-        ):
-            same(f"{fn.__name__} {dtype}", fn)
+        for name, fn in _ops(rank, n, dtype, salt).items():
+            same(f"{name} {dtype}", fn)
 
     # A non-contiguous view is reduced in place, the elements between it left alone.
     base = _inputs(rank, torch.float32, (4, 6)).to(dev)

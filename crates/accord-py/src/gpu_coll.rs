@@ -57,8 +57,14 @@ fn seconds(op: &str, s: f64) -> PyResult<Duration> {
 #[pyclass(module = "accord", name = "GpuCommunicator")]
 pub struct GpuCommunicator {
     inner: Mutex<Option<Inner>>,
+    /// This rank.
+    #[pyo3(get)]
     rank: usize,
+    /// Number of ranks.
+    #[pyo3(get)]
     world_size: usize,
+    /// The GPU ordinal this rank uses.
+    #[pyo3(get)]
     gpu: usize,
 }
 
@@ -149,24 +155,6 @@ impl GpuCommunicator {
             .detach(|| Inner::join(&mut store, &prefix, rank, world_size, gpu, timeout, config))
             .map_err(|e| gpu_error(op, e))?;
         Ok(GpuCommunicator { inner: Mutex::new(Some(inner)), rank, world_size, gpu })
-    }
-
-    /// This rank.
-    #[getter]
-    fn rank(&self) -> usize {
-        self.rank
-    }
-
-    /// Number of ranks.
-    #[getter]
-    fn world_size(&self) -> usize {
-        self.world_size
-    }
-
-    /// The GPU ordinal this rank uses.
-    #[getter]
-    fn gpu(&self) -> usize {
-        self.gpu
     }
 
     /// all_reduce of `count` elements at `send` into `recv` (the same address: in place),
