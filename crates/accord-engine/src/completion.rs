@@ -59,7 +59,7 @@ pub(crate) struct TransferState {
     /// Submitted once every part succeeded (the immediate of a multi-part transfer).
     pub(crate) trailer: Mutex<Option<Trailer>>,
     jobs: JobSender,
-    /// When it was submitted ([`crate::telemetry::now_ns`]), for a recorded transfer while
+    /// When it was submitted ([`crate::telemetry::clock::now_ns`]), for a recorded transfer while
     /// telemetry is on (its latency is recorded at the end).
     started: Option<u64>,
 }
@@ -76,7 +76,7 @@ impl TransferState {
             first_error: Mutex::new(None),
             trailer: Mutex::new(None),
             jobs,
-            started: (recorded && crate::telemetry::recorder::on()).then(crate::telemetry::now_ns),
+            started: (recorded && crate::telemetry::recorder::on()).then(crate::telemetry::clock::now_ns),
         })
     }
 
@@ -117,7 +117,7 @@ impl TransferState {
         };
         self.done.notify_all();
         if let Some(start) = self.started {
-            crate::telemetry::recorder::record_transfer(start, crate::telemetry::end_ns(), result.is_ok());
+            crate::telemetry::recorder::record_transfer(start, crate::telemetry::clock::end_ns(), result.is_ok());
         }
         for cb in callbacks {
             dispatch(&self.jobs, move || cb(result));

@@ -9,7 +9,6 @@
 //! at most the work of that many completions (well under the trace's microsecond and the
 //! histogram's 10 µs first bucket). Outside one, each end time is read when asked.
 
-use super::recorder::on;
 use std::cell::Cell;
 
 /// Now, in nanoseconds of `CLOCK_MONOTONIC` (the clock `std::time::Instant` reads on Linux),
@@ -46,12 +45,10 @@ thread_local! {
 pub(crate) struct SharedReading(());
 
 impl SharedReading {
-    /// Opens a span on this thread (`None`, costing one atomic load, when telemetry is off).
-    pub(crate) fn begin() -> Option<SharedReading> {
-        Self::begin_if(on())
-    }
-
-    fn begin_if(enabled: bool) -> Option<SharedReading> {
+    /// Opens a span on this thread when `enabled` (telemetry is on: the caller passes
+    /// `telemetry::on()`, so this clock depends on no switch of the recorder's); `None`
+    /// otherwise.
+    pub(crate) fn begin_if(enabled: bool) -> Option<SharedReading> {
         if !enabled {
             return None;
         }

@@ -23,13 +23,13 @@ use std::net::SocketAddr;
 use std::sync::Weak;
 use std::time::{Duration, Instant};
 
-mod clock;
+pub(crate) mod clock;
 mod exposition;
 mod http;
 pub(crate) mod recorder;
 
 pub use clock::now_ns;
-pub(crate) use clock::{end_ns, SharedReading};
+pub(crate) use clock::SharedReading;
 pub(crate) use exposition::render;
 pub(crate) use recorder::{enable_metrics, enable_trace};
 pub use recorder::{

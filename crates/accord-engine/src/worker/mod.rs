@@ -651,7 +651,7 @@ impl Worker {
     fn drain_events(&mut self) -> bool {
         let mut progress = false;
         // The transfers this drain finishes share clock readings for telemetry's end times.
-        let _end_times = crate::telemetry::SharedReading::begin();
+        let _end_times = crate::telemetry::SharedReading::begin_if(crate::telemetry::on());
         while let Some(event) = self.ep.poll_event() {
             progress = true;
             match event {
