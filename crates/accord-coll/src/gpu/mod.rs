@@ -65,6 +65,7 @@ pub mod check;
 pub mod config;
 pub mod error;
 pub mod pipeline;
+pub mod pipeline_streams;
 pub mod plan;
 pub mod registry;
 pub mod worker;
@@ -325,7 +326,7 @@ impl GpuCommunicator {
             seq: 0,
             expected: vec![0; world_size],
             op_timeout: config.op_timeout,
-            pipeline: pipeline::PipelineStreams::new(
+            pipeline: pipeline_streams::PipelineStreams::new(
                 &gpu,
                 world_size,
                 rank,

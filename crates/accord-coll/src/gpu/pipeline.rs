@@ -19,55 +19,12 @@
 
 use std::time::{Duration, Instant};
 
-use accord_cuda::{copy_peer_async, DevicePtr, Event, EventKind, Gpu, Stream};
+use accord_cuda::{copy_peer_async, DevicePtr};
 
 use super::board::{Deadline, LIVENESS_CHECK_INTERVAL};
 use super::error::{GpuCollError, GpuResult};
 use super::plan::{Buf, ReduceRound};
 use super::worker::{wait_event, Op, Worker};
-
-/// Streams and per-chunk events of the pipeline, indexed by peer rank.
-pub struct PipelineStreams {
-    /// Gather streams per peer (scatter uses the worker's peer streams).
-    pub gather_streams: Vec<Vec<Stream>>,
-    /// One event per chunk per peer: scatter chunk copied.
-    pub scatter_events: Vec<Vec<Event>>,
-    /// One event per chunk per peer: gather chunk copied.
-    pub gather_events: Vec<Vec<Event>>,
-    /// One event per chunk: reduction done on the local stream.
-    pub reduce_events: Vec<Event>,
-}
-
-impl PipelineStreams {
-    /// Streams and events for `chunks_max` chunks with every peer of `rank`.
-    pub fn new(
-        gpu: &Gpu,
-        world_size: usize,
-        rank: usize,
-        streams_per_peer: usize,
-        chunks_max: usize,
-    ) -> GpuResult<PipelineStreams> {
-        let events = |n: usize| (0..n).map(|_| Event::new(gpu, EventKind::SyncOnly)).collect::<Result<Vec<_>, _>>();
-        let mut out = PipelineStreams {
-            gather_streams: Vec::with_capacity(world_size),
-            scatter_events: Vec::with_capacity(world_size),
-            gather_events: Vec::with_capacity(world_size),
-            reduce_events: events(chunks_max)?,
-        };
-        for peer in 0..world_size {
-            let (s, c) = if peer == rank { (0, 0) } else { (streams_per_peer, chunks_max) };
-            out.gather_streams.push((0..s).map(|_| Stream::new(gpu)).collect::<Result<Vec<_>, _>>()?);
-            out.scatter_events.push(events(c)?);
-            out.gather_events.push(events(c)?);
-        }
-        Ok(out)
-    }
-
-    /// Chunks a round may have.
-    pub fn chunks_max(&self) -> usize {
-        self.reduce_events.len()
-    }
-}
 
 /// Where the pipeline of one round stands.
 struct Progress {

@@ -265,7 +265,7 @@ pub struct Worker {
     /// Longest wait.
     pub op_timeout: Duration,
     /// Gather streams and per-chunk events of pipelined reductions.
-    pub pipeline: super::pipeline::PipelineStreams,
+    pub pipeline: super::pipeline_streams::PipelineStreams,
 }
 
 impl Worker {
