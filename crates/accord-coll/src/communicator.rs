@@ -479,7 +479,7 @@ impl<T: CollTransport> Communicator<T> {
             }
             _ => c.count * es,
         };
-        let algo = algo::select(c.collective, size_bytes, c.algo, &self.config);
+        let algo = self.config.algo_for(c.collective, size_bytes, c.algo);
         let scratch_bytes = algo::scratch_bytes(c.collective, algo, c.count, es, n);
         self.ensure_scratch(c.collective, scratch_bytes)?;
         let chunks = match (c.collective, algo) {

@@ -6,8 +6,6 @@ use std::str::FromStr;
 
 use half::{bf16, f16};
 
-use crate::error::ReduceError;
-
 /// The element type of a collective buffer.
 ///
 /// Buffers are byte slices; the dtype says how to interpret them (native
@@ -135,3 +133,38 @@ element!(f32 => F32, f64 => F64, f16 => F16, bf16 => BF16, i8 => I8, u8 => U8, i
 
 #[cfg(test)]
 mod tests;
+
+/// Errors of the element-wise reduction kernels and of parsing their types and ops (here, beside
+/// [`DType`], which one of them names; `crate::error` re-exports it with the other error enums).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReduceError {
+    /// A byte length is not a whole number of elements.
+    #[error("{bytes} bytes is not a whole number of {dtype} elements; pass a length that is a multiple of {}", dtype.size_bytes())]
+    NotWholeElements {
+        /// The offending length.
+        bytes: usize,
+        /// The element type.
+        dtype: DType,
+    },
+    /// Destination and source lengths differ.
+    #[error("reduction destination has {dst_bytes} bytes but source has {src_bytes}; pass slices of equal length")]
+    LengthMismatch {
+        /// Destination length.
+        dst_bytes: usize,
+        /// Source length.
+        src_bytes: usize,
+    },
+    /// A dtype name was not recognised.
+    #[error("unknown dtype {name:?}; use one of float, double, half, bfloat16, int8, uint8, int32, int64")]
+    UnknownDType {
+        /// The name given.
+        name: String,
+    },
+    /// A reduction op name was not recognised.
+    #[error("unknown reduction op {name:?}; use one of sum, prod, min, max, avg")]
+    UnknownOp {
+        /// The name given.
+        name: String,
+    },
+}

@@ -3,41 +3,7 @@
 use std::io;
 use std::time::Duration;
 
-use crate::dtype::DType;
-
-/// Errors of the element-wise reduction kernels.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ReduceError {
-    /// A byte length is not a whole number of elements.
-    #[error("{bytes} bytes is not a whole number of {dtype} elements; pass a length that is a multiple of {}", dtype.size_bytes())]
-    NotWholeElements {
-        /// The offending length.
-        bytes: usize,
-        /// The element type.
-        dtype: DType,
-    },
-    /// Destination and source lengths differ.
-    #[error("reduction destination has {dst_bytes} bytes but source has {src_bytes}; pass slices of equal length")]
-    LengthMismatch {
-        /// Destination length.
-        dst_bytes: usize,
-        /// Source length.
-        src_bytes: usize,
-    },
-    /// A dtype name was not recognised.
-    #[error("unknown dtype {name:?}; use one of float, double, half, bfloat16, int8, uint8, int32, int64")]
-    UnknownDType {
-        /// The name given.
-        name: String,
-    },
-    /// A reduction op name was not recognised.
-    #[error("unknown reduction op {name:?}; use one of sum, prod, min, max, avg")]
-    UnknownOp {
-        /// The name given.
-        name: String,
-    },
-}
+pub use crate::dtype::ReduceError;
 
 /// Errors of a [`crate::CollTransport`].
 #[derive(Debug, thiserror::Error)]

@@ -60,7 +60,6 @@ pub(crate) use ctx::{Args, Ctx};
 pub(crate) use misc::{barrier, post_recv, send, wait_recv};
 pub(crate) use rooted::pipeline_chunks;
 
-use crate::config::CollConfig;
 use crate::error::ConfigError;
 
 /// A collective operation.
@@ -212,42 +211,6 @@ impl Algo {
 impl fmt::Display for Algo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
-    }
-}
-
-/// The algorithm for one call: the per-call choice if any, else the
-/// `ACCORD_ALGO_<COLLECTIVE>` override, else by size:
-///
-/// | collective | rule (bytes = the size named in [`crate::config::Thresholds`]) |
-/// |---|---|
-/// | all_reduce | ≤ 32 KiB recursive doubling; ≤ 32 MiB Rabenseifner; else ring |
-/// | reduce, broadcast | ≤ 64 KiB binomial tree; else ring (pipelined chain) |
-/// | all_gather | output ≤ 64 KiB Bruck; else ring |
-/// | reduce_scatter | input ≤ 64 KiB recursive halving; else ring |
-/// | all_to_all(v) | per-peer block ≤ 4 MiB direct; else pairwise |
-/// | barrier | dissemination |
-///
-/// `bytes` is the size the rule for `collective` names. Every rank must reach
-/// the same choice (the handshake checks it).
-pub fn select(collective: Collective, bytes: usize, per_call: Option<Algo>, config: &CollConfig) -> Algo {
-    if let Some(a) = per_call.or_else(|| config.algo_overrides.get(&collective).copied()) {
-        return a;
-    }
-    let t = &config.thresholds;
-    match collective {
-        Collective::AllReduce if bytes <= t.all_reduce_recursive_doubling_bytes_max => Algo::RecursiveDoubling,
-        Collective::AllReduce if bytes <= t.all_reduce_rabenseifner_bytes_max => Algo::Rabenseifner,
-        Collective::AllReduce => Algo::Ring,
-        Collective::Reduce | Collective::Broadcast if bytes <= t.tree_bytes_max => Algo::BinomialTree,
-        Collective::Reduce | Collective::Broadcast => Algo::Ring,
-        Collective::AllGather if bytes <= t.all_gather_bruck_bytes_max => Algo::Bruck,
-        Collective::AllGather => Algo::Ring,
-        Collective::ReduceScatter if bytes <= t.reduce_scatter_halving_bytes_max => Algo::RecursiveHalving,
-        Collective::ReduceScatter => Algo::Ring,
-        Collective::AllToAll | Collective::AllToAllV if bytes <= t.all_to_all_direct_block_bytes_max => Algo::Direct,
-        Collective::AllToAll | Collective::AllToAllV => Algo::Pairwise,
-        Collective::SendRecv => Algo::Direct,
-        Collective::Barrier => Algo::Dissemination,
     }
 }
 

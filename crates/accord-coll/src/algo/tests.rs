@@ -6,7 +6,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::*;
-use crate::{Bufs, CollTransport, Communicator, DType, LocalBuf, LocalFabric, LocalTransport, ReduceOp};
+use crate::{Bufs, CollConfig, CollTransport, Communicator, DType, LocalBuf, LocalFabric, LocalTransport, ReduceOp};
 
 const RANKS_MAX: usize = 7;
 const SEED: u64 = 0x00ac_c04d;
@@ -502,18 +502,18 @@ fn all_to_allv_matrix(cfg: CollConfig) {
 #[test]
 fn default_selection_follows_thresholds() {
     let c = CollConfig::default();
-    assert_eq!(select(Collective::AllReduce, 1024, None, &c), Algo::RecursiveDoubling);
-    assert_eq!(select(Collective::AllReduce, 512 * 1024, None, &c), Algo::Rabenseifner);
-    assert_eq!(select(Collective::AllReduce, 64 << 20, None, &c), Algo::Ring);
-    assert_eq!(select(Collective::AllReduce, 64 << 20, Some(Algo::Rabenseifner), &c), Algo::Rabenseifner);
-    assert_eq!(select(Collective::Broadcast, 1 << 20, None, &c), Algo::Ring);
-    assert_eq!(select(Collective::AllGather, 100, None, &c), Algo::Bruck);
-    assert_eq!(select(Collective::AllReduce, 16 << 20, None, &c), Algo::Rabenseifner);
-    assert_eq!(select(Collective::AllToAll, 1 << 20, None, &c), Algo::Direct);
-    assert_eq!(select(Collective::AllToAll, 8 << 20, None, &c), Algo::Pairwise);
+    assert_eq!(c.algo_for(Collective::AllReduce, 1024, None), Algo::RecursiveDoubling);
+    assert_eq!(c.algo_for(Collective::AllReduce, 512 * 1024, None), Algo::Rabenseifner);
+    assert_eq!(c.algo_for(Collective::AllReduce, 64 << 20, None), Algo::Ring);
+    assert_eq!(c.algo_for(Collective::AllReduce, 64 << 20, Some(Algo::Rabenseifner)), Algo::Rabenseifner);
+    assert_eq!(c.algo_for(Collective::Broadcast, 1 << 20, None), Algo::Ring);
+    assert_eq!(c.algo_for(Collective::AllGather, 100, None), Algo::Bruck);
+    assert_eq!(c.algo_for(Collective::AllReduce, 16 << 20, None), Algo::Rabenseifner);
+    assert_eq!(c.algo_for(Collective::AllToAll, 1 << 20, None), Algo::Direct);
+    assert_eq!(c.algo_for(Collective::AllToAll, 8 << 20, None), Algo::Pairwise);
     let mut c2 = c.clone();
     c2.algo_overrides.insert(Collective::AllReduce, Algo::Ring);
-    assert_eq!(select(Collective::AllReduce, 8, None, &c2), Algo::Ring);
+    assert_eq!(c2.algo_for(Collective::AllReduce, 8, None), Algo::Ring);
 }
 
 #[test]
