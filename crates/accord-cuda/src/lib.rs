@@ -48,6 +48,7 @@
 
 pub mod context;
 pub mod copy;
+pub mod device_ptr;
 pub mod error;
 pub mod ffi;
 pub mod graph;

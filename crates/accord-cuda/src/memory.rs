@@ -5,27 +5,12 @@
 
 use std::fmt;
 
+pub use crate::device_ptr::DevicePtr;
+
 use crate::context::Gpu;
 use crate::error::{CudaError, Result};
 use crate::ffi::driver;
 use crate::stream::Stream;
-
-/// A device address in the unified virtual address space.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct DevicePtr(pub u64);
-
-impl DevicePtr {
-    /// The address `offset_bytes` further on.
-    pub fn offset(self, offset_bytes: usize) -> DevicePtr {
-        DevicePtr(self.0 + offset_bytes as u64)
-    }
-}
-
-impl fmt::Debug for DevicePtr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "DevicePtr(0x{:x})", self.0)
-    }
-}
 
 /// Checks that `ptr..ptr+len_bytes` lies inside one live device allocation.
 /// Works for `cuMemAlloc` memory and IPC mappings (allocation ranges), and

@@ -4,9 +4,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::context::Gpu;
+use crate::device_ptr::DevicePtr;
 use crate::error::{CudaError, Result};
 use crate::ffi::driver::{self, RawEvent, RawStream};
-use crate::memory::DevicePtr;
 
 /// Copies per `cuMemcpyBatchAsync` call of [`Stream::copy_many_unchecked`].
 pub const COPIES_PER_BATCH_CALL: usize = 4096;

@@ -10,7 +10,7 @@ use accord_cuda::{
 };
 use serde::Serialize;
 
-use crate::checks::step;
+use crate::check_kit::step;
 
 /// Untimed copies before measuring.
 const WARMUP_ITERATIONS: usize = 3;

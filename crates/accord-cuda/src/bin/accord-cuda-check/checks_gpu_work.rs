@@ -9,7 +9,7 @@ use accord_cuda::{
     ReduceOpKind, Reducer, StallGate, StallOutcome, Stream,
 };
 
-use crate::checks::{ensure, first_mismatch, step, timed, CheckResult, Row};
+use crate::check_kit::{ensure, first_mismatch, step, timed, CheckResult, Row};
 
 /// Elements per reduction check: odd, so the scalar tail runs after the vector loop.
 const REDUCE_COUNT: usize = 1_000_003;
@@ -22,7 +22,7 @@ pub fn run(gpu: &Gpu, availability: &Availability) -> Vec<Row> {
             .into_iter()
             .map(|name| Row {
                 name,
-                status: crate::checks::Status::Fail,
+                status: crate::check_kit::Status::Fail,
                 elapsed_ms: 0.0,
                 detail: format!("no NVRTC: {reason}"),
             })

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use accord_cuda::{copy_peer_async, DeviceBuffer, Gpu, IpcHandle, IpcMapping, Stream};
 
-use crate::checks::{first_mismatch, pattern, step};
+use crate::check_kit::{first_mismatch, pattern, step};
 use crate::IPC_CHILD_GPU_ENV;
 
 /// Entry point of the child mode.

@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod check_kit;
 mod checks;
 mod checks_gpu_work;
 mod ipc_child;
