@@ -150,7 +150,12 @@ def run(fn: Callable[..., T], nprocs: int, *args: Any, timeout: float | None = N
                     f"accord.run: could not start rank {rank} of {nprocs}: {e}; the ranks already started "
                     "were stopped"
                 ) from e
-            procs.append(proc)
+            finally:
+                # A signal can interrupt start() after the child exists (the guard raises in the
+                # middle of it): a rank with a pid is stopped and reaped with the others, not left
+                # to die on its own when this parent exits.
+                if proc.pid is not None:
+                    procs.append(proc)
         while len(values) < nprocs and not failures:
             try:
                 rank, ok, value = results.get(timeout=POLL_S)
