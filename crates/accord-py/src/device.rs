@@ -41,13 +41,9 @@ fn device_error(op: &str, e: DeviceError) -> PyErr {
     error(kind, format!("{op}: {e}"))
 }
 
-/// Seconds given by the caller as a bounded, positive duration.
+/// Seconds given by the caller (0 allowed: a wait that only looks).
 fn seconds(op: &str, what: &str, s: f64) -> PyResult<Duration> {
-    if s.is_finite() && s >= 0.0 {
-        Ok(Duration::from_secs_f64(s.min(1e9)))
-    } else {
-        Err(error(Kind::InvalidRequest, format!("{op}: {what} {s} is not valid: give seconds >= 0")))
-    }
+    crate::values::seconds(op, what, s, false)
 }
 
 fn closed(op: &str) -> PyErr {

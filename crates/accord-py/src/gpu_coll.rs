@@ -46,11 +46,7 @@ fn parse_op(op: &str, reduce: &str) -> PyResult<ReduceOp> {
 }
 
 fn seconds(op: &str, s: f64) -> PyResult<Duration> {
-    if s.is_finite() && s > 0.0 {
-        Ok(Duration::from_secs_f64(s.min(1e9)))
-    } else {
-        Err(error(Kind::InvalidRequest, format!("{op}: timeout {s} is not valid: give seconds > 0")))
-    }
+    crate::values::seconds(op, "timeout", s, true)
 }
 
 /// The GPU collectives of the ranks of one host, on memory and streams the caller owns.
@@ -103,7 +99,7 @@ impl GpuCommunicator {
         stream: u64,
     ) -> Result<Call, GpuCollError> {
         let gpu = inner.gpu();
-        // A zero-length side still needs a valid view: use the other side's address.
+        // A view has at least one byte; the callers never pass an empty call.
         let send = DeviceBuffer::borrow_raw(gpu, DevicePtr(send), send_len.max(1))?;
         inner.register_allocation_of(DevicePtr(recv), recv_len.max(1))?;
         let recv = DeviceBuffer::borrow_raw(gpu, DevicePtr(recv), recv_len.max(1))?;

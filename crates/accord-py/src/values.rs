@@ -176,6 +176,16 @@ pub(crate) fn peer_id(peer: &Bound<'_, PyAny>) -> PyResult<EngineId> {
 /// Longest a blocking call waits with the GIL released before it looks for signals (Ctrl-C).
 pub(crate) const WAIT_SLICE: Duration = Duration::from_millis(50);
 
+/// Seconds given by the caller (`what` of `op`) as a bounded duration; `positive` refuses 0.
+pub(crate) fn seconds(op: &str, what: &str, s: f64, positive: bool) -> PyResult<Duration> {
+    if s.is_finite() && (s > 0.0 || (s == 0.0 && !positive)) {
+        Ok(Duration::from_secs_f64(s.min(1e9)))
+    } else {
+        let valid = if positive { "> 0" } else { ">= 0" };
+        Err(error(Kind::InvalidRequest, format!("{op}: {what} {s} is not valid: give seconds {valid}")))
+    }
+}
+
 /// The deadline of a `timeout` in seconds (`None`: wait for ever).
 pub(crate) fn deadline(timeout_s: Option<f64>) -> PyResult<Option<Instant>> {
     match timeout_s {

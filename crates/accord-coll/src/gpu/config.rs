@@ -3,7 +3,7 @@
 //!
 //! | variable | field | default |
 //! |---|---|---|
-//! | `ACCORD_GPU_STREAM_ORDER` | [`GpuConfig::stream_order`] (`hostfn` or `stall`) | `hostfn` |
+//! | `ACCORD_GPU_STREAM_ORDER` | [`GpuConfig::stream_order`] (`hostfn`, `stall` or `waitvalue`) | `hostfn` |
 //! | `ACCORD_GPU_SCRATCH_BYTES` | [`GpuConfig::scratch_bytes`] | 128 MiB |
 //! | `ACCORD_GPU_MAPPINGS_MAX` | [`GpuConfig::mappings_max`] | 256 |
 //! | `ACCORD_GPU_REGISTRATIONS_MAX` | [`GpuConfig::registrations_max`] | 1024 |

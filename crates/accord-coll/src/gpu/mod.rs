@@ -42,8 +42,16 @@
 //! - `Stall`: an event recorded on the user's stream (polled by the progress
 //!   thread), then the one-thread stall kernel of [`accord_cuda::StallGate`],
 //!   released when the collective is done. One SM slot while it waits.
+//! - `WaitValue`: the stream writes the call's number into a pinned word and
+//!   waits (a stream memory operation) until the progress thread writes it
+//!   into a second one ([`worker::MemoryGate`]). Zero SMs, and no driver
+//!   callback thread held.
 //!
-//! The bench (`accord-gpu-bench`) measures both; see `docs/results`.
+//! In every mode the progress thread moves the bytes through the driver while
+//! the stream waits, so a thread blocked in a synchronous CUDA call on that
+//! stream stalls the collective until its deadline
+//! (`docs/results/2026-11-26-torch-gpu-path.md`). The bench
+//! (`accord-gpu-bench --order`) measures each mode; see `docs/results`.
 //!
 //! # Registration and the mapping cache
 //!
@@ -409,7 +417,7 @@ impl GpuCommunicator {
     /// returns the same id). Keep it alive until [`GpuCommunicator::deregister`].
     pub fn register(&mut self, buf: &DeviceBuffer) -> GpuResult<u64> {
         self.check_gpu("registered", buf)?;
-        let mut regs = self.registrations.lock().unwrap_or_else(|p| p.into_inner());
+        let mut regs = self.registrations();
         if let Some(id) = regs.find_exact(buf.ptr().0, buf.len_bytes()) {
             return Ok(id);
         }
@@ -477,7 +485,7 @@ impl GpuCommunicator {
     /// rank's buffers before their next push into it. Call it with no
     /// collective on `buf` in flight.
     pub fn deregister(&mut self, buf: &DeviceBuffer) -> GpuResult<()> {
-        let mut regs = self.registrations.lock().unwrap_or_else(|p| p.into_inner());
+        let mut regs = self.registrations();
         let id = regs
             .find_exact(buf.ptr().0, buf.len_bytes())
             .ok_or(GpuCollError::NotRegistered { ptr: buf.ptr().0, len_bytes: buf.len_bytes() })?;
