@@ -107,9 +107,15 @@ def _ops(rank: int, n: int, dtype: torch.dtype, salt: int) -> dict[str, Op]:
         return [out]
 
     def all_to_all(g: Any, d: torch.device) -> list[torch.Tensor]:
-        # Gloo's list form takes equal blocks only (uneven: all_to_all_single below).
+        # Equal blocks (uneven: all_to_all_single below). Gloo in torch 2.11 (the GPU host's)
+        # has no list form ("Backend gloo does not support alltoall"; 2.15 has one), so its
+        # reference is the same blocks through all_to_all_single.
         ins = [x(d, (3,)) + j for j in range(n)]
         outs = [torch.zeros(3, dtype=dtype, device=d) for _ in range(n)]
+        if dist.get_backend(g) == "gloo":
+            out = torch.zeros(3 * n, dtype=dtype, device=d)
+            dist.all_to_all_single(out, torch.cat(ins), group=g)
+            return list(out.split(3))
         dist.all_to_all(outs, ins, group=g)
         return outs
 
