@@ -80,6 +80,19 @@ pub enum CudaError {
         /// What went wrong.
         reason: String,
     },
+    /// Memory exported as POSIX file descriptors ([`crate::ipc::vmm`]) could not be taken or
+    /// mapped.
+    #[error(
+        "could not map the device memory pid {exporter_pid} exported as file descriptors: {reason}; \
+         the exporter must be alive, let this process take its descriptors (pidfd_getfd needs \
+         ptrace permission over it) and keep the memory until every importer unmapped it"
+    )]
+    VmmShare {
+        /// The exporting process.
+        exporter_pid: u32,
+        /// What went wrong.
+        reason: String,
+    },
     /// A wait did not finish in time.
     #[error("{what} did not complete within {timeout_ms} ms; check that the work it waits for was submitted")]
     Timeout {

@@ -20,11 +20,11 @@
 //!
 //! Legacy IPC handles cover `cuMemAlloc` memory on one host. Memory from the
 //! virtual memory management API (`cuMemCreate`) is shared with POSIX file
-//! descriptors (`CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`, passed over a Unix
-//! socket), and across the hosts of an NVLink domain with fabric handles
-//! (`CU_MEM_HANDLE_TYPE_FABRIC`); both are planned, neither is built yet.
+//! descriptors by [`vmm`]; across the hosts of an NVLink domain it would take fabric
+//! handles (`CU_MEM_HANDLE_TYPE_FABRIC`), not built.
 
 mod cache;
+pub mod vmm;
 
 pub use cache::MappingCache;
 

@@ -151,6 +151,17 @@ impl DeviceBuffer {
         Ok(DeviceBuffer { gpu: gpu.clone(), ptr: DevicePtr(ptr), len_bytes, owner: Owner::Vmm(mapped) })
     }
 
+    /// As [`DeviceBuffer::alloc_unowned`], and exportable to other processes as POSIX file
+    /// descriptors ([`crate::ipc::vmm::export_vmm_range`]), as PyTorch's expandable segments are.
+    pub fn alloc_shareable(gpu: &Gpu, len_bytes: usize) -> Result<DeviceBuffer> {
+        if len_bytes == 0 {
+            return Err(CudaError::InvalidArgument { what: "a device buffer needs at least one byte".into() });
+        }
+        let _restore = gpu.bind_scoped()?;
+        let (ptr, mapped) = driver::vmm_alloc_shareable(gpu.raw_device(), len_bytes)?;
+        Ok(DeviceBuffer { gpu: gpu.clone(), ptr: DevicePtr(ptr), len_bytes, owner: Owner::Vmm(mapped) })
+    }
+
     /// A view of device memory someone else allocated (a framework's tensor), which dropping the
     /// view never frees: how a library hands its own memory to calls that take a buffer. The
     /// range is checked against the driver's allocation.

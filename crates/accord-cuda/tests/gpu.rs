@@ -234,3 +234,53 @@ fn two_d_copies_move_strided_rows_on_one_gpu_and_to_a_peer() {
         }
     }
 }
+
+#[test]
+fn vmm_export_refuses_memory_that_is_not_exportable_vmm_memory() {
+    require_gpu!();
+    let gpu = Gpu::open(0).unwrap();
+    let plain = DeviceBuffer::alloc(&gpu, 1 << 20).unwrap();
+    let refused = accord_cuda::ipc::vmm::export_vmm_range(&gpu, plain.ptr(), 1 << 20);
+    assert!(matches!(refused, Err(CudaError::InvalidArgument { .. })), "cuMemAlloc memory: {refused:?}");
+    let unowned = DeviceBuffer::alloc_unowned(&gpu, 1 << 20).unwrap();
+    let refused = accord_cuda::ipc::vmm::export_vmm_range(&gpu, unowned.ptr(), 1 << 20);
+    assert!(matches!(refused, Err(CudaError::InvalidArgument { .. })), "VMM without fd handles: {refused:?}");
+}
+
+#[test]
+fn vmm_memory_travels_as_file_descriptors_and_maps_for_the_peer_gpu() {
+    use accord_cuda::ipc::vmm::{export_vmm_range, take_fd_of, VmmMapping};
+    use std::os::fd::{AsFd, AsRawFd};
+    require_gpu!();
+    let gpu0 = Gpu::open(0).unwrap();
+    let reader = if accord_cuda::probe().device_count >= 2 { Gpu::open(1).unwrap() } else { gpu0.clone() };
+    let stream0 = Stream::new(&gpu0).unwrap();
+    let mut shared = DeviceBuffer::alloc_shareable(&gpu0, 4 << 20).unwrap();
+    let data: Vec<u8> = (0..4u32 << 20).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    shared.copy_from_host(0, &data, &stream0).unwrap();
+    stream0.synchronize().unwrap();
+
+    // The middle 2 MiB, exported; the descriptors taken back as another process would take them.
+    let export = export_vmm_range(&gpu0, shared.ptr().offset(1 << 20), 2 << 20).unwrap();
+    assert_eq!(export.pieces.len(), 1);
+    assert_eq!(export.ptr_offset, 1 << 20);
+    let taken: Vec<_> =
+        export.pieces.iter().map(|p| take_fd_of(std::process::id(), p.fd.as_raw_fd()).unwrap()).collect();
+    let pieces: Vec<_> = export.pieces.iter().zip(&taken).map(|(p, fd)| (p.offset, p.len_bytes, fd.as_fd())).collect();
+    let mapping = VmmMapping::map(&reader, &pieces).unwrap();
+    assert!(mapping.len_bytes() >= 4 << 20);
+
+    let stream_r = Stream::new(&reader).unwrap();
+    let dst = DeviceBuffer::alloc(&reader, 2 << 20).unwrap();
+    copy_peer_async(dst.ptr(), &reader, mapping.base().offset(export.ptr_offset as usize), &reader, 2 << 20, &stream_r)
+        .unwrap();
+    stream_r.synchronize().unwrap();
+    let mut back = vec![0u8; 2 << 20];
+    dst.copy_to_host(0, &mut back, &stream_r).unwrap();
+    assert_eq!(back, data[1 << 20..3 << 20]);
+
+    // A piece list that does not match the memory is an error, not a mapping.
+    let wrong: Vec<_> = pieces.iter().map(|&(o, l, fd)| (o, l + (2 << 20), fd)).collect();
+    assert!(VmmMapping::map(&reader, &wrong).is_err());
+    drop(mapping);
+}

@@ -476,10 +476,24 @@ pub(crate) fn mem_alloc(len_bytes: usize) -> Result<RawPtr> {
 /// context owns, as NCCL allocates its buffers. Returns the address and the mapped size (the
 /// length rounded up to the allocation granularity); free with [`vmm_free`].
 pub(crate) fn vmm_alloc(device: sys::CUdevice, len_bytes: usize) -> Result<(RawPtr, usize)> {
+    vmm_alloc_with(device, len_bytes, sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE)
+}
+
+/// As [`vmm_alloc`], with memory that can be exported as a POSIX file descriptor
+/// ([`mem_export_fd`]), as PyTorch's expandable segments are.
+pub(crate) fn vmm_alloc_shareable(device: sys::CUdevice, len_bytes: usize) -> Result<(RawPtr, usize)> {
+    vmm_alloc_with(device, len_bytes, sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+}
+
+fn vmm_alloc_with(
+    device: sys::CUdevice,
+    len_bytes: usize,
+    handle_types: sys::CUmemAllocationHandleType,
+) -> Result<(RawPtr, usize)> {
     let location = sys::CUmemLocation { type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id: device };
     let prop = sys::CUmemAllocationProp {
         type_: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
-        requestedHandleTypes: sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE,
+        requestedHandleTypes: handle_types,
         location,
         win32HandleMetaData: std::ptr::null_mut(),
         allocFlags: sys::CUmemAllocationProp_st__bindgen_ty_1 {
@@ -534,6 +548,112 @@ pub(crate) fn vmm_free(ptr: RawPtr, size: usize) -> Result<()> {
     // range the driver does not know yields an error, not host UB.
     check("cuMemUnmap", unsafe { sys::cuMemUnmap(ptr, size) })?;
     // Safety: as above; the range is no longer mapped.
+    check("cuMemAddressFree", unsafe { sys::cuMemAddressFree(ptr, size) })
+}
+
+/// The physical allocation mapped at `ptr` (any address inside a `cuMemMap` mapping), with a
+/// reference the caller gives back with [`mem_release`]. Memory from `cuMemAlloc` has none: the
+/// driver answers `CUDA_ERROR_INVALID_VALUE`.
+pub(crate) fn mem_retain_allocation_handle(ptr: RawPtr) -> Result<sys::CUmemGenericAllocationHandle> {
+    let mut handle: sys::CUmemGenericAllocationHandle = 0;
+    // Safety: writes one handle; the driver validates the address.
+    check("cuMemRetainAllocationHandle", unsafe {
+        sys::cuMemRetainAllocationHandle(&mut handle, ptr as usize as *mut c_void)
+    })?;
+    Ok(handle)
+}
+
+/// Whether the allocation behind `handle` was created exportable as a POSIX fd.
+pub(crate) fn mem_handle_exports_fd(handle: sys::CUmemGenericAllocationHandle) -> Result<bool> {
+    let mut prop = std::mem::MaybeUninit::<sys::CUmemAllocationProp>::zeroed();
+    // Safety: writes one property block into the zeroed local.
+    check("cuMemGetAllocationPropertiesFromHandle", unsafe {
+        sys::cuMemGetAllocationPropertiesFromHandle(prop.as_mut_ptr(), handle)
+    })?;
+    // Safety: the driver filled the block; every bit pattern of its integer fields is valid,
+    // and the handle-type field is read as its raw value.
+    let types = unsafe { std::ptr::addr_of!((*prop.as_ptr()).requestedHandleTypes).cast::<u32>().read() };
+    Ok(types & sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR.0 != 0)
+}
+
+/// Exports `handle` as a new POSIX file descriptor, owned by the caller.
+pub(crate) fn mem_export_fd(handle: sys::CUmemGenericAllocationHandle) -> Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let mut fd: std::ffi::c_int = -1;
+    // Safety: a POSIX-fd export writes one int.
+    check("cuMemExportToShareableHandle", unsafe {
+        sys::cuMemExportToShareableHandle(
+            (&mut fd as *mut std::ffi::c_int).cast(),
+            handle,
+            sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+            0,
+        )
+    })?;
+    // Safety: the driver returned a new descriptor that nothing else owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// The allocation a POSIX fd exported by [`mem_export_fd`] (here or in another process)
+/// stands for, as a handle the caller releases with [`mem_release`] once mapped.
+pub(crate) fn mem_import_fd(fd: std::os::fd::BorrowedFd<'_>) -> Result<sys::CUmemGenericAllocationHandle> {
+    use std::os::fd::AsRawFd;
+    let mut handle: sys::CUmemGenericAllocationHandle = 0;
+    // Safety: writes one handle; for a POSIX fd the "OS handle" is the descriptor's number
+    // passed as a pointer-sized value, which the driver only reads.
+    check("cuMemImportFromShareableHandle", unsafe {
+        sys::cuMemImportFromShareableHandle(
+            &mut handle,
+            fd.as_raw_fd() as isize as *mut c_void,
+            sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+        )
+    })?;
+    Ok(handle)
+}
+
+/// Drops a reference to a physical allocation (its mappings keep it alive).
+pub(crate) fn mem_release(handle: sys::CUmemGenericAllocationHandle) -> Result<()> {
+    // Safety: the handle came from retain, import or create, and is released once.
+    check("cuMemRelease", unsafe { sys::cuMemRelease(handle) })
+}
+
+/// Reserves `size` bytes of device address space (a multiple of the granularity).
+pub(crate) fn mem_address_reserve(size: usize) -> Result<RawPtr> {
+    let mut ptr: RawPtr = 0;
+    // Safety: writes one address; no fixed address or alignment requested.
+    check("cuMemAddressReserve", unsafe { sys::cuMemAddressReserve(&mut ptr, size, 0, 0, 0) })?;
+    Ok(ptr)
+}
+
+/// Maps `size` bytes of `handle` at `ptr` (inside a reserved range) and lets `device` read and
+/// write them.
+pub(crate) fn mem_map_for(
+    ptr: RawPtr,
+    size: usize,
+    handle: sys::CUmemGenericAllocationHandle,
+    device: sys::CUdevice,
+) -> Result<()> {
+    // Safety: the caller reserved [ptr, ptr + size); the driver checks the handle and size.
+    check("cuMemMap", unsafe { sys::cuMemMap(ptr, size, 0, handle, 0) })?;
+    let location = sys::CUmemLocation { type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id: device };
+    let access = sys::CUmemAccessDesc { location, flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+    // Safety: the range was mapped just above; one access descriptor.
+    let granted = check("cuMemSetAccess", unsafe { sys::cuMemSetAccess(ptr, size, &access, 1) });
+    if granted.is_err() {
+        // Safety: the mapping made above, unmapped once.
+        let _ = unsafe { sys::cuMemUnmap(ptr, size) };
+    }
+    granted
+}
+
+/// Unmaps `[ptr, ptr + size)` mapped by [`mem_map_for`].
+pub(crate) fn mem_unmap(ptr: RawPtr, size: usize) -> Result<()> {
+    // Safety: the caller's own mapping, unmapped once after its copies finished.
+    check("cuMemUnmap", unsafe { sys::cuMemUnmap(ptr, size) })
+}
+
+/// Gives back a range from [`mem_address_reserve`] (nothing mapped in it any more).
+pub(crate) fn mem_address_free(ptr: RawPtr, size: usize) -> Result<()> {
+    // Safety: the caller's reservation, freed once.
     check("cuMemAddressFree", unsafe { sys::cuMemAddressFree(ptr, size) })
 }
 
