@@ -21,13 +21,17 @@ on the caller's current stream (correct, not fast).
 
 ``ACCORD_TORCH_GPU=experimental`` routes CUDA tensors of a group whose ranks all run on one host
 through the copy-engine GPU collectives (``accord.GpuCommunicator``) instead, queued on the
-caller's current stream like NCCL's, with no SMs for copies. It is experimental because it
-can give wrong results, measured on 2×H100 (docs/results/2026-11-26-torch-gpu-path.md): the
-collectives' bytes are moved by a host thread through the CUDA driver while the caller's stream
-waits, and a thread that makes a blocking CUDA call meanwhile (``tensor.cpu()`` or
-``.item()`` right after the op, without ``torch.cuda.synchronize()`` first) stalls that host
-thread until the op's deadline (``ACCORD_GPU_OP_TIMEOUT_MS``); the op then fails, and its
-failure is raised only by the group's next op. Ops the GPU collectives do not cover (gather,
+caller's current stream like NCCL's, with no SMs for copies. The collectives' bytes are moved by
+a host thread through the CUDA driver while the caller's stream waits. A thread that makes a
+blocking CUDA call meanwhile (``tensor.cpu()`` or ``.item()`` right after the op) would stall
+that host thread until the op's deadline if both shared PyTorch's CUDA context and its
+``cudaMalloc`` memory (measured on 2×H100, docs/results/2026-11-26-torch-gpu-path.md). So with
+the path asked for, importing this module before CUDA starts turns on PyTorch's
+``expandable_segments:True`` (``PYTORCH_CUDA_ALLOC_CONF``: memory of the virtual memory API, which
+no context owns, shared with peers as file descriptors) and ``ACCORD_GPU_PRIVATE_CONTEXT=1`` (the
+host thread copies from a context of its own); set either yourself to choose otherwise. Where
+CUDA had started before the import, the tensors stay ``cudaMalloc`` memory and the stall can
+return. It stays experimental until more of it is measured. Ops the GPU collectives do not cover (gather,
 scatter, point to point, all_to_all with split sizes, reductions of float64 or 8-bit integers)
 and groups spanning hosts stay staged. The path also needs eager module loading: under lazy
 loading, the first launch of a kernel while a collective holds a stream may synchronise the
@@ -77,7 +81,34 @@ def _eager_loading() -> bool:
     return os.environ.get("CUDA_MODULE_LOADING", "").strip().upper() == "EAGER"
 
 
+def _ask_for_vmm_memory() -> None:
+    """With the GPU path asked for and CUDA not initialised: PyTorch's allocator on the virtual
+    memory API (``expandable_segments:True``, memory no CUDA context owns) and the collectives'
+    copies in a CUDA context of their own (``ACCORD_GPU_PRIVATE_CONTEXT=1``), so that a blocking
+    CUDA call of the caller's thread no longer stalls them (see the module doc). A setting the
+    user made is left alone."""
+    cuda_started: Callable[[], bool] = torch.cuda.is_initialized
+    if not _gpu_path_wanted() or cuda_started():
+        return
+    os.environ.setdefault("ACCORD_GPU_PRIVATE_CONTEXT", "1")
+    conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+    if "expandable_segments" in conf or os.environ.get("ACCORD_GPU_PRIVATE_CONTEXT") != "1":
+        return
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = f"{conf},expandable_segments:True" if conf else "expandable_segments:True"
+    # The variable is read when the allocator starts; where torch was imported first, the setter
+    # reaches the allocator too (both are harmless before the first CUDA allocation).
+    setter = getattr(torch._C, "_accelerator_setAllocatorSettings", None)
+    if setter is None:
+        setter = getattr(torch.cuda.memory, "_set_allocator_settings", None)
+    if setter is not None:
+        try:
+            setter("expandable_segments:True")
+        except (RuntimeError, TypeError) as e:
+            _log.warning("accord.torch: could not turn on expandable segments (%s)", e)
+
+
 _ask_for_eager_loading()
+_ask_for_vmm_memory()
 
 _REDUCE_OPS = {
     dist.ReduceOp.SUM: "sum",
@@ -419,10 +450,18 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
                 )
             return False
         if self._rank_ == 0:
+            private = os.environ.get("ACCORD_GPU_PRIVATE_CONTEXT", "0") == "1"
+            vmm = "expandable_segments:true" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "").replace(" ", "").lower()
+            risk = (
+                ""
+                if private and vmm
+                else " Without ACCORD_GPU_PRIVATE_CONTEXT=1 and PyTorch's expandable_segments:True (both set when "
+                "accord.torch is imported before CUDA starts) a blocking CUDA call (tensor.cpu(), .item()) while "
+                "one is in flight can stall it and give wrong results."
+            )
             warnings.warn(
-                "accord backend: ACCORD_TORCH_GPU=experimental: CUDA tensors use the GPU collectives, which can "
-                "give wrong results when a thread makes a blocking CUDA call (tensor.cpu(), .item()) while one "
-                "is in flight; see accord.torch's module doc",
+                "accord backend: ACCORD_TORCH_GPU=experimental: CUDA tensors use the GPU collectives; see "
+                f"accord.torch's module doc.{risk}",
                 stacklevel=3,
             )
         index = device.index if device.index is not None else torch.cuda.current_device()

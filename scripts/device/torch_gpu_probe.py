@@ -5,6 +5,8 @@ one host, through accord.run. Each scenario prints what every rank saw.
     python3 scripts/device/torch_gpu_probe.py streams    # 1000 and 16M floats, default and side streams
     python3 scripts/device/torch_gpu_probe.py ddp        # three DDP steps on a small MLP
 
+`blocking` also reports whether the tensors are VMM memory (no owning context) and
+ACCORD_GPU_PRIVATE_CONTEXT as the ranks saw it.
 Env: N (iterations of `blocking`, default 30), SYNC=1 (torch.cuda.synchronize() before reading
 back), WARM=1 (one all_reduce before, so the peers' mappings exist), ACCORD_GPU_OP_TIMEOUT_MS
 (a short deadline turns a stall into an error quickly), ACCORD_GPU_STREAM_ORDER.
@@ -58,8 +60,20 @@ def blocking() -> dict[str, Any]:
         want[:, ::2] += _inputs(i, 1 - rank)[:, ::2]
         if not torch.equal(got, want):
             wrong.append(i)
+    memory = _memory_kind(base)
     dist.destroy_process_group()
-    return {"wrong": wrong}
+    return {"wrong": wrong, "memory": memory, "private": os.environ.get("ACCORD_GPU_PRIVATE_CONTEXT", "unset")}
+
+
+def _memory_kind(t: torch.Tensor) -> str:
+    """"vmm" when no CUDA context owns the tensor's memory (PyTorch's expandable segments),
+    "context" for cudaMalloc memory; asked of the driver (CU_POINTER_ATTRIBUTE_CONTEXT)."""
+    import ctypes
+
+    cu = ctypes.CDLL("libcuda.so.1")
+    ctx = ctypes.c_void_p()
+    r = cu.cuPointerGetAttribute(ctypes.byref(ctx), 1, ctypes.c_uint64(t.data_ptr()))
+    return f"error {r}" if r else ("vmm" if not ctx.value else "context")
 
 
 def streams() -> list[tuple[int, bool, float, float]]:

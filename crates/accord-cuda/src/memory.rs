@@ -27,12 +27,52 @@ pub fn check_device_range(ptr: DevicePtr, len_bytes: usize) -> Result<()> {
     let end = ptr.0.checked_add(len_bytes as u64);
     match end {
         Some(end) if end <= base + size as u64 => Ok(()),
+        // VMM memory (PyTorch's expandable segments) is one mapping per segment, back to back.
+        Some(_) if matches!(driver::pointer_has_owner_context(ptr.0), Ok(false)) => {
+            vmm_span(ptr, len_bytes).map(|_| ())
+        }
         _ => Err(CudaError::BadDeviceRange {
             ptr: ptr.0,
             len_bytes,
             detail: format!("the allocation is 0x{base:x}+{size}"),
         }),
     }
+}
+
+/// Most back-to-back VMM mappings one range may span (64 GiB of PyTorch's 20 MiB segments).
+pub const VMM_SPAN_MAPPINGS_MAX: usize = 3277;
+
+/// The VMM mappings that `ptr..ptr + len_bytes` spans, which must follow one another with no
+/// gap: `(first mapping's start, last mapping's end, a fingerprint of the mappings' buffer ids)`.
+/// A mapping that is unmapped and replaced gets a new buffer id, so the fingerprint changes.
+fn vmm_span(ptr: DevicePtr, len_bytes: usize) -> Result<(u64, u64, u64)> {
+    let bad = |detail: String| CudaError::BadDeviceRange { ptr: ptr.0, len_bytes, detail };
+    let end = ptr.0.checked_add(len_bytes as u64).ok_or_else(|| bad("it wraps the address space".into()))?;
+    let (first, mut size) = driver::mem_address_range(ptr.0)?;
+    let mut reached = first + size as u64;
+    let mut fingerprint = fold_id(0xcbf2_9ce4_8422_2325, driver::pointer_buffer_id(first)?);
+    for _ in 1..VMM_SPAN_MAPPINGS_MAX {
+        if reached >= end {
+            return Ok((first, reached, fingerprint));
+        }
+        let (next, next_size) = driver::mem_address_range(reached)
+            .map_err(|e| bad(format!("nothing mapped at 0x{reached:x} after 0x{first:x}: {e}")))?;
+        if next != reached || next_size == 0 {
+            return Err(bad(format!("the mapping after 0x{first:x}..0x{reached:x} starts at 0x{next:x}")));
+        }
+        fingerprint = fold_id(fingerprint, driver::pointer_buffer_id(next)?);
+        size = next_size;
+        reached = next + size as u64;
+    }
+    if reached >= end {
+        return Ok((first, reached, fingerprint));
+    }
+    Err(bad(format!("it spans more than {VMM_SPAN_MAPPINGS_MAX} mappings")))
+}
+
+/// FNV-1a over the bytes of `id`, continuing from `hash`.
+fn fold_id(hash: u64, id: u64) -> u64 {
+    id.to_le_bytes().iter().fold(hash, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// The ordinal of the GPU that owns device memory at `ptr` (for memory handed over by another
@@ -73,8 +113,14 @@ pub struct Allocation {
 }
 
 /// The allocation holding `ptr..ptr + len_bytes`, which must lie inside it.
+/// For VMM memory the "allocation" is the run of back-to-back mappings the range spans, and the
+/// id a fingerprint of theirs.
 pub fn allocation_of(ptr: DevicePtr, len_bytes: usize) -> Result<Allocation> {
     driver::ensure_driver()?;
+    if matches!(driver::pointer_has_owner_context(ptr.0), Ok(false)) {
+        let (base, end, buffer_id) = vmm_span(ptr, len_bytes.max(1))?;
+        return Ok(Allocation { base: DevicePtr(base), len_bytes: (end - base) as usize, buffer_id });
+    }
     check_device_range(ptr, len_bytes)?;
     let (base, len) = driver::mem_address_range(ptr.0)?;
     let buffer_id = driver::pointer_buffer_id(ptr.0)?;

@@ -222,6 +222,13 @@ pub static KNOBS: &[Knob] = &[
     knob("ACCORD_GPU_SCRATCH_BYTES", GpuCollectives, Bytes, "134217728", "scratch bytes per communicator"),
     knob("ACCORD_GPU_MAPPINGS_MAX", GpuCollectives, Count, "256", "peer IPC mappings cached"),
     knob(
+        "ACCORD_GPU_PRIVATE_CONTEXT",
+        GpuCollectives,
+        Switch,
+        "0",
+        "the progress thread copies from a CUDA context of its own (scratch in VMM memory), so a synchronous call of the application's thread does not stall it; needs VMM memory (PyTorch: `expandable_segments:True`) and the `waitvalue` or `hostfn` order",
+    ),
+    knob(
         "ACCORD_GPU_REGISTRATIONS_MAX",
         GpuCollectives,
         Count,
@@ -285,7 +292,7 @@ pub static KNOBS: &[Knob] = &[
         Python,
         Choice(&["0", "experimental"]),
         "0",
-        "`accord.torch`: CUDA tensors are staged through host memory (`0`), or, on one host, use the copy-engine GPU collectives (`experimental`: can give wrong results, see `python/accord/torch.py`)",
+        "`accord.torch`: CUDA tensors are staged through host memory (`0`), or, on one host, use the copy-engine GPU collectives (`experimental`; with it, importing `accord.torch` before CUDA starts also sets `ACCORD_GPU_PRIVATE_CONTEXT=1` and PyTorch's `expandable_segments:True`; see `python/accord/torch.py`)",
     ),
     // ---- Diagnostics, benches, tests ----
     knob(

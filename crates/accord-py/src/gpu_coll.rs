@@ -103,7 +103,9 @@ impl GpuCommunicator {
         let send = DeviceBuffer::borrow_raw(gpu, DevicePtr(send), send_len.max(1))?;
         inner.register_allocation_of(DevicePtr(recv), recv_len.max(1))?;
         let recv = DeviceBuffer::borrow_raw(gpu, DevicePtr(recv), recv_len.max(1))?;
-        let stream = Stream::borrow_raw(gpu, stream)?;
+        // The caller's stream lives in the primary context, also when the collectives copy from
+        // a private one (ACCORD_GPU_PRIVATE_CONTEXT).
+        let stream = Stream::borrow_raw(inner.callers_gpu(), stream)?;
         Ok(Call { send, recv, stream })
     }
 }

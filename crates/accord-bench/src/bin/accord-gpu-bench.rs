@@ -159,7 +159,7 @@ fn run(args: &Args) -> GpuResult<()> {
                 if order == StreamOrder::Stall && bytes > args.latency_max_bytes && args.orders.len() > 1 {
                     continue;
                 }
-                comm.set_stream_order(order);
+                comm.set_stream_order(order)?;
                 let t = time_us(&mut comm, &bench, c, bytes_rounded)?;
                 if rank == 0 {
                     println!(
@@ -177,7 +177,7 @@ fn run(args: &Args) -> GpuResult<()> {
             bytes *= 4;
         }
     }
-    comm.set_stream_order(StreamOrder::HostFn);
+    comm.set_stream_order(StreamOrder::HostFn)?;
     comm.host_all_gather(b"end")?;
     Ok(())
 }

@@ -8,7 +8,7 @@
 //! Per ordered pair `(src, dst)`: `done`, how many push phases `src`
 //! finished into `dst` (written after `src` saw its copies complete).
 //! Per rank, last: its registration table, [`REG_ENTRIES`] entries of
-//! `{id, IPC handle, offset}` through which peers map its receive buffers
+//! `{id, kind, IPC handle or VMM pieces, offset}` through which peers map its receive buffers
 //! (entry `id % REG_ENTRIES`; the id is written last, and read before and after
 //! the rest, so a reader never takes half of a rewritten entry). Handles travel
 //! here, not through a store, so a communicator needs a store only to meet
@@ -50,15 +50,26 @@ pub const REGISTRATIONS_MAX_LIMIT: usize = 1024;
 pub const REG_ENTRIES: usize = REGISTRATIONS_MAX_LIMIT + 1;
 /// Words holding a serialised IPC handle in a registration entry.
 const HANDLE_WORDS: usize = IPC_HANDLE_BYTES.div_ceil(8);
-/// Words of one registration entry: id, handle, offset.
-const REG_ENTRY_WORDS: usize = 2 + HANDLE_WORDS;
+/// Most mappings one VMM registration may span (one word each: the exporter's descriptor and
+/// the mapping's size in pages): 640 MiB of PyTorch's 20 MiB expandable segments.
+pub const VMM_PIECES_INLINE: usize = 32;
+/// Words of an entry's payload: an IPC handle or the VMM pieces, whichever is larger.
+const PAYLOAD_WORDS: usize = if HANDLE_WORDS > VMM_PIECES_INLINE { HANDLE_WORDS } else { VMM_PIECES_INLINE };
+/// Words of one registration entry: id, kind, payload, offset.
+const REG_ENTRY_WORDS: usize = 3 + PAYLOAD_WORDS;
+/// Kind word of an entry holding an IPC handle.
+const KIND_IPC: u64 = 1;
+/// Kind word of an entry holding VMM pieces (their count in the bits above the low byte).
+const KIND_VMM: u64 = 2;
+/// Unit of a VMM piece's size on the board.
+const VMM_PAGE: u64 = 4096;
 const MAGIC: u64 = 0x4143_434f_5244_4750; // "ACCORDGP"
 const STATE_OPEN: u64 = 1;
 const STATE_CLOSED: u64 = 2;
 /// How often a wait checks that its peers are still alive.
 pub const LIVENESS_CHECK_INTERVAL: Duration = Duration::from_millis(2);
 /// Largest segment accepted (words), a bound on what a peer can make us map.
-pub const SEGMENT_WORDS_MAX: usize = 1 << 20;
+pub const SEGMENT_WORDS_MAX: usize = 1 << 22;
 /// Busy polls before a wait starts yielding the CPU (it sleeps from four times as many on).
 pub const SPIN_POLLS_MAX: u32 = 4096;
 /// Longest sleep between two polls once a wait has gone on for a while.
@@ -82,14 +93,85 @@ pub fn board_words(world_size: usize) -> usize {
     HEADER_WORDS + world_size * RANK_WORDS + world_size * world_size + world_size * REG_ENTRIES * REG_ENTRY_WORDS
 }
 
-/// A registration as a rank's table holds it: the allocation's IPC handle and where the
-/// registered range starts inside that allocation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How a registration's memory reaches a peer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Exported {
+    /// [`accord_cuda::IpcHandle::to_bytes`] of a `cuMemAlloc` allocation.
+    Ipc([u8; IPC_HANDLE_BYTES]),
+    /// VMM memory ([`accord_cuda::ipc::vmm`]): per mapping, in address order, the exporter's
+    /// file descriptor and the mapping's size (a multiple of 4096 bytes); a peer takes the
+    /// descriptors from the rank's pid and maps the pieces back to back.
+    Vmm(Vec<(i32, u64)>),
+}
+
+/// A registration as a rank's table holds it: how its memory is exported and where the
+/// registered range starts inside it.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Registered {
-    /// [`accord_cuda::IpcHandle::to_bytes`] of the allocation.
-    pub handle: [u8; IPC_HANDLE_BYTES],
-    /// Offset of the registered range in the allocation.
+    /// The memory, exported.
+    pub exported: Exported,
+    /// Offset of the registered range in the exported memory.
     pub offset: u64,
+}
+
+impl Registered {
+    /// The entry's kind word and payload words; `None` for what an entry cannot hold (more than
+    /// [`VMM_PIECES_INLINE`] pieces, a negative descriptor, a size not in whole pages or
+    /// beyond 2^32 pages).
+    fn encode(&self) -> Option<(u64, [u64; PAYLOAD_WORDS])> {
+        let mut payload = [0u64; PAYLOAD_WORDS];
+        match &self.exported {
+            Exported::Ipc(handle) => {
+                let mut padded = [0u8; HANDLE_WORDS * 8];
+                padded[..IPC_HANDLE_BYTES].copy_from_slice(handle);
+                for (word, chunk) in payload.iter_mut().zip(padded.chunks_exact(8)) {
+                    *word = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]));
+                }
+                Some((KIND_IPC, payload))
+            }
+            Exported::Vmm(pieces) => {
+                if pieces.is_empty() || pieces.len() > VMM_PIECES_INLINE {
+                    return None;
+                }
+                for (word, &(fd, len)) in payload.iter_mut().zip(pieces) {
+                    let pages = len / VMM_PAGE;
+                    if fd < 0 || len % VMM_PAGE != 0 || pages == 0 || pages > u64::from(u32::MAX) {
+                        return None;
+                    }
+                    *word = u64::from(fd as u32) | pages << 32;
+                }
+                Some((KIND_VMM | (pieces.len() as u64) << 8, payload))
+            }
+        }
+    }
+
+    /// The inverse of [`Registered::encode`]; a description of what is wrong otherwise.
+    fn decode(kind: u64, payload: &[u64; PAYLOAD_WORDS], offset: u64) -> Result<Registered, String> {
+        let exported = match kind & 0xff {
+            KIND_IPC => {
+                let mut handle = [0u8; IPC_HANDLE_BYTES];
+                let bytes: Vec<u8> = payload[..HANDLE_WORDS].iter().flat_map(|w| w.to_le_bytes()).collect();
+                handle.copy_from_slice(&bytes[..IPC_HANDLE_BYTES]);
+                Exported::Ipc(handle)
+            }
+            KIND_VMM => {
+                let count = (kind >> 8) as usize;
+                if count == 0 || count > VMM_PIECES_INLINE {
+                    return Err(format!("a VMM registration of {count} pieces (1..={VMM_PIECES_INLINE})"));
+                }
+                let pieces = payload[..count]
+                    .iter()
+                    .map(|&w| ((w & 0xffff_ffff) as u32 as i32, (w >> 32) * VMM_PAGE))
+                    .collect::<Vec<_>>();
+                if pieces.iter().any(|&(fd, len)| fd < 0 || len == 0) {
+                    return Err("a VMM piece with a negative descriptor or no bytes".into());
+                }
+                Exported::Vmm(pieces)
+            }
+            other => return Err(format!("an entry of kind {other}")),
+        };
+        Ok(Registered { exported, offset })
+    }
 }
 
 /// The flag words for `world_size` ranks, mapped in this process.
@@ -170,18 +252,26 @@ impl Board {
         self.word(table + (rank * REG_ENTRIES + entry) * REG_ENTRY_WORDS + field)
     }
 
-    /// Writes `rank`'s registration `id` (nonzero) into its entry, the id last.
-    pub fn publish_registration(&self, rank: usize, id: u64, reg: &Registered) {
+    /// Writes `rank`'s registration `id` (nonzero) into its entry, the id last. Fails, writing
+    /// nothing, for a registration an entry cannot hold (see [`Registered`]).
+    pub fn publish_registration(&self, rank: usize, id: u64, reg: &Registered) -> GpuResult<()> {
+        let Some((kind, payload)) = reg.encode() else {
+            return Err(GpuCollError::InvalidArgument {
+                what: format!(
+                    "registration {id} cannot be published: VMM memory spans 1..={VMM_PIECES_INLINE} mappings of \
+                     whole pages here"
+                ),
+            });
+        };
         let entry = entry_of(id);
         self.reg_word(rank, entry, 0).store(0, Ordering::Release);
-        let mut padded = [0u8; HANDLE_WORDS * 8];
-        padded[..IPC_HANDLE_BYTES].copy_from_slice(&reg.handle);
-        for (i, chunk) in padded.chunks_exact(8).enumerate() {
-            let word = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]));
-            self.reg_word(rank, entry, 1 + i).store(word, Ordering::Relaxed);
+        self.reg_word(rank, entry, 1).store(kind, Ordering::Relaxed);
+        for (i, word) in payload.iter().enumerate() {
+            self.reg_word(rank, entry, 2 + i).store(*word, Ordering::Relaxed);
         }
-        self.reg_word(rank, entry, 1 + HANDLE_WORDS).store(reg.offset, Ordering::Relaxed);
+        self.reg_word(rank, entry, 2 + PAYLOAD_WORDS).store(reg.offset, Ordering::Relaxed);
         self.reg_word(rank, entry, 0).store(id, Ordering::Release);
+        Ok(())
     }
 
     /// Empties `rank`'s entry of registration `id` (if it still holds `id`).
@@ -193,11 +283,12 @@ impl Board {
     pub fn read_registration(&self, rank: usize, id: u64) -> GpuResult<Registered> {
         let entry = entry_of(id);
         let before = self.reg_word(rank, entry, 0).load(Ordering::Acquire);
-        let mut padded = [0u8; HANDLE_WORDS * 8];
-        for (i, chunk) in padded.chunks_exact_mut(8).enumerate() {
-            chunk.copy_from_slice(&self.reg_word(rank, entry, 1 + i).load(Ordering::Relaxed).to_le_bytes());
+        let kind = self.reg_word(rank, entry, 1).load(Ordering::Relaxed);
+        let mut payload = [0u64; PAYLOAD_WORDS];
+        for (i, word) in payload.iter_mut().enumerate() {
+            *word = self.reg_word(rank, entry, 2 + i).load(Ordering::Relaxed);
         }
-        let offset = self.reg_word(rank, entry, 1 + HANDLE_WORDS).load(Ordering::Relaxed);
+        let offset = self.reg_word(rank, entry, 2 + PAYLOAD_WORDS).load(Ordering::Relaxed);
         std::sync::atomic::fence(Ordering::Acquire);
         let after = self.reg_word(rank, entry, 0).load(Ordering::Relaxed);
         if before != id || after != id {
@@ -206,9 +297,8 @@ impl Board {
                 what: format!("its registration {id} is not in its table (the entry holds {after})"),
             });
         }
-        let mut handle = [0u8; IPC_HANDLE_BYTES];
-        handle.copy_from_slice(&padded[..IPC_HANDLE_BYTES]);
-        Ok(Registered { handle, offset })
+        Registered::decode(kind, &payload, offset)
+            .map_err(|what| GpuCollError::Protocol { rank, what: format!("its registration {id}: {what}") })
     }
 
     /// Marks `rank` open with its pid.
@@ -293,6 +383,11 @@ impl Board {
     /// Phases `src` has signalled into `dst` so far (a non-blocking read).
     pub fn done_count(&self, src: usize, dst: usize) -> u64 {
         self.done_word(src, dst).load(Ordering::Acquire)
+    }
+
+    /// The pid `rank` published when it opened (0 before).
+    pub fn rank_pid(&self, rank: usize) -> u32 {
+        self.rank_word(rank, 0).load(Ordering::Acquire) as u32
     }
 
     /// Fails if `rank` closed, aborted or exited.

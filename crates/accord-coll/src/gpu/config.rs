@@ -12,6 +12,7 @@
 //! | `ACCORD_GPU_STREAMS_PER_PEER` | [`GpuConfig::streams_per_peer`] | 1 |
 //! | `ACCORD_GPU_PIPELINE_CHUNK_BYTES` | [`GpuConfig::pipeline_chunk_bytes`] | 16 MiB |
 //! | `ACCORD_GPU_PIPELINE_CHUNKS_MAX` | [`GpuConfig::pipeline_chunks_max`] | 16 |
+//! | `ACCORD_GPU_PRIVATE_CONTEXT` | [`GpuConfig::private_context`] | 0 |
 
 use std::time::Duration;
 
@@ -90,6 +91,12 @@ pub struct GpuConfig {
     pub pipeline_chunk_bytes: usize,
     /// Most pipeline chunks per round (events are allocated for this many).
     pub pipeline_chunks_max: usize,
+    /// Run the progress thread's copies in a CUDA context of its own, with the scratch in VMM
+    /// memory: copies of VMM memory (PyTorch's under `expandable_segments:True`) then never
+    /// wait behind a synchronous call (`tensor.cpu()`) of the application's thread in the
+    /// primary context. Requires the `waitvalue` or `hostfn` stream order (the `stall`
+    /// kernel cannot run on another context's stream).
+    pub private_context: bool,
 }
 
 /// Largest accepted [`GpuConfig::pipeline_chunks_max`].
@@ -112,6 +119,7 @@ impl Default for GpuConfig {
             streams_per_peer: 1,
             pipeline_chunk_bytes: 16 << 20,
             pipeline_chunks_max: 16,
+            private_context: false,
         }
     }
 }
@@ -163,6 +171,7 @@ impl GpuConfig {
         set(&mut c.pipeline_chunk_bytes, count(env, "ACCORD_GPU_PIPELINE_CHUNK_BYTES", 4096, 1 << 40)?);
         let chunks = count(env, "ACCORD_GPU_PIPELINE_CHUNKS_MAX", 1, PIPELINE_CHUNKS_MAX_LIMIT)?;
         set(&mut c.pipeline_chunks_max, chunks);
+        set(&mut c.private_context, accord_knobs::get::<bool>(env, "ACCORD_GPU_PRIVATE_CONTEXT").map_err(knob_error)?);
         Ok(c)
     }
 }

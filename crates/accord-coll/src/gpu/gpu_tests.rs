@@ -144,3 +144,62 @@ fn memory_registered_by_address_receives_and_is_replaced_when_freed() {
         child.finish().expect("rank 1 succeeds");
     }
 }
+
+/// The progress thread in a CUDA context of its own, the scratch and the user's buffers in VMM
+/// memory exported as file descriptors, the caller's stream in the primary context (as
+/// PyTorch's is): the checks of every collective pass (each order but `stall`), and an
+/// all_reduce and an all_gather land exactly in VMM memory registered by address.
+#[test]
+fn a_private_context_runs_the_collectives_on_vmm_memory() {
+    use super::StreamOrder;
+    accord_cuda::require_gpu!(2, nvrtc);
+    let (rank, port, child) = two_ranks("gpu::gpu_tests::a_private_context_runs_the_collectives_on_vmm_memory");
+    let config = GpuConfig {
+        private_context: true,
+        stream_order: StreamOrder::WaitValue,
+        scratch_bytes: 8 << 20,
+        pipeline_chunk_bytes: 1 << 20,
+        ..GpuConfig::default()
+    };
+    let mut comm = communicator(rank, port, config);
+    assert!(comm.set_stream_order(StreamOrder::Stall).is_err(), "stall needs the primary context");
+    for count in [1017, 5_000_001] {
+        for line in check::run_all(&mut comm, count).expect("checks") {
+            println!("rank {rank}: {line}");
+        }
+    }
+    let gpu = comm.gpu().clone();
+    let stream = accord_cuda::Stream::new(comm.callers_gpu()).expect("a stream of the primary context");
+    const BLOCK: usize = 3 << 20; // elements of f32: 12 MiB, several 2 MiB mappings' worth
+    let bytes = BLOCK * 4;
+    let mut send = accord_cuda::DeviceBuffer::alloc_shareable(&gpu, bytes).expect("alloc_shareable");
+    let mine: Vec<u8> = (0..BLOCK).flat_map(|i| ((i % 1000) as f32 + rank as f32 * 0.5).to_le_bytes()).collect();
+    send.copy_from_host(0, &mine, &stream).expect("fill");
+    let recv = accord_cuda::DeviceBuffer::alloc_shareable(&gpu, 2 * bytes).expect("alloc_shareable");
+    comm.register_allocation_of(recv.ptr(), recv.len_bytes()).expect("register VMM memory by address");
+    comm.register_allocation_of(send.ptr(), send.len_bytes()).expect("register VMM memory by address");
+    comm.all_gather(GpuBufs { send: &send, recv: &recv }, bytes, &stream).expect("all_gather");
+    comm.all_reduce(GpuBufs { send: &send, recv: &send }, BLOCK, crate::DType::F32, crate::ReduceOp::Sum, &stream)
+        .expect("all_reduce in place");
+    comm.wait_idle(Duration::from_secs(60)).expect("both complete");
+    stream.synchronize().expect("the stream was released");
+    let mut gathered = vec![0u8; 2 * bytes];
+    recv.copy_to_host(0, &mut gathered, &stream).expect("read back");
+    let mut reduced = vec![0u8; bytes];
+    send.copy_to_host(0, &mut reduced, &stream).expect("read back");
+    for r in 0..2 {
+        let block = &gathered[r * bytes..(r + 1) * bytes];
+        let bad = (0..BLOCK).find(|&i| f32_at(block, i) != (i % 1000) as f32 + r as f32 * 0.5);
+        assert_eq!(bad, None, "rank {r}'s gathered block differs at that element");
+    }
+    let bad = (0..BLOCK).find(|&i| f32_at(&reduced, i) != 2.0 * (i % 1000) as f32 + 0.5);
+    assert_eq!(bad, None, "the sum differs at that element");
+    drop(comm);
+    if let Some(mut child) = child {
+        child.finish().expect("rank 1 succeeds");
+    }
+}
+
+fn f32_at(bytes: &[u8], i: usize) -> f32 {
+    f32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().expect("4 bytes"))
+}

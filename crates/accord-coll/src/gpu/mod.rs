@@ -85,10 +85,14 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use std::collections::BTreeMap;
+use std::os::fd::AsRawFd;
+
+use accord_cuda::ipc::vmm::{export_vmm_range, VmmExport};
 use accord_cuda::reduce::source::reduce_grid_blocks;
 use accord_cuda::{
-    allocation_of, launch_host_fn, DeviceBuffer, DevicePtr, Event, EventKind, Gpu, IpcHandle, Reducer, StallGate,
-    Stream,
+    allocation_of, has_owner_context, launch_host_fn, DeviceBuffer, DevicePtr, Event, EventKind, Gpu, IpcHandle,
+    Reducer, StallGate, Stream,
 };
 
 pub use board::{GPU_WORLD_SIZE_MAX, REGISTRATIONS_MAX_LIMIT};
@@ -99,7 +103,7 @@ use crate::algo::Collective;
 use crate::error::StoreError;
 use crate::store::{all_gather_through, Bootstrap, KeyValueStore};
 use crate::{DType, ReduceOp};
-use board::{Board, Registered};
+use board::{Board, Exported, Registered};
 use plan::{Plan, ReduceShape};
 use registry::{PeerMappings, Registrations};
 use worker::{HostGate, MemoryGate, Msg, Op, Shared, Start, Worker};
@@ -129,6 +133,11 @@ pub struct GpuCommunicator {
     bootstrap: Option<Bootstrap>,
     shared: Arc<Shared>,
     registrations: Mutex<Registrations>,
+    /// The file descriptors of this rank's VMM registrations (see [`VmmExports`]).
+    vmm_exports: VmmExports,
+    /// The primary context of the GPU, where callers' streams live (the same as `gpu` unless
+    /// [`GpuConfig::private_context`]).
+    callers_gpu: Gpu,
     scratch: DeviceBuffer,
     stall_gate: Mutex<Option<Arc<StallGate>>>,
     /// The words streams write and wait on in [`StreamOrder::WaitValue`] mode.
@@ -281,7 +290,15 @@ impl GpuCommunicator {
                 ),
             });
         }
-        let gpu = Gpu::open(gpu_ordinal)?;
+        if config.private_context && config.stream_order == StreamOrder::Stall {
+            return Err(GpuCollError::InvalidArgument {
+                what: "the stall stream order cannot be used with ACCORD_GPU_PRIVATE_CONTEXT=1 (its kernel \
+                       would run on another context's stream); use waitvalue or hostfn"
+                    .into(),
+            });
+        }
+        let callers_gpu = Gpu::open(gpu_ordinal)?;
+        let gpu = if config.private_context { Gpu::open_private(gpu_ordinal)? } else { callers_gpu.clone() };
         let (board, blob) = if rank == 0 {
             let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
             let path = PathBuf::from(format!("/dev/shm/accord-gpu-{}-{nanos}", std::process::id()));
@@ -300,9 +317,16 @@ impl GpuCommunicator {
         board.check_header()?;
         board.open_rank(rank, std::process::id());
         let mut registrations = Registrations::new(config.registrations_max.saturating_add(1));
-        let scratch = DeviceBuffer::alloc(&gpu, config.scratch_bytes)?;
+        // In a private context the scratch is VMM memory, which no context owns (a copy of
+        // cuMemAlloc memory would wait behind its owner's synchronous calls again).
+        let scratch = if config.private_context {
+            DeviceBuffer::alloc_shareable(&gpu, config.scratch_bytes)?
+        } else {
+            DeviceBuffer::alloc(&gpu, config.scratch_bytes)?
+        };
         let scratch_reg = registrations.insert(scratch.ptr().0, scratch.len_bytes())?;
-        publish(&board, rank, scratch_reg, &gpu, scratch.ptr(), scratch.len_bytes())?;
+        let vmm_exports = VmmExports::default();
+        publish(&board, rank, scratch_reg, &gpu, (scratch.ptr(), scratch.len_bytes()), &vmm_exports)?;
         meet(b"mapped")?;
         if rank == 0 {
             board.unlink()?;
@@ -357,6 +381,8 @@ impl GpuCommunicator {
             bootstrap: None,
             shared,
             registrations: Mutex::new(registrations),
+            vmm_exports,
+            callers_gpu,
             scratch,
             stall_gate: Mutex::new(Some(stall_gate)),
             memory_gate,
@@ -382,6 +408,13 @@ impl GpuCommunicator {
         &self.gpu
     }
 
+    /// The GPU as callers' streams see it: its primary context. Borrow a framework's stream
+    /// with this one ([`accord_cuda::Stream::borrow_raw`]); it differs from [`Self::gpu`] only
+    /// under [`GpuConfig::private_context`].
+    pub fn callers_gpu(&self) -> &Gpu {
+        &self.callers_gpu
+    }
+
     /// The configuration.
     pub fn config(&self) -> &GpuConfig {
         &self.config
@@ -394,8 +427,15 @@ impl GpuCommunicator {
 
     /// Switches the stream-order mechanism for later calls (every rank may
     /// choose independently).
-    pub fn set_stream_order(&mut self, order: StreamOrder) {
+    /// A communicator in a private context ([`GpuConfig::private_context`]) refuses `stall`.
+    pub fn set_stream_order(&mut self, order: StreamOrder) -> GpuResult<()> {
+        if self.config.private_context && order == StreamOrder::Stall {
+            return Err(GpuCollError::InvalidArgument {
+                what: "the stall stream order needs the primary context (ACCORD_GPU_PRIVATE_CONTEXT=1 here)".into(),
+            });
+        }
         self.order = order;
+        Ok(())
     }
 
     /// Peer buffer mappings opened so far (a cache-miss counter).
@@ -422,7 +462,9 @@ impl GpuCommunicator {
             return Ok(id);
         }
         let id = regs.insert(buf.ptr().0, buf.len_bytes())?;
-        if let Err(e) = publish(&self.shared.board, self.rank, id, &self.gpu, buf.ptr(), buf.len_bytes()) {
+        if let Err(e) =
+            publish(&self.shared.board, self.rank, id, &self.gpu, (buf.ptr(), buf.len_bytes()), &self.vmm_exports)
+        {
             regs.remove(id);
             return Err(e);
         }
@@ -458,7 +500,9 @@ impl GpuCommunicator {
             }
         }
         let id = regs.insert_allocation(alloc.base.0, alloc.len_bytes, alloc.buffer_id)?;
-        if let Err(e) = publish(&self.shared.board, self.rank, id, &self.gpu, alloc.base, alloc.len_bytes) {
+        if let Err(e) =
+            publish(&self.shared.board, self.rank, id, &self.gpu, (alloc.base, alloc.len_bytes), &self.vmm_exports)
+        {
             regs.remove(id);
             return Err(e);
         }
@@ -479,6 +523,7 @@ impl GpuCommunicator {
         regs.remove(id);
         self.shared.board.clear_registration(self.rank, id);
         self.shared.board.bump_dereg_epoch(self.rank);
+        self.vmm_exports.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
     }
 
     /// Forgets `buf`'s registration; peers retire their mappings of this
@@ -750,11 +795,34 @@ impl GpuCommunicator {
     }
 }
 
-/// Exports the allocation holding `ptr..ptr + len_bytes` and writes it into `rank`'s table on
-/// `board` as registration `id`.
-fn publish(board: &Board, rank: usize, id: u64, gpu: &Gpu, ptr: DevicePtr, len_bytes: usize) -> GpuResult<()> {
-    let (handle, offset) = IpcHandle::export_range(gpu, ptr, len_bytes)?;
-    board.publish_registration(rank, id, &Registered { handle: handle.to_bytes(), offset });
+/// The file descriptors of this rank's VMM registrations, by registration id: open until the
+/// registration is dropped, so that peers can take them (`pidfd_getfd`) whenever they first map
+/// it.
+type VmmExports = Mutex<BTreeMap<u64, VmmExport>>;
+
+/// Exports the memory holding `ptr..ptr + len_bytes` and writes it into `rank`'s table on
+/// `board` as registration `id`: a CUDA IPC handle for `cuMemAlloc` memory, the mappings'
+/// file descriptors for VMM memory (kept in `exports`).
+fn publish(
+    board: &Board,
+    rank: usize,
+    id: u64,
+    gpu: &Gpu,
+    (ptr, len_bytes): (DevicePtr, usize),
+    exports: &VmmExports,
+) -> GpuResult<()> {
+    if has_owner_context(ptr)? {
+        let (handle, offset) = IpcHandle::export_range(gpu, ptr, len_bytes)?;
+        return board.publish_registration(
+            rank,
+            id,
+            &Registered { exported: Exported::Ipc(handle.to_bytes()), offset },
+        );
+    }
+    let export = export_vmm_range(gpu, ptr, len_bytes)?;
+    let pieces = export.pieces.iter().map(|p| (p.fd.as_raw_fd(), p.len_bytes)).collect();
+    board.publish_registration(rank, id, &Registered { exported: Exported::Vmm(pieces), offset: export.ptr_offset })?;
+    exports.lock().unwrap_or_else(|p| p.into_inner()).insert(id, export);
     Ok(())
 }
 

@@ -24,9 +24,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use accord_cuda::ipc::vmm::{take_fd_of, VmmMapping};
 use accord_cuda::{DevicePtr, Gpu, IpcHandle, IpcMapping, MappingCache};
 
-use super::board::{entry_of, Board, REG_ENTRIES};
+use super::board::{entry_of, Board, Exported, REG_ENTRIES};
 use super::error::{GpuCollError, GpuResult};
 
 /// One registered range of this rank.
@@ -147,12 +148,40 @@ impl Registrations {
     }
 }
 
+/// A peer's registered memory mapped in this process: through a CUDA IPC handle, or VMM
+/// memory mapped from the peer's file descriptors.
+#[derive(Debug)]
+pub enum PeerMapping {
+    /// `cuMemAlloc` memory.
+    Ipc(IpcMapping),
+    /// `cuMemCreate` memory ([`accord_cuda::ipc::vmm`]).
+    Vmm(VmmMapping),
+}
+
+impl PeerMapping {
+    /// Where the exported memory starts here.
+    pub fn ptr(&self) -> DevicePtr {
+        match self {
+            PeerMapping::Ipc(m) => m.ptr(),
+            PeerMapping::Vmm(m) => m.base(),
+        }
+    }
+
+    /// Bytes mapped.
+    pub fn len_bytes(&self) -> usize {
+        match self {
+            PeerMapping::Ipc(m) => m.len_bytes(),
+            PeerMapping::Vmm(m) => m.len_bytes(),
+        }
+    }
+}
+
 /// Peers' buffers mapped here, least recently used evicted first (the cache type the engine's
 /// copy-engine route uses too); evicted and stale mappings are retired, not closed.
 pub struct PeerMappings {
     gpu: Gpu,
-    open: MappingCache<(usize, u64), (Arc<IpcMapping>, u64)>,
-    retired: Vec<Arc<IpcMapping>>,
+    open: MappingCache<(usize, u64), (Arc<PeerMapping>, u64)>,
+    retired: Vec<Arc<PeerMapping>>,
     epochs: Vec<u64>,
     max: usize,
 }
@@ -186,7 +215,7 @@ impl PeerMappings {
         Ok(())
     }
 
-    fn retire(&mut self, mapping: Arc<IpcMapping>) -> GpuResult<()> {
+    fn retire(&mut self, mapping: Arc<PeerMapping>) -> GpuResult<()> {
         if self.retired.len() >= self.max {
             return Err(GpuCollError::TableFull {
                 what: "the retired peer mappings (closed by release_mappings)",
@@ -219,22 +248,39 @@ impl PeerMappings {
     }
 }
 
-/// Maps `peer`'s registration `id` from the handle in its table on `board`.
-fn open_registration(gpu: &Gpu, board: &Board, peer: usize, id: u64) -> GpuResult<(Arc<IpcMapping>, u64)> {
+/// Maps `peer`'s registration `id` from the handle or descriptors in its table on `board`.
+fn open_registration(gpu: &Gpu, board: &Board, peer: usize, id: u64) -> GpuResult<(Arc<PeerMapping>, u64)> {
     let reg = board.read_registration(peer, id)?;
-    let handle = IpcHandle::from_bytes(&reg.handle)
-        .map_err(|e| GpuCollError::Protocol { rank: peer, what: format!("registration {id}: {e}") })?;
-    if reg.offset >= handle.len_bytes() {
-        return Err(GpuCollError::Protocol {
-            rank: peer,
-            what: format!(
-                "registration {id} starts at {} in an allocation of {} bytes",
-                reg.offset,
-                handle.len_bytes()
-            ),
-        });
-    }
-    let mapping = Arc::new(IpcMapping::open(gpu, &handle)?);
+    let outside = |len: u64| GpuCollError::Protocol {
+        rank: peer,
+        what: format!("registration {id} starts at {} in memory of {len} bytes", reg.offset),
+    };
+    let mapping = match &reg.exported {
+        Exported::Ipc(raw) => {
+            let handle = IpcHandle::from_bytes(raw)
+                .map_err(|e| GpuCollError::Protocol { rank: peer, what: format!("registration {id}: {e}") })?;
+            if reg.offset >= handle.len_bytes() {
+                return Err(outside(handle.len_bytes()));
+            }
+            PeerMapping::Ipc(IpcMapping::open(gpu, &handle)?)
+        }
+        Exported::Vmm(pieces) => {
+            let total: u64 = pieces.iter().map(|&(_, len)| len).sum();
+            if reg.offset >= total {
+                return Err(outside(total));
+            }
+            let pid = board.rank_pid(peer);
+            let taken = pieces.iter().map(|&(fd, _)| take_fd_of(pid, fd)).collect::<Result<Vec<_>, _>>()?;
+            let mut offset = 0u64;
+            let mut layout = Vec::with_capacity(pieces.len());
+            for (&(_, len), fd) in pieces.iter().zip(&taken) {
+                layout.push((offset, len, std::os::fd::AsFd::as_fd(fd)));
+                offset += len;
+            }
+            PeerMapping::Vmm(VmmMapping::map(gpu, &layout)?)
+        }
+    };
+    let mapping = Arc::new(mapping);
     tracing::debug!(
         peer,
         id,

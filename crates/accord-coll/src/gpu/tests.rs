@@ -1,6 +1,9 @@
 use std::time::Duration;
 
-use super::board::{board_words, entry_of, Board, Deadline, Registered, Slot, GPU_WORLD_SIZE_MAX, REG_ENTRIES};
+use super::board::{
+    board_words, entry_of, Board, Deadline, Exported, Registered, Slot, GPU_WORLD_SIZE_MAX, REG_ENTRIES,
+    VMM_PIECES_INLINE,
+};
 use super::config::{GpuConfig, StreamOrder};
 use super::plan::{self, Buf, Plan, ReduceShape};
 use super::registry::Registrations;
@@ -258,15 +261,15 @@ fn registrations_travel_through_the_board() {
     for (i, byte) in handle.iter_mut().enumerate() {
         *byte = i as u8 ^ 0x5a;
     }
-    let reg = Registered { handle, offset: 4096 };
-    b.publish_registration(2, 7, &reg);
+    let reg = Registered { exported: Exported::Ipc(handle), offset: 4096 };
+    b.publish_registration(2, 7, &reg).unwrap();
     assert_eq!(a.read_registration(2, 7).unwrap(), reg, "every byte of the handle and the offset arrive");
     let err = a.read_registration(1, 7).unwrap_err();
     assert!(matches!(err, GpuCollError::Protocol { rank: 1, .. }), "another rank's table is separate: {err}");
     // An id sharing the entry replaces the old one, which then reads as missing.
     let later = 7 + REG_ENTRIES as u64;
     assert_eq!(entry_of(later), entry_of(7));
-    b.publish_registration(2, later, &Registered { handle, offset: 0 });
+    b.publish_registration(2, later, &Registered { exported: Exported::Ipc(handle), offset: 0 }).unwrap();
     assert!(matches!(a.read_registration(2, 7), Err(GpuCollError::Protocol { rank: 2, .. })));
     assert_eq!(a.read_registration(2, later).unwrap().offset, 0);
     // Clearing only clears the id that is there.
@@ -274,6 +277,39 @@ fn registrations_travel_through_the_board() {
     assert!(a.read_registration(2, later).is_ok());
     b.clear_registration(2, later);
     assert!(a.read_registration(2, later).is_err());
+}
+
+#[test]
+fn vmm_registrations_travel_through_the_board_with_their_pieces() {
+    let (a, b) = shared_board(2, "vmm-regs");
+    let pieces: Vec<(i32, u64)> =
+        (0..VMM_PIECES_INLINE as i32).map(|i| (100 + i, (20 << 20) + 4096 * i as u64)).collect();
+    let reg = Registered { exported: Exported::Vmm(pieces.clone()), offset: 12_345 };
+    b.publish_registration(1, 9, &reg).unwrap();
+    assert_eq!(a.read_registration(1, 9).unwrap(), reg, "every descriptor, size and the offset arrive");
+    // An IPC registration in the same entry afterwards leaves nothing of the pieces behind.
+    let ipc = Registered { exported: Exported::Ipc([7; accord_cuda::ipc::IPC_HANDLE_BYTES]), offset: 0 };
+    b.publish_registration(1, 9 + REG_ENTRIES as u64, &ipc).unwrap();
+    assert_eq!(a.read_registration(1, 9 + REG_ENTRIES as u64).unwrap(), ipc);
+}
+
+#[test]
+fn vmm_registrations_an_entry_cannot_hold_are_refused_and_nothing_is_written() {
+    let (a, b) = shared_board(2, "vmm-refused");
+    let good = Registered { exported: Exported::Vmm(vec![(3, 2 << 20)]), offset: 0 };
+    b.publish_registration(0, 5, &good).unwrap();
+    let refused = [
+        Registered { exported: Exported::Vmm(vec![]), offset: 0 },
+        Registered { exported: Exported::Vmm(vec![(3, 1 << 20); VMM_PIECES_INLINE + 1]), offset: 0 },
+        Registered { exported: Exported::Vmm(vec![(-1, 2 << 20)]), offset: 0 },
+        Registered { exported: Exported::Vmm(vec![(3, 4095)]), offset: 0 },
+        Registered { exported: Exported::Vmm(vec![(3, 4096 << 32)]), offset: 0 },
+    ];
+    for reg in &refused {
+        let err = b.publish_registration(0, 5 + REG_ENTRIES as u64, reg).unwrap_err();
+        assert!(matches!(err, GpuCollError::InvalidArgument { .. }), "{reg:?}: {err}");
+        assert_eq!(a.read_registration(0, 5).unwrap(), good, "the entry still holds the earlier registration");
+    }
 }
 
 #[test]
