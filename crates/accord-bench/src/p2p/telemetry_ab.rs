@@ -1,7 +1,7 @@
 //! `accord bench p2p --telemetry-ab`: what telemetry costs a write, measured inside one pair of
 //! processes. Separate runs with telemetry off and on differ by more than telemetry's cost
-//! (placement, which core a worker lands on: ±8-21% a size between runs on the GPU host), so
-//! here each size runs as many short blocks of pipelined writes, recording paused and on in
+//! (placement, which core a worker lands on; `scripts/telemetry-overhead.sh` in
+//! docs/results/2026-11-26-never-hang.md), so here each size runs as many short blocks of pipelined writes, recording paused and on in
 //! turn ([`accord_engine::telemetry::set_recording`], in both processes at once), on the same
 //! engines and connections. Pairs alternate their order (paused first, then on first, ...),
 //! so a drift over the run favours neither side. Each pair gives one ratio, on rate over paused
@@ -31,8 +31,9 @@ pub const PAIRS_MIN: usize = 5;
 pub const BLOCK_TARGET: Duration = Duration::from_millis(5);
 /// Fewest writes a block pipelines (the p2p table's rows pipeline at least two as well).
 const WRITES_PER_BLOCK_MIN: u64 = 2;
-/// Most: 4 KiB writes on this machine run at about a microsecond each, so 2000 (the p2p
-/// table's most) made blocks of 2 ms; submissions past the engine's queue wait for room.
+/// Most: 2000 (the p2p table's most) 4 KiB writes took 1.9 ms on the 2-core development
+/// machine (`ACCORD_METRICS_ADDR=127.0.0.1:0 accord-p2p-bench --telemetry-ab --pairs 20`, with
+/// that cap), under the block target; submissions past the engine's queue wait for room.
 const WRITES_PER_BLOCK_MAX: u64 = 8192;
 /// The target: recording costs under 3% (ratio on/paused at least this).
 pub const COST_TARGET: f64 = 0.97;
