@@ -50,8 +50,18 @@ pub fn median_interval(ratios: &[f64]) -> Option<MedianInterval> {
     while k < n / 2 && 2.0 * below[k + 1] <= 1.0 - CONFIDENCE {
         k += 1;
     }
-    let median = if n % 2 == 1 { xs[n / 2] } else { (xs[n / 2 - 1] + xs[n / 2]) / 2.0 };
-    Some(MedianInterval { median, low: xs[k - 1], high: xs[n - k], coverage: 1.0 - 2.0 * below[k] })
+    Some(MedianInterval { median: median(&xs), low: xs[k - 1], high: xs[n - k], coverage: 1.0 - 2.0 * below[k] })
+}
+
+/// The median of `xs` (the mean of the two middle values for an even count; NaN for none).
+pub fn median(xs: &[f64]) -> f64 {
+    let mut xs = xs.to_vec();
+    xs.sort_by(f64::total_cmp);
+    match xs.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => xs[n / 2],
+        n => (xs[n / 2 - 1] + xs[n / 2]) / 2.0,
+    }
 }
 
 /// What an interval of B/A ratios says about a cost target (B at least `target` times A).

@@ -16,7 +16,7 @@ use super::{
     checked_sizes, engine_err, paged_layout, read_byte, send_cmd, submit_paged, submit_write, with_second_process,
     BenchError, P2pOptions, Parent, Side, OP_RECORDING, SIDE_DEFAULT,
 };
-use crate::paired::{self, median_interval, Verdict};
+use crate::paired::{self, median, median_interval, Verdict};
 use accord_engine::Transfer;
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
@@ -255,17 +255,6 @@ fn writes_per_block(
         }
         let grow = (target / secs.max(1e-7)).clamp(1.5, 8.0);
         n = ((n as f64 * grow).ceil() as u64).min(WRITES_PER_BLOCK_MAX);
-    }
-}
-
-/// The median of `xs` (NaN for none).
-fn median(xs: &[f64]) -> f64 {
-    let mut xs = xs.to_vec();
-    xs.sort_by(f64::total_cmp);
-    match xs.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => xs[n / 2],
-        n => (xs[n / 2 - 1] + xs[n / 2]) / 2.0,
     }
 }
 
