@@ -1,6 +1,13 @@
 #!/usr/bin/env bash
 # Interleaved runs of `accord bench p2p --json`, telemetry off and on.
 #   scripts/telemetry-overhead.sh [OUT_DIR] [ACCORD_BINARY]
+# Separate processes differ between themselves (placement, which core a worker lands on) by
+# more than a 3% cost, so this method rarely resolves the target. The finer method runs in
+# one process pair, recording paused and on in alternating blocks on the same connections:
+#   ACCORD_METRICS_ADDR=127.0.0.1:0 ACCORD_TRACE_FILE=/tmp/t-%p.json accord bench p2p --telemetry-ab
+# (and, for the NCCL plugin, MODE=ab scripts/device/plugin_telemetry_overhead.sh). This
+# script stays for what only separate runs show: the cost of having the endpoint's thread and
+# the trace's memory at all, and the metrics/trace halves apart (MODES).
 # ROUNDS (default 10): rounds; each runs off and every mode of MODES once (off first in odd
 #   rounds, last in even ones). The summary
 #   (scripts/telemetry_overhead_summary.py) prints per size the median of the rounds' paired

@@ -1,7 +1,10 @@
 """Summarises scripts/telemetry-overhead.sh: per size, telemetry off against each mode run
-(`on` unless more are named after the directory), with the spread over rounds.
+(`on` unless more are named after the directory), with the spread over rounds. With --ab,
+summarises instead in-process A/B runs: `accord bench p2p --telemetry-ab --json` or
+`scripts/device/nccl_plugin_bench.py --telemetry-ab PAIRS` (their `telemetry_ab` object).
 
     python3 scripts/telemetry_overhead_summary.py OUT_DIR [MODE ...]
+    python3 scripts/telemetry_overhead_summary.py --ab FILE.json [FILE.json ...]
 
 Round i ran off, then each mode, one after the other, so the runs of one round saw the same
 machine: the ratio mode_i / off_i of each round is the paired measure. Per size it prints
@@ -15,6 +18,10 @@ machine: the ratio mode_i / off_i of each round is the paired measure. Per size 
   low end is at least 0.97, "missed" when its high end is below 0.97, else "unresolved"
   (more rounds, or a quieter machine, are needed to tell); "too few rounds" while the
   interval's coverage is below 90% (5 rounds at least).
+
+An A/B file holds, per size, each pair's ratio on/paused (blocks recording paused and on, in
+one process pair); the same median, interval and verdict are computed from those ratios
+(`accord bench p2p --telemetry-ab` prints the same numbers itself, `accord_bench::paired`).
 """
 import glob
 import json
@@ -99,7 +106,52 @@ def summarise(off, runs, mode):
     return lines
 
 
+def summarise_ab(report, name):
+    """Lines of the table of one A/B report (the `telemetry_ab` object) and its median ratios."""
+    rows = report.get("rows", [])
+    pairs = report.get("pairs", "?")
+    lines = [
+        f"{name}: in-process A/B, {pairs} pairs of blocks per size (recording paused / on); "
+        f"ratio = on/paused, 1.000 = no cost",
+        f"{'op':>6} {'bytes':>10} {'paused_gbps':>11} {'on_gbps':>9} {'ratio':>7} {'interval':>15} {'coverage':>8}  verdict (<3%)",
+    ]
+    medians = []
+    for r in rows:
+        ratios = r.get("ratios", [])
+        if not ratios:
+            continue
+        ratio = statistics.median(ratios)
+        low, high, coverage = median_interval(ratios)
+        medians.append(ratio)
+        word = verdict(low, high, coverage).replace("rounds", "pairs")
+        lines.append(
+            f"{r['op']:>6} {r['bytes']:>10} {r['paused_gbps']:>11.3f} {r['on_gbps']:>9.3f} {ratio:>7.3f} "
+            f"{f'{low:.3f}..{high:.3f}':>15} {coverage * 100:>7.0f}%  {word}"
+        )
+    if medians:
+        lines.append(f"geometric mean of the sizes' median ratios: {statistics.geometric_mean(medians):.3f}")
+    return lines
+
+
+def main_ab(files):
+    if not files:
+        print("--ab needs at least one JSON file", file=sys.stderr)
+        return 2
+    for i, f in enumerate(files):
+        try:
+            report = json.load(open(f))["telemetry_ab"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"{f}: not an A/B report ({e})", file=sys.stderr)
+            return 1
+        if i:
+            print()
+        print("\n".join(summarise_ab(report, f)))
+    return 0
+
+
 def main(argv):
+    if len(argv) > 1 and argv[1] == "--ab":
+        return main_ab(argv[2:])
     out = argv[1] if len(argv) > 1 else "/tmp/ovh"
     modes = argv[2:] or ["on"]
     off = load(out, "off")

@@ -9,6 +9,16 @@ transport). Each run:
   2. times all_reduce at each size and records bus bandwidth (GB/s, 1e9 bytes per second,
      busbw = algbw * 2 * (n - 1) / n as nccl-tests defines it).
 Rank 0 writes one JSON file (--out) with both.
+
+With --telemetry-ab PAIRS (telemetry on through ACCORD_METRICS_ADDR / ACCORD_TRACE_FILE), step
+2 measures instead what telemetry costs the plugin's all_reduce: per size, PAIRS pairs of
+blocks of --iters calls, one block with the plugin's recording paused and one with it on,
+alternating which goes first. Each rank switches its own process through the plugin library
+NCCL loaded (ctypes on $NCCL_NET_PLUGIN: dlopen of the same file returns the same library,
+whose accord_telemetry_set_recording reaches the engine NCCL drives); a barrier follows each
+switch, so both ranks record or neither does while a block is timed. The JSON then carries a
+`telemetry_ab` object (per size the pairs' ratios on/paused) that
+`scripts/telemetry_overhead_summary.py --ab FILE` judges against the 3% target.
 """
 
 import argparse
@@ -30,7 +40,13 @@ def parse_args():
     p.add_argument("--check-elems", type=int, default=(4 << 20) + 12345,
                    help="elements per rank in the correctness checks (odd on purpose)")
     p.add_argument("--skip-bench", action="store_true")
-    return p.parse_args()
+    p.add_argument("--telemetry-ab", type=int, default=0, metavar="PAIRS",
+                   help="pairs of all_reduce blocks (--iters calls each) with the plugin's telemetry "
+                        "recording paused and on, per size, instead of one timed run")
+    args = p.parse_args()
+    if args.telemetry_ab and args.telemetry_ab < 5:
+        p.error("--telemetry-ab needs at least 5 pairs (fewer cannot bound the median ratio at 90%)")
+    return args
 
 
 def digest(t):
@@ -129,6 +145,88 @@ def bench(rank, world, device, args):
     return rows
 
 
+def plugin_telemetry_switch():
+    """(set_recording, enabled) of the Accord plugin NCCL loaded: the library named by
+    NCCL_NET_PLUGIN (a path, or NCCL's short name for libnccl-net-<name>.so)."""
+    import ctypes
+
+    name = os.environ.get("NCCL_NET_PLUGIN", "")
+    if not name:
+        raise SystemExit("--telemetry-ab needs NCCL_NET_PLUGIN naming the Accord plugin")
+    lib = ctypes.CDLL(name if "/" in name else f"libnccl-net-{name}.so")
+    try:
+        set_recording, enabled = lib.accord_telemetry_set_recording, lib.accord_telemetry_enabled
+    except AttributeError as e:
+        raise SystemExit(f"{name} has no telemetry switch (an older Accord plugin?): {e}")
+    set_recording.argtypes, set_recording.restype = [ctypes.c_int], ctypes.c_int
+    enabled.argtypes, enabled.restype = [], ctypes.c_int
+    return set_recording, enabled
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def bench_telemetry_ab(rank, world, device, args, set_recording):
+    """Per size, args.telemetry_ab pairs of blocks paused / recording; rows for the summary."""
+    import torch
+    import torch.distributed as dist
+
+    pairs = args.telemetry_ab
+    bus = 2 * (world - 1) / world
+    rows = []
+    size = args.min_bytes
+    while size <= args.max_bytes:
+        x = torch.ones(size // 4, dtype=torch.float32, device=device)
+        for _ in range(args.warmup):
+            dist.all_reduce(x)
+        torch.cuda.synchronize()
+        start = torch.cuda.Event(enable_timing=True)
+        stop = torch.cuda.Event(enable_timing=True)
+        recording = True
+        seconds = {False: [], True: []}
+        for i in range(pairs):
+            for on in ((False, True) if i % 2 == 0 else (True, False)):
+                if on != recording:
+                    torch.cuda.synchronize()
+                    if set_recording(int(on)) < 0:
+                        raise SystemExit("accord_telemetry_set_recording failed")
+                    recording = on
+                dist.barrier()  # both ranks switched before either is timed
+                torch.cuda.synchronize()
+                start.record()
+                for _ in range(args.iters):
+                    dist.all_reduce(x)
+                stop.record()
+                torch.cuda.synchronize()
+                seconds[on].append(start.elapsed_time(stop) / 1000.0 / args.iters)
+        set_recording(1)
+        # The slowest rank defines each block's time, as nccl-tests reports it.
+        t = torch.tensor(seconds[False] + seconds[True], dtype=torch.float64, device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        both = t.tolist()
+        paused, on = both[:pairs], both[pairs:]
+        ratios = [p / o for p, o in zip(paused, on)]  # busbw on / busbw paused
+        row = {
+            "op": "allred",
+            "bytes": size,
+            "iters_per_block": args.iters,
+            "block_ms": median(both) * args.iters * 1e3,
+            "paused_gbps": size / median(paused) / 1e9 * bus,
+            "on_gbps": size / median(on) / 1e9 * bus,
+            "ratios": ratios,
+        }
+        rows.append(row)
+        if rank == 0:
+            print(f"[{args.label}] all_reduce {size:>11d} B  telemetry A/B, {pairs} pairs: busbw paused "
+                  f"{row['paused_gbps']:7.2f} on {row['on_gbps']:7.2f} GB/s, median on/paused {median(ratios):.3f}",
+                  flush=True)
+        size *= 2
+    return {"pairs": pairs, "target": 0.97, "rows": rows}
+
+
 def main():
     args = parse_args()
     import torch
@@ -147,8 +245,16 @@ def main():
     except TypeError:  # torch before 2.3 has no device_id
         dist.init_process_group("nccl")
     began = time.time()
+    switch = plugin_telemetry_switch() if args.telemetry_ab else None
     digests = correctness(rank, world, device, args.check_elems)
-    rows = {} if args.skip_bench else bench(rank, world, device, args)
+    ab = None
+    if switch and not args.skip_bench:
+        set_recording, enabled = switch
+        if enabled() != 1:  # the plugin's engine is up once the checks ran
+            raise SystemExit("--telemetry-ab: telemetry is off in the plugin: set ACCORD_METRICS_ADDR "
+                             "and/or ACCORD_TRACE_FILE")
+        ab = bench_telemetry_ab(rank, world, device, args, set_recording)
+    rows = {} if args.skip_bench or ab else bench(rank, world, device, args)
     if rank == 0:
         report = {
             "label": args.label,
@@ -156,6 +262,7 @@ def main():
             "torch_version": torch.__version__,
             "digests": digests,
             "all_reduce": rows,
+            **({"telemetry_ab": ab} if ab else {}),
             "wall_seconds": time.time() - began,
             "env": {k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "ACCORD_", "TORCH_", "NVSHMEM_"))},
         }

@@ -7,6 +7,10 @@
 //!   `accord-p2p-bench` (Accord writes against TCP, and against Accord forced onto UDP). It
 //!   re-executes the calling binary as its second process, so that binary's `main` calls
 //!   [`p2p::run_child_if_requested`] first and exits with the code it returns;
+//!   With `--telemetry-ab` it measures instead what telemetry costs a write, in blocks
+//!   recording paused and on within the same two processes;
+//! - [`paired`]: the median of paired ratios and the order-statistics interval that bounds
+//!   it, judged against a cost target;
 //! - [`arrivals`]: CLOCK_MONOTONIC stamps of immediate arrivals, shared by the latency benches
 //!   of two processes;
 //! - the binaries `accord-p2p-bench`, `accord-latency-bench`, `accord-engine-gpu-bench` (engine
@@ -26,3 +30,4 @@
 
 pub mod arrivals;
 pub mod p2p;
+pub mod paired;

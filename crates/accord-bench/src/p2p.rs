@@ -12,6 +12,9 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, ExitCode};
 use std::time::{Duration, Instant};
 
+pub mod telemetry_ab;
+pub use telemetry_ab::{format_ab_json, format_ab_table, run_telemetry_ab, AbOptions, AbReport, AbRow};
+
 /// Environment variable that marks the benchmark's second process (value: the TCP address to
 /// connect to).
 pub const CHILD_ENV: &str = "ACCORD_P2P_BENCH_CHILD";
@@ -113,6 +116,9 @@ const OP_VERIFY: u8 = 2;
 const OP_EXIT: u8 = 3;
 /// As `OP_VERIFY`, on the UDP-only engine.
 const OP_VERIFY_UDP: u8 = 4;
+/// Pause (`a` = 0) or resume (`a` = 1) telemetry's recording in the second process, so both
+/// ends of a telemetry A/B block record or neither does.
+const OP_RECORDING: u8 = 5;
 
 fn send_cmd(s: &mut TcpStream, op: u8, a: u64, b: u64) -> std::io::Result<()> {
     let mut m = [0u8; 17];
@@ -197,6 +203,10 @@ fn child(addr: &str) -> Result<(), BenchError> {
                 let engine = &engines[usize::from(m[0] == OP_VERIFY_UDP)];
                 let got = engine.imm_counter(a as u32).wait(b, Duration::from_secs(60));
                 s.write_all(&[u8::from(got >= b)])?;
+            }
+            OP_RECORDING => {
+                accord_engine::telemetry::set_recording(a != 0);
+                s.write_all(&[1])?;
             }
             _ => return Ok(()),
         }
@@ -315,6 +325,12 @@ fn row(op: &str, bytes: u64, m: Measured) -> P2pRow {
 
 /// Runs the benchmark: spawns the second process, measures each size over TCP and Accord.
 pub fn run(opts: &P2pOptions) -> Result<Vec<P2pRow>, BenchError> {
+    let (max, paged_total) = checked_sizes(opts)?;
+    with_second_process(opts.loss, max, |parent| measure(opts, parent, paged_total))
+}
+
+/// (largest bytes one write moves, bytes of one paged write) of valid options.
+fn checked_sizes(opts: &P2pOptions) -> Result<(u64, u64), BenchError> {
     let paged_total = opts.paged_page_bytes.map_or(0, |p| p * opts.paged_pages);
     let max = opts.sizes.iter().copied().max().unwrap_or(0).max(paged_total);
     if max == 0 || max > BENCH_BYTES_MAX || opts.sizes.contains(&0) {
@@ -323,15 +339,33 @@ pub fn run(opts: &P2pOptions) -> Result<Vec<P2pRow>, BenchError> {
     if let Some(p) = opts.loss.filter(|p| !(0.0..1.0).contains(p)) {
         return Err(BenchError::Options(format!("loss {p} must be a probability below 1 (0 <= loss < 1)")));
     }
+    Ok((max, paged_total))
+}
+
+/// Spawns the second process, connects to it (writes of up to `max` bytes), runs `drive`
+/// and makes sure the second process is gone before returning what `drive` returned.
+fn with_second_process<T>(
+    loss: Option<f64>,
+    max: u64,
+    drive: impl FnOnce(&mut Parent) -> Result<T, BenchError>,
+) -> Result<T, BenchError> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let mut cmd = Command::new(std::env::current_exe()?);
     die_with_this_process(&mut cmd);
     cmd.env(CHILD_ENV, listener.local_addr()?.to_string()).env("ACCORD_P2P_BENCH_MAX", max.to_string());
-    if let Some(p) = opts.loss {
+    if let Some(p) = loss {
         cmd.env(CHILD_LOSS_ENV, p.to_string());
     }
     let mut child: Child = cmd.spawn()?;
-    let result = run_parent(opts, &listener, max, paged_total);
+    let result = connect(&listener, loss, max).and_then(|mut parent| {
+        let out = drive(&mut parent)?;
+        // This side's engines go first (a trace file is written as they drop): the second
+        // process ending is then no peer's death to them, and nothing warns about it.
+        let Parent { sides, mut tcp, .. } = parent;
+        drop(sides);
+        send_cmd(&mut tcp, OP_EXIT, 0, 0)?;
+        Ok(out)
+    });
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         match child.try_wait()? {
@@ -367,12 +401,10 @@ fn die_with_this_process(cmd: &mut Command) {
     }
 }
 
-fn run_parent(
-    opts: &P2pOptions,
-    listener: &TcpListener,
-    max: u64,
-    paged_total: u64,
-) -> Result<Vec<P2pRow>, BenchError> {
+/// Accepts the second process, builds this side's two engines (the one under test, then the
+/// UDP-only one) against its two, and warms both up: the connections open, the rings attach
+/// and the windows grow.
+fn connect(listener: &TcpListener, loss: Option<f64>, max: u64) -> Result<Parent, BenchError> {
     listener.set_nonblocking(true)?;
     let deadline = Instant::now() + Duration::from_secs(30);
     let tcp = loop {
@@ -396,19 +428,23 @@ fn run_parent(
         let mut hello = vec![0u8; u32::from_le_bytes(len) as usize];
         tcp.read_exact(&mut hello)?;
         let hello: Hello = serde_json::from_slice(&hello).map_err(engine_err)?;
-        let engine = build_engine(opts.loss, udp_only)?;
+        let engine = build_engine(loss, udp_only)?;
         engine.add_peer(&hello.address).map_err(engine_err)?;
         let src = engine.alloc(max as usize).map_err(engine_err)?;
         src.write_at(0, &fill).map_err(engine_err)?;
         sides.push(Side { engine, src, dst: hello.region });
     }
     let mut p = Parent { sides, tcp, data: fill };
-    let mut rows = vec![];
-    // Warm-up: open the connections, attach the rings and grow the windows.
     let warm = max.min(16 << 20);
     for side in [SIDE_DEFAULT, SIDE_UDP] {
         p.accord(side, 4, 1, |s| submit_write(s, warm, 1))?;
     }
+    Ok(p)
+}
+
+/// The benchmark's rows: per size TCP, then Accord on each engine; then the paged row.
+fn measure(opts: &P2pOptions, p: &mut Parent, paged_total: u64) -> Result<Vec<P2pRow>, BenchError> {
+    let mut rows = vec![];
     for (i, &bytes) in opts.sizes.iter().enumerate() {
         let iters = iterations(bytes);
         let tcp_gbps = p.tcp(bytes, iters)?;
@@ -420,38 +456,35 @@ fn run_parent(
                 .accord(side, iters, imm, |s| submit_write(s, bytes, imm))
                 .map_err(|e| BenchError::Engine(format!("writes of {bytes} bytes: {e}")))?;
         }
-        let m = measured(&p, before, timed, bytes * iters, tcp_gbps);
+        let m = measured(p, before, timed, bytes * iters, tcp_gbps);
         rows.push(row("write", bytes, m));
     }
     if let Some(page) = opts.paged_page_bytes {
         let iters = iterations(paged_total);
         let tcp_gbps = p.tcp(paged_total, iters)?;
-        let pages = opts.paged_pages;
-        let src_pages: Vec<u64> = (0..pages).collect();
-        // A fixed permutation: pages land scattered, as a KV-cache move does.
-        let dst_pages: Vec<u64> = (0..pages).map(|i| (i * 97 + 13) % pages).collect();
+        let (src_pages, dst_pages) = paged_layout(opts.paged_pages);
         let imm = 99;
         let mut timed = [(0.0, 0.0); 2];
         let before = Counts::now(&p.sides[SIDE_DEFAULT].engine, paged_total, iters);
         for side in [SIDE_DEFAULT, SIDE_UDP] {
-            timed[side] = p.accord(side, iters, imm, |s| {
-                let h = s.src.handle();
-                let op = PagedWriteOp {
-                    src: &h,
-                    dst: &s.dst,
-                    page_bytes: page,
-                    src_pages: &src_pages,
-                    dst_pages: &dst_pages,
-                    imm: Some(imm),
-                };
-                s.engine.write_paged(&op).map_err(engine_err)
-            })?;
+            timed[side] = p.accord(side, iters, imm, |s| submit_paged(s, page, &src_pages, &dst_pages, imm))?;
         }
-        let m = measured(&p, before, timed, paged_total * iters, tcp_gbps);
+        let m = measured(p, before, timed, paged_total * iters, tcp_gbps);
         rows.push(row("paged", paged_total, m));
     }
-    send_cmd(&mut p.tcp, OP_EXIT, 0, 0)?;
     Ok(rows)
+}
+
+/// Source pages `0..pages` and the fixed permutation of destination pages they land in, as a
+/// KV-cache move scatters them.
+fn paged_layout(pages: u64) -> (Vec<u64>, Vec<u64>) {
+    ((0..pages).collect(), (0..pages).map(|i| (i * 97 + 13) % pages).collect())
+}
+
+fn submit_paged(s: &Side, page: u64, src_pages: &[u64], dst_pages: &[u64], imm: u32) -> Result<Transfer, BenchError> {
+    let h = s.src.handle();
+    let op = PagedWriteOp { src: &h, dst: &s.dst, page_bytes: page, src_pages, dst_pages, imm: Some(imm) };
+    s.engine.write_paged(&op).map_err(engine_err)
 }
 
 /// The engine under test's counters before a row, and what the row will write.

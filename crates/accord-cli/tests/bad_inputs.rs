@@ -10,6 +10,9 @@ const CASES: &[(&[&str], i32, &str)] = &[
     (&["bench", "p2p", "--loss", "nan"], 1, "--loss NaN is not a probability"),
     (&["bench", "p2p", "--loss", "inf"], 1, "--loss inf is not a probability"),
     (&["bench", "p2p", "--loss", "1"], 1, "--loss 1 drops every packet"),
+    // The telemetry A/B's pair count, and --pairs alone.
+    (&["bench", "p2p", "--telemetry-ab", "--pairs", "3"], 1, "pairs 3 must be in 5..=1000"),
+    (&["bench", "p2p", "--pairs", "9"], 2, "--telemetry-ab"),
     // Empty lists.
     (&["sim", "incast", "--cc", ""], 1, "--cc \"\" names nothing"),
     (&["sim", "incast", "--cc", " , "], 1, "names nothing"),

@@ -55,8 +55,15 @@ struct P2pArgs {
     #[arg(long)]
     json: bool,
     /// Write an SVG chart of throughput against write size (Accord, TCP, Accord over UDP).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "telemetry_ab")]
     plot: Option<std::path::PathBuf>,
+    /// Measure what telemetry (turned on by ACCORD_METRICS_ADDR / ACCORD_TRACE_FILE) costs a
+    /// write: per size, pairs of short blocks with recording paused and on, in this one run.
+    #[arg(long)]
+    telemetry_ab: bool,
+    /// Pairs of blocks per size with --telemetry-ab.
+    #[arg(long, requires = "telemetry_ab", default_value_t = accord_bench::p2p::telemetry_ab::PAIRS_DEFAULT)]
+    pairs: usize,
 }
 
 /// nccl-tests' options, with nccl-tests' letters, meanings and defaults, plus `--ranks`. As
@@ -288,6 +295,16 @@ pub fn run(args: BenchArgs, raw_args: Vec<String>) -> Result<i32, String> {
 fn p2p(a: &P2pArgs) -> Result<(), String> {
     let loss = a.loss.map(|p| crate::validate::loss_rate("--loss", p)).transpose()?;
     let opts = accord_bench::p2p::P2pOptions { loss, ..Default::default() };
+    if a.telemetry_ab {
+        let ab = accord_bench::p2p::AbOptions { p2p: opts, pairs: a.pairs };
+        let report = accord_bench::p2p::run_telemetry_ab(&ab).map_err(|e| e.to_string())?;
+        if a.json {
+            println!("{}", accord_bench::p2p::format_ab_json(&report));
+        } else {
+            print!("{}", accord_bench::p2p::format_ab_table(&report));
+        }
+        return Ok(());
+    }
     let rows = accord_bench::p2p::run(&opts).map_err(|e| e.to_string())?;
     if a.json {
         println!("{}", accord_bench::p2p::format_json(&rows));

@@ -17,6 +17,9 @@
 //!   collective and collective wait, buffered in memory (at most [`TRACE_EVENTS_MAX`]) and
 //!   written as `{"traceEvents": [...]}` when an engine is dropped (or on [`flush_trace`]);
 //!   chrome://tracing and ui.perfetto.dev open it.
+//!
+//! Recording can be paused and resumed at run time ([`set_recording`]) without tearing
+//! anything down, so its cost can be measured in one process.
 
 use crate::engine::shared::Shared;
 use std::net::SocketAddr;
@@ -33,8 +36,8 @@ pub(crate) use clock::SharedReading;
 pub(crate) use exposition::render;
 pub(crate) use recorder::{enable_metrics, enable_trace};
 pub use recorder::{
-    flush_trace, on, record, record_transfer, trace_on, LATENCY_BUCKETS_S, TELEMETRY_SLOTS_MAX, TRACE_CHUNK_EVENTS,
-    TRACE_EVENTS_MAX,
+    enabled, flush_trace, on, record, record_transfer, set_recording, trace_on, LATENCY_BUCKETS_S, TELEMETRY_SLOTS_MAX,
+    TRACE_CHUNK_EVENTS, TRACE_EVENTS_MAX,
 };
 
 /// Scrapes closer together than this get the previous answer again: each fresh one asks

@@ -432,22 +432,43 @@ pub(super) fn latencies() -> BTreeMap<String, Histogram> {
 }
 static TRACE_TID: AtomicU64 = AtomicU64::new(1);
 
-/// Whether any telemetry is on (metrics or trace).
+/// Whether telemetry records now: on (metrics or trace) and not paused ([`set_recording`]).
 #[inline]
 pub fn on() -> bool {
     ON.load(Ordering::Relaxed)
 }
 
-/// Whether the trace is on.
+/// Whether the trace records now (on and not paused).
 #[inline]
 pub fn trace_on() -> bool {
     TRACE_ON.load(Ordering::Relaxed)
 }
 
+/// What this process asked telemetry for, and whether recording is paused: the switches
+/// every transfer reads ([`ON`], [`TRACE_ON`]) are derived from it, under its lock, so a
+/// pause and an engine turning telemetry on never race each other into a wrong switch.
+struct Wanted {
+    metrics: bool,
+    trace: bool,
+    paused: bool,
+}
+
+static WANTED: Mutex<Wanted> = Mutex::new(Wanted { metrics: false, trace: false, paused: false });
+
+/// Changes what is wanted with `f`, then sets the per-transfer switches from it.
+fn want(f: impl FnOnce(&mut Wanted)) -> bool {
+    let mut w = WANTED.lock().unwrap_or_else(|e| e.into_inner());
+    let was_recording = (w.metrics || w.trace) && !w.paused;
+    f(&mut w);
+    TRACE_ON.store(w.trace && !w.paused, Ordering::Relaxed);
+    ON.store((w.metrics || w.trace) && !w.paused, Ordering::Relaxed);
+    was_recording
+}
+
 /// Turns latency recording on (a metrics endpoint is up).
 pub(crate) fn enable_metrics() {
     epoch();
-    ON.store(true, Ordering::Relaxed);
+    want(|w| w.metrics = true);
 }
 
 /// Turns the trace on, written to `path` (the first engine's path wins); `%p` in it becomes
@@ -456,8 +477,33 @@ pub(crate) fn enable_trace(path: PathBuf) {
     let path = PathBuf::from(path.to_string_lossy().replace("%p", &std::process::id().to_string()));
     epoch();
     TraceGuard::lock().0.path.get_or_insert(path);
-    TRACE_ON.store(true, Ordering::Relaxed);
-    ON.store(true, Ordering::Relaxed);
+    want(|w| w.trace = true);
+}
+
+/// Whether an engine of this process turned telemetry on (`ACCORD_METRICS_ADDR` or
+/// `ACCORD_TRACE_FILE`), recording paused or not.
+pub fn enabled() -> bool {
+    let w = WANTED.lock().unwrap_or_else(|e| e.into_inner());
+    w.metrics || w.trace
+}
+
+/// Pauses (`false`) or resumes (`true`) recording in this whole process; returns whether it
+/// was recording before. Paused, nothing is recorded: no transfer's clock reading, latency
+/// or trace event, no collective's or collective wait's, exactly as with telemetry off (the
+/// switches each transfer reads are the ones off clears, so the paused path costs what off
+/// does and the off path gains nothing). Nothing is torn down: the metrics endpoint's thread
+/// stays up and scrapes still answer with what was recorded before the pause (and the
+/// protocol's counters, which run regardless), and the trace keeps its events and is still
+/// written when the engine drops. A transfer submitted before a pause and finished after it
+/// is not recorded; one submitted while paused is not either, wherever it finishes.
+///
+/// Why: telemetry's cost per transfer is small beside the spread between two runs of one
+/// benchmark (placement, which core a worker lands on), so it is measured inside one process,
+/// in alternating blocks paused and recording, on the same connections
+/// (`accord bench p2p --telemetry-ab`, the NCCL plugin's `accord_telemetry_set_recording`).
+/// With telemetry never turned on, resuming records nothing: it only lifts a pause.
+pub fn set_recording(on: bool) -> bool {
+    want(|w| w.paused = !on)
 }
 
 fn micros(at: Instant) -> u64 {

@@ -1,4 +1,5 @@
-//! The exported tables `ncclNetPlugin_v11` and `ncclNetPlugin_v10` and their entry points.
+//! The exported tables `ncclNetPlugin_v11` and `ncclNetPlugin_v10` and their entry points, and
+//! telemetry's switch for the program NCCL runs in (`telemetry.rs`).
 //!
 //! Every entry point runs its body under `guard`: errors are logged through NCCL's logger and
 //! returned as NCCL codes, and panics are caught and returned as `ncclInternalError`, so
@@ -7,6 +8,7 @@
 //! to the matching close/free call exactly once.
 #![allow(unsafe_code)]
 
+mod telemetry;
 mod v10;
 
 use crate::abi::{self, CommConfig, DebugLogger, NcclResult, NetAttr, NetCalls, NetV11, ProfilerCallback};
@@ -25,6 +27,7 @@ use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
+pub use telemetry::{accord_telemetry_enabled, accord_telemetry_set_recording};
 pub use v10::ncclNetPlugin_v10;
 
 /// Name NCCL matches against `NCCL_NET`.
