@@ -323,8 +323,9 @@ class Buffer:
         self._pipelined_output = False
         # The copy engine's copy of an exact-size output (GPU waits): True queues one copy per
         # sender and chunk behind that chunk's wait, so the copies overlap the puts still in
-        # flight (_copy_out_by_chunk); False copies the whole output once every chunk arrived
-        # (about 72 us of a 449 us dispatch at 4096 tokens on 2xH100, all after the last chunk).
+        # flight (_copy_out_by_chunk); False copies the whole output once every chunk arrived,
+        # all of it after the last chunk (4096 tokens on 2xH100: 449.1 us a dispatch against
+        # zero_copy's 377.2, docs/results/2026-11-26-ep.md; the chunked copy is not measured yet).
         self._copy_by_chunk = True
         # A count row: tokens per rank, per expert, then the rows to each rank before each chunk
         # boundary ([chunks + 1][ranks], ep_layout_scan), which receivers need for ep_copy_out.

@@ -894,10 +894,11 @@ extern "C" __global__ void __launch_bounds__(1024) ep_ll_dispatch(const unsigned
 // Every thread of the block, in shared memory: start[q] = the sum of count(q') over q' < q for
 // q <= n, so start[n] is the total. count(q) is read twice and must give the same value both
 // times (counts written before the kernel started). Why: the low-latency kernels walk only the
-// rows that exist, flattened over (expert, source) pairs, so every warp gets work; a walk over
-// all E/R x R x M slots left most warps idle (with M a multiple of the warp count, a warp always
-// landed on the same slot index, and only the few warps on the first slots found rows: 173.5 us
-// for ~1,024 rows on 2xH100, docs/results/2026-11-26-ep.md).
+// rows that exist, flattened over (expert, source) pairs, so every warp gets work. The walk over
+// all E/R x R x M slots it replaces took 173.5 us for ~1,024 rows on 2xH100
+// (docs/results/2026-11-26-ep.md); by its arithmetic, not a measurement: 24 blocks of 32 warps are
+// 768 warps, 3 x (R x M = 256) slots of an expert, so warp w only ever saw slot w mod 256, and
+// the ~8 rows an expert holds fell to the same ~24 warps, one after another.
 template <typename Count>
 __device__ void block_prefix(Count count, u32 n, u32* start) {
   const u32 per = (n + blockDim.x - 1) / blockDim.x;
