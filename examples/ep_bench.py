@@ -366,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         timed(torch, dist, lambda: buffer.dispatch(x, topk_idx, topk_w, num_worst_tokens=ranks * T), args.iters),
     )
     # The same buffer copying the output with its SMs as each chunk arrives, instead of with the
-    # copy engine after the last one.
+    # copy engine.
     buffer._pipelined_output = True
     piped = buffer.dispatch(x, topk_idx, topk_w)
     checks["dispatch, output copied by SMs as chunks arrive"] = torch.equal(piped.x, ref_x)
@@ -378,6 +378,18 @@ def main(argv: list[str] | None = None) -> int:
         timed(torch, dist, lambda: buffer.dispatch(x, topk_idx, topk_w, num_worst_tokens=ranks * T), args.iters),
     )
     buffer._pipelined_output = False
+    # The copy engine copying the exact-size output once every chunk arrived (one copy), instead
+    # of chunk by chunk as each arrives (the default).
+    buffer._copy_by_chunk = False
+    whole = buffer.dispatch(x, topk_idx, topk_w)
+    checks["dispatch, output copied by the copy engine after the last chunk"] = torch.equal(whole.x, ref_x)
+    if not checks["dispatch, output copied by the copy engine after the last chunk"]:
+        failures.append(f"rank {rank}: dispatch, output copied by the copy engine after the last chunk")
+    add(
+        "accord.ep dispatch, output copied by the copy engine after the last chunk",
+        timed(torch, dist, lambda: buffer.dispatch(x, topk_idx, topk_w), args.iters),
+    )
+    buffer._copy_by_chunk = True
     add("accord.ep combine", timed(torch, dist, lambda: buffer.combine(y, got.handle), args.iters))
     # all_to_all_v with the split sizes on the GPU, against NCCL's all_to_all_single given the
     # same splits as host lists (which its callers must first copy to the host).

@@ -109,6 +109,49 @@ def plan(matrix: torch.Tensor, in_rank: torch.Tensor, me: int, rows_max: int, ch
     return Plan(counts, send_pos, dispatch_rows, dispatch_puts, recv_total, combine_puts, chunk_prefix)
 
 
+def chunk_receive_bounds(matrix: torch.Tensor, sender_prefixes: list[torch.Tensor], me: int) -> torch.Tensor:
+    """``[chunks + 1, R]``: the receive-window row where each sender's dispatch chunk starts at
+    rank ``me`` (row ``chunks``: the end of its segment), as ep.cu's ep_plan publishes them to the
+    host: ``recv_prefix[s, me] + chunk_prefix_s[c, me]``. ``sender_prefixes[s]`` is rank ``s``'s
+    ``Plan.chunk_prefix`` (what its count row carries)."""
+    ranks = matrix.shape[0]
+    recv_prefix = exclusive_cumsum(matrix[:, :ranks], 0)
+    return torch.stack([recv_prefix[s, me] + sender_prefixes[s][:, me] for s in range(ranks)], dim=1)
+
+
+class CopySpans(NamedTuple):
+    """The receive-window rows dispatch copies into its output, and when (``copy_out_spans``)."""
+
+    own: tuple[int, int]  # this rank's own rows: packed locally, copied at once
+    per_chunk: list[list[tuple[int, int]]]  # [chunk]: other senders' rows of that chunk, once its signal arrived
+
+
+def copy_out_spans(bounds: list[int], ranks: int, me: int, chunks: int, rows: int) -> CopySpans:
+    """What the exact-size dispatch copies from its receive window, chunk by chunk, on the copy
+    engine (accord.ep's ``_copy_out_by_chunk``): from ``bounds`` (``chunk_receive_bounds`` flattened,
+    ``[(chunks + 1) * ranks]``, published by the GPU) this rank's own rows, then for each chunk
+    ``c`` the non-empty ``[first, end)`` row ranges of every other sender's chunk ``c``. The bounds
+    derive from what peers announced, so they are checked: each sender's bounds must increase,
+    its segment must follow the previous sender's, and all must fit the ``rows`` received;
+    otherwise ValueError names the sender."""
+    if len(bounds) != (chunks + 1) * ranks:
+        raise ValueError(f"{len(bounds)} chunk bounds, want {(chunks + 1) * ranks}")
+    previous_end = 0
+    for s in range(ranks):
+        column = [bounds[c * ranks + s] for c in range(chunks + 1)]
+        ordered = all(a <= b for a, b in zip(column, column[1:]))
+        if not ordered or column[0] < previous_end or column[-1] > rows:
+            raise ValueError(f"rank {s}'s chunk bounds {column} are not increasing within rows {previous_end}..={rows}")
+        previous_end = column[-1]
+    own = (bounds[me], bounds[chunks * ranks + me])
+    per_chunk = [
+        [(bounds[c * ranks + s], bounds[(c + 1) * ranks + s]) for s in range(ranks)
+         if s != me and bounds[(c + 1) * ranks + s] > bounds[c * ranks + s]]
+        for c in range(chunks)
+    ]
+    return CopySpans(own, per_chunk)
+
+
 def combine_chunk_puts(combine_puts: torch.Tensor, received: int, me: int, chunks: int) -> list[torch.Tensor]:
     """What ep.cu's ep_combine_send puts for each of ``chunks`` chunks: ``[R, 3]`` (rows,
     send-window row, row at the peer) per chunk, the part of each other rank's range that falls

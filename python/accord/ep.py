@@ -35,7 +35,9 @@ synchronises the buffer's stream and waits on the host instead, safe under lazy 
 host (the proxy's copy-engine lanes), else ``"host"`` (``Buffer.waits_on_host`` says which).
 
 Outputs of ``dispatch`` are fresh tensors (``zero_copy=True`` returns views of the receive
-window instead, valid until the next ``dispatch`` or ``all_to_all_v`` on this buffer). Failures never hang: every
+window instead, valid until the next ``dispatch`` or ``all_to_all_v`` on this buffer); with GPU
+waits, an exact-size output is copied by the copy engine one chunk at a time, each behind its
+chunk's wait, so the copies overlap the chunks still in flight. Failures never hang: every
 wait is bounded by ``timeout`` and a failure names the rank, raised as ``accord.ep.EpError`` at
 the next host synchronisation (or ``Buffer.check()``); a failed buffer refuses further calls.
 """
@@ -86,7 +88,7 @@ SLOT_DISPATCH = 9
 # The kernels of accord/kernels/ep.cu a buffer launches.
 KERNELS = (
     "ep_layout_tokens", "ep_layout_scan", "ep_plan", "ep_pack_tokens", "ep_unpack_meta", "ep_combine_send",
-    "ep_put_segments", "ep_signal_peers", "ep_wait", "ep_reduce_bf16", "ep_reduce_f32", "ep_a2av_plan",
+    "ep_put_segments", "ep_signal_peers", "ep_wait", "ep_wait_epoch", "ep_reduce_bf16", "ep_reduce_f32", "ep_a2av_plan",
     "ep_copy_segment", "ep_copy_out", "ep_ll_probe", "ep_ll_dispatch", "ep_ll_unpack", "ep_ll_combine_send", "ep_ll_reduce_bf16",
     "ep_ll_signal",
 )
@@ -314,11 +316,17 @@ class Buffer:
         self.max_tokens_per_rank = max_tokens_per_rank
         self.dtype, self.sms, self.timeout, self.chunks = dtype, sms, timeout, chunks
         self._comb_chunks = min(max(chunks, 1), COMBINE_CHUNKS_MAX)
-        # Dispatch's output: False copies it with the copy engine once every chunk arrived; True
-        # copies each row with SMs as its chunk arrives (ep_copy_out). The copy engine's copy was
-        # faster on the 2xH200 host (4096 tokens: 381 against 439 us a dispatch; the sms blocks
-        # copy at about half its rate), so it is the default; examples/ep_bench.py times both.
+        # Dispatch's output: False copies it with the copy engine; True copies each row with SMs
+        # as its chunk arrives (ep_copy_out). The copy engine's copy was faster on the 2xH200 host
+        # (4096 tokens: 381 against 439 us a dispatch; the sms blocks copy at about half its rate),
+        # so it is the default; examples/ep_bench.py times both.
         self._pipelined_output = False
+        # The copy engine's copy of an exact-size output (GPU waits): True queues one copy per
+        # sender and chunk behind that chunk's wait, so the copies overlap the puts still in
+        # flight (_copy_out_by_chunk); False copies the whole output once every chunk arrived,
+        # all of it after the last chunk (4096 tokens on 2xH100: 449.1 us a dispatch against
+        # zero_copy's 377.2, docs/results/2026-11-26-ep.md; the chunked copy is not measured yet).
+        self._copy_by_chunk = True
         # A count row: tokens per rank, per expert, then the rows to each rank before each chunk
         # boundary ([chunks + 1][ranks], ep_layout_scan), which receivers need for ep_copy_out.
         self._count_width = ranks + num_experts + (max(chunks, 1) + 1) * ranks
@@ -362,7 +370,11 @@ class Buffer:
             self._state = torch.zeros(16, dtype=torch.int64, device=dev)
             # Where the plan kernels publish what an exact-size output needs on the host (see
             # _published): [seq, status, values...], pinned and stored to by the GPU directly.
-            self._host = torch.zeros(3 + self.experts_per_rank, dtype=torch.int64, pin_memory=True)
+            # The values: the summary (rows received, tokens per local expert), then the receive
+            # rows of every sender's dispatch chunks ([chunks + 1][ranks], ep_plan).
+            self._host = torch.zeros(
+                3 + self.experts_per_rank + (DISPATCH_CHUNKS_MAX + 1) * ranks, dtype=torch.int64, pin_memory=True
+            )
             self._host_view = self._host.numpy()
             self._host_seq = 0
             self._status = torch.zeros(1, dtype=torch.int32, device=dev)
@@ -659,6 +671,7 @@ class Buffer:
             u64(self._meta_bytes), u64(puts[0].data_ptr()), u64(puts[1].data_ptr()), u64(puts[2].data_ptr()),
             u64(summary.data_ptr()), *(self._next_publication() if num_worst_tokens == 0 else (u64(0), u64(0))),
             u64(self._status.data_ptr()), u32(self._comb_chunks), u64(walk.data_ptr()), u64(self._count_width),
+            u32(max(chunks, 1)),
         )
 
         # 3. Pack (one read of each token) and put the rows: chunk by chunk from the packing
@@ -681,11 +694,15 @@ class Buffer:
         # only now, with the packing and the puts already queued behind the plan: the GPU never
         # idles while the host reads the counts and launches.
         per_expert: list[int] | torch.Tensor
+        bounds: list[int] = []
         if num_worst_tokens == 0:
-            host = self._published(1 + self.experts_per_rank)  # published by the plan kernel
+            local = self.experts_per_rank
+            # Published by the plan kernel: the summary, then where each sender's chunks land.
+            host = self._published(1 + local + (max(chunks, 1) + 1) * ranks)
             num_recv: int | None = host[0]
             rows_out = host[0]
-            per_expert = host[1:]
+            per_expert = host[1 : 1 + local]
+            bounds = host[1 + local :]
         else:
             num_recv = None
             rows_out = num_worst_tokens
@@ -696,7 +713,9 @@ class Buffer:
         # allocated on the caller's stream and filled on the side stream.
         window = self._windows[W_RECV_X]
         copy_out = not zero_copy and self._pipelined_output and not self._host_wait
-        recv_x = torch.empty(rows_out, self.hidden, dtype=self.dtype, device=dev) if copy_out else window[:rows_out]
+        by_chunk = not zero_copy and not copy_out and self._copy_by_chunk and not self._host_wait and num_worst_tokens == 0
+        fresh = copy_out or by_chunk
+        recv_x = torch.empty(rows_out, self.hidden, dtype=self.dtype, device=dev) if fresh else window[:rows_out]
         if self._host_wait:
             self._wait_on_host(range(SIG_DISPATCH, SIG_DISPATCH + max(chunks, 1)), 1, 0, SLOT_DISPATCH, 2)
         else:
@@ -705,6 +724,9 @@ class Buffer:
                 "ep_wait", 1, 32, self._table, u32(self.rank), u32(ranks), u32(SIG_DISPATCH), u64(0), u64(0),
                 u64(self._state.data_ptr()), u32(SLOT_DISPATCH), u64(self._timeout_ns), *self._status_args(2),
             )
+        if by_chunk:
+            self._copy_out_by_chunk(window, recv_x, bounds, max(chunks, 1), rows_out)
+        elif not self._host_wait:
             arrivals = _ChunkWait(
                 self._table.value, 0, self._state[SLOT_DISPATCH:].data_ptr(), self._timeout_ns,
                 self._status.data_ptr(), SIG_DISPATCH,
@@ -727,11 +749,37 @@ class Buffer:
                 u64(rows_out), u64(recv_idx.data_ptr()), u64(recv_weights.data_ptr()), u64(src_index.data_ptr()),
             )
         self._leave()
-        if not zero_copy and not copy_out:
+        if not zero_copy and not fresh:
             recv_x = recv_x.clone()
         recv_total = summary[:1]
         handle = Handle(rows, puts[2], walk, recv_total, tokens, num_recv)
         return Dispatched(recv_x, recv_idx, recv_weights, per_expert, handle, src_index, recv_total)
+
+    def _copy_out_by_chunk(self, window: torch.Tensor, out: torch.Tensor, bounds: list[int], chunks: int, rows: int) -> None:
+        """Queues the exact-size output's copy on the side stream as the rows arrive: this rank's
+        own rows at once (packed locally, earlier on the stream), then per chunk a one-thread wait
+        for that chunk's signal from every peer (ep_wait_epoch, against the epoch the ep_wait
+        before it bumped) followed by one copy-engine copy per sender of that chunk's rows. The
+        copies of early chunks run while later chunks are still being packed and put, so only the
+        last chunk's copy follows the last arrival, instead of the whole output's. ``bounds`` are
+        the plan kernel's published chunk rows (_ep_plan.copy_out_spans checks them)."""
+        try:
+            spans = planning.copy_out_spans(bounds, self.num_ranks, self.rank, chunks, rows)
+        except ValueError as e:
+            self._failed = f"accord.ep on rank {self.rank}: dispatch: the count exchange gave bad chunk bounds: {e}"
+            raise EpError(self._failed) from None
+        epoch = u64(self._state[SLOT_DISPATCH:].data_ptr())
+        with torch.cuda.stream(self._side):
+            first, end = spans.own
+            if end > first:
+                out[first:end].copy_(window[first:end])  # cudaMemcpyAsync: the copy engine, no SM
+            for c, parts in enumerate(spans.per_chunk):
+                self._launch(
+                    "ep_wait_epoch", 1, 32, self._table, u32(self.rank), u32(self.num_ranks), u32(SIG_DISPATCH + c), epoch,
+                    u64(self._timeout_ns), *self._status_args(2),
+                )
+                for first, end in parts:
+                    out[first:end].copy_(window[first:end])
 
     def combine(self, x: torch.Tensor, handle: Handle) -> torch.Tensor:
         """Sends each received row's expert output back to its source and returns, per original
@@ -896,7 +944,7 @@ class Buffer:
         layout = torch.empty(local, ranks, dtype=torch.int64, device=dev)
         count = torch.empty(local, dtype=torch.int32, device=dev)
         self._launch(
-            "ep_ll_unpack", min(local, self.sms), 1024, u64(self._windows[W_LL_RECV].data_ptr()),
+            "ep_ll_unpack", self.sms, 1024, u64(self._windows[W_LL_RECV].data_ptr()),
             u64(self._windows[W_LL_SRC].data_ptr()), u64(self._windows[W_LL_COUNTS].data_ptr()), u32(local), u32(ranks),
             u64(m), u64(self._row_bytes), u64(out.data_ptr()), u64(src_info.data_ptr()), u64(layout.data_ptr()),
             u64(count.data_ptr()),

@@ -99,14 +99,37 @@ def test_dispatch_and_combine_rounds_match_the_naive_dispatcher(ranks: int) -> N
             meta_targets = [send_meta[s]] * ranks
             meta_targets[s] = recv_meta[s]
             scatter_rows(planning.pack_meta(idxs[s], weights[s]), sizes[s], plans[s].dispatch_rows, meta_targets)
+        # The exact-size output, copied as accord.ep's _copy_out_by_chunk does: own rows at once,
+        # then each chunk's rows of every sender as soon as that chunk arrived, before later
+        # chunks land (the receive window starts as NaN: a span reaching into rows not yet
+        # landed fails).
+        prefixes = [plans[s].chunk_prefix for s in range(ranks)]
+        spans = [
+            planning.copy_out_spans(
+                planning.chunk_receive_bounds(matrix, prefixes, r).reshape(-1).tolist(), ranks, r, chunks,
+                int(plans[r].recv_total),
+            )
+            for r in range(ranks)
+        ]
+        copied = [torch.full((rows_max, hidden), float("nan")) for _ in range(ranks)]
+        for r in range(ranks):
+            first, end = spans[r].own
+            assert not recv[r][first:end].isnan().any(), f"rank {r}'s own rows are not all packed"
+            copied[r][first:end] = recv[r][first:end]
         for s in range(ranks):
-            # The rows in chunks (as the packing kernel puts them), the metadata in one put.
-            prefix = plans[s].chunk_prefix
-            assert torch.equal(prefix[-1], plans[s].dispatch_puts[:, 0]), "the chunks cover each segment"
-            for c in range(chunks):
+            assert torch.equal(prefixes[s][-1], plans[s].dispatch_puts[:, 0]), "the chunks cover each segment"
+        for c in range(chunks):
+            # The rows in chunks (as the packing kernel puts them), every sender's chunk c.
+            for s in range(ranks):
+                prefix = prefixes[s]
                 count = prefix[c + 1] - prefix[c]
                 args = torch.stack([count, plans[s].dispatch_puts[:, 1] + prefix[c], plans[s].dispatch_puts[:, 2] + prefix[c]], 1)
                 put_segments(s, args, send[s], recv)
+            for r in range(ranks):
+                for first, end in spans[r].per_chunk[c]:
+                    assert not recv[r][first:end].isnan().any(), f"rank {r} copies rows of chunk {c} before they landed"
+                    copied[r][first:end] = recv[r][first:end]
+        for s in range(ranks):
             put_segments(s, plans[s].dispatch_puts, send_meta[s], recv_meta)
 
         reference = planning.reference_dispatch(xs, idxs, experts)
@@ -115,6 +138,7 @@ def test_dispatch_and_combine_rounds_match_the_naive_dispatcher(ranks: int) -> N
             want_x, want_idx, want_src = reference[r]
             assert n == want_x.shape[0], f"rank {r} received {n} rows, want {want_x.shape[0]}"
             assert torch.equal(recv[r][:n], want_x), f"round {round_} rank {r}: rows differ"
+            assert torch.equal(copied[r][:n], want_x), f"round {round_} rank {r}: the chunk-by-chunk copy differs"
             got_idx, _, got_src = planning.unpack_meta(recv_meta[r][:n], topk)
             assert torch.equal(got_idx, want_idx) and torch.equal(got_src, want_src)
             local, _ = planning.localize(got_idx, torch.ones_like(got_idx, dtype=torch.float32), r, experts // ranks)
@@ -155,6 +179,33 @@ def test_dispatch_and_combine_rounds_match_the_naive_dispatcher(ranks: int) -> N
             in_rank = layouts[s][2].to(torch.float32)
             want = xs[s] * (in_rank * torch.arange(1, ranks + 1, dtype=torch.float32)).sum(1, keepdim=True)
             torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize(
+    ("bounds", "culprit"),
+    [
+        ([0, 5, 4, 9, 3, 12], "rank 0"),  # sender 0's chunk ends before it starts
+        ([0, 3, 2, 9, 4, 12], "rank 1"),  # sender 1's segment starts inside sender 0's
+        ([0, 4, 2, 9, 4, 13], "rank 1"),  # past the 12 rows received
+        ([-1, 4, 2, 9, 4, 12], "rank 0"),  # before the window
+    ],
+)
+def test_copy_out_spans_refuse_bounds_that_do_not_fit(bounds: list[int], culprit: str) -> None:
+    """The chunk bounds come from what peers announced: bounds that would copy outside the rows
+    received, or the same rows twice, are refused with the sender named (2 ranks, 2 chunks)."""
+    with pytest.raises(ValueError, match=culprit):
+        planning.copy_out_spans(bounds, 2, 0, 2, 12)
+    with pytest.raises(ValueError, match="bounds"):
+        planning.copy_out_spans(bounds[:-1], 2, 0, 2, 12)
+
+
+def test_copy_out_spans_skip_empty_chunks_and_own_rows() -> None:
+    # 3 ranks, 2 chunks, rank 1's view: sender 0 rows 0..4 (chunk 0: 0..4, chunk 1 empty), own
+    # rows 4..6, sender 2 rows 6..9 (chunk 0 empty, chunk 1: 6..9).
+    bounds = [0, 4, 6, 4, 5, 6, 4, 6, 9]
+    spans = planning.copy_out_spans(bounds, 3, 1, 2, 9)
+    assert spans.own == (4, 6)
+    assert spans.per_chunk == [[(0, 4)], [(6, 9)]]
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 3, 4])

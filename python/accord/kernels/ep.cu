@@ -392,10 +392,16 @@ extern "C" __global__ void __launch_bounds__(1024) ep_layout_scan(const u32* mas
 //   summary        [rows received, then per local expert the tokens received], also published
 //                  to `host` (pinned memory the host polls; null: not needed) under `seq`;
 //   walk [ranks][2] where combine's answers from each rank come in its chunks (ep_reduce_*).
+// With `host`, the receive rows each sender's dispatch chunks land in are published after the
+// summary, at host[2 + 1 + experts / ranks + c * ranks + s]: the first row of sender s's chunk c
+// in the receive window (c <= dispatch_chunks: the last is the end of s's segment), so the host
+// can queue a copy-engine copy of each chunk's rows behind that chunk's signal (ep.py's
+// _copy_out_by_chunk). The bounds come from the senders' chunk prefixes in the count rows
+// (ep_layout_scan's row_prefix).
 extern "C" __global__ void __launch_bounds__(1024) ep_plan(const i64* matrix, u32 ranks, u32 experts, u32 me, u64 tokens, const i64* within,
                                    i64* rows, u64 row_bytes, u64 meta_bytes, i64* puts_x, i64* puts_meta,
                                    i64* comb_puts, i64* summary, i64* host, u64 seq, const int* status,
-                                   u32 comb_chunks, i64* walk, u64 width) {
+                                   u32 comb_chunks, i64* walk, u64 width, u32 dispatch_chunks) {
   __shared__ i64 send_me[64], recv_me[64], recv_col[64], send_col[64], from[64];
   if (threadIdx.x == 0) {
     i64 a = 0, c = 0;
@@ -453,6 +459,16 @@ extern "C" __global__ void __launch_bounds__(1024) ep_plan(const i64* matrix, u3
     summary[1 + e] = sum;
   }
   __syncthreads();
+  if (threadIdx.x == 0 && host != nullptr) {
+    // Before publish_to_host's fence and sequence store, so the host sees them with the summary.
+    i64* bounds = host + 2 + 1 + per_rank;
+    for (u32 c = 0; c <= dispatch_chunks; ++c) {
+      for (u32 s = 0; s < ranks; ++s) {
+        const i64 before = matrix[u64(s) * width + ranks + experts + u64(c) * ranks + me];
+        bounds[u64(c) * ranks + s] = recv_col[s] + before;
+      }
+    }
+  }
   if (threadIdx.x == 0) publish_to_host(host, seq, summary, 1 + per_rank, status);
 }
 
@@ -513,15 +529,12 @@ extern "C" __global__ void ep_signal_peers(const DeviceTable* t, u32 me, u32 ran
 // per_peer * (ranks - 1) * (epoch - lag), i.e. until every other rank's slot has reached
 // per_peer * (epoch - lag). The epoch lives on the GPU, so a CUDA graph replays it correctly.
 // On a timeout, the first rank whose slot is short is recorded.
-extern "C" __global__ void ep_wait(const DeviceTable* t, u32 me, u32 ranks, u32 sig, u64 per_peer, u64 lag, u64* state,
-                                   u32 slot, u64 timeout_ns, int stage, int* status) {
-  if (threadIdx.x != 0 || blockIdx.x != 0) return;
-  const u64 epoch = ++state[slot];
-  if (epoch <= lag || failed(status)) return;
-  const u64 each = per_peer * (epoch - lag);
+// Waits, bounded, until every other rank's slot of signal `sig` reached `each`; a failure is
+// recorded with the first rank whose slot is short (EP signals are never reset).
+__device__ void wait_each_peer(const DeviceTable* t, u32 me, u32 ranks, u32 sig, u64 each, u64 timeout_ns, int stage,
+                               int* status) {
   const Status s = wait_signal(t, sig, each * u64(ranks - 1), timeout_ns);
   if (s == OK) return;
-  // Which rank is short: the signal's per-rank slots (EP signals are never reset).
   const u64* slots = reinterpret_cast<const u64*>(t->signals) + u64(sig) * t->world;
   u32 lagging = me;
   for (u32 r = 0; r < ranks; ++r) {
@@ -531,6 +544,24 @@ extern "C" __global__ void ep_wait(const DeviceTable* t, u32 me, u32 ranks, u32 
     }
   }
   record_failure(status, stage, lagging, int(s));
+}
+
+extern "C" __global__ void ep_wait(const DeviceTable* t, u32 me, u32 ranks, u32 sig, u64 per_peer, u64 lag, u64* state,
+                                   u32 slot, u64 timeout_ns, int stage, int* status) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  const u64 epoch = ++state[slot];
+  if (epoch <= lag || failed(status)) return;
+  wait_each_peer(t, me, ranks, sig, per_peer * (epoch - lag), timeout_ns, stage, status);
+}
+
+// One thread: waits, bounded, until every other rank raised signal `sig` once per call so far,
+// i.e. until each of its slots reached *epoch (a slot's epoch, already bumped for this call by an
+// ep_wait). For signals raised once a call and waited for one by one within a call (dispatch's
+// chunks: the stream copies each chunk's rows out as soon as its signal is in).
+extern "C" __global__ void ep_wait_epoch(const DeviceTable* t, u32 me, u32 ranks, u32 sig, const u64* epoch, u64 timeout_ns,
+                                         int stage, int* status) {
+  if (threadIdx.x != 0 || blockIdx.x != 0 || failed(status)) return;
+  wait_each_peer(t, me, ranks, sig, *reinterpret_cast<const volatile u64*>(epoch), timeout_ns, stage, status);
 }
 
 // The pipelined combine: a reduce that sums each token as soon as its answers arrived, instead of
@@ -860,54 +891,108 @@ extern "C" __global__ void __launch_bounds__(1024) ep_ll_dispatch(const unsigned
   ll_signal_others(p, 7);
 }
 
+// Every thread of the block, in shared memory: start[q] = the sum of count(q') over q' < q for
+// q <= n, so start[n] is the total. count(q) is read twice and must give the same value both
+// times (counts written before the kernel started). Why: the low-latency kernels walk only the
+// rows that exist, flattened over (expert, source) pairs, so every warp gets work. The walk over
+// all E/R x R x M slots it replaces took 173.5 us for ~1,024 rows on 2xH100
+// (docs/results/2026-11-26-ep.md); by its arithmetic, not a measurement: 24 blocks of 32 warps are
+// 768 warps, 3 x (R x M = 256) slots of an expert, so warp w only ever saw slot w mod 256, and
+// the ~8 rows an expert holds fell to the same ~24 warps, one after another.
+template <typename Count>
+__device__ void block_prefix(Count count, u32 n, u32* start) {
+  const u32 per = (n + blockDim.x - 1) / blockDim.x;
+  const u32 q0 = threadIdx.x * per;
+  const u32 q1 = q0 + per < n ? q0 + per : n;
+  u32 mine = 0;
+  for (u32 q = q0; q < q1; ++q) mine += count(q);
+  u32 total;
+  u32 at = block_exclusive_scan(mine, &total);
+  for (u32 q = q0; q < q1; ++q) {
+    start[q] = at;
+    at += count(q);
+  }
+  if (threadIdx.x == 0) start[n] = total;
+  __syncthreads();
+}
+
+// The q in [0, n) with start[q] <= j < start[q + 1], for j < start[n] (start as block_prefix
+// leaves it; empty entries are skipped: the last q with start[q] <= j is the non-empty one).
+__device__ __forceinline__ u32 prefix_find(const u32* start, u32 n, u32 j) {
+  u32 lo = 0, hi = n;
+  while (lo < hi) {
+    const u32 mid = (lo + hi + 1) / 2;
+    if (start[mid] <= j) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
 // After the dispatch's signal: each local expert's rows, packed in source-rank order into
 // out [local][ranks * max_tokens] rows (the first packed_count[local] valid), with each row's
 // (token * k + slot) at its source in out_src, and layout[local][src] = (offset << 32) | count.
-// Blocks walk the local experts; a warp a row.
+// A warp a received row, over the rows that exist only (block_prefix over the (local, src)
+// counts, each clamped to max_tokens); block 0 writes layout and packed_count.
 extern "C" __global__ void __launch_bounds__(1024) ep_ll_unpack(const unsigned char* recv, const int* src_info,
                                                                const i64* counts, u32 local_experts, u32 ranks,
                                                                u64 max_tokens, u64 row_bytes, unsigned char* out,
                                                                int* out_src, i64* layout, int* packed_count) {
-  __shared__ i64 offset[33], count[33];
-  const u32 warp = threadIdx.x >> 5, warps = blockDim.x >> 5, lane = threadIdx.x & 31u;
-  for (u32 l = blockIdx.x; l < local_experts; l += gridDim.x) {
-    if (threadIdx.x == 0) {
-      i64 at = 0;
-      for (u32 r = 0; r < ranks; ++r) {
-        const i64 c = counts[u64(l) * ranks + r];
-        offset[r] = at;
-        count[r] = c;
-        layout[u64(l) * ranks + r] = (at << 32) | c;
-        at += c;
-      }
-      packed_count[l] = int(at);
+  __shared__ u32 start[EP_MAX_EXPERTS + 1];
+  const u32 pairs = local_experts * ranks;  // (local expert, source) pairs: the experts, <= EP_MAX_EXPERTS
+  if (pairs > EP_MAX_EXPERTS) return;       // refused by accord.ep.Buffer before any launch
+  block_prefix(
+      [&](u32 q) {
+        const i64 c = counts[q];
+        return c <= 0 ? 0u : (u64(c) < max_tokens ? u32(c) : u32(max_tokens));
+      },
+      pairs, start);
+  if (blockIdx.x == 0) {
+    for (u32 q = threadIdx.x; q < pairs; q += blockDim.x) {
+      const u32 l = q / ranks, first = start[l * ranks];
+      layout[q] = (i64(start[q] - first) << 32) | i64(start[q + 1] - start[q]);
+      if (q % ranks == 0) packed_count[l] = int(start[(l + 1) * ranks] - first);
     }
-    __syncthreads();
-    for (u32 r = 0; r < ranks; ++r) {
-      for (u64 i = warp; i < u64(count[r]); i += warps) {
-        const u64 cell = (u64(l) * ranks + r) * max_tokens + i;
-        const u64 to = u64(l) * ranks * max_tokens + u64(offset[r]) + i;
-        warp_copy_fanout(recv + cell * row_bytes, row_bytes, lane == 0 ? out + to * row_bytes : nullptr, 1);
-        if (lane == 0) out_src[to] = src_info[cell];
-      }
-    }
-    __syncthreads();
+  }
+  const u32 lane = threadIdx.x & 31u;
+  const u64 total = start[pairs];
+  for (u64 j = global_warp(); j < total; j += warp_count()) {
+    const u32 q = prefix_find(start, pairs, u32(j));
+    const u32 l = q / ranks;
+    const u64 i = j - start[q];
+    const u64 cell = u64(q) * max_tokens + i;  // (l * ranks + src) * max_tokens + i
+    const u64 to = u64(l) * ranks * max_tokens + (start[q] - start[l * ranks]) + i;
+    warp_copy_fanout(recv + cell * row_bytes, row_bytes, lane == 0 ? out + to * row_bytes : nullptr, 1);
+    if (lane == 0) out_src[to] = src_info[cell];
   }
 }
 
 // Combine, sending side: one warp per valid packed row i of each local expert l (i <
-// packed_count[l]): y's row back to the rank it came from (layout's ranges), into that rank's
-// combine buffer at (token * k + slot) (out_src). The last block signals every other rank.
+// packed_count[l]), over those rows only (block_prefix over packed_count): y's row back to the
+// rank it came from (layout's ranges), into that rank's combine buffer at (token * k + slot)
+// (out_src; a cell outside the buffer is refused as a bad argument). The last block signals every
+// other rank.
 extern "C" __global__ void __launch_bounds__(1024) ep_ll_combine_send(const unsigned char* y, const int* out_src,
                                                                      const i64* layout, const int* packed_count,
                                                                      u32 local_experts, LowLatency p) {
+  __shared__ u32 start[EP_MAX_EXPERTS + 1];
   const u32 lane = threadIdx.x & 31u;
   const u64 per_expert = u64(p.ranks) * p.max_tokens;
+  const u64 cells = p.max_tokens * p.k;  // rows of a combine buffer
+  const u32 local = local_experts <= EP_MAX_EXPERTS ? local_experts : 0;  // more: refused by accord.ep.Buffer
+  block_prefix(
+      [&](u32 l) {
+        const int c = packed_count[l];
+        return c <= 0 ? 0u : (u64(c) < per_expert ? u32(c) : u32(per_expert));
+      },
+      local, start);
   if (!failed(p.status)) {
-    for (u64 item = global_warp(); item < u64(local_experts) * per_expert; item += warp_count()) {
-      const u32 l = u32(item / per_expert);
-      const u64 i = item % per_expert;
-      if (i >= u64(packed_count[l])) continue;
+    const u64 total = start[local];
+    for (u64 j = global_warp(); j < total; j += warp_count()) {
+      const u32 l = prefix_find(start, local, u32(j));
+      const u64 i = j - start[l];
       u32 r = 0;
       while (r + 1 < p.ranks && u64(layout[u64(l) * p.ranks + r + 1] >> 32) <= i) ++r;
       unsigned char* comb = ll_base(p.table, p.comb_window, r);
@@ -915,8 +1000,13 @@ extern "C" __global__ void __launch_bounds__(1024) ep_ll_combine_send(const unsi
         if (lane == 0) record_failure(p.status, 8, r, int(NOT_DIRECT));
         continue;
       }
-      const u64 cell = u64(out_src[item]);
-      warp_copy_fanout(y + item * p.row_bytes, p.row_bytes, lane == 0 ? comb + cell * p.row_bytes : nullptr, 1);
+      const u64 item = u64(l) * per_expert + i;
+      const int cell = out_src[item];
+      if (cell < 0 || u64(cell) >= cells) {
+        if (lane == 0) record_failure(p.status, 8, r, int(BAD_ARGUMENT));
+        continue;
+      }
+      warp_copy_fanout(y + item * p.row_bytes, p.row_bytes, lane == 0 ? comb + u64(cell) * p.row_bytes : nullptr, 1);
     }
   }
   if (!ll_last_block(p.blocks_done)) return;
@@ -925,15 +1015,20 @@ extern "C" __global__ void __launch_bounds__(1024) ep_ll_combine_send(const unsi
 
 // Combine, receiving side: out[t] = sum over slots j with topk_idx[t][j] >= 0 of
 // weights[t][j] * comb[t * k + j], in fp32, for bf16 rows of `hidden` (a multiple of 8). A warp
-// a token.
+// per (token, 32 * EP_UNROLL pieces of its row): a decode batch has fewer tokens than the grid
+// has warps, so a warp a whole token left most of them idle (same sums in the same order).
 extern "C" __global__ void __launch_bounds__(1024) ep_ll_reduce_bf16(unsigned short* out, const unsigned short* comb,
                                                                     const i64* topk_idx, const float* weights,
                                                                     u64 tokens, u32 k, u64 hidden) {
   const u32 lane = threadIdx.x & 31u;
   const u64 pieces = hidden / 8;
-  for (u64 t = global_warp(); t < tokens; t += warp_count()) {
+  const u64 step = 32 * EP_UNROLL;
+  const u64 parts = (pieces + step - 1) / step;
+  for (u64 item = global_warp(); item < tokens * parts; item += warp_count()) {
+    const u64 t = item / parts;
     int4* dst = reinterpret_cast<int4*>(out + t * hidden);
-    for (u64 base = 0; base < pieces; base += 32 * EP_UNROLL) {
+    {
+      const u64 base = (item % parts) * step;
       float acc[EP_UNROLL][8];
 #pragma unroll
       for (u32 u = 0; u < EP_UNROLL; ++u)
