@@ -378,18 +378,18 @@ def main(argv: list[str] | None = None) -> int:
         timed(torch, dist, lambda: buffer.dispatch(x, topk_idx, topk_w, num_worst_tokens=ranks * T), args.iters),
     )
     buffer._pipelined_output = False
-    # The copy engine copying the exact-size output once every chunk arrived (one copy), instead
-    # of chunk by chunk as each arrives (the default).
-    buffer._copy_by_chunk = False
-    whole = buffer.dispatch(x, topk_idx, topk_w)
-    checks["dispatch, output copied by the copy engine after the last chunk"] = torch.equal(whole.x, ref_x)
-    if not checks["dispatch, output copied by the copy engine after the last chunk"]:
-        failures.append(f"rank {rank}: dispatch, output copied by the copy engine after the last chunk")
+    # The copy engine copying the exact-size output chunk by chunk as each arrives, instead of
+    # once every chunk arrived (the default).
+    buffer._copy_by_chunk = True
+    chunked = buffer.dispatch(x, topk_idx, topk_w)
+    checks["dispatch, output copied by the copy engine chunk by chunk"] = torch.equal(chunked.x, ref_x)
+    if not checks["dispatch, output copied by the copy engine chunk by chunk"]:
+        failures.append(f"rank {rank}: dispatch, output copied by the copy engine chunk by chunk")
     add(
-        "accord.ep dispatch, output copied by the copy engine after the last chunk",
+        "accord.ep dispatch, output copied by the copy engine chunk by chunk",
         timed(torch, dist, lambda: buffer.dispatch(x, topk_idx, topk_w), args.iters),
     )
-    buffer._copy_by_chunk = True
+    buffer._copy_by_chunk = False
     add("accord.ep combine", timed(torch, dist, lambda: buffer.combine(y, got.handle), args.iters))
     # all_to_all_v with the split sizes on the GPU, against NCCL's all_to_all_single given the
     # same splits as host lists (which its callers must first copy to the host).

@@ -324,9 +324,10 @@ class Buffer:
         # The copy engine's copy of an exact-size output (GPU waits): True queues one copy per
         # sender and chunk behind that chunk's wait, so the copies overlap the puts still in
         # flight (_copy_out_by_chunk); False copies the whole output once every chunk arrived,
-        # all of it after the last chunk (4096 tokens on 2xH100: 449.1 us a dispatch against
-        # zero_copy's 377.2, docs/results/2026-11-26-ep.md; the chunked copy is not measured yet).
-        self._copy_by_chunk = True
+        # all of it after the last chunk. The chunked copy did not pay on 2xH100 (4096 tokens, two
+        # alternated rounds in one call: 775 and 790 us a dispatch against 663 and 547 for the
+        # whole copy, docs/results/2026-11-26-ep.md), so the whole copy stays the default.
+        self._copy_by_chunk = False
         # A count row: tokens per rank, per expert, then the rows to each rank before each chunk
         # boundary ([chunks + 1][ranks], ep_layout_scan), which receivers need for ep_copy_out.
         self._count_width = ranks + num_experts + (max(chunks, 1) + 1) * ranks
