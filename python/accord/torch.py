@@ -132,6 +132,11 @@ _DTYPES = {
 # dtypes the GPU reduction kernels handle (all_reduce, reduce_scatter); copies take any dtype.
 _GPU_REDUCE_DTYPES = {torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64}
 
+# Largest receive buffer of one op on the GPU collectives; larger ops are staged. A receive buffer
+# of VMM memory is registered as the mappings it spans, at most 32 (accord_coll's
+# VMM_PIECES_INLINE): PyTorch's expandable segments map 20 MiB each, so 512 MiB spans at most 27.
+_GPU_RECV_BYTES_MAX = 512 << 20
+
 # How much longer than the group's timeout a ``wait`` waits for the worker before it gives up
 # (the collective itself is bounded by the group's timeout; this only bounds a stuck worker).
 _WAIT_SLACK_S = 30.0
@@ -400,11 +405,15 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         self._jobs.put((fn, work))
         return work
 
-    def _gpu_for(self, t: torch.Tensor, op: str) -> _GpuPath | None:
+    def _gpu_for(self, t: torch.Tensor, op: str, recv_bytes: int | None = None) -> _GpuPath | None:
         """The GPU collectives for CUDA tensor ``t``, set up at the group's first CUDA op (every
         rank's first CUDA op is the same call, so they meet there), or None where CUDA tensors
-        are staged through host memory."""
+        are staged through host memory. ``recv_bytes`` (default ``t``'s) is what the op receives
+        into, the same on every rank for these ops; above ``_GPU_RECV_BYTES_MAX`` the op is
+        staged, on every rank alike."""
         if not t.is_cuda:
+            return None
+        if (recv_bytes if recv_bytes is not None else t.numel() * t.element_size()) > _GPU_RECV_BYTES_MAX:
             return None
         with self._gpu_lock:
             if self._gpu is None:
@@ -631,7 +640,10 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         op = _reduce_op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "all_reduce_coalesced")
         ts = [_check_tensor(t, "all_reduce_coalesced") for t in tensors]
         _same_dtype("all_reduce_coalesced", *ts)
-        gpu = self._gpu_for(ts[0], "all_reduce_coalesced") if ts and ts[0].dtype in _GPU_REDUCE_DTYPES else None
+        total = sum(t.numel() * t.element_size() for t in ts)
+        gpu = (
+            self._gpu_for(ts[0], "all_reduce_coalesced", total) if ts and ts[0].dtype in _GPU_REDUCE_DTYPES else None
+        )
         if gpu is not None:
 
             def coalesced_on_stream(stream: int) -> None:
@@ -731,7 +743,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         if any(o.numel() != t.numel() for o in outs):
             raise BackendError("accord backend: all_gather: every output tensor must have the input's number of elements")
         _same_dtype("all_gather", t, *outs)
-        gpu = self._gpu_for(t, "all_gather")
+        gpu = self._gpu_for(t, "all_gather", t.numel() * t.element_size() * self._size)
         if gpu is not None:
 
             def gather_list_on_stream(stream: int) -> None:
