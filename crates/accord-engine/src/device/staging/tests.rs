@@ -313,7 +313,18 @@ fn a_failed_copy_fails_the_write_and_stops_its_chunks() {
 
 #[test]
 fn a_peer_that_exits_mid_transfer_fails_the_write_without_a_crash() {
-    let r = rig(5, 64 << 10, 4, None, Duration::from_millis(400));
+    // The peer is an engine of this process, so no pidfd says it left: the writer declares it
+    // dead after `peer_dead_after`, here 1 s instead of the default 5 s (the test's own time).
+    let config =
+        crate::EngineConfig { device_ipc: false, peer_dead_after: Duration::from_secs(1), ..Default::default() };
+    let writer = Engine::builder()
+        .ignore_env()
+        .config(config)
+        .force_network(true)
+        .idle_timeout(Duration::from_millis(400))
+        .build()
+        .unwrap();
+    let r = rig_of(writer, 5, 64 << 10, 4, None);
     let b = staging_engine(Duration::from_secs(5));
     r.a.add_peer(&b.address()).unwrap();
     let src = pattern(2 << 20, 3);
