@@ -5,24 +5,8 @@
 mod telemetry_pair;
 
 use accord_engine::WriteOp;
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
 
 const WRITES: usize = 20;
-
-/// `GET /metrics` over a plain socket; the body, checked to be the Prometheus text format.
-fn scrape(addr: std::net::SocketAddr) -> String {
-    let mut s = TcpStream::connect(addr).expect("connect to the metrics endpoint");
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).expect("read the response");
-    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    assert!(head.to_ascii_lowercase().contains("content-type: text/plain; version=0.0.4"), "{head}");
-    body.to_string()
-}
 
 /// Parses the text exposition with a Prometheus text parser (`prometheus-parse`). That
 /// parser skips what it cannot read, so each line is first checked to be a comment, a `# TYPE`
@@ -74,7 +58,7 @@ fn metrics_are_scraped_and_the_trace_loads_as_json() {
         a.write(&op).unwrap().wait().unwrap();
     }
     let addr = a.metrics_addr().expect("the endpoint is up");
-    let scrape = parse(&scrape(addr));
+    let scrape = parse(&telemetry_pair::scrape(addr));
     let peer = format!("{:016x}", b.id().0);
     let sent: f64 = samples(&scrape, "accord_peer_bytes_sent_total", &[("peer", &peer)])
         .into_iter()

@@ -6,29 +6,12 @@
 mod telemetry_pair;
 
 use accord_engine::{telemetry, WriteOp};
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
 const BYTES: usize = 64 << 10;
 const BEFORE: usize = 3;
 const PAUSED: usize = 5;
 const AFTER: usize = 4;
-
-/// The `transfer` count the endpoint serves, over HTTP (the endpoint's own thread answers).
-fn scraped_transfer_count(addr: std::net::SocketAddr) -> f64 {
-    let mut s = TcpStream::connect(addr).expect("connect to the metrics endpoint");
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).expect("read the response");
-    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("accord_op_latency_seconds_count{op=\"transfer\"}"))
-        .unwrap_or_else(|| panic!("no transfer count in\n{text}"));
-    line.rsplit(' ').next().unwrap().parse().unwrap()
-}
 
 #[test]
 fn transfers_made_while_paused_are_not_recorded_and_those_after_resuming_are() {
@@ -47,7 +30,7 @@ fn transfers_made_while_paused_are_not_recorded_and_those_after_resuming_are() {
     // Scrapes closer together than the endpoint's interval get its last answer again.
     let scrape = || {
         std::thread::sleep(telemetry::SCRAPE_INTERVAL_MIN + Duration::from_millis(50));
-        scraped_transfer_count(a.metrics_addr().expect("the endpoint is up"))
+        telemetry_pair::transfer_count(&telemetry_pair::scrape(a.metrics_addr().expect("the endpoint is up")))
     };
     writes(BEFORE);
     assert_eq!(scrape(), BEFORE as f64);

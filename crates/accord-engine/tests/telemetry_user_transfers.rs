@@ -13,14 +13,6 @@ const READS: usize = 6;
 const WRITES: usize = 4;
 const BYTES: usize = 64 << 10;
 
-fn transfer_count(text: &str) -> f64 {
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("accord_op_latency_seconds_count{op=\"transfer\"}"))
-        .unwrap_or_else(|| panic!("no transfer count in\n{text}"));
-    line.rsplit(' ').next().unwrap().parse().unwrap()
-}
-
 #[test]
 fn a_remote_read_is_one_recorded_transfer_not_its_frames_and_answer() {
     let began = std::time::Instant::now();
@@ -41,7 +33,7 @@ fn a_remote_read_is_one_recorded_transfer_not_its_frames_and_answer() {
     local.read_at(0, &mut back).unwrap();
     assert!(back.iter().all(|&x| x == 7), "the reads landed");
     let expected = READS + WRITES;
-    assert_eq!(transfer_count(&a.metrics_text()), expected as f64, "one per read and per write");
+    assert_eq!(telemetry_pair::transfer_count(&a.metrics_text()), expected as f64, "one per read and per write");
     drop(a);
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&trace).expect("trace written")).unwrap();

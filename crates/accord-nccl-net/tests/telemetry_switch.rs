@@ -7,20 +7,9 @@
 
 use nccl_net_accord::abi::{self, CommConfig, NetV11};
 use std::ffi::c_int;
-use std::path::PathBuf;
+mod plugin_lib;
 
-fn plugin_path() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let deps = exe.parent().expect("deps directory");
-    // `cargo test` refreshes the copy in deps/ (the profile directory's may be stale).
-    for dir in [deps, deps.parent().expect("profile directory")] {
-        let candidate = dir.join("libnccl_net_accord.so");
-        if candidate.exists() {
-            return candidate;
-        }
-    }
-    panic!("libnccl_net_accord.so not found next to {}: build the crate first", exe.display());
-}
+use plugin_lib::plugin_path;
 
 #[test]
 fn a_benchmark_pauses_and_resumes_the_plugins_recording_through_the_library() {

@@ -18,7 +18,9 @@ use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_int, c_ulong, c_void, CStr};
-use std::path::PathBuf;
+mod plugin_lib;
+
+use plugin_lib::plugin_path;
 use std::time::{Duration, Instant};
 
 /// The pair's roles: the traffic, or the peer-death scenario (`death_child`).
@@ -37,20 +39,6 @@ const PART_BYTES: usize = SLOT_BYTES / RECVS_MAX;
 const GUARD_BYTE: u8 = 0xEE;
 const CHILD_DEADLINE: Duration = Duration::from_secs(60);
 const PARENT_DEADLINE: Duration = Duration::from_secs(200);
-
-fn plugin_path() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let deps = exe.parent().expect("deps directory");
-    // `cargo test` refreshes the copy in deps/ (the one in the profile directory is uplifted by
-    // `cargo build` only and may be stale).
-    for dir in [deps, deps.parent().expect("profile directory")] {
-        let candidate = dir.join("libnccl_net_accord.so");
-        if candidate.exists() {
-            return candidate;
-        }
-    }
-    panic!("libnccl_net_accord.so not found next to {}: build the crate first", exe.display());
-}
 
 /// One receive of a group: its capacity and what the sender sends into it.
 #[derive(Clone, Copy, Debug)]
