@@ -23,6 +23,7 @@ import faulthandler
 import os
 import sys
 import time
+from typing import Any, Callable
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -367,12 +368,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     # The same buffer copying the output with its SMs as each chunk arrives, instead of with the
     # copy engine.
+    def checked_row(what: str, call: Callable[[], Any]) -> None:
+        """Checks one dispatch variant's rows against the reference, then times it as the row
+        "accord.ep <what>"."""
+        checks[what] = torch.equal(call().x, ref_x)
+        if not checks[what]:
+            failures.append(f"rank {rank}: {what}")
+        add(f"accord.ep {what}", timed(torch, dist, call, args.iters))
+
     buffer._pipelined_output = True
-    piped = buffer.dispatch(x, topk_idx, topk_w)
-    checks["dispatch, output copied by SMs as chunks arrive"] = torch.equal(piped.x, ref_x)
-    if not checks["dispatch, output copied by SMs as chunks arrive"]:
-        failures.append(f"rank {rank}: dispatch, output copied by SMs as chunks arrive")
-    add("accord.ep dispatch, output copied by SMs as chunks arrive", timed(torch, dist, lambda: buffer.dispatch(x, topk_idx, topk_w), args.iters))
+    checked_row("dispatch, output copied by SMs as chunks arrive", lambda: buffer.dispatch(x, topk_idx, topk_w))
     add(
         "accord.ep dispatch, num_worst_tokens, output copied by SMs as chunks arrive",
         timed(torch, dist, lambda: buffer.dispatch(x, topk_idx, topk_w, num_worst_tokens=ranks * T), args.iters),
@@ -381,14 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     # The copy engine copying the exact-size output chunk by chunk as each arrives, instead of
     # once every chunk arrived (the default).
     buffer._copy_by_chunk = True
-    chunked = buffer.dispatch(x, topk_idx, topk_w)
-    checks["dispatch, output copied by the copy engine chunk by chunk"] = torch.equal(chunked.x, ref_x)
-    if not checks["dispatch, output copied by the copy engine chunk by chunk"]:
-        failures.append(f"rank {rank}: dispatch, output copied by the copy engine chunk by chunk")
-    add(
-        "accord.ep dispatch, output copied by the copy engine chunk by chunk",
-        timed(torch, dist, lambda: buffer.dispatch(x, topk_idx, topk_w), args.iters),
-    )
+    checked_row("dispatch, output copied by the copy engine chunk by chunk", lambda: buffer.dispatch(x, topk_idx, topk_w))
     buffer._copy_by_chunk = False
     add("accord.ep combine", timed(torch, dist, lambda: buffer.combine(y, got.handle), args.iters))
     # all_to_all_v with the split sizes on the GPU, against NCCL's all_to_all_single given the
