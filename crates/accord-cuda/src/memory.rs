@@ -189,23 +189,22 @@ impl DeviceBuffer {
     /// default. Copies of it from a private context ([`Gpu::open_private`]) never wait behind
     /// the primary context's synchronous calls.
     pub fn alloc_unowned(gpu: &Gpu, len_bytes: usize) -> Result<DeviceBuffer> {
+        DeviceBuffer::alloc_vmm(gpu, len_bytes, driver::vmm_alloc)
+    }
+
+    fn alloc_vmm(gpu: &Gpu, len_bytes: usize, alloc: fn(i32, usize) -> Result<(u64, usize)>) -> Result<DeviceBuffer> {
         if len_bytes == 0 {
             return Err(CudaError::InvalidArgument { what: "a device buffer needs at least one byte".into() });
         }
         let _restore = gpu.bind_scoped()?;
-        let (ptr, mapped) = driver::vmm_alloc(gpu.raw_device(), len_bytes)?;
+        let (ptr, mapped) = alloc(gpu.raw_device(), len_bytes)?;
         Ok(DeviceBuffer { gpu: gpu.clone(), ptr: DevicePtr(ptr), len_bytes, owner: Owner::Vmm(mapped) })
     }
 
     /// As [`DeviceBuffer::alloc_unowned`], and exportable to other processes as POSIX file
     /// descriptors ([`crate::ipc::vmm::export_vmm_range`]), as PyTorch's expandable segments are.
     pub fn alloc_shareable(gpu: &Gpu, len_bytes: usize) -> Result<DeviceBuffer> {
-        if len_bytes == 0 {
-            return Err(CudaError::InvalidArgument { what: "a device buffer needs at least one byte".into() });
-        }
-        let _restore = gpu.bind_scoped()?;
-        let (ptr, mapped) = driver::vmm_alloc_shareable(gpu.raw_device(), len_bytes)?;
-        Ok(DeviceBuffer { gpu: gpu.clone(), ptr: DevicePtr(ptr), len_bytes, owner: Owner::Vmm(mapped) })
+        DeviceBuffer::alloc_vmm(gpu, len_bytes, driver::vmm_alloc_shareable)
     }
 
     /// A view of device memory someone else allocated (a framework's tensor), which dropping the
