@@ -50,7 +50,7 @@ struct Env {
   std::vector<Descriptor> seen;
   u64 running[SIGNALS] = {};
   u64 peer_barrier = 0;
-  std::atomic<bool> stop{false}, paused{false}, slow{false};
+  std::atomic<bool> stop{false}, paused{false}, slow{false}, pause_seen{false};
 
   Env() {
     std::memset(slots, 0, sizeof slots);
@@ -66,7 +66,11 @@ struct Env {
   void consume() {
     u64 next = 0;
     while (!stop.load()) {
-      if (paused.load()) { std::this_thread::yield(); continue; }
+      if (paused.load()) {
+        pause_seen.store(true);
+        std::this_thread::yield();
+        continue;
+      }
       Descriptor* s = &slots[next % SLOTS];
       if (__atomic_load_n(&s->seq, __ATOMIC_ACQUIRE) != next + 1) { std::this_thread::yield(); continue; }
       Descriptor d = *s;
@@ -88,6 +92,20 @@ struct Env {
       ++next;
       if (slow.load() && next % 16 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
+  }
+
+  // Stops the consumer and waits (bounded) until it is in its paused branch, so no descriptor
+  // put after this returns is taken: setting the flag alone races with a consumer that read it
+  // just before and takes the next descriptor anyway (a flake seen once in CI).
+  bool pause() {
+    pause_seen.store(false);
+    paused.store(true);
+    const u64 start = accord_emulation_now_ns();
+    while (!pause_seen.load()) {
+      if (accord_emulation_now_ns() - start > 10000000000ull) return false;
+      std::this_thread::yield();
+    }
+    return true;
   }
 
   // Waits (bounded) until the consumer took every ticket handed out.
@@ -229,14 +247,15 @@ int main() {
 
   // flush returns once every earlier ticket completed, and times out while the proxy stalls.
   {
-    env->paused = true;
+    const bool stopped = env->pause();
     Status a = put(t, 0, 1, 0, 1, 0, 8);
     Status stalled = flush(t, 20000000ull);
     env->paused = false;
     Status done = flush(t, 5000000000ull);
     const bool completed = env->control.completed == env->reserved;
     env->take();
-    verdict("flush_waits_for_completion_and_is_bounded", a == OK && stalled == TIMEOUT && done == OK && completed,
+    verdict("flush_waits_for_completion_and_is_bounded",
+            stopped && a == OK && stalled == TIMEOUT && done == OK && completed,
             "flush returned the wrong status");
   }
 
@@ -268,12 +287,13 @@ int main() {
 
   // A full ring whose proxy stalls: put gives up after the ring wait, it does not hang.
   {
-    env->paused = true;
+    const bool stopped = env->pause();
     accord_emulation_ring_wait_ns = 20000000ull;  // 20 ms
     Status s = OK;
     int issued = 0;
     for (; issued < int(SLOTS) + 1 && s == OK; ++issued) s = put(t, 0, 1, 0, 1, 0, 8);
-    verdict("a_full_stalled_ring_times_out", s == TIMEOUT && issued == int(SLOTS) + 1, "the ninth put did not time out");
+    verdict("a_full_stalled_ring_times_out", stopped && s == TIMEOUT && issued == int(SLOTS) + 1,
+            "the ninth put did not time out");
     accord_emulation_ring_wait_ns = 10000000000ull;
   }
 
