@@ -6,6 +6,7 @@ MASTER_PORT). Skipped where torch is not installed."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -80,7 +81,9 @@ def test_communicator_under_torchrun() -> None:
     ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=150)
     assert done.returncode == 0, done.stdout + done.stderr
-    lines = sorted(line for line in done.stdout.splitlines() if line.startswith("RANK "))
+    # Found anywhere in the output: torchrun relays both ranks' stdout, and a line may share
+    # its start with the other rank's.
+    lines = sorted(re.findall(r"RANK \d comm \[[^\]]*\] second \[[^\]]*\] pg \[[^\]]*\]", done.stdout))
     assert lines == [
         "RANK 0 comm [3.0, 3.0, 3.0, 3.0] second [2.0, 2.0] pg [1.0, 1.0, 1.0]",
         "RANK 1 comm [3.0, 3.0, 3.0, 3.0] second [2.0, 2.0] pg [1.0, 1.0, 1.0]",

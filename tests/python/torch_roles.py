@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import sys
 from typing import Any, Callable
 
 import torch
@@ -402,7 +403,10 @@ def communicator_in_torchrun() -> None:
     v = torch.full((3,), float(dist.get_rank()))
     dist.all_reduce(v)
     dist.destroy_process_group()
-    print(f"RANK {os.environ['RANK']} comm {t.tolist()} second {u.tolist()} pg {v.tolist()}", flush=True)
+    # One write per line: print() writes the text and the newline separately, and the two ranks
+    # share torchrun's stdout, so their lines could interleave.
+    sys.stdout.write(f"RANK {os.environ['RANK']} comm {t.tolist()} second {u.tolist()} pg {v.tolist()}\n")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":
