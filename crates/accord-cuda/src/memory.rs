@@ -42,32 +42,42 @@ pub fn check_device_range(ptr: DevicePtr, len_bytes: usize) -> Result<()> {
 /// Most back-to-back VMM mappings one range may span (64 GiB of PyTorch's 20 MiB segments).
 pub const VMM_SPAN_MAPPINGS_MAX: usize = 3277;
 
-/// The VMM mappings that `ptr..ptr + len_bytes` spans, which must follow one another with no
-/// gap: `(first mapping's start, last mapping's end, a fingerprint of the mappings' buffer ids)`.
-/// A mapping that is unmapped and replaced gets a new buffer id, so the fingerprint changes.
-fn vmm_span(ptr: DevicePtr, len_bytes: usize) -> Result<(u64, u64, u64)> {
+/// The mappings (`(start, size)`, in address order) that `ptr..ptr + len_bytes` spans, which
+/// must follow one another with no gap, at most [`VMM_SPAN_MAPPINGS_MAX`]: how VMM memory
+/// (PyTorch's expandable segments) lies, one mapping per segment. The one walk both the range
+/// check and the export ([`crate::ipc::vmm::export_vmm_range`]) use.
+pub(crate) fn vmm_mappings(ptr: DevicePtr, len_bytes: usize) -> Result<Vec<(u64, usize)>> {
     let bad = |detail: String| CudaError::BadDeviceRange { ptr: ptr.0, len_bytes, detail };
     let end = ptr.0.checked_add(len_bytes as u64).ok_or_else(|| bad("it wraps the address space".into()))?;
-    let (first, mut size) = driver::mem_address_range(ptr.0)?;
+    let (first, size) = driver::mem_address_range(ptr.0)?;
+    let mut mappings = vec![(first, size)];
     let mut reached = first + size as u64;
-    let mut fingerprint = fold_id(0xcbf2_9ce4_8422_2325, driver::pointer_buffer_id(first)?);
-    for _ in 1..VMM_SPAN_MAPPINGS_MAX {
-        if reached >= end {
-            return Ok((first, reached, fingerprint));
+    while reached < end {
+        if mappings.len() == VMM_SPAN_MAPPINGS_MAX {
+            return Err(bad(format!("it spans more than {VMM_SPAN_MAPPINGS_MAX} mappings")));
         }
         let (next, next_size) = driver::mem_address_range(reached)
             .map_err(|e| bad(format!("nothing mapped at 0x{reached:x} after 0x{first:x}: {e}")))?;
         if next != reached || next_size == 0 {
             return Err(bad(format!("the mapping after 0x{first:x}..0x{reached:x} starts at 0x{next:x}")));
         }
-        fingerprint = fold_id(fingerprint, driver::pointer_buffer_id(next)?);
-        size = next_size;
-        reached = next + size as u64;
+        mappings.push((next, next_size));
+        reached = next + next_size as u64;
     }
-    if reached >= end {
-        return Ok((first, reached, fingerprint));
+    Ok(mappings)
+}
+
+/// The span of [`vmm_mappings`]: `(first mapping's start, last mapping's end, a fingerprint of
+/// the mappings' buffer ids)`. A mapping that is unmapped and replaced gets a new buffer id, so
+/// the fingerprint changes.
+fn vmm_span(ptr: DevicePtr, len_bytes: usize) -> Result<(u64, u64, u64)> {
+    let mappings = vmm_mappings(ptr, len_bytes)?;
+    let mut fingerprint = 0xcbf2_9ce4_8422_2325;
+    for &(start, _) in &mappings {
+        fingerprint = fold_id(fingerprint, driver::pointer_buffer_id(start)?);
     }
-    Err(bad(format!("it spans more than {VMM_SPAN_MAPPINGS_MAX} mappings")))
+    let (first, last) = (mappings[0], mappings[mappings.len() - 1]);
+    Ok((first.0, last.0 + last.1 as u64, fingerprint))
 }
 
 /// FNV-1a over the bytes of `id`, continuing from `hash`.

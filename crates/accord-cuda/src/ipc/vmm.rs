@@ -28,9 +28,9 @@ use crate::error::{CudaError, Result};
 use crate::ffi::driver;
 use crate::memory::DevicePtr;
 
-/// Most pieces one range may have: 64 GiB of PyTorch's 20 MiB segments. A peer naming more is
-/// refused before anything is mapped.
-pub const VMM_PIECES_MAX: usize = 3277;
+/// Most pieces one range may have (the walk's bound, [`crate::memory::VMM_SPAN_MAPPINGS_MAX`]:
+/// 64 GiB of PyTorch's 20 MiB segments). A peer naming more is refused before anything is mapped.
+pub const VMM_PIECES_MAX: usize = crate::memory::VMM_SPAN_MAPPINGS_MAX;
 
 /// One mapping of an exported range: its physical allocation as a file descriptor, where it
 /// starts relative to the first piece, and its size.
@@ -61,18 +61,10 @@ pub fn export_vmm_range(gpu: &Gpu, ptr: DevicePtr, len_bytes: usize) -> Result<V
         return Err(CudaError::InvalidArgument { what: "an exported range needs at least one byte".into() });
     }
     let _restore = gpu.bind_scoped()?;
-    let end = ptr.0.checked_add(len_bytes as u64).ok_or_else(|| CudaError::InvalidArgument {
-        what: format!("range 0x{:x}+{len_bytes} wraps the address space", ptr.0),
-    })?;
-    let mut pieces = Vec::new();
-    let mut at = ptr.0;
-    let mut first = None;
-    while at < end {
-        let (base, size) = driver::mem_address_range(at)?;
-        if size == 0 || base > at {
-            return Err(CudaError::InvalidArgument { what: format!("the driver gave an empty mapping at 0x{at:x}") });
-        }
-        let start = *first.get_or_insert(base);
+    let mappings = crate::memory::vmm_mappings(ptr, len_bytes)?;
+    let first = mappings[0].0;
+    let mut pieces = Vec::with_capacity(mappings.len());
+    for (base, size) in mappings {
         let handle = driver::mem_retain_allocation_handle(base).map_err(|e| CudaError::InvalidArgument {
             what: format!("0x{base:x} is not VMM memory ({e}); allocate with cuMemCreate, e.g. PyTorch with expandable_segments:True"),
         })?;
@@ -86,15 +78,9 @@ pub fn export_vmm_range(gpu: &Gpu, ptr: DevicePtr, len_bytes: usize) -> Result<V
             }
         });
         let _ = driver::mem_release(handle);
-        pieces.push(VmmPiece { offset: base - start, len_bytes: size as u64, fd: exported? });
-        if pieces.len() > VMM_PIECES_MAX {
-            return Err(CudaError::InvalidArgument {
-                what: format!("the range spans more than {VMM_PIECES_MAX} mappings"),
-            });
-        }
-        at = base + size as u64;
+        pieces.push(VmmPiece { offset: base - first, len_bytes: size as u64, fd: exported? });
     }
-    Ok(VmmExport { pieces, ptr_offset: ptr.0 - first.unwrap_or(ptr.0) })
+    Ok(VmmExport { pieces, ptr_offset: ptr.0 - first })
 }
 
 /// Checks a peer's piece list before anything is mapped: at least one piece, at most
