@@ -27,6 +27,15 @@ fn two_ranks(test: &str) -> (usize, u16, Option<Group>) {
     (0, port, Some(child))
 }
 
+/// Every collective's checks ([`check::run_all`]) at each of `counts`, each line printed.
+fn run_checks(comm: &mut GpuCommunicator, rank: usize, counts: &[usize]) {
+    for &count in counts {
+        for line in check::run_all(comm, count).expect("checks") {
+            println!("rank {rank}: {line}");
+        }
+    }
+}
+
 fn communicator(rank: usize, port: u16, config: GpuConfig) -> GpuCommunicator {
     let bc = BootstrapConfig {
         rank,
@@ -50,11 +59,7 @@ fn two_rank_collectives_respect_stream_order() {
     // 2 MiB blocks on, the ramp of smaller last chunks included).
     let config = GpuConfig { scratch_bytes: 8 << 20, pipeline_chunk_bytes: 4096, ..GpuConfig::default() };
     let mut comm = communicator(rank, port, config);
-    for count in [1, 1017, 40_000, 5_000_001] {
-        for line in check::run_all(&mut comm, count).expect("checks") {
-            println!("rank {rank}: {line}");
-        }
-    }
+    run_checks(&mut comm, rank, &[1, 1017, 40_000, 5_000_001]);
     drop(comm);
     if let Some(mut child) = child {
         child.finish().expect("rank 1 succeeds");
@@ -163,11 +168,7 @@ fn a_private_context_runs_the_collectives_on_vmm_memory() {
     };
     let mut comm = communicator(rank, port, config);
     assert!(comm.set_stream_order(StreamOrder::Stall).is_err(), "stall needs the primary context");
-    for count in [1017, 5_000_001] {
-        for line in check::run_all(&mut comm, count).expect("checks") {
-            println!("rank {rank}: {line}");
-        }
-    }
+    run_checks(&mut comm, rank, &[1017, 5_000_001]);
     let gpu = comm.gpu().clone();
     let stream = accord_cuda::Stream::new(comm.callers_gpu()).expect("a stream of the primary context");
     const BLOCK: usize = 3 << 20; // elements of f32: 12 MiB, several 2 MiB mappings' worth
