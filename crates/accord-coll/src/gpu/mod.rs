@@ -290,13 +290,7 @@ impl GpuCommunicator {
                 ),
             });
         }
-        if config.private_context && config.stream_order == StreamOrder::Stall {
-            return Err(GpuCollError::InvalidArgument {
-                what: "the stall stream order cannot be used with ACCORD_GPU_PRIVATE_CONTEXT=1 (its kernel \
-                       would run on another context's stream); use waitvalue or hostfn"
-                    .into(),
-            });
-        }
+        check_order(&config, config.stream_order)?;
         let callers_gpu = Gpu::open(gpu_ordinal)?;
         let gpu = if config.private_context { Gpu::open_private(gpu_ordinal)? } else { callers_gpu.clone() };
         let (board, blob) = if rank == 0 {
@@ -429,11 +423,7 @@ impl GpuCommunicator {
     /// choose independently).
     /// A communicator in a private context ([`GpuConfig::private_context`]) refuses `stall`.
     pub fn set_stream_order(&mut self, order: StreamOrder) -> GpuResult<()> {
-        if self.config.private_context && order == StreamOrder::Stall {
-            return Err(GpuCollError::InvalidArgument {
-                what: "the stall stream order needs the primary context (ACCORD_GPU_PRIVATE_CONTEXT=1 here)".into(),
-            });
-        }
+        check_order(&self.config, order)?;
         self.order = order;
         Ok(())
     }
@@ -793,6 +783,19 @@ impl GpuCommunicator {
         }
         Ok(())
     }
+}
+
+/// Refuses `stall` in a private context: its kernel belongs to that context and cannot run on a
+/// caller's stream, which lives in the primary one.
+fn check_order(config: &GpuConfig, order: StreamOrder) -> GpuResult<()> {
+    if config.private_context && order == StreamOrder::Stall {
+        return Err(GpuCollError::InvalidArgument {
+            what: "the stall stream order cannot be used with ACCORD_GPU_PRIVATE_CONTEXT=1 (its kernel would run \
+                   on another context's stream); use waitvalue or hostfn"
+                .into(),
+        });
+    }
+    Ok(())
 }
 
 /// The file descriptors of this rank's VMM registrations, by registration id: open until the
