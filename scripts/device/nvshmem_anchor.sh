@@ -118,8 +118,11 @@ if [ -z "$NVCC_BIN" ]; then
     [ -n "$c" ] && [ -x "$c" ] && { NVCC_BIN="$c"; break; }
   done
 fi
-if [ -z "$NVCC_BIN" ] || [ ! -x "$NVCC_BIN" ]; then
-  echo "NVSHMEM anchor not run: no nvcc (NVCC unset, none on PATH, CUDA_HOME unset, no /usr/local/cuda/bin/nvcc)"
+if [ -n "${NVCC:-}" ] && [ ! -x "$NVCC_BIN" ]; then
+  echo "NVSHMEM anchor not run: NVCC=$NVCC is not an executable"
+  exit 0
+elif [ -z "$NVCC_BIN" ]; then
+  echo "NVSHMEM anchor not run: no nvcc (NVCC unset, none on PATH, none under CUDA_HOME, no /usr/local/cuda/bin/nvcc)"
   exit 0
 fi
 
@@ -148,8 +151,8 @@ LIMIT_S="${LIMIT_S:-90}"
 case "$LIMIT_S" in ''|*[!0-9]*) echo "nvshmem_anchor: LIMIT_S must be whole seconds, not '$LIMIT_S'"; exit 2 ;; esac
 [ "$LIMIT_S" -ge 20 ] || { echo "nvshmem_anchor: LIMIT_S must be at least 20"; exit 2; }
 # The heap holds the bandwidth source and destination of the largest size, and a little more.
+[[ "${SIZES_MIB:-1}" =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "nvshmem_anchor: SIZES_MIB must be whole MiB separated by commas, not '$SIZES_MIB'"; exit 2; }
 MAX_MIB=$(echo "${SIZES_MIB:-1,4,16,64,256}" | tr ',' '\n' | sort -n | tail -1)
-case "$MAX_MIB" in ''|*[!0-9]*) echo "nvshmem_anchor: SIZES_MIB must be whole MiB separated by commas"; exit 2 ;; esac
 # Bootstrap over loopback only; one host, so no remote transport and no NCCL.
 RUN_ENV=(NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
   NVSHMEM_BOOTSTRAP=UID NVSHMEM_BOOTSTRAP_UID_PLUGIN="$UID_PLUGIN" NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo

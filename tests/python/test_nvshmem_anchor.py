@@ -1,0 +1,165 @@
+"""scripts/device/nvshmem_anchor.sh (issue 19's NVSHMEM anchor) on a machine without GPUs: it says
+plainly why NVSHMEM is not available and exits 0, finds NVSHMEM through Python's site-packages,
+builds the command the GPU host runs (checked in --dry-run, which builds and runs nothing), refuses
+bad arguments, and copies itself with its source into a self-contained folder to carry. Where
+nvcc and NVSHMEM are both present, the program itself is compiled (--compile-only)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "device" / "nvshmem_anchor.sh"
+SOURCE = ROOT / "examples" / "anchors" / "nvshmem_putsignal.cu"
+
+NVSHMEM_FILES = [
+    "include/nvshmem.h",
+    "include/nvshmemx.h",
+    "lib/libnvshmem_device.a",
+    "lib/libnvshmem_host.so.3",
+    "lib/nvshmem_bootstrap_uid.so.3",
+]
+
+
+def fake_nvshmem(root: Path, leave_out: str = "") -> Path:
+    """A folder laid out like the nvidia-nvshmem wheel's nvidia/nvshmem (empty files)."""
+    home = root / "nvidia" / "nvshmem"
+    for name in NVSHMEM_FILES:
+        if name != leave_out:
+            (home / name).parent.mkdir(parents=True, exist_ok=True)
+            (home / name).write_text("")
+    return home
+
+
+def fake_nvcc(root: Path) -> Path:
+    """An executable that stands for nvcc: --dry-run never runs it, so it fails if run."""
+    nvcc = root / "bin" / "nvcc"
+    nvcc.parent.mkdir(parents=True, exist_ok=True)
+    nvcc.write_text("#!/bin/sh\necho 'fake nvcc must not run' >&2\nexit 1\n")
+    nvcc.chmod(0o755)
+    return nvcc
+
+
+def run(script: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    environment = {k: v for k, v in os.environ.items() if k not in ("NVSHMEM_HOME", "NVCC", "CUDA_HOME")}
+    environment.update(env)
+    return subprocess.run(
+        ["bash", str(script), *args], capture_output=True, text=True, timeout=120, env=environment
+    )
+
+
+def test_an_absent_library_is_not_available_and_exits_zero(tmp_path: Path) -> None:
+    build = tmp_path / "build"
+    r = run(SCRIPT, NVSHMEM_HOME=str(tmp_path / "empty"), BUILD_DIR=str(build))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.startswith("NVSHMEM not available: ")
+    assert "include/nvshmem.h" in r.stdout
+    assert not build.exists(), "nothing is built when NVSHMEM is absent"
+
+
+@pytest.mark.parametrize(
+    "missing", ["lib/libnvshmem_device.a", "lib/libnvshmem_host.so.3", "lib/nvshmem_bootstrap_uid.so.3"]
+)
+def test_each_missing_piece_is_named(tmp_path: Path, missing: str) -> None:
+    home = fake_nvshmem(tmp_path, leave_out=missing)
+    r = run(SCRIPT, "--dry-run", NVSHMEM_HOME=str(home), NVCC=str(fake_nvcc(tmp_path)))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "NVSHMEM not available: " in r.stdout
+    assert Path(missing).name in r.stdout
+    assert "build:" not in r.stdout
+
+
+def test_a_python_without_nvshmem_is_reported_with_its_reason(tmp_path: Path) -> None:
+    python = tmp_path / "python-without-nvshmem"
+    python.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'nvidia'\" >&2\nexit 1\n")
+    python.chmod(0o755)
+    r = run(SCRIPT, PYTHON=str(python))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.startswith("NVSHMEM not available: ")
+    assert "No module named 'nvidia'" in r.stdout
+
+
+def test_dry_run_finds_nvshmem_in_site_packages_and_prints_the_device_command(tmp_path: Path) -> None:
+    home = fake_nvshmem(tmp_path / "site")
+    nvcc = fake_nvcc(tmp_path)
+    build = tmp_path / "build"
+    env = {"PYTHON": sys.executable, "PYTHONPATH": str(tmp_path / "site"), "NVCC": str(nvcc),
+           "BUILD_DIR": str(build), "ARCH": "sm_90"}
+    r = run(SCRIPT, "--dry-run", **env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = {line.split(":", 1)[0]: line for line in r.stdout.splitlines() if ":" in line}
+    assert f"at {home.resolve()}" in r.stdout
+    build_line, run_line = lines["build"], lines["run (each PE under timeout -k 5 90)"]
+    for part in ["-rdc=true", "-arch=sm_90", f"{home.resolve()}/lib/libnvshmem_device.a",
+                 f"{home.resolve()}/lib/libnvshmem_host.so.3", f"-rpath,{home.resolve()}/lib", str(SOURCE)]:
+        assert part in build_line, part
+    for part in ["NVSHMEM_DISABLE_NVLS=1", "NCCL_NVLS_ENABLE=0", "TORCH_SYMM_MEM_DISABLE_MULTICAST=1",
+                 "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo", "NVSHMEM_SYMMETRIC_SIZE=576M",
+                 f"NVSHMEM_BOOTSTRAP_UID_PLUGIN={home.resolve()}/lib/nvshmem_bootstrap_uid.so.3",
+                 "--iters 1000", "--sizes-mib 1,4,16,64,256", "--timeout-s 80"]:
+        assert part in run_line, part
+    assert not build.exists(), "--dry-run builds nothing"
+
+
+def test_no_nvcc_says_so_and_exits_zero(tmp_path: Path) -> None:
+    home = fake_nvshmem(tmp_path)
+    r = run(SCRIPT, NVSHMEM_HOME=str(home), NVCC=str(tmp_path / "no-such-nvcc"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "NVSHMEM anchor not run: NVCC=" in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "says"),
+    [
+        (["--bogus"], {}, "unknown argument '--bogus'"),
+        (["--carry"], {}, "--carry needs a folder"),
+        (["--dry-run"], {"LIMIT_S": "ten"}, "LIMIT_S must be whole seconds"),
+        (["--dry-run"], {"LIMIT_S": "5"}, "LIMIT_S must be at least 20"),
+        (["--dry-run"], {"SIZES_MIB": "1,x"}, "SIZES_MIB must be whole MiB"),
+    ],
+)
+def test_bad_arguments_are_refused_with_a_reason(
+    tmp_path: Path, args: list[str], env: dict[str, str], says: str
+) -> None:
+    home = fake_nvshmem(tmp_path)
+    r = run(SCRIPT, *args, NVSHMEM_HOME=str(home), NVCC=str(fake_nvcc(tmp_path)), **env)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert says in r.stdout
+
+
+def test_carry_makes_a_folder_that_runs_on_its_own(tmp_path: Path) -> None:
+    folder = tmp_path / "carry"
+    r = run(SCRIPT, "--carry", str(folder))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(p.name for p in folder.iterdir()) == ["nvshmem_anchor.sh", "nvshmem_putsignal.cu"]
+    assert (folder / "nvshmem_putsignal.cu").read_bytes() == SOURCE.read_bytes()
+    home = fake_nvshmem(tmp_path)
+    carried = run(folder / "nvshmem_anchor.sh", "--dry-run", NVSHMEM_HOME=str(home), NVCC=str(fake_nvcc(tmp_path)))
+    assert carried.returncode == 0, carried.stdout + carried.stderr
+    assert str((folder / "nvshmem_putsignal.cu").resolve()) in carried.stdout, "the carried copy builds its own source"
+
+
+def real_nvshmem_home() -> str | None:
+    probe = subprocess.run(
+        [sys.executable, "-c", "import nvidia.nvshmem as m; print(list(m.__path__)[0])"],
+        capture_output=True, text=True, timeout=60,
+    )
+    home = probe.stdout.strip()
+    return home if probe.returncode == 0 and (Path(home) / "include" / "nvshmem.h").is_file() else None
+
+
+def test_the_program_compiles_where_nvcc_and_nvshmem_are_present(tmp_path: Path) -> None:
+    nvcc = os.environ.get("NVCC") or shutil.which("nvcc")
+    home = real_nvshmem_home()
+    if not nvcc or not home:
+        pytest.skip(f"needs nvcc (NVCC or PATH: {nvcc}) and an importable nvidia.nvshmem with headers ({home})")
+    build = tmp_path / "build"
+    r = run(SCRIPT, "--compile-only", NVSHMEM_HOME=home, NVCC=nvcc, BUILD_DIR=str(build), ARCH="sm_90")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (build / "nvshmem_putsignal").is_file()
