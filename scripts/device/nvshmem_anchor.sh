@@ -17,7 +17,8 @@
 # python3: whose site-packages are searched), NVCC (default: nvcc on PATH, $CUDA_HOME/bin/nvcc,
 # /usr/local/cuda/bin/nvcc), ARCH (default from nvidia-smi's compute capability, else sm_90),
 # OUT (default a new temporary folder: pe0.txt, pe1.txt, nvshmem.jsonl), BUILD_DIR (default a new
-# temporary folder), LIMIT_S (default 90: each attempt's bound), ITERS, RUNS, BW_ITERS, THREADS,
+# temporary folder), BUDGET_S (default 115: the whole command, build included), LIMIT_S (default 60:
+# one attempt's bound, cut to what is left of BUDGET_S), ITERS, RUNS, BW_ITERS, THREADS,
 # SIZES_MIB (the program's --iters, --runs, --bw-iters, --threads, --sizes-mib).
 #
 # Prints "NVSHMEM not available: <why>" and exits 0 when the library or its headers are absent,
@@ -147,9 +148,11 @@ BIN="$BUILD_DIR/nvshmem_putsignal"
 BUILD=("$NVCC_BIN" -O2 -std=c++17 -rdc=true -arch="$ARCH" -I "$NV/include" "$SRC" -o "$BIN"
   "$NV/lib/libnvshmem_device.a" -Xlinker "$HOST_LIB" ${CUDA_LIBS[@]+"${CUDA_LIBS[@]}"} -Xlinker -rpath,"$NV/lib")
 
-LIMIT_S="${LIMIT_S:-90}"
-case "$LIMIT_S" in ''|*[!0-9]*) echo "nvshmem_anchor: LIMIT_S must be whole seconds, not '$LIMIT_S'"; exit 2 ;; esac
-[ "$LIMIT_S" -ge 20 ] || { echo "nvshmem_anchor: LIMIT_S must be at least 20"; exit 2; }
+LIMIT_S="${LIMIT_S:-60}" BUDGET_S="${BUDGET_S:-115}"
+for v in LIMIT_S BUDGET_S; do
+  case "${!v}" in ''|*[!0-9]*) echo "nvshmem_anchor: $v must be whole seconds, not '${!v}'"; exit 2 ;; esac
+  [ "${!v}" -ge 20 ] || { echo "nvshmem_anchor: $v must be at least 20"; exit 2; }
+done
 # The heap holds the bandwidth source and destination of the largest size, and a little more.
 [[ "${SIZES_MIB:-1}" =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "nvshmem_anchor: SIZES_MIB must be whole MiB separated by commas, not '$SIZES_MIB'"; exit 2; }
 MAX_MIB=$(echo "${SIZES_MIB:-1,4,16,64,256}" | tr ',' '\n' | sort -n | tail -1)
@@ -160,17 +163,23 @@ RUN_ENV=(NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTIC
   NVSHMEM_SYMMETRIC_SIZE="${NVSHMEM_SYMMETRIC_SIZE:-$((2 * MAX_MIB + 64))M}"
   LD_LIBRARY_PATH="$NV/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
 ARGS=(--iters "${ITERS:-1000}" --runs "${RUNS:-5}" --bw-iters "${BW_ITERS:-10}" --threads "${THREADS:-1024}"
-  --sizes-mib "${SIZES_MIB:-1,4,16,64,256}" --timeout-s $((LIMIT_S - 10)) --step-timeout-s 30 --id-wait-s 30)
+  --sizes-mib "${SIZES_MIB:-1,4,16,64,256}")
+# limits CAP: the program's own bounds inside a `timeout` of CAP seconds (its watchdog speaks first).
+limits() {
+  local step=$(( $1 - 10 < 30 ? $1 - 10 : 30 ))
+  echo --timeout-s $(( $1 - 5 )) --step-timeout-s $step --id-wait-s $step
+}
 
 if [ "$MODE" = dry ]; then
   echo "build: ${BUILD[*]}"
-  echo "run (each PE under timeout -k 5 $LIMIT_S): env ${RUN_ENV[*]} $BIN --pe {0,1} --id-file $BUILD_DIR/uid ${ARGS[*]}"
+  echo "run (each PE under timeout -k 5 $LIMIT_S): env ${RUN_ENV[*]} $BIN --pe {0,1} --id-file $BUILD_DIR/uid ${ARGS[*]} $(limits "$LIMIT_S")"
+  echo "budget: $BUDGET_S s for the whole command"
   echo "output: ${OUT:-a new folder /tmp/nvshmem-anchor-out.XXXXXX}"
   exit 0
 fi
 
 mkdir -p "$BUILD_DIR" || exit 1
-START=$SECONDS
+START=$SECONDS  # the budget counts from the build
 echo "== build ($ARCH): ${BUILD[*]}"
 "${BUILD[@]}" > "$BUILD_DIR/build.txt" 2>&1 || { cat "$BUILD_DIR/build.txt"; echo "nvshmem_anchor: FAILED: nvcc could not build $SRC"; exit 1; }
 echo "   built in $((SECONDS - START)) s"
@@ -184,20 +193,31 @@ fi
 OUT="${OUT:-$(mktemp -d /tmp/nvshmem-anchor-out.XXXXXX)}"
 mkdir -p "$OUT" || exit 1
 
-# attempt NAME EXTRA_ENV...: both PEs, each bounded by LIMIT_S; 0 when both exit 0.
+# attempt NAME EXTRA_ENV...: both PEs, each bounded by LIMIT_S and by what is left of BUDGET_S
+# (less 5 s for the kill grace); 0 when both exit 0; 1 (and says so) when too little is left.
 attempt() {
   local name=$1; shift
   local uid="$BUILD_DIR/uid.$name"
+  local cap=$(( BUDGET_S - (SECONDS - START) - 5 ))
+  : > "$OUT/pe0.txt"; : > "$OUT/pe1.txt"
+  [ "$cap" -le "$LIMIT_S" ] || cap=$LIMIT_S
+  if [ "$cap" -lt 20 ]; then
+    echo "== $name: skipped, $cap s left of the $BUDGET_S s budget"
+    return 1
+  fi
+  local bounds; bounds=$(limits "$cap")
   rm -f "$uid"
-  echo "== $name: 2 PEs (at most $LIMIT_S s each)${*:+ with $*}"
-  env "${RUN_ENV[@]}" "$@" timeout -k 5 "$LIMIT_S" "$BIN" --pe 0 --id-file "$uid" "${ARGS[@]}" > "$OUT/pe0.txt" 2>&1 &
+  echo "== $name: 2 PEs (at most $cap s each)${*:+ with $*}"
+  # shellcheck disable=SC2086  # $bounds is flags and numbers only
+  env "${RUN_ENV[@]}" "$@" timeout -k 5 "$cap" "$BIN" --pe 0 --id-file "$uid" "${ARGS[@]}" $bounds > "$OUT/pe0.txt" 2>&1 &
   local p0=$!
-  env "${RUN_ENV[@]}" "$@" timeout -k 5 "$LIMIT_S" "$BIN" --pe 1 --id-file "$uid" "${ARGS[@]}" > "$OUT/pe1.txt" 2>&1 &
+  # shellcheck disable=SC2086
+  env "${RUN_ENV[@]}" "$@" timeout -k 5 "$cap" "$BIN" --pe 1 --id-file "$uid" "${ARGS[@]}" $bounds > "$OUT/pe1.txt" 2>&1 &
   local p1=$!
   wait "$p0"; local rc0=$?
   wait "$p1"; local rc1=$?
   echo "   PE0 exit $rc0, PE1 exit $rc1 ($((SECONDS - START)) s since the build started)"
-  [ "$rc0" -eq 124 ] || [ "$rc1" -eq 124 ] && echo "   (124: cut by timeout after $LIMIT_S s)"
+  [ "$rc0" -eq 124 ] || [ "$rc1" -eq 124 ] && echo "   (124: cut by timeout after $cap s)"
   [ "$rc0" -eq 0 ] && [ "$rc1" -eq 0 ]
 }
 

@@ -95,14 +95,14 @@ def test_dry_run_finds_nvshmem_in_site_packages_and_prints_the_device_command(tm
     assert r.returncode == 0, r.stdout + r.stderr
     lines = {line.split(":", 1)[0]: line for line in r.stdout.splitlines() if ":" in line}
     assert f"at {home.resolve()}" in r.stdout
-    build_line, run_line = lines["build"], lines["run (each PE under timeout -k 5 90)"]
+    build_line, run_line = lines["build"], lines["run (each PE under timeout -k 5 60)"]
     for part in ["-rdc=true", "-arch=sm_90", f"{home.resolve()}/lib/libnvshmem_device.a",
                  f"{home.resolve()}/lib/libnvshmem_host.so.3", f"-rpath,{home.resolve()}/lib", str(SOURCE)]:
         assert part in build_line, part
     for part in ["NVSHMEM_DISABLE_NVLS=1", "NCCL_NVLS_ENABLE=0", "TORCH_SYMM_MEM_DISABLE_MULTICAST=1",
                  "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo", "NVSHMEM_SYMMETRIC_SIZE=576M",
                  f"NVSHMEM_BOOTSTRAP_UID_PLUGIN={home.resolve()}/lib/nvshmem_bootstrap_uid.so.3",
-                 "--iters 1000", "--sizes-mib 1,4,16,64,256", "--timeout-s 80"]:
+                 "--iters 1000", "--sizes-mib 1,4,16,64,256", "--timeout-s 55 --step-timeout-s 30"]:
         assert part in run_line, part
     assert not build.exists(), "--dry-run builds nothing"
 
@@ -121,6 +121,7 @@ def test_no_nvcc_says_so_and_exits_zero(tmp_path: Path) -> None:
         (["--carry"], {}, "--carry needs a folder"),
         (["--dry-run"], {"LIMIT_S": "ten"}, "LIMIT_S must be whole seconds"),
         (["--dry-run"], {"LIMIT_S": "5"}, "LIMIT_S must be at least 20"),
+        (["--dry-run"], {"BUDGET_S": "-1"}, "BUDGET_S must be whole seconds"),
         (["--dry-run"], {"SIZES_MIB": "1,x"}, "SIZES_MIB must be whole MiB"),
     ],
 )
@@ -163,3 +164,79 @@ def test_the_program_compiles_where_nvcc_and_nvshmem_are_present(tmp_path: Path)
     r = run(SCRIPT, "--compile-only", NVSHMEM_HOME=home, NVCC=nvcc, BUILD_DIR=str(build), ARCH="sm_90")
     assert r.returncode == 0, r.stdout + r.stderr
     assert (build / "nvshmem_putsignal").is_file()
+
+
+# The run path, with stand-ins for nvidia-smi (two GPUs), nvcc (it "builds" by copying a shell
+# script) and the program (the shell script, which behaves as the case needs). What is checked is
+# the script's own work: both PEs started with the safety environment, rows collected, a failure
+# before any row retried once without VMM, a failure reported, a hung PE cut by its bound.
+PROGRAMS = {
+    "passes": """
+case " $* " in *" --pe 0 "*) pe=0 ;; *) pe=1 ;; esac
+[ "$NVSHMEM_DISABLE_NVLS" = 1 ] && [ "$NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME" = lo ] || { echo "unsafe env" >&2; exit 9; }
+echo "# PE$pe table"
+[ $pe = 0 ] && echo '{"bench":"device_pingpong","route":"nvshmem","ok":true}'
+exit 0
+""",
+    "needs_no_vmm": """
+[ "${NVSHMEM_DISABLE_CUDA_VMM:-0}" = 1 ] || { echo "init failed with VMM" >&2; exit 5; }
+case " $* " in *" --pe 0 "*) echo '{"bench":"device_put_bandwidth","route":"nvshmem","ok":true}' ;; esac
+exit 0
+""",
+    "wrong_bytes": """
+case " $* " in *" --pe 0 "*) echo '{"bench":"device_pingpong","route":"nvshmem","wrong_bytes":3,"ok":false}'; exit 1 ;; esac
+exit 0
+""",
+    "pe1_hangs": """
+case " $* " in *" --pe 0 "*) echo '{"bench":"device_pingpong","route":"nvshmem","ok":true}'; exit 0 ;; esac
+exec sleep 287
+""",
+}
+
+
+def stand_ins(tmp_path: Path, program: str) -> dict[str, str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text('#!/bin/sh\ncase "$1" in -L) echo "GPU 0: fake"; echo "GPU 1: fake" ;; *) echo 9.0 ;; esac\n')
+    fake = tmp_path / "program.sh"
+    fake.write_text("#!/bin/sh\n" + PROGRAMS[program])
+    nvcc = bin_dir / "nvcc"
+    nvcc.write_text('#!/bin/sh\nwhile [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done\n'
+                    f'cp "{fake}" "$out" && chmod +x "$out"\n')
+    for f in (smi, fake, nvcc):
+        f.chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "NVCC": str(nvcc),
+            "NVSHMEM_HOME": str(fake_nvshmem(tmp_path)), "OUT": str(tmp_path / "out")}
+
+
+def test_a_passing_run_collects_pe0s_rows(tmp_path: Path) -> None:
+    r = run(SCRIPT, **stand_ins(tmp_path, "passes"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "PE0 exit 0, PE1 exit 0" in r.stdout and "# PE1 table" in r.stdout
+    assert (tmp_path / "out" / "nvshmem.jsonl").read_text().count('"route":"nvshmem"') == 1
+
+
+def test_a_failure_before_any_row_is_retried_once_without_vmm(tmp_path: Path) -> None:
+    r = run(SCRIPT, **stand_ins(tmp_path, "needs_no_vmm"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "no row came back" in r.stdout and "init failed with VMM" in r.stdout
+    assert "== no-vmm: 2 PEs" in r.stdout and "with NVSHMEM_DISABLE_CUDA_VMM=1" in r.stdout
+    assert (tmp_path / "out" / "pe0-vmm.txt").exists()
+    assert "device_put_bandwidth" in (tmp_path / "out" / "nvshmem.jsonl").read_text()
+
+
+def test_wrong_bytes_fail_the_command_without_a_retry(tmp_path: Path) -> None:
+    r = run(SCRIPT, **stand_ins(tmp_path, "wrong_bytes"))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "nvshmem_anchor: FAILED" in r.stdout and "no-vmm" not in r.stdout
+    assert '"wrong_bytes":3' in (tmp_path / "out" / "nvshmem.jsonl").read_text()
+
+
+def test_a_hung_pe_is_cut_by_its_bound_and_named(tmp_path: Path) -> None:
+    env = stand_ins(tmp_path, "pe1_hangs")
+    r = run(SCRIPT, LIMIT_S="20", BUDGET_S="30", **env)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "PE0 exit 0, PE1 exit 124" in r.stdout and "cut by timeout" in r.stdout
+    left = subprocess.run(["pgrep", "-f", "sleep 287"], capture_output=True, text=True, timeout=10)
+    assert left.stdout == "", f"processes left behind: {left.stdout}"
