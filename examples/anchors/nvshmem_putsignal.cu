@@ -369,7 +369,8 @@ __global__ void check_kernel(const u64* buf, size_t words, unsigned tag, u64* wr
 }
 
 // One block puts `bytes` `iters` times, each with a signal (ADD 1), then waits for completion.
-__global__ void bw_put_kernel(uint8_t* dst, const uint8_t* src, size_t bytes, uint64_t* signal, unsigned iters,
+// The bounds keep the register count low enough for a block of 1,024 threads to launch.
+__global__ void __launch_bounds__(1024, 1) bw_put_kernel(uint8_t* dst, const uint8_t* src, size_t bytes, uint64_t* signal, unsigned iters,
                               int peer) {
   for (unsigned k = 0; k < iters; ++k) {
     nvshmemx_putmem_signal_nbi_block(dst, src, bytes, signal, 1, NVSHMEM_SIGNAL_ADD, peer);
@@ -681,6 +682,16 @@ int main(int argc, char** argv) {
   run_pingpong(c, false, 4096);
   run_pingpong(c, true, 4096);
 
+  cudaFuncAttributes put_attr{};
+  CUDA_OK(cudaFuncGetAttributes(&put_attr, bw_put_kernel));
+  if (static_cast<int>(c.opt.threads) > put_attr.maxThreadsPerBlock) {
+    const unsigned fit = static_cast<unsigned>(put_attr.maxThreadsPerBlock) / 32u * 32u;
+    if (c.me == 0) {
+      std::printf("# --threads %u cut to %u: bw_put_kernel uses %d registers a thread, so a block holds at most %d\n",
+                  c.opt.threads, fit, put_attr.numRegs, put_attr.maxThreadsPerBlock);
+    }
+    c.opt.threads = fit;
+  }
   if (c.me == 0) {
     std::printf("#\n# NVSHMEM large puts PE0 -> PE1: one block of %u threads, nvshmemx_putmem_signal_nbi_block "
                 "x%u then nvshmem_quiet; ceiling = cudaMemcpyAsync into the peer (nvshmem_ptr), same count\n",

@@ -153,14 +153,15 @@ for v in LIMIT_S BUDGET_S; do
   case "${!v}" in ''|*[!0-9]*) echo "nvshmem_anchor: $v must be whole seconds, not '${!v}'"; exit 2 ;; esac
   [ "${!v}" -ge 20 ] || { echo "nvshmem_anchor: $v must be at least 20"; exit 2; }
 done
-# The heap holds the bandwidth source and destination of the largest size, and a little more.
+# The heap holds the bandwidth source and destination of the largest size, and 256 MiB for
+# NVSHMEM's own objects and the small buffers.
 [[ "${SIZES_MIB:-1}" =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "nvshmem_anchor: SIZES_MIB must be whole MiB separated by commas, not '$SIZES_MIB'"; exit 2; }
 MAX_MIB=$(echo "${SIZES_MIB:-1,4,16,64,256}" | tr ',' '\n' | sort -n | tail -1)
 # Bootstrap over loopback only; one host, so no remote transport and no NCCL.
 RUN_ENV=(NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
   NVSHMEM_BOOTSTRAP=UID NVSHMEM_BOOTSTRAP_UID_PLUGIN="$UID_PLUGIN" NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo
   NVSHMEM_REMOTE_TRANSPORT=none NVSHMEM_DISABLE_NCCL=1
-  NVSHMEM_SYMMETRIC_SIZE="${NVSHMEM_SYMMETRIC_SIZE:-$((2 * MAX_MIB + 64))M}"
+  NVSHMEM_SYMMETRIC_SIZE="${NVSHMEM_SYMMETRIC_SIZE:-$((2 * MAX_MIB + 256))M}"
   LD_LIBRARY_PATH="$NV/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
 ARGS=(--iters "${ITERS:-1000}" --runs "${RUNS:-5}" --bw-iters "${BW_ITERS:-10}" --threads "${THREADS:-1024}"
   --sizes-mib "${SIZES_MIB:-1,4,16,64,256}")

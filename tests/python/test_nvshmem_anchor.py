@@ -100,7 +100,7 @@ def test_dry_run_finds_nvshmem_in_site_packages_and_prints_the_device_command(tm
                  f"{home.resolve()}/lib/libnvshmem_host.so.3", f"-rpath,{home.resolve()}/lib", str(SOURCE)]:
         assert part in build_line, part
     for part in ["NVSHMEM_DISABLE_NVLS=1", "NCCL_NVLS_ENABLE=0", "TORCH_SYMM_MEM_DISABLE_MULTICAST=1",
-                 "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo", "NVSHMEM_SYMMETRIC_SIZE=576M",
+                 "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo", "NVSHMEM_SYMMETRIC_SIZE=768M",
                  f"NVSHMEM_BOOTSTRAP_UID_PLUGIN={home.resolve()}/lib/nvshmem_bootstrap_uid.so.3",
                  "--iters 1000", "--sizes-mib 1,4,16,64,256", "--timeout-s 55 --step-timeout-s 30"]:
         assert part in run_line, part
