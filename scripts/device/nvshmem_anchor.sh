@@ -182,7 +182,15 @@ fi
 mkdir -p "$BUILD_DIR" || exit 1
 START=$SECONDS  # the budget counts from the build
 echo "== build ($ARCH): ${BUILD[*]}"
-"${BUILD[@]}" > "$BUILD_DIR/build.txt" 2>&1 || { cat "$BUILD_DIR/build.txt"; echo "nvshmem_anchor: FAILED: nvcc could not build $SRC"; exit 1; }
+BUILD_CAP=$(( BUDGET_S - 25 < 90 ? BUDGET_S - 25 : 90 ))
+[ "$BUILD_CAP" -ge 10 ] || BUILD_CAP=10
+timeout -k 5 "$BUILD_CAP" "${BUILD[@]}" > "$BUILD_DIR/build.txt" 2>&1
+BUILD_RC=$?
+if [ "$BUILD_RC" -ne 0 ]; then
+  cat "$BUILD_DIR/build.txt"
+  echo "nvshmem_anchor: FAILED: nvcc could not build $SRC (exit $BUILD_RC; 124: over $BUILD_CAP s)"
+  exit 1
+fi
 echo "   built in $((SECONDS - START)) s"
 [ "$MODE" = compile ] && { echo "binary: $BIN"; exit 0; }
 

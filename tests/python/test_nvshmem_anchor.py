@@ -240,3 +240,12 @@ def test_a_hung_pe_is_cut_by_its_bound_and_named(tmp_path: Path) -> None:
     assert "PE0 exit 0, PE1 exit 124" in r.stdout and "cut by timeout" in r.stdout
     left = subprocess.run(["pgrep", "-f", "sleep 287"], capture_output=True, text=True, timeout=10)
     assert left.stdout == "", f"processes left behind: {left.stdout}"
+
+
+def test_a_failed_build_fails_the_command_and_shows_nvcc_output(tmp_path: Path) -> None:
+    env = stand_ins(tmp_path, "passes")
+    (tmp_path / "bin" / "nvcc").write_text("#!/bin/sh\necho 'error: no such header' >&2\nexit 2\n")
+    r = run(SCRIPT, **env)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "error: no such header" in r.stdout and "nvcc could not build" in r.stdout and "(exit 2;" in r.stdout
+    assert "== default" not in r.stdout, "nothing runs after a failed build"
