@@ -370,8 +370,8 @@ __global__ void check_kernel(const u64* buf, size_t words, unsigned tag, u64* wr
 
 // One block puts `bytes` `iters` times, each with a signal (ADD 1), then waits for completion.
 // The bounds keep the register count low enough for a block of 1,024 threads to launch.
-__global__ void __launch_bounds__(1024, 1) bw_put_kernel(uint8_t* dst, const uint8_t* src, size_t bytes, uint64_t* signal, unsigned iters,
-                              int peer) {
+__global__ void __launch_bounds__(1024, 1)
+    bw_put_kernel(uint8_t* dst, const uint8_t* src, size_t bytes, uint64_t* signal, unsigned iters, int peer) {
   for (unsigned k = 0; k < iters; ++k) {
     nvshmemx_putmem_signal_nbi_block(dst, src, bytes, signal, 1, NVSHMEM_SIGNAL_ADD, peer);
   }
@@ -467,7 +467,8 @@ void run_pingpong(Ctx& c, bool warp, size_t bytes) {
     if (warp) pingpong_kernel<true><<<1, 32, 0, c.stream>>>(a);
     else pingpong_kernel<false><<<1, 1, 0, c.stream>>>(a);
     CUDA_OK(cudaEventRecord(e1, c.stream));
-    sync(c, warp ? "ping-pong (warp) kernel, waiting for the peer's replies" : "ping-pong kernel, waiting for the peer's replies");
+    sync(c, warp ? "ping-pong (warp) kernel, waiting for the peer's replies"
+                 : "ping-pong kernel, waiting for the peer's replies");
     float ms = 0;
     CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
     event_ms_total += ms;
