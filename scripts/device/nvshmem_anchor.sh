@@ -13,13 +13,16 @@
 #   --compile-only  build the binary and stop (needs nvcc and NVSHMEM, no GPU)
 #   --carry DIR     copy this script and nvshmem_putsignal.cu into DIR (a self-contained folder to
 #                   carry to the GPU host) and stop
+#   --beside ACCORD NVSHMEM  print the rows of two JSON-lines files side by side (Accord's from
+#                   device_api.sh, e.g. $OUT/ipc.jsonl; NVSHMEM's nvshmem.jsonl) and stop
 # Environment: NVSHMEM_HOME (skip the search; a folder with include/ and lib/), PYTHON (default
 # python3: whose site-packages are searched), NVCC (default: nvcc on PATH, $CUDA_HOME/bin/nvcc,
 # /usr/local/cuda/bin/nvcc), ARCH (default from nvidia-smi's compute capability, else sm_90),
 # OUT (default a new temporary folder: pe0.txt, pe1.txt, nvshmem.jsonl), BUILD_DIR (default a new
 # temporary folder), BUDGET_S (default 115: the whole command, build included), LIMIT_S (default 60:
 # one attempt's bound, cut to what is left of BUDGET_S), ITERS, RUNS, BW_ITERS, THREADS,
-# SIZES_MIB (the program's --iters, --runs, --bw-iters, --threads, --sizes-mib).
+# SIZES_MIB (the program's --iters, --runs, --bw-iters, --threads, --sizes-mib), BESIDE (an
+# Accord rows file: after the run, its rows and NVSHMEM's are printed side by side).
 #
 # Prints "NVSHMEM not available: <why>" and exits 0 when the library or its headers are absent,
 # and "NVSHMEM anchor not run: <why>" (exit 0) without nvcc or without 2 GPUs. Exits 1 when the
@@ -41,8 +44,60 @@ case "${1:-}" in
   --carry)
     [ -n "${2:-}" ] || { echo "nvshmem_anchor: --carry needs a folder"; exit 2; }
     MODE=carry ;;
-  *) echo "nvshmem_anchor: unknown argument '$1' (--dry-run, --compile-only, --carry DIR)"; exit 2 ;;
+  --beside)
+    [ -n "${2:-}" ] && [ -n "${3:-}" ] || { echo "nvshmem_anchor: --beside needs Accord's and NVSHMEM's rows files"; exit 2; }
+    MODE=beside ;;
+  *) echo "nvshmem_anchor: unknown argument '$1' (--dry-run, --compile-only, --carry DIR, --beside A N)"; exit 2 ;;
 esac
+
+# beside ACCORD_ROWS NVSHMEM_ROWS: ping-pong one way and large-put bandwidth of both, one table
+# each, rows matched by bytes; a missing value is shown as "-", lines that are not JSON skipped.
+beside() {
+  "$PY" - "$1" "$2" <<'PYEOF'
+import json, sys
+
+def rows(path):
+    out = []
+    try:
+        with open(path) as f:
+            for line in f:
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(row, dict) and "skipped" not in row:
+                    out.append(row)
+    except OSError as e:
+        print(f"# cannot read {path}: {e.strerror}")
+    return out
+
+def num(row, key, fmt):
+    v = row.get(key)
+    return format(v, fmt) if isinstance(v, (int, float)) and not isinstance(v, bool) else "-"
+
+def size(row):
+    b = row.get("bytes")
+    return b if isinstance(b, int) else 0
+
+accord, nvshmem = rows(sys.argv[1]), rows(sys.argv[2])
+print(f"# ping-pong, kernel to kernel, one way = half the median round trip ({sys.argv[1]} beside {sys.argv[2]})")
+print(f"# {'library':>8} {'mode':>30} {'bytes':>7} {'one_way_us':>11} {'rtt_p99_us':>11} {'ok':>5}")
+ping = [("accord", r) for r in accord if r.get("bench") == "device_pingpong"]
+ping += [("nvshmem", r) for r in nvshmem if r.get("bench") == "device_pingpong"]
+for lib, r in sorted(ping, key=lambda p: (size(p[1]), p[0])):
+    print(f"  {lib:>8} {str(r.get('mode', '-')):>30} {str(r.get('bytes', '-')):>7}"
+          f" {num(r, 'one_way_us', '.2f'):>11} {num(r, 'rtt_p99_us', '.2f'):>11} {str(r.get('ok', '-')):>5}")
+print("# large puts, one issuing CTA: GB/s, and the fraction of the same run's copy ceiling")
+print(f"# {'bytes':>11} {'accord_GB/s':>12} {'accord/ceil':>12} {'nvshmem_GB/s':>13} {'nvshmem/ceil':>13}"
+      f" {'nvshmem_SMs':>12}")
+bw_a = {size(r): r for r in accord if r.get("bench") == "device_put_bandwidth"}
+bw_n = {size(r): r for r in nvshmem if r.get("bench") == "device_put_bandwidth"}
+for b in sorted(set(bw_a) | set(bw_n)):
+    a, n = bw_a.get(b, {}), bw_n.get(b, {})
+    print(f"  {b:>11} {num(a, 'put_gbps', '.1f'):>12} {num(a, 'put_vs_ceiling', '.3f'):>12}"
+          f" {num(n, 'put_gbps', '.1f'):>13} {num(n, 'put_vs_ceiling', '.3f'):>13} {num(n, 'copy_sms', 'd'):>12}")
+PYEOF
+}
 
 # The program's source: beside this script in a carried folder, else in the repository.
 if [ -f "$HERE/nvshmem_putsignal.cu" ]; then
@@ -52,6 +107,11 @@ else
 fi
 [ -f "$SRC" ] || { echo "nvshmem_anchor: no nvshmem_putsignal.cu beside this script or in examples/anchors"; exit 1; }
 SRC="$(cd "$(dirname "$SRC")" && pwd)/$(basename "$SRC")"
+
+if [ "$MODE" = beside ]; then
+  beside "$2" "$3"
+  exit 0
+fi
 
 if [ "$MODE" = carry ]; then
   mkdir -p "$2" || exit 1
@@ -248,5 +308,10 @@ echo "######## nvshmem (PE1)"
 grep -v '^{' "$OUT/pe1.txt"
 echo
 echo "rows: $(wc -l < "$OUT/nvshmem.jsonl") in $OUT/nvshmem.jsonl; $((SECONDS - START)) s"
+if [ -n "${BESIDE:-}" ]; then
+  echo
+  echo "######## beside Accord"
+  beside "$BESIDE" "$OUT/nvshmem.jsonl"
+fi
 [ "$FAILED" -eq 0 ] || echo "nvshmem_anchor: FAILED (see $OUT)"
 exit $FAILED

@@ -6,6 +6,7 @@ nvcc and NVSHMEM are both present, the program itself is compiled (--compile-onl
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -249,3 +250,44 @@ def test_a_failed_build_fails_the_command_and_shows_nvcc_output(tmp_path: Path) 
     assert r.returncode == 1, r.stdout + r.stderr
     assert "error: no such header" in r.stdout and "nvcc could not build" in r.stdout and "(exit 2;" in r.stdout
     assert "== default" not in r.stdout, "nothing runs after a failed build"
+
+
+ACCORD_ROWS: list[dict[str, object]] = [
+    {"bench": "device_pingpong", "route": "ipc", "mode": "put", "bytes": 8, "rtt_p99_us": 30.0,
+     "one_way_us": 13.07, "ok": True},
+    {"bench": "device_pingpong", "route": "ipc", "mode": "put_direct", "skipped": "no peer mapped"},
+    {"bench": "device_put_bandwidth", "route": "ipc", "bytes": 1048576, "put_gbps": 113.5,
+     "put_vs_ceiling": 0.583, "copy_sms": 0},
+]
+NVSHMEM_ROWS: list[dict[str, object]] = [
+    {"bench": "device_pingpong", "route": "nvshmem", "mode": "nvshmem_putmem_signal_nbi", "bytes": 8,
+     "rtt_p99_us": 6.5, "one_way_us": 2.75, "ok": True},
+    {"bench": "device_put_bandwidth", "route": "nvshmem", "bytes": 1048576, "put_gbps": 42.25,
+     "put_vs_ceiling": 0.217, "copy_sms": 1},
+    {"bench": "device_put_bandwidth", "route": "nvshmem", "bytes": 4194304, "put_gbps": 50.0,
+     "put_vs_ceiling": None, "copy_sms": 1},
+]
+
+
+def write_rows(path: Path, rows: list[dict[str, object]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) + "not a row\n")
+    return path
+
+
+def test_beside_prints_accords_and_nvshmems_rows_matched_by_size(tmp_path: Path) -> None:
+    accord = write_rows(tmp_path / "ipc.jsonl", ACCORD_ROWS)
+    nvshmem = write_rows(tmp_path / "nvshmem.jsonl", NVSHMEM_ROWS)
+    r = run(SCRIPT, "--beside", str(accord), str(nvshmem))
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [line.split() for line in r.stdout.splitlines() if not line.startswith("#")]
+    assert ["accord", "put", "8", "13.07", "30.00", "True"] in lines
+    assert ["nvshmem", "nvshmem_putmem_signal_nbi", "8", "2.75", "6.50", "True"] in lines
+    assert ["1048576", "113.5", "0.583", "42.2", "0.217", "1"] in lines, "one row per size, both libraries"
+    assert ["4194304", "-", "-", "50.0", "-", "1"] in lines, "a size only one side ran shows '-'"
+    assert not any("put_direct" in line for line in lines), "skipped rows are left out"
+
+
+def test_beside_after_a_run_and_an_unreadable_file_is_said(tmp_path: Path) -> None:
+    r = run(SCRIPT, BESIDE=str(tmp_path / "missing.jsonl"), **stand_ins(tmp_path, "passes"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "######## beside Accord" in r.stdout and "cannot read" in r.stdout
