@@ -645,12 +645,14 @@ int main(int argc, char** argv) {
          ", expected PE " + std::to_string(c.me) + " of 2");
   }
   if (c.me == 0) {
-    int major = 0, minor = 0;
-    nvshmem_info_get_version(&major, &minor);
+    // nvshmem_info_get_version reports the OpenSHMEM specification the library implements
+    // (1.3), not NVSHMEM's release: the release is the headers' vendor version.
+    int spec_major = 0, spec_minor = 0;
+    nvshmem_info_get_version(&spec_major, &spec_minor);
     cudaDeviceProp prop{};
     CUDA_OK(cudaGetDeviceProperties(&prop, 0));
-    std::printf("# NVSHMEM library %d.%d (built against headers %d.%d.%d), 2 PEs, PE0 on GPU 0 (%s), PE1 on GPU 1\n",
-                major, minor, NVSHMEM_VENDOR_MAJOR_VERSION, NVSHMEM_VENDOR_MINOR_VERSION, NVSHMEM_VENDOR_PATCH_VERSION,
+    std::printf("# NVSHMEM %d.%d.%d (OpenSHMEM %d.%d), 2 PEs, PE0 on GPU 0 (%s), PE1 on GPU 1\n",
+                NVSHMEM_VENDOR_MAJOR_VERSION, NVSHMEM_VENDOR_MINOR_VERSION, NVSHMEM_VENDOR_PATCH_VERSION, spec_major, spec_minor,
                 prop.name);
   }
   CUDA_OK(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking));
