@@ -58,11 +58,30 @@ const POLL_SLEEP_MAX: Duration = Duration::from_micros(20);
 /// Event-query rounds without progress before the poller starts sleeping.
 const POLLS_BEFORE_SLEEP: u32 = 1 << 16;
 
+/// How a route spreads and batches its paged device writes (from the engine's configuration:
+/// `ACCORD_DEVICE_COPY_STREAMS`, `ACCORD_DEVICE_COPY_BATCH_2D`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct CopyShape {
+    /// Streams of a GPU one paged write is spread over (at least 1).
+    pub(crate) streams: usize,
+    /// 2D copies of one stream's share go in batched calls where the driver has them.
+    pub(crate) batch_2d: bool,
+}
+
+impl CopyShape {
+    /// Device-to-device streams a GPU gets: enough for a paged write's spread, and at least
+    /// [`DEVICE_STREAMS_PER_GPU`] for single writes to take in turn.
+    fn device_to_device_streams(&self) -> usize {
+        self.streams.max(DEVICE_STREAMS_PER_GPU)
+    }
+}
+
 /// One GPU the engine copies from.
 struct GpuSlot {
     gpu: Gpu,
-    /// [`DEVICE_STREAMS_PER_GPU`] streams per direction, directions in [`Direction`] order.
-    streams: Vec<Stream>,
+    /// Streams per direction, directions in [`Direction`] order: [`DEVICE_STREAMS_PER_GPU`]
+    /// each, device-to-device as many as [`CopyShape::device_to_device_streams`].
+    streams: [Vec<Stream>; DIRECTIONS],
     /// Round-robin position per direction.
     next: [usize; DIRECTIONS],
     /// Widest pitch of a 2D copy on this GPU (0 where the driver would not say: no 2D copies).
@@ -75,6 +94,7 @@ type MappingKey = (EngineId, u32, u64, u32);
 struct RouteState {
     /// Open GPUs through contexts of the route's own ([`crate::DeviceContext::Private`]).
     private_contexts: bool,
+    shape: CopyShape,
     gpus: HashMap<u32, GpuSlot>,
     peer_access: HashSet<(u32, u32)>,
     /// Same-host peers' regions mapped here; an evicted mapping is dropped at once and so
@@ -128,8 +148,10 @@ pub(crate) struct DeviceCopy {
 
 impl DeviceRoute {
     /// Loads the driver and starts the poller thread. With `private_contexts`, GPUs are opened
-    /// through contexts of the route's own ([`crate::DeviceContext::Private`]).
-    pub(crate) fn open(private_contexts: bool) -> Result<Arc<DeviceRoute>, String> {
+    /// through contexts of the route's own ([`crate::DeviceContext::Private`]); `shape` says
+    /// how paged writes are spread and batched (logged once, with whether the driver batches
+    /// 2D copies).
+    pub(crate) fn open(private_contexts: bool, shape: CopyShape) -> Result<Arc<DeviceRoute>, String> {
         let availability = accord_cuda::probe();
         if availability.device_count == 0 {
             let why = availability.driver_problem.unwrap_or_else(|| "the driver reports no GPU".into());
@@ -140,8 +162,27 @@ impl DeviceRoute {
             .name("accord-device-poll".into())
             .spawn(move || poll_loop(rx))
             .map_err(|e| format!("could not start the device poller thread: {e}"))?;
+        let shape = CopyShape { streams: shape.streams.max(1), ..shape };
+        match (shape.batch_2d, accord_cuda::copy_2d_batch_support()) {
+            (true, Ok(())) => tracing::info!(
+                streams = shape.streams,
+                "paged device writes: spread over {} copy streams, 2D copies batched (cuMemcpy3DBatchAsync)",
+                shape.streams
+            ),
+            (true, Err(why)) => tracing::info!(
+                streams = shape.streams,
+                "paged device writes: spread over {} copy streams, 2D copies one call each ({why})",
+                shape.streams
+            ),
+            (false, _) => tracing::info!(
+                streams = shape.streams,
+                "paged device writes: spread over {} copy streams, 2D copies one call each (ACCORD_DEVICE_COPY_BATCH_2D=0)",
+                shape.streams
+            ),
+        }
         let state = RouteState {
             private_contexts,
+            shape,
             gpus: HashMap::new(),
             peer_access: HashSet::new(),
             mappings: MappingCache::new(IPC_MAPPINGS_MAX),
@@ -226,22 +267,23 @@ impl DeviceRoute {
         // The destination is reached by address (peer access enabled there where needed).
         let (dst_base, _, mapping) = device_destination(&mut state, &src_gpu, src_ordinal, target)?;
         let max_pitch = slot(&mut state, src_ordinal)?.max_pitch;
-        let (gpu, stream) = next_stream(&mut state, src_ordinal, Direction::DeviceToDevice)?;
-        gpu.bind().map_err(|e| e.to_string())?;
+        let shape = state.shape;
         let mut list = Vec::with_capacity(pieces.len());
         for &(dst_offset, src, len) in pieces {
             usize::try_from(len).map_err(|_| "length does not fit this machine")?;
             list.push((dst_base + dst_offset, src, len));
         }
-        // Runs at constant strides as 2D copies, the rest in batched 1D calls, one stream.
+        // Runs at constant strides as 2D copies, the rest in batched 1D calls, spread by bytes
+        // over `shape.streams` streams (one share each), joined into the first before its event.
         // Every range was checked by the caller against its region (the source against this
         // engine's registration, the destination against its descriptor, which `mapped` checked
         // against what the IPC handle maps, or against the owner's registration in this
         // process); `keep` and `mapping` hold both until the event after these copies completed.
-        let failure = copy_plan::issue(&copy_plan::plan(&list, max_pitch), &mut StreamSink(stream))
-            .err()
-            .map(|e| format!("device copy: {e}"));
-        let event = record(&gpu, stream)?;
+        let shares = copy_plan::spread(copy_plan::plan(&list, max_pitch), shape.streams);
+        let (gpu, streams) = next_streams(&mut state, src_ordinal, shares.len())?;
+        gpu.bind().map_err(|e| e.to_string())?;
+        let failure = issue_spread(&gpu, &streams, &shares, shape.batch_2d).err().map(|e| format!("device copy: {e}"));
+        let event = record(&gpu, streams[0])?;
         drop(state);
         // After a failure part-way, what was queued still runs: the memory stays held until it
         // did, and the transfer fails then.
@@ -316,6 +358,31 @@ impl DeviceRoute {
     }
 }
 
+/// Queues `shares[i]` on `streams[i]`: the other streams first wait for what the first had
+/// queued before (so every share starts where a single stream's copies would), and the first
+/// then waits for each of theirs, so an event recorded on the first after this covers every
+/// copy. On an error the waits already queued still join what was queued.
+fn issue_spread(gpu: &Gpu, streams: &[&Stream], shares: &[copy_plan::CopyPlan], batch_2d: bool) -> Result<(), String> {
+    let (first, others) = streams.split_first().ok_or("no copy stream")?;
+    if !others.is_empty() {
+        let fork = record(gpu, first)?;
+        for s in others {
+            s.wait_event(&fork).map_err(|e| e.to_string())?;
+        }
+    }
+    let mut failure = None;
+    for (stream, share) in streams.iter().zip(shares) {
+        if let Err(e) = copy_plan::issue(share, &mut StreamSink(stream), batch_2d) {
+            failure.get_or_insert(e);
+        }
+    }
+    for s in others {
+        let join = record(gpu, s)?;
+        first.wait_event(&join).map_err(|e| e.to_string())?;
+    }
+    failure.map_or(Ok(()), Err)
+}
+
 /// A route stream as a [`copy_plan::CopySink`]; every piece handed to it was checked by
 /// [`DeviceRoute::copy_many`]'s caller against both regions, which stay held until the event
 /// recorded after the copies completed.
@@ -328,6 +395,25 @@ impl copy_plan::CopySink for StreamSink<'_> {
         // Safety: see the type's doc (lengths were checked to fit `usize` by `copy_many`).
         #[allow(unsafe_code)]
         unsafe { self.0.copy_many_unchecked(&list) }.map_err(|e| e.to_string())
+    }
+
+    fn copy_2d_batch(&mut self, copies: &[copy_plan::Strided]) -> Result<usize, (usize, String)> {
+        let mut list = Vec::with_capacity(copies.len());
+        for c in copies {
+            let size =
+                |v: u64| usize::try_from(v).map_err(|_| (0, "a 2D copy's size does not fit this machine".to_string()));
+            list.push(accord_cuda::Copy2d {
+                dst: DevicePtr(c.dst),
+                dst_pitch: size(c.dst_pitch)?,
+                src: DevicePtr(c.src),
+                src_pitch: size(c.src_pitch)?,
+                width: size(c.width)?,
+                height: size(c.height)?,
+            });
+        }
+        // Safety: see the type's doc: the rows are the checked pieces the plan was made of.
+        #[allow(unsafe_code)]
+        unsafe { self.0.copy_2d_many_unchecked(&list) }.map_err(|(queued, e)| (queued, e.to_string()))
     }
 
     fn copy_2d(&mut self, c: &copy_plan::Strided) -> Result<(), String> {
@@ -371,9 +457,22 @@ fn device_destination(
 fn next_stream(state: &mut RouteState, ordinal: u32, direction: Direction) -> Result<(Gpu, &Stream), String> {
     let gpu_slot = slot(state, ordinal)?;
     let d = direction as usize;
-    let index = d * DEVICE_STREAMS_PER_GPU + gpu_slot.next[d] % DEVICE_STREAMS_PER_GPU;
+    let streams = &gpu_slot.streams[d];
+    let index = gpu_slot.next[d] % streams.len();
     gpu_slot.next[d] = gpu_slot.next[d].wrapping_add(1);
-    Ok((gpu_slot.gpu.clone(), &gpu_slot.streams[index]))
+    Ok((gpu_slot.gpu.clone(), &streams[index]))
+}
+
+/// `count` distinct device-to-device streams of GPU `ordinal` (at most as many as it has), the
+/// first the next in turn, and the GPU.
+fn next_streams(state: &mut RouteState, ordinal: u32, count: usize) -> Result<(Gpu, Vec<&Stream>), String> {
+    let gpu_slot = slot(state, ordinal)?;
+    let d = Direction::DeviceToDevice as usize;
+    let streams = &gpu_slot.streams[d];
+    let start = gpu_slot.next[d];
+    gpu_slot.next[d] = start.wrapping_add(1);
+    let count = count.clamp(1, streams.len());
+    Ok((gpu_slot.gpu.clone(), (0..count).map(|i| &streams[(start + i) % streams.len()]).collect()))
 }
 
 /// An event recorded after what was just queued on `stream`.
@@ -407,14 +506,15 @@ pub(crate) fn open_gpu(ordinal: u32, private: bool) -> Result<Gpu, String> {
 fn slot(state: &mut RouteState, ordinal: u32) -> Result<&mut GpuSlot, String> {
     use std::collections::hash_map::Entry;
     let private = state.private_contexts;
+    let device_to_device = state.shape.device_to_device_streams();
     match state.gpus.entry(ordinal) {
         Entry::Occupied(slot) => Ok(slot.into_mut()),
         Entry::Vacant(vacant) => {
             let gpu = open_gpu(ordinal, private)?;
-            let streams = (0..DEVICE_STREAMS_PER_GPU * DIRECTIONS)
-                .map(|_| Stream::new(&gpu))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| e.to_string())?;
+            let made = |count: usize| {
+                (0..count).map(|_| Stream::new(&gpu)).collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())
+            };
+            let streams = [made(device_to_device)?, made(DEVICE_STREAMS_PER_GPU)?, made(DEVICE_STREAMS_PER_GPU)?];
             let max_pitch = gpu.max_pitch().unwrap_or(0);
             Ok(vacant.insert(GpuSlot { gpu, streams, next: [0; DIRECTIONS], max_pitch }))
         }
