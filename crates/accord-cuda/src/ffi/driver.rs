@@ -364,20 +364,79 @@ pub(crate) fn memcpy_batch_async(
         flags: 0,
     }];
     let mut attr_indices = [0usize];
+    let entry = batch_1d_entry().map_err(|reason| CudaError::NotAvailable { reason })?;
     // Safety: three arrays of equal length and one attribute applying from copy 0 on, all live
-    // for the call (the driver reads them during it); a bad device address fails the stream.
-    check("cuMemcpyBatchAsync_v2", unsafe {
-        sys::cuMemcpyBatchAsync_v2(
+    // for the call (the driver reads them during it); the entry point has the signature its
+    // variant names; a bad device address fails the stream.
+    let result = unsafe {
+        let (d, s, z, n, a, i) = (
             dsts.as_mut_ptr(),
             srcs.as_mut_ptr(),
             sizes.as_mut_ptr(),
             dsts.len(),
             attrs.as_mut_ptr(),
             attr_indices.as_mut_ptr(),
-            1,
-            stream.0,
-        )
-    })
+        );
+        match entry {
+            Batch1d::V2(f) => f(d, s, z, n, a, i, 1, stream.0),
+            Batch1d::V1(f) => {
+                let mut failed_at = 0usize;
+                f(d, s, z, n, a, i, 1, &mut failed_at, stream.0)
+            }
+        }
+    };
+    check("cuMemcpyBatchAsync", result)
+}
+
+/// `cuMemcpyBatchAsync` as CUDA 13 declares it (no failure index).
+type Batch1dV2 = unsafe extern "C" fn(
+    *mut sys::CUdeviceptr,
+    *mut sys::CUdeviceptr,
+    *mut usize,
+    usize,
+    *mut sys::CUmemcpyAttributes,
+    *mut usize,
+    usize,
+    sys::CUstream,
+) -> sys::CUresult;
+/// `cuMemcpyBatchAsync` as CUDA 12.8 and 12.9 declare it (a failure index before the stream).
+type Batch1dV1 = unsafe extern "C" fn(
+    *mut sys::CUdeviceptr,
+    *mut sys::CUdeviceptr,
+    *mut usize,
+    usize,
+    *mut sys::CUmemcpyAttributes,
+    *mut usize,
+    usize,
+    *mut usize,
+    sys::CUstream,
+) -> sys::CUresult;
+
+/// The driver's `cuMemcpyBatchAsync`, in the signature of the CUDA version it was asked at.
+#[derive(Copy, Clone)]
+enum Batch1d {
+    V2(Batch1dV2),
+    V1(Batch1dV1),
+}
+
+static BATCH_1D: OnceLock<std::result::Result<Batch1d, String>> = OnceLock::new();
+
+/// `cuMemcpyBatchAsync` at the version [`batch_copy_version`] picks, looked up once (before,
+/// it was bound by its CUDA 13 symbol name, which aborts the process on a 12.8 driver).
+fn batch_1d_entry() -> std::result::Result<Batch1d, String> {
+    BATCH_1D
+        .get_or_init(|| {
+            let asked = batch_copy_version("cuMemcpyBatchAsync")?;
+            let pfn = proc_address(c"cuMemcpyBatchAsync", asked)?;
+            // Safety: the driver returned the entry point of the version asked, whose signature
+            // the type names.
+            Ok(if asked >= 13000 {
+                Batch1d::V2(unsafe { std::mem::transmute::<*mut c_void, Batch1dV2>(pfn) })
+            } else {
+                Batch1d::V1(unsafe { std::mem::transmute::<*mut c_void, Batch1dV1>(pfn) })
+            })
+        })
+        .clone()
 }
 
 /// One 2D copy of [`memcpy_2d_batch_async`]: `height` rows of `width` bytes, row `r` read at
@@ -418,44 +477,51 @@ enum Batch3d {
 /// The entry point, looked up once per process; the error says why there is none.
 static BATCH_3D: OnceLock<std::result::Result<Batch3d, String>> = OnceLock::new();
 
-/// Looks `cuMemcpy3DBatchAsync` up through `cuGetProcAddress` at the version whose signature
-/// this crate calls: 13.0 on a CUDA 13 driver, 12.8 on 12.8 and 12.9 (CUDA 13 dropped the
-/// failure-index parameter, so asking a 13 driver for the 12.8 entry, or the reverse, would call
-/// a function through the wrong signature). Never through a symbol name: a missing symbol would
-/// abort in the loader instead of being an answer.
+/// The CUDA version whose signature of a batched copy call this crate uses on this driver:
+/// 13.0 on a CUDA 13 driver, 12.8 on 12.8 and 12.9 (CUDA 13 dropped the failure-index
+/// parameter of `cuMemcpyBatchAsync` and `cuMemcpy3DBatchAsync`, so asking a 13 driver for the
+/// 12.8 entry, or the reverse, would call a function through the wrong signature); an error on
+/// older drivers, which have neither.
+fn batch_copy_version(call: &str) -> std::result::Result<i32, String> {
+    let version = driver_version().map_err(|e| e.to_string())?;
+    match version {
+        v if v >= 13000 => Ok(13000),
+        v if v >= 12080 => Ok(12080),
+        v => Err(format!("driver {}.{} predates {call} (CUDA 12.8)", v / 1000, v % 1000 / 10)),
+    }
+}
+
+/// The driver's entry point of `symbol` as CUDA `version` declares it, through
+/// `cuGetProcAddress`: never through a symbol name, since a missing symbol would abort in the
+/// loader instead of being an answer.
+fn proc_address(symbol: &CStr, version: i32) -> std::result::Result<*mut c_void, String> {
+    let mut pfn: *mut c_void = std::ptr::null_mut();
+    let mut status = sys::CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SUCCESS;
+    // Safety: a NUL-terminated name and two valid locals the driver writes.
+    let result = unsafe {
+        sys::cuGetProcAddress_v2(
+            symbol.as_ptr(),
+            &mut pfn,
+            version,
+            sys::CUdriverProcAddress_flags::CU_GET_PROC_ADDRESS_DEFAULT as u64,
+            &mut status,
+        )
+    };
+    check("cuGetProcAddress", result).map_err(|e| e.to_string())?;
+    if status != sys::CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SUCCESS || pfn.is_null() {
+        return Err(format!("the driver has no {symbol:?} for CUDA {version} ({status:?})"));
+    }
+    Ok(pfn)
+}
+
+/// `cuMemcpy3DBatchAsync` at the version [`batch_copy_version`] picks, looked up once.
 fn batch_3d_entry() -> std::result::Result<Batch3d, String> {
     BATCH_3D
         .get_or_init(|| {
-            let version = driver_version().map_err(|e| e.to_string())?;
-            let asked = match version {
-                v if v >= 13000 => 13000,
-                v if v >= 12080 => 12080,
-                v => {
-                    return Err(format!(
-                        "driver {}.{} predates cuMemcpy3DBatchAsync (CUDA 12.8)",
-                        v / 1000,
-                        v % 1000 / 10
-                    ))
-                }
-            };
-            let mut pfn: *mut c_void = std::ptr::null_mut();
-            let mut status = sys::CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SUCCESS;
-            // Safety: a NUL-terminated name and two valid locals the driver writes.
-            let result = unsafe {
-                sys::cuGetProcAddress_v2(
-                    c"cuMemcpy3DBatchAsync".as_ptr(),
-                    &mut pfn,
-                    asked,
-                    sys::CUdriverProcAddress_flags::CU_GET_PROC_ADDRESS_DEFAULT as u64,
-                    &mut status,
-                )
-            };
-            check("cuGetProcAddress", result).map_err(|e| e.to_string())?;
-            if status != sys::CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SUCCESS || pfn.is_null() {
-                return Err(format!("the driver has no cuMemcpy3DBatchAsync for CUDA {asked} ({status:?})"));
-            }
-            // Safety: the driver returned the entry point of the version asked, whose signature the
-            // type names.
+            let asked = batch_copy_version("cuMemcpy3DBatchAsync")?;
+            let pfn = proc_address(c"cuMemcpy3DBatchAsync", asked)?;
+            // Safety: the driver returned the entry point of the version asked, whose signature
+            // the type names.
             Ok(if asked >= 13000 {
                 Batch3d::V2(unsafe { std::mem::transmute::<*mut c_void, Batch3dV2>(pfn) })
             } else {

@@ -97,12 +97,22 @@ pub(crate) fn plan(pieces: &[(u64, u64, u64)], max_pitch: u64) -> CopyPlan {
     out
 }
 
-/// Divides `plan` into at most `shares` plans of about equal bytes, for as many copy streams:
-/// each copy (a 2D copy whole, or a flat piece) goes to the share with the fewest bytes so far,
-/// in the plan's order, so no share exceeds another by more than its largest copy. Every copy
-/// lands in exactly one share; empty shares are left out (a plan of one copy is one share).
-pub(crate) fn spread(plan: CopyPlan, shares: usize) -> Vec<CopyPlan> {
-    let shares = shares.clamp(1, (plan.strided.len() + plan.flat.len()).max(1));
+/// Fewest bytes a share of a spread plan should have: a plan of fewer than twice this stays on
+/// one stream. Below it the fork and join of another stream (an event recorded and waited for
+/// each way) cost the host about what the overlap could save; small writes (a device-API put,
+/// an NCCL plugin chunk) so keep the single stream and single event they had.
+pub(crate) const SHARE_BYTES_MIN: u64 = 4 << 20;
+
+/// Divides `plan` into at most `shares` plans of about equal bytes, for as many copy streams,
+/// and no more than leaves each `share_bytes_min` bytes ([`SHARE_BYTES_MIN`] on the route):
+/// each copy (a 2D copy whole, or a flat
+/// piece) goes to the share with the fewest bytes so far, in the plan's order, so no share
+/// exceeds another by more than its largest copy. Every copy lands in exactly one share; empty
+/// shares are left out (a plan of one copy is one share).
+pub(crate) fn spread(plan: CopyPlan, shares: usize, share_bytes_min: u64) -> Vec<CopyPlan> {
+    let total = plan.strided.iter().map(Strided::bytes).sum::<u64>() + plan.flat.iter().map(|f| f.2).sum::<u64>();
+    let by_bytes = usize::try_from(total / share_bytes_min.max(1)).unwrap_or(usize::MAX);
+    let shares = shares.min(by_bytes).clamp(1, (plan.strided.len() + plan.flat.len()).max(1));
     if shares == 1 {
         return vec![plan];
     }

@@ -279,7 +279,7 @@ impl DeviceRoute {
         // engine's registration, the destination against its descriptor, which `mapped` checked
         // against what the IPC handle maps, or against the owner's registration in this
         // process); `keep` and `mapping` hold both until the event after these copies completed.
-        let shares = copy_plan::spread(copy_plan::plan(&list, max_pitch), shape.streams);
+        let shares = copy_plan::spread(copy_plan::plan(&list, max_pitch), shape.streams, copy_plan::SHARE_BYTES_MIN);
         let (gpu, streams) = next_streams(&mut state, src_ordinal, shares.len())?;
         gpu.bind().map_err(|e| e.to_string())?;
         let failure = issue_spread(&gpu, &streams, &shares, shape.batch_2d).err().map(|e| format!("device copy: {e}"));

@@ -163,7 +163,9 @@ fn same_process_paged_device_write_between_two_gpus() {
 #[test]
 fn kv_shaped_paged_device_writes_land_exactly_within_a_gpu_and_to_a_peer() {
     accord_cuda::require_gpu!(1);
-    const PAGE: usize = 32 << 10;
+    // Pages of 256 KiB: the 6 blocks below are 18 MiB, enough for 4 shares of at least
+    // SHARE_BYTES_MIN, so the spread shapes really use several streams.
+    const PAGE: usize = 256 << 10;
     let (planes, src_blocks, dst_blocks) = (12usize, 24usize, 40usize);
     let targets: Vec<usize> = if accord_cuda::probe().device_count >= 2 { vec![0, 1] } else { vec![0] };
     let shapes = [(1usize, false), (crate::DEVICE_COPY_STREAMS_DEFAULT, true), (3, false)];
@@ -179,6 +181,8 @@ fn kv_shaped_paged_device_writes_land_exactly_within_a_gpu_and_to_a_peer() {
         let (dst, _, d) = device_region(&b, target, &vec![0u8; dst_len]);
         // Blocks 5, 6, 7 (consecutive on both sides), then scattered ones.
         let blocks: [(usize, usize); 6] = [(5, 10), (6, 11), (7, 12), (20, 0), (1, 39), (13, 22)];
+        let shares_fit = blocks.len() * planes * PAGE / super::copy_plan::SHARE_BYTES_MIN as usize;
+        assert!(shares_fit >= crate::DEVICE_COPY_STREAMS_DEFAULT, "the write must be large enough to spread");
         let (mut src_pages, mut dst_pages) = (vec![], vec![]);
         for &(s, t) in &blocks {
             for p in 0..planes {

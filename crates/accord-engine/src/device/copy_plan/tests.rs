@@ -251,24 +251,31 @@ fn share_bytes(p: &CopyPlan) -> u64 {
 
 #[test]
 fn spreading_a_plan_gives_every_copy_to_one_share_and_balances_bytes() {
-    let blocks = |n: u64| -> Vec<Strided> { (0..n).map(|i| s(i * 100, 10_000, i * 50, 5_000, 32, 160)).collect() };
+    // KV-like blocks of 160 rows of 32 KiB (5 MiB each).
+    let blocks =
+        |n: u64| -> Vec<Strided> { (0..n).map(|i| s(i << 15, 1 << 30, i << 15, 1 << 29, 32 << 10, 160)).collect() };
+    let mib = 1u64 << 20;
     let uneven = CopyPlan {
-        strided: vec![s(0, 1000, 0, 1000, 100, 50), s(1 << 20, 1000, 1 << 20, 1000, 10, 3)],
-        flat: (0..40).map(|i| (i * 4096, (1 << 30) + i * 4096, 64 + i)).collect(),
+        strided: vec![s(0, 4 * mib, 0, 4 * mib, 2 * mib, 5), s(1 << 40, mib, 1 << 40, mib, 1 << 10, 3)],
+        flat: (0..40).map(|i| (i * 8 * mib, (1 << 41) + i * 8 * mib, mib + i)).collect(),
     };
+    let small = CopyPlan { strided: vec![], flat: (0..64).map(|i| (i * 4096, (1 << 30) + i * 4096, 4096)).collect() };
     #[rustfmt::skip]
     let cases: Vec<(&str, CopyPlan, usize, usize)> = vec![
         // (what, plan, shares asked, shares wanted)
         ("an empty plan is one empty share", CopyPlan::default(), 4, 1),
         ("one share asked: the plan as it is", CopyPlan { strided: blocks(8), flat: vec![] }, 1, 1),
         ("2,048 equal blocks over 4 streams", CopyPlan { strided: blocks(2048), flat: vec![] }, 4, 4),
-        ("fewer copies than streams: one share each", CopyPlan { strided: blocks(3), flat: vec![] }, 8, 3),
+        ("fewer copies than streams: one share each", CopyPlan { strided: blocks(5), flat: vec![] }, 8, 5),
         ("a single flat piece is one share", CopyPlan { strided: vec![], flat: vec![(0, 64, 100)] }, 4, 1),
         ("2D copies and flat pieces of many sizes", uneven, 3, 3),
         ("0 shares asked is one", CopyPlan { strided: blocks(5), flat: vec![] }, 0, 1),
+        ("a small write (256 KiB) stays on one stream", small, 4, 1),
+        ("3 blocks (15 MiB): no share under SHARE_BYTES_MIN", CopyPlan { strided: blocks(3), flat: vec![] }, 4, 3),
+        ("1 block (5 MiB): one share", CopyPlan { strided: blocks(1), flat: vec![] }, 4, 1),
     ];
     for (what, whole, asked, wanted) in cases {
-        let shares = spread(whole.clone(), asked);
+        let shares = spread(whole.clone(), asked, SHARE_BYTES_MIN);
         assert_eq!(shares.len(), wanted, "{what}");
         assert!(partitions(&whole, &shares), "{what}: every copy in exactly one share");
         let largest = whole.strided.iter().map(Strided::bytes).chain(whole.flat.iter().map(|f| f.2)).max().unwrap_or(0);
@@ -278,7 +285,7 @@ fn spreading_a_plan_gives_every_copy_to_one_share_and_balances_bytes() {
             "{what}: shares within one copy of each other ({lo}..{hi}, largest {largest})"
         );
     }
-    let even = spread(CopyPlan { strided: blocks(2048), flat: vec![] }, 4);
+    let even = spread(CopyPlan { strided: blocks(2048), flat: vec![] }, 4, SHARE_BYTES_MIN);
     assert!(even.iter().all(|p| p.strided.len() == 512), "equal blocks split evenly");
 }
 
@@ -293,7 +300,7 @@ fn a_spread_kv_batch_issued_share_by_share_moves_the_same_bytes() {
         want.copy_within(s as usize..(s + l) as usize, d as usize);
     }
     let mut sink = HostSink::new(arena(cache));
-    let shares = spread(plan(&pieces, MAX), 4);
+    let shares = spread(plan(&pieces, MAX), 4, 1); // host pages are small: any size a share
     assert_eq!(shares.len(), 4);
     let mut total = Issued::default();
     for share in &shares {
