@@ -18,7 +18,7 @@
 # what is left; ITERS (default 3) timed updates after a warm-up; SHAPES (STREAMS/BATCH,
 # comma-separated, e.g. 1/0,4/1) runs ipc once per copy shape (ACCORD_DEVICE_COPY_STREAMS /
 # ACCORD_DEVICE_COPY_BATCH_2D; 1/0: the route before those knobs), NCCL with the last only;
-# NETWORK_GB=0 skips the network run. Exits 2 when there is no
+# NETWORK_GB=0 skips the network run, SKIP_IPC=1 the ipc runs. Exits 2 when there is no
 # CUDA (skipped), non-zero when a run failed or a byte was wrong.
 set -uo pipefail
 DEFAULT_BUDGET_S=280
@@ -43,7 +43,9 @@ run() {
 }
 
 ITERS=${ITERS:-3}
-if [ -z "${SHAPES:-}" ]; then
+if [ "${SKIP_IPC:-0}" = 1 ]; then
+  echo "== ipc: skipped (SKIP_IPC=1)"
+elif [ -z "${SHAPES:-}" ]; then
   run ipc "${IPC_CAP_S:-200}" ACCORD_DEVICE_IPC=1 -- --case ipc --gb "${GB:-16}" --iters "$ITERS"
 else
   # One ipc run per copy shape (STREAMS/BATCH), each capped at IPC_CAP_S; NCCL in the last only.
