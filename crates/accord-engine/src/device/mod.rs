@@ -3,7 +3,8 @@
 //! its copy finished.
 //!
 //! A device write is one `cuMemcpy*Async` on an engine-owned stream of the source GPU (no
-//! kernel, no SM), followed by an event. The poller thread queries the events; when one
+//! kernel, no SM), followed by an event; a large paged write is spread over several streams
+//! joined into one event ([`DeviceRoute::copy_many`]). The poller thread queries the events; when one
 //! completed it finishes the transfer's only part, which releases the transfer's trailer: the
 //! immediate goes as a zero-byte write over the ordinary route (memcpy route in this process,
 //! the network transport across processes), so the receiver's exactly-once immediate counting
@@ -243,14 +244,18 @@ impl DeviceRoute {
     }
 
     /// Queues many device-to-device copies out of GPU `src_ordinal`'s memory into one device
-    /// region (`target`, offsets relative to its byte 0) on one engine-owned stream, with one
-    /// event after all of them: `pieces` are (destination offset, source address, bytes), every
-    /// one checked by the caller against both regions. Runs of equal pieces at constant strides
-    /// go as one 2D copy each, the rest through [`Stream::copy_many_unchecked`] (batched calls)
-    /// ([`copy_plan`]: a KV request of 2,048 scattered blocks is 327,680 pieces, and the copy
-    /// engine's cost per copy exceeds the bytes of one; listed block by block they are 2,048 2D
-    /// copies). The pitch limit is the source GPU's, the one whose copy engine runs them. Once
-    /// all completed the poller runs `after` or completes the transfer's one part.
+    /// region (`target`, offsets relative to its byte 0) on engine-owned streams, with one event
+    /// after all of them: `pieces` are (destination offset, source address, bytes), every one
+    /// checked by the caller against both regions. Runs of equal pieces at constant strides go
+    /// as one 2D copy each (batched, with [`CopyShape::batch_2d`], through
+    /// [`Stream::copy_2d_many_unchecked`]), the rest through [`Stream::copy_many_unchecked`]
+    /// (batched calls) ([`copy_plan`]: a KV request of 2,048 scattered blocks is 327,680 pieces,
+    /// and the copy engine's cost per copy exceeds the bytes of one; listed block by block they
+    /// are 2,048 2D copies). The plan is spread by bytes over [`CopyShape::streams`] streams
+    /// ([`copy_plan::spread`]; one for writes under twice [`copy_plan::SHARE_BYTES_MIN`]), forked
+    /// from and joined into the first, whose event the poller watches. The pitch limit is the
+    /// source GPU's, the one whose copy engine runs them. Once all completed the poller runs
+    /// `after` or completes the transfer's one part.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn copy_many(
         &self,
