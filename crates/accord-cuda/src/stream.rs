@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use crate::context::Gpu;
 use crate::device_ptr::DevicePtr;
 use crate::error::{CudaError, Result};
+use crate::ffi::batch_copy;
 use crate::ffi::driver::{self, RawEvent, RawStream};
 
 /// Copies per `cuMemcpyBatchAsync` call of [`Stream::copy_many_unchecked`].
@@ -148,7 +149,7 @@ impl Stream {
                 let dsts = chunk.iter().map(|c| c.0 .0).collect();
                 let srcs = chunk.iter().map(|c| c.1 .0).collect();
                 let sizes = chunk.iter().map(|c| c.2).collect();
-                if driver::memcpy_batch_async(dsts, srcs, sizes, self.gpu.ordinal() as u32, self.raw).is_err() {
+                if batch_copy::memcpy_batch_async(dsts, srcs, sizes, self.gpu.ordinal() as u32, self.raw).is_err() {
                     BATCH_COPY_REFUSED.store(true, Ordering::Relaxed);
                     break;
                 }
@@ -216,10 +217,10 @@ impl Stream {
             return Err((0, CudaError::InvalidArgument { what }));
         }
         if copies.len() >= 2 && !BATCH_2D_REFUSED.load(Ordering::Relaxed) {
-            for chunk in copies.chunks(driver::COPIES_2D_PER_BATCH_CALL) {
-                let raw: Vec<driver::RawCopy2d> = chunk
+            for chunk in copies.chunks(batch_copy::COPIES_2D_PER_BATCH_CALL) {
+                let raw: Vec<batch_copy::RawCopy2d> = chunk
                     .iter()
-                    .map(|c| driver::RawCopy2d {
+                    .map(|c| batch_copy::RawCopy2d {
                         dst: c.dst.0,
                         dst_pitch: c.dst_pitch,
                         src: c.src.0,
@@ -228,7 +229,7 @@ impl Stream {
                         height: c.height,
                     })
                     .collect();
-                if driver::memcpy_2d_batch_async(&raw, self.gpu.ordinal() as u32, self.raw).is_err() {
+                if batch_copy::memcpy_2d_batch_async(&raw, self.gpu.ordinal() as u32, self.raw).is_err() {
                     BATCH_2D_REFUSED.store(true, Ordering::Relaxed);
                     break;
                 }
@@ -288,7 +289,7 @@ pub fn copy_2d_batch_support() -> std::result::Result<(), String> {
     if BATCH_2D_REFUSED.load(Ordering::Relaxed) {
         return Err("the driver refused a cuMemcpy3DBatchAsync batch earlier in this process".into());
     }
-    driver::memcpy_2d_batch_supported()
+    batch_copy::memcpy_2d_batch_supported()
 }
 
 /// Whether an event keeps timestamps.

@@ -204,5 +204,63 @@ pub(crate) fn issue(plan: &CopyPlan, sink: &mut dyn CopySink, batch_2d: bool) ->
     Ok(issued)
 }
 
+/// One stream of a spread write as [`issue_spread`] drives it: a [`CopySink`] that can also mark
+/// the end of what it has queued (an event) and wait, on the device, for another lane's mark.
+pub(crate) trait SpreadLane: CopySink {
+    /// A point in a lane's queue (a CUDA event).
+    type Mark;
+    /// Marks the end of what this lane has queued so far.
+    fn mark(&mut self) -> Result<Self::Mark, String>;
+    /// Holds this lane's later work until `mark` (another lane's) is reached.
+    fn wait_for(&mut self, mark: &Self::Mark) -> Result<(), String>;
+}
+
+/// How [`issue_spread`] failed.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct SpreadError {
+    pub(crate) reason: String,
+    /// A lane's copies may still run unjoined: the first lane's end no longer covers them, so
+    /// the memory they touch must never be released (it is leaked instead).
+    pub(crate) untracked: bool,
+}
+
+/// Queues `shares[i]` on `lanes[i]` so that the end of the first lane covers every copy: the
+/// other lanes first wait for the first lane's mark (each share starts where a single stream's
+/// copies would), and after the shares the first waits for each other lane's mark. A share that
+/// fails part-way is still joined (what it queued runs, and the caller holds the memory until
+/// the first lane's end); a join that fails leaves that lane untracked.
+pub(crate) fn issue_spread<L: SpreadLane>(
+    lanes: &mut [L],
+    shares: &[CopyPlan],
+    batch_2d: bool,
+) -> Result<(), SpreadError> {
+    let untracked = |reason: String, untracked: bool| SpreadError { reason, untracked };
+    if lanes.len() != shares.len() {
+        return Err(untracked(format!("{} shares for {} copy streams", shares.len(), lanes.len()), false));
+    }
+    let Some((first, others)) = lanes.split_first_mut() else { return Ok(()) };
+    if !others.is_empty() {
+        // Nothing is queued yet: a failure here leaves nothing running.
+        let fork = first.mark().map_err(|e| untracked(e, false))?;
+        for lane in others.iter_mut() {
+            lane.wait_for(&fork).map_err(|e| untracked(e, false))?;
+        }
+    }
+    let mut failure = issue(&shares[0], first, batch_2d).err();
+    for (lane, share) in others.iter_mut().zip(&shares[1..]) {
+        if let Err(e) = issue(share, lane, batch_2d) {
+            failure.get_or_insert(e);
+        }
+    }
+    let mut lost = false;
+    for lane in others.iter_mut() {
+        if let Err(e) = lane.mark().and_then(|m| first.wait_for(&m)) {
+            lost = true;
+            failure.get_or_insert(e);
+        }
+    }
+    failure.map_or(Ok(()), |e| Err(untracked(e, lost)))
+}
+
 #[cfg(test)]
 mod tests;

@@ -287,9 +287,27 @@ impl DeviceRoute {
         let shares = copy_plan::spread(copy_plan::plan(&list, max_pitch), shape.streams, copy_plan::SHARE_BYTES_MIN);
         let (gpu, streams) = next_streams(&mut state, src_ordinal, shares.len())?;
         gpu.bind().map_err(|e| e.to_string())?;
-        let failure = issue_spread(&gpu, &streams, &shares, shape.batch_2d).err().map(|e| format!("device copy: {e}"));
-        let event = record(&gpu, streams[0])?;
+        let mut lanes: Vec<StreamSink<'_>> = streams.iter().map(|s| StreamSink(s)).collect();
+        let (mut failure, mut lost) = (None, false);
+        if let Err(e) = copy_plan::issue_spread(&mut lanes, &shares, shape.batch_2d) {
+            failure = Some(format!("device copy: {}", e.reason));
+            lost = e.untracked;
+        }
+        let event = match record(&gpu, streams[0]) {
+            Ok(event) => event,
+            Err(e) => {
+                // Copies may be queued and nothing marks their end: what they touch is never
+                // released (leaked), so no copy can run into freed or unmapped memory.
+                leak_in_flight_memory(keep, mapping, &e);
+                return Err(e);
+            }
+        };
         drop(state);
+        if lost {
+            let reason = failure.clone().unwrap_or_default();
+            leak_in_flight_memory(keep, mapping, &reason);
+            return Err(reason);
+        }
         // After a failure part-way, what was queued still runs: the memory stays held until it
         // did, and the transfer fails then.
         let after = match failure {
@@ -363,35 +381,23 @@ impl DeviceRoute {
     }
 }
 
-/// Queues `shares[i]` on `streams[i]`: the other streams first wait for what the first had
-/// queued before (so every share starts where a single stream's copies would), and the first
-/// then waits for each of theirs, so an event recorded on the first after this covers every
-/// copy. On an error the waits already queued still join what was queued.
-fn issue_spread(gpu: &Gpu, streams: &[&Stream], shares: &[copy_plan::CopyPlan], batch_2d: bool) -> Result<(), String> {
-    let (first, others) = streams.split_first().ok_or("no copy stream")?;
-    if !others.is_empty() {
-        let fork = record(gpu, first)?;
-        for s in others {
-            s.wait_event(&fork).map_err(|e| e.to_string())?;
-        }
-    }
-    let mut failure = None;
-    for (stream, share) in streams.iter().zip(shares) {
-        if let Err(e) = copy_plan::issue(share, &mut StreamSink(stream), batch_2d) {
-            failure.get_or_insert(e);
-        }
-    }
-    for s in others {
-        let join = record(gpu, s)?;
-        first.wait_event(&join).map_err(|e| e.to_string())?;
-    }
-    failure.map_or(Ok(()), Err)
-}
-
-/// A route stream as a [`copy_plan::CopySink`]; every piece handed to it was checked by
-/// [`DeviceRoute::copy_many`]'s caller against both regions, which stay held until the event
-/// recorded after the copies completed.
+/// A route stream as a [`copy_plan::CopySink`] and [`copy_plan::SpreadLane`] (its marks are
+/// events of its GPU); every piece handed to it was checked by [`DeviceRoute::copy_many`]'s
+/// caller against both regions, which stay held until the event recorded after the copies
+/// completed.
 struct StreamSink<'a>(&'a Stream);
+
+impl copy_plan::SpreadLane for StreamSink<'_> {
+    type Mark = Event;
+
+    fn mark(&mut self) -> Result<Event, String> {
+        record(self.0.gpu(), self.0)
+    }
+
+    fn wait_for(&mut self, mark: &Event) -> Result<(), String> {
+        self.0.wait_event(mark).map_err(|e| e.to_string())
+    }
+}
 
 impl copy_plan::CopySink for StreamSink<'_> {
     fn copy_flat(&mut self, pieces: &[(u64, u64, u64)]) -> Result<usize, String> {
@@ -455,6 +461,15 @@ fn device_destination(
             Ok((ptr, src_gpu.clone(), Some(mapping)))
         }
     }
+}
+
+/// Keeps `keep` and `mapping` alive for the rest of the process: for copies that may still run
+/// when nothing says when they end (a CUDA call that marks or joins them failed, which happens
+/// only in a broken context). A leak, never a copy into released memory.
+fn leak_in_flight_memory(keep: Vec<MemoryOwner>, mapping: Option<Arc<IpcMapping>>, why: &str) {
+    tracing::error!(error = %why, "device copies may still run untracked: their memory is kept for good");
+    std::mem::forget(keep);
+    std::mem::forget(mapping);
 }
 
 /// The next engine-owned stream of GPU `ordinal` for copies in `direction` (round robin), and

@@ -312,3 +312,130 @@ fn a_spread_kv_batch_issued_share_by_share_moves_the_same_bytes() {
     assert_eq!(total.flat_calls, 1, "the lone piece in one share's flat call");
     assert!(sink.memory == want, "the shares together moved exactly the pieces' bytes");
 }
+
+/// A lane over a shared log: its copies, marks and waits are lines `"<lane> <what>"`; marks are
+/// named `m<lane>.<n>`; `fail_mark_after` makes its marks fail after that many.
+struct LogLane {
+    id: usize,
+    log: std::rc::Rc<std::cell::RefCell<Vec<String>>>,
+    marks: usize,
+    fail_mark_after: Option<usize>,
+    refuse_flat: bool,
+}
+
+impl LogLane {
+    fn lanes(n: usize) -> (Vec<LogLane>, std::rc::Rc<std::cell::RefCell<Vec<String>>>) {
+        let log = std::rc::Rc::new(std::cell::RefCell::new(vec![]));
+        let lanes = (0..n)
+            .map(|id| LogLane { id, log: log.clone(), marks: 0, fail_mark_after: None, refuse_flat: false })
+            .collect();
+        (lanes, log)
+    }
+
+    fn say(&self, what: String) {
+        self.log.borrow_mut().push(format!("{} {what}", self.id));
+    }
+}
+
+impl CopySink for LogLane {
+    fn copy_flat(&mut self, pieces: &[(u64, u64, u64)]) -> Result<usize, String> {
+        if self.refuse_flat {
+            return Err("flat refused by the test".into());
+        }
+        self.say(format!("copy flat x{}", pieces.len()));
+        Ok(1)
+    }
+
+    fn copy_2d(&mut self, _: &Strided) -> Result<(), String> {
+        self.say("copy 2d".into());
+        Ok(())
+    }
+
+    fn copy_2d_batch(&mut self, copies: &[Strided]) -> Result<usize, (usize, String)> {
+        self.say(format!("copy 2d batch x{}", copies.len()));
+        Ok(1)
+    }
+}
+
+impl SpreadLane for LogLane {
+    type Mark = String;
+
+    fn mark(&mut self) -> Result<String, String> {
+        if self.fail_mark_after.is_some_and(|n| self.marks >= n) {
+            return Err(format!("lane {} cannot mark", self.id));
+        }
+        self.marks += 1;
+        let mark = format!("m{}.{}", self.id, self.marks);
+        self.say(format!("mark {mark}"));
+        Ok(mark)
+    }
+
+    fn wait_for(&mut self, mark: &String) -> Result<(), String> {
+        self.say(format!("wait {mark}"));
+        Ok(())
+    }
+}
+
+fn position(log: &[String], line: &str) -> usize {
+    log.iter().position(|l| l == line).unwrap_or_else(|| panic!("{line:?} not in {log:?}"))
+}
+
+#[test]
+fn a_spread_write_forks_from_the_first_stream_and_joins_every_other_back_into_it() {
+    let blocks: Vec<Strided> = (0..12).map(|i| s(i << 15, 1 << 30, i << 15, 1 << 29, 32 << 10, 160)).collect();
+    let shares = spread(CopyPlan { strided: blocks, flat: vec![(1 << 40, 1 << 41, 100)] }, 3, SHARE_BYTES_MIN);
+    assert_eq!(shares.len(), 3);
+    let (mut lanes, log) = LogLane::lanes(3);
+    issue_spread(&mut lanes, &shares, true).unwrap();
+    let log = log.borrow().clone();
+    let fork = position(&log, "0 mark m0.1");
+    for lane in 1..3 {
+        let waited = position(&log, &format!("{lane} wait m0.1"));
+        let first_copy = log.iter().position(|l| l.starts_with(&format!("{lane} copy"))).unwrap();
+        let last_copy = log.iter().rposition(|l| l.starts_with(&format!("{lane} copy"))).unwrap();
+        let marked = position(&log, &format!("{lane} mark m{lane}.1"));
+        let joined = position(&log, &format!("0 wait m{lane}.1"));
+        assert!(fork < waited && waited < first_copy, "lane {lane} starts after the fork: {log:?}");
+        assert!(last_copy < marked && marked < joined, "lane {lane} joins after its copies: {log:?}");
+    }
+    let last_copy_anywhere = log.iter().rposition(|l| l.contains(" copy")).unwrap();
+    let first_join = log.iter().position(|l| l.starts_with("0 wait")).unwrap();
+    assert!(last_copy_anywhere < first_join, "every copy is queued before the first stream's joins: {log:?}");
+
+    // One lane: no fork, no join, just its copies.
+    let (mut one, log) = LogLane::lanes(1);
+    issue_spread(&mut one, &spread(CopyPlan { strided: vec![], flat: vec![(0, 64, 8)] }, 4, SHARE_BYTES_MIN), true)
+        .unwrap();
+    assert_eq!(*log.borrow(), vec!["0 copy flat x1"]);
+}
+
+#[test]
+fn a_failed_share_is_still_joined_and_a_failed_join_says_its_copies_are_untracked() {
+    let blocks: Vec<Strided> = (0..8).map(|i| s(i << 15, 1 << 30, i << 15, 1 << 29, 32 << 10, 160)).collect();
+    let flat: Vec<(u64, u64, u64)> = (0..4).map(|i| ((1 << 40) + (i << 20), (1 << 41) + (i << 20), 1 << 20)).collect();
+    let shares = spread(CopyPlan { strided: blocks, flat }, 2, SHARE_BYTES_MIN);
+    assert!(shares.iter().all(|p| !p.flat.is_empty()), "both shares have flat pieces: {shares:?}");
+
+    // Lane 1's flat copies fail: the error is returned, lane 1 is still joined, nothing untracked.
+    let (mut lanes, log) = LogLane::lanes(2);
+    lanes[1].refuse_flat = true;
+    let e = issue_spread(&mut lanes, &shares, true).unwrap_err();
+    assert!(e.reason.contains("flat refused") && !e.untracked, "{e:?}");
+    assert!(log.borrow().contains(&"0 wait m1.1".to_string()), "{:?}", log.borrow());
+
+    // Lane 1 cannot mark its end: untracked.
+    let (mut lanes, _) = LogLane::lanes(2);
+    lanes[1].fail_mark_after = Some(0);
+    let e = issue_spread(&mut lanes, &shares, true).unwrap_err();
+    assert!(e.untracked && e.reason.contains("lane 1 cannot mark"), "{e:?}");
+
+    // The first lane cannot mark the fork: nothing is queued at all, nothing untracked.
+    let (mut lanes, log) = LogLane::lanes(2);
+    lanes[0].fail_mark_after = Some(0);
+    let e = issue_spread(&mut lanes, &shares, true).unwrap_err();
+    assert!(!e.untracked && log.borrow().is_empty(), "{e:?} {:?}", log.borrow());
+
+    // Shares and lanes that do not pair are refused before anything is queued.
+    let (mut lanes, log) = LogLane::lanes(3);
+    assert!(issue_spread(&mut lanes, &shares, true).is_err() && log.borrow().is_empty());
+}
