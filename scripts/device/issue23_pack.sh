@@ -4,13 +4,15 @@
 # `gpu` tests, accord-engine's library tests; stripped), this checkout's benches and device
 # scripts (so the bundle measures this code whatever the device's checkout holds), and NIXL.
 #
-#   [MATURIN=path/to/maturin] [NIXL_TREE=nixl-*.tar.xz] scripts/device/issue23_pack.sh DEST
+#   [MATURIN=path/to/maturin] [NIXL_WHEEL=nixl_cu13-*.whl | NIXL_TREE=nixl-*.tar.xz] \
+#     scripts/device/issue23_pack.sh DEST
 #
 # DEST must be a folder the checkout ignores (the device tool carries ignored folders named in
 # `carry`); about 25 MB with NIXL. NIXL_TREE, when set, is copied in: a .tar.xz of the nixl-cu13
-# cp312 wheel's files (`pip download nixl-cu13 --no-deps --only-binary=:all: --python-version 3.12
-# --platform manylinux_2_28_x86_64`, unzipped, nixl_ep_cu13/ and UCX's perftest removed: the
-# whole wheel is 59 MB, over the carry limit beside the rest).
+# cp312 wheel's files. NIXL_WHEEL (`pip download nixl-cu13 --no-deps --only-binary=:all:
+# --python-version 3.12 --platform manylinux_2_28_x86_64`) is made into one: unzipped, its
+# nixl_ep_cu13/ package (expert-parallel kernels) and UCX's perftest left out, xz-packed (the
+# whole wheel is 59 MB, over the carry limit beside the rest; the tree packs to 18 MB).
 set -euo pipefail
 DEST=${1:?usage: issue23_pack.sh DEST}
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -33,5 +35,14 @@ done
 cp examples/gpu_bench.py examples/kv_gpu_bench.py examples/kv_nixl_bench.py examples/weight_push_gpu_bench.py "$DEST/repo/examples/"
 cp scripts/device/budget.sh scripts/device/kv_gpu.sh scripts/device/kv_nixl.sh scripts/device/weights_gpu.sh \
   scripts/device/issue23.sh "$DEST/repo/scripts/device/"
-[ -z "${NIXL_TREE:-}" ] || cp "$NIXL_TREE" "$DEST/"
+if [ -n "${NIXL_TREE:-}" ]; then
+  cp "$NIXL_TREE" "$DEST/"
+elif [ -n "${NIXL_WHEEL:-}" ]; then
+  tree=$(mktemp -d)
+  python3 -m zipfile -e "$NIXL_WHEEL" "$tree"
+  rm -rf "$tree"/nixl_ep_cu13 "$tree"/*.scripts
+  find "$tree" -name '*perftest*' -delete
+  tar -cJf "$DEST/$(basename "$NIXL_WHEEL" .whl)-trimmed.tar.xz" -C "$tree" .
+  rm -rf "$tree"
+fi
 du -sh "$DEST"
