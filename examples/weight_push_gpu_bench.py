@@ -338,8 +338,11 @@ def result_row(case: str, count: int, total: int, ceiling: float, accord_times: 
     def ms(v: float | None) -> float | None:
         return None if v is None else round(v * 1e3, 2)
 
+    # The trainer's engine does the copies: its copy shape (ACCORD_DEVICE_COPY_STREAMS /
+    # ACCORD_DEVICE_COPY_BATCH_2D, "-": the engine's default) is the row's.
+    shape = f"{os.environ.get('ACCORD_DEVICE_COPY_STREAMS', '-')}/{os.environ.get('ACCORD_DEVICE_COPY_BATCH_2D', '-')}"
     return {
-        "case": case, "tensors": count, "bytes": total,
+        "case": case, "shape": shape, "tensors": count, "bytes": total,
         "ceiling_ms": ms(ceiling), "ceiling_gbps": round(total / ceiling / 1e9, 2),
         "accord_ms": [ms(t) for t in accord_times], "accord_median_ms": ms(a),
         "accord_gbps": None if a is None else round(total / a / 1e9, 2),
@@ -352,11 +355,11 @@ def result_row(case: str, count: int, total: int, ceiling: float, accord_times: 
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    print(f"{'case':8} {'tensors':>7} {'GB':>6} {'ceiling ms':>10} {'accord ms':>9} {'GB/s':>7} {'x ceiling':>9} "
+    print(f"{'case':8} {'shape':5} {'tensors':>7} {'GB':>6} {'ceiling ms':>10} {'accord ms':>9} {'GB/s':>7} {'x ceiling':>9} "
           f"{'nccl ms':>8} {'nccl/accord':>11}  note")
     for r in rows:
         note = check_note(r["checked"], bool(r["wrong"]), r["error"])
-        print(f"{r['case']:8} {r['tensors']:>7} {r['bytes'] / 1e9:>6.2f} {cell(r['ceiling_ms']):>10} "
+        print(f"{r['case']:8} {r.get('shape', '-'):5} {r['tensors']:>7} {r['bytes'] / 1e9:>6.2f} {cell(r['ceiling_ms']):>10} "
               f"{cell(r['accord_median_ms']):>9} {cell(r['accord_gbps']):>7} {cell(r['over_ceiling']):>9} "
               f"{cell(r['nccl_median_ms']):>8} {cell(r['nccl_over_accord']):>11}  {note}")
 

@@ -64,6 +64,75 @@ def test_kv_gpu_bench_says_what_it_needs_and_prints_tables(tmp_path: Path) -> No
         assert run.returncode == 2 and "kv_gpu_bench: needs" in run.stderr
 
 
+def _example(name: str) -> Any:
+    """examples/<name>.py as a module (a script, not a package member), its folder on the path
+    first, as when it runs as a script (the benches import gpu_bench from there)."""
+    import importlib.util
+
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_kv_gpu_bench_rows_name_their_copy_shape(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bench = _example("kv_gpu_bench")
+    monkeypatch.setenv("ACCORD_DEVICE_COPY_STREAMS", "4")
+    monkeypatch.setenv("ACCORD_DEVICE_COPY_BATCH_2D", "1")
+    row = bench.row("ipc", "write", 2, 0.01, [0.002], 300.0, True, "", {})
+    assert row["shape"] == "4/1" and row["parts"] == 2 * 160 and row["checked"]
+    monkeypatch.delenv("ACCORD_DEVICE_COPY_STREAMS")
+    assert bench.row("ipc", "read", 2, None, [], 300.0, None, "x", {})["shape"] == "-/1"
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps(row) + "\n")
+    table = subprocess.run([sys.executable, str(EXAMPLES / "kv_gpu_bench.py"), "--table", str(rows)],
+                           capture_output=True, text=True, timeout=60)
+    assert table.returncode == 0 and " 4/1 " in table.stdout, table.stdout
+
+
+def test_kv_nixl_bench_moves_kv_gpu_bench_requests_piece_by_piece_and_says_what_it_needs() -> None:
+    """The NIXL anchor asks for the same blocks as accord's bench, its piece indices address the
+    pieces accord.kv's layout puts there, its host cache checks bytes both ways, and without NIXL
+    it exits 2 saying so."""
+    from accord.kv import KvLayout
+
+    nixl = _example("kv_nixl_bench")
+    kv = _example("kv_gpu_bench")
+    for n in (128, 2048):
+        assert nixl.block_ids(2560, n, seed=n) == kv.block_ids(2560, n, seed=n)
+    layout = KvLayout(80, 16, 8, 128, dtype="bfloat16")
+    assert nixl.PAGE == layout.block_nbytes and nixl.PLANES == 160
+    pool, blocks = 10, [3, 7]
+    idx = nixl.indices(pool, blocks)
+    assert len(idx) == 2 * 160
+    for i, (layer, kv_half, block) in enumerate((lay, h, b) for b in blocks for lay in range(80) for h in range(2)):
+        assert int(idx[i]) * nixl.PAGE == layout.offset(pool, layer, kv_half, block), (layer, kv_half, block)
+    prefill, decode = nixl.Cache("cpu", 3, filled=True), nixl.Cache("cpu", 3, filled=False)
+    assert not decode.holds([0, 2], [1, 0]), "a zeroed cache holds nothing"
+    for plane in range(nixl.PLANES):  # what a transfer of blocks 0, 2 into 1, 0 would do
+        for s, d in ((0, 1), (2, 0)):
+            at, to = (plane * 3 + s) * nixl.PAGE, (plane * 3 + d) * nixl.PAGE
+            decode.host[to:to + nixl.PAGE] = prefill.host[at:at + nixl.PAGE]
+    assert decode.holds([0, 2], [1, 0]) and not decode.holds([2, 0], [1, 0])
+    pieces = prefill.pieces()
+    assert pieces.shape == (160 * 3, 3) and int(pieces[5, 0]) == prefill.addr + 5 * nixl.PAGE
+    try:
+        import nixl as _  # noqa: F401
+        return
+    except ImportError:
+        pass
+    run = subprocess.run([sys.executable, str(EXAMPLES / "kv_nixl_bench.py"), "--device", "cpu", "--pool", "2",
+                          "--blocks", "1"], capture_output=True, text=True, timeout=60)
+    if "NIXL is not importable" in run.stderr:
+        assert run.returncode == 2
+    else:
+        assert run.returncode == 0 and "bytes ok" in run.stdout, run.stdout + run.stderr
+
+
 def _weight_bench() -> Any:
     """examples/weight_push_gpu_bench.py as a module (it is a script, not a package member). Its
     folder goes on the path first, as when it runs as a script: it imports gpu_bench from there."""

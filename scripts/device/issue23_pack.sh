@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Makes the bundle scripts/device/issue23.sh runs on the GPU host (run here, at the repo root):
+# the accord wheel (maturin, release), the GPU test binaries of the copy shapes (accord-cuda's
+# `gpu` tests, accord-engine's library tests; stripped), this checkout's benches and device
+# scripts (so the bundle measures this code whatever the device's checkout holds), and NIXL.
+#
+#   [MATURIN=path/to/maturin] [NIXL_WHEEL=nixl_cu13-*.whl | NIXL_TREE=nixl-*.tar.xz] \
+#     scripts/device/issue23_pack.sh DEST
+#
+# DEST must be a folder the checkout ignores (the device tool carries ignored folders named in
+# `carry`); about 25 MB with NIXL. NIXL_TREE, when set, is copied in: a .tar.xz of the nixl-cu13
+# cp312 wheel's files. NIXL_WHEEL (`pip download nixl-cu13 --no-deps --only-binary=:all:
+# --python-version 3.12 --platform manylinux_2_28_x86_64`) is made into one: unzipped, its
+# nixl_ep_cu13/ package (expert-parallel kernels) and UCX's perftest left out, xz-packed (the
+# whole wheel is 59 MB, over the carry limit beside the rest; the tree packs to 18 MB).
+set -euo pipefail
+DEST=${1:?usage: issue23_pack.sh DEST}
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$ROOT"
+MATURIN=${MATURIN:-$(command -v maturin || echo target/pyenv/bin/maturin)}
+mkdir -p "$DEST/bin" "$DEST/repo/examples" "$DEST/repo/scripts/device"
+rm -f "$DEST"/accord-*.whl
+nice -n 10 "$MATURIN" build --release --quiet --out "$DEST" --interpreter python3
+for spec in "accord-cuda --test gpu:gpu" "accord-engine --lib:accord_engine"; do
+  args=${spec%%:*} name=${spec##*:}
+  # shellcheck disable=SC2086
+  bin=$(nice -n 10 cargo test --release -p $args --no-run --message-format=json 2>/dev/null \
+    | python3 -c 'import json,sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["executable"])' | tail -1)
+  strip -o "$DEST/bin/$name" "$bin"
+done
+cp examples/gpu_bench.py examples/kv_gpu_bench.py examples/kv_nixl_bench.py examples/weight_push_gpu_bench.py "$DEST/repo/examples/"
+cp scripts/device/budget.sh scripts/device/kv_gpu.sh scripts/device/kv_nixl.sh scripts/device/weights_gpu.sh \
+  scripts/device/issue23.sh "$DEST/repo/scripts/device/"
+if [ -n "${NIXL_TREE:-}" ]; then
+  cp "$NIXL_TREE" "$DEST/"
+elif [ -n "${NIXL_WHEEL:-}" ]; then
+  tree=$(mktemp -d)
+  python3 -m zipfile -e "$NIXL_WHEEL" "$tree"
+  rm -rf "$tree"/nixl_ep_cu13 "$tree"/*.scripts
+  find "$tree" -name '*perftest*' -delete
+  tar -cJf "$DEST/$(basename "$NIXL_WHEEL" .whl)-trimmed.tar.xz" -C "$tree" .
+  rm -rf "$tree"
+fi
+du -sh "$DEST"
