@@ -52,8 +52,10 @@ impl std::str::FromStr for DeviceContext {
 
 /// Most copy streams per GPU a paged device write is spread over (`ACCORD_DEVICE_COPY_STREAMS`).
 pub const DEVICE_COPY_STREAMS_MAX: usize = 16;
-/// Default of `ACCORD_DEVICE_COPY_STREAMS`.
-pub const DEVICE_COPY_STREAMS_DEFAULT: usize = 4;
+/// Default of `ACCORD_DEVICE_COPY_STREAMS`: one stream a paged write. Spreading over 4 or 8
+/// streams (with batched 2D copies) gave no consistent gain on 2xH200 and made 2048-block KV
+/// writes slower (docs/results/2026-11-26-kv-gpu.md, "2xH200, 2026-11-26"), so it is opt-in.
+pub const DEVICE_COPY_STREAMS_DEFAULT: usize = 1;
 
 /// Most receive slots per batch (a worker's; the configuration's bound on `rx_batch_slots`).
 pub const RX_BATCH_SLOTS: usize = 64;
@@ -173,11 +175,12 @@ pub struct EngineConfig {
     /// over, its copies divided by bytes (`ACCORD_DEVICE_COPY_STREAMS`, 1..=
     /// [`DEVICE_COPY_STREAMS_MAX`]); single device writes take the streams in turn (at least
     /// [`crate::DEVICE_STREAMS_PER_GPU`]). The GPU runs streams' copies on several copy
-    /// engines at once. 1: every paged write on one stream, as before this knob. Default
-    /// [`DEVICE_COPY_STREAMS_DEFAULT`].
+    /// engines at once. 1: every paged write on one stream. Default
+    /// [`DEVICE_COPY_STREAMS_DEFAULT`] (1: the spread was measured and gave no consistent gain).
     pub device_copy_streams: usize,
     /// A paged device write's 2D copies go in batched driver calls (`cuMemcpy3DBatchAsync`)
-    /// where the driver has them (`ACCORD_DEVICE_COPY_BATCH_2D`). Default on.
+    /// where the driver has them (`ACCORD_DEVICE_COPY_BATCH_2D`). Default off: measured on 2xH200 it
+    /// gave no consistent gain (docs/results/2026-11-26-kv-gpu.md), so it is opt-in.
     pub device_copy_batch_2d: bool,
     /// Bytes per pinned staging slot: device bytes bound for a host region of another process,
     /// or for another host, are copied into such slots and sent one slot per host write.
@@ -282,7 +285,7 @@ impl Default for EngineConfig {
             device_shared_host: true,
             device_context: DeviceContext::Primary,
             device_copy_streams: DEVICE_COPY_STREAMS_DEFAULT,
-            device_copy_batch_2d: true,
+            device_copy_batch_2d: false,
             debug_stats: false,
             device_staging_chunk_bytes: crate::device::staging::DEVICE_STAGING_CHUNK_BYTES_DEFAULT,
             device_staging_chunks: crate::device::staging::DEVICE_STAGING_CHUNKS_DEFAULT,

@@ -76,10 +76,12 @@ fn bad_values_name_the_knob_and_what_it_accepts() {
 /// 1..=DEVICE_COPY_STREAMS_MAX by `validate` with a message naming the range.
 #[test]
 fn device_copy_streams_parse_and_stay_in_range() {
-    let c = parsed(&[("ACCORD_DEVICE_COPY_STREAMS", "8"), ("ACCORD_DEVICE_COPY_BATCH_2D", "off")]).unwrap();
-    assert_eq!((c.device_copy_streams, c.device_copy_batch_2d), (8, false));
+    let c = parsed(&[("ACCORD_DEVICE_COPY_STREAMS", "8"), ("ACCORD_DEVICE_COPY_BATCH_2D", "on")]).unwrap();
+    assert_eq!((c.device_copy_streams, c.device_copy_batch_2d), (8, true));
+    // The defaults are the measured route: one stream a paged write, one call a 2D copy.
     let d = EngineConfig::default();
-    assert_eq!((d.device_copy_streams, d.device_copy_batch_2d), (DEVICE_COPY_STREAMS_DEFAULT, true));
+    assert_eq!((d.device_copy_streams, d.device_copy_batch_2d), (DEVICE_COPY_STREAMS_DEFAULT, false));
+    assert_eq!(DEVICE_COPY_STREAMS_DEFAULT, 1);
     assert!(d.validate().is_ok());
     for bad in ["0", "17"] {
         let c = parsed(&[("ACCORD_DEVICE_COPY_STREAMS", bad)]).unwrap();
