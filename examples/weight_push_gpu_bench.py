@@ -54,6 +54,8 @@ TP = 8
 ITEM = 2  # bf16
 #: Seconds any one phase (an update, a check, a handshake) may take before the run fails naming it.
 PHASE_S = 300.0
+#: Longest wait for each step of the teardown (the inference process's goodbye, its exit), seconds.
+TEARDOWN_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -249,7 +251,10 @@ def inference_nccl(torch: Any, conn: Connection, tensors: list[Any], port: int) 
         dist.destroy_process_group()
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: argparse.Namespace, emit: Any) -> dict[str, Any]:
+    """Measures, hands the row to ``emit`` as soon as the measuring is over (before NCCL's and
+    the second process's teardown, which once outlasted a 100 s cap after every update was
+    printed), then tears down, each wait bounded by ``TEARDOWN_S``; returns the row."""
     torch = need_cuda()
     tensors_spec = shard_list(args.gb)
     total = sum(t.nbytes for t in tensors_spec)
@@ -278,6 +283,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     bad: dict[str, list[int]] = {}
     error = ""
     dist: Any = None  # torch.distributed, once this process joined the NCCL group
+    row: dict[str, Any] | None = None
     try:
         manifest = expect(conn, "manifest")
         with accord.Engine() as engine:
@@ -315,18 +321,29 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     nccl_times.append(landed - start)
                 print(f"nccl update {it}: {(landed - start) * 1e3:.2f} ms{' (warm-up)' if it == 0 else ''}", flush=True)
             conn.send(("nccl_done", None))
-        expect(conn, "bye")
     except Exception as e:  # noqa: BLE001 - reported in the row
         error = f"{type(e).__name__}: {e}"
         print(f"failed: {error}", file=sys.stderr, flush=True)
-    finally:
+    row = result_row(case, len(tensors_spec), total, ceiling, accord_times, nccl_times, bad, error)
+    emit(row)
+    teardown_start = time.monotonic()
+    try:
+        # Both ranks leave the NCCL group at once (the second process does on "nccl_done"),
+        # then the second process says goodbye.
         if dist is not None and dist.is_initialized():
             dist.destroy_process_group()
-        proc.join(timeout=60)
+        if not error:
+            expect(conn, "bye", timeout=TEARDOWN_S)
+    except Exception as e:  # noqa: BLE001 - the row is out; the teardown only reports
+        print(f"teardown: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+    finally:
+        proc.join(timeout=TEARDOWN_S)
         if proc.is_alive():
+            print(f"teardown: the inference process did not exit within {TEARDOWN_S:.0f} s; killed", flush=True)
             proc.kill()
             proc.join(timeout=10)
-    return result_row(case, len(tensors_spec), total, ceiling, accord_times, nccl_times, bad, error)
+    print(f"teardown: {time.monotonic() - teardown_start:.1f} s", flush=True)
+    return row
 
 
 def result_row(case: str, count: int, total: int, ceiling: float, accord_times: list[float],
@@ -388,11 +405,13 @@ def main(argv: list[str] | None = None) -> int:
         rows = read_rows(args.table)
         print_table(rows)
         return 0 if all(r["checked"] for r in rows) else 1
-    row = run(args)
-    print(json.dumps(row), flush=True)
-    if args.json:
-        append_rows(args.json, [row])
-    print_table([row])
+    def emit(row: dict[str, Any]) -> None:
+        print(json.dumps(row), flush=True)
+        if args.json:
+            append_rows(args.json, [row])
+        print_table([row])
+
+    row = run(args, emit)
     return 0 if row["checked"] else 1
 
 
