@@ -13,6 +13,11 @@
 # Usage (GPU host, repo root):
 #   NIXL_WHEEL=nixl_cu13-*.whl | NIXL_TREE=nixl-*.tar.xz  OUT=/path/to/out scripts/device/kv_nixl.sh
 # BUDGET_S (default 120) caps the run; BLOCKS (default 128,2048), POOL (2560), ITERS (3) as kv_gpu.sh.
+# UCX says which transports it chose: UCX_PROTO_INFO=y (default here) prints its protocol
+# selection tables, UCX_LOG_LEVEL=info (default here) its transport set-up; the run's summary
+# counts the lines naming each transport (cuda_ipc, cuda_copy, tcp, ...). The 2026-11-26 run had
+# neither, so its log could not tell whether cuda_ipc moved the bytes. Set UCX_TLS (e.g.
+# cuda_ipc,cuda_copy,tcp) to pin the transports; it is printed with the rest.
 set -uo pipefail
 DEFAULT_BUDGET_S=120
 . "$(dirname "$0")/budget.sh"
@@ -26,6 +31,8 @@ elif [ -n "${NIXL_TREE:-}" ]; then
   tar -xJf "$NIXL_TREE" -C "$SITE" || { echo "kv_nixl: cannot unpack $NIXL_TREE"; exit 1; }
 fi
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+export UCX_PROTO_INFO="${UCX_PROTO_INFO:-y}" UCX_LOG_LEVEL="${UCX_LOG_LEVEL:-info}"
+echo "UCX settings: $(env | grep '^UCX_' | sort | tr '\n' ' ')"
 "$PY" -c "import nixl_cu13, torch; print('nixl_cu13 from', nixl_cu13.__file__, 'torch', torch.__version__)" \
   || { echo "kv_nixl: python3 cannot import nixl_cu13 and torch"; exit 2; }
 host_facts
@@ -35,6 +42,12 @@ timeout -k 10 "$CAP" "$PY" "$BENCH" --blocks "${BLOCKS:-128,2048}" --pool "${POO
   --json "$JSON" > "$OUT/nixl.txt" 2>&1
 rc=$?
 echo "   exit $rc"
-grep -v "NIXL INFO" "$OUT/nixl.txt" | tail -25
+echo "-- UCX's transports: lines of its log naming each (UCX_PROTO_INFO / UCX_LOG_LEVEL)"
+for tl in cuda_ipc cuda_copy gdr_copy tcp posix sysv cma rc_mlx5 dc_mlx5 ud_mlx5; do
+  n=$(grep -v '^{' "$OUT/nixl.txt" | grep -c -w "$tl")
+  [ "$n" -eq 0 ] || echo "   $tl: $n lines"
+done
+grep -i -E "cuda_ipc|proto.*(put|get)|rma" "$OUT/nixl.txt" | grep -v '^{' | head -12
+grep -v -E "NIXL INFO|^\[[0-9.]+\] *\[|UCX  INFO|^ *[|+]" "$OUT/nixl.txt" | tail -25
 echo "results in $OUT; $(( SECONDS - START )) s"
 exit $rc
