@@ -137,9 +137,18 @@ class Side:
         if protocol in TRANSPORT_ENV and protocol not in self.transports:
             raise RuntimeError(f"asked for {protocol}, the engine installed {self.transports or 'nothing it named'}")
         self.session = f"127.0.0.1:{self.engine.get_rpc_port()}"
-        rc = self.engine.register_memory(cache.addr, cache.nbytes)
-        if rc != 0:
-            raise RuntimeError(f"register_memory of the {cache.device} cache ({cache.nbytes} bytes) returned {rc}")
+        # A GPU cache is registered at its device ("cuda:N", the engine's name for it), then,
+        # refused, with the engine finding out itself ("*"); host memory with "*".
+        locations = [f"cuda:{cache.dev}", "*"] if cache.device != "cpu" else ["*"]
+        refused = []
+        for location in locations:
+            rc = self.engine.register_memory(cache.addr, cache.nbytes, location)
+            if rc == 0:
+                break
+            refused.append(f"{location}: {rc}")
+        else:
+            raise RuntimeError(f"register_memory of the {cache.device} cache ({cache.nbytes} bytes) returned "
+                               f"{', '.join(refused)}")
         self.peer, self.peer_addr = "", 0
 
     def meta(self) -> tuple[str, int]:
@@ -259,6 +268,13 @@ def attempt(engine_mod: Any, protocol: str, args: argparse.Namespace, decode_cac
         say(f"{protocol}: engines up, sessions {decode.session} and {decode.peer}; decode engine: {shape}")
         for op in ("write", "read"):
             for n in sizes:
+                if args.budget_s and time.monotonic() - T0 > args.budget_s:
+                    rows.append(row(shape, op, n, None, [], ceilings[n], None,
+                                    f"skipped: the run's {args.budget_s:.0f} s were spent"))
+                    print(json.dumps(rows[-1]), flush=True)
+                    if args.json:
+                        append_rows(args.json, rows[-1:])
+                    continue
                 src, dst = block_ids(args.pool, n, seed=n)
                 decode_cache.zero()
                 first, times, error, checked, fatal = None, [], "", None, False
@@ -275,6 +291,8 @@ def attempt(engine_mod: Any, protocol: str, args: argparse.Namespace, decode_cac
                     error, fatal = f"{type(e).__name__}: {e}", not isinstance(e, RequestFailed)
                 rows.append(row(shape, op, n, first, times, ceilings[n], checked, error))
                 print(json.dumps(rows[-1]), flush=True)
+                if args.json:  # each row as it comes: a run cut by its cap keeps what it measured
+                    append_rows(args.json, rows[-1:])
                 if fatal:
                     return rows, ""
         return rows, ""
@@ -343,12 +361,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--blocks", default="128,2048", help="request sizes in blocks (comma-separated)")
     parser.add_argument("--pool", type=int, default=2560, help="blocks of each cache")
     parser.add_argument("--iters", type=int, default=3, help="timed requests per row (after one warm-up)")
-    parser.add_argument("--json", default="", help="append one JSON line per row to this file")
+    parser.add_argument("--json", default="", help="append one JSON line per row to this file, as each is done")
+    parser.add_argument("--budget-s", type=float, default=0.0,
+                        help="seconds after which the rows not started yet are skipped (0: no limit)")
     args = parser.parse_args(argv)
     if args.iters < 1:
         parser.error(f"--iters must be at least 1, got {args.iters}")
     rows = run(args)
-    if args.json:
+    if args.json and rows and rows[0]["shape"] == "none":  # the rows of a run that moved nothing
         append_rows(args.json, rows)
     for r in rows:
         note = "bytes ok" if r["checked"] else ("BYTES WRONG" if r["checked"] is False else "not checked")

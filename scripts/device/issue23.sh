@@ -15,8 +15,10 @@
 # (default ipc: two processes, as NIXL runs) the kv_gpu.sh case of the shape sweep; GB (default
 # 16) the weights; KV_S (140), NIXL_S (80), MOONCAKE_S (90), WEIGHT_RUN_S (100 a shape), WEIGHTS_S
 # (200), NETWORK_S (50 for each of KV and weights) each step's seconds: every step at its cap is
-# over 600 s, so pick STEPS and shapes for one call (the lead's: STEPS="tests kv nixl mooncake
-# weights" KV_SHAPES=1/0 WEIGHT_SHAPES=1/0, about 230 s, at most 450 s by the caps).
+# over 600 s, so pick STEPS, shapes and caps for one call, e.g. the defaults' route only:
+#   STEPS="tests kv nixl mooncake weights network" KV_SHAPES=1/0 WEIGHT_SHAPES=1/0 KV_S=60 WEIGHTS_S=100
+# (about 230 s by the 2026-11-26 run's step times plus an estimate for Mooncake; the caps allow
+# more, so keep the call's timeout at 600 s).
 # What comes back under $OUT (at most 8 files): all.log (every step's output), kv.jsonl and
 # weights.jsonl (the rows), tests.txt. Exits non-zero when a step failed.
 set -uo pipefail

@@ -76,4 +76,5 @@ elif [ -n "${MOONCAKE_WHEEL:-}" ]; then
   tar -cJf "$DEST/$(basename "$MOONCAKE_WHEEL" .whl)-trimmed.tar.xz" -C "$tree" mooncake/__init__.py mooncake/engine.pyi "${keep[@]}"
   rm -rf "$tree"
 fi
-du -sh "$DEST"/* "$DEST"
+du -sh "$DEST"/*
+du -sh "$DEST"
