@@ -40,6 +40,7 @@ import os
 import socket
 import statistics
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -331,7 +332,12 @@ def run(args: argparse.Namespace, emit: Any) -> dict[str, Any]:
         # Both ranks leave the NCCL group at once (the second process does on "nccl_done"),
         # then the second process says goodbye.
         if dist is not None and dist.is_initialized():
-            dist.destroy_process_group()
+            # In a thread, so a destroy that never returns costs TEARDOWN_S, not the run's cap.
+            leaving = threading.Thread(target=dist.destroy_process_group, daemon=True)
+            leaving.start()
+            leaving.join(TEARDOWN_S)
+            if leaving.is_alive():
+                print(f"teardown: NCCL's destroy_process_group did not return within {TEARDOWN_S:.0f} s", flush=True)
         if not error:
             expect(conn, "bye", timeout=TEARDOWN_S)
     except Exception as e:  # noqa: BLE001 - the row is out; the teardown only reports
