@@ -170,8 +170,10 @@ def test_kv_mooncake_bench_moves_and_checks_bytes_over_tcp_on_host_memory(tmp_pa
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     got = [json.loads(line) for line in rows.read_text().splitlines()]
     assert [(r["op"], r["blocks"]) for r in got] == [("write", 1), ("write", 3), ("read", 1), ("read", 3)]
-    assert all(r["case"] == "mooncake" and r["shape"] == "tcp" and r["checked"] is True for r in got), got
-    assert "nvlink_intra did not work" in run.stderr
+    shapes = {r["shape"] for r in got}
+    assert all(r["case"] == "mooncake" and r["checked"] is True for r in got) and len(shapes) == 1, got
+    if shapes == {"tcp"}:  # the NVLink transport refused host memory (it does here): reported, then TCP
+        assert "nvlink_intra did not work" in run.stderr
 
 
 def _weight_bench() -> Any:
