@@ -26,7 +26,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 BUNDLE="$(cd "${BUNDLE:?set BUNDLE to the carried folder}" && pwd)"
 DEV="$BUNDLE/repo/scripts/device"
 OUT="${OUT:?set OUT}"
-WORK=$(mktemp -d)
+WORK=$(mktemp -d) || { echo "issue23: cannot make a work folder"; exit 1; }
 STEPS=${STEPS:-tests kv nixl mooncake weights network}
 WHEEL=$(ls "$BUNDLE"/accord-*.whl | head -1)
 NIXL_TREE=$(ls "$BUNDLE"/nixl*.tar.xz 2>/dev/null | head -1)
