@@ -19,6 +19,12 @@ tensor, measured in the same run. The first request of each row is a warm-up (re
 every row's bytes are checked block by block after its first request. Prints a table and writes
 one JSON line per row to ``--json``; ``--table FILE...`` prints the table of earlier runs.
 
+``--shapes 1/0,4/1`` runs the case once per copy shape, ``STREAMS/BATCH`` setting
+``ACCORD_DEVICE_COPY_STREAMS`` and ``ACCORD_DEVICE_COPY_BATCH_2D`` for the engines (and the
+second process) of that pass; ``1/0`` is the route before either knob existed (one stream a
+paged write, one driver call a 2D copy), so one run compares them on the same machine. Each row
+names its shape.
+
     python examples/kv_gpu_bench.py --case inproc --blocks 128,2048 --iters 3 --json out.jsonl
 
 Diagnostics (stderr, each line stamped with seconds since the process started, its pid and
@@ -36,6 +42,7 @@ Exits 2 without torch or a CUDA device, 1 when a check failed.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import multiprocessing as mp
@@ -211,6 +218,14 @@ def timed(run: Any, iters: int, budget: Budget) -> tuple[float | None, list[floa
     return first, times, ""
 
 
+def copy_shape() -> str:
+    """The copy shape the engines of this pass are built with, as ``STREAMS/BATCH`` (``-``: the
+    engine's default)."""
+    streams = os.environ.get("ACCORD_DEVICE_COPY_STREAMS", "-")
+    batch = os.environ.get("ACCORD_DEVICE_COPY_BATCH_2D", "-")
+    return f"{streams}/{batch}"
+
+
 def row(case: str, op: str, blocks: int, first: float | None, times: list[float], ceiling: float,
         checked: bool | None, error: str, owner: dict[str, int]) -> dict[str, Any]:
     nbytes = blocks * layout().block_nbytes * LAYOUT_ARGS[0] * 2
@@ -221,7 +236,7 @@ def row(case: str, op: str, blocks: int, first: float | None, times: list[float]
     median = statistics.median(times) if times else None
     gbps = nbytes / median / 1e9 if median else None
     return {
-        "case": case, "op": op, "blocks": blocks, "bytes": nbytes, "parts": parts,
+        "case": case, "shape": copy_shape(), "op": op, "blocks": blocks, "bytes": nbytes, "parts": parts,
         "us_per_part": None if median is None else round(median * 1e6 / parts, 2),
         "first_ms": None if first is None else round(first * 1e3, 2),
         "ms": [round(t * 1e3, 2) for t in times],
@@ -410,14 +425,14 @@ def run_case(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    print(f"{'case':8} {'op':5} {'blocks':>6} {'MiB':>7} {'parts':>7} {'warm-up ms':>10} {'ms/request':>10} "
+    print(f"{'case':8} {'shape':5} {'op':5} {'blocks':>6} {'MiB':>7} {'parts':>7} {'warm-up ms':>10} {'ms/request':>10} "
           f"{'us/part':>8} {'GB/s':>7} {'ceiling':>7} {'ratio':>6}  checked / note")
     for r in rows:
         owner = ""
         if r["op"] == "read" and r.get("owner_reads_served"):
             owner = f"; owner: {r['owner_reads_mapped']} of {r['owner_reads_served']} reads through IPC (cumulative)"
         note = check_note(r["checked"], r["checked"] is False, r["error"], owner)
-        print(f"{r['case']:8} {r['op']:5} {r['blocks']:>6} {r['bytes'] / 2**20:>7.0f} {cell(r.get('parts')):>7} "
+        print(f"{r['case']:8} {r.get('shape', '-'):5} {r['op']:5} {r['blocks']:>6} {r['bytes'] / 2**20:>7.0f} {cell(r.get('parts')):>7} "
               f"{cell(r['first_ms']):>10} {cell(r['median_ms']):>10} {cell(r.get('us_per_part')):>8} {cell(r['gbps']):>7} "
               f"{cell(r['ceiling_gbps']):>7} {cell(r['ratio']):>6}  {note}")
 
@@ -434,6 +449,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--table", nargs="*", help="print the table of these JSON-lines files and exit")
     parser.add_argument("--progress-s", type=float, default=5.0,
                         help="seconds between progress lines while a request is outstanding")
+    parser.add_argument("--shapes", default="",
+                        help="copy shapes to run the case with, STREAMS/BATCH comma-separated (e.g. 1/0,4/1); "
+                             "default: the environment's")
     parser.add_argument("--stuck-s", type=float, default=20.0,
                         help="seconds past a request's own timeout before it is abandoned and reported")
     args = parser.parse_args(argv)
@@ -441,7 +459,21 @@ def main(argv: list[str] | None = None) -> int:
         rows = read_rows(args.table)
         print_table(rows)
         return 0 if all(r["checked"] is not False for r in rows) else 1
-    rows = run_case(args)
+    if args.shapes:
+        rows = []
+        shapes = [s.strip().split("/") for s in args.shapes.split(",") if s.strip()]
+        end = time.monotonic() + args.budget_s
+        for index, (streams, batch) in enumerate(shapes):
+            os.environ["ACCORD_DEVICE_COPY_STREAMS"] = streams
+            os.environ["ACCORD_DEVICE_COPY_BATCH_2D"] = batch
+            args.budget_s = (end - time.monotonic()) / (len(shapes) - index)
+            say(f"shape {streams}/{batch}: {args.budget_s:.0f} s")
+            rows += run_case(args)
+            # The pass's caches (25 GiB over both GPUs) go before the next pass allocates its own.
+            gc.collect()
+            need_cuda().cuda.empty_cache()
+    else:
+        rows = run_case(args)
     if args.json:
         append_rows(args.json, rows)
     print_table(rows)

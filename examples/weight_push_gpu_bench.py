@@ -40,6 +40,7 @@ import os
 import socket
 import statistics
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -54,6 +55,8 @@ TP = 8
 ITEM = 2  # bf16
 #: Seconds any one phase (an update, a check, a handshake) may take before the run fails naming it.
 PHASE_S = 300.0
+#: Longest wait for each step of the teardown (the inference process's goodbye, its exit), seconds.
+TEARDOWN_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -249,7 +252,10 @@ def inference_nccl(torch: Any, conn: Connection, tensors: list[Any], port: int) 
         dist.destroy_process_group()
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: argparse.Namespace, emit: Any) -> dict[str, Any]:
+    """Measures, hands the row to ``emit`` as soon as the measuring is over (before NCCL's and
+    the second process's teardown, which once outlasted a 100 s cap after every update was
+    printed), then tears down, each wait bounded by ``TEARDOWN_S``; returns the row."""
     torch = need_cuda()
     tensors_spec = shard_list(args.gb)
     total = sum(t.nbytes for t in tensors_spec)
@@ -278,6 +284,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     bad: dict[str, list[int]] = {}
     error = ""
     dist: Any = None  # torch.distributed, once this process joined the NCCL group
+    row: dict[str, Any] | None = None
     try:
         manifest = expect(conn, "manifest")
         with accord.Engine() as engine:
@@ -315,18 +322,34 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     nccl_times.append(landed - start)
                 print(f"nccl update {it}: {(landed - start) * 1e3:.2f} ms{' (warm-up)' if it == 0 else ''}", flush=True)
             conn.send(("nccl_done", None))
-        expect(conn, "bye")
     except Exception as e:  # noqa: BLE001 - reported in the row
         error = f"{type(e).__name__}: {e}"
         print(f"failed: {error}", file=sys.stderr, flush=True)
-    finally:
+    row = result_row(case, len(tensors_spec), total, ceiling, accord_times, nccl_times, bad, error)
+    emit(row)
+    teardown_start = time.monotonic()
+    try:
+        # Both ranks leave the NCCL group at once (the second process does on "nccl_done"),
+        # then the second process says goodbye.
         if dist is not None and dist.is_initialized():
-            dist.destroy_process_group()
-        proc.join(timeout=60)
+            # In a thread, so a destroy that never returns costs TEARDOWN_S, not the run's cap.
+            leaving = threading.Thread(target=dist.destroy_process_group, daemon=True)
+            leaving.start()
+            leaving.join(TEARDOWN_S)
+            if leaving.is_alive():
+                print(f"teardown: NCCL's destroy_process_group did not return within {TEARDOWN_S:.0f} s", flush=True)
+        if not error:
+            expect(conn, "bye", timeout=TEARDOWN_S)
+    except Exception as e:  # noqa: BLE001 - the row is out; the teardown only reports
+        print(f"teardown: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+    finally:
+        proc.join(timeout=TEARDOWN_S)
         if proc.is_alive():
+            print(f"teardown: the inference process did not exit within {TEARDOWN_S:.0f} s; killed", flush=True)
             proc.kill()
             proc.join(timeout=10)
-    return result_row(case, len(tensors_spec), total, ceiling, accord_times, nccl_times, bad, error)
+    print(f"teardown: {time.monotonic() - teardown_start:.1f} s", flush=True)
+    return row
 
 
 def result_row(case: str, count: int, total: int, ceiling: float, accord_times: list[float],
@@ -338,8 +361,11 @@ def result_row(case: str, count: int, total: int, ceiling: float, accord_times: 
     def ms(v: float | None) -> float | None:
         return None if v is None else round(v * 1e3, 2)
 
+    # The trainer's engine does the copies: its copy shape (ACCORD_DEVICE_COPY_STREAMS /
+    # ACCORD_DEVICE_COPY_BATCH_2D, "-": the engine's default) is the row's.
+    shape = f"{os.environ.get('ACCORD_DEVICE_COPY_STREAMS', '-')}/{os.environ.get('ACCORD_DEVICE_COPY_BATCH_2D', '-')}"
     return {
-        "case": case, "tensors": count, "bytes": total,
+        "case": case, "shape": shape, "tensors": count, "bytes": total,
         "ceiling_ms": ms(ceiling), "ceiling_gbps": round(total / ceiling / 1e9, 2),
         "accord_ms": [ms(t) for t in accord_times], "accord_median_ms": ms(a),
         "accord_gbps": None if a is None else round(total / a / 1e9, 2),
@@ -352,11 +378,11 @@ def result_row(case: str, count: int, total: int, ceiling: float, accord_times: 
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    print(f"{'case':8} {'tensors':>7} {'GB':>6} {'ceiling ms':>10} {'accord ms':>9} {'GB/s':>7} {'x ceiling':>9} "
+    print(f"{'case':8} {'shape':5} {'tensors':>7} {'GB':>6} {'ceiling ms':>10} {'accord ms':>9} {'GB/s':>7} {'x ceiling':>9} "
           f"{'nccl ms':>8} {'nccl/accord':>11}  note")
     for r in rows:
         note = check_note(r["checked"], bool(r["wrong"]), r["error"])
-        print(f"{r['case']:8} {r['tensors']:>7} {r['bytes'] / 1e9:>6.2f} {cell(r['ceiling_ms']):>10} "
+        print(f"{r['case']:8} {r.get('shape', '-'):5} {r['tensors']:>7} {r['bytes'] / 1e9:>6.2f} {cell(r['ceiling_ms']):>10} "
               f"{cell(r['accord_median_ms']):>9} {cell(r['accord_gbps']):>7} {cell(r['over_ceiling']):>9} "
               f"{cell(r['nccl_median_ms']):>8} {cell(r['nccl_over_accord']):>11}  {note}")
 
@@ -385,11 +411,13 @@ def main(argv: list[str] | None = None) -> int:
         rows = read_rows(args.table)
         print_table(rows)
         return 0 if all(r["checked"] for r in rows) else 1
-    row = run(args)
-    print(json.dumps(row), flush=True)
-    if args.json:
-        append_rows(args.json, [row])
-    print_table([row])
+    def emit(row: dict[str, Any]) -> None:
+        print(json.dumps(row), flush=True)
+        if args.json:
+            append_rows(args.json, [row])
+        print_table([row])
+
+    row = run(args, emit)
     return 0 if row["checked"] else 1
 
 

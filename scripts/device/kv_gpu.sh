@@ -25,7 +25,10 @@
 # caps the whole command; each run gets at most INPROC_CAP_S / IPC_CAP_S / NETWORK_CAP_S
 # (default 110 / 100 / 60) and what is left; ITERS (default 3) timed requests per row after a
 # warm-up; BLOCKS (default 128,2048) the request sizes, POOL (default 2560) the blocks of each
-# cache (12.5 GiB). Exits non-zero when a run failed or a byte was wrong.
+# cache (12.5 GiB); CASES (default "inproc ipc network") the runs to make; SHAPES (default: the
+# engine's) the copy shapes each run goes through, STREAMS/BATCH comma-separated (kv_gpu_bench.py
+# --shapes: ACCORD_DEVICE_COPY_STREAMS / ACCORD_DEVICE_COPY_BATCH_2D; 1/0 is the route before
+# those knobs, the same-run baseline). Exits non-zero when a run failed or a byte was wrong.
 set -uo pipefail
 DEFAULT_BUDGET_S=280
 . "$(dirname "$0")/budget.sh"
@@ -39,13 +42,16 @@ install_wheel
 host_facts
 
 FAILED=0 BENCH_MARGIN_S=25
-ITERS=${ITERS:-3} BLOCKS=${BLOCKS:-128,2048} POOL=${POOL:-2560}
-bench_run inproc "${INPROC_CAP_S:-110}" ACCORD_DEVICE_IPC=1 -- --case inproc --blocks "$BLOCKS" --pool "$POOL" \
-  --iters "$ITERS"
-bench_run ipc "${IPC_CAP_S:-100}" ACCORD_DEVICE_IPC=1 -- --case ipc --blocks "$BLOCKS" --pool "$POOL" \
-  --read-blocks "${IPC_READ_BLOCKS:-$BLOCKS}" --iters "$ITERS"
-bench_run network "${NETWORK_CAP_S:-60}" ACCORD_DEVICE_IPC=0 ACCORD_SHM=0 -- --case network --pool "$POOL" \
-  --blocks "${NETWORK_BLOCKS:-128}" --iters 2 --progress-s 2 --stuck-s 5
+ITERS=${ITERS:-3} BLOCKS=${BLOCKS:-128,2048} POOL=${POOL:-2560} CASES=${CASES:-inproc ipc network}
+SHAPE_ARGS=()
+[ -z "${SHAPES:-}" ] || SHAPE_ARGS=(--shapes "$SHAPES")
+wanted() { case " $CASES " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+wanted inproc && bench_run inproc "${INPROC_CAP_S:-110}" ACCORD_DEVICE_IPC=1 -- --case inproc --blocks "$BLOCKS" \
+  --pool "$POOL" --iters "$ITERS" ${SHAPE_ARGS[@]+"${SHAPE_ARGS[@]}"}
+wanted ipc && bench_run ipc "${IPC_CAP_S:-100}" ACCORD_DEVICE_IPC=1 -- --case ipc --blocks "$BLOCKS" --pool "$POOL" \
+  --read-blocks "${IPC_READ_BLOCKS:-$BLOCKS}" --iters "$ITERS" ${SHAPE_ARGS[@]+"${SHAPE_ARGS[@]}"}
+wanted network && bench_run network "${NETWORK_CAP_S:-60}" ACCORD_DEVICE_IPC=0 ACCORD_SHM=0 -- --case network \
+  --pool "$POOL" --blocks "${NETWORK_BLOCKS:-128}" --iters 2 --progress-s 2 --stuck-s 5
 
 for name in inproc ipc network; do
   [ -f "$OUT/$name.txt" ] || continue

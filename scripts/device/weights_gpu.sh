@@ -15,7 +15,10 @@
 #   [WHEEL=accord-*.whl] OUT=/path/to/out scripts/device/weights_gpu.sh
 # WHEEL, when set, is installed first (pip --no-deps --force-reinstall). BUDGET_S (default 280)
 # caps the whole command; each run gets at most IPC_CAP_S / NETWORK_CAP_S (default 200 / 70) and
-# what is left; ITERS (default 3) timed updates after a warm-up. Exits 2 when there is no
+# what is left; ITERS (default 3) timed updates after a warm-up; SHAPES (STREAMS/BATCH,
+# comma-separated, e.g. 1/0,4/1) runs ipc once per copy shape (ACCORD_DEVICE_COPY_STREAMS /
+# ACCORD_DEVICE_COPY_BATCH_2D; 1/0: the route before those knobs), NCCL with the last only;
+# NETWORK_GB=0 skips the network run, SKIP_IPC=1 the ipc runs. Exits 2 when there is no
 # CUDA (skipped), non-zero when a run failed or a byte was wrong.
 set -uo pipefail
 DEFAULT_BUDGET_S=280
@@ -40,8 +43,21 @@ run() {
 }
 
 ITERS=${ITERS:-3}
-run ipc "${IPC_CAP_S:-200}" ACCORD_DEVICE_IPC=1 -- --case ipc --gb "${GB:-16}" --iters "$ITERS"
-run network "${NETWORK_CAP_S:-70}" ACCORD_DEVICE_IPC=0 ACCORD_SHM=0 -- --case network --gb "${NETWORK_GB:-1}" \
+if [ "${SKIP_IPC:-0}" = 1 ]; then
+  echo "== ipc: skipped (SKIP_IPC=1)"
+elif [ -z "${SHAPES:-}" ]; then
+  run ipc "${IPC_CAP_S:-200}" ACCORD_DEVICE_IPC=1 -- --case ipc --gb "${GB:-16}" --iters "$ITERS"
+else
+  # One ipc run per copy shape (STREAMS/BATCH), each capped at IPC_CAP_S; NCCL in the last only.
+  IFS=, read -ra SHAPE_LIST <<< "$SHAPES"
+  for i in "${!SHAPE_LIST[@]}"; do
+    shape=${SHAPE_LIST[$i]} nccl=(--no-nccl)
+    [ "$i" -eq $(( ${#SHAPE_LIST[@]} - 1 )) ] && nccl=()
+    run "ipc-${shape/\//-}" "${IPC_CAP_S:-200}" ACCORD_DEVICE_IPC=1 ACCORD_DEVICE_COPY_STREAMS="${shape%/*}" \
+      ACCORD_DEVICE_COPY_BATCH_2D="${shape#*/}" -- --case ipc --gb "${GB:-16}" --iters "$ITERS" ${nccl[@]+"${nccl[@]}"}
+  done
+fi
+[ "${NETWORK_GB:-1}" = 0 ] || run network "${NETWORK_CAP_S:-70}" ACCORD_DEVICE_IPC=0 ACCORD_SHM=0 -- --case network --gb "${NETWORK_GB:-1}" \
   --iters 2 --no-nccl
 
 echo

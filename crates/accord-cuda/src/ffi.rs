@@ -3,6 +3,7 @@
 //! every block carries a `// Safety:` line.
 #![allow(unsafe_code)]
 
+pub(crate) mod batch_copy;
 pub mod driver;
 pub mod host_memory;
 pub mod launch;

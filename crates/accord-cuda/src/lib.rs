@@ -79,4 +79,4 @@ pub use ordering::{launch_host_fn, signal_when_done, HostWaiter, StallGate, Stal
 pub use paths::{cuda_include_dirs, nvrtc_library_dirs, nvrtc_library_path};
 pub use probe::{probe, Availability, DeviceInfo};
 pub use reduce::{DType, ReduceOp, ReduceOpKind, Reducer};
-pub use stream::{Event, EventKind, Stream};
+pub use stream::{copy_2d_batch_support, Copy2d, Event, EventKind, Stream};

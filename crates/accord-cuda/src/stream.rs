@@ -6,12 +6,16 @@ use std::time::{Duration, Instant};
 use crate::context::Gpu;
 use crate::device_ptr::DevicePtr;
 use crate::error::{CudaError, Result};
+use crate::ffi::batch_copy;
 use crate::ffi::driver::{self, RawEvent, RawStream};
 
 /// Copies per `cuMemcpyBatchAsync` call of [`Stream::copy_many_unchecked`].
 pub const COPIES_PER_BATCH_CALL: usize = 4096;
 /// Set once the driver refused `cuMemcpyBatchAsync`: batches go one copy a call from then on.
 static BATCH_COPY_REFUSED: AtomicBool = AtomicBool::new(false);
+/// Set once the driver refused `cuMemcpy3DBatchAsync` for 2D copies: they go one
+/// `cuMemcpy2DAsync` each from then on.
+static BATCH_2D_REFUSED: AtomicBool = AtomicBool::new(false);
 /// Set once the driver refused `cuStreamBatchMemOp`: stores go one a call from then on.
 static BATCH_STORES_REFUSED: AtomicBool = AtomicBool::new(false);
 
@@ -145,7 +149,7 @@ impl Stream {
                 let dsts = chunk.iter().map(|c| c.0 .0).collect();
                 let srcs = chunk.iter().map(|c| c.1 .0).collect();
                 let sizes = chunk.iter().map(|c| c.2).collect();
-                if driver::memcpy_batch_async(dsts, srcs, sizes, self.gpu.ordinal() as u32, self.raw).is_err() {
+                if batch_copy::memcpy_batch_async(dsts, srcs, sizes, self.gpu.ordinal() as u32, self.raw).is_err() {
                     BATCH_COPY_REFUSED.store(true, Ordering::Relaxed);
                     break;
                 }
@@ -190,6 +194,59 @@ impl Stream {
         driver::memcpy_2d_dtod_async(dst.0, dst_pitch, src.0, src_pitch, width, height, self.raw)
     }
 
+    /// Queues many 2D device-to-device copies ([`Copy2d`]) in as few driver calls as the
+    /// driver allows: `cuMemcpy3DBatchAsync`, up to 1,024 copies a call (a KV request of 2,048
+    /// blocks is 2,048 2D copies: two calls instead of 2,048), or, where the driver lacks it or
+    /// refused a batch, one `cuMemcpy2DAsync` each (for the rest of the process once refused).
+    /// They start after the work queued before them and run in any order among themselves.
+    /// Returns the driver calls taken; on an error, how many copies were queued before it, so a
+    /// caller can send the rest another way. A context must be current.
+    ///
+    /// # Safety
+    /// As [`Stream::copy_2d_unchecked`], for every copy.
+    #[allow(unsafe_code)]
+    pub unsafe fn copy_2d_many_unchecked(&self, copies: &[Copy2d]) -> std::result::Result<usize, (usize, CudaError)> {
+        let mut calls = 0;
+        let mut queued = 0;
+        if let Some(bad) = copies.iter().position(|c| c.width > c.dst_pitch.min(c.src_pitch)) {
+            let c = copies[bad];
+            let what = format!(
+                "a 2D copy's rows ({} bytes) are wider than its pitches ({}, {})",
+                c.width, c.dst_pitch, c.src_pitch
+            );
+            return Err((0, CudaError::InvalidArgument { what }));
+        }
+        if copies.len() >= 2 && !BATCH_2D_REFUSED.load(Ordering::Relaxed) {
+            for chunk in copies.chunks(batch_copy::COPIES_2D_PER_BATCH_CALL) {
+                let raw: Vec<batch_copy::RawCopy2d> = chunk
+                    .iter()
+                    .map(|c| batch_copy::RawCopy2d {
+                        dst: c.dst.0,
+                        dst_pitch: c.dst_pitch,
+                        src: c.src.0,
+                        src_pitch: c.src_pitch,
+                        width: c.width,
+                        height: c.height,
+                    })
+                    .collect();
+                if batch_copy::memcpy_2d_batch_async(&raw, self.gpu.ordinal() as u32, self.raw).is_err() {
+                    BATCH_2D_REFUSED.store(true, Ordering::Relaxed);
+                    break;
+                }
+                calls += 1;
+                queued += chunk.len();
+            }
+        }
+        for c in &copies[queued..] {
+            // Safety: forwarded to the caller.
+            unsafe { self.copy_2d_unchecked(c.dst, c.dst_pitch, c.src, c.src_pitch, c.width, c.height) }
+                .map_err(|e| (queued, e))?;
+            calls += 1;
+            queued += 1;
+        }
+        Ok(calls)
+    }
+
     pub(crate) fn raw(&self) -> RawStream {
         self.raw
     }
@@ -204,6 +261,35 @@ impl Drop for Stream {
             let _ = driver::stream_destroy(self.raw);
         }
     }
+}
+
+/// One 2D copy of [`Stream::copy_2d_many_unchecked`]: `height` rows of `width` bytes, row `r`
+/// read at `src + r * src_pitch` and written at `dst + r * dst_pitch`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Copy2d {
+    /// Row 0's destination.
+    pub dst: DevicePtr,
+    /// Bytes from one destination row to the next (at least `width`).
+    pub dst_pitch: usize,
+    /// Row 0's source.
+    pub src: DevicePtr,
+    /// Bytes from one source row to the next (at least `width`).
+    pub src_pitch: usize,
+    /// Bytes of each row.
+    pub width: usize,
+    /// Rows.
+    pub height: usize,
+}
+
+/// Whether this process's driver batches 2D copies (`cuMemcpy3DBatchAsync`, CUDA 12.8 and later)
+/// and has not refused a batch yet; the error says why not. For a caller that logs, once, which
+/// way its 2D copies go.
+pub fn copy_2d_batch_support() -> std::result::Result<(), String> {
+    driver::ensure_driver().map_err(|e| e.to_string())?;
+    if BATCH_2D_REFUSED.load(Ordering::Relaxed) {
+        return Err("the driver refused a cuMemcpy3DBatchAsync batch earlier in this process".into());
+    }
+    batch_copy::memcpy_2d_batch_supported()
 }
 
 /// Whether an event keeps timestamps.

@@ -284,3 +284,72 @@ fn vmm_memory_travels_as_file_descriptors_and_maps_for_the_peer_gpu() {
     assert!(VmmMapping::map(&reader, &wrong).is_err());
     drop(mapping);
 }
+
+/// Many 2D copies in one call (`copy_2d_many_unchecked`, batched where the driver has
+/// `cuMemcpy3DBatchAsync`, else one call each) move exactly what one `copy_2d_unchecked` each
+/// would: blocks of strided rows, scattered on both sides, to this GPU and to a peer; the calls
+/// taken are fewer than the copies where the driver batches; a row wider than a pitch is refused
+/// before anything is queued.
+#[test]
+fn batched_2d_copies_move_scattered_blocks_of_rows_like_single_ones() {
+    require_gpu!();
+    // A KV-like cache: `planes` planes of `blocks` blocks of `page` bytes each.
+    let (page, planes, blocks) = (2048usize, 12usize, 40usize);
+    let plane = page * blocks;
+    let size = plane * planes;
+    let gpu0 = Gpu::open(0).unwrap();
+    let stream = Stream::new(&gpu0).unwrap();
+    let mut src = DeviceBuffer::alloc(&gpu0, size).unwrap();
+    let data: Vec<u8> = (0..size as u32).map(|i| ((i * 29) >> 3) as u8).collect();
+    src.copy_from_host(0, &data, &stream).unwrap();
+    let ids: Vec<(usize, usize)> = (0..17).map(|i| ((i * 7) % blocks, (i * 11 + 5) % blocks)).collect();
+    let mut targets = vec![Gpu::open(0).unwrap()];
+    if probe().device_count >= 2 {
+        let gpu1 = Gpu::open(1).unwrap();
+        gpu0.enable_peer_access(&gpu1).unwrap();
+        targets.push(gpu1);
+    }
+    let batched = accord_cuda::copy_2d_batch_support();
+    println!("2D batches: {batched:?}");
+    for target in targets {
+        let mut dst = DeviceBuffer::alloc(&target, size).unwrap();
+        let own = Stream::new(&target).unwrap();
+        dst.memset_async(0, size, 0xEE, &own).unwrap();
+        own.synchronize().unwrap();
+        gpu0.bind().unwrap();
+        let copies: Vec<accord_cuda::Copy2d> = ids
+            .iter()
+            .map(|&(s, d)| accord_cuda::Copy2d {
+                dst: accord_cuda::DevicePtr(dst.ptr().0 + (d * page) as u64),
+                dst_pitch: plane,
+                src: accord_cuda::DevicePtr(src.ptr().0 + (s * page) as u64),
+                src_pitch: plane,
+                width: page,
+                height: planes,
+            })
+            .collect();
+        // Safety: every row lies inside `src` and `dst`, both alive past the synchronisation.
+        #[allow(unsafe_code)]
+        unsafe {
+            let calls = stream.copy_2d_many_unchecked(&copies).unwrap();
+            if batched.is_ok() {
+                assert!(calls < copies.len(), "{calls} calls for {} copies with a batching driver", copies.len());
+            }
+            let mut wide = copies[..2].to_vec();
+            wide[1].width = plane + 1;
+            let refused = stream.copy_2d_many_unchecked(&wide);
+            assert!(matches!(refused, Err((0, CudaError::InvalidArgument { .. }))), "{refused:?}");
+        }
+        stream.synchronize().unwrap();
+        let mut back = vec![0u8; size];
+        dst.copy_to_host(0, &mut back, &own).unwrap();
+        let mut want = vec![0xEEu8; size];
+        for &(s, d) in &ids {
+            for p in 0..planes {
+                let (from, to) = (p * plane + s * page, p * plane + d * page);
+                want[to..to + page].copy_from_slice(&data[from..from + page]);
+            }
+        }
+        assert!(back == want, "GPU {}: the batch moved exactly the blocks' rows", target.ordinal());
+    }
+}

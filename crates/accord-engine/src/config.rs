@@ -50,6 +50,13 @@ impl std::str::FromStr for DeviceContext {
     }
 }
 
+/// Most copy streams per GPU a paged device write is spread over (`ACCORD_DEVICE_COPY_STREAMS`).
+pub const DEVICE_COPY_STREAMS_MAX: usize = 16;
+/// Default of `ACCORD_DEVICE_COPY_STREAMS`: one stream a paged write. Spreading over 4 or 8
+/// streams (with batched 2D copies) gave no consistent gain on 2xH200 and made 2048-block KV
+/// writes slower (docs/results/2026-11-26-kv-gpu.md, "2xH200, 2026-11-26"), so it is opt-in.
+pub const DEVICE_COPY_STREAMS_DEFAULT: usize = 1;
+
 /// Most receive slots per batch (a worker's; the configuration's bound on `rx_batch_slots`).
 pub const RX_BATCH_SLOTS: usize = 64;
 
@@ -164,6 +171,17 @@ pub struct EngineConfig {
     /// The CUDA context the copy-engine route submits its copies in. Default
     /// [`DeviceContext::Primary`].
     pub device_context: DeviceContext,
+    /// Copy streams per GPU that a paged device write (`CopyEngine`, `CopyEngineIpc`) is spread
+    /// over, its copies divided by bytes (`ACCORD_DEVICE_COPY_STREAMS`, 1..=
+    /// [`DEVICE_COPY_STREAMS_MAX`]); single device writes take the streams in turn (at least
+    /// [`crate::DEVICE_STREAMS_PER_GPU`]). The GPU runs streams' copies on several copy
+    /// engines at once. 1: every paged write on one stream. Default
+    /// [`DEVICE_COPY_STREAMS_DEFAULT`] (1: the spread was measured and gave no consistent gain).
+    pub device_copy_streams: usize,
+    /// A paged device write's 2D copies go in batched driver calls (`cuMemcpy3DBatchAsync`)
+    /// where the driver has them (`ACCORD_DEVICE_COPY_BATCH_2D`). Default off: measured on 2xH200 it
+    /// gave no consistent gain (docs/results/2026-11-26-kv-gpu.md), so it is opt-in.
+    pub device_copy_batch_2d: bool,
     /// Bytes per pinned staging slot: device bytes bound for a host region of another process,
     /// or for another host, are copied into such slots and sent one slot per host write.
     /// Default [`crate::device::staging::DEVICE_STAGING_CHUNK_BYTES_DEFAULT`] (4 MiB).
@@ -266,6 +284,8 @@ impl Default for EngineConfig {
             device_ipc: true,
             device_shared_host: true,
             device_context: DeviceContext::Primary,
+            device_copy_streams: DEVICE_COPY_STREAMS_DEFAULT,
+            device_copy_batch_2d: false,
             debug_stats: false,
             device_staging_chunk_bytes: crate::device::staging::DEVICE_STAGING_CHUNK_BYTES_DEFAULT,
             device_staging_chunks: crate::device::staging::DEVICE_STAGING_CHUNKS_DEFAULT,
@@ -338,6 +358,8 @@ impl EngineConfig {
         set(&mut self.device_ipc, get(env, "ACCORD_DEVICE_IPC")?);
         set(&mut self.device_shared_host, get(env, "ACCORD_DEVICE_SHARED_HOST")?);
         set(&mut self.device_context, choice(env, "ACCORD_DEVICE_CONTEXT")?);
+        set(&mut self.device_copy_streams, get(env, "ACCORD_DEVICE_COPY_STREAMS")?);
+        set(&mut self.device_copy_batch_2d, get(env, "ACCORD_DEVICE_COPY_BATCH_2D")?);
         set(&mut self.device_staging_chunk_bytes, get(env, "ACCORD_DEVICE_STAGING_CHUNK_BYTES")?);
         set(&mut self.device_staging_chunks, get(env, "ACCORD_DEVICE_STAGING_CHUNKS")?);
         set(&mut self.device_landing_timeout, get(env, "ACCORD_DEVICE_LANDING_TIMEOUT_MS")?);
@@ -431,6 +453,12 @@ impl EngineConfig {
             return Err(BuildError::Invalid(format!(
                 "device_staging_chunk_bytes {bytes} must be in \
                  {DEVICE_STAGING_CHUNK_BYTES_MIN}..={DEVICE_STAGING_CHUNK_BYTES_MAX}"
+            )));
+        }
+        let streams = self.device_copy_streams;
+        if streams == 0 || streams > DEVICE_COPY_STREAMS_MAX {
+            return Err(BuildError::Invalid(format!(
+                "device_copy_streams {streams} must be in 1..={DEVICE_COPY_STREAMS_MAX}"
             )));
         }
         let chunks = self.device_staging_chunks;

@@ -85,7 +85,10 @@ pub use address::{
     DeviceIpcBytes, DeviceRegionInfo, EngineAddress, EngineId, MrDescriptor, SharedHostInfo, DEVICE_IPC_HANDLE_BYTES,
 };
 pub use completion::{Transfer, COMPLETION_JOBS_MAX};
-pub use config::{DeviceContext, EngineConfig, AWAIT_POLL_DEFAULT, AWAIT_POLL_MAX};
+pub use config::{
+    DeviceContext, EngineConfig, AWAIT_POLL_DEFAULT, AWAIT_POLL_MAX, DEVICE_COPY_STREAMS_DEFAULT,
+    DEVICE_COPY_STREAMS_MAX,
+};
 pub use device::staging::{
     DEVICE_STAGING_CHUNKS_DEFAULT, DEVICE_STAGING_CHUNKS_MAX, DEVICE_STAGING_CHUNK_BYTES_DEFAULT,
     DEVICE_STAGING_CHUNK_BYTES_MAX, DEVICE_STAGING_CHUNK_BYTES_MIN, DEVICE_STAGING_POOL_BYTES_MAX,

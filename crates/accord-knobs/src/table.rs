@@ -100,6 +100,20 @@ pub static KNOBS: &[Knob] = &[
         "primary",
         "the CUDA context copies are submitted in; private keeps them from waiting behind the application's",
     ),
+    knob(
+        "ACCORD_DEVICE_COPY_STREAMS",
+        Engine,
+        Count,
+        "1",
+        "copy streams per GPU a paged device write is spread over (1..=16; 1: one stream a write, the measured default); single writes take at least 2 in turn",
+    ),
+    knob(
+        "ACCORD_DEVICE_COPY_BATCH_2D",
+        Engine,
+        Switch,
+        "0",
+        "1: a paged device write's 2D copies go in batched driver calls (cuMemcpy3DBatchAsync) where the driver has them; 0 (default, measured): one call each",
+    ),
     knob("ACCORD_DEVICE_STAGING_CHUNK_BYTES", Engine, Bytes, "4194304", "bytes per pinned staging slot"),
     knob("ACCORD_DEVICE_STAGING_CHUNKS", Engine, Count, "8", "pinned staging slots per engine"),
     knob(

@@ -17,7 +17,7 @@ use crate::error::{driver_error, CudaError, Result};
 pub(crate) type RawPtr = u64;
 
 /// Turns a `CUresult` into a `Result`, naming the call.
-fn check(call: &'static str, result: sys::CUresult) -> Result<()> {
+pub(crate) fn check(call: &'static str, result: sys::CUresult) -> Result<()> {
     if result == sys::CUresult::CUDA_SUCCESS {
         Ok(())
     } else {
@@ -331,52 +331,6 @@ pub(crate) fn stream_write_values64(stream: RawStream, stores: &[(RawPtr, u64)])
     // copies them); a bad device address fails the stream, never host memory it does not map.
     check("cuStreamBatchMemOp_v2", unsafe {
         sys::cuStreamBatchMemOp_v2(stream.0, params.len() as u32, params.as_mut_ptr(), 0)
-    })
-}
-
-/// Queues `dsts.len()` device-to-device copies on `stream` in one call
-/// (`cuMemcpyBatchAsync`): each copy's source is read in stream order; the copies among
-/// themselves run in any order. `ordinal` is the stream's GPU (the location hint). The arrays
-/// are taken by value: the driver's signature wants them mutable, though it only reads them.
-pub(crate) fn memcpy_batch_async(
-    mut dsts: Vec<u64>,
-    mut srcs: Vec<u64>,
-    mut sizes: Vec<usize>,
-    ordinal: u32,
-    stream: RawStream,
-) -> Result<()> {
-    if dsts.len() != srcs.len() || dsts.len() != sizes.len() {
-        return Err(CudaError::InvalidArgument {
-            what: "a copy batch needs as many sources and sizes as destinations".into(),
-        });
-    }
-    if dsts.is_empty() {
-        return Ok(());
-    }
-    let here = sys::CUmemLocation {
-        type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-        id: ordinal as std::ffi::c_int,
-    };
-    let mut attrs = [sys::CUmemcpyAttributes {
-        srcAccessOrder: sys::CUmemcpySrcAccessOrder::CU_MEMCPY_SRC_ACCESS_ORDER_STREAM,
-        srcLocHint: here,
-        dstLocHint: here,
-        flags: 0,
-    }];
-    let mut attr_indices = [0usize];
-    // Safety: three arrays of equal length and one attribute applying from copy 0 on, all live
-    // for the call (the driver reads them during it); a bad device address fails the stream.
-    check("cuMemcpyBatchAsync_v2", unsafe {
-        sys::cuMemcpyBatchAsync_v2(
-            dsts.as_mut_ptr(),
-            srcs.as_mut_ptr(),
-            sizes.as_mut_ptr(),
-            dsts.len(),
-            attrs.as_mut_ptr(),
-            attr_indices.as_mut_ptr(),
-            1,
-            stream.0,
-        )
     })
 }
 

@@ -71,3 +71,21 @@ fn bad_values_name_the_knob_and_what_it_accepts() {
         assert!(e.contains(&format!("{knob}={value:?}")) && e.contains(accepted), "{knob}={value}: {e}");
     }
 }
+
+/// The copy-stream spread of paged device writes: parsed, defaulted, and refused outside
+/// 1..=DEVICE_COPY_STREAMS_MAX by `validate` with a message naming the range.
+#[test]
+fn device_copy_streams_parse_and_stay_in_range() {
+    let c = parsed(&[("ACCORD_DEVICE_COPY_STREAMS", "8"), ("ACCORD_DEVICE_COPY_BATCH_2D", "on")]).unwrap();
+    assert_eq!((c.device_copy_streams, c.device_copy_batch_2d), (8, true));
+    // The defaults are the measured route: one stream a paged write, one call a 2D copy.
+    let d = EngineConfig::default();
+    assert_eq!((d.device_copy_streams, d.device_copy_batch_2d), (DEVICE_COPY_STREAMS_DEFAULT, false));
+    assert_eq!(DEVICE_COPY_STREAMS_DEFAULT, 1);
+    assert!(d.validate().is_ok());
+    for bad in ["0", "17"] {
+        let c = parsed(&[("ACCORD_DEVICE_COPY_STREAMS", bad)]).unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("device_copy_streams") && e.contains("1..=16"), "{bad}: {e}");
+    }
+}

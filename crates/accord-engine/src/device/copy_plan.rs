@@ -9,9 +9,15 @@
 //! cache planes apart on both sides, so listed block by block they are one 2D copy of 160 rows:
 //! 2,048 operations instead of 327,680.
 //!
-//! [`plan`] is a pure function (tested by a table of cases); [`issue`] hands a plan to a
-//! [`CopySink`] (a CUDA stream in [`super::DeviceRoute::copy_many`], a host-memory recorder in
-//! tests).
+//! Two further steps, both because 2,048 2D copies on one stream still reached only 0.55-0.65
+//! of the copy ceiling (docs/results/2026-11-26-kv-gpu.md): [`spread`] divides a plan by bytes
+//! into shares, one per copy stream, so several copy engines work on one request; and [`issue`]
+//! can hand a share's 2D copies to the sink as one batch (`cuMemcpy3DBatchAsync`: a call per
+//! 1,024 copies instead of one each).
+//!
+//! [`plan`] and [`spread`] are pure functions (tested by tables of cases); [`issue`] hands a plan
+//! to a [`CopySink`] (a CUDA stream in [`super::DeviceRoute::copy_many`], a host-memory
+//! recorder in tests).
 
 /// One 2D copy: `height` rows of `width` bytes, row `r` read at `src + r * src_pitch` and
 /// written at `dst + r * dst_pitch`.
@@ -26,6 +32,11 @@ pub(crate) struct Strided {
 }
 
 impl Strided {
+    /// Bytes the copy moves.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.width * self.height
+    }
+
     /// The rows as flat pieces `(dst, src, len)`.
     pub(crate) fn rows(&self) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
         (0..self.height).map(move |r| (self.dst + r * self.dst_pitch, self.src + r * self.src_pitch, self.width))
@@ -86,6 +97,42 @@ pub(crate) fn plan(pieces: &[(u64, u64, u64)], max_pitch: u64) -> CopyPlan {
     out
 }
 
+/// Fewest bytes a share of a spread plan should have: a plan of fewer than twice this stays on
+/// one stream. Below it the fork and join of another stream (an event recorded and waited for
+/// each way) cost the host about what the overlap could save; small writes (a device-API put,
+/// an NCCL plugin chunk) so keep the single stream and single event they had.
+pub(crate) const SHARE_BYTES_MIN: u64 = 4 << 20;
+
+/// Divides `plan` into at most `shares` plans of about equal bytes, for as many copy streams,
+/// and no more than leaves each `share_bytes_min` bytes ([`SHARE_BYTES_MIN`] on the route):
+/// each copy (a 2D copy whole, or a flat
+/// piece) goes to the share with the fewest bytes so far, in the plan's order, so no share
+/// exceeds another by more than its largest copy. Every copy lands in exactly one share; empty
+/// shares are left out (a plan of one copy is one share).
+pub(crate) fn spread(plan: CopyPlan, shares: usize, share_bytes_min: u64) -> Vec<CopyPlan> {
+    let total = plan.strided.iter().map(Strided::bytes).sum::<u64>() + plan.flat.iter().map(|f| f.2).sum::<u64>();
+    let by_bytes = usize::try_from(total / share_bytes_min.max(1)).unwrap_or(usize::MAX);
+    let shares = shares.min(by_bytes).clamp(1, (plan.strided.len() + plan.flat.len()).max(1));
+    if shares == 1 {
+        return vec![plan];
+    }
+    let mut out = vec![CopyPlan::default(); shares];
+    let mut bytes = vec![0u64; shares];
+    let lightest = |bytes: &[u64]| (0..bytes.len()).min_by_key(|&i| bytes[i]).unwrap_or(0);
+    for copy in plan.strided {
+        let i = lightest(&bytes);
+        bytes[i] += copy.bytes();
+        out[i].strided.push(copy);
+    }
+    for piece in plan.flat {
+        let i = lightest(&bytes);
+        bytes[i] += piece.2;
+        out[i].flat.push(piece);
+    }
+    out.retain(|p| !p.strided.is_empty() || !p.flat.is_empty());
+    out
+}
+
 /// Where a plan's copies are queued (one stream: they all complete before the event recorded
 /// after them).
 pub(crate) trait CopySink {
@@ -93,6 +140,9 @@ pub(crate) trait CopySink {
     fn copy_flat(&mut self, pieces: &[(u64, u64, u64)]) -> Result<usize, String>;
     /// Queues one 2D copy.
     fn copy_2d(&mut self, copy: &Strided) -> Result<(), String>;
+    /// Queues many 2D copies in as few calls as it can; returns the calls taken, or how many
+    /// copies it queued before it failed and why.
+    fn copy_2d_batch(&mut self, copies: &[Strided]) -> Result<usize, (usize, String)>;
 }
 
 /// What [`issue`] queued.
@@ -102,19 +152,40 @@ pub(crate) struct Issued {
     pub(crate) flat_calls: usize,
     /// 2D copies queued as such.
     pub(crate) strided: usize,
+    /// Driver calls for those 2D copies (fewer than `strided` when batched).
+    pub(crate) strided_calls: usize,
     /// 2D copies the sink refused and that went row by row as flat pieces instead.
     pub(crate) strided_as_rows: usize,
 }
 
-/// Queues `plan` on `sink`: every 2D copy, then the flat pieces. A 2D copy the sink refuses
-/// (a driver that rejects the pitches, say) goes again as its rows, flat, so a refusal costs
-/// speed, never bytes; an error of the flat path is the batch's error.
-pub(crate) fn issue(plan: &CopyPlan, sink: &mut dyn CopySink) -> Result<Issued, String> {
+/// Queues `plan` on `sink`: every 2D copy (with `batch_2d`, in batched calls first; what a batch
+/// did not queue goes one copy a call), then the flat pieces. A 2D copy the sink refuses (a
+/// driver that rejects the pitches, say) goes again as its rows, flat, so a refusal costs speed,
+/// never bytes; an error of the flat path is the batch's error.
+pub(crate) fn issue(plan: &CopyPlan, sink: &mut dyn CopySink, batch_2d: bool) -> Result<Issued, String> {
     let mut issued = Issued::default();
+    let mut rest: &[Strided] = &plan.strided;
+    if batch_2d && rest.len() >= 2 {
+        match sink.copy_2d_batch(rest) {
+            Ok(calls) => {
+                issued.strided += rest.len();
+                issued.strided_calls += calls;
+                rest = &[];
+            }
+            Err((queued, reason)) => {
+                tracing::warn!(error = %reason, queued, of = rest.len(), "batched 2D copies refused; the rest go one call each");
+                issued.strided += queued;
+                rest = &rest[queued.min(rest.len())..];
+            }
+        }
+    }
     let mut rows: Vec<(u64, u64, u64)> = vec![];
-    for copy in &plan.strided {
+    for copy in rest {
         match sink.copy_2d(copy) {
-            Ok(()) => issued.strided += 1,
+            Ok(()) => {
+                issued.strided += 1;
+                issued.strided_calls += 1;
+            }
             Err(reason) => {
                 if issued.strided_as_rows == 0 {
                     tracing::warn!(error = %reason, ?copy, "2D copy refused; its rows go as 1D copies");
@@ -131,6 +202,64 @@ pub(crate) fn issue(plan: &CopyPlan, sink: &mut dyn CopySink) -> Result<Issued, 
         issued.flat_calls += sink.copy_flat(&rows)?;
     }
     Ok(issued)
+}
+
+/// One stream of a spread write as [`issue_spread`] drives it: a [`CopySink`] that can also mark
+/// the end of what it has queued (an event) and wait, on the device, for another lane's mark.
+pub(crate) trait SpreadLane: CopySink {
+    /// A point in a lane's queue (a CUDA event).
+    type Mark;
+    /// Marks the end of what this lane has queued so far.
+    fn mark(&mut self) -> Result<Self::Mark, String>;
+    /// Holds this lane's later work until `mark` (another lane's) is reached.
+    fn wait_for(&mut self, mark: &Self::Mark) -> Result<(), String>;
+}
+
+/// How [`issue_spread`] failed.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct SpreadError {
+    pub(crate) reason: String,
+    /// A lane's copies may still run unjoined: the first lane's end no longer covers them, so
+    /// the memory they touch must never be released (it is leaked instead).
+    pub(crate) untracked: bool,
+}
+
+/// Queues `shares[i]` on `lanes[i]` so that the end of the first lane covers every copy: the
+/// other lanes first wait for the first lane's mark (each share starts where a single stream's
+/// copies would), and after the shares the first waits for each other lane's mark. A share that
+/// fails part-way is still joined (what it queued runs, and the caller holds the memory until
+/// the first lane's end); a join that fails leaves that lane untracked.
+pub(crate) fn issue_spread<L: SpreadLane>(
+    lanes: &mut [L],
+    shares: &[CopyPlan],
+    batch_2d: bool,
+) -> Result<(), SpreadError> {
+    let untracked = |reason: String, untracked: bool| SpreadError { reason, untracked };
+    if lanes.len() != shares.len() {
+        return Err(untracked(format!("{} shares for {} copy streams", shares.len(), lanes.len()), false));
+    }
+    let Some((first, others)) = lanes.split_first_mut() else { return Ok(()) };
+    if !others.is_empty() {
+        // Nothing is queued yet: a failure here leaves nothing running.
+        let fork = first.mark().map_err(|e| untracked(e, false))?;
+        for lane in others.iter_mut() {
+            lane.wait_for(&fork).map_err(|e| untracked(e, false))?;
+        }
+    }
+    let mut failure = issue(&shares[0], first, batch_2d).err();
+    for (lane, share) in others.iter_mut().zip(&shares[1..]) {
+        if let Err(e) = issue(share, lane, batch_2d) {
+            failure.get_or_insert(e);
+        }
+    }
+    let mut lost = false;
+    for lane in others.iter_mut() {
+        if let Err(e) = lane.mark().and_then(|m| first.wait_for(&m)) {
+            lost = true;
+            failure.get_or_insert(e);
+        }
+    }
+    failure.map_or(Ok(()), |e| Err(untracked(e, lost)))
 }
 
 #[cfg(test)]

@@ -3,7 +3,8 @@
 //! its copy finished.
 //!
 //! A device write is one `cuMemcpy*Async` on an engine-owned stream of the source GPU (no
-//! kernel, no SM), followed by an event. The poller thread queries the events; when one
+//! kernel, no SM), followed by an event; a large paged write is spread over several streams
+//! joined into one event ([`DeviceRoute::copy_many`]). The poller thread queries the events; when one
 //! completed it finishes the transfer's only part, which releases the transfer's trailer: the
 //! immediate goes as a zero-byte write over the ordinary route (memcpy route in this process,
 //! the network transport across processes), so the receiver's exactly-once immediate counting
@@ -58,11 +59,30 @@ const POLL_SLEEP_MAX: Duration = Duration::from_micros(20);
 /// Event-query rounds without progress before the poller starts sleeping.
 const POLLS_BEFORE_SLEEP: u32 = 1 << 16;
 
+/// How a route spreads and batches its paged device writes (from the engine's configuration:
+/// `ACCORD_DEVICE_COPY_STREAMS`, `ACCORD_DEVICE_COPY_BATCH_2D`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct CopyShape {
+    /// Streams of a GPU one paged write is spread over (at least 1).
+    pub(crate) streams: usize,
+    /// 2D copies of one stream's share go in batched calls where the driver has them.
+    pub(crate) batch_2d: bool,
+}
+
+impl CopyShape {
+    /// Device-to-device streams a GPU gets: enough for a paged write's spread, and at least
+    /// [`DEVICE_STREAMS_PER_GPU`] for single writes to take in turn.
+    fn device_to_device_streams(&self) -> usize {
+        self.streams.max(DEVICE_STREAMS_PER_GPU)
+    }
+}
+
 /// One GPU the engine copies from.
 struct GpuSlot {
     gpu: Gpu,
-    /// [`DEVICE_STREAMS_PER_GPU`] streams per direction, directions in [`Direction`] order.
-    streams: Vec<Stream>,
+    /// Streams per direction, directions in [`Direction`] order: [`DEVICE_STREAMS_PER_GPU`]
+    /// each, device-to-device as many as [`CopyShape::device_to_device_streams`].
+    streams: [Vec<Stream>; DIRECTIONS],
     /// Round-robin position per direction.
     next: [usize; DIRECTIONS],
     /// Widest pitch of a 2D copy on this GPU (0 where the driver would not say: no 2D copies).
@@ -75,6 +95,7 @@ type MappingKey = (EngineId, u32, u64, u32);
 struct RouteState {
     /// Open GPUs through contexts of the route's own ([`crate::DeviceContext::Private`]).
     private_contexts: bool,
+    shape: CopyShape,
     gpus: HashMap<u32, GpuSlot>,
     peer_access: HashSet<(u32, u32)>,
     /// Same-host peers' regions mapped here; an evicted mapping is dropped at once and so
@@ -128,8 +149,10 @@ pub(crate) struct DeviceCopy {
 
 impl DeviceRoute {
     /// Loads the driver and starts the poller thread. With `private_contexts`, GPUs are opened
-    /// through contexts of the route's own ([`crate::DeviceContext::Private`]).
-    pub(crate) fn open(private_contexts: bool) -> Result<Arc<DeviceRoute>, String> {
+    /// through contexts of the route's own ([`crate::DeviceContext::Private`]); `shape` says
+    /// how paged writes are spread and batched (logged once, with whether the driver batches
+    /// 2D copies).
+    pub(crate) fn open(private_contexts: bool, shape: CopyShape) -> Result<Arc<DeviceRoute>, String> {
         let availability = accord_cuda::probe();
         if availability.device_count == 0 {
             let why = availability.driver_problem.unwrap_or_else(|| "the driver reports no GPU".into());
@@ -140,8 +163,27 @@ impl DeviceRoute {
             .name("accord-device-poll".into())
             .spawn(move || poll_loop(rx))
             .map_err(|e| format!("could not start the device poller thread: {e}"))?;
+        let shape = CopyShape { streams: shape.streams.max(1), ..shape };
+        match (shape.batch_2d, accord_cuda::copy_2d_batch_support()) {
+            (true, Ok(())) => tracing::info!(
+                streams = shape.streams,
+                "paged device writes: spread over {} copy streams, 2D copies batched (cuMemcpy3DBatchAsync)",
+                shape.streams
+            ),
+            (true, Err(why)) => tracing::info!(
+                streams = shape.streams,
+                "paged device writes: spread over {} copy streams, 2D copies one call each ({why})",
+                shape.streams
+            ),
+            (false, _) => tracing::info!(
+                streams = shape.streams,
+                "paged device writes: spread over {} copy streams, 2D copies one call each (ACCORD_DEVICE_COPY_BATCH_2D=0)",
+                shape.streams
+            ),
+        }
         let state = RouteState {
             private_contexts,
+            shape,
             gpus: HashMap::new(),
             peer_access: HashSet::new(),
             mappings: MappingCache::new(IPC_MAPPINGS_MAX),
@@ -202,14 +244,18 @@ impl DeviceRoute {
     }
 
     /// Queues many device-to-device copies out of GPU `src_ordinal`'s memory into one device
-    /// region (`target`, offsets relative to its byte 0) on one engine-owned stream, with one
-    /// event after all of them: `pieces` are (destination offset, source address, bytes), every
-    /// one checked by the caller against both regions. Runs of equal pieces at constant strides
-    /// go as one 2D copy each, the rest through [`Stream::copy_many_unchecked`] (batched calls)
-    /// ([`copy_plan`]: a KV request of 2,048 scattered blocks is 327,680 pieces, and the copy
-    /// engine's cost per copy exceeds the bytes of one; listed block by block they are 2,048 2D
-    /// copies). The pitch limit is the source GPU's, the one whose copy engine runs them. Once
-    /// all completed the poller runs `after` or completes the transfer's one part.
+    /// region (`target`, offsets relative to its byte 0) on engine-owned streams, with one event
+    /// after all of them: `pieces` are (destination offset, source address, bytes), every one
+    /// checked by the caller against both regions. Runs of equal pieces at constant strides go
+    /// as one 2D copy each (batched, with [`CopyShape::batch_2d`], through
+    /// [`Stream::copy_2d_many_unchecked`]), the rest through [`Stream::copy_many_unchecked`]
+    /// (batched calls) ([`copy_plan`]: a KV request of 2,048 scattered blocks is 327,680 pieces,
+    /// and the copy engine's cost per copy exceeds the bytes of one; listed block by block they
+    /// are 2,048 2D copies). The plan is spread by bytes over [`CopyShape::streams`] streams
+    /// ([`copy_plan::spread`]; one for writes under twice [`copy_plan::SHARE_BYTES_MIN`]), forked
+    /// from and joined into the first, whose event the poller watches. The pitch limit is the
+    /// source GPU's, the one whose copy engine runs them. Once all completed the poller runs
+    /// `after` or completes the transfer's one part.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn copy_many(
         &self,
@@ -226,23 +272,42 @@ impl DeviceRoute {
         // The destination is reached by address (peer access enabled there where needed).
         let (dst_base, _, mapping) = device_destination(&mut state, &src_gpu, src_ordinal, target)?;
         let max_pitch = slot(&mut state, src_ordinal)?.max_pitch;
-        let (gpu, stream) = next_stream(&mut state, src_ordinal, Direction::DeviceToDevice)?;
-        gpu.bind().map_err(|e| e.to_string())?;
+        let shape = state.shape;
         let mut list = Vec::with_capacity(pieces.len());
         for &(dst_offset, src, len) in pieces {
             usize::try_from(len).map_err(|_| "length does not fit this machine")?;
             list.push((dst_base + dst_offset, src, len));
         }
-        // Runs at constant strides as 2D copies, the rest in batched 1D calls, one stream.
+        // Runs at constant strides as 2D copies, the rest in batched 1D calls, spread by bytes
+        // over `shape.streams` streams (one share each), joined into the first before its event.
         // Every range was checked by the caller against its region (the source against this
         // engine's registration, the destination against its descriptor, which `mapped` checked
         // against what the IPC handle maps, or against the owner's registration in this
         // process); `keep` and `mapping` hold both until the event after these copies completed.
-        let failure = copy_plan::issue(&copy_plan::plan(&list, max_pitch), &mut StreamSink(stream))
-            .err()
-            .map(|e| format!("device copy: {e}"));
-        let event = record(&gpu, stream)?;
+        let shares = copy_plan::spread(copy_plan::plan(&list, max_pitch), shape.streams, copy_plan::SHARE_BYTES_MIN);
+        let (gpu, streams) = next_streams(&mut state, src_ordinal, shares.len())?;
+        gpu.bind().map_err(|e| e.to_string())?;
+        let mut lanes: Vec<StreamSink<'_>> = streams.iter().map(|s| StreamSink(s)).collect();
+        let (mut failure, mut lost) = (None, false);
+        if let Err(e) = copy_plan::issue_spread(&mut lanes, &shares, shape.batch_2d) {
+            failure = Some(format!("device copy: {}", e.reason));
+            lost = e.untracked;
+        }
+        let event = match record(&gpu, streams[0]) {
+            Ok(event) => event,
+            Err(e) => {
+                // Copies may be queued and nothing marks their end: what they touch is never
+                // released (leaked), so no copy can run into freed or unmapped memory.
+                leak_in_flight_memory(keep, mapping, &e);
+                return Err(e);
+            }
+        };
         drop(state);
+        if lost {
+            let reason = failure.clone().unwrap_or_default();
+            leak_in_flight_memory(keep, mapping, &reason);
+            return Err(reason);
+        }
         // After a failure part-way, what was queued still runs: the memory stays held until it
         // did, and the transfer fails then.
         let after = match failure {
@@ -316,10 +381,23 @@ impl DeviceRoute {
     }
 }
 
-/// A route stream as a [`copy_plan::CopySink`]; every piece handed to it was checked by
-/// [`DeviceRoute::copy_many`]'s caller against both regions, which stay held until the event
-/// recorded after the copies completed.
+/// A route stream as a [`copy_plan::CopySink`] and [`copy_plan::SpreadLane`] (its marks are
+/// events of its GPU); every piece handed to it was checked by [`DeviceRoute::copy_many`]'s
+/// caller against both regions, which stay held until the event recorded after the copies
+/// completed.
 struct StreamSink<'a>(&'a Stream);
+
+impl copy_plan::SpreadLane for StreamSink<'_> {
+    type Mark = Event;
+
+    fn mark(&mut self) -> Result<Event, String> {
+        record(self.0.gpu(), self.0)
+    }
+
+    fn wait_for(&mut self, mark: &Event) -> Result<(), String> {
+        self.0.wait_event(mark).map_err(|e| e.to_string())
+    }
+}
 
 impl copy_plan::CopySink for StreamSink<'_> {
     fn copy_flat(&mut self, pieces: &[(u64, u64, u64)]) -> Result<usize, String> {
@@ -328,6 +406,25 @@ impl copy_plan::CopySink for StreamSink<'_> {
         // Safety: see the type's doc (lengths were checked to fit `usize` by `copy_many`).
         #[allow(unsafe_code)]
         unsafe { self.0.copy_many_unchecked(&list) }.map_err(|e| e.to_string())
+    }
+
+    fn copy_2d_batch(&mut self, copies: &[copy_plan::Strided]) -> Result<usize, (usize, String)> {
+        let mut list = Vec::with_capacity(copies.len());
+        for c in copies {
+            let size =
+                |v: u64| usize::try_from(v).map_err(|_| (0, "a 2D copy's size does not fit this machine".to_string()));
+            list.push(accord_cuda::Copy2d {
+                dst: DevicePtr(c.dst),
+                dst_pitch: size(c.dst_pitch)?,
+                src: DevicePtr(c.src),
+                src_pitch: size(c.src_pitch)?,
+                width: size(c.width)?,
+                height: size(c.height)?,
+            });
+        }
+        // Safety: see the type's doc: the rows are the checked pieces the plan was made of.
+        #[allow(unsafe_code)]
+        unsafe { self.0.copy_2d_many_unchecked(&list) }.map_err(|(queued, e)| (queued, e.to_string()))
     }
 
     fn copy_2d(&mut self, c: &copy_plan::Strided) -> Result<(), String> {
@@ -366,14 +463,36 @@ fn device_destination(
     }
 }
 
+/// Keeps `keep` and `mapping` alive for the rest of the process: for copies that may still run
+/// when nothing says when they end (a CUDA call that marks or joins them failed, which happens
+/// only in a broken context). A leak, never a copy into released memory.
+fn leak_in_flight_memory(keep: Vec<MemoryOwner>, mapping: Option<Arc<IpcMapping>>, why: &str) {
+    tracing::error!(error = %why, "device copies may still run untracked: their memory is kept for good");
+    std::mem::forget(keep);
+    std::mem::forget(mapping);
+}
+
 /// The next engine-owned stream of GPU `ordinal` for copies in `direction` (round robin), and
 /// the GPU.
 fn next_stream(state: &mut RouteState, ordinal: u32, direction: Direction) -> Result<(Gpu, &Stream), String> {
     let gpu_slot = slot(state, ordinal)?;
     let d = direction as usize;
-    let index = d * DEVICE_STREAMS_PER_GPU + gpu_slot.next[d] % DEVICE_STREAMS_PER_GPU;
+    let streams = &gpu_slot.streams[d];
+    let index = gpu_slot.next[d] % streams.len();
     gpu_slot.next[d] = gpu_slot.next[d].wrapping_add(1);
-    Ok((gpu_slot.gpu.clone(), &gpu_slot.streams[index]))
+    Ok((gpu_slot.gpu.clone(), &streams[index]))
+}
+
+/// `count` distinct device-to-device streams of GPU `ordinal` (at most as many as it has), the
+/// first the next in turn, and the GPU.
+fn next_streams(state: &mut RouteState, ordinal: u32, count: usize) -> Result<(Gpu, Vec<&Stream>), String> {
+    let gpu_slot = slot(state, ordinal)?;
+    let d = Direction::DeviceToDevice as usize;
+    let streams = &gpu_slot.streams[d];
+    let start = gpu_slot.next[d];
+    gpu_slot.next[d] = start.wrapping_add(1);
+    let count = count.clamp(1, streams.len());
+    Ok((gpu_slot.gpu.clone(), (0..count).map(|i| &streams[(start + i) % streams.len()]).collect()))
 }
 
 /// An event recorded after what was just queued on `stream`.
@@ -407,14 +526,15 @@ pub(crate) fn open_gpu(ordinal: u32, private: bool) -> Result<Gpu, String> {
 fn slot(state: &mut RouteState, ordinal: u32) -> Result<&mut GpuSlot, String> {
     use std::collections::hash_map::Entry;
     let private = state.private_contexts;
+    let device_to_device = state.shape.device_to_device_streams();
     match state.gpus.entry(ordinal) {
         Entry::Occupied(slot) => Ok(slot.into_mut()),
         Entry::Vacant(vacant) => {
             let gpu = open_gpu(ordinal, private)?;
-            let streams = (0..DEVICE_STREAMS_PER_GPU * DIRECTIONS)
-                .map(|_| Stream::new(&gpu))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| e.to_string())?;
+            let made = |count: usize| {
+                (0..count).map(|_| Stream::new(&gpu)).collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())
+            };
+            let streams = [made(device_to_device)?, made(DEVICE_STREAMS_PER_GPU)?, made(DEVICE_STREAMS_PER_GPU)?];
             let max_pitch = gpu.max_pitch().unwrap_or(0);
             Ok(vacant.insert(GpuSlot { gpu, streams, next: [0; DIRECTIONS], max_pitch }))
         }

@@ -156,21 +156,35 @@ fn same_process_paged_device_write_between_two_gpus() {
 /// as `accord.kv` lists them: each block is a run of equal pieces at the plane strides, which
 /// the copy-engine route moves as one 2D copy. Within one GPU and, with two, into a peer GPU;
 /// the caches have different block counts, so the two sides' pitches differ. Every page lands,
-/// nothing else is written, the immediate counts once.
+/// nothing else is written, the immediate counts once: in every copy shape (one stream, one
+/// call a 2D copy, the default; spread over 4 streams with batched 2D copies; over 3,
+/// unbatched), so neither the spread nor the batch loses or repeats a block
+/// or counts the immediate before the last stream's copies landed.
 #[test]
 fn kv_shaped_paged_device_writes_land_exactly_within_a_gpu_and_to_a_peer() {
     accord_cuda::require_gpu!(1);
-    const PAGE: usize = 32 << 10;
+    /// The widest spread tried (opt-in: the default is one stream).
+    const SPREAD: usize = 4;
+    // Pages of 256 KiB: the 6 blocks below are 18 MiB, enough for 4 shares of at least
+    // SHARE_BYTES_MIN, so the spread shapes really use several streams.
+    const PAGE: usize = 256 << 10;
     let (planes, src_blocks, dst_blocks) = (12usize, 24usize, 40usize);
     let targets: Vec<usize> = if accord_cuda::probe().device_count >= 2 { vec![0, 1] } else { vec![0] };
-    for (round, target) in targets.into_iter().enumerate() {
-        let (a, b) = (engine(), engine());
+    let shapes = [(1usize, false), (SPREAD, true), (3, false)];
+    let rounds = targets.iter().flat_map(|&t| shapes.iter().map(move |&shape| (t, shape)));
+    for (round, (target, (streams, batch_2d))) in rounds.enumerate() {
+        let config =
+            crate::EngineConfig { device_copy_streams: streams, device_copy_batch_2d: batch_2d, ..Default::default() };
+        let shaped = || Engine::builder().config(config.clone()).ignore_env().build().expect("engine builds");
+        let (a, b) = (shaped(), shaped());
         let (src_len, dst_len) = (PAGE * planes * src_blocks, PAGE * planes * dst_blocks);
         let pattern: Vec<u8> = (0..src_len).map(|i| (i * 29 + 3 + round) as u8).collect();
         let (_src, h, _) = device_region(&a, 0, &pattern);
         let (dst, _, d) = device_region(&b, target, &vec![0u8; dst_len]);
         // Blocks 5, 6, 7 (consecutive on both sides), then scattered ones.
         let blocks: [(usize, usize); 6] = [(5, 10), (6, 11), (7, 12), (20, 0), (1, 39), (13, 22)];
+        let shares_fit = blocks.len() * planes * PAGE / super::copy_plan::SHARE_BYTES_MIN as usize;
+        assert!(shares_fit >= SPREAD, "the write must be large enough to spread");
         let (mut src_pages, mut dst_pages) = (vec![], vec![]);
         for &(s, t) in &blocks {
             for p in 0..planes {
@@ -185,7 +199,10 @@ fn kv_shaped_paged_device_writes_land_exactly_within_a_gpu_and_to_a_peer() {
             let (s, t) = (s as usize * PAGE, t as usize * PAGE);
             want[t..t + PAGE].copy_from_slice(&pattern[s..s + PAGE]);
         }
-        assert!(got == want, "GPU 0 -> GPU {target}: every page where the page map says, nothing else");
+        assert!(
+            got == want,
+            "GPU 0 -> GPU {target}, {streams} streams, batch {batch_2d}: every page where the page map says, nothing else"
+        );
     }
 }
 

@@ -27,7 +27,7 @@ use super::{Engine, WriteOp};
 use crate::address::{DeviceIpcBytes, DeviceRegionInfo, EngineId, MrDescriptor};
 use crate::completion::{Transfer, TransferState};
 use crate::device::staging::driver::{StagedSource, Stager};
-use crate::device::DeviceRoute;
+use crate::device::{CopyShape, DeviceRoute};
 use crate::error::{RegisterError, SubmitError};
 use crate::memory::{MemoryOwner, Source};
 
@@ -172,8 +172,10 @@ impl DeviceWriter<'_> {
 
     /// The copy-engine route, opened on first use.
     pub(crate) fn device_route(&self) -> Result<Arc<DeviceRoute>, String> {
-        let private = self.shared.config.private_device_contexts();
-        self.shared.devices.route.get_or_init(|| DeviceRoute::open(private)).clone()
+        let config = &self.shared.config;
+        let private = config.private_device_contexts();
+        let shape = CopyShape { streams: config.device_copy_streams, batch_2d: config.device_copy_batch_2d };
+        self.shared.devices.route.get_or_init(|| DeviceRoute::open(private, shape)).clone()
     }
 
     pub(crate) fn check_peer(&self, peer: EngineId) -> Result<(), SubmitError> {

@@ -140,8 +140,9 @@ impl DeviceWriter<'_> {
 impl DeviceWriter<'_> {
     /// A paged write of several pieces from device memory into one device region on a
     /// copy-engine route ([`super::Route::CopyEngine`] or [`super::Route::CopyEngineIpc`], as
-    /// [`super::choose`] decides for its first piece): every piece in batched copy calls on one
-    /// stream and one event, the immediate after all of them. `None` where another route
+    /// [`super::choose`] decides for its first piece): every piece in batched copy calls, spread
+    /// over the route's copy streams when large ([`crate::device::DeviceRoute::copy_many`]),
+    /// joined into one event, the immediate after all of them. `None` where another route
     /// applies (the caller then writes piece by piece). `runs` are (destination offset, source
     /// offset, bytes), each already checked against both regions.
     pub(crate) fn paged_through_copy_engine(
