@@ -4,14 +4,17 @@
 //! too, after these.
 
 use crate::error::PluginError;
+use crate::placement::{GdrLevel, PciPlacement};
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 /// Whether devices accept GPU memory (`ACCORD_NET_GPU_BUFFERS`).
 ///
-/// Off by default: it costs every receive comm a bounce pool (`ACCORD_NET_BOUNCE_BYTES`) and
-/// every rank a private CUDA context, and NCCL only hands GPU memory to a device its GPUDirect
-/// level allows (`NCCL_NET_GDR_LEVEL`), which on the 2xH200 host needs the user's say anyway.
+/// `auto` by default: on where the process sees a GPU. It costs every receive comm a bounce
+/// pool (`ACCORD_NET_BOUNCE_BYTES`) and every rank a private CUDA context; in return the GPUs'
+/// copy engines move the bytes instead of two CPU copies through host memory (3.48x tuned
+/// Socket against 1.50x in the one-process-per-GPU shape, docs/results/2026-11-26-nccl-plugin-shapes.md).
+/// NCCL only hands GPU memory to a device its GPUDirect level allows: see [`crate::placement`].
 ///
 /// With GPU buffers on, the plugin issues CUDA copies from NCCL's proxy thread. In the primary
 /// context those block while any application thread sits in a synchronous pageable
@@ -85,8 +88,13 @@ pub struct NetConfig {
     pub setup_timeout: Duration,
     /// Most pieces per receive (None: the engine's lane count; 0: one engine-sharded write).
     pub pieces_max: Option<u32>,
-    /// Whether devices accept GPU memory. Default [`GpuBuffers::Off`].
+    /// Whether devices accept GPU memory. Default [`GpuBuffers::Auto`].
     pub gpu_buffers: GpuBuffers,
+    /// Where devices report their PCI path. Default [`PciPlacement::None`].
+    pub pci_placement: PciPlacement,
+    /// The `NCCL_NET_GDR_LEVEL` the plugin sets when GPU buffers are on and it is unset.
+    /// Default [`GdrLevel::Sys`].
+    pub gdr_level: GdrLevel,
     /// Bytes of each receive comm's bounce pool. Default [`BOUNCE_BYTES_DEFAULT`].
     pub bounce_bytes: usize,
     /// Data-path events to log (`ACCORD_NET_TRACE`). Default 0.
@@ -101,7 +109,9 @@ impl Default for NetConfig {
             speed_mbps: None,
             setup_timeout: SETUP_TIMEOUT_DEFAULT,
             pieces_max: None,
-            gpu_buffers: GpuBuffers::Off,
+            gpu_buffers: GpuBuffers::Auto,
+            pci_placement: PciPlacement::None,
+            gdr_level: GdrLevel::Sys,
             bounce_bytes: BOUNCE_BYTES_DEFAULT,
             trace_events: 0,
         }
@@ -140,6 +150,12 @@ impl NetConfig {
         }
         if let Some(mode) = choice(env, "ACCORD_NET_GPU_BUFFERS")? {
             config.gpu_buffers = mode;
+        }
+        if let Some(placement) = choice(env, "ACCORD_NET_PCI_PATH")? {
+            config.pci_placement = placement;
+        }
+        if let Some(level) = choice(env, "ACCORD_NET_GDR_LEVEL")? {
+            config.gdr_level = level;
         }
         if let Some(bytes) = get::<usize>(env, "ACCORD_NET_BOUNCE_BYTES")? {
             let max = accord_engine::REGION_BYTES_MAX;

@@ -31,6 +31,7 @@ mod ifaddrs;
 pub mod inflight;
 pub mod log;
 pub mod mr;
+pub mod placement;
 pub mod runtime;
 pub mod setup;
 pub mod tuner;
