@@ -27,7 +27,7 @@ use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-pub use telemetry::{accord_telemetry_enabled, accord_telemetry_set_recording};
+pub use telemetry::{accord_net_gpu_stats, accord_telemetry_enabled, accord_telemetry_set_recording};
 pub use v10::ncclNetPlugin_v10;
 
 /// Name NCCL matches against `NCCL_NET`.
@@ -603,6 +603,9 @@ unsafe extern "C" fn finalize(ctx: *mut c_void) -> NcclResult {
 
 /// Logs the engine's transport statistics (NCCL_DEBUG=INFO, subsystem NET).
 fn log_statistics(rt: &Runtime) {
+    if rt.gpu_buffers {
+        log::info(abi::SUBSYS_NET, line!(), &crate::gpu_stats::summary());
+    }
     let stats = rt.engine.stats();
     let injected_drops: u64 = stats.faults.iter().map(|f| f.dropped).sum();
     let sent: u64 = stats.lanes.iter().map(|l| l.endpoint.datagrams_sent).sum();
