@@ -7,9 +7,18 @@
 #
 #   nvlink      P2P and SHM on: the ceiling
 #   socket      NCCL's Socket, tuned (4 threads x 4 sockets); socket_default untuned
-#   accord      the Accord plugin's defaults (PLUGIN_DIR holds libnccl-net-accord.so)
-#   accord_gpu  ACCORD_NET_GPU_BUFFERS=1 with NCCL_NET_GDR_LEVEL=SYS NCCL_NET_GDR_READ=1 (without
-#               them NCCL keeps its buffers in host memory: a loopback NIC has no PCI path near a GPU)
+#   accord      the Accord plugin's defaults (PLUGIN_DIR holds libnccl-net-accord.so); since issue
+#               21's second round GPU buffers are on where a GPU is visible and the plugin sets
+#               NCCL_NET_GDR_LEVEL=SYS when it is unset (before: the host path)
+#   accord_host the defaults with ACCORD_NET_GPU_BUFFERS=0: the host path
+#   accord_gpu  ACCORD_NET_GPU_BUFFERS=1 with NCCL_NET_GDR_LEVEL=SYS NCCL_NET_GDR_READ=1 set by hand
+#               (without them, and before the plugin set the level, NCCL kept its buffers in host
+#               memory: a loopback NIC has no PCI path near a GPU)
+#   accord_pci_none / accord_pci_gpu / accord_pci_bridge
+#               GPU buffers on, the plugin leaves NCCL_NET_GDR_LEVEL alone (ACCORD_NET_GDR_LEVEL=off),
+#               and the devices report no PCI path, one device per GPU at the GPU's sysfs path, or
+#               at the bridge above it (ACCORD_NET_PCI_PATH): which placement NCCL's default
+#               GPUDirect level accepts
 #   accord_net  ACCORD_FORCE_NETWORK=1: no in-process copy route
 #   accord_cma  ACCORD_CMA=1: receivers pull large sends with process_vm_readv
 transport_env() {
@@ -20,7 +29,10 @@ transport_env() {
         socket) echo "$net_only NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=4" ;;
         socket_default) echo "$net_only NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo" ;;
         accord) echo "$net_only $accord" ;;
+        accord_host) echo "$net_only $accord ACCORD_NET_GPU_BUFFERS=0" ;;
         accord_gpu) echo "$net_only $accord ACCORD_NET_GPU_BUFFERS=1 NCCL_NET_GDR_LEVEL=SYS NCCL_NET_GDR_READ=1" ;;
+        accord_pci_none | accord_pci_gpu | accord_pci_bridge)
+            echo "$net_only $accord ACCORD_NET_GPU_BUFFERS=1 ACCORD_NET_GDR_LEVEL=off ACCORD_NET_PCI_PATH=${1#accord_pci_}" ;;
         accord_net) echo "$net_only $accord ACCORD_FORCE_NETWORK=1" ;;
         accord_cma) echo "$net_only $accord ACCORD_CMA=1" ;;
         *) echo "UNKNOWN" ;;

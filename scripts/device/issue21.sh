@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Issue 21's device call, in one command (<= 540 s on the 2xH200 host): does NCCL take the Accord
+# plugin's GPU buffers with the defaults, and what do the defaults give in both launch shapes and
+# under DDP?
+#   a) placements: all_reduce at 256 MiB, g2 and mp, NCCL_DEBUG=INFO, for the plugin's defaults
+#      (it sets NCCL_NET_GDR_LEVEL) and for ACCORD_NET_PCI_PATH=none|gpu|bridge with the plugin
+#      leaving the level alone: whether NCCL's channels say /GDRDMA, and the busbw;
+#   b) nccl_tests.sh: all_reduce 1M..256M, both shapes, tuned Socket against the defaults, -c 1;
+#   c) ddp_transports.sh: socket, accord (defaults), accord_host (GPU buffers off), with the
+#      plugin's GPU-buffer counters and the final parameters compared.
+# Runs from its own folder: in the repository (scripts/device/) or from a carried folder that
+# holds this script, nccl_tests.sh, transports.sh, ddp_transports.sh, ddp_transports.py, the
+# stripped plugin, nccl-tests' source tarball and the mpich wheel side by side.
+#
+# Usage: issue21.sh OUT_DIR
+# Env:   ACCORD_NCCL_PLUGIN (default ./libnccl-net-accord.so beside this script), NCCL_TESTS_SRC
+#        (./nccl-tests.tar.gz), MPICH_WHEEL (./mpich-*.whl), STEPS ("a b c"), BUDGET_S (520: a step
+#        that would start after BUDGET_S - its estimate is skipped and said so), DRY_RUN=1 (print
+#        each command with its environment instead of running it; needs no GPU)
+# Output: OUT_DIR/summary.txt (every table) and OUT_DIR/logs.tar.gz (every log), both on stdout too.
+set -uo pipefail
+OUT=${1:?output directory}
+HERE="$(cd "$(dirname "$0")" && pwd)"
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export ACCORD_NCCL_PLUGIN=${ACCORD_NCCL_PLUGIN:-$HERE/libnccl-net-accord.so}
+export NCCL_TESTS_SRC=${NCCL_TESTS_SRC:-$HERE/nccl-tests.tar.gz}
+export MPICH_WHEEL=${MPICH_WHEEL:-$(ls "$HERE"/mpich-*.whl 2>/dev/null | head -1)}
+BUDGET_S=${BUDGET_S:-520}
+SUMMARY="$OUT/summary.txt"
+LOGS="$OUT/logs"
+mkdir -p "$LOGS"
+: >"$SUMMARY"
+# One build of nccl-tests for steps a and b, outside OUT (only tables and logs come back).
+export NCCL_TESTS_BUILD=${NCCL_TESTS_BUILD:-/tmp/issue21-nccl-tests}
+
+say() { echo "$*" | tee -a "$SUMMARY"; }
+
+# run_step NAME ESTIMATE_S ENV... -- COMMAND...: runs COMMAND with ENV (VAR=value words) unless the
+# budget is spent; with DRY_RUN=1 prints it instead.
+run_step() {
+    local name=$1 estimate=$2
+    shift 2
+    local envs=()
+    while [ "$1" != -- ]; do envs+=("$1"); shift; done
+    shift
+    if [ "${DRY_RUN:-0}" = 1 ]; then
+        local shown
+        printf -v shown '%q ' "${envs[@]}" "$@"
+        say "[dry run] step $name (~${estimate} s): env $shown"
+        return 0
+    fi
+    if [ $((SECONDS + estimate)) -gt "$BUDGET_S" ]; then
+        say "step $name skipped: ${SECONDS} s spent, ~${estimate} s more would pass BUDGET_S=${BUDGET_S}"
+        return 0
+    fi
+    say "== step $name (start at ${SECONDS} s): $*"
+    local t0=$SECONDS
+    env "${envs[@]}" "$@" 2>&1 | tee -a "$SUMMARY"
+    say "== step $name took $((SECONDS - t0)) s"
+}
+
+check_inputs() {
+    local missing=0 f
+    for f in "$ACCORD_NCCL_PLUGIN" "$NCCL_TESTS_SRC" "$MPICH_WHEEL" "$HERE/nccl_tests.sh" "$HERE/transports.sh" \
+        "$HERE/ddp_transports.sh" "$HERE/ddp_transports.py"; do
+        [ -e "$f" ] || { say "issue21: missing ${f:-the mpich wheel}"; missing=1; }
+    done
+    return $missing
+}
+check_inputs || [ "${DRY_RUN:-0}" = 1 ] || exit 1
+say "issue21: plugin $ACCORD_NCCL_PLUGIN, nccl-tests $NCCL_TESTS_SRC, MPICH $MPICH_WHEEL, budget ${BUDGET_S} s"
+[ "${DRY_RUN:-0}" = 1 ] || nvidia-smi --query-gpu=index,name,pci.bus_id --format=csv,noheader 2>&1 | tee -a "$SUMMARY"
+
+for step in ${STEPS:-a b c}; do
+    case "$step" in
+        a)
+            # The build (~60-120 s) happens here; each run is bounded by RUN_TIMEOUT, since a
+            # placement NCCL's topology rejects may fail or stall at init.
+            run_step a 240 SHAPES="g2 mp" TRANSPORTS="accord accord_pci_none accord_pci_gpu accord_pci_bridge" \
+                BYTES_MIN=256M BYTES_MAX=256M ITERS=5 WARMUP=2 RUN_TIMEOUT=40 \
+                EXTRA_ENV="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,GRAPH" -- \
+                bash "$HERE/nccl_tests.sh" "$LOGS/a"
+            ;;
+        b)
+            run_step b 120 SHAPES="g2 mp" TRANSPORTS="socket accord" ITERS=10 WARMUP=3 RUN_TIMEOUT=60 \
+                EXTRA_ENV="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT" -- \
+                bash "$HERE/nccl_tests.sh" "$LOGS/b"
+            ;;
+        c)
+            run_step c 100 TRANSPORTS="socket accord accord_host" STEPS=30 RUN_TIMEOUT=60 \
+                EXTRA_ENV="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT" -- \
+                bash "$HERE/ddp_transports.sh" "$LOGS/c"
+            if [ "${DRY_RUN:-0}" != 1 ]; then
+                for log in "$LOGS"/c/ddp_*.log; do
+                    [ -e "$log" ] || continue
+                    say "$(basename "$log" .log): GDRDMA $(grep -c ' via NET/.*/GDRDMA' "$log")/$(grep -c ' via NET/' "$log") NET channel lines"
+                done
+            fi
+            ;;
+        *) say "issue21: unknown step $step (a, b or c)" ;;
+    esac
+done
+if [ "${DRY_RUN:-0}" != 1 ]; then
+    # What the plugin said about its devices and GPUDirect, once per distinct line.
+    grep -h "Accord net plugin ready\|NCCL_NET_GDR_LEVEL\|GPU Direct RDMA\|GPU buffers:" -r "$LOGS" 2>/dev/null |
+        sed 's/^[^ ]* [0-9]* //' | sort | uniq -c | sort -rn | head -40 | tee -a "$SUMMARY"
+    tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$LOGS"
+fi
+say "issue21: done in ${SECONDS} s"
