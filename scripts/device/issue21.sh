@@ -2,12 +2,14 @@
 # Issue 21's device call, in one command (<= 540 s on the 2xH200 host): does NCCL take the Accord
 # plugin's GPU buffers with the defaults, and what do the defaults give in both launch shapes and
 # under DDP?
-#   a) placements: all_reduce at 256 MiB, g2 and mp, NCCL_DEBUG=INFO, for the plugin's defaults
-#      (it sets NCCL_NET_GDR_LEVEL) and for ACCORD_NET_PCI_PATH=none|gpu|bridge with the plugin
-#      leaving the level alone: whether NCCL's channels say /GDRDMA, and the busbw;
-#   b) nccl_tests.sh: all_reduce 1M..256M, both shapes, tuned Socket against the defaults, -c 1;
-#   c) ddp_transports.sh: socket, accord (defaults), accord_host (GPU buffers off), with the
-#      plugin's GPU-buffer counters and the final parameters compared.
+#   a) placements: all_reduce at 256 MiB, g2 and mp, NCCL_DEBUG=INFO, with GPU buffers on and no
+#      NCCL_* set by hand: the plugin setting NCCL_NET_GDR_LEVEL (accord_gpu_auto), and
+#      ACCORD_NET_PCI_PATH=none|gpu|bridge with the plugin leaving the level alone: whether NCCL's
+#      channels say /GDRDMA, the busbw, and the plugin's GPU-buffer counters (its finalize line);
+#   b) nccl_tests.sh: all_reduce 1M..256M, both shapes, tuned Socket, the defaults (host path) and
+#      accord_gpu_auto, -c 1;
+#   c) ddp_transports.sh: socket, accord (defaults), accord_gpu_auto, with the plugin's GPU-buffer
+#      counters and the final parameters compared.
 # Runs from its own folder: in the repository (scripts/device/) or from a carried folder that
 # holds this script, nccl_tests.sh, transports.sh, ddp_transports.sh, ddp_transports.py, the
 # stripped plugin, nccl-tests' source tarball and the mpich wheel side by side.
@@ -77,18 +79,18 @@ for step in ${STEPS:-a b c}; do
         a)
             # The build (~60-120 s) happens here; each run is bounded by RUN_TIMEOUT, since a
             # placement NCCL's topology rejects may fail or stall at init.
-            run_step a 240 SHAPES="g2 mp" TRANSPORTS="accord accord_pci_none accord_pci_gpu accord_pci_bridge" \
+            run_step a 240 SHAPES="g2 mp" TRANSPORTS="accord_gpu_auto accord_pci_none accord_pci_gpu accord_pci_bridge" \
                 BYTES_MIN=256M BYTES_MAX=256M ITERS=5 WARMUP=2 RUN_TIMEOUT=40 \
                 EXTRA_ENV="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,GRAPH" -- \
                 bash "$HERE/nccl_tests.sh" "$LOGS/a"
             ;;
         b)
-            run_step b 120 SHAPES="g2 mp" TRANSPORTS="socket accord" ITERS=10 WARMUP=3 RUN_TIMEOUT=60 \
+            run_step b 150 SHAPES="g2 mp" TRANSPORTS="socket accord accord_gpu_auto" ITERS=10 WARMUP=3 RUN_TIMEOUT=60 \
                 EXTRA_ENV="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT" -- \
                 bash "$HERE/nccl_tests.sh" "$LOGS/b"
             ;;
         c)
-            run_step c 100 TRANSPORTS="socket accord accord_host" STEPS=30 RUN_TIMEOUT=60 \
+            run_step c 100 TRANSPORTS="socket accord accord_gpu_auto" STEPS=30 RUN_TIMEOUT=60 \
                 EXTRA_ENV="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT" -- \
                 bash "$HERE/ddp_transports.sh" "$LOGS/c"
             if [ "${DRY_RUN:-0}" != 1 ]; then
@@ -102,9 +104,11 @@ for step in ${STEPS:-a b c}; do
     esac
 done
 if [ "${DRY_RUN:-0}" != 1 ]; then
-    # What the plugin said about its devices and GPUDirect, once per distinct line.
-    grep -h "Accord net plugin ready\|NCCL_NET_GDR_LEVEL\|GPU Direct RDMA\|GPU buffers:" -r "$LOGS" 2>/dev/null |
-        sed 's/^[^ ]* [0-9]* //' | sort | uniq -c | sort -rn | head -40 | tee -a "$SUMMARY"
+    # What the plugin said about its devices and GPUDirect, once per distinct line, then its
+    # GPU-buffer counters per run (logged at finalize with NCCL_DEBUG_SUBSYS including NET).
+    grep -h "Accord net plugin ready\|NCCL_NET_GDR_LEVEL\|GPU Direct RDMA" -r "$LOGS" 2>/dev/null |
+        sed 's/^.*NCCL INFO //' | sort | uniq -c | sort -rn | head -40 | tee -a "$SUMMARY"
+    grep -r "GPU buffers: bounce_waits" "$LOGS" 2>/dev/null | sed "s|^$LOGS/||; s|:.*NCCL INFO | |" | tee -a "$SUMMARY"
     tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$LOGS"
 fi
 say "issue21: done in ${SECONDS} s"

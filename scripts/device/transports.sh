@@ -7,10 +7,10 @@
 #
 #   nvlink      P2P and SHM on: the ceiling
 #   socket      NCCL's Socket, tuned (4 threads x 4 sockets); socket_default untuned
-#   accord      the Accord plugin's defaults (PLUGIN_DIR holds libnccl-net-accord.so); since issue
-#               21's second round GPU buffers are on where a GPU is visible and the plugin sets
-#               NCCL_NET_GDR_LEVEL=SYS when it is unset (before: the host path)
-#   accord_host the defaults with ACCORD_NET_GPU_BUFFERS=0: the host path
+#   accord      the Accord plugin's defaults (PLUGIN_DIR holds libnccl-net-accord.so): the host path
+#   accord_host ACCORD_NET_GPU_BUFFERS=0 said explicitly (the host path whatever the default)
+#   accord_gpu_auto  ACCORD_NET_GPU_BUFFERS=auto and nothing else: the plugin sets
+#               NCCL_NET_GDR_LEVEL=SYS itself (ACCORD_NET_GDR_LEVEL's default), no NCCL_* by hand
 #   accord_gpu  ACCORD_NET_GPU_BUFFERS=1 with NCCL_NET_GDR_LEVEL=SYS NCCL_NET_GDR_READ=1 set by hand
 #               (without them, and before the plugin set the level, NCCL kept its buffers in host
 #               memory: a loopback NIC has no PCI path near a GPU)
@@ -30,6 +30,7 @@ transport_env() {
         socket_default) echo "$net_only NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo" ;;
         accord) echo "$net_only $accord" ;;
         accord_host) echo "$net_only $accord ACCORD_NET_GPU_BUFFERS=0" ;;
+        accord_gpu_auto) echo "$net_only $accord ACCORD_NET_GPU_BUFFERS=auto" ;;
         accord_gpu) echo "$net_only $accord ACCORD_NET_GPU_BUFFERS=1 NCCL_NET_GDR_LEVEL=SYS NCCL_NET_GDR_READ=1" ;;
         accord_pci_none | accord_pci_gpu | accord_pci_bridge)
             echo "$net_only $accord ACCORD_NET_GPU_BUFFERS=1 ACCORD_NET_GDR_LEVEL=off ACCORD_NET_PCI_PATH=${1#accord_pci_}" ;;

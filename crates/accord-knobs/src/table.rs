@@ -267,7 +267,7 @@ pub static KNOBS: &[Knob] = &[
         "ACCORD_NET_GPU_BUFFERS",
         Plugin,
         Choice(&["0", "1", "auto"]),
-        "auto",
+        "0",
         "devices accept GPU memory (NCCL_PTR_CUDA) and the GPUs' copy engines move the bytes; auto: where a GPU is visible",
     ),
     knob(

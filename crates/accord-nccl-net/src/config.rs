@@ -10,11 +10,15 @@ use std::time::Duration;
 
 /// Whether devices accept GPU memory (`ACCORD_NET_GPU_BUFFERS`).
 ///
-/// `auto` by default: on where the process sees a GPU. It costs every receive comm a bounce
-/// pool (`ACCORD_NET_BOUNCE_BYTES`) and every rank a private CUDA context; in return the GPUs'
-/// copy engines move the bytes instead of two CPU copies through host memory (3.48x tuned
-/// Socket against 1.50x in the one-process-per-GPU shape, docs/results/2026-11-26-nccl-plugin-shapes.md).
-/// NCCL only hands GPU memory to a device its GPUDirect level allows: see [`crate::placement`].
+/// Off by default. On (`1`, or `auto` where the process sees a GPU), the GPUs' copy engines move
+/// the bytes instead of two CPU copies through host memory: 3.48x tuned Socket against 1.50x in
+/// the one-process-per-GPU nccl-tests shape (docs/results/2026-11-26-nccl-plugin-shapes.md), and
+/// the plugin now sets `NCCL_NET_GDR_LEVEL` itself so NCCL takes them ([`crate::placement`]). But
+/// a DDP loop lost with them (0.73x Socket against the host path's 1.23x): every copy runs in the
+/// engine's private CUDA context, which the GPU time-slices against the primary context where
+/// NCCL's kernel spins, so each dependent hop of a collective waits out a time slice (see
+/// `docs/results/2026-11-26-nccl-plugin-shapes.md`, "Why GPU buffers lose under DDP"). Each
+/// receive comm also costs a bounce pool (`ACCORD_NET_BOUNCE_BYTES`) and each rank a context.
 ///
 /// With GPU buffers on, the plugin issues CUDA copies from NCCL's proxy thread. In the primary
 /// context those block while any application thread sits in a synchronous pageable
@@ -88,7 +92,7 @@ pub struct NetConfig {
     pub setup_timeout: Duration,
     /// Most pieces per receive (None: the engine's lane count; 0: one engine-sharded write).
     pub pieces_max: Option<u32>,
-    /// Whether devices accept GPU memory. Default [`GpuBuffers::Auto`].
+    /// Whether devices accept GPU memory. Default [`GpuBuffers::Off`].
     pub gpu_buffers: GpuBuffers,
     /// Where devices report their PCI path. Default [`PciPlacement::None`].
     pub pci_placement: PciPlacement,
@@ -109,7 +113,7 @@ impl Default for NetConfig {
             speed_mbps: None,
             setup_timeout: SETUP_TIMEOUT_DEFAULT,
             pieces_max: None,
-            gpu_buffers: GpuBuffers::Auto,
+            gpu_buffers: GpuBuffers::Off,
             pci_placement: PciPlacement::None,
             gdr_level: GdrLevel::Sys,
             bounce_bytes: BOUNCE_BYTES_DEFAULT,

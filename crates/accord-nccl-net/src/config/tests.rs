@@ -22,9 +22,9 @@ fn pieces_take_zero_for_engine_sharding_up_to_the_bound() {
 }
 
 #[test]
-fn gpu_buffers_default_to_auto_and_take_auto_on_off_and_a_pool_size() {
+fn gpu_buffers_default_to_off_and_take_auto_on_off_and_a_pool_size() {
     let c = config(&[]).unwrap();
-    assert_eq!((c.gpu_buffers, c.bounce_bytes), (GpuBuffers::Auto, BOUNCE_BYTES_DEFAULT));
+    assert_eq!((c.gpu_buffers, c.bounce_bytes), (GpuBuffers::Off, BOUNCE_BYTES_DEFAULT));
     assert_eq!((c.pci_placement, c.gdr_level), (PciPlacement::None, GdrLevel::Sys));
     let placed = config(&[("ACCORD_NET_PCI_PATH", "bridge"), ("ACCORD_NET_GDR_LEVEL", "off")]).unwrap();
     assert_eq!((placed.pci_placement, placed.gdr_level), (PciPlacement::Bridge, GdrLevel::Off));
