@@ -17,11 +17,6 @@
 #   accord_gpu_noread  accord_gpu_auto with NCCL_NET_GDR_READ=0: NCCL stages sends through host
 #               memory and only receives land in GPU memory, one copy in the plugin's own CUDA
 #               context per step instead of two (a test of why GPU buffers lose under DDP)
-#   accord_pci_none / accord_pci_gpu / accord_pci_bridge
-#               GPU buffers on, the plugin leaves NCCL_NET_GDR_LEVEL alone (ACCORD_NET_GDR_LEVEL=off),
-#               and the devices report no PCI path, one device per GPU at the GPU's sysfs path, or
-#               at the bridge above it (ACCORD_NET_PCI_PATH): which placement NCCL's default
-#               GPUDirect level accepts
 #   accord_net  ACCORD_FORCE_NETWORK=1: no in-process copy route
 #   accord_cma  ACCORD_CMA=1: receivers pull large sends with process_vm_readv
 transport_env() {
@@ -36,8 +31,6 @@ transport_env() {
         accord_gpu_auto) echo "$net_only $accord ACCORD_NET_GPU_BUFFERS=auto" ;;
         accord_gpu_noread) echo "$net_only $accord ACCORD_NET_GPU_BUFFERS=auto NCCL_NET_GDR_READ=0" ;;
         accord_gpu) echo "$net_only $accord ACCORD_NET_GPU_BUFFERS=1 NCCL_NET_GDR_LEVEL=SYS NCCL_NET_GDR_READ=1" ;;
-        accord_pci_none | accord_pci_gpu | accord_pci_bridge)
-            echo "$net_only $accord ACCORD_NET_GPU_BUFFERS=1 ACCORD_NET_GDR_LEVEL=off ACCORD_NET_PCI_PATH=${1#accord_pci_}" ;;
         accord_net) echo "$net_only $accord ACCORD_FORCE_NETWORK=1" ;;
         accord_cma) echo "$net_only $accord ACCORD_CMA=1" ;;
         *) echo "UNKNOWN" ;;

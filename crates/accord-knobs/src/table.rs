@@ -271,13 +271,6 @@ pub static KNOBS: &[Knob] = &[
         "devices accept GPU memory (NCCL_PTR_CUDA) and the GPUs' copy engines move the bytes; auto: where a GPU is visible",
     ),
     knob(
-        "ACCORD_NET_PCI_PATH",
-        Plugin,
-        Choice(&["gpu", "bridge", "none"]),
-        "none",
-        "with GPU buffers on, one device per GPU reported at the GPU's sysfs path (gpu) or the bridge above it (bridge); none: the configured devices, no PCI path",
-    ),
-    knob(
         "ACCORD_NET_GDR_LEVEL",
         Plugin,
         Choice(&["SYS", "PHB", "off"]),

@@ -4,7 +4,7 @@
 //! too, after these.
 
 use crate::error::PluginError;
-use crate::placement::{GdrLevel, PciPlacement};
+use crate::gdr_level::GdrLevel;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
@@ -13,11 +13,12 @@ use std::time::Duration;
 /// Off by default. On (`1`, or `auto` where the process sees a GPU), the GPUs' copy engines move
 /// the bytes instead of two CPU copies through host memory: 3.48x tuned Socket against 1.50x in
 /// the one-process-per-GPU nccl-tests shape (docs/results/2026-11-26-nccl-plugin-shapes.md), and
-/// the plugin now sets `NCCL_NET_GDR_LEVEL` itself so NCCL takes them ([`crate::placement`]). But
-/// a DDP loop lost with them (0.73x Socket against the host path's 1.23x): every copy runs in the
-/// engine's private CUDA context, which the GPU time-slices against the primary context where
-/// NCCL's kernel spins, so each dependent hop of a collective waits out a time slice (see
-/// `docs/results/2026-11-26-nccl-plugin-shapes.md`, "Why GPU buffers lose under DDP"). Each
+/// the plugin now sets `NCCL_NET_GDR_LEVEL` itself so NCCL takes them ([`crate::gdr_level`]). But
+/// a DDP loop lost with them in two device calls (0.73x and 0.91x Socket, against the host
+/// path's 1.23x and 2.21x in the same calls), and in the second the one-process-per-GPU shape
+/// gained little (1.03x Socket against the host path's 0.93x): its sends from GPU memory took
+/// 6.5x longer than with one process for both GPUs, for a reason not yet known (see
+/// `docs/results/2026-11-26-nccl-plugin-shapes.md`, issue 21 second round). Each
 /// receive comm also costs a bounce pool (`ACCORD_NET_BOUNCE_BYTES`) and each rank a context.
 ///
 /// With GPU buffers on, the plugin issues CUDA copies from NCCL's proxy thread. In the primary
@@ -94,8 +95,6 @@ pub struct NetConfig {
     pub pieces_max: Option<u32>,
     /// Whether devices accept GPU memory. Default [`GpuBuffers::Off`].
     pub gpu_buffers: GpuBuffers,
-    /// Where devices report their PCI path. Default [`PciPlacement::None`].
-    pub pci_placement: PciPlacement,
     /// The `NCCL_NET_GDR_LEVEL` the plugin sets when GPU buffers are on and it is unset.
     /// Default [`GdrLevel::Sys`].
     pub gdr_level: GdrLevel,
@@ -114,7 +113,6 @@ impl Default for NetConfig {
             setup_timeout: SETUP_TIMEOUT_DEFAULT,
             pieces_max: None,
             gpu_buffers: GpuBuffers::Off,
-            pci_placement: PciPlacement::None,
             gdr_level: GdrLevel::Sys,
             bounce_bytes: BOUNCE_BYTES_DEFAULT,
             trace_events: 0,
@@ -154,9 +152,6 @@ impl NetConfig {
         }
         if let Some(mode) = choice(env, "ACCORD_NET_GPU_BUFFERS")? {
             config.gpu_buffers = mode;
-        }
-        if let Some(placement) = choice(env, "ACCORD_NET_PCI_PATH")? {
-            config.pci_placement = placement;
         }
         if let Some(level) = choice(env, "ACCORD_NET_GDR_LEVEL")? {
             config.gdr_level = level;

@@ -5,7 +5,6 @@
 
 use crate::config::{default_speed_mbps, sysfs_speed_mbps, GpuBuffers, NetConfig};
 use crate::error::{PluginError, Result};
-use crate::placement::{gpu_devices, GpuDevice, NVIDIA_GPUS_DIR, SYSFS_ROOT};
 use crate::workers::{worker_sizing, NVIDIA_GPU_DIR};
 use accord_engine::{Engine, ImmCounter};
 use std::collections::VecDeque;
@@ -44,9 +43,6 @@ pub struct Device {
     pub guid: u64,
     /// Reported speed in Mbps.
     pub speed_mbps: i32,
-    /// The sysfs path reported as `pciPath` (None: a null path, NCCL attaches the device to the
-    /// first CPU); see [`crate::placement`].
-    pub pci_path: Option<CString>,
 }
 
 /// The runtime shared by every context and comm.
@@ -101,49 +97,6 @@ fn guid_for(index: usize, ip: IpAddr) -> u64 {
     (hash & !0xff) | index as u64
 }
 
-/// The devices NCCL sees. Normally one per engine NIC, with no PCI path. With per-GPU devices
-/// (`gpus` non-empty, see [`crate::placement::gpu_devices`]) and one engine NIC: one device per
-/// GPU, all on that NIC (the same engine underneath: a device index only names the setup
-/// listener's address and the PCI path NCCL places the device at), device `i` for the `i`-th
-/// GPU by bus id. Several NICs keep one device per NIC: the engine already spreads every comm
-/// over all its NICs, so there is no NIC of a GPU's own to report.
-pub fn device_list(
-    nics: &[IpAddr],
-    config: &NetConfig,
-    gpus: &[GpuDevice],
-    sysfs_speed: impl Fn(&str) -> Option<i32>,
-) -> Vec<Device> {
-    let speed_of = |ip: IpAddr, interface: Option<&str>| {
-        config.speed_mbps.unwrap_or_else(|| default_speed_mbps(ip, interface, &sysfs_speed))
-    };
-    let interface_of = |ip: IpAddr| config.devices.iter().find(|d| d.ip == ip).and_then(|d| d.interface.clone());
-    let label_of = |ip: IpAddr| interface_of(ip).map_or_else(|| ip.to_string(), |n| format!("{n}:{ip}"));
-    if let ([ip], false) = (nics, gpus.is_empty()) {
-        let speed_mbps = speed_of(*ip, interface_of(*ip).as_deref());
-        return gpus
-            .iter()
-            .enumerate()
-            .map(|(i, gpu)| Device {
-                ip: *ip,
-                name: CString::new(format!("accord{i}(gpu {} via {})", gpu.bus_id, label_of(*ip))).unwrap_or_default(),
-                guid: guid_for(i, *ip),
-                speed_mbps,
-                pci_path: gpu.pci_path.as_ref().and_then(|p| CString::new(p.as_os_str().as_encoded_bytes()).ok()),
-            })
-            .collect();
-    }
-    nics.iter()
-        .enumerate()
-        .map(|(i, ip)| Device {
-            ip: *ip,
-            name: CString::new(format!("accord{i}({})", label_of(*ip))).unwrap_or_default(),
-            guid: guid_for(i, *ip),
-            speed_mbps: speed_of(*ip, interface_of(*ip).as_deref()),
-            pci_path: None,
-        })
-        .collect()
-}
-
 impl Runtime {
     /// Builds the engine on the configured devices (the engine's `ACCORD_*` overrides apply).
     pub fn new(config: NetConfig) -> Result<Runtime> {
@@ -164,8 +117,25 @@ impl Runtime {
             builder = builder.workers_per_nic(count);
         }
         let engine = builder.build()?;
-        let gpus = gpu_devices(config.pci_placement, gpu_buffers, Path::new(NVIDIA_GPUS_DIR), Path::new(SYSFS_ROOT));
-        let devices = device_list(&engine.config().nics, &config, &gpus, sysfs_speed_mbps);
+        let devices = engine
+            .config()
+            .nics
+            .iter()
+            .enumerate()
+            .map(|(i, ip)| {
+                let interface = config.devices.iter().find(|d| d.ip == *ip).and_then(|d| d.interface.clone());
+                let speed_mbps = config
+                    .speed_mbps
+                    .unwrap_or_else(|| default_speed_mbps(*ip, interface.as_deref(), sysfs_speed_mbps));
+                let label = interface.map_or_else(|| ip.to_string(), |n| format!("{n}:{ip}"));
+                Device {
+                    ip: *ip,
+                    name: CString::new(format!("accord{i}({label})")).unwrap_or_default(),
+                    guid: guid_for(i, *ip),
+                    speed_mbps,
+                }
+            })
+            .collect();
         let free_indexes = Arc::new(Mutex::new((0..COMMS_MAX as u32).collect()));
         let lanes = (engine.config().nics.len() * engine.config().workers_per_nic) as u32;
         let pieces_max = config.pieces_max.unwrap_or(lanes).min(crate::cts::PIECES_MAX);
@@ -273,29 +243,6 @@ mod tests {
         let ip: IpAddr = "127.0.0.1".parse().unwrap();
         assert_ne!(guid_for(0, ip), guid_for(1, ip));
         assert_ne!(guid_for(0, ip), guid_for(0, "127.0.0.2".parse().unwrap()));
-    }
-
-    #[test]
-    fn devices_are_one_per_nic_without_gpus_and_one_per_gpu_on_one_nic() {
-        let lo: IpAddr = "127.0.0.1".parse().unwrap();
-        let config = NetConfig::default();
-        let none = device_list(&[lo], &config, &[], |_| None);
-        assert_eq!(none.len(), 1, "GPU-less (or placement none): today's single host device");
-        assert_eq!((none[0].pci_path.as_ref(), none[0].speed_mbps), (None, crate::config::LOOPBACK_SPEED_MBPS));
-        let gpus = [
-            GpuDevice { bus_id: "0000:00:06.0".into(), pci_path: Some("/sys/devices/pci0000:00/0000:00:06.0".into()) },
-            GpuDevice { bus_id: "0000:00:07.0".into(), pci_path: None },
-        ];
-        let per_gpu = device_list(&[lo], &config, &gpus, |_| None);
-        assert_eq!(per_gpu.len(), 2);
-        assert!(per_gpu.iter().all(|d| d.ip == lo), "every device is the one engine NIC");
-        assert_eq!(per_gpu[0].pci_path.as_deref(), Some(c"/sys/devices/pci0000:00/0000:00:06.0"));
-        assert_eq!(per_gpu[1].pci_path, None);
-        assert_ne!(per_gpu[0].guid, per_gpu[1].guid);
-        assert!(per_gpu[1].name.to_str().unwrap().contains("0000:00:07.0"));
-        let two_nics = device_list(&[lo, "127.0.0.2".parse().unwrap()], &config, &gpus, |_| None);
-        assert_eq!(two_nics.len(), 2, "several NICs stay one device each");
-        assert!(two_nics.iter().all(|d| d.pci_path.is_none()));
     }
 
     #[test]

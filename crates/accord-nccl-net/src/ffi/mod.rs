@@ -118,8 +118,9 @@ fn properties_of(rt: &Runtime, dev: c_int) -> Result<PropertiesV10> {
     Ok(PropertiesV10 {
         // NCCL only reads the name; it stays valid as long as the runtime (the process).
         name: device.name.as_ptr().cast_mut(),
-        // Like the name, valid as long as the runtime (the process).
-        pciPath: device.pci_path.as_ref().map_or(std::ptr::null_mut(), |p| p.as_ptr().cast_mut()),
+        // No PCI path: NCCL attaches the device to the first CPU. A GPU's own path crashed NCCL
+        // 2.28.9 at init; GPUDirect comes from NCCL_NET_GDR_LEVEL instead (crate::gdr_level).
+        pciPath: std::ptr::null_mut(),
         guid: device.guid,
         ptrSupport: if rt.gpu_buffers { abi::PTR_HOST | abi::PTR_CUDA } else { abi::PTR_HOST },
         regIsGlobal: 0,
@@ -141,14 +142,7 @@ fn start(logger: DebugLogger) -> Result<Arc<Runtime>> {
     log::set_logger(logger);
     let rt = runtime::start()?;
     offer_gdr_level(&rt);
-    let names: Vec<String> = rt
-        .devices
-        .iter()
-        .map(|d| match &d.pci_path {
-            Some(path) => format!("{} at {}", d.name.to_string_lossy(), path.to_string_lossy()),
-            None => d.name.to_string_lossy().into_owned(),
-        })
-        .collect();
+    let names: Vec<String> = rt.devices.iter().map(|d| d.name.to_string_lossy().into_owned()).collect();
     log::info(
         abi::SUBSYS_INIT | abi::SUBSYS_NET,
         line!(),
@@ -167,15 +161,15 @@ fn start(logger: DebugLogger) -> Result<Arc<Runtime>> {
 }
 
 /// Sets `NCCL_NET_GDR_LEVEL` for NCCL when GPU buffers are on and the user left it unset
-/// (`ACCORD_NET_GDR_LEVEL`, see [`crate::placement`]): NCCL first reads it when it computes its
+/// (`ACCORD_NET_GDR_LEVEL`, see [`crate::gdr_level`]): NCCL first reads it when it computes its
 /// topology paths, which follows its net plugin's `init`. Done once per process, under the
 /// runtime's start (the first `init`), and logged, since it changes the process environment.
 fn offer_gdr_level(rt: &Runtime) {
     static OFFERED: std::sync::Once = std::sync::Once::new();
     OFFERED.call_once(|| {
-        let var = crate::placement::NCCL_GDR_LEVEL_VAR;
+        let var = crate::gdr_level::NCCL_GDR_LEVEL_VAR;
         let user = std::env::var(var).ok();
-        let Some(value) = crate::placement::gdr_level_to_set(rt.config.gdr_level, rt.gpu_buffers, user.as_deref())
+        let Some(value) = crate::gdr_level::gdr_level_to_set(rt.config.gdr_level, rt.gpu_buffers, user.as_deref())
         else {
             if rt.gpu_buffers {
                 let why = user.map_or("ACCORD_NET_GDR_LEVEL=off".to_string(), |v| format!("{var}={v:?} is the user's"));
@@ -670,33 +664,22 @@ pub static ncclNetPlugin_v11: NetV11 = NetV11 {
 mod properties_tests {
     use super::properties_of;
     use crate::config::{GpuBuffers, NetConfig};
-    use crate::placement::GpuDevice;
-    use crate::runtime::{device_list, Runtime};
+    use crate::runtime::Runtime;
 
-    /// Per-GPU devices report their paths and GPU memory support; the host device reports a
-    /// null path and host memory only, as before.
+    /// Devices report no PCI path (NCCL attaches them to the first CPU) and accept GPU memory
+    /// only with GPU buffers on.
     #[test]
-    fn per_gpu_devices_report_their_pci_path() {
+    fn devices_report_no_pci_path_and_gpu_memory_only_with_gpu_buffers() {
         let config = NetConfig { gpu_buffers: GpuBuffers::Off, ..NetConfig::default() };
         let mut rt = Runtime::new(config).expect("engine on loopback");
         let host = properties_of(&rt, 0).unwrap();
         assert!(host.pciPath.is_null());
         assert_eq!(host.ptrSupport, crate::abi::PTR_HOST);
-        let gpus = [
-            GpuDevice { bus_id: "0000:00:06.0".into(), pci_path: Some("/sys/devices/pci0000:00/0000:00:06.0".into()) },
-            GpuDevice { bus_id: "0000:00:07.0".into(), pci_path: None },
-        ];
-        rt.devices = device_list(&rt.engine.config().nics, &rt.config, &gpus, |_| None);
         rt.gpu_buffers = true;
-        let first = properties_of(&rt, 0).unwrap();
-        // Safety: the path is a NUL-terminated string owned by `rt`, alive here.
-        #[allow(unsafe_code)]
-        let path = unsafe { std::ffi::CStr::from_ptr(first.pciPath) };
-        assert_eq!(path, c"/sys/devices/pci0000:00/0000:00:06.0");
-        assert_eq!(first.ptrSupport, crate::abi::PTR_HOST | crate::abi::PTR_CUDA);
-        assert!(properties_of(&rt, 1).unwrap().pciPath.is_null(), "a GPU without a path reports none");
-        assert_ne!(first.guid, properties_of(&rt, 1).unwrap().guid);
-        assert!(properties_of(&rt, 2).is_err(), "two devices, not three");
+        let gpu = properties_of(&rt, 0).unwrap();
+        assert!(gpu.pciPath.is_null(), "GPU buffers change no placement");
+        assert_eq!(gpu.ptrSupport, crate::abi::PTR_HOST | crate::abi::PTR_CUDA);
+        assert!(properties_of(&rt, 1).is_err(), "one loopback device, not two");
     }
 }
 
