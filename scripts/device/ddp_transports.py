@@ -21,6 +21,35 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 
+# The Accord plugin's GPU-buffer counters, in its order (crates/accord-nccl-net/src/gpu_stats.rs).
+GPU_STATS = ["bounce_waits", "gpu_recvs", "gpu_recv_bytes", "land_ns_total", "copy_ns_total", "copy_ns_max",
+             "gpu_sends", "gpu_send_bytes", "send_ns_total", "send_ns_max", "regmr_gpu", "regmr_refused"]
+
+
+def plugin_gpu_stats():
+    """The counters of the plugin NCCL loaded in this process (dlopen of the same file returns the
+    same library), or None without the plugin or the export."""
+    import ctypes
+
+    path = os.environ.get("NCCL_NET_PLUGIN", "")
+    if not path.endswith(".so") or not os.path.exists(path):
+        return None
+    try:
+        fn = ctypes.CDLL(path).accord_net_gpu_stats
+    except (OSError, AttributeError):
+        return None
+    fn.restype, fn.argtypes = ctypes.c_int, [ctypes.POINTER(ctypes.c_uint64), ctypes.c_int]
+    n = fn(None, 0)
+    values = (ctypes.c_uint64 * n)()
+    fn(values, n)
+    stats = dict(zip(GPU_STATS, values))
+    recvs, sends = stats.get("gpu_recvs", 0), stats.get("gpu_sends", 0)
+    stats["mean_land_us"] = round(stats.get("land_ns_total", 0) / recvs / 1e3, 1) if recvs else 0
+    stats["mean_copy_us"] = round(stats.get("copy_ns_total", 0) / recvs / 1e3, 1) if recvs else 0
+    stats["mean_send_us"] = round(stats.get("send_ns_total", 0) / sends / 1e3, 1) if sends else 0
+    return stats
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--label", required=True)
@@ -64,6 +93,7 @@ def main():
     dist.all_gather_object(digests, digest.hexdigest())
     if rank == 0:
         ms = sorted(t * 1e3 for t in times)
+        stats = plugin_gpu_stats()
         print(json.dumps({
             "label": args.label,
             "step_ms_median": round(statistics.median(ms), 3),
@@ -71,6 +101,7 @@ def main():
             "step_ms_p90": round(ms[(9 * len(ms)) // 10], 3),
             "params_sha256": digest.hexdigest()[:16],
             "ranks_agree": len(set(digests)) == 1,
+            **({"gpu_stats": stats} if stats else {}),
         }), flush=True)
     dist.destroy_process_group()
 

@@ -4,7 +4,8 @@
 # and a check that every transport ended with the same parameters.
 # Usage: scripts/device/ddp_transports.sh OUT_DIR
 # Env:   ACCORD_NCCL_PLUGIN (libnccl-net-accord.so), TRANSPORTS (default
-#        "nvlink socket accord accord_gpu"; the names of scripts/device/transports.sh), STEPS (40)
+#        "nvlink socket accord accord_gpu"; the names of scripts/device/transports.sh), STEPS (40),
+#        RUN_TIMEOUT (s per transport, 120), EXTRA_ENV (VAR=value words added to every run)
 set -uo pipefail
 OUT=${1:?output directory}
 mkdir -p "$OUT"
@@ -20,7 +21,7 @@ for transport in ${TRANSPORTS:-nvlink socket accord accord_gpu}; do
     read -r -a envs <<<"$(transport_env "$transport" "$PLUGIN_DIR")"
     if [ "${envs[0]:-}" = UNKNOWN ]; then echo "unknown transport $transport"; continue; fi
     PORT=$((PORT + 1))
-    env "${envs[@]}" timeout 120 python3 -m torch.distributed.run --standalone --nproc_per_node 2 --master_port "$PORT" \
+    env "${envs[@]}" ${EXTRA_ENV:-} timeout "${RUN_TIMEOUT:-120}" python3 -m torch.distributed.run --standalone --nproc_per_node 2 --master_port "$PORT" \
         "$HERE/ddp_transports.py" --label "$transport" --steps "${STEPS:-40}" >"$OUT/ddp_$transport.log" 2>&1
     rc=$?
     grep -h '^{' "$OUT/ddp_$transport.log" >>"$OUT/ddp.jsonl" || echo "{\"label\": \"$transport\", \"rc\": $rc}" >>"$OUT/ddp.jsonl"
@@ -39,4 +40,7 @@ for r in rows:
     print(f"{r['label']:<12} {r['step_ms_median']:>10.2f} {r['step_ms_p10']:>8.2f} {r['step_ms_p90']:>8.2f} {ratio:>10}  "
           f"{r['params_sha256']} ranks_agree={r['ranks_agree']}")
 print("every transport gave the same parameters:", len(digests) == 1)
+for r in rows:
+    if r.get("gpu_stats"):
+        print(f"{r['label']:<12} plugin GPU-buffer counters (rank 0):", json.dumps(r["gpu_stats"]))
 PY

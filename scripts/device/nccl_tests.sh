@@ -17,8 +17,12 @@
 #        TRANSPORTS  default "socket accord accord_gpu"; the names of scripts/device/transports.sh
 #        COLLS       default "all_reduce"; any of all_reduce all_gather alltoall sendrecv
 #        BYTES_MIN / BYTES_MAX (1M / 256M), ITERS (-n, 20), WARMUP (-w, 5), RUN_TIMEOUT (s, 120)
+#        EXTRA_ENV   VAR=value words added to every run (NCCL_DEBUG=INFO, say)
+#        NCCL_TESTS_BUILD  a folder to build into and reuse (a second call with the same folder
+#                    skips the build); default a temporary one
 # Output: one nccl-tests log per run in OUT_DIR, and a summary table on stdout: out-of-place busbw
-# (GB/s) at each size, the #wrong column summed, and nccl-tests' own "Out of bounds" verdict.
+# (GB/s) at each size, the #wrong column summed, nccl-tests' own "Out of bounds" verdict, and
+# (with NCCL_DEBUG=INFO) how many of NCCL's "via NET/" channel lines say /GDRDMA.
 set -uo pipefail
 OUT=${1:?output directory}
 mkdir -p "$OUT"
@@ -61,11 +65,14 @@ mkdir -p "$WORK/src"
 if [ -d "$SRC" ]; then cp -r "$SRC"/. "$WORK/src/"; else tar -xf "$SRC" -C "$WORK/src"; fi
 CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")}
 CC_MAJOR=$(python3 -c "import torch; print(''.join(map(str, torch.cuda.get_device_capability(0))))")
-build() {  # build NAME MPI(0|1): the four perf binaries into $WORK/NAME
-    local t0=$SECONDS
+BIN=${NCCL_TESTS_BUILD:-$WORK}
+mkdir -p "$BIN"
+build() {  # build NAME MPI(0|1): the perf binaries of COLLS into $BIN/NAME (kept ones are reused)
+    local t0=$SECONDS targets=() coll
+    for coll in $COLLS; do [ -x "$BIN/$1/${coll}_perf" ] || targets+=("$BIN/$1/${coll}_perf"); done
+    if [ ${#targets[@]} = 0 ]; then echo "nccl_tests: reusing $BIN/$1"; return 0; fi
     make -C "$WORK/src/src" -j16 MPI="$2" ${MPI_HOME:+MPI_HOME=$MPI_HOME} NCCL_HOME="$WORK/nccl" CUDA_HOME="$CUDA_HOME" \
-        NVCC_GENCODE="-gencode=arch=compute_${CC_MAJOR},code=sm_${CC_MAJOR}" BUILDDIR="$WORK/$1" \
-        "$WORK/$1/all_reduce_perf" "$WORK/$1/all_gather_perf" "$WORK/$1/alltoall_perf" "$WORK/$1/sendrecv_perf" \
+        NVCC_GENCODE="-gencode=arch=compute_${CC_MAJOR},code=sm_${CC_MAJOR}" BUILDDIR="$BIN/$1" "${targets[@]}" \
         >"$OUT/build_$1.log" 2>&1 || { echo "nccl_tests: build $1 failed (see build_$1.log)"; tail -5 "$OUT/build_$1.log"; return 1; }
     echo "nccl_tests: built $1 (MPI=$2) in $((SECONDS - t0)) s"
 }
@@ -92,16 +99,19 @@ for shape in $SHAPES; do
             log="$OUT/${shape}_${transport}_${coll}.log"
             args=(-b "${BYTES_MIN:-1M}" -e "${BYTES_MAX:-256M}" -f 4 -n "${ITERS:-20}" -w "${WARMUP:-5}" -c 1)
             if [ "$shape" = g2 ]; then
-                env "${envs[@]}" timeout "${RUN_TIMEOUT:-120}" "$WORK/plain/${coll}_perf" -g 2 "${args[@]}" >"$log" 2>&1
+                env "${envs[@]}" ${EXTRA_ENV:-} timeout "${RUN_TIMEOUT:-120}" "$BIN/plain/${coll}_perf" -g 2 "${args[@]}" >"$log" 2>&1
             else
                 # Hydra forwards this environment to both ranks; -launcher fork keeps it on this host.
-                env "${envs[@]}" timeout "${RUN_TIMEOUT:-120}" mpiexec -launcher fork -n 2 "$WORK/mpi/${coll}_perf" -g 1 "${args[@]}" >"$log" 2>&1
+                env "${envs[@]}" ${EXTRA_ENV:-} timeout "${RUN_TIMEOUT:-120}" mpiexec -launcher fork -n 2 "$BIN/mpi/${coll}_perf" -g 1 "${args[@]}" >"$log" 2>&1
             fi
             rc=$?
             row=$(python3 - "$log" <<'PY'
 import re, sys
-bw, wrong, verdict = [], 0, "no verdict"
+bw, wrong, verdict, net, gdr = [], 0, "no verdict", 0, 0
 for line in open(sys.argv[1], errors="replace"):
+    if " via NET/" in line:
+        net += 1
+        gdr += "/GDRDMA" in line
     f = line.split()
     if len(f) >= 13 and f[0].isdigit() and f[2] in ("float", "half", "int8", "bfloat16", "double", "int32"):
         size = int(f[0])
@@ -111,7 +121,7 @@ for line in open(sys.argv[1], errors="replace"):
             wrong += int(w) if w.isdigit() else 0
     if "Out of bounds values" in line:
         verdict = line.split(":", 1)[1].strip()
-print(" ".join(bw) + f" | {wrong} | {verdict}")
+print(" ".join(bw) + f" | {wrong} | {verdict}" + (f" | GDRDMA {gdr}/{net} NET channels" if net else ""))
 PY
 )
             printf "%-6s %-15s %-11s %s rc=%s\n" "$shape" "$transport" "$coll" "$row" "$rc" | tee -a "$SUMMARY"

@@ -7,9 +7,16 @@
 #
 #   nvlink      P2P and SHM on: the ceiling
 #   socket      NCCL's Socket, tuned (4 threads x 4 sockets); socket_default untuned
-#   accord      the Accord plugin's defaults (PLUGIN_DIR holds libnccl-net-accord.so)
-#   accord_gpu  ACCORD_NET_GPU_BUFFERS=1 with NCCL_NET_GDR_LEVEL=SYS NCCL_NET_GDR_READ=1 (without
-#               them NCCL keeps its buffers in host memory: a loopback NIC has no PCI path near a GPU)
+#   accord      the Accord plugin's defaults (PLUGIN_DIR holds libnccl-net-accord.so): the host path
+#   accord_host ACCORD_NET_GPU_BUFFERS=0 said explicitly (the host path whatever the default)
+#   accord_gpu_auto  ACCORD_NET_GPU_BUFFERS=auto and nothing else: the plugin sets
+#               NCCL_NET_GDR_LEVEL=SYS itself (ACCORD_NET_GDR_LEVEL's default), no NCCL_* by hand
+#   accord_gpu  ACCORD_NET_GPU_BUFFERS=1 with NCCL_NET_GDR_LEVEL=SYS NCCL_NET_GDR_READ=1 set by hand
+#               (without them, and before the plugin set the level, NCCL kept its buffers in host
+#               memory: a loopback NIC has no PCI path near a GPU)
+#   accord_gpu_noread  accord_gpu_auto with NCCL_NET_GDR_READ=0: NCCL stages sends through host
+#               memory and only receives land in GPU memory, one copy in the plugin's own CUDA
+#               context per step instead of two (a test of why GPU buffers lose under DDP)
 #   accord_net  ACCORD_FORCE_NETWORK=1: no in-process copy route
 #   accord_cma  ACCORD_CMA=1: receivers pull large sends with process_vm_readv
 transport_env() {
@@ -20,6 +27,9 @@ transport_env() {
         socket) echo "$net_only NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=4" ;;
         socket_default) echo "$net_only NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo" ;;
         accord) echo "$net_only $accord" ;;
+        accord_host) echo "$net_only $accord ACCORD_NET_GPU_BUFFERS=0" ;;
+        accord_gpu_auto) echo "$net_only $accord ACCORD_NET_GPU_BUFFERS=auto" ;;
+        accord_gpu_noread) echo "$net_only $accord ACCORD_NET_GPU_BUFFERS=auto NCCL_NET_GDR_READ=0" ;;
         accord_gpu) echo "$net_only $accord ACCORD_NET_GPU_BUFFERS=1 NCCL_NET_GDR_LEVEL=SYS NCCL_NET_GDR_READ=1" ;;
         accord_net) echo "$net_only $accord ACCORD_FORCE_NETWORK=1" ;;
         accord_cma) echo "$net_only $accord ACCORD_CMA=1" ;;

@@ -282,7 +282,14 @@ pub static KNOBS: &[Knob] = &[
         Plugin,
         Choice(&["0", "1", "auto"]),
         "0",
-        "devices accept GPU memory (NCCL_PTR_CUDA) and the GPUs' copy engines move the bytes",
+        "devices accept GPU memory (NCCL_PTR_CUDA) and the GPUs' copy engines move the bytes; auto: where a GPU is visible",
+    ),
+    knob(
+        "ACCORD_NET_GDR_LEVEL",
+        Plugin,
+        Choice(&["SYS", "PHB", "off"]),
+        "SYS",
+        "with GPU buffers on and NCCL_NET_GDR_LEVEL unset, the plugin sets it to this before NCCL reads it, so NCCL hands the devices GPU memory; off: leave it unset",
     ),
     knob(
         "ACCORD_NET_BOUNCE_BYTES",

@@ -4,14 +4,22 @@
 //! too, after these.
 
 use crate::error::PluginError;
+use crate::gdr_level::GdrLevel;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 /// Whether devices accept GPU memory (`ACCORD_NET_GPU_BUFFERS`).
 ///
-/// Off by default: it costs every receive comm a bounce pool (`ACCORD_NET_BOUNCE_BYTES`) and
-/// every rank a private CUDA context, and NCCL only hands GPU memory to a device its GPUDirect
-/// level allows (`NCCL_NET_GDR_LEVEL`), which on the 2xH200 host needs the user's say anyway.
+/// Off by default. On (`1`, or `auto` where the process sees a GPU), the GPUs' copy engines move
+/// the bytes instead of two CPU copies through host memory: 3.48x tuned Socket against 1.50x in
+/// the one-process-per-GPU nccl-tests shape (docs/results/2026-11-26-nccl-plugin-shapes.md), and
+/// the plugin now sets `NCCL_NET_GDR_LEVEL` itself so NCCL takes them ([`crate::gdr_level`]). But
+/// a DDP loop lost with them in two device calls (0.73x and 0.91x Socket, against the host
+/// path's 1.23x and 2.21x in the same calls), and in the second the one-process-per-GPU shape
+/// gained little (1.03x Socket against the host path's 0.93x): its sends from GPU memory took
+/// 6.5x longer than with one process for both GPUs, for a reason not yet known (see
+/// `docs/results/2026-11-26-nccl-plugin-shapes.md`, issue 21 second round). Each
+/// receive comm also costs a bounce pool (`ACCORD_NET_BOUNCE_BYTES`) and each rank a context.
 ///
 /// With GPU buffers on, the plugin issues CUDA copies from NCCL's proxy thread. In the primary
 /// context those block while any application thread sits in a synchronous pageable
@@ -87,6 +95,9 @@ pub struct NetConfig {
     pub pieces_max: Option<u32>,
     /// Whether devices accept GPU memory. Default [`GpuBuffers::Off`].
     pub gpu_buffers: GpuBuffers,
+    /// The `NCCL_NET_GDR_LEVEL` the plugin sets when GPU buffers are on and it is unset.
+    /// Default [`GdrLevel::Sys`].
+    pub gdr_level: GdrLevel,
     /// Bytes of each receive comm's bounce pool. Default [`BOUNCE_BYTES_DEFAULT`].
     pub bounce_bytes: usize,
     /// Data-path events to log (`ACCORD_NET_TRACE`). Default 0.
@@ -102,6 +113,7 @@ impl Default for NetConfig {
             setup_timeout: SETUP_TIMEOUT_DEFAULT,
             pieces_max: None,
             gpu_buffers: GpuBuffers::Off,
+            gdr_level: GdrLevel::Sys,
             bounce_bytes: BOUNCE_BYTES_DEFAULT,
             trace_events: 0,
         }
@@ -140,6 +152,9 @@ impl NetConfig {
         }
         if let Some(mode) = choice(env, "ACCORD_NET_GPU_BUFFERS")? {
             config.gpu_buffers = mode;
+        }
+        if let Some(level) = choice(env, "ACCORD_NET_GDR_LEVEL")? {
+            config.gdr_level = level;
         }
         if let Some(bytes) = get::<usize>(env, "ACCORD_NET_BOUNCE_BYTES")? {
             let max = accord_engine::REGION_BYTES_MAX;

@@ -26,6 +26,8 @@ pub mod cts;
 pub mod engine_log;
 pub mod error;
 pub mod ffi;
+pub mod gdr_level;
+pub mod gpu_stats;
 pub mod handle;
 mod ifaddrs;
 pub mod inflight;

@@ -49,6 +49,7 @@ impl MemoryRegion {
             return Err(PluginError::InvalidArgument(format!("regMr of {len} bytes at a null pointer")));
         }
         if device && accord_engine::device_memory_has_owner_context(ptr as u64)? {
+            crate::gpu_stats::add(crate::gpu_stats::Counter::RegMrRefused, 1);
             // Copies of such memory wait behind any synchronous call of the application in its
             // context, even from the engine's private context: an NCCL kernel waiting on them
             // and an application thread in a pageable cudaMemcpy waiting on that kernel would
@@ -67,6 +68,9 @@ impl MemoryRegion {
         // Safety: the caller keeps `ptr..ptr+len` valid until `deregister` (this function's
         // contract); no Rust reference to it exists.
         let registration = unsafe { rt.engine.register_raw(ptr, len, kind)? };
+        if device {
+            crate::gpu_stats::add(crate::gpu_stats::Counter::RegMrGpu, 1);
+        }
         Ok(MemoryRegion { registration: Some(registration), base: ptr as usize, len, device })
     }
 

@@ -2,7 +2,8 @@
 //! library, after the plugin's `init` built its engine with telemetry on (`ACCORD_METRICS_ADDR`),
 //! `accord_telemetry_enabled` says so and `accord_telemetry_set_recording` pauses and resumes,
 //! each call reporting the state before it. A test binary of its own: it sets the process's
-//! environment and telemetry's switch is the whole process's.
+//! environment and telemetry's switch is the whole process's. The GPU-buffers counters are read
+//! the same way (`accord_net_gpu_stats`).
 #![allow(unsafe_code)]
 
 use nccl_net_accord::abi::{self, CommConfig, NetV11};
@@ -13,7 +14,7 @@ use plugin_lib::plugin_path;
 
 #[test]
 fn a_benchmark_pauses_and_resumes_the_plugins_recording_through_the_library() {
-    // The only test of this binary: nothing else reads the environment concurrently.
+    // The only test of this binary that sets the environment or starts an engine.
     std::env::set_var("ACCORD_NET_IFS", "127.0.0.1");
     std::env::set_var("ACCORD_METRICS_ADDR", "127.0.0.1:0");
     std::env::remove_var("ACCORD_TRACE_FILE");
@@ -44,4 +45,24 @@ fn a_benchmark_pauses_and_resumes_the_plugins_recording_through_the_library() {
     assert_eq!(set_recording(7), 1, "any non-zero value means on");
     // Safety: the context from init, handed back once.
     assert_eq!(unsafe { (table.finalize)(ctx) }, abi::NCCL_SUCCESS);
+}
+
+/// The GPU-buffers counters as a benchmark reads them: the count of counters first, then the
+/// values (zero here: nothing moved through GPU memory), never more than asked for.
+#[test]
+fn a_program_reads_the_gpu_buffer_counters_through_the_library() {
+    // Safety: loading our own plugin; its initialisers only set up Rust statics.
+    let lib = unsafe { libloading::Library::new(plugin_path()) }.expect("dlopen the plugin");
+    // Safety: the plugin's `unsafe extern "C" fn(*mut u64, c_int) -> c_int`, alive while `lib` is.
+    let stats = unsafe {
+        *lib.get::<unsafe extern "C" fn(*mut u64, c_int) -> c_int>(b"accord_net_gpu_stats\0").expect("exported")
+    };
+    // Safety: a null pointer with length 0 is allowed.
+    let count = unsafe { stats(std::ptr::null_mut(), 0) };
+    assert_eq!(count as usize, nccl_net_accord::gpu_stats::NAMES.len());
+    let mut values = vec![u64::MAX; count as usize + 1];
+    // Safety: room for `count` words; the last one must stay untouched.
+    assert_eq!(unsafe { stats(values.as_mut_ptr(), count) }, count);
+    assert!(values[..count as usize].iter().all(|v| *v == 0), "{values:?}");
+    assert_eq!(values[count as usize], u64::MAX, "wrote past the length it was given");
 }

@@ -150,6 +150,7 @@ impl RecvComm {
                         PluginError::InvalidArgument("a receive into GPU memory on a comm without a bounce pool".into())
                     })?;
                     let Some(lease) = pool.lease(size)? else {
+                        crate::gpu_stats::add(crate::gpu_stats::Counter::BounceWaits, 1);
                         crate::log::event(line!(), || format!("irecv of {size} B waits: the bounce pool is full"));
                         return Ok(None);
                     };
@@ -238,6 +239,7 @@ impl RecvComm {
             cts,
             landings,
             copies: Mutex::new(None),
+            posted_at: std::time::Instant::now(),
         }))
     }
 
@@ -276,8 +278,10 @@ pub struct RecvRequest {
     cts: Transfer,
     /// Per receive, its bounce range when it lands in GPU memory.
     landings: Vec<Option<Landing>>,
-    /// The bounce-to-GPU copies, once the bytes arrived (None before).
-    copies: Mutex<Option<Vec<Transfer>>>,
+    /// The bounce-to-GPU copies, once the bytes arrived (None before), and when they were issued.
+    copies: Mutex<Option<(Vec<Transfer>, std::time::Instant)>>,
+    /// When `irecv` posted it ([`crate::gpu_stats`]).
+    posted_at: std::time::Instant,
 }
 
 impl std::fmt::Debug for RecvRequest {
@@ -319,14 +323,24 @@ impl RecvRequest {
             crate::log::event(line!(), || {
                 format!("recv comm {index} slot {} landed {sizes:?}: copying to the GPU", self.slot)
             });
-            *copies = Some(self.start_copies(&sizes)?);
+            crate::gpu_stats::add(crate::gpu_stats::Counter::LandNsTotal, crate::gpu_stats::ns_since(self.posted_at));
+            *copies = Some((self.start_copies(&sizes)?, std::time::Instant::now()));
         }
-        for copy in copies.as_ref().expect("started above") {
+        let (transfers, issued_at) = copies.as_ref().expect("started above");
+        for copy in transfers {
             match copy.poll() {
                 Some(Ok(())) => {}
                 Some(Err(e)) => return Err(e.into()),
                 None => return Ok(None),
             }
+        }
+        {
+            use crate::gpu_stats::{add, max, ns_since, Counter};
+            let copy_ns = ns_since(*issued_at);
+            add(Counter::GpuRecvs, 1);
+            add(Counter::GpuRecvBytes, sizes.iter().sum());
+            add(Counter::CopyNsTotal, copy_ns);
+            max(Counter::CopyNsMax, copy_ns);
         }
         crate::log::event(line!(), || format!("recv comm {index} slot {} done: {sizes:?}", self.slot));
         Ok(Some(sizes))

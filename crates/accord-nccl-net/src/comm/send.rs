@@ -329,7 +329,8 @@ impl SendComm {
                     len,
                     args.tag,
                 );
-                Ok(Some(SendRequest { comm: inner.clone(), slot, size: len, transfers, _tracked: tracked }))
+                let from_gpu = args.region.is_some_and(|r| r.device).then(std::time::Instant::now);
+                Ok(Some(SendRequest { comm: inner.clone(), slot, size: len, transfers, _tracked: tracked, from_gpu }))
             }
             Err(e) => {
                 state.free_slots.push(slot);
@@ -346,6 +347,8 @@ pub struct SendRequest {
     size: u64,
     transfers: Vec<Transfer>,
     _tracked: crate::inflight::Tracked,
+    /// When a send from GPU memory started ([`crate::gpu_stats`]); None for host memory.
+    from_gpu: Option<std::time::Instant>,
 }
 
 impl std::fmt::Debug for SendRequest {
@@ -366,6 +369,14 @@ impl SendRequest {
             }
         }
         if done {
+            if let Some(started) = self.from_gpu {
+                use crate::gpu_stats::{add, max, ns_since, Counter};
+                let send_ns = ns_since(started);
+                add(Counter::GpuSends, 1);
+                add(Counter::GpuSendBytes, self.size);
+                add(Counter::SendNsTotal, send_ns);
+                max(Counter::SendNsMax, send_ns);
+            }
             crate::log::event(line!(), || format!("send comm {} of {}B done", self.comm.index.index, self.size));
         } else {
             crate::error::check_peer(&self.comm.rt.engine, self.comm.peer)?;

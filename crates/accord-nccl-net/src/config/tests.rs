@@ -25,6 +25,9 @@ fn pieces_take_zero_for_engine_sharding_up_to_the_bound() {
 fn gpu_buffers_default_to_off_and_take_auto_on_off_and_a_pool_size() {
     let c = config(&[]).unwrap();
     assert_eq!((c.gpu_buffers, c.bounce_bytes), (GpuBuffers::Off, BOUNCE_BYTES_DEFAULT));
+    assert_eq!(c.gdr_level, GdrLevel::Sys);
+    assert_eq!(config(&[("ACCORD_NET_GDR_LEVEL", "off")]).unwrap().gdr_level, GdrLevel::Off);
+    assert_eq!(config(&[("ACCORD_NET_GDR_LEVEL", "PHB")]).unwrap().gdr_level, GdrLevel::Phb);
     assert_eq!(config(&[("ACCORD_NET_GPU_BUFFERS", "auto")]).unwrap().gpu_buffers, GpuBuffers::Auto);
     assert_eq!(config(&[("ACCORD_NET_GPU_BUFFERS", "0")]).unwrap().gpu_buffers, GpuBuffers::Off);
     assert_eq!(config(&[("ACCORD_NET_GPU_BUFFERS", "1")]).unwrap().gpu_buffers, GpuBuffers::On);
@@ -50,6 +53,7 @@ fn bad_values_are_errors_that_name_the_variable() {
         [("ACCORD_NET_PIECES", "17")],
         [("ACCORD_NET_PIECES", "many")],
         [("ACCORD_NET_GPU_BUFFERS", "yes")],
+        [("ACCORD_NET_GDR_LEVEL", "PXB")],
         [("ACCORD_NET_BOUNCE_BYTES", "4096")],
         [("ACCORD_NET_BOUNCE_BYTES", "lots")],
         [("ACCORD_NET_TRACE", "-1")],

@@ -27,7 +27,7 @@ use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-pub use telemetry::{accord_telemetry_enabled, accord_telemetry_set_recording};
+pub use telemetry::{accord_net_gpu_stats, accord_telemetry_enabled, accord_telemetry_set_recording};
 pub use v10::ncclNetPlugin_v10;
 
 /// Name NCCL matches against `NCCL_NET`.
@@ -107,13 +107,19 @@ unsafe fn runtime_of(ctx: *mut c_void) -> Result<Arc<Runtime>> {
 
 /// The properties of device `dev`.
 fn properties(dev: c_int) -> Result<PropertiesV10> {
-    let rt = runtime::current()?;
+    properties_of(&*runtime::current()?, dev)
+}
+
+/// The properties of device `dev` of `rt`; the pointers in them live as long as `rt`.
+fn properties_of(rt: &Runtime, dev: c_int) -> Result<PropertiesV10> {
     let device = rt.device(dev)?;
     let mut devs = [0; abi::NET_DEVS_PER_NIC_MAX];
     devs[0] = dev;
     Ok(PropertiesV10 {
         // NCCL only reads the name; it stays valid as long as the runtime (the process).
         name: device.name.as_ptr().cast_mut(),
+        // No PCI path: NCCL attaches the device to the first CPU. A GPU's own path crashed NCCL
+        // 2.28.9 at init; GPUDirect comes from NCCL_NET_GDR_LEVEL instead (crate::gdr_level).
         pciPath: std::ptr::null_mut(),
         guid: device.guid,
         ptrSupport: if rt.gpu_buffers { abi::PTR_HOST | abi::PTR_CUDA } else { abi::PTR_HOST },
@@ -135,6 +141,7 @@ fn properties(dev: c_int) -> Result<PropertiesV10> {
 fn start(logger: DebugLogger) -> Result<Arc<Runtime>> {
     log::set_logger(logger);
     let rt = runtime::start()?;
+    offer_gdr_level(&rt);
     let names: Vec<String> = rt.devices.iter().map(|d| d.name.to_string_lossy().into_owned()).collect();
     log::info(
         abi::SUBSYS_INIT | abi::SUBSYS_NET,
@@ -151,6 +158,41 @@ fn start(logger: DebugLogger) -> Result<Arc<Runtime>> {
         log::info(abi::SUBSYS_INIT | abi::SUBSYS_NET, line!(), &hint);
     }
     Ok(rt)
+}
+
+/// Sets `NCCL_NET_GDR_LEVEL` for NCCL when GPU buffers are on and the user left it unset
+/// (`ACCORD_NET_GDR_LEVEL`, see [`crate::gdr_level`]): NCCL first reads it when it computes its
+/// topology paths, which follows its net plugin's `init`. Done once per process, under the
+/// runtime's start (the first `init`), and logged, since it changes the process environment.
+fn offer_gdr_level(rt: &Runtime) {
+    static OFFERED: std::sync::Once = std::sync::Once::new();
+    OFFERED.call_once(|| {
+        let var = crate::gdr_level::NCCL_GDR_LEVEL_VAR;
+        let user = std::env::var(var).ok();
+        let Some(value) = crate::gdr_level::gdr_level_to_set(rt.config.gdr_level, rt.gpu_buffers, user.as_deref())
+        else {
+            if rt.gpu_buffers {
+                let why = user.map_or("ACCORD_NET_GDR_LEVEL=off".to_string(), |v| format!("{var}={v:?} is the user's"));
+                log::info(
+                    abi::SUBSYS_INIT | abi::SUBSYS_NET,
+                    line!(),
+                    &format!("GPU buffers on; {var} left alone ({why})"),
+                );
+            }
+            return;
+        };
+        // setenv races a getenv on another thread; this runs once per process, inside NCCL's
+        // first communicator init, before that init reads the variable.
+        std::env::set_var(var, value);
+        log::info(
+            abi::SUBSYS_INIT | abi::SUBSYS_NET,
+            line!(),
+            &format!(
+                "GPU buffers on: set {var}={value} so NCCL hands the devices GPU memory (GPUDirect); \
+                 ACCORD_NET_GDR_LEVEL=off leaves it unset"
+            ),
+        );
+    });
 }
 
 /// What to tell a user who left `ACCORD_NET_IFS` unset: the default device serves jobs on one
@@ -555,6 +597,9 @@ unsafe extern "C" fn finalize(ctx: *mut c_void) -> NcclResult {
 
 /// Logs the engine's transport statistics (NCCL_DEBUG=INFO, subsystem NET).
 fn log_statistics(rt: &Runtime) {
+    if rt.gpu_buffers {
+        log::info(abi::SUBSYS_NET, line!(), &crate::gpu_stats::summary());
+    }
     let stats = rt.engine.stats();
     let injected_drops: u64 = stats.faults.iter().map(|f| f.dropped).sum();
     let sent: u64 = stats.lanes.iter().map(|l| l.endpoint.datagrams_sent).sum();
@@ -614,6 +659,29 @@ pub static ncclNetPlugin_v11: NetV11 = NetV11 {
     finalize,
     setNetAttr: set_net_attr,
 };
+
+#[cfg(test)]
+mod properties_tests {
+    use super::properties_of;
+    use crate::config::{GpuBuffers, NetConfig};
+    use crate::runtime::Runtime;
+
+    /// Devices report no PCI path (NCCL attaches them to the first CPU) and accept GPU memory
+    /// only with GPU buffers on.
+    #[test]
+    fn devices_report_no_pci_path_and_gpu_memory_only_with_gpu_buffers() {
+        let config = NetConfig { gpu_buffers: GpuBuffers::Off, ..NetConfig::default() };
+        let mut rt = Runtime::new(config).expect("engine on loopback");
+        let host = properties_of(&rt, 0).unwrap();
+        assert!(host.pciPath.is_null());
+        assert_eq!(host.ptrSupport, crate::abi::PTR_HOST);
+        rt.gpu_buffers = true;
+        let gpu = properties_of(&rt, 0).unwrap();
+        assert!(gpu.pciPath.is_null(), "GPU buffers change no placement");
+        assert_eq!(gpu.ptrSupport, crate::abi::PTR_HOST | crate::abi::PTR_CUDA);
+        assert!(properties_of(&rt, 1).is_err(), "one loopback device, not two");
+    }
+}
 
 #[cfg(test)]
 mod hint_tests {

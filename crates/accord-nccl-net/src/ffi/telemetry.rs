@@ -25,3 +25,23 @@ pub extern "C" fn accord_telemetry_set_recording(on: c_int) -> c_int {
 pub extern "C" fn accord_telemetry_enabled() -> c_int {
     catch_unwind(|| c_int::from(accord_engine::telemetry::enabled())).unwrap_or(-1)
 }
+
+/// Copies up to `len` of the GPU-buffers counters ([`crate::gpu_stats::NAMES`] order) to `out`
+/// and returns how many there are in all (so a caller may ask with `len` 0 first); -1 on an
+/// internal error. A program reads them from the library NCCL loaded, as for telemetry's switch.
+///
+/// # Safety
+/// `out` must be null or valid for `len` writes of `u64`.
+#[no_mangle]
+#[allow(unsafe_code)]
+pub unsafe extern "C" fn accord_net_gpu_stats(out: *mut u64, len: c_int) -> c_int {
+    let values = crate::gpu_stats::snapshot();
+    let wanted = usize::try_from(len).unwrap_or(0).min(values.len());
+    if !out.is_null() {
+        for (i, v) in values.iter().take(wanted).enumerate() {
+            // Safety: i < len, and the caller vouches for `len` writable words.
+            unsafe { out.add(i).write(*v) };
+        }
+    }
+    values.len() as c_int
+}

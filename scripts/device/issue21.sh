@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Issue 21's device call, in one command (<= 540 s on the 2xH200 host): does NCCL take the Accord
+# plugin's GPU buffers with the defaults, and what do the defaults give in both launch shapes and
+# under DDP?
+#   a) GPUDirect: all_reduce at 256 MiB, g2 and mp, NCCL_DEBUG=INFO, with GPU buffers on and no
+#      NCCL_* set by hand (accord_gpu_auto: the plugin sets NCCL_NET_GDR_LEVEL): whether NCCL's
+#      channels say /GDRDMA, the busbw, and the plugin's GPU-buffer counters (its finalize line).
+#      (Reporting a PCI path per GPU instead was measured once and dropped: NCCL 2.28.9 crashed on
+#      the GPU's own path, and the bridge placement got no GPUDirect; see the results doc.)
+#   b) nccl_tests.sh: all_reduce 1M..256M, both shapes, tuned Socket, the defaults (host path) and
+#      accord_gpu_auto, -c 1;
+#   c) ddp_transports.sh: socket, accord (defaults), accord_gpu_auto and accord_gpu_noread (sends
+#      through host memory: one copy in the plugin's CUDA context per step instead of two), with the
+#      plugin's GPU-buffer counters and the final parameters compared.
+# Runs from its own folder: in the repository (scripts/device/) or from a carried folder that
+# holds this script, nccl_tests.sh, transports.sh, ddp_transports.sh, ddp_transports.py, the
+# stripped plugin, nccl-tests' source tarball and the mpich wheel side by side.
+#
+# Usage: issue21.sh OUT_DIR
+# Env:   ACCORD_NCCL_PLUGIN (default ./libnccl-net-accord.so beside this script), NCCL_TESTS_SRC
+#        (./nccl-tests.tar.gz), MPICH_WHEEL (./mpich-*.whl), STEPS ("a b c"), HARD_S (570: every
+#        run's timeout is cut so that the last run of a step ends by then; a step whose runs would
+#        get less than 20 s each is skipped and said so), DRY_RUN=1 (print each command with its
+#        environment instead of running it; needs no GPU)
+# Output: OUT_DIR/summary.txt (every table, written as it goes) and OUT_DIR/logs.tar.gz (every log,
+# refreshed after each step), both on stdout too. Give the call a 600 s limit.
+set -uo pipefail
+OUT=${1:?output directory}
+HERE="$(cd "$(dirname "$0")" && pwd)"
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export ACCORD_NCCL_PLUGIN=${ACCORD_NCCL_PLUGIN:-$HERE/libnccl-net-accord.so}
+export NCCL_TESTS_SRC=${NCCL_TESTS_SRC:-$HERE/nccl-tests.tar.gz}
+export MPICH_WHEEL=${MPICH_WHEEL:-$(ls "$HERE"/mpich-*.whl 2>/dev/null | head -1)}
+HARD_S=${HARD_S:-570}
+SUMMARY="$OUT/summary.txt"
+# Logs stay outside OUT (only a few files come back from it) and travel as one tarball.
+LOGS=$(mktemp -d /tmp/issue21-logs.XXXXXX)
+: >"$SUMMARY"
+# One build of nccl-tests for steps a and b, outside OUT.
+export NCCL_TESTS_BUILD=${NCCL_TESTS_BUILD:-/tmp/issue21-nccl-tests}
+
+say() { echo "$*" | tee -a "$SUMMARY"; }
+
+# run_step NAME RUNS TIMEOUT ENV... -- COMMAND...: runs COMMAND with ENV (VAR=value words) and
+# RUN_TIMEOUT = TIMEOUT, cut so that RUNS runs end by HARD_S (less 30 s for a build or the
+# tables); skipped when that leaves under 20 s a run. With DRY_RUN=1 prints it instead.
+run_step() {
+    local name=$1 runs=$2 timeout=$3
+    shift 3
+    local envs=()
+    while [ "$1" != -- ]; do envs+=("$1"); shift; done
+    shift
+    local fit=$(((HARD_S - 30 - SECONDS) / runs))
+    [ "$fit" -lt "$timeout" ] && timeout=$fit
+    if [ "${DRY_RUN:-0}" = 1 ]; then
+        local shown
+        printf -v shown '%q ' RUN_TIMEOUT="$timeout" "${envs[@]}" "$@"
+        say "[dry run] step $name ($runs runs): env $shown"
+        return 0
+    fi
+    if [ "$timeout" -lt 20 ]; then
+        say "step $name skipped: ${SECONDS} s spent, its $runs runs would get ${timeout} s each before HARD_S=${HARD_S}"
+        return 0
+    fi
+    say "== step $name (start at ${SECONDS} s, ${timeout} s a run): $*"
+    local t0=$SECONDS
+    env RUN_TIMEOUT="$timeout" "${envs[@]}" "$@" 2>&1 | tee -a "$SUMMARY"
+    say "== step $name took $((SECONDS - t0)) s"
+    tar -czf "$OUT/logs.tar.gz" -C "$LOGS" . 2>/dev/null
+}
+
+check_inputs() {
+    local missing=0 f
+    for f in "$ACCORD_NCCL_PLUGIN" "$NCCL_TESTS_SRC" "$MPICH_WHEEL" "$HERE/nccl_tests.sh" "$HERE/transports.sh" \
+        "$HERE/ddp_transports.sh" "$HERE/ddp_transports.py"; do
+        [ -e "$f" ] || { say "issue21: missing ${f:-the mpich wheel}"; missing=1; }
+    done
+    return $missing
+}
+check_inputs || [ "${DRY_RUN:-0}" = 1 ] || exit 1
+say "issue21: plugin $ACCORD_NCCL_PLUGIN, nccl-tests $NCCL_TESTS_SRC, MPICH $MPICH_WHEEL, runs end by ${HARD_S} s"
+[ "${DRY_RUN:-0}" = 1 ] || nvidia-smi --query-gpu=index,name,pci.bus_id --format=csv,noheader 2>&1 | tee -a "$SUMMARY"
+
+for step in ${STEPS:-a b c}; do
+    case "$step" in
+        a)
+            # The build happens here (counted as a third run); each run is bounded.
+            run_step a 3 30 SHAPES="g2 mp" TRANSPORTS="accord_gpu_auto" \
+                BYTES_MIN=256M BYTES_MAX=256M ITERS=5 WARMUP=2 \
+                EXTRA_ENV="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,GRAPH" -- \
+                bash "$HERE/nccl_tests.sh" "$LOGS/a"
+            ;;
+        b)
+            run_step b 6 60 SHAPES="g2 mp" TRANSPORTS="socket accord accord_gpu_auto" ITERS=10 WARMUP=3 \
+                EXTRA_ENV="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT" -- \
+                bash "$HERE/nccl_tests.sh" "$LOGS/b"
+            ;;
+        c)
+            run_step c 4 60 TRANSPORTS="socket accord accord_gpu_auto accord_gpu_noread" STEPS=30 \
+                EXTRA_ENV="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT" -- \
+                bash "$HERE/ddp_transports.sh" "$LOGS/c"
+            if [ "${DRY_RUN:-0}" != 1 ]; then
+                for log in "$LOGS"/c/ddp_*.log; do
+                    [ -e "$log" ] || continue
+                    say "$(basename "$log" .log): GDRDMA $(grep -c ' via NET/.*/GDRDMA' "$log")/$(grep -c ' via NET/' "$log") NET channel lines"
+                done
+            fi
+            ;;
+        *) say "issue21: unknown step $step (a, b or c)" ;;
+    esac
+done
+if [ "${DRY_RUN:-0}" != 1 ]; then
+    # What the plugin said about its devices and GPUDirect, once per distinct line, then its
+    # GPU-buffer counters per run (logged at finalize with NCCL_DEBUG_SUBSYS including NET).
+    grep -h "Accord net plugin ready\|NCCL_NET_GDR_LEVEL\|GPU Direct RDMA" -r "$LOGS" 2>/dev/null |
+        sed 's/^.*NCCL INFO //' | sort | uniq -c | sort -rn | head -40 | tee -a "$SUMMARY"
+    grep -r "GPU buffers: bounce_waits" "$LOGS" 2>/dev/null | sed "s|^$LOGS/||; s|:.*NCCL INFO | |" | tee -a "$SUMMARY"
+    tar -czf "$OUT/logs.tar.gz" -C "$LOGS" .
+fi
+rm -rf "$LOGS"
+say "issue21: done in ${SECONDS} s"
