@@ -252,9 +252,20 @@ def row(case: str, op: str, blocks: int, first: float | None, times: list[float]
     }
 
 
-def prefill_role(conn: Connection, pool: int, progress_s: float, stuck_s: float) -> None:
+def push_options(args: argparse.Namespace) -> dict[str, int]:
+    """``PrefillCache.push``'s chunking keywords the command line set (none: the library's)."""
+    options = {}
+    if args.push_pages:
+        options["pages_per_write"] = args.push_pages
+    if args.push_in_flight:
+        options["max_in_flight"] = args.push_in_flight
+    return options
+
+
+def prefill_role(conn: Connection, pool: int, progress_s: float, stuck_s: float, push_options: dict[str, int]) -> None:
     """The second process of the ``ipc`` and ``network`` cases: the prefill cache on GPU 0,
-    pushing what the parent asks and answering its reads."""
+    pushing what the parent asks (with ``push_options``, ``PrefillCache.push``'s keywords)
+    and answering its reads."""
     setup_logging("prefill")
     say(f"started; ACCORD_DEVICE_IPC={os.environ.get('ACCORD_DEVICE_IPC')} ACCORD_SHM={os.environ.get('ACCORD_SHM')}")
     import accord
@@ -287,7 +298,7 @@ def prefill_role(conn: Connection, pool: int, progress_s: float, stuck_s: float)
                 push = numbered_transfers(
                     "push",
                     len(src),
-                    lambda request, timeout: prefill.push(target, src, dst, request=request, timeout=timeout),
+                    lambda request, timeout: prefill.push(target, src, dst, request=request, timeout=timeout, **push_options),
                     engine,
                     stuck_s,
                     progress_s,
@@ -328,7 +339,8 @@ def run_case(args: argparse.Namespace) -> list[dict[str, Any]]:
     else:
         ctx = mp.get_context("spawn")
         conn, child = ctx.Pipe()
-        proc = ctx.Process(target=prefill_role, args=(child, pool, args.progress_s, args.stuck_s), daemon=True)
+        role_args = (child, pool, args.progress_s, args.stuck_s, push_options(args))
+        proc = ctx.Process(target=prefill_role, args=role_args, daemon=True)
         proc.start()
         if not conn.poll(120):
             raise SystemExit("kv_gpu_bench: the prefill process did not start within 120 s")
@@ -374,7 +386,9 @@ def run_case(args: argparse.Namespace) -> list[dict[str, Any]]:
                 push = numbered_transfers(
                     "push",
                     n,
-                    lambda request, timeout: pf.push(decode.target, src, dst, request=request, timeout=timeout),
+                    lambda request, timeout: pf.push(
+                        decode.target, src, dst, request=request, timeout=timeout, **push_options(args)
+                    ),
                     decode_engine,
                     args.stuck_s,
                     args.progress_s,
@@ -452,6 +466,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", default="",
                         help="copy shapes to run the case with, STREAMS/BATCH comma-separated (e.g. 1/0,4/1); "
                              "default: the environment's")
+    parser.add_argument("--push-pages", type=int, default=0,
+                        help="pages per paged write of a push (default: accord.kv's PUSH_PAGES_PER_WRITE)")
+    parser.add_argument("--push-in-flight", type=int, default=0,
+                        help="paged writes a push keeps outstanding (default: accord.kv's PUSH_WRITES_IN_FLIGHT)")
     parser.add_argument("--stuck-s", type=float, default=20.0,
                         help="seconds past a request's own timeout before it is abandoned and reported")
     args = parser.parse_args(argv)

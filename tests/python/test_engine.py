@@ -84,6 +84,28 @@ def test_paged_write_argument_errors(pair: Pair) -> None:
             a.write_paged(s, d.descriptor, src_pages=[5], dst_pages=[0], **kw)
 
 
+def test_paged_write_takes_integer_arrays_of_any_width_and_stride(pair: Pair) -> None:
+    """Page arrays are read from their bytes (not a Python int per page): int32, uint64 and a
+    strided slice land the same pages as a list would; a negative entry or a 2-D array is
+    refused before anything is sent."""
+    a, b = pair
+    page = 64
+    src = pattern(page * 8, seed=5)
+    dst = np.zeros(page * 8, dtype=np.uint8)
+    every_other = np.array([6, 0, 4, 0, 2, 0], dtype=np.int64)[::2]  # [6, 4, 2], not contiguous
+    with a.register(src) as s, b.register(dst) as d:
+        kw = {"page_nbytes": page}
+        a.write_paged(s, d.descriptor, src_pages=np.array([1, 3, 5], dtype=np.int32),
+                      dst_pages=np.array([7, 0, 2], dtype=np.uint64), **kw).wait(timeout=10)
+        a.write_paged(s, d.descriptor, src_pages=every_other, dst_pages=[1, 3, 4], **kw).wait(timeout=10)
+        for sp, dp in [(1, 7), (3, 0), (5, 2), (6, 1), (4, 3), (2, 4)]:
+            assert (dst[dp * page : (dp + 1) * page] == src[sp * page : (sp + 1) * page]).all(), (sp, dp)
+        with pytest.raises(accord.InvalidRequestError, match="negative page index -2"):
+            a.write_paged(s, d.descriptor, src_pages=np.array([0, -2], dtype=np.int16), dst_pages=[0, 1], **kw)
+        with pytest.raises(accord.InvalidRequestError, match="one-dimensional"):
+            a.write_paged(s, d.descriptor, src_pages=np.zeros((2, 1), dtype=np.int64), dst_pages=[0, 1], **kw)
+
+
 def test_scatter_to_two_regions(pair: Pair) -> None:
     a, b = pair
     src = pattern(3000, seed=2)
