@@ -6,12 +6,14 @@
 //! Routes covered: device -> device and host -> device through CUDA IPC, device -> host
 //! region staged through pinned memory over the transport, the same with `device_ipc` off
 //! (device destinations then land through the child's pinned landing slots), refused
-//! destinations, a child killed in the middle of a staged or landed write, and READ of the
-//! child's device and host regions into this process's host and device memory.
+//! destinations, a child killed in the middle of a staged or landed write, READ of the
+//! child's device and host regions into this process's host and device memory, and paged writes
+//! with strides and scatters from device memory, through CUDA IPC and over UDP.
 
 use accord_cuda::{DeviceBuffer, Gpu, Stream};
 use accord_engine::{
-    Engine, EngineAddress, EngineConfig, MemoryKind, MrDescriptor, PagedReadOp, ReadOp, TransferError, WriteOp,
+    Engine, EngineAddress, EngineConfig, MemoryKind, MrDescriptor, PagedReadOp, ReadOp, ScatterDst,
+    StridedPagedWriteOp, TransferError, WriteOp,
 };
 use accord_testkit::{hear, say, Group, Spawn};
 use serde::{Deserialize, Serialize};
@@ -86,6 +88,10 @@ fn child(ctx: &accord_testkit::Context) -> Result<(), String> {
             continue;
         }
         let nums: Vec<u64> = words.iter().skip(2).filter_map(|w| w.parse().ok()).collect();
+        if words.first() == Some(&"pages") {
+            say(&check_pages(&engine, words.get(1) == Some(&"device"), (&device, &stream), &host, &nums)?);
+            continue;
+        }
         let [imm, count, dst_offset, len, seed, src_offset] = nums[..] else {
             return Err(format!("bad command {line:?}"));
         };
@@ -108,6 +114,40 @@ fn child(ctx: &accord_testkit::Context) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The child's check of a strided paged write (`pages imm dst_offset page n seed src_offset
+/// src_stride`): page `i` of `n` at `dst_offset + i * page` of the device or host region equals
+/// the pattern of `seed` at `src_offset + i * src_stride`, after one write with `imm`.
+fn check_pages(
+    engine: &Engine,
+    device_region: bool,
+    (device, stream): (&DeviceBuffer, &Stream),
+    host: &accord_engine::MrBuffer,
+    nums: &[u64],
+) -> Result<String, String> {
+    let [imm, dst_offset, page, n, seed, src_offset, src_stride] = nums[..] else {
+        return Err(format!("bad pages command {nums:?}"));
+    };
+    let got_count = engine.imm_counter(imm as u32).wait(1, WAIT);
+    let mut all = vec![0u8; (dst_offset + n * page) as usize];
+    if device_region {
+        device.copy_to_host(0, &mut all, stream).map_err(|e| e.to_string())?;
+    } else {
+        host.read_at(0, &mut all).map_err(|e| e.to_string())?;
+    }
+    let source = bytes(seed, (src_offset + n * src_stride) as usize);
+    let wrong = (0..n)
+        .filter(|i| {
+            let (d, s) = ((dst_offset + i * page) as usize, (src_offset + i * src_stride) as usize);
+            all[d..d + page as usize] != source[s..s + page as usize]
+        })
+        .count();
+    Ok(if got_count == 1 && wrong == 0 {
+        "ok".into()
+    } else {
+        format!("bad: count {got_count}, {wrong} of {n} pages wrong")
+    })
 }
 
 /// What the child should find: `len` bytes at `dst_offset` of its `which` region equal to the
@@ -179,6 +219,16 @@ impl ChildProc {
         assert_eq!(verdict, "ok", "{which} imm {imm}: {verdict}");
     }
 
+    /// Asks the child to check a strided paged write's pages (see [`check_pages`]): `pages` of
+    /// pattern 1 landed at `dst_offset` of its `which` region, with immediate `imm`.
+    fn check_pages(&mut self, which: &str, imm: u32, dst_offset: u64, pages: &Pages) {
+        let Pages { page, n, src_offset, src_stride } = *pages;
+        step(&format!("asking the child to check the pages of imm {imm}"));
+        self.send(&format!("pages {which} {imm} {dst_offset} {page} {n} 1 {src_offset} {src_stride}"));
+        let verdict = self.next_line();
+        assert_eq!(verdict, "ok", "{which} pages, imm {imm}: {verdict}");
+    }
+
     fn finish(mut self) {
         self.send("exit");
         self.group.finish().unwrap();
@@ -198,6 +248,29 @@ fn parent(device_ipc: bool, idle_timeout: Duration) -> Engine {
         ..Default::default()
     };
     Engine::builder().ignore_env().config(config).idle_timeout(idle_timeout).build().unwrap()
+}
+
+/// A strided paged write's source side: `n` pages of `page` bytes, page `i` read at
+/// `src_offset + i * src_stride` (and written at `i * page` from the destination offset).
+#[derive(Copy, Clone)]
+struct Pages {
+    page: u64,
+    n: u64,
+    src_offset: u64,
+    src_stride: u64,
+}
+
+/// An engine of this process whose writes to the child take the network route: no CUDA IPC and
+/// no shared-memory rings, so device bytes are staged or landed through pinned slots over UDP.
+fn parent_over_udp() -> Engine {
+    let mut config = EngineConfig {
+        device_ipc: false,
+        device_staging_chunk_bytes: 1 << 20,
+        device_staging_chunks: 4,
+        ..Default::default()
+    };
+    config.shm.enabled = false;
+    Engine::builder().ignore_env().config(config).idle_timeout(Duration::from_secs(5)).build().unwrap()
 }
 
 /// A child with a host region of `host_bytes`, and this process's engine (`device_ipc`,
@@ -289,6 +362,68 @@ fn two_processes_every_device_route() {
     let op = WriteOp { src: &b_h, src_offset: 50, dst: &host_d, dst_offset: 7, len: quarter + 1, imm: Some(4) };
     b.write(&op).unwrap().wait_timeout(WAIT).unwrap();
     c.check(Expect { which: "host", imm: 4, count: 1, dst_offset: 7, len: quarter + 1, seed: 1, src_offset: 50 });
+    c.finish();
+}
+
+/// Strided paged writes and scatters from device memory into the child's device and host
+/// regions, through CUDA IPC and over UDP: every page where its index says (listed out of order,
+/// source pages with gaps between them), every scattered range in place; a paged write's
+/// immediate counted once after its last byte, a scatter's once per destination. Each route writes its own ranges, so one route's bytes cannot pass
+/// for the other's.
+#[test]
+fn two_processes_paged_strided_and_scatter_from_device_memory() {
+    accord_cuda::require_gpu!(1);
+    let (mut c, a) = child_and_parent(DEVICE_BYTES, true, Duration::from_secs(5));
+    let b = parent_over_udp();
+    b.add_peer(&c.hello.address).unwrap();
+    c.add_writer(&b);
+    let (_gpu, _stream, src) = device_source_filled(1);
+    let (dev_d, host_d) = (c.hello.device, c.hello.host);
+    let pages = Pages { page: 64 << 10, n: 48, src_offset: 8, src_stride: (64 << 10) + 4096 };
+    let Pages { page, n, src_offset, src_stride } = pages;
+    // Page indices out of order: i -> 29 i mod 48 visits every page once (29 and 48 are coprime).
+    let order: Vec<u64> = (0..n).map(|i| i * 29 % n).collect();
+    for (route, engine, shift, imm) in [("ipc", &a, 0u64, 40u32), ("udp", &b, 4u64 << 20, 50)] {
+        // Safety: `src` outlives every transfer (each waited for below).
+        #[allow(unsafe_code)]
+        let (h, _) =
+            unsafe { engine.register_raw(src.ptr().0 as *mut u8, DEVICE_BYTES, MemoryKind::CudaDevice { ordinal: 0 }) }
+                .unwrap();
+        for (which, dst, dst_offset, imm) in
+            [("device", &dev_d, 4096 + shift, imm), ("host", &host_d, 100 + shift, imm + 1)]
+        {
+            step(&format!("{route}: strided paged write into the child's {which} region"));
+            let op = StridedPagedWriteOp {
+                src: &h,
+                src_offset,
+                src_stride,
+                dst,
+                dst_offset,
+                dst_stride: page,
+                page_bytes: page,
+                src_pages: &order,
+                dst_pages: &order,
+                imm: Some(imm),
+            };
+            engine.write_paged_strided(&op).unwrap().wait_timeout(WAIT).unwrap();
+            c.check_pages(which, imm, dst_offset, &pages);
+        }
+        let scatter_shift = shift / 2;
+        let dsts = [
+            ScatterDst { dst: dev_d, dst_offset: (8 << 20) + scatter_shift, src_offset: 3, len: (1 << 20) + 5 },
+            ScatterDst { dst: dev_d, dst_offset: (12 << 20) + scatter_shift, src_offset: 2 << 20, len: 4097 },
+            ScatterDst { dst: host_d, dst_offset: (9 << 20) + scatter_shift, src_offset: 5 << 20, len: 300_000 },
+        ];
+        step(&format!("{route}: scatter into three ranges of the child"));
+        engine.scatter(&h, &dsts, Some(imm + 2)).unwrap().wait_timeout(WAIT).unwrap();
+        for d in &dsts {
+            let which = if d.dst == dev_d { "device" } else { "host" };
+            let (dst_offset, len, src_offset) = (d.dst_offset, d.len, d.src_offset);
+            // Each destination carries the immediate (Engine::scatter): three into this child.
+            let count = dsts.len() as u64;
+            c.check(Expect { which, imm: imm + 2, count, dst_offset, len, seed: 1, src_offset });
+        }
+    }
     c.finish();
 }
 
