@@ -68,6 +68,42 @@ fn strided_pages_land_exactly_over_a_lossy_network() {
     assert_eq!(b.imm_counter(30).value(), 1, "counted once");
 }
 
+/// A scatter from one source into two regions of one peer and one of another, over a network
+/// that drops, reorders and duplicates datagrams: every range byte-exact, nothing outside them
+/// touched, the immediate counted once per destination at each receiver and never more.
+#[test]
+fn a_scatter_lands_exactly_over_a_lossy_network() {
+    let fault = FaultConfig { drop: 0.02, reorder: 0.05, duplicate: 0.01, ..Default::default() };
+    let make = || Engine::builder().ignore_env().force_network(true).fault_injection(fault.clone(), 5).build().unwrap();
+    let (a, b) = pair_of(make);
+    let c = make();
+    a.add_peer(&c.address()).unwrap();
+    c.add_peer(&a.address()).unwrap();
+    let len = 600_000;
+    let src = a.alloc(len).unwrap();
+    let data = pattern(8, len);
+    src.write_at(0, &data).unwrap();
+    let (b1, b2, c1) = (b.alloc(300_000).unwrap(), b.alloc(4096).unwrap(), c.alloc(250_000).unwrap());
+    let dsts = [
+        ScatterDst { dst: b1.descriptor(), dst_offset: 7, src_offset: 0, len: 200_001 },
+        ScatterDst { dst: b2.descriptor(), dst_offset: 0, src_offset: 200_001, len: 4096 },
+        ScatterDst { dst: c1.descriptor(), dst_offset: 1000, src_offset: 350_000, len: 249_000 },
+    ];
+    for _ in 0..3 {
+        a.scatter(&src.handle(), &dsts, Some(40)).unwrap().wait_timeout(WAIT).unwrap();
+    }
+    assert_eq!(b.imm_counter(40).wait(6, WAIT), 6, "two destinations at b, three scatters");
+    assert_eq!(c.imm_counter(40).wait(3, WAIT), 3, "one destination at c, three scatters");
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!((b.imm_counter(40).value(), c.imm_counter(40).value()), (6, 3), "no late duplicate counted");
+    for (region, d) in [(&b1, &dsts[0]), (&b2, &dsts[1]), (&c1, &dsts[2])] {
+        let mut want = vec![0u8; region.len()];
+        let (at, from, n) = (d.dst_offset as usize, d.src_offset as usize, d.len as usize);
+        want[at..at + n].copy_from_slice(&data[from..from + n]);
+        assert!(region.to_vec() == want, "scattered range at {at} differs");
+    }
+}
+
 #[test]
 fn the_plain_paged_write_is_the_strided_one_with_page_strides() {
     let (src, dst) = (
