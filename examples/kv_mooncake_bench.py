@@ -50,8 +50,8 @@ from typing import Any
 
 import numpy as np
 
-from gpu_bench import append_rows, copy_ceiling_s
-from kv_nixl_bench import PAGE, PHASE_S, PLANES, Cache, block_ids, indices
+from gpu_bench import append_rows
+from kv_nixl_bench import PAGE, PHASE_S, Cache, block_ids, devices_and_ceilings, indices
 from kv_nixl_bench import row as nixl_row
 
 #: Environment that asks the engine for each transport (others: the engine's own choice).
@@ -318,24 +318,8 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     os.environ.setdefault("MC_TRANSFER_TIMEOUT", "60")
     os.environ.setdefault("GLOG_logtostderr", "1")
     sizes = [int(b) for b in args.blocks.split(",")]
-    if args.device == "cpu":
-        decode_dev = prefill_dev = "cpu"
-        ceilings = {n: 0.0 for n in sizes}
-        protocols = args.protocols or "tcp"
-    else:
-        try:
-            import torch
-        except ImportError:
-            print("kv_mooncake_bench: needs torch with CUDA", file=sys.stderr)
-            sys.exit(2)
-        if not torch.cuda.is_available():
-            print("kv_mooncake_bench: needs a CUDA device", file=sys.stderr)
-            sys.exit(2)
-        last = torch.cuda.device_count() - 1
-        decode_dev, prefill_dev = f"cuda:{last}", "cuda:0"
-        ceilings = {n: n * PLANES * PAGE / copy_ceiling_s(torch, n * PLANES * PAGE, 5) / 1e9 for n in sizes}
-        torch.cuda.set_device(decode_dev)
-        protocols = args.protocols or GPU_PROTOCOLS
+    decode_dev, prefill_dev, ceilings = devices_and_ceilings(args.device, sizes, "kv_mooncake_bench")
+    protocols = args.protocols or ("tcp" if args.device == "cpu" else GPU_PROTOCOLS)
     # After torch: it loads the libcudart.so.13 the engine links against.
     engine_mod = mooncake_engine()
     say(f"ceilings {ceilings}")

@@ -279,25 +279,30 @@ def row(op: str, blocks: int, first: float | None, times: list[float], ceiling: 
     }
 
 
+def devices_and_ceilings(device: str, sizes: list[int], bench: str) -> tuple[str, str, dict[int, float]]:
+    """The decode and prefill devices (the last GPU and GPU 0, or the host for ``cpu``), and per
+    request size the copy ceiling in GB/s (0 on the host); the current device becomes the
+    decode GPU. Exits with a message naming ``bench`` where torch or CUDA is missing."""
+    if device == "cpu":
+        return "cpu", "cpu", {n: 0.0 for n in sizes}
+    try:
+        import torch
+    except ImportError:
+        print(f"{bench}: needs torch with CUDA", file=sys.stderr)
+        sys.exit(2)
+    if not torch.cuda.is_available():
+        print(f"{bench}: needs a CUDA device", file=sys.stderr)
+        sys.exit(2)
+    decode_dev = f"cuda:{torch.cuda.device_count() - 1}"
+    ceilings = {n: n * PLANES * PAGE / copy_ceiling_s(torch, n * PLANES * PAGE, 5) / 1e9 for n in sizes}
+    torch.cuda.set_device(decode_dev)
+    return decode_dev, "cuda:0", ceilings
+
+
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     nixl = nixl_api()
     sizes = [int(b) for b in args.blocks.split(",")]
-    if args.device == "cpu":
-        decode_dev = prefill_dev = "cpu"
-        ceilings = {n: 0.0 for n in sizes}
-    else:
-        try:
-            import torch
-        except ImportError:
-            print("kv_nixl_bench: needs torch with CUDA", file=sys.stderr)
-            sys.exit(2)
-        if not torch.cuda.is_available():
-            print("kv_nixl_bench: needs a CUDA device", file=sys.stderr)
-            sys.exit(2)
-        last = torch.cuda.device_count() - 1
-        decode_dev, prefill_dev = f"cuda:{last}", "cuda:0"
-        ceilings = {n: n * PLANES * PAGE / copy_ceiling_s(torch, n * PLANES * PAGE, 5) / 1e9 for n in sizes}
-        torch.cuda.set_device(decode_dev)
+    decode_dev, prefill_dev, ceilings = devices_and_ceilings(args.device, sizes, "kv_nixl_bench")
     say(f"ceilings {ceilings}")
     decode = Side(nixl, "decode", Cache(decode_dev, args.pool, filled=False))
     ctx = mp.get_context("spawn")
