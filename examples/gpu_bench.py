@@ -32,6 +32,27 @@ def copy_ceiling_s(torch: Any, nbytes: int, iters: int) -> float:
     return statistics.median(times)
 
 
+class PeerFailed(RuntimeError):
+    """The other process of a bench reported a failed request (``("failed", why)``); it is
+    still up."""
+
+
+def peer_answer(conn: Any, what: str, peer: str, timeout: float) -> Any:
+    """The value of the other process's next message, which must be ``(what, value)``.
+    Raises RuntimeError naming ``peer`` when it does not answer within ``timeout`` seconds,
+    reports an error or answers something else; PeerFailed for ``("failed", why)``."""
+    if not conn.poll(timeout):
+        raise RuntimeError(f"the {peer} did not answer {what!r} within {timeout:.0f} s")
+    kind, value = conn.recv()
+    if kind == "error":
+        raise RuntimeError(f"the {peer} failed: {value}")
+    if kind == "failed":
+        raise PeerFailed(value)
+    if kind != what:
+        raise RuntimeError(f"expected {what!r} from the {peer}, got {kind!r}")
+    return value
+
+
 def read_rows(paths: list[str]) -> list[dict[str, Any]]:
     """The rows (JSON objects, one a line) of these JSON-lines files; other lines are skipped."""
     return [json.loads(line) for name in paths for line in open(name) if line.startswith("{")]

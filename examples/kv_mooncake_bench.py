@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu_bench import append_rows
+from gpu_bench import PeerFailed, append_rows, peer_answer
 from kv_nixl_bench import PAGE, PHASE_S, Cache, block_ids, devices_and_ceilings, indices
 from kv_nixl_bench import row as nixl_row
 
@@ -220,21 +220,8 @@ def prefill_role(conn: Connection, device: str, pool: int, protocol: str, env: d
 
 def answer(conn: Connection, what: str) -> Any:
     """The prefill process's next answer of kind ``what``; a request it could not do raises
-    RequestFailed, anything else RuntimeError."""
-    if not conn.poll(PHASE_S * 2):
-        raise RuntimeError(f"the prefill process did not answer {what!r} within {PHASE_S * 2:.0f} s")
-    kind, value = conn.recv()
-    if kind == "error":
-        raise RuntimeError(f"the prefill process failed: {value}")
-    if kind == "failed":
-        raise RequestFailed(value)
-    if kind != what:
-        raise RuntimeError(f"expected {what!r} from the prefill process, got {kind!r}")
-    return value
-
-
-class RequestFailed(RuntimeError):
-    """One request returned an error; the engines are still up."""
+    PeerFailed, anything else RuntimeError."""
+    return peer_answer(conn, what, "prefill process", PHASE_S * 2)
 
 
 def row(protocol: str, op: str, blocks: int, first: float | None, times: list[float], ceiling: float,
@@ -288,7 +275,7 @@ def attempt(engine_mod: Any, protocol: str, args: argparse.Namespace, decode_cac
                 except RuntimeError as e:
                     if not any(r["checked"] for r in rows):
                         return [], f"{op} of {n} blocks: {e}"
-                    error, fatal = f"{type(e).__name__}: {e}", not isinstance(e, RequestFailed)
+                    error, fatal = f"{type(e).__name__}: {e}", not isinstance(e, PeerFailed)
                 rows.append(row(shape, op, n, first, times, ceilings[n], checked, error))
                 print(json.dumps(rows[-1]), flush=True)
                 if args.json:  # each row as it comes: a run cut by its cap keeps what it measured

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu_bench import append_rows, copy_ceiling_s
+from gpu_bench import append_rows, copy_ceiling_s, peer_answer
 
 LAYERS, BLOCK_TOKENS, HEADS, HEAD_DIM, ITEM = 80, 16, 8, 128, 2
 PLANES = LAYERS * 2
@@ -251,14 +251,8 @@ def prefill_role(conn: Connection, device: str, pool: int) -> None:
 
 
 def answer(conn: Connection, what: str) -> Any:
-    if not conn.poll(PHASE_S * 2):
-        raise RuntimeError(f"the prefill process did not answer {what!r} within {PHASE_S * 2:.0f} s")
-    kind, value = conn.recv()
-    if kind == "error":
-        raise RuntimeError(f"the prefill process failed: {value}")
-    if kind != what:
-        raise RuntimeError(f"expected {what!r} from the prefill process, got {kind!r}")
-    return value
+    """The prefill process's next answer of kind ``what`` (see gpu_bench.peer_answer)."""
+    return peer_answer(conn, what, "prefill process", PHASE_S * 2)
 
 
 def row(op: str, blocks: int, first: float | None, times: list[float], ceiling: float, checked: bool | None,

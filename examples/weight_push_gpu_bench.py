@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from gpu_bench import append_rows, cell, check_note, copy_ceiling_s, read_rows
+from gpu_bench import append_rows, cell, check_note, copy_ceiling_s, peer_answer, read_rows
 
 #: Llama-3-70B: hidden size, MLP size, layers, attention heads, KV heads, head size, vocabulary.
 HIDDEN, MLP, LAYERS, HEADS, KV_HEADS, HEAD_DIM, VOCAB = 8192, 28672, 80, 64, 8, 128, 128256
@@ -153,14 +153,7 @@ def wrong(torch: Any, tensors: list[Any], version: int) -> list[int]:
 
 def expect(conn: Connection, what: str, timeout: float = PHASE_S) -> Any:
     """The peer's next message, which must be ``(what, value)``; fails naming the phase."""
-    if not conn.poll(timeout):
-        raise RuntimeError(f"the inference process did not answer {what!r} within {timeout:.0f} s")
-    kind, value = conn.recv()
-    if kind == "error":
-        raise RuntimeError(f"the inference process failed: {value}")
-    if kind != what:
-        raise RuntimeError(f"expected {what!r} from the inference process, got {kind!r}")
-    return value
+    return peer_answer(conn, what, "inference process", timeout)
 
 
 def inference_role(conn: Connection, shapes: list[tuple[int, ...]], nccl_port: int, use_nccl: bool) -> None:
