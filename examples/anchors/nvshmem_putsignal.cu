@@ -297,6 +297,17 @@ struct PingArgs {
   volatile u64* progress;  // mapped host word for the watchdog
 };
 
+// This PE's stamped message to `peer` with its signal set to `n`: by the whole warp (kWarp), or
+// by the lead thread alone.
+template <bool kWarp>
+__device__ void put_stamp(const PingArgs& a, u64 n, int peer, bool lead) {
+  if (kWarp) {
+    nvshmemx_putmem_signal_nbi_warp(a.recv, a.send, a.bytes, a.signal, n, NVSHMEM_SIGNAL_SET, peer);
+  } else if (lead) {
+    nvshmem_putmem_signal_nbi(a.recv, a.send, a.bytes, a.signal, n, NVSHMEM_SIGNAL_SET, peer);
+  }
+}
+
 // kWarp: the put is nvshmemx_putmem_signal_nbi_warp by a whole warp; else one thread puts.
 template <bool kWarp>
 __global__ void pingpong_kernel(PingArgs a) {
@@ -311,11 +322,7 @@ __global__ void pingpong_kernel(PingArgs a) {
         stamp(a.send, a.bytes, n, a.me);
       }
       __syncwarp();
-      if (kWarp) {
-        nvshmemx_putmem_signal_nbi_warp(a.recv, a.send, a.bytes, a.signal, n, NVSHMEM_SIGNAL_SET, peer);
-      } else if (lead) {
-        nvshmem_putmem_signal_nbi(a.recv, a.send, a.bytes, a.signal, n, NVSHMEM_SIGNAL_SET, peer);
-      }
+      put_stamp<kWarp>(a, n, peer, lead);
       if (lead) {
         nvshmem_signal_wait_until(a.signal, NVSHMEM_CMP_GE, n);
         const u64 bad = check(a.recv, a.bytes, n, peer);
@@ -331,11 +338,7 @@ __global__ void pingpong_kernel(PingArgs a) {
         stamp(a.send, a.bytes, n, a.me);
       }
       __syncwarp();
-      if (kWarp) {
-        nvshmemx_putmem_signal_nbi_warp(a.recv, a.send, a.bytes, a.signal, n, NVSHMEM_SIGNAL_SET, peer);
-      } else if (lead) {
-        nvshmem_putmem_signal_nbi(a.recv, a.send, a.bytes, a.signal, n, NVSHMEM_SIGNAL_SET, peer);
-      }
+      put_stamp<kWarp>(a, n, peer, lead);
     }
     if (lead && (i & 63u) == 63u) *a.progress = n;
     __syncwarp();
