@@ -79,6 +79,14 @@ def every_collective() -> int:
             out = np.zeros(COUNT * n, dtype)
             comm.all_gather(everyone[rank], out)
             check(f"all_gather {name}", out, np.concatenate(everyone))
+            # In place (the input is this rank's block of the output), with every schedule.
+            for algo in ("ring", "recursive_doubling", "bruck"):
+                out = np.zeros(COUNT * n, dtype)
+                mine = out[rank * COUNT : (rank + 1) * COUNT]
+                mine[:] = everyone[rank]
+                comm.all_gather(mine, out, algo=algo)
+                check(f"all_gather in place {name} {algo}", out, np.concatenate(everyone))
+            checked += 3
             out = np.zeros(COUNT, dtype)
             comm.all_to_all(everyone[rank], out)
             b = COUNT // n
@@ -319,9 +327,11 @@ def torch_tensors() -> list[str]:
 def registrations_in_place() -> list[str]:
     """Writable arrays are registered where they are and cached: repeated calls hit the cache,
     results land in the caller's memory (a slice's neighbours untouched), a cached array stays
-    alive after the program drops it and is released by close, the cache stays bounded, and the
-    staged cases (an input inside its output, a read-only input, a non-root's reduce) still give
-    the right results without touching what they must not."""
+    alive after the program drops it and is released by close, an array used once is let go once
+    newer once-used arrays pass 64 MiB while arrays used again stay, the cache stays bounded, an
+    all_gather whose input is this rank's block of its output runs there, and the staged cases
+    (a read-only input, a non-root's reduce) still give the right results without touching what
+    they must not."""
     import gc
     import weakref
 
@@ -349,8 +359,10 @@ def registrations_in_place() -> list[str]:
     out = np.zeros(4 * n, dtype=np.int32)
     inp = out[rank * 4 : (rank + 1) * 4]
     inp[:] = rank + 1
+    misses = comm._registration_stats()[3]
     comm.all_gather(inp, out)
     assert (out == np.repeat(np.arange(1, n + 1, dtype=np.int32), 4)).all(), out
+    assert comm._registration_stats()[3] == misses + 1, "in place: the output alone is registered"
     done.append("input inside output")
 
     frozen = np.frombuffer(np.full(4, rank + 1, dtype=np.int64).tobytes(), dtype=np.int64)
@@ -395,6 +407,19 @@ def registrations_in_place() -> list[str]:
     del dropped
     gc.collect()
     assert alive() is not None, "a cached registration must keep its array alive"
+    first = np.full(8 << 20, 1.0, dtype=np.float32)  # 32 MiB, used once
+    comm.all_reduce(first)
+    first_alive = weakref.ref(first)
+    del first
+    for _ in range(3):
+        comm.all_reduce(np.full(8 << 20, 1.0, dtype=np.float32))
+    gc.collect()
+    assert first_alive() is None, "an array used once stays cached only while newer ones hold < 64 MiB"
+    hits = comm._registration_stats()[2]
+    a[:] = rank + 1
+    comm.all_reduce(a)
+    assert comm._registration_stats()[2] == hits + 1, "an array used again stays cached"
+    done.append("once-used arrays let go")
     for i in range(80):
         comm.all_reduce(np.full(16 + i, 1.0, dtype=np.float32))
     entries, _, _, _ = comm._registration_stats()

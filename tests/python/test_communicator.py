@@ -108,6 +108,7 @@ def test_arrays_are_registered_in_place_and_cached() -> None:
         "non-root reduce untouched",
         "from another thread",
         "broadcast in place",
+        "once-used arrays let go",
         "bounded",
         "released by close",
     ]

@@ -2,7 +2,8 @@
 //!
 //! Writable arrays are registered where they are (cached, see `coll_reg`) and the collective
 //! runs on them directly: no copy beyond what the algorithm itself makes. Read-only arrays, an
-//! input overlapping its output, and buffers an algorithm may scribble on without the caller
+//! input overlapping its output (except an all_gather's input that is this rank's block of the
+//! output, which runs in place), and buffers an algorithm may scribble on without the caller
 //! wanting the result (a non-root's `reduce`) go through registered
 //! staging buffers instead: a copy in and, where results come back, a copy out. Arguments are
 //! checked (dtype, size, contiguity, writability, root and peer ranks) before anything is
@@ -698,6 +699,7 @@ impl Communicator {
     }
 
     /// Gathers every rank's `input` into `output` (world_size times as many elements), by rank.
+    /// `input` may be this rank's block of `output` (in place).
     #[pyo3(signature = (input, output, *, algo = None))]
     fn all_gather(
         &self,
@@ -712,6 +714,22 @@ impl Communicator {
         expect_count(name, "output", &output, input.count * self.world_size, "world_size times the input")?;
         let algo = parse_algo(Collective::AllGather, algo)?;
         let (count, dtype) = (input.count, input.dtype);
+        let (n_in, n_out, at) = (input.nbytes, output.nbytes, self.rank * input.nbytes);
+        if let (Some(a), Some(b)) = (input.addr, output.addr) {
+            // In place (NCCL's rule: the input is this rank's block of the output, as FSDP2 calls
+            // it): the collective runs on the output alone, no staging; the schedules skip the
+            // copy of a block onto itself.
+            if a == b + at {
+                return self.run_direct(py, name, &[&output], move |c, bufs| {
+                    c.all_gather(
+                        Bufs { send: bufs[0].slice(at, n_in), recv: bufs[0].slice(0, n_out) },
+                        count,
+                        dtype,
+                        algo,
+                    )
+                });
+            }
+        }
         self.run_out_of_place(py, name, &input, &output, false, move |c, b| c.all_gather(b, count, dtype, algo))
     }
 

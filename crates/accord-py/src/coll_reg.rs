@@ -12,7 +12,10 @@
 //! The cache is bounded ([`REGISTRATIONS_MAX`] entries and [`REGISTERED_BYTES_MAX`] bytes
 //! held): the least recently used entries are deregistered first, never one the current call
 //! uses. The price of the references is that memory the program has dropped stays allocated
-//! while its entry is cached (at most the bounds above), until eviction or `close`.
+//! while its entry is cached (at most the bounds above), until eviction or `close`. So an array
+//! used once is kept only while the once-used arrays cached after it hold less than
+//! [`COLD_BYTES_MAX`]: code that hands every call a fresh tensor (FSDP2) gets its memory back
+//! at once, and the allocator can reuse it.
 
 use crate::coll_array::Array;
 use accord_coll::engine::EngineTransport;
@@ -25,6 +28,15 @@ type Comm = accord_coll::Communicator<EngineTransport>;
 pub(crate) const REGISTRATIONS_MAX: usize = 64;
 /// Bytes of registered memory kept at most (beyond the arrays of the current call).
 pub(crate) const REGISTERED_BYTES_MAX: usize = 1 << 30;
+
+/// Bytes of arrays used by one call only (so far) that the cache keeps for a second use; older
+/// ones are deregistered at the next miss. Why: FSDP2 gives each all_gather a fresh output and
+/// each reduce_scatter a fresh input. Cached until the bounds above pushed them out, those
+/// tensors stayed allocated after the program dropped them, so the allocator could not reuse
+/// their memory and every call's new tensor came on fresh pages, which the kernel must zero.
+/// A miss costs little: `scripts/registration_probe.py` (2 ranks, 8 MiB a rank) gives 80
+/// outputs in turn, every call a miss, 5.55 ms a call against 6.31 for one output reused.
+pub(crate) const COLD_BYTES_MAX: usize = 64 << 20;
 
 /// The Python objects whose life keeps a registered array's memory allocated.
 struct Holder {
@@ -39,6 +51,8 @@ struct Entry {
     buf: LocalBuf,
     /// The call that used it last (see [`Registrations::begin`]).
     last_use: u64,
+    /// Calls that used it (1 until a hit).
+    uses: u64,
 }
 
 /// The registration cache of one communicator.
@@ -64,6 +78,7 @@ impl Registrations {
         let len = array.nbytes;
         if let Some(i) = self.entries.iter().position(|e| e.addr == addr && e.len == len) {
             self.entries[i].last_use = self.call;
+            self.entries[i].uses += 1;
             self.hits += 1;
             return Ok(self.entries[i].buf.id());
         }
@@ -88,7 +103,7 @@ impl Registrations {
             .map_err(|source| crate::coll::coll_error(CollError::Transport { collective: "register", source }))?;
         self.bytes += len;
         let id = buf.id();
-        self.entries.push(Entry { addr, len, buf, last_use: self.call });
+        self.entries.push(Entry { addr, len, buf, last_use: self.call, uses: 1 });
         Ok(id)
     }
 
@@ -97,9 +112,26 @@ impl Registrations {
         &self.entries.iter().find(|e| e.buf.id() == id).expect("looked up in this call").buf
     }
 
-    /// Deregisters least recently used entries (never one of this call) until `incoming` more
-    /// bytes and one more entry fit the bounds.
+    /// Deregisters the once-used entries past [`COLD_BYTES_MAX`] (newest kept first), then
+    /// least recently used entries, never one of this call, until `incoming` more bytes and one
+    /// more entry fit the bounds.
     fn evict(&mut self, comm: &Comm, incoming: usize) {
+        let mut cold: Vec<usize> = (0..self.entries.len())
+            .filter(|&i| self.entries[i].uses == 1 && self.entries[i].last_use != self.call)
+            .collect();
+        cold.sort_by_key(|&i| std::cmp::Reverse(self.entries[i].last_use));
+        let mut kept = 0;
+        let mut stale: Vec<usize> = cold
+            .into_iter()
+            .filter(|&i| {
+                kept += self.entries[i].len;
+                kept > COLD_BYTES_MAX
+            })
+            .collect();
+        stale.sort_unstable_by(|a, b| b.cmp(a));
+        for i in stale {
+            self.remove(comm, i);
+        }
         while self.entries.len() >= REGISTRATIONS_MAX || self.bytes + incoming > REGISTERED_BYTES_MAX {
             let oldest = self
                 .entries
@@ -109,12 +141,16 @@ impl Registrations {
                 .min_by_key(|(_, e)| e.last_use)
                 .map(|(i, _)| i);
             let Some(i) = oldest else { break };
-            let entry = self.entries.remove(i);
-            self.bytes -= entry.len;
-            // A refusal (transfers still reading it) is harmless: the engine keeps the memory
-            // alive through the holder until they are done.
-            let _ = comm.deregister(entry.buf);
+            self.remove(comm, i);
         }
+    }
+
+    /// Deregisters entry `i`. A refusal (transfers still reading it) is harmless: the engine
+    /// keeps the memory alive through the holder until they are done.
+    fn remove(&mut self, comm: &Comm, i: usize) {
+        let entry = self.entries.remove(i);
+        self.bytes -= entry.len;
+        let _ = comm.deregister(entry.buf);
     }
 
     /// Deregisters everything (before the communicator is dropped or closed).
