@@ -9,7 +9,7 @@ use accord_cuda::{DeviceBuffer, Gpu, Stream};
 use crate::address::{DeviceIpcBytes, DeviceRegionInfo, DEVICE_IPC_HANDLE_BYTES};
 use crate::engine::tests::{assert_pages_landed, write_paged_counted_once};
 use crate::memory::{Region, RegionTable, REJECT_DEVICE_REGION};
-use crate::{Engine, MemoryKind, MrDescriptor, RegisterError, SubmitError, WriteOp};
+use crate::{Engine, MemoryKind, MrDescriptor, RegisterError, ScatterDst, SubmitError, WriteOp};
 use accord_proto::wire::RejectReason;
 use accord_proto::RegionKey;
 
@@ -150,6 +150,45 @@ fn same_process_paged_device_write_between_two_gpus() {
     let dst_pages: Vec<u64> = (40..56).chain((0..16).rev()).collect();
     write_paged_counted_once(&a, &b, &h, &d, PAGE, (&src_pages, &dst_pages), 78);
     assert_pages_landed(&read_device(&dst), &pattern, PAGE, (&src_pages, &dst_pages));
+}
+
+/// A scatter from device memory in this process: two ranges into a region on the last GPU (the
+/// peer GPU where there are two), one into a region on GPU 0 and one into host memory of
+/// another engine. Every range lands, nothing else is written, the immediate is counted once
+/// per destination at each receiver.
+#[test]
+fn same_process_scatter_from_device_memory() {
+    accord_cuda::require_gpu!(1);
+    let last = accord_cuda::probe().device_count.max(1) - 1;
+    let len = 4 << 20;
+    let (a, b, c) = (engine(), engine(), engine());
+    a.add_peer(&b.address()).unwrap();
+    a.add_peer(&c.address()).unwrap();
+    let pattern = bytes(len, 9);
+    let (_src, h, _) = device_region(&a, 0, &pattern);
+    let (far, _, far_d) = device_region(&b, last, &vec![0u8; len]);
+    let (near, _, near_d) = device_region(&b, 0, &vec![0u8; len]);
+    let host = c.alloc(len).unwrap();
+    let dsts = [
+        ScatterDst { dst: far_d, dst_offset: 5, src_offset: 0, len: (1 << 20) + 3 },
+        ScatterDst { dst: far_d, dst_offset: 3 << 20, src_offset: 2 << 20, len: 4096 },
+        ScatterDst { dst: near_d, dst_offset: 100, src_offset: 1 << 20, len: 777_777 },
+        ScatterDst { dst: host.descriptor(), dst_offset: 64, src_offset: 3 << 20, len: 65_536 },
+    ];
+    a.scatter(&h, &dsts, Some(79)).unwrap().wait_timeout(Duration::from_secs(20)).unwrap();
+    assert_eq!(b.imm_counter(79).wait(3, Duration::from_secs(20)), 3, "three destinations at b");
+    assert_eq!(c.imm_counter(79).wait(1, Duration::from_secs(20)), 1, "one destination at c");
+    let want = |ranges: &[&ScatterDst]| {
+        let mut w = vec![0u8; len];
+        for d in ranges {
+            let (at, from, n) = (d.dst_offset as usize, d.src_offset as usize, d.len as usize);
+            w[at..at + n].copy_from_slice(&pattern[from..from + n]);
+        }
+        w
+    };
+    assert!(read_device(&far) == want(&[&dsts[0], &dsts[1]]), "the last GPU's region");
+    assert!(read_device(&near) == want(&[&dsts[2]]), "GPU 0's region");
+    assert!(host.to_vec() == want(&[&dsts[3]]), "the host region");
 }
 
 /// A KV-shaped paged write listed block by block (every plane of a block, then the next block),
