@@ -19,6 +19,25 @@
 #include "common.cuh"
 using namespace accord_kernels;
 
+// Whether what landed in window 0 is not iteration n's message from `peer`: the stamp and the
+// pattern up to 64 bytes. Whole 8-byte words are read with one load each, as mode 3's receiver
+// reads its stamp: byte by byte, the check was eight or more dependent loads after every wait,
+// time the floor's receiver never spent (the window base is 8-byte aligned).
+__device__ bool wrong_after_wait(const u8* dst, u64 bytes, u64 n, u32 peer, u32 me) {
+  const u64 checked = bytes < 64 ? bytes : 64;
+  const u64 words = checked / 8;
+  for (u64 w = 0; w < words; ++w) {
+    u64 want = 0;
+    for (u64 b = 0; b < 8; ++b) want |= u64(w == 0 ? u8(n >> (8 * b)) : pattern(peer, me, n, 8 * w + b)) << (8 * b);
+    if (reinterpret_cast<const volatile u64*>(dst)[w] != want) return true;
+  }
+  for (u64 b = 8 * words; b < checked; ++b) {
+    const u8 want = b < 8 ? u8(n >> (8 * b)) : pattern(peer, me, n, b);
+    if (reinterpret_cast<const volatile u8*>(dst)[b] != want) return true;
+  }
+  return false;
+}
+
 extern "C" __global__ void accord_dev_pingpong(const DeviceTable* t, u64 iters, u64 bytes, u64 mode, u64 signal_id,
                                                u64 timeout_ns, u64* out) {
   if (threadIdx.x != 0 || blockIdx.x != 0 || t->rank > 1 || t->world < 2) return;
@@ -77,16 +96,8 @@ extern "C" __global__ void accord_dev_pingpong(const DeviceTable* t, u64 iters, 
         }
       } else {
         s = wait_signal(t, sig, n + 1, timeout_ns);
-        if (s == OK) {
-          const u64 mask = bytes >= 8 ? ~0ull : ((1ull << (8 * bytes)) - 1);
-          u64 stamp = 0;
-          for (u64 b = 0; b < 8 && b < bytes; ++b) stamp |= u64(reinterpret_cast<const volatile u8*>(dst)[b]) << (8 * b);
-          if (stamp != (n & mask)) atomicAdd(reinterpret_cast<unsigned long long*>(out + 1), 1ull);
-          for (u64 b = 8; b < bytes && b < 64; ++b) {
-            if (reinterpret_cast<const volatile u8*>(dst)[b] != pattern(peer, me, n, b)) {
-              atomicAdd(reinterpret_cast<unsigned long long*>(out + 1), 1ull);
-            }
-          }
+        if (s == OK && wrong_after_wait(dst, bytes, n, peer, me)) {
+          atomicAdd(reinterpret_cast<unsigned long long*>(out + 1), 1ull);
         }
       }
       if (s != OK) {
