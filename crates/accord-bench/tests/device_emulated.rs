@@ -229,7 +229,14 @@ fn rank_body(lib: &DeviceLib, rank: usize, n: usize, dc: &mut DeviceComm) -> Res
     let arrivals = CHUNKS * n as u64;
     let w = call!(lib, WaitFn, b"emu_wait_signal", table, 0, arrivals, WAIT_NS);
     if w != 0 {
-        return Err(format!("rank {rank}: wait_signal(0, {arrivals}) returned {w}"));
+        // Everything that says where the missing arrivals went: how far the signal got, the
+        // proxies' counters and the errors they recorded.
+        let reached = call!(lib, ReadFn, b"emu_read_signal", table, 0);
+        return Err(format!(
+            "rank {rank}: wait_signal(0, {arrivals}) returned {w} at {reached}; proxy stats {:?}; errors {:?}",
+            dc.stats(),
+            dc.errors()
+        ));
     }
     // SET values from every rank: wait for their sum on signal 1.
     let set_sum: u64 = (0..n as u64).map(|r| 100 + r).sum();
