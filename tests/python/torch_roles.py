@@ -97,6 +97,13 @@ def _ops(rank: int, n: int, dtype: torch.dtype, salt: int) -> dict[str, Op]:
         dist.all_gather_into_tensor(out, x(d, (4, 3)), group=g)
         return [out]
 
+    def all_gather_into_tensor_in_place(g: Any, d: torch.device) -> list[torch.Tensor]:
+        # FSDP2's form: the input is this rank's block of the output.
+        out = torch.zeros(n * 4, 3, dtype=dtype, device=d)
+        out[rank * 4 : (rank + 1) * 4] = x(d, (4, 3))
+        dist.all_gather_into_tensor(out, out[rank * 4 : (rank + 1) * 4], group=g)
+        return [out]
+
     def reduce_scatter(g: Any, d: torch.device) -> list[torch.Tensor]:
         out = torch.zeros(4, dtype=dtype, device=d)
         dist.reduce_scatter(out, [x(d, (4,)) + i for i in range(n)], group=g)
@@ -168,6 +175,7 @@ def _ops(rank: int, n: int, dtype: torch.dtype, salt: int) -> dict[str, Op]:
         broadcast,
         all_gather,
         all_gather_into_tensor,
+        all_gather_into_tensor_in_place,
         reduce_scatter,
         reduce_scatter_tensor,
         all_to_all,
