@@ -7,7 +7,7 @@
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Duration;
 
 /// A descriptor that becomes readable when its process exits.
@@ -20,18 +20,7 @@ pub struct PidFd {
 impl PidFd {
     /// Opens a pidfd for `pid` (fails with the OS error: no such process, old kernel, ...).
     pub fn open(pid: u32) -> io::Result<PidFd> {
-        let raw_pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-        if raw_pid <= 0 {
-            return Err(io::Error::from_raw_os_error(libc::EINVAL));
-        }
-        // Safety: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-        let ret = unsafe { libc::syscall(libc::SYS_pidfd_open, raw_pid, 0) };
-        if ret < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // Safety: the kernel just returned this descriptor to us; nobody else owns it.
-        let fd = unsafe { OwnedFd::from_raw_fd(ret as i32) };
-        Ok(PidFd { fd, pid })
+        Ok(PidFd { fd: accord_sys::pidfd_open(pid)?, pid })
     }
 
     /// Opens a pidfd for `pid` only if the process there started at `start_ticks` (see

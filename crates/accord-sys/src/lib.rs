@@ -12,4 +12,4 @@
 
 mod process;
 
-pub use process::{process_alive, take_fd_of};
+pub use process::{pidfd_open, process_alive, take_fd_of};

@@ -39,21 +39,32 @@ fn exists_by_signal(pid: libc::pid_t) -> bool {
     ret == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
+/// A pidfd for process `pid` (`pidfd_open(2)`, Linux 5.3+): EINVAL for pid 0 or a pid beyond
+/// the kernel's range, else the OS error (no such process, old kernel). The one place this
+/// syscall is made: `accord-net`'s exit watcher and [`take_fd_of`] both open theirs here.
+#[allow(unsafe_code)]
+pub fn pidfd_open(pid: u32) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let signed = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    if signed <= 0 {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    // Safety: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let ret = unsafe { libc::syscall(libc::SYS_pidfd_open, signed, 0) };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // Safety: the kernel just returned this descriptor; nobody else owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(ret as std::os::fd::RawFd) })
+}
+
 /// A duplicate of process `pid`'s descriptor `fd` (`pidfd_open` + `pidfd_getfd`, Linux 5.6+).
 /// The kernel allows it with ptrace permission over `pid`: the same user and, under Yama's
 /// scope 1, only a descendant. Used to share GPU memory exported as file descriptors.
 #[allow(unsafe_code)]
 pub fn take_fd_of(pid: u32, fd: std::os::fd::RawFd) -> io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    let signed = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
-    // Safety: a syscall on integers; a descriptor it returns is owned just below.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, signed, 0) };
-    if pidfd < 0 {
-        let e = io::Error::last_os_error();
-        return Err(io::Error::new(e.kind(), format!("pidfd_open({pid}): {e}")));
-    }
-    // Safety: a new descriptor nothing else owns.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as std::os::fd::RawFd) };
+    let pidfd = pidfd_open(pid).map_err(|e| io::Error::new(e.kind(), format!("pidfd_open({pid}): {e}")))?;
     // Safety: a syscall on integers, the pidfd alive for its duration.
     let taken = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
     if taken < 0 {
