@@ -12,7 +12,8 @@ use crate::error::{CudaError, Result};
 use crate::ffi::driver;
 use crate::stream::Stream;
 
-/// Checks that `ptr..ptr+len_bytes` lies inside one live device allocation.
+/// Checks that `ptr..ptr+len_bytes` lies inside one live device allocation, or (VMM memory, as
+/// PyTorch's expandable segments) inside a run of back-to-back mappings.
 /// Works for `cuMemAlloc` memory and IPC mappings (allocation ranges), and
 /// for pinned or registered host memory (pointer range attributes).
 pub fn check_device_range(ptr: DevicePtr, len_bytes: usize) -> Result<()> {
@@ -28,8 +29,10 @@ pub fn check_device_range(ptr: DevicePtr, len_bytes: usize) -> Result<()> {
     match end {
         Some(end) if end <= base + size as u64 => Ok(()),
         // VMM memory (PyTorch's expandable segments) is one mapping per segment, back to back.
+        // The walk alone: the buffer ids `vmm_span` reads for its fingerprint are not needed to
+        // check a range, and this runs on every borrowed buffer of a collective.
         Some(_) if matches!(driver::pointer_has_owner_context(ptr.0), Ok(false)) => {
-            vmm_span(ptr, len_bytes).map(|_| ())
+            vmm_mappings(ptr, len_bytes).map(|_| ())
         }
         _ => Err(CudaError::BadDeviceRange {
             ptr: ptr.0,
