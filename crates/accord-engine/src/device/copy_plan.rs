@@ -110,6 +110,10 @@ pub(crate) const SHARE_BYTES_MIN: u64 = 4 << 20;
 /// exceeds another by more than its largest copy. Every copy lands in exactly one share; empty
 /// shares are left out (a plan of one copy is one share).
 pub(crate) fn spread(plan: CopyPlan, shares: usize, share_bytes_min: u64) -> Vec<CopyPlan> {
+    if shares <= 1 {
+        // The default shape (one copy stream): no byte count to make.
+        return vec![plan];
+    }
     let total = plan.strided.iter().map(Strided::bytes).sum::<u64>() + plan.flat.iter().map(|f| f.2).sum::<u64>();
     let by_bytes = usize::try_from(total / share_bytes_min.max(1)).unwrap_or(usize::MAX);
     let shares = shares.min(by_bytes).clamp(1, (plan.strided.len() + plan.flat.len()).max(1));

@@ -164,23 +164,17 @@ impl DeviceRoute {
             .spawn(move || poll_loop(rx))
             .map_err(|e| format!("could not start the device poller thread: {e}"))?;
         let shape = CopyShape { streams: shape.streams.max(1), ..shape };
-        match (shape.batch_2d, accord_cuda::copy_2d_batch_support()) {
-            (true, Ok(())) => tracing::info!(
-                streams = shape.streams,
-                "paged device writes: spread over {} copy streams, 2D copies batched (cuMemcpy3DBatchAsync)",
-                shape.streams
-            ),
-            (true, Err(why)) => tracing::info!(
-                streams = shape.streams,
-                "paged device writes: spread over {} copy streams, 2D copies one call each ({why})",
-                shape.streams
-            ),
-            (false, _) => tracing::info!(
-                streams = shape.streams,
-                "paged device writes: spread over {} copy streams, 2D copies one call each (ACCORD_DEVICE_COPY_BATCH_2D=0)",
-                shape.streams
-            ),
-        }
+        // The driver is asked about batched 2D copies only where they were asked for.
+        let batching = match (shape.batch_2d, shape.batch_2d.then(accord_cuda::copy_2d_batch_support)) {
+            (true, Some(Ok(()))) => "batched (cuMemcpy3DBatchAsync)".to_string(),
+            (true, Some(Err(why))) => format!("one call each ({why})"),
+            _ => "one call each (ACCORD_DEVICE_COPY_BATCH_2D=0)".to_string(),
+        };
+        tracing::info!(
+            streams = shape.streams,
+            "paged device writes: spread over {} copy streams, 2D copies {batching}",
+            shape.streams
+        );
         let state = RouteState {
             private_contexts,
             shape,
