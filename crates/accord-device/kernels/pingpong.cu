@@ -20,22 +20,24 @@
 using namespace accord_kernels;
 
 // Whether what landed in window 0 is not iteration n's message from `peer`: the stamp and the
-// pattern up to 64 bytes. Whole 8-byte words are read with one load each, as mode 3's receiver
-// reads its stamp: byte by byte, the check was eight or more dependent loads after every wait,
-// time the floor's receiver never spent (the window base is 8-byte aligned).
+// pattern up to 64 bytes. One load per whole 8-byte word (the window base is 8-byte aligned),
+// and no early exit, so the loads do not wait on each other's compares: byte by byte, the check
+// was eight or more dependent loads after every wait, time the floor's receiver (one load of its
+// stamp) never spent.
 __device__ bool wrong_after_wait(const u8* dst, u64 bytes, u64 n, u32 peer, u32 me) {
   const u64 checked = bytes < 64 ? bytes : 64;
   const u64 words = checked / 8;
+  bool wrong = false;
   for (u64 w = 0; w < words; ++w) {
     u64 want = 0;
     for (u64 b = 0; b < 8; ++b) want |= u64(w == 0 ? u8(n >> (8 * b)) : pattern(peer, me, n, 8 * w + b)) << (8 * b);
-    if (reinterpret_cast<const volatile u64*>(dst)[w] != want) return true;
+    wrong |= reinterpret_cast<const volatile u64*>(dst)[w] != want;
   }
   for (u64 b = 8 * words; b < checked; ++b) {
     const u8 want = b < 8 ? u8(n >> (8 * b)) : pattern(peer, me, n, b);
-    if (reinterpret_cast<const volatile u8*>(dst)[b] != want) return true;
+    wrong |= reinterpret_cast<const volatile u8*>(dst)[b] != want;
   }
-  return false;
+  return wrong;
 }
 
 extern "C" __global__ void accord_dev_pingpong(const DeviceTable* t, u64 iters, u64 bytes, u64 mode, u64 signal_id,
