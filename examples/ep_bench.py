@@ -23,7 +23,6 @@ import faulthandler
 import os
 import sys
 import time
-from typing import Any, Callable
 from collections.abc import Callable, Iterator
 from typing import Any
 

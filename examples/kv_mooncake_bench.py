@@ -51,7 +51,8 @@ from typing import Any
 import numpy as np
 
 from gpu_bench import PeerFailed, append_rows, peer_answer
-from kv_nixl_bench import PAGE, PHASE_S, Cache, block_ids, devices_and_ceilings, indices
+from kv_gpu_bench import block_ids
+from kv_nixl_bench import PAGE, PHASE_S, Cache, devices_and_ceilings, indices, timed
 from kv_nixl_bench import row as nixl_row
 
 #: Environment that asks the engine for each transport (others: the engine's own choice).
@@ -181,11 +182,6 @@ class Side:
             pass
 
 
-def timed(run: Any, iters: int) -> tuple[float, list[float]]:
-    first = run()
-    return first, [run() for _ in range(iters)]
-
-
 def prefill_role(conn: Connection, device: str, pool: int, protocol: str, env: dict[str, str]) -> None:
     """The second process: the prefill cache and its engine; writes what the parent asks."""
     try:
@@ -198,7 +194,7 @@ def prefill_role(conn: Connection, device: str, pool: int, protocol: str, env: d
         side = Side(engine_mod, protocol, Cache(device, pool, filled=True))
         say(f"prefill engine: {', '.join(side.transports) or 'no transport named in its log'}")
         conn.send(("meta", side.meta()))
-        kind, meta = conn.recv()
+        meta = peer_answer(conn, "meta", "decode process", PHASE_S * 2)
         side.know(*meta)
         conn.send(("ready", None))
         while True:

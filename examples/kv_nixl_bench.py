@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from gpu_bench import append_rows, copy_ceiling_s, peer_answer
+from kv_gpu_bench import block_ids  # the same ids as accord's rows, by construction
 
 LAYERS, BLOCK_TOKENS, HEADS, HEAD_DIM, ITEM = 80, 16, 8, 128, 2
 PLANES = LAYERS * 2
@@ -67,12 +68,6 @@ def nixl_api() -> Any:
     print("kv_nixl_bench: NIXL is not importable (pip install nixl-cu13, or its wheel unpacked on PYTHONPATH)",
           file=sys.stderr)
     sys.exit(2)
-
-
-def block_ids(pool: int, n: int, seed: int) -> tuple[list[int], list[int]]:
-    """kv_gpu_bench.py's ids for a request of ``n`` blocks (same seed, same ids)."""
-    rng = np.random.default_rng(seed)
-    return [int(b) for b in rng.permutation(pool)[:n]], [int(b) for b in rng.permutation(pool)[:n]]
 
 
 def pattern(pool: int, plane: int) -> np.ndarray:
@@ -231,7 +226,7 @@ def prefill_role(conn: Connection, device: str, pool: int) -> None:
             torch.cuda.set_device(device)
         side = Side(nixl, "prefill", Cache(device, pool, filled=True))
         conn.send(("meta", side.metadata()))
-        kind, meta = conn.recv()
+        meta = peer_answer(conn, "meta", "decode process", PHASE_S * 2)
         side.know(*meta)
         conn.send(("ready", None))
         while True:
@@ -240,9 +235,6 @@ def prefill_role(conn: Connection, device: str, pool: int) -> None:
             order = conn.recv()
             if order == "exit":
                 break
-            if order == "sync":
-                conn.send(("synced", None))
-                continue
             _, src, dst, iters = order
             conn.send(("timed", timed(lambda: side.request("WRITE", src, dst), iters)))
     except Exception as e:  # noqa: BLE001 - reported to the parent

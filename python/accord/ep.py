@@ -36,8 +36,9 @@ host (the proxy's copy-engine lanes), else ``"host"`` (``Buffer.waits_on_host`` 
 
 Outputs of ``dispatch`` are fresh tensors (``zero_copy=True`` returns views of the receive
 window instead, valid until the next ``dispatch`` or ``all_to_all_v`` on this buffer); with GPU
-waits, an exact-size output is copied by the copy engine one chunk at a time, each behind its
-chunk's wait, so the copies overlap the chunks still in flight. Failures never hang: every
+waits, an exact-size output is copied once its last chunk arrived (``Buffer._copy_by_chunk``,
+off by default as measured slower: one copy-engine copy a chunk, each behind its chunk's wait).
+Failures never hang: every
 wait is bounded by ``timeout`` and a failure names the rank, raised as ``accord.ep.EpError`` at
 the next host synchronisation (or ``Buffer.check()``); a failed buffer refuses further calls.
 """
