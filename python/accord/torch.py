@@ -81,6 +81,12 @@ def _eager_loading() -> bool:
     return os.environ.get("CUDA_MODULE_LOADING", "").strip().upper() == "EAGER"
 
 
+def _env_on(name: str) -> bool:
+    """Whether switch ``name`` is on, in the words the Rust side accepts (``accord_knobs``'s
+    ``parse_bool``: 1, true or on, any case)."""
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "on")
+
+
 def _ask_for_vmm_memory() -> None:
     """With the GPU path asked for and CUDA not initialised: PyTorch's allocator on the virtual
     memory API (``expandable_segments:True``, memory no CUDA context owns) and the collectives'
@@ -90,9 +96,12 @@ def _ask_for_vmm_memory() -> None:
     cuda_started: Callable[[], bool] = torch.cuda.is_initialized
     if not _gpu_path_wanted() or cuda_started():
         return
-    os.environ.setdefault("ACCORD_GPU_PRIVATE_CONTEXT", "1")
+    # The stall order cannot run in a private context (the collectives refuse it): a user who
+    # chose it keeps the primary context.
+    if os.environ.get("ACCORD_GPU_STREAM_ORDER", "").strip().lower() != "stall":
+        os.environ.setdefault("ACCORD_GPU_PRIVATE_CONTEXT", "1")
     conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
-    if "expandable_segments" in conf or os.environ.get("ACCORD_GPU_PRIVATE_CONTEXT") != "1":
+    if "expandable_segments" in conf or not _env_on("ACCORD_GPU_PRIVATE_CONTEXT"):
         return
     os.environ["PYTORCH_CUDA_ALLOC_CONF"] = f"{conf},expandable_segments:True" if conf else "expandable_segments:True"
     # The variable is read when the allocator starts; where torch was imported first, the setter
@@ -459,7 +468,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
                 )
             return False
         if self._rank_ == 0:
-            private = os.environ.get("ACCORD_GPU_PRIVATE_CONTEXT", "0") == "1"
+            private = _env_on("ACCORD_GPU_PRIVATE_CONTEXT")
             vmm = "expandable_segments:true" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "").replace(" ", "").lower()
             risk = (
                 ""

@@ -110,9 +110,19 @@ pub fn check_pieces(pieces: &[(u64, u64)]) -> Result<u64> {
 }
 
 /// Takes a duplicate of process `pid`'s descriptor `fd` ([`accord_sys::take_fd_of`]);
-/// a failure names the process and why.
+/// a failure names the process and why. Refused (EPERM) it also names the cause most hosts
+/// have: Yama's ptrace scope 1 (Ubuntu's default) lets a process take descriptors only from its
+/// descendants, and ranks started by one launcher are siblings.
 pub fn take_fd_of(pid: u32, fd: RawFd) -> Result<OwnedFd> {
-    accord_sys::take_fd_of(pid, fd).map_err(|e| CudaError::VmmShare { exporter_pid: pid, reason: e.to_string() })
+    accord_sys::take_fd_of(pid, fd).map_err(|e| {
+        let hint = if e.raw_os_error() == Some(libc::EPERM) {
+            " (sharing VMM memory between processes needs ptrace permission over the exporter: \
+             check kernel.yama.ptrace_scope, 0 allows it between processes of one user)"
+        } else {
+            ""
+        };
+        CudaError::VmmShare { exporter_pid: pid, reason: format!("{e}{hint}") }
+    })
 }
 
 /// Another process's exported range, mapped here for one GPU: one reserved address range with
