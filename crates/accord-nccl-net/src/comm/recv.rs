@@ -230,6 +230,8 @@ impl RecvComm {
             recvs.iter().map(|r| r.size).sum(),
             recvs[0].tag,
         );
+        // The clock is read only for receives into GPU memory (their land time), not host ones.
+        let posted_at = landings.iter().any(Option::is_some).then(std::time::Instant::now);
         Ok(Some(RecvRequest {
             _tracked: tracked,
             comm: inner.clone(),
@@ -239,7 +241,7 @@ impl RecvComm {
             cts,
             landings,
             copies: Mutex::new(None),
-            posted_at: std::time::Instant::now(),
+            posted_at,
         }))
     }
 
@@ -281,7 +283,7 @@ pub struct RecvRequest {
     /// The bounce-to-GPU copies, once the bytes arrived (None before), and when they were issued.
     copies: Mutex<Option<(Vec<Transfer>, std::time::Instant)>>,
     /// When `irecv` posted it ([`crate::gpu_stats`]).
-    posted_at: std::time::Instant,
+    posted_at: Option<std::time::Instant>,
 }
 
 impl std::fmt::Debug for RecvRequest {
@@ -323,7 +325,9 @@ impl RecvRequest {
             crate::log::event(line!(), || {
                 format!("recv comm {index} slot {} landed {sizes:?}: copying to the GPU", self.slot)
             });
-            crate::gpu_stats::add(crate::gpu_stats::Counter::LandNsTotal, crate::gpu_stats::ns_since(self.posted_at));
+            if let Some(posted_at) = self.posted_at {
+                crate::gpu_stats::add(crate::gpu_stats::Counter::LandNsTotal, crate::gpu_stats::ns_since(posted_at));
+            }
             *copies = Some((self.start_copies(&sizes)?, std::time::Instant::now()));
         }
         let (transfers, issued_at) = copies.as_ref().expect("started above");
