@@ -159,6 +159,9 @@ fn run(args: &Args) -> GpuResult<()> {
                 if order == StreamOrder::Stall && bytes > args.latency_max_bytes && args.orders.len() > 1 {
                     continue;
                 }
+                if !comm.order_available(order) {
+                    continue; // stall, in a private context (ACCORD_GPU_PRIVATE_CONTEXT=1)
+                }
                 comm.set_stream_order(order)?;
                 let t = time_us(&mut comm, &bench, c, bytes_rounded)?;
                 if rank == 0 {

@@ -194,8 +194,8 @@ pub fn run_all(comm: &mut GpuCommunicator, count: usize) -> GpuResult<Vec<String
     let mut lines = Vec::new();
     let original = comm.stream_order();
     for order in [super::StreamOrder::HostFn, super::StreamOrder::Stall, super::StreamOrder::WaitValue] {
-        if order == super::StreamOrder::Stall && comm.config().private_context {
-            continue; // not available in a private context
+        if !comm.order_available(order) {
+            continue; // stall, in a private context
         }
         comm.set_stream_order(order)?;
         for kind in CheckKind::ALL {

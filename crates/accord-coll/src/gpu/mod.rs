@@ -419,6 +419,12 @@ impl GpuCommunicator {
         self.order
     }
 
+    /// Whether `order` can run on this communicator ([`Self::set_stream_order`] refuses the
+    /// others): `stall` cannot in a private context.
+    pub fn order_available(&self, order: StreamOrder) -> bool {
+        check_order(&self.config, order).is_ok()
+    }
+
     /// Switches the stream-order mechanism for later calls (every rank may
     /// choose independently).
     /// A communicator in a private context ([`GpuConfig::private_context`]) refuses `stall`.
