@@ -30,6 +30,8 @@ const ITERATIONS_MAX: u64 = 2000;
 const LATENCY_SAMPLES: usize = 20;
 /// The whole benchmark must finish within this.
 const CHILD_DEADLINE: Duration = Duration::from_secs(300);
+/// How long one write of the bench may take before the run fails.
+const WRITE_WAIT: Duration = Duration::from_secs(120);
 
 /// Options of `accord bench p2p`.
 #[derive(Clone, Debug)]
@@ -256,6 +258,22 @@ impl Parent {
     }
 
     /// Times `iters` pipelined submissions and `LATENCY_SAMPLES` lone ones on engine `side`.
+    /// Seconds `n` writes take on `side`, all submitted, then all awaited (each at most
+    /// [`WRITE_WAIT`]).
+    fn pipelined(
+        &self,
+        side: usize,
+        n: u64,
+        submit: &dyn Fn(&Side) -> Result<Transfer, BenchError>,
+    ) -> Result<f64, BenchError> {
+        let start = Instant::now();
+        let transfers: Vec<Transfer> = (0..n).map(|_| submit(&self.sides[side])).collect::<Result<_, _>>()?;
+        for t in &transfers {
+            t.wait_timeout(WRITE_WAIT).map_err(engine_err)?;
+        }
+        Ok(start.elapsed().as_secs_f64())
+    }
+
     fn accord(
         &mut self,
         side: usize,
@@ -263,16 +281,11 @@ impl Parent {
         imm: u32,
         submit: impl Fn(&Side) -> Result<Transfer, BenchError>,
     ) -> Result<(f64, f64), BenchError> {
-        let start = Instant::now();
-        let transfers: Vec<Transfer> = (0..iters).map(|_| submit(&self.sides[side])).collect::<Result<_, _>>()?;
-        for t in &transfers {
-            t.wait_timeout(Duration::from_secs(120)).map_err(engine_err)?;
-        }
-        let secs = start.elapsed().as_secs_f64();
+        let secs = self.pipelined(side, iters, &submit)?;
         let mut lat = vec![];
         for _ in 0..LATENCY_SAMPLES.min(iters as usize) {
             let t0 = Instant::now();
-            submit(&self.sides[side])?.wait_timeout(Duration::from_secs(120)).map_err(engine_err)?;
+            submit(&self.sides[side])?.wait_timeout(WRITE_WAIT).map_err(engine_err)?;
             lat.push(t0.elapsed().as_secs_f64() * 1e6);
         }
         lat.sort_by(f64::total_cmp);

@@ -19,7 +19,7 @@ use super::{
 use crate::paired::{self, median, median_interval, Verdict};
 use accord_engine::Transfer;
 use serde::{Deserialize, Serialize};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Pairs per size unless asked otherwise: with 40 the interval is the 15th to the 26th
 /// smallest ratio (92% coverage).
@@ -39,9 +39,6 @@ const WRITES_PER_BLOCK_MAX: u64 = 8192;
 pub const COST_TARGET: f64 = 0.97;
 /// Transfers the warm-up records (4 pipelined and 4 lone writes on each of the two engines).
 const WARMUP_WRITES: u64 = 16;
-/// How long one write of a block may take to complete.
-const WRITE_WAIT: Duration = Duration::from_secs(120);
-
 /// Options of the A/B run.
 #[derive(Clone, Debug)]
 pub struct AbOptions {
@@ -173,13 +170,7 @@ impl Parent {
 
     /// Seconds `n` pipelined writes take, all awaited, on the engine under test.
     fn block(&self, n: u64, submit: &dyn Fn(&Side) -> Result<Transfer, BenchError>) -> Result<f64, BenchError> {
-        let side = &self.sides[SIDE_DEFAULT];
-        let start = Instant::now();
-        let transfers: Vec<Transfer> = (0..n).map(|_| submit(side)).collect::<Result<_, _>>()?;
-        for t in &transfers {
-            t.wait_timeout(WRITE_WAIT).map_err(engine_err)?;
-        }
-        Ok(start.elapsed().as_secs_f64())
+        self.pipelined(SIDE_DEFAULT, n, submit)
     }
 }
 
