@@ -27,6 +27,7 @@ import json
 import os
 import sys
 import time
+from statistics import median
 
 
 def parse_args():
@@ -161,12 +162,6 @@ def plugin_telemetry_switch():
     set_recording.argtypes, set_recording.restype = [ctypes.c_int], ctypes.c_int
     enabled.argtypes, enabled.restype = [], ctypes.c_int
     return set_recording, enabled
-
-
-def median(xs):
-    xs = sorted(xs)
-    n = len(xs)
-    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
 def bench_telemetry_ab(rank, world, device, args, set_recording):

@@ -56,6 +56,9 @@ pub struct VmmExport {
 /// Exports the mappings that `[ptr, ptr + len_bytes)` spans on `gpu`. Fails with
 /// `InvalidArgument` for memory that is not VMM memory created exportable as a POSIX fd (for
 /// instance `cuMemAlloc` memory, or PyTorch's without expandable segments).
+/// Each mapping is taken to map its whole allocation handle from offset 0 (as PyTorch's
+/// expandable segments do): the importer maps each handle at offset 0 for the mapping's size,
+/// so a mapping made at an offset into its handle would be read wrongly on the peer.
 pub fn export_vmm_range(gpu: &Gpu, ptr: DevicePtr, len_bytes: usize) -> Result<VmmExport> {
     if len_bytes == 0 {
         return Err(CudaError::InvalidArgument { what: "an exported range needs at least one byte".into() });
