@@ -9,7 +9,8 @@
 #      baseline the lanes are compared with (skip it with ENGINE_BASELINE=0);
 #   2. the same with the network forced (--route network: ACCORD_DEVICE_IPC=0 ACCORD_SHM=0, so
 #      puts take the cross-host routes over loopback UDP);
-#   3. the NVSHMEM anchor where `python3 -c "import nvshmem"` works (else it says why not).
+#   3. the NVSHMEM anchor (scripts/device/nvshmem_anchor.sh: NVSHMEM from PyTorch's wheel, built
+#      with nvcc; it says why not where it cannot run), its rows beside the ipc run's.
 # Each run's full output is kept in $OUT/<run>.txt and its JSON rows in $OUT/<run>.jsonl; the
 # tables are printed at the end. Exits non-zero when any run failed (a wrong byte, a proxy
 # error, a timeout).
@@ -55,12 +56,18 @@ run ipc "${IPC_CAP_S:-200}" --route ipc ${IPC_ARGS:-}
 [ "${ENGINE_BASELINE:-1}" = 1 ] && run ipc-engine "${ENGINE_CAP_S:-120}" --route ipc --lane off --iters 300 --replays 100 ${IPC_ARGS:-}
 run network "${NETWORK_CAP_S:-200}" --route network --sizes-mib 1,4,16,64 --bw-iters 4 --iters 300 --replays 100 ${NETWORK_ARGS:-}
 
-echo "== nvshmem anchor"
-if NV=$("$PY" -c "import nvshmem, sys; print(getattr(nvshmem, '__version__', 'unknown version'))" 2>&1); then
-  echo "nvshmem4py $NV is importable, but this script has no NVSHMEM put-with-signal measurement yet: no anchor this run" \
-    | tee "$OUT/nvshmem.txt"
+echo "== nvshmem anchor (scripts/device/nvshmem_anchor.sh; its rows beside the ipc run's)"
+# The anchor's own script finds NVSHMEM (PyTorch's nvidia-nvshmem wheel), builds its
+# put-with-signal program with nvcc and prints "not available"/"not run" (exit 0) where it
+# cannot; a failed check or run makes this command fail too.
+if NV_CAP=$(capped "${NVSHMEM_CAP_S:-120}" 30); then
+  # Both paths first: a prefix assignment of OUT would change what "$OUT" means in the next one.
+  NV_OUT="$OUT/nvshmem" IPC_ROWS="$OUT/ipc.jsonl"
+  OUT="$NV_OUT" BUDGET_S="$NV_CAP" BESIDE="$IPC_ROWS" bash "$HERE/nvshmem_anchor.sh" \
+    > "$OUT/nvshmem.txt" 2>&1 || FAILED=1
+  tail -n 40 "$OUT/nvshmem.txt"
 else
-  echo "skipped: python3 cannot import nvshmem (nvshmem4py): $(echo "$NV" | tail -1)" | tee "$OUT/nvshmem.txt"
+  echo "== nvshmem anchor: skipped, $(left) s left of the budget"; FAILED=1
 fi
 
 for name in ipc ipc-engine network; do

@@ -5,6 +5,8 @@ Run under torchrun (one run per backend and rank count; torch_backend_bench.sh d
     torchrun --standalone --nproc_per_node N torch_backend_bench.py --backend accord --device cpu
 
 Each run prints JSON lines on rank 0:
+- {"kind": "local", ...}: the same model's step with no communication (no DDP), the compute
+  floor under the DDP and FSDP2 rows (skip it with --skip local);
 - {"kind": "ddp", ...}: DDP step time (forward, backward with gradient all-reduce, SGD step) of
   an MLP of about 50M parameters, mean of the timed steps, the slowest rank's time;
 - {"kind": "fsdp2", ...}: the same model under fully_shard (CPU runs only);
@@ -72,7 +74,7 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--sizes", default="1048576,4194304,16777216,67108864")
     ap.add_argument("--ops", default="all_reduce,all_gather,reduce_scatter,all_to_all")
-    ap.add_argument("--skip", default="", help="comma list of ddp,fsdp2,ops,sms to leave out")
+    ap.add_argument("--skip", default="", help="comma list of local,ddp,fsdp2,ops,sms to leave out")
     ap.add_argument("--sm-bytes", type=int, default=64 << 20, help="size of the ops whose kernels are counted")
     ap.add_argument("--report", help="print the tables from the JSON files in this folder")
     args = ap.parse_args()
@@ -106,6 +108,21 @@ def main() -> None:
 
     params = sum(p.numel() for p in model(args.width, args.depth).parameters())
     x = torch.randn(args.batch, args.width, device=device)
+
+    if "local" not in skip:
+        # The same step with no communication at all: the compute floor under DDP's step time,
+        # on the same threads, while the other ranks do the same (so what DDP adds is its
+        # communication and how it shares the cores with the backward pass).
+        m = model(args.width, args.depth).to(device)
+        opt = torch.optim.SGD(m.parameters(), lr=1e-4)
+
+        def local_step() -> None:
+            opt.zero_grad(set_to_none=True)
+            m(x).square().mean().backward()
+            opt.step()
+
+        emit({"kind": "local", "params": params, "step_s": timed(local_step, args.warmup, args.iters, sync, device)})
+        del m, opt
 
     if "ddp" not in skip:
         from torch.nn.parallel import DistributedDataParallel as DDP
@@ -217,7 +234,7 @@ def report(out: pathlib.Path) -> None:
     for device, base in (("cpu", "gloo"), ("cuda", "nccl")):
         for n in (2, 4, 8):
             a, b = runs.get(f"torch_accord_{device}_{n}", []), runs.get(f"torch_{base}_{device}_{n}", [])
-            for kind in ("ddp", "fsdp2"):
+            for kind in ("local", "ddp", "fsdp2"):
                 ra = next((r for r in a if r["kind"] == kind), None)
                 rb = next((r for r in b if r["kind"] == kind), None)
                 if ra or rb:

@@ -176,8 +176,8 @@ pub struct DeviceComm {
     rings: Vec<Arc<Ring>>,
     proxies: Vec<ProxyHandle>,
     local_signals: LocalSignals,
-    /// `u64[signal_count]`: the sum of each signal at its last reset (host-visible).
-    signal_bases: Block,
+    /// `u64[signal_count]`: the sum of each signal at its last reset (device memory on a GPU).
+    signal_bases: Mutex<Block>,
     /// One `u64` owned by GPU code.
     barrier_epoch: Block,
     /// Tables built so far (a kernel may still hold an older one's address); the last is current.
@@ -277,7 +277,11 @@ impl DeviceComm {
         let signal_cells =
             source_cells(&engine, &placement, slots_bytes).map_err(|e| register("the signal cells", e))?;
         let counters = Block::new(&placement, Want::Shared, config.counters as usize * 8)?;
-        let signal_bases = Block::new(&placement, Want::Shared, signal_count as usize * 8)?;
+        // Device memory, not mapped host memory: wait_signal reads a signal's base on entry, and a
+        // mapped word is a PCIe read (about 2 us on the 2xH200 host) in front of its first poll.
+        // The host reads and resets it through blocking copies (read_signal, reset_signal), which
+        // are not on any kernel's path.
+        let signal_bases = Mutex::new(Block::new(&placement, Want::DeviceOnly, signal_count as usize * 8)?);
         let barrier_epoch = Block::new(&placement, Want::DeviceOnly, 8)?;
         let lane_gpu = match (&placement, config.stream_lane) {
             (Placement::Gpu(gpu), true) => Some(gpu.clone()),
@@ -562,23 +566,22 @@ impl DeviceComm {
         Ok(bytes.chunks(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect())
     }
 
-    fn signal_base(&self, id: u32) -> u64 {
-        self.signal_bases.word(id as usize).map(|w| w.load(Ordering::Acquire)).unwrap_or(0)
+    fn signal_base(&self, id: u32) -> Result<u64, DeviceError> {
+        let mut word = [0u8; 8];
+        self.signal_bases.lock().unwrap_or_else(|p| p.into_inner()).read(id as usize * 8, &mut word)?;
+        Ok(u64::from_le_bytes(word))
     }
 
     /// Signal `id` at this rank: the sum of every rank's slot minus the sum at its last reset.
     pub fn read_signal(&self, id: u32) -> Result<u64, DeviceError> {
         let sum = self.signal_slots(id)?.iter().fold(0u64, |a, &v| a.wrapping_add(v));
-        Ok(sum.wrapping_sub(self.signal_base(id)))
+        Ok(sum.wrapping_sub(self.signal_base(id)?))
     }
 
     /// Resets signal `id` to zero here (records the current sum as its base).
     pub fn reset_signal(&self, id: u32) -> Result<(), DeviceError> {
         let sum = self.signal_slots(id)?.iter().fold(0u64, |a, &v| a.wrapping_add(v));
-        if let Some(w) = self.signal_bases.word(id as usize) {
-            w.store(sum, Ordering::Release);
-        }
-        Ok(())
+        self.signal_bases.lock().unwrap_or_else(|p| p.into_inner()).write(id as usize * 8, &sum.to_le_bytes())
     }
 
     /// Waits until signal `id` is at least `at_least`; its value. Bounded by `timeout`: the
@@ -693,7 +696,7 @@ impl DeviceComm {
                     .collect(),
                 peer_signals: self.lane_addresses(|l| l.signal_slots),
                 signals,
-                signal_bases: self.signal_bases.device_addr(),
+                signal_bases: self.signal_bases.lock().unwrap_or_else(|p| p.into_inner()).device_addr(),
                 counters: self.shared.counters.device_addr(),
                 barrier_epoch: self.barrier_epoch.device_addr(),
             };

@@ -649,7 +649,7 @@ ACCORD_DEVICE_INLINE Status signal(const DeviceTable* table, u32 peer, u32 id, u
 /// read_signal (any thread): signal `id`'s value here, the sum over ranks of their
 /// contributions minus the sum at the last reset_signal (0 if a SIGNAL_SET lowered it below
 /// that). Acquire loads: writes that landed before the signal are visible after it.
-/// Memory touched: `signals[id][*]` (device memory) and `signal_bases[id]` (mapped host memory).
+/// Memory touched: `signals[id][*]` and `signal_bases[id]` (device memory).
 ACCORD_DEVICE_INLINE u64 read_signal(const DeviceTable* table, u32 id) {
   if (!detail::user_signal(table, id)) return 0;
   const u64 sum = detail::signal_sum(table, id);
@@ -672,15 +672,15 @@ ACCORD_DEVICE_INLINE Status reset_signal(const DeviceTable* table, u32 id) {
 /// value reached goes to `*reached` when given); TIMEOUT after `timeout_ns` of %globaltimer;
 /// PROXY_ERROR as soon as some ring's `control.error` is set and the value is not reached.
 /// Acquire: every byte of a put whose signal made the value reach `at_least` is visible after.
-/// Memory touched: the signal slots (device), the signal's base (mapped host, read once), every
+/// Memory touched: the signal slots (device), the signal's base (device, read once), every
 /// ring's `control.error` (mapped host, read once every 4096 polls).
 ACCORD_DEVICE_INLINE Status wait_signal(const DeviceTable* table, u32 id, u64 at_least, u64 timeout_ns,
                                         u64* reached = nullptr) {
   if (!detail::user_signal(table, id)) return BAD_ARGUMENT;
   const u64 start = detail::now_ns();
-  // The base is read once: it lives in mapped host memory (a PCIe read, about 2 us on the
-  // 2xH200 host, which read on every poll doubled put_direct's ping-pong), and it changes only
-  // by reset_signal, which must not run while a thread waits on the signal.
+  // The base is read once: it changes only by reset_signal, which must not run while a thread
+  // waits on the signal. It lives in device memory; in mapped host memory its read (a PCIe
+  // round trip, about 2 us on the 2xH200 host) stood in front of the first poll.
   const u64 base = detail::load_volatile(reinterpret_cast<const u64*>(table->signal_bases) + id);
   for (u32 polls = 0;; ++polls) {
     // Relaxed loads while spinning, acquire loads once the value is reached.
