@@ -233,6 +233,36 @@ int main() {
             "a wait or read went wrong");
   }
 
+  // wait_signal sums every rank's slot in worlds of 3 (slots tracked from the entry on: an odd
+  // rank left over from the paired loads) and 11 (past the tracked ranks): contributions there
+  // before the wait and one that arrives during it.
+  {
+    bool ok = true;
+    for (u32 world : {3u, 11u}) {
+      std::vector<u64> slots(SIGNALS * world, 0);
+      u64 bases_w[SIGNALS] = {};
+      DeviceTable tw = env->table;
+      tw.world = world;
+      tw.signals = (u64)slots.data();
+      tw.signal_bases = (u64)bases_w;
+      slots[0] = 5;          // rank 0's contribution to signal 0, there before the wait
+      slots[world - 1] = 2;  // the last rank's
+      std::thread late([&slots] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        __atomic_store_n(&slots[1], 4, __ATOMIC_RELEASE);  // rank 1's, during the wait
+      });
+      u64 reached = 0;
+      Status w = wait_signal(&tw, 0, 11, 5000000000ull, &reached);
+      late.join();
+      Status never = wait_signal(&tw, 0, 12, 20000000ull);
+      if (!(w == OK && reached == 11 && never == TIMEOUT)) {
+        std::printf("world %u: wait %d reached %llu, the higher wait %d\n", world, int(w), (unsigned long long)reached, int(never));
+        ok = false;
+      }
+    }
+    verdict("wait_signal_sums_every_rank_in_larger_worlds", ok, "a sum over 3 or 11 ranks went wrong (printed above)");
+  }
+
   // A SET that lowers a contribution below the last reset reads 0, never a wrapped value.
   {
     put(t, 0, RANK, 0, 1, 0, 8, SIGNAL_SET, 1, 50);
@@ -315,11 +345,12 @@ int main() {
 }
 "#;
 
-const SCENARIOS: [&str; 10] = [
+const SCENARIOS: [&str; 11] = [
     "producers_share_a_small_ring_and_lose_nothing",
     "put_value_and_signal_fill_their_descriptors",
     "bad_arguments_take_no_ticket",
     "wait_signal_sees_signals_resets_and_times_out",
+    "wait_signal_sums_every_rank_in_larger_worlds",
     "a_lowered_signal_reads_zero_not_a_wrapped_value",
     "flush_waits_for_completion_and_is_bounded",
     "wait_counter_sees_bumps_and_is_bounded",

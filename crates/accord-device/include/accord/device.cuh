@@ -301,6 +301,20 @@ ACCORD_DEVICE_INLINE void add_release_sys(u64* p, u64 v) {
 
 ACCORD_DEVICE_INLINE u64 load_volatile(const u64* p) { return *reinterpret_cast<const volatile u64*>(p); }
 
+/// Two neighbouring words with one relaxed (volatile) 16-byte load where `p` is 16-byte aligned:
+/// a spinning wait over two ranks' signal slots then costs one memory transaction a poll, as a
+/// spin on one word does. Elsewhere (and in the host emulation) two loads.
+ACCORD_DEVICE_INLINE void load_volatile_pair(const u64* p, u64* first, u64* second) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  if ((reinterpret_cast<unsigned long long>(p) & 15ull) == 0) {
+    asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(*first), "=l"(*second) : "l"(p));
+    return;
+  }
+#endif
+  *first = load_volatile(p);
+  *second = load_volatile(p + 1);
+}
+
 /// Acquire fence at system scope: after a relaxed (volatile) load saw another agent's release
 /// (the proxy's, through a host word), the reads that follow see everything written before it.
 /// Where the observed word can simply be loaded again, an acquire load is cheaper (wait_signal).
@@ -682,15 +696,53 @@ ACCORD_DEVICE_INLINE Status wait_signal(const DeviceTable* table, u32 id, u64 at
   // waits on the signal. It lives in device memory; in mapped host memory its read (a PCIe
   // round trip, about 2 us on the 2xH200 host) stood in front of the first poll.
   const u64 base = detail::load_volatile(reinterpret_cast<const u64*>(table->signal_bases) + id);
+  const u64* slots = reinterpret_cast<const u64*>(table->signals) + u64(id) * table->world;
+  const u32 world = table->world;
+  // Up to kTracked ranks, the slots are read at entry with acquire loads (off the critical
+  // path: the wait has not been satisfied yet), and once the value is reached only the slots
+  // that moved since are loaded again with acquire: one acquire load after a ping instead of one
+  // per rank (each is a round trip to L2 that the reply waits behind; "floor+acq" in the
+  // ping-pong bench). Past kTracked ranks every slot is confirmed, as read_signal does.
+  constexpr u32 kTracked = 8;
+  const bool tracked = world <= kTracked;
+  u64 at_entry[kTracked];
+  u64 last[kTracked];
+#pragma unroll
+  for (u32 r = 0; r < kTracked; ++r) {
+    at_entry[r] = (tracked && r < world) ? detail::load_acquire_sys(slots + r) : 0;
+    last[r] = at_entry[r];
+  }
   for (u32 polls = 0;; ++polls) {
     // Relaxed loads while spinning, acquire loads once the value is reached.
-    const u64 sum = detail::signal_sum_relaxed(table, id);
+    u64 sum = 0;
+    if (tracked) {
+#pragma unroll
+      for (u32 r = 0; r < kTracked; r += 2) {
+        if (r + 1 < world) {
+          detail::load_volatile_pair(slots + r, &last[r], &last[r + 1]);
+          sum += last[r] + last[r + 1];
+        } else if (r < world) {
+          last[r] = detail::load_volatile(slots + r);
+          sum += last[r];
+        }
+      }
+    } else {
+      sum = detail::signal_sum_relaxed(table, id);
+    }
     const u64 value = sum >= base ? sum - base : 0;
     if (value >= at_least) {
-      // Confirm with acquire loads of the slots (one each, at system scope): cheaper than an
-      // acquire fence (0.16 against 0.67 us a wait on the 2xH200 host, ping-pong "floor+acq"
-      // and "floor+fence"), and it orders this thread's later reads after every contribution.
-      const u64 confirmed_sum = detail::signal_sum(table, id);
+      // Confirm with acquire loads at system scope (cheaper than an acquire fence: 0.16 against
+      // 0.67 us a wait on the 2xH200 host, ping-pong "floor+acq" and "floor+fence"); they order
+      // this thread's later reads after every contribution counted.
+      u64 confirmed_sum = 0;
+      if (tracked) {
+#pragma unroll
+        for (u32 r = 0; r < kTracked; ++r) {
+          if (r < world) confirmed_sum += last[r] == at_entry[r] ? at_entry[r] : detail::load_acquire_sys(slots + r);
+        }
+      } else {
+        confirmed_sum = detail::signal_sum(table, id);
+      }
       const u64 confirmed = confirmed_sum >= base ? confirmed_sum - base : 0;
       if (confirmed >= at_least) {
         if (reached != nullptr) *reached = confirmed;
@@ -864,6 +916,9 @@ ACCORD_DEVICE_INLINE Status signal_block(const DeviceTable* table, u32 peer, u32
 /// NOT_DIRECT when the peer's window or signal slots are not mapped here (nothing written); or
 /// BAD_ARGUMENT. Ordering: the bytes are visible to the peer before its signal slot changes.
 /// Memory: the window table, the peer's window and signal slot (peer device memory).
+/// Signal through one path per (peer, signal): put_direct's signal and the proxy's (put,
+/// put_value, signal) both write this rank's slot at the peer, and the proxy sets it to its own
+/// running value, which would hide earlier direct adds (the peer's wait then ends in TIMEOUT).
 ACCORD_DEVICE_INLINE Status put_direct(const DeviceTable* table, u32 window, u32 peer, u64 dst_offset,
                                        const void* src, u64 bytes, u8 signal_op = SIGNAL_NONE, u32 signal_id = 0,
                                        u64 signal_value = 0) {
