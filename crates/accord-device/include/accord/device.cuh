@@ -301,20 +301,6 @@ ACCORD_DEVICE_INLINE void add_release_sys(u64* p, u64 v) {
 
 ACCORD_DEVICE_INLINE u64 load_volatile(const u64* p) { return *reinterpret_cast<const volatile u64*>(p); }
 
-/// Two neighbouring words with one relaxed (volatile) 16-byte load where `p` is 16-byte aligned:
-/// a spinning wait over two ranks' signal slots then costs one memory transaction a poll, as a
-/// spin on one word does. Elsewhere (and in the host emulation) two loads.
-ACCORD_DEVICE_INLINE void load_volatile_pair(const u64* p, u64* first, u64* second) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-  if ((reinterpret_cast<unsigned long long>(p) & 15ull) == 0) {
-    asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(*first), "=l"(*second) : "l"(p));
-    return;
-  }
-#endif
-  *first = load_volatile(p);
-  *second = load_volatile(p + 1);
-}
-
 /// Acquire fence at system scope: after a relaxed (volatile) load saw another agent's release
 /// (the proxy's, through a host word), the reads that follow see everything written before it.
 /// Where the observed word can simply be loaded again, an acquire load is cheaper (wait_signal).
@@ -717,11 +703,8 @@ ACCORD_DEVICE_INLINE Status wait_signal(const DeviceTable* table, u32 id, u64 at
     u64 sum = 0;
     if (tracked) {
 #pragma unroll
-      for (u32 r = 0; r < kTracked; r += 2) {
-        if (r + 1 < world) {
-          detail::load_volatile_pair(slots + r, &last[r], &last[r + 1]);
-          sum += last[r] + last[r + 1];
-        } else if (r < world) {
+      for (u32 r = 0; r < kTracked; ++r) {
+        if (r < world) {
           last[r] = detail::load_volatile(slots + r);
           sum += last[r];
         }
