@@ -187,6 +187,21 @@ def profile(
         torch.cuda.synchronize()
         if rank == 0:
             print(f"# profile: {name} host time per call without synchronisation {host * 1e6:.1f} us", flush=True)
+        # Where that host time goes, by Python function (the launches, the tensor views, the
+        # allocations): cProfile over 20 calls, the slowest functions by their own time.
+        import cProfile
+        import pstats
+
+        dist.barrier()
+        prof_host = cProfile.Profile()
+        prof_host.enable()
+        for _ in range(20):
+            fn()
+        prof_host.disable()
+        torch.cuda.synchronize()
+        if rank == 0:
+            print(f"# profile: {name}: cProfile of 20 calls (tottime = own time; seconds over the 20 calls)", flush=True)
+            pstats.Stats(prof_host).sort_stats("tottime").print_stats(22)
     from torch.profiler import ProfilerActivity, record_function
     from torch.profiler import profile as torch_profile
 
