@@ -163,11 +163,14 @@ def main() -> None:
                 elems = max(size // 4 // n * n, n)
                 full = torch.ones(elems, device=device)
                 part = torch.ones(elems // n, device=device)
+                # all_to_all_single's output: its own tensor, made once like the other ops' (a
+                # fresh clone each call timed the allocation and first-touch page faults too).
+                spare = torch.ones(elems, device=device)
                 calls = {
                     "all_reduce": lambda: dist.all_reduce(full),
                     "all_gather": lambda: dist.all_gather_into_tensor(full, part),
                     "reduce_scatter": lambda: dist.reduce_scatter_tensor(part, full),
-                    "all_to_all": lambda: dist.all_to_all_single(full.clone(), full),
+                    "all_to_all": lambda: dist.all_to_all_single(spare, full),
                 }
                 t = timed(calls[op], args.warmup, args.iters, sync, device)
                 nbytes = elems * 4
