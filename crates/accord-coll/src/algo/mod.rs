@@ -265,6 +265,33 @@ pub(crate) fn segments_per_block(block_elems_max: usize, segment_elems: usize, s
     wanted.min(budget.max(1))
 }
 
+/// The segment (elements) of one call: `segment_bytes`, except that an all_reduce's block
+/// (its `count` over `n` ranks) moves in at most `block_segments_max` segments (0: no limit),
+/// larger segments for larger blocks.
+///
+/// Why: every segment is a wait for its immediate, and a wait that sleeps costs a wake-up.
+/// While DDP's backward pass keeps every core busy, each wake-up waits for a core, so a
+/// bucket of tens of MiB in 128 KiB segments (hundreds of waits per step) ran several times
+/// slower than alone; capped at 16 segments a block the step time of DDP dropped (measured
+/// with scripts/ddp_timeline_probe.py and torch_backend_bench.py, 2 ranks on 2 cores,
+/// branch h20d). Sixteen segments still pipeline a block (the wire and the reduction
+/// overlap after the first sixteenth). Depends only on values every rank shares (the
+/// handshake checks the result).
+pub(crate) fn call_segment_elems(
+    collective: Collective,
+    count: usize,
+    n: usize,
+    es: usize,
+    segment_bytes: usize,
+    block_segments_max: usize,
+) -> usize {
+    let base = (segment_bytes / es.max(1)).max(1);
+    if collective != Collective::AllReduce || block_segments_max == 0 {
+        return base;
+    }
+    base.max(count.div_ceil(n.max(1)).div_ceil(block_segments_max))
+}
+
 /// `(p, rem)`: the largest power of two `p <= n` and `n - p`.
 pub(crate) fn pow2_floor(n: usize) -> (usize, usize) {
     let p = if n == 0 { 0 } else { 1usize << (usize::BITS - 1 - n.leading_zeros()) };
