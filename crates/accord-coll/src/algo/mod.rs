@@ -270,13 +270,16 @@ pub(crate) fn segments_per_block(block_elems_max: usize, segment_elems: usize, s
 /// larger segments for larger blocks.
 ///
 /// Why: every segment is a wait for its immediate, and a wait that sleeps costs a wake-up.
-/// While DDP's backward pass keeps every core busy, each wake-up waits for a core, so a
-/// bucket of tens of MiB in 128 KiB segments (hundreds of waits per step) ran several times
-/// slower than alone; capped at 16 segments a block the step time of DDP dropped (measured
-/// with scripts/ddp_timeline_probe.py and torch_backend_bench.py, 2 ranks on 2 cores,
-/// branch h20d). Sixteen segments still pipeline a block (the wire and the reduction
-/// overlap after the first sixteenth). Depends only on values every rank shares (the
-/// handshake checks the result).
+/// While DDP's backward pass keeps every core busy, each wake-up waits for a core: a 32 MiB
+/// bucket in 128 KiB segments (128 waits a step) took 28-85 ms during the backward pass
+/// against 9-30 ms alone (`scripts/ddp_timeline_probe.py --width 2048`, 2 ranks on the
+/// shared 2-core machine). Capped at 16 segments a block, the median DDP step of
+/// `scripts/device/torch_backend_bench.py --backend accord --device cpu --skip ops,sms,fsdp2
+/// --iters 10 --warmup 2 --width 2048` (torchrun, 2 ranks there, 6 rounds alternated with
+/// the cap off) was 0.093 s against 0.149 s; the fastest rounds were equal (0.086 s), so the
+/// gain is in the contended rounds. Sixteen segments still pipeline a block (the wire and
+/// the reduction overlap after the first sixteenth). Depends only on values every rank
+/// shares (the handshake checks the result).
 pub(crate) fn call_segment_elems(
     collective: Collective,
     count: usize,
