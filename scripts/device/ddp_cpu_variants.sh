@@ -24,8 +24,10 @@
 #   BIN_DIR   a prebuilt lib_accord.so (the host has no Rust); else cargo builds it.
 #   BUDGET_S  the whole command's budget (default 540 s); a run that would start with under
 #             30 s left is skipped and said so.
+#   THREADS   1 (default): per-thread CPU use (scripts/device/thread_cpu.py) during the default
+#             variant's accord run, per rank count.
 # Files in $OUT: rows.jsonl (every bench row, tagged with its variant), probe_<backend>_<n>.txt,
-# errors.txt (the stderr tail of failed runs).
+# threads_<n>.txt, errors.txt (the stderr tail of failed runs).
 set -uo pipefail
 DEFAULT_BUDGET_S=540
 . "$(dirname "$0")/budget.sh"
@@ -60,11 +62,19 @@ bench() {
   done
   t=$(capped 120) || { echo "skipped for the budget: $backend n=$n [$variant]"; return; }
   PORT=$((PORT + 1))
-  local log; log=$(mktemp)
+  local log; log=$(mktemp) watcher=""
+  if [ "$variant" = default ] && [ "$backend" = accord ] && [ "${THREADS:-1}" = 1 ]; then
+    # Per-thread CPU use of the ranks (threads by name: accord-w* engine workers, python = the
+    # main, torch's intra-op and the backend's worker threads), sampled every second.
+    "$PY" "$HERE/thread_cpu.py" torch_backend_bench.py --interval 1 --samples 120 --top 0 --wait 30 \
+      > "$OUT/threads_${n}.txt" 2>&1 &
+    watcher=$!
+  fi
   env CUDA_VISIBLE_DEVICES= ${envs[@]+"${envs[@]}"} timeout -k 10 "$t" "$PY" -m torch.distributed.run --standalone \
     --nproc_per_node "$n" --master_port "$PORT" "$HERE/torch_backend_bench.py" --backend "$backend" --device cpu \
     --skip ops,sms,fsdp2 --iters "$ITERS" --warmup "$WARMUP" ${args[@]+"${args[@]}"} ${BENCH_ARGS:-} > "$log" 2>&1
   local rc=$?
+  [ -z "$watcher" ] || wait "$watcher"
   grep '^{' "$log" | sed "s|^{|{\"variant\": \"$variant\", |" >> "$ROWS"
   if [ "$rc" -ne 0 ]; then
     echo "FAILED (exit $rc): $backend n=$n [$variant]"
@@ -127,6 +137,10 @@ for r in rows:
     print(f"{v:<40} {n:>5} {threads:>7} {f(local):>8} {f(acc):>9} {f(gloo):>8} {ratio:>11}{same}")
 print("\nissue 20's bar: gloo/accord >= 1.5 at 4 and 8 ranks (default variant)")
 PY
+for f in "$OUT"/threads_*.txt; do
+  [ -e "$f" ] || continue
+  echo; echo "#### $(basename "$f") (the default accord run's busiest second)"; sed -n '/^busiest/,$p' "$f"
+done
 for f in "$OUT"/probe_*.txt; do
   [ -e "$f" ] || continue
   echo; echo "#### $(basename "$f")"; grep -v "Warning\|warn(\|^\*\*\*\|OMP_NUM_THREADS" "$f" | tail -n 40
