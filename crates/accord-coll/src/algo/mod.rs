@@ -272,7 +272,7 @@ pub(crate) fn segments_per_block(block_elems_max: usize, segment_elems: usize, s
 /// Why: every segment is a wait for its immediate, and a wait that sleeps costs a wake-up.
 /// While DDP's backward pass keeps every core busy, each wake-up waits for a core: a 32 MiB
 /// bucket in 128 KiB segments (128 waits a step) took 28-85 ms during the backward pass
-/// against 9-30 ms alone (`scripts/ddp_timeline_probe.py --width 2048`, 2 ranks on the
+/// against 9-24 ms alone (`scripts/ddp_timeline_probe.py --width 2048`, 2 ranks on the
 /// shared 2-core machine). Capped at 16 segments a block, the median DDP step of
 /// `scripts/device/torch_backend_bench.py --backend accord --device cpu --skip ops,sms,fsdp2
 /// --iters 10 --warmup 2 --width 2048` (torchrun, 2 ranks there, 6 rounds alternated with
