@@ -3,7 +3,8 @@
 # 32-core host: DDP-only runs of scripts/device/torch_backend_bench.py (~50M parameters, 25 MB
 # buckets) at each rank count in RANKS for "accord" under each environment variant of VARIANTS
 # and for "gloo", then scripts/ddp_timeline_probe.py once per rank count; one table at the end
-# (variant, ranks, threads, local step, DDP accord, DDP gloo, gloo/accord).
+# (variant, ranks, threads, local step, DDP accord, DDP gloo, gloo/accord, and each backend's
+# all_reduce busbw alone at OP_SIZES).
 #
 # Usage (repo root): BIN_DIR=dir-with-lib_accord.so scripts/device/ddp_cpu_variants.sh
 # Env:
@@ -14,6 +15,8 @@
 #             "default;ACCORD_COLL_BLOCK_SEGMENTS_MAX=0;ACCORD_CMA=1;ACCORD_WORKERS_PER_NIC=1;threads-spare=1"
 #             (ACCORD_COLL_BLOCK_SEGMENTS_MAX=0 is the all_reduce segmenting before branch h20d:
 #             128 KiB segments whatever the block; the default caps a block at 16 segments).
+#   OP_SIZES  all_reduce sizes (bytes, comma list; default 16 and 64 MiB) each run also times alone
+#             after its DDP steps (busbw columns: the op's own speed under the same variant).
 #   RANKS     rank counts (default "4 8"); ITERS / WARMUP (default 10 / 2) timed / untimed steps;
 #             BENCH_ARGS more arguments for the bench and the probe (e.g. "--width 2048").
 #   GLOO_EACH gloo runs again under every variant that sets something other than ACCORD_*
@@ -46,7 +49,7 @@ export PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}"
 host_facts
 CORES=$(nproc)
 VARIANTS="${VARIANTS:-default;ACCORD_COLL_BLOCK_SEGMENTS_MAX=0;ACCORD_CMA=1;ACCORD_WORKERS_PER_NIC=1;threads-spare=1}"
-ITERS="${ITERS:-10}" WARMUP="${WARMUP:-2}"
+ITERS="${ITERS:-10}" WARMUP="${WARMUP:-2}" OP_SIZES="${OP_SIZES:-16777216,67108864}"
 ROWS="$OUT/rows.jsonl" ERRS="$OUT/errors.txt"
 : > "$ROWS"; : > "$ERRS"
 PORT=$((29600 + RANDOM % 300))
@@ -72,7 +75,8 @@ bench() {
   fi
   env CUDA_VISIBLE_DEVICES= ${envs[@]+"${envs[@]}"} timeout -k 10 "$t" "$PY" -m torch.distributed.run --standalone \
     --nproc_per_node "$n" --master_port "$PORT" "$HERE/torch_backend_bench.py" --backend "$backend" --device cpu \
-    --skip ops,sms,fsdp2 --iters "$ITERS" --warmup "$WARMUP" ${args[@]+"${args[@]}"} ${BENCH_ARGS:-} > "$log" 2>&1
+    --skip sms,fsdp2 --ops all_reduce --sizes "$OP_SIZES" --iters "$ITERS" --warmup "$WARMUP" \
+    ${args[@]+"${args[@]}"} ${BENCH_ARGS:-} > "$log" 2>&1
   local rc=$?
   [ -z "$watcher" ] || wait "$watcher"
   grep '^{' "$log" | sed "s|^{|{\"variant\": \"$variant\", |" >> "$ROWS"
@@ -120,7 +124,17 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 def get(variant, n, backend, kind):
     return next((r for r in rows if r["variant"] == variant and r["ranks"] == n and r["backend"] == backend
                  and r["kind"] == kind), None)
-print(f"\n{'variant':<40} {'ranks':>5} {'threads':>7} {'local_s':>8} {'accord_s':>9} {'gloo_s':>8} {'gloo/accord':>11}")
+sizes = sorted({r["bytes"] for r in rows if r["kind"] == "op"})
+def busbw(variant, n, backend):
+    cells = []
+    for size in sizes:
+        r = next((r for r in rows if r["variant"] == variant and r["ranks"] == n and r["backend"] == backend
+                  and r["kind"] == "op" and r["bytes"] == size), None)
+        cells.append(f"{r['busbw_gbps']:.2f}" if r else "-")
+    return "/".join(cells) or "-"
+shown = "/".join(f"{s >> 20}M" for s in sizes)
+print(f"\n{'variant':<40} {'ranks':>5} {'threads':>7} {'local_s':>8} {'accord_s':>9} {'gloo_s':>8} {'gloo/accord':>11}"
+      f"  all_reduce busbw GB/s {shown} accord | gloo")
 seen = []
 for r in rows:
     key = (r["variant"], r["ranks"])
@@ -134,7 +148,9 @@ for r in rows:
     f = lambda x: f"{x['step_s']:.4f}" if x else "-"
     ratio = f"{gloo['step_s'] / acc['step_s']:.2f}" if gloo and acc else "-"
     threads = (acc or local or {}).get("threads", "-")
-    print(f"{v:<40} {n:>5} {threads:>7} {f(local):>8} {f(acc):>9} {f(gloo):>8} {ratio:>11}{same}")
+    gloo_ops = busbw(v, n, "gloo") if get(v, n, "gloo", "ddp") else busbw("default", n, "gloo")
+    print(f"{v:<40} {n:>5} {threads:>7} {f(local):>8} {f(acc):>9} {f(gloo):>8} {ratio:>11}  "
+          f"{busbw(v, n, 'accord')} | {gloo_ops}{same}")
 print("\nissue 20's bar: gloo/accord >= 1.5 at 4 and 8 ranks (default variant)")
 PY
 for f in "$OUT"/threads_*.txt; do
