@@ -269,19 +269,19 @@ pub(crate) fn segments_per_block(block_elems_max: usize, segment_elems: usize, s
 /// (its `count` over `n` ranks) moves in at most `block_segments_max` segments (0: no limit),
 /// larger segments for larger blocks.
 ///
-/// Why: every segment is a wait for its immediate, and a wait that sleeps costs a wake-up.
-/// While DDP's backward pass keeps every core busy, each wake-up waits for a core: a 32 MiB
-/// bucket in 128 KiB segments (128 waits a step) took 28-85 ms during the backward pass
-/// against 9-24 ms alone (`scripts/ddp_timeline_probe.py --width 2048`, 2 ranks on the
-/// shared 2-core machine). Capped at 16 segments a block, the median DDP step of
+/// Why: every segment is a wait for its immediate (polled, yielded, or slept on), and while
+/// DDP's backward pass keeps every core busy each wait competes for a core: a 32 MiB bucket
+/// in 128 KiB segments (128 waits a step) took 28-85 ms during the backward pass against
+/// 9-24 ms alone (`scripts/ddp_timeline_probe.py --width 2048`, 2 ranks on the shared 2-core
+/// machine). Capped at 16 segments a block, the median DDP step of
 /// `scripts/device/torch_backend_bench.py --backend accord --device cpu --skip ops,sms,fsdp2
 /// --iters 10 --warmup 2 --width 2048` (torchrun, 2 ranks there, 10 rounds alternated with
 /// the cap off) was 0.116 s against 0.149 s, faster in 7 of the 10 rounds; the fastest rounds
-/// were equal (0.086 s), so the gain is in the contended rounds; a 64 MiB all_reduce beside
-/// two busy loops was faster in 4 of 4 rounds (docs/results/2026-11-26-cpu-ddp-timeline.md).
-/// Sixteen segments still pipeline a block (the wire and
-/// the reduction overlap after the first sixteenth). Depends only on values every rank
-/// shares (the handshake checks the result).
+/// were equal (0.086 s). The evidence there is noisy and the mechanism unconfirmed
+/// (docs/results/2026-11-26-cpu-ddp-timeline.md); the 32-core host's A/B is
+/// `scripts/device/ddp_cpu_variants.sh` (its `ACCORD_COLL_BLOCK_SEGMENTS_MAX=0` row). Sixteen
+/// segments still pipeline a block (the wire and the reduction overlap after the first
+/// sixteenth). Depends only on values every rank shares (the handshake checks the result).
 pub(crate) fn call_segment_elems(
     collective: Collective,
     count: usize,
