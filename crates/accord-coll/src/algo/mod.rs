@@ -277,7 +277,7 @@ pub(crate) fn segments_per_block(block_elems_max: usize, segment_elems: usize, s
 /// `scripts/device/torch_backend_bench.py --backend accord --device cpu --skip ops,sms,fsdp2
 /// --iters 10 --warmup 2 --width 2048` (torchrun, 2 ranks there, 10 rounds alternated with
 /// the cap off) was 0.116 s against 0.149 s, faster in 7 of the 10 rounds; in 8 more rounds
-/// under a steadier load 0.158 s against 0.190 s, faster in all 8. The mechanism is
+/// with a busy loop beside the ranks 0.158 s against 0.190 s, faster in all 8. The mechanism is
 /// unconfirmed (docs/results/2026-11-26-cpu-ddp-timeline.md); the 32-core host's A/B is
 /// `scripts/device/ddp_cpu_variants.sh` (its `ACCORD_COLL_BLOCK_SEGMENTS_MAX=0` row). Sixteen
 /// segments still pipeline a block (the wire and the reduction overlap after the first
