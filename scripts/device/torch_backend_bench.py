@@ -77,6 +77,8 @@ def main() -> None:
     ap.add_argument("--skip", default="", help="comma list of local,ddp,fsdp2,ops,sms to leave out")
     ap.add_argument("--sm-bytes", type=int, default=64 << 20, help="size of the ops whose kernels are counted")
     ap.add_argument("--report", help="print the tables from the JSON files in this folder")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch intra-op threads per rank on CPU (default: cores / local ranks)")
     args = ap.parse_args()
     if args.report:
         report(pathlib.Path(args.report))
@@ -94,13 +96,14 @@ def main() -> None:
         device = torch.device("cuda", local_rank)
         sync = torch.cuda.synchronize
     else:
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // n_local))
+        torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) // n_local))
         device = torch.device("cpu")
         sync = lambda: None  # noqa: E731
     dist.init_process_group(args.backend)
     rank, n = dist.get_rank(), dist.get_world_size()
     skip = set(filter(None, args.skip.split(",")))
-    meta = {"backend": args.backend, "device": args.device, "ranks": n, "torch": torch.__version__}
+    meta = {"backend": args.backend, "device": args.device, "ranks": n, "torch": torch.__version__,
+            "threads": torch.get_num_threads()}
 
     def emit(row: dict) -> None:
         if rank == 0:

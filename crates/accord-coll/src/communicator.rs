@@ -497,7 +497,14 @@ impl<T: CollTransport> Communicator<T> {
             root: c.root,
             scratch: if scratch_bytes > 0 { self.scratch.as_ref() } else { None },
             chunks,
-            segment_elems: (self.config.segment_bytes / es).max(1),
+            segment_elems: algo::call_segment_elems(
+                c.collective,
+                c.count,
+                n,
+                es,
+                self.config.segment_bytes,
+                self.config.block_segments_max,
+            ),
             layout: c.layout,
         };
         let cx = self.ctx(c.collective, algo, seq);

@@ -8,6 +8,7 @@
 //! | `ACCORD_COLL_SCRATCH_BYTES_MAX` | [`CollConfig::scratch_bytes_max`] | 4 GiB |
 //! | `ACCORD_COLL_PIPELINE_CHUNK_BYTES` | [`CollConfig::pipeline_chunk_bytes`] | 256 KiB |
 //! | `ACCORD_COLL_SEGMENT_BYTES` | [`CollConfig::segment_bytes`] | 128 KiB |
+//! | `ACCORD_COLL_BLOCK_SEGMENTS_MAX` | [`CollConfig::block_segments_max`] | 16 |
 //! | `ACCORD_ALGO_<COLLECTIVE>` | [`CollConfig::algo_overrides`] | none (size-based) |
 //! | `ACCORD_BOOTSTRAP_TIMEOUT_MS` | [`crate::store::BootstrapConfig::timeout`] | 300000 |
 //!
@@ -81,6 +82,12 @@ pub struct CollConfig {
     /// round-robin; at or above it each segment is sharded and its immediate follows the
     /// shards' acknowledgements, one round trip later.
     pub segment_bytes: usize,
+    /// At most this many segments per block of a segmented all_reduce (a block: the vector
+    /// over the ranks); a larger block gets segments larger than `segment_bytes`, so a call
+    /// waits for fewer immediates (see `algo::call_segment_elems`). 0: no limit, every
+    /// segment `segment_bytes`. Every rank must use the same value (the handshake checks the
+    /// segment it gives).
+    pub block_segments_max: usize,
     /// Algorithm forced per collective (`ACCORD_ALGO_<COLLECTIVE>`).
     pub algo_overrides: HashMap<Collective, Algo>,
     /// Size thresholds of the default choice.
@@ -95,6 +102,7 @@ impl Default for CollConfig {
             scratch_bytes_max: 4 << 30,
             pipeline_chunk_bytes: 256 * 1024,
             segment_bytes: 128 * 1024,
+            block_segments_max: 16,
             algo_overrides: HashMap::new(),
             thresholds: Thresholds::default(),
         }
@@ -177,6 +185,9 @@ impl CollConfig {
         let segment = "ACCORD_COLL_SEGMENT_BYTES";
         if let Some(bytes) = at_least_one(segment, get(env, segment)?)? {
             c.segment_bytes = bytes as usize;
+        }
+        if let Some(segments) = get::<usize>(env, "ACCORD_COLL_BLOCK_SEGMENTS_MAX")? {
+            c.block_segments_max = segments;
         }
         for coll in Collective::ALL {
             let name = format!("ACCORD_ALGO_{}", coll.name().to_ascii_uppercase());

@@ -212,6 +212,13 @@ pub static KNOBS: &[Knob] = &[
     ),
     knob("ACCORD_COLL_SEGMENT_BYTES", Collectives, Bytes, "131072", "segment of the segmented algorithms"),
     knob(
+        "ACCORD_COLL_BLOCK_SEGMENTS_MAX",
+        Collectives,
+        Count,
+        "16",
+        "an all_reduce block moves in at most this many segments (larger segments for larger blocks); 0: no limit",
+    ),
+    knob(
         "ACCORD_ALGO_*",
         Collectives,
         Text,

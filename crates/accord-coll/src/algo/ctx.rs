@@ -295,7 +295,8 @@ impl<T: CollTransport + ?Sized> Ctx<'_, T> {
             ("root", mine.root as u64, theirs.root as u64),
             ("count", mine.count, theirs.count),
             (
-                "pipeline chunks or segments (ACCORD_COLL_PIPELINE_CHUNK_BYTES, ACCORD_COLL_SEGMENT_BYTES)",
+                "pipeline chunks or segments (ACCORD_COLL_PIPELINE_CHUNK_BYTES, ACCORD_COLL_SEGMENT_BYTES, \
+                 ACCORD_COLL_BLOCK_SEGMENTS_MAX)",
                 mine.param,
                 theirs.param,
             ),

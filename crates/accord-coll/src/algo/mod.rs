@@ -265,6 +265,38 @@ pub(crate) fn segments_per_block(block_elems_max: usize, segment_elems: usize, s
     wanted.min(budget.max(1))
 }
 
+/// The segment (elements) of one call: `segment_bytes`, except that an all_reduce's block
+/// (its `count` over `n` ranks) moves in at most `block_segments_max` segments (0: no limit),
+/// larger segments for larger blocks.
+///
+/// Why: every segment is a wait for its immediate (polled, yielded, or slept on), and while
+/// DDP's backward pass keeps every core busy each wait competes for a core: a 32 MiB bucket
+/// in 128 KiB segments (128 waits a step) took 28-85 ms during the backward pass against
+/// 9-24 ms alone (`scripts/ddp_timeline_probe.py --width 2048`, 2 ranks on the shared 2-core
+/// machine). Capped at 16 segments a block, the median DDP step of
+/// `scripts/device/torch_backend_bench.py --backend accord --device cpu --skip ops,sms,fsdp2
+/// --iters 10 --warmup 2 --width 2048` (torchrun, 2 ranks there, 10 rounds alternated with
+/// the cap off) was 0.116 s against 0.149 s, faster in 7 of the 10 rounds; in 8 more rounds
+/// with a busy loop beside the ranks 0.158 s against 0.190 s, faster in all 8. The mechanism is
+/// unconfirmed (docs/results/2026-11-26-cpu-ddp-timeline.md); the 32-core host's A/B is
+/// `scripts/device/ddp_cpu_variants.sh` (its `ACCORD_COLL_BLOCK_SEGMENTS_MAX=0` row). Sixteen
+/// segments still pipeline a block (the wire and the reduction overlap after the first
+/// sixteenth). Depends only on values every rank shares (the handshake checks the result).
+pub(crate) fn call_segment_elems(
+    collective: Collective,
+    count: usize,
+    n: usize,
+    es: usize,
+    segment_bytes: usize,
+    block_segments_max: usize,
+) -> usize {
+    let base = (segment_bytes / es.max(1)).max(1);
+    if collective != Collective::AllReduce || block_segments_max == 0 {
+        return base;
+    }
+    base.max(count.div_ceil(n.max(1)).div_ceil(block_segments_max))
+}
+
 /// `(p, rem)`: the largest power of two `p <= n` and `n - p`.
 pub(crate) fn pow2_floor(n: usize) -> (usize, usize) {
     let p = if n == 0 { 0 } else { 1usize << (usize::BITS - 1 - n.leading_zeros()) };

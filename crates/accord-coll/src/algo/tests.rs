@@ -225,11 +225,12 @@ fn all_reduce_every_algo_dtype_op() {
 }
 
 /// Segments of a few elements: blocks cut in many segments (and some empty ones), every
-/// dtype and op, so the pipelined schedules' segment bookkeeping is checked element by element.
+/// dtype and op, so the pipelined schedules' segment bookkeeping is checked element by element
+/// (no block cap, which would grow them).
 #[test]
 fn all_reduce_in_tiny_segments() {
     for segment_bytes in [1, 8, 24] {
-        let cfg = CollConfig { segment_bytes, ..CollConfig::default() };
+        let cfg = CollConfig { segment_bytes, block_segments_max: 0, ..CollConfig::default() };
         for n in 2..=RANKS_MAX {
             reduction_matrix_with(Collective::AllReduce, n, &DType::ALL, &[64 * n + 5], cfg.clone());
         }
@@ -240,10 +241,39 @@ fn all_reduce_in_tiny_segments() {
 /// so the schedules cap the count (checked against the reference).
 #[test]
 fn all_reduce_segment_count_capped_by_step_budget() {
-    let cfg = CollConfig { segment_bytes: 64, ..CollConfig::default() };
+    let cfg = CollConfig { segment_bytes: 64, block_segments_max: 0, ..CollConfig::default() };
     for n in [2, 4, 7] {
         reduction_matrix_sized_with(Collective::AllReduce, n, 3 * 1024 * 1024 / 4, cfg.clone());
     }
+}
+
+/// Blocks whose segments grow past `segment_bytes` because of the block cap (2 and 3 segments
+/// a block, tiny base segments), every dtype and op: the grown segments' bookkeeping is
+/// checked element by element against the reference.
+#[test]
+fn all_reduce_with_segments_grown_by_the_block_cap() {
+    for block_segments_max in [2, 3] {
+        let cfg = CollConfig { segment_bytes: 8, block_segments_max, ..CollConfig::default() };
+        for n in 2..=RANKS_MAX {
+            reduction_matrix_with(Collective::AllReduce, n, &DType::ALL, &[64 * n + 5], cfg.clone());
+        }
+    }
+}
+
+#[test]
+fn block_cap_grows_only_all_reduce_segments_of_large_blocks() {
+    let mib = 1 << 20;
+    // 32 MiB of f32 on 2 ranks: 16 MiB blocks in 16 segments of 1 MiB, not 128 of 128 KiB.
+    assert_eq!(call_segment_elems(Collective::AllReduce, 8 * mib, 2, 4, 128 << 10, 16), mib / 4);
+    // Without the cap (0), or for a block that 16 base segments cover, the base segment.
+    assert_eq!(call_segment_elems(Collective::AllReduce, 8 * mib, 2, 4, 128 << 10, 0), 32 << 10);
+    assert_eq!(call_segment_elems(Collective::AllReduce, mib / 4, 4, 4, 128 << 10, 16), 32 << 10);
+    // Other collectives keep the base segment.
+    assert_eq!(call_segment_elems(Collective::AllGather, 8 * mib, 2, 4, 128 << 10, 16), 32 << 10);
+    // Rounded up: 17 elements a block in at most 4 segments is 5 elements each.
+    assert_eq!(call_segment_elems(Collective::AllReduce, 34, 2, 1, 1, 4), 5);
+    // Degenerate inputs stay at least one element.
+    assert_eq!(call_segment_elems(Collective::AllReduce, 0, 3, 8, 4, 16), 1);
 }
 
 #[test]

@@ -94,6 +94,33 @@ fn mismatched_counts_are_reported() {
     assert!(results.iter().all(|e| e.is_some()));
 }
 
+/// Ranks with different block caps cut a large all_reduce into different segments: the
+/// handshake refuses it, naming the knob, instead of waiting for immediates that never come.
+#[test]
+fn mismatched_block_caps_are_reported() {
+    let count = 1 << 16; // 64 Ki f32 over 2 ranks: blocks of 32 Ki elements
+    let cs: Vec<_> = LocalFabric::create(2)
+        .unwrap()
+        .into_iter()
+        .enumerate()
+        .map(|(rank, t)| {
+            let block_segments_max = if rank == 1 { 2 } else { 16 };
+            let cfg = CollConfig { segment_bytes: 64, block_segments_max, ..fast_config() };
+            Communicator::new(t, cfg).unwrap()
+        })
+        .collect();
+    let results = on_all(cs, |mut c| {
+        let buf = c.register_typed(&vec![1.0f32; count]).unwrap();
+        c.all_reduce(Bufs::in_place(buf.all()), count, DType::F32, ReduceOp::Sum, Some(Algo::Ring)).err()
+    });
+    for e in &results {
+        assert!(
+            matches!(e, Some(CollError::Mismatch { field, .. }) if field.contains("ACCORD_COLL_BLOCK_SEGMENTS_MAX")),
+            "{results:?}"
+        );
+    }
+}
+
 #[test]
 fn argument_errors_say_what_is_wrong() {
     let mut c = comms(1, fast_config()).pop().unwrap();
