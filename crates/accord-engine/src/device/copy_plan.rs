@@ -18,6 +18,15 @@
 //! [`plan`] and [`spread`] are pure functions (tested by tables of cases); [`issue`] hands a plan
 //! to a [`CopySink`] (a CUDA stream in [`super::DeviceRoute::copy_many`], a host-memory
 //! recorder in tests).
+//!
+//! On the default shape (one stream, a call per 2D copy) the route does not build the whole plan
+//! first: [`issue_streamed`] feeds the pieces through a [`Planner`] (the same greedy rule, one
+//! piece at a time) and queues every [`STREAM_COPIES_PER_STEP`] 2D copies as they are found, so
+//! the copy engine starts on a write's first blocks while the host plans the rest; the pieces
+//! are shifted from region offsets to device addresses on the way in, without a list of their
+//! own. Every piece was checked before (`page_runs`, a READ's `Geometry::runs`), so a refused
+//! write still moves nothing. The host stages at 2,048 blocks, before and after:
+//! `cargo test --release -p accord-engine --lib paged_host_cost -- --ignored --nocapture`.
 
 /// One 2D copy: `height` rows of `width` bytes, row `r` read at `src + r * src_pitch` and
 /// written at `dst + r * dst_pitch`.
