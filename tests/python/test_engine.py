@@ -102,6 +102,9 @@ def test_paged_write_takes_integer_arrays_of_any_width_and_stride(pair: Pair) ->
             assert (dst[dp * page : (dp + 1) * page] == src[sp * page : (sp + 1) * page]).all(), (sp, dp)
         with pytest.raises(accord.InvalidRequestError, match="negative page index -2"):
             a.write_paged(s, d.descriptor, src_pages=np.array([0, -2], dtype=np.int16), dst_pages=[0, 1], **kw)
+        lowest = np.iinfo(np.int64).min
+        with pytest.raises(accord.InvalidRequestError, match=f"dst_pages holds the negative page index {lowest}"):
+            a.write_paged(s, d.descriptor, src_pages=[0, 1, 2], dst_pages=np.array([3, 4, lowest]), **kw)
         with pytest.raises(accord.InvalidRequestError, match="one-dimensional"):
             a.write_paged(s, d.descriptor, src_pages=np.zeros((2, 1), dtype=np.int64), dst_pages=[0, 1], **kw)
 

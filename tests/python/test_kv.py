@@ -343,3 +343,9 @@ def test_push_page_maps_list_each_block_group_in_every_plane_before_the_next() -
     assert set(want) == plain and len(want) == len(plain)
     empty = _pages_block_major(4, 16, 10, np.array([], dtype=np.int64), np.array([], dtype=np.int64))
     assert empty[0].size == empty[1].size == 0
+    # Every block a group of its own (scattered ids, built by one broadcast), and a lone block:
+    # the same order, block by block, every plane of a block before the next block.
+    for src, dst in ((np.array([7, 2, 11, 3]), np.array([4, 9, 0, 1])), (np.array([5]), np.array([6]))):
+        src_pages, dst_pages = _pages_block_major(4, 16, 10, src, dst)
+        want = [(p * 16 + int(s), p * 10 + int(d)) for s, d in zip(src, dst) for p in range(4)]
+        assert list(zip(src_pages.tolist(), dst_pages.tolist())) == want

@@ -18,6 +18,15 @@
 //! [`plan`] and [`spread`] are pure functions (tested by tables of cases); [`issue`] hands a plan
 //! to a [`CopySink`] (a CUDA stream in [`super::DeviceRoute::copy_many`], a host-memory
 //! recorder in tests).
+//!
+//! On the default shape (one stream, a call per 2D copy) the route does not build the whole plan
+//! first: [`issue_streamed`] feeds the pieces through a [`Planner`] (the same greedy rule, one
+//! piece at a time) and queues every [`STREAM_COPIES_PER_STEP`] 2D copies as they are found, so
+//! the copy engine starts on a write's first blocks while the host plans the rest; the pieces
+//! are shifted from region offsets to device addresses on the way in, without a list of their
+//! own. Every piece was checked before (`page_runs`, a READ's `Geometry::runs`), so a refused
+//! write still moves nothing. The host stages at 2,048 blocks, before and after:
+//! `cargo test --release -p accord-engine --lib paged_host_cost -- --ignored --nocapture`.
 
 /// One 2D copy: `height` rows of `width` bytes, row `r` read at `src + r * src_pitch` and
 /// written at `dst + r * dst_pitch`.
@@ -65,36 +74,146 @@ pub(crate) const ROWS_MIN: u64 = 2;
 /// the plan moves what the pieces one by one would (pieces of one batch are unordered anyway).
 pub(crate) fn plan(pieces: &[(u64, u64, u64)], max_pitch: u64) -> CopyPlan {
     let mut out = CopyPlan::default();
-    let mut i = 0;
-    while i < pieces.len() {
-        let (dst, src, width) = pieces[i];
-        let step = pieces.get(i + 1).and_then(|&(d, s, l)| {
-            let (dst_pitch, src_pitch) = (d.checked_sub(dst)?, s.checked_sub(src)?);
-            let fits = |p: u64| p >= width && p <= max_pitch && p > 0;
-            (l == width && fits(dst_pitch) && fits(src_pitch)).then_some((dst_pitch, src_pitch))
-        });
-        let Some((dst_pitch, src_pitch)) = step else {
-            out.flat.push(pieces[i]);
-            i += 1;
-            continue;
-        };
-        let mut end = i + 1;
-        while let Some(&(d, s, l)) = pieces.get(end + 1) {
-            let (pd, ps, _) = pieces[end];
-            if l != width || d.checked_sub(pd) != Some(dst_pitch) || s.checked_sub(ps) != Some(src_pitch) {
-                break;
-            }
-            end += 1;
-        }
-        let height = (end - i + 1) as u64;
-        if height >= ROWS_MIN {
-            out.strided.push(Strided { dst, dst_pitch, src, src_pitch, width, height });
-        } else {
-            out.flat.extend_from_slice(&pieces[i..=end]);
-        }
-        i = end + 1;
+    let mut planner = Planner::new(max_pitch);
+    for &piece in pieces {
+        planner.push(piece, &mut out);
     }
+    planner.finish(&mut out);
     out
+}
+
+/// [`plan`] one piece at a time: pieces go in with [`Planner::push`], and every 2D copy or flat
+/// piece is appended to the caller's [`CopyPlan`] as soon as the piece after it shows where its
+/// run ends, so a caller can queue the first copies while later pieces are still being read
+/// ([`issue_streamed`]). Fed the same pieces, it makes exactly [`plan`]'s copies, in its order.
+///
+/// Why a state machine rather than a look-ahead over a slice: the pieces then need not exist as
+/// a list of their own (the copy-engine route shifts page offsets to device addresses on the
+/// way in), and planning costs one pass, with no allocation but the plan's.
+#[derive(Clone, Debug)]
+pub(crate) struct Planner {
+    max_pitch: u64,
+    /// The run being built: its first piece, its pitches once a second piece joined, its rows,
+    /// and its last piece (what the next piece must continue).
+    run: Option<Run>,
+}
+
+#[derive(Copy, Clone, Debug)]
+struct Run {
+    first: (u64, u64, u64),
+    pitches: Option<(u64, u64)>,
+    height: u64,
+    last: (u64, u64, u64),
+}
+
+impl Planner {
+    pub(crate) fn new(max_pitch: u64) -> Planner {
+        Planner { max_pitch, run: None }
+    }
+
+    /// Adds the next piece; copies whose run it ends go to `out`.
+    pub(crate) fn push(&mut self, piece: (u64, u64, u64), out: &mut CopyPlan) {
+        let (d, s, l) = piece;
+        let Some(run) = self.run.as_mut() else {
+            self.run = Some(Run { first: piece, pitches: None, height: 1, last: piece });
+            return;
+        };
+        let (pd, ps, width) = run.last;
+        let continues = match run.pitches {
+            // A run of one piece: `piece` may start its rows (the pitches must fit the driver).
+            None => {
+                let max_pitch = self.max_pitch;
+                let fits = |p: u64| p >= width && p <= max_pitch && p > 0;
+                let step = d.checked_sub(pd).zip(s.checked_sub(ps));
+                match step {
+                    Some((dp, sp)) if l == width && fits(dp) && fits(sp) => {
+                        run.pitches = Some((dp, sp));
+                        true
+                    }
+                    _ => false,
+                }
+            }
+            Some((dp, sp)) => l == width && d.checked_sub(pd) == Some(dp) && s.checked_sub(ps) == Some(sp),
+        };
+        if continues {
+            run.height += 1;
+            run.last = piece;
+            return;
+        }
+        let ended = *run;
+        self.run = Some(Run { first: piece, pitches: None, height: 1, last: piece });
+        close(ended, out);
+    }
+
+    /// Ends the last run (its copy goes to `out`).
+    pub(crate) fn finish(&mut self, out: &mut CopyPlan) {
+        if let Some(run) = self.run.take() {
+            close(run, out);
+        }
+    }
+}
+
+/// A finished run into `out`: one 2D copy, or its pieces flat when it has too few rows.
+fn close(run: Run, out: &mut CopyPlan) {
+    let (dst, src, width) = run.first;
+    match run.pitches {
+        Some((dst_pitch, src_pitch)) if run.height >= ROWS_MIN => {
+            out.strided.push(Strided { dst, dst_pitch, src, src_pitch, width, height: run.height });
+        }
+        Some((dst_pitch, src_pitch)) => {
+            let copy = Strided { dst, dst_pitch, src, src_pitch, width, height: run.height };
+            out.flat.extend(copy.rows());
+        }
+        None => out.flat.push(run.first),
+    }
+}
+
+/// 2D copies [`issue_streamed`] plans before it queues them: few enough that the copy engine
+/// starts within a few microseconds of planning, enough that issuing is not interleaved with
+/// planning piece by piece. (A KV block is one 2D copy: a 2,048-block write goes in 32 steps.)
+pub(crate) const STREAM_COPIES_PER_STEP: usize = 64;
+
+/// Plans `pieces` as [`plan`] does and queues the copies on `sink` as [`issue`] does (one copy
+/// stream, 2D copies one call each), but in steps: every `per_step` 2D copies planned are queued
+/// at once, so the copy engine works on the first ones while the rest are planned; the flat
+/// pieces, gathered meanwhile, go last in one call. The same copies, in the same order, as
+/// `issue(&plan(pieces), sink, false)` wherever the sink takes every 2D copy (a refused one goes
+/// as its rows right after its step instead of after the whole plan). `pieces` is any iterator,
+/// so the caller shifts offsets to addresses on the way in instead of building a list of them.
+pub(crate) fn issue_streamed(
+    pieces: impl IntoIterator<Item = (u64, u64, u64)>,
+    max_pitch: u64,
+    sink: &mut dyn CopySink,
+    per_step: usize,
+) -> Result<Issued, String> {
+    let per_step = per_step.max(1);
+    let mut total = Issued::default();
+    let mut step = CopyPlan::default();
+    let mut flat = vec![];
+    let mut planner = Planner::new(max_pitch);
+    let mut queue = |step: &mut CopyPlan, total: &mut Issued| -> Result<(), String> {
+        let issued = issue(step, sink, false)?;
+        step.strided.clear();
+        step.flat.clear();
+        total.flat_calls += issued.flat_calls;
+        total.strided += issued.strided;
+        total.strided_calls += issued.strided_calls;
+        total.strided_as_rows += issued.strided_as_rows;
+        Ok(())
+    };
+    for piece in pieces {
+        planner.push(piece, &mut step);
+        if step.strided.len() >= per_step {
+            // Flat pieces wait for the end, so that they still go in one call.
+            flat.append(&mut step.flat);
+            queue(&mut step, &mut total)?;
+        }
+    }
+    planner.finish(&mut step);
+    flat.append(&mut step.flat);
+    step.flat = flat;
+    queue(&mut step, &mut total)?;
+    Ok(total)
 }
 
 /// Fewest bytes a share of a spread plan should have: a plan of fewer than twice this stays on
@@ -267,4 +386,4 @@ pub(crate) fn issue_spread<L: SpreadLane>(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

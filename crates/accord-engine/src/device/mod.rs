@@ -239,13 +239,14 @@ impl DeviceRoute {
 
     /// Queues many device-to-device copies out of GPU `src_ordinal`'s memory into one device
     /// region (`target`, offsets relative to its byte 0) on engine-owned streams, with one event
-    /// after all of them: `pieces` are (destination offset, source address, bytes), every one
-    /// checked by the caller against both regions. Runs of equal pieces at constant strides go
+    /// after all of them: `pieces` are (destination offset, source offset from `src_base`,
+    /// bytes), every one checked by the caller against both regions. Runs of equal pieces at constant strides go
     /// as one 2D copy each (batched, with [`CopyShape::batch_2d`], through
     /// [`Stream::copy_2d_many_unchecked`]), the rest through [`Stream::copy_many_unchecked`]
     /// (batched calls) ([`copy_plan`]: a KV request of 2,048 scattered blocks is 327,680 pieces,
     /// and the copy engine's cost per copy exceeds the bytes of one; listed block by block they
-    /// are 2,048 2D copies). The plan is spread by bytes over [`CopyShape::streams`] streams
+    /// are 2,048 2D copies). On one stream (the default) the plan is made and queued in steps
+    /// ([`copy_plan::issue_streamed`]); with more, the plan is spread by bytes over [`CopyShape::streams`] streams
     /// ([`copy_plan::spread`]; one for writes under twice [`copy_plan::SHARE_BYTES_MIN`]), forked
     /// from and joined into the first, whose event the poller watches. The pitch limit is the
     /// source GPU's, the one whose copy engine runs them. Once all completed the poller runs
@@ -255,11 +256,15 @@ impl DeviceRoute {
         &self,
         src_ordinal: u32,
         target: DeviceTarget,
+        src_base: u64,
         pieces: &[(u64, u64, u64)],
         keep: Vec<MemoryOwner>,
         transfer: Arc<TransferState>,
         after: Option<AfterCopy>,
     ) -> Result<(), String> {
+        if pieces.iter().any(|&(_, _, len)| usize::try_from(len).is_err()) {
+            return Err("length does not fit this machine".into());
+        }
         let _restore = accord_cuda::CurrentContextGuard::save();
         let mut state = self.state.lock().unwrap();
         let src_gpu = slot(&mut state, src_ordinal)?.gpu.clone();
@@ -267,25 +272,42 @@ impl DeviceRoute {
         let (dst_base, _, mapping) = device_destination(&mut state, &src_gpu, src_ordinal, target)?;
         let max_pitch = slot(&mut state, src_ordinal)?.max_pitch;
         let shape = state.shape;
-        let mut list = Vec::with_capacity(pieces.len());
-        for &(dst_offset, src, len) in pieces {
-            usize::try_from(len).map_err(|_| "length does not fit this machine")?;
-            list.push((dst_base + dst_offset, src, len));
-        }
-        // Runs at constant strides as 2D copies, the rest in batched 1D calls, spread by bytes
-        // over `shape.streams` streams (one share each), joined into the first before its event.
-        // Every range was checked by the caller against its region (the source against this
-        // engine's registration, the destination against its descriptor, which `mapped` checked
-        // against what the IPC handle maps, or against the owner's registration in this
-        // process); `keep` and `mapping` hold both until the event after these copies completed.
-        let shares = copy_plan::spread(copy_plan::plan(&list, max_pitch), shape.streams, copy_plan::SHARE_BYTES_MIN);
-        let (gpu, streams) = next_streams(&mut state, src_ordinal, shares.len())?;
+        // Offsets become device addresses on the way into the planner: no list of them is made.
+        let at =
+            move |&(dst_offset, src_offset, len): &(u64, u64, u64)| (dst_base + dst_offset, src_base + src_offset, len);
+        // Runs at constant strides as 2D copies, the rest in batched 1D calls. Every range was
+        // checked by the caller against its region (the source against this engine's
+        // registration, the destination against its descriptor, which `mapped` checked against
+        // what the IPC handle maps, or against the owner's registration in this process); `keep`
+        // and `mapping` hold both until the event after these copies completed.
+        // The default shape (one stream, a call per 2D copy) plans and queues in steps, so the
+        // copy engine starts on the first blocks while the host plans the rest; the opt-in
+        // shapes plan the whole write first (to spread it by bytes over `shape.streams` streams,
+        // joined into the first before its event, or to batch its 2D copies).
+        let streamed = shape.streams <= 1 && !shape.batch_2d;
+        let shares = if streamed {
+            vec![]
+        } else {
+            let list: Vec<(u64, u64, u64)> = pieces.iter().map(at).collect();
+            copy_plan::spread(copy_plan::plan(&list, max_pitch), shape.streams, copy_plan::SHARE_BYTES_MIN)
+        };
+        let (gpu, streams) = next_streams(&mut state, src_ordinal, shares.len().max(1))?;
         gpu.bind().map_err(|e| e.to_string())?;
-        let mut lanes: Vec<StreamSink<'_>> = streams.iter().map(|s| StreamSink(s)).collect();
         let (mut failure, mut lost) = (None, false);
-        if let Err(e) = copy_plan::issue_spread(&mut lanes, &shares, shape.batch_2d) {
-            failure = Some(format!("device copy: {}", e.reason));
-            lost = e.untracked;
+        if streamed {
+            // One stream: the event recorded after it covers whatever a failure left queued.
+            let steps = copy_plan::STREAM_COPIES_PER_STEP;
+            if let Err(e) =
+                copy_plan::issue_streamed(pieces.iter().map(at), max_pitch, &mut StreamSink(streams[0]), steps)
+            {
+                failure = Some(format!("device copy: {e}"));
+            }
+        } else {
+            let mut lanes: Vec<StreamSink<'_>> = streams.iter().map(|s| StreamSink(s)).collect();
+            if let Err(e) = copy_plan::issue_spread(&mut lanes, &shares, shape.batch_2d) {
+                failure = Some(format!("device copy: {}", e.reason));
+                lost = e.untracked;
+            }
         }
         let event = match record(&gpu, streams[0]) {
             Ok(event) => event,

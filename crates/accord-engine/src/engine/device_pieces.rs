@@ -131,6 +131,30 @@ mod tests {
         wait_free(&r.pool);
     }
 
+    /// A paged write out of (fake) device memory whose last page is out of bounds (on either
+    /// side) is refused at submission, before any page moves: nothing placed, nothing counted.
+    #[test]
+    fn paged_writes_from_device_memory_refused_at_their_last_page_place_nothing() {
+        const PAGE: usize = 4 << 10;
+        let r = rig(7, 64 << 10, 3, None, WAIT);
+        let b = staging_engine(WAIT);
+        r.a.add_peer(&b.address()).unwrap();
+        let src = pattern(16 * PAGE, 7);
+        let h = fake_device(&r.a, &src);
+        let dst = b.alloc(16 * PAGE).unwrap();
+        let d = dst.descriptor();
+        let good: Vec<u64> = (0..12).collect();
+        let bad: Vec<u64> = (0..11).chain([16]).collect();
+        for (src_pages, dst_pages) in [(&good, &bad), (&bad, &good)] {
+            let op = PagedWriteOp { src: &h, dst: &d, page_bytes: PAGE as u64, src_pages, dst_pages, imm: Some(5) };
+            assert!(r.a.write_paged(&op).is_err(), "page 16 of 16 is refused");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(b.imm_counter(5).value(), 0, "a refused write counts nothing");
+        assert!(dst.to_vec().iter().all(|&x| x == 0), "a refused write places nothing");
+        wait_free(&r.pool);
+    }
+
     /// A scatter out of device memory: every destination gets its range and counts the
     /// immediate once; a refused destination fails the scatter.
     #[test]

@@ -7,6 +7,8 @@ mod device_paths;
 mod device_pieces;
 mod lane_outages;
 mod ops;
+#[cfg(test)]
+mod paged_host_cost;
 pub(crate) mod part;
 mod register_many;
 pub(crate) mod route;

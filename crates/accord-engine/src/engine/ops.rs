@@ -117,11 +117,12 @@ pub struct ScatterDst {
     pub len: u64,
 }
 
-/// The pages of a strided paged write as runs `(source offset, destination offset, bytes)`, in
-/// the page map's order, consecutive pages merged where they continue the previous run on both
-/// sides; every page checked (arithmetic, both regions' bounds) first. Pages listed block by
-/// block (every plane of a block, as `accord.kv` lists them) give a run per plane of a block,
-/// equal pieces at the plane strides: the copy-engine route's 2D copies (`device::copy_plan`).
+/// The pages of a strided paged write as runs `(destination offset, source offset, bytes)` (the
+/// device routes' [`super::device_pieces::Piece`]), in the page map's order, consecutive pages
+/// merged where they continue the previous run on both sides; every page checked (arithmetic,
+/// both regions' bounds) before the caller moves anything. Pages listed block by block (every
+/// plane of a block, as `accord.kv` lists them) give a run per plane of a block, equal pieces at
+/// the plane strides: the copy-engine route's 2D copies (`device::copy_plan`).
 pub(super) fn page_runs(op: &StridedPagedWriteOp<'_>, src_len: u64) -> Result<Vec<(u64, u64, u64)>, SubmitError> {
     let at = |side: &str, base: u64, page: u64, stride: u64, i: usize| {
         page.checked_mul(stride).and_then(|o| o.checked_add(base)).ok_or_else(|| {
@@ -145,8 +146,8 @@ pub(super) fn page_runs(op: &StridedPagedWriteOp<'_>, src_len: u64) -> Result<Ve
             return Err(SubmitError::SourceOutOfBounds { offset: so, len: op.page_bytes, region_len: src_len });
         }
         match runs.last_mut() {
-            Some((rs, rd, len)) if *rs + *len == so && *rd + *len == doff => *len += op.page_bytes,
-            _ => runs.push((so, doff, op.page_bytes)),
+            Some((rd, rs, len)) if *rs + *len == so && *rd + *len == doff => *len += op.page_bytes,
+            _ => runs.push((doff, so, op.page_bytes)),
         }
     }
     Ok(runs)
@@ -295,7 +296,6 @@ impl Engine {
         let src_len = self.region_len(op.src)?;
         let runs = page_runs(op, src_len)?;
         if op.dst.device.is_some() || self.is_device_region(op.src)? {
-            let pieces: Vec<_> = runs.iter().map(|&(so, doff, len)| (doff, so, len)).collect();
             let plain = PagedWriteOp {
                 src: op.src,
                 dst: op.dst,
@@ -304,11 +304,11 @@ impl Engine {
                 dst_pages: &[],
                 imm: op.imm,
             };
-            return self.write_paged_device(&plain, &pieces);
+            return self.write_paged_device(&plain, &runs);
         }
         let mut parts = vec![];
         let single = runs.len() == 1;
-        for (so, doff, len) in runs {
+        for (doff, so, len) in runs {
             let source = self.source(op.src, so, len)?;
             let kind = write_kind(op.dst, doff, if single { op.imm } else { None });
             parts.push(PartSpec { peer, kind, source, lane: None });

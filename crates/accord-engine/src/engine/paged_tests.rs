@@ -225,8 +225,7 @@ fn a_block_by_block_kv_page_map_is_one_2d_copy_per_block_group() {
     };
     let runs = page_runs(&op, page * planes * src_blocks).unwrap();
     assert_eq!(runs.len(), 3 * planes as usize, "a run per plane of each group");
-    let pieces: Vec<(u64, u64, u64)> = runs.iter().map(|&(so, doff, len)| (doff, so, len)).collect();
-    let got = plan(&pieces, (1 << 31) - 1);
+    let got = plan(&runs, (1 << 31) - 1);
     assert!(got.flat.is_empty());
     let shapes: Vec<(u64, u64, u64, u64)> =
         got.strided.iter().map(|c| (c.width, c.height, c.dst_pitch, c.src_pitch)).collect();

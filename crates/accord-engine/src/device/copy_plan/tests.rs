@@ -439,3 +439,130 @@ fn a_failed_share_is_still_joined_and_a_failed_join_says_its_copies_are_untracke
     let (mut lanes, log) = LogLane::lanes(3);
     assert!(issue_spread(&mut lanes, &shares, true).is_err() && log.borrow().is_empty());
 }
+
+/// The planner as it was before [`Planner`] (a look-ahead over the slice), kept as the reference
+/// the streaming planner must agree with, copy for copy.
+pub(crate) fn plan_before(pieces: &[(u64, u64, u64)], max_pitch: u64) -> CopyPlan {
+    let mut out = CopyPlan::default();
+    let mut i = 0;
+    while i < pieces.len() {
+        let (dst, src, width) = pieces[i];
+        let step = pieces.get(i + 1).and_then(|&(d, s, l)| {
+            let (dst_pitch, src_pitch) = (d.checked_sub(dst)?, s.checked_sub(src)?);
+            let fits = |p: u64| p >= width && p <= max_pitch && p > 0;
+            (l == width && fits(dst_pitch) && fits(src_pitch)).then_some((dst_pitch, src_pitch))
+        });
+        let Some((dst_pitch, src_pitch)) = step else {
+            out.flat.push(pieces[i]);
+            i += 1;
+            continue;
+        };
+        let mut end = i + 1;
+        while let Some(&(d, s, l)) = pieces.get(end + 1) {
+            let (pd, ps, _) = pieces[end];
+            if l != width || d.checked_sub(pd) != Some(dst_pitch) || s.checked_sub(ps) != Some(src_pitch) {
+                break;
+            }
+            end += 1;
+        }
+        let height = (end - i + 1) as u64;
+        if height >= ROWS_MIN {
+            out.strided.push(Strided { dst, dst_pitch, src, src_pitch, width, height });
+        } else {
+            out.flat.extend_from_slice(&pieces[i..=end]);
+        }
+        i = end + 1;
+    }
+    out
+}
+
+/// A deterministic generator for the randomized cases (no dependency for a few numbers).
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n.max(1)
+    }
+}
+
+/// Random batches that mix what the planner must tell apart: KV blocks (runs of planes),
+/// broken and repeated strides, pieces of other sizes, descending and overlapping steps.
+fn random_batch(rng: &mut Lcg) -> Vec<(u64, u64, u64)> {
+    let mut pieces = vec![];
+    for _ in 0..rng.below(12) {
+        let (d, s, w) = (rng.below(1 << 20), rng.below(1 << 20), [64, 100, 4096][rng.below(3) as usize]);
+        match rng.below(5) {
+            0 => pieces.push((d, s, w)),
+            1 | 2 => {
+                let (dp, sp) = (w + rng.below(3) * 1000, w + rng.below(3) * 700);
+                pieces.extend((0..rng.below(6) + 1).map(|r| (d + r * dp, s + r * sp, w)));
+            }
+            3 => pieces.extend((0..rng.below(4) + 1).map(|r| (d.saturating_sub(r * 3 * w), s + r * w, w))),
+            _ => pieces.extend((0..rng.below(4) + 1).map(|r| (d + r * w / 2, s, w))),
+        }
+    }
+    pieces
+}
+
+#[test]
+fn the_streaming_planner_makes_exactly_the_copies_of_the_look_ahead_planner() {
+    let mut rng = Lcg(7);
+    for case in 0..2000 {
+        let pieces = random_batch(&mut rng);
+        let max_pitch = [MAX, 0, 3000, 4096][case % 4];
+        assert_eq!(plan(&pieces, max_pitch), plan_before(&pieces, max_pitch), "case {case}: {pieces:?}");
+    }
+    // And the issue's layout: 2,048 scattered blocks of 160 planes, one 2D copy a block.
+    let ids: Vec<(u64, u64)> = (0..2048).map(|i| ((i * 769) % 4096, (i * 1543 + 11) % 4096)).collect();
+    let (pieces, _) = kv_pieces(32 << 10, 160, 4096, &ids);
+    let got = plan(&pieces, MAX);
+    assert_eq!(got, plan_before(&pieces, MAX));
+    assert_eq!((got.strided.len(), got.flat.len()), (2048, 0));
+}
+
+#[test]
+fn streamed_issue_queues_the_same_copies_in_the_same_order_and_moves_the_same_bytes() {
+    let (page, planes, blocks) = (32, 6, 24);
+    let ids: Vec<(u64, u64)> = (0..13).map(|i| ((i * 7) % 24, (i * 5 + 3) % 24)).collect();
+    let (mut pieces, cache) = kv_pieces(page, planes, blocks, &ids[..7]);
+    // Flat pieces in the middle and at the end (they still go last, in one call), into
+    // destination blocks 1 and 2, which no block of the batch writes.
+    pieces.push((cache + page + 5, 3, 17));
+    pieces.extend(kv_pieces(page, planes, blocks, &ids[7..]).0);
+    pieces.push((cache + 2 * page + 3, 400, 9));
+    let mut want = arena(cache);
+    for &(d, s, l) in &pieces {
+        want.copy_within(s as usize..(s + l) as usize, d as usize);
+    }
+    let mut whole = HostSink::new(arena(cache));
+    let before = issue(&plan_before(&pieces, MAX), &mut whole, false).unwrap();
+    for per_step in [1, 2, 5, 13, 64] {
+        let mut sink = HostSink::new(arena(cache));
+        let issued = issue_streamed(pieces.iter().copied(), MAX, &mut sink, per_step).unwrap();
+        assert_eq!(issued, before, "per_step {per_step}");
+        assert_eq!(sink.calls, whole.calls, "per_step {per_step}: the same calls in the same order");
+        assert_eq!(sink.calls.last().map(String::as_str), Some("flat x2"));
+        assert!(sink.memory == want, "per_step {per_step}: every piece's bytes, exactly");
+    }
+    // A driver refusing 2D copies: each step's rows go flat, and still every byte lands once.
+    let mut refusing = HostSink { refuse_2d: true, ..HostSink::new(arena(cache)) };
+    let issued = issue_streamed(pieces.iter().copied(), MAX, &mut refusing, 5).unwrap();
+    assert_eq!(issued.strided_as_rows, ids.len());
+    assert!(refusing.memory == want, "refused 2D copies still move every byte");
+    // Offsets shifted on the way in plan as the shifted list does.
+    let shifted: Vec<(u64, u64, u64)> = pieces.iter().map(|&(d, s, l)| (d + 4096, s + 8192, l)).collect();
+    let mut log = HostSink::new(vec![0; 3 * cache as usize + 8192]);
+    let mut log_whole = HostSink::new(vec![0; 3 * cache as usize + 8192]);
+    issue_streamed(pieces.iter().map(|&(d, s, l)| (d + 4096, s + 8192, l)), MAX, &mut log, 3).unwrap();
+    issue(&plan(&shifted, MAX), &mut log_whole, false).unwrap();
+    assert_eq!(log.calls, log_whole.calls);
+    assert!(log.memory == log_whole.memory);
+}
+
+#[test]
+fn a_streamed_batch_with_nothing_in_it_queues_nothing() {
+    let mut sink = HostSink::new(vec![0; 16]);
+    assert_eq!(issue_streamed(std::iter::empty(), MAX, &mut sink, 4).unwrap(), Issued::default());
+    assert!(sink.calls.is_empty());
+}

@@ -169,12 +169,11 @@ impl DeviceWriter<'_> {
             (super::Route::CopyEngineIpc, _) => DeviceTarget::SameHost { dst: *op.dst, offset: 0 },
             _ => return Ok(None),
         };
-        let pieces: Vec<(u64, u64, u64)> = runs.iter().map(|&(d, s, l)| (d, src_base + s, l)).collect();
         let trailer = WriteOp { src: op.src, src_offset: 0, dst: op.dst, dst_offset: 0, len: 0, imm: op.imm };
         let state = self.device_transfer(&trailer, 1);
         let route = self.device_route().map_err(SubmitError::Invalid)?;
         let keep: Vec<MemoryOwner> = src_keep.into_iter().collect();
-        route.copy_many(ordinal, target, &pieces, keep, state.clone(), None).map_err(SubmitError::Invalid)?;
+        route.copy_many(ordinal, target, src_base, runs, keep, state.clone(), None).map_err(SubmitError::Invalid)?;
         Ok(Some(Transfer { state }))
     }
 }
