@@ -8,7 +8,7 @@
 //! | `ACCORD_COLL_SCRATCH_BYTES_MAX` | [`CollConfig::scratch_bytes_max`] | 4 GiB |
 //! | `ACCORD_COLL_PIPELINE_CHUNK_BYTES` | [`CollConfig::pipeline_chunk_bytes`] | 256 KiB |
 //! | `ACCORD_COLL_SEGMENT_BYTES` | [`CollConfig::segment_bytes`] | 128 KiB |
-//! | `ACCORD_COLL_BLOCK_SEGMENTS_MAX` | [`CollConfig::block_segments_max`] | 16 |
+//! | `ACCORD_COLL_BLOCK_SEGMENTS_MAX` | [`CollConfig::block_segments_max`] | 0 (off) |
 //! | `ACCORD_ALGO_<COLLECTIVE>` | [`CollConfig::algo_overrides`] | none (size-based) |
 //! | `ACCORD_BOOTSTRAP_TIMEOUT_MS` | [`crate::store::BootstrapConfig::timeout`] | 300000 |
 //!
@@ -85,8 +85,9 @@ pub struct CollConfig {
     /// At most this many segments per block of a segmented all_reduce (a block: the vector
     /// over the ranks); a larger block gets segments larger than `segment_bytes`, so a call
     /// waits for fewer immediates (see `algo::call_segment_elems`). 0: no limit, every
-    /// segment `segment_bytes`. Every rank must use the same value (the handshake checks the
-    /// segment it gives).
+    /// segment `segment_bytes` (the default: on the 32-core host, 4 and 8 ranks, CPU DDP was
+    /// faster without the cap, `scripts/device/ddp_cpu_variants.sh`, stop 35). Every rank must
+    /// use the same value (the handshake checks the segment it gives).
     pub block_segments_max: usize,
     /// Algorithm forced per collective (`ACCORD_ALGO_<COLLECTIVE>`).
     pub algo_overrides: HashMap<Collective, Algo>,
@@ -102,7 +103,7 @@ impl Default for CollConfig {
             scratch_bytes_max: 4 << 30,
             pipeline_chunk_bytes: 256 * 1024,
             segment_bytes: 128 * 1024,
-            block_segments_max: 16,
+            block_segments_max: 0,
             algo_overrides: HashMap::new(),
             thresholds: Thresholds::default(),
         }

@@ -215,7 +215,7 @@ pub static KNOBS: &[Knob] = &[
         "ACCORD_COLL_BLOCK_SEGMENTS_MAX",
         Collectives,
         Count,
-        "16",
+        "0",
         "an all_reduce block moves in at most this many segments (larger segments for larger blocks); 0: no limit",
     ),
     knob(

@@ -17,12 +17,12 @@ fn overrides_apply() {
         ("ACCORD_ALGO_ALL_REDUCE", "ring"),
         ("ACCORD_ALGO_ALL_GATHER", "bruck"),
         ("ACCORD_COLL_SEGMENT_BYTES", "65536"),
-        ("ACCORD_COLL_BLOCK_SEGMENTS_MAX", "0"),
+        ("ACCORD_COLL_BLOCK_SEGMENTS_MAX", "16"),
     ]))
     .unwrap();
     assert_eq!(c.timeout, Duration::from_millis(1500));
     assert_eq!(c.segment_bytes, 65536);
-    assert_eq!((c.block_segments_max, CollConfig::default().block_segments_max), (0, 16));
+    assert_eq!((c.block_segments_max, CollConfig::default().block_segments_max), (16, 0));
     assert_eq!(c.algo_overrides[&Collective::AllReduce], Algo::Ring);
     assert_eq!(c.algo_overrides[&Collective::AllGather], Algo::Bruck);
 }
