@@ -29,6 +29,7 @@ import os
 import pathlib
 import sys
 import time
+from typing import Any
 
 
 def busbw_factor(op: str, n: int) -> float:
@@ -112,35 +113,30 @@ def main() -> None:
     params = sum(p.numel() for p in model(args.width, args.depth).parameters())
     x = torch.randn(args.batch, args.width, device=device)
 
+    def step_time(module: Any) -> float:
+        """Mean step time (forward, backward, SGD step) of `module` on `x`: the local, DDP and FSDP2
+        rows differ only in how the module was wrapped."""
+        opt = torch.optim.SGD(module.parameters(), lr=1e-4)
+
+        def step() -> None:
+            opt.zero_grad(set_to_none=True)
+            module(x).square().mean().backward()
+            opt.step()
+
+        return timed(step, args.warmup, args.iters, sync, device)
+
     if "local" not in skip:
         # The same step with no communication at all: the compute floor under DDP's step time,
         # on the same threads, while the other ranks do the same (so what DDP adds is its
         # communication and how it shares the cores with the backward pass).
-        m = model(args.width, args.depth).to(device)
-        opt = torch.optim.SGD(m.parameters(), lr=1e-4)
-
-        def local_step() -> None:
-            opt.zero_grad(set_to_none=True)
-            m(x).square().mean().backward()
-            opt.step()
-
-        emit({"kind": "local", "params": params, "step_s": timed(local_step, args.warmup, args.iters, sync, device)})
-        del m, opt
+        emit({"kind": "local", "params": params, "step_s": step_time(model(args.width, args.depth).to(device))})
 
     if "ddp" not in skip:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        m = model(args.width, args.depth).to(device)
-        ddp = DDP(m, device_ids=[local_rank] if args.device == "cuda" else None)
-        opt = torch.optim.SGD(ddp.parameters(), lr=1e-4)
-
-        def ddp_step() -> None:
-            opt.zero_grad(set_to_none=True)
-            ddp(x).square().mean().backward()
-            opt.step()
-
-        emit({"kind": "ddp", "params": params, "step_s": timed(ddp_step, args.warmup, args.iters, sync, device)})
-        del ddp, m, opt
+        ddp = DDP(model(args.width, args.depth).to(device), device_ids=[local_rank] if args.device == "cuda" else None)
+        emit({"kind": "ddp", "params": params, "step_s": step_time(ddp)})
+        del ddp
 
     if "fsdp2" not in skip and args.device == "cpu":
         from torch.distributed.fsdp import fully_shard
@@ -150,15 +146,8 @@ def main() -> None:
             if isinstance(layer, torch.nn.Linear):
                 fully_shard(layer)
         fully_shard(m)
-        opt = torch.optim.SGD(m.parameters(), lr=1e-4)
-
-        def fsdp_step() -> None:
-            opt.zero_grad(set_to_none=True)
-            m(x).square().mean().backward()
-            opt.step()
-
-        emit({"kind": "fsdp2", "params": params, "step_s": timed(fsdp_step, args.warmup, args.iters, sync, device)})
-        del m, opt
+        emit({"kind": "fsdp2", "params": params, "step_s": step_time(m)})
+        del m
 
     if "ops" not in skip:
         for op in args.ops.split(","):
