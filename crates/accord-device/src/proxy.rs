@@ -33,12 +33,12 @@
 //! engine documents that each counts its immediate only after every byte landed, and the
 //! device tests must confirm that sender completion implies placement for them too.
 
-use crate::comm::Shared;
 use crate::error::{DescriptorError, DescriptorErrorKind};
 use crate::lane::{queue_batch, LaneItem, LaneWork, StreamSink};
 use crate::layout::{Descriptor, Op, SignalOp, FLAG_COUNTER};
 use crate::memory::Block;
 use crate::ring::{Ring, RingConsumer};
+use crate::shared::Shared;
 use crate::signals::Next;
 use accord_engine::{MemoryKind, MrBuffer, MrDescriptor, MrHandle, TransferError, WriteOp};
 use std::collections::{HashMap, VecDeque};
