@@ -19,9 +19,11 @@ PY="${PYTHON:-python3}"
 left() { echo $((BUDGET - (SECONDS - START))); }
 
 # capped CAP [FLOOR]: CAP seconds, or what is left of the budget if less; fails (prints nothing)
-# when under FLOOR (default 30) seconds are left, too little to start a run.
+# when under FLOOR (default 30) seconds are left, too little to start a run, and for a CAP of 0,
+# which skips the run (`timeout 0` would run it with no limit at all).
 capped() {
   local t; t=$(left)
+  [ "${1:-0}" -gt 0 ] || return 1
   [ "$t" -ge "${2:-30}" ] || return 1
   if [ "$t" -lt "$1" ]; then echo "$t"; else echo "$1"; fi
 }
