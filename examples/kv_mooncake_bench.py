@@ -52,7 +52,7 @@ import numpy as np
 
 from gpu_bench import PeerFailed, append_rows, peer_answer
 from kv_gpu_bench import block_ids
-from kv_nixl_bench import PAGE, PHASE_S, Cache, devices_and_ceilings, indices, timed
+from kv_nixl_bench import PAGE, PHASE_S, Cache, devices_and_ceilings, indices, serve_writes, timed
 from kv_nixl_bench import row as nixl_row
 
 #: Environment that asks the engine for each transport (others: the engine's own choice).
@@ -197,17 +197,7 @@ def prefill_role(conn: Connection, device: str, pool: int, protocol: str, env: d
         meta = peer_answer(conn, "meta", "decode process", PHASE_S * 2)
         side.know(*meta)
         conn.send(("ready", None))
-        while True:
-            if not conn.poll(PHASE_S * 4):
-                raise RuntimeError(f"the decode process sent nothing within {PHASE_S * 4:.0f} s")
-            order = conn.recv()
-            if order == "exit":
-                break
-            _, src, dst, iters = order
-            try:
-                conn.send(("timed", timed(lambda: side.request("write", src, dst), iters)))
-            except RuntimeError as e:  # a failed request: reported, the process goes on
-                conn.send(("failed", str(e)))
+        serve_writes(conn, lambda src, dst: side.request("write", src, dst), keep_going=(RuntimeError,))
         side.close()
     except Exception as e:  # noqa: BLE001 - reported to the parent
         say(f"prefill failed: {type(e).__name__}: {e}")

@@ -216,6 +216,25 @@ def timed(run: Any, iters: int) -> tuple[float, list[float]]:
     return first, [run() for _ in range(iters)]
 
 
+def serve_writes(conn: Connection, write: Any, keep_going: tuple[type[BaseException], ...] = ()) -> None:
+    """The prefill process's loop (this bench's and the Mooncake one's): each order of the decode
+    process, ``(kind, src, dst, iters)``, is answered with ``("timed", timed(...))`` of
+    ``write(src, dst)``, until ``"exit"``; an order not sent within ``PHASE_S * 4`` ends it with an
+    error naming the decode process. An exception of a type in ``keep_going`` is answered with
+    ``("failed", why)`` and the loop goes on."""
+    while True:
+        if not conn.poll(PHASE_S * 4):
+            raise RuntimeError(f"the decode process sent nothing within {PHASE_S * 4:.0f} s")
+        order = conn.recv()
+        if order == "exit":
+            return
+        _, src, dst, iters = order
+        try:
+            conn.send(("timed", timed(lambda: write(src, dst), iters)))
+        except keep_going as e:  # a failed request: reported, the process goes on
+            conn.send(("failed", str(e)))
+
+
 def prefill_role(conn: Connection, device: str, pool: int) -> None:
     """The second process: the prefill cache and its agent; writes what the parent asks."""
     try:
@@ -229,14 +248,7 @@ def prefill_role(conn: Connection, device: str, pool: int) -> None:
         meta = peer_answer(conn, "meta", "decode process", PHASE_S * 2)
         side.know(*meta)
         conn.send(("ready", None))
-        while True:
-            if not conn.poll(PHASE_S * 4):
-                raise RuntimeError(f"the decode process sent nothing within {PHASE_S * 4:.0f} s")
-            order = conn.recv()
-            if order == "exit":
-                break
-            _, src, dst, iters = order
-            conn.send(("timed", timed(lambda: side.request("WRITE", src, dst), iters)))
+        serve_writes(conn, lambda src, dst: side.request("WRITE", src, dst))
     except Exception as e:  # noqa: BLE001 - reported to the parent
         say(f"prefill failed: {type(e).__name__}: {e}")
         conn.send(("error", f"{type(e).__name__}: {e}"))
