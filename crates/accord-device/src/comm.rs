@@ -505,15 +505,19 @@ impl DeviceComm {
         Ok(u64::from_le_bytes(word))
     }
 
+    /// The sum of every rank's slot of signal `id` here.
+    fn slot_sum(&self, id: u32) -> Result<u64, DeviceError> {
+        Ok(self.signal_slots(id)?.iter().fold(0u64, |a, &v| a.wrapping_add(v)))
+    }
+
     /// Signal `id` at this rank: the sum of every rank's slot minus the sum at its last reset.
     pub fn read_signal(&self, id: u32) -> Result<u64, DeviceError> {
-        let sum = self.signal_slots(id)?.iter().fold(0u64, |a, &v| a.wrapping_add(v));
-        Ok(sum.wrapping_sub(self.signal_base(id)?))
+        Ok(self.slot_sum(id)?.wrapping_sub(self.signal_base(id)?))
     }
 
     /// Resets signal `id` to zero here (records the current sum as its base).
     pub fn reset_signal(&self, id: u32) -> Result<(), DeviceError> {
-        let sum = self.signal_slots(id)?.iter().fold(0u64, |a, &v| a.wrapping_add(v));
+        let sum = self.slot_sum(id)?;
         self.signal_bases.lock().unwrap_or_else(|p| p.into_inner()).write(id as usize * 8, &sum.to_le_bytes())
     }
 
@@ -522,9 +526,12 @@ impl DeviceComm {
     pub fn wait_signal(&self, id: u32, at_least: u64, timeout: Duration) -> Result<u64, WaitError> {
         let start = Instant::now();
         let first = self.signal_slots(id)?;
+        // The base once, as the device's wait_signal reads it: it changes only by reset_signal,
+        // which must not run during a wait, and on a GPU each read is a blocking copy.
+        let base = self.signal_base(id)?;
         let mut polls = 0u32;
         loop {
-            let value = self.read_signal(id)?;
+            let value = self.slot_sum(id)?.wrapping_sub(base);
             if value >= at_least {
                 return Ok(value);
             }
