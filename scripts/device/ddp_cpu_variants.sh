@@ -12,9 +12,9 @@
 #             "default" (nothing set). A word "threads-spare=K" is not an environment variable:
 #             it runs torch with cores/ranks - K intra-op threads per rank (cores left for the
 #             communication). Default:
-#             "default;ACCORD_COLL_BLOCK_SEGMENTS_MAX=0;ACCORD_CMA=1;ACCORD_WORKERS_PER_NIC=1;threads-spare=1"
-#             (ACCORD_COLL_BLOCK_SEGMENTS_MAX=0 is the all_reduce segmenting before branch h20d:
-#             128 KiB segments whatever the block; the default caps a block at 16 segments).
+#             "default;ACCORD_COLL_BLOCK_SEGMENTS_MAX=16;ACCORD_CMA=1;ACCORD_WORKERS_PER_NIC=1;threads-spare=1"
+#             (the default segments every all_reduce block in 128 KiB pieces; =16 caps a block at
+#             16 segments, larger ones for larger blocks: the cap, off since stop 35's host run).
 #   OP_SIZES  all_reduce sizes (bytes, comma list; default 16 and 64 MiB) each run also times alone
 #             after its DDP steps (busbw columns: the op's own speed under the same variant).
 #   RANKS     rank counts (default "4 8"); ITERS / WARMUP (default 10 / 2) timed / untimed steps;
@@ -48,7 +48,7 @@ export PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}"
 "$PY" -c "import accord, torch; print('accord', accord.VERSION, 'torch', torch.__version__)" || exit 1
 host_facts
 CORES=$(nproc)
-VARIANTS="${VARIANTS:-default;ACCORD_COLL_BLOCK_SEGMENTS_MAX=0;ACCORD_CMA=1;ACCORD_WORKERS_PER_NIC=1;threads-spare=1}"
+VARIANTS="${VARIANTS:-default;ACCORD_COLL_BLOCK_SEGMENTS_MAX=16;ACCORD_CMA=1;ACCORD_WORKERS_PER_NIC=1;threads-spare=1}"
 ITERS="${ITERS:-10}" WARMUP="${WARMUP:-2}" OP_SIZES="${OP_SIZES:-16777216,67108864}"
 ROWS="$OUT/rows.jsonl" ERRS="$OUT/errors.txt"
 : > "$ROWS"; : > "$ERRS"

@@ -279,7 +279,7 @@ pub(crate) fn segments_per_block(block_elems_max: usize, segment_elems: usize, s
 /// the cap off) was 0.116 s against 0.149 s, faster in 7 of the 10 rounds; in 8 more rounds
 /// with a busy loop beside the ranks 0.158 s against 0.190 s, faster in all 8. The mechanism is
 /// unconfirmed (docs/results/2026-11-26-cpu-ddp-timeline.md); the 32-core host's A/B is
-/// `scripts/device/ddp_cpu_variants.sh` (its `ACCORD_COLL_BLOCK_SEGMENTS_MAX=0` row). On that
+/// `scripts/device/ddp_cpu_variants.sh` (its `ACCORD_COLL_BLOCK_SEGMENTS_MAX` rows). On that
 /// host (stop 35, 4 and 8 ranks, one run each) the cap made CPU DDP slower, 0.2496 s against
 /// 0.2312 s and 0.4105 against 0.3833, so it is off by default (0) and stays a knob. Sixteen
 /// segments still pipeline a block (the wire and the reduction overlap after the first
