@@ -390,18 +390,20 @@ def main(argv: list[str] | None = None) -> int:
             failures.append(f"rank {rank}: {what}")
         add(f"accord.ep {what}", timed(torch, dist, call, args.iters))
 
-    buffer._pipelined_output = True
-    checked_row("dispatch, output copied by SMs as chunks arrive", lambda: buffer.dispatch(x, topk_idx, topk_w))
+    # The output copied by the copy engine instead: the whole of it after the last chunk, or
+    # (exact size) chunk by chunk as each arrives. The default copies it with the SMs as the
+    # chunks arrive (Buffer._pipelined_output).
+    pipelined = buffer._pipelined_output
+    buffer._pipelined_output = False
+    checked_row("dispatch, output copied by the copy engine after the last chunk", lambda: buffer.dispatch(x, topk_idx, topk_w))
     add(
-        "accord.ep dispatch, num_worst_tokens, output copied by SMs as chunks arrive",
+        "accord.ep dispatch, num_worst_tokens, output copied by the copy engine after the last chunk",
         timed(torch, dist, lambda: buffer.dispatch(x, topk_idx, topk_w, num_worst_tokens=ranks * T), args.iters),
     )
-    buffer._pipelined_output = False
-    # The copy engine copying the exact-size output chunk by chunk as each arrives, instead of
-    # once every chunk arrived (the default).
     buffer._copy_by_chunk = True
     checked_row("dispatch, output copied by the copy engine chunk by chunk", lambda: buffer.dispatch(x, topk_idx, topk_w))
     buffer._copy_by_chunk = False
+    buffer._pipelined_output = pipelined
     add("accord.ep combine", timed(torch, dist, lambda: buffer.combine(y, got.handle), args.iters))
     # all_to_all_v with the split sizes on the GPU, against NCCL's all_to_all_single given the
     # same splits as host lists (which its callers must first copy to the host).

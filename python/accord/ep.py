@@ -36,8 +36,11 @@ host (the proxy's copy-engine lanes), else ``"host"`` (``Buffer.waits_on_host`` 
 
 Outputs of ``dispatch`` are fresh tensors (``zero_copy=True`` returns views of the receive
 window instead, valid until the next ``dispatch`` or ``all_to_all_v`` on this buffer); with GPU
-waits, an exact-size output is copied once its last chunk arrived (``Buffer._copy_by_chunk``,
-off by default as measured slower: one copy-engine copy a chunk, each behind its chunk's wait).
+waits the ``sms`` blocks copy each row into the output as soon as its chunk arrived, this rank's
+own rows first (``ep_copy_out``), so only the last chunk's rows are copied after the last
+arrival; ``Buffer._pipelined_output = False`` copies the whole output with the copy engine
+after the last chunk instead (``Buffer._copy_by_chunk``: a copy-engine copy a chunk, each behind
+its chunk's wait).
 Failures never hang: every
 wait is bounded by ``timeout`` and a failure names the rank, raised as ``accord.ep.EpError`` at
 the next host synchronisation (or ``Buffer.check()``); a failed buffer refuses further calls.
@@ -46,6 +49,7 @@ the next host synchronisation (or ``Buffer.check()``); a failed buffer refuses f
 from __future__ import annotations
 
 import ctypes
+import itertools
 import math
 import os
 import threading
@@ -58,7 +62,6 @@ import accord
 import accord.device
 from accord import _ep_plan as planning
 from accord import nvrtc
-from accord.nvrtc import i32, u32, u64
 from accord._torchrun import StoreAdapter
 
 __all__ = [
@@ -181,6 +184,12 @@ class _ChunkWait(ctypes.Structure):
         ("status", ctypes.c_uint64),
         ("sig_base", ctypes.c_uint32),
     ]
+
+
+# ep.cu's structures passed by value, by their C names (nvrtc.parameter_formats).
+KERNEL_STRUCTS: dict[str, type[ctypes.Structure]] = {
+    "ChunkPuts": _ChunkPuts, "CombinePuts": _CombinePuts, "LowLatency": _LowLatency, "ChunkWait": _ChunkWait,
+}
 
 
 class EpError(accord.AccordError):
@@ -317,11 +326,13 @@ class Buffer:
         self.max_tokens_per_rank = max_tokens_per_rank
         self.dtype, self.sms, self.timeout, self.chunks = dtype, sms, timeout, chunks
         self._comb_chunks = min(max(chunks, 1), COMBINE_CHUNKS_MAX)
-        # Dispatch's output: False copies it with the copy engine; True copies each row with SMs
-        # as its chunk arrives (ep_copy_out). The copy engine's copy was faster on the 2xH200 host
-        # (4096 tokens: 381 against 439 us a dispatch; the sms blocks copy at about half its rate),
-        # so it is the default; examples/ep_bench.py times both.
-        self._pipelined_output = False
+        # Dispatch's output (GPU waits): True copies each row with the sms blocks as soon as its
+        # chunk arrived (ep_copy_out: this rank's own rows first, while the copy engines still
+        # move the other ranks' chunks, so only the last chunk's rows are copied after the last
+        # arrival); False copies the whole output with the copy engine after the last chunk.
+        # Measured on 2xH100 (4096 tokens, docs/results/2026-11-26-ep.md, stop 36), so it is the
+        # default; examples/ep_bench.py times both.
+        self._pipelined_output = True
         # The copy engine's copy of an exact-size output (GPU waits): True queues one copy per
         # sender and chunk behind that chunk's wait, so the copies overlap the puts still in
         # flight (_copy_out_by_chunk); False copies the whole output once every chunk arrived,
@@ -343,7 +354,11 @@ class Buffer:
 
         with torch.cuda.device(self.device):
             module = nvrtc.KernelModule("ep.cu", gpu, torch.cuda.get_device_capability(gpu))
-            self._k = {name: module.kernel(name) for name in KERNELS}
+            # Each kernel bound to its parameters as ep.cu declares them: launches pack plain
+            # ints (nvrtc.Launcher), the by-value structures' fields flattened in order.
+            self._k = {
+                name: module.kernel(name).bind(nvrtc.parameter_formats(module.source, name, KERNEL_STRUCTS)) for name in KERNELS
+            }
             rows = self._rows_max
             dev = self.device
             self._windows = [
@@ -369,6 +384,8 @@ class Buffer:
                 self._ll_counts = torch.zeros(num_experts, dtype=torch.int32, device=dev)
                 self._ll_blocks = torch.zeros(2, dtype=torch.int32, device=dev)
             self._side: Any = torch.cuda.Stream(self.device)  # type: ignore[no-untyped-call]
+            self._stream_handle = int(self._side.cuda_stream)
+            self._entered, self._left = torch.cuda.Event(), torch.cuda.Event()  # type: ignore[no-untyped-call]
             self._state = torch.zeros(16, dtype=torch.int64, device=dev)
             # Where the plan kernels publish what an exact-size output needs on the host (see
             # _published): [seq, status, values...], pinned and stored to by the GPU directly.
@@ -380,8 +397,12 @@ class Buffer:
             self._host_view = self._host.numpy()
             self._host_seq = 0
             self._status = torch.zeros(1, dtype=torch.int32, device=dev)
+            # Addresses every call passes, read once (a data_ptr() is a few hundred ns of host time).
+            self._status_ptr = self._status.data_ptr()
+            self._state_ptr = self._state.data_ptr()
             # combine's rows copied a chunk (ep_combine_send resets each to 0 when its chunk is put).
             self._comb_done = torch.zeros(COMBINE_CHUNKS_MAX, dtype=torch.int32, device=dev)
+            self._comb_done_ptr = self._comb_done.data_ptr()
             torch.cuda.synchronize(dev)
             self._host_device = nvrtc.mapped_device_pointer(self._host.data_ptr())
             self._dc = accord.device.DeviceComm(comm, gpu=gpu, user_signals=SIG_DISPATCH + DISPATCH_CHUNKS_MAX, stream_lane=lanes)
@@ -389,11 +410,12 @@ class Buffer:
                 got = self._dc.register_window(tensor)
                 if got != want:
                     raise EpError(f"accord.ep.Buffer: window {want} was registered as {got}")
-            self._table = u64(self._dc.table_ptr)
-            x_bases = [self._windows[W_SEND_X].data_ptr()] * ranks
-            x_bases[self.rank] = self._windows[W_RECV_X].data_ptr()
-            meta_bases = [self._windows[W_SEND_META].data_ptr()] * ranks
-            meta_bases[self.rank] = self._windows[W_RECV_META].data_ptr()
+            self._table = int(self._dc.table_ptr)
+            self._window_ptrs = [t.data_ptr() for t in self._windows]
+            x_bases = [self._window_ptrs[W_SEND_X]] * ranks
+            x_bases[self.rank] = self._window_ptrs[W_RECV_X]
+            meta_bases = [self._window_ptrs[W_SEND_META]] * ranks
+            meta_bases[self.rank] = self._window_ptrs[W_RECV_META]
 
             def as_tensor(values: list[Any]) -> torch.Tensor:
                 return torch.tensor(values, dtype=torch.int64, device=dev)
@@ -403,6 +425,9 @@ class Buffer:
             # The count exchange's one segment a peer: this rank's row, to the same row there.
             width = self._count_width * 8
             self._exchange = as_tensor([[width, self.rank * width, self.rank * width]] * ranks)
+            self._exchange_ptr = self._exchange.data_ptr()
+            self._x_bases_ptr, self._meta_bases_ptr = self._x_bases.data_ptr(), self._meta_bases.data_ptr()
+            self._counts_ptr = self._window_ptrs[W_COUNTS]
             self._prime_routes()
             if low_latency:
                 self._probe_direct()
@@ -416,7 +441,7 @@ class Buffer:
         allocation synchronises the GPU) while no wait kernel spins on this GPU. Started under a
         spinning wait, that synchronisation would wait for the kernel, and the kernel for the
         peer's count, on both ranks at once."""
-        self._put_segments(self._exchange, W_COUNTS, W_COUNTS, SIG_COUNTS, 1)
+        self._put_segments(self._exchange_ptr, W_COUNTS, W_COUNTS, SIG_COUNTS, 1)
         self._side.synchronize()
         try:
             self._dc.wait_signal(SIG_COUNTS, self.num_ranks - 1, self.timeout)
@@ -427,29 +452,32 @@ class Buffer:
         torch.cuda.synchronize(self.device)
         self._dc.barrier()
 
-    def _stream(self) -> int:
-        return int(self._side.cuda_stream)
-
     def _enter(self) -> None:
         """Orders this buffer's side stream after the caller's current stream. The kernels run
         there: a non-blocking stream, so a copy the engine or the driver puts on the legacy
-        default stream (the network route's staging) is never queued behind a spinning wait."""
-        self._side.wait_stream(torch.cuda.current_stream(self.device))
+        default stream (the network route's staging) is never queued behind a spinning wait.
+        One event reused (a wait takes the event's state when it is queued, so re-recording it
+        later changes no earlier wait), instead of a new event a call (``wait_stream``)."""
+        self._entered.record(torch.cuda.current_stream(self.device))
+        self._side.wait_event(self._entered)
 
     def _leave(self) -> None:
         """Orders the caller's current stream after everything launched on the side stream."""
-        torch.cuda.current_stream(self.device).wait_stream(self._side)
+        self._left.record(self._side)
+        torch.cuda.current_stream(self.device).wait_event(self._left)
 
-    def _launch(self, name: str, grid: int, block: int, *args: Any) -> None:
-        self._k[name].launch(grid, block, self._stream(), *args)
+    def _launch(self, name: str, grid: int, block: int, *args: int) -> None:
+        self._k[name](grid, block, self._stream_handle, *args)
 
-    def _status_args(self, stage: int) -> tuple[Any, Any]:
-        return i32(stage), u64(self._status.data_ptr())
+    def _status_args(self, stage: int) -> tuple[int, int]:
+        return stage, self._status_ptr
 
-    def _put_segments(self, args: torch.Tensor, dst: int, src: int, sig: int, stage: int) -> None:
+    def _put_segments(self, args: int, dst: int, src: int, sig: int, stage: int) -> None:
+        """One put a peer, with signal `sig`: `args` the address of ``[ranks][3]`` int64
+        (bytes, destination offset, source offset)."""
         self._launch(
-            "ep_put_segments", 1, 64, self._table, u32(self.rank), u32(self.num_ranks), u64(args.data_ptr()),
-            u32(dst), u32(src), u32(sig), *self._status_args(stage),
+            "ep_put_segments", 1, 64, self._table, self.rank, self.num_ranks, args,
+            dst, src, sig, *self._status_args(stage),
         )
 
     def _wait(self, sig: int, per_peer: int, lag: int, slot: int, stage: int) -> None:
@@ -459,8 +487,8 @@ class Buffer:
             self._wait_on_host(range(sig, sig + 1), per_peer, lag, slot, stage)
             return
         self._launch(
-            "ep_wait", 1, 32, self._table, u32(self.rank), u32(self.num_ranks), u32(sig), u64(per_peer), u64(lag),
-            u64(self._state.data_ptr()), u32(slot), u64(self._timeout_ns), *self._status_args(stage),
+            "ep_wait", 1, 32, self._table, self.rank, self.num_ranks, sig, per_peer, lag,
+            self._state_ptr, slot, self._timeout_ns, *self._status_args(stage),
         )
 
     def _wait_on_host(self, sigs: range, per_peer: int, lag: int, slot: int, stage: int) -> None:
@@ -486,11 +514,11 @@ class Buffer:
                 self._failed = f"accord.ep on rank {self.rank}: {STAGES.get(stage)}{where}: {e}; {self._diagnosis()}"
                 raise EpError(self._failed) from None
 
-    def _next_publication(self) -> tuple[Any, Any]:
+    def _next_publication(self) -> tuple[int, int]:
         """The (device address, sequence number) arguments under which the next plan kernel
         publishes its summary to the host (see _published)."""
         self._host_seq += 1
-        return u64(self._host_device), u64(self._host_seq)
+        return self._host_device, self._host_seq
 
     def _published(self, count: int) -> list[int]:
         """The `count` values the last plan kernel published, and the status word checked, read
@@ -633,8 +661,6 @@ class Buffer:
         topk_idx = topk_idx.to(torch.int64).contiguous()
         topk_weights = topk_weights.to(torch.float32).contiguous()
         ranks, dev = self.num_ranks, self.device
-        counts = self._windows[W_COUNTS]
-        i64 = torch.int64
 
         # 1. This rank's count row and each token's index per destination, then the exchange.
         # One workspace for the plan's arrays (one allocation a call); the handle keeps it.
@@ -643,60 +669,62 @@ class Buffer:
         chunks = self.chunks
         per_chunk = -(-tokens // chunks) if chunks and tokens else 1
         layout_blocks = max(1, -(-tokens // LAYOUT_THREADS))
-        sizes = [
+        sizes = (
             tokens * ranks, tokens * ranks, 9 * ranks, 1 + self.experts_per_rank, (chunks + 1) * ranks,
             chunks, (tokens + 1) // 2, layout_blocks * self.num_experts, 2 * ranks,
-        ]
-        work = torch.empty(sum(sizes), dtype=i64, device=dev)
-        within, rows, puts, summary, chunk_prefix, chunk_done, masks, partial, walk = torch.split(work, sizes)
-        puts = puts.view(3, ranks * 3)
+        )
+        work = torch.empty(sum(sizes), dtype=torch.int64, device=dev)
+        # The pieces' addresses by arithmetic, and tensor views only of what the handle and the
+        # outputs keep (a view costs about a microsecond of host time; this is a hot path).
+        starts = list(itertools.accumulate(sizes, initial=0))
+        base = work.data_ptr()
+        within, rows, puts, summary, chunk_prefix, chunk_done, masks, partial, walk = (base + 8 * o for o in starts[:-1])
+        puts_x, puts_meta, puts_comb = puts, puts + 3 * ranks * 8, puts + 6 * ranks * 8
+        own_counts = self._counts_ptr + self.rank * self._count_width * 8
         self._enter()
         if tokens > 0:
             self._launch(
-                "ep_layout_tokens", layout_blocks, LAYOUT_THREADS, u64(topk_idx.data_ptr()), u64(tokens),
-                u32(self.num_topk), u32(ranks), u32(self.num_experts), u64(masks.data_ptr()), u64(partial.data_ptr()),
-                u64(self._status.data_ptr()),
+                "ep_layout_tokens", layout_blocks, LAYOUT_THREADS, topk_idx.data_ptr(), tokens,
+                self.num_topk, ranks, self.num_experts, masks, partial, self._status_ptr,
             )
         self._launch(
-            "ep_layout_scan", 1, 1024, u64(masks.data_ptr()), u64(tokens), u32(ranks), u32(self.num_experts),
-            u64(partial.data_ptr()), u32(layout_blocks if tokens > 0 else 0), u64(within.data_ptr()),
-            u64(counts[self.rank].data_ptr()), u32(chunks), u64(per_chunk), u64(chunk_prefix.data_ptr()),
-            u64(chunk_done.data_ptr()), u64(counts[self.rank, ranks + self.num_experts :].data_ptr()),
+            "ep_layout_scan", 1, 1024, masks, tokens, ranks, self.num_experts, partial,
+            layout_blocks if tokens > 0 else 0, within, own_counts, chunks, per_chunk, chunk_prefix, chunk_done,
+            own_counts + (ranks + self.num_experts) * 8,
         )
-        self._put_segments(self._exchange, W_COUNTS, W_COUNTS, SIG_COUNTS, 1)
+        self._put_segments(self._exchange_ptr, W_COUNTS, W_COUNTS, SIG_COUNTS, 1)
         self._wait(SIG_COUNTS, 1, 0, SLOT_COUNTS, 1)
 
         # 2. The plan, on the GPU (ep.cu's ep_plan; _ep_plan.plan is its reference).
         self._launch(
-            "ep_plan", 1, 1024, u64(counts.data_ptr()), u32(ranks), u32(self.num_experts), u32(self.rank), u64(tokens),
-            u64(within.data_ptr()), u64(rows.data_ptr()), u64(self._row_bytes),
-            u64(self._meta_bytes), u64(puts[0].data_ptr()), u64(puts[1].data_ptr()), u64(puts[2].data_ptr()),
-            u64(summary.data_ptr()), *(self._next_publication() if num_worst_tokens == 0 else (u64(0), u64(0))),
-            u64(self._status.data_ptr()), u32(self._comb_chunks), u64(walk.data_ptr()), u64(self._count_width),
-            u32(max(chunks, 1)),
+            "ep_plan", 1, 1024, self._counts_ptr, ranks, self.num_experts, self.rank, tokens, within, rows,
+            self._row_bytes, self._meta_bytes, puts_x, puts_meta, puts_comb, summary,
+            *(self._next_publication() if num_worst_tokens == 0 else (0, 0)),
+            self._status_ptr, self._comb_chunks, walk, self._count_width, max(chunks, 1),
         )
 
         # 3. Pack (one read of each token) and put the rows: chunk by chunk from the packing
         # kernel as each chunk is packed, or (chunks=0) one put a peer after it; then the metadata.
         if tokens > 0 or chunks > 0:
-            chunk_args = _ChunkPuts(
-                self._table.value, self.rank, chunks, W_RECV_X, W_SEND_X, SIG_DISPATCH, per_chunk,
-                chunk_prefix.data_ptr(), puts[0].data_ptr(), chunk_done.data_ptr(), self._status.data_ptr(),
+            chunk_args = (  # ep.cu's ChunkPuts
+                self._table, self.rank, chunks, W_RECV_X, W_SEND_X, SIG_DISPATCH, per_chunk, chunk_prefix, puts_x,
+                chunk_done, self._status_ptr,
             )
             self._launch(
-                "ep_pack_tokens", self.sms, 1024, u64(x.data_ptr()), u64(self._row_bytes), u64(topk_idx.data_ptr()),
-                u64(topk_weights.data_ptr()), u32(self.num_topk), u64(tokens), u32(ranks), u64(rows.data_ptr()),
-                u64(self._x_bases.data_ptr()), u64(self._meta_bases.data_ptr()), u64(self._meta_bytes), chunk_args,
+                "ep_pack_tokens", self.sms, 1024, x.data_ptr(), self._row_bytes, topk_idx.data_ptr(),
+                topk_weights.data_ptr(), self.num_topk, tokens, ranks, rows, self._x_bases_ptr, self._meta_bases_ptr,
+                self._meta_bytes, *chunk_args,
             )
         if chunks == 0:
-            self._put_segments(puts[0], W_RECV_X, W_SEND_X, SIG_DISPATCH, 2)
-        self._put_segments(puts[1], W_RECV_META, W_SEND_META, SIG_DATA, 2)
+            self._put_segments(puts_x, W_RECV_X, W_SEND_X, SIG_DISPATCH, 2)
+        self._put_segments(puts_meta, W_RECV_META, W_SEND_META, SIG_DATA, 2)
 
         # 4. Output size: from the host (DeepEP's normal mode) or the caller's worst case. Read
         # only now, with the packing and the puts already queued behind the plan: the GPU never
         # idles while the host reads the counts and launches.
         per_expert: list[int] | torch.Tensor
         bounds: list[int] = []
+        summary_view = work[starts[3] : starts[4]]
         if num_worst_tokens == 0:
             local = self.experts_per_rank
             # Published by the plan kernel: the summary, then where each sender's chunks land.
@@ -708,7 +736,7 @@ class Buffer:
         else:
             num_recv = None
             rows_out = num_worst_tokens
-            per_expert = summary[1:]
+            per_expert = summary_view[1:]
 
         # 5. The rows, as every peer's chunks arrive (a peer's chunk count is the buffer's, the
         # same on every rank, however many tokens it has), then the metadata. The outputs are
@@ -723,38 +751,40 @@ class Buffer:
         else:
             # This call's epoch (a wait for nothing bumps it), then each row once its chunk is in.
             self._launch(
-                "ep_wait", 1, 32, self._table, u32(self.rank), u32(ranks), u32(SIG_DISPATCH), u64(0), u64(0),
-                u64(self._state.data_ptr()), u32(SLOT_DISPATCH), u64(self._timeout_ns), *self._status_args(2),
+                "ep_wait", 1, 32, self._table, self.rank, ranks, SIG_DISPATCH, 0, 0,
+                self._state_ptr, SLOT_DISPATCH, self._timeout_ns, *self._status_args(2),
             )
         if by_chunk:
             self._copy_out_by_chunk(window, recv_x, bounds, max(chunks, 1), rows_out)
         elif not self._host_wait:
-            arrivals = _ChunkWait(
-                self._table.value, 0, self._state[SLOT_DISPATCH:].data_ptr(), self._timeout_ns,
-                self._status.data_ptr(), SIG_DISPATCH,
+            arrivals = (
+                self._table, 0, self._state_ptr + 8 * SLOT_DISPATCH, self._timeout_ns,
+                self._status_ptr, SIG_DISPATCH,
             )
             self._launch(
-                "ep_copy_out", self.sms, 1024, u64(window.data_ptr()), u64(recv_x.data_ptr() if copy_out else 0),
-                u64(self._row_bytes), u64(rows_out), u64(counts.data_ptr()), u64(self._count_width), u32(ranks),
-                u32(self.num_experts), u32(self.rank), u32(max(chunks, 1)), arrivals,
+                "ep_copy_out", self.sms, 1024, self._window_ptrs[W_RECV_X], recv_x.data_ptr() if copy_out else 0,
+                self._row_bytes, rows_out, self._counts_ptr, self._count_width, ranks,
+                self.num_experts, self.rank, max(chunks, 1), *arrivals,
             )
         self._wait(SIG_DATA, 1, 0, SLOT_DATA, 2)
         k = self.num_topk
-        recv_idx = torch.empty(rows_out, k, dtype=i64, device=dev)
+        recv_idx = torch.empty(rows_out, k, dtype=torch.int64, device=dev)
         recv_weights = torch.empty(rows_out, k, dtype=torch.float32, device=dev)
         src_index = torch.empty(rows_out, dtype=torch.int32, device=dev)
         if rows_out > 0:
             items = rows_out * (k + 1)
             self._launch(
-                "ep_unpack_meta", max(1, min(self.sms * 4, (items + 255) // 256)), 256, u64(self._windows[W_RECV_META].data_ptr()),
-                u64(self._meta_bytes), u32(k), u32(self.rank), u32(self.experts_per_rank), u64(summary.data_ptr()),
-                u64(rows_out), u64(recv_idx.data_ptr()), u64(recv_weights.data_ptr()), u64(src_index.data_ptr()),
+                "ep_unpack_meta", max(1, min(self.sms * 4, (items + 255) // 256)), 256, self._window_ptrs[W_RECV_META],
+                self._meta_bytes, k, self.rank, self.experts_per_rank, summary,
+                rows_out, recv_idx.data_ptr(), recv_weights.data_ptr(), src_index.data_ptr(),
             )
         self._leave()
         if not zero_copy and not fresh:
             recv_x = recv_x.clone()
-        recv_total = summary[:1]
-        handle = Handle(rows, puts[2], walk, recv_total, tokens, num_recv)
+        recv_total = summary_view[:1]
+        rows_view = work[starts[1] : starts[2]]
+        comb_puts_view = work[starts[2] + 6 * ranks : starts[3]]
+        handle = Handle(rows_view, comb_puts_view, work[starts[8] : starts[9]], recv_total, tokens, num_recv)
         return Dispatched(recv_x, recv_idx, recv_weights, per_expert, handle, src_index, recv_total)
 
     def _copy_out_by_chunk(self, window: torch.Tensor, out: torch.Tensor, bounds: list[int], chunks: int, rows: int) -> None:
@@ -770,15 +800,15 @@ class Buffer:
         except ValueError as e:
             self._failed = f"accord.ep on rank {self.rank}: dispatch: the count exchange gave bad chunk bounds: {e}"
             raise EpError(self._failed) from None
-        epoch = u64(self._state[SLOT_DISPATCH:].data_ptr())
+        epoch = self._state_ptr + 8 * SLOT_DISPATCH
         with torch.cuda.stream(self._side):
             first, end = spans.own
             if end > first:
                 out[first:end].copy_(window[first:end])  # cudaMemcpyAsync: the copy engine, no SM
             for c, parts in enumerate(spans.per_chunk):
                 self._launch(
-                    "ep_wait_epoch", 1, 32, self._table, u32(self.rank), u32(self.num_ranks), u32(SIG_DISPATCH + c), epoch,
-                    u64(self._timeout_ns), *self._status_args(2),
+                    "ep_wait_epoch", 1, 32, self._table, self.rank, self.num_ranks, SIG_DISPATCH + c, epoch,
+                    self._timeout_ns, *self._status_args(2),
                 )
                 for first, end in parts:
                     out[first:end].copy_(window[first:end])
@@ -803,37 +833,37 @@ class Buffer:
         # Other ranks' rows into the send window, each chunk put as soon as it is copied, with
         # its own signal.
         chunks = self._comb_chunks
-        puts = _CombinePuts(
-            self._table.value, self.rank, chunks, W_COMB_RECV, W_COMB_SEND, SIG_COMB, handle.combine_puts.data_ptr(),
-            self._comb_done.data_ptr(), self._status.data_ptr(),
+        puts = (
+            self._table, self.rank, chunks, W_COMB_RECV, W_COMB_SEND, SIG_COMB, handle.combine_puts.data_ptr(),
+            self._comb_done_ptr, self._status_ptr,
         )
         self._launch(
-            "ep_combine_send", self.sms, 1024, u64(x.data_ptr()), u64(self._row_bytes), u64(handle.recv_total.data_ptr()),
-            u64(rows), u32(self.num_ranks), u64(self._windows[W_COMB_SEND].data_ptr()), puts,
+            "ep_combine_send", self.sms, 1024, x.data_ptr(), self._row_bytes, handle.recv_total.data_ptr(),
+            rows, self.num_ranks, self._window_ptrs[W_COMB_SEND], *puts,
         )
         if self._host_wait:
             # The host waits for every chunk; the reduce then sums without waiting.
             self._wait_on_host(range(SIG_COMB, SIG_COMB + chunks), 1, 0, SLOT_COMB, 4)
-            answers = _ChunkWait(self._table.value, 0, 0, 0, self._status.data_ptr(), SIG_COMB)
+            answers = (self._table, 0, 0, 0, self._status_ptr, SIG_COMB)
         else:
             # Pipelined: this call's epoch (a wait for nothing bumps it), then the reduce sums
             # each token as soon as the chunks holding its answers arrived.
             self._launch(
-                "ep_wait", 1, 32, self._table, u32(self.rank), u32(self.num_ranks), u32(SIG_COMB), u64(0), u64(0),
-                u64(self._state.data_ptr()), u32(SLOT_COMB), u64(self._timeout_ns), *self._status_args(4),
+                "ep_wait", 1, 32, self._table, self.rank, self.num_ranks, SIG_COMB, 0, 0,
+                self._state_ptr, SLOT_COMB, self._timeout_ns, *self._status_args(4),
             )
-            answers = _ChunkWait(
-                self._table.value, handle.walk.data_ptr(), self._state[SLOT_COMB:].data_ptr(), self._timeout_ns,
-                self._status.data_ptr(), SIG_COMB,
+            answers = (
+                self._table, handle.walk.data_ptr(), self._state_ptr + 8 * SLOT_COMB, self._timeout_ns,
+                self._status_ptr, SIG_COMB,
             )
         if handle.num_tokens > 0:
             kernel = "ep_reduce_bf16" if self.dtype == torch.bfloat16 else "ep_reduce_f32"
             self._launch(
-                kernel, self.sms, 1024, u64(out.data_ptr()), u64(handle.num_tokens),
-                u64(self.hidden), u32(self.num_ranks), u64(handle.rows.data_ptr()),
-                u64(self._windows[W_COMB_RECV].data_ptr()), u32(self.rank), u64(x.data_ptr()), answers,
+                kernel, self.sms, 1024, out.data_ptr(), handle.num_tokens,
+                self.hidden, self.num_ranks, handle.rows.data_ptr(),
+                self._window_ptrs[W_COMB_RECV], self.rank, x.data_ptr(), *answers,
             )
-        self._launch("ep_signal_peers", 1, 64, self._table, u32(self.rank), u32(self.num_ranks), u32(SIG_COMB_FREE), *self._status_args(3))
+        self._launch("ep_signal_peers", 1, 64, self._table, self.rank, self.num_ranks, SIG_COMB_FREE, *self._status_args(3))
         self._leave()
         return out
 
@@ -862,22 +892,22 @@ class Buffer:
         with torch.cuda.stream(self._side):
             counts[self.rank].zero_()
             counts[self.rank, :ranks].copy_(send_splits)
-        self._put_segments(self._exchange, W_COUNTS, W_COUNTS, SIG_COUNTS, 1)
+        self._put_segments(self._exchange_ptr, W_COUNTS, W_COUNTS, SIG_COUNTS, 1)
         self._wait(SIG_COUNTS, 1, 0, SLOT_COUNTS, 1)
         # After the exchange: the peers have taken everything this rank put before from the
         # send window (they answered the exchange only after their last wait for it).
         with torch.cuda.stream(self._side):
             self._windows[W_SEND_X][: x.shape[0]].copy_(x)  # the copy engine: no SM
         self._launch(
-            "ep_a2av_plan", 1, 32, u64(counts.data_ptr()), u32(ranks), u32(counts.shape[1]), u32(self.rank),
-            u64(self._row_bytes), u64(puts.data_ptr()), u64(summary.data_ptr()),
-            *(self._next_publication() if out_rows == 0 else (u64(0), u64(0))), u64(self._status.data_ptr()),
+            "ep_a2av_plan", 1, 32, counts.data_ptr(), ranks, counts.shape[1], self.rank,
+            self._row_bytes, puts.data_ptr(), summary.data_ptr(),
+            *(self._next_publication() if out_rows == 0 else (0, 0)), self._status_ptr,
         )
         self._launch(
-            "ep_copy_segment", self.sms, 1024, u64(x.data_ptr()), u64(self._windows[W_RECV_X].data_ptr()),
-            u64(puts[3 * self.rank :].data_ptr()),
+            "ep_copy_segment", self.sms, 1024, x.data_ptr(), self._window_ptrs[W_RECV_X],
+            puts[3 * self.rank :].data_ptr(),
         )
-        self._put_segments(puts, W_RECV_X, W_SEND_X, SIG_A2AV, 6)
+        self._put_segments(puts.data_ptr(), W_RECV_X, W_SEND_X, SIG_A2AV, 6)
         self._wait(SIG_A2AV, 1, 0, SLOT_A2AV, 6)
         # The total, read once the copies are queued (published by the plan kernel).
         rows_out = self._published(1)[0] if out_rows == 0 else out_rows
@@ -891,7 +921,7 @@ class Buffer:
         """Refuses low-latency mode unless every peer's windows and signal slots are mapped here:
         its kernels store tokens straight into peers' GPU memory (one host, CUDA IPC)."""
         probe = torch.zeros(self.num_ranks, dtype=torch.int32, device=self.device)
-        self._launch("ep_ll_probe", 1, 32, self._table, u32(self.num_ranks), u32(W_LL_RECV), u64(probe.data_ptr()))
+        self._launch("ep_ll_probe", 1, 32, self._table, self.num_ranks, W_LL_RECV, probe.data_ptr())
         self._side.synchronize()
         unreachable = [r for r, ok in enumerate(probe.tolist()) if not ok]
         if unreachable:
@@ -900,16 +930,17 @@ class Buffer:
                 f"rank(s) {unreachable} cannot be reached so (another host, or CUDA IPC off): use dispatch and combine there"
             )
 
-    def _ll(self, sig: int, blocks: int) -> _LowLatency:
-        return _LowLatency(
-            self._table.value, self.rank, self.num_ranks, self.num_experts, self.num_topk, self.max_tokens_per_rank,
+    def _ll(self, sig: int, blocks: int) -> tuple[int, ...]:
+        """ep.cu's LowLatency (``_LowLatency``'s fields, in order)."""
+        return (
+            self._table, self.rank, self.num_ranks, self.num_experts, self.num_topk, self.max_tokens_per_rank,
             self._row_bytes, W_LL_RECV, W_LL_SRC, W_LL_COUNTS, W_LL_COMB, sig,
-            self._ll_blocks[blocks:].data_ptr(), self._status.data_ptr(),
+            self._ll_blocks[blocks:].data_ptr(), self._status_ptr,
         )
 
     def _ll_signal(self, window: int, sig: int) -> None:
         self._launch(
-            "ep_ll_signal", 1, 32, self._table, u32(self.rank), u32(self.num_ranks), u32(window), u32(sig),
+            "ep_ll_signal", 1, 32, self._table, self.rank, self.num_ranks, window, sig,
             *self._status_args(11),
         )
 
@@ -937,8 +968,8 @@ class Buffer:
         # Peers must have unpacked the previous dispatch before their receive buffers are reused.
         self._wait(SIG_LL_RECV_FREE, 1, 1, SLOT_LL_RECV_FREE, 11)
         self._launch(
-            "ep_ll_dispatch", self.sms, 1024, u64(x.data_ptr()), u64(topk_idx.data_ptr()), u64(tokens),
-            u64(self._ll_counts.data_ptr()), self._ll(SIG_LL_DISPATCH, 0),
+            "ep_ll_dispatch", self.sms, 1024, x.data_ptr(), topk_idx.data_ptr(), tokens,
+            self._ll_counts.data_ptr(), *self._ll(SIG_LL_DISPATCH, 0),
         )
         self._wait(SIG_LL_DISPATCH, 1, 0, SLOT_LL_DISPATCH, 9)
         out = torch.empty(local, ranks * m, self.hidden, dtype=self.dtype, device=dev)
@@ -946,10 +977,10 @@ class Buffer:
         layout = torch.empty(local, ranks, dtype=torch.int64, device=dev)
         count = torch.empty(local, dtype=torch.int32, device=dev)
         self._launch(
-            "ep_ll_unpack", self.sms, 1024, u64(self._windows[W_LL_RECV].data_ptr()),
-            u64(self._windows[W_LL_SRC].data_ptr()), u64(self._windows[W_LL_COUNTS].data_ptr()), u32(local), u32(ranks),
-            u64(m), u64(self._row_bytes), u64(out.data_ptr()), u64(src_info.data_ptr()), u64(layout.data_ptr()),
-            u64(count.data_ptr()),
+            "ep_ll_unpack", self.sms, 1024, self._window_ptrs[W_LL_RECV],
+            self._window_ptrs[W_LL_SRC], self._window_ptrs[W_LL_COUNTS], local, ranks,
+            m, self._row_bytes, out.data_ptr(), src_info.data_ptr(), layout.data_ptr(),
+            count.data_ptr(),
         )
         self._ll_signal(W_LL_RECV, SIG_LL_RECV_FREE)
         self._leave()
@@ -981,15 +1012,15 @@ class Buffer:
         # Peers must have summed the previous combine before their combine buffers are reused.
         self._wait(SIG_LL_COMB_FREE, 1, 1, SLOT_LL_COMB_FREE, 11)
         self._launch(
-            "ep_ll_combine_send", self.sms, 1024, u64(x.data_ptr()), u64(handle.src_info.data_ptr()),
-            u64(handle.layout.data_ptr()), u64(handle.recv_count.data_ptr()), u32(local), self._ll(SIG_LL_COMBINE, 1),
+            "ep_ll_combine_send", self.sms, 1024, x.data_ptr(), handle.src_info.data_ptr(),
+            handle.layout.data_ptr(), handle.recv_count.data_ptr(), local, *self._ll(SIG_LL_COMBINE, 1),
         )
         self._wait(SIG_LL_COMBINE, 1, 0, SLOT_LL_COMBINE, 10)
         out = torch.empty(tokens, self.hidden, dtype=self.dtype, device=self.device)
         if tokens > 0:
             self._launch(
-                "ep_ll_reduce_bf16", self.sms, 1024, u64(out.data_ptr()), u64(self._windows[W_LL_COMB].data_ptr()),
-                u64(topk_idx.data_ptr()), u64(topk_weights.data_ptr()), u64(tokens), u32(self.num_topk), u64(self.hidden),
+                "ep_ll_reduce_bf16", self.sms, 1024, out.data_ptr(), self._window_ptrs[W_LL_COMB],
+                topk_idx.data_ptr(), topk_weights.data_ptr(), tokens, self.num_topk, self.hidden,
             )
         self._ll_signal(W_LL_COMB, SIG_LL_COMB_FREE)
         self._leave()

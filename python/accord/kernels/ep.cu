@@ -689,7 +689,10 @@ extern "C" __global__ void __launch_bounds__(1024) ep_reduce_f32(float* out, u64
 // from that rank reached this call's epoch); this rank's own rows at once. out null: only the
 // waits (views of the window are returned). The matrix rows (stride wide) end with each sender's
 // chunk prefixes [(chunks + 1)][ranks] (ep_layout_scan): chunk c of sender s holds rows
-// [prefix_s[c][me], prefix_s[c + 1][me]) of s's segment here. A warp a row, in receive order.
+// [prefix_s[c][me], prefix_s[c + 1][me]) of s's segment here. A warp a row: this rank's own
+// rows first (packed before this kernel started, so they are copied while the copy engines
+// still move the other ranks' chunks), then the other senders' rows in receive order, so the
+// warps wait for a chunk only once the rows already here are copied.
 extern "C" __global__ void __launch_bounds__(1024) ep_copy_out(const unsigned char* recv, unsigned char* out, u64 row_bytes,
                                                                u64 n_out, const i64* matrix, u64 stride, u32 ranks,
                                                                u32 experts, u32 me, u32 chunks, ChunkWait w) {
@@ -709,7 +712,12 @@ extern "C" __global__ void __launch_bounds__(1024) ep_copy_out(const unsigned ch
   const u64 epoch = *reinterpret_cast<const volatile u64*>(w.epoch);
   const u64* slots = reinterpret_cast<const u64*>(w.table->signals);
   const u32 world = w.table->world, lane = threadIdx.x & 31u;
-  for (u64 i = global_warp(); i < n; i += warp_count()) {
+  const u64 own_first = u64(seg_start[me]), own_rows = u64(seg_start[me + 1]) - own_first;
+  for (u64 k = global_warp(); k < total; k += warp_count()) {
+    // The k-th row in copy order: own rows, then the rows before them, then those after.
+    const u64 other = k - own_rows;
+    const u64 i = k < own_rows ? own_first + k : (other < own_first ? other : other + own_rows);
+    if (i >= n) continue;  // past the caller's rows (warp-uniform: a warp a row)
     u32 s = 0;
     while (s + 1 < ranks && u64(seg_start[s + 1]) <= i) ++s;
     if (s != me && lane == 0) {
