@@ -214,6 +214,14 @@ def profile(
                     fn()
                 torch.cuda.synchronize()
                 dist.barrier()
+        # The same calls back to back, as the timed loop runs them: where the GPU waits between
+        # calls in the steady state (scripts/device/trace_summary.py --range "ep:steady <name>").
+        for name, fn in calls.items():
+            with record_function(f"ep:steady {name}"):
+                for _ in range(4):
+                    fn()
+            torch.cuda.synchronize()
+            dist.barrier()
     if rank == 0:
         print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=30), flush=True)
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=20), flush=True)

@@ -133,6 +133,10 @@ class _ChunkPuts(ctypes.Structure):
         ("segments", ctypes.c_uint64),
         ("done", ctypes.c_uint64),
         ("status", ctypes.c_uint64),
+        ("meta_segments", ctypes.c_uint64),
+        ("meta_dst_window", ctypes.c_uint32),
+        ("meta_src_window", ctypes.c_uint32),
+        ("meta_sig", ctypes.c_uint32),
     ]
 
 
@@ -671,7 +675,7 @@ class Buffer:
         layout_blocks = max(1, -(-tokens // LAYOUT_THREADS))
         sizes = (
             tokens * ranks, tokens * ranks, 9 * ranks, 1 + self.experts_per_rank, (chunks + 1) * ranks,
-            chunks, (tokens + 1) // 2, layout_blocks * self.num_experts, 2 * ranks,
+            chunks + 1, (tokens + 1) // 2, layout_blocks * self.num_experts, 2 * ranks,
         )
         work = torch.empty(sum(sizes), dtype=torch.int64, device=dev)
         # The pieces' addresses by arithmetic, and tensor views only of what the handle and the
@@ -687,28 +691,38 @@ class Buffer:
                 "ep_layout_tokens", layout_blocks, LAYOUT_THREADS, topk_idx.data_ptr(), tokens,
                 self.num_topk, ranks, self.num_experts, masks, partial, self._status_ptr,
             )
+        # The scan ends in the count exchange's puts, and the plan begins with its wait (GPU
+        # waits), so the exchange costs no launch of its own.
         self._launch(
             "ep_layout_scan", 1, 1024, masks, tokens, ranks, self.num_experts, partial,
             layout_blocks if tokens > 0 else 0, within, own_counts, chunks, per_chunk, chunk_prefix, chunk_done,
-            own_counts + (ranks + self.num_experts) * 8,
+            own_counts + (ranks + self.num_experts) * 8, self._table, self.rank, self._exchange_ptr, W_COUNTS, SIG_COUNTS,
+            self._status_ptr,
         )
-        self._put_segments(self._exchange_ptr, W_COUNTS, W_COUNTS, SIG_COUNTS, 1)
-        self._wait(SIG_COUNTS, 1, 0, SLOT_COUNTS, 1)
+        if self._host_wait:
+            self._wait_on_host(range(SIG_COUNTS, SIG_COUNTS + 1), 1, 0, SLOT_COUNTS, 1)
+            plan_wait: tuple[int, ...] = (self._table, SIG_COUNTS, 0, SLOT_COUNTS, 0, 0)
+        else:
+            # The plan also bumps the epoch of this call's chunk signals, which ep_copy_out reads.
+            plan_wait = (
+                self._table, SIG_COUNTS, self._state_ptr, SLOT_COUNTS, self._timeout_ns, self._state_ptr + 8 * SLOT_DISPATCH
+            )
 
         # 2. The plan, on the GPU (ep.cu's ep_plan; _ep_plan.plan is its reference).
         self._launch(
             "ep_plan", 1, 1024, self._counts_ptr, ranks, self.num_experts, self.rank, tokens, within, rows,
             self._row_bytes, self._meta_bytes, puts_x, puts_meta, puts_comb, summary,
             *(self._next_publication() if num_worst_tokens == 0 else (0, 0)),
-            self._status_ptr, self._comb_chunks, walk, self._count_width, max(chunks, 1),
+            self._status_ptr, self._comb_chunks, walk, self._count_width, max(chunks, 1), *plan_wait,
         )
 
         # 3. Pack (one read of each token) and put the rows: chunk by chunk from the packing
         # kernel as each chunk is packed, or (chunks=0) one put a peer after it; then the metadata.
+        # With chunks, the packing kernel also puts the metadata after its last token.
         if tokens > 0 or chunks > 0:
             chunk_args = (  # ep.cu's ChunkPuts
                 self._table, self.rank, chunks, W_RECV_X, W_SEND_X, SIG_DISPATCH, per_chunk, chunk_prefix, puts_x,
-                chunk_done, self._status_ptr,
+                chunk_done, self._status_ptr, puts_meta if chunks > 0 else 0, W_RECV_META, W_SEND_META, SIG_DATA,
             )
             self._launch(
                 "ep_pack_tokens", self.sms, 1024, x.data_ptr(), self._row_bytes, topk_idx.data_ptr(),
@@ -717,7 +731,7 @@ class Buffer:
             )
         if chunks == 0:
             self._put_segments(puts_x, W_RECV_X, W_SEND_X, SIG_DISPATCH, 2)
-        self._put_segments(puts_meta, W_RECV_META, W_SEND_META, SIG_DATA, 2)
+            self._put_segments(puts_meta, W_RECV_META, W_SEND_META, SIG_DATA, 2)
 
         # 4. Output size: from the host (DeepEP's normal mode) or the caller's worst case. Read
         # only now, with the packing and the puts already queued behind the plan: the GPU never
@@ -748,12 +762,7 @@ class Buffer:
         recv_x = torch.empty(rows_out, self.hidden, dtype=self.dtype, device=dev) if fresh else window[:rows_out]
         if self._host_wait:
             self._wait_on_host(range(SIG_DISPATCH, SIG_DISPATCH + max(chunks, 1)), 1, 0, SLOT_DISPATCH, 2)
-        else:
-            # This call's epoch (a wait for nothing bumps it), then each row once its chunk is in.
-            self._launch(
-                "ep_wait", 1, 32, self._table, self.rank, ranks, SIG_DISPATCH, 0, 0,
-                self._state_ptr, SLOT_DISPATCH, self._timeout_ns, *self._status_args(2),
-            )
+        # (GPU waits: ep_plan bumped this call's epoch of the chunk signals.)
         if by_chunk:
             self._copy_out_by_chunk(window, recv_x, bounds, max(chunks, 1), rows_out)
         elif not self._host_wait:

@@ -297,7 +297,8 @@ def test_auto_waits_on_the_gpu_only_where_it_cannot_stall(
         # ep.cu's structs passed by value, laid out as the C compiler lays them out (natural
         # alignment): a field moved on one side only would hand the kernels wrong pointers.
         ("_ChunkPuts", {"table": 0, "me": 8, "chunks": 12, "dst_window": 16, "src_window": 20, "sig": 24,
-                        "per_chunk": 32, "prefix": 40, "segments": 48, "done": 56, "status": 64}, 72),
+                        "per_chunk": 32, "prefix": 40, "segments": 48, "done": 56, "status": 64, "meta_segments": 72,
+                        "meta_dst_window": 80, "meta_src_window": 84, "meta_sig": 88}, 96),
         ("_CombinePuts", {"table": 0, "me": 8, "chunks": 12, "dst_window": 16, "src_window": 20, "sig": 24,
                           "segments": 32, "done": 40, "status": 48}, 56),
         ("_ChunkWait", {"table": 0, "walk": 8, "epoch": 16, "timeout_ns": 24, "status": 32, "sig_base": 40}, 48),

@@ -35,6 +35,43 @@ __device__ __forceinline__ bool failed(const int* status) {
   return *reinterpret_cast<const volatile int*>(status) != 0;
 }
 
+// Asks the proxy to move args[r] = {bytes, source offset, destination offset} from this rank's
+// `src_window` to r's `dst_window` and add 1 to r's signal `sig` (the signal alone when there
+// are no bytes), recording a failure under `stage`: ep_put_segments' one peer, also the count
+// exchange at the end of ep_layout_scan and the metadata put at the end of ep_pack_tokens.
+__device__ void put_segment(const DeviceTable* t, u32 r, const i64* args, u32 dst_window, u32 src_window, u32 sig,
+                            int stage, int* status) {
+  const i64 bytes = args[3 * r];
+  const i64 src_offset = args[3 * r + 1];
+  const i64 dst_offset = args[3 * r + 2];
+  Status s;
+  if (bytes < 0 || src_offset < 0 || dst_offset < 0) {
+    s = BAD_ARGUMENT;
+  } else if (bytes == 0) {
+    s = signal(t, r, sig, SIGNAL_ADD, 1);
+  } else {
+    s = put(t, dst_window, r, u64(dst_offset), src_window, u64(src_offset), u64(bytes), SIGNAL_ADD, sig, 1);
+  }
+  if (s != OK) record_failure(status, stage, r, int(s));
+}
+
+// Waits, bounded, until every other rank's slot of signal `sig` reached `each`; a failure is
+// recorded with the first rank whose slot is short (EP signals are never reset).
+__device__ void wait_each_peer(const DeviceTable* t, u32 me, u32 ranks, u32 sig, u64 each, u64 timeout_ns, int stage,
+                               int* status) {
+  const Status s = wait_signal(t, sig, each * u64(ranks - 1), timeout_ns);
+  if (s == OK) return;
+  const u64* slots = reinterpret_cast<const u64*>(t->signals) + u64(sig) * t->world;
+  u32 lagging = me;
+  for (u32 r = 0; r < ranks; ++r) {
+    if (r != me && *reinterpret_cast<const volatile u64*>(slots + r) < each) {
+      lagging = r;
+      break;
+    }
+  }
+  record_failure(status, stage, lagging, int(s));
+}
+
 __device__ __forceinline__ float bf16_to_f32(unsigned short v) { return __uint_as_float(u32(v) << 16); }
 
 // Round to nearest even, as torch's float -> bfloat16 conversion; NaN stays a quiet NaN.
@@ -108,8 +145,10 @@ struct ChunkPuts {
   u64 per_chunk;             // tokens a chunk: [c * per_chunk, (c + 1) * per_chunk)
   const i64* prefix;         // [chunks + 1][ranks]: rows of the segment to r before chunk c
   const i64* segments;       // [ranks][3]: (bytes, source offset, destination offset) of the whole segment
-  unsigned int* done;        // [chunks]: tokens of chunk c packed (zeroed by ep_layout_scan)
+  unsigned int* done;        // [chunks + 1]: tokens of chunk c packed, then of all (zeroed by ep_layout_scan)
   int* status;
+  const i64* meta_segments;  // [ranks][3]: the metadata segments, put after the last token (null: not here)
+  u32 meta_dst_window, meta_src_window, meta_sig;
 };
 
 // Asks the proxy to move chunk c of this rank's segment to every other rank, with chunk c's own
@@ -132,6 +171,15 @@ __device__ void put_chunk(const ChunkPuts& p, u32 ranks, u64 row_bytes, u32 c) {
   }
 }
 
+// The metadata segments to every other rank, once every token's metadata row is written (with
+// chunks; ep_put_segments' launch otherwise), each with its signal.
+__device__ void put_meta(const ChunkPuts& p, u32 ranks) {
+  if (p.meta_segments == nullptr) return;
+  for (u32 r = 0; r < ranks; ++r) {
+    if (r != p.me) put_segment(p.table, r, p.meta_segments, p.meta_dst_window, p.meta_src_window, p.meta_sig, 2, p.status);
+  }
+}
+
 // dispatch's packing: token t's row of `x` to bases[r] + rows[t * ranks + r] * row_bytes and its
 // metadata row (k int64 expert ids, k float32 weights, the int32 token index) to
 // meta_bases[r] + rows[...] * meta_bytes, for every rank r it goes to (ranks <= 32). With chunks,
@@ -146,6 +194,7 @@ extern "C" __global__ void __launch_bounds__(1024) ep_pack_tokens(const unsigned
     for (u32 c = 0; c < chunk.chunks; ++c) {
       if (u64(c) * chunk.per_chunk >= tokens) put_chunk(chunk, ranks, row_bytes, c);
     }
+    if (tokens == 0) put_meta(chunk, ranks);
   }
   for (u64 t = global_warp(); t < tokens; t += warp_count()) {
     i64 row = -1;
@@ -173,6 +222,7 @@ extern "C" __global__ void __launch_bounds__(1024) ep_pack_tokens(const unsigned
         const u64 first = u64(c) * chunk.per_chunk;
         const u64 size = tokens - first < chunk.per_chunk ? tokens - first : chunk.per_chunk;
         if (u64(atomicAdd(chunk.done + c, 1u)) + 1 == size) put_chunk(chunk, ranks, row_bytes, c);
+        if (u64(atomicAdd(chunk.done + chunk.chunks, 1u)) + 1 == tokens) put_meta(chunk, ranks);
       }
     }
   }
@@ -344,8 +394,11 @@ extern "C" __global__ void __launch_bounds__(1024) ep_layout_scan(const u32* mas
                                                                   const i64* partial, u32 blocks, i64* within,
                                                                   i64* count_row, u32 chunks, u64 per_chunk,
                                                                   i64* chunk_prefix, unsigned int* chunk_done,
-                                                                  i64* row_prefix) {
-  for (u32 c = threadIdx.x; c < chunks; c += blockDim.x) chunk_done[c] = 0;
+                                                                  i64* row_prefix, const DeviceTable* t, u32 me,
+                                                                  const i64* exchange, u32 count_window, u32 count_sig,
+                                                                  int* status) {
+  // chunk_done[chunks] counts every packed token (ep_pack_tokens puts the metadata after the last).
+  for (u32 c = threadIdx.x; c < chunks + (chunks > 0 ? 1u : 0u); c += blockDim.x) chunk_done[c] = 0;
   for (u32 e = threadIdx.x; e < experts; e += blockDim.x) {
     i64 sum = 0;
     for (u32 b = 0; b < blocks; ++b) sum += partial[u64(b) * experts + e];
@@ -379,6 +432,15 @@ extern "C" __global__ void __launch_bounds__(1024) ep_layout_scan(const u32* mas
     const u32 c = i / ranks, r = i % ranks;
     row_prefix[i] = chunks > 0 ? chunk_prefix[i] : (c == 0 ? 0 : count_row[r]);
   }
+  // The count exchange (exchange non-null: ep_put_segments' puts, one launch fewer): every
+  // thread makes its part of the row visible system-wide, then one thread a peer asks the proxy
+  // to put the row there, with the signal the peers wait for.
+  if (exchange != nullptr) {
+    __threadfence_system();
+    __syncthreads();
+    const u32 r = threadIdx.x;
+    if (r < ranks && r != me && !failed(status)) put_segment(t, r, exchange, count_window, count_window, count_sig, 1, status);
+  }
 }
 
 // One block: everything dispatch and combine need from the exchanged count matrix
@@ -400,9 +462,23 @@ extern "C" __global__ void __launch_bounds__(1024) ep_layout_scan(const u32* mas
 // (ep_layout_scan's row_prefix).
 extern "C" __global__ void __launch_bounds__(1024) ep_plan(const i64* matrix, u32 ranks, u32 experts, u32 me, u64 tokens, const i64* within,
                                    i64* rows, u64 row_bytes, u64 meta_bytes, i64* puts_x, i64* puts_meta,
-                                   i64* comb_puts, i64* summary, i64* host, u64 seq, const int* status,
-                                   u32 comb_chunks, i64* walk, u64 width, u32 dispatch_chunks) {
+                                   i64* comb_puts, i64* summary, i64* host, u64 seq, int* status,
+                                   u32 comb_chunks, i64* walk, u64 width, u32 dispatch_chunks,
+                                   const DeviceTable* t, u32 count_sig, u64* state, u32 count_slot, u64 timeout_ns,
+                                   u64* bump) {
   __shared__ i64 send_me[64], recv_me[64], recv_col[64], send_col[64], from[64];
+  // The count exchange's wait (state non-null: ep_wait's, one launch fewer): this call's epoch,
+  // then every other rank's row, before any thread reads the matrix. `bump` (non-null) is the
+  // epoch of dispatch's chunk signals, bumped for this call here so that no kernel of its own
+  // is launched for it (ep_copy_out reads it after this kernel).
+  if (state != nullptr) {
+    if (threadIdx.x == 0) {
+      const u64 epoch = ++state[count_slot];
+      if (!failed(status)) wait_each_peer(t, me, ranks, count_sig, epoch, timeout_ns, 1, status);
+    }
+    __syncthreads();
+  }
+  if (bump != nullptr && threadIdx.x == 0) ++*bump;
   if (threadIdx.x == 0) {
     i64 a = 0, c = 0;
     for (u32 r = 0; r < ranks; ++r) {
@@ -503,19 +579,9 @@ extern "C" __global__ void ep_put_segments(const DeviceTable* t, u32 me, u32 ran
                                            u32 src_window, u32 sig, int stage, int* status) {
   const u32 r = threadIdx.x;
   if (r >= ranks || r == me || failed(status)) return;
-  const i64 bytes = args[3 * r];
-  const i64 src_offset = args[3 * r + 1];
-  const i64 dst_offset = args[3 * r + 2];
-  Status s;
-  if (bytes < 0 || src_offset < 0 || dst_offset < 0) {
-    s = BAD_ARGUMENT;
-  } else if (bytes == 0) {
-    s = signal(t, r, sig, SIGNAL_ADD, 1);
-  } else {
-    s = put(t, dst_window, r, u64(dst_offset), src_window, u64(src_offset), u64(bytes), SIGNAL_ADD, sig, 1);
-  }
-  if (s != OK) record_failure(status, stage, r, int(s));
+  put_segment(t, r, args, dst_window, src_window, sig, stage, status);
 }
+
 
 // One thread per rank r != me: adds 1 to r's signal `sig` (no data).
 extern "C" __global__ void ep_signal_peers(const DeviceTable* t, u32 me, u32 ranks, u32 sig, int stage, int* status) {
@@ -529,22 +595,6 @@ extern "C" __global__ void ep_signal_peers(const DeviceTable* t, u32 me, u32 ran
 // per_peer * (ranks - 1) * (epoch - lag), i.e. until every other rank's slot has reached
 // per_peer * (epoch - lag). The epoch lives on the GPU, so a CUDA graph replays it correctly.
 // On a timeout, the first rank whose slot is short is recorded.
-// Waits, bounded, until every other rank's slot of signal `sig` reached `each`; a failure is
-// recorded with the first rank whose slot is short (EP signals are never reset).
-__device__ void wait_each_peer(const DeviceTable* t, u32 me, u32 ranks, u32 sig, u64 each, u64 timeout_ns, int stage,
-                               int* status) {
-  const Status s = wait_signal(t, sig, each * u64(ranks - 1), timeout_ns);
-  if (s == OK) return;
-  const u64* slots = reinterpret_cast<const u64*>(t->signals) + u64(sig) * t->world;
-  u32 lagging = me;
-  for (u32 r = 0; r < ranks; ++r) {
-    if (r != me && *reinterpret_cast<const volatile u64*>(slots + r) < each) {
-      lagging = r;
-      break;
-    }
-  }
-  record_failure(status, stage, lagging, int(s));
-}
 
 extern "C" __global__ void ep_wait(const DeviceTable* t, u32 me, u32 ranks, u32 sig, u64 per_peer, u64 lag, u64* state,
                                    u32 slot, u64 timeout_ns, int stage, int* status) {
