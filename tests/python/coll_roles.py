@@ -63,6 +63,9 @@ def every_collective() -> int:
                 a = everyone[rank].copy()
                 comm.all_reduce(a, op)
                 check(f"all_reduce {name} {op}", a, reference(op, everyone))
+                a = everyone[rank].copy()
+                comm.all_reduce(a, op, algo="direct")
+                check(f"all_reduce direct {name} {op}", a, reference(op, everyone))
                 root = (checked + 1) % n
                 a = everyone[rank].copy()
                 comm.reduce(a, root, op)
@@ -80,7 +83,7 @@ def every_collective() -> int:
             comm.all_gather(everyone[rank], out)
             check(f"all_gather {name}", out, np.concatenate(everyone))
             # In place (the input is this rank's block of the output), with every schedule.
-            for algo in ("ring", "recursive_doubling", "bruck"):
+            for algo in ("ring", "recursive_doubling", "bruck", "direct"):
                 out = np.zeros(COUNT * n, dtype)
                 mine = out[rank * COUNT : (rank + 1) * COUNT]
                 mine[:] = everyone[rank]

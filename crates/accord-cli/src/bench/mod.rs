@@ -115,7 +115,8 @@ pub struct CollArgs {
     #[arg(short = 'a', long = "average", default_value_t = 1)]
     average: u32,
     /// Force an algorithm (ring, recursive_doubling, rabenseifner, binomial_tree, bruck,
-    /// recursive_halving, pairwise, direct); default: chosen by size.
+    /// recursive_halving, pairwise, direct); default: `ACCORD_ALGO_<COLLECTIVE>` if set, else
+    /// chosen by size.
     #[arg(long)]
     algo: Option<String>,
     /// Print one JSON object (rows carry the run's metadata).
@@ -227,8 +228,21 @@ fn run_info(
         iters: s.iters,
         check: s.check,
         average: s.average.name().to_string(),
-        algo: a.algo.clone().unwrap_or_else(|| "chosen by size".into()),
+        algo: algo_label(collective, a.algo.as_deref(), accord_coll::CollConfig::from_env().ok().as_ref()),
         datapath,
+    }
+}
+
+/// The algorithm the table's header names: `--algo`, else the `ACCORD_ALGO_<COLLECTIVE>`
+/// override of the ranks' configuration (so two runs that differ only in that variable say
+/// so), else "chosen by size".
+fn algo_label(collective: Collective, flag: Option<&str>, config: Option<&accord_coll::CollConfig>) -> String {
+    if let Some(name) = flag {
+        return name.to_string();
+    }
+    match config.and_then(|c| c.algo_overrides.get(&collective)) {
+        Some(algo) => format!("{algo} (ACCORD_ALGO_{})", collective.name().to_ascii_uppercase()),
+        None => "chosen by size".into(),
     }
 }
 
@@ -338,4 +352,20 @@ fn suite() -> Result<i32, String> {
         }
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_header_names_the_flag_then_the_env_override_then_size() {
+        let mut config = accord_coll::CollConfig::default();
+        assert_eq!(algo_label(Collective::AllReduce, None, Some(&config)), "chosen by size");
+        assert_eq!(algo_label(Collective::AllReduce, None, None), "chosen by size");
+        config.algo_overrides.insert(Collective::AllReduce, Algo::Direct);
+        assert_eq!(algo_label(Collective::AllReduce, None, Some(&config)), "direct (ACCORD_ALGO_ALL_REDUCE)");
+        assert_eq!(algo_label(Collective::AllGather, None, Some(&config)), "chosen by size");
+        assert_eq!(algo_label(Collective::AllReduce, Some("ring"), Some(&config)), "ring");
+    }
 }

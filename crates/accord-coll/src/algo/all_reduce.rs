@@ -16,6 +16,7 @@ pub(crate) fn scratch_bytes(algo: super::Algo, bytes: usize, count: usize, es: u
     match algo {
         super::Algo::RecursiveDoubling => (1 + f.steps() as usize) * bytes,
         super::Algo::Rabenseifner => bytes + rab_slot_base(f, count, es, f.steps()),
+        super::Algo::Direct => super::direct::scratch_bytes(n, count.div_ceil(n) * es),
         _ => bytes,
     }
 }

@@ -13,7 +13,9 @@
 //! - recursive halving reduce_scatter: a working accumulator, a fold-in slot
 //!   and halving slots (about 4x the input at most);
 //! - binomial reduce: an accumulator plus one slot per child;
-//! - ring (chain) reduce: one slot per chunk (1x).
+//! - ring (chain) reduce: one slot per chunk (1x);
+//! - direct all_reduce / reduce_scatter (`direct.rs`): one slot per other rank, each the
+//!   largest block ((p-1)/p of the all_reduce vector, (p-1)/p of the reduce_scatter input).
 //!
 //! Slots are never reused within one collective, so a fast peer can never
 //! overwrite data a slow rank has not consumed; across collectives the
@@ -33,7 +35,13 @@
 //! ([`crate::Communicator::run_staged`]); peers' descriptor tokens are parsed once per
 //! token by the engine transport.
 //!
-//! Large steps of ring and Rabenseifner all_reduce, ring all_gather, all_to_all(v) and
+//! Direct all_reduce (all peers at once: every rank writes block b of its input to rank b,
+//! which reduces it in rank order and writes the result to every peer; two dependent steps
+//! whatever p, against 2(p-1) for ring) and its two halves, direct reduce_scatter and
+//! direct all_gather, are chosen only when forced (`ACCORD_ALGO_ALL_REDUCE=direct`, or the
+//! per-call algorithm); see `direct.rs` for why and for its reduction order.
+//!
+//! Large steps of ring, Rabenseifner and direct all_reduce, ring all_gather, all_to_all(v) and
 //! Rabenseifner's all-gather move in segments of `ACCORD_COLL_SEGMENT_BYTES`, each carrying an
 //! immediate: a segment is reduced or forwarded as soon as it lands, while the next is on
 //! the wire.
@@ -48,6 +56,7 @@ mod all_gather;
 mod all_reduce;
 mod all_to_all;
 mod ctx;
+mod direct;
 mod misc;
 mod reduce_scatter;
 mod rooted;
@@ -122,11 +131,11 @@ impl Collective {
     /// The algorithms implemented for this collective.
     pub const fn algorithms(self) -> &'static [Algo] {
         match self {
-            Collective::AllReduce => &[Algo::Ring, Algo::RecursiveDoubling, Algo::Rabenseifner],
+            Collective::AllReduce => &[Algo::Ring, Algo::RecursiveDoubling, Algo::Rabenseifner, Algo::Direct],
             Collective::Reduce => &[Algo::BinomialTree, Algo::Ring],
             Collective::Broadcast => &[Algo::BinomialTree, Algo::Ring],
-            Collective::AllGather => &[Algo::Ring, Algo::RecursiveDoubling, Algo::Bruck],
-            Collective::ReduceScatter => &[Algo::Ring, Algo::RecursiveHalving],
+            Collective::AllGather => &[Algo::Ring, Algo::RecursiveDoubling, Algo::Bruck, Algo::Direct],
+            Collective::ReduceScatter => &[Algo::Ring, Algo::RecursiveHalving, Algo::Direct],
             Collective::AllToAll | Collective::AllToAllV => &[Algo::Pairwise, Algo::Direct],
             Collective::SendRecv => &[Algo::Direct],
             Collective::Barrier => &[Algo::Dissemination],
@@ -158,7 +167,8 @@ pub enum Algo {
     RecursiveHalving,
     /// Pairwise exchange: one peer per step (all_to_all(v)).
     Pairwise,
-    /// All peers at once (all_to_all(v), send/recv).
+    /// All peers at once (all_to_all(v), send/recv); for all_reduce, reduce_scatter and
+    /// all_gather every block straight to its destination in one step (`direct.rs`).
     Direct,
     /// Dissemination (barrier).
     Dissemination,
@@ -234,6 +244,7 @@ pub(crate) fn dispatch<T: crate::CollTransport + ?Sized>(
         (Collective::AllReduce, Algo::Ring) => all_reduce::ring(cx, a),
         (Collective::AllReduce, Algo::RecursiveDoubling) => all_reduce::recursive_doubling(cx, a),
         (Collective::AllReduce, Algo::Rabenseifner) => all_reduce::rabenseifner(cx, a),
+        (Collective::AllReduce, Algo::Direct) => direct::all_reduce(cx, a),
         (Collective::Reduce, Algo::BinomialTree) => rooted::reduce_binomial(cx, a),
         (Collective::Reduce, Algo::Ring) => rooted::reduce_ring(cx, a),
         (Collective::Broadcast, Algo::BinomialTree) => rooted::broadcast_binomial(cx, a),
@@ -241,8 +252,10 @@ pub(crate) fn dispatch<T: crate::CollTransport + ?Sized>(
         (Collective::AllGather, Algo::Ring) => all_gather::ring(cx, a),
         (Collective::AllGather, Algo::RecursiveDoubling) => all_gather::recursive_doubling(cx, a),
         (Collective::AllGather, Algo::Bruck) => all_gather::bruck(cx, a),
+        (Collective::AllGather, Algo::Direct) => direct::all_gather(cx, a),
         (Collective::ReduceScatter, Algo::Ring) => reduce_scatter::ring(cx, a),
         (Collective::ReduceScatter, Algo::RecursiveHalving) => reduce_scatter::recursive_halving(cx, a),
+        (Collective::ReduceScatter, Algo::Direct) => direct::reduce_scatter(cx, a),
         (Collective::AllToAll | Collective::AllToAllV, Algo::Pairwise | Algo::Direct) => all_to_all::run(cx, a),
         (c, algo) => Err(crate::CollError::Config(Algo::parse_for(c, algo.name()).unwrap_err())),
     }

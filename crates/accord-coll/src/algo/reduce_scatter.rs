@@ -13,6 +13,7 @@ pub(crate) fn scratch_bytes(algo: Algo, input_bytes: usize, block_bytes: usize, 
             let f = FoldMap::new(n);
             2 * input_bytes + halving_slot_base(f, block_bytes, f.steps())
         }
+        Algo::Direct => super::direct::scratch_bytes(n, block_bytes),
         _ => input_bytes,
     }
 }

@@ -172,10 +172,22 @@ fn reduction_matrix(coll: Collective, n: usize, dtypes: &[DType], extra_counts: 
 }
 
 fn reduction_matrix_with(coll: Collective, n: usize, dtypes: &[DType], extra_counts: &[usize], cfg: CollConfig) {
+    reduction_matrix_of(coll, coll.algorithms(), n, dtypes, extra_counts, cfg)
+}
+
+/// [`reduction_matrix_with`] for the algorithms `algos` only.
+fn reduction_matrix_of(
+    coll: Collective,
+    algos: &[Algo],
+    n: usize,
+    dtypes: &[DType],
+    extra_counts: &[usize],
+    cfg: CollConfig,
+) {
     world_with(n, cfg, |comm| {
         let me = comm.rank();
         let mut case = 0u64;
-        for &algo in coll.algorithms() {
+        for &algo in algos {
             for &d in dtypes {
                 for op in ReduceOp::ALL {
                     for &count in counts(n).iter().chain(extra_counts) {
@@ -393,11 +405,16 @@ fn all_gather_in_tiny_segments() {
 }
 
 fn all_gather_matrix(cfg: CollConfig) {
-    for n in 1..=RANKS_MAX {
+    all_gather_matrix_of(1..=RANKS_MAX, Collective::AllGather.algorithms(), cfg)
+}
+
+/// [`all_gather_matrix`] for the rank counts `ns` and the algorithms `algos` only.
+fn all_gather_matrix_of(ns: impl IntoIterator<Item = usize>, algos: &[Algo], cfg: CollConfig) {
+    for n in ns {
         world_with(n, cfg.clone(), |comm| {
             let me = comm.rank();
             let mut case = 0u64;
-            for &algo in Collective::AllGather.algorithms() {
+            for &algo in algos {
                 for d in DType::ALL {
                     for count in counts(n).into_iter().chain([100_000]) {
                         case += 1;
@@ -593,6 +610,93 @@ fn exchange_peers_are_mutual_and_ordered_fold_partner_first() {
                 assert_ne!(q, r);
                 assert!(f.exchange_peers(q).contains(&r), "n {n}: {r} exchanges with {q} but not back");
             }
+        }
+    }
+}
+
+/// Direct at the rank counts of a host (8 is above the other matrices' `RANKS_MAX`): every dtype
+/// and op, counts below the rank count (empty blocks) and not divisible by it, in place and
+/// out of place, in one segment a block and in segments of one or two elements (empty ones
+/// included), each element against the reference.
+#[test]
+fn direct_all_reduce_and_reduce_scatter_at_2_to_8_ranks() {
+    for n in [2, 3, 4, 5, 8] {
+        for segment_bytes in [CollConfig::default().segment_bytes, 8] {
+            let cfg = CollConfig { segment_bytes, ..CollConfig::default() };
+            for coll in [Collective::AllReduce, Collective::ReduceScatter] {
+                reduction_matrix_of(coll, &[Algo::Direct], n, &DType::ALL, &[n - 1, 64 * n + 5], cfg.clone());
+            }
+        }
+    }
+}
+
+#[test]
+fn direct_all_gather_at_8_ranks() {
+    for segment_bytes in [CollConfig::default().segment_bytes, 8] {
+        all_gather_matrix_of([8], &[Algo::Direct], CollConfig { segment_bytes, ..CollConfig::default() });
+    }
+}
+
+/// Values with rounding (not exactly representable sums), so the order of a reduction shows
+/// in its result.
+fn rounding_values<E: From<f32>>(rank: usize, count: usize) -> Vec<E> {
+    let mut rng = ChaCha8Rng::seed_from_u64(SEED ^ 0xd1ec7 ^ rank as u64);
+    (0..count).map(|_| E::from(rng.gen_range(-1.0e3f32..1.0e3) / 3.0)).collect()
+}
+
+/// Direct all_reduce's `Sum` is `x_0 + x_1 + ... + x_{n-1}` in rank order, bit for bit, on
+/// every rank, in place and out of place, in one segment a block and in many: the owner of
+/// each block reduces in rank order whatever the arrival order and the others copy its bytes.
+/// (Any other association, or a rank reducing on its own, would differ in the last bits.)
+fn direct_sums_in_rank_order<E>(n: usize, segment_bytes: usize)
+where
+    E: crate::Element + From<f32> + std::ops::Add<Output = E> + Copy + PartialEq + std::fmt::Debug,
+{
+    let count = 1000 + n;
+    let inputs: Vec<Vec<E>> = (0..n).map(|r| rounding_values(r, count)).collect();
+    let want: Vec<E> = (0..count).map(|i| inputs[1..].iter().fold(inputs[0][i], |acc, x| acc + x[i])).collect();
+    let cfg = CollConfig { segment_bytes, ..CollConfig::default() };
+    world_with(n, cfg, |comm| {
+        let me = comm.rank();
+        for in_place in [false, true] {
+            let send = comm.register_typed(&inputs[me]).unwrap();
+            let recv = out_buf(comm, count * std::mem::size_of::<E>());
+            let bufs = if in_place { Bufs::in_place(send.all()) } else { Bufs { send: send.all(), recv: recv.all() } };
+            comm.all_reduce(bufs, count, E::DTYPE, ReduceOp::Sum, Some(Algo::Direct)).unwrap();
+            let got: Vec<E> = comm.read_typed(if in_place { send.all() } else { recv.all() }).unwrap();
+            let first_diff = got.iter().zip(&want).position(|(g, w)| g != w);
+            assert!(
+                first_diff.is_none(),
+                "n={n} rank={me} in_place={in_place} segment_bytes={segment_bytes}: elem {first_diff:?} differs"
+            );
+            free(comm, vec![send, recv]);
+        }
+    });
+}
+
+#[test]
+fn direct_all_reduce_sums_in_rank_order_bit_for_bit_on_every_rank() {
+    for n in [3, 5, 8] {
+        for segment_bytes in [CollConfig::default().segment_bytes, 40] {
+            direct_sums_in_rank_order::<f32>(n, segment_bytes);
+            direct_sums_in_rank_order::<f64>(n, segment_bytes);
+        }
+    }
+}
+
+#[test]
+fn direct_scratch_is_one_slot_per_other_rank() {
+    let ar = |count, es, n| scratch_bytes(Collective::AllReduce, Algo::Direct, count, es, n);
+    assert_eq!(ar(1000, 4, 8), 7 * 125 * 4);
+    assert_eq!(ar(1001, 4, 8), 7 * 126 * 4); // slots of the largest block
+    assert_eq!(ar(3, 4, 8), 7 * 4); // count below the rank count: one-element slots
+                                    // reduce_scatter: `count` is the per-rank block.
+    assert_eq!(scratch_bytes(Collective::ReduceScatter, Algo::Direct, 10, 8, 4), 3 * 80);
+    assert_eq!(scratch_bytes(Collective::AllGather, Algo::Direct, 10, 8, 4), 0);
+    // Never more than ring's one vector once every rank has an element.
+    for n in 2..=16 {
+        for count in [n, 1000, (1 << 20) + 3] {
+            assert!(ar(count, 4, n) <= scratch_bytes(Collective::AllReduce, Algo::Ring, count, 4, n), "n={n} {count}");
         }
     }
 }

@@ -32,7 +32,7 @@ fn names(e: &CollError, rank: usize) -> bool {
 
 #[test]
 fn absent_rank_is_named_by_everyone_within_the_timeout() {
-    for algo in [Algo::Ring, Algo::RecursiveDoubling, Algo::Rabenseifner] {
+    for algo in [Algo::Ring, Algo::RecursiveDoubling, Algo::Rabenseifner, Algo::Direct] {
         let start = Instant::now();
         let results = on_all(comms(5, fast_config()), |mut c| {
             if c.rank() == 3 {
@@ -52,7 +52,8 @@ fn absent_rank_is_named_by_everyone_within_the_timeout() {
 
 #[test]
 fn rank_that_dies_mid_collective_is_named() {
-    for (algo, writes) in [(Algo::Ring, 3), (Algo::Rabenseifner, 2)] {
+    // Direct: its three handshakes and nothing else, or two of its three first writes too.
+    for (algo, writes) in [(Algo::Ring, 3), (Algo::Rabenseifner, 2), (Algo::Direct, 3), (Algo::Direct, 5)] {
         let start = Instant::now();
         let results = on_all(comms(4, fast_config()), |mut c| {
             if c.rank() == 2 {
@@ -67,6 +68,23 @@ fn rank_that_dies_mid_collective_is_named() {
             assert!(names(e, 2), "{algo}: rank {rank} got {e}");
         }
         assert!(start.elapsed() < Duration::from_secs(4));
+    }
+}
+
+/// A schedule whose scratch is over `ACCORD_COLL_SCRATCH_BYTES_MAX` is refused on every rank
+/// before anything is sent, naming the knob (no rank is left waiting).
+#[test]
+fn direct_over_the_scratch_limit_is_refused_naming_the_knob() {
+    let cfg = CollConfig { scratch_bytes_max: 1024, ..fast_config() };
+    let results = on_all(comms(3, cfg), |mut c| {
+        let buf = c.register_typed(&[1.0f32; 3000]).unwrap();
+        let e = c.all_reduce(Bufs::in_place(buf.all()), 3000, DType::F32, ReduceOp::Sum, Some(Algo::Direct));
+        (e.unwrap_err(), c.barrier())
+    });
+    for (e, barrier) in results {
+        assert!(matches!(&e, CollError::InvalidArgument { .. }), "{e}");
+        assert!(e.to_string().contains("ACCORD_COLL_SCRATCH_BYTES_MAX"), "{e}");
+        assert!(barrier.is_ok(), "{barrier:?}");
     }
 }
 

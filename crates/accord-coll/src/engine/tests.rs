@@ -58,7 +58,7 @@ fn all_reduce_over_the_network_matches_the_reference_for_every_algorithm() {
     let expected: Vec<f32> = (0..count).map(|i| (0..n).map(|r| values(r, count)[i]).sum()).collect();
     let results = on_ranks(n, |rank, mut c| {
         let mut out = vec![];
-        for algo in [Algo::Ring, Algo::RecursiveDoubling, Algo::Rabenseifner] {
+        for algo in [Algo::Ring, Algo::RecursiveDoubling, Algo::Rabenseifner, Algo::Direct] {
             let buf = c.register_typed(&values(rank, count)).unwrap();
             c.all_reduce(Bufs::in_place(buf.all()), count, DType::F32, ReduceOp::Sum, Some(algo)).unwrap();
             out.push((algo, c.read_typed::<f32>(buf.all()).unwrap()));
@@ -105,6 +105,33 @@ fn gather_scatter_broadcast_and_all_to_all_over_the_network() {
             }
         }
         assert_eq!(broadcast[count - 1], (count as i32 - 1) * 10 + 2, "broadcast at rank {rank}");
+    }
+}
+
+/// Direct reduce_scatter and all_gather over the network, 3 ranks, blocks of several packets
+/// and segments, out of place (reduce_scatter: block `j` of rank `r` is `values(r)` shifted by
+/// `j`).
+#[test]
+fn direct_reduce_scatter_and_all_gather_over_the_network() {
+    let (n, count) = (3, 70_001);
+    let block = |r: usize, j: usize| values(r + j, count);
+    let results = on_ranks(n, |rank, mut c| {
+        let input: Vec<f32> = (0..n).flat_map(|j| block(rank, j)).collect();
+        let send = c.register_typed(&input).unwrap();
+        let recv = c.register_typed(&vec![0f32; count]).unwrap();
+        let bufs = Bufs { send: send.all(), recv: recv.all() };
+        c.reduce_scatter(bufs, count, DType::F32, ReduceOp::Sum, Some(Algo::Direct)).unwrap();
+        let scattered = c.read_typed::<f32>(recv.all()).unwrap();
+        let mine = c.register_typed(&values(rank, count)).unwrap();
+        let all = c.register_typed(&vec![0f32; n * count]).unwrap();
+        c.all_gather(Bufs { send: mine.all(), recv: all.all() }, count, DType::F32, Some(Algo::Direct)).unwrap();
+        (scattered, c.read_typed::<f32>(all.all()).unwrap())
+    });
+    for (rank, (scattered, gathered)) in results.into_iter().enumerate() {
+        let want: Vec<f32> = (0..count).map(|i| (0..n).map(|r| block(r, rank)[i]).sum()).collect();
+        assert!(scattered == want, "reduce_scatter at rank {rank}");
+        let want: Vec<f32> = (0..n).flat_map(|r| values(r, count)).collect();
+        assert!(gathered == want, "all_gather at rank {rank}");
     }
 }
 
@@ -199,7 +226,7 @@ fn segmented_writes_carry_their_immediates_with_the_data() {
         let cfg = CollConfig { segment_bytes, ..config() };
         let per_call = on_ranks_with(n, cfg, |rank, mut c| {
             let mut rows = vec![];
-            for algo in [Algo::Ring, Algo::Rabenseifner] {
+            for algo in [Algo::Ring, Algo::Rabenseifner, Algo::Direct] {
                 let send = c.register_typed(&inputs[rank]).unwrap();
                 let recv = c.register(vec![0u8; count * 4]).unwrap();
                 let before = c.transport().stats();
