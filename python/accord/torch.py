@@ -9,14 +9,20 @@ The backend is a Python ``ProcessGroup`` subclass (:class:`AccordProcessGroup`) 
 backend's creator (engine addresses are published there), so it opens no port of its own and
 works under any init method. Subgroups (``dist.new_group``) get their own communicator.
 
-Ops run in call order on one worker thread per group; every op returns a :class:`Work`
+Ops run in call order, one at a time per group: an async op on the group's worker thread, a
+synchronous one (``async_op=False``) with nothing queued before it on the calling thread (no
+hand-off), with the GIL released while it moves data. Every op returns a :class:`Work`
 whose ``wait`` blocks with the GIL released, ``get_future`` resolves with the op's output
 tensors (so DDP communication hooks work), ``is_completed`` and ``exception`` poll. Point to
 point ops are deferred until something waits on them (or the next collective): a batch of
 ``isend``/``irecv`` calls then runs as one schedule, so a ring of sends and receives cannot
 deadlock.
 
-CPU tensors go through Accord's host collectives. CUDA tensors are staged through host memory
+CPU tensors go through Accord's host collectives, on the tensors' own memory (registered once
+and cached) where they are contiguous: all_reduce, all_gather_into_tensor, reduce_scatter_tensor,
+all_to_all_single and the all_to_all list form when its tensors are views of one storage
+(``split``/``chunk``); strided tensors, and list-form tensors that are separate allocations,
+go through one contiguous copy. CUDA tensors are staged through host memory
 on the caller's current stream (correct, not fast).
 
 ``ACCORD_TORCH_GPU=experimental`` routes CUDA tensors of a group whose ranks all run on one host
