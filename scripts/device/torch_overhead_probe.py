@@ -1,6 +1,6 @@
 """Where the torch backend's time goes on CPU (issue 20): per op, the group's own
 `Communicator` called directly on the same tensors against the op through torch.distributed,
-float32, 5 warm-up and 30 timed calls (mean per call, rank 0's clock), and what the call copied
+float32, 5 warm-up and 30 timed calls by default (mean per call, rank 0's clock), and what the call copied
 beyond what the algorithm needs.
 
     python scripts/device/torch_overhead_probe.py            # accord.run, 2 ranks: one table,
@@ -44,7 +44,13 @@ SIZES = (1 << 12, 1 << 20, 4 << 20, 16 << 20)
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "a2a_even", "a2a_uneven", "a2a_list", "a2a_list_loose")
 
 
-def mean_us(call: Callable[[], None], sync: Callable[[], None], warmup: int = 5, iters: int = 30) -> float:
+# Calls before and in the timing (--warmup, --iters).
+WARMUP, ITERS = 5, 30
+
+
+def mean_us(call: Callable[[], None], sync: Callable[[], None], warmup: int = -1, iters: int = -1) -> float:
+    warmup = WARMUP if warmup < 0 else warmup
+    iters = ITERS if iters < 0 else iters
     for _ in range(warmup):
         call()
     sync()
@@ -190,7 +196,7 @@ def table(ops: list[str], sizes: list[int]) -> list[tuple[str, int, float, float
 
 
 def show(rows: list[tuple[str, int, float, float, int]], n: int) -> None:
-    print(f"# {n} ranks, float32; us per call (mean of 30 after 5), rank 0", flush=True)
+    print(f"# {n} ranks, float32; us per call (mean of {ITERS} after {WARMUP}), rank 0", flush=True)
     print(f"{'op':>15} {'bytes':>9} {'direct us':>10} {'dist us':>9} {'+us':>8} {'ratio':>6} {'copied':>10}")
     for name, nbytes, d_us, t_us, copied in rows:
         print(f"{name:>15} {nbytes:>9} {d_us:>10.0f} {t_us:>9.0f} {t_us - d_us:>8.0f} {d_us / t_us:>6.2f} {copied:>10}")
@@ -204,11 +210,17 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--ops", default=",".join(OPS))
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)))
     ap.add_argument("--ranks", type=int, default=2, help="ranks under accord.run (default 2)")
+    ap.add_argument("--warmup", type=int, default=5, help="calls before the timing (default 5)")
+    ap.add_argument("--iters", type=int, default=30, help="timed calls (default 30)")
     return ap.parse_args(argv)
 
 
-def communicator_rank(ops: list[str], sizes: list[int]) -> list[tuple[str, int, float, float, int]]:
+def communicator_rank(
+    ops: list[str], sizes: list[int], counts: tuple[int, int] = (5, 30)
+) -> list[tuple[str, int, float, float, int]]:
     """Under accord.run (ranks in the launcher's session)."""
+    global WARMUP, ITERS
+    WARMUP, ITERS = counts
     import torch
     import torch.distributed as dist
 
@@ -253,6 +265,7 @@ def by_hand(port: int) -> None:
 
 if __name__ == "__main__":
     args = parse(sys.argv[1:])
+    WARMUP, ITERS = args.warmup, args.iters
     ops = [o for o in args.ops.split(",") if o]
     sizes = [int(s) for s in args.sizes.split(",") if s]
     if args.port is not None:
@@ -262,4 +275,5 @@ if __name__ == "__main__":
     else:
         import accord
 
-        show(accord.run(communicator_rank, args.ranks, ops, sizes, timeout=600)[0], args.ranks)
+        rows = accord.run(communicator_rank, args.ranks, ops, sizes, (WARMUP, ITERS), timeout=600)[0]
+        show(rows, args.ranks)
