@@ -211,10 +211,10 @@ _FUTURE_LOCK = threading.Lock()
 class Work(_WorkBase):  # type: ignore[misc]
     """The handle of one op: ``wait``, ``is_completed``, ``exception``, ``get_future``.
 
-    A ``wait`` on an op that has not started yet, with nothing before it in flight, runs the op
-    on the waiting thread instead of waking the group's worker and sleeping until it is done:
-    a synchronous call (``async_op=False``) then costs no thread hand-off. Ops still run one at a
-    time, in call order; an op nobody waits for yet runs on the worker as before."""
+    A ``wait`` on an op that has not started yet, with nothing before it in flight and no
+    future asked for, runs the op on the waiting thread instead of sleeping until the group's
+    worker has done it. Ops still run one at a time, in call order; an op nobody waits for yet
+    runs on the worker as before."""
 
     def __init__(self, group: AccordProcessGroup, op: str, result: list[torch.Tensor]) -> None:
         super().__init__()
@@ -526,7 +526,11 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
 
     def _run_here(self, work: Work) -> None:
         """Runs ``work``'s op on the calling thread when it is the next op and none is running
-        (see :class:`Work`); otherwise leaves it to the worker."""
+        (see :class:`Work`); otherwise leaves it to the worker. Not an op whose future was asked
+        for: that future's callbacks (DDP's, say) then run on the worker as before, never on a
+        waiting thread that may hold a lock they take."""
+        if work._future is not None:
+            return
         with self._jobs_cv:
             if self._running or not self._jobs:
                 return
