@@ -21,8 +21,9 @@ deadlock.
 CPU tensors go through Accord's host collectives, on the tensors' own memory (registered once
 and cached) where they are contiguous: all_reduce, all_gather_into_tensor, reduce_scatter_tensor,
 all_to_all_single and the all_to_all list form when its tensors are views of one storage
-(``split``/``chunk``); strided tensors, and list-form tensors that are separate allocations,
-go through one contiguous copy. CUDA tensors are staged through host memory
+(``split``/``chunk``), the all_gather and reduce_scatter list forms when theirs are views of
+one tensor in rank order; strided tensors, and list-form tensors that are separate
+allocations, go through one contiguous copy. CUDA tensors are staged through host memory
 on the caller's current stream (correct, not fast).
 
 ``ACCORD_TORCH_GPU=experimental`` routes CUDA tensors of a group whose ranks all run on one host
@@ -448,6 +449,19 @@ def _span(tensors: list[torch.Tensor]) -> tuple[torch.Tensor, list[int]] | None:
     offsets = [(t.data_ptr() - base) // es if t.numel() else 0 for t in tensors]
     span = torch.as_strided(first.detach(), ((end - base) // es,), (1,), (base - storage) // es)
     return span, offsets
+
+
+def _packed(tensors: list[torch.Tensor]) -> torch.Tensor | None:
+    """One 1-D view over ``tensors`` where they are non-empty contiguous CPU views of one
+    storage, each right after the one before (``list(x.chunk(n))`` of a contiguous ``x``); else
+    None."""
+    spanned = _span(tensors)
+    if spanned is None or any(t.numel() == 0 for t in tensors):
+        return None
+    span, offsets = spanned
+    if offsets != _running_sums([t.numel() for t in tensors]) or span.numel() != sum(t.numel() for t in tensors):
+        return None
+    return span
 
 
 def _dtype_name(t: torch.Tensor) -> str:
@@ -929,6 +943,11 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         def run() -> None:
             if not t.numel():
                 return
+            packed = _packed(outs)
+            if packed is not None:
+                # Views of one tensor in rank order (``list(out.chunk(n))``): gathered in place.
+                self._comm.all_gather(_flat(t), packed)
+                return
             flat = torch.empty(t.numel() * self._size, dtype=t.dtype)
             self._comm.all_gather(_flat(t), flat)
             for i, o in enumerate(outs):
@@ -992,7 +1011,8 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         def run() -> None:
             if out.numel():
                 h, back = _host(out)
-                self._comm.reduce_scatter(torch.cat([_flat(i) for i in ins]), h, op)
+                packed = _packed(ins)  # views of one tensor in rank order: no concatenation
+                self._comm.reduce_scatter(packed if packed is not None else torch.cat([_flat(i) for i in ins]), h, op)
                 back()
 
         return self._submit("reduce_scatter", [out], run, out.is_cuda, opts)

@@ -1,6 +1,7 @@
 """The "accord" backend on CPU tensors runs all_to_all_single (even and uneven splits, empty
 blocks, a rank with nothing to send), the all_to_all list form, all_gather_into_tensor and
-reduce_scatter_tensor in place: every case matches Gloo in the same job, and the contiguous
+reduce_scatter_tensor in place, and the all_gather / reduce_scatter list forms on views of one
+tensor: every case matches Gloo in the same job, and the contiguous
 ones copy nothing (no torch copy by the backend, and the binding used the registration cache
 rather than staging). Synchronous calls run on the caller's thread with the GIL released, in
 order with the async ops before them. Skipped where torch is not installed."""
@@ -27,6 +28,8 @@ IN_PLACE = [
     "a2a_list_empty_blocks",
     "all_gather_into_tensor",
     "reduce_scatter_tensor",
+    "all_gather_list_views",
+    "reduce_scatter_list_views",
 ]
 
 
@@ -41,6 +44,8 @@ def test_in_place_ops_match_gloo_and_copy_nothing(world_size: int) -> None:
         # out block by block.
         copies, _ = cases["a2a_list_loose"]
         assert copies == 1 + world_size, (rank, cases["a2a_list_loose"])
+        # all_gather into separate tensors: gathered into one, copied out to each.
+        assert cases["all_gather_list_loose"][0] == world_size, (rank, cases["all_gather_list_loose"])
         # Strided tensors go through a contiguous copy (and back, for an output).
         for name in ("a2a_even_strided", "all_gather_into_tensor_strided", "reduce_scatter_tensor_strided"):
             assert cases[name][0] >= 1, (rank, name, cases[name])

@@ -224,7 +224,26 @@ def in_place_ops() -> dict[str, Any]:
         strided(g, lambda o, i: dist.reduce_scatter_tensor(o, i, group=g), base[:, ::2], src)
         return [base]
 
+    # The list forms of all_gather and reduce_scatter on views of one tensor in rank order.
+    def gather_list_views(g: Any) -> list[torch.Tensor]:
+        whole = torch.full((n * 4,), -1.0)
+        dist.all_gather(list(whole.chunk(n)), _value(rank, (4,), 11), group=g)
+        return [whole]
+
+    def gather_list_loose(g: Any) -> list[torch.Tensor]:
+        outs = [torch.full((4,), -1.0) for _ in range(n)]
+        dist.all_gather(outs, _value(rank, (4,), 12), group=g)
+        return outs
+
+    def scatter_list_views(g: Any) -> list[torch.Tensor]:
+        out = torch.zeros(3)
+        dist.reduce_scatter(out, list(_value(rank, (3 * n,), 13).chunk(n)), group=g)
+        return [out]
+
     for name, fn in [
+        ("all_gather_list_views", gather_list_views),
+        ("all_gather_list_loose", gather_list_loose),
+        ("reduce_scatter_list_views", scatter_list_views),
         ("all_gather_into_tensor", gather),
         ("all_gather_into_tensor_strided", gather_strided),
         ("reduce_scatter_tensor", scatter),
