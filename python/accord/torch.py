@@ -9,14 +9,21 @@ The backend is a Python ``ProcessGroup`` subclass (:class:`AccordProcessGroup`) 
 backend's creator (engine addresses are published there), so it opens no port of its own and
 works under any init method. Subgroups (``dist.new_group``) get their own communicator.
 
-Ops run in call order on one worker thread per group; every op returns a :class:`Work`
+Ops run in call order, one at a time per group: an async op on the group's worker thread, a
+synchronous one (``async_op=False``) with nothing queued before it on the calling thread (no
+hand-off), with the GIL released while it moves data. Every op returns a :class:`Work`
 whose ``wait`` blocks with the GIL released, ``get_future`` resolves with the op's output
 tensors (so DDP communication hooks work), ``is_completed`` and ``exception`` poll. Point to
 point ops are deferred until something waits on them (or the next collective): a batch of
 ``isend``/``irecv`` calls then runs as one schedule, so a ring of sends and receives cannot
 deadlock.
 
-CPU tensors go through Accord's host collectives. CUDA tensors are staged through host memory
+CPU tensors go through Accord's host collectives, on the tensors' own memory (registered once
+and cached) where they are contiguous: all_reduce, all_gather_into_tensor, reduce_scatter_tensor,
+all_to_all_single and the all_to_all list form when its tensors are views of one storage
+(``split``/``chunk``), the all_gather and reduce_scatter list forms when theirs are views of
+one tensor in rank order; strided tensors, and list-form tensors that are separate
+allocations, go through one contiguous copy. CUDA tensors are staged through host memory
 on the caller's current stream (correct, not fast).
 
 ``ACCORD_TORCH_GPU=experimental`` routes CUDA tensors of a group whose ranks all run on one host
@@ -42,10 +49,10 @@ unset; where loading stays lazy on some rank, the group stays staged, with a war
 
 from __future__ import annotations
 
+import collections
 import datetime
 import logging
 import math
-import queue
 import threading
 import warnings
 import weakref
@@ -170,34 +177,81 @@ _CudaEvent: Any = torch.cuda.Event
 _ProcessGroupBase: Any = dist.ProcessGroup
 
 
+class _Done:
+    """A one-shot completion flag whose ``wait`` blocks with the GIL released: a bare lock, held
+    until ``set``. Cheaper to make than ``threading.Event`` (a condition and a lock), which every
+    op paid for."""
+
+    __slots__ = ("_lock", "_set")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self._set = False
+
+    def set(self) -> None:
+        if not self._set:
+            self._set = True
+            self._lock.release()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: float) -> bool:
+        if self._set:
+            return True
+        if self._lock.acquire(timeout=timeout):
+            self._lock.release()
+        return self._set
+
+
+# Settles a Work's future exactly once whether ``get_future`` or the op's end comes first.
+_FUTURE_LOCK = threading.Lock()
+
+
 class Work(_WorkBase):  # type: ignore[misc]
-    """The handle of one op: ``wait``, ``is_completed``, ``exception``, ``get_future``."""
+    """The handle of one op: ``wait``, ``is_completed``, ``exception``, ``get_future``.
+
+    A ``wait`` on an op that has not started yet, with nothing before it in flight and no
+    future asked for, runs the op on the waiting thread instead of sleeping until the group's
+    worker has done it. Ops still run one at a time, in call order; an op nobody waits for yet
+    runs on the worker as before."""
 
     def __init__(self, group: AccordProcessGroup, op: str, result: list[torch.Tensor]) -> None:
         super().__init__()
         self._group = weakref.ref(group)
         self._op = op
         self._result = result
-        self._done = threading.Event()
+        self._done = _Done()
         self._error: BaseException | None = None
-        self._future: torch.futures.Future[list[torch.Tensor]] = torch.futures.Future()
+        # Made when asked for (most ops never are): see get_future.
+        self._future: torch.futures.Future[list[torch.Tensor]] | None = None
         self._timeout_s = group.timeout_s + _WAIT_SLACK_S
+
+    def _settle(self, future: torch.futures.Future[list[torch.Tensor]]) -> None:
+        if self._error is None:
+            future.set_result(self._result)
+        else:
+            future.set_exception(self._error)  # type: ignore[arg-type]
 
     def _finish(self, error: BaseException | None) -> None:
         self._error = error
-        self._done.set()
-        if error is None:
-            self._future.set_result(self._result)
-        else:
-            self._future.set_exception(error)  # type: ignore[arg-type]
+        with _FUTURE_LOCK:
+            self._done.set()
+            future = self._future
+        if future is not None:
+            self._settle(future)
 
-    def _kick(self) -> None:
+    def _kick(self) -> AccordProcessGroup | None:
         group = self._group()
         if group is not None:
             group._flush_p2p()
+        return group
 
     def wait(self, timeout: datetime.timedelta | None = None) -> bool:
-        self._kick()
+        group = self._kick()
+        if not self._done.is_set() and group is not None:
+            group._run_here(self)
         limit = self._timeout_s
         if timeout is not None and timeout.total_seconds() > 0:
             limit = min(limit, timeout.total_seconds())
@@ -226,7 +280,15 @@ class Work(_WorkBase):  # type: ignore[misc]
 
     def get_future(self) -> torch.futures.Future[list[torch.Tensor]]:
         self._kick()
-        return self._future
+        with _FUTURE_LOCK:
+            future = self._future
+            if future is not None:
+                return future
+            future = self._future = torch.futures.Future()
+            settled = self._done.is_set()
+        if settled:
+            self._settle(future)
+        return future
 
     def result(self) -> list[torch.Tensor]:
         self.wait()
@@ -323,14 +385,21 @@ def _same_dtype(op: str, *tensors: torch.Tensor) -> None:
 
 def _flat(t: torch.Tensor) -> torch.Tensor:
     """A contiguous 1-D host view of ``t`` (a copy when ``t`` is strided or on a GPU)."""
+    if not t.is_cuda and t.is_contiguous():
+        return t.detach().view(-1)  # one call instead of four: this is every op's path
     return t.detach().reshape(-1).contiguous().cpu()
 
 
+def _nothing() -> None:
+    return None
+
+
 def _host(t: torch.Tensor) -> tuple[torch.Tensor, Callable[[], None]]:
-    """A contiguous host tensor holding ``t``'s elements, and what copies it back into ``t``."""
+    """A contiguous host tensor holding ``t``'s elements, and what copies it back into ``t``
+    (nothing to copy, and no copy made, where ``t`` is a contiguous CPU tensor)."""
+    if not t.is_cuda and t.is_contiguous():
+        return t.detach().view(-1), _nothing
     flat = _flat(t)
-    if flat.data_ptr() == t.data_ptr() and t.device.type == "cpu" and t.is_contiguous():
-        return flat, lambda: None
 
     def back() -> None:
         t.copy_(flat.view(t.shape))
@@ -347,6 +416,52 @@ def _copy_back(dense: torch.Tensor, t: torch.Tensor) -> None:
     """Copies a contiguous stand-in back into ``t`` (nothing when it is ``t``)."""
     if dense.data_ptr() != t.data_ptr():
         t.copy_(dense.view(t.shape))
+
+
+def _running_sums(counts: list[int]) -> list[int]:
+    """Where each block starts when the blocks are packed in order."""
+    out, at = [], 0
+    for c in counts:
+        out.append(at)
+        at += c
+    return out
+
+
+def _span(tensors: list[torch.Tensor]) -> tuple[torch.Tensor, list[int]] | None:
+    """One 1-D view covering every non-empty tensor of ``tensors`` and each one's offset in it
+    (elements; 0 for an empty one), where all are contiguous CPU tensors of one storage at
+    element-aligned addresses; else None. Lets a list of views of one tensor (``split``,
+    ``chunk``) be one registered buffer. None for a list of empty tensors too."""
+    live = [t for t in tensors if t.numel()]
+    if not live:
+        return None
+    first = live[0]
+    if any(t.is_cuda or not t.is_contiguous() for t in live):
+        return None
+    storage = first.untyped_storage().data_ptr()
+    if any(t.untyped_storage().data_ptr() != storage for t in live[1:]):
+        return None
+    es = first.element_size()
+    base = min(t.data_ptr() for t in live)
+    end = max(t.data_ptr() + t.numel() * es for t in live)
+    if (base - storage) % es:
+        return None
+    offsets = [(t.data_ptr() - base) // es if t.numel() else 0 for t in tensors]
+    span = torch.as_strided(first.detach(), ((end - base) // es,), (1,), (base - storage) // es)
+    return span, offsets
+
+
+def _packed(tensors: list[torch.Tensor]) -> torch.Tensor | None:
+    """One 1-D view over ``tensors`` where they are non-empty contiguous CPU views of one
+    storage, each right after the one before (``list(x.chunk(n))`` of a contiguous ``x``); else
+    None."""
+    spanned = _span(tensors)
+    if spanned is None or any(t.numel() == 0 for t in tensors):
+        return None
+    span, offsets = spanned
+    if offsets != _running_sums([t.numel() for t in tensors]) or span.numel() != sum(t.numel() for t in tensors):
+        return None
+    return span
 
 
 def _dtype_name(t: torch.Tensor) -> str:
@@ -379,7 +494,12 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         # where CUDA tensors are staged through host memory.
         self._gpu: _GpuPath | bool | None = None
         self._gpu_lock = threading.Lock()
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], None], Work] | None] = queue.SimpleQueue()
+        # Ops not started yet, in call order (None: the worker stops), and whether one is running
+        # (on the worker or on a thread waiting for it, see Work.wait); both under _jobs_cv.
+        self._jobs: collections.deque[tuple[Callable[[], None], Work] | None] = collections.deque()
+        self._running = False
+        self._jobs_cv = threading.Condition(threading.Lock())
+        self._stand_ins: dict[tuple[torch.dtype, int], torch.Tensor] = {}
         self._pending_p2p: list[tuple[str, torch.Tensor, int, Work]] = []
         self._p2p_lock = threading.Lock()
         self._worker = threading.Thread(target=self._serve, name=f"accord-pg-{rank}", daemon=True)
@@ -388,30 +508,82 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
     # --- plumbing -------------------------------------------------------------------------
 
     def _serve(self) -> None:
+        cv = self._jobs_cv
         while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            fn, work = job
-            try:
-                fn()
-            except BaseException as e:  # noqa: BLE001 - handed to the waiter
-                work._finish(e)
-            else:
-                work._finish(None)
+            with cv:
+                while self._running or not self._jobs:
+                    cv.wait()
+                job = self._jobs.popleft()
+                if job is None:
+                    return
+                self._running = True
+            self._run_job(*job)
 
-    def _submit(self, op: str, result: list[torch.Tensor], fn: Callable[[], None], cuda: bool = False) -> Work:
-        """Queues ``fn`` after everything before it; CUDA ops run here, on the caller's stream."""
+    def _run_job(self, fn: Callable[[], None], work: Work) -> None:
+        """Runs one op (``_running`` is set: nothing else runs meanwhile), then lets the next go."""
+        try:
+            fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the waiter
+            error: BaseException | None = e
+        else:
+            error = None
+        with self._jobs_cv:
+            self._running = False
+            if self._jobs:
+                self._jobs_cv.notify()
+        work._finish(error)
+
+    def _put(self, job: tuple[Callable[[], None], Work] | None) -> None:
+        with self._jobs_cv:
+            self._jobs.append(job)
+            self._jobs_cv.notify()
+
+    def _run_here(self, work: Work) -> None:
+        """Runs ``work``'s op on the calling thread when it is the next op and none is running
+        (see :class:`Work`); otherwise leaves it to the worker. Not an op whose future was asked
+        for: that future's callbacks (DDP's, say) then run on the worker as before, never on a
+        waiting thread that may hold a lock they take."""
+        if work._future is not None:
+            return
+        with self._jobs_cv:
+            if self._running or not self._jobs:
+                return
+            job = self._jobs[0]
+            if job is None or job[1] is not work:
+                return
+            self._jobs.popleft()
+            self._running = True
+        self._run_job(*job)
+
+    def _submit(
+        self, op: str, result: list[torch.Tensor], fn: Callable[[], None], cuda: bool = False, opts: Any = None
+    ) -> Work:
+        """Queues ``fn`` after everything before it; CUDA ops run here, on the caller's stream.
+
+        A synchronous call (``async_op=False``: torch sets ``opts.asyncOp`` to False and waits
+        right after) with nothing queued or running runs here and now, on the calling thread:
+        no hand-off to the worker and back, which was most of a small op's fixed cost
+        (``scripts/device/torch_overhead_probe.py``). Async ops (DDP's buckets among them: C++
+        callers leave ``asyncOp`` at its default, True) run on the worker, overlapping the
+        caller's work."""
         self._flush_p2p()
         work = Work(self, op, result)
+        if not cuda and opts is not None and getattr(opts, "asyncOp", True) is False:
+            with self._jobs_cv:
+                now = not self._running and not self._jobs
+                if now:
+                    self._running = True
+            if now:
+                self._run_job(fn, work)
+                return work
         if cuda:
             torch.cuda.current_stream().synchronize()
             work_done = Work(self, op, result)
-            self._jobs.put((fn, work_done))
+            self._put((fn, work_done))
             work_done.wait()
             work._finish(None)
             return work
-        self._jobs.put((fn, work))
+        self._put((fn, work))
         return work
 
     def _gpu_for(self, t: torch.Tensor, op: str, recv_bytes: int | None = None) -> _GpuPath | None:
@@ -500,6 +672,8 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
             return _StreamWork(self, op, result, gpu.device)
 
     def _flush_p2p(self) -> None:
+        if not self._pending_p2p:  # read without the lock: the common case, nothing deferred
+            return
         with self._p2p_lock:
             batch, self._pending_p2p = self._pending_p2p, []
         if not batch:
@@ -516,7 +690,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
             for w in works[1:]:
                 w._finish(None)
 
-        self._jobs.put((run, works[0]))
+        self._put((run, works[0]))
 
     def _run_p2p(self, batch: list[tuple[str, torch.Tensor, int, Work]]) -> None:
         """Runs a batch of sends and receives without deadlock. In step d = 1..size-1 this rank
@@ -610,8 +784,8 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
             except Exception as e:  # noqa: BLE001 - shutting down: report, do not raise
                 warnings.warn(f"accord backend: closing the GPU collectives on rank {self._rank_} failed: {e}", stacklevel=2)
         closing = Work(self, "shutdown", [])
-        self._jobs.put((self._comm.close, closing))
-        self._jobs.put(None)
+        self._put((self._comm.close, closing))
+        self._put(None)
         try:
             closing.wait()
         except Exception as e:  # noqa: BLE001 - shutting down: report, do not raise
@@ -619,7 +793,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         self._worker.join(timeout=_WAIT_SLACK_S)
 
     def abort(self) -> None:
-        self._jobs.put(None)
+        self._put(None)
 
     # --- collectives ----------------------------------------------------------------------
 
@@ -643,7 +817,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
                 self._comm.all_reduce(h, op)
                 back()
 
-        return self._submit("all_reduce", [t], run, t.is_cuda)
+        return self._submit("all_reduce", [t], run, t.is_cuda, opts)
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> Work:
         op = _reduce_op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "all_reduce_coalesced")
@@ -677,7 +851,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
                 t.copy_(flat[at : at + t.numel()].view(t.shape))
                 at += t.numel()
 
-        return self._submit("all_reduce_coalesced", ts, run, any(t.is_cuda for t in ts))
+        return self._submit("all_reduce_coalesced", ts, run, any(t.is_cuda for t in ts), opts)
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any) -> Work:
         t = _one(tensors, "broadcast")
@@ -701,7 +875,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
                 if root != self._rank_:
                     back()
 
-        return self._submit("broadcast", [t], run, t.is_cuda)
+        return self._submit("broadcast", [t], run, t.is_cuda, opts)
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any) -> Work:
         t = _one(tensors, "reduce")
@@ -726,7 +900,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
                 if root == self._rank_:
                     back()
 
-        return self._submit("reduce", [t], run, t.is_cuda)
+        return self._submit("reduce", [t], run, t.is_cuda, opts)
 
     def _all_gather_flat(self, output: torch.Tensor, input: torch.Tensor, op: str) -> Callable[[], None]:
         _same_dtype(op, output, input)
@@ -769,12 +943,17 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         def run() -> None:
             if not t.numel():
                 return
+            packed = _packed(outs)
+            if packed is not None:
+                # Views of one tensor in rank order (``list(out.chunk(n))``): gathered in place.
+                self._comm.all_gather(_flat(t), packed)
+                return
             flat = torch.empty(t.numel() * self._size, dtype=t.dtype)
             self._comm.all_gather(_flat(t), flat)
             for i, o in enumerate(outs):
                 o.copy_(flat[i * t.numel() : (i + 1) * t.numel()].view(o.shape))
 
-        return self._submit("all_gather", outs, run, t.is_cuda)
+        return self._submit("all_gather", outs, run, t.is_cuda, opts)
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Work:
         _check_tensor(output, "all_gather_into_tensor", "output")
@@ -790,7 +969,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
                     _copy_back(out, output)
 
             return self._on_stream("all_gather_into_tensor", [output], gpu, gather_on_stream)
-        return self._submit("all_gather_into_tensor", [output], run, output.is_cuda)
+        return self._submit("all_gather_into_tensor", [output], run, output.is_cuda, opts)
 
     _allgather_base = all_gather_single
 
@@ -832,10 +1011,11 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         def run() -> None:
             if out.numel():
                 h, back = _host(out)
-                self._comm.reduce_scatter(torch.cat([_flat(i) for i in ins]), h, op)
+                packed = _packed(ins)  # views of one tensor in rank order: no concatenation
+                self._comm.reduce_scatter(packed if packed is not None else torch.cat([_flat(i) for i in ins]), h, op)
                 back()
 
-        return self._submit("reduce_scatter", [out], run, out.is_cuda)
+        return self._submit("reduce_scatter", [out], run, out.is_cuda, opts)
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Work:
         _check_tensor(output, "reduce_scatter_tensor", "output")
@@ -864,7 +1044,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
                 self._comm.reduce_scatter(_flat(input), h, op)
                 back()
 
-        return self._submit("reduce_scatter_tensor", [output], run, output.is_cuda)
+        return self._submit("reduce_scatter_tensor", [output], run, output.is_cuda, opts)
 
     _reduce_scatter_base = reduce_scatter_single
 
@@ -877,14 +1057,23 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
     def _all_to_all_v(self, out: torch.Tensor, inp: torch.Tensor, send: list[int], recv: list[int]) -> None:
-        """all_to_allv of flat element counts; an empty side is a one-element dummy (the
-        communicator registers no empty buffer)."""
-        if sum(send) == 0 and sum(recv) == 0:
-            return
-        send_buf = _flat(inp) if inp.numel() else torch.zeros(1, dtype=inp.dtype)
-        recv_buf, back = _host(out) if out.numel() else (torch.zeros(1, dtype=out.dtype), lambda: None)
+        """all_to_allv of flat element counts, on the tensors themselves where they are
+        contiguous CPU tensors. An empty side is a one-element dummy (the communicator
+        registers no empty buffer). A rank with nothing to send or receive still takes part:
+        the collectives are sequenced, and its peers wait for its handshake."""
+        send_buf = _flat(inp) if inp.numel() else self._empty_side(inp.dtype, 0)
+        recv_buf, back = _host(out) if out.numel() else (self._empty_side(out.dtype, 1), _nothing)
         self._comm.all_to_allv(send_buf, recv_buf, send, recv)
         back()
+
+    def _empty_side(self, dtype: torch.dtype, side: int) -> torch.Tensor:
+        """A one-element stand-in for an empty send (side 0) or receive (side 1) buffer, kept
+        so that its registration is reused."""
+        key = (dtype, side)
+        t = self._stand_ins.get(key)
+        if t is None:
+            t = self._stand_ins[key] = torch.zeros(1, dtype=dtype)
+        return t
 
     def all_to_all_single(
         self,
@@ -933,11 +1122,16 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         def run() -> None:
             self._all_to_all_v(output, input, send, recv)
 
-        return self._submit(name, [output], run, output.is_cuda)
+        return self._submit(name, [output], run, output.is_cuda, opts)
 
     alltoall_base = all_to_all_single
 
     def alltoall(self, output_tensors: list[torch.Tensor], input_tensors: list[torch.Tensor], opts: Any = None) -> Work:
+        """The list form: where each side's tensors are contiguous CPU tensors of one storage
+        (``split``/``chunk`` views of one tensor, in any order) the op runs on that storage in
+        place, blocks at their own offsets (``all_to_allv`` displacements). A side whose
+        tensors are separate allocations is gathered into one flat tensor first (input: one
+        copy in; output: one copy out), as one registration covers one block of memory."""
         name = "all_to_all"
         if len(output_tensors) != self._size or len(input_tensors) != self._size:
             raise BackendError(f"accord backend: {name}: pass world_size ({self._size}) input and output tensors")
@@ -945,17 +1139,31 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         ins = [_check_tensor(t, name, "input tensor") for t in input_tensors]
         _same_dtype(name, *outs, *ins)
         dtype = ins[0].dtype
+        send, recv = [t.numel() for t in ins], [t.numel() for t in outs]
 
         def run() -> None:
-            flat_in = torch.cat([_flat(t) for t in ins]) if ins else torch.empty(0, dtype=dtype)
-            flat_out = torch.empty(sum(t.numel() for t in outs), dtype=dtype)
-            self._all_to_all_v(flat_out, flat_in, [t.numel() for t in ins], [t.numel() for t in outs])
-            at = 0
-            for t in outs:
-                t.copy_(flat_out[at : at + t.numel()].view(t.shape))
-                at += t.numel()
+            # A rank with nothing to move still takes part (see _all_to_all_v).
+            spanned_in = _span(ins)
+            if spanned_in is not None:
+                flat_in, send_displs = spanned_in
+            else:
+                flat_in = torch.cat([_flat(t) for t in ins]) if sum(send) else self._empty_side(dtype, 0)
+                send_displs = _running_sums(send)
+            spanned_out = _span(outs)
+            copy_out = spanned_out is None and sum(recv) > 0
+            if spanned_out is not None:
+                flat_out, recv_displs = spanned_out
+            elif copy_out:
+                flat_out = torch.empty(sum(recv), dtype=dtype)
+                recv_displs = _running_sums(recv)
+            else:
+                flat_out, recv_displs = self._empty_side(dtype, 1), [0] * len(recv)
+            self._comm.all_to_allv(flat_in, flat_out, send, recv, send_displs, recv_displs)
+            if copy_out:
+                for t, at, count in zip(outs, recv_displs, recv):
+                    t.copy_(flat_out[at : at + count].view(t.shape))
 
-        return self._submit(name, outs, run, outs[0].is_cuda)
+        return self._submit(name, outs, run, outs[0].is_cuda, opts)
 
     def gather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor], opts: Any) -> Work:
         name, root = "gather", opts.rootRank
@@ -979,7 +1187,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
                     self._comm.recv(h, r)
                     back()
 
-        return self._submit(name, outs, run, t.is_cuda)
+        return self._submit(name, outs, run, t.is_cuda, opts)
 
     def scatter(self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]], opts: Any) -> Work:
         name, root = "scatter", opts.rootRank
@@ -1003,10 +1211,10 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
                 else:
                     self._comm.send(_flat(i), r)
 
-        return self._submit(name, [out], run, out.is_cuda)
+        return self._submit(name, [out], run, out.is_cuda, opts)
 
     def barrier(self, opts: Any = None) -> Work:
-        return self._submit("barrier", [], self._comm.barrier)
+        return self._submit("barrier", [], self._comm.barrier, False, opts)
 
     # --- point to point (deferred, see the module doc) ---------------------------------------
 

@@ -11,7 +11,12 @@ Each run prints JSON lines on rank 0:
   an MLP of about 50M parameters, mean of the timed steps, the slowest rank's time;
 - {"kind": "fsdp2", ...}: the same model under fully_shard (CPU runs only);
 - {"kind": "op", ...}: busbw of all_reduce / all_gather_into_tensor / reduce_scatter_tensor /
-  all_to_all_single through torch.distributed at the given sizes (nccl-tests' busbw factors);
+  all_to_all_single through torch.distributed at the given sizes (nccl-tests' busbw factors),
+  --op-warmup and --op-iters calls, the slowest rank's mean; for the accord backend on CPU also
+  `direct_us`, the group's own Communicator called directly on the same tensors (the same
+  collective and schedule: all_to_all_single is all_to_allv there, whose schedule is the CLI's
+  all_to_all's with per-peer counts), so the report splits py/cli into the Python layer's
+  share (py/dir) and the rest;
 - {"kind": "sms", ...} (CUDA runs only): the GPU kernels one all_reduce / all_gather of
   --sm-bytes launches, from torch.profiler's CUDA trace: their names and the most CTAs
   (thread blocks) any of them ran, which is the number of SMs the op occupies while its kernel
@@ -73,6 +78,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--op-warmup", type=int, default=5, help="warm-up calls per op row (accord bench -w)")
+    ap.add_argument("--op-iters", type=int, default=20, help="timed calls per op row (accord bench -n)")
     ap.add_argument("--sizes", default="1048576,4194304,16777216,67108864")
     ap.add_argument("--ops", default="all_reduce,all_gather,reduce_scatter,all_to_all")
     ap.add_argument("--skip", default="", help="comma list of local,ddp,fsdp2,ops,sms to leave out")
@@ -150,6 +157,12 @@ def main() -> None:
         del m
 
     if "ops" not in skip:
+        # The accord group's own Communicator, called directly on the same tensors with the same
+        # warm-up and count: `direct_us` beside each accord row, so the table tells the Python
+        # layer's share (busbw / direct) apart from the collective's against the CLI.
+        comm = None
+        if args.backend == "accord" and args.device == "cpu":
+            comm = dist.group.WORLD._get_backend(torch.device("cpu"))._comm
         for op in args.ops.split(","):
             for size in (int(s) for s in args.sizes.split(",")):
                 elems = max(size // 4 // n * n, n)
@@ -164,10 +177,22 @@ def main() -> None:
                     "reduce_scatter": lambda: dist.reduce_scatter_tensor(part, full),
                     "all_to_all": lambda: dist.all_to_all_single(spare, full),
                 }
-                t = timed(calls[op], args.warmup, args.iters, sync, device)
+                t = timed(calls[op], args.op_warmup, args.op_iters, sync, device)
                 nbytes = elems * 4
-                emit({"kind": "op", "op": op, "bytes": nbytes, "time_us": t * 1e6,
-                      "busbw_gbps": nbytes / t / 1e9 * busbw_factor(op, n)})
+                row = {"kind": "op", "op": op, "bytes": nbytes, "time_us": t * 1e6,
+                       "busbw_gbps": nbytes / t / 1e9 * busbw_factor(op, n)}
+                if comm is not None:
+                    # all_to_all_single goes through all_to_allv (split sizes are per rank, so
+                    # the backend cannot tell that every rank's are even): the same here.
+                    block = [elems // n] * n
+                    direct = {
+                        "all_reduce": lambda: comm.all_reduce(full),
+                        "all_gather": lambda: comm.all_gather(part, full),
+                        "reduce_scatter": lambda: comm.reduce_scatter(full, part),
+                        "all_to_all": lambda: comm.all_to_allv(full, spare, block, block),
+                    }
+                    row["direct_us"] = timed(direct[op], args.op_warmup, args.op_iters, sync, device) * 1e6
+                emit(row)
     if "sms" not in skip and args.device == "cuda":
         for op in ("all_reduce", "all_gather"):
             try:
@@ -237,7 +262,11 @@ def report(out: pathlib.Path) -> None:
                     params = (ra or rb or {}).get("params", 0)
                     print(f"{device:>6} {n:>5} {kind:>6} {params:>10} {sa:>9.4f} {base:>5} {sb:>9.4f} {sb / sa:>7.2f}")
     print("\n## Op busbw (GB/s): torch.distributed 'accord' vs its baseline vs `accord bench` (CPU)")
-    print(f"{'device':>6} {'ranks':>5} {'op':>14} {'bytes':>10} {'accord':>8} {'base':>8} {'vs_base':>7} {'cli':>8} {'py/cli':>6}")
+    print("(py/cli: the accord op's busbw over `accord bench`'s, same sizes, ranks, warm-up and count, the slowest\n"
+          " rank's time both; direct: the group's Communicator called directly on the same tensors, GB/s busbw;\n"
+          " py/dir: the op's busbw over that, the Python layer's share)")
+    print(f"{'device':>6} {'ranks':>5} {'op':>14} {'bytes':>10} {'accord':>8} {'base':>8} {'vs_base':>7} {'cli':>8} {'py/cli':>6} "
+          f"{'direct':>8} {'py/dir':>6}")
     for device, base in (("cpu", "gloo"), ("cuda", "nccl")):
         for n in (2, 4, 8):
             a = [r for r in runs.get(f"torch_accord_{device}_{n}", []) if r["kind"] == "op"]
@@ -251,8 +280,12 @@ def report(out: pathlib.Path) -> None:
                         cli = row["busbw_gbps"]
                 ratio = r["busbw_gbps"] / bb if bb == bb and bb > 0 else float("nan")
                 py_cli = r["busbw_gbps"] / cli if cli == cli and cli > 0 else float("nan")
+                direct = float("nan")
+                if r.get("direct_us"):
+                    direct = r["bytes"] / (r["direct_us"] / 1e6) / 1e9 * busbw_factor(r["op"], n)
+                py_dir = r["busbw_gbps"] / direct if direct == direct and direct > 0 else float("nan")
                 print(f"{device:>6} {n:>5} {r['op']:>14} {r['bytes']:>10} {r['busbw_gbps']:>8.2f} {bb:>8.2f} "
-                      f"{ratio:>7.2f} {cli:>8.2f} {py_cli:>6.2f}")
+                      f"{ratio:>7.2f} {cli:>8.2f} {py_cli:>6.2f} {direct:>8.2f} {py_dir:>6.2f}")
     report_sms(out, runs)
 
 

@@ -49,6 +49,10 @@ capped() {  # capped SECONDS CMD...: runs CMD under `timeout`, or says it was sk
 }
 
 PARTS="${PARTS:-cpu cuda}"
+# The op rows and `accord bench` are timed alike (issue 20's py/cli column): the same sizes,
+# rank count, warm-up and count, and the slowest rank's mean both (-a 3; the CLI's default is
+# the mean over ranks).
+OP_WARMUP="${OP_WARMUP:-5}"; OP_ITERS="${OP_ITERS:-20}"
 for n in 4 8; do
   case " $PARTS " in *" cpu "*) ;; *) break ;; esac
   for b in accord gloo; do
@@ -56,10 +60,10 @@ for n in 4 8; do
     # No GPU visible to CPU runs: FSDP2's fully_shard would pick cuda:<rank>, which does not
     # exist past the host's GPU count (the 05:54 call failed so at 4 and 8 ranks).
     CUDA_VISIBLE_DEVICES= capped 150 $RUN --nproc_per_node "$n" "$HERE/torch_backend_bench.py" --backend "$b" --device cpu \
-      > "$OUT/torch_${b}_cpu_${n}.jsonl" 2> "$OUT/torch_${b}_cpu_${n}.err" || { echo "cpu $b n=$n FAILED"; tail -n 15 "$OUT/torch_${b}_cpu_${n}.err"; }
+      --op-warmup "$OP_WARMUP" --op-iters "$OP_ITERS" > "$OUT/torch_${b}_cpu_${n}.jsonl" 2> "$OUT/torch_${b}_cpu_${n}.err" || { echo "cpu $b n=$n FAILED"; tail -n 15 "$OUT/torch_${b}_cpu_${n}.err"; }
   done
   for op in all_reduce all_gather reduce_scatter all_to_all; do
-    capped 60 "$BIN" bench "${op//_/-}" "$RANKS_FLAG" "$n" -b 1M -e 64M -f 4 -w 2 "$ITERS_FLAG" 5 --json > "$OUT/cli_${op}_${n}.json" 2>/dev/null \
+    capped 60 "$BIN" bench "${op//_/-}" "$RANKS_FLAG" "$n" -b 1M -e 64M -f 4 -w "$OP_WARMUP" "$ITERS_FLAG" "$OP_ITERS" -a 3 --json > "$OUT/cli_${op}_${n}.json" 2>/dev/null \
       || echo "accord bench $op n=$n FAILED or skipped for time ($RANKS_FLAG ranks, $ITERS_FLAG iterations)"
   done
 done

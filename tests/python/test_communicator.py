@@ -4,6 +4,7 @@ anything is sent, failures reported by rank, the explicit-argument constructor."
 from __future__ import annotations
 
 import os
+import time
 import socket
 
 import pytest
@@ -113,3 +114,44 @@ def test_arrays_are_registered_in_place_and_cached() -> None:
         "released by close",
     ]
     assert done == [want, want]
+
+
+def _one_rank_all_reduce(port: int) -> float:
+    import numpy as np
+
+    with accord.Communicator(0, 1, "127.0.0.1", port, timeout=20) as comm:
+        a = np.full(8, 3.0, np.float32)
+        for _ in range(3):
+            comm.all_reduce(a)  # from the main thread: on a pooled helper thread
+        return float(a[0])
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_does_not_use_its_parents_helper_threads() -> None:
+    # Calls from the main thread run on helper threads kept between calls; a forked child has
+    # none of its parent's threads, so it must start its own rather than hand its call to one
+    # that does not exist (which would wait forever).
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    assert _one_rank_all_reduce(ports[0]) == 3.0  # the parent's helper is now parked
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit code
+        code = 1
+        try:
+            code = 0 if _one_rank_all_reduce(ports[1]) == 3.0 else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 60
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child's collective did not finish within 60 s")
+        time.sleep(0.05)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -85,19 +85,65 @@ fn setup_error(e: EngineSetupError) -> PyErr {
     error(kind, format!("creating the communicator: {e}"))
 }
 
-/// Runs `job` on a helper thread; waits for it with the GIL released, in slices of
-/// [`WAIT_SLICE`] with a signal check between them. If a signal handler raises (Ctrl-C), the
-/// thread is left to finish on its own and the handler's exception is returned.
+/// What a helper thread runs: the job, given the function that puts the helper back in the
+/// idle pool (called before the job's result is handed over, so the caller's next call finds
+/// the helper idle instead of starting another).
+type HelperJob = Box<dyn FnOnce(&dyn Fn()) + Send>;
+
+/// Idle helper threads, by the process that started them. Why a pool: a collective called from
+/// Python's main thread runs on a helper so that the caller can look for signals (Ctrl-C) while
+/// it waits; starting a thread per call cost tens of microseconds, the fixed cost of every small
+/// call (`scripts/device/torch_overhead_probe.py`). A helper stays parked after its job; there
+/// are as many as calls ever ran at once (one, unless a call was interrupted while its helper
+/// still ran). After a fork the parent's helpers do not exist: the pool is dropped unused.
+static HELPERS: Mutex<(u32, Vec<mpsc::Sender<HelperJob>>)> = Mutex::new((0, Vec::new()));
+
+/// An idle helper of this process, else a new one.
+fn helper() -> std::io::Result<mpsc::Sender<HelperJob>> {
+    let pid = std::process::id();
+    {
+        let mut pool = HELPERS.lock().unwrap_or_else(|e| e.into_inner());
+        if pool.0 != pid {
+            *pool = (pid, Vec::new());
+        }
+        if let Some(idle) = pool.1.pop() {
+            return Ok(idle);
+        }
+    }
+    let (tx, rx) = mpsc::channel::<HelperJob>();
+    let mine = tx.clone();
+    std::thread::Builder::new().name("accord-coll".into()).spawn(move || {
+        let release = || {
+            let mut pool = HELPERS.lock().unwrap_or_else(|e| e.into_inner());
+            if pool.0 == pid {
+                pool.1.push(mine.clone());
+            }
+        };
+        while let Ok(job) = rx.recv() {
+            job(&release);
+        }
+    })?;
+    Ok(tx)
+}
+
+/// Runs `job` on a helper thread (see [`HELPERS`]); waits for it with the GIL released, in
+/// slices of [`WAIT_SLICE`] with a signal check between them. If a signal handler raises
+/// (Ctrl-C), the helper is left to finish on its own and the handler's exception is returned.
 fn background<R: Send + 'static>(py: Python<'_>, job: impl FnOnce() -> R + Send + 'static) -> PyResult<R> {
     let (tx, rx) = mpsc::channel();
     // A `Receiver` is not `Sync`; the mutex lets the wait borrow it with the GIL released.
     let rx = Mutex::new(rx);
-    std::thread::Builder::new()
-        .name("accord-coll".into())
-        .spawn(move || {
-            let _ = tx.send(job());
-        })
-        .map_err(|e| error(Kind::Accord, format!("could not start a thread for the collective: {e}")))?;
+    let start =
+        |e: &dyn std::fmt::Display| error(Kind::Accord, format!("could not start a thread for the collective: {e}"));
+    let run: HelperJob = Box::new(move |release: &dyn Fn()| {
+        let done = job();
+        release();
+        let _ = tx.send(done);
+    });
+    if let Err(mpsc::SendError(run)) = helper().map_err(|e| start(&e))?.send(run) {
+        // The helper is gone (it panicked in an earlier job): a fresh thread runs this one.
+        std::thread::Builder::new().name("accord-coll".into()).spawn(move || run(&|| ())).map_err(|e| start(&e))?;
+    }
     loop {
         match py.detach(|| rx.lock().unwrap().recv_timeout(WAIT_SLICE)) {
             Ok(done) => return Ok(done),
