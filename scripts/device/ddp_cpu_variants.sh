@@ -17,6 +17,9 @@
 #             16 segments, larger ones for larger blocks: the cap, off since stop 35's host run).
 #   OP_SIZES  all_reduce sizes (bytes, comma list; default 16 and 64 MiB) each run also times alone
 #             after its DDP steps (busbw columns: the op's own speed under the same variant).
+#   ROUNDS    how many times (default 1) the variants run in turn at each rank count, round by
+#             round (default, variant, default, variant, ...), so a host whose load drifts moves
+#             every variant alike; the table has a row per round.
 #   RANKS     rank counts (default "4 8"); ITERS / WARMUP (default 10 / 2) timed / untimed steps;
 #             BENCH_ARGS more arguments for the bench and the probe (e.g. "--width 2048").
 #   GLOO_EACH gloo runs again under every variant that sets something other than ACCORD_*
@@ -54,9 +57,10 @@ ROWS="$OUT/rows.jsonl" ERRS="$OUT/errors.txt"
 : > "$ROWS"; : > "$ERRS"
 PORT=$((29600 + RANDOM % 300))
 
-# bench VARIANT N BACKEND: one DDP-only run; its rows go to rows.jsonl tagged with the variant.
+# bench VARIANT N BACKEND ROUND: one DDP-only run; its rows go to rows.jsonl tagged with the
+# variant and the round.
 bench() {
-  local variant=$1 n=$2 backend=$3 envs=() args=() word t
+  local variant=$1 n=$2 backend=$3 round=$4 envs=() args=() word t
   [ "$variant" = default ] || for word in $variant; do
     case $word in
       threads-spare=*) args+=(--threads $(( CORES / n - ${word#threads-spare=} > 0 ? CORES / n - ${word#threads-spare=} : 1 ))) ;;
@@ -66,7 +70,7 @@ bench() {
   t=$(capped 120) || { echo "skipped for the budget: $backend n=$n [$variant]"; return; }
   PORT=$((PORT + 1))
   local log; log=$(mktemp) watcher=""
-  if [ "$variant" = default ] && [ "$backend" = accord ] && [ "${THREADS:-1}" = 1 ]; then
+  if [ "$variant" = default ] && [ "$backend" = accord ] && [ "$round" = 1 ] && [ "${THREADS:-1}" = 1 ]; then
     # Per-thread CPU use of the ranks (threads by name: accord-w* engine workers, python = the
     # main, torch's intra-op and the backend's worker threads), sampled every second.
     "$PY" "$HERE/thread_cpu.py" torch_backend_bench.py --interval 1 --samples 120 --top 0 --wait 30 \
@@ -79,7 +83,7 @@ bench() {
     ${args[@]+"${args[@]}"} ${BENCH_ARGS:-} > "$log" 2>&1
   local rc=$?
   [ -z "$watcher" ] || wait "$watcher"
-  grep '^{' "$log" | sed "s|^{|{\"variant\": \"$variant\", |" >> "$ROWS"
+  grep '^{' "$log" | sed "s|^{|{\"variant\": \"$variant\", \"round\": $round, |" >> "$ROWS"
   if [ "$rc" -ne 0 ]; then
     echo "FAILED (exit $rc): $backend n=$n [$variant]"
     { echo "== $backend n=$n [$variant] exit $rc"; tail -n 20 "$log"; } >> "$ERRS"
@@ -96,14 +100,16 @@ touches_gloo() {
 
 IFS=';' read -r -a VARS <<< "$VARIANTS"
 for n in ${RANKS:-4 8}; do
-  for variant in "${VARS[@]}"; do
-    variant=$(echo "$variant" | xargs)
-    [ -n "$variant" ] || continue
-    echo "== n=$n [$variant] ($(left) s left)"
-    bench "$variant" "$n" accord
-    if [ "$variant" = default ] || { [ "${GLOO_EACH:-1}" = 1 ] && touches_gloo "$variant"; }; then
-      bench "$variant" "$n" gloo
-    fi
+  for round in $(seq 1 "${ROUNDS:-1}"); do
+    for variant in "${VARS[@]}"; do
+      variant=$(echo "$variant" | xargs)
+      [ -n "$variant" ] || continue
+      echo "== n=$n round $round [$variant] ($(left) s left)"
+      bench "$variant" "$n" accord "$round"
+      if [ "$variant" = default ] || { [ "${GLOO_EACH:-1}" = 1 ] && touches_gloo "$variant"; }; then
+        bench "$variant" "$n" gloo "$round"
+      fi
+    done
   done
   if [ "${PROBE:-1}" = 1 ]; then
     for b in ${PROBE_BACKENDS:-accord}; do
@@ -121,36 +127,36 @@ echo "load at the end: $(uptime)"
 "$PY" - "$ROWS" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-def get(variant, n, backend, kind):
+def get(variant, n, backend, kind, rnd):
     return next((r for r in rows if r["variant"] == variant and r["ranks"] == n and r["backend"] == backend
-                 and r["kind"] == kind), None)
+                 and r["kind"] == kind and r.get("round", 1) == rnd), None)
 sizes = sorted({r["bytes"] for r in rows if r["kind"] == "op"})
-def busbw(variant, n, backend):
+def busbw(variant, n, backend, rnd):
     cells = []
     for size in sizes:
         r = next((r for r in rows if r["variant"] == variant and r["ranks"] == n and r["backend"] == backend
-                  and r["kind"] == "op" and r["bytes"] == size), None)
+                  and r["kind"] == "op" and r["bytes"] == size and r.get("round", 1) == rnd), None)
         cells.append(f"{r['busbw_gbps']:.2f}" if r else "-")
     return "/".join(cells) or "-"
 shown = "/".join(f"{s >> 20}M" for s in sizes)
-print(f"\n{'variant':<40} {'ranks':>5} {'threads':>7} {'local_s':>8} {'accord_s':>9} {'gloo_s':>8} {'gloo/accord':>11}"
+print(f"\n{'variant':<40} {'ranks':>5} {'round':>5} {'threads':>7} {'local_s':>8} {'accord_s':>9} {'gloo_s':>8} {'gloo/accord':>11}"
       f"  all_reduce busbw GB/s {shown} accord | gloo")
 seen = []
 for r in rows:
-    key = (r["variant"], r["ranks"])
+    key = (r["variant"], r["ranks"], r.get("round", 1))
     if key in seen:
         continue
     seen.append(key)
-    v, n = key
-    local, acc = get(v, n, "accord", "local"), get(v, n, "accord", "ddp")
-    gloo = get(v, n, "gloo", "ddp") or get("default", n, "gloo", "ddp")
-    same = "" if get(v, n, "gloo", "ddp") or v == "default" else " (gloo: default)"
+    v, n, rnd = key
+    local, acc = get(v, n, "accord", "local", rnd), get(v, n, "accord", "ddp", rnd)
+    gloo = get(v, n, "gloo", "ddp", rnd) or get("default", n, "gloo", "ddp", rnd)
+    same = "" if get(v, n, "gloo", "ddp", rnd) or v == "default" else " (gloo: default)"
     f = lambda x: f"{x['step_s']:.4f}" if x else "-"
     ratio = f"{gloo['step_s'] / acc['step_s']:.2f}" if gloo and acc else "-"
     threads = (acc or local or {}).get("threads", "-")
-    gloo_ops = busbw(v, n, "gloo") if get(v, n, "gloo", "ddp") else busbw("default", n, "gloo")
-    print(f"{v:<40} {n:>5} {threads:>7} {f(local):>8} {f(acc):>9} {f(gloo):>8} {ratio:>11}  "
-          f"{busbw(v, n, 'accord')} | {gloo_ops}{same}")
+    gloo_ops = busbw(v, n, "gloo", rnd) if get(v, n, "gloo", "ddp", rnd) else busbw("default", n, "gloo", rnd)
+    print(f"{v:<40} {n:>5} {rnd:>5} {threads:>7} {f(local):>8} {f(acc):>9} {f(gloo):>8} {ratio:>11}  "
+          f"{busbw(v, n, 'accord', rnd)} | {gloo_ops}{same}")
 print("\nissue 20's bar: gloo/accord >= 1.5 at 4 and 8 ranks (default variant)")
 PY
 for f in "$OUT"/threads_*.txt; do
