@@ -24,7 +24,8 @@ the host polls), and ``num_worst_tokens`` avoids even that. ``Buffer(low_latency
 DeepEP's low-latency layout (``low_latency_dispatch`` / ``low_latency_combine``): per-expert
 receive buffers filled by per-token direct stores over the peer mapping, one host only.
 
-Waits: with ``wait="gpu"`` a one-thread kernel waits for each signal, so nothing in a call waits
+Waits: with ``wait="gpu"`` one GPU thread waits for each signal (a one-thread kernel, or the
+first thread of the kernel that needs it, as ``ep_plan`` for the count exchange), so nothing in a call waits
 on the host (``num_worst_tokens``) and a CUDA graph can capture dispatch and combine. That needs
 ``CUDA_MODULE_LOADING=EAGER`` in the environment before CUDA starts: under lazy loading, the
 first use of a kernel (PyTorch's, the driver's own copy kernels) synchronises the GPU, so it waits
@@ -40,10 +41,9 @@ waits the ``sms`` blocks copy each row into the output as soon as its chunk arri
 own rows first (``ep_copy_out``), so only the last chunk's rows are copied after the last
 arrival; ``Buffer._pipelined_output = False`` copies the whole output with the copy engine
 after the last chunk instead (``Buffer._copy_by_chunk``: a copy-engine copy a chunk, each behind
-its chunk's wait).
-Failures never hang: every
-wait is bounded by ``timeout`` and a failure names the rank, raised as ``accord.ep.EpError`` at
-the next host synchronisation (or ``Buffer.check()``); a failed buffer refuses further calls.
+its chunk's wait). Failures never hang: every wait is bounded by ``timeout`` and a failure names
+the rank, raised as ``accord.ep.EpError`` at the next host synchronisation (or
+``Buffer.check()``); a failed buffer refuses further calls.
 """
 
 from __future__ import annotations
@@ -342,7 +342,8 @@ class Buffer:
         # flight (_copy_out_by_chunk); False copies the whole output once every chunk arrived,
         # all of it after the last chunk. The chunked copy did not pay on 2xH100 (4096 tokens, two
         # alternated rounds in one call: 775 and 790 us a dispatch against 663 and 547 for the
-        # whole copy, docs/results/2026-11-26-ep.md), so the whole copy stays the default.
+        # whole copy, docs/results/2026-11-26-ep.md), so it stays off (it applies only with
+        # _pipelined_output False).
         self._copy_by_chunk = False
         # A count row: tokens per rank, per expert, then the rows to each rank before each chunk
         # boundary ([chunks + 1][ranks], ep_layout_scan), which receivers need for ep_copy_out.

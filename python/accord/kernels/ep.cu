@@ -5,8 +5,12 @@
 // (ep_plan) has a torch twin, accord/_ep_plan.py, the CPU tests' reference. The kernels:
 //   * ep_plan: every offset of a dispatch and its combine, from the exchanged count matrix;
 //   * ep_layout_tokens / ep_layout_scan: the count row and each token's place per destination;
+//     the scan ends by putting the row to every peer (the count exchange), and ep_plan begins by
+//     waiting for theirs;
 //   * ep_pack_tokens: read each token once and write it to every rank it goes to (the packing
-//     of tokens per destination rank), putting each chunk as soon as it is packed;
+//     of tokens per destination rank), putting each chunk as soon as it is packed and the
+//     metadata after the last token;
+//   * ep_copy_out: dispatch's output, each row as soon as its chunk arrived, own rows first;
 //   * ep_combine_send: combine's rows for other ranks into the send window, chunk by chunk;
 //   * ep_put_segments / ep_signal_peers: ask the device proxy (accord/device.cuh) to move one
 //     contiguous segment per peer with a signal: the bytes go by copy engine on one host and by
