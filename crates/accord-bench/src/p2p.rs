@@ -257,7 +257,6 @@ impl Parent {
         }
     }
 
-    /// Times `iters` pipelined submissions and `LATENCY_SAMPLES` lone ones on engine `side`.
     /// Seconds `n` writes take on `side`, all submitted, then all awaited (each at most
     /// [`WRITE_WAIT`]).
     fn pipelined(
@@ -274,6 +273,7 @@ impl Parent {
         Ok(start.elapsed().as_secs_f64())
     }
 
+    /// Times `iters` pipelined submissions and `LATENCY_SAMPLES` lone ones on engine `side`.
     fn accord(
         &mut self,
         side: usize,

@@ -233,8 +233,8 @@ int main() {
             "a wait or read went wrong");
   }
 
-  // wait_signal sums every rank's slot in worlds of 3 (slots tracked from the entry on: an odd
-  // rank left over from the paired loads) and 11 (past the tracked ranks): contributions there
+  // wait_signal sums every rank's slot in worlds of 3 (every slot tracked from the entry on)
+  // and 11 (past the tracked ranks): contributions there
   // before the wait and one that arrives during it.
   {
     bool ok = true;

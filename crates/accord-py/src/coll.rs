@@ -141,7 +141,8 @@ fn background<R: Send + 'static>(py: Python<'_>, job: impl FnOnce() -> R + Send 
         let _ = tx.send(done);
     });
     if let Err(mpsc::SendError(run)) = helper().map_err(|e| start(&e))?.send(run) {
-        // The helper is gone (it panicked in an earlier job): a fresh thread runs this one.
+        // Not expected: a helper returns to the pool only after its job returned, so a pooled
+        // helper is alive. A guard, not a path: should its thread be gone, a fresh one runs the job.
         std::thread::Builder::new().name("accord-coll".into()).spawn(move || run(&|| ())).map_err(|e| start(&e))?;
     }
     loop {

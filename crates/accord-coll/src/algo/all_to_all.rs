@@ -25,7 +25,7 @@ fn layout(a: &Args<'_>, peer: usize) -> (usize, usize, usize, usize) {
 /// Runs all_to_all (`a.layout` None) or all_to_allv.
 pub(crate) fn run<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, a: &Args<'_>) -> Result<(), CollError> {
     let (r, n) = (cx.rank, cx.n);
-    let others: Vec<usize> = (1..n).map(|s| (r + s) % n).collect();
+    let others = super::others(r, n);
     let base = cx.handshake_of(a, true);
     let mine = |peer: usize| -> Handshake {
         let (_, _, roff, rlen) = layout(a, peer);

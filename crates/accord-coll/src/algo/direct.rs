@@ -29,7 +29,7 @@
 use std::ops::Range;
 
 use super::ctx::{Args, Ctx, Handshake};
-use super::{part, segments_per_block};
+use super::{others, part, segments_per_block};
 use crate::error::CollError;
 use crate::transport::{BufSlice, CollTransport};
 
@@ -42,11 +42,6 @@ pub(crate) fn scratch_bytes(n: usize, slot_bytes: usize) -> usize {
 /// Index of `sender`'s slot in `owner`'s scratch (the other ranks, from the owner's right).
 fn slot_of(sender: usize, owner: usize, n: usize) -> usize {
     (sender + n - owner - 1) % n
-}
-
-/// The other ranks, from `r`'s right: every rank starts with a different peer.
-fn others(r: usize, n: usize) -> Vec<usize> {
-    (1..n).map(|s| (r + s) % n).collect()
 }
 
 /// Geometry of one direct reduce-scatter, the same on every rank.

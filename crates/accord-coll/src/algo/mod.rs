@@ -261,6 +261,12 @@ pub(crate) fn dispatch<T: crate::CollTransport + ?Sized>(
     }
 }
 
+/// The ranks other than `r` of `n`, from `r`'s right: every rank starts with a different peer
+/// (all_to_all's and the direct schedules' order).
+pub(crate) fn others(r: usize, n: usize) -> Vec<usize> {
+    (1..n).map(|s| (r + s) % n).collect()
+}
+
 /// Element range of part `index` when `count` elements are split into `parts`
 /// balanced parts (sizes differ by at most one).
 pub(crate) fn part(count: usize, parts: usize, index: usize) -> Range<usize> {

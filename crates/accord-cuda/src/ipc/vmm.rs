@@ -113,12 +113,13 @@ pub fn check_pieces(pieces: &[(u64, u64)]) -> Result<u64> {
 }
 
 /// Takes a duplicate of process `pid`'s descriptor `fd` ([`accord_sys::take_fd_of`]);
-/// a failure names the process and why. Refused (EPERM) it also names the cause most hosts
+/// a failure names the process and why. Refused (EPERM, kept as the error's kind by
+/// `accord_sys`, which rewrites the message) it also names the cause most hosts
 /// have: Yama's ptrace scope 1 (Ubuntu's default) lets a process take descriptors only from its
 /// descendants, and ranks started by one launcher are siblings.
 pub fn take_fd_of(pid: u32, fd: RawFd) -> Result<OwnedFd> {
     accord_sys::take_fd_of(pid, fd).map_err(|e| {
-        let hint = if e.raw_os_error() == Some(libc::EPERM) {
+        let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
             " (sharing VMM memory between processes needs ptrace permission over the exporter: \
              check kernel.yama.ptrace_scope, 0 allows it between processes of one user)"
         } else {

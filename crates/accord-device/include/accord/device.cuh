@@ -672,6 +672,9 @@ ACCORD_DEVICE_INLINE Status reset_signal(const DeviceTable* table, u32 id) {
 /// value reached goes to `*reached` when given); TIMEOUT after `timeout_ns` of %globaltimer;
 /// PROXY_ERROR as soon as some ring's `control.error` is set and the value is not reached.
 /// Acquire: every byte of a put whose signal made the value reach `at_least` is visible after.
+/// (A slot found back at its value at entry is not loaded again: a SIGNAL_SET that moved a slot
+/// away and back to that same value during the wait is not acquired. The proxy's running values
+/// only grow; only user SETs of a repeated value meet this.)
 /// Memory touched: the signal slots (device), the signal's base (device, read once), every
 /// ring's `control.error` (mapped host, read once every 4096 polls).
 ACCORD_DEVICE_INLINE Status wait_signal(const DeviceTable* table, u32 id, u64 at_least, u64 timeout_ns,

@@ -192,7 +192,7 @@ pub(crate) fn issue_streamed(
     let mut flat = vec![];
     let mut planner = Planner::new(max_pitch);
     let mut queue = |step: &mut CopyPlan, total: &mut Issued| -> Result<(), String> {
-        let issued = issue(step, sink, false)?;
+        let issued = issue_after(step, sink, false, total.strided_as_rows)?;
         step.strided.clear();
         step.flat.clear();
         total.flat_calls += issued.flat_calls;
@@ -286,6 +286,17 @@ pub(crate) struct Issued {
 /// driver that rejects the pitches, say) goes again as its rows, flat, so a refusal costs speed,
 /// never bytes; an error of the flat path is the batch's error.
 pub(crate) fn issue(plan: &CopyPlan, sink: &mut dyn CopySink, batch_2d: bool) -> Result<Issued, String> {
+    issue_after(plan, sink, batch_2d, 0)
+}
+
+/// [`issue`] for one step of a write whose earlier steps already had `refused_before` 2D copies
+/// refused: the refusal is logged once a write, not once a step.
+fn issue_after(
+    plan: &CopyPlan,
+    sink: &mut dyn CopySink,
+    batch_2d: bool,
+    refused_before: usize,
+) -> Result<Issued, String> {
     let mut issued = Issued::default();
     let mut rest: &[Strided] = &plan.strided;
     if batch_2d && rest.len() >= 2 {
@@ -310,7 +321,7 @@ pub(crate) fn issue(plan: &CopyPlan, sink: &mut dyn CopySink, batch_2d: bool) ->
                 issued.strided_calls += 1;
             }
             Err(reason) => {
-                if issued.strided_as_rows == 0 {
+                if issued.strided_as_rows + refused_before == 0 {
                     tracing::warn!(error = %reason, ?copy, "2D copy refused; its rows go as 1D copies");
                 }
                 issued.strided_as_rows += 1;

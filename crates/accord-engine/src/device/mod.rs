@@ -163,13 +163,14 @@ impl DeviceRoute {
             .name("accord-device-poll".into())
             .spawn(move || poll_loop(rx))
             .map_err(|e| format!("could not start the device poller thread: {e}"))?;
-        let shape = CopyShape { streams: shape.streams.max(1), ..shape };
-        // The driver is asked about batched 2D copies only where they were asked for.
-        let batching = match (shape.batch_2d, shape.batch_2d.then(accord_cuda::copy_2d_batch_support)) {
-            (true, Some(Ok(()))) => "batched (cuMemcpy3DBatchAsync)".to_string(),
-            (true, Some(Err(why))) => format!("one call each ({why})"),
-            _ => "one call each (ACCORD_DEVICE_COPY_BATCH_2D=0)".to_string(),
+        // The driver is asked about batched 2D copies only where they were asked for; the shape
+        // keeps what will really apply, so a write is planned for the calls it will make.
+        let (batch_2d, batching) = match shape.batch_2d.then(accord_cuda::copy_2d_batch_support) {
+            Some(Ok(())) => (true, "batched (cuMemcpy3DBatchAsync)".to_string()),
+            Some(Err(why)) => (false, format!("one call each ({why})")),
+            None => (false, "one call each (ACCORD_DEVICE_COPY_BATCH_2D=0)".to_string()),
         };
+        let shape = CopyShape { streams: shape.streams.max(1), batch_2d };
         tracing::info!(
             streams = shape.streams,
             "paged device writes: spread over {} copy streams, 2D copies {batching}",
