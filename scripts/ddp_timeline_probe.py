@@ -34,20 +34,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import pathlib
 import statistics
+import sys
 import threading
 import time
 from typing import Any
 
-
-def model(width: int, depth: int) -> Any:
-    import torch
-
-    torch.manual_seed(0)
-    layers: list[Any] = []
-    for _ in range(depth):
-        layers += [torch.nn.Linear(width, width), torch.nn.ReLU()]
-    return torch.nn.Sequential(*layers)
+# The bench's model, so the probe times the very model the DDP rows time.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "device"))
+from torch_backend_bench import model  # noqa: E402
 
 
 class CommSpy:

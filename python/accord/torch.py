@@ -11,7 +11,7 @@ works under any init method. Subgroups (``dist.new_group``) get their own commun
 
 Ops run in call order, one at a time per group: an async op on the group's worker thread, a
 synchronous one (``async_op=False``) with nothing queued before it on the calling thread (no
-hand-off), with the GIL released while it moves data. Every op returns a :class:`Work`
+hand-off to the group's worker), with the GIL released while it moves data. Every op returns a :class:`Work`
 whose ``wait`` blocks with the GIL released, ``get_future`` resolves with the op's output
 tensors (so DDP communication hooks work), ``is_completed`` and ``exception`` poll. Point to
 point ops are deferred until something waits on them (or the next collective): a batch of
@@ -250,11 +250,12 @@ class Work(_WorkBase):  # type: ignore[misc]
 
     def wait(self, timeout: datetime.timedelta | None = None) -> bool:
         group = self._kick()
-        if not self._done.is_set() and group is not None:
-            group._run_here(self)
         limit = self._timeout_s
         if timeout is not None and timeout.total_seconds() > 0:
             limit = min(limit, timeout.total_seconds())
+        # Run here only when the caller's limit is the op's own: a shorter one must hold.
+        if not self._done.is_set() and group is not None and limit >= self._timeout_s:
+            group._run_here(self)
         if not self._done.wait(limit):
             raise TimeoutError(
                 f"accord backend: {self._op} did not complete within {limit:.1f} s on rank "
@@ -451,6 +452,12 @@ def _span(tensors: list[torch.Tensor]) -> tuple[torch.Tensor, list[int]] | None:
     return span, offsets
 
 
+def _disjoint(offsets: list[int], counts: list[int]) -> bool:
+    """Whether the non-empty blocks at ``offsets`` of ``counts`` elements overlap nowhere."""
+    blocks = sorted((o, o + c) for o, c in zip(offsets, counts) if c)
+    return all(end <= start for (_, end), (start, _) in zip(blocks, blocks[1:]))
+
+
 def _packed(tensors: list[torch.Tensor]) -> torch.Tensor | None:
     """One 1-D view over ``tensors`` where they are non-empty contiguous CPU views of one
     storage, each right after the one before (``list(x.chunk(n))`` of a contiguous ``x``); else
@@ -459,7 +466,7 @@ def _packed(tensors: list[torch.Tensor]) -> torch.Tensor | None:
     if spanned is None or any(t.numel() == 0 for t in tensors):
         return None
     span, offsets = spanned
-    if offsets != _running_sums([t.numel() for t in tensors]) or span.numel() != sum(t.numel() for t in tensors):
+    if offsets != _running_sums([t.numel() for t in tensors]):
         return None
     return span
 
@@ -520,18 +527,25 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
             self._run_job(*job)
 
     def _run_job(self, fn: Callable[[], None], work: Work) -> None:
-        """Runs one op (``_running`` is set: nothing else runs meanwhile), then lets the next go."""
+        """Runs one op (``_running`` is set: nothing else runs meanwhile), then lets the next go.
+        An op whose future was asked for settles it first, so its callbacks (DDP's hook, say,
+        which may write the tensors) finish before the next op starts, as on one worker."""
         try:
             fn()
         except BaseException as e:  # noqa: BLE001 - handed to the waiter
             error: BaseException | None = e
         else:
             error = None
+        with _FUTURE_LOCK:
+            callbacks = work._future is not None
+        if callbacks:
+            work._finish(error)
         with self._jobs_cv:
             self._running = False
             if self._jobs:
                 self._jobs_cv.notify()
-        work._finish(error)
+        if not callbacks:
+            work._finish(error)
 
     def _put(self, job: tuple[Callable[[], None], Work] | None) -> None:
         with self._jobs_cv:
@@ -541,8 +555,9 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
     def _run_here(self, work: Work) -> None:
         """Runs ``work``'s op on the calling thread when it is the next op and none is running
         (see :class:`Work`); otherwise leaves it to the worker. Not an op whose future was asked
-        for: that future's callbacks (DDP's, say) then run on the worker as before, never on a
-        waiting thread that may hold a lock they take."""
+        for before this: that future's callbacks (DDP's, say) then run on the worker as before,
+        not on a waiting thread that may hold a lock they take. (A future asked for by another
+        thread while this one already runs the op settles here.)"""
         if work._future is not None:
             return
         with self._jobs_cv:
@@ -578,10 +593,8 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
                 return work
         if cuda:
             torch.cuda.current_stream().synchronize()
-            work_done = Work(self, op, result)
-            self._put((fn, work_done))
-            work_done.wait()
-            work._finish(None)
+            self._put((fn, work))
+            work.wait()
             return work
         self._put((fn, work))
         return work
@@ -1150,6 +1163,8 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
                 flat_in = torch.cat([_flat(t) for t in ins]) if sum(send) else self._empty_side(dtype, 0)
                 send_displs = _running_sums(send)
             spanned_out = _span(outs)
+            if spanned_out is not None and not _disjoint(spanned_out[1], recv):
+                spanned_out = None  # an output named twice: one copy out, the last block wins
             copy_out = spanned_out is None and sum(recv) > 0
             if spanned_out is not None:
                 flat_out, recv_displs = spanned_out

@@ -20,9 +20,10 @@ with separately allocated tensors). Sizes (`--sizes`, bytes of the op's larger t
 on the same memory (`all_to_all` for even blocks, `all_to_allv` for uneven), so
 dist - direct is the Python layer's cost.
 
-The direct calls run on a thread other than Python's main one, where the Communicator runs
-them inline as it does on the backend's worker (on the main thread it starts a helper thread
-per call so Ctrl-C can interrupt it).
+Both columns run on Python's main thread, as a synchronous `dist.*` call now does (the backend
+runs it on the calling thread; the Communicator waits on a kept helper thread there, so Ctrl-C
+can interrupt it), so the helper hand-off is in both and `+us` is the Python layer alone, as in
+`torch_backend_bench.py`'s `direct` column.
 
 Columns: `direct us`, `dist us`, `+us` (dist - direct), `ratio` (direct / dist: the share of
 the direct call's speed that the dist call keeps), `copied` (bytes one dist call copied beyond
@@ -58,21 +59,6 @@ def mean_us(call: Callable[[], None], sync: Callable[[], None], warmup: int = -1
     for _ in range(iters):
         call()
     return (time.perf_counter() - start) / iters * 1e6
-
-
-def off_main(fn: Callable[[], float]) -> float:
-    """Runs ``fn`` on a thread of its own: the Communicator then runs each call inline with the
-    GIL released (as on the backend's worker thread) instead of on a helper thread per call (what
-    it does on Python's main thread, so Ctrl-C can interrupt it)."""
-    import threading
-
-    out: list[float] = []
-    t = threading.Thread(target=lambda: out.append(fn()))
-    t.start()
-    t.join()
-    if not out:
-        raise RuntimeError("the direct calls failed (see the traceback above)")
-    return out[0]
 
 
 class CopyCounter:
@@ -179,7 +165,7 @@ def table(ops: list[str], sizes: list[int]) -> list[tuple[str, int, float, float
         for name in ops:
             for nbytes in sizes:
                 direct, through, staged = op_pair(name, nbytes, rank, n, comm)
-                d_us = off_main(lambda: mean_us(direct, dist.barrier))
+                d_us = mean_us(direct, dist.barrier)
                 t_us = mean_us(through, dist.barrier)
                 through()  # warm: registrations made, so the count below is one steady call's
                 _, _, h0, m0 = comm._registration_stats()

@@ -61,3 +61,15 @@ def test_sync_and_async_ops_keep_call_order() -> None:
 
 def test_a_sync_op_releases_the_gil_while_it_waits() -> None:
     assert accord.run(torch_inplace_roles.gil_released_during_a_sync_op, 2, timeout=90) == [True, True]
+
+
+def test_overlapping_list_outputs_are_not_used_in_place() -> None:
+    """An all_to_all output list naming one block twice goes through the copy-out path (the
+    in-place path would hand the collective overlapping receive blocks, which it refuses)."""
+    from accord.torch import _disjoint
+
+    assert _disjoint([0, 4, 8], [4, 4, 4])
+    assert _disjoint([8, 0, 4], [4, 4, 4])  # any order
+    assert _disjoint([0, 0, 4], [0, 4, 4])  # an empty block overlaps nothing
+    assert not _disjoint([0, 0], [4, 4])  # the same view twice
+    assert not _disjoint([0, 2], [4, 4])

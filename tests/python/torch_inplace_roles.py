@@ -83,7 +83,6 @@ def in_place_ops() -> dict[str, Any]:
             assert w.shape == g.shape and torch.equal(w, g), f"{name}: gloo {w.tolist()} accord {g.tolist()}"
         seen[name] = (copies.count, (h1 + m1) - (h0 + m0))
 
-    salt = iter(range(1000))
 
     # all_to_all_single, even blocks: contiguous, a non-contiguous input, a non-contiguous output.
     def a2a_even(g: Any) -> list[torch.Tensor]:
@@ -250,7 +249,6 @@ def in_place_ops() -> dict[str, Any]:
         ("reduce_scatter_tensor_strided", scatter_strided),
     ]:
         case(name, fn)
-    del salt
 
     copies.close()
     dist.barrier()
