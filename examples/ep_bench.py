@@ -282,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=60.0, help="accord.ep's bound on every wait (s)")
     p.add_argument("--wait", choices=["auto", "gpu", "host"], default="auto", help="accord.ep's waits: a kernel, or the host")
     p.add_argument("--lanes", choices=["on", "off"], default="on", help="the proxy's stream lanes (off: engine writes)")
-    p.add_argument("--chunks", type=int, default=4, help="accord.ep puts a segment in this many chunks as it packs (0: one put after)")
+    p.add_argument("--chunks", type=int, default=None, help="accord.ep puts a segment in this many chunks as it packs (0: one put after; default: the Buffer's)")
+    p.add_argument("--lane-aside-bytes", type=int, default=0, help="the proxy lanes put a batch's stores on a second stream from this many bytes (0, the default: never)")
     p.add_argument("--profile", action="store_true", help="print torch.profiler tables of dispatch and combine (rank 0)")
     p.add_argument("--trace-dir", default="", help="with --profile: write each rank's Chrome trace here")
     p.add_argument("--low-latency", action="store_true", help="also check and time low_latency_dispatch/combine (a second buffer)")
@@ -314,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     buffer = accord.ep.Buffer(
         dist.group.WORLD, hidden=H, num_experts=E, num_topk=K, max_tokens_per_rank=T, sms=args.sms, timeout=args.timeout, wait=args.wait, lanes=args.lanes == "on",
-        chunks=args.chunks
+        **({} if args.chunks is None else {"chunks": args.chunks}), lane_stores_aside_bytes=args.lane_aside_bytes,
     )
     setup_s = time.time() - t0
     naive = Naive(torch, dist, ranks, E)
@@ -429,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
             "NCCL all_to_all_single, splits on the host",
             timed(torch, dist, lambda: dist.all_to_all_single(a2a_out, grouped, recv_splits, send_splits), args.iters),
         )
-    if args.chunks > 0:
+    if buffer.chunks > 0:
         # The same buffer shape putting each segment once after packing, in the same run.
         plain = accord.ep.Buffer(
             dist.group.WORLD, hidden=H, num_experts=E, num_topk=K, max_tokens_per_rank=T, sms=args.sms,
@@ -558,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
     verdicts: list[Any] = [None] * ranks
     dist.all_gather_object(verdicts, (failures, rows, checks, diff, stats))
     if rank == 0:
-        print(f"# accord.ep bench {args.label}: chunks {args.chunks}, {ranks} ranks, {T} tokens/rank, hidden {H}, top-{K} of {E}, bf16; "
+        print(f"# accord.ep bench {args.label}: chunks {buffer.chunks} (lane stores aside from {args.lane_aside_bytes} B, 0: never), {ranks} ranks, {T} tokens/rank, hidden {H}, top-{K} of {E}, bf16; "
               f"waits on the {'host' if buffer.waits_on_host else 'GPU'}; buffer setup {setup_s:.2f} s; received {recv_bytes / 1e6:.1f} MB on rank 0", flush=True)
         for name, ok in checks.items():
             print(f"# check {name}: {'ok' if ok else 'FAILED'} (rank 0)", flush=True)

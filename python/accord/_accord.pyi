@@ -330,6 +330,7 @@ class DeviceComm:
         counters: int = 64,
         stream_lane: bool = True,
         producer_timeout: float = 30.0,
+        lane_stores_aside_bytes: int = 0,
     ) -> Self: ...
     @property
     def rank(self) -> int: ...

@@ -272,7 +272,9 @@ def _group_communicator(group: Any, timeout: float) -> tuple[accord.Communicator
 
 class Buffer:
     """The windows, proxies and kernels of one expert-parallel group (collective to create and
-    to close; one per MoE layer shape, reused by every layer)."""
+    to close; one per MoE layer shape, reused by every layer). ``lane_stores_aside_bytes`` is
+    passed to ``accord.device.DeviceComm`` (0, off: docs/results/2026-11-26-ep.md, stop 37,
+    measured it slowing dispatch)."""
 
     def __init__(
         self,
@@ -291,6 +293,7 @@ class Buffer:
         lanes: bool = True,
         chunks: int = 4,
         low_latency: bool = False,
+        lane_stores_aside_bytes: int = 0,
     ) -> None:
         if dtype not in (torch.bfloat16, torch.float32):
             raise ValueError(f"accord.ep.Buffer: dtype {dtype} is not supported: give torch.bfloat16 or torch.float32")
@@ -410,7 +413,10 @@ class Buffer:
             self._comb_done_ptr = self._comb_done.data_ptr()
             torch.cuda.synchronize(dev)
             self._host_device = nvrtc.mapped_device_pointer(self._host.data_ptr())
-            self._dc = accord.device.DeviceComm(comm, gpu=gpu, user_signals=SIG_DISPATCH + DISPATCH_CHUNKS_MAX, stream_lane=lanes)
+            self._dc = accord.device.DeviceComm(
+                comm, gpu=gpu, user_signals=SIG_DISPATCH + DISPATCH_CHUNKS_MAX, stream_lane=lanes,
+                lane_stores_aside_bytes=lane_stores_aside_bytes,
+            )
             for want, tensor in enumerate(self._windows):
                 got = self._dc.register_window(tensor)
                 if got != want:

@@ -17,7 +17,9 @@
 #
 # Usage (GPU host, repo root; python3.12 + torch with CUDA + the accord wheel):
 #   [WHEEL=accord-*.whl] [DEEPEP_SRC=/abs/deepep.tar.gz] OUT=/path/to/out scripts/device/ep.sh
-# BUDGET_S (default 420) caps the whole command. Exits non-zero when a run failed or a check did.
+# BUDGET_S (default 420) caps the whole command; NORMAL_RUNS (default 1) repeats the normal run
+# (ep_normal_N.txt), so one call shows how far the ratios move between runs. Exits non-zero when a
+# run failed or a check did.
 set -uo pipefail
 DEFAULT_BUDGET_S=420
 . "$(dirname "$0")/budget.sh"
@@ -57,7 +59,11 @@ run() {  # run NAME CAP ENV... -- ARGS...
   grep -E '^(#|\|)' "$OUT/ep_$RUN_NAME.txt"
   [ "$rc" -eq 0 ] || { echo "   exit $rc"; tail -15 "$OUT/ep_$RUN_NAME.txt"; FAILED=1; }
 }
-run normal "${NORMAL_CAP_S:-150}" ACCORD_LOG=warn -- --wait "${EP_WAIT:-auto}" --label "normal mode, one host, CUDA_MODULE_LOADING=$CUDA_MODULE_LOADING"
+for n in $(seq 1 "${NORMAL_RUNS:-1}"); do
+  suffix=$([ "${NORMAL_RUNS:-1}" = 1 ] || echo "_$n")
+  run "normal$suffix" "${NORMAL_CAP_S:-150}" ACCORD_LOG=warn -- --wait "${EP_WAIT:-auto}" \
+    --label "normal mode, one host, CUDA_MODULE_LOADING=$CUDA_MODULE_LOADING${suffix:+, run $n}"
+done
 run lowlat "${LOWLAT_CAP_S:-90}" ACCORD_LOG=warn -- --tokens 128 --graph --low-latency --profile --trace-dir "$OUT" --iters 50 --wait "${EP_WAIT:-auto}" --label "128 tokens a rank"
 run network "${NETWORK_CAP_S:-120}" ACCORD_DEVICE_IPC=0 ACCORD_SHM=0 ACCORD_LOG=warn -- \
   --tokens "${NETWORK_TOKENS:-1024}" --no-peers --iters 5 --timeout "${NETWORK_WAIT_S:-60}" --wait "${EP_WAIT:-auto}" \

@@ -2,7 +2,7 @@
 //! transport: its rings and proxy threads, windows, signals, counters and device table.
 
 use crate::error::{DescriptorError, DeviceError, WaitError};
-use crate::lane::PeerLane;
+use crate::lane::{LaneStreams, PeerLane};
 use crate::memory::{Block, Placement, Want};
 use crate::proxy::{ProxyHandle, ProxyTiming};
 use crate::ring::{HostProducer, Ring, RING_SLOTS_DEFAULT};
@@ -45,6 +45,11 @@ pub struct DeviceCommConfig {
     /// writes, and give kernels those addresses for direct stores. GPU placement only; off, every
     /// descriptor is an engine write (the baseline the device bench compares the lane with).
     pub stream_lane: bool,
+    /// A lane batch whose copies move at least this many bytes queues its signal and done
+    /// stores on a second stream, so the next batch's copy need not wait for them; 0 (the
+    /// default, `lane.rs` says why): every batch's stores follow its copies on one stream.
+    /// Local to this rank.
+    pub lane_stores_aside_bytes: u64,
 }
 
 impl Default for DeviceCommConfig {
@@ -58,6 +63,7 @@ impl Default for DeviceCommConfig {
             timing: ProxyTiming::default(),
             producer_timeout: Duration::from_secs(30),
             stream_lane: true,
+            lane_stores_aside_bytes: crate::lane::DEFAULT_STORES_ASIDE_BYTES,
         }
     }
 }
@@ -238,6 +244,7 @@ impl DeviceComm {
             peer_signals,
             lane_gpu,
             lanes,
+            lane_stores_aside_bytes: config.lane_stores_aside_bytes,
             counters,
             errors: Mutex::new(Vec::new()),
             stats: Counters::default(),
@@ -711,7 +718,7 @@ fn open_lane(engine: &Engine, gpu: &Gpu, slots: &MrDescriptor, rank: u32) -> Opt
         return why_not(format!("a stream store into its signal slots failed: {e}"));
     }
     Some(PeerLane {
-        stream: Mutex::new(stream),
+        streams: Mutex::new(LaneStreams::new(stream)),
         signal_slots: mapping.ptr,
         windows: RwLock::new(Vec::new()),
         mappings: Mutex::new(vec![mapping]),

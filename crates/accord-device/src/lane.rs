@@ -18,13 +18,20 @@
 //!    proxy polls: that word passing a ticket is its completion (counters, flush), with no
 //!    event, no poller thread and no callback.
 //!
-//! The lane's stream and signal values are per peer and shared by every ring's proxy under one
+//! A batch whose copies move at least the communicator's `lane_stores_aside_bytes` (0 by
+//! default: [`DEFAULT_STORES_ASIDE_BYTES`] says why) queues steps 2 and 3 on a second stream
+//! instead, behind an event recorded after its copies: the stores' memory barrier then no longer
+//! holds the copy stream, and the next batch's copy starts while the stores wait. A later small
+//! batch makes the copy stream wait for the stores set aside before its own, so a signal's
+//! values still land in order.
+//!
+//! The lane's streams and signal values are per peer and shared by every ring's proxy under one
 //! lock, so the order in which values are computed is the order in which they are written.
 //! Puts of one batch may run in any order among themselves (puts are unordered, as in the rest
 //! of the device API), except that puts whose destination bytes overlap keep their ticket order.
 
 use crate::layout::SignalOp;
-use accord_cuda::{DevicePtr, Stream};
+use accord_cuda::{DevicePtr, Event, EventKind, Stream};
 use accord_engine::DeviceRegionMapping;
 use std::sync::{Mutex, RwLock};
 
@@ -70,10 +77,67 @@ pub(crate) trait LaneSink {
         }
         Ok(stores.len())
     }
+    /// Where the stores queued next go: `aside` on a second stream, after everything queued so
+    /// far (so the copy stream goes on without waiting for them), else on the copy stream,
+    /// after every store set aside before. Returns the driver calls it took. A sink with one
+    /// queue has nothing to do.
+    fn route_stores(&mut self, aside: bool) -> Result<usize, String> {
+        let _ = aside;
+        Ok(0)
+    }
 }
 
-/// The lane's CUDA stream as a [`LaneSink`].
-pub(crate) struct StreamSink<'a>(pub(crate) &'a Stream);
+/// Copies a batch must move for its stores to go aside by default: 0, never. On 2xH200 (a
+/// 4,096-token expert-parallel dispatch, docs/results/2026-11-26-ep.md, stop 37) aside cut the
+/// copy engine's gaps between chunks from 7-13 us to 3-4 us, but each chunk's signal then
+/// crossed to the second stream before it landed, and the dispatch, which waits for every
+/// chunk's signal, was no faster (num_worst_tokens 346 and 344 us against 340 and 338 without,
+/// alternated). So it is opt-in (`DeviceCommConfig::lane_stores_aside_bytes`), for streams of
+/// large puts whose signals matter less than the copy engine's throughput.
+pub const DEFAULT_STORES_ASIDE_BYTES: u64 = 0;
+
+/// The streams of one peer's lane: copies, the stores of small batches, and (created on first
+/// use) a second stream for the stores of large ones, with the events that order the two.
+pub(crate) struct LaneStreams {
+    copy: Stream,
+    aside: Option<AsideStores>,
+    /// Whether the last batch's stores went aside.
+    stores_aside: bool,
+}
+
+struct AsideStores {
+    stream: Stream,
+    /// Recorded on the copy stream after a batch's copies; the aside stream waits for it.
+    copies_queued: Event,
+    /// Recorded on the aside stream before a small batch's stores; the copy stream waits for it.
+    stores_queued: Event,
+}
+
+impl LaneStreams {
+    pub(crate) fn new(copy: Stream) -> LaneStreams {
+        LaneStreams { copy, aside: None, stores_aside: false }
+    }
+
+    /// Whether both streams are idle; an error when either met a fault.
+    pub(crate) fn query(&self) -> Result<bool, String> {
+        let copy_idle = self.copy.query().map_err(|e| e.to_string())?;
+        let aside_idle = match &self.aside {
+            Some(a) => a.stream.query().map_err(|e| e.to_string())?,
+            None => true,
+        };
+        Ok(copy_idle && aside_idle)
+    }
+
+    fn store_stream(&self) -> &Stream {
+        match (&self.aside, self.stores_aside) {
+            (Some(a), true) => &a.stream,
+            _ => &self.copy,
+        }
+    }
+}
+
+/// The lane's CUDA streams as a [`LaneSink`].
+pub(crate) struct StreamSink<'a>(pub(crate) &'a mut LaneStreams);
 
 impl LaneSink for StreamSink<'_> {
     fn copy(&mut self, dst: u64, src: u64, len: u64) -> Result<(), String> {
@@ -81,19 +145,51 @@ impl LaneSink for StreamSink<'_> {
         // Safety: `src` lies in a window of this rank on this GPU and `dst` in the peer's
         // window as mapped here, both checked against the windows' lengths by the proxy before
         // the item was made; the windows stay registered until the communicator closes, which
-        // stops the proxies (draining this stream) first.
+        // stops the proxies (draining these streams) first.
         #[allow(unsafe_code)]
-        unsafe { self.0.copy_unchecked(DevicePtr(dst), DevicePtr(src), len) }.map_err(|e| format!("lane copy: {e}"))
+        unsafe { self.0.copy.copy_unchecked(DevicePtr(dst), DevicePtr(src), len) }
+            .map_err(|e| format!("lane copy: {e}"))
     }
 
     fn write_value(&mut self, dst: u64, value: u64) -> Result<(), String> {
-        self.0.write_value_u64(DevicePtr(dst), value).map_err(|e| format!("lane store: {e}"))
+        self.0.store_stream().write_value_u64(DevicePtr(dst), value).map_err(|e| format!("lane store: {e}"))
     }
 
     /// The batch's stores in as few calls as the driver allows (`Stream::write_values_u64`).
     fn write_values(&mut self, stores: &[(u64, u64)]) -> Result<usize, String> {
         let list: Vec<(DevicePtr, u64)> = stores.iter().map(|&(d, v)| (DevicePtr(d), v)).collect();
-        self.0.write_values_u64(&list).map_err(|e| format!("lane stores: {e}"))
+        self.0.store_stream().write_values_u64(&list).map_err(|e| format!("lane stores: {e}"))
+    }
+
+    fn route_stores(&mut self, aside: bool) -> Result<usize, String> {
+        let lane = &mut *self.0;
+        if aside {
+            if lane.aside.is_none() {
+                let gpu = lane.copy.gpu().clone();
+                let made = Stream::new(&gpu).and_then(|stream| {
+                    Ok(AsideStores {
+                        stream,
+                        copies_queued: Event::new(&gpu, EventKind::SyncOnly)?,
+                        stores_queued: Event::new(&gpu, EventKind::SyncOnly)?,
+                    })
+                });
+                lane.aside = Some(made.map_err(|e| format!("lane store stream: {e}"))?);
+            }
+            let Some(a) = lane.aside.as_ref() else { return Ok(0) };
+            a.copies_queued.record(&lane.copy).map_err(|e| format!("lane event: {e}"))?;
+            a.stream.wait_event(&a.copies_queued).map_err(|e| format!("lane event wait: {e}"))?;
+            lane.stores_aside = true;
+            return Ok(2);
+        }
+        match (&lane.aside, lane.stores_aside) {
+            (Some(a), true) => {
+                a.stores_queued.record(&a.stream).map_err(|e| format!("lane event: {e}"))?;
+                lane.copy.wait_event(&a.stores_queued).map_err(|e| format!("lane event wait: {e}"))?;
+                lane.stores_aside = false;
+                Ok(2)
+            }
+            _ => Ok(0),
+        }
     }
 
     /// The batch's copies in as few calls as the driver allows (`Stream::copy_many_unchecked`).
@@ -105,7 +201,7 @@ impl LaneSink for StreamSink<'_> {
         }
         // Safety: as in `copy`, for every copy of the batch.
         #[allow(unsafe_code)]
-        unsafe { self.0.copy_many_unchecked(&list) }.map_err(|e| format!("lane copies: {e}"))
+        unsafe { self.0.copy.copy_many_unchecked(&list) }.map_err(|e| format!("lane copies: {e}"))
     }
 }
 
@@ -145,17 +241,28 @@ pub(crate) fn non_overlapping_groups(runs: &[(u64, u64, u64)]) -> Vec<&[(u64, u6
     groups
 }
 
+/// Where a lane batch's stores go and what they say.
+pub(crate) struct BatchStores<'a> {
+    /// The value of a signal after the batch's action on it (called in ticket order).
+    pub(crate) advance: &'a mut dyn FnMut(u32, SignalOp, u64) -> u64,
+    /// The address of a signal's slot at the peer.
+    pub(crate) signal_slot: &'a dyn Fn(u32) -> u64,
+    pub(crate) done_word: u64,
+    pub(crate) done_value: u64,
+    /// Copies of at least this many bytes in all put the stores aside (0: never).
+    pub(crate) aside_from_bytes: u64,
+}
+
 /// Queues one batch for one peer on `sink`: data, then each touched signal once with the value
-/// `advance` gives for it after the batch (called in ticket order), then `done_value` into
-/// `done_word`. Returns the driver operations queued and how many of them were signal stores.
+/// `advance` gives for it after the batch, then `done_value` into `done_word`; the stores aside
+/// when the batch copies at least `aside_from_bytes`. Returns the driver operations queued and
+/// how many of them were signal stores.
 pub(crate) fn queue_batch(
     sink: &mut dyn LaneSink,
     items: &[LaneItem],
-    mut advance: impl FnMut(u32, SignalOp, u64) -> u64,
-    signal_slot: impl Fn(u32) -> u64,
-    done_word: u64,
-    done_value: u64,
+    how: BatchStores<'_>,
 ) -> Result<(usize, usize), String> {
+    let BatchStores { advance, signal_slot, done_word, done_value, aside_from_bytes } = how;
     let mut ops = 0;
     let copies: Vec<(u64, u64, u64)> = items
         .iter()
@@ -164,9 +271,11 @@ pub(crate) fn queue_batch(
             _ => None,
         })
         .collect();
+    let copy_bytes: u64 = copies.iter().map(|&(_, _, len)| len).sum();
     for group in non_overlapping_groups(&merge_copies(copies)) {
         ops += sink.copy_many(group)?;
     }
+    ops += sink.route_stores(aside_from_bytes > 0 && copy_bytes >= aside_from_bytes)?;
     let mut stores: Vec<(u64, u64)> = items
         .iter()
         .filter_map(|i| match i.work {
@@ -190,10 +299,10 @@ pub(crate) fn queue_batch(
     Ok((ops, signal_stores))
 }
 
-/// One peer's lane: the stream every ring's proxy queues on (under the lock), the peer's
+/// One peer's lane: the streams every ring's proxy queues on (under the lock), the peer's
 /// signal slots and windows as this rank's GPU reaches them.
 pub(crate) struct PeerLane {
-    pub(crate) stream: Mutex<Stream>,
+    pub(crate) streams: Mutex<LaneStreams>,
     /// Device address (here) of the peer's incoming slots, `u64[signal_count][world]`.
     pub(crate) signal_slots: u64,
     /// Device address (here) of the peer's window `w`, 0 where it cannot be reached.
@@ -217,6 +326,44 @@ mod tests {
         fn write_value(&mut self, dst: u64, value: u64) -> Result<(), String> {
             self.0.push(format!("store {dst}={value}"));
             Ok(())
+        }
+        fn route_stores(&mut self, aside: bool) -> Result<usize, String> {
+            // Only the routing a stream sink acts on: aside, or back after an aside batch.
+            let back =
+                !aside && self.0.iter().rev().find(|l| l.starts_with("stores")).is_some_and(|l| l == "stores aside");
+            if aside || back {
+                self.0.push(if aside { "stores aside" } else { "stores inline" }.into());
+                return Ok(2);
+            }
+            Ok(0)
+        }
+    }
+
+    /// Signal values as the proxy's board keeps them: a running value per signal.
+    fn board() -> impl FnMut(u32, SignalOp, u64) -> u64 {
+        let mut running = std::collections::HashMap::new();
+        move |s, op, v| {
+            let e = running.entry(s).or_insert(0u64);
+            match op {
+                SignalOp::Add => *e += v,
+                SignalOp::Set => *e = v,
+                SignalOp::None => {}
+            }
+            *e
+        }
+    }
+
+    fn stores<'a>(
+        advance: &'a mut dyn FnMut(u32, SignalOp, u64) -> u64,
+        done_value: u64,
+        aside_from_bytes: u64,
+    ) -> BatchStores<'a> {
+        BatchStores {
+            advance,
+            signal_slot: &|s| 50_000 + u64::from(s) * 8,
+            done_word: 90_000,
+            done_value,
+            aside_from_bytes,
         }
     }
 
@@ -270,25 +417,9 @@ mod tests {
             signal_id: 5,
             signal_value: 9,
         });
-        let mut running = std::collections::HashMap::new();
+        let mut advance = board();
         let mut rec = Recorder::default();
-        let ops = queue_batch(
-            &mut rec,
-            &items,
-            |s, op, v| {
-                let e = running.entry(s).or_insert(0u64);
-                match op {
-                    SignalOp::Add => *e += v,
-                    SignalOp::Set => *e = v,
-                    SignalOp::None => {}
-                }
-                *e
-            },
-            |s| 50_000 + u64::from(s) * 8,
-            90_000,
-            13,
-        )
-        .unwrap();
+        let ops = queue_batch(&mut rec, &items, stores(&mut advance, 13, 1 << 20)).unwrap();
         assert_eq!(
             rec.0,
             vec![
@@ -317,8 +448,54 @@ mod tests {
         let mut item = put(1, 0, 8, 8);
         item.signal_op = SignalOp::Add;
         let mut sink = Failing(0);
-        let err = queue_batch(&mut sink, &[item], |_, _, v| v, |_| 0, 1, 2).unwrap_err();
+        let mut advance = |_: u32, _: SignalOp, v: u64| v;
+        let how = BatchStores {
+            advance: &mut advance,
+            signal_slot: &|_| 0,
+            done_word: 1,
+            done_value: 2,
+            aside_from_bytes: 0,
+        };
+        let err = queue_batch(&mut sink, &[item], how).unwrap_err();
         assert!(err.contains("copy refused"));
         assert_eq!(sink.0, 0, "no signal and no done word after a failed copy");
+    }
+    #[test]
+    fn a_large_batch_puts_its_stores_aside_and_the_next_small_one_brings_them_back_in_order() {
+        let mut advance = board();
+        let mut rec = Recorder::default();
+        let mut big = put(1, 0, 1 << 30, 4 << 20);
+        big.signal_op = SignalOp::Add;
+        big.signal_value = 1;
+        let mut small = put(2, 8 << 20, (1 << 30) + (8 << 20), 64);
+        small.signal_op = SignalOp::Add;
+        small.signal_value = 1;
+        let ops_big = queue_batch(&mut rec, &[big], stores(&mut advance, 2, 1 << 20)).unwrap();
+        let ops_big_again =
+            queue_batch(&mut rec, &[LaneItem { ticket: 3, ..big }], stores(&mut advance, 4, 1 << 20)).unwrap();
+        let ops_small =
+            queue_batch(&mut rec, &[LaneItem { ticket: 4, ..small }], stores(&mut advance, 5, 1 << 20)).unwrap();
+        assert_eq!(
+            rec.0,
+            vec![
+                "copy 0<-1073741824 4194304".to_string(),
+                "stores aside".into(),
+                "store 50000=1".into(),
+                "store 90000=2".into(),
+                "copy 0<-1073741824 4194304".into(),
+                "stores aside".into(),
+                "store 50000=2".into(),
+                "store 90000=4".into(),
+                "copy 8388608<-1082130432 64".into(),
+                "stores inline".into(),
+                "store 50000=3".into(),
+                "store 90000=5".into(),
+            ],
+            "each large batch's stores after its copies, aside; the small one's after those, inline"
+        );
+        assert_eq!((ops_big.0, ops_big_again.0, ops_small.0), (5, 5, 5), "a copy, two routing calls, two stores");
+        let mut rec = Recorder::default();
+        queue_batch(&mut rec, &[big], stores(&mut advance, 6, 0)).unwrap();
+        assert!(!rec.0.iter().any(|l| l.starts_with("stores")), "0: never aside");
     }
 }

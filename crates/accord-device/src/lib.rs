@@ -29,6 +29,7 @@ mod window;
 
 pub use comm::{DeviceComm, DeviceCommConfig, DeviceStats, COUNTERS_MAX, RINGS_MAX};
 pub use error::{DescriptorError, DescriptorErrorKind, DeviceError, ProducerError, WaitError};
+pub use lane::DEFAULT_STORES_ASIDE_BYTES;
 pub use memory::Placement;
 pub use proxy::{ProxyTiming, DESCRIPTORS_PER_TURN_MAX};
 pub use ring::{HostProducer, Ring, RingConsumer, RING_SLOTS_DEFAULT, RING_SLOTS_MAX};

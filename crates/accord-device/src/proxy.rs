@@ -34,7 +34,7 @@
 //! device tests must confirm that sender completion implies placement for them too.
 
 use crate::error::{DescriptorError, DescriptorErrorKind};
-use crate::lane::{queue_batch, LaneItem, LaneWork, StreamSink};
+use crate::lane::{queue_batch, BatchStores, LaneItem, LaneWork, StreamSink};
 use crate::layout::{Descriptor, Op, SignalOp, FLAG_COUNTER};
 use crate::memory::Block;
 use crate::ring::{Ring, RingConsumer};
@@ -441,16 +441,17 @@ impl Proxy {
         let lane = s.lanes[peer as usize].as_ref().ok_or("no lane to this peer")?;
         let done = self.lane_done.as_ref().ok_or("no lane done words")?;
         let done_word = done.device_addr() + u64::from(peer) * 8;
-        let stream = lane.stream.lock().unwrap_or_else(|e| e.into_inner());
-        let (ops, signal_stores) = queue_batch(
-            &mut StreamSink(&stream),
-            items,
-            |signal, op, operand| s.signal_board.advance(peer, signal, op, operand),
-            |signal| lane.signal_slots + s.signal_slot_offset(signal),
+        let mut streams = lane.streams.lock().unwrap_or_else(|e| e.into_inner());
+        let mut advance = |signal, op, operand| s.signal_board.advance(peer, signal, op, operand);
+        let how = BatchStores {
+            advance: &mut advance,
+            signal_slot: &|signal| lane.signal_slots + s.signal_slot_offset(signal),
             done_word,
             done_value,
-        )?;
-        drop(stream);
+            aside_from_bytes: s.lane_stores_aside_bytes,
+        };
+        let (ops, signal_stores) = queue_batch(&mut StreamSink(&mut streams), items, how)?;
+        drop(streams);
         s.stats.signal_writes_issued.fetch_add(signal_stores as u64, Ordering::Relaxed);
         s.stats.lane_batches.fetch_add(1, Ordering::Relaxed);
         s.stats.lane_driver_ops.fetch_add(ops as u64, Ordering::Relaxed);
@@ -486,7 +487,7 @@ impl Proxy {
             if pending.since.is_some_and(|t| t.elapsed() >= LANE_STALL_CHECK) {
                 pending.since = Some(Instant::now());
                 let lane = self.shared.lanes[peer].as_ref();
-                let state = lane.map(|l| l.stream.lock().unwrap_or_else(|e| e.into_inner()).query());
+                let state = lane.map(|l| l.streams.lock().unwrap_or_else(|e| e.into_inner()).query());
                 let reason = match state {
                     Some(Ok(false)) => None, // still copying (a long queue): look again later
                     Some(Ok(true)) => {
@@ -495,7 +496,7 @@ impl Proxy {
                         let now = done.word(peer).map_or(0, |w| w.load(Ordering::Acquire));
                         (now < pending.queued_done).then(|| {
                             format!(
-                                "the lane's stream went idle with its done word at {now}, not {}",
+                                "the lane's streams went idle with its done word at {now}, not {}",
                                 pending.queued_done
                             )
                         })

@@ -152,8 +152,11 @@ impl DeviceComm {
     /// Builds the device communicator on every rank (collective: each rank calls it with the
     /// same arguments). `gpu=None` places everything in host memory (CPU tests, host producers);
     /// an ordinal places it for that GPU (torch CUDA tensors of that GPU as windows).
+    /// `lane_stores_aside_bytes`: a stream-lane batch copying at least this much queues its
+    /// signal stores on a second stream, so the next copy does not wait for them (0, the
+    /// default: never).
     #[new]
-    #[pyo3(signature = (comm, gpu = None, *, rings = 1, slot_count = accord_device::RING_SLOTS_DEFAULT, user_signals = 64, counters = 64, stream_lane = true, producer_timeout = 30.0))]
+    #[pyo3(signature = (comm, gpu = None, *, rings = 1, slot_count = accord_device::RING_SLOTS_DEFAULT, user_signals = 64, counters = 64, stream_lane = true, producer_timeout = 30.0, lane_stores_aside_bytes = 0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -165,6 +168,7 @@ impl DeviceComm {
         counters: u32,
         stream_lane: bool,
         producer_timeout: f64,
+        lane_stores_aside_bytes: u64,
     ) -> PyResult<Self> {
         let op = "DeviceComm";
         let producer_timeout = seconds(op, "producer_timeout", producer_timeout)?;
@@ -183,6 +187,7 @@ impl DeviceComm {
             placement,
             stream_lane,
             producer_timeout,
+            lane_stores_aside_bytes,
             ..DeviceCommConfig::default()
         };
         let rust_comm = comm.borrow().hand_over(py)?;
