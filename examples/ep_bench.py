@@ -40,6 +40,15 @@ def missing(why: str) -> SystemExit:
     return SystemExit(2)
 
 
+def fp8_pair(torch: Any, x: Any) -> tuple[Any, Any]:
+    """DeepEP's fp8 form of bf16 rows: e4m3 values and a float32 scale per 128 values (the
+    block's largest magnitude over e4m3's largest, 448)."""
+    blocks = x.float().view(x.shape[0], -1, 128)
+    scales = blocks.abs().amax(dim=2).clamp(min=1e-4) / 448.0
+    values = (blocks / scales.unsqueeze(2)).view(x.shape).to(torch.float8_e4m3fn)
+    return values.contiguous(), scales.contiguous()
+
+
 def routing(torch: Any, tokens: int, experts: int, topk: int, seed: int, device: Any) -> tuple[Any, Any]:
     g = torch.Generator(device="cpu").manual_seed(seed)
     scores = torch.rand(tokens, experts, generator=g)
@@ -376,8 +385,9 @@ def main(argv: list[str] | None = None) -> int:
 
     stage(rank, "timing")
     # ---- timing ----
-    def add(name: str, seconds: float) -> None:
-        rows.append((name, seconds * 1e6, recv_bytes / seconds / 1e9))
+    def add(name: str, seconds: float, moved: int = 0) -> None:
+        """A timed row; GB/s over `moved` bytes (default: the received bf16 rows)."""
+        rows.append((name, seconds * 1e6, (moved or recv_bytes) / seconds / 1e9))
         stage(rank, f"timed {name}: {seconds * 1e6:.1f} us")  # kept even if a later part fails
 
     add("accord.ep dispatch", timed(torch, dist, lambda: buffer.dispatch(x, topk_idx, topk_w), args.iters))
@@ -414,6 +424,32 @@ def main(argv: list[str] | None = None) -> int:
     buffer._copy_by_chunk = False
     buffer._pipelined_output = pipelined
     add("accord.ep combine", timed(torch, dist, lambda: buffer.combine(y, got.handle), args.iters))
+    fp8 = fp8_pair(torch, x) if H % 128 == 0 else None
+    if fp8 is not None:
+        # DeepEP's fp8 dispatch: (e4m3 rows, float32 scale per 128 values), checked bit for bit
+        # against the naive dispatcher moving the same bytes, then timed (GB/s over fp8 rows +
+        # scales received, DeepEP's accounting).
+        x8, s8 = fp8
+        got8 = buffer.dispatch(fp8, topk_idx, topk_w)
+        want8, want_s = naive.dispatch(x8.view(torch.uint8), topk_idx)[0], naive.dispatch(s8, topk_idx)[0]
+        worst8 = buffer.dispatch(fp8, topk_idx, topk_w, num_worst_tokens=ranks * T)
+        n8 = want8.shape[0]
+        checks["fp8 dispatch rows and scales bit for bit"] = (
+            got8.x_scales is not None and worst8.x_scales is not None
+            and torch.equal(got8.x.view(torch.uint8), want8) and torch.equal(got8.x_scales, want_s)
+            and torch.equal(got8.topk_idx, got.topk_idx) and torch.equal(got8.src_index, got.src_index)
+            and torch.equal(worst8.x[:n8].view(torch.uint8), want8) and torch.equal(worst8.x_scales[:n8], want_s)
+            and bool((worst8.x_scales[n8:] == 0).all())
+        )
+        if not checks["fp8 dispatch rows and scales bit for bit"]:
+            failures.append(f"rank {rank}: fp8 dispatch")
+        fp8_bytes = n8 * (H + 4 * (H // 128))
+        add("accord.ep dispatch, fp8", timed(torch, dist, lambda: buffer.dispatch(fp8, topk_idx, topk_w), args.iters), fp8_bytes)
+        add(
+            "accord.ep dispatch, fp8, num_worst_tokens",
+            timed(torch, dist, lambda: buffer.dispatch(fp8, topk_idx, topk_w, num_worst_tokens=ranks * T), args.iters),
+            fp8_bytes,
+        )
     # all_to_all_v with the split sizes on the GPU, against NCCL's all_to_all_single given the
     # same splits as host lists (which its callers must first copy to the host).
     order, send_splits, recv_splits = ctx
@@ -473,6 +509,22 @@ def main(argv: list[str] | None = None) -> int:
             )
             d_y = expert(torch, d_x, rank)
             add(f"DeepEP combine ({args.sms} SMs)", timed(torch, dist, lambda: db.combine(d_y, d_handle, config=ccfg), args.iters))
+            if fp8 is not None:
+                try:
+                    (d_x8, d_s8), *_ = db.dispatch(fp8, **kw)
+                except Exception as e:  # DeepEP's own refusal: its fp8 rows are left out, ours stay
+                    if rank == 0:
+                        print(f"# DeepEP fp8 dispatch refused ({type(e).__name__}: {e}): its fp8 rows are left out", flush=True)
+                else:
+                    checks["DeepEP fp8 dispatch equals the reference"] = (
+                        torch.equal(d_x8.view(torch.uint8), want8) and torch.equal(d_s8, want_s)
+                    )
+                    add(f"DeepEP dispatch, fp8 ({args.sms} SMs)", timed(torch, dist, lambda: db.dispatch(fp8, **kw), args.iters), fp8_bytes)
+                    add(
+                        f"DeepEP dispatch, fp8, num_worst_tokens ({args.sms} SMs)",
+                        timed(torch, dist, lambda: db.dispatch(fp8, num_worst_tokens=ranks * T, **kw), args.iters),
+                        fp8_bytes,
+                    )
             checks["DeepEP combine matches ours"] = torch.allclose(d_comb.float(), combined.float(), rtol=1e-2, atol=1e-2)
 
     stage(rank, "graph")

@@ -35,10 +35,10 @@ import torch
 META_ALIGN = 16
 
 
-def meta_row_bytes(num_topk: int) -> int:
+def meta_row_bytes(num_topk: int, scale_words: int = 0) -> int:
     """Bytes of a token's metadata row: k int64 expert ids, k float32 weights, the int32 token
-    index, rounded up to 16 bytes."""
-    return (12 * num_topk + 4 + META_ALIGN - 1) // META_ALIGN * META_ALIGN
+    index, then (fp8 rows) ``scale_words`` float32 scales, rounded up to 16 bytes."""
+    return (12 * num_topk + 4 + 4 * scale_words + META_ALIGN - 1) // META_ALIGN * META_ALIGN
 
 
 def dispatch_layout(

@@ -98,6 +98,8 @@ KERNELS = (
 )
 # Tokens a block of ep.cu's ep_layout_tokens (its EP_LAYOUT_THREADS).
 LAYOUT_THREADS = 256
+# fp8 dispatch: one float32 scale per this many values of a row (DeepEP's per-block scales).
+FP8_BLOCK = 128
 # Stages named in a failure.
 STAGES = {
     1: "count exchange",
@@ -232,13 +234,14 @@ class LowLatencyDispatched(NamedTuple):
 class Dispatched(NamedTuple):
     """The result of ``dispatch``: received rows in source-rank, then token order."""
 
-    x: torch.Tensor  # [N, hidden]
+    x: torch.Tensor  # [N, hidden] (torch.float8_e4m3fn for fp8 input)
     topk_idx: torch.Tensor  # [N, k] int64: local expert index, -1 for experts elsewhere
     topk_weights: torch.Tensor  # [N, k] float32: 0 where topk_idx is -1
     num_recv_tokens_per_expert: list[int] | torch.Tensor  # host list, or [E/R] int64 on the GPU (num_worst_tokens)
     handle: Handle
     src_index: torch.Tensor  # [N] int32: each row's token index at its source rank
     num_recv: torch.Tensor  # [1] int64 on the GPU: the valid rows (N, or fewer with num_worst_tokens)
+    x_scales: torch.Tensor | None = None  # fp8 input: [N, hidden / 128] float32, 0 in padding rows
 
 
 def waits_on_host(wait: str, module_loading: str, lane_batches: int, descriptors: int, ranks: int) -> bool:
@@ -355,6 +358,11 @@ class Buffer:
         self._rows_max = ranks * max_tokens_per_rank
         self._row_bytes = hidden * torch.tensor([], dtype=dtype).element_size()
         self._meta_bytes = planning.meta_row_bytes(num_topk)
+        # fp8 dispatch (x given as (e4m3 rows, float32 scales per FP8_BLOCK values)) on a bf16
+        # buffer: the rows move as `hidden` bytes and the scales in the metadata rows, so the
+        # metadata windows are sized for the longer rows; combine stays bf16.
+        self._fp8_scale_words = hidden // FP8_BLOCK if dtype == torch.bfloat16 and hidden % FP8_BLOCK == 0 else 0
+        self._meta_bytes_fp8 = planning.meta_row_bytes(num_topk, self._fp8_scale_words)
         self._timeout_ns = int(timeout * 1e9)
         self._failed: str | None = None
         self._host_wait = True  # the priming exchange waits on the host; `wait` applies after it
@@ -372,8 +380,8 @@ class Buffer:
             self._windows = [
                 torch.zeros(rows, hidden, dtype=dtype, device=dev),  # W_RECV_X
                 torch.zeros(rows, hidden, dtype=dtype, device=dev),  # W_SEND_X
-                torch.zeros(rows, self._meta_bytes, dtype=torch.uint8, device=dev),  # W_RECV_META
-                torch.zeros(rows, self._meta_bytes, dtype=torch.uint8, device=dev),  # W_SEND_META
+                torch.zeros(rows, self._meta_bytes_fp8, dtype=torch.uint8, device=dev),  # W_RECV_META
+                torch.zeros(rows, self._meta_bytes_fp8, dtype=torch.uint8, device=dev),  # W_SEND_META
                 torch.zeros(ranks, self._count_width, dtype=torch.int64, device=dev),  # W_COUNTS
                 torch.zeros(rows, hidden, dtype=dtype, device=dev),  # W_COMB_SEND
                 torch.zeros(rows, hidden, dtype=dtype, device=dev),  # W_COMB_RECV
@@ -628,6 +636,28 @@ class Buffer:
         """(tokens per rank ``[R]``, tokens per expert ``[E]``, token-in-rank mask ``[T, R]``), on the GPU."""
         return planning.dispatch_layout(topk_idx, self.num_experts, self.num_ranks)
 
+    def _check_fp8(self, op: str, pair: tuple[Any, ...], zero_copy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """DeepEP's fp8 input, (e4m3 rows, float32 scales), checked and made contiguous."""
+        if len(pair) != 2 or not all(isinstance(t, torch.Tensor) for t in pair):
+            raise ValueError(f"{op}: an fp8 x is a pair (x_e4m3 [T, hidden], scales [T, hidden / {FP8_BLOCK}])")
+        if self._fp8_scale_words == 0:
+            raise ValueError(
+                f"{op}: fp8 rows need a bfloat16 buffer whose hidden ({self.hidden}) is a multiple of {FP8_BLOCK}"
+            )
+        if zero_copy:
+            raise ValueError(f"{op}: zero_copy returns the receive window's rows; give fp8 rows without it")
+        rows, scales = pair
+        words = self._fp8_scale_words
+        if rows.device != self.device or scales.device != self.device:
+            raise ValueError(f"{op}: the fp8 rows and scales must be on {self.device}")
+        if rows.dtype != torch.float8_e4m3fn or rows.dim() != 2 or rows.shape[1] != self.hidden:
+            raise ValueError(f"{op}: fp8 rows must be [T, {self.hidden}] torch.float8_e4m3fn, got {list(rows.shape)} {rows.dtype}")
+        if scales.dtype != torch.float32 or tuple(scales.shape) != (rows.shape[0], words):
+            raise ValueError(f"{op}: fp8 scales must be [{rows.shape[0]}, {words}] float32, got {list(scales.shape)} {scales.dtype}")
+        if rows.shape[0] > self.max_tokens_per_rank:
+            raise ValueError(f"{op}: {rows.shape[0]} rows exceed this buffer's {self.max_tokens_per_rank}")
+        return rows.contiguous(), scales.contiguous()
+
     def _check_inputs(self, op: str, x: torch.Tensor, rows_max: int) -> None:
         if not isinstance(x, torch.Tensor) or x.device != self.device:
             raise ValueError(f"{op}: x must be a tensor on {self.device}, got {getattr(x, 'device', type(x))}")
@@ -638,7 +668,7 @@ class Buffer:
 
     def dispatch(
         self,
-        x: torch.Tensor,
+        x: torch.Tensor | tuple[torch.Tensor, torch.Tensor],
         topk_idx: torch.Tensor,
         topk_weights: torch.Tensor,
         *,
@@ -654,10 +684,20 @@ class Buffer:
         DeepEP's signature and not read: one kernel derives the same from ``topk_idx`` as part of
         the plan, so computing them here as well would only repeat that work.
         ``num_worst_tokens > 0`` skips the host read of the counts: outputs then have that many
-        rows, of which ``num_recv`` are valid."""
+        rows, of which ``num_recv`` are valid. ``x`` may also be DeepEP's fp8 pair (a bfloat16
+        buffer with ``hidden`` a multiple of 128): ``(x_e4m3 [T, hidden] torch.float8_e4m3fn,
+        scales [T, hidden / 128] float32)``; the rows then move as fp8, their scales beside them,
+        and the result's ``x`` holds the received e4m3 rows and ``x_scales`` their scales (not with
+        ``zero_copy``)."""
         op = "accord.ep.Buffer.dispatch"
         self._usable(op)
-        self._check_inputs(op, x, self.max_tokens_per_rank)
+        scales: torch.Tensor | None = None
+        if isinstance(x, tuple):
+            x, scales = self._check_fp8(op, x, zero_copy)
+        else:
+            self._check_inputs(op, x, self.max_tokens_per_rank)
+        row_bytes, meta_bytes = (self.hidden, self._meta_bytes_fp8) if scales is not None else (self._row_bytes, self._meta_bytes)
+        scale_words = self._fp8_scale_words if scales is not None else 0
         tokens = x.shape[0]
         if topk_idx.shape != (tokens, self.num_topk) or topk_weights.shape != (tokens, self.num_topk):
             raise ValueError(f"{op}: topk_idx and topk_weights must be [{tokens}, {self.num_topk}]")
@@ -718,7 +758,7 @@ class Buffer:
         # 2. The plan, on the GPU (ep.cu's ep_plan; _ep_plan.plan is its reference).
         self._launch(
             "ep_plan", 1, 1024, self._counts_ptr, ranks, self.num_experts, self.rank, tokens, within, rows,
-            self._row_bytes, self._meta_bytes, puts_x, puts_meta, puts_comb, summary,
+            row_bytes, meta_bytes, self._row_bytes, puts_x, puts_meta, puts_comb, summary,
             *(self._next_publication() if num_worst_tokens == 0 else (0, 0)),
             self._status_ptr, self._comb_chunks, walk, self._count_width, max(chunks, 1), *plan_wait,
         )
@@ -732,9 +772,9 @@ class Buffer:
                 chunk_done, self._status_ptr, puts_meta if chunks > 0 else 0, W_RECV_META, W_SEND_META, SIG_DATA,
             )
             self._launch(
-                "ep_pack_tokens", self.sms, 1024, x.data_ptr(), self._row_bytes, topk_idx.data_ptr(),
+                "ep_pack_tokens", self.sms, 1024, x.data_ptr(), row_bytes, topk_idx.data_ptr(),
                 topk_weights.data_ptr(), self.num_topk, tokens, ranks, rows, self._x_bases_ptr, self._meta_bases_ptr,
-                self._meta_bytes, *chunk_args,
+                meta_bytes, scales.data_ptr() if scales is not None else 0, scale_words, *chunk_args,
             )
         if chunks == 0:
             self._put_segments(puts_x, W_RECV_X, W_SEND_X, SIG_DISPATCH, 2)
@@ -764,9 +804,17 @@ class Buffer:
         # allocated on the caller's stream and filled on the side stream.
         window = self._windows[W_RECV_X]
         copy_out = not zero_copy and self._pipelined_output and not self._host_wait
-        by_chunk = not zero_copy and not copy_out and self._copy_by_chunk and not self._host_wait and num_worst_tokens == 0
+        by_chunk = (
+            not zero_copy and not copy_out and self._copy_by_chunk and not self._host_wait and num_worst_tokens == 0
+            and scales is None
+        )
         fresh = copy_out or by_chunk
-        recv_x = torch.empty(rows_out, self.hidden, dtype=self.dtype, device=dev) if fresh else window[:rows_out]
+        if scales is not None:
+            # fp8 rows lie packed at `hidden` bytes a row from the window's start.
+            window = window.view(torch.uint8).view(-1)[: self._rows_max * row_bytes].view(torch.float8_e4m3fn)
+            window = window.view(self._rows_max, self.hidden)
+        out_dtype = torch.float8_e4m3fn if scales is not None else self.dtype
+        recv_x = torch.empty(rows_out, self.hidden, dtype=out_dtype, device=dev) if fresh else window[:rows_out]
         if self._host_wait:
             self._wait_on_host(range(SIG_DISPATCH, SIG_DISPATCH + max(chunks, 1)), 1, 0, SLOT_DISPATCH, 2)
         # (GPU waits: ep_plan bumped this call's epoch of the chunk signals.)
@@ -779,7 +827,7 @@ class Buffer:
             )
             self._launch(
                 "ep_copy_out", self.sms, 1024, self._window_ptrs[W_RECV_X], recv_x.data_ptr() if copy_out else 0,
-                self._row_bytes, rows_out, self._counts_ptr, self._count_width, ranks,
+                row_bytes, rows_out, self._counts_ptr, self._count_width, ranks,
                 self.num_experts, self.rank, max(chunks, 1), *arrivals,
             )
         self._wait(SIG_DATA, 1, 0, SLOT_DATA, 2)
@@ -787,12 +835,14 @@ class Buffer:
         recv_idx = torch.empty(rows_out, k, dtype=torch.int64, device=dev)
         recv_weights = torch.empty(rows_out, k, dtype=torch.float32, device=dev)
         src_index = torch.empty(rows_out, dtype=torch.int32, device=dev)
+        recv_scales = torch.empty(rows_out, scale_words, dtype=torch.float32, device=dev) if scales is not None else None
         if rows_out > 0:
             items = rows_out * (k + 1)
             self._launch(
                 "ep_unpack_meta", max(1, min(self.sms * 4, (items + 255) // 256)), 256, self._window_ptrs[W_RECV_META],
-                self._meta_bytes, k, self.rank, self.experts_per_rank, summary,
+                meta_bytes, k, self.rank, self.experts_per_rank, summary,
                 rows_out, recv_idx.data_ptr(), recv_weights.data_ptr(), src_index.data_ptr(),
+                scale_words, recv_scales.data_ptr() if recv_scales is not None else 0,
             )
         self._leave()
         if not zero_copy and not fresh:
@@ -801,7 +851,7 @@ class Buffer:
         rows_view = work[starts[1] : starts[2]]
         comb_puts_view = work[starts[2] + 6 * ranks : starts[3]]
         handle = Handle(rows_view, comb_puts_view, work[starts[8] : starts[9]], recv_total, tokens, num_recv)
-        return Dispatched(recv_x, recv_idx, recv_weights, per_expert, handle, src_index, recv_total)
+        return Dispatched(recv_x, recv_idx, recv_weights, per_expert, handle, src_index, recv_total, recv_scales)
 
     def _copy_out_by_chunk(self, window: torch.Tensor, out: torch.Tensor, bounds: list[int], chunks: int, rows: int) -> None:
         """Queues the exact-size output's copy on the side stream as the rows arrive: this rank's

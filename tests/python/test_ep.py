@@ -199,6 +199,13 @@ def test_copy_out_spans_refuse_bounds_that_do_not_fit(bounds: list[int], culprit
         planning.copy_out_spans(bounds[:-1], 2, 0, 2, 12)
 
 
+def test_fp8_metadata_rows_carry_the_scales_after_the_token_index() -> None:
+    # DeepSeek-V3: top-8, hidden 7168 in blocks of 128 -> 56 float32 scales a row.
+    assert planning.meta_row_bytes(8) == 112  # 8 ids, 8 weights, the index: 100 bytes, to 16
+    assert planning.meta_row_bytes(8, 56) == 336  # plus 224 bytes of scales: 324, to 16
+    assert planning.meta_row_bytes(1, 1) % planning.META_ALIGN == 0
+
+
 def test_copy_out_spans_skip_empty_chunks_and_own_rows() -> None:
     # 3 ranks, 2 chunks, rank 1's view: sender 0 rows 0..4 (chunk 0: 0..4, chunk 1 empty), own
     # rows 4..6, sender 2 rows 6..9 (chunk 0 empty, chunk 1: 6..9).

@@ -185,14 +185,16 @@ __device__ void put_meta(const ChunkPuts& p, u32 ranks) {
 }
 
 // dispatch's packing: token t's row of `x` to bases[r] + rows[t * ranks + r] * row_bytes and its
-// metadata row (k int64 expert ids, k float32 weights, the int32 token index) to
+// metadata row (k int64 expert ids, k float32 weights, the int32 token index, then for fp8 rows
+// the token's `scale_words` float32 scales, 0 words otherwise) to
 // meta_bases[r] + rows[...] * meta_bytes, for every rank r it goes to (ranks <= 32). With chunks,
 // the warp that packs a chunk's last token puts that chunk (every warp makes its stores visible
 // system-wide before it counts its token), so the copy engines start while later chunks are
 // still being packed; thread 0 puts the chunks that have no token at the start.
 extern "C" __global__ void __launch_bounds__(1024) ep_pack_tokens(const unsigned char* x, u64 row_bytes, const i64* topk_idx,
                                           const float* topk_weights, u32 k, u64 tokens, u32 ranks, const i64* rows,
-                                          const u64* x_bases, const u64* meta_bases, u64 meta_bytes, ChunkPuts chunk) {
+                                          const u64* x_bases, const u64* meta_bases, u64 meta_bytes,
+                                          const float* scales, u32 scale_words, ChunkPuts chunk) {
   const u32 lane = threadIdx.x & 31u;
   if (chunk.chunks > 0 && blockIdx.x == 0 && threadIdx.x == 0) {
     for (u32 c = 0; c < chunk.chunks; ++c) {
@@ -217,6 +219,9 @@ extern "C" __global__ void __launch_bounds__(1024) ep_pack_tokens(const unsigned
         reinterpret_cast<float*>(meta + 8 * u64(k))[j] = topk_weights[t * k + j];
       }
       if (lane == 0) *reinterpret_cast<int*>(meta + 12 * u64(k)) = int(t);
+      // fp8 rows: the token's per-block scales ride in its metadata row, after the index.
+      float* scale_row = reinterpret_cast<float*>(meta + 12 * u64(k) + 4);
+      for (u32 j = lane; j < scale_words; j += 32) scale_row[j] = scales[t * scale_words + j];
     }
     if (chunk.chunks > 0) {
       __threadfence_system();
@@ -465,7 +470,7 @@ extern "C" __global__ void __launch_bounds__(1024) ep_layout_scan(const u32* mas
 // _copy_out_by_chunk). The bounds come from the senders' chunk prefixes in the count rows
 // (ep_layout_scan's row_prefix).
 extern "C" __global__ void __launch_bounds__(1024) ep_plan(const i64* matrix, u32 ranks, u32 experts, u32 me, u64 tokens, const i64* within,
-                                   i64* rows, u64 row_bytes, u64 meta_bytes, i64* puts_x, i64* puts_meta,
+                                   i64* rows, u64 row_bytes, u64 meta_bytes, u64 comb_row_bytes, i64* puts_x, i64* puts_meta,
                                    i64* comb_puts, i64* summary, i64* host, u64 seq, int* status,
                                    u32 comb_chunks, i64* walk, u64 width, u32 dispatch_chunks,
                                    const DeviceTable* t, u32 count_sig, u64* state, u32 count_slot, u64 timeout_ns,
@@ -514,9 +519,10 @@ extern "C" __global__ void __launch_bounds__(1024) ep_plan(const i64* matrix, u3
     puts_meta[3 * r] = count * i64(meta_bytes);
     puts_meta[3 * r + 1] = send_me[r] * i64(meta_bytes);
     puts_meta[3 * r + 2] = recv_me[r] * i64(meta_bytes);
-    comb_puts[3 * r] = from[r] * i64(row_bytes);
-    comb_puts[3 * r + 1] = recv_col[r] * i64(row_bytes);
-    comb_puts[3 * r + 2] = send_col[r] * i64(row_bytes);
+    // Combine's rows are the buffer's dtype even when dispatch moved fp8 rows (row_bytes).
+    comb_puts[3 * r] = from[r] * i64(comb_row_bytes);
+    comb_puts[3 * r + 1] = recv_col[r] * i64(comb_row_bytes);
+    comb_puts[3 * r + 2] = send_col[r] * i64(comb_row_bytes);
     // Where this rank's answers from r sit in r's combine walk (ep_combine_send: r's received
     // rows without its own), and r's chunk size: answer row j here (in r's segment of combine's
     // receive window) comes in r's chunk (j + walk[2r]) / walk[2r + 1].
@@ -553,11 +559,11 @@ extern "C" __global__ void __launch_bounds__(1024) ep_plan(const i64* matrix, u3
 }
 
 // The received metadata rows as DeepEP gives them: expert ids local to this rank (-1 for
-// experts elsewhere, weight 0), the weights, and each row's token index at its source; rows at
-// or beyond summary[0] (num_worst_tokens padding) get -1, 0 and -1.
+// experts elsewhere, weight 0), the weights, each row's token index at its source and, for fp8
+// rows, its scales; rows at or beyond summary[0] (num_worst_tokens padding) get -1, 0, -1 and 0.
 extern "C" __global__ void ep_unpack_meta(const unsigned char* meta, u64 meta_bytes, u32 k, u32 me, u32 per_rank,
                                           const i64* summary, u64 rows_out, i64* out_idx, float* out_weights,
-                                          int* out_src) {
+                                          int* out_src, u32 scale_words, float* out_scales) {
   const i64 total = summary[0];
   const i64 lo = i64(me) * per_rank;
   for (u64 i = u64(blockIdx.x) * blockDim.x + threadIdx.x; i < rows_out * (k + 1); i += u64(gridDim.x) * blockDim.x) {
@@ -572,6 +578,12 @@ extern "C" __global__ void ep_unpack_meta(const unsigned char* meta, u64 meta_by
     const bool local = e >= lo && e < lo + per_rank;
     out_idx[row * k + j] = local ? e - lo : -1;
     out_weights[row * k + j] = local ? reinterpret_cast<const float*>(m + 8 * u64(k))[j] : 0.0f;
+  }
+  // fp8 rows: each row's scales (`scale_words` float32 after the token index; 0 for padding).
+  for (u64 i = u64(blockIdx.x) * blockDim.x + threadIdx.x; i < rows_out * scale_words; i += u64(gridDim.x) * blockDim.x) {
+    const u64 row = i / scale_words, j = i % scale_words;
+    const float* scale_row = reinterpret_cast<const float*>(meta + row * meta_bytes + 12 * u64(k) + 4);
+    out_scales[i] = i64(row) < total ? scale_row[j] : 0.0f;
   }
 }
 
