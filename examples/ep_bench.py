@@ -443,6 +443,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         if not checks["fp8 dispatch rows and scales bit for bit"]:
             failures.append(f"rank {rank}: fp8 dispatch")
+        # Combine after an fp8 dispatch (DeepEP's flow): its handle's puts are at bf16 row size.
+        # The rows are the bf16 dispatch's, in the same order (checked above).
+        checks["combine after fp8 dispatch"] = torch.equal(buffer.combine(y, got8.handle), combined)
+        if not checks["combine after fp8 dispatch"]:
+            failures.append(f"rank {rank}: combine after fp8 dispatch")
         fp8_bytes = n8 * (H + 4 * (H // 128))
         add("accord.ep dispatch, fp8", timed(torch, dist, lambda: buffer.dispatch(fp8, topk_idx, topk_w), args.iters), fp8_bytes)
         add(

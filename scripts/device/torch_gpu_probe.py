@@ -4,6 +4,7 @@ one host, through accord.run. Each scenario prints what every rank saw.
     python3 scripts/device/torch_gpu_probe.py blocking   # in-place all_reduce of a strided view, read back
     python3 scripts/device/torch_gpu_probe.py streams    # 1000 and 16M floats, default and side streams
     python3 scripts/device/torch_gpu_probe.py ddp        # three DDP steps on a small MLP
+    python3 scripts/device/torch_gpu_probe.py latency    # where a small op's time goes: host vs GPU
 
 `blocking` also reports whether the tensors are VMM memory (no owning context) and
 ACCORD_GPU_PRIVATE_CONTEXT as the ranks saw it.
@@ -110,8 +111,79 @@ def ddp() -> str:
     return "ok"
 
 
+def latency() -> list[tuple[str, int, float, float, float]]:
+    """Per op and size: host µs a call with no synchronisation (what the calling thread, DDP's
+    autograd hook, spends), GPU µs a call back to back (CUDA events around 50 calls) and µs a
+    call with a synchronisation after each (the whole round trip). No debug logging here."""
+    os.environ.setdefault("ACCORD_TORCH_GPU", "experimental")
+    import time
+
+    import accord.torch  # noqa: F401
+
+    dist.init_process_group("accord", timeout=datetime.timedelta(seconds=30))
+    rank = dist.get_rank()
+    torch.cuda.set_device(rank)
+    dev = torch.device("cuda", rank)
+    rows = []
+    for op in ("all_reduce", "all_gather"):
+        for size in (4096, 1 << 20, 16 << 20):
+            t = torch.ones(size // 4, device=dev)
+            out = torch.empty(2 * (size // 4), device=dev)
+
+            def call() -> None:
+                if op == "all_reduce":
+                    dist.all_reduce(t)
+                else:
+                    dist.all_gather_into_tensor(out, t)
+
+            for _ in range(5):
+                call()
+            torch.cuda.synchronize()
+            dist.barrier()
+            t0 = time.perf_counter()
+            for _ in range(50):
+                call()
+            host = (time.perf_counter() - t0) / 50
+            torch.cuda.synchronize()
+            dist.barrier()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(50):
+                call()
+            end.record()
+            end.synchronize()
+            gpu = start.elapsed_time(end) / 50 * 1e3
+            dist.barrier()
+            t0 = time.perf_counter()
+            for _ in range(20):
+                call()
+                torch.cuda.synchronize()
+            synced = (time.perf_counter() - t0) / 20
+            rows.append((op, size, round(host * 1e6, 1), round(gpu, 1), round(synced * 1e6, 1)))
+    if os.environ.get("PROFILE") == "1":
+        # Where the calling thread's time goes: cProfile of 200 all_reduce calls of 1 MiB.
+        import cProfile
+        import io
+        import pstats
+
+        t = torch.ones(1 << 18, device=dev)
+        torch.cuda.synchronize()
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(200):
+            dist.all_reduce(t)
+        prof.disable()
+        torch.cuda.synchronize()
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(18)
+        rows.append(("profile", 0, 0.0, 0.0, 0.0))
+        print(f"rank {rank} cProfile:\n{text.getvalue()}", file=sys.stderr, flush=True)
+    dist.destroy_process_group()
+    return rows
+
+
 if __name__ == "__main__":
-    scenarios = {"blocking": blocking, "streams": streams, "ddp": ddp}
+    scenarios = {"blocking": blocking, "streams": streams, "ddp": ddp, "latency": latency}
     if len(sys.argv) != 2 or sys.argv[1] not in scenarios:
         sys.exit(f"usage: {sys.argv[0]} {'|'.join(scenarios)}")
     print(accord.run(scenarios[sys.argv[1]], 2, timeout=60))

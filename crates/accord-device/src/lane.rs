@@ -91,7 +91,7 @@ pub(crate) trait LaneSink {
 /// 4,096-token expert-parallel dispatch, docs/results/2026-11-26-ep.md, stop 37) aside cut the
 /// copy engine's gaps between chunks from 7-13 us to 3-4 us, but each chunk's signal then
 /// crossed to the second stream before it landed, and the dispatch, which waits for every
-/// chunk's signal, was no faster (num_worst_tokens 346 and 344 us against 340 and 338 without,
+/// chunk's signal, was no faster (num_worst_tokens 348 and 344 us against 340 and 338 without,
 /// alternated). So it is opt-in (`DeviceCommConfig::lane_stores_aside_bytes`), for streams of
 /// large puts whose signals matter less than the copy engine's throughput.
 pub const DEFAULT_STORES_ASIDE_BYTES: u64 = 0;
@@ -255,8 +255,9 @@ pub(crate) struct BatchStores<'a> {
 
 /// Queues one batch for one peer on `sink`: data, then each touched signal once with the value
 /// `advance` gives for it after the batch, then `done_value` into `done_word`; the stores aside
-/// when the batch copies at least `aside_from_bytes`. Returns the driver operations queued and
-/// how many of them were signal stores.
+/// when the batch copies at least `aside_from_bytes` and holds no `put_value` (whose store must
+/// keep its place among the copies). Returns the driver operations queued and how many of them
+/// were signal stores.
 pub(crate) fn queue_batch(
     sink: &mut dyn LaneSink,
     items: &[LaneItem],
@@ -275,7 +276,10 @@ pub(crate) fn queue_batch(
     for group in non_overlapping_groups(&merge_copies(copies)) {
         ops += sink.copy_many(group)?;
     }
-    ops += sink.route_stores(aside_from_bytes > 0 && copy_bytes >= aside_from_bytes)?;
+    // A put_value is data: set aside, a later batch's copy to the same bytes could land before
+    // it. Only signal and done stores go aside.
+    let has_values = items.iter().any(|i| matches!(i.work, LaneWork::Value { .. }));
+    ops += sink.route_stores(aside_from_bytes > 0 && copy_bytes >= aside_from_bytes && !has_values)?;
     let mut stores: Vec<(u64, u64)> = items
         .iter()
         .filter_map(|i| match i.work {
@@ -497,5 +501,19 @@ mod tests {
         let mut rec = Recorder::default();
         queue_batch(&mut rec, &[big], stores(&mut advance, 6, 0)).unwrap();
         assert!(!rec.0.iter().any(|l| l.starts_with("stores")), "0: never aside");
+    }
+
+    #[test]
+    fn a_large_batch_with_a_put_value_keeps_its_stores_behind_its_copies_on_one_stream() {
+        // Set aside, the value store could land after a later batch's copy to the same bytes.
+        let mut advance = board();
+        let mut rec = Recorder::default();
+        let value = LaneItem { ticket: 2, work: LaneWork::Value { dst: 64, value: 5 }, ..put(2, 0, 0, 0) };
+        queue_batch(&mut rec, &[put(1, 4096, 1 << 30, 4 << 20), value], stores(&mut advance, 3, 1 << 20)).unwrap();
+        queue_batch(&mut rec, &[put(3, 64, (1 << 30) + 64, 8)], stores(&mut advance, 4, 1 << 20)).unwrap();
+        assert!(!rec.0.iter().any(|l| l.starts_with("stores")), "nothing aside: {:?}", rec.0);
+        let store = rec.0.iter().position(|l| l == "store 64=5").unwrap();
+        let later_copy = rec.0.iter().position(|l| l == "copy 64<-1073741888 8").unwrap();
+        assert!(store < later_copy, "the value lands before the later copy to the same bytes: {:?}", rec.0);
     }
 }

@@ -519,7 +519,7 @@ extern "C" __global__ void __launch_bounds__(1024) ep_plan(const i64* matrix, u3
     puts_meta[3 * r] = count * i64(meta_bytes);
     puts_meta[3 * r + 1] = send_me[r] * i64(meta_bytes);
     puts_meta[3 * r + 2] = recv_me[r] * i64(meta_bytes);
-    // Combine's rows are the buffer's dtype even when dispatch moved fp8 rows (row_bytes).
+    // Combine's rows are the buffer's dtype (comb_row_bytes), also when dispatch moved fp8 rows.
     comb_puts[3 * r] = from[r] * i64(comb_row_bytes);
     comb_puts[3 * r + 1] = recv_col[r] * i64(comb_row_bytes);
     comb_puts[3 * r + 2] = send_col[r] * i64(comb_row_bytes);
