@@ -192,13 +192,9 @@ pub(crate) fn issue_streamed(
     let mut flat = vec![];
     let mut planner = Planner::new(max_pitch);
     let mut queue = |step: &mut CopyPlan, total: &mut Issued| -> Result<(), String> {
-        let issued = issue_after(step, sink, false, total.strided_as_rows)?;
+        issue_into(step, sink, false, total)?;
         step.strided.clear();
         step.flat.clear();
-        total.flat_calls += issued.flat_calls;
-        total.strided += issued.strided;
-        total.strided_calls += issued.strided_calls;
-        total.strided_as_rows += issued.strided_as_rows;
         Ok(())
     };
     for piece in pieces {
@@ -286,18 +282,14 @@ pub(crate) struct Issued {
 /// driver that rejects the pitches, say) goes again as its rows, flat, so a refusal costs speed,
 /// never bytes; an error of the flat path is the batch's error.
 pub(crate) fn issue(plan: &CopyPlan, sink: &mut dyn CopySink, batch_2d: bool) -> Result<Issued, String> {
-    issue_after(plan, sink, batch_2d, 0)
+    let mut issued = Issued::default();
+    issue_into(plan, sink, batch_2d, &mut issued)?;
+    Ok(issued)
 }
 
-/// [`issue`] for one step of a write whose earlier steps already had `refused_before` 2D copies
-/// refused: the refusal is logged once a write, not once a step.
-fn issue_after(
-    plan: &CopyPlan,
-    sink: &mut dyn CopySink,
-    batch_2d: bool,
-    refused_before: usize,
-) -> Result<Issued, String> {
-    let mut issued = Issued::default();
+/// [`issue`], adding to `issued` (a streamed write's running total): a 2D copy refused is logged
+/// once a write, when `issued` has no refusal yet, not once a step.
+fn issue_into(plan: &CopyPlan, sink: &mut dyn CopySink, batch_2d: bool, issued: &mut Issued) -> Result<(), String> {
     let mut rest: &[Strided] = &plan.strided;
     if batch_2d && rest.len() >= 2 {
         match sink.copy_2d_batch(rest) {
@@ -321,7 +313,7 @@ fn issue_after(
                 issued.strided_calls += 1;
             }
             Err(reason) => {
-                if issued.strided_as_rows + refused_before == 0 {
+                if issued.strided_as_rows == 0 {
                     tracing::warn!(error = %reason, ?copy, "2D copy refused; its rows go as 1D copies");
                 }
                 issued.strided_as_rows += 1;
@@ -335,7 +327,7 @@ fn issue_after(
     if !rows.is_empty() {
         issued.flat_calls += sink.copy_flat(&rows)?;
     }
-    Ok(issued)
+    Ok(())
 }
 
 /// One stream of a spread write as [`issue_spread`] drives it: a [`CopySink`] that can also mark
