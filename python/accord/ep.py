@@ -399,6 +399,7 @@ class Buffer:
                 ]
                 self._ll_counts = torch.zeros(num_experts, dtype=torch.int32, device=dev)
                 self._ll_blocks = torch.zeros(2, dtype=torch.int32, device=dev)
+                self._ll_blocks_ptr = self._ll_blocks.data_ptr()
             self._side: Any = torch.cuda.Stream(self.device)  # type: ignore[no-untyped-call]
             self._stream_handle = int(self._side.cuda_stream)
             self._entered, self._left = torch.cuda.Event(), torch.cuda.Event()  # type: ignore[no-untyped-call]
@@ -431,6 +432,10 @@ class Buffer:
                     raise EpError(f"accord.ep.Buffer: window {want} was registered as {got}")
             self._table = int(self._dc.table_ptr)
             self._window_ptrs = [t.data_ptr() for t in self._windows]
+            # fp8 rows lie packed at `hidden` bytes a row from the receive window's start: the
+            # view, made once (a view costs host time on every call).
+            recv_bytes = self._windows[W_RECV_X].view(torch.uint8).view(-1)[: self._rows_max * hidden]
+            self._fp8_window = recv_bytes.view(torch.float8_e4m3fn).view(self._rows_max, hidden)
             x_bases = [self._window_ptrs[W_SEND_X]] * ranks
             x_bases[self.rank] = self._window_ptrs[W_RECV_X]
             meta_bases = [self._window_ptrs[W_SEND_META]] * ranks
@@ -810,9 +815,7 @@ class Buffer:
         )
         fresh = copy_out or by_chunk
         if scales is not None:
-            # fp8 rows lie packed at `hidden` bytes a row from the window's start.
-            window = window.view(torch.uint8).view(-1)[: self._rows_max * row_bytes].view(torch.float8_e4m3fn)
-            window = window.view(self._rows_max, self.hidden)
+            window = self._fp8_window
         out_dtype = torch.float8_e4m3fn if scales is not None else self.dtype
         recv_x = torch.empty(rows_out, self.hidden, dtype=out_dtype, device=dev) if fresh else window[:rows_out]
         if self._host_wait:
@@ -1001,7 +1004,7 @@ class Buffer:
         return (
             self._table, self.rank, self.num_ranks, self.num_experts, self.num_topk, self.max_tokens_per_rank,
             self._row_bytes, W_LL_RECV, W_LL_SRC, W_LL_COUNTS, W_LL_COMB, sig,
-            self._ll_blocks[blocks:].data_ptr(), self._status_ptr,
+            self._ll_blocks_ptr + 4 * blocks, self._status_ptr,
         )
 
     def _ll_signal(self, window: int, sig: int) -> None:

@@ -317,13 +317,17 @@ class _StreamWork(Work):
         self._done.set()
 
     def get_future(self) -> torch.futures.Future[list[torch.Tensor]]:
+        future = self._future
+        if future is not None:
+            return future
+        # Made and completed outside the module's lock (completing pickles the value), so other
+        # groups' ops do not wait for it; the first one stored wins.
+        made: torch.futures.Future[list[torch.Tensor]] = torch.futures.Future(devices=[self._device])
+        with torch.cuda.stream(self._stream):  # completion is recorded on the op's own stream
+            made.set_result(self._result)
         with _FUTURE_LOCK:
             if self._future is None:
-                future: torch.futures.Future[list[torch.Tensor]] = torch.futures.Future(devices=[self._device])
-                # Completion is recorded on the current stream: make it the op's own.
-                with torch.cuda.stream(self._stream):
-                    future.set_result(self._result)
-                self._future = future
+                self._future = made
             return self._future
 
     def _gpu_error(self) -> BaseException | None:
@@ -572,7 +576,9 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         (see :class:`Work`); otherwise leaves it to the worker. Not an op whose future was asked
         for before this: that future's callbacks (DDP's, say) then run on the worker as before,
         not on a waiting thread that may hold a lock they take. (A future asked for by another
-        thread while this one already runs the op settles here.)"""
+        thread while this one already runs the op settles here; so does one asked for in the
+        moment between the op's end and its completion being marked, and its callbacks may then
+        overlap the next op. DDP is not exposed: its next ops are async and run on the worker.)"""
         if work._future is not None:
             return
         with self._jobs_cv:

@@ -227,7 +227,10 @@ impl DeviceComm {
             _ => None,
         };
         let lanes: Vec<Option<PeerLane>> = match &lane_gpu {
-            Some(gpu) => (0..world).map(|p| open_lane(&engine, gpu, &peer_signals[p as usize], rank)).collect(),
+            Some(gpu) => {
+                let aside = config.lane_stores_aside_bytes > 0;
+                (0..world).map(|p| open_lane(&engine, gpu, &peer_signals[p as usize], rank, aside)).collect()
+            }
             None => (0..world).map(|_| None).collect(),
         };
         let lane_gpu = lane_gpu.filter(|_| lanes.iter().any(|l: &Option<PeerLane>| l.is_some()));
@@ -693,10 +696,11 @@ impl Drop for DeviceComm {
     }
 }
 
-/// The stream lane to `peer` (see `lane.rs`), if GPU `gpu` reaches its signal slots by
+/// The stream lane to `peer` (see `lane.rs`; `aside`: its second stream for stores made now),
+/// if GPU `gpu` reaches its signal slots by
 /// address and the driver accepts a stream store into them: probed once by storing this rank's
 /// current contribution (0: nothing was signalled yet) into its own slot of signal 0 there.
-fn open_lane(engine: &Engine, gpu: &Gpu, slots: &MrDescriptor, rank: u32) -> Option<PeerLane> {
+fn open_lane(engine: &Engine, gpu: &Gpu, slots: &MrDescriptor, rank: u32, aside: bool) -> Option<PeerLane> {
     let why_not = |e: String| {
         tracing::debug!(peer = %slots.engine.0, error = %e, "no stream lane to this peer: its descriptors go through the engine");
         None
@@ -718,7 +722,7 @@ fn open_lane(engine: &Engine, gpu: &Gpu, slots: &MrDescriptor, rank: u32) -> Opt
         return why_not(format!("a stream store into its signal slots failed: {e}"));
     }
     Some(PeerLane {
-        streams: Mutex::new(LaneStreams::new(stream)),
+        streams: Mutex::new(LaneStreams::new(stream, aside)),
         signal_slots: mapping.ptr,
         windows: RwLock::new(Vec::new()),
         mappings: Mutex::new(vec![mapping]),

@@ -114,8 +114,34 @@ struct AsideStores {
 }
 
 impl LaneStreams {
-    pub(crate) fn new(copy: Stream) -> LaneStreams {
-        LaneStreams { copy, aside: None, stores_aside: false }
+    /// The lane's streams; with `aside`, the second stream and its events are made now, at
+    /// start-up, rather than by the proxy on the first large batch (where making them stays
+    /// the fallback if this fails).
+    pub(crate) fn new(copy: Stream, aside: bool) -> LaneStreams {
+        let mut lane = LaneStreams { copy, aside: None, stores_aside: false };
+        if aside {
+            if let Err(e) = lane.make_aside() {
+                tracing::debug!(error = %e, "the lane's store stream is made on its first large batch instead");
+            }
+        }
+        lane
+    }
+
+    /// Makes the second stream and its events, once.
+    fn make_aside(&mut self) -> Result<(), String> {
+        if self.aside.is_some() {
+            return Ok(());
+        }
+        let gpu = self.copy.gpu().clone();
+        let made = Stream::new(&gpu).and_then(|stream| {
+            Ok(AsideStores {
+                stream,
+                copies_queued: Event::new(&gpu, EventKind::SyncOnly)?,
+                stores_queued: Event::new(&gpu, EventKind::SyncOnly)?,
+            })
+        });
+        self.aside = Some(made.map_err(|e| format!("lane store stream: {e}"))?);
+        Ok(())
     }
 
     /// Whether both streams are idle; an error when either met a fault.
@@ -164,17 +190,7 @@ impl LaneSink for StreamSink<'_> {
     fn route_stores(&mut self, aside: bool) -> Result<usize, String> {
         let lane = &mut *self.0;
         if aside {
-            if lane.aside.is_none() {
-                let gpu = lane.copy.gpu().clone();
-                let made = Stream::new(&gpu).and_then(|stream| {
-                    Ok(AsideStores {
-                        stream,
-                        copies_queued: Event::new(&gpu, EventKind::SyncOnly)?,
-                        stores_queued: Event::new(&gpu, EventKind::SyncOnly)?,
-                    })
-                });
-                lane.aside = Some(made.map_err(|e| format!("lane store stream: {e}"))?);
-            }
+            lane.make_aside()?;
             let Some(a) = lane.aside.as_ref() else { return Ok(0) };
             a.copies_queued.record(&lane.copy).map_err(|e| format!("lane event: {e}"))?;
             a.stream.wait_event(&a.copies_queued).map_err(|e| format!("lane event wait: {e}"))?;

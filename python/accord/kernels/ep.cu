@@ -176,9 +176,10 @@ __device__ void put_chunk(const ChunkPuts& p, u32 ranks, u64 row_bytes, u32 c) {
 }
 
 // The metadata segments to every other rank, once every token's metadata row is written (with
-// chunks; ep_put_segments' launch otherwise), each with its signal.
+// chunks; ep_put_segments' launch otherwise), each with its signal; nothing once this call
+// recorded a failure (as ep_put_segments does: the offsets may come from an incomplete matrix).
 __device__ void put_meta(const ChunkPuts& p, u32 ranks) {
-  if (p.meta_segments == nullptr) return;
+  if (p.meta_segments == nullptr || failed(p.status)) return;
   for (u32 r = 0; r < ranks; ++r) {
     if (r != p.me) put_segment(p.table, r, p.meta_segments, p.meta_dst_window, p.meta_src_window, p.meta_sig, 2, p.status);
   }
@@ -611,7 +612,6 @@ extern "C" __global__ void ep_signal_peers(const DeviceTable* t, u32 me, u32 ran
 // per_peer * (ranks - 1) * (epoch - lag), i.e. until every other rank's slot has reached
 // per_peer * (epoch - lag). The epoch lives on the GPU, so a CUDA graph replays it correctly.
 // On a timeout, the first rank whose slot is short is recorded.
-
 extern "C" __global__ void ep_wait(const DeviceTable* t, u32 me, u32 ranks, u32 sig, u64 per_peer, u64 lag, u64* state,
                                    u32 slot, u64 timeout_ns, int stage, int* status) {
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
@@ -622,7 +622,7 @@ extern "C" __global__ void ep_wait(const DeviceTable* t, u32 me, u32 ranks, u32 
 
 // One thread: waits, bounded, until every other rank raised signal `sig` once per call so far,
 // i.e. until each of its slots reached *epoch (a slot's epoch, already bumped for this call by an
-// ep_wait). For signals raised once a call and waited for one by one within a call (dispatch's
+// ep_wait, or for dispatch's chunks by ep_plan). For signals raised once a call and waited for one by one within a call (dispatch's
 // chunks: the stream copies each chunk's rows out as soon as its signal is in).
 extern "C" __global__ void ep_wait_epoch(const DeviceTable* t, u32 me, u32 ranks, u32 sig, const u64* epoch, u64 timeout_ns,
                                          int stage, int* status) {
@@ -635,7 +635,7 @@ extern "C" __global__ void ep_wait_epoch(const DeviceTable* t, u32 me, u32 ranks
 struct ChunkWait {
   const DeviceTable* table;
   const i64* walk;      // [ranks][2] (ep_plan): answer row j from rank r comes in its chunk (j + walk[2r]) / walk[2r+1]
-  const u64* epoch;     // this call's epoch (ep_wait bumped it just before)
+  const u64* epoch;     // this call's epoch (bumped before by ep_wait, or by ep_plan for dispatch's chunks)
   u64 timeout_ns;
   int* status;
   u32 sig_base;         // chunk c's signal is sig_base + c
