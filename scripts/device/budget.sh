@@ -1,4 +1,5 @@
-# Sourced by the device scripts (device_api.sh, ep.sh, kv_gpu.sh, torch_backend_bench.sh, weights_gpu.sh): the
+# Sourced by the device scripts (algo_sweep.sh, ddp_cpu_variants.sh, device_api.sh, ep.sh, kv_gpu.sh,
+# torch_backend_bench.sh, weights_gpu.sh): the
 # environment every run on the GPU host needs, the paths, and the time budget, in one place.
 # The caller sets DEFAULT_BUDGET_S first; BUDGET_S overrides it. Defines START, BUDGET, HERE
 # (scripts/device), ROOT (the repository), OUT (made), PY, and:
@@ -6,6 +7,7 @@
 #   capped      a run's time limit within what is left;
 #   host_facts  the load and the GPUs, printed at a run's start;
 #   install_wheel  installs $WHEEL first, when it is set;
+#   stage_package  the accord package of this tree with a prebuilt extension, on PYTHONPATH;
 #   run_args    a run's name, capped time, environment and arguments (kv_gpu.sh, weights_gpu.sh, ep.sh);
 #   bench_run   one run of the Python bench $BENCH under `timeout` (kv_gpu.sh, weights_gpu.sh).
 START=$SECONDS BUDGET=${BUDGET_S:-${DEFAULT_BUDGET_S:-480}}
@@ -40,15 +42,36 @@ install_wheel() {
   "$PY" -m pip install --quiet --no-deps --force-reinstall "$WHEEL" || { echo "cannot install $WHEEL"; exit 1; }
 }
 
+# stage_package BIN_DIR: copies python/accord and BIN_DIR/lib_accord.so (built with cargo when
+# BIN_DIR is empty: the GPU host has no Rust; STAGED_BIN_DIR says which folder was used) into a
+# folder outside $OUT (whose files come back from the device), removed at exit (STAGED_PKG; a
+# caller's own EXIT trap must remove it too), puts it first on PYTHONPATH and checks that accord
+# and torch import; exits the script if not.
+stage_package() {
+  local bin_dir=$1
+  if [ -z "$bin_dir" ]; then
+    (cd "$ROOT" && cargo build --release -q -p accord-py -p accord-cli) || { echo "cargo build failed"; exit 1; }
+    bin_dir="$ROOT/target/release"
+  fi
+  STAGED_BIN_DIR=$bin_dir STAGED_PKG=$(mktemp -d)
+  trap 'rm -rf "$STAGED_PKG"' EXIT
+  cp -r "$ROOT/python/accord" "$STAGED_PKG/" && cp "$bin_dir/lib_accord.so" "$STAGED_PKG/accord/_accord.abi3.so" \
+    || { echo "cannot stage the accord package from $bin_dir"; exit 1; }
+  export PYTHONPATH="$STAGED_PKG${PYTHONPATH:+:$PYTHONPATH}"
+  "$PY" -c "import accord, torch; print('accord', accord.VERSION, 'torch', torch.__version__)" || exit 1
+}
+
 # run_args NAME CAP ENV... -- ARGS...: the parts of a run (kv_gpu.sh, weights_gpu.sh, ep.sh) into
-# RUN_NAME, RUN_CAP (CAP capped by what is left), RUN_ENVS and RUN_ARGS; when too little is left
-# it says the run is skipped, sets FAILED=1 and returns 1.
+# RUN_NAME, RUN_CAP (CAP capped by what is left), RUN_ENVS and RUN_ARGS; a CAP of 0 skips the run
+# as asked (returns 1), and when too little is left it says the run is skipped for the budget,
+# sets FAILED=1 and returns 1.
 run_args() {
   RUN_NAME=$1 RUN_CAP=$2; shift 2
   RUN_ENVS=()
   while [ "$1" != "--" ]; do RUN_ENVS+=("$1"); shift; done
   shift
   RUN_ARGS=("$@")
+  [ "$RUN_CAP" -gt 0 ] || { echo "== $RUN_NAME: skipped (cap 0)"; return 1; }
   RUN_CAP=$(capped "$RUN_CAP") || { echo "== $RUN_NAME: skipped, $(left) s left of the budget"; FAILED=1; return 1; }
 }
 

@@ -38,17 +38,10 @@ set -uo pipefail
 DEFAULT_BUDGET_S=540
 . "$(dirname "$0")/budget.sh"
 
-BIN_DIR="${BIN_DIR:-}"
-if [ -z "$BIN_DIR" ]; then
-  (cd "$ROOT" && cargo build --release -q -p accord-py) || { echo "cargo build failed"; exit 1; }
-  BIN_DIR="$ROOT/target/release"
-fi
-# The package outside $OUT (whose files come back from the device, at most ~16 of them).
-PKG=$(mktemp -d)
-trap 'rm -rf "$PKG"' EXIT
-cp -r "$ROOT/python/accord" "$PKG/" && cp "$BIN_DIR/lib_accord.so" "$PKG/accord/_accord.abi3.so" || exit 1
-export PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}"
-"$PY" -c "import accord, torch; print('accord', accord.VERSION, 'torch', torch.__version__)" || exit 1
+stage_package "${BIN_DIR:-}"
+# At exit: the staged package, and a thread watcher still running (a run cut by the caller).
+WATCHER=""
+trap 'rm -rf "$STAGED_PKG"; [ -z "$WATCHER" ] || kill "$WATCHER" 2>/dev/null' EXIT
 host_facts
 CORES=$(nproc)
 VARIANTS="${VARIANTS:-default;ACCORD_COLL_BLOCK_SEGMENTS_MAX=16;ACCORD_CMA=1;ACCORD_WORKERS_PER_NIC=1;threads-spare=1}"
@@ -69,20 +62,22 @@ bench() {
   done
   t=$(capped 120) || { echo "skipped for the budget: $backend n=$n [$variant]"; return; }
   PORT=$((PORT + 1))
-  local log; log=$(mktemp) watcher=""
+  local log; log=$(mktemp)
+  WATCHER=""
   if [ "$variant" = default ] && [ "$backend" = accord ] && [ "$round" = 1 ] && [ "${THREADS:-1}" = 1 ]; then
     # Per-thread CPU use of the ranks (threads by name: accord-w* engine workers, python = the
     # main, torch's intra-op and the backend's worker threads), sampled every second.
     "$PY" "$HERE/thread_cpu.py" torch_backend_bench.py --interval 1 --samples 120 --top 0 --wait 30 \
       > "$OUT/threads_${n}.txt" 2>&1 &
-    watcher=$!
+    WATCHER=$!
   fi
   env CUDA_VISIBLE_DEVICES= ${envs[@]+"${envs[@]}"} timeout -k 10 "$t" "$PY" -m torch.distributed.run --standalone \
     --nproc_per_node "$n" --master_port "$PORT" "$HERE/torch_backend_bench.py" --backend "$backend" --device cpu \
     --skip sms,fsdp2 --ops all_reduce --sizes "$OP_SIZES" --iters "$ITERS" --warmup "$WARMUP" \
     ${args[@]+"${args[@]}"} ${BENCH_ARGS:-} > "$log" 2>&1
   local rc=$?
-  [ -z "$watcher" ] || wait "$watcher"
+  [ -z "$WATCHER" ] || wait "$WATCHER"
+  WATCHER=""
   grep '^{' "$log" | sed "s|^{|{\"variant\": \"$variant\", \"round\": $round, |" >> "$ROWS"
   if [ "$rc" -ne 0 ]; then
     echo "FAILED (exit $rc): $backend n=$n [$variant]"

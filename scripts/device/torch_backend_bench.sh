@@ -13,39 +13,27 @@
 # network) or BIN_DIR holding a prebuilt `accord` and `lib_accord.so` (the GPU host has no Rust:
 # build them here with `cargo build --release -p accord-py -p accord-cli` and carry them).
 # Budget: about 6 minutes on the 2xH200 host; BUDGET_S (default 450 s, from the start, build
-# included) caps the whole command under 8 minutes (see `capped` below).
+# included) caps the whole command under 8 minutes (see `run_capped` below).
 set -uo pipefail
 DEFAULT_BUDGET_S=450
 . "$(dirname "$0")/budget.sh"
 
 # The accord package from this tree: the extension (built here, or carried), beside the Python
 # sources.
-BIN_DIR="${BIN_DIR:-}"
-if [ -z "$BIN_DIR" ]; then
-  (cd "$ROOT" && cargo build --release -q -p accord-py -p accord-cli) || { echo "cargo build failed"; exit 1; }
-  BIN_DIR="$ROOT/target/release"
-fi
-rm -rf "$OUT/pkg" && mkdir -p "$OUT/pkg" && cp -r "$ROOT/python/accord" "$OUT/pkg/"
-cp "$BIN_DIR/lib_accord.so" "$OUT/pkg/accord/_accord.abi3.so"
-export PYTHONPATH="$OUT/pkg${PYTHONPATH:+:$PYTHONPATH}"
-"$PY" -c "import accord, torch; print('accord', accord.VERSION, 'torch', torch.__version__)" || exit 1
+stage_package "${BIN_DIR:-}"
 echo "load at the start: $(uptime)"
-BIN="$BIN_DIR/accord"
+BIN="$STAGED_BIN_DIR/accord"
 # `accord bench` took nccl-tests' flags (issue 22): the rank count is --ranks, -n iterations.
 RANKS_FLAG="-n"; ITERS_FLAG="-i"
 if "$BIN" bench all-reduce --help 2>/dev/null | grep -q -- "--ranks"; then RANKS_FLAG="--ranks"; ITERS_FLAG="-n"; fi
 RUN="$PY -m torch.distributed.run --standalone"
 
 # One budget for the whole command (BUDGET_S, counted from the start): each run's cap is the
-# smaller of its own and what is left; a run with under 10 s left is skipped.
-cap() {
-  local left=$((BUDGET - (SECONDS - START)))
-  if [ "$left" -lt 10 ]; then echo 0; elif [ "$left" -lt "$1" ]; then echo "$left"; else echo "$1"; fi
-}
-capped() {  # capped SECONDS CMD...: runs CMD under `timeout`, or says it was skipped for time
-  local t; t=$(cap "$1"); shift
-  if [ "$t" -eq 0 ]; then echo "skipped for the time budget: $*" >&2; return 1; fi
-  timeout "$t" "$@"
+# smaller of its own and what is left (budget.sh's `capped`); a run with under 10 s left is skipped.
+run_capped() {  # run_capped SECONDS CMD...: runs CMD under `timeout`, or says it was skipped for time
+  local t; t=$(capped "$1" 10) || { shift; echo "skipped for the time budget: $*" >&2; return 1; }
+  shift
+  timeout -k 10 "$t" "$@"
 }
 
 PARTS="${PARTS:-cpu cuda}"
@@ -59,11 +47,11 @@ for n in 4 8; do
     echo "== cpu $b n=$n" >&2
     # No GPU visible to CPU runs: FSDP2's fully_shard would pick cuda:<rank>, which does not
     # exist past the host's GPU count (the 05:54 call failed so at 4 and 8 ranks).
-    CUDA_VISIBLE_DEVICES= capped 150 $RUN --nproc_per_node "$n" "$HERE/torch_backend_bench.py" --backend "$b" --device cpu \
+    CUDA_VISIBLE_DEVICES= run_capped 150 $RUN --nproc_per_node "$n" "$HERE/torch_backend_bench.py" --backend "$b" --device cpu \
       --op-warmup "$OP_WARMUP" --op-iters "$OP_ITERS" > "$OUT/torch_${b}_cpu_${n}.jsonl" 2> "$OUT/torch_${b}_cpu_${n}.err" || { echo "cpu $b n=$n FAILED"; tail -n 15 "$OUT/torch_${b}_cpu_${n}.err"; }
   done
   for op in all_reduce all_gather reduce_scatter all_to_all; do
-    capped 60 "$BIN" bench "${op//_/-}" "$RANKS_FLAG" "$n" -b 1M -e 64M -f 4 -w "$OP_WARMUP" "$ITERS_FLAG" "$OP_ITERS" -a 3 --json > "$OUT/cli_${op}_${n}.json" 2>/dev/null \
+    run_capped 60 "$BIN" bench "${op//_/-}" "$RANKS_FLAG" "$n" -b 1M -e 64M -f 4 -w "$OP_WARMUP" "$ITERS_FLAG" "$OP_ITERS" -a 3 --json > "$OUT/cli_${op}_${n}.json" 2>/dev/null \
       || echo "accord bench $op n=$n FAILED or skipped for time ($RANKS_FLAG ranks, $ITERS_FLAG iterations)"
   done
 done
@@ -75,7 +63,7 @@ elif [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
     echo "== cuda $b n=2" >&2
     # NCCL_DEBUG=INFO (INIT, GRAPH) logs the channels NCCL sets up: its SM count per kernel.
     NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,GRAPH \
-    capped 150 $RUN --nproc_per_node 2 "$HERE/torch_backend_bench.py" --backend "$b" --device cuda --skip fsdp2 \
+    run_capped 150 $RUN --nproc_per_node 2 "$HERE/torch_backend_bench.py" --backend "$b" --device cuda --skip fsdp2 \
       --ops all_reduce,all_gather --sizes 1048576,4194304,16777216,67108864,268435456 \
       > "$OUT/torch_${b}_cuda_2.jsonl" 2> "$OUT/torch_${b}_cuda_2.err" || { echo "cuda $b FAILED"; tail -n 15 "$OUT/torch_${b}_cuda_2.err"; }
   done

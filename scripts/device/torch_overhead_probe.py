@@ -16,9 +16,11 @@ reduce_scatter (reduce_scatter_tensor), a2a_even (all_to_all_single, no splits),
 (all_to_all_single with split sizes: rank r sends (r + j) % n + 1 parts to rank j), a2a_list
 (dist.all_to_all of world_size block views of one tensor each way), a2a_list_loose (the same
 with separately allocated tensors). Sizes (`--sizes`, bytes of the op's larger tensor; default
-4 KiB, 1 MiB, 4 MiB, 16 MiB). The direct column is the Communicator call the backend would make
-on the same memory (`all_to_all` for even blocks, `all_to_allv` for uneven), so
-dist - direct is the Python layer's cost.
+4 KiB, 1 MiB, 4 MiB, 16 MiB). The direct column is the Communicator call the backend makes
+on the same memory (`all_to_allv` for every all_to_all form, even blocks included, as the
+backend does on CPU), so dist - direct is the Python layer's cost. (Before stop 37's review the
+even and list forms' direct call was `all_to_all`, another collective: the stop 36 rows of
+docs/results/2026-11-26-torch-backend.md compare against that.)
 
 Both columns run on Python's main thread, as a synchronous `dist.*` call now does (the backend
 runs it on the calling thread; the Communicator waits on a kept helper thread there, so Ctrl-C
@@ -127,8 +129,9 @@ def op_pair(name: str, nbytes: int, rank: int, n: int, comm: Any) -> tuple[Calla
         return (lambda: comm.reduce_scatter(full, part)), (lambda: dist.reduce_scatter_tensor(part, full)), (
             elems + elems // n
         ) * 4
+    even = [elems // n] * n  # the backend runs every all_to_all form as all_to_allv on CPU
     if name == "a2a_even":
-        return (lambda: comm.all_to_all(full, out)), (lambda: dist.all_to_all_single(out, full)), 2 * elems * 4
+        return (lambda: comm.all_to_allv(full, out, even, even)), (lambda: dist.all_to_all_single(out, full)), 2 * elems * 4
     if name == "a2a_uneven":
         # Rank r sends (r + j) % n + 1 parts to rank j, receives (i + r) % n + 1 from rank i.
         unit = max(elems // (n * (n + 1) // 2 * n), 1)
@@ -147,7 +150,7 @@ def op_pair(name: str, nbytes: int, rank: int, n: int, comm: Any) -> tuple[Calla
         else:
             ins = [torch.ones(block) for _ in range(n)]
             outs = [torch.zeros(block) for _ in range(n)]
-        return (lambda: comm.all_to_all(full, out)), (lambda: dist.all_to_all(outs, ins)), 2 * elems * 4
+        return (lambda: comm.all_to_allv(full, out, even, even)), (lambda: dist.all_to_all(outs, ins)), 2 * elems * 4
     raise SystemExit(f"unknown op {name!r}: pick from {', '.join(OPS)}")
 
 
