@@ -41,8 +41,8 @@
 //! direct all_gather, are chosen only when forced (`ACCORD_ALGO_ALL_REDUCE=direct`, or the
 //! per-call algorithm); see `direct.rs` for why and for its reduction order.
 //!
-//! Large steps of ring, Rabenseifner and direct all_reduce, ring all_gather, all_to_all(v) and
-//! Rabenseifner's all-gather move in segments of `ACCORD_COLL_SEGMENT_BYTES`, each carrying an
+//! Large steps of ring, Rabenseifner and direct all_reduce, direct reduce_scatter and
+//! all_gather, ring all_gather, all_to_all(v) and Rabenseifner's all-gather move in segments of `ACCORD_COLL_SEGMENT_BYTES`, each carrying an
 //! immediate: a segment is reduced or forwarded as soon as it lands, while the next is on
 //! the wire.
 //!
