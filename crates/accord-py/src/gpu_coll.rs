@@ -17,7 +17,7 @@ use crate::coll_store::PyStore;
 use crate::errors::{error, Kind};
 use accord_coll::gpu::{GpuBufs, GpuCollError, GpuCommunicator as Inner, GpuConfig, StreamOrder};
 use accord_coll::{Collective, DType, ReduceOp};
-use accord_cuda::{DeviceBuffer, DevicePtr, Stream};
+use accord_cuda::{CurrentContextGuard, DeviceBuffer, DevicePtr, Stream};
 use pyo3::prelude::*;
 use std::str::FromStr;
 use std::sync::Mutex;
@@ -80,6 +80,9 @@ impl GpuCommunicator {
         f: impl FnOnce(&Inner) -> Result<R, GpuCollError> + Send,
     ) -> PyResult<R> {
         py.detach(|| {
+            // The calls bind the communicator's contexts (a private one with
+            // ACCORD_GPU_PRIVATE_CONTEXT); the caller's framework finds its own current again.
+            let _restore = CurrentContextGuard::save();
             let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
             let inner = guard.as_ref().ok_or_else(|| {
                 error(Kind::Shutdown, format!("{op}: the GPU communicator is closed: create a new one"))
@@ -150,7 +153,13 @@ impl GpuCommunicator {
         let config = GpuConfig { stream_order: order, ..GpuConfig::from_env().map_err(|e| gpu_error(op, e))? };
         let mut store = PyStore(store);
         let inner = py
-            .detach(|| Inner::join(&mut store, &prefix, rank, world_size, gpu, timeout, config))
+            .detach(|| {
+                // Joining makes the communicator's context current (a private one with
+                // ACCORD_GPU_PRIVATE_CONTEXT): a stream the caller creates next must still land in
+                // its own context.
+                let _restore = CurrentContextGuard::save();
+                Inner::join(&mut store, &prefix, rank, world_size, gpu, timeout, config)
+            })
             .map_err(|e| gpu_error(op, e))?;
         Ok(GpuCommunicator { inner: Mutex::new(Some(inner)), rank, world_size, gpu })
     }
@@ -268,6 +277,7 @@ impl GpuCommunicator {
         let timeout = seconds("close", timeout)?;
         let taken = py.detach(|| self.inner.lock().unwrap_or_else(|p| p.into_inner()).take());
         if let Some(inner) = taken {
+            let _restore = CurrentContextGuard::save();
             let waited = py.detach(|| inner.wait_idle(timeout));
             py.detach(move || drop(inner));
             waited.map_err(|e| gpu_error("close", e))?;
