@@ -243,6 +243,13 @@ pub static KNOBS: &[Knob] = &[
     knob("ACCORD_GPU_SCRATCH_BYTES", GpuCollectives, Bytes, "134217728", "scratch bytes per communicator"),
     knob("ACCORD_GPU_MAPPINGS_MAX", GpuCollectives, Count, "256", "peer IPC mappings cached"),
     knob(
+        "ACCORD_GPU_REDUCE_ON_CALLER",
+        GpuCollectives,
+        Switch,
+        "0",
+        "all_reduce and reduce_scatter queue their reductions on the caller's stream, in its context, at call time (gated by words the progress thread sets), so a private context's kernels never take turns with the application's; needs the `waitvalue` order",
+    ),
+    knob(
         "ACCORD_GPU_PRIVATE_CONTEXT",
         GpuCollectives,
         Switch,

@@ -13,6 +13,7 @@
 //! | `ACCORD_GPU_PIPELINE_CHUNK_BYTES` | [`GpuConfig::pipeline_chunk_bytes`] | 16 MiB |
 //! | `ACCORD_GPU_PIPELINE_CHUNKS_MAX` | [`GpuConfig::pipeline_chunks_max`] | 16 |
 //! | `ACCORD_GPU_PRIVATE_CONTEXT` | [`GpuConfig::private_context`] | 0 |
+//! | `ACCORD_GPU_REDUCE_ON_CALLER` | [`GpuConfig::reduce_on_caller`] | 0 |
 
 use std::time::Duration;
 
@@ -97,6 +98,12 @@ pub struct GpuConfig {
     /// primary context. Requires the `waitvalue` or `hostfn` stream order (the `stall`
     /// kernel cannot run on another context's stream).
     pub private_context: bool,
+    /// all_reduce / reduce_scatter: queue the reductions on the caller's stream, in the caller's
+    /// context, at call time, gated by words the progress thread sets
+    /// ([`super::caller_reduce`]), instead of launching them from the progress thread. With
+    /// [`GpuConfig::private_context`] this keeps the reductions out of the private context,
+    /// whose kernels the GPU time-slices against the application's. Needs the `waitvalue` order.
+    pub reduce_on_caller: bool,
 }
 
 /// Largest accepted [`GpuConfig::pipeline_chunks_max`].
@@ -120,6 +127,7 @@ impl Default for GpuConfig {
             pipeline_chunk_bytes: 16 << 20,
             pipeline_chunks_max: 16,
             private_context: false,
+            reduce_on_caller: false,
         }
     }
 }
@@ -172,6 +180,10 @@ impl GpuConfig {
         let chunks = count(env, "ACCORD_GPU_PIPELINE_CHUNKS_MAX", 1, PIPELINE_CHUNKS_MAX_LIMIT)?;
         set(&mut c.pipeline_chunks_max, chunks);
         set(&mut c.private_context, accord_knobs::get::<bool>(env, "ACCORD_GPU_PRIVATE_CONTEXT").map_err(knob_error)?);
+        set(
+            &mut c.reduce_on_caller,
+            accord_knobs::get::<bool>(env, "ACCORD_GPU_REDUCE_ON_CALLER").map_err(knob_error)?,
+        );
         Ok(c)
     }
 }

@@ -201,6 +201,61 @@ fn a_private_context_runs_the_collectives_on_vmm_memory() {
     }
 }
 
+/// `ACCORD_GPU_REDUCE_ON_CALLER` in a private context: on a stream of the primary context (as a
+/// framework's) the reductions run on that stream, gated by the words the progress thread sets.
+/// An all_reduce of several rounds of many chunks (small scratch, small chunks), in place and as
+/// an average, and a reduce_scatter land exactly; every collective's checks (on streams of the
+/// private context, which keep the progress thread's reductions) pass too.
+#[test]
+fn reductions_on_the_callers_stream_land_exactly() {
+    use super::StreamOrder;
+    accord_cuda::require_gpu!(2, nvrtc);
+    let (rank, port, child) = two_ranks("gpu::gpu_tests::reductions_on_the_callers_stream_land_exactly");
+    let config = GpuConfig {
+        private_context: true,
+        reduce_on_caller: true,
+        stream_order: StreamOrder::WaitValue,
+        scratch_bytes: 8 << 20,
+        pipeline_chunk_bytes: 64 << 10,
+        ..GpuConfig::default()
+    };
+    let mut comm = communicator(rank, port, config);
+    assert!(comm.set_stream_order(StreamOrder::HostFn).is_err(), "the caller's reductions need waitvalue");
+    run_checks(&mut comm, rank, &[1017, 40_000]);
+    let gpu = comm.gpu().clone();
+    let stream = accord_cuda::Stream::new(comm.callers_gpu()).expect("a stream of the primary context");
+    const COUNT: usize = 5 << 20; // f32 elements: 20 MiB, three rounds of an 8 MiB scratch
+    let bytes = COUNT * 4;
+    let value = |i: usize, r: usize| (i % 1000) as f32 + r as f32 * 0.5;
+    let mut data = accord_cuda::DeviceBuffer::alloc_shareable(&gpu, bytes).expect("alloc_shareable");
+    let mine: Vec<u8> = (0..COUNT).flat_map(|i| value(i, rank).to_le_bytes()).collect();
+    data.copy_from_host(0, &mine, &stream).expect("fill");
+    let half = accord_cuda::DeviceBuffer::alloc_shareable(&gpu, bytes / 2).expect("alloc_shareable");
+    comm.register_allocation_of(data.ptr(), data.len_bytes()).expect("register");
+    comm.register_allocation_of(half.ptr(), half.len_bytes()).expect("register");
+    let bufs = GpuBufs { send: &data, recv: &half };
+    comm.reduce_scatter(bufs, COUNT / 2, crate::DType::F32, crate::ReduceOp::Sum, &stream).expect("reduce_scatter");
+    let bufs = GpuBufs { send: &data, recv: &data };
+    comm.all_reduce(bufs, COUNT, crate::DType::F32, crate::ReduceOp::Sum, &stream).expect("all_reduce in place");
+    comm.all_reduce(bufs, COUNT, crate::DType::F32, crate::ReduceOp::Avg, &stream).expect("average in place");
+    comm.wait_idle(Duration::from_secs(60)).expect("all complete");
+    stream.synchronize().expect("the stream was released");
+    let mut scattered = vec![0u8; bytes / 2];
+    half.copy_to_host(0, &mut scattered, &stream).expect("read back");
+    let mut reduced = vec![0u8; bytes];
+    data.copy_to_host(0, &mut reduced, &stream).expect("read back");
+    let base = rank * COUNT / 2;
+    let bad = (0..COUNT / 2).find(|&i| f32_at(&scattered, i) != value(base + i, 0) + value(base + i, 1));
+    assert_eq!(bad, None, "the reduce_scatter differs at that element");
+    // Sum then average of two equal sums: the sum itself.
+    let bad = (0..COUNT).find(|&i| f32_at(&reduced, i) != value(i, 0) + value(i, 1));
+    assert_eq!(bad, None, "the all_reduce differs at that element");
+    drop(comm);
+    if let Some(mut child) = child {
+        child.finish().expect("rank 1 succeeds");
+    }
+}
+
 fn f32_at(bytes: &[u8], i: usize) -> f32 {
     f32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().expect("4 bytes"))
 }

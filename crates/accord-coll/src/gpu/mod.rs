@@ -69,6 +69,7 @@
 //! context on every other GPU in every process.
 
 pub mod board;
+pub mod caller_reduce;
 pub mod check;
 pub mod config;
 pub mod error;
@@ -104,6 +105,7 @@ use crate::error::StoreError;
 use crate::store::{all_gather_through, Bootstrap, KeyValueStore};
 use crate::{DType, ReduceOp};
 use board::{Board, Exported, Registered};
+use caller_reduce::CallerReduce;
 use plan::{Plan, ReduceShape};
 use registry::{PeerMappings, Registrations};
 use worker::{HostGate, MemoryGate, Msg, Op, Shared, Start, Worker};
@@ -142,6 +144,8 @@ pub struct GpuCommunicator {
     stall_gate: Mutex<Option<Arc<StallGate>>>,
     /// The words streams write and wait on in [`StreamOrder::WaitValue`] mode.
     memory_gate: Arc<MemoryGate>,
+    /// Reductions on the caller's stream ([`GpuConfig::reduce_on_caller`]), where built.
+    caller_reduce: Option<Arc<CallerReduce>>,
     /// Held while a call is numbered and queued, so numbers follow queue order (the memory
     /// gate counts calls reached and done in queue order).
     queueing: Mutex<()>,
@@ -202,6 +206,18 @@ fn mul(a: usize, b: usize) -> GpuResult<usize> {
 /// Loads the reduction kernels (every type NVRTC can build here) and the
 /// stall kernel, and launches each once.
 fn warm_kernels(gpu: &Gpu) -> GpuResult<(Option<Reducer>, Arc<StallGate>)> {
+    let reducer = warm_reducer(gpu)?;
+    let stream = Stream::new(gpu)?;
+    let gate = Arc::new(StallGate::new(gpu)?);
+    let ticket = gate.stall(&stream, Duration::from_secs(10))?;
+    gate.release(ticket);
+    stream.synchronize()?;
+    Ok((reducer, gate))
+}
+
+/// Loads the reduction kernels (every type NVRTC can build here) in `gpu`'s context and
+/// launches each once; None where NVRTC is missing.
+fn warm_reducer(gpu: &Gpu) -> GpuResult<Option<Reducer>> {
     let all = [
         accord_cuda::DType::F32,
         accord_cuda::DType::I32,
@@ -231,11 +247,8 @@ fn warm_kernels(gpu: &Gpu) -> GpuResult<(Option<Reducer>, Arc<StallGate>)> {
             }
         }
     }
-    let gate = Arc::new(StallGate::new(gpu)?);
-    let ticket = gate.stall(&stream, Duration::from_secs(10))?;
-    gate.release(ticket);
     stream.synchronize()?;
-    Ok((reducer.map(|(r, _)| r), gate))
+    Ok(reducer.map(|(r, _)| r))
 }
 
 impl GpuCommunicator {
@@ -336,6 +349,17 @@ impl GpuCommunicator {
         // wait for that held stream (a deadlock).
         let (reducer, stall_gate) = warm_kernels(&gpu)?;
         let memory_gate = Arc::new(MemoryGate::new(&gpu)?);
+        let caller_reduce = if config.reduce_on_caller {
+            match warm_reducer(&callers_gpu)? {
+                Some(r) => Some(Arc::new(CallerReduce::new(&callers_gpu, r)?)),
+                None => {
+                    tracing::warn!("ACCORD_GPU_REDUCE_ON_CALLER: no reduction kernels in the caller's context (NVRTC); the progress thread reduces");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let (peer_streams, peer_events) = worker::peer_streams(&gpu, world_size, rank, config.streams_per_peer)?;
         let worker = Worker {
             rank,
@@ -359,6 +383,7 @@ impl GpuCommunicator {
                 config.streams_per_peer,
                 config.pipeline_chunks_max,
             )?,
+            caller: caller_reduce.clone(),
         };
         let (tx, rx) = sync_channel(config.queue_depth);
         let handle = std::thread::Builder::new()
@@ -380,6 +405,7 @@ impl GpuCommunicator {
             scratch,
             stall_gate: Mutex::new(Some(stall_gate)),
             memory_gate,
+            caller_reduce,
             queueing: Mutex::new(()),
             tx: Some(tx),
             worker: Some(handle),
@@ -746,6 +772,7 @@ impl GpuCommunicator {
         // The host function / stall may wait several op timeouts when calls queue up behind each other.
         let hold_max = self.config.op_timeout.saturating_mul(4);
         let _queueing = self.queueing.lock().unwrap_or_else(|p| p.into_inner());
+        let mut caller_chunks = None;
         let start = match self.order {
             StreamOrder::HostFn => {
                 let gate = HostGate::new();
@@ -764,17 +791,34 @@ impl GpuCommunicator {
                 let ticket = self.submitted.load(Ordering::Relaxed) + 1;
                 let gate = &self.memory_gate;
                 stream.write_value_u64(gate.reached_ptr(), ticket)?;
-                if let Err(e) = stream.wait_value_u64_geq(gate.released_ptr(), ticket) {
-                    // The stream will write a reached number no collective follows: count it as done.
-                    self.submitted.fetch_add(1, Ordering::Relaxed);
-                    self.shared.completed.fetch_add(1, Ordering::Release);
-                    gate.release(ticket);
-                    return Err(e.into());
+                // The caller's reductions (if any) sit between the reached store and the wait for
+                // the release, which needs them done.
+                let queued =
+                    self.queue_caller_reductions(&plan, &bufs, reduce, stream).and_then(|numbers| {
+                        match stream.wait_value_u64_geq(gate.released_ptr(), ticket) {
+                            Ok(()) => Ok(numbers),
+                            Err(e) => {
+                                if let (Some(caller), Some(numbers)) = (&self.caller_reduce, numbers) {
+                                    caller.set_all_arrived(numbers);
+                                }
+                                Err(e.into())
+                            }
+                        }
+                    });
+                match queued {
+                    Ok(numbers) => caller_chunks = numbers,
+                    Err(e) => {
+                        // The stream will write a reached number no collective follows: count it as done.
+                        self.submitted.fetch_add(1, Ordering::Relaxed);
+                        self.shared.completed.fetch_add(1, Ordering::Release);
+                        gate.release(ticket);
+                        return Err(e);
+                    }
                 }
                 Start::WaitValue { ticket, gate: Arc::clone(gate) }
             }
         };
-        let op = Box::new(Op { plan, send: bufs.send.ptr(), recv, recv_reg, reduce, start });
+        let op = Box::new(Op { plan, send: bufs.send.ptr(), recv, recv_reg, reduce, start, caller_chunks });
         self.submitted.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = self.tx.as_ref().map_or(Err(None), |tx| tx.send(Msg::Op(op)).map_err(Some)) {
             if let Some(std::sync::mpsc::SendError(Msg::Op(op))) = e {
@@ -791,9 +835,57 @@ impl GpuCommunicator {
     }
 }
 
+impl GpuCommunicator {
+    /// Where the caller's stream reduces ([`GpuConfig::reduce_on_caller`]): queues the call's
+    /// chunks there and returns their numbers; None where the progress thread reduces this
+    /// call. Call it between the stream's "reached" store and its wait for the release. On an
+    /// error every queued wait is already satisfied.
+    fn queue_caller_reductions(
+        &self,
+        plan: &Plan,
+        bufs: &GpuBufs<'_>,
+        reduce: Option<(accord_cuda::DType, accord_cuda::ReduceOp)>,
+        stream: &Stream,
+    ) -> GpuResult<Option<caller_reduce::ChunkNumbers>> {
+        let (Some(caller), Some(reduce), StreamOrder::WaitValue) = (&self.caller_reduce, reduce, self.order) else {
+            return Ok(None);
+        };
+        let chunks = caller_reduce::chunk_count(plan);
+        // The kernels are built in the primary context: a stream of the private one (this
+        // communicator's own tests make some) keeps the progress thread's reductions.
+        if !CallerReduce::fits(chunks) || stream.gpu().is_private() {
+            return Ok(None);
+        }
+        let numbers = caller.number(chunks);
+        let at = caller_reduce::Buffers {
+            send: bufs.send.ptr(),
+            recv: bufs.recv.ptr(),
+            scratch: self.scratch.ptr(),
+            gpu: self.callers_gpu.clone(),
+        };
+        let queued = self
+            .callers_gpu
+            .bind()
+            .map_err(GpuCollError::from)
+            .and_then(|()| caller.queue(plan, numbers, &at, reduce, stream));
+        if let Err(e) = queued {
+            caller.set_all_arrived(numbers);
+            return Err(e);
+        }
+        Ok(Some(numbers))
+    }
+}
+
 /// Refuses `stall` in a private context: its kernel belongs to that context and cannot run on a
 /// caller's stream, which lives in the primary one.
 fn check_order(config: &GpuConfig, order: StreamOrder) -> GpuResult<()> {
+    if config.reduce_on_caller && order != StreamOrder::WaitValue {
+        return Err(GpuCollError::InvalidArgument {
+            what: "ACCORD_GPU_REDUCE_ON_CALLER=1 needs the waitvalue stream order (the reductions queue between \
+                   the stream's reached store and its wait for the release)"
+                .into(),
+        });
+    }
     if config.private_context && order == StreamOrder::Stall {
         return Err(GpuCollError::InvalidArgument {
             what: "the stall stream order cannot be used with ACCORD_GPU_PRIVATE_CONTEXT=1 (its kernel would run \

@@ -43,8 +43,16 @@ impl Worker {
         op: &Op,
         seq: u64,
         round: &ReduceRound,
+        first_chunk: u64,
         deadline: Deadline,
     ) -> GpuResult<()> {
+        // Where the caller's stream reduces (super::caller_reduce), this thread only tells it
+        // which chunks arrived and waits on its words; `first_chunk` numbers this round's chunks
+        // within the call.
+        let caller = match (&self.caller, op.caller_chunks) {
+            (Some(c), Some(numbers)) => Some((std::sync::Arc::clone(c), numbers)),
+            _ => None,
+        };
         let count = round.chunks.len();
         if count > self.pipeline.chunks_max() {
             return Err(GpuCollError::InvalidArgument {
@@ -105,10 +113,15 @@ impl Worker {
             {
                 let c = at.reduced;
                 let chunk = &round.chunks[c];
-                if let Some(work) = &chunk.reduce {
-                    self.reduce(op, work)?;
+                match &caller {
+                    Some((words, numbers)) => words.set_arrived(*numbers, first_chunk + c as u64),
+                    None => {
+                        if let Some(work) = &chunk.reduce {
+                            self.reduce(op, work)?;
+                        }
+                        self.pipeline.reduce_events[c].record(&self.local_stream)?;
+                    }
                 }
-                self.pipeline.reduce_events[c].record(&self.local_stream)?;
                 if round.with_gather {
                     for push in &chunk.gather {
                         let peer = push.dst_rank;
@@ -123,7 +136,15 @@ impl Worker {
                         let src = self.local_ptr(op, push.src, push.src_offset);
                         let streams = &self.pipeline.gather_streams[peer];
                         let stream = &streams[c % streams.len()];
-                        stream.wait_event(&self.pipeline.reduce_events[c])?;
+                        match &caller {
+                            // A stream memory wait on plain pinned memory: no driver call into
+                            // the caller's context.
+                            Some((words, numbers)) => {
+                                let j = first_chunk + c as u64;
+                                stream.wait_value_u64_geq(words.reduced_ptr(numbers.word(j)), numbers.number(j))?
+                            }
+                            None => stream.wait_event(&self.pipeline.reduce_events[c])?,
+                        }
                         copy_peer_async(dst.offset(push.dst_offset), &self.gpu, src, &self.gpu, push.len, stream)?;
                     }
                     for &peer in &others {
@@ -186,7 +207,10 @@ impl Worker {
         }
         // The scratch must be free (and reduce_scatter's result written) before the next round or the release.
         if count > 0 {
-            wait_event(&self.pipeline.reduce_events[count - 1], deadline, "the reduction kernels")?;
+            match &caller {
+                Some((words, numbers)) => words.wait_reduced(*numbers, first_chunk + count as u64 - 1, deadline)?,
+                None => wait_event(&self.pipeline.reduce_events[count - 1], deadline, "the reduction kernels")?,
+            }
         }
         Ok(())
     }

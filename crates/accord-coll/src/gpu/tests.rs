@@ -374,3 +374,15 @@ fn config_reads_overrides_and_refuses_bad_values() {
     let bad = GpuConfig::from_lookup(|k| (k == "ACCORD_GPU_REGISTRATIONS_MAX").then(|| over.clone()));
     assert!(matches!(bad, Err(GpuCollError::InvalidArgument { .. })), "the board has no entry for more");
 }
+
+#[test]
+fn reductions_on_the_callers_stream_are_read_and_need_the_waitvalue_order() {
+    let c = GpuConfig::from_lookup(|k| (k == "ACCORD_GPU_REDUCE_ON_CALLER").then(|| "1".to_string())).unwrap();
+    assert!(c.reduce_on_caller);
+    assert!(!GpuConfig::default().reduce_on_caller, "off unless asked for");
+    assert!(super::check_order(&c, StreamOrder::WaitValue).is_ok());
+    for order in [StreamOrder::HostFn, StreamOrder::Stall] {
+        let refused = super::check_order(&c, order).unwrap_err().to_string();
+        assert!(refused.contains("waitvalue"), "the refusal names the order it needs: {refused}");
+    }
+}

@@ -13,6 +13,7 @@ use accord_cuda::{
 };
 
 use super::board::{Board, Deadline, Slot};
+use super::caller_reduce::{queue_reduction, Buffers, CallerReduce, ChunkNumbers};
 use super::error::{GpuCollError, GpuResult};
 use super::plan::{Buf, Phase, Plan, ReduceWork};
 
@@ -208,6 +209,9 @@ pub struct Op {
     pub reduce: Option<(accord_cuda::DType, accord_cuda::ReduceOp)>,
     /// Stream-order handshake.
     pub start: Start,
+    /// The chunks whose reductions the caller's stream runs ([`super::caller_reduce`]), or None
+    /// where this thread reduces.
+    pub caller_chunks: Option<ChunkNumbers>,
 }
 
 /// Messages to the progress thread.
@@ -266,6 +270,8 @@ pub struct Worker {
     pub op_timeout: Duration,
     /// Gather streams and per-chunk events of pipelined reductions.
     pub pipeline: super::pipeline_streams::PipelineStreams,
+    /// The words through which the caller's stream reduces, where it does.
+    pub caller: Option<Arc<CallerReduce>>,
 }
 
 impl Worker {
@@ -284,6 +290,11 @@ impl Worker {
                         tracing::error!(rank = self.rank, error = %e, "GPU collective failed");
                         self.shared.board.abort_rank(self.rank);
                         self.shared.error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e.to_string());
+                    }
+                    // A call that failed or was skipped must not leave the caller's stream
+                    // waiting for chunks that will never arrive (a no-op after a success).
+                    if let (Some(caller), Some(numbers)) = (&self.caller, op.caller_chunks) {
+                        caller.set_all_arrived(numbers);
                     }
                     self.release(&op.start);
                     self.shared.mappings_opened.store(self.mappings.opened_total(), Ordering::Relaxed);
@@ -314,9 +325,11 @@ impl Worker {
                 self.run_phase(op, seq, phase, deadline)?;
             }
             Plan::Reduce(rounds) => {
+                let mut first_chunk = 0u64;
                 for round in rounds {
                     let seq = self.next_round(op);
-                    self.run_reduce_round(op, seq, round, deadline)?;
+                    self.run_reduce_round(op, seq, round, first_chunk, deadline)?;
+                    first_chunk += round.chunks.len() as u64;
                 }
             }
         }
@@ -428,32 +441,14 @@ impl Worker {
     }
 
     pub(super) fn reduce(&mut self, op: &Op, work: &ReduceWork) -> GpuResult<()> {
-        let (dtype, reduce_op) = op
+        let reduce = op
             .reduce
             .ok_or_else(|| GpuCollError::InvalidArgument { what: "a reducing plan without an element type".into() })?;
-        let dst = op.recv.offset(work.dst_offset);
-        let own = op.send.offset(work.own_offset);
-        let len = work.count * dtype.size_bytes();
-        if work.scratch_offsets.is_empty() {
-            if dst != own {
-                copy_peer_async(dst, &self.gpu, own, &self.gpu, len, &self.local_stream)?;
-            }
-            return Ok(());
-        }
         let reducer = self.reducer.as_ref().ok_or_else(|| GpuCollError::InvalidArgument {
             what: "the reduction kernels could not be built at start-up (NVRTC); check ACCORD_CUDA_LIB_DIRS".into(),
         })?;
-        let last = work.scratch_offsets.len() - 1;
-        let mut a = own;
-        for (i, offset) in work.scratch_offsets.iter().enumerate() {
-            let step_op = match reduce_op {
-                accord_cuda::ReduceOp::Avg { .. } if i < last => accord_cuda::ReduceOp::Sum,
-                other => other,
-            };
-            reducer.reduce(dst, a, self.scratch.0.offset(*offset), work.count, dtype, step_op, &self.local_stream)?;
-            a = dst;
-        }
-        Ok(())
+        let at = Buffers { send: op.send, recv: op.recv, scratch: self.scratch.0, gpu: self.gpu.clone() };
+        queue_reduction(reducer, &at, work, reduce, &self.local_stream)
     }
 }
 
