@@ -28,7 +28,11 @@ on the caller's current stream (correct, not fast).
 
 ``ACCORD_TORCH_GPU=experimental`` routes CUDA tensors of a group whose ranks all run on one host
 through the copy-engine GPU collectives (``accord.GpuCommunicator``) instead, queued on the
-caller's current stream like NCCL's, with no SMs for copies. The collectives' bytes are moved by
+caller's current stream, with no SMs for copies. With ``ACCORD_GPU_REDUCE_ON_CALLER=1`` (not yet
+measured on a GPU, so off by default) the reductions run on the stream the op is queued on, and
+each group queues its ops on a stream of its own behind the caller's current stream, as NCCL
+does, so compute queued after an async op (DDP's backward pass) runs beside it; ``Work.wait``
+orders the caller's stream after the op (see :class:`_GpuPath`). The collectives' bytes are moved by
 a host thread through the CUDA driver while the caller's stream waits. A thread that makes a
 blocking CUDA call meanwhile (``tensor.cpu()`` or ``.item()`` right after the op) would stall
 that host thread until the op's deadline if both shared PyTorch's CUDA context and its
@@ -174,6 +178,7 @@ def _reduce_op_name(op: Any, what: str) -> str:
 # one form cannot match for a type checker.
 _WorkBase: Any = torch._C._distributed_c10d.Work
 _CudaEvent: Any = torch.cuda.Event
+_CudaStream: Any = torch.cuda.Stream
 _ProcessGroupBase: Any = dist.ProcessGroup
 
 
@@ -359,11 +364,24 @@ class _StreamWork(Work):
 
 
 class _GpuPath:
-    """A group's GPU collectives: the communicator and the one device it serves."""
+    """A group's GPU collectives: the communicator, the one device it serves, and, where the
+    reductions run on the caller's stream (``ACCORD_GPU_REDUCE_ON_CALLER=1``), the group's
+    communication stream.
 
-    def __init__(self, comm: Any, device: torch.device) -> None:
+    With that stream, every GPU op is queued on it behind the caller's current stream (an
+    event), as ProcessGroupNCCL queues its kernels on a stream of its own, and ``Work.wait`` puts
+    the caller's stream back behind the op: a collective holds the stream it is queued on until
+    its bytes have moved, and on a stream of the group's own the compute queued after it (DDP's
+    backward pass) runs beside it. Without it, ops are queued on the caller's current stream:
+    the progress thread's reduction kernels run in a CUDA context of their own, which the GPU
+    time-slices against the caller's kernels, so on a separate stream a DDP step took 6.3-7.0 ms
+    against 2.6-3.3 ms on the caller's (2xH200, docs/results/2026-11-26-torch-gpu-path.md, stop
+    38)."""
+
+    def __init__(self, comm: Any, device: torch.device, own_stream: bool) -> None:
         self.comm = comm
         self.device = device
+        self.stream: Any = _CudaStream(device) if own_stream else None
 
 
 def _host_identity() -> str:
@@ -613,12 +631,21 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
                 self._run_job(fn, work)
                 return work
         if cuda:
-            torch.cuda.current_stream().synchronize()
+            self._sync_cuda()
             self._put((fn, work))
             work.wait()
             return work
         self._put((fn, work))
         return work
+
+    def _sync_cuda(self) -> None:
+        """Before an op staged through host memory reads or writes a CUDA tensor: waits for the
+        caller's current stream and for the group's GPU ops queued before it, so ops of one group
+        stay in call order whichever path each takes (as one NCCL stream keeps them)."""
+        torch.cuda.current_stream().synchronize()
+        gpu = self._gpu
+        if isinstance(gpu, _GpuPath) and gpu.stream is not None:
+            gpu.stream.synchronize()
 
     def _gpu_for(self, t: torch.Tensor, op: str, recv_bytes: int | None = None) -> _GpuPath | None:
         """The GPU collectives for CUDA tensor ``t``, set up at the group's first CUDA op (every
@@ -692,19 +719,39 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         comm = accord.GpuCommunicator(
             self._rank_, self._size, index, self._store, "accord/gpu/join/", timeout=self.timeout_s
         )
-        return _GpuPath(comm, torch.device("cuda", index))
+        return _GpuPath(comm, torch.device("cuda", index), own_stream=_env_on("ACCORD_GPU_REDUCE_ON_CALLER"))
 
-    def _on_stream(self, op: str, result: list[torch.Tensor], gpu: _GpuPath, fn: Callable[[int], None]) -> Work:
-        """Runs ``fn(stream)`` now, queuing the collective on the current stream, after the
-        point to point ops deferred before it."""
+    def _on_stream(
+        self,
+        op: str,
+        result: list[torch.Tensor],
+        gpu: _GpuPath,
+        fn: Callable[[int], None],
+        touched: Sequence[torch.Tensor],
+    ) -> Work:
+        """Runs ``fn(stream)`` now, after the point to point ops deferred before it, queuing the
+        collective on the caller's current stream, or, where the group has a stream of its own
+        (see :class:`_GpuPath`), on that one behind everything queued so far on the current
+        stream. There ``touched`` are the caller's tensors the op reads or writes: the caching
+        allocator is told they are in use on the group's stream (``record_stream``), so their
+        memory is not handed out again before the op is done, whether or not the caller waits;
+        temporaries ``fn`` allocates are allocated on the group's stream."""
         self._flush_p2p()
         with torch.cuda.device(gpu.device):
             current = torch.cuda.current_stream(gpu.device)
-            stream = current.cuda_stream
+            side = gpu.stream
             if _log.isEnabledFor(logging.DEBUG):
-                _log.debug("rank %d: %s on stream 0x%x, progress %s", self._rank_, op, stream, gpu.comm.progress())
-            fn(stream)
-            return _StreamWork(self, op, result, gpu.device, current)
+                queued_on = (side or current).cuda_stream
+                _log.debug("rank %d: %s on stream 0x%x, progress %s", self._rank_, op, queued_on, gpu.comm.progress())
+            if side is None:
+                fn(current.cuda_stream)
+                return _StreamWork(self, op, result, gpu.device, current)
+            side.wait_stream(current)
+            with torch.cuda.stream(side):
+                fn(side.cuda_stream)
+            for t in touched:
+                t.record_stream(side)
+            return _StreamWork(self, op, result, gpu.device, side)
 
     def _flush_p2p(self) -> None:
         if not self._pending_p2p:  # read without the lock: the common case, nothing deferred
@@ -844,7 +891,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
                     gpu.comm.all_reduce(flat.data_ptr(), flat.data_ptr(), flat.numel(), _dtype_name(t), op, stream)
                     _copy_back(flat, t)
 
-            return self._on_stream("all_reduce", [t], gpu, on_stream)
+            return self._on_stream("all_reduce", [t], gpu, on_stream, [t])
 
         def run() -> None:
             if t.numel():
@@ -874,7 +921,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
                     t.copy_(flat[at : at + t.numel()].view(t.shape))
                     at += t.numel()
 
-            return self._on_stream("all_reduce_coalesced", ts, gpu, coalesced_on_stream)
+            return self._on_stream("all_reduce_coalesced", ts, gpu, coalesced_on_stream, ts)
 
         def run() -> None:
             if not ts or sum(t.numel() for t in ts) == 0:
@@ -901,7 +948,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
                     gpu.comm.broadcast(flat.data_ptr(), flat.data_ptr(), nbytes, root, stream)
                     _copy_back(flat, t)
 
-            return self._on_stream("broadcast", [t], gpu, broadcast_on_stream)
+            return self._on_stream("broadcast", [t], gpu, broadcast_on_stream, [t])
 
         def run() -> None:
             if t.numel():
@@ -926,7 +973,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
                     if root == self._rank_:
                         t.copy_(flat.view(t.shape))
 
-            return self._on_stream("reduce", [t], gpu, reduce_on_stream)
+            return self._on_stream("reduce", [t], gpu, reduce_on_stream, [t])
 
         def run() -> None:
             if t.numel():
@@ -973,7 +1020,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
                 for i, o in enumerate(outs):
                     o.copy_(flat[i * t.numel() : (i + 1) * t.numel()].view(o.shape))
 
-            return self._on_stream("all_gather", outs, gpu, gather_list_on_stream)
+            return self._on_stream("all_gather", outs, gpu, gather_list_on_stream, [t, *outs])
 
         def run() -> None:
             if not t.numel():
@@ -1003,7 +1050,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
                     gpu.comm.all_gather(src.data_ptr(), out.data_ptr(), src.numel() * src.element_size(), stream)
                     _copy_back(out, output)
 
-            return self._on_stream("all_gather_into_tensor", [output], gpu, gather_on_stream)
+            return self._on_stream("all_gather_into_tensor", [output], gpu, gather_on_stream, [input, output])
         return self._submit("all_gather_into_tensor", [output], run, output.is_cuda, opts)
 
     _allgather_base = all_gather_single
@@ -1041,7 +1088,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
                     gpu.comm.reduce_scatter(src.data_ptr(), dst.data_ptr(), dst.numel(), _dtype_name(out), op, stream)
                     _copy_back(dst, out)
 
-            return self._on_stream("reduce_scatter", [out], gpu, scatter_list_on_stream)
+            return self._on_stream("reduce_scatter", [out], gpu, scatter_list_on_stream, [out, *ins])
 
         def run() -> None:
             if out.numel():
@@ -1071,7 +1118,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
                     gpu.comm.reduce_scatter(src.data_ptr(), dst.data_ptr(), dst.numel(), _dtype_name(output), op, stream)
                     _copy_back(dst, output)
 
-            return self._on_stream("reduce_scatter_tensor", [output], gpu, scatter_on_stream)
+            return self._on_stream("reduce_scatter_tensor", [output], gpu, scatter_on_stream, [input, output])
 
         def run() -> None:
             if output.numel():
@@ -1152,7 +1199,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
                     gpu.comm.all_to_all(src.data_ptr(), dst.data_ptr(), send[0] * src.element_size(), stream)
                     _copy_back(dst, output)
 
-            return self._on_stream(name, [output], gpu, all_to_all_on_stream)
+            return self._on_stream(name, [output], gpu, all_to_all_on_stream, [input, output])
 
         def run() -> None:
             self._all_to_all_v(output, input, send, recv)
@@ -1261,7 +1308,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
             raise BackendError(f"accord backend: {kind}: peer {peer} is not another rank of this group (0..{self._size - 1})")
         work = Work(self, kind, [t])
         if t.is_cuda:
-            torch.cuda.current_stream().synchronize()
+            self._sync_cuda()
         with self._p2p_lock:
             self._pending_p2p.append((kind, t, peer, work))
         return work
