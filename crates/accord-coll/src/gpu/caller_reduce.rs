@@ -30,13 +30,13 @@
 //! by the next call, as for every failed collective).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
 
 use accord_cuda::{copy_peer_async, DType, DevicePtr, Gpu, PinnedHostBuffer, ReduceOp, Reducer, Stream};
 
 use super::board::Deadline;
-use super::error::{GpuCollError, GpuResult};
+use super::error::GpuResult;
 use super::plan::{Plan, ReduceWork};
+use super::poll::poll_until;
 
 /// Words in each ring (`arrived`, `reduced`): the most chunks one call may have.
 pub const WORDS: usize = 4096;
@@ -142,26 +142,11 @@ impl CallerReduce {
 
     /// Polls (spin, then yield, then short sleeps) until chunk `j` is reduced, or the deadline.
     pub fn wait_reduced(&self, numbers: ChunkNumbers, j: u64, deadline: Deadline) -> GpuResult<()> {
-        let mut polls: u32 = 0;
-        loop {
-            if self.is_reduced(numbers, j) {
-                return Ok(());
-            }
-            polls = polls.saturating_add(1);
-            if polls > 256 && Instant::now() >= deadline.at {
-                return Err(GpuCollError::Timeout {
-                    what: format!("the caller's stream to reduce chunk {j} of {}", numbers.count),
-                    waited: deadline.budget,
-                });
-            }
-            if polls < 64 {
-                std::hint::spin_loop();
-            } else if polls < 4096 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(10));
-            }
-        }
+        poll_until(
+            deadline,
+            || format!("the caller's stream to reduce chunk {j} of {}", numbers.count),
+            || Ok(self.is_reduced(numbers, j)),
+        )
     }
 
     /// Queues on the caller's `stream` every chunk of `plan`: wait for `arrived`, reduce (into

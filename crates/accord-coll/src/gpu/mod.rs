@@ -76,6 +76,7 @@ pub mod error;
 pub mod pipeline;
 pub mod pipeline_streams;
 pub mod plan;
+pub mod poll;
 pub mod registry;
 pub mod worker;
 

@@ -16,6 +16,7 @@ use super::board::{Board, Deadline, Slot};
 use super::caller_reduce::{queue_reduction, Buffers, CallerReduce, ChunkNumbers};
 use super::error::{GpuCollError, GpuResult};
 use super::plan::{Buf, Phase, Plan, ReduceWork};
+use super::poll::poll_until;
 
 use super::registry::PeerMappings;
 
@@ -454,23 +455,7 @@ impl Worker {
 
 /// Polls `event` (spin, then yield, then short sleeps) until complete or the deadline.
 pub fn wait_event(event: &Event, deadline: Deadline, what: &str) -> GpuResult<()> {
-    let mut polls: u32 = 0;
-    loop {
-        if event.is_complete()? {
-            return Ok(());
-        }
-        polls = polls.saturating_add(1);
-        if polls > 256 && Instant::now() >= deadline.at {
-            return Err(GpuCollError::Timeout { what: what.to_string(), waited: deadline.budget });
-        }
-        if polls < 64 {
-            std::hint::spin_loop();
-        } else if polls < 4096 {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(Duration::from_micros(10));
-        }
-    }
+    poll_until(deadline, || what.to_string(), || Ok(event.is_complete()?))
 }
 
 /// Engine streams and their events, indexed by peer rank.

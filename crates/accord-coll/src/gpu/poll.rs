@@ -1,0 +1,63 @@
+//! The one polling loop of the progress thread's waits on the GPU (events, words the caller's
+//! stream stores): spin briefly, then yield, then sleep in short steps, and give up at the
+//! deadline with an error that names what was waited for.
+
+use std::time::{Duration, Instant};
+
+use super::board::Deadline;
+use super::error::{GpuCollError, GpuResult};
+
+/// Polls `done` (spin, then yield, then short sleeps) until it says so, or the deadline; the
+/// timeout names what was waited for (`what`, built only then).
+pub fn poll_until(
+    deadline: Deadline,
+    what: impl Fn() -> String,
+    mut done: impl FnMut() -> GpuResult<bool>,
+) -> GpuResult<()> {
+    let mut polls: u32 = 0;
+    loop {
+        if done()? {
+            return Ok(());
+        }
+        polls = polls.saturating_add(1);
+        if polls > 256 && Instant::now() >= deadline.at {
+            return Err(GpuCollError::Timeout { what: what(), waited: deadline.budget });
+        }
+        if polls < 64 {
+            std::hint::spin_loop();
+        } else if polls < 4096 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(10));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn returns_once_done_and_names_what_it_waited_for_at_the_deadline() {
+        let mut calls = 0;
+        poll_until(
+            Deadline::after(Duration::from_secs(5)),
+            || "never built".into(),
+            || {
+                calls += 1;
+                Ok(calls == 3)
+            },
+        )
+        .expect("done on the third poll");
+        assert_eq!(calls, 3);
+        let late = poll_until(Deadline::after(Duration::from_millis(20)), || "the widget".into(), || Ok(false));
+        match late {
+            Err(GpuCollError::Timeout { what, .. }) => assert_eq!(what, "the widget"),
+            other => panic!("expected a timeout, got {other:?}"),
+        }
+        let failed = poll_until(Deadline::after(Duration::from_secs(5)), String::new, || {
+            Err(GpuCollError::InvalidArgument { what: "broken".into() })
+        });
+        assert!(matches!(failed, Err(GpuCollError::InvalidArgument { .. })), "an error ends the wait");
+    }
+}
