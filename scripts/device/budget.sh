@@ -1,4 +1,4 @@
-# Sourced by the device scripts (algo_sweep.sh, ddp_cpu_variants.sh, device_api.sh, ep.sh, kv_gpu.sh,
+# Sourced by the device scripts (algo_sweep.sh, ddp_cpu_variants.sh, ddp_gpu_variants.sh, device_api.sh, ep.sh, kv_gpu.sh,
 # torch_backend_bench.sh, weights_gpu.sh): the
 # environment every run on the GPU host needs, the paths, and the time budget, in one place.
 # The caller sets DEFAULT_BUDGET_S first; BUDGET_S overrides it. Defines START, BUDGET, HERE
