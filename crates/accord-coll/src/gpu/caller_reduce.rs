@@ -135,6 +135,17 @@ impl CallerReduce {
         }
     }
 
+    /// Lets every stream run past every chunk, numbered or not: for the communicator's drop,
+    /// before the words' memory goes (its release waits for the GPU, which must not wait on
+    /// them).
+    pub fn release_all(&self) {
+        for index in 0..WORDS {
+            if let Some(w) = self.atomic(index) {
+                w.store(u64::MAX, Ordering::Release);
+            }
+        }
+    }
+
     /// Whether chunk `j`'s reduction is done.
     pub fn is_reduced(&self, numbers: ChunkNumbers, j: u64) -> bool {
         self.atomic(WORDS + numbers.word(j)).is_some_and(|w| w.load(Ordering::Acquire) >= numbers.number(j))

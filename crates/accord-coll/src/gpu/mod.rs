@@ -940,6 +940,9 @@ impl Drop for GpuCommunicator {
         // Every queued call ran (the worker drained the queue); no stream may wait on the word
         // once its memory goes.
         self.memory_gate.release(u64::MAX);
+        if let Some(caller) = &self.caller_reduce {
+            caller.release_all();
+        }
         let _ = &self.scratch;
     }
 }
