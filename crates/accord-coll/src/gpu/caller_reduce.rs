@@ -3,14 +3,15 @@
 //!
 //! Why: with `ACCORD_GPU_PRIVATE_CONTEXT` the progress thread's work runs in a context of its
 //! own, and a GPU time-slices kernels of different contexts instead of running them side by
-//! side. A framework that queues its collectives on a stream of their own (as PyTorch's DDP
-//! expects, to overlap the backward pass) then finds its compute and the all_reduce's reduction
-//! kernels taking turns: on 2xH200 a DDP step took 6.3-7.0 ms against 2.6-3.3 ms with the
-//! collective on the compute stream (docs/results/2026-11-26-torch-gpu-path.md, stop 38). The
+//! side. When PyTorch's collectives were queued on a stream of their own (as DDP expects, to
+//! overlap the backward pass), a DDP step on 2xH200 took 6.3-7.0 ms against 2.6-3.3 ms with the
+//! collective on the compute stream (docs/results/2026-11-26-torch-gpu-path.md, stop 38); the
+//! reductions and the backward pass taking turns is the suspected cause, not yet confirmed. The
 //! progress thread cannot launch into the caller's context instead: there a kernel launch waits
 //! for as long as another thread is blocked in a synchronous copy
 //! (`scripts/device/primary_context_stall_probe.py`), which is the stall the private context
-//! exists to avoid. Stream memory operations do not wait there, and plain host memory never does.
+//! exists to avoid. Plain host memory never waits, and the progress thread's stream waits stay
+//! in its own context.
 //!
 //! So the caller's thread, at call time, queues on its own stream for every chunk `j` of the
 //! plan: a wait until word `arrived[j]` reaches the chunk's number, the chunk's reduction, and a
@@ -22,19 +23,20 @@
 //!
 //! Numbers: chunks are numbered across calls in submission order (the communicator submits
 //! under one lock), chunk `n` gets the value `n + 1` in word `n % WORDS`. Values only grow, waits
-//! are "at least", so a word reused by a later chunk can only satisfy a wait early if that
-//! later chunk had itself been reached, which needs every earlier one done. A call's chunks must
-//! fit the ring ([`CallerReduce::fits`]); a larger one reduces on the progress thread as before.
-//! A failed or skipped call sets all its `arrived` words, so the caller's stream never waits
-//! past the error (it runs the reductions on whatever arrived; the error is sticky and raised
-//! by the next call, as for every failed collective).
+//! are "at least", and a call is numbered only while the chunks of unfinished calls and its own
+//! fit the ring ([`CallerReduce::number`]; else the progress thread reduces it as before), so no
+//! two chunks in flight share a word. A failed or skipped call sets all its `arrived` words, so
+//! the caller's stream never waits past the error (it runs the reductions on whatever arrived;
+//! the error is sticky and raised by the next call, as for every failed collective). A call
+//! whose queuing failed part way is still handed to the progress thread, which fails it in
+//! queue order ([`super::worker::Op::doomed`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use accord_cuda::{copy_peer_async, DType, DevicePtr, Gpu, PinnedHostBuffer, ReduceOp, Reducer, Stream};
 
 use super::board::Deadline;
-use super::error::GpuResult;
+use super::error::{GpuCollError, GpuResult};
 use super::plan::{Plan, ReduceWork};
 use super::poll::poll_until;
 
@@ -70,13 +72,45 @@ pub struct CallerReduce {
     words: PinnedHostBuffer,
     /// Built in the caller's context.
     reducer: Reducer,
+    /// Which chunks are numbered and which finished.
+    numbering: Numbering,
+}
+
+/// The numbering of chunks across calls, and its bound: the chunks of calls not yet finished
+/// never hold more than [`WORDS`] words.
+#[derive(Debug, Default)]
+pub struct Numbering {
     /// Chunks numbered so far.
     numbered: AtomicU64,
+    /// Chunks of calls the progress thread finished (every word of theirs set): numbers below
+    /// this are no longer waited on, so their words may be reused.
+    finished: AtomicU64,
+}
+
+impl Numbering {
+    /// Numbers the next `count` chunks (call under the communicator's submission lock), or None
+    /// for no chunks, or while the calls not yet finished hold too many words: no two chunks in
+    /// flight share a word, so letting one call's chunks past (a failure) never lets another's.
+    pub fn number(&self, count: u64) -> Option<ChunkNumbers> {
+        let base = self.numbered.load(Ordering::Relaxed);
+        let in_flight = base - self.finished.load(Ordering::Acquire).min(base);
+        if !CallerReduce::fits(count) || in_flight + count > WORDS as u64 {
+            return None;
+        }
+        self.numbered.store(base + count, Ordering::Relaxed);
+        Some(ChunkNumbers { base, count })
+    }
+
+    /// Records that the progress thread is done with the call `numbers` (calls finish in
+    /// number order).
+    pub fn finish(&self, numbers: ChunkNumbers) {
+        self.finished.fetch_max(numbers.base + numbers.count, Ordering::Release);
+    }
 }
 
 impl std::fmt::Debug for CallerReduce {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CallerReduce").field("numbered", &self.numbered.load(Ordering::Relaxed)).finish()
+        f.debug_struct("CallerReduce").field("numbering", &self.numbering).finish()
     }
 }
 
@@ -95,7 +129,7 @@ impl CallerReduce {
         for index in 0..2 * WORDS {
             words.atomic_u64(index)?.store(0, Ordering::Release);
         }
-        Ok(CallerReduce { words, reducer, numbered: AtomicU64::new(0) })
+        Ok(CallerReduce { words, reducer, numbering: Numbering::default() })
     }
 
     /// Whether a call of `chunks` chunks can reduce on the caller's stream.
@@ -103,9 +137,14 @@ impl CallerReduce {
         chunks > 0 && chunks <= WORDS as u64
     }
 
-    /// Numbers the next `count` chunks (call under the communicator's submission lock).
-    pub fn number(&self, count: u64) -> ChunkNumbers {
-        ChunkNumbers { base: self.numbered.fetch_add(count, Ordering::Relaxed), count }
+    /// See [`Numbering::number`].
+    pub fn number(&self, count: u64) -> Option<ChunkNumbers> {
+        self.numbering.number(count)
+    }
+
+    /// See [`Numbering::finish`].
+    pub fn finish(&self, numbers: ChunkNumbers) {
+        self.numbering.finish(numbers);
     }
 
     fn atomic(&self, index: usize) -> Option<&AtomicU64> {
@@ -180,7 +219,7 @@ impl CallerReduce {
             for chunk in &round.chunks {
                 stream.wait_value_u64_geq(self.arrived_ptr(numbers.word(j)), numbers.number(j))?;
                 if let Some(work) = &chunk.reduce {
-                    queue_reduction(&self.reducer, at, work, reduce, stream)?;
+                    queue_reduction(Some(&self.reducer), at, work, reduce, stream)?;
                 }
                 stream.write_value_u64(self.reduced_ptr(numbers.word(j)), numbers.number(j))?;
                 j += 1;
@@ -205,9 +244,10 @@ pub struct Buffers {
 }
 
 /// Queues `work` on `stream`: `recv[dst] = send[own] op scratch[0] op scratch[1] ...` (an average
-/// sums all but the last step), or a copy where there is nothing to combine.
+/// sums all but the last step), or a copy where there is nothing to combine (which needs no
+/// kernels: `reducer` may be None there).
 pub fn queue_reduction(
-    reducer: &Reducer,
+    reducer: Option<&Reducer>,
     at: &Buffers,
     work: &ReduceWork,
     (dtype, reduce_op): (DType, ReduceOp),
@@ -221,6 +261,9 @@ pub fn queue_reduction(
         }
         return Ok(());
     }
+    let reducer = reducer.ok_or_else(|| GpuCollError::InvalidArgument {
+        what: "the reduction kernels could not be built at start-up (NVRTC); check ACCORD_CUDA_LIB_DIRS".into(),
+    })?;
     let last = work.scratch_offsets.len() - 1;
     let mut a = own;
     for (i, offset) in work.scratch_offsets.iter().enumerate() {
@@ -247,6 +290,20 @@ mod tests {
         assert_eq!(later.word(0), WORDS - 1);
         assert_eq!(later.word(1), 0, "the next chunk reuses word 0");
         assert!(later.number(1) > first.number(0), "with a larger number than the word held before");
+    }
+
+    #[test]
+    fn chunks_in_flight_never_share_a_word() {
+        // The numbering and its bound alone, on a ring of words no GPU needs to see.
+        let ring = Numbering::default();
+        let first = ring.number(WORDS as u64 - 10).expect("fits an empty ring");
+        assert_eq!(ring.number(11), None, "11 more would reuse a word the first call still waits on");
+        let second = ring.number(10).expect("10 more fill the ring exactly");
+        assert_eq!(second.base, first.count);
+        ring.finish(first);
+        let third = ring.number(WORDS as u64 - 10).expect("the first call's words are free again");
+        assert_eq!(third.word(0), 0, "the ring wraps to the first call's words");
+        assert_eq!(ring.number(0), None, "a call with no chunks is not numbered");
     }
 
     #[test]

@@ -83,6 +83,13 @@ pub enum GpuCollError {
         /// What disagreed.
         what: String,
     },
+    /// Queuing a collective on the caller's stream failed part way (caller-stream reductions);
+    /// the progress thread fails it in queue order.
+    #[error("queuing the collective on the caller's stream failed part way ({why}); the stream was let past it")]
+    QueueFailed {
+        /// The queuing error.
+        why: String,
+    },
     /// An earlier collective failed; the communicator can no longer be used.
     #[error("an earlier collective failed ({first}); create a new communicator after fixing the cause")]
     Failed {

@@ -224,7 +224,7 @@ fn reductions_on_the_callers_stream_land_exactly() {
     run_checks(&mut comm, rank, &[1017, 40_000]);
     let gpu = comm.gpu().clone();
     let stream = accord_cuda::Stream::new(comm.callers_gpu()).expect("a stream of the primary context");
-    const COUNT: usize = 5 << 20; // f32 elements: 20 MiB, three rounds of an 8 MiB scratch
+    const COUNT: usize = 5 << 20; // f32 elements: 20 MiB, two rounds of an 8 MiB scratch at 2 ranks
     let bytes = COUNT * 4;
     let value = |i: usize, r: usize| (i % 1000) as f32 + r as f32 * 0.5;
     let mut data = accord_cuda::DeviceBuffer::alloc_shareable(&gpu, bytes).expect("alloc_shareable");

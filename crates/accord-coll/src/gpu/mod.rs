@@ -141,12 +141,15 @@ pub struct GpuCommunicator {
     /// The primary context of the GPU, where callers' streams live (the same as `gpu` unless
     /// [`GpuConfig::private_context`]).
     callers_gpu: Gpu,
+    /// Reductions on the caller's stream ([`GpuConfig::reduce_on_caller`]), where built.
+    /// Declared before `scratch` and `memory_gate` so that it drops first: freeing its words
+    /// waits for the caller's context, whose streams may still reduce from `scratch` and wait
+    /// on the gate's words (every word is released by then).
+    caller_reduce: Option<Arc<CallerReduce>>,
     scratch: DeviceBuffer,
     stall_gate: Mutex<Option<Arc<StallGate>>>,
     /// The words streams write and wait on in [`StreamOrder::WaitValue`] mode.
     memory_gate: Arc<MemoryGate>,
-    /// Reductions on the caller's stream ([`GpuConfig::reduce_on_caller`]), where built.
-    caller_reduce: Option<Arc<CallerReduce>>,
     /// Held while a call is numbered and queued, so numbers follow queue order (the memory
     /// gate counts calls reached and done in queue order).
     queueing: Mutex<()>,
@@ -434,6 +437,12 @@ impl GpuCommunicator {
     /// under [`GpuConfig::private_context`].
     pub fn callers_gpu(&self) -> &Gpu {
         &self.callers_gpu
+    }
+
+    /// Whether all_reduce and reduce_scatter reductions run on callers' streams (of the primary
+    /// context): [`GpuConfig::reduce_on_caller`] asked for and its kernels built there.
+    pub fn reduces_on_caller(&self) -> bool {
+        self.caller_reduce.is_some()
     }
 
     /// The configuration.
@@ -774,6 +783,7 @@ impl GpuCommunicator {
         let hold_max = self.config.op_timeout.saturating_mul(4);
         let _queueing = self.queueing.lock().unwrap_or_else(|p| p.into_inner());
         let mut caller_chunks = None;
+        let mut doomed: Option<GpuCollError> = None;
         let start = match self.order {
             StreamOrder::HostFn => {
                 let gate = HostGate::new();
@@ -793,36 +803,29 @@ impl GpuCommunicator {
                 let gate = &self.memory_gate;
                 stream.write_value_u64(gate.reached_ptr(), ticket)?;
                 // The caller's reductions (if any) sit between the reached store and the wait for
-                // the release, which needs them done.
-                let queued =
-                    self.queue_caller_reductions(&plan, &bufs, reduce, stream).and_then(|numbers| {
-                        match stream.wait_value_u64_geq(gate.released_ptr(), ticket) {
-                            Ok(()) => Ok(numbers),
-                            Err(e) => {
-                                if let (Some(caller), Some(numbers)) = (&self.caller_reduce, numbers) {
-                                    caller.set_all_arrived(numbers);
-                                }
-                                Err(e.into())
-                            }
-                        }
-                    });
-                match queued {
-                    Ok(numbers) => caller_chunks = numbers,
-                    Err(e) => {
-                        // The stream will write a reached number no collective follows: count it as done.
-                        self.submitted.fetch_add(1, Ordering::Relaxed);
-                        self.shared.completed.fetch_add(1, Ordering::Release);
-                        gate.release(ticket);
-                        return Err(e);
-                    }
+                // the release, which needs them done. A failure from here on is not undone on
+                // this thread (releasing the ticket here would also release calls queued before
+                // it): the call goes to the progress thread doomed, which fails it in queue order.
+                caller_chunks = self.number_caller_chunks(&plan, reduce, stream);
+                if let Some(numbers) = caller_chunks {
+                    doomed = self.queue_caller_reductions(&plan, numbers, &bufs, reduce, stream).err();
+                }
+                if doomed.is_none() {
+                    doomed = stream.wait_value_u64_geq(gate.released_ptr(), ticket).map_err(GpuCollError::from).err();
                 }
                 Start::WaitValue { ticket, gate: Arc::clone(gate) }
             }
         };
-        let op = Box::new(Op { plan, send: bufs.send.ptr(), recv, recv_reg, reduce, start, caller_chunks });
+        let why = doomed.as_ref().map(|e| e.to_string());
+        let op =
+            Box::new(Op { plan, send: bufs.send.ptr(), recv, recv_reg, reduce, start, caller_chunks, doomed: why });
         self.submitted.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = self.tx.as_ref().map_or(Err(None), |tx| tx.send(Msg::Op(op)).map_err(Some)) {
             if let Some(std::sync::mpsc::SendError(Msg::Op(op))) = e {
+                if let (Some(caller), Some(numbers)) = (&self.caller_reduce, op.caller_chunks) {
+                    caller.set_all_arrived(numbers);
+                    caller.finish(numbers);
+                }
                 match op.start {
                     Start::HostFn(gate) => gate.finish(),
                     Start::Stall { ticket, gate, .. } => gate.release(ticket),
@@ -832,48 +835,55 @@ impl GpuCommunicator {
             self.shared.completed.fetch_add(1, Ordering::Release);
             return Err(GpuCollError::Failed { first: "the progress thread has exited".into() });
         }
-        Ok(())
+        match doomed {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 }
 
 impl GpuCommunicator {
-    /// Where the caller's stream reduces ([`GpuConfig::reduce_on_caller`]): queues the call's
-    /// chunks there and returns their numbers; None where the progress thread reduces this
-    /// call. Call it between the stream's "reached" store and its wait for the release. On an
-    /// error every queued wait is already satisfied.
+    /// Where the caller's stream reduces this call ([`GpuConfig::reduce_on_caller`]): its chunks'
+    /// numbers; None where the progress thread reduces it (the option off, not the `waitvalue`
+    /// order, a copy plan, a stream of the private context, whose context lacks these kernels,
+    /// or too many chunks in flight).
+    fn number_caller_chunks(
+        &self,
+        plan: &Plan,
+        reduce: Option<(accord_cuda::DType, accord_cuda::ReduceOp)>,
+        stream: &Stream,
+    ) -> Option<caller_reduce::ChunkNumbers> {
+        let (Some(caller), Some(_), StreamOrder::WaitValue) = (&self.caller_reduce, reduce, self.order) else {
+            return None;
+        };
+        if stream.gpu().is_private() {
+            return None;
+        }
+        caller.number(caller_reduce::chunk_count(plan))
+    }
+
+    /// Queues the chunks `numbers` of `plan` on the caller's stream (between its "reached" store
+    /// and its wait for the release). On an error part of them may be queued: the call must
+    /// then go to the progress thread doomed, which lets the stream past them.
     fn queue_caller_reductions(
         &self,
         plan: &Plan,
+        numbers: caller_reduce::ChunkNumbers,
         bufs: &GpuBufs<'_>,
         reduce: Option<(accord_cuda::DType, accord_cuda::ReduceOp)>,
         stream: &Stream,
-    ) -> GpuResult<Option<caller_reduce::ChunkNumbers>> {
-        let (Some(caller), Some(reduce), StreamOrder::WaitValue) = (&self.caller_reduce, reduce, self.order) else {
-            return Ok(None);
+    ) -> GpuResult<()> {
+        let (Some(caller), Some(reduce)) = (&self.caller_reduce, reduce) else {
+            return Ok(());
         };
-        let chunks = caller_reduce::chunk_count(plan);
-        // The kernels are built in the primary context: a stream of the private one (this
-        // communicator's own tests make some) keeps the progress thread's reductions.
-        if !CallerReduce::fits(chunks) || stream.gpu().is_private() {
-            return Ok(None);
-        }
-        let numbers = caller.number(chunks);
         let at = caller_reduce::Buffers {
             send: bufs.send.ptr(),
             recv: bufs.recv.ptr(),
             scratch: self.scratch.ptr(),
             gpu: self.callers_gpu.clone(),
         };
-        let queued = self
-            .callers_gpu
-            .bind()
-            .map_err(GpuCollError::from)
-            .and_then(|()| caller.queue(plan, numbers, &at, reduce, stream));
-        if let Err(e) = queued {
-            caller.set_all_arrived(numbers);
-            return Err(e);
-        }
-        Ok(Some(numbers))
+        self.callers_gpu.bind()?;
+        caller.queue(plan, numbers, &at, reduce, stream)
     }
 }
 

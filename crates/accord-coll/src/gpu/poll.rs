@@ -1,6 +1,6 @@
-//! The one polling loop of the progress thread's waits on the GPU (events, words the caller's
-//! stream stores): spin briefly, then yield, then sleep in short steps, and give up at the
-//! deadline with an error that names what was waited for.
+//! The polling loop of the progress thread's waits on the GPU (events, words the caller's
+//! stream stores), on the engine's idle backoff: spin briefly, then yield, then sleep in short
+//! steps, and give up at the deadline with an error that names what was waited for.
 
 use std::time::{Duration, Instant};
 
@@ -14,22 +14,17 @@ pub fn poll_until(
     what: impl Fn() -> String,
     mut done: impl FnMut() -> GpuResult<bool>,
 ) -> GpuResult<()> {
-    let mut polls: u32 = 0;
+    // The engine's idle backoff, as MemoryGate::wait_reached uses it: spin, then yield, then
+    // sleep 10 us a round; the clock is read only once spinning is over.
+    let mut backoff = accord_engine::backoff::IdleBackoff::with_spin(64, 4096, Duration::from_micros(10));
     loop {
         if done()? {
             return Ok(());
         }
-        polls = polls.saturating_add(1);
-        if polls > 256 && Instant::now() >= deadline.at {
+        if !backoff.will_spin() && Instant::now() >= deadline.at {
             return Err(GpuCollError::Timeout { what: what(), waited: deadline.budget });
         }
-        if polls < 64 {
-            std::hint::spin_loop();
-        } else if polls < 4096 {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(Duration::from_micros(10));
-        }
+        backoff.after_round(false);
     }
 }
 

@@ -213,6 +213,10 @@ pub struct Op {
     /// The chunks whose reductions the caller's stream runs ([`super::caller_reduce`]), or None
     /// where this thread reduces.
     pub caller_chunks: Option<ChunkNumbers>,
+    /// Why queuing the call on the caller's stream failed part way, if it did: the call then
+    /// only fails here, in queue order, so its words and its release never run ahead of the
+    /// calls queued before it.
+    pub doomed: Option<String>,
 }
 
 /// Messages to the progress thread.
@@ -296,6 +300,7 @@ impl Worker {
                     // waiting for chunks that will never arrive (a no-op after a success).
                     if let (Some(caller), Some(numbers)) = (&self.caller, op.caller_chunks) {
                         caller.set_all_arrived(numbers);
+                        caller.finish(numbers);
                     }
                     self.release(&op.start);
                     self.shared.mappings_opened.store(self.mappings.opened_total(), Ordering::Relaxed);
@@ -314,6 +319,9 @@ impl Worker {
     }
 
     fn execute(&mut self, op: &Op) -> GpuResult<()> {
+        if let Some(why) = &op.doomed {
+            return Err(GpuCollError::QueueFailed { why: why.clone() });
+        }
         let deadline = Deadline::after(self.op_timeout);
         match &op.start {
             Start::HostFn(gate) => gate.wait_reached(deadline)?,
@@ -445,11 +453,8 @@ impl Worker {
         let reduce = op
             .reduce
             .ok_or_else(|| GpuCollError::InvalidArgument { what: "a reducing plan without an element type".into() })?;
-        let reducer = self.reducer.as_ref().ok_or_else(|| GpuCollError::InvalidArgument {
-            what: "the reduction kernels could not be built at start-up (NVRTC); check ACCORD_CUDA_LIB_DIRS".into(),
-        })?;
         let at = Buffers { send: op.send, recv: op.recv, scratch: self.scratch.0, gpu: self.gpu.clone() };
-        queue_reduction(reducer, &at, work, reduce, &self.local_stream)
+        queue_reduction(self.reducer.as_ref(), &at, work, reduce, &self.local_stream)
     }
 }
 
