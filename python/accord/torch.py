@@ -33,7 +33,7 @@ measured on a GPU, so off by default) the reductions run on the stream the op is
 each group queues its ops on a stream of its own behind the caller's current stream, as NCCL
 does, so compute queued after an async op (DDP's backward pass) runs beside it; ``Work.wait``
 orders the caller's stream after the op (see :class:`_GpuPath`). The collectives' bytes are moved by
-a host thread through the CUDA driver while the caller's stream waits. A thread that makes a
+a host thread through the CUDA driver while the stream the op is queued on waits. A thread that makes a
 blocking CUDA call meanwhile (``tensor.cpu()`` or ``.item()`` right after the op) would stall
 that host thread until the op's deadline if both shared PyTorch's CUDA context and its
 ``cudaMalloc`` memory (measured on 2×H100, docs/results/2026-11-26-torch-gpu-path.md). So with
@@ -373,10 +373,10 @@ class _GpuPath:
     the caller's stream back behind the op: a collective holds the stream it is queued on until
     its bytes have moved, and on a stream of the group's own the compute queued after it (DDP's
     backward pass) runs beside it. Without it, ops are queued on the caller's current stream:
-    the progress thread's reduction kernels run in a CUDA context of their own, which the GPU
-    time-slices against the caller's kernels, so on a separate stream a DDP step took 6.3-7.0 ms
-    against 2.6-3.3 ms on the caller's (2xH200, docs/results/2026-11-26-torch-gpu-path.md, stop
-    38)."""
+    with the reductions launched by the progress thread, in a CUDA context of its own, a DDP step
+    on a separate stream took 6.3-7.0 ms against 2.6-3.3 ms on the caller's (2xH200,
+    docs/results/2026-11-26-torch-gpu-path.md, stop 38). The suspected cause, the GPU
+    time-slicing the two contexts' kernels, is not confirmed yet."""
 
     def __init__(self, comm: Any, device: torch.device, own_stream: bool) -> None:
         self.comm = comm
@@ -719,7 +719,9 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         comm = accord.GpuCommunicator(
             self._rank_, self._size, index, self._store, "accord/gpu/join/", timeout=self.timeout_s
         )
-        return _GpuPath(comm, torch.device("cuda", index), own_stream=_env_on("ACCORD_GPU_REDUCE_ON_CALLER"))
+        # A stream of the group's own only where the communicator reduces on the caller's stream
+        # (asked for and built: it falls back to the progress thread where NVRTC is missing).
+        return _GpuPath(comm, torch.device("cuda", index), own_stream=bool(comm.reduces_on_caller()))
 
     def _on_stream(
         self,

@@ -253,6 +253,12 @@ impl GpuCommunicator {
         self.with(py, "progress", |inner| Ok(inner.progress()))
     }
 
+    /// Whether all_reduce and reduce_scatter reductions run on the caller's stream
+    /// (`ACCORD_GPU_REDUCE_ON_CALLER=1` and its kernels built in the caller's context).
+    fn reduces_on_caller(&self, py: Python<'_>) -> PyResult<bool> {
+        self.with(py, "reduces_on_caller", |inner| Ok(inner.reduces_on_caller()))
+    }
+
     /// Registered allocations (the scratch buffer included).
     fn registration_count(&self, py: Python<'_>) -> PyResult<usize> {
         self.with(py, "registration_count", |inner| Ok(inner.registration_count()))
