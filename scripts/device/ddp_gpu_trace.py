@@ -7,11 +7,11 @@ Run under torchrun, one run per backend (issue 20's GPU target is a DDP step wit
     torchrun --standalone --nproc_per_node 2 scripts/device/ddp_gpu_trace.py --backend nccl
 
 The model is torch_backend_bench.py's (an MLP of about 50M parameters, batch 32). After the
-warm-up steps, torch.profiler records --steps steps, each under a "step" annotation; rank 0
-prints the last one's GPU work (kernels, copies, memsets; CUPTI sees every context of the process,
+warm-up steps, torch.profiler records --steps steps, each under a "step" annotation; each rank
+in turn prints the last one's GPU work (kernels, copies, memsets; CUPTI sees every context of the process,
 so the copies a private context submits show too) as offsets from the step's start on the host,
 with durations and streams, then a summary: the step's host time, when its last GPU work ended,
-and per stream the busy time. Rank 0 also prints the host calls that took longest in the step
+and per stream the busy time. Each rank also prints the host calls that took longest in the step
 (the profiler's CPU ops), which is where a host-bound step shows.
 """
 
@@ -23,17 +23,9 @@ import os
 import tempfile
 from typing import Any
 
+from torch_backend_bench import model  # the same MLP as the bench's DDP row
+
 _GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
-
-
-def model(width: int, depth: int) -> Any:
-    import torch
-
-    torch.manual_seed(0)
-    layers: list[Any] = []
-    for _ in range(depth):
-        layers += [torch.nn.Linear(width, width), torch.nn.ReLU()]
-    return torch.nn.Sequential(*layers)
 
 
 def timeline(trace: dict[str, Any], top_host: int) -> list[str]:
@@ -170,20 +162,26 @@ def main() -> None:
             with record_function("step"):
                 step()
             torch.cuda.synchronize()
-    if rank == 0:
-        with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
-            path = tmp.name
-        prof.export_chrome_trace(path)
-        with open(path) as f:
-            trace = json.load(f)
-        os.unlink(path)
-        print(f"== {args.backend}: one DDP step, rank 0")
-        if gpu is not None:
-            print(f"GPU path registrations: {registrations} before the profiled steps, "
-                  f"{gpu.comm.registration_count()} after")
-        print("\n".join(timeline(trace, args.top_host)), flush=True)
-    dist.barrier()
+    # Every rank's timeline, one after the other (a late peer shows in its own).
+    for turn in range(dist.get_world_size()):
+        if turn == rank:
+            print_timeline(prof, args, gpu, registrations, rank)
+        dist.barrier()
     dist.destroy_process_group()
+
+
+def print_timeline(prof: Any, args: Any, gpu: Any, registrations: Any, rank: int) -> None:
+    """This rank's timeline of the last profiled step, from the profiler's chrome trace."""
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
+        path = tmp.name
+    prof.export_chrome_trace(path)
+    with open(path) as f:
+        trace = json.load(f)
+    os.unlink(path)
+    print(f"== {args.backend}: one DDP step, rank {rank}")
+    if gpu is not None:
+        print(f"GPU path registrations: {registrations} before the profiled steps, {gpu.comm.registration_count()} after")
+    print("\n".join(timeline(trace, args.top_host)), flush=True)
 
 
 if __name__ == "__main__":

@@ -39,8 +39,16 @@ def main() -> None:
     cu = ctypes.CDLL("libcuda.so.1")
     write_value: Any = getattr(cu, "cuStreamWriteValue64_v2", None) or cu.cuStreamWriteValue64
     write_value.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint]
+    write_value.restype = ctypes.c_int
     wait_value: Any = getattr(cu, "cuStreamWaitValue64_v2", None) or cu.cuStreamWaitValue64
     wait_value.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint]
+    wait_value.restype = ctypes.c_int
+
+    def driver(name: str, result: int) -> None:
+        """A driver call's result: an error ends the probe (a call that failed at once would
+        read as one that did not wait)."""
+        if result != 0:
+            raise SystemExit(f"{name} returned CUDA error {result}")
 
     x = torch.ones(4 << 20, device=dev)
     y = torch.ones(1 << 20, device=dev)
@@ -50,6 +58,8 @@ def main() -> None:
     recorded: Any = torch.cuda.Event()
     spin: Any = torch.cuda._sleep
     # Cycles per millisecond of the spinning kernel, from a short calibration run.
+    spin(1000)  # the first launch loads the module: not part of the calibration
+    torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     spin(10_000_000)
@@ -68,8 +78,14 @@ def main() -> None:
         ("kernel launch (y.add_(1))", with_side(lambda: y.add_(1))),
         ("event record", lambda: recorded.record(side)),
         ("event query", lambda: recorded.query()),
-        ("stream write value (cuStreamWriteValue64)", lambda: write_value(side.cuda_stream, flag.data_ptr(), 7, 0)),
-        ("stream wait value (cuStreamWaitValue64, already true)", lambda: wait_value(side.cuda_stream, flag.data_ptr(), 0, 0)),
+        (
+            "stream write value (cuStreamWriteValue64)",
+            lambda: driver("cuStreamWriteValue64", write_value(side.cuda_stream, flag.data_ptr(), 7, 0)),
+        ),
+        (
+            "stream wait value (cuStreamWaitValue64, already true)",
+            lambda: driver("cuStreamWaitValue64", wait_value(side.cuda_stream, flag.data_ptr(), 0, 0)),
+        ),
         ("copy device to device, async (z.copy_(y))", with_side(lambda: z.copy_(y, non_blocking=True))),
         ("stream query", lambda: side.query()),
     ]
@@ -78,6 +94,10 @@ def main() -> None:
         took: dict[str, float] = {}
 
         def other() -> None:
+            # This thread's current context is the primary one, as a progress thread's would
+            # be in the primary-context design (the runtime makes it current here).
+            torch.cuda.set_device(dev)
+            torch.cuda.current_stream(dev).query()
             time.sleep(args.delay_ms / 1e3)
             t0 = time.perf_counter()
             call()
