@@ -32,6 +32,7 @@
 //! queue order ([`super::worker::Op::doomed`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use accord_cuda::{copy_peer_async, DType, DevicePtr, Gpu, PinnedHostBuffer, ReduceOp, Reducer, Stream};
 
@@ -71,7 +72,7 @@ pub struct CallerReduce {
     /// device and portable to every context (`cuMemHostAlloc` with `PORTABLE | DEVICEMAP`).
     words: PinnedHostBuffer,
     /// Built in the caller's context.
-    reducer: Reducer,
+    reducer: Arc<Reducer>,
     /// Which chunks are numbered and which finished.
     numbering: Numbering,
 }
@@ -124,7 +125,7 @@ pub fn chunk_count(plan: &Plan) -> u64 {
 
 impl CallerReduce {
     /// Words zeroed, `reducer` built in the caller's context (`callers_gpu`).
-    pub fn new(callers_gpu: &Gpu, reducer: Reducer) -> GpuResult<CallerReduce> {
+    pub fn new(callers_gpu: &Gpu, reducer: Arc<Reducer>) -> GpuResult<CallerReduce> {
         let words = PinnedHostBuffer::alloc(callers_gpu, 2 * WORDS * 8)?;
         for index in 0..2 * WORDS {
             words.atomic_u64(index)?.store(0, Ordering::Release);

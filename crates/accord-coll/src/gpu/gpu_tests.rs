@@ -256,6 +256,52 @@ fn reductions_on_the_callers_stream_land_exactly() {
     }
 }
 
+/// The caller-stream reductions when the peer is gone: the call fails on the progress thread,
+/// which lets the caller's stream past every chunk it queued (the stream finishes, within a
+/// bound), and later calls fail fast.
+#[test]
+fn a_peer_gone_lets_the_callers_stream_past_its_reductions() {
+    use super::StreamOrder;
+    accord_cuda::require_gpu!(2, nvrtc);
+    let (rank, port, child) = two_ranks("gpu::gpu_tests::a_peer_gone_lets_the_callers_stream_past_its_reductions");
+    let config = GpuConfig {
+        private_context: true,
+        reduce_on_caller: true,
+        stream_order: StreamOrder::WaitValue,
+        scratch_bytes: 8 << 20,
+        pipeline_chunk_bytes: 64 << 10,
+        op_timeout: Duration::from_secs(20),
+        ..GpuConfig::default()
+    };
+    let mut comm = communicator(rank, port, config);
+    assert!(comm.reduces_on_caller(), "the kernels were built in the caller's context");
+    let gpu = comm.gpu().clone();
+    let stream = accord_cuda::Stream::new(comm.callers_gpu()).expect("a stream of the primary context");
+    const COUNT: usize = 1 << 20;
+    let data = accord_cuda::DeviceBuffer::alloc_shareable(&gpu, COUNT * 4).expect("alloc_shareable");
+    comm.register_allocation_of(data.ptr(), data.len_bytes()).expect("register");
+    let bufs = GpuBufs { send: &data, recv: &data };
+    comm.all_reduce(bufs, COUNT, crate::DType::F32, crate::ReduceOp::Sum, &stream).expect("first all_reduce");
+    comm.wait_idle(Duration::from_secs(30)).expect("first all_reduce completes");
+    comm.host_all_gather(b"done").expect("barrier");
+    if rank == 1 {
+        drop(comm);
+        drop(data);
+        return;
+    }
+    child.expect("rank 0 spawned rank 1").finish().expect("rank 1 exits");
+    comm.all_reduce(bufs, COUNT, crate::DType::F32, crate::ReduceOp::Sum, &stream).expect("the call itself is queued");
+    let err = comm.wait_idle(Duration::from_secs(60)).expect_err("the peer is gone");
+    println!("rank 0 got: {err}");
+    let released = std::time::Instant::now() + Duration::from_secs(30);
+    while !stream.query().expect("stream state") {
+        assert!(std::time::Instant::now() < released, "the caller's stream still waits on a chunk after the failure");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let again = comm.all_reduce(bufs, COUNT, crate::DType::F32, crate::ReduceOp::Sum, &stream);
+    assert!(matches!(again, Err(GpuCollError::Failed { .. })), "later calls fail fast");
+}
+
 fn f32_at(bytes: &[u8], i: usize) -> f32 {
     f32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().expect("4 bytes"))
 }

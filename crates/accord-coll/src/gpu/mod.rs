@@ -352,9 +352,14 @@ impl GpuCommunicator {
         // user stream is held by a collective: loading may synchronise the context, which would
         // wait for that held stream (a deadlock).
         let (reducer, stall_gate) = warm_kernels(&gpu)?;
+        let reducer = reducer.map(Arc::new);
         let memory_gate = Arc::new(MemoryGate::new(&gpu)?);
         let caller_reduce = if config.reduce_on_caller {
-            match warm_reducer(&callers_gpu)? {
+            // In the primary context the progress thread's kernels serve the caller's streams
+            // too; a private context's cannot, so the caller's context gets its own.
+            let callers_reducer =
+                if config.private_context { warm_reducer(&callers_gpu)?.map(Arc::new) } else { reducer.clone() };
+            match callers_reducer {
                 Some(r) => Some(Arc::new(CallerReduce::new(&callers_gpu, r)?)),
                 None => {
                     tracing::warn!("ACCORD_GPU_REDUCE_ON_CALLER: no reduction kernels in the caller's context (NVRTC); the progress thread reduces");

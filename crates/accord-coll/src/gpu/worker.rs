@@ -264,7 +264,7 @@ pub struct Worker {
     /// This rank's scratch buffer and its registration id.
     pub scratch: (DevicePtr, u64),
     /// Reduction kernels, compiled and warmed at start-up.
-    pub reducer: Option<Reducer>,
+    pub reducer: Option<Arc<Reducer>>,
     /// Peers' buffers.
     pub mappings: PeerMappings,
     /// Next flag-board round.
@@ -454,7 +454,7 @@ impl Worker {
             .reduce
             .ok_or_else(|| GpuCollError::InvalidArgument { what: "a reducing plan without an element type".into() })?;
         let at = Buffers { send: op.send, recv: op.recv, scratch: self.scratch.0, gpu: self.gpu.clone() };
-        queue_reduction(self.reducer.as_ref(), &at, work, reduce, &self.local_stream)
+        queue_reduction(self.reducer.as_deref(), &at, work, reduce, &self.local_stream)
     }
 }
 
