@@ -14,12 +14,15 @@
 #   OPS       1 (default): each run also times all_reduce alone at OP_SIZES (default 1 and
 #             64 MiB); 0 leaves the op rows out.
 #   CHECKS    1 (default): the correctness checks above before the rounds; 0 skips them.
+#   TESTS_BIN the accord-coll lib test binary (`cargo test --release -p accord-coll --lib
+#             --no-run` builds it; the host has no Rust): when set, its GPU tests matching
+#             TESTS (default: the caller-stream reductions' two) run first, into tests.txt.
 #   BIN_DIR   a prebuilt lib_accord.so (the host has no Rust); else cargo builds it.
 #   BUDGET_S  the whole command's budget (default 540 s); a run that would start with under
 #             30 s left is skipped and said so.
 # Prints one table (variant, round, DDP step ms, all_reduce µs at each size, step / NCCL's
 # step of the same round); files in $OUT: rows.jsonl (every bench row, tagged), checks.txt,
-# errors.txt (the stderr tail of failed runs).
+# tests.txt (with TESTS_BIN), errors.txt (the stderr tail of failed runs).
 set -uo pipefail
 DEFAULT_BUDGET_S=540
 . "$(dirname "$0")/budget.sh"
@@ -79,6 +82,17 @@ for line in sys.stdin:
   rm -f "$log"
 }
 
+if [ -n "${TESTS_BIN:-}" ]; then
+  if t=$(capped 200); then
+    # shellcheck disable=SC2086 # TESTS is a list of filters
+    timeout -k 10 "$t" "$TESTS_BIN" ${TESTS:-gpu::gpu_tests::reductions_on_the_callers_stream gpu::gpu_tests::a_peer_gone_lets} \
+      --test-threads=1 --nocapture > "$OUT/tests.txt" 2>&1
+    echo "== GPU tests: exit $?"
+    grep -E "^test |test result|panicked|skipped" "$OUT/tests.txt" | head -20
+  else
+    echo "GPU tests skipped for the budget"
+  fi
+fi
 if [ "${CHECKS:-1}" = 1 ]; then
   IFS=';' read -r -a LIST <<< "$VARIANTS"
   for v in "${LIST[@]}"; do [ "$v" = default ] || check "$v"; done
