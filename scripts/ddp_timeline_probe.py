@@ -43,7 +43,7 @@ from typing import Any
 
 # The bench's model, so the probe times the very model the DDP rows time.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "device"))
-from torch_backend_bench import model  # noqa: E402
+from torch_backend_bench import add_model_args, model  # noqa: E402
 
 
 class CommSpy:
@@ -83,9 +83,7 @@ def accord_group(dist: Any, torch: Any) -> Any:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--backend", required=True)
-    ap.add_argument("--width", type=int, default=4096)
-    ap.add_argument("--depth", type=int, default=3)
-    ap.add_argument("--batch", type=int, default=32)
+    add_model_args(ap)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--op-iters", type=int, default=5)

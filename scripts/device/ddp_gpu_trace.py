@@ -23,7 +23,7 @@ import os
 import tempfile
 from typing import Any
 
-from torch_backend_bench import model  # the same MLP as the bench's DDP row
+from torch_backend_bench import add_model_args, model  # the same MLP as the bench's DDP row
 
 _GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 
@@ -122,9 +122,7 @@ def annotate_accord(device: Any) -> Any:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--backend", required=True)
-    ap.add_argument("--width", type=int, default=4096)
-    ap.add_argument("--depth", type=int, default=3)
-    ap.add_argument("--batch", type=int, default=32)
+    add_model_args(ap)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--top-host", type=int, default=12)

@@ -51,6 +51,14 @@ def model(width: int, depth: int):
     return torch.nn.Sequential(*layers)
 
 
+def add_model_args(ap: Any) -> None:
+    """The model's options (--width, --depth, --batch), shared by the scripts that train it
+    (ddp_gpu_trace.py, scripts/ddp_timeline_probe.py), so their defaults stay this bench's."""
+    ap.add_argument("--width", type=int, default=4096)
+    ap.add_argument("--depth", type=int, default=3)  # 3 x (4096^2 + 4096) = 50.3M parameters
+    ap.add_argument("--batch", type=int, default=32)
+
+
 def timed(step, warmup: int, iters: int, sync, device) -> float:
     """Mean seconds per call over `iters` after `warmup`, the slowest rank's."""
     import torch
@@ -73,9 +81,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--backend", required=True)
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    ap.add_argument("--width", type=int, default=4096)
-    ap.add_argument("--depth", type=int, default=3)  # 3 x (4096^2 + 4096) = 50.3M parameters
-    ap.add_argument("--batch", type=int, default=32)
+    add_model_args(ap)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--op-warmup", type=int, default=5, help="warm-up calls per op row (accord bench -w)")

@@ -159,23 +159,14 @@ fn a_private_context_runs_the_collectives_on_vmm_memory() {
     use super::StreamOrder;
     accord_cuda::require_gpu!(2, nvrtc);
     let (rank, port, child) = two_ranks("gpu::gpu_tests::a_private_context_runs_the_collectives_on_vmm_memory");
-    let config = GpuConfig {
-        private_context: true,
-        stream_order: StreamOrder::WaitValue,
-        scratch_bytes: 8 << 20,
-        pipeline_chunk_bytes: 1 << 20,
-        ..GpuConfig::default()
-    };
-    let mut comm = communicator(rank, port, config);
+    let mut comm = communicator(rank, port, private_waitvalue(1 << 20));
     assert!(comm.set_stream_order(StreamOrder::Stall).is_err(), "stall needs the primary context");
     run_checks(&mut comm, rank, &[1017, 5_000_001]);
     let gpu = comm.gpu().clone();
     let stream = accord_cuda::Stream::new(comm.callers_gpu()).expect("a stream of the primary context");
     const BLOCK: usize = 3 << 20; // elements of f32: 12 MiB, several 2 MiB mappings' worth
     let bytes = BLOCK * 4;
-    let mut send = accord_cuda::DeviceBuffer::alloc_shareable(&gpu, bytes).expect("alloc_shareable");
-    let mine: Vec<u8> = (0..BLOCK).flat_map(|i| ((i % 1000) as f32 + rank as f32 * 0.5).to_le_bytes()).collect();
-    send.copy_from_host(0, &mine, &stream).expect("fill");
+    let send = vmm_f32(&gpu, BLOCK, |i| (i % 1000) as f32 + rank as f32 * 0.5, &stream);
     let recv = accord_cuda::DeviceBuffer::alloc_shareable(&gpu, 2 * bytes).expect("alloc_shareable");
     comm.register_allocation_of(recv.ptr(), recv.len_bytes()).expect("register VMM memory by address");
     comm.register_allocation_of(send.ptr(), send.len_bytes()).expect("register VMM memory by address");
@@ -184,10 +175,8 @@ fn a_private_context_runs_the_collectives_on_vmm_memory() {
         .expect("all_reduce in place");
     comm.wait_idle(Duration::from_secs(60)).expect("both complete");
     stream.synchronize().expect("the stream was released");
-    let mut gathered = vec![0u8; 2 * bytes];
-    recv.copy_to_host(0, &mut gathered, &stream).expect("read back");
-    let mut reduced = vec![0u8; bytes];
-    send.copy_to_host(0, &mut reduced, &stream).expect("read back");
+    let gathered = read_back(&recv, &stream);
+    let reduced = read_back(&send, &stream);
     for r in 0..2 {
         let block = &gathered[r * bytes..(r + 1) * bytes];
         let bad = (0..BLOCK).find(|&i| f32_at(block, i) != (i % 1000) as f32 + r as f32 * 0.5);
@@ -211,14 +200,7 @@ fn reductions_on_the_callers_stream_land_exactly() {
     use super::StreamOrder;
     accord_cuda::require_gpu!(2, nvrtc);
     let (rank, port, child) = two_ranks("gpu::gpu_tests::reductions_on_the_callers_stream_land_exactly");
-    let config = GpuConfig {
-        private_context: true,
-        reduce_on_caller: true,
-        stream_order: StreamOrder::WaitValue,
-        scratch_bytes: 8 << 20,
-        pipeline_chunk_bytes: 64 << 10,
-        ..GpuConfig::default()
-    };
+    let config = GpuConfig { reduce_on_caller: true, ..private_waitvalue(64 << 10) };
     let mut comm = communicator(rank, port, config);
     assert!(comm.set_stream_order(StreamOrder::HostFn).is_err(), "the caller's reductions need waitvalue");
     run_checks(&mut comm, rank, &[1017, 40_000]);
@@ -227,9 +209,7 @@ fn reductions_on_the_callers_stream_land_exactly() {
     const COUNT: usize = 5 << 20; // f32 elements: 20 MiB, two rounds of an 8 MiB scratch at 2 ranks
     let bytes = COUNT * 4;
     let value = |i: usize, r: usize| (i % 1000) as f32 + r as f32 * 0.5;
-    let mut data = accord_cuda::DeviceBuffer::alloc_shareable(&gpu, bytes).expect("alloc_shareable");
-    let mine: Vec<u8> = (0..COUNT).flat_map(|i| value(i, rank).to_le_bytes()).collect();
-    data.copy_from_host(0, &mine, &stream).expect("fill");
+    let data = vmm_f32(&gpu, COUNT, |i| value(i, rank), &stream);
     let half = accord_cuda::DeviceBuffer::alloc_shareable(&gpu, bytes / 2).expect("alloc_shareable");
     comm.register_allocation_of(data.ptr(), data.len_bytes()).expect("register");
     comm.register_allocation_of(half.ptr(), half.len_bytes()).expect("register");
@@ -240,10 +220,8 @@ fn reductions_on_the_callers_stream_land_exactly() {
     comm.all_reduce(bufs, COUNT, crate::DType::F32, crate::ReduceOp::Avg, &stream).expect("average in place");
     comm.wait_idle(Duration::from_secs(60)).expect("all complete");
     stream.synchronize().expect("the stream was released");
-    let mut scattered = vec![0u8; bytes / 2];
-    half.copy_to_host(0, &mut scattered, &stream).expect("read back");
-    let mut reduced = vec![0u8; bytes];
-    data.copy_to_host(0, &mut reduced, &stream).expect("read back");
+    let scattered = read_back(&half, &stream);
+    let reduced = read_back(&data, &stream);
     let base = rank * COUNT / 2;
     let bad = (0..COUNT / 2).find(|&i| f32_at(&scattered, i) != value(base + i, 0) + value(base + i, 1));
     assert_eq!(bad, None, "the reduce_scatter differs at that element");
@@ -261,24 +239,16 @@ fn reductions_on_the_callers_stream_land_exactly() {
 /// bound), and later calls fail fast.
 #[test]
 fn a_peer_gone_lets_the_callers_stream_past_its_reductions() {
-    use super::StreamOrder;
     accord_cuda::require_gpu!(2, nvrtc);
     let (rank, port, child) = two_ranks("gpu::gpu_tests::a_peer_gone_lets_the_callers_stream_past_its_reductions");
-    let config = GpuConfig {
-        private_context: true,
-        reduce_on_caller: true,
-        stream_order: StreamOrder::WaitValue,
-        scratch_bytes: 8 << 20,
-        pipeline_chunk_bytes: 64 << 10,
-        op_timeout: Duration::from_secs(20),
-        ..GpuConfig::default()
-    };
+    let config =
+        GpuConfig { reduce_on_caller: true, op_timeout: Duration::from_secs(20), ..private_waitvalue(64 << 10) };
     let mut comm = communicator(rank, port, config);
     assert!(comm.reduces_on_caller(), "the kernels were built in the caller's context");
     let gpu = comm.gpu().clone();
     let stream = accord_cuda::Stream::new(comm.callers_gpu()).expect("a stream of the primary context");
     const COUNT: usize = 1 << 20;
-    let data = accord_cuda::DeviceBuffer::alloc_shareable(&gpu, COUNT * 4).expect("alloc_shareable");
+    let data = vmm_f32(&gpu, COUNT, |i| i as f32, &stream);
     comm.register_allocation_of(data.ptr(), data.len_bytes()).expect("register");
     let bufs = GpuBufs { send: &data, recv: &data };
     comm.all_reduce(bufs, COUNT, crate::DType::F32, crate::ReduceOp::Sum, &stream).expect("first all_reduce");
@@ -300,6 +270,40 @@ fn a_peer_gone_lets_the_callers_stream_past_its_reductions() {
     }
     let again = comm.all_reduce(bufs, COUNT, crate::DType::F32, crate::ReduceOp::Sum, &stream);
     assert!(matches!(again, Err(GpuCollError::Failed { .. })), "later calls fail fast");
+}
+
+/// A private context, the `waitvalue` order (the only one whose stream waits on words, which
+/// both the private context and the caller-stream reductions need) and an 8 MiB scratch, so
+/// that large calls run in rounds; chunks of `chunk_bytes`.
+fn private_waitvalue(chunk_bytes: usize) -> GpuConfig {
+    GpuConfig {
+        private_context: true,
+        stream_order: super::StreamOrder::WaitValue,
+        scratch_bytes: 8 << 20,
+        pipeline_chunk_bytes: chunk_bytes,
+        ..GpuConfig::default()
+    }
+}
+
+/// `count` f32 values `value(i)` in VMM memory (as PyTorch's expandable segments allocate),
+/// written on `stream`.
+fn vmm_f32(
+    gpu: &accord_cuda::Gpu,
+    count: usize,
+    value: impl Fn(usize) -> f32,
+    stream: &accord_cuda::Stream,
+) -> accord_cuda::DeviceBuffer {
+    let mut buf = accord_cuda::DeviceBuffer::alloc_shareable(gpu, count * 4).expect("alloc_shareable");
+    let bytes: Vec<u8> = (0..count).flat_map(|i| value(i).to_le_bytes()).collect();
+    buf.copy_from_host(0, &bytes, stream).expect("fill");
+    buf
+}
+
+/// The whole of `buf`, read back on `stream`.
+fn read_back(buf: &accord_cuda::DeviceBuffer, stream: &accord_cuda::Stream) -> Vec<u8> {
+    let mut bytes = vec![0u8; buf.len_bytes()];
+    buf.copy_to_host(0, &mut bytes, stream).expect("read back");
+    bytes
 }
 
 fn f32_at(bytes: &[u8], i: usize) -> f32 {
