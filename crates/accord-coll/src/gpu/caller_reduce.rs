@@ -208,7 +208,7 @@ impl CallerReduce {
         &self,
         plan: &Plan,
         numbers: ChunkNumbers,
-        at: &Buffers,
+        at: &Buffers<'_>,
         reduce: (DType, ReduceOp),
         stream: &Stream,
     ) -> GpuResult<()> {
@@ -232,8 +232,8 @@ impl CallerReduce {
 
 /// The buffers a reduction reads and writes: the call's send and receive buffers and the
 /// scratch the peers pushed into.
-#[derive(Clone, Debug)]
-pub struct Buffers {
+#[derive(Clone, Copy, Debug)]
+pub struct Buffers<'a> {
     /// Send buffer start.
     pub send: DevicePtr,
     /// Receive buffer start.
@@ -241,7 +241,7 @@ pub struct Buffers {
     /// Scratch buffer start.
     pub scratch: DevicePtr,
     /// The GPU (context) the copies of a one-rank reduction are issued in.
-    pub gpu: Gpu,
+    pub gpu: &'a Gpu,
 }
 
 /// Queues `work` on `stream`: `recv[dst] = send[own] op scratch[0] op scratch[1] ...` (an average
@@ -249,7 +249,7 @@ pub struct Buffers {
 /// kernels: `reducer` may be None there).
 pub fn queue_reduction(
     reducer: Option<&Reducer>,
-    at: &Buffers,
+    at: &Buffers<'_>,
     work: &ReduceWork,
     (dtype, reduce_op): (DType, ReduceOp),
     stream: &Stream,
@@ -258,7 +258,7 @@ pub fn queue_reduction(
     let own = at.send.offset(work.own_offset);
     if work.scratch_offsets.is_empty() {
         if dst != own {
-            copy_peer_async(dst, &at.gpu, own, &at.gpu, work.count * dtype.size_bytes(), stream)?;
+            copy_peer_async(dst, at.gpu, own, at.gpu, work.count * dtype.size_bytes(), stream)?;
         }
         return Ok(());
     }

@@ -885,15 +885,16 @@ impl GpuCommunicator {
             send: bufs.send.ptr(),
             recv: bufs.recv.ptr(),
             scratch: self.scratch.ptr(),
-            gpu: self.callers_gpu.clone(),
+            gpu: &self.callers_gpu,
         };
         self.callers_gpu.bind()?;
         caller.queue(plan, numbers, &at, reduce, stream)
     }
 }
 
-/// Refuses `stall` in a private context: its kernel belongs to that context and cannot run on a
-/// caller's stream, which lives in the primary one.
+/// Refuses `stall` in a private context (its kernel belongs to that context and cannot run on a
+/// caller's stream, which lives in the primary one), and any order but `waitvalue` with the
+/// caller-stream reductions.
 fn check_order(config: &GpuConfig, order: StreamOrder) -> GpuResult<()> {
     if config.reduce_on_caller && order != StreamOrder::WaitValue {
         return Err(GpuCollError::InvalidArgument {

@@ -453,7 +453,7 @@ impl Worker {
         let reduce = op
             .reduce
             .ok_or_else(|| GpuCollError::InvalidArgument { what: "a reducing plan without an element type".into() })?;
-        let at = Buffers { send: op.send, recv: op.recv, scratch: self.scratch.0, gpu: self.gpu.clone() };
+        let at = Buffers { send: op.send, recv: op.recv, scratch: self.scratch.0, gpu: &self.gpu };
         queue_reduction(self.reducer.as_deref(), &at, work, reduce, &self.local_stream)
     }
 }
