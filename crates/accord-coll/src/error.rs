@@ -17,6 +17,16 @@ pub enum TransportError {
         /// How long the wait lasted.
         waited: Duration,
     },
+    /// Writes to `peer` were still unacknowledged at the deadline. Named apart from
+    /// [`Self::Timeout`] so the collective blames that rank and writes its stuck report:
+    /// a rank whose only wait was a flush would otherwise fail without saying for whom.
+    #[error("rank {peer} did not acknowledge our writes within {waited:?}; it is slow, stuck or dead, raise ACCORD_COLL_TIMEOUT_MS if it is only slow")]
+    AckTimeout {
+        /// The rank whose acknowledgements were missing.
+        peer: usize,
+        /// How long the flush waited.
+        waited: Duration,
+    },
     /// A peer reported being stuck (see [`crate::CollTransport::report_stuck`]);
     /// the collective is abandoned everywhere.
     #[error("rank {reported_by} reported being stuck waiting for rank {waiting_on}; the collective is abandoned")]

@@ -328,7 +328,8 @@ pub trait CollTransport: Send {
     fn signal(&self, peer: usize, imm: u32) -> Result<(), TransportError>;
 
     /// Waits until every write issued so far has completed at the sender (all
-    /// bytes acknowledged), so its sources may be reused.
+    /// bytes acknowledged), so its sources may be reused. Past `deadline` it fails with
+    /// [`TransportError::AckTimeout`] naming the first rank still owing acknowledgements.
     fn flush(&self, deadline: Instant) -> Result<(), TransportError>;
 
     /// Waits until `count` immediates of value `imm` have arrived, then

@@ -56,7 +56,7 @@ pub(crate) fn coll_error(e: CollError) -> PyErr {
         }
         CollError::Config(_) => Kind::Config,
         CollError::Transport { source, .. } => match source {
-            TransportError::Timeout { .. } => Kind::Timeout,
+            TransportError::Timeout { .. } | TransportError::AckTimeout { .. } => Kind::Timeout,
             TransportError::Aborted { .. }
             | TransportError::PeerUnreachable { .. }
             | TransportError::PeerDied { .. } => Kind::Peer,

@@ -432,7 +432,9 @@ impl<T: CollTransport + ?Sized> Ctx<'_, T> {
             TransportError::Timeout { .. } if !suspects.is_empty() => self.blame(suspects.to_vec()),
             TransportError::Aborted { .. } => self.blame(suspects.to_vec()),
             // The transport itself saw which peer went silent: start the blame there.
-            TransportError::PeerUnreachable { peer } => self.blame(vec![peer]),
+            TransportError::PeerUnreachable { peer } | TransportError::AckTimeout { peer, .. } => {
+                self.blame(vec![peer])
+            }
             // The engine saw the rank die: no need to follow other ranks' reports. Tell them
             // (best effort), so ranks not waiting on it stop too.
             TransportError::PeerDied { peer, reason } => {
@@ -514,5 +516,38 @@ impl<T: CollTransport + ?Sized> Ctx<'_, T> {
                 reported_by,
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::LocalFabric;
+
+    /// A flush that ran out of time on rank 2's acknowledgements blames rank 2 and tells the
+    /// others so: the rank whose only wait was that flush must not fail without naming anyone
+    /// (a doctor run once named the waiting rank instead, as it had written no report).
+    #[test]
+    fn an_ack_timeout_blames_the_silent_peer_and_tells_the_others() {
+        let ts = LocalFabric::create(3).unwrap();
+        let progress = crate::report::Progress::new(1, 3, "c0".into(), None);
+        progress.begin("all_reduce", "ring", 4);
+        let ctx = Ctx {
+            t: &ts[1],
+            collective: Collective::AllReduce,
+            algo: Algo::Ring,
+            seq: 4,
+            rank: 1,
+            n: 3,
+            deadline: Instant::now(),
+            timeout: Duration::from_millis(50),
+            abort_grace: Duration::from_millis(1),
+            progress: &progress,
+        };
+        let e = ctx.fail(TransportError::AckTimeout { peer: 2, waited: Duration::from_millis(50) }, &[]);
+        assert!(matches!(&e, CollError::Timeout { missing, .. } if missing == &[2]), "{e}");
+        assert_eq!(ts[0].stuck_reports(), vec![(1, 2)]);
+        let plain = ctx.fail(TransportError::Timeout { what: "x".into(), waited: Duration::ZERO }, &[]);
+        assert!(matches!(plain, CollError::Transport { .. }), "a timeout with no suspect stays a transport error");
     }
 }

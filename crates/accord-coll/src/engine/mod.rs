@@ -509,10 +509,7 @@ impl CollTransport for EngineTransport {
                 }
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
-                    return Err(TransportError::Timeout {
-                        what: "writes to be acknowledged".into(),
-                        waited: start.elapsed(),
-                    });
+                    return Err(TransportError::AckTimeout { peer, waited: start.elapsed() });
                 }
                 let _ = t.wait_timeout(left.min(WAIT_SLICE));
             }
