@@ -3,8 +3,8 @@
 //! `dst = dst (op) src`, element by element. The loops are written over typed
 //! slices (viewed through `bytemuck`, no `unsafe`) as plain zips so the
 //! compiler vectorises them for f32/f64 and the integer types; f16/bf16 are
-//! widened to f32 in stack blocks of [`HALF_BLOCK_ELEMS`], reduced, and
-//! narrowed back. Slices whose address is not aligned to the element size fall
+//! widened to f32, combined and narrowed back ([`halves`]: vectorised integer
+//! conversions for bfloat16, F16C for float16, chosen at run time). Slices whose address is not aligned to the element size fall
 //! back to an unaligned element-by-element path with identical results.
 //!
 //! Semantics:
@@ -22,9 +22,6 @@ use half::{bf16, f16};
 
 use crate::dtype::DType;
 use crate::error::ReduceError;
-
-/// Elements of f16/bf16 widened per stack block.
-pub const HALF_BLOCK_ELEMS: usize = 256;
 
 /// A reduction operator.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -132,28 +129,23 @@ macro_rules! arith_float {
 }
 arith_float!(f32, f64);
 
-macro_rules! arith_half {
-    ($($t:ty),*) => {$(
-        impl Arith for $t {
-            fn combine(op: ReduceOp, d: &mut [Self], s: &[Self]) {
-                use half::slice::HalfFloatSliceExt;
-                let mut wd = [0f32; HALF_BLOCK_ELEMS];
-                let mut ws = [0f32; HALF_BLOCK_ELEMS];
-                for (dc, sc) in d.chunks_mut(HALF_BLOCK_ELEMS).zip(s.chunks(HALF_BLOCK_ELEMS)) {
-                    let k = dc.len();
-                    dc.convert_to_f32_slice(&mut wd[..k]);
-                    sc.convert_to_f32_slice(&mut ws[..k]);
-                    f32::combine(op, &mut wd[..k], &ws[..k]);
-                    dc.convert_from_f32_slice(&wd[..k]);
-                }
-            }
-            fn div_by(x: Self, n: usize) -> Self {
-                <$t>::from_f32(x.to_f32() / n as f32)
-            }
-        }
-    )*};
+impl Arith for f16 {
+    fn combine(op: ReduceOp, d: &mut [Self], s: &[Self]) {
+        halves::combine_f16(op, d, s);
+    }
+    fn div_by(x: Self, n: usize) -> Self {
+        f16::from_f32(x.to_f32() / n as f32)
+    }
 }
-arith_half!(f16, bf16);
+
+impl Arith for bf16 {
+    fn combine(op: ReduceOp, d: &mut [Self], s: &[Self]) {
+        halves::combine_bf16(op, bytemuck::cast_slice_mut(d), bytemuck::cast_slice(s));
+    }
+    fn div_by(x: Self, n: usize) -> Self {
+        bf16::from_f32(x.to_f32() / n as f32)
+    }
+}
 
 fn reduce_typed<T: Arith>(dst: &mut [u8], src: &[u8], op: ReduceOp) {
     match (bytemuck::try_cast_slice_mut::<u8, T>(dst), bytemuck::try_cast_slice::<u8, T>(src)) {
@@ -229,5 +221,6 @@ pub fn finish_avg(buf: &mut [u8], dtype: DType, op: ReduceOp, world_size: usize)
     Ok(())
 }
 
+mod halves;
 #[cfg(test)]
 mod tests;
