@@ -70,27 +70,6 @@ fn gbps(bytes: usize, reps: usize, mut f: impl FnMut()) -> f64 {
     (2 * bytes * iters) as f64 / best / 1e9
 }
 
-fn combine(op: ReduceOp, a: f32, b: f32) -> f32 {
-    match op {
-        ReduceOp::Sum | ReduceOp::Avg => a + b,
-        ReduceOp::Prod => a * b,
-        ReduceOp::Min => {
-            if b < a {
-                b
-            } else {
-                a
-            }
-        }
-        ReduceOp::Max => {
-            if b > a {
-                b
-            } else {
-                a
-            }
-        }
-    }
-}
-
 macro_rules! half_baseline {
     ($name:ident, $t:ty) => {
         fn $name(d: &mut [$t], s: &[$t], op: ReduceOp) {
@@ -100,7 +79,9 @@ macro_rules! half_baseline {
                 let k = dc.len();
                 dc.convert_to_f32_slice(&mut wd[..k]);
                 sc.convert_to_f32_slice(&mut ws[..k]);
-                wd[..k].iter_mut().zip(&ws[..k]).for_each(|(a, b)| *a = combine(op, *a, *b));
+                // The f32 combine is the library's own, as it was in the old kernel.
+                reduce_into(bytemuck::cast_slice_mut(&mut wd[..k]), bytemuck::cast_slice(&ws[..k]), DType::F32, op)
+                    .unwrap_or(());
                 dc.convert_from_f32_slice(&wd[..k]);
             }
         }
