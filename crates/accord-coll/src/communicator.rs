@@ -51,6 +51,9 @@ pub struct Communicator<T: CollTransport> {
     /// freed (the risk of caching registrations of user memory by address).
     staging: Option<LocalBuf>,
     poisoned: Option<String>,
+    /// The host arena, mapped at the first arena all_reduce (`None`: not tried yet), or why
+    /// this communicator has none.
+    arena: std::sync::OnceLock<Result<crate::arena::Arena, crate::arena::Unavailable>>,
     /// What this rank is doing now, for stuck reports ([`crate::report`]).
     progress: std::sync::Arc<crate::report::Progress>,
 }
@@ -70,6 +73,25 @@ struct Call<'a> {
 }
 
 impl<'a> Call<'a> {
+    /// The schedule's arguments for this call's (checked) buffers.
+    fn args<'b>(&self, bufs: Bufs<'b>, scratch: Option<&'b LocalBuf>, chunks: usize, segment_elems: usize) -> Args<'b>
+    where
+        'a: 'b,
+    {
+        Args {
+            send: bufs.send,
+            recv: bufs.recv,
+            count: self.count,
+            dtype: self.dtype,
+            op: self.op,
+            root: self.root,
+            scratch,
+            chunks,
+            segment_elems,
+            layout: self.layout,
+        }
+    }
+
     /// A call moving `send_bytes` out of and `recv_bytes` into this rank, with no reduction
     /// operator, root 0 and no all_to_allv layout (the fields most collectives leave so).
     #[allow(clippy::too_many_arguments)]
@@ -115,6 +137,7 @@ impl<T: CollTransport> Communicator<T> {
             scratch: None,
             staging: None,
             poisoned: None,
+            arena: std::sync::OnceLock::new(),
         })
     }
 
@@ -373,6 +396,17 @@ impl<T: CollTransport> Communicator<T> {
         result
     }
 
+    /// Whether `c` goes through the host arena if the ranks share one: an all_reduce with no
+    /// algorithm forced, on a transport that allows it, with the arena on. Every rank reaches
+    /// the same answer from the same call and configuration.
+    fn arena_by_default(&self, c: &Call<'_>) -> bool {
+        c.collective == Collective::AllReduce
+            && self.config.arena
+            && c.algo.is_none()
+            && !self.config.algo_overrides.contains_key(&Collective::AllReduce)
+            && self.t.may_share_host_memory()
+    }
+
     fn check_usable(&self) -> Result<(), CollError> {
         match &self.poisoned {
             Some(reason) => Err(CollError::Poisoned { reason: reason.clone() }),
@@ -479,7 +513,27 @@ impl<T: CollTransport> Communicator<T> {
             }
             _ => c.count * es,
         };
-        let algo = self.config.algo_for(c.collective, size_bytes, c.algo);
+        let mut algo = self.config.algo_for(c.collective, size_bytes, c.algo);
+        let segment_elems = algo::call_segment_elems(
+            c.collective,
+            c.count,
+            n,
+            es,
+            self.config.segment_bytes,
+            self.config.block_segments_max,
+        );
+        let args_with = |scratch, chunks| c.args(bufs, scratch, chunks, segment_elems);
+        if self.arena_by_default(&c) {
+            let available = {
+                let cx = self.ctx(c.collective, Algo::Arena, seq);
+                crate::arena::available(&cx, &args_with(None, 1), &self.arena, self.config.arena_slot_bytes)
+            };
+            match available {
+                Ok(true) => algo = Algo::Arena,
+                Ok(false) => {}
+                Err(e) => return self.outcome(Err(e)),
+            }
+        }
         let scratch_bytes = algo::scratch_bytes(c.collective, algo, c.count, es, n);
         self.ensure_scratch(c.collective, scratch_bytes)?;
         let chunks = match (c.collective, algo) {
@@ -488,28 +542,13 @@ impl<T: CollTransport> Communicator<T> {
             }
             _ => 1,
         };
-        let args = Args {
-            send: bufs.send,
-            recv: bufs.recv,
-            count: c.count,
-            dtype: c.dtype,
-            op: c.op,
-            root: c.root,
-            scratch: if scratch_bytes > 0 { self.scratch.as_ref() } else { None },
-            chunks,
-            segment_elems: algo::call_segment_elems(
-                c.collective,
-                c.count,
-                n,
-                es,
-                self.config.segment_bytes,
-                self.config.block_segments_max,
-            ),
-            layout: c.layout,
-        };
+        let args = args_with(if scratch_bytes > 0 { self.scratch.as_ref() } else { None }, chunks);
         let cx = self.ctx(c.collective, algo, seq);
         tracing::trace!(collective = c.collective.name(), %algo, seq, rank = r, count = c.count, "collective");
-        let result = algo::dispatch(&cx, &args);
+        let result = match algo {
+            Algo::Arena => crate::arena::run(&cx, &args, &self.arena, self.config.arena_slot_bytes),
+            _ => algo::dispatch(&cx, &args),
+        };
         self.outcome(result)
     }
 

@@ -9,6 +9,8 @@
 //! | `ACCORD_COLL_PIPELINE_CHUNK_BYTES` | [`CollConfig::pipeline_chunk_bytes`] | 256 KiB |
 //! | `ACCORD_COLL_SEGMENT_BYTES` | [`CollConfig::segment_bytes`] | 128 KiB |
 //! | `ACCORD_COLL_BLOCK_SEGMENTS_MAX` | [`CollConfig::block_segments_max`] | 0 (off) |
+//! | `ACCORD_COLL_ARENA` | [`CollConfig::arena`] | 1 (on) |
+//! | `ACCORD_COLL_ARENA_SLOT_BYTES` | [`CollConfig::arena_slot_bytes`] | 1 MiB |
 //! | `ACCORD_ALGO_<COLLECTIVE>` | [`CollConfig::algo_overrides`] | none (size-based) |
 //! | `ACCORD_BOOTSTRAP_TIMEOUT_MS` | [`crate::store::BootstrapConfig::timeout`] | 300000 |
 //!
@@ -89,6 +91,14 @@ pub struct CollConfig {
     /// faster without the cap, `scripts/device/ddp_cpu_variants.sh`, stop 35). Every rank must
     /// use the same value (the handshake checks the segment it gives).
     pub block_segments_max: usize,
+    /// all_reduce goes through the host arena (`crate::arena`) whenever every rank is on one
+    /// host and no algorithm is forced: on 2 and 4 ranks of the 2-core machine it ran 1 KiB to
+    /// 64 MiB 1.1-2.8x faster than the engine's schedules, and small calls 5-10x
+    /// (`docs/results/2026-11-27-host-arena.md`). Every rank must use the same value.
+    pub arena: bool,
+    /// The arena all_reduce's chunk: each rank's slot in the host arena, which holds two
+    /// buffers of one slot per rank (`crate::arena`). Every rank must use the same value.
+    pub arena_slot_bytes: usize,
     /// Algorithm forced per collective (`ACCORD_ALGO_<COLLECTIVE>`).
     pub algo_overrides: HashMap<Collective, Algo>,
     /// Size thresholds of the default choice.
@@ -104,6 +114,8 @@ impl Default for CollConfig {
             pipeline_chunk_bytes: 256 * 1024,
             segment_bytes: 128 * 1024,
             block_segments_max: 0,
+            arena: true,
+            arena_slot_bytes: 1 << 20,
             algo_overrides: HashMap::new(),
             thresholds: Thresholds::default(),
         }
@@ -189,6 +201,13 @@ impl CollConfig {
         }
         if let Some(segments) = get::<usize>(env, "ACCORD_COLL_BLOCK_SEGMENTS_MAX")? {
             c.block_segments_max = segments;
+        }
+        if let Some(on) = get::<bool>(env, "ACCORD_COLL_ARENA")? {
+            c.arena = on;
+        }
+        let slot = "ACCORD_COLL_ARENA_SLOT_BYTES";
+        if let Some(bytes) = at_least_one(slot, get(env, slot)?)? {
+            c.arena_slot_bytes = bytes as usize;
         }
         for coll in Collective::ALL {
             let name = format!("ACCORD_ALGO_{}", coll.name().to_ascii_uppercase());

@@ -18,6 +18,7 @@
 #![warn(missing_docs)]
 
 pub mod algo;
+mod arena;
 pub mod bench_math;
 mod communicator;
 pub mod config;

@@ -262,6 +262,10 @@ impl CollTransport for LocalTransport {
         self.deliver_imm(peer, imm)
     }
 
+    fn may_share_host_memory(&self) -> bool {
+        true
+    }
+
     fn flush(&self, _deadline: Instant) -> Result<(), TransportError> {
         if self.is_stopped() {
             return Err(TransportError::Stopped);

@@ -368,6 +368,14 @@ pub trait CollTransport: Send {
     /// report per reporter.
     fn stuck_reports(&self) -> Vec<(usize, usize)>;
 
+    /// Whether the ranks may move collective data through a shared-memory arena of this host
+    /// (`crate::arena`) where they turn out to share one: the arena bypasses the transport's
+    /// routes, so a transport that must carry every byte itself (a simulator, a run forced
+    /// onto the network routes) says no.
+    fn may_share_host_memory(&self) -> bool {
+        false
+    }
+
     /// Names the communicator in stuck reports: equal on every rank of it (empty: unknown).
     fn comm_id(&self) -> String {
         String::new()

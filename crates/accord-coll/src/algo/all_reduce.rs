@@ -17,6 +17,7 @@ pub(crate) fn scratch_bytes(algo: super::Algo, bytes: usize, count: usize, es: u
         super::Algo::RecursiveDoubling => (1 + f.steps() as usize) * bytes,
         super::Algo::Rabenseifner => bytes + rab_slot_base(f, count, es, f.steps()),
         super::Algo::Direct => super::direct::scratch_bytes(n, count.div_ceil(n) * es),
+        super::Algo::Arena => 0,
         _ => bytes,
     }
 }

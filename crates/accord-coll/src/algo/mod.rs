@@ -46,6 +46,11 @@
 //! immediate: a segment is reduced or forwarded as soon as it lands, while the next is on
 //! the wire.
 //!
+//! Arena all_reduce (`crate::arena`, chosen only when forced: `ACCORD_ALGO_ALL_REDUCE=arena`)
+//! is not a schedule over the transport: the ranks of one host share a memory file, each
+//! copies its input in, reduces its own block of every copy and copies the reduced blocks
+//! out, ordered by flags in that file. The communicator maps it at the first such call.
+//!
 //! Ranks that are not a power of two are folded in (recursive doubling,
 //! Rabenseifner, recursive halving): with `p` the largest power of two not
 //! above `n` and `rem = n - p`, each even rank below `2 rem` hands its data to
@@ -65,7 +70,7 @@ use std::fmt;
 use std::ops::Range;
 
 pub use ctx::AllToAllVLayout;
-pub(crate) use ctx::{Args, Ctx};
+pub(crate) use ctx::{Args, Ctx, Handshake};
 pub(crate) use misc::{barrier, post_recv, send, wait_recv};
 pub(crate) use rooted::pipeline_chunks;
 
@@ -131,7 +136,9 @@ impl Collective {
     /// The algorithms implemented for this collective.
     pub const fn algorithms(self) -> &'static [Algo] {
         match self {
-            Collective::AllReduce => &[Algo::Ring, Algo::RecursiveDoubling, Algo::Rabenseifner, Algo::Direct],
+            Collective::AllReduce => {
+                &[Algo::Ring, Algo::RecursiveDoubling, Algo::Rabenseifner, Algo::Direct, Algo::Arena]
+            }
             Collective::Reduce => &[Algo::BinomialTree, Algo::Ring],
             Collective::Broadcast => &[Algo::BinomialTree, Algo::Ring],
             Collective::AllGather => &[Algo::Ring, Algo::RecursiveDoubling, Algo::Bruck, Algo::Direct],
@@ -172,10 +179,12 @@ pub enum Algo {
     Direct,
     /// Dissemination (barrier).
     Dissemination,
+    /// Through a shared-memory arena every rank of one host maps (all_reduce; `crate::arena`).
+    Arena,
 }
 
 impl Algo {
-    const NAMES: [(Algo, &'static str); 9] = [
+    const NAMES: [(Algo, &'static str); 10] = [
         (Algo::Ring, "ring"),
         (Algo::RecursiveDoubling, "recursive_doubling"),
         (Algo::Rabenseifner, "rabenseifner"),
@@ -185,6 +194,7 @@ impl Algo {
         (Algo::Pairwise, "pairwise"),
         (Algo::Direct, "direct"),
         (Algo::Dissemination, "dissemination"),
+        (Algo::Arena, "arena"),
     ];
 
     /// Snake-case name.

@@ -311,6 +311,33 @@ fn reduce_scatter_every_algo_dtype_op() {
     }
 }
 
+/// The arena all_reduce in slots of a few elements (many chunks, both buffers reused, blocks
+/// that are empty where a chunk has fewer elements than ranks), every dtype and op.
+#[test]
+fn arena_all_reduce_in_tiny_slots() {
+    for arena_slot_bytes in [8, 24, 64] {
+        let cfg = CollConfig { arena_slot_bytes, ..CollConfig::default() };
+        for n in [2, 3, 5] {
+            reduction_matrix_of(Collective::AllReduce, &[Algo::Arena], n, &DType::ALL, &[], cfg.clone());
+        }
+    }
+}
+
+/// A slot smaller than one element is a clear error on every rank, not a stray write.
+#[test]
+fn an_arena_slot_smaller_than_an_element_is_refused() {
+    let cfg = CollConfig { arena_slot_bytes: 4, ..CollConfig::default() };
+    let errors = world_with(2, cfg, |comm| {
+        let buf = comm.register(vec![0u8; 64]).unwrap();
+        comm.all_reduce(crate::Bufs::in_place(buf.all()), 8, DType::F64, ReduceOp::Sum, Some(Algo::Arena))
+            .unwrap_err()
+            .to_string()
+    });
+    for e in errors {
+        assert!(e.contains("ACCORD_COLL_ARENA_SLOT_BYTES"), "{e}");
+    }
+}
+
 #[test]
 fn reductions_of_a_few_mib() {
     // 3 MiB of f32 and 1 MiB of i64 per rank, every algorithm.

@@ -32,7 +32,7 @@ fn names(e: &CollError, rank: usize) -> bool {
 
 #[test]
 fn absent_rank_is_named_by_everyone_within_the_timeout() {
-    for algo in [Algo::Ring, Algo::RecursiveDoubling, Algo::Rabenseifner, Algo::Direct] {
+    for algo in [Algo::Ring, Algo::RecursiveDoubling, Algo::Rabenseifner, Algo::Direct, Algo::Arena] {
         let start = Instant::now();
         let results = on_all(comms(5, fast_config()), |mut c| {
             if c.rank() == 3 {
@@ -312,4 +312,22 @@ fn staged_calls_reuse_one_registration_and_grow_when_needed() {
         assert!(ids[3].1 >= 40_000);
         assert_eq!(ids[3], ids[4]);
     }
+}
+
+/// The arena all_reduce sends no handshake message: each rank checks the others' description
+/// of the call in the arena before reducing, so a rank passing another count fails everyone
+/// with a mismatch naming a peer, well before the deadline.
+#[test]
+fn an_arena_call_with_another_count_is_a_mismatch_everywhere() {
+    let config = CollConfig { timeout: Duration::from_secs(20), ..fast_config() };
+    let start = Instant::now();
+    let results = on_all(comms(3, config), |mut c| {
+        let count = if c.rank() == 2 { 32 } else { 64 };
+        let buf = c.register_typed(&[1.0f32; 64]).unwrap();
+        c.all_reduce(Bufs::in_place(buf.all()), count, DType::F32, ReduceOp::Sum, Some(Algo::Arena)).unwrap_err()
+    });
+    for (rank, e) in results.iter().enumerate() {
+        assert!(matches!(e, CollError::Mismatch { field: "count", .. }), "rank {rank}: {e}");
+    }
+    assert!(start.elapsed() < Duration::from_secs(5), "took {:?}", start.elapsed());
 }

@@ -495,6 +495,11 @@ impl CollTransport for EngineTransport {
         self.track(peer, transfer)
     }
 
+    /// Unless `ACCORD_FORCE_NETWORK` asks for every byte on the network routes.
+    fn may_share_host_memory(&self) -> bool {
+        !self.engine.config().force_network
+    }
+
     fn flush(&self, deadline: Instant) -> Result<(), TransportError> {
         let start = Instant::now();
         let transfers: Vec<(usize, Transfer)> = lock(&self.pending).drain(..).collect();

@@ -225,6 +225,36 @@ impl SharedMapping {
         unsafe { std::slice::from_raw_parts(self.base.as_ptr().cast::<AtomicU64>(), self.len / 8) }
     }
 
+    /// Bytes `offset..offset + len` of the mapping, or `None` past its end.
+    ///
+    /// # Safety
+    /// While the slice lives, no thread or process may write these bytes: the caller's own
+    /// protocol (flags in [`Self::words`] with release and acquire, say) must order every
+    /// writer before this read.
+    pub unsafe fn bytes(&self, offset: usize, len: usize) -> Option<&[u8]> {
+        let end = offset.checked_add(len)?;
+        (end <= self.len).then(|| {
+            // Safety: in bounds (checked above) of a mapping that lives as long as `&self`;
+            // no concurrent writer, by the caller's contract.
+            unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(offset), len) }
+        })
+    }
+
+    /// Bytes `offset..offset + len` of the mapping for writing, or `None` past its end.
+    ///
+    /// # Safety
+    /// While the slice lives, no other thread or process may read or write these bytes, and
+    /// no other slice of this mapping may overlap them: the caller's protocol must give this
+    /// writer the range alone.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn bytes_mut(&self, offset: usize, len: usize) -> Option<&mut [u8]> {
+        let end = offset.checked_add(len)?;
+        (end <= self.len).then(|| {
+            // Safety: in bounds of a live mapping; exclusive by the caller's contract.
+            unsafe { std::slice::from_raw_parts_mut(self.base.as_ptr().add(offset), len) }
+        })
+    }
+
     /// The file's path.
     pub fn path(&self) -> &Path {
         &self.path
