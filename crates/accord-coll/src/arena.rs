@@ -5,9 +5,10 @@
 //! into a shared-memory ring, a copy out on the peer's worker thread, an immediate, a wait),
 //! 2(p-1) dependent steps of them for ring. In the arena each rank copies its input in once,
 //! reduces its own block of every rank's copy in place, and copies every reduced block out:
-//! three flag barriers per chunk, no worker thread, no per-segment bookkeeping. The protocol
-//! measured 1.8-2.3x the engine's all_reduce on 2 ranks of the 2-core machine, 4-64 MiB
-//! (`scripts/device/host_arena_vs_ring.sh`, `docs/results/2026-11-27-host-arena.md`).
+//! three flag barriers per chunk, no worker thread, no per-segment bookkeeping, no message per
+//! call. On the 2-core machine it ran 2.4-3.8x the engine's all_reduce at 4 ranks from 256 KiB
+//! and small calls 4.6-77x faster (`scripts/device/host_arena_vs_ring.sh`,
+//! `docs/results/2026-11-27-host-arena.md`).
 //!
 //! Layout (64-bit words, then data): a header (magic, world size, slot bytes, a 128-bit token
 //! rank 0 drew); per rank three cache lines, each holding one flag (`in`, `red`, `out`: the

@@ -92,9 +92,10 @@ pub struct CollConfig {
     /// use the same value (the handshake checks the segment it gives).
     pub block_segments_max: usize,
     /// all_reduce goes through the host arena (`crate::arena`) whenever every rank is on one
-    /// host and no algorithm is forced: on 2 and 4 ranks of the 2-core machine it ran 1 KiB to
-    /// 64 MiB 1.1-2.8x faster than the engine's schedules, and small calls 5-10x
-    /// (`docs/results/2026-11-27-host-arena.md`). Every rank must use the same value.
+    /// host and no algorithm is forced: on the 2-core machine it ran 2.4-3.8x the engine's
+    /// schedules at 4 ranks from 256 KiB, 1.0-3.4x at 2 ranks, and calls of 4 KiB and less
+    /// 4.6-77x faster (`docs/results/2026-11-27-host-arena.md`). Every rank must use the same
+    /// value (ranks that differ fail their first all_reduce with a mismatch).
     pub arena: bool,
     /// The arena all_reduce's chunk: each rank's slot in the host arena, which holds two
     /// buffers of one slot per rank (`crate::arena`). Every rank must use the same value.
