@@ -404,7 +404,7 @@ impl<T: CollTransport> Communicator<T> {
             && self.config.arena
             && c.algo.is_none()
             && !self.config.algo_overrides.contains_key(&Collective::AllReduce)
-            && self.t.may_share_host_memory()
+            && self.t.host_memory_dir().is_some()
     }
 
     fn check_usable(&self) -> Result<(), CollError> {

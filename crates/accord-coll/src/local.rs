@@ -262,8 +262,8 @@ impl CollTransport for LocalTransport {
         self.deliver_imm(peer, imm)
     }
 
-    fn may_share_host_memory(&self) -> bool {
-        true
+    fn host_memory_dir(&self) -> Option<std::path::PathBuf> {
+        Some("/dev/shm".into())
     }
 
     fn flush(&self, _deadline: Instant) -> Result<(), TransportError> {

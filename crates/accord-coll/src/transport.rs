@@ -368,12 +368,12 @@ pub trait CollTransport: Send {
     /// report per reporter.
     fn stuck_reports(&self) -> Vec<(usize, usize)>;
 
-    /// Whether the ranks may move collective data through a shared-memory arena of this host
-    /// (`crate::arena`) where they turn out to share one: the arena bypasses the transport's
-    /// routes, so a transport that must carry every byte itself (a simulator, a run forced
-    /// onto the network routes) says no.
-    fn may_share_host_memory(&self) -> bool {
-        false
+    /// The shared-memory directory where the ranks may map a host arena (`crate::arena`) if
+    /// they turn out to share a host, or `None`: the arena bypasses the transport's routes, so
+    /// a transport that must carry every byte itself (a simulator, a run forced onto the
+    /// network routes, shared memory turned off) has none.
+    fn host_memory_dir(&self) -> Option<std::path::PathBuf> {
+        None
     }
 
     /// Names the communicator in stuck reports: equal on every rank of it (empty: unknown).

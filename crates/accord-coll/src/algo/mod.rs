@@ -46,10 +46,11 @@
 //! immediate: a segment is reduced or forwarded as soon as it lands, while the next is on
 //! the wire.
 //!
-//! Arena all_reduce (`crate::arena`, chosen only when forced: `ACCORD_ALGO_ALL_REDUCE=arena`)
-//! is not a schedule over the transport: the ranks of one host share a memory file, each
-//! copies its input in, reduces its own block of every copy and copies the reduced blocks
-//! out, ordered by flags in that file. The communicator maps it at the first such call.
+//! Arena all_reduce (`crate::arena`: the default wherever every rank shares one host and no
+//! algorithm is forced, `ACCORD_COLL_ARENA`) is not a schedule over the transport: the ranks
+//! share a memory file, each copies its input in, reduces its own block of every copy and
+//! copies the reduced blocks out, ordered by flags in that file. The communicator maps it at
+//! its first all_reduce, or learns that it cannot and uses the size rule from then on.
 //!
 //! Ranks that are not a power of two are folded in (recursive doubling,
 //! Rabenseifner, recursive halving): with `p` the largest power of two not

@@ -331,3 +331,28 @@ fn an_arena_call_with_another_count_is_a_mismatch_everywhere() {
     }
     assert!(start.elapsed() < Duration::from_secs(5), "took {:?}", start.elapsed());
 }
+
+/// One rank forced onto the arena while the others run ring (a ring rank hands its handshake
+/// to one neighbour only): every rank fails well before the deadline.
+#[test]
+fn one_rank_on_the_arena_among_ring_ranks_fails_everyone_early() {
+    for (n, odd) in [(3, 1), (4, 2), (4, 0)] {
+        let start = Instant::now();
+        let ts = LocalFabric::create(n).unwrap();
+        let cs: Vec<_> = ts
+            .into_iter()
+            .map(|t| {
+                let mut cfg = CollConfig { timeout: Duration::from_secs(20), ..fast_config() };
+                let algo = if t.rank() == odd { Algo::Arena } else { Algo::Ring };
+                cfg.algo_overrides.insert(Collective::AllReduce, algo);
+                Communicator::new(t, cfg).unwrap()
+            })
+            .collect();
+        let results = on_all(cs, |mut c| {
+            let b = c.register_typed(&[1.0f32; 64]).unwrap();
+            c.all_reduce(Bufs::in_place(b.all()), 64, DType::F32, ReduceOp::Sum, None).err()
+        });
+        assert!(results.iter().all(Option::is_some), "n={n}: {results:?}");
+        assert!(start.elapsed() < Duration::from_secs(10), "n={n} odd={odd}: took {:?}", start.elapsed());
+    }
+}

@@ -495,9 +495,11 @@ impl CollTransport for EngineTransport {
         self.track(peer, transfer)
     }
 
-    /// Unless `ACCORD_FORCE_NETWORK` asks for every byte on the network routes.
-    fn may_share_host_memory(&self) -> bool {
-        !self.engine.config().force_network
+    /// The engine's shared-memory ring directory (`ACCORD_SHM_DIR`), unless shared memory is
+    /// off (`ACCORD_SHM=0`) or `ACCORD_FORCE_NETWORK` asks for every byte on the network routes.
+    fn host_memory_dir(&self) -> Option<std::path::PathBuf> {
+        let c = self.engine.config();
+        (c.shm.enabled && !c.force_network).then(|| c.shm.dir.clone())
     }
 
     fn flush(&self, deadline: Instant) -> Result<(), TransportError> {

@@ -32,7 +32,6 @@
 //! Waits are bounded by the call's deadline and check each peer's process and the other
 //! ranks' stuck reports; a failure names the rank through the collectives' usual blame.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -40,21 +39,23 @@ use std::time::{Duration, Instant};
 use accord_engine::backoff::IdleBackoff;
 use accord_engine::SharedMapping;
 
-use crate::algo::{part, Algo, Args, Ctx, Handshake};
+use crate::algo::{part, Args, Ctx};
 use crate::error::{CollError, TransportError};
 use crate::reduce::{finish_avg, reduce_into};
-use crate::transport::{BufSlice, CollTransport, Imm, STEP_DATA_MAX, STEP_HANDSHAKE};
+use crate::transport::{BufSlice, CollTransport};
+
+mod setup;
 
 /// "ACARENA1": a file that is not an arena is refused.
-const MAGIC: u64 = 0x4143_4152_454e_4131;
-const HEADER_WORDS: usize = 8;
+pub(super) const MAGIC: u64 = 0x4143_4152_454e_4131;
+pub(super) const HEADER_WORDS: usize = 8;
 /// One 64-byte line.
 const LINE_WORDS: usize = 8;
 /// Per rank: the `in` line (flag, pid), the `red` line, the `out` line.
 const RANK_WORDS: usize = 3 * LINE_WORDS;
 /// How often a wait that stopped spinning checks its peer's process, the stuck reports and
 /// the deadline.
-const CHECK_INTERVAL: Duration = Duration::from_millis(1);
+pub(super) const CHECK_INTERVAL: Duration = Duration::from_millis(1);
 /// Idle rounds of a wait before it sleeps (spins 64, then yields).
 const ROUNDS_BEFORE_SLEEP: u32 = 4096;
 const SLEEP: Duration = Duration::from_micros(20);
@@ -92,7 +93,6 @@ pub(crate) struct Arena {
     rank: usize,
     slot_bytes: usize,
     data_offset: usize,
-    pids: Vec<u32>,
     /// Chunks this communicator moved through the arena (every rank the same).
     chunks_done: AtomicU64,
 }
@@ -109,112 +109,21 @@ fn data_offset(n: usize) -> usize {
 }
 
 /// The arena file's length for `n` ranks of `slot_bytes`.
-fn arena_bytes(n: usize, slot_bytes: usize) -> Option<usize> {
+pub(super) fn arena_bytes(n: usize, slot_bytes: usize) -> Option<usize> {
     slot_bytes.checked_mul(2 * n)?.checked_add(data_offset(n))
-}
-
-/// This host's identity (the kernel's boot id): ranks that differ are on different hosts.
-fn host_identity() -> Option<String> {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok().map(|s| s.trim().to_string())
-}
-
-/// A rank's first setup message: its host, pid and slot size; rank 0's also the file and token.
-#[derive(Debug, PartialEq, Eq)]
-struct Offer {
-    host: String,
-    pid: u32,
-    slot_bytes: usize,
-    path: String,
-    token: u128,
-}
-
-impl Offer {
-    fn encode(&self) -> Vec<u8> {
-        format!("{}\n{}\n{}\n{}\n{:032x}", self.host, self.pid, self.slot_bytes, self.path, self.token).into_bytes()
-    }
-
-    fn decode(bytes: &[u8]) -> Option<Offer> {
-        let text = std::str::from_utf8(bytes).ok()?;
-        let mut f = text.split('\n');
-        let offer = Offer {
-            host: f.next()?.to_string(),
-            pid: f.next()?.parse().ok()?,
-            slot_bytes: f.next()?.parse().ok()?,
-            path: f.next()?.to_string(),
-            token: u128::from_str_radix(f.next()?, 16).ok()?,
-        };
-        f.next().is_none().then_some(offer)
-    }
 }
 
 /// Why a communicator has no arena, for the error of a call that forced one.
 pub(crate) type Unavailable = String;
 
 impl Arena {
-    /// Maps an arena shared by every rank, or says why there is none: ranks on several
-    /// hosts, a shared-memory directory that is full or not shared (containers), different
-    /// slot sizes. Collective: every rank calls it in the same call, and every rank reaches
-    /// the same answer. A peer that does not answer fails the call naming it.
-    fn setup<T: CollTransport + ?Sized>(
-        cx: &Ctx<'_, T>,
-        a: &Args<'_>,
-        slot_bytes: usize,
-    ) -> Result<Result<Arena, Unavailable>, CollError> {
-        let (me, n) = (cx.rank, cx.n);
-        let host = host_identity().unwrap_or_default();
-        let len = arena_bytes(n, slot_bytes);
-        let created = match (me, len) {
-            (0, Some(len)) if !host.is_empty() => {
-                create(n, slot_bytes, len).map_err(|e| tracing::warn!(error = %e, "no host arena")).ok()
-            }
-            _ => None,
-        };
-        let offer = Offer {
-            host,
-            pid: std::process::id(),
-            slot_bytes,
-            path: created.as_ref().map(|(m, _)| m.path().display().to_string()).unwrap_or_default(),
-            token: created.as_ref().map_or(0, |(_, token)| *token),
-        };
-        let blobs = exchange(cx, a, STEP_DATA_MAX, &offer.encode())?;
-        let mut offers = Vec::with_capacity(n);
-        for (peer, blob) in blobs.iter().enumerate() {
-            let o = Offer::decode(blob).ok_or_else(|| {
-                cx.transport(TransportError::Malformed { peer, reason: "an arena offer that does not parse".into() })
-            })?;
-            offers.push(o);
-        }
-        let first = &offers[0];
-        let mapped = match (verdict(&offers, slot_bytes), created) {
-            (Err(why), _) => Err(why),
-            (Ok(()), Some((map, _))) => Ok(map),
-            (Ok(()), None) => open(n, slot_bytes, len, &first.path, first.token),
-        };
-        let oks = exchange(cx, a, STEP_DATA_MAX - 1, &[u8::from(mapped.is_ok())])?;
-        if let Some(r) = oks.iter().position(|b| b.as_slice() != [1]) {
-            return Ok(Err(match mapped {
-                Err(why) => why,
-                Ok(_) => format!("rank {r} could not map the arena"),
-            }));
-        }
-        let map = mapped.expect("every rank mapped it, this one included");
-        if me == 0 {
-            // Every rank has it mapped: the name can go, so nothing is left behind.
-            if let Err(e) = map.unlink() {
-                tracing::warn!(error = %e, "could not unlink the arena file");
-            }
-        }
-        let arena = Arena {
-            n,
-            rank: me,
-            slot_bytes,
-            data_offset: data_offset(n),
-            pids: offers.iter().map(|o| o.pid).collect(),
-            chunks_done: AtomicU64::new(0),
-            map,
-        };
-        arena.word(me, 1).store(u64::from(std::process::id()), Ordering::Relaxed);
-        Ok(Ok(arena))
+    /// The arena of `map` for `rank` of `n`; writes this rank's pid for the others' liveness
+    /// checks (before this rank says it mapped the file, so every pid is there by the end of
+    /// the setup).
+    fn new(map: SharedMapping, n: usize, rank: usize, slot_bytes: usize) -> Arena {
+        let arena = Arena { n, rank, slot_bytes, data_offset: data_offset(n), chunks_done: AtomicU64::new(0), map };
+        arena.word(rank, PID_WORD).store(u64::from(std::process::id()), Ordering::Release);
+        arena
     }
 
     /// Rank `r`'s word `i` of its lines.
@@ -305,11 +214,13 @@ impl Arena {
         r: usize,
         start: Instant,
     ) -> Result<(), CollError> {
-        if let Some(e) = on_another_algorithm(cx, a, r) {
+        if let Some(e) = setup::on_another_algorithm(cx, a) {
             return Err(e);
         }
-        let pid = self.pids[r];
-        if !accord_sys::process_alive(pid) {
+        // Every rank wrote its pid before the setup ended; the setup checked that all share
+        // one pid namespace, so the number names the same process here.
+        let pid = self.word(r, PID_WORD).load(Ordering::Acquire) as u32;
+        if pid != 0 && !accord_sys::process_alive(pid) {
             let reason = format!("its process (pid {pid} on this host) exited");
             return Err(cx.fail(TransportError::PeerDied { peer: r, reason }, &[r]));
         }
@@ -330,82 +241,9 @@ fn match_phase_words(a: &Arena, r: usize) -> String {
     format!("a chunk (it reached in {}, reduced {}, out {})", f(Phase::In), f(Phase::Reduced), f(Phase::Out))
 }
 
-/// Whether every rank can share rank 0's arena, from everyone's offer (the same answer on
-/// every rank, as every rank sees the same offers).
-fn verdict(offers: &[Offer], slot_bytes: usize) -> Result<(), Unavailable> {
-    let first = &offers[0];
-    if first.path.is_empty() {
-        Err("rank 0 could not create the arena file".to_string())
-    } else if let Some(r) = offers.iter().position(|o| o.host != first.host || o.host.is_empty()) {
-        Err(format!("rank {r} is on another host than rank 0"))
-    } else if let Some(r) = offers.iter().position(|o| o.slot_bytes != slot_bytes) {
-        Err(format!("rank {r} asks for arena slots of {} bytes, this rank {slot_bytes}", offers[r].slot_bytes))
-    } else {
-        Ok(())
-    }
-}
-
-/// Every rank's `blob` for setup step `step` of this call, in rank order; a peer that fails
-/// to answer is blamed by the collectives' usual rules, and one that runs another algorithm
-/// in this call is a mismatch (see [`on_another_algorithm`]).
-fn exchange<T: CollTransport + ?Sized>(
-    cx: &Ctx<'_, T>,
-    a: &Args<'_>,
-    step: u32,
-    blob: &[u8],
-) -> Result<Vec<Vec<u8>>, CollError> {
-    let tag = Imm::new(cx.seq, step, 0).encode();
-    for peer in (0..cx.n).filter(|&p| p != cx.rank) {
-        cx.t.send_ctrl(peer, tag, blob).map_err(|e| cx.fail(e, &[peer]))?;
-    }
-    let mut blobs = Vec::with_capacity(cx.n);
-    for peer in 0..cx.n {
-        if peer == cx.rank {
-            blobs.push(blob.to_vec());
-            continue;
-        }
-        let _waiting = cx.progress.waiting(peer, "the arena's setup", None, 1);
-        loop {
-            let slice = cx.deadline.min(Instant::now() + CHECK_INTERVAL);
-            match cx.t.recv_ctrl(peer, tag, slice) {
-                Ok(b) => {
-                    blobs.push(b);
-                    break;
-                }
-                Err(TransportError::Timeout { .. }) if Instant::now() < cx.deadline => {
-                    if let Some(e) = on_another_algorithm(cx, a, peer) {
-                        return Err(e);
-                    }
-                }
-                Err(e) => return Err(cx.fail(e, &[peer])),
-            }
-        }
-    }
-    Ok(blobs)
-}
-
-/// Whether `peer` sent this call's handshake, so runs one of the transport's schedules while
-/// this rank runs the arena (their `ACCORD_ALGO_ALL_REDUCE` or `ACCORD_COLL_ARENA` differ):
-/// then this rank answers with its own handshake, naming the arena, so `peer` fails at once
-/// with the same mismatch instead of waiting out its deadline, and returns the mismatch.
-fn on_another_algorithm<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, a: &Args<'_>, peer: usize) -> Option<CollError> {
-    let theirs = cx.t.recv_ctrl(peer, cx.imm(STEP_HANDSHAKE, peer), Instant::now()).ok()?;
-    let _ = cx.t.send_ctrl(peer, cx.imm(STEP_HANDSHAKE, cx.rank), &cx.handshake_of(a, false).encode());
-    let algo = Handshake::decode(&theirs)
-        .ok()
-        .and_then(|h| cx.collective.algorithms().iter().find(|x| x.code() == h.algo).copied())
-        .map_or("?", Algo::name);
-    Some(CollError::Mismatch {
-        collective: cx.collective.name(),
-        peer,
-        field: "algorithm (set ACCORD_ALGO_* and ACCORD_COLL_ARENA identically everywhere)",
-        ours: Algo::Arena.name().to_string(),
-        theirs: algo.to_string(),
-    })
-}
-
 /// Whether this communicator has an arena, mapping it first if it has not tried yet
-/// (collective: every rank asks in the same call).
+/// (collective: every rank asks in the same call). `dir` is the transport's shared-memory
+/// directory; `None` (shared memory off, or every byte forced onto the network) means none.
 pub(crate) fn available<T: CollTransport + ?Sized>(
     cx: &Ctx<'_, T>,
     a: &Args<'_>,
@@ -413,13 +251,23 @@ pub(crate) fn available<T: CollTransport + ?Sized>(
     slot_bytes: usize,
 ) -> Result<bool, CollError> {
     if arena.get().is_none() {
-        let made = Arena::setup(cx, a, slot_bytes)?;
+        let made = match cx.t.host_memory_dir() {
+            Some(dir) => setup::setup(cx, a, &dir, round_slot(slot_bytes))?,
+            None => {
+                Err("the transport keeps every byte on its own routes (ACCORD_SHM=0 or ACCORD_FORCE_NETWORK=1)".into())
+            }
+        };
         if let Err(why) = &made {
             tracing::info!(reason = %why, "all_reduce runs without the host arena");
         }
         let _ = arena.set(made);
     }
     Ok(matches!(arena.get(), Some(Ok(_))))
+}
+
+/// A slot of whole 8-byte words, so every slot is aligned for every dtype.
+fn round_slot(slot_bytes: usize) -> usize {
+    slot_bytes.max(8).next_multiple_of(8)
 }
 
 /// Runs an arena all_reduce, mapping the arena first if this communicator has not tried yet.
@@ -434,12 +282,19 @@ pub(crate) fn run<T: CollTransport + ?Sized>(
         Some(Ok(arena)) => all_reduce(cx, a, arena),
         Some(Err(why)) => Err(CollError::InvalidArgument {
             collective: cx.collective.name(),
-            reason: format!("the arena algorithm needs every rank on one host, sharing /dev/shm: {why}"),
+            reason: format!(
+                "the arena algorithm needs every rank on one host, sharing its shared-memory directory: {why}"
+            ),
         }),
-        None => unreachable!("set above"),
+        None => Err(CollError::InvalidArgument {
+            collective: cx.collective.name(),
+            reason: "the host arena was set up by another thread at once".into(),
+        }),
     }
 }
 
+/// Where a rank's pid is in its `in` line (after the flag).
+const PID_WORD: usize = 1;
 /// Where a rank's call description starts in its `in` line (after the flag and the pid).
 const DESCRIPTION_WORD: usize = 2;
 
@@ -447,39 +302,6 @@ const DESCRIPTION_WORD: usize = 2;
 fn describe<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, a: &Args<'_>) -> [u64; 3] {
     let kind = u64::from(a.dtype.code()) | u64::from(a.op.code()) << 8 | u64::from(cx.collective.code()) << 16;
     [cx.seq, a.count as u64, kind]
-}
-
-/// Rank 0's side: a new file with the header and a fresh token.
-fn create(n: usize, slot_bytes: usize, len: usize) -> Result<(SharedMapping, u128), String> {
-    use std::io::Read;
-    let mut random = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut random))
-        .map_err(|e| format!("no random token: {e}"))?;
-    let token = u128::from_le_bytes(random);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    let path = PathBuf::from(format!("/dev/shm/accord-arena-{}-{nanos}", std::process::id()));
-    let map = SharedMapping::create(&path, len).map_err(|e| e.to_string())?;
-    let w = map.words();
-    w[1].store(n as u64, Ordering::Relaxed);
-    w[2].store(slot_bytes as u64, Ordering::Relaxed);
-    w[3].store(token as u64, Ordering::Relaxed);
-    w[4].store((token >> 64) as u64, Ordering::Relaxed);
-    w[0].store(MAGIC, Ordering::Release);
-    Ok((map, token))
-}
-
-/// Another rank's side: the file rank 0 named, checked against what it said.
-fn open(n: usize, slot_bytes: usize, len: Option<usize>, path: &str, token: u128) -> Result<SharedMapping, String> {
-    let len = len.ok_or("an arena of that size does not fit this machine's addresses")?;
-    let map = SharedMapping::open(std::path::Path::new(path), len).map_err(|e| e.to_string())?;
-    let w = map.words();
-    let header = [w[0].load(Ordering::Acquire), w[1].load(Ordering::Relaxed), w[2].load(Ordering::Relaxed)];
-    let theirs = u128::from(w[3].load(Ordering::Relaxed)) | (u128::from(w[4].load(Ordering::Relaxed)) << 64);
-    if header != [MAGIC, n as u64, slot_bytes as u64] || theirs != token {
-        return Err(format!("{path} is not the arena rank 0 created"));
-    }
-    Ok(map)
 }
 
 /// all_reduce through the arena (see the module's protocol). `a.send` and `a.recv` may be
@@ -566,109 +388,4 @@ fn all_reduce<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, a: &Args<'_>, arena: &
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_offer_round_trips_and_garbage_is_refused() {
-        let o =
-            Offer { host: "h".into(), pid: 7, slot_bytes: 1 << 20, path: "/dev/shm/x".into(), token: u128::MAX - 3 };
-        assert_eq!(Offer::decode(&o.encode()), Some(o));
-        assert_eq!(Offer::decode(b"h\n7\n1\n/p"), None);
-        assert_eq!(Offer::decode(b"h\nseven\n1\n/p\n00"), None);
-        assert_eq!(Offer::decode(b"h\n7\n1\n/p\n00\nextra"), None);
-        assert_eq!(Offer::decode(&[0xff, 0xfe]), None);
-    }
-
-    fn ctx<'a>(
-        t: &'a crate::LocalTransport,
-        progress: &'a crate::report::Progress,
-        timeout: Duration,
-    ) -> Ctx<'a, crate::LocalTransport> {
-        Ctx {
-            t,
-            collective: crate::Collective::AllReduce,
-            algo: crate::Algo::Arena,
-            seq: 1,
-            rank: t.rank(),
-            n: t.world_size(),
-            deadline: Instant::now() + timeout,
-            timeout,
-            abort_grace: Duration::from_millis(1),
-            progress,
-        }
-    }
-
-    fn args(buf: &crate::LocalBuf) -> Args<'_> {
-        Args {
-            send: buf.all(),
-            recv: buf.all(),
-            count: 2,
-            dtype: crate::DType::F32,
-            op: crate::ReduceOp::Sum,
-            root: 0,
-            scratch: None,
-            chunks: 1,
-            segment_elems: 1,
-            layout: None,
-        }
-    }
-
-    /// Three ranks map one arena; a wait on a phase nobody reached ends at the deadline
-    /// naming the first rank behind, and the arena's file is gone once everyone mapped it.
-    #[test]
-    fn ranks_map_one_arena_and_a_wait_names_the_rank_behind() {
-        let ts = crate::LocalFabric::create(3).unwrap();
-        let arenas: Vec<Arena> = std::thread::scope(|s| {
-            let hs: Vec<_> = ts
-                .iter()
-                .map(|t| {
-                    s.spawn(move || {
-                        let progress = crate::report::Progress::new(t.rank(), 3, "c".into(), None);
-                        let buf = t.register(vec![0u8; 8]).unwrap();
-                        Arena::setup(&ctx(t, &progress, Duration::from_secs(10)), &args(&buf), 4096).unwrap().unwrap()
-                    })
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
-        });
-        assert!(!arenas[0].map.path().exists(), "the arena file is unlinked once mapped");
-        assert_eq!(arenas[1].pids, vec![std::process::id(); 3]);
-        arenas[2].publish(Phase::In, 5);
-        let progress = crate::report::Progress::new(0, 3, "c".into(), None);
-        let cx = ctx(&ts[0], &progress, Duration::from_millis(30));
-        let buf = ts[0].register(vec![0u8; 8]).unwrap();
-        let e = arenas[0].wait_all(&cx, &args(&buf), Phase::In, 5).unwrap_err();
-        assert!(matches!(&e, CollError::Timeout { missing, .. } if missing == &[1]), "{e}");
-        assert_eq!(ts[2].stuck_reports(), vec![(0, 1)], "the others are told whom rank 0 waited for");
-    }
-
-    #[test]
-    fn another_host_another_slot_size_or_no_file_means_no_arena() {
-        let o = |host: &str, slot_bytes: usize, path: &str| Offer {
-            host: host.into(),
-            pid: 1,
-            slot_bytes,
-            path: path.into(),
-            token: 0,
-        };
-        assert_eq!(verdict(&[o("a", 64, "/dev/shm/x"), o("a", 64, "")], 64), Ok(()));
-        let why = verdict(&[o("a", 64, "/dev/shm/x"), o("a", 64, ""), o("b", 64, "")], 64).unwrap_err();
-        assert!(why.contains("rank 2 is on another host"), "{why}");
-        let why = verdict(&[o("a", 64, "/dev/shm/x"), o("a", 128, "")], 64).unwrap_err();
-        assert!(why.contains("rank 1 asks for arena slots of 128 bytes"), "{why}");
-        let why = verdict(&[o("a", 64, ""), o("a", 64, "")], 64).unwrap_err();
-        assert!(why.contains("could not create"), "{why}");
-        assert!(verdict(&[o("", 64, "/dev/shm/x"), o("", 64, "")], 64).is_err(), "an unknown host is no host");
-    }
-
-    #[test]
-    fn the_data_region_starts_on_a_page_after_the_flags() {
-        for n in [1, 2, 7, 64, 1024] {
-            let d = data_offset(n);
-            assert_eq!(d % 4096, 0);
-            assert!(d >= (HEADER_WORDS + n * RANK_WORDS) * 8);
-        }
-        assert_eq!(arena_bytes(usize::MAX, 2), None);
-    }
-}
+mod tests;

@@ -1,0 +1,110 @@
+use std::time::{Duration, Instant};
+
+use super::setup::{verdict, Offer, Word};
+use super::*;
+use crate::{CollTransport, LocalFabric, LocalTransport};
+
+fn ctx<'a>(t: &'a LocalTransport, progress: &'a crate::report::Progress, timeout: Duration) -> Ctx<'a, LocalTransport> {
+    Ctx {
+        t,
+        collective: crate::Collective::AllReduce,
+        algo: crate::Algo::Arena,
+        seq: 1,
+        rank: t.rank(),
+        n: t.world_size(),
+        deadline: Instant::now() + timeout,
+        timeout,
+        abort_grace: Duration::from_millis(1),
+        progress,
+    }
+}
+
+fn args(buf: &crate::LocalBuf) -> Args<'_> {
+    Args {
+        send: buf.all(),
+        recv: buf.all(),
+        count: 2,
+        dtype: crate::DType::F32,
+        op: crate::ReduceOp::Sum,
+        root: 0,
+        scratch: None,
+        chunks: 1,
+        segment_elems: 1,
+        layout: None,
+    }
+}
+
+#[test]
+fn offers_and_words_round_trip_and_garbage_is_refused() {
+    let o = Offer { host: "h".into(), pid_ns: 4026531836, slot_bytes: 1 << 20 };
+    assert_eq!(Offer::decode(&super::setup::tests_encode_offer(&o)), Some(o));
+    assert_eq!(Offer::decode(b"h\n7"), None);
+    assert_eq!(Offer::decode(b"h\nseven\n1"), None);
+    assert_eq!(Offer::decode(b"h\n7\n1\nextra"), None);
+    assert_eq!(Offer::decode(&[0xff, 0xfe]), None);
+    for w in [Word::Map { path: "/dev/shm/x".into(), token: u128::MAX - 3 }, Word::Without("why".into()), Word::Ok] {
+        assert_eq!(Word::decode(&super::setup::tests_encode_word(&w)), Some(w));
+    }
+    assert_eq!(Word::decode(b"map\n/p"), None);
+    assert_eq!(Word::decode(b"map\n/p\nnothex"), None);
+    assert_eq!(Word::decode(b"ok\nmore"), None);
+    assert_eq!(Word::decode(b"maybe"), None);
+}
+
+#[test]
+fn another_host_namespace_or_slot_size_means_no_arena() {
+    let o = |host: &str, pid_ns: u64, slot_bytes: usize| Offer { host: host.into(), pid_ns, slot_bytes };
+    assert_eq!(verdict(&[o("a", 1, 64), o("a", 1, 64)], 64), Ok(()));
+    let why = verdict(&[o("a", 1, 64), o("a", 1, 64), o("b", 1, 64)], 64).unwrap_err();
+    assert!(why.contains("rank 2 is on another host"), "{why}");
+    let why = verdict(&[o("a", 1, 64), o("a", 2, 64)], 64).unwrap_err();
+    assert!(why.contains("rank 1 is in another pid namespace"), "{why}");
+    let why = verdict(&[o("a", 1, 64), o("a", 1, 128)], 64).unwrap_err();
+    assert!(why.contains("rank 1 asks for arena slots of 128 bytes"), "{why}");
+    assert!(verdict(&[o("", 1, 64), o("", 1, 64)], 64).is_err(), "an unknown host is no host");
+}
+
+/// Three ranks map one arena through rank 0; its file is gone afterwards and every pid is in
+/// it; a wait on a phase nobody reached ends at the deadline naming the first rank behind and
+/// tells the others.
+#[test]
+fn ranks_map_one_arena_and_a_wait_names_the_rank_behind() {
+    let ts = LocalFabric::create(3).unwrap();
+    let arenas: Vec<Arena> = std::thread::scope(|s| {
+        let hs: Vec<_> = ts
+            .iter()
+            .map(|t| {
+                s.spawn(move || {
+                    let progress = crate::report::Progress::new(t.rank(), 3, "c".into(), None);
+                    let buf = t.register(vec![0u8; 8]).unwrap();
+                    let dir = t.host_memory_dir().unwrap();
+                    setup::setup(&ctx(t, &progress, Duration::from_secs(10)), &args(&buf), &dir, 4096).unwrap().unwrap()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(!arenas[0].map.path().exists(), "the arena file is unlinked once mapped");
+    let pids: Vec<u64> = (0..3).map(|r| arenas[1].word(r, PID_WORD).load(Ordering::Acquire)).collect();
+    assert_eq!(pids, vec![u64::from(std::process::id()); 3]);
+    arenas[2].publish(Phase::In, 5);
+    let progress = crate::report::Progress::new(0, 3, "c".into(), None);
+    let cx = ctx(&ts[0], &progress, Duration::from_millis(30));
+    let buf = ts[0].register(vec![0u8; 8]).unwrap();
+    let e = arenas[0].wait_all(&cx, &args(&buf), Phase::In, 5).unwrap_err();
+    assert!(matches!(&e, CollError::Timeout { missing, .. } if missing == &[1]), "{e}");
+    assert_eq!(ts[2].stuck_reports(), vec![(0, 1)], "the others are told whom rank 0 waited for");
+}
+
+#[test]
+fn slots_are_whole_words_and_the_data_region_starts_on_a_page() {
+    assert_eq!(round_slot(1), 8);
+    assert_eq!(round_slot(24), 24);
+    assert_eq!(round_slot(25), 32);
+    for n in [1, 2, 7, 64, 1024] {
+        let d = data_offset(n);
+        assert_eq!(d % 4096, 0);
+        assert!(d >= (HEADER_WORDS + n * RANK_WORDS) * 8);
+    }
+    assert_eq!(arena_bytes(usize::MAX, 2), None);
+}
