@@ -396,15 +396,15 @@ impl<T: CollTransport> Communicator<T> {
         result
     }
 
-    /// Whether `c` goes through the host arena if the ranks share one: an all_reduce with no
-    /// algorithm forced, on a transport that allows it, with the arena on. Every rank reaches
-    /// the same answer from the same call and configuration.
+    /// Whether `c` goes through the host arena if the ranks share one (the transport's
+    /// directory for it is checked at the arena's setup): an all_reduce with no algorithm
+    /// forced, with the arena on. Every rank reaches the same answer from the same call and
+    /// configuration.
     fn arena_by_default(&self, c: &Call<'_>) -> bool {
         c.collective == Collective::AllReduce
             && self.config.arena
             && c.algo.is_none()
             && !self.config.algo_overrides.contains_key(&Collective::AllReduce)
-            && self.t.host_memory_dir().is_some()
     }
 
     fn check_usable(&self) -> Result<(), CollError> {
@@ -524,14 +524,21 @@ impl<T: CollTransport> Communicator<T> {
         );
         let args_with = |scratch, chunks| c.args(bufs, scratch, chunks, segment_elems);
         if self.arena_by_default(&c) {
-            let available = {
-                let cx = self.ctx(c.collective, Algo::Arena, seq);
-                crate::arena::available(&cx, &args_with(None, 1), &self.arena, self.config.arena_slot_bytes)
-            };
-            match available {
-                Ok(true) => algo = Algo::Arena,
-                Ok(false) => {}
-                Err(e) => return self.outcome(Err(e)),
+            match self.arena.get() {
+                Some(Ok(_)) => algo = Algo::Arena,
+                Some(Err(_)) => {}
+                None => {
+                    // The first all_reduce: every rank asks in this same call.
+                    let available = {
+                        let cx = self.ctx(c.collective, Algo::Arena, seq);
+                        crate::arena::available(&cx, &args_with(None, 1), &self.arena, self.config.arena_slot_bytes)
+                    };
+                    match available {
+                        Ok(true) => algo = Algo::Arena,
+                        Ok(false) => {}
+                        Err(e) => return self.outcome(Err(e)),
+                    }
+                }
             }
         }
         let scratch_bytes = algo::scratch_bytes(c.collective, algo, c.count, es, n);

@@ -40,7 +40,9 @@ use crate::error::TransportError;
 pub const WORLD_SIZE_MAX: usize = 1 << Imm::SENDER_BITS;
 /// Largest step number a schedule may use for data.
 pub const STEP_DATA_MAX: u32 = (1 << Imm::STEP_BITS) - 3;
-/// Step value reserved for descriptor handshakes.
+/// Step value reserved for descriptor handshakes. (The host arena's setup tags its four
+/// control messages with the data steps `STEP_DATA_MAX - 3 ..= STEP_DATA_MAX`: control tags
+/// and immediates are counted apart, and the arena sends no immediate.)
 pub const STEP_HANDSHAKE: u32 = (1 << Imm::STEP_BITS) - 2;
 /// Step value reserved for point-to-point send/recv.
 pub const STEP_P2P: u32 = (1 << Imm::STEP_BITS) - 1;

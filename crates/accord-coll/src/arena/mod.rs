@@ -55,7 +55,10 @@ const LINE_WORDS: usize = 8;
 const RANK_WORDS: usize = 3 * LINE_WORDS;
 /// How often a wait that stopped spinning checks its peer's process, the stuck reports and
 /// the deadline.
-pub(super) const CHECK_INTERVAL: Duration = Duration::from_millis(1);
+const CHECK_INTERVAL: Duration = Duration::from_millis(1);
+/// How often a wait looks for a peer's handshake (a peer on another algorithm): a scan of
+/// every peer's inbox, so rarer than the other checks.
+pub(super) const DETECT_INTERVAL: Duration = Duration::from_millis(10);
 /// Idle rounds of a wait before it sleeps (spins 64, then yields).
 const ROUNDS_BEFORE_SLEEP: u32 = 4096;
 const SLEEP: Duration = Duration::from_micros(20);
@@ -117,18 +120,14 @@ pub(super) fn arena_bytes(n: usize, slot_bytes: usize) -> Option<usize> {
 pub(crate) type Unavailable = String;
 
 impl Arena {
-    /// The arena of `map` for `rank` of `n`; writes this rank's pid for the others' liveness
-    /// checks (before this rank says it mapped the file, so every pid is there by the end of
-    /// the setup).
+    /// The arena of `map` for `rank` of `n` (the setup wrote every rank's pid into it).
     fn new(map: SharedMapping, n: usize, rank: usize, slot_bytes: usize) -> Arena {
-        let arena = Arena { n, rank, slot_bytes, data_offset: data_offset(n), chunks_done: AtomicU64::new(0), map };
-        arena.word(rank, PID_WORD).store(u64::from(std::process::id()), Ordering::Release);
-        arena
+        Arena { n, rank, slot_bytes, data_offset: data_offset(n), chunks_done: AtomicU64::new(0), map }
     }
 
     /// Rank `r`'s word `i` of its lines.
     fn word(&self, r: usize, i: usize) -> &AtomicU64 {
-        &self.map.words()[HEADER_WORDS + r * RANK_WORDS + i]
+        &self.map.words()[word_index(r, i)]
     }
 
     fn publish(&self, phase: Phase, chunk: u64) {
@@ -188,15 +187,21 @@ impl Arena {
             }
             let start = Instant::now();
             let mut backoff = IdleBackoff::new(ROUNDS_BEFORE_SLEEP, SLEEP);
-            let mut last_check = start;
+            let (mut last_check, mut last_scan) = (start, start);
             let mut on_board = None;
             while flag.load(Ordering::Acquire) < chunk {
                 if !backoff.will_spin() {
                     let now = Instant::now();
                     on_board.get_or_insert_with(|| cx.progress.waiting(r, phase.waiting_for(), None, 1));
+                    if now.duration_since(last_scan) >= DETECT_INTERVAL {
+                        last_scan = now;
+                        if let Some(e) = setup::on_another_algorithm(cx, a) {
+                            return Err(e);
+                        }
+                    }
                     if now.duration_since(last_check) >= CHECK_INTERVAL {
                         last_check = now;
-                        self.check_waiting_on(cx, a, r, start)?;
+                        self.check_waiting_on(cx, r, start)?;
                     }
                 }
                 backoff.after_round(false);
@@ -210,13 +215,9 @@ impl Arena {
     fn check_waiting_on<T: CollTransport + ?Sized>(
         &self,
         cx: &Ctx<'_, T>,
-        a: &Args<'_>,
         r: usize,
         start: Instant,
     ) -> Result<(), CollError> {
-        if let Some(e) = setup::on_another_algorithm(cx, a) {
-            return Err(e);
-        }
         // Every rank wrote its pid before the setup ended; the setup checked that all share
         // one pid namespace, so the number names the same process here.
         let pid = self.word(r, PID_WORD).load(Ordering::Acquire) as u32;
@@ -295,6 +296,16 @@ pub(crate) fn run<T: CollTransport + ?Sized>(
 
 /// Where a rank's pid is in its `in` line (after the flag).
 const PID_WORD: usize = 1;
+
+/// Rank `r`'s word `i` of its lines, as an index into the mapping's words.
+fn word_index(r: usize, i: usize) -> usize {
+    HEADER_WORDS + r * RANK_WORDS + i
+}
+
+/// Rank `r`'s pid word (the setup writes it before the rank answers rank 0).
+pub(super) fn pid_word(r: usize) -> usize {
+    word_index(r, PID_WORD)
+}
 /// Where a rank's call description starts in its `in` line (after the flag and the pid).
 const DESCRIPTION_WORD: usize = 2;
 

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use accord_engine::SharedMapping;
 
-use super::{arena_bytes, Arena, Unavailable, CHECK_INTERVAL, HEADER_WORDS, MAGIC};
+use super::{arena_bytes, pid_word, Arena, Unavailable, DETECT_INTERVAL, HEADER_WORDS, MAGIC};
 use crate::algo::{Algo, Args, Collective, Ctx, Handshake};
 use crate::error::{CollError, TransportError};
 use crate::transport::{CollTransport, Imm, STEP_DATA_MAX, STEP_HANDSHAKE};
@@ -129,15 +129,16 @@ pub(super) fn setup<T: CollTransport + ?Sized>(
         return lead(cx, a, dir, mine);
     }
     send(cx, 0, Step::Offer, &mine.encode())?;
-    let (path, token) = match word(cx, receive(cx, a, 0, Step::Decision, true)?)? {
-        Word::Map { path, token } => (path, token),
-        Word::Without(why) => return Ok(Err(why)),
+    // Safe to look for another algorithm here: no rank falls back before the final word,
+    // which rank 0 sends only after this rank's answer below.
+    let mapped = match word(cx, receive(cx, a, 0, Step::Decision, true)?)? {
+        Word::Map { path, token } => open(cx.n, cx.rank, slot_bytes, Path::new(&path), token),
+        Word::Without(why) => Err(why),
         Word::Ok => return Err(malformed(cx, "an arena decision that is neither a file nor a reason")),
     };
-    let mapped = open(cx.n, slot_bytes, Path::new(&path), token);
     send(cx, 0, Step::Mapped, &[u8::from(mapped.is_ok())])?;
-    // No check for another algorithm from here: a peer that got the final word may already
-    // run the size rule's schedule and send its handshake before this rank has the word.
+    // No looking from here: a peer that got the final word may already run the size rule's
+    // schedule and send its handshake before this rank has the word.
     match (word(cx, receive(cx, a, 0, Step::Final, false)?)?, mapped) {
         (Word::Ok, Ok(map)) => Ok(Ok(Arena::new(map, cx.n, cx.rank, slot_bytes))),
         (Word::Without(why), _) => Ok(Err(why)),
@@ -162,25 +163,31 @@ fn lead<T: CollTransport + ?Sized>(
     }
     let made = verdict(&offers, slot_bytes)
         .and_then(|()| create(dir, n, slot_bytes).map_err(|e| format!("rank 0 could not create the arena file: {e}")));
-    let (map, token) = match made {
-        Ok(made) => made,
-        Err(why) => {
-            broadcast(cx, Step::Decision, &Word::Without(why.clone()).encode())?;
-            return Ok(Err(why));
-        }
+    let decision = match &made {
+        Ok((map, token)) => Word::Map { path: map.path().display().to_string(), token: *token },
+        Err(why) => Word::Without(why.clone()),
     };
-    broadcast(cx, Step::Decision, &Word::Map { path: map.path().display().to_string(), token }.encode())?;
+    broadcast(cx, Step::Decision, &decision.encode())?;
+    // Even a refusal takes both rounds: a rank falls back only on the final word, so no rank
+    // runs the size rule's schedule while another still looks for one (a false mismatch).
     let mut unmapped = None;
     for peer in 1..n {
         if receive(cx, a, peer, Step::Mapped, true)? != [1] {
             unmapped.get_or_insert(peer);
         }
     }
-    if let Some(r) = unmapped {
-        let why = format!("rank {r} could not map the arena file");
-        broadcast(cx, Step::Final, &Word::Without(why.clone()).encode())?;
-        return Ok(Err(why)); // the mapping's drop unlinks the file
-    }
+    let map = match (made, unmapped) {
+        (Err(why), _) => Err(why),
+        (Ok(_), Some(r)) => Err(format!("rank {r} could not map the arena file")), // the drop unlinks it
+        (Ok((map, _)), None) => Ok(map),
+    };
+    let map = match map {
+        Ok(map) => map,
+        Err(why) => {
+            broadcast(cx, Step::Final, &Word::Without(why.clone()).encode())?;
+            return Ok(Err(why));
+        }
+    };
     broadcast(cx, Step::Final, &Word::Ok.encode())?;
     // Every rank has it mapped: the name can go, so nothing is left behind.
     if let Err(e) = map.unlink() {
@@ -216,7 +223,7 @@ fn receive<T: CollTransport + ?Sized>(
 ) -> Result<Vec<u8>, CollError> {
     let _waiting = cx.progress.waiting(peer, "the arena's setup", None, 1);
     loop {
-        let slice = cx.deadline.min(Instant::now() + CHECK_INTERVAL);
+        let slice = cx.deadline.min(Instant::now() + DETECT_INTERVAL);
         match cx.t.recv_ctrl(peer, tag(cx, step), slice) {
             Ok(bytes) => return Ok(bytes),
             Err(TransportError::Timeout { .. }) if Instant::now() < cx.deadline => {
@@ -290,12 +297,14 @@ fn create(dir: &Path, n: usize, slot_bytes: usize) -> Result<(SharedMapping, u12
     w[3].store(token as u64, Ordering::Relaxed);
     w[4].store((token >> 64) as u64, Ordering::Relaxed);
     w[0].store(MAGIC, Ordering::Release);
+    w[pid_word(0)].store(u64::from(std::process::id()), Ordering::Release);
     const { assert!(HEADER_WORDS >= 5, "the header holds magic, n, slot and the token") };
     Ok((map, token))
 }
 
-/// Another rank's side: the file rank 0 named, checked against what it said.
-fn open(n: usize, slot_bytes: usize, path: &Path, token: u128) -> Result<SharedMapping, String> {
+/// Another rank's side: the file rank 0 named, checked against what it said; writes this
+/// rank's pid for the others' liveness checks before it answers that it mapped the file.
+fn open(n: usize, rank: usize, slot_bytes: usize, path: &Path, token: u128) -> Result<SharedMapping, String> {
     let len = arena_bytes(n, slot_bytes).ok_or("an arena of that size does not fit this machine's addresses")?;
     let map = SharedMapping::open(path, len).map_err(|e| e.to_string())?;
     let w = map.words();
@@ -304,6 +313,7 @@ fn open(n: usize, slot_bytes: usize, path: &Path, token: u128) -> Result<SharedM
     if header != [MAGIC, n as u64, slot_bytes as u64] || theirs != token {
         return Err(format!("{} is not the arena rank 0 created", path.display()));
     }
+    w[pid_word(rank)].store(u64::from(std::process::id()), Ordering::Release);
     Ok(map)
 }
 

@@ -356,3 +356,36 @@ fn one_rank_on_the_arena_among_ring_ranks_fails_everyone_early() {
         assert!(start.elapsed() < Duration::from_secs(10), "n={n} odd={odd}: took {:?}", start.elapsed());
     }
 }
+
+/// When rank 0 refuses the arena (here: its slot size differs), every rank falls back to the
+/// size rule and the call succeeds: no rank takes a peer's fallen-back handshake for another
+/// algorithm. The race this guards against is timing-bound: a review reproduced it in about
+/// half of 30 such runs while the setup still looked every 1 ms and a refusal took one round
+/// (recursive doubling's handshakes reached ranks still waiting for rank 0's decision); with
+/// the 10 ms look it did not show here either way, so this is a check of the path, not proof.
+#[test]
+fn a_refused_arena_falls_back_everywhere_without_a_false_mismatch() {
+    let n = 32;
+    for _ in 0..10 {
+        let ts = LocalFabric::create(n).unwrap();
+        let cs: Vec<_> = ts
+            .into_iter()
+            .map(|t| {
+                let mut cfg = CollConfig { timeout: Duration::from_secs(20), ..fast_config() };
+                if t.rank() == 0 {
+                    cfg.arena_slot_bytes *= 2;
+                }
+                Communicator::new(t, cfg).unwrap()
+            })
+            .collect();
+        let results = on_all(cs, |mut c| {
+            let b = c.register_typed(&[1.0f32; 64]).unwrap();
+            c.all_reduce(Bufs::in_place(b.all()), 64, DType::F32, ReduceOp::Sum, None)?;
+            c.all_reduce(Bufs::in_place(b.all()), 64, DType::F32, ReduceOp::Sum, None)?;
+            c.read_typed::<f32>(b.all())
+        });
+        for (rank, r) in results.iter().enumerate() {
+            assert_eq!(r.as_ref().map(|v| v[63]).ok(), Some((n * n) as f32), "rank {rank}: {r:?}");
+        }
+    }
+}
