@@ -1,12 +1,15 @@
 //! Mapping the host arena: who may share it, the file, and the messages that agree on it.
 //!
-//! The ranks meet through rank 0, four control messages per rank at most (not an exchange of
-//! everyone with everyone, so a job of many ranks on many hosts pays 2(n-1) messages once and
-//! no file): each rank offers its host (boot id), pid namespace and slot size; rank 0 decides
-//! for all and, only if every rank shares its host, creates the file and sends its path and a
-//! random token; each rank maps it and says whether it could; rank 0 sends the final answer
-//! and unlinks the file. Every rank reaches the same answer, and one that cannot map the file
-//! (another mount namespace, a full tmpfs) makes every rank go without.
+//! The ranks meet through rank 0, four control messages per rank (not an exchange of everyone
+//! with everyone: a job of many ranks on many hosts pays 4(n-1) messages once, and no file):
+//! each rank offers its host (boot id), pid namespace and slot size; rank 0 decides for all
+//! and, only if every rank shares its host, creates the file and sends its path and a random
+//! token (or why not); each rank maps it and says whether it could; rank 0 sends the final
+//! word and unlinks the file. A refusal takes both rounds too: a rank falls back to the size
+//! rule only on the final word, so while any rank still waits for the decision none runs
+//! another schedule, and a handshake seen then is a real mismatch. Every rank reaches the same
+//! answer, and one that cannot map the file (another mount namespace, a full tmpfs) makes
+//! every rank go without.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
