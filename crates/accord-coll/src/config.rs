@@ -9,8 +9,8 @@
 //! | `ACCORD_COLL_PIPELINE_CHUNK_BYTES` | [`CollConfig::pipeline_chunk_bytes`] | 256 KiB |
 //! | `ACCORD_COLL_SEGMENT_BYTES` | [`CollConfig::segment_bytes`] | 128 KiB |
 //! | `ACCORD_COLL_BLOCK_SEGMENTS_MAX` | [`CollConfig::block_segments_max`] | 0 (off) |
-//! | `ACCORD_COLL_ARENA` | [`CollConfig::arena`] | 1 (on) |
-//! | `ACCORD_COLL_ARENA_SLOT_BYTES` | [`CollConfig::arena_slot_bytes`] | 256 KiB |
+//! | `ACCORD_COLL_ARENA` | [`CollConfig::arena`] | 0 (off) |
+//! | `ACCORD_COLL_ARENA_SLOT_BYTES` | [`CollConfig::arena_slot_bytes`] | 1 MiB |
 //! | `ACCORD_ALGO_<COLLECTIVE>` | [`CollConfig::algo_overrides`] | none (size-based) |
 //! | `ACCORD_BOOTSTRAP_TIMEOUT_MS` | [`crate::store::BootstrapConfig::timeout`] | 300000 |
 //!
@@ -92,17 +92,21 @@ pub struct CollConfig {
     /// use the same value (the handshake checks the segment it gives).
     pub block_segments_max: usize,
     /// all_reduce goes through the host arena (`crate::arena`) whenever every rank is on one
-    /// host and no algorithm is forced: on the 2-core machine it ran 2.4-3.8x the engine's
-    /// schedules at 4 ranks from 256 KiB, 1.0-3.4x at 2 ranks, and calls of 4 KiB and less
-    /// 4.6-77x faster (`docs/results/2026-11-27-host-arena.md`). Every rank must use the same
-    /// value (ranks that differ fail their first all_reduce with a mismatch).
+    /// host and no algorithm is forced. Off by default. On idle cores of the 2-core machine the
+    /// arena ran 1.7-5.5x the engine's schedules from 256 KiB and 3.6-43x for small calls.
+    /// But with two busy loops beside 4 ranks it ran 64 MiB 1.8x (1 MiB slots) to 6.5x
+    /// (256 KiB) slower: every chunk waits for all ranks three times, and on busy cores each
+    /// such wait costs a scheduling turn (`docs/results/2026-11-27-host-arena.md`). DDP's
+    /// backward pass keeps the cores busy, so the 32-core host's DDP run decides the default.
+    /// Every rank must use the same value (ranks that differ fail their first all_reduce with
+    /// a mismatch).
     pub arena: bool,
     /// The arena all_reduce's chunk: each rank's slot in the host arena, which holds two
     /// buffers of one slot per rank (`crate::arena`), so a communicator of n ranks keeps
-    /// 2 n slots of the shared-memory directory (4 MiB at 8 ranks). 256 KiB: in the protocol's
-    /// own probe on 2 ranks it was as fast as 1 MiB and faster than 4 MiB, and it leaves room
-    /// in a container's small /dev/shm. Rounded up to whole 8-byte words. Every rank must use
-    /// the same value (rank 0 refuses the arena otherwise, and all fall back).
+    /// 2 n slots of the shared-memory directory (16 MiB at 8 ranks). 1 MiB: as fast as 256 KiB
+    /// on idle cores and 3.8x faster at 64 MiB on busy ones (fewer chunks, fewer waits for all
+    /// ranks). Rounded up to whole 8-byte words. Every rank must use the same value (rank 0
+    /// refuses the arena otherwise, and all fall back).
     pub arena_slot_bytes: usize,
     /// Algorithm forced per collective (`ACCORD_ALGO_<COLLECTIVE>`).
     pub algo_overrides: HashMap<Collective, Algo>,
@@ -119,8 +123,8 @@ impl Default for CollConfig {
             pipeline_chunk_bytes: 256 * 1024,
             segment_bytes: 128 * 1024,
             block_segments_max: 0,
-            arena: true,
-            arena_slot_bytes: 256 << 10,
+            arena: false,
+            arena_slot_bytes: 1 << 20,
             algo_overrides: HashMap::new(),
             thresholds: Thresholds::default(),
         }

@@ -10,6 +10,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod futex;
 mod process;
 
 pub use process::{pidfd_open, process_alive, take_fd_of};

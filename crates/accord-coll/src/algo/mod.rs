@@ -46,8 +46,8 @@
 //! immediate: a segment is reduced or forwarded as soon as it lands, while the next is on
 //! the wire.
 //!
-//! Arena all_reduce (`crate::arena`: the default wherever every rank shares one host and no
-//! algorithm is forced, `ACCORD_COLL_ARENA`) is not a schedule over the transport: the ranks
+//! Arena all_reduce (`crate::arena`: forced, or with `ACCORD_COLL_ARENA=1` wherever every rank
+//! shares one host and no algorithm is forced) is not a schedule over the transport: the ranks
 //! share a memory file, each copies its input in, reduces its own block of every copy and
 //! copies the reduced blocks out, ordered by flags in that file. The communicator maps it at
 //! its first all_reduce, or learns that it cannot and uses the size rule from then on.

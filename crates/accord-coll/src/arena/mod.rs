@@ -6,8 +6,10 @@
 //! 2(p-1) dependent steps of them for ring. In the arena each rank copies its input in once,
 //! reduces its own block of every rank's copy in place, and copies every reduced block out:
 //! three flag barriers per chunk, no worker thread, no per-segment bookkeeping, no message per
-//! call. On the 2-core machine it ran 2.4-3.8x the engine's all_reduce at 4 ranks from 256 KiB
-//! and small calls 4.6-77x faster (`scripts/device/host_arena_vs_ring.sh`,
+//! call. On idle cores of the 2-core machine it ran 1.7-5.5x the engine's all_reduce from
+//! 256 KiB and small calls 3.6-43x faster; on cores kept busy by other work it was slower for
+//! multi-chunk messages (each of the three waits for all ranks costs a scheduling turn), so it
+//! is off by default (`scripts/device/host_arena_vs_ring.sh`,
 //! `docs/results/2026-11-27-host-arena.md`).
 //!
 //! Layout (64-bit words, then data): a header (magic, world size, slot bytes, a 128-bit token
@@ -32,11 +34,10 @@
 //! Waits are bounded by the call's deadline and check each peer's process and the other
 //! ranks' stuck reports; a failure names the rank through the collectives' usual blame.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use accord_engine::backoff::IdleBackoff;
 use accord_engine::SharedMapping;
 
 use crate::algo::{part, Args, Ctx};
@@ -59,9 +60,10 @@ const CHECK_INTERVAL: Duration = Duration::from_millis(1);
 /// How often a wait looks for a peer's handshake (a peer on another algorithm): a scan of
 /// every peer's inbox, so rarer than the other checks.
 pub(super) const DETECT_INTERVAL: Duration = Duration::from_millis(10);
-/// Idle rounds of a wait before it sleeps (spins 64, then yields).
-const ROUNDS_BEFORE_SLEEP: u32 = 4096;
-const SLEEP: Duration = Duration::from_micros(20);
+/// Rounds a wait only spins (tens of microseconds: a peer on a core of its own answers within
+/// them), then rounds it yields, before it sleeps in the kernel on the peer's bell.
+const SPIN_ROUNDS: u32 = 2048;
+const YIELD_ROUNDS: u32 = 64;
 
 /// The three phases of a chunk, each a flag per rank.
 #[derive(Copy, Clone, Debug)]
@@ -130,8 +132,35 @@ impl Arena {
         &self.map.words()[word_index(r, i)]
     }
 
+    /// Publishes this rank's progress in `phase`, then rings its bell: a peer asleep on it
+    /// (see [`Self::sleep_on`]) is woken, with a system call only when one sleeps.
     fn publish(&self, phase: Phase, chunk: u64) {
         self.word(self.rank, phase.word()).store(chunk, Ordering::Release);
+        let (bell, sleepers) = self.bell(self.rank);
+        bell.fetch_add(1, Ordering::SeqCst);
+        if sleepers.load(Ordering::SeqCst) > 0 {
+            accord_sys::futex::wake_all(bell);
+        }
+    }
+
+    /// Rank `r`'s bell (rung at every publish) and the count of waiters asleep on it, 32-bit
+    /// words of its `out` line for the futex.
+    fn bell(&self, r: usize) -> (&AtomicU32, &AtomicU32) {
+        let words = self.map.words32();
+        (&words[2 * word_index(r, BELL_WORD)], &words[2 * word_index(r, SLEEPERS_WORD)])
+    }
+
+    /// Sleeps until rank `r` publishes again (or `CHECK_INTERVAL` passes), unless `flag`
+    /// already reached `chunk`. Counted as a sleeper first and the bell read after, so a
+    /// publish either sees the sleeper and wakes it or changed the bell before the wait.
+    fn sleep_on(&self, r: usize, flag: &AtomicU64, chunk: u64) {
+        let (bell, sleepers) = self.bell(r);
+        sleepers.fetch_add(1, Ordering::SeqCst);
+        let rung = bell.load(Ordering::SeqCst);
+        if flag.load(Ordering::Acquire) < chunk {
+            accord_sys::futex::wait(bell, rung, CHECK_INTERVAL);
+        }
+        sleepers.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Writes this call's description into this rank's `in` line (published with the first
@@ -186,25 +215,32 @@ impl Arena {
                 continue;
             }
             let start = Instant::now();
-            let mut backoff = IdleBackoff::new(ROUNDS_BEFORE_SLEEP, SLEEP);
             let (mut last_check, mut last_scan) = (start, start);
             let mut on_board = None;
+            let mut rounds = 0u32;
             while flag.load(Ordering::Acquire) < chunk {
-                if !backoff.will_spin() {
-                    let now = Instant::now();
-                    on_board.get_or_insert_with(|| cx.progress.waiting(r, phase.waiting_for(), None, 1));
-                    if now.duration_since(last_scan) >= DETECT_INTERVAL {
-                        last_scan = now;
-                        if let Some(e) = setup::on_another_algorithm(cx, a) {
-                            return Err(e);
-                        }
-                    }
-                    if now.duration_since(last_check) >= CHECK_INTERVAL {
-                        last_check = now;
-                        self.check_waiting_on(cx, r, start)?;
+                rounds = rounds.saturating_add(1);
+                if rounds <= SPIN_ROUNDS {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                let now = Instant::now();
+                on_board.get_or_insert_with(|| cx.progress.waiting(r, phase.waiting_for(), None, 1));
+                if now.duration_since(last_scan) >= DETECT_INTERVAL {
+                    last_scan = now;
+                    if let Some(e) = setup::on_another_algorithm(cx, a) {
+                        return Err(e);
                     }
                 }
-                backoff.after_round(false);
+                if now.duration_since(last_check) >= CHECK_INTERVAL {
+                    last_check = now;
+                    self.check_waiting_on(cx, r, start)?;
+                }
+                if rounds <= SPIN_ROUNDS + YIELD_ROUNDS {
+                    std::thread::yield_now();
+                } else {
+                    self.sleep_on(r, flag, chunk);
+                }
             }
         }
         Ok(())
@@ -296,6 +332,10 @@ pub(crate) fn run<T: CollTransport + ?Sized>(
 
 /// Where a rank's pid is in its `in` line (after the flag).
 const PID_WORD: usize = 1;
+/// Where a rank's bell and its sleepers' count are (64-bit words of its `out` line, each used
+/// as one 32-bit futex word through its low half).
+const BELL_WORD: usize = 2 * LINE_WORDS + 4;
+const SLEEPERS_WORD: usize = 2 * LINE_WORDS + 5;
 
 /// Rank `r`'s word `i` of its lines, as an index into the mapping's words.
 fn word_index(r: usize, i: usize) -> usize {

@@ -371,7 +371,7 @@ fn a_refused_arena_falls_back_everywhere_without_a_false_mismatch() {
         let cs: Vec<_> = ts
             .into_iter()
             .map(|t| {
-                let mut cfg = CollConfig { timeout: Duration::from_secs(20), ..fast_config() };
+                let mut cfg = CollConfig { timeout: Duration::from_secs(20), arena: true, ..fast_config() };
                 if t.rank() == 0 {
                     cfg.arena_slot_bytes *= 2;
                 }

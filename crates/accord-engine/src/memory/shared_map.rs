@@ -20,7 +20,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// Why a shared mapping could not be made or unlinked (the path is in [`SharedMapError`]).
 #[derive(Debug, thiserror::Error)]
@@ -223,6 +223,15 @@ impl SharedMapping {
         // mutability makes a shared view of memory other processes change sound, as long as
         // they too change it only atomically (this method's contract above).
         unsafe { std::slice::from_raw_parts(self.base.as_ptr().cast::<AtomicU64>(), self.len / 8) }
+    }
+
+    /// The mapping as 32-bit atomic words (`len / 4` of them), for futexes
+    /// (`accord_sys::futex`). Same contract as [`Self::words`]; a word used through this view
+    /// must not also be used through that one.
+    pub fn words32(&self) -> &[AtomicU32] {
+        // Safety: as for `words`: page-aligned, `len / 4` words, alive as long as `&self`, and
+        // only ever changed atomically by this method's contract.
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr().cast::<AtomicU32>(), self.len / 4) }
     }
 
     /// Bytes `offset..offset + len` of the mapping, or `None` past its end.
