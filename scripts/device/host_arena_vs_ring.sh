@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Issue 20 (CPU DDP needs a faster same-host all_reduce): the shared-arena protocol of
-# host_arena_probe.c (a standalone C program: the protocol's own speed), Accord's all_reduce
-# with its defaults (`accord bench all-reduce`: the host arena, crates/accord-coll/src/arena.rs),
-# the same with the arena off (`ACCORD_COLL_ARENA=0`: the engine's schedules chosen by size)
-# and gloo, at the same rank counts and sizes, alternated run by run.
+# host_arena_probe.c (a standalone C program: the protocol's first form, its own speed),
+# Accord's all_reduce through the arena (`ACCORD_COLL_ARENA=1 accord bench all-reduce`,
+# crates/accord-coll/src/arena/), the same with the arena off (`ACCORD_COLL_ARENA=0`: the
+# engine's schedules chosen by size) and gloo, at the same rank counts and sizes, alternated run
+# by run.
 # Usage: [RANKS="4 8"] [SIZES="4194304 16777216 67108864"] [CHUNKS="1048576"] [ROUNDS=2]
 #        scripts/device/host_arena_vs_ring.sh ACCORD_BIN
 # Prints one row per (round, ranks, size): the probe's µs per call for each chunk size, accord µs
-# (out of place) by default and with ACCORD_COLL_ARENA=0, gloo µs where $PY imports torch
+# (out of place) with ACCORD_COLL_ARENA=1 and =0, gloo µs where $PY imports torch
 # (gloo_bench.py under torchrun), and the ratios off/default and gloo/default (above 1: the
-# default is faster). BUDGET_S (default 300 s) caps the whole command; each
+# arena is faster). BUDGET_S (default 300 s) caps the whole command; each
 # run is cut to 60 s and skipped when under 20 s are left. Accord's runs check every value
 # (`-c 1`); a row with a wrong value prints "failed".
 set -uo pipefail
@@ -34,7 +35,7 @@ for round in $(seq "${ROUNDS:-2}"); do
         row="$row$(printf "%12s " "${us:-failed}")"
       done
       t=$(capped 60 20) || { echo "skipped: $(left) s left"; exit 0; }
-      acc=$(timeout -k 5 "$t" "$BIN" bench all-reduce --ranks "$n" -b "$s" -e "$s" -w 2 -n 10 -c 1 | awk '/^ +[0-9]/ && $9 == 0 {print $6}')
+      acc=$(ACCORD_COLL_ARENA=1 timeout -k 5 "$t" "$BIN" bench all-reduce --ranks "$n" -b "$s" -e "$s" -w 2 -n 10 -c 1 | awk '/^ +[0-9]/ && $9 == 0 {print $6}')
       t=$(capped 60 20) || { echo "skipped: $(left) s left"; exit 0; }
       off=$(ACCORD_COLL_ARENA=0 timeout -k 5 "$t" "$BIN" bench all-reduce --ranks "$n" -b "$s" -e "$s" -w 2 -n 10 -c 1 | awk '/^ +[0-9]/ && $9 == 0 {print $6}')
       gloo=""

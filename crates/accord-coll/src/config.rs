@@ -93,19 +93,18 @@ pub struct CollConfig {
     pub block_segments_max: usize,
     /// all_reduce goes through the host arena (`crate::arena`) whenever every rank is on one
     /// host and no algorithm is forced. Off by default. On idle cores of the 2-core machine the
-    /// arena ran 1.7-5.5x the engine's schedules from 256 KiB and 3.6-43x for small calls.
-    /// But with two busy loops beside 4 ranks it ran 64 MiB 1.8x (1 MiB slots) to 6.5x
-    /// (256 KiB) slower: every chunk waits for all ranks three times, and on busy cores each
-    /// such wait costs a scheduling turn (`docs/results/2026-11-27-host-arena.md`). DDP's
-    /// backward pass keeps the cores busy, so the 32-core host's DDP run decides the default.
+    /// arena ran 1.0-2.6x the engine's schedules at 16-64 MiB and 6.7-66x for small calls; with
+    /// two busy loops beside 4 ranks it was 9-22% slower at 64 MiB (every wait for all ranks
+    /// costs a scheduling turn there; `docs/results/2026-11-27-host-arena.md`). DDP's backward
+    /// pass keeps the cores busy, so the 32-core host's DDP run decides the default.
     /// Every rank must use the same value (ranks that differ fail their first all_reduce with
     /// a mismatch).
     pub arena: bool,
     /// The arena all_reduce's chunk: each rank's slot in the host arena, which holds two
     /// buffers of one slot per rank (`crate::arena`), so a communicator of n ranks keeps
-    /// 2 n slots of the shared-memory directory (16 MiB at 8 ranks). 1 MiB: as fast as 256 KiB
-    /// on idle cores and 3.8x faster at 64 MiB on busy ones (fewer chunks, fewer waits for all
-    /// ranks). Rounded up to whole 8-byte words. Every rank must use the same value (rank 0
+    /// 3 n slots of the shared-memory directory (24 MiB at 8 ranks). 1 MiB: as fast as 256 KiB
+    /// on idle cores and 3.6-3.9x faster at 64 MiB on busy ones (fewer chunks, fewer waits for
+    /// all ranks). Rounded up to whole 8-byte words. Every rank must use the same value (rank 0
     /// refuses the arena otherwise, and all fall back).
     pub arena_slot_bytes: usize,
     /// Algorithm forced per collective (`ACCORD_ALGO_<COLLECTIVE>`).

@@ -3,9 +3,9 @@
 //! Why: a wait that spins or yields keeps its thread runnable, and on a host whose cores are
 //! all busy (DDP's backward pass beside its all_reduce) every such waiter takes time slices
 //! that the computation, or the thread everybody waits for, could use. The host arena's waits
-//! sleep here after a short spin. (That alone did not cure the arena's slowness on busy cores,
-//! `docs/results/2026-11-27-host-arena.md`: there each wait for all ranks costs a scheduling
-//! turn whether the waiters spin or sleep.) The word may be in a file mapping several
+//! sleep here after spinning and yielding. (That alone did not cure the arena's slowness on
+//! busy cores, `docs/results/2026-11-27-host-arena.md`: there each wait for all ranks costs a
+//! scheduling turn whether the waiters spin or sleep; fewer such waits did.) The word may be in a file mapping several
 //! processes share: these are the shared (not process-private) futex operations.
 
 use std::sync::atomic::AtomicU32;

@@ -6,26 +6,28 @@
 //! 2(p-1) dependent steps of them for ring. In the arena each rank copies its input in once,
 //! reduces its own block of every rank's copy in place, and copies every reduced block out:
 //! three flag barriers per chunk, no worker thread, no per-segment bookkeeping, no message per
-//! call. On idle cores of the 2-core machine it ran 1.7-5.5x the engine's all_reduce from
-//! 256 KiB and small calls 3.6-43x faster; on cores kept busy by other work it was slower for
-//! multi-chunk messages (each of the three waits for all ranks costs a scheduling turn), so it
-//! is off by default (`scripts/device/host_arena_vs_ring.sh`,
+//! call. On idle cores of the 2-core machine it ran 1.0-2.6x the engine's all_reduce at 16-64
+//! MiB and small calls 6.7-66x faster; on cores kept busy by other work it was 9-22% slower
+//! at 64 MiB (each wait for all ranks costs a scheduling turn there), so it is off by default
+//! until the 32-core host's DDP run (`scripts/device/host_arena_vs_ring.sh`,
 //! `docs/results/2026-11-27-host-arena.md`).
 //!
 //! Layout (64-bit words, then data): a header (magic, world size, slot bytes, a 128-bit token
-//! rank 0 drew); per rank three cache lines, each holding one flag (`in`, `red`, `out`: the
-//! last chunk number it reached in that phase) and, in the first, its pid and the call it is
-//! in (sequence number, count, dtype, op); then two buffers of one slot of `slot_bytes` per
-//! rank. No message crosses the engine per call: each rank checks the others' description of
-//! the call after the first chunk's `in` barrier, before it reduces anything, so mismatched
-//! calls fail naming the peer (ranks whose configurations pick different algorithms wait on
-//! each other until the deadline, naming each other). Chunk `e` (numbered from 1 over the communicator's
-//! life, the same on every rank) uses buffer `e % 2`:
-//! 1. wait until every rank's `out` reached `e - 2` (the buffer's last readers are done);
-//! 2. copy this rank's input chunk into its slot, publish `in = e` (release);
-//! 3. wait for every `in` (acquire), reduce block `rank` of the chunk over every slot into
-//!    this rank's slot (its own first, then the others in rank order), publish `red = e`;
-//! 4. wait for every `red`, copy every rank's reduced block into the output, publish `out = e`.
+//! rank 0 drew); per rank three cache lines: its step counter, its pid and the call it is in
+//! (sequence number, count, dtype, op) in the first, its bell and the count of waiters asleep
+//! on it (futex words) in the third; then three buffers of one slot of `slot_bytes` per rank.
+//! A call moves its vector in chunks of a slot, pipelined over steps numbered over the
+//! communicator's life (the same on every rank). At step s a rank:
+//! 1. copies its input's chunk s into its slot of buffer s % 3;
+//! 2. reduces block `rank` of chunk s - 1 over every rank's slot, in place in its own;
+//! 3. copies every rank's reduced block of chunk s - 2 into its output;
+//! 4. publishes its step (release, and rings its bell) and waits until every rank has
+//!    published it (acquire).
+//!
+//! A call of k chunks takes k + 2 steps, so one wait for all ranks per chunk. No message crosses
+//! the engine per call: each rank checks the others' description of the call after the first
+//! step's wait, before it reduces anything, so mismatched calls fail naming the peer (ranks
+//! whose configurations pick different algorithms find each other's handshakes and fail too).
 //!
 //! Every byte a rank writes in the data region is its own slot's, between barriers that keep
 //! every reader out, so the plain copies never race. Trust is the engine's shared-memory
@@ -62,34 +64,14 @@ const CHECK_INTERVAL: Duration = Duration::from_millis(1);
 pub(super) const DETECT_INTERVAL: Duration = Duration::from_millis(10);
 /// Rounds a wait only spins (tens of microseconds: a peer on a core of its own answers within
 /// them), then rounds it yields, before it sleeps in the kernel on the peer's bell.
-const SPIN_ROUNDS: u32 = 2048;
-const YIELD_ROUNDS: u32 = 64;
+const SPIN_ROUNDS: u32 = 64;
+const YIELD_ROUNDS: u32 = 4096;
 
-/// The three phases of a chunk, each a flag per rank.
-#[derive(Copy, Clone, Debug)]
-enum Phase {
-    In,
-    Reduced,
-    Out,
-}
-
-impl Phase {
-    fn word(self) -> usize {
-        match self {
-            Phase::In => 0,
-            Phase::Reduced => LINE_WORDS,
-            Phase::Out => 2 * LINE_WORDS,
-        }
-    }
-
-    fn waiting_for(self) -> &'static str {
-        match self {
-            Phase::In => "its arena input",
-            Phase::Reduced => "its arena reduction",
-            Phase::Out => "its arena read-out",
-        }
-    }
-}
+/// Buffers of one slot per rank: chunk k fills buffer k % 3 while chunk k - 1 is reduced in
+/// the next and chunk k - 2 read out of the third, one wait for all ranks per step.
+const BUFFERS: usize = 3;
+/// Where a rank's step counter is (the first word of its first line).
+const STEP_WORD: usize = 0;
 
 /// A mapped arena, ready for all_reduce.
 pub(crate) struct Arena {
@@ -98,8 +80,8 @@ pub(crate) struct Arena {
     rank: usize,
     slot_bytes: usize,
     data_offset: usize,
-    /// Chunks this communicator moved through the arena (every rank the same).
-    chunks_done: AtomicU64,
+    /// Steps this communicator ran through the arena (every rank the same).
+    steps_done: AtomicU64,
 }
 
 impl std::fmt::Debug for Arena {
@@ -115,7 +97,7 @@ fn data_offset(n: usize) -> usize {
 
 /// The arena file's length for `n` ranks of `slot_bytes`.
 pub(super) fn arena_bytes(n: usize, slot_bytes: usize) -> Option<usize> {
-    slot_bytes.checked_mul(2 * n)?.checked_add(data_offset(n))
+    slot_bytes.checked_mul(BUFFERS.checked_mul(n)?)?.checked_add(data_offset(n))
 }
 
 /// Why a communicator has no arena, for the error of a call that forced one.
@@ -124,7 +106,7 @@ pub(crate) type Unavailable = String;
 impl Arena {
     /// The arena of `map` for `rank` of `n` (the setup wrote every rank's pid into it).
     fn new(map: SharedMapping, n: usize, rank: usize, slot_bytes: usize) -> Arena {
-        Arena { n, rank, slot_bytes, data_offset: data_offset(n), chunks_done: AtomicU64::new(0), map }
+        Arena { n, rank, slot_bytes, data_offset: data_offset(n), steps_done: AtomicU64::new(0), map }
     }
 
     /// Rank `r`'s word `i` of its lines.
@@ -134,8 +116,8 @@ impl Arena {
 
     /// Publishes this rank's progress in `phase`, then rings its bell: a peer asleep on it
     /// (see [`Self::sleep_on`]) is woken, with a system call only when one sleeps.
-    fn publish(&self, phase: Phase, chunk: u64) {
-        self.word(self.rank, phase.word()).store(chunk, Ordering::Release);
+    fn publish(&self, step: u64) {
+        self.word(self.rank, STEP_WORD).store(step, Ordering::Release);
         let (bell, sleepers) = self.bell(self.rank);
         bell.fetch_add(1, Ordering::SeqCst);
         if sleepers.load(Ordering::SeqCst) > 0 {
@@ -202,15 +184,10 @@ impl Arena {
     }
 
     /// Waits until every other rank reached `chunk` in `phase`.
-    fn wait_all<T: CollTransport + ?Sized>(
-        &self,
-        cx: &Ctx<'_, T>,
-        a: &Args<'_>,
-        phase: Phase,
-        chunk: u64,
-    ) -> Result<(), CollError> {
+    fn wait_all<T: CollTransport + ?Sized>(&self, cx: &Ctx<'_, T>, a: &Args<'_>, step: u64) -> Result<(), CollError> {
+        let chunk = step;
         for r in (0..self.n).filter(|&r| r != self.rank) {
-            let flag = self.word(r, phase.word());
+            let flag = self.word(r, STEP_WORD);
             if flag.load(Ordering::Acquire) >= chunk {
                 continue;
             }
@@ -225,7 +202,7 @@ impl Arena {
                     continue;
                 }
                 let now = Instant::now();
-                on_board.get_or_insert_with(|| cx.progress.waiting(r, phase.waiting_for(), None, 1));
+                on_board.get_or_insert_with(|| cx.progress.waiting(r, "its arena step", None, 1));
                 if now.duration_since(last_scan) >= DETECT_INTERVAL {
                     last_scan = now;
                     if let Some(e) = setup::on_another_algorithm(cx, a) {
@@ -274,8 +251,7 @@ impl Arena {
 
 /// Rank `r`'s flags in words, for a timeout's message.
 fn match_phase_words(a: &Arena, r: usize) -> String {
-    let f = |p: Phase| a.word(r, p.word()).load(Ordering::Relaxed);
-    format!("a chunk (it reached in {}, reduced {}, out {})", f(Phase::In), f(Phase::Reduced), f(Phase::Out))
+    format!("its step (it reached step {})", a.word(r, STEP_WORD).load(Ordering::Relaxed))
 }
 
 /// Whether this communicator has an arena, mapping it first if it has not tried yet
@@ -358,9 +334,8 @@ fn describe<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, a: &Args<'_>) -> [u64; 3
 /// all_reduce through the arena (see the module's protocol). `a.send` and `a.recv` may be
 /// the same region.
 fn all_reduce<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, a: &Args<'_>, arena: &Arena) -> Result<(), CollError> {
-    let (me, n, es) = (cx.rank, cx.n, a.es());
     arena.describe(cx, a);
-    let chunk_elems = arena.slot_bytes / es;
+    let chunk_elems = arena.slot_bytes / a.es();
     if chunk_elems == 0 {
         return Err(CollError::InvalidArgument {
             collective: cx.collective.name(),
@@ -370,70 +345,110 @@ fn all_reduce<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, a: &Args<'_>, arena: &
             ),
         });
     }
-    let mut base = 0;
-    while base < a.count {
-        let len = chunk_elems.min(a.count - base);
-        let chunk = arena.chunks_done.fetch_add(1, Ordering::Relaxed) + 1;
-        let b = (chunk % 2) as usize;
-        if chunk > 2 {
-            arena.wait_all(cx, a, Phase::Out, chunk - 2)?;
+    // Chunk i is copied in at step i, reduced at step i + 1 and read out at step i + 2, in
+    // buffer (its first step) % 3; every step ends with one wait for all ranks, which orders
+    // each of those after the previous one everywhere. Steps are numbered over the
+    // communicator's life (the same on every rank), so buffers rotate across calls too.
+    let chunks = a.count.div_ceil(chunk_elems);
+    let first = arena.steps_done.fetch_add(chunks as u64 + 2, Ordering::Relaxed) + 1;
+    let range = |i: usize| i * chunk_elems..((i + 1) * chunk_elems).min(a.count);
+    let buffer = |i: usize| ((first + i as u64) % BUFFERS as u64) as usize;
+    for step in 0..chunks + 2 {
+        if step < chunks {
+            copy_in(cx, a, arena, range(step), buffer(step))?;
         }
-        // 2. This rank's input chunk into its slot.
-        let input = a.send.sub(base * es, len * es);
-        cx.t.access_local(input, input.buf.slice(0, 0), &mut |s, _| {
-            // SAFETY (of `bytes_mut`): this rank's slot in buffer `b`; every other rank last
-            // read it before publishing `out >= chunk - 2` (waited for above) and reads it
-            // next only after our `in = chunk` (published below, after this copy).
-            #[allow(unsafe_code)]
-            let slot = unsafe { arena.map.bytes_mut(arena.slot(b, me), s.len()) };
-            slot.expect("the slot lies in the arena").copy_from_slice(s);
-        })
-        .map_err(|e| cx.transport(e))?;
-        arena.publish(Phase::In, chunk);
-        arena.wait_all(cx, a, Phase::In, chunk)?;
-        if base == 0 {
+        if let Some(i) = step.checked_sub(1).filter(|&i| i < chunks) {
+            reduce_block(cx, a, arena, range(i).len(), buffer(i))?;
+        }
+        if let Some(i) = step.checked_sub(2) {
+            copy_out(cx, a, arena, range(i), buffer(i))?;
+        }
+        let global = first + step as u64;
+        arena.publish(global);
+        arena.wait_all(cx, a, global)?;
+        if step == 0 {
             // The same call everywhere, or a clear mismatch before anything is reduced.
             arena.check_peers(cx, a)?;
         }
-        // 3. Block `me` of the chunk, reduced into this rank's slot.
-        let block = part(len, n, me);
-        if !block.is_empty() {
-            let (off, bytes) = (block.start * es, block.len() * es);
-            // SAFETY: block `me` of this rank's slot is written by this rank alone (the others
-            // read only their own blocks of it until our `red = chunk`), and every slot's
-            // block `me` is stable: its owner published `in = chunk` after writing it.
+    }
+    Ok(())
+}
+
+/// This rank's input elements `elems` into its slot of buffer `b`.
+fn copy_in<T: CollTransport + ?Sized>(
+    cx: &Ctx<'_, T>,
+    a: &Args<'_>,
+    arena: &Arena,
+    elems: std::ops::Range<usize>,
+    b: usize,
+) -> Result<(), CollError> {
+    let es = a.es();
+    let input = a.send.sub(elems.start * es, elems.len() * es);
+    cx.t.access_local(input, input.buf.slice(0, 0), &mut |s, _| {
+        // SAFETY (of `bytes_mut`): this rank's slot in buffer `b`. Its last readers used it
+        // for the chunk three steps back and were done before the last step's wait for all
+        // ranks; its next readers start after this step's wait, after this copy.
+        #[allow(unsafe_code)]
+        let slot = unsafe { arena.map.bytes_mut(arena.slot(b, arena.rank), s.len()) };
+        slot.expect("the slot lies in the arena").copy_from_slice(s);
+    })
+    .map_err(|e| cx.transport(e))
+}
+
+/// Block `rank` of a chunk of `len` elements in buffer `b`, reduced over every rank's slot
+/// into this rank's (its own first, then the others in rank order).
+fn reduce_block<T: CollTransport + ?Sized>(
+    cx: &Ctx<'_, T>,
+    a: &Args<'_>,
+    arena: &Arena,
+    len: usize,
+    b: usize,
+) -> Result<(), CollError> {
+    let (me, n, es) = (arena.rank, arena.n, a.es());
+    let block = part(len, n, me);
+    if block.is_empty() {
+        return Ok(());
+    }
+    let (off, bytes) = (block.start * es, block.len() * es);
+    let reduce_err = |source| CollError::Reduce { collective: cx.collective.name(), source };
+    // SAFETY: block `me` of this rank's slot is written by this rank alone in this step (the
+    // others read only their own blocks of it), and every slot's block `me` is stable: each
+    // owner copied it in one step back, before that step's wait for all ranks.
+    #[allow(unsafe_code)]
+    let acc = unsafe { arena.map.bytes_mut(arena.slot(b, me) + off, bytes) }.expect("in the arena");
+    for r in (0..n).filter(|&r| r != me) {
+        #[allow(unsafe_code)]
+        let other = unsafe { arena.map.bytes(arena.slot(b, r) + off, bytes) }.expect("in the arena");
+        reduce_into(acc, other, a.dtype, a.op).map_err(reduce_err)?;
+    }
+    finish_avg(acc, a.dtype, a.op, n).map_err(reduce_err)
+}
+
+/// Every rank's reduced block of a chunk (elements `elems` of the vector) in buffer `b`, into
+/// this rank's output.
+fn copy_out<T: CollTransport + ?Sized>(
+    cx: &Ctx<'_, T>,
+    a: &Args<'_>,
+    arena: &Arena,
+    elems: std::ops::Range<usize>,
+    b: usize,
+) -> Result<(), CollError> {
+    let es = a.es();
+    for r in 0..arena.n {
+        let block = part(elems.len(), arena.n, r);
+        if block.is_empty() {
+            continue;
+        }
+        let (off, bytes) = (block.start * es, block.len() * es);
+        let out: BufSlice<'_> = a.recv.sub((elems.start + block.start) * es, bytes);
+        cx.t.access_local(out.buf.slice(0, 0), out, &mut |_, d| {
+            // SAFETY: rank `r` reduced this block one step back, before that step's wait for
+            // all ranks, and nobody writes this buffer again before this step's wait.
             #[allow(unsafe_code)]
-            let acc = unsafe { arena.map.bytes_mut(arena.slot(b, me) + off, bytes) }.expect("in the arena");
-            for r in (0..n).filter(|&r| r != me) {
-                #[allow(unsafe_code)]
-                let other = unsafe { arena.map.bytes(arena.slot(b, r) + off, bytes) }.expect("in the arena");
-                reduce_into(acc, other, a.dtype, a.op)
-                    .map_err(|source| CollError::Reduce { collective: cx.collective.name(), source })?;
-            }
-            finish_avg(acc, a.dtype, a.op, n)
-                .map_err(|source| CollError::Reduce { collective: cx.collective.name(), source })?;
-        }
-        arena.publish(Phase::Reduced, chunk);
-        arena.wait_all(cx, a, Phase::Reduced, chunk)?;
-        // 4. Every reduced block into the output.
-        for r in 0..n {
-            let block = part(len, n, r);
-            if block.is_empty() {
-                continue;
-            }
-            let (off, bytes) = (block.start * es, block.len() * es);
-            let out: BufSlice<'_> = a.recv.sub((base + block.start) * es, bytes);
-            cx.t.access_local(out.buf.slice(0, 0), out, &mut |_, d| {
-                // SAFETY: rank `r` published `red = chunk` after its last write to this block,
-                // and nobody writes this slot again before our `out = chunk` (published below).
-                #[allow(unsafe_code)]
-                let reduced = unsafe { arena.map.bytes(arena.slot(b, r) + off, bytes) };
-                d.copy_from_slice(reduced.expect("in the arena"));
-            })
-            .map_err(|e| cx.transport(e))?;
-        }
-        arena.publish(Phase::Out, chunk);
-        base += len;
+            let reduced = unsafe { arena.map.bytes(arena.slot(b, r) + off, bytes) };
+            d.copy_from_slice(reduced.expect("in the arena"));
+        })
+        .map_err(|e| cx.transport(e))?;
     }
     Ok(())
 }

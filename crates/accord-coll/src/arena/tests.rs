@@ -87,11 +87,11 @@ fn ranks_map_one_arena_and_a_wait_names_the_rank_behind() {
     assert!(!arenas[0].map.path().exists(), "the arena file is unlinked once mapped");
     let pids: Vec<u64> = (0..3).map(|r| arenas[1].word(r, PID_WORD).load(Ordering::Acquire)).collect();
     assert_eq!(pids, vec![u64::from(std::process::id()); 3]);
-    arenas[2].publish(Phase::In, 5);
+    arenas[2].publish(5);
     let progress = crate::report::Progress::new(0, 3, "c".into(), None);
     let cx = ctx(&ts[0], &progress, Duration::from_millis(30));
     let buf = ts[0].register(vec![0u8; 8]).unwrap();
-    let e = arenas[0].wait_all(&cx, &args(&buf), Phase::In, 5).unwrap_err();
+    let e = arenas[0].wait_all(&cx, &args(&buf), 5).unwrap_err();
     assert!(matches!(&e, CollError::Timeout { missing, .. } if missing == &[1]), "{e}");
     assert_eq!(ts[2].stuck_reports(), vec![(0, 1)], "the others are told whom rank 0 waited for");
 }
