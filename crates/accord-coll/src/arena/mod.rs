@@ -5,8 +5,8 @@
 //! into a shared-memory ring, a copy out on the peer's worker thread, an immediate, a wait),
 //! 2(p-1) dependent steps of them for ring. In the arena each rank copies its input in once,
 //! reduces its own block of every rank's copy in place, and copies every reduced block out:
-//! three flag barriers per chunk, no worker thread, no per-segment bookkeeping, no message per
-//! call. On idle cores of the 2-core machine it ran 1.0-2.6x the engine's all_reduce at 16-64
+//! one wait for all ranks per chunk, no worker thread, no per-segment bookkeeping, no message
+//! per call. On idle cores of the 2-core machine it ran 1.0-2.6x the engine's all_reduce at 16-64
 //! MiB and small calls 6.7-66x faster; on cores kept busy by other work it was 9-22% slower
 //! at 64 MiB (each wait for all ranks costs a scheduling turn there), so it is off by default
 //! until the 32-core host's DDP run (`scripts/device/host_arena_vs_ring.sh`,
@@ -54,7 +54,8 @@ pub(super) const MAGIC: u64 = 0x4143_4152_454e_4131;
 pub(super) const HEADER_WORDS: usize = 8;
 /// One 64-byte line.
 const LINE_WORDS: usize = 8;
-/// Per rank: the `in` line (flag, pid), the `red` line, the `out` line.
+/// Per rank: the first line (step, pid, call description), a spare line, the third line (bell
+/// and sleepers).
 const RANK_WORDS: usize = 3 * LINE_WORDS;
 /// How often a wait that stopped spinning checks its peer's process, the stuck reports and
 /// the deadline.
@@ -114,7 +115,7 @@ impl Arena {
         &self.map.words()[word_index(r, i)]
     }
 
-    /// Publishes this rank's progress in `phase`, then rings its bell: a peer asleep on it
+    /// Publishes that this rank finished `step`, then rings its bell: a peer asleep on it
     /// (see [`Self::sleep_on`]) is woken, with a system call only when one sleeps.
     fn publish(&self, step: u64) {
         self.word(self.rank, STEP_WORD).store(step, Ordering::Release);
@@ -126,35 +127,35 @@ impl Arena {
     }
 
     /// Rank `r`'s bell (rung at every publish) and the count of waiters asleep on it, 32-bit
-    /// words of its `out` line for the futex.
+    /// words of its third line for the futex.
     fn bell(&self, r: usize) -> (&AtomicU32, &AtomicU32) {
         let words = self.map.words32();
         (&words[2 * word_index(r, BELL_WORD)], &words[2 * word_index(r, SLEEPERS_WORD)])
     }
 
     /// Sleeps until rank `r` publishes again (or `CHECK_INTERVAL` passes), unless `flag`
-    /// already reached `chunk`. Counted as a sleeper first and the bell read after, so a
+    /// already reached `step`. Counted as a sleeper first and the bell read after, so a
     /// publish either sees the sleeper and wakes it or changed the bell before the wait.
-    fn sleep_on(&self, r: usize, flag: &AtomicU64, chunk: u64) {
+    fn sleep_on(&self, r: usize, flag: &AtomicU64, step: u64) {
         let (bell, sleepers) = self.bell(r);
         sleepers.fetch_add(1, Ordering::SeqCst);
         let rung = bell.load(Ordering::SeqCst);
-        if flag.load(Ordering::Acquire) < chunk {
+        if flag.load(Ordering::Acquire) < step {
             accord_sys::futex::wait(bell, rung, CHECK_INTERVAL);
         }
         sleepers.fetch_sub(1, Ordering::SeqCst);
     }
 
-    /// Writes this call's description into this rank's `in` line (published with the first
-    /// chunk's `in`): every peer checks it before reducing, in place of a handshake message.
+    /// Writes this call's description into this rank's first line (published with the call's
+    /// first step): every peer checks it before reducing, in place of a handshake message.
     fn describe<T: CollTransport + ?Sized>(&self, cx: &Ctx<'_, T>, a: &Args<'_>) {
         for (i, v) in describe(cx, a).into_iter().enumerate() {
             self.word(self.rank, DESCRIPTION_WORD + i).store(v, Ordering::Relaxed);
         }
     }
 
-    /// Compares every peer's description of this call with this rank's (after the first
-    /// chunk's `in` barrier, which publishes them).
+    /// Compares every peer's description of this call with this rank's (after the call's first
+    /// wait for all ranks, which publishes them).
     fn check_peers<T: CollTransport + ?Sized>(&self, cx: &Ctx<'_, T>, a: &Args<'_>) -> Result<(), CollError> {
         let mine = describe(cx, a);
         for r in (0..self.n).filter(|&r| r != self.rank) {
@@ -183,19 +184,18 @@ impl Arena {
         self.data_offset + (b * self.n + r) * self.slot_bytes
     }
 
-    /// Waits until every other rank reached `chunk` in `phase`.
+    /// Waits until every other rank finished `step`.
     fn wait_all<T: CollTransport + ?Sized>(&self, cx: &Ctx<'_, T>, a: &Args<'_>, step: u64) -> Result<(), CollError> {
-        let chunk = step;
         for r in (0..self.n).filter(|&r| r != self.rank) {
             let flag = self.word(r, STEP_WORD);
-            if flag.load(Ordering::Acquire) >= chunk {
+            if flag.load(Ordering::Acquire) >= step {
                 continue;
             }
             let start = Instant::now();
             let (mut last_check, mut last_scan) = (start, start);
             let mut on_board = None;
             let mut rounds = 0u32;
-            while flag.load(Ordering::Acquire) < chunk {
+            while flag.load(Ordering::Acquire) < step {
                 rounds = rounds.saturating_add(1);
                 if rounds <= SPIN_ROUNDS {
                     std::hint::spin_loop();
@@ -216,7 +216,7 @@ impl Arena {
                 if rounds <= SPIN_ROUNDS + YIELD_ROUNDS {
                     std::thread::yield_now();
                 } else {
-                    self.sleep_on(r, flag, chunk);
+                    self.sleep_on(r, flag, step);
                 }
             }
         }
@@ -242,7 +242,7 @@ impl Arena {
             return Err(cx.fail(TransportError::Aborted { reported_by, waiting_on }, &[r]));
         }
         if Instant::now() >= cx.deadline {
-            let what = format!("rank {r} to finish {} in the host arena", match_phase_words(self, r));
+            let what = format!("rank {r} to finish {} in the host arena", step_reached(self, r));
             return Err(cx.fail(TransportError::Timeout { what, waited: start.elapsed() }, &[r]));
         }
         Ok(())
@@ -250,7 +250,7 @@ impl Arena {
 }
 
 /// Rank `r`'s flags in words, for a timeout's message.
-fn match_phase_words(a: &Arena, r: usize) -> String {
+fn step_reached(a: &Arena, r: usize) -> String {
     format!("its step (it reached step {})", a.word(r, STEP_WORD).load(Ordering::Relaxed))
 }
 
@@ -306,9 +306,9 @@ pub(crate) fn run<T: CollTransport + ?Sized>(
     }
 }
 
-/// Where a rank's pid is in its `in` line (after the flag).
+/// Where a rank's pid is in its first line (after the step).
 const PID_WORD: usize = 1;
-/// Where a rank's bell and its sleepers' count are (64-bit words of its `out` line, each used
+/// Where a rank's bell and its sleepers' count are (64-bit words of its third line, each used
 /// as one 32-bit futex word through its low half).
 const BELL_WORD: usize = 2 * LINE_WORDS + 4;
 const SLEEPERS_WORD: usize = 2 * LINE_WORDS + 5;
@@ -322,7 +322,7 @@ fn word_index(r: usize, i: usize) -> usize {
 pub(super) fn pid_word(r: usize) -> usize {
     word_index(r, PID_WORD)
 }
-/// Where a rank's call description starts in its `in` line (after the flag and the pid).
+/// Where a rank's call description starts in its first line (after the step and the pid).
 const DESCRIPTION_WORD: usize = 2;
 
 /// One call, as three words: its sequence number, its count, and dtype, op and collective.

@@ -65,7 +65,7 @@ fn another_host_namespace_or_slot_size_means_no_arena() {
 }
 
 /// Three ranks map one arena through rank 0; its file is gone afterwards and every pid is in
-/// it; a wait on a phase nobody reached ends at the deadline naming the first rank behind and
+/// it; a wait on a step nobody reached ends at the deadline naming the first rank behind and
 /// tells the others.
 #[test]
 fn ranks_map_one_arena_and_a_wait_names_the_rank_behind() {
