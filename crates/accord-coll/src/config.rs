@@ -9,7 +9,7 @@
 //! | `ACCORD_COLL_PIPELINE_CHUNK_BYTES` | [`CollConfig::pipeline_chunk_bytes`] | 256 KiB |
 //! | `ACCORD_COLL_SEGMENT_BYTES` | [`CollConfig::segment_bytes`] | 128 KiB |
 //! | `ACCORD_COLL_BLOCK_SEGMENTS_MAX` | [`CollConfig::block_segments_max`] | 0 (off) |
-//! | `ACCORD_COLL_ARENA` | [`CollConfig::arena`] | 0 (off) |
+//! | `ACCORD_COLL_ARENA` | [`CollConfig::arena`] | 1 (on) |
 //! | `ACCORD_COLL_ARENA_SLOT_BYTES` | [`CollConfig::arena_slot_bytes`] | 1 MiB |
 //! | `ACCORD_ALGO_<COLLECTIVE>` | [`CollConfig::algo_overrides`] | none (size-based) |
 //! | `ACCORD_BOOTSTRAP_TIMEOUT_MS` | [`crate::store::BootstrapConfig::timeout`] | 300000 |
@@ -92,11 +92,12 @@ pub struct CollConfig {
     /// use the same value (the handshake checks the segment it gives).
     pub block_segments_max: usize,
     /// all_reduce goes through the host arena (`crate::arena`) whenever every rank is on one
-    /// host and no algorithm is forced. Off by default. On idle cores of the 2-core machine the
-    /// arena ran 1.0-2.6x the engine's schedules at 16-64 MiB and 6.7-66x for small calls; with
-    /// two busy loops beside 4 ranks it was 9-22% slower at 64 MiB (every wait for all ranks
-    /// costs a scheduling turn there; `docs/results/2026-11-27-host-arena.md`). DDP's backward
-    /// pass keeps the cores busy, so the 32-core host's DDP run decides the default.
+    /// host and no algorithm is forced. On by default: on the 2-core machine it made CPU DDP
+    /// steps 2.5-28% faster in 5 of 5 pairs (2 and 4 ranks), and ran the engine's schedules'
+    /// all_reduce 1.0-2.6x faster at 16-64 MiB on idle cores and small calls 6.7-66x; with two
+    /// busy loops beside 4 ranks it was 9-22% slower at 64 MiB, where every wait for all ranks
+    /// costs a scheduling turn (`docs/results/2026-11-27-host-arena.md`). The 32-core host has
+    /// not run it.
     /// Every rank must use the same value (ranks that differ fail their first all_reduce with
     /// a mismatch).
     pub arena: bool,
@@ -122,7 +123,7 @@ impl Default for CollConfig {
             pipeline_chunk_bytes: 256 * 1024,
             segment_bytes: 128 * 1024,
             block_segments_max: 0,
-            arena: false,
+            arena: true,
             arena_slot_bytes: 1 << 20,
             algo_overrides: HashMap::new(),
             thresholds: Thresholds::default(),

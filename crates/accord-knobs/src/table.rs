@@ -211,7 +211,7 @@ pub static KNOBS: &[Knob] = &[
         "chunk of the pipelined algorithms",
     ),
     knob("ACCORD_COLL_SEGMENT_BYTES", Collectives, Bytes, "131072", "segment of the segmented algorithms"),
-    knob("ACCORD_COLL_ARENA", Collectives, Switch, "0", "same-host all_reduce through a shared-memory arena when no algorithm is forced"),
+    knob("ACCORD_COLL_ARENA", Collectives, Switch, "1", "same-host all_reduce through a shared-memory arena when no algorithm is forced"),
     knob("ACCORD_COLL_ARENA_SLOT_BYTES", Collectives, Bytes, "1048576", "each rank's slot (chunk) of the arena all_reduce"),
     knob(
         "ACCORD_COLL_BLOCK_SEGMENTS_MAX",

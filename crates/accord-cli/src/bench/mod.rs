@@ -235,15 +235,15 @@ fn run_info(
 
 /// The algorithm the table's header names: `--algo`, else the `ACCORD_ALGO_<COLLECTIVE>`
 /// override of the ranks' configuration (so two runs that differ only in that variable say
-/// so), else for all_reduce the host arena where the ranks share one (`ACCORD_COLL_ARENA=1`),
-/// else "chosen by size".
+/// so), else for all_reduce the host arena where the ranks share one (`ACCORD_COLL_ARENA`, on
+/// by default), else "chosen by size".
 fn algo_label(collective: Collective, flag: Option<&str>, config: Option<&accord_coll::CollConfig>) -> String {
     if let Some(name) = flag {
         return name.to_string();
     }
     match config.and_then(|c| c.algo_overrides.get(&collective)) {
         Some(algo) => format!("{algo} (ACCORD_ALGO_{})", collective.name().to_ascii_uppercase()),
-        None if collective == Collective::AllReduce && config.is_some_and(|c| c.arena) => {
+        None if collective == Collective::AllReduce && config.is_none_or(|c| c.arena) => {
             "arena where the ranks share a host, else chosen by size".into()
         }
         None => "chosen by size".into(),
@@ -364,12 +364,12 @@ mod tests {
 
     #[test]
     fn the_header_names_the_flag_then_the_env_override_then_size() {
-        let mut config = accord_coll::CollConfig::default();
-        assert_eq!(algo_label(Collective::AllReduce, None, Some(&config)), "chosen by size");
-        assert_eq!(algo_label(Collective::AllReduce, None, None), "chosen by size");
-        config.arena = true;
         let arena = "arena where the ranks share a host, else chosen by size";
+        let mut config = accord_coll::CollConfig::default();
         assert_eq!(algo_label(Collective::AllReduce, None, Some(&config)), arena);
+        assert_eq!(algo_label(Collective::AllReduce, None, None), arena);
+        config.arena = false;
+        assert_eq!(algo_label(Collective::AllReduce, None, Some(&config)), "chosen by size");
         config.algo_overrides.insert(Collective::AllReduce, Algo::Direct);
         assert_eq!(algo_label(Collective::AllReduce, None, Some(&config)), "direct (ACCORD_ALGO_ALL_REDUCE)");
         assert_eq!(algo_label(Collective::AllGather, None, Some(&config)), "chosen by size");

@@ -7,10 +7,9 @@
 //! reduces its own block of every rank's copy in place, and copies every reduced block out:
 //! one wait for all ranks per chunk, no worker thread, no per-segment bookkeeping, no message
 //! per call. On idle cores of the 2-core machine it ran 1.0-2.6x the engine's all_reduce at 16-64
-//! MiB and small calls 6.7-66x faster; on cores kept busy by other work it was 9-22% slower
-//! at 64 MiB (each wait for all ranks costs a scheduling turn there), so it is off by default
-//! until the 32-core host's DDP run (`scripts/device/host_arena_vs_ring.sh`,
-//! `docs/results/2026-11-27-host-arena.md`).
+//! MiB and small calls 6.7-66x faster, and CPU DDP steps 2.5-28% faster; on cores kept busy
+//! by other work it was 9-22% slower at 64 MiB (each wait for all ranks costs a scheduling turn
+//! there) (`scripts/device/host_arena_vs_ring.sh`, `docs/results/2026-11-27-host-arena.md`).
 //!
 //! Layout (64-bit words, then data): a header (magic, world size, slot bytes, a 128-bit token
 //! rank 0 drew); per rank three cache lines: its step counter, its pid and the call it is in
