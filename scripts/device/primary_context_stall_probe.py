@@ -104,13 +104,16 @@ def main() -> None:
             took["call"] = (time.perf_counter() - t0) * 1e3
 
         torch.cuda.synchronize()
-        thread = threading.Thread(target=other)
+        thread = threading.Thread(target=other, daemon=True)
         spin(int(args.spin_ms * cycles_per_ms))
         thread.start()
         t0 = time.perf_counter()
         x.cpu()
         main_ms = (time.perf_counter() - t0) * 1e3
-        thread.join()
+        # Bounded: a call that never returns is itself the answer, not a hang of the probe.
+        thread.join(timeout=args.spin_ms / 1e3 + 30.0)
+        if thread.is_alive():
+            raise SystemExit(f"{name}: the call had not returned {args.spin_ms / 1e3 + 30.0:.0f} s after the spin began")
         torch.cuda.synchronize()
         print(f"{name:58s} returned after {took['call']:9.3f} ms   (main thread's cpu(): {main_ms:7.1f} ms)", flush=True)
 

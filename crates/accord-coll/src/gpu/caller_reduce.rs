@@ -175,11 +175,13 @@ impl CallerReduce {
         }
     }
 
-    /// Lets every stream run past every chunk, numbered or not: for the communicator's drop,
-    /// before the words' memory goes (its release waits for the GPU, which must not wait on
-    /// them).
+    /// Lets every stream run past every chunk, numbered or not: the caller's streams waiting
+    /// on `arrived` and the progress thread's gather streams waiting on `reduced` (a chunk
+    /// whose reduction never ran, say because the caller's stream was stuck, would otherwise
+    /// hold them with no bound). For the communicator's drop, before the words' memory goes
+    /// (its release waits for the GPU, which must not wait on them).
     pub fn release_all(&self) {
-        for index in 0..WORDS {
+        for index in 0..2 * WORDS {
             if let Some(w) = self.atomic(index) {
                 w.store(u64::MAX, Ordering::Release);
             }
