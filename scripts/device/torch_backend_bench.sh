@@ -8,7 +8,8 @@
 #         GPU collectives (ACCORD_TORCH_GPU=0 stages them through host memory instead).
 # Prints the tables at the end; JSON lines stay in $OUT.
 # Usage (GPU host, repo root): scripts/device/torch_backend_bench.sh   (OUT=dir to keep files;
-# PARTS="cpu cuda" by default, PARTS=cuda for the GPU rows only)
+# PARTS="cpu cuda" by default, PARTS=cuda for the GPU rows only; CPU_SKIP=ddp,local passes
+# --skip to the CPU runs, e.g. when ddp_cpu_variants.sh times DDP in the same call)
 # Needs torch, and either cargo (builds the accord CLI and the Python extension; no maturin, no
 # network) or BIN_DIR holding a prebuilt `accord` and `lib_accord.so` (the GPU host has no Rust:
 # build them here with `cargo build --release -p accord-py -p accord-cli` and carry them).
@@ -48,7 +49,7 @@ for n in 4 8; do
     # No GPU visible to CPU runs: FSDP2's fully_shard would pick cuda:<rank>, which does not
     # exist past the host's GPU count (the 05:54 call failed so at 4 and 8 ranks).
     CUDA_VISIBLE_DEVICES= run_capped 150 $RUN --nproc_per_node "$n" "$HERE/torch_backend_bench.py" --backend "$b" --device cpu \
-      --op-warmup "$OP_WARMUP" --op-iters "$OP_ITERS" > "$OUT/torch_${b}_cpu_${n}.jsonl" 2> "$OUT/torch_${b}_cpu_${n}.err" || { echo "cpu $b n=$n FAILED"; tail -n 15 "$OUT/torch_${b}_cpu_${n}.err"; }
+      ${CPU_SKIP:+--skip "$CPU_SKIP"} --op-warmup "$OP_WARMUP" --op-iters "$OP_ITERS" > "$OUT/torch_${b}_cpu_${n}.jsonl" 2> "$OUT/torch_${b}_cpu_${n}.err" || { echo "cpu $b n=$n FAILED"; tail -n 15 "$OUT/torch_${b}_cpu_${n}.err"; }
   done
   for op in all_reduce all_gather reduce_scatter all_to_all; do
     run_capped 60 "$BIN" bench "${op//_/-}" "$RANKS_FLAG" "$n" -b 1M -e 64M -f 4 -w "$OP_WARMUP" "$ITERS_FLAG" "$OP_ITERS" -a 3 --json > "$OUT/cli_${op}_${n}.json" 2>/dev/null \

@@ -419,6 +419,11 @@ impl<T: CollTransport> Communicator<T> {
         self.seq - 1
     }
 
+    /// The host arena's shape from this communicator's configuration.
+    fn arena_shape(&self) -> crate::arena::Shape {
+        crate::arena::Shape::new(self.config.arena_slot_bytes, self.config.arena_lanes)
+    }
+
     fn ctx(&self, collective: Collective, algo: Algo, seq: u64) -> Ctx<'_, T> {
         self.progress.begin(collective.name(), algo.name(), seq);
         Ctx {
@@ -531,7 +536,7 @@ impl<T: CollTransport> Communicator<T> {
                     // The first all_reduce: every rank asks in this same call.
                     let available = {
                         let cx = self.ctx(c.collective, Algo::Arena, seq);
-                        crate::arena::available(&cx, &args_with(None, 1), &self.arena, self.config.arena_slot_bytes)
+                        crate::arena::available(&cx, &args_with(None, 1), &self.arena, self.arena_shape())
                     };
                     match available {
                         Ok(true) => algo = Algo::Arena,
@@ -553,7 +558,7 @@ impl<T: CollTransport> Communicator<T> {
         let cx = self.ctx(c.collective, algo, seq);
         tracing::trace!(collective = c.collective.name(), %algo, seq, rank = r, count = c.count, "collective");
         let result = match algo {
-            Algo::Arena => crate::arena::run(&cx, &args, &self.arena, self.config.arena_slot_bytes),
+            Algo::Arena => crate::arena::run(&cx, &args, &self.arena, self.arena_shape()),
             _ => algo::dispatch(&cx, &args),
         };
         self.outcome(result)

@@ -11,6 +11,7 @@
 //! | `ACCORD_COLL_BLOCK_SEGMENTS_MAX` | [`CollConfig::block_segments_max`] | 0 (off) |
 //! | `ACCORD_COLL_ARENA` | [`CollConfig::arena`] | 1 (on) |
 //! | `ACCORD_COLL_ARENA_SLOT_BYTES` | [`CollConfig::arena_slot_bytes`] | 1 MiB |
+//! | `ACCORD_COLL_ARENA_LANES` | [`CollConfig::arena_lanes`] | 4 |
 //! | `ACCORD_ALGO_<COLLECTIVE>` | [`CollConfig::algo_overrides`] | none (size-based) |
 //! | `ACCORD_BOOTSTRAP_TIMEOUT_MS` | [`crate::store::BootstrapConfig::timeout`] | 300000 |
 //!
@@ -108,6 +109,13 @@ pub struct CollConfig {
     /// all ranks). Rounded up to whole 8-byte words. Every rank must use the same value (rank 0
     /// refuses the arena otherwise, and all fall back).
     pub arena_slot_bytes: usize,
+    /// The most threads (lanes) one arena all_reduce moves its bytes with: a call of at least
+    /// 4 slots a lane is cut into that many parts, each through its own copy of the protocol
+    /// (`crate::arena`), so a 25 MB DDP bucket is copied and reduced by 4 threads where one
+    /// thread copies at one core's memory speed. The arena keeps 3 n slots per lane. 1: one
+    /// thread, as before lanes existed. At most 64. Every rank must use the same value (rank 0
+    /// refuses the arena otherwise, and all fall back).
+    pub arena_lanes: usize,
     /// Algorithm forced per collective (`ACCORD_ALGO_<COLLECTIVE>`).
     pub algo_overrides: HashMap<Collective, Algo>,
     /// Size thresholds of the default choice.
@@ -125,11 +133,16 @@ impl Default for CollConfig {
             block_segments_max: 0,
             arena: true,
             arena_slot_bytes: 1 << 20,
+            arena_lanes: 4,
             algo_overrides: HashMap::new(),
             thresholds: Thresholds::default(),
         }
     }
 }
+
+/// The most lanes `ACCORD_COLL_ARENA_LANES` may ask for: each is a thread per call and three
+/// slots per rank of shared memory.
+const MAX_ARENA_LANES: u64 = 64;
 
 /// `value` unless it is zero, which `knob` refuses.
 fn at_least_one(knob: &str, value: Option<u64>) -> Result<Option<u64>, ConfigError> {
@@ -217,6 +230,17 @@ impl CollConfig {
         let slot = "ACCORD_COLL_ARENA_SLOT_BYTES";
         if let Some(bytes) = at_least_one(slot, get(env, slot)?)? {
             c.arena_slot_bytes = bytes as usize;
+        }
+        let lanes = "ACCORD_COLL_ARENA_LANES";
+        if let Some(n) = at_least_one(lanes, get(env, lanes)?)? {
+            if n > MAX_ARENA_LANES {
+                return Err(ConfigError::Invalid {
+                    name: lanes.into(),
+                    value: n.to_string(),
+                    reason: format!("at most {MAX_ARENA_LANES} lanes"),
+                });
+            }
+            c.arena_lanes = n as usize;
         }
         for coll in Collective::ALL {
             let name = format!("ACCORD_ALGO_{}", coll.name().to_ascii_uppercase());

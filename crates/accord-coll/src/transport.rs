@@ -279,7 +279,7 @@ pub type LocalAccessFn<'f> = dyn FnMut(&[u8], &mut [u8]) + 'f;
 /// Implemented in-process by [`crate::LocalTransport`]; the TransferEngine
 /// adapter implements it with registered memory regions, one-sided writes with
 /// immediates, and sends.
-pub trait CollTransport: Send {
+pub trait CollTransport: Send + Sync {
     /// This rank.
     fn rank(&self) -> usize;
 

@@ -312,13 +312,16 @@ fn reduce_scatter_every_algo_dtype_op() {
 }
 
 /// The arena all_reduce in slots of a few elements (many chunks, both buffers reused, blocks
-/// that are empty where a chunk has fewer elements than ranks), every dtype and op.
+/// that are empty where a chunk has fewer elements than ranks), every dtype and op, in one
+/// lane and cut into lanes (the matrix's larger calls span many slots).
 #[test]
 fn arena_all_reduce_in_tiny_slots() {
-    for arena_slot_bytes in [8, 24, 64] {
-        let cfg = CollConfig { arena_slot_bytes, ..CollConfig::default() };
-        for n in [2, 3, 5] {
-            reduction_matrix_of(Collective::AllReduce, &[Algo::Arena], n, &DType::ALL, &[], cfg.clone());
+    for arena_lanes in [1, 3] {
+        for arena_slot_bytes in [8, 24, 64] {
+            let cfg = CollConfig { arena_slot_bytes, arena_lanes, ..CollConfig::default() };
+            for n in [2, 3, 5] {
+                reduction_matrix_of(Collective::AllReduce, &[Algo::Arena], n, &DType::ALL, &[], cfg.clone());
+            }
         }
     }
 }

@@ -12,9 +12,10 @@
 //! there) (`scripts/device/host_arena_vs_ring.sh`, `docs/results/2026-11-27-host-arena.md`).
 //!
 //! Layout (64-bit words, then data): a header (magic, world size, slot bytes, a 128-bit token
-//! rank 0 drew); per rank three cache lines: its step counter, its pid and the call it is in
-//! (sequence number, count, dtype, op) in the first, its bell and the count of waiters asleep
-//! on it (futex words) in the third; then three buffers of one slot of `slot_bytes` per rank.
+//! rank 0 drew, lanes); per lane and rank three cache lines: its step counter, its pid and the
+//! call it is in (sequence number, count, dtype, op; lane 0's lines only) in the first, its
+//! bell and the count of waiters asleep on it (futex words) in the third; then per lane three
+//! buffers of one slot of `slot_bytes` per rank.
 //! A call moves its vector in chunks of a slot, pipelined over steps numbered over the
 //! communicator's life (the same on every rank). At step s a rank:
 //! 1. copies its input's chunk s into its slot of buffer s % 3;
@@ -23,7 +24,14 @@
 //! 4. publishes its step (release, and rings its bell) and waits until every rank has
 //!    published it (acquire).
 //!
-//! A call of k chunks takes k + 2 steps, so one wait for all ranks per chunk. No message crosses
+//! A call of k chunks takes k + 2 steps, so one wait for all ranks per chunk.
+//!
+//! Lanes: a large call is cut into up to `lanes` contiguous parts, each moved by its own
+//! thread through its own copy of the protocol (its own lines, steps and buffers). Lane l of
+//! every rank pairs with lane l of the others only, so the lanes never wait on each other and
+//! may run in any order (a thread that cannot be started runs its lane after the others). One
+//! thread copies at one core's memory speed; DDP's buckets are tens of MiB, and while the
+//! backward pass holds the cores, more threads also get more of them. No message crosses
 //! the engine per call: each rank checks the others' description of the call after the first
 //! step's wait, before it reduces anything, so mismatched calls fail naming the peer (ranks
 //! whose configurations pick different algorithms find each other's handshakes and fail too).
@@ -35,7 +43,7 @@
 //! Waits are bounded by the call's deadline and check each peer's process and the other
 //! ranks' stuck reports; a failure names the rank through the collectives' usual blame.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -73,31 +81,71 @@ const BUFFERS: usize = 3;
 /// Where a rank's step counter is (the first word of its first line).
 const STEP_WORD: usize = 0;
 
+/// A call uses one more lane per this many slots of its bytes (up to the arena's lanes), so
+/// every lane's pipeline has a few chunks and a thread's start (tens of microseconds) is
+/// small beside its copies.
+const SLOTS_PER_LANE: usize = 4;
+
+/// The arena's shape, which every rank must share: the chunk and the most lanes a call uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Shape {
+    pub slot_bytes: usize,
+    pub lanes: usize,
+}
+
+impl Shape {
+    /// Whole 8-byte words per slot (every slot aligned for every dtype), at least one lane.
+    pub(crate) fn new(slot_bytes: usize, lanes: usize) -> Shape {
+        Shape { slot_bytes: slot_bytes.max(8).next_multiple_of(8), lanes: lanes.max(1) }
+    }
+}
+
 /// A mapped arena, ready for all_reduce.
 pub(crate) struct Arena {
     map: SharedMapping,
     n: usize,
     rank: usize,
     slot_bytes: usize,
+    lanes: usize,
     data_offset: usize,
-    /// Steps this communicator ran through the arena (every rank the same).
-    steps_done: AtomicU64,
+    /// Steps each lane ran through the arena (every rank the same).
+    steps_done: Vec<AtomicU64>,
 }
 
 impl std::fmt::Debug for Arena {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Arena").field("path", &self.map.path()).field("slot_bytes", &self.slot_bytes).finish()
+        f.debug_struct("Arena")
+            .field("path", &self.map.path())
+            .field("slot_bytes", &self.slot_bytes)
+            .field("lanes", &self.lanes)
+            .finish()
     }
 }
 
 /// Where the data region starts: after the flags, on a page.
-fn data_offset(n: usize) -> usize {
-    ((HEADER_WORDS + n * RANK_WORDS) * 8).next_multiple_of(4096)
+fn data_offset(n: usize, lanes: usize) -> Option<usize> {
+    let words = lanes.checked_mul(n)?.checked_mul(RANK_WORDS)?.checked_add(HEADER_WORDS)?;
+    words.checked_mul(8)?.checked_next_multiple_of(4096)
 }
 
-/// The arena file's length for `n` ranks of `slot_bytes`.
-pub(super) fn arena_bytes(n: usize, slot_bytes: usize) -> Option<usize> {
-    slot_bytes.checked_mul(BUFFERS.checked_mul(n)?)?.checked_add(data_offset(n))
+/// The arena file's length for `n` ranks of `shape`.
+pub(super) fn arena_bytes(n: usize, shape: Shape) -> Option<usize> {
+    let slots = BUFFERS.checked_mul(n)?.checked_mul(shape.lanes)?;
+    shape.slot_bytes.checked_mul(slots)?.checked_add(data_offset(n, shape.lanes)?)
+}
+
+/// Why a lane stopped early.
+enum LaneStop {
+    /// It failed: the call's error.
+    Failed(CollError),
+    /// Another lane of this rank failed, so this one gave up its wait.
+    Sibling,
+}
+
+impl From<CollError> for LaneStop {
+    fn from(e: CollError) -> LaneStop {
+        LaneStop::Failed(e)
+    }
 }
 
 /// Why a communicator has no arena, for the error of a call that forced one.
@@ -105,38 +153,51 @@ pub(crate) type Unavailable = String;
 
 impl Arena {
     /// The arena of `map` for `rank` of `n` (the setup wrote every rank's pid into it).
-    fn new(map: SharedMapping, n: usize, rank: usize, slot_bytes: usize) -> Arena {
-        Arena { n, rank, slot_bytes, data_offset: data_offset(n), steps_done: AtomicU64::new(0), map }
+    fn new(map: SharedMapping, n: usize, rank: usize, shape: Shape) -> Arena {
+        let data_offset = data_offset(n, shape.lanes).expect("the setup sized the file by this offset");
+        let steps_done = (0..shape.lanes).map(|_| AtomicU64::new(0)).collect();
+        Arena { n, rank, slot_bytes: shape.slot_bytes, lanes: shape.lanes, data_offset, steps_done, map }
     }
 
-    /// Rank `r`'s word `i` of its lines.
+    /// Rank `r`'s word `i` of its lines in lane 0 (pid and call description live there).
     fn word(&self, r: usize, i: usize) -> &AtomicU64 {
-        &self.map.words()[word_index(r, i)]
+        self.lane_word(0, r, i)
     }
 
-    /// Publishes that this rank finished `step`, then rings its bell: a peer asleep on it
-    /// (see [`Self::sleep_on`]) is woken, with a system call only when one sleeps.
-    fn publish(&self, step: u64) {
-        self.word(self.rank, STEP_WORD).store(step, Ordering::Release);
-        let (bell, sleepers) = self.bell(self.rank);
+    /// Rank `r`'s word `i` of its lines in `lane`.
+    fn lane_word(&self, lane: usize, r: usize, i: usize) -> &AtomicU64 {
+        &self.map.words()[word_index(lane * self.n + r, i)]
+    }
+
+    /// How many lanes a call of `bytes` uses: the same on every rank for the same call.
+    fn lanes_for(&self, bytes: usize) -> usize {
+        (bytes / (SLOTS_PER_LANE * self.slot_bytes)).clamp(1, self.lanes)
+    }
+
+    /// Publishes that this rank finished `step` of `lane`, then rings its bell: a peer asleep
+    /// on it (see [`Self::sleep_on`]) is woken, with a system call only when one sleeps.
+    fn publish(&self, lane: usize, step: u64) {
+        self.lane_word(lane, self.rank, STEP_WORD).store(step, Ordering::Release);
+        let (bell, sleepers) = self.bell(lane, self.rank);
         bell.fetch_add(1, Ordering::SeqCst);
         if sleepers.load(Ordering::SeqCst) > 0 {
             accord_sys::futex::wake_all(bell);
         }
     }
 
-    /// Rank `r`'s bell (rung at every publish) and the count of waiters asleep on it, 32-bit
-    /// words of its third line for the futex.
-    fn bell(&self, r: usize) -> (&AtomicU32, &AtomicU32) {
+    /// Rank `r`'s bell in `lane` (rung at every publish) and the count of waiters asleep on
+    /// it, 32-bit words of its third line for the futex.
+    fn bell(&self, lane: usize, r: usize) -> (&AtomicU32, &AtomicU32) {
         let words = self.map.words32();
-        (&words[2 * word_index(r, BELL_WORD)], &words[2 * word_index(r, SLEEPERS_WORD)])
+        let line = lane * self.n + r;
+        (&words[2 * word_index(line, BELL_WORD)], &words[2 * word_index(line, SLEEPERS_WORD)])
     }
 
-    /// Sleeps until rank `r` publishes again (or `CHECK_INTERVAL` passes), unless `flag`
-    /// already reached `step`. Counted as a sleeper first and the bell read after, so a
+    /// Sleeps until rank `r` publishes again in `lane` (or `CHECK_INTERVAL` passes), unless
+    /// `flag` already reached `step`. Counted as a sleeper first and the bell read after, so a
     /// publish either sees the sleeper and wakes it or changed the bell before the wait.
-    fn sleep_on(&self, r: usize, flag: &AtomicU64, step: u64) {
-        let (bell, sleepers) = self.bell(r);
+    fn sleep_on(&self, lane: usize, r: usize, flag: &AtomicU64, step: u64) {
+        let (bell, sleepers) = self.bell(lane, r);
         sleepers.fetch_add(1, Ordering::SeqCst);
         let rung = bell.load(Ordering::SeqCst);
         if flag.load(Ordering::Acquire) < step {
@@ -178,15 +239,23 @@ impl Arena {
         Ok(())
     }
 
-    /// Byte offset of rank `r`'s slot in buffer `b`.
-    fn slot(&self, b: usize, r: usize) -> usize {
-        self.data_offset + (b * self.n + r) * self.slot_bytes
+    /// Byte offset of rank `r`'s slot in buffer `b` of `lane`.
+    fn slot(&self, lane: usize, b: usize, r: usize) -> usize {
+        self.data_offset + ((lane * BUFFERS + b) * self.n + r) * self.slot_bytes
     }
 
-    /// Waits until every other rank finished `step`.
-    fn wait_all<T: CollTransport + ?Sized>(&self, cx: &Ctx<'_, T>, a: &Args<'_>, step: u64) -> Result<(), CollError> {
+    /// Waits until every other rank finished `step` of `lane`, or another lane of this rank
+    /// failed (`siblings_failed`).
+    fn wait_all<T: CollTransport + ?Sized>(
+        &self,
+        cx: &Ctx<'_, T>,
+        a: &Args<'_>,
+        lane: usize,
+        step: u64,
+        siblings_failed: &AtomicBool,
+    ) -> Result<(), LaneStop> {
         for r in (0..self.n).filter(|&r| r != self.rank) {
-            let flag = self.word(r, STEP_WORD);
+            let flag = self.lane_word(lane, r, STEP_WORD);
             if flag.load(Ordering::Acquire) >= step {
                 continue;
             }
@@ -200,22 +269,25 @@ impl Arena {
                     std::hint::spin_loop();
                     continue;
                 }
+                if siblings_failed.load(Ordering::Relaxed) {
+                    return Err(LaneStop::Sibling);
+                }
                 let now = Instant::now();
                 on_board.get_or_insert_with(|| cx.progress.waiting(r, "its arena step", None, 1));
                 if now.duration_since(last_scan) >= DETECT_INTERVAL {
                     last_scan = now;
                     if let Some(e) = setup::on_another_algorithm(cx, a) {
-                        return Err(e);
+                        return Err(e.into());
                     }
                 }
                 if now.duration_since(last_check) >= CHECK_INTERVAL {
                     last_check = now;
-                    self.check_waiting_on(cx, r, start)?;
+                    self.check_waiting_on(cx, lane, r, start)?;
                 }
                 if rounds <= SPIN_ROUNDS + YIELD_ROUNDS {
                     std::thread::yield_now();
                 } else {
-                    self.sleep_on(r, flag, step);
+                    self.sleep_on(lane, r, flag, step);
                 }
             }
         }
@@ -227,6 +299,7 @@ impl Arena {
     fn check_waiting_on<T: CollTransport + ?Sized>(
         &self,
         cx: &Ctx<'_, T>,
+        lane: usize,
         r: usize,
         start: Instant,
     ) -> Result<(), CollError> {
@@ -241,7 +314,7 @@ impl Arena {
             return Err(cx.fail(TransportError::Aborted { reported_by, waiting_on }, &[r]));
         }
         if Instant::now() >= cx.deadline {
-            let what = format!("rank {r} to finish {} in the host arena", step_reached(self, r));
+            let what = format!("rank {r} to finish {} in the host arena", step_reached(self, lane, r));
             return Err(cx.fail(TransportError::Timeout { what, waited: start.elapsed() }, &[r]));
         }
         Ok(())
@@ -249,8 +322,13 @@ impl Arena {
 }
 
 /// Rank `r`'s flags in words, for a timeout's message.
-fn step_reached(a: &Arena, r: usize) -> String {
-    format!("its step (it reached step {})", a.word(r, STEP_WORD).load(Ordering::Relaxed))
+fn step_reached(a: &Arena, lane: usize, r: usize) -> String {
+    let reached = a.lane_word(lane, r, STEP_WORD).load(Ordering::Relaxed);
+    if a.lanes == 1 {
+        format!("its step (it reached step {reached})")
+    } else {
+        format!("its step of lane {lane} (it reached step {reached})")
+    }
 }
 
 /// Whether this communicator has an arena, mapping it first if it has not tried yet
@@ -260,11 +338,11 @@ pub(crate) fn available<T: CollTransport + ?Sized>(
     cx: &Ctx<'_, T>,
     a: &Args<'_>,
     arena: &OnceLock<Result<Arena, Unavailable>>,
-    slot_bytes: usize,
+    shape: Shape,
 ) -> Result<bool, CollError> {
     if arena.get().is_none() {
         let made = match cx.t.host_memory_dir() {
-            Some(dir) => setup::setup(cx, a, &dir, round_slot(slot_bytes))?,
+            Some(dir) => setup::setup(cx, a, &dir, shape)?,
             None => {
                 Err("the transport keeps every byte on its own routes (ACCORD_SHM=0 or ACCORD_FORCE_NETWORK=1)".into())
             }
@@ -277,19 +355,14 @@ pub(crate) fn available<T: CollTransport + ?Sized>(
     Ok(matches!(arena.get(), Some(Ok(_))))
 }
 
-/// A slot of whole 8-byte words, so every slot is aligned for every dtype.
-fn round_slot(slot_bytes: usize) -> usize {
-    slot_bytes.max(8).next_multiple_of(8)
-}
-
 /// Runs an arena all_reduce, mapping the arena first if this communicator has not tried yet.
 pub(crate) fn run<T: CollTransport + ?Sized>(
     cx: &Ctx<'_, T>,
     a: &Args<'_>,
     arena: &OnceLock<Result<Arena, Unavailable>>,
-    slot_bytes: usize,
+    shape: Shape,
 ) -> Result<(), CollError> {
-    available(cx, a, arena, slot_bytes)?;
+    available(cx, a, arena, shape)?;
     match arena.get() {
         Some(Ok(arena)) => all_reduce(cx, a, arena),
         Some(Err(why)) => Err(CollError::InvalidArgument {
@@ -312,9 +385,10 @@ const PID_WORD: usize = 1;
 const BELL_WORD: usize = 2 * LINE_WORDS + 4;
 const SLEEPERS_WORD: usize = 2 * LINE_WORDS + 5;
 
-/// Rank `r`'s word `i` of its lines, as an index into the mapping's words.
-fn word_index(r: usize, i: usize) -> usize {
-    HEADER_WORDS + r * RANK_WORDS + i
+/// Word `i` of the `line`-th set of lines (lane l's of rank r: l * n + r), as an index into
+/// the mapping's words.
+fn word_index(line: usize, i: usize) -> usize {
+    HEADER_WORDS + line * RANK_WORDS + i
 }
 
 /// Rank `r`'s pid word (the setup writes it before the rank answers rank 0).
@@ -344,64 +418,145 @@ fn all_reduce<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, a: &Args<'_>, arena: &
             ),
         });
     }
+    let lanes = arena.lanes_for(a.count * a.es());
+    let siblings_failed = AtomicBool::new(false);
+    let lane = |l: usize| {
+        let done = run_lane(cx, a, arena, l, part(a.count, lanes, l), chunk_elems, &siblings_failed);
+        if done.is_err() {
+            siblings_failed.store(true, Ordering::Relaxed);
+        }
+        done
+    };
+    if lanes == 1 {
+        return lane(0).map_err(|stop| match stop {
+            LaneStop::Failed(e) => e,
+            LaneStop::Sibling => unreachable_sibling(cx),
+        });
+    }
+    let lane = &lane;
+    let results: Vec<Result<(), LaneStop>> = std::thread::scope(|s| {
+        let helpers: Vec<_> = (1..lanes)
+            .map(|l| std::thread::Builder::new().name(format!("accord-arena-{l}")).spawn_scoped(s, move || lane(l)))
+            .collect();
+        let mut results = vec![lane(0)];
+        let mut unstarted = Vec::new();
+        for (i, helper) in helpers.into_iter().enumerate() {
+            match helper {
+                Ok(h) => results.push(h.join().unwrap_or_else(|_| Err(lane_panicked(cx, i + 1)))),
+                // Lanes never wait on each other: one whose thread did not start runs here.
+                Err(_) => unstarted.push(i + 1),
+            }
+        }
+        results.extend(unstarted.into_iter().map(lane));
+        results
+    });
+    // The first lane that failed for a reason of its own, else (all gave way) none did.
+    let mut sibling_only = false;
+    for r in results {
+        match r {
+            Ok(()) => {}
+            Err(LaneStop::Failed(e)) => return Err(e),
+            Err(LaneStop::Sibling) => sibling_only = true,
+        }
+    }
+    if sibling_only {
+        return Err(unreachable_sibling(cx));
+    }
+    Ok(())
+}
+
+/// A lane that gave way to a sibling that did not fail: a bug, reported rather than hidden.
+fn unreachable_sibling<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>) -> CollError {
+    CollError::InvalidArgument {
+        collective: cx.collective.name(),
+        reason: "an arena lane stopped for a failure no lane reported (a bug in accord)".into(),
+    }
+}
+
+fn lane_panicked<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, lane: usize) -> LaneStop {
+    LaneStop::Failed(CollError::InvalidArgument {
+        collective: cx.collective.name(),
+        reason: format!("arena lane {lane}'s thread panicked (a bug in accord)"),
+    })
+}
+
+/// One lane's share of the call: the elements `elems` of the vector, in chunks of
+/// `chunk_elems`, through `lane`'s buffers.
+fn run_lane<T: CollTransport + ?Sized>(
+    cx: &Ctx<'_, T>,
+    a: &Args<'_>,
+    arena: &Arena,
+    lane: usize,
+    elems: std::ops::Range<usize>,
+    chunk_elems: usize,
+    siblings_failed: &AtomicBool,
+) -> Result<(), LaneStop> {
     // Chunk i is copied in at step i, reduced at step i + 1 and read out at step i + 2, in
     // buffer (its first step) % 3; every step ends with one wait for all ranks, which orders
     // each of those after the previous one everywhere. Steps are numbered over the
-    // communicator's life (the same on every rank), so buffers rotate across calls too.
-    let chunks = a.count.div_ceil(chunk_elems);
-    let first = arena.steps_done.fetch_add(chunks as u64 + 2, Ordering::Relaxed) + 1;
-    let range = |i: usize| i * chunk_elems..((i + 1) * chunk_elems).min(a.count);
-    let buffer = |i: usize| ((first + i as u64) % BUFFERS as u64) as usize;
+    // communicator's life per lane (the same on every rank), so buffers rotate across calls.
+    let chunks = elems.len().div_ceil(chunk_elems);
+    let first = arena.steps_done[lane].fetch_add(chunks as u64 + 2, Ordering::Relaxed) + 1;
+    let range = |i: usize| elems.start + i * chunk_elems..(elems.start + (i + 1) * chunk_elems).min(elems.end);
+    let at = |i: usize| Place { lane, buffer: ((first + i as u64) % BUFFERS as u64) as usize };
     for step in 0..chunks + 2 {
         if step < chunks {
-            copy_in(cx, a, arena, range(step), buffer(step))?;
+            copy_in(cx, a, arena, range(step), at(step))?;
         }
         if let Some(i) = step.checked_sub(1).filter(|&i| i < chunks) {
-            reduce_block(cx, a, arena, range(i).len(), buffer(i))?;
+            reduce_block(cx, a, arena, range(i).len(), at(i))?;
         }
         if let Some(i) = step.checked_sub(2) {
-            copy_out(cx, a, arena, range(i), buffer(i))?;
+            copy_out(cx, a, arena, range(i), at(i))?;
         }
         let global = first + step as u64;
-        arena.publish(global);
-        arena.wait_all(cx, a, global)?;
-        if step == 0 {
-            // The same call everywhere, or a clear mismatch before anything is reduced.
+        arena.publish(lane, global);
+        arena.wait_all(cx, a, lane, global, siblings_failed)?;
+        if step == 0 && lane == 0 {
+            // The same call everywhere, or a clear mismatch before lane 0 reduces anything.
             arena.check_peers(cx, a)?;
         }
     }
     Ok(())
 }
 
-/// This rank's input elements `elems` into its slot of buffer `b`.
+/// Where a chunk lives: its lane and that lane's buffer.
+#[derive(Clone, Copy)]
+struct Place {
+    lane: usize,
+    buffer: usize,
+}
+
+/// This rank's input elements `elems` into its slot of the buffer at `at`.
 fn copy_in<T: CollTransport + ?Sized>(
     cx: &Ctx<'_, T>,
     a: &Args<'_>,
     arena: &Arena,
     elems: std::ops::Range<usize>,
-    b: usize,
+    at: Place,
 ) -> Result<(), CollError> {
     let es = a.es();
     let input = a.send.sub(elems.start * es, elems.len() * es);
     cx.t.access_local(input, input.buf.slice(0, 0), &mut |s, _| {
-        // SAFETY (of `bytes_mut`): this rank's slot in buffer `b`. Its last readers used it
-        // for the chunk three steps back and were done before the last step's wait for all
-        // ranks; its next readers start after this step's wait, after this copy.
+        // SAFETY (of `bytes_mut`): this rank's slot in the lane's buffer, which only this
+        // lane's thread touches. Its last readers used it for the chunk three steps back and
+        // were done before the last step's wait for all ranks; its next readers start after
+        // this step's wait, after this copy.
         #[allow(unsafe_code)]
-        let slot = unsafe { arena.map.bytes_mut(arena.slot(b, arena.rank), s.len()) };
+        let slot = unsafe { arena.map.bytes_mut(arena.slot(at.lane, at.buffer, arena.rank), s.len()) };
         slot.expect("the slot lies in the arena").copy_from_slice(s);
     })
     .map_err(|e| cx.transport(e))
 }
 
-/// Block `rank` of a chunk of `len` elements in buffer `b`, reduced over every rank's slot
-/// into this rank's (its own first, then the others in rank order).
+/// Block `rank` of a chunk of `len` elements in the buffer at `at`, reduced over every rank's
+/// slot into this rank's (its own first, then the others in rank order).
 fn reduce_block<T: CollTransport + ?Sized>(
     cx: &Ctx<'_, T>,
     a: &Args<'_>,
     arena: &Arena,
     len: usize,
-    b: usize,
+    at: Place,
 ) -> Result<(), CollError> {
     let (me, n, es) = (arena.rank, arena.n, a.es());
     let block = part(len, n, me);
@@ -414,23 +569,23 @@ fn reduce_block<T: CollTransport + ?Sized>(
     // others read only their own blocks of it), and every slot's block `me` is stable: each
     // owner copied it in one step back, before that step's wait for all ranks.
     #[allow(unsafe_code)]
-    let acc = unsafe { arena.map.bytes_mut(arena.slot(b, me) + off, bytes) }.expect("in the arena");
+    let acc = unsafe { arena.map.bytes_mut(arena.slot(at.lane, at.buffer, me) + off, bytes) }.expect("in the arena");
     for r in (0..n).filter(|&r| r != me) {
         #[allow(unsafe_code)]
-        let other = unsafe { arena.map.bytes(arena.slot(b, r) + off, bytes) }.expect("in the arena");
+        let other = unsafe { arena.map.bytes(arena.slot(at.lane, at.buffer, r) + off, bytes) }.expect("in the arena");
         reduce_into(acc, other, a.dtype, a.op).map_err(reduce_err)?;
     }
     finish_avg(acc, a.dtype, a.op, n).map_err(reduce_err)
 }
 
-/// Every rank's reduced block of a chunk (elements `elems` of the vector) in buffer `b`, into
-/// this rank's output.
+/// Every rank's reduced block of a chunk (elements `elems` of the vector) in the buffer at
+/// `at`, into this rank's output.
 fn copy_out<T: CollTransport + ?Sized>(
     cx: &Ctx<'_, T>,
     a: &Args<'_>,
     arena: &Arena,
     elems: std::ops::Range<usize>,
-    b: usize,
+    at: Place,
 ) -> Result<(), CollError> {
     let es = a.es();
     for r in 0..arena.n {
@@ -444,7 +599,7 @@ fn copy_out<T: CollTransport + ?Sized>(
             // SAFETY: rank `r` reduced this block one step back, before that step's wait for
             // all ranks, and nobody writes this buffer again before this step's wait.
             #[allow(unsafe_code)]
-            let reduced = unsafe { arena.map.bytes(arena.slot(b, r) + off, bytes) };
+            let reduced = unsafe { arena.map.bytes(arena.slot(at.lane, at.buffer, r) + off, bytes) };
             d.copy_from_slice(reduced.expect("in the arena"));
         })
         .map_err(|e| cx.transport(e))?;

@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use accord_engine::SharedMapping;
 
-use super::{arena_bytes, pid_word, Arena, Unavailable, DETECT_INTERVAL, HEADER_WORDS, MAGIC};
+use super::{arena_bytes, pid_word, Arena, Shape, Unavailable, DETECT_INTERVAL, HEADER_WORDS, MAGIC};
 use crate::algo::{Algo, Args, Collective, Ctx, Handshake};
 use crate::error::{CollError, TransportError};
 use crate::transport::{CollTransport, Imm, STEP_DATA_MAX, STEP_HANDSHAKE};
@@ -35,37 +35,42 @@ fn pid_namespace() -> u64 {
     std::fs::metadata("/proc/self/ns/pid").map(|m| m.ino()).unwrap_or(0)
 }
 
-/// A rank's offer: where it runs and the slot it asks for.
+/// A rank's offer: where it runs and the arena's shape it asks for.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Offer {
     pub host: String,
     pub pid_ns: u64,
-    pub slot_bytes: usize,
+    pub shape: Shape,
 }
 
 impl Offer {
     fn encode(&self) -> Vec<u8> {
-        format!("{}\n{}\n{}", self.host, self.pid_ns, self.slot_bytes).into_bytes()
+        format!("{}\n{}\n{}\n{}", self.host, self.pid_ns, self.shape.slot_bytes, self.shape.lanes).into_bytes()
     }
 
     pub(super) fn decode(bytes: &[u8]) -> Option<Offer> {
         let text = std::str::from_utf8(bytes).ok()?;
         let mut f = text.split('\n');
-        let offer =
-            Offer { host: f.next()?.to_string(), pid_ns: f.next()?.parse().ok()?, slot_bytes: f.next()?.parse().ok()? };
-        f.next().is_none().then_some(offer)
+        let (host, pid_ns) = (f.next()?.to_string(), f.next()?.parse().ok()?);
+        let shape = Shape { slot_bytes: f.next()?.parse().ok()?, lanes: f.next()?.parse().ok()? };
+        f.next().is_none().then_some(Offer { host, pid_ns, shape })
     }
 }
 
 /// Whether every rank can share rank 0's arena, from everyone's offer (rank 0's first).
-pub(super) fn verdict(offers: &[Offer], slot_bytes: usize) -> Result<(), Unavailable> {
+pub(super) fn verdict(offers: &[Offer]) -> Result<(), Unavailable> {
     let first = &offers[0];
+    let (slot_bytes, lanes) = (first.shape.slot_bytes, first.shape.lanes);
     if let Some(r) = offers.iter().position(|o| o.host != first.host || o.host.is_empty()) {
         Err(format!("rank {r} is on another host than rank 0 (or its host is unknown)"))
     } else if let Some(r) = offers.iter().position(|o| o.pid_ns != first.pid_ns || o.pid_ns == 0) {
         Err(format!("rank {r} is in another pid namespace than rank 0"))
-    } else if let Some(r) = offers.iter().position(|o| o.slot_bytes != slot_bytes) {
-        Err(format!("rank {r} asks for arena slots of {} bytes, rank 0 {slot_bytes}", offers[r].slot_bytes))
+    } else if let Some(r) = offers.iter().position(|o| o.shape.slot_bytes != slot_bytes) {
+        Err(format!("rank {r} asks for arena slots of {} bytes, rank 0 {slot_bytes}", offers[r].shape.slot_bytes))
+    } else if let Some(r) = offers.iter().position(|o| o.shape.lanes != lanes) {
+        Err(format!("rank {r} asks for {} arena lanes, rank 0 {lanes}", offers[r].shape.lanes))
+    } else if lanes == 0 || slot_bytes == 0 || slot_bytes % 8 != 0 {
+        Err(format!("rank 0 offers an arena shape no rank can use ({slot_bytes}-byte slots, {lanes} lanes)"))
     } else {
         Ok(())
     }
@@ -125,9 +130,9 @@ pub(super) fn setup<T: CollTransport + ?Sized>(
     cx: &Ctx<'_, T>,
     a: &Args<'_>,
     dir: &Path,
-    slot_bytes: usize,
+    shape: Shape,
 ) -> Result<Result<Arena, Unavailable>, CollError> {
-    let mine = Offer { host: host_identity(), pid_ns: pid_namespace(), slot_bytes };
+    let mine = Offer { host: host_identity(), pid_ns: pid_namespace(), shape };
     if cx.rank == 0 {
         return lead(cx, a, dir, mine);
     }
@@ -135,7 +140,7 @@ pub(super) fn setup<T: CollTransport + ?Sized>(
     // Safe to look for another algorithm here: no rank falls back before the final word,
     // which rank 0 sends only after this rank's answer below.
     let mapped = match word(cx, receive(cx, a, 0, Step::Decision, true)?)? {
-        Word::Map { path, token } => open(cx.n, cx.rank, slot_bytes, Path::new(&path), token),
+        Word::Map { path, token } => open(cx.n, cx.rank, shape, Path::new(&path), token),
         Word::Without(why) => Err(why),
         Word::Ok => return Err(malformed(cx, "an arena decision that is neither a file nor a reason")),
     };
@@ -143,7 +148,7 @@ pub(super) fn setup<T: CollTransport + ?Sized>(
     // No looking from here: a peer that got the final word may already run the size rule's
     // schedule and send its handshake before this rank has the word.
     match (word(cx, receive(cx, a, 0, Step::Final, false)?)?, mapped) {
-        (Word::Ok, Ok(map)) => Ok(Ok(Arena::new(map, cx.n, cx.rank, slot_bytes))),
+        (Word::Ok, Ok(map)) => Ok(Ok(Arena::new(map, cx.n, cx.rank, shape))),
         (Word::Without(why), _) => Ok(Err(why)),
         _ => Err(malformed(cx, "an arena final word that does not match what this rank mapped")),
     }
@@ -156,7 +161,7 @@ fn lead<T: CollTransport + ?Sized>(
     dir: &Path,
     mine: Offer,
 ) -> Result<Result<Arena, Unavailable>, CollError> {
-    let (n, slot_bytes) = (cx.n, mine.slot_bytes);
+    let (n, shape) = (cx.n, mine.shape);
     let mut offers = vec![mine];
     for peer in 1..n {
         let bytes = receive(cx, a, peer, Step::Offer, true)?;
@@ -164,8 +169,8 @@ fn lead<T: CollTransport + ?Sized>(
             cx.transport(TransportError::Malformed { peer, reason: "an arena offer that does not parse".into() })
         })?);
     }
-    let made = verdict(&offers, slot_bytes)
-        .and_then(|()| create(dir, n, slot_bytes).map_err(|e| format!("rank 0 could not create the arena file: {e}")));
+    let made = verdict(&offers)
+        .and_then(|()| create(dir, n, shape).map_err(|e| format!("rank 0 could not create the arena file: {e}")));
     let decision = match &made {
         Ok((map, token)) => Word::Map { path: map.path().display().to_string(), token: *token },
         Err(why) => Word::Without(why.clone()),
@@ -196,7 +201,7 @@ fn lead<T: CollTransport + ?Sized>(
     if let Err(e) = map.unlink() {
         tracing::warn!(error = %e, "could not unlink the arena file");
     }
-    Ok(Ok(Arena::new(map, n, 0, slot_bytes)))
+    Ok(Ok(Arena::new(map, n, 0, shape)))
 }
 
 fn malformed<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, reason: &str) -> CollError {
@@ -284,9 +289,9 @@ fn file_name() -> String {
 }
 
 /// Rank 0's file: the header and a fresh token, in `dir`.
-fn create(dir: &Path, n: usize, slot_bytes: usize) -> Result<(SharedMapping, u128), String> {
+fn create(dir: &Path, n: usize, shape: Shape) -> Result<(SharedMapping, u128), String> {
     use std::io::Read;
-    let len = arena_bytes(n, slot_bytes).ok_or("an arena of that size does not fit this machine's addresses")?;
+    let len = arena_bytes(n, shape).ok_or("an arena of that size does not fit this machine's addresses")?;
     let mut random = [0u8; 16];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut random))
@@ -296,24 +301,30 @@ fn create(dir: &Path, n: usize, slot_bytes: usize) -> Result<(SharedMapping, u12
     let map = SharedMapping::create(&path, len).map_err(|e| e.to_string())?;
     let w = map.words();
     w[1].store(n as u64, Ordering::Relaxed);
-    w[2].store(slot_bytes as u64, Ordering::Relaxed);
+    w[2].store(shape.slot_bytes as u64, Ordering::Relaxed);
     w[3].store(token as u64, Ordering::Relaxed);
     w[4].store((token >> 64) as u64, Ordering::Relaxed);
+    w[5].store(shape.lanes as u64, Ordering::Relaxed);
     w[0].store(MAGIC, Ordering::Release);
     w[pid_word(0)].store(u64::from(std::process::id()), Ordering::Release);
-    const { assert!(HEADER_WORDS >= 5, "the header holds magic, n, slot and the token") };
+    const { assert!(HEADER_WORDS >= 6, "the header holds magic, n, slot, the token and lanes") };
     Ok((map, token))
 }
 
 /// Another rank's side: the file rank 0 named, checked against what it said; writes this
 /// rank's pid for the others' liveness checks before it answers that it mapped the file.
-fn open(n: usize, rank: usize, slot_bytes: usize, path: &Path, token: u128) -> Result<SharedMapping, String> {
-    let len = arena_bytes(n, slot_bytes).ok_or("an arena of that size does not fit this machine's addresses")?;
+fn open(n: usize, rank: usize, shape: Shape, path: &Path, token: u128) -> Result<SharedMapping, String> {
+    let len = arena_bytes(n, shape).ok_or("an arena of that size does not fit this machine's addresses")?;
     let map = SharedMapping::open(path, len).map_err(|e| e.to_string())?;
     let w = map.words();
-    let header = [w[0].load(Ordering::Acquire), w[1].load(Ordering::Relaxed), w[2].load(Ordering::Relaxed)];
+    let header = [
+        w[0].load(Ordering::Acquire),
+        w[1].load(Ordering::Relaxed),
+        w[2].load(Ordering::Relaxed),
+        w[5].load(Ordering::Relaxed),
+    ];
     let theirs = u128::from(w[3].load(Ordering::Relaxed)) | (u128::from(w[4].load(Ordering::Relaxed)) << 64);
-    if header != [MAGIC, n as u64, slot_bytes as u64] || theirs != token {
+    if header != [MAGIC, n as u64, shape.slot_bytes as u64, shape.lanes as u64] || theirs != token {
         return Err(format!("{} is not the arena rank 0 created", path.display()));
     }
     w[pid_word(rank)].store(u64::from(std::process::id()), Ordering::Release);

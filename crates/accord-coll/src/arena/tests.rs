@@ -36,11 +36,12 @@ fn args(buf: &crate::LocalBuf) -> Args<'_> {
 
 #[test]
 fn offers_and_words_round_trip_and_garbage_is_refused() {
-    let o = Offer { host: "h".into(), pid_ns: 4026531836, slot_bytes: 1 << 20 };
+    let o = Offer { host: "h".into(), pid_ns: 4026531836, shape: Shape { slot_bytes: 1 << 20, lanes: 3 } };
     assert_eq!(Offer::decode(&super::setup::tests_encode_offer(&o)), Some(o));
-    assert_eq!(Offer::decode(b"h\n7"), None);
-    assert_eq!(Offer::decode(b"h\nseven\n1"), None);
-    assert_eq!(Offer::decode(b"h\n7\n1\nextra"), None);
+    assert_eq!(Offer::decode(b"h\n7\n8"), None);
+    assert_eq!(Offer::decode(b"h\nseven\n8\n1"), None);
+    assert_eq!(Offer::decode(b"h\n7\n8\nfour"), None);
+    assert_eq!(Offer::decode(b"h\n7\n8\n1\nextra"), None);
     assert_eq!(Offer::decode(&[0xff, 0xfe]), None);
     for w in [Word::Map { path: "/dev/shm/x".into(), token: u128::MAX - 3 }, Word::Without("why".into()), Word::Ok] {
         assert_eq!(Word::decode(&super::setup::tests_encode_word(&w)), Some(w));
@@ -52,16 +53,26 @@ fn offers_and_words_round_trip_and_garbage_is_refused() {
 }
 
 #[test]
-fn another_host_namespace_or_slot_size_means_no_arena() {
-    let o = |host: &str, pid_ns: u64, slot_bytes: usize| Offer { host: host.into(), pid_ns, slot_bytes };
-    assert_eq!(verdict(&[o("a", 1, 64), o("a", 1, 64)], 64), Ok(()));
-    let why = verdict(&[o("a", 1, 64), o("a", 1, 64), o("b", 1, 64)], 64).unwrap_err();
+fn another_host_namespace_or_shape_means_no_arena() {
+    let o = |host: &str, pid_ns: u64, slot_bytes: usize| Offer {
+        host: host.into(),
+        pid_ns,
+        shape: Shape::new(slot_bytes, 2),
+    };
+    assert_eq!(verdict(&[o("a", 1, 64), o("a", 1, 64)]), Ok(()));
+    let why = verdict(&[o("a", 1, 64), o("a", 1, 64), o("b", 1, 64)]).unwrap_err();
     assert!(why.contains("rank 2 is on another host"), "{why}");
-    let why = verdict(&[o("a", 1, 64), o("a", 2, 64)], 64).unwrap_err();
+    let why = verdict(&[o("a", 1, 64), o("a", 2, 64)]).unwrap_err();
     assert!(why.contains("rank 1 is in another pid namespace"), "{why}");
-    let why = verdict(&[o("a", 1, 64), o("a", 1, 128)], 64).unwrap_err();
+    let why = verdict(&[o("a", 1, 64), o("a", 1, 128)]).unwrap_err();
     assert!(why.contains("rank 1 asks for arena slots of 128 bytes"), "{why}");
-    assert!(verdict(&[o("", 1, 64), o("", 1, 64)], 64).is_err(), "an unknown host is no host");
+    let mut three_lanes = o("a", 1, 64);
+    three_lanes.shape.lanes = 3;
+    let why = verdict(&[o("a", 1, 64), three_lanes]).unwrap_err();
+    assert!(why.contains("rank 1 asks for 3 arena lanes, rank 0 2"), "{why}");
+    let none = |host: &str| Offer { host: host.into(), pid_ns: 1, shape: Shape { slot_bytes: 64, lanes: 0 } };
+    assert!(verdict(&[none("a"), none("a")]).is_err(), "no lanes is no arena, even if every rank says so");
+    assert!(verdict(&[o("", 1, 64), o("", 1, 64)]).is_err(), "an unknown host is no host");
 }
 
 /// Three ranks map one arena through rank 0; its file is gone afterwards and every pid is in
@@ -78,7 +89,10 @@ fn ranks_map_one_arena_and_a_wait_names_the_rank_behind() {
                     let progress = crate::report::Progress::new(t.rank(), 3, "c".into(), None);
                     let buf = t.register(vec![0u8; 8]).unwrap();
                     let dir = t.host_memory_dir().unwrap();
-                    setup::setup(&ctx(t, &progress, Duration::from_secs(10)), &args(&buf), &dir, 4096).unwrap().unwrap()
+                    let shape = Shape::new(4096, 2);
+                    setup::setup(&ctx(t, &progress, Duration::from_secs(10)), &args(&buf), &dir, shape)
+                        .unwrap()
+                        .unwrap()
                 })
             })
             .collect();
@@ -87,24 +101,75 @@ fn ranks_map_one_arena_and_a_wait_names_the_rank_behind() {
     assert!(!arenas[0].map.path().exists(), "the arena file is unlinked once mapped");
     let pids: Vec<u64> = (0..3).map(|r| arenas[1].word(r, PID_WORD).load(Ordering::Acquire)).collect();
     assert_eq!(pids, vec![u64::from(std::process::id()); 3]);
-    arenas[2].publish(5);
+    arenas[2].publish(0, 5);
+    arenas[1].publish(1, 5);
     let progress = crate::report::Progress::new(0, 3, "c".into(), None);
     let cx = ctx(&ts[0], &progress, Duration::from_millis(30));
     let buf = ts[0].register(vec![0u8; 8]).unwrap();
-    let e = arenas[0].wait_all(&cx, &args(&buf), 5).unwrap_err();
+    let no = AtomicBool::new(false);
+    let Err(LaneStop::Failed(e)) = arenas[0].wait_all(&cx, &args(&buf), 0, 5, &no) else { panic!("the wait ended") };
     assert!(matches!(&e, CollError::Timeout { missing, .. } if missing == &[1]), "{e}");
     assert_eq!(ts[2].stuck_reports(), vec![(0, 1)], "the others are told whom rank 0 waited for");
 }
 
 #[test]
 fn slots_are_whole_words_and_the_data_region_starts_on_a_page() {
-    assert_eq!(round_slot(1), 8);
-    assert_eq!(round_slot(24), 24);
-    assert_eq!(round_slot(25), 32);
+    assert_eq!(Shape::new(1, 1).slot_bytes, 8);
+    assert_eq!(Shape::new(24, 1).slot_bytes, 24);
+    assert_eq!(Shape::new(25, 0), Shape { slot_bytes: 32, lanes: 1 });
     for n in [1, 2, 7, 64, 1024] {
-        let d = data_offset(n);
-        assert_eq!(d % 4096, 0);
-        assert!(d >= (HEADER_WORDS + n * RANK_WORDS) * 8);
+        for lanes in [1, 4] {
+            let d = data_offset(n, lanes).unwrap();
+            assert_eq!(d % 4096, 0);
+            assert!(d >= (HEADER_WORDS + lanes * n * RANK_WORDS) * 8);
+        }
     }
-    assert_eq!(arena_bytes(usize::MAX, 2), None);
+    assert_eq!(arena_bytes(usize::MAX, Shape::new(8, 1)), None);
+    assert_eq!(arena_bytes(4, Shape::new(8, usize::MAX)), None);
+    assert_eq!(arena_bytes(2, Shape::new(4096, 3)), Some(4096 + 3 * 3 * 2 * 4096));
+}
+
+/// A wait of one lane gives way as soon as another lane of the same rank failed, without
+/// waiting for the deadline, and says nothing to the other ranks.
+#[test]
+fn a_lane_gives_way_when_a_sibling_failed() {
+    let ts = LocalFabric::create(2).unwrap();
+    let arenas: Vec<Arena> = std::thread::scope(|s| {
+        let hs: Vec<_> = ts
+            .iter()
+            .map(|t| {
+                s.spawn(move || {
+                    let progress = crate::report::Progress::new(t.rank(), 2, "c".into(), None);
+                    let buf = t.register(vec![0u8; 8]).unwrap();
+                    let dir = t.host_memory_dir().unwrap();
+                    let shape = Shape::new(64, 2);
+                    setup::setup(&ctx(t, &progress, Duration::from_secs(10)), &args(&buf), &dir, shape)
+                        .unwrap()
+                        .unwrap()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let progress = crate::report::Progress::new(0, 2, "c".into(), None);
+    let cx = ctx(&ts[0], &progress, Duration::from_secs(30));
+    let buf = ts[0].register(vec![0u8; 8]).unwrap();
+    let failed = AtomicBool::new(true);
+    let start = Instant::now();
+    assert!(matches!(arenas[0].wait_all(&cx, &args(&buf), 1, 1, &failed), Err(LaneStop::Sibling)));
+    assert!(start.elapsed() < Duration::from_secs(20), "it gave way long before the deadline");
+    assert!(ts[1].stuck_reports().is_empty(), "a lane giving way is not a report");
+}
+
+#[test]
+fn calls_use_one_more_lane_per_four_slots() {
+    let ts = LocalFabric::create(1).unwrap();
+    let progress = crate::report::Progress::new(0, 1, "c".into(), None);
+    let buf = ts[0].register(vec![0u8; 8]).unwrap();
+    let dir = ts[0].host_memory_dir().unwrap();
+    let shape = Shape::new(1024, 3);
+    let arena =
+        setup::setup(&ctx(&ts[0], &progress, Duration::from_secs(10)), &args(&buf), &dir, shape).unwrap().unwrap();
+    let lanes: Vec<usize> = [0, 4095, 4096, 8191, 8192, 12288, 1 << 30].iter().map(|&b| arena.lanes_for(b)).collect();
+    assert_eq!(lanes, vec![1, 1, 1, 1, 2, 3, 3]);
 }
