@@ -28,8 +28,9 @@ on the caller's current stream (correct, not fast).
 
 ``ACCORD_TORCH_GPU=experimental`` routes CUDA tensors of a group whose ranks all run on one host
 through the copy-engine GPU collectives (``accord.GpuCommunicator``) instead, queued on the
-caller's current stream, with no SMs for copies. With ``ACCORD_GPU_REDUCE_ON_CALLER=1`` (not yet
-measured on a GPU, so off by default) the reductions run on the stream the op is queued on, and
+caller's current stream, with no SMs for copies. The reductions run on the stream the op is queued
+on (``ACCORD_GPU_REDUCE_ON_CALLER``, on by default here: a 2-GPU DDP step 13-16% faster on
+2xH200, docs/results/2026-11-26-torch-gpu-path.md; ``=0`` launches them from the progress thread), and
 each group queues its ops on a stream of its own behind the caller's current stream, as NCCL
 does, so compute queued after an async op (DDP's backward pass) runs beside it; ``Work.wait``
 orders the caller's stream after the op (see :class:`_GpuPath`). The collectives' bytes are moved by

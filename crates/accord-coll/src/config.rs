@@ -97,24 +97,28 @@ pub struct CollConfig {
     /// steps 2.5-28% faster in 5 of 5 pairs (2 and 4 ranks), and ran the engine's schedules'
     /// all_reduce 1.0-2.6x faster at 16-64 MiB on idle cores and small calls 6.7-66x; with two
     /// busy loops beside 4 ranks it was 9-22% slower at 64 MiB, where every wait for all ranks
-    /// costs a scheduling turn (`docs/results/2026-11-27-host-arena.md`). The 32-core host has
-    /// not run it.
+    /// costs a scheduling turn (`docs/results/2026-11-27-host-arena.md`). On the 32-core host
+    /// it took a ~50M-parameter CPU DDP step from 1.07-1.17x gloo's speed to 1.35-1.36x at 4
+    /// ranks and from 0.98-0.99x to 1.21-1.26x at 8 (one lane; lanes: `arena_lanes`).
     /// Every rank must use the same value (ranks that differ fail their first all_reduce with
     /// a mismatch).
     pub arena: bool,
-    /// The arena all_reduce's chunk: each rank's slot in the host arena, which holds two
-    /// buffers of one slot per rank (`crate::arena`), so a communicator of n ranks keeps
-    /// 3 n slots of the shared-memory directory (24 MiB at 8 ranks). 1 MiB: as fast as 256 KiB
-    /// on idle cores and 3.6-3.9x faster at 64 MiB on busy ones (fewer chunks, fewer waits for
-    /// all ranks). Rounded up to whole 8-byte words. Every rank must use the same value (rank 0
+    /// The arena all_reduce's chunk: each rank's slot in the host arena, which holds three
+    /// buffers of one slot per rank and lane (`crate::arena`), so a communicator of n ranks
+    /// keeps 3 n slots per lane of the shared-memory directory (96 MiB at 8 ranks and 4
+    /// lanes). 1 MiB: as fast as 256 KiB on idle cores and 3.6-3.9x faster at 64 MiB on busy
+    /// ones (fewer chunks, fewer waits for all ranks). Rounded up to whole 8-byte words. Every rank must use the same value (rank 0
     /// refuses the arena otherwise, and all fall back).
     pub arena_slot_bytes: usize,
     /// The most threads (lanes) one arena all_reduce moves its bytes with: a call of at least
     /// 4 slots a lane is cut into that many parts, each through its own copy of the protocol
     /// (`crate::arena`), so a 25 MB DDP bucket is copied and reduced by 4 threads where one
-    /// thread copies at one core's memory speed. The arena keeps 3 n slots per lane. 1: one
-    /// thread, as before lanes existed. At most 64. Every rank must use the same value (rank 0
-    /// refuses the arena otherwise, and all fall back).
+    /// thread copies at one core's memory speed. On the 32-core host (~50M-parameter CPU DDP,
+    /// two rounds) the step was 1.40-1.61x gloo's speed with 4 lanes against 1.33-1.40x with 1
+    /// at 4 ranks, 1.34x against 1.26-1.31x at 8; 8 lanes were within those rounds' spread
+    /// (1.52-1.61x, 1.36-1.42x) and keep twice the shared memory. The arena keeps 3 n slots per
+    /// lane. 1: one thread, as before lanes existed. At most 64. Every rank must use the same
+    /// value (rank 0 refuses the arena otherwise, and all fall back).
     pub arena_lanes: usize,
     /// Algorithm forced per collective (`ACCORD_ALGO_<COLLECTIVE>`).
     pub algo_overrides: HashMap<Collective, Algo>,

@@ -250,7 +250,7 @@ pub static KNOBS: &[Knob] = &[
         GpuCollectives,
         Switch,
         "0",
-        "all_reduce and reduce_scatter queue their reductions on the caller's stream, in its context, at call time (gated by words the progress thread sets), instead of launching them in the progress thread's private context; needs the `waitvalue` order; not yet measured on a GPU",
+        "all_reduce and reduce_scatter queue their reductions on the caller's stream, in its context, at call time (gated by words the progress thread sets), instead of launching them in the progress thread's private context; needs the `waitvalue` order; `accord.GpuCommunicator` and `accord.torch` default to 1 with `waitvalue`",
     ),
     knob(
         "ACCORD_GPU_PRIVATE_CONTEXT",

@@ -113,6 +113,17 @@ impl GpuCommunicator {
     }
 }
 
+/// Whether the Python communicator queues reductions on the caller's stream when
+/// `ACCORD_GPU_REDUCE_ON_CALLER` is unset: with the `waitvalue` order (the only one it works
+/// with). A 2-GPU DDP step (`scripts/device/ddp_gpu_variants.sh`, 2xH200, two rounds in one
+/// call) took 2.73 and 2.58 ms with it against 3.13 and 3.06 ms without (NCCL 2.05 and
+/// 2.10 ms): the backward pass's kernels no longer wait behind reductions launched from the
+/// progress thread's context. An all_reduce of 1 MiB alone is slower with it (98-175 us
+/// against 69-70 us), 64 MiB level (docs/results/2026-11-26-torch-gpu-path.md, stop 40).
+fn reduce_on_caller_by_default(order: StreamOrder) -> bool {
+    order == StreamOrder::WaitValue
+}
+
 #[pymethods]
 impl GpuCommunicator {
     /// Joins the communicator of `world_size` ranks on this host through `store` (an object
@@ -125,6 +136,9 @@ impl GpuCommunicator {
     /// `waitvalue`) is how a call holds the caller's stream: `waitvalue` uses a stream memory
     /// wait, which holds neither an SM nor the driver's callback thread, so collectives on
     /// several streams and the framework's own host functions never wait behind one another.
+    ///
+    /// With `waitvalue` and `ACCORD_GPU_REDUCE_ON_CALLER` unset, all_reduce and reduce_scatter
+    /// queue their reductions on the caller's stream (see [`reduce_on_caller_by_default`]).
     #[new]
     #[pyo3(signature = (rank, world_size, gpu, store, prefix, timeout = 300.0, stream_order = None))]
     #[allow(clippy::too_many_arguments)]
@@ -150,7 +164,10 @@ impl GpuCommunicator {
                 format!("{op}: rank {rank} of world size {world_size}: give 0 <= rank < world_size"),
             ));
         }
-        let config = GpuConfig { stream_order: order, ..GpuConfig::from_env().map_err(|e| gpu_error(op, e))? };
+        let mut config = GpuConfig { stream_order: order, ..GpuConfig::from_env().map_err(|e| gpu_error(op, e))? };
+        if std::env::var_os("ACCORD_GPU_REDUCE_ON_CALLER").is_none() {
+            config.reduce_on_caller = reduce_on_caller_by_default(order);
+        }
         let mut store = PyStore(store);
         let inner = py
             .detach(|| {
