@@ -85,3 +85,28 @@ fn a_rank_killed_mid_collective_is_named_by_the_others() {
         assert!(err.contains("rank 2") || err.contains("rank(s) [2]"), "rank {rank} did not name rank 2: {err}");
     }
 }
+
+/// The host arena's liveness check: a rank killed inside an arena all_reduce (forced, with
+/// lanes) is found through its pid, so the others' error says its process exited, long before
+/// their 30 s deadline would have named it.
+#[test]
+fn a_rank_killed_mid_arena_all_reduce_is_found_by_its_pid() {
+    let port = 20_000 + (std::process::id() % 9_000) as u16 + 13;
+    let mut ranks = common::three_all_reduce_ranks(port, &["-c", "0", "--algo", "arena"])
+        .env("ACCORD_COLL_TIMEOUT_MS", "30000")
+        .env("ACCORD_COLL_ARENA_LANES", "4")
+        .bound(SURVIVORS_BOUND)
+        .start()
+        .expect("start the ranks");
+    std::thread::sleep(Duration::from_millis(1500)); // joined, inside the timed loop
+    ranks.kill(2);
+    for rank in 0..2 {
+        let status = ranks.wait(rank).unwrap_or_else(|f| panic!("{f}"));
+        let err = ranks.stderr(rank);
+        assert!(!status.success(), "rank {rank} succeeded although rank 2 died");
+        assert!(
+            err.contains("rank 2 is dead") && err.contains("exited"),
+            "rank {rank} did not find rank 2's exit: {err}"
+        );
+    }
+}

@@ -110,15 +110,17 @@ pub struct CollConfig {
     /// ones (fewer chunks, fewer waits for all ranks). Rounded up to whole 8-byte words. Every rank must use the same value (rank 0
     /// refuses the arena otherwise, and all fall back).
     pub arena_slot_bytes: usize,
-    /// The most threads (lanes) one arena all_reduce moves its bytes with: a call of at least
-    /// 4 slots a lane is cut into that many parts, each through its own copy of the protocol
+    /// The most threads (lanes) one arena all_reduce moves its bytes with: a call of 4k slots
+    /// is cut into k parts (at most this many), each through its own copy of the protocol
     /// (`crate::arena`), so a 25 MB DDP bucket is copied and reduced by 4 threads where one
     /// thread copies at one core's memory speed. On the 32-core host (~50M-parameter CPU DDP,
     /// two rounds) the step was 1.40-1.61x gloo's speed with 4 lanes against 1.33-1.40x with 1
     /// at 4 ranks, 1.34x against 1.26-1.31x at 8; 8 lanes were within those rounds' spread
     /// (1.52-1.61x, 1.36-1.42x) and keep twice the shared memory. The arena keeps 3 n slots per
-    /// lane. 1: one thread, as before lanes existed. At most 64. Every rank must use the same
-    /// value (rank 0 refuses the arena otherwise, and all fall back).
+    /// lane; where the shared-memory directory has no room for them, rank 0 halves the lanes
+    /// until the file fits (a warning says so). 1: one thread, as before lanes existed. At most
+    /// 64. Every rank must use the same value (rank 0 refuses the arena otherwise: all fall
+    /// back to the size rule, and a call that forces the arena fails).
     pub arena_lanes: usize,
     /// Algorithm forced per collective (`ACCORD_ALGO_<COLLECTIVE>`).
     pub algo_overrides: HashMap<Collective, Algo>,

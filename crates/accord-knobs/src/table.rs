@@ -213,7 +213,7 @@ pub static KNOBS: &[Knob] = &[
     knob("ACCORD_COLL_SEGMENT_BYTES", Collectives, Bytes, "131072", "segment of the segmented algorithms"),
     knob("ACCORD_COLL_ARENA", Collectives, Switch, "1", "same-host all_reduce through a shared-memory arena when no algorithm is forced"),
     knob("ACCORD_COLL_ARENA_SLOT_BYTES", Collectives, Bytes, "1048576", "each rank's slot (chunk) of the arena all_reduce"),
-    knob("ACCORD_COLL_ARENA_LANES", Collectives, Count, "4", "most threads one arena all_reduce uses (one per 4 slots of the call)"),
+    knob("ACCORD_COLL_ARENA_LANES", Collectives, Count, "4", "most threads one arena all_reduce uses (one per 4 slots of the call; 1..=64); the arena keeps 3 slots per rank and lane, fewer lanes where /dev/shm has no room"),
     knob(
         "ACCORD_COLL_BLOCK_SEGMENTS_MAX",
         Collectives,

@@ -154,11 +154,14 @@ fn a_panicking_parent_leaves_no_child_behind() {
 
 #[test]
 fn another_program_runs_as_ranks_with_the_same_bound_and_naming() {
-    let script = r#"echo "@@hi $RANK $WHO"; echo "rank $RANK leaves" >&2; exit "$RANK""#;
+    // Each rank leaves only when told, after both hellos were read: rank 1's failed exit
+    // reaching the group before rank 0's hello would fail `said` (as it should), and did once.
+    let script = r#"echo "@@hi $RANK $WHO"; read go; echo "rank $RANK leaves" >&2; exit "$RANK""#;
     let mut group = Spawn::program("/bin/sh", &["-c", script], 2).env_rank("RANK").env("WHO", "sh").start().unwrap();
     let mut hellos: Vec<(usize, String)> = (0..2).map(|_| group.said().unwrap()).collect();
     hellos.sort();
     assert_eq!(hellos, [(0, "hi 0 sh".to_string()), (1, "hi 1 sh".to_string())]);
+    group.send_all("go").unwrap();
     let failure = group.finish().unwrap_err();
     assert_eq!(failure.ranks, [1], "{failure}");
     assert!(failure.message.contains("exit status: 1") && failure.message.contains("rank 1 leaves"), "{failure}");

@@ -5,17 +5,17 @@
 //! into a shared-memory ring, a copy out on the peer's worker thread, an immediate, a wait),
 //! 2(p-1) dependent steps of them for ring. In the arena each rank copies its input in once,
 //! reduces its own block of every rank's copy in place, and copies every reduced block out:
-//! one wait for all ranks per chunk, no worker thread, no per-segment bookkeeping, no message
+//! one wait for all ranks per chunk, no engine worker, no per-segment bookkeeping, no message
 //! per call. On idle cores of the 2-core machine it ran 1.0-2.6x the engine's all_reduce at 16-64
 //! MiB and small calls 6.7-66x faster, and CPU DDP steps 2.5-28% faster; on cores kept busy
 //! by other work it was 9-22% slower at 64 MiB (each wait for all ranks costs a scheduling turn
 //! there) (`scripts/device/host_arena_vs_ring.sh`, `docs/results/2026-11-27-host-arena.md`).
 //!
 //! Layout (64-bit words, then data): a header (magic, world size, slot bytes, a 128-bit token
-//! rank 0 drew, lanes); per lane and rank three cache lines: its step counter, its pid and the
-//! call it is in (sequence number, count, dtype, op; lane 0's lines only) in the first, its
-//! bell and the count of waiters asleep on it (futex words) in the third; then per lane three
-//! buffers of one slot of `slot_bytes` per rank.
+//! rank 0 drew, lanes); per lane and rank three cache lines: its step counter in the first
+//! (and, in lane 0's lines only, the rank's pid and the call it is in: sequence number, count,
+//! dtype, op), its bell and the count of waiters asleep on it (futex words) in the third; then
+//! per lane three buffers of one slot of `slot_bytes` per rank.
 //! A call moves its vector in chunks of a slot, pipelined over steps numbered over the
 //! communicator's life (the same on every rank). At step s a rank:
 //! 1. copies its input's chunk s into its slot of buffer s % 3;
@@ -26,15 +26,19 @@
 //!
 //! A call of k chunks takes k + 2 steps, so one wait for all ranks per chunk.
 //!
-//! Lanes: a large call is cut into up to `lanes` contiguous parts, each moved by its own
-//! thread through its own copy of the protocol (its own lines, steps and buffers). Lane l of
-//! every rank pairs with lane l of the others only, so the lanes never wait on each other and
-//! may run in any order (a thread that cannot be started runs its lane after the others). One
-//! thread copies at one core's memory speed; DDP's buckets are tens of MiB, and while the
-//! backward pass holds the cores, more threads also get more of them. No message crosses
-//! the engine per call: each rank checks the others' description of the call after the first
-//! step's wait, before it reduces anything, so mismatched calls fail naming the peer (ranks
-//! whose configurations pick different algorithms find each other's handshakes and fail too).
+//! Lanes: a call of 4k slots is cut into k (at most `lanes`) contiguous parts, each moved by a
+//! thread of its own (lane 0: the caller's) through its own copy of the protocol (its own
+//! lines, steps and buffers). Lane l of every rank pairs with lane l of the others only, so a
+//! rank's lanes never wait on each other; a lane whose thread cannot be started runs on the
+//! caller's thread after lane 0, in lane order, which every rank's such lanes share, so no
+//! circle of waits forms. One thread copies at one core's memory speed; DDP's buckets are tens
+//! of MiB, and while the backward pass holds the cores, more threads also get more of them. A
+//! lane that fails makes its siblings' waits give way, and only the first takes the blame path.
+//!
+//! No message crosses the engine per call: every lane of every rank checks the others'
+//! description of the call after its first step's wait, before it reduces anything, so
+//! mismatched calls fail naming the peer, with nothing written to any output (ranks whose
+//! configurations pick different algorithms find each other's handshakes and fail too).
 //!
 //! Every byte a rank writes in the data region is its own slot's, between barriers that keep
 //! every reader out, so the plain copies never race. Trust is the engine's shared-memory
@@ -171,7 +175,7 @@ impl Arena {
 
     /// How many lanes a call of `bytes` uses: the same on every rank for the same call.
     fn lanes_for(&self, bytes: usize) -> usize {
-        (bytes / (SLOTS_PER_LANE * self.slot_bytes)).clamp(1, self.lanes)
+        (bytes / SLOTS_PER_LANE.saturating_mul(self.slot_bytes)).clamp(1, self.lanes)
     }
 
     /// Publishes that this rank finished `step` of `lane`, then rings its bell: a peer asleep
@@ -282,7 +286,7 @@ impl Arena {
                 }
                 if now.duration_since(last_check) >= CHECK_INTERVAL {
                     last_check = now;
-                    self.check_waiting_on(cx, lane, r, start)?;
+                    self.check_waiting_on(cx, lane, r, start, siblings_failed)?;
                 }
                 if rounds <= SPIN_ROUNDS + YIELD_ROUNDS {
                     std::thread::yield_now();
@@ -294,30 +298,35 @@ impl Arena {
         Ok(())
     }
 
-    /// While waiting on `r`: fails if its process is gone, another rank reported being stuck,
-    /// or the call's deadline passed.
+    /// While waiting on `r` in `lane`: fails if its process is gone, another rank reported
+    /// being stuck, or the call's deadline passed. Only the first lane of this rank to fail
+    /// takes the blame path (reports, stuck files, the grace wait); the others give way.
     fn check_waiting_on<T: CollTransport + ?Sized>(
         &self,
         cx: &Ctx<'_, T>,
         lane: usize,
         r: usize,
         start: Instant,
-    ) -> Result<(), CollError> {
+        siblings_failed: &AtomicBool,
+    ) -> Result<(), LaneStop> {
         // Every rank wrote its pid before the setup ended; the setup checked that all share
         // one pid namespace, so the number names the same process here.
         let pid = self.word(r, PID_WORD).load(Ordering::Acquire) as u32;
-        if pid != 0 && !accord_sys::process_alive(pid) {
+        let failure = if pid != 0 && !accord_sys::process_alive(pid) {
             let reason = format!("its process (pid {pid} on this host) exited");
-            return Err(cx.fail(TransportError::PeerDied { peer: r, reason }, &[r]));
-        }
-        if let Some(&(reported_by, waiting_on)) = cx.t.stuck_reports().first() {
-            return Err(cx.fail(TransportError::Aborted { reported_by, waiting_on }, &[r]));
-        }
-        if Instant::now() >= cx.deadline {
+            TransportError::PeerDied { peer: r, reason }
+        } else if let Some(&(reported_by, waiting_on)) = cx.t.stuck_reports().first() {
+            TransportError::Aborted { reported_by, waiting_on }
+        } else if Instant::now() >= cx.deadline {
             let what = format!("rank {r} to finish {} in the host arena", step_reached(self, lane, r));
-            return Err(cx.fail(TransportError::Timeout { what, waited: start.elapsed() }, &[r]));
+            TransportError::Timeout { what, waited: start.elapsed() }
+        } else {
+            return Ok(());
+        };
+        if siblings_failed.swap(true, Ordering::SeqCst) {
+            return Err(LaneStop::Sibling);
         }
-        Ok(())
+        Err(LaneStop::Failed(cx.fail(failure, &[r])))
     }
 }
 
@@ -421,63 +430,71 @@ fn all_reduce<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, a: &Args<'_>, arena: &
     let lanes = arena.lanes_for(a.count * a.es());
     let siblings_failed = AtomicBool::new(false);
     let lane = |l: usize| {
-        let done = run_lane(cx, a, arena, l, part(a.count, lanes, l), chunk_elems, &siblings_failed);
+        let run = || run_lane(cx, a, arena, l, part(a.count, lanes, l), chunk_elems, &siblings_failed);
+        // A panic (a bug) ends this lane with an error and the others' waits with it.
+        let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or_else(|_| {
+            Err(LaneStop::Failed(CollError::InvalidArgument {
+                collective: cx.collective.name(),
+                reason: format!("arena lane {l} panicked (a bug in accord)"),
+            }))
+        });
         if done.is_err() {
-            siblings_failed.store(true, Ordering::Relaxed);
+            siblings_failed.store(true, Ordering::SeqCst);
         }
         done
     };
     if lanes == 1 {
-        return lane(0).map_err(|stop| match stop {
-            LaneStop::Failed(e) => e,
-            LaneStop::Sibling => unreachable_sibling(cx),
-        });
+        return first_failure(cx, vec![lane(0)]);
     }
     let lane = &lane;
     let results: Vec<Result<(), LaneStop>> = std::thread::scope(|s| {
         let helpers: Vec<_> = (1..lanes)
-            .map(|l| std::thread::Builder::new().name(format!("accord-arena-{l}")).spawn_scoped(s, move || lane(l)))
+            .map(|l| {
+                (l, std::thread::Builder::new().name(format!("accord-arena-{l}")).spawn_scoped(s, move || lane(l)))
+            })
             .collect();
         let mut results = vec![lane(0)];
-        let mut unstarted = Vec::new();
-        for (i, helper) in helpers.into_iter().enumerate() {
+        // A lane whose thread did not start runs here, before any join and in lane order: lane
+        // l waits only on lane l of the others, whose own such lanes also run in lane order, so
+        // no rank's lanes end up waiting on each other in a circle.
+        let mut started = Vec::new();
+        for (l, helper) in helpers {
             match helper {
-                Ok(h) => results.push(h.join().unwrap_or_else(|_| Err(lane_panicked(cx, i + 1)))),
-                // Lanes never wait on each other: one whose thread did not start runs here.
-                Err(_) => unstarted.push(i + 1),
+                Ok(h) => started.push(h),
+                Err(_) => results.push(lane(l)),
             }
         }
-        results.extend(unstarted.into_iter().map(lane));
+        // `lane` catches its panics, so a join fails only if that did.
+        results.extend(started.into_iter().map(|h| h.join().unwrap_or(Err(LaneStop::Sibling))));
         results
     });
-    // The first lane that failed for a reason of its own, else (all gave way) none did.
-    let mut sibling_only = false;
+    first_failure(cx, results)
+}
+
+/// The call's outcome from its lanes': the first lane that failed for a reason of its own (only
+/// one lane takes the blame path, see [`Arena::check_waiting_on`]; the others give way).
+fn first_failure<T: CollTransport + ?Sized>(
+    cx: &Ctx<'_, T>,
+    results: Vec<Result<(), LaneStop>>,
+) -> Result<(), CollError> {
+    let mut gave_way = false;
     for r in results {
         match r {
             Ok(()) => {}
             Err(LaneStop::Failed(e)) => return Err(e),
-            Err(LaneStop::Sibling) => sibling_only = true,
+            Err(LaneStop::Sibling) => gave_way = true,
         }
     }
-    if sibling_only {
-        return Err(unreachable_sibling(cx));
+    if gave_way {
+        // A lane gives way only after another set the flag, and every lane that sets it
+        // returns its failure: not reached.
+        debug_assert!(false, "an arena lane gave way with no failing lane");
+        return Err(CollError::InvalidArgument {
+            collective: cx.collective.name(),
+            reason: "an arena lane stopped for a failure no lane reported (a bug in accord)".into(),
+        });
     }
     Ok(())
-}
-
-/// A lane that gave way to a sibling that did not fail: a bug, reported rather than hidden.
-fn unreachable_sibling<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>) -> CollError {
-    CollError::InvalidArgument {
-        collective: cx.collective.name(),
-        reason: "an arena lane stopped for a failure no lane reported (a bug in accord)".into(),
-    }
-}
-
-fn lane_panicked<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, lane: usize) -> LaneStop {
-    LaneStop::Failed(CollError::InvalidArgument {
-        collective: cx.collective.name(),
-        reason: format!("arena lane {lane}'s thread panicked (a bug in accord)"),
-    })
 }
 
 /// One lane's share of the call: the elements `elems` of the vector, in chunks of
@@ -512,8 +529,10 @@ fn run_lane<T: CollTransport + ?Sized>(
         let global = first + step as u64;
         arena.publish(lane, global);
         arena.wait_all(cx, a, lane, global, siblings_failed)?;
-        if step == 0 && lane == 0 {
-            // The same call everywhere, or a clear mismatch before lane 0 reduces anything.
+        if step == 0 {
+            // The same call everywhere, or a clear mismatch before this lane reduces anything:
+            // every peer wrote its description before it started its lanes, so its publish of
+            // this lane's first step carries it.
             arena.check_peers(cx, a)?;
         }
     }

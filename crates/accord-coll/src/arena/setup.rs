@@ -76,11 +76,12 @@ pub(super) fn verdict(offers: &[Offer]) -> Result<(), Unavailable> {
     }
 }
 
-/// Rank 0's word to the others: the file to map, or why there is none. `Ok` is the last
-/// message, once every rank mapped it.
+/// Rank 0's word to the others: the file to map and the lanes it holds (at most the lanes
+/// offered: fewer where the directory had no room for them all), or why there is none. `Ok`
+/// is the last message, once every rank mapped it.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Word {
-    Map { path: String, token: u128 },
+    Map { path: String, token: u128, lanes: usize },
     Without(String),
     Ok,
 }
@@ -88,7 +89,7 @@ pub(super) enum Word {
 impl Word {
     fn encode(&self) -> Vec<u8> {
         match self {
-            Word::Map { path, token } => format!("map\n{path}\n{token:032x}"),
+            Word::Map { path, token, lanes } => format!("map\n{path}\n{token:032x}\n{lanes}"),
             Word::Without(why) => format!("without\n{why}"),
             Word::Ok => "ok".into(),
         }
@@ -100,8 +101,10 @@ impl Word {
         let (kind, rest) = text.split_once('\n').unwrap_or((text, ""));
         match kind {
             "map" => {
-                let (path, token) = rest.split_once('\n')?;
-                Some(Word::Map { path: path.to_string(), token: u128::from_str_radix(token, 16).ok()? })
+                let (path, rest) = rest.split_once('\n')?;
+                let (token, lanes) = rest.split_once('\n')?;
+                let (token, lanes) = (u128::from_str_radix(token, 16).ok()?, lanes.parse().ok()?);
+                Some(Word::Map { path: path.to_string(), token, lanes })
             }
             "without" => Some(Word::Without(rest.to_string())),
             "ok" if rest.is_empty() => Some(Word::Ok),
@@ -139,8 +142,16 @@ pub(super) fn setup<T: CollTransport + ?Sized>(
     send(cx, 0, Step::Offer, &mine.encode())?;
     // Safe to look for another algorithm here: no rank falls back before the final word,
     // which rank 0 sends only after this rank's answer below.
+    let mut shape = shape;
     let mapped = match word(cx, receive(cx, a, 0, Step::Decision, true)?)? {
-        Word::Map { path, token } => open(cx.n, cx.rank, shape, Path::new(&path), token),
+        // Not what this rank offered: it maps nothing, so every rank goes without.
+        Word::Map { lanes, .. } if lanes == 0 || lanes > shape.lanes => {
+            Err(format!("rank 0 sent an arena of {lanes} lanes where {} were offered", shape.lanes))
+        }
+        Word::Map { path, token, lanes } => {
+            shape.lanes = lanes;
+            open(cx.n, cx.rank, shape, Path::new(&path), token)
+        }
         Word::Without(why) => Err(why),
         Word::Ok => return Err(malformed(cx, "an arena decision that is neither a file nor a reason")),
     };
@@ -169,10 +180,11 @@ fn lead<T: CollTransport + ?Sized>(
             cx.transport(TransportError::Malformed { peer, reason: "an arena offer that does not parse".into() })
         })?);
     }
-    let made = verdict(&offers)
-        .and_then(|()| create(dir, n, shape).map_err(|e| format!("rank 0 could not create the arena file: {e}")));
+    let made = verdict(&offers).and_then(|()| create_fitting(shape, |s| create(dir, n, s)));
     let decision = match &made {
-        Ok((map, token)) => Word::Map { path: map.path().display().to_string(), token: *token },
+        Ok(((map, token), shape)) => {
+            Word::Map { path: map.path().display().to_string(), token: *token, lanes: shape.lanes }
+        }
         Err(why) => Word::Without(why.clone()),
     };
     broadcast(cx, Step::Decision, &decision.encode())?;
@@ -187,9 +199,9 @@ fn lead<T: CollTransport + ?Sized>(
     let map = match (made, unmapped) {
         (Err(why), _) => Err(why),
         (Ok(_), Some(r)) => Err(format!("rank {r} could not map the arena file")), // the drop unlinks it
-        (Ok((map, _)), None) => Ok(map),
+        (Ok(((map, _), shape)), None) => Ok((map, shape)),
     };
-    let map = match map {
+    let (map, shape) = match map {
         Ok(map) => map,
         Err(why) => {
             broadcast(cx, Step::Final, &Word::Without(why.clone()).encode())?;
@@ -286,6 +298,29 @@ fn file_name() -> String {
     static CREATED: AtomicU64 = AtomicU64::new(0);
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     format!("accord-{}-arena-{}-{nanos}", std::process::id(), CREATED.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Rank 0's file for `shape` (made by `create`), or for fewer lanes (halved until it fits)
+/// where the directory has no room for them all: a container's small /dev/shm then keeps the
+/// arena with fewer threads per call rather than none. The shape it holds comes back with it.
+pub(super) fn create_fitting<M>(
+    shape: Shape,
+    mut create: impl FnMut(Shape) -> Result<M, String>,
+) -> Result<(M, Shape), String> {
+    let mut lanes = shape.lanes;
+    loop {
+        let tried = Shape { lanes, ..shape };
+        match create(tried) {
+            Ok(made) => {
+                if lanes < shape.lanes {
+                    tracing::warn!(lanes, asked = shape.lanes, "the host arena has room for fewer lanes than asked");
+                }
+                return Ok((made, tried));
+            }
+            Err(e) if lanes <= 1 => return Err(format!("rank 0 could not create the arena file: {e}")),
+            Err(_) => lanes /= 2,
+        }
+    }
 }
 
 /// Rank 0's file: the header and a fresh token, in `dir`.

@@ -1,6 +1,6 @@
 use std::time::{Duration, Instant};
 
-use super::setup::{verdict, Offer, Word};
+use super::setup::{create_fitting, verdict, Offer, Word};
 use super::*;
 use crate::{CollTransport, LocalFabric, LocalTransport};
 
@@ -43,11 +43,14 @@ fn offers_and_words_round_trip_and_garbage_is_refused() {
     assert_eq!(Offer::decode(b"h\n7\n8\nfour"), None);
     assert_eq!(Offer::decode(b"h\n7\n8\n1\nextra"), None);
     assert_eq!(Offer::decode(&[0xff, 0xfe]), None);
-    for w in [Word::Map { path: "/dev/shm/x".into(), token: u128::MAX - 3 }, Word::Without("why".into()), Word::Ok] {
+    let map = Word::Map { path: "/dev/shm/x".into(), token: u128::MAX - 3, lanes: 2 };
+    for w in [map, Word::Without("why".into()), Word::Ok] {
         assert_eq!(Word::decode(&super::setup::tests_encode_word(&w)), Some(w));
     }
     assert_eq!(Word::decode(b"map\n/p"), None);
-    assert_eq!(Word::decode(b"map\n/p\nnothex"), None);
+    assert_eq!(Word::decode(b"map\n/p\nnothex\n1"), None);
+    assert_eq!(Word::decode(b"map\n/p\nff"), None);
+    assert_eq!(Word::decode(b"map\n/p\nff\nmany"), None);
     assert_eq!(Word::decode(b"ok\nmore"), None);
     assert_eq!(Word::decode(b"maybe"), None);
 }
@@ -172,4 +175,20 @@ fn calls_use_one_more_lane_per_four_slots() {
         setup::setup(&ctx(&ts[0], &progress, Duration::from_secs(10)), &args(&buf), &dir, shape).unwrap().unwrap();
     let lanes: Vec<usize> = [0, 4095, 4096, 8191, 8192, 12288, 1 << 30].iter().map(|&b| arena.lanes_for(b)).collect();
     assert_eq!(lanes, vec![1, 1, 1, 1, 2, 3, 3]);
+}
+
+/// A directory without room for every lane keeps the arena with fewer (halved until the file
+/// fits), and says which; without room for one lane there is no arena.
+#[test]
+fn an_arena_without_room_for_every_lane_keeps_fewer() {
+    let mut tried = Vec::new();
+    let fits_two = |s: Shape| if s.lanes <= 2 { Ok(s.lanes) } else { Err("no room".to_string()) };
+    let made = create_fitting(Shape::new(64, 8), |s| {
+        tried.push(s.lanes);
+        fits_two(s)
+    });
+    assert_eq!(made, Ok((2, Shape::new(64, 2))));
+    assert_eq!(tried, vec![8, 4, 2]);
+    let none = create_fitting(Shape::new(64, 3), |_| Err::<(), _>("no room".to_string()));
+    assert!(none.unwrap_err().contains("could not create the arena file: no room"));
 }

@@ -332,6 +332,35 @@ fn an_arena_call_with_another_count_is_a_mismatch_everywhere() {
     assert!(start.elapsed() < Duration::from_secs(5), "took {:?}", start.elapsed());
 }
 
+/// The same with lanes: ranks that disagree on the count use different lane counts (one lane
+/// against four), and ranks that disagree on the op use the same lanes; either way every lane
+/// of every rank checks the call before it reduces, so all fail with the mismatch well before
+/// the deadline (a lane waiting on a lane its peer never runs gives way) and no rank's buffer
+/// is touched.
+#[test]
+fn an_arena_mismatch_across_lanes_fails_everywhere_and_touches_nothing() {
+    let config = CollConfig { timeout: Duration::from_secs(20), arena_slot_bytes: 64, arena_lanes: 4, ..fast_config() };
+    // The op case again and again: without the check in every lane, lanes 1-3 copied results
+    // out before lane 0's mismatch stopped them in about one run of three.
+    let op_case = (4096, ReduceOp::Max, "dtype, op or collective");
+    for (odd_count, odd_op, field) in [(32, ReduceOp::Sum, "count")].into_iter().chain([op_case; 8]) {
+        let start = Instant::now();
+        let results = on_all(comms(3, config.clone()), |mut c| {
+            let input: Vec<f32> = (0..4096).map(|i| (i % 7) as f32).collect();
+            let buf = c.register_typed(&input).unwrap();
+            let (count, op) = if c.rank() == 2 { (odd_count, odd_op) } else { (4096, ReduceOp::Sum) };
+            let e = c.all_reduce(Bufs::in_place(buf.all()), count, DType::F32, op, Some(Algo::Arena)).unwrap_err();
+            let after: Vec<f32> = c.read_typed(buf.all()).unwrap();
+            (e, after == input)
+        });
+        for (rank, (e, untouched)) in results.iter().enumerate() {
+            assert!(matches!(e, CollError::Mismatch { field: f, .. } if *f == field), "rank {rank}: {e}");
+            assert!(untouched, "rank {rank}'s buffer changed although the call failed ({field})");
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "{field}: took {:?}", start.elapsed());
+    }
+}
+
 /// One rank forced onto the arena while the others run ring (a ring rank hands its handshake
 /// to one neighbour only): every rank fails well before the deadline.
 #[test]
