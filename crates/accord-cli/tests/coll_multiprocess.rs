@@ -67,21 +67,31 @@ fn collectives_stay_exact_under_loss_and_reordering() {
     }
 }
 
+/// Starts three ranks of a 64 MiB all_reduce loop with `extra` arguments and `envs`, kills
+/// rank 2 once they are inside the timed loop, and returns each survivor's stderr after
+/// checking that it failed.
+fn kill_rank_2_mid_all_reduce(port: u16, extra: &[&str], envs: &[(&str, &str)]) -> Vec<String> {
+    let mut spawn = common::three_all_reduce_ranks(port, extra);
+    for (k, v) in envs {
+        spawn = spawn.env(k, v);
+    }
+    let mut ranks = spawn.bound(SURVIVORS_BOUND).start().expect("start the ranks");
+    std::thread::sleep(Duration::from_millis(1500)); // joined, inside the timed loop
+    ranks.kill(2);
+    (0..2)
+        .map(|rank| {
+            let status = ranks.wait(rank).unwrap_or_else(|f| panic!("{f}"));
+            assert!(!status.success(), "rank {rank} succeeded although rank 2 died");
+            ranks.stderr(rank)
+        })
+        .collect()
+}
+
 #[test]
 fn a_rank_killed_mid_collective_is_named_by_the_others() {
     let port = 20_000 + (std::process::id() % 9_000) as u16;
-    let mut ranks = common::three_all_reduce_ranks(port, &["-c", "0"])
-        .env("ACCORD_COLL_TIMEOUT_MS", "3000")
-        .env("ACCORD_IDLE_TIMEOUT_MS", "1000")
-        .bound(SURVIVORS_BOUND)
-        .start()
-        .expect("start the ranks");
-    std::thread::sleep(Duration::from_millis(1500)); // joined, inside the timed loop
-    ranks.kill(2);
-    for rank in 0..2 {
-        let status = ranks.wait(rank).unwrap_or_else(|f| panic!("{f}"));
-        let err = ranks.stderr(rank);
-        assert!(!status.success(), "rank {rank} succeeded although rank 2 died");
+    let envs = [("ACCORD_COLL_TIMEOUT_MS", "3000"), ("ACCORD_IDLE_TIMEOUT_MS", "1000")];
+    for (rank, err) in kill_rank_2_mid_all_reduce(port, &["-c", "0"], &envs).iter().enumerate() {
         assert!(err.contains("rank 2") || err.contains("rank(s) [2]"), "rank {rank} did not name rank 2: {err}");
     }
 }
@@ -92,18 +102,9 @@ fn a_rank_killed_mid_collective_is_named_by_the_others() {
 #[test]
 fn a_rank_killed_mid_arena_all_reduce_is_found_by_its_pid() {
     let port = 20_000 + (std::process::id() % 9_000) as u16 + 13;
-    let mut ranks = common::three_all_reduce_ranks(port, &["-c", "0", "--algo", "arena"])
-        .env("ACCORD_COLL_TIMEOUT_MS", "30000")
-        .env("ACCORD_COLL_ARENA_LANES", "4")
-        .bound(SURVIVORS_BOUND)
-        .start()
-        .expect("start the ranks");
-    std::thread::sleep(Duration::from_millis(1500)); // joined, inside the timed loop
-    ranks.kill(2);
-    for rank in 0..2 {
-        let status = ranks.wait(rank).unwrap_or_else(|f| panic!("{f}"));
-        let err = ranks.stderr(rank);
-        assert!(!status.success(), "rank {rank} succeeded although rank 2 died");
+    let envs = [("ACCORD_COLL_TIMEOUT_MS", "30000"), ("ACCORD_COLL_ARENA_LANES", "4")];
+    let errs = kill_rank_2_mid_all_reduce(port, &["-c", "0", "--algo", "arena"], &envs);
+    for (rank, err) in errs.iter().enumerate() {
         assert!(
             err.contains("rank 2 is dead") && err.contains("exited"),
             "rank {rank} did not find rank 2's exit: {err}"

@@ -78,21 +78,17 @@ fn another_host_namespace_or_shape_means_no_arena() {
     assert!(verdict(&[o("", 1, 64), o("", 1, 64)]).is_err(), "an unknown host is no host");
 }
 
-/// Three ranks map one arena through rank 0; its file is gone afterwards and every pid is in
-/// it; a wait on a step nobody reached ends at the deadline naming the first rank behind and
-/// tells the others.
-#[test]
-fn ranks_map_one_arena_and_a_wait_names_the_rank_behind() {
-    let ts = LocalFabric::create(3).unwrap();
-    let arenas: Vec<Arena> = std::thread::scope(|s| {
+/// Every rank of `ts` maps one arena of `shape` through rank 0 (each on a thread of its own).
+fn map_arenas(ts: &[LocalTransport], shape: Shape) -> Vec<Arena> {
+    let n = ts.len();
+    std::thread::scope(|s| {
         let hs: Vec<_> = ts
             .iter()
             .map(|t| {
                 s.spawn(move || {
-                    let progress = crate::report::Progress::new(t.rank(), 3, "c".into(), None);
+                    let progress = crate::report::Progress::new(t.rank(), n, "c".into(), None);
                     let buf = t.register(vec![0u8; 8]).unwrap();
                     let dir = t.host_memory_dir().unwrap();
-                    let shape = Shape::new(4096, 2);
                     setup::setup(&ctx(t, &progress, Duration::from_secs(10)), &args(&buf), &dir, shape)
                         .unwrap()
                         .unwrap()
@@ -100,7 +96,16 @@ fn ranks_map_one_arena_and_a_wait_names_the_rank_behind() {
             })
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    })
+}
+
+/// Three ranks map one arena through rank 0; its file is gone afterwards and every pid is in
+/// it; a wait on a step nobody reached ends at the deadline naming the first rank behind and
+/// tells the others.
+#[test]
+fn ranks_map_one_arena_and_a_wait_names_the_rank_behind() {
+    let ts = LocalFabric::create(3).unwrap();
+    let arenas = map_arenas(&ts, Shape::new(4096, 2));
     assert!(!arenas[0].map.path().exists(), "the arena file is unlinked once mapped");
     let pids: Vec<u64> = (0..3).map(|r| arenas[1].word(r, PID_WORD).load(Ordering::Acquire)).collect();
     assert_eq!(pids, vec![u64::from(std::process::id()); 3]);
@@ -137,23 +142,7 @@ fn slots_are_whole_words_and_the_data_region_starts_on_a_page() {
 #[test]
 fn a_lane_gives_way_when_a_sibling_failed() {
     let ts = LocalFabric::create(2).unwrap();
-    let arenas: Vec<Arena> = std::thread::scope(|s| {
-        let hs: Vec<_> = ts
-            .iter()
-            .map(|t| {
-                s.spawn(move || {
-                    let progress = crate::report::Progress::new(t.rank(), 2, "c".into(), None);
-                    let buf = t.register(vec![0u8; 8]).unwrap();
-                    let dir = t.host_memory_dir().unwrap();
-                    let shape = Shape::new(64, 2);
-                    setup::setup(&ctx(t, &progress, Duration::from_secs(10)), &args(&buf), &dir, shape)
-                        .unwrap()
-                        .unwrap()
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    let arenas = map_arenas(&ts, Shape::new(64, 2));
     let progress = crate::report::Progress::new(0, 2, "c".into(), None);
     let cx = ctx(&ts[0], &progress, Duration::from_secs(30));
     let buf = ts[0].register(vec![0u8; 8]).unwrap();
