@@ -24,7 +24,8 @@
 //! 4. publishes its step (release, and rings its bell) and waits until every rank has
 //!    published it (acquire).
 //!
-//! A call of k chunks takes k + 2 steps, so one wait for all ranks per chunk.
+//! A call of k chunks takes k + 2 steps; its last only reads out, so it neither publishes nor
+//! waits (see `run_lane`): k + 1 waits for all ranks, two for a one-chunk call.
 //!
 //! Lanes: a call of 4k slots is cut into k (at most `lanes`) contiguous parts, each moved by a
 //! thread of its own (lane 0: the caller's) through its own copy of the protocol (its own
@@ -509,11 +510,16 @@ fn run_lane<T: CollTransport + ?Sized>(
     siblings_failed: &AtomicBool,
 ) -> Result<(), LaneStop> {
     // Chunk i is copied in at step i, reduced at step i + 1 and read out at step i + 2, in
-    // buffer (its first step) % 3; every step ends with one wait for all ranks, which orders
-    // each of those after the previous one everywhere. Steps are numbered over the
-    // communicator's life per lane (the same on every rank), so buffers rotate across calls.
+    // buffer (its first step) % 3; every step but the last ends with one wait for all ranks,
+    // which orders each of those after the previous one everywhere. Steps are numbered over
+    // the communicator's life per lane (the same on every rank), so buffers rotate across
+    // calls. The last step only reads out, so it neither publishes nor waits: the next call
+    // skips one step number, so its first two steps write buffers whose readers finished
+    // before this call's last wait, and the third writes the buffer read out here only after
+    // the next call's first wait, which every rank passes after its own last read-out. A call
+    // of k chunks waits k + 1 times (a one-chunk call twice, not three times).
     let chunks = elems.len().div_ceil(chunk_elems);
-    let first = arena.steps_done[lane].fetch_add(chunks as u64 + 2, Ordering::Relaxed) + 1;
+    let first = arena.steps_done[lane].fetch_add(chunks as u64 + LAST_STEP_SKIPPED, Ordering::Relaxed) + 1;
     let range = |i: usize| elems.start + i * chunk_elems..(elems.start + (i + 1) * chunk_elems).min(elems.end);
     let at = |i: usize| Place { lane, buffer: ((first + i as u64) % BUFFERS as u64) as usize };
     for step in 0..chunks + 2 {
@@ -525,6 +531,9 @@ fn run_lane<T: CollTransport + ?Sized>(
         }
         if let Some(i) = step.checked_sub(2) {
             copy_out(cx, a, arena, range(i), at(i))?;
+        }
+        if step == chunks + 1 {
+            break;
         }
         let global = first + step as u64;
         arena.publish(lane, global);
@@ -538,6 +547,10 @@ fn run_lane<T: CollTransport + ?Sized>(
     }
     Ok(())
 }
+
+/// Step numbers a call of k chunks takes beyond k: its k + 2 steps and the one the next call
+/// skips (see [`run_lane`]).
+const LAST_STEP_SKIPPED: u64 = 3;
 
 /// Where a chunk lives: its lane and that lane's buffer.
 #[derive(Clone, Copy)]
