@@ -22,7 +22,7 @@
 //! 2. reduces block `rank` of chunk s - 1 over every rank's slot, in place in its own;
 //! 3. copies every rank's reduced block of chunk s - 2 into its output;
 //! 4. publishes its step (release, and rings its bell) and waits until every rank has
-//!    published it (acquire).
+//!    published it (acquire), except at a call's last step (below).
 //!
 //! A call of k chunks takes k + 2 steps; its last only reads out, so it neither publishes nor
 //! waits (see `run_lane`): k + 1 waits for all ranks, two for a one-chunk call.
@@ -81,7 +81,8 @@ const SPIN_ROUNDS: u32 = 64;
 const YIELD_ROUNDS: u32 = 4096;
 
 /// Buffers of one slot per rank: chunk k fills buffer k % 3 while chunk k - 1 is reduced in
-/// the next and chunk k - 2 read out of the third, one wait for all ranks per step.
+/// the next and chunk k - 2 read out of the third, one wait for all ranks per step (none
+/// after a call's last, see `run_lane`).
 const BUFFERS: usize = 3;
 /// Where a rank's step counter is (the first word of its first line).
 const STEP_WORD: usize = 0;
@@ -113,7 +114,8 @@ pub(crate) struct Arena {
     slot_bytes: usize,
     lanes: usize,
     data_offset: usize,
-    /// Steps each lane ran through the arena (every rank the same).
+    /// Step numbers each lane used up (every rank the same), the one each call skips
+    /// included.
     steps_done: Vec<AtomicU64>,
 }
 
@@ -519,6 +521,9 @@ fn run_lane<T: CollTransport + ?Sized>(
     // the next call's first wait, which every rank passes after its own last read-out. A call
     // of k chunks waits k + 1 times (a one-chunk call twice, not three times).
     let chunks = elems.len().div_ceil(chunk_elems);
+    // A lane of no chunk would wait once only, and a peer's next call could then overwrite the
+    // description this lane checks; `lanes_for` gives every lane at least four slots.
+    debug_assert!(chunks > 0, "an arena lane with nothing to move");
     let first = arena.steps_done[lane].fetch_add(chunks as u64 + LAST_STEP_SKIPPED, Ordering::Relaxed) + 1;
     let range = |i: usize| elems.start + i * chunk_elems..(elems.start + (i + 1) * chunk_elems).min(elems.end);
     let at = |i: usize| Place { lane, buffer: ((first + i as u64) % BUFFERS as u64) as usize };
@@ -571,9 +576,10 @@ fn copy_in<T: CollTransport + ?Sized>(
     let input = a.send.sub(elems.start * es, elems.len() * es);
     cx.t.access_local(input, input.buf.slice(0, 0), &mut |s, _| {
         // SAFETY (of `bytes_mut`): this rank's slot in the lane's buffer, which only this
-        // lane's thread touches. Its last readers used it for the chunk three steps back and
-        // were done before the last step's wait for all ranks; its next readers start after
-        // this step's wait, after this copy.
+        // lane's thread touches. Its last readers used it for a chunk at least three step
+        // numbers back and were done before a wait for all ranks this rank passed (the next
+        // call's first copy-ins skip the buffer a call's unwaited last step reads, see
+        // `run_lane`); its next readers start after this step's wait, after this copy.
         #[allow(unsafe_code)]
         let slot = unsafe { arena.map.bytes_mut(arena.slot(at.lane, at.buffer, arena.rank), s.len()) };
         slot.expect("the slot lies in the arena").copy_from_slice(s);
@@ -629,7 +635,8 @@ fn copy_out<T: CollTransport + ?Sized>(
         let out: BufSlice<'_> = a.recv.sub((elems.start + block.start) * es, bytes);
         cx.t.access_local(out.buf.slice(0, 0), out, &mut |_, d| {
             // SAFETY: rank `r` reduced this block one step back, before that step's wait for
-            // all ranks, and nobody writes this buffer again before this step's wait.
+            // all ranks, and nobody writes this buffer again before this rank publishes again
+            // (this step's, or at a call's last step the next call's first).
             #[allow(unsafe_code)]
             let reduced = unsafe { arena.map.bytes(arena.slot(at.lane, at.buffer, r) + off, bytes) };
             d.copy_from_slice(reduced.expect("in the arena"));
