@@ -152,10 +152,15 @@ const MAX_ARENA_LANES: u64 = 64;
 
 /// `value` unless it is zero, which `knob` refuses.
 fn at_least_one(knob: &str, value: Option<u64>) -> Result<Option<u64>, ConfigError> {
+    one_to(knob, value, u64::MAX)
+}
+
+/// `value` unless it is zero or above `max`, which `knob` refuses.
+fn one_to(knob: &str, value: Option<u64>, max: u64) -> Result<Option<u64>, ConfigError> {
+    let refuse = |v: u64, reason: String| ConfigError::Invalid { name: knob.to_string(), value: v.to_string(), reason };
     match value {
-        Some(0) => {
-            Err(ConfigError::Invalid { name: knob.to_string(), value: "0".into(), reason: "must be at least 1".into() })
-        }
+        Some(0) => Err(refuse(0, "must be at least 1".into())),
+        Some(v) if v > max => Err(refuse(v, format!("at most {max}"))),
         v => Ok(v),
     }
 }
@@ -238,14 +243,7 @@ impl CollConfig {
             c.arena_slot_bytes = bytes as usize;
         }
         let lanes = "ACCORD_COLL_ARENA_LANES";
-        if let Some(n) = at_least_one(lanes, get(env, lanes)?)? {
-            if n > MAX_ARENA_LANES {
-                return Err(ConfigError::Invalid {
-                    name: lanes.into(),
-                    value: n.to_string(),
-                    reason: format!("at most {MAX_ARENA_LANES} lanes"),
-                });
-            }
+        if let Some(n) = one_to(lanes, get(env, lanes)?, MAX_ARENA_LANES)? {
             c.arena_lanes = n as usize;
         }
         for coll in Collective::ALL {
