@@ -14,6 +14,8 @@
 #   OPS       1 (default): each run also times all_reduce alone at OP_SIZES (default 1 and
 #             64 MiB); 0 leaves the op rows out.
 #   CHECKS    1 (default): the correctness checks above before the rounds; 0 skips them.
+#   CHECKED   ";"-separated variants to check (default: every variant of VARIANTS but
+#             "default"); "default" may be named here.
 #   TESTS_BIN the accord-coll lib test binary (`cargo test --release -p accord-coll --lib
 #             --no-run` builds it; the host has no Rust): when set, its GPU tests matching
 #             TESTS (default: the caller-stream reductions' two) run first, into tests.txt.
@@ -94,8 +96,13 @@ if [ -n "${TESTS_BIN:-}" ]; then
   fi
 fi
 if [ "${CHECKS:-1}" = 1 ]; then
-  IFS=';' read -r -a LIST <<< "$VARIANTS"
-  for v in "${LIST[@]}"; do [ "$v" = default ] || check "$v"; done
+  if [ -n "${CHECKED:-}" ]; then
+    IFS=';' read -r -a LIST <<< "$CHECKED"
+    for v in "${LIST[@]}"; do check "$v"; done
+  else
+    IFS=';' read -r -a LIST <<< "$VARIANTS"
+    for v in "${LIST[@]}"; do [ "$v" = default ] || check "$v"; done
+  fi
   cat "$CHECKS_OUT"
 fi
 IFS=';' read -r -a LIST <<< "$VARIANTS"

@@ -244,6 +244,13 @@ pub static KNOBS: &[Knob] = &[
         "how a collective keeps the caller's stream order (`accord.GpuCommunicator` and `accord.torch` default to `waitvalue`)",
     ),
     knob("ACCORD_GPU_SCRATCH_BYTES", GpuCollectives, Bytes, "134217728", "scratch bytes per communicator"),
+    knob(
+        "ACCORD_GPU_DIRECT_BYTES",
+        GpuCollectives,
+        Bytes,
+        "134217728",
+        "inbox bytes of direct all_reduces: calls up to this / (2 x ranks) are queued whole on the caller's stream (copy-engine pushes, stream waits, a reduction), with no host thread in their path; 0 sends every all_reduce through the progress thread; the same on every rank",
+    ),
     knob("ACCORD_GPU_MAPPINGS_MAX", GpuCollectives, Count, "256", "peer IPC mappings cached"),
     knob(
         "ACCORD_GPU_REDUCE_ON_CALLER",

@@ -91,26 +91,47 @@ impl GpuCommunicator {
         })
     }
 
-    /// Views of `send` (`send_len` bytes) and `recv` (`recv_len` bytes, registered by address)
-    /// and of `stream`, checked against the driver.
+    /// Views of `send` and `recv` (address, bytes) and of `stream`, checked against the driver;
+    /// `recv` is registered by address unless the call (`collective`, pushing `pushed` bytes to
+    /// each peer) goes direct, which needs no registration.
     fn views(
         inner: &Inner,
-        send: u64,
-        send_len: usize,
-        recv: u64,
-        recv_len: usize,
+        (send, send_len): (u64, usize),
+        (recv, recv_len): (u64, usize),
         stream: u64,
+        (collective, pushed): (Collective, usize),
     ) -> Result<Call, GpuCollError> {
         let gpu = inner.gpu();
         // A view has at least one byte; the callers never pass an empty call.
         let send = DeviceBuffer::borrow_raw(gpu, DevicePtr(send), send_len.max(1))?;
-        inner.register_allocation_of(DevicePtr(recv), recv_len.max(1))?;
-        let recv = DeviceBuffer::borrow_raw(gpu, DevicePtr(recv), recv_len.max(1))?;
         // The caller's stream lives in the primary context, also when the collectives copy from
         // a private one (ACCORD_GPU_PRIVATE_CONTEXT).
         let stream = Stream::borrow_raw(inner.callers_gpu(), stream)?;
+        if !inner.goes_direct(collective, pushed, (DevicePtr(send.ptr().0), DevicePtr(recv)), &stream) {
+            inner.register_allocation_of(DevicePtr(recv), recv_len.max(1))?;
+        }
+        let recv = DeviceBuffer::borrow_raw(gpu, DevicePtr(recv), recv_len.max(1))?;
         Ok(Call { send, recv, stream })
     }
+}
+
+/// Runs `queue` (which queues a collective on `stream`); with `after` (a raw stream of the
+/// caller's context, nonzero) `stream` first waits for the work queued on `after`, and the
+/// collective's mark is returned (see `accord_coll::gpu::marks`); else 0.
+fn marked(
+    inner: &Inner,
+    stream: &Stream,
+    after: u64,
+    queue: impl FnOnce() -> Result<(), GpuCollError>,
+) -> Result<u64, GpuCollError> {
+    if after == 0 {
+        queue()?;
+        return Ok(0);
+    }
+    let after = Stream::borrow_raw(inner.callers_gpu(), after)?;
+    inner.marks().join(stream, &after)?;
+    queue()?;
+    inner.marks().mark(stream)
 }
 
 /// Whether the Python communicator queues reductions on the caller's stream when
@@ -182,8 +203,10 @@ impl GpuCommunicator {
     }
 
     /// all_reduce of `count` elements at `send` into `recv` (the same address: in place),
-    /// queued on `stream`.
+    /// queued on `stream`. With `after` (a stream of the caller's context), `stream` first waits
+    /// for the work queued on `after`, and the call returns its mark (see `wait_mark`); else 0.
     #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (send, recv, count, dtype, op, stream, after = 0))]
     fn all_reduce(
         &self,
         py: Python<'_>,
@@ -193,19 +216,23 @@ impl GpuCommunicator {
         dtype: &str,
         op: &str,
         stream: u64,
-    ) -> PyResult<()> {
+        after: u64,
+    ) -> PyResult<u64> {
         let name = "all_reduce";
         let (dtype, reduce) = (parse_dtype(name, dtype)?, parse_op(name, op)?);
         let bytes = count.saturating_mul(dtype.size_bytes());
         self.with(py, name, |inner| {
-            let c = Self::views(inner, send, bytes, recv, bytes, stream)?;
-            inner.all_reduce(GpuBufs { send: &c.send, recv: &c.recv }, count, dtype, reduce, &c.stream)
+            let c = Self::views(inner, (send, bytes), (recv, bytes), stream, (Collective::AllReduce, bytes))?;
+            marked(inner, &c.stream, after, || {
+                inner.all_reduce(GpuBufs { send: &c.send, recv: &c.recv }, count, dtype, reduce, &c.stream)
+            })
         })
     }
 
     /// reduce_scatter: block `j` (of `count_per_rank` elements) of every rank's `send`, reduced
-    /// into rank `j`'s `recv`, queued on `stream`.
+    /// into rank `j`'s `recv`, queued on `stream` (`after`: as `all_reduce`).
     #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (send, recv, count_per_rank, dtype, op, stream, after = 0))]
     fn reduce_scatter(
         &self,
         py: Python<'_>,
@@ -215,43 +242,112 @@ impl GpuCommunicator {
         dtype: &str,
         op: &str,
         stream: u64,
-    ) -> PyResult<()> {
+        after: u64,
+    ) -> PyResult<u64> {
         let name = "reduce_scatter";
         let (dtype, reduce) = (parse_dtype(name, dtype)?, parse_op(name, op)?);
         let block = count_per_rank.saturating_mul(dtype.size_bytes());
         let n = self.world_size;
         self.with(py, name, |inner| {
-            let c = Self::views(inner, send, block.saturating_mul(n), recv, block, stream)?;
-            inner.reduce_scatter(GpuBufs { send: &c.send, recv: &c.recv }, count_per_rank, dtype, reduce, &c.stream)
+            let c = Self::views(
+                inner,
+                (send, block.saturating_mul(n)),
+                (recv, block),
+                stream,
+                (Collective::ReduceScatter, block),
+            )?;
+            marked(inner, &c.stream, after, || {
+                inner.reduce_scatter(GpuBufs { send: &c.send, recv: &c.recv }, count_per_rank, dtype, reduce, &c.stream)
+            })
         })
     }
 
-    /// all_gather: `bytes_per_rank` at `send` into every rank's `recv` at `rank * bytes_per_rank`.
-    fn all_gather(&self, py: Python<'_>, send: u64, recv: u64, bytes_per_rank: usize, stream: u64) -> PyResult<()> {
+    /// all_gather: `bytes_per_rank` at `send` into every rank's `recv` at `rank * bytes_per_rank`
+    /// (`after`: as `all_reduce`).
+    #[pyo3(signature = (send, recv, bytes_per_rank, stream, after = 0))]
+    fn all_gather(
+        &self,
+        py: Python<'_>,
+        send: u64,
+        recv: u64,
+        bytes_per_rank: usize,
+        stream: u64,
+        after: u64,
+    ) -> PyResult<u64> {
         let n = self.world_size;
         self.with(py, "all_gather", |inner| {
-            let c = Self::views(inner, send, bytes_per_rank, recv, bytes_per_rank.saturating_mul(n), stream)?;
-            inner.all_gather(GpuBufs { send: &c.send, recv: &c.recv }, bytes_per_rank, &c.stream)
+            let recv_len = bytes_per_rank.saturating_mul(n);
+            let c = Self::views(inner, (send, bytes_per_rank), (recv, recv_len), stream, (Collective::AllGather, 0))?;
+            marked(inner, &c.stream, after, || {
+                inner.all_gather(GpuBufs { send: &c.send, recv: &c.recv }, bytes_per_rank, &c.stream)
+            })
         })
     }
 
-    /// all_to_all: block `j` (of `bytes_per_rank`) of `send` into rank `j`'s `recv` at block `rank`.
-    fn all_to_all(&self, py: Python<'_>, send: u64, recv: u64, bytes_per_rank: usize, stream: u64) -> PyResult<()> {
+    /// all_to_all: block `j` (of `bytes_per_rank`) of `send` into rank `j`'s `recv` at block
+    /// `rank` (`after`: as `all_reduce`).
+    #[pyo3(signature = (send, recv, bytes_per_rank, stream, after = 0))]
+    fn all_to_all(
+        &self,
+        py: Python<'_>,
+        send: u64,
+        recv: u64,
+        bytes_per_rank: usize,
+        stream: u64,
+        after: u64,
+    ) -> PyResult<u64> {
         let total = bytes_per_rank.saturating_mul(self.world_size);
         self.with(py, "all_to_all", |inner| {
-            let c = Self::views(inner, send, total, recv, total, stream)?;
-            inner.all_to_all(GpuBufs { send: &c.send, recv: &c.recv }, bytes_per_rank, &c.stream)
+            let c = Self::views(inner, (send, total), (recv, total), stream, (Collective::AllToAll, 0))?;
+            marked(inner, &c.stream, after, || {
+                inner.all_to_all(GpuBufs { send: &c.send, recv: &c.recv }, bytes_per_rank, &c.stream)
+            })
         })
     }
 
     /// broadcast: `bytes` of `root`'s `send` into every rank's `recv` (pass the same address
-    /// twice for torch's in-place broadcast).
+    /// twice for torch's in-place broadcast; `after`: as `all_reduce`).
     #[allow(clippy::too_many_arguments)]
-    fn broadcast(&self, py: Python<'_>, send: u64, recv: u64, bytes: usize, root: usize, stream: u64) -> PyResult<()> {
+    #[pyo3(signature = (send, recv, bytes, root, stream, after = 0))]
+    fn broadcast(
+        &self,
+        py: Python<'_>,
+        send: u64,
+        recv: u64,
+        bytes: usize,
+        root: usize,
+        stream: u64,
+        after: u64,
+    ) -> PyResult<u64> {
         self.with(py, "broadcast", |inner| {
-            let c = Self::views(inner, send, bytes, recv, bytes, stream)?;
-            inner.broadcast(GpuBufs { send: &c.send, recv: &c.recv }, bytes, root, &c.stream)
+            let c = Self::views(inner, (send, bytes), (recv, bytes), stream, (Collective::Broadcast, 0))?;
+            marked(inner, &c.stream, after, || {
+                inner.broadcast(GpuBufs { send: &c.send, recv: &c.recv }, bytes, root, &c.stream)
+            })
         })
+    }
+
+    /// Queues a mark on `stream` after the work queued there so far and returns it (for work
+    /// queued on that stream without one).
+    fn mark(&self, py: Python<'_>, stream: u64) -> PyResult<u64> {
+        self.with(py, "mark", |inner| {
+            let stream = Stream::borrow_raw(inner.callers_gpu(), stream)?;
+            inner.marks().mark(&stream)
+        })
+    }
+
+    /// Makes `stream` (of the caller's context) wait until the op that returned mark `ticket`
+    /// is done: a stream memory wait, no event.
+    fn wait_mark(&self, py: Python<'_>, stream: u64, ticket: u64) -> PyResult<()> {
+        self.with(py, "wait_mark", |inner| {
+            let stream = Stream::borrow_raw(inner.callers_gpu(), stream)?;
+            inner.marks().wait(&stream, ticket)
+        })
+    }
+
+    /// Whether the op that returned mark `ticket` is done on the GPU.
+    fn mark_reached(&self, py: Python<'_>, ticket: u64) -> PyResult<bool> {
+        self.with(py, "mark_reached", |inner| Ok(inner.marks().reached(ticket)))
     }
 
     /// Raises the first error a collective hit, if any.
@@ -274,6 +370,12 @@ impl GpuCommunicator {
     /// (`ACCORD_GPU_REDUCE_ON_CALLER=1` and its kernels built in the caller's context).
     fn reduces_on_caller(&self, py: Python<'_>) -> PyResult<bool> {
         self.with(py, "reduces_on_caller", |inner| Ok(inner.reduces_on_caller()))
+    }
+
+    /// The largest all_reduce, in bytes, queued whole on the caller's stream with no host thread
+    /// in its path (`ACCORD_GPU_DIRECT_BYTES`); 0 where direct calls are off.
+    fn direct_bytes_max(&self, py: Python<'_>) -> PyResult<usize> {
+        self.with(py, "direct_bytes_max", |inner| Ok(inner.direct_bytes_max()))
     }
 
     /// Registered allocations (the scratch buffer included).

@@ -1,11 +1,12 @@
 //! `accord-gpu-bench`: Accord's GPU collectives on one host, nccl-tests
 //! style. Run under `torchrun --nproc_per_node <gpus>`; rank 0 prints one
-//! JSON object per measured row (see `scripts/device/gpu_vs_nccl.sh`).
+//! JSON object per measured row (see `scripts/device/gpu_vs_nccl.sh`): GPU µs a call back to
+//! back (`time_us`) and host µs a call spent queuing (`host_us`).
 //!
 //! Options: `--check` (correctness with stream order proven, both modes),
 //! `--min-bytes N`, `--max-bytes N` (defaults 4096 and 256 MiB, x4 steps),
 //! `--order hostfn|stall|waitvalue|both` (default both: hostfn and stall), `--collectives a,b,...`
-//! (all_gather, all_to_all, sendrecv, all_reduce), `--latency-max-bytes N`
+//! (all_gather, all_to_all, sendrecv, all_reduce, reduce_scatter), `--latency-max-bytes N`
 //! (sizes up to N are timed in both modes; default 1 MiB).
 
 use std::process::ExitCode;
@@ -62,6 +63,7 @@ fn parse_args() -> Result<Args, String> {
                         "all_to_all" => Ok(Collective::AllToAll),
                         "sendrecv" => Ok(Collective::SendRecv),
                         "all_reduce" => Ok(Collective::AllReduce),
+                        "reduce_scatter" => Ok(Collective::ReduceScatter),
                         other => Err(format!("unknown collective {other}")),
                     })
                     .collect::<Result<_, _>>()?
@@ -98,11 +100,14 @@ fn issue(comm: &GpuCommunicator, b: &Bench, c: Collective, bytes: usize) -> GpuR
         Collective::AllGather => comm.all_gather(bufs, bytes / n, &b.stream),
         Collective::AllToAll => comm.all_to_all(bufs, bytes / n, &b.stream),
         Collective::SendRecv => comm.sendrecv(bufs, bytes, &b.stream),
+        Collective::ReduceScatter => comm.reduce_scatter(bufs, bytes / 4 / n, DType::F32, ReduceOp::Sum, &b.stream),
         _ => comm.all_reduce(bufs, bytes / 4, DType::F32, ReduceOp::Sum, &b.stream),
     }
 }
 
-fn time_us(comm: &mut GpuCommunicator, b: &Bench, c: Collective, bytes: usize) -> GpuResult<f64> {
+/// GPU µs a call back to back (events around the calls), and host µs a call spent queuing them
+/// (the slowest rank's of each).
+fn time_us(comm: &mut GpuCommunicator, b: &Bench, c: Collective, bytes: usize) -> GpuResult<(f64, f64)> {
     let iters = if bytes <= 1 << 20 {
         50
     } else if bytes <= 16 << 20 {
@@ -119,15 +124,20 @@ fn time_us(comm: &mut GpuCommunicator, b: &Bench, c: Collective, bytes: usize) -
     let start = Event::new(comm.gpu(), EventKind::Timing)?;
     let end = Event::new(comm.gpu(), EventKind::Timing)?;
     start.record(&b.stream)?;
+    let queuing = std::time::Instant::now();
     for _ in 0..iters {
         issue(comm, b, c, bytes)?;
     }
+    let host_us = queuing.elapsed().as_secs_f64() * 1e6 / iters as f64;
     end.record(&b.stream)?;
     end.synchronize()?;
     comm.wait_idle(Duration::from_secs(120))?;
     let mine = f64::from(end.elapsed_ms_since(&start)?) * 1000.0 / f64::from(iters);
-    let all = comm.host_all_gather(&mine.to_le_bytes())?;
-    Ok(all.iter().map(|v| f64::from_le_bytes(v.as_slice().try_into().unwrap_or([0; 8]))).fold(0.0, f64::max))
+    let all = comm.host_all_gather(&[mine.to_le_bytes(), host_us.to_le_bytes()].concat())?;
+    let at = |v: &[u8], i: usize| {
+        f64::from_le_bytes(v.get(8 * i..8 * i + 8).and_then(|b| b.try_into().ok()).unwrap_or([0; 8]))
+    };
+    Ok((all.iter().map(|v| at(v, 0)).fold(0.0, f64::max), all.iter().map(|v| at(v, 1)).fold(0.0, f64::max)))
 }
 
 fn run(args: &Args) -> GpuResult<()> {
@@ -163,14 +173,15 @@ fn run(args: &Args) -> GpuResult<()> {
                     continue; // stall, in a private context (ACCORD_GPU_PRIVATE_CONTEXT=1)
                 }
                 comm.set_stream_order(order)?;
-                let t = time_us(&mut comm, &bench, c, bytes_rounded)?;
+                let (t, host_us) = time_us(&mut comm, &bench, c, bytes_rounded)?;
                 if rank == 0 {
                     println!(
-                        "{{\"impl\":\"accord\",\"collective\":\"{}\",\"bytes\":{},\"order\":\"{}\",\"time_us\":{:.2},\"busbw_gbps\":{:.2},\"sms\":{},\"ranks\":{}}}",
+                        "{{\"impl\":\"accord\",\"collective\":\"{}\",\"bytes\":{},\"order\":\"{}\",\"time_us\":{:.2},\"host_us\":{:.2},\"busbw_gbps\":{:.2},\"sms\":{},\"ranks\":{}}}",
                         name(c),
                         bytes_rounded,
                         order.name(),
                         t,
+                        host_us,
                         busbw_gbps(c, n, bytes_rounded as u64, t),
                         comm.sms_used(c, bytes_rounded, DType::F32),
                         n

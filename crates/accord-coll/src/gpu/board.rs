@@ -88,9 +88,48 @@ pub struct Slot {
     pub scratch_reg: u64,
 }
 
-/// Words a board for `world_size` ranks needs.
+/// Words a board for `world_size` ranks needs: the words above, then the direct region
+/// ([`direct_region_words`]) from the next page on.
 pub fn board_words(world_size: usize) -> usize {
-    HEADER_WORDS + world_size * RANK_WORDS + world_size * world_size + world_size * REG_ENTRIES * REG_ENTRY_WORDS
+    direct_region_start(world_size) + direct_region_words(world_size)
+}
+
+/// Words of one page: the direct region starts on a page of its own, so it alone is page-locked.
+const PAGE_WORDS: usize = 4096 / 8;
+/// Words of a cache line: each direct word has a line of its own (GPUs of different ranks write
+/// neighbouring words, and a GPU polls one from across PCIe).
+pub const DIRECT_LINE_WORDS: usize = 8;
+
+/// First word of the direct region (page-aligned).
+fn direct_region_start(world_size: usize) -> usize {
+    let before =
+        HEADER_WORDS + world_size * RANK_WORDS + world_size * world_size + world_size * REG_ENTRIES * REG_ENTRY_WORDS;
+    before.div_ceil(PAGE_WORDS) * PAGE_WORDS
+}
+
+/// Words of the direct region ([`super::direct`]): per ordered pair `(src, dst)` a `posted` and
+/// a `freed` word, each on a cache line of its own, rounded up to whole pages.
+pub fn direct_region_words(world_size: usize) -> usize {
+    (2 * world_size * world_size * DIRECT_LINE_WORDS).div_ceil(PAGE_WORDS) * PAGE_WORDS
+}
+
+/// The two words of each ordered pair in the direct region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DirectWord {
+    /// Written by `src`'s stream once its push of call `c` into `dst`'s inbox completed: `c`.
+    Posted,
+    /// Written by `src`'s stream once its reduction of call `c` read `dst`'s push: `c`.
+    Freed,
+}
+
+/// Byte offset, inside the direct region, of word `which` of the pair `(src, dst)`.
+pub fn direct_word_offset(world_size: usize, which: DirectWord, src: usize, dst: usize) -> usize {
+    assert!(src < world_size && dst < world_size);
+    let kind = match which {
+        DirectWord::Posted => 0,
+        DirectWord::Freed => 1,
+    };
+    ((kind * world_size + src) * world_size + dst) * DIRECT_LINE_WORDS * 8
 }
 
 /// How a registration's memory reaches a peer.
@@ -244,6 +283,20 @@ impl Board {
     fn done_word(&self, src: usize, dst: usize) -> &AtomicU64 {
         assert!(src < self.world_size && dst < self.world_size);
         self.word(HEADER_WORDS + self.world_size * RANK_WORDS + src * self.world_size + dst)
+    }
+
+    /// Word `which` of the ordered pair `(src, dst)` in the direct region.
+    pub fn direct_word(&self, which: DirectWord, src: usize, dst: usize) -> &AtomicU64 {
+        let offset = direct_word_offset(self.world_size, which, src, dst);
+        self.word(direct_region_start(self.world_size) + offset / 8)
+    }
+
+    /// The direct region in this process: its first byte (page-aligned) and length (whole
+    /// pages), for page-locking it so that streams write and wait on its words.
+    pub fn direct_region(&self) -> (*mut u8, usize) {
+        let words = self.words.words();
+        let start = &words[direct_region_start(self.world_size)] as *const AtomicU64 as *mut u8;
+        (start, direct_region_words(self.world_size) * 8)
     }
 
     fn reg_word(&self, rank: usize, entry: usize, field: usize) -> &AtomicU64 {

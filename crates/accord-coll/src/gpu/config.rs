@@ -14,6 +14,7 @@
 //! | `ACCORD_GPU_PIPELINE_CHUNKS_MAX` | [`GpuConfig::pipeline_chunks_max`] | 16 |
 //! | `ACCORD_GPU_PRIVATE_CONTEXT` | [`GpuConfig::private_context`] | 0 |
 //! | `ACCORD_GPU_REDUCE_ON_CALLER` | [`GpuConfig::reduce_on_caller`] | 0 |
+//! | `ACCORD_GPU_DIRECT_BYTES` | [`GpuConfig::direct_bytes`] | 128 MiB |
 
 use std::time::Duration;
 
@@ -104,6 +105,11 @@ pub struct GpuConfig {
     /// [`GpuConfig::private_context`] this keeps the reductions out of the private context,
     /// whose kernels the GPU time-slices against the application's. Needs the `waitvalue` order.
     pub reduce_on_caller: bool,
+    /// Bytes of the inbox of direct calls ([`super::direct`]): all_reduce, reduce_scatter and
+    /// all_gather calls that push at most `direct_bytes / (2 x ranks)` to each peer run entirely
+    /// on the caller's stream, with no host thread in their path. 0 sends every call through the
+    /// progress thread. Every rank must set the same value.
+    pub direct_bytes: usize,
 }
 
 /// Largest accepted [`GpuConfig::pipeline_chunks_max`].
@@ -128,6 +134,7 @@ impl Default for GpuConfig {
             pipeline_chunks_max: 16,
             private_context: false,
             reduce_on_caller: false,
+            direct_bytes: 128 << 20,
         }
     }
 }
@@ -184,6 +191,7 @@ impl GpuConfig {
             &mut c.reduce_on_caller,
             accord_knobs::get::<bool>(env, "ACCORD_GPU_REDUCE_ON_CALLER").map_err(knob_error)?,
         );
+        set(&mut c.direct_bytes, count(env, "ACCORD_GPU_DIRECT_BYTES", 0, 1 << 40)?);
         Ok(c)
     }
 }

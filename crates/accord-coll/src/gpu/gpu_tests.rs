@@ -57,8 +57,11 @@ fn two_rank_collectives_respect_stream_order() {
     // A small scratch buffer forces large all_reduce and reduce_scatter calls into several
     // rounds, and small pipeline chunks split each round into many chunks (uneven slices and, from
     // 2 MiB blocks on, the ramp of smaller last chunks included).
-    let config = GpuConfig { scratch_bytes: 8 << 20, pipeline_chunk_bytes: 4096, ..GpuConfig::default() };
+    // Direct all_reduces off: this test covers the progress thread's path.
+    let config =
+        GpuConfig { scratch_bytes: 8 << 20, pipeline_chunk_bytes: 4096, direct_bytes: 0, ..GpuConfig::default() };
     let mut comm = communicator(rank, port, config);
+    assert_eq!(comm.direct_bytes_max(), 0);
     run_checks(&mut comm, rank, &[1, 1017, 40_000, 5_000_001]);
     drop(comm);
     if let Some(mut child) = child {
@@ -281,6 +284,8 @@ fn private_waitvalue(chunk_bytes: usize) -> GpuConfig {
         stream_order: super::StreamOrder::WaitValue,
         scratch_bytes: 8 << 20,
         pipeline_chunk_bytes: chunk_bytes,
+        // The tests built on this cover the progress thread's paths.
+        direct_bytes: 0,
         ..GpuConfig::default()
     }
 }
@@ -308,4 +313,113 @@ fn read_back(buf: &accord_cuda::DeviceBuffer, stream: &accord_cuda::Stream) -> V
 
 fn f32_at(bytes: &[u8], i: usize) -> f32 {
     f32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().expect("4 bytes"))
+}
+
+/// Direct calls ([`super::direct`]): with 200,192-byte slots, the checks' all_reduce and
+/// reduce_scatter of 1, 1017 and 40,000 elements go direct and those of 5,000,001 through the
+/// progress thread, on the same stream as the other collectives, with stream order proven both
+/// ways (slow producer, early consumer). Then 40 in-place sums back to back (slots alternate,
+/// every call from the third waits for the peer to free its slot), an in-place all_gather and a
+/// direct sum after it land exactly, and so does a 20 MiB sum and average in place on VMM memory
+/// with the default inbox.
+#[test]
+fn direct_calls_keep_stream_order_and_land_exactly() {
+    accord_cuda::require_gpu!(2, nvrtc);
+    let (rank, port, child) = two_ranks("gpu::gpu_tests::direct_calls_keep_stream_order_and_land_exactly");
+    let config = GpuConfig {
+        scratch_bytes: 8 << 20,
+        pipeline_chunk_bytes: 64 << 10,
+        direct_bytes: 4 * 200_192,
+        ..GpuConfig::default()
+    };
+    let mut comm = communicator(rank, port, config);
+    assert_eq!(comm.direct_bytes_max(), 200_192);
+    run_checks(&mut comm, rank, &[1, 1017, 40_000, 5_000_001]);
+    let gpu = comm.gpu().clone();
+    let stream = accord_cuda::Stream::new(&gpu).expect("stream");
+    const COUNT: usize = 40_000;
+    let ones = vmm_f32(&gpu, COUNT, |_| 1.0, &stream);
+    let bufs = GpuBufs { send: &ones, recv: &ones };
+    for _ in 0..40 {
+        comm.all_reduce(bufs, COUNT, crate::DType::F32, crate::ReduceOp::Sum, &stream).expect("direct sum");
+    }
+    comm.wait_idle(Duration::from_secs(60)).expect("all finish");
+    let got = read_back(&ones, &stream);
+    let bad = (0..COUNT).find(|&i| f32_at(&got, i) != (1u64 << 40) as f32);
+    assert_eq!(bad, None, "40 doublings differ at that element");
+    // all_gather in place (through the progress thread: all_gather never goes direct) between
+    // direct calls on the same stream: each rank's block already sits at its place.
+    const B: usize = 10_000;
+    let value = |i: usize, r: usize| (i % 977) as f32 + r as f32 * 0.25;
+    let whole = vmm_f32(&gpu, 2 * B, |i| if i / B == rank { value(i % B, rank) } else { -1.0 }, &stream);
+    comm.register_allocation_of(whole.ptr(), whole.len_bytes()).expect("register");
+    let mine = accord_cuda::DeviceBuffer::borrow_raw(&gpu, whole.ptr().offset(rank * B * 4), B * 4).expect("view");
+    comm.all_gather(GpuBufs { send: &mine, recv: &whole }, B * 4, &stream).expect("all_gather in place");
+    let twice = vmm_f32(&gpu, 2 * B, |_| 0.5, &stream);
+    let bufs = GpuBufs { send: &twice, recv: &twice };
+    comm.all_reduce(bufs, 2 * B, crate::DType::F32, crate::ReduceOp::Sum, &stream).expect("direct sum after it");
+    comm.wait_idle(Duration::from_secs(60)).expect("both finish");
+    let got = read_back(&whole, &stream);
+    let bad = (0..2 * B).find(|&i| f32_at(&got, i) != value(i % B, i / B));
+    assert_eq!(bad, None, "the gathered blocks differ at that element");
+    let got = read_back(&twice, &stream);
+    assert_eq!((0..2 * B).find(|&i| f32_at(&got, i) != 1.0), None, "the direct sum after the all_gather");
+    let (queued, finished) = comm.progress();
+    assert_eq!(queued, finished, "every call counted as finished");
+    drop(comm);
+
+    let mut comm = communicator(rank, port + 1, GpuConfig::default());
+    assert_eq!(comm.direct_bytes_max(), 32 << 20);
+    run_checks(&mut comm, rank, &[1017]);
+    const BIG: usize = 5 << 20; // 20 MiB of f32
+    let value = |i: usize, r: usize| (i % 1000) as f32 + r as f32 * 0.5;
+    let data = vmm_f32(&gpu, BIG, |i| value(i, rank), &stream);
+    let bufs = GpuBufs { send: &data, recv: &data };
+    comm.all_reduce(bufs, BIG, crate::DType::F32, crate::ReduceOp::Sum, &stream).expect("sum in place");
+    comm.all_reduce(bufs, BIG, crate::DType::F32, crate::ReduceOp::Avg, &stream).expect("average in place");
+    comm.wait_idle(Duration::from_secs(60)).expect("both finish");
+    let got = read_back(&data, &stream);
+    let bad = (0..BIG).find(|&i| f32_at(&got, i) != value(i, 0) + value(i, 1));
+    assert_eq!(bad, None, "the sum (then the average of two equal sums) differs at that element");
+    drop(comm);
+    if let Some(mut child) = child {
+        child.finish().expect("rank 1 succeeds");
+    }
+}
+
+/// A direct all_reduce whose peer is gone: no host thread takes part in the call, so the
+/// watchdog finds the peer closed, fails the call naming it and lets the stream past (within a
+/// bound, long before the op timeout); later calls fail fast.
+#[test]
+fn a_peer_gone_lets_a_direct_all_reduce_past() {
+    accord_cuda::require_gpu!(2, nvrtc);
+    let (rank, port, child) = two_ranks("gpu::gpu_tests::a_peer_gone_lets_a_direct_all_reduce_past");
+    let config = GpuConfig { op_timeout: Duration::from_secs(120), ..GpuConfig::default() };
+    let mut comm = communicator(rank, port, config);
+    let gpu = comm.gpu().clone();
+    let stream = accord_cuda::Stream::new(&gpu).expect("stream");
+    const COUNT: usize = 1 << 18;
+    let data = vmm_f32(&gpu, COUNT, |i| i as f32, &stream);
+    let bufs = GpuBufs { send: &data, recv: &data };
+    comm.all_reduce(bufs, COUNT, crate::DType::F32, crate::ReduceOp::Sum, &stream).expect("first all_reduce");
+    comm.wait_idle(Duration::from_secs(30)).expect("first all_reduce completes");
+    comm.host_all_gather(b"done").expect("barrier");
+    if rank == 1 {
+        drop(comm);
+        drop(data);
+        return;
+    }
+    child.expect("rank 0 spawned rank 1").finish().expect("rank 1 exits");
+    let started = std::time::Instant::now();
+    comm.all_reduce(bufs, COUNT, crate::DType::F32, crate::ReduceOp::Sum, &stream).expect("the call itself is queued");
+    let err = comm.wait_idle(Duration::from_secs(60)).expect_err("the peer is gone");
+    println!("rank 0 got after {:?}: {err}", started.elapsed());
+    assert!(err.to_string().contains("rank 1"), "{err}");
+    let released = std::time::Instant::now() + Duration::from_secs(30);
+    while !stream.query().expect("stream state") {
+        assert!(std::time::Instant::now() < released, "the stream still waits after the failure");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let again = comm.all_reduce(bufs, COUNT, crate::DType::F32, crate::ReduceOp::Sum, &stream);
+    assert!(matches!(again, Err(GpuCollError::Failed { .. })), "later calls fail fast");
 }

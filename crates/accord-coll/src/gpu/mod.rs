@@ -72,7 +72,9 @@ pub mod board;
 pub mod caller_reduce;
 pub mod check;
 pub mod config;
+pub mod direct;
 pub mod error;
+pub mod marks;
 pub mod pipeline;
 pub mod pipeline_streams;
 pub mod plan;
@@ -146,6 +148,10 @@ pub struct GpuCommunicator {
     /// waits for the caller's context, whose streams may still reduce from `scratch` and wait
     /// on the gate's words (every word is released by then).
     caller_reduce: Option<Arc<CallerReduce>>,
+    /// Direct all_reduce and reduce_scatter ([`GpuConfig::direct_bytes`]), where on. Dropped first (see Drop).
+    direct: Option<direct::DirectCalls>,
+    /// Completion marks of a framework's own stream ([`marks`]), in the caller's context.
+    marks: marks::StreamMarks,
     scratch: DeviceBuffer,
     stall_gate: Mutex<Option<Arc<StallGate>>>,
     /// The words streams write and wait on in [`StreamOrder::WaitValue`] mode.
@@ -327,7 +333,8 @@ impl GpuCommunicator {
         };
         board.check_header()?;
         board.open_rank(rank, std::process::id());
-        let mut registrations = Registrations::new(config.registrations_max.saturating_add(1));
+        // The scratch and the direct inbox take one registration each besides the caller's.
+        let mut registrations = Registrations::new(config.registrations_max.saturating_add(2));
         // In a private context the scratch is VMM memory, which no context owns (a copy of
         // cuMemAlloc memory would wait behind its owner's synchronous calls again).
         let scratch = if config.private_context {
@@ -338,7 +345,33 @@ impl GpuCommunicator {
         let scratch_reg = registrations.insert(scratch.ptr().0, scratch.len_bytes())?;
         let vmm_exports = VmmExports::default();
         publish(&board, rank, scratch_reg, &gpu, (scratch.ptr(), scratch.len_bytes()), &vmm_exports)?;
-        meet(b"mapped")?;
+        // Kernels are loaded (and, under CUDA's lazy loading, first launched) here, never while a
+        // user stream is held by a collective: loading may synchronise the context, which would
+        // wait for that held stream (a deadlock).
+        let (reducer, stall_gate) = warm_kernels(&gpu)?;
+        let reducer = reducer.map(Arc::new);
+        // In the primary context the progress thread's kernels serve the caller's streams too; a
+        // private context's cannot, so the caller's context gets its own.
+        let callers_reducer = if !(config.reduce_on_caller || config.direct_bytes > 0) {
+            None
+        } else if config.private_context {
+            warm_reducer(&callers_gpu)?.map(Arc::new)
+        } else {
+            reducer.clone()
+        };
+        let inbox = direct_inbox(&config, world_size, callers_reducer.is_some(), &callers_gpu)?;
+        let inbox_reg = match &inbox {
+            Some(buf) => {
+                let id = registrations.insert(buf.ptr().0, buf.len_bytes())?;
+                publish(&board, rank, id, &callers_gpu, (buf.ptr(), buf.len_bytes()), &vmm_exports)?;
+                id
+            }
+            None => 0,
+        };
+        let slot = inbox.as_ref().map_or(0, |_| direct::slot_bytes(config.direct_bytes, world_size));
+        let mut blob = inbox_reg.to_le_bytes().to_vec();
+        blob.extend_from_slice(&(slot as u64).to_le_bytes());
+        let inboxes = direct_inboxes_of(&meet(&blob)?, slot)?;
         if rank == 0 {
             board.unlink()?;
         }
@@ -348,17 +381,31 @@ impl GpuCommunicator {
             completed: AtomicU64::new(0),
             mappings_opened: AtomicU64::new(0),
         });
-        // Kernels are loaded (and, under CUDA's lazy loading, first launched) here, never while a
-        // user stream is held by a collective: loading may synchronise the context, which would
-        // wait for that held stream (a deadlock).
-        let (reducer, stall_gate) = warm_kernels(&gpu)?;
-        let reducer = reducer.map(Arc::new);
         let memory_gate = Arc::new(MemoryGate::new(&gpu)?);
+        let direct = match (inbox, callers_reducer.clone()) {
+            (Some(inbox), Some(reducer)) => {
+                let peer_inboxes = (0..world_size)
+                    .map(|p| match p == rank {
+                        true => Ok(None),
+                        false => registry::open_registration(&callers_gpu, &shared.board, p, inboxes[p])
+                            .map(|(mapping, _)| Some(mapping)),
+                    })
+                    .collect::<GpuResult<Vec<_>>>()?;
+                Some(direct::DirectCalls::open(direct::Parts {
+                    rank,
+                    world_size,
+                    gpu: &callers_gpu,
+                    reducer,
+                    shared: Arc::clone(&shared),
+                    inbox,
+                    peer_inboxes,
+                    slot_bytes: slot,
+                    op_timeout: config.op_timeout,
+                })?)
+            }
+            _ => None,
+        };
         let caller_reduce = if config.reduce_on_caller {
-            // In the primary context the progress thread's kernels serve the caller's streams
-            // too; a private context's cannot, so the caller's context gets its own.
-            let callers_reducer =
-                if config.private_context { warm_reducer(&callers_gpu)?.map(Arc::new) } else { reducer.clone() };
             match callers_reducer {
                 Some(r) => Some(Arc::new(CallerReduce::new(&callers_gpu, r)?)),
                 None => {
@@ -399,6 +446,7 @@ impl GpuCommunicator {
             .name(format!("accord-gpu-{rank}"))
             .spawn(move || worker.run(rx))
             .map_err(|e| GpuCollError::InvalidArgument { what: format!("could not start the progress thread: {e}") })?;
+        let marks = marks::StreamMarks::new(&callers_gpu)?;
         tracing::debug!(rank, world_size, gpu = gpu.ordinal(), "GPU communicator ready");
         Ok(GpuCommunicator {
             rank,
@@ -415,6 +463,8 @@ impl GpuCommunicator {
             stall_gate: Mutex::new(Some(stall_gate)),
             memory_gate,
             caller_reduce,
+            direct,
+            marks,
             queueing: Mutex::new(()),
             tx: Some(tx),
             worker: Some(handle),
@@ -592,6 +642,15 @@ impl GpuCommunicator {
             }
             std::thread::sleep(Duration::from_micros(50));
         }
+        if let Some(direct) = &self.direct {
+            if !direct.wait_finished(deadline.saturating_duration_since(Instant::now())) {
+                let (queued, done) = direct.progress();
+                return Err(GpuCollError::Timeout {
+                    what: format!("direct collectives to finish ({done} of {queued})"),
+                    waited: timeout,
+                });
+            }
+        }
         self.check_failed()
     }
 
@@ -611,9 +670,14 @@ impl GpuCommunicator {
         self.check_failed()
     }
 
-    /// Collectives submitted so far, and how many of them finished on the host side.
+    /// Collectives submitted so far, and how many of them finished (on the host side for the
+    /// progress thread's, on the stream for direct calls).
     pub fn progress(&self) -> (u64, u64) {
-        (self.submitted.load(Ordering::Relaxed), self.shared.completed.load(Ordering::Acquire))
+        let (direct_queued, direct_done) = self.direct.as_ref().map_or((0, 0), |d| d.progress());
+        (
+            self.submitted.load(Ordering::Relaxed) + direct_queued,
+            self.shared.completed.load(Ordering::Acquire) + direct_done.min(direct_queued),
+        )
     }
 
     /// SMs a collective of `bytes` (nccl-tests meaning) occupies: 0 for
@@ -630,6 +694,12 @@ impl GpuCommunicator {
         };
         if self.world_size == 1 {
             return stall;
+        }
+        // A direct call (what it pushes to each peer fits a slot): one grid over what it reduces,
+        // and no stall kernel (its order is stream waits).
+        let pushed = if collective == Collective::AllReduce { bytes } else { bytes / self.world_size };
+        if pushed > 0 && pushed <= self.direct_bytes_max() {
+            return reduce_grid_blocks((pushed / e) as u64, e, sms).min(sms);
         }
         let cap = plan::round_elements_max(self.world_size, self.config.scratch_bytes, e);
         stall + reduce_grid_blocks(block_elements.min(cap) as u64, e, sms).min(sms)
@@ -685,8 +755,73 @@ impl GpuCommunicator {
         need("send", bufs.send, bytes)?;
         need("receive", bufs.recv, bytes)?;
         let reduce = (to_cuda_dtype(dtype)?, to_cuda_op(op, self.world_size));
+        let call = direct::DirectCall::AllReduce { count, dtype: reduce.0, op: reduce.1 };
+        if let Some(done) = self.try_direct(call, &bufs, stream) {
+            return done;
+        }
         let plan = plan::all_reduce(self.reduce_shape(dtype), count);
         self.submit(plan, bufs, bytes, Some(reduce), stream)
+    }
+
+    /// The completion marks of a stream of the caller's own (see [`marks`]).
+    pub fn marks(&self) -> &marks::StreamMarks {
+        &self.marks
+    }
+
+    /// Whether a call of `collective` pushing `pushed` bytes to each peer (an all_reduce's
+    /// buffer, a reduce_scatter's block) from `send` into `recv` on `stream` goes direct: then
+    /// its receive buffer needs no registration.
+    pub fn goes_direct(
+        &self,
+        collective: Collective,
+        pushed: usize,
+        (send, recv): (DevicePtr, DevicePtr),
+        stream: &Stream,
+    ) -> bool {
+        let n = self.world_size;
+        // Bytes of the send and receive buffers, and where an in-place call's send buffer sits.
+        let (send_len, recv_len) = match collective {
+            Collective::AllReduce => (pushed, pushed),
+            Collective::ReduceScatter => (pushed.saturating_mul(n), pushed),
+            _ => return false,
+        };
+        let in_place = collective == Collective::AllReduce && send == recv;
+        let apart =
+            send.0.saturating_add(send_len as u64) <= recv.0 || recv.0.saturating_add(recv_len as u64) <= send.0;
+        pushed > 0 && pushed <= self.direct_bytes_max() && !stream.gpu().is_private() && (in_place || apart)
+    }
+
+    /// Queues `call` direct ([`direct`]) where it qualifies ([`GpuCommunicator::goes_direct`]:
+    /// direct calls on, what it pushes fits a slot, the stream in the caller's context, the
+    /// buffers the same (in place) or apart); None sends it through the progress thread (which
+    /// also judges odd overlaps).
+    fn try_direct(&self, call: direct::DirectCall, bufs: &GpuBufs<'_>, stream: &Stream) -> Option<GpuResult<()>> {
+        let collective = match call {
+            direct::DirectCall::AllReduce { .. } => Collective::AllReduce,
+            direct::DirectCall::ReduceScatter { .. } => Collective::ReduceScatter,
+        };
+        let (send, recv) = (bufs.send.ptr(), bufs.recv.ptr());
+        if !self.goes_direct(collective, call.slot_bytes_used(), (send, recv), stream) {
+            return None;
+        }
+        let direct = self.direct.as_ref()?;
+        let checked = self
+            .check_failed()
+            .and_then(|()| self.check_gpu("send", bufs.send))
+            .and_then(|()| self.check_gpu("receive", bufs.recv))
+            .and_then(|()| match stream.gpu().same_device(&self.gpu) {
+                true => Ok(()),
+                false => Err(GpuCollError::InvalidArgument {
+                    what: "the stream is on another GPU; pass a stream of the communicator's GPU".into(),
+                }),
+            });
+        Some(checked.and_then(|()| direct.run(call, send, recv, stream)))
+    }
+
+    /// The most bytes a direct call ([`GpuConfig::direct_bytes`]) pushes to each peer: an
+    /// all_reduce's buffer, a reduce_scatter's block; 0 where direct calls are off.
+    pub fn direct_bytes_max(&self) -> usize {
+        self.direct.as_ref().map_or(0, |d| d.slot_bytes())
     }
 
     /// reduce_scatter: block `j` (of `count_per_rank` elements) of every
@@ -708,6 +843,10 @@ impl GpuCommunicator {
             });
         }
         let reduce = (to_cuda_dtype(dtype)?, to_cuda_op(op, self.world_size));
+        let call = direct::DirectCall::ReduceScatter { count: count_per_rank, dtype: reduce.0, op: reduce.1 };
+        if let Some(done) = self.try_direct(call, &bufs, stream) {
+            return done;
+        }
         let plan = plan::reduce_scatter(self.reduce_shape(dtype), count_per_rank);
         self.submit(plan, bufs, block, Some(reduce), stream)
     }
@@ -892,6 +1031,46 @@ impl GpuCommunicator {
     }
 }
 
+/// This rank's inbox of direct collectives (VMM memory in the caller's context, which its peers
+/// map from its file descriptors), or None where they are off: the knob at 0, one rank, no
+/// reduction kernels in the caller's context, or a slot too small to be worth it.
+fn direct_inbox(config: &GpuConfig, world_size: usize, kernels: bool, gpu: &Gpu) -> GpuResult<Option<DeviceBuffer>> {
+    let slot = direct::slot_bytes(config.direct_bytes, world_size);
+    if slot == 0 || !kernels {
+        if config.direct_bytes > 0 && world_size > 1 && !kernels {
+            tracing::warn!("ACCORD_GPU_DIRECT_BYTES: no reduction kernels in the caller's context (NVRTC); direct collectives are off");
+        }
+        return Ok(None);
+    }
+    Ok(Some(DeviceBuffer::alloc_shareable(gpu, 2 * world_size * slot)?))
+}
+
+/// Every rank's inbox registration id from the blobs of the start's meeting (`id`, slot bytes,
+/// little-endian), checking that every rank chose the same slot (`mine`): a rank whose direct
+/// calls its peers send the other way would wait for them until its timeout.
+fn direct_inboxes_of(blobs: &[Vec<u8>], mine: usize) -> GpuResult<Vec<u64>> {
+    let mut ids = Vec::with_capacity(blobs.len());
+    for (rank, blob) in blobs.iter().enumerate() {
+        let word = |at: usize| blob.get(at..at + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
+        let (Some(id), Some(slot)) = (word(0), word(8)) else {
+            return Err(GpuCollError::Protocol {
+                rank,
+                what: format!("a start message of {} bytes, not 16", blob.len()),
+            });
+        };
+        if slot != mine as u64 {
+            return Err(GpuCollError::InvalidArgument {
+                what: format!(
+                    "rank {rank} pushes direct calls of up to {slot} bytes a peer and this rank up to {mine}: set the same \
+                     ACCORD_GPU_DIRECT_BYTES on every rank (and make NVRTC available to all or none)"
+                ),
+            });
+        }
+        ids.push(id);
+    }
+    Ok(ids)
+}
+
 /// Refuses `stall` in a private context (its kernel belongs to that context and cannot run on a
 /// caller's stream, which lives in the primary one), and any order but `waitvalue` with the
 /// caller-stream reductions.
@@ -946,6 +1125,9 @@ fn publish(
 
 impl Drop for GpuCommunicator {
     fn drop(&mut self) {
+        // Direct calls first: their drop waits for the calls this rank queued, whose peers are
+        // still open (this rank has not closed on the board yet).
+        drop(self.direct.take());
         if let Some(tx) = self.tx.take() {
             let _ = tx.send(Msg::Stop);
         }

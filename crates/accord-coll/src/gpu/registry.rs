@@ -249,7 +249,7 @@ impl PeerMappings {
 }
 
 /// Maps `peer`'s registration `id` from the handle or descriptors in its table on `board`.
-fn open_registration(gpu: &Gpu, board: &Board, peer: usize, id: u64) -> GpuResult<(Arc<PeerMapping>, u64)> {
+pub(crate) fn open_registration(gpu: &Gpu, board: &Board, peer: usize, id: u64) -> GpuResult<(Arc<PeerMapping>, u64)> {
     let reg = board.read_registration(peer, id)?;
     let outside = |len: u64| GpuCollError::Protocol {
         rank: peer,

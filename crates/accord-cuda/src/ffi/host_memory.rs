@@ -348,6 +348,13 @@ impl HostRangePin {
     pub fn len_bytes(&self) -> usize {
         self.len_bytes
     }
+
+    /// The address device work (stream memory operations, kernels) uses for the range's first
+    /// byte (the host address itself on systems with unified addressing).
+    pub fn device_ptr(&self) -> Result<DevicePtr> {
+        let _restore = self.gpu.bind_scoped()?;
+        Ok(DevicePtr(driver::mem_host_device_pointer(self.host)?))
+    }
 }
 
 impl Drop for HostRangePin {
