@@ -83,6 +83,7 @@ fn name(c: Collective) -> &'static str {
         Collective::AllToAll => "all_to_all",
         Collective::SendRecv => "sendrecv",
         Collective::AllReduce => "all_reduce",
+        Collective::ReduceScatter => "reduce_scatter",
         _ => "other",
     }
 }
