@@ -4,15 +4,17 @@
 //!
 //! all_gather is not among them: it needs no reduction, so the progress thread's path already
 //! copies each block once, straight into the peer's receive buffer, while a direct all_gather
-//! would copy twice (into the inbox, then into place). Built and measured that way, it was
-//! slower at every size on 2xH200 (GPU 29-151 µs against 26-131 µs a call from 4 KiB to
-//! 64 MiB, `accord-gpu-bench --order waitvalue`, docs/results/2026-11-27-direct-gpu-calls.md).
+//! would copy twice (into the inbox, then into place). Built and measured that way on 2xH200,
+//! it was no faster at any size and 15-16% slower from 4 MiB (GPU 29-151 µs against 26-131 µs
+//! a call from 4 KiB to 64 MiB, `accord-gpu-bench --order waitvalue`,
+//! docs/results/2026-11-27-direct-gpu-calls.md).
 //!
-//! Why: the progress-thread path ([`super::worker`]) costs about 100 µs a call whatever its size
-//! (host round trips: the thread sees the stream reach the call, moves the bytes, tells the
-//! peers, releases the stream), so a 1-16 MiB all_reduce took 1.5-3x NCCL's time and a DDP step
-//! 1.23-1.53x (docs/results/2026-11-26-torch-gpu-path.md). Here every step is stream work that
-//! the GPUs order among themselves through words in pinned host memory:
+//! Why: on the progress-thread path ([`super::worker`]) a host thread takes part in every step
+//! (it sees the stream reach the call, moves the bytes, tells the peers, releases the stream),
+//! so an all_reduce of 4 KiB to 1 MiB took 41-45 µs of GPU time on 2xH200, and 80-84 µs at
+//! 4 MiB. Direct, the same calls took 25-31 µs and 43 µs
+//! (docs/results/2026-11-27-direct-gpu-calls.md). Here every step is stream work that the GPUs
+//! order among themselves through words in pinned host memory:
 //!
 //! 1. store `c` (the call's number) into this rank's `reached` word (for the watchdog);
 //! 2. from call 3 on, wait until every peer `p` stored `freed[p][me] >= c - 2`: it finished
