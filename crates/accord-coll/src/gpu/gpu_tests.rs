@@ -246,32 +246,47 @@ fn a_peer_gone_lets_the_callers_stream_past_its_reductions() {
     let (rank, port, child) = two_ranks("gpu::gpu_tests::a_peer_gone_lets_the_callers_stream_past_its_reductions");
     let config =
         GpuConfig { reduce_on_caller: true, op_timeout: Duration::from_secs(20), ..private_waitvalue(64 << 10) };
-    let mut comm = communicator(rank, port, config);
+    let comm = communicator(rank, port, config);
     assert!(comm.reduces_on_caller(), "the kernels were built in the caller's context");
     let gpu = comm.gpu().clone();
     let stream = accord_cuda::Stream::new(comm.callers_gpu()).expect("a stream of the primary context");
     const COUNT: usize = 1 << 20;
     let data = vmm_f32(&gpu, COUNT, |i| i as f32, &stream);
     comm.register_allocation_of(data.ptr(), data.len_bytes()).expect("register");
-    let bufs = GpuBufs { send: &data, recv: &data };
-    comm.all_reduce(bufs, COUNT, crate::DType::F32, crate::ReduceOp::Sum, &stream).expect("first all_reduce");
+    after_the_peer_exits(comm, rank, child, &data, COUNT, &stream);
+}
+
+/// One all_reduce of `count` f32 of `data` in place on both ranks; then rank 1 drops everything
+/// and exits, and rank 0's next all_reduce must fail naming rank 1, let `stream` finish within a
+/// bound, and make later calls fail fast.
+fn after_the_peer_exits(
+    mut comm: GpuCommunicator,
+    rank: usize,
+    child: Option<Group>,
+    data: &accord_cuda::DeviceBuffer,
+    count: usize,
+    stream: &accord_cuda::Stream,
+) {
+    let bufs = GpuBufs { send: data, recv: data };
+    comm.all_reduce(bufs, count, crate::DType::F32, crate::ReduceOp::Sum, stream).expect("first all_reduce");
     comm.wait_idle(Duration::from_secs(30)).expect("first all_reduce completes");
     comm.host_all_gather(b"done").expect("barrier");
     if rank == 1 {
         drop(comm);
-        drop(data);
         return;
     }
     child.expect("rank 0 spawned rank 1").finish().expect("rank 1 exits");
-    comm.all_reduce(bufs, COUNT, crate::DType::F32, crate::ReduceOp::Sum, &stream).expect("the call itself is queued");
+    let started = std::time::Instant::now();
+    comm.all_reduce(bufs, count, crate::DType::F32, crate::ReduceOp::Sum, stream).expect("the call itself is queued");
     let err = comm.wait_idle(Duration::from_secs(60)).expect_err("the peer is gone");
-    println!("rank 0 got: {err}");
+    println!("rank 0 got after {:?}: {err}", started.elapsed());
+    assert!(err.to_string().contains("rank 1"), "{err}");
     let released = std::time::Instant::now() + Duration::from_secs(30);
     while !stream.query().expect("stream state") {
-        assert!(std::time::Instant::now() < released, "the caller's stream still waits on a chunk after the failure");
+        assert!(std::time::Instant::now() < released, "the caller's stream still waits after the failure");
         std::thread::sleep(Duration::from_millis(5));
     }
-    let again = comm.all_reduce(bufs, COUNT, crate::DType::F32, crate::ReduceOp::Sum, &stream);
+    let again = comm.all_reduce(bufs, count, crate::DType::F32, crate::ReduceOp::Sum, stream);
     assert!(matches!(again, Err(GpuCollError::Failed { .. })), "later calls fail fast");
 }
 
@@ -395,31 +410,11 @@ fn a_peer_gone_lets_a_direct_all_reduce_past() {
     accord_cuda::require_gpu!(2, nvrtc);
     let (rank, port, child) = two_ranks("gpu::gpu_tests::a_peer_gone_lets_a_direct_all_reduce_past");
     let config = GpuConfig { op_timeout: Duration::from_secs(120), ..GpuConfig::default() };
-    let mut comm = communicator(rank, port, config);
+    let comm = communicator(rank, port, config);
     let gpu = comm.gpu().clone();
     let stream = accord_cuda::Stream::new(&gpu).expect("stream");
     const COUNT: usize = 1 << 18;
+    assert!(COUNT * 4 <= comm.direct_bytes_max(), "the calls go direct");
     let data = vmm_f32(&gpu, COUNT, |i| i as f32, &stream);
-    let bufs = GpuBufs { send: &data, recv: &data };
-    comm.all_reduce(bufs, COUNT, crate::DType::F32, crate::ReduceOp::Sum, &stream).expect("first all_reduce");
-    comm.wait_idle(Duration::from_secs(30)).expect("first all_reduce completes");
-    comm.host_all_gather(b"done").expect("barrier");
-    if rank == 1 {
-        drop(comm);
-        drop(data);
-        return;
-    }
-    child.expect("rank 0 spawned rank 1").finish().expect("rank 1 exits");
-    let started = std::time::Instant::now();
-    comm.all_reduce(bufs, COUNT, crate::DType::F32, crate::ReduceOp::Sum, &stream).expect("the call itself is queued");
-    let err = comm.wait_idle(Duration::from_secs(60)).expect_err("the peer is gone");
-    println!("rank 0 got after {:?}: {err}", started.elapsed());
-    assert!(err.to_string().contains("rank 1"), "{err}");
-    let released = std::time::Instant::now() + Duration::from_secs(30);
-    while !stream.query().expect("stream state") {
-        assert!(std::time::Instant::now() < released, "the stream still waits after the failure");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let again = comm.all_reduce(bufs, COUNT, crate::DType::F32, crate::ReduceOp::Sum, &stream);
-    assert!(matches!(again, Err(GpuCollError::Failed { .. })), "later calls fail fast");
+    after_the_peer_exits(comm, rank, child, &data, COUNT, &stream);
 }

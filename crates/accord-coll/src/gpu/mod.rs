@@ -359,7 +359,7 @@ impl GpuCommunicator {
         } else {
             reducer.clone()
         };
-        let inbox = direct_inbox(&config, world_size, callers_reducer.is_some(), &callers_gpu)?;
+        let inbox = direct::setup::inbox(&config, world_size, callers_reducer.is_some(), &callers_gpu)?;
         let inbox_reg = match &inbox {
             Some(buf) => {
                 let id = registrations.insert(buf.ptr().0, buf.len_bytes())?;
@@ -371,7 +371,7 @@ impl GpuCommunicator {
         let slot = inbox.as_ref().map_or(0, |_| direct::slot_bytes(config.direct_bytes, world_size));
         let mut blob = inbox_reg.to_le_bytes().to_vec();
         blob.extend_from_slice(&(slot as u64).to_le_bytes());
-        let inboxes = direct_inboxes_of(&meet(&blob)?, slot)?;
+        let inboxes = direct::setup::inboxes_of(&meet(&blob)?, slot)?;
         if rank == 0 {
             board.unlink()?;
         }
@@ -384,13 +384,7 @@ impl GpuCommunicator {
         let memory_gate = Arc::new(MemoryGate::new(&gpu)?);
         let direct = match (inbox, callers_reducer.clone()) {
             (Some(inbox), Some(reducer)) => {
-                let peer_inboxes = (0..world_size)
-                    .map(|p| match p == rank {
-                        true => Ok(None),
-                        false => registry::open_registration(&callers_gpu, &shared.board, p, inboxes[p])
-                            .map(|(mapping, _)| Some(mapping)),
-                    })
-                    .collect::<GpuResult<Vec<_>>>()?;
+                let peer_inboxes = direct::setup::map_peer_inboxes(&callers_gpu, &shared.board, rank, &inboxes)?;
                 Some(direct::DirectCalls::open(direct::Parts {
                     rank,
                     world_size,
@@ -1029,46 +1023,6 @@ impl GpuCommunicator {
         self.callers_gpu.bind()?;
         caller.queue(plan, numbers, &at, reduce, stream)
     }
-}
-
-/// This rank's inbox of direct collectives (VMM memory in the caller's context, which its peers
-/// map from its file descriptors), or None where they are off: the knob at 0, one rank, no
-/// reduction kernels in the caller's context, or a slot too small to be worth it.
-fn direct_inbox(config: &GpuConfig, world_size: usize, kernels: bool, gpu: &Gpu) -> GpuResult<Option<DeviceBuffer>> {
-    let slot = direct::slot_bytes(config.direct_bytes, world_size);
-    if slot == 0 || !kernels {
-        if config.direct_bytes > 0 && world_size > 1 && !kernels {
-            tracing::warn!("ACCORD_GPU_DIRECT_BYTES: no reduction kernels in the caller's context (NVRTC); direct collectives are off");
-        }
-        return Ok(None);
-    }
-    Ok(Some(DeviceBuffer::alloc_shareable(gpu, 2 * world_size * slot)?))
-}
-
-/// Every rank's inbox registration id from the blobs of the start's meeting (`id`, slot bytes,
-/// little-endian), checking that every rank chose the same slot (`mine`): a rank whose direct
-/// calls its peers send the other way would wait for them until its timeout.
-fn direct_inboxes_of(blobs: &[Vec<u8>], mine: usize) -> GpuResult<Vec<u64>> {
-    let mut ids = Vec::with_capacity(blobs.len());
-    for (rank, blob) in blobs.iter().enumerate() {
-        let word = |at: usize| blob.get(at..at + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
-        let (Some(id), Some(slot)) = (word(0), word(8)) else {
-            return Err(GpuCollError::Protocol {
-                rank,
-                what: format!("a start message of {} bytes, not 16", blob.len()),
-            });
-        };
-        if slot != mine as u64 {
-            return Err(GpuCollError::InvalidArgument {
-                what: format!(
-                    "rank {rank} pushes direct calls of up to {slot} bytes a peer and this rank up to {mine}: set the same \
-                     ACCORD_GPU_DIRECT_BYTES on every rank (and make NVRTC available to all or none)"
-                ),
-            });
-        }
-        ids.push(id);
-    }
-    Ok(ids)
 }
 
 /// Refuses `stall` in a private context (its kernel belongs to that context and cannot run on a

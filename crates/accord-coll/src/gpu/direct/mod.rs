@@ -41,6 +41,7 @@
 //! the inbox holds `2 n` slots, so the most a direct call pushes to a peer is
 //! `ACCORD_GPU_DIRECT_BYTES / (2 n)`, and larger calls take the pipelined path.
 
+pub mod setup;
 pub mod steps;
 pub mod watch;
 

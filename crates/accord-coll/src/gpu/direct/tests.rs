@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use super::super::board::{board_words, direct_word_offset, Board, DirectWord, GPU_WORLD_SIZE_MAX, SEGMENT_WORDS_MAX};
 use super::super::error::GpuCollError;
 use super::super::worker::Shared;
-use super::super::{direct_inboxes_of, GpuConfig};
+use super::super::GpuConfig;
+use super::setup::inboxes_of;
 use super::slot_bytes;
 use super::watch::{blame, finished, owes, release, Look, Watch, Watching, RELEASED};
 
@@ -70,11 +71,11 @@ fn a_slot_is_an_even_share_of_the_inbox_on_256_byte_boundaries() {
 #[test]
 fn the_ranks_must_agree_on_the_slot() {
     let blob = |id: u64, slot: u64| [id.to_le_bytes(), slot.to_le_bytes()].concat();
-    assert_eq!(direct_inboxes_of(&[blob(2, 4096), blob(3, 4096)], 4096).unwrap(), vec![2, 3]);
-    let err = direct_inboxes_of(&[blob(2, 4096), blob(2, 0)], 4096).unwrap_err();
+    assert_eq!(inboxes_of(&[blob(2, 4096), blob(3, 4096)], 4096).unwrap(), vec![2, 3]);
+    let err = inboxes_of(&[blob(2, 4096), blob(2, 0)], 4096).unwrap_err();
     assert!(matches!(&err, GpuCollError::InvalidArgument { what } if what.contains("rank 1")), "{err}");
     assert!(err.to_string().contains("ACCORD_GPU_DIRECT_BYTES"), "{err}");
-    let err = direct_inboxes_of(&[blob(2, 4096), vec![1, 2, 3]], 4096).unwrap_err();
+    let err = inboxes_of(&[blob(2, 4096), vec![1, 2, 3]], 4096).unwrap_err();
     assert!(matches!(err, GpuCollError::Protocol { rank: 1, .. }), "{err}");
 }
 
