@@ -793,10 +793,14 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         self._flush_p2p()
         side = gpu.stream
         if side is not None and plain and all(t.is_contiguous() for t in touched):
-            mark = fn(gpu.side_raw, _current_raw_stream(gpu.index))
+            # The current stream's handle may be 0 (PyTorch's default stream): ``after`` is
+            # always passed, so the communicator joins and marks.
+            mark = int(fn(gpu.side_raw, _current_raw_stream(gpu.index)) or 0)
             for t in touched:
                 t.record_stream(side)
-            return _MarkedWork(self, op, result, gpu, int(mark or 0))
+            if mark < 1:
+                raise BackendError(f"accord backend: {op}: the communicator returned no mark for the op")
+            return _MarkedWork(self, op, result, gpu, mark)
         with torch.cuda.device(gpu.device):
             current = torch.cuda.current_stream(gpu.device)
             if _log.isEnabledFor(logging.DEBUG):
@@ -944,9 +948,9 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         gpu = self._gpu_for(t, "all_reduce") if t.dtype in _GPU_REDUCE_DTYPES else None
         if gpu is not None:
 
-            def on_stream(stream: int, after: int = 0) -> int:
+            def on_stream(stream: int, after: int | None = None) -> int:
                 if not t.numel():
-                    return gpu.comm.mark(stream) if after else 0
+                    return gpu.comm.mark(stream) if after is not None else 0
                 flat = _dense(t)
                 ptr = flat.data_ptr()
                 mark = gpu.comm.all_reduce(ptr, ptr, flat.numel(), _dtype_name(t), op, stream, after)
@@ -1003,9 +1007,9 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         gpu = self._gpu_for(t, "broadcast")
         if gpu is not None:
 
-            def broadcast_on_stream(stream: int, after: int = 0) -> int:
+            def broadcast_on_stream(stream: int, after: int | None = None) -> int:
                 if not t.numel():
-                    return gpu.comm.mark(stream) if after else 0
+                    return gpu.comm.mark(stream) if after is not None else 0
                 flat = _dense(t)
                 nbytes = flat.numel() * flat.element_size()
                 mark = gpu.comm.broadcast(flat.data_ptr(), flat.data_ptr(), nbytes, root, stream, after)
@@ -1108,9 +1112,9 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         gpu = self._gpu_for(output, "all_gather_into_tensor")
         if gpu is not None:
 
-            def gather_on_stream(stream: int, after: int = 0) -> int:
+            def gather_on_stream(stream: int, after: int | None = None) -> int:
                 if not input.numel():
-                    return gpu.comm.mark(stream) if after else 0
+                    return gpu.comm.mark(stream) if after is not None else 0
                 src, out = _dense(input), _dense(output)
                 nbytes = src.numel() * src.element_size()
                 mark = gpu.comm.all_gather(src.data_ptr(), out.data_ptr(), nbytes, stream, after)
@@ -1181,9 +1185,9 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         gpu = self._gpu_for(output, "reduce_scatter_tensor") if output.dtype in _GPU_REDUCE_DTYPES else None
         if gpu is not None:
 
-            def scatter_on_stream(stream: int, after: int = 0) -> int:
+            def scatter_on_stream(stream: int, after: int | None = None) -> int:
                 if not output.numel():
-                    return gpu.comm.mark(stream) if after else 0
+                    return gpu.comm.mark(stream) if after is not None else 0
                 src, dst = _dense(input), _dense(output)
                 name = _dtype_name(output)
                 mark = gpu.comm.reduce_scatter(src.data_ptr(), dst.data_ptr(), dst.numel(), name, op, stream, after)

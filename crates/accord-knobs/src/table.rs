@@ -249,7 +249,7 @@ pub static KNOBS: &[Knob] = &[
         GpuCollectives,
         Bytes,
         "134217728",
-        "inbox bytes of direct all_reduces: calls up to this / (2 x ranks) are queued whole on the caller's stream (copy-engine pushes, stream waits, a reduction), with no host thread in their path; 0 sends every all_reduce through the progress thread; the same on every rank",
+        "inbox bytes of direct calls: an all_reduce or reduce_scatter pushing up to this / (2 x ranks) to each peer is queued whole on the caller's stream (copy-engine pushes, stream waits, a reduction), with no host thread in its path; 0 sends every call through the progress thread; the same on every rank",
     ),
     knob("ACCORD_GPU_MAPPINGS_MAX", GpuCollectives, Count, "256", "peer IPC mappings cached"),
     knob(

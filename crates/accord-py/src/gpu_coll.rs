@@ -107,7 +107,7 @@ impl GpuCommunicator {
         // The caller's stream lives in the primary context, also when the collectives copy from
         // a private one (ACCORD_GPU_PRIVATE_CONTEXT).
         let stream = Stream::borrow_raw(inner.callers_gpu(), stream)?;
-        if !inner.goes_direct(collective, pushed, (DevicePtr(send.ptr().0), DevicePtr(recv)), &stream) {
+        if !inner.goes_direct(collective, pushed, &stream) {
             inner.register_allocation_of(DevicePtr(recv), recv_len.max(1))?;
         }
         let recv = DeviceBuffer::borrow_raw(gpu, DevicePtr(recv), recv_len.max(1))?;
@@ -116,22 +116,23 @@ impl GpuCommunicator {
 }
 
 /// Runs `queue` (which queues a collective on `stream`); with `after` (a raw stream of the
-/// caller's context, nonzero) `stream` first waits for the work queued on `after`, and the
-/// collective's mark is returned (see `accord_coll::gpu::marks`); else 0.
+/// caller's context; 0 is the legacy default stream, PyTorch's default) `stream` first waits for
+/// the work queued on `after`, and the collective's mark (at least 1) is returned (see
+/// `accord_coll::gpu::marks`); without it, 0.
 fn marked(
     inner: &Inner,
     stream: &Stream,
-    after: u64,
+    after: Option<u64>,
     queue: impl FnOnce() -> Result<(), GpuCollError>,
 ) -> Result<u64, GpuCollError> {
-    if after == 0 {
+    let Some(after) = after else {
         queue()?;
         return Ok(0);
-    }
+    };
     let after = Stream::borrow_raw(inner.callers_gpu(), after)?;
-    inner.marks().join(stream, &after)?;
+    inner.marks()?.join(stream, &after)?;
     queue()?;
-    inner.marks().mark(stream)
+    inner.marks()?.mark(stream)
 }
 
 /// Whether the Python communicator queues reductions on the caller's stream when
@@ -206,7 +207,7 @@ impl GpuCommunicator {
     /// queued on `stream`. With `after` (a stream of the caller's context), `stream` first waits
     /// for the work queued on `after`, and the call returns its mark (see `wait_mark`); else 0.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (send, recv, count, dtype, op, stream, after = 0))]
+    #[pyo3(signature = (send, recv, count, dtype, op, stream, after = None))]
     fn all_reduce(
         &self,
         py: Python<'_>,
@@ -216,7 +217,7 @@ impl GpuCommunicator {
         dtype: &str,
         op: &str,
         stream: u64,
-        after: u64,
+        after: Option<u64>,
     ) -> PyResult<u64> {
         let name = "all_reduce";
         let (dtype, reduce) = (parse_dtype(name, dtype)?, parse_op(name, op)?);
@@ -232,7 +233,7 @@ impl GpuCommunicator {
     /// reduce_scatter: block `j` (of `count_per_rank` elements) of every rank's `send`, reduced
     /// into rank `j`'s `recv`, queued on `stream` (`after`: as `all_reduce`).
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (send, recv, count_per_rank, dtype, op, stream, after = 0))]
+    #[pyo3(signature = (send, recv, count_per_rank, dtype, op, stream, after = None))]
     fn reduce_scatter(
         &self,
         py: Python<'_>,
@@ -242,7 +243,7 @@ impl GpuCommunicator {
         dtype: &str,
         op: &str,
         stream: u64,
-        after: u64,
+        after: Option<u64>,
     ) -> PyResult<u64> {
         let name = "reduce_scatter";
         let (dtype, reduce) = (parse_dtype(name, dtype)?, parse_op(name, op)?);
@@ -264,7 +265,7 @@ impl GpuCommunicator {
 
     /// all_gather: `bytes_per_rank` at `send` into every rank's `recv` at `rank * bytes_per_rank`
     /// (`after`: as `all_reduce`).
-    #[pyo3(signature = (send, recv, bytes_per_rank, stream, after = 0))]
+    #[pyo3(signature = (send, recv, bytes_per_rank, stream, after = None))]
     fn all_gather(
         &self,
         py: Python<'_>,
@@ -272,7 +273,7 @@ impl GpuCommunicator {
         recv: u64,
         bytes_per_rank: usize,
         stream: u64,
-        after: u64,
+        after: Option<u64>,
     ) -> PyResult<u64> {
         let n = self.world_size;
         self.with(py, "all_gather", |inner| {
@@ -286,7 +287,7 @@ impl GpuCommunicator {
 
     /// all_to_all: block `j` (of `bytes_per_rank`) of `send` into rank `j`'s `recv` at block
     /// `rank` (`after`: as `all_reduce`).
-    #[pyo3(signature = (send, recv, bytes_per_rank, stream, after = 0))]
+    #[pyo3(signature = (send, recv, bytes_per_rank, stream, after = None))]
     fn all_to_all(
         &self,
         py: Python<'_>,
@@ -294,7 +295,7 @@ impl GpuCommunicator {
         recv: u64,
         bytes_per_rank: usize,
         stream: u64,
-        after: u64,
+        after: Option<u64>,
     ) -> PyResult<u64> {
         let total = bytes_per_rank.saturating_mul(self.world_size);
         self.with(py, "all_to_all", |inner| {
@@ -308,7 +309,7 @@ impl GpuCommunicator {
     /// broadcast: `bytes` of `root`'s `send` into every rank's `recv` (pass the same address
     /// twice for torch's in-place broadcast; `after`: as `all_reduce`).
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (send, recv, bytes, root, stream, after = 0))]
+    #[pyo3(signature = (send, recv, bytes, root, stream, after = None))]
     fn broadcast(
         &self,
         py: Python<'_>,
@@ -317,7 +318,7 @@ impl GpuCommunicator {
         bytes: usize,
         root: usize,
         stream: u64,
-        after: u64,
+        after: Option<u64>,
     ) -> PyResult<u64> {
         self.with(py, "broadcast", |inner| {
             let c = Self::views(inner, (send, bytes), (recv, bytes), stream, (Collective::Broadcast, 0))?;
@@ -332,7 +333,7 @@ impl GpuCommunicator {
     fn mark(&self, py: Python<'_>, stream: u64) -> PyResult<u64> {
         self.with(py, "mark", |inner| {
             let stream = Stream::borrow_raw(inner.callers_gpu(), stream)?;
-            inner.marks().mark(&stream)
+            inner.marks()?.mark(&stream)
         })
     }
 
@@ -341,13 +342,13 @@ impl GpuCommunicator {
     fn wait_mark(&self, py: Python<'_>, stream: u64, ticket: u64) -> PyResult<()> {
         self.with(py, "wait_mark", |inner| {
             let stream = Stream::borrow_raw(inner.callers_gpu(), stream)?;
-            inner.marks().wait(&stream, ticket)
+            inner.marks()?.wait(&stream, ticket)
         })
     }
 
     /// Whether the op that returned mark `ticket` is done on the GPU.
     fn mark_reached(&self, py: Python<'_>, ticket: u64) -> PyResult<bool> {
-        self.with(py, "mark_reached", |inner| Ok(inner.marks().reached(ticket)))
+        self.with(py, "mark_reached", |inner| Ok(inner.marks()?.reached(ticket)))
     }
 
     /// Raises the first error a collective hit, if any.

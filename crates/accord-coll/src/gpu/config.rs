@@ -105,9 +105,9 @@ pub struct GpuConfig {
     /// [`GpuConfig::private_context`] this keeps the reductions out of the private context,
     /// whose kernels the GPU time-slices against the application's. Needs the `waitvalue` order.
     pub reduce_on_caller: bool,
-    /// Bytes of the inbox of direct calls ([`super::direct`]): all_reduce, reduce_scatter and
-    /// all_gather calls that push at most `direct_bytes / (2 x ranks)` to each peer run entirely
-    /// on the caller's stream, with no host thread in their path. 0 sends every call through the
+    /// Bytes of the inbox of direct calls ([`super::direct`]): all_reduce and reduce_scatter
+    /// calls that push at most `direct_bytes / (2 x ranks)` to each peer run entirely on the
+    /// caller's stream, with no host thread in their path. 0 sends every call through the
     /// progress thread. Every rank must set the same value.
     pub direct_bytes: usize,
 }

@@ -150,8 +150,9 @@ pub struct GpuCommunicator {
     caller_reduce: Option<Arc<CallerReduce>>,
     /// Direct all_reduce and reduce_scatter ([`GpuConfig::direct_bytes`]), where on. Dropped first (see Drop).
     direct: Option<direct::DirectCalls>,
-    /// Completion marks of a framework's own stream ([`marks`]), in the caller's context.
-    marks: marks::StreamMarks,
+    /// Completion marks of a framework's own stream ([`marks`]), in the caller's context (None
+    /// once dropping).
+    marks: Option<marks::StreamMarks>,
     scratch: DeviceBuffer,
     stall_gate: Mutex<Option<Arc<StallGate>>>,
     /// The words streams write and wait on in [`StreamOrder::WaitValue`] mode.
@@ -458,7 +459,7 @@ impl GpuCommunicator {
             memory_gate,
             caller_reduce,
             direct,
-            marks,
+            marks: Some(marks),
             queueing: Mutex::new(()),
             tx: Some(tx),
             worker: Some(handle),
@@ -758,47 +759,38 @@ impl GpuCommunicator {
     }
 
     /// The completion marks of a stream of the caller's own (see [`marks`]).
-    pub fn marks(&self) -> &marks::StreamMarks {
-        &self.marks
+    pub fn marks(&self) -> GpuResult<&marks::StreamMarks> {
+        self.marks.as_ref().ok_or_else(|| GpuCollError::Failed { first: "the communicator is closing".into() })
     }
 
     /// Whether a call of `collective` pushing `pushed` bytes to each peer (an all_reduce's
-    /// buffer, a reduce_scatter's block) from `send` into `recv` on `stream` goes direct: then
-    /// its receive buffer needs no registration.
-    pub fn goes_direct(
-        &self,
-        collective: Collective,
-        pushed: usize,
-        (send, recv): (DevicePtr, DevicePtr),
-        stream: &Stream,
-    ) -> bool {
-        let n = self.world_size;
-        // Bytes of the send and receive buffers, and where an in-place call's send buffer sits.
-        let (send_len, recv_len) = match collective {
-            Collective::AllReduce => (pushed, pushed),
-            Collective::ReduceScatter => (pushed.saturating_mul(n), pushed),
-            _ => return false,
-        };
-        let in_place = collective == Collective::AllReduce && send == recv;
-        let apart =
-            send.0.saturating_add(send_len as u64) <= recv.0 || recv.0.saturating_add(recv_len as u64) <= send.0;
-        pushed > 0 && pushed <= self.direct_bytes_max() && !stream.gpu().is_private() && (in_place || apart)
+    /// buffer, a reduce_scatter's block) on `stream` goes direct: then its receive buffer needs
+    /// no registration. The size decides, the same on every rank; and a stream of the private
+    /// context ([`GpuConfig::private_context`]) keeps the progress thread's path, whose kernels
+    /// live there (every rank must use streams of the same context for one call).
+    pub fn goes_direct(&self, collective: Collective, pushed: usize, stream: &Stream) -> bool {
+        matches!(collective, Collective::AllReduce | Collective::ReduceScatter)
+            && pushed > 0
+            && pushed <= self.direct_bytes_max()
+            && !stream.gpu().is_private()
     }
 
-    /// Queues `call` direct ([`direct`]) where it qualifies ([`GpuCommunicator::goes_direct`]:
-    /// direct calls on, what it pushes fits a slot, the stream in the caller's context, the
-    /// buffers the same (in place) or apart); None sends it through the progress thread (which
-    /// also judges odd overlaps).
+    /// Queues `call` direct ([`direct`]) where it goes so ([`GpuCommunicator::goes_direct`]); a
+    /// call whose buffers overlap other than exactly (in place) is refused, as every rank would.
+    /// None sends it through the progress thread.
     fn try_direct(&self, call: direct::DirectCall, bufs: &GpuBufs<'_>, stream: &Stream) -> Option<GpuResult<()>> {
-        let collective = match call {
-            direct::DirectCall::AllReduce { .. } => Collective::AllReduce,
-            direct::DirectCall::ReduceScatter { .. } => Collective::ReduceScatter,
+        let (collective, send_len, recv_len, in_place_allowed) = match call {
+            direct::DirectCall::AllReduce { .. } => (Collective::AllReduce, 1, 1, true),
+            direct::DirectCall::ReduceScatter { .. } => (Collective::ReduceScatter, self.world_size, 1, false),
         };
-        let (send, recv) = (bufs.send.ptr(), bufs.recv.ptr());
-        if !self.goes_direct(collective, call.slot_bytes_used(), (send, recv), stream) {
+        let pushed = call.slot_bytes_used();
+        if !self.goes_direct(collective, pushed, stream) {
             return None;
         }
         let direct = self.direct.as_ref()?;
+        let (send, recv) = (bufs.send.ptr(), bufs.recv.ptr());
+        let apart = send.0.saturating_add((pushed * send_len) as u64) <= recv.0
+            || recv.0.saturating_add((pushed * recv_len) as u64) <= send.0;
         let checked = self
             .check_failed()
             .and_then(|()| self.check_gpu("send", bufs.send))
@@ -807,6 +799,14 @@ impl GpuCommunicator {
                 true => Ok(()),
                 false => Err(GpuCollError::InvalidArgument {
                     what: "the stream is on another GPU; pass a stream of the communicator's GPU".into(),
+                }),
+            })
+            .and_then(|()| match apart || (in_place_allowed && send == recv) {
+                true => Ok(()),
+                false => Err(GpuCollError::InvalidArgument {
+                    what: "the send and receive buffers overlap; pass the same buffer (all_reduce in place) or \
+                           disjoint ones"
+                        .into(),
                 }),
             });
         Some(checked.and_then(|()| direct.run(call, send, recv, stream)))
@@ -1079,8 +1079,16 @@ fn publish(
 
 impl Drop for GpuCommunicator {
     fn drop(&mut self) {
-        // Direct calls first: their drop waits for the calls this rank queued, whose peers are
-        // still open (this rank has not closed on the board yet).
+        // Direct calls first: closing waits for the calls this rank queued, whose peers are
+        // still open (this rank has not closed on the board yet). Where they never finished, a
+        // stream may still wait on words of this communicator: what a context synchronisation
+        // (a pinned buffer's drop) would wait for is leaked with them, not freed.
+        let finished = self.direct.as_mut().is_none_or(|d| d.close());
+        if !finished {
+            std::mem::forget(self.marks.take());
+            std::mem::forget(Arc::clone(&self.memory_gate));
+            std::mem::forget(self.caller_reduce.clone());
+        }
         drop(self.direct.take());
         if let Some(tx) = self.tx.take() {
             let _ = tx.send(Msg::Stop);

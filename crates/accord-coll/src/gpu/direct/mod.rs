@@ -16,7 +16,9 @@
 //! (docs/results/2026-11-27-direct-gpu-calls.md). Here every step is stream work that the GPUs
 //! order among themselves through words in pinned host memory:
 //!
-//! 1. store `c` (the call's number) into this rank's `reached` word (for the watchdog);
+//! 1. store `c` (the call's number) into this rank's `reached` word (for the watchdog), and
+//!    wait until its `done` word says call `c - 1` finished (a no-op on one stream; a caller
+//!    that alternates streams gets the calls' order back, which the words below need);
 //! 2. from call 3 on, wait until every peer `p` stored `freed[p][me] >= c - 2`: it finished
 //!    reading what this rank pushed into the same slot two calls before (slots alternate);
 //! 3. push into slot `(c % 2, me)` of every peer's inbox with the copy engine (a VMM allocation
@@ -26,7 +28,10 @@
 //! 5. wait until every peer stored `posted[p][me] >= c`;
 //! 6. reduce in rank order into the receive buffer ([`steps`]): every rank computes the same
 //!    bits;
-//! 7. store `freed[me][p] = c` for every peer (this rank's last store of the call).
+//! 7. store `freed[me][p] = c` for every peer, then `c` into this rank's `done` word.
+//!
+//! `reached` and `done` are in pinned memory of this rank alone: the watchdog counts finished
+//! calls from them, never from the board, whose words a failing peer's watchdog overwrites.
 //!
 //! Stores carry the driver's memory barrier, so a peer that sees `posted` sees the bytes. The
 //! caller's thread issues all of it into the caller's own context: nothing here waits behind
@@ -77,8 +82,8 @@ pub struct DirectCalls {
     peer_inboxes: Vec<Option<Arc<PeerMapping>>>,
     /// Device address of the board's direct region.
     flags: DevicePtr,
-    /// The last call this rank's stream started (read by the watchdog).
-    reached: Arc<PinnedHostBuffer>,
+    /// This rank's `reached` and `done` words (see [`OwnStreamWords`]).
+    own: Arc<OwnStreamWords>,
     watch: Arc<Watch>,
     watchdog: Mutex<Option<JoinHandle<()>>>,
     /// The last call number queued; held while a call is queued, so numbers follow queue order.
@@ -135,11 +140,8 @@ impl DirectCalls {
         #[allow(unsafe_code)]
         let pin = unsafe { HostRangePin::new(gpu, region, region_len)? };
         let flags = pin.device_ptr()?;
-        let reached = Arc::new(PinnedHostBuffer::alloc(gpu, 8)?);
-        reached.atomic_u64(0)?.store(0, Ordering::Release);
-        let word = Arc::clone(&reached);
-        let read_reached = Box::new(move || word.atomic_u64(0).map_or(0, |w| w.load(Ordering::Acquire)));
-        let watch = Arc::new(Watch::new(Arc::clone(&shared), rank, world_size, op_timeout, read_reached));
+        let own = Arc::new(OwnStreamWords::new(gpu)?);
+        let watch = Arc::new(Watch::new(Arc::clone(&shared), rank, world_size, op_timeout, own.clone()));
         let runner = Arc::clone(&watch);
         let watchdog = std::thread::Builder::new()
             .name(format!("accord-gpu-watch-{rank}"))
@@ -155,7 +157,7 @@ impl DirectCalls {
             inbox: Some(inbox),
             peer_inboxes,
             flags,
-            reached,
+            own,
             watch,
             watchdog: Mutex::new(Some(watchdog)),
             calls: Mutex::new(0),
@@ -201,8 +203,9 @@ impl DirectCalls {
             // Part of the call may be queued: the peers may wait for words this rank will not
             // store, and this stream for theirs. Fail the communicator (the watchdog lets this
             // stream past), and end the call so that its number counts as finished.
-            let freed: Vec<(DevicePtr, u64)> =
+            let mut freed: Vec<(DevicePtr, u64)> =
                 self.peers().map(|p| (self.word(DirectWord::Freed, self.rank, p), number)).collect();
+            freed.push((self.own.done_ptr(), number));
             let _ = stream.write_values_u64(&freed);
             self.watch.fail(&GpuCollError::QueueFailed { why: e.to_string() });
         }
@@ -216,7 +219,10 @@ impl DirectCalls {
         let me = self.rank;
         let parity = (number % 2) as usize;
         let pushed = call.slot_bytes_used();
-        stream.write_value_u64(self.reached.device_ptr(), number)?;
+        stream.write_value_u64(self.own.reached_ptr(), number)?;
+        if number > 1 {
+            stream.wait_value_u64_geq(self.own.done_ptr(), number - 1)?;
+        }
         if number > 2 {
             for p in self.peers() {
                 stream.wait_value_u64_geq(self.word(DirectWord::Freed, p, me), number - 2)?;
@@ -254,8 +260,9 @@ impl DirectCalls {
                 self.reduce(own, own_slot, recv, count, dtype, op, false, parity, stream)?
             }
         }
-        let freed: Vec<(DevicePtr, u64)> =
+        let mut freed: Vec<(DevicePtr, u64)> =
             self.peers().map(|p| (self.word(DirectWord::Freed, me, p), number)).collect();
+        freed.push((self.own.done_ptr(), number));
         stream.write_values_u64(&freed)?;
         Ok(())
     }
@@ -322,16 +329,18 @@ impl DirectCall {
     }
 }
 
-impl Drop for DirectCalls {
-    fn drop(&mut self) {
-        // Streams may still wait on the region and copy from the inbox: give queued calls the
-        // op timeout, then release them (failing the communicator) and give them a moment more.
-        // Should even that not do, leak the pin and the inbox rather than free memory a stream
-        // may still use.
-        let finished = self.watch.wait_finished(Duration::from_secs(5)) || {
+impl DirectCalls {
+    /// Waits for the calls this rank queued (the op timeout, then the watchdog fails and
+    /// releases them and they get as long again), stops the watchdog, and says whether they all
+    /// finished. Where they did not, a stream may still write or read this rank's words and
+    /// inbox: they are leaked, never freed, and the caller must leak what such a stream may
+    /// still touch too (a context synchronisation would wait for it for ever).
+    pub fn close(&mut self) -> bool {
+        let timeout = self.watch.op_timeout();
+        let finished = self.watch.wait_finished(timeout) || {
             self.watch
                 .fail(&GpuCollError::Failed { first: "the communicator closed with direct calls unfinished".into() });
-            self.watch.wait_finished(Duration::from_secs(5))
+            self.watch.wait_finished(timeout)
         };
         self.watch.stop();
         if let Some(handle) = self.watchdog.lock().unwrap_or_else(|p| p.into_inner()).take() {
@@ -342,7 +351,56 @@ impl Drop for DirectCalls {
             std::mem::forget(self.inbox.take());
             std::mem::forget(self.pin.take());
             std::mem::forget(std::mem::take(&mut self.peer_inboxes));
+            std::mem::forget(Arc::clone(&self.own));
         }
+        finished
+    }
+}
+
+impl Drop for DirectCalls {
+    fn drop(&mut self) {
+        if self.watchdog.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
+            self.close();
+        }
+    }
+}
+
+/// This rank's own progress words, in pinned memory of the caller's context: `reached` (word 0,
+/// the last call its stream started) and `done` (word 1, the last it finished).
+#[derive(Debug)]
+pub struct OwnStreamWords {
+    words: PinnedHostBuffer,
+}
+
+impl OwnStreamWords {
+    fn new(gpu: &Gpu) -> GpuResult<OwnStreamWords> {
+        let words = PinnedHostBuffer::alloc(gpu, 16)?;
+        for i in 0..2 {
+            words.atomic_u64(i)?.store(0, Ordering::Release);
+        }
+        Ok(OwnStreamWords { words })
+    }
+
+    fn reached_ptr(&self) -> DevicePtr {
+        self.words.device_ptr()
+    }
+
+    fn done_ptr(&self) -> DevicePtr {
+        self.words.device_ptr().offset(8)
+    }
+
+    fn load(&self, i: usize) -> u64 {
+        self.words.atomic_u64(i).map_or(0, |w| w.load(Ordering::Acquire))
+    }
+}
+
+impl watch::OwnWords for OwnStreamWords {
+    fn reached(&self) -> u64 {
+        self.load(0)
+    }
+
+    fn done(&self) -> u64 {
+        self.load(1)
     }
 }
 

@@ -12,7 +12,7 @@ use super::super::worker::Shared;
 use super::super::GpuConfig;
 use super::setup::inboxes_of;
 use super::slot_bytes;
-use super::watch::{blame, finished, owes, release, Look, Watch, Watching, RELEASED};
+use super::watch::{blame, owes, release, Look, OwnWords, Watch, Watching, RELEASED};
 
 fn board(world: usize, tag: &str) -> Board {
     let path = std::env::temp_dir().join(format!("accord-direct-test-{}-{tag}", std::process::id()));
@@ -89,11 +89,28 @@ fn the_direct_knob_reads_bytes_and_zero_turns_it_off() {
     assert!(GpuConfig::from_lookup(|k| (k == "ACCORD_GPU_DIRECT_BYTES").then(|| "lots".to_string())).is_err());
 }
 
-/// Rank `me`'s stream finished `calls` calls: its last store of each.
+/// Rank `me`'s stream finished `calls` calls: its board words of each.
 fn finish_calls(b: &Board, me: usize, world: usize, calls: u64) {
     for p in (0..world).filter(|&p| p != me) {
         b.direct_word(DirectWord::Posted, me, p).store(calls, Ordering::Release);
         b.direct_word(DirectWord::Freed, me, p).store(calls, Ordering::Release);
+    }
+}
+
+/// A stream's own words, set by hand.
+#[derive(Default)]
+struct Own {
+    reached: AtomicU64,
+    done: AtomicU64,
+}
+
+impl OwnWords for Own {
+    fn reached(&self) -> u64 {
+        self.reached.load(Ordering::Acquire)
+    }
+
+    fn done(&self) -> u64 {
+        self.done.load(Ordering::Acquire)
     }
 }
 
@@ -104,7 +121,6 @@ fn the_watchdog_blames_the_peer_whose_word_the_stream_waits_for() {
     for r in 0..3 {
         finish_calls(&b, r, 3, 4);
     }
-    assert_eq!(finished(&b, 0, 3), 4);
     assert_eq!(blame(&b, 0, 3, 5), None, "call 5: nothing waited for yet (rank 0 has not pushed)");
     // Rank 0 pushed call 5 to both peers; rank 2 pushed its own, rank 1 not yet.
     for p in [1, 2] {
@@ -134,41 +150,41 @@ fn release_lets_every_wait_of_this_rank_past_and_only_those() {
     }
 }
 
-fn watch(shared: &Arc<Shared>, timeout: Duration, reached: Arc<AtomicU64>) -> Watch {
-    Watch::new(Arc::clone(shared), 0, 2, timeout, Box::new(move || reached.load(Ordering::Acquire)))
+fn watch(shared: &Arc<Shared>, timeout: Duration, own: &Arc<Own>) -> Watch {
+    Watch::new(Arc::clone(shared), 0, 2, timeout, Arc::clone(own) as Arc<dyn OwnWords>)
 }
 
 #[test]
 fn a_call_the_peer_never_joins_times_out_naming_it_counted_from_when_the_stream_reached_it() {
     let shared = shared(2, "timeout");
-    let reached = Arc::new(AtomicU64::new(0));
-    let w = watch(&shared, Duration::from_millis(100), Arc::clone(&reached));
+    let own = Arc::new(Own::default());
+    let w = watch(&shared, Duration::from_millis(100), &own);
     let t0 = Instant::now();
     let mut watching = Watching::new(t0);
     assert_eq!(w.look(&mut watching, t0).unwrap(), Look::Idle);
     w.queued(1);
     // The stream has not reached the call (earlier work runs): no clock yet, however long.
     assert_eq!(w.look(&mut watching, t0 + Duration::from_secs(3600)).unwrap(), Look::Busy);
-    reached.store(1, Ordering::Release);
+    own.reached.store(1, Ordering::Release);
     let t1 = t0 + Duration::from_secs(3600);
     assert_eq!(w.look(&mut watching, t1).unwrap(), Look::Busy);
     shared.board.direct_word(DirectWord::Posted, 0, 1).store(1, Ordering::Release);
     let err = w.look(&mut watching, t1 + Duration::from_millis(150)).unwrap_err();
     assert!(matches!(&err, GpuCollError::Timeout { what, .. } if what.contains("rank 1 to push")), "{err}");
-    // The call finishing ends the watch.
-    finish_calls(&shared.board, 0, 2, 1);
+    // The call finishing (the stream's own `done` word) ends the watch.
+    own.done.store(1, Ordering::Release);
     assert_eq!(w.look(&mut watching, t1 + Duration::from_millis(200)).unwrap(), Look::Idle);
 }
 
 #[test]
 fn a_peer_that_closed_fails_the_call_at_once_and_the_stream_is_let_past() {
     let shared = shared(2, "gone");
-    let reached = Arc::new(AtomicU64::new(0));
-    let w = Arc::new(watch(&shared, Duration::from_secs(3600), Arc::clone(&reached)));
+    let own = Arc::new(Own::default());
+    let w = Arc::new(watch(&shared, Duration::from_secs(3600), &own));
     let runner = Arc::clone(&w);
     let thread = std::thread::spawn(move || runner.run());
     w.queued(1);
-    reached.store(1, Ordering::Release);
+    own.reached.store(1, Ordering::Release);
     shared.board.close_rank(1);
     // The "stream": waits for rank 1's push, bounded here, then finishes the call.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -177,6 +193,7 @@ fn a_peer_that_closed_fails_the_call_at_once_and_the_stream_is_let_past() {
         std::thread::sleep(Duration::from_millis(1));
     }
     finish_calls(&shared.board, 0, 2, 1);
+    own.done.store(1, Ordering::Release);
     assert!(w.wait_finished(Duration::from_secs(10)));
     let error = shared.error.lock().unwrap().clone().expect("the failure is recorded");
     assert!(error.contains("rank 1"), "{error}");
@@ -188,8 +205,9 @@ fn a_peer_that_closed_fails_the_call_at_once_and_the_stream_is_let_past() {
 #[test]
 fn a_peer_that_closed_after_its_last_call_is_not_an_error() {
     let shared = shared(2, "closed-after");
-    let reached = Arc::new(AtomicU64::new(1));
-    let w = watch(&shared, Duration::from_secs(3600), Arc::clone(&reached));
+    let own = Arc::new(Own::default());
+    own.reached.store(1, Ordering::Release);
+    let w = watch(&shared, Duration::from_secs(3600), &own);
     w.queued(1);
     // Rank 1 pushed call 1 and closed; rank 0's stream is still reducing it.
     finish_calls(&shared.board, 1, 2, 1);
@@ -203,4 +221,25 @@ fn a_peer_that_closed_after_its_last_call_is_not_an_error() {
     assert!(owes(&shared.board, 0, 1, 2));
     let err = w.look(&mut watching, t0 + Duration::from_secs(2)).unwrap_err();
     assert!(matches!(err, GpuCollError::PeerGone { rank: 1, .. }), "{err}");
+}
+
+/// The words a failing rank releases are its peers' `posted` and `freed` words for it: a peer
+/// that counted its finished calls from them would think its calls done and stop watching. It
+/// counts from its own `done` word, so it goes on watching, and finds the failed rank aborted.
+#[test]
+fn a_failed_peers_release_does_not_finish_this_ranks_calls() {
+    let shared = shared(2, "released");
+    let own = Arc::new(Own::default());
+    let w = watch(&shared, Duration::from_secs(3600), &own);
+    w.queued(1);
+    own.reached.store(1, Ordering::Release);
+    // Rank 1 fails: it aborts and releases its own waits, the words rank 0's stream writes.
+    shared.board.abort_rank(1);
+    release(&shared.board, 1, 2);
+    assert_eq!(shared.board.direct_word(DirectWord::Freed, 0, 1).load(Ordering::Acquire), RELEASED);
+    assert_eq!(w.progress(), (1, 0), "call 1 is still unfinished here");
+    let t0 = Instant::now();
+    let mut watching = Watching::new(t0);
+    let err = w.look(&mut watching, t0 + Duration::from_secs(1)).unwrap_err();
+    assert!(matches!(err, GpuCollError::PeerAborted { rank: 1 }), "{err}");
 }

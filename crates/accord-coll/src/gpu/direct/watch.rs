@@ -4,8 +4,9 @@
 //! A direct call's stream waits on words its peers' streams write (`posted`, `freed`, in the
 //! flag board's direct region). A peer that died, closed, aborted or stopped calling would hold
 //! the caller's stream (and everything queued behind it) for ever. The watchdog reads only host
-//! memory (the board's words and this rank's `reached` word, which the stream sets when it
-//! starts a call): no driver call, so it never waits behind the application's CUDA calls.
+//! memory (the board's words, and this rank's own `reached` and `done` words, which its stream
+//! sets when it starts and ends a call, in pinned memory no other rank writes): no driver call,
+//! so it never waits behind the application's CUDA calls.
 //!
 //! For the oldest unfinished call `c` it:
 //! - checks the liveness (pid alive, not closed, not aborted) of every peer that still owes a
@@ -15,10 +16,12 @@
 //!   whose word the stream still waits for.
 //!
 //! On a failure it records the error (sticky: the next call raises it), marks this rank aborted
-//! on the board (its peers stop waiting for it at once), and releases: it stores
-//! [`RELEASED`] into every word this rank's stream waits on, and keeps doing so until every
-//! queued call finished (a late write of a live peer could lower a word again). The released
-//! calls reduce whatever their inboxes hold; their results are undefined and the error says so.
+//! on the board (a peer still owed a word by it fails at its next liveness check), and
+//! releases: it stores [`RELEASED`] into every word this rank's stream waits on, and keeps doing
+//! so until every queued call finished (a late write of a live peer could lower a word again).
+//! The released calls reduce whatever their inboxes hold; their results are undefined and the
+//! error says so. Released words are the peers' `posted` and `freed` words for this rank, which
+//! is why a rank counts its finished calls from its own `done` word, never from the board.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -35,14 +38,12 @@ const POLL_BUSY: Duration = Duration::from_millis(1);
 /// Longest sleep while nothing is queued (a new call wakes it at once).
 const POLL_IDLE: Duration = Duration::from_millis(50);
 
-/// Calls this rank's stream finished: the smallest `freed` word it wrote (its last store of
-/// every call), over its peers.
-pub fn finished(board: &Board, me: usize, n: usize) -> u64 {
-    (0..n)
-        .filter(|&p| p != me)
-        .map(|p| board.direct_word(DirectWord::Freed, me, p).load(Ordering::Acquire))
-        .min()
-        .unwrap_or(0)
+/// What this rank's stream reports about its own calls, in memory only this rank writes.
+pub trait OwnWords: Send + Sync {
+    /// The last call the stream started.
+    fn reached(&self) -> u64;
+    /// The last call the stream finished (its last store of the call).
+    fn done(&self) -> u64;
 }
 
 /// The peer whose word the stream waits for in call `c`, if it waits for one: first the peers
@@ -105,16 +106,13 @@ impl Watching {
     }
 }
 
-/// Reads the `reached` word (the last call this rank's stream started).
-pub type ReachedWord = Box<dyn Fn() -> u64 + Send + Sync>;
-
 /// The state the submitting thread and the watchdog share.
 pub struct Watch {
     shared: Arc<Shared>,
     rank: usize,
     world_size: usize,
     op_timeout: Duration,
-    reached: ReachedWord,
+    own: Arc<dyn OwnWords>,
     /// The last call number queued.
     queued: AtomicU64,
     stop: AtomicBool,
@@ -134,18 +132,23 @@ impl Watch {
         rank: usize,
         world_size: usize,
         op_timeout: Duration,
-        reached: ReachedWord,
+        own: Arc<dyn OwnWords>,
     ) -> Watch {
         Watch {
             shared,
             rank,
             world_size,
             op_timeout,
-            reached,
+            own,
             queued: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             wake: (Mutex::new(()), Condvar::new()),
         }
+    }
+
+    /// How long a call may wait once its stream reached it.
+    pub fn op_timeout(&self) -> Duration {
+        self.op_timeout
     }
 
     /// Records that call `call` is queued, and wakes the watchdog.
@@ -156,7 +159,7 @@ impl Watch {
 
     /// Calls queued and calls finished.
     pub fn progress(&self) -> (u64, u64) {
-        (self.queued.load(Ordering::Acquire), finished(&self.shared.board, self.rank, self.world_size))
+        (self.queued.load(Ordering::Acquire), self.own.done())
     }
 
     /// Whether the communicator failed (this watch's error or any other).
@@ -177,7 +180,7 @@ impl Watch {
     /// outlived the op timeout since the stream reached it.
     pub fn look(&self, watching: &mut Watching, now: Instant) -> Result<Look, GpuCollError> {
         let board = &self.shared.board;
-        let done = finished(board, self.rank, self.world_size);
+        let done = self.own.done();
         if done >= self.queued.load(Ordering::Acquire) {
             watching.reached_at = None;
             return Ok(Look::Idle);
@@ -186,7 +189,7 @@ impl Watch {
         if watching.call != call {
             *watching = Watching { call, reached_at: None, checked_at: watching.checked_at };
         }
-        if watching.reached_at.is_none() && (self.reached)() >= call {
+        if watching.reached_at.is_none() && self.own.reached() >= call {
             watching.reached_at = Some(now);
         }
         if now.duration_since(watching.checked_at) >= LIVENESS_CHECK_INTERVAL {
