@@ -950,12 +950,12 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
 
             def on_stream(stream: int, after: int | None = None) -> int:
                 if not t.numel():
-                    return gpu.comm.mark(stream) if after is not None else 0
+                    return int(gpu.comm.mark(stream)) if after is not None else 0
                 flat = _dense(t)
                 ptr = flat.data_ptr()
                 mark = gpu.comm.all_reduce(ptr, ptr, flat.numel(), _dtype_name(t), op, stream, after)
                 _copy_back(flat, t)
-                return mark
+                return int(mark)
 
             return self._on_stream("all_reduce", [t], gpu, on_stream, [t], plain=True)
 
@@ -1009,12 +1009,12 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
 
             def broadcast_on_stream(stream: int, after: int | None = None) -> int:
                 if not t.numel():
-                    return gpu.comm.mark(stream) if after is not None else 0
+                    return int(gpu.comm.mark(stream)) if after is not None else 0
                 flat = _dense(t)
                 nbytes = flat.numel() * flat.element_size()
                 mark = gpu.comm.broadcast(flat.data_ptr(), flat.data_ptr(), nbytes, root, stream, after)
                 _copy_back(flat, t)
-                return mark
+                return int(mark)
 
             return self._on_stream("broadcast", [t], gpu, broadcast_on_stream, [t], plain=True)
 
@@ -1114,12 +1114,12 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
 
             def gather_on_stream(stream: int, after: int | None = None) -> int:
                 if not input.numel():
-                    return gpu.comm.mark(stream) if after is not None else 0
+                    return int(gpu.comm.mark(stream)) if after is not None else 0
                 src, out = _dense(input), _dense(output)
                 nbytes = src.numel() * src.element_size()
                 mark = gpu.comm.all_gather(src.data_ptr(), out.data_ptr(), nbytes, stream, after)
                 _copy_back(out, output)
-                return mark
+                return int(mark)
 
             return self._on_stream(
                 "all_gather_into_tensor", [output], gpu, gather_on_stream, [input, output], plain=True
@@ -1187,12 +1187,12 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
 
             def scatter_on_stream(stream: int, after: int | None = None) -> int:
                 if not output.numel():
-                    return gpu.comm.mark(stream) if after is not None else 0
+                    return int(gpu.comm.mark(stream)) if after is not None else 0
                 src, dst = _dense(input), _dense(output)
                 name = _dtype_name(output)
                 mark = gpu.comm.reduce_scatter(src.data_ptr(), dst.data_ptr(), dst.numel(), name, op, stream, after)
                 _copy_back(dst, output)
-                return mark
+                return int(mark)
 
             return self._on_stream(
                 "reduce_scatter_tensor", [output], gpu, scatter_on_stream, [input, output], plain=True
