@@ -23,8 +23,9 @@
 #   BUDGET_S  the whole command's budget (default 540 s); a run that would start with under
 #             30 s left is skipped and said so.
 # Prints one table (variant, round, DDP step ms, all_reduce µs at each size, step / NCCL's
-# step of the same round); files in $OUT: rows.jsonl (every bench row, tagged), checks.txt,
-# tests.txt (with TESTS_BIN), errors.txt (the stderr tail of failed runs).
+# step of the same round), then each variant's median step / NCCL's over the rounds; files in
+# $OUT: rows.jsonl (every bench row, tagged), checks.txt, tests.txt (with TESTS_BIN),
+# errors.txt (the stderr tail of failed runs).
 set -uo pipefail
 DEFAULT_BUDGET_S=540
 . "$(dirname "$0")/budget.sh"
@@ -130,6 +131,18 @@ for backend, variant, rnd in keys:
     ratio = f"{ddp / nccl[rnd]:.2f}" if ddp and rnd in nccl and backend != "nccl" else ""
     step = f"{ddp * 1e3:8.3f}" if ddp else f"{'-':>8s}"
     print(f"{name:42s} {rnd:5d} {step} " + " ".join(f"{ops.get(s, float('nan')):12.1f}" for s in sizes) + f"  {ratio}")
+# The DDP step's spread between rounds on this host is as large as the differences sought
+# (docs/results/2026-11-27-direct-gpu-calls.md): per variant, the median and range of its
+# step / NCCL's over the rounds.
+ratios = {}
+for r in rows:
+    if r["backend"] == "accord" and r["kind"] == "ddp" and r["round"] in nccl:
+        ratios.setdefault(r["variant"], []).append(r["step_s"] / nccl[r["round"]])
+for variant, rs in ratios.items():
+    rs.sort()
+    mid = len(rs) // 2
+    median = rs[mid] if len(rs) % 2 else (rs[mid - 1] + rs[mid]) / 2
+    print(f"step/NCCL over {len(rs)} rounds [{variant}]: median {median:.2f}, {rs[0]:.2f}-{rs[-1]:.2f}")
 EOF
 [ -s "$ERRS" ] && { echo "failed runs (tails in $ERRS):"; grep '^== ' "$ERRS"; }
 exit 0
