@@ -19,8 +19,8 @@
 //! on the board (a peer still owed a word by it fails at its next liveness check), and
 //! releases: it stores [`RELEASED`] into every word this rank's stream waits on, and keeps doing
 //! so until every queued call finished (a late write of a live peer could lower a word again).
-//! The released calls reduce whatever their inboxes hold; their results are undefined and the
-//! error says so. Released words are the peers' `posted` and `freed` words for this rank, which
+//! The released calls reduce whatever their inboxes hold: their results are not to be used,
+//! and the recorded error is raised by the next call (or `wait_idle`). Released words are the peers' `posted` and `freed` words for this rank, which
 //! is why a rank counts its finished calls from its own `done` word, never from the board.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
