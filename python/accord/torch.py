@@ -576,6 +576,9 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         self._comm = accord.Communicator(
             rank, size, timeout=self.timeout_s, store=self._store, store_prefix="accord/addresses/"
         )
+        # Ops run in place on the calling thread, also on Python's main thread, as Gloo's do:
+        # the interruptible wait hands every call to a helper thread, two wake-ups a call.
+        self._comm.interruptible = False
         # The GPU collectives: None until the first CUDA op decides, then a _GpuPath, or False
         # where CUDA tensors are staged through host memory.
         self._gpu: _GpuPath | bool | None = None

@@ -213,6 +213,30 @@ def peer_timeout() -> str:
     return "slept"
 
 
+def in_place_on_the_main_thread() -> tuple[bool, bool, list[float], str]:
+    """``interruptible`` defaults to on; turned off, calls from the main thread run in place
+    (no helper thread) and still give the right results, and a missing peer still times out
+    naming it (the wait stays bounded without the interruptible helper)."""
+    comm = accord.Communicator(timeout=2.0)
+    default = comm.interruptible
+    comm.interruptible = False
+    data = np.full(4, comm.rank + 1, np.float32)
+    comm.all_reduce(data)
+    comm.barrier()
+    if comm.rank == 0:
+        try:
+            comm.all_reduce(np.ones(4, np.float32))
+            timed_out = "no error"
+        except (accord.TimeoutError, accord.PeerError) as e:
+            timed_out = f"{type(e).__name__}: {e}"
+    else:
+        import time
+
+        time.sleep(4.0)
+        timed_out = "slept"
+    return default, comm.interruptible, [float(x) for x in data], timed_out
+
+
 def variable_blocks() -> int:
     """all_to_allv with uneven blocks (rank i sends i + j + 1 elements to rank j), packed and
     with explicit gaps, and send_recv as a ring shift in both directions at once."""

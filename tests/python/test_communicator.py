@@ -64,6 +64,15 @@ def test_a_missing_peer_times_out_naming_it() -> None:
     assert outcome[0].startswith(("TimeoutError", "PeerError")) and "1" in outcome[0], outcome[0]
 
 
+def test_calls_run_in_place_when_not_interruptible() -> None:
+    outcomes = accord.run(coll_roles.in_place_on_the_main_thread, 2, timeout=60)
+    for default, now, data, _ in outcomes:
+        assert (default, now) == (True, False)
+        assert data == [3.0, 3.0, 3.0, 3.0], data
+    timed_out = outcomes[0][3]
+    assert timed_out.startswith(("TimeoutError", "PeerError")) and "1" in timed_out, timed_out
+
+
 def test_communicator_without_environment_says_what_to_set() -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     if env != dict(os.environ):

@@ -25,6 +25,7 @@ use accord_coll::{
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -319,6 +320,10 @@ pub struct Communicator {
     world_size: usize,
     /// Readable while a call runs (stuck reports).
     progress: std::sync::Arc<accord_coll::report::Progress>,
+    /// Whether a call from Python's main thread runs on a helper thread so that Ctrl-C
+    /// interrupts its wait (the default), or in place like one from any other thread (see
+    /// [`Communicator::off_thread`]).
+    interruptible: AtomicBool,
 }
 
 impl Communicator {
@@ -343,7 +348,15 @@ impl Communicator {
             state: Mutex::new(State::Ready(Box::new(comm))),
             staging: Mutex::default(),
             registrations: Mutex::default(),
+            interruptible: AtomicBool::new(true),
         })
+    }
+
+    /// Whether this call runs on a helper thread ([`background`]): from Python's main thread of
+    /// an interruptible communicator. Every other call runs in place with the GIL released: a
+    /// thread hop costs two wake-ups a call, the fixed cost of every small collective.
+    fn off_thread(&self, py: Python<'_>) -> bool {
+        self.interruptible.load(Ordering::Relaxed) && on_main_thread(py)
     }
 
     /// Takes the communicator out for a call.
@@ -381,10 +394,12 @@ impl Communicator {
         job: impl FnOnce(&mut Comm) -> Result<R, CollError> + Send + 'static,
     ) -> PyResult<R> {
         let mut comm = self.take(op)?;
-        match background(py, move || {
+        let work = move || {
             let outcome = job(&mut comm);
             (comm, outcome)
-        }) {
+        };
+        let finished = if self.off_thread(py) { background(py, work) } else { Ok(py.detach(work)) };
+        match finished {
             Ok((comm, outcome)) => {
                 *self.state.lock().unwrap() = State::Ready(comm);
                 outcome.map_err(coll_error)
@@ -445,7 +460,7 @@ impl Communicator {
         // Python runs signal handlers on its main thread only, so a call from another thread
         // (the torch backend's worker) has nothing to interrupt it: it runs right here with the
         // GIL released, without starting a helper thread per call.
-        let finished = if on_main_thread(py) { background(py, work) } else { Ok(py.detach(work)) };
+        let finished = if self.off_thread(py) { background(py, work) } else { Ok(py.detach(work)) };
         match finished {
             Ok((comm, regs, outcome)) => {
                 *self.registrations.lock().unwrap() = regs;
@@ -650,7 +665,22 @@ impl Communicator {
             state: Mutex::new(State::Ready(Box::new(comm))),
             staging: Mutex::default(),
             registrations: Mutex::default(),
+            interruptible: AtomicBool::new(true),
         })
+    }
+
+    /// Whether a collective called from Python's main thread waits interruptibly (Ctrl-C raises
+    /// `KeyboardInterrupt` during the wait; the default) on a helper thread, or runs in place
+    /// with the GIL released, as from any other thread: no thread hop, and Ctrl-C is seen when
+    /// the call returns (within its timeout), as with Gloo. The torch backend turns it off.
+    #[getter]
+    fn interruptible(&self) -> bool {
+        self.interruptible.load(Ordering::Relaxed)
+    }
+
+    #[setter]
+    fn set_interruptible(&self, on: bool) {
+        self.interruptible.store(on, Ordering::Relaxed);
     }
 
     /// This rank.
