@@ -797,12 +797,13 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         side = gpu.stream
         if side is not None and plain and all(t.is_contiguous() for t in touched):
             # The current stream's handle may be 0 (PyTorch's default stream): ``after`` is
-            # always passed, so the communicator joins and marks.
+            # always passed, so the communicator joins and marks (a mark is at least 1); an op
+            # with nothing to move queues nothing, and its mark is the group stream's next.
             mark = int(fn(gpu.side_raw, _current_raw_stream(gpu.index)) or 0)
+            if mark < 1:
+                mark = int(gpu.comm.mark(gpu.side_raw))
             for t in touched:
                 t.record_stream(side)
-            if mark < 1:
-                raise BackendError(f"accord backend: {op}: the communicator returned no mark for the op")
             return _MarkedWork(self, op, result, gpu, mark)
         with torch.cuda.device(gpu.device):
             current = torch.cuda.current_stream(gpu.device)
@@ -953,7 +954,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
 
             def on_stream(stream: int, after: int | None = None) -> int:
                 if not t.numel():
-                    return int(gpu.comm.mark(stream)) if after is not None else 0
+                    return 0  # nothing to queue
                 flat = _dense(t)
                 ptr = flat.data_ptr()
                 mark = gpu.comm.all_reduce(ptr, ptr, flat.numel(), _dtype_name(t), op, stream, after)
@@ -1012,7 +1013,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
 
             def broadcast_on_stream(stream: int, after: int | None = None) -> int:
                 if not t.numel():
-                    return int(gpu.comm.mark(stream)) if after is not None else 0
+                    return 0  # nothing to queue
                 flat = _dense(t)
                 nbytes = flat.numel() * flat.element_size()
                 mark = gpu.comm.broadcast(flat.data_ptr(), flat.data_ptr(), nbytes, root, stream, after)
@@ -1117,7 +1118,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
 
             def gather_on_stream(stream: int, after: int | None = None) -> int:
                 if not input.numel():
-                    return int(gpu.comm.mark(stream)) if after is not None else 0
+                    return 0  # nothing to queue
                 src, out = _dense(input), _dense(output)
                 nbytes = src.numel() * src.element_size()
                 mark = gpu.comm.all_gather(src.data_ptr(), out.data_ptr(), nbytes, stream, after)
@@ -1190,7 +1191,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
 
             def scatter_on_stream(stream: int, after: int | None = None) -> int:
                 if not output.numel():
-                    return int(gpu.comm.mark(stream)) if after is not None else 0
+                    return 0  # nothing to queue
                 src, dst = _dense(input), _dense(output)
                 name = _dtype_name(output)
                 mark = gpu.comm.reduce_scatter(src.data_ptr(), dst.data_ptr(), dst.numel(), name, op, stream, after)

@@ -107,8 +107,8 @@ pub struct CollConfig {
     /// buffers of one slot per rank and lane (`crate::arena`), so a communicator of n ranks
     /// keeps 3 n slots per lane of the shared-memory directory (96 MiB at 8 ranks and 4
     /// lanes). 1 MiB: as fast as 256 KiB on idle cores and 3.6-3.9x faster at 64 MiB on busy
-    /// ones (fewer chunks, fewer waits for all ranks). Rounded up to whole 8-byte words. Every rank must use the same value (rank 0
-    /// refuses the arena otherwise, and all fall back).
+    /// ones (fewer chunks, fewer waits for all ranks). Rounded up to whole 8-byte words. Every
+    /// rank must use the same value (rank 0 refuses the arena otherwise, and all fall back).
     pub arena_slot_bytes: usize,
     /// The most threads (lanes) one arena all_reduce moves its bytes with: a call of 4k slots
     /// is cut into k parts (at most this many), each through its own copy of the protocol

@@ -12,12 +12,12 @@
 //! Valid only while every marked op goes to one stream, in order (the word holds the last
 //! stored value, not a maximum): the caller keeps one stream per marks.
 
-use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
-use accord_cuda::{Event, EventKind, Gpu, PinnedHostBuffer, Stream};
+use accord_cuda::{Event, EventKind, Gpu, Stream};
 
 use super::error::GpuResult;
+use super::words::PinnedWords;
 
 /// One stream's marks: the event that joins it behind another stream, and the mark word.
 #[derive(Debug)]
@@ -25,14 +25,13 @@ pub struct StreamMarks {
     /// Recorded on the stream to join behind, waited for by the marked stream; reused (a wait
     /// takes the event's state when it is queued). Its lock also orders numbering with queuing.
     join: Mutex<(Event, u64)>,
-    word: PinnedHostBuffer,
+    word: PinnedWords,
 }
 
 impl StreamMarks {
     /// Marks in `gpu`'s context (the caller's), word 0.
     pub fn new(gpu: &Gpu) -> GpuResult<StreamMarks> {
-        let word = PinnedHostBuffer::alloc(gpu, 8)?;
-        word.atomic_u64(0)?.store(0, Ordering::Release);
+        let word = PinnedWords::new(gpu, 1)?;
         Ok(StreamMarks { join: Mutex::new((Event::new(gpu, EventKind::SyncOnly)?, 0)), word })
     }
 
@@ -48,18 +47,18 @@ impl StreamMarks {
     pub fn mark(&self, stream: &Stream) -> GpuResult<u64> {
         let mut guard = self.join.lock().unwrap_or_else(|p| p.into_inner());
         let ticket = guard.1 + 1;
-        stream.write_value_u64(self.word.device_ptr(), ticket)?;
+        stream.write_value_u64(self.word.ptr(0), ticket)?;
         guard.1 = ticket;
         Ok(ticket)
     }
 
     /// Whether the marked stream passed mark `ticket`.
     pub fn reached(&self, ticket: u64) -> bool {
-        self.word.atomic_u64(0).is_ok_and(|w| w.load(Ordering::Acquire) >= ticket)
+        self.word.load(0) >= ticket
     }
 
     /// Makes `stream` wait until the marked stream passed mark `ticket`.
     pub fn wait(&self, stream: &Stream, ticket: u64) -> GpuResult<()> {
-        Ok(stream.wait_value_u64_geq(self.word.device_ptr(), ticket)?)
+        Ok(stream.wait_value_u64_geq(self.word.ptr(0), ticket)?)
     }
 }

@@ -81,6 +81,7 @@ pub mod plan;
 pub mod poll;
 pub mod registry;
 mod setup;
+pub mod words;
 pub mod worker;
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -176,15 +176,14 @@ impl GpuCommunicator {
             reducer.clone()
         };
         let inbox = direct::setup::inbox(&config, world_size, callers_reducer.is_some(), &callers_gpu)?;
-        let inbox_reg = match &inbox {
-            Some(buf) => {
+        let (inbox_reg, slot) = match &inbox {
+            Some((buf, slot)) => {
                 let id = registrations.insert(buf.ptr().0, buf.len_bytes())?;
                 publish(&board, rank, id, &callers_gpu, (buf.ptr(), buf.len_bytes()), &vmm_exports)?;
-                id
+                (id, *slot)
             }
-            None => 0,
+            None => (0, 0),
         };
-        let slot = inbox.as_ref().map_or(0, |_| direct::slot_bytes(config.direct_bytes, world_size));
         let mut blob = inbox_reg.to_le_bytes().to_vec();
         blob.extend_from_slice(&(slot as u64).to_le_bytes());
         let inboxes = direct::setup::inboxes_of(&meet(&blob)?, slot)?;
@@ -199,7 +198,7 @@ impl GpuCommunicator {
         });
         let memory_gate = Arc::new(MemoryGate::new(&gpu)?);
         let direct = match (inbox, callers_reducer.clone()) {
-            (Some(inbox), Some(reducer)) => {
+            (Some((inbox, _)), Some(reducer)) => {
                 let peer_inboxes = direct::setup::map_peer_inboxes(&callers_gpu, &shared.board, rank, &inboxes)?;
                 Some(direct::DirectCalls::open(direct::Parts {
                     rank,

@@ -123,7 +123,7 @@ pub enum Start {
 /// thread blocked on the held stream holds. Calls are numbered in queue order and run in that
 /// order, so one counter each way suffices.
 pub struct MemoryGate {
-    words: accord_cuda::PinnedHostBuffer,
+    words: super::words::PinnedWords,
 }
 
 impl std::fmt::Debug for MemoryGate {
@@ -136,43 +136,35 @@ impl MemoryGate {
     const REACHED: usize = 0;
     const RELEASED: usize = 1;
 
-    /// Both words 0, on `gpu`. (Pinned memory comes uninitialised: a stale `released` word
-    /// would let streams run ahead of their collectives.)
+    /// Both words 0, on `gpu` (a stale `released` word would let streams run ahead of their
+    /// collectives).
     pub fn new(gpu: &Gpu) -> GpuResult<MemoryGate> {
-        let words = accord_cuda::PinnedHostBuffer::alloc(gpu, 16)?;
-        for index in [Self::REACHED, Self::RELEASED] {
-            words.atomic_u64(index)?.store(0, Ordering::Release);
-        }
-        Ok(MemoryGate { words })
-    }
-
-    fn word(&self, index: usize) -> Option<&AtomicU64> {
-        self.words.atomic_u64(index).ok()
+        Ok(MemoryGate { words: super::words::PinnedWords::new(gpu, 2)? })
     }
 
     /// Where the stream writes the number of the call it reached.
     pub fn reached_ptr(&self) -> DevicePtr {
-        self.words.device_ptr()
+        self.words.ptr(Self::REACHED)
     }
 
     /// Where the stream waits for its call's release.
     pub fn released_ptr(&self) -> DevicePtr {
-        self.words.device_ptr().offset(8 * Self::RELEASED)
+        self.words.ptr(Self::RELEASED)
     }
 
     /// The last call number the stream reached.
     pub fn reached(&self) -> u64 {
-        self.word(Self::REACHED).map_or(0, |w| w.load(Ordering::Acquire))
+        self.words.load(Self::REACHED)
     }
 
     /// The last call number released.
     pub fn released(&self) -> u64 {
-        self.word(Self::RELEASED).map_or(0, |w| w.load(Ordering::Acquire))
+        self.words.load(Self::RELEASED)
     }
 
     /// Releases every stream waiting for a number up to `ticket` (never lowers the word).
     pub fn release(&self, ticket: u64) {
-        if let Some(w) = self.word(Self::RELEASED) {
+        if let Some(w) = self.words.word(Self::RELEASED) {
             w.fetch_max(ticket, Ordering::Release);
         }
     }

@@ -50,18 +50,16 @@ pub mod setup;
 pub mod steps;
 pub mod watch;
 
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use accord_cuda::{
-    copy_peer_async, DeviceBuffer, DevicePtr, Gpu, HostRangePin, PinnedHostBuffer, ReduceOp, Reducer, Stream,
-};
+use accord_cuda::{copy_peer_async, DeviceBuffer, DevicePtr, Gpu, HostRangePin, ReduceOp, Reducer, Stream};
 
 use super::board::{direct_word_offset, DirectWord};
 use super::error::{GpuCollError, GpuResult};
 use super::registry::PeerMapping;
+use super::words::PinnedWords;
 use super::worker::Shared;
 use steps::{Input, Step};
 use watch::Watch;
@@ -136,7 +134,7 @@ impl DirectCalls {
         let (region, region_len) = shared.board.direct_region();
         // Safety: the region is whole pages of the board's mapping, which `shared` keeps alive
         // for longer than this pin (the pin is a field of the value that holds `shared` through
-        // its watch); streams stop using it before the pin drops (see Drop).
+        // its watch); streams stop using it before the pin drops, or it is leaked (see `close`).
         #[allow(unsafe_code)]
         let pin = unsafe { HostRangePin::new(gpu, region, region_len)? };
         let flags = pin.device_ptr()?;
@@ -192,8 +190,8 @@ impl DirectCalls {
         (0..self.world_size).filter(move |&p| p != self.rank)
     }
 
-    /// Queues `call` from `send` into `recv` on `stream` (its bytes per slot at most a slot:
-    /// see [`DirectCalls::takes`]).
+    /// Queues `call` from `send` into `recv` on `stream` (what it pushes to each peer at most a
+    /// slot: see `GpuCommunicator::goes_direct`).
     pub fn run(&self, call: DirectCall, send: DevicePtr, recv: DevicePtr, stream: &Stream) -> GpuResult<()> {
         let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
         let number = *calls + 1;
@@ -203,10 +201,7 @@ impl DirectCalls {
             // Part of the call may be queued: the peers may wait for words this rank will not
             // store, and this stream for theirs. Fail the communicator (the watchdog lets this
             // stream past), and end the call so that its number counts as finished.
-            let mut freed: Vec<(DevicePtr, u64)> =
-                self.peers().map(|p| (self.word(DirectWord::Freed, self.rank, p), number)).collect();
-            freed.push((self.own.done_ptr(), number));
-            let _ = stream.write_values_u64(&freed);
+            let _ = stream.write_values_u64(&self.last_stores(number));
             self.watch.fail(&GpuCollError::QueueFailed { why: e.to_string() });
         }
         *calls = number;
@@ -260,11 +255,14 @@ impl DirectCalls {
                 self.reduce(own, own_slot, recv, count, dtype, op, false, parity, stream)?
             }
         }
-        let mut freed: Vec<(DevicePtr, u64)> =
-            self.peers().map(|p| (self.word(DirectWord::Freed, me, p), number)).collect();
-        freed.push((self.own.done_ptr(), number));
-        stream.write_values_u64(&freed)?;
+        stream.write_values_u64(&self.last_stores(number))?;
         Ok(())
+    }
+
+    /// A call's last stores: `freed` for every peer, then this rank's `done`.
+    fn last_stores(&self, number: u64) -> Vec<(DevicePtr, u64)> {
+        let freed = self.peers().map(|p| (self.word(DirectWord::Freed, self.rank, p), number));
+        freed.chain(std::iter::once((self.own.done_ptr(), number))).collect()
     }
 
     /// The reductions, in rank order ([`steps`]), of this rank's contribution `own` (or its
@@ -369,38 +367,30 @@ impl Drop for DirectCalls {
 /// the last call its stream started) and `done` (word 1, the last it finished).
 #[derive(Debug)]
 pub struct OwnStreamWords {
-    words: PinnedHostBuffer,
+    words: PinnedWords,
 }
 
 impl OwnStreamWords {
     fn new(gpu: &Gpu) -> GpuResult<OwnStreamWords> {
-        let words = PinnedHostBuffer::alloc(gpu, 16)?;
-        for i in 0..2 {
-            words.atomic_u64(i)?.store(0, Ordering::Release);
-        }
-        Ok(OwnStreamWords { words })
+        Ok(OwnStreamWords { words: PinnedWords::new(gpu, 2)? })
     }
 
     fn reached_ptr(&self) -> DevicePtr {
-        self.words.device_ptr()
+        self.words.ptr(0)
     }
 
     fn done_ptr(&self) -> DevicePtr {
-        self.words.device_ptr().offset(8)
-    }
-
-    fn load(&self, i: usize) -> u64 {
-        self.words.atomic_u64(i).map_or(0, |w| w.load(Ordering::Acquire))
+        self.words.ptr(1)
     }
 }
 
 impl watch::OwnWords for OwnStreamWords {
     fn reached(&self) -> u64 {
-        self.load(0)
+        self.words.load(0)
     }
 
     fn done(&self) -> u64 {
-        self.load(1)
+        self.words.load(1)
     }
 }
 

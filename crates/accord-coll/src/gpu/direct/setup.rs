@@ -11,9 +11,14 @@ use super::super::error::{GpuCollError, GpuResult};
 use super::super::registry::{open_registration, PeerMapping};
 
 /// This rank's inbox of direct collectives (VMM memory in the caller's context, which its peers
-/// map from its file descriptors), or None where they are off: the knob at 0, one rank, no
-/// reduction kernels in the caller's context, or a slot too small to be worth it.
-pub fn inbox(config: &GpuConfig, world_size: usize, kernels: bool, gpu: &Gpu) -> GpuResult<Option<DeviceBuffer>> {
+/// map from its file descriptors) and its slot's bytes, or None where they are off: the knob at
+/// 0, one rank, no reduction kernels in the caller's context, or a slot too small to be worth it.
+pub fn inbox(
+    config: &GpuConfig,
+    world_size: usize,
+    kernels: bool,
+    gpu: &Gpu,
+) -> GpuResult<Option<(DeviceBuffer, usize)>> {
     let slot = super::slot_bytes(config.direct_bytes, world_size);
     if slot == 0 || !kernels {
         if config.direct_bytes > 0 && world_size > 1 && !kernels {
@@ -21,7 +26,7 @@ pub fn inbox(config: &GpuConfig, world_size: usize, kernels: bool, gpu: &Gpu) ->
         }
         return Ok(None);
     }
-    Ok(Some(DeviceBuffer::alloc_shareable(gpu, 2 * world_size * slot)?))
+    Ok(Some((DeviceBuffer::alloc_shareable(gpu, 2 * world_size * slot)?, slot)))
 }
 
 /// Every rank's inbox registration id from the blobs of the start's meeting (`id`, slot bytes,
