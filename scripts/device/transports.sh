@@ -17,7 +17,14 @@
 #   accord_gpu_noread  accord_gpu_auto with NCCL_NET_GDR_READ=0: NCCL stages sends through host
 #               memory and only receives land in GPU memory, one copy in the plugin's own CUDA
 #               context per step instead of two (a test of why GPU buffers lose under DDP)
+#   accord_gpu_primary  accord_gpu_auto with ACCORD_DEVICE_CONTEXT=primary: the plugin's copies in
+#               the primary context, beside NCCL's and the application's kernels, instead of a
+#               context of its own (a diagnostic of whether time-slicing between the two contexts
+#               is what GPU buffers lose under DDP; an application thread's synchronous pageable
+#               cudaMemcpy behind a waiting kernel can deadlock it, see accord-nccl-net's config)
 #   accord_net  ACCORD_FORCE_NETWORK=1: no in-process copy route
+#   accord_w8   the plugin's defaults with ACCORD_WORKERS_PER_NIC=8: the worker count one process per
+#               GPU got on a 32-core host before the plugin sized its own (stop 42)
 #   accord_cma  ACCORD_CMA=1: receivers pull large sends with process_vm_readv
 transport_env() {
     local net_only="NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1"
@@ -29,9 +36,11 @@ transport_env() {
         accord) echo "$net_only $accord" ;;
         accord_host) echo "$net_only $accord ACCORD_NET_GPU_BUFFERS=0" ;;
         accord_gpu_auto) echo "$net_only $accord ACCORD_NET_GPU_BUFFERS=auto" ;;
+        accord_gpu_primary) echo "$net_only $accord ACCORD_NET_GPU_BUFFERS=auto ACCORD_DEVICE_CONTEXT=primary" ;;
         accord_gpu_noread) echo "$net_only $accord ACCORD_NET_GPU_BUFFERS=auto NCCL_NET_GDR_READ=0" ;;
         accord_gpu) echo "$net_only $accord ACCORD_NET_GPU_BUFFERS=1 NCCL_NET_GDR_LEVEL=SYS NCCL_NET_GDR_READ=1" ;;
         accord_net) echo "$net_only $accord ACCORD_FORCE_NETWORK=1" ;;
+        accord_w8) echo "$net_only $accord ACCORD_WORKERS_PER_NIC=8" ;;
         accord_cma) echo "$net_only $accord ACCORD_CMA=1" ;;
         *) echo "UNKNOWN" ;;
     esac
