@@ -25,7 +25,7 @@ pub static KNOBS: &[Knob] = &[
         Engine,
         Count,
         "derived",
-        "worker threads per NIC; unset: half the cores over the ranks a launcher says share the host (1..=8), else 1",
+        "worker threads per NIC; unset: half the cores over the ranks a launcher says share the host (1..=8), else 1; the NCCL plugin's engine: three quarters of that share (1..=12), one rank per GPU when no launcher says",
     ),
     knob("ACCORD_PATHS", Engine, Count, "4", "paths (UDP sockets, entropy values) per worker"),
     knob("ACCORD_CC", Engine, Choice(&["cubic", "swift", "eqds", "fixed"]), "cubic", "congestion control"),

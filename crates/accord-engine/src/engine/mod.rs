@@ -73,6 +73,9 @@ fn control_region(key: RegionKey) -> Result<Region, BuildError> {
 pub struct EngineBuilder {
     config: EngineConfig,
     ignore_env: bool,
+    /// Whether [`EngineBuilder::workers_per_nic`] chose the count: it then stands over the
+    /// count derived from a launcher's rank count (`ACCORD_WORKERS_PER_NIC` still wins).
+    workers_chosen: bool,
 }
 
 impl EngineBuilder {
@@ -89,6 +92,7 @@ impl EngineBuilder {
     /// Worker threads per NIC.
     pub fn workers_per_nic(mut self, count: usize) -> Self {
         self.config.workers_per_nic = count;
+        self.workers_chosen = true;
         self
     }
     /// Paths (sockets, entropy values) per worker.
@@ -155,12 +159,27 @@ impl EngineBuilder {
         self
     }
 
+    /// The configuration with the `ACCORD_*` overrides read through `lookup` (none with
+    /// [`EngineBuilder::ignore_env`]). A worker count chosen here stands over the one sized from
+    /// a launcher's rank count; `ACCORD_WORKERS_PER_NIC` stands over both.
+    pub(crate) fn configured(self, lookup: impl Fn(&str) -> Option<String>) -> Result<EngineConfig, BuildError> {
+        if self.ignore_env {
+            return Ok(self.config);
+        }
+        let chosen = self.workers_chosen.then_some(self.config.workers_per_nic);
+        let knob_set = lookup("ACCORD_WORKERS_PER_NIC").is_some();
+        let mut config = self.config.with_overrides_from(lookup)?;
+        if let (Some(count), false) = (chosen, knob_set) {
+            config.workers_per_nic = count;
+        }
+        Ok(config)
+    }
+
     /// Opens the NICs, starts the workers and the completion thread.
     pub fn build(self) -> Result<Engine, BuildError> {
         // A misspelt or renamed ACCORD_* variable would otherwise be ignored without a word.
         accord_knobs::warn_unknown_once();
-        let config =
-            if self.ignore_env { self.config } else { self.config.with_overrides_from(|n| std::env::var(n).ok())? };
+        let config = self.configured(|n| std::env::var(n).ok())?;
         config.validate()?;
         Engine::start(config)
     }

@@ -671,6 +671,27 @@ fn workers_follow_the_host_share_unless_set() {
     assert!(EngineConfig::default().with_overrides_from(|n| bad.get(n).map(|v| v.to_string())).is_ok());
 }
 
+/// A count chosen on the builder (the NCCL plugin's, Python's `workers_per_nic`) stands over the
+/// one sized from a launcher's rank count; `ACCORD_WORKERS_PER_NIC` stands over both.
+#[test]
+fn a_chosen_worker_count_stands_over_the_launcher_sizing() {
+    let configured = |chosen: Option<usize>, vars: &[(&str, &str)]| {
+        let vars: HashMap<&str, &str> = vars.iter().copied().collect();
+        let mut builder = Engine::builder();
+        if let Some(count) = chosen {
+            builder = builder.workers_per_nic(count);
+        }
+        builder.configured(|n| vars.get(n).map(|v| v.to_string())).unwrap().workers_per_nic
+    };
+    let cores = crate::config::host_cores();
+    let launcher_sized = crate::config::workers_for_share(cores, 2);
+    assert_eq!(configured(None, &[("LOCAL_WORLD_SIZE", "2")]), launcher_sized);
+    assert_eq!(configured(Some(12), &[("LOCAL_WORLD_SIZE", "2")]), 12);
+    assert_eq!(configured(Some(12), &[]), 12);
+    assert_eq!(configured(Some(12), &[("LOCAL_WORLD_SIZE", "2"), ("ACCORD_WORKERS_PER_NIC", "3")]), 3);
+    assert_eq!(configured(None, &[("ACCORD_WORKERS_PER_NIC", "3")]), 3);
+}
+
 #[test]
 fn addresses_and_descriptors_round_trip() {
     let a = engine(true);

@@ -26,7 +26,12 @@ use crate::error::TransferError;
 use crate::memory::Source;
 
 /// Writes this long or longer are copied by the engine's copy threads, not the submitter.
-pub const LOCAL_COPY_ASYNC_MIN_BYTES: u64 = 128 << 10;
+///
+/// 64 KiB, the NCCL plugin's smallest piece (`PIECE_BYTES_MIN` there): with 128 KiB, a plugin
+/// engine of 12 workers split NCCL's 1 MiB receives into 12 pieces of 87 KiB, each copied on
+/// NCCL's proxy thread, and `all_reduce_perf -g 2` fell from 21.54-23.14 GB/s busbw at 256 MiB
+/// to 9.44-10.32, Socket's speed (docs/results/2026-11-27-plugin-workers.md).
+pub const LOCAL_COPY_ASYNC_MIN_BYTES: u64 = 64 << 10;
 
 /// Performs a part against a same-process peer on the calling thread: check, copy, count.
 pub(crate) fn run_local(peer: &Shared, kind: PartKind, source: &Source) -> Result<(), TransferError> {
