@@ -12,11 +12,22 @@ use super::error::{GpuCollError, GpuResult};
 pub fn poll_until(
     deadline: Deadline,
     what: impl Fn() -> String,
+    done: impl FnMut() -> GpuResult<bool>,
+) -> GpuResult<()> {
+    poll_until_spinning(64, deadline, what, done)
+}
+
+/// [`poll_until`] with `spin_rounds` busy rounds before the first yield (a wait expected to end
+/// within microseconds, such as the caller's stream reaching a call, spins longer).
+pub fn poll_until_spinning(
+    spin_rounds: u32,
+    deadline: Deadline,
+    what: impl Fn() -> String,
     mut done: impl FnMut() -> GpuResult<bool>,
 ) -> GpuResult<()> {
-    // The engine's idle backoff, as MemoryGate::wait_reached uses it: spin, then yield, then
-    // sleep 10 us a round; the clock is read only once spinning is over.
-    let mut backoff = accord_engine::backoff::IdleBackoff::with_spin(64, 4096, Duration::from_micros(10));
+    // The engine's idle backoff: spin, then yield, then sleep 10 us a round; the clock is read
+    // only once spinning is over.
+    let mut backoff = accord_engine::backoff::IdleBackoff::with_spin(spin_rounds, 4096, Duration::from_micros(10));
     loop {
         if done()? {
             return Ok(());

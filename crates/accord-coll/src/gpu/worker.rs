@@ -171,19 +171,12 @@ impl MemoryGate {
 
     /// Waits until the stream reached call `ticket`, or the deadline.
     pub fn wait_reached(&self, ticket: u64, deadline: Deadline) -> GpuResult<()> {
-        let mut backoff = accord_engine::backoff::IdleBackoff::with_spin(256, 4096, Duration::from_micros(10));
-        loop {
-            if self.reached() >= ticket {
-                return Ok(());
-            }
-            if !backoff.will_spin() && Instant::now() >= deadline.at {
-                return Err(GpuCollError::Timeout {
-                    what: "the user's stream to reach the collective".into(),
-                    waited: deadline.budget,
-                });
-            }
-            backoff.after_round(false);
-        }
+        super::poll::poll_until_spinning(
+            256,
+            deadline,
+            || "the user's stream to reach the collective".into(),
+            || Ok(self.reached() >= ticket),
+        )
     }
 }
 
