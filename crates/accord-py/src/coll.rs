@@ -14,13 +14,12 @@
 use crate::coll_array::{array, expect_count, same_dtype, Array};
 use crate::coll_reg::Registrations;
 use crate::coll_store::{torchrun_agent_store, PyStore};
-use crate::errors::{error, Kind};
+use crate::errors::{coll_error, error, Kind};
 use crate::values::WAIT_SLICE;
 use accord_coll::engine::{EngineSetupError, EngineTransport};
 use accord_coll::store::BootstrapConfig;
 use accord_coll::{
     Algo, AllToAllVLayout, Bufs, CollConfig, CollError, CollTransport, Collective, LocalBuf, ReduceOp, StoreError,
-    TransportError,
 };
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -44,29 +43,6 @@ enum State {
     Closed,
     /// `accord.device.DeviceComm` took the communicator over (see [`Communicator::hand_over`]).
     HandedOver,
-}
-
-/// A collective failure as the exception of `accord.errors` it belongs to.
-pub(crate) fn coll_error(e: CollError) -> PyErr {
-    let kind = match &e {
-        CollError::Timeout { .. } => Kind::Timeout,
-        CollError::PeerFailed { .. } | CollError::PeerDied { .. } => Kind::Peer,
-        CollError::BufferTooSmall { .. } => Kind::InvalidBuffer,
-        CollError::InvalidArgument { .. } | CollError::Mismatch { .. } | CollError::Reduce { .. } => {
-            Kind::InvalidRequest
-        }
-        CollError::Config(_) => Kind::Config,
-        CollError::Transport { source, .. } => match source {
-            TransportError::Timeout { .. } | TransportError::AckTimeout { .. } => Kind::Timeout,
-            TransportError::Aborted { .. }
-            | TransportError::PeerUnreachable { .. }
-            | TransportError::PeerDied { .. } => Kind::Peer,
-            TransportError::Stopped => Kind::Shutdown,
-            _ => Kind::Accord,
-        },
-        _ => Kind::Accord,
-    };
-    error(kind, e.to_string())
 }
 
 /// A setup failure (rendezvous, engine start) as an exception.

@@ -100,7 +100,7 @@ impl Registrations {
         // the memory to Python code.
         #[allow(unsafe_code)]
         let buf = unsafe { comm.transport().register_external(addr as *mut u8, len, Box::new(holder)) }
-            .map_err(|source| crate::coll::coll_error(CollError::Transport { collective: "register", source }))?;
+            .map_err(|source| crate::errors::coll_error(CollError::Transport { collective: "register", source }))?;
         self.bytes += len;
         let id = buf.id();
         self.entries.push(Entry { addr, len, buf, last_use: self.call, uses: 1 });

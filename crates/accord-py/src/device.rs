@@ -14,7 +14,8 @@
 //! a full ring, close) runs with the GIL released; signal waits run in slices of `WAIT_SLICE`
 //! with a Ctrl-C check between them.
 
-use crate::coll::{coll_error, Communicator};
+use crate::coll::Communicator;
+use crate::errors::coll_error;
 use crate::errors::{error, Kind};
 use crate::region::{acquire, Acquired};
 use crate::values::WAIT_SLICE;

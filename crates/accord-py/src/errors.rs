@@ -1,10 +1,11 @@
-//! Engine errors as Python exceptions.
+//! Engine and collective errors as Python exceptions.
 //!
 //! The hierarchy lives in Python (`accord/errors.py`) so a class can have two bases
 //! (`accord.TimeoutError` is also the builtin `TimeoutError`, `accord.InvalidBufferError` also a
 //! `ValueError`); this module looks each class up once and raises it with the engine's message,
 //! which already says what to do, prefixed by the operation that failed.
 
+use accord_coll::{CollError, TransportError};
 use accord_engine::{BarrierError, BuildError, ParseError, RegisterError, SubmitError, TransferError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -138,4 +139,27 @@ pub(crate) fn parse_error(e: ParseError) -> PyErr {
 /// The engine was closed before this call.
 pub(crate) fn closed(op: &str) -> PyErr {
     error(Kind::Shutdown, format!("{op}: the engine is closed: create a new accord.Engine"))
+}
+
+/// A collective failure as the exception of `accord.errors` it belongs to.
+pub(crate) fn coll_error(e: CollError) -> PyErr {
+    let kind = match &e {
+        CollError::Timeout { .. } => Kind::Timeout,
+        CollError::PeerFailed { .. } | CollError::PeerDied { .. } => Kind::Peer,
+        CollError::BufferTooSmall { .. } => Kind::InvalidBuffer,
+        CollError::InvalidArgument { .. } | CollError::Mismatch { .. } | CollError::Reduce { .. } => {
+            Kind::InvalidRequest
+        }
+        CollError::Config(_) => Kind::Config,
+        CollError::Transport { source, .. } => match source {
+            TransportError::Timeout { .. } | TransportError::AckTimeout { .. } => Kind::Timeout,
+            TransportError::Aborted { .. }
+            | TransportError::PeerUnreachable { .. }
+            | TransportError::PeerDied { .. } => Kind::Peer,
+            TransportError::Stopped => Kind::Shutdown,
+            _ => Kind::Accord,
+        },
+        _ => Kind::Accord,
+    };
+    error(kind, e.to_string())
 }
