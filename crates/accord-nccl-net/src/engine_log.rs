@@ -75,6 +75,17 @@ impl<S: Subscriber> Layer<S> for ToNccl {
     }
 }
 
+/// Remembers NCCL's logger ([`crate::log::set_logger`]) and, when there is one, forwards the
+/// engine's events to it from then on ([`install`]). What `init` of the net plugin and of the
+/// tuner call with the logger NCCL passes.
+pub fn use_nccl_logger(logger: abi::DebugLogger) {
+    let given = logger.is_some();
+    crate::log::set_logger(logger);
+    if given {
+        install();
+    }
+}
+
 /// Installs the forwarding subscriber (once per process).
 pub fn install() {
     INSTALL.call_once(|| {

@@ -11,12 +11,12 @@ static LOGGER: RwLock<DebugLogger> = RwLock::new(None);
 const FORMAT: &std::ffi::CStr = c"%s";
 const FILE: &std::ffi::CStr = c"accord-nccl-net";
 
-/// Remembers NCCL's logger (every `init` passes the same one; the latest wins), and from then
-/// on forwards the engine's events to it too ([`crate::engine_log`]).
+/// Remembers NCCL's logger (every `init` passes the same one; the latest wins). The plugin's
+/// entry points call [`crate::engine_log::use_nccl_logger`], which also forwards the engine's
+/// events to it.
 pub fn set_logger(logger: DebugLogger) {
     if logger.is_some() {
         *LOGGER.write().unwrap_or_else(|e| e.into_inner()) = logger;
-        crate::engine_log::install();
     }
 }
 

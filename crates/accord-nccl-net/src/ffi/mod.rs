@@ -139,7 +139,7 @@ fn properties_of(rt: &Runtime, dev: c_int) -> Result<PropertiesV10> {
 }
 
 fn start(logger: DebugLogger) -> Result<Arc<Runtime>> {
-    log::set_logger(logger);
+    crate::engine_log::use_nccl_logger(logger);
     let rt = runtime::start()?;
     offer_gdr_level(&rt);
     let names: Vec<String> = rt.devices.iter().map(|d| d.name.to_string_lossy().into_owned()).collect();

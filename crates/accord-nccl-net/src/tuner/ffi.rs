@@ -107,7 +107,7 @@ unsafe fn make_context(ctx: *mut *mut c_void, ranks: usize, nodes: usize, logger
         if ctx.is_null() {
             return Err("context pointer is null".into());
         }
-        log::set_logger(logger);
+        crate::engine_log::use_nccl_logger(logger);
         let policy = TunerPolicy::from_lookup(|name| std::env::var(name).ok())?;
         log::info(
             abi::SUBSYS_INIT,
