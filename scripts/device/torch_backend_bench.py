@@ -12,8 +12,9 @@ Each run prints JSON lines on rank 0:
 - {"kind": "fsdp2", ...}: the same model under fully_shard (CPU runs only);
 - {"kind": "op", ...}: busbw of all_reduce / all_gather_into_tensor / reduce_scatter_tensor /
   all_to_all_single through torch.distributed at the given sizes (nccl-tests' busbw factors),
-  --op-warmup and --op-iters calls, the slowest rank's mean; for the accord backend on CPU also
-  `direct_us`, the group's own Communicator called directly on the same tensors (the same
+  --op-warmup and --op-iters calls, the slowest rank's mean, the median of --op-rounds rounds;
+  for the accord backend on CPU also `direct_us` (timed in the same rounds, the two alternating
+  which goes first), the group's own Communicator called directly on the same tensors (the same
   collective and schedule: all_to_all_single is all_to_allv there, whose schedule is the CLI's
   all_to_all's with per-peer counts), so the report splits py/cli into the Python layer's
   share (py/dir) and the rest;
@@ -32,6 +33,7 @@ import argparse
 import json
 import os
 import pathlib
+import statistics
 import sys
 import time
 from typing import Any
@@ -86,6 +88,8 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--op-warmup", type=int, default=5, help="warm-up calls per op row (accord bench -w)")
     ap.add_argument("--op-iters", type=int, default=20, help="timed calls per op row (accord bench -n)")
+    ap.add_argument("--op-rounds", type=int, default=3,
+                    help="rounds per op row: torch and direct alternate which goes first; medians reported")
     ap.add_argument("--sizes", default="1048576,4194304,16777216,67108864")
     ap.add_argument("--ops", default="all_reduce,all_gather,reduce_scatter,all_to_all")
     ap.add_argument("--skip", default="", help="comma list of local,ddp,fsdp2,ops,sms to leave out")
@@ -183,10 +187,7 @@ def main() -> None:
                     "reduce_scatter": lambda: dist.reduce_scatter_tensor(part, full),
                     "all_to_all": lambda: dist.all_to_all_single(spare, full),
                 }
-                t = timed(calls[op], args.op_warmup, args.op_iters, sync, device)
-                nbytes = elems * 4
-                row = {"kind": "op", "op": op, "bytes": nbytes, "time_us": t * 1e6,
-                       "busbw_gbps": nbytes / t / 1e9 * busbw_factor(op, n)}
+                direct = None
                 if comm is not None:
                     # all_to_all_single goes through all_to_allv (split sizes are per rank, so
                     # the backend cannot tell that every rank's are even): the same here.
@@ -196,8 +197,22 @@ def main() -> None:
                         "all_gather": lambda: comm.all_gather(part, full),
                         "reduce_scatter": lambda: comm.reduce_scatter(full, part),
                         "all_to_all": lambda: comm.all_to_allv(full, spare, block, block),
-                    }
-                    row["direct_us"] = timed(direct[op], args.op_warmup, args.op_iters, sync, device) * 1e6
+                    }[op]
+                # Rounds alternate which of the two goes first, and each reports its median: on
+                # the 2-core machine the one timed first was up to 1.5x slower than the same
+                # call timed second (all_gather 1 MiB: 1.47-1.49x torch/direct timed one after
+                # the other, 1.08x alternated), which read as Python overhead.
+                torch_s, direct_s = [], []
+                for r in range(args.op_rounds):
+                    pair = [(calls[op], torch_s)] + ([(direct, direct_s)] if direct is not None else [])
+                    for step, times in pair if r % 2 == 0 else reversed(pair):
+                        times.append(timed(step, args.op_warmup, args.op_iters, sync, device))
+                t = statistics.median(torch_s)
+                nbytes = elems * 4
+                row = {"kind": "op", "op": op, "bytes": nbytes, "time_us": t * 1e6,
+                       "busbw_gbps": nbytes / t / 1e9 * busbw_factor(op, n), "rounds": args.op_rounds}
+                if direct_s:
+                    row["direct_us"] = statistics.median(direct_s) * 1e6
                 emit(row)
     if "sms" not in skip and args.device == "cuda":
         for op in ("all_reduce", "all_gather"):
