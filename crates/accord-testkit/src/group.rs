@@ -1,21 +1,12 @@
 //! The parent's side: a group of children running one test of this binary, their marked
 //! lines, and waits that end by the group's bound and name the child they waited for.
 
-use crate::member::{Member, EXIT_POLL, STDERR_SHOWN_LINES};
+use crate::member::{Event, Member, EXIT_POLL, STDERR_SHOWN_LINES};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
-
-/// What a group's children send the parent, in the order they arrive.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Event {
-    /// A child said a line ([`crate::say`]); `text` is what follows the mark.
-    Said { rank: usize, text: String },
-    /// A child's stdout ended: it exited (or closed its stdout); it says nothing more.
-    Ended { rank: usize },
-}
 
 /// A failed wait or step of a group: which children it names and why, with the tail of
 /// each one's stderr.

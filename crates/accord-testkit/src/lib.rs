@@ -31,5 +31,6 @@ mod spawn;
 mod tail;
 
 pub use context::{child, hear, say, Context, CHILD_ENV, MARK};
-pub use group::{Event, Failure, Group};
+pub use group::{Failure, Group};
+pub use member::Event;
 pub use spawn::{Spawn, DEFAULT_BOUND};

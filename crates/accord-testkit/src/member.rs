@@ -2,13 +2,21 @@
 //! events) and its stderr (kept), and how it ended.
 
 use crate::context::MARK;
-use crate::group::Event;
 use crate::tail::Tail;
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, ChildStdin, ExitStatus};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
+
+/// What a group's children send the parent, in the order they arrive.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A child said a line ([`crate::say`]); `text` is what follows the mark.
+    Said { rank: usize, text: String },
+    /// A child's stdout ended: it exited (or closed its stdout); it says nothing more.
+    Ended { rank: usize },
+}
 
 /// Bytes of each child's stderr kept for [`Group::stderr`] and failure reports.
 pub(crate) const STDERR_KEPT_BYTES: usize = 1 << 20;
