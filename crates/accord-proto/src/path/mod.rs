@@ -5,15 +5,17 @@
 //! it only probes, one per `probe_interval`, until a probe is answered and the path is revived.
 //! Primary/backup failover is the two-path case of this.
 
+mod choice;
 mod recycle;
 mod rtt;
 mod selector;
 #[cfg(test)]
 mod tests;
 
+pub use choice::{Selector, SelectorKind};
 pub use recycle::{Recycling, RECYCLE_PATHS_MAX};
 pub use rtt::RttEstimator;
-pub use selector::{PathSelector, PowerOfTwoChoices, RoundRobin, Selector, SelectorKind};
+pub use selector::{PathSelector, PowerOfTwoChoices, RoundRobin};
 
 use crate::ids::PathId;
 use crate::time::Instant;

@@ -1,6 +1,5 @@
 //! Path selection: which path carries the next chunk.
 
-use super::recycle::Recycling;
 use super::PathTable;
 use crate::ids::PathId;
 use crate::time::Instant;
@@ -15,68 +14,6 @@ pub trait PathSelector: core::fmt::Debug + Send {
     /// Feedback on one path: `clean` when an acknowledgement covered packets sent on it with
     /// no congestion mark, false when a packet on it was trimmed or lost. Default: ignored.
     fn on_feedback(&mut self, _path: PathId, _clean: bool) {}
-}
-
-/// Built-in selectors, chosen by name in configuration.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
-pub enum SelectorKind {
-    /// Two random active paths, the one with the lower cost wins (DESIGN §2 default).
-    #[default]
-    PowerOfTwoChoices,
-    /// Active paths in turn (a baseline, and what a flow-hashing fabric would see).
-    RoundRobin,
-    /// Reuse paths acknowledged without a trim, loss or mark; random when none waits
-    /// (see [`super::recycle`]).
-    Recycle,
-}
-
-impl SelectorKind {
-    /// `p2c` / `power-of-two`, or `round-robin` / `rr`.
-    pub fn from_name(name: &str) -> Option<SelectorKind> {
-        match name.trim().to_ascii_lowercase().as_str() {
-            "p2c" | "power-of-two" | "power-of-two-choices" => Some(SelectorKind::PowerOfTwoChoices),
-            "rr" | "round-robin" => Some(SelectorKind::RoundRobin),
-            "recycle" | "reps" => Some(SelectorKind::Recycle),
-            _ => None,
-        }
-    }
-
-    pub fn build(self) -> Selector {
-        match self {
-            SelectorKind::PowerOfTwoChoices => Selector::PowerOfTwo(PowerOfTwoChoices),
-            SelectorKind::RoundRobin => Selector::RoundRobin(RoundRobin::default()),
-            SelectorKind::Recycle => Selector::Recycle(Recycling::default()),
-        }
-    }
-}
-
-/// A connection's selector: built-ins by value, user code boxed.
-#[derive(Debug)]
-pub enum Selector {
-    PowerOfTwo(PowerOfTwoChoices),
-    RoundRobin(RoundRobin),
-    Recycle(Recycling),
-    Custom(Box<dyn PathSelector>),
-}
-
-impl PathSelector for Selector {
-    fn select(&mut self, now: Instant, paths: &PathTable, rng: &mut ChaCha8Rng, avoid: Option<PathId>) -> PathId {
-        match self {
-            Selector::PowerOfTwo(s) => s.select(now, paths, rng, avoid),
-            Selector::RoundRobin(s) => s.select(now, paths, rng, avoid),
-            Selector::Recycle(s) => s.select(now, paths, rng, avoid),
-            Selector::Custom(s) => s.select(now, paths, rng, avoid),
-        }
-    }
-
-    fn on_feedback(&mut self, path: PathId, clean: bool) {
-        match self {
-            Selector::PowerOfTwo(s) => s.on_feedback(path, clean),
-            Selector::RoundRobin(s) => s.on_feedback(path, clean),
-            Selector::Recycle(s) => s.on_feedback(path, clean),
-            Selector::Custom(s) => s.on_feedback(path, clean),
-        }
-    }
 }
 
 /// Candidates for a selection: the active paths other than `avoid`; failing that, the active
