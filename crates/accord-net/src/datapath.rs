@@ -463,7 +463,7 @@ pub trait Datapath: Send {
 
     /// Counters of the same-host channel, for drivers that have one.
     #[cfg(target_os = "linux")]
-    fn local_channel_stats(&self) -> Option<crate::shm::ShmStats> {
+    fn local_channel_stats(&self) -> Option<crate::shm::stats::ShmStats> {
         None
     }
 
@@ -519,7 +519,7 @@ macro_rules! wrapped_local_channel {
             self.$inner.offer_local_channel(peer_paths)
         }
         #[cfg(target_os = "linux")]
-        fn local_channel_stats(&self) -> Option<$crate::shm::ShmStats> {
+        fn local_channel_stats(&self) -> Option<$crate::shm::stats::ShmStats> {
             self.$inner.local_channel_stats()
         }
     };
@@ -567,7 +567,7 @@ impl<D: Datapath + ?Sized> Datapath for Box<D> {
         (**self).send_direct(path, dst, len, fill)
     }
     #[cfg(target_os = "linux")]
-    fn local_channel_stats(&self) -> Option<crate::shm::ShmStats> {
+    fn local_channel_stats(&self) -> Option<crate::shm::stats::ShmStats> {
         (**self).local_channel_stats()
     }
 }

@@ -38,6 +38,7 @@
 mod config;
 pub mod control;
 pub mod ring;
+pub(crate) mod stats;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -46,6 +47,7 @@ use std::time::{Duration, Instant};
 pub use config::{ShmConfig, SHM_RING_BYTES_DEFAULT, SHM_SPIN_DEFAULT, SHM_SPIN_MAX};
 use control::Control;
 use ring::{Consumer, Producer, Push};
+pub use stats::ShmStats;
 
 use crate::{Datapath, DatapathError, DirectSend, RxBuffers, RxMeta, TxDatagram, RX_SLOT_BYTES_MAX};
 
@@ -73,39 +75,6 @@ pub const STALE_RING_AGE: Duration = Duration::from_secs(60);
 pub const SPIN_AFTER_RX_WITHIN: Duration = Duration::from_millis(1);
 /// Directory entries looked at by one stale-file sweep.
 pub const SWEEP_ENTRIES_MAX: usize = 4096;
-
-/// Counters of one [`ShmDatapath`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ShmStats {
-    /// Our rings that peers attached.
-    pub rings_attached_tx: u64,
-    /// Peers' rings we attached.
-    pub rings_attached_rx: u64,
-    /// Our offers refused or never answered (those peers use UDP).
-    pub attach_refused: u64,
-    /// Rings we could not create (directory missing, out of space).
-    pub attach_failed_local: u64,
-    /// Rings abandoned: corrupt, closed by the other side, or consumer gone.
-    pub rings_abandoned: u64,
-    /// Datagrams sent through rings.
-    pub tx_datagrams: u64,
-    /// Payload bytes sent through rings.
-    pub tx_bytes: u64,
-    /// Datagrams received from rings.
-    pub rx_datagrams: u64,
-    /// Payload bytes received from rings.
-    pub rx_bytes: u64,
-    /// Sends cut short by a full ring.
-    pub tx_ring_full: u64,
-    /// Datagrams dropped because their ring stayed full past [`RING_STALL_DROP`].
-    pub tx_dropped_stalled: u64,
-    /// Doorbells sent to sleeping consumers.
-    pub doorbells_sent: u64,
-    /// Control datagrams ignored as malformed or unexpected.
-    pub control_ignored: u64,
-    /// Datagrams received from rings and lent in place (placed from the ring, one copy fewer).
-    pub rx_lent: u64,
-}
 
 /// What one append to a ring came to.
 enum RingPush {
