@@ -9,7 +9,6 @@
 
 use crate::errors::closed;
 use crate::recv::RecvQueue;
-use crate::region::RegionInner;
 use accord_engine::EngineAddress;
 use pyo3::prelude::*;
 use std::sync::{Arc, Mutex, RwLock, Weak};
@@ -42,6 +41,14 @@ impl Drop for LiveEngine {
     }
 }
 
+/// What `close` does to each region still alive: take it out of the engine's table. A trait so
+/// that the core lists regions without importing the module that defines them (which imports
+/// the core); `region::RegionInner` implements it.
+pub(crate) trait Deregister: Send + Sync {
+    /// Removes the region from `engine`'s table. Called with the GIL released. Idempotent.
+    fn deregister(&self, engine: &LiveEngine);
+}
+
 /// Regions registered before the list of an engine is pruned of dead entries (then the bound
 /// doubles from what survived): the list holds at most twice the live regions, plus this.
 const REGION_LIST_PRUNE_MIN: usize = 64;
@@ -51,7 +58,7 @@ pub(crate) struct Core {
     engine: RwLock<Option<Arc<LiveEngine>>>,
     /// The engine's address (kept after close, for `repr`).
     pub(crate) address: EngineAddress,
-    regions: Mutex<(Vec<Weak<RegionInner>>, usize)>,
+    regions: Mutex<(Vec<Weak<dyn Deregister>>, usize)>,
     /// Messages from peers' sends, when no handler was given to `post_recvs`.
     pub(crate) recv: Arc<RecvQueue>,
 }
@@ -87,10 +94,11 @@ impl Core {
     }
 
     /// Lists a new region so `close` can deregister it.
-    pub(crate) fn add_region(&self, region: &Arc<RegionInner>) {
+    pub(crate) fn add_region<R: Deregister + 'static>(&self, region: &Arc<R>) {
+        let region: Arc<dyn Deregister> = region.clone();
         let mut guard = self.regions.lock().unwrap();
         let (list, prune_at) = &mut *guard;
-        list.push(Arc::downgrade(region));
+        list.push(Arc::downgrade(&region));
         if list.len() >= *prune_at {
             list.retain(|r| r.strong_count() > 0);
             *prune_at = (2 * list.len()).max(REGION_LIST_PRUNE_MIN);

@@ -7,7 +7,7 @@
 //! `ctypes.c_char.from_buffer` (for the address; the ctypes object holds the buffer export, so
 //! the exporter cannot resize or free the memory while we hold it).
 
-use crate::core::{Core, LiveEngine};
+use crate::core::{Core, Deregister, LiveEngine};
 use crate::dlpack;
 use crate::errors::{error, register_error, Kind};
 use crate::values::{wait_in_slices, Descriptor};
@@ -251,16 +251,6 @@ impl RegionInner {
         Some(result)
     }
 
-    /// Removes the region from the engine's table (no peer write lands once this returned).
-    /// Call with the GIL released. Idempotent.
-    pub(crate) fn deregister(&self, engine: &LiveEngine) {
-        let mut registered = self.registered.write().unwrap();
-        if *registered {
-            engine.deregister(&self.handle);
-            *registered = false;
-        }
-    }
-
     /// Deregisters, waits for the transfers reading the region (in slices, Ctrl-C raises when
     /// `interruptible`; the region then stays held until the next `close`), then releases the
     /// memory.
@@ -303,6 +293,18 @@ impl RegionInner {
 
     fn is_closed(&self) -> bool {
         self.keep.lock().unwrap().is_none()
+    }
+}
+
+impl Deregister for RegionInner {
+    /// Removes the region from the engine's table (no peer write lands once this returned).
+    /// Call with the GIL released. Idempotent.
+    fn deregister(&self, engine: &LiveEngine) {
+        let mut registered = self.registered.write().unwrap();
+        if *registered {
+            engine.deregister(&self.handle);
+            *registered = false;
+        }
     }
 }
 
