@@ -9,7 +9,8 @@
 # Prints the tables at the end; JSON lines stay in $OUT.
 # Usage (GPU host, repo root): scripts/device/torch_backend_bench.sh   (OUT=dir to keep files;
 # PARTS="cpu cuda" by default, PARTS=cuda for the GPU rows only; CPU_SKIP=ddp,local passes
-# --skip to the CPU runs, e.g. when ddp_cpu_variants.sh times DDP in the same call)
+# --skip to the CPU runs, e.g. when ddp_cpu_variants.sh times DDP in the same call; OP_ROUNDS,
+# default 3, the rounds of each op row, torch and direct alternating which goes first)
 # Needs torch, and either cargo (builds the accord CLI and the Python extension; no maturin, no
 # network) or BIN_DIR holding a prebuilt `accord` and `lib_accord.so` (the GPU host has no Rust:
 # build them here with `cargo build --release -p accord-py -p accord-cli` and carry them).
@@ -41,7 +42,7 @@ PARTS="${PARTS:-cpu cuda}"
 # The op rows and `accord bench` are timed alike (issue 20's py/cli column): the same sizes,
 # rank count, warm-up and count, and the slowest rank's mean both (-a 3; the CLI's default is
 # the mean over ranks).
-OP_WARMUP="${OP_WARMUP:-5}"; OP_ITERS="${OP_ITERS:-20}"
+OP_WARMUP="${OP_WARMUP:-5}"; OP_ITERS="${OP_ITERS:-20}"; OP_ROUNDS="${OP_ROUNDS:-3}"
 for n in 4 8; do
   case " $PARTS " in *" cpu "*) ;; *) break ;; esac
   for b in accord gloo; do
@@ -49,7 +50,7 @@ for n in 4 8; do
     # No GPU visible to CPU runs: FSDP2's fully_shard would pick cuda:<rank>, which does not
     # exist past the host's GPU count (the 05:54 call failed so at 4 and 8 ranks).
     CUDA_VISIBLE_DEVICES= run_capped 150 $RUN --nproc_per_node "$n" "$HERE/torch_backend_bench.py" --backend "$b" --device cpu \
-      ${CPU_SKIP:+--skip "$CPU_SKIP"} --op-warmup "$OP_WARMUP" --op-iters "$OP_ITERS" > "$OUT/torch_${b}_cpu_${n}.jsonl" 2> "$OUT/torch_${b}_cpu_${n}.err" || { echo "cpu $b n=$n FAILED"; tail -n 15 "$OUT/torch_${b}_cpu_${n}.err"; }
+      ${CPU_SKIP:+--skip "$CPU_SKIP"} --op-warmup "$OP_WARMUP" --op-iters "$OP_ITERS" --op-rounds "$OP_ROUNDS" > "$OUT/torch_${b}_cpu_${n}.jsonl" 2> "$OUT/torch_${b}_cpu_${n}.err" || { echo "cpu $b n=$n FAILED"; tail -n 15 "$OUT/torch_${b}_cpu_${n}.err"; }
   done
   for op in all_reduce all_gather reduce_scatter all_to_all; do
     run_capped 60 "$BIN" bench "${op//_/-}" "$RANKS_FLAG" "$n" -b 1M -e 64M -f 4 -w "$OP_WARMUP" "$ITERS_FLAG" "$OP_ITERS" -a 3 --json > "$OUT/cli_${op}_${n}.json" 2>/dev/null \
