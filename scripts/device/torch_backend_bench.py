@@ -12,7 +12,8 @@ Each run prints JSON lines on rank 0:
 - {"kind": "fsdp2", ...}: the same model under fully_shard (CPU runs only);
 - {"kind": "op", ...}: busbw of all_reduce / all_gather_into_tensor / reduce_scatter_tensor /
   all_to_all_single through torch.distributed at the given sizes (nccl-tests' busbw factors),
-  --op-warmup and --op-iters calls, the slowest rank's mean, the median of --op-rounds rounds;
+  --op-warmup and --op-iters calls, the slowest rank's mean, the median of --op-rounds rounds
+  (default 1; torch_backend_bench.sh runs 3);
   for the accord backend on CPU also `direct_us` (timed in the same rounds, the two alternating
   which goes first), the group's own Communicator called directly on the same tensors (the same
   collective and schedule: all_to_all_single is all_to_allv there, whose schedule is the CLI's
@@ -88,7 +89,7 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--op-warmup", type=int, default=5, help="warm-up calls per op row (accord bench -w)")
     ap.add_argument("--op-iters", type=int, default=20, help="timed calls per op row (accord bench -n)")
-    ap.add_argument("--op-rounds", type=int, default=3,
+    ap.add_argument("--op-rounds", type=int, default=1,
                     help="rounds per op row: torch and direct alternate which goes first; medians reported")
     ap.add_argument("--sizes", default="1048576,4194304,16777216,67108864")
     ap.add_argument("--ops", default="all_reduce,all_gather,reduce_scatter,all_to_all")
@@ -98,6 +99,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0,
                     help="torch intra-op threads per rank on CPU (default: cores / local ranks)")
     args = ap.parse_args()
+    if args.op_rounds < 1:
+        ap.error("--op-rounds must be at least 1")
     if args.report:
         report(pathlib.Path(args.report))
         return

@@ -19,8 +19,9 @@ use std::sync::{Arc, Mutex};
 pub const COMMS_MAX: usize = 1024;
 /// Smallest piece a receive is split into for the sender (see [`Runtime::pieces_for`]).
 pub const PIECE_BYTES_MIN: u64 = 64 << 10;
-// Every piece into an engine of this process (one process driving several GPUs) is then copied
-// by the engine's copy threads; a shorter one is copied on NCCL's proxy thread, one at a time.
+// Every piece of a send that fills its receive (the sender's split: `comm/send.rs`, `piece_bytes`)
+// into an engine of this process (one process driving several GPUs) is then copied by the
+// engine's copy threads; a shorter one is copied on NCCL's proxy thread, one at a time.
 const _: () = assert!(PIECE_BYTES_MIN >= accord_engine::LOCAL_COPY_ASYNC_MIN_BYTES);
 /// High bits of every immediate this plugin uses.
 pub const IMM_PREFIX: u32 = 0xACC0_0000;

@@ -35,7 +35,7 @@ pub const PLUGIN_AUTO_WORKERS_MAX: usize = 12;
 
 /// Workers for a plugin engine sharing `cores` with `local_ranks` ranks like it: three quarters
 /// of its share, at least one, at most [`PLUGIN_AUTO_WORKERS_MAX`] (12 a rank for 2 ranks on
-/// 32 cores or 8 on 128; 1 on a 2-core machine).
+/// 32 cores, or for 8 ranks on 128 cores; 1 on a 2-core machine).
 pub fn plugin_workers(cores: usize, local_ranks: usize) -> usize {
     (cores / local_ranks.max(1) * 3 / 4).clamp(1, PLUGIN_AUTO_WORKERS_MAX)
 }

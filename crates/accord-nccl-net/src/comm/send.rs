@@ -154,6 +154,30 @@ impl std::fmt::Debug for SendComm {
 /// Pieces start on this boundary (the last piece takes the rest).
 const PIECE_ALIGN_BYTES: u64 = 4096;
 
+/// Bytes of every piece but the last when `len` bytes go in `pieces` pieces: whole pages, rounded
+/// down, so the last piece (the rest) is the longest. So no piece of a send that fills its
+/// receive is shorter than [`crate::runtime::PIECE_BYTES_MIN`] (the receiver asked for at most
+/// capacity / that many pieces), and where the receiver is in this process every piece goes to
+/// the engine's copy threads, none to NCCL's proxy thread. Rounded up instead, a 1 MiB send in
+/// 12 pieces ended with one of 56 KiB. With fewer pages than pieces the pieces are one page
+/// each and the last ones empty (an empty piece still writes, zero bytes, so the count holds).
+fn piece_bytes(len: u64, pieces: u64) -> u64 {
+    let pages = len / pieces.max(1) / PIECE_ALIGN_BYTES;
+    if pages == 0 {
+        PIECE_ALIGN_BYTES
+    } else {
+        pages * PIECE_ALIGN_BYTES
+    }
+}
+
+/// Where piece `index` of `pieces` starts and how long it is, for a send of `len` bytes.
+fn piece_span(len: u64, pieces: u64, index: u64) -> (u64, u64) {
+    let step = piece_bytes(len, pieces);
+    let start = (index * step).min(len);
+    let end = if index + 1 == pieces { len } else { (start + step).min(len) };
+    (start, end - start)
+}
+
 /// What `isend` was asked to send.
 #[derive(Copy, Clone, Debug)]
 pub struct SendArgs<'a> {
@@ -251,13 +275,9 @@ impl SendComm {
         let submit = || -> Result<Vec<Transfer>> {
             let mut transfers = Vec::with_capacity(recv.pieces as usize + 1);
             let pieces = u64::from(recv.pieces);
-            // Pieces of whole pages (the last one shorter); with fewer bytes than pieces some
-            // are empty, and an empty piece still writes (zero bytes) so the count holds.
-            let piece_bytes = len.div_ceil(pieces).next_multiple_of(PIECE_ALIGN_BYTES);
             let source = if len == 0 { None } else { Some(args.source(len)?) };
             for i in 0..pieces {
-                let start = (i * piece_bytes).min(len);
-                let piece_len = piece_bytes.min(len - start);
+                let (start, piece_len) = piece_span(len, pieces, i);
                 let transfer = match source {
                     Some((src, src_offset)) if piece_len > 0 => {
                         let dst = inner.bounce_named_by(&recv).unwrap_or(MrDescriptor {
@@ -388,5 +408,43 @@ impl SendRequest {
 impl Drop for SendRequest {
     fn drop(&mut self) {
         self.comm.state.lock().unwrap_or_else(|e| e.into_inner()).free_slots.push(self.slot);
+    }
+}
+
+#[cfg(test)]
+mod piece_tests {
+    use super::*;
+
+    /// The pieces tile the send exactly, in order, each non-empty where there are bytes enough.
+    fn spans(len: u64, pieces: u64) -> Vec<(u64, u64)> {
+        let spans: Vec<_> = (0..pieces).map(|i| piece_span(len, pieces, i)).collect();
+        let mut at = 0;
+        for &(start, n) in &spans {
+            assert!(n == 0 || start == at, "{len} in {pieces}: a gap or overlap at {start}");
+            at = start + n;
+        }
+        assert_eq!(at, len, "{len} in {pieces}: the pieces cover the send");
+        spans
+    }
+
+    #[test]
+    fn no_piece_of_a_full_receive_is_shorter_than_the_smallest_piece() {
+        let min = crate::runtime::PIECE_BYTES_MIN;
+        for (len, pieces) in [(1 << 20, 12), (1 << 20, 16), (512 << 10, 8), ((1 << 20) + 4096 * 3 + 7, 12)] {
+            for (start, n) in spans(len, pieces) {
+                assert!(n >= min, "{len} in {pieces}: a piece of {n} bytes at {start}");
+                assert!(start % PIECE_ALIGN_BYTES == 0, "pieces start on a page");
+            }
+        }
+    }
+
+    #[test]
+    fn short_sends_leave_the_last_pieces_empty() {
+        let s = spans(5000, 4);
+        assert_eq!(s[0], (0, 4096));
+        assert_eq!(s[1], (4096, 904));
+        assert_eq!(s[2].1 + s[3].1, 0);
+        assert_eq!(spans(0, 3).iter().map(|s| s.1).sum::<u64>(), 0);
+        assert_eq!(spans(100, 1), vec![(0, 100)]);
     }
 }

@@ -28,8 +28,8 @@ use crate::memory::Source;
 /// Writes this long or longer are copied by the engine's copy threads, not the submitter.
 ///
 /// 64 KiB, the NCCL plugin's smallest piece (`PIECE_BYTES_MIN` there): with 128 KiB, a plugin
-/// engine of 12 workers split NCCL's 1 MiB receives into 12 pieces of 87 KiB, each copied on
-/// NCCL's proxy thread, and `all_reduce_perf -g 2` fell from 21.54-23.14 GB/s busbw at 256 MiB
+/// engine of 12 workers split NCCL's 1 MiB receives into 11 pieces of 88 KiB and one of 56 KiB,
+/// each copied on NCCL's proxy thread, and `all_reduce_perf -g 2` fell from 21.54-23.14 GB/s busbw at 256 MiB
 /// to 9.44-10.32, Socket's speed (docs/results/2026-11-27-plugin-workers.md).
 pub const LOCAL_COPY_ASYNC_MIN_BYTES: u64 = 64 << 10;
 
