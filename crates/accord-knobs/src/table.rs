@@ -25,7 +25,7 @@ pub static KNOBS: &[Knob] = &[
         Engine,
         Count,
         "derived",
-        "worker threads per NIC; unset: half the cores over the ranks a launcher says share the host (1..=8), else 1; the NCCL plugin's engine: three quarters of that share (1..=12), one rank per GPU when no launcher says",
+        "worker threads per NIC; unset: half the cores over the ranks a launcher says share the host (1..=8), else 1; the NCCL plugin's engine: three quarters of the cores over the ranks (1..=12), counting one rank per GPU when no launcher says",
     ),
     knob("ACCORD_PATHS", Engine, Count, "4", "paths (UDP sockets, entropy values) per worker"),
     knob("ACCORD_CC", Engine, Choice(&["cubic", "swift", "eqds", "fixed"]), "cubic", "congestion control"),
@@ -367,6 +367,13 @@ pub static KNOBS: &[Knob] = &[
     knob("ACCORD_SIM_DIAGNOSE", Tools, Switch, "-", "set: the simulator's pair harness explains a failed connection"),
     knob("ACCORD_P2P_BENCH_MAX", Tools, Bytes, "1048576", "largest message of the p2p bench's child (set by the bench)"),
     knob("ACCORD_PYENV", Tools, Path, "target/pyenv", "virtualenv of `scripts/python-test.sh`"),
+    knob(
+        "ACCORD_NCCL_PLUGIN",
+        Tools,
+        Path,
+        "-",
+        "the NCCL plugin (`libnccl-net-accord.so`) that the device scripts' NCCL runs load (`nccl_tests.sh`, `nccl_env_variants.sh`, `ddp_transports.sh`)",
+    ),
     knob("ACCORD_TEST_TORCH", Tools, Switch, "auto", "0: `scripts/python-test.sh` does not install torch and the torch tests skip; 1: it must (an error where the disk lacks the 10 GiB it needs); unset: it installs torch where the disk has room and says so where it skips"),
 ];
 
