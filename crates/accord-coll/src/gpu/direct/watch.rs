@@ -27,8 +27,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::super::board::{Board, DirectWord, LIVENESS_CHECK_INTERVAL};
+use super::super::board::{Board, Deadline, DirectWord, LIVENESS_CHECK_INTERVAL};
 use super::super::error::GpuCollError;
+use super::super::poll::poll_until;
 use super::super::worker::Shared;
 
 /// The value a released word holds: above every call number a communicator reaches.
@@ -253,18 +254,12 @@ impl Watch {
         self.wake.1.notify_one();
     }
 
-    /// Waits until every queued call finished, at most `timeout`.
+    /// Waits until every queued call finished, at most `timeout` (the progress thread's poll).
     pub fn wait_finished(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        loop {
+        let finished = || {
             let (queued, done) = self.progress();
-            if done >= queued {
-                return true;
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_micros(50));
-        }
+            Ok(done >= queued)
+        };
+        poll_until(Deadline::after(timeout), || "the direct calls to finish".into(), finished).is_ok()
     }
 }
