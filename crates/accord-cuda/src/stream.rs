@@ -92,7 +92,7 @@ impl Stream {
     }
 
     /// Queues several stores as [`Stream::write_value_u64`] does, in this order, in as few driver
-    /// calls as the driver allows: one `cuStreamBatchMemOp` per 256 stores, or, once a driver
+    /// calls as the driver allows: one `cuStreamBatchMemOp` per 255 stores, or, once a driver
     /// refused the batched call, one `cuStreamWriteValue64` each for the rest of the process.
     /// Returns the driver calls it took. A context must be current.
     pub fn write_values_u64(&self, stores: &[(DevicePtr, u64)]) -> Result<usize> {

@@ -296,8 +296,10 @@ pub(crate) fn stream_query(stream: RawStream) -> Result<bool> {
     check("cuStreamQuery", result).map(|()| true)
 }
 
-/// Most operations of one `cuStreamBatchMemOp` call (the driver's documented limit).
-pub(crate) const STREAM_MEM_OPS_PER_CALL_MAX: usize = 256;
+/// Most operations of one `cuStreamBatchMemOp` call: the driver documents the count as "less
+/// than 256". At 256 a full chunk was refused, and the refusal sends every later store of the
+/// process one call each (`Stream::write_values_u64`).
+pub(crate) const STREAM_MEM_OPS_PER_CALL_MAX: usize = 255;
 
 /// Queues 64-bit stores, in order, each after the work queued before it and with a memory
 /// barrier first, in one `cuStreamBatchMemOp` call (at most [`STREAM_MEM_OPS_PER_CALL_MAX`]).
