@@ -12,7 +12,9 @@
 // 6: mode 3 with the clock read every 64 polls; 7: mode 3 with the receiver summing every
 // rank's slot and the signal's base (read_signal's loads) without a clock; 8: mode 3 with a
 // system-scope acquire fence after the wait; 9: mode 3 with one acquire load at system scope
-// after the wait: what of wait_signal costs the time.
+// after the wait: what of wait_signal costs the time. 10: put_direct through a DirectPeer
+// resolved before the loop (no table read per put), wait_signal as receiver; 11: mode 3 with
+// the sender's targets resolved once before the loop (the floor without table reads).
 // out[2] holds the iterations done so far, across launches and graph replays (so a replayed
 // graph continues where the last replay stopped); out[3 + i] the round trip of iteration i of
 // this launch in ns (rank 0).
@@ -49,6 +51,19 @@ extern "C" __global__ void accord_dev_pingpong(const DeviceTable* t, u64 iters, 
   u8* src = window_base(t, 1);
   const u8* dst = window_base(t, 0);
   const u64 done_before = out[2];
+  const bool raw_sender = mode == 3 || (mode >= 5 && mode <= 9) || mode == 11;
+  const bool raw_receiver = mode == 3 || mode == 4 || (mode >= 6 && mode <= 9) || mode == 11;
+  DirectPeer resolved = {};
+  u8* hoisted_dst = nullptr;
+  u64* hoisted_slot = nullptr;
+  if (mode == 10 || mode == 11) {
+    Status s = direct_peer(t, 0, peer, &resolved);
+    if (s == OK) s = detail::direct_targets_of(resolved, 0, bytes, SIGNAL_SET, sig, &hoisted_dst, &hoisted_slot);
+    if (s != OK) {
+      note(out, s);
+      return;
+    }
+  }
   for (u64 i = 0; i < iters; ++i) {
     const u64 n = done_before + i;  // this iteration, counted over every launch
     const u64 start = detail::now_ns();
@@ -58,10 +73,10 @@ extern "C" __global__ void accord_dev_pingpong(const DeviceTable* t, u64 iters, 
       if (sending) {
         reinterpret_cast<volatile u64*>(src)[0] = n;
         for (u64 b = 8; b < bytes && b < 64; ++b) src[b] = pattern(me, peer, n, b);
-        if (mode == 3 || mode >= 5) {
-          u8* dst_remote;
-          u64* slot;
-          s = detail::direct_targets(t, 0, peer, 0, bytes, SIGNAL_SET, sig, &dst_remote, &slot);
+        if (raw_sender) {
+          u8* dst_remote = hoisted_dst;
+          u64* slot = hoisted_slot;
+          s = mode == 11 ? OK : detail::direct_targets(t, 0, peer, 0, bytes, SIGNAL_SET, sig, &dst_remote, &slot);
           if (s == OK) {
             for (u64 w = 0; w < bytes / 8; ++w) {
               reinterpret_cast<volatile u64*>(dst_remote)[w] = reinterpret_cast<const volatile u64*>(src)[w];
@@ -71,12 +86,14 @@ extern "C" __global__ void accord_dev_pingpong(const DeviceTable* t, u64 iters, 
           }
         } else if (mode == 1 || mode == 4) {
           s = put_direct(t, 0, peer, 0, src, bytes, SIGNAL_ADD, sig, 1);
+        } else if (mode == 10) {
+          s = put_direct(resolved, 0, src, bytes, SIGNAL_ADD, sig, 1);
         } else if (mode == 2) {
           s = put_value(t, 0, peer, 0, n, static_cast<u32>(bytes), SIGNAL_ADD, sig, 1);
         } else {
           s = put(t, 0, peer, 0, 1, 0, bytes, SIGNAL_ADD, sig, 1);
         }
-      } else if (mode == 3 || mode == 4 || mode >= 6) {
+      } else if (raw_receiver) {
         const volatile u64* mine = reinterpret_cast<const volatile u64*>(t->signals) + u64(sig) * t->world + peer;
         const u32 clock_every = mode == 6 ? 63u : 1023u;
         s = OK;

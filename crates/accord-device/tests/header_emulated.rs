@@ -147,7 +147,8 @@ int main() {
     for (u32 p = 0; p < PRODUCERS; ++p) {
       producers.emplace_back([&, p] {
         for (u32 k = 0; k < EACH; ++k) {
-          Status s = put(t, 0, 1, (k * 8) % WINDOW_BYTES, 1, (p * 8) % WINDOW_BYTES, 8, SIGNAL_NONE, 0,
+          // 16 bytes: an aligned 8-byte put would travel inline (its own scenario below).
+          Status s = put(t, 0, 1, (k * 8) % (WINDOW_BYTES - 8), 1, (p * 8) % (WINDOW_BYTES - 8), 16, SIGNAL_NONE, 0,
                          (u64(p) << 32) | k, p % 2 == 0 ? NO_COUNTER : 1);
           if (s != OK) bad_status++;
         }
@@ -164,7 +165,8 @@ int main() {
       const Descriptor& d = seen[i];
       const u32 p = u32(d.signal_value >> 32), k = u32(d.signal_value);
       fields &= d.seq == i + 1 && d.op == OP_PUT && d.peer == 1 && d.window == 0 && d.src_window == 1 &&
-                d.bytes == 8 && d.dst_offset == (k * 8) % WINDOW_BYTES && d.src_offset == (p * 8) % WINDOW_BYTES &&
+                d.bytes == 16 && d.dst_offset == (k * 8) % (WINDOW_BYTES - 8) &&
+                d.src_offset == (p * 8) % (WINDOW_BYTES - 8) &&
                 d.signal_op == SIGNAL_NONE && d.flags == (p % 2 == 0 ? 0 : FLAG_COUNTER) &&
                 d.counter_id == (p % 2 == 0 ? 0u : 1u) && p < PRODUCERS;
       if (p < PRODUCERS) { order &= k == next[p]; next[p] = k + 1; }
@@ -191,6 +193,24 @@ int main() {
               seen[0].signal_id == 1 && seen[0].signal_value == 77 && seen[1].op == OP_SIGNAL && seen[1].peer == 1 &&
               seen[1].signal_op == SIGNAL_ADD && seen[1].signal_id == 0 && seen[1].signal_value == 5 && seen[1].bytes == 0;
     verdict("put_value_and_signal_fill_their_descriptors", ok, "a field differs");
+  }
+
+  // An aligned 8-byte put travels inline: a put_value carrying its source word, with its signal
+  // and counter actions; an unaligned or a longer one stays a copy.
+  {
+    const u64 word = 0x1122334455667788ull;
+    std::memcpy(env->window1 + 24, &word, 8);
+    Status a = put(t, 0, 1, 40, 1, 24, 8, SIGNAL_ADD, 1, 3, 1);
+    Status b = put(t, 0, 1, 44, 1, 24, 8);
+    Status c = put(t, 0, 1, 40, 1, 24, 16);
+    env->drained();
+    std::vector<Descriptor> seen = env->take();
+    bool ok = a == OK && b == OK && c == OK && seen.size() == 3 && seen[0].op == OP_PUT_VALUE &&
+              seen[0].src_offset == word && seen[0].bytes == 8 && seen[0].dst_offset == 40 &&
+              seen[0].signal_op == SIGNAL_ADD && seen[0].signal_id == 1 && seen[0].signal_value == 3 &&
+              seen[0].flags == FLAG_COUNTER && seen[0].counter_id == 1 && seen[1].op == OP_PUT &&
+              seen[1].dst_offset == 44 && seen[2].op == OP_PUT && seen[2].bytes == 16 && seen[2].src_offset == 24;
+    verdict("an_aligned_8_byte_put_travels_inline", ok, "a field differs");
   }
 
   // Bad arguments come back BAD_ARGUMENT without taking a ticket.
@@ -345,9 +365,10 @@ int main() {
 }
 "#;
 
-const SCENARIOS: [&str; 11] = [
+const SCENARIOS: [&str; 12] = [
     "producers_share_a_small_ring_and_lose_nothing",
     "put_value_and_signal_fill_their_descriptors",
+    "an_aligned_8_byte_put_travels_inline",
     "bad_arguments_take_no_ticket",
     "wait_signal_sees_signals_resets_and_times_out",
     "wait_signal_sums_every_rank_in_larger_worlds",

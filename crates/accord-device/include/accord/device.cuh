@@ -83,6 +83,14 @@
 #define ACCORD_DEVICE_RING_READERS 32ull
 #endif
 
+/// 1: an 8-byte put whose source and destination offsets are 8-byte aligned reads its source
+/// word at the call and travels inside its descriptor as a put_value, which the proxy stores
+/// with a stream write rather than a copy-engine copy. 0: every put is a copy. Define it before
+/// including the header to change it.
+#ifndef ACCORD_DEVICE_PUT_INLINE
+#define ACCORD_DEVICE_PUT_INLINE 1
+#endif
+
 // ACCORD_DEVICE_EMULATION (tests only: crates/accord-device/tests/header_emulated.rs) compiles
 // the device functions with a host compiler, on host threads, against a shim of the CUDA
 // builtins they use.
@@ -261,6 +269,18 @@ enum Status : int {
 
 #if defined(ACCORD_DEVICE_CODE)
 
+/// A peer's window and signal slots as put_direct reaches them, resolved once by direct_peer.
+/// Why: a kernel that puts to the same peer in a loop keeps this in registers and reads no
+/// table in front of its stores (put_direct with a table resolves it on every call).
+struct DirectPeer {
+  u8* window;          ///< the peer's window, mapped here (null: not reachable by stores)
+  u64 window_bytes;    ///< its length
+  u64* signal_slots;   ///< this rank's slot of signal 0 at the peer, signal s at s * world
+                       ///< further (null: the peer's slots are not mapped here)
+  u32 world;
+  u32 user_signals;    ///< signals put_direct may act on: 0 .. user_signals - 1
+};
+
 // ---- Memory-model helpers ---------------------------------------------------------------
 
 namespace detail {
@@ -300,6 +320,46 @@ ACCORD_DEVICE_INLINE void add_release_sys(u64* p, u64 v) {
 }
 
 ACCORD_DEVICE_INLINE u64 load_volatile(const u64* p) { return *reinterpret_cast<const volatile u64*>(p); }
+
+ACCORD_DEVICE_INLINE void store_volatile(u64* p, u64 v) { *reinterpret_cast<volatile u64*>(p) = v; }
+
+/// Release fence at system scope: this thread's earlier writes, and those it observed (through a
+/// barrier, say), are visible before its later writes.
+ACCORD_DEVICE_INLINE void fence_release_sys() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  asm volatile("fence.acq_rel.sys;" ::: "memory");
+#else
+  __threadfence_system();
+#endif
+}
+
+/// A word of the device table, its rings, its windows or its peer arrays. None of them changes
+/// once built (registering a window builds a new table; the signal slots, bases, counters and
+/// the barrier epoch they point to are other memory), so they are read through the read-only
+/// data path (`ld.global.nc`). Why: an acquire at system scope (every wait's confirmation, a
+/// put_direct's fence) invalidates the L1, and the plain loads of put_direct's targets after
+/// it were three dependent L2 round trips in front of the first store of every ping-pong turn.
+/// ACCORD_DEVICE_TABLE_PLAIN_LOADS turns this off (the bench's before/after).
+ACCORD_DEVICE_INLINE u64 table_word(const u64& field) {
+#if defined(__CUDA_ARCH__) && !defined(ACCORD_DEVICE_TABLE_PLAIN_LOADS)
+  u64 v;
+  asm("ld.global.nc.u64 %0, [%1];" : "=l"(v) : "l"(&field));
+  return v;
+#else
+  return field;
+#endif
+}
+
+/// table_word for the table's 32-bit fields.
+ACCORD_DEVICE_INLINE u32 table_word(const u32& field) {
+#if defined(__CUDA_ARCH__) && !defined(ACCORD_DEVICE_TABLE_PLAIN_LOADS)
+  u32 v;
+  asm("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(&field));
+  return v;
+#else
+  return field;
+#endif
+}
 
 /// Acquire fence at system scope: after a relaxed (volatile) load saw another agent's release
 /// (the proxy's, through a host word), the reads that follow see everything written before it.
@@ -349,20 +409,20 @@ ACCORD_DEVICE_INLINE u32 thread_in_block() {
 }
 
 ACCORD_DEVICE_INLINE const RingDevice* ring_at(const DeviceTable* t, u32 ring) {
-  return reinterpret_cast<const RingDevice*>(t->rings) + ring;
+  return reinterpret_cast<const RingDevice*>(table_word(t->rings)) + ring;
 }
 
 ACCORD_DEVICE_INLINE const RingControl* control_of(const RingDevice* r) {
-  return reinterpret_cast<const RingControl*>(r->control);
+  return reinterpret_cast<const RingControl*>(table_word(r->control));
 }
 
 ACCORD_DEVICE_INLINE const WindowEntry* window_at(const DeviceTable* t, u32 window) {
-  return reinterpret_cast<const WindowEntry*>(t->windows) + window;
+  return reinterpret_cast<const WindowEntry*>(table_word(t->windows)) + window;
 }
 
 /// Whether any ring reports a refused or failed descriptor.
 ACCORD_DEVICE_INLINE bool proxy_failed(const DeviceTable* t) {
-  for (u32 r = 0; r < t->ring_count; ++r) {
+  for (u32 r = 0; r < table_word(t->ring_count); ++r) {
     if (load_acquire_sys(&control_of(ring_at(t, r))->error) != 0) return true;
   }
   return false;
@@ -373,95 +433,161 @@ ACCORD_DEVICE_INLINE bool fits(u64 offset, u64 bytes, u64 limit) { return bytes 
 
 /// The ring a descriptor goes to: `ring`, or `blockIdx.x % ring_count` for RING_AUTO.
 ACCORD_DEVICE_INLINE bool pick_ring(const DeviceTable* t, u32 ring, u32* out) {
-  if (t->ring_count == 0) return false;
-  if (ring == RING_AUTO) ring = blockIdx.x % t->ring_count;
-  if (ring >= t->ring_count) return false;
+  if (table_word(t->ring_count) == 0) return false;
+  if (ring == RING_AUTO) ring = blockIdx.x % table_word(t->ring_count);
+  if (ring >= table_word(t->ring_count)) return false;
   *out = ring;
   return true;
 }
 
+/// Waits until the slot of `ticket` is free: `ticket < consumed + slot_count`, refreshing the
+/// producers' cached copy of `consumed` only when the ring looks full. TIMEOUT after
+/// ACCORD_DEVICE_RING_WAIT_NS; the ticket is then never published, so that ring stays wedged:
+/// treat it as fatal.
+ACCORD_DEVICE_INLINE Status wait_for_slot(const RingDevice* ring, u64 slot_count, u64 ticket) {
+  u64* cached = reinterpret_cast<u64*>(table_word(ring->cached_consumed));
+  // Written without the subtraction `ticket - slot_count`, which could wrap.
+  if (ticket < load_volatile(cached) + slot_count) return OK;
+  // The ring looks full. Waiters reading the proxy's `consumed` (mapped host memory) flood
+  // PCIe with reads, and the GPU's own fetches of the proxy's copy work queue behind them:
+  // on the 2xH200 host a thousand waiting threads took the descriptor rate from 5.6 down to
+  // 0.09-0.12 M puts/s, with or without a sleep between reads. So only the waiters holding
+  // the next ACCORD_DEVICE_RING_READERS tickets to be freed read the host word (with a
+  // doubling sleep, 64 ns up to about 8 us); the others watch the device-local cached
+  // index, which a reader raises as soon as it sees slots freed.
+  const u64* consumed_word = &control_of(ring)->consumed;
+  const u64 start = now_ns();
+  u32 sleep_ns = 64;
+  for (;;) {
+    const u64 known = load_volatile(cached);
+    if (ticket < known + slot_count) break;
+    if (ticket - (known + slot_count) < ACCORD_DEVICE_RING_READERS) {
+      const u64 consumed = load_acquire_sys(consumed_word);
+      if (consumed > known) atomicMax(reinterpret_cast<unsigned long long*>(cached), consumed);
+      if (ticket < consumed + slot_count) break;
+    }
+    if (now_ns() - start > ACCORD_DEVICE_RING_WAIT_NS) return TIMEOUT;
+    sleep_for(sleep_ns);
+    if (sleep_ns < 8192) sleep_ns *= 2;
+  }
+  // Slots freed by the proxy are visible before their reuse: the cached index moved only
+  // after some thread read `consumed` with acquire semantics.
+  fence_acquire_sys();
+  return OK;
+}
+
+/// The slot of `ticket`.
+ACCORD_DEVICE_INLINE Descriptor* slot_of(const RingDevice* ring, u64 slot_count, u64 ticket) {
+  return reinterpret_cast<Descriptor*>(table_word(ring->slots)) + (ticket & (slot_count - 1));
+}
+
+/// Writes bytes 8..63 of `d` into the slot of `ticket`, as one 8-byte and three 16-byte
+/// stores; `seq` (bytes 0..7) is published after.
+ACCORD_DEVICE_INLINE void write_body(const RingDevice* ring, u64 slot_count, u64 ticket, const Descriptor& d) {
+  u64 body[7];
+  pack_body(d, body);
+  u64* words = reinterpret_cast<u64*>(slot_of(ring, slot_count, ticket));
+  words[1] = body[0];
+  reinterpret_cast<ulonglong2*>(words)[1] = make_ulonglong2(body[1], body[2]);
+  reinterpret_cast<ulonglong2*>(words)[2] = make_ulonglong2(body[3], body[4]);
+  reinterpret_cast<ulonglong2*>(words)[3] = make_ulonglong2(body[5], body[6]);
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700 && !defined(ACCORD_DEVICE_EMULATION)
+/// This thread's lane in its warp.
+ACCORD_DEVICE_INLINE u32 lane_id() {
+  u32 lane;
+  asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
+  return lane;
+}
+
+/// publish for `group`, the lanes of a warp publishing to one ring at once (two or more, at
+/// most the ring's slots): one atomic takes the group's tickets, each lane waits for its slot
+/// and writes its body, then after a warp barrier the leader (lowest lane) fences once at
+/// system scope and stores every ready lane's `seq`. Why: a release at system scope is a wait
+/// for the thread's writes to reach host memory; one per put capped a grid of small puts at the
+/// GPU's rate of such fences (2.6-4.0 M puts/s on the 2xH200 host, stop 43), one per warp does
+/// not. Correct by cumulativity: the barrier orders each lane's body (and its earlier writes,
+/// a put's source) before the leader's release fence, which orders them before the seqs.
+ACCORD_DEVICE_INLINE Status publish_group(const RingDevice* ring, u64 slot_count, u32 group, const Descriptor& d) {
+  const u32 lane = lane_id();
+  const u32 leader = __ffs(group) - 1;
+  u64 base = 0;
+  if (lane == leader) {
+    base = atomicAdd(reinterpret_cast<unsigned long long*>(table_word(ring->reserved)), u64(__popc(group)));
+  }
+  base = __shfl_sync(group, base, leader);
+  const u64 ticket = base + __popc(group & ((1u << lane) - 1u));
+  const Status s = wait_for_slot(ring, slot_count, ticket);
+  if (s == OK) write_body(ring, slot_count, ticket, d);
+  __syncwarp(group);
+  const u32 ready = __ballot_sync(group, s == OK);
+  if (lane == leader) {
+    fence_release_sys();
+    u64 next = base;
+    for (u32 rest = group; rest != 0; rest &= rest - 1, ++next) {
+      if (ready & (rest & (0u - rest))) store_volatile(&slot_of(ring, slot_count, next)->seq, next + 1);
+    }
+  }
+  __syncwarp(group);
+  return s;
+}
+#endif
+
 /// The producer protocol (the same as the proxy's HostProducer): take a ticket, wait for its
-/// slot to be free (refreshing the cached consumer index only when the ring looks full), fill
-/// every field, fence, then publish `seq = ticket + 1` with a release store at system scope.
+/// slot to be free (wait_for_slot), fill every field, then publish `seq = ticket + 1` with a
+/// release store at system scope. Lanes of a warp that publish to the same ring together do it
+/// as a group (publish_group).
 ///
 /// A TIMEOUT here means the proxy did not free a slot within ACCORD_DEVICE_RING_WAIT_NS; the
 /// ticket taken is then never published, so that ring stays wedged: treat it as fatal.
 ACCORD_DEVICE_INLINE Status publish(const DeviceTable* t, u32 ring_index, const Descriptor& d) {
   const RingDevice* ring = ring_at(t, ring_index);
-  const u64 slot_count = ring->slot_count;
-  u64* reserved = reinterpret_cast<u64*>(ring->reserved);
-  u64* cached = reinterpret_cast<u64*>(ring->cached_consumed);
+  const u64 slot_count = table_word(ring->slot_count);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700 && !defined(ACCORD_DEVICE_EMULATION)
+  const u32 group = __match_any_sync(__activemask(), ring_index);
+  if (__popc(group) > 1 && __popc(group) <= slot_count) return publish_group(ring, slot_count, group, d);
+#endif
+  u64* reserved = reinterpret_cast<u64*>(table_word(ring->reserved));
   const u64 ticket = atomicAdd(reinterpret_cast<unsigned long long*>(reserved), 1ull);
-  // The slot of `ticket` is free once `consumed > ticket - slot_count`, i.e.
-  // `ticket < consumed + slot_count` (written without the subtraction, which could wrap).
-  if (ticket >= load_volatile(cached) + slot_count) {
-    // The ring looks full. Waiters reading the proxy's `consumed` (mapped host memory) flood
-    // PCIe with reads, and the GPU's own fetches of the proxy's copy work queue behind them:
-    // on the 2xH200 host a thousand waiting threads took the descriptor rate from 5.6 down to
-    // 0.09-0.12 M puts/s, with or without a sleep between reads. So only the waiters holding
-    // the next ACCORD_DEVICE_RING_READERS tickets to be freed read the host word (with a
-    // doubling sleep, 64 ns up to about 8 us); the others watch the device-local cached
-    // index, which a reader raises as soon as it sees slots freed.
-    const u64* consumed_word = &control_of(ring)->consumed;
-    const u64 start = now_ns();
-    u32 sleep_ns = 64;
-    for (;;) {
-      const u64 known = load_volatile(cached);
-      if (ticket < known + slot_count) break;
-      if (ticket - (known + slot_count) < ACCORD_DEVICE_RING_READERS) {
-        const u64 consumed = load_acquire_sys(consumed_word);
-        if (consumed > known) atomicMax(reinterpret_cast<unsigned long long*>(cached), consumed);
-        if (ticket < consumed + slot_count) break;
-      }
-      if (now_ns() - start > ACCORD_DEVICE_RING_WAIT_NS) return TIMEOUT;
-      sleep_for(sleep_ns);
-      if (sleep_ns < 8192) sleep_ns *= 2;
-    }
-    // Slots freed by the proxy are visible before their reuse: the cached index moved only
-    // after some thread read `consumed` with acquire semantics.
-    fence_acquire_sys();
-  }
-  Descriptor* slot = reinterpret_cast<Descriptor*>(ring->slots) + (ticket & (slot_count - 1));
-  // Bytes 8..63 first, as one 8-byte and three 16-byte stores; `seq` (bytes 0..7) last.
-  u64 body[7];
-  pack_body(d, body);
-  u64* words = reinterpret_cast<u64*>(slot);
-  words[1] = body[0];
-  reinterpret_cast<ulonglong2*>(words)[1] = make_ulonglong2(body[1], body[2]);
-  reinterpret_cast<ulonglong2*>(words)[2] = make_ulonglong2(body[3], body[4]);
-  reinterpret_cast<ulonglong2*>(words)[3] = make_ulonglong2(body[5], body[6]);
-  // Makes the slot, and this thread's earlier writes (a put's source), visible system-wide
-  // before the proxy can see `seq`.
+  const Status s = wait_for_slot(ring, slot_count, ticket);
+  if (s != OK) return s;
+  write_body(ring, slot_count, ticket, d);
   // A release store at system scope: the body above, and this thread's earlier writes (to the
   // put's source, say), are visible to the proxy and the copy engine before `seq` is.
-  store_release_sys(&slot->seq, ticket + 1);
+  store_release_sys(&slot_of(ring, slot_count, ticket)->seq, ticket + 1);
   return OK;
+}
+
+/// Signal `id`'s slots here, one per rank.
+ACCORD_DEVICE_INLINE const u64* signal_slots(const DeviceTable* t, u32 id) {
+  return reinterpret_cast<const u64*>(table_word(t->signals)) + u64(id) * table_word(t->world);
 }
 
 /// Sum over ranks of signal `id`'s slots, with acquire loads.
 ACCORD_DEVICE_INLINE u64 signal_sum(const DeviceTable* t, u32 id) {
-  const u64* slots = reinterpret_cast<const u64*>(t->signals) + u64(id) * t->world;
+  const u64* slots = signal_slots(t, id);
   u64 sum = 0;
-  for (u32 r = 0; r < t->world; ++r) sum += load_acquire_sys(slots + r);
+  for (u32 r = 0; r < table_word(t->world); ++r) sum += load_acquire_sys(slots + r);
   return sum;
 }
 
 /// signal_sum with relaxed (volatile) loads: for spinning; confirm a hit with signal_sum.
 ACCORD_DEVICE_INLINE u64 signal_sum_relaxed(const DeviceTable* t, u32 id) {
-  const u64* slots = reinterpret_cast<const u64*>(t->signals) + u64(id) * t->world;
+  const u64* slots = signal_slots(t, id);
   u64 sum = 0;
-  for (u32 r = 0; r < t->world; ++r) sum += load_volatile(slots + r);
+  for (u32 r = 0; r < table_word(t->world); ++r) sum += load_volatile(slots + r);
   return sum;
 }
 
 ACCORD_DEVICE_INLINE bool user_signal(const DeviceTable* t, u32 id) {
-  return t->signal_count >= 1 && id < t->signal_count - 1;
+  return table_word(t->signal_count) >= 1 && id < table_word(t->signal_count) - 1;
 }
 
 /// Whether a signal action and a counter action are well formed for `t` (NO_COUNTER: none).
 ACCORD_DEVICE_INLINE bool actions_ok(const DeviceTable* t, u8 signal_op, u32 signal_id, u32 counter_id) {
   if (signal_op != SIGNAL_NONE && (!user_signal(t, signal_id) || signal_op > SIGNAL_SET)) return false;
-  return counter_id == NO_COUNTER || counter_id < t->counter_count;
+  return counter_id == NO_COUNTER || counter_id < table_word(t->counter_count);
 }
 
 /// Writes a put's signal and counter actions into `d` (checked by actions_ok).
@@ -475,7 +601,8 @@ ACCORD_DEVICE_INLINE void set_actions(Descriptor* d, u8 signal_op, u32 signal_id
 
 ACCORD_DEVICE_INLINE Status signal_any(const DeviceTable* t, u32 peer, u32 id, u8 op, u64 value, u32 ring) {
   u32 r;
-  if (peer >= t->world || id >= t->signal_count || (op != SIGNAL_ADD && op != SIGNAL_SET) || !pick_ring(t, ring, &r)) {
+  if (peer >= table_word(t->world) || id >= table_word(t->signal_count) || (op != SIGNAL_ADD && op != SIGNAL_SET) ||
+      !pick_ring(t, ring, &r)) {
     return BAD_ARGUMENT;
   }
   Descriptor d = {};
@@ -529,26 +656,51 @@ ACCORD_DEVICE_INLINE void copy_strided(void* dst, const void* src, u64 bytes, u3
   }
 }
 
+/// `peer`'s window `window` and signal slots as this rank's stores reach them; BAD_ARGUMENT
+/// only for a window or peer out of range (an unmapped peer comes back with null pointers).
+ACCORD_DEVICE_INLINE Status resolve_direct(const DeviceTable* t, u32 window, u32 peer, DirectPeer* out) {
+  if (window >= table_word(t->window_count) || peer >= table_word(t->world)) return BAD_ARGUMENT;
+  const WindowEntry* w = window_at(t, window);
+  const u64 bases = table_word(w->peer_bases);
+  const u64 base = bases == 0 ? 0 : table_word(reinterpret_cast<const u64*>(bases)[peer]);
+  const u64 peer_signals = table_word(t->peer_signals);
+  const u64 slots = peer_signals == 0 ? 0 : table_word(reinterpret_cast<const u64*>(peer_signals)[peer]);
+  out->window = reinterpret_cast<u8*>(base);
+  out->window_bytes = table_word(w->bytes);
+  out->world = table_word(t->world);
+  out->signal_slots = slots == 0 ? nullptr : reinterpret_cast<u64*>(slots) + table_word(t->rank);
+  const u32 signals = table_word(t->signal_count);
+  out->user_signals = signals == 0 ? 0 : signals - 1;
+  return OK;
+}
+
+/// Where put_direct writes through a resolved peer: the bytes' destination, and the signal's
+/// slot (null when no signal is asked), or NOT_DIRECT / BAD_ARGUMENT.
+ACCORD_DEVICE_INLINE Status direct_targets_of(const DirectPeer& p, u64 dst_offset, u64 bytes, u8 signal_op,
+                                              u32 signal_id, u8** dst, u64** signal_slot) {
+  if (!fits(dst_offset, bytes, p.window_bytes)) return BAD_ARGUMENT;
+  if (signal_op != SIGNAL_NONE &&
+      (signal_id >= p.user_signals || (signal_op != SIGNAL_ADD && signal_op != SIGNAL_SET))) {
+    return BAD_ARGUMENT;
+  }
+  if (p.window == nullptr) return NOT_DIRECT;
+  *signal_slot = nullptr;
+  if (signal_op != SIGNAL_NONE) {
+    if (p.signal_slots == nullptr) return NOT_DIRECT;
+    *signal_slot = p.signal_slots + u64(signal_id) * p.world;
+  }
+  *dst = p.window + dst_offset;
+  return OK;
+}
+
 /// Where put_direct writes: the peer's window mapped here, and its signal slot (null when no
 /// signal is asked), or NOT_DIRECT / BAD_ARGUMENT.
 ACCORD_DEVICE_INLINE Status direct_targets(const DeviceTable* t, u32 window, u32 peer, u64 dst_offset, u64 bytes,
                                            u8 signal_op, u32 signal_id, u8** dst, u64** signal_slot) {
-  if (window >= t->window_count || peer >= t->world) return BAD_ARGUMENT;
-  const WindowEntry* w = window_at(t, window);
-  if (!fits(dst_offset, bytes, w->bytes)) return BAD_ARGUMENT;
-  if (signal_op != SIGNAL_NONE && (!user_signal(t, signal_id) || (signal_op != SIGNAL_ADD && signal_op != SIGNAL_SET))) {
-    return BAD_ARGUMENT;
-  }
-  const u64 base = w->peer_bases == 0 ? 0 : reinterpret_cast<const u64*>(w->peer_bases)[peer];
-  if (base == 0) return NOT_DIRECT;
-  *signal_slot = nullptr;
-  if (signal_op != SIGNAL_NONE) {
-    const u64 sig = t->peer_signals == 0 ? 0 : reinterpret_cast<const u64*>(t->peer_signals)[peer];
-    if (sig == 0) return NOT_DIRECT;
-    *signal_slot = reinterpret_cast<u64*>(sig) + u64(signal_id) * t->world + t->rank;
-  }
-  *dst = reinterpret_cast<u8*>(base) + dst_offset;
-  return OK;
+  DirectPeer p;
+  const Status s = resolve_direct(t, window, peer, &p);
+  if (s != OK) return s;
+  return direct_targets_of(p, dst_offset, bytes, signal_op, signal_id, dst, signal_slot);
 }
 
 ACCORD_DEVICE_INLINE void direct_signal(u64* slot, u8 signal_op, u64 value) {
@@ -560,18 +712,102 @@ ACCORD_DEVICE_INLINE void direct_signal(u64* slot, u8 signal_op, u64 value) {
   }
 }
 
+/// What one wait_signal call waits for.
+struct SignalWait {
+  const u64* slots;  ///< the signal's slots here, one per rank
+  u64 base;          ///< the sum at the last reset (read once)
+  u64 at_least;
+  u64 start;         ///< %globaltimer at the call
+  u64 timeout_ns;
+};
+
+/// The periodic checks of a wait's poll loop: TIMEOUT past the deadline, PROXY_ERROR once a
+/// ring reports one (its error words are mapped host memory, each look a PCIe read of about a
+/// microsecond, so they are read once every 4096 polls, the clock every 64); OK to go on.
+ACCORD_DEVICE_INLINE Status wait_checks(const DeviceTable* t, const SignalWait& w, u32 polls) {
+  if ((polls & 63u) != 63u) return OK;
+  if ((polls & 4095u) == 4095u && proxy_failed(t)) return PROXY_ERROR;
+  if (now_ns() - w.start > w.timeout_ns) return TIMEOUT;
+  if (polls > 4096) pause();
+  return OK;
+}
+
+/// wait_signal for a world of N ranks (N <= 8). Each poll issues its N relaxed loads back to
+/// back and only then sums them: a loop over a runtime count added each value before loading
+/// the next, so every poll was N dependent round trips to L2, and the ping's arrival was seen
+/// that much later ("raw>wait" against "floor" in accord-device-bench's ping-pong). The slots
+/// are read with acquire at entry (off the critical path: the value is not reached yet), and
+/// once it is, only the slots that moved since are loaded again with acquire: one acquire
+/// load after a ping instead of one per rank (each a round trip the reply waits behind;
+/// "floor+acq"; cheaper than an acquire fence, "floor+fence"). They order this thread's later
+/// reads after every contribution counted.
+template <u32 N>
+ACCORD_DEVICE_INLINE Status wait_tracked(const DeviceTable* t, const SignalWait& w, u64* reached) {
+  u64 at_entry[N];
+  u64 last[N];
+#pragma unroll
+  for (u32 r = 0; r < N; ++r) {
+    at_entry[r] = load_acquire_sys(w.slots + r);
+    last[r] = at_entry[r];
+  }
+  for (u32 polls = 0;; ++polls) {
+#pragma unroll
+    for (u32 r = 0; r < N; ++r) last[r] = load_volatile(w.slots + r);
+    u64 sum = 0;
+#pragma unroll
+    for (u32 r = 0; r < N; ++r) sum += last[r];
+    const u64 value = sum >= w.base ? sum - w.base : 0;
+    if (value >= w.at_least) {
+      u64 confirmed_sum = 0;
+#pragma unroll
+      for (u32 r = 0; r < N; ++r) confirmed_sum += last[r] == at_entry[r] ? at_entry[r] : load_acquire_sys(w.slots + r);
+      const u64 confirmed = confirmed_sum >= w.base ? confirmed_sum - w.base : 0;
+      if (confirmed >= w.at_least) {
+        if (reached != nullptr) *reached = confirmed;
+        return OK;
+      }
+    }
+    const Status s = wait_checks(t, w, polls);
+    if (s != OK) {
+      if (reached != nullptr) *reached = value;
+      return s;
+    }
+  }
+}
+
+/// wait_signal past 8 ranks: every slot is confirmed with acquire, as read_signal does.
+ACCORD_DEVICE_INLINE Status wait_untracked(const DeviceTable* t, u32 id, const SignalWait& w, u64* reached) {
+  for (u32 polls = 0;; ++polls) {
+    const u64 sum = signal_sum_relaxed(t, id);
+    const u64 value = sum >= w.base ? sum - w.base : 0;
+    if (value >= w.at_least) {
+      const u64 confirmed_sum = signal_sum(t, id);
+      const u64 confirmed = confirmed_sum >= w.base ? confirmed_sum - w.base : 0;
+      if (confirmed >= w.at_least) {
+        if (reached != nullptr) *reached = confirmed;
+        return OK;
+      }
+    }
+    const Status s = wait_checks(t, w, polls);
+    if (s != OK) {
+      if (reached != nullptr) *reached = value;
+      return s;
+    }
+  }
+}
+
 }  // namespace detail
 
 // ---- The API ----------------------------------------------------------------------------
 
 /// Whether `table` was built for this header's layout version.
 ACCORD_DEVICE_INLINE bool table_ok(const DeviceTable* table) {
-  return table != nullptr && table->layout_version == ACCORD_DEVICE_LAYOUT_VERSION;
+  return table != nullptr && detail::table_word(table->layout_version) == ACCORD_DEVICE_LAYOUT_VERSION;
 }
 
 /// Signals users may use: ids 0 .. user_signal_count(table) - 1 (the last one is the barrier's).
 ACCORD_DEVICE_INLINE u32 user_signal_count(const DeviceTable* table) {
-  return table->signal_count == 0 ? 0 : table->signal_count - 1;
+  return detail::table_word(table->signal_count) == 0 ? 0 : detail::table_word(table->signal_count) - 1;
 }
 
 /// put (one thread): asks the proxy to copy `bytes` (>= 1) from this rank's window `src_window`
@@ -586,17 +822,20 @@ ACCORD_DEVICE_INLINE u32 user_signal_count(const DeviceTable* table) {
 /// overwriting the source, and the peer's wait_signal before reading the destination.
 /// Memory touched: the ring's `reserved`/`cached_consumed` (device), one descriptor slot and,
 /// only when the ring looks full, `control.consumed` (mapped host); the window table (read).
+/// An 8-byte put with 8-byte aligned ends reads its source word here and travels inline, as a
+/// put_value (ACCORD_DEVICE_PUT_INLINE; its counter then means the same: the descriptor ran).
 /// `ring`: RING_AUTO (blockIdx.x % ring_count) or an explicit ring index.
 ACCORD_DEVICE_INLINE Status put(const DeviceTable* table, u32 window, u32 peer, u64 dst_offset, u32 src_window,
                                 u64 src_offset, u64 bytes, u8 signal_op = SIGNAL_NONE, u32 signal_id = 0,
                                 u64 signal_value = 0, u32 counter_id = NO_COUNTER, u32 ring = RING_AUTO) {
   u32 r;
-  if (bytes == 0 || peer >= table->world || window >= table->window_count || src_window >= table->window_count ||
+  const u32 windows = detail::table_word(table->window_count);
+  if (bytes == 0 || peer >= detail::table_word(table->world) || window >= windows || src_window >= windows ||
       !detail::pick_ring(table, ring, &r)) {
     return BAD_ARGUMENT;
   }
-  if (!detail::fits(dst_offset, bytes, detail::window_at(table, window)->bytes) ||
-      !detail::fits(src_offset, bytes, detail::window_at(table, src_window)->bytes)) {
+  if (!detail::fits(dst_offset, bytes, detail::table_word(detail::window_at(table, window)->bytes)) ||
+      !detail::fits(src_offset, bytes, detail::table_word(detail::window_at(table, src_window)->bytes))) {
     return BAD_ARGUMENT;
   }
   if (!detail::actions_ok(table, signal_op, signal_id, counter_id)) return BAD_ARGUMENT;
@@ -608,6 +847,16 @@ ACCORD_DEVICE_INLINE Status put(const DeviceTable* table, u32 window, u32 peer, 
   d.dst_offset = dst_offset;
   d.src_offset = src_offset;
   d.bytes = bytes;
+#if ACCORD_DEVICE_PUT_INLINE
+  const u64 src = detail::table_word(detail::window_at(table, src_window)->local_base) + src_offset;
+  if (bytes == 8 && ((src | dst_offset) & 7) == 0) {
+    // Sent as put_value: the proxy stores the word with a stream write instead of queuing a
+    // copy-engine copy of 8 bytes (one driver call and the copy's start-up fewer).
+    d.op = OP_PUT_VALUE;
+    d.src_window = 0;
+    d.src_offset = detail::load_volatile(reinterpret_cast<const u64*>(src));
+  }
+#endif
   detail::set_actions(&d, signal_op, signal_id, signal_value, counter_id);
   return detail::publish(table, r, d);
 }
@@ -620,8 +869,9 @@ ACCORD_DEVICE_INLINE Status put_value(const DeviceTable* table, u32 window, u32 
                                       u32 bytes = 8, u8 signal_op = SIGNAL_NONE, u32 signal_id = 0,
                                       u64 signal_value = 0, u32 counter_id = NO_COUNTER, u32 ring = RING_AUTO) {
   u32 r;
-  if (bytes == 0 || bytes > 8 || peer >= table->world || window >= table->window_count ||
-      !detail::pick_ring(table, ring, &r) || !detail::fits(dst_offset, bytes, detail::window_at(table, window)->bytes)) {
+  if (bytes == 0 || bytes > 8 || peer >= detail::table_word(table->world) ||
+      window >= detail::table_word(table->window_count) || !detail::pick_ring(table, ring, &r) ||
+      !detail::fits(dst_offset, bytes, detail::table_word(detail::window_at(table, window)->bytes))) {
     return BAD_ARGUMENT;
   }
   if (!detail::actions_ok(table, signal_op, signal_id, counter_id)) return BAD_ARGUMENT;
@@ -653,7 +903,7 @@ ACCORD_DEVICE_INLINE Status signal(const DeviceTable* table, u32 peer, u32 id, u
 ACCORD_DEVICE_INLINE u64 read_signal(const DeviceTable* table, u32 id) {
   if (!detail::user_signal(table, id)) return 0;
   const u64 sum = detail::signal_sum(table, id);
-  const u64 base = detail::load_volatile(reinterpret_cast<const u64*>(table->signal_bases) + id);
+  const u64 base = detail::load_volatile(reinterpret_cast<const u64*>(detail::table_word(table->signal_bases)) + id);
   return sum >= base ? sum - base : 0;
 }
 
@@ -662,7 +912,7 @@ ACCORD_DEVICE_INLINE u64 read_signal(const DeviceTable* table, u32 id) {
 /// other thread waits on `id`, and only once the contributions to reset have arrived.
 ACCORD_DEVICE_INLINE Status reset_signal(const DeviceTable* table, u32 id) {
   if (!detail::user_signal(table, id)) return BAD_ARGUMENT;
-  u64* base = reinterpret_cast<u64*>(table->signal_bases) + id;
+  u64* base = reinterpret_cast<u64*>(detail::table_word(table->signal_bases)) + id;
   *reinterpret_cast<volatile u64*>(base) = detail::signal_sum(table, id);
   __threadfence();
   return OK;
@@ -684,83 +934,32 @@ ACCORD_DEVICE_INLINE Status wait_signal(const DeviceTable* table, u32 id, u64 at
   // The base is read once: it changes only by reset_signal, which must not run while a thread
   // waits on the signal. It lives in device memory; in mapped host memory its read (a PCIe
   // round trip, about 2 us on the 2xH200 host) stood in front of the first poll.
-  const u64 base = detail::load_volatile(reinterpret_cast<const u64*>(table->signal_bases) + id);
-  const u64* slots = reinterpret_cast<const u64*>(table->signals) + u64(id) * table->world;
-  const u32 world = table->world;
-  // Up to kTracked ranks, the slots are read at entry with acquire loads (off the critical
-  // path: the wait has not been satisfied yet), and once the value is reached only the slots
-  // that moved since are loaded again with acquire: one acquire load after a ping instead of one
-  // per rank (each is a round trip to L2 that the reply waits behind; "floor+acq" in the
-  // ping-pong bench). Past kTracked ranks every slot is confirmed, as read_signal does.
-  constexpr u32 kTracked = 8;
-  const bool tracked = world <= kTracked;
-  u64 at_entry[kTracked];
-  u64 last[kTracked];
-#pragma unroll
-  for (u32 r = 0; r < kTracked; ++r) {
-    at_entry[r] = (tracked && r < world) ? detail::load_acquire_sys(slots + r) : 0;
-    last[r] = at_entry[r];
-  }
-  for (u32 polls = 0;; ++polls) {
-    // Relaxed loads while spinning, acquire loads once the value is reached.
-    u64 sum = 0;
-    if (tracked) {
-#pragma unroll
-      for (u32 r = 0; r < kTracked; ++r) {
-        if (r < world) {
-          last[r] = detail::load_volatile(slots + r);
-          sum += last[r];
-        }
-      }
-    } else {
-      sum = detail::signal_sum_relaxed(table, id);
-    }
-    const u64 value = sum >= base ? sum - base : 0;
-    if (value >= at_least) {
-      // Confirm with acquire loads at system scope (cheaper than an acquire fence: 0.16 against
-      // 0.67 us a wait on the 2xH200 host, ping-pong "floor+acq" and "floor+fence"); they order
-      // this thread's later reads after every contribution counted.
-      u64 confirmed_sum = 0;
-      if (tracked) {
-#pragma unroll
-        for (u32 r = 0; r < kTracked; ++r) {
-          if (r < world) confirmed_sum += last[r] == at_entry[r] ? at_entry[r] : detail::load_acquire_sys(slots + r);
-        }
-      } else {
-        confirmed_sum = detail::signal_sum(table, id);
-      }
-      const u64 confirmed = confirmed_sum >= base ? confirmed_sum - base : 0;
-      if (confirmed >= at_least) {
-        if (reached != nullptr) *reached = confirmed;
-        return OK;
-      }
-    }
-    if ((polls & 63u) == 63u) {
-      // The rings' error words are mapped host memory: each look is a PCIe read (about a
-      // microsecond), so it is taken once every 4096 polls, the clock every 64.
-      if ((polls & 4095u) == 4095u && detail::proxy_failed(table)) {
-        if (reached != nullptr) *reached = value;
-        return PROXY_ERROR;
-      }
-      if (detail::now_ns() - start > timeout_ns) {
-        if (reached != nullptr) *reached = value;
-        return TIMEOUT;
-      }
-      if (polls > 4096) detail::pause();
-    }
+  const u64* bases = reinterpret_cast<const u64*>(detail::table_word(table->signal_bases));
+  const detail::SignalWait w{detail::signal_slots(table, id), detail::load_volatile(bases + id), at_least, start,
+                             timeout_ns};
+  switch (detail::table_word(table->world)) {
+    case 1: return detail::wait_tracked<1>(table, w, reached);
+    case 2: return detail::wait_tracked<2>(table, w, reached);
+    case 3: return detail::wait_tracked<3>(table, w, reached);
+    case 4: return detail::wait_tracked<4>(table, w, reached);
+    case 5: return detail::wait_tracked<5>(table, w, reached);
+    case 6: return detail::wait_tracked<6>(table, w, reached);
+    case 7: return detail::wait_tracked<7>(table, w, reached);
+    case 8: return detail::wait_tracked<8>(table, w, reached);
+    default: return detail::wait_untracked(table, id, w, reached);
   }
 }
 
 /// read_counter (any thread): this rank's counter `id` (bumped by the proxy once per put issued
 /// with that counter, when its source became reusable). Memory: `counters[id]` (mapped host).
 ACCORD_DEVICE_INLINE u64 read_counter(const DeviceTable* table, u32 id) {
-  if (id >= table->counter_count) return 0;
-  return detail::load_acquire_sys(reinterpret_cast<const u64*>(table->counters) + id);
+  if (id >= detail::table_word(table->counter_count)) return 0;
+  return detail::load_acquire_sys(reinterpret_cast<const u64*>(detail::table_word(table->counters)) + id);
 }
 
 /// wait_counter (any thread): waits until read_counter(id) >= at_least; statuses as wait_signal.
 ACCORD_DEVICE_INLINE Status wait_counter(const DeviceTable* table, u32 id, u64 at_least, u64 timeout_ns) {
-  if (id >= table->counter_count) return BAD_ARGUMENT;
+  if (id >= detail::table_word(table->counter_count)) return BAD_ARGUMENT;
   const u64 start = detail::now_ns();
   for (u32 polls = 0;; ++polls) {
     if (read_counter(table, id) >= at_least) return OK;
@@ -780,9 +979,9 @@ ACCORD_DEVICE_INLINE Status wait_counter(const DeviceTable* table, u32 id, u64 a
 /// (mapped host).
 ACCORD_DEVICE_INLINE Status flush(const DeviceTable* table, u64 timeout_ns) {
   const u64 start = detail::now_ns();
-  for (u32 r = 0; r < table->ring_count; ++r) {
+  for (u32 r = 0; r < detail::table_word(table->ring_count); ++r) {
     const RingDevice* ring = detail::ring_at(table, r);
-    const u64 target = atomicAdd(reinterpret_cast<unsigned long long*>(ring->reserved), 0ull);
+    const u64 target = atomicAdd(reinterpret_cast<unsigned long long*>(detail::table_word(ring->reserved)), 0ull);
     const u64* completed = &detail::control_of(ring)->completed;
     while (detail::load_acquire_sys(completed) < target) {
       if (detail::now_ns() - start > timeout_ns) return TIMEOUT;
@@ -800,22 +999,22 @@ ACCORD_DEVICE_INLINE Status flush(const DeviceTable* table, u64 timeout_ns) {
 /// ranks may disagree: do not call barrier again on that table.
 /// Memory: as flush and signal, plus `barrier_epoch` and the barrier's signal slots (device).
 ACCORD_DEVICE_INLINE Status barrier(const DeviceTable* table, u64 timeout_ns) {
-  if (table->signal_count == 0) return BAD_ARGUMENT;
+  if (detail::table_word(table->signal_count) == 0) return BAD_ARGUMENT;
   const u64 start = detail::now_ns();
   Status s = flush(table, timeout_ns);
   if (s != OK) return s;
-  const u32 id = table->signal_count - 1;
-  volatile u64* epoch_word = reinterpret_cast<volatile u64*>(table->barrier_epoch);
+  const u32 id = detail::table_word(table->signal_count) - 1;
+  volatile u64* epoch_word = reinterpret_cast<volatile u64*>(detail::table_word(table->barrier_epoch));
   const u64 epoch = *epoch_word + 1;
   *epoch_word = epoch;
-  for (u32 p = 0; p < table->world; ++p) {
-    if (p == table->rank) continue;
+  for (u32 p = 0; p < detail::table_word(table->world); ++p) {
+    if (p == detail::table_word(table->rank)) continue;
     s = detail::signal_any(table, p, id, SIGNAL_ADD, 1, RING_AUTO);
     if (s != OK) return s;
   }
-  const u64* slots = reinterpret_cast<const u64*>(table->signals) + u64(id) * table->world;
-  for (u32 p = 0; p < table->world; ++p) {
-    if (p == table->rank) continue;
+  const u64* slots = detail::signal_slots(table, id);
+  for (u32 p = 0; p < detail::table_word(table->world); ++p) {
+    if (p == detail::table_word(table->rank)) continue;
     for (u32 polls = 0; detail::load_acquire_sys(slots + p) < epoch; ++polls) {
       if ((polls & 63u) == 63u) {
         if (detail::proxy_failed(table)) return PROXY_ERROR;
@@ -916,6 +1115,31 @@ ACCORD_DEVICE_INLINE Status put_direct(const DeviceTable* table, u32 window, u32
   detail::copy_strided(dst, src, bytes, 0, 1);
   // The signal's release (store or reduction at system scope) orders the stores above before
   // it; without a signal, the fence makes the bytes visible before this returns.
+  if (slot == nullptr) __threadfence_system();
+  detail::direct_signal(slot, signal_op, signal_value);
+  return OK;
+}
+
+/// direct_peer (any thread): resolves `peer`'s window `window` for put_direct once, so a loop
+/// of put_direct calls to that peer reads no table (`ping-pong` mode put_direct(peer) of
+/// accord-device-bench measures the difference). OK; NOT_DIRECT when the window is not mapped
+/// here; BAD_ARGUMENT for a window or peer out of range. Memory: the window table (read).
+ACCORD_DEVICE_INLINE Status direct_peer(const DeviceTable* table, u32 window, u32 peer, DirectPeer* out) {
+  const Status s = detail::resolve_direct(table, window, peer, out);
+  if (s != OK) return s;
+  return out->window == nullptr ? NOT_DIRECT : OK;
+}
+
+/// put_direct (one thread) through a peer resolved by direct_peer: the same stores, ordering
+/// and statuses as put_direct with a table (NOT_DIRECT when a signal is asked and the peer's
+/// slots are not mapped here).
+ACCORD_DEVICE_INLINE Status put_direct(const DirectPeer& to, u64 dst_offset, const void* src, u64 bytes,
+                                       u8 signal_op = SIGNAL_NONE, u32 signal_id = 0, u64 signal_value = 0) {
+  u8* dst;
+  u64* slot;
+  const Status s = detail::direct_targets_of(to, dst_offset, bytes, signal_op, signal_id, &dst, &slot);
+  if (s != OK) return s;
+  detail::copy_strided(dst, src, bytes, 0, 1);
   if (slot == nullptr) __threadfence_system();
   detail::direct_signal(slot, signal_op, signal_value);
   return OK;
