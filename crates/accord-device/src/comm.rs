@@ -4,7 +4,7 @@
 use crate::error::{DescriptorError, DeviceError, WaitError};
 use crate::lane::{LaneStreams, PeerLane};
 use crate::memory::{Block, Placement, Want};
-use crate::proxy::{ProxyHandle, ProxyTiming};
+use crate::proxy::{LaneMemory, ProxyHandle, ProxyTiming};
 use crate::ring::{HostProducer, Ring, RING_SLOTS_DEFAULT};
 use crate::shared::{Counters, Shared};
 use crate::signals::{SignalBoard, SIGNALS_MAX};
@@ -258,11 +258,14 @@ impl DeviceComm {
             let ring = Arc::new(Ring::new(index, config.slot_count, &placement)?);
             let staging = source_cells(&engine, &placement, config.slot_count as usize * 8)
                 .map_err(|e| register("a ring's value staging", e))?;
-            let lane_done = match shared.lane_gpu {
-                Some(_) => Some(Block::new(&placement, Want::Shared, world as usize * 8)?),
+            let lane = match shared.lane_gpu {
+                Some(_) => Some(LaneMemory {
+                    done: Block::new(&placement, Want::Shared, world as usize * 8)?,
+                    values: Block::new(&placement, Want::Shared, config.slot_count as usize * 8)?,
+                }),
                 None => None,
             };
-            let proxy = ProxyHandle::spawn(ring.clone(), shared.clone(), staging, lane_done, config.timing)
+            let proxy = ProxyHandle::spawn(ring.clone(), shared.clone(), staging, lane, config.timing)
                 .map_err(|e| DeviceError::Memory { what: format!("a proxy thread: {e}") })?;
             rings.push(ring);
             proxies.push(proxy);

@@ -9,8 +9,10 @@
 //! one CUDA stream of this rank's GPU and in this order:
 //! 1. the batch's puts, sorted by destination and merged where both ends are contiguous, the
 //!    merged runs in one `cuMemcpyBatchAsync` (copy engine, no SM; one `cuMemcpyDtoDAsync`
-//!    each where the driver lacks it); `put_value`s of 8 aligned bytes as
-//!    `cuStreamWriteValue64`;
+//!    each where the driver lacks it); `put_value`s of 8 aligned bytes (and 8-byte puts, which
+//!    the header sends inline as values) as `cuStreamWriteValue64` when a batch holds one,
+//!    else as copies from host cells that merge like the puts ([`values_as_copies`]); copies
+//!    that overlap an earlier put's bytes wait for it ([`ticket_ordered_segments`]);
 //! 2. each signal the batch touched, once, with its newest running value, as a
 //!    `cuStreamWriteValue64` into this rank's slot at the peer (the stream orders it after every
 //!    byte above, with a memory barrier first, so a signal is never seen before its data);
@@ -237,24 +239,70 @@ pub(crate) fn merge_copies(mut copies: Vec<(u64, u64, u64)>) -> Vec<(u64, u64, u
     merged
 }
 
-/// Splits runs sorted by destination into groups within which no two destinations overlap:
-/// the copies of one group may run in any order, the groups run one after the other, so puts
-/// to overlapping bytes keep their ticket order.
-pub(crate) fn non_overlapping_groups(runs: &[(u64, u64, u64)]) -> Vec<&[(u64, u64, u64)]> {
-    let mut groups = Vec::new();
-    let (mut start, mut end) = (0usize, 0u64);
-    for (i, &(dst, _, len)) in runs.iter().enumerate() {
-        if i > start && dst < end {
-            groups.push(&runs[start..i]);
+/// Splits copies, in ticket order, into consecutive segments within which no two destinations
+/// overlap: the copies of one segment may run in any order (and merge), the segments run one
+/// after the other, so puts to overlapping bytes keep their ticket order, however their ranges
+/// start. One segment when nothing overlaps (the common case); O(n log n).
+pub(crate) fn ticket_ordered_segments(copies: &[(u64, u64, u64)]) -> Vec<&[(u64, u64, u64)]> {
+    let mut segments = Vec::new();
+    let mut start = 0usize;
+    // The destination ranges of the current segment, start -> end; disjoint, so the one with
+    // the greatest start below a new range's end is the only one that can overlap it.
+    let mut taken: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
+    for (i, &(dst, _, len)) in copies.iter().enumerate() {
+        let end = dst.saturating_add(len.max(1));
+        if taken.range(..end).next_back().is_some_and(|(_, &e)| e > dst) {
+            segments.push(&copies[start..i]);
             start = i;
-            end = 0;
+            taken.clear();
         }
-        end = end.max(dst + len);
+        taken.insert(dst, end);
     }
-    if start < runs.len() {
-        groups.push(&runs[start..]);
+    if start < copies.len() {
+        segments.push(&copies[start..]);
     }
-    groups
+    segments
+}
+
+/// How many `put_value`s (8 aligned bytes each) a batch must hold for them to be copied from
+/// host cells instead of stored one by one: 2. Why: a stream store is one driver operation each
+/// (at most 255 a call, and the GPU runs them one at a time); with ACCORD_DEVICE_PUT_INLINE every
+/// aligned 8-byte put is a value, and a grid of them as stream stores fell from 6.6 to 0.38 M
+/// puts/s on the 2xH200 host (stop 43), while copies from contiguous cells merge. One value
+/// alone (the ping-pong's) stays a store: it rides in the batch's one store call.
+pub const VALUES_AS_COPIES_MIN: usize = 2;
+
+/// Turns a batch's value stores into 8-byte copies from host cells when it holds at least
+/// [`VALUES_AS_COPIES_MIN`] of them. The cells used are those of the values' own tickets
+/// (`cell_of(ticket)`: the device address of a ticket's cell, free until that ticket completes,
+/// and a batch's tickets complete together), handed out in ascending order to the values sorted
+/// by destination, so values to contiguous destinations sit in contiguous cells and merge into
+/// one copy; `write_cell(ticket, value)` fills the cell of `ticket`.
+pub(crate) fn values_as_copies(
+    items: &mut [LaneItem],
+    cell_of: &dyn Fn(u64) -> u64,
+    write_cell: &mut dyn FnMut(u64, u64),
+) {
+    let mut values: Vec<(u64, u64, usize)> = items
+        .iter()
+        .enumerate()
+        .filter_map(|(k, i)| match i.work {
+            LaneWork::Value { dst, .. } => Some((dst, i.ticket, k)),
+            _ => None,
+        })
+        .collect();
+    if values.len() < VALUES_AS_COPIES_MIN {
+        return;
+    }
+    let mut cells: Vec<u64> = values.iter().map(|&(_, ticket, _)| ticket).collect();
+    cells.sort_unstable();
+    values.sort_unstable();
+    for (&(dst, _, k), &cell_ticket) in values.iter().zip(&cells) {
+        if let LaneWork::Value { value, .. } = items[k].work {
+            write_cell(cell_ticket, value);
+            items[k].work = LaneWork::Copy { dst, src: cell_of(cell_ticket), len: 8 };
+        }
+    }
 }
 
 /// Where a lane batch's stores go and what they say.
@@ -281,28 +329,32 @@ pub(crate) fn queue_batch(
 ) -> Result<(usize, usize), String> {
     let BatchStores { advance, signal_slot, done_word, done_value, aside_from_bytes } = how;
     let mut ops = 0;
-    let copies: Vec<(u64, u64, u64)> = items
-        .iter()
-        .filter_map(|i| match i.work {
-            LaneWork::Copy { dst, src, len } => Some((dst, src, len)),
-            _ => None,
-        })
-        .collect();
-    let copy_bytes: u64 = copies.iter().map(|&(_, _, len)| len).sum();
-    for group in non_overlapping_groups(&merge_copies(copies)) {
-        ops += sink.copy_many(group)?;
+    // Copies run before the value stores they are queued with, so a copy that overlaps a value
+    // store of an earlier ticket first queues what came before it (copies, then those stores):
+    // an 8-byte put travels as a value (the header's ACCORD_DEVICE_PUT_INLINE), and a later
+    // larger put to the same bytes must land after it.
+    let mut copies: Vec<(u64, u64, u64)> = Vec::new();
+    let mut stores: Vec<(u64, u64)> = Vec::new();
+    let mut copy_bytes = 0u64;
+    for item in items {
+        match item.work {
+            LaneWork::Copy { dst, src, len } => {
+                if stores.iter().any(|&(at, _)| at < dst + len && dst < at + 8) {
+                    ops += queue_copies(sink, std::mem::take(&mut copies))?;
+                    ops += sink.write_values(&std::mem::take(&mut stores))?;
+                }
+                copies.push((dst, src, len));
+                copy_bytes += len;
+            }
+            LaneWork::Value { dst, value } => stores.push((dst, value)),
+            LaneWork::SignalOnly => {}
+        }
     }
+    ops += queue_copies(sink, copies)?;
     // A put_value is data: set aside, a later batch's copy to the same bytes could land before
     // it. Only signal and done stores go aside.
     let has_values = items.iter().any(|i| matches!(i.work, LaneWork::Value { .. }));
     ops += sink.route_stores(aside_from_bytes > 0 && copy_bytes >= aside_from_bytes && !has_values)?;
-    let mut stores: Vec<(u64, u64)> = items
-        .iter()
-        .filter_map(|i| match i.work {
-            LaneWork::Value { dst, value } => Some((dst, value)),
-            _ => None,
-        })
-        .collect();
     // Newest value per signal, in the order the signals were first touched.
     let mut touched: Vec<(u32, u64)> = Vec::new();
     for item in items.iter().filter(|i| i.signal_op != SignalOp::None) {
@@ -317,6 +369,25 @@ pub(crate) fn queue_batch(
     stores.push((done_word, done_value));
     ops += sink.write_values(&stores)?;
     Ok((ops, signal_stores))
+}
+
+/// Queues `copies` (in ticket order) merged, segment by segment
+/// ([`ticket_ordered_segments`]); returns the driver calls it took.
+fn queue_copies(sink: &mut dyn LaneSink, copies: Vec<(u64, u64, u64)>) -> Result<usize, String> {
+    if copies.is_empty() {
+        return Ok(0);
+    }
+    // Nothing overlaps (the common case): one sort, no segment map.
+    let mut sorted = copies.clone();
+    sorted.sort_by_key(|&(dst, _, _)| dst);
+    if sorted.windows(2).all(|w| w[0].0.saturating_add(w[0].2) <= w[1].0) {
+        return sink.copy_many(&merge_copies(sorted));
+    }
+    let mut ops = 0;
+    for segment in ticket_ordered_segments(&copies) {
+        ops += sink.copy_many(&merge_copies(segment.to_vec()))?;
+    }
+    Ok(ops)
 }
 
 /// One peer's lane: the streams every ring's proxy queues on (under the lock), the peer's
@@ -387,6 +458,10 @@ mod tests {
         }
     }
 
+    fn value_item(ticket: u64, dst: u64, value: u64) -> LaneItem {
+        LaneItem { ticket, work: LaneWork::Value { dst, value }, ..put(ticket, 0, 0, 0) }
+    }
+
     fn put(ticket: u64, dst: u64, src: u64, len: u64) -> LaneItem {
         LaneItem {
             ticket,
@@ -410,15 +485,63 @@ mod tests {
     }
 
     #[test]
-    fn overlapping_destinations_split_the_copies_into_ordered_groups() {
-        let runs = merge_copies(vec![(0, 100, 8), (0, 200, 8), (8, 300, 8), (4, 400, 8), (64, 500, 8)]);
-        let groups = non_overlapping_groups(&runs);
+    fn overlapping_destinations_split_the_copies_into_segments_in_ticket_order() {
+        // Tickets in this order: 8..16 (ticket 3) must land before 4..12 (ticket 4), though 4 < 8.
+        let copies = [(0, 100, 8), (0, 200, 8), (8, 300, 8), (4, 400, 8), (64, 500, 8)];
+        let segments = ticket_ordered_segments(&copies);
         let want: Vec<&[(u64, u64, u64)]> =
-            vec![&[(0, 100, 8)], &[(0, 200, 8)], &[(4, 400, 8)], &[(8, 300, 8), (64, 500, 8)]];
-        assert_eq!(groups, want, "the earlier put to 0 goes first; 4..12 overlaps both neighbours");
-        let disjoint = merge_copies(vec![(0, 100, 8), (16, 200, 8), (32, 300, 8)]);
-        assert_eq!(non_overlapping_groups(&disjoint).len(), 1, "disjoint runs share one call");
-        assert!(non_overlapping_groups(&[]).is_empty());
+            vec![&[(0, 100, 8)], &[(0, 200, 8), (8, 300, 8)], &[(4, 400, 8), (64, 500, 8)]];
+        assert_eq!(segments, want);
+        let disjoint = [(32, 300, 8), (0, 100, 8), (16, 200, 8)];
+        assert_eq!(ticket_ordered_segments(&disjoint).len(), 1, "disjoint copies share one segment");
+        assert!(ticket_ordered_segments(&[]).is_empty());
+        let touching = [(0, 0, 8), (8, 8, 8), (4, 4, 2)];
+        assert_eq!(ticket_ordered_segments(&touching).len(), 2, "4..6 lies inside 0..8");
+    }
+
+    #[test]
+    fn values_of_a_batch_become_copies_from_their_cells_sorted_by_destination() {
+        // Tickets 10..13 put values to 24, 8, 16 and (a copy) 0: cells of 10, 11, 12 in order
+        // go to the destinations 8, 16, 24.
+        let mut items = vec![value_item(10, 24, 3), value_item(11, 8, 1), value_item(12, 16, 2), put(13, 64, 5000, 8)];
+        let mut cells = std::collections::BTreeMap::new();
+        values_as_copies(&mut items, &|t| 1000 + t * 8, &mut |t, v| {
+            cells.insert(t, v);
+        });
+        let works: Vec<LaneWork> = items.iter().map(|i| i.work).collect();
+        assert_eq!(
+            works,
+            vec![
+                LaneWork::Copy { dst: 24, src: 1096, len: 8 },
+                LaneWork::Copy { dst: 8, src: 1080, len: 8 },
+                LaneWork::Copy { dst: 16, src: 1088, len: 8 },
+                LaneWork::Copy { dst: 64, src: 5000, len: 8 },
+            ]
+        );
+        assert_eq!(cells.into_iter().collect::<Vec<_>>(), vec![(10, 1), (11, 2), (12, 3)]);
+        let mut rec = Recorder::default();
+        let mut advance = board();
+        queue_batch(&mut rec, &items, stores(&mut advance, 14, 0)).unwrap();
+        assert_eq!(rec.0[0], "copy 8<-1080 24", "contiguous destinations in contiguous cells: one copy");
+        // One value alone stays a store.
+        let mut one = vec![value_item(20, 8, 9)];
+        values_as_copies(&mut one, &|t| t, &mut |_, _| panic!("no cell for a lone value"));
+        assert_eq!(one[0].work, LaneWork::Value { dst: 8, value: 9 });
+    }
+
+    #[test]
+    fn two_values_to_one_destination_land_in_ticket_order() {
+        let mut items = vec![value_item(1, 8, 111), value_item(2, 8, 222)];
+        let mut cells = std::collections::BTreeMap::new();
+        values_as_copies(&mut items, &|t| 1000 + t * 8, &mut |t, v| {
+            cells.insert(t, v);
+        });
+        let mut rec = Recorder::default();
+        let mut advance = board();
+        queue_batch(&mut rec, &items, stores(&mut advance, 3, 0)).unwrap();
+        let last_copy = rec.0.iter().rev().find(|l| l.starts_with("copy 8<-")).unwrap().clone();
+        let src: u64 = last_copy.split("<-").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+        assert_eq!(cells[&((src - 1000) / 8)], 222, "the later ticket's value lands last: {:?}", rec.0);
     }
 
     #[test]
@@ -451,6 +574,29 @@ mod tests {
             ]
         );
         assert_eq!(ops, (5, 2));
+    }
+
+    #[test]
+    fn a_copy_over_an_earlier_value_store_lands_after_it() {
+        let mut advance = board();
+        let mut rec = Recorder::default();
+        let items = [value_item(1, 64, 5), put(2, 0, 4096, 128), put(3, 1024, 8192, 8), value_item(4, 2048, 6)];
+        let ops = queue_batch(&mut rec, &items, stores(&mut advance, 5, 0)).unwrap();
+        assert_eq!(
+            rec.0,
+            vec![
+                "store 64=5".to_string(),
+                "copy 0<-4096 128".into(),
+                "copy 1024<-8192 8".into(),
+                "store 2048=6".into(),
+                "store 90000=5".into(),
+            ],
+            "the value to 64..72 first, then the copy over it; unrelated work keeps one call each"
+        );
+        assert_eq!(ops.0, 5);
+        let mut rec = Recorder::default();
+        queue_batch(&mut rec, &[put(1, 0, 4096, 64), value_item(2, 8, 7)], stores(&mut advance, 3, 0)).unwrap();
+        assert_eq!(rec.0[..2], ["copy 0<-4096 64".to_string(), "store 8=7".into()], "a later value: after the copy");
     }
 
     #[test]

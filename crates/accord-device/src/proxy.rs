@@ -34,7 +34,7 @@
 //! device tests must confirm that sender completion implies placement for them too.
 
 use crate::error::{DescriptorError, DescriptorErrorKind};
-use crate::lane::{queue_batch, BatchStores, LaneItem, LaneWork, StreamSink};
+use crate::lane::{queue_batch, values_as_copies, BatchStores, LaneItem, LaneWork, StreamSink};
 use crate::layout::{Descriptor, Op, SignalOp, FLAG_COUNTER};
 use crate::memory::Block;
 use crate::ring::{Ring, RingConsumer};
@@ -48,9 +48,25 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Descriptors one proxy takes per turn before it looks at completions again (and the most
-/// one stream-lane batch holds).
+/// Descriptors one proxy takes per turn before it looks at completions again.
 pub const DESCRIPTORS_PER_TURN_MAX: usize = 256;
+
+/// Batches a peer's lane may have queued and not yet done before the proxy holds the items it
+/// takes next for a later turn, gathering them into one larger batch. Why: the lane's stream
+/// runs its batches one after another, each a copy call and a store call of a few microseconds
+/// on the GPU whatever its size, so a grid's small puts taken a few a turn (about 11 on the
+/// 2xH200 host) kept the stream busy with tiny batches: 2.6-7.2 M puts/s (stop 43). With two
+/// batches ahead the stream never idles, and a single put (a ping-pong's) finds none ahead and
+/// goes at once.
+const LANE_BATCHES_AHEAD: usize = 2;
+
+/// Items a held batch gathers at most before it goes anyway.
+const LANE_BATCH_ITEMS_MAX: usize = 1024;
+
+/// Whether a peer's gathered items wait for a later turn ([`LANE_BATCHES_AHEAD`]).
+fn hold_for_more(batches_ahead: usize, items: usize) -> bool {
+    batches_ahead >= LANE_BATCHES_AHEAD && items < LANE_BATCH_ITEMS_MAX
+}
 
 /// Idle polls that only spin before the proxy starts yielding its core between polls: a yield is
 /// a system call (about a microsecond), and the next descriptor of a kernel-to-kernel exchange
@@ -101,6 +117,14 @@ enum Event {
     SignalDone { peer: u32, signal: u32, ticket: u64, result: Result<(), TransferError> },
 }
 
+/// The mapped host memory of one proxy's stream lanes.
+pub(crate) struct LaneMemory {
+    /// One word per peer: the done value of the last batch the lane's stream finished.
+    pub(crate) done: Block,
+    /// One cell per ring slot (8 bytes): values copied by the lanes.
+    pub(crate) values: Block,
+}
+
 /// A running proxy thread; stopping it (drop or [`ProxyHandle::stop`]) joins it.
 pub(crate) struct ProxyHandle {
     stop: Arc<AtomicBool>,
@@ -109,14 +133,16 @@ pub(crate) struct ProxyHandle {
 
 impl ProxyHandle {
     /// Starts the proxy of `ring`, staging `PutValue` values in `staging` (8 bytes a slot);
-    /// `lane_done` holds one mapped word per peer when the communicator has stream lanes.
+    /// `lane` holds, when the communicator has stream lanes, one mapped word per peer (done
+    /// words) and one mapped cell per ring slot (the values a lane copies).
     pub(crate) fn spawn(
         ring: Arc<Ring>,
         shared: Arc<Shared>,
         staging: MrBuffer,
-        lane_done: Option<Block>,
+        lane: Option<LaneMemory>,
         timing: ProxyTiming,
     ) -> std::io::Result<ProxyHandle> {
+        let (lane_done, lane_values) = lane.map_or((None, None), |l| (Some(l.done), Some(l.values)));
         let stop = Arc::new(AtomicBool::new(false));
         let stop_flag = stop.clone();
         let thread = std::thread::Builder::new().name(format!("accord-proxy-{}", ring.index())).spawn(move || {
@@ -130,6 +156,7 @@ impl ProxyHandle {
                 views: Vec::new(),
                 lane_windows: (0..world).map(|_| None).collect(),
                 lane_done,
+                lane_values,
                 lane_pending: (0..world).map(|_| LanePending::default()).collect(),
                 lane_batches: (0..world).map(|_| Vec::new()).collect(),
                 consumer: RingConsumer::new(ring),
@@ -210,6 +237,9 @@ struct Proxy {
     lane_windows: Vec<Option<Vec<u64>>>,
     /// One mapped host word per peer that the lane's stream writes each batch's done value to.
     lane_done: Option<Block>,
+    /// One mapped host cell per ring slot: a batch's `put_value`s are copied from the cells of
+    /// its tickets (`lane::values_as_copies`).
+    lane_values: Option<Block>,
     lane_pending: Vec<LanePending>,
     /// Items of the batch being gathered, per peer.
     lane_batches: Vec<Vec<(LaneItem, Descriptor)>>,
@@ -406,11 +436,24 @@ impl Proxy {
     /// the proxy began taking this turn's descriptors (for the lane's timing statistics).
     fn queue_lane_batches(&mut self, turn_start: Instant) {
         for peer in 0..self.lane_batches.len() {
-            if self.lane_batches[peer].is_empty() {
+            if self.lane_batches[peer].is_empty()
+                || hold_for_more(self.lane_pending[peer].batches.len(), self.lane_batches[peer].len())
+            {
                 continue;
             }
             let batch = std::mem::take(&mut self.lane_batches[peer]);
-            let items: Vec<LaneItem> = batch.iter().map(|(item, _)| *item).collect();
+            let mut items: Vec<LaneItem> = batch.iter().map(|(item, _)| *item).collect();
+            if let Some(cells) = &self.lane_values {
+                let slots = u64::from(self.consumer.ring().slot_count());
+                let base = cells.device_addr();
+                let cell = |ticket: u64| (ticket % slots) as usize;
+                values_as_copies(&mut items, &|t| base + cell(t) as u64 * 8, &mut |t, v| {
+                    // Visible to the copy: the driver call that queues it comes after.
+                    if let Some(word) = cells.word(cell(t)) {
+                        word.store(v, Ordering::Release);
+                    }
+                });
+            }
             let last = items.last().map_or(0, |i| i.ticket);
             let result = self.queue_on_lane(peer as u32, &items, last + 1);
             match result {
@@ -737,5 +780,18 @@ fn signal_op_of(v: u8) -> Option<SignalOp> {
         1 => Some(SignalOp::Add),
         2 => Some(SignalOp::Set),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn items_wait_only_while_the_lane_has_batches_ahead_and_room_to_gather() {
+        assert!(!hold_for_more(0, 1), "an idle lane: a lone put goes at once");
+        assert!(!hold_for_more(LANE_BATCHES_AHEAD - 1, 500), "room on the stream: go");
+        assert!(hold_for_more(LANE_BATCHES_AHEAD, 11), "the stream is busy: gather");
+        assert!(!hold_for_more(LANE_BATCHES_AHEAD + 3, LANE_BATCH_ITEMS_MAX), "a full batch goes anyway");
     }
 }
