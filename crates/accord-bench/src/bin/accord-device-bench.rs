@@ -20,7 +20,8 @@
 //!
 //! Usage: accord-device-bench [--route ipc|network] [--iters 1000] [--sizes-mib 1,4,16,64,256]
 //!        [--bw-iters 10] [--replays 100] [--rounds 4] [--rate-grid 8x128] [--rate-puts 64]
-//!        [--timeout-s 300] [--lane on|off]
+//!        [--timeout-s 300] [--lane on|off] [--define NAME[=VALUE]]... [--only PHASE,...]
+//!        [--ceiling-streams 1]
 //!
 //! Started plainly, it is the launcher: it checks for two GPUs (and refuses with a message and
 //! exit status 2 without them), then runs itself twice as ranks 0 and 1 with the torchrun
@@ -64,11 +65,31 @@ pub struct Args {
     pub timeout: Duration,
     /// Stream lanes on (`--lane on`, the default) or off (every descriptor an engine write).
     pub lane: bool,
+    /// `#define`s the kernels are compiled with (`--define NAME[=VALUE]`, repeatable): the
+    /// header's switches, for a before/after in one device call.
+    pub defines: Vec<String>,
+    /// The phases to run (`--only pingpong,rate,...`; all when empty). Refusals and the
+    /// warm-up always run.
+    pub only: Vec<String>,
+    /// Streams the IPC copy ceiling is also measured over, copies dealt round robin (1: only
+    /// the one-stream ceiling).
+    pub ceiling_streams: u32,
+}
+
+/// The phases `--only` names.
+pub const PHASES: [&str; 5] = ["pingpong", "many_peer", "graph", "rate", "bandwidth"];
+
+impl Args {
+    /// Whether phase `name` runs.
+    pub fn runs(&self, name: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|p| p == name)
+    }
 }
 
 const USAGE: &str = "usage: accord-device-bench [--route ipc|network] [--iters N] [--sizes-mib 1,4,...] \
                      [--bw-iters N] [--replays N] [--rounds N] [--rate-grid BLOCKSxTHREADS] [--rate-puts N] \
-                     [--timeout-s S] [--lane on|off]";
+                     [--timeout-s S] [--lane on|off] [--define NAME[=VALUE]]... \
+                     [--only pingpong,many_peer,graph,rate,bandwidth] [--ceiling-streams N]";
 
 fn parse_args(argv: &[String]) -> Result<Args, String> {
     let mut args = Args {
@@ -82,6 +103,9 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
         rate_puts: 64,
         timeout: Duration::from_secs(300),
         lane: true,
+        defines: Vec::new(),
+        only: Vec::new(),
+        ceiling_streams: 1,
     };
     let mut it = argv.iter();
     while let Some(flag) = it.next() {
@@ -111,6 +135,22 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
             "--replays" => args.replays = number(value()?, "--replays", 100_000)?,
             "--rounds" => args.rounds = number(value()?, "--rounds", 10_000)?,
             "--rate-puts" => args.rate_puts = number(value()?, "--rate-puts", 1_000_000)?,
+            "--define" => {
+                let d = value()?;
+                if !kernels::valid_define(&d) {
+                    return Err(format!("--define {d:?}: expected NAME or NAME=VALUE on one line"));
+                }
+                args.defines.push(d);
+            }
+            "--only" => {
+                for phase in value()?.split(',').map(str::trim) {
+                    if !PHASES.contains(&phase) {
+                        return Err(format!("--only {phase:?}: phases are {}", PHASES.join(", ")));
+                    }
+                    args.only.push(phase.to_string());
+                }
+            }
+            "--ceiling-streams" => args.ceiling_streams = number(value()?, "--ceiling-streams", 16)? as u32,
             "--timeout-s" => args.timeout = Duration::from_secs(number(value()?, "--timeout-s", 3600)?),
             "--sizes-mib" => {
                 args.sizes = value()?
@@ -261,7 +301,20 @@ mod tests {
         assert_eq!(a.route, "network");
         assert_eq!(a.sizes, vec![1 << 20, 2 << 20]);
         assert_eq!(a.rate_grid, (4, 64));
-        for bad in [&["--route", "rdma"][..], &["--iters", "0"], &["--rate-grid", "8"], &["--bogus"], &["--iters"]] {
+        let a = parse_args(&strings(&["--define", "ACCORD_DEVICE_PUT_INLINE=0", "--only", "pingpong,rate"])).unwrap();
+        assert_eq!(a.defines, vec!["ACCORD_DEVICE_PUT_INLINE=0".to_string()]);
+        assert!(a.runs("rate") && !a.runs("bandwidth"));
+        assert!(parse_args(&[]).unwrap().runs("bandwidth"), "no --only: every phase");
+        for bad in [
+            &["--route", "rdma"][..],
+            &["--iters", "0"],
+            &["--rate-grid", "8"],
+            &["--bogus"],
+            &["--iters"],
+            &["--only", "pingpong,nope"],
+            &["--define", "1X"],
+            &["--ceiling-streams", "0"],
+        ] {
             assert!(parse_args(&strings(bad)).is_err(), "{bad:?} must be refused");
         }
     }

@@ -22,9 +22,23 @@ const SOURCES: [(&str, &str); 6] = [
 
 const PROGRAM_NAME: &str = "accord_device_kernels.cu";
 
-/// Every kernel file, one after the other: one module (each includes common.cuh once).
-fn program() -> String {
-    SOURCES.iter().map(|(_, text)| *text).collect::<Vec<_>>().join("\n")
+/// Every kernel file, one after the other: one module (each includes common.cuh once), after
+/// a `#define` line for each of `defines` (`NAME` or `NAME=VALUE`, the header's switches such as
+/// ACCORD_DEVICE_PUT_INLINE=0, for a before/after in one call).
+fn program(defines: &[String]) -> String {
+    let mut text: String = defines.iter().map(|d| format!("#define {}\n", d.replacen('=', " ", 1))).collect();
+    text.push_str(&SOURCES.iter().map(|(_, text)| *text).collect::<Vec<_>>().join("\n"));
+    text
+}
+
+/// Whether `define` is `NAME` or `NAME=VALUE` with NAME an identifier and VALUE free of line
+/// breaks (what `--define` accepts).
+pub fn valid_define(define: &str) -> bool {
+    let (name, value) = define.split_once('=').unwrap_or((define, ""));
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !value.contains(['\n', '\r'])
 }
 
 /// Status values of the header's `accord::device::Status`.
@@ -58,6 +72,10 @@ pub enum PingMode {
     FloorFence,
     /// The floor, one system-scope acquire load after each wait.
     FloorAcquireLoad,
+    /// put_direct through a `DirectPeer` resolved once before the loop (no table read a put).
+    DirectPeer,
+    /// The floor with its sender's targets resolved once before the loop.
+    FloorHoisted,
 }
 
 impl PingMode {
@@ -73,6 +91,8 @@ impl PingMode {
             PingMode::FloorSum => "floor+sum",
             PingMode::FloorFence => "floor+fence",
             PingMode::FloorAcquireLoad => "floor+acq",
+            PingMode::DirectPeer => "direct_peer",
+            PingMode::FloorHoisted => "floor_hoist",
         }
     }
 
@@ -88,6 +108,8 @@ impl PingMode {
             PingMode::FloorSum => 7,
             PingMode::FloorFence => 8,
             PingMode::FloorAcquireLoad => 9,
+            PingMode::DirectPeer => 10,
+            PingMode::FloorHoisted => 11,
         }
     }
 }
@@ -150,9 +172,9 @@ const ONE: LaunchConfig = LaunchConfig { grid: [1, 1, 1], block: [1, 1, 1], shar
 
 impl Kernels {
     /// Compiles every kernel (one module) for `gpu`.
-    pub fn load(gpu: &Gpu) -> Result<Kernels, String> {
+    pub fn load(gpu: &Gpu, defines: &[String]) -> Result<Kernels, String> {
         let tree = IncludeTree::write()?;
-        let module = Module::compile_and_load_with_includes(gpu, &program(), PROGRAM_NAME, &tree.dirs())
+        let module = Module::compile_and_load_with_includes(gpu, &program(defines), PROGRAM_NAME, &tree.dirs())
             .map_err(|e| format!("compiling the device API kernels: {e}"))?;
         let k = |name: &str| module.kernel(name).map_err(|e| format!("kernel {name}: {e}"));
         Ok(Kernels {
@@ -318,7 +340,7 @@ mod tests {
     /// GPU, and defines every kernel `Kernels::load` looks up. Skips without NVRTC.
     #[test]
     fn the_bench_program_compiles_and_defines_every_kernel() {
-        let program = program();
+        let program = program(&[]);
         for name in [
             "accord_dev_pingpong",
             "accord_dev_many_peer",
@@ -342,5 +364,22 @@ mod tests {
         let tree = IncludeTree::write().expect("include tree");
         let built = accord_cuda::kernels::compile_cached_with_includes(&program, PROGRAM_NAME, "sm_90", &tree.dirs());
         assert!(built.is_ok_and(|cubin| !cubin.is_empty()));
+        // The header's switches the bench flips for its before/after rows compile too.
+        let switched = super::program(&["ACCORD_DEVICE_PUT_INLINE=0".into(), "ACCORD_DEVICE_TABLE_PLAIN_LOADS".into()]);
+        let built = accord_cuda::kernels::compile_cached_with_includes(&switched, PROGRAM_NAME, "sm_90", &tree.dirs());
+        assert!(built.is_ok_and(|cubin| !cubin.is_empty()));
+    }
+
+    #[test]
+    fn defines_are_identifiers_with_an_optional_one_line_value() {
+        assert!(valid_define("ACCORD_DEVICE_PUT_INLINE=0"));
+        assert!(valid_define("ACCORD_DEVICE_TABLE_PLAIN_LOADS"));
+        for bad in ["", "=1", "9X", "A B", "X=1\n#include <x>", "X;Y"] {
+            assert!(!valid_define(bad), "{bad:?} must be refused");
+        }
+        assert_eq!(
+            program(&["A=1".into(), "B".into()]).lines().take(2).collect::<Vec<_>>(),
+            ["#define A 1", "#define B"]
+        );
     }
 }

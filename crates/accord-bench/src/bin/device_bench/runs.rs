@@ -33,7 +33,9 @@ const SIGNAL_FLOOR_FENCE: u32 = 13;
 const SIGNAL_FLOOR_ACQUIRE: u32 = 14;
 const SIGNAL_PING_1K: u32 = 15;
 const SIGNAL_PING_16K: u32 = 16;
-const USER_SIGNALS: u32 = 17;
+const SIGNAL_DIRECT_PEER: u32 = 17;
+const SIGNAL_FLOOR_HOISTED: u32 = 18;
+const USER_SIGNALS: u32 = 19;
 /// Bytes each rank sends each rank per many-peer round: odd, so no copy is aligned.
 const MANY_PEER_BYTES: u64 = (1 << 20) + 13;
 /// Result words of a launch: status, wrong bytes, kernel-specific count, then samples.
@@ -172,7 +174,7 @@ pub fn rank_main(args: &Args) -> Result<(), String> {
         return Err(format!("windows got ids {w0} and {w1}; the kernels expect 0 (receive) and 1 (source)"));
     }
     let table = proxy.table_ptr()?;
-    let kernels = Kernels::load(&gpu)?;
+    let kernels = Kernels::load(&gpu, &args.defines)?;
     let timeout_ns = args.timeout.min(Duration::from_secs(60)).as_nanos() as u64;
     let mut ctx = Ctx {
         proxy,
@@ -202,6 +204,9 @@ pub fn rank_main(args: &Args) -> Result<(), String> {
             config.rings,
             config.slot_count
         );
+        if !ctx.args.defines.is_empty() {
+            println!("# kernels compiled with: {}", ctx.args.defines.join(" "));
+        }
     }
     run_refusals(&mut ctx)?;
     run_warmup(&mut ctx)?;
@@ -219,14 +224,26 @@ pub fn rank_main(args: &Args) -> Result<(), String> {
         (PingMode::FloorSum, 8, SIGNAL_FLOOR_SUM),
         (PingMode::FloorFence, 8, SIGNAL_FLOOR_FENCE),
         (PingMode::FloorAcquireLoad, 8, SIGNAL_FLOOR_ACQUIRE),
+        (PingMode::DirectPeer, 8, SIGNAL_DIRECT_PEER),
+        (PingMode::FloorHoisted, 8, SIGNAL_FLOOR_HOISTED),
     ] {
-        run_pingpong(&mut ctx, mode, bytes, signal)?;
+        if ctx.args.runs("pingpong") {
+            run_pingpong(&mut ctx, mode, bytes, signal)?;
+        }
     }
-    run_many_peer(&mut ctx)?;
-    run_graph(&mut ctx)?;
-    run_rate(&mut ctx, 8)?;
-    run_rate(&mut ctx, 64)?;
-    run_bandwidth(&mut ctx)?;
+    if ctx.args.runs("many_peer") {
+        run_many_peer(&mut ctx)?;
+    }
+    if ctx.args.runs("graph") {
+        run_graph(&mut ctx)?;
+    }
+    if ctx.args.runs("rate") {
+        run_rate(&mut ctx, 8)?;
+        run_rate(&mut ctx, 64)?;
+    }
+    if ctx.args.runs("bandwidth") {
+        run_bandwidth(&mut ctx)?;
+    }
     finish(ctx)
 }
 
@@ -718,6 +735,26 @@ fn run_bandwidth(ctx: &mut Ctx) -> Result<(), String> {
     result
 }
 
+/// GB/s of `iters` raw IPC copies of `len` bytes into the peer's window, dealt round robin over
+/// `streams` streams (can several copy engines together beat one stream's ceiling at this size?).
+fn ceiling_over_streams(ctx: &Ctx, m: &IpcMapping, len: usize, iters: u64, streams: u32) -> Result<f64, String> {
+    let list: Vec<Stream> =
+        (0..streams).map(|_| Stream::new(&ctx.gpu).map_err(cuda("ceiling stream"))).collect::<Result<_, _>>()?;
+    let copy = |s: &Stream| copy_peer_async(m.ptr(), &ctx.gpu, ctx.send.ptr(), &ctx.gpu, len, s);
+    for s in &list {
+        copy(s).map_err(cuda("ceiling copy"))?;
+        s.synchronize().map_err(cuda("ceiling copy"))?;
+    }
+    let t = Instant::now();
+    for i in 0..iters {
+        copy(&list[i as usize % list.len()]).map_err(cuda("ceiling copy"))?;
+    }
+    for s in &list {
+        s.synchronize().map_err(cuda("ceiling copies"))?;
+    }
+    Ok(gbps(len as u64 * iters, t.elapsed().as_secs_f64()))
+}
+
 type Baseline<'a> = (&'a std::sync::Arc<accord_engine::Engine>, &'a accord_engine::MrHandle, &'a MrDescriptor);
 
 fn bandwidth_size(
@@ -743,6 +780,19 @@ fn bandwidth_size(
             }
             ctx.sync("ceiling copies")?;
             ceiling = Some(gbps(bytes * iters, t.elapsed().as_secs_f64()));
+            if ctx.args.ceiling_streams > 1 {
+                let n = ctx.args.ceiling_streams;
+                let many = ceiling_over_streams(ctx, m, len, iters, n)?;
+                println!(
+                    "# ceiling over {n} streams, {bytes} B copies dealt round robin: {many:.1} GB/s ({:.3}x one stream)",
+                    many / ceiling.unwrap_or(f64::NAN)
+                );
+                println!(
+                    "{{\"bench\":\"device_copy_ceiling\",\"route\":{},\"bytes\":{bytes},\"iters\":{iters},\"streams\":{n},\"gbps\":{many:.2},\"one_stream_gbps\":{:.2}}}",
+                    ctx.route(),
+                    ceiling.unwrap_or(0.0)
+                );
+            }
         }
         let (engine, handle, peer) = baseline;
         let op = WriteOp { src: handle, src_offset: 0, dst: peer, dst_offset: 0, len: bytes, imm: None };
