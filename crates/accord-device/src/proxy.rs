@@ -51,23 +51,6 @@ use std::time::{Duration, Instant};
 /// Descriptors one proxy takes per turn before it looks at completions again.
 pub const DESCRIPTORS_PER_TURN_MAX: usize = 256;
 
-/// Batches a peer's lane may have queued and not yet done before the proxy holds the items it
-/// takes next for a later turn, gathering them into one larger batch. Why: the lane's stream
-/// runs its batches one after another, each a copy call and a store call of a few microseconds
-/// on the GPU whatever its size, so a grid's small puts taken a few a turn (about 11 on the
-/// 2xH200 host) kept the stream busy with tiny batches: 2.6-7.2 M puts/s (stop 43). With two
-/// batches ahead the stream never idles, and a single put (a ping-pong's) finds none ahead and
-/// goes at once.
-const LANE_BATCHES_AHEAD: usize = 2;
-
-/// Items a held batch gathers at most before it goes anyway.
-const LANE_BATCH_ITEMS_MAX: usize = 1024;
-
-/// Whether a peer's gathered items wait for a later turn ([`LANE_BATCHES_AHEAD`]).
-fn hold_for_more(batches_ahead: usize, items: usize) -> bool {
-    batches_ahead >= LANE_BATCHES_AHEAD && items < LANE_BATCH_ITEMS_MAX
-}
-
 /// Idle polls that only spin before the proxy starts yielding its core between polls: a yield is
 /// a system call (about a microsecond), and the next descriptor of a kernel-to-kernel exchange
 /// comes some 10 us after the last, so yielding from the 64th poll on added to every one-way
@@ -436,9 +419,7 @@ impl Proxy {
     /// the proxy began taking this turn's descriptors (for the lane's timing statistics).
     fn queue_lane_batches(&mut self, turn_start: Instant) {
         for peer in 0..self.lane_batches.len() {
-            if self.lane_batches[peer].is_empty()
-                || hold_for_more(self.lane_pending[peer].batches.len(), self.lane_batches[peer].len())
-            {
+            if self.lane_batches[peer].is_empty() {
                 continue;
             }
             let batch = std::mem::take(&mut self.lane_batches[peer]);
@@ -780,18 +761,5 @@ fn signal_op_of(v: u8) -> Option<SignalOp> {
         1 => Some(SignalOp::Add),
         2 => Some(SignalOp::Set),
         _ => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn items_wait_only_while_the_lane_has_batches_ahead_and_room_to_gather() {
-        assert!(!hold_for_more(0, 1), "an idle lane: a lone put goes at once");
-        assert!(!hold_for_more(LANE_BATCHES_AHEAD - 1, 500), "room on the stream: go");
-        assert!(hold_for_more(LANE_BATCHES_AHEAD, 11), "the stream is busy: gather");
-        assert!(!hold_for_more(LANE_BATCHES_AHEAD + 3, LANE_BATCH_ITEMS_MAX), "a full batch goes anyway");
     }
 }
