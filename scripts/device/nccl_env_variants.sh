@@ -10,7 +10,8 @@
 #        VARIANTS    ";"-separated "NAME TRANSPORT [VAR=value ...]" (TRANSPORT: a name of
 #                    scripts/device/transports.sh); default: socket, the plugin's defaults, and
 #                    ACCORD_WORKERS_PER_NIC=8
-#        ROUNDS      rounds (default 2); BYTES_MIN (1M) to 256M by x256; ITERS (-n, 100);
+#        ROUNDS      rounds (default 2); BYTES_MIN (1M) to BYTES_MAX (256M) by x FACTOR (256);
+#                    ITERS (-n, 100);
 #                    RUN_TIMEOUT seconds a run (60)
 # Output: one line per run (NAME, round, exit status, busbw GB/s and #wrong at each size), each
 #         nccl-tests log in OUT_DIR.
@@ -56,7 +57,7 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
         log="$OUT/${name}_r$round.log"
         env "${envs[@]}" "${words[@]:2}" PATH="$MPI_HOME/bin:$PATH" LD_LIBRARY_PATH="$MPI_HOME/lib:$NCCL_LIB:$WORK/plugin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
             timeout "${RUN_TIMEOUT:-60}" mpiexec -launcher fork -n 2 "$BUILD/mpi/all_reduce_perf" -g 1 \
-            -b "${BYTES_MIN:-1M}" -e 256M -f 256 -n "${ITERS:-100}" -w 5 -c 1 >"$log" 2>&1
+            -b "${BYTES_MIN:-1M}" -e "${BYTES_MAX:-256M}" -f "${FACTOR:-256}" -n "${ITERS:-100}" -w 5 -c 1 >"$log" 2>&1
         rc=$?
         echo "$name round $round rc=$rc $(awk '$1 ~ /^[0-9]+$/ && NF >= 13 {printf "%s:%s(wrong %s) ", ($1 >= 1048576 ? $1/1048576 "M" : $1), $8, $9}' "$log")"
     done

@@ -26,6 +26,11 @@
 #   accord_w8   the plugin's defaults with ACCORD_WORKERS_PER_NIC=8: the worker count one process per
 #               GPU got on a 32-core host before the plugin sized its own (stop 42)
 #   accord_cma  ACCORD_CMA=1: receivers pull large sends with process_vm_readv
+#   accord_w4   ACCORD_WORKERS_PER_NIC=4: few workers (does the training process lose cores to them?)
+#   accord_nopoll  ACCORD_AWAIT_POLL_US=0 ACCORD_SHM_SPIN_US=0: idle workers sleep at once instead
+#               of polling (the same question, asked of their idle polling)
+#   accord_spin ACCORD_SHM_SPIN_US=2000 ACCORD_AWAIT_POLL_US=5000: idle workers and receivers
+#               poll longer before they sleep (the other side of accord_nopoll)
 transport_env() {
     local net_only="NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1"
     local accord="NCCL_NET=Accord NCCL_NET_PLUGIN=$2/libnccl-net-accord.so LD_LIBRARY_PATH=$2:${LD_LIBRARY_PATH:-} ACCORD_NET_IFS=${ACCORD_NET_IFS:-127.0.0.1}"
@@ -42,6 +47,9 @@ transport_env() {
         accord_net) echo "$net_only $accord ACCORD_FORCE_NETWORK=1" ;;
         accord_w8) echo "$net_only $accord ACCORD_WORKERS_PER_NIC=8" ;;
         accord_cma) echo "$net_only $accord ACCORD_CMA=1" ;;
+        accord_w4) echo "$net_only $accord ACCORD_WORKERS_PER_NIC=4" ;;
+        accord_nopoll) echo "$net_only $accord ACCORD_AWAIT_POLL_US=0 ACCORD_SHM_SPIN_US=0" ;;
+        accord_spin) echo "$net_only $accord ACCORD_SHM_SPIN_US=2000 ACCORD_AWAIT_POLL_US=5000" ;;
         *) echo "UNKNOWN" ;;
     esac
 }
