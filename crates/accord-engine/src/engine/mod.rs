@@ -126,7 +126,8 @@ impl EngineBuilder {
         self.config.fault_seed = seed;
         self
     }
-    /// How long a worker awaiting traffic polls before sleeping (zero: sleep at once).
+    /// How long a worker awaiting traffic polls before sleeping (zero: sleep at once);
+    /// `ACCORD_AWAIT_POLL_US` still overrides it.
     pub fn await_poll(mut self, poll: Duration) -> Self {
         self.config.await_poll = poll;
         self
@@ -153,6 +154,13 @@ impl EngineBuilder {
         self.config.shm = shm;
         self
     }
+    /// How long a shared-memory receiver polls its rings before it sleeps; `ACCORD_SHM_SPIN_US`
+    /// still overrides it.
+    pub fn shm_spin(mut self, spin: Duration) -> Self {
+        self.config.shm.spin = spin;
+        self
+    }
+
     /// Ignores `ACCORD_*` environment overrides (tests that must not be affected).
     pub fn ignore_env(mut self) -> Self {
         self.ignore_env = true;

@@ -693,6 +693,23 @@ fn a_chosen_worker_count_stands_over_the_launcher_sizing() {
 }
 
 #[test]
+fn chosen_poll_windows_stand_until_their_knobs_say_otherwise() {
+    use std::time::Duration;
+    let configured = |vars: &[(&str, &str)]| {
+        let vars: HashMap<&str, &str> = vars.iter().copied().collect();
+        let config = Engine::builder()
+            .await_poll(Duration::from_millis(5))
+            .shm_spin(Duration::from_millis(2))
+            .configured(|n| vars.get(n).map(|v| v.to_string()))
+            .unwrap();
+        (config.await_poll, config.shm.spin)
+    };
+    assert_eq!(configured(&[]), (Duration::from_millis(5), Duration::from_millis(2)));
+    let knobs = [("ACCORD_AWAIT_POLL_US", "100"), ("ACCORD_SHM_SPIN_US", "7")];
+    assert_eq!(configured(&knobs), (Duration::from_micros(100), Duration::from_micros(7)));
+}
+
+#[test]
 fn addresses_and_descriptors_round_trip() {
     let a = engine(true);
     let addr = a.address();
