@@ -6,8 +6,17 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// Words shaped like knobs that are not environment variables (kernel macro names).
-const NOT_VARIABLES: &[&str] = &["ACCORD_OP_SUM", "ACCORD_OP_PROD", "ACCORD_OP_MIN", "ACCORD_OP_MAX", "ACCORD_OP_AVG"];
+/// Words shaped like knobs that are not environment variables (kernel macro names, and the
+/// device header's compile-time switches, which accord-device-bench's `--define` sets).
+const NOT_VARIABLES: &[&str] = &[
+    "ACCORD_OP_SUM",
+    "ACCORD_OP_PROD",
+    "ACCORD_OP_MIN",
+    "ACCORD_OP_MAX",
+    "ACCORD_OP_AVG",
+    "ACCORD_DEVICE_PUT_INLINE",
+    "ACCORD_DEVICE_TABLE_PLAIN_LOADS",
+];
 
 #[test]
 fn names_are_unique_well_formed_and_documented() {
