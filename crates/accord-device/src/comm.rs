@@ -640,6 +640,7 @@ impl DeviceComm {
                 counter_count: self.shared.counter_count,
                 rings: self.rings.iter().map(|r| r.device()).collect(),
                 windows: windows.iter().map(|w| (w.base, w.len)).collect(),
+                readable_windows: readable_windows(&self.placement, windows.iter().map(|w| w.kind)),
                 peer_bases: (0..windows.len())
                     .map(|w| {
                         self.lane_addresses(|l| {
@@ -732,6 +733,26 @@ fn open_lane(engine: &Engine, gpu: &Gpu, slots: &MrDescriptor, rank: u32, aside:
     })
 }
 
+/// `DeviceTable::readable_windows` for windows of `kinds`, in id order: the windows in this
+/// placement's GPU's own memory (the first 32). Host windows are left out even when page-locked:
+/// nothing here says a GPU thread may load from them, and a load from pageable memory faults.
+fn readable_windows(placement: &Placement, kinds: impl Iterator<Item = MemoryKind>) -> u32 {
+    let gpu = match placement {
+        Placement::Gpu(gpu) => Some(gpu.ordinal() as u32),
+        Placement::Host => None,
+    };
+    readable_bits(gpu, kinds)
+}
+
+/// The bits of [`readable_windows`] for the GPU of ordinal `gpu` (none: host placement).
+fn readable_bits(gpu: Option<u32>, kinds: impl Iterator<Item = MemoryKind>) -> u32 {
+    let Some(mine) = gpu else { return 0 };
+    kinds.take(32).enumerate().fold(0, |bits, (w, kind)| match kind {
+        MemoryKind::CudaDevice { ordinal } if ordinal == mine => bits | (1 << w),
+        _ => bits,
+    })
+}
+
 /// Host memory the proxy writes small values from (signal values, `put_value`s). On a GPU it is
 /// page-locked once, here, for that GPU's copy engines, so each 8-byte copy into a peer's device
 /// memory is a DMA rather than a pass through the driver's staging buffer; page-locking
@@ -763,6 +784,20 @@ mod tests {
         fn send_sync<T: Send + Sync>() {}
         send::<DeviceComm>();
         send_sync::<Shared>();
+    }
+
+    #[test]
+    fn only_this_gpus_own_windows_are_marked_readable() {
+        let kinds = [
+            MemoryKind::CudaDevice { ordinal: 1 },
+            MemoryKind::Host,
+            MemoryKind::CudaDevice { ordinal: 0 },
+            MemoryKind::CudaDevice { ordinal: 1 },
+        ];
+        assert_eq!(readable_bits(Some(1), kinds.into_iter()), 0b1001);
+        assert_eq!(readable_bits(None, kinds.into_iter()), 0, "host placement: no GPU reads");
+        let many = std::iter::repeat_n(MemoryKind::CudaDevice { ordinal: 0 }, 40);
+        assert_eq!(readable_bits(Some(0), many), u32::MAX, "windows 32 and up have no bit");
     }
 
     #[test]

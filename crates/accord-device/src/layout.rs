@@ -144,8 +144,10 @@ pub struct DeviceTable {
     pub counter_count: u32,
     /// Windows registered.
     pub window_count: u32,
-    /// Reserved, zero.
-    pub _pad: u32,
+    /// Bit `w` set: window `w` is this GPU's own device memory, which its threads may read, so
+    /// an aligned 8-byte put from it travels inline (the header's `ACCORD_DEVICE_PUT_INLINE`).
+    /// Windows 32 and up, host windows and tables of older builders (zero here) never do.
+    pub readable_windows: u32,
     /// Device address of `RingDevice[ring_count]`.
     pub rings: u64,
     /// Device address of this rank's incoming signal slots, `u64[signal_count][world]`: slot

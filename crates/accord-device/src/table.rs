@@ -24,6 +24,8 @@ pub(crate) struct TableInputs {
     pub(crate) rings: Vec<RingDevice>,
     /// Each window's (device address, bytes) on this rank.
     pub(crate) windows: Vec<(u64, u64)>,
+    /// `DeviceTable::readable_windows`: bit `w` for a window this GPU's threads may read.
+    pub(crate) readable_windows: u32,
     /// Per window, each peer's window as this rank's GPU reaches it (0: not by address).
     pub(crate) peer_bases: Vec<Vec<u64>>,
     /// Each peer's incoming signal slots as this rank's GPU reaches them (0: not by address).
@@ -76,7 +78,7 @@ impl TableMemory {
             signal_count: inputs.signal_count,
             counter_count: inputs.counter_count,
             window_count: nw as u32,
-            _pad: 0,
+            readable_windows: inputs.readable_windows,
             rings: base + rings_at as u64,
             signals: inputs.signals,
             signal_bases: inputs.signal_bases,

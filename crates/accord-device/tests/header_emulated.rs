@@ -58,7 +58,8 @@ struct Env {
     windows[0] = WindowEntry{(u64)window0, WINDOW_BYTES, 0};
     windows[1] = WindowEntry{(u64)window1, WINDOW_BYTES, 0};
     ring = RingDevice{(u64)slots, (u64)&control, (u64)&reserved, (u64)&cached, SLOTS, 0};
-    table = DeviceTable{ACCORD_DEVICE_LAYOUT_VERSION, RANK, WORLD, 1, SIGNALS, COUNTERS, 2, 0, (u64)&ring,
+    // Window 1 (the puts' source) counts as this "GPU's" memory, window 0 does not.
+    table = DeviceTable{ACCORD_DEVICE_LAYOUT_VERSION, RANK, WORLD, 1, SIGNALS, COUNTERS, 2, 0b10, (u64)&ring,
                         (u64)signals, (u64)bases, (u64)counters, (u64)windows, 0, (u64)&epoch};
   }
 
@@ -195,17 +196,20 @@ int main() {
     verdict("put_value_and_signal_fill_their_descriptors", ok, "a field differs");
   }
 
-  // An aligned 8-byte put travels inline: a put_value carrying its source word, with its signal
-  // and counter actions; an unaligned or a longer one stays a copy.
+  // An aligned 8-byte put from a readable window travels inline: a put_value carrying its source
+  // word, with its signal and counter actions; an unaligned or a longer one, or one from a
+  // window the GPU may not read, stays a copy.
   {
     const u64 word = 0x1122334455667788ull;
     std::memcpy(env->window1 + 24, &word, 8);
     Status a = put(t, 0, 1, 40, 1, 24, 8, SIGNAL_ADD, 1, 3, 1);
     Status b = put(t, 0, 1, 44, 1, 24, 8);
     Status c = put(t, 0, 1, 40, 1, 24, 16);
+    Status d = put(t, 1, 1, 40, 0, 24, 8);  // from window 0, not readable here: a copy
     env->drained();
     std::vector<Descriptor> seen = env->take();
-    bool ok = a == OK && b == OK && c == OK && seen.size() == 3 && seen[0].op == OP_PUT_VALUE &&
+    bool ok = a == OK && b == OK && c == OK && d == OK && seen.size() == 4 && seen[3].op == OP_PUT &&
+              seen[3].src_window == 0 && seen[0].op == OP_PUT_VALUE &&
               seen[0].src_offset == word && seen[0].bytes == 8 && seen[0].dst_offset == 40 &&
               seen[0].signal_op == SIGNAL_ADD && seen[0].signal_id == 1 && seen[0].signal_value == 3 &&
               seen[0].flags == FLAG_COUNTER && seen[0].counter_id == 1 && seen[1].op == OP_PUT &&

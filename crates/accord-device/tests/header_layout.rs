@@ -35,8 +35,8 @@ fn rust_layout() -> BTreeMap<String, (usize, usize)> {
     fields!(RingControl: consumed, completed, error);
     fields!(RingDevice: slots, control, reserved, cached_consumed, slot_count, _pad);
     fields!(WindowEntry: local_base, bytes, peer_bases);
-    fields!(DeviceTable: layout_version, rank, world, ring_count, signal_count, counter_count, window_count, _pad,
-        rings, signals, signal_bases, counters, windows, peer_signals, barrier_epoch);
+    fields!(DeviceTable: layout_version, rank, world, ring_count, signal_count, counter_count, window_count,
+        readable_windows, rings, signals, signal_bases, counters, windows, peer_signals, barrier_epoch);
     m
 }
 
@@ -78,7 +78,8 @@ int main() {
   S(WindowEntry); F(WindowEntry, local_base); F(WindowEntry, bytes); F(WindowEntry, peer_bases);
   S(DeviceTable); F(DeviceTable, layout_version); F(DeviceTable, rank); F(DeviceTable, world);
   F(DeviceTable, ring_count); F(DeviceTable, signal_count); F(DeviceTable, counter_count);
-  F(DeviceTable, window_count); F(DeviceTable, _pad); F(DeviceTable, rings); F(DeviceTable, signals);
+  F(DeviceTable, window_count); F(DeviceTable, readable_windows);
+  F(DeviceTable, rings); F(DeviceTable, signals);
   F(DeviceTable, signal_bases); F(DeviceTable, counters); F(DeviceTable, windows);
   F(DeviceTable, peer_signals); F(DeviceTable, barrier_epoch);
   std::printf("C LAYOUT_VERSION %d\n", ACCORD_DEVICE_LAYOUT_VERSION); C(DESCRIPTOR_BYTES); C(OP_PUT); C(OP_PUT_VALUE); C(OP_SIGNAL);

@@ -83,9 +83,10 @@
 #define ACCORD_DEVICE_RING_READERS 32ull
 #endif
 
-/// 1: an 8-byte put whose source and destination offsets are 8-byte aligned reads its source
-/// word at the call and travels inside its descriptor as a put_value, which the proxy stores
-/// with a stream write rather than a copy-engine copy. 0: every put is a copy. Define it before
+/// 1: an 8-byte put whose source and destination offsets are 8-byte aligned, from a window in
+/// this GPU's own memory (`DeviceTable::readable_windows`), reads its source word at the call and
+/// travels inside its descriptor as a put_value, which the proxy stores with a stream write
+/// rather than a copy-engine copy. 0: every put is a copy. Define it before
 /// including the header to change it.
 #ifndef ACCORD_DEVICE_PUT_INLINE
 #define ACCORD_DEVICE_PUT_INLINE 1
@@ -205,7 +206,7 @@ struct DeviceTable {
   u32 signal_count;    ///< the barrier's included: users get ids 0 .. signal_count - 2
   u32 counter_count;
   u32 window_count;
-  u32 _pad;
+  u32 readable_windows;  ///< bit w: window w is this GPU's own memory (an 8-byte put travels inline)
   u64 rings;           ///< RingDevice[ring_count]
   u64 signals;         ///< u64[signal_count][world]: slot [s][r] holds rank r's contribution
   u64 signal_bases;    ///< u64[signal_count]: the sum of signal s at its last reset
@@ -822,8 +823,9 @@ ACCORD_DEVICE_INLINE u32 user_signal_count(const DeviceTable* table) {
 /// overwriting the source, and the peer's wait_signal before reading the destination.
 /// Memory touched: the ring's `reserved`/`cached_consumed` (device), one descriptor slot and,
 /// only when the ring looks full, `control.consumed` (mapped host); the window table (read).
-/// An 8-byte put with 8-byte aligned ends reads its source word here and travels inline, as a
-/// put_value (ACCORD_DEVICE_PUT_INLINE; its counter then means the same: the descriptor ran).
+/// An 8-byte put with 8-byte aligned ends from a window in this GPU's own memory
+/// (`readable_windows`) reads its source word here and travels inline, as a put_value
+/// (ACCORD_DEVICE_PUT_INLINE; its counter then means the same: the descriptor ran).
 /// `ring`: RING_AUTO (blockIdx.x % ring_count) or an explicit ring index.
 ACCORD_DEVICE_INLINE Status put(const DeviceTable* table, u32 window, u32 peer, u64 dst_offset, u32 src_window,
                                 u64 src_offset, u64 bytes, u8 signal_op = SIGNAL_NONE, u32 signal_id = 0,
@@ -849,7 +851,8 @@ ACCORD_DEVICE_INLINE Status put(const DeviceTable* table, u32 window, u32 peer, 
   d.bytes = bytes;
 #if ACCORD_DEVICE_PUT_INLINE
   const u64 src = detail::table_word(detail::window_at(table, src_window)->local_base) + src_offset;
-  if (bytes == 8 && ((src | dst_offset) & 7) == 0) {
+  const u32 readable = src_window < 32 ? (detail::table_word(table->readable_windows) >> src_window) & 1u : 0u;
+  if (bytes == 8 && readable != 0 && ((src | dst_offset) & 7) == 0) {
     // Sent as put_value: the proxy stores the word with a stream write instead of queuing a
     // copy-engine copy of 8 bytes (one driver call and the copy's start-up fewer).
     d.op = OP_PUT_VALUE;
