@@ -87,6 +87,11 @@ pub struct DeviceStats {
     pub lane_batches: u64,
     /// Driver calls those batches took (copies after merging, stores).
     pub lane_driver_ops: u64,
+    /// Descriptors those batches held.
+    pub lane_items: u64,
+    /// Copies they queued after merging (per batch, with `lane_items`: how well puts merged;
+    /// the copy engine spends about a microsecond on each whatever its size).
+    pub lane_copies: u64,
     /// Summed over lane batches: from the proxy taking the batch's first descriptor to its
     /// last driver call returning (the host's share of a put's latency).
     pub lane_submit_ns: u64,
@@ -603,6 +608,8 @@ impl DeviceComm {
             ring_full_events: self.ring_full_events.load(Ordering::Relaxed),
             lane_batches: c.lane_batches.load(Ordering::Relaxed),
             lane_driver_ops: c.lane_driver_ops.load(Ordering::Relaxed),
+            lane_items: c.lane_items.load(Ordering::Relaxed),
+            lane_copies: c.lane_copies.load(Ordering::Relaxed),
             lane_submit_ns: c.lane_submit_ns.load(Ordering::Relaxed),
             lane_complete_ns: c.lane_complete_ns.load(Ordering::Relaxed),
         }

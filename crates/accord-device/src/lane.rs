@@ -320,15 +320,11 @@ pub(crate) struct BatchStores<'a> {
 /// Queues one batch for one peer on `sink`: data, then each touched signal once with the value
 /// `advance` gives for it after the batch, then `done_value` into `done_word`; the stores aside
 /// when the batch copies at least `aside_from_bytes` and holds no `put_value` (whose store must
-/// keep its place among the copies). Returns the driver operations queued and how many of them
-/// were signal stores.
-pub(crate) fn queue_batch(
-    sink: &mut dyn LaneSink,
-    items: &[LaneItem],
-    how: BatchStores<'_>,
-) -> Result<(usize, usize), String> {
+/// keep its place among the copies).
+pub(crate) fn queue_batch(sink: &mut dyn LaneSink, items: &[LaneItem], how: BatchStores<'_>) -> Result<Queued, String> {
     let BatchStores { advance, signal_slot, done_word, done_value, aside_from_bytes } = how;
     let mut ops = 0;
+    let mut copies_queued = 0;
     // Copies run before the value stores they are queued with, so a copy that overlaps a value
     // store of an earlier ticket first queues what came before it (copies, then those stores):
     // an 8-byte put travels as a value (the header's ACCORD_DEVICE_PUT_INLINE), and a later
@@ -340,7 +336,9 @@ pub(crate) fn queue_batch(
         match item.work {
             LaneWork::Copy { dst, src, len } => {
                 if stores.iter().any(|&(at, _)| at < dst + len && dst < at + 8) {
-                    ops += queue_copies(sink, std::mem::take(&mut copies))?;
+                    let (calls, queued) = queue_copies(sink, std::mem::take(&mut copies))?;
+                    ops += calls;
+                    copies_queued += queued;
                     ops += sink.write_values(&std::mem::take(&mut stores))?;
                 }
                 copies.push((dst, src, len));
@@ -350,7 +348,9 @@ pub(crate) fn queue_batch(
             LaneWork::SignalOnly => {}
         }
     }
-    ops += queue_copies(sink, copies)?;
+    let (calls, queued) = queue_copies(sink, copies)?;
+    ops += calls;
+    copies_queued += queued;
     // A put_value is data: set aside, a later batch's copy to the same bytes could land before
     // it. Only signal and done stores go aside.
     let has_values = items.iter().any(|i| matches!(i.work, LaneWork::Value { .. }));
@@ -368,26 +368,41 @@ pub(crate) fn queue_batch(
     stores.extend(touched.into_iter().map(|(signal, value)| (signal_slot(signal), value)));
     stores.push((done_word, done_value));
     ops += sink.write_values(&stores)?;
-    Ok((ops, signal_stores))
+    Ok(Queued { calls: ops, signal_stores, copies: copies_queued })
+}
+
+/// What [`queue_batch`] queued.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Queued {
+    /// Driver calls.
+    pub(crate) calls: usize,
+    /// Signal stores among the stores.
+    pub(crate) signal_stores: usize,
+    /// Copies after merging: what the copy engine runs (each costs it about a microsecond
+    /// whatever its size, so copies per batch say how well a batch's puts merged).
+    pub(crate) copies: usize,
 }
 
 /// Queues `copies` (in ticket order) merged, segment by segment
-/// ([`ticket_ordered_segments`]); returns the driver calls it took.
-fn queue_copies(sink: &mut dyn LaneSink, copies: Vec<(u64, u64, u64)>) -> Result<usize, String> {
+/// ([`ticket_ordered_segments`]); returns the driver calls it took and the copies after merging.
+fn queue_copies(sink: &mut dyn LaneSink, copies: Vec<(u64, u64, u64)>) -> Result<(usize, usize), String> {
     if copies.is_empty() {
-        return Ok(0);
+        return Ok((0, 0));
     }
     // Nothing overlaps (the common case): one sort, no segment map.
     let mut sorted = copies.clone();
     sorted.sort_by_key(|&(dst, _, _)| dst);
     if sorted.windows(2).all(|w| w[0].0.saturating_add(w[0].2) <= w[1].0) {
-        return sink.copy_many(&merge_copies(sorted));
+        let merged = merge_copies(sorted);
+        return Ok((sink.copy_many(&merged)?, merged.len()));
     }
-    let mut ops = 0;
+    let (mut calls, mut queued) = (0, 0);
     for segment in ticket_ordered_segments(&copies) {
-        ops += sink.copy_many(&merge_copies(segment.to_vec()))?;
+        let merged = merge_copies(segment.to_vec());
+        calls += sink.copy_many(&merged)?;
+        queued += merged.len();
     }
-    Ok(ops)
+    Ok((calls, queued))
 }
 
 /// One peer's lane: the streams every ring's proxy queues on (under the lock), the peer's
@@ -573,7 +588,7 @@ mod tests {
                 "store 90000=13".into(),
             ]
         );
-        assert_eq!(ops, (5, 2));
+        assert_eq!(ops, Queued { calls: 5, signal_stores: 2, copies: 1 });
     }
 
     #[test]
@@ -593,7 +608,7 @@ mod tests {
             ],
             "the value to 64..72 first, then the copy over it; unrelated work keeps one call each"
         );
-        assert_eq!(ops.0, 5);
+        assert_eq!((ops.calls, ops.copies), (5, 2));
         let mut rec = Recorder::default();
         queue_batch(&mut rec, &[put(1, 0, 4096, 64), value_item(2, 8, 7)], stores(&mut advance, 3, 0)).unwrap();
         assert_eq!(rec.0[..2], ["copy 0<-4096 64".to_string(), "store 8=7".into()], "a later value: after the copy");
@@ -659,7 +674,11 @@ mod tests {
             ],
             "each large batch's stores after its copies, aside; the small one's after those, inline"
         );
-        assert_eq!((ops_big.0, ops_big_again.0, ops_small.0), (5, 5, 5), "a copy, two routing calls, two stores");
+        assert_eq!(
+            (ops_big.calls, ops_big_again.calls, ops_small.calls),
+            (5, 5, 5),
+            "a copy, two routing calls, two stores"
+        );
         let mut rec = Recorder::default();
         queue_batch(&mut rec, &[big], stores(&mut advance, 6, 0)).unwrap();
         assert!(!rec.0.iter().any(|l| l.starts_with("stores")), "0: never aside");

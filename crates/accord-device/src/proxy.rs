@@ -474,11 +474,13 @@ impl Proxy {
             done_value,
             aside_from_bytes: s.lane_stores_aside_bytes,
         };
-        let (ops, signal_stores) = queue_batch(&mut StreamSink(&mut streams), items, how)?;
+        let queued = queue_batch(&mut StreamSink(&mut streams), items, how)?;
         drop(streams);
-        s.stats.signal_writes_issued.fetch_add(signal_stores as u64, Ordering::Relaxed);
+        s.stats.signal_writes_issued.fetch_add(queued.signal_stores as u64, Ordering::Relaxed);
         s.stats.lane_batches.fetch_add(1, Ordering::Relaxed);
-        s.stats.lane_driver_ops.fetch_add(ops as u64, Ordering::Relaxed);
+        s.stats.lane_driver_ops.fetch_add(queued.calls as u64, Ordering::Relaxed);
+        s.stats.lane_items.fetch_add(items.len() as u64, Ordering::Relaxed);
+        s.stats.lane_copies.fetch_add(queued.copies as u64, Ordering::Relaxed);
         Ok(())
     }
 

@@ -26,6 +26,8 @@ pub(crate) struct Counters {
     pub(crate) descriptor_errors: AtomicU64,
     pub(crate) lane_batches: AtomicU64,
     pub(crate) lane_driver_ops: AtomicU64,
+    pub(crate) lane_items: AtomicU64,
+    pub(crate) lane_copies: AtomicU64,
     pub(crate) lane_submit_ns: AtomicU64,
     pub(crate) lane_complete_ns: AtomicU64,
 }

@@ -390,6 +390,8 @@ impl DeviceComm {
             ("ring_full_events", s.ring_full_events),
             ("lane_batches", s.lane_batches),
             ("lane_driver_ops", s.lane_driver_ops),
+            ("lane_items", s.lane_items),
+            ("lane_copies", s.lane_copies),
             ("lane_submit_ns", s.lane_submit_ns),
             ("lane_complete_ns", s.lane_complete_ns),
         ] {

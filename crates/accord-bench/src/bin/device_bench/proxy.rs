@@ -43,6 +43,10 @@ pub struct ProxyStats {
     pub lane_submit_ns: u64,
     /// Summed time from queued to done of the lane batches (ns).
     pub lane_complete_ns: u64,
+    /// Descriptors the lane batches held, and the copies they queued after merging.
+    pub lane_items: u64,
+    /// Copies the lane batches queued after merging.
+    pub lane_copies: u64,
 }
 
 mod imp {
@@ -110,6 +114,8 @@ mod imp {
                 lane_ops: s.lane_driver_ops,
                 lane_submit_ns: s.lane_submit_ns,
                 lane_complete_ns: s.lane_complete_ns,
+                lane_items: s.lane_items,
+                lane_copies: s.lane_copies,
             }
         }
 

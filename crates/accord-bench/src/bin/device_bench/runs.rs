@@ -264,10 +264,12 @@ fn finish(mut ctx: Ctx) -> Result<(), String> {
         s.lane_ops,
         s.lane_submit_ns,
         s.lane_complete_ns,
+        s.lane_items,
+        s.lane_copies,
     ])?;
     if ctx.rank == 0 {
         header(
-            "proxy statistics per rank (lane: stream-lane batches, their driver calls, mean host and queued-to-done time per batch)",
+            "proxy statistics per rank (lane: stream-lane batches, their driver calls, mean host and queued-to-done time, descriptors and merged copies per batch)",
             &[
                 ("rank", 5),
                 ("descriptors", 12),
@@ -279,12 +281,15 @@ fn finish(mut ctx: Ctx) -> Result<(), String> {
                 ("lane_calls", 11),
                 ("host_us", 8),
                 ("done_us", 8),
+                ("items/b", 8),
+                ("copies/b", 9),
             ],
         );
         for (rank, w) in gathered.iter().enumerate() {
             let word = |i: usize| w.get(i).copied().unwrap_or(0);
             let cell = |i: usize| word(i).to_string();
-            let per_batch_us = |i: usize| if word(5) == 0 { 0.0 } else { word(i) as f64 / word(5) as f64 / 1e3 };
+            let per_batch = |i: usize| if word(5) == 0 { 0.0 } else { word(i) as f64 / word(5) as f64 };
+            let per_batch_us = |i: usize| per_batch(i) / 1e3;
             row(&[
                 (rank.to_string(), 5),
                 (cell(0), 12),
@@ -296,9 +301,11 @@ fn finish(mut ctx: Ctx) -> Result<(), String> {
                 (cell(6), 11),
                 (format!("{:.2}", per_batch_us(7)), 8),
                 (format!("{:.2}", per_batch_us(8)), 8),
+                (format!("{:.1}", per_batch(9)), 8),
+                (format!("{:.1}", per_batch(10)), 9),
             ]);
             println!(
-                "{{\"bench\":\"device_proxy_stats\",\"route\":{},\"rank\":{rank},\"descriptors\":{},\"bytes\":{},\"errors\":{},\"signal_writes\":{},\"signal_coalesced\":{},\"lane_batches\":{},\"lane_driver_calls\":{},\"lane_host_us_per_batch\":{:.3},\"lane_done_us_per_batch\":{:.3}}}",
+                "{{\"bench\":\"device_proxy_stats\",\"route\":{},\"rank\":{rank},\"descriptors\":{},\"bytes\":{},\"errors\":{},\"signal_writes\":{},\"signal_coalesced\":{},\"lane_batches\":{},\"lane_driver_calls\":{},\"lane_host_us_per_batch\":{:.3},\"lane_done_us_per_batch\":{:.3},\"lane_items\":{},\"lane_copies\":{}}}",
                 ctx.route(),
                 cell(0),
                 cell(1),
@@ -308,7 +315,9 @@ fn finish(mut ctx: Ctx) -> Result<(), String> {
                 cell(5),
                 cell(6),
                 per_batch_us(7),
-                per_batch_us(8)
+                per_batch_us(8),
+                cell(9),
+                cell(10)
             );
         }
     }
