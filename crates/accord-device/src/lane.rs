@@ -170,10 +170,11 @@ pub(crate) struct StreamSink<'a>(pub(crate) &'a mut LaneStreams);
 impl LaneSink for StreamSink<'_> {
     fn copy(&mut self, dst: u64, src: u64, len: u64) -> Result<(), String> {
         let len = usize::try_from(len).map_err(|_| "length does not fit this machine".to_string())?;
-        // Safety: `src` lies in a window of this rank on this GPU and `dst` in the peer's
-        // window as mapped here, both checked against the windows' lengths by the proxy before
-        // the item was made; the windows stay registered until the communicator closes, which
-        // stops the proxies (draining these streams) first.
+        // Safety: `src` lies in a window of this rank on this GPU, or in the proxy's mapped
+        // host cells (a value), and `dst` in the peer's window as mapped here, both checked
+        // against their lengths by the proxy before the item was made; the windows and cells
+        // stay until the communicator closes, which stops the proxies (draining these streams)
+        // first.
         #[allow(unsafe_code)]
         unsafe { self.0.copy.copy_unchecked(DevicePtr(dst), DevicePtr(src), len) }
             .map_err(|e| format!("lane copy: {e}"))
@@ -264,8 +265,9 @@ pub(crate) fn ticket_ordered_segments(copies: &[(u64, u64, u64)]) -> Vec<&[(u64,
     segments
 }
 
-/// How many `put_value`s (8 aligned bytes each) a batch must hold for them to be copied from
-/// host cells instead of stored one by one: 2. Why: a stream store is one driver operation each
+/// How many `put_value`s (8 bytes each) a batch must hold for them to be copied from host cells
+/// instead of stored one by one: 2. (A value whose destination is not 8-byte aligned is always
+/// copied: a stream store needs an aligned address.) Why: a stream store is one driver operation each
 /// (at most 255 a call, and the GPU runs them one at a time); with ACCORD_DEVICE_PUT_INLINE every
 /// aligned 8-byte put is a value, and a grid of them as stream stores fell from 6.6 to 0.38 M
 /// puts/s on the 2xH200 host (stop 43), while copies from contiguous cells merge. One value
@@ -291,7 +293,7 @@ pub(crate) fn values_as_copies(
             _ => None,
         })
         .collect();
-    if values.len() < VALUES_AS_COPIES_MIN {
+    if values.len() < VALUES_AS_COPIES_MIN && values.iter().all(|&(dst, _, _)| dst % 8 == 0) {
         return;
     }
     let mut cells: Vec<u64> = values.iter().map(|&(_, ticket, _)| ticket).collect();
@@ -332,6 +334,13 @@ pub(crate) fn queue_batch(sink: &mut dyn LaneSink, items: &[LaneItem], how: Batc
     let mut copies: Vec<(u64, u64, u64)> = Vec::new();
     let mut stores: Vec<(u64, u64)> = Vec::new();
     let mut copy_bytes = 0u64;
+    // A put_value is data: its store belongs on the copy stream, behind the stores an earlier
+    // batch set aside (so rejoin them first), and never aside itself, where a later batch's
+    // copy to the same bytes could land before it.
+    let has_values = items.iter().any(|i| matches!(i.work, LaneWork::Value { .. }));
+    if has_values {
+        ops += sink.route_stores(false)?;
+    }
     for item in items {
         match item.work {
             LaneWork::Copy { dst, src, len } => {
@@ -351,10 +360,10 @@ pub(crate) fn queue_batch(sink: &mut dyn LaneSink, items: &[LaneItem], how: Batc
     let (calls, queued) = queue_copies(sink, copies)?;
     ops += calls;
     copies_queued += queued;
-    // A put_value is data: set aside, a later batch's copy to the same bytes could land before
-    // it. Only signal and done stores go aside.
-    let has_values = items.iter().any(|i| matches!(i.work, LaneWork::Value { .. }));
-    ops += sink.route_stores(aside_from_bytes > 0 && copy_bytes >= aside_from_bytes && !has_values)?;
+    // Only signal and done stores go aside, and only in a batch without values.
+    if !has_values {
+        ops += sink.route_stores(aside_from_bytes > 0 && copy_bytes >= aside_from_bytes)?;
+    }
     // Newest value per signal, in the order the signals were first touched.
     let mut touched: Vec<(u32, u64)> = Vec::new();
     for item in items.iter().filter(|i| i.signal_op != SignalOp::None) {
@@ -538,10 +547,14 @@ mod tests {
         let mut advance = board();
         queue_batch(&mut rec, &items, stores(&mut advance, 14, 0)).unwrap();
         assert_eq!(rec.0[0], "copy 8<-1080 24", "contiguous destinations in contiguous cells: one copy");
-        // One value alone stays a store.
+        // One value alone stays a store, unless its destination is not aligned for one.
         let mut one = vec![value_item(20, 8, 9)];
         values_as_copies(&mut one, &|t| t, &mut |_, _| panic!("no cell for a lone value"));
         assert_eq!(one[0].work, LaneWork::Value { dst: 8, value: 9 });
+        let mut odd = vec![value_item(20, 12, 9)];
+        let mut cell = None;
+        values_as_copies(&mut odd, &|t| 1000 + t * 8, &mut |t, v| cell = Some((t, v)));
+        assert_eq!((odd[0].work, cell), (LaneWork::Copy { dst: 12, src: 1160, len: 8 }, Some((20, 9))));
     }
 
     #[test]
@@ -612,6 +625,20 @@ mod tests {
         let mut rec = Recorder::default();
         queue_batch(&mut rec, &[put(1, 0, 4096, 64), value_item(2, 8, 7)], stores(&mut advance, 3, 0)).unwrap();
         assert_eq!(rec.0[..2], ["copy 0<-4096 64".to_string(), "store 8=7".into()], "a later value: after the copy");
+    }
+
+    #[test]
+    fn a_value_after_an_aside_batch_goes_on_the_copy_stream_before_a_later_copy_over_it() {
+        let mut advance = board();
+        let mut rec = Recorder::default();
+        queue_batch(&mut rec, &[put(1, 1 << 20, 1 << 30, 4 << 20)], stores(&mut advance, 2, 1 << 20)).unwrap();
+        assert!(rec.0.contains(&"stores aside".to_string()), "the large batch's stores went aside");
+        let batch = [value_item(2, 64, 5), put(3, 64, (1 << 30) + 64, 64)];
+        queue_batch(&mut rec, &batch, stores(&mut advance, 4, 1 << 20)).unwrap();
+        let back = rec.0.iter().position(|l| l == "stores inline").expect("rejoined");
+        let value = rec.0.iter().position(|l| l == "store 64=5").unwrap();
+        let copy = rec.0.iter().position(|l| l == "copy 64<-1073741888 64").unwrap();
+        assert!(back < value && value < copy, "rejoin, the value, then the copy over it: {:?}", rec.0);
     }
 
     #[test]

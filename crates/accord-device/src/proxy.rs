@@ -200,17 +200,51 @@ struct WindowView {
     device_base: Option<u64>,
 }
 
-/// Stream-lane tickets of one peer queued and not yet seen completed.
+/// Stream-lane batches of one peer queued and not yet seen completed.
 #[derive(Default)]
 struct LanePending {
-    /// (ticket, descriptor) in ticket order.
-    tickets: VecDeque<(u64, Descriptor)>,
-    /// The done value of the last batch queued (its last ticket plus one).
+    /// The done value of the last batch queued. Batches are numbered 1, 2, ... in the order they
+    /// are queued (per proxy and peer), so the done word only grows and a batch is done exactly
+    /// when the word reaches its number. (Ticket-based done values went backwards when a later
+    /// batch held an older ticket, the signal of a put the engine completed late, and completed
+    /// that ticket before its signal was stored.)
     queued_done: u64,
-    /// Batches queued and not yet seen done: (done value, when queued).
-    batches: VecDeque<(u64, Instant)>,
+    /// Batches queued and not yet seen done: (done value, when queued, its tickets).
+    batches: VecDeque<LaneBatch>,
     /// When the proxy last saw this peer's lane make progress (or queued into an idle one).
     since: Option<Instant>,
+}
+
+/// One queued lane batch: its done value, when it was queued, and its (ticket, descriptor)s.
+struct LaneBatch {
+    done: u64,
+    queued: Instant,
+    tickets: Vec<(u64, Descriptor)>,
+}
+
+impl LanePending {
+    /// The done value the next batch queued gets.
+    fn next_done(&self) -> u64 {
+        self.queued_done + 1
+    }
+
+    /// Records a batch queued with done value `done` (from [`LanePending::next_done`]).
+    fn queued(&mut self, done: u64, now: Instant, tickets: Vec<(u64, Descriptor)>) {
+        if self.batches.is_empty() {
+            self.since = Some(now);
+        }
+        self.batches.push_back(LaneBatch { done, queued: now, tickets });
+        self.queued_done = done;
+    }
+
+    /// The batches the done word `seen` says are done, oldest first, taken off the queue.
+    fn take_done(&mut self, seen: u64) -> Vec<LaneBatch> {
+        let mut done = Vec::new();
+        while self.batches.front().is_some_and(|b| b.done <= seen) {
+            done.extend(self.batches.pop_front());
+        }
+        done
+    }
 }
 
 struct Proxy {
@@ -397,8 +431,8 @@ impl Proxy {
     }
 
     /// What the stream lane does for a checked descriptor, or `None` when it must go through
-    /// the engine (no lane to the peer, a window the lane cannot reach, a `put_value` that is
-    /// not 8 aligned bytes).
+    /// the engine (no lane to the peer, a window the lane cannot reach, a `put_value` of fewer
+    /// than 8 bytes).
     fn lane_work(&self, d: &Descriptor, action: &Action) -> Option<LaneWork> {
         self.lane_done.as_ref()?;
         let windows = self.lane_windows.get(d.peer as usize)?.as_ref()?;
@@ -410,7 +444,8 @@ impl Proxy {
             _ => return None,
         };
         match src {
-            WriteSource::Value(value) => (len == 8 && dst % 8 == 0).then_some(LaneWork::Value { dst, value }),
+            // Any alignment: an unaligned value is copied from its cell (`values_as_copies`).
+            WriteSource::Value(value) => (len == 8).then_some(LaneWork::Value { dst, value }),
             WriteSource::Window { device, .. } => device.map(|src| LaneWork::Copy { dst, src, len }),
         }
     }
@@ -435,21 +470,20 @@ impl Proxy {
                     }
                 });
             }
-            let last = items.last().map_or(0, |i| i.ticket);
-            let result = self.queue_on_lane(peer as u32, &items, last + 1);
+            let done = self.lane_pending[peer].next_done();
+            let result = self.queue_on_lane(peer as u32, &items, done);
             match result {
                 Ok(()) => {
                     let now = Instant::now();
                     self.shared.stats.lane_submit_ns.fetch_add(nanos(now - turn_start), Ordering::Relaxed);
-                    let pending = &mut self.lane_pending[peer];
-                    if pending.tickets.is_empty() {
-                        pending.since = Some(now);
-                    }
-                    pending.batches.push_back((last + 1, now));
-                    pending.queued_done = last + 1;
-                    pending.tickets.extend(batch.into_iter().map(|(item, d)| (item.ticket, d)));
+                    let tickets = batch.into_iter().map(|(item, d)| (item.ticket, d)).collect();
+                    self.lane_pending[peer].queued(done, now, tickets);
                 }
                 Err(reason) => {
+                    // Part of the batch may be queued already (copies from its cells or
+                    // windows): let the streams finish it before the tickets, and with them
+                    // their cells and sources, are released.
+                    self.drain_lane(peer);
                     for (item, d) in batch {
                         self.record(item.ticket, DescriptorErrorKind::Submit { peer: d.peer, reason: reason.clone() });
                         self.consumer.complete(item.ticket);
@@ -492,20 +526,16 @@ impl Proxy {
         let mut finished: Vec<(u64, Descriptor)> = Vec::new();
         let mut failed: Vec<(u64, Descriptor, String)> = Vec::new();
         for (peer, pending) in self.lane_pending.iter_mut().enumerate() {
-            if pending.tickets.is_empty() {
+            if pending.batches.is_empty() {
                 continue;
             }
             let seen = done.word(peer).map_or(0, |w| w.load(Ordering::Acquire));
-            while pending.batches.front().is_some_and(|(d, _)| *d <= seen) {
-                if let Some((_, queued)) = pending.batches.pop_front() {
-                    self.shared.stats.lane_complete_ns.fetch_add(nanos(queued.elapsed()), Ordering::Relaxed);
-                }
+            let completed = pending.take_done(seen);
+            for b in &completed {
+                self.shared.stats.lane_complete_ns.fetch_add(nanos(b.queued.elapsed()), Ordering::Relaxed);
             }
-            let before = pending.tickets.len();
-            while pending.tickets.front().is_some_and(|(t, _)| *t < seen) {
-                finished.extend(pending.tickets.pop_front());
-            }
-            if pending.tickets.len() != before {
+            if !completed.is_empty() {
+                finished.extend(completed.into_iter().flat_map(|b| b.tickets));
                 progressed = true;
                 pending.since = Some(Instant::now());
                 continue;
@@ -531,8 +561,9 @@ impl Proxy {
                     None => Some("no lane to this peer".to_string()),
                 };
                 if let Some(reason) = reason {
-                    pending.batches.clear();
-                    failed.extend(pending.tickets.drain(..).map(|(t, d)| (t, d, reason.clone())));
+                    for b in pending.batches.drain(..) {
+                        failed.extend(b.tickets.into_iter().map(|(t, d)| (t, d, reason.clone())));
+                    }
                     progressed = true;
                 }
             }
@@ -544,6 +575,18 @@ impl Proxy {
             self.consumer.complete(ticket);
         }
         progressed
+    }
+
+    /// Waits, at most [`LANE_STALL_CHECK`], for `peer`'s lane streams to go idle (or fail).
+    fn drain_lane(&self, peer: usize) {
+        let Some(lane) = self.shared.lanes.get(peer).and_then(|l| l.as_ref()) else { return };
+        let deadline = Instant::now() + LANE_STALL_CHECK;
+        while Instant::now() < deadline {
+            match lane.streams.lock().unwrap_or_else(|e| e.into_inner()).query() {
+                Ok(false) => std::thread::sleep(Duration::from_micros(50)),
+                _ => return,
+            }
+        }
     }
 
     /// Lane tickets completed (their bytes and signals landed at the peer): statistics (one
@@ -763,5 +806,33 @@ fn signal_op_of(v: u8) -> Option<SignalOp> {
         1 => Some(SignalOp::Add),
         2 => Some(SignalOp::Set),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tickets(list: &[u64]) -> Vec<(u64, Descriptor)> {
+        list.iter().map(|&t| (t, Descriptor::default())).collect()
+    }
+
+    #[test]
+    fn a_batch_is_done_by_its_number_not_by_its_tickets() {
+        // Batch 1 holds tickets 10 and 11; batch 2 only ticket 5, the signal of a put the engine
+        // completed late. Done words are batch numbers, so batch 1's word does not complete 5.
+        let mut p = LanePending::default();
+        let now = Instant::now();
+        let first = p.next_done();
+        p.queued(first, now, tickets(&[10, 11]));
+        let second = p.next_done();
+        p.queued(second, now, tickets(&[5]));
+        assert_eq!((first, second), (1, 2));
+        let done: Vec<u64> = p.take_done(1).into_iter().flat_map(|b| b.tickets).map(|(t, _)| t).collect();
+        assert_eq!(done, vec![10, 11]);
+        assert!(p.take_done(1).is_empty(), "nothing more at the same word");
+        let done: Vec<u64> = p.take_done(2).into_iter().flat_map(|b| b.tickets).map(|(t, _)| t).collect();
+        assert_eq!(done, vec![5]);
+        assert!(p.batches.is_empty() && p.next_done() == 3);
     }
 }

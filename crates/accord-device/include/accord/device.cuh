@@ -334,6 +334,19 @@ ACCORD_DEVICE_INLINE void fence_release_sys() {
 #endif
 }
 
+/// Whether `p` is in the global state space (device or mapped host memory), not in shared or
+/// local memory.
+ACCORD_DEVICE_INLINE bool in_global(const void* p) {
+#if defined(__CUDA_ARCH__)
+  u32 global;
+  asm("{ .reg .pred g; isspacep.global g, %1; selp.u32 %0, 1, 0, g; }" : "=r"(global) : "l"(p));
+  return global != 0;
+#else
+  (void)p;
+  return true;
+#endif
+}
+
 /// A word of the device table, its rings, its windows or its peer arrays. None of them changes
 /// once built (registering a window builds a new table; the signal slots, bases, counters and
 /// the barrier epoch they point to are other memory), so they are read through the read-only
@@ -341,8 +354,11 @@ ACCORD_DEVICE_INLINE void fence_release_sys() {
 /// put_direct's fence) invalidates the L1, and the plain loads of put_direct's targets after
 /// it were three dependent L2 round trips in front of the first store of every ping-pong turn.
 /// ACCORD_DEVICE_TABLE_PLAIN_LOADS turns this off (the bench's before/after).
+/// A table copied into shared or local memory (a kernel may copy the struct it was given) is
+/// read with plain loads: the read-only path is for global memory only.
 ACCORD_DEVICE_INLINE u64 table_word(const u64& field) {
 #if defined(__CUDA_ARCH__) && !defined(ACCORD_DEVICE_TABLE_PLAIN_LOADS)
+  if (!in_global(&field)) return field;
   u64 v;
   asm("ld.global.nc.u64 %0, [%1];" : "=l"(v) : "l"(&field));
   return v;
@@ -354,6 +370,7 @@ ACCORD_DEVICE_INLINE u64 table_word(const u64& field) {
 /// table_word for the table's 32-bit fields.
 ACCORD_DEVICE_INLINE u32 table_word(const u32& field) {
 #if defined(__CUDA_ARCH__) && !defined(ACCORD_DEVICE_TABLE_PLAIN_LOADS)
+  if (!in_global(&field)) return field;
   u32 v;
   asm("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(&field));
   return v;
@@ -508,8 +525,10 @@ ACCORD_DEVICE_INLINE u32 lane_id() {
 /// system scope and stores every ready lane's `seq`. Why: a release at system scope is a wait
 /// for the thread's writes to reach host memory; one per put capped a grid of small puts at the
 /// GPU's rate of such fences (2.6-4.0 M puts/s on the 2xH200 host, stop 43), one per warp does
-/// not. Correct by cumulativity: the barrier orders each lane's body (and its earlier writes,
-/// a put's source) before the leader's release fence, which orders them before the seqs.
+/// not. Correct by cumulativity: the warp barrier (`bar.warp.sync`, which orders memory among
+/// the lanes it joins) orders each lane's body (and its earlier writes, a put's source) before
+/// the leader's release fence, which orders them before the seqs. `group` holds the lanes
+/// publishing to this very ring (matched on its address), so they agree on its slots.
 ACCORD_DEVICE_INLINE Status publish_group(const RingDevice* ring, u64 slot_count, u32 group, const Descriptor& d) {
   const u32 lane = lane_id();
   const u32 leader = __ffs(group) - 1;
@@ -546,7 +565,8 @@ ACCORD_DEVICE_INLINE Status publish(const DeviceTable* t, u32 ring_index, const 
   const RingDevice* ring = ring_at(t, ring_index);
   const u64 slot_count = table_word(ring->slot_count);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700 && !defined(ACCORD_DEVICE_EMULATION)
-  const u32 group = __match_any_sync(__activemask(), ring_index);
+  // Grouped by the ring's address, not its index: lanes may publish through different tables.
+  const u32 group = __match_any_sync(__activemask(), reinterpret_cast<unsigned long long>(ring));
   if (__popc(group) > 1 && __popc(group) <= slot_count) return publish_group(ring, slot_count, group, d);
 #endif
   u64* reserved = reinterpret_cast<u64*>(table_word(ring->reserved));
@@ -824,8 +844,9 @@ ACCORD_DEVICE_INLINE u32 user_signal_count(const DeviceTable* table) {
 /// Memory touched: the ring's `reserved`/`cached_consumed` (device), one descriptor slot and,
 /// only when the ring looks full, `control.consumed` (mapped host); the window table (read).
 /// An 8-byte put with 8-byte aligned ends from a window in this GPU's own memory
-/// (`readable_windows`) reads its source word here and travels inline, as a put_value
-/// (ACCORD_DEVICE_PUT_INLINE; its counter then means the same: the descriptor ran).
+/// (`readable_windows`) reads its source word here, when called (so its source may be reused
+/// as soon as it returns), and travels inline, as a put_value (ACCORD_DEVICE_PUT_INLINE); its
+/// counter still bumps once the proxy ran it. Memory touched then also: that source word.
 /// `ring`: RING_AUTO (blockIdx.x % ring_count) or an explicit ring index.
 ACCORD_DEVICE_INLINE Status put(const DeviceTable* table, u32 window, u32 peer, u64 dst_offset, u32 src_window,
                                 u64 src_offset, u64 bytes, u8 signal_op = SIGNAL_NONE, u32 signal_id = 0,
