@@ -155,7 +155,8 @@ impl EngineBuilder {
         self
     }
     /// How long a shared-memory receiver polls its rings before it sleeps; `ACCORD_SHM_SPIN_US`
-    /// still overrides it.
+    /// still overrides it. A later [`EngineBuilder::shm`] replaces the whole shared-memory
+    /// configuration, this included.
     pub fn shm_spin(mut self, spin: Duration) -> Self {
         self.config.shm.spin = spin;
         self
