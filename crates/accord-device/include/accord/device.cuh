@@ -347,33 +347,33 @@ ACCORD_DEVICE_INLINE bool in_global(const void* p) {
 #endif
 }
 
-/// A word of the device table, its rings, its windows or its peer arrays. None of them changes
-/// once built (registering a window builds a new table; the signal slots, bases, counters and
-/// the barrier epoch they point to are other memory), so they are read through the read-only
-/// data path (`ld.global.nc`). Why: an acquire at system scope (every wait's confirmation, a
-/// put_direct's fence) invalidates the L1, and the plain loads of put_direct's targets after
-/// it were three dependent L2 round trips in front of the first store of every ping-pong turn.
-/// ACCORD_DEVICE_TABLE_PLAIN_LOADS turns this off (the bench's before/after).
-/// A table copied into shared or local memory (a kernel may copy the struct it was given) is
-/// read with plain loads: the read-only path is for global memory only.
-ACCORD_DEVICE_INLINE u64 table_word(const u64& field) {
-#if defined(__CUDA_ARCH__) && !defined(ACCORD_DEVICE_TABLE_PLAIN_LOADS)
-  if (!in_global(&field)) return field;
+#if defined(__CUDA_ARCH__)
+/// A load through the read-only data path (`ld.global.nc`); `p` must be global memory.
+ACCORD_DEVICE_INLINE u64 load_nc(const u64* p) {
   u64 v;
-  asm("ld.global.nc.u64 %0, [%1];" : "=l"(v) : "l"(&field));
+  asm("ld.global.nc.u64 %0, [%1];" : "=l"(v) : "l"(p));
   return v;
-#else
-  return field;
-#endif
 }
-
-/// table_word for the table's 32-bit fields.
-ACCORD_DEVICE_INLINE u32 table_word(const u32& field) {
-#if defined(__CUDA_ARCH__) && !defined(ACCORD_DEVICE_TABLE_PLAIN_LOADS)
-  if (!in_global(&field)) return field;
+ACCORD_DEVICE_INLINE u32 load_nc(const u32* p) {
   u32 v;
-  asm("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(&field));
+  asm("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(p));
   return v;
+}
+#endif
+
+/// A word (u32 or u64) of the device table, its rings, its windows or its peer arrays. None of
+/// them changes once built (registering a window builds a new table; the signal slots, bases,
+/// counters and the barrier epoch they point to are other memory), so they are read through the
+/// read-only data path (`ld.global.nc`). Why: an acquire at system scope (every wait's
+/// confirmation, a put_direct's fence) invalidates the L1, and the plain loads of put_direct's
+/// targets after it were three dependent L2 round trips in front of the first store of every
+/// ping-pong turn. A table copied into shared or local memory (a kernel may copy the struct it
+/// was given) is read with plain loads: the read-only path is for global memory only.
+/// ACCORD_DEVICE_TABLE_PLAIN_LOADS turns this off (the bench's before/after).
+template <class T>
+ACCORD_DEVICE_INLINE T table_word(const T& field) {
+#if defined(__CUDA_ARCH__) && !defined(ACCORD_DEVICE_TABLE_PLAIN_LOADS)
+  return in_global(&field) ? load_nc(&field) : field;
 #else
   return field;
 #endif
@@ -753,6 +753,32 @@ ACCORD_DEVICE_INLINE Status wait_checks(const DeviceTable* t, const SignalWait& 
   return OK;
 }
 
+/// `sum` less the signal's base, 0 where a SIGNAL_SET lowered the sum below it.
+ACCORD_DEVICE_INLINE u64 above_base(u64 sum, u64 base) { return sum >= base ? sum - base : 0; }
+
+/// The poll loop of a wait: `relaxed_sum()` each poll; once it reaches the target,
+/// `confirmed_sum()` (acquire loads) decides; the periodic checks (wait_checks) end it with
+/// their status. The value reached goes to `*reached` when given.
+template <class Relaxed, class Confirmed>
+ACCORD_DEVICE_INLINE Status wait_loop(const DeviceTable* t, const SignalWait& w, u64* reached, Relaxed relaxed_sum,
+                                      Confirmed confirmed_sum) {
+  for (u32 polls = 0;; ++polls) {
+    const u64 value = above_base(relaxed_sum(), w.base);
+    if (value >= w.at_least) {
+      const u64 confirmed = above_base(confirmed_sum(), w.base);
+      if (confirmed >= w.at_least) {
+        if (reached != nullptr) *reached = confirmed;
+        return OK;
+      }
+    }
+    const Status s = wait_checks(t, w, polls);
+    if (s != OK) {
+      if (reached != nullptr) *reached = value;
+      return s;
+    }
+  }
+}
+
 /// wait_signal for a world of N ranks (N <= 8). Each poll issues its N relaxed loads back to
 /// back and only then sums them: a loop over a runtime count added each value before loading
 /// the next, so every poll was N dependent round trips to L2, and the ping's arrival was seen
@@ -771,50 +797,27 @@ ACCORD_DEVICE_INLINE Status wait_tracked(const DeviceTable* t, const SignalWait&
     at_entry[r] = load_acquire_sys(w.slots + r);
     last[r] = at_entry[r];
   }
-  for (u32 polls = 0;; ++polls) {
+  const auto relaxed_sum = [&]() {
 #pragma unroll
     for (u32 r = 0; r < N; ++r) last[r] = load_volatile(w.slots + r);
     u64 sum = 0;
 #pragma unroll
     for (u32 r = 0; r < N; ++r) sum += last[r];
-    const u64 value = sum >= w.base ? sum - w.base : 0;
-    if (value >= w.at_least) {
-      u64 confirmed_sum = 0;
+    return sum;
+  };
+  const auto confirmed_sum = [&]() {
+    u64 sum = 0;
 #pragma unroll
-      for (u32 r = 0; r < N; ++r) confirmed_sum += last[r] == at_entry[r] ? at_entry[r] : load_acquire_sys(w.slots + r);
-      const u64 confirmed = confirmed_sum >= w.base ? confirmed_sum - w.base : 0;
-      if (confirmed >= w.at_least) {
-        if (reached != nullptr) *reached = confirmed;
-        return OK;
-      }
-    }
-    const Status s = wait_checks(t, w, polls);
-    if (s != OK) {
-      if (reached != nullptr) *reached = value;
-      return s;
-    }
-  }
+    for (u32 r = 0; r < N; ++r) sum += last[r] == at_entry[r] ? at_entry[r] : load_acquire_sys(w.slots + r);
+    return sum;
+  };
+  return wait_loop(t, w, reached, relaxed_sum, confirmed_sum);
 }
 
 /// wait_signal past 8 ranks: every slot is confirmed with acquire, as read_signal does.
 ACCORD_DEVICE_INLINE Status wait_untracked(const DeviceTable* t, u32 id, const SignalWait& w, u64* reached) {
-  for (u32 polls = 0;; ++polls) {
-    const u64 sum = signal_sum_relaxed(t, id);
-    const u64 value = sum >= w.base ? sum - w.base : 0;
-    if (value >= w.at_least) {
-      const u64 confirmed_sum = signal_sum(t, id);
-      const u64 confirmed = confirmed_sum >= w.base ? confirmed_sum - w.base : 0;
-      if (confirmed >= w.at_least) {
-        if (reached != nullptr) *reached = confirmed;
-        return OK;
-      }
-    }
-    const Status s = wait_checks(t, w, polls);
-    if (s != OK) {
-      if (reached != nullptr) *reached = value;
-      return s;
-    }
-  }
+  return wait_loop(
+      t, w, reached, [&]() { return signal_sum_relaxed(t, id); }, [&]() { return signal_sum(t, id); });
 }
 
 }  // namespace detail
