@@ -92,6 +92,9 @@ pub struct DeviceStats {
     /// Copies they queued after merging (per batch, with `lane_items`: how well puts merged;
     /// the copy engine spends about a microsecond on each whatever its size).
     pub lane_copies: u64,
+    /// Summed over lane batches: the time inside `queue_batch` (merging and the driver calls),
+    /// the part of `lane_submit_ns` not spent taking and checking descriptors.
+    pub lane_queue_ns: u64,
     /// Summed over lane batches: from the proxy taking the batch's first descriptor to its
     /// last driver call returning (the host's share of a put's latency).
     pub lane_submit_ns: u64,
@@ -610,6 +613,7 @@ impl DeviceComm {
             lane_driver_ops: c.lane_driver_ops.load(Ordering::Relaxed),
             lane_items: c.lane_items.load(Ordering::Relaxed),
             lane_copies: c.lane_copies.load(Ordering::Relaxed),
+            lane_queue_ns: c.lane_queue_ns.load(Ordering::Relaxed),
             lane_submit_ns: c.lane_submit_ns.load(Ordering::Relaxed),
             lane_complete_ns: c.lane_complete_ns.load(Ordering::Relaxed),
         }

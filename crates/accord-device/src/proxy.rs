@@ -508,7 +508,9 @@ impl Proxy {
             done_value,
             aside_from_bytes: s.lane_stores_aside_bytes,
         };
+        let calls_start = Instant::now();
         let queued = queue_batch(&mut StreamSink(&mut streams), items, how)?;
+        s.stats.lane_queue_ns.fetch_add(nanos(calls_start.elapsed()), Ordering::Relaxed);
         drop(streams);
         s.stats.signal_writes_issued.fetch_add(queued.signal_stores as u64, Ordering::Relaxed);
         s.stats.lane_batches.fetch_add(1, Ordering::Relaxed);

@@ -28,6 +28,7 @@ pub(crate) struct Counters {
     pub(crate) lane_driver_ops: AtomicU64,
     pub(crate) lane_items: AtomicU64,
     pub(crate) lane_copies: AtomicU64,
+    pub(crate) lane_queue_ns: AtomicU64,
     pub(crate) lane_submit_ns: AtomicU64,
     pub(crate) lane_complete_ns: AtomicU64,
 }

@@ -392,6 +392,7 @@ impl DeviceComm {
             ("lane_driver_ops", s.lane_driver_ops),
             ("lane_items", s.lane_items),
             ("lane_copies", s.lane_copies),
+            ("lane_queue_ns", s.lane_queue_ns),
             ("lane_submit_ns", s.lane_submit_ns),
             ("lane_complete_ns", s.lane_complete_ns),
         ] {

@@ -47,6 +47,8 @@ pub struct ProxyStats {
     pub lane_items: u64,
     /// Copies the lane batches queued after merging.
     pub lane_copies: u64,
+    /// Summed time inside the batches' queueing (merging and driver calls, ns).
+    pub lane_queue_ns: u64,
 }
 
 mod imp {
@@ -116,6 +118,7 @@ mod imp {
                 lane_complete_ns: s.lane_complete_ns,
                 lane_items: s.lane_items,
                 lane_copies: s.lane_copies,
+                lane_queue_ns: s.lane_queue_ns,
             }
         }
 

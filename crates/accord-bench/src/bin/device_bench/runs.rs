@@ -266,10 +266,11 @@ fn finish(mut ctx: Ctx) -> Result<(), String> {
         s.lane_complete_ns,
         s.lane_items,
         s.lane_copies,
+        s.lane_queue_ns,
     ])?;
     if ctx.rank == 0 {
         header(
-            "proxy statistics per rank (lane: stream-lane batches, their driver calls, mean host and queued-to-done time, descriptors and merged copies per batch)",
+            "proxy statistics per rank (lane: stream-lane batches, their driver calls, mean host time (of it queueing: merging and driver calls) and queued-to-done time, descriptors and merged copies per batch)",
             &[
                 ("rank", 5),
                 ("descriptors", 12),
@@ -280,6 +281,7 @@ fn finish(mut ctx: Ctx) -> Result<(), String> {
                 ("lane_batches", 13),
                 ("lane_calls", 11),
                 ("host_us", 8),
+                ("queue_us", 9),
                 ("done_us", 8),
                 ("items/b", 8),
                 ("copies/b", 9),
@@ -300,12 +302,13 @@ fn finish(mut ctx: Ctx) -> Result<(), String> {
                 (cell(5), 13),
                 (cell(6), 11),
                 (format!("{:.2}", per_batch_us(7)), 8),
+                (format!("{:.2}", per_batch_us(11)), 9),
                 (format!("{:.2}", per_batch_us(8)), 8),
                 (format!("{:.1}", per_batch(9)), 8),
                 (format!("{:.1}", per_batch(10)), 9),
             ]);
             println!(
-                "{{\"bench\":\"device_proxy_stats\",\"route\":{},\"rank\":{rank},\"descriptors\":{},\"bytes\":{},\"errors\":{},\"signal_writes\":{},\"signal_coalesced\":{},\"lane_batches\":{},\"lane_driver_calls\":{},\"lane_host_us_per_batch\":{:.3},\"lane_done_us_per_batch\":{:.3},\"lane_items\":{},\"lane_copies\":{}}}",
+                "{{\"bench\":\"device_proxy_stats\",\"route\":{},\"rank\":{rank},\"descriptors\":{},\"bytes\":{},\"errors\":{},\"signal_writes\":{},\"signal_coalesced\":{},\"lane_batches\":{},\"lane_driver_calls\":{},\"lane_host_us_per_batch\":{:.3},\"lane_done_us_per_batch\":{:.3},\"lane_items\":{},\"lane_copies\":{},\"lane_queue_us_per_batch\":{:.3}}}",
                 ctx.route(),
                 cell(0),
                 cell(1),
@@ -317,7 +320,8 @@ fn finish(mut ctx: Ctx) -> Result<(), String> {
                 per_batch_us(7),
                 per_batch_us(8),
                 cell(9),
-                cell(10)
+                cell(10),
+                per_batch_us(11)
             );
         }
     }
