@@ -322,18 +322,6 @@ ACCORD_DEVICE_INLINE void add_release_sys(u64* p, u64 v) {
 
 ACCORD_DEVICE_INLINE u64 load_volatile(const u64* p) { return *reinterpret_cast<const volatile u64*>(p); }
 
-ACCORD_DEVICE_INLINE void store_volatile(u64* p, u64 v) { *reinterpret_cast<volatile u64*>(p) = v; }
-
-/// Release fence at system scope: this thread's earlier writes, and those it observed (through a
-/// barrier, say), are visible before its later writes.
-ACCORD_DEVICE_INLINE void fence_release_sys() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-  asm volatile("fence.acq_rel.sys;" ::: "memory");
-#else
-  __threadfence_system();
-#endif
-}
-
 /// Whether `p` is in the global state space (device or mapped host memory), not in shared or
 /// local memory.
 ACCORD_DEVICE_INLINE bool in_global(const void* p) {
@@ -511,64 +499,15 @@ ACCORD_DEVICE_INLINE void write_body(const RingDevice* ring, u64 slot_count, u64
   reinterpret_cast<ulonglong2*>(words)[3] = make_ulonglong2(body[5], body[6]);
 }
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700 && !defined(ACCORD_DEVICE_EMULATION)
-/// This thread's lane in its warp.
-ACCORD_DEVICE_INLINE u32 lane_id() {
-  u32 lane;
-  asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
-  return lane;
-}
-
-/// publish for `group`, the lanes of a warp publishing to one ring at once (two or more, at
-/// most the ring's slots): one atomic takes the group's tickets, each lane waits for its slot
-/// and writes its body, then after a warp barrier the leader (lowest lane) fences once at
-/// system scope and stores every ready lane's `seq`. Why: a release at system scope is a wait
-/// for the thread's writes to reach host memory; one per put capped a grid of small puts at the
-/// GPU's rate of such fences (2.6-4.0 M puts/s on the 2xH200 host, stop 43), one per warp does
-/// not. Correct by cumulativity: the warp barrier (`bar.warp.sync`, which orders memory among
-/// the lanes it joins) orders each lane's body (and its earlier writes, a put's source) before
-/// the leader's release fence, which orders them before the seqs. `group` holds the lanes
-/// publishing to this very ring (matched on its address), so they agree on its slots.
-ACCORD_DEVICE_INLINE Status publish_group(const RingDevice* ring, u64 slot_count, u32 group, const Descriptor& d) {
-  const u32 lane = lane_id();
-  const u32 leader = __ffs(group) - 1;
-  u64 base = 0;
-  if (lane == leader) {
-    base = atomicAdd(reinterpret_cast<unsigned long long*>(table_word(ring->reserved)), u64(__popc(group)));
-  }
-  base = __shfl_sync(group, base, leader);
-  const u64 ticket = base + __popc(group & ((1u << lane) - 1u));
-  const Status s = wait_for_slot(ring, slot_count, ticket);
-  if (s == OK) write_body(ring, slot_count, ticket, d);
-  __syncwarp(group);
-  const u32 ready = __ballot_sync(group, s == OK);
-  if (lane == leader) {
-    fence_release_sys();
-    u64 next = base;
-    for (u32 rest = group; rest != 0; rest &= rest - 1, ++next) {
-      if (ready & (rest & (0u - rest))) store_volatile(&slot_of(ring, slot_count, next)->seq, next + 1);
-    }
-  }
-  __syncwarp(group);
-  return s;
-}
-#endif
-
 /// The producer protocol (the same as the proxy's HostProducer): take a ticket, wait for its
 /// slot to be free (wait_for_slot), fill every field, then publish `seq = ticket + 1` with a
-/// release store at system scope. Lanes of a warp that publish to the same ring together do it
-/// as a group (publish_group).
+/// release store at system scope.
 ///
 /// A TIMEOUT here means the proxy did not free a slot within ACCORD_DEVICE_RING_WAIT_NS; the
 /// ticket taken is then never published, so that ring stays wedged: treat it as fatal.
 ACCORD_DEVICE_INLINE Status publish(const DeviceTable* t, u32 ring_index, const Descriptor& d) {
   const RingDevice* ring = ring_at(t, ring_index);
   const u64 slot_count = table_word(ring->slot_count);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700 && !defined(ACCORD_DEVICE_EMULATION)
-  // Grouped by the ring's address, not its index: lanes may publish through different tables.
-  const u32 group = __match_any_sync(__activemask(), reinterpret_cast<unsigned long long>(ring));
-  if (__popc(group) > 1 && __popc(group) <= slot_count) return publish_group(ring, slot_count, group, d);
-#endif
   u64* reserved = reinterpret_cast<u64*>(table_word(ring->reserved));
   const u64 ticket = atomicAdd(reinterpret_cast<unsigned long long*>(reserved), 1ull);
   const Status s = wait_for_slot(ring, slot_count, ticket);
@@ -929,9 +868,8 @@ ACCORD_DEVICE_INLINE Status signal(const DeviceTable* table, u32 peer, u32 id, u
 /// Memory touched: `signals[id][*]` and `signal_bases[id]` (device memory).
 ACCORD_DEVICE_INLINE u64 read_signal(const DeviceTable* table, u32 id) {
   if (!detail::user_signal(table, id)) return 0;
-  const u64 sum = detail::signal_sum(table, id);
   const u64 base = detail::load_volatile(reinterpret_cast<const u64*>(detail::table_word(table->signal_bases)) + id);
-  return sum >= base ? sum - base : 0;
+  return detail::above_base(detail::signal_sum(table, id), base);
 }
 
 /// reset_signal (one thread): makes read_signal(id) read 0 from here on by recording the
@@ -1123,30 +1061,6 @@ ACCORD_DEVICE_INLINE Status signal_block(const DeviceTable* table, u32 peer, u32
 // proxy owns the running value of the slots it writes and would overwrite a direct update.
 // These use SMs for the bytes; the proxy path uses none.
 
-/// put_direct (one thread): stores `bytes` from `src` (any memory this thread can read) into
-/// `peer`'s window `window` at `dst_offset`, then applies the signal action directly. OK;
-/// NOT_DIRECT when the peer's window or signal slots are not mapped here (nothing written); or
-/// BAD_ARGUMENT. Ordering: the bytes are visible to the peer before its signal slot changes.
-/// Memory: the window table, the peer's window and signal slot (peer device memory).
-/// Signal through one path per (peer, signal): put_direct's signal and the proxy's (put,
-/// put_value, signal) both write this rank's slot at the peer, and the proxy sets it to its own
-/// running value, which would hide earlier direct adds (the peer's wait then ends in TIMEOUT).
-ACCORD_DEVICE_INLINE Status put_direct(const DeviceTable* table, u32 window, u32 peer, u64 dst_offset,
-                                       const void* src, u64 bytes, u8 signal_op = SIGNAL_NONE, u32 signal_id = 0,
-                                       u64 signal_value = 0) {
-  u8* dst;
-  u64* slot;
-  const Status s =
-      detail::direct_targets(table, window, peer, dst_offset, bytes, signal_op, signal_id, &dst, &slot);
-  if (s != OK) return s;
-  detail::copy_strided(dst, src, bytes, 0, 1);
-  // The signal's release (store or reduction at system scope) orders the stores above before
-  // it; without a signal, the fence makes the bytes visible before this returns.
-  if (slot == nullptr) __threadfence_system();
-  detail::direct_signal(slot, signal_op, signal_value);
-  return OK;
-}
-
 /// direct_peer (any thread): resolves `peer`'s window `window` for put_direct once, so a loop
 /// of put_direct calls to that peer reads no table (`ping-pong` mode put_direct(peer) of
 /// accord-device-bench measures the difference). OK; NOT_DIRECT when the window is not mapped
@@ -1167,9 +1081,28 @@ ACCORD_DEVICE_INLINE Status put_direct(const DirectPeer& to, u64 dst_offset, con
   const Status s = detail::direct_targets_of(to, dst_offset, bytes, signal_op, signal_id, &dst, &slot);
   if (s != OK) return s;
   detail::copy_strided(dst, src, bytes, 0, 1);
+  // The signal's release (store or reduction at system scope) orders the stores above before
+  // it; without a signal, the fence makes the bytes visible before this returns.
   if (slot == nullptr) __threadfence_system();
   detail::direct_signal(slot, signal_op, signal_value);
   return OK;
+}
+
+/// put_direct (one thread): stores `bytes` from `src` (any memory this thread can read) into
+/// `peer`'s window `window` at `dst_offset`, then applies the signal action directly. OK;
+/// NOT_DIRECT when the peer's window or signal slots are not mapped here (nothing written); or
+/// BAD_ARGUMENT. Ordering: the bytes are visible to the peer before its signal slot changes.
+/// Memory: the window table, the peer's window and signal slot (peer device memory).
+/// Signal through one path per (peer, signal): put_direct's signal and the proxy's (put,
+/// put_value, signal) both write this rank's slot at the peer, and the proxy sets it to its own
+/// running value, which would hide earlier direct adds (the peer's wait then ends in TIMEOUT).
+ACCORD_DEVICE_INLINE Status put_direct(const DeviceTable* table, u32 window, u32 peer, u64 dst_offset,
+                                       const void* src, u64 bytes, u8 signal_op = SIGNAL_NONE, u32 signal_id = 0,
+                                       u64 signal_value = 0) {
+  DirectPeer p;
+  const Status s = detail::resolve_direct(table, window, peer, &p);
+  if (s != OK) return s;
+  return put_direct(p, dst_offset, src, bytes, signal_op, signal_id, signal_value);
 }
 
 /// put_direct by a converged warp: the lanes share the stores (16 bytes a lane a step where
