@@ -125,7 +125,6 @@ impl ProxyHandle {
         lane: Option<LaneMemory>,
         timing: ProxyTiming,
     ) -> std::io::Result<ProxyHandle> {
-        let (lane_done, lane_values) = lane.map_or((None, None), |l| (Some(l.done), Some(l.values)));
         let stop = Arc::new(AtomicBool::new(false));
         let stop_flag = stop.clone();
         let thread = std::thread::Builder::new().name(format!("accord-proxy-{}", ring.index())).spawn(move || {
@@ -138,8 +137,7 @@ impl ProxyHandle {
             let mut proxy = Proxy {
                 views: Vec::new(),
                 lane_windows: (0..world).map(|_| None).collect(),
-                lane_done,
-                lane_values,
+                lane,
                 lane_pending: (0..world).map(|_| LanePending::default()).collect(),
                 lane_batches: (0..world).map(|_| Vec::new()).collect(),
                 consumer: RingConsumer::new(ring),
@@ -252,11 +250,8 @@ struct Proxy {
     views: Vec<WindowView>,
     /// Per peer with a lane: the device address (here) of each of its windows, 0 where none.
     lane_windows: Vec<Option<Vec<u64>>>,
-    /// One mapped host word per peer that the lane's stream writes each batch's done value to.
-    lane_done: Option<Block>,
-    /// One mapped host cell per ring slot: a batch's `put_value`s are copied from the cells of
-    /// its tickets (`lane::values_as_copies`).
-    lane_values: Option<Block>,
+    /// The lanes' mapped host memory (done words, value cells); none without stream lanes.
+    lane: Option<LaneMemory>,
     lane_pending: Vec<LanePending>,
     /// Items of the batch being gathered, per peer.
     lane_batches: Vec<Vec<(LaneItem, Descriptor)>>,
@@ -434,7 +429,7 @@ impl Proxy {
     /// the engine (no lane to the peer, a window the lane cannot reach, a `put_value` of fewer
     /// than 8 bytes).
     fn lane_work(&self, d: &Descriptor, action: &Action) -> Option<LaneWork> {
-        self.lane_done.as_ref()?;
+        self.lane.as_ref()?;
         let windows = self.lane_windows.get(d.peer as usize)?.as_ref()?;
         let Action::Write { src, dst_window, dst_offset, len } = *action else {
             return Some(LaneWork::SignalOnly);
@@ -459,7 +454,7 @@ impl Proxy {
             }
             let batch = std::mem::take(&mut self.lane_batches[peer]);
             let mut items: Vec<LaneItem> = batch.iter().map(|(item, _)| *item).collect();
-            if let Some(cells) = &self.lane_values {
+            if let Some(cells) = self.lane.as_ref().map(|l| &l.values) {
                 let slots = u64::from(self.consumer.ring().slot_count());
                 let base = cells.device_addr();
                 let cell = |ticket: u64| (ticket % slots) as usize;
@@ -497,7 +492,7 @@ impl Proxy {
     fn queue_on_lane(&self, peer: u32, items: &[LaneItem], done_value: u64) -> Result<(), String> {
         let s = &self.shared;
         let lane = s.lanes[peer as usize].as_ref().ok_or("no lane to this peer")?;
-        let done = self.lane_done.as_ref().ok_or("no lane done words")?;
+        let done = self.lane.as_ref().map(|l| &l.done).ok_or("no lane done words")?;
         let done_word = done.device_addr() + u64::from(peer) * 8;
         let mut streams = lane.streams.lock().unwrap_or_else(|e| e.into_inner());
         let mut advance = |signal, op, operand| s.signal_board.advance(peer, signal, op, operand);
@@ -523,7 +518,7 @@ impl Proxy {
     /// Completes lane tickets whose batch's done value the stream wrote; fails a peer's pending
     /// tickets when its stream reports a fault. Whether anything moved.
     fn poll_lanes(&mut self) -> bool {
-        let Some(done) = self.lane_done.as_ref() else { return false };
+        let Some(done) = self.lane.as_ref().map(|l| &l.done) else { return false };
         let mut progressed = false;
         let mut finished: Vec<(u64, Descriptor)> = Vec::new();
         let mut failed: Vec<(u64, Descriptor, String)> = Vec::new();
@@ -684,7 +679,7 @@ impl Proxy {
         let s = self.shared.clone();
         let signal_op = signal_op_of(d.signal_op).unwrap_or(SignalOp::None);
         if signal_op != SignalOp::None
-            && self.lane_done.is_some()
+            && self.lane.is_some()
             && s.lanes.get(d.peer as usize).is_some_and(|l| l.is_some())
         {
             // The peer's signals all go through its lane, so their order is the stream's. The
