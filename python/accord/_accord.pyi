@@ -349,6 +349,7 @@ class DeviceComm:
         stream_lane: bool = True,
         producer_timeout: float = 30.0,
         lane_stores_aside_bytes: int = 0,
+        descriptors_per_turn: int = ...,
     ) -> Self: ...
     @property
     def rank(self) -> int: ...

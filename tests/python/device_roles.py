@@ -202,7 +202,7 @@ def refused_before_hand_over() -> list[str]:
     without being exported. Returns the messages in that order."""
     comm = accord.Communicator(timeout=TIMEOUT_S)
     messages = []
-    for kwargs in ({"rings": 0}, {"slot_count": 12}, {"counters": 0}):
+    for kwargs in ({"rings": 0}, {"slot_count": 12}, {"counters": 0}, {"descriptors_per_turn": 0}):
         try:
             ad.DeviceComm(comm, None, **kwargs).close()  # type: ignore[arg-type]
         except accord.InvalidRequestError as e:

@@ -80,12 +80,13 @@ def test_malformed_descriptors_are_errors_and_write_nothing() -> None:
 
 def test_arguments_refused_before_the_hand_over_leave_the_communicator_usable() -> None:
     for messages in accord.run(device_roles.refused_before_hand_over, 2, timeout=60):
-        assert len(messages) == 5, messages
+        assert len(messages) == 6, messages
         assert "rings 0: give 1..=" in messages[0], messages
         assert "slot_count 12: give a power of two" in messages[1], messages
         assert "counters 0: give 1..=" in messages[2], messages
-        assert "cannot open GPU 4095" in messages[3] and "gpu=None" in messages[3], messages
-        assert "a CUDA tensor (GPU 1) needs a DeviceComm built with gpu=1" in messages[4], messages
+        assert "descriptors_per_turn 0: give 1..=" in messages[3], messages
+        assert "cannot open GPU 4095" in messages[4] and "gpu=None" in messages[4], messages
+        assert "a CUDA tensor (GPU 1) needs a DeviceComm built with gpu=1" in messages[5], messages
 
 
 def test_the_packaged_header_is_the_repository_header() -> None:

@@ -30,6 +30,11 @@ pub struct DeviceCommConfig {
     pub rings: usize,
     /// Slots per ring (a power of two).
     pub slot_count: u32,
+    /// Descriptors a proxy takes per turn (capped at `slot_count`; local to this rank). A turn's
+    /// items for one peer's stream lane go out as one batch, whose driver calls cost tens of
+    /// microseconds whatever its size, so small puts run faster in larger turns, given slots
+    /// enough to hold several turns in flight.
+    pub descriptors_per_turn: usize,
     /// Signals users may use; one more is allocated for the device barrier (the last id).
     pub user_signals: u32,
     /// Counters.
@@ -57,6 +62,7 @@ impl Default for DeviceCommConfig {
         DeviceCommConfig {
             rings: 1,
             slot_count: RING_SLOTS_DEFAULT,
+            descriptors_per_turn: crate::proxy::DESCRIPTORS_PER_TURN_DEFAULT,
             user_signals: 64,
             counters: 64,
             placement: Placement::Host,
@@ -95,6 +101,13 @@ pub struct DeviceStats {
     /// Summed over lane batches: the time inside `queue_batch` (merging and the driver calls),
     /// the part of `lane_submit_ns` not spent taking and checking descriptors.
     pub lane_queue_ns: u64,
+    /// Summed over the proxies' turns that took descriptors: the time taking them off the ring,
+    /// checking them and sorting them into batches (with `lane_queue_ns` and
+    /// `lane_retire_ns`, where a proxy's time goes).
+    pub take_ns: u64,
+    /// Summed over the proxies' looks at their lanes that completed batches: the time retiring
+    /// them (completing their tickets, counting, freeing slots).
+    pub lane_retire_ns: u64,
     /// Summed over lane batches: from the proxy taking the batch's first descriptor to its
     /// last driver call returning (the host's share of a put's latency).
     pub lane_submit_ns: u64,
@@ -152,6 +165,13 @@ fn check_config(config: &DeviceCommConfig) -> Result<(), DeviceError> {
         return bad(format!(
             "slot_count {}: a power of two at most {}",
             config.slot_count,
+            crate::ring::RING_SLOTS_MAX
+        ));
+    }
+    if config.descriptors_per_turn == 0 || config.descriptors_per_turn > crate::ring::RING_SLOTS_MAX as usize {
+        return bad(format!(
+            "descriptors_per_turn {}: 1..={} (a turn takes at most slot_count)",
+            config.descriptors_per_turn,
             crate::ring::RING_SLOTS_MAX
         ));
     }
@@ -273,8 +293,15 @@ impl DeviceComm {
                 }),
                 None => None,
             };
-            let proxy = ProxyHandle::spawn(ring.clone(), shared.clone(), staging, lane, config.timing)
-                .map_err(|e| DeviceError::Memory { what: format!("a proxy thread: {e}") })?;
+            let proxy = ProxyHandle::spawn(
+                ring.clone(),
+                shared.clone(),
+                staging,
+                lane,
+                config.timing,
+                config.descriptors_per_turn.min(config.slot_count as usize),
+            )
+            .map_err(|e| DeviceError::Memory { what: format!("a proxy thread: {e}") })?;
             rings.push(ring);
             proxies.push(proxy);
         }
@@ -614,6 +641,8 @@ impl DeviceComm {
             lane_items: c.lane_items.load(Ordering::Relaxed),
             lane_copies: c.lane_copies.load(Ordering::Relaxed),
             lane_queue_ns: c.lane_queue_ns.load(Ordering::Relaxed),
+            take_ns: c.take_ns.load(Ordering::Relaxed),
+            lane_retire_ns: c.lane_retire_ns.load(Ordering::Relaxed),
             lane_submit_ns: c.lane_submit_ns.load(Ordering::Relaxed),
             lane_complete_ns: c.lane_complete_ns.load(Ordering::Relaxed),
         }
@@ -819,6 +848,7 @@ mod tests {
             DeviceCommConfig { user_signals: SIGNALS_MAX, ..DeviceCommConfig::default() },
             DeviceCommConfig { counters: 0, ..DeviceCommConfig::default() },
             DeviceCommConfig { slot_count: 12, ..DeviceCommConfig::default() },
+            DeviceCommConfig { descriptors_per_turn: 0, ..DeviceCommConfig::default() },
         ];
         for config in bad {
             assert!(matches!(check_config(&config), Err(DeviceError::Config { .. })), "{config:?}");

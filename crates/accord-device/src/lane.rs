@@ -224,12 +224,48 @@ impl LaneSink for StreamSink<'_> {
     }
 }
 
+/// Destinations a counting sort handles per element at most: beyond this span (in 8-byte
+/// steps) per element, a comparison sort is cheaper than the counts.
+const DENSE_SPAN_PER_ELEMENT: u64 = 4;
+
+/// Sorts `v` stably by the destination `dst_of` gives. A batch of small puts from a grid
+/// writes a narrow, 8-byte-aligned range, so it is sorted by counting, in linear time, where
+/// the destinations are 8-byte steps from the lowest and span at most
+/// [`DENSE_SPAN_PER_ELEMENT`] steps per element; else by comparison. Why: at millions of puts a
+/// second a proxy thread has about 100 ns per put, and a comparison sort of a 1,024-put batch
+/// took 15-30 ns of it per put (stop 44, the 2xH200 host).
+pub(crate) fn sort_by_dst<T: Copy>(v: &mut Vec<T>, dst_of: impl Fn(&T) -> u64) {
+    if v.len() < 2 || v.windows(2).all(|w| dst_of(&w[0]) <= dst_of(&w[1])) {
+        return;
+    }
+    let (lo, hi) = v.iter().fold((u64::MAX, 0), |(lo, hi), x| (lo.min(dst_of(x)), hi.max(dst_of(x))));
+    let dense = (hi - lo) / 8 <= DENSE_SPAN_PER_ELEMENT * v.len() as u64 && v.iter().all(|x| (dst_of(x) - lo) % 8 == 0);
+    if !dense {
+        v.sort_by_key(|x| dst_of(x));
+        return;
+    }
+    let mut starts = vec![0u32; ((hi - lo) / 8) as usize + 2];
+    for x in v.iter() {
+        starts[((dst_of(x) - lo) / 8) as usize + 1] += 1;
+    }
+    for k in 1..starts.len() {
+        starts[k] += starts[k - 1];
+    }
+    let mut sorted = vec![v[0]; v.len()];
+    for x in v.iter() {
+        let slot = &mut starts[((dst_of(x) - lo) / 8) as usize];
+        sorted[*slot as usize] = *x;
+        *slot += 1;
+    }
+    *v = sorted;
+}
+
 /// Merges copies whose source and destination both continue the previous one, after a stable
 /// sort by destination (so copies to one destination offset keep their order). A put repeated
 /// within one batch is copied each time: folding it into its twin would be correct (both read
 /// the same source bytes) but would make throughput figures count bytes never moved.
 pub(crate) fn merge_copies(mut copies: Vec<(u64, u64, u64)>) -> Vec<(u64, u64, u64)> {
-    copies.sort_by_key(|&(dst, _, _)| dst);
+    sort_by_dst(&mut copies, |c| c.0);
     let mut merged: Vec<(u64, u64, u64)> = Vec::with_capacity(copies.len());
     for (dst, src, len) in copies {
         match merged.last_mut() {
@@ -297,8 +333,11 @@ pub(crate) fn values_as_copies(
         return;
     }
     let mut cells: Vec<u64> = values.iter().map(|&(_, ticket, _)| ticket).collect();
-    cells.sort_unstable();
-    values.sort_unstable();
+    if !cells.is_sorted() {
+        cells.sort_unstable();
+    }
+    // Stable by destination: values to one destination stay in item (ticket) order.
+    sort_by_dst(&mut values, |v| v.0);
     for (&(dst, _, k), &cell_ticket) in values.iter().zip(&cells) {
         if let LaneWork::Value { value, .. } = items[k].work {
             write_cell(cell_ticket, value);
@@ -400,7 +439,7 @@ fn queue_copies(sink: &mut dyn LaneSink, copies: Vec<(u64, u64, u64)>) -> Result
     }
     // Nothing overlaps (the common case): one sort, no segment map.
     let mut sorted = copies.clone();
-    sorted.sort_by_key(|&(dst, _, _)| dst);
+    sort_by_dst(&mut sorted, |c| c.0);
     if sorted.windows(2).all(|w| w[0].0.saturating_add(w[0].2) <= w[1].0) {
         let merged = merge_copies(sorted);
         return Ok((sink.copy_many(&merged)?, merged.len()));
@@ -493,6 +532,45 @@ mod tests {
             signal_op: SignalOp::None,
             signal_id: 0,
             signal_value: 0,
+        }
+    }
+
+    /// `sort_by_dst` against the standard library's stable sort, on the inputs its two paths
+    /// take: dense 8-byte steps (counting, with repeats whose order must hold), spans too wide
+    /// or off the 8-byte grid (comparison), and sorted input.
+    #[test]
+    fn sort_by_dst_is_a_stable_sort_by_destination_on_both_paths() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |m: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % m
+        };
+        let mut cases: Vec<Vec<(u64, u64)>> = vec![
+            vec![],
+            vec![(8, 0)],
+            (0..64).map(|i| (1000 + i * 8, i)).collect(),
+            (0..64).rev().map(|i| (1000 + i * 8, i)).collect(),
+            vec![(3, 0), (1, 1), (2, 2), (1, 3)],
+            vec![(1 << 40, 0), (0, 1), (1 << 20, 2)],
+        ];
+        for n in [2u64, 17, 256, 1024] {
+            // Dense: a warp-interleaved grid's destinations, with repeats (second field: order).
+            cases.push((0..n).map(|i| (4096 + next(n) * 8, i)).collect());
+            // Wide: random destinations over a span far beyond 4 steps an element.
+            cases.push((0..n).map(|i| (next(1 << 30) * 8, i)).collect());
+            // Off the grid: one destination 4 bytes off the others.
+            let mut odd: Vec<(u64, u64)> = (0..n).map(|i| (next(n) * 8, i)).collect();
+            odd[0].0 += 4;
+            cases.push(odd);
+        }
+        for case in cases {
+            let mut ours = case.clone();
+            sort_by_dst(&mut ours, |x| x.0);
+            let mut std_sorted = case.clone();
+            std_sorted.sort_by_key(|x| x.0);
+            assert_eq!(ours, std_sorted, "input {case:?}");
         }
     }
 

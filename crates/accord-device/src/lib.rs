@@ -31,7 +31,7 @@ pub use comm::{DeviceComm, DeviceCommConfig, DeviceStats, COUNTERS_MAX, RINGS_MA
 pub use error::{DescriptorError, DescriptorErrorKind, DeviceError, ProducerError, WaitError};
 pub use lane::DEFAULT_STORES_ASIDE_BYTES;
 pub use memory::Placement;
-pub use proxy::{ProxyTiming, DESCRIPTORS_PER_TURN_MAX};
+pub use proxy::{ProxyTiming, DESCRIPTORS_PER_TURN_DEFAULT};
 pub use ring::{HostProducer, Ring, RingConsumer, RING_SLOTS_DEFAULT, RING_SLOTS_MAX};
 pub use shared::ERRORS_KEPT_MAX;
 pub use signals::SIGNALS_MAX;

@@ -48,8 +48,12 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Descriptors one proxy takes per turn before it looks at completions again.
-pub const DESCRIPTORS_PER_TURN_MAX: usize = 256;
+/// Descriptors one proxy takes per turn by default before it looks at completions again (one
+/// turn's lane items go to a peer's stream as one batch; `DeviceCommConfig::descriptors_per_turn`).
+/// A batch's driver calls cost tens of microseconds whatever its size, so larger turns carry
+/// small puts faster (see `RING_SLOTS_DEFAULT` for the measurement); a turn ends early when the
+/// ring is empty, so a lone put does not wait for others.
+pub const DESCRIPTORS_PER_TURN_DEFAULT: usize = 1024;
 
 /// Idle polls that only spin before the proxy starts yielding its core between polls: a yield is
 /// a system call (about a microsecond), and the next descriptor of a kernel-to-kernel exchange
@@ -124,6 +128,7 @@ impl ProxyHandle {
         staging: MrBuffer,
         lane: Option<LaneMemory>,
         timing: ProxyTiming,
+        turn_max: usize,
     ) -> std::io::Result<ProxyHandle> {
         let stop = Arc::new(AtomicBool::new(false));
         let stop_flag = stop.clone();
@@ -139,7 +144,9 @@ impl ProxyHandle {
                 lane_windows: (0..world).map(|_| None).collect(),
                 lane,
                 lane_pending: (0..world).map(|_| LanePending::default()).collect(),
-                lane_batches: (0..world).map(|_| Vec::new()).collect(),
+                lane_batches: (0..world).map(|_| Gathered::default()).collect(),
+                spare_tickets: Vec::new(),
+                retired: Vec::new(),
                 consumer: RingConsumer::new(ring),
                 shared,
                 staging,
@@ -149,7 +156,7 @@ impl ProxyHandle {
                 signal_writes_in_flight: 0,
                 me: std::thread::current(),
             };
-            proxy.run(&stop_flag, timing);
+            proxy.run(&stop_flag, timing, turn_max.max(1));
         })?;
         Ok(ProxyHandle { stop, thread: Some(thread) })
     }
@@ -213,6 +220,25 @@ struct LanePending {
     since: Option<Instant>,
 }
 
+/// The lane batch being gathered for one peer: the items to queue and, in the same order, their
+/// tickets with descriptors (kept until the batch is done). `items` keeps its capacity from turn
+/// to turn.
+#[derive(Default)]
+struct Gathered {
+    items: Vec<LaneItem>,
+    tickets: Vec<(u64, Descriptor)>,
+}
+
+impl Gathered {
+    fn push(&mut self, item: LaneItem, desc: Descriptor) {
+        self.tickets.push((item.ticket, desc));
+        self.items.push(item);
+    }
+}
+
+/// Emptied ticket lists kept at most (one per batch in flight is plenty).
+const SPARE_TICKET_LISTS_MAX: usize = 64;
+
 /// One queued lane batch: its done value, when it was queued, and its (ticket, descriptor)s.
 struct LaneBatch {
     done: u64,
@@ -253,8 +279,15 @@ struct Proxy {
     /// The lanes' mapped host memory (done words, value cells); none without stream lanes.
     lane: Option<LaneMemory>,
     lane_pending: Vec<LanePending>,
-    /// Items of the batch being gathered, per peer.
-    lane_batches: Vec<Vec<(LaneItem, Descriptor)>>,
+    /// The batch being gathered, per peer.
+    lane_batches: Vec<Gathered>,
+    /// Emptied ticket lists of retired batches, kept with their capacity for the next ones:
+    /// fresh lists of a thousand tickets every turn cost the proxy page faults (a large
+    /// allocation is mapped anew each time), a measurable share of a turn at millions of puts
+    /// a second.
+    spare_tickets: Vec<Vec<(u64, Descriptor)>>,
+    /// Tickets of the batches one look at the lanes retires (kept for its capacity).
+    retired: Vec<(u64, Descriptor)>,
     consumer: RingConsumer,
     shared: Arc<Shared>,
     staging: MrBuffer,
@@ -268,7 +301,8 @@ struct Proxy {
 }
 
 impl Proxy {
-    fn run(&mut self, stop: &AtomicBool, timing: ProxyTiming) {
+    /// Takes at most `turn_max` descriptors a turn.
+    fn run(&mut self, stop: &AtomicBool, timing: ProxyTiming, turn_max: usize) {
         let mut last_progress = Instant::now();
         let mut drain_deadline = None;
         let mut polls = 0u32;
@@ -280,14 +314,23 @@ impl Proxy {
             }
             let turn_start = Instant::now();
             self.refresh_views();
-            for _ in 0..DESCRIPTORS_PER_TURN_MAX {
+            let mut taken = 0;
+            while taken < turn_max {
                 let Some((ticket, desc)) = self.consumer.poll() else { break };
                 self.consumer.prefetch(SLOTS_PREFETCHED);
                 self.execute(ticket, desc);
+                taken += 1;
+            }
+            if taken > 0 {
                 progressed = true;
+                self.shared.stats.take_ns.fetch_add(nanos(turn_start.elapsed()), Ordering::Relaxed);
             }
             self.queue_lane_batches(turn_start);
-            progressed |= self.poll_lanes();
+            let retire_start = Instant::now();
+            if self.poll_lanes() {
+                progressed = true;
+                self.shared.stats.lane_retire_ns.fetch_add(nanos(retire_start.elapsed()), Ordering::Relaxed);
+            }
             if stop.load(Ordering::Acquire) {
                 let deadline = *drain_deadline.get_or_insert_with(|| Instant::now() + timing.close_drain);
                 let idle = self.consumer.in_flight() == 0 && self.signal_writes_in_flight == 0;
@@ -333,7 +376,7 @@ impl Proxy {
                 signal_id: desc.signal_id,
                 signal_value: desc.signal_value,
             };
-            self.lane_batches[desc.peer as usize].push((item, desc));
+            self.lane_batches[desc.peer as usize].push(item, desc);
             return;
         }
         match action {
@@ -449,11 +492,12 @@ impl Proxy {
     /// the proxy began taking this turn's descriptors (for the lane's timing statistics).
     fn queue_lane_batches(&mut self, turn_start: Instant) {
         for peer in 0..self.lane_batches.len() {
-            if self.lane_batches[peer].is_empty() {
+            if self.lane_batches[peer].items.is_empty() {
                 continue;
             }
-            let batch = std::mem::take(&mut self.lane_batches[peer]);
-            let mut items: Vec<LaneItem> = batch.iter().map(|(item, _)| *item).collect();
+            let mut items = std::mem::take(&mut self.lane_batches[peer].items);
+            let spare = self.spare_tickets.pop().unwrap_or_default();
+            let tickets = std::mem::replace(&mut self.lane_batches[peer].tickets, spare);
             if let Some(cells) = self.lane.as_ref().map(|l| &l.values) {
                 let slots = u64::from(self.consumer.ring().slot_count());
                 let base = cells.device_addr();
@@ -467,11 +511,12 @@ impl Proxy {
             }
             let done = self.lane_pending[peer].next_done();
             let result = self.queue_on_lane(peer as u32, &items, done);
+            items.clear();
+            self.lane_batches[peer].items = items;
             match result {
                 Ok(()) => {
                     let now = Instant::now();
                     self.shared.stats.lane_submit_ns.fetch_add(nanos(now - turn_start), Ordering::Relaxed);
-                    let tickets = batch.into_iter().map(|(item, d)| (item.ticket, d)).collect();
                     self.lane_pending[peer].queued(done, now, tickets);
                 }
                 Err(reason) => {
@@ -479,9 +524,9 @@ impl Proxy {
                     // windows): let the streams finish it before the tickets, and with them
                     // their cells and sources, are released.
                     self.drain_lane(peer);
-                    for (item, d) in batch {
-                        self.record(item.ticket, DescriptorErrorKind::Submit { peer: d.peer, reason: reason.clone() });
-                        self.consumer.complete(item.ticket);
+                    for (ticket, d) in tickets {
+                        self.record(ticket, DescriptorErrorKind::Submit { peer: d.peer, reason: reason.clone() });
+                        self.consumer.complete(ticket);
                     }
                 }
             }
@@ -520,7 +565,7 @@ impl Proxy {
     fn poll_lanes(&mut self) -> bool {
         let Some(done) = self.lane.as_ref().map(|l| &l.done) else { return false };
         let mut progressed = false;
-        let mut finished: Vec<(u64, Descriptor)> = Vec::new();
+        let mut finished = std::mem::take(&mut self.retired);
         let mut failed: Vec<(u64, Descriptor, String)> = Vec::new();
         for (peer, pending) in self.lane_pending.iter_mut().enumerate() {
             if pending.batches.is_empty() {
@@ -532,7 +577,12 @@ impl Proxy {
                 self.shared.stats.lane_complete_ns.fetch_add(nanos(b.queued.elapsed()), Ordering::Relaxed);
             }
             if !completed.is_empty() {
-                finished.extend(completed.into_iter().flat_map(|b| b.tickets));
+                for mut b in completed {
+                    finished.append(&mut b.tickets);
+                    if self.spare_tickets.len() < SPARE_TICKET_LISTS_MAX {
+                        self.spare_tickets.push(b.tickets);
+                    }
+                }
                 progressed = true;
                 pending.since = Some(Instant::now());
                 continue;
@@ -567,6 +617,8 @@ impl Proxy {
         }
         self.count_lane_done(&finished);
         self.consumer.complete_many(finished.iter().map(|(t, _)| *t));
+        finished.clear();
+        self.retired = finished;
         for (ticket, d, reason) in failed {
             self.record(ticket, DescriptorErrorKind::Submit { peer: d.peer, reason });
             self.consumer.complete(ticket);
@@ -692,7 +744,7 @@ impl Proxy {
                 signal_id: d.signal_id,
                 signal_value: d.signal_value,
             };
-            self.lane_batches[d.peer as usize].push((item, *d));
+            self.lane_batches[d.peer as usize].push(item, *d);
             return;
         }
         s.stats.descriptors_executed.fetch_add(1, Ordering::Relaxed);

@@ -29,6 +29,8 @@ pub(crate) struct Counters {
     pub(crate) lane_items: AtomicU64,
     pub(crate) lane_copies: AtomicU64,
     pub(crate) lane_queue_ns: AtomicU64,
+    pub(crate) take_ns: AtomicU64,
+    pub(crate) lane_retire_ns: AtomicU64,
     pub(crate) lane_submit_ns: AtomicU64,
     pub(crate) lane_complete_ns: AtomicU64,
 }

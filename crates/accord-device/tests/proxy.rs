@@ -15,8 +15,17 @@ const CHUNKS: u64 = 7;
 const CHUNK: u64 = 512;
 const VALUE_AT: u64 = 4000;
 
+/// Turns of 3 descriptors in rings of 8 slots: a turn ends with descriptors still waiting, so
+/// the proxy's next turns must pick them up (the other tests take whole rings a turn).
 fn config() -> DeviceCommConfig {
-    DeviceCommConfig { rings: 2, slot_count: 8, user_signals: 4, counters: 4, ..DeviceCommConfig::default() }
+    DeviceCommConfig {
+        rings: 2,
+        slot_count: 8,
+        descriptors_per_turn: 3,
+        user_signals: 4,
+        counters: 4,
+        ..DeviceCommConfig::default()
+    }
 }
 
 fn src_offset(peer: usize, k: u64) -> u64 {

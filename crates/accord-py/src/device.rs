@@ -155,9 +155,10 @@ impl DeviceComm {
     /// an ordinal places it for that GPU (torch CUDA tensors of that GPU as windows).
     /// `lane_stores_aside_bytes`: a stream-lane batch copying at least this much queues its
     /// signal stores on a second stream, so the next copy does not wait for them (0, the
-    /// default: never).
+    /// default: never). `descriptors_per_turn`: descriptors a proxy takes before it queues
+    /// them (one stream-lane batch per peer a turn; larger turns carry small puts faster).
     #[new]
-    #[pyo3(signature = (comm, gpu = None, *, rings = 1, slot_count = accord_device::RING_SLOTS_DEFAULT, user_signals = 64, counters = 64, stream_lane = true, producer_timeout = 30.0, lane_stores_aside_bytes = 0))]
+    #[pyo3(signature = (comm, gpu = None, *, rings = 1, slot_count = accord_device::RING_SLOTS_DEFAULT, user_signals = 64, counters = 64, stream_lane = true, producer_timeout = 30.0, lane_stores_aside_bytes = 0, descriptors_per_turn = accord_device::DESCRIPTORS_PER_TURN_DEFAULT))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -170,10 +171,20 @@ impl DeviceComm {
         stream_lane: bool,
         producer_timeout: f64,
         lane_stores_aside_bytes: u64,
+        descriptors_per_turn: usize,
     ) -> PyResult<Self> {
         let op = "DeviceComm";
         let producer_timeout = seconds(op, "producer_timeout", producer_timeout)?;
         check_config(op, rings, slot_count, user_signals, counters)?;
+        if descriptors_per_turn == 0 || descriptors_per_turn > accord_device::RING_SLOTS_MAX as usize {
+            return Err(error(
+                Kind::InvalidRequest,
+                format!(
+                    "{op}: descriptors_per_turn {descriptors_per_turn}: give 1..={}",
+                    accord_device::RING_SLOTS_MAX
+                ),
+            ));
+        }
         let placement = match gpu {
             None => Placement::Host,
             Some(ordinal) => Placement::Gpu(accord_cuda::Gpu::open(ordinal).map_err(|e| {
@@ -189,6 +200,7 @@ impl DeviceComm {
             stream_lane,
             producer_timeout,
             lane_stores_aside_bytes,
+            descriptors_per_turn,
             ..DeviceCommConfig::default()
         };
         let rust_comm = comm.borrow().hand_over(py)?;
@@ -393,6 +405,8 @@ impl DeviceComm {
             ("lane_items", s.lane_items),
             ("lane_copies", s.lane_copies),
             ("lane_queue_ns", s.lane_queue_ns),
+            ("take_ns", s.take_ns),
+            ("lane_retire_ns", s.lane_retire_ns),
             ("lane_submit_ns", s.lane_submit_ns),
             ("lane_complete_ns", s.lane_complete_ns),
         ] {

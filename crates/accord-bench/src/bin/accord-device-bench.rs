@@ -74,6 +74,10 @@ pub struct Args {
     /// Streams the IPC copy ceiling is also measured over, copies dealt round robin (1: only
     /// the one-stream ceiling).
     pub ceiling_streams: u32,
+    /// Slots of the proxy's ring (`DeviceCommConfig::slot_count`, a power of two).
+    pub slots: u32,
+    /// Descriptors the proxy takes per turn (`DeviceCommConfig::descriptors_per_turn`).
+    pub turn: usize,
 }
 
 /// The phases `--only` names.
@@ -89,7 +93,7 @@ impl Args {
 const USAGE: &str = "usage: accord-device-bench [--route ipc|network] [--iters N] [--sizes-mib 1,4,...] \
                      [--bw-iters N] [--replays N] [--rounds N] [--rate-grid BLOCKSxTHREADS] [--rate-puts N] \
                      [--timeout-s S] [--lane on|off] [--define NAME[=VALUE]]... \
-                     [--only pingpong,many_peer,graph,rate,bandwidth] [--ceiling-streams N]";
+                     [--only pingpong,many_peer,graph,rate,bandwidth] [--ceiling-streams N] [--slots N] [--turn N]";
 
 fn parse_args(argv: &[String]) -> Result<Args, String> {
     let mut args = Args {
@@ -106,6 +110,8 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
         defines: Vec::new(),
         only: Vec::new(),
         ceiling_streams: 1,
+        slots: proxy::RING_SLOTS_DEFAULT,
+        turn: proxy::DESCRIPTORS_PER_TURN_DEFAULT,
     };
     let mut it = argv.iter();
     while let Some(flag) = it.next() {
@@ -151,6 +157,14 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
                 }
             }
             "--ceiling-streams" => args.ceiling_streams = number(value()?, "--ceiling-streams", 16)? as u32,
+            "--slots" => {
+                let n = number(value()?, "--slots", u64::from(proxy::RING_SLOTS_MAX))?;
+                if !n.is_power_of_two() {
+                    return Err(format!("--slots {n}: a power of two"));
+                }
+                args.slots = n as u32;
+            }
+            "--turn" => args.turn = number(value()?, "--turn", u64::from(proxy::RING_SLOTS_MAX))? as usize,
             "--timeout-s" => args.timeout = Duration::from_secs(number(value()?, "--timeout-s", 3600)?),
             "--sizes-mib" => {
                 args.sizes = value()?
@@ -305,6 +319,8 @@ mod tests {
         assert_eq!(a.defines, vec!["ACCORD_DEVICE_PUT_INLINE=0".to_string()]);
         assert!(a.runs("rate") && !a.runs("bandwidth"));
         assert!(parse_args(&[]).unwrap().runs("bandwidth"), "no --only: every phase");
+        let a = parse_args(&strings(&["--slots", "4096", "--turn", "100"])).unwrap();
+        assert_eq!((a.slots, a.turn), (4096, 100));
         for bad in [
             &["--route", "rdma"][..],
             &["--iters", "0"],
@@ -314,6 +330,9 @@ mod tests {
             &["--only", "pingpong,nope"],
             &["--define", "1X"],
             &["--ceiling-streams", "0"],
+            &["--slots", "12"],
+            &["--slots", "131072"],
+            &["--turn", "0"],
         ] {
             assert!(parse_args(&strings(bad)).is_err(), "{bad:?} must be refused");
         }

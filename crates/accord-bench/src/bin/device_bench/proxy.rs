@@ -14,6 +14,8 @@ pub struct ProxyConfig {
     pub rings: usize,
     /// Slots per ring (a power of two).
     pub slot_count: u32,
+    /// Descriptors a proxy takes per turn.
+    pub descriptors_per_turn: usize,
     /// Signals the kernels use (the barrier's is added by the host side).
     pub user_signals: u32,
     /// Stream lanes on (`DeviceCommConfig::stream_lane`).
@@ -49,6 +51,33 @@ pub struct ProxyStats {
     pub lane_copies: u64,
     /// Summed time inside the batches' queueing (merging and driver calls, ns).
     pub lane_queue_ns: u64,
+    /// Summed time the proxies took, checked and sorted descriptors (ns).
+    pub take_ns: u64,
+    /// Summed time the proxies retired completed lane batches (ns).
+    pub lane_retire_ns: u64,
+}
+
+impl ProxyStats {
+    /// What moved between `earlier` and these statistics (every field is a running total).
+    pub fn since(&self, earlier: &ProxyStats) -> ProxyStats {
+        let d = |now: u64, then: u64| now.saturating_sub(then);
+        ProxyStats {
+            executed: d(self.executed, earlier.executed),
+            bytes: d(self.bytes, earlier.bytes),
+            errors: d(self.errors, earlier.errors),
+            signal_writes: d(self.signal_writes, earlier.signal_writes),
+            signal_coalesced: d(self.signal_coalesced, earlier.signal_coalesced),
+            lane_batches: d(self.lane_batches, earlier.lane_batches),
+            lane_ops: d(self.lane_ops, earlier.lane_ops),
+            lane_submit_ns: d(self.lane_submit_ns, earlier.lane_submit_ns),
+            lane_complete_ns: d(self.lane_complete_ns, earlier.lane_complete_ns),
+            lane_items: d(self.lane_items, earlier.lane_items),
+            lane_copies: d(self.lane_copies, earlier.lane_copies),
+            lane_queue_ns: d(self.lane_queue_ns, earlier.lane_queue_ns),
+            take_ns: d(self.take_ns, earlier.take_ns),
+            lane_retire_ns: d(self.lane_retire_ns, earlier.lane_retire_ns),
+        }
+    }
 }
 
 mod imp {
@@ -67,6 +96,7 @@ mod imp {
             let config = DeviceCommConfig {
                 rings: config.rings,
                 slot_count: config.slot_count,
+                descriptors_per_turn: config.descriptors_per_turn,
                 user_signals: config.user_signals,
                 counters: config.counters,
                 placement: Placement::Gpu(gpu.clone()),
@@ -119,6 +149,8 @@ mod imp {
                 lane_items: s.lane_items,
                 lane_copies: s.lane_copies,
                 lane_queue_ns: s.lane_queue_ns,
+                take_ns: s.take_ns,
+                lane_retire_ns: s.lane_retire_ns,
             }
         }
 
@@ -130,3 +162,6 @@ mod imp {
 }
 
 pub use imp::Proxy;
+
+/// The device API's defaults for a ring's slots and a proxy's turn (the bench's defaults too).
+pub use accord_device::{DESCRIPTORS_PER_TURN_DEFAULT, RING_SLOTS_DEFAULT, RING_SLOTS_MAX};

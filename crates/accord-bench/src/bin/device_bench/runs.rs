@@ -11,7 +11,7 @@ use accord_cuda::{
 use accord_engine::{MemoryKind, MrDescriptor, WriteOp};
 
 use crate::kernels::{status_name, Kernels, PingMode};
-use crate::proxy::{Proxy, ProxyConfig};
+use crate::proxy::{Proxy, ProxyConfig, ProxyStats};
 use crate::report::{gbps, header, json_string, median, percentile, row};
 use crate::Args;
 
@@ -165,8 +165,14 @@ pub fn rank_main(args: &Args) -> Result<(), String> {
     let send = DeviceBuffer::alloc(&gpu, window_bytes).map_err(cuda("window 1"))?;
     let out_words = OUT_HEADER_WORDS + args.iters as usize + 100;
     let out = DeviceBuffer::alloc(&gpu, out_words * 8).map_err(cuda("result words"))?;
-    let config =
-        ProxyConfig { rings: 1, slot_count: 1024, user_signals: USER_SIGNALS, counters: 4, stream_lane: args.lane };
+    let config = ProxyConfig {
+        rings: 1,
+        slot_count: args.slots,
+        descriptors_per_turn: args.turn,
+        user_signals: USER_SIGNALS,
+        counters: 4,
+        stream_lane: args.lane,
+    };
     let mut proxy = Proxy::open(comm, &gpu, config)?;
     let w0 = proxy.register_device_window(&recv)?;
     let w1 = proxy.register_device_window(&send)?;
@@ -195,14 +201,15 @@ pub fn rank_main(args: &Args) -> Result<(), String> {
     };
     if rank == 0 {
         println!(
-            "# accord-device-bench: {} ranks, route {}, stream lanes {}, GPU {} ({}), {} proxy ring(s) of {} slots",
+            "# accord-device-bench: {} ranks, route {}, stream lanes {}, GPU {} ({}), {} proxy ring(s) of {} slots, {} descriptors a turn",
             ctx.world,
             ctx.args.route,
             if ctx.args.lane { "on" } else { "off" },
             ctx.gpu.ordinal(),
             ctx.gpu.name(),
             config.rings,
-            config.slot_count
+            config.slot_count,
+            config.descriptors_per_turn
         );
         if !ctx.args.defines.is_empty() {
             println!("# kernels compiled with: {}", ctx.args.defines.join(" "));
@@ -598,8 +605,10 @@ fn run_rate(ctx: &mut Ctx, stride: u64) -> Result<(), String> {
     ctx.barrier()?;
     let mut seconds = 0.0;
     let mut executed = 0;
+    let mut lane = ProxyStats::default();
     if ctx.rank == 0 {
-        let before = ctx.proxy.stats().executed;
+        let stats_before = ctx.proxy.stats();
+        let before = stats_before.executed;
         let start = Event::new(&ctx.gpu, EventKind::Timing).map_err(cuda("event"))?;
         let end = Event::new(&ctx.gpu, EventKind::Timing).map_err(cuda("event"))?;
         start.record(&ctx.stream).map_err(cuda("event"))?;
@@ -627,6 +636,7 @@ fn run_rate(ctx: &mut Ctx, stride: u64) -> Result<(), String> {
             }
             std::thread::sleep(Duration::from_millis(1));
         }
+        lane = ctx.proxy.stats().since(&stats_before);
     }
     let words = ctx.read_out(OUT_HEADER_WORDS)?;
     let gathered = ctx.gather_words(&[words[0], words[1], words[2], executed])?;
@@ -643,7 +653,10 @@ fn run_rate(ctx: &mut Ctx, stride: u64) -> Result<(), String> {
         if stride == BYTES {
             header(
                 "descriptor rate: small puts from a grid of threads, one proxy thread, until flushed \
-                 (stride = bytes: neighbours contiguous; stride > bytes: gaps, nothing merges)",
+                 (stride = bytes: neighbours contiguous; stride > bytes: gaps, nothing merges); this run's \
+                 stream-lane batches: descriptors and merged copies per batch, the proxy's mean µs a batch from \
+                 its turn's start to queued (of it in merging and driver calls), the proxy's µs a batch taking and \
+                 checking descriptors and retiring done batches, and the share of the run's time in those three",
                 &[
                     ("grid", 9),
                     ("puts", 9),
@@ -653,9 +666,20 @@ fn run_rate(ctx: &mut Ctx, stride: u64) -> Result<(), String> {
                     ("Mputs/s", 9),
                     ("executed", 9),
                     ("ok", 4),
+                    ("batches", 8),
+                    ("items/b", 8),
+                    ("copies/b", 9),
+                    ("host_us", 8),
+                    ("queue_us", 9),
+                    ("take_us", 8),
+                    ("retire_us", 10),
+                    ("busy", 6),
                 ],
             );
         }
+        let per_batch = |v: u64| if lane.lane_batches > 0 { v as f64 / lane.lane_batches as f64 } else { 0.0 };
+        let busy_ns = lane.take_ns + lane.lane_queue_ns + lane.lane_retire_ns;
+        let busy = if seconds > 0.0 { busy_ns as f64 / 1e9 / seconds } else { 0.0 };
         row(&[
             (format!("{blocks}x{threads}"), 9),
             (puts.to_string(), 9),
@@ -665,11 +689,26 @@ fn run_rate(ctx: &mut Ctx, stride: u64) -> Result<(), String> {
             (format!("{:.3}", rate / 1e6), 9),
             (gathered[0][3].to_string(), 9),
             (ok.to_string(), 4),
+            (lane.lane_batches.to_string(), 8),
+            (format!("{:.1}", per_batch(lane.lane_items)), 8),
+            (format!("{:.1}", per_batch(lane.lane_copies)), 9),
+            (format!("{:.2}", per_batch(lane.lane_submit_ns) / 1e3), 8),
+            (format!("{:.2}", per_batch(lane.lane_queue_ns) / 1e3), 9),
+            (format!("{:.2}", per_batch(lane.take_ns) / 1e3), 8),
+            (format!("{:.2}", per_batch(lane.lane_retire_ns) / 1e3), 10),
+            (format!("{:.2}", busy), 6),
         ]);
         println!(
-            "{{\"bench\":\"device_put_rate\",\"route\":{},\"blocks\":{blocks},\"threads\":{threads},\"puts\":{puts},\"bytes\":{BYTES},\"stride\":{stride},\"seconds\":{seconds:.6},\"puts_per_s\":{rate:.0},\"executed\":{},\"ok\":{ok}}}",
+            "{{\"bench\":\"device_put_rate\",\"route\":{},\"blocks\":{blocks},\"threads\":{threads},\"puts\":{puts},\"bytes\":{BYTES},\"stride\":{stride},\"seconds\":{seconds:.6},\"puts_per_s\":{rate:.0},\"executed\":{},\"ok\":{ok},\"lane_batches\":{},\"lane_items\":{},\"lane_copies\":{},\"lane_host_ns\":{},\"lane_queue_ns\":{},\"take_ns\":{},\"lane_retire_ns\":{},\"proxy_busy\":{busy:.3}}}",
             ctx.route(),
-            gathered[0][3]
+            gathered[0][3],
+            lane.lane_batches,
+            lane.lane_items,
+            lane.lane_copies,
+            lane.lane_submit_ns,
+            lane.lane_queue_ns,
+            lane.take_ns,
+            lane.lane_retire_ns
         );
     }
     ctx.barrier()
