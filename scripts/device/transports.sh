@@ -30,7 +30,11 @@
 #   accord_nopoll  ACCORD_AWAIT_POLL_US=0 ACCORD_SHM_SPIN_US=0: idle workers sleep at once instead
 #               of polling (the same question, asked of their idle polling)
 #   accord_spin ACCORD_SHM_SPIN_US=2000 ACCORD_AWAIT_POLL_US=5000: idle workers and receivers
-#               poll longer before they sleep (the other side of accord_nopoll)
+#               poll longer before they sleep (the other side of accord_nopoll; the plugin's
+#               default in stop 43 only: no reliable gain under DDP, see README)
+#   accord_enginepoll ACCORD_AWAIT_POLL_US=500 ACCORD_SHM_SPIN_US=50: the engine's own poll windows
+#               spelled out (the plugin's default again since stop 44; the baseline accord_spin
+#               was paired with)
 transport_env() {
     local net_only="NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1"
     local accord="NCCL_NET=Accord NCCL_NET_PLUGIN=$2/libnccl-net-accord.so LD_LIBRARY_PATH=$2:${LD_LIBRARY_PATH:-} ACCORD_NET_IFS=${ACCORD_NET_IFS:-127.0.0.1}"
@@ -50,6 +54,7 @@ transport_env() {
         accord_w4) echo "$net_only $accord ACCORD_WORKERS_PER_NIC=4" ;;
         accord_nopoll) echo "$net_only $accord ACCORD_AWAIT_POLL_US=0 ACCORD_SHM_SPIN_US=0" ;;
         accord_spin) echo "$net_only $accord ACCORD_SHM_SPIN_US=2000 ACCORD_AWAIT_POLL_US=5000" ;;
+        accord_enginepoll) echo "$net_only $accord ACCORD_AWAIT_POLL_US=500 ACCORD_SHM_SPIN_US=50" ;;
         *) echo "UNKNOWN" ;;
     esac
 }

@@ -33,7 +33,6 @@ mod ifaddrs;
 pub mod inflight;
 pub mod log;
 pub mod mr;
-pub mod polling;
 pub mod runtime;
 pub mod setup;
 pub mod tuner;

@@ -111,8 +111,7 @@ impl Runtime {
             GpuBuffers::Off => false,
             GpuBuffers::Auto => accord_engine::gpus_visible() > 0,
         };
-        let mut builder =
-            crate::polling::with_plugin_polling(Engine::builder().nics(config.devices.iter().map(|d| d.ip)));
+        let mut builder = Engine::builder().nics(config.devices.iter().map(|d| d.ip));
         if gpu_buffers {
             // Copies are issued on NCCL's proxy thread, which NCCL's kernels wait on: they must
             // not queue behind the application's synchronous calls in the primary context.
