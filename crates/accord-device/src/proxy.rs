@@ -220,18 +220,41 @@ struct LanePending {
     since: Option<Instant>,
 }
 
+/// What a lane ticket's completion needs of its descriptor: the bytes it counts, the counter it
+/// bumps, the peer an error names. A third of a descriptor's 64 bytes, so a 1,024-put batch's
+/// tickets stay in a few pages.
+#[derive(Copy, Clone, Debug, Default)]
+struct LaneTicket {
+    ticket: u64,
+    /// Bytes put (0 for a signal alone).
+    bytes: u64,
+    peer: u32,
+    /// The counter to bump once done, if any.
+    counter: Option<u32>,
+}
+
+impl LaneTicket {
+    fn of(ticket: u64, d: &Descriptor) -> LaneTicket {
+        LaneTicket {
+            ticket,
+            bytes: if d.op == Op::Signal as u8 { 0 } else { d.bytes },
+            peer: d.peer,
+            counter: (d.flags & FLAG_COUNTER != 0).then_some(d.counter_id),
+        }
+    }
+}
+
 /// The lane batch being gathered for one peer: the items to queue and, in the same order, their
-/// tickets with descriptors (kept until the batch is done). `items` keeps its capacity from turn
-/// to turn.
+/// tickets (kept until the batch is done). `items` keeps its capacity from turn to turn.
 #[derive(Default)]
 struct Gathered {
     items: Vec<LaneItem>,
-    tickets: Vec<(u64, Descriptor)>,
+    tickets: Vec<LaneTicket>,
 }
 
 impl Gathered {
-    fn push(&mut self, item: LaneItem, desc: Descriptor) {
-        self.tickets.push((item.ticket, desc));
+    fn push(&mut self, item: LaneItem, desc: &Descriptor) {
+        self.tickets.push(LaneTicket::of(item.ticket, desc));
         self.items.push(item);
     }
 }
@@ -243,7 +266,7 @@ const SPARE_TICKET_LISTS_MAX: usize = 64;
 struct LaneBatch {
     done: u64,
     queued: Instant,
-    tickets: Vec<(u64, Descriptor)>,
+    tickets: Vec<LaneTicket>,
 }
 
 impl LanePending {
@@ -253,7 +276,7 @@ impl LanePending {
     }
 
     /// Records a batch queued with done value `done` (from [`LanePending::next_done`]).
-    fn queued(&mut self, done: u64, now: Instant, tickets: Vec<(u64, Descriptor)>) {
+    fn queued(&mut self, done: u64, now: Instant, tickets: Vec<LaneTicket>) {
         if self.batches.is_empty() {
             self.since = Some(now);
         }
@@ -285,9 +308,9 @@ struct Proxy {
     /// fresh lists of a thousand tickets every turn cost the proxy page faults (a large
     /// allocation is mapped anew each time), a measurable share of a turn at millions of puts
     /// a second.
-    spare_tickets: Vec<Vec<(u64, Descriptor)>>,
+    spare_tickets: Vec<Vec<LaneTicket>>,
     /// Tickets of the batches one look at the lanes retires (kept for its capacity).
-    retired: Vec<(u64, Descriptor)>,
+    retired: Vec<LaneTicket>,
     consumer: RingConsumer,
     shared: Arc<Shared>,
     staging: MrBuffer,
@@ -315,9 +338,10 @@ impl Proxy {
             let turn_start = Instant::now();
             self.refresh_views();
             let mut taken = 0;
+            self.consumer.prefetch(SLOTS_PREFETCHED);
             while taken < turn_max {
                 let Some((ticket, desc)) = self.consumer.poll() else { break };
-                self.consumer.prefetch(SLOTS_PREFETCHED);
+                self.consumer.prefetch_one(SLOTS_PREFETCHED);
                 self.execute(ticket, desc);
                 taken += 1;
             }
@@ -376,7 +400,7 @@ impl Proxy {
                 signal_id: desc.signal_id,
                 signal_value: desc.signal_value,
             };
-            self.lane_batches[desc.peer as usize].push(item, desc);
+            self.lane_batches[desc.peer as usize].push(item, &desc);
             return;
         }
         match action {
@@ -460,7 +484,7 @@ impl Proxy {
                 Ok((local, offset, dst))
             }
             WriteSource::Value(value) => {
-                let cell = (ticket % u64::from(self.consumer.ring().slot_count())) * 8;
+                let cell = self.consumer.ring().slot_of(ticket) as u64 * 8;
                 let bytes = value.to_le_bytes();
                 self.staging.write_at(cell as usize, &bytes[..d.bytes as usize]).map_err(|e| e.to_string())?;
                 Ok((self.staging.handle(), cell, dst))
@@ -499,9 +523,9 @@ impl Proxy {
             let spare = self.spare_tickets.pop().unwrap_or_default();
             let tickets = std::mem::replace(&mut self.lane_batches[peer].tickets, spare);
             if let Some(cells) = self.lane.as_ref().map(|l| &l.values) {
-                let slots = u64::from(self.consumer.ring().slot_count());
+                let ring = self.consumer.ring();
                 let base = cells.device_addr();
-                let cell = |ticket: u64| (ticket % slots) as usize;
+                let cell = |ticket: u64| ring.slot_of(ticket);
                 values_as_copies(&mut items, &|t| base + cell(t) as u64 * 8, &mut |t, v| {
                     // Visible to the copy: the driver call that queues it comes after.
                     if let Some(word) = cells.word(cell(t)) {
@@ -524,9 +548,9 @@ impl Proxy {
                     // windows): let the streams finish it before the tickets, and with them
                     // their cells and sources, are released.
                     self.drain_lane(peer);
-                    for (ticket, d) in tickets {
-                        self.record(ticket, DescriptorErrorKind::Submit { peer: d.peer, reason: reason.clone() });
-                        self.consumer.complete(ticket);
+                    for t in tickets {
+                        self.record(t.ticket, DescriptorErrorKind::Submit { peer: t.peer, reason: reason.clone() });
+                        self.consumer.complete(t.ticket);
                     }
                 }
             }
@@ -566,7 +590,7 @@ impl Proxy {
         let Some(done) = self.lane.as_ref().map(|l| &l.done) else { return false };
         let mut progressed = false;
         let mut finished = std::mem::take(&mut self.retired);
-        let mut failed: Vec<(u64, Descriptor, String)> = Vec::new();
+        let mut failed: Vec<(LaneTicket, String)> = Vec::new();
         for (peer, pending) in self.lane_pending.iter_mut().enumerate() {
             if pending.batches.is_empty() {
                 continue;
@@ -609,19 +633,19 @@ impl Proxy {
                 };
                 if let Some(reason) = reason {
                     for b in pending.batches.drain(..) {
-                        failed.extend(b.tickets.into_iter().map(|(t, d)| (t, d, reason.clone())));
+                        failed.extend(b.tickets.into_iter().map(|t| (t, reason.clone())));
                     }
                     progressed = true;
                 }
             }
         }
         self.count_lane_done(&finished);
-        self.consumer.complete_many(finished.iter().map(|(t, _)| *t));
+        self.consumer.complete_many(finished.iter().map(|t| t.ticket));
         finished.clear();
         self.retired = finished;
-        for (ticket, d, reason) in failed {
-            self.record(ticket, DescriptorErrorKind::Submit { peer: d.peer, reason });
-            self.consumer.complete(ticket);
+        for (t, reason) in failed {
+            self.record(t.ticket, DescriptorErrorKind::Submit { peer: t.peer, reason });
+            self.consumer.complete(t.ticket);
         }
         progressed
     }
@@ -640,18 +664,16 @@ impl Proxy {
 
     /// Lane tickets completed (their bytes and signals landed at the peer): statistics (one
     /// atomic add each for the lot) and counters; the caller completes the tickets together.
-    fn count_lane_done(&self, done: &[(u64, Descriptor)]) {
+    fn count_lane_done(&self, done: &[LaneTicket]) {
         if done.is_empty() {
             return;
         }
         let s = &self.shared;
         let mut bytes = 0;
-        for (_, d) in done {
-            if d.op != Op::Signal as u8 {
-                bytes += d.bytes;
-            }
-            if d.flags & FLAG_COUNTER != 0 {
-                s.bump_counter(d.counter_id);
+        for t in done {
+            bytes += t.bytes;
+            if let Some(counter) = t.counter {
+                s.bump_counter(counter);
             }
         }
         s.stats.descriptors_executed.fetch_add(done.len() as u64, Ordering::Relaxed);
@@ -744,7 +766,7 @@ impl Proxy {
                 signal_id: d.signal_id,
                 signal_value: d.signal_value,
             };
-            self.lane_batches[d.peer as usize].push(item, *d);
+            self.lane_batches[d.peer as usize].push(item, d);
             return;
         }
         s.stats.descriptors_executed.fetch_add(1, Ordering::Relaxed);
@@ -862,8 +884,8 @@ fn signal_op_of(v: u8) -> Option<SignalOp> {
 mod tests {
     use super::*;
 
-    fn tickets(list: &[u64]) -> Vec<(u64, Descriptor)> {
-        list.iter().map(|&t| (t, Descriptor::default())).collect()
+    fn tickets(list: &[u64]) -> Vec<LaneTicket> {
+        list.iter().map(|&t| LaneTicket::of(t, &Descriptor::default())).collect()
     }
 
     #[test]
@@ -877,11 +899,28 @@ mod tests {
         let second = p.next_done();
         p.queued(second, now, tickets(&[5]));
         assert_eq!((first, second), (1, 2));
-        let done: Vec<u64> = p.take_done(1).into_iter().flat_map(|b| b.tickets).map(|(t, _)| t).collect();
+        let done: Vec<u64> = p.take_done(1).into_iter().flat_map(|b| b.tickets).map(|t| t.ticket).collect();
         assert_eq!(done, vec![10, 11]);
         assert!(p.take_done(1).is_empty(), "nothing more at the same word");
-        let done: Vec<u64> = p.take_done(2).into_iter().flat_map(|b| b.tickets).map(|(t, _)| t).collect();
+        let done: Vec<u64> = p.take_done(2).into_iter().flat_map(|b| b.tickets).map(|t| t.ticket).collect();
         assert_eq!(done, vec![5]);
         assert!(p.batches.is_empty() && p.next_done() == 3);
+    }
+
+    #[test]
+    fn a_lane_ticket_keeps_what_its_completion_counts() {
+        let put = Descriptor {
+            op: Op::Put as u8,
+            peer: 3,
+            bytes: 4096,
+            flags: FLAG_COUNTER,
+            counter_id: 7,
+            ..Descriptor::default()
+        };
+        let t = LaneTicket::of(42, &put);
+        assert_eq!((t.ticket, t.bytes, t.peer, t.counter), (42, 4096, 3, Some(7)));
+        let signal = Descriptor { op: Op::Signal as u8, peer: 1, bytes: 99, ..Descriptor::default() };
+        let t = LaneTicket::of(43, &signal);
+        assert_eq!((t.bytes, t.peer, t.counter), (0, 1, None), "a signal alone counts no bytes");
     }
 }
