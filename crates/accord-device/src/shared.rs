@@ -1,6 +1,6 @@
 //! [`Shared`]: what a device communicator's proxy threads share with it (the engine, the
 //! windows, the signal board and cells, the lanes, counters, errors and statistics). Its own
-//! module so that the proxy (`proxy.rs`) and the communicator (`comm.rs`) both depend on it
+//! module so that the proxy (`proxy/`) and the communicator (`comm.rs`) both depend on it
 //! and not on each other.
 
 use crate::error::DescriptorError;
