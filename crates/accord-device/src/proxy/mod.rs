@@ -252,10 +252,15 @@ impl Proxy {
             let turn_start = Instant::now();
             self.refresh_views();
             let mut taken = 0;
-            self.consumer.prefetch(SLOTS_PREFETCHED);
             while taken < turn_max {
                 let Some((ticket, desc)) = self.consumer.poll() else { break };
-                self.consumer.prefetch_one(SLOTS_PREFETCHED);
+                // Prefetching only once a turn has work keeps the idle spin to one load a poll:
+                // the window of slots ahead at the first descriptor, one slot more each after.
+                if taken == 0 {
+                    self.consumer.prefetch(SLOTS_PREFETCHED);
+                } else {
+                    self.consumer.prefetch_one(SLOTS_PREFETCHED);
+                }
                 self.execute(ticket, desc);
                 taken += 1;
             }

@@ -73,8 +73,9 @@ impl RingConsumer {
     }
 
     /// Asks the CPU to start loading the one slot `distance` tickets after the next one: after
-    /// [`RingConsumer::prefetch`] of `distance` at a turn's start, one of these a descriptor keeps
-    /// the same window of slots in flight without asking again for the slots already asked for.
+    /// [`RingConsumer::prefetch`] of `distance` at a turn's first descriptor, one of these a
+    /// descriptor keeps the same window of slots in flight without asking again for the slots
+    /// already asked for.
     pub fn prefetch_one(&self, distance: u64) {
         #[cfg(target_arch = "x86_64")]
         // Safety: as in `prefetch`.
