@@ -85,9 +85,10 @@
 
 /// 1: an 8-byte put whose source and destination offsets are 8-byte aligned, from a window in
 /// this GPU's own memory (`DeviceTable::readable_windows`), reads its source word at the call and
-/// travels inside its descriptor as a put_value, which the proxy stores with a stream write
-/// rather than a copy-engine copy. 0: every put is a copy. Define it before
-/// including the header to change it.
+/// travels inside its descriptor as a put_value: the proxy stores a batch's lone value with a
+/// stream write, and copies several from host cells, merged where their destinations are
+/// contiguous (the proxy's `values_as_copies`). 0: every put is a copy from its window. Define
+/// it before including the header to change it.
 #ifndef ACCORD_DEVICE_PUT_INLINE
 #define ACCORD_DEVICE_PUT_INLINE 1
 #endif
@@ -816,8 +817,8 @@ ACCORD_DEVICE_INLINE Status put(const DeviceTable* table, u32 window, u32 peer, 
   const u64 src = detail::table_word(detail::window_at(table, src_window)->local_base) + src_offset;
   const u32 readable = src_window < 32 ? (detail::table_word(table->readable_windows) >> src_window) & 1u : 0u;
   if (bytes == 8 && readable != 0 && ((src | dst_offset) & 7) == 0) {
-    // Sent as put_value: the proxy stores the word with a stream write instead of queuing a
-    // copy-engine copy of 8 bytes (one driver call and the copy's start-up fewer).
+    // Sent as put_value: alone in the proxy's batch, the word is stored with a stream write
+    // instead of a copy-engine copy of 8 bytes (one driver call and the copy's start-up fewer).
     d.op = OP_PUT_VALUE;
     d.src_window = 0;
     d.src_offset = detail::load_volatile(reinterpret_cast<const u64*>(src));

@@ -40,8 +40,9 @@ pub const RING_SLOTS_MAX: u32 = 1 << 16;
 /// landed, so the slots bound the puts in flight: a proxy taking 1,024 descriptors a turn
 /// (`DESCRIPTORS_PER_TURN_DEFAULT`) keeps several turns' batches in the copy engine's queue.
 /// On the 2xH200 host (stop 44, `accord-device-bench --only rate --slots S --turn T`), 16,384
-/// slots with turns of 1,024 ran contiguous 8-byte puts at 6.1-7.1 M/s in four runs over three
-/// calls, against 4.2-6.4 M/s for 1,024 slots with turns of 256.
+/// slots with turns of 1,024 won four of five paired comparisons with 1,024 slots and turns of
+/// 256: contiguous 8-byte puts at 4.6-8.9 M/s against 4.2-6.4
+/// (docs/results/2026-11-27-rate-turns-and-plugin-polling.md).
 pub const RING_SLOTS_DEFAULT: u32 = 16384;
 /// Byte offset of `cached_consumed` in the producers' word block (its own 64-byte line).
 const CACHED_CONSUMED_OFFSET: usize = 64;
