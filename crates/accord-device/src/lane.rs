@@ -233,8 +233,15 @@ const DENSE_SPAN_PER_ELEMENT: u64 = 4;
 /// the destinations are 8-byte steps from the lowest and span at most
 /// [`DENSE_SPAN_PER_ELEMENT`] steps per element; else by comparison. Why: at millions of puts a
 /// second a proxy thread has about 100 ns per put, and a comparison sort of a 1,024-put batch
-/// took 15-30 ns of it per put (stop 44, the 2xH200 host).
-pub(crate) fn sort_by_dst<T: Copy>(v: &mut Vec<T>, dst_of: impl Fn(&T) -> u64) {
+/// took 15-30 ns of it per put (stop 44, the 2xH200 host). `spare` and `counts` are the
+/// counting sort's buffers, kept by the caller from batch to batch (their contents do not
+/// matter); `v` and `spare` may trade places.
+pub(crate) fn sort_by_dst<T: Copy>(
+    v: &mut Vec<T>,
+    spare: &mut Vec<T>,
+    counts: &mut Vec<u32>,
+    dst_of: impl Fn(&T) -> u64,
+) {
     if v.len() < 2 || v.windows(2).all(|w| dst_of(&w[0]) <= dst_of(&w[1])) {
         return;
     }
@@ -244,36 +251,68 @@ pub(crate) fn sort_by_dst<T: Copy>(v: &mut Vec<T>, dst_of: impl Fn(&T) -> u64) {
         v.sort_by_key(|x| dst_of(x));
         return;
     }
-    let mut starts = vec![0u32; ((hi - lo) / 8) as usize + 2];
+    counts.clear();
+    counts.resize(((hi - lo) / 8) as usize + 2, 0);
     for x in v.iter() {
-        starts[((dst_of(x) - lo) / 8) as usize + 1] += 1;
+        counts[((dst_of(x) - lo) / 8) as usize + 1] += 1;
     }
-    for k in 1..starts.len() {
-        starts[k] += starts[k - 1];
+    for k in 1..counts.len() {
+        counts[k] += counts[k - 1];
     }
-    let mut sorted = vec![v[0]; v.len()];
+    spare.clear();
+    spare.resize(v.len(), v[0]);
     for x in v.iter() {
-        let slot = &mut starts[((dst_of(x) - lo) / 8) as usize];
-        sorted[*slot as usize] = *x;
+        let slot = &mut counts[((dst_of(x) - lo) / 8) as usize];
+        spare[*slot as usize] = *x;
         *slot += 1;
     }
-    *v = sorted;
+    std::mem::swap(v, spare);
 }
 
-/// Merges copies whose source and destination both continue the previous one, after a stable
-/// sort by destination (so copies to one destination offset keep their order). A put repeated
-/// within one batch is copied each time: folding it into its twin would be correct (both read
-/// the same source bytes) but would make throughput figures count bytes never moved.
-pub(crate) fn merge_copies(mut copies: Vec<(u64, u64, u64)>) -> Vec<(u64, u64, u64)> {
-    sort_by_dst(&mut copies, |c| c.0);
-    let mut merged: Vec<(u64, u64, u64)> = Vec::with_capacity(copies.len());
-    for (dst, src, len) in copies {
-        match merged.last_mut() {
+/// Appends to `merged` the copies of `sorted` (sorted by destination, stably), each merged
+/// into the one before when both its source and its destination continue that one. A put
+/// repeated within one batch is copied each time: folding it into its twin would be correct
+/// (both read the same source bytes) but would make throughput figures count bytes never moved.
+fn merge_sorted(sorted: &[(u64, u64, u64)], merged: &mut Vec<(u64, u64, u64)>) {
+    let first = merged.len();
+    for &(dst, src, len) in sorted {
+        match merged[first..].last_mut() {
             Some((d, s, l)) if *d + *l == dst && *s + *l == src => *l += len,
             _ => merged.push((dst, src, len)),
         }
     }
+}
+
+/// The copies merged as [`merge_sorted`] does, after a stable sort by destination (so copies to
+/// one destination offset keep their order).
+#[cfg(test)]
+pub(crate) fn merge_copies(mut copies: Vec<(u64, u64, u64)>) -> Vec<(u64, u64, u64)> {
+    sort_by_dst(&mut copies, &mut Vec::new(), &mut Vec::new(), |c| c.0);
+    let mut merged = Vec::with_capacity(copies.len());
+    merge_sorted(&copies, &mut merged);
     merged
+}
+
+/// Buffers one proxy's batches reuse from turn to turn, so that once they have grown a batch
+/// allocates nothing. Why: a 1,024-put batch used to allocate about ten vectors (values, their
+/// cells, two sorts' outputs and counts, the copies, their sorted and merged lists), at a few
+/// hundred nanoseconds each, when the whole batch has about 100 us (`lane_cost` measures it).
+#[derive(Default)]
+pub(crate) struct BatchScratch {
+    /// A batch's values.
+    values: Vec<BatchValue>,
+    values_spare: Vec<BatchValue>,
+    /// The tickets whose cells the values take, ascending.
+    cells: Vec<u64>,
+    /// Copies in ticket order, then sorted and merged.
+    copies: Vec<(u64, u64, u64)>,
+    sorted: Vec<(u64, u64, u64)>,
+    sorted_spare: Vec<(u64, u64, u64)>,
+    merged: Vec<(u64, u64, u64)>,
+    /// Value, signal and done stores.
+    stores: Vec<(u64, u64)>,
+    /// Counting sort counts.
+    counts: Vec<u32>,
 }
 
 /// Splits copies, in ticket order, into consecutive segments within which no two destinations
@@ -316,34 +355,56 @@ pub const VALUES_AS_COPIES_MIN: usize = 2;
 /// and a batch's tickets complete together), handed out in ascending order to the values sorted
 /// by destination, so values to contiguous destinations sit in contiguous cells and merge into
 /// one copy; `write_cell(ticket, value)` fills the cell of `ticket`.
+///
+/// A batch of values alone, none with a signal (a grid's 8-byte puts, the rate that matters
+/// most), also comes back reordered by destination, so that [`queue_batch`] finds its copies
+/// sorted and does not sort them again. Nothing else depends on the order of such a batch:
+/// values to one destination keep their ticket order (the sort is stable) and no signal value
+/// is computed from it.
 pub(crate) fn values_as_copies(
     items: &mut [LaneItem],
+    scratch: &mut BatchScratch,
     cell_of: &dyn Fn(u64) -> u64,
     write_cell: &mut dyn FnMut(u64, u64),
 ) {
-    let mut values: Vec<(u64, u64, usize)> = items
-        .iter()
-        .enumerate()
-        .filter_map(|(k, i)| match i.work {
-            LaneWork::Value { dst, .. } => Some((dst, i.ticket, k)),
-            _ => None,
-        })
-        .collect();
-    if values.len() < VALUES_AS_COPIES_MIN && values.iter().all(|&(dst, _, _)| dst % 8 == 0) {
+    let BatchScratch { values, values_spare, cells, counts, .. } = scratch;
+    values.clear();
+    values.extend(items.iter().enumerate().filter_map(|(k, i)| match i.work {
+        LaneWork::Value { dst, value } => Some(BatchValue { dst, ticket: i.ticket, value, item: k }),
+        _ => None,
+    }));
+    if values.len() < VALUES_AS_COPIES_MIN && values.iter().all(|v| v.dst % 8 == 0) {
         return;
     }
-    let mut cells: Vec<u64> = values.iter().map(|&(_, ticket, _)| ticket).collect();
+    cells.clear();
+    cells.extend(values.iter().map(|v| v.ticket));
     if !cells.is_sorted() {
         cells.sort_unstable();
     }
     // Stable by destination: values to one destination stay in item (ticket) order.
-    sort_by_dst(&mut values, |v| v.0);
-    for (&(dst, _, k), &cell_ticket) in values.iter().zip(&cells) {
-        if let LaneWork::Value { value, .. } = items[k].work {
-            write_cell(cell_ticket, value);
-            items[k].work = LaneWork::Copy { dst, src: cell_of(cell_ticket), len: 8 };
+    sort_by_dst(values, values_spare, counts, |v| v.dst);
+    // Every item a value without a signal: the items are rewritten in the sorted order, from
+    // `values` alone (in order, with no reads of the items scattered by the sort).
+    let reorder = values.len() == items.len() && items.iter().all(|i| i.signal_op == SignalOp::None);
+    for (i, (v, &cell_ticket)) in values.iter().zip(cells.iter()).enumerate() {
+        write_cell(cell_ticket, v.value);
+        let work = LaneWork::Copy { dst: v.dst, src: cell_of(cell_ticket), len: 8 };
+        if reorder {
+            items[i] = LaneItem { ticket: v.ticket, work, signal_op: SignalOp::None, signal_id: 0, signal_value: 0 };
+        } else {
+            items[v.item].work = work;
         }
     }
+}
+
+/// One value of a batch, as [`values_as_copies`] sorts them.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct BatchValue {
+    dst: u64,
+    ticket: u64,
+    value: u64,
+    /// Its index among the batch's items.
+    item: usize,
 }
 
 /// Where a lane batch's stores go and what they say.
@@ -362,7 +423,12 @@ pub(crate) struct BatchStores<'a> {
 /// `advance` gives for it after the batch, then `done_value` into `done_word`; the stores aside
 /// when the batch copies at least `aside_from_bytes` and holds no `put_value` (whose store must
 /// keep its place among the copies).
-pub(crate) fn queue_batch(sink: &mut dyn LaneSink, items: &[LaneItem], how: BatchStores<'_>) -> Result<Queued, String> {
+pub(crate) fn queue_batch(
+    sink: &mut dyn LaneSink,
+    scratch: &mut BatchScratch,
+    items: &[LaneItem],
+    how: BatchStores<'_>,
+) -> Result<Queued, String> {
     let BatchStores { advance, signal_slot, done_word, done_value, aside_from_bytes } = how;
     let mut ops = 0;
     let mut copies_queued = 0;
@@ -370,8 +436,8 @@ pub(crate) fn queue_batch(sink: &mut dyn LaneSink, items: &[LaneItem], how: Batc
     // store of an earlier ticket first queues what came before it (copies, then those stores):
     // an 8-byte put travels as a value (the header's ACCORD_DEVICE_PUT_INLINE), and a later
     // larger put to the same bytes must land after it.
-    let mut copies: Vec<(u64, u64, u64)> = Vec::new();
-    let mut stores: Vec<(u64, u64)> = Vec::new();
+    scratch.copies.clear();
+    scratch.stores.clear();
     let mut copy_bytes = 0u64;
     // A put_value is data: its store belongs on the copy stream, behind the stores an earlier
     // batch set aside (so rejoin them first), and never aside itself, where a later batch's
@@ -383,20 +449,22 @@ pub(crate) fn queue_batch(sink: &mut dyn LaneSink, items: &[LaneItem], how: Batc
     for item in items {
         match item.work {
             LaneWork::Copy { dst, src, len } => {
-                if stores.iter().any(|&(at, _)| at < dst + len && dst < at + 8) {
-                    let (calls, queued) = queue_copies(sink, std::mem::take(&mut copies))?;
+                if scratch.stores.iter().any(|&(at, _)| at < dst + len && dst < at + 8) {
+                    let (calls, queued) = queue_copies(sink, scratch)?;
                     ops += calls;
                     copies_queued += queued;
-                    ops += sink.write_values(&std::mem::take(&mut stores))?;
+                    ops += sink.write_values(&scratch.stores)?;
+                    scratch.copies.clear();
+                    scratch.stores.clear();
                 }
-                copies.push((dst, src, len));
+                scratch.copies.push((dst, src, len));
                 copy_bytes += len;
             }
-            LaneWork::Value { dst, value } => stores.push((dst, value)),
+            LaneWork::Value { dst, value } => scratch.stores.push((dst, value)),
             LaneWork::SignalOnly => {}
         }
     }
-    let (calls, queued) = queue_copies(sink, copies)?;
+    let (calls, queued) = queue_copies(sink, scratch)?;
     ops += calls;
     copies_queued += queued;
     // Only signal and done stores go aside, and only in a batch without values.
@@ -413,9 +481,9 @@ pub(crate) fn queue_batch(sink: &mut dyn LaneSink, items: &[LaneItem], how: Batc
         }
     }
     let signal_stores = touched.len();
-    stores.extend(touched.into_iter().map(|(signal, value)| (signal_slot(signal), value)));
-    stores.push((done_word, done_value));
-    ops += sink.write_values(&stores)?;
+    scratch.stores.extend(touched.into_iter().map(|(signal, value)| (signal_slot(signal), value)));
+    scratch.stores.push((done_word, done_value));
+    ops += sink.write_values(&scratch.stores)?;
     Ok(Queued { calls: ops, signal_stores, copies: copies_queued })
 }
 
@@ -431,23 +499,30 @@ pub(crate) struct Queued {
     pub(crate) copies: usize,
 }
 
-/// Queues `copies` (in ticket order) merged, segment by segment
+/// Queues `scratch.copies` (in ticket order) merged, segment by segment
 /// ([`ticket_ordered_segments`]); returns the driver calls it took and the copies after merging.
-fn queue_copies(sink: &mut dyn LaneSink, copies: Vec<(u64, u64, u64)>) -> Result<(usize, usize), String> {
+fn queue_copies(sink: &mut dyn LaneSink, scratch: &mut BatchScratch) -> Result<(usize, usize), String> {
+    let BatchScratch { copies, sorted, sorted_spare, merged, counts, .. } = scratch;
     if copies.is_empty() {
         return Ok((0, 0));
     }
     // Nothing overlaps (the common case): one sort, no segment map.
-    let mut sorted = copies.clone();
-    sort_by_dst(&mut sorted, |c| c.0);
+    sorted.clear();
+    sorted.extend_from_slice(copies);
+    sort_by_dst(sorted, sorted_spare, counts, |c| c.0);
+    merged.clear();
     if sorted.windows(2).all(|w| w[0].0.saturating_add(w[0].2) <= w[1].0) {
-        let merged = merge_copies(sorted);
-        return Ok((sink.copy_many(&merged)?, merged.len()));
+        merge_sorted(sorted, merged);
+        return Ok((sink.copy_many(merged)?, merged.len()));
     }
     let (mut calls, mut queued) = (0, 0);
-    for segment in ticket_ordered_segments(&copies) {
-        let merged = merge_copies(segment.to_vec());
-        calls += sink.copy_many(&merged)?;
+    for segment in ticket_ordered_segments(copies) {
+        sorted.clear();
+        sorted.extend_from_slice(segment);
+        sort_by_dst(sorted, sorted_spare, counts, |c| c.0);
+        merged.clear();
+        merge_sorted(sorted, merged);
+        calls += sink.copy_many(merged)?;
         queued += merged.len();
     }
     Ok((calls, queued))
@@ -567,7 +642,7 @@ mod tests {
         }
         for case in cases {
             let mut ours = case.clone();
-            sort_by_dst(&mut ours, |x| x.0);
+            sort_by_dst(&mut ours, &mut Vec::new(), &mut Vec::new(), |x| x.0);
             let mut std_sorted = case.clone();
             std_sorted.sort_by_key(|x| x.0);
             assert_eq!(ours, std_sorted, "input {case:?}");
@@ -607,7 +682,7 @@ mod tests {
         // go to the destinations 8, 16, 24.
         let mut items = vec![value_item(10, 24, 3), value_item(11, 8, 1), value_item(12, 16, 2), put(13, 64, 5000, 8)];
         let mut cells = std::collections::BTreeMap::new();
-        values_as_copies(&mut items, &|t| 1000 + t * 8, &mut |t, v| {
+        values_as_copies(&mut items, &mut BatchScratch::default(), &|t| 1000 + t * 8, &mut |t, v| {
             cells.insert(t, v);
         });
         let works: Vec<LaneWork> = items.iter().map(|i| i.work).collect();
@@ -623,28 +698,59 @@ mod tests {
         assert_eq!(cells.into_iter().collect::<Vec<_>>(), vec![(10, 1), (11, 2), (12, 3)]);
         let mut rec = Recorder::default();
         let mut advance = board();
-        queue_batch(&mut rec, &items, stores(&mut advance, 14, 0)).unwrap();
+        queue_batch(&mut rec, &mut BatchScratch::default(), &items, stores(&mut advance, 14, 0)).unwrap();
         assert_eq!(rec.0[0], "copy 8<-1080 24", "contiguous destinations in contiguous cells: one copy");
         // One value alone stays a store, unless its destination is not aligned for one.
         let mut one = vec![value_item(20, 8, 9)];
-        values_as_copies(&mut one, &|t| t, &mut |_, _| panic!("no cell for a lone value"));
+        values_as_copies(&mut one, &mut BatchScratch::default(), &|t| t, &mut |_, _| {
+            panic!("no cell for a lone value")
+        });
         assert_eq!(one[0].work, LaneWork::Value { dst: 8, value: 9 });
         let mut odd = vec![value_item(20, 12, 9)];
         let mut cell = None;
-        values_as_copies(&mut odd, &|t| 1000 + t * 8, &mut |t, v| cell = Some((t, v)));
+        values_as_copies(&mut odd, &mut BatchScratch::default(), &|t| 1000 + t * 8, &mut |t, v| cell = Some((t, v)));
         assert_eq!((odd[0].work, cell), (LaneWork::Copy { dst: 12, src: 1160, len: 8 }, Some((20, 9))));
+    }
+
+    #[test]
+    fn a_batch_of_values_alone_comes_back_sorted_by_destination_and_one_with_a_signal_does_not() {
+        // Tickets 10..13 to 24, 8, 16, 0: sorted by destination, cells of 10..13 in that order.
+        let values = [value_item(10, 24, 3), value_item(11, 8, 1), value_item(12, 16, 2), value_item(13, 0, 0)];
+        let mut items = values.to_vec();
+        let mut cells = std::collections::BTreeMap::new();
+        values_as_copies(&mut items, &mut BatchScratch::default(), &|t| 1000 + t * 8, &mut |t, v| {
+            cells.insert(t, v);
+        });
+        let order: Vec<(u64, LaneWork)> = items.iter().map(|i| (i.ticket, i.work)).collect();
+        assert_eq!(
+            order,
+            vec![
+                (13, LaneWork::Copy { dst: 0, src: 1080, len: 8 }),
+                (11, LaneWork::Copy { dst: 8, src: 1088, len: 8 }),
+                (12, LaneWork::Copy { dst: 16, src: 1096, len: 8 }),
+                (10, LaneWork::Copy { dst: 24, src: 1104, len: 8 }),
+            ]
+        );
+        assert_eq!(cells.into_iter().collect::<Vec<_>>(), vec![(10, 0), (11, 1), (12, 2), (13, 3)]);
+        // A signal's value depends on the order of its batch's items: that batch keeps it.
+        let mut signalled = values.to_vec();
+        signalled[1].signal_op = SignalOp::Set;
+        values_as_copies(&mut signalled, &mut BatchScratch::default(), &|t| 1000 + t * 8, &mut |_, _| {});
+        let tickets: Vec<u64> = signalled.iter().map(|i| i.ticket).collect();
+        assert_eq!(tickets, vec![10, 11, 12, 13]);
+        assert_eq!(signalled[0].work, LaneWork::Copy { dst: 24, src: 1104, len: 8 });
     }
 
     #[test]
     fn two_values_to_one_destination_land_in_ticket_order() {
         let mut items = vec![value_item(1, 8, 111), value_item(2, 8, 222)];
         let mut cells = std::collections::BTreeMap::new();
-        values_as_copies(&mut items, &|t| 1000 + t * 8, &mut |t, v| {
+        values_as_copies(&mut items, &mut BatchScratch::default(), &|t| 1000 + t * 8, &mut |t, v| {
             cells.insert(t, v);
         });
         let mut rec = Recorder::default();
         let mut advance = board();
-        queue_batch(&mut rec, &items, stores(&mut advance, 3, 0)).unwrap();
+        queue_batch(&mut rec, &mut BatchScratch::default(), &items, stores(&mut advance, 3, 0)).unwrap();
         let last_copy = rec.0.iter().rev().find(|l| l.starts_with("copy 8<-")).unwrap().clone();
         let src: u64 = last_copy.split("<-").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
         assert_eq!(cells[&((src - 1000) / 8)], 222, "the later ticket's value lands last: {:?}", rec.0);
@@ -668,7 +774,8 @@ mod tests {
         });
         let mut advance = board();
         let mut rec = Recorder::default();
-        let ops = queue_batch(&mut rec, &items, stores(&mut advance, 13, 1 << 20)).unwrap();
+        let ops =
+            queue_batch(&mut rec, &mut BatchScratch::default(), &items, stores(&mut advance, 13, 1 << 20)).unwrap();
         assert_eq!(
             rec.0,
             vec![
@@ -687,7 +794,7 @@ mod tests {
         let mut advance = board();
         let mut rec = Recorder::default();
         let items = [value_item(1, 64, 5), put(2, 0, 4096, 128), put(3, 1024, 8192, 8), value_item(4, 2048, 6)];
-        let ops = queue_batch(&mut rec, &items, stores(&mut advance, 5, 0)).unwrap();
+        let ops = queue_batch(&mut rec, &mut BatchScratch::default(), &items, stores(&mut advance, 5, 0)).unwrap();
         assert_eq!(
             rec.0,
             vec![
@@ -701,7 +808,13 @@ mod tests {
         );
         assert_eq!((ops.calls, ops.copies), (5, 2));
         let mut rec = Recorder::default();
-        queue_batch(&mut rec, &[put(1, 0, 4096, 64), value_item(2, 8, 7)], stores(&mut advance, 3, 0)).unwrap();
+        queue_batch(
+            &mut rec,
+            &mut BatchScratch::default(),
+            &[put(1, 0, 4096, 64), value_item(2, 8, 7)],
+            stores(&mut advance, 3, 0),
+        )
+        .unwrap();
         assert_eq!(rec.0[..2], ["copy 0<-4096 64".to_string(), "store 8=7".into()], "a later value: after the copy");
     }
 
@@ -709,10 +822,16 @@ mod tests {
     fn a_value_after_an_aside_batch_goes_on_the_copy_stream_before_a_later_copy_over_it() {
         let mut advance = board();
         let mut rec = Recorder::default();
-        queue_batch(&mut rec, &[put(1, 1 << 20, 1 << 30, 4 << 20)], stores(&mut advance, 2, 1 << 20)).unwrap();
+        queue_batch(
+            &mut rec,
+            &mut BatchScratch::default(),
+            &[put(1, 1 << 20, 1 << 30, 4 << 20)],
+            stores(&mut advance, 2, 1 << 20),
+        )
+        .unwrap();
         assert!(rec.0.contains(&"stores aside".to_string()), "the large batch's stores went aside");
         let batch = [value_item(2, 64, 5), put(3, 64, (1 << 30) + 64, 64)];
-        queue_batch(&mut rec, &batch, stores(&mut advance, 4, 1 << 20)).unwrap();
+        queue_batch(&mut rec, &mut BatchScratch::default(), &batch, stores(&mut advance, 4, 1 << 20)).unwrap();
         let back = rec.0.iter().position(|l| l == "stores inline").expect("rejoined");
         let value = rec.0.iter().position(|l| l == "store 64=5").unwrap();
         let copy = rec.0.iter().position(|l| l == "copy 64<-1073741888 64").unwrap();
@@ -742,7 +861,7 @@ mod tests {
             done_value: 2,
             aside_from_bytes: 0,
         };
-        let err = queue_batch(&mut sink, &[item], how).unwrap_err();
+        let err = queue_batch(&mut sink, &mut BatchScratch::default(), &[item], how).unwrap_err();
         assert!(err.contains("copy refused"));
         assert_eq!(sink.0, 0, "no signal and no done word after a failed copy");
     }
@@ -756,11 +875,22 @@ mod tests {
         let mut small = put(2, 8 << 20, (1 << 30) + (8 << 20), 64);
         small.signal_op = SignalOp::Add;
         small.signal_value = 1;
-        let ops_big = queue_batch(&mut rec, &[big], stores(&mut advance, 2, 1 << 20)).unwrap();
-        let ops_big_again =
-            queue_batch(&mut rec, &[LaneItem { ticket: 3, ..big }], stores(&mut advance, 4, 1 << 20)).unwrap();
-        let ops_small =
-            queue_batch(&mut rec, &[LaneItem { ticket: 4, ..small }], stores(&mut advance, 5, 1 << 20)).unwrap();
+        let ops_big =
+            queue_batch(&mut rec, &mut BatchScratch::default(), &[big], stores(&mut advance, 2, 1 << 20)).unwrap();
+        let ops_big_again = queue_batch(
+            &mut rec,
+            &mut BatchScratch::default(),
+            &[LaneItem { ticket: 3, ..big }],
+            stores(&mut advance, 4, 1 << 20),
+        )
+        .unwrap();
+        let ops_small = queue_batch(
+            &mut rec,
+            &mut BatchScratch::default(),
+            &[LaneItem { ticket: 4, ..small }],
+            stores(&mut advance, 5, 1 << 20),
+        )
+        .unwrap();
         assert_eq!(
             rec.0,
             vec![
@@ -785,7 +915,7 @@ mod tests {
             "a copy, two routing calls, two stores"
         );
         let mut rec = Recorder::default();
-        queue_batch(&mut rec, &[big], stores(&mut advance, 6, 0)).unwrap();
+        queue_batch(&mut rec, &mut BatchScratch::default(), &[big], stores(&mut advance, 6, 0)).unwrap();
         assert!(!rec.0.iter().any(|l| l.starts_with("stores")), "0: never aside");
     }
 
@@ -795,8 +925,20 @@ mod tests {
         let mut advance = board();
         let mut rec = Recorder::default();
         let value = LaneItem { ticket: 2, work: LaneWork::Value { dst: 64, value: 5 }, ..put(2, 0, 0, 0) };
-        queue_batch(&mut rec, &[put(1, 4096, 1 << 30, 4 << 20), value], stores(&mut advance, 3, 1 << 20)).unwrap();
-        queue_batch(&mut rec, &[put(3, 64, (1 << 30) + 64, 8)], stores(&mut advance, 4, 1 << 20)).unwrap();
+        queue_batch(
+            &mut rec,
+            &mut BatchScratch::default(),
+            &[put(1, 4096, 1 << 30, 4 << 20), value],
+            stores(&mut advance, 3, 1 << 20),
+        )
+        .unwrap();
+        queue_batch(
+            &mut rec,
+            &mut BatchScratch::default(),
+            &[put(3, 64, (1 << 30) + 64, 8)],
+            stores(&mut advance, 4, 1 << 20),
+        )
+        .unwrap();
         assert!(!rec.0.iter().any(|l| l.starts_with("stores")), "nothing aside: {:?}", rec.0);
         let store = rec.0.iter().position(|l| l == "store 64=5").unwrap();
         let later_copy = rec.0.iter().position(|l| l == "copy 64<-1073741888 8").unwrap();

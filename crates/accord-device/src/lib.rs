@@ -17,6 +17,7 @@
 mod comm;
 pub mod error;
 mod lane;
+pub mod lane_cost;
 pub mod layout;
 pub mod memory;
 mod proxy;

@@ -21,7 +21,10 @@
 //! Usage: accord-device-bench [--route ipc|network] [--iters 1000] [--sizes-mib 1,4,16,64,256]
 //!        [--bw-iters 10] [--replays 100] [--rounds 4] [--rate-grid 8x128] [--rate-puts 64]
 //!        [--timeout-s 300] [--lane on|off] [--define NAME[=VALUE]]... [--only PHASE,...]
-//!        [--ceiling-streams 1]
+//!        [--ceiling-streams 1] [--host-batch ITEMS[,ITEMS...]]
+//!
+//! `--host-batch` needs no GPU: it times the proxy's host steps for one stream-lane batch of
+//! that many 8-byte inline puts (`accord_device::lane_cost`), prints a table and exits.
 //!
 //! Started plainly, it is the launcher: it checks for two GPUs (and refuses with a message and
 //! exit status 2 without them), then runs itself twice as ranks 0 and 1 with the torchrun
@@ -78,6 +81,8 @@ pub struct Args {
     pub slots: u32,
     /// Descriptors the proxy takes per turn (`DeviceCommConfig::descriptors_per_turn`).
     pub turn: usize,
+    /// Batch sizes whose host cost to time instead of running on GPUs (`--host-batch`).
+    pub host_batch: Vec<usize>,
 }
 
 /// The phases `--only` names.
@@ -93,7 +98,7 @@ impl Args {
 const USAGE: &str = "usage: accord-device-bench [--route ipc|network] [--iters N] [--sizes-mib 1,4,...] \
                      [--bw-iters N] [--replays N] [--rounds N] [--rate-grid BLOCKSxTHREADS] [--rate-puts N] \
                      [--timeout-s S] [--lane on|off] [--define NAME[=VALUE]]... \
-                     [--only pingpong,many_peer,graph,rate,bandwidth] [--ceiling-streams N] [--slots N] [--turn N]";
+                     [--only pingpong,many_peer,graph,rate,bandwidth] [--ceiling-streams N] [--slots N] [--turn N] [--host-batch N,...]";
 
 fn parse_args(argv: &[String]) -> Result<Args, String> {
     let mut args = Args {
@@ -112,6 +117,7 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
         ceiling_streams: 1,
         slots: proxy::RING_SLOTS_DEFAULT,
         turn: proxy::DESCRIPTORS_PER_TURN_DEFAULT,
+        host_batch: Vec::new(),
     };
     let mut it = argv.iter();
     while let Some(flag) = it.next() {
@@ -165,6 +171,15 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
                 args.slots = n as u32;
             }
             "--turn" => args.turn = number(value()?, "--turn", u64::from(proxy::RING_SLOTS_MAX))? as usize,
+            "--host-batch" => {
+                args.host_batch = value()?
+                    .split(',')
+                    .map(|s| {
+                        number(s.trim().to_string(), "--host-batch", u64::from(proxy::RING_SLOTS_MAX))
+                            .map(|n| n as usize)
+                    })
+                    .collect::<Result<_, _>>()?
+            }
             "--timeout-s" => args.timeout = Duration::from_secs(number(value()?, "--timeout-s", 3600)?),
             "--sizes-mib" => {
                 args.sizes = value()?
@@ -266,6 +281,35 @@ fn start_watchdog(rank: String, bound: Duration) {
         .unwrap_or_else(|e| eprintln!("accord-device-bench: no watchdog thread: {e}"));
 }
 
+/// The proxy's host cost per stream-lane batch of 8-byte inline puts, five rounds a size (the
+/// spread says how quiet the core was).
+fn print_host_batch_costs(sizes: &[usize]) {
+    println!("# proxy host steps per 8-byte inline put, one lane batch (no GPU; accord_device::lane_cost)");
+    println!(
+        "# {:>6} {:>6} {:>9} {:>10} {:>10} {:>10}",
+        "items", "round", "copies/b", "values_ns", "queue_ns", "sum_ns"
+    );
+    for &items in sizes {
+        let batches = (2_000_000 / items).clamp(20, 20_000);
+        for round in 1..=5 {
+            let c = accord_device::lane_cost::lane_batch_host_cost(items, batches);
+            println!(
+                "  {:>6} {:>6} {:>9.1} {:>10.1} {:>10.1} {:>10.1}",
+                items,
+                round,
+                c.copies_per_batch,
+                c.values_ns,
+                c.queue_ns,
+                c.values_ns + c.queue_ns
+            );
+            println!(
+                "{{\"bench\":\"device_lane_host_cost\",\"items\":{items},\"round\":{round},\"batches\":{},\"copies_per_batch\":{:.1},\"values_ns\":{:.2},\"queue_ns\":{:.2}}}",
+                c.batches, c.copies_per_batch, c.values_ns, c.queue_ns
+            );
+        }
+    }
+}
+
 fn main() -> ExitCode {
     // Warnings of the libraries (a driver refusing a batched call, say) go to stderr, which the
     // device scripts keep beside the tables; RUST_LOG overrides the level.
@@ -280,6 +324,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if !args.host_batch.is_empty() {
+        print_host_batch_costs(&args.host_batch);
+        return ExitCode::SUCCESS;
+    }
     match std::env::var("RANK") {
         Err(_) => match launch(&args, &argv) {
             Ok(()) => ExitCode::SUCCESS,
@@ -321,6 +369,9 @@ mod tests {
         assert!(parse_args(&[]).unwrap().runs("bandwidth"), "no --only: every phase");
         let a = parse_args(&strings(&["--slots", "4096", "--turn", "100"])).unwrap();
         assert_eq!((a.slots, a.turn), (4096, 100));
+        let a = parse_args(&strings(&["--host-batch", "256,1024"])).unwrap();
+        assert_eq!(a.host_batch, vec![256, 1024]);
+        assert!(parse_args(&strings(&["--host-batch", "0"])).is_err(), "an empty batch is refused");
         for bad in [
             &["--route", "rdma"][..],
             &["--iters", "0"],

@@ -36,7 +36,7 @@
 mod batches;
 
 use crate::error::{DescriptorError, DescriptorErrorKind};
-use crate::lane::{queue_batch, values_as_copies, BatchStores, LaneItem, LaneWork, StreamSink};
+use crate::lane::{queue_batch, values_as_copies, BatchScratch, BatchStores, LaneItem, LaneWork, StreamSink};
 use crate::layout::{Descriptor, Op, SignalOp, FLAG_COUNTER};
 use crate::memory::Block;
 use crate::ring::{Ring, RingConsumer};
@@ -150,6 +150,7 @@ impl ProxyHandle {
                 lane_batches: (0..world).map(|_| Gathered::default()).collect(),
                 spare_tickets: Vec::new(),
                 retired: Vec::new(),
+                scratch: BatchScratch::default(),
                 consumer: RingConsumer::new(ring),
                 shared,
                 staging,
@@ -225,6 +226,8 @@ struct Proxy {
     spare_tickets: Vec<Vec<LaneTicket>>,
     /// Tickets of the batches one look at the lanes retires (kept for its capacity).
     retired: Vec<LaneTicket>,
+    /// The buffers a lane batch is sorted and merged in, kept from turn to turn.
+    scratch: BatchScratch,
     consumer: RingConsumer,
     shared: Arc<Shared>,
     staging: MrBuffer,
@@ -445,7 +448,7 @@ impl Proxy {
                 let ring = self.consumer.ring();
                 let base = cells.device_addr();
                 let cell = |ticket: u64| ring.slot_of(ticket);
-                values_as_copies(&mut items, &|t| base + cell(t) as u64 * 8, &mut |t, v| {
+                values_as_copies(&mut items, &mut self.scratch, &|t| base + cell(t) as u64 * 8, &mut |t, v| {
                     // Visible to the copy: the driver call that queues it comes after.
                     if let Some(word) = cells.word(cell(t)) {
                         word.store(v, Ordering::Release);
@@ -453,7 +456,9 @@ impl Proxy {
                 });
             }
             let done = self.lane_pending[peer].next_done();
-            let result = self.queue_on_lane(peer as u32, &items, done);
+            let mut scratch = std::mem::take(&mut self.scratch);
+            let result = self.queue_on_lane(peer as u32, &items, done, &mut scratch);
+            self.scratch = scratch;
             items.clear();
             self.lane_batches[peer].items = items;
             match result {
@@ -477,7 +482,13 @@ impl Proxy {
     }
 
     /// Queues `items` for `peer` under its lane's lock, computing signal values there.
-    fn queue_on_lane(&self, peer: u32, items: &[LaneItem], done_value: u64) -> Result<(), String> {
+    fn queue_on_lane(
+        &self,
+        peer: u32,
+        items: &[LaneItem],
+        done_value: u64,
+        scratch: &mut BatchScratch,
+    ) -> Result<(), String> {
         let s = &self.shared;
         let lane = s.lanes[peer as usize].as_ref().ok_or("no lane to this peer")?;
         let done = self.lane.as_ref().map(|l| &l.done).ok_or("no lane done words")?;
@@ -492,7 +503,7 @@ impl Proxy {
             aside_from_bytes: s.lane_stores_aside_bytes,
         };
         let calls_start = Instant::now();
-        let queued = queue_batch(&mut StreamSink(&mut streams), items, how)?;
+        let queued = queue_batch(&mut StreamSink(&mut streams), scratch, items, how)?;
         s.stats.lane_queue_ns.fetch_add(nanos(calls_start.elapsed()), Ordering::Relaxed);
         drop(streams);
         s.stats.signal_writes_issued.fetch_add(queued.signal_stores as u64, Ordering::Relaxed);
