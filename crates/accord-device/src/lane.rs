@@ -242,11 +242,59 @@ pub(crate) fn sort_by_dst<T: Copy>(
     counts: &mut Vec<u32>,
     dst_of: impl Fn(&T) -> u64,
 ) {
-    if v.len() < 2 || v.windows(2).all(|w| dst_of(&w[0]) <= dst_of(&w[1])) {
+    let mut bounds = DstBounds::default();
+    for x in v.iter() {
+        bounds.add(dst_of(x));
+    }
+    sort_by_dst_within(v, spare, counts, dst_of, bounds);
+}
+
+/// What one pass over a batch's destinations tells its sort: their range, whether they are
+/// in order already, and whether they all sit on one 8-byte grid. Gathered by the caller's own
+/// pass over the batch, it spares the sort three passes of its own.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct DstBounds {
+    lo: u64,
+    hi: u64,
+    last: u64,
+    /// The first destination's offset in its 8 bytes.
+    phase: Option<u64>,
+    sorted: bool,
+    one_grid: bool,
+}
+
+impl Default for DstBounds {
+    fn default() -> Self {
+        DstBounds { lo: u64::MAX, hi: 0, last: 0, phase: None, sorted: true, one_grid: true }
+    }
+}
+
+impl DstBounds {
+    /// Takes the next destination, in the batch's order.
+    pub(crate) fn add(&mut self, dst: u64) {
+        self.lo = self.lo.min(dst);
+        self.hi = self.hi.max(dst);
+        self.sorted &= dst >= self.last;
+        self.last = dst;
+        let phase = *self.phase.get_or_insert(dst % 8);
+        self.one_grid &= dst % 8 == phase;
+    }
+}
+
+/// [`sort_by_dst`] with the destinations' bounds gathered already (`bounds` must be those of
+/// `v`, in `v`'s order).
+pub(crate) fn sort_by_dst_within<T: Copy>(
+    v: &mut Vec<T>,
+    spare: &mut Vec<T>,
+    counts: &mut Vec<u32>,
+    dst_of: impl Fn(&T) -> u64,
+    bounds: DstBounds,
+) {
+    if v.len() < 2 || bounds.sorted {
         return;
     }
-    let (lo, hi) = v.iter().fold((u64::MAX, 0), |(lo, hi), x| (lo.min(dst_of(x)), hi.max(dst_of(x))));
-    let dense = (hi - lo) / 8 <= DENSE_SPAN_PER_ELEMENT * v.len() as u64 && v.iter().all(|x| (dst_of(x) - lo) % 8 == 0);
+    let DstBounds { lo, hi, .. } = bounds;
+    let dense = bounds.one_grid && (hi - lo) / 8 <= DENSE_SPAN_PER_ELEMENT * v.len() as u64;
     if !dense {
         v.sort_by_key(|x| dst_of(x));
         return;
@@ -369,24 +417,39 @@ pub(crate) fn values_as_copies(
 ) {
     let BatchScratch { values, values_spare, cells, counts, .. } = scratch;
     values.clear();
-    values.extend(items.iter().enumerate().filter_map(|(k, i)| match i.work {
-        LaneWork::Value { dst, value } => Some(BatchValue { dst, ticket: i.ticket, value, item: k }),
-        _ => None,
-    }));
-    if values.len() < VALUES_AS_COPIES_MIN && values.iter().all(|v| v.dst % 8 == 0) {
+    // One pass: the values, their destinations' bounds for the sort, and whether their tickets
+    // run on one by one (then the cell of the i-th value after the sort is the first's + i).
+    let mut bounds = DstBounds::default();
+    let mut tickets_in_a_run = true;
+    let mut signals = false;
+    for (k, i) in items.iter().enumerate() {
+        signals |= i.signal_op != SignalOp::None;
+        if let LaneWork::Value { dst, value } = i.work {
+            if let Some(first) = values.first() {
+                tickets_in_a_run &= i.ticket == first.ticket.wrapping_add(values.len() as u64);
+            }
+            bounds.add(dst);
+            values.push(BatchValue { dst, ticket: i.ticket, value, item: k });
+        }
+    }
+    if values.len() < VALUES_AS_COPIES_MIN && bounds.one_grid && bounds.phase.is_none_or(|p| p == 0) {
         return;
     }
+    let first_ticket = values.first().map_or(0, |v| v.ticket);
     cells.clear();
-    cells.extend(values.iter().map(|v| v.ticket));
-    if !cells.is_sorted() {
-        cells.sort_unstable();
+    if !tickets_in_a_run {
+        cells.extend(values.iter().map(|v| v.ticket));
+        if !cells.is_sorted() {
+            cells.sort_unstable();
+        }
     }
     // Stable by destination: values to one destination stay in item (ticket) order.
-    sort_by_dst(values, values_spare, counts, |v| v.dst);
+    sort_by_dst_within(values, values_spare, counts, |v| v.dst, bounds);
     // Every item a value without a signal: the items are rewritten in the sorted order, from
     // `values` alone (in order, with no reads of the items scattered by the sort).
-    let reorder = values.len() == items.len() && items.iter().all(|i| i.signal_op == SignalOp::None);
-    for (i, (v, &cell_ticket)) in values.iter().zip(cells.iter()).enumerate() {
+    let reorder = values.len() == items.len() && !signals;
+    for (i, v) in values.iter().enumerate() {
+        let cell_ticket = if tickets_in_a_run { first_ticket.wrapping_add(i as u64) } else { cells[i] };
         write_cell(cell_ticket, v.value);
         let work = LaneWork::Copy { dst: v.dst, src: cell_of(cell_ticket), len: 8 };
         if reorder {
@@ -506,11 +569,17 @@ fn queue_copies(sink: &mut dyn LaneSink, scratch: &mut BatchScratch) -> Result<(
     if copies.is_empty() {
         return Ok((0, 0));
     }
+    merged.clear();
+    // In destination order and disjoint already (a batch of values alone, which
+    // `values_as_copies` sorted): merged as they are.
+    if copies.windows(2).all(|w| w[0].0.saturating_add(w[0].2) <= w[1].0) {
+        merge_sorted(copies, merged);
+        return Ok((sink.copy_many(merged)?, merged.len()));
+    }
     // Nothing overlaps (the common case): one sort, no segment map.
     sorted.clear();
     sorted.extend_from_slice(copies);
     sort_by_dst(sorted, sorted_spare, counts, |c| c.0);
-    merged.clear();
     if sorted.windows(2).all(|w| w[0].0.saturating_add(w[0].2) <= w[1].0) {
         merge_sorted(sorted, merged);
         return Ok((sink.copy_many(merged)?, merged.len()));
@@ -732,6 +801,16 @@ mod tests {
             ]
         );
         assert_eq!(cells.into_iter().collect::<Vec<_>>(), vec![(10, 0), (11, 1), (12, 2), (13, 3)]);
+        // Tickets with gaps (other peers' descriptors between them): cells still ascending.
+        let mut gaps = vec![value_item(10, 16, 3), value_item(12, 0, 1), value_item(15, 8, 2)];
+        let mut written = Vec::new();
+        values_as_copies(&mut gaps, &mut BatchScratch::default(), &|t| 1000 + t * 8, &mut |t, v| written.push((t, v)));
+        let srcs: Vec<(u64, u64)> = gaps
+            .iter()
+            .map(|i| if let LaneWork::Copy { dst, src, .. } = i.work { (dst, src) } else { (0, 0) })
+            .collect();
+        assert_eq!(srcs, vec![(0, 1080), (8, 1096), (16, 1120)]);
+        assert_eq!(written, vec![(10, 1), (12, 2), (15, 3)]);
         // A signal's value depends on the order of its batch's items: that batch keeps it.
         let mut signalled = values.to_vec();
         signalled[1].signal_op = SignalOp::Set;
