@@ -201,6 +201,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--ranks", type=int, default=2, help="ranks under accord.run (default 2)")
     ap.add_argument("--warmup", type=int, default=5, help="calls before the timing (default 5)")
     ap.add_argument("--iters", type=int, default=30, help="timed calls (default 30)")
+    ap.add_argument(
+        "--profile",
+        metavar="OP:BYTES",
+        help="with --torch, after the table: 200 dist calls of OP at BYTES under cProfile on rank 0 "
+        "(top functions by own time, us a dist call), and on which thread the backend ran them",
+    )
     return ap.parse_args(argv)
 
 
@@ -222,7 +228,60 @@ def communicator_rank(
     return rows
 
 
-def under_torchrun(ops: list[str], sizes: list[int]) -> None:
+def profile_calls(spec: str, calls: int = 200) -> None:
+    """Where one dist call's time goes on this host: `calls` calls of the op under cProfile on
+    rank 0 (the others run them plainly), the functions with the most own time in us a call, and
+    how many of the calls the backend ran on the calling thread and how many on its worker
+    (a worker run costs two thread wake-ups)."""
+    import cProfile
+    import pstats
+    import threading
+
+    import torch
+    import torch.distributed as dist
+
+    name, _, nbytes = spec.partition(":")
+    group = dist.group.WORLD._get_backend(torch.device("cpu"))
+    rank, n = dist.get_rank(), dist.get_world_size()
+    _, through, _ = op_pair(name, int(nbytes or 1 << 20), rank, n, group._comm)
+    threads: dict[str, int] = {}
+    run_job = group._run_job
+
+    def counted(fn: Any, work: Any) -> None:
+        key = "caller" if threading.current_thread() is threading.main_thread() else "worker"
+        threads[key] = threads.get(key, 0) + 1
+        run_job(fn, work)
+
+    group._run_job = counted
+    for _ in range(WARMUP):
+        through()
+    dist.barrier()
+    threads.clear()
+    prof = cProfile.Profile() if rank == 0 else None
+    start = time.perf_counter()
+    if prof is not None:
+        prof.enable()
+    for _ in range(calls):
+        through()
+    if prof is not None:
+        prof.disable()
+    elapsed_us = (time.perf_counter() - start) / calls * 1e6
+    group._run_job = run_job
+    dist.barrier()
+    if prof is None:
+        return
+    print(f"# profile {name} {nbytes} B, {calls} calls, {n} ranks: {elapsed_us:.0f} us a call under cProfile; "
+          f"backend ran them on: {threads}", flush=True)
+    stats = pstats.Stats(prof)
+    rows = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:25]  # type: ignore[attr-defined]
+    print(f"{'own us/call':>12} {'cum us/call':>12} {'ncalls':>8}  function")
+    for (file, line, func), (_, ncalls, tottime, cumtime, _) in rows:
+        where = f"{'/'.join(file.rsplit('/', 2)[-2:])}:{line}"
+        print(f"{tottime / calls * 1e6:>12.1f} {cumtime / calls * 1e6:>12.1f} {ncalls:>8}  {func} {where}")
+    sys.stdout.flush()
+
+
+def under_torchrun(ops: list[str], sizes: list[int], profile: str | None = None) -> None:
     import torch
     import torch.distributed as dist
 
@@ -233,6 +292,8 @@ def under_torchrun(ops: list[str], sizes: list[int]) -> None:
     rows = table(ops, sizes)
     if dist.get_rank() == 0:
         show(rows, dist.get_world_size())
+    if profile:
+        profile_calls(profile)
     dist.destroy_process_group()
 
 
@@ -260,7 +321,7 @@ if __name__ == "__main__":
     if args.port is not None:
         by_hand(args.port)
     elif args.torch:
-        under_torchrun(ops, sizes)
+        under_torchrun(ops, sizes, args.profile)
     else:
         import accord
 

@@ -351,6 +351,57 @@ def torch_tensors() -> list[str]:
     return done
 
 
+def torch_tensor_forms() -> list[str]:
+    """The forms of torch CPU tensor a call reads: a plain tensor (read through its own
+    accessors, registered where it is and cached), one of another dtype and shape, one that
+    requires grad, a Parameter (a subclass, read through numpy), an input overlapping its
+    output (staged, the byte view made on demand), and the clear refusals of a strided and of a
+    negative-view tensor."""
+    import torch
+
+    done = []
+    with accord.Communicator(timeout=TIMEOUT_S) as comm:
+        rank, n = comm.rank, comm.world_size
+        total = n * (n + 1) / 2
+        plain = torch.full((1024,), float(rank + 1))
+        comm.all_reduce(plain)
+        comm.all_reduce(plain)
+        entries, _, hits, misses = comm._registration_stats()
+        assert torch.equal(plain, torch.full((1024,), total * n)), plain
+        assert (entries, hits, misses) == (1, 1, 1), comm._registration_stats()
+        done.append("plain, cached")
+        ints = torch.full((8, 4), rank + 1, dtype=torch.int64)
+        comm.all_reduce(ints, "max")
+        assert torch.equal(ints, torch.full((8, 4), n, dtype=torch.int64)), ints
+        done.append("int64 2-D")
+        grad = torch.full((16,), float(rank + 1), requires_grad=True)
+        with torch.no_grad():
+            comm.all_reduce(grad)
+        assert torch.equal(grad.detach(), torch.full((16,), total)), grad
+        done.append("requires grad")
+        param = torch.nn.Parameter(torch.full((16,), float(rank + 1)))
+        comm.all_reduce(param.data)
+        comm.all_reduce(param)
+        assert torch.equal(param.detach(), torch.full((16,), total * n)), param
+        done.append("parameter")
+        # The input a slice of the output, one element off this rank's block: they overlap, so
+        # the call copies both through staging, reading and writing the tensors' bytes.
+        staged = torch.zeros(4 * n + 4)
+        staged[4 * rank + 1 : 4 * rank + 5] = float(rank + 1)
+        misses = comm._registration_stats()[3]
+        comm.all_gather(staged[4 * rank + 1 : 4 * rank + 5], staged[:-4])
+        assert comm._registration_stats()[3] == misses, "staged: nothing registered"
+        assert torch.equal(staged[: 4 * n], torch.arange(1, n + 1).float().repeat_interleave(4)), staged
+        done.append("overlapping, staged")
+        for name, bad in (("strided", torch.ones(16)[::2]), ("negative view", torch._neg_view(torch.ones(4)))):
+            try:
+                comm.all_reduce(bad)
+            except accord.InvalidBufferError:
+                done.append(f"{name} refused")
+        comm.barrier()
+    return done
+
+
 def registrations_in_place() -> list[str]:
     """Writable arrays are registered where they are and cached: repeated calls hit the cache,
     results land in the caller's memory (a slice's neighbours untouched), a cached array stays

@@ -108,6 +108,21 @@ def test_torch_cpu_tensors_float32_and_bfloat16() -> None:
     assert done == [want, want]
 
 
+def test_torch_tensor_forms_are_read_or_refused_clearly() -> None:
+    pytest.importorskip("torch")
+    done = accord.run(coll_roles.torch_tensor_forms, 2, timeout=60)
+    want = [
+        "plain, cached",
+        "int64 2-D",
+        "requires grad",
+        "parameter",
+        "overlapping, staged",
+        "strided refused",
+        "negative view refused",
+    ]
+    assert done == [want, want]
+
+
 def test_arrays_are_registered_in_place_and_cached() -> None:
     done = accord.run(coll_roles.registrations_in_place, 2, timeout=90)
     want = [

@@ -11,14 +11,17 @@
 use crate::errors::{error, Kind};
 use accord_coll::DType;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyMemoryView};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyMemoryView, PyType};
 
 /// A checked array: its flat byte view (format `B`), element type and count.
 pub(crate) struct Array<'py> {
     /// The object the caller passed (kept alive by a registration of its memory).
     pub(crate) obj: Bound<'py, PyAny>,
     /// `memoryview(obj).cast("B")`: reading gives the bytes, slice assignment writes them back.
-    pub(crate) bytes_view: Bound<'py, PyAny>,
+    /// `None` for a torch CPU tensor read through its own accessors ([`torch_cpu_tensor`]):
+    /// made when first needed ([`Array::bytes_view`]), which a call on registered memory never is.
+    pub(crate) bytes_view: Option<Bound<'py, PyAny>>,
     /// The address of the first byte, for writable arrays (only those are registered in place:
     /// a registration lets peers write, which read-only memory must never see).
     pub(crate) addr: Option<usize>,
@@ -105,6 +108,9 @@ fn memoryview_of<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py
 /// Checks `obj` for `what` (`"input"`, `"output"`...) of `op`; `writable` when results are
 /// written into it.
 pub(crate) fn array<'py>(obj: &Bound<'py, PyAny>, op: &str, what: &str, writable: bool) -> PyResult<Array<'py>> {
+    if let Some(tensor) = torch_cpu_tensor(obj)? {
+        return Ok(tensor);
+    }
     let name = type_name(obj);
     let bfloat16 = is_bfloat16(obj);
     let view = if bfloat16 { memoryview_of(&bfloat16_bits(obj, &name)?, &name)? } else { memoryview_of(obj, &name)? };
@@ -135,7 +141,76 @@ pub(crate) fn array<'py>(obj: &Bound<'py, PyAny>, op: &str, what: &str, writable
     }
     let bytes_view = view.call_method1("cast", ("B",))?;
     let addr = if view.getattr("readonly")?.is_truthy()? { None } else { Some(address_of(&bytes_view)?) };
-    Ok(Array { obj: obj.clone(), bytes_view, addr, dtype, count: nbytes / itemsize, nbytes })
+    Ok(Array { obj: obj.clone(), bytes_view: Some(bytes_view), addr, dtype, count: nbytes / itemsize, nbytes })
+}
+
+/// `torch.Tensor` and the array element type of each torch dtype collectives take, looked up
+/// once torch is imported (this module never imports it itself).
+struct TorchTypes {
+    tensor: Py<PyType>,
+    dtypes: Vec<(Py<PyAny>, DType)>,
+}
+
+static TORCH_TYPES: PyOnceLock<TorchTypes> = PyOnceLock::new();
+
+/// The torch types, or `None` while the program has not imported torch.
+fn torch_types(py: Python<'_>) -> PyResult<Option<&TorchTypes>> {
+    if let Some(types) = TORCH_TYPES.get(py) {
+        return Ok(Some(types));
+    }
+    let modules = py.import("sys")?.getattr("modules")?;
+    let Ok(torch) = modules.get_item("torch") else { return Ok(None) };
+    let tensor = torch.getattr("Tensor")?.cast_into::<PyType>()?.unbind();
+    let named = [
+        ("float32", DType::F32),
+        ("float64", DType::F64),
+        ("float16", DType::F16),
+        ("bfloat16", DType::BF16),
+        ("int8", DType::I8),
+        ("uint8", DType::U8),
+        ("int32", DType::I32),
+        ("int64", DType::I64),
+    ];
+    let dtypes = named.iter().map(|&(n, d)| Ok((torch.getattr(n)?.unbind(), d))).collect::<PyResult<Vec<_>>>()?;
+    let _ = TORCH_TYPES.set(py, TorchTypes { tensor, dtypes });
+    Ok(TORCH_TYPES.get(py))
+}
+
+/// A plain `torch.Tensor` on the CPU, dense, contiguous, of a dtype collectives take and not
+/// empty, as an array read through the tensor's own accessors (`data_ptr`, `numel`, `dtype`):
+/// no numpy array, memoryview or ctypes object is made. Anything else (a subclass, a strided
+/// or empty tensor, a conjugate or negative view) is `None`, left to the general path, which
+/// checks it and words the error. Why: that path made five Python objects a tensor and read
+/// eight attributes; on the 2xH200 host's cores the Python side of a 1 MiB call through
+/// `torch.distributed` cost up to a third of its time (stop 45, torch_overhead_probe.py).
+fn torch_cpu_tensor<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Option<Array<'py>>> {
+    let py = obj.py();
+    let Some(types) = torch_types(py)? else { return Ok(None) };
+    if !obj.get_type().is(types.tensor.bind(py)) {
+        return Ok(None);
+    }
+    let truthy = |attr: &str| -> PyResult<bool> { obj.getattr(attr)?.is_truthy() };
+    let called = |method: &str| -> PyResult<bool> { obj.call_method0(method)?.is_truthy() };
+    if !truthy("is_cpu")?
+        || truthy("is_sparse")?
+        || !called("is_contiguous")?
+        || called("is_conj")?
+        || called("is_neg")?
+    {
+        return Ok(None);
+    }
+    let dtype_obj = obj.getattr("dtype")?;
+    let Some(dtype) = types.dtypes.iter().find(|(d, _)| d.bind(py).is(&dtype_obj)).map(|&(_, d)| d) else {
+        return Ok(None);
+    };
+    let count: usize = obj.call_method0("numel")?.extract()?;
+    let itemsize: usize = obj.call_method0("element_size")?.extract()?;
+    if count == 0 {
+        return Ok(None);
+    }
+    let addr: usize = obj.call_method0("data_ptr")?.extract()?;
+    let nbytes = count * itemsize;
+    Ok(Some(Array { obj: obj.clone(), bytes_view: None, addr: Some(addr), dtype, count, nbytes }))
 }
 
 /// The address of a writable, non-empty byte memoryview's first byte (through `ctypes`, as
@@ -146,18 +221,32 @@ fn address_of(bytes_view: &Bound<'_, PyAny>) -> PyResult<usize> {
     ctypes.call_method1("addressof", (first,))?.extract()
 }
 
-impl Array<'_> {
+impl<'py> Array<'py> {
+    /// `memoryview(obj).cast("B")`, made now where [`torch_cpu_tensor`] did not make it.
+    pub(crate) fn bytes_view(&self) -> PyResult<Bound<'py, PyAny>> {
+        if let Some(view) = &self.bytes_view {
+            return Ok(view.clone());
+        }
+        let name = type_name(&self.obj);
+        let view = if self.dtype == DType::BF16 {
+            memoryview_of(&bfloat16_bits(&self.obj, &name)?, &name)?
+        } else {
+            memoryview_of(&self.obj, &name)?
+        };
+        view.call_method1("cast", ("B",))
+    }
+
     /// A copy of the array's bytes.
     pub(crate) fn to_vec(&self) -> PyResult<Vec<u8>> {
-        let bytes = self.bytes_view.call_method0("tobytes")?;
+        let bytes = self.bytes_view()?.call_method0("tobytes")?;
         Ok(bytes.cast::<PyBytes>()?.as_bytes().to_vec())
     }
 
     /// Writes `bytes` (exactly `nbytes` of them) into the array.
     pub(crate) fn write(&self, bytes: &[u8]) -> PyResult<()> {
         debug_assert_eq!(bytes.len(), self.nbytes);
-        let py = self.bytes_view.py();
-        self.bytes_view.set_item(pyo3::types::PySlice::full(py), PyBytes::new(py, bytes))
+        let view = self.bytes_view()?;
+        view.set_item(pyo3::types::PySlice::full(view.py()), PyBytes::new(view.py(), bytes))
     }
 }
 
