@@ -665,6 +665,11 @@ mod tests {
         }
     }
 
+    /// `queue_batch` with fresh buffers, as a proxy's first batch has them.
+    fn queue(sink: &mut dyn LaneSink, items: &[LaneItem], how: BatchStores<'_>) -> Result<Queued, String> {
+        queue_batch(sink, &mut BatchScratch::default(), items, how)
+    }
+
     fn value_item(ticket: u64, dst: u64, value: u64) -> LaneItem {
         LaneItem { ticket, work: LaneWork::Value { dst, value }, ..put(ticket, 0, 0, 0) }
     }
@@ -767,7 +772,7 @@ mod tests {
         assert_eq!(cells.into_iter().collect::<Vec<_>>(), vec![(10, 1), (11, 2), (12, 3)]);
         let mut rec = Recorder::default();
         let mut advance = board();
-        queue_batch(&mut rec, &mut BatchScratch::default(), &items, stores(&mut advance, 14, 0)).unwrap();
+        queue(&mut rec, &items, stores(&mut advance, 14, 0)).unwrap();
         assert_eq!(rec.0[0], "copy 8<-1080 24", "contiguous destinations in contiguous cells: one copy");
         // One value alone stays a store, unless its destination is not aligned for one.
         let mut one = vec![value_item(20, 8, 9)];
@@ -821,6 +826,38 @@ mod tests {
     }
 
     #[test]
+    fn buffers_kept_from_batch_to_batch_give_what_fresh_ones_give() {
+        // Batches of every kind through one scratch, then each through fresh buffers: values
+        // alone, values with a signal, overlapping copies, a lone value, contiguous puts.
+        let batches: Vec<Vec<LaneItem>> = vec![
+            (0..64u64).map(|i| value_item(100 + i, 8 * ((i * 37) % 64), i)).collect(),
+            vec![
+                value_item(200, 16, 1),
+                LaneItem { signal_op: SignalOp::Add, signal_value: 1, ..value_item(201, 8, 2) },
+            ],
+            vec![put(300, 0, 5000, 16), put(301, 8, 6000, 16), put(302, 64, 7000, 8)],
+            vec![value_item(400, 24, 9)],
+            (0..32u64).map(|i| put(500 + i, 4096 + 8 * i, 9000 + 8 * i, 8)).collect(),
+        ];
+        let cell_of = |t: u64| 1 << 32 | t * 8;
+        let run = |scratch: &mut BatchScratch, batch: &[LaneItem], n: u64| {
+            let mut items = batch.to_vec();
+            let mut cells = Vec::new();
+            values_as_copies(&mut items, scratch, &cell_of, &mut |t, v| cells.push((t, v)));
+            let mut rec = Recorder::default();
+            let mut advance = board();
+            let queued = queue_batch(&mut rec, scratch, &items, stores(&mut advance, n, 0)).unwrap();
+            (items, cells, rec.0, queued)
+        };
+        let mut kept = BatchScratch::default();
+        for (n, batch) in batches.iter().enumerate() {
+            let reused = run(&mut kept, batch, n as u64 + 1);
+            let fresh = run(&mut BatchScratch::default(), batch, n as u64 + 1);
+            assert_eq!(reused, fresh, "batch {n}");
+        }
+    }
+
+    #[test]
     fn two_values_to_one_destination_land_in_ticket_order() {
         let mut items = vec![value_item(1, 8, 111), value_item(2, 8, 222)];
         let mut cells = std::collections::BTreeMap::new();
@@ -829,7 +866,7 @@ mod tests {
         });
         let mut rec = Recorder::default();
         let mut advance = board();
-        queue_batch(&mut rec, &mut BatchScratch::default(), &items, stores(&mut advance, 3, 0)).unwrap();
+        queue(&mut rec, &items, stores(&mut advance, 3, 0)).unwrap();
         let last_copy = rec.0.iter().rev().find(|l| l.starts_with("copy 8<-")).unwrap().clone();
         let src: u64 = last_copy.split("<-").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
         assert_eq!(cells[&((src - 1000) / 8)], 222, "the later ticket's value lands last: {:?}", rec.0);
@@ -853,8 +890,7 @@ mod tests {
         });
         let mut advance = board();
         let mut rec = Recorder::default();
-        let ops =
-            queue_batch(&mut rec, &mut BatchScratch::default(), &items, stores(&mut advance, 13, 1 << 20)).unwrap();
+        let ops = queue(&mut rec, &items, stores(&mut advance, 13, 1 << 20)).unwrap();
         assert_eq!(
             rec.0,
             vec![
@@ -873,7 +909,7 @@ mod tests {
         let mut advance = board();
         let mut rec = Recorder::default();
         let items = [value_item(1, 64, 5), put(2, 0, 4096, 128), put(3, 1024, 8192, 8), value_item(4, 2048, 6)];
-        let ops = queue_batch(&mut rec, &mut BatchScratch::default(), &items, stores(&mut advance, 5, 0)).unwrap();
+        let ops = queue(&mut rec, &items, stores(&mut advance, 5, 0)).unwrap();
         assert_eq!(
             rec.0,
             vec![
@@ -887,13 +923,7 @@ mod tests {
         );
         assert_eq!((ops.calls, ops.copies), (5, 2));
         let mut rec = Recorder::default();
-        queue_batch(
-            &mut rec,
-            &mut BatchScratch::default(),
-            &[put(1, 0, 4096, 64), value_item(2, 8, 7)],
-            stores(&mut advance, 3, 0),
-        )
-        .unwrap();
+        queue(&mut rec, &[put(1, 0, 4096, 64), value_item(2, 8, 7)], stores(&mut advance, 3, 0)).unwrap();
         assert_eq!(rec.0[..2], ["copy 0<-4096 64".to_string(), "store 8=7".into()], "a later value: after the copy");
     }
 
@@ -901,16 +931,10 @@ mod tests {
     fn a_value_after_an_aside_batch_goes_on_the_copy_stream_before_a_later_copy_over_it() {
         let mut advance = board();
         let mut rec = Recorder::default();
-        queue_batch(
-            &mut rec,
-            &mut BatchScratch::default(),
-            &[put(1, 1 << 20, 1 << 30, 4 << 20)],
-            stores(&mut advance, 2, 1 << 20),
-        )
-        .unwrap();
+        queue(&mut rec, &[put(1, 1 << 20, 1 << 30, 4 << 20)], stores(&mut advance, 2, 1 << 20)).unwrap();
         assert!(rec.0.contains(&"stores aside".to_string()), "the large batch's stores went aside");
         let batch = [value_item(2, 64, 5), put(3, 64, (1 << 30) + 64, 64)];
-        queue_batch(&mut rec, &mut BatchScratch::default(), &batch, stores(&mut advance, 4, 1 << 20)).unwrap();
+        queue(&mut rec, &batch, stores(&mut advance, 4, 1 << 20)).unwrap();
         let back = rec.0.iter().position(|l| l == "stores inline").expect("rejoined");
         let value = rec.0.iter().position(|l| l == "store 64=5").unwrap();
         let copy = rec.0.iter().position(|l| l == "copy 64<-1073741888 64").unwrap();
@@ -940,7 +964,7 @@ mod tests {
             done_value: 2,
             aside_from_bytes: 0,
         };
-        let err = queue_batch(&mut sink, &mut BatchScratch::default(), &[item], how).unwrap_err();
+        let err = queue(&mut sink, &[item], how).unwrap_err();
         assert!(err.contains("copy refused"));
         assert_eq!(sink.0, 0, "no signal and no done word after a failed copy");
     }
@@ -954,22 +978,10 @@ mod tests {
         let mut small = put(2, 8 << 20, (1 << 30) + (8 << 20), 64);
         small.signal_op = SignalOp::Add;
         small.signal_value = 1;
-        let ops_big =
-            queue_batch(&mut rec, &mut BatchScratch::default(), &[big], stores(&mut advance, 2, 1 << 20)).unwrap();
-        let ops_big_again = queue_batch(
-            &mut rec,
-            &mut BatchScratch::default(),
-            &[LaneItem { ticket: 3, ..big }],
-            stores(&mut advance, 4, 1 << 20),
-        )
-        .unwrap();
-        let ops_small = queue_batch(
-            &mut rec,
-            &mut BatchScratch::default(),
-            &[LaneItem { ticket: 4, ..small }],
-            stores(&mut advance, 5, 1 << 20),
-        )
-        .unwrap();
+        let ops_big = queue(&mut rec, &[big], stores(&mut advance, 2, 1 << 20)).unwrap();
+        let ops_big_again =
+            queue(&mut rec, &[LaneItem { ticket: 3, ..big }], stores(&mut advance, 4, 1 << 20)).unwrap();
+        let ops_small = queue(&mut rec, &[LaneItem { ticket: 4, ..small }], stores(&mut advance, 5, 1 << 20)).unwrap();
         assert_eq!(
             rec.0,
             vec![
@@ -994,7 +1006,7 @@ mod tests {
             "a copy, two routing calls, two stores"
         );
         let mut rec = Recorder::default();
-        queue_batch(&mut rec, &mut BatchScratch::default(), &[big], stores(&mut advance, 6, 0)).unwrap();
+        queue(&mut rec, &[big], stores(&mut advance, 6, 0)).unwrap();
         assert!(!rec.0.iter().any(|l| l.starts_with("stores")), "0: never aside");
     }
 
@@ -1004,20 +1016,8 @@ mod tests {
         let mut advance = board();
         let mut rec = Recorder::default();
         let value = LaneItem { ticket: 2, work: LaneWork::Value { dst: 64, value: 5 }, ..put(2, 0, 0, 0) };
-        queue_batch(
-            &mut rec,
-            &mut BatchScratch::default(),
-            &[put(1, 4096, 1 << 30, 4 << 20), value],
-            stores(&mut advance, 3, 1 << 20),
-        )
-        .unwrap();
-        queue_batch(
-            &mut rec,
-            &mut BatchScratch::default(),
-            &[put(3, 64, (1 << 30) + 64, 8)],
-            stores(&mut advance, 4, 1 << 20),
-        )
-        .unwrap();
+        queue(&mut rec, &[put(1, 4096, 1 << 30, 4 << 20), value], stores(&mut advance, 3, 1 << 20)).unwrap();
+        queue(&mut rec, &[put(3, 64, (1 << 30) + 64, 8)], stores(&mut advance, 4, 1 << 20)).unwrap();
         assert!(!rec.0.iter().any(|l| l.starts_with("stores")), "nothing aside: {:?}", rec.0);
         let store = rec.0.iter().position(|l| l == "store 64=5").unwrap();
         let later_copy = rec.0.iter().position(|l| l == "copy 64<-1073741888 8").unwrap();
