@@ -839,7 +839,7 @@ mod tests {
             vec![value_item(400, 24, 9)],
             (0..32u64).map(|i| put(500 + i, 4096 + 8 * i, 9000 + 8 * i, 8)).collect(),
         ];
-        let cell_of = |t: u64| 1 << 32 | t * 8;
+        let cell_of = |t: u64| (1 << 32) + t * 8;
         let run = |scratch: &mut BatchScratch, batch: &[LaneItem], n: u64| {
             let mut items = batch.to_vec();
             let mut cells = Vec::new();
