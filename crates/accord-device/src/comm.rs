@@ -46,13 +46,13 @@ pub struct DeviceCommConfig {
     /// How long a [`HostProducer`] waits on a full ring before it fails.
     pub producer_timeout: Duration,
     /// Run descriptors for peers this rank's GPU reaches by address (same host through CUDA
-    /// IPC, or this process) on the proxies' stream lanes (see `lane.rs`) rather than as engine
+    /// IPC, or this process) on the proxies' stream lanes (see `lane/`) rather than as engine
     /// writes, and give kernels those addresses for direct stores. GPU placement only; off, every
     /// descriptor is an engine write (the baseline the device bench compares the lane with).
     pub stream_lane: bool,
     /// A lane batch whose copies move at least this many bytes queues its signal and done
     /// stores on a second stream, so the next batch's copy need not wait for them; 0 (the
-    /// default, `lane.rs` says why): every batch's stores follow its copies on one stream.
+    /// default, `lane/` says why): every batch's stores follow its copies on one stream.
     /// Local to this rank.
     pub lane_stores_aside_bytes: u64,
 }
@@ -740,7 +740,7 @@ impl Drop for DeviceComm {
     }
 }
 
-/// The stream lane to `peer` (see `lane.rs`; `aside`: its second stream for stores made now),
+/// The stream lane to `peer` (see `lane/`; `aside`: its second stream for stores made now),
 /// if GPU `gpu` reaches its signal slots by
 /// address and the driver accepts a stream store into them: probed once by storing this rank's
 /// current contribution (0: nothing was signalled yet) into its own slot of signal 0 there.

@@ -56,7 +56,7 @@ pub(crate) struct Shared {
     /// Each peer's stream lane, where this rank's GPU reaches its signal slots.
     pub(crate) lanes: Vec<Option<PeerLane>>,
     /// A lane batch copying at least this many bytes queues its stores on a second stream
-    /// (`lane.rs`; 0: never).
+    /// (`lane/`; 0: never).
     pub(crate) lane_stores_aside_bytes: u64,
     /// `u64[counter_count]`, bumped by the proxies, read by GPU code.
     pub(crate) counters: Block,

@@ -1,5 +1,5 @@
 //! The proxy: one thread per ring (`accord-proxy-<ring>`) that takes descriptors in ticket
-//! order, checks them, and runs each one of two ways: on the peer's stream lane (`lane.rs`)
+//! order, checks them, and runs each one of two ways: on the peer's stream lane (`lane/`)
 //! when this rank's GPU reaches the peer's window by address, else as an ordinary engine write
 //! (the engine's route layer picks memcpy, shared memory, the copy engine or the network). It
 //! applies signal and counter actions once the bytes landed, and frees slots as tickets
