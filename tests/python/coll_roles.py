@@ -139,6 +139,8 @@ def misuse() -> list[str]:
         ("scatter size", lambda: comm.reduce_scatter(good, np.zeros(6, np.float32)), accord.InvalidBufferError),
         ("a2a size", lambda: comm.all_to_all(good, np.zeros(5, np.float32)), accord.InvalidBufferError),
         ("a2a blocks", lambda: comm.all_to_all(np.ones(7, np.float32), np.zeros(7, np.float32)), accord.InvalidBufferError),
+        # The other byte order: its elements would be summed as other numbers.
+        ("byte order", lambda: comm.all_reduce(np.ones(6, np.dtype(np.float32).newbyteorder("S"))), accord.InvalidBufferError),
     ]
     for name, call, cls in wrong:
         try:

@@ -3,9 +3,9 @@
 //! staging buffers and back.
 //!
 //! A registration is keyed by the memory's address and length and holds strong references to
-//! the object passed, its byte memoryview where one was made (a buffer export: numpy arrays
-//! and bytearrays cannot be resized while it lives; a plain torch CPU tensor is read without
-//! one) and, for a torch tensor, its storage. So the memory stays
+//! the object passed, its byte memoryview (a buffer export: numpy arrays and bytearrays cannot
+//! be resized while it lives; made at registration for the arrays a call reads without one)
+//! and, for a torch tensor, its storage. So the memory stays
 //! allocated, and no other array can appear at that address, for as long as it is cached; a
 //! hit is therefore always the same memory. The engine holds the same references with every
 //! transfer still reading the memory after deregistration.
@@ -42,7 +42,7 @@ pub(crate) const COLD_BYTES_MAX: usize = 64 << 20;
 /// The Python objects whose life keeps a registered array's memory allocated.
 struct Holder {
     _obj: Py<PyAny>,
-    _bytes_view: Option<Py<PyAny>>,
+    _bytes_view: Py<PyAny>,
     _storage: Option<Py<PyAny>>,
 }
 
@@ -91,7 +91,9 @@ impl Registrations {
         };
         let holder = Holder {
             _obj: array.obj.clone().unbind(),
-            _bytes_view: array.bytes_view.as_ref().map(|v| v.clone().unbind()),
+            // Made here for an array read without one (a plain torch tensor or numpy array): the
+            // export is what stops numpy from resizing a registered array.
+            _bytes_view: array.bytes_view()?.unbind(),
             _storage: storage,
         };
         // Safety: `addr..addr + len` is the writable memory behind `array`'s buffer (checked
