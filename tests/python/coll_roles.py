@@ -395,7 +395,13 @@ def torch_tensor_forms() -> list[str]:
         assert comm._registration_stats()[3] == misses, "staged: nothing registered"
         assert torch.equal(staged[: 4 * n], torch.arange(1, n + 1).float().repeat_interleave(4)), staged
         done.append("overlapping, staged")
-        for name, bad in (("strided", torch.ones(16)[::2]), ("negative view", torch._neg_view(torch.ones(4)))):
+        refused = (
+            ("strided", torch.ones(16)[::2]),
+            ("negative view", torch._neg_view(torch.ones(4))),
+            ("sparse", torch.ones(4).to_sparse()),
+            ("sparse csr", torch.ones(2, 2).to_sparse_csr()),
+        )
+        for name, bad in refused:
             try:
                 comm.all_reduce(bad)
             except accord.InvalidBufferError:

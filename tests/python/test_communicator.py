@@ -119,6 +119,8 @@ def test_torch_tensor_forms_are_read_or_refused_clearly() -> None:
         "overlapping, staged",
         "strided refused",
         "negative view refused",
+        "sparse refused",
+        "sparse csr refused",
     ]
     assert done == [want, want]
 

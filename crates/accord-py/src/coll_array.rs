@@ -232,6 +232,8 @@ fn numpy_array<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Option<Array<'py>>> {
 /// once torch is imported (this module never imports it itself).
 struct TorchTypes {
     tensor: Py<PyType>,
+    /// `torch.strided`, the dense layout.
+    strided: Py<PyAny>,
     dtypes: Vec<(Py<PyAny>, DType)>,
 }
 
@@ -245,6 +247,7 @@ fn torch_types(py: Python<'_>) -> PyResult<Option<&TorchTypes>> {
     let modules = py.import("sys")?.getattr("modules")?;
     let Ok(torch) = modules.get_item("torch") else { return Ok(None) };
     let tensor = torch.getattr("Tensor")?.cast_into::<PyType>()?.unbind();
+    let strided = torch.getattr("strided")?.unbind();
     let named = [
         ("float32", DType::F32),
         ("float64", DType::F64),
@@ -256,14 +259,14 @@ fn torch_types(py: Python<'_>) -> PyResult<Option<&TorchTypes>> {
         ("int64", DType::I64),
     ];
     let dtypes = named.iter().map(|&(n, d)| Ok((torch.getattr(n)?.unbind(), d))).collect::<PyResult<Vec<_>>>()?;
-    let _ = TORCH_TYPES.set(py, TorchTypes { tensor, dtypes });
+    let _ = TORCH_TYPES.set(py, TorchTypes { tensor, strided, dtypes });
     Ok(TORCH_TYPES.get(py))
 }
 
 /// A plain `torch.Tensor` on the CPU, dense, contiguous, of a dtype collectives take and not
 /// empty, as an array read through the tensor's own accessors (`data_ptr`, `numel`, `dtype`):
-/// no numpy array, memoryview or ctypes object is made. Anything else (a subclass, a strided
-/// or empty tensor, a conjugate or negative view) is `None`, left to the general path, which
+/// no numpy array, memoryview or ctypes object is made. Anything else (a subclass, a sparse,
+/// strided or empty tensor, a conjugate or negative view) is `None`, left to the general path, which
 /// checks it and words the error. Why: that path made five Python objects a tensor and read
 /// eight attributes; on the 2xH200 host's cores the Python side of a 1 MiB call through
 /// `torch.distributed` cost up to a third of its time (stop 45, torch_overhead_probe.py).
@@ -275,8 +278,9 @@ fn torch_cpu_tensor<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Option<Array<'py>>
     }
     let truthy = |attr: &str| -> PyResult<bool> { obj.getattr(attr)?.is_truthy() };
     let called = |method: &str| -> PyResult<bool> { obj.call_method0(method)?.is_truthy() };
+    // Dense first: a sparse layout has no `is_contiguous` to ask.
     if !truthy("is_cpu")?
-        || truthy("is_sparse")?
+        || !obj.getattr("layout")?.is(types.strided.bind(py))
         || !called("is_contiguous")?
         || called("is_conj")?
         || called("is_neg")?
@@ -306,7 +310,8 @@ fn address_of(bytes_view: &Bound<'_, PyAny>) -> PyResult<usize> {
 }
 
 impl<'py> Array<'py> {
-    /// `memoryview(obj).cast("B")`, made now where [`torch_cpu_tensor`] did not make it.
+    /// `memoryview(obj).cast("B")`, made now where [`torch_cpu_tensor`] or [`numpy_array`] read
+    /// the array without one.
     pub(crate) fn bytes_view(&self) -> PyResult<Bound<'py, PyAny>> {
         if let Some(view) = &self.bytes_view {
             return Ok(view.clone());
