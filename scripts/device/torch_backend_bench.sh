@@ -53,7 +53,11 @@ for n in 4 8; do
       ${CPU_SKIP:+--skip "$CPU_SKIP"} --op-warmup "$OP_WARMUP" --op-iters "$OP_ITERS" --op-rounds "$OP_ROUNDS" > "$OUT/torch_${b}_cpu_${n}.jsonl" 2> "$OUT/torch_${b}_cpu_${n}.err" || { echo "cpu $b n=$n FAILED"; tail -n 15 "$OUT/torch_${b}_cpu_${n}.err"; }
   done
   for op in all_reduce all_gather reduce_scatter all_to_all; do
-    run_capped 60 "$BIN" bench "${op//_/-}" "$RANKS_FLAG" "$n" -b 1M -e 64M -f 4 -w "$OP_WARMUP" "$ITERS_FLAG" "$OP_ITERS" -a 3 --json > "$OUT/cli_${op}_${n}.json" 2>/dev/null \
+    sub=${op//_/-}
+    # The backend runs all_to_all_single as all_to_allv (split sizes are per rank): the CLI row
+    # is the same collective where the CLI has it (`accord bench all-to-allv`, stop 45).
+    if [ "$op" = all_to_all ] && "$BIN" bench all-to-allv --help > /dev/null 2>&1; then sub=all-to-allv; fi
+    run_capped 60 "$BIN" bench "$sub" "$RANKS_FLAG" "$n" -b 1M -e 64M -f 4 -w "$OP_WARMUP" "$ITERS_FLAG" "$OP_ITERS" -a 3 --json > "$OUT/cli_${op}_${n}.json" 2>/dev/null \
       || echo "accord bench $op n=$n FAILED or skipped for time ($RANKS_FLAG ranks, $ITERS_FLAG iterations)"
   done
 done

@@ -11,8 +11,8 @@ use std::time::Duration;
 /// of 3 s, so only a hang reaches it.
 const SURVIVORS_BOUND: Duration = Duration::from_secs(60);
 
-const COLLECTIVES: [&str; 7] =
-    ["all-reduce", "reduce", "broadcast", "all-gather", "reduce-scatter", "all-to-all", "sendrecv"];
+const COLLECTIVES: [&str; 8] =
+    ["all-reduce", "reduce", "broadcast", "all-gather", "reduce-scatter", "all-to-all", "all-to-allv", "sendrecv"];
 
 fn bench(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_accord"))

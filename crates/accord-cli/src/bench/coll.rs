@@ -6,7 +6,9 @@ use super::report::{Placement, Row};
 use super::values;
 use accord_coll::bench_math::{algbw_gbps, busbw_gbps};
 use accord_coll::engine::{communicator_from_env, EngineTransport};
-use accord_coll::{Algo, BufSlice, Bufs, CollTransport, Collective, Communicator, DType, LocalBuf, ReduceOp};
+use accord_coll::{
+    Algo, AllToAllVLayout, BufSlice, Bufs, CollTransport, Collective, Communicator, DType, LocalBuf, ReduceOp,
+};
 use std::time::Instant;
 
 /// Test-only: set to `1` to make rank 0 (the root for reduce) report one wrong element per
@@ -97,7 +99,7 @@ fn rooted(c: Collective) -> bool {
 /// Collectives whose in-place form would overwrite input a peer still has to read
 /// (all_to_all, sendrecv): their in-place group reads N/A.
 pub fn has_in_place(c: Collective) -> bool {
-    !matches!(c, Collective::AllToAll | Collective::SendRecv)
+    !matches!(c, Collective::AllToAll | Collective::AllToAllV | Collective::SendRecv)
 }
 
 /// Element counts of the send and receive buffers for a `bytes`-sized row (nccl-tests' size:
@@ -114,7 +116,7 @@ fn layout(c: Collective, bytes: u64, dtype: DType, n: usize) -> (usize, usize, u
             let per = (elems / n).max(1);
             (per * n, per, per)
         }
-        Collective::AllToAll => {
+        Collective::AllToAll | Collective::AllToAllV => {
             let per = (elems / n).max(1);
             (per * n, per * n, per)
         }
@@ -177,6 +179,18 @@ fn call(comm: &mut Comm, s: &CollBenchSpec, k: Combo, bufs: Bufs<'_>, count: usi
         Collective::AllGather => comm.all_gather(bufs, count, k.dtype, s.algo),
         Collective::ReduceScatter => comm.reduce_scatter(bufs, count, k.dtype, k.op, s.algo),
         Collective::AllToAll => comm.all_to_all(bufs, count, k.dtype, s.algo),
+        Collective::AllToAllV => {
+            // Even blocks, as all_to_all's, with every count and offset spelled out.
+            let counts = vec![count; n];
+            let displs: Vec<usize> = (0..n).map(|r| r * count).collect();
+            let layout = AllToAllVLayout {
+                send_counts: counts.clone(),
+                send_displs: displs.clone(),
+                recv_counts: counts,
+                recv_displs: displs,
+            };
+            comm.all_to_allv(bufs, &layout, k.dtype, s.algo)
+        }
         Collective::SendRecv => {
             comm.send_recv(((me + 1) % n, bufs.send), ((me + n - 1) % n, bufs.recv), count, k.dtype)
         }
@@ -195,7 +209,7 @@ fn expected(s: &CollBenchSpec, k: Combo, n: usize, me: usize, count: usize, i: u
         Collective::Broadcast => values::input(k.root, i),
         Collective::AllGather => values::input(i / count, i % count),
         Collective::ReduceScatter => values::reduced(k.op, n, me * count + i, d),
-        Collective::AllToAll => values::input(i / count, me * count + i % count),
+        Collective::AllToAll | Collective::AllToAllV => values::input(i / count, me * count + i % count),
         Collective::SendRecv => values::input((me + n - 1) % n, i),
         _ => return None,
     })

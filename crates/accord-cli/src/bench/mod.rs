@@ -43,6 +43,9 @@ enum BenchKind {
     AllGather(CollArgs),
     ReduceScatter(CollArgs),
     AllToAll(CollArgs),
+    /// all-to-all's rows through all_to_allv with even blocks: the collective torch's
+    /// all_to_all_single runs in the "accord" backend, whose split sizes are per rank.
+    AllToAllv(CollArgs),
     Sendrecv(CollArgs),
 }
 
@@ -290,6 +293,7 @@ pub fn run(args: BenchArgs, raw_args: Vec<String>) -> Result<i32, String> {
                 BenchKind::AllGather(a) => (Collective::AllGather, a),
                 BenchKind::ReduceScatter(a) => (Collective::ReduceScatter, a),
                 BenchKind::AllToAll(a) => (Collective::AllToAll, a),
+                BenchKind::AllToAllv(a) => (Collective::AllToAllV, a),
                 BenchKind::Sendrecv(a) => (Collective::SendRecv, a),
                 BenchKind::P2p(_) => unreachable!("handled above"),
             };

@@ -131,7 +131,7 @@ pub fn to_text(info: &RunInfo, rows: &[Row]) -> String {
     let _ = writeln!(s, "#");
     let _ = writeln!(
         s,
-        "# time: per call; algbw = size / time; busbw = algbw x the bus factor (all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; others 1);"
+        "# time: per call; algbw = size / time; busbw = algbw x the bus factor (all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all(v) (n-1)/n; others 1);"
     );
     let _ = writeln!(
         s,
