@@ -1,6 +1,6 @@
 """The fixed cost of one torch.distributed call through the "accord" backend on one rank, with
 no peer to wait for: us a call (mean of 20,000 after 500) for each common op on a 4 KiB float32
-tensor. What is left is the Python layer's work and the binding's (what issue 20's "under 10%
+tensor, then accord.Communicator's own all_reduce on that tensor and on a numpy array. What is left is the Python layer's work and the binding's (what issue 20's "under 10%
 at 1 MiB" is about), so two builds can be compared on any machine, no GPU and no peer needed.
 
     python scripts/torch_call_cost.py            # the importable accord package
@@ -43,8 +43,22 @@ def main() -> None:
         "broadcast": lambda: dist.broadcast(t, 0),
         "barrier": lambda: dist.barrier(),
     }
-    print("  ".join(f"{name} {mean_us(call):.2f}" for name, call in ops.items()), flush=True)
+    print("dist: " + "  ".join(f"{name} {mean_us(call):.2f}" for name, call in ops.items()), flush=True)
     dist.destroy_process_group()
+    # The binding alone: accord.Communicator's all_reduce on the tensor and on a numpy array.
+    import numpy as np
+
+    import accord
+
+    comm = accord.Communicator(0, 1, "127.0.0.1", int(os.environ["MASTER_PORT"]) + 1, timeout=30)
+    comm.interruptible = False  # in place, as the backend calls it
+    array = np.ones(1024, np.float32)
+    calls: dict[str, Callable[[], object]] = {
+        "tensor": lambda: comm.all_reduce(t),
+        "numpy": lambda: comm.all_reduce(array),
+    }
+    print("Communicator.all_reduce: " + "  ".join(f"{n} {mean_us(c):.2f}" for n, c in calls.items()), flush=True)
+    comm.close()
 
 
 if __name__ == "__main__":
