@@ -5,6 +5,7 @@ at 1 MiB" is about), so two builds can be compared on any machine, no GPU and no
 
     python scripts/torch_call_cost.py            # the importable accord package
     PYTHONPATH=/path/to/other/build python scripts/torch_call_cost.py
+    python scripts/torch_call_cost.py gloo       # the same ops through gloo, for scale
 
 docs/results/2026-11-27-proxy-host-steps-and-torch-layer.md has stop 45's before and after.
 """
@@ -12,6 +13,7 @@ docs/results/2026-11-27-proxy-host-steps-and-torch-layer.md has stop 45's before
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import Callable
 
@@ -33,7 +35,8 @@ def main() -> None:
 
     import accord.torch  # noqa: F401 - registers "accord"
 
-    dist.init_process_group("accord", rank=0, world_size=1)
+    backend = sys.argv[1] if len(sys.argv) > 1 else "accord"
+    dist.init_process_group(backend, rank=0, world_size=1)
     t, out = torch.ones(1024), torch.ones(1024)
     ops: dict[str, Callable[[], object]] = {
         "all_reduce": lambda: dist.all_reduce(t),
@@ -43,8 +46,10 @@ def main() -> None:
         "broadcast": lambda: dist.broadcast(t, 0),
         "barrier": lambda: dist.barrier(),
     }
-    print("dist: " + "  ".join(f"{name} {mean_us(call):.2f}" for name, call in ops.items()), flush=True)
+    print(f"dist ({backend}): " + "  ".join(f"{n} {mean_us(c):.2f}" for n, c in ops.items()), flush=True)
     dist.destroy_process_group()
+    if backend != "accord":
+        return
     # The binding alone: accord.Communicator's all_reduce on the tensor and on a numpy array.
     import numpy as np
 
