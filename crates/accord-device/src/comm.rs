@@ -156,32 +156,37 @@ impl std::fmt::Debug for DeviceComm {
     }
 }
 
-fn check_config(config: &DeviceCommConfig) -> Result<(), DeviceError> {
-    let bad = |what: String| Err(DeviceError::Config { what });
-    if config.rings == 0 || config.rings > RINGS_MAX {
-        return bad(format!("rings {}: 1..={RINGS_MAX}", config.rings));
+impl DeviceCommConfig {
+    /// Checks every value against its bounds; [`DeviceComm::new`] does it first. Public so that
+    /// a binding can check before it hands its communicator over, and a bad value leaves that
+    /// communicator usable.
+    pub fn validate(&self) -> Result<(), DeviceError> {
+        let bad = |what: String| Err(DeviceError::Config { what });
+        if self.rings == 0 || self.rings > RINGS_MAX {
+            return bad(format!("rings {}: give 1..={RINGS_MAX}", self.rings));
+        }
+        if !self.slot_count.is_power_of_two() || self.slot_count > crate::ring::RING_SLOTS_MAX {
+            return bad(format!(
+                "slot_count {}: give a power of two at most {}",
+                self.slot_count,
+                crate::ring::RING_SLOTS_MAX
+            ));
+        }
+        if self.descriptors_per_turn == 0 || self.descriptors_per_turn > crate::ring::RING_SLOTS_MAX as usize {
+            return bad(format!(
+                "descriptors_per_turn {}: give 1..={} (a turn takes at most slot_count)",
+                self.descriptors_per_turn,
+                crate::ring::RING_SLOTS_MAX
+            ));
+        }
+        if self.user_signals >= SIGNALS_MAX {
+            return bad(format!("user_signals {}: give at most {}", self.user_signals, SIGNALS_MAX - 1));
+        }
+        if self.counters == 0 || self.counters > COUNTERS_MAX {
+            return bad(format!("counters {}: give 1..={COUNTERS_MAX}", self.counters));
+        }
+        Ok(())
     }
-    if !config.slot_count.is_power_of_two() || config.slot_count > crate::ring::RING_SLOTS_MAX {
-        return bad(format!(
-            "slot_count {}: a power of two at most {}",
-            config.slot_count,
-            crate::ring::RING_SLOTS_MAX
-        ));
-    }
-    if config.descriptors_per_turn == 0 || config.descriptors_per_turn > crate::ring::RING_SLOTS_MAX as usize {
-        return bad(format!(
-            "descriptors_per_turn {}: 1..={} (a turn takes at most slot_count)",
-            config.descriptors_per_turn,
-            crate::ring::RING_SLOTS_MAX
-        ));
-    }
-    if config.user_signals >= SIGNALS_MAX {
-        return bad(format!("user_signals {}: at most {}", config.user_signals, SIGNALS_MAX - 1));
-    }
-    if config.counters == 0 || config.counters > COUNTERS_MAX {
-        return bad(format!("counters {}: 1..={COUNTERS_MAX}", config.counters));
-    }
-    Ok(())
 }
 
 impl DeviceComm {
@@ -189,7 +194,7 @@ impl DeviceComm {
     /// configuration). Allocates the rings, signals and counters, exchanges the signal slots'
     /// descriptors, and starts one proxy thread per ring.
     pub fn new(mut comm: Communicator<EngineTransport>, config: DeviceCommConfig) -> Result<DeviceComm, DeviceError> {
-        check_config(&config)?;
+        config.validate()?;
         let engine = comm.transport().engine().clone();
         // A descriptor may name this rank itself. The engine copies writes to itself in
         // process, except when the network is forced; then it must know its own address.
@@ -851,8 +856,8 @@ mod tests {
             DeviceCommConfig { descriptors_per_turn: 0, ..DeviceCommConfig::default() },
         ];
         for config in bad {
-            assert!(matches!(check_config(&config), Err(DeviceError::Config { .. })), "{config:?}");
+            assert!(matches!(config.validate(), Err(DeviceError::Config { .. })), "{config:?}");
         }
-        assert!(check_config(&DeviceCommConfig::default()).is_ok());
+        assert!(DeviceCommConfig::default().validate().is_ok());
     }
 }

@@ -53,26 +53,6 @@ fn closed(op: &str) -> PyErr {
 
 type Inner = accord_device::DeviceComm;
 
-/// The configuration's bounds, checked before the communicator is handed over so that a typo
-/// leaves it usable. `accord-device` checks them again (its check is the authority; these are
-/// its public limits).
-fn check_config(op: &str, rings: usize, slot_count: u32, user_signals: u32, counters: u32) -> PyResult<()> {
-    let bad = |what: String| Err(error(Kind::InvalidRequest, format!("{op}: {what}")));
-    if rings == 0 || rings > accord_device::RINGS_MAX {
-        return bad(format!("rings {rings}: give 1..={}", accord_device::RINGS_MAX));
-    }
-    if !slot_count.is_power_of_two() || slot_count > accord_device::RING_SLOTS_MAX {
-        return bad(format!("slot_count {slot_count}: give a power of two at most {}", accord_device::RING_SLOTS_MAX));
-    }
-    if user_signals >= accord_device::SIGNALS_MAX {
-        return bad(format!("user_signals {user_signals}: give at most {}", accord_device::SIGNALS_MAX - 1));
-    }
-    if counters == 0 || counters > accord_device::COUNTERS_MAX {
-        return bad(format!("counters {counters}: give 1..={}", accord_device::COUNTERS_MAX));
-    }
-    Ok(())
-}
-
 /// Refuses a DLPack CUDA object of another GPU than `gpu` (or any, on the host placement)
 /// before its memory is exported: from `__dlpack_device__` alone.
 fn check_window_device(op: &str, obj: &Bound<'_, PyAny>, gpu: Option<usize>) -> PyResult<()> {
@@ -175,33 +155,25 @@ impl DeviceComm {
     ) -> PyResult<Self> {
         let op = "DeviceComm";
         let producer_timeout = seconds(op, "producer_timeout", producer_timeout)?;
-        check_config(op, rings, slot_count, user_signals, counters)?;
-        if descriptors_per_turn == 0 || descriptors_per_turn > accord_device::RING_SLOTS_MAX as usize {
-            return Err(error(
-                Kind::InvalidRequest,
-                format!(
-                    "{op}: descriptors_per_turn {descriptors_per_turn}: give 1..={}",
-                    accord_device::RING_SLOTS_MAX
-                ),
-            ));
-        }
-        let placement = match gpu {
-            None => Placement::Host,
-            Some(ordinal) => Placement::Gpu(accord_cuda::Gpu::open(ordinal).map_err(|e| {
-                error(Kind::Config, format!("{op}: cannot open GPU {ordinal}: {e} (pass gpu=None for host placement)"))
-            })?),
-        };
-        let config = DeviceCommConfig {
+        let mut config = DeviceCommConfig {
             rings,
             slot_count,
             user_signals,
             counters,
-            placement,
             stream_lane,
             producer_timeout,
             lane_stores_aside_bytes,
             descriptors_per_turn,
             ..DeviceCommConfig::default()
+        };
+        // Checked before the GPU opens and the communicator is handed over, so that a typo
+        // leaves it usable (`DeviceComm::new` checks again).
+        config.validate().map_err(|e| device_error(op, e))?;
+        config.placement = match gpu {
+            None => Placement::Host,
+            Some(ordinal) => Placement::Gpu(accord_cuda::Gpu::open(ordinal).map_err(|e| {
+                error(Kind::Config, format!("{op}: cannot open GPU {ordinal}: {e} (pass gpu=None for host placement)"))
+            })?),
         };
         let rust_comm = comm.borrow().hand_over(py)?;
         let (rank, world_size) = (rust_comm.rank(), rust_comm.world_size());
