@@ -647,10 +647,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
             callbacks = work._future is not None
         if callbacks:
             work._finish(error)
-        with self._jobs_cv:
-            self._running = False
-            if self._jobs:
-                self._jobs_cv.notify()
+        self._let_next_go()
         if not callbacks:
             work._finish(error)
 
@@ -665,11 +662,15 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         except BaseException as e:  # noqa: BLE001 - handed to the waiter
             error = e
         finally:
-            with self._jobs_lock:
-                self._running = False
-                if self._jobs:
-                    self._jobs_cv.notify()
+            self._let_next_go()
         return Work(self, op, result, done=True, error=error)
+
+    def _let_next_go(self) -> None:
+        """Ends the running op's turn: the worker may start the next queued one."""
+        with self._jobs_lock:
+            self._running = False
+            if self._jobs:
+                self._jobs_cv.notify()
 
     def _put(self, job: tuple[Callable[[], None], Work] | None) -> None:
         with self._jobs_cv:

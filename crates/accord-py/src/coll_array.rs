@@ -167,6 +167,11 @@ pub(crate) fn array<'py>(obj: &Bound<'py, PyAny>, op: &str, what: &str, writable
     Ok(Array { obj: obj.clone(), bytes_view: Some(bytes_view), addr, dtype, count: nbytes / itemsize, nbytes })
 }
 
+/// Module `name` if the program imported it (this module imports neither torch nor numpy).
+fn imported<'py>(py: Python<'py>, name: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
+    Ok(py.import("sys")?.getattr("modules")?.get_item(name).ok())
+}
+
 static NDARRAY: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 /// `numpy.ndarray`, or `None` while the program has not imported numpy.
@@ -174,8 +179,7 @@ fn ndarray_type(py: Python<'_>) -> PyResult<Option<&Py<PyType>>> {
     if let Some(t) = NDARRAY.get(py) {
         return Ok(Some(t));
     }
-    let modules = py.import("sys")?.getattr("modules")?;
-    let Ok(numpy) = modules.get_item("numpy") else { return Ok(None) };
+    let Some(numpy) = imported(py, "numpy")? else { return Ok(None) };
     let _ = NDARRAY.set(py, numpy.getattr("ndarray")?.cast_into::<PyType>()?.unbind());
     Ok(NDARRAY.get(py))
 }
@@ -244,8 +248,7 @@ fn torch_types(py: Python<'_>) -> PyResult<Option<&TorchTypes>> {
     if let Some(types) = TORCH_TYPES.get(py) {
         return Ok(Some(types));
     }
-    let modules = py.import("sys")?.getattr("modules")?;
-    let Ok(torch) = modules.get_item("torch") else { return Ok(None) };
+    let Some(torch) = imported(py, "torch")? else { return Ok(None) };
     let tensor = torch.getattr("Tensor")?.cast_into::<PyType>()?.unbind();
     let strided = torch.getattr("strided")?.unbind();
     let named = [
