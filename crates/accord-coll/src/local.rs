@@ -75,6 +75,7 @@ impl LocalFabric {
                 rank,
                 writes_until_stop: AtomicUsize::new(usize::MAX),
                 stopped: AtomicBool::new(false),
+                deaths: Mutex::default(),
             })
             .collect())
     }
@@ -86,6 +87,8 @@ pub struct LocalTransport {
     rank: usize,
     writes_until_stop: AtomicUsize,
     stopped: AtomicBool,
+    /// Ranks this rank's view holds dead, with the reason (see [`Self::declare_dead`]).
+    deaths: Mutex<std::collections::HashMap<usize, String>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -106,6 +109,12 @@ impl LocalTransport {
         if writes == 0 {
             self.stopped.store(true, Ordering::SeqCst);
         }
+    }
+
+    /// Fault injection: from now on this rank's transport says `rank` is dead for `reason`,
+    /// as an engine's liveness watch does once a peer's process exits.
+    pub fn declare_dead(&self, rank: usize, reason: &str) {
+        lock(&self.deaths).insert(rank, reason.to_string());
     }
 
     /// Whether this rank has stopped (see [`Self::stop_after_writes`]).
@@ -373,6 +382,10 @@ impl CollTransport for LocalTransport {
 
     fn stuck_reports(&self) -> Vec<(usize, usize)> {
         lock(&self.fabric.ranks[self.rank].inbox).stuck.iter().map(|(&r, &w)| (r, w)).collect()
+    }
+
+    fn peer_death(&self, rank: usize) -> Option<String> {
+        lock(&self.deaths).get(&rank).cloned()
     }
 }
 

@@ -370,6 +370,13 @@ pub trait CollTransport: Send + Sync {
     /// report per reporter.
     fn stuck_reports(&self) -> Vec<(usize, usize)>;
 
+    /// Why this transport declared `rank` dead (its process exited, it answered no
+    /// keepalive), or `None` if it did not or cannot tell. The blame path asks it about the
+    /// rank the reports lead to, so the error says the rank died, not only that it went quiet.
+    fn peer_death(&self, _rank: usize) -> Option<String> {
+        None
+    }
+
     /// The shared-memory directory where the ranks may map a host arena (`crate::arena`) if
     /// they turn out to share a host, or `None`: the arena bypasses the transport's routes, so
     /// a transport that must carry every byte itself (a simulator, a run forced onto the

@@ -489,6 +489,10 @@ impl<T: CollTransport + ?Sized> Ctx<'_, T> {
             cur = next;
             hops += 1;
         }
+        if let Some(reason) = (cur != self.rank).then(|| self.t.peer_death(cur)).flatten() {
+            tracing::warn!(collective = self.collective.name(), seq = self.seq, ?missing, rank = cur, %reason, "collective failed: peer died");
+            return CollError::PeerDied { collective: self.collective.name(), seq: self.seq, rank: cur, reason };
+        }
         tracing::warn!(
             collective = self.collective.name(),
             seq = self.seq,
@@ -549,5 +553,35 @@ mod tests {
         assert_eq!(ts[0].stuck_reports(), vec![(1, 2)]);
         let plain = ctx.fail(TransportError::Timeout { what: "x".into(), waited: Duration::ZERO }, &[]);
         assert!(matches!(plain, CollError::Transport { .. }), "a timeout with no suspect stays a transport error");
+    }
+
+    /// Rank 0 waited for rank 1, which reported waiting for rank 2: the reports alone say
+    /// rank 2 stopped responding; once the transport knows rank 2's process exited, the error
+    /// says that instead (CI once saw the weaker message where a test expected the death).
+    #[test]
+    fn blame_names_a_dead_culprit_with_the_transports_reason() {
+        let ts = LocalFabric::create(3).unwrap();
+        let progress = crate::report::Progress::new(0, 3, "c0".into(), None);
+        progress.begin("all_reduce", "arena", 9);
+        let ctx = Ctx {
+            t: &ts[0],
+            collective: Collective::AllReduce,
+            algo: Algo::Ring,
+            seq: 9,
+            rank: 0,
+            n: 3,
+            deadline: Instant::now(),
+            timeout: Duration::from_millis(50),
+            abort_grace: Duration::from_millis(1),
+            progress: &progress,
+        };
+        ts[1].report_stuck(2);
+        let aborted = || TransportError::Aborted { reported_by: 1, waiting_on: 2 };
+        let e = ctx.fail(aborted(), &[1]);
+        assert!(matches!(e, CollError::PeerFailed { failed_rank: 2, reported_by: 1, .. }), "{e}");
+        ts[0].declare_dead(2, "its process (pid 7 on this host) exited");
+        let e = ctx.fail(aborted(), &[1]);
+        assert!(matches!(&e, CollError::PeerDied { rank: 2, reason, .. } if reason.contains("pid 7")), "{e}");
+        assert!(e.to_string().contains("rank 2 is dead"), "{e}");
     }
 }

@@ -301,6 +301,20 @@ impl Arena {
         Ok(())
     }
 
+    /// `PeerDied` if rank `r`'s process has exited. Every rank wrote its pid before the setup
+    /// ended, and the setup checked that all share one pid namespace, so the number names the
+    /// same process here.
+    fn exited(&self, r: usize) -> Option<TransportError> {
+        if r >= self.n {
+            return None; // a report from the wire names a rank this arena does not have
+        }
+        let pid = self.word(r, PID_WORD).load(Ordering::Acquire) as u32;
+        (pid != 0 && !accord_sys::process_alive(pid)).then(|| TransportError::PeerDied {
+            peer: r,
+            reason: format!("its process (pid {pid} on this host) exited"),
+        })
+    }
+
     /// While waiting on `r` in `lane`: fails if its process is gone, another rank reported
     /// being stuck, or the call's deadline passed. Only the first lane of this rank to fail
     /// takes the blame path (reports, stuck files, the grace wait); the others give way.
@@ -312,14 +326,13 @@ impl Arena {
         start: Instant,
         siblings_failed: &AtomicBool,
     ) -> Result<(), LaneStop> {
-        // Every rank wrote its pid before the setup ended; the setup checked that all share
-        // one pid namespace, so the number names the same process here.
-        let pid = self.word(r, PID_WORD).load(Ordering::Acquire) as u32;
-        let failure = if pid != 0 && !accord_sys::process_alive(pid) {
-            let reason = format!("its process (pid {pid} on this host) exited");
-            TransportError::PeerDied { peer: r, reason }
+        let failure = if let Some(died) = self.exited(r) {
+            died
         } else if let Some(&(reported_by, waiting_on)) = cx.t.stuck_reports().first() {
-            TransportError::Aborted { reported_by, waiting_on }
+            // The rank that reported waits for a rank of this host: if that one's process is
+            // gone, say so here too (following the reports alone would only say it stopped
+            // responding).
+            self.exited(waiting_on).unwrap_or(TransportError::Aborted { reported_by, waiting_on })
         } else if Instant::now() >= cx.deadline {
             let what = format!("rank {r} to finish {} in the host arena", step_reached(self, lane, r));
             TransportError::Timeout { what, waited: start.elapsed() }

@@ -649,6 +649,11 @@ impl CollTransport for EngineTransport {
     fn stuck_reports(&self) -> Vec<(usize, usize)> {
         lock(&self.inbox.0).stuck.iter().map(|(&r, &w)| (r, w)).collect()
     }
+
+    fn peer_death(&self, rank: usize) -> Option<String> {
+        let peer = self.peers.get(rank)?;
+        self.engine.peer_death(peer.id).map(|cause| cause.to_string())
+    }
 }
 
 /// How long dropping a transport waits for its writes and signals in flight to be
