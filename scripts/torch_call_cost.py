@@ -1,13 +1,22 @@
 """The fixed cost of one torch.distributed call through the "accord" backend on one rank, with
 no peer to wait for: us a call (mean of 20,000 after 500) for each common op on a 4 KiB float32
-tensor, then accord.Communicator's own all_reduce on that tensor and on a numpy array. What is left is the Python layer's work and the binding's (what issue 20's "under 10%
-at 1 MiB" is about), so two builds can be compared on any machine, no GPU and no peer needed.
+tensor, then accord.Communicator's own all_reduce on that tensor and on a numpy array. What is
+left is the Python layer's work and the binding's (what issue 20's "under 10% at 1 MiB" is
+about), so two builds can be compared on any machine, no GPU and no peer needed.
 
-    python scripts/torch_call_cost.py            # the importable accord package
+The first two lines are floors: the same calls through backends whose ops do nothing. "floor"
+is a Python backend returning a finished Work, i.e. what torch.distributed itself costs for any
+backend written in Python (its Python wrapper, the c10d dispatcher, the call into Python);
+Accord's share of a call is its line minus this floor. "fake" is torch's own C++ FakeProcessGroup
+(torch.testing), what the same calls cost with a backend written in C++: the floor minus fake
+is what moving the backend out of Python could save at most.
+
+    python scripts/torch_call_cost.py            # floor, then the importable accord package
     PYTHONPATH=/path/to/other/build python scripts/torch_call_cost.py
-    python scripts/torch_call_cost.py gloo       # the same ops through gloo, for scale
+    python scripts/torch_call_cost.py gloo       # floor, then the same ops through gloo
 
-docs/results/2026-11-27-proxy-host-steps-and-torch-layer.md has stop 45's before and after.
+docs/results/2026-11-27-proxy-host-steps-and-torch-layer.md has stop 45's before and after;
+docs/results/2026-11-28-ci-flake-and-torch-floor.md the floor.
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Callable
+from typing import Any, Callable
 
 
 def mean_us(call: Callable[[], object], calls: int = 20_000, warmup: int = 500) -> float:
@@ -27,27 +36,77 @@ def mean_us(call: Callable[[], object], calls: int = 20_000, warmup: int = 500) 
     return (time.perf_counter() - start) / calls * 1e6
 
 
-def main() -> None:
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29561")
+def register_floor_backend() -> None:
+    """Registers "floor": a Python backend whose every op used below returns a finished Work
+    at once, without touching the tensors."""
+    import torch
+    import torch.distributed as dist
+    from torch._C._distributed_c10d import Backend, Work
+
+    class Done(Work):  # type: ignore[misc]
+        def wait(self, timeout: Any = None) -> bool:
+            return True
+
+        def is_completed(self) -> bool:
+            return True
+
+    class Floor(Backend):  # type: ignore[misc]
+        def getBackendName(self) -> str:
+            return "floor"
+
+        def name(self) -> str:
+            return "floor"
+
+        def _done(self, *args: Any) -> Work:
+            return Done()
+
+        # Both spellings: torch renamed the tensor forms (all_gather_single, ...) after 2.11.
+        allreduce = broadcast = barrier = alltoall_base = all_to_all_single = _done
+        _allgather_base = all_gather_single = _reduce_scatter_base = reduce_scatter_single = _done
+
+    def create(store: Any, rank: int, size: int, timeout: Any) -> Floor:
+        return Floor(rank, size)
+
+    dist.Backend.register_backend("floor", create, devices=["cpu"])
+    del torch
+
+
+def time_ops(backend: str) -> None:
     import torch
     import torch.distributed as dist
 
-    import accord.torch  # noqa: F401 - registers "accord"
+    if backend == "fake":
+        # torch's C++ do-nothing backend; it needs its own store and more than one rank.
+        from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    backend = sys.argv[1] if len(sys.argv) > 1 else "accord"
-    dist.init_process_group(backend, rank=0, world_size=1)
-    t, out = torch.ones(1024), torch.ones(1024)
+        dist.init_process_group("fake", rank=0, world_size=2, store=FakeStore())
+    else:
+        dist.init_process_group(backend, rank=0, world_size=1)
+    # 4 KiB a rank: `t` and `out` alike, `whole` the world's (all_gather's output, reduce_scatter's input).
+    t, out, whole = torch.ones(1024), torch.ones(1024), torch.ones(1024 * dist.get_world_size())
     ops: dict[str, Callable[[], object]] = {
         "all_reduce": lambda: dist.all_reduce(t),
-        "all_gather_into_tensor": lambda: dist.all_gather_into_tensor(out, t),
-        "reduce_scatter_tensor": lambda: dist.reduce_scatter_tensor(out, t),
+        "all_gather_into_tensor": lambda: dist.all_gather_into_tensor(whole, t),
+        "reduce_scatter_tensor": lambda: dist.reduce_scatter_tensor(out, whole),
         "all_to_all_single": lambda: dist.all_to_all_single(out, t),
         "broadcast": lambda: dist.broadcast(t, 0),
         "barrier": lambda: dist.barrier(),
     }
     print(f"dist ({backend}): " + "  ".join(f"{n} {mean_us(c):.2f}" for n, c in ops.items()), flush=True)
     dist.destroy_process_group()
+
+
+def main() -> None:
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29561")
+    import torch
+
+    import accord.torch  # noqa: F401 - registers "accord"
+
+    backend = sys.argv[1] if len(sys.argv) > 1 else "accord"
+    register_floor_backend()
+    for name in ("fake", "floor", backend):
+        time_ops(name)
     if backend != "accord":
         return
     # The binding alone: accord.Communicator's all_reduce on the tensor and on a numpy array.
@@ -55,6 +114,7 @@ def main() -> None:
 
     import accord
 
+    t = torch.ones(1024)
     comm = accord.Communicator(0, 1, "127.0.0.1", int(os.environ["MASTER_PORT"]) + 1, timeout=30)
     comm.interruptible = False  # in place, as the backend calls it
     array = np.ones(1024, np.float32)

@@ -10,9 +10,10 @@
 
 use crate::errors::{error, Kind};
 use accord_coll::DType;
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyMemoryView, PyType};
+use pyo3::types::{PyBytes, PyMemoryView, PyString, PyType};
 
 /// A checked array: its flat byte view (format `B`), element type and count.
 pub(crate) struct Array<'py> {
@@ -216,14 +217,14 @@ fn numpy_array<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Option<Array<'py>>> {
     if !obj.get_type().is(ndarray.bind(py)) {
         return Ok(None);
     }
-    let interface = obj.getattr("__array_interface__")?;
-    if !interface.get_item("strides")?.is_none() {
+    let interface = obj.getattr(intern!(py, "__array_interface__"))?;
+    if !interface.get_item(intern!(py, "strides"))?.is_none() {
         return Ok(None);
     }
-    let typestr: String = interface.get_item("typestr")?.extract()?;
+    let typestr: String = interface.get_item(intern!(py, "typestr"))?.extract()?;
     let Some(dtype) = dtype_of_typestr(&typestr) else { return Ok(None) };
-    let shape: Vec<usize> = interface.get_item("shape")?.extract()?;
-    let (addr, readonly): (usize, bool) = interface.get_item("data")?.extract()?;
+    let shape: Vec<usize> = interface.get_item(intern!(py, "shape"))?.extract()?;
+    let (addr, readonly): (usize, bool) = interface.get_item(intern!(py, "data"))?.extract()?;
     let count: usize = shape.iter().product();
     if shape.is_empty() || count == 0 || readonly {
         return Ok(None);
@@ -269,7 +270,7 @@ fn torch_types(py: Python<'_>) -> PyResult<Option<&TorchTypes>> {
 /// A plain `torch.Tensor` on the CPU, dense, contiguous, of a dtype collectives take and not
 /// empty, as an array read through the tensor's own accessors (`data_ptr`, `numel`, `dtype`):
 /// no numpy array, memoryview or ctypes object is made. Anything else (a subclass, a sparse,
-/// strided or empty tensor, a conjugate or negative view) is `None`, left to the general path, which
+/// strided or empty tensor, a negative view, a complex dtype) is `None`, left to the general path, which
 /// checks it and words the error. Why: that path made five Python objects a tensor and read
 /// eight attributes; on the 2xH200 host's cores the Python side of a 1 MiB call through
 /// `torch.distributed` cost up to a third of its time (stop 45, torch_overhead_probe.py).
@@ -279,28 +280,29 @@ fn torch_cpu_tensor<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Option<Array<'py>>
     if !obj.get_type().is(types.tensor.bind(py)) {
         return Ok(None);
     }
-    let truthy = |attr: &str| -> PyResult<bool> { obj.getattr(attr)?.is_truthy() };
-    let called = |method: &str| -> PyResult<bool> { obj.call_method0(method)?.is_truthy() };
-    // Dense first: a sparse layout has no `is_contiguous` to ask.
-    if !truthy("is_cpu")?
-        || !obj.getattr("layout")?.is(types.strided.bind(py))
-        || !called("is_contiguous")?
-        || called("is_conj")?
-        || called("is_neg")?
-    {
-        return Ok(None);
-    }
-    let dtype_obj = obj.getattr("dtype")?;
+    // Names interned once (`intern!`): a `&str` would make and hash a new Python string per
+    // lookup, nine a tensor.
+    let called = |method: &Bound<'py, PyString>| -> PyResult<bool> { obj.call_method0(method)?.is_truthy() };
+    // The dtype first: only real dtypes are taken, and torch sets the conjugate bit on complex
+    // tensors alone, so `is_conj` need not be asked; the element size follows from the dtype.
+    let dtype_obj = obj.getattr(intern!(py, "dtype"))?;
     let Some(dtype) = types.dtypes.iter().find(|(d, _)| d.bind(py).is(&dtype_obj)).map(|&(_, d)| d) else {
         return Ok(None);
     };
-    let count: usize = obj.call_method0("numel")?.extract()?;
-    let itemsize: usize = obj.call_method0("element_size")?.extract()?;
+    // Dense before contiguous: a sparse layout has no `is_contiguous` to ask.
+    if !obj.getattr(intern!(py, "is_cpu"))?.is_truthy()?
+        || !obj.getattr(intern!(py, "layout"))?.is(types.strided.bind(py))
+        || !called(intern!(py, "is_contiguous"))?
+        || called(intern!(py, "is_neg"))?
+    {
+        return Ok(None);
+    }
+    let count: usize = obj.call_method0(intern!(py, "numel"))?.extract()?;
     if count == 0 {
         return Ok(None);
     }
-    let addr: usize = obj.call_method0("data_ptr")?.extract()?;
-    let nbytes = count * itemsize;
+    let addr: usize = obj.call_method0(intern!(py, "data_ptr"))?.extract()?;
+    let nbytes = count * dtype.size_bytes();
     Ok(Some(Array { obj: obj.clone(), bytes_view: None, addr: Some(addr), dtype, count, nbytes }))
 }
 
