@@ -71,6 +71,13 @@ const SLOTS_PREFETCHED: u64 = 8;
 /// whether it failed (a faulted context never writes the done word).
 const LANE_STALL_CHECK: Duration = Duration::from_millis(500);
 
+/// How long a lane whose batch failed to queue may take to finish what was queued before its
+/// tickets (and with them their ring cells and put sources) are released. Long queues of large
+/// puts legitimately run past [`LANE_STALL_CHECK`] (a second at the copy ceiling is ~390 GB);
+/// releasing a cell a queued copy still reads would let the next descriptor's bytes land under
+/// the failed one's signal. Past this, the GPU is taken as hung and the proxy moves on, saying so.
+const LANE_DRAIN_MAX: Duration = Duration::from_secs(10);
+
 /// How a proxy thread idles and how long it drains at close.
 #[derive(Copy, Clone, Debug)]
 pub struct ProxyTiming {
@@ -580,15 +587,20 @@ impl Proxy {
         progressed
     }
 
-    /// Waits, at most [`LANE_STALL_CHECK`], for `peer`'s lane streams to go idle (or fail).
+    /// Waits, at most [`LANE_DRAIN_MAX`], for `peer`'s lane streams to go idle (or fail).
     fn drain_lane(&self, peer: usize) {
         let Some(lane) = self.shared.lanes.get(peer).and_then(|l| l.as_ref()) else { return };
-        let deadline = Instant::now() + LANE_STALL_CHECK;
-        while Instant::now() < deadline {
-            match lane.streams.lock().unwrap_or_else(|e| e.into_inner()).query() {
-                Ok(false) => std::thread::sleep(Duration::from_micros(50)),
-                _ => return,
+        let start = Instant::now();
+        while lane.streams.lock().unwrap_or_else(|e| e.into_inner()).query() == Ok(false) {
+            if start.elapsed() >= LANE_DRAIN_MAX {
+                tracing::warn!(
+                    peer,
+                    waited_ms = start.elapsed().as_millis() as u64,
+                    "the copy streams to this peer are still busy after a failed batch: releasing its ring cells anyway"
+                );
+                return;
             }
+            std::thread::sleep(Duration::from_micros(50));
         }
     }
 
