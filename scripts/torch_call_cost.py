@@ -16,7 +16,7 @@ is what moving the backend out of Python could save at most.
     python scripts/torch_call_cost.py gloo       # floor, then the same ops through gloo
 
 docs/results/2026-11-27-proxy-host-steps-and-torch-layer.md has stop 45's before and after;
-docs/results/2026-11-28-ci-flake-and-torch-floor.md the floor.
+docs/results/2026-11-27-torch-floors-and-binding-cost.md the floors and stop 46's binding.
 """
 
 from __future__ import annotations
@@ -109,20 +109,25 @@ def main() -> None:
         time_ops(name)
     if backend != "accord":
         return
-    # The binding alone: accord.Communicator's all_reduce on the tensor and on a numpy array.
+    # The binding alone: accord.Communicator's calls on the tensors (and all_reduce on a numpy
+    # array), as the backend makes them.
     import numpy as np
 
     import accord
 
-    t = torch.ones(1024)
+    t, out = torch.ones(1024), torch.ones(1024)
     comm = accord.Communicator(0, 1, "127.0.0.1", int(os.environ["MASTER_PORT"]) + 1, timeout=30)
     comm.interruptible = False  # in place, as the backend calls it
     array = np.ones(1024, np.float32)
     calls: dict[str, Callable[[], object]] = {
-        "tensor": lambda: comm.all_reduce(t),
-        "numpy": lambda: comm.all_reduce(array),
+        "all_reduce": lambda: comm.all_reduce(t),
+        "all_reduce(numpy)": lambda: comm.all_reduce(array),
+        "all_gather": lambda: comm.all_gather(t, out),
+        "reduce_scatter": lambda: comm.reduce_scatter(t, out),
+        "all_to_allv": lambda: comm.all_to_allv(t, out, [1024], [1024]),
+        "broadcast": lambda: comm.broadcast(t, 0),
     }
-    print("Communicator.all_reduce: " + "  ".join(f"{n} {mean_us(c):.2f}" for n, c in calls.items()), flush=True)
+    print("Communicator: " + "  ".join(f"{n} {mean_us(c):.2f}" for n, c in calls.items()), flush=True)
     comm.close()
 
 
