@@ -526,7 +526,26 @@ impl<T: CollTransport + ?Sized> Ctx<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::LocalFabric;
+    use crate::report::Progress;
+    use crate::{LocalFabric, LocalTransport};
+
+    /// An all_reduce context of 3 ranks on `rank`'s local transport, already past its deadline,
+    /// with a 1 ms grace for reports.
+    fn ctx_of<'a>(t: &'a LocalTransport, rank: usize, seq: u64, progress: &'a Progress) -> Ctx<'a, LocalTransport> {
+        progress.begin("all_reduce", "ring", seq);
+        Ctx {
+            t,
+            collective: Collective::AllReduce,
+            algo: Algo::Ring,
+            seq,
+            rank,
+            n: 3,
+            deadline: Instant::now(),
+            timeout: Duration::from_millis(50),
+            abort_grace: Duration::from_millis(1),
+            progress,
+        }
+    }
 
     /// A flush that ran out of time on rank 2's acknowledgements blames rank 2 and tells the
     /// others so: the rank whose only wait was that flush must not fail without naming anyone
@@ -534,20 +553,8 @@ mod tests {
     #[test]
     fn an_ack_timeout_blames_the_silent_peer_and_tells_the_others() {
         let ts = LocalFabric::create(3).unwrap();
-        let progress = crate::report::Progress::new(1, 3, "c0".into(), None);
-        progress.begin("all_reduce", "ring", 4);
-        let ctx = Ctx {
-            t: &ts[1],
-            collective: Collective::AllReduce,
-            algo: Algo::Ring,
-            seq: 4,
-            rank: 1,
-            n: 3,
-            deadline: Instant::now(),
-            timeout: Duration::from_millis(50),
-            abort_grace: Duration::from_millis(1),
-            progress: &progress,
-        };
+        let progress = Progress::new(1, 3, "c0".into(), None);
+        let ctx = ctx_of(&ts[1], 1, 4, &progress);
         let e = ctx.fail(TransportError::AckTimeout { peer: 2, waited: Duration::from_millis(50) }, &[]);
         assert!(matches!(&e, CollError::Timeout { missing, .. } if missing == &[2]), "{e}");
         assert_eq!(ts[0].stuck_reports(), vec![(1, 2)]);
@@ -561,20 +568,8 @@ mod tests {
     #[test]
     fn blame_names_a_dead_culprit_with_the_transports_reason() {
         let ts = LocalFabric::create(3).unwrap();
-        let progress = crate::report::Progress::new(0, 3, "c0".into(), None);
-        progress.begin("all_reduce", "arena", 9);
-        let ctx = Ctx {
-            t: &ts[0],
-            collective: Collective::AllReduce,
-            algo: Algo::Ring,
-            seq: 9,
-            rank: 0,
-            n: 3,
-            deadline: Instant::now(),
-            timeout: Duration::from_millis(50),
-            abort_grace: Duration::from_millis(1),
-            progress: &progress,
-        };
+        let progress = Progress::new(0, 3, "c0".into(), None);
+        let ctx = ctx_of(&ts[0], 0, 9, &progress);
         ts[1].report_stuck(2);
         let aborted = || TransportError::Aborted { reported_by: 1, waiting_on: 2 };
         let e = ctx.fail(aborted(), &[1]);
