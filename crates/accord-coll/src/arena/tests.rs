@@ -120,6 +120,27 @@ fn ranks_map_one_arena_and_a_wait_names_the_rank_behind() {
     assert_eq!(ts[2].stuck_reports(), vec![(0, 1)], "the others are told whom rank 0 waited for");
 }
 
+/// Rank 0 waits for rank 1, which reported waiting for rank 2, whose process has exited: rank
+/// 0 names rank 2 dead, with its pid, not rank 2 "stopped responding" (CI once saw that).
+#[test]
+fn a_report_naming_a_rank_whose_process_exited_names_it_dead() {
+    let ts = LocalFabric::create(3).unwrap();
+    let arenas = map_arenas(&ts, Shape::new(4096, 1));
+    let mut child = std::process::Command::new("true").spawn().expect("run `true`");
+    let dead = child.id();
+    child.wait().unwrap(); // reaped: its pid names no process now
+    arenas[0].word(2, PID_WORD).store(u64::from(dead), Ordering::Release);
+    arenas[2].publish(0, 5);
+    ts[1].report_stuck(2);
+    let progress = crate::report::Progress::new(0, 3, "c".into(), None);
+    let cx = ctx(&ts[0], &progress, Duration::from_secs(30));
+    let buf = ts[0].register(vec![0u8; 8]).unwrap();
+    let no = AtomicBool::new(false);
+    let Err(LaneStop::Failed(e)) = arenas[0].wait_all(&cx, &args(&buf), 0, 5, &no) else { panic!("the wait ended") };
+    assert!(matches!(&e, CollError::PeerDied { rank: 2, .. }), "{e}");
+    assert!(e.to_string().contains(&format!("pid {dead} on this host) exited")), "{e}");
+}
+
 #[test]
 fn slots_are_whole_words_and_the_data_region_starts_on_a_page() {
     assert_eq!(Shape::new(1, 1).slot_bytes, 8);
