@@ -24,6 +24,7 @@ import accord
 
 def pieces() -> list[tuple[str, float]]:
     os.environ.setdefault("ACCORD_TORCH_GPU", "experimental")
+    import accord._torch_work as work_types
     import accord.torch as at
 
     dist.init_process_group("accord", timeout=datetime.timedelta(seconds=30))
@@ -44,7 +45,7 @@ def pieces() -> list[tuple[str, float]]:
         gpu.comm.all_reduce(t.data_ptr(), t.data_ptr(), t.numel(), dtype, op, side.cuda_stream)
 
     def event_record() -> None:
-        at._CudaEvent().record(side)
+        work_types._CudaEvent().record(side)
 
     def work() -> None:
         at.Work(pg, "all_reduce", [t])
