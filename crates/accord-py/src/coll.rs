@@ -12,24 +12,22 @@
 //! unusable: its peers are left mid-collective).
 
 use crate::coll_array::{array, expect_count, same_dtype, Array};
+use crate::coll_helper::{background, on_main_thread};
 use crate::coll_reg::Registrations;
+use crate::coll_staging::{in_place, out_of_place, Staging};
 use crate::coll_store::{torchrun_agent_store, PyStore};
 use crate::errors::{coll_error, error, Kind};
-use crate::values::WAIT_SLICE;
 use accord_coll::engine::{EngineSetupError, EngineTransport};
 use accord_coll::store::BootstrapConfig;
-use accord_coll::{
-    Algo, AllToAllVLayout, Bufs, CollConfig, CollError, CollTransport, Collective, LocalBuf, ReduceOp, StoreError,
-};
+use accord_coll::{Algo, AllToAllVLayout, Bufs, CollConfig, CollError, Collective, LocalBuf, ReduceOp, StoreError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Mutex;
 use std::time::Duration;
 
-type Comm = accord_coll::Communicator<EngineTransport>;
+pub(crate) type Comm = accord_coll::Communicator<EngineTransport>;
 
 /// Where the Rust communicator is.
 enum State {
@@ -60,145 +58,6 @@ fn setup_error(e: EngineSetupError) -> PyErr {
         _ => Kind::Accord,
     };
     error(kind, format!("creating the communicator: {e}"))
-}
-
-/// What a helper thread runs: the job, given the function that puts the helper back in the
-/// idle pool (called before the job's result is handed over, so the caller's next call finds
-/// the helper idle instead of starting another).
-type HelperJob = Box<dyn FnOnce(&dyn Fn()) + Send>;
-
-/// Idle helper threads, by the process that started them. Why a pool: a collective called from
-/// Python's main thread runs on a helper so that the caller can look for signals (Ctrl-C) while
-/// it waits; starting a thread per call cost tens of microseconds, the fixed cost of every small
-/// call (`scripts/device/torch_overhead_probe.py`). A helper stays parked after its job; there
-/// are as many as calls ever ran at once (one, unless a call was interrupted while its helper
-/// still ran). After a fork the parent's helpers do not exist: the pool is dropped unused.
-static HELPERS: Mutex<(u32, Vec<mpsc::Sender<HelperJob>>)> = Mutex::new((0, Vec::new()));
-
-/// An idle helper of this process, else a new one.
-fn helper() -> std::io::Result<mpsc::Sender<HelperJob>> {
-    let pid = std::process::id();
-    {
-        let mut pool = HELPERS.lock().unwrap_or_else(|e| e.into_inner());
-        if pool.0 != pid {
-            *pool = (pid, Vec::new());
-        }
-        if let Some(idle) = pool.1.pop() {
-            return Ok(idle);
-        }
-    }
-    let (tx, rx) = mpsc::channel::<HelperJob>();
-    let mine = tx.clone();
-    std::thread::Builder::new().name("accord-coll".into()).spawn(move || {
-        let release = || {
-            let mut pool = HELPERS.lock().unwrap_or_else(|e| e.into_inner());
-            if pool.0 == pid {
-                pool.1.push(mine.clone());
-            }
-        };
-        while let Ok(job) = rx.recv() {
-            job(&release);
-        }
-    })?;
-    Ok(tx)
-}
-
-/// Runs `job` on a helper thread (see [`HELPERS`]); waits for it with the GIL released, in
-/// slices of [`WAIT_SLICE`] with a signal check between them. If a signal handler raises
-/// (Ctrl-C), the helper is left to finish on its own and the handler's exception is returned.
-fn background<R: Send + 'static>(py: Python<'_>, job: impl FnOnce() -> R + Send + 'static) -> PyResult<R> {
-    let (tx, rx) = mpsc::channel();
-    // A `Receiver` is not `Sync`; the mutex lets the wait borrow it with the GIL released.
-    let rx = Mutex::new(rx);
-    let start =
-        |e: &dyn std::fmt::Display| error(Kind::Accord, format!("could not start a thread for the collective: {e}"));
-    let run: HelperJob = Box::new(move |release: &dyn Fn()| {
-        let done = job();
-        release();
-        let _ = tx.send(done);
-    });
-    if let Err(mpsc::SendError(run)) = helper().map_err(|e| start(&e))?.send(run) {
-        // Not expected: a helper returns to the pool only after its job returned, so a pooled
-        // helper is alive. A guard, not a path: should its thread be gone, a fresh one runs the job.
-        std::thread::Builder::new().name("accord-coll".into()).spawn(move || run(&|| ())).map_err(|e| start(&e))?;
-    }
-    loop {
-        match py.detach(|| rx.lock().unwrap().recv_timeout(WAIT_SLICE)) {
-            Ok(done) => return Ok(done),
-            Err(RecvTimeoutError::Timeout) => py.check_signals()?,
-            Err(RecvTimeoutError::Disconnected) => {
-                return Err(error(Kind::Accord, "the collective's thread panicked: create a new accord.Communicator"))
-            }
-        }
-    }
-}
-
-/// Whether this is Python's main thread (the only one that runs signal handlers); `true` when
-/// it cannot be told, which keeps the interruptible wait.
-fn on_main_thread(py: Python<'_>) -> bool {
-    let Ok(threading) = py.import("threading") else { return true };
-    match (threading.call_method0("current_thread"), threading.call_method0("main_thread")) {
-        (Ok(current), Ok(main)) => current.is(&main),
-        _ => true,
-    }
-}
-
-/// Runs `f` in place on a copy of `data` in the communicator's registered staging buffer
-/// (registered once, reused by later calls) and returns the result's bytes.
-fn in_place(
-    comm: &mut Comm,
-    mut data: Vec<u8>,
-    f: impl FnOnce(&mut Comm, Bufs<'_>) -> Result<(), CollError>,
-) -> Result<Vec<u8>, CollError> {
-    comm.run_staged(&mut data, f)?;
-    Ok(data)
-}
-
-/// Registered buffers kept between out-of-place calls, so that a call costs two copies and no
-/// registration; each grows (re-registered) when a call needs more.
-#[derive(Default)]
-struct Staging {
-    input: Option<LocalBuf>,
-    output: Option<LocalBuf>,
-}
-
-/// `slot`'s buffer if it holds `len` bytes, else a new registered one of at least `len`.
-fn staged(comm: &Comm, slot: &mut Option<LocalBuf>, len: usize) -> Result<LocalBuf, CollError> {
-    match slot.take() {
-        Some(buf) if buf.len() >= len => Ok(buf),
-        old => {
-            if let Some(old) = old {
-                comm.deregister(old)?;
-            }
-            comm.register(vec![0u8; len.max(4096).next_power_of_two()])
-        }
-    }
-}
-
-/// Copies `input` (and, with `output_in`, `output`) into the staging buffers, runs `f` on
-/// them, and returns the output's bytes. The buffers go back into `staging` on success; after
-/// a failure (the communicator is then unusable) they stay registered until it is dropped.
-fn out_of_place(
-    comm: &mut Comm,
-    staging: &mut Staging,
-    input: Vec<u8>,
-    mut output: Vec<u8>,
-    output_in: bool,
-    f: impl FnOnce(&mut Comm, Bufs<'_>) -> Result<(), CollError>,
-) -> Result<Vec<u8>, CollError> {
-    let transport = |collective: &'static str| move |source| CollError::Transport { collective, source };
-    let send = staged(comm, &mut staging.input, input.len())?;
-    let recv = staged(comm, &mut staging.output, output.len())?;
-    let (s, r) = (send.slice(0, input.len()), recv.slice(0, output.len()));
-    comm.transport().write_local(s, &input).map_err(transport("staging"))?;
-    if output_in {
-        comm.transport().write_local(r, &output).map_err(transport("staging"))?;
-    }
-    f(comm, Bufs { send: s, recv: r })?;
-    comm.transport().read_local(r, &mut output).map_err(transport("staging"))?;
-    staging.input = Some(send);
-    staging.output = Some(recv);
-    Ok(output)
 }
 
 fn parse_op(op: &str) -> PyResult<ReduceOp> {
@@ -279,9 +138,10 @@ fn all_to_allv_layout(
 /// (seconds) bounds the rendezvous and every collective (default: ``ACCORD_BOOTSTRAP_TIMEOUT_MS``
 /// and ``ACCORD_COLL_TIMEOUT_MS``).
 ///
-/// Every rank calls the same collectives in the same order with matching arrays. Each call
-/// copies the array into registered memory and the result back: a convenience path, not a
-/// zero-copy one. Wrong arrays raise ``InvalidBufferError`` before anything is sent; failures
+/// Every rank calls the same collectives in the same order with matching arrays. A writable
+/// C-contiguous array is registered where it is (once, then cached) and the collective runs on
+/// it directly; a read-only array, or an input overlapping its output, goes through registered
+/// staging buffers (a copy in and, where results come back, a copy out). Wrong arrays raise ``InvalidBufferError`` before anything is sent; failures
 /// involving peers raise ``accord.TimeoutError`` or ``PeerError`` naming the ranks, and leave
 /// the communicator unusable (create a new one). ``close()`` (or leaving a ``with`` block
 /// normally) ends with a barrier so no rank leaves while others still need it.
@@ -550,9 +410,7 @@ impl Communicator {
         let staging = std::mem::take(&mut *self.staging.lock().unwrap());
         let comm = py.detach(move || {
             regs.clear(&comm);
-            for buf in [staging.input, staging.output].into_iter().flatten() {
-                let _ = comm.deregister(buf);
-            }
+            staging.deregister(&comm);
             comm
         });
         Ok(*comm)

@@ -30,7 +30,9 @@
 mod bench;
 mod coll;
 mod coll_array;
+mod coll_helper;
 mod coll_reg;
+mod coll_staging;
 mod coll_store;
 mod core;
 mod device;
