@@ -8,12 +8,24 @@ from __future__ import annotations
 import datetime
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
-if TYPE_CHECKING:
-    from accord.torch import AccordProcessGroup
+
+class _Group(Protocol):
+    """What a handle asks of its group (``accord.torch.AccordProcessGroup``): named here, not
+    imported, so that this module does not depend on the one that uses it."""
+
+    timeout_s: float
+    _gpu: _GpuPath | bool | None
+
+    def _flush_p2p(self) -> None: ...
+
+    def _run_here(self, work: Work) -> None: ...
+
+    def rank(self) -> int: ...
+
 
 # How much longer than the group's timeout a ``wait`` waits for the worker before it gives up
 # (the collective itself is bounded by the group's timeout; this only bounds a stuck worker).
@@ -71,7 +83,7 @@ class Work(_WorkBase):  # type: ignore[misc]
 
     def __init__(
         self,
-        group: AccordProcessGroup,
+        group: _Group,
         op: str,
         result: list[torch.Tensor],
         done: bool = False,
@@ -101,7 +113,7 @@ class Work(_WorkBase):  # type: ignore[misc]
         if future is not None:
             self._settle(future)
 
-    def _kick(self) -> AccordProcessGroup | None:
+    def _kick(self) -> _Group | None:
         group = self._group()
         if group is not None:
             group._flush_p2p()
@@ -168,7 +180,7 @@ class _StreamWork(Work):
     op's host time on 2xH200 (scripts/device/torch_gpu_probe.py latency, with PROFILE=1)."""
 
     def __init__(
-        self, group: AccordProcessGroup, op: str, result: list[torch.Tensor], device: torch.device, stream: Any
+        self, group: _Group, op: str, result: list[torch.Tensor], device: torch.device, stream: Any
     ) -> None:
         super().__init__(group, op, result)
         self._device = device
@@ -227,7 +239,7 @@ class _MarkedWork(_StreamWork):
     ``is_completed`` reads it. Making, recording and waiting on a PyTorch event and stream
     object per op was about a third of an op's host time (``torch_op_cost_probe.py``)."""
 
-    def __init__(self, group: AccordProcessGroup, op: str, result: list[torch.Tensor], gpu: _GpuPath, mark: int) -> None:
+    def __init__(self, group: _Group, op: str, result: list[torch.Tensor], gpu: _GpuPath, mark: int) -> None:
         Work.__init__(self, group, op, result)
         self._device = gpu.device
         self._stream = gpu.stream

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-pub(crate) type Comm = accord_coll::Communicator<EngineTransport>;
+type Comm = accord_coll::Communicator<EngineTransport>;
 
 /// Where the Rust communicator is.
 enum State {

@@ -2,15 +2,14 @@
 //! memory (read-only arrays, overlapping input and output): registered once, reused, grown when
 //! a call needs more; a copy in and, where results come back, a copy out.
 
-use crate::coll::Comm;
-use accord_coll::{Bufs, CollError, CollTransport, LocalBuf};
+use accord_coll::{Bufs, CollError, CollTransport, Communicator, LocalBuf};
 
 /// Runs `f` in place on a copy of `data` in the communicator's registered staging buffer
 /// (registered once, reused by later calls) and returns the result's bytes.
-pub(crate) fn in_place(
-    comm: &mut Comm,
+pub(crate) fn in_place<T: CollTransport>(
+    comm: &mut Communicator<T>,
     mut data: Vec<u8>,
-    f: impl FnOnce(&mut Comm, Bufs<'_>) -> Result<(), CollError>,
+    f: impl FnOnce(&mut Communicator<T>, Bufs<'_>) -> Result<(), CollError>,
 ) -> Result<Vec<u8>, CollError> {
     comm.run_staged(&mut data, f)?;
     Ok(data)
@@ -27,7 +26,7 @@ pub(crate) struct Staging {
 impl Staging {
     /// Gives the buffers back to `comm` (a communicator handed over to another owner), best
     /// effort: one that fails to deregister stays registered until `comm` is dropped.
-    pub(crate) fn deregister(self, comm: &Comm) {
+    pub(crate) fn deregister<T: CollTransport>(self, comm: &Communicator<T>) {
         for buf in [self.input, self.output].into_iter().flatten() {
             let _ = comm.deregister(buf);
         }
@@ -35,7 +34,11 @@ impl Staging {
 }
 
 /// `slot`'s buffer if it holds `len` bytes, else a new registered one of at least `len`.
-fn staged(comm: &Comm, slot: &mut Option<LocalBuf>, len: usize) -> Result<LocalBuf, CollError> {
+fn staged<T: CollTransport>(
+    comm: &Communicator<T>,
+    slot: &mut Option<LocalBuf>,
+    len: usize,
+) -> Result<LocalBuf, CollError> {
     match slot.take() {
         Some(buf) if buf.len() >= len => Ok(buf),
         old => {
@@ -50,13 +53,13 @@ fn staged(comm: &Comm, slot: &mut Option<LocalBuf>, len: usize) -> Result<LocalB
 /// Copies `input` (and, with `output_in`, `output`) into the staging buffers, runs `f` on
 /// them, and returns the output's bytes. The buffers go back into `staging` on success; after
 /// a failure (the communicator is then unusable) they stay registered until it is dropped.
-pub(crate) fn out_of_place(
-    comm: &mut Comm,
+pub(crate) fn out_of_place<T: CollTransport>(
+    comm: &mut Communicator<T>,
     staging: &mut Staging,
     input: Vec<u8>,
     mut output: Vec<u8>,
     output_in: bool,
-    f: impl FnOnce(&mut Comm, Bufs<'_>) -> Result<(), CollError>,
+    f: impl FnOnce(&mut Communicator<T>, Bufs<'_>) -> Result<(), CollError>,
 ) -> Result<Vec<u8>, CollError> {
     let transport = |collective: &'static str| move |source| CollError::Transport { collective, source };
     let send = staged(comm, &mut staging.input, input.len())?;
