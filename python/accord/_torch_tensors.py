@@ -35,6 +35,8 @@ _GPU_REDUCE_DTYPES = {torch.float32, torch.float16, torch.bfloat16, torch.int32,
 class BackendError(RuntimeError):
     """An op the ``accord`` backend cannot run as asked (unsupported op, dtype, device, layout)."""
 
+    __module__ = "accord.torch"  # where users import it from, as tracebacks name it
+
 
 def _reduce_op_name(op: Any, what: str) -> str:
     for known, name in _REDUCE_OPS.items():

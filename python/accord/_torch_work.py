@@ -81,6 +81,8 @@ class Work(_WorkBase):  # type: ignore[misc]
     worker has done it. Ops still run one at a time, in call order; an op nobody waits for yet
     runs on the worker as before."""
 
+    __module__ = "accord.torch"  # where users import it from, as reprs name it
+
     def __init__(
         self,
         group: _Group,
