@@ -49,23 +49,31 @@ fn foreign_byte_order(format: &str) -> bool {
     }
 }
 
-/// The element type of a struct-module format with `itemsize` bytes; none for a byte order
-/// other than this machine's (its elements would be reduced as other numbers).
-fn dtype_of(format: &str, itemsize: usize) -> Option<DType> {
-    if foreign_byte_order(format) {
-        return None;
-    }
-    let code = format.trim_start_matches(['@', '=', '<', '>', '!']);
-    match (code, itemsize) {
-        ("f", 4) => Some(DType::F32),
-        ("d", 8) => Some(DType::F64),
-        ("e", 2) => Some(DType::F16),
-        ("b", 1) => Some(DType::I8),
-        ("B", 1) => Some(DType::U8),
-        ("h" | "i" | "l" | "q" | "n", 4) => Some(DType::I32),
-        ("h" | "i" | "l" | "q" | "n", 8) => Some(DType::I64),
+/// The element type collectives take for numbers of `kind` (numpy's letters: `f` float, `i`
+/// signed, `u` unsigned integer) and `size` bytes: the one table both array readers use.
+fn dtype_of_kind(kind: char, size: usize) -> Option<DType> {
+    match (kind, size) {
+        ('f', 4) => Some(DType::F32),
+        ('f', 8) => Some(DType::F64),
+        ('f', 2) => Some(DType::F16),
+        ('i', 1) => Some(DType::I8),
+        ('u', 1) => Some(DType::U8),
+        ('i', 4) => Some(DType::I32),
+        ('i', 8) => Some(DType::I64),
         _ => None,
     }
+}
+
+/// The element type of a struct-module format with `itemsize` bytes (its byte order is the
+/// caller's to check: see [`foreign_byte_order`]).
+fn dtype_of(format: &str, itemsize: usize) -> Option<DType> {
+    let kind = match format.trim_start_matches(['@', '=', '<', '>', '!']) {
+        "f" | "d" | "e" => 'f',
+        "b" | "h" | "i" | "l" | "q" | "n" => 'i',
+        "B" => 'u',
+        _ => return None,
+    };
+    dtype_of_kind(kind, itemsize)
 }
 
 /// Whether `obj` is a torch tensor or numpy array of bfloat16 (`str(obj.dtype)` is
@@ -188,21 +196,12 @@ fn ndarray_type(py: Python<'_>) -> PyResult<Option<&Py<PyType>>> {
 /// The element type of a numpy `typestr` in this machine's byte order (`<f4`, `|u1`...).
 fn dtype_of_typestr(typestr: &str) -> Option<DType> {
     let native = if cfg!(target_endian = "little") { '<' } else { '>' };
-    let (order, code) = typestr.split_at_checked(1)?;
-    let order = order.chars().next()?;
+    let mut chars = typestr.chars();
+    let (order, kind) = (chars.next()?, chars.next()?);
     if order != native && order != '|' && order != '=' {
         return None;
     }
-    match code {
-        "f4" => Some(DType::F32),
-        "f8" => Some(DType::F64),
-        "f2" => Some(DType::F16),
-        "i1" => Some(DType::I8),
-        "u1" => Some(DType::U8),
-        "i4" => Some(DType::I32),
-        "i8" => Some(DType::I64),
-        _ => None,
-    }
+    dtype_of_kind(kind, chars.as_str().parse().ok()?)
 }
 
 /// A plain `numpy.ndarray`, C-contiguous (no strides given), writable, not empty and of a
@@ -281,7 +280,7 @@ fn torch_cpu_tensor<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Option<Array<'py>>
         return Ok(None);
     }
     // Names interned once (`intern!`): a `&str` would make and hash a new Python string per
-    // lookup, nine a tensor.
+    // lookup, seven a tensor.
     let called = |method: &Bound<'py, PyString>| -> PyResult<bool> { obj.call_method0(method)?.is_truthy() };
     // The dtype first: only real dtypes are taken, and torch sets the conjugate bit on complex
     // tensors alone, so `is_conj` need not be asked; the element size follows from the dtype.
@@ -361,4 +360,45 @@ pub(crate) fn expect_count(op: &str, what: &str, array: &Array<'_>, count: usize
         return Err(invalid(format!("{op}: the {what} has {} elements but needs {count} ({why})", array.count)));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The struct-module formats and numpy typestrs of one element type land on it, whatever
+    /// the native integer names; other widths, kinds and byte orders do not.
+    #[test]
+    fn formats_and_typestrs_name_the_same_element_types() {
+        let little = cfg!(target_endian = "little");
+        let native = if little { "<" } else { ">" };
+        let cases = [
+            (DType::F32, "f", 4, "f4"),
+            (DType::F64, "d", 8, "f8"),
+            (DType::F16, "e", 2, "f2"),
+            (DType::I8, "b", 1, "i1"),
+            (DType::U8, "B", 1, "u1"),
+            (DType::I32, "i", 4, "i4"),
+            (DType::I64, "q", 8, "i8"),
+        ];
+        for (dtype, code, size, typestr) in cases {
+            for prefix in ["", "@", "=", native] {
+                assert_eq!(dtype_of(&format!("{prefix}{code}"), size), Some(dtype), "{prefix}{code}");
+            }
+            assert_eq!(dtype_of_typestr(&format!("{native}{typestr}")), Some(dtype), "{typestr}");
+            assert_eq!(dtype_of_typestr(&format!("={typestr}")), Some(dtype), "={typestr}");
+        }
+        assert_eq!(dtype_of("l", 8), Some(DType::I64));
+        assert_eq!(dtype_of("l", 4), Some(DType::I32));
+        assert_eq!(dtype_of("n", 8), Some(DType::I64));
+        assert_eq!(dtype_of_typestr("|u1"), Some(DType::U8));
+        for (format, size) in [("h", 2), ("H", 2), ("I", 4), ("?", 1), ("Zf", 8), ("", 4)] {
+            assert_eq!(dtype_of(format, size), None, "{format}");
+        }
+        let foreign = if little { ">" } else { "<" };
+        for typestr in ["|b1", "|V8", "=c8", "=u4", "=f16", "<", "", &format!("{foreign}f4")] {
+            assert_eq!(dtype_of_typestr(typestr), None, "{typestr}");
+        }
+        assert!(foreign_byte_order(&format!("{foreign}f")) && !foreign_byte_order("=f"));
+    }
 }
