@@ -435,7 +435,7 @@ fn queue_copies(sink: &mut dyn LaneSink, scratch: &mut BatchScratch) -> Result<(
     merged.clear();
     // In destination order and disjoint already (a batch of values alone, which
     // `values_as_copies` sorted): merged as they are.
-    if copies.windows(2).all(|w| w[0].0.saturating_add(w[0].2) <= w[1].0) {
+    if in_order_and_disjoint(copies) {
         merge_sorted(copies, merged);
         return Ok((sink.copy_many(merged)?, merged.len()));
     }
@@ -443,7 +443,7 @@ fn queue_copies(sink: &mut dyn LaneSink, scratch: &mut BatchScratch) -> Result<(
     sorted.clear();
     sorted.extend_from_slice(copies);
     sort_by_dst(sorted, sorted_spare, counts, |c| c.0);
-    if sorted.windows(2).all(|w| w[0].0.saturating_add(w[0].2) <= w[1].0) {
+    if in_order_and_disjoint(sorted) {
         merge_sorted(sorted, merged);
         return Ok((sink.copy_many(merged)?, merged.len()));
     }
@@ -458,6 +458,11 @@ fn queue_copies(sink: &mut dyn LaneSink, scratch: &mut BatchScratch) -> Result<(
         queued += merged.len();
     }
     Ok((calls, queued))
+}
+
+/// Whether each copy's destination ends at or before the next one's starts.
+fn in_order_and_disjoint(copies: &[(u64, u64, u64)]) -> bool {
+    copies.windows(2).all(|w| w[0].0.saturating_add(w[0].2) <= w[1].0)
 }
 
 /// One peer's lane: the streams every ring's proxy queues on (under the lock), the peer's
