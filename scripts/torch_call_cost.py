@@ -39,7 +39,6 @@ def mean_us(call: Callable[[], object], calls: int = 20_000, warmup: int = 500) 
 def register_floor_backend() -> None:
     """Registers "floor": a Python backend whose every op used below returns a finished Work
     at once, without touching the tensors."""
-    import torch
     import torch.distributed as dist
     from torch._C._distributed_c10d import Backend, Work
 
@@ -60,7 +59,8 @@ def register_floor_backend() -> None:
         def _done(self, *args: Any) -> Work:
             return Done()
 
-        # Both spellings: torch renamed the tensor forms (all_gather_single, ...) after 2.11.
+        # Both names of each tensor form, as accord.torch defines them: torch releases call one
+        # or the other.
         allreduce = broadcast = barrier = alltoall_base = all_to_all_single = _done
         _allgather_base = all_gather_single = _reduce_scatter_base = reduce_scatter_single = _done
 
@@ -68,7 +68,6 @@ def register_floor_backend() -> None:
         return Floor(rank, size)
 
     dist.Backend.register_backend("floor", create, devices=["cpu"])
-    del torch
 
 
 def time_ops(backend: str) -> None:

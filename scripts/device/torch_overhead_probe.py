@@ -245,14 +245,23 @@ def profile_calls(spec: str, calls: int = 200) -> None:
     rank, n = dist.get_rank(), dist.get_world_size()
     _, through, _ = op_pair(name, int(nbytes or 1 << 20), rank, n, group._comm)
     threads: dict[str, int] = {}
-    run_job = group._run_job
+    # Both ways an op runs: `_run_job` (the worker, or a waiting caller) and `_run_now` (a
+    # synchronous op on the caller, which never reaches `_run_job`).
+    run_job, run_now = group._run_job, group._run_now
 
-    def counted(fn: Any, work: Any) -> None:
+    def count() -> None:
         key = "caller" if threading.current_thread() is threading.main_thread() else "worker"
         threads[key] = threads.get(key, 0) + 1
+
+    def counted_job(fn: Any, work: Any) -> None:
+        count()
         run_job(fn, work)
 
-    group._run_job = counted
+    def counted_now(op: str, result: Any, fn: Any) -> Any:
+        count()
+        return run_now(op, result, fn)
+
+    group._run_job, group._run_now = counted_job, counted_now
     for _ in range(WARMUP):
         through()
     dist.barrier()
@@ -266,7 +275,7 @@ def profile_calls(spec: str, calls: int = 200) -> None:
     if prof is not None:
         prof.disable()
     elapsed_us = (time.perf_counter() - start) / calls * 1e6
-    group._run_job = run_job
+    group._run_job, group._run_now = run_job, run_now
     dist.barrier()
     if prof is None:
         return
