@@ -357,8 +357,8 @@ def torch_tensor_forms() -> list[str]:
     """The forms of torch CPU tensor a call reads: a plain tensor (read through its own
     accessors, registered where it is and cached), one of another dtype and shape, one that
     requires grad, a Parameter (a subclass, read through numpy), an input overlapping its
-    output (staged, the byte view made on demand), and the clear refusals of a strided and of a
-    negative-view tensor."""
+    output (staged, the byte view made on demand), and the clear refusals of strided,
+    negative-view and sparse (COO and CSR) tensors."""
     import torch
 
     done = []

@@ -180,7 +180,8 @@ fn call(comm: &mut Comm, s: &CollBenchSpec, k: Combo, bufs: Bufs<'_>, count: usi
         Collective::ReduceScatter => comm.reduce_scatter(bufs, count, k.dtype, k.op, s.algo),
         Collective::AllToAll => comm.all_to_all(bufs, count, k.dtype, s.algo),
         Collective::AllToAllV => {
-            // Even blocks, as all_to_all's, with every count and offset spelled out.
+            // Even blocks, as all_to_all's, with every count and offset spelled out. Built per
+            // call, inside the timing, as torch's all_to_all_single hands its lists over per call.
             let counts = vec![count; n];
             let displs: Vec<usize> = (0..n).map(|r| r * count).collect();
             let layout = AllToAllVLayout {
