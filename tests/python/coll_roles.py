@@ -410,6 +410,25 @@ def torch_tensor_forms() -> list[str]:
     return done
 
 
+def element_types_read_both_ways() -> list[str]:
+    """Every element type collectives take, through both of the binding's array readers: a
+    read-only input is read through its memoryview's struct format (and staged), the writable
+    output through numpy's ``__array_interface__`` typestr. An all_gather of each returns the
+    ranks' blocks exactly."""
+    done = []
+    with accord.Communicator(timeout=TIMEOUT_S) as comm:
+        rank, n = comm.rank, comm.world_size
+        for dtype in (np.float32, np.float64, np.float16, np.int8, np.uint8, np.int32, np.int64):
+            block = np.arange(4, dtype=dtype) + rank + 1
+            block.flags.writeable = False
+            out = np.zeros(4 * n, dtype)
+            comm.all_gather(block, out)
+            want = np.concatenate([np.arange(4, dtype=dtype) + r + 1 for r in range(n)])
+            assert np.array_equal(out, want), (np.dtype(dtype).name, out)
+            done.append(np.dtype(dtype).name)
+    return done
+
+
 def registrations_in_place() -> list[str]:
     """Writable arrays are registered where they are and cached: repeated calls hit the cache,
     results land in the caller's memory (a slice's neighbours untouched), a cached array stays

@@ -125,6 +125,12 @@ def test_torch_tensor_forms_are_read_or_refused_clearly() -> None:
     assert done == [want, want]
 
 
+def test_every_element_type_is_read_both_ways() -> None:
+    done = accord.run(coll_roles.element_types_read_both_ways, 2, timeout=60)
+    want = ["float32", "float64", "float16", "int8", "uint8", "int32", "int64"]
+    assert done == [want, want]
+
+
 def test_arrays_are_registered_in_place_and_cached() -> None:
     done = accord.run(coll_roles.registrations_in_place, 2, timeout=90)
     want = [
