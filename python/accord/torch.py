@@ -50,16 +50,23 @@ loading, the first launch of a kernel while a collective holds a stream may sync
 context and wait for that stream. So with the experimental path asked for, importing this
 module sets ``CUDA_MODULE_LOADING=EAGER`` when CUDA is not initialised yet and the variable is
 unset; where loading stays lazy on some rank, the group stays staged, with a warning.
+
+The all_reduce that DDP calls at every bucket, and a synchronous all_reduce of a CPU tensor
+used before, run in a compiled part (``accord._torch_native``, built once per torch version where
+a C++ compiler is present; ``ACCORD_TORCH_NATIVE``): torch then reaches them without Python,
+and a CUDA op's future is a C++ one. Every other case goes through the Python code here.
 """
 
 from __future__ import annotations
 
+import array
 import collections
 import datetime
 import logging
 import math
 import threading
 import warnings
+import weakref
 import os
 import socket
 from typing import Any, Callable, Sequence
@@ -68,6 +75,7 @@ import torch
 import torch.distributed as dist
 
 import accord
+from accord import _torch_native
 from accord._torch_tensors import (
     _GPU_REDUCE_DTYPES,
     BackendError,
@@ -90,6 +98,10 @@ from accord._torch_work import _FUTURE_LOCK, _WAIT_SLACK_S, Work, _GpuPath, _Mar
 from accord._torchrun import StoreAdapter
 
 BACKEND_NAME = "accord"
+
+# Indices of AccordProcessGroup._words (read by the compiled backend, see _NativeProcessGroup).
+_JOBS = 0
+_P2P_PENDING = 1
 
 _log = logging.getLogger("accord.torch")
 
@@ -210,6 +222,11 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         self._stand_ins: dict[tuple[torch.dtype, int], torch.Tensor] = {}
         self._pending_p2p: list[tuple[str, torch.Tensor, int, Work]] = []
         self._p2p_lock = threading.Lock()
+        # The compiled backend (see _NativeProcessGroup), None where this group runs every op here,
+        # and the words it reads: [_JOBS] ops queued or running here (Python's main thread and
+        # the worker write it under the GIL), [_P2P_PENDING] point to point ops deferred.
+        self._native: Any = None
+        self._words = array.array("q", [0, 0])
         self._worker = threading.Thread(target=self._serve, name=f"accord-pg-{rank}", daemon=True)
         self._worker.start()
 
@@ -263,11 +280,14 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         """Ends the running op's turn: the worker may start the next queued one."""
         with self._jobs_lock:
             self._running = False
+            self._words[_JOBS] -= 1
             if self._jobs:
                 self._jobs_cv.notify()
 
     def _put(self, job: tuple[Callable[[], None], Work] | None) -> None:
         with self._jobs_cv:
+            if job is not None:
+                self._words[_JOBS] += 1  # counted until its _let_next_go: see _NativeProcessGroup
             self._jobs.append(job)
             self._jobs_cv.notify()
 
@@ -308,6 +328,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
                 now = not self._running and not self._jobs
                 if now:
                     self._running = True
+                    self._words[_JOBS] += 1  # until _run_now's _let_next_go
             if now:
                 return self._run_now(op, result, fn)
         work = Work(self, op, result)
@@ -341,6 +362,12 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         with self._gpu_lock:
             if self._gpu is None:
                 self._gpu = self._start_gpu(t.device)
+                if isinstance(self._gpu, _GpuPath) and self._gpu.stream is not None and self._native is not None:
+                    side = self._gpu.stream
+                    self._native.set_gpu(
+                        self._gpu.comm, side.stream_id, side.device_index, side.device_type, self._gpu.side_raw,
+                        _GPU_RECV_BYTES_MAX,
+                    )
             gpu = self._gpu
         if not isinstance(gpu, _GpuPath):
             return None
@@ -461,6 +488,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
             return
         with self._p2p_lock:
             batch, self._pending_p2p = self._pending_p2p, []
+            self._words[_P2P_PENDING] = 0
         if not batch:
             return
         works = [w for (_, _, _, w) in batch]
@@ -582,7 +610,9 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
 
     # --- collectives ----------------------------------------------------------------------
 
-    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Work:
+    def _allreduce_python(self, tensors: list[torch.Tensor], opts: Any = None) -> Work:
+        """all_reduce, here in Python: every case where the compiled backend is absent, and the
+        cases it hands back (see _NativeProcessGroup)."""
         t = _one(tensors, "all_reduce")
         op = _reduce_op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "all_reduce")
         gpu = self._gpu_for(t, "all_reduce") if t.is_cuda and t.dtype in _GPU_REDUCE_DTYPES else None
@@ -606,6 +636,8 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
                 back()
 
         return self._submit("all_reduce", [t], run, t.is_cuda, opts)
+
+    allreduce = _allreduce_python
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> Work:
         op = _reduce_op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "all_reduce_coalesced")
@@ -1029,6 +1061,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
             self._sync_cuda()
         with self._p2p_lock:
             self._pending_p2p.append((kind, t, peer, work))
+            self._words[_P2P_PENDING] = 1
         return work
 
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> Work:
@@ -1043,7 +1076,45 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
     recvAnysource = recv_anysource
 
 
+class _NativeProcessGroup(AccordProcessGroup):
+    """The group with the compiled backend (``accord._torch_native``): ``allreduce`` is torch's
+    own C++ one, which dispatches to the backend registered for the tensor's device, the compiled
+    one, without Python. That backend runs a CUDA all_reduce on the group's GPU collectives, and
+    a synchronous CPU all_reduce of registered memory when no op of the group is queued or
+    running (the group counts its ops in ``_words`` for it, and the communicator makes a Python op
+    that finds the compiled backend's running wait its turn); it hands every other case back to
+    ``_allreduce_python``, and holds only a weak reference to the group."""
+
+    # The base class's own method (its descriptor, which binds self): not an override, so torch
+    # calls its C++ allreduce, which dispatches to the registered backend.
+    allreduce = _ProcessGroupBase.__dict__["allreduce"]
+
+    def __init__(
+        self, native: Any, store: Any, rank: int, size: int, timeout: datetime.timedelta
+    ) -> None:
+        super().__init__(store, rank, size, timeout)
+        # A call of this group's communicator that finds one of the compiled backend's running
+        # waits for it to end, instead of failing.
+        self._comm._set_wait_turn(True)
+        api = accord._accord._torch_native_api()
+        backend = native.AccordNative(rank, size, weakref.ref(self), api, self._comm, self._words)
+        custom = dist.ProcessGroup.BackendType.CUSTOM
+        for device in ("cpu", "cuda"):
+            self._register_backend(torch.device(device), custom, backend)
+        # torch asks the group's default backend for its name and hooks (the flight recorder).
+        self._set_default_backend(custom)
+        self._native = backend
+
+    def _native_ops(self) -> tuple[int, int]:
+        """(CUDA, CPU) all_reduces the compiled backend ran without Python: for tests and probes."""
+        gpu, host = self._native.native_ops()
+        return int(gpu), int(host)
+
+
 def _create(store: Any, rank: int, size: int, timeout: datetime.timedelta) -> AccordProcessGroup:
+    native = _torch_native.load()
+    if native is not None:
+        return _NativeProcessGroup(native, store, rank, size, timeout)
     return AccordProcessGroup(store, rank, size, timeout)
 
 

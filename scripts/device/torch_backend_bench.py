@@ -155,7 +155,12 @@ def main() -> None:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         ddp = DDP(model(args.width, args.depth).to(device), device_ids=[local_rank] if args.device == "cuda" else None)
-        emit({"kind": "ddp", "params": params, "step_s": step_time(ddp)})
+        row = {"kind": "ddp", "params": params, "step_s": step_time(ddp)}
+        native = getattr(dist.group.WORLD, "_native_ops", None)
+        if native is not None:
+            # (CUDA, CPU) all_reduces accord.torch's compiled backend ran without Python.
+            row["native_ops"] = list(native())
+        emit(row)
         del ddp
 
     if "fsdp2" not in skip and args.device == "cpu":

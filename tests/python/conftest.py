@@ -33,6 +33,23 @@ def make_pair(route: str, **kwargs: object) -> tuple[accord.Engine, accord.Engin
     return a, b
 
 
+@pytest.fixture(scope="session", autouse=True)
+def torch_native_built() -> None:
+    """Builds accord.torch's compiled backend once, before any test (about 15 s on a 2-core
+    machine), so that no rank spends its rendezvous time compiling it; where torch is absent or
+    the build fails, the tests run as they would without it (the torch tests then use the
+    Python backend, and test_torch_native says why it skips)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return
+    from accord import _torch_native
+
+    if _torch_native.mode() != "0":
+        with contextlib.suppress(Exception):
+            _torch_native._built()
+
+
 def cuda_torch() -> Any:
     """torch with a CUDA device; the calling test skips without either."""
     torch = pytest.importorskip("torch")

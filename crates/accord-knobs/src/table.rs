@@ -339,6 +339,20 @@ pub static KNOBS: &[Knob] = &[
         "0",
         "`accord.torch`: CUDA tensors are staged through host memory (`0`), or, on one host, use the copy-engine GPU collectives (`experimental`; with it, importing `accord.torch` before CUDA starts also sets `ACCORD_GPU_PRIVATE_CONTEXT=1` and PyTorch's `expandable_segments:True`; see `python/accord/torch.py`)",
     ),
+    knob(
+        "ACCORD_TORCH_NATIVE",
+        Python,
+        Choice(&["auto", "0", "1"]),
+        "auto",
+        "`accord.torch`'s compiled backend (the all_reduce of DDP's buckets and of synchronous CPU calls without Python; built once per torch version with the C++ compiler, see `python/accord/_torch_native.py`): `auto` uses it where it builds and warns where it does not, `0` never, `1` fails where it does not build",
+    ),
+    knob(
+        "ACCORD_TORCH_NATIVE_CACHE",
+        Python,
+        Text,
+        "-",
+        "where `accord.torch`'s compiled backend is built and kept; unset: `$XDG_CACHE_HOME/accord/torch-native`, else `~/.cache/accord/torch-native`",
+    ),
     // ---- Diagnostics, benches, tests ----
     knob(
         "ACCORD_LOG",

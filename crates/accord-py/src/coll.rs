@@ -24,8 +24,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 type Comm = accord_coll::Communicator<EngineTransport>;
 
@@ -160,6 +160,13 @@ pub struct Communicator {
     /// interrupts its wait (the default), or in place like one from any other thread (see
     /// [`Communicator::off_thread`]).
     interruptible: AtomicBool,
+    /// Whether a call that finds another running waits for it (see [`Communicator::take`])
+    /// rather than failing at once; `accord.torch` sets it.
+    wait_turn: AtomicBool,
+    /// Signalled whenever a call gives the communicator back.
+    turn: Condvar,
+    /// How long a call waits its turn at most: the collective timeout.
+    turn_timeout: Duration,
 }
 
 impl Communicator {
@@ -172,6 +179,7 @@ impl Communicator {
         rendezvous_timeout: Duration,
         config: CollConfig,
     ) -> PyResult<Self> {
+        let turn_timeout = config.timeout;
         let comm = background(py, move || -> Result<Comm, EngineSetupError> {
             let mut store = store;
             accord_coll::engine::communicator_through(&mut store, &prefix, rank, world_size, rendezvous_timeout, config)
@@ -185,6 +193,9 @@ impl Communicator {
             staging: Mutex::default(),
             registrations: Mutex::default(),
             interruptible: AtomicBool::new(true),
+            wait_turn: AtomicBool::new(false),
+            turn: Condvar::new(),
+            turn_timeout,
         })
     }
 
@@ -195,9 +206,18 @@ impl Communicator {
         self.interruptible.load(Ordering::Relaxed) && on_main_thread(py)
     }
 
-    /// Takes the communicator out for a call.
-    fn take(&self, op: &str) -> PyResult<Box<Comm>> {
+    /// Takes the communicator out for a call. Where another call has it and this communicator
+    /// waits its turn (`_wait_turn`, which `accord.torch` sets: its compiled backend runs calls
+    /// of its own from threads Python does not see, see `torch_native`), waits with the GIL
+    /// released for that call to give it back, up to the collective timeout.
+    fn take(&self, py: Python<'_>, op: &str) -> PyResult<Box<Comm>> {
+        let deadline = Instant::now() + self.turn_timeout;
         let mut state = self.state.lock().unwrap();
+        while matches!(*state, State::Busy) && self.wait_turn.load(Ordering::Relaxed) && Instant::now() < deadline {
+            drop(state);
+            py.detach(|| self.wait_while_busy(deadline));
+            state = self.state.lock().unwrap();
+        }
         match std::mem::replace(&mut *state, State::Busy) {
             State::Ready(comm) => Ok(comm),
             other => {
@@ -222,6 +242,24 @@ impl Communicator {
         }
     }
 
+    /// Waits until no call has the communicator, or until `deadline`.
+    fn wait_while_busy(&self, deadline: Instant) {
+        let mut state = self.state.lock().unwrap();
+        while matches!(*state, State::Busy) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            state = self.turn.wait_timeout(state, left).unwrap().0;
+        }
+    }
+
+    /// Puts the communicator into `next` after a call, and wakes the calls waiting their turn.
+    fn give_back(&self, next: State) {
+        *self.state.lock().unwrap() = next;
+        self.turn.notify_all();
+    }
+
     /// Runs `job` on the communicator, off the GIL; see [`background`].
     fn run<R: Send + 'static>(
         &self,
@@ -229,7 +267,7 @@ impl Communicator {
         op: &str,
         job: impl FnOnce(&mut Comm) -> Result<R, CollError> + Send + 'static,
     ) -> PyResult<R> {
-        let mut comm = self.take(op)?;
+        let mut comm = self.take(py, op)?;
         let work = move || {
             let outcome = job(&mut comm);
             (comm, outcome)
@@ -237,11 +275,11 @@ impl Communicator {
         let finished = if self.off_thread(py) { background(py, work) } else { Ok(py.detach(work)) };
         match finished {
             Ok((comm, outcome)) => {
-                *self.state.lock().unwrap() = State::Ready(comm);
+                self.give_back(State::Ready(comm));
                 outcome.map_err(coll_error)
             }
             Err(e) => {
-                *self.state.lock().unwrap() = State::Interrupted;
+                self.give_back(State::Interrupted);
                 Err(e)
             }
         }
@@ -275,7 +313,7 @@ impl Communicator {
         arrays: &[&Array<'_>],
         job: impl FnOnce(&mut Comm, &[&LocalBuf]) -> Result<R, CollError> + Send + 'static,
     ) -> PyResult<R> {
-        let mut comm = self.take(op)?;
+        let mut comm = self.take(py, op)?;
         let mut regs = std::mem::take(&mut *self.registrations.lock().unwrap());
         regs.begin();
         let ids: PyResult<Vec<u64>> = arrays.iter().map(|a| regs.lookup(&comm, a)).collect();
@@ -283,7 +321,7 @@ impl Communicator {
             Ok(ids) => ids,
             Err(e) => {
                 *self.registrations.lock().unwrap() = regs;
-                *self.state.lock().unwrap() = State::Ready(comm);
+                self.give_back(State::Ready(comm));
                 return Err(e);
             }
         };
@@ -300,11 +338,11 @@ impl Communicator {
         match finished {
             Ok((comm, regs, outcome)) => {
                 *self.registrations.lock().unwrap() = regs;
-                *self.state.lock().unwrap() = State::Ready(comm);
+                self.give_back(State::Ready(comm));
                 outcome.map_err(coll_error)
             }
             Err(e) => {
-                *self.state.lock().unwrap() = State::Interrupted;
+                self.give_back(State::Interrupted);
                 Err(e)
             }
         }
@@ -398,14 +436,46 @@ impl Communicator {
         outcome.map_err(coll_error)
     }
 
+    /// An in-place all_reduce of `nbytes` at `addr`, memory an earlier call registered (a cache
+    /// hit), run on this thread, which needs no GIL: `accord.torch`'s compiled backend calls it
+    /// (see `torch_native`). `None` where the memory is not registered or the communicator is
+    /// not ready (another call has it, or it is closed): the caller then goes the Python way,
+    /// which registers, waits its turn or says what is wrong.
+    pub(crate) fn all_reduce_registered(
+        &self,
+        (addr, nbytes): (usize, usize),
+        dtype: accord_coll::DType,
+        op: ReduceOp,
+    ) -> Option<Result<(), CollError>> {
+        let mut comm = {
+            let mut state = self.state.lock().unwrap();
+            match std::mem::replace(&mut *state, State::Busy) {
+                State::Ready(comm) => comm,
+                other => {
+                    *state = other;
+                    return None;
+                }
+            }
+        };
+        let mut regs = std::mem::take(&mut *self.registrations.lock().unwrap());
+        regs.begin();
+        let outcome = regs.hit(addr, nbytes).map(|id| {
+            let count = nbytes / dtype.size_bytes();
+            comm.all_reduce(Bufs::in_place(regs.buf(id).slice(0, nbytes)), count, dtype, op, None)
+        });
+        *self.registrations.lock().unwrap() = regs;
+        self.give_back(State::Ready(comm));
+        outcome
+    }
+
     /// Gives the Rust communicator to a device communicator (`accord.device.DeviceComm`), which
     /// owns it from then on: the arrays this object registered and its staging buffers are
     /// deregistered first, and every later call on this object raises `ShutdownError` saying
     /// where the communicator went. A communicator has one owner because its collectives are
     /// sequenced: two owners would interleave their exchanges.
     pub(crate) fn hand_over(&self, py: Python<'_>) -> PyResult<Comm> {
-        let comm = self.take("accord.device.DeviceComm")?;
-        *self.state.lock().unwrap() = State::HandedOver;
+        let comm = self.take(py, "accord.device.DeviceComm")?;
+        self.give_back(State::HandedOver);
         let mut regs = std::mem::take(&mut *self.registrations.lock().unwrap());
         let staging = std::mem::take(&mut *self.staging.lock().unwrap());
         let comm = py.detach(move || {
@@ -488,6 +558,7 @@ impl Communicator {
             }
             // Without torch to reach the agent's store, ours is on the next port (see above).
         }
+        let turn_timeout = coll_config.timeout;
         let comm = background(py, move || -> Result<Comm, EngineSetupError> {
             accord_coll::engine::communicator_from_config(bootstrap_config, coll_config)
         })?
@@ -500,6 +571,9 @@ impl Communicator {
             staging: Mutex::default(),
             registrations: Mutex::default(),
             interruptible: AtomicBool::new(true),
+            wait_turn: AtomicBool::new(false),
+            turn: Condvar::new(),
+            turn_timeout,
         })
     }
 
@@ -517,10 +591,25 @@ impl Communicator {
         self.interruptible.store(on, Ordering::Relaxed);
     }
 
+    /// Whether a call that finds another call of this communicator running (on another thread)
+    /// waits for it to end, up to the collective timeout, instead of raising at once. Off by
+    /// default; `accord.torch` turns it on, since its compiled backend runs all_reduces of its
+    /// own on the threads that call them.
+    fn _set_wait_turn(&self, on: bool) {
+        self.wait_turn.store(on, Ordering::Relaxed);
+    }
+
     /// This rank.
     #[getter]
     fn rank(&self) -> usize {
         self.rank
+    }
+
+    /// The address of this object's Rust state, for `accord.torch`'s compiled backend, which
+    /// calls the functions of `accord._accord._torch_native_api()` on it without the GIL. The
+    /// caller keeps this object alive for as long as it uses the address.
+    fn _native_handle(&self) -> usize {
+        self as *const Self as usize
     }
 
     /// Number of ranks.

@@ -77,11 +77,8 @@ impl Registrations {
     pub(crate) fn lookup(&mut self, comm: &Comm, array: &Array<'_>) -> PyResult<u64> {
         let addr = array.addr.expect("only writable arrays are registered in place");
         let len = array.nbytes;
-        if let Some(i) = self.entries.iter().position(|e| e.addr == addr && e.len == len) {
-            self.entries[i].last_use = self.call;
-            self.entries[i].uses += 1;
-            self.hits += 1;
-            return Ok(self.entries[i].buf.id());
+        if let Some(id) = self.hit(addr, len) {
+            return Ok(id);
         }
         self.misses += 1;
         self.evict(comm, len);
@@ -108,6 +105,16 @@ impl Registrations {
         let id = buf.id();
         self.entries.push(Entry { addr, len, buf, last_use: self.call, uses: 1 });
         Ok(id)
+    }
+
+    /// The id of the registration of exactly `addr..addr + len`, if cached (counted as a hit
+    /// and kept for this call). Needs no Python object: `torch_native` calls it without the GIL.
+    pub(crate) fn hit(&mut self, addr: usize, len: usize) -> Option<u64> {
+        let i = self.entries.iter().position(|e| e.addr == addr && e.len == len)?;
+        self.entries[i].last_use = self.call;
+        self.entries[i].uses += 1;
+        self.hits += 1;
+        Some(self.entries[i].buf.id())
     }
 
     /// The registered buffer `id` (from [`Self::lookup`] in this call, so never evicted since).

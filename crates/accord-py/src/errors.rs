@@ -44,7 +44,7 @@ const KINDS: [Kind; 8] = [
 ];
 
 impl Kind {
-    fn class_name(self) -> &'static str {
+    pub(crate) fn class_name(self) -> &'static str {
         match self {
             Kind::Accord => "AccordError",
             Kind::Config => "ConfigError",
@@ -143,7 +143,13 @@ pub(crate) fn closed(op: &str) -> PyErr {
 
 /// A collective failure as the exception of `accord.errors` it belongs to.
 pub(crate) fn coll_error(e: CollError) -> PyErr {
-    let kind = match &e {
+    error(coll_error_kind(&e), e.to_string())
+}
+
+/// Which exception of `accord.errors` a collective failure belongs to (also for callers that
+/// report it without Python: `torch_native`).
+pub(crate) fn coll_error_kind(e: &CollError) -> Kind {
+    match e {
         CollError::Timeout { .. } => Kind::Timeout,
         CollError::PeerFailed { .. } | CollError::PeerDied { .. } => Kind::Peer,
         CollError::BufferTooSmall { .. } => Kind::InvalidBuffer,
@@ -160,6 +166,5 @@ pub(crate) fn coll_error(e: CollError) -> PyErr {
             _ => Kind::Accord,
         },
         _ => Kind::Accord,
-    };
-    error(kind, e.to_string())
+    }
 }

@@ -25,7 +25,12 @@ use std::time::Duration;
 
 /// A GPU collective failure as the exception of `accord.errors` it belongs to.
 fn gpu_error(op: &str, e: GpuCollError) -> PyErr {
-    let kind = match &e {
+    error(gpu_error_kind(&e), format!("{op}: {e}"))
+}
+
+/// Which exception of `accord.errors` a GPU collective failure belongs to.
+pub(crate) fn gpu_error_kind(e: &GpuCollError) -> Kind {
+    match e {
         GpuCollError::Timeout { .. } => Kind::Timeout,
         GpuCollError::PeerGone { .. } | GpuCollError::PeerAborted { .. } | GpuCollError::Protocol { .. } => Kind::Peer,
         GpuCollError::Failed { .. } => Kind::Peer,
@@ -33,8 +38,7 @@ fn gpu_error(op: &str, e: GpuCollError) -> PyErr {
         GpuCollError::NotRegistered { .. } | GpuCollError::TableFull { .. } => Kind::InvalidBuffer,
         GpuCollError::Store(_) => Kind::Peer,
         _ => Kind::Accord,
-    };
-    error(kind, format!("{op}: {e}"))
+    }
 }
 
 fn parse_dtype(op: &str, dtype: &str) -> PyResult<DType> {
@@ -79,16 +83,64 @@ impl GpuCommunicator {
         op: &str,
         f: impl FnOnce(&Inner) -> Result<R, GpuCollError> + Send,
     ) -> PyResult<R> {
-        py.detach(|| {
-            // The calls bind the communicator's contexts (a private one with
-            // ACCORD_GPU_PRIVATE_CONTEXT); the caller's framework finds its own current again.
-            let _restore = CurrentContextGuard::save();
-            let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-            let inner = guard.as_ref().ok_or_else(|| {
-                error(Kind::Shutdown, format!("{op}: the GPU communicator is closed: create a new one"))
-            })?;
-            f(inner).map_err(|e| gpu_error(op, e))
+        py.detach(|| self.with_open(op, f)).map_err(|(kind, message)| error(kind, message))
+    }
+
+    /// Runs `f` on the open communicator on this thread, which needs no GIL (the torch
+    /// backend's compiled part calls from threads that hold none); a failure comes back as
+    /// the exception kind it belongs to and its message.
+    pub(crate) fn with_open<R>(
+        &self,
+        op: &str,
+        f: impl FnOnce(&Inner) -> Result<R, GpuCollError>,
+    ) -> Result<R, (Kind, String)> {
+        // The calls bind the communicator's contexts (a private one with
+        // ACCORD_GPU_PRIVATE_CONTEXT); the caller's framework finds its own current again.
+        let _restore = CurrentContextGuard::save();
+        let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(inner) = guard.as_ref() else {
+            return Err((Kind::Shutdown, format!("{op}: the GPU communicator is closed: create a new one")));
+        };
+        f(inner).map_err(|e| (gpu_error_kind(&e), format!("{op}: {e}")))
+    }
+
+    /// An in-place all_reduce of `count` elements at `ptr`, queued on `stream` behind the work
+    /// queued on `after` (see [`marked`]); returns its mark.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn all_reduce_marked(
+        &self,
+        (send, recv): (u64, u64),
+        count: usize,
+        dtype: DType,
+        reduce: ReduceOp,
+        stream: u64,
+        after: Option<u64>,
+    ) -> Result<u64, (Kind, String)> {
+        let bytes = count.saturating_mul(dtype.size_bytes());
+        self.with_open("all_reduce", |inner| {
+            let c = Self::views(inner, (send, bytes), (recv, bytes), stream, (Collective::AllReduce, bytes))?;
+            marked(inner, &c.stream, after, || {
+                inner.all_reduce(GpuBufs { send: &c.send, recv: &c.recv }, count, dtype, reduce, &c.stream)
+            })
         })
+    }
+
+    /// Makes `stream` wait until the op of mark `ticket` is done (see `wait_mark`).
+    pub(crate) fn wait_mark_on(&self, stream: u64, ticket: u64) -> Result<(), (Kind, String)> {
+        self.with_open("wait_mark", |inner| {
+            let stream = Stream::borrow_raw(inner.callers_gpu(), stream)?;
+            inner.marks()?.wait(&stream, ticket)
+        })
+    }
+
+    /// Whether the op of mark `ticket` is done on the GPU.
+    pub(crate) fn reached(&self, ticket: u64) -> Result<bool, (Kind, String)> {
+        self.with_open("mark_reached", |inner| Ok(inner.marks()?.reached(ticket)))
+    }
+
+    /// The first error a collective hit, if any.
+    pub(crate) fn first_error(&self) -> Result<(), (Kind, String)> {
+        self.with_open("check", |inner| inner.check())
     }
 
     /// Views of `send` and `recv` (address, bytes) and of `stream`, checked against the driver;
@@ -221,13 +273,8 @@ impl GpuCommunicator {
     ) -> PyResult<u64> {
         let name = "all_reduce";
         let (dtype, reduce) = (parse_dtype(name, dtype)?, parse_op(name, op)?);
-        let bytes = count.saturating_mul(dtype.size_bytes());
-        self.with(py, name, |inner| {
-            let c = Self::views(inner, (send, bytes), (recv, bytes), stream, (Collective::AllReduce, bytes))?;
-            marked(inner, &c.stream, after, || {
-                inner.all_reduce(GpuBufs { send: &c.send, recv: &c.recv }, count, dtype, reduce, &c.stream)
-            })
-        })
+        py.detach(|| self.all_reduce_marked((send, recv), count, dtype, reduce, stream, after))
+            .map_err(|(kind, message)| error(kind, message))
     }
 
     /// reduce_scatter: block `j` (of `count_per_rank` elements) of every rank's `send`, reduced
@@ -340,20 +387,24 @@ impl GpuCommunicator {
     /// Makes `stream` (of the caller's context) wait until the op that returned mark `ticket`
     /// is done: a stream memory wait, no event.
     fn wait_mark(&self, py: Python<'_>, stream: u64, ticket: u64) -> PyResult<()> {
-        self.with(py, "wait_mark", |inner| {
-            let stream = Stream::borrow_raw(inner.callers_gpu(), stream)?;
-            inner.marks()?.wait(&stream, ticket)
-        })
+        py.detach(|| self.wait_mark_on(stream, ticket)).map_err(|(kind, message)| error(kind, message))
     }
 
     /// Whether the op that returned mark `ticket` is done on the GPU.
     fn mark_reached(&self, py: Python<'_>, ticket: u64) -> PyResult<bool> {
-        self.with(py, "mark_reached", |inner| Ok(inner.marks()?.reached(ticket)))
+        py.detach(|| self.reached(ticket)).map_err(|(kind, message)| error(kind, message))
     }
 
     /// Raises the first error a collective hit, if any.
     fn check(&self, py: Python<'_>) -> PyResult<()> {
-        self.with(py, "check", |inner| inner.check())
+        py.detach(|| self.first_error()).map_err(|(kind, message)| error(kind, message))
+    }
+
+    /// The address of this object's Rust state, for `accord.torch`'s compiled backend, which
+    /// calls the functions of `accord._accord._torch_native_api()` on it without the GIL. The
+    /// caller keeps this object alive for as long as it uses the address.
+    fn _native_handle(&self) -> usize {
+        self as *const Self as usize
     }
 
     /// Waits until every queued collective released its stream, then raises the first error.

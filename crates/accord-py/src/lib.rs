@@ -43,6 +43,7 @@ mod gpu_coll;
 mod log_bridge;
 mod recv;
 mod region;
+mod torch_native;
 mod transfer;
 mod values;
 
@@ -63,6 +64,7 @@ fn _accord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<values::Descriptor>()?;
     m.add_class::<values::ScatterDst>()?;
     m.add_function(wrap_pyfunction!(core::_close_all, m)?)?;
+    m.add_function(wrap_pyfunction!(torch_native::_torch_native_api, m)?)?;
     m.add_function(wrap_pyfunction!(bench::_bench_write_loop, m)?)?;
     m.add_function(wrap_pyfunction!(log_bridge::_install_log_bridge, m)?)?;
     m.add_function(wrap_pyfunction!(log_bridge::_set_log_threshold, m)?)?;

@@ -1,0 +1,84 @@
+"""accord.torch's compiled backend (accord._torch_native): it builds against the torch that
+imports it, runs synchronous CPU all_reduces of registered tensors without Python with Gloo's
+results, keeps call order with the Python backend's queued and deferred ops, and is left out
+when ACCORD_TORCH_NATIVE=0. Skipped where torch is not installed; the CUDA path runs on the
+device (scripts/device/torch_native.sh)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch.distributed")
+
+import accord  # noqa: E402
+import torch_native_roles  # noqa: E402
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built() -> None:
+    """Builds the backend once for this module (about 15 s on a 2-core machine), so a rank
+    does not spend its rendezvous time compiling; skips where it cannot build here."""
+    from accord import _torch_native
+
+    if _torch_native.mode() == "0":
+        pytest.skip("ACCORD_TORCH_NATIVE=0")
+    try:
+        _torch_native._built()
+    except _torch_native.NativeBuildError as e:
+        if _torch_native.mode() == "1":
+            raise
+        pytest.skip(f"the compiled backend does not build here: {e}")
+
+
+def test_host_all_reduce_runs_compiled_with_gloos_results() -> None:
+    results = accord.run(torch_native_roles.host_all_reduce_matches_gloo, 2, timeout=240)
+    for r in results:
+        assert r["compared"] == 2 * r["calls"] and r["calls"] >= 28, r
+        # Every second call of each (dtype, op) ran compiled; the first registered the tensor.
+        assert r["native"] == r["calls"], r
+
+
+def test_compiled_ops_keep_order_with_python_ops() -> None:
+    results = accord.run(torch_native_roles.order_with_python_ops, 3, timeout=240)
+    for r in results:
+        assert r["native"] > 50, r
+
+
+def _probe(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    code = "from accord import _torch_native as n; m = n.load(); print('loaded' if m else 'off')"
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_the_knob_turns_it_off_and_refuses_bad_values() -> None:
+    env = dict(os.environ, ACCORD_TORCH_NATIVE="0")
+    assert _probe(env).stdout.strip() == "off"
+    env["ACCORD_TORCH_NATIVE"] = "1"
+    assert _probe(env).stdout.strip() == "loaded"
+    env["ACCORD_TORCH_NATIVE"] = "yes"
+    bad = _probe(env)
+    assert bad.returncode != 0 and "ACCORD_TORCH_NATIVE='yes' is not valid" in bad.stderr
+
+
+def test_a_build_that_fails_is_reported_and_left_out(tmp_path: object) -> None:
+    """A compiler that fails: auto warns and the Python backend runs every op; 1 raises."""
+    env = dict(os.environ, CXX="false", ACCORD_TORCH_NATIVE_CACHE=str(tmp_path), ACCORD_TORCH_NATIVE="auto")
+    code = (
+        "import warnings\n"
+        "from accord import _torch_native as n\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        "    m = n.load()\n"
+        "print('off' if m is None else 'loaded', any('did not build' in str(x.message) for x in w))\n"
+    )
+    auto = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert auto.stdout.split() == ["off", "True"], auto
+    env["ACCORD_TORCH_NATIVE"] = "1"
+    required = _probe(env)
+    assert required.returncode != 0 and "NativeBuildError" in required.stderr, required
