@@ -160,6 +160,8 @@ pub struct Reducer {
     gpu: Gpu,
     kernels: HashMap<(ReduceOpKind, DType), Kernel>,
     _module: Arc<Module>,
+    /// The most blocks one launch uses (0: [`reduce_grid_blocks`]'s, which fill every SM).
+    blocks_max: u32,
 }
 
 impl Reducer {
@@ -179,7 +181,25 @@ impl Reducer {
                 kernels.insert((op, *dtype), module.kernel(&reduce_kernel_name(op, *dtype))?);
             }
         }
-        Ok(Reducer { gpu: gpu.clone(), kernels, _module: module })
+        Ok(Reducer { gpu: gpu.clone(), kernels, _module: module, blocks_max: 0 })
+    }
+
+    /// Caps every launch at `blocks_max` blocks (0: no cap beyond [`reduce_grid_blocks`]'s).
+    /// Why: a reduction queued beside other work (DDP's backward pass) takes every SM for its
+    /// few microseconds with the full grid; a small grid leaves SMs to that work and loops more.
+    pub fn with_blocks_max(mut self, blocks_max: u32) -> Reducer {
+        self.blocks_max = blocks_max;
+        self
+    }
+
+    /// The blocks a launch of `count` elements of `dtype` uses.
+    pub fn grid_blocks(&self, count: usize, dtype: DType) -> u32 {
+        let blocks = reduce_grid_blocks(count as u64, dtype.size_bytes(), self.gpu.multiprocessor_count());
+        if self.blocks_max > 0 {
+            blocks.min(self.blocks_max)
+        } else {
+            blocks
+        }
     }
 
     /// Queues `dst[i] = a[i] op b[i]` for `count` elements of `dtype` on
@@ -227,7 +247,7 @@ impl Reducer {
         for ptr in [dst, a, b] {
             check_device_range(ptr, len_bytes)?;
         }
-        let blocks = reduce_grid_blocks(count as u64, dtype.size_bytes(), self.gpu.multiprocessor_count());
+        let blocks = self.grid_blocks(count, dtype);
         launch::reduce(
             kernel,
             launch::ReduceLaunch {

@@ -251,6 +251,13 @@ pub static KNOBS: &[Knob] = &[
         "134217728",
         "inbox bytes of direct calls: an all_reduce or reduce_scatter pushing up to this / (2 x ranks) to each peer is queued whole on the caller's stream (copy-engine pushes, stream waits, a reduction), with no host thread in its path; 0 sends every call through the progress thread; the same on every rank",
     ),
+    knob(
+        "ACCORD_GPU_REDUCE_BLOCKS_MAX",
+        GpuCollectives,
+        Count,
+        "0",
+        "the most blocks a reduction kernel of the GPU collectives launches; 0: one per SM (a full grid of 8 per SM slowed a 2-GPU DDP step by 15-27%: it takes the SMs from the backward pass)",
+    ),
     knob("ACCORD_GPU_MAPPINGS_MAX", GpuCollectives, Count, "256", "peer IPC mappings cached"),
     knob(
         "ACCORD_GPU_REDUCE_ON_CALLER",

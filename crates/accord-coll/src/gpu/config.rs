@@ -110,6 +110,13 @@ pub struct GpuConfig {
     /// caller's stream, with no host thread in their path. 0 sends every call through the
     /// progress thread. Every rank must set the same value.
     pub direct_bytes: usize,
+    /// The most blocks a reduction kernel launches; 0 (the default): one per SM. A reduction
+    /// queued beside compute (DDP's backward pass) takes the SMs it occupies from it: with a
+    /// grid of 8 blocks per SM a 2-GPU DDP step took 2.53-2.61 ms, with one per SM 1.91-2.24,
+    /// alternated over three rounds, and an all_reduce of 64 MiB alone the same 241-250 µs
+    /// (`ddp_gpu_variants.sh`, 2xH200, docs/results/2026-11-27-torch-native-backend.md). See
+    /// `accord_cuda::Reducer::with_blocks_max`.
+    pub reduce_blocks_max: u32,
 }
 
 /// Largest accepted [`GpuConfig::pipeline_chunks_max`].
@@ -135,6 +142,7 @@ impl Default for GpuConfig {
             private_context: false,
             reduce_on_caller: false,
             direct_bytes: 128 << 20,
+            reduce_blocks_max: 0,
         }
     }
 }
@@ -192,6 +200,8 @@ impl GpuConfig {
             accord_knobs::get::<bool>(env, "ACCORD_GPU_REDUCE_ON_CALLER").map_err(knob_error)?,
         );
         set(&mut c.direct_bytes, count(env, "ACCORD_GPU_DIRECT_BYTES", 0, 1 << 40)?);
+        let blocks = count(env, "ACCORD_GPU_REDUCE_BLOCKS_MAX", 0, 1 << 20)?;
+        set(&mut c.reduce_blocks_max, blocks.map(|b| b as u32));
         Ok(c)
     }
 }

@@ -413,11 +413,15 @@ impl GpuCommunicator {
     }
 
     /// SMs a collective of `bytes` (nccl-tests meaning) occupies: 0 for
-    /// copies, the reduction grid (capped at the SM count) for all_reduce and
+    /// copies, the reduction grid (capped at the SM count, and at
+    /// [`GpuConfig::reduce_blocks_max`]) for all_reduce and
     /// reduce_scatter, plus 1 in [`StreamOrder::Stall`] mode (the stall kernel).
     pub fn sms_used(&self, collective: Collective, bytes: usize, dtype: DType) -> u32 {
         let stall = u32::from(self.order == StreamOrder::Stall);
-        let sms = self.gpu.multiprocessor_count();
+        let sms = match self.config.reduce_blocks_max {
+            0 => self.gpu.multiprocessor_count(), // one block per SM
+            capped => capped.min(self.gpu.multiprocessor_count()),
+        };
         let e = dtype.size_bytes();
         let block_elements = match collective {
             Collective::AllReduce => bytes / e / self.world_size,

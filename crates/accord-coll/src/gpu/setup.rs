@@ -31,8 +31,8 @@ type Meet<'a> = dyn FnMut(&[u8]) -> Result<Vec<Vec<u8>>, StoreError> + 'a;
 
 /// Loads the reduction kernels (every type NVRTC can build here) and the
 /// stall kernel, and launches each once.
-fn warm_kernels(gpu: &Gpu) -> GpuResult<(Option<Reducer>, Arc<StallGate>)> {
-    let reducer = warm_reducer(gpu)?;
+fn warm_kernels(gpu: &Gpu, blocks_max: u32) -> GpuResult<(Option<Reducer>, Arc<StallGate>)> {
+    let reducer = warm_reducer(gpu, blocks_max)?;
     let stream = Stream::new(gpu)?;
     let gate = Arc::new(StallGate::new(gpu)?);
     let ticket = gate.stall(&stream, Duration::from_secs(10))?;
@@ -43,7 +43,7 @@ fn warm_kernels(gpu: &Gpu) -> GpuResult<(Option<Reducer>, Arc<StallGate>)> {
 
 /// Loads the reduction kernels (every type NVRTC can build here) in `gpu`'s context and
 /// launches each once; None where NVRTC is missing.
-fn warm_reducer(gpu: &Gpu) -> GpuResult<Option<Reducer>> {
+fn warm_reducer(gpu: &Gpu, blocks_max: u32) -> GpuResult<Option<Reducer>> {
     let all = [
         accord_cuda::DType::F32,
         accord_cuda::DType::I32,
@@ -74,7 +74,9 @@ fn warm_reducer(gpu: &Gpu) -> GpuResult<Option<Reducer>> {
         }
     }
     stream.synchronize()?;
-    Ok(reducer.map(|(r, _)| r))
+    // 0: one block per SM (see GpuConfig::reduce_blocks_max).
+    let blocks_max = if blocks_max == 0 { gpu.multiprocessor_count() } else { blocks_max };
+    Ok(reducer.map(|(r, _)| r.with_blocks_max(blocks_max)))
 }
 
 impl GpuCommunicator {
@@ -164,14 +166,14 @@ impl GpuCommunicator {
         // Kernels are loaded (and, under CUDA's lazy loading, first launched) here, never while a
         // user stream is held by a collective: loading may synchronise the context, which would
         // wait for that held stream (a deadlock).
-        let (reducer, stall_gate) = warm_kernels(&gpu)?;
+        let (reducer, stall_gate) = warm_kernels(&gpu, config.reduce_blocks_max)?;
         let reducer = reducer.map(Arc::new);
         // In the primary context the progress thread's kernels serve the caller's streams too; a
         // private context's cannot, so the caller's context gets its own.
         let callers_reducer = if !(config.reduce_on_caller || config.direct_bytes > 0) {
             None
         } else if config.private_context {
-            warm_reducer(&callers_gpu)?.map(Arc::new)
+            warm_reducer(&callers_gpu, config.reduce_blocks_max)?.map(Arc::new)
         } else {
             reducer.clone()
         };
