@@ -239,6 +239,40 @@ def in_place_on_the_main_thread() -> tuple[bool, bool, list[float], str]:
     return default, comm.interruptible, [float(x) for x in data], timed_out
 
 
+def turns_from_two_threads() -> int:
+    """With ``_set_wait_turn(True)`` (what ``accord.torch`` sets), a call that finds another
+    thread's call running waits for it instead of raising: two threads, 40 all_reduces each on
+    one communicator, all complete with the right sums (every array holds ones, so whichever
+    call of a peer the k-th call pairs with, the sum is the world size)."""
+    import threading
+
+    comm = accord.Communicator(timeout=30.0)
+    comm.interruptible = False
+    comm._set_wait_turn(True)
+    done: list[int] = []
+    failures: list[BaseException] = []
+
+    def calls() -> None:
+        data = np.ones(1 << 12, np.float32)
+        try:
+            for _ in range(40):
+                data[:] = 1.0
+                comm.all_reduce(data)
+                assert (data == comm.world_size).all(), data[:4]
+                done.append(1)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            failures.append(e)
+
+    threads = [threading.Thread(target=calls) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not failures, failures
+    comm.close()
+    return len(done)
+
+
 def variable_blocks() -> int:
     """all_to_allv with uneven blocks (rank i sends i + j + 1 elements to rank j), packed and
     with explicit gaps, and send_recv as a ring shift in both directions at once."""

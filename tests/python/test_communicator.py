@@ -73,6 +73,10 @@ def test_calls_run_in_place_when_not_interruptible() -> None:
     assert timed_out.startswith(("TimeoutError", "PeerError")) and "1" in timed_out, timed_out
 
 
+def test_a_call_waits_its_turn_behind_another_threads_call() -> None:
+    assert accord.run(coll_roles.turns_from_two_threads, 2, timeout=90) == [80, 80]
+
+
 def test_communicator_without_environment_says_what_to_set() -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     if env != dict(os.environ):
