@@ -358,14 +358,21 @@ class AccordNative : public c10d::Backend {
           "rebuild it (delete the accord torch-native cache)");
     }
     host_comm_ = host_keep_.attr("_native_handle")().cast<uintptr_t>();
-    py::buffer_info info = py::buffer(words_keep_).request(true);
-    if (info.itemsize != 8 || info.size < 2) {
+    // The export is kept for the backend's life: the buffer cannot be resized or moved.
+    words_view_ = std::make_unique<py::buffer_info>(py::buffer(words_keep_).request(true));
+    if (words_view_->itemsize != 8 || words_view_->size < 2) {
       throw std::runtime_error("accord backend: words must be a writable buffer of two int64");
     }
-    words_ = static_cast<int64_t*>(info.ptr);
+    words_ = static_cast<int64_t*>(words_view_->ptr);
   }
 
   ~AccordNative() override {
+    if (Py_IsInitialized()) {
+      py::gil_scoped_acquire gil;
+      words_view_.reset();
+    } else {
+      (void)words_view_.release();  // the interpreter is gone: nothing to give back to
+    }
     drop_reference(group_ref_);
     drop_reference(host_keep_);
     drop_reference(words_keep_);
@@ -496,6 +503,7 @@ class AccordNative : public c10d::Backend {
   std::mutex gpu_mutex_;
   std::shared_ptr<const GpuPath> gpu_;
   py::object words_keep_;
+  std::unique_ptr<py::buffer_info> words_view_;
   int64_t* words_ = nullptr;
   std::atomic<uint64_t> gpu_ops_{0};
   std::atomic<uint64_t> host_ops_{0};
