@@ -16,7 +16,10 @@ is what moving the backend out of Python could save at most.
     python scripts/torch_call_cost.py gloo       # floor, then the same ops through gloo
 
 docs/results/2026-11-27-proxy-host-steps-and-torch-layer.md has stop 45's before and after;
-docs/results/2026-11-27-torch-floors-and-binding-cost.md the floors and stop 46's binding.
+docs/results/2026-11-27-torch-floors-and-binding-cost.md the floors and stop 46's binding;
+docs/results/2026-11-27-torch-native-backend.md stop 47's compiled all_reduce. With torch 2.15
+and later, torch's flight recorder adds about 2.6 us to each call of a backend that is not
+Gloo's or NCCL's own; TORCH_FR_BUFFER_SIZE=0 turns it off (torch 2.11 has none).
 """
 
 from __future__ import annotations
@@ -91,7 +94,12 @@ def time_ops(backend: str) -> None:
         "broadcast": lambda: dist.broadcast(t, 0),
         "barrier": lambda: dist.barrier(),
     }
-    print(f"dist ({backend}): " + "  ".join(f"{n} {mean_us(c):.2f}" for n, c in ops.items()), flush=True)
+    line = f"dist ({backend}): " + "  ".join(f"{n} {mean_us(c):.2f}" for n, c in ops.items())
+    native = getattr(dist.group.WORLD, "_native_ops", None)
+    if native is not None:
+        # accord.torch's compiled backend (ACCORD_TORCH_NATIVE): how many all_reduces it ran.
+        line += f"  [compiled all_reduces: {native()[1]}]"
+    print(line, flush=True)
     dist.destroy_process_group()
 
 
