@@ -51,6 +51,12 @@ def test_compiled_ops_keep_order_with_python_ops() -> None:
         assert r["native"] > 50, r
 
 
+def test_a_compiled_call_names_the_rank_it_waited_for() -> None:
+    outcomes = accord.run(torch_native_roles.compiled_call_names_the_missing_rank, 2, timeout=120)
+    assert outcomes[1] == "slept"
+    assert outcomes[0].startswith(("TimeoutError", "PeerError")) and "rank(s) [1]" in outcomes[0], outcomes[0]
+
+
 def _probe(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     code = "from accord import _torch_native as n; m = n.load(); print('loaded' if m else 'off')"
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)

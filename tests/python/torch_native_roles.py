@@ -104,3 +104,29 @@ def order_with_python_ops() -> dict[str, int]:
     native = _native_ops(acc) + sum(_native_ops(g) for g in groups)
     dist.destroy_process_group()
     return {"native": native}
+
+
+def compiled_call_names_the_missing_rank() -> str:
+    """A compiled all_reduce whose peer never comes: it raises accord's own TimeoutError (or
+    PeerError) naming the rank, as the Python path does, within the group's timeout."""
+    import datetime
+
+    import accord
+
+    _init_gloo()
+    rank = dist.get_rank()
+    lonely = dist.new_group(backend="accord", timeout=datetime.timedelta(seconds=2))
+    t = torch.ones(16)
+    dist.all_reduce(t, group=lonely)  # registers t (Python); the next call is compiled
+    outcome = "slept"
+    if rank == 0:
+        failures = lonely._native.native_failures()
+        try:
+            dist.all_reduce(t, group=lonely)
+            outcome = "no error"
+        except (accord.TimeoutError, accord.PeerError) as e:
+            assert lonely._native.native_failures() == failures + 1, "the compiled call raised it"
+            outcome = f"{type(e).__name__}: {e}"
+    dist.barrier()  # on Gloo: rank 1 stays until rank 0 gave up
+    dist.destroy_process_group()
+    return outcome

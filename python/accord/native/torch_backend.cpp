@@ -412,10 +412,12 @@ class AccordNative : public c10d::Backend {
     gpu_ = std::move(gpu);
   }
 
-  // (GPU ops, host ops) this backend ran without Python: for tests and probes.
+  // (GPU ops, host ops) this backend ran without Python, and the calls it raised an error
+  // from: for tests and probes.
   std::pair<uint64_t, uint64_t> native_ops() const {
     return {gpu_ops_.load(std::memory_order_relaxed), host_ops_.load(std::memory_order_relaxed)};
   }
+  uint64_t native_failures() const { return failures_.load(std::memory_order_relaxed); }
 
  private:
   c10::intrusive_ptr<c10d::Work> gpu_all_reduce(std::vector<at::Tensor>& tensors, const char* op) {
@@ -441,6 +443,7 @@ class AccordNative : public c10d::Backend {
                                       gpu->side_raw, after, &mark, &failure);
     }
     if (code != ACCORD_DONE) {
+      failures_.fetch_add(1, std::memory_order_relaxed);
       raise_failure(failure);
     }
     // The caching allocator must not hand the memory out again before the group's stream is
@@ -473,6 +476,7 @@ class AccordNative : public c10d::Backend {
       return {};
     }
     if (code != ACCORD_DONE) {
+      failures_.fetch_add(1, std::memory_order_relaxed);
       raise_failure(failure);
     }
     host_ops_.fetch_add(1, std::memory_order_relaxed);
@@ -507,6 +511,7 @@ class AccordNative : public c10d::Backend {
   int64_t* words_ = nullptr;
   std::atomic<uint64_t> gpu_ops_{0};
   std::atomic<uint64_t> host_ops_{0};
+  std::atomic<uint64_t> failures_{0};
 };
 
 }  // namespace
@@ -530,5 +535,6 @@ PYBIND11_MODULE(accord_torch_native, m) {
       .def("set_gpu", &AccordNative::set_gpu, py::arg("comm"), py::arg("stream_id"),
            py::arg("device_index"), py::arg("device_type"), py::arg("side_raw"),
            py::arg("bytes_max"))
-      .def("native_ops", &AccordNative::native_ops);
+      .def("native_ops", &AccordNative::native_ops)
+      .def("native_failures", &AccordNative::native_failures);
 }
