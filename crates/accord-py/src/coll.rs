@@ -222,6 +222,11 @@ impl Communicator {
             State::Ready(comm) => Ok(comm),
             other => {
                 let message = match other {
+                    State::Busy if self.wait_turn.load(Ordering::Relaxed) => format!(
+                        "{op}: waited {:?} for another call on this communicator to end, and it still runs: that \
+                         call's peers are slow or gone",
+                        self.turn_timeout
+                    ),
                     State::Busy => format!(
                         "{op}: another call on this communicator is running: call collectives of one communicator \
                          from one thread at a time"
@@ -235,7 +240,11 @@ impl Communicator {
                     ),
                     _ => format!("{op}: the communicator is closed: create a new accord.Communicator"),
                 };
-                let kind = if matches!(other, State::Busy) { Kind::InvalidRequest } else { Kind::Shutdown };
+                let kind = match other {
+                    State::Busy if self.wait_turn.load(Ordering::Relaxed) => Kind::Timeout,
+                    State::Busy => Kind::InvalidRequest,
+                    _ => Kind::Shutdown,
+                };
                 *state = other;
                 Err(error(kind, message))
             }
