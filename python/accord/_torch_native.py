@@ -187,3 +187,15 @@ def load() -> ModuleType | None:
     if chosen == "1":
         raise NativeBuildError(f"accord backend: ACCORD_TORCH_NATIVE=1 but the compiled backend failed: {_failure}")
     return None
+
+
+def _main() -> None:
+    """``python -m accord._torch_native``: builds the compiled backend now (for a container
+    image, or before a job whose ranks should not wait for the build) and says where it is."""
+    start = time.monotonic()
+    module = _built()
+    print(f"accord.torch compiled backend: {module.__file__} ({time.monotonic() - start:.1f} s)")
+
+
+if __name__ == "__main__":
+    _main()
