@@ -88,3 +88,10 @@ def test_a_build_that_fails_is_reported_and_left_out(tmp_path: object) -> None:
     env["ACCORD_TORCH_NATIVE"] = "1"
     required = _probe(env)
     assert required.returncode != 0 and "NativeBuildError" in required.stderr, required
+
+
+def test_it_can_be_built_ahead_of_time() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "accord._torch_native"], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0 and "accord_torch_native-" in done.stdout, done
