@@ -223,8 +223,9 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         self._pending_p2p: list[tuple[str, torch.Tensor, int, Work]] = []
         self._p2p_lock = threading.Lock()
         # The compiled backend (see _NativeProcessGroup), None where this group runs every op here,
-        # and the words it reads: [_JOBS] ops queued or running here (Python's main thread and
-        # the worker write it under the GIL), [_P2P_PENDING] point to point ops deferred.
+        # and the words it reads: [_JOBS] ops queued or running here (written under _jobs_lock
+        # by whichever thread queues, starts or ends an op), [_P2P_PENDING] point to point ops
+        # deferred (under _p2p_lock).
         self._native: Any = None
         self._words = array.array("q", [0, 0])
         self._worker = threading.Thread(target=self._serve, name=f"accord-pg-{rank}", daemon=True)
