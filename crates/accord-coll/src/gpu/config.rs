@@ -119,6 +119,18 @@ pub struct GpuConfig {
     pub reduce_blocks_max: u32,
 }
 
+impl GpuConfig {
+    /// The most blocks a reduction launches on a GPU of `multiprocessors` SMs:
+    /// [`GpuConfig::reduce_blocks_max`], or one per SM where that is 0.
+    pub fn reduce_blocks(&self, multiprocessors: u32) -> u32 {
+        if self.reduce_blocks_max == 0 {
+            multiprocessors
+        } else {
+            self.reduce_blocks_max
+        }
+    }
+}
+
 /// Largest accepted [`GpuConfig::pipeline_chunks_max`].
 pub const PIPELINE_CHUNKS_MAX_LIMIT: usize = 64;
 

@@ -418,10 +418,8 @@ impl GpuCommunicator {
     /// reduce_scatter, plus 1 in [`StreamOrder::Stall`] mode (the stall kernel).
     pub fn sms_used(&self, collective: Collective, bytes: usize, dtype: DType) -> u32 {
         let stall = u32::from(self.order == StreamOrder::Stall);
-        let sms = match self.config.reduce_blocks_max {
-            0 => self.gpu.multiprocessor_count(), // one block per SM
-            capped => capped.min(self.gpu.multiprocessor_count()),
-        };
+        let multiprocessors = self.gpu.multiprocessor_count();
+        let sms = self.config.reduce_blocks(multiprocessors).min(multiprocessors);
         let e = dtype.size_bytes();
         let block_elements = match collective {
             Collective::AllReduce => bytes / e / self.world_size,

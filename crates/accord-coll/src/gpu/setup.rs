@@ -74,8 +74,6 @@ fn warm_reducer(gpu: &Gpu, blocks_max: u32) -> GpuResult<Option<Reducer>> {
         }
     }
     stream.synchronize()?;
-    // 0: one block per SM (see GpuConfig::reduce_blocks_max).
-    let blocks_max = if blocks_max == 0 { gpu.multiprocessor_count() } else { blocks_max };
     Ok(reducer.map(|(r, _)| r.with_blocks_max(blocks_max)))
 }
 
@@ -166,14 +164,14 @@ impl GpuCommunicator {
         // Kernels are loaded (and, under CUDA's lazy loading, first launched) here, never while a
         // user stream is held by a collective: loading may synchronise the context, which would
         // wait for that held stream (a deadlock).
-        let (reducer, stall_gate) = warm_kernels(&gpu, config.reduce_blocks_max)?;
+        let (reducer, stall_gate) = warm_kernels(&gpu, config.reduce_blocks(gpu.multiprocessor_count()))?;
         let reducer = reducer.map(Arc::new);
         // In the primary context the progress thread's kernels serve the caller's streams too; a
         // private context's cannot, so the caller's context gets its own.
         let callers_reducer = if !(config.reduce_on_caller || config.direct_bytes > 0) {
             None
         } else if config.private_context {
-            warm_reducer(&callers_gpu, config.reduce_blocks_max)?.map(Arc::new)
+            warm_reducer(&callers_gpu, config.reduce_blocks(callers_gpu.multiprocessor_count()))?.map(Arc::new)
         } else {
             reducer.clone()
         };

@@ -392,6 +392,7 @@ fn the_reduction_grid_cap_is_read_and_off_by_default() {
     assert_eq!(GpuConfig::default().reduce_blocks_max, 0, "one block per SM unless asked for");
     let c = GpuConfig::from_lookup(|k| (k == "ACCORD_GPU_REDUCE_BLOCKS_MAX").then(|| "24".to_string())).unwrap();
     assert_eq!(c.reduce_blocks_max, 24);
+    assert_eq!((c.reduce_blocks(132), GpuConfig::default().reduce_blocks(132)), (24, 132));
     let bad = GpuConfig::from_lookup(|k| (k == "ACCORD_GPU_REDUCE_BLOCKS_MAX").then(|| "-3".to_string()));
     assert!(bad.unwrap_err().to_string().contains("ACCORD_GPU_REDUCE_BLOCKS_MAX"));
 }
