@@ -61,15 +61,8 @@ stage_package() {
   "$PY" -c "import accord, torch; print('accord', accord.VERSION, 'torch', torch.__version__)" || exit 1
   # accord.torch's compiled backend, built once here (about 30 s) rather than inside the first
   # timed run's init_process_group; where it does not build, the runs use the Python backend.
-  [ "${ACCORD_TORCH_NATIVE:-auto}" = 0 ] || "$PY" -c "
-import time
-from accord import _torch_native as n
-t = time.monotonic()
-try:
-    n._built()
-    print(f'accord.torch compiled backend built in {time.monotonic() - t:.1f} s')
-except Exception as e:
-    print(f'accord.torch compiled backend NOT built: {e}')"
+  [ "${ACCORD_TORCH_NATIVE:-auto}" = 0 ] || "$PY" -m accord._torch_native \
+    || echo "accord.torch compiled backend NOT built: the runs use the Python backend"
 }
 
 # run_args NAME CAP ENV... -- ARGS...: the parts of a run (kv_gpu.sh, weights_gpu.sh, ep.sh) into
