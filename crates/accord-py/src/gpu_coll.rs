@@ -104,9 +104,9 @@ impl GpuCommunicator {
         f(inner).map_err(|e| (gpu_error_kind(&e), format!("{op}: {e}")))
     }
 
-    /// An in-place all_reduce of `count` elements at `ptr`, queued on `stream` behind the work
-    /// queued on `after` (see [`marked`]); returns its mark.
-    #[allow(clippy::too_many_arguments)]
+    /// all_reduce of `count` elements at `send` into `recv` (the same address: in place), queued
+    /// on `stream` behind the work queued on `after` (see [`marked`]); returns its mark (0
+    /// without `after`).
     pub(crate) fn all_reduce_marked(
         &self,
         (send, recv): (u64, u64),
