@@ -23,33 +23,41 @@ and cached) where they are contiguous: all_reduce, all_gather_into_tensor, reduc
 all_to_all_single and the all_to_all list form when its tensors are views of one storage
 (``split``/``chunk``), the all_gather and reduce_scatter list forms when theirs are views of
 one tensor in rank order; strided tensors, and list-form tensors that are separate
-allocations, go through one contiguous copy. CUDA tensors are staged through host memory
-on the caller's current stream (correct, not fast).
+allocations, go through one contiguous copy.
 
-``ACCORD_TORCH_GPU=experimental`` routes CUDA tensors of a group whose ranks all run on one host
-through the copy-engine GPU collectives (``accord.GpuCommunicator``) instead, queued on the
-caller's current stream, with no SMs for copies. The reductions run on the stream the op is queued
-on (``ACCORD_GPU_REDUCE_ON_CALLER``, on by default here: a 2-GPU DDP step 13-16% faster on
-2xH200, docs/results/2026-11-26-torch-gpu-path.md; ``=0`` launches them from the progress thread), and
+CUDA tensors of a group whose ranks all run on one host, one GPU each, go through the copy-engine
+GPU collectives (``accord.GpuCommunicator``), queued on the caller's current stream, with no SMs
+for copies. The reductions run on the stream the op is queued on (``ACCORD_GPU_REDUCE_ON_CALLER``,
+on by default here: a 2-GPU DDP step 13-16% faster on 2xH200,
+docs/results/2026-11-26-torch-gpu-path.md; ``=0`` launches them from the progress thread), and
 each group queues its ops on a stream of its own behind the caller's current stream, as NCCL
 does, so compute queued after an async op (DDP's backward pass) runs beside it; ``Work.wait``
-orders the caller's stream after the op (see :class:`_GpuPath`). The collectives' bytes are moved by
-a host thread through the CUDA driver while the stream the op is queued on waits. A thread that makes a
-blocking CUDA call meanwhile (``tensor.cpu()`` or ``.item()`` right after the op) would stall
-that host thread until the op's deadline if both shared PyTorch's CUDA context and its
-``cudaMalloc`` memory (measured on 2×H100, docs/results/2026-11-26-torch-gpu-path.md). So with
-the path asked for, importing this module before CUDA starts turns on PyTorch's
-``expandable_segments:True`` (``PYTORCH_CUDA_ALLOC_CONF``: memory of the virtual memory API, which
-no context owns, shared with peers as file descriptors) and ``ACCORD_GPU_PRIVATE_CONTEXT=1`` (the
-host thread copies from a context of its own); set either yourself to choose otherwise. Where
-CUDA had started before the import, the tensors stay ``cudaMalloc`` memory and the stall can
-return. It stays experimental until more of it is measured. Ops the GPU collectives do not cover (gather,
-scatter, point to point, all_to_all with split sizes, reductions of float64 or 8-bit integers)
-and groups spanning hosts stay staged. The path also needs eager module loading: under lazy
-loading, the first launch of a kernel while a collective holds a stream may synchronise the
-context and wait for that stream. So with the experimental path asked for, importing this
-module sets ``CUDA_MODULE_LOADING=EAGER`` when CUDA is not initialised yet and the variable is
-unset; where loading stays lazy on some rank, the group stays staged, with a warning.
+orders the caller's stream after the op (see :class:`_GpuPath`). Ops the GPU collectives do not
+cover (gather, scatter, point to point, all_to_all with split sizes, reductions of float64 or
+8-bit integers), and groups spanning hosts, are staged through host memory on the caller's
+current stream (correct, not fast). ``ACCORD_TORCH_GPU=0`` stages every CUDA op so.
+
+The collectives' bytes are moved by a host thread through the CUDA driver while the stream the op
+is queued on waits. Two things can stall that thread, so the default (``ACCORD_TORCH_GPU=auto``)
+takes the GPU collectives only where neither can happen, and says at the group's first CUDA op
+why it stages otherwise (:func:`_gpu_verdict`):
+
+- A thread that makes a blocking CUDA call (``tensor.cpu()`` or ``.item()`` right after the op)
+  stalls the host thread until the op's deadline if both share PyTorch's CUDA context and its
+  ``cudaMalloc`` memory (measured on 2×H100, docs/results/2026-11-26-torch-gpu-path.md). So
+  importing this module before CUDA starts turns on PyTorch's ``expandable_segments:True``
+  (``PYTORCH_CUDA_ALLOC_CONF``: memory of the virtual memory API, which no context owns, shared
+  with peers as file descriptors) and ``ACCORD_GPU_PRIVATE_CONTEXT=1`` (the host thread copies
+  from a context of its own); set either yourself to choose otherwise.
+- Under lazy module loading, the first launch of a kernel while a collective holds a stream may
+  synchronise the context and wait for that stream. So importing this module before CUDA starts
+  sets ``CUDA_MODULE_LOADING=EAGER`` where the variable is unset. Every kernel of torch's CUDA
+  libraries then loads when CUDA starts: 1,050 MiB more GPU memory and about 3.8 s more start-up
+  a process on 2×H100 (docs/results/2026-11-28-torch-gpu-default.md).
+
+Where CUDA had started before the import, ``auto`` stages, with a warning; ``ACCORD_TORCH_GPU=1``
+takes the GPU collectives anyway where modules load eagerly (the old ``experimental`` means the
+same), and warns of the stall.
 
 The all_reduce that DDP calls at every bucket, and a synchronous all_reduce of a CPU tensor
 used before, run in a compiled part (``accord._torch_native``, built once per torch version where
@@ -106,9 +114,27 @@ _P2P_PENDING = 1
 _log = logging.getLogger("accord.torch")
 
 
+_GPU_CHOICES = {"": "auto", "auto": "auto", "1": "1", "on": "1", "experimental": "1", "0": "0", "off": "0"}
+
+
+def _gpu_choice() -> str:
+    """``ACCORD_TORCH_GPU`` as ``"auto"`` (the default: the GPU collectives where they are safe,
+    see the module doc), ``"1"`` (wherever they can run; ``experimental``, its old name, is taken
+    too) or ``"0"`` (CUDA tensors staged through host memory)."""
+    raw = os.environ.get("ACCORD_TORCH_GPU", "auto").strip().lower()
+    choice = _GPU_CHOICES.get(raw)
+    if choice is None:
+        raise BackendError(f"accord backend: ACCORD_TORCH_GPU={raw!r} is not valid: use auto, 1 or 0")
+    return choice
+
+
 def _gpu_path_wanted() -> bool:
-    """Whether ``ACCORD_TORCH_GPU`` asks for the experimental GPU path (see the module doc)."""
-    return os.environ.get("ACCORD_TORCH_GPU", "0").strip().lower() == "experimental"
+    """Whether ``ACCORD_TORCH_GPU`` lets CUDA tensors use the GPU collectives (an invalid value
+    does not: the group's first CUDA op reports it)."""
+    try:
+        return _gpu_choice() != "0"
+    except BackendError:
+        return False
 
 
 def _ask_for_eager_loading() -> None:
@@ -180,6 +206,86 @@ def _host_identity() -> str:
     except OSError:
         boot = "?"
     return f"{socket.gethostname()}/{boot}"
+
+
+def _vmm_allocator() -> bool:
+    """Whether PyTorch's CUDA allocator maps memory no context owns (``expandable_segments``)."""
+    return "expandable_segments:true" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "").replace(" ", "").lower()
+
+
+def _gpu_identity(index: int) -> str:
+    """The GPU behind CUDA ordinal ``index`` as every process names it alike (its UUID), so ranks
+    that share one GPU are seen whatever their ``CUDA_VISIBLE_DEVICES``."""
+    try:
+        props = torch.cuda.get_device_properties(index)
+    except (RuntimeError, AssertionError):
+        return f"ordinal-{index}"
+    uuid = getattr(props, "uuid", None)
+    return str(uuid) if uuid is not None else f"ordinal-{index}"
+
+
+def _gpu_entry(choice: str, index: int) -> str:
+    """What a rank publishes before its group decides on the GPU collectives:
+    ``letter|gpu|host``. The letter: ``0`` the rank stages (``ACCORD_TORCH_GPU=0``); ``L`` it loads
+    CUDA modules lazily; ``U`` its copies would share PyTorch's context or its ``cudaMalloc``
+    memory, which ``auto`` refuses; ``R`` the same risk taken with ``ACCORD_TORCH_GPU=1``; ``E``
+    nothing in the way."""
+    if choice == "0":
+        return f"0|-|{_host_identity()}"
+    if not _eager_loading():
+        letter = "L"
+    elif not (_env_on("ACCORD_GPU_PRIVATE_CONTEXT") and _vmm_allocator()):
+        letter = "U" if choice == "auto" else "R"
+    else:
+        letter = "E"
+    return f"{letter}|{_gpu_identity(index)}|{_host_identity()}"
+
+
+def _gpu_verdict(entries: Sequence[str]) -> tuple[bool, str | None]:
+    """The group's choice from every rank's :func:`_gpu_entry`, the same on every rank: whether
+    its CUDA tensors use the GPU collectives, and what rank 0 warns (None: nothing). The GPU
+    collectives need every rank on one host, each on a GPU of its own, loading modules eagerly,
+    and (unless forced) copying in a context of their own from memory no context owns."""
+    parsed = [entry.split("|", 2) for entry in entries]
+    letters = [p[0] for p in parsed]
+    if "0" in letters:
+        return False, None
+    if len({p[2] for p in parsed}) > 1:
+        return False, "the group spans several hosts; CUDA tensors are staged through host memory"
+    lazy = [r for r, letter in enumerate(letters) if letter == "L"]
+    if lazy:
+        return False, (
+            f"rank(s) {lazy} load CUDA modules lazily (CUDA_MODULE_LOADING unset or not EAGER when CUDA "
+            "started before accord.torch was imported); holding a stream for the GPU collectives can hang "
+            "there, so CUDA tensors are staged through host memory. Import accord.torch before CUDA starts, "
+            "or set CUDA_MODULE_LOADING=EAGER."
+        )
+    unsafe = [r for r, letter in enumerate(letters) if letter == "U"]
+    if unsafe:
+        return False, (
+            f"rank(s) {unsafe} started CUDA before accord.torch was imported, so their collectives would "
+            "copy in PyTorch's CUDA context from cudaMalloc memory, where a blocking CUDA call (tensor.cpu(), "
+            ".item()) while one is in flight can stall it; CUDA tensors are staged through host memory. "
+            "Import accord.torch before CUDA starts, or set ACCORD_GPU_PRIVATE_CONTEXT=1 and "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (ACCORD_TORCH_GPU=1 takes the risk)."
+        )
+    gpus = [p[1] for p in parsed]
+    shared = sorted({g for g in gpus if gpus.count(g) > 1})
+    if shared:
+        ranks = [r for r, g in enumerate(gpus) if g in shared]
+        return False, (
+            f"ranks {ranks} share a GPU; the GPU collectives need one GPU per rank, so CUDA tensors are "
+            "staged through host memory"
+        )
+    risky = [r for r, letter in enumerate(letters) if letter == "R"]
+    if risky:
+        return True, (
+            f"ACCORD_TORCH_GPU=1: rank(s) {risky} copy in PyTorch's CUDA context or from cudaMalloc memory "
+            "(CUDA started before accord.torch was imported, without ACCORD_GPU_PRIVATE_CONTEXT=1 and "
+            "PyTorch's expandable_segments:True): a blocking CUDA call (tensor.cpu(), .item()) while a "
+            "collective is in flight can stall it and give wrong results"
+        )
+    return True, None
 
 
 def _cycle_position(rank: int, d: int, n: int) -> int:
@@ -380,51 +486,17 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
         return gpu
 
     def _start_gpu(self, device: torch.device) -> _GpuPath | bool:
-        choice = os.environ.get("ACCORD_TORCH_GPU", "0").strip().lower()
-        if choice not in ("", "0", "experimental"):
-            raise BackendError(f"accord backend: ACCORD_TORCH_GPU={choice!r} is not valid: use 0 or experimental")
-        # Every rank publishes its host, whether it wants the GPU collectives and whether it loads
-        # modules eagerly; all take the same decision from what all published.
-        me = _host_identity()
-        state = "0" if not _gpu_path_wanted() else "E" if _eager_loading() else "L"
-        self._store.set(f"accord/gpu/host/{self._rank_}", f"{state}|{me}".encode())
-        seen = [bytes(self._store.get(f"accord/gpu/host/{r}", self.timeout_s)).decode() for r in range(self._size)]
-        if any(entry.startswith("0|") for entry in seen):
-            return False
-        if any(entry.split("|", 1)[1] != me for entry in seen):
-            if self._rank_ == 0:
-                warnings.warn(
-                    "accord backend: the group spans several hosts; CUDA tensors are staged through host memory",
-                    stacklevel=3,
-                )
-            return False
-        lazy = [r for r, entry in enumerate(seen) if entry.startswith("L|")]
-        if lazy:
-            if self._rank_ == 0:
-                warnings.warn(
-                    f"accord backend: rank(s) {lazy} load CUDA modules lazily (CUDA_MODULE_LOADING unset or not "
-                    "EAGER when CUDA started before accord.torch was imported); holding a stream for the GPU "
-                    "collectives can hang there, so CUDA tensors are staged through host memory. Import "
-                    "accord.torch before CUDA starts, or set CUDA_MODULE_LOADING=EAGER.",
-                    stacklevel=3,
-                )
-            return False
-        if self._rank_ == 0:
-            private = _env_on("ACCORD_GPU_PRIVATE_CONTEXT")
-            vmm = "expandable_segments:true" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "").replace(" ", "").lower()
-            risk = (
-                ""
-                if private and vmm
-                else " Without ACCORD_GPU_PRIVATE_CONTEXT=1 and PyTorch's expandable_segments:True (both set when "
-                "accord.torch is imported before CUDA starts) a blocking CUDA call (tensor.cpu(), .item()) while "
-                "one is in flight can stall it and give wrong results."
-            )
-            warnings.warn(
-                "accord backend: ACCORD_TORCH_GPU=experimental: CUDA tensors use the GPU collectives; see "
-                f"accord.torch's module doc.{risk}",
-                stacklevel=3,
-            )
+        choice = _gpu_choice()
         index = device.index if device.index is not None else torch.cuda.current_device()
+        # Every rank publishes what it can do (see _gpu_entry); all take the same decision from
+        # what all published.
+        self._store.set(f"accord/gpu/host/{self._rank_}", _gpu_entry(choice, index).encode())
+        seen = [bytes(self._store.get(f"accord/gpu/host/{r}", self.timeout_s)).decode() for r in range(self._size)]
+        use, warning = _gpu_verdict(seen)
+        if warning is not None and self._rank_ == 0:
+            warnings.warn(f"accord backend: {warning}", stacklevel=3)
+        if not use:
+            return False
         comm = accord.GpuCommunicator(
             self._rank_, self._size, index, self._store, "accord/gpu/join/", timeout=self.timeout_s
         )

@@ -2,7 +2,7 @@
 
 Run under torchrun, one run per backend (issue 20's GPU target is a DDP step within 1.1x NCCL's):
 
-    ACCORD_TORCH_GPU=experimental torchrun --standalone --nproc_per_node 2 \\
+    torchrun --standalone --nproc_per_node 2 \\
         scripts/device/ddp_gpu_trace.py --backend accord
     torchrun --standalone --nproc_per_node 2 scripts/device/ddp_gpu_trace.py --backend nccl
 

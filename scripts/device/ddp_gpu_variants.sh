@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 20's GPU target (a 2-GPU DDP step within 1.1x NCCL's): the DDP step of
 # scripts/device/torch_backend_bench.py (~50M parameters, 25 MB buckets) with "accord" on the
-# experimental GPU path under each environment variant of VARIANTS, against "nccl", round by
+# GPU path (its default) under each environment variant of VARIANTS, against "nccl", round by
 # round (variant 1, variant 2, ..., nccl; then again), and first, for every variant other than
 # "default", the checks that it is right: DDP against Gloo and every op against Gloo
 # (tests/python/torch_roles.py) and the blocking read-back probe (torch_gpu_probe.py blocking).
@@ -37,7 +37,7 @@ ROUNDS="${ROUNDS:-2}" ITERS="${ITERS:-30}" WARMUP="${WARMUP:-2}" OP_SIZES="${OP_
 ROWS="$OUT/rows.jsonl" ERRS="$OUT/errors.txt" CHECKS_OUT="$OUT/checks.txt"
 : > "$ROWS"; : > "$ERRS"; : > "$CHECKS_OUT"
 PORT=$((29600 + RANDOM % 300))
-export ACCORD_TORCH_GPU=experimental
+# The GPU path is accord.torch's default (ACCORD_TORCH_GPU=auto); a variant may set it.
 
 # words VARIANT: the variant's VAR=value words ("default": none).
 words() { [ "$1" = default ] || echo "$1"; }

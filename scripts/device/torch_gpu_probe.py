@@ -1,4 +1,4 @@
-"""Probes of accord.torch's experimental GPU path (ACCORD_TORCH_GPU=experimental), two ranks on
+"""Probes of accord.torch's GPU path (the default, ACCORD_TORCH_GPU=auto), two ranks on
 one host, through accord.run. Each scenario prints what every rank saw.
 
     python3 scripts/device/torch_gpu_probe.py blocking   # in-place all_reduce of a strided view, read back
@@ -29,7 +29,6 @@ import accord
 
 
 def _start() -> torch.device:
-    os.environ.setdefault("ACCORD_TORCH_GPU", "experimental")
     import accord.torch  # noqa: F401 - registers the backend, asks for eager module loading
 
     logging.basicConfig(level=logging.DEBUG, format=f"r{os.environ['RANK']} %(name)s %(message)s")
@@ -115,7 +114,6 @@ def latency() -> list[tuple[str, int, float, float, float]]:
     """Per op and size: host µs a call with no synchronisation (what the calling thread, DDP's
     autograd hook, spends), GPU µs a call back to back (CUDA events around 50 calls) and µs a
     call with a synchronisation after each (the whole round trip). No debug logging here."""
-    os.environ.setdefault("ACCORD_TORCH_GPU", "experimental")
     import time
 
     import accord.torch  # noqa: F401

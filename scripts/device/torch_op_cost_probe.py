@@ -23,7 +23,6 @@ import accord
 
 
 def pieces() -> list[tuple[str, float]]:
-    os.environ.setdefault("ACCORD_TORCH_GPU", "experimental")
     import accord._torch_work as work_types
     import accord.torch as at
 

@@ -95,14 +95,9 @@ def _two_gpus() -> None:
         pytest.skip("needs 2 CUDA devices")
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="the experimental GPU path stalls when a thread makes a blocking CUDA call while a collective "
-    "is in flight (docs/results/2026-11-26-torch-gpu-path.md)",
-)
-def test_cuda_tensors_use_the_gpu_collectives(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cuda_tensors_use_the_gpu_collectives_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     _two_gpus()
-    monkeypatch.setenv("ACCORD_TORCH_GPU", "experimental")
+    monkeypatch.delenv("ACCORD_TORCH_GPU", raising=False)
     results = accord.run(torch_roles.every_op_cuda, 2, timeout=170)
     for r in results:
         assert r["path"] == "_GpuPath", r
@@ -111,8 +106,9 @@ def test_cuda_tensors_use_the_gpu_collectives(monkeypatch: pytest.MonkeyPatch) -
         assert 1 < r["registrations"] < 200, r
 
 
-def test_cuda_tensors_are_staged_by_default() -> None:
+def test_cuda_tensors_are_staged_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     _two_gpus()
+    monkeypatch.setenv("ACCORD_TORCH_GPU", "0")
     results = accord.run(torch_roles.every_op_cuda, 2, timeout=170)
     assert [r["path"] for r in results] == ["bool", "bool"], results
 
@@ -122,9 +118,53 @@ def test_cuda_ddp_matches_gloo() -> None:
     assert accord.run(torch_roles.ddp_cuda_matches_gloo, 2, timeout=120) == [4, 4]
 
 
-def test_the_gpu_path_is_chosen_together_and_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The choice every rank makes at its first CUDA op, without a GPU: one rank here, a c10d
-    HashStore as the group's store."""
+def test_the_gpu_path_is_chosen_together_and_only_where_safe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The choice every rank makes at its first CUDA op, without a GPU: what each rank publishes
+    (``_gpu_entry``) and the verdict all take from every rank's entry (``_gpu_verdict``)."""
+    import accord.torch as backend
+
+    host = backend._host_identity()
+    ok = [f"E|gpu-a|{host}", f"E|gpu-b|{host}"]
+    assert backend._gpu_verdict(ok) == (True, None)
+    # One rank staging (ACCORD_TORCH_GPU=0) stages the group, silently.
+    assert backend._gpu_verdict([ok[0], f"0|-|{host}"]) == (False, None)
+    cases = {
+        "several hosts": ([ok[0], "E|gpu-b|elsewhere/boot"], False, "spans several hosts"),
+        "lazy loading": ([ok[0], f"L|gpu-b|{host}"], False, r"rank\(s\) \[1\] load CUDA modules lazily"),
+        "context memory under auto": ([f"U|gpu-a|{host}", ok[1]], False, r"rank\(s\) \[0\] started CUDA before"),
+        "one GPU for two ranks": ([ok[0], ok[0], ok[1]], False, r"ranks \[0, 1\] share a GPU"),
+        "context memory, forced": ([f"R|gpu-a|{host}", ok[1]], True, "can stall it"),
+    }
+    for name, (entries, use, warning) in cases.items():
+        got_use, got_warning = backend._gpu_verdict(entries)
+        assert got_use is use, name
+        assert got_warning is not None and re.search(warning, got_warning), (name, got_warning)
+
+    # What a rank publishes, from its environment.
+    for name in ("CUDA_MODULE_LOADING", "ACCORD_GPU_PRIVATE_CONTEXT", "PYTORCH_CUDA_ALLOC_CONF"):
+        monkeypatch.delenv(name, raising=False)
+    assert backend._gpu_entry("0", 0).startswith("0|")
+    assert backend._gpu_entry("auto", 0).startswith("L|")
+    monkeypatch.setenv("CUDA_MODULE_LOADING", "EAGER")
+    assert backend._gpu_entry("auto", 0).startswith("U|")
+    assert backend._gpu_entry("1", 0).startswith("R|")
+    monkeypatch.setenv("ACCORD_GPU_PRIVATE_CONTEXT", "1")
+    assert backend._gpu_entry("auto", 0).startswith("U|"), "a private context alone still copies cudaMalloc memory"
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:64, expandable_segments:True")
+    assert backend._gpu_entry("auto", 0).startswith("E|")
+    assert backend._gpu_entry("auto", 0).endswith(f"|{host}")
+
+    # The setting's words; a word it does not know fails at the group's first CUDA op.
+    for word, choice in {"": "auto", "auto": "auto", "1": "1", "experimental": "1", "On": "1", "0": "0", "off": "0"}.items():
+        monkeypatch.setenv("ACCORD_TORCH_GPU", word)
+        assert backend._gpu_choice() == choice, word
+    monkeypatch.delenv("ACCORD_TORCH_GPU")
+    assert backend._gpu_choice() == "auto"
+
+
+def test_the_first_cuda_op_decides_through_the_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``_start_gpu`` on one rank with a c10d HashStore as the group's store: it stages when asked,
+    fails on a word it does not know, and warns when lazy loading keeps the group staged."""
     import datetime
 
     import torch.distributed as dist
@@ -135,10 +175,10 @@ def test_the_gpu_path_is_chosen_together_and_only_when_asked(monkeypatch: pytest
         return backend.AccordProcessGroup(dist.HashStore(), 0, 1, datetime.timedelta(seconds=10))
 
     cuda0 = torch.device("cuda", 0)
-    monkeypatch.delenv("ACCORD_TORCH_GPU", raising=False)
+    monkeypatch.setenv("ACCORD_TORCH_GPU", "0")
     pg = group()
     try:
-        assert pg._start_gpu(cuda0) is False, "staged unless asked"
+        assert pg._start_gpu(cuda0) is False, "staged when asked"
     finally:
         pg.shutdown()
     monkeypatch.setenv("ACCORD_TORCH_GPU", "yes please")
@@ -148,7 +188,7 @@ def test_the_gpu_path_is_chosen_together_and_only_when_asked(monkeypatch: pytest
             pg._start_gpu(cuda0)
     finally:
         pg.shutdown()
-    monkeypatch.setenv("ACCORD_TORCH_GPU", "experimental")
+    monkeypatch.delenv("ACCORD_TORCH_GPU")
     monkeypatch.setenv("CUDA_MODULE_LOADING", "LAZY")
     pg = group()
     try:

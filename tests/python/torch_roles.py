@@ -430,9 +430,9 @@ CUDA_DTYPES = [torch.float32, torch.bfloat16, torch.int64, torch.float64, torch.
 
 def every_op_cuda() -> dict[str, Any]:
     """Every op of `_ops` on CUDA tensors of an "accord" group against Gloo on CPU copies of
-    the same inputs. With ACCORD_TORCH_GPU=experimental, float64 and 8-bit reductions (and
-    gather, scatter, point to point, all_to_all with split sizes or as a list) take the staged
-    path and the rest the GPU collectives; by default every op is staged. Returns how many
+    the same inputs. On the GPU path (the default), float64 and 8-bit reductions (and gather,
+    scatter, point to point, all_to_all with split sizes or as a list) take the staged path and
+    the rest the GPU collectives; with ACCORD_TORCH_GPU=0 every op is staged. Returns how many
     tensors were compared and which path the group took."""
     _init_gloo()
     rank, n = dist.get_rank(), dist.get_world_size()
