@@ -288,24 +288,6 @@ def _gpu_verdict(entries: Sequence[str]) -> tuple[bool, str | None]:
     return True, None
 
 
-def _raise_this_thread() -> None:
-    """Lowers the calling thread's nice value by ``ACCORD_COLL_THREAD_PRIORITY`` (0..=20, default
-    0), as the host arena's lanes do (``accord_sys::priority``: on cores DDP's backward pass keeps
-    busy, a collective's threads then run soon after they wake; the lanes this thread starts
-    inherit it). Where the process may not (no ``CAP_SYS_NICE``) it stays as it is, with a log
-    line; an invalid value is the communicator's error to report, not this thread's."""
-    try:
-        raise_by = int(os.environ.get("ACCORD_COLL_THREAD_PRIORITY", "0").strip() or "0")
-    except ValueError:
-        return
-    if not 0 < raise_by <= 20:
-        return
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), -raise_by)
-    except OSError as e:
-        _log.info("accord.torch: ACCORD_COLL_THREAD_PRIORITY=%d not applied to the worker thread (%s)", raise_by, e)
-
-
 def _cycle_position(rank: int, d: int, n: int) -> int:
     """Where ``rank`` sits in its cycle of the permutation r -> r + d (mod n), counted from the
     cycle's smallest rank."""
@@ -358,7 +340,6 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
     # --- plumbing -------------------------------------------------------------------------
 
     def _serve(self) -> None:
-        _raise_this_thread()
         cv = self._jobs_cv
         while True:
             with cv:

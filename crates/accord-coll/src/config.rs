@@ -12,7 +12,6 @@
 //! | `ACCORD_COLL_ARENA` | [`CollConfig::arena`] | 1 (on) |
 //! | `ACCORD_COLL_ARENA_SLOT_BYTES` | [`CollConfig::arena_slot_bytes`] | 1 MiB |
 //! | `ACCORD_COLL_ARENA_LANES` | [`CollConfig::arena_lanes`] | 4 |
-//! | `ACCORD_COLL_THREAD_PRIORITY` | [`CollConfig::thread_priority`] | 0 (unchanged) |
 //! | `ACCORD_ALGO_<COLLECTIVE>` | [`CollConfig::algo_overrides`] | none (size-based) |
 //! | `ACCORD_BOOTSTRAP_TIMEOUT_MS` | [`crate::store::BootstrapConfig::timeout`] | 300000 |
 //!
@@ -123,11 +122,6 @@ pub struct CollConfig {
     /// 64. Every rank must use the same value (rank 0 refuses the arena otherwise: all fall
     /// back to the size rule, and a call that forces the arena fails).
     pub arena_lanes: usize,
-    /// How far the threads a call starts (the arena's lanes) lower their nice value, 0..=20
-    /// (`ACCORD_COLL_THREAD_PRIORITY`): on cores kept busy by other work (DDP's backward pass)
-    /// they then run soon after they wake, see `accord_sys::priority`. Needs `CAP_SYS_NICE`;
-    /// without it the lanes run at the process's priority, with one warning.
-    pub thread_priority: u8,
     /// Algorithm forced per collective (`ACCORD_ALGO_<COLLECTIVE>`).
     pub algo_overrides: HashMap<Collective, Algo>,
     /// Size thresholds of the default choice.
@@ -146,7 +140,6 @@ impl Default for CollConfig {
             arena: true,
             arena_slot_bytes: 1 << 20,
             arena_lanes: 4,
-            thread_priority: 0,
             algo_overrides: HashMap::new(),
             thresholds: Thresholds::default(),
         }
@@ -156,9 +149,6 @@ impl Default for CollConfig {
 /// The most lanes `ACCORD_COLL_ARENA_LANES` may ask for: each is a thread per call and three
 /// slots per rank of shared memory.
 const MAX_ARENA_LANES: u64 = 64;
-
-/// The most `ACCORD_COLL_THREAD_PRIORITY` may ask for: nice values end at -20.
-const MAX_THREAD_PRIORITY: u64 = 20;
 
 /// `value` unless it is zero, which `knob` refuses.
 fn at_least_one(knob: &str, value: Option<u64>) -> Result<Option<u64>, ConfigError> {
@@ -255,17 +245,6 @@ impl CollConfig {
         let lanes = "ACCORD_COLL_ARENA_LANES";
         if let Some(n) = one_to(lanes, get(env, lanes)?, MAX_ARENA_LANES)? {
             c.arena_lanes = n as usize;
-        }
-        let priority = "ACCORD_COLL_THREAD_PRIORITY";
-        if let Some(p) = get::<u64>(env, priority)? {
-            if p > MAX_THREAD_PRIORITY {
-                return Err(ConfigError::Invalid {
-                    name: priority.to_string(),
-                    value: p.to_string(),
-                    reason: format!("at most {MAX_THREAD_PRIORITY} (a nice value of -{MAX_THREAD_PRIORITY})"),
-                });
-            }
-            c.thread_priority = p as u8;
         }
         for coll in Collective::ALL {
             let name = format!("ACCORD_ALGO_{}", coll.name().to_ascii_uppercase());

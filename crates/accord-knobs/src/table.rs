@@ -215,13 +215,6 @@ pub static KNOBS: &[Knob] = &[
     knob("ACCORD_COLL_ARENA_SLOT_BYTES", Collectives, Bytes, "1048576", "each rank's slot (chunk) of the arena all_reduce"),
     knob("ACCORD_COLL_ARENA_LANES", Collectives, Count, "4", "most threads one arena all_reduce uses (one per 4 slots of the call; 1..=64); the arena keeps 3 slots per rank and lane, fewer lanes where /dev/shm has no room"),
     knob(
-        "ACCORD_COLL_THREAD_PRIORITY",
-        Collectives,
-        Count,
-        "0",
-        "how far the threads that run collectives off the caller's thread (the host arena's lanes, `accord.torch`'s worker) lower their nice value (0..=20): on cores that other work keeps busy (DDP's backward pass) they then run soon after they wake; needs `CAP_SYS_NICE`, else they run unchanged with a warning",
-    ),
-    knob(
         "ACCORD_COLL_BLOCK_SEGMENTS_MAX",
         Collectives,
         Count,

@@ -11,7 +11,6 @@
 #![warn(missing_docs)]
 
 pub mod futex;
-pub mod priority;
 mod process;
 
 pub use process::{pidfd_open, process_alive, take_fd_of};

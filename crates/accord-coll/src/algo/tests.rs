@@ -326,14 +326,6 @@ fn arena_all_reduce_in_tiny_slots() {
     }
 }
 
-/// Lanes that lower their nice value (`ACCORD_COLL_THREAD_PRIORITY`; as root, or failing
-/// without `CAP_SYS_NICE`, which leaves them as they are) reduce as the others do.
-#[test]
-fn arena_lanes_with_a_raised_priority_reduce_right() {
-    let cfg = CollConfig { arena_slot_bytes: 64, arena_lanes: 3, thread_priority: 1, ..CollConfig::default() };
-    reduction_matrix_of(Collective::AllReduce, &[Algo::Arena], 3, &[DType::F32, DType::I64], &[], cfg);
-}
-
 /// A slot smaller than one element is rounded up to a whole word: float64 still moves, right.
 #[test]
 fn an_arena_slot_below_a_word_is_rounded_up() {

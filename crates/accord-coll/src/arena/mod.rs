@@ -386,11 +386,10 @@ pub(crate) fn run<T: CollTransport + ?Sized>(
     a: &Args<'_>,
     arena: &OnceLock<Result<Arena, Unavailable>>,
     shape: Shape,
-    thread_priority: u8,
 ) -> Result<(), CollError> {
     available(cx, a, arena, shape)?;
     match arena.get() {
-        Some(Ok(arena)) => all_reduce(cx, a, arena, thread_priority),
+        Some(Ok(arena)) => all_reduce(cx, a, arena),
         Some(Err(why)) => Err(CollError::InvalidArgument {
             collective: cx.collective.name(),
             reason: format!(
@@ -432,12 +431,7 @@ fn describe<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, a: &Args<'_>) -> [u64; 3
 
 /// all_reduce through the arena (see the module's protocol). `a.send` and `a.recv` may be
 /// the same region.
-fn all_reduce<T: CollTransport + ?Sized>(
-    cx: &Ctx<'_, T>,
-    a: &Args<'_>,
-    arena: &Arena,
-    thread_priority: u8,
-) -> Result<(), CollError> {
+fn all_reduce<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, a: &Args<'_>, arena: &Arena) -> Result<(), CollError> {
     arena.describe(cx, a);
     let chunk_elems = arena.slot_bytes / a.es();
     if chunk_elems == 0 {
@@ -472,13 +466,7 @@ fn all_reduce<T: CollTransport + ?Sized>(
     let results: Vec<Result<(), LaneStop>> = std::thread::scope(|s| {
         let helpers: Vec<_> = (1..lanes)
             .map(|l| {
-                (
-                    l,
-                    std::thread::Builder::new().name(format!("accord-arena-{l}")).spawn_scoped(s, move || {
-                        raise_lane(thread_priority);
-                        lane(l)
-                    }),
-                )
+                (l, std::thread::Builder::new().name(format!("accord-arena-{l}")).spawn_scoped(s, move || lane(l)))
             })
             .collect();
         let mut results = vec![lane(0)];
@@ -497,22 +485,6 @@ fn all_reduce<T: CollTransport + ?Sized>(
         results
     });
     first_failure(cx, results)
-}
-
-/// Lowers a helper lane's nice value by `priority` (`ACCORD_COLL_THREAD_PRIORITY`); where the
-/// process may not, the lane runs as it is, and the first such lane of the process says so.
-fn raise_lane(priority: u8) {
-    static TOLD: AtomicBool = AtomicBool::new(false);
-    if let Err(e) = accord_sys::priority::raise_current_thread(priority) {
-        if !TOLD.swap(true, Ordering::Relaxed) {
-            tracing::warn!(
-                error = %e,
-                priority,
-                "ACCORD_COLL_THREAD_PRIORITY: the arena's lanes cannot lower their nice value (needs CAP_SYS_NICE); \
-                 they run at the process's priority"
-            );
-        }
-    }
 }
 
 /// The call's outcome from its lanes': the first lane that failed for a reason of its own (only

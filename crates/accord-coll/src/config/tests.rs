@@ -18,10 +18,8 @@ fn overrides_apply() {
         ("ACCORD_ALGO_ALL_GATHER", "bruck"),
         ("ACCORD_COLL_SEGMENT_BYTES", "65536"),
         ("ACCORD_COLL_BLOCK_SEGMENTS_MAX", "16"),
-        ("ACCORD_COLL_THREAD_PRIORITY", "20"),
     ]))
     .unwrap();
-    assert_eq!((c.thread_priority, CollConfig::default().thread_priority), (20, 0));
     assert_eq!(c.timeout, Duration::from_millis(1500));
     assert_eq!(c.segment_bytes, 65536);
     assert_eq!((c.block_segments_max, CollConfig::default().block_segments_max), (16, 0));
@@ -39,9 +37,6 @@ fn bad_values_are_errors_that_name_the_variable() {
     assert!(CollConfig::from_lookup(lookup(&[("ACCORD_COLL_TIMEOUT_MS", "0")])).is_err());
     let e = CollConfig::from_lookup(lookup(&[("ACCORD_COLL_SEGMENT_BYTES", "0")])).unwrap_err();
     assert!(e.to_string().contains("ACCORD_COLL_SEGMENT_BYTES"), "{e}");
-    // A nice value ends at -20.
-    let e = CollConfig::from_lookup(lookup(&[("ACCORD_COLL_THREAD_PRIORITY", "21")])).unwrap_err();
-    assert!(e.to_string().contains("ACCORD_COLL_THREAD_PRIORITY") && e.to_string().contains("at most 20"), "{e}");
 }
 
 #[test]
