@@ -57,7 +57,11 @@ why it stages otherwise (:func:`_gpu_verdict`):
 
 Where CUDA had started before the import, ``auto`` stages, with a warning; ``ACCORD_TORCH_GPU=1``
 takes the GPU collectives anyway where modules load eagerly (the old ``experimental`` means the
-same), and warns of the stall.
+same), and warns of the stall. Peers map that memory by taking its file descriptors
+(``pidfd_getfd``, which needs ptrace permission over the owner): before choosing, every rank
+tries its peers' (a probe descriptor each, :func:`_descriptor_problem`), and where one may not
+(Yama's ptrace scope 1, Ubuntu's default, between sibling ranks; a peer in another pid
+namespace) the group stages, with a warning that names the rank and the cause.
 
 The all_reduce that DDP calls at every bucket, and a synchronous all_reduce of a CPU tensor
 used before, run in a compiled part (``accord._torch_native``, built once per torch version where
@@ -224,21 +228,54 @@ def _gpu_identity(index: int) -> str:
     return str(uuid) if uuid is not None else f"ordinal-{index}"
 
 
-def _gpu_entry(choice: str, index: int) -> str:
+def _gpu_entry(choice: str, index: int, probe_fd: int) -> str:
     """What a rank publishes before its group decides on the GPU collectives:
-    ``letter|gpu|host``. The letter: ``0`` the rank stages (``ACCORD_TORCH_GPU=0``); ``L`` it loads
-    CUDA modules lazily; ``U`` its copies would share PyTorch's context or its ``cudaMalloc``
-    memory, which ``auto`` refuses; ``R`` the same risk taken with ``ACCORD_TORCH_GPU=1``; ``E``
-    nothing in the way."""
+    ``letter|gpu|pid:fd|host``. The letter: ``0`` the rank stages (``ACCORD_TORCH_GPU=0``); ``L``
+    it loads CUDA modules lazily; ``U`` its copies would share PyTorch's context or its
+    ``cudaMalloc`` memory, which ``auto`` refuses; ``R`` the same risk taken with
+    ``ACCORD_TORCH_GPU=1``; ``E`` nothing in the way (its memory is shared as file descriptors,
+    which peers must be allowed to take: ``probe_fd`` is one of this process's descriptors for
+    them to try, see :func:`_descriptor_problem`)."""
     if choice == "0":
-        return f"0|-|{_host_identity()}"
+        return f"0|-|-|{_host_identity()}"
     if not _eager_loading():
         letter = "L"
     elif not (_env_on("ACCORD_GPU_PRIVATE_CONTEXT") and _vmm_allocator()):
         letter = "U" if choice == "auto" else "R"
     else:
         letter = "E"
-    return f"{letter}|{_gpu_identity(index)}|{_host_identity()}"
+    return f"{letter}|{_gpu_identity(index)}|{os.getpid()}:{probe_fd}|{_host_identity()}"
+
+
+def _descriptor_problem(entries: Sequence[str], rank: int) -> str | None:
+    """Whether ``rank`` may take the file descriptors of every peer whose memory is shared so
+    (letter ``E`` of :func:`_gpu_entry`): it takes each peer's probe descriptor and closes it
+    again. None where it may, else why not, naming the peer. ``pidfd_getfd`` needs ptrace
+    permission over the peer, which Yama's ptrace scope 1 (Ubuntu's default) refuses between
+    sibling processes, as does a peer in another pid namespace."""
+    for r, entry in enumerate(entries):
+        letter, _, owner, _ = entry.split("|", 3)
+        if r == rank or letter != "E":
+            continue
+        pid, fd = (int(x) for x in owner.split(":"))
+        try:
+            accord._accord._take_fd_of(pid, fd)
+        except OSError as e:
+            return f"rank {r}: {e}"
+    return None
+
+
+def _descriptor_verdict(problems: Sequence[str]) -> tuple[bool, str | None]:
+    """The group's choice from every rank's :func:`_descriptor_problem` (``""`` for none), the
+    same on every rank, as :func:`_gpu_verdict` gives it."""
+    failed = [r for r, p in enumerate(problems) if p]
+    if not failed:
+        return True, None
+    return False, (
+        f"rank(s) {failed} may not take their peers' GPU memory descriptors (rank {failed[0]} taking "
+        f"{problems[failed[0]]}); CUDA tensors are staged through host memory. Allow it with "
+        "kernel.yama.ptrace_scope=0 or CAP_SYS_PTRACE."
+    )
 
 
 def _gpu_verdict(entries: Sequence[str]) -> tuple[bool, str | None]:
@@ -246,11 +283,11 @@ def _gpu_verdict(entries: Sequence[str]) -> tuple[bool, str | None]:
     its CUDA tensors use the GPU collectives, and what rank 0 warns (None: nothing). The GPU
     collectives need every rank on one host, each on a GPU of its own, loading modules eagerly,
     and (unless forced) copying in a context of their own from memory no context owns."""
-    parsed = [entry.split("|", 2) for entry in entries]
+    parsed = [entry.split("|", 3) for entry in entries]
     letters = [p[0] for p in parsed]
     if "0" in letters:
         return False, None
-    if len({p[2] for p in parsed}) > 1:
+    if len({p[3] for p in parsed}) > 1:
         return False, "the group spans several hosts; CUDA tensors are staged through host memory"
     lazy = [r for r, letter in enumerate(letters) if letter == "L"]
     if lazy:
@@ -485,14 +522,29 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
             )
         return gpu
 
+    def _store_text(self, key: str) -> str:
+        """The text under ``key`` in the group's store, waiting for it at most the group's timeout."""
+        return bytes(self._store.get(key, self.timeout_s)).decode()
+
     def _start_gpu(self, device: torch.device) -> _GpuPath | bool:
         choice = _gpu_choice()
         index = device.index if device.index is not None else torch.cuda.current_device()
         # Every rank publishes what it can do (see _gpu_entry); all take the same decision from
-        # what all published.
-        self._store.set(f"accord/gpu/host/{self._rank_}", _gpu_entry(choice, index).encode())
-        seen = [bytes(self._store.get(f"accord/gpu/host/{r}", self.timeout_s)).decode() for r in range(self._size)]
-        use, warning = _gpu_verdict(seen)
+        # what all published. Then, where memory is shared as file descriptors, every rank tries
+        # to take its peers' and all decide again on what all found; a probe descriptor stays
+        # open until every rank has said so.
+        probe_read, probe_write = os.pipe()
+        try:
+            self._store.set(f"accord/gpu/host/{self._rank_}", _gpu_entry(choice, index, probe_read).encode())
+            seen = [self._store_text(f"accord/gpu/host/{r}") for r in range(self._size)]
+            use, warning = _gpu_verdict(seen)
+            if use and any(entry.startswith("E|") for entry in seen):
+                problem = _descriptor_problem(seen, self._rank_) or ""
+                self._store.set(f"accord/gpu/fds/{self._rank_}", problem.encode())
+                use, warning = _descriptor_verdict([self._store_text(f"accord/gpu/fds/{r}") for r in range(self._size)])
+        finally:
+            os.close(probe_read)
+            os.close(probe_write)
         if warning is not None and self._rank_ == 0:
             warnings.warn(f"accord backend: {warning}", stacklevel=3)
         if not use:

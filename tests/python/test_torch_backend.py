@@ -124,16 +124,16 @@ def test_the_gpu_path_is_chosen_together_and_only_where_safe(monkeypatch: pytest
     import accord.torch as backend
 
     host = backend._host_identity()
-    ok = [f"E|gpu-a|{host}", f"E|gpu-b|{host}"]
+    ok = [f"E|gpu-a|1:3|{host}", f"E|gpu-b|2:3|{host}"]
     assert backend._gpu_verdict(ok) == (True, None)
     # One rank staging (ACCORD_TORCH_GPU=0) stages the group, silently.
-    assert backend._gpu_verdict([ok[0], f"0|-|{host}"]) == (False, None)
+    assert backend._gpu_verdict([ok[0], f"0|-|-|{host}"]) == (False, None)
     cases = {
-        "several hosts": ([ok[0], "E|gpu-b|elsewhere/boot"], False, "spans several hosts"),
-        "lazy loading": ([ok[0], f"L|gpu-b|{host}"], False, r"rank\(s\) \[1\] load CUDA modules lazily"),
-        "context memory under auto": ([f"U|gpu-a|{host}", ok[1]], False, r"rank\(s\) \[0\] started CUDA before"),
+        "several hosts": ([ok[0], "E|gpu-b|2:3|elsewhere/boot"], False, "spans several hosts"),
+        "lazy loading": ([ok[0], f"L|gpu-b|2:3|{host}"], False, r"rank\(s\) \[1\] load CUDA modules lazily"),
+        "context memory under auto": ([f"U|gpu-a|1:3|{host}", ok[1]], False, r"rank\(s\) \[0\] started CUDA before"),
         "one GPU for two ranks": ([ok[0], ok[0], ok[1]], False, r"ranks \[0, 1\] share a GPU"),
-        "context memory, forced": ([f"R|gpu-a|{host}", ok[1]], True, "can stall it"),
+        "context memory, forced": ([f"R|gpu-a|1:3|{host}", ok[1]], True, "can stall it"),
     }
     for name, (entries, use, warning) in cases.items():
         got_use, got_warning = backend._gpu_verdict(entries)
@@ -143,16 +143,16 @@ def test_the_gpu_path_is_chosen_together_and_only_where_safe(monkeypatch: pytest
     # What a rank publishes, from its environment.
     for name in ("CUDA_MODULE_LOADING", "ACCORD_GPU_PRIVATE_CONTEXT", "PYTORCH_CUDA_ALLOC_CONF"):
         monkeypatch.delenv(name, raising=False)
-    assert backend._gpu_entry("0", 0).startswith("0|")
-    assert backend._gpu_entry("auto", 0).startswith("L|")
+    assert backend._gpu_entry("0", 0, 7).startswith("0|")
+    assert backend._gpu_entry("auto", 0, 7).startswith("L|")
     monkeypatch.setenv("CUDA_MODULE_LOADING", "EAGER")
-    assert backend._gpu_entry("auto", 0).startswith("U|")
-    assert backend._gpu_entry("1", 0).startswith("R|")
+    assert backend._gpu_entry("auto", 0, 7).startswith("U|")
+    assert backend._gpu_entry("1", 0, 7).startswith("R|")
     monkeypatch.setenv("ACCORD_GPU_PRIVATE_CONTEXT", "1")
-    assert backend._gpu_entry("auto", 0).startswith("U|"), "a private context alone still copies cudaMalloc memory"
+    assert backend._gpu_entry("auto", 0, 7).startswith("U|"), "a private context alone still copies cudaMalloc memory"
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:64, expandable_segments:True")
-    assert backend._gpu_entry("auto", 0).startswith("E|")
-    assert backend._gpu_entry("auto", 0).endswith(f"|{host}")
+    entry = backend._gpu_entry("auto", 0, 7)
+    assert entry.startswith("E|") and entry.endswith(f"|{os.getpid()}:7|{host}"), entry
 
     # The setting's words; a word it does not know fails at the group's first CUDA op.
     for word, choice in {"": "auto", "auto": "auto", "1": "1", "experimental": "1", "On": "1", "0": "0", "off": "0"}.items():
@@ -160,6 +160,46 @@ def test_the_gpu_path_is_chosen_together_and_only_where_safe(monkeypatch: pytest
         assert backend._gpu_choice() == choice, word
     monkeypatch.delenv("ACCORD_TORCH_GPU")
     assert backend._gpu_choice() == "auto"
+
+
+def test_ranks_that_may_not_take_their_peers_descriptors_stage() -> None:
+    """VMM memory is shared as file descriptors that peers take with pidfd_getfd (ptrace
+    permission over the owner). Before choosing the GPU path every rank tries its peers' probe
+    descriptors; one that fails stages the whole group and the warning names it and why."""
+    import accord.torch as backend
+
+    host = backend._host_identity()
+    read_end, write_end = os.pipe()
+    try:
+        mine = f"E|gpu-a|{os.getpid()}:{read_end}|{host}"
+        # A descriptor this process may take (its own), from a peer at rank 1.
+        assert backend._descriptor_problem([f"E|gpu-b|1:1|{host}", mine], 0) is None
+        # Peers staging or sharing no descriptors are not tried (their fields may be anything).
+        assert backend._descriptor_problem([mine, f"R|gpu-b|1:99999|{host}", f"0|-|-|{host}"], 0) is None
+        # A descriptor that cannot be open in its process (at its descriptor limit): an error
+        # naming the rank and the pid.
+        import resource
+
+        never_open = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        problem = backend._descriptor_problem([mine, f"E|gpu-b|{os.getpid()}:{never_open}|{host}"], 0)
+        assert problem is not None and problem.startswith("rank 1:") and str(os.getpid()) in problem, problem
+        # A process that does not exist.
+        problem = backend._descriptor_problem([mine, f"E|gpu-b|{2**22 + 7}:3|{host}"], 0)
+        assert problem is not None and problem.startswith("rank 1:"), problem
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert backend._descriptor_verdict(["", ""]) == (True, None)
+    use, warning = backend._descriptor_verdict(["", "rank 0: refused"])
+    assert use is False and warning is not None
+    assert "rank(s) [1]" in warning and "rank 0: refused" in warning and "ptrace_scope" in warning, warning
+
+
+def test_sibling_ranks_take_each_others_descriptors_here() -> None:
+    """Two ranks started by one launcher (siblings) on this machine: each takes the other's probe
+    descriptor, as the GPU path's VMM sharing will (root, or Yama's scope 0, allows it; a host
+    that refuses would stage, see the test above)."""
+    assert accord.run(torch_roles.take_peer_descriptor, 2, timeout=60) == [None, None]
 
 
 def test_the_first_cuda_op_decides_through_the_store(monkeypatch: pytest.MonkeyPatch) -> None:

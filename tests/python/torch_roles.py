@@ -423,6 +423,27 @@ if __name__ == "__main__":
     communicator_in_torchrun()
 
 
+
+def take_peer_descriptor() -> str | None:
+    """Each rank offers a probe descriptor as the GPU path's choice does and tries its peers'
+    (``accord.torch._descriptor_problem``); returns what it found (None: taken)."""
+    import accord.torch as backend
+
+    _init_gloo()
+    rank, n = dist.get_rank(), dist.get_world_size()
+    read_end, write_end = os.pipe()
+    try:
+        mine = f"E|gpu-{rank}|{os.getpid()}:{read_end}|{backend._host_identity()}"
+        entries: list[Any] = [None] * n
+        dist.all_gather_object(entries, mine)
+        problem = backend._descriptor_problem(entries, rank)
+        dist.barrier()  # every rank has tried before any closes its descriptor
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    dist.destroy_process_group()
+    return problem
+
 # ---- CUDA tensors (one GPU per rank, ranks on one host): the copy-engine GPU collectives ----
 
 CUDA_DTYPES = [torch.float32, torch.bfloat16, torch.int64, torch.float64, torch.uint8]

@@ -466,3 +466,16 @@ impl GpuCommunicator {
         format!("GpuCommunicator(rank={}, world_size={}, gpu={})", self.rank, self.world_size, self.gpu)
     }
 }
+
+/// Takes a duplicate of process `pid`'s descriptor `fd` and closes it again: whether this
+/// process may take the descriptors a peer shares its VMM memory with (`pidfd_getfd`, which
+/// needs ptrace permission over the peer). `accord.torch` asks before it chooses the GPU
+/// collectives, so a host that forbids it (Yama's ptrace scope 1, Ubuntu's default, between
+/// sibling ranks) stages CUDA tensors instead of failing at the first op. Raises `OSError`
+/// naming the peer and the likely cause.
+#[pyfunction]
+pub(crate) fn _take_fd_of(py: Python<'_>, pid: u32, fd: i32) -> PyResult<()> {
+    py.detach(|| accord_cuda::ipc::vmm::take_fd_of(pid, fd))
+        .map(drop)
+        .map_err(|e| pyo3::exceptions::PyOSError::new_err(e.to_string()))
+}

@@ -66,6 +66,7 @@ fn _accord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(core::_close_all, m)?)?;
     m.add_function(wrap_pyfunction!(torch_native::_torch_native_api, m)?)?;
     m.add_function(wrap_pyfunction!(bench::_bench_write_loop, m)?)?;
+    m.add_function(wrap_pyfunction!(gpu_coll::_take_fd_of, m)?)?;
     m.add_function(wrap_pyfunction!(log_bridge::_install_log_bridge, m)?)?;
     m.add_function(wrap_pyfunction!(log_bridge::_set_log_threshold, m)?)?;
     m.add_function(wrap_pyfunction!(log_bridge::_log_records_dropped, m)?)?;
