@@ -195,6 +195,13 @@ def test_ranks_that_may_not_take_their_peers_descriptors_stage() -> None:
     assert "rank(s) [1]" in warning and "rank 0: refused" in warning and "ptrace_scope" in warning, warning
 
 
+def test_one_rank_refused_its_peers_descriptors_stages_every_rank() -> None:
+    first, second = accord.run(torch_roles.gpu_choice_refused_by_one_rank, 2, timeout=90)
+    assert first[0] is False and second[0] is False, (first, second)
+    assert second[1] == [], "only rank 0 warns"
+    assert len(first[1]) == 1 and "rank(s) [1]" in first[1][0] and "refused (a test)" in first[1][0], first[1]
+
+
 def test_sibling_ranks_take_each_others_descriptors_here() -> None:
     """Two ranks started by one launcher (siblings) on this machine: each takes the other's probe
     descriptor, as the GPU path's VMM sharing will (root, or Yama's scope 0, allows it; a host

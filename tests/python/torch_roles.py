@@ -444,6 +444,30 @@ def take_peer_descriptor() -> str | None:
     dist.destroy_process_group()
     return problem
 
+
+def gpu_choice_refused_by_one_rank() -> tuple[bool, list[str]]:
+    """The GPU path's two rounds through a real group's store, without a GPU: every rank on a GPU
+    of its own (faked), modules loaded eagerly, VMM memory (what the import set), and rank 1
+    refused its peers' descriptors (faked). Returns what ``_start_gpu`` chose and the warnings
+    this rank gave: every rank must stage, and only rank 0 warn, naming rank 1."""
+    import warnings
+
+    import accord.torch as backend
+
+    _init_gloo()
+    rank = dist.get_rank()
+    group = dist.new_group(backend="accord", timeout=TIMEOUT)
+    pg = group._get_backend(torch.device("cpu"))
+    backend._gpu_identity = lambda index: f"gpu-of-rank-{rank}"  # type: ignore[assignment]
+    if rank == 1:
+        backend._descriptor_problem = lambda entries, me: "rank 0: refused (a test)"  # type: ignore[assignment]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        chose = pg._start_gpu(torch.device("cuda", 0))
+    said = [str(w.message) for w in caught if "accord backend" in str(w.message)]
+    dist.destroy_process_group()
+    return chose, said
+
 # ---- CUDA tensors (one GPU per rank, ranks on one host): the copy-engine GPU collectives ----
 
 CUDA_DTYPES = [torch.float32, torch.bfloat16, torch.int64, torch.float64, torch.uint8]
