@@ -278,6 +278,23 @@ def _descriptor_verdict(problems: Sequence[str]) -> tuple[bool, str | None]:
     )
 
 
+# Why a rank's letter (see _gpu_entry) keeps its group off the GPU path, with ``{}`` its ranks.
+_REFUSED_BY_LETTER = {
+    "L": (
+        "rank(s) {} load CUDA modules lazily (CUDA_MODULE_LOADING unset or not EAGER when CUDA started before "
+        "accord.torch was imported); holding a stream for the GPU collectives can hang there, so CUDA tensors "
+        "are staged through host memory. Import accord.torch before CUDA starts, or set CUDA_MODULE_LOADING=EAGER."
+    ),
+    "U": (
+        "rank(s) {} started CUDA before accord.torch was imported, so their collectives would copy in PyTorch's "
+        "CUDA context from cudaMalloc memory, where a blocking CUDA call (tensor.cpu(), .item()) while one is in "
+        "flight can stall it; CUDA tensors are staged through host memory. Import accord.torch before CUDA "
+        "starts, or set ACCORD_GPU_PRIVATE_CONTEXT=1 and PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+        "(ACCORD_TORCH_GPU=1 takes the risk)."
+    ),
+}
+
+
 def _gpu_verdict(entries: Sequence[str]) -> tuple[bool, str | None]:
     """The group's choice from every rank's :func:`_gpu_entry`, the same on every rank: whether
     its CUDA tensors use the GPU collectives, and what rank 0 warns (None: nothing). The GPU
@@ -289,23 +306,10 @@ def _gpu_verdict(entries: Sequence[str]) -> tuple[bool, str | None]:
         return False, None
     if len({p[3] for p in parsed}) > 1:
         return False, "the group spans several hosts; CUDA tensors are staged through host memory"
-    lazy = [r for r, letter in enumerate(letters) if letter == "L"]
-    if lazy:
-        return False, (
-            f"rank(s) {lazy} load CUDA modules lazily (CUDA_MODULE_LOADING unset or not EAGER when CUDA "
-            "started before accord.torch was imported); holding a stream for the GPU collectives can hang "
-            "there, so CUDA tensors are staged through host memory. Import accord.torch before CUDA starts, "
-            "or set CUDA_MODULE_LOADING=EAGER."
-        )
-    unsafe = [r for r, letter in enumerate(letters) if letter == "U"]
-    if unsafe:
-        return False, (
-            f"rank(s) {unsafe} started CUDA before accord.torch was imported, so their collectives would "
-            "copy in PyTorch's CUDA context from cudaMalloc memory, where a blocking CUDA call (tensor.cpu(), "
-            ".item()) while one is in flight can stall it; CUDA tensors are staged through host memory. "
-            "Import accord.torch before CUDA starts, or set ACCORD_GPU_PRIVATE_CONTEXT=1 and "
-            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (ACCORD_TORCH_GPU=1 takes the risk)."
-        )
+    for letter, why in _REFUSED_BY_LETTER.items():
+        ranks = [r for r, mine in enumerate(letters) if mine == letter]
+        if ranks:
+            return False, why.format(ranks)
     gpus = [p[1] for p in parsed]
     shared = sorted({g for g in gpus if gpus.count(g) > 1})
     if shared:
