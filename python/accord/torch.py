@@ -48,7 +48,8 @@ why it stages otherwise (:func:`_gpu_verdict`):
   importing this module before CUDA starts turns on PyTorch's ``expandable_segments:True``
   (``PYTORCH_CUDA_ALLOC_CONF``: memory of the virtual memory API, which no context owns, shared
   with peers as file descriptors) and ``ACCORD_GPU_PRIVATE_CONTEXT=1`` (the host thread copies
-  from a context of its own); set either yourself to choose otherwise.
+  from a context of its own); set either yourself to choose otherwise. These (and the loading
+  below) are set in ``os.environ``, so processes started afterwards inherit them.
 - Under lazy module loading, the first launch of a kernel while a collective holds a stream may
   synchronise the context and wait for that stream. So importing this module before CUDA starts
   sets ``CUDA_MODULE_LOADING=EAGER`` where the variable is unset. Every kernel of torch's CUDA

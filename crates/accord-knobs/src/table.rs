@@ -344,7 +344,7 @@ pub static KNOBS: &[Knob] = &[
         Python,
         Choice(&["auto", "1", "0", "experimental"]),
         "auto",
-        "`accord.torch`: CUDA tensors of a one-host group, one GPU a rank, use the copy-engine GPU collectives where they cannot stall (`auto`: importing `accord.torch` before CUDA starts sets `CUDA_MODULE_LOADING=EAGER`, `ACCORD_GPU_PRIVATE_CONTEXT=1` and PyTorch's `expandable_segments:True`; where CUDA started first, the group stages with a warning; eager loading cost 1,050 MiB of GPU memory and 3.8 s a process on 2xH100, `docs/results/2026-11-28-torch-gpu-default.md`), wherever they can run (`1`, or its old name `experimental`: also after CUDA started, with a warning of the stall), or never (`0`: staged through host memory); see `python/accord/torch.py`",
+        "`accord.torch`: CUDA tensors of a one-host group, one GPU a rank, use the copy-engine GPU collectives where they cannot stall (`auto`: importing `accord.torch` before CUDA starts sets `CUDA_MODULE_LOADING=EAGER`, `ACCORD_GPU_PRIVATE_CONTEXT=1` and PyTorch's `expandable_segments:True`; where CUDA started first, or a rank may not take its peers' memory descriptors, the group stages with a warning; eager loading cost 1,050 MiB of GPU memory and 3.8 s a process on 2xH100, `docs/results/2026-11-28-torch-gpu-default.md`), wherever they can run (`1`, or its old name `experimental`: also after CUDA started, with a warning of the stall), or never (`0`: staged through host memory); see `python/accord/torch.py`",
     ),
     knob(
         "ACCORD_TORCH_NATIVE",
