@@ -258,9 +258,11 @@ def _descriptor_problem(entries: Sequence[str], rank: int) -> str | None:
         letter, _, owner, _ = entry.split("|", 3)
         if r == rank or letter != "E":
             continue
-        pid, fd = (int(x) for x in owner.split(":"))
         try:
+            pid, fd = (int(x) for x in owner.split(":"))
             accord._accord._take_fd_of(pid, fd)
+        except ValueError:
+            return f"rank {r}: its entry names no process and descriptor ({owner!r})"
         except OSError as e:
             return f"rank {r}: {e}"
     return None
@@ -546,7 +548,8 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
             if use and any(entry.startswith("E|") for entry in seen):
                 problem = _descriptor_problem(seen, self._rank_) or ""
                 self._store.set(f"accord/gpu/fds/{self._rank_}", problem.encode())
-                use, warning = _descriptor_verdict([self._store_text(f"accord/gpu/fds/{r}") for r in range(self._size)])
+                use, refused = _descriptor_verdict([self._store_text(f"accord/gpu/fds/{r}") for r in range(self._size)])
+                warning = refused or warning  # a forced path's warning stands where nothing is refused
         finally:
             os.close(probe_read)
             os.close(probe_write)

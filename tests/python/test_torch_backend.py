@@ -183,6 +183,9 @@ def test_ranks_that_may_not_take_their_peers_descriptors_stage() -> None:
         never_open = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         problem = backend._descriptor_problem([mine, f"E|gpu-b|{os.getpid()}:{never_open}|{host}"], 0)
         assert problem is not None and problem.startswith("rank 1:") and str(os.getpid()) in problem, problem
+        # An entry that names no process and descriptor.
+        problem = backend._descriptor_problem([mine, f"E|gpu-b|twelve|{host}"], 0)
+        assert problem is not None and problem.startswith("rank 1:") and "twelve" in problem, problem
         # A process that does not exist.
         problem = backend._descriptor_problem([mine, f"E|gpu-b|{2**22 + 7}:3|{host}"], 0)
         assert problem is not None and problem.startswith("rank 1:"), problem
