@@ -24,6 +24,7 @@ import hashlib
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -117,13 +118,24 @@ def _build(target: Path) -> None:
     partial = target.with_name(f"{target.stem}.{os.getpid()}.partial.so")
     command = _compile_command(partial)
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=_BUILD_WAIT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
+        # A session of its own: the driver starts the compiler proper, the assembler and the
+        # linker, and a build that runs past its time is stopped with all of them.
+        compiler = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
+    except OSError as e:
         raise NativeBuildError(f"running {command[0]}: {e}") from None
-    if done.returncode != 0:
+    try:
+        out, err = compiler.communicate(timeout=_BUILD_WAIT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(compiler.pid, signal.SIGKILL)
+        compiler.communicate()
         partial.unlink(missing_ok=True)
-        tail = (done.stderr or done.stdout).strip()[-2000:]
-        raise NativeBuildError(f"{command[0]} exited with {done.returncode}:\n{tail}")
+        raise NativeBuildError(f"{command[0]} ran past {_BUILD_WAIT_S:.0f} s and was stopped") from None
+    if compiler.returncode != 0:
+        partial.unlink(missing_ok=True)
+        tail = (err or out).strip()[-2000:]
+        raise NativeBuildError(f"{command[0]} exited with {compiler.returncode}:\n{tail}")
     os.replace(partial, target)
 
 

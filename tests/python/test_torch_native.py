@@ -95,3 +95,38 @@ def test_it_can_be_built_ahead_of_time() -> None:
         [sys.executable, "-m", "accord._torch_native"], capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0 and "accord_torch_native-" in done.stdout, done
+
+
+def test_a_build_past_its_time_stops_the_compiler_and_what_it_started(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compiler that hangs, and has started a process of its own (as the driver starts the
+    compiler proper): the build fails after its time, and neither process is left behind."""
+    import pathlib
+    import time
+
+    from accord import _torch_native
+
+    base = pathlib.Path(str(tmp_path))
+    child_pid = base / "child.pid"
+    cxx = base / "hanging-cxx"
+    cxx.write_text(f"#!/bin/sh\nsleep 600 &\necho $! > {child_pid}\nsleep 600\n")
+    cxx.chmod(0o755)
+    monkeypatch.setenv("CXX", str(cxx))
+    monkeypatch.setattr(_torch_native, "_BUILD_WAIT_S", 2.0)
+    with pytest.raises(_torch_native.NativeBuildError, match="ran past 2 s and was stopped"):
+        _torch_native._build(base / "never.so")
+    pid = int(child_pid.read_text())
+    # Killed with the group; reaped by init (or a zombie for a moment): gone or a zombie.
+    for _ in range(100):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            break
+        if state == "Z":
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"the compiler's child {pid} still runs")
+    assert not list(base.glob("*.partial.so"))
