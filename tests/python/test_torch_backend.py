@@ -36,6 +36,11 @@ def test_ddp_training_matches_gloo() -> None:
     assert compared == [8, 8]
 
 
+def test_tensors_the_program_holds_stay_registered() -> None:
+    want = ["held by Python", "held by C++", "let go once dropped"]
+    assert accord.run(torch_roles.held_tensors_stay_registered, 2, timeout=120) == [want, want]
+
+
 def test_default_group_is_accord() -> None:
     results = accord.run(torch_roles.default_group, 2, timeout=60)
     for r in results:

@@ -309,6 +309,57 @@ def ddp_matches_gloo() -> int:
     return compared
 
 
+def held_tensors_stay_registered() -> list[str]:
+    """The registration cache keeps what the program still holds, past its bound on once-used
+    arrays (64 MiB), and lets go of it once the program drops it: four 32 MiB tensors in turn,
+    as DDP's buckets come, held by Python and then only by C++ (parameters' gradients)."""
+    import gc
+    import weakref
+
+    _init_gloo()
+    acc = dist.new_group(backend="accord", timeout=TIMEOUT)
+    comm = acc._get_backend(torch.device("cpu"))._comm
+    done = []
+
+    def all_reduce_each(tensors: list[torch.Tensor]) -> tuple[int, int]:
+        _, _, h0, m0 = comm._registration_stats()
+        for t in tensors:
+            dist.all_reduce(t, group=acc)
+        _, _, h1, m1 = comm._registration_stats()
+        return h1 - h0, m1 - m0
+
+    held = [torch.full((8 << 20,), float(i)) for i in range(4)]
+    assert all_reduce_each(held) == (0, 4)
+    assert all_reduce_each(held) == (4, 0), "held by the program: still registered"
+    done.append("held by Python")
+
+    params = [torch.nn.Parameter(torch.zeros(8 << 20)) for _ in range(4)]
+    for p in params:
+        p.grad = torch.ones(8 << 20)
+    assert all_reduce_each([p.grad for p in params if p.grad is not None]) == (0, 4)
+    assert all_reduce_each([p.grad for p in params if p.grad is not None]) == (4, 0), "held by C++"
+    done.append("held by C++")
+
+    def fresh_calls() -> None:
+        for _ in range(3):
+            dist.all_reduce(torch.ones(8 << 20), group=acc)  # a new tensor each, used once
+
+    once = [torch.full((8 << 20,), 1.0) for _ in range(4)]
+    all_reduce_each(once)
+    watch = [weakref.ref(t) for t in once]
+    fresh_calls()
+    assert comm._registration_stats()[1] >= 4 * (32 << 20) + (64 << 20), "held: kept beside the fresh ones"
+    del once
+    gc.collect()
+    fresh_calls()
+    gc.collect()
+    assert all(w() is None for w in watch), "used once and dropped by the program: let go at the next misses"
+    done.append("let go once dropped")
+    dist.barrier()
+    dist.destroy_process_group()
+    return done
+
+
 def default_group() -> list[float]:
     """``init_process_group("accord")`` itself, from the torchrun variables."""
     import accord.torch  # noqa: F401

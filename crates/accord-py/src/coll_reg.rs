@@ -16,7 +16,11 @@
 //! while its entry is cached (at most the bounds above), until eviction or `close`. So an array
 //! used once is kept only while the once-used arrays cached after it hold less than
 //! [`COLD_BYTES_MAX`]: code that hands every call a fresh tensor (FSDP2) gets its memory back
-//! at once, and the allocator can reuse it.
+//! at once, and the allocator can reuse it. An array the program itself still holds is exempt from
+//! that rule: keeping its registration costs no memory, and DDP hands its every call one of a few
+//! bucket tensors that live as long as the model. Before this exemption, DDP's three 64 MiB
+//! buckets (issue 20's model) evicted one another at every call, and every all_reduce of a step
+//! registered its bucket anew (`scripts/ddp_timeline_probe.py`: 0 hits, 48 misses).
 
 use crate::coll_array::Array;
 use accord_coll::engine::EngineTransport;
@@ -50,10 +54,73 @@ struct Entry {
     addr: usize,
     len: usize,
     buf: LocalBuf,
+    /// Whom the cache holds, and how much of its reference counts the cache's own references
+    /// make up: what [`Entry::held_elsewhere`] subtracts.
+    owner: OwnerRefs,
     /// The call that used it last (see [`Registrations::begin`]).
     last_use: u64,
     /// Calls that used it (1 until a hit).
     uses: u64,
+}
+
+/// The object a registration holds, with the share of its reference counts that the cache's
+/// own references make up, so that later counts above that share mean the program holds it too.
+struct OwnerRefs {
+    obj: Py<PyAny>,
+    /// References to `obj` the cache's holder made (the object itself, exports that point back).
+    own_refs: isize,
+    /// For a torch tensor: owners of its `TensorImpl` the holder added (a view made for the
+    /// byte export keeps its base), beside the one of `obj` itself.
+    own_tensor_uses: Option<i64>,
+}
+
+impl OwnerRefs {
+    /// `obj`'s Python reference count and, for a torch tensor, its `TensorImpl`'s use count.
+    fn counts(obj: &Bound<'_, PyAny>) -> (isize, Option<i64>) {
+        (obj.get_refcnt(), tensor_use_count(obj))
+    }
+
+    /// What the cache holds of `obj` once its holder exists, given the counts before.
+    fn after_holding(obj: &Bound<'_, PyAny>, before: (isize, Option<i64>)) -> OwnerRefs {
+        let kept = obj.clone().unbind();
+        let (refs, uses) = Self::counts(obj);
+        OwnerRefs {
+            obj: kept,
+            own_refs: refs - before.0,
+            own_tensor_uses: uses.zip(before.1).map(|(after, before)| after - before),
+        }
+    }
+
+    /// Whether anything besides the cache holds the object: a Python reference the cache did not
+    /// make, or (torch) an owner of its tensor beyond its Python object and the cache's views,
+    /// such as DDP's reducer holding a bucket. When unsure, false: the entry is then treated as
+    /// before the exemption existed.
+    fn held_elsewhere(&self, py: Python<'_>) -> bool {
+        let obj = self.obj.bind(py);
+        if obj.get_refcnt() > self.own_refs {
+            return true;
+        }
+        match (tensor_use_count(obj), self.own_tensor_uses) {
+            (Some(uses), Some(own)) => uses > 1 + own,
+            _ => false,
+        }
+    }
+}
+
+/// A torch tensor's `TensorImpl` use count (`Tensor._use_count`), or None for other objects
+/// and torch builds without it.
+fn tensor_use_count(obj: &Bound<'_, PyAny>) -> Option<i64> {
+    if !type_is_torch_tensor(obj) {
+        return None;
+    }
+    obj.call_method0("_use_count").ok()?.extract::<i64>().ok()
+}
+
+fn type_is_torch_tensor(obj: &Bound<'_, PyAny>) -> bool {
+    obj.get_type().mro().iter().any(|t| {
+        t.getattr("__module__").is_ok_and(|m| m.to_string() == "torch")
+            && t.getattr("__name__").is_ok_and(|n| n.to_string() == "Tensor")
+    })
 }
 
 /// The registration cache of one communicator.
@@ -81,11 +148,12 @@ impl Registrations {
             return Ok(id);
         }
         self.misses += 1;
-        self.evict(comm, len);
+        self.evict(array.obj.py(), comm, len);
         let storage = match array.obj.getattr("untyped_storage") {
             Ok(method) => Some(method.call0()?.unbind()),
             Err(_) => None,
         };
+        let refs_before = OwnerRefs::counts(&array.obj);
         let holder = Holder {
             _obj: array.obj.clone().unbind(),
             // Made here for an array read without one (a plain torch tensor or numpy array): the
@@ -93,6 +161,7 @@ impl Registrations {
             _bytes_view: array.bytes_view()?.unbind(),
             _storage: storage,
         };
+        let owner = OwnerRefs::after_holding(&array.obj, refs_before);
         // Safety: `addr..addr + len` is the writable memory behind `array`'s buffer (checked
         // in `coll_array::array`), kept allocated and in place by `holder`'s references for as
         // long as the transport or the engine holds it; collectives touch it only through the
@@ -103,7 +172,7 @@ impl Registrations {
             .map_err(|source| crate::errors::coll_error(CollError::Transport { collective: "register", source }))?;
         self.bytes += len;
         let id = buf.id();
-        self.entries.push(Entry { addr, len, buf, last_use: self.call, uses: 1 });
+        self.entries.push(Entry { addr, len, buf, owner, last_use: self.call, uses: 1 });
         Ok(id)
     }
 
@@ -122,12 +191,15 @@ impl Registrations {
         &self.entries.iter().find(|e| e.buf.id() == id).expect("looked up in this call").buf
     }
 
-    /// Deregisters the once-used entries past [`COLD_BYTES_MAX`] (newest kept first), then
-    /// least recently used entries, never one of this call, until `incoming` more bytes and one
-    /// more entry fit the bounds.
-    fn evict(&mut self, comm: &Comm, incoming: usize) {
+    /// Deregisters the once-used entries the program no longer holds past [`COLD_BYTES_MAX`]
+    /// (newest kept first), then least recently used entries, never one of this call, until
+    /// `incoming` more bytes and one more entry fit the bounds.
+    fn evict(&mut self, py: Python<'_>, comm: &Comm, incoming: usize) {
         let mut cold: Vec<usize> = (0..self.entries.len())
-            .filter(|&i| self.entries[i].uses == 1 && self.entries[i].last_use != self.call)
+            .filter(|&i| {
+                let e = &self.entries[i];
+                e.uses == 1 && e.last_use != self.call && !e.owner.held_elsewhere(py)
+            })
             .collect();
         cold.sort_by_key(|&i| std::cmp::Reverse(self.entries[i].last_use));
         let mut kept = 0;
