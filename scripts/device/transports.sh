@@ -23,6 +23,8 @@
 #               is what GPU buffers lose under DDP; an application thread's synchronous pageable
 #               cudaMemcpy behind a waiting kernel can deadlock it, see accord-nccl-net's config)
 #   accord_net  ACCORD_FORCE_NETWORK=1: no in-process copy route
+#   accord_nostream  ACCORD_NET_STREAMING_STORES=0: bytes land in NCCL's host buffers with plain
+#               stores, as before stop 49 (the baseline of the streaming stores)
 #   accord_w8   the plugin's defaults with ACCORD_WORKERS_PER_NIC=8: the worker count one process per
 #               GPU got on a 32-core host before the plugin sized its own (stop 42)
 #   accord_cma  ACCORD_CMA=1: receivers pull large sends with process_vm_readv
@@ -49,6 +51,7 @@ transport_env() {
         accord_gpu_noread) echo "$net_only $accord ACCORD_NET_GPU_BUFFERS=auto NCCL_NET_GDR_READ=0" ;;
         accord_gpu) echo "$net_only $accord ACCORD_NET_GPU_BUFFERS=1 NCCL_NET_GDR_LEVEL=SYS NCCL_NET_GDR_READ=1" ;;
         accord_net) echo "$net_only $accord ACCORD_FORCE_NETWORK=1" ;;
+        accord_nostream) echo "$net_only $accord ACCORD_NET_STREAMING_STORES=0" ;;
         accord_w8) echo "$net_only $accord ACCORD_WORKERS_PER_NIC=8" ;;
         accord_cma) echo "$net_only $accord ACCORD_CMA=1" ;;
         accord_w4) echo "$net_only $accord ACCORD_WORKERS_PER_NIC=4" ;;

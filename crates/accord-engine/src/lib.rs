@@ -71,6 +71,7 @@ mod worker;
 pub use accord_net::fault::{FaultConfig, FaultControl};
 pub use accord_net::shm::{ShmConfig, ShmStats};
 pub use accord_net::signal;
+pub use accord_net::streaming;
 /// The selector types of [`EngineConfig`]'s `cc`, `path_selector`, `pacer_order` and
 /// `integrity`, so users need not depend on `accord-proto` to set them (each parses its name).
 pub use accord_proto::{

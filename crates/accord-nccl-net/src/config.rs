@@ -102,6 +102,10 @@ pub struct NetConfig {
     pub bounce_bytes: usize,
     /// Data-path events to log (`ACCORD_NET_TRACE`). Default 0.
     pub trace_events: u64,
+    /// Whether NCCL's host buffers are registered as memory a device reads next, so peers'
+    /// bytes land in them with streaming stores (`accord_engine::MemoryKind::HostForDevice`;
+    /// `ACCORD_NET_STREAMING_STORES`). Default on: NCCL's kernels, not the CPU, read them.
+    pub streaming_stores: bool,
 }
 
 impl Default for NetConfig {
@@ -116,6 +120,7 @@ impl Default for NetConfig {
             gdr_level: GdrLevel::Sys,
             bounce_bytes: BOUNCE_BYTES_DEFAULT,
             trace_events: 0,
+            streaming_stores: true,
         }
     }
 }
@@ -167,6 +172,9 @@ impl NetConfig {
         }
         if let Some(events) = get(env, "ACCORD_NET_TRACE")? {
             config.trace_events = events;
+        }
+        if let Some(on) = get::<bool>(env, "ACCORD_NET_STREAMING_STORES")? {
+            config.streaming_stores = on;
         }
         Ok(config)
     }

@@ -62,6 +62,9 @@ impl MemoryRegion {
         }
         let kind = if device {
             MemoryKind::CudaDevice { ordinal: accord_engine::device_ordinal_of(ptr as u64)? }
+        } else if rt.config.streaming_stores {
+            // NCCL's host buffers are read next by its GPU kernels, not by the CPU.
+            MemoryKind::HostForDevice
         } else {
             MemoryKind::Host
         };

@@ -168,11 +168,13 @@ impl Runtime {
             "GPU buffers off".into()
         };
         format!(
-            "{} worker(s) per device ({}), up to {} piece(s) per message, {shm}, cross-memory pulls {}, {gpu}",
+            "{} worker(s) per device ({}), up to {} piece(s) per message, {shm}, cross-memory pulls {}, streaming stores \
+             into host buffers {}, {gpu}",
             c.workers_per_nic,
             self.workers_source,
             self.pieces_max,
-            if c.cma { "on" } else { "off" }
+            if c.cma { "on" } else { "off" },
+            if self.config.streaming_stores { "on" } else { "off" }
         )
     }
 

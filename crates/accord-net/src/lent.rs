@@ -71,4 +71,19 @@ impl LentBytes {
         unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(start), dst, len) };
         true
     }
+
+    /// As [`LentBytes::copy_to_raw`], with streaming stores ([`crate::streaming`]): for a
+    /// destination that a device, not the CPU, reads next.
+    ///
+    /// # Safety
+    /// As for [`LentBytes::copy_to_raw`].
+    pub unsafe fn copy_to_raw_streaming(&self, start: usize, len: usize, dst: *mut u8) -> bool {
+        if start.checked_add(len).is_none_or(|end| end > self.len) {
+            return false;
+        }
+        // Safety: the source range was checked above and is valid by the module's contract;
+        // the caller vouches for `dst`, which does not overlap the lent memory.
+        unsafe { crate::streaming::copy_streaming(dst, self.ptr.as_ptr().add(start), len) };
+        true
+    }
 }

@@ -37,6 +37,7 @@ pub mod pidfd;
 pub mod shm;
 #[cfg(target_os = "linux")]
 pub mod signal;
+pub mod streaming;
 pub mod trace;
 #[cfg(target_os = "linux")]
 pub mod udp;

@@ -49,7 +49,8 @@ fn device_descriptors_round_trip_and_malformed_handles_are_parse_errors() {
 fn the_host_never_places_bytes_into_device_regions() {
     let mut table = RegionTable::default();
     let key = RegionKey(11);
-    let id = table.insert(Region { base: 0x1000, len: 4096, key, keep: None, device: Some(0) }).unwrap();
+    let id =
+        table.insert(Region { base: 0x1000, len: 4096, key, keep: None, device: Some(0), streamed: false }).unwrap();
     assert_eq!(table.check_write(id, key, 0, 16), Err(REJECT_DEVICE_REGION));
     assert_eq!(table.check_write(id, key, 0, 0), Ok(()), "a zero-byte immediate write is allowed");
     assert_eq!(table.check_write(id, RegionKey(12), 0, 0), Err(RejectReason::BadKey));

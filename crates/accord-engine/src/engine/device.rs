@@ -151,7 +151,7 @@ impl Engine {
         keep: MemoryOwner,
     ) -> crate::MrHandle {
         let key = accord_proto::RegionKey(0x5eed);
-        let region = crate::memory::Region { base, len, key, keep: Some(keep), device: Some(ordinal) };
+        let region = crate::memory::Region { base, len, key, keep: Some(keep), device: Some(ordinal), streamed: false };
         let id = self.shared.regions.write().unwrap().insert(region).expect("room for a region");
         crate::MrHandle { engine: self.id(), region: id, len }
     }

@@ -64,7 +64,7 @@ fn control_region(key: RegionKey) -> Result<Region, BuildError> {
         Arc::new(Allocation::new(control::CONTROL_MESSAGE_BYTES).map_err(|e| BuildError::Invalid(e.to_string()))?);
     let keep: crate::memory::MemoryOwner = memory.clone();
     let len = control::CONTROL_MESSAGE_BYTES as u64;
-    Ok(Region { base: memory.base(), len, key, keep: Some(keep), device: None })
+    Ok(Region { base: memory.base(), len, key, keep: Some(keep), device: None, streamed: false })
 }
 
 /// Builds an [`Engine`]; every setting has an `ACCORD_*` override (see
@@ -499,7 +499,8 @@ impl Engine {
         let alloc = Arc::new(alloc);
         let key = RegionKey(random_u64());
         let keep: crate::memory::MemoryOwner = alloc.clone();
-        let region = Region { base: alloc.base(), len: len as u64, key, keep: Some(keep), device: None };
+        let region =
+            Region { base: alloc.base(), len: len as u64, key, keep: Some(keep), device: None, streamed: false };
         let id = self.shared.regions.write().unwrap().insert(region)?;
         let handle = MrHandle { engine: self.id(), region: id, len: len as u64 };
         let descriptor =
@@ -548,13 +549,14 @@ impl Engine {
         }
         let key = RegionKey(random_u64());
         let (device, info) = match kind {
-            MemoryKind::Host => (None, None),
+            MemoryKind::Host | MemoryKind::HostForDevice => (None, None),
             MemoryKind::CudaDevice { ordinal } => {
                 let info = self.device_region_info(ptr as u64, len, ordinal)?;
                 (Some(ordinal), Some(info))
             }
         };
-        let region = Region { base: ptr as usize, len: len as u64, key, keep: owner, device };
+        let streamed = kind == MemoryKind::HostForDevice;
+        let region = Region { base: ptr as usize, len: len as u64, key, keep: owner, device, streamed };
         let id = self.shared.regions.write().unwrap().insert(region)?;
         let handle = MrHandle { engine: self.id(), region: id, len: len as u64 };
         Ok((

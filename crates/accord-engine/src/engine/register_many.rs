@@ -46,7 +46,7 @@ impl Engine {
                 return Err(RegisterError::BadLength { len: b.len as u64, max: REGION_BYTES_MAX });
             }
             let (device, info) = match b.kind {
-                MemoryKind::Host => (None, None),
+                MemoryKind::Host | MemoryKind::HostForDevice => (None, None),
                 MemoryKind::CudaDevice { ordinal } => {
                     (Some(ordinal), Some(self.device_region_info(b.ptr as u64, b.len, ordinal)?))
                 }
@@ -57,6 +57,7 @@ impl Engine {
                 key: RegionKey(random_u64()),
                 keep: b.owner.clone(),
                 device,
+                streamed: b.kind == MemoryKind::HostForDevice,
             };
             prepared.push((region, info));
         }

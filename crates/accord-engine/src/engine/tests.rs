@@ -72,6 +72,33 @@ fn write_over_network_lands_and_counts_imm() {
     assert!(dst.to_vec() == data, "bytes differ");
 }
 
+/// Memory registered as read next by a device, not the CPU, takes writes with streaming stores:
+/// the bytes land exactly, at an unaligned offset and length, over the network route (shared
+/// memory between engines) and the in-process copy alike, and nothing around them changes.
+#[test]
+fn writes_into_memory_a_device_reads_next_land_exactly() {
+    for force_network in [true, false] {
+        let (a, b) = pair(force_network);
+        let len = (3 << 20) + 123;
+        let src = a.alloc(len).unwrap();
+        let data = pattern(7, len);
+        src.write_at(0, &data).unwrap();
+        let mut dst = vec![0xa5u8; len + 64];
+        // Safety: `dst` outlives the registration (deregistered below, before it drops) and no
+        // reference to it is used while peers may write it.
+        #[allow(unsafe_code)]
+        let (handle, d) =
+            unsafe { b.register_raw(dst.as_mut_ptr(), dst.len(), crate::MemoryKind::HostForDevice) }.unwrap();
+        let h = src.handle();
+        let op = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 5, len: len as u64, imm: Some(21) };
+        a.write(&op).unwrap().wait_timeout(WAIT).unwrap();
+        assert_eq!(b.imm_counter(21).wait(1, WAIT), 1);
+        b.deregister(&handle);
+        assert!(dst[5..5 + len] == data[..], "bytes differ (network route: {force_network})");
+        assert!(dst[..5].iter().chain(&dst[5 + len..]).all(|&x| x == 0xa5), "bytes around the write changed");
+    }
+}
+
 /// Unsharded writes on an engine with several lanes: each one part on the next lane, its
 /// immediate counted once its bytes landed; pieces of one buffer land exactly and spread over lanes.
 #[test]

@@ -41,6 +41,12 @@ pub(crate) fn check_range(offset: u64, len: u64, region_len: u64) -> bool {
 pub enum MemoryKind {
     /// Ordinary host memory.
     Host,
+    /// Host memory that a device reads next, not the CPU: pinned staging buffers such as NCCL's
+    /// host buffers, which its GPU kernels read. Peers' bytes land in it with streaming stores
+    /// that bypass the CPU's cache (`accord_net::streaming`): a third less memory traffic per
+    /// copy, and the cache left to the CPU's own data. Memory the CPU reads next should stay
+    /// [`MemoryKind::Host`], where those reads would then miss.
+    HostForDevice,
     /// CUDA device memory (`cuMemAlloc`) of the GPU with this ordinal. Written by the copy
     /// engine, never by the host: as a destination, for peers in this process or on this host
     /// only; as a source, also towards host regions anywhere (staged through pinned memory; see
@@ -181,6 +187,8 @@ pub(crate) struct Region {
     pub(crate) keep: Option<MemoryOwner>,
     /// The GPU ordinal for device memory; `None` for host memory.
     pub(crate) device: Option<u32>,
+    /// Incoming bytes land with streaming stores ([`MemoryKind::HostForDevice`]).
+    pub(crate) streamed: bool,
 }
 
 /// Whatever keeps registered memory alive; every transfer reading the region holds a clone,
@@ -299,8 +307,13 @@ impl RegionTable {
         }
         // Safety: the range was just checked against the region, which is registered and so
         // valid memory (rule 1 of the module: deregistration waits for this read lock).
+        let dst = (region.base + offset as usize) as *mut u8;
         unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), (region.base + offset as usize) as *mut u8, bytes.len())
+            if region.streamed {
+                accord_net::streaming::copy_streaming(dst, bytes.as_ptr(), bytes.len())
+            } else {
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len())
+            }
         };
         true
     }
@@ -331,7 +344,14 @@ impl RegionTable {
         // Safety: the destination range was just checked against the region, which is
         // registered and so valid memory (rule 1 of the module); the lent bytes are shared
         // memory of a ring, never inside a region.
-        unsafe { lent.copy_to_raw(start, len, (region.base + offset as usize) as *mut u8) }
+        let dst = (region.base + offset as usize) as *mut u8;
+        unsafe {
+            if region.streamed {
+                lent.copy_to_raw_streaming(start, len, dst)
+            } else {
+                lent.copy_to_raw(start, len, dst)
+            }
+        }
     }
 
     /// Copies all of `src` into region `id` at `offset` (a same-process peer's write). Returns
@@ -353,8 +373,16 @@ impl RegionTable {
         match src {
             // Safety: both ranges are inside live memory (the destination checked above under
             // the table's lock, the source by rule 2); `copy` allows them to overlap.
+            // Streaming stores only where the two ranges do not overlap.
+            Source::Region { base, .. }
+                if region.streamed
+                    && (*base + len as usize <= dst as usize || dst as usize + len as usize <= *base) =>
+            unsafe { accord_net::streaming::copy_streaming(dst, *base as *const u8, len as usize) },
             Source::Region { base, .. } => unsafe { std::ptr::copy(*base as *const u8, dst, len as usize) },
             // Safety: the destination range was checked above; the source is our own slice.
+            Source::Bytes(b) if region.streamed => unsafe {
+                accord_net::streaming::copy_streaming(dst, b.as_ptr(), b.len())
+            },
             Source::Bytes(b) => unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), dst, b.len()) },
         }
         true

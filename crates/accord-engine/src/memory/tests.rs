@@ -5,7 +5,9 @@ fn check_write_refuses_wrong_key_bounds_and_unknown_regions() {
     let mut t = RegionTable::default();
     let alloc = Arc::new(Allocation::new(4096).unwrap());
     let key = RegionKey(42);
-    let id = t.insert(Region { base: alloc.base(), len: 4096, key, keep: Some(alloc), device: None }).unwrap();
+    let id = t
+        .insert(Region { base: alloc.base(), len: 4096, key, keep: Some(alloc), device: None, streamed: false })
+        .unwrap();
     assert_eq!(t.check_write(id, key, 0, 4096), Ok(()));
     assert_eq!(t.check_write(id, RegionKey(41), 0, 1), Err(RejectReason::BadKey));
     assert_eq!(t.check_write(id, key, 4000, 97), Err(RejectReason::OutOfBounds));

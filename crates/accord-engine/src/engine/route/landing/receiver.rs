@@ -45,7 +45,8 @@ impl Pool {
         let key = RegionKey(crate::engine::random_u64());
         let keep: MemoryOwner = slots.clone();
         let base = slots.base_addr() + index * slots.slot_bytes();
-        let region = Region { base, len: slots.slot_bytes() as u64, key, keep: Some(keep), device: None };
+        let region =
+            Region { base, len: slots.slot_bytes() as u64, key, keep: Some(keep), device: None, streamed: false };
         let id = shared.regions.write().unwrap().insert(region).map_err(|e| e.to_string())?;
         Ok((id, key))
     }
