@@ -558,7 +558,9 @@ impl<T: CollTransport> Communicator<T> {
         let cx = self.ctx(c.collective, algo, seq);
         tracing::trace!(collective = c.collective.name(), %algo, seq, rank = r, count = c.count, "collective");
         let result = match algo {
-            Algo::Arena => crate::arena::run(&cx, &args, &self.arena, self.arena_shape()),
+            Algo::Arena => {
+                crate::arena::run(&cx, &args, &self.arena, self.arena_shape(), self.config.arena_streaming_min_bytes)
+            }
             _ => algo::dispatch(&cx, &args),
         };
         self.outcome(result)

@@ -12,6 +12,7 @@
 //! | `ACCORD_COLL_ARENA` | [`CollConfig::arena`] | 1 (on) |
 //! | `ACCORD_COLL_ARENA_SLOT_BYTES` | [`CollConfig::arena_slot_bytes`] | 1 MiB |
 //! | `ACCORD_COLL_ARENA_LANES` | [`CollConfig::arena_lanes`] | 4 |
+//! | `ACCORD_COLL_ARENA_STREAMING_MIN_BYTES` | [`CollConfig::arena_streaming_min_bytes`] | 16 MiB |
 //! | `ACCORD_ALGO_<COLLECTIVE>` | [`CollConfig::algo_overrides`] | none (size-based) |
 //! | `ACCORD_BOOTSTRAP_TIMEOUT_MS` | [`crate::store::BootstrapConfig::timeout`] | 300000 |
 //!
@@ -122,6 +123,16 @@ pub struct CollConfig {
     /// 64. Every rank must use the same value (rank 0 refuses the arena otherwise: all fall
     /// back to the size rule, and a call that forces the arena fails).
     pub arena_lanes: usize,
+    /// Arena all_reduces of at least this many bytes write their result into the output with
+    /// streaming stores (`accord_engine::streaming`), which skip reading the output's lines
+    /// first and leave the cache to the arena's slots; 0: never. For large calls, whose output
+    /// the cache would not keep until it is read anyway (a DDP bucket: the backward pass and
+    /// the other buckets push it out before the optimizer reads it). 16 MiB: on a 32-core
+    /// host (2xH100, ~50M-parameter CPU DDP, two paired rounds at 4 and 8 ranks) the 64 MiB
+    /// all_reduce alone ran 1.09-1.33x faster in all four pairs and the DDP step was faster in
+    /// three of four (0.79, 0.97, 0.89 and 1.03 of the plain step); at 16 MiB the op was level
+    /// (6.74 against 6.61 GB/s, mean of four) (`docs/results/2026-11-28-streaming-stores.md`).
+    pub arena_streaming_min_bytes: usize,
     /// Algorithm forced per collective (`ACCORD_ALGO_<COLLECTIVE>`).
     pub algo_overrides: HashMap<Collective, Algo>,
     /// Size thresholds of the default choice.
@@ -140,6 +151,7 @@ impl Default for CollConfig {
             arena: true,
             arena_slot_bytes: 1 << 20,
             arena_lanes: 4,
+            arena_streaming_min_bytes: 16 << 20,
             algo_overrides: HashMap::new(),
             thresholds: Thresholds::default(),
         }
@@ -245,6 +257,9 @@ impl CollConfig {
         let lanes = "ACCORD_COLL_ARENA_LANES";
         if let Some(n) = one_to(lanes, get(env, lanes)?, MAX_ARENA_LANES)? {
             c.arena_lanes = n as usize;
+        }
+        if let Some(bytes) = get::<usize>(env, "ACCORD_COLL_ARENA_STREAMING_MIN_BYTES")? {
+            c.arena_streaming_min_bytes = bytes;
         }
         for coll in Collective::ALL {
             let name = format!("ACCORD_ALGO_{}", coll.name().to_ascii_uppercase());

@@ -213,6 +213,13 @@ pub static KNOBS: &[Knob] = &[
     knob("ACCORD_COLL_SEGMENT_BYTES", Collectives, Bytes, "131072", "segment of the segmented algorithms"),
     knob("ACCORD_COLL_ARENA", Collectives, Switch, "1", "same-host all_reduce through a shared-memory arena when no algorithm is forced"),
     knob("ACCORD_COLL_ARENA_SLOT_BYTES", Collectives, Bytes, "1048576", "each rank's slot (chunk) of the arena all_reduce"),
+    knob(
+        "ACCORD_COLL_ARENA_STREAMING_MIN_BYTES",
+        Collectives,
+        Bytes,
+        "16777216",
+        "arena all_reduces of at least this many bytes write their output with streaming stores; 0: never",
+    ),
     knob("ACCORD_COLL_ARENA_LANES", Collectives, Count, "4", "most threads one arena all_reduce uses (one per 4 slots of the call; 1..=64); the arena keeps 3 slots per rank and lane, fewer lanes where /dev/shm has no room"),
     knob(
         "ACCORD_COLL_BLOCK_SEGMENTS_MAX",
@@ -307,6 +314,13 @@ pub static KNOBS: &[Knob] = &[
         Count,
         "lanes",
         "most pieces a receive is written in, each on its own lane; 0 or 1: one write the engine shards",
+    ),
+    knob(
+        "ACCORD_NET_STREAMING_STORES",
+        Plugin,
+        Switch,
+        "1",
+        "bytes land in NCCL's host buffers with streaming stores that bypass the CPU's cache (its GPU reads them next)",
     ),
     knob(
         "ACCORD_NET_GPU_BUFFERS",

@@ -386,10 +386,12 @@ pub(crate) fn run<T: CollTransport + ?Sized>(
     a: &Args<'_>,
     arena: &OnceLock<Result<Arena, Unavailable>>,
     shape: Shape,
+    streaming_min_bytes: usize,
 ) -> Result<(), CollError> {
     available(cx, a, arena, shape)?;
+    let streamed = streaming_min_bytes > 0 && a.count * a.es() >= streaming_min_bytes;
     match arena.get() {
-        Some(Ok(arena)) => all_reduce(cx, a, arena),
+        Some(Ok(arena)) => all_reduce(cx, a, arena, streamed),
         Some(Err(why)) => Err(CollError::InvalidArgument {
             collective: cx.collective.name(),
             reason: format!(
@@ -431,7 +433,14 @@ fn describe<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, a: &Args<'_>) -> [u64; 3
 
 /// all_reduce through the arena (see the module's protocol). `a.send` and `a.recv` may be
 /// the same region.
-fn all_reduce<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, a: &Args<'_>, arena: &Arena) -> Result<(), CollError> {
+/// `streamed`: the reduced blocks go into the output with streaming stores (see
+/// `CollConfig::arena_streaming_min_bytes`).
+fn all_reduce<T: CollTransport + ?Sized>(
+    cx: &Ctx<'_, T>,
+    a: &Args<'_>,
+    arena: &Arena,
+    streamed: bool,
+) -> Result<(), CollError> {
     arena.describe(cx, a);
     let chunk_elems = arena.slot_bytes / a.es();
     if chunk_elems == 0 {
@@ -446,7 +455,7 @@ fn all_reduce<T: CollTransport + ?Sized>(cx: &Ctx<'_, T>, a: &Args<'_>, arena: &
     let lanes = arena.lanes_for(a.count * a.es());
     let siblings_failed = AtomicBool::new(false);
     let lane = |l: usize| {
-        let run = || run_lane(cx, a, arena, l, part(a.count, lanes, l), chunk_elems, &siblings_failed);
+        let run = || run_lane(cx, a, arena, l, part(a.count, lanes, l), chunk_elems, &siblings_failed, streamed);
         // A panic (a bug) ends this lane with an error and the others' waits with it.
         let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or_else(|_| {
             Err(LaneStop::Failed(CollError::InvalidArgument {
@@ -523,6 +532,7 @@ fn run_lane<T: CollTransport + ?Sized>(
     elems: std::ops::Range<usize>,
     chunk_elems: usize,
     siblings_failed: &AtomicBool,
+    streamed: bool,
 ) -> Result<(), LaneStop> {
     // Chunk i is copied in at step i, reduced at step i + 1 and read out at step i + 2, in
     // buffer (its first step) % 3; every step but the last ends with one wait for all ranks,
@@ -548,7 +558,7 @@ fn run_lane<T: CollTransport + ?Sized>(
             reduce_block(cx, a, arena, range(i).len(), at(i))?;
         }
         if let Some(i) = step.checked_sub(2) {
-            copy_out(cx, a, arena, range(i), at(i))?;
+            copy_out(cx, a, arena, range(i), at(i), streamed)?;
         }
         if step == chunks + 1 {
             break;
@@ -630,13 +640,14 @@ fn reduce_block<T: CollTransport + ?Sized>(
 }
 
 /// Every rank's reduced block of a chunk (elements `elems` of the vector) in the buffer at
-/// `at`, into this rank's output.
+/// `at`, into this rank's output; with streaming stores where `streamed`.
 fn copy_out<T: CollTransport + ?Sized>(
     cx: &Ctx<'_, T>,
     a: &Args<'_>,
     arena: &Arena,
     elems: std::ops::Range<usize>,
     at: Place,
+    streamed: bool,
 ) -> Result<(), CollError> {
     let es = a.es();
     for r in 0..arena.n {
@@ -652,7 +663,12 @@ fn copy_out<T: CollTransport + ?Sized>(
             // (this step's, or at a call's last step the next call's first).
             #[allow(unsafe_code)]
             let reduced = unsafe { arena.map.bytes(arena.slot(at.lane, at.buffer, r) + off, bytes) };
-            d.copy_from_slice(reduced.expect("in the arena"));
+            let reduced = reduced.expect("in the arena");
+            if streamed {
+                accord_engine::streaming::copy_into(d, reduced);
+            } else {
+                d.copy_from_slice(reduced);
+            }
         })
         .map_err(|e| cx.transport(e))?;
     }

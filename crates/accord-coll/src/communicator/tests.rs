@@ -418,3 +418,30 @@ fn a_refused_arena_falls_back_everywhere_without_a_false_mismatch() {
         }
     }
 }
+
+/// An arena all_reduce whose result goes into the output with streaming stores gives the same
+/// sums, at every element, over lanes and a last partial chunk and an output at an odd element.
+#[test]
+fn an_arena_all_reduce_with_streaming_stores_sums_every_element() {
+    let config = CollConfig {
+        arena_slot_bytes: 16 << 10,
+        arena_lanes: 2,
+        arena_streaming_min_bytes: 4096,
+        ..CollConfig::default()
+    };
+    let count = 100_003;
+    let results = on_all(comms(3, config), |mut c| {
+        let rank = c.rank() as i64;
+        let data: Vec<i64> = (0..count as i64 + 1).map(|i| i * 3 + rank).collect();
+        let buf = c.register_typed(&data).unwrap();
+        let elems = buf.all().sub(8, count * 8);
+        c.all_reduce(Bufs::in_place(elems), count, DType::I64, ReduceOp::Sum, Some(Algo::Arena)).unwrap();
+        c.read_typed::<i64>(buf.all()).unwrap()
+    });
+    for (rank, got) in results.iter().enumerate() {
+        assert_eq!(got[0], rank as i64, "the element before the output is untouched");
+        for (i, &v) in got.iter().enumerate().skip(1) {
+            assert_eq!(v, 9 * i as i64 + 3, "rank {rank} element {i}");
+        }
+    }
+}
