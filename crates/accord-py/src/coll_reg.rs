@@ -100,10 +100,9 @@ impl OwnerRefs {
         if obj.get_refcnt() > self.own_refs {
             return true;
         }
-        match (tensor_use_count(obj), self.own_tensor_uses) {
-            (Some(uses), Some(own)) => uses > 1 + own,
-            _ => false,
-        }
+        // Asked only of what was a tensor with a use count at registration.
+        let Some(own) = self.own_tensor_uses else { return false };
+        obj.call_method0("_use_count").and_then(|uses| uses.extract::<i64>()).is_ok_and(|uses| uses > 1 + own)
     }
 }
 
