@@ -455,7 +455,8 @@ fn all_reduce<T: CollTransport + ?Sized>(
     let lanes = arena.lanes_for(a.count * a.es());
     let siblings_failed = AtomicBool::new(false);
     let lane = |l: usize| {
-        let run = || run_lane(cx, a, arena, l, part(a.count, lanes, l), chunk_elems, &siblings_failed, streamed);
+        let moves = Moves { chunk_elems, streamed };
+        let run = || run_lane(cx, a, arena, l, part(a.count, lanes, l), moves, &siblings_failed);
         // A panic (a bug) ends this lane with an error and the others' waits with it.
         let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or_else(|_| {
             Err(LaneStop::Failed(CollError::InvalidArgument {
@@ -522,18 +523,27 @@ fn first_failure<T: CollTransport + ?Sized>(
     Ok(())
 }
 
+/// How every lane of one call moves its bytes.
+#[derive(Clone, Copy)]
+struct Moves {
+    /// Elements in a chunk (one slot).
+    chunk_elems: usize,
+    /// Reduced blocks go into the output with streaming stores.
+    streamed: bool,
+}
+
 /// One lane's share of the call: the elements `elems` of the vector, in chunks of
-/// `chunk_elems`, through `lane`'s buffers.
+/// `moves.chunk_elems`, through `lane`'s buffers.
 fn run_lane<T: CollTransport + ?Sized>(
     cx: &Ctx<'_, T>,
     a: &Args<'_>,
     arena: &Arena,
     lane: usize,
     elems: std::ops::Range<usize>,
-    chunk_elems: usize,
+    moves: Moves,
     siblings_failed: &AtomicBool,
-    streamed: bool,
 ) -> Result<(), LaneStop> {
+    let Moves { chunk_elems, streamed } = moves;
     // Chunk i is copied in at step i, reduced at step i + 1 and read out at step i + 2, in
     // buffer (its first step) % 3; every step but the last ends with one wait for all ranks,
     // which orders each of those after the previous one everywhere. Steps are numbered over
