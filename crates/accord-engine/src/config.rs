@@ -165,8 +165,9 @@ pub struct EngineConfig {
     /// file ([`crate::Engine::alloc_shared`]) go in one copy-engine copy into the writer's
     /// mapping of that file, instead of through staging and the transport. Default on.
     pub device_shared_host: bool,
-    /// Workers print per-connection statistics to stderr every 250 ms (`ACCORD_ENGINE_DEBUG`
-    /// set, whatever its value). Default false.
+    /// Workers time each phase of their loop (`LaneStats::time`) and print it and
+    /// per-connection statistics to stderr every 250 ms (`ACCORD_ENGINE_DEBUG` set, whatever
+    /// its value). Default false.
     pub debug_stats: bool,
     /// The CUDA context the copy-engine route submits its copies in. Default
     /// [`DeviceContext::Primary`].

@@ -122,4 +122,4 @@ pub use memory::{
 };
 pub use recv::{RecvHandler, RecvMessage, RECV_BUFFERS_MAX, RECV_BUFFER_BYTES_MAX};
 pub use worker::cutoff::LANE_CUT_OFF_AFTER;
-pub use worker::{LaneStats, BACKLOG_PARTS_MAX, IDLE_WAIT_MAX, RX_BATCH_SLOTS};
+pub use worker::{LaneStats, WorkerTime, BACKLOG_PARTS_MAX, IDLE_WAIT_MAX, RX_BATCH_SLOTS};

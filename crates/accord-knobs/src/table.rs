@@ -78,7 +78,13 @@ pub static KNOBS: &[Knob] = &[
         "0",
         "receive slots per batch, 1..=64; 0: by datapath",
     ),
-    knob("ACCORD_ENGINE_DEBUG", Engine, Switch, "-", "set: workers print per-connection statistics every 250 ms"),
+    knob(
+        "ACCORD_ENGINE_DEBUG",
+        Engine,
+        Switch,
+        "-",
+        "set: workers time their loop's phases (LaneStats::time; the NCCL plugin logs the split at finalize) and print it and per-connection statistics every 250 ms",
+    ),
     knob(
         "ACCORD_DEVICE_IPC",
         Engine,

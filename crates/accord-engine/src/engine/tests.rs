@@ -99,6 +99,32 @@ fn writes_into_memory_a_device_reads_next_land_exactly() {
     }
 }
 
+/// With `ACCORD_ENGINE_DEBUG`'s switch on, every worker accounts its loop's time by phase, and
+/// a worker that received a write spent some of it receiving; off, nothing is timed.
+#[test]
+fn workers_account_their_time_by_phase_only_when_asked() {
+    for debug in [false, true] {
+        let config = EngineConfig { debug_stats: debug, ..EngineConfig::default() };
+        let (a, b) =
+            pair_of(|| Engine::builder().ignore_env().config(config.clone()).force_network(true).build().unwrap());
+        let len = 1 << 20;
+        let src = a.alloc(len).unwrap();
+        let dst = b.alloc(len).unwrap();
+        let (h, d) = (src.handle(), dst.descriptor());
+        let op = WriteOp { src: &h, src_offset: 0, dst: &d, dst_offset: 0, len: len as u64, imm: Some(23) };
+        a.write(&op).unwrap().wait_timeout(WAIT).unwrap();
+        assert_eq!(b.imm_counter(23).wait(1, WAIT), 1);
+        let mut time = crate::WorkerTime::default();
+        b.stats().lanes.iter().for_each(|l| time.add(&l.time));
+        if debug {
+            assert!(time.receive_ns > 0 && time.total_ns() >= time.receive_ns, "{time:?}");
+            assert!(time.shares().contains("receive"), "{}", time.shares());
+        } else {
+            assert_eq!(time, crate::WorkerTime::default(), "nothing timed with the switch off");
+        }
+    }
+}
+
 /// Unsharded writes on an engine with several lanes: each one part on the next lane, its
 /// immediate counted once its bytes landed; pieces of one buffer land exactly and spread over lanes.
 #[test]

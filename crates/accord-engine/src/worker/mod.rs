@@ -3,9 +3,12 @@
 
 pub(crate) mod control;
 pub(crate) mod cutoff;
+pub(crate) mod phase_clock;
 pub(crate) mod stats;
 mod tx;
 
+use phase_clock::PhaseClock;
+pub use phase_clock::WorkerTime;
 pub use stats::LaneStats;
 pub(crate) use stats::WAKE_BYTE;
 
@@ -159,18 +162,23 @@ impl Worker {
     pub(crate) fn run(mut self) {
         let debug = self.shared.config.debug_stats;
         let mut last_dump = std::time::Instant::now();
+        let mut clock = PhaseClock::new(debug);
         loop {
             let (exit, mut progress) = self.drain_commands();
+            clock.lap(&mut self.stats.time.commands_ns);
             if exit {
                 break;
             }
             progress |= self.receive();
+            clock.lap(&mut self.stats.time.receive_ns);
             let now = self.now();
             if self.ep.poll_timeout().is_some_and(|t| t <= now) {
                 self.ep.handle_timeout(now);
                 progress = true;
             }
+            clock.lap(&mut self.stats.time.timers_ns);
             progress |= self.transmit();
+            clock.lap(&mut self.stats.time.transmit_ns);
             progress |= self.drain_events();
             if !self.cut_offs.is_empty() {
                 progress |= self.cut_off_dead_lanes();
@@ -181,10 +189,15 @@ impl Worker {
                 last_dump = std::time::Instant::now();
                 self.dump_connections();
             }
+            clock.lap(&mut self.stats.time.events_ns);
             if progress {
                 self.last_progress = std::time::Instant::now();
             } else if !self.poll_while_awaiting() {
+                clock.lap(&mut self.stats.time.poll_ns);
                 self.sleep();
+                clock.lap(&mut self.stats.time.sleep_ns);
+            } else {
+                clock.lap(&mut self.stats.time.poll_ns);
             }
         }
         self.linger();
@@ -219,8 +232,10 @@ impl Worker {
         }
     }
 
-    /// `ACCORD_ENGINE_DEBUG`: one line per connection on stderr.
+    /// `ACCORD_ENGINE_DEBUG`: one line per connection on stderr, and where this worker's time
+    /// went.
     fn dump_connections(&self) {
+        eprintln!("[pid {} lane {}] time: {}", std::process::id(), self.lane, self.stats.time.shares());
         for c in self.ep.connections() {
             if let Some(st) = self.ep.connection_stats(c) {
                 eprintln!(

@@ -45,4 +45,6 @@ pub struct LaneStats {
     /// Messages written into this engine's control region that no route claims (not a whole
     /// control frame of a known route): counted, never acted on.
     pub control_unrouted: u64,
+    /// Where the worker's time went, phase by phase; zero unless `ACCORD_ENGINE_DEBUG` is set.
+    pub time: super::phase_clock::WorkerTime,
 }

@@ -616,6 +616,12 @@ fn log_statistics(rt: &Runtime) {
             stats.shm_doorbells()
         ),
     );
+    // With ACCORD_ENGINE_DEBUG: where the workers' time went, summed over lanes.
+    let mut time = accord_engine::WorkerTime::default();
+    stats.lanes.iter().for_each(|l| time.add(&l.time));
+    if time.total_ns() > 0 {
+        log::info(abi::SUBSYS_NET, line!(), &format!("engine workers' time: {}", time.shares()));
+    }
 }
 
 unsafe extern "C" fn set_net_attr(_ctx: *mut c_void, attr: *mut NetAttr) -> NcclResult {
