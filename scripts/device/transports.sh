@@ -25,6 +25,9 @@
 #   accord_net  ACCORD_FORCE_NETWORK=1: no in-process copy route
 #   accord_nostream  ACCORD_NET_STREAMING_STORES=0: bytes land in NCCL's host buffers with plain
 #               stores, as before stop 49 (the baseline of the streaming stores)
+#   accord_timed  the plugin's defaults with ACCORD_ENGINE_DEBUG=1: every worker prints where its
+#               time goes (receive, transmit, poll, ...) every 250 ms on stderr, and with
+#               NCCL_DEBUG=INFO the finalize line sums the lanes (what bounds a shape)
 #   accord_w8   the plugin's defaults with ACCORD_WORKERS_PER_NIC=8: the worker count one process per
 #               GPU got on a 32-core host before the plugin sized its own (stop 42)
 #   accord_cma  ACCORD_CMA=1: receivers pull large sends with process_vm_readv
@@ -52,6 +55,7 @@ transport_env() {
         accord_gpu) echo "$net_only $accord ACCORD_NET_GPU_BUFFERS=1 NCCL_NET_GDR_LEVEL=SYS NCCL_NET_GDR_READ=1" ;;
         accord_net) echo "$net_only $accord ACCORD_FORCE_NETWORK=1" ;;
         accord_nostream) echo "$net_only $accord ACCORD_NET_STREAMING_STORES=0" ;;
+        accord_timed) echo "$net_only $accord ACCORD_ENGINE_DEBUG=1" ;;
         accord_w8) echo "$net_only $accord ACCORD_WORKERS_PER_NIC=8" ;;
         accord_cma) echo "$net_only $accord ACCORD_CMA=1" ;;
         accord_w4) echo "$net_only $accord ACCORD_WORKERS_PER_NIC=4" ;;
