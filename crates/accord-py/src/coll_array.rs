@@ -266,6 +266,12 @@ fn torch_types(py: Python<'_>) -> PyResult<Option<&TorchTypes>> {
     Ok(TORCH_TYPES.get(py))
 }
 
+/// Whether `obj` is a torch tensor (a subclass too), without importing torch: false while the
+/// program has not imported it.
+pub(crate) fn is_torch_tensor(obj: &Bound<'_, PyAny>) -> bool {
+    matches!(torch_types(obj.py()), Ok(Some(types)) if obj.is_instance(types.tensor.bind(obj.py())).unwrap_or(false))
+}
+
 /// A plain `torch.Tensor` on the CPU, dense, contiguous, of a dtype collectives take and not
 /// empty, as an array read through the tensor's own accessors (`data_ptr`, `numel`, `dtype`):
 /// no numpy array, memoryview or ctypes object is made. Anything else (a subclass, a sparse,

@@ -109,17 +109,10 @@ impl OwnerRefs {
 /// A torch tensor's `TensorImpl` use count (`Tensor._use_count`), or None for other objects
 /// and torch builds without it.
 fn tensor_use_count(obj: &Bound<'_, PyAny>) -> Option<i64> {
-    if !type_is_torch_tensor(obj) {
+    if !crate::coll_array::is_torch_tensor(obj) {
         return None;
     }
     obj.call_method0("_use_count").ok()?.extract::<i64>().ok()
-}
-
-fn type_is_torch_tensor(obj: &Bound<'_, PyAny>) -> bool {
-    obj.get_type().mro().iter().any(|t| {
-        t.getattr("__module__").is_ok_and(|m| m.to_string() == "torch")
-            && t.getattr("__name__").is_ok_and(|n| n.to_string() == "Tensor")
-    })
 }
 
 /// The registration cache of one communicator.
