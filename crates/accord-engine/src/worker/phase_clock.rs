@@ -1,9 +1,10 @@
 //! Where a worker's time goes, phase by phase of its loop (`ACCORD_ENGINE_DEBUG`).
 //!
 //! Why: a worker that polls shows 100% of a core whether it copies, runs the protocol or waits,
-//! so per-thread CPU cannot say what bounds a stream. Stop 49 ruled the copies out as the bound
-//! of the NCCL plugin's one-process-per-GPU shape (docs/results/2026-11-28-streaming-stores.md);
-//! this split is what tells the rest apart. Off, a lap is one branch.
+//! so per-thread CPU cannot say what bounds a stream. At stop 49 streaming stores, which halve a
+//! cold copy's cost, did not move the NCCL plugin's one-process-per-GPU shape
+//! (docs/results/2026-11-28-streaming-stores.md); this split says where its workers' time goes
+//! instead (receiving and placing, transmitting, protocol, polling). Off, a lap is one branch.
 
 use std::time::Instant;
 
