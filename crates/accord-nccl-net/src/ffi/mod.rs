@@ -616,6 +616,11 @@ fn log_statistics(rt: &Runtime) {
             stats.shm_doorbells()
         ),
     );
+    log::info(
+        abi::SUBSYS_NET,
+        line!(),
+        &format!("bytes placed with streaming stores: {}", accord_net::streaming::bytes_streamed()),
+    );
     // With ACCORD_ENGINE_DEBUG: where the workers' time went, summed over lanes.
     let mut time = accord_engine::WorkerTime::default();
     stats.lanes.iter().for_each(|l| time.add(&l.time));
