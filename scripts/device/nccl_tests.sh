@@ -20,7 +20,8 @@
 #        EXTRA_ENV   VAR=value words added to every run (NCCL_DEBUG=INFO, say)
 #        NCCL_TESTS_BUILD  a folder to build into and reuse (a second call with the same folder
 #                    skips the build); default a temporary one
-# Output: one nccl-tests log per run in OUT_DIR, and a summary table on stdout: out-of-place busbw
+# Output: one nccl-tests log per run in OUT_DIR (its stderr beside it, .stderr: the plugin's
+# ACCORD_ENGINE_DEBUG lines would otherwise split nccl-tests' rows), and a summary table on stdout: out-of-place busbw
 # (GB/s) at each size, the #wrong column summed, nccl-tests' own "Out of bounds" verdict, and
 # (with NCCL_DEBUG=INFO) how many of NCCL's "via NET/" channel lines say /GDRDMA.
 set -uo pipefail
@@ -99,12 +100,13 @@ for shape in $SHAPES; do
             log="$OUT/${shape}_${transport}_${coll}.log"
             args=(-b "${BYTES_MIN:-1M}" -e "${BYTES_MAX:-256M}" -f 4 -n "${ITERS:-20}" -w "${WARMUP:-5}" -c 1)
             if [ "$shape" = g2 ]; then
-                env "${envs[@]}" ${EXTRA_ENV:-} timeout "${RUN_TIMEOUT:-120}" "$BIN/plain/${coll}_perf" -g 2 "${args[@]}" >"$log" 2>&1
+                env "${envs[@]}" ${EXTRA_ENV:-} timeout "${RUN_TIMEOUT:-120}" "$BIN/plain/${coll}_perf" -g 2 "${args[@]}" >"$log" 2>"${log%.log}.stderr"
             else
                 # Hydra forwards this environment to both ranks; -launcher fork keeps it on this host.
-                env "${envs[@]}" ${EXTRA_ENV:-} timeout "${RUN_TIMEOUT:-120}" mpiexec -launcher fork -n 2 "$BIN/mpi/${coll}_perf" -g 1 "${args[@]}" >"$log" 2>&1
+                env "${envs[@]}" ${EXTRA_ENV:-} timeout "${RUN_TIMEOUT:-120}" mpiexec -launcher fork -n 2 "$BIN/mpi/${coll}_perf" -g 1 "${args[@]}" >"$log" 2>"${log%.log}.stderr"
             fi
             rc=$?
+            [ "$rc" = 0 ] || tail -3 "${log%.log}.stderr" | sed "s/^/nccl_tests: $shape $transport $coll stderr: /"
             row=$(python3 - "$log" <<'PY'
 import re, sys
 bw, wrong, verdict, net, gdr = [], 0, "no verdict", 0, 0
