@@ -49,6 +49,18 @@ pub struct Device {
     pub speed_mbps: i32,
 }
 
+/// Data bytes of each shared-memory ring the plugin's engine creates, unless
+/// `ACCORD_SHM_RING_BYTES` says otherwise: a quarter of the engine's own default.
+///
+/// Why: with one process per GPU every byte crosses a ring, and the plugin runs many lanes
+/// (12 a rank on the 2xH200 host), each with a ring to each peer. At the engine's 8 MiB those
+/// rings outgrow the last-level cache beside NCCL's buffers and their bytes go through memory
+/// twice more. nccl-tests' all_reduce at 256 MiB with one process per GPU on the 2xH200 host
+/// gave 18.44-19.42 GB/s busbw with 2 MiB rings against 15.05-16.26 with 8 MiB, in three
+/// interleaved rounds of one call; 1 MiB gave 20.59 and 32 MiB 15.65 in a single run
+/// (docs/results/2026-11-28-plugin-rings.md).
+pub const PLUGIN_SHM_RING_BYTES: usize = 2 << 20;
+
 /// The runtime shared by every context and comm.
 pub struct Runtime {
     /// The engine every connection runs over.
@@ -120,6 +132,7 @@ impl Runtime {
         if let Some(count) = workers.workers {
             builder = builder.workers_per_nic(count);
         }
+        builder = builder.shm_ring_bytes(PLUGIN_SHM_RING_BYTES);
         let engine = builder.build()?;
         let devices = engine
             .config()

@@ -162,6 +162,14 @@ impl EngineBuilder {
         self
     }
 
+    /// Data bytes of each shared-memory ring this engine creates (a power of two in
+    /// 256 KiB..=1 GiB, checked at build); `ACCORD_SHM_RING_BYTES` still overrides it. A later
+    /// [`EngineBuilder::shm`] replaces the whole shared-memory configuration, this included.
+    pub fn shm_ring_bytes(mut self, bytes: usize) -> Self {
+        self.config.shm.ring_bytes = bytes;
+        self
+    }
+
     /// Ignores `ACCORD_*` environment overrides (tests that must not be affected).
     pub fn ignore_env(mut self) -> Self {
         self.ignore_env = true;

@@ -774,6 +774,20 @@ fn chosen_poll_windows_stand_until_their_knobs_say_otherwise() {
 }
 
 #[test]
+fn a_chosen_ring_size_stands_until_its_knob_says_otherwise() {
+    let configured = |vars: &[(&str, &str)]| {
+        let vars: HashMap<&str, &str> = vars.iter().copied().collect();
+        let builder = Engine::builder().shm_ring_bytes(2 << 20);
+        builder.configured(|n| vars.get(n).map(|v| v.to_string())).map(|c| c.shm.ring_bytes)
+    };
+    assert_eq!(configured(&[]).unwrap(), 2 << 20);
+    assert_eq!(configured(&[("ACCORD_SHM_RING_BYTES", "1048576")]).unwrap(), 1 << 20);
+    assert!(configured(&[("ACCORD_SHM_RING_BYTES", "1000000")]).is_err(), "the knob is still checked");
+    let odd = Engine::builder().shm_ring_bytes(1000).configured(|_| None);
+    assert!(odd.and_then(|c| c.validate()).is_err(), "a chosen size is checked like the knob's");
+}
+
+#[test]
 fn addresses_and_descriptors_round_trip() {
     let a = engine(true);
     let addr = a.address();
