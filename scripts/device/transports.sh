@@ -26,7 +26,10 @@
 #   accord_nostream  ACCORD_NET_STREAMING_STORES=0: bytes land in NCCL's host buffers with plain
 #               stores, as before stop 49 (the baseline of the streaming stores)
 #   accord_ring8m  ACCORD_SHM_RING_BYTES=8388608: the engine's 8 MiB shared-memory rings, the
-#               plugin's default before session 50 (the baseline of its 2 MiB rings)
+#               plugin's default before session 50 (the baseline of its smaller rings)
+#   accord_ring1m  ACCORD_SHM_RING_BYTES=1048576: 1 MiB rings said explicitly (the plugin's default
+#               since the end of session 50)
+#   accord_ring2m  ACCORD_SHM_RING_BYTES=2097152: the plugin's 2 MiB rings of session 50's calls 3-6
 #   accord_timed  the plugin's defaults with ACCORD_ENGINE_DEBUG=1: every worker prints where its
 #               time goes (receive, transmit, poll, ...) every 250 ms on stderr, and with
 #               NCCL_DEBUG=INFO the finalize line sums the lanes (what bounds a shape)
@@ -58,6 +61,8 @@ transport_env() {
         accord_net) echo "$net_only $accord ACCORD_FORCE_NETWORK=1" ;;
         accord_nostream) echo "$net_only $accord ACCORD_NET_STREAMING_STORES=0" ;;
         accord_ring8m) echo "$net_only $accord ACCORD_SHM_RING_BYTES=8388608" ;;
+        accord_ring1m) echo "$net_only $accord ACCORD_SHM_RING_BYTES=1048576" ;;
+        accord_ring2m) echo "$net_only $accord ACCORD_SHM_RING_BYTES=2097152" ;;
         accord_timed) echo "$net_only $accord ACCORD_ENGINE_DEBUG=1" ;;
         accord_w8) echo "$net_only $accord ACCORD_WORKERS_PER_NIC=8" ;;
         accord_cma) echo "$net_only $accord ACCORD_CMA=1" ;;

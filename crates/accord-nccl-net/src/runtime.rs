@@ -50,16 +50,18 @@ pub struct Device {
 }
 
 /// Data bytes of each shared-memory ring the plugin's engine creates, unless
-/// `ACCORD_SHM_RING_BYTES` says otherwise: a quarter of the engine's own default.
+/// `ACCORD_SHM_RING_BYTES` says otherwise: an eighth of the engine's own default.
 ///
 /// Why: with one process per GPU every byte crosses a ring, and the plugin runs many lanes
 /// (12 a rank on the 2xH200 host), each with a ring to each peer. At the engine's 8 MiB those
-/// rings outgrow the last-level cache beside NCCL's buffers and their bytes go through memory
-/// twice more. nccl-tests' all_reduce at 256 MiB with one process per GPU on the 2xH200 host
-/// gave 18.44-19.42 GB/s busbw with 2 MiB rings against 15.05-16.26 with 8 MiB, in three
-/// interleaved rounds of one call; 1 MiB gave 20.59 and 32 MiB 15.65 in a single run
-/// (docs/results/2026-11-28-plugin-rings.md).
-pub const PLUGIN_SHM_RING_BYTES: usize = 2 << 20;
+/// rings outgrow the last-level cache beside NCCL's buffers, and their bytes go through memory
+/// twice more. Measured in session 50 (docs/results/2026-11-28-plugin-rings.md):
+/// - nccl-tests' all_reduce at 256 MiB, one process per GPU, 2xH200: 18.44-19.42 GB/s busbw
+///   with 2 MiB rings against 15.05-16.26 with 8 MiB, three interleaved rounds of one call;
+///   1 MiB gave 20.59 and 32 MiB 15.65 in single runs;
+/// - the DDP loop, 2xH100, five rounds over two calls: 1 MiB rings 1.45-1.67x Socket's step
+///   (median 1.56), 2 MiB 1.36-1.63x (median 1.40).
+pub const PLUGIN_SHM_RING_BYTES: usize = 1 << 20;
 
 /// The runtime shared by every context and comm.
 pub struct Runtime {
