@@ -1,24 +1,23 @@
 #!/usr/bin/env bash
-# Issue 21's device call, in one command (<= 540 s on the 2xH200 host): does NCCL take the Accord
-# plugin's GPU buffers with the defaults, and what do the defaults give in both launch shapes and
-# under DDP?
-#   a) GPUDirect: all_reduce at 256 MiB, g2 and mp, NCCL_DEBUG=INFO, with GPU buffers on and no
-#      NCCL_* set by hand (accord_gpu_auto: the plugin sets NCCL_NET_GDR_LEVEL): whether NCCL's
-#      channels say /GDRDMA, the busbw, and the plugin's GPU-buffer counters (its finalize line).
-#      (Reporting a PCI path per GPU instead was measured once and dropped: NCCL 2.28.9 crashed on
-#      the GPU's own path, and the bridge placement got no GPUDirect; see the results doc.)
-#   b) nccl_tests.sh: all_reduce 1M..256M, both shapes, tuned Socket, the defaults (host path) and
-#      accord_gpu_auto, -c 1;
-#   c) ddp_transports.sh: socket, accord (defaults), accord_gpu_auto and accord_gpu_noread (sends
-#      through host memory: one copy in the plugin's CUDA context per step instead of two), with the
-#      plugin's GPU-buffer counters and the final parameters compared.
+# Issue 21's device call, in one command (about 330 s on the 2xH200 host): every acceptance
+# target with the plugin's defaults, paired in time with tuned Socket and a baseline, then each
+# target judged by issue21_verdict.py.
+#   b) nccl_tests.sh twice (rounds b1, b2): all_reduce 1M..256M, both shapes (g2: one process
+#      for both GPUs; mp: one per GPU), tuned Socket, the defaults (accord) and BASELINE, -c 1;
+#   c) ddp_transports.sh: three rounds of socket, accord and BASELINE, the final parameters
+#      compared;
+#   a) (only when asked, STEPS="a ...") GPUDirect: all_reduce at 256 MiB, g2 and mp, with GPU
+#      buffers on and no NCCL_* set by hand (accord_gpu_auto: the plugin sets
+#      NCCL_NET_GDR_LEVEL), NCCL_DEBUG=INFO: whether NCCL's channels say /GDRDMA, and the
+#      plugin's GPU-buffer counters.
 # Runs from its own folder: in the repository (scripts/device/) or from a carried folder that
 # holds this script, nccl_tests.sh, transports.sh, ddp_transports.sh, ddp_transports.py, the
 # stripped plugin, nccl-tests' source tarball and the mpich wheel side by side.
 #
 # Usage: issue21.sh OUT_DIR
 # Env:   ACCORD_NCCL_PLUGIN (default ./libnccl-net-accord.so beside this script), NCCL_TESTS_SRC
-#        (./nccl-tests.tar.gz), MPICH_WHEEL (./mpich-*.whl), STEPS ("a b c"), HARD_S (570: every
+#        (./nccl-tests.tar.gz), MPICH_WHEEL (./mpich-*.whl), STEPS ("b c"), BASELINE (a transport of
+#        transports.sh, default accord_ring2m: the plugin's rings before session 50's end), HARD_S (570: every
 #        run's timeout is cut so that the last run of a step ends by then; a step whose runs would
 #        get less than 20 s each is skipped and said so), DRY_RUN=1 (print each command with its
 #        environment instead of running it; needs no GPU)
@@ -82,7 +81,8 @@ check_inputs || [ "${DRY_RUN:-0}" = 1 ] || exit 1
 say "issue21: plugin $ACCORD_NCCL_PLUGIN, nccl-tests $NCCL_TESTS_SRC, MPICH $MPICH_WHEEL, runs end by ${HARD_S} s"
 [ "${DRY_RUN:-0}" = 1 ] || nvidia-smi --query-gpu=index,name,pci.bus_id --format=csv,noheader 2>&1 | tee -a "$SUMMARY"
 
-for step in ${STEPS:-a b c}; do
+BASELINE=${BASELINE:-accord_ring2m}
+for step in ${STEPS:-b c}; do
     case "$step" in
         a)
             # The build happens here (counted as a third run); each run is bounded.
@@ -92,25 +92,29 @@ for step in ${STEPS:-a b c}; do
                 bash "$HERE/nccl_tests.sh" "$LOGS/a"
             ;;
         b)
-            run_step b 6 60 SHAPES="g2 mp" TRANSPORTS="socket accord accord_gpu_auto" ITERS=10 WARMUP=3 \
-                EXTRA_ENV="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT" -- \
-                bash "$HERE/nccl_tests.sh" "$LOGS/b"
+            # The build happens in round b1 (counted as two more runs); each run is bounded.
+            for r in b1 b2; do
+                run_step "$r" 8 60 SHAPES="g2 mp" TRANSPORTS="socket accord $BASELINE" ITERS=20 WARMUP=5 \
+                    EXTRA_ENV="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET" -- \
+                    bash "$HERE/nccl_tests.sh" "$LOGS/$r"
+            done
             ;;
         c)
-            run_step c 4 60 TRANSPORTS="socket accord accord_gpu_auto accord_gpu_noread" STEPS=30 \
+            run_step c 9 60 TRANSPORTS="socket accord $BASELINE" ROUNDS=3 STEPS=30 \
                 EXTRA_ENV="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT" -- \
                 bash "$HERE/ddp_transports.sh" "$LOGS/c"
-            if [ "${DRY_RUN:-0}" != 1 ]; then
-                for log in "$LOGS"/c/ddp_*.log; do
-                    [ -e "$log" ] || continue
-                    say "$(basename "$log" .log): GDRDMA $(grep -c ' via NET/.*/GDRDMA' "$log")/$(grep -c ' via NET/' "$log") NET channel lines"
-                done
-            fi
             ;;
         *) say "issue21: unknown step $step (a, b or c)" ;;
     esac
 done
 if [ "${DRY_RUN:-0}" != 1 ]; then
+    for transport in accord "$BASELINE"; do
+        summaries=$(ls "$LOGS"/b1/summary.txt "$LOGS"/b2/summary.txt 2>/dev/null)
+        [ -n "$summaries" ] || break
+        ddp=()
+        [ -e "$LOGS/c/ddp.jsonl" ] && ddp=(--ddp "$LOGS/c/ddp.jsonl")
+        python3 "$HERE/issue21_verdict.py" --transport "$transport" "${ddp[@]}" $summaries 2>&1 | tee -a "$SUMMARY"
+    done
     # What the plugin said about its devices and GPUDirect, once per distinct line, then its
     # GPU-buffer counters per run (logged at finalize with NCCL_DEBUG_SUBSYS including NET).
     grep -h "Accord net plugin ready\|NCCL_NET_GDR_LEVEL\|GPU Direct RDMA" -r "$LOGS" 2>/dev/null |

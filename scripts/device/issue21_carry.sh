@@ -13,7 +13,7 @@ mkdir -p "$DIR"
 (cd "$ROOT" && nice -n 10 cargo build --release -p accord-nccl-net)
 install -m 0644 "$ROOT/target/release/libnccl_net_accord.so" "$DIR/libnccl-net-accord.so"
 strip "$DIR/libnccl-net-accord.so"
-for f in issue21.sh nccl_tests.sh transports.sh ddp_transports.sh ddp_transports.py; do
+for f in issue21.sh issue21_verdict.py nccl_tests.sh transports.sh ddp_transports.sh ddp_transports.py ddp_transports_table.py; do
     install -m 0755 "$ROOT/scripts/device/$f" "$DIR/$f"
 done
 [ -e "$DIR/nccl-tests.tar.gz" ] || cp "${NCCL_TESTS_TARBALL:-/work/main/.carry/peers/nccl-tests.tar.gz}" "$DIR/nccl-tests.tar.gz"
