@@ -222,6 +222,9 @@ pub struct ConnectionStats {
     pub packets_sent: u64,
     pub packets_retransmitted: u64,
     pub packets_lost: u64,
+    /// Of `packets_lost`, those acknowledged before their retransmission went out (a timeout
+    /// that fired on a late acknowledgement; see `PathStats::spurious_losses`).
+    pub packets_lost_spurious: u64,
     pub acks_sent: u64,
     pub acks_received: u64,
     pub packets_received: u64,

@@ -274,6 +274,11 @@ impl EngineStats {
     pub fn retransmits(&self) -> u64 {
         self.lanes.iter().map(|l| l.retransmits).sum()
     }
+    /// Packets declared lost and then acknowledged after all, summed over lanes: timeouts that
+    /// fired on late acknowledgements (each teaches its connection a longer RTO).
+    pub fn spurious_losses(&self) -> u64 {
+        self.lanes.iter().map(|l| l.spurious_losses).sum()
+    }
 }
 
 impl Engine {

@@ -34,13 +34,14 @@ type Counter<S> = (&'static str, &'static str, fn(&S) -> u64);
 type Gauge<S> = (&'static str, &'static str, fn(&S) -> f64);
 
 /// Per (peer, lane). Counters are named without `_total`: the encoder appends it.
-const CONNECTION_COUNTERS: [Counter<ConnectionStats>; 6] = [
+const CONNECTION_COUNTERS: [Counter<ConnectionStats>; 7] = [
     ("accord_peer_bytes_sent", "bytes sent to the peer", |c| c.bytes_sent),
     ("accord_peer_bytes_acked", "bytes the peer acknowledged", |c| c.bytes_acked),
     ("accord_peer_packets_sent", "packets sent", |c| c.packets_sent),
     ("accord_peer_packets_received", "packets received", |c| c.packets_received),
     ("accord_peer_retransmits", "packets retransmitted", |c| c.packets_retransmitted),
     ("accord_peer_packets_lost", "packets declared lost", |c| c.packets_lost),
+    ("accord_peer_packets_lost_spurious", "packets declared lost, then acknowledged", |c| c.packets_lost_spurious),
 ];
 const CONNECTION_GAUGES: [Gauge<ConnectionStats>; 4] = [
     ("accord_peer_rtt_seconds", "smoothed round-trip time", |c| c.rtt_smoothed.as_secs_f64()),

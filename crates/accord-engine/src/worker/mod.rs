@@ -239,7 +239,7 @@ impl Worker {
         for c in self.ep.connections() {
             if let Some(st) = self.ep.connection_stats(c) {
                 eprintln!(
-                    "[pid {} lane {}] {c:?} sent {} acked_bytes {} retransmitted {} lost {} received {} placed_bytes {} \
+                    "[pid {} lane {}] {c:?} sent {} acked_bytes {} retransmitted {} lost {} (spurious {}) received {} placed_bytes {} \
                      dropped {} refused {} window {} in_flight {} srtt {:?} ops {}",
                     std::process::id(),
                     self.lane,
@@ -247,6 +247,7 @@ impl Worker {
                     st.bytes_acked,
                     st.packets_retransmitted,
                     st.packets_lost,
+                    st.packets_lost_spurious,
                     st.packets_received,
                     st.bytes_placed,
                     st.packets_dropped,
@@ -424,6 +425,7 @@ impl Worker {
         s.shm = self.dp.local_channel_stats();
         for c in self.ep.connections().filter_map(|c| self.ep.connection_stats(c)) {
             s.retransmits += c.packets_retransmitted;
+            s.spurious_losses += c.packets_lost_spurious;
             s.resent_skipped += c.resent_skipped;
         }
         s.credit_granted_bytes = self.ep.pacer_stats().credit_granted_bytes;

@@ -26,6 +26,8 @@ pub struct LaneStats {
     pub duplicates_suppressed: u64,
     /// Sum over connections: packets retransmitted.
     pub retransmits: u64,
+    /// Sum over connections: packets declared lost and then acknowledged (late ACKs).
+    pub spurious_losses: u64,
     /// Parts resent on a fresh connection of this lane after theirs timed out with the peer
     /// not known dead (an outage longer than the idle timeout; see `crate::tags`).
     pub reconnect_resends: u64,

@@ -607,10 +607,11 @@ fn log_statistics(rt: &Runtime) {
         abi::SUBSYS_NET,
         line!(),
         &format!(
-            "engine statistics: datagrams sent {sent}, through shared memory {}, retransmits {}, failovers {}, \
-             injected drops {injected_drops}, worker wakes {}, ring doorbells {}",
+            "engine statistics: datagrams sent {sent}, through shared memory {}, retransmits {}, spurious losses {}, \
+             failovers {}, injected drops {injected_drops}, worker wakes {}, ring doorbells {}",
             stats.shm_datagrams_sent(),
             stats.retransmits(),
+            stats.spurious_losses(),
             stats.failovers(),
             stats.wakes(),
             stats.shm_doorbells()

@@ -493,7 +493,7 @@ impl Connection {
         for path in 0..self.paths.len() {
             let path = PathId(path as u16);
             let oldest = self.send.oldest_outstanding_peek(path);
-            let rto = self.paths.get(path).map(|p| p.rto(self.config.rto_min, self.config.rto_max));
+            let rto = self.paths.rto(path, self.config.rto_min, self.config.rto_max);
             let expected = oldest.zip(rto).map(|(sent, rto)| sent + rto);
             if self.loss_deadlines.get(path) != expected && self.state == State::Established {
                 return Err(format!(

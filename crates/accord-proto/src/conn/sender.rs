@@ -73,9 +73,9 @@ impl Connection {
     /// change); everything else leaves both as they are, so no call scans the path table.
     pub(super) fn refresh_path_timer(&mut self, path: PathId) {
         let oldest = self.send.oldest_outstanding(path);
+        let Some(rto) = self.paths.rto(path, self.config.rto_min, self.config.rto_max) else { return };
         let Some(p) = self.paths.get_mut(path) else { return };
         p.oldest_outstanding_sent_at = oldest;
-        let rto = p.rto(self.config.rto_min, self.config.rto_max);
         self.loss_deadlines.set(path, oldest.map(|sent| sent + rto));
     }
 
@@ -377,8 +377,13 @@ impl Connection {
         // already resolved. A plain range: no allocation per ACK.
         let cumulative = self.send.floor()..ack.cum_ack.min(self.send.next_psn());
         let selective = ack.sack.iter_set().map(|bit| ack.cum_ack + 1 + bit as u64);
+        let mut floor_moved = false;
         for psn in cumulative.chain(selective) {
             if let Some(packet) = self.send.resolve(psn) {
+                if let Some(first_sent_at) = spurious_loss(psn, &packet, ack) {
+                    self.stats.packets_lost_spurious += 1;
+                    floor_moved |= self.paths.on_spurious_loss(packet.path, first_sent_at, now, self.config.rto_max);
+                }
                 acked_bytes += packet.len as u64;
                 acked_packets += 1;
                 echo_matches |= psn == ack.echo_psn && packet.sent_at.as_nanos() == ack.echo_tx_time_ns;
@@ -409,6 +414,9 @@ impl Connection {
         self.stats.bytes_acked += acked_bytes;
 
         let rtt_sample = if echo_matches { self.rtt_sample(now, rx.path, ack) } else { None };
+        if rtt_sample.is_some() {
+            floor_moved |= self.paths.decay_rto_floor(now);
+        }
         // The CE count only moves forward; an older count (a reordered ACK that still resolved
         // something) reports no new marks and leaves ours as it is.
         let ce_forward = ack.ecn_ce_count.wrapping_sub(self.peer_ecn_ce_count);
@@ -451,8 +459,9 @@ impl Connection {
         if ack.credit_bytes > 0 {
             self.cc.on_credit(now, ack.credit_bytes as u64);
         }
-        // Resolutions, losses, backoff resets and the RTT sample changed these paths' timers.
-        if rejected {
+        // Resolutions, losses, backoff resets and the RTT sample changed these paths' timers; a
+        // rejection, or a move of the learned RTO floor, changed every path's.
+        if rejected || floor_moved {
             self.refresh_all_path_timers();
         } else {
             for path in touched.iter() {
@@ -524,8 +533,7 @@ impl Connection {
     }
 
     fn handle_path_timeout(&mut self, now: Instant, path: PathId, events: &mut VecDeque<Event>) {
-        let rto = self.paths.get(path).map(|p| p.rto(self.config.rto_min, self.config.rto_max));
-        let Some(rto) = rto else { return };
+        let Some(rto) = self.paths.rto(path, self.config.rto_min, self.config.rto_max) else { return };
         let (packets, bytes) = self.send.detect_timeouts(path, now, rto);
         if packets == 0 {
             return;
@@ -554,4 +562,24 @@ impl Connection {
     pub(super) fn earliest_loss_timeout(&self) -> Option<Instant> {
         self.loss_deadlines.earliest_at()
     }
+}
+
+/// When `packet`, just resolved by `ack`, had been declared lost wrongly: the send time of the
+/// transmission that arrived after all. Two cases show it:
+/// - it was still waiting for its retransmission (`lost`): its only transmission was
+///   acknowledged;
+/// - it was retransmitted, and the acknowledgement echoes it with an earlier transmit time than
+///   the retransmission's (the receiver got the first copy; the echo is our own clock's value).
+///
+/// After a timeout either means a late acknowledgement, which the paths' RTO floor learns; after
+/// reordering within a path the time taken is about an RTT, under any floor that matters.
+fn spurious_loss(psn: Psn, packet: &SentPacket, ack: &AckRepr) -> Option<Instant> {
+    if packet.lost {
+        return Some(packet.sent_at);
+    }
+    let echoes_an_earlier_copy = psn == ack.echo_psn
+        && packet.transmissions > 1
+        && ack.echo_tx_time_ns != 0
+        && ack.echo_tx_time_ns < packet.sent_at.as_nanos();
+    echoes_an_earlier_copy.then(|| Instant::from_nanos(ack.echo_tx_time_ns))
 }

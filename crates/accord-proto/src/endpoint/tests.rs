@@ -574,3 +574,116 @@ fn an_operation_resent_on_a_new_connection_after_completing_is_acked_not_placed(
 }
 
 mod mac;
+
+/// Sends one write from `a` to `b` at `now` and returns `b`'s answers unsent (the ACKs), so a
+/// test decides when they arrive.
+fn write_and_hold_acks(
+    a: &mut Endpoint,
+    b: &mut Endpoint,
+    mem_b: &mut Memory,
+    conn: ConnectionHandle,
+    now: Instant,
+) -> Vec<Vec<u8>> {
+    let mut buf = vec![0u8; 16 * 1024];
+    a.write(conn, WriteRequest { region: RegionId(1), key: KEY, offset: 0, len: 1000, imm: None, tag: 0 }).unwrap();
+    while let Some(tx) = a.poll_transmit(now, &mut buf) {
+        let mut d = buf[..tx.header_len].to_vec();
+        d.resize(tx.datagram_len(), 0);
+        tx.seal_payload(&mut d);
+        b.handle_datagram(now, RxMeta { path: tx.path, ecn_ce: false }, &d, mem_b);
+    }
+    b.handle_timeout(now + Duration::from_millis(1)); // any delayed ACK is due
+    let mut held = vec![];
+    while let Some(tx) = b.poll_transmit(now, &mut buf) {
+        let mut d = buf[..tx.header_len].to_vec();
+        d.resize(tx.datagram_len(), 0);
+        tx.seal_payload(&mut d);
+        held.push((tx.path, d));
+    }
+    held.into_iter().map(|(_, d)| d).collect()
+}
+
+/// A timeout that fires on a late acknowledgement (a descheduled worker, a queue in a
+/// shared-memory ring) declared a packet lost that was not. The late ACK shows it: the packet
+/// is counted as a spurious loss, and its path's RTO rises above how late that ACK was, so the
+/// next ACK as late is waited for. The floor halves after a second without another.
+#[test]
+fn a_late_acknowledgement_teaches_its_path_a_longer_timeout() {
+    let (mut a, mut b, conn) = pair(ConnectionConfig::default(), ConnectionConfig::default());
+    let mut mem_b = Memory::default();
+    let mut now = t(1);
+    exchange_timed(&mut a, &mut b, &mut mem_b, &mut now);
+    let late = Duration::from_millis(8);
+    let deliver = |a: &mut Endpoint, acks: &[Vec<u8>], at: Instant| {
+        for d in acks {
+            a.handle_datagram(at, RxMeta { path: PathId(0), ecn_ce: false }, d, &mut Memory::default());
+        }
+    };
+
+    let acks = write_and_hold_acks(&mut a, &mut b, &mut mem_b, conn, now);
+    assert!(!acks.is_empty(), "the receiver acknowledged the write");
+    let sent_at = now;
+    now = now + late;
+    a.handle_timeout(now);
+    let lost = a.connection_stats(conn).unwrap();
+    assert!(lost.packets_lost >= 1, "the default 1 ms minimum RTO declared the packet lost");
+    deliver(&mut a, &acks, now); // before the retransmission went out
+    let learned = a.connection_stats(conn).unwrap();
+    assert_eq!(learned.packets_lost_spurious, lost.packets_lost, "every loss declared was acknowledged after all");
+    let path = learned.paths.iter().max_by_key(|p| p.spurious_losses).unwrap();
+    assert!(path.spurious_losses >= 1);
+    assert!(
+        path.rto >= now.saturating_duration_since(sent_at),
+        "the path's RTO {:?} now covers an ACK {late:?} late",
+        path.rto
+    );
+    exchange_timed(&mut a, &mut b, &mut mem_b, &mut now);
+
+    // The same lateness again: waited for, nothing declared lost.
+    let acks = write_and_hold_acks(&mut a, &mut b, &mut mem_b, conn, now);
+    now = now + late;
+    a.handle_timeout(now);
+    deliver(&mut a, &acks, now);
+    let again = a.connection_stats(conn).unwrap();
+    assert_eq!(again.packets_lost, learned.packets_lost, "an ACK as late as before is no longer a loss");
+    exchange_timed(&mut a, &mut b, &mut mem_b, &mut now);
+
+    // Seconds later, prompt traffic brings the timeout back down.
+    let late_path = path.path;
+    let rto_of = |s: &ConnectionStats| s.paths.iter().find(|p| p.path == late_path).unwrap().rto;
+    let floor_rto = rto_of(&again);
+    for _ in 0..3 {
+        now = now + Duration::from_millis(1100);
+        a.write(conn, WriteRequest { region: RegionId(1), key: KEY, offset: 0, len: 1000, imm: None, tag: 0 }).unwrap();
+        exchange_timed(&mut a, &mut b, &mut mem_b, &mut now);
+    }
+    let later = rto_of(&a.connection_stats(conn).unwrap());
+    assert!(later <= floor_rto / 4, "the learned floor decays: {later:?} after {floor_rto:?}");
+}
+
+/// The late acknowledgement can arrive after the retransmission went out: it echoes the first
+/// copy's transmit time, older than the retransmission's, and that tells the loss was spurious.
+#[test]
+fn a_late_acknowledgement_after_the_retransmission_is_known_by_its_echo() {
+    let (mut a, mut b, conn) = pair(ConnectionConfig::default(), ConnectionConfig::default());
+    let mut mem_b = Memory::default();
+    let mut now = t(1);
+    exchange_timed(&mut a, &mut b, &mut mem_b, &mut now);
+    let acks = write_and_hold_acks(&mut a, &mut b, &mut mem_b, conn, now);
+    now = now + Duration::from_millis(8);
+    a.handle_timeout(now);
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut resent = 0;
+    while a.poll_transmit(now, &mut buf).is_some() {
+        resent += 1; // the retransmission, dropped here: the first copy's ACK is what arrives
+    }
+    assert!(resent >= 1, "the timeout sent the packet again");
+    let before = a.connection_stats(conn).unwrap();
+    assert!(before.packets_retransmitted >= 1);
+    for d in &acks {
+        a.handle_datagram(now, RxMeta { path: PathId(0), ecn_ce: false }, d, &mut Memory::default());
+    }
+    let after = a.connection_stats(conn).unwrap();
+    assert!(after.packets_lost_spurious >= 1, "the echo of the first copy shows the loss was not one");
+    assert!(after.paths.iter().all(|p| p.rto >= Duration::from_millis(8)), "every path learned the late ACK");
+}

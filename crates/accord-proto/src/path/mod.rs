@@ -24,6 +24,10 @@ use core::time::Duration;
 /// Weight of one new observation in the loss score (an EWMA over about this many packets).
 const LOSS_SCORE_WINDOW_PACKETS: f64 = 64.0;
 
+/// A path's learned RTO floor (see [`PathTable::rto_floor`]) halves after this long without a
+/// new spurious timeout, so one stall long ago does not slow loss recovery for good.
+pub const RTO_FLOOR_HALF_LIFE: Duration = Duration::from_secs(1);
+
 /// Liveness of a path.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum PathHealth {
@@ -43,6 +47,9 @@ pub struct PathStats {
     pub packets_lost: u64,
     pub retransmits_sent: u64,
     pub timeouts: u64,
+    /// Packets declared lost by a timeout whose first transmission was acknowledged after all
+    /// (the acknowledgement was late, nothing was lost).
+    pub spurious_losses: u64,
     pub rtt_min: Duration,
     pub rtt_smoothed: Duration,
     pub rto: Duration,
@@ -93,7 +100,8 @@ impl PathState {
         matches!(self.health, PathHealth::Active)
     }
 
-    /// Retransmission timeout of this path, backoff included, within `[rto_min, rto_max]`.
+    /// Retransmission timeout of this path, backoff included, within `[rto_min, rto_max]`
+    /// (callers pass the table's learned floor in `rto_min`: [`PathTable::rto`]).
     pub fn rto(&self, rto_min: Duration, rto_max: Duration) -> Duration {
         let base = self.rtt.rto().max(rto_min);
         let shift = self.backoff_exponent.min(16);
@@ -126,6 +134,13 @@ pub struct PathTable {
     /// Sum of the active paths' loss scores, kept by every method that changes a score or a
     /// path's health, so the chunk-size decision reads the mean without a scan.
     loss_score_active_sum: f64,
+    /// Smallest RTO any path allows, learned from spurious losses ([`PathTable::on_spurious_loss`]):
+    /// a packet declared lost and then acknowledged anyway shows how late an acknowledgement can
+    /// be, which the smoothed RTT of the prompt ones does not. Zero until the first; halves every
+    /// [`RTO_FLOOR_HALF_LIFE`] without another.
+    rto_floor: Duration,
+    /// When `rto_floor` was last raised or halved (None while it is zero).
+    rto_floor_at: Option<Instant>,
 }
 
 impl PathTable {
@@ -136,6 +151,8 @@ impl PathTable {
             paths: (0..count).map(|i| PathState::new(PathId(i), initial_rtt)).collect(),
             quarantined_count: 0,
             loss_score_active_sum: 0.0,
+            rto_floor: Duration::ZERO,
+            rto_floor_at: None,
         }
     }
 
@@ -208,6 +225,49 @@ impl PathTable {
             p.stats.packets_lost += 1;
             self.note_outcome(path, true);
         }
+    }
+
+    /// Retransmission timeout of `path` (see [`PathState::rto`]), at least the learned floor.
+    pub fn rto(&self, path: PathId, rto_min: Duration, rto_max: Duration) -> Option<Duration> {
+        self.get(path).map(|p| p.rto(rto_min.max(self.rto_floor), rto_max))
+    }
+
+    /// The RTO floor learned from spurious losses (zero before any).
+    pub fn rto_floor(&self) -> Duration {
+        self.rto_floor
+    }
+
+    /// A packet sent on `path` at `sent_at`, declared lost, was acknowledged at `now` before its
+    /// retransmission: the declaration was spurious. The RTO floor of every path rises to a
+    /// quarter above how long that acknowledgement took (at most `rto_max`): an acknowledgement
+    /// that late is mostly the hosts' doing (a worker descheduled, a queue in a shared-memory
+    /// ring, which every path of a peer shares), and no path's own RTT samples show it. The
+    /// loss no longer counts against the path's score. Returns true when the floor rose (every
+    /// path's loss deadline moves).
+    pub fn on_spurious_loss(&mut self, path: PathId, sent_at: Instant, now: Instant, rto_max: Duration) -> bool {
+        let Some(p) = self.paths.get_mut(path.0 as usize) else { return false };
+        p.stats.spurious_losses += 1;
+        self.note_outcome(path, false);
+        let took = now.saturating_duration_since(sent_at);
+        let floor = (took + took / 4).min(rto_max);
+        self.rto_floor_at = Some(now);
+        if floor > self.rto_floor {
+            self.rto_floor = floor;
+            return true;
+        }
+        false
+    }
+
+    /// Halves the learned floor once [`RTO_FLOOR_HALF_LIFE`] has passed since it last moved
+    /// (called as RTT samples arrive). Returns true when it changed.
+    pub fn decay_rto_floor(&mut self, now: Instant) -> bool {
+        let Some(at) = self.rto_floor_at else { return false };
+        if now.saturating_duration_since(at) < RTO_FLOOR_HALF_LIFE {
+            return false;
+        }
+        self.rto_floor /= 2;
+        self.rto_floor_at = (!self.rto_floor.is_zero()).then_some(now);
+        true
     }
 
     /// A timeout fired for packets on `path`. Returns true when this quarantined the path.
@@ -283,7 +343,7 @@ impl PathTable {
                 let mut s = p.stats.clone();
                 s.rtt_min = p.rtt.min();
                 s.rtt_smoothed = p.rtt.smoothed();
-                s.rto = p.rto(rto_min, rto_max);
+                s.rto = p.rto(rto_min.max(self.rto_floor), rto_max);
                 s
             })
             .collect()
