@@ -242,8 +242,8 @@ impl PathTable {
     /// quarter above how long that acknowledgement took (at most `rto_max`): an acknowledgement
     /// that late is mostly the hosts' doing (a worker descheduled, a queue in a shared-memory
     /// ring, which every path of a peer shares), and no path's own RTT samples show it. The
-    /// loss no longer counts against the path's score. Returns true when the floor rose (every
-    /// path's loss deadline moves).
+    /// path's loss score counts one more delivery, offsetting the loss. Returns true when the
+    /// floor rose (every path's loss deadline moves).
     pub fn on_spurious_loss(&mut self, path: PathId, sent_at: Instant, now: Instant, rto_max: Duration) -> bool {
         let Some(p) = self.paths.get_mut(path.0 as usize) else { return false };
         p.stats.spurious_losses += 1;
