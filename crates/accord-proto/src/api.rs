@@ -222,7 +222,8 @@ pub struct ConnectionStats {
     pub packets_sent: u64,
     pub packets_retransmitted: u64,
     pub packets_lost: u64,
-    /// Of `packets_lost`, those acknowledged before their retransmission went out (a timeout
+    /// Of `packets_lost`, those whose earlier transmission was acknowledged after all: before
+    /// the retransmission went out, or by an acknowledgement echoing the first copy (a timeout
     /// that fired on a late acknowledgement; see `PathStats::spurious_losses`).
     pub packets_lost_spurious: u64,
     pub acks_sent: u64,

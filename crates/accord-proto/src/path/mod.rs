@@ -47,8 +47,8 @@ pub struct PathStats {
     pub packets_lost: u64,
     pub retransmits_sent: u64,
     pub timeouts: u64,
-    /// Packets declared lost by a timeout whose first transmission was acknowledged after all
-    /// (the acknowledgement was late, nothing was lost).
+    /// Packets sent on this path, declared lost, whose earlier transmission was acknowledged
+    /// after all (the acknowledgement was late; nothing was lost).
     pub spurious_losses: u64,
     pub rtt_min: Duration,
     pub rtt_smoothed: Duration,
