@@ -362,15 +362,22 @@ fn exchange_timed(a: &mut Endpoint, b: &mut Endpoint, mem_b: &mut Memory, now: &
     b_to_a
 }
 
+/// Two endpoints with default configurations, connected over `exchange_timed` from 1 µs: the
+/// connection, `b`'s memory and the time reached.
+fn connected() -> (Endpoint, Endpoint, ConnectionHandle, Memory, Instant) {
+    let (mut a, mut b, conn) = pair(ConnectionConfig::default(), ConnectionConfig::default());
+    let mut mem_b = Memory::default();
+    let mut now = t(1);
+    exchange_timed(&mut a, &mut b, &mut mem_b, &mut now);
+    (a, b, conn, mem_b, now)
+}
+
 /// The issue-25 attack: ACKs captured during a transfer, replayed seconds later. Before the
 /// stale-frame rule each took an RTT sample of seconds; now none resolves anything, so RTT and
 /// RTO stay as the live traffic set them, every replay is counted, and later writes complete.
 #[test]
 fn replayed_old_acks_do_not_inflate_rtt_or_rto() {
-    let (mut a, mut b, conn) = pair(ConnectionConfig::default(), ConnectionConfig::default());
-    let mut mem_b = Memory::default();
-    let mut now = t(1);
-    exchange_timed(&mut a, &mut b, &mut mem_b, &mut now);
+    let (mut a, mut b, conn, mut mem_b, mut now) = connected();
     a.write(conn, WriteRequest { region: RegionId(1), key: KEY, offset: 0, len: 100_000, imm: None, tag: 0 }).unwrap();
     let captured = exchange_timed(&mut a, &mut b, &mut mem_b, &mut now);
     assert!(!captured.is_empty(), "the transfer produced ACKs to replay");
@@ -405,10 +412,7 @@ fn replayed_old_acks_do_not_inflate_rtt_or_rto() {
 /// A probe answer nobody asked for (forged or replayed) neither revives nor samples a path.
 #[test]
 fn unsolicited_probe_answers_are_stale() {
-    let (mut a, mut b, conn) = pair(ConnectionConfig::default(), ConnectionConfig::default());
-    let mut mem_b = Memory::default();
-    let mut now = t(1);
-    exchange_timed(&mut a, &mut b, &mut mem_b, &mut now);
+    let (mut a, b, conn, _mem_b, now) = connected();
     let b_conn = b.connections().next().unwrap();
     // b's name for a's connection is in the header of b's datagrams to a; forge from b's view.
     let mut buf = vec![0u8; 256];
@@ -598,9 +602,9 @@ fn write_and_hold_acks(
         let mut d = buf[..tx.header_len].to_vec();
         d.resize(tx.datagram_len(), 0);
         tx.seal_payload(&mut d);
-        held.push((tx.path, d));
+        held.push(d);
     }
-    held.into_iter().map(|(_, d)| d).collect()
+    held
 }
 
 /// A timeout that fires on a late acknowledgement (a descheduled worker, a queue in a
@@ -609,10 +613,7 @@ fn write_and_hold_acks(
 /// next ACK as late is waited for. The floor halves after a second without another.
 #[test]
 fn a_late_acknowledgement_teaches_its_path_a_longer_timeout() {
-    let (mut a, mut b, conn) = pair(ConnectionConfig::default(), ConnectionConfig::default());
-    let mut mem_b = Memory::default();
-    let mut now = t(1);
-    exchange_timed(&mut a, &mut b, &mut mem_b, &mut now);
+    let (mut a, mut b, conn, mut mem_b, mut now) = connected();
     let late = Duration::from_millis(8);
     let deliver = |a: &mut Endpoint, acks: &[Vec<u8>], at: Instant| {
         for d in acks {
@@ -665,10 +666,7 @@ fn a_late_acknowledgement_teaches_its_path_a_longer_timeout() {
 /// copy's transmit time, older than the retransmission's, and that tells the loss was spurious.
 #[test]
 fn a_late_acknowledgement_after_the_retransmission_is_known_by_its_echo() {
-    let (mut a, mut b, conn) = pair(ConnectionConfig::default(), ConnectionConfig::default());
-    let mut mem_b = Memory::default();
-    let mut now = t(1);
-    exchange_timed(&mut a, &mut b, &mut mem_b, &mut now);
+    let (mut a, mut b, conn, mut mem_b, mut now) = connected();
     let acks = write_and_hold_acks(&mut a, &mut b, &mut mem_b, conn, now);
     now = now + Duration::from_millis(8);
     a.handle_timeout(now);
