@@ -187,7 +187,7 @@ pub static KNOBS: &[Knob] = &[
         SharedMemory,
         Bytes,
         "8388608",
-        "data bytes of each ring, a power of two in 256 KiB..=1 GiB",
+        "data bytes of each ring, a power of two in 256 KiB..=1 GiB (the NCCL plugin's engine: 1 MiB unless set)",
     ),
     knob("ACCORD_SHM_DIR", SharedMemory, Path, "/dev/shm", "where ring files live; both peers must see the same one"),
     knob("ACCORD_SHM_SPIN_US", SharedMemory, Micros, "50", "how long a receiver polls rings and sockets before it sleeps"),
