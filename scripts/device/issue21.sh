@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Issue 21's device call, in one command (about 330 s on the 2xH200 host): every acceptance
+# Issue 21's device call, in one command (its runs end by HARD_S; session 50's calls on the
+# 2xH200 host took 65 s to build nccl-tests, 30-40 s for a round of b, 20 s a DDP run): every acceptance
 # target with the plugin's defaults, paired in time with tuned Socket and a baseline, then each
 # target judged by issue21_verdict.py.
 #   b) nccl_tests.sh twice (rounds b1, b2): all_reduce 1M..256M, both shapes (g2: one process
