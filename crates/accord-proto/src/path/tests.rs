@@ -129,3 +129,36 @@ fn recycling_skips_avoided_and_quarantined_paths_and_stays_bounded() {
         assert_ne!(p, PathId(3), "a quarantined path is never picked while others live");
     }
 }
+
+#[test]
+fn a_spurious_loss_raises_every_paths_floor_within_rto_max_and_it_halves_each_second() {
+    let mut table = PathTable::new(3, Duration::from_micros(10));
+    let (lo, hi) = (Duration::from_micros(100), Duration::from_millis(50));
+    let rto = |table: &PathTable, p: u16| table.rto(PathId(p), lo, hi).unwrap();
+    assert_eq!(rto(&table, 2), lo, "no floor before a spurious loss");
+    assert!(!table.decay_rto_floor(t(5_000_000)), "nothing to decay");
+
+    // Packet on path 1 sent at 0, acknowledged 8 ms later after being declared lost.
+    assert!(table.on_spurious_loss(PathId(1), t(0), t(8_000), hi));
+    assert_eq!(table.rto_floor(), Duration::from_millis(10), "a quarter above the lateness");
+    assert!((0..3).all(|p| rto(&table, p) == Duration::from_millis(10)), "every path waits that long");
+    assert_eq!(table.stats(lo, hi)[1].spurious_losses, 1);
+    // A less late one does not lower it; a later one than rto_max allows is capped.
+    assert!(!table.on_spurious_loss(PathId(0), t(10_000), t(12_000), hi));
+    assert_eq!(table.rto_floor(), Duration::from_millis(10));
+    assert!(table.on_spurious_loss(PathId(0), t(20_000), t(1_020_000), hi));
+    assert_eq!(table.rto_floor(), hi);
+
+    // Halves once a second has passed since it last moved, not before; zero ends the decay.
+    assert!(!table.decay_rto_floor(t(1_500_000)));
+    assert!(table.decay_rto_floor(t(2_020_000)));
+    assert_eq!(table.rto_floor(), hi / 2);
+    assert!(!table.decay_rto_floor(t(2_500_000)), "a second from the last halving");
+    let mut now = 2_020_000;
+    while !table.rto_floor().is_zero() {
+        now += 1_000_000;
+        assert!(table.decay_rto_floor(t(now)));
+    }
+    assert!(!table.decay_rto_floor(t(now + 10_000_000)));
+    assert_eq!(rto(&table, 1), lo);
+}
