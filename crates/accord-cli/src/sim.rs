@@ -55,6 +55,11 @@ pub enum SimCommand {
     /// Cut one of several paths halfway through a large write: it completes, and goodput after
     /// the cut is compared with the surviving paths' share of the goodput before it.
     PathCut(PathCutArgs),
+    /// A write while datagrams come late and nothing is lost, with the RTO floor learned from
+    /// spurious losses on and off (same seed): completion, losses declared and those found wrong.
+    /// Two kinds of lateness: a host that stalls before a send (everything after it waits: late
+    /// acknowledgements), and single datagrams held back (reordering).
+    LateAcks(LateAcksArgs),
     /// Every host writes --bytes to a distinct random host (a permutation) across a fat-tree;
     /// prints the ideal (line-rate) completion, FCT min/p50/p99/max, the largest slowdown,
     /// events and wall time. The default --nodes is 128 so it returns in seconds; the issue's
@@ -171,6 +176,21 @@ pub struct LossSweepArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct LateAcksArgs {
+    /// Bytes per write.
+    #[arg(long, default_value_t = 16 << 20, value_parser = parse_size)]
+    bytes: u64,
+    /// Paths (entropy values) the connection sprays over.
+    #[arg(long, default_value_t = 16)]
+    paths: u16,
+    /// A stall, or a held-back datagram, lasts up to this many microseconds (uniformly).
+    #[arg(long, default_value_t = 1000)]
+    late_us: u64,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args, Debug)]
 pub struct PathCutArgs {
     #[arg(long, default_value_t = 256 << 20, value_parser = parse_size)]
     bytes: u64,
@@ -223,6 +243,7 @@ pub fn run(cmd: SimCommand) -> Result<(), String> {
     match cmd {
         SimCommand::LossSweep(args) => loss_sweep(args),
         SimCommand::PathCut(args) => path_cut(args),
+        SimCommand::LateAcks(args) => late_acks(args),
         SimCommand::Permutation(args) => permutation(args),
         SimCommand::Incast(args) => incast(args),
     }
@@ -369,6 +390,73 @@ fn loss_sweep(args: LossSweepArgs) -> Result<(), String> {
         "{}",
         table::render(
             &["loss", "accord_goodput_%", "gbn_goodput_%", "accord_us", "gbn_us", "accord_retx", "gbn_rewinds"],
+            &body
+        )
+    );
+    Ok(())
+}
+
+fn late_acks(args: LateAcksArgs) -> Result<(), String> {
+    let cfg = scenario(&args.common, args.bytes, args.paths)?;
+    let late_us = validate::within("--late-us", args.late_us, 1, 10_000_000)?;
+    let late_by = std::time::Duration::from_micros(late_us);
+    let rows = scenarios::late_ack_sweep(&cfg, &scenarios::LATE_ACK_FRACTIONS, late_by).map_err(|e| e.to_string())?;
+    let us = |r: &scenarios::WriteRun| r.completion.as_secs_f64() * 1e6;
+    if args.common.json {
+        let run = |r: &scenarios::WriteRun| json!({ "completion_us": us(r), "retransmits": r.retransmits, "lost": r.lost, "lost_spurious": r.lost_spurious });
+        let rows: Vec<_> = rows
+            .iter()
+            .map(|r| {
+                json!({
+                    "lateness": r.lateness.name(),
+                    "late_fraction": r.late_fraction,
+                    "learned": run(&r.learned),
+                    "unlearned": run(&r.unlearned),
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            json!({ "bytes": args.bytes, "paths": args.paths, "late_us": late_us, "cc": args.common.cc, "seed": args.common.seed, "rows": rows })
+        );
+        return Ok(());
+    }
+    println!(
+        "# late datagrams, nothing lost: {} MiB write, 100 Gbit/s, 10 us RTT, {} paths, late by up to {} us, cc {}, seed {}",
+        args.bytes >> 20,
+        args.paths,
+        late_us,
+        args.common.cc,
+        args.common.seed
+    );
+    println!("# late: the fraction of the datagrams each host sends that first stall their host (stall) or are held back (reorder)");
+    println!("# learned: the RTO floor learned from spurious losses (default); unlearned: off; ratio = unlearned us / learned us");
+    let body: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.lateness.name().to_string(),
+                loss_label(r.late_fraction),
+                format!("{:.1}", us(&r.learned)),
+                format!("{:.1}", us(&r.unlearned)),
+                format!("{:.3}", us(&r.unlearned) / us(&r.learned)),
+                format!("{}/{}/{}", r.learned.lost, r.learned.lost_spurious, r.learned.retransmits),
+                format!("{}/{}/{}", r.unlearned.lost, r.unlearned.lost_spurious, r.unlearned.retransmits),
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        table::render(
+            &[
+                "lateness",
+                "late",
+                "learned_us",
+                "unlearned_us",
+                "ratio",
+                "learned_lost/spurious/retx",
+                "unlearned_lost/spurious/retx"
+            ],
             &body
         )
     );

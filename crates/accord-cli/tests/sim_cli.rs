@@ -139,3 +139,26 @@ fn permutation_plot_is_an_fct_cdf_with_one_point_per_flow() {
         .unwrap_or(0);
     assert_eq!(most_points, 16, "{body}");
 }
+
+#[test]
+fn late_acks_compares_the_learned_floor_under_both_kinds_of_lateness() {
+    let (ok, stdout, stderr) = accord(&["sim", "late-acks", "--bytes", "1048576", "--json"]);
+    assert!(ok, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 10, "five fractions for each of stall and reorder");
+    for kind in ["stall", "reorder"] {
+        assert_eq!(rows.iter().filter(|r| r["lateness"] == kind).count(), 5);
+    }
+    for row in rows {
+        for side in ["learned", "unlearned"] {
+            for field in ["completion_us", "retransmits", "lost", "lost_spurious"] {
+                assert!(row[side][field].is_number(), "{side}.{field} missing in {row}");
+            }
+        }
+    }
+    // Nothing late: the floor never moves, so both runs are the same run.
+    assert_eq!(rows[0]["learned"], rows[0]["unlearned"]);
+    let (ok, _, stderr) = accord(&["sim", "late-acks", "--late-us", "0"]);
+    assert!(!ok && stderr.contains("--late-us 0 is out of range"), "{stderr}");
+}

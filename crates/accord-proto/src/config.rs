@@ -41,6 +41,11 @@ pub struct ConnectionConfig {
     /// A packet is lost when one sent this many packets later on the same path was acked.
     /// Default 3.
     pub reorder_threshold_packets: u32,
+    /// Whether a loss found wrong (its packet acknowledged after all) raises the paths' RTO
+    /// floor to cover that late acknowledgement (`PathTable::raise_rto_floor`). Default on; off
+    /// only to measure what it brings (`accord sim late-acks`). Found losses are counted either
+    /// way.
+    pub learn_rto_floor: bool,
     /// Consecutive timeouts after which a path is quarantined and only probed. Default 2.
     pub quarantine_after_timeouts: u32,
     /// Interval between probes of a quarantined path. Default 5 ms.
@@ -78,6 +83,7 @@ impl Default for ConnectionConfig {
             rto_min: Duration::from_millis(1),
             rto_max: Duration::from_millis(200),
             reorder_threshold_packets: 3,
+            learn_rto_floor: true,
             quarantine_after_timeouts: 2,
             probe_interval: Duration::from_millis(5),
             ack_every_packets: 8,

@@ -57,6 +57,11 @@ pub struct FaultConfig {
     /// fault the UDP checksum misses, or one past it): only the protocol's end-to-end check
     /// can catch it.
     pub corrupt_undetected: f64,
+    /// Probability that a host, about to send a datagram, first stalls for up to `stall_max`
+    /// (uniformly): everything it sends waits, in order, nothing is lost. A receiver whose
+    /// worker was descheduled, or whose shared-memory ring queued up, acknowledges so late.
+    pub stall: f64,
+    pub stall_max: Duration,
 }
 
 /// What the fault model decided for one datagram.
@@ -90,6 +95,15 @@ impl FaultConfig {
             return None;
         }
         Some(Duration::from_nanos(rng.gen_range(1..=self.replay_delay_max.as_nanos() as u64)))
+    }
+
+    /// For a datagram about to be sent: how long its host stalls first, if it does. Draws only
+    /// when stalls are configured, so other configurations keep their streams.
+    pub fn decide_stall(&self, rng: &mut ChaCha8Rng) -> Option<Duration> {
+        if self.stall <= 0.0 || self.stall_max.is_zero() || !rng.gen_bool(self.stall.min(1.0)) {
+            return None;
+        }
+        Some(Duration::from_nanos(rng.gen_range(1..=self.stall_max.as_nanos() as u64)))
     }
 
     /// For a datagram of `len` bytes being delivered: the bit to flip past the frame check, if
@@ -128,6 +142,12 @@ impl Nic {
         self.datagrams_sent += 1;
         self.bytes_sent += bytes;
         self.free_at
+    }
+
+    /// The host stalls from `now` (or from when the NIC frees up) for `pause`: later datagrams
+    /// start serialising after it.
+    pub fn stall(&mut self, now: Instant, pause: Duration) {
+        self.free_at = self.free_at.max(now) + pause;
     }
 
     /// A datagram of `bytes` finished serialising.

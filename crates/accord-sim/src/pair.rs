@@ -122,6 +122,8 @@ pub struct WireCounters {
     pub replayed: u64,
     /// Delivered with a bit flipped past the frame check (`FaultConfig::corrupt_undetected`).
     pub flipped: u64,
+    /// Host stalls before a send (`FaultConfig::stall`).
+    pub stalls: u64,
 }
 
 /// The stale-frame rule of `accord_proto` (crate doc), checked around every replayed
@@ -487,6 +489,10 @@ impl PairSim {
             datagram.resize(t.datagram_len(), 0); // room for a MAC trailer, if the mode adds one
             t.seal_payload(&mut datagram);
             let bytes = datagram.len() as u64;
+            if let Some(pause) = self.config.faults.decide_stall(&mut self.rng) {
+                host.nic.stall(now, pause);
+                self.wire.stalls += 1;
+            }
             let departs = host.nic.enqueue(now, bytes, &self.config.link);
             self.queue.push(departs, SimEvent::NicDequeued { host: side, bytes });
             self.wire.sent += 1;

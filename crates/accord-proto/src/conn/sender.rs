@@ -382,7 +382,10 @@ impl Connection {
             if let Some(packet) = self.send.resolve(psn) {
                 if let Some(first_sent_at) = spurious_loss(psn, &packet, ack) {
                     self.stats.packets_lost_spurious += 1;
-                    floor_moved |= self.paths.on_spurious_loss(packet.path, first_sent_at, now, self.config.rto_max);
+                    self.paths.note_spurious_loss(packet.path);
+                    if self.config.learn_rto_floor {
+                        floor_moved |= self.paths.raise_rto_floor(first_sent_at, now, self.config.rto_max);
+                    }
                 }
                 acked_bytes += packet.len as u64;
                 acked_packets += 1;

@@ -134,7 +134,7 @@ pub struct PathTable {
     /// Sum of the active paths' loss scores, kept by every method that changes a score or a
     /// path's health, so the chunk-size decision reads the mean without a scan.
     loss_score_active_sum: f64,
-    /// Smallest RTO any path allows, learned from spurious losses ([`PathTable::on_spurious_loss`]):
+    /// Smallest RTO any path allows, learned from spurious losses ([`PathTable::raise_rto_floor`]):
     /// a packet declared lost and then acknowledged anyway shows how late an acknowledgement can
     /// be, which the smoothed RTT of the prompt ones does not. Zero until the first; halves every
     /// [`RTO_FLOOR_HALF_LIFE`] without another.
@@ -237,17 +237,21 @@ impl PathTable {
         self.rto_floor
     }
 
-    /// A packet sent on `path` at `sent_at`, declared lost, was acknowledged at `now` before its
-    /// retransmission: the declaration was spurious. The RTO floor of every path rises to a
-    /// quarter above how long that acknowledgement took (at most `rto_max`): an acknowledgement
-    /// that late is mostly the hosts' doing (a worker descheduled, a queue in a shared-memory
-    /// ring, which every path of a peer shares), and no path's own RTT samples show it. The
-    /// path's loss score counts one more delivery, offsetting the loss. Returns true when the
-    /// floor rose (every path's loss deadline moves).
-    pub fn on_spurious_loss(&mut self, path: PathId, sent_at: Instant, now: Instant, rto_max: Duration) -> bool {
-        let Some(p) = self.paths.get_mut(path.0 as usize) else { return false };
+    /// A packet sent on `path`, declared lost, was acknowledged after all (the caller found the
+    /// declaration wrong). The path's loss score counts one more delivery, offsetting the loss.
+    pub fn note_spurious_loss(&mut self, path: PathId) {
+        let Some(p) = self.paths.get_mut(path.0 as usize) else { return };
         p.stats.spurious_losses += 1;
         self.note_outcome(path, false);
+    }
+
+    /// A packet sent at `sent_at` and declared lost was acknowledged at `now`. The RTO floor of
+    /// every path rises to a quarter above how long that acknowledgement took (at most
+    /// `rto_max`): an acknowledgement that late is mostly the hosts' doing (a worker
+    /// descheduled, a queue in a shared-memory ring, which every path of a peer shares), and no
+    /// path's own RTT samples show it. Returns true when the floor rose (every path's loss
+    /// deadline moves).
+    pub fn raise_rto_floor(&mut self, sent_at: Instant, now: Instant, rto_max: Duration) -> bool {
         let took = now.saturating_duration_since(sent_at);
         let floor = (took + took / 4).min(rto_max);
         self.rto_floor_at = Some(now);

@@ -139,14 +139,15 @@ fn a_spurious_loss_raises_every_paths_floor_within_rto_max_and_it_halves_each_se
     assert!(!table.decay_rto_floor(t(5_000_000)), "nothing to decay");
 
     // Packet on path 1 sent at 0, acknowledged 8 ms later after being declared lost.
-    assert!(table.on_spurious_loss(PathId(1), t(0), t(8_000), hi));
+    table.note_spurious_loss(PathId(1));
+    assert!(table.raise_rto_floor(t(0), t(8_000), hi));
     assert_eq!(table.rto_floor(), Duration::from_millis(10), "a quarter above the lateness");
     assert!((0..3).all(|p| rto(&table, p) == Duration::from_millis(10)), "every path waits that long");
     assert_eq!(table.stats(lo, hi)[1].spurious_losses, 1);
     // A less late one does not lower it; a later one than rto_max allows is capped.
-    assert!(!table.on_spurious_loss(PathId(0), t(10_000), t(12_000), hi));
+    assert!(!table.raise_rto_floor(t(10_000), t(12_000), hi));
     assert_eq!(table.rto_floor(), Duration::from_millis(10));
-    assert!(table.on_spurious_loss(PathId(0), t(20_000), t(1_020_000), hi));
+    assert!(table.raise_rto_floor(t(20_000), t(1_020_000), hi));
     assert_eq!(table.rto_floor(), hi);
 
     // Halves once a second has passed since it last moved, not before; zero ends the decay.
