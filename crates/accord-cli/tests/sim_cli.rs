@@ -7,11 +7,16 @@ fn accord(args: &[&str]) -> (bool, String, String) {
     (out.status.success(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
 }
 
+/// Runs `accord` with `args` (which include `--json`), expects success, returns its one object.
+fn accord_json(args: &[&str]) -> serde_json::Value {
+    let (ok, stdout, stderr) = accord(args);
+    assert!(ok, "{stderr}");
+    serde_json::from_str(stdout.trim()).expect("one JSON object")
+}
+
 #[test]
 fn loss_sweep_json_has_the_issue_shape() {
-    let (ok, stdout, stderr) = accord(&["sim", "loss-sweep", "--bytes", "1048576", "--json"]);
-    assert!(ok, "{stderr}");
-    let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    let v = accord_json(&["sim", "loss-sweep", "--bytes", "1048576", "--json"]);
     let rows = v["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 6);
     for row in rows {
@@ -142,9 +147,7 @@ fn permutation_plot_is_an_fct_cdf_with_one_point_per_flow() {
 
 #[test]
 fn late_acks_compares_the_learned_floor_under_both_kinds_of_lateness() {
-    let (ok, stdout, stderr) = accord(&["sim", "late-acks", "--bytes", "1048576", "--json"]);
-    assert!(ok, "{stderr}");
-    let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    let v = accord_json(&["sim", "late-acks", "--bytes", "1048576", "--json"]);
     let rows = v["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 10, "five fractions for each of stall and reorder");
     for kind in ["stall", "reorder"] {
