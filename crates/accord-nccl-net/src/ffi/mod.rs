@@ -620,7 +620,7 @@ fn log_statistics(rt: &Runtime) {
     log::info(
         abi::SUBSYS_NET,
         line!(),
-        &format!("bytes placed with streaming stores: {}", accord_net::streaming::bytes_streamed()),
+        &format!("bytes placed with streaming stores: {}", accord_engine::streaming::bytes_streamed()),
     );
     // With ACCORD_ENGINE_DEBUG: where the workers' time went, summed over lanes.
     let mut time = accord_engine::WorkerTime::default();
