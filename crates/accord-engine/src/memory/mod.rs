@@ -191,6 +191,25 @@ pub(crate) struct Region {
     pub(crate) streamed: bool,
 }
 
+impl Region {
+    /// Copies `len` bytes from `src` to `dst`, inside this region: with streaming stores where
+    /// this region takes them ([`MemoryKind::HostForDevice`]), plain ones otherwise.
+    ///
+    /// # Safety
+    /// `dst..dst + len` must lie inside this registered region, `src` must be valid for reads
+    /// of `len` bytes, and the two ranges must not overlap.
+    unsafe fn land(&self, dst: *mut u8, src: *const u8, len: usize) {
+        // Safety: forwarded from this function's contract.
+        unsafe {
+            if self.streamed {
+                accord_net::streaming::copy_streaming(dst, src, len)
+            } else {
+                std::ptr::copy_nonoverlapping(src, dst, len)
+            }
+        }
+    }
+}
+
 /// Whatever keeps registered memory alive; every transfer reading the region holds a clone,
 /// so the memory outlives the last of them even when the region is deregistered first.
 pub type MemoryOwner = Arc<dyn std::any::Any + Send + Sync>;
@@ -308,13 +327,7 @@ impl RegionTable {
         // Safety: the range was just checked against the region, which is registered and so
         // valid memory (rule 1 of the module: deregistration waits for this read lock).
         let dst = (region.base + offset as usize) as *mut u8;
-        unsafe {
-            if region.streamed {
-                accord_net::streaming::copy_streaming(dst, bytes.as_ptr(), bytes.len())
-            } else {
-                std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len())
-            }
-        };
+        unsafe { region.land(dst, bytes.as_ptr(), bytes.len()) };
         true
     }
 }
@@ -372,18 +385,14 @@ impl RegionTable {
         let dst = (region.base + offset as usize) as *mut u8;
         match src {
             // Safety: both ranges are inside live memory (the destination checked above under
-            // the table's lock, the source by rule 2); `copy` allows them to overlap.
-            // Streaming stores only where the two ranges do not overlap.
+            // the table's lock, the source by rule 2); `land` only where they do not overlap,
+            // `copy` (which allows it) where they do.
             Source::Region { base, .. }
-                if region.streamed
-                    && (*base + len as usize <= dst as usize || dst as usize + len as usize <= *base) =>
-            unsafe { accord_net::streaming::copy_streaming(dst, *base as *const u8, len as usize) },
+                if *base + len as usize <= dst as usize || dst as usize + len as usize <= *base =>
+            unsafe { region.land(dst, *base as *const u8, len as usize) },
             Source::Region { base, .. } => unsafe { std::ptr::copy(*base as *const u8, dst, len as usize) },
             // Safety: the destination range was checked above; the source is our own slice.
-            Source::Bytes(b) if region.streamed => unsafe {
-                accord_net::streaming::copy_streaming(dst, b.as_ptr(), b.len())
-            },
-            Source::Bytes(b) => unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), dst, b.len()) },
+            Source::Bytes(b) => unsafe { region.land(dst, b.as_ptr(), b.len()) },
         }
         true
     }
