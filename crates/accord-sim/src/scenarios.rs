@@ -23,7 +23,8 @@ pub struct ScenarioConfig {
     pub cc: CcKind,
 }
 
-/// Fractions of datagrams delivered late in `accord sim late-acks` (each direction).
+/// Fractions of the datagrams each host sends that come late in `accord sim late-acks`: that
+/// stall their host first, or that are held back alone.
 pub const LATE_ACK_FRACTIONS: [f64; 5] = [0.0, 1.0 / 4096.0, 1.0 / 1024.0, 1.0 / 256.0, 1.0 / 64.0];
 
 /// Result of moving one write through the pair.
@@ -46,12 +47,7 @@ fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
 }
 
 fn pair_config(cfg: &ScenarioConfig, faults: FaultConfig) -> PairConfig {
-    pair_config_with(cfg, faults, true)
-}
-
-fn pair_config_with(cfg: &ScenarioConfig, faults: FaultConfig, learn_rto_floor: bool) -> PairConfig {
     let mut pc = PairConfig::datacenter(cfg.seed);
-    pc.endpoint.connection.learn_rto_floor = learn_rto_floor;
     pc.faults = faults;
     pc.endpoint.connection.path_count = cfg.paths;
     pc.endpoint.connection.cc = cfg.cc.clone();
@@ -265,9 +261,11 @@ pub fn late_ack_sweep(cfg: &ScenarioConfig, fractions: &[f64], late_by: Duration
     let mut rows = Vec::new();
     for lateness in [Lateness::Stall, Lateness::Reorder] {
         for &late_fraction in fractions {
-            let faults = lateness.faults(late_fraction, late_by);
-            let (learned, _) = run_write_in(pair_config_with(cfg, faults.clone(), true), cfg, None)?;
-            let (unlearned, _) = run_write_in(pair_config_with(cfg, faults, false), cfg, None)?;
+            let learning = pair_config(cfg, lateness.faults(late_fraction, late_by));
+            let mut unlearning = learning.clone();
+            unlearning.endpoint.connection.learn_rto_floor = false;
+            let (learned, _) = run_write_in(learning, cfg, None)?;
+            let (unlearned, _) = run_write_in(unlearning, cfg, None)?;
             rows.push(LateAckRow { lateness, late_fraction, learned, unlearned });
         }
     }

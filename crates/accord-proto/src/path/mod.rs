@@ -139,7 +139,8 @@ pub struct PathTable {
     /// be, which the smoothed RTT of the prompt ones does not. Zero until the first; halves every
     /// [`RTO_FLOOR_HALF_LIFE`] without another.
     rto_floor: Duration,
-    /// When `rto_floor` was last raised or halved (None while it is zero).
+    /// When a spurious loss last raised or confirmed `rto_floor`, or it last halved: the
+    /// half-life counts from there.
     rto_floor_at: Option<Instant>,
 }
 
@@ -347,7 +348,7 @@ impl PathTable {
                 let mut s = p.stats.clone();
                 s.rtt_min = p.rtt.min();
                 s.rtt_smoothed = p.rtt.smoothed();
-                s.rto = p.rto(rto_min.max(self.rto_floor), rto_max);
+                s.rto = self.rto(p.id, rto_min, rto_max).unwrap_or(rto_min);
                 s
             })
             .collect()
