@@ -29,7 +29,7 @@
 #               plugin's default before session 50 (the baseline of its smaller rings)
 #   accord_ring1m  ACCORD_SHM_RING_BYTES=1048576: 1 MiB rings said explicitly (the plugin's default
 #               since the end of session 50)
-#   accord_ring2m  ACCORD_SHM_RING_BYTES=2097152: the plugin's 2 MiB rings of session 50's calls 3-6
+#   accord_ring2m  ACCORD_SHM_RING_BYTES=2097152: the plugin's 2 MiB rings of session 50's calls 4-6
 #   accord_timed  the plugin's defaults with ACCORD_ENGINE_DEBUG=1: every worker prints where its
 #               time goes (receive, transmit, poll, ...) every 250 ms on stderr, and with
 #               NCCL_DEBUG=INFO the finalize line sums the lanes (what bounds a shape)

@@ -55,7 +55,8 @@ pub struct Device {
 /// Why: with one process per GPU every byte crosses a ring, and the plugin runs many lanes
 /// (12 a rank on the 2xH200 host), each with a ring to each peer. At the engine's 8 MiB those
 /// rings, by our reading (no cache counters were taken), outgrow the last-level cache beside
-/// NCCL's buffers, and their bytes go through memory twice more. Measured in session 50 (docs/results/2026-11-28-plugin-rings.md):
+/// NCCL's buffers, and their bytes go through memory twice more. Measured in session 50
+/// (docs/results/2026-11-28-plugin-rings.md):
 /// - nccl-tests' all_reduce at 256 MiB, one process per GPU, 2xH200: 18.44-19.42 GB/s busbw
 ///   with 2 MiB rings against 15.05-16.26 with 8 MiB, three interleaved rounds of one call;
 ///   1 MiB gave 20.59 and 32 MiB 15.65 in single runs;

@@ -1,10 +1,11 @@
 //! Where a worker's time goes, phase by phase of its loop (`ACCORD_ENGINE_DEBUG`).
 //!
 //! Why: a worker that polls shows 100% of a core whether it copies, runs the protocol or waits,
-//! so per-thread CPU cannot say what bounds a stream. At stop 49 streaming stores, which halve a
-//! cold copy's cost, did not move the NCCL plugin's one-process-per-GPU shape
-//! (docs/results/2026-11-28-streaming-stores.md); this split says where its workers' time goes
-//! instead (receiving and placing, transmitting, protocol, polling). Off, a lap is one branch.
+//! so per-thread CPU cannot say what bounds a stream. At stop 49 streaming stores, which cut a
+//! cold copy's memory traffic by a third, did not move the NCCL plugin's one-process-per-GPU
+//! shape (docs/results/2026-11-28-streaming-stores.md); this split says where its workers' time
+//! goes instead (receiving and placing, transmitting, protocol, polling). Session 50 read it
+//! there: a quarter idle (docs/results/2026-11-28-plugin-rings.md). Off, a lap is one branch.
 
 use std::time::Instant;
 
