@@ -96,13 +96,13 @@ for step in ${STEPS:-b c}; do
             # The build happens in round b1 (counted as two more runs); each run is bounded.
             for r in b1 b2; do
                 run_step "$r" 8 60 SHAPES="g2 mp" TRANSPORTS="socket accord $BASELINE" ITERS=20 WARMUP=5 \
-                    EXTRA_ENV="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET" -- \
+                    EXTRA_ENV="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV" -- \
                     bash "$HERE/nccl_tests.sh" "$LOGS/$r"
             done
             ;;
         c)
             run_step c 9 60 TRANSPORTS="socket accord $BASELINE" ROUNDS=3 STEPS=30 \
-                EXTRA_ENV="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT" -- \
+                EXTRA_ENV="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV" -- \
                 bash "$HERE/ddp_transports.sh" "$LOGS/c"
             ;;
         *) say "issue21: unknown step $step (a, b or c)" ;;
@@ -116,10 +116,11 @@ if [ "${DRY_RUN:-0}" != 1 ]; then
         [ -e "$LOGS/c/ddp.jsonl" ] && ddp=(--ddp "$LOGS/c/ddp.jsonl")
         python3 "$HERE/issue21_verdict.py" --transport "$transport" "${ddp[@]}" $summaries 2>&1 | tee -a "$SUMMARY"
     done
-    # What the plugin said about its devices and GPUDirect, once per distinct line, then its
+    # What the plugin said about its devices and GPUDirect, once per distinct line (engine ids
+    # dropped), and NCCL's own line for an NCCL_BUFFSIZE a transport sets (ENV); then the
     # GPU-buffer counters per run (logged at finalize with NCCL_DEBUG_SUBSYS including NET).
-    grep -h "Accord net plugin ready\|NCCL_NET_GDR_LEVEL\|GPU Direct RDMA" -r "$LOGS" 2>/dev/null |
-        sed 's/^.*NCCL INFO //' | sort | uniq -c | sort -rn | head -40 | tee -a "$SUMMARY"
+    grep -h "NCCL INFO .*\(Accord net plugin ready\|NCCL_NET_GDR_LEVEL\|GPU Direct RDMA\|NCCL_BUFFSIZE\)" -r "$LOGS" 2>/dev/null |
+        sed 's/^.*NCCL INFO //; s/engine [0-9a-f]*, //' | sort | uniq -c | sort -rn | head -40 | tee -a "$SUMMARY"
     grep -r "GPU buffers: bounce_waits" "$LOGS" 2>/dev/null | sed "s|^$LOGS/||; s|:.*NCCL INFO | |" | tee -a "$SUMMARY"
     tar -czf "$OUT/logs.tar.gz" -C "$LOGS" .
 fi

@@ -45,7 +45,22 @@
 #   accord_enginepoll ACCORD_AWAIT_POLL_US=500 ACCORD_SHM_SPIN_US=50: the engine's own poll windows
 #               spelled out (the plugin's default again since stop 44; the baseline accord_spin
 #               was paired with)
+#
+# Any name may carry extra settings after "+": "accord+ACCORD_TUNER=0+NCCL_BUFFSIZE=1048576" is
+# accord's environment with those two words added, so a one-off sweep needs no new name here
+# (the name is also the log file's, so keep values to letters, digits, "_", "." and "=").
 transport_env() {
+    local base=${1%%+*} extra=""
+    if [ "$base" != "$1" ]; then
+        extra=${1#*+}
+        extra=${extra//+/ }
+    fi
+    local words
+    words=$(transport_env_base "$base" "$2")
+    if [ "$words" = UNKNOWN ]; then echo UNKNOWN; else echo "$words $extra"; fi
+}
+
+transport_env_base() {
     local net_only="NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1"
     local accord="NCCL_NET=Accord NCCL_NET_PLUGIN=$2/libnccl-net-accord.so LD_LIBRARY_PATH=$2:${LD_LIBRARY_PATH:-} ACCORD_NET_IFS=${ACCORD_NET_IFS:-127.0.0.1}"
     case "$1" in

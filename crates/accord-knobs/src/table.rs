@@ -353,7 +353,7 @@ pub static KNOBS: &[Knob] = &[
     // ---- NCCL tuner ----
     knob("ACCORD_TUNER", Tuner, Switch, "1", "0: NCCL's own protocol and channel choices"),
     knob("ACCORD_TUNER_MIN_BYTES", Tuner, Bytes, "131072", "collectives at least this long are tuned"),
-    knob("ACCORD_TUNER_CHANNEL_BYTES", Tuner, Bytes, "2097152", "bytes of a collective per channel"),
+    knob("ACCORD_TUNER_CHANNEL_BYTES", Tuner, Bytes, "2097152", "bytes of a collective per channel (unset: NCCL_BUFFSIZE when that is smaller)"),
     knob("ACCORD_TUNER_LOG", Tuner, Switch, "0", "log each decision once per collective and size"),
     // ---- CUDA ----
     knob("ACCORD_CUDA_LIB_DIRS", Cuda, List, "-", "extra directories searched for libcuda and libnvrtc"),

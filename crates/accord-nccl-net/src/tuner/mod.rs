@@ -51,7 +51,8 @@ pub struct TunerPolicy {
     pub enabled: bool,
     /// Shortest collective the policy touches.
     pub min_bytes: u64,
-    /// Bytes of the collective each channel should carry.
+    /// Bytes of the collective each channel should carry (unset: [`TUNER_CHANNEL_BYTES_DEFAULT`],
+    /// or `NCCL_BUFFSIZE` when that is smaller).
     pub channel_bytes: u64,
     /// Log decisions (once per collective type and power-of-two size).
     pub log: bool,
@@ -96,6 +97,12 @@ impl TunerPolicy {
                 return Err("ACCORD_TUNER_CHANNEL_BYTES must be non-zero".into());
             }
             p.channel_bytes = bytes;
+        } else if let Some(buffer) = nccl_buffer_bytes(env) {
+            // A channel gets at least one NCCL buffer's worth, not more: with NCCL_BUFFSIZE=1 MiB,
+            // 4 MiB on NCCL's 16 channels gave 12.03-13.11 GB/s (g2) and 10.42-12.27 (mp) on the
+            // 2xH200 host against 9.41-9.70 and 6.27-8.24 on the 2 channels of 2 MiB each
+            // (session 51, `bash .carry/c20/run1.sh $OUT`, docs/results/2026-11-28-plugin-buffers.md).
+            p.channel_bytes = p.channel_bytes.min(buffer);
         }
         if let Some(on) = get(env, "ACCORD_TUNER_LOG").map_err(read)? {
             p.log = on;
@@ -124,6 +131,12 @@ impl TunerPolicy {
         }
         decision
     }
+}
+
+/// `NCCL_BUFFSIZE` as NCCL reads it (a positive integer of bytes), or None when unset or not
+/// one.
+fn nccl_buffer_bytes(env: &dyn Fn(&str) -> Option<String>) -> Option<u64> {
+    env("NCCL_BUFFSIZE")?.trim().parse::<u64>().ok().filter(|b| *b > 0)
 }
 
 #[cfg(test)]

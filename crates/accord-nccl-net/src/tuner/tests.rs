@@ -79,3 +79,26 @@ fn environment_overrides_and_bad_values() {
     assert!(env(&[("ACCORD_TUNER", "yes")]).is_err());
     assert!(env(&[("ACCORD_TUNER_LOG", "1")]).unwrap().log);
 }
+
+#[test]
+fn a_channel_carries_at_least_one_nccl_buffer() {
+    let env = |pairs: &[(&str, &str)]| {
+        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        TunerPolicy::from_lookup(move |n| m.get(n).cloned()).unwrap()
+    };
+    assert_eq!(env(&[("NCCL_BUFFSIZE", "1048576")]).channel_bytes, 1 << 20, "a user's 1 MiB buffers");
+    assert_eq!(
+        env(&[("NCCL_BUFFSIZE", "8388608")]).channel_bytes,
+        TUNER_CHANNEL_BYTES_DEFAULT,
+        "never above the default"
+    );
+    assert_eq!(env(&[("NCCL_BUFFSIZE", "0")]).channel_bytes, TUNER_CHANNEL_BYTES_DEFAULT);
+    assert_eq!(env(&[("NCCL_BUFFSIZE", "big")]).channel_bytes, TUNER_CHANNEL_BYTES_DEFAULT, "not a size");
+    let both = env(&[("NCCL_BUFFSIZE", "1048576"), ("ACCORD_TUNER_CHANNEL_BYTES", "4194304")]);
+    assert_eq!(both.channel_bytes, 4 << 20, "the knob said otherwise");
+    // At 1 MiB one channel; at 4 MiB NCCL's own count.
+    let p = env(&[("NCCL_BUFFSIZE", "1048576")]);
+    let mut table = vec![1.0f32; 3];
+    assert_eq!(p.decide(2, 1 << 20, &mut table, 3).channels, Some(1));
+    assert_eq!(p.decide(2, 4 << 20, &mut table, 3).channels, None);
+}
