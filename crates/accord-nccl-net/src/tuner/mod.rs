@@ -22,7 +22,9 @@
 //! (NCCL then picks among the Simple entries with its own costs), and give
 //! `ceil(bytes / channel_bytes)` channels while that is fewer than
 //! [`CHANNELS_LEFT_TO_NCCL_FROM`] (from there NCCL's own channel count stands; it is what
-//! large sizes want). Single-node communicators and small collectives are left alone.
+//! large sizes want). `channel_bytes` is 2 MiB, or `NCCL_BUFFSIZE` where that is smaller: a
+//! channel is given no more than one of NCCL's buffers' worth of the collective. Single-node
+//! communicators and small collectives are left alone.
 
 pub mod ffi;
 
@@ -98,10 +100,10 @@ impl TunerPolicy {
             }
             p.channel_bytes = bytes;
         } else if let Some(buffer) = nccl_buffer_bytes(env) {
-            // A channel gets at least one NCCL buffer's worth, not more: with NCCL_BUFFSIZE=1 MiB,
+            // A channel gets no more than one NCCL buffer's worth: with NCCL_BUFFSIZE=1 MiB,
             // 4 MiB on NCCL's 16 channels gave 12.03-13.11 GB/s (g2) and 10.42-12.27 (mp) on the
             // 2xH200 host against 9.41-9.70 and 6.27-8.24 on the 2 channels of 2 MiB each
-            // (session 51, `bash .carry/c20/run1.sh $OUT`, docs/results/2026-11-28-plugin-buffers.md).
+            // (session 51, docs/results/2026-11-28-plugin-buffers.md section 2, which quotes the command).
             p.channel_bytes = p.channel_bytes.min(buffer);
         }
         if let Some(on) = get(env, "ACCORD_TUNER_LOG").map_err(read)? {

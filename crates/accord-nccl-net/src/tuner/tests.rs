@@ -81,7 +81,7 @@ fn environment_overrides_and_bad_values() {
 }
 
 #[test]
-fn a_channel_carries_at_least_one_nccl_buffer() {
+fn a_channel_carries_no_more_than_one_nccl_buffer() {
     let env = |pairs: &[(&str, &str)]| {
         let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         TunerPolicy::from_lookup(move |n| m.get(n).cloned()).unwrap()
