@@ -50,10 +50,14 @@
 # accord's environment with those two words added, so a one-off sweep needs no new name here
 # (the name is also the log file's, so keep values to letters, digits, "_", "." and "=").
 transport_env() {
-    local base=${1%%+*} extra=""
+    local base=${1%%+*} extra="" word
     if [ "$base" != "$1" ]; then
         extra=${1#*+}
         extra=${extra//+/ }
+        # Every extra word must be VAR=value: a bare word would become the command `env` runs.
+        for word in $extra; do
+            [[ "$word" =~ ^[A-Za-z_][A-Za-z0-9_]*=[A-Za-z0-9_.=]*$ ]] || { echo UNKNOWN; return; }
+        done
     fi
     local words
     words=$(transport_env_base "$base" "$2")
