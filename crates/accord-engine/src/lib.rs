@@ -82,6 +82,7 @@ pub use accord_proto::{
     UnknownNameError,
 };
 pub use accord_proto::{path::PathStats, ConnectionStats};
+pub use accord_sys::shared_map::{SharedMapError, SharedMapFailure, SharedMapping};
 pub use address::{
     DeviceIpcBytes, DeviceRegionInfo, EngineAddress, EngineId, MrDescriptor, SharedHostInfo, DEVICE_IPC_HANDLE_BYTES,
 };
@@ -115,7 +116,6 @@ pub use engine::{PAGES_PER_WRITE_MAX, SCATTER_DESTINATIONS_MAX, SHARD_ALIGN_BYTE
 pub use error::{BarrierError, BuildError, ParseError, RangeError, RegisterError, SubmitError, TransferError};
 pub use imm::{ImmCounter, ImmError, IMM_COUNTERS_MAX, IMM_EXPECTATIONS_MAX, IMM_LOST_TRACKED_MAX};
 pub use liveness::{PeerDeath, PeerWaitError, PeerWatch};
-pub use memory::shared_map::{SharedMapError, SharedMapFailure, SharedMapping};
 pub use memory::{
     current_gpu, device_memory_has_owner_context, device_ordinal_of, gpus_visible, MemoryKind, MemoryOwner, MrBuffer,
     MrHandle, ALLOC_ALIGN_BYTES, REGIONS_MAX, REGION_BYTES_MAX,

@@ -19,7 +19,6 @@ use std::ptr::NonNull;
 use std::sync::{Arc, RwLock};
 
 pub(crate) mod shared_file;
-pub(crate) mod shared_map;
 
 /// Most regions one engine may have registered at once.
 pub const REGIONS_MAX: usize = 1 << 20;

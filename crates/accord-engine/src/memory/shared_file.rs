@@ -15,8 +15,8 @@
 //! its first one.
 #![allow(unsafe_code)]
 
-use super::shared_map::{SharedMapFailure, SharedMapping};
 use crate::address::{EngineId, SharedHostInfo};
+use accord_sys::shared_map::{SharedMapFailure, SharedMapping};
 use std::path::Path;
 use std::sync::{Once, OnceLock};
 
@@ -134,7 +134,7 @@ fn sweep_stale(dir: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::shared_map::tests::TestDir;
+    use accord_sys::shared_map::TestDir;
 
     fn dir() -> TestDir {
         TestDir::new()

@@ -33,9 +33,8 @@
 #![allow(unsafe_code)]
 
 use crate::LentBytes;
-use std::ffi::CString;
+use accord_sys::shared_map::{Pages, SharedMapError, SharedMapFailure, SharedMapping};
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
@@ -92,10 +91,6 @@ pub enum RingError {
     Corrupt(String),
 }
 
-fn io_err(context: &'static str) -> impl FnOnce(io::Error) -> RingError {
-    move |source| RingError::Io { context, source }
-}
-
 /// Checks a ring file name: `accord-` then letters, digits, `-` or `_`, at most 64 bytes,
 /// so a name from a peer can never leave the ring directory.
 pub fn valid_ring_name(name: &str) -> bool {
@@ -104,31 +99,44 @@ pub fn valid_ring_name(name: &str) -> bool {
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
-/// A shared mapping, unmapped on drop.
+/// A ring file's mapping: an [`accord_sys::SharedMapping`] (which creates, checks, maps,
+/// unmaps and unlinks the file, with every page-table entry filled at once: [`Pages::Populated`]),
+/// read and written only through the accessors below.
 struct Mapping {
+    shared: SharedMapping,
+    /// `shared`'s first byte and length, read once: the accessors run on every push and pop.
     base: NonNull<u8>,
     len: usize,
 }
 
-// Safety: the mapping is plain memory; all shared fields are accessed through atomics and the
-// data area only through raw copies, so moving it between threads is sound.
+/// A ring error from a failed mapping: the system's errors stay `Io` (the peer stays on UDP),
+/// a file that is not a ring this side may map (wrong length, not ours, a link) is `Refused`.
+fn mapping_err(context: &'static str) -> impl FnOnce(SharedMapError) -> RingError {
+    move |SharedMapError { path, reason }| match reason {
+        SharedMapFailure::Io { source, .. } | SharedMapFailure::Reserve { source, .. } => {
+            RingError::Io { context, source }
+        }
+        other => RingError::Refused(format!("{}: {other}", path.display())),
+    }
+}
+
+// Safety: `base` points into `shared`, which is Send and Sync and lives as long as this; all
+// shared fields are accessed through atomics and the data area only through raw copies.
 unsafe impl Send for Mapping {}
 
 impl Mapping {
-    /// Maps `len` bytes of `fd` with every page table entry filled now (`MAP_POPULATE`): a lazily
-    /// mapped ring takes a page fault on each side for every 4 KiB the first time the stream
-    /// wraps through it (two thousand per 8 MiB ring and side), which made the first megabytes
-    /// over a fresh ring slower than the loopback sockets it replaces.
-    fn map(fd: libc::c_int, len: usize) -> Result<Mapping, RingError> {
-        let flags = libc::MAP_SHARED | libc::MAP_POPULATE;
-        // Safety: a fresh shared mapping of `len` bytes of an open file; no existing memory is
-        // affected, and the result is checked.
-        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, fd, 0) };
-        if ptr == libc::MAP_FAILED {
-            return Err(RingError::Io { context: "mapping a ring file", source: io::Error::last_os_error() });
-        }
-        let base = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| RingError::Refused("mmap returned null".into()))?;
-        Ok(Mapping { base, len })
+    fn new(shared: SharedMapping) -> Mapping {
+        let len = shared.len_bytes();
+        let base = NonNull::new(shared.as_ptr()).expect("a mapping's base is never null");
+        Mapping { shared, base, len }
+    }
+
+    fn base(&self) -> *mut u8 {
+        self.base.as_ptr()
+    }
+
+    fn len(&self) -> usize {
+        self.len
     }
 
     fn u64_at(&self, off: usize) -> &AtomicU64 {
@@ -136,61 +144,41 @@ impl Mapping {
         // Safety: `off` is a constant header offset, 8-aligned (mmap returns page-aligned
         // memory) and inside the mapping; AtomicU64 has the layout of u64 and any bit pattern
         // is valid; the reference lives no longer than `self`.
-        unsafe { &*self.base.as_ptr().add(off).cast::<AtomicU64>() }
+        unsafe { &*self.base().add(off).cast::<AtomicU64>() }
     }
 
     fn u32_at(&self, off: usize) -> &AtomicU32 {
         debug_assert!(off % 4 == 0 && off + 4 <= RING_HEADER_BYTES);
         // Safety: as for `u64_at`, with 4-byte alignment.
-        unsafe { &*self.base.as_ptr().add(off).cast::<AtomicU32>() }
+        unsafe { &*self.base().add(off).cast::<AtomicU32>() }
     }
 
     /// Copies `src` into the data area at `off`.
     fn write_data(&self, off: usize, src: &[u8]) {
-        assert!(RING_HEADER_BYTES + off + src.len() <= self.len, "ring write out of bounds");
+        assert!(RING_HEADER_BYTES + off + src.len() <= self.len(), "ring write out of bounds");
         // Safety: bounds checked above; `src` is our own memory, never inside the mapping.
-        unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), self.base.as_ptr().add(RING_HEADER_BYTES + off), src.len())
-        }
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.base().add(RING_HEADER_BYTES + off), src.len()) }
     }
 
     /// A view of `len` bytes of the data area at `off`, for a consumer that released nothing
     /// past them yet.
     fn lend(&self, off: usize, len: usize) -> LentBytes {
-        assert!(RING_HEADER_BYTES + off + len <= self.len, "ring lend out of bounds");
+        assert!(RING_HEADER_BYTES + off + len <= self.len(), "ring lend out of bounds");
         // Safety: the range is inside the mapping (checked above), which lives as long as the
         // consumer; the consumer hands the space back to the producer only in `release`, so
         // the view is valid under `LentBytes`' contract (the shared-memory datapath releases
         // only at its next call).
-        unsafe { LentBytes::new(NonNull::new_unchecked(self.base.as_ptr().add(RING_HEADER_BYTES + off)), len) }
+        unsafe { LentBytes::new(NonNull::new_unchecked(self.base().add(RING_HEADER_BYTES + off)), len) }
     }
 
     /// Copies from the data area at `off` into `dst`.
     fn read_data(&self, off: usize, dst: &mut [u8]) {
-        assert!(RING_HEADER_BYTES + off + dst.len() <= self.len, "ring read out of bounds");
+        assert!(RING_HEADER_BYTES + off + dst.len() <= self.len(), "ring read out of bounds");
         // Safety: bounds checked above; `dst` is our own memory. The peer may write these
         // bytes concurrently (only a hostile one would); the copy then yields some bytes, which
         // are never interpreted in place.
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.base.as_ptr().add(RING_HEADER_BYTES + off), dst.as_mut_ptr(), dst.len())
-        }
+        unsafe { std::ptr::copy_nonoverlapping(self.base().add(RING_HEADER_BYTES + off), dst.as_mut_ptr(), dst.len()) }
     }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // Safety: unmaps exactly what `map` mapped; no reference into it outlives `self`.
-        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
-    }
-}
-
-fn c_path(path: &Path) -> Result<CString, RingError> {
-    CString::new(path.as_os_str().as_bytes()).map_err(|_| RingError::Refused("ring path contains NUL".into()))
-}
-
-/// Removes a ring file's name (the mappings stay); a missing file is fine.
-pub fn unlink(path: &Path) {
-    let _ = std::fs::remove_file(path);
 }
 
 /// The writing side of a ring. Created here, attached by the peer.
@@ -234,38 +222,13 @@ impl Producer {
             )));
         }
         let path = dir.join(name);
-        let cpath = c_path(&path)?;
-        let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOFOLLOW;
-        // Safety: `cpath` is a valid C string; the returned descriptor is checked and closed below.
-        let fd = unsafe { libc::open(cpath.as_ptr(), flags, 0o600 as libc::c_uint) };
-        if fd < 0 {
-            return Err(RingError::Io { context: "creating a ring file", source: io::Error::last_os_error() });
-        }
         let len = RING_HEADER_BYTES + data_bytes;
-        let result = (|| {
-            // Safety: `fd` is the descriptor just opened.
-            if unsafe { libc::ftruncate(fd, len as libc::off_t) } != 0 {
-                return Err(io::Error::last_os_error()).map_err(io_err("sizing a ring file"));
-            }
-            // Reserve the pages now: on a size-limited tmpfs (a container's /dev/shm) a sparse
-            // file would fault (SIGBUS) on first touch of a page beyond the limit; this way the
-            // shortage is an error here and the peer stays on UDP.
-            // Safety: `fd` is the descriptor just opened; the call only allocates file space.
-            let ret = unsafe { libc::posix_fallocate(fd, 0, len as libc::off_t) };
-            if ret != 0 {
-                return Err(io::Error::from_raw_os_error(ret)).map_err(io_err("reserving a ring file's pages"));
-            }
-            Mapping::map(fd, len)
-        })();
-        // Safety: closes the descriptor opened above exactly once; the mapping stays valid.
-        unsafe { libc::close(fd) };
-        let map = match result {
-            Ok(m) => m,
-            Err(e) => {
-                unlink(&path);
-                return Err(e);
-            }
-        };
+        // O_EXCL, mode 0600, O_NOFOLLOW; the pages are reserved now: on a size-limited tmpfs (a
+        // container's /dev/shm) a sparse file would fault (SIGBUS) on first touch of a page
+        // beyond the limit; this way the shortage is an error here and the peer stays on UDP.
+        let shared =
+            SharedMapping::create_with(&path, len, Pages::Populated).map_err(mapping_err("creating a ring file"))?;
+        let map = Mapping::new(shared);
         map.u32_at(OFF_VERSION).store(RING_VERSION, Ordering::Relaxed);
         map.u32_at(OFF_HEADER_BYTES).store(RING_HEADER_BYTES as u32, Ordering::Relaxed);
         map.u64_at(OFF_DATA_BYTES).store(data_bytes as u64, Ordering::Relaxed);
@@ -330,12 +293,12 @@ impl Producer {
             off = 0;
         }
         let start = RING_HEADER_BYTES + off + ENTRY_HEADER_BYTES;
-        assert!(start + len <= self.map.len, "ring slot out of bounds");
+        assert!(start + len <= self.map.len(), "ring slot out of bounds");
         // Safety: in bounds (checked above) and past everything published, so the consumer does
         // not read it before the next publish and no other slice of ours covers it; the
         // mutable borrow of `self` keeps it unique on this side. (A hostile consumer writing
         // there could only corrupt what it is about to receive.)
-        let slot = unsafe { std::slice::from_raw_parts_mut(self.map.base.as_ptr().add(start), len) };
+        let slot = unsafe { std::slice::from_raw_parts_mut(self.map.base().add(start), len) };
         if !fill(slot) {
             return Ok(Push::Cancelled);
         }
@@ -386,7 +349,9 @@ impl Producer {
 impl Drop for Producer {
     fn drop(&mut self) {
         self.map.u32_at(OFF_CLOSED).fetch_or(CLOSED_BY_PRODUCER, Ordering::Release);
-        unlink(&self.path);
+        // The name goes now if the consumer never took the file (the mapping's own drop would
+        // too): only while it still names this ring's file.
+        let _ = self.map.shared.unlink();
     }
 }
 
@@ -432,34 +397,14 @@ impl Consumer {
             return Err(RingError::Refused(format!("ring size {data_bytes} is out of range")));
         }
         let path = dir.join(name);
-        let cpath = c_path(&path)?;
-        // Safety: `cpath` is a valid C string; the descriptor is checked and closed below.
-        let fd = unsafe { libc::open(cpath.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW) };
-        if fd < 0 {
-            return Err(RingError::Io { context: "opening a peer's ring file", source: io::Error::last_os_error() });
-        }
         let len = RING_HEADER_BYTES + data_bytes as usize;
-        let result = (|| {
-            // Safety: zeroed stat is a valid value; fstat fills it for the open `fd`.
-            let mut st: libc::stat = unsafe { std::mem::zeroed() };
-            // Safety: `fd` is open and `st` is a valid out-pointer.
-            if unsafe { libc::fstat(fd, &mut st) } != 0 {
-                return Err(io::Error::last_os_error()).map_err(io_err("reading a ring file's status"));
-            }
-            // Safety: geteuid has no preconditions.
-            let euid = unsafe { libc::geteuid() };
-            if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_uid != euid || st.st_size as u64 != len as u64 {
-                return Err(RingError::Refused(format!(
-                    "{} is not a regular file of ours of {len} bytes",
-                    path.display()
-                )));
-            }
-            Mapping::map(fd, len)
-        })();
-        // Safety: closes the descriptor opened above exactly once.
-        unsafe { libc::close(fd) };
-        let map = result?;
-        unlink(&path);
+        // A regular file of this user of exactly `len` bytes, opened without following a link.
+        let shared = SharedMapping::open_with(&path, len, Pages::Populated)
+            .map_err(mapping_err("opening a peer's ring file"))?;
+        // Once mapped, the name has served; the mapping stays. A name that meanwhile names
+        // another file is left alone (the header check below still decides about this one).
+        let _ = shared.unlink();
+        let map = Mapping::new(shared);
         let magic = map.u64_at(OFF_MAGIC).load(Ordering::Acquire);
         let version = map.u32_at(OFF_VERSION).load(Ordering::Relaxed);
         let header = map.u32_at(OFF_HEADER_BYTES).load(Ordering::Relaxed);

@@ -218,3 +218,16 @@ fn a_consumer_writing_a_bad_tail_is_reported() {
     hostile::set_tail(&p, p.head + 4096);
     assert!(matches!(p.push(&payload, 0, 0, 0), Err(RingError::Corrupt(_))));
 }
+
+#[test]
+fn attach_refuses_a_link_in_place_of_a_ring_file() {
+    let dir = crate::shm::test_dir();
+    let real = name();
+    let _p = Producer::create(&dir, &real, RING_DATA_BYTES_MIN, 9).unwrap();
+    let link = name();
+    std::os::unix::fs::symlink(dir.join(&real), dir.join(&link)).unwrap();
+    let err = Consumer::attach(&dir, &link, RING_DATA_BYTES_MIN as u64, 9).unwrap_err();
+    assert!(matches!(err, RingError::Io { .. } | RingError::Refused(_)), "{err}");
+    assert!(dir.join(&real).exists(), "the real ring file is untouched");
+    let _ = std::fs::remove_file(dir.join(&link));
+}

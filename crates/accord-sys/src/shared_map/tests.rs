@@ -1,29 +1,10 @@
 use super::*;
 
-/// A private directory per test, removed with everything in it (the engine has no tempfile
-/// crate among its dependencies).
-pub(crate) struct TestDir(pub(crate) PathBuf);
-
-impl TestDir {
-    pub(crate) fn new() -> TestDir {
-        let nonce = crate::memory::random_u64();
-        let path = std::env::temp_dir().join(format!("accord-shared-map-test-{}-{nonce:x}", std::process::id()));
-        std::fs::create_dir_all(&path).unwrap();
-        TestDir(path)
-    }
-}
-
 /// A fresh private directory and the path of a file `name` in it (not created).
 fn dir_and_path(name: &str) -> (TestDir, PathBuf) {
     let d = TestDir::new();
     let path = d.0.join(name);
     (d, path)
-}
-
-impl Drop for TestDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 #[test]
@@ -95,4 +76,16 @@ fn unlink_leaves_a_file_that_replaced_the_mapped_one() {
     assert!(path.exists(), "the old creator's drop left the new file");
     drop(b);
     assert!(!path.exists());
+}
+
+#[test]
+fn populated_mappings_share_bytes_like_lazy_ones() {
+    let (_d, path) = dir_and_path("ring");
+    let a = SharedMapping::create_with(&path, 1 << 16, Pages::Populated).unwrap();
+    let b = SharedMapping::open_with(&path, 1 << 16, Pages::Populated).unwrap();
+    let lazy = SharedMapping::open(&path, 1 << 16).unwrap();
+    a.words()[8191].store(7, Ordering::Release);
+    assert_eq!(b.words()[8191].load(Ordering::Acquire), 7);
+    assert_eq!(lazy.words()[8191].load(Ordering::Acquire), 7);
+    assert!(SharedMapping::open_with(&path, 1 << 15, Pages::Populated).is_err(), "the length is still checked");
 }

@@ -1,10 +1,11 @@
 //! A file in a shared-memory directory, mapped read-write and shared by several processes of
-//! this host: the one place where Accord above the datapaths creates, opens, maps, unmaps and
-//! unlinks such a file.
+//! this host: the one place where Accord creates, opens, maps, unmaps and unlinks such a file.
 //!
-//! Why one place: the engine's shared host regions ([`super::shared_file`], behind the
-//! `CopyIntoSharedHost` route) and the GPU collectives' flag board (`accord-coll::gpu::board`)
-//! both need exactly this, with the same trust rules, and each used to carry its own `mmap`.
+//! Why one place: the shared-memory datagram rings (`accord-net`'s `shm::ring`), the engine's
+//! shared host regions (`accord-engine`'s `memory::shared_file`, behind the `CopyIntoSharedHost`
+//! route), the host arena and the GPU collectives' flag board (`accord-coll`) all need exactly
+//! this, with the same trust rules, and each used to carry its own `mmap`. It lives here, below
+//! the datapaths, so the rings can use it too.
 //!
 //! Trust is that of the shared-memory datagram rings: same user, same host. A file is created
 //! with `O_EXCL` and mode 0600 and its pages reserved (a full tmpfs fails at creation, not with
@@ -82,6 +83,17 @@ fn io_fail<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(io::Error) -> Sh
     move |source| fail(path, SharedMapFailure::Io { op, source })
 }
 
+/// When a mapping's page-table entries are filled.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Pages {
+    /// On first touch of each page (the kernel's default).
+    OnFirstTouch,
+    /// All at once when mapping (`MAP_POPULATE`): for memory that is streamed through at once,
+    /// such as a datagram ring, where a fault for every 4 KiB of the first pass made the first
+    /// megabytes slower than the loopback sockets the ring replaces.
+    Populated,
+}
+
 /// A shared-memory file mapped read-write into this process, unmapped on drop.
 pub struct SharedMapping {
     path: PathBuf,
@@ -111,15 +123,13 @@ impl SharedMapping {
     /// reserved, and maps it. The name stays until [`SharedMapping::unlink`] or this mapping's
     /// drop.
     pub fn create(path: &Path, len: usize) -> Result<SharedMapping, SharedMapError> {
+        SharedMapping::create_with(path, len, Pages::OnFirstTouch)
+    }
+
+    /// As [`SharedMapping::create`], with the page-table entries filled as `pages` says.
+    pub fn create_with(path: &Path, len: usize, pages: Pages) -> Result<SharedMapping, SharedMapError> {
         check_path(path, len)?;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(path)
-            .map_err(io_fail(path, "create"))?;
+        let file = open_file(path, true)?;
         let mapped = (|| {
             file.set_len(len as u64).map_err(io_fail(path, "resize"))?;
             // Safety: an open descriptor we own; reserves the pages of the whole file.
@@ -129,7 +139,7 @@ impl SharedMapping {
                 return Err(fail(path, SharedMapFailure::Reserve { bytes: len, source }));
             }
             let meta = file.metadata().map_err(io_fail(path, "stat"))?;
-            SharedMapping::map(&file, path, len, (meta.dev(), meta.ino()), true)
+            SharedMapping::map(&file, path, len, (meta.dev(), meta.ino()), true, pages)
         })();
         if mapped.is_err() {
             let _ = std::fs::remove_file(path);
@@ -140,13 +150,13 @@ impl SharedMapping {
     /// Maps the existing file `path`, which must be a regular file of this user of exactly
     /// `len` bytes.
     pub fn open(path: &Path, len: usize) -> Result<SharedMapping, SharedMapError> {
+        SharedMapping::open_with(path, len, Pages::OnFirstTouch)
+    }
+
+    /// As [`SharedMapping::open`], with the page-table entries filled as `pages` says.
+    pub fn open_with(path: &Path, len: usize, pages: Pages) -> Result<SharedMapping, SharedMapError> {
         check_path(path, len)?;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(path)
-            .map_err(io_fail(path, "open"))?;
+        let file = open_file(path, false)?;
         let meta = file.metadata().map_err(io_fail(path, "stat"))?;
         // Safety: getuid cannot fail.
         let uid = unsafe { libc::getuid() };
@@ -156,7 +166,7 @@ impl SharedMapping {
         if meta.len() != len as u64 {
             return Err(fail(path, SharedMapFailure::WrongLength { actual: meta.len(), expected: len }));
         }
-        SharedMapping::map(&file, path, len, (meta.dev(), meta.ino()), false)
+        SharedMapping::map(&file, path, len, (meta.dev(), meta.ino()), false, pages)
     }
 
     fn map(
@@ -165,19 +175,17 @@ impl SharedMapping {
         len: usize,
         identity: (u64, u64),
         creator: bool,
+        pages: Pages,
     ) -> Result<SharedMapping, SharedMapError> {
+        let flags = match pages {
+            Pages::OnFirstTouch => libc::MAP_SHARED,
+            Pages::Populated => libc::MAP_SHARED | libc::MAP_POPULATE,
+        };
         // Safety: a fresh shared mapping of a descriptor we hold open, of the file's length; the
         // kernel checks the arguments and the result is checked before use. The descriptor may
         // be closed afterwards.
         let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, file.as_raw_fd(), 0)
         };
         if ptr == libc::MAP_FAILED {
             return Err(fail(path, SharedMapFailure::Io { op: "mmap", source: io::Error::last_os_error() }));
@@ -274,15 +282,28 @@ impl SharedMapping {
         self.len
     }
 
-    /// The first mapped byte (for the engine's raw copies and page-locking).
-    pub(crate) fn as_ptr(&self) -> *mut u8 {
+    /// The first mapped byte (for raw copies and page-locking); valid while `self` lives.
+    #[inline]
+    pub fn as_ptr(&self) -> *mut u8 {
         self.base.as_ptr()
     }
 
     /// Address of the first byte in this process.
-    pub(crate) fn addr(&self) -> usize {
+    #[inline]
+    pub fn addr(&self) -> usize {
         self.base.as_ptr() as usize
     }
+}
+
+/// Opens `path` read-write without following a link: a new file (`O_EXCL`, mode 0600) when
+/// `create`, else an existing one.
+fn open_file(path: &Path, create: bool) -> Result<File, SharedMapError> {
+    let mut options = OpenOptions::new();
+    options.read(true).write(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+    if create {
+        options.create_new(true).mode(0o600);
+    }
+    options.open(path).map_err(io_fail(path, if create { "create" } else { "open" }))
 }
 
 fn check_path(path: &Path, len: usize) -> Result<(), SharedMapError> {
@@ -308,5 +329,41 @@ impl Drop for SharedMapping {
     }
 }
 
+/// A private directory removed with everything in it when dropped, for tests of crates that
+/// make shared files (no tempfile crate among Accord's dependencies). Built for this crate's
+/// tests and, with the `test-support` feature, for other crates' tests.
+#[cfg(any(test, feature = "test-support"))]
+#[doc(hidden)]
+pub struct TestDir(pub PathBuf);
+
+#[cfg(any(test, feature = "test-support"))]
+impl TestDir {
+    /// A fresh directory under the system's temporary directory, named by this process and a
+    /// counter and the clock, so parallel tests never share one.
+    pub fn new() -> TestDir {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let count = NEXT.fetch_add(1, Ordering::Relaxed);
+        let clock = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let path =
+            std::env::temp_dir().join(format!("accord-shared-map-test-{}-{count}-{clock:x}", std::process::id()));
+        std::fs::create_dir_all(&path).unwrap();
+        TestDir(path)
+    }
+}
+
+#[cfg(any(test, feature = "test-support"))]
+impl Default for TestDir {
+    fn default() -> Self {
+        TestDir::new()
+    }
+}
+
+#[cfg(any(test, feature = "test-support"))]
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 #[cfg(test)]
-pub(crate) mod tests;
+mod tests;
