@@ -109,8 +109,9 @@ struct Mapping {
     len: usize,
 }
 
-/// A ring error from a failed mapping: the system's errors stay `Io` (the peer stays on UDP),
-/// a file that is not a ring this side may map (wrong length, not ours, a link) is `Refused`.
+/// A ring error from a failed mapping: the system's errors stay `Io` (a link in the file's place
+/// is one: it is opened without following links), a file this side may not map (wrong length,
+/// not a regular file of this user) is `Refused`; either way the peer stays on UDP.
 fn mapping_err(context: &'static str) -> impl FnOnce(SharedMapError) -> RingError {
     move |SharedMapError { path, reason }| match reason {
         SharedMapFailure::Io { source, .. } | SharedMapFailure::Reserve { source, .. } => {
