@@ -38,7 +38,6 @@ VERSION: str
 DEVICE_LAYOUT_VERSION: int
 DEVICE_RING_SLOTS_DEFAULT: int
 
-_PeerLike = Address | int
 _PageIndices = Sequence[int] | Any  # a sequence of ints, or an integer numpy array
 
 class _KeyValueStore(Protocol):
@@ -62,6 +61,8 @@ class Address:
     def __eq__(self, value: object, /) -> bool: ...
     def __hash__(self) -> int: ...
     def __reduce__(self) -> tuple[Any, ...]: ...
+
+_PeerLike = Address | int
 
 @final
 class Descriptor:

@@ -6,7 +6,6 @@ Run: torchrun --nproc_per_node N gloo_bench.py --collective all_reduce --sizes 1
 """
 import argparse
 import json
-import os
 import time
 
 import torch
