@@ -187,6 +187,30 @@ impl Registrations {
     /// (newest kept first), then least recently used entries, never one of this call, until
     /// `incoming` more bytes and one more entry fit the bounds.
     fn evict(&mut self, py: Python<'_>, comm: &Comm, incoming: usize) {
+        // Only once-used entries can be cold, and they can be stale only when together they
+        // pass the cold bound: below it, skip asking each whether the program holds it (for a
+        // tensor a Python call, up to REGISTRATIONS_MAX of them on every miss).
+        let once_used_bytes: usize =
+            self.entries.iter().filter(|e| e.uses == 1 && e.last_use != self.call).map(|e| e.len).sum();
+        if once_used_bytes > COLD_BYTES_MAX {
+            self.evict_stale(py, comm);
+        }
+        while self.entries.len() >= REGISTRATIONS_MAX || self.bytes + incoming > REGISTERED_BYTES_MAX {
+            let oldest = self
+                .entries
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| e.last_use != self.call)
+                .min_by_key(|(_, e)| e.last_use)
+                .map(|(i, _)| i);
+            let Some(i) = oldest else { break };
+            self.remove(comm, i);
+        }
+    }
+
+    /// Deregisters the once-used entries the program no longer holds, past the newest
+    /// [`COLD_BYTES_MAX`] of them.
+    fn evict_stale(&mut self, py: Python<'_>, comm: &Comm) {
         let mut cold: Vec<usize> = (0..self.entries.len())
             .filter(|&i| {
                 let e = &self.entries[i];
@@ -204,17 +228,6 @@ impl Registrations {
             .collect();
         stale.sort_unstable_by(|a, b| b.cmp(a));
         for i in stale {
-            self.remove(comm, i);
-        }
-        while self.entries.len() >= REGISTRATIONS_MAX || self.bytes + incoming > REGISTERED_BYTES_MAX {
-            let oldest = self
-                .entries
-                .iter()
-                .enumerate()
-                .filter(|(_, e)| e.last_use != self.call)
-                .min_by_key(|(_, e)| e.last_use)
-                .map(|(i, _)| i);
-            let Some(i) = oldest else { break };
             self.remove(comm, i);
         }
     }
