@@ -278,6 +278,7 @@ impl SharedMapping {
     }
 
     /// Bytes mapped.
+    #[inline]
     pub fn len_bytes(&self) -> usize {
         self.len
     }

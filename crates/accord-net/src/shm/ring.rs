@@ -35,7 +35,7 @@
 use crate::LentBytes;
 use accord_sys::shared_map::{Pages, SharedMapError, SharedMapFailure, SharedMapping};
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
@@ -104,9 +104,6 @@ pub fn valid_ring_name(name: &str) -> bool {
 /// read and written only through the accessors below.
 struct Mapping {
     shared: SharedMapping,
-    /// `shared`'s first byte and length, read once: the accessors run on every push and pop.
-    base: NonNull<u8>,
-    len: usize,
 }
 
 /// A ring error from a failed mapping: the system's errors stay `Io` (a link in the file's place
@@ -121,23 +118,13 @@ fn mapping_err(context: &'static str) -> impl FnOnce(SharedMapError) -> RingErro
     }
 }
 
-// Safety: `base` points into `shared`, which is Send and Sync and lives as long as this; all
-// shared fields are accessed through atomics and the data area only through raw copies.
-unsafe impl Send for Mapping {}
-
 impl Mapping {
-    fn new(shared: SharedMapping) -> Mapping {
-        let len = shared.len_bytes();
-        let base = NonNull::new(shared.as_ptr()).expect("a mapping's base is never null");
-        Mapping { shared, base, len }
-    }
-
     fn base(&self) -> *mut u8 {
-        self.base.as_ptr()
+        self.shared.as_ptr()
     }
 
     fn len(&self) -> usize {
-        self.len
+        self.shared.len_bytes()
     }
 
     fn u64_at(&self, off: usize) -> &AtomicU64 {
@@ -191,12 +178,11 @@ pub struct Producer {
     head: u64,
     /// Last `tail` read from the consumer.
     tail_seen: u64,
-    path: PathBuf,
 }
 
 impl std::fmt::Debug for Producer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Producer").field("path", &self.path).field("head", &self.head).finish_non_exhaustive()
+        f.debug_struct("Producer").field("path", &self.path()).field("head", &self.head).finish_non_exhaustive()
     }
 }
 
@@ -229,19 +215,19 @@ impl Producer {
         // beyond the limit; this way the shortage is an error here and the peer stays on UDP.
         let shared =
             SharedMapping::create_with(&path, len, Pages::Populated).map_err(mapping_err("creating a ring file"))?;
-        let map = Mapping::new(shared);
+        let map = Mapping { shared };
         map.u32_at(OFF_VERSION).store(RING_VERSION, Ordering::Relaxed);
         map.u32_at(OFF_HEADER_BYTES).store(RING_HEADER_BYTES as u32, Ordering::Relaxed);
         map.u64_at(OFF_DATA_BYTES).store(data_bytes as u64, Ordering::Relaxed);
         map.u64_at(OFF_NONCE).store(nonce, Ordering::Relaxed);
         map.u32_at(OFF_PRODUCER_PID).store(std::process::id(), Ordering::Relaxed);
         map.u64_at(OFF_MAGIC).store(RING_MAGIC, Ordering::Release);
-        Ok(Producer { map, data_bytes: data_bytes as u64, nonce, head: 0, tail_seen: 0, path })
+        Ok(Producer { map, data_bytes: data_bytes as u64, nonce, head: 0, tail_seen: 0 })
     }
 
     /// The file's path (the consumer unlinks it once mapped; `drop` does too).
     pub fn path(&self) -> &Path {
-        &self.path
+        self.map.shared.path()
     }
 
     /// The nonce written into the header.
@@ -405,7 +391,7 @@ impl Consumer {
         // Once mapped, the name has served; the mapping stays. A name that meanwhile names
         // another file is left alone (the header check below still decides about this one).
         let _ = shared.unlink();
-        let map = Mapping::new(shared);
+        let map = Mapping { shared };
         let magic = map.u64_at(OFF_MAGIC).load(Ordering::Acquire);
         let version = map.u32_at(OFF_VERSION).load(Ordering::Relaxed);
         let header = map.u32_at(OFF_HEADER_BYTES).load(Ordering::Relaxed);
