@@ -910,7 +910,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
 
         return self._submit("all_gather", outs, run, t.is_cuda, opts)
 
-    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Work:
+    def _all_gather_single_python(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Work:
         _check_tensor(output, "all_gather_into_tensor", "output")
         _check_tensor(input, "all_gather_into_tensor", "input")
         run = self._all_gather_flat(output, input, "all_gather_into_tensor")
@@ -931,7 +931,8 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
             )
         return self._submit("all_gather_into_tensor", [output], run, output.is_cuda, opts)
 
-    _allgather_base = all_gather_single
+    # torch before 2.15 calls the op _allgather_base; 2.15 all_gather_single.
+    all_gather_single = _allgather_base = _all_gather_single_python
 
     def allgather_coalesced(
         self, output_lists: list[list[torch.Tensor]], input_tensors: list[torch.Tensor], opts: Any = None
@@ -977,7 +978,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
 
         return self._submit("reduce_scatter", [out], run, out.is_cuda, opts)
 
-    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Work:
+    def _reduce_scatter_single_python(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Work:
         _check_tensor(output, "reduce_scatter_tensor", "output")
         _check_tensor(input, "reduce_scatter_tensor", "input")
         op = _reduce_op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "reduce_scatter_tensor")
@@ -1011,7 +1012,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
 
         return self._submit("reduce_scatter_tensor", [output], run, output.is_cuda, opts)
 
-    _reduce_scatter_base = reduce_scatter_single
+    reduce_scatter_single = _reduce_scatter_base = _reduce_scatter_single_python
 
     def reduce_scatter_single_coalesced(
         self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
@@ -1040,7 +1041,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
             t = self._stand_ins[key] = torch.zeros(1, dtype=dtype)
         return t
 
-    def all_to_all_single(
+    def _all_to_all_single_python(
         self,
         output: torch.Tensor,
         input: torch.Tensor,
@@ -1089,7 +1090,7 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
 
         return self._submit(name, [output], run, output.is_cuda, opts)
 
-    alltoall_base = all_to_all_single
+    all_to_all_single = alltoall_base = _all_to_all_single_python
 
     def alltoall(self, output_tensors: list[torch.Tensor], input_tensors: list[torch.Tensor], opts: Any = None) -> Work:
         """The list form: where each side's tensors are contiguous CPU tensors of one storage
@@ -1210,16 +1211,21 @@ class AccordProcessGroup(_ProcessGroupBase):  # type: ignore[misc]
 
 
 class _NativeProcessGroup(AccordProcessGroup):
-    """The group with the compiled backend (``accord._torch_native``): ``allreduce`` is torch's
-    own C++ one, which dispatches to the backend registered for the tensor's device, the compiled
-    one, without Python. That backend runs a CUDA all_reduce on the group's GPU collectives, and
-    a synchronous CPU all_reduce of registered memory when no op of the group is queued or
+    """The group with the compiled backend (``accord._torch_native``): ``allreduce``,
+    ``_allgather_base`` (all_gather_into_tensor), ``_reduce_scatter_base`` (reduce_scatter_tensor)
+    and ``alltoall_base`` (all_to_all_single) are torch's own C++ ones, which dispatch to the
+    backend registered for the tensor's device, the compiled one, without Python. That backend
+    queues CUDA all_reduce, all_gather and reduce_scatter on the group's GPU collectives, and runs
+    the four ops synchronously on registered CPU memory when no op of the group is queued or
     running (the group counts its ops in ``_words`` for it, and the communicator makes a Python op
     that finds the compiled backend's running wait its turn); it hands every other case back to
-    ``_allreduce_python``, and holds only a weak reference to the group."""
+    this class's Python method for the op (``_allreduce_python``, ``_all_gather_single_python``,
+    ``_reduce_scatter_single_python``, ``_all_to_all_single_python``), and holds only a weak
+    reference to the group."""
 
     # The base class's own method (its descriptor, which binds self): not an override, so torch
-    # calls its C++ allreduce, which dispatches to the registered backend.
+    # calls its C++ allreduce, which dispatches to the registered backend. The other compiled
+    # ops likewise, set below (_COMPILED_OPS).
     allreduce = _ProcessGroupBase.__dict__["allreduce"]
 
     def __init__(
@@ -1239,9 +1245,26 @@ class _NativeProcessGroup(AccordProcessGroup):
         self._native = backend
 
     def _native_ops(self) -> tuple[int, int]:
-        """(CUDA, CPU) all_reduces the compiled backend ran without Python: for tests and probes."""
+        """(CUDA, CPU) ops the compiled backend ran without Python: for tests and probes."""
         gpu, host = self._native.native_ops()
         return int(gpu), int(host)
+
+
+# The ops the compiled backend also runs, each under both of its names where this torch has
+# them (2.15 renamed _allgather_base all_gather_single, and so on): the base class's own methods
+# on _NativeProcessGroup, as its allreduce.
+_COMPILED_OPS = (
+    "_allgather_base",
+    "all_gather_single",
+    "_reduce_scatter_base",
+    "reduce_scatter_single",
+    "alltoall_base",
+    "all_to_all_single",
+)
+for _name in _COMPILED_OPS:
+    if _name in _ProcessGroupBase.__dict__:
+        setattr(_NativeProcessGroup, _name, _ProcessGroupBase.__dict__[_name])
+del _name
 
 
 def _create(store: Any, rank: int, size: int, timeout: datetime.timedelta) -> AccordProcessGroup:

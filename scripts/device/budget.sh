@@ -42,7 +42,9 @@ install_wheel() {
   "$PY" -m pip install --quiet --no-deps --force-reinstall "$WHEEL" || { echo "cannot install $WHEEL"; exit 1; }
 }
 
-# stage_package BIN_DIR: copies python/accord and BIN_DIR/lib_accord.so (built with cargo when
+# stage_package BIN_DIR: copies python/accord (or BIN_DIR/accord where BIN_DIR holds one: an
+# earlier build's Python sources beside its extension, for a before/after run in one call) and
+# BIN_DIR/lib_accord.so (built with cargo when
 # BIN_DIR is empty: the GPU host has no Rust; STAGED_BIN_DIR says which folder was used) into a
 # folder outside $OUT (whose files come back from the device), removed at exit (STAGED_PKG; a
 # caller's own EXIT trap must remove it too), puts it first on PYTHONPATH and checks that accord
@@ -55,7 +57,10 @@ stage_package() {
   fi
   STAGED_BIN_DIR=$bin_dir STAGED_PKG=$(mktemp -d)
   trap 'rm -rf "$STAGED_PKG"' EXIT
-  cp -r "$ROOT/python/accord" "$STAGED_PKG/" && cp "$bin_dir/lib_accord.so" "$STAGED_PKG/accord/_accord.abi3.so" \
+  local sources="$ROOT/python/accord"
+  [ -d "$bin_dir/accord" ] && sources="$bin_dir/accord"
+  echo "staging the accord package from $sources with $bin_dir/lib_accord.so"
+  cp -r "$sources" "$STAGED_PKG/" && cp "$bin_dir/lib_accord.so" "$STAGED_PKG/accord/_accord.abi3.so" \
     || { echo "cannot stage the accord package from $bin_dir"; exit 1; }
   export PYTHONPATH="$STAGED_PKG${PYTHONPATH:+:$PYTHONPATH}"
   "$PY" -c "import accord, torch; print('accord', accord.VERSION, 'torch', torch.__version__)" || exit 1

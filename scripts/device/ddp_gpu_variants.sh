@@ -53,7 +53,7 @@ check() {
     >> "$CHECKS_OUT" 2>&1 || echo "ddp_cuda_matches_gloo FAILED (exit $?)" >> "$CHECKS_OUT"
   t=$(capped 120) || return
   env ${envs[@]+"${envs[@]}"} PYTHONPATH="$ROOT/tests/python:$PYTHONPATH" timeout -k 5 "$t" "$PY" -c \
-    "import accord, torch_roles; r = accord.run(torch_roles.every_op_cuda, 2, timeout=110); print('every_op_cuda', [(x['path'], x['count']) for x in r])" \
+    "import accord, torch_roles; r = accord.run(torch_roles.every_op_cuda, 2, timeout=110); print('every_op_cuda', [(x['path'], x['count'], x.get('native')) for x in r])" \
     >> "$CHECKS_OUT" 2>&1 || echo "every_op_cuda FAILED (exit $?)" >> "$CHECKS_OUT"
   t=$(capped 80) || return
   env ${envs[@]+"${envs[@]}"} N=20 ACCORD_GPU_OP_TIMEOUT_MS=5000 timeout -k 5 "$t" "$PY" "$HERE/torch_gpu_probe.py" blocking \

@@ -1,6 +1,6 @@
 """accord.torch's compiled backend (accord._torch_native): it builds against the torch that
-imports it, runs synchronous CPU all_reduces of registered tensors without Python with Gloo's
-results, keeps call order with the Python backend's queued and deferred ops, and is left out
+imports it, runs synchronous CPU all_reduce, all_gather_into_tensor, reduce_scatter_tensor and
+all_to_all_single of registered tensors without Python with Gloo's results, keeps call order with the Python backend's queued and deferred ops, and is left out
 when ACCORD_TORCH_NATIVE=0. Skipped where torch is not installed; the CUDA path runs on the
 device (scripts/device/torch_native.sh)."""
 
@@ -43,6 +43,15 @@ def test_host_all_reduce_runs_compiled_with_gloos_results() -> None:
         assert r["compared"] == 2 * r["calls"] and r["calls"] >= 28, r
         # Every second call of each (dtype, op) ran compiled; the first registered the tensor.
         assert r["native"] == r["calls"], r
+
+
+def test_host_tensor_ops_run_compiled_with_gloos_results() -> None:
+    results = accord.run(torch_native_roles.host_tensor_ops_match_gloo, 3, timeout=240)
+    for r in results:
+        assert r["compared"] == 2 * r["calls"] and r["calls"] >= 60, r
+        # Every second call of each case ran compiled; the first registered the tensors.
+        assert r["native"] == r["calls"], r
+        assert r["refused"] == 3, r
 
 
 def test_compiled_ops_keep_order_with_python_ops() -> None:

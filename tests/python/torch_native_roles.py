@@ -130,3 +130,83 @@ def compiled_call_names_the_missing_rank() -> str:
     dist.barrier()  # on Gloo: rank 1 stays until rank 0 gave up
     dist.destroy_process_group()
     return outcome
+
+
+def host_tensor_ops_match_gloo() -> dict[str, int]:
+    """all_gather_into_tensor (out of place and in place), reduce_scatter_tensor (every reduce
+    op) and all_to_all_single (even and uneven splits), every host dtype, each on tensors used
+    twice: the first call registers them (Python), the second runs compiled; both must equal
+    what Gloo gives. Then wrong sizes: refused with the Python path's clear error."""
+    _init_gloo()
+    rank, n = dist.get_rank(), dist.get_world_size()
+    acc = dist.new_group(backend="accord", timeout=TIMEOUT)
+    compared, calls = 0, 0
+    before = _native_ops(acc)
+
+    def twice(run: Any, want: torch.Tensor, got: torch.Tensor, what: Any) -> None:
+        nonlocal compared, calls
+        for _ in range(2):
+            run()
+            assert torch.equal(got, want), (what, got[:8].tolist(), want[:8].tolist())
+            compared += 1
+        calls += 1
+
+    # Rows rank r sends to rank j (uneven, every pair different from its mirror).
+    def rows(r: int, j: int) -> int:
+        return (r + 2 * j) % n + 1
+
+    for salt, dtype in enumerate(DTYPES):
+        part = _inputs(rank, dtype, (6,), salt)
+        parts = [torch.empty_like(part) for _ in range(n)]
+        dist.all_gather(parts, part)
+        gathered = torch.cat(parts)
+        out = torch.empty(6 * n, dtype=dtype)
+        twice(lambda: dist.all_gather_into_tensor(out, part, group=acc), gathered, out, ("all_gather", dtype))
+        # In place: the input is this rank's block of the output.
+        whole = torch.zeros(6 * n, dtype=dtype)
+        mine = whole[rank * 6 : (rank + 1) * 6]
+
+        def in_place() -> None:
+            whole.zero_()
+            mine.copy_(part)
+            dist.all_gather_into_tensor(whole, mine, group=acc)
+
+        twice(in_place, gathered, whole, ("all_gather in place", dtype))
+        for op in _reduce_ops(dtype):
+            full = _inputs(rank, dtype, (4 * n,), salt + 100)
+            reduced = full.clone()
+            dist.all_reduce(reduced, op=op)
+            block = torch.empty(4, dtype=dtype)
+            want = reduced[rank * 4 : (rank + 1) * 4].clone()
+            twice(lambda: dist.reduce_scatter_tensor(block, full, op=op, group=acc), want, block, ("rs", dtype, op))
+        src = _inputs(rank, dtype, (3 * n, 2), salt + 200)
+        even_want = torch.empty_like(src)
+        dist.all_to_all_single(even_want, src)
+        even = torch.empty_like(src)
+        twice(lambda: dist.all_to_all_single(even, src, group=acc), even_want, even, ("all_to_all", dtype))
+        send_rows = [rows(rank, j) for j in range(n)]
+        recv_rows = [rows(i, rank) for i in range(n)]
+        usrc = _inputs(rank, dtype, (sum(send_rows), 3), salt + 300)
+        uneven_want = torch.empty(sum(recv_rows), 3, dtype=dtype)
+        dist.all_to_all_single(uneven_want, usrc, recv_rows, send_rows)
+        uneven = torch.empty_like(uneven_want)
+        twice(
+            lambda: dist.all_to_all_single(uneven, usrc, recv_rows, send_rows, group=acc),
+            uneven_want,
+            uneven,
+            ("all_to_all uneven", dtype),
+        )
+    native = _native_ops(acc) - before
+    refused = 0
+    short = torch.empty(5)
+    for bad in (
+        lambda: dist.all_gather_into_tensor(short, torch.ones(2), group=acc),
+        lambda: dist.reduce_scatter_tensor(torch.empty(2), short, group=acc),
+        lambda: dist.all_to_all_single(torch.empty(2 * n), torch.ones(2 * n), [1] * n, [2] * n, group=acc),
+    ):
+        try:
+            bad()
+        except Exception as e:  # noqa: BLE001 - the message is checked
+            refused += int("accord backend" in str(e))
+    dist.destroy_process_group()
+    return {"compared": compared, "calls": calls, "native": native, "refused": refused}

@@ -529,7 +529,8 @@ def every_op_cuda() -> dict[str, Any]:
     the same inputs. On the GPU path (the default), float64 and 8-bit reductions (and gather,
     scatter, point to point, all_to_all with split sizes or as a list) take the staged path and
     the rest the GPU collectives; with ACCORD_TORCH_GPU=0 every op is staged. Returns how many
-    tensors were compared and which path the group took."""
+    tensors were compared, which path the group took, and how many CUDA ops the compiled backend
+    queued."""
     _init_gloo()
     rank, n = dist.get_rank(), dist.get_world_size()
     torch.cuda.set_device(rank % torch.cuda.device_count())
@@ -596,10 +597,12 @@ def every_op_cuda() -> dict[str, Any]:
     backend = acc._get_backend(dev)
     path = type(backend._gpu).__name__
     registrations = backend._gpu.comm.registration_count() if path == "_GpuPath" else 0
+    # CUDA ops the compiled backend queued without Python (None where it is not loaded).
+    native = acc._native_ops()[0] if hasattr(acc, "_native_ops") else None
     dist.barrier(group=acc)
     dist.barrier()
     dist.destroy_process_group()
-    return {"count": count, "path": path, "registrations": registrations}
+    return {"count": count, "path": path, "registrations": registrations, "native": native}
 
 
 def ddp_cuda_matches_gloo() -> int:

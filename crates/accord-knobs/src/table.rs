@@ -371,7 +371,7 @@ pub static KNOBS: &[Knob] = &[
         Python,
         Choice(&["auto", "0", "1"]),
         "auto",
-        "`accord.torch`'s compiled backend (the all_reduce of DDP's buckets and of synchronous CPU calls without Python; built once per torch version with the C++ compiler, see `python/accord/_torch_native.py`): `auto` uses it where it builds and warns where it does not, `0` never, `1` fails where it does not build",
+        "`accord.torch`'s compiled backend (DDP's all_reduce, FSDP's CUDA all_gather and reduce_scatter, and synchronous CPU all_reduce, all_gather, reduce_scatter and all_to_all_single without Python; built once per torch version with the C++ compiler, see `python/accord/_torch_native.py`): `auto` uses it where it builds and warns where it does not, `0` never, `1` fails where it does not build",
     ),
     knob(
         "ACCORD_TORCH_NATIVE_CACHE",

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-type Comm = accord_coll::Communicator<EngineTransport>;
+pub(crate) type Comm = accord_coll::Communicator<EngineTransport>;
 
 /// Where the Rust communicator is.
 enum State {
@@ -72,13 +72,13 @@ fn parse_algo(collective: Collective, algo: Option<&str>) -> PyResult<Option<Alg
 /// Checks all_to_allv's counts and displacements against the arrays (one entry per rank,
 /// blocks inside the arrays, received blocks not overlapping, the block kept by this rank the
 /// same size both ways) and fills absent displacements with the running sums of the counts.
-fn all_to_allv_layout(
+/// The error says what is wrong, without the op's name.
+pub(crate) fn all_to_allv_layout(
     world_size: usize,
     rank: usize,
     send: (Vec<usize>, Option<Vec<usize>>, usize),
     recv: (Vec<usize>, Option<Vec<usize>>, usize),
-) -> PyResult<AllToAllVLayout> {
-    let bad = |message: String| error(Kind::InvalidBuffer, format!("all_to_allv: {message}"));
+) -> Result<AllToAllVLayout, String> {
     let packed = |counts: &[usize]| -> Vec<usize> {
         counts
             .iter()
@@ -92,18 +92,18 @@ fn all_to_allv_layout(
     let mut sides = Vec::with_capacity(2);
     for (what, (counts, displs, elements)) in [("send", send), ("recv", recv)] {
         if counts.len() != world_size {
-            return Err(bad(format!("{what}_counts has {} entries: give one per rank ({world_size})", counts.len())));
+            return Err(format!("{what}_counts has {} entries: give one per rank ({world_size})", counts.len()));
         }
         let displs = displs.unwrap_or_else(|| packed(&counts));
         if displs.len() != world_size {
-            return Err(bad(format!("{what}_displs has {} entries: give one per rank ({world_size})", displs.len())));
+            return Err(format!("{what}_displs has {} entries: give one per rank ({world_size})", displs.len()));
         }
         for (peer, (&count, &displ)) in counts.iter().zip(&displs).enumerate() {
             if displ.checked_add(count).is_none_or(|end| end > elements) {
-                return Err(bad(format!(
+                return Err(format!(
                     "the {what} block of rank {peer} ({count} elements at {displ}) ends past the {what} array's \
                      {elements} elements"
-                )));
+                ));
             }
         }
         sides.push((counts, displs));
@@ -116,16 +116,13 @@ fn all_to_allv_layout(
         .collect();
     blocks.sort_unstable();
     if let Some(w) = blocks.windows(2).find(|w| w[1].0 < w[0].1) {
-        return Err(bad(format!(
-            "the recv blocks of ranks {} and {} overlap: give disjoint recv_displs",
-            w[0].2, w[1].2
-        )));
+        return Err(format!("the recv blocks of ranks {} and {} overlap: give disjoint recv_displs", w[0].2, w[1].2));
     }
     if send_counts[rank] != recv_counts[rank] {
-        return Err(bad(format!(
+        return Err(format!(
             "send_counts[{rank}] is {} but recv_counts[{rank}] is {}: the block this rank keeps is the same both ways",
             send_counts[rank], recv_counts[rank]
-        )));
+        ));
     }
     Ok(AllToAllVLayout { send_counts, send_displs, recv_counts, recv_displs })
 }
@@ -445,17 +442,22 @@ impl Communicator {
         outcome.map_err(coll_error)
     }
 
-    /// An in-place all_reduce of `nbytes` at `addr`, memory an earlier call registered (a cache
-    /// hit), run on this thread, which needs no GIL: `accord.torch`'s compiled backend calls it
-    /// (see `torch_native`). `None` where the memory is not registered or the communicator is
-    /// not ready (another call has it, or it is closed): the caller then goes the Python way,
-    /// which registers, waits its turn or says what is wrong.
-    pub(crate) fn all_reduce_registered(
+    /// (this rank, the world size).
+    pub(crate) fn place(&self) -> (usize, usize) {
+        (self.rank, self.world_size)
+    }
+
+    /// Runs `job` on memory earlier calls registered, each region `(addr, nbytes)` exactly as
+    /// registered (cache hits), on this thread, which needs no GIL: `accord.torch`'s compiled
+    /// backend calls it (see `torch_native`). `None` where a region is not registered or the
+    /// communicator is not ready (another call has it, or it is closed): the caller then goes
+    /// the Python way, which registers, waits its turn or says what is wrong. Nothing is
+    /// counted as a hit unless every region is one.
+    pub(crate) fn run_registered<R>(
         &self,
-        (addr, nbytes): (usize, usize),
-        dtype: accord_coll::DType,
-        op: ReduceOp,
-    ) -> Option<Result<(), CollError>> {
+        regions: &[(usize, usize)],
+        job: impl FnOnce(&mut Comm, &[&LocalBuf]) -> Result<R, CollError>,
+    ) -> Option<Result<R, CollError>> {
         let mut comm = {
             let mut state = self.state.lock().unwrap();
             match std::mem::replace(&mut *state, State::Busy) {
@@ -468,9 +470,9 @@ impl Communicator {
         };
         let mut regs = std::mem::take(&mut *self.registrations.lock().unwrap());
         regs.begin();
-        let outcome = regs.hit(addr, nbytes).map(|id| {
-            let count = nbytes / dtype.size_bytes();
-            comm.all_reduce(Bufs::in_place(regs.buf(id).slice(0, nbytes)), count, dtype, op, None)
+        let outcome = regs.hit_all(regions).map(|ids| {
+            let bufs: Vec<&LocalBuf> = ids.iter().map(|&id| regs.buf(id)).collect();
+            job(&mut comm, &bufs)
         });
         *self.registrations.lock().unwrap() = regs;
         self.give_back(State::Ready(comm));
@@ -815,7 +817,8 @@ impl Communicator {
             self.rank,
             (send_counts, send_displs, input.count),
             (recv_counts, recv_displs, output.count),
-        )?;
+        )
+        .map_err(|message| error(Kind::InvalidBuffer, format!("{name}: {message}")))?;
         let algo = parse_algo(Collective::AllToAllV, algo)?;
         let dtype = input.dtype;
         self.run_out_of_place(py, name, &input, &output, true, move |c, b| c.all_to_allv(b, &layout, dtype, algo))

@@ -170,12 +170,21 @@ impl Registrations {
 
     /// The id of the registration of exactly `addr..addr + len`, if cached (counted as a hit
     /// and kept for this call). Needs no Python object: `torch_native` calls it without the GIL.
-    pub(crate) fn hit(&mut self, addr: usize, len: usize) -> Option<u64> {
+    fn hit(&mut self, addr: usize, len: usize) -> Option<u64> {
         let i = self.entries.iter().position(|e| e.addr == addr && e.len == len)?;
         self.entries[i].last_use = self.call;
         self.entries[i].uses += 1;
         self.hits += 1;
         Some(self.entries[i].buf.id())
+    }
+
+    /// The ids of the registrations of exactly these regions, if every one is cached (each then
+    /// counted as a hit and kept for this call); `None`, counting nothing, if one is not.
+    pub(crate) fn hit_all(&mut self, regions: &[(usize, usize)]) -> Option<Vec<u64>> {
+        if !regions.iter().all(|&(addr, len)| self.entries.iter().any(|e| e.addr == addr && e.len == len)) {
+            return None;
+        }
+        regions.iter().map(|&(addr, len)| self.hit(addr, len)).collect()
     }
 
     /// The registered buffer `id` (from [`Self::lookup`] in this call, so never evicted since).

@@ -125,6 +125,52 @@ impl GpuCommunicator {
         })
     }
 
+    /// reduce_scatter of `count_per_rank` elements a rank from `send` into `recv`, queued on
+    /// `stream` behind `after` (see [`marked`]); returns its mark (0 without `after`).
+    pub(crate) fn reduce_scatter_marked(
+        &self,
+        (send, recv): (u64, u64),
+        count_per_rank: usize,
+        dtype: DType,
+        reduce: ReduceOp,
+        stream: u64,
+        after: Option<u64>,
+    ) -> Result<u64, (Kind, String)> {
+        let block = count_per_rank.saturating_mul(dtype.size_bytes());
+        let n = self.world_size;
+        self.with_open("reduce_scatter", |inner| {
+            let c = Self::views(
+                inner,
+                (send, block.saturating_mul(n)),
+                (recv, block),
+                stream,
+                (Collective::ReduceScatter, block),
+            )?;
+            marked(inner, &c.stream, after, || {
+                inner.reduce_scatter(GpuBufs { send: &c.send, recv: &c.recv }, count_per_rank, dtype, reduce, &c.stream)
+            })
+        })
+    }
+
+    /// all_gather of `bytes_per_rank` from `send` into every rank's `recv` at `rank *
+    /// bytes_per_rank`, queued on `stream` behind `after` (see [`marked`]); returns its mark.
+    pub(crate) fn all_gather_marked(
+        &self,
+        (send, recv): (u64, u64),
+        bytes_per_rank: usize,
+        stream: u64,
+        after: Option<u64>,
+    ) -> Result<u64, (Kind, String)> {
+        let n = self.world_size;
+        self.with_open("all_gather", |inner| {
+            let recv_len = bytes_per_rank.saturating_mul(n);
+            let c = Self::views(inner, (send, bytes_per_rank), (recv, recv_len), stream, (Collective::AllGather, 0))?;
+            marked(inner, &c.stream, after, || {
+                inner.all_gather(GpuBufs { send: &c.send, recv: &c.recv }, bytes_per_rank, &c.stream)
+            })
+        })
+    }
+
     /// Makes `stream` wait until the op of mark `ticket` is done (see `wait_mark`).
     pub(crate) fn wait_mark_on(&self, stream: u64, ticket: u64) -> Result<(), (Kind, String)> {
         self.with_open("wait_mark", |inner| {
@@ -294,20 +340,8 @@ impl GpuCommunicator {
     ) -> PyResult<u64> {
         let name = "reduce_scatter";
         let (dtype, reduce) = (parse_dtype(name, dtype)?, parse_op(name, op)?);
-        let block = count_per_rank.saturating_mul(dtype.size_bytes());
-        let n = self.world_size;
-        self.with(py, name, |inner| {
-            let c = Self::views(
-                inner,
-                (send, block.saturating_mul(n)),
-                (recv, block),
-                stream,
-                (Collective::ReduceScatter, block),
-            )?;
-            marked(inner, &c.stream, after, || {
-                inner.reduce_scatter(GpuBufs { send: &c.send, recv: &c.recv }, count_per_rank, dtype, reduce, &c.stream)
-            })
-        })
+        py.detach(|| self.reduce_scatter_marked((send, recv), count_per_rank, dtype, reduce, stream, after))
+            .map_err(|(kind, message)| error(kind, message))
     }
 
     /// all_gather: `bytes_per_rank` at `send` into every rank's `recv` at `rank * bytes_per_rank`
@@ -322,14 +356,8 @@ impl GpuCommunicator {
         stream: u64,
         after: Option<u64>,
     ) -> PyResult<u64> {
-        let n = self.world_size;
-        self.with(py, "all_gather", |inner| {
-            let recv_len = bytes_per_rank.saturating_mul(n);
-            let c = Self::views(inner, (send, bytes_per_rank), (recv, recv_len), stream, (Collective::AllGather, 0))?;
-            marked(inner, &c.stream, after, || {
-                inner.all_gather(GpuBufs { send: &c.send, recv: &c.recv }, bytes_per_rank, &c.stream)
-            })
-        })
+        py.detach(|| self.all_gather_marked((send, recv), bytes_per_rank, stream, after))
+            .map_err(|(kind, message)| error(kind, message))
     }
 
     /// all_to_all: block `j` (of `bytes_per_rank`) of `send` into rank `j`'s `recv` at block

@@ -1,10 +1,14 @@
 //! The C functions `accord.torch`'s compiled backend (`python/accord/native/torch_backend.cpp`)
-//! calls for the ops it runs without Python: an all_reduce of a CUDA tensor queued on the
-//! group's stream, and a synchronous all_reduce of a CPU tensor already registered.
+//! calls for the ops it runs without Python: all_reduce, all_gather_into_tensor and
+//! reduce_scatter_tensor of CUDA tensors queued on the group's stream, and synchronous
+//! all_reduce, all_gather_into_tensor, reduce_scatter_tensor and all_to_all_single of CPU
+//! tensors already registered.
 //!
 //! Why: torch reaches a Python backend through Python at every op, and a CUDA-aware future made
 //! in Python finds its tensors by pickling them. A DDP step pays both at every bucket on its
-//! autograd thread, which bound the 2-GPU step (docs/results/2026-11-27-direct-gpu-calls.md).
+//! autograd thread, which bound the 2-GPU step (docs/results/2026-11-27-direct-gpu-calls.md);
+//! a CPU op pays tens of microseconds of Python on a loaded host, which kept the torch layer's
+//! overhead above 10% at 1 MiB (docs/results/2026-11-28-torch-gpu-default.md).
 //! The compiled backend calls these functions directly, from threads that hold no GIL.
 //!
 //! The table is C: a version, then function pointers (`accord_torch_api.h` in the same folder
@@ -14,17 +18,17 @@
 //! everything the fast way does not) or [`FAILED`] with the exception's kind and message in a
 //! [`Failure`]. No function unwinds into C: a panic becomes a failure.
 
-use crate::coll::Communicator;
+use crate::coll::{all_to_allv_layout, Communicator};
 use crate::errors::{coll_error_kind, Kind};
 use crate::gpu_coll::GpuCommunicator;
-use accord_coll::{DType, ReduceOp};
+use accord_coll::{Bufs, CollError, DType, LocalBuf, ReduceOp};
 use pyo3::prelude::*;
 use std::ffi::{c_char, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::str::FromStr;
 
 /// The layout's version; the C++ side refuses a table of another.
-pub const ABI: u32 = 1;
+pub const ABI: u32 = 2;
 /// The op ran (or, on the GPU, was queued).
 pub const DONE: i32 = 0;
 /// Not run: the caller takes the Python path.
@@ -52,9 +56,49 @@ pub struct Api {
     gpu_mark_reached: unsafe extern "C" fn(usize, u64, *mut i32, *mut Failure) -> i32,
     gpu_check: unsafe extern "C" fn(usize, *mut Failure) -> i32,
     host_all_reduce: unsafe extern "C" fn(usize, u64, usize, *const c_char, *const c_char, *mut Failure) -> i32,
+    gpu_all_gather: unsafe extern "C" fn(usize, u64, u64, usize, u64, u64, *mut u64, *mut Failure) -> i32,
+    gpu_reduce_scatter: unsafe extern "C" fn(
+        usize,
+        u64,
+        u64,
+        usize,
+        *const c_char,
+        *const c_char,
+        u64,
+        u64,
+        *mut u64,
+        *mut Failure,
+    ) -> i32,
+    host_all_gather: unsafe extern "C" fn(usize, u64, u64, usize, *const c_char, *mut Failure) -> i32,
+    host_reduce_scatter:
+        unsafe extern "C" fn(usize, u64, u64, usize, *const c_char, *const c_char, *mut Failure) -> i32,
+    host_all_to_allv: unsafe extern "C" fn(
+        usize,
+        u64,
+        usize,
+        u64,
+        usize,
+        *const c_char,
+        *const u64,
+        *const u64,
+        usize,
+        *mut Failure,
+    ) -> i32,
 }
 
-static API: Api = Api { abi: ABI, gpu_all_reduce, gpu_wait_mark, gpu_mark_reached, gpu_check, host_all_reduce };
+static API: Api = Api {
+    abi: ABI,
+    gpu_all_reduce,
+    gpu_wait_mark,
+    gpu_mark_reached,
+    gpu_check,
+    host_all_reduce,
+    gpu_all_gather,
+    gpu_reduce_scatter,
+    host_all_gather,
+    host_reduce_scatter,
+    host_all_to_allv,
+};
 
 /// The address of the function table (a static: valid for the life of the process).
 #[pyfunction]
@@ -98,9 +142,17 @@ fn name<'a>(text: *const c_char, what: &str) -> Result<&'a str, (Kind, String)> 
 }
 
 fn parse(dtype: *const c_char, op: *const c_char) -> Result<(DType, ReduceOp), (Kind, String)> {
-    let dtype = DType::from_str(name(dtype, "dtype")?).map_err(|e| (Kind::InvalidRequest, e.to_string()))?;
     let op = ReduceOp::from_str(name(op, "reduce op")?).map_err(|e| (Kind::InvalidRequest, e.to_string()))?;
-    Ok((dtype, op))
+    Ok((parse_dtype(dtype)?, op))
+}
+
+fn parse_dtype(dtype: *const c_char) -> Result<DType, (Kind, String)> {
+    DType::from_str(name(dtype, "dtype")?).map_err(|e| (Kind::InvalidRequest, e.to_string()))
+}
+
+/// Whether `a..a + a_len` and `b..b + b_len` share a byte.
+fn overlap((a, a_len): (u64, usize), (b, b_len): (u64, usize)) -> bool {
+    a < b.saturating_add(b_len as u64) && b < a.saturating_add(a_len as u64)
 }
 
 /// Runs `body`, turning an error or a panic into a failure.
@@ -140,12 +192,67 @@ unsafe extern "C" fn gpu_all_reduce(
         // Safety: the caller's contract (`gpu`).
         let comm = unsafe { gpu(handle) };
         let ticket = comm.all_reduce_marked((ptr, ptr), count, dtype, op, stream, Some(after))?;
-        if !mark.is_null() {
-            // Safety: the caller passes a u64 it owns, or null.
-            unsafe { *mark = ticket };
-        }
+        put_mark(mark, ticket);
         Ok(DONE)
     })
+}
+
+/// An all_gather of `bytes_per_rank` at `input` into `output` (by rank) queued on `stream`
+/// behind `after`; its mark into `mark`.
+#[allow(unsafe_code)]
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn gpu_all_gather(
+    handle: usize,
+    input: u64,
+    output: u64,
+    bytes_per_rank: usize,
+    stream: u64,
+    after: u64,
+    mark: *mut u64,
+    out: *mut Failure,
+) -> i32 {
+    guarded(out, || {
+        // Safety: the caller's contract (`gpu`).
+        let comm = unsafe { gpu(handle) };
+        let ticket = comm.all_gather_marked((input, output), bytes_per_rank, stream, Some(after))?;
+        put_mark(mark, ticket);
+        Ok(DONE)
+    })
+}
+
+/// A reduce_scatter of `count_per_rank` elements a rank from `input` into `output` queued on
+/// `stream` behind `after`; its mark into `mark`.
+#[allow(unsafe_code)]
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn gpu_reduce_scatter(
+    handle: usize,
+    input: u64,
+    output: u64,
+    count_per_rank: usize,
+    dtype: *const c_char,
+    op: *const c_char,
+    stream: u64,
+    after: u64,
+    mark: *mut u64,
+    out: *mut Failure,
+) -> i32 {
+    guarded(out, || {
+        let (dtype, op) = parse(dtype, op)?;
+        // Safety: the caller's contract (`gpu`).
+        let comm = unsafe { gpu(handle) };
+        let ticket = comm.reduce_scatter_marked((input, output), count_per_rank, dtype, op, stream, Some(after))?;
+        put_mark(mark, ticket);
+        Ok(DONE)
+    })
+}
+
+/// Writes `ticket` where the caller asked (null: nowhere).
+#[allow(unsafe_code)]
+fn put_mark(mark: *mut u64, ticket: u64) {
+    if !mark.is_null() {
+        // Safety: the caller passes a u64 it owns, or null.
+        unsafe { *mark = ticket };
+    }
 }
 
 #[allow(unsafe_code)]
@@ -173,6 +280,29 @@ unsafe extern "C" fn gpu_check(handle: usize, out: *mut Failure) -> i32 {
     guarded(out, || unsafe { gpu(handle) }.first_error().map(|()| DONE))
 }
 
+/// # Safety
+/// `handle` is `Communicator._native_handle()` of an object the caller keeps alive.
+#[allow(unsafe_code)]
+unsafe fn host<'a>(handle: usize) -> &'a Communicator {
+    // Safety: see the function's contract.
+    unsafe { &*(handle as *const Communicator) }
+}
+
+/// Runs `job` on the registrations of `regions` (see `Communicator::run_registered`):
+/// [`DECLINED`] where one is not registered or the communicator is busy or closed.
+fn on_registered(
+    comm: &Communicator,
+    regions: &[(u64, usize)],
+    job: impl FnOnce(&mut crate::coll::Comm, &[&LocalBuf]) -> Result<(), CollError>,
+) -> Result<i32, (Kind, String)> {
+    let regions: Vec<(usize, usize)> = regions.iter().map(|&(addr, len)| (addr as usize, len)).collect();
+    match comm.run_registered(&regions, job) {
+        None => Ok(DECLINED),
+        Some(Ok(())) => Ok(DONE),
+        Some(Err(e)) => Err((coll_error_kind(&e), e.to_string())),
+    }
+}
+
 /// A synchronous in-place all_reduce of `nbytes` at `addr`, which an earlier call registered;
 /// [`DECLINED`] where it is not registered or the communicator is busy or closed.
 #[allow(unsafe_code)]
@@ -189,13 +319,142 @@ unsafe extern "C" fn host_all_reduce(
         if nbytes == 0 || nbytes % dtype.size_bytes() != 0 {
             return Ok(DECLINED);
         }
-        // Safety: `handle` is `Communicator._native_handle()` of an object the caller keeps
-        // alive.
-        let comm = unsafe { &*(handle as *const Communicator) };
-        match comm.all_reduce_registered((addr as usize, nbytes), dtype, op) {
-            None => Ok(DECLINED),
-            Some(Ok(())) => Ok(DONE),
-            Some(Err(e)) => Err((coll_error_kind(&e), e.to_string())),
+        let count = nbytes / dtype.size_bytes();
+        // Safety: the caller's contract (`host`).
+        on_registered(unsafe { host(handle) }, &[(addr, nbytes)], |comm, bufs| {
+            comm.all_reduce(Bufs::in_place(bufs[0].slice(0, nbytes)), count, dtype, op, None)
+        })
+    })
+}
+
+/// A synchronous all_gather of `bytes_per_rank` at `input` into `output` (world size times as
+/// many bytes, by rank), registered memory both (or `input` this rank's block of `output`: in
+/// place, NCCL's rule, only `output` registered); [`DECLINED`] otherwise, and where the two
+/// overlap any other way.
+#[allow(unsafe_code)]
+unsafe extern "C" fn host_all_gather(
+    handle: usize,
+    input: u64,
+    output: u64,
+    bytes_per_rank: usize,
+    dtype: *const c_char,
+    out: *mut Failure,
+) -> i32 {
+    guarded(out, || {
+        let dtype = parse_dtype(dtype)?;
+        if bytes_per_rank == 0 || bytes_per_rank % dtype.size_bytes() != 0 {
+            return Ok(DECLINED);
         }
+        // Safety: the caller's contract (`host`).
+        let comm = unsafe { host(handle) };
+        let (rank, world) = comm.place();
+        let count = bytes_per_rank / dtype.size_bytes();
+        let (b, total) = (bytes_per_rank, bytes_per_rank.saturating_mul(world));
+        let at = rank.saturating_mul(b);
+        if input == output.saturating_add(at as u64) {
+            return on_registered(comm, &[(output, total)], |c, bufs| {
+                c.all_gather(Bufs { send: bufs[0].slice(at, b), recv: bufs[0].slice(0, total) }, count, dtype, None)
+            });
+        }
+        if overlap((input, b), (output, total)) {
+            return Ok(DECLINED);
+        }
+        on_registered(comm, &[(input, b), (output, total)], |c, bufs| {
+            c.all_gather(Bufs { send: bufs[0].slice(0, b), recv: bufs[1].slice(0, total) }, count, dtype, None)
+        })
+    })
+}
+
+/// A synchronous reduce_scatter of `input` (world size blocks of `output_bytes`) into
+/// `output`, registered memory both, not overlapping; [`DECLINED`] otherwise.
+#[allow(unsafe_code)]
+unsafe extern "C" fn host_reduce_scatter(
+    handle: usize,
+    input: u64,
+    output: u64,
+    output_bytes: usize,
+    dtype: *const c_char,
+    op: *const c_char,
+    out: *mut Failure,
+) -> i32 {
+    guarded(out, || {
+        let (dtype, op) = parse(dtype, op)?;
+        if output_bytes == 0 || output_bytes % dtype.size_bytes() != 0 {
+            return Ok(DECLINED);
+        }
+        // Safety: the caller's contract (`host`).
+        let comm = unsafe { host(handle) };
+        let total = output_bytes.saturating_mul(comm.place().1);
+        if overlap((input, total), (output, output_bytes)) {
+            return Ok(DECLINED);
+        }
+        let count = output_bytes / dtype.size_bytes();
+        on_registered(comm, &[(input, total), (output, output_bytes)], |c, bufs| {
+            c.reduce_scatter(
+                Bufs { send: bufs[0].slice(0, total), recv: bufs[1].slice(0, output_bytes) },
+                count,
+                dtype,
+                op,
+                None,
+            )
+        })
+    })
+}
+
+/// A synchronous all_to_allv: `send_counts[j]` elements of `input` (packed by rank) to rank j,
+/// `recv_counts[i]` elements from rank i into `output` (packed), `ranks` entries each;
+/// registered memory both, not overlapping, neither empty. [`DECLINED`] otherwise, and where
+/// the counts do not fit the tensors (the Python path says what is wrong).
+#[allow(unsafe_code)]
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn host_all_to_allv(
+    handle: usize,
+    input: u64,
+    input_bytes: usize,
+    output: u64,
+    output_bytes: usize,
+    dtype: *const c_char,
+    send_counts: *const u64,
+    recv_counts: *const u64,
+    ranks: usize,
+    out: *mut Failure,
+) -> i32 {
+    guarded(out, || {
+        let dtype = parse_dtype(dtype)?;
+        let es = dtype.size_bytes();
+        // Safety: the caller's contract (`host`).
+        let comm = unsafe { host(handle) };
+        let (rank, world) = comm.place();
+        if send_counts.is_null() || recv_counts.is_null() || ranks != world {
+            return Ok(DECLINED);
+        }
+        if input_bytes == 0 || output_bytes == 0 || input_bytes % es != 0 || output_bytes % es != 0 {
+            return Ok(DECLINED);
+        }
+        if overlap((input, input_bytes), (output, output_bytes)) {
+            return Ok(DECLINED);
+        }
+        // Safety: the caller passes `ranks` counts on each side, alive for the call.
+        let (send, recv) =
+            unsafe { (std::slice::from_raw_parts(send_counts, ranks), std::slice::from_raw_parts(recv_counts, ranks)) };
+        let (Ok(send), Ok(recv)) = (
+            send.iter().map(|&c| usize::try_from(c)).collect::<Result<Vec<_>, _>>(),
+            recv.iter().map(|&c| usize::try_from(c)).collect::<Result<Vec<_>, _>>(),
+        ) else {
+            return Ok(DECLINED);
+        };
+        let Ok(layout) =
+            all_to_allv_layout(world, rank, (send, None, input_bytes / es), (recv, None, output_bytes / es))
+        else {
+            return Ok(DECLINED);
+        };
+        on_registered(comm, &[(input, input_bytes), (output, output_bytes)], |c, bufs| {
+            c.all_to_allv(
+                Bufs { send: bufs[0].slice(0, input_bytes), recv: bufs[1].slice(0, output_bytes) },
+                &layout,
+                dtype,
+                None,
+            )
+        })
     })
 }

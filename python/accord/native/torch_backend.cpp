@@ -1,5 +1,7 @@
-// accord.torch's compiled backend: the all_reduce that a DDP step calls at every bucket, and a
-// synchronous CPU all_reduce, run without Python; every other case goes to the Python backend.
+// accord.torch's compiled backend: the all_reduce that a DDP step calls at every bucket, FSDP's
+// all_gather_into_tensor and reduce_scatter_tensor on CUDA, and synchronous CPU all_reduce,
+// all_gather_into_tensor, reduce_scatter_tensor and all_to_all_single, run without Python;
+// every other case goes to the Python backend.
 //
 // Why: torch reaches a Python process group through Python at every op, and a CUDA-aware
 // future made in Python finds its tensors by pickling its value. A DDP step pays both at every
@@ -7,20 +9,21 @@
 // 2026-11-27-direct-gpu-calls.md), and they are most of a small CPU op's cost
 // (docs/results/2026-11-27-torch-floors-and-binding-cost.md).
 //
-// How it fits: accord.torch's process group (Python) leaves `allreduce` to torch's C++ base,
-// which dispatches to the backend registered for the tensor's device: this one. It calls
-// accord's Rust functions directly (accord_torch_api.h), with no GIL, where it can:
-//  - a CUDA tensor, once the group's GPU collectives run on a stream of the group's own: the
-//    all_reduce is queued there behind the caller's stream, its end a mark; the handle waits on
-//    the mark and its future is a C++ CUDA-aware future;
-//  - a CPU tensor in a synchronous call, already registered, with no op of the group queued or
-//    running: the all_reduce runs here and now. The Python backend counts its ops in a word
-//    this file reads (`words`, below), and its communicator makes a Python op that finds this
-//    one running wait its turn (Communicator._set_wait_turn).
-// Anything else (the first call on a tensor, async CPU calls, other dtypes or layouts, a
-// pending point-to-point batch) is handed to the Python backend's `_allreduce_python`, which
-// registers, queues, stages or refuses with a clear error. _torch_native.py builds this file
-// against the torch that imports it.
+// How it fits: accord.torch's process group (Python) leaves `allreduce`, `_allgather_base`,
+// `_reduce_scatter_base` and `alltoall_base` to torch's C++ base, which dispatches to the
+// backend registered for the tensor's device: this one. It calls accord's Rust functions
+// directly (accord_torch_api.h), with no GIL, where it can:
+//  - CUDA tensors (all_reduce, all_gather, reduce_scatter), once the group's GPU collectives
+//    run on a stream of the group's own: the op is queued there behind the caller's stream, its
+//    end a mark; the handle waits on the mark and its future is a C++ CUDA-aware future;
+//  - CPU tensors in a synchronous call, already registered, with no op of the group queued or
+//    running: the op runs here and now. The Python backend counts its ops in a word this file
+//    reads (`words`, below), and its communicator makes a Python op that finds this one
+//    running wait its turn (Communicator._set_wait_turn).
+// Anything else (the first call on a tensor, async CPU calls, other dtypes or layouts, sizes
+// that do not match, a pending point-to-point batch) is handed to the Python backend's method
+// for the op (`in_python`), which registers, queues, stages or refuses with a clear error.
+// _torch_native.py builds this file against the torch that imports it.
 
 #include <ATen/core/ivalue.h>
 #include <c10/core/StreamGuard.h>
@@ -83,6 +86,17 @@ const char* dtype_name(c10::ScalarType type, bool gpu) {
       return nullptr;
   }
 }
+
+// A tensor the fast paths take as it is: dense, contiguous, not empty, no lazy conjugate or
+// negation.
+bool plain(const at::Tensor& t) {
+  return t.layout() == c10::kStrided && t.numel() > 0 && t.is_contiguous() && !t.is_conj() &&
+         !t.is_neg();
+}
+
+size_t nbytes(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
+
+uint64_t address(const at::Tensor& t) { return reinterpret_cast<uint64_t>(t.data_ptr()); }
 
 // Drops a Python reference from any thread: with the GIL, or not at all once the interpreter
 // is gone (a backend freed at exit).
@@ -177,13 +191,13 @@ c10::intrusive_ptr<c10::ivalue::Future> completed_future(const std::vector<at::T
   return future;
 }
 
-// The handle of an all_reduce queued on the group's stream: its end is a mark (a counter the
-// stream stores into pinned memory), as accord.torch's _MarkedWork.
+// The handle of an op queued on the group's stream: its end is a mark (a counter the stream
+// stores into pinned memory), as accord.torch's _MarkedWork.
 class MarkedWork : public c10d::Work {
  public:
   MarkedWork(std::shared_ptr<const GpuPath> gpu, uint64_t mark, std::vector<at::Tensor> result,
-             int rank)
-      : c10d::Work(rank, c10d::OpType::ALLREDUCE), gpu_(std::move(gpu)), mark_(mark),
+             int rank, c10d::OpType type)
+      : c10d::Work(rank, type), gpu_(std::move(gpu)), mark_(mark),
         result_(std::move(result)) {}
 
   bool isCompleted() override {
@@ -262,11 +276,11 @@ class MarkedWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
-// The handle of a host all_reduce that ran on the calling thread: done at return.
+// The handle of a host op that ran on the calling thread: done at return.
 class DoneWork : public c10d::Work {
  public:
-  DoneWork(std::vector<at::Tensor> result, int rank)
-      : c10d::Work(rank, c10d::OpType::ALLREDUCE), result_(std::move(result)) {}
+  DoneWork(std::vector<at::Tensor> result, int rank, c10d::OpType type)
+      : c10d::Work(rank, type), result_(std::move(result)) {}
 
   bool isCompleted() override { return true; }
   bool isSuccess() const override { return true; }
@@ -293,7 +307,7 @@ class DoneWork : public c10d::Work {
 // is_completed or exception to a Python subclass), and the object lives as long as this.
 class PythonWork : public c10d::Work {
  public:
-  explicit PythonWork(py::object work) : c10d::Work(-1, c10d::OpType::ALLREDUCE), work_(std::move(work)) {}
+  PythonWork(py::object work, c10d::OpType type) : c10d::Work(-1, type), work_(std::move(work)) {}
   PythonWork(const PythonWork&) = delete;
   PythonWork& operator=(const PythonWork&) = delete;
   ~PythonWork() override { drop_reference(work_); }
@@ -383,21 +397,49 @@ class AccordNative : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override {
     if (tensors.size() == 1 && word(kP2pPending) == 0) {
-      const at::Tensor& t = tensors[0];
-      const char* op = reduce_name(opts.reduceOp);
-      bool plain = op != nullptr && t.layout() == c10::kStrided && t.numel() > 0 &&
-                   t.is_contiguous() && !t.is_conj() && !t.is_neg();
-      if (plain && t.is_cuda()) {
-        if (auto work = gpu_all_reduce(tensors, op)) {
-          return work;
-        }
-      } else if (plain && t.is_cpu() && !opts.asyncOp) {
-        if (auto work = host_all_reduce(tensors, op)) {
-          return work;
-        }
+      if (auto work = native_all_reduce(tensors, opts)) {
+        return work;
       }
     }
-    return in_python(tensors, opts);
+    return in_python("_allreduce_python", "all_reduce", c10d::OpType::ALLREDUCE, tensors, opts);
+  }
+
+  // all_gather_into_tensor.
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override {
+    if (word(kP2pPending) == 0) {
+      if (auto work = native_all_gather(output, input, opts)) {
+        return work;
+      }
+    }
+    return in_python("_all_gather_single_python", "all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE,
+                     output, input, opts);
+  }
+
+  // reduce_scatter_tensor.
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                      const c10d::ReduceScatterOptions& opts) override {
+    if (word(kP2pPending) == 0) {
+      if (auto work = native_reduce_scatter(output, input, opts)) {
+        return work;
+      }
+    }
+    return in_python("_reduce_scatter_single_python", "reduce_scatter_tensor",
+                     c10d::OpType::_REDUCE_SCATTER_BASE, output, input, opts);
+  }
+
+  // all_to_all_single.
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_splits,
+                                               std::vector<int64_t>& input_splits,
+                                               const c10d::AllToAllOptions& opts) override {
+    if (word(kP2pPending) == 0) {
+      if (auto work = native_all_to_all(output, input, output_splits, input_splits, opts)) {
+        return work;
+      }
+    }
+    return in_python("_all_to_all_single_python", "all_to_all_single", c10d::OpType::ALLTOALL_BASE, output,
+                     input, output_splits, input_splits, opts);
   }
 
   // The Python backend's GPU collectives, once it set them up with a stream of its own.
@@ -420,57 +462,208 @@ class AccordNative : public c10d::Backend {
   uint64_t native_failures() const { return failures_.load(std::memory_order_relaxed); }
 
  private:
-  c10::intrusive_ptr<c10d::Work> gpu_all_reduce(std::vector<at::Tensor>& tensors, const char* op) {
-    std::shared_ptr<const GpuPath> gpu;
-    {
-      std::lock_guard<std::mutex> lock(gpu_mutex_);
-      gpu = gpu_;
-    }
+  std::shared_ptr<const GpuPath> gpu_path() {
+    std::lock_guard<std::mutex> lock(gpu_mutex_);
+    return gpu_;
+  }
+
+  c10::intrusive_ptr<c10d::Work> native_all_reduce(std::vector<at::Tensor>& tensors,
+                                                   const c10d::AllreduceOptions& opts) {
     const at::Tensor& t = tensors[0];
-    const char* dtype = dtype_name(t.scalar_type(), true);
-    size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
-    if (!gpu || dtype == nullptr || t.device() != gpu->device() || bytes > gpu->bytes_max) {
+    const char* op = reduce_name(opts.reduceOp);
+    if (op == nullptr || !plain(t)) {
       return {};
     }
+    if (t.is_cuda()) {
+      auto gpu = gpu_path();
+      const char* dtype = dtype_name(t.scalar_type(), true);
+      if (!gpu || dtype == nullptr || t.device() != gpu->device() || nbytes(t) > gpu->bytes_max) {
+        return {};
+      }
+      const GpuPath& g = *gpu;
+      return queue_on_gpu(std::move(gpu), tensors, {t}, c10d::OpType::ALLREDUCE,
+                          [&](uint64_t after, uint64_t* mark, accord_failure* failure) {
+                            return g.api->gpu_all_reduce(g.comm, address(t),
+                                                         static_cast<size_t>(t.numel()), dtype,
+                                                         op, g.side_raw, after, mark, failure);
+                          });
+    }
+    const char* dtype = dtype_name(t.scalar_type(), false);
+    if (!t.is_cpu() || opts.asyncOp || dtype == nullptr) {
+      return {};
+    }
+    return run_on_host(tensors, c10d::OpType::ALLREDUCE, [&](accord_failure* failure) {
+      return api_->host_all_reduce(host_comm_, address(t), nbytes(t), dtype, op, failure);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> native_all_gather(at::Tensor& output, at::Tensor& input,
+                                                   const c10d::AllgatherOptions& opts) {
+    if (!plain(output) || !plain(input) || output.scalar_type() != input.scalar_type() ||
+        output.device() != input.device() || output.numel() != input.numel() * getSize()) {
+      return {};
+    }
+    std::vector<at::Tensor> result{output};
+    if (output.is_cuda()) {
+      auto gpu = gpu_path();
+      if (!gpu || output.device() != gpu->device() || nbytes(output) > gpu->bytes_max) {
+        return {};
+      }
+      const GpuPath& g = *gpu;
+      return queue_on_gpu(std::move(gpu), std::move(result), {input, output},
+                          c10d::OpType::_ALLGATHER_BASE,
+                          [&](uint64_t after, uint64_t* mark, accord_failure* failure) {
+                            return g.api->gpu_all_gather(g.comm, address(input), address(output),
+                                                         nbytes(input), g.side_raw, after, mark,
+                                                         failure);
+                          });
+    }
+    const char* dtype = dtype_name(output.scalar_type(), false);
+    if (!output.is_cpu() || opts.asyncOp || dtype == nullptr) {
+      return {};
+    }
+    return run_on_host(std::move(result), c10d::OpType::_ALLGATHER_BASE, [&](accord_failure* failure) {
+      return api_->host_all_gather(host_comm_, address(input), address(output), nbytes(input),
+                                   dtype, failure);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> native_reduce_scatter(at::Tensor& output, at::Tensor& input,
+                                                       const c10d::ReduceScatterOptions& opts) {
+    const char* op = reduce_name(opts.reduceOp);
+    if (op == nullptr || !plain(output) || !plain(input) ||
+        output.scalar_type() != input.scalar_type() || output.device() != input.device() ||
+        input.numel() != output.numel() * getSize()) {
+      return {};
+    }
+    std::vector<at::Tensor> result{output};
+    if (output.is_cuda()) {
+      auto gpu = gpu_path();
+      const char* dtype = dtype_name(output.scalar_type(), true);
+      if (!gpu || dtype == nullptr || output.device() != gpu->device() ||
+          nbytes(output) > gpu->bytes_max) {
+        return {};
+      }
+      const GpuPath& g = *gpu;
+      return queue_on_gpu(std::move(gpu), std::move(result), {input, output},
+                          c10d::OpType::_REDUCE_SCATTER_BASE,
+                          [&](uint64_t after, uint64_t* mark, accord_failure* failure) {
+                            return g.api->gpu_reduce_scatter(
+                                g.comm, address(input), address(output),
+                                static_cast<size_t>(output.numel()), dtype, op, g.side_raw, after,
+                                mark, failure);
+                          });
+    }
+    const char* dtype = dtype_name(output.scalar_type(), false);
+    if (!output.is_cpu() || opts.asyncOp || dtype == nullptr) {
+      return {};
+    }
+    return run_on_host(std::move(result), c10d::OpType::_REDUCE_SCATTER_BASE,
+                       [&](accord_failure* failure) {
+                         return api_->host_reduce_scatter(host_comm_, address(input),
+                                                          address(output), nbytes(output), dtype,
+                                                          op, failure);
+                       });
+  }
+
+  // CPU tensors only: the GPU all_to_all takes even splits, which the Python path checks.
+  c10::intrusive_ptr<c10d::Work> native_all_to_all(at::Tensor& output, at::Tensor& input,
+                                                   const std::vector<int64_t>& output_splits,
+                                                   const std::vector<int64_t>& input_splits,
+                                                   const c10d::AllToAllOptions& opts) {
+    const char* dtype = dtype_name(output.scalar_type(), false);
+    if (!plain(output) || !plain(input) || output.scalar_type() != input.scalar_type() ||
+        !output.is_cpu() || !input.is_cpu() || opts.asyncOp || dtype == nullptr) {
+      return {};
+    }
+    std::vector<uint64_t> send;
+    std::vector<uint64_t> recv;
+    if (!element_counts(input, input_splits, send) || !element_counts(output, output_splits, recv)) {
+      return {};
+    }
+    std::vector<at::Tensor> result{output};
+    return run_on_host(std::move(result), c10d::OpType::ALLTOALL_BASE, [&](accord_failure* failure) {
+      return api_->host_all_to_allv(host_comm_, address(input), nbytes(input), address(output),
+                                    nbytes(output), dtype, send.data(), recv.data(), send.size(),
+                                    failure);
+    });
+  }
+
+  // The elements each rank's block of `t` holds: `splits` rows of its first dimension each
+  // (none given: an even split), as the Python path counts them; false where they do not add
+  // up (the Python path then says what is wrong).
+  bool element_counts(const at::Tensor& t, const std::vector<int64_t>& splits,
+                      std::vector<uint64_t>& counts) const {
+    const int64_t size = getSize();
+    const int64_t rows = t.dim() > 0 ? t.size(0) : 1;
+    if (rows <= 0) {
+      return false;
+    }
+    const int64_t row = t.numel() / rows;
+    counts.clear();
+    if (splits.empty()) {
+      if (rows % size != 0) {
+        return false;
+      }
+      counts.assign(static_cast<size_t>(size), static_cast<uint64_t>(rows / size * row));
+      return true;
+    }
+    if (static_cast<int64_t>(splits.size()) != size) {
+      return false;
+    }
+    int64_t total = 0;
+    for (int64_t s : splits) {
+      if (s < 0 || s > rows) {
+        return false;
+      }
+      total += s;
+      counts.push_back(static_cast<uint64_t>(s * row));
+    }
+    return total == rows;
+  }
+
+  // Queues an op on the group's stream behind the caller's current one (`queue(after, &mark,
+  // &failure)`), and tells the caching allocator `touched` are in use there: their memory is not
+  // handed out again before the group's stream is done with it, whether or not the caller waits.
+  template <typename Queue>
+  c10::intrusive_ptr<c10d::Work> queue_on_gpu(std::shared_ptr<const GpuPath> gpu,
+                                              std::vector<at::Tensor> result,
+                                              std::initializer_list<at::Tensor> touched,
+                                              c10d::OpType type, Queue queue) {
     uint64_t after = raw(current_stream(gpu->device()));
     uint64_t mark = 0;
     accord_failure failure{};
-    auto ptr = reinterpret_cast<uint64_t>(t.data_ptr());
     int32_t code;
     {
       WithoutGil released;  // a full queue makes the call wait
-      code = gpu->api->gpu_all_reduce(gpu->comm, ptr, static_cast<size_t>(t.numel()), dtype, op,
-                                      gpu->side_raw, after, &mark, &failure);
+      code = queue(after, &mark, &failure);
     }
     if (code != ACCORD_DONE) {
       failures_.fetch_add(1, std::memory_order_relaxed);
       raise_failure(failure);
     }
-    // The caching allocator must not hand the memory out again before the group's stream is
-    // done with it, whether or not the caller waits.
-    t.record_stream(gpu->side);
+    for (const at::Tensor& t : touched) {
+      t.record_stream(gpu->side);
+    }
     gpu_ops_.fetch_add(1, std::memory_order_relaxed);
-    return c10::make_intrusive<MarkedWork>(std::move(gpu), mark, tensors, getRank());
+    return c10::make_intrusive<MarkedWork>(std::move(gpu), mark, std::move(result), getRank(),
+                                           type);
   }
 
-  c10::intrusive_ptr<c10d::Work> host_all_reduce(std::vector<at::Tensor>& tensors, const char* op) {
-    const at::Tensor& t = tensors[0];
-    const char* dtype = dtype_name(t.scalar_type(), false);
-    if (dtype == nullptr) {
-      return {};
-    }
-    // An op of the Python backend queued or running: this one goes behind it, through Python.
-    // (One that starts after this check finds the communicator taken and waits its turn.)
+  // Runs a host op on registered memory here and now (`run(&failure)`), unless an op of the
+  // Python backend is queued or running: this one then goes behind it, through Python. (One
+  // that starts after this check finds the communicator taken and waits its turn.)
+  template <typename Run>
+  c10::intrusive_ptr<c10d::Work> run_on_host(std::vector<at::Tensor> result, c10d::OpType type,
+                                             Run run) {
     if (word(kJobs) != 0) {
       return {};
     }
     accord_failure failure{};
-    size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
-    auto addr = reinterpret_cast<uint64_t>(t.data_ptr());
     int32_t code;
     {
       WithoutGil released;
-      code = api_->host_all_reduce(host_comm_, addr, bytes, dtype, op, &failure);
+      code = run(&failure);
     }
     if (code == ACCORD_DECLINED) {
       return {};
@@ -480,18 +673,22 @@ class AccordNative : public c10d::Backend {
       raise_failure(failure);
     }
     host_ops_.fetch_add(1, std::memory_order_relaxed);
-    return c10::make_intrusive<DoneWork>(tensors, getRank());
+    return c10::make_intrusive<DoneWork>(std::move(result), getRank(), type);
   }
 
-  c10::intrusive_ptr<c10d::Work> in_python(std::vector<at::Tensor>& tensors,
-                                           const c10d::AllreduceOptions& opts) {
+  // Hands the op to the Python backend's `method` (the whole op: checks, registration, queues,
+  // staging and errors).
+  template <typename... Args>
+  c10::intrusive_ptr<c10d::Work> in_python(const char* method, const char* op, c10d::OpType type,
+                                           Args&... args) {
     py::gil_scoped_acquire gil;
     py::object group = group_ref_();
     if (group.is_none()) {
-      throw std::runtime_error("accord backend: all_reduce on a process group that is gone");
+      throw std::runtime_error(std::string("accord backend: ") + op +
+                               " on a process group that is gone");
     }
-    py::object work = group.attr("_allreduce_python")(tensors, opts);
-    return c10::make_intrusive<PythonWork>(std::move(work));
+    py::object work = group.attr(method)(args...);
+    return c10::make_intrusive<PythonWork>(std::move(work), type);
   }
 
   static constexpr int kJobs = 0;
