@@ -42,7 +42,7 @@ install_wheel() {
   "$PY" -m pip install --quiet --no-deps --force-reinstall "$WHEEL" || { echo "cannot install $WHEEL"; exit 1; }
 }
 
-# stage_package BIN_DIR: copies python/accord (or BIN_DIR/accord where BIN_DIR holds one: an
+# stage_package BIN_DIR: copies python/accord (or BIN_DIR/python/accord where BIN_DIR holds one: an
 # earlier build's Python sources beside its extension, for a before/after run in one call) and
 # BIN_DIR/lib_accord.so (built with cargo when
 # BIN_DIR is empty: the GPU host has no Rust; STAGED_BIN_DIR says which folder was used) into a
@@ -58,7 +58,7 @@ stage_package() {
   STAGED_BIN_DIR=$bin_dir STAGED_PKG=$(mktemp -d)
   trap 'rm -rf "$STAGED_PKG"' EXIT
   local sources="$ROOT/python/accord"
-  [ -d "$bin_dir/accord" ] && sources="$bin_dir/accord"
+  [ -d "$bin_dir/python/accord" ] && sources="$bin_dir/python/accord"
   echo "staging the accord package from $sources with $bin_dir/lib_accord.so"
   cp -r "$sources" "$STAGED_PKG/" && cp "$bin_dir/lib_accord.so" "$STAGED_PKG/accord/_accord.abi3.so" \
     || { echo "cannot stage the accord package from $bin_dir"; exit 1; }
