@@ -52,6 +52,7 @@ def test_host_tensor_ops_run_compiled_with_gloos_results() -> None:
         # Every second call of each case ran compiled; the first registered the tensors.
         assert r["native"] == r["calls"], r
         assert r["refused"] == 3, r
+        assert r["half_registered"] == [True, True], r
 
 
 def test_compiled_ops_keep_order_with_python_ops() -> None:

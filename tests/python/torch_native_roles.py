@@ -197,6 +197,16 @@ def host_tensor_ops_match_gloo() -> dict[str, int]:
             ("all_to_all uneven", dtype),
         )
     native = _native_ops(acc) - before
+    # One tensor registered, the other new: the compiled backend declines (nothing of it counts
+    # as a hit), Python registers the new one, and the next call runs compiled.
+    part = _inputs(rank, torch.float32, (6,), 7)
+    dist.all_gather_into_tensor(torch.empty(6 * n), part, group=acc)  # registers part
+    fresh = torch.empty(6 * n)
+    mark = _native_ops(acc)
+    dist.all_gather_into_tensor(fresh, part, group=acc)
+    declined_first = _native_ops(acc) == mark
+    dist.all_gather_into_tensor(fresh, part, group=acc)
+    compiled_second = _native_ops(acc) == mark + 1
     refused = 0
     short = torch.empty(5)
     for bad in (
@@ -209,4 +219,10 @@ def host_tensor_ops_match_gloo() -> dict[str, int]:
         except Exception as e:  # noqa: BLE001 - the message is checked
             refused += int("accord backend" in str(e))
     dist.destroy_process_group()
-    return {"compared": compared, "calls": calls, "native": native, "refused": refused}
+    return {
+        "compared": compared,
+        "calls": calls,
+        "native": native,
+        "refused": refused,
+        "half_registered": [declined_first, compiled_second],
+    }
