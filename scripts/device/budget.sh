@@ -8,6 +8,7 @@
 #   host_facts  the load and the GPUs, printed at a run's start;
 #   install_wheel  installs $WHEEL first, when it is set;
 #   stage_package  the accord package of this tree with a prebuilt extension, on PYTHONPATH;
+#   stage_into  the same into a folder of the caller's (several builds staged side by side);
 #   run_args    a run's name, capped time, environment and arguments (kv_gpu.sh, weights_gpu.sh, ep.sh);
 #   bench_run   one run of the Python bench $BENCH under `timeout` (kv_gpu.sh, weights_gpu.sh).
 START=$SECONDS BUDGET=${BUDGET_S:-${DEFAULT_BUDGET_S:-480}}
@@ -42,13 +43,30 @@ install_wheel() {
   "$PY" -m pip install --quiet --no-deps --force-reinstall "$WHEEL" || { echo "cannot install $WHEEL"; exit 1; }
 }
 
-# stage_package BIN_DIR: copies python/accord (or BIN_DIR/python/accord where BIN_DIR holds one: an
-# earlier build's Python sources beside its extension, for a before/after run in one call) and
-# BIN_DIR/lib_accord.so (built with cargo when
-# BIN_DIR is empty: the GPU host has no Rust; STAGED_BIN_DIR says which folder was used) into a
-# folder outside $OUT (whose files come back from the device), removed at exit (STAGED_PKG; a
-# caller's own EXIT trap must remove it too), puts it first on PYTHONPATH and checks that accord
-# and torch import; exits the script if not.
+# stage_into BIN_DIR DEST: copies python/accord (or BIN_DIR/python/accord where BIN_DIR holds
+# one: an earlier build's Python sources beside its extension, for a before/after run in one
+# call) and BIN_DIR/lib_accord.so into DEST/accord, checks that accord and torch import from
+# DEST, and builds accord.torch's compiled backend once there (about 30 s the first time) rather
+# than inside a timed run's init_process_group; where it does not build, runs use the Python
+# backend. Fails (returns 1, saying why) where the package cannot be staged or imported.
+stage_into() {
+  local bin_dir=$1 dest=$2
+  local sources="$ROOT/python/accord"
+  [ -d "$bin_dir/python/accord" ] && sources="$bin_dir/python/accord"
+  echo "staging the accord package from $sources with $bin_dir/lib_accord.so"
+  mkdir -p "$dest" && cp -r "$sources" "$dest/" && cp "$bin_dir/lib_accord.so" "$dest/accord/_accord.abi3.so" \
+    || { echo "cannot stage the accord package from $bin_dir"; return 1; }
+  PYTHONPATH="$dest${PYTHONPATH:+:$PYTHONPATH}" "$PY" -c \
+    "import accord, torch; print('accord', accord.VERSION, 'torch', torch.__version__)" || return 1
+  [ "${ACCORD_TORCH_NATIVE:-auto}" = 0 ] || PYTHONPATH="$dest${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m accord._torch_native \
+    || echo "accord.torch compiled backend NOT built: the runs use the Python backend"
+}
+
+# stage_package BIN_DIR: stages the package (stage_into; BIN_DIR/lib_accord.so built with cargo
+# when BIN_DIR is empty: the GPU host has no Rust; STAGED_BIN_DIR says which folder was used)
+# into a folder outside $OUT (whose files come back from the device), removed at exit
+# (STAGED_PKG; a caller's own EXIT trap must remove it too), and puts it first on PYTHONPATH;
+# exits the script where it cannot be staged.
 stage_package() {
   local bin_dir=$1
   if [ -z "$bin_dir" ]; then
@@ -57,17 +75,8 @@ stage_package() {
   fi
   STAGED_BIN_DIR=$bin_dir STAGED_PKG=$(mktemp -d)
   trap 'rm -rf "$STAGED_PKG"' EXIT
-  local sources="$ROOT/python/accord"
-  [ -d "$bin_dir/python/accord" ] && sources="$bin_dir/python/accord"
-  echo "staging the accord package from $sources with $bin_dir/lib_accord.so"
-  cp -r "$sources" "$STAGED_PKG/" && cp "$bin_dir/lib_accord.so" "$STAGED_PKG/accord/_accord.abi3.so" \
-    || { echo "cannot stage the accord package from $bin_dir"; exit 1; }
+  stage_into "$bin_dir" "$STAGED_PKG" || exit 1
   export PYTHONPATH="$STAGED_PKG${PYTHONPATH:+:$PYTHONPATH}"
-  "$PY" -c "import accord, torch; print('accord', accord.VERSION, 'torch', torch.__version__)" || exit 1
-  # accord.torch's compiled backend, built once here (about 30 s) rather than inside the first
-  # timed run's init_process_group; where it does not build, the runs use the Python backend.
-  [ "${ACCORD_TORCH_NATIVE:-auto}" = 0 ] || "$PY" -m accord._torch_native \
-    || echo "accord.torch compiled backend NOT built: the runs use the Python backend"
 }
 
 # run_args NAME CAP ENV... -- ARGS...: the parts of a run (kv_gpu.sh, weights_gpu.sh, ep.sh) into

@@ -5,12 +5,23 @@
 # Usage (GPU host with 2+ GPUs, repo root):
 #   BUILDS=".carry/before .carry/after" scripts/device/ddp_gpu_before_after.sh
 # Each build is a BIN_DIR (lib_accord.so; an earlier build's Python sources in BIN_DIR/python/
-# accord, see budget.sh's stage_package). ROUNDS (default 3), ITERS / WARMUP steps (default 50 /
+# accord, see budget.sh's stage_into; each build is staged once). ROUNDS (default 3), ITERS / WARMUP steps (default 50 /
 # 5), OUT (JSON lines kept there), BUDGET_S (default 400 s for the whole command).
 set -uo pipefail
 DEFAULT_BUDGET_S=400
 . "$(dirname "$0")/budget.sh"
+STAGES=$(mktemp -d)
+trap 'rm -rf "$STAGES"' EXIT
+# Each build staged once (its package, its compiled backend), then used by every round's runs.
+stage_builds() {
+  local b
+  for b in $BUILDS; do
+    stage_into "$b" "$STAGES/$(basename "$b")" > "$OUT/$(basename "$b").stage" 2>&1 \
+      || { echo "cannot stage $b:"; tail -n 5 "$OUT/$(basename "$b").stage"; exit 1; }
+  done
+}
 [ -n "${BUILDS:-}" ] || { echo "set BUILDS to one or more BIN_DIRs"; exit 2; }
+stage_builds
 last=""
 for round in $(seq 1 "${ROUNDS:-3}"); do
   for b in $BUILDS nccl; do
@@ -19,12 +30,11 @@ for round in $(seq 1 "${ROUNDS:-3}"); do
     last=$build
     name="$(basename "$b")_r${round}"
     t=$(capped 90 20) || { echo "skipped for the time budget: $name"; continue; }
-    (
-      stage_package "$build" > "$OUT/$name.stage" 2>&1
+    PYTHONPATH="$STAGES/$(basename "$build")${PYTHONPATH:+:$PYTHONPATH}" \
       timeout -k 5 "$t" "$PY" -m torch.distributed.run --standalone --nproc_per_node 2 \
-        "$HERE/torch_backend_bench.py" --backend "$backend" --device cuda --skip local,fsdp2,ops,sms \
-        --warmup "${WARMUP:-5}" --iters "${ITERS:-50}"
-    ) > "$OUT/$name.jsonl" 2> "$OUT/$name.err" || { echo "$name FAILED"; tail -n 5 "$OUT/$name.err"; }
+      "$HERE/torch_backend_bench.py" --backend "$backend" --device cuda --skip local,fsdp2,ops,sms \
+      --warmup "${WARMUP:-5}" --iters "${ITERS:-50}" \
+      > "$OUT/$name.jsonl" 2> "$OUT/$name.err" || { echo "$name FAILED"; tail -n 5 "$OUT/$name.err"; }
   done
 done
 "$PY" - "$OUT" "${ROUNDS:-3}" $BUILDS nccl <<'PY'

@@ -7,24 +7,34 @@
 # Usage (GPU host or any Linux host with torch, repo root):
 #   BUILDS=".carry/before .carry/after" scripts/device/torch_ops_before_after.sh
 # Each build is a BIN_DIR (lib_accord.so; an earlier build's Python sources in BIN_DIR/python/
-# accord, see budget.sh's stage_package). RANKS (default "4 8"), ROUNDS (default 2), SIZES
+# accord, see budget.sh's stage_into; each build is staged once). RANKS (default "4 8"), ROUNDS (default 2), SIZES
 # (default 1, 4 and 16 MiB), OP_ITERS (default 20), OUT (JSON lines kept there), BUDGET_S
 # (default 400 s for the whole command).
 set -uo pipefail
 DEFAULT_BUDGET_S=400
 . "$(dirname "$0")/budget.sh"
+STAGES=$(mktemp -d)
+trap 'rm -rf "$STAGES"' EXIT
+# Each build staged once (its package, its compiled backend), then used by every round's runs.
+stage_builds() {
+  local b
+  for b in $BUILDS; do
+    stage_into "$b" "$STAGES/$(basename "$b")" > "$OUT/$(basename "$b").stage" 2>&1 \
+      || { echo "cannot stage $b:"; tail -n 5 "$OUT/$(basename "$b").stage"; exit 1; }
+  done
+}
 [ -n "${BUILDS:-}" ] || { echo "set BUILDS to two or more BIN_DIRs"; exit 2; }
+stage_builds
 for round in $(seq 1 "${ROUNDS:-2}"); do
   for n in ${RANKS:-4 8}; do
     for b in $BUILDS; do
       name="$(basename "$b")_n${n}_r${round}"
       t=$(capped 150 15) || { echo "skipped for the time budget: $name"; continue; }
-      (
-        stage_package "$b" > "$OUT/$name.stage" 2>&1
-        CUDA_VISIBLE_DEVICES= timeout -k 5 "$t" "$PY" -m torch.distributed.run --standalone --nproc_per_node "$n" \
-          "$HERE/torch_backend_bench.py" --backend accord --device cpu --skip local,ddp,fsdp2,sms \
-          --op-warmup 5 --op-iters "${OP_ITERS:-20}" --op-rounds 2 --sizes "${SIZES:-1048576,4194304,16777216}"
-      ) > "$OUT/$name.jsonl" 2> "$OUT/$name.err" || { echo "$name FAILED"; tail -n 5 "$OUT/$name.err"; }
+      PYTHONPATH="$STAGES/$(basename "$b")${PYTHONPATH:+:$PYTHONPATH}" CUDA_VISIBLE_DEVICES= \
+        timeout -k 5 "$t" "$PY" -m torch.distributed.run --standalone --nproc_per_node "$n" \
+        "$HERE/torch_backend_bench.py" --backend accord --device cpu --skip local,ddp,fsdp2,sms \
+        --op-warmup 5 --op-iters "${OP_ITERS:-20}" --op-rounds 2 --sizes "${SIZES:-1048576,4194304,16777216}" \
+        > "$OUT/$name.jsonl" 2> "$OUT/$name.err" || { echo "$name FAILED"; tail -n 5 "$OUT/$name.err"; }
     done
   done
 done
