@@ -8,7 +8,8 @@
 #   host_facts  the load and the GPUs, printed at a run's start;
 #   install_wheel  installs $WHEEL first, when it is set;
 #   stage_package  the accord package of this tree with a prebuilt extension, on PYTHONPATH;
-#   stage_into  the same into a folder of the caller's (several builds staged side by side);
+#   stage_into  the same into a folder of the caller's;
+#   stage_builds  several builds staged side by side, once each (the before/after scripts);
 #   run_args    a run's name, capped time, environment and arguments (kv_gpu.sh, weights_gpu.sh, ep.sh);
 #   bench_run   one run of the Python bench $BENCH under `timeout` (kv_gpu.sh, weights_gpu.sh).
 START=$SECONDS BUDGET=${BUDGET_S:-${DEFAULT_BUDGET_S:-480}}
@@ -60,6 +61,20 @@ stage_into() {
     "import accord, torch; print('accord', accord.VERSION, 'torch', torch.__version__)" || return 1
   [ "${ACCORD_TORCH_NATIVE:-auto}" = 0 ] || PYTHONPATH="$dest${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m accord._torch_native \
     || echo "accord.torch compiled backend NOT built: the runs use the Python backend"
+}
+
+# stage_builds BIN_DIR...: stages each build once (stage_into) into $STAGES/<its folder's name>
+# (STAGES: a folder made here, removed at exit), its log in $OUT/<name>.stage; a run then puts
+# "$STAGES/<name>" first on PYTHONPATH. Exits the script where one cannot be staged.
+stage_builds() {
+  local b name
+  STAGES=$(mktemp -d)
+  trap 'rm -rf "$STAGES"' EXIT
+  for b in "$@"; do
+    name=$(basename "$b")
+    stage_into "$b" "$STAGES/$name" > "$OUT/$name.stage" 2>&1 \
+      || { echo "cannot stage $b:"; tail -n 5 "$OUT/$name.stage"; exit 1; }
+  done
 }
 
 # stage_package BIN_DIR: stages the package (stage_into; BIN_DIR/lib_accord.so built with cargo

@@ -10,18 +10,8 @@
 set -uo pipefail
 DEFAULT_BUDGET_S=400
 . "$(dirname "$0")/budget.sh"
-STAGES=$(mktemp -d)
-trap 'rm -rf "$STAGES"' EXIT
-# Each build staged once (its package, its compiled backend), then used by every round's runs.
-stage_builds() {
-  local b
-  for b in $BUILDS; do
-    stage_into "$b" "$STAGES/$(basename "$b")" > "$OUT/$(basename "$b").stage" 2>&1 \
-      || { echo "cannot stage $b:"; tail -n 5 "$OUT/$(basename "$b").stage"; exit 1; }
-  done
-}
 [ -n "${BUILDS:-}" ] || { echo "set BUILDS to one or more BIN_DIRs"; exit 2; }
-stage_builds
+stage_builds $BUILDS
 last=""
 for round in $(seq 1 "${ROUNDS:-3}"); do
   for b in $BUILDS nccl; do

@@ -187,14 +187,13 @@ unsafe extern "C" fn gpu_all_reduce(
     mark: *mut u64,
     out: *mut Failure,
 ) -> i32 {
-    guarded(out, || {
-        let (dtype, op) = parse(dtype, op)?;
-        // Safety: the caller's contract (`gpu`).
-        let comm = unsafe { gpu(handle) };
-        let ticket = comm.all_reduce_marked((ptr, ptr), count, dtype, op, stream, Some(after))?;
-        put_mark(mark, ticket);
-        Ok(DONE)
-    })
+    // Safety: the caller's contract (`gpu`, and `mark` its own or null).
+    unsafe {
+        queue_marked(handle, mark, out, |comm| {
+            let (dtype, op) = parse(dtype, op)?;
+            comm.all_reduce_marked((ptr, ptr), count, dtype, op, stream, Some(after))
+        })
+    }
 }
 
 /// An all_gather of `bytes_per_rank` at `input` into `output` (by rank) queued on `stream`
@@ -211,13 +210,12 @@ unsafe extern "C" fn gpu_all_gather(
     mark: *mut u64,
     out: *mut Failure,
 ) -> i32 {
-    guarded(out, || {
-        // Safety: the caller's contract (`gpu`).
-        let comm = unsafe { gpu(handle) };
-        let ticket = comm.all_gather_marked((input, output), bytes_per_rank, stream, Some(after))?;
-        put_mark(mark, ticket);
-        Ok(DONE)
-    })
+    // Safety: the caller's contract (`gpu`, and `mark` its own or null).
+    unsafe {
+        queue_marked(handle, mark, out, |comm| {
+            comm.all_gather_marked((input, output), bytes_per_rank, stream, Some(after))
+        })
+    }
 }
 
 /// A reduce_scatter of `count_per_rank` elements a rank from `input` into `output` queued on
@@ -236,23 +234,36 @@ unsafe extern "C" fn gpu_reduce_scatter(
     mark: *mut u64,
     out: *mut Failure,
 ) -> i32 {
-    guarded(out, || {
-        let (dtype, op) = parse(dtype, op)?;
-        // Safety: the caller's contract (`gpu`).
-        let comm = unsafe { gpu(handle) };
-        let ticket = comm.reduce_scatter_marked((input, output), count_per_rank, dtype, op, stream, Some(after))?;
-        put_mark(mark, ticket);
-        Ok(DONE)
-    })
+    // Safety: the caller's contract (`gpu`, and `mark` its own or null).
+    unsafe {
+        queue_marked(handle, mark, out, |comm| {
+            let (dtype, op) = parse(dtype, op)?;
+            comm.reduce_scatter_marked((input, output), count_per_rank, dtype, op, stream, Some(after))
+        })
+    }
 }
 
-/// Writes `ticket` where the caller asked (null: nowhere).
+/// Queues an op on the GpuCommunicator of `handle` (`queue`, which returns the op's mark) and
+/// writes the mark where the caller asked (null: nowhere).
+///
+/// # Safety
+/// `handle` is as [`gpu`] needs; `mark` is a u64 the caller owns, or null.
 #[allow(unsafe_code)]
-fn put_mark(mark: *mut u64, ticket: u64) {
-    if !mark.is_null() {
-        // Safety: the caller passes a u64 it owns, or null.
-        unsafe { *mark = ticket };
-    }
+unsafe fn queue_marked(
+    handle: usize,
+    mark: *mut u64,
+    out: *mut Failure,
+    queue: impl FnOnce(&GpuCommunicator) -> Result<u64, (Kind, String)>,
+) -> i32 {
+    guarded(out, || {
+        // Safety: this function's contract.
+        let ticket = queue(unsafe { gpu(handle) })?;
+        if !mark.is_null() {
+            // Safety: the caller passes a u64 it owns, or null.
+            unsafe { *mark = ticket };
+        }
+        Ok(DONE)
+    })
 }
 
 #[allow(unsafe_code)]
