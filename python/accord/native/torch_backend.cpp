@@ -499,8 +499,11 @@ class AccordNative : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> native_all_gather(at::Tensor& output, at::Tensor& input,
                                                    const c10d::AllgatherOptions& opts) {
-    if (!plain(output) || !plain(input) || output.scalar_type() != input.scalar_type() ||
-        output.device() != input.device() || output.numel() != input.numel() * getSize()) {
+    // The eight dtypes the Python path takes, on either device (it refuses the rest clearly).
+    const char* dtype = dtype_name(output.scalar_type(), false);
+    if (dtype == nullptr || !plain(output) || !plain(input) ||
+        output.scalar_type() != input.scalar_type() || output.device() != input.device() ||
+        output.numel() != input.numel() * getSize()) {
       return {};
     }
     std::vector<at::Tensor> result{output};
@@ -518,8 +521,7 @@ class AccordNative : public c10d::Backend {
                                                          failure);
                           });
     }
-    const char* dtype = dtype_name(output.scalar_type(), false);
-    if (!output.is_cpu() || opts.asyncOp || dtype == nullptr) {
+    if (!output.is_cpu() || opts.asyncOp) {
       return {};
     }
     return run_on_host(std::move(result), c10d::OpType::_ALLGATHER_BASE, [&](accord_failure* failure) {
