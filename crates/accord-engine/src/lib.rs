@@ -110,7 +110,7 @@ pub use engine::{Engine, EngineBuilder, EngineStats, PagedWriteOp, ScatterDst, S
 pub use engine::{
     PagedReadOp, RawBuffer, ReadOp, ReadStats, READ_ASSEMBLIES_MAX, READ_ASSEMBLY_FRAMES_MAX, READ_DST_INFOS_KEPT,
     READ_FLOOR_BYTES_PER_SEC, READ_PIECES_PER_REQUEST_MAX, READ_REQUESTS_IN_FLIGHT_MAX, READ_SERVED_REMEMBERED,
-    READ_WRITE_BACKS_QUEUED_MAX,
+    READ_WRITE_BACKS_QUEUED_MAX, READ_WRITE_BACK_RUNS_QUEUED_MAX,
 };
 pub use engine::{PAGES_PER_WRITE_MAX, SCATTER_DESTINATIONS_MAX, SHARD_ALIGN_BYTES};
 pub use error::{BarrierError, BuildError, ParseError, RangeError, RegisterError, SubmitError, TransferError};

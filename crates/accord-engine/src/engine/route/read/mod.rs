@@ -71,7 +71,10 @@ pub(crate) mod state;
 
 pub use dst_info::READ_DST_INFOS_KEPT;
 pub use limits::{READ_PIECES_PER_REQUEST_MAX, READ_REQUESTS_IN_FLIGHT_MAX};
-pub use paged::{PagedReadOp, READ_ASSEMBLIES_MAX, READ_ASSEMBLY_FRAMES_MAX, READ_WRITE_BACKS_QUEUED_MAX};
+pub use paged::{
+    PagedReadOp, READ_ASSEMBLIES_MAX, READ_ASSEMBLY_FRAMES_MAX, READ_WRITE_BACKS_QUEUED_MAX,
+    READ_WRITE_BACK_RUNS_QUEUED_MAX,
+};
 use state::Pending;
 #[cfg(test)]
 use state::ServedReads;

@@ -121,7 +121,7 @@ pub(crate) use geometry::Geometry;
 #[cfg(test)]
 use geometry::PieceError;
 use write_back::WriteBack;
-pub use write_back::READ_WRITE_BACKS_QUEUED_MAX;
+pub use write_back::{READ_WRITE_BACKS_QUEUED_MAX, READ_WRITE_BACK_RUNS_QUEUED_MAX};
 
 impl Engine {
     /// A batched one-sided read (see [`PagedReadOp`]): one request per
@@ -418,6 +418,7 @@ fn serve_paged(
     };
     // The write may wait for room in the lanes', the copy or the staging queues: not on a
     // worker, nor on the completion thread (see `write_back`).
+    let queued_runs = runs.len().max(1);
     let shared_for_job = shared.clone();
     let job: WriteBack = Box::new(move || {
         let shared = &shared_for_job;
@@ -454,7 +455,7 @@ fn serve_paged(
             }
         }
     });
-    if shared.read.write_backs.submit(job).is_err() {
+    if !shared.read.write_backs.submit(job, queued_runs) {
         return refuse(shared, from, req, RejectReason::TooManyMessages);
     }
     shared.read.requests_served.fetch_add(1, Ordering::Relaxed);
