@@ -79,62 +79,61 @@ impl WriteBacks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::mpsc::channel;
+    use std::sync::mpsc::{channel, Receiver, Sender};
     use std::time::Duration;
 
-    #[test]
-    fn the_queue_is_bounded_and_jobs_run_in_order() {
-        const WAIT: Duration = Duration::from_secs(20);
-        let backs = WriteBacks::default();
+    const WAIT: Duration = Duration::from_secs(20);
+
+    /// Queues a job of `runs` runs that holds the write-back thread until the returned sender
+    /// releases it, then sends 0 on the returned receiver (which later jobs share, through the
+    /// second sender); returns once that job has started.
+    fn hold_the_thread(backs: &WriteBacks, runs: usize) -> (Sender<()>, Sender<usize>, Receiver<usize>) {
         let (release_tx, release_rx) = channel::<()>();
         let (started_tx, started_rx) = channel::<()>();
         let (ran_tx, ran_rx) = channel::<usize>();
-        // The first job holds the thread until released.
         let ran = ran_tx.clone();
         let first: WriteBack = Box::new(move || {
             started_tx.send(()).unwrap();
             release_rx.recv_timeout(WAIT).unwrap();
             ran.send(0).unwrap();
         });
-        assert!(backs.submit(first, 1));
+        assert!(backs.submit(first, runs));
         started_rx.recv_timeout(WAIT).unwrap();
-        // Exactly the bound fits behind it; the next is given back.
+        (release_tx, ran_tx, ran_rx)
+    }
+
+    #[test]
+    fn the_queue_is_bounded_and_jobs_run_in_order() {
+        let backs = WriteBacks::default();
+        let (release, ran_tx, ran_rx) = hold_the_thread(&backs, 1);
+        // Exactly the bound fits behind it; the next is refused.
         for n in 1..=READ_WRITE_BACKS_QUEUED_MAX {
             let ran = ran_tx.clone();
             assert!(backs.submit(Box::new(move || ran.send(n).unwrap()), 1), "job {n}");
         }
         assert!(!backs.submit(Box::new(|| {}), 1), "a full queue refuses the job");
-        release_tx.send(()).unwrap();
+        release.send(()).unwrap();
         let order: Vec<usize> = (0..=READ_WRITE_BACKS_QUEUED_MAX).map(|_| ran_rx.recv_timeout(WAIT).unwrap()).collect();
         assert_eq!(order, (0..=READ_WRITE_BACKS_QUEUED_MAX).collect::<Vec<_>>(), "in submission order");
     }
 
     #[test]
     fn the_runs_queued_are_bounded_and_freed_as_jobs_start() {
-        const WAIT: Duration = Duration::from_secs(20);
         let backs = WriteBacks::default();
-        let (release_tx, release_rx) = channel::<()>();
-        let (started_tx, started_rx) = channel::<()>();
-        let (ran_tx, ran_rx) = channel::<usize>();
-        let first: WriteBack = Box::new(move || {
-            started_tx.send(()).unwrap();
-            release_rx.recv_timeout(WAIT).unwrap();
-        });
         // The running job's runs no longer count.
-        assert!(backs.submit(first, READ_WRITE_BACK_RUNS_QUEUED_MAX));
-        started_rx.recv_timeout(WAIT).unwrap();
+        let (release, ran_tx, ran_rx) = hold_the_thread(&backs, READ_WRITE_BACK_RUNS_QUEUED_MAX);
         let half = READ_WRITE_BACK_RUNS_QUEUED_MAX / 2;
-        for n in 0..2 {
+        for n in 1..=2 {
             let ran = ran_tx.clone();
             assert!(backs.submit(Box::new(move || ran.send(n).unwrap()), half), "job {n}");
         }
         assert!(!backs.submit(Box::new(|| {}), 1), "one run past the bound is refused");
-        release_tx.send(()).unwrap();
-        for n in 0..2 {
+        release.send(()).unwrap();
+        for n in 0..=2 {
             assert_eq!(ran_rx.recv_timeout(WAIT).unwrap(), n);
         }
         let ran = ran_tx.clone();
-        assert!(backs.submit(Box::new(move || ran.send(2).unwrap()), READ_WRITE_BACK_RUNS_QUEUED_MAX), "room again");
-        assert_eq!(ran_rx.recv_timeout(WAIT).unwrap(), 2);
+        assert!(backs.submit(Box::new(move || ran.send(3).unwrap()), READ_WRITE_BACK_RUNS_QUEUED_MAX), "room again");
+        assert_eq!(ran_rx.recv_timeout(WAIT).unwrap(), 3);
     }
 }
