@@ -68,8 +68,12 @@ elif [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
   for b in accord nccl; do
     echo "== cuda $b n=2" >&2
     # NCCL_DEBUG=INFO (INIT, GRAPH) logs the channels NCCL sets up: its SM count per kernel.
+    # CUDA steps take milliseconds, so 30 timed steps (CUDA_ITERS) cost little. With the CPU
+    # rows' 5, one late step can move the mean a lot: session 52's row gave 1.55x NCCL, against
+    # 1.15-1.27x as the medians of 30- and 50-step rounds in the same session.
     NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,GRAPH \
     run_capped 150 $RUN --nproc_per_node 2 "$HERE/torch_backend_bench.py" --backend "$b" --device cuda --skip fsdp2 \
+      --warmup 5 --iters "${CUDA_ITERS:-30}" \
       --ops all_reduce,all_gather --sizes 1048576,4194304,16777216,67108864,268435456 \
       > "$OUT/torch_${b}_cuda_2.jsonl" 2> "$OUT/torch_${b}_cuda_2.err" || { echo "cuda $b FAILED"; tail -n 15 "$OUT/torch_${b}_cuda_2.err"; }
   done
