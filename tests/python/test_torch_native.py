@@ -53,6 +53,8 @@ def test_host_tensor_ops_run_compiled_with_gloos_results() -> None:
         assert r["native"] == r["calls"], r
         assert r["refused"] == 3, r
         assert r["half_registered"] == [True, True], r
+        # Ranks 0 and 2 gathered 4 elements, rank 1 five: every rank's compiled call raised.
+        assert "compiled=True" in r["mismatch"] and "rank" in r["mismatch"], r["mismatch"]
 
 
 def test_compiled_ops_keep_order_with_python_ops() -> None:

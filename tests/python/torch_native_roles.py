@@ -218,6 +218,25 @@ def host_tensor_ops_match_gloo() -> dict[str, int]:
             bad()
         except Exception as e:  # noqa: BLE001 - the message is checked
             refused += int("accord backend" in str(e))
+    # Sizes that differ across ranks, each rank's tensors registered (by two matched calls), so
+    # the mismatched call runs compiled: an accord error naming the disagreement, not a hang.
+    import datetime
+
+    import accord
+
+    mm = dist.new_group(backend="accord", timeout=datetime.timedelta(seconds=3))
+    pairs = {k: (torch.ones(k), torch.empty(k * n)) for k in (4, 5)}
+    for small, big in pairs.values():
+        dist.all_gather_into_tensor(big, small, group=mm)
+    small, big = pairs[4 + rank % 2]
+    failures = mm._native.native_failures()
+    try:
+        dist.all_gather_into_tensor(big, small, group=mm)
+        mismatch = "no error"
+    except accord.AccordError as e:
+        compiled = mm._native.native_failures() == failures + 1
+        mismatch = f"{type(e).__name__} compiled={compiled}: {e}"
+    dist.barrier()  # on Gloo: no rank leaves while another still waits in the failed call
     dist.destroy_process_group()
     return {
         "compared": compared,
@@ -225,4 +244,5 @@ def host_tensor_ops_match_gloo() -> dict[str, int]:
         "native": native,
         "refused": refused,
         "half_registered": [declined_first, compiled_second],
+        "mismatch": mismatch,
     }
