@@ -1223,10 +1223,7 @@ class _NativeProcessGroup(AccordProcessGroup):
     ``_reduce_scatter_single_python``, ``_all_to_all_single_python``), and holds only a weak
     reference to the group."""
 
-    # The base class's own method (its descriptor, which binds self): not an override, so torch
-    # calls its C++ allreduce, which dispatches to the registered backend. The other compiled
-    # ops likewise, set below (_COMPILED_OPS).
-    allreduce = _ProcessGroupBase.__dict__["allreduce"]
+    # The compiled ops are the base class's own methods here (set below, _COMPILED_OPS).
 
     def __init__(
         self, native: Any, store: Any, rank: int, size: int, timeout: datetime.timedelta
@@ -1250,10 +1247,12 @@ class _NativeProcessGroup(AccordProcessGroup):
         return int(gpu), int(host)
 
 
-# The ops the compiled backend also runs, each under both of its names where this torch has
-# them (2.15 renamed _allgather_base all_gather_single, and so on): the base class's own methods
-# on _NativeProcessGroup, as its allreduce.
+# The ops the compiled backend runs, each under both of its names where this torch has them
+# (2.15 renamed _allgather_base all_gather_single, and so on): on _NativeProcessGroup, the base
+# class's own methods (their descriptors, which bind self), not overrides, so torch calls its
+# C++ methods, which dispatch to the registered backend.
 _COMPILED_OPS = (
+    "allreduce",
     "_allgather_base",
     "all_gather_single",
     "_reduce_scatter_base",

@@ -5,8 +5,9 @@
 # Usage (GPU host with 2+ GPUs, repo root):
 #   BUILDS=".carry/before .carry/after" scripts/device/ddp_gpu_before_after.sh
 # Each build is a BIN_DIR (lib_accord.so; an earlier build's Python sources in BIN_DIR/python/
-# accord, see budget.sh's stage_into; each build is staged once). ROUNDS (default 3), ITERS / WARMUP steps (default 50 /
-# 5), OUT (JSON lines kept there), BUDGET_S (default 400 s for the whole command).
+# accord), staged once (budget.sh's stage_builds); NCCL's runs use the last build's package.
+# ROUNDS (default 3), ITERS / WARMUP steps (default 50 / 5), OUT (JSON lines kept there),
+# BUDGET_S (default 400 s for the whole command).
 set -uo pipefail
 DEFAULT_BUDGET_S=400
 . "$(dirname "$0")/budget.sh"

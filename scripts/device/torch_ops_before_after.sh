@@ -7,8 +7,8 @@
 # Usage (GPU host or any Linux host with torch, repo root):
 #   BUILDS=".carry/before .carry/after" scripts/device/torch_ops_before_after.sh
 # Each build is a BIN_DIR (lib_accord.so; an earlier build's Python sources in BIN_DIR/python/
-# accord, see budget.sh's stage_into; each build is staged once). RANKS (default "4 8"), ROUNDS (default 2), SIZES
-# (default 1, 4 and 16 MiB), OP_ITERS (default 20), OUT (JSON lines kept there), BUDGET_S
+# accord), staged once (budget.sh's stage_builds). RANKS (default "4 8"), ROUNDS (default 2),
+# SIZES (default 1, 4 and 16 MiB), OP_ITERS (default 20), OUT (JSON lines kept there), BUDGET_S
 # (default 400 s for the whole command).
 set -uo pipefail
 DEFAULT_BUDGET_S=400
@@ -33,7 +33,7 @@ import json, pathlib, sys, collections
 out, builds = pathlib.Path(sys.argv[1]), [pathlib.Path(b).name for b in sys.argv[2:]]
 ratios = collections.defaultdict(list)  # (n, op, bytes, build) -> [direct / torch per round]
 for f in sorted(out.glob("*.jsonl")):
-    build = f.name.split("_n")[0]
+    build = f.name.rsplit("_n", 1)[0]  # <build>_n<ranks>_r<round>.jsonl
     for line in f.read_text().splitlines():
         if not line.startswith("{"):
             continue

@@ -69,6 +69,11 @@ fn parse_algo(collective: Collective, algo: Option<&str>) -> PyResult<Option<Alg
         .transpose()
 }
 
+/// Whether the byte ranges `a..a + a_len` and `b..b + b_len` share a byte.
+pub(crate) fn overlaps((a, a_len): (usize, usize), (b, b_len): (usize, usize)) -> bool {
+    a < b.saturating_add(b_len) && b < a.saturating_add(a_len)
+}
+
 /// Checks all_to_allv's counts and displacements against the arrays (one entry per rank,
 /// blocks inside the arrays, received blocks not overlapping, the block kept by this rank the
 /// same size both ways) and fills absent displacements with the running sums of the counts.
@@ -393,8 +398,7 @@ impl Communicator {
         f: impl FnOnce(&mut Comm, Bufs<'_>) -> Result<(), CollError> + Send + 'static,
     ) -> PyResult<()> {
         if let (Some(a), Some(b)) = (input.addr, output.addr) {
-            let overlap = a < b + output.nbytes && b < a + input.nbytes;
-            if !overlap {
+            if !overlaps((a, input.nbytes), (b, output.nbytes)) {
                 let (n_in, n_out) = (input.nbytes, output.nbytes);
                 return self.run_direct(py, op, &[input, output], move |c, bufs| {
                     f(c, Bufs { send: bufs[0].slice(0, n_in), recv: bufs[1].slice(0, n_out) })

@@ -169,22 +169,30 @@ impl Registrations {
     }
 
     /// The id of the registration of exactly `addr..addr + len`, if cached (counted as a hit
-    /// and kept for this call). Needs no Python object: `torch_native` calls it without the GIL.
+    /// and kept for this call).
     fn hit(&mut self, addr: usize, len: usize) -> Option<u64> {
-        let i = self.entries.iter().position(|e| e.addr == addr && e.len == len)?;
-        self.entries[i].last_use = self.call;
-        self.entries[i].uses += 1;
-        self.hits += 1;
-        Some(self.entries[i].buf.id())
+        let i = self.position(addr, len)?;
+        Some(self.count_hit(i))
     }
 
     /// The ids of the registrations of exactly these regions, if every one is cached (each then
-    /// counted as a hit and kept for this call); `None`, counting nothing, if one is not.
+    /// counted as a hit and kept for this call); `None`, counting nothing, if one is not. Needs
+    /// no Python object: `torch_native` calls it without the GIL.
     pub(crate) fn hit_all(&mut self, regions: &[(usize, usize)]) -> Option<Vec<u64>> {
-        if !regions.iter().all(|&(addr, len)| self.entries.iter().any(|e| e.addr == addr && e.len == len)) {
-            return None;
-        }
-        regions.iter().map(|&(addr, len)| self.hit(addr, len)).collect()
+        let found: Vec<usize> = regions.iter().map(|&(addr, len)| self.position(addr, len)).collect::<Option<_>>()?;
+        Some(found.into_iter().map(|i| self.count_hit(i)).collect())
+    }
+
+    fn position(&self, addr: usize, len: usize) -> Option<usize> {
+        self.entries.iter().position(|e| e.addr == addr && e.len == len)
+    }
+
+    /// Counts a hit on entry `i`, keeps it for this call, and gives its id.
+    fn count_hit(&mut self, i: usize) -> u64 {
+        self.entries[i].last_use = self.call;
+        self.entries[i].uses += 1;
+        self.hits += 1;
+        self.entries[i].buf.id()
     }
 
     /// The registered buffer `id` (from [`Self::lookup`] in this call, so never evicted since).

@@ -18,7 +18,7 @@
 //! everything the fast way does not) or [`FAILED`] with the exception's kind and message in a
 //! [`Failure`]. No function unwinds into C: a panic becomes a failure.
 
-use crate::coll::{all_to_allv_layout, Communicator};
+use crate::coll::{all_to_allv_layout, overlaps, Communicator};
 use crate::errors::{coll_error_kind, Kind};
 use crate::gpu_coll::GpuCommunicator;
 use accord_coll::{Bufs, CollError, DType, LocalBuf, ReduceOp};
@@ -148,11 +148,6 @@ fn parse(dtype: *const c_char, op: *const c_char) -> Result<(DType, ReduceOp), (
 
 fn parse_dtype(dtype: *const c_char) -> Result<DType, (Kind, String)> {
     DType::from_str(name(dtype, "dtype")?).map_err(|e| (Kind::InvalidRequest, e.to_string()))
-}
-
-/// Whether `a..a + a_len` and `b..b + b_len` share a byte.
-fn overlap((a, a_len): (u64, usize), (b, b_len): (u64, usize)) -> bool {
-    a < b.saturating_add(b_len as u64) && b < a.saturating_add(a_len as u64)
 }
 
 /// Runs `body`, turning an error or a panic into a failure.
@@ -301,12 +296,11 @@ unsafe fn host<'a>(handle: usize) -> &'a Communicator {
 
 /// Runs `job` on the registrations of `regions` (see `Communicator::run_registered`):
 /// [`DECLINED`] where one is not registered or the communicator is busy or closed.
-fn on_registered(
+fn on_registered<const N: usize>(
     comm: &Communicator,
-    regions: &[(u64, usize)],
+    regions: [(usize, usize); N],
     job: impl FnOnce(&mut crate::coll::Comm, &[&LocalBuf]) -> Result<(), CollError>,
 ) -> Result<i32, (Kind, String)> {
-    let regions: Vec<(usize, usize)> = regions.iter().map(|&(addr, len)| (addr as usize, len)).collect();
     match comm.run_registered(&regions, job) {
         None => Ok(DECLINED),
         Some(Ok(())) => Ok(DONE),
@@ -332,7 +326,7 @@ unsafe extern "C" fn host_all_reduce(
         }
         let count = nbytes / dtype.size_bytes();
         // Safety: the caller's contract (`host`).
-        on_registered(unsafe { host(handle) }, &[(addr, nbytes)], |comm, bufs| {
+        on_registered(unsafe { host(handle) }, [(addr as usize, nbytes)], |comm, bufs| {
             comm.all_reduce(Bufs::in_place(bufs[0].slice(0, nbytes)), count, dtype, op, None)
         })
     })
@@ -361,16 +355,16 @@ unsafe extern "C" fn host_all_gather(
         let (rank, world) = comm.place();
         let count = bytes_per_rank / dtype.size_bytes();
         let (b, total) = (bytes_per_rank, bytes_per_rank.saturating_mul(world));
-        let at = rank.saturating_mul(b);
-        if input == output.saturating_add(at as u64) {
-            return on_registered(comm, &[(output, total)], |c, bufs| {
+        let (input, output, at) = (input as usize, output as usize, rank.saturating_mul(b));
+        if input == output.saturating_add(at) {
+            return on_registered(comm, [(output, total)], |c, bufs| {
                 c.all_gather(Bufs { send: bufs[0].slice(at, b), recv: bufs[0].slice(0, total) }, count, dtype, None)
             });
         }
-        if overlap((input, b), (output, total)) {
+        if overlaps((input, b), (output, total)) {
             return Ok(DECLINED);
         }
-        on_registered(comm, &[(input, b), (output, total)], |c, bufs| {
+        on_registered(comm, [(input, b), (output, total)], |c, bufs| {
             c.all_gather(Bufs { send: bufs[0].slice(0, b), recv: bufs[1].slice(0, total) }, count, dtype, None)
         })
     })
@@ -396,11 +390,12 @@ unsafe extern "C" fn host_reduce_scatter(
         // Safety: the caller's contract (`host`).
         let comm = unsafe { host(handle) };
         let total = output_bytes.saturating_mul(comm.place().1);
-        if overlap((input, total), (output, output_bytes)) {
+        let (input, output) = (input as usize, output as usize);
+        if overlaps((input, total), (output, output_bytes)) {
             return Ok(DECLINED);
         }
         let count = output_bytes / dtype.size_bytes();
-        on_registered(comm, &[(input, total), (output, output_bytes)], |c, bufs| {
+        on_registered(comm, [(input, total), (output, output_bytes)], |c, bufs| {
             c.reduce_scatter(
                 Bufs { send: bufs[0].slice(0, total), recv: bufs[1].slice(0, output_bytes) },
                 count,
@@ -442,7 +437,8 @@ unsafe extern "C" fn host_all_to_allv(
         if input_bytes == 0 || output_bytes == 0 || input_bytes % es != 0 || output_bytes % es != 0 {
             return Ok(DECLINED);
         }
-        if overlap((input, input_bytes), (output, output_bytes)) {
+        let (input, output) = (input as usize, output as usize);
+        if overlaps((input, input_bytes), (output, output_bytes)) {
             return Ok(DECLINED);
         }
         // Safety: the caller passes `ranks` counts on each side, alive for the call.
@@ -459,7 +455,7 @@ unsafe extern "C" fn host_all_to_allv(
         else {
             return Ok(DECLINED);
         };
-        on_registered(comm, &[(input, input_bytes), (output, output_bytes)], |c, bufs| {
+        on_registered(comm, [(input, input_bytes), (output, output_bytes)], |c, bufs| {
             c.all_to_allv(
                 Bufs { send: bufs[0].slice(0, input_bytes), recv: bufs[1].slice(0, output_bytes) },
                 &layout,

@@ -94,6 +94,12 @@ bool plain(const at::Tensor& t) {
          !t.is_neg();
 }
 
+// An op's output and input, taken as they are: both plain, of one dtype, on one device.
+bool plain_pair(const at::Tensor& output, const at::Tensor& input) {
+  return plain(output) && plain(input) && output.scalar_type() == input.scalar_type() &&
+         output.device() == input.device();
+}
+
 size_t nbytes(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
 
 uint64_t address(const at::Tensor& t) { return reinterpret_cast<uint64_t>(t.data_ptr()); }
@@ -412,13 +418,14 @@ class AccordNative : public c10d::Backend {
         return work;
       }
     }
-    return in_python("_all_gather_single_python", "all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE,
-                     output, input, opts);
+    return in_python("_all_gather_single_python", "all_gather_into_tensor",
+                     c10d::OpType::_ALLGATHER_BASE, output, input, opts);
   }
 
   // reduce_scatter_tensor.
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
-                                                      const c10d::ReduceScatterOptions& opts) override {
+                                                      const c10d::ReduceScatterOptions& opts)
+      override {
     if (word(kP2pPending) == 0) {
       if (auto work = native_reduce_scatter(output, input, opts)) {
         return work;
@@ -438,8 +445,8 @@ class AccordNative : public c10d::Backend {
         return work;
       }
     }
-    return in_python("_all_to_all_single_python", "all_to_all_single", c10d::OpType::ALLTOALL_BASE, output,
-                     input, output_splits, input_splits, opts);
+    return in_python("_all_to_all_single_python", "all_to_all_single", c10d::OpType::ALLTOALL_BASE,
+                     output, input, output_splits, input_splits, opts);
   }
 
   // The Python backend's GPU collectives, once it set them up with a stream of its own.
@@ -501,8 +508,7 @@ class AccordNative : public c10d::Backend {
                                                    const c10d::AllgatherOptions& opts) {
     // The eight dtypes the Python path takes, on either device (it refuses the rest clearly).
     const char* dtype = dtype_name(output.scalar_type(), false);
-    if (dtype == nullptr || !plain(output) || !plain(input) ||
-        output.scalar_type() != input.scalar_type() || output.device() != input.device() ||
+    if (dtype == nullptr || !plain_pair(output, input) ||
         output.numel() != input.numel() * getSize()) {
       return {};
     }
@@ -524,17 +530,17 @@ class AccordNative : public c10d::Backend {
     if (!output.is_cpu() || opts.asyncOp) {
       return {};
     }
-    return run_on_host(std::move(result), c10d::OpType::_ALLGATHER_BASE, [&](accord_failure* failure) {
-      return api_->host_all_gather(host_comm_, address(input), address(output), nbytes(input),
-                                   dtype, failure);
-    });
+    return run_on_host(std::move(result), c10d::OpType::_ALLGATHER_BASE,
+                       [&](accord_failure* failure) {
+                         return api_->host_all_gather(host_comm_, address(input), address(output),
+                                                      nbytes(input), dtype, failure);
+                       });
   }
 
   c10::intrusive_ptr<c10d::Work> native_reduce_scatter(at::Tensor& output, at::Tensor& input,
                                                        const c10d::ReduceScatterOptions& opts) {
     const char* op = reduce_name(opts.reduceOp);
-    if (op == nullptr || !plain(output) || !plain(input) ||
-        output.scalar_type() != input.scalar_type() || output.device() != input.device() ||
+    if (op == nullptr || !plain_pair(output, input) ||
         input.numel() != output.numel() * getSize()) {
       return {};
     }
@@ -574,21 +580,23 @@ class AccordNative : public c10d::Backend {
                                                    const std::vector<int64_t>& input_splits,
                                                    const c10d::AllToAllOptions& opts) {
     const char* dtype = dtype_name(output.scalar_type(), false);
-    if (!plain(output) || !plain(input) || output.scalar_type() != input.scalar_type() ||
-        !output.is_cpu() || !input.is_cpu() || opts.asyncOp || dtype == nullptr) {
+    if (dtype == nullptr || !plain_pair(output, input) || !output.is_cpu() || opts.asyncOp) {
       return {};
     }
     std::vector<uint64_t> send;
     std::vector<uint64_t> recv;
-    if (!element_counts(input, input_splits, send) || !element_counts(output, output_splits, recv)) {
+    if (!element_counts(input, input_splits, send) ||
+        !element_counts(output, output_splits, recv)) {
       return {};
     }
     std::vector<at::Tensor> result{output};
-    return run_on_host(std::move(result), c10d::OpType::ALLTOALL_BASE, [&](accord_failure* failure) {
-      return api_->host_all_to_allv(host_comm_, address(input), nbytes(input), address(output),
-                                    nbytes(output), dtype, send.data(), recv.data(), send.size(),
-                                    failure);
-    });
+    return run_on_host(std::move(result), c10d::OpType::ALLTOALL_BASE,
+                       [&](accord_failure* failure) {
+                         return api_->host_all_to_allv(host_comm_, address(input), nbytes(input),
+                                                       address(output), nbytes(output), dtype,
+                                                       send.data(), recv.data(), send.size(),
+                                                       failure);
+                       });
   }
 
   // The elements each rank's block of `t` holds: `splits` rows of its first dimension each
