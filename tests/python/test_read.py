@@ -153,7 +153,8 @@ def test_engine_stats_count_reads_at_both_ends() -> None:
             assert theirs["reads_refused"] == 0 and mine["reads_unanswered"] == 0
             assert theirs["reads_into_device_mapped"] == 0, "host memory: no IPC"
             landing = {"landing_chunks_landed", "landing_asks_refused", "landing_control_refused",
-                       "landing_control_dropped", "landing_slots_reclaimed"}
+                       "landing_control_dropped", "landing_slots_reclaimed", "landing_chunks_inline",
+                       "landing_inline_duplicates"}
             assert landing <= mine.keys() and all(mine[k] == 0 for k in landing), "host memory: nothing landed"
     finally:
         owner.close()

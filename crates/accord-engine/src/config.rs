@@ -196,6 +196,13 @@ pub struct EngineConfig {
     /// Default [`LANDING_TIMEOUT_DEFAULT`]; `ACCORD_DEVICE_LANDING_TIMEOUT_MS` sets it in
     /// milliseconds.
     pub device_landing_timeout: Duration,
+    /// A chunk of at most 8 bytes bound for the landing route travels inside its ask, and the
+    /// receiver copies it at once: one message each way instead of the rendezvous' five (ask,
+    /// grant, write and its acknowledgement, landed, done). Signals, flags and `put_value`s
+    /// written into another host's GPU are such chunks. Default on;
+    /// `ACCORD_DEVICE_LANDING_INLINE=0` keeps every chunk on the rendezvous (the baseline the
+    /// benches compare with).
+    pub device_landing_inline: bool,
     /// While a wait names a peer (an immediate or message it expects, a receive posted for
     /// it), the engine sends it a zero-byte probe this often, so a peer that went silent is
     /// found even when nothing else is outstanding. Default
@@ -291,6 +298,7 @@ impl Default for EngineConfig {
             device_staging_chunk_bytes: crate::device::staging::DEVICE_STAGING_CHUNK_BYTES_DEFAULT,
             device_staging_chunks: crate::device::staging::DEVICE_STAGING_CHUNKS_DEFAULT,
             device_landing_timeout: LANDING_TIMEOUT_DEFAULT,
+            device_landing_inline: true,
             keepalive: KEEPALIVE_DEFAULT,
             peer_dead_after: PEER_DEAD_DEFAULT,
             pidfd: true,
@@ -364,6 +372,7 @@ impl EngineConfig {
         set(&mut self.device_staging_chunk_bytes, get(env, "ACCORD_DEVICE_STAGING_CHUNK_BYTES")?);
         set(&mut self.device_staging_chunks, get(env, "ACCORD_DEVICE_STAGING_CHUNKS")?);
         set(&mut self.device_landing_timeout, get(env, "ACCORD_DEVICE_LANDING_TIMEOUT_MS")?);
+        set(&mut self.device_landing_inline, get(env, "ACCORD_DEVICE_LANDING_INLINE")?);
         set(&mut self.keepalive, get(env, "ACCORD_KEEPALIVE_MS")?);
         set(&mut self.peer_dead_after, get(env, "ACCORD_PEER_DEAD_MS")?);
         set(&mut self.pidfd, get(env, "ACCORD_PIDFD")?);

@@ -130,6 +130,13 @@ pub static KNOBS: &[Knob] = &[
         "how long a device-landing rendezvous waits for a quiet peer",
     ),
     knob(
+        "ACCORD_DEVICE_LANDING_INLINE",
+        Engine,
+        Switch,
+        "1",
+        "1 (default): a write of at most 8 bytes into another host's GPU travels inside its landing ask (one message each way); 0: every chunk takes the full rendezvous",
+    ),
+    knob(
         "ACCORD_KEEPALIVE_MS",
         Engine,
         Millis,

@@ -616,6 +616,8 @@ impl Engine {
         dict.set_item("landing_control_refused", landing.control_refused)?;
         dict.set_item("landing_control_dropped", landing.control_dropped)?;
         dict.set_item("landing_slots_reclaimed", landing.slots_reclaimed)?;
+        dict.set_item("landing_chunks_inline", landing.chunks_inline)?;
+        dict.set_item("landing_inline_duplicates", landing.inline_duplicates)?;
         Ok(dict)
     }
 

@@ -224,6 +224,22 @@ impl SlotLease {
     pub(crate) fn len_bytes(&self) -> usize {
         self.pool.slot_bytes
     }
+
+    /// Copies `bytes` to the start of the slot; false (nothing written) when they do not fit.
+    /// The landing receiver's way to stage a chunk that came inside its ask.
+    pub(crate) fn fill(&mut self, bytes: &[u8]) -> bool {
+        if bytes.len() > self.len_bytes() {
+            return false;
+        }
+        // Safety: the slot is `len_bytes()` bytes of the pool's memory, alive while this lease
+        // is, and leased to this holder alone (a slot is in the free list or in one lease); no
+        // peer writes it, since it is granted to none while its lease is held here.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.addr() as *mut u8, bytes.len())
+        };
+        true
+    }
 }
 
 impl Drop for SlotLease {

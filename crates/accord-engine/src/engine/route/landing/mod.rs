@@ -11,6 +11,14 @@
 //! immediate as a zero-byte write into the device region only after every chunk was `Done`,
 //! so the receiver counts it once and after the last host-to-device copy.
 //!
+//! A chunk of at most [`wire::INLINE_BYTES_MAX`] bytes (a signal, a flag, a `put_value`) skips
+//! the grant: its bytes ride in the ask (`AskInline`), the receiver checks it as any ask, puts
+//! the bytes in a slot of its pool and starts the copy at once, then says `Done`. One message
+//! each way instead of five; `EngineConfig::device_landing_inline` turns it off. The receiver
+//! remembers the answers of the last [`INLINE_ANSWERS_KEPT`] inline asks, so an ask delivered
+//! twice (a write resent on another lane after its first copy landed) is answered again and
+//! never copied twice: a second copy of old bytes could undo a newer write to the same place.
+//!
 //! Control messages travel as 64-byte writes into the peer's control region; the receiving
 //! worker hands them here instead of placing them, so they never meet user sends or
 //! immediates. Malformed, stale or foreign ones are refused and counted
@@ -43,8 +51,8 @@ use crate::engine::route::dispatch::{dispatch_part, PartSpec};
 use crate::engine::shared::Shared;
 use crate::error::TransferError;
 use crate::memory::{MemoryOwner, Region, Source};
-use receiver::{InState, Incoming, Pool};
-use wire::{Body, Control};
+use receiver::{InState, Incoming, InlineAnswers, Pool};
+use wire::{Body, Control, INLINE_BYTES_MAX};
 use writer::{OutState, Outgoing};
 
 const POLL_SLEEP: Duration = Duration::from_micros(20);
@@ -54,6 +62,10 @@ const IDLE_WAIT: Duration = Duration::from_millis(100);
 /// those are checked against the 64-byte control region).
 const WAKE_OFFSET: u64 = u64::MAX;
 const POLLS_BEFORE_SLEEP: u32 = 1 << 12;
+/// Inline asks whose answer the receiver remembers (see the module's doc): as many as it may
+/// hold asks at once, so a duplicate is recognised as long as asks that were in flight with
+/// its first copy can still arrive.
+pub(crate) const INLINE_ANSWERS_KEPT: usize = LANDING_ASKS_MAX;
 
 use state::ControlRx;
 pub(crate) use state::{ChunkRequest, LandingCopier};
@@ -87,9 +99,9 @@ fn start(shared: &Arc<Shared>) {
     shared.landing.started.call_once(|| {
         let Some((control_rx, chunk_rx)) = shared.landing.ends.lock().unwrap().take() else { return };
         let weak = Arc::downgrade(shared);
-        let timeout = shared.config.device_landing_timeout;
+        let (timeout, inline) = (shared.config.device_landing_timeout, shared.config.device_landing_inline);
         let spawned = std::thread::Builder::new().name("accord-device-land".into()).spawn(move || {
-            LandingThread::new(weak, timeout).run(control_rx, chunk_rx);
+            LandingThread::new(weak, timeout, inline).run(control_rx, chunk_rx);
         });
         if let Err(e) = spawned {
             tracing::error!(error = %e, "could not start the landing thread");
@@ -100,6 +112,8 @@ fn start(shared: &Arc<Shared>) {
 struct LandingThread {
     shared: Weak<Shared>,
     timeout: Duration,
+    /// Send chunks of at most [`INLINE_BYTES_MAX`] bytes inside their asks.
+    inline: bool,
     next_req: u64,
     outgoing: HashMap<u64, Outgoing>,
     /// Chunk requests not asked yet (their peer has [`LANDING_ASKS_PER_PEER_MAX`] out).
@@ -107,6 +121,8 @@ struct LandingThread {
     asked_per_peer: HashMap<EngineId, usize>,
     incoming: HashMap<(EngineId, u64), Incoming>,
     queued: VecDeque<(EngineId, u64)>,
+    /// What the last inline asks were answered (a duplicate gets the same answer, no copy).
+    inline_answers: InlineAnswers,
     pool: Option<Result<Pool, String>>,
     stats: LandingStats,
     /// Engines whose control messages were refused because they are not peers here, already
@@ -119,18 +135,20 @@ struct LandingThread {
 const UNKNOWN_SENDERS_WARNED_MAX: usize = 16;
 
 impl LandingThread {
-    fn new(shared: Weak<Shared>, timeout: Duration) -> LandingThread {
+    fn new(shared: Weak<Shared>, timeout: Duration, inline: bool) -> LandingThread {
         let mut seed = [0u8; 8];
         rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut seed);
         LandingThread {
             shared,
             timeout,
+            inline,
             next_req: u64::from_le_bytes(seed) >> 1,
             outgoing: HashMap::new(),
             waiting: VecDeque::new(),
             asked_per_peer: HashMap::new(),
             incoming: HashMap::new(),
             queued: VecDeque::new(),
+            inline_answers: InlineAnswers::default(),
             pool: None,
             stats: LandingStats::default(),
             unknown_senders_warned: Vec::new(),
@@ -235,7 +253,7 @@ impl LandingThread {
             }
         };
         let accepted = match message.body {
-            Body::Ask { .. } => self.on_ask(shared, message),
+            Body::Ask { .. } | Body::AskInline { .. } => self.on_ask(shared, message),
             Body::Landed => self.on_landed(message),
             Body::Abandon => self.on_abandon(message),
             Body::Grant { .. } => self.on_grant(shared, message),
@@ -301,5 +319,7 @@ pub(crate) fn land_chunk(
     Transfer { state: done }
 }
 
+#[cfg(test)]
+mod inline_tests;
 #[cfg(test)]
 pub(crate) mod tests;

@@ -1,5 +1,6 @@
 //! The receiver's half of the landing rendezvous: checks asks, grants slots of its pinned
-//! pool (one host region per slot), copies landed chunks host-to-device and says `Done`.
+//! pool (one host region per slot), copies landed chunks host-to-device and says `Done`. An
+//! inline ask's bytes go into a slot here and are copied without a grant.
 
 use super::*;
 
@@ -14,9 +15,42 @@ pub(super) struct Incoming {
     pub(super) dst_ptr: u64,
     pub(super) ordinal: u32,
     pub(super) len: u64,
+    /// The chunk's bytes when they came inside the ask: copied from a slot as soon as one is
+    /// free, with no grant.
+    pub(super) inline: Option<[u8; INLINE_BYTES_MAX]>,
     pub(super) _keep: Option<MemoryOwner>,
     pub(super) state: InState,
     pub(super) deadline: Instant,
+}
+
+/// The answers of the last [`INLINE_ANSWERS_KEPT`] inline asks, by (writer, request).
+#[derive(Default)]
+pub(super) struct InlineAnswers {
+    answers: HashMap<(EngineId, u64), Body>,
+    order: VecDeque<(EngineId, u64)>,
+}
+
+impl InlineAnswers {
+    pub(super) fn get(&self, id: &(EngineId, u64)) -> Option<Body> {
+        self.answers.get(id).copied()
+    }
+
+    /// Remembers `answer` to `id`, forgetting the oldest beyond the bound.
+    pub(super) fn keep(&mut self, id: (EngineId, u64), answer: Body) {
+        if self.answers.insert(id, answer).is_none() {
+            self.order.push_back(id);
+        }
+        while self.order.len() > INLINE_ANSWERS_KEPT {
+            if let Some(old) = self.order.pop_front() {
+                self.answers.remove(&old);
+            }
+        }
+    }
+
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.answers.len()
+    }
 }
 
 /// The receiver's landing pool: each slot is a host region of its own, so a grant's key opens
@@ -68,10 +102,22 @@ impl Pool {
 impl LandingThread {
     /// An ask `m` from a writer: checks the destination, then grants a slot or refuses.
     pub(super) fn on_ask(&mut self, shared: &Arc<Shared>, m: Control) -> bool {
-        let Body::Ask { region, key, offset, len } = m.body else { return false };
+        let (region, key, offset, len, inline) = match m.body {
+            Body::Ask { region, key, offset, len } => (region, key, offset, len, None),
+            Body::AskInline { region, key, offset, len, bytes } => (region, key, offset, u64::from(len), Some(bytes)),
+            _ => return false,
+        };
         let id = (m.from, m.req);
         if self.incoming.contains_key(&id) {
             return false; // a duplicate
+        }
+        if inline.is_some() {
+            if let Some(answer) = self.inline_answers.get(&id) {
+                // Delivered again after it was answered: the same answer, and no second copy.
+                self.stats.inline_duplicates += 1;
+                self.send(shared, m.from, m.req, answer);
+                return true;
+            }
         }
         let checked = {
             let regions = shared.regions.read().unwrap();
@@ -90,12 +136,16 @@ impl LandingThread {
         };
         if let Some(reason) = refusal {
             self.stats.asks_refused += 1;
+            if inline.is_some() {
+                self.inline_answers.keep(id, Body::Refuse { reason });
+            }
             self.send(shared, m.from, m.req, Body::Refuse { reason });
             return true;
         }
         let Ok((dst_ptr, ordinal, keep)) = checked else { return true };
         let deadline = Instant::now() + self.timeout;
-        self.incoming.insert(id, Incoming { dst_ptr, ordinal, len, _keep: keep, state: InState::Queued, deadline });
+        let state = InState::Queued;
+        self.incoming.insert(id, Incoming { dst_ptr, ordinal, len, inline, _keep: keep, state, deadline });
         self.queued.push_back(id);
         self.grant_queued(shared);
         true
@@ -133,12 +183,23 @@ impl LandingThread {
                 self.queued.pop_front();
                 continue;
             };
-            let Some(lease) = pool.slots.take() else { return };
+            let Some(mut lease) = pool.slots.take() else { return };
             self.queued.pop_front();
+            entry.deadline = Instant::now() + self.timeout;
+            if let Some(bytes) = entry.inline {
+                // The bytes are here already: into the slot, and the copy starts now.
+                let Some(Ok(pool)) = self.pool.as_mut() else { return };
+                let len = entry.len as usize;
+                entry.state = if lease.fill(&bytes[..len]) {
+                    start_copy(pool, entry, lease)
+                } else {
+                    InState::Copying(lease, u64::MAX) // fails the chunk; slots are never this small
+                };
+                continue;
+            }
             let (region, key) = pool.slot_regions[pool.slot_index(&lease)];
             let grant = Body::Grant { region: region.0, key: key.0, offset: 0, len: entry.len };
             entry.state = InState::Granted(lease);
-            entry.deadline = Instant::now() + self.timeout;
             self.send(shared, id.0, id.1, grant);
         }
     }
@@ -158,13 +219,7 @@ impl LandingThread {
         let Some(entry) = self.incoming.get_mut(&(m.from, m.req)) else { return false };
         let InState::Granted(_) = entry.state else { return false };
         let InState::Granted(lease) = std::mem::replace(&mut entry.state, InState::Queued) else { unreachable!() };
-        match pool.copier.start(lease.addr(), entry.dst_ptr, entry.ordinal, entry.len as usize) {
-            Ok(ticket) => entry.state = InState::Copying(lease, ticket),
-            Err(e) => {
-                tracing::error!(error = %e, "landing copy could not start");
-                entry.state = InState::Copying(lease, u64::MAX);
-            }
-        }
+        entry.state = start_copy(pool, entry, lease);
         true
     }
 
@@ -186,7 +241,10 @@ impl LandingThread {
             }
         }
         for (id, body) in &ended {
-            self.incoming.remove(id); // frees the slot
+            let entry = self.incoming.remove(id); // frees the slot
+            if entry.is_some_and(|e| e.inline.is_some()) {
+                self.inline_answers.keep(*id, *body);
+            }
             if *body == Body::Done {
                 self.stats.chunks_landed += 1;
             }
@@ -196,5 +254,17 @@ impl LandingThread {
             self.grant_queued(shared);
         }
         !ended.is_empty()
+    }
+}
+
+/// Starts copying `entry`'s chunk out of `lease` into device memory: `Copying` with the copy's
+/// ticket, or with `u64::MAX` when it could not start (the chunk then fails at the next poll).
+fn start_copy(pool: &mut Pool, entry: &Incoming, lease: SlotLease) -> InState {
+    match pool.copier.start(lease.addr(), entry.dst_ptr, entry.ordinal, entry.len as usize) {
+        Ok(ticket) => InState::Copying(lease, ticket),
+        Err(e) => {
+            tracing::error!(error = %e, "landing copy could not start");
+            InState::Copying(lease, u64::MAX)
+        }
     }
 }

@@ -39,8 +39,12 @@ pub struct LandingStats {
     pub control_dropped: u64,
     /// Asks refused (region, key, bounds, chunk too large, table full, no pool).
     pub asks_refused: u64,
-    /// Chunks copied host-to-device here.
+    /// Chunks copied host-to-device here (inline ones included).
     pub chunks_landed: u64,
+    /// Chunks this engine sent inside their asks (at most 8 bytes each: no grant, no write).
+    pub chunks_inline: u64,
+    /// Inline asks delivered again after they were answered: answered again, not copied.
+    pub inline_duplicates: u64,
     /// Granted slots reclaimed because the writer went quiet.
     pub slots_reclaimed: u64,
 }

@@ -42,8 +42,8 @@ impl LandingCopier for FakeLander {
 
 pub(crate) struct Receiver {
     pub(crate) b: Engine,
-    open: Arc<AtomicBool>,
-    copies: Arc<AtomicUsize>,
+    pub(crate) open: Arc<AtomicBool>,
+    pub(crate) copies: Arc<AtomicUsize>,
 }
 
 pub(crate) fn config(timeout_ms: u64) -> EngineConfig {
@@ -101,7 +101,7 @@ pub(crate) fn pair(a: &Engine, b: &Engine) {
     b.add_peer(&a.address()).unwrap();
 }
 
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+pub(super) fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !f() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -226,7 +226,7 @@ fn a_receiver_that_exits_mid_transfer_fails_the_write_without_a_crash() {
 }
 
 /// Writes raw bytes into `b`'s control region from `a` (what a hostile or confused peer can do).
-fn poke(a: &Engine, b: &Engine, offset: u64, bytes: &[u8]) {
+pub(super) fn poke(a: &Engine, b: &Engine, offset: u64, bytes: &[u8]) {
     let buf = a.alloc(CONTROL_MESSAGE_BYTES).unwrap();
     buf.write_at(0, bytes).unwrap();
     let mut control = b.address().control;
@@ -296,6 +296,8 @@ fn hostile_and_stale_control_messages_are_refused_and_counted() {
 fn control_messages_round_trip_and_garbage_is_an_error() {
     let bodies = [
         Body::Ask { region: 3, key: u64::MAX, offset: 17, len: 4096 },
+        Body::AskInline { region: u32::MAX, key: 5, offset: u64::MAX, len: 8, bytes: [0xff; 8] },
+        Body::AskInline { region: 0, key: 5, offset: 3, len: 1, bytes: [7, 0, 0, 0, 0, 0, 0, 0] },
         Body::Grant { region: u32::MAX, key: 1, offset: 0, len: 1 },
         Body::Refuse { reason: RejectReason::BadKey },
         Body::Refuse { reason: RejectReason::Other(0xDE71) },

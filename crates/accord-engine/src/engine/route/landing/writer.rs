@@ -1,6 +1,8 @@
 //! The writer's half of the landing rendezvous: asks per chunk (at most
 //! [`LANDING_ASKS_PER_PEER_MAX`] per receiver), writes a granted chunk into its slot, says
-//! `Landed`, and completes the chunk on `Done` or a refusal.
+//! `Landed`, and completes the chunk on `Done` or a refusal. A chunk of at most
+//! [`INLINE_BYTES_MAX`] bytes is sent inside its ask instead (`AskInline`) and waits only for
+//! `Done`.
 
 use super::*;
 
@@ -51,15 +53,24 @@ impl LandingThread {
     pub(super) fn ask(&mut self, shared: &Arc<Shared>, request: ChunkRequest) {
         let req = self.next_req;
         self.next_req = self.next_req.wrapping_add(1);
-        let ask = Body::Ask {
-            region: request.dst.region,
-            key: request.dst.key,
-            offset: request.dst_offset,
-            len: request.source.len(),
+        let (region, key, offset, len) =
+            (request.dst.region, request.dst.key, request.dst_offset, request.source.len());
+        // A chunk small enough rides in its ask: nothing is left to write, and the next word
+        // from the receiver is `Done` (or a refusal).
+        let inline = self.inline.then(|| inline_bytes(&request.source)).flatten();
+        let (ask, source, state) = match inline {
+            Some(bytes) => {
+                let ask = Body::AskInline { region, key, offset, len: len as u8, bytes };
+                (ask, None, OutState::Landed)
+            }
+            None => (Body::Ask { region, key, offset, len }, Some(request.source), OutState::Asked),
         };
         if !self.send(shared, request.peer, req, ask) {
             request.done.part_done(Err(TransferError::PeerUnreachable));
             return;
+        }
+        if inline.is_some() {
+            self.stats.chunks_inline += 1;
         }
         *self.asked_per_peer.entry(request.peer).or_insert(0) += 1;
         self.outgoing.insert(
@@ -67,9 +78,9 @@ impl LandingThread {
             Outgoing {
                 peer: request.peer,
                 ask,
-                source: Some(request.source),
+                source,
                 done: request.done,
-                state: OutState::Asked,
+                state,
                 deadline: Instant::now() + self.timeout,
             },
         );
@@ -140,4 +151,11 @@ impl LandingThread {
         out.done.part_done(result);
         true
     }
+}
+
+/// The chunk's bytes, zero-padded, when it is small enough to travel inside its ask.
+fn inline_bytes(source: &Source) -> Option<[u8; INLINE_BYTES_MAX]> {
+    let len = usize::try_from(source.len()).ok().filter(|n| (1..=INLINE_BYTES_MAX).contains(n))?;
+    let mut bytes = [0u8; INLINE_BYTES_MAX];
+    source.read(0, &mut bytes[..len]).then_some(bytes)
 }
