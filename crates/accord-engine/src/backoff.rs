@@ -7,7 +7,8 @@
 //! a thread with nothing in flight for long must stop burning its core. One ladder, with each
 //! user's own step counts, instead of one copy per polling loop.
 
-use std::time::Duration;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::time::{Duration, Instant};
 
 /// Rounds without progress that only spin, unless [`IdleBackoff::with_spin`] says otherwise.
 const SPIN_ROUNDS: u32 = 64;
@@ -62,6 +63,34 @@ impl IdleBackoff {
     }
 }
 
+/// Receives the next message of `rx` for a thread that blocks when it has nothing to do (the
+/// completion thread, the landing thread, the staging thread): while its last progress is
+/// within `window` it polls, yielding the core between looks, and only then blocks, for at
+/// most `block`.
+///
+/// Why: each of these threads is one hop of a small device write's chain (staging, landing,
+/// completion). Blocked, it is woken by a futex, and on a virtual machine whose other vCPUs
+/// are idle a wake-up cost about 100 us: on 2xH200 the network route's 8-byte put took
+/// 80-90 us one way with the bench pinned to 8 cores and 90-230 us unpinned
+/// (docs/results/2026-11-28-network-route-wakeups.md). Within the window the next message
+/// of a running exchange is seen without a wake-up; the window is the workers' own
+/// ([`crate::EngineConfig::await_poll`]), so an idle engine still sleeps.
+pub(crate) fn recv_hot<T>(
+    rx: &Receiver<T>,
+    last_progress: Instant,
+    window: Duration,
+    block: Duration,
+) -> Result<T, RecvTimeoutError> {
+    loop {
+        match rx.try_recv() {
+            Ok(message) => return Ok(message),
+            Err(TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
+            Err(TryRecvError::Empty) if last_progress.elapsed() < window => std::thread::yield_now(),
+            Err(TryRecvError::Empty) => return rx.recv_timeout(block),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,5 +122,27 @@ mod tests {
         b.after_round(true);
         assert!(b.will_spin(), "progress starts over");
         assert!(IdleBackoff::new(100, Duration::from_micros(1)).will_spin());
+    }
+
+    #[test]
+    fn recv_hot_polls_within_the_window_then_blocks_and_sees_every_message() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        // Past the window, with nothing sent: blocks for `block`, then times out.
+        let t = Instant::now();
+        assert_eq!(recv_hot::<u8>(&rx, t, Duration::ZERO, Duration::from_millis(5)), Err(RecvTimeoutError::Timeout));
+        assert!(t.elapsed() >= Duration::from_millis(5));
+        // Within the window: a message sent meanwhile by another thread is received.
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(2));
+            tx.send(7u8).unwrap();
+            tx
+        });
+        assert_eq!(recv_hot(&rx, Instant::now(), Duration::from_secs(5), Duration::from_secs(5)), Ok(7));
+        drop(sender.join().unwrap());
+        // A closed channel ends the wait at once, in the window or not.
+        assert_eq!(
+            recv_hot(&rx, Instant::now(), Duration::from_secs(5), Duration::from_secs(5)),
+            Err(RecvTimeoutError::Disconnected)
+        );
     }
 }

@@ -22,11 +22,20 @@ pub(crate) enum Job {
 /// Sender side of the completion queue.
 pub(crate) type JobSender = SyncSender<Job>;
 
-/// The completion thread's loop.
-pub(crate) fn run_completion_thread(jobs: Receiver<Job>) {
-    while let Ok(Job::Run(job)) = jobs.recv() {
-        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err() {
-            tracing::error!("a completion callback panicked; the engine goes on");
+/// The completion thread's loop: it keeps looking for jobs for `poll` after the last one before
+/// it blocks ([`crate::backoff::recv_hot`] says why).
+pub(crate) fn run_completion_thread(jobs: Receiver<Job>, poll: Duration) {
+    let mut last_job = std::time::Instant::now();
+    loop {
+        match crate::backoff::recv_hot(&jobs, last_job, poll, Duration::from_secs(1)) {
+            Ok(Job::Run(job)) => {
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err() {
+                    tracing::error!("a completion callback panicked; the engine goes on");
+                }
+                last_job = std::time::Instant::now();
+            }
+            Ok(Job::Stop) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
         }
     }
 }

@@ -67,6 +67,7 @@ pub(crate) fn start_cuda_stager(
     chunk_bytes: u64,
     chunks: usize,
     private_contexts: bool,
+    poll_window: std::time::Duration,
 ) -> Result<Stager, String> {
     let _restore = accord_cuda::CurrentContextGuard::save();
     let gpu = open_gpu(ordinal, private_contexts)?;
@@ -75,7 +76,7 @@ pub(crate) fn start_cuda_stager(
     let memory = PinnedHostBuffer::alloc(&gpu, total)
         .map_err(|e| format!("could not allocate {total} bytes of pinned staging memory: {e}"))?;
     let copier = CudaChunkCopier { private_contexts, ..CudaChunkCopier::default() };
-    Stager::start(copier, SlotPool::new(Box::new(PinnedStaging(memory)), slot_bytes))
+    Stager::start(copier, SlotPool::new(Box::new(PinnedStaging(memory)), slot_bytes), poll_window)
 }
 
 /// Host-to-device copies out of landing slots, one engine-owned stream per GPU, an event per copy.

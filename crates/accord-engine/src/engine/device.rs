@@ -308,6 +308,7 @@ impl DeviceWriter<'_> {
                     config.device_staging_chunk_bytes,
                     config.device_staging_chunks,
                     config.private_device_contexts(),
+                    config.await_poll,
                 )
             })
             .as_ref()

@@ -380,9 +380,10 @@ impl Engine {
             local_copies: route::memcpy::pool::LocalCopies::new(lane_count),
             devices: device_paths::DevicePaths::default(),
         });
+        let completion_poll = config.await_poll;
         let completion_thread = std::thread::Builder::new()
             .name("accord-completion".into())
-            .spawn(move || run_completion_thread(jobs_rx))
+            .spawn(move || run_completion_thread(jobs_rx, completion_poll))
             .map_err(BuildError::Thread)?;
         let mut threads = vec![];
         let control = control_routes();

@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TryRecvError};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{Chunk, SlotLease, SlotPool, StagePlan, STAGED_WRITES_ACTIVE_MAX};
 use crate::completion::Transfer;
@@ -70,15 +70,20 @@ pub(crate) struct Stager {
 }
 
 impl Stager {
-    /// Starts the thread over `pool`, copying with `copier`.
-    pub(crate) fn start<C: ChunkCopier>(copier: C, pool: Arc<SlotPool>) -> Result<Stager, String> {
+    /// Starts the thread over `pool`, copying with `copier`; with nothing to do it polls for
+    /// `poll_window` after its last progress before it blocks ([`crate::backoff::recv_hot`]).
+    pub(crate) fn start<C: ChunkCopier>(
+        copier: C,
+        pool: Arc<SlotPool>,
+        poll_window: Duration,
+    ) -> Result<Stager, String> {
         if pool.slot_count() == 0 {
             return Err("the staging pool has no slot: give it at least one chunk".into());
         }
         let (tx, rx) = sync_channel(STAGED_WRITES_ACTIVE_MAX);
         std::thread::Builder::new()
             .name("accord-device-stage".into())
-            .spawn(move || run(rx, copier, pool))
+            .spawn(move || run(rx, copier, pool, poll_window))
             .map_err(|e| format!("could not start the staging thread: {e}"))?;
         Ok(Stager { jobs: tx })
     }
@@ -99,17 +104,18 @@ struct Active<T> {
     sends: Vec<(Chunk, Transfer)>,
 }
 
-fn run<C: ChunkCopier>(rx: Receiver<StagedJob>, mut copier: C, pool: Arc<SlotPool>) {
+fn run<C: ChunkCopier>(rx: Receiver<StagedJob>, mut copier: C, pool: Arc<SlotPool>, poll_window: Duration) {
     let chunk_bytes = pool.slot_bytes() as u64;
     let mut active: Vec<Active<C::Ticket>> = vec![];
     let mut open = true;
     let mut backoff = crate::backoff::IdleBackoff::new(POLLS_BEFORE_SLEEP, POLL_SLEEP_MAX);
+    let mut last_progress = Instant::now();
     loop {
         if active.is_empty() {
             if !open {
                 return;
             }
-            match rx.recv_timeout(Duration::from_millis(100)) {
+            match crate::backoff::recv_hot(&rx, last_progress, poll_window, Duration::from_millis(100)) {
                 Ok(job) => active.push(activate(job, chunk_bytes)),
                 Err(RecvTimeoutError::Timeout) => continue,
                 Err(RecvTimeoutError::Disconnected) => return,
@@ -138,6 +144,9 @@ fn run<C: ChunkCopier>(rx: Receiver<StagedJob>, mut copier: C, pool: Arc<SlotPoo
             None => true,
         });
         progress |= active.len() < before;
+        if progress {
+            last_progress = Instant::now();
+        }
         backoff.after_round(progress);
     }
 }

@@ -209,7 +209,7 @@ pub(crate) fn rig_of(a: Engine, seed: u64, slot_bytes: usize, slots: usize, fail
     let copier =
         FakeCopier { rng: ChaCha8Rng::seed_from_u64(seed), open: open.clone(), started: started.clone(), fail_copy };
     let pool = pool(slot_bytes, slots);
-    assert!(a.install_stager(Stager::start(copier, pool.clone()).unwrap()));
+    assert!(a.install_stager(Stager::start(copier, pool.clone(), crate::config::AWAIT_POLL_DEFAULT).unwrap()));
     Rig { a, open, started, pool }
 }
 

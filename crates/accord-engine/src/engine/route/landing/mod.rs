@@ -100,8 +100,9 @@ fn start(shared: &Arc<Shared>) {
         let Some((control_rx, chunk_rx)) = shared.landing.ends.lock().unwrap().take() else { return };
         let weak = Arc::downgrade(shared);
         let (timeout, inline) = (shared.config.device_landing_timeout, shared.config.device_landing_inline);
+        let poll_window = shared.config.await_poll;
         let spawned = std::thread::Builder::new().name("accord-device-land".into()).spawn(move || {
-            LandingThread::new(weak, timeout, inline).run(control_rx, chunk_rx);
+            LandingThread { poll_window, ..LandingThread::new(weak, timeout, inline) }.run(control_rx, chunk_rx);
         });
         if let Err(e) = spawned {
             tracing::error!(error = %e, "could not start the landing thread");
@@ -114,6 +115,9 @@ struct LandingThread {
     timeout: Duration,
     /// Send chunks of at most [`INLINE_BYTES_MAX`] bytes inside their asks.
     inline: bool,
+    /// How long after its last progress the thread polls before it blocks
+    /// ([`crate::EngineConfig::await_poll`]).
+    poll_window: Duration,
     next_req: u64,
     outgoing: HashMap<u64, Outgoing>,
     /// Chunk requests not asked yet (their peer has [`LANDING_ASKS_PER_PEER_MAX`] out).
@@ -142,6 +146,7 @@ impl LandingThread {
             shared,
             timeout,
             inline,
+            poll_window: Duration::ZERO,
             next_req: u64::from_le_bytes(seed) >> 1,
             outgoing: HashMap::new(),
             waiting: VecDeque::new(),
@@ -158,6 +163,7 @@ impl LandingThread {
     fn run(mut self, control_rx: ControlRx, chunk_rx: Receiver<ChunkRequest>) {
         let mut idle: u32 = 0;
         let mut parked: Option<(u64, Vec<u8>)> = None;
+        let mut last_progress = Instant::now();
         loop {
             let Some(shared) = self.shared.upgrade() else { return };
             let mut progress = false;
@@ -192,9 +198,11 @@ impl LandingThread {
             drop(shared);
             if progress {
                 idle = 0;
+                last_progress = Instant::now();
             } else if self.outgoing.is_empty() && self.waiting.is_empty() && self.incoming.is_empty() {
-                // Nothing in progress: block until a control message or a submission's wake-up.
-                match control_rx.recv_timeout(IDLE_WAIT) {
+                // Nothing in progress: block until a control message or a submission's wake-up,
+                // after polling a while since the last progress (`recv_hot` says why).
+                match crate::backoff::recv_hot(&control_rx, last_progress, self.poll_window, IDLE_WAIT) {
                     Ok(message) => parked = Some(message),
                     Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
                     Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
