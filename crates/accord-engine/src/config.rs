@@ -131,9 +131,10 @@ pub struct EngineConfig {
     /// Default on, 8 MiB rings; the UDP sockets stay for setup, doorbells and fallback.
     pub shm: ShmConfig,
     /// How long a worker that awaits traffic keeps polling its queue, rings and sockets
-    /// (yielding the core each turn) after its last progress before it sleeps. Default
-    /// [`AWAIT_POLL_DEFAULT`], at most [`AWAIT_POLL_MAX`]; zero turns it off. See
-    /// [`AWAIT_POLL_DEFAULT`] for why.
+    /// (yielding the core each turn) after its last progress before it sleeps; the completion,
+    /// device-landing and staging threads poll their queues as long after their last job before
+    /// they block (`backoff::recv_hot`). Default [`AWAIT_POLL_DEFAULT`], at most
+    /// [`AWAIT_POLL_MAX`]; zero turns it off. See [`AWAIT_POLL_DEFAULT`] for why.
     pub await_poll: Duration,
     /// How long a user thread in [`crate::Transfer::wait`], [`crate::ImmCounter::wait`] (and the
     /// collectives' waits on immediates) polls the completion before it sleeps on a condition

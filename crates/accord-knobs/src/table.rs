@@ -60,7 +60,7 @@ pub static KNOBS: &[Knob] = &[
         Engine,
         Micros,
         "500",
-        "how long a worker that awaits traffic polls (yielding the core) before it sleeps; 0: off",
+        "how long a worker that awaits traffic, and the completion, device-landing and staging threads after their last job, poll (yielding the core) before they sleep; 0: off",
     ),
     knob(
         "ACCORD_WAIT_SPIN_US",
