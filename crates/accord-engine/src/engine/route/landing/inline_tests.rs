@@ -28,12 +28,19 @@ fn small_write(
     a.write(&op).unwrap().wait_timeout(Duration::from_secs(30))
 }
 
-#[test]
-fn writes_of_one_to_eight_bytes_ride_in_their_asks_and_land_exactly() {
+/// A fake-landing receiver and a writer paired with it, and a "device" region of `len` bytes
+/// at the receiver (its host buffer and its descriptor).
+fn rig(len: usize) -> (super::tests::Receiver, Engine, crate::MrBuffer, crate::MrDescriptor) {
     let r = receiver(10_000);
     let a = engine(10_000);
     pair(&a, &r.b);
-    let (dst, d) = device_dst(&r.b, 4096);
+    let (dst, d) = device_dst(&r.b, len);
+    (r, a, dst, d)
+}
+
+#[test]
+fn writes_of_one_to_eight_bytes_ride_in_their_asks_and_land_exactly() {
+    let (r, a, dst, d) = rig(4096);
     let mut expected = vec![0u8; 4096];
     for len in 1..=8usize {
         let (offset, value) = (100 * len as u64 + 3, 0x1122_3344_5566_7788u64.rotate_left(len as u32));
@@ -72,10 +79,7 @@ fn with_inline_asks_off_small_writes_take_the_rendezvous() {
 
 #[test]
 fn inline_asks_with_bad_keys_or_ranges_are_refused_and_copy_nothing() {
-    let r = receiver(10_000);
-    let a = engine(10_000);
-    pair(&a, &r.b);
-    let (dst, d) = device_dst(&r.b, 64);
+    let (r, a, dst, d) = rig(64);
     let mut bad_key = d;
     bad_key.key ^= 1;
     let mut too_long = d;
@@ -94,10 +98,7 @@ fn inline_asks_with_bad_keys_or_ranges_are_refused_and_copy_nothing() {
 /// old bytes over a newer write to the same place.
 #[test]
 fn an_inline_ask_delivered_twice_is_answered_twice_and_copied_once() {
-    let r = receiver(10_000);
-    let a = engine(10_000);
-    pair(&a, &r.b);
-    let (dst, d) = device_dst(&r.b, 64);
+    let (r, a, dst, d) = rig(64);
     let ask =
         |value: u64| Body::AskInline { region: d.region, key: d.key, offset: 16, len: 8, bytes: value.to_le_bytes() };
     let msg = |req, body| Control { from: a.id(), req, body }.encode();
