@@ -102,7 +102,7 @@ fn start(shared: &Arc<Shared>) {
         let (timeout, inline) = (shared.config.device_landing_timeout, shared.config.device_landing_inline);
         let poll_window = shared.config.await_poll;
         let spawned = std::thread::Builder::new().name("accord-device-land".into()).spawn(move || {
-            LandingThread { poll_window, ..LandingThread::new(weak, timeout, inline) }.run(control_rx, chunk_rx);
+            LandingThread::new(weak, timeout, inline, poll_window).run(control_rx, chunk_rx);
         });
         if let Err(e) = spawned {
             tracing::error!(error = %e, "could not start the landing thread");
@@ -139,14 +139,14 @@ struct LandingThread {
 const UNKNOWN_SENDERS_WARNED_MAX: usize = 16;
 
 impl LandingThread {
-    fn new(shared: Weak<Shared>, timeout: Duration, inline: bool) -> LandingThread {
+    fn new(shared: Weak<Shared>, timeout: Duration, inline: bool, poll_window: Duration) -> LandingThread {
         let mut seed = [0u8; 8];
         rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut seed);
         LandingThread {
             shared,
             timeout,
             inline,
-            poll_window: Duration::ZERO,
+            poll_window,
             next_req: u64::from_le_bytes(seed) >> 1,
             outgoing: HashMap::new(),
             waiting: VecDeque::new(),
