@@ -62,6 +62,7 @@ pub mod local_ranks;
 pub mod log_level;
 mod memory;
 mod peer_death;
+mod recent;
 mod recv;
 mod tags;
 pub mod telemetry;

@@ -25,7 +25,9 @@
 //! its end; both copies hold the sender's same bytes, so this matters only if a packet of the
 //! abandoned connection is delayed in the network past the idle timeout.
 
-use std::collections::{HashSet, VecDeque};
+use crate::recent::Recent;
+#[cfg(test)]
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -67,32 +69,18 @@ fn mix(mut z: u64) -> u64 {
 /// The receiver's memory of tags already counted, bounded by [`TAGS_REMEMBERED`].
 #[derive(Default)]
 pub(crate) struct SeenTags {
-    inner: Mutex<(HashSet<u64>, VecDeque<u64>)>,
+    inner: Mutex<Recent<u64, (), TAGS_REMEMBERED>>,
 }
 
 impl SeenTags {
     /// Whether `tag` was seen (completed here) and is still remembered; never for 0.
     pub(crate) fn contains(&self, tag: u64) -> bool {
-        tag != 0 && self.inner.lock().unwrap().0.contains(&tag)
+        tag != 0 && self.inner.lock().unwrap().contains(&tag)
     }
 
     /// True the first time `tag` is seen (and for the untagged 0, always).
     pub(crate) fn first_time(&self, tag: u64) -> bool {
-        if tag == 0 {
-            return true;
-        }
-        let mut guard = self.inner.lock().unwrap();
-        let (set, order) = &mut *guard;
-        if !set.insert(tag) {
-            return false;
-        }
-        order.push_back(tag);
-        if order.len() > TAGS_REMEMBERED {
-            if let Some(oldest) = order.pop_front() {
-                set.remove(&oldest);
-            }
-        }
-        true
+        tag == 0 || self.inner.lock().unwrap().insert(tag, ())
     }
 }
 

@@ -230,10 +230,10 @@ fn the_receiver_remembers_a_bounded_number_of_inline_answers() {
     let mut answers = super::receiver::InlineAnswers::default();
     let id = |n: u64| (crate::EngineId(1), n);
     for n in 0..super::INLINE_ANSWERS_KEPT as u64 + 10 {
-        answers.keep(id(n), Body::Done);
+        answers.insert(id(n), Body::Done);
     }
-    answers.keep(id(20), Body::Done); // again: not a second entry
+    answers.insert(id(20), Body::Done); // again: not a second entry
     assert_eq!(answers.len(), super::INLINE_ANSWERS_KEPT);
     assert_eq!(answers.get(&id(9)), None, "the oldest are forgotten");
-    assert_eq!(answers.get(&id(10)), Some(Body::Done));
+    assert_eq!(answers.get(&id(10)), Some(&Body::Done));
 }

@@ -24,34 +24,7 @@ pub(super) struct Incoming {
 }
 
 /// The answers of the last [`INLINE_ANSWERS_KEPT`] inline asks, by (writer, request).
-#[derive(Default)]
-pub(super) struct InlineAnswers {
-    answers: HashMap<(EngineId, u64), Body>,
-    order: VecDeque<(EngineId, u64)>,
-}
-
-impl InlineAnswers {
-    pub(super) fn get(&self, id: &(EngineId, u64)) -> Option<Body> {
-        self.answers.get(id).copied()
-    }
-
-    /// Remembers `answer` to `id`, forgetting the oldest beyond the bound.
-    pub(super) fn keep(&mut self, id: (EngineId, u64), answer: Body) {
-        if self.answers.insert(id, answer).is_none() {
-            self.order.push_back(id);
-        }
-        while self.order.len() > INLINE_ANSWERS_KEPT {
-            if let Some(old) = self.order.pop_front() {
-                self.answers.remove(&old);
-            }
-        }
-    }
-
-    #[cfg(test)]
-    pub(super) fn len(&self) -> usize {
-        self.answers.len()
-    }
-}
+pub(super) type InlineAnswers = crate::recent::Recent<(EngineId, u64), Body, INLINE_ANSWERS_KEPT>;
 
 /// The receiver's landing pool: each slot is a host region of its own, so a grant's key opens
 /// that slot only; a slot reclaimed from a quiet writer gets a new region id and key first, so
@@ -112,7 +85,7 @@ impl LandingThread {
             return false; // a duplicate
         }
         if inline.is_some() {
-            if let Some(answer) = self.inline_answers.get(&id) {
+            if let Some(&answer) = self.inline_answers.get(&id) {
                 // Delivered again after it was answered: the same answer, and no second copy.
                 self.stats.inline_duplicates += 1;
                 self.send(shared, m.from, m.req, answer);
@@ -137,7 +110,7 @@ impl LandingThread {
         if let Some(reason) = refusal {
             self.stats.asks_refused += 1;
             if inline.is_some() {
-                self.inline_answers.keep(id, Body::Refuse { reason });
+                self.inline_answers.insert(id, Body::Refuse { reason });
             }
             self.send(shared, m.from, m.req, Body::Refuse { reason });
             return true;
@@ -243,7 +216,7 @@ impl LandingThread {
         for (id, body) in &ended {
             let entry = self.incoming.remove(id); // frees the slot
             if entry.is_some_and(|e| e.inline.is_some()) {
-                self.inline_answers.keep(*id, *body);
+                self.inline_answers.insert(*id, *body);
             }
             if *body == Body::Done {
                 self.stats.chunks_landed += 1;

@@ -3,7 +3,7 @@
 //! without importing the route: this file, and the batched READ's assemblies and write-back
 //! queue it holds, import only files that never reach the shared state (no import circle).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -13,6 +13,7 @@ use accord_proto::wire::RejectReason;
 use crate::address::EngineId;
 use crate::completion::TransferState;
 use crate::error::TransferError;
+use crate::recent::Recent;
 
 /// Request ids an owner remembers per reader, to take a duplicated request frame (a control
 /// write resent on another lane after its connection failed) once.
@@ -86,11 +87,11 @@ pub(crate) enum Admission {
     Answered(Outcome),
 }
 
-/// The request ids an owner took from one reader, most recent [`READ_SERVED_REMEMBERED`].
+/// The request ids an owner took from one reader, most recent [`READ_SERVED_REMEMBERED`]: each
+/// in flight (`None`) or answered.
 #[derive(Default)]
 pub(crate) struct ServedReads {
-    pub(super) outcomes: HashMap<u64, Option<Outcome>>,
-    order: VecDeque<u64>,
+    pub(super) outcomes: Recent<u64, Option<Outcome>, READ_SERVED_REMEMBERED>,
 }
 
 impl ServedReads {
@@ -100,12 +101,6 @@ impl ServedReads {
             return known.map_or(Admission::InFlight, Admission::Answered);
         }
         self.outcomes.insert(req, None);
-        self.order.push_back(req);
-        if self.order.len() > READ_SERVED_REMEMBERED {
-            if let Some(old) = self.order.pop_front() {
-                self.outcomes.remove(&old);
-            }
-        }
         Admission::New
     }
 
