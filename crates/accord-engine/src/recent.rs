@@ -2,9 +2,10 @@
 //! of them, the oldest forgotten first.
 //!
 //! Why one type: a request resent after its connection failed reaches its receiver twice, and
-//! three receivers must take it once: the transport's completed-operation tags
-//! ([`crate::tags`]), an owner's READ requests (`engine/route/read/state.rs`) and the landing
-//! route's inline asks (`engine/route/landing/receiver.rs`). Each keeps the keys of the last
+//! four receivers must take it once: the transport's completed-operation tags
+//! ([`crate::tags`]), an owner's READ requests (`engine/route/read/state.rs`), the pull route's
+//! served pulls (`engine/route/cma/state.rs`) and the landing route's inline asks
+//! (`engine/route/landing/receiver.rs`). Each keeps the keys of the last
 //! requests it took, bounded so that a flood of new ones cannot grow it.
 
 use std::collections::{HashMap, VecDeque};

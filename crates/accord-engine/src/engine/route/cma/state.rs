@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use crate::address::EngineId;
 use crate::engine::part::Part;
+use crate::recent::Recent;
 
 pub use crate::config::CMA_MIN_BYTES_DEFAULT;
 /// Pulls a writer has outstanding per engine; a further eligible part goes over the transport.
@@ -22,23 +23,13 @@ pub const CMA_SERVED_REMEMBERED: usize = 8192;
 /// The pull ids served for one writer, most recent [`CMA_SERVED_REMEMBERED`].
 #[derive(Default)]
 pub(crate) struct ServedPulls {
-    pub(super) ids: std::collections::HashSet<u64>,
-    pub(super) order: std::collections::VecDeque<u64>,
+    pub(super) ids: Recent<u64, (), CMA_SERVED_REMEMBERED>,
 }
 
 impl ServedPulls {
     /// Records `req`; false if it was served already (a duplicate).
     pub(crate) fn first_time(&mut self, req: u64) -> bool {
-        if !self.ids.insert(req) {
-            return false;
-        }
-        self.order.push_back(req);
-        if self.order.len() > CMA_SERVED_REMEMBERED {
-            if let Some(old) = self.order.pop_front() {
-                self.ids.remove(&old);
-            }
-        }
-        true
+        self.ids.insert(req, ())
     }
 }
 

@@ -42,6 +42,6 @@ fn served_pulls_are_remembered_and_bounded() {
     for req in 100..100 + super::CMA_SERVED_REMEMBERED as u64 {
         assert!(served.first_time(req));
     }
-    assert_eq!(served.order.len(), super::CMA_SERVED_REMEMBERED);
+    assert_eq!(served.ids.len(), super::CMA_SERVED_REMEMBERED);
     assert!(served.first_time(7), "the oldest id was forgotten once the bound was reached");
 }
